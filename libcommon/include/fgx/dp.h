@@ -1,0 +1,94 @@
+/* The data-path protocol between controld and its workers, as plain structs. controld is the
+ * requester on a req/rep channel (fgx/chan.h): it sends a RULESET (the worker answers ACK once
+ * every one of its threads uses that generation) or a STATS_REQUEST (answered by STATS).
+ * fgx_dp_encode()/fgx_dp_decode() convert to and from datapath.proto. */
+#ifndef FGX_DP_H
+#define FGX_DP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fgx/addr.h"
+#include "fgx/ruleset.h"
+
+/* Packets fgex itself injects (the resets nfqworker sends) carry this mark, and every fgex
+ * nftables chain accepts them first, so they are never queued back to a worker. */
+#define FGX_MARK 0x0fe40000u
+#define FGX_MARK_MASK 0xffff0000u
+
+/* NFQUEUE numbering. A worker with n threads owns queues base .. base + 2n - 1: thread i reads
+ * queue base + i (fail-closed services) and base + n + i (fail-open services, configured with
+ * NFQA_CFG_F_FAIL_OPEN). The nftables rules send a flow to thread symhash(flow) mod n. */
+#define FGX_QUEUE_BASE_DEFAULT 7000u
+static inline unsigned fgx_queue_num(unsigned base, unsigned nthreads, bool fail_open,
+                                     unsigned thread)
+{
+    return base + (fail_open ? nthreads : 0) + thread;
+}
+
+enum fgx_dp_type {
+    FGX_DP_RULESET = 1,
+    FGX_DP_ACK,
+    FGX_DP_STATS_REQUEST,
+    FGX_DP_STATS,
+    FGX_DP_ERROR,
+};
+
+struct fgx_dp_service {
+    uint32_t id;
+    uint8_t ipproto; /* IPPROTO_TCP or IPPROTO_UDP */
+    uint16_t port;
+    struct fgx_cidr addr; /* family 0: any */
+    bool fail_open;
+    struct fgx_blob db[2]; /* [0] client->server, [1] server->client; len 0: nothing to match */
+};
+
+struct fgx_dp_ruleset {
+    uint64_t generation;
+    size_t nservices;
+    struct fgx_dp_service *services;
+};
+
+struct fgx_dp_filter_stat {
+    uint32_t filter_id;
+    uint64_t blocked; /* TCP flows blocked + UDP datagrams dropped, since the worker started */
+};
+
+struct fgx_dp_service_stat {
+    uint32_t service_id;
+    uint64_t packets, bytes, accepted, dropped, flows_active;
+};
+
+struct fgx_dp_stats {
+    uint64_t generation;
+    size_t nfilters;
+    struct fgx_dp_filter_stat *filters;
+    size_t nservices;
+    struct fgx_dp_service_stat *services;
+    uint64_t queue_drops;    /* kernel queue drops + user-space drops on the worker's queues */
+    uint64_t flows;          /* flows tracked now */
+    uint64_t rss_bytes;
+    uint64_t truncated;      /* packets that arrived cut short by the copy range (dropped) */
+    uint64_t verdict_errors; /* verdicts the kernel refused (e.g. ENOENT for a stale id) */
+    uint64_t malformed;      /* packets that could not be decoded (dropped) */
+};
+
+struct fgx_dp_msg {
+    enum fgx_dp_type type;
+    union {
+        struct fgx_dp_ruleset ruleset;
+        uint64_t ack_generation;
+        struct fgx_dp_stats stats;
+        char *error; /* malloc'd */
+    } u;
+};
+
+/* Encode m into a malloc'd buffer (*buf owned by the caller). Returns 0 or -ENOMEM/-EINVAL. */
+int fgx_dp_encode(const struct fgx_dp_msg *m, void **buf, size_t *len);
+/* Decode; every pointer inside *m is malloc'd and released by fgx_dp_msg_release(). A truncated
+ * or malformed buffer gives -EINVAL and leaves *m empty. */
+int fgx_dp_decode(const void *buf, size_t len, struct fgx_dp_msg *m);
+void fgx_dp_msg_release(struct fgx_dp_msg *m);
+
+#endif

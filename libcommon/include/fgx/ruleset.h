@@ -1,0 +1,67 @@
+/* Rulesets: a service's active filters compiled into hyperscan databases, one per direction.
+ * TCP services are compiled in stream mode, UDP services in block mode. Every pattern is
+ * compiled with HS_FLAG_DOTALL | HS_FLAG_SINGLEMATCH (and HS_FLAG_CASELESS for nocase); its
+ * hyperscan id is the filter id, so a match names its filter directly.
+ *
+ * The compile half (fgx_ruleset_compile.c) needs libhs and is linked into controld only; the
+ * load half (fgx_hsdb.c) needs libhs_runtime and is what the workers use. */
+#ifndef FGX_RULESET_H
+#define FGX_RULESET_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum fgx_dir {
+    FGX_DIR_C2S = 1,
+    FGX_DIR_S2C = 2,
+    FGX_DIR_BOTH = 3,
+};
+
+struct fgx_pattern {
+    uint32_t filter_id;
+    const char *regex; /* borrowed */
+    enum fgx_dir dir;
+    bool nocase;
+};
+
+/* A serialized database, as stored in LMDB and pushed to workers. */
+struct fgx_blob {
+    void *data; /* malloc'd, owned by whoever holds the struct; NULL when len == 0 */
+    size_t len;
+    uint64_t hash; /* fgx_hash64 of the compile input, identifies the database */
+};
+
+/* ---- compile side (libhs): controld ---- */
+
+/* Check one pattern as it would be compiled for a service of this IP protocol (IPPROTO_TCP or
+ * IPPROTO_UDP). Returns 0, or -EINVAL with hyperscan's message in err. */
+int fgx_pattern_check(const char *regex, bool nocase, int ipproto, char *err, size_t errlen);
+
+/* Cache key for the database of one direction: a hash of the mode and of every pattern of that
+ * direction (id, flags, text), in order. Two inputs with equal keys compile to equal databases. */
+uint64_t fgx_ruleset_key(const struct fgx_pattern *pats, size_t n, enum fgx_dir dir, int ipproto);
+
+/* Compile the patterns of pats[] that apply to dir (C2S or S2C; a BOTH pattern applies to both)
+ * into a serialized database in *out (caller owns out->data; free with fgx_blob_release()).
+ * No pattern for dir gives out->len == 0 and returns 0. On a compile error returns -EINVAL
+ * with hyperscan's message, naming the offending filter id, in err. */
+int fgx_ruleset_compile(const struct fgx_pattern *pats, size_t n, enum fgx_dir dir, int ipproto,
+                        struct fgx_blob *out, char *err, size_t errlen);
+
+void fgx_blob_release(struct fgx_blob *b);
+
+/* ---- load side (libhs_runtime): workers ---- */
+
+struct hs_database;
+
+/* Deserialize a database. *out is owned by the caller (fgx_hsdb_free()). Returns 0 or -EINVAL
+ * with the reason logged (a truncated or foreign blob is refused, never trusted). */
+int fgx_hsdb_load(const void *data, size_t len, struct hs_database **out);
+void fgx_hsdb_free(struct hs_database *db);
+
+/* 64-bit FNV-1a; used for cache keys and database identity. */
+uint64_t fgx_hash64(const void *data, size_t len, uint64_t seed);
+#define FGX_HASH64_SEED 0xcbf29ce484222325ULL
+
+#endif
