@@ -134,4 +134,6 @@ clean:
 	rm -rf build
 
 .DEFAULT_GOAL := all
+# Keep generated sources and objects: they are inputs of later steps, not throwaway files.
+.SECONDARY:
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
