@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# `make stop`: stop the controld that `make run` started; it stops its workers and removes its
+# nftables rules on the way out.
+set -euo pipefail
+run_dir=${FGEX_RUN_DIR:-/run/fgex}
+pidfile="$run_dir/controld.pid"
+if [[ ! -f $pidfile ]]; then
+  echo "controld is not running (no $pidfile)"
+  exit 0
+fi
+pid=$(cat "$pidfile")
+if ! kill -0 "$pid" 2>/dev/null; then
+  echo "controld is not running (stale $pidfile)"
+  exit 0
+fi
+kill -TERM "$pid"
+for _ in $(seq 1 50); do
+  kill -0 "$pid" 2>/dev/null || { echo "controld stopped"; exit 0; }
+  sleep 0.1
+done
+echo "controld ($pid) did not stop within 5 s" >&2
+exit 1
