@@ -1,0 +1,449 @@
+/* The data-path message layer: converts controld <-> worker messages (fgx/dp.h) to and from
+ * datapath.proto, so that neither side ever sees protobuf types. Everything received is
+ * validated here, before a worker acts on it: a worker trusts what fgx_dp_decode() returns. */
+#include "fgx/dp.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "datapath.pb-c.h"
+#include "fgx/log.h"
+
+/* ---- validation shared by both directions ---- */
+
+static int addr_bytes(int family)
+{
+    return family == 4 ? 4 : family == 6 ? 16 : 0;
+}
+
+/* The invariants of struct fgx_cidr (fgx/addr.h) and of the service's other fields. */
+static int service_check(uint32_t id, uint32_t proto, uint32_t port, const struct fgx_cidr *c)
+{
+    unsigned bits = (unsigned)addr_bytes(c->family) * 8, i;
+
+    if (proto != IPPROTO_TCP && proto != IPPROTO_UDP) {
+        fgx_warn("data-path service %u: bad IP protocol %u", id, proto);
+        return -EINVAL;
+    }
+    if (port > 65535) {
+        fgx_warn("data-path service %u: bad port %u", id, port);
+        return -EINVAL;
+    }
+    if (c->family != 0 && c->family != 4 && c->family != 6) {
+        fgx_warn("data-path service %u: bad address family %u", id, (unsigned)c->family);
+        return -EINVAL;
+    }
+    if (c->prefix > bits) {
+        fgx_warn("data-path service %u: prefix /%u too long for family %u", id, (unsigned)c->prefix,
+                 (unsigned)c->family);
+        return -EINVAL;
+    }
+    for (i = c->prefix; i < bits; i++) {
+        if (c->addr[i / 8] & (0x80u >> (i % 8))) {
+            fgx_warn("data-path service %u: address bits set below prefix /%u", id,
+                     (unsigned)c->prefix);
+            return -EINVAL;
+        }
+    }
+    return 0;
+}
+
+/* ---- encode ---- */
+
+static int service_to_pb(const struct fgx_dp_service *s, Fgx__Dp__Service *p)
+{
+    int n = addr_bytes(s->addr.family);
+
+    if (service_check(s->id, s->ipproto, s->port, &s->addr) < 0)
+        return -EINVAL;
+    fgx__dp__service__init(p);
+    p->id = s->id;
+    p->proto = s->ipproto;
+    p->port = s->port;
+    p->family = s->addr.family;
+    if (n > 0) {
+        p->has_addr = 1;
+        /* protobuf-c never writes through data when packing; the cast only drops const. */
+        p->addr.data = (uint8_t *)s->addr.addr;
+        p->addr.len = (size_t)n;
+        p->has_prefix = 1;
+        p->prefix = s->addr.prefix;
+    }
+    p->fail_open = s->fail_open;
+    if (s->db[0].len > 0) {
+        p->has_db_c2s = 1;
+        p->db_c2s.data = s->db[0].data;
+        p->db_c2s.len = s->db[0].len;
+    }
+    if (s->db[0].len > 0 || s->db[0].hash != 0) {
+        p->has_hash_c2s = 1;
+        p->hash_c2s = s->db[0].hash;
+    }
+    if (s->db[1].len > 0) {
+        p->has_db_s2c = 1;
+        p->db_s2c.data = s->db[1].data;
+        p->db_s2c.len = s->db[1].len;
+    }
+    if (s->db[1].len > 0 || s->db[1].hash != 0) {
+        p->has_hash_s2c = 1;
+        p->hash_s2c = s->db[1].hash;
+    }
+    return 0;
+}
+
+int fgx_dp_encode(const struct fgx_dp_msg *m, void **buf, size_t *len)
+{
+    Fgx__Dp__Msg msg = FGX__DP__MSG__INIT;
+    Fgx__Dp__Ruleset rs = FGX__DP__RULESET__INIT;
+    Fgx__Dp__Ack ack = FGX__DP__ACK__INIT;
+    Fgx__Dp__StatsRequest sreq = FGX__DP__STATS_REQUEST__INIT;
+    Fgx__Dp__Stats st = FGX__DP__STATS__INIT;
+    Fgx__Dp__Service *svc = NULL, **svcp = NULL;
+    Fgx__Dp__FilterStat *fs = NULL, **fsp = NULL;
+    Fgx__Dp__ServiceStat *ss = NULL, **ssp = NULL;
+    void *out = NULL;
+    size_t i, n = 0;
+    int ret = -ENOMEM;
+
+    *buf = NULL;
+    *len = 0;
+    switch (m->type) {
+    case FGX_DP_RULESET: {
+        const struct fgx_dp_ruleset *r = &m->u.ruleset;
+
+        if (r->nservices > 0 && r->services == NULL) {
+            ret = -EINVAL;
+            goto invalid;
+        }
+        if (r->nservices > 0) {
+            svc = calloc(r->nservices, sizeof(*svc));
+            svcp = calloc(r->nservices, sizeof(Fgx__Dp__Service *));
+            if (svc == NULL || svcp == NULL)
+                goto nomem;
+        }
+        for (i = 0; i < r->nservices; i++) {
+            ret = service_to_pb(&r->services[i], &svc[i]);
+            if (ret < 0)
+                goto out; /* service_check() said why */
+            svcp[i] = &svc[i];
+        }
+        rs.generation = r->generation;
+        rs.n_services = r->nservices;
+        rs.services = svcp;
+        msg.msg_case = FGX__DP__MSG__MSG_RULESET;
+        msg.ruleset = &rs;
+        break;
+    }
+    case FGX_DP_ACK:
+        ack.generation = m->u.ack_generation;
+        msg.msg_case = FGX__DP__MSG__MSG_ACK;
+        msg.ack = &ack;
+        break;
+    case FGX_DP_STATS_REQUEST:
+        msg.msg_case = FGX__DP__MSG__MSG_STATS_REQUEST;
+        msg.stats_request = &sreq;
+        break;
+    case FGX_DP_STATS: {
+        const struct fgx_dp_stats *s = &m->u.stats;
+
+        if ((s->nfilters > 0 && s->filters == NULL) || (s->nservices > 0 && s->services == NULL)) {
+            ret = -EINVAL;
+            goto invalid;
+        }
+        if (s->nfilters > 0) {
+            fs = calloc(s->nfilters, sizeof(*fs));
+            fsp = calloc(s->nfilters, sizeof(Fgx__Dp__FilterStat *));
+            if (fs == NULL || fsp == NULL)
+                goto nomem;
+        }
+        for (i = 0; i < s->nfilters; i++) {
+            fgx__dp__filter_stat__init(&fs[i]);
+            fs[i].filter_id = s->filters[i].filter_id;
+            fs[i].blocked = s->filters[i].blocked;
+            fsp[i] = &fs[i];
+        }
+        if (s->nservices > 0) {
+            ss = calloc(s->nservices, sizeof(*ss));
+            ssp = calloc(s->nservices, sizeof(Fgx__Dp__ServiceStat *));
+            if (ss == NULL || ssp == NULL)
+                goto nomem;
+        }
+        for (i = 0; i < s->nservices; i++) {
+            const struct fgx_dp_service_stat *v = &s->services[i];
+
+            fgx__dp__service_stat__init(&ss[i]);
+            ss[i].service_id = v->service_id;
+            ss[i].packets = v->packets;
+            ss[i].bytes = v->bytes;
+            ss[i].accepted = v->accepted;
+            ss[i].dropped = v->dropped;
+            ss[i].flows_active = v->flows_active;
+            ssp[i] = &ss[i];
+        }
+        st.generation = s->generation;
+        st.n_filters = s->nfilters;
+        st.filters = fsp;
+        st.n_services = s->nservices;
+        st.services = ssp;
+        st.queue_drops = s->queue_drops;
+        st.flows = s->flows;
+        st.rss_bytes = s->rss_bytes;
+        st.truncated = s->truncated;
+        st.verdict_errors = s->verdict_errors;
+        st.malformed = s->malformed;
+        msg.msg_case = FGX__DP__MSG__MSG_STATS;
+        msg.stats = &st;
+        break;
+    }
+    case FGX_DP_ERROR:
+        msg.msg_case = FGX__DP__MSG__MSG_ERROR;
+        msg.error = m->u.error != NULL ? m->u.error : "";
+        break;
+    default:
+        ret = -EINVAL;
+        goto invalid;
+    }
+
+    n = fgx__dp__msg__get_packed_size(&msg);
+    out = malloc(n > 0 ? n : 1);
+    if (out == NULL)
+        goto nomem;
+    if (fgx__dp__msg__pack(&msg, out) != n) {
+        fgx_err("data-path encode: packed size mismatch");
+        free(out);
+        ret = -EINVAL;
+        goto out;
+    }
+    *buf = out;
+    *len = n;
+    ret = 0;
+    goto out;
+
+nomem:
+    fgx_err("data-path encode (type %d): out of memory", (int)m->type);
+    ret = -ENOMEM;
+    goto out;
+invalid:
+    fgx_err("data-path encode (type %d): invalid message", (int)m->type);
+out:
+    free(ssp);
+    free(ss);
+    free(fsp);
+    free(fs);
+    free(svcp);
+    free(svc);
+    return ret;
+}
+
+/* ---- decode ---- */
+
+static int blob_copy(protobuf_c_boolean has, const ProtobufCBinaryData *src,
+                     protobuf_c_boolean has_hash, uint64_t hash, struct fgx_blob *b)
+{
+    if (has && src->len > 0) {
+        b->data = malloc(src->len);
+        if (b->data == NULL)
+            return -ENOMEM;
+        memcpy(b->data, src->data, src->len);
+        b->len = src->len;
+    }
+    b->hash = has_hash ? hash : 0;
+    return 0;
+}
+
+static void blob_free(struct fgx_blob *b)
+{
+    /* Not fgx_blob_release(): keep this object free of any link to the hyperscan code. */
+    free(b->data);
+    b->data = NULL;
+    b->len = 0;
+}
+
+static int service_from_pb(const Fgx__Dp__Service *p, struct fgx_dp_service *s)
+{
+    int n;
+
+    if (p->family != 0 && p->family != 4 && p->family != 6) {
+        fgx_warn("data-path service %u: bad address family %u", p->id, p->family);
+        return -EINVAL;
+    }
+    n = addr_bytes((int)p->family);
+    if ((p->has_addr ? p->addr.len : 0) != (size_t)n) {
+        fgx_warn("data-path service %u: %zu address bytes for family %u", p->id,
+                 p->has_addr ? p->addr.len : 0, p->family);
+        return -EINVAL;
+    }
+    if (p->has_prefix && p->prefix > (unsigned)n * 8) {
+        fgx_warn("data-path service %u: prefix /%u too long for family %u", p->id, p->prefix,
+                 p->family);
+        return -EINVAL;
+    }
+    s->id = p->id;
+    s->addr.family = (uint8_t)p->family;
+    s->addr.prefix = (uint8_t)(p->has_prefix ? p->prefix : (unsigned)n * 8);
+    if (n > 0)
+        memcpy(s->addr.addr, p->addr.data, (size_t)n);
+    if (service_check(p->id, p->proto, p->port, &s->addr) < 0)
+        return -EINVAL;
+    s->ipproto = (uint8_t)p->proto;
+    s->port = (uint16_t)p->port;
+    s->fail_open = p->fail_open != 0;
+    if (blob_copy(p->has_db_c2s, &p->db_c2s, p->has_hash_c2s, p->hash_c2s, &s->db[0]) < 0 ||
+        blob_copy(p->has_db_s2c, &p->db_s2c, p->has_hash_s2c, p->hash_s2c, &s->db[1]) < 0) {
+        fgx_err("data-path decode: out of memory for the databases of service %u", p->id);
+        return -ENOMEM;
+    }
+    return 0;
+}
+
+static int ruleset_from_pb(const Fgx__Dp__Ruleset *p, struct fgx_dp_ruleset *r)
+{
+    size_t i;
+    int ret;
+
+    r->generation = p->generation;
+    if (p->n_services == 0)
+        return 0;
+    r->services = calloc(p->n_services, sizeof(*r->services));
+    if (r->services == NULL) {
+        fgx_err("data-path decode: out of memory for %zu services", p->n_services);
+        return -ENOMEM;
+    }
+    /* Count as we go, so that a failure half-way releases exactly what was copied. */
+    for (i = 0; i < p->n_services; i++) {
+        r->nservices = i + 1;
+        ret = service_from_pb(p->services[i], &r->services[i]);
+        if (ret < 0)
+            return ret;
+    }
+    return 0;
+}
+
+static int stats_from_pb(const Fgx__Dp__Stats *p, struct fgx_dp_stats *s)
+{
+    size_t i;
+
+    s->generation = p->generation;
+    s->queue_drops = p->queue_drops;
+    s->flows = p->flows;
+    s->rss_bytes = p->rss_bytes;
+    s->truncated = p->truncated;
+    s->verdict_errors = p->verdict_errors;
+    s->malformed = p->malformed;
+    if (p->n_filters > 0) {
+        s->filters = calloc(p->n_filters, sizeof(*s->filters));
+        if (s->filters == NULL)
+            goto nomem;
+        s->nfilters = p->n_filters;
+        for (i = 0; i < p->n_filters; i++) {
+            s->filters[i].filter_id = p->filters[i]->filter_id;
+            s->filters[i].blocked = p->filters[i]->blocked;
+        }
+    }
+    if (p->n_services > 0) {
+        s->services = calloc(p->n_services, sizeof(*s->services));
+        if (s->services == NULL)
+            goto nomem;
+        s->nservices = p->n_services;
+        for (i = 0; i < p->n_services; i++) {
+            const Fgx__Dp__ServiceStat *v = p->services[i];
+
+            s->services[i].service_id = v->service_id;
+            s->services[i].packets = v->packets;
+            s->services[i].bytes = v->bytes;
+            s->services[i].accepted = v->accepted;
+            s->services[i].dropped = v->dropped;
+            s->services[i].flows_active = v->flows_active;
+        }
+    }
+    return 0;
+nomem:
+    fgx_err("data-path decode: out of memory for statistics");
+    return -ENOMEM;
+}
+
+int fgx_dp_decode(const void *buf, size_t len, struct fgx_dp_msg *m)
+{
+    Fgx__Dp__Msg *msg = NULL;
+    int ret;
+
+    memset(m, 0, sizeof(*m));
+    if (buf == NULL && len > 0) {
+        ret = -EINVAL;
+        goto out;
+    }
+    msg = fgx__dp__msg__unpack(NULL, len, buf);
+    if (msg == NULL) {
+        fgx_warn("data-path decode: malformed message (%zu bytes)", len);
+        ret = -EINVAL;
+        goto out;
+    }
+    switch (msg->msg_case) {
+    case FGX__DP__MSG__MSG_RULESET:
+        m->type = FGX_DP_RULESET;
+        ret = ruleset_from_pb(msg->ruleset, &m->u.ruleset);
+        break;
+    case FGX__DP__MSG__MSG_ACK:
+        m->type = FGX_DP_ACK;
+        m->u.ack_generation = msg->ack->generation;
+        ret = 0;
+        break;
+    case FGX__DP__MSG__MSG_STATS_REQUEST:
+        m->type = FGX_DP_STATS_REQUEST;
+        ret = 0;
+        break;
+    case FGX__DP__MSG__MSG_STATS:
+        m->type = FGX_DP_STATS;
+        ret = stats_from_pb(msg->stats, &m->u.stats);
+        break;
+    case FGX__DP__MSG__MSG_ERROR:
+        m->type = FGX_DP_ERROR;
+        m->u.error = strdup(msg->error != NULL ? msg->error : "");
+        if (m->u.error == NULL) {
+            fgx_err("data-path decode: out of memory for an error message");
+            ret = -ENOMEM;
+        } else {
+            ret = 0;
+        }
+        break;
+    default:
+        fgx_warn("data-path decode: message of no known type (%zu bytes)", len);
+        ret = -EINVAL;
+        break;
+    }
+out:
+    if (ret < 0)
+        fgx_dp_msg_release(m);
+    if (msg != NULL)
+        fgx__dp__msg__free_unpacked(msg, NULL);
+    return ret;
+}
+
+void fgx_dp_msg_release(struct fgx_dp_msg *m)
+{
+    size_t i;
+
+    if (m == NULL)
+        return;
+    switch (m->type) {
+    case FGX_DP_RULESET:
+        for (i = 0; i < m->u.ruleset.nservices; i++) {
+            blob_free(&m->u.ruleset.services[i].db[0]);
+            blob_free(&m->u.ruleset.services[i].db[1]);
+        }
+        free(m->u.ruleset.services);
+        break;
+    case FGX_DP_STATS:
+        free(m->u.stats.filters);
+        free(m->u.stats.services);
+        break;
+    case FGX_DP_ERROR:
+        free(m->u.error);
+        break;
+    default:
+        break;
+    }
+    memset(m, 0, sizeof(*m));
+}

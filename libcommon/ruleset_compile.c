@@ -1,0 +1,239 @@
+/* Compile half of the rulesets (controld only, links libhs): validates a pattern when it is
+ * added, and compiles a service's active filters of one direction into a serialized hyperscan
+ * database, which controld caches under fgx_ruleset_key() and pushes to the workers. */
+#include "fgx/ruleset.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <hs.h>
+
+#include "fgx/log.h"
+#include "hs_err.h"
+
+/* Longer regexes are almost certainly a paste mistake and only slow the compiler down. */
+#define FGX_REGEX_MAX 4096
+
+static int proto_mode(int ipproto, unsigned *mode)
+{
+    switch (ipproto) {
+    case IPPROTO_TCP:
+        *mode = HS_MODE_STREAM;
+        return 0;
+    case IPPROTO_UDP:
+        *mode = HS_MODE_BLOCK;
+        return 0;
+    default:
+        return -EINVAL;
+    }
+}
+
+static unsigned pattern_flags(bool nocase)
+{
+    return HS_FLAG_DOTALL | HS_FLAG_SINGLEMATCH | (nocase ? HS_FLAG_CASELESS : 0);
+}
+
+static bool pattern_applies(const struct fgx_pattern *p, enum fgx_dir dir)
+{
+    return ((unsigned)p->dir & (unsigned)dir) != 0;
+}
+
+static void err_set(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void err_set(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (err == NULL || errlen == 0)
+        return;
+    va_start(ap, fmt);
+    (void)vsnprintf(err, errlen, fmt, ap); /* truncation of a message is acceptable */
+    va_end(ap);
+}
+
+/* What hyperscan itself cannot say: an empty or oversized regex. */
+static int regex_precheck(const char *regex, char *err, size_t errlen)
+{
+    size_t len;
+
+    if (regex == NULL || regex[0] == '\0') {
+        err_set(err, errlen, "empty regex");
+        return -EINVAL;
+    }
+    len = strnlen(regex, FGX_REGEX_MAX + 1);
+    if (len > FGX_REGEX_MAX) {
+        err_set(err, errlen, "regex longer than %d bytes", FGX_REGEX_MAX);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+int fgx_pattern_check(const char *regex, bool nocase, int ipproto, char *err, size_t errlen)
+{
+    hs_compile_error_t *cerr = NULL;
+    hs_database_t *db = NULL;
+    unsigned flags = pattern_flags(nocase), id = 0, mode;
+    int ret;
+
+    err_set(err, errlen, "%s", "");
+    if (proto_mode(ipproto, &mode) < 0) {
+        err_set(err, errlen, "unsupported IP protocol %d", ipproto);
+        ret = -EINVAL;
+        goto out;
+    }
+    ret = regex_precheck(regex, err, errlen);
+    if (ret < 0)
+        goto out;
+    /* hs_compile_multi, as fgx_ruleset_compile uses, so both accept exactly the same set. */
+    if (hs_compile_multi(&regex, &flags, &id, 1, mode, NULL, &db, &cerr) != HS_SUCCESS) {
+        err_set(err, errlen, "%s", cerr != NULL ? cerr->message : "hyperscan compile failed");
+        ret = cerr != NULL && strstr(cerr->message, "allocate") != NULL ? -ENOMEM : -EINVAL;
+        goto out;
+    }
+    ret = 0;
+out:
+    hs_free_compile_error(cerr);
+    if (db != NULL)
+        hs_free_database(db);
+    return ret;
+}
+
+static uint64_t hash_u64(uint64_t h, uint64_t v)
+{
+    unsigned char b[8];
+    int i;
+
+    /* Little-endian on every host, so a cache key written by one machine means the same on
+     * another. */
+    for (i = 0; i < 8; i++)
+        b[i] = (unsigned char)(v >> (8 * i));
+    return fgx_hash64(b, sizeof(b), h);
+}
+
+uint64_t fgx_ruleset_key(const struct fgx_pattern *pats, size_t n, enum fgx_dir dir, int ipproto)
+{
+    const char *ver = hs_version();
+    uint64_t h = FGX_HASH64_SEED;
+    unsigned mode;
+    size_t i;
+
+    /* The hyperscan version is part of the input: an upgraded library must not be handed a
+     * database from the cache that it would refuse. */
+    h = hash_u64(h, strlen(ver));
+    h = fgx_hash64(ver, strlen(ver), h);
+    if (proto_mode(ipproto, &mode) < 0)
+        mode = 0x80000000u | (unsigned)ipproto;
+    h = hash_u64(h, mode);
+    for (i = 0; i < n; i++) {
+        const struct fgx_pattern *p = &pats[i];
+        size_t len = p->regex != NULL ? strlen(p->regex) : 0;
+
+        if (!pattern_applies(p, dir))
+            continue;
+        h = hash_u64(h, p->filter_id);
+        h = hash_u64(h, pattern_flags(p->nocase));
+        h = hash_u64(h, len);
+        h = fgx_hash64(p->regex, len, h);
+    }
+    return h;
+}
+
+int fgx_ruleset_compile(const struct fgx_pattern *pats, size_t n, enum fgx_dir dir, int ipproto,
+                        struct fgx_blob *out, char *err, size_t errlen)
+{
+    const char **exprs = NULL;
+    unsigned *flags = NULL, *ids = NULL, mode;
+    hs_compile_error_t *cerr = NULL;
+    hs_database_t *db = NULL;
+    char *bytes = NULL, why[64];
+    size_t i, m = 0, len = 0;
+    hs_error_t rc;
+    int ret;
+
+    memset(out, 0, sizeof(*out));
+    err_set(err, errlen, "%s", "");
+    if (proto_mode(ipproto, &mode) < 0) {
+        err_set(err, errlen, "unsupported IP protocol %d", ipproto);
+        ret = -EINVAL;
+        goto out;
+    }
+    for (i = 0; i < n; i++)
+        m += pattern_applies(&pats[i], dir);
+    if (m == 0) {
+        ret = 0;
+        goto out;
+    }
+
+    exprs = calloc(m, sizeof(*exprs));
+    flags = calloc(m, sizeof(*flags));
+    ids = calloc(m, sizeof(*ids));
+    if (exprs == NULL || flags == NULL || ids == NULL) {
+        fgx_err("ruleset compile: out of memory for %zu patterns", m);
+        ret = -ENOMEM;
+        goto out;
+    }
+    m = 0;
+    for (i = 0; i < n; i++) {
+        if (!pattern_applies(&pats[i], dir))
+            continue;
+        ret = regex_precheck(pats[i].regex, why, sizeof(why));
+        if (ret < 0) {
+            err_set(err, errlen, "filter %u: %s", pats[i].filter_id, why);
+            fgx_err("ruleset compile: filter %u: %s", pats[i].filter_id, why);
+            goto out;
+        }
+        exprs[m] = pats[i].regex;
+        flags[m] = pattern_flags(pats[i].nocase);
+        ids[m] = pats[i].filter_id;
+        m++;
+    }
+
+    rc = hs_compile_multi(exprs, flags, ids, (unsigned)m, mode, NULL, &db, &cerr);
+    if (rc != HS_SUCCESS) {
+        const char *msg = cerr != NULL ? cerr->message : fgx_hs_strerror(rc);
+
+        if (cerr != NULL && cerr->expression >= 0 && (size_t)cerr->expression < m)
+            err_set(err, errlen, "filter %u: %s", ids[cerr->expression], msg);
+        else
+            err_set(err, errlen, "%s", msg);
+        if (cerr != NULL && cerr->expression >= 0 && (size_t)cerr->expression < m)
+            fgx_err("ruleset compile: filter %u: %s", ids[cerr->expression], msg);
+        else
+            fgx_err("ruleset compile (%zu patterns): %s", m, msg);
+        ret = cerr != NULL && strstr(cerr->message, "allocate") != NULL ? -ENOMEM : -EINVAL;
+        goto out;
+    }
+    rc = hs_serialize_database(db, &bytes, &len);
+    if (rc != HS_SUCCESS) {
+        err_set(err, errlen, "serialize: %s", fgx_hs_strerror(rc));
+        fgx_err("ruleset serialize: %s", fgx_hs_strerror(rc));
+        ret = rc == HS_NOMEM ? -ENOMEM : -EINVAL;
+        goto out;
+    }
+    /* Copy into plain malloc'd memory so that the blob's owner frees it with free(), whatever
+     * allocator hyperscan was given. */
+    out->data = malloc(len);
+    if (out->data == NULL) {
+        err_set(err, errlen, "out of memory");
+        fgx_err("ruleset compile: out of memory for a %zu-byte database", len);
+        ret = -ENOMEM;
+        goto out;
+    }
+    memcpy(out->data, bytes, len);
+    out->len = len;
+    out->hash = fgx_ruleset_key(pats, n, dir, ipproto);
+    ret = 0;
+out:
+    free(bytes); /* hyperscan's misc allocator, malloc by default */
+    if (db != NULL)
+        hs_free_database(db);
+    hs_free_compile_error(cerr);
+    free(ids);
+    free(flags);
+    free(exprs);
+    return ret;
+}
