@@ -1,0 +1,900 @@
+/* controld control API stage: decodes an fgexctl Request, validates it, makes its change in one
+ * store transaction, has ctl_apply carry it to the worker and the kernel, and encodes the Reply.
+ * Every user error becomes a Code and a one-line message; nothing is stored unless the whole
+ * request is valid. */
+#include "controld/ctl_rpc.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "control.pb-c.h"
+#include "fgx/log.h"
+#include "fgx/ruleset.h"
+
+#define RPC_STATS_TIMEOUT_MS 300
+#define RPC_REGEX_MAX 65536
+
+/* One request's reply and everything it points into, freed together in rpc_release(). */
+struct rpc {
+    struct ctl_ctx *ctx;
+    Fgx__Ctl__Reply reply;
+    char err[1024];
+    struct ctl_service *svcs;
+    char (*ips)[64];
+    Fgx__Ctl__Service *svc_msgs;
+    Fgx__Ctl__Service **svc_ptrs;
+    size_t nsvcs;
+    struct ctl_filter *flts;
+    Fgx__Ctl__Filter *flt_msgs;
+    Fgx__Ctl__Filter **flt_ptrs;
+    size_t nflts;
+    Fgx__Ctl__Status status;
+    Fgx__Ctl__Worker worker;
+    Fgx__Ctl__Worker *workers[1];
+};
+
+static void rpc_fail(struct rpc *r, Fgx__Ctl__Code code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void rpc_fail(struct rpc *r, Fgx__Ctl__Code code, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(r->err, sizeof(r->err), fmt, ap);
+    va_end(ap);
+    r->reply.code = code;
+    r->reply.error = r->err;
+    if (code != FGX__CTL__CODE__CODE_UNAVAILABLE) {
+        /* What was about to be reported was never stored. */
+        r->reply.n_services = 0;
+        r->reply.n_filters = 0;
+    }
+}
+
+static void rpc_store_fail(struct rpc *r, int err)
+{
+    rpc_fail(r, FGX__CTL__CODE__CODE_ERROR, "%s", ctl_store_strerror(err));
+}
+
+static bool rpc_failed(const struct rpc *r)
+{
+    return r->reply.code != FGX__CTL__CODE__CODE_OK;
+}
+
+static void rpc_release(struct rpc *r)
+{
+    free(r->svcs);
+    free(r->ips);
+    free(r->svc_msgs);
+    free(r->svc_ptrs);
+    ctl_filters_free(r->flts, r->nflts);
+    free(r->flt_msgs);
+    free(r->flt_ptrs);
+}
+
+static const char *proto_name(uint8_t ipproto)
+{
+    return ipproto == IPPROTO_UDP ? "udp" : "tcp";
+}
+
+static int txn_begin(struct rpc *r, bool write, struct ctl_txn **t)
+{
+    int rv = ctl_txn_begin(r->ctx->store, write, t);
+
+    if (rv < 0)
+        rpc_store_fail(r, rv);
+    return rv;
+}
+
+/* ---- references and validation ---- */
+
+static bool all_digits(const char *s)
+{
+    if (!s || !*s)
+        return false;
+    for (; *s; s++)
+        if (!isdigit((unsigned char)*s))
+            return false;
+    return true;
+}
+
+static int ref_id(const char *ref, uint32_t *id)
+{
+    unsigned long long v;
+
+    if (!all_digits(ref) || strlen(ref) > 10)
+        return -EINVAL;
+    v = strtoull(ref, NULL, 10);
+    if (v == 0 || v > UINT32_MAX)
+        return -EINVAL;
+    *id = (uint32_t)v;
+    return 0;
+}
+
+static int service_resolve(struct rpc *r, struct ctl_txn *t, const char *ref,
+                           struct ctl_service *out)
+{
+    uint32_t id;
+    int rv;
+
+    if (!ref || !*ref) {
+        rpc_fail(r, FGX__CTL__CODE__CODE_INVALID, "no service given");
+        return -EINVAL;
+    }
+    if (all_digits(ref))
+        rv = ref_id(ref, &id) < 0 ? -ENOENT : ctl_store_service_get(t, id, out);
+    else
+        rv = ctl_store_service_by_name(t, ref, out);
+    if (rv == -ENOENT)
+        rpc_fail(r, FGX__CTL__CODE__CODE_NOT_FOUND, "no such service: %s", ref);
+    else if (rv < 0)
+        rpc_store_fail(r, rv);
+    return rv;
+}
+
+static int filter_resolve(struct rpc *r, struct ctl_txn *t, const char *ref, struct ctl_filter *out)
+{
+    uint32_t id;
+    int rv;
+
+    if (ref_id(ref, &id) < 0) {
+        rpc_fail(r, FGX__CTL__CODE__CODE_INVALID, "a filter is named by its id, not \"%s\"",
+                 ref ? ref : "");
+        return -EINVAL;
+    }
+    rv = ctl_store_filter_get(t, id, out);
+    if (rv == -ENOENT)
+        rpc_fail(r, FGX__CTL__CODE__CODE_NOT_FOUND, "no such filter: %s", ref);
+    else if (rv < 0)
+        rpc_store_fail(r, rv);
+    return rv;
+}
+
+/* Not all digits, since an all-digit reference is an id. */
+static int check_name(struct rpc *r, const char *name)
+{
+    size_t len = name ? strlen(name) : 0;
+
+    if (len == 0 || len > CTL_NAME_MAX) {
+        rpc_fail(r, FGX__CTL__CODE__CODE_INVALID, "a service name has 1 to %d characters",
+                 CTL_NAME_MAX);
+        return -EINVAL;
+    }
+    for (const char *p = name; *p; p++) {
+        if (!isalnum((unsigned char)*p) && *p != '-' && *p != '_' && *p != '.') {
+            rpc_fail(r, FGX__CTL__CODE__CODE_INVALID,
+                     "invalid service name \"%s\": use letters, digits, '-', '_' and '.'", name);
+            return -EINVAL;
+        }
+    }
+    if (all_digits(name)) {
+        rpc_fail(r, FGX__CTL__CODE__CODE_INVALID,
+                 "invalid service name \"%s\": a name cannot be all digits (that is an id)", name);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+static int check_port(struct rpc *r, uint32_t port)
+{
+    if (port == 0 || port > 65535) {
+        rpc_fail(r, FGX__CTL__CODE__CODE_INVALID, "invalid port %u: use 1..65535", port);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+static int check_proto(struct rpc *r, Fgx__Ctl__Proto proto, uint8_t *ipproto)
+{
+    if (proto == FGX__CTL__PROTO__PROTO_TCP) {
+        *ipproto = IPPROTO_TCP;
+    } else if (proto == FGX__CTL__PROTO__PROTO_UDP) {
+        *ipproto = IPPROTO_UDP;
+    } else {
+        rpc_fail(r, FGX__CTL__CODE__CODE_INVALID, "invalid protocol: use tcp or udp");
+        return -EINVAL;
+    }
+    return 0;
+}
+
+static int check_layer(struct rpc *r, Fgx__Ctl__Layer layer)
+{
+    if (layer == FGX__CTL__LAYER__LAYER_NFQUEUE)
+        return 0;
+    if (layer == FGX__CTL__LAYER__LAYER_PROXY)
+        rpc_fail(r, FGX__CTL__CODE__CODE_INVALID, "the proxy layer is not available yet");
+    else
+        rpc_fail(r, FGX__CTL__CODE__CODE_INVALID, "invalid layer: use nfqueue");
+    return -EINVAL;
+}
+
+static int check_ip(struct rpc *r, const char *ip, struct fgx_cidr *out)
+{
+    if (fgx_cidr_parse(ip, out) < 0) {
+        rpc_fail(r, FGX__CTL__CODE__CODE_INVALID,
+                 "invalid address \"%s\": use an IPv4 or IPv6 address or prefix (host bits zero)",
+                 ip);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+static int check_regex(struct rpc *r, const char *regex, bool nocase, uint8_t ipproto)
+{
+    char herr[512];
+
+    if (!regex || !*regex) {
+        rpc_fail(r, FGX__CTL__CODE__CODE_INVALID, "empty regex");
+        return -EINVAL;
+    }
+    if (strlen(regex) > RPC_REGEX_MAX) {
+        rpc_fail(r, FGX__CTL__CODE__CODE_INVALID, "regex longer than %d bytes", RPC_REGEX_MAX);
+        return -EINVAL;
+    }
+    if (fgx_pattern_check(regex, nocase, ipproto, herr, sizeof(herr)) < 0) {
+        rpc_fail(r, FGX__CTL__CODE__CODE_INVALID, "invalid regex \"%s\": %s", regex, herr);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+/* Names unique; (proto, port) unique among services. */
+static int check_unique(struct rpc *r, struct ctl_txn *t, const struct ctl_service *svc)
+{
+    struct ctl_service *all;
+    size_t n;
+    int rv = ctl_store_service_list(t, &all, &n);
+
+    if (rv < 0) {
+        rpc_store_fail(r, rv);
+        return rv;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (all[i].id == svc->id)
+            continue;
+        if (strcmp(all[i].name, svc->name) == 0) {
+            rpc_fail(r, FGX__CTL__CODE__CODE_EXISTS, "a service named %s already exists",
+                     svc->name);
+            rv = -EEXIST;
+            break;
+        }
+        if (all[i].ipproto == svc->ipproto && all[i].port == svc->port) {
+            rpc_fail(r, FGX__CTL__CODE__CODE_EXISTS, "%s port %u is already used by service %s",
+                     proto_name(svc->ipproto), svc->port, all[i].name);
+            rv = -EEXIST;
+            break;
+        }
+    }
+    free(all);
+    return rv;
+}
+
+/* ---- reply contents ---- */
+
+static Fgx__Ctl__Dir dir_to_msg(enum fgx_dir d)
+{
+    return d == FGX_DIR_C2S   ? FGX__CTL__DIR__DIR_C2S
+           : d == FGX_DIR_S2C ? FGX__CTL__DIR__DIR_S2C
+                              : FGX__CTL__DIR__DIR_BOTH;
+}
+
+/* Copies svcs; fills the computed fields (filter count, blocked sum) from t. */
+static int reply_services(struct rpc *r, struct ctl_txn *t, const struct ctl_service *svcs,
+                          size_t n)
+{
+    struct ctl_filter *fs = NULL;
+    size_t nfs = 0;
+    int rv;
+
+    rv = ctl_store_filter_list(t, 0, &fs, &nfs);
+    if (rv < 0)
+        goto err;
+    rv = -ENOMEM;
+    r->svcs = calloc(n ? n : 1, sizeof(*r->svcs));
+    r->ips = calloc(n ? n : 1, sizeof(*r->ips));
+    r->svc_msgs = calloc(n ? n : 1, sizeof(*r->svc_msgs));
+    r->svc_ptrs = calloc(n ? n : 1, sizeof(*r->svc_ptrs));
+    if (!r->svcs || !r->ips || !r->svc_msgs || !r->svc_ptrs)
+        goto err;
+    if (n)
+        memcpy(r->svcs, svcs, n * sizeof(*svcs));
+    for (size_t i = 0; i < n; i++) {
+        const struct ctl_service *s = &r->svcs[i];
+        Fgx__Ctl__Service *m = &r->svc_msgs[i];
+        uint64_t blocked = 0;
+        uint32_t count = 0;
+
+        for (size_t j = 0; j < nfs; j++) {
+            uint64_t b;
+            if (fs[j].service_id != s->id)
+                continue;
+            count++;
+            rv = ctl_store_blocked_get(t, fs[j].id, &b);
+            if (rv < 0)
+                goto err;
+            blocked += b;
+        }
+        if (fgx_cidr_format(&s->addr, r->ips[i], sizeof(r->ips[i])) < 0)
+            r->ips[i][0] = '\0';
+        fgx__ctl__service__init(m);
+        m->id = s->id;
+        m->name = r->svcs[i].name;
+        m->proto =
+            s->ipproto == IPPROTO_UDP ? FGX__CTL__PROTO__PROTO_UDP : FGX__CTL__PROTO__PROTO_TCP;
+        m->ip = r->ips[i];
+        m->port = s->port;
+        m->layer = s->layer == CTL_LAYER_PROXY ? FGX__CTL__LAYER__LAYER_PROXY
+                                               : FGX__CTL__LAYER__LAYER_NFQUEUE;
+        m->active = s->active;
+        m->fail_open = s->fail_open;
+        m->has_filters = 1;
+        m->filters = count;
+        m->has_blocked = 1;
+        m->blocked = blocked;
+        m->has_created = 1;
+        m->created = s->created;
+        r->svc_ptrs[i] = m;
+    }
+    r->nsvcs = n;
+    r->reply.n_services = n;
+    r->reply.services = r->svc_ptrs;
+    ctl_filters_free(fs, nfs);
+    return 0;
+err:
+    ctl_filters_free(fs, nfs);
+    rpc_store_fail(r, rv);
+    return rv;
+}
+
+/* Takes ownership of fs (an array from ctl_store_filter_list() or one malloc'd filter). */
+static int reply_filters(struct rpc *r, struct ctl_txn *t, struct ctl_filter *fs, size_t n)
+{
+    int rv = -ENOMEM;
+
+    r->flts = fs;
+    r->nflts = n;
+    r->flt_msgs = calloc(n ? n : 1, sizeof(*r->flt_msgs));
+    r->flt_ptrs = calloc(n ? n : 1, sizeof(*r->flt_ptrs));
+    if (!r->flt_msgs || !r->flt_ptrs)
+        goto err;
+    for (size_t i = 0; i < n; i++) {
+        Fgx__Ctl__Filter *m = &r->flt_msgs[i];
+        uint64_t blocked;
+
+        rv = ctl_store_blocked_get(t, fs[i].id, &blocked);
+        if (rv < 0)
+            goto err;
+        fgx__ctl__filter__init(m);
+        m->id = fs[i].id;
+        m->service_id = fs[i].service_id;
+        m->regex = fs[i].regex;
+        m->dir = dir_to_msg(fs[i].dir);
+        m->nocase = fs[i].nocase;
+        m->active = fs[i].active;
+        m->has_blocked = 1;
+        m->blocked = blocked;
+        m->has_created = 1;
+        m->created = fs[i].created;
+        r->flt_ptrs[i] = m;
+    }
+    r->reply.n_filters = n;
+    r->reply.filters = r->flt_ptrs;
+    return 0;
+err:
+    rpc_store_fail(r, rv);
+    return rv;
+}
+
+static int reply_filter(struct rpc *r, struct ctl_txn *t, struct ctl_filter *f)
+{
+    struct ctl_filter *one = malloc(sizeof(*one));
+
+    if (!one) {
+        ctl_filter_release(f);
+        rpc_store_fail(r, -ENOMEM);
+        return -ENOMEM;
+    }
+    *one = *f;
+    f->regex = NULL;
+    return reply_filters(r, t, one, 1);
+}
+
+/* ---- commit and apply ---- */
+
+/* Validate the whole new state by building its ruleset in the request's transaction, commit,
+ * then carry it to the data path. *t is consumed. */
+static void rpc_finish(struct rpc *r, struct ctl_txn **t, bool rebuild)
+{
+    struct ctl_ruleset rs;
+    char err[768];
+    int rv, worker_err = 0;
+
+    if (rebuild) {
+        rv = ctl_ruleset_build(*t, &rs, err, sizeof(err));
+        if (rv < 0) {
+            rpc_fail(r, rv == -EINVAL ? FGX__CTL__CODE__CODE_INVALID : FGX__CTL__CODE__CODE_ERROR,
+                     "%s", err);
+            return;
+        }
+    }
+    rv = ctl_txn_commit(*t);
+    *t = NULL;
+    if (rv < 0) {
+        rpc_store_fail(r, rv);
+        goto out;
+    }
+    if (!rebuild)
+        return;
+    rv = ctl_apply(r->ctx, &rs, &worker_err);
+    if (rv < 0)
+        rpc_fail(r, FGX__CTL__CODE__CODE_ERROR,
+                 "stored, but the nftables rules could not be installed: %s", strerror(-rv));
+    else if (worker_err < 0)
+        rpc_fail(r, FGX__CTL__CODE__CODE_UNAVAILABLE, "stored, but the nfq worker did not confirm");
+out:
+    if (rebuild)
+        ctl_ruleset_release(&rs);
+}
+
+/* ---- requests ---- */
+
+static void do_status(struct rpc *r)
+{
+    struct ctl_service *svcs = NULL;
+    struct ctl_txn *t;
+    size_t n = 0, active = 0;
+    int rv;
+
+    if (txn_begin(r, false, &t) < 0)
+        return;
+    rv = ctl_store_service_list(t, &svcs, &n);
+    ctl_txn_abort(t);
+    if (rv < 0) {
+        rpc_store_fail(r, rv);
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        active += svcs[i].active;
+    free(svcs);
+    fgx__ctl__status__init(&r->status);
+    r->status.version = CTL_VERSION;
+    r->status.uptime = (uint64_t)time(NULL) - r->ctx->started;
+    r->status.services = (uint32_t)n;
+    r->status.services_active = (uint32_t)active;
+    r->status.has_threads = 1;
+    r->status.threads = r->ctx->threads;
+    if (r->ctx->nft)
+        r->status.queue_mode = ctl_nft_native_queue(r->ctx->nft) ? "native" : "compat";
+    if (r->ctx->sup) {
+        struct ctl_sup_info info;
+
+        ctl_sup_info(r->ctx->sup, &info);
+        fgx__ctl__worker__init(&r->worker);
+        r->worker.kind = "nfq";
+        r->worker.pid = (int32_t)info.pid;
+        r->worker.state = (char *)info.state;
+        r->worker.has_generation = 1;
+        r->worker.generation = info.generation;
+        r->worker.has_restarts = 1;
+        r->worker.restarts = info.restarts;
+        r->workers[0] = &r->worker;
+        r->status.n_workers = 1;
+        r->status.workers = r->workers;
+    }
+    r->reply.status = &r->status;
+}
+
+static void do_service_add(struct rpc *r, const Fgx__Ctl__ServiceAdd *a)
+{
+    struct ctl_service svc = {.active = true};
+    struct ctl_txn *t = NULL;
+    int rv;
+
+    if (check_name(r, a->name) < 0 || check_proto(r, a->proto, &svc.ipproto) < 0 ||
+        check_port(r, a->port) < 0 || check_ip(r, a->ip, &svc.addr) < 0 ||
+        (a->has_layer && check_layer(r, a->layer) < 0))
+        return;
+    snprintf(svc.name, sizeof(svc.name), "%s", a->name);
+    svc.port = (uint16_t)a->port;
+    svc.layer = CTL_LAYER_NFQUEUE;
+    svc.fail_open = a->has_fail_open && a->fail_open;
+    if (txn_begin(r, true, &t) < 0)
+        return;
+    if (check_unique(r, t, &svc) < 0)
+        goto out;
+    rv = ctl_store_service_put(t, &svc);
+    if (rv < 0) {
+        rpc_store_fail(r, rv);
+        goto out;
+    }
+    if (reply_services(r, t, &svc, 1) < 0)
+        goto out;
+    rpc_finish(r, &t, true);
+    if (!rpc_failed(r) || r->reply.code == FGX__CTL__CODE__CODE_UNAVAILABLE)
+        fgx_info("service %s (id %u) added: %s port %u", svc.name, svc.id, proto_name(svc.ipproto),
+                 svc.port);
+out:
+    ctl_txn_abort(t);
+}
+
+static void do_service_list(struct rpc *r)
+{
+    struct ctl_service *svcs = NULL;
+    struct ctl_txn *t;
+    size_t n = 0;
+    int rv;
+
+    ctl_stats_refresh(r->ctx, RPC_STATS_TIMEOUT_MS);
+    if (txn_begin(r, false, &t) < 0)
+        return;
+    rv = ctl_store_service_list(t, &svcs, &n);
+    if (rv < 0)
+        rpc_store_fail(r, rv);
+    else
+        reply_services(r, t, svcs, n);
+    free(svcs);
+    ctl_txn_abort(t);
+}
+
+static void do_service_show(struct rpc *r, const char *ref)
+{
+    struct ctl_service svc;
+    struct ctl_txn *t;
+
+    ctl_stats_refresh(r->ctx, RPC_STATS_TIMEOUT_MS);
+    if (txn_begin(r, false, &t) < 0)
+        return;
+    if (service_resolve(r, t, ref, &svc) == 0)
+        reply_services(r, t, &svc, 1);
+    ctl_txn_abort(t);
+}
+
+static void do_service_active(struct rpc *r, const char *ref, bool active)
+{
+    struct ctl_service svc;
+    struct ctl_txn *t = NULL;
+    bool changed;
+    int rv;
+
+    if (txn_begin(r, true, &t) < 0)
+        return;
+    if (service_resolve(r, t, ref, &svc) < 0)
+        goto out;
+    changed = svc.active != active;
+    svc.active = active;
+    if (changed) {
+        rv = ctl_store_service_put(t, &svc);
+        if (rv < 0) {
+            rpc_store_fail(r, rv);
+            goto out;
+        }
+    }
+    if (reply_services(r, t, &svc, 1) < 0)
+        goto out;
+    /* Even when nothing changed, applying again repairs a worker or rules gone astray. */
+    rpc_finish(r, &t, true);
+    if (changed && !rpc_failed(r))
+        fgx_info("service %s %s", svc.name, active ? "started" : "stopped");
+out:
+    ctl_txn_abort(t);
+}
+
+static void do_service_rm(struct rpc *r, const char *ref)
+{
+    struct ctl_service svc;
+    struct ctl_txn *t = NULL;
+    int rv;
+
+    if (txn_begin(r, true, &t) < 0)
+        return;
+    if (service_resolve(r, t, ref, &svc) < 0)
+        goto out;
+    if (reply_services(r, t, &svc, 1) < 0)
+        goto out;
+    rv = ctl_store_service_del(t, svc.id);
+    if (rv < 0) {
+        rpc_store_fail(r, rv);
+        goto out;
+    }
+    rpc_finish(r, &t, true);
+    if (!rpc_failed(r))
+        fgx_info("service %s (id %u) removed", svc.name, svc.id);
+out:
+    ctl_txn_abort(t);
+}
+
+static void do_service_rename(struct rpc *r, const Fgx__Ctl__ServiceRename *a)
+{
+    struct ctl_service svc;
+    struct ctl_txn *t = NULL;
+    int rv;
+
+    if (check_name(r, a->name) < 0 || txn_begin(r, true, &t) < 0)
+        return;
+    if (service_resolve(r, t, a->ref, &svc) < 0)
+        goto out;
+    snprintf(svc.name, sizeof(svc.name), "%s", a->name);
+    if (check_unique(r, t, &svc) < 0)
+        goto out;
+    rv = ctl_store_service_put(t, &svc);
+    if (rv < 0) {
+        rpc_store_fail(r, rv);
+        goto out;
+    }
+    if (reply_services(r, t, &svc, 1) < 0)
+        goto out;
+    rpc_finish(r, &t, false);
+out:
+    ctl_txn_abort(t);
+}
+
+static void do_service_set(struct rpc *r, const Fgx__Ctl__ServiceSet *a)
+{
+    struct ctl_filter *fs = NULL;
+    struct ctl_service svc;
+    struct ctl_txn *t = NULL;
+    size_t nfs = 0;
+    int rv;
+
+    if (txn_begin(r, true, &t) < 0)
+        return;
+    if (service_resolve(r, t, a->ref, &svc) < 0)
+        goto out;
+    if (a->has_port) {
+        if (check_port(r, a->port) < 0)
+            goto out;
+        svc.port = (uint16_t)a->port;
+    }
+    if (a->ip && check_ip(r, a->ip, &svc.addr) < 0)
+        goto out;
+    if (a->has_layer && check_layer(r, a->layer) < 0)
+        goto out;
+    if (a->has_fail_open)
+        svc.fail_open = a->fail_open;
+    if (a->has_proto) {
+        uint8_t ipproto;
+
+        if (check_proto(r, a->proto, &ipproto) < 0)
+            goto out;
+        if (ipproto != svc.ipproto) {
+            /* Stream and block mode accept different patterns: every filter must still fit. */
+            rv = ctl_store_filter_list(t, svc.id, &fs, &nfs);
+            if (rv < 0) {
+                rpc_store_fail(r, rv);
+                goto out;
+            }
+            for (size_t i = 0; i < nfs; i++)
+                if (check_regex(r, fs[i].regex, fs[i].nocase, ipproto) < 0)
+                    goto out;
+        }
+        svc.ipproto = ipproto;
+    }
+    if (check_unique(r, t, &svc) < 0)
+        goto out;
+    rv = ctl_store_service_put(t, &svc);
+    if (rv < 0) {
+        rpc_store_fail(r, rv);
+        goto out;
+    }
+    if (reply_services(r, t, &svc, 1) < 0)
+        goto out;
+    rpc_finish(r, &t, true);
+    if (!rpc_failed(r))
+        fgx_info("service %s changed", svc.name);
+out:
+    ctl_filters_free(fs, nfs);
+    ctl_txn_abort(t);
+}
+
+static void do_filter_add(struct rpc *r, const Fgx__Ctl__FilterAdd *a)
+{
+    struct ctl_filter f = {0};
+    struct ctl_service svc;
+    struct ctl_txn *t = NULL;
+    int rv;
+
+    if (txn_begin(r, true, &t) < 0)
+        return;
+    if (service_resolve(r, t, a->service, &svc) < 0)
+        goto out;
+    f.nocase = a->has_nocase && a->nocase;
+    if (check_regex(r, a->regex, f.nocase, svc.ipproto) < 0)
+        goto out;
+    f.service_id = svc.id;
+    f.dir = !a->has_dir                         ? FGX_DIR_BOTH
+            : a->dir == FGX__CTL__DIR__DIR_C2S  ? FGX_DIR_C2S
+            : a->dir == FGX__CTL__DIR__DIR_S2C  ? FGX_DIR_S2C
+            : a->dir == FGX__CTL__DIR__DIR_BOTH ? FGX_DIR_BOTH
+                                                : 0;
+    if (f.dir == 0) {
+        rpc_fail(r, FGX__CTL__CODE__CODE_INVALID, "invalid direction: use c2s, s2c or both");
+        goto out;
+    }
+    f.active = true;
+    f.regex = strdup(a->regex);
+    if (!f.regex) {
+        rpc_store_fail(r, -ENOMEM);
+        goto out;
+    }
+    rv = ctl_store_filter_put(t, &f);
+    if (rv < 0) {
+        rpc_store_fail(r, rv);
+        goto out;
+    }
+    if (reply_filter(r, t, &f) < 0)
+        goto out;
+    rpc_finish(r, &t, true);
+    if (!rpc_failed(r) || r->reply.code == FGX__CTL__CODE__CODE_UNAVAILABLE)
+        fgx_info("filter %u added to service %s", r->flts[0].id, svc.name);
+out:
+    ctl_filter_release(&f);
+    ctl_txn_abort(t);
+}
+
+static void do_filter_list(struct rpc *r, const char *ref)
+{
+    struct ctl_filter *fs = NULL;
+    struct ctl_service svc;
+    struct ctl_txn *t;
+    size_t n = 0;
+    int rv;
+
+    ctl_stats_refresh(r->ctx, RPC_STATS_TIMEOUT_MS);
+    if (txn_begin(r, false, &t) < 0)
+        return;
+    if (service_resolve(r, t, ref, &svc) < 0)
+        goto out;
+    rv = ctl_store_filter_list(t, svc.id, &fs, &n);
+    if (rv < 0) {
+        rpc_store_fail(r, rv);
+        goto out;
+    }
+    reply_filters(r, t, fs, n);
+out:
+    ctl_txn_abort(t);
+}
+
+static void do_filter_active(struct rpc *r, const char *ref, bool active)
+{
+    struct ctl_filter f = {0};
+    struct ctl_txn *t = NULL;
+    int rv;
+
+    if (txn_begin(r, true, &t) < 0)
+        return;
+    if (filter_resolve(r, t, ref, &f) < 0)
+        goto out;
+    if (f.active != active) {
+        f.active = active;
+        rv = ctl_store_filter_put(t, &f);
+        if (rv < 0) {
+            rpc_store_fail(r, rv);
+            goto out;
+        }
+    }
+    if (reply_filter(r, t, &f) < 0)
+        goto out;
+    rpc_finish(r, &t, true);
+    if (!rpc_failed(r))
+        fgx_info("filter %s %s", ref, active ? "enabled" : "disabled");
+out:
+    ctl_filter_release(&f);
+    ctl_txn_abort(t);
+}
+
+static void do_filter_rm(struct rpc *r, const char *ref)
+{
+    struct ctl_filter f = {0};
+    struct ctl_txn *t = NULL;
+    uint32_t id;
+    int rv;
+
+    if (txn_begin(r, true, &t) < 0)
+        return;
+    if (filter_resolve(r, t, ref, &f) < 0)
+        goto out;
+    id = f.id;
+    if (reply_filter(r, t, &f) < 0)
+        goto out;
+    rv = ctl_store_filter_del(t, id);
+    if (rv < 0) {
+        rpc_store_fail(r, rv);
+        goto out;
+    }
+    rpc_finish(r, &t, true);
+    if (!rpc_failed(r))
+        fgx_info("filter %u removed", id);
+out:
+    ctl_filter_release(&f);
+    ctl_txn_abort(t);
+}
+
+static const char *ref_of(const Fgx__Ctl__Ref *ref)
+{
+    return ref ? ref->ref : NULL;
+}
+
+static void rpc_dispatch(struct rpc *r, const Fgx__Ctl__Request *q)
+{
+    switch (q->req_case) {
+    case FGX__CTL__REQUEST__REQ_STATUS:
+        do_status(r);
+        break;
+    case FGX__CTL__REQUEST__REQ_SERVICE_ADD:
+        do_service_add(r, q->service_add);
+        break;
+    case FGX__CTL__REQUEST__REQ_SERVICE_LIST:
+        do_service_list(r);
+        break;
+    case FGX__CTL__REQUEST__REQ_SERVICE_SHOW:
+        do_service_show(r, ref_of(q->service_show));
+        break;
+    case FGX__CTL__REQUEST__REQ_SERVICE_START:
+        do_service_active(r, ref_of(q->service_start), true);
+        break;
+    case FGX__CTL__REQUEST__REQ_SERVICE_STOP:
+        do_service_active(r, ref_of(q->service_stop), false);
+        break;
+    case FGX__CTL__REQUEST__REQ_SERVICE_RM:
+        do_service_rm(r, ref_of(q->service_rm));
+        break;
+    case FGX__CTL__REQUEST__REQ_SERVICE_RENAME:
+        do_service_rename(r, q->service_rename);
+        break;
+    case FGX__CTL__REQUEST__REQ_SERVICE_SET:
+        do_service_set(r, q->service_set);
+        break;
+    case FGX__CTL__REQUEST__REQ_FILTER_ADD:
+        do_filter_add(r, q->filter_add);
+        break;
+    case FGX__CTL__REQUEST__REQ_FILTER_LIST:
+        do_filter_list(r, ref_of(q->filter_list));
+        break;
+    case FGX__CTL__REQUEST__REQ_FILTER_ENABLE:
+        do_filter_active(r, ref_of(q->filter_enable), true);
+        break;
+    case FGX__CTL__REQUEST__REQ_FILTER_DISABLE:
+        do_filter_active(r, ref_of(q->filter_disable), false);
+        break;
+    case FGX__CTL__REQUEST__REQ_FILTER_RM:
+        do_filter_rm(r, ref_of(q->filter_rm));
+        break;
+    default:
+        rpc_fail(r, FGX__CTL__CODE__CODE_INVALID, "unknown request (fgexctl newer than controld?)");
+        break;
+    }
+}
+
+int ctl_rpc_handle(struct ctl_ctx *ctx, const void *req, size_t len, void **reply, size_t *replylen)
+{
+    struct rpc r = {.ctx = ctx};
+    Fgx__Ctl__Request *q;
+    size_t n;
+    void *buf;
+
+    fgx__ctl__reply__init(&r.reply);
+    q = fgx__ctl__request__unpack(NULL, len, req);
+    if (!q)
+        rpc_fail(&r, FGX__CTL__CODE__CODE_INVALID, "undecodable request");
+    else
+        rpc_dispatch(&r, q);
+    n = fgx__ctl__reply__get_packed_size(&r.reply);
+    buf = malloc(n ? n : 1);
+    if (buf)
+        fgx__ctl__reply__pack(&r.reply, buf);
+    rpc_release(&r);
+    if (q)
+        fgx__ctl__request__free_unpacked(q, NULL);
+    if (!buf)
+        return -ENOMEM;
+    *reply = buf;
+    *replylen = n;
+    return 0;
+}

@@ -1,0 +1,19 @@
+/* controld control API stage: one fgexctl request (control.proto Request) in, one Reply out. A
+ * change is validated, stored in one LMDB transaction, then applied (ctl_apply) before the
+ * reply leaves, so that the next connection after a reply is filtered by the new set. */
+#ifndef CTL_RPC_H
+#define CTL_RPC_H
+
+#include <stddef.h>
+
+#include "controld/ctl_apply.h"
+
+#define CTL_VERSION "0.1.0"
+
+/* Handle one serialized Request; *reply is a malloc'd serialized Reply (free()). Returns 0
+ * whenever a reply was produced, errors included; a negative errno only when even an error
+ * reply could not be built. */
+int ctl_rpc_handle(struct ctl_ctx *ctx, const void *req, size_t len, void **reply,
+                   size_t *replylen);
+
+#endif

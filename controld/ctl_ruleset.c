@@ -1,0 +1,150 @@
+/* controld compile stage: stored filters -> hyperscan databases per service and direction
+ * (compiled once, then served from the LMDB dbcache) -> the worker's fgx_dp_ruleset and the
+ * service list for ctl_nft_sync(). */
+#include "controld/ctl_ruleset.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fgx/log.h"
+
+static bool dir_has_pattern(const struct fgx_pattern *pats, size_t n, enum fgx_dir dir)
+{
+    for (size_t i = 0; i < n; i++)
+        if (pats[i].dir & dir)
+            return true;
+    return false;
+}
+
+/* One direction's database: from the cache, else compiled and cached. */
+static int db_get(struct ctl_txn *t, const struct fgx_pattern *pats, size_t n, enum fgx_dir dir,
+                  int ipproto, struct fgx_blob *out, uint64_t *key, char *err, size_t errlen)
+{
+    int rv;
+
+    memset(out, 0, sizeof(*out));
+    *key = 0;
+    if (!dir_has_pattern(pats, n, dir))
+        return 0;
+    *key = fgx_ruleset_key(pats, n, dir, ipproto);
+    rv = ctl_store_dbcache_get(t, *key, out);
+    if (rv != -ENOENT)
+        return rv;
+    rv = fgx_ruleset_compile(pats, n, dir, ipproto, out, err, errlen);
+    if (rv < 0)
+        return rv;
+    out->hash = *key;
+    if (out->len == 0)
+        return 0;
+    return ctl_store_dbcache_put(t, *key, out);
+}
+
+int ctl_ruleset_build(struct ctl_txn *t, struct ctl_ruleset *out, char *err, size_t errlen)
+{
+    struct ctl_service *svcs = NULL;
+    struct ctl_filter *fs = NULL;
+    struct fgx_pattern *pats = NULL;
+    uint64_t *keys = NULL;
+    size_t nsvcs = 0, nfs = 0, nkeys = 0;
+    int rv;
+
+    memset(out, 0, sizeof(*out));
+    if (errlen)
+        err[0] = '\0';
+    rv = ctl_store_service_list(t, &svcs, &nsvcs);
+    if (rv < 0)
+        goto out;
+    rv = ctl_store_filter_list(t, 0, &fs, &nfs);
+    if (rv < 0)
+        goto out;
+    rv = -ENOMEM;
+    pats = calloc(nfs ? nfs : 1, sizeof(*pats));
+    keys = calloc(2 * nsvcs + 1, sizeof(*keys));
+    out->dp.services = calloc(nsvcs ? nsvcs : 1, sizeof(*out->dp.services));
+    out->nft = calloc(nsvcs ? nsvcs : 1, sizeof(*out->nft));
+    if (!pats || !keys || !out->dp.services || !out->nft)
+        goto out;
+    for (size_t i = 0; i < nsvcs; i++) {
+        const struct ctl_service *s = &svcs[i];
+        struct fgx_dp_service *d;
+        size_t np = 0;
+
+        if (!s->active || s->layer != CTL_LAYER_NFQUEUE)
+            continue;
+        for (size_t j = 0; j < nfs; j++) {
+            if (fs[j].service_id != s->id || !fs[j].active)
+                continue;
+            pats[np++] = (struct fgx_pattern){.filter_id = fs[j].id,
+                                              .regex = fs[j].regex,
+                                              .dir = fs[j].dir,
+                                              .nocase = fs[j].nocase};
+        }
+        d = &out->dp.services[out->dp.nservices++];
+        d->id = s->id;
+        d->ipproto = s->ipproto;
+        d->port = s->port;
+        d->addr = s->addr;
+        d->fail_open = s->fail_open;
+        for (int k = 0; k < 2; k++) {
+            enum fgx_dir dir = k == 0 ? FGX_DIR_C2S : FGX_DIR_S2C;
+            uint64_t key;
+
+            rv = db_get(t, pats, np, dir, s->ipproto, &d->db[k], &key, err, errlen);
+            if (rv < 0) {
+                if (rv != -EINVAL || (errlen && err[0] == '\0'))
+                    snprintf(err, errlen, "service %s: cannot build its database: %s", s->name,
+                             ctl_store_strerror(rv));
+                goto out;
+            }
+            if (d->db[k].len)
+                keys[nkeys++] = key;
+        }
+        out->nft[out->nnft++] = (struct ctl_nft_service){.id = s->id,
+                                                         .ipproto = s->ipproto,
+                                                         .port = s->port,
+                                                         .addr = s->addr,
+                                                         .fail_open = s->fail_open};
+    }
+    rv = ctl_store_dbcache_keep(t, keys, nkeys);
+    if (rv == 0)
+        rv = ctl_store_generation_next(t, &out->dp.generation);
+    if (rv < 0 && errlen && err[0] == '\0')
+        snprintf(err, errlen, "%s", ctl_store_strerror(rv));
+out:
+    if (rv < 0)
+        ctl_ruleset_release(out);
+    free(keys);
+    free(pats);
+    ctl_filters_free(fs, nfs);
+    free(svcs);
+    return rv;
+}
+
+void ctl_ruleset_release(struct ctl_ruleset *rs)
+{
+    if (!rs)
+        return;
+    for (size_t i = 0; i < rs->dp.nservices; i++) {
+        fgx_blob_release(&rs->dp.services[i].db[0]);
+        fgx_blob_release(&rs->dp.services[i].db[1]);
+    }
+    free(rs->dp.services);
+    free(rs->nft);
+    memset(rs, 0, sizeof(*rs));
+}
+
+bool ctl_ruleset_nft_equal(const struct ctl_nft_service *a, size_t na,
+                           const struct ctl_nft_service *b, size_t nb)
+{
+    if (na != nb)
+        return false;
+    for (size_t i = 0; i < na; i++) {
+        if (a[i].id != b[i].id || a[i].ipproto != b[i].ipproto || a[i].port != b[i].port ||
+            a[i].fail_open != b[i].fail_open ||
+            memcmp(&a[i].addr, &b[i].addr, sizeof(a[i].addr)) != 0)
+            return false;
+    }
+    return true;
+}

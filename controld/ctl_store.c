@@ -1,0 +1,745 @@
+/* controld state stage: LMDB. Services and filters are stored as control.proto messages (the
+ * computed reply fields left out) keyed by big-endian id, so that ids sort numerically; the meta
+ * db holds the id and generation counters and the per-filter blocked totals; dbcache maps a
+ * ruleset key to a serialized hyperscan database so that a restart does not recompile. */
+#include "controld/ctl_store.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include <lmdb.h>
+
+#include "control.pb-c.h"
+#include "fgx/log.h"
+
+struct ctl_store {
+    MDB_env *env;
+    MDB_dbi services, filters, meta, dbcache;
+    size_t mapsize;
+};
+
+struct ctl_txn {
+    struct ctl_store *s;
+    MDB_txn *txn;
+};
+
+static const char meta_next_service[] = "next_service";
+static const char meta_next_filter[] = "next_filter";
+static const char meta_generation[] = "generation";
+
+/* The one place LMDB's codes become errnos; its own message is logged once, here. */
+static int store_err(int rc, const char *what)
+{
+    switch (rc) {
+    case MDB_SUCCESS:
+        return 0;
+    case MDB_NOTFOUND:
+        return -ENOENT;
+    case MDB_MAP_FULL:
+    case MDB_TXN_FULL:
+        fgx_err("state store: %s: %s", what, mdb_strerror(rc));
+        return -ENOSPC;
+    default:
+        fgx_err("state store: %s: %s", what, mdb_strerror(rc));
+        if (rc > 0 && rc < 1000) /* LMDB passes system errnos through unchanged */
+            return -rc;
+        return -EIO;
+    }
+}
+
+const char *ctl_store_strerror(int err)
+{
+    switch (err) {
+    case -ENOSPC:
+        return "state store full: the LMDB map size is reached";
+    case -ENOENT:
+        return "not found";
+    case -EEXIST:
+        return "already exists";
+    case -ENOMEM:
+        return "out of memory";
+    case -EINVAL:
+        return "corrupt record in the state store";
+    default:
+        return "state store I/O error";
+    }
+}
+
+static void be32_put(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)(v >> 24);
+    p[1] = (uint8_t)(v >> 16);
+    p[2] = (uint8_t)(v >> 8);
+    p[3] = (uint8_t)v;
+}
+
+static void be64_put(uint8_t *p, uint64_t v)
+{
+    for (int i = 7; i >= 0; i--) {
+        p[i] = (uint8_t)v;
+        v >>= 8;
+    }
+}
+
+static uint64_t be64_get(const uint8_t *p)
+{
+    uint64_t v = 0;
+
+    for (int i = 0; i < 8; i++)
+        v = v << 8 | p[i];
+    return v;
+}
+
+static int mkdir_p(const char *dir)
+{
+    char path[4096];
+    int rv = 0;
+
+    if (snprintf(path, sizeof(path), "%s", dir) >= (int)sizeof(path))
+        return -ENAMETOOLONG;
+    for (char *p = path + 1;; p++) {
+        if (*p != '/' && *p != '\0')
+            continue;
+        char c = *p;
+        *p = '\0';
+        if (mkdir(path, 0700) == -1 && errno != EEXIST) {
+            rv = -errno;
+            fgx_err("state store: cannot create %s: %s", path, strerror(errno));
+            return rv;
+        }
+        *p = c;
+        if (c == '\0')
+            break;
+    }
+    return 0;
+}
+
+int ctl_store_open(const char *dir, size_t mapsize, struct ctl_store **out)
+{
+    struct ctl_store *s = calloc(1, sizeof(*s));
+    MDB_txn *txn = NULL;
+    int rv;
+
+    if (!s)
+        return -ENOMEM;
+    s->mapsize = mapsize ? mapsize : CTL_STORE_MAPSIZE_DEFAULT;
+    rv = mkdir_p(dir);
+    if (rv < 0)
+        goto err;
+    rv = store_err(mdb_env_create(&s->env), "create environment");
+    if (rv < 0)
+        goto err;
+    rv = store_err(mdb_env_set_mapsize(s->env, s->mapsize), "set map size");
+    if (rv == 0)
+        rv = store_err(mdb_env_set_maxdbs(s->env, 8), "set max dbs");
+    if (rv == 0)
+        rv = store_err(mdb_env_open(s->env, dir, 0, 0600), dir);
+    if (rv < 0)
+        goto err;
+    rv = store_err(mdb_txn_begin(s->env, NULL, 0, &txn), "begin");
+    if (rv < 0)
+        goto err;
+    rv = store_err(mdb_dbi_open(txn, "services", MDB_CREATE, &s->services), "open services");
+    if (rv == 0)
+        rv = store_err(mdb_dbi_open(txn, "filters", MDB_CREATE, &s->filters), "open filters");
+    if (rv == 0)
+        rv = store_err(mdb_dbi_open(txn, "meta", MDB_CREATE, &s->meta), "open meta");
+    if (rv == 0)
+        rv = store_err(mdb_dbi_open(txn, "dbcache", MDB_CREATE, &s->dbcache), "open dbcache");
+    if (rv < 0) {
+        mdb_txn_abort(txn);
+        goto err;
+    }
+    rv = store_err(mdb_txn_commit(txn), "commit");
+    if (rv < 0)
+        goto err;
+    *out = s;
+    return 0;
+err:
+    ctl_store_close(s);
+    return rv;
+}
+
+void ctl_store_close(struct ctl_store *s)
+{
+    if (!s)
+        return;
+    if (s->env)
+        mdb_env_close(s->env);
+    free(s);
+}
+
+int ctl_txn_begin(struct ctl_store *s, bool write, struct ctl_txn **out)
+{
+    struct ctl_txn *t = calloc(1, sizeof(*t));
+    int rv;
+
+    if (!t)
+        return -ENOMEM;
+    t->s = s;
+    rv = store_err(mdb_txn_begin(s->env, NULL, write ? 0 : MDB_RDONLY, &t->txn), "begin");
+    if (rv < 0) {
+        free(t);
+        return rv;
+    }
+    *out = t;
+    return 0;
+}
+
+int ctl_txn_commit(struct ctl_txn *t)
+{
+    int rv = store_err(mdb_txn_commit(t->txn), "commit");
+
+    free(t);
+    return rv;
+}
+
+void ctl_txn_abort(struct ctl_txn *t)
+{
+    if (!t)
+        return;
+    mdb_txn_abort(t->txn);
+    free(t);
+}
+
+/* ---- raw records ---- */
+
+static int rec_get(struct ctl_txn *t, MDB_dbi dbi, const void *key, size_t klen, MDB_val *val)
+{
+    MDB_val k = {.mv_size = klen, .mv_data = (void *)key};
+    int rc = mdb_get(t->txn, dbi, &k, val);
+
+    if (rc == MDB_NOTFOUND)
+        return -ENOENT;
+    return store_err(rc, "get");
+}
+
+static int rec_put(struct ctl_txn *t, MDB_dbi dbi, const void *key, size_t klen, const void *data,
+                   size_t dlen)
+{
+    MDB_val k = {.mv_size = klen, .mv_data = (void *)key};
+    MDB_val v = {.mv_size = dlen, .mv_data = (void *)data};
+
+    return store_err(mdb_put(t->txn, dbi, &k, &v, 0), "put");
+}
+
+static int rec_del(struct ctl_txn *t, MDB_dbi dbi, const void *key, size_t klen)
+{
+    MDB_val k = {.mv_size = klen, .mv_data = (void *)key};
+    int rc = mdb_del(t->txn, dbi, &k, NULL);
+
+    if (rc == MDB_NOTFOUND)
+        return -ENOENT;
+    return store_err(rc, "delete");
+}
+
+static int meta_u64_get(struct ctl_txn *t, const void *key, size_t klen, uint64_t *out)
+{
+    MDB_val v;
+    int rv = rec_get(t, t->s->meta, key, klen, &v);
+
+    if (rv == -ENOENT) {
+        *out = 0;
+        return 0;
+    }
+    if (rv < 0)
+        return rv;
+    if (v.mv_size != 8)
+        return -EINVAL;
+    *out = be64_get(v.mv_data);
+    return 0;
+}
+
+static int meta_u64_put(struct ctl_txn *t, const void *key, size_t klen, uint64_t val)
+{
+    uint8_t b[8];
+
+    be64_put(b, val);
+    return rec_put(t, t->s->meta, key, klen, b, sizeof(b));
+}
+
+/* Ids start at 1 and are never reused, so a stale reference can never name a new object. */
+static int next_id(struct ctl_txn *t, const char *key, uint32_t *out)
+{
+    uint64_t v;
+    int rv = meta_u64_get(t, key, strlen(key), &v);
+
+    if (rv < 0)
+        return rv;
+    if (v == 0)
+        v = 1;
+    if (v > UINT32_MAX)
+        return -EOVERFLOW;
+    rv = meta_u64_put(t, key, strlen(key), v + 1);
+    if (rv == 0)
+        *out = (uint32_t)v;
+    return rv;
+}
+
+/* ---- services ---- */
+
+static int service_decode(const MDB_val *v, struct ctl_service *out)
+{
+    Fgx__Ctl__Service *m = fgx__ctl__service__unpack(NULL, v->mv_size, v->mv_data);
+    int rv = -EINVAL;
+
+    if (!m) {
+        fgx_err("state store: an undecodable service record");
+        return -EINVAL;
+    }
+    memset(out, 0, sizeof(*out));
+    out->id = m->id;
+    if (snprintf(out->name, sizeof(out->name), "%s", m->name) >= (int)sizeof(out->name))
+        goto out;
+    out->ipproto = m->proto == FGX__CTL__PROTO__PROTO_UDP ? IPPROTO_UDP : IPPROTO_TCP;
+    out->port = (uint16_t)m->port;
+    if (fgx_cidr_parse(m->ip, &out->addr) < 0)
+        goto out;
+    out->layer = m->layer == FGX__CTL__LAYER__LAYER_PROXY ? CTL_LAYER_PROXY : CTL_LAYER_NFQUEUE;
+    out->active = m->active;
+    out->fail_open = m->fail_open;
+    out->created = m->has_created ? m->created : 0;
+    rv = 0;
+out:
+    if (rv < 0)
+        fgx_err("state store: a corrupt record for service %u", m->id);
+    fgx__ctl__service__free_unpacked(m, NULL);
+    return rv;
+}
+
+static int service_write(struct ctl_txn *t, const struct ctl_service *svc)
+{
+    Fgx__Ctl__Service m = FGX__CTL__SERVICE__INIT;
+    char ip[64];
+    uint8_t key[4], buf[512];
+    size_t len;
+    int rv;
+
+    rv = fgx_cidr_format(&svc->addr, ip, sizeof(ip));
+    if (rv < 0)
+        return rv;
+    m.id = svc->id;
+    m.name = (char *)svc->name;
+    m.proto = svc->ipproto == IPPROTO_UDP ? FGX__CTL__PROTO__PROTO_UDP : FGX__CTL__PROTO__PROTO_TCP;
+    m.ip = ip;
+    m.port = svc->port;
+    m.layer = svc->layer == CTL_LAYER_PROXY ? FGX__CTL__LAYER__LAYER_PROXY
+                                            : FGX__CTL__LAYER__LAYER_NFQUEUE;
+    m.active = svc->active;
+    m.fail_open = svc->fail_open;
+    m.has_created = 1;
+    m.created = svc->created;
+    len = fgx__ctl__service__get_packed_size(&m);
+    if (len > sizeof(buf))
+        return -EINVAL;
+    fgx__ctl__service__pack(&m, buf);
+    be32_put(key, svc->id);
+    return rec_put(t, t->s->services, key, sizeof(key), buf, len);
+}
+
+int ctl_store_service_get(struct ctl_txn *t, uint32_t id, struct ctl_service *out)
+{
+    uint8_t key[4];
+    MDB_val v;
+    int rv;
+
+    be32_put(key, id);
+    rv = rec_get(t, t->s->services, key, sizeof(key), &v);
+    if (rv < 0)
+        return rv;
+    return service_decode(&v, out);
+}
+
+int ctl_store_service_list(struct ctl_txn *t, struct ctl_service **out, size_t *n)
+{
+    MDB_cursor *cur = NULL;
+    struct ctl_service *arr = NULL;
+    size_t cnt = 0, cap = 0;
+    MDB_val k, v;
+    int rv, rc;
+
+    rv = store_err(mdb_cursor_open(t->txn, t->s->services, &cur), "cursor");
+    if (rv < 0)
+        return rv;
+    for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
+         rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+        if (cnt == cap) {
+            size_t ncap = cap ? cap * 2 : 8;
+            struct ctl_service *na = realloc(arr, ncap * sizeof(*na));
+            if (!na) {
+                rv = -ENOMEM;
+                goto err;
+            }
+            arr = na;
+            cap = ncap;
+        }
+        rv = service_decode(&v, &arr[cnt]);
+        if (rv < 0)
+            goto err;
+        cnt++;
+    }
+    if (rc != MDB_NOTFOUND) {
+        rv = store_err(rc, "list services");
+        goto err;
+    }
+    mdb_cursor_close(cur);
+    *out = arr;
+    *n = cnt;
+    return 0;
+err:
+    mdb_cursor_close(cur);
+    free(arr);
+    return rv;
+}
+
+int ctl_store_service_by_name(struct ctl_txn *t, const char *name, struct ctl_service *out)
+{
+    struct ctl_service *all;
+    size_t n;
+    int rv = ctl_store_service_list(t, &all, &n);
+
+    if (rv < 0)
+        return rv;
+    rv = -ENOENT;
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(all[i].name, name) == 0) {
+            *out = all[i];
+            rv = 0;
+            break;
+        }
+    }
+    free(all);
+    return rv;
+}
+
+int ctl_store_service_put(struct ctl_txn *t, struct ctl_service *svc)
+{
+    struct ctl_service *all;
+    size_t n;
+    int rv;
+
+    if (svc->name[0] == '\0' || svc->port == 0)
+        return -EINVAL;
+    rv = ctl_store_service_list(t, &all, &n);
+    if (rv < 0)
+        return rv;
+    for (size_t i = 0; i < n; i++) {
+        if (all[i].id == svc->id)
+            continue;
+        if (strcmp(all[i].name, svc->name) == 0 ||
+            (all[i].ipproto == svc->ipproto && all[i].port == svc->port)) {
+            rv = -EEXIST;
+            break;
+        }
+    }
+    free(all);
+    if (rv < 0)
+        return rv;
+    if (svc->id == 0) {
+        rv = next_id(t, meta_next_service, &svc->id);
+        if (rv < 0)
+            return rv;
+        svc->created = (uint64_t)time(NULL);
+    }
+    return service_write(t, svc);
+}
+
+int ctl_store_service_del(struct ctl_txn *t, uint32_t id)
+{
+    struct ctl_filter *fs;
+    uint8_t key[4];
+    size_t n;
+    int rv;
+
+    rv = ctl_store_filter_list(t, id, &fs, &n);
+    if (rv < 0)
+        return rv;
+    for (size_t i = 0; i < n && rv == 0; i++)
+        rv = ctl_store_filter_del(t, fs[i].id);
+    ctl_filters_free(fs, n);
+    if (rv < 0)
+        return rv;
+    be32_put(key, id);
+    return rec_del(t, t->s->services, key, sizeof(key));
+}
+
+/* ---- filters ---- */
+
+static int filter_decode(const MDB_val *v, struct ctl_filter *out)
+{
+    Fgx__Ctl__Filter *m = fgx__ctl__filter__unpack(NULL, v->mv_size, v->mv_data);
+
+    if (!m) {
+        fgx_err("state store: an undecodable filter record");
+        return -EINVAL;
+    }
+    memset(out, 0, sizeof(*out));
+    out->regex = strdup(m->regex);
+    if (!out->regex) {
+        fgx__ctl__filter__free_unpacked(m, NULL);
+        return -ENOMEM;
+    }
+    out->id = m->id;
+    out->service_id = m->service_id;
+    out->dir = m->dir == FGX__CTL__DIR__DIR_C2S   ? FGX_DIR_C2S
+               : m->dir == FGX__CTL__DIR__DIR_S2C ? FGX_DIR_S2C
+                                                  : FGX_DIR_BOTH;
+    out->nocase = m->nocase;
+    out->active = m->active;
+    out->created = m->has_created ? m->created : 0;
+    fgx__ctl__filter__free_unpacked(m, NULL);
+    return 0;
+}
+
+static int filter_write(struct ctl_txn *t, const struct ctl_filter *f)
+{
+    Fgx__Ctl__Filter m = FGX__CTL__FILTER__INIT;
+    uint8_t key[4], *buf;
+    size_t len;
+    int rv;
+
+    m.id = f->id;
+    m.service_id = f->service_id;
+    m.regex = f->regex;
+    m.dir = f->dir == FGX_DIR_C2S   ? FGX__CTL__DIR__DIR_C2S
+            : f->dir == FGX_DIR_S2C ? FGX__CTL__DIR__DIR_S2C
+                                    : FGX__CTL__DIR__DIR_BOTH;
+    m.nocase = f->nocase;
+    m.active = f->active;
+    m.has_created = 1;
+    m.created = f->created;
+    len = fgx__ctl__filter__get_packed_size(&m);
+    buf = malloc(len);
+    if (!buf)
+        return -ENOMEM;
+    fgx__ctl__filter__pack(&m, buf);
+    be32_put(key, f->id);
+    rv = rec_put(t, t->s->filters, key, sizeof(key), buf, len);
+    free(buf);
+    return rv;
+}
+
+int ctl_store_filter_get(struct ctl_txn *t, uint32_t id, struct ctl_filter *out)
+{
+    uint8_t key[4];
+    MDB_val v;
+    int rv;
+
+    be32_put(key, id);
+    rv = rec_get(t, t->s->filters, key, sizeof(key), &v);
+    if (rv < 0)
+        return rv;
+    return filter_decode(&v, out);
+}
+
+int ctl_store_filter_put(struct ctl_txn *t, struct ctl_filter *f)
+{
+    struct ctl_service svc;
+    int rv;
+
+    if (!f->regex || f->regex[0] == '\0')
+        return -EINVAL;
+    rv = ctl_store_service_get(t, f->service_id, &svc);
+    if (rv < 0)
+        return rv;
+    if (f->id == 0) {
+        rv = next_id(t, meta_next_filter, &f->id);
+        if (rv < 0)
+            return rv;
+        f->created = (uint64_t)time(NULL);
+    }
+    return filter_write(t, f);
+}
+
+static void blocked_key(uint8_t key[6], uint32_t filter_id)
+{
+    key[0] = 'b';
+    key[1] = ':';
+    be32_put(key + 2, filter_id);
+}
+
+int ctl_store_filter_del(struct ctl_txn *t, uint32_t id)
+{
+    uint8_t key[4], bkey[6];
+    int rv;
+
+    be32_put(key, id);
+    rv = rec_del(t, t->s->filters, key, sizeof(key));
+    if (rv < 0)
+        return rv;
+    blocked_key(bkey, id);
+    rv = rec_del(t, t->s->meta, bkey, sizeof(bkey));
+    return rv == -ENOENT ? 0 : rv;
+}
+
+int ctl_store_filter_list(struct ctl_txn *t, uint32_t service_id, struct ctl_filter **out,
+                          size_t *n)
+{
+    MDB_cursor *cur = NULL;
+    struct ctl_filter *arr = NULL;
+    size_t cnt = 0, cap = 0;
+    MDB_val k, v;
+    int rv, rc;
+
+    rv = store_err(mdb_cursor_open(t->txn, t->s->filters, &cur), "cursor");
+    if (rv < 0)
+        return rv;
+    for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
+         rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+        struct ctl_filter f;
+
+        rv = filter_decode(&v, &f);
+        if (rv < 0)
+            goto err;
+        if (service_id != 0 && f.service_id != service_id) {
+            ctl_filter_release(&f);
+            continue;
+        }
+        if (cnt == cap) {
+            size_t ncap = cap ? cap * 2 : 8;
+            struct ctl_filter *na = realloc(arr, ncap * sizeof(*na));
+            if (!na) {
+                ctl_filter_release(&f);
+                rv = -ENOMEM;
+                goto err;
+            }
+            arr = na;
+            cap = ncap;
+        }
+        arr[cnt++] = f;
+    }
+    if (rc != MDB_NOTFOUND) {
+        rv = store_err(rc, "list filters");
+        goto err;
+    }
+    mdb_cursor_close(cur);
+    *out = arr;
+    *n = cnt;
+    return 0;
+err:
+    mdb_cursor_close(cur);
+    ctl_filters_free(arr, cnt);
+    return rv;
+}
+
+void ctl_filter_release(struct ctl_filter *f)
+{
+    if (!f)
+        return;
+    free(f->regex);
+    f->regex = NULL;
+}
+
+void ctl_filters_free(struct ctl_filter *fs, size_t n)
+{
+    if (!fs)
+        return;
+    for (size_t i = 0; i < n; i++)
+        ctl_filter_release(&fs[i]);
+    free(fs);
+}
+
+/* ---- counters and generations ---- */
+
+int ctl_store_blocked_get(struct ctl_txn *t, uint32_t filter_id, uint64_t *out)
+{
+    uint8_t key[6];
+
+    blocked_key(key, filter_id);
+    return meta_u64_get(t, key, sizeof(key), out);
+}
+
+int ctl_store_blocked_add(struct ctl_txn *t, uint32_t filter_id, uint64_t delta)
+{
+    uint8_t key[6];
+    uint64_t v;
+    int rv;
+
+    blocked_key(key, filter_id);
+    rv = meta_u64_get(t, key, sizeof(key), &v);
+    if (rv < 0)
+        return rv;
+    return meta_u64_put(t, key, sizeof(key), v + delta);
+}
+
+int ctl_store_generation_next(struct ctl_txn *t, uint64_t *out)
+{
+    uint64_t v;
+    int rv = meta_u64_get(t, meta_generation, strlen(meta_generation), &v);
+
+    if (rv < 0)
+        return rv;
+    v++;
+    rv = meta_u64_put(t, meta_generation, strlen(meta_generation), v);
+    if (rv == 0)
+        *out = v;
+    return rv;
+}
+
+/* ---- compiled database cache ---- */
+
+int ctl_store_dbcache_get(struct ctl_txn *t, uint64_t key, struct fgx_blob *out)
+{
+    uint8_t k[8];
+    MDB_val v;
+    int rv;
+
+    be64_put(k, key);
+    rv = rec_get(t, t->s->dbcache, k, sizeof(k), &v);
+    if (rv < 0)
+        return rv;
+    if (v.mv_size == 0)
+        return -ENOENT;
+    out->data = malloc(v.mv_size);
+    if (!out->data)
+        return -ENOMEM;
+    memcpy(out->data, v.mv_data, v.mv_size);
+    out->len = v.mv_size;
+    out->hash = key;
+    return 0;
+}
+
+int ctl_store_dbcache_put(struct ctl_txn *t, uint64_t key, const struct fgx_blob *b)
+{
+    uint8_t k[8];
+
+    if (b->len == 0)
+        return -EINVAL;
+    be64_put(k, key);
+    return rec_put(t, t->s->dbcache, k, sizeof(k), b->data, b->len);
+}
+
+int ctl_store_dbcache_keep(struct ctl_txn *t, const uint64_t *keys, size_t n)
+{
+    MDB_cursor *cur;
+    MDB_val k, v;
+    int rv, rc;
+
+    rv = store_err(mdb_cursor_open(t->txn, t->s->dbcache, &cur), "cursor");
+    if (rv < 0)
+        return rv;
+    for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
+         rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+        bool keep = false;
+
+        if (k.mv_size == 8) {
+            uint64_t key = be64_get(k.mv_data);
+            for (size_t i = 0; i < n && !keep; i++)
+                keep = keys[i] == key;
+        }
+        if (!keep) {
+            rc = mdb_cursor_del(cur, 0);
+            if (rc != 0)
+                break;
+        }
+    }
+    if (rc != MDB_NOTFOUND)
+        rv = store_err(rc, "prune dbcache");
+    mdb_cursor_close(cur);
+    return rv;
+}

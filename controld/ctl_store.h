@@ -1,0 +1,95 @@
+/* controld's state: services, filters, counters and compiled databases in one LMDB environment
+ * under the state directory. Every change a request makes happens in one write transaction, so
+ * a request either lands whole or not at all. */
+#ifndef CTL_STORE_H
+#define CTL_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fgx/addr.h"
+#include "fgx/ruleset.h"
+
+#define CTL_NAME_MAX 63
+#define CTL_STORE_MAPSIZE_DEFAULT (1ull << 30)
+
+enum ctl_layer {
+    CTL_LAYER_NFQUEUE = 0,
+    CTL_LAYER_PROXY = 1,
+};
+
+struct ctl_service {
+    uint32_t id;
+    char name[CTL_NAME_MAX + 1];
+    uint8_t ipproto; /* IPPROTO_TCP or IPPROTO_UDP */
+    uint16_t port;
+    struct fgx_cidr addr;
+    enum ctl_layer layer;
+    bool active;
+    bool fail_open;
+    uint64_t created; /* unix seconds */
+};
+
+struct ctl_filter {
+    uint32_t id;
+    uint32_t service_id;
+    char *regex; /* malloc'd, owned by the struct (ctl_filter_release()) */
+    enum fgx_dir dir;
+    bool nocase;
+    bool active;
+    uint64_t created;
+};
+
+struct ctl_store;
+struct ctl_txn;
+
+/* Open (creating the directory and the environment when needed). mapsize 0 gives
+ * CTL_STORE_MAPSIZE_DEFAULT; tests pass a tiny one to provoke a full map. *out owned by the
+ * caller (ctl_store_close()). */
+int ctl_store_open(const char *dir, size_t mapsize, struct ctl_store **out);
+void ctl_store_close(struct ctl_store *s);
+
+/* A transaction; only one at a time per store (controld is single-threaded). *out is released
+ * by exactly one of ctl_txn_commit() or ctl_txn_abort(). ctl_txn_commit() returns -ENOSPC when
+ * the map is full; the transaction is gone either way. */
+int ctl_txn_begin(struct ctl_store *s, bool write, struct ctl_txn **out);
+int ctl_txn_commit(struct ctl_txn *t);
+void ctl_txn_abort(struct ctl_txn *t);
+
+/* Services. _put with id 0 allocates the next id (and sets created); names and (proto, port)
+ * must be unique: -EEXIST otherwise. Lookups return -ENOENT quietly. _del removes the
+ * service's filters and their counters too. _list: *out malloc'd (free()), ordered by id. */
+int ctl_store_service_get(struct ctl_txn *t, uint32_t id, struct ctl_service *out);
+int ctl_store_service_by_name(struct ctl_txn *t, const char *name, struct ctl_service *out);
+int ctl_store_service_put(struct ctl_txn *t, struct ctl_service *svc);
+int ctl_store_service_del(struct ctl_txn *t, uint32_t id);
+int ctl_store_service_list(struct ctl_txn *t, struct ctl_service **out, size_t *n);
+
+/* Filters. _put with id 0 allocates the next id; the service must exist (-ENOENT). _list with
+ * service_id 0 lists every filter; *out released with ctl_filters_free(). */
+int ctl_store_filter_get(struct ctl_txn *t, uint32_t id, struct ctl_filter *out);
+int ctl_store_filter_put(struct ctl_txn *t, struct ctl_filter *f);
+int ctl_store_filter_del(struct ctl_txn *t, uint32_t id);
+int ctl_store_filter_list(struct ctl_txn *t, uint32_t service_id, struct ctl_filter **out,
+                          size_t *n);
+void ctl_filter_release(struct ctl_filter *f);
+void ctl_filters_free(struct ctl_filter *fs, size_t n);
+
+/* Persisted per-filter blocked totals (0 when never counted). */
+int ctl_store_blocked_get(struct ctl_txn *t, uint32_t filter_id, uint64_t *out);
+int ctl_store_blocked_add(struct ctl_txn *t, uint32_t filter_id, uint64_t delta);
+
+/* Ruleset generations, persisted so that they only ever grow, even across restarts. */
+int ctl_store_generation_next(struct ctl_txn *t, uint64_t *out);
+
+/* Compiled-database cache keyed by fgx_ruleset_key(). _get copies into out (caller owns,
+ * fgx_blob_release()), -ENOENT on a miss. _keep deletes every entry whose key is not listed. */
+int ctl_store_dbcache_get(struct ctl_txn *t, uint64_t key, struct fgx_blob *out);
+int ctl_store_dbcache_put(struct ctl_txn *t, uint64_t key, const struct fgx_blob *b);
+int ctl_store_dbcache_keep(struct ctl_txn *t, const uint64_t *keys, size_t n);
+
+/* Text for a store error code, for replies ("state store full: ..."). */
+const char *ctl_store_strerror(int err);
+
+#endif

@@ -1,0 +1,297 @@
+/* controld supervision stage: the nfq worker's life cycle (spawn, reap, restart with backoff)
+ * and the req side of the data-path channel it dials. A restarted worker gets the full ruleset
+ * from the caller, which learns of the restart from ctl_sup_poll(). */
+#include "controld/ctl_supervise.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fgx/chan.h"
+#include "fgx/log.h"
+
+#define SUP_BACKOFF_MIN_MS 100
+#define SUP_BACKOFF_MAX_MS 5000
+#define SUP_STABLE_MS 30000
+#define SUP_STOP_GRACE_MS 2000
+
+struct ctl_sup {
+    char *run_dir, *worker_path, *log_level;
+    unsigned threads, queue_base;
+    struct fgx_chan *chan;
+    pid_t pid;
+    bool acked; /* the current worker acknowledged a ruleset: it is running */
+    bool spawned_once;
+    uint64_t generation;
+    uint32_t restarts;
+    uint64_t instance;
+    uint64_t started_ms, restart_at_ms, backoff_ms;
+};
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static int worker_path_default(char **out)
+{
+    char exe[PATH_MAX], path[PATH_MAX + 16];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    char *slash;
+
+    if (n == -1) {
+        fgx_err("cannot read /proc/self/exe: %s", strerror(errno));
+        return -errno;
+    }
+    exe[n] = '\0';
+    slash = strrchr(exe, '/');
+    if (slash)
+        *slash = '\0';
+    snprintf(path, sizeof(path), "%s/nfqworker", slash ? exe : ".");
+    *out = strdup(path);
+    return *out ? 0 : -ENOMEM;
+}
+
+static int sup_spawn(struct ctl_sup *s)
+{
+    char url[PATH_MAX + 16], threads[16], base[16];
+    char *argv[] = {s->worker_path, "--control", url,           "--threads",  threads,
+                    "--queue-base", base,        "--log-level", s->log_level, NULL};
+    pid_t parent = getpid(), pid;
+
+    snprintf(url, sizeof(url), "ipc://%s/nfq.sock", s->run_dir);
+    snprintf(threads, sizeof(threads), "%u", s->threads);
+    snprintf(base, sizeof(base), "%u", s->queue_base);
+    pid = fork();
+    if (pid == -1) {
+        int rv = -errno;
+        fgx_err("cannot fork the nfq worker: %s", strerror(errno));
+        return rv;
+    }
+    if (pid == 0) {
+        sigset_t all;
+
+        /* A worker must not outlive controld: a new controld spawns its own, and two workers
+         * cannot bind the same queues. */
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
+        if (getppid() != parent)
+            _exit(1);
+        sigemptyset(&all);
+        sigprocmask(SIG_SETMASK, &all, NULL);
+        signal(SIGPIPE, SIG_DFL);
+        signal(SIGTERM, SIG_DFL);
+        signal(SIGINT, SIG_DFL);
+        signal(SIGCHLD, SIG_DFL);
+        /* The LMDB environment, the pid-file lock and nng's sockets stay with controld. */
+        close_range(3, ~0u, 0);
+        execv(s->worker_path, argv);
+        fgx_err("cannot run %s: %s", s->worker_path, strerror(errno));
+        _exit(127);
+    }
+    s->pid = pid;
+    s->acked = false;
+    s->instance++;
+    s->started_ms = now_ms();
+    if (s->spawned_once)
+        s->restarts++;
+    s->spawned_once = true;
+    fgx_info("started nfqworker (pid %d, %u threads)", (int)pid, s->threads);
+    return 0;
+}
+
+int ctl_sup_start(const struct ctl_sup_config *cfg, struct ctl_sup **out)
+{
+    struct ctl_sup *s = calloc(1, sizeof(*s));
+    char url[PATH_MAX + 16];
+    int rv = -ENOMEM;
+
+    if (!s)
+        return -ENOMEM;
+    s->run_dir = strdup(cfg->run_dir);
+    s->log_level = strdup(cfg->log_level ? cfg->log_level : "info");
+    if (!s->run_dir || !s->log_level)
+        goto err;
+    if (cfg->worker_path) {
+        s->worker_path = strdup(cfg->worker_path);
+        if (!s->worker_path)
+            goto err;
+    } else {
+        rv = worker_path_default(&s->worker_path);
+        if (rv < 0)
+            goto err;
+    }
+    s->threads = cfg->threads ? cfg->threads : 1;
+    s->queue_base = cfg->queue_base;
+    s->backoff_ms = SUP_BACKOFF_MIN_MS;
+    snprintf(url, sizeof(url), "ipc://%s/nfq.sock", s->run_dir);
+    rv = fgx_chan_listen(url, FGX_CHAN_REQ, &s->chan);
+    if (rv < 0)
+        goto err;
+    rv = sup_spawn(s);
+    if (rv < 0)
+        s->restart_at_ms = now_ms() + s->backoff_ms;
+    *out = s;
+    return 0;
+err:
+    ctl_sup_stop(s);
+    return rv;
+}
+
+int ctl_sup_poll(struct ctl_sup *s, bool *respawned)
+{
+    uint64_t now = now_ms();
+    int status;
+
+    *respawned = false;
+    if (s->pid > 0) {
+        pid_t r = waitpid(s->pid, &status, WNOHANG);
+
+        if (r == 0)
+            return 0;
+        if (r == -1 && errno == EINTR)
+            return 0;
+        if (r == -1)
+            fgx_warn("nfqworker (pid %d) lost: %s", (int)s->pid, strerror(errno));
+        else if (WIFSIGNALED(status))
+            fgx_warn("nfqworker (pid %d) killed by signal %d", (int)s->pid, WTERMSIG(status));
+        else
+            fgx_warn("nfqworker (pid %d) exited with status %d", (int)s->pid, WEXITSTATUS(status));
+        s->pid = 0;
+        s->acked = false;
+        if (now - s->started_ms >= SUP_STABLE_MS)
+            s->backoff_ms = SUP_BACKOFF_MIN_MS;
+        s->restart_at_ms = now + s->backoff_ms;
+        fgx_info("restarting nfqworker in %llu ms", (unsigned long long)s->backoff_ms);
+        s->backoff_ms =
+            s->backoff_ms * 2 > SUP_BACKOFF_MAX_MS ? SUP_BACKOFF_MAX_MS : s->backoff_ms * 2;
+        return 0;
+    }
+    if (now < s->restart_at_ms)
+        return 0;
+    if (sup_spawn(s) < 0) {
+        s->restart_at_ms = now + s->backoff_ms;
+        return 0;
+    }
+    *respawned = true;
+    return 0;
+}
+
+/* One request, one decoded reply. */
+static int sup_call(struct ctl_sup *s, const struct fgx_dp_msg *req, int timeout_ms,
+                    struct fgx_dp_msg *reply)
+{
+    void *buf = NULL, *rbuf = NULL;
+    size_t len, rlen;
+    int rv;
+
+    rv = fgx_dp_encode(req, &buf, &len);
+    if (rv < 0) {
+        fgx_err("cannot encode a message for the nfq worker: %s", strerror(-rv));
+        return rv;
+    }
+    rv = fgx_chan_call(s->chan, buf, len, &rbuf, &rlen, timeout_ms);
+    free(buf);
+    if (rv < 0)
+        return rv;
+    rv = fgx_dp_decode(rbuf, rlen, reply);
+    free(rbuf);
+    if (rv < 0)
+        fgx_err("the nfq worker sent an undecodable reply");
+    return rv;
+}
+
+int ctl_sup_push(struct ctl_sup *s, const struct fgx_dp_ruleset *rs, int timeout_ms)
+{
+    struct fgx_dp_msg req = {.type = FGX_DP_RULESET, .u.ruleset = *rs};
+    struct fgx_dp_msg reply;
+    int rv;
+
+    if (s->pid <= 0) {
+        /* Nothing to wait for: the restarted worker gets the full ruleset anyway. */
+        fgx_warn("nfqworker is down; generation %llu goes to it when it is back",
+                 (unsigned long long)rs->generation);
+        return -ENOTCONN;
+    }
+    rv = sup_call(s, &req, timeout_ms, &reply);
+    if (rv < 0) {
+        fgx_warn("nfqworker did not confirm generation %llu: %s",
+                 (unsigned long long)rs->generation, strerror(-rv));
+        return rv;
+    }
+    if (reply.type == FGX_DP_ACK && reply.u.ack_generation == rs->generation) {
+        s->acked = true;
+        s->generation = reply.u.ack_generation;
+        fgx_debug("nfqworker applied generation %llu", (unsigned long long)s->generation);
+    } else if (reply.type == FGX_DP_ERROR) {
+        fgx_err("nfqworker refused generation %llu: %s", (unsigned long long)rs->generation,
+                reply.u.error ? reply.u.error : "no reason given");
+        rv = -EPROTO;
+    } else {
+        fgx_err("nfqworker answered generation %llu with an unexpected message",
+                (unsigned long long)rs->generation);
+        rv = -EPROTO;
+    }
+    fgx_dp_msg_release(&reply);
+    return rv;
+}
+
+int ctl_sup_stats(struct ctl_sup *s, int timeout_ms, struct fgx_dp_msg *out)
+{
+    struct fgx_dp_msg req = {.type = FGX_DP_STATS_REQUEST};
+    int rv;
+
+    if (s->pid <= 0 || fgx_chan_peers(s->chan) == 0)
+        return -ENOTCONN;
+    rv = sup_call(s, &req, timeout_ms, out);
+    if (rv < 0)
+        return rv;
+    if (out->type != FGX_DP_STATS) {
+        fgx_dp_msg_release(out);
+        return -EPROTO;
+    }
+    return 0;
+}
+
+void ctl_sup_info(const struct ctl_sup *s, struct ctl_sup_info *out)
+{
+    out->pid = s->pid;
+    out->state = s->pid <= 0 ? "down" : s->acked ? "running" : "starting";
+    out->generation = s->generation;
+    out->restarts = s->restarts;
+    out->instance = s->instance;
+}
+
+void ctl_sup_stop(struct ctl_sup *s)
+{
+    if (!s)
+        return;
+    if (s->pid > 0) {
+        uint64_t deadline = now_ms() + SUP_STOP_GRACE_MS;
+        pid_t r = 0;
+
+        kill(s->pid, SIGTERM);
+        while ((r = waitpid(s->pid, NULL, WNOHANG)) == 0 && now_ms() < deadline)
+            usleep(20000);
+        if (r == 0) {
+            fgx_warn("nfqworker (pid %d) ignored SIGTERM; killing it", (int)s->pid);
+            kill(s->pid, SIGKILL);
+            waitpid(s->pid, NULL, 0);
+        }
+        s->pid = 0;
+    }
+    fgx_chan_close(s->chan);
+    free(s->run_dir);
+    free(s->worker_path);
+    free(s->log_level);
+    free(s);
+}

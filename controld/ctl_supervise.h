@@ -1,0 +1,47 @@
+/* controld supervision stage: spawns the nfq worker beside controld's own binary, reaps and
+ * restarts it with backoff, and carries rulesets and statistics requests to it over the
+ * data-path channel (fgx/dp.h) on ipc://RUN_DIR/nfq.sock. */
+#ifndef CTL_SUPERVISE_H
+#define CTL_SUPERVISE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "fgx/dp.h"
+
+struct ctl_sup_config {
+    const char *run_dir;     /* borrowed */
+    const char *worker_path; /* borrowed; NULL: "nfqworker" beside /proc/self/exe */
+    const char *log_level;   /* borrowed; passed on as --log-level */
+    unsigned threads;
+    unsigned queue_base;
+};
+
+struct ctl_sup_info {
+    pid_t pid;           /* 0 when no worker runs */
+    const char *state;   /* "running", "starting" or "down" (static strings) */
+    uint64_t generation; /* last generation the worker acknowledged */
+    uint32_t restarts;
+    uint64_t instance; /* changes each time a new worker process is spawned */
+};
+
+struct ctl_sup;
+
+/* Listen on the worker channel and spawn the first worker. The config is copied. */
+int ctl_sup_start(const struct ctl_sup_config *cfg, struct ctl_sup **out);
+/* Periodic work: reap a dead worker, restart it once its backoff has passed. *respawned is set
+ * when a new worker was started: it needs the full ruleset. Never blocks. */
+int ctl_sup_poll(struct ctl_sup *s, bool *respawned);
+/* Push a ruleset and wait for the worker's ACK of its generation. Returns 0, -ETIMEDOUT,
+ * -ENOTCONN at once when no worker runs, or -EPROTO when the worker refused it (its reason
+ * logged). */
+int ctl_sup_push(struct ctl_sup *s, const struct fgx_dp_ruleset *rs, int timeout_ms);
+/* Ask for statistics; on success *out is a FGX_DP_STATS message to fgx_dp_msg_release().
+ * -ENOTCONN at once when no worker is connected. */
+int ctl_sup_stats(struct ctl_sup *s, int timeout_ms, struct fgx_dp_msg *out);
+void ctl_sup_info(const struct ctl_sup *s, struct ctl_sup_info *out);
+/* Stop the worker (SIGTERM, then SIGKILL after 2 s), close the channel, free. NULL: no-op. */
+void ctl_sup_stop(struct ctl_sup *s);
+
+#endif

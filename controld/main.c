@@ -1,0 +1,403 @@
+/* controld: parses options, daemonizes, wires the store, nftables, the worker supervisor and the
+ * control channel together, and runs the loop that serves fgexctl and supervises the worker. */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "controld/ctl_apply.h"
+#include "controld/ctl_nft.h"
+#include "controld/ctl_rpc.h"
+#include "controld/ctl_store.h"
+#include "controld/ctl_supervise.h"
+#include "fgx/chan.h"
+#include "fgx/dp.h"
+#include "fgx/log.h"
+
+#define LOOP_RECV_MS 100
+#define STATS_PERIOD_MS 1000
+#define STATS_TIMEOUT_MS 500
+#define RETRY_PERIOD_MS 5000
+#define RETRY_TIMEOUT_MS 1000
+
+struct opts {
+    const char *state_dir, *run_dir, *log_level;
+    unsigned threads, queue_base;
+    bool foreground;
+};
+
+static volatile sig_atomic_t stop_requested;
+
+static void on_stop(int sig)
+{
+    (void)sig;
+    stop_requested = 1;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: controld [--state-dir DIR] [--run-dir DIR] [--threads N] [--foreground]\n"
+            "                [--log-level error|warn|info|debug] [--queue-base B]\n"
+            "defaults: --state-dir /var/lib/fgex --run-dir /run/fgex --threads <online CPUs>\n"
+            "          --log-level info --queue-base %u\n",
+            FGX_QUEUE_BASE_DEFAULT);
+}
+
+static int parse_uint(const char *s, unsigned min, unsigned max, unsigned *out)
+{
+    char *end;
+    unsigned long v;
+
+    errno = 0;
+    v = strtoul(s, &end, 10);
+    if (errno || end == s || *end || v < min || v > max)
+        return -EINVAL;
+    *out = (unsigned)v;
+    return 0;
+}
+
+static int parse_opts(int argc, char **argv, struct opts *o)
+{
+    static const struct option longopts[] = {
+        {"state-dir", required_argument, NULL, 's'},
+        {"run-dir", required_argument, NULL, 'r'},
+        {"threads", required_argument, NULL, 't'},
+        {"foreground", no_argument, NULL, 'f'},
+        {"log-level", required_argument, NULL, 'l'},
+        {"queue-base", required_argument, NULL, 'q'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    enum fgx_log_level level;
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    int c;
+
+    *o = (struct opts){.state_dir = "/var/lib/fgex",
+                       .run_dir = "/run/fgex",
+                       .log_level = "info",
+                       .threads = ncpu > 0 ? (unsigned)ncpu : 1,
+                       .queue_base = FGX_QUEUE_BASE_DEFAULT};
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 's':
+            o->state_dir = optarg;
+            break;
+        case 'r':
+            o->run_dir = optarg;
+            break;
+        case 't':
+            if (parse_uint(optarg, 1, 256, &o->threads) < 0) {
+                fprintf(stderr, "controld: --threads takes 1..256, not \"%s\"\n", optarg);
+                return -EINVAL;
+            }
+            break;
+        case 'f':
+            o->foreground = true;
+            break;
+        case 'l':
+            if (fgx_log_level_parse(optarg, &level) < 0) {
+                fprintf(stderr, "controld: unknown log level \"%s\"\n", optarg);
+                return -EINVAL;
+            }
+            o->log_level = optarg;
+            break;
+        case 'q':
+            if (parse_uint(optarg, 0, 65000, &o->queue_base) < 0) {
+                fprintf(stderr, "controld: --queue-base takes 0..65000, not \"%s\"\n", optarg);
+                return -EINVAL;
+            }
+            break;
+        case 'h':
+            usage(stdout);
+            exit(0);
+        default:
+            usage(stderr);
+            return -EINVAL;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "controld: unexpected argument \"%s\"\n", argv[optind]);
+        usage(stderr);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+static int mkdir_p(const char *dir, mode_t mode)
+{
+    char path[4096];
+
+    if (snprintf(path, sizeof(path), "%s", dir) >= (int)sizeof(path))
+        return -ENAMETOOLONG;
+    for (char *p = path + 1;; p++) {
+        if (*p != '/' && *p != '\0')
+            continue;
+        char c = *p;
+        *p = '\0';
+        if (mkdir(path, mode) == -1 && errno != EEXIST) {
+            int rv = -errno;
+            fprintf(stderr, "controld: cannot create %s: %s\n", path, strerror(errno));
+            return rv;
+        }
+        *p = c;
+        if (c == '\0')
+            return 0;
+    }
+}
+
+/* Take the run directory's pid-file lock; a second controld on the same run dir is refused
+ * here, before it touches a socket. The lock lives as long as the open file description, which
+ * the daemon inherits across its forks. */
+static int pidfile_lock(const char *run_dir, int *fd_out)
+{
+    char path[4096], buf[32] = "";
+    int fd;
+
+    snprintf(path, sizeof(path), "%s/controld.pid", run_dir);
+    fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd == -1) {
+        int rv = -errno;
+        fprintf(stderr, "controld: cannot open %s: %s\n", path, strerror(errno));
+        return rv;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) == -1) {
+        int rv = errno == EWOULDBLOCK ? -EEXIST : -errno;
+        ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+        if (n > 0)
+            buf[n] = '\0';
+        buf[strcspn(buf, "\n")] = '\0';
+        if (rv == -EEXIST)
+            fprintf(stderr, "controld: already running (pid %s) with run dir %s; stop it first\n",
+                    buf[0] ? buf : "?", run_dir);
+        else
+            fprintf(stderr, "controld: cannot lock %s: %s\n", path, strerror(-rv));
+        close(fd);
+        return rv;
+    }
+    *fd_out = fd;
+    return 0;
+}
+
+static int pidfile_write(int fd)
+{
+    char buf[32];
+    int n = snprintf(buf, sizeof(buf), "%d\n", (int)getpid());
+
+    if (ftruncate(fd, 0) == -1 || pwrite(fd, buf, (size_t)n, 0) != n) {
+        fgx_err("cannot write the pid file: %s", strerror(errno));
+        return -errno;
+    }
+    return 0;
+}
+
+/* Double fork. The original process returns only in the daemon (with *ready_fd to write to
+ * once serving); the parent waits for that byte and exits 0, or 1 if the daemon died first. */
+static int daemonize(const char *run_dir, int *ready_fd)
+{
+    char logpath[4096];
+    int p[2], fd;
+    pid_t pid;
+
+    if (pipe2(p, O_CLOEXEC) == -1) {
+        perror("controld: pipe");
+        return -errno;
+    }
+    pid = fork();
+    if (pid == -1) {
+        perror("controld: fork");
+        return -errno;
+    }
+    if (pid > 0) {
+        char c;
+        ssize_t n;
+
+        close(p[1]);
+        do
+            n = read(p[0], &c, 1);
+        while (n == -1 && errno == EINTR);
+        if (n == 1)
+            exit(0);
+        fprintf(stderr, "controld: failed to start; see %s/controld.log\n", run_dir);
+        exit(1);
+    }
+    close(p[0]);
+    if (setsid() == -1)
+        _exit(1);
+    pid = fork();
+    if (pid == -1)
+        _exit(1);
+    if (pid > 0)
+        _exit(0);
+    if (chdir("/") == -1)
+        _exit(1);
+    snprintf(logpath, sizeof(logpath), "%s/controld.log", run_dir);
+    fd = open("/dev/null", O_RDWR);
+    if (fd != -1) {
+        dup2(fd, STDIN_FILENO);
+        dup2(fd, STDOUT_FILENO);
+        close(fd);
+    }
+    fd = open(logpath, O_WRONLY | O_CREAT | O_APPEND, 0640);
+    if (fd != -1) {
+        dup2(fd, STDERR_FILENO);
+        close(fd);
+    }
+    *ready_fd = p[1];
+    return 0;
+}
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void serve_one(struct ctl_ctx *ctx, struct fgx_chan *ctl, void *req, size_t len)
+{
+    void *reply = NULL;
+    size_t rlen = 0;
+    int rv;
+
+    rv = ctl_rpc_handle(ctx, req, len, &reply, &rlen);
+    if (rv < 0) {
+        fgx_err("cannot build a reply: %s", strerror(-rv));
+        return;
+    }
+    rv = fgx_chan_send(ctl, reply, rlen, 1000);
+    if (rv < 0)
+        fgx_warn("cannot send a reply to fgexctl: %s", strerror(-rv));
+    free(reply);
+}
+
+static void run_loop(struct ctl_ctx *ctx, struct ctl_sup *sup, struct fgx_chan *ctl)
+{
+    uint64_t next_stats = now_ms() + STATS_PERIOD_MS, next_retry = now_ms() + RETRY_PERIOD_MS;
+
+    while (!stop_requested) {
+        void *req = NULL;
+        size_t len = 0;
+        bool respawned = false;
+        int rv = fgx_chan_recv(ctl, &req, &len, LOOP_RECV_MS);
+
+        if (rv == 0) {
+            serve_one(ctx, ctl, req, len);
+            free(req);
+        } else if (rv != -ETIMEDOUT) {
+            fgx_warn("control channel: %s", strerror(-rv));
+            usleep(LOOP_RECV_MS * 1000);
+        }
+        ctl_sup_poll(sup, &respawned);
+        if (respawned && ctl_apply_full(ctx, CTL_PUSH_TIMEOUT_MS) < 0)
+            fgx_warn("the restarted nfqworker did not take the ruleset yet");
+        if (ctx->worker_stale && now_ms() >= next_retry) {
+            /* A worker that missed a generation would filter by an old set: resend it all. */
+            if (ctl_apply_full(ctx, RETRY_TIMEOUT_MS) == 0)
+                fgx_info("the nfqworker confirmed the current ruleset");
+            next_retry = now_ms() + RETRY_PERIOD_MS;
+        }
+        if (now_ms() >= next_stats) {
+            ctl_stats_refresh(ctx, STATS_TIMEOUT_MS);
+            next_stats = now_ms() + STATS_PERIOD_MS;
+        }
+    }
+}
+
+int main(int argc, char **argv)
+{
+    struct ctl_ctx ctx = {0};
+    struct ctl_nft *nft = NULL;
+    struct ctl_sup *sup = NULL;
+    struct fgx_chan *ctl = NULL;
+    struct opts o;
+    enum fgx_log_level level;
+    struct sigaction sa;
+    char url[4200];
+    int pidfd = -1, ready_fd = -1, rv, status = 1;
+
+    if (parse_opts(argc, argv, &o) < 0)
+        return 2;
+    fgx_log_level_parse(o.log_level, &level);
+    fgx_log_init("controld", level);
+    if (mkdir_p(o.run_dir, 0755) < 0 || pidfile_lock(o.run_dir, &pidfd) < 0)
+        return 1;
+    if (!o.foreground && daemonize(o.run_dir, &ready_fd) < 0)
+        return 1;
+    if (pidfile_write(pidfd) < 0)
+        goto out;
+
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_stop;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    sa.sa_handler = SIG_IGN;
+    sigaction(SIGPIPE, &sa, NULL);
+
+    rv = ctl_store_open(o.state_dir, 0, &ctx.store);
+    if (rv < 0)
+        goto out;
+    rv = ctl_nft_open(&(struct ctl_nft_config){.queue_base = o.queue_base, .nthreads = o.threads},
+                      &nft);
+    if (rv < 0) {
+        fgx_err("cannot open nftables: %s", strerror(-rv));
+        goto out;
+    }
+    rv = ctl_sup_start(&(struct ctl_sup_config){.run_dir = o.run_dir,
+                                                .log_level = o.log_level,
+                                                .threads = o.threads,
+                                                .queue_base = o.queue_base},
+                       &sup);
+    if (rv < 0)
+        goto out;
+    ctx.nft = nft;
+    ctx.sup = sup;
+    ctx.started = (uint64_t)time(NULL);
+    ctx.threads = o.threads;
+    snprintf(url, sizeof(url), "ipc://%s/control.sock", o.run_dir);
+    rv = fgx_chan_listen(url, FGX_CHAN_REP, &ctl);
+    if (rv < 0)
+        goto out;
+    /* Worker first, rules second: a restarted controld filters again before anyone asks. */
+    if (ctl_apply_full(&ctx, CTL_PUSH_TIMEOUT_MS) < 0)
+        fgx_warn("the nfqworker has not confirmed the ruleset yet; it will get it when it is up");
+    fgx_info("controld %s listening on %s (queues from %u, %u threads, %s queue)", CTL_VERSION, url,
+             o.queue_base, o.threads, ctl_nft_native_queue(nft) ? "native" : "compat");
+    if (ready_fd != -1) {
+        char c = 1;
+        if (write(ready_fd, &c, 1) != 1)
+            fgx_warn("cannot tell the parent process that controld is up");
+        close(ready_fd);
+        ready_fd = -1;
+    }
+    run_loop(&ctx, sup, ctl);
+    fgx_info("stopping");
+    status = 0;
+out:
+    fgx_chan_close(ctl);
+    /* Rules first: once nothing is queued, stopping the worker drops no packet in flight. */
+    if (nft && ctl_nft_clear(nft) < 0)
+        status = 1;
+    ctl_sup_stop(sup);
+    ctl_nft_close(nft);
+    ctl_ctx_release(&ctx);
+    ctl_store_close(ctx.store);
+    if (pidfd != -1) {
+        char path[4200];
+        snprintf(path, sizeof(path), "%s/controld.pid", o.run_dir);
+        unlink(path);
+        close(pidfd);
+    }
+    if (ready_fd != -1)
+        close(ready_fd);
+    return status;
+}
