@@ -1,0 +1,889 @@
+/* fgexctl input stage: argv -> one control.proto Request. A table of commands says which
+ * positional arguments and options each takes; options may come anywhere after the
+ * subcommand, and `--` ends them so a regex may start with '-'. Values are checked here when
+ * the client can judge them (ports, enumerations, addresses); controld judges the rest. */
+#include "cli_args.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- usage texts ------------------------------------------------------------------------- */
+
+/* One line of source per line of help keeps the texts readable. */
+/* clang-format off */
+
+#define SERVICE_HELP_NOTE "SERVICE is a service id or name.\n"
+
+static const char usage_main[] =
+    "usage: fgexctl [-c URL] [--json] COMMAND [ARGS...]\n"
+    "\n"
+    "Commands:\n"
+    "  status                                   version, uptime, services and workers\n"
+    "  service add NAME --proto tcp|udp --port N [--ip ADDR|CIDR]\n"
+    "              [--layer nfqueue|proxy] [--fail-open]\n"
+    "  service list\n"
+    "  service show|start|stop|rm SERVICE\n"
+    "  service rename SERVICE NEWNAME\n"
+    "  service set SERVICE [--port N] [--ip ADDR|CIDR|any] [--proto tcp|udp]\n"
+    "              [--layer nfqueue|proxy] [--fail-open on|off]\n"
+    "  filter add SERVICE REGEX [--dir c2s|s2c|both] [--nocase]\n"
+    "  filter list SERVICE\n"
+    "  filter enable|disable|rm FILTER\n"
+    "  help [COMMAND [SUBCOMMAND]]\n"
+    "\n"
+    "Options:\n"
+    "  -c, --connect URL  controld's control socket (default: $FGEX_URL, else\n"
+    "                     " CLI_DEFAULT_URL ")\n"
+    "  --json             print one JSON document on stdout\n"
+    "  -h, --help         this help; `fgexctl COMMAND --help` for one command\n"
+    "\n"
+    "SERVICE is a service id or name; FILTER is a filter id. Options may follow the\n"
+    "arguments; `--` ends the options (for a regex that starts with '-').\n"
+    "\n"
+    "Exit status: 0 ok, 1 error, 2 usage, 3 not found, 4 invalid argument, 5 exists,\n"
+    "6 stored but not confirmed by the worker.\n";
+
+static const char usage_status[] =
+    "usage: fgexctl status\n"
+    "\n"
+    "Show controld's version and uptime, the number of services, and its workers.\n";
+
+static const char usage_service[] =
+    "usage: fgexctl service COMMAND ...\n"
+    "\n"
+    "Commands:\n"
+    "  add NAME --proto tcp|udp --port N [--ip ADDR|CIDR] [--layer nfqueue|proxy] [--fail-open]\n"
+    "  list\n"
+    "  show SERVICE\n"
+    "  start SERVICE\n"
+    "  stop SERVICE\n"
+    "  rm SERVICE\n"
+    "  rename SERVICE NEWNAME\n"
+    "  set SERVICE [--port N] [--ip ADDR|CIDR|any] [--proto tcp|udp] [--layer nfqueue|proxy]\n"
+    "      [--fail-open on|off]\n"
+    "\n" SERVICE_HELP_NOTE "`fgexctl service COMMAND --help` for one command.\n";
+
+static const char usage_service_add[] =
+    "usage: fgexctl service add NAME --proto tcp|udp --port N [--ip ADDR|CIDR]\n"
+    "                           [--layer nfqueue|proxy] [--fail-open]\n"
+    "\n"
+    "Define a service (it starts active) and print it.\n"
+    "\n"
+    "  --proto tcp|udp         the service's transport protocol (required)\n"
+    "  --port N                its port, 1..65535 (required)\n"
+    "  --ip ADDR|CIDR          only this address or prefix (default: every address of\n"
+    "                          both families)\n"
+    "  --layer nfqueue|proxy   where its traffic is filtered (default: nfqueue)\n"
+    "  --fail-open             let traffic pass unfiltered when the worker cannot take it\n"
+    "                          (default: drop it)\n";
+
+static const char usage_service_list[] =
+    "usage: fgexctl service list\n"
+    "\n"
+    "List every service with its status, filter count and blocked count.\n";
+
+static const char usage_service_show[] =
+    "usage: fgexctl service show SERVICE\n"
+    "\n"
+    "Show one service: its settings, status and counters.\n" SERVICE_HELP_NOTE;
+
+static const char usage_service_start[] =
+    "usage: fgexctl service start SERVICE\n"
+    "\n"
+    "Start filtering a service's traffic.\n" SERVICE_HELP_NOTE;
+
+static const char usage_service_stop[] =
+    "usage: fgexctl service stop SERVICE\n"
+    "\n"
+    "Stop filtering a service: its traffic passes untouched, "
+    "its filters are kept.\n" SERVICE_HELP_NOTE;
+
+static const char usage_service_rm[] =
+    "usage: fgexctl service rm SERVICE\n"
+    "\n"
+    "Remove a service and all its filters.\n" SERVICE_HELP_NOTE;
+
+static const char usage_service_rename[] =
+    "usage: fgexctl service rename SERVICE NEWNAME\n"
+    "\n"
+    "Rename a service.\n" SERVICE_HELP_NOTE;
+
+static const char usage_service_set[] =
+    "usage: fgexctl service set SERVICE [--port N] [--ip ADDR|CIDR|any] [--proto tcp|udp]\n"
+    "                               [--layer nfqueue|proxy] [--fail-open on|off]\n"
+    "\n"
+    "Change a service's settings; at least one option is needed. `--ip any` (or\n"
+    "`--ip ''`) matches every address of both families.\n" SERVICE_HELP_NOTE;
+
+static const char usage_filter[] =
+    "usage: fgexctl filter COMMAND ...\n"
+    "\n"
+    "Commands:\n"
+    "  add SERVICE REGEX [--dir c2s|s2c|both] [--nocase]\n"
+    "  list SERVICE\n"
+    "  enable FILTER\n"
+    "  disable FILTER\n"
+    "  rm FILTER\n"
+    "\n"
+    "SERVICE is a service id or name; FILTER is a filter id.\n"
+                                   "`fgexctl filter COMMAND --help` for one command.\n";
+
+static const char usage_filter_add[] =
+    "usage: fgexctl filter add SERVICE REGEX [--dir c2s|s2c|both] [--nocase]\n"
+    "\n"
+    "Add a regex to a service: from the moment this returns, a TCP connection whose\n"
+    "stream matches is reset, a UDP datagram that matches is dropped. An invalid\n"
+    "regex is refused and nothing is stored.\n"
+    "\n"
+    "  --dir c2s|s2c|both   which direction to scan: client to server, server to\n"
+    "                       client, or both (default: both)\n"
+    "  --nocase             match case-insensitively\n"
+    "\n"
+    "Put `--` before a regex that starts with '-'. " SERVICE_HELP_NOTE;
+
+static const char usage_filter_list[] =
+    "usage: fgexctl filter list SERVICE\n"
+    "\n"
+    "List a service's filters with their blocked counts.\n" SERVICE_HELP_NOTE;
+
+static const char usage_filter_enable[] =
+    "usage: fgexctl filter enable FILTER\n"
+    "\n"
+    "Enable a disabled filter. FILTER is a filter id.\n";
+
+static const char usage_filter_disable[] =
+    "usage: fgexctl filter disable FILTER\n"
+    "\n"
+    "Disable a filter without removing it. FILTER is a filter id.\n";
+
+static const char usage_filter_rm[] =
+    "usage: fgexctl filter rm FILTER\n"
+    "\n"
+    "Remove a filter. FILTER is a filter id.\n";
+
+/* clang-format on */
+
+/* ---- the command table ------------------------------------------------------------------- */
+
+enum opt_bit {
+    OPT_PROTO = 1u << 0,
+    OPT_PORT = 1u << 1,
+    OPT_IP = 1u << 2,
+    OPT_LAYER = 1u << 3,
+    OPT_FAIL_OPEN_FLAG = 1u << 4, /* service add: --fail-open [=on|off] */
+    OPT_FAIL_OPEN_ARG = 1u << 5,  /* service set: --fail-open on|off */
+    OPT_DIR = 1u << 6,
+    OPT_NOCASE = 1u << 7,
+};
+
+enum opt_arg {
+    ARG_NONE,
+    ARG_REQUIRED,
+    ARG_OPTIONAL, /* only as --opt=VALUE */
+};
+
+struct opt_def {
+    const char *name;
+    unsigned bit;
+    enum opt_arg arg;
+};
+
+#define NOPTS 8
+
+/* Index i of this table is the slot where the value of option bit 1 << i is kept. */
+static const struct opt_def opt_defs[NOPTS] = {
+    {"--proto", OPT_PROTO, ARG_REQUIRED},
+    {"--port", OPT_PORT, ARG_REQUIRED},
+    {"--ip", OPT_IP, ARG_REQUIRED},
+    {"--layer", OPT_LAYER, ARG_REQUIRED},
+    {"--fail-open", OPT_FAIL_OPEN_FLAG, ARG_OPTIONAL},
+    {"--fail-open", OPT_FAIL_OPEN_ARG, ARG_REQUIRED},
+    {"--dir", OPT_DIR, ARG_REQUIRED},
+    {"--nocase", OPT_NOCASE, ARG_NONE},
+};
+
+struct cmd_spec {
+    const char *group; /* "service", "filter", or NULL for a top-level command */
+    const char *name;
+    Fgx__Ctl__Request__ReqCase req;
+    int npos; /* exact number of positional arguments */
+    const char *pos_names[2];
+    unsigned opts;
+    const char *usage;
+};
+
+static const struct cmd_spec cmd_specs[] = {
+    {NULL, "status", FGX__CTL__REQUEST__REQ_STATUS, 0, {NULL, NULL}, 0, usage_status},
+    {"service",
+     "add",
+     FGX__CTL__REQUEST__REQ_SERVICE_ADD,
+     1,
+     {"NAME", NULL},
+     OPT_PROTO | OPT_PORT | OPT_IP | OPT_LAYER | OPT_FAIL_OPEN_FLAG,
+     usage_service_add},
+    {"service",
+     "list",
+     FGX__CTL__REQUEST__REQ_SERVICE_LIST,
+     0,
+     {NULL, NULL},
+     0,
+     usage_service_list},
+    {"service",
+     "show",
+     FGX__CTL__REQUEST__REQ_SERVICE_SHOW,
+     1,
+     {"SERVICE", NULL},
+     0,
+     usage_service_show},
+    {"service",
+     "start",
+     FGX__CTL__REQUEST__REQ_SERVICE_START,
+     1,
+     {"SERVICE", NULL},
+     0,
+     usage_service_start},
+    {"service",
+     "stop",
+     FGX__CTL__REQUEST__REQ_SERVICE_STOP,
+     1,
+     {"SERVICE", NULL},
+     0,
+     usage_service_stop},
+    {"service", "rm", FGX__CTL__REQUEST__REQ_SERVICE_RM, 1, {"SERVICE", NULL}, 0, usage_service_rm},
+    {"service",
+     "rename",
+     FGX__CTL__REQUEST__REQ_SERVICE_RENAME,
+     2,
+     {"SERVICE", "NEWNAME"},
+     0,
+     usage_service_rename},
+    {"service",
+     "set",
+     FGX__CTL__REQUEST__REQ_SERVICE_SET,
+     1,
+     {"SERVICE", NULL},
+     OPT_PORT | OPT_IP | OPT_PROTO | OPT_LAYER | OPT_FAIL_OPEN_ARG,
+     usage_service_set},
+    {"filter",
+     "add",
+     FGX__CTL__REQUEST__REQ_FILTER_ADD,
+     2,
+     {"SERVICE", "REGEX"},
+     OPT_DIR | OPT_NOCASE,
+     usage_filter_add},
+    {"filter",
+     "list",
+     FGX__CTL__REQUEST__REQ_FILTER_LIST,
+     1,
+     {"SERVICE", NULL},
+     0,
+     usage_filter_list},
+    {"filter",
+     "enable",
+     FGX__CTL__REQUEST__REQ_FILTER_ENABLE,
+     1,
+     {"FILTER", NULL},
+     0,
+     usage_filter_enable},
+    {"filter",
+     "disable",
+     FGX__CTL__REQUEST__REQ_FILTER_DISABLE,
+     1,
+     {"FILTER", NULL},
+     0,
+     usage_filter_disable},
+    {"filter", "rm", FGX__CTL__REQUEST__REQ_FILTER_RM, 1, {"FILTER", NULL}, 0, usage_filter_rm},
+};
+
+#define NSPECS (sizeof(cmd_specs) / sizeof(cmd_specs[0]))
+
+/* What the scan of a subcommand's arguments found, before any value is interpreted. */
+struct args_raw {
+    const char *pos[2];
+    int npos;
+    const char *val[NOPTS]; /* NULL: option not given; "" for a flag given without value */
+};
+
+/* ---- helpers ----------------------------------------------------------------------------- */
+
+static int fail(struct cli_cmd *cmd, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int fail(struct cli_cmd *cmd, int code, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    (void)vsnprintf(cmd->err, sizeof(cmd->err), fmt, ap);
+    va_end(ap);
+    cmd->exit_code = code;
+    return -EINVAL;
+}
+
+/* A usage error in a known command, with a pointer to its help. */
+static int fail_usage(struct cli_cmd *cmd, const struct cmd_spec *spec, const char *what)
+{
+    if (spec->group)
+        return fail(cmd, CLI_EXIT_USAGE, "%s %s: %s (see 'fgexctl %s %s --help')", spec->group,
+                    spec->name, what, spec->group, spec->name);
+    return fail(cmd, CLI_EXIT_USAGE, "%s: %s (see 'fgexctl %s --help')", spec->name, what,
+                spec->name);
+}
+
+static bool is_help(const char *a)
+{
+    return strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0;
+}
+
+static bool all_digits(const char *s)
+{
+    if (!*s)
+        return false;
+    for (; *s; s++)
+        if (*s < '0' || *s > '9')
+            return false;
+    return true;
+}
+
+int cli_args_port(const char *s, unsigned *out)
+{
+    unsigned long v;
+
+    /* strtoul alone would take " 80", "+80" and "-1" (as a huge number). */
+    if (!all_digits(s) || strlen(s) > 5)
+        return -EINVAL;
+    v = strtoul(s, NULL, 10);
+    if (v < 1 || v > 65535)
+        return -EINVAL;
+    *out = (unsigned)v;
+    return 0;
+}
+
+const char *cli_args_usage(void)
+{
+    return usage_main;
+}
+
+/* A light check of an address or prefix, so a typo is caught before it reaches controld
+ * (which checks it again, host bits included). */
+static bool ip_valid(const char *s)
+{
+    char addr[INET6_ADDRSTRLEN + 1];
+    unsigned char bin[16];
+    const char *slash = strchr(s, '/');
+    size_t alen = slash ? (size_t)(slash - s) : strlen(s);
+    int max;
+
+    if (alen == 0 || alen >= sizeof(addr))
+        return false;
+    memcpy(addr, s, alen);
+    addr[alen] = '\0';
+    if (inet_pton(AF_INET, addr, bin) == 1)
+        max = 32;
+    else if (inet_pton(AF_INET6, addr, bin) == 1)
+        max = 128;
+    else
+        return false;
+    if (!slash)
+        return true;
+    return all_digits(slash + 1) && strlen(slash + 1) <= 3 && atoi(slash + 1) <= max;
+}
+
+/* "", "any" and "*" all mean every address of both families, sent as "". */
+static int parse_ip(struct cli_cmd *cmd, const char *s, char **out)
+{
+    if (*s == '\0' || strcmp(s, "any") == 0 || strcmp(s, "*") == 0) {
+        *out = (char *)"";
+        return 0;
+    }
+    if (!ip_valid(s))
+        return fail(cmd, CLI_EXIT_INVALID,
+                    "invalid --ip '%s': expected an IPv4 or IPv6 address or prefix "
+                    "(10.0.0.2, 10.0.0.0/24, fd00::/64)",
+                    s);
+    *out = (char *)s;
+    return 0;
+}
+
+static int parse_port(struct cli_cmd *cmd, const char *s, uint32_t *out)
+{
+    unsigned port;
+
+    if (cli_args_port(s, &port) < 0)
+        return fail(cmd, CLI_EXIT_INVALID, "invalid port '%s': must be a number from 1 to 65535",
+                    s);
+    *out = port;
+    return 0;
+}
+
+static int parse_proto(struct cli_cmd *cmd, const char *s, Fgx__Ctl__Proto *out)
+{
+    if (strcmp(s, "tcp") == 0)
+        *out = FGX__CTL__PROTO__PROTO_TCP;
+    else if (strcmp(s, "udp") == 0)
+        *out = FGX__CTL__PROTO__PROTO_UDP;
+    else
+        return fail(cmd, CLI_EXIT_INVALID, "invalid --proto '%s': must be tcp or udp", s);
+    return 0;
+}
+
+static int parse_layer(struct cli_cmd *cmd, const char *s, Fgx__Ctl__Layer *out)
+{
+    if (strcmp(s, "nfqueue") == 0)
+        *out = FGX__CTL__LAYER__LAYER_NFQUEUE;
+    else if (strcmp(s, "proxy") == 0)
+        *out = FGX__CTL__LAYER__LAYER_PROXY;
+    else
+        return fail(cmd, CLI_EXIT_INVALID, "invalid --layer '%s': must be nfqueue or proxy", s);
+    return 0;
+}
+
+static int parse_dir(struct cli_cmd *cmd, const char *s, Fgx__Ctl__Dir *out)
+{
+    if (strcmp(s, "both") == 0)
+        *out = FGX__CTL__DIR__DIR_BOTH;
+    else if (strcmp(s, "c2s") == 0)
+        *out = FGX__CTL__DIR__DIR_C2S;
+    else if (strcmp(s, "s2c") == 0)
+        *out = FGX__CTL__DIR__DIR_S2C;
+    else
+        return fail(cmd, CLI_EXIT_INVALID, "invalid --dir '%s': must be c2s, s2c or both", s);
+    return 0;
+}
+
+static int parse_onoff(struct cli_cmd *cmd, const char *s, protobuf_c_boolean *out)
+{
+    if (strcmp(s, "on") == 0 || strcmp(s, "yes") == 0 || strcmp(s, "true") == 0)
+        *out = 1;
+    else if (strcmp(s, "off") == 0 || strcmp(s, "no") == 0 || strcmp(s, "false") == 0)
+        *out = 0;
+    else
+        return fail(cmd, CLI_EXIT_INVALID, "invalid --fail-open '%s': must be on or off", s);
+    return 0;
+}
+
+/* A name that is all digits could never be referred to: numbers are read as ids. */
+static int check_name(struct cli_cmd *cmd, const char *name)
+{
+    if (!name || *name == '\0')
+        return fail(cmd, CLI_EXIT_INVALID, "a service name cannot be empty");
+    if (all_digits(name))
+        return fail(cmd, CLI_EXIT_INVALID,
+                    "invalid service name '%s': a number would be read as a service id", name);
+    return 0;
+}
+
+static int check_ref(struct cli_cmd *cmd, const struct cmd_spec *spec, const char *ref)
+{
+    if (!ref || *ref == '\0')
+        return fail(cmd, CLI_EXIT_INVALID, "%s %s: empty %s", spec->group, spec->name,
+                    spec->pos_names[0]);
+    return 0;
+}
+
+/* ---- scanning ---------------------------------------------------------------------------- */
+
+/* -c URL, --connect URL, --connect=URL, and -cURL when glued is allowed (not after the
+ * subcommand, where "-cat" is more likely a regex missing its `--`). Returns 1 if argv[*i] was
+ * one (and consumed its value, advancing *i), 0 if not, or -EINVAL. */
+static int scan_connect(struct cli_cmd *cmd, int argc, char **argv, int *i, bool glued)
+{
+    const char *a = argv[*i];
+
+    if (strcmp(a, "-c") == 0 || strcmp(a, "--connect") == 0) {
+        if (*i + 1 >= argc)
+            return fail(cmd, CLI_EXIT_USAGE, "option %s needs a URL (see 'fgexctl --help')", a);
+        cmd->url = argv[++*i];
+        return 1;
+    }
+    if (strncmp(a, "--connect=", 10) == 0) {
+        cmd->url = a + 10;
+        return 1;
+    }
+    if (glued && strncmp(a, "-c", 2) == 0 && a[2] != '\0') {
+        cmd->url = a + 2;
+        return 1;
+    }
+    return 0;
+}
+
+static const struct opt_def *opt_find(const char *name, size_t namelen, unsigned allowed,
+                                      size_t *slot)
+{
+    for (size_t k = 0; k < NOPTS; k++) {
+        if ((opt_defs[k].bit & allowed) && strlen(opt_defs[k].name) == namelen &&
+            strncmp(opt_defs[k].name, name, namelen) == 0) {
+            *slot = k;
+            return &opt_defs[k];
+        }
+    }
+    return NULL;
+}
+
+/* Sort a subcommand's arguments (argv[first..argc)) into positionals and options. */
+static int scan_args(struct cli_cmd *cmd, const struct cmd_spec *spec, int argc, char **argv,
+                     int first, struct args_raw *raw)
+{
+    char what[160];
+    bool opts_done = false;
+    int rc;
+
+    memset(raw, 0, sizeof(*raw));
+    for (int i = first; i < argc; i++) {
+        const char *a = argv[i];
+
+        if (!opts_done && a[0] == '-' && a[1] != '\0') {
+            const struct opt_def *od;
+            const char *eq;
+            size_t slot;
+
+            if (strcmp(a, "--") == 0) {
+                opts_done = true;
+                continue;
+            }
+            if (strcmp(a, "--json") == 0) {
+                cmd->json = true;
+                continue;
+            }
+            rc = scan_connect(cmd, argc, argv, &i, false);
+            if (rc < 0)
+                return rc;
+            if (rc > 0)
+                continue;
+            eq = strchr(a, '=');
+            od = opt_find(a, eq ? (size_t)(eq - a) : strlen(a), spec->opts, &slot);
+            if (!od) {
+                (void)snprintf(what, sizeof(what), "unknown option '%.*s'%s",
+                               (int)(eq ? (size_t)(eq - a) : strlen(a)), a,
+                               (spec->npos > 0) ? "; put '--' before an argument starting with '-'"
+                                                : "");
+                return fail_usage(cmd, spec, what);
+            }
+            if (od->arg == ARG_NONE && eq) {
+                (void)snprintf(what, sizeof(what), "option %s takes no value", od->name);
+                return fail_usage(cmd, spec, what);
+            }
+            if (eq) {
+                raw->val[slot] = eq + 1;
+            } else if (od->arg == ARG_REQUIRED) {
+                if (i + 1 >= argc) {
+                    (void)snprintf(what, sizeof(what), "option %s needs a value", od->name);
+                    return fail_usage(cmd, spec, what);
+                }
+                raw->val[slot] = argv[++i];
+            } else {
+                raw->val[slot] = "";
+            }
+            continue;
+        }
+        if (raw->npos >= spec->npos) {
+            (void)snprintf(what, sizeof(what), "unexpected argument '%.60s'", a);
+            return fail_usage(cmd, spec, what);
+        }
+        raw->pos[raw->npos++] = a;
+    }
+    if (raw->npos < spec->npos) {
+        (void)snprintf(what, sizeof(what), "missing %s", spec->pos_names[raw->npos]);
+        return fail_usage(cmd, spec, what);
+    }
+    return 0;
+}
+
+static const char *raw_opt(const struct args_raw *raw, unsigned bit)
+{
+    for (size_t k = 0; k < NOPTS; k++)
+        if (opt_defs[k].bit == bit)
+            return raw->val[k];
+    return NULL;
+}
+
+/* ---- building the request ---------------------------------------------------------------- */
+
+static int build_service_add(struct cli_cmd *cmd, const struct cmd_spec *spec,
+                             const struct args_raw *raw)
+{
+    Fgx__Ctl__ServiceAdd *m = &cmd->m.service_add;
+    const char *v;
+    int rc;
+
+    fgx__ctl__service_add__init(m);
+    rc = check_name(cmd, raw->pos[0]);
+    if (rc < 0)
+        return rc;
+    m->name = (char *)raw->pos[0];
+    if (!raw_opt(raw, OPT_PROTO))
+        return fail_usage(cmd, spec, "missing --proto tcp|udp");
+    if (!raw_opt(raw, OPT_PORT))
+        return fail_usage(cmd, spec, "missing --port N");
+    rc = parse_proto(cmd, raw_opt(raw, OPT_PROTO), &m->proto);
+    if (rc == 0)
+        rc = parse_port(cmd, raw_opt(raw, OPT_PORT), &m->port);
+    if (rc == 0 && (v = raw_opt(raw, OPT_IP)))
+        rc = parse_ip(cmd, v, &m->ip);
+    if (rc == 0 && (v = raw_opt(raw, OPT_LAYER))) {
+        rc = parse_layer(cmd, v, &m->layer);
+        m->has_layer = 1;
+    }
+    if (rc == 0 && (v = raw_opt(raw, OPT_FAIL_OPEN_FLAG))) {
+        m->fail_open = 1;
+        if (*v)
+            rc = parse_onoff(cmd, v, &m->fail_open);
+        m->has_fail_open = 1;
+    }
+    if (rc < 0)
+        return rc;
+    cmd->req.service_add = m;
+    return 0;
+}
+
+static int build_service_set(struct cli_cmd *cmd, const struct cmd_spec *spec,
+                             const struct args_raw *raw)
+{
+    Fgx__Ctl__ServiceSet *m = &cmd->m.service_set;
+    const char *v;
+    int rc;
+
+    fgx__ctl__service_set__init(m);
+    rc = check_ref(cmd, spec, raw->pos[0]);
+    if (rc < 0)
+        return rc;
+    m->ref = (char *)raw->pos[0];
+    if ((v = raw_opt(raw, OPT_PORT))) {
+        rc = parse_port(cmd, v, &m->port);
+        m->has_port = 1;
+    }
+    if (rc == 0 && (v = raw_opt(raw, OPT_IP)))
+        rc = parse_ip(cmd, v, &m->ip);
+    if (rc == 0 && (v = raw_opt(raw, OPT_PROTO))) {
+        rc = parse_proto(cmd, v, &m->proto);
+        m->has_proto = 1;
+    }
+    if (rc == 0 && (v = raw_opt(raw, OPT_LAYER))) {
+        rc = parse_layer(cmd, v, &m->layer);
+        m->has_layer = 1;
+    }
+    if (rc == 0 && (v = raw_opt(raw, OPT_FAIL_OPEN_ARG))) {
+        rc = parse_onoff(cmd, v, &m->fail_open);
+        m->has_fail_open = 1;
+    }
+    if (rc < 0)
+        return rc;
+    if (!m->has_port && !m->ip && !m->has_proto && !m->has_layer && !m->has_fail_open)
+        return fail_usage(cmd, spec, "nothing to change");
+    cmd->req.service_set = m;
+    return 0;
+}
+
+static int build_filter_add(struct cli_cmd *cmd, const struct cmd_spec *spec,
+                            const struct args_raw *raw)
+{
+    Fgx__Ctl__FilterAdd *m = &cmd->m.filter_add;
+    const char *v;
+    int rc;
+
+    fgx__ctl__filter_add__init(m);
+    rc = check_ref(cmd, spec, raw->pos[0]);
+    if (rc < 0)
+        return rc;
+    if (!raw->pos[1] || raw->pos[1][0] == '\0')
+        return fail(cmd, CLI_EXIT_INVALID, "filter add: the regex is empty");
+    m->service = (char *)raw->pos[0];
+    m->regex = (char *)raw->pos[1];
+    if ((v = raw_opt(raw, OPT_DIR))) {
+        rc = parse_dir(cmd, v, &m->dir);
+        if (rc < 0)
+            return rc;
+        m->has_dir = 1;
+    }
+    if (raw_opt(raw, OPT_NOCASE)) {
+        m->has_nocase = 1;
+        m->nocase = 1;
+    }
+    cmd->req.filter_add = m;
+    return 0;
+}
+
+static int build_request(struct cli_cmd *cmd, const struct cmd_spec *spec,
+                         const struct args_raw *raw)
+{
+    Fgx__Ctl__Request *r = &cmd->req;
+    int rc = 0;
+
+    r->req_case = spec->req;
+    switch (spec->req) {
+    case FGX__CTL__REQUEST__REQ_STATUS:
+    case FGX__CTL__REQUEST__REQ_SERVICE_LIST:
+        fgx__ctl__empty__init(&cmd->m.empty);
+        /* The two Empty members share their place in the union. */
+        r->status = &cmd->m.empty;
+        break;
+    case FGX__CTL__REQUEST__REQ_SERVICE_ADD:
+        rc = build_service_add(cmd, spec, raw);
+        break;
+    case FGX__CTL__REQUEST__REQ_SERVICE_SET:
+        rc = build_service_set(cmd, spec, raw);
+        break;
+    case FGX__CTL__REQUEST__REQ_FILTER_ADD:
+        rc = build_filter_add(cmd, spec, raw);
+        break;
+    case FGX__CTL__REQUEST__REQ_SERVICE_RENAME:
+        fgx__ctl__service_rename__init(&cmd->m.service_rename);
+        rc = check_ref(cmd, spec, raw->pos[0]);
+        if (rc == 0)
+            rc = check_name(cmd, raw->pos[1]);
+        cmd->m.service_rename.ref = (char *)raw->pos[0];
+        cmd->m.service_rename.name = (char *)raw->pos[1];
+        r->service_rename = &cmd->m.service_rename;
+        break;
+    default:
+        /* Every other command takes one Ref, and all Ref members share their place. */
+        fgx__ctl__ref__init(&cmd->m.ref);
+        rc = check_ref(cmd, spec, raw->pos[0]);
+        cmd->m.ref.ref = (char *)raw->pos[0];
+        r->service_show = &cmd->m.ref;
+        break;
+    }
+    if (rc < 0)
+        fgx__ctl__request__init(r);
+    return rc;
+}
+
+/* ---- the parse --------------------------------------------------------------------------- */
+
+static const char *group_usage(const char *group)
+{
+    return strcmp(group, "service") == 0 ? usage_service : usage_filter;
+}
+
+static bool is_group(const char *w)
+{
+    return strcmp(w, "service") == 0 || strcmp(w, "filter") == 0;
+}
+
+/* Find the command named by words w[0..n) ("status", or "service" "add"). Returns NULL and sets
+ * *nused to the words it recognised (a group alone is 1). */
+static const struct cmd_spec *spec_find(char **w, int n, int *nused)
+{
+    *nused = 0;
+    if (n < 1)
+        return NULL;
+    if (is_group(w[0])) {
+        *nused = 1;
+        if (n < 2)
+            return NULL;
+        for (size_t k = 0; k < NSPECS; k++) {
+            if (cmd_specs[k].group && strcmp(cmd_specs[k].group, w[0]) == 0 &&
+                strcmp(cmd_specs[k].name, w[1]) == 0) {
+                *nused = 2;
+                return &cmd_specs[k];
+            }
+        }
+        return NULL;
+    }
+    for (size_t k = 0; k < NSPECS; k++) {
+        if (!cmd_specs[k].group && strcmp(cmd_specs[k].name, w[0]) == 0) {
+            *nused = 1;
+            return &cmd_specs[k];
+        }
+    }
+    return NULL;
+}
+
+/* `fgexctl help [COMMAND [SUBCOMMAND]]` */
+static int parse_help(struct cli_cmd *cmd, int argc, char **argv, int first)
+{
+    const struct cmd_spec *spec;
+    int n = argc - first, used;
+
+    if (n == 0) {
+        cmd->help = usage_main;
+        return 0;
+    }
+    spec = spec_find(argv + first, n, &used);
+    if (spec && n == used) {
+        cmd->help = spec->usage;
+        return 0;
+    }
+    if (!spec && used == 1 && n == 1) {
+        cmd->help = group_usage(argv[first]);
+        return 0;
+    }
+    return fail(cmd, CLI_EXIT_USAGE, "help: no such command '%s%s%s' (see 'fgexctl --help')",
+                argv[first], n > 1 ? " " : "", n > 1 ? argv[first + 1] : "");
+}
+
+int cli_args_parse(int argc, char **argv, const char *env_url, struct cli_cmd *cmd)
+{
+    const struct cmd_spec *spec;
+    struct args_raw raw;
+    int i, used, rc;
+
+    memset(cmd, 0, sizeof(*cmd));
+    fgx__ctl__request__init(&cmd->req);
+    cmd->url = (env_url && *env_url) ? env_url : CLI_DEFAULT_URL;
+
+    /* Global options, up to the command word. */
+    for (i = 1; i < argc; i++) {
+        const char *a = argv[i];
+
+        if (a[0] != '-' || a[1] == '\0')
+            break;
+        if (strcmp(a, "--") == 0) {
+            i++;
+            break;
+        }
+        if (is_help(a)) {
+            cmd->help = usage_main;
+            return 0;
+        }
+        if (strcmp(a, "--json") == 0) {
+            cmd->json = true;
+            continue;
+        }
+        rc = scan_connect(cmd, argc, argv, &i, true);
+        if (rc < 0)
+            return rc;
+        if (rc == 0)
+            return fail(cmd, CLI_EXIT_USAGE, "unknown option '%s' (see 'fgexctl --help')", a);
+    }
+    if (i >= argc) {
+        cmd->help = usage_main;
+        return 0;
+    }
+    if (strcmp(argv[i], "help") == 0)
+        return parse_help(cmd, argc, argv, i + 1);
+
+    spec = spec_find(argv + i, argc - i, &used);
+    if (!spec) {
+        if (used == 0)
+            return fail(cmd, CLI_EXIT_USAGE, "unknown command '%s' (see 'fgexctl --help')",
+                        argv[i]);
+        if (i + 1 >= argc || is_help(argv[i + 1])) {
+            if (i + 1 < argc) {
+                cmd->help = group_usage(argv[i]);
+                return 0;
+            }
+            return fail(cmd, CLI_EXIT_USAGE, "%s: missing command (see 'fgexctl %s --help')",
+                        argv[i], argv[i]);
+        }
+        return fail(cmd, CLI_EXIT_USAGE, "%s: unknown command '%s' (see 'fgexctl %s --help')",
+                    argv[i], argv[i + 1], argv[i]);
+    }
+    i += used;
+
+    /* --help anywhere before `--` wins over everything else on the line. */
+    for (int k = i; k < argc && strcmp(argv[k], "--") != 0; k++) {
+        if (is_help(argv[k])) {
+            cmd->help = spec->usage;
+            return 0;
+        }
+    }
+    rc = scan_args(cmd, spec, argc, argv, i, &raw);
+    if (rc < 0)
+        return rc;
+    return build_request(cmd, spec, &raw);
+}

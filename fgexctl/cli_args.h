@@ -1,0 +1,55 @@
+/* fgexctl input stage: the command line, turned into one control.proto Request (or a help
+ * text), with no I/O, so tests can check it argument by argument. cli_rpc.c sends what it
+ * builds; cli_fmt.c prints the Reply. */
+#ifndef CLI_ARGS_H
+#define CLI_ARGS_H
+
+#include <stdbool.h>
+
+#include "control.pb-c.h"
+
+#define CLI_DEFAULT_URL "ipc:///run/fgex/control.sock"
+#define CLI_PROG "fgexctl"
+
+/* fgexctl's exit status (docs/fgexctl.md). */
+enum cli_exit {
+    CLI_EXIT_OK = 0,
+    CLI_EXIT_ERROR = 1,       /* controld failed, or could not be reached */
+    CLI_EXIT_USAGE = 2,       /* the command line does not parse */
+    CLI_EXIT_NOT_FOUND = 3,   /* no such service or filter */
+    CLI_EXIT_INVALID = 4,     /* a value is invalid: bad port, bad regex, ... */
+    CLI_EXIT_EXISTS = 5,      /* name or port already taken */
+    CLI_EXIT_UNAVAILABLE = 6, /* stored, but the worker did not confirm it */
+};
+
+struct cli_cmd {
+    const char *url;  /* -c URL, else $FGEX_URL, else CLI_DEFAULT_URL; borrowed */
+    bool json;        /* --json */
+    const char *help; /* set: print this on stdout and exit 0; req is not set */
+    int exit_code;    /* after a failed parse: CLI_EXIT_USAGE or CLI_EXIT_INVALID */
+    char err[320];    /* after a failed parse: the one-line reason, without "fgexctl: " */
+    /* Ready to pack. Its strings point into argv and its sub-message into m below, so the
+     * cli_cmd and argv must outlive it; nothing in it is to be freed. */
+    Fgx__Ctl__Request req;
+    union {
+        Fgx__Ctl__Empty empty;
+        Fgx__Ctl__Ref ref;
+        Fgx__Ctl__ServiceAdd service_add;
+        Fgx__Ctl__ServiceRename service_rename;
+        Fgx__Ctl__ServiceSet service_set;
+        Fgx__Ctl__FilterAdd filter_add;
+    } m;
+};
+
+/* Parse argv (argv[0] is the program). env_url is $FGEX_URL or NULL (passed in so the parse
+ * depends on nothing but its arguments). Returns 0 with cmd->req set or cmd->help set, or
+ * -EINVAL with cmd->exit_code and cmd->err set. */
+int cli_args_parse(int argc, char **argv, const char *env_url, struct cli_cmd *cmd);
+
+/* Parse a port, 1..65535, digits only. Returns 0 or -EINVAL. */
+int cli_args_port(const char *s, unsigned *out);
+
+/* The top-level usage text. */
+const char *cli_args_usage(void);
+
+#endif

@@ -1,0 +1,626 @@
+/* fgexctl output stage: what controld replied, printed. Humans get aligned tables and
+ * key/value blocks with every string escaped for the terminal; `--json` gets one document
+ * whose shape is fixed per command (docs/fgexctl.md), for scripts. */
+#include "cli_fmt.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli_args.h"
+#include "cli_json.h"
+
+/* ---- small conversions ------------------------------------------------------------------- */
+
+static const char *proto_name(Fgx__Ctl__Proto p)
+{
+    return p == FGX__CTL__PROTO__PROTO_UDP ? "udp" : "tcp";
+}
+
+static const char *layer_name(Fgx__Ctl__Layer l)
+{
+    return l == FGX__CTL__LAYER__LAYER_PROXY ? "proxy" : "nfqueue";
+}
+
+static const char *dir_name(Fgx__Ctl__Dir d)
+{
+    switch (d) {
+    case FGX__CTL__DIR__DIR_C2S:
+        return "c2s";
+    case FGX__CTL__DIR__DIR_S2C:
+        return "s2c";
+    default:
+        return "both";
+    }
+}
+
+static const char *yesno(bool b)
+{
+    return b ? "yes" : "no";
+}
+
+int cli_fmt_exit_code(Fgx__Ctl__Code code)
+{
+    switch (code) {
+    case FGX__CTL__CODE__CODE_OK:
+        return CLI_EXIT_OK;
+    case FGX__CTL__CODE__CODE_INVALID:
+        return CLI_EXIT_INVALID;
+    case FGX__CTL__CODE__CODE_NOT_FOUND:
+        return CLI_EXIT_NOT_FOUND;
+    case FGX__CTL__CODE__CODE_EXISTS:
+        return CLI_EXIT_EXISTS;
+    case FGX__CTL__CODE__CODE_UNAVAILABLE:
+        return CLI_EXIT_UNAVAILABLE;
+    default:
+        return CLI_EXIT_ERROR;
+    }
+}
+
+size_t cli_fmt_escape(const char *s, char *buf, size_t len)
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t n = 0;
+
+    for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
+        char tmp[4];
+        size_t k = 0;
+
+        if (*p >= 0x20 && *p < 0x7f) {
+            tmp[k++] = (char)*p;
+        } else {
+            tmp[k++] = '\\';
+            tmp[k++] = 'x';
+            tmp[k++] = hex[*p >> 4];
+            tmp[k++] = hex[*p & 0xf];
+        }
+        for (size_t i = 0; i < k; i++, n++)
+            if (len > 0 && n < len - 1)
+                buf[n] = tmp[i];
+    }
+    if (len > 0)
+        buf[n < len ? n : len - 1] = '\0';
+    return n;
+}
+
+/* The escaped copy of s, malloc'd and owned by the caller; NULL when out of memory. */
+static char *escape_dup(const char *s)
+{
+    size_t need = cli_fmt_escape(s, NULL, 0) + 1;
+    char *buf = malloc(need);
+
+    if (buf)
+        cli_fmt_escape(s, buf, need);
+    return buf;
+}
+
+void cli_fmt_duration(uint64_t secs, char *buf, size_t len)
+{
+    uint64_t d = secs / 86400, h = secs / 3600 % 24, m = secs / 60 % 60, s = secs % 60;
+
+    if (d)
+        (void)snprintf(buf, len, "%" PRIu64 "d %" PRIu64 "h %" PRIu64 "m %" PRIu64 "s", d, h, m, s);
+    else if (h)
+        (void)snprintf(buf, len, "%" PRIu64 "h %" PRIu64 "m %" PRIu64 "s", h, m, s);
+    else if (m)
+        (void)snprintf(buf, len, "%" PRIu64 "m %" PRIu64 "s", m, s);
+    else
+        (void)snprintf(buf, len, "%" PRIu64 "s", s);
+}
+
+void cli_fmt_error(FILE *f, const Fgx__Ctl__Reply *rep)
+{
+    const char *why = rep->error;
+    char line[512];
+
+    if (!why || !*why) {
+        switch (rep->code) {
+        case FGX__CTL__CODE__CODE_INVALID:
+            why = "invalid argument";
+            break;
+        case FGX__CTL__CODE__CODE_NOT_FOUND:
+            why = "not found";
+            break;
+        case FGX__CTL__CODE__CODE_EXISTS:
+            why = "already exists";
+            break;
+        case FGX__CTL__CODE__CODE_UNAVAILABLE:
+            why = "stored, but the worker did not confirm the change";
+            break;
+        default:
+            why = "controld failed without a reason";
+            break;
+        }
+    }
+    /* A regex quoted in the reason must not break the one line (or the terminal). */
+    cli_fmt_escape(why, line, sizeof(line));
+    (void)fprintf(f, CLI_PROG ": %s\n", line);
+}
+
+/* ---- tables ------------------------------------------------------------------------------ */
+
+#define TABLE_MAX_COLS 12
+
+struct table {
+    size_t ncols;
+    const char *const *heads;
+    unsigned right; /* bit i: column i is right-aligned (numbers) */
+    char **cells;   /* row-major, malloc'd */
+    size_t n, cap;
+    bool oom;
+};
+
+static void table_init(struct table *t, const char *const *heads, size_t ncols, unsigned right)
+{
+    memset(t, 0, sizeof(*t));
+    t->heads = heads;
+    t->ncols = ncols < TABLE_MAX_COLS ? ncols : TABLE_MAX_COLS;
+    t->right = right;
+}
+
+/* Takes ownership of cell (NULL records the failure). */
+static void table_push(struct table *t, char *cell)
+{
+    if (!cell || t->oom) {
+        t->oom = true;
+        free(cell);
+        return;
+    }
+    if (t->n == t->cap) {
+        size_t cap = t->cap ? t->cap * 2 : 64;
+        char **cells = realloc(t->cells, cap * sizeof(*cells));
+        if (!cells) {
+            t->oom = true;
+            free(cell);
+            return;
+        }
+        t->cells = cells;
+        t->cap = cap;
+    }
+    t->cells[t->n++] = cell;
+}
+
+static void table_addf(struct table *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void table_addf(struct table *t, const char *fmt, ...)
+{
+    va_list ap;
+    char *cell = NULL;
+
+    va_start(ap, fmt);
+    if (vasprintf(&cell, fmt, ap) == -1)
+        cell = NULL;
+    va_end(ap);
+    table_push(t, cell);
+}
+
+static void table_add_str(struct table *t, const char *s)
+{
+    table_push(t, escape_dup(s));
+}
+
+static int table_print(FILE *f, struct table *t)
+{
+    size_t w[TABLE_MAX_COLS] = {0};
+
+    if (t->oom)
+        return -ENOMEM;
+    if (t->ncols == 0)
+        return 0;
+    for (size_t c = 0; c < t->ncols; c++)
+        w[c] = strlen(t->heads[c]);
+    for (size_t i = 0; i < t->n; i++) {
+        size_t l = strlen(t->cells[i]);
+        if (l > w[i % t->ncols])
+            w[i % t->ncols] = l;
+    }
+    for (size_t i = 0; i < t->n + t->ncols; i++) {
+        size_t c = i % t->ncols;
+        const char *s = i < t->ncols ? t->heads[c] : t->cells[i - t->ncols];
+        bool last = c == t->ncols - 1;
+
+        if (t->right & (1u << c))
+            (void)fprintf(f, "%*s", (int)w[c], s);
+        else if (last)
+            (void)fputs(s, f); /* no trailing blanks after the last column (the regex) */
+        else
+            (void)fprintf(f, "%-*s", (int)w[c], s);
+        (void)fputs(last ? "\n" : "  ", f);
+    }
+    return 0;
+}
+
+static void table_release(struct table *t)
+{
+    for (size_t i = 0; i < t->n; i++)
+        free(t->cells[i]);
+    free(t->cells);
+    t->cells = NULL;
+    t->n = t->cap = 0;
+}
+
+/* ---- human output ------------------------------------------------------------------------ */
+
+static void kv(FILE *f, const char *key, const char *val)
+{
+    (void)fprintf(f, "%-11s%s\n", key, val);
+}
+
+static void kv_u64(FILE *f, const char *key, uint64_t v)
+{
+    (void)fprintf(f, "%-11s%" PRIu64 "\n", key, v);
+}
+
+static void kv_str(FILE *f, const char *key, const char *s)
+{
+    char buf[1024];
+
+    cli_fmt_escape(s, buf, sizeof(buf));
+    kv(f, key, buf);
+}
+
+static const char *ip_text(const char *ip)
+{
+    return (ip && *ip) ? ip : "any";
+}
+
+static void human_service(FILE *f, const Fgx__Ctl__Service *s)
+{
+    kv_u64(f, "id:", s->id);
+    kv_str(f, "name:", s->name);
+    kv(f, "proto:", proto_name(s->proto));
+    kv_str(f, "ip:", ip_text(s->ip));
+    kv_u64(f, "port:", s->port);
+    kv(f, "layer:", layer_name(s->layer));
+    kv(f, "status:", s->active ? "active" : "stopped");
+    kv(f, "fail-open:", yesno(s->fail_open));
+    kv_u64(f, "filters:", s->filters);
+    kv_u64(f, "blocked:", s->blocked);
+}
+
+static void human_filter(FILE *f, const Fgx__Ctl__Filter *fl)
+{
+    kv_u64(f, "id:", fl->id);
+    kv_u64(f, "service:", fl->service_id);
+    kv_str(f, "regex:", fl->regex);
+    kv(f, "dir:", dir_name(fl->dir));
+    kv(f, "nocase:", yesno(fl->nocase));
+    kv(f, "active:", yesno(fl->active));
+    kv_u64(f, "blocked:", fl->blocked);
+}
+
+static int human_service_table(FILE *f, const Fgx__Ctl__Reply *rep)
+{
+    static const char *const heads[] = {"ID",    "NAME",   "PROTO",     "IP",      "PORT",
+                                        "LAYER", "STATUS", "FAIL-OPEN", "FILTERS", "BLOCKED"};
+    struct table t;
+    int rc;
+
+    if (rep->n_services == 0) {
+        (void)fputs("no services (add one with 'fgexctl service add')\n", f);
+        return 0;
+    }
+    table_init(&t, heads, 10, 1u << 0 | 1u << 4 | 1u << 8 | 1u << 9);
+    for (size_t i = 0; i < rep->n_services; i++) {
+        const Fgx__Ctl__Service *s = rep->services[i];
+
+        table_addf(&t, "%" PRIu32, s->id);
+        table_add_str(&t, s->name);
+        table_addf(&t, "%s", proto_name(s->proto));
+        table_add_str(&t, ip_text(s->ip));
+        table_addf(&t, "%" PRIu32, s->port);
+        table_addf(&t, "%s", layer_name(s->layer));
+        table_addf(&t, "%s", s->active ? "active" : "stopped");
+        table_addf(&t, "%s", yesno(s->fail_open));
+        table_addf(&t, "%" PRIu32, s->filters);
+        table_addf(&t, "%" PRIu64, s->blocked);
+    }
+    rc = table_print(f, &t);
+    table_release(&t);
+    return rc;
+}
+
+static int human_filter_table(FILE *f, const Fgx__Ctl__Reply *rep)
+{
+    static const char *const heads[] = {"ID", "DIR", "NOCASE", "ACTIVE", "BLOCKED", "REGEX"};
+    struct table t;
+    int rc;
+
+    if (rep->n_filters == 0) {
+        (void)fputs("no filters (add one with 'fgexctl filter add')\n", f);
+        return 0;
+    }
+    table_init(&t, heads, 6, 1u << 0 | 1u << 4);
+    for (size_t i = 0; i < rep->n_filters; i++) {
+        const Fgx__Ctl__Filter *fl = rep->filters[i];
+
+        table_addf(&t, "%" PRIu32, fl->id);
+        table_addf(&t, "%s", dir_name(fl->dir));
+        table_addf(&t, "%s", yesno(fl->nocase));
+        table_addf(&t, "%s", yesno(fl->active));
+        table_addf(&t, "%" PRIu64, fl->blocked);
+        table_add_str(&t, fl->regex);
+    }
+    rc = table_print(f, &t);
+    table_release(&t);
+    return rc;
+}
+
+static int human_status(FILE *f, const Fgx__Ctl__Status *st)
+{
+    static const char *const heads[] = {"KIND", "PID", "STATE", "GENERATION", "RESTARTS"};
+    struct table t;
+    char up[64], line[64];
+    int rc;
+
+    cli_fmt_duration(st->uptime, up, sizeof(up));
+    kv_str(f, "version:", st->version);
+    kv(f, "uptime:", up);
+    (void)snprintf(line, sizeof(line), "%" PRIu32 " (%" PRIu32 " active)", st->services,
+                   st->services_active);
+    kv(f, "services:", line);
+    if (st->queue_mode && *st->queue_mode)
+        kv_str(f, "queue:", st->queue_mode);
+    if (st->has_threads)
+        kv_u64(f, "threads:", st->threads);
+    if (st->n_workers == 0) {
+        kv(f, "workers:", "none");
+        return 0;
+    }
+    (void)fputc('\n', f);
+    table_init(&t, heads, 5, 1u << 1 | 1u << 3 | 1u << 4);
+    for (size_t i = 0; i < st->n_workers; i++) {
+        const Fgx__Ctl__Worker *w = st->workers[i];
+
+        table_add_str(&t, w->kind);
+        table_addf(&t, "%" PRId32, w->pid);
+        table_add_str(&t, w->state);
+        table_addf(&t, "%" PRIu64, w->generation);
+        table_addf(&t, "%" PRIu32, w->restarts);
+    }
+    rc = table_print(f, &t);
+    table_release(&t);
+    return rc;
+}
+
+/* The service or filter a rm removed: from the reply, else the id given on the command line.
+ * Returns false when neither says. */
+static bool removed_id(const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep, uint32_t *out)
+{
+    const char *ref = req->service_rm->ref; /* filter_rm shares the union slot */
+    char *end;
+    unsigned long v;
+
+    if (req->req_case == FGX__CTL__REQUEST__REQ_SERVICE_RM && rep->n_services > 0) {
+        *out = rep->services[0]->id;
+        return true;
+    }
+    if (req->req_case == FGX__CTL__REQUEST__REQ_FILTER_RM && rep->n_filters > 0) {
+        *out = rep->filters[0]->id;
+        return true;
+    }
+    if (!ref || *ref < '0' || *ref > '9')
+        return false;
+    errno = 0;
+    v = strtoul(ref, &end, 10);
+    if (*end || errno || v > UINT32_MAX)
+        return false;
+    *out = (uint32_t)v;
+    return true;
+}
+
+static int human_reply(FILE *f, const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep)
+{
+    uint32_t id;
+
+    switch (req->req_case) {
+    case FGX__CTL__REQUEST__REQ_STATUS:
+        return rep->status ? human_status(f, rep->status) : 0;
+    case FGX__CTL__REQUEST__REQ_SERVICE_LIST:
+        return human_service_table(f, rep);
+    case FGX__CTL__REQUEST__REQ_FILTER_LIST:
+        return human_filter_table(f, rep);
+    case FGX__CTL__REQUEST__REQ_SERVICE_RM:
+        if (rep->n_services > 0) {
+            char name[256];
+            cli_fmt_escape(rep->services[0]->name, name, sizeof(name));
+            (void)fprintf(f, "removed service %" PRIu32 " (%s)\n", rep->services[0]->id, name);
+        } else if (removed_id(req, rep, &id)) {
+            (void)fprintf(f, "removed service %" PRIu32 "\n", id);
+        } else {
+            (void)fputs("removed\n", f);
+        }
+        return 0;
+    case FGX__CTL__REQUEST__REQ_FILTER_RM:
+        if (removed_id(req, rep, &id))
+            (void)fprintf(f, "removed filter %" PRIu32 "\n", id);
+        else
+            (void)fputs("removed\n", f);
+        return 0;
+    case FGX__CTL__REQUEST__REQ_SERVICE_ADD:
+    case FGX__CTL__REQUEST__REQ_SERVICE_SHOW:
+    case FGX__CTL__REQUEST__REQ_SERVICE_START:
+    case FGX__CTL__REQUEST__REQ_SERVICE_STOP:
+    case FGX__CTL__REQUEST__REQ_SERVICE_RENAME:
+    case FGX__CTL__REQUEST__REQ_SERVICE_SET:
+        if (rep->n_services > 0)
+            human_service(f, rep->services[0]);
+        /* show: the service's filters too, when controld sends them. */
+        if (req->req_case == FGX__CTL__REQUEST__REQ_SERVICE_SHOW && rep->n_filters > 0) {
+            (void)fputc('\n', f);
+            return human_filter_table(f, rep);
+        }
+        return 0;
+    case FGX__CTL__REQUEST__REQ_FILTER_ADD:
+    case FGX__CTL__REQUEST__REQ_FILTER_ENABLE:
+    case FGX__CTL__REQUEST__REQ_FILTER_DISABLE:
+        if (rep->n_filters > 0)
+            human_filter(f, rep->filters[0]);
+        return 0;
+    default:
+        return 0;
+    }
+}
+
+/* ---- JSON output ------------------------------------------------------------------------- */
+
+static void json_service(struct cli_json *j, const Fgx__Ctl__Service *s)
+{
+    cli_json_obj_begin(j);
+    cli_json_key(j, "id");
+    cli_json_u64(j, s->id);
+    cli_json_key(j, "name");
+    cli_json_str(j, s->name);
+    cli_json_key(j, "proto");
+    cli_json_str(j, proto_name(s->proto));
+    cli_json_key(j, "ip");
+    cli_json_str(j, s->ip ? s->ip : "");
+    cli_json_key(j, "port");
+    cli_json_u64(j, s->port);
+    cli_json_key(j, "layer");
+    cli_json_str(j, layer_name(s->layer));
+    cli_json_key(j, "status");
+    cli_json_str(j, s->active ? "active" : "stopped");
+    cli_json_key(j, "fail_open");
+    cli_json_bool(j, s->fail_open);
+    cli_json_key(j, "filters");
+    cli_json_u64(j, s->filters);
+    cli_json_key(j, "blocked");
+    cli_json_u64(j, s->blocked);
+    cli_json_obj_end(j);
+}
+
+static void json_filter(struct cli_json *j, const Fgx__Ctl__Filter *fl)
+{
+    cli_json_obj_begin(j);
+    cli_json_key(j, "id");
+    cli_json_u64(j, fl->id);
+    cli_json_key(j, "service_id");
+    cli_json_u64(j, fl->service_id);
+    cli_json_key(j, "regex");
+    cli_json_str(j, fl->regex);
+    cli_json_key(j, "dir");
+    cli_json_str(j, dir_name(fl->dir));
+    cli_json_key(j, "nocase");
+    cli_json_bool(j, fl->nocase);
+    cli_json_key(j, "active");
+    cli_json_bool(j, fl->active);
+    cli_json_key(j, "blocked");
+    cli_json_u64(j, fl->blocked);
+    cli_json_obj_end(j);
+}
+
+static void json_status(struct cli_json *j, const Fgx__Ctl__Status *st)
+{
+    cli_json_obj_begin(j);
+    cli_json_key(j, "version");
+    cli_json_str(j, st->version);
+    cli_json_key(j, "uptime");
+    cli_json_u64(j, st->uptime);
+    cli_json_key(j, "services");
+    cli_json_u64(j, st->services);
+    cli_json_key(j, "services_active");
+    cli_json_u64(j, st->services_active);
+    cli_json_key(j, "queue_mode");
+    if (st->queue_mode)
+        cli_json_str(j, st->queue_mode);
+    else
+        cli_json_null(j);
+    cli_json_key(j, "threads");
+    if (st->has_threads)
+        cli_json_u64(j, st->threads);
+    else
+        cli_json_null(j);
+    cli_json_key(j, "workers");
+    cli_json_arr_begin(j);
+    for (size_t i = 0; i < st->n_workers; i++) {
+        const Fgx__Ctl__Worker *w = st->workers[i];
+
+        cli_json_obj_begin(j);
+        cli_json_key(j, "kind");
+        cli_json_str(j, w->kind);
+        cli_json_key(j, "pid");
+        cli_json_i64(j, w->pid);
+        cli_json_key(j, "state");
+        cli_json_str(j, w->state);
+        cli_json_key(j, "generation");
+        cli_json_u64(j, w->generation);
+        cli_json_key(j, "restarts");
+        cli_json_u64(j, w->restarts);
+        cli_json_obj_end(j);
+    }
+    cli_json_arr_end(j);
+    cli_json_obj_end(j);
+}
+
+static void json_reply(struct cli_json *j, const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep)
+{
+    uint32_t id;
+
+    switch (req->req_case) {
+    case FGX__CTL__REQUEST__REQ_STATUS:
+        if (rep->status)
+            json_status(j, rep->status);
+        else
+            cli_json_null(j);
+        break;
+    case FGX__CTL__REQUEST__REQ_SERVICE_LIST:
+        cli_json_arr_begin(j);
+        for (size_t i = 0; i < rep->n_services; i++)
+            json_service(j, rep->services[i]);
+        cli_json_arr_end(j);
+        break;
+    case FGX__CTL__REQUEST__REQ_FILTER_LIST:
+        cli_json_arr_begin(j);
+        for (size_t i = 0; i < rep->n_filters; i++)
+            json_filter(j, rep->filters[i]);
+        cli_json_arr_end(j);
+        break;
+    case FGX__CTL__REQUEST__REQ_SERVICE_RM:
+    case FGX__CTL__REQUEST__REQ_FILTER_RM:
+        cli_json_obj_begin(j);
+        cli_json_key(j, "removed");
+        if (removed_id(req, rep, &id))
+            cli_json_u64(j, id);
+        else
+            cli_json_null(j);
+        cli_json_obj_end(j);
+        break;
+    case FGX__CTL__REQUEST__REQ_FILTER_ADD:
+    case FGX__CTL__REQUEST__REQ_FILTER_ENABLE:
+    case FGX__CTL__REQUEST__REQ_FILTER_DISABLE:
+        if (rep->n_filters > 0)
+            json_filter(j, rep->filters[0]);
+        else
+            cli_json_null(j);
+        break;
+    default:
+        /* The service commands: the service concerned. */
+        if (rep->n_services > 0)
+            json_service(j, rep->services[0]);
+        else
+            cli_json_null(j);
+        break;
+    }
+    cli_json_end(j);
+}
+
+int cli_fmt_reply(FILE *f, const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep, bool json)
+{
+    struct cli_json j;
+    int rc = 0;
+
+    if (req->req_case == FGX__CTL__REQUEST__REQ__NOT_SET)
+        return 0;
+    if (json) {
+        cli_json_init(&j, f);
+        json_reply(&j, req, rep);
+    } else {
+        rc = human_reply(f, req, rep);
+    }
+    if (rc == 0 && (fflush(f) == EOF || ferror(f)))
+        rc = -EIO;
+    return rc;
+}

@@ -1,0 +1,32 @@
+/* fgexctl output stage: a control.proto Reply rendered for a human (aligned tables, key/value
+ * blocks) or for a script (one JSON document), with no I/O but the FILE* it is given. */
+#ifndef CLI_FMT_H
+#define CLI_FMT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "control.pb-c.h"
+
+/* Print the result of req carried by rep (code OK, or UNAVAILABLE: stored but unconfirmed) to
+ * f, as JSON when json is set. Returns 0, or -EIO when f reports a write error. */
+int cli_fmt_reply(FILE *f, const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep, bool json);
+
+/* Print "fgexctl: REASON\n" for a reply whose code is not OK: controld's one-line error with
+ * control bytes escaped, or a generic reason for the code when it sent none. */
+void cli_fmt_error(FILE *f, const Fgx__Ctl__Reply *rep);
+
+/* fgexctl's exit status (enum cli_exit) for a reply code. */
+int cli_fmt_exit_code(Fgx__Ctl__Code code);
+
+/* Copy s to buf (always terminated, truncated to fit), with bytes that are not printable ASCII
+ * written as \xNN, so a regex or name cannot garble a terminal. Returns the length the full
+ * escaped text needs, as snprintf does. */
+size_t cli_fmt_escape(const char *s, char *buf, size_t len);
+
+/* "3d 4h 5m 6s", leading zero units left out ("42s", "5m 0s"). */
+void cli_fmt_duration(uint64_t secs, char *buf, size_t len);
+
+#endif

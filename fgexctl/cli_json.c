@@ -1,0 +1,184 @@
+/* fgexctl output stage: the JSON writer behind `--json` (cli_fmt.c drives it). Scripts parse
+ * what it prints, so every string is escaped into valid JSON whatever bytes it holds. */
+#include "cli_json.h"
+
+#include <inttypes.h>
+
+void cli_json_init(struct cli_json *j, FILE *f)
+{
+    j->f = f;
+    j->depth = 0;
+    j->after_key = false;
+    j->first[0] = true;
+}
+
+/* Separate this value from the previous one at the same level. */
+static void json_sep(struct cli_json *j)
+{
+    if (j->after_key) {
+        j->after_key = false;
+        return;
+    }
+    if (!j->first[j->depth])
+        (void)fputc(',', j->f);
+    j->first[j->depth] = false;
+}
+
+static void json_open(struct cli_json *j, char c)
+{
+    json_sep(j);
+    (void)fputc(c, j->f);
+    /* Deeper levels than cli_fmt.c ever writes still produce valid text, with shared state. */
+    if (j->depth < CLI_JSON_MAX_DEPTH - 1)
+        j->depth++;
+    j->first[j->depth] = true;
+}
+
+static void json_close(struct cli_json *j, char c)
+{
+    (void)fputc(c, j->f);
+    if (j->depth > 0)
+        j->depth--;
+}
+
+void cli_json_obj_begin(struct cli_json *j)
+{
+    json_open(j, '{');
+}
+
+void cli_json_obj_end(struct cli_json *j)
+{
+    json_close(j, '}');
+}
+
+void cli_json_arr_begin(struct cli_json *j)
+{
+    json_open(j, '[');
+}
+
+void cli_json_arr_end(struct cli_json *j)
+{
+    json_close(j, ']');
+}
+
+void cli_json_key(struct cli_json *j, const char *key)
+{
+    json_sep(j);
+    cli_json_write_string(j->f, key);
+    (void)fputc(':', j->f);
+    j->after_key = true;
+}
+
+/* Length of the valid UTF-8 sequence at s (lead byte >= 0x80), or 0 if it is not one. Overlong
+ * forms, surrogates and code points above U+10FFFF are refused, as JSON parsers refuse them. */
+static int utf8_len(const unsigned char *s)
+{
+    unsigned char c = s[0];
+    int n;
+    uint32_t cp;
+
+    if (c >= 0xc2 && c <= 0xdf) {
+        n = 2;
+        cp = c & 0x1f;
+    } else if (c >= 0xe0 && c <= 0xef) {
+        n = 3;
+        cp = c & 0x0f;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+        n = 4;
+        cp = c & 0x07;
+    } else {
+        return 0;
+    }
+    for (int i = 1; i < n; i++) {
+        if ((s[i] & 0xc0) != 0x80)
+            return 0;
+        cp = (cp << 6) | (s[i] & 0x3f);
+    }
+    if ((n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000) || cp > 0x10ffff ||
+        (cp >= 0xd800 && cp <= 0xdfff))
+        return 0;
+    return n;
+}
+
+void cli_json_write_string(FILE *f, const char *s)
+{
+    const unsigned char *p = (const unsigned char *)(s ? s : "");
+
+    (void)fputc('"', f);
+    while (*p) {
+        unsigned char c = *p;
+        int n;
+
+        switch (c) {
+        case '"':
+            (void)fputs("\\\"", f);
+            break;
+        case '\\':
+            (void)fputs("\\\\", f);
+            break;
+        case '\n':
+            (void)fputs("\\n", f);
+            break;
+        case '\r':
+            (void)fputs("\\r", f);
+            break;
+        case '\t':
+            (void)fputs("\\t", f);
+            break;
+        case '\b':
+            (void)fputs("\\b", f);
+            break;
+        case '\f':
+            (void)fputs("\\f", f);
+            break;
+        default:
+            if (c >= 0x20 && c < 0x7f) {
+                (void)fputc(c, f);
+            } else if (c >= 0x80 && (n = utf8_len(p)) > 0) {
+                (void)fwrite(p, 1, (size_t)n, f);
+                p += n;
+                continue;
+            } else {
+                /* Control bytes, DEL, and bytes outside valid UTF-8. */
+                (void)fprintf(f, "\\u%04x", c);
+            }
+        }
+        p++;
+    }
+    (void)fputc('"', f);
+}
+
+void cli_json_str(struct cli_json *j, const char *s)
+{
+    json_sep(j);
+    cli_json_write_string(j->f, s);
+}
+
+void cli_json_u64(struct cli_json *j, uint64_t v)
+{
+    json_sep(j);
+    (void)fprintf(j->f, "%" PRIu64, v);
+}
+
+void cli_json_i64(struct cli_json *j, int64_t v)
+{
+    json_sep(j);
+    (void)fprintf(j->f, "%" PRId64, v);
+}
+
+void cli_json_bool(struct cli_json *j, bool v)
+{
+    json_sep(j);
+    (void)fputs(v ? "true" : "false", j->f);
+}
+
+void cli_json_null(struct cli_json *j)
+{
+    json_sep(j);
+    (void)fputs("null", j->f);
+}
+
+void cli_json_end(struct cli_json *j)
+{
+    (void)fputc('\n', j->f);
+}
