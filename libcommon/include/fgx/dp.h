@@ -60,6 +60,21 @@ struct fgx_dp_service_stat {
     uint64_t packets, bytes, accepted, dropped, flows_active;
 };
 
+#define FGX_DP_EXCERPT_MAX 64
+
+struct fgx_dp_event {
+    uint64_t time_ns; /* CLOCK_REALTIME */
+    uint32_t service_id;
+    uint32_t filter_id;
+    uint8_t dir;      /* FGX_DIR_C2S or FGX_DIR_S2C: direction of the matching bytes */
+    uint8_t ipproto;
+    uint8_t family;   /* 4 or 6 */
+    uint8_t src[16], dst[16]; /* sender and receiver of the matching bytes */
+    uint16_t sport, dport;
+    uint8_t excerpt_len;
+    uint8_t excerpt[FGX_DP_EXCERPT_MAX]; /* bytes ending at the end of the match */
+};
+
 struct fgx_dp_stats {
     uint64_t generation;
     size_t nfilters;
@@ -72,6 +87,9 @@ struct fgx_dp_stats {
     uint64_t truncated;      /* packets that arrived cut short by the copy range (dropped) */
     uint64_t verdict_errors; /* verdicts the kernel refused (e.g. ENOENT for a stale id) */
     uint64_t malformed;      /* packets that could not be decoded (dropped) */
+    size_t nevents;
+    struct fgx_dp_event *events; /* blocks since the previous STATS */
+    uint64_t events_lost;
 };
 
 struct fgx_dp_msg {
