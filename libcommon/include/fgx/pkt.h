@@ -1,0 +1,39 @@
+/* Packet decoding for the data path: an IPv4 or IPv6 packet as NFQUEUE hands it over (no link
+ * header) is turned into the few fields classification, flow tracking and reassembly need. The
+ * decoder only points into the caller's buffer: nothing is copied or allocated. */
+#ifndef FGX_PKT_H
+#define FGX_PKT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define FGX_TCP_FIN 0x01
+#define FGX_TCP_SYN 0x02
+#define FGX_TCP_RST 0x04
+#define FGX_TCP_PSH 0x08
+#define FGX_TCP_ACK 0x10
+
+struct fgx_pkt {
+    uint8_t family;  /* 4 or 6 */
+    uint8_t ipproto; /* IPPROTO_TCP or IPPROTO_UDP */
+    uint8_t tcp_flags;
+    uint8_t saddr[16]; /* 4 or 16 bytes used, network order */
+    uint8_t daddr[16];
+    uint16_t sport, dport; /* host order */
+    uint32_t seq, ack;     /* TCP only, host order */
+    const uint8_t *l3;     /* the packet, trimmed to the length its IP header claims */
+    size_t l3_len;
+    size_t l4_off; /* offset of the TCP/UDP header in l3 */
+    const uint8_t *payload;
+    size_t payload_len;
+};
+
+/* Decode buf (len bytes, starting at the IP header) into *out, which points into buf.
+ * Returns 0, or:
+ *   -EMSGSIZE  the IP header claims more bytes than buf holds (cut short by the copy range);
+ *   -ENOTSUP   an IP fragment (no complete transport header or payload to scan);
+ *   -EPROTONOSUPPORT  neither TCP nor UDP;
+ *   -EINVAL    malformed (bad version, lengths or header sizes). */
+int fgx_pkt_decode(const void *buf, size_t len, struct fgx_pkt *out);
+
+#endif

@@ -1,0 +1,102 @@
+/* TCP reassembly for one direction of one flow: sequence tracking, a hyperscan stream, a ring of
+ * the last bytes passed (to prime a new stream after a ruleset change) and a bounded hold of
+ * out-of-order segments. A segment's verdict is either given at once (the return value) or, for
+ * a held segment, later through the context's verdict callback, in sequence order.
+ *
+ * Everything a context owns is allocated once, when it is created: the hold pool is a fixed
+ * array of chunks, so holding a segment copies it but never allocates. Only opening a stream
+ * (once per flow direction and database) allocates, inside hyperscan. */
+#ifndef FGX_REASM_H
+#define FGX_REASM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define FGX_REASM_RING 256
+
+struct hs_database;
+struct hs_scratch;
+struct hs_stream;
+
+/* Called for a held segment when its verdict is known; cookie is what the caller gave. */
+typedef void (*fgx_reasm_verdict_fn)(void *arg, uint64_t cookie, bool accept);
+
+struct fgx_reasm {
+    struct hs_stream *stream;       /* owned; NULL when db is NULL */
+    const struct hs_database *db;   /* borrowed: the caller keeps it alive while set here */
+    uint64_t db_hash;
+    uint32_t next_seq; /* first byte not yet passed */
+    uint32_t held_bytes;
+    int32_t held_head; /* first held segment in sequence order, -1: none */
+    uint16_t ring_len; /* valid bytes in ring, up to FGX_REASM_RING */
+    uint16_t ring_pos; /* where the next byte goes */
+    bool active;       /* next_seq is known */
+    bool stream_failed; /* a database is set but no stream could be opened: drop, never pass */
+    uint8_t ring[FGX_REASM_RING];
+};
+
+struct fgx_reasm_match {
+    bool matched;
+    uint32_t filter_id;
+    uint32_t seq;    /* next byte the receiver expects: the dropped segment's place in the stream */
+    uint32_t ack;    /* the dropped segment's acknowledgement number */
+    uint64_t cookie; /* the dropped segment's cookie */
+};
+
+enum fgx_reasm_verdict {
+    FGX_REASM_ACCEPT = 0,
+    FGX_REASM_DROP = 1,
+    FGX_REASM_HOLD = 2, /* the verdict comes later, through the callback */
+};
+
+struct fgx_reasm_ctx;
+
+/* pool_bytes: all held segments of the context together; flow_bytes: of one direction. *out is
+ * owned by the caller (fgx_reasm_ctx_free()). fn is called for held segments. */
+int fgx_reasm_ctx_new(size_t pool_bytes, size_t flow_bytes, fgx_reasm_verdict_fn fn, void *arg,
+                      struct fgx_reasm_ctx **out);
+void fgx_reasm_ctx_free(struct fgx_reasm_ctx *ctx);
+/* Grow the context's scratch so that it can scan db. Call before any stream of db is scanned,
+ * off the packet path. Returns 0 or -ENOMEM/-EINVAL. */
+int fgx_reasm_ctx_scratch(struct fgx_reasm_ctx *ctx, const struct hs_database *db);
+/* Bytes held now over the whole context. */
+size_t fgx_reasm_ctx_held(const struct fgx_reasm_ctx *ctx);
+
+void fgx_reasm_init(struct fgx_reasm *r);
+/* Close the stream and drop every held segment (verdict drop through the callback). */
+void fgx_reasm_release(struct fgx_reasm_ctx *ctx, struct fgx_reasm *r);
+
+/* Switch the direction to database db (NULL: nothing to match) identified by hash. An unchanged
+ * hash keeps the stream, so a partial match in progress survives. Otherwise the old stream is
+ * closed and a new one is opened and primed with the ring of bytes already passed; matches that
+ * end inside the ring are ignored, since those bytes are gone. Returns 0 or -ENOMEM (then every
+ * later segment of the direction is dropped). */
+int fgx_reasm_set_db(struct fgx_reasm_ctx *ctx, struct fgx_reasm *r, const struct hs_database *db,
+                     uint64_t hash);
+
+/* Start (or restart) the direction at seq: held segments are dropped, the ring emptied and the
+ * stream reset, as for a new connection. */
+int fgx_reasm_start(struct fgx_reasm_ctx *ctx, struct fgx_reasm *r, uint32_t seq);
+
+/* One TCP segment of len payload bytes at seq. A direction that is not active starts here.
+ * In-order bytes beyond next_seq are scanned; bytes already passed are not scanned again;
+ * a segment beyond next_seq is held (copied) when the bounds allow, else dropped. When bytes
+ * become in order, held segments are scanned and given their verdicts through the callback.
+ * On a match (this segment or a held one) m->matched is set, that segment is dropped and so
+ * is everything still held. */
+enum fgx_reasm_verdict fgx_reasm_segment(struct fgx_reasm_ctx *ctx, struct fgx_reasm *r,
+                                         uint32_t seq, uint32_t ack, const void *data, size_t len,
+                                         uint64_t cookie, uint64_t now_ms,
+                                         struct fgx_reasm_match *m);
+
+/* Drop (through the callback) held segments that arrived before now_ms - max_age_ms. Returns
+ * how many were dropped. */
+size_t fgx_reasm_expire(struct fgx_reasm_ctx *ctx, uint64_t now_ms, uint64_t max_age_ms);
+
+/* Block-mode scan of one datagram. Returns 1 with *filter_id on a match, 0 on none, or a
+ * negative errno when hyperscan fails (the caller drops). */
+int fgx_reasm_scan_block(struct fgx_reasm_ctx *ctx, const struct hs_database *db, const void *data,
+                         size_t len, uint32_t *filter_id);
+
+#endif

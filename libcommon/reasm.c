@@ -1,0 +1,528 @@
+/* Reassembly stage of the data path: a TCP segment of a known flow direction -> bytes scanned in
+ * stream order by hyperscan -> a verdict for the segment now, or later for a held one. Hands the
+ * verdicts back to the caller (nfqworker's verdict stage). */
+#include "fgx/reasm.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <hs_runtime.h>
+
+#include "fgx/log.h"
+#include "hs_err.h"
+
+#define CHUNK 2048u
+
+struct hold {
+    uint64_t cookie;
+    uint64_t t_ms;
+    struct fgx_reasm *owner;
+    uint32_t seq, ack, len;
+    int32_t chunk;      /* first chunk; the rest through ctx->chunk_next */
+    int32_t prev, next; /* owner's list, in sequence order; free list uses next */
+    int32_t aprev, anext; /* the context's list, in arrival order */
+};
+
+struct fgx_reasm_ctx {
+    hs_scratch_t *scratch;
+    fgx_reasm_verdict_fn verdict;
+    void *arg;
+    size_t flow_bytes;
+    size_t held_bytes;
+    uint32_t nchunks;
+    uint32_t free_chunks;
+    int32_t chunk_free; /* free chunk list */
+    int32_t hold_free;  /* free descriptor list */
+    int32_t age_head, age_tail;
+    int32_t *chunk_next;
+    uint8_t *chunks;
+    struct hold *holds;
+};
+
+struct scan_state {
+    bool matched;
+    uint32_t filter_id;
+    unsigned long long end; /* stream offset where the match ended */
+};
+
+static int seq_cmp(uint32_t a, uint32_t b)
+{
+    int32_t d = (int32_t)(a - b);
+
+    return d < 0 ? -1 : d > 0;
+}
+
+static int on_match(unsigned int id, unsigned long long from, unsigned long long to,
+                    unsigned int flags, void *arg)
+{
+    struct scan_state *s = arg;
+
+    (void)from;
+    (void)flags;
+    s->matched = true;
+    s->filter_id = id;
+    s->end = to;
+    return 1; /* a flow is blocked at its first match: nothing more to learn from this scan */
+}
+
+int fgx_reasm_ctx_new(size_t pool_bytes, size_t flow_bytes, fgx_reasm_verdict_fn fn, void *arg,
+                      struct fgx_reasm_ctx **out)
+{
+    struct fgx_reasm_ctx *c;
+    uint32_t i;
+    int ret = -ENOMEM;
+
+    *out = NULL;
+    c = calloc(1, sizeof(*c));
+    if (c == NULL)
+        goto err;
+    c->verdict = fn;
+    c->arg = arg;
+    c->flow_bytes = flow_bytes;
+    c->nchunks = (uint32_t)(pool_bytes / CHUNK);
+    if (c->nchunks == 0)
+        c->nchunks = 1;
+    c->chunk_next = calloc(c->nchunks, sizeof(*c->chunk_next));
+    c->chunks = malloc((size_t)c->nchunks * CHUNK);
+    c->holds = calloc(c->nchunks, sizeof(*c->holds));
+    if (c->chunk_next == NULL || c->chunks == NULL || c->holds == NULL)
+        goto err;
+    for (i = 0; i < c->nchunks; i++) {
+        c->chunk_next[i] = i + 1 < c->nchunks ? (int32_t)i + 1 : -1;
+        c->holds[i].next = i + 1 < c->nchunks ? (int32_t)i + 1 : -1;
+    }
+    c->chunk_free = 0;
+    c->hold_free = 0;
+    c->free_chunks = c->nchunks;
+    c->age_head = c->age_tail = -1;
+    *out = c;
+    return 0;
+err:
+    fgx_err("reassembly: cannot allocate a hold pool of %zu bytes", pool_bytes);
+    fgx_reasm_ctx_free(c);
+    return ret;
+}
+
+void fgx_reasm_ctx_free(struct fgx_reasm_ctx *ctx)
+{
+    if (ctx == NULL)
+        return;
+    hs_free_scratch(ctx->scratch);
+    free(ctx->chunk_next);
+    free(ctx->chunks);
+    free(ctx->holds);
+    free(ctx);
+}
+
+int fgx_reasm_ctx_scratch(struct fgx_reasm_ctx *ctx, const struct hs_database *db)
+{
+    hs_error_t rc;
+
+    if (db == NULL)
+        return 0;
+    rc = hs_alloc_scratch(db, &ctx->scratch);
+    if (rc != HS_SUCCESS) {
+        fgx_err("hyperscan scratch: %s", fgx_hs_strerror(rc));
+        return rc == HS_NOMEM ? -ENOMEM : -EINVAL;
+    }
+    return 0;
+}
+
+size_t fgx_reasm_ctx_held(const struct fgx_reasm_ctx *ctx)
+{
+    return ctx->held_bytes;
+}
+
+void fgx_reasm_init(struct fgx_reasm *r)
+{
+    memset(r, 0, sizeof(*r));
+    r->held_head = -1;
+}
+
+/* ---- the hold pool ---- */
+
+static void hold_unlink(struct fgx_reasm_ctx *c, int32_t i)
+{
+    struct hold *h = &c->holds[i];
+    struct fgx_reasm *r = h->owner;
+    int32_t k, nk;
+
+    if (h->prev >= 0)
+        c->holds[h->prev].next = h->next;
+    else
+        r->held_head = h->next;
+    if (h->next >= 0)
+        c->holds[h->next].prev = h->prev;
+    if (h->aprev >= 0)
+        c->holds[h->aprev].anext = h->anext;
+    else
+        c->age_head = h->anext;
+    if (h->anext >= 0)
+        c->holds[h->anext].aprev = h->aprev;
+    else
+        c->age_tail = h->aprev;
+    r->held_bytes -= h->len;
+    c->held_bytes -= h->len;
+    for (k = h->chunk; k >= 0; k = nk) {
+        nk = c->chunk_next[k];
+        c->chunk_next[k] = c->chunk_free;
+        c->chunk_free = k;
+        c->free_chunks++;
+    }
+    h->owner = NULL;
+    h->next = c->hold_free;
+    c->hold_free = i;
+}
+
+/* Copy a segment into the pool and link it into r's list at its place in sequence order. */
+static bool hold_add(struct fgx_reasm_ctx *c, struct fgx_reasm *r, uint32_t seq, uint32_t ack,
+                     const uint8_t *data, size_t len, uint64_t cookie, uint64_t now_ms)
+{
+    uint32_t need = (uint32_t)((len + CHUNK - 1) / CHUNK);
+    int32_t i, k, prev = -1, pos;
+    struct hold *h;
+    size_t off;
+
+    if (r->held_bytes + len > c->flow_bytes || need > c->free_chunks || c->hold_free < 0)
+        return false;
+    /* A second copy of a segment already held adds nothing: the held one gets the verdict. */
+    for (pos = r->held_head; pos >= 0; pos = c->holds[pos].next) {
+        if (c->holds[pos].seq == seq && c->holds[pos].len >= len)
+            return false;
+        if (seq_cmp(c->holds[pos].seq, seq) > 0)
+            break;
+        prev = pos;
+    }
+    i = c->hold_free;
+    h = &c->holds[i];
+    c->hold_free = h->next;
+    h->cookie = cookie;
+    h->t_ms = now_ms;
+    h->owner = r;
+    h->seq = seq;
+    h->ack = ack;
+    h->len = (uint32_t)len;
+    h->chunk = -1;
+    for (off = 0, k = -1; off < len; off += CHUNK) {
+        int32_t n = c->chunk_free;
+        size_t part = len - off < CHUNK ? len - off : CHUNK;
+
+        c->chunk_free = c->chunk_next[n];
+        c->chunk_next[n] = -1;
+        c->free_chunks--;
+        memcpy(c->chunks + (size_t)n * CHUNK, data + off, part);
+        if (k < 0)
+            h->chunk = n;
+        else
+            c->chunk_next[k] = n;
+        k = n;
+    }
+    h->prev = prev;
+    h->next = prev >= 0 ? c->holds[prev].next : r->held_head;
+    if (h->next >= 0)
+        c->holds[h->next].prev = i;
+    if (prev >= 0)
+        c->holds[prev].next = i;
+    else
+        r->held_head = i;
+    h->anext = -1;
+    h->aprev = c->age_tail;
+    if (c->age_tail >= 0)
+        c->holds[c->age_tail].anext = i;
+    else
+        c->age_head = i;
+    c->age_tail = i;
+    r->held_bytes += (uint32_t)len;
+    c->held_bytes += len;
+    return true;
+}
+
+static void hold_drop_all(struct fgx_reasm_ctx *c, struct fgx_reasm *r)
+{
+    while (r->held_head >= 0) {
+        int32_t i = r->held_head;
+        uint64_t cookie = c->holds[i].cookie;
+
+        hold_unlink(c, i);
+        c->verdict(c->arg, cookie, false);
+    }
+}
+
+size_t fgx_reasm_expire(struct fgx_reasm_ctx *ctx, uint64_t now_ms, uint64_t max_age_ms)
+{
+    size_t n = 0;
+
+    while (ctx->age_head >= 0 && ctx->holds[ctx->age_head].t_ms + max_age_ms < now_ms) {
+        int32_t i = ctx->age_head;
+        uint64_t cookie = ctx->holds[i].cookie;
+
+        hold_unlink(ctx, i);
+        ctx->verdict(ctx->arg, cookie, false);
+        n++;
+    }
+    return n;
+}
+
+/* ---- scanning ---- */
+
+static void ring_push(struct fgx_reasm *r, const uint8_t *data, size_t len)
+{
+    if (len >= FGX_REASM_RING) {
+        memcpy(r->ring, data + len - FGX_REASM_RING, FGX_REASM_RING);
+        r->ring_pos = 0;
+        r->ring_len = FGX_REASM_RING;
+        return;
+    }
+    while (len > 0) {
+        size_t part = FGX_REASM_RING - r->ring_pos;
+
+        if (part > len)
+            part = len;
+        memcpy(r->ring + r->ring_pos, data, part);
+        r->ring_pos = (uint16_t)((r->ring_pos + part) % FGX_REASM_RING);
+        r->ring_len = (uint16_t)(r->ring_len + part > FGX_REASM_RING ? FGX_REASM_RING
+                                                                     : r->ring_len + part);
+        data += part;
+        len -= part;
+    }
+}
+
+/* Scan len bytes of the direction's stream. Returns 1 on a match (*st filled), 0 on none, or
+ * -EIO when hyperscan fails (the bytes must then not pass). */
+static int scan(struct fgx_reasm_ctx *c, struct fgx_reasm *r, const uint8_t *data, size_t len,
+                struct scan_state *st)
+{
+    static __thread unsigned long long last_log;
+    hs_error_t rc;
+
+    if (r->db == NULL)
+        return 0;
+    if (r->stream == NULL)
+        return -EIO;
+    rc = hs_scan_stream(r->stream, (const char *)data, (unsigned int)len, 0, c->scratch, on_match,
+                        st);
+    if (st->matched)
+        return 1;
+    if (rc != HS_SUCCESS) {
+        fgx_log_ratelimited(&last_log, FGX_LOG_ERROR, "hyperscan stream scan: %s",
+                            fgx_hs_strerror(rc));
+        return -EIO;
+    }
+    return 0;
+}
+
+static void fill_match(struct fgx_reasm_match *m, const struct scan_state *st, uint32_t seq,
+                       uint32_t ack, uint64_t cookie)
+{
+    m->matched = true;
+    m->filter_id = st->filter_id;
+    m->seq = seq;
+    m->ack = ack;
+    m->cookie = cookie;
+}
+
+/* Held segments now in order get their verdicts. A match drops that one and all the rest. */
+static void release_held(struct fgx_reasm_ctx *c, struct fgx_reasm *r, struct fgx_reasm_match *m)
+{
+    while (r->held_head >= 0) {
+        int32_t i = r->held_head;
+        struct hold *h = &c->holds[i];
+        uint32_t end = h->seq + h->len, skip, done;
+        uint64_t cookie = h->cookie;
+        uint32_t ack = h->ack;
+        struct scan_state st = {0};
+        int32_t k;
+        int rc = 0;
+
+        if (seq_cmp(h->seq, r->next_seq) > 0)
+            break;
+        if (seq_cmp(end, r->next_seq) <= 0) {
+            hold_unlink(c, i);
+            c->verdict(c->arg, cookie, true);
+            continue;
+        }
+        skip = r->next_seq - h->seq;
+        for (k = h->chunk, done = 0; k >= 0 && rc == 0; k = c->chunk_next[k], done += CHUNK) {
+            uint32_t part = h->len - done < CHUNK ? h->len - done : CHUNK;
+            const uint8_t *p = c->chunks + (size_t)k * CHUNK;
+
+            if (skip >= part) {
+                skip -= part;
+                continue;
+            }
+            rc = scan(c, r, p + skip, part - skip, &st);
+            if (rc == 0)
+                ring_push(r, p + skip, part - skip);
+            skip = 0;
+        }
+        if (rc != 0) {
+            hold_unlink(c, i);
+            c->verdict(c->arg, cookie, false);
+            if (rc > 0) {
+                fill_match(m, &st, r->next_seq, ack, cookie);
+                hold_drop_all(c, r);
+                return;
+            }
+            continue;
+        }
+        r->next_seq = end;
+        hold_unlink(c, i);
+        c->verdict(c->arg, cookie, true);
+    }
+}
+
+enum fgx_reasm_verdict fgx_reasm_segment(struct fgx_reasm_ctx *ctx, struct fgx_reasm *r,
+                                         uint32_t seq, uint32_t ack, const void *data, size_t len,
+                                         uint64_t cookie, uint64_t now_ms,
+                                         struct fgx_reasm_match *m)
+{
+    const uint8_t *p = data;
+    struct scan_state st = {0};
+    uint32_t end = seq + (uint32_t)len, skip;
+    int rc;
+
+    memset(m, 0, sizeof(*m));
+    if (!r->active) {
+        r->active = true;
+        r->next_seq = seq;
+    }
+    if (len == 0)
+        return FGX_REASM_ACCEPT;
+    if (r->stream_failed)
+        return FGX_REASM_DROP;
+    if (seq_cmp(seq, r->next_seq) > 0)
+        return hold_add(ctx, r, seq, ack, p, len, cookie, now_ms) ? FGX_REASM_HOLD
+                                                                  : FGX_REASM_DROP;
+    if (seq_cmp(end, r->next_seq) <= 0)
+        return FGX_REASM_ACCEPT; /* all of it passed before: the receiver already has it */
+    skip = r->next_seq - seq;
+    rc = scan(ctx, r, p + skip, len - skip, &st);
+    if (rc > 0) {
+        fill_match(m, &st, r->next_seq, ack, cookie);
+        hold_drop_all(ctx, r);
+        return FGX_REASM_DROP;
+    }
+    if (rc < 0)
+        return FGX_REASM_DROP;
+    ring_push(r, p + skip, len - skip);
+    r->next_seq = end;
+    if (r->held_head >= 0)
+        release_held(ctx, r, m);
+    return FGX_REASM_ACCEPT;
+}
+
+/* ---- streams ---- */
+
+static void stream_close(struct fgx_reasm *r)
+{
+    if (r->stream != NULL)
+        hs_close_stream(r->stream, NULL, NULL, NULL);
+    r->stream = NULL;
+}
+
+static int stream_open(struct fgx_reasm *r)
+{
+    hs_error_t rc;
+
+    r->stream_failed = false;
+    if (r->db == NULL)
+        return 0;
+    rc = hs_open_stream(r->db, 0, &r->stream);
+    if (rc != HS_SUCCESS) {
+        static __thread unsigned long long last_log;
+
+        fgx_log_ratelimited(&last_log, FGX_LOG_ERROR, "hyperscan open stream: %s",
+                            fgx_hs_strerror(rc));
+        r->stream = NULL;
+        r->stream_failed = true;
+        return -ENOMEM;
+    }
+    return 0;
+}
+
+void fgx_reasm_release(struct fgx_reasm_ctx *ctx, struct fgx_reasm *r)
+{
+    hold_drop_all(ctx, r);
+    stream_close(r);
+    r->active = false;
+}
+
+int fgx_reasm_start(struct fgx_reasm_ctx *ctx, struct fgx_reasm *r, uint32_t seq)
+{
+    hold_drop_all(ctx, r);
+    r->active = true;
+    r->next_seq = seq;
+    r->ring_len = 0;
+    r->ring_pos = 0;
+    if (r->stream != NULL && hs_reset_stream(r->stream, 0, NULL, NULL, NULL) == HS_SUCCESS)
+        return 0;
+    stream_close(r);
+    return stream_open(r);
+}
+
+int fgx_reasm_set_db(struct fgx_reasm_ctx *ctx, struct fgx_reasm *r, const struct hs_database *db,
+                     uint64_t hash)
+{
+    uint8_t lin[FGX_REASM_RING];
+    size_t n = r->ring_len, off = 0;
+    int ret;
+
+    if (r->db == db && r->db_hash == hash && !r->stream_failed)
+        return 0;
+    stream_close(r);
+    r->db = db;
+    r->db_hash = hash;
+    ret = stream_open(r);
+    if (ret != 0 || r->stream == NULL || n == 0)
+        return ret;
+    if (n < FGX_REASM_RING) {
+        memcpy(lin, r->ring, n);
+    } else {
+        memcpy(lin, r->ring + r->ring_pos, FGX_REASM_RING - r->ring_pos);
+        memcpy(lin + FGX_REASM_RING - r->ring_pos, r->ring, r->ring_pos);
+    }
+    /* Prime with the bytes already passed so a pattern straddling the switch is still caught.
+     * A match that ends inside the ring names bytes that are gone; with SINGLEMATCH it would
+     * also silence its filter for the rest of the stream, so start again after it instead. */
+    while (off < n) {
+        struct scan_state st = {0};
+        hs_error_t rc;
+
+        rc = hs_scan_stream(r->stream, (const char *)lin + off, (unsigned int)(n - off), 0,
+                            ctx->scratch, on_match, &st);
+        if (!st.matched) {
+            if (rc != HS_SUCCESS)
+                fgx_warn("hyperscan priming scan: %s", fgx_hs_strerror(rc));
+            break;
+        }
+        off += st.end > 0 ? (size_t)st.end : 1;
+        if (hs_reset_stream(r->stream, 0, NULL, NULL, NULL) != HS_SUCCESS) {
+            stream_close(r);
+            return stream_open(r);
+        }
+    }
+    return 0;
+}
+
+int fgx_reasm_scan_block(struct fgx_reasm_ctx *ctx, const struct hs_database *db, const void *data,
+                         size_t len, uint32_t *filter_id)
+{
+    static __thread unsigned long long last_log;
+    struct scan_state st = {0};
+    hs_error_t rc;
+
+    if (db == NULL)
+        return 0;
+    rc = hs_scan(db, data, (unsigned int)len, 0, ctx->scratch, on_match, &st);
+    if (st.matched) {
+        *filter_id = st.filter_id;
+        return 1;
+    }
+    if (rc != HS_SUCCESS) {
+        fgx_log_ratelimited(&last_log, FGX_LOG_ERROR, "hyperscan block scan: %s",
+                            fgx_hs_strerror(rc));
+        return -EIO;
+    }
+    return 0;
+}

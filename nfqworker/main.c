@@ -1,0 +1,128 @@
+/* nfqworker: options, threads, then the control loop. The packet path starts in nfq_recv.c. */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fgx/log.h"
+#include "nfq.h"
+
+static struct nfq_worker worker;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    __atomic_store_n(&worker.stop, 1, __ATOMIC_RELEASE);
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: nfqworker --control URL --threads N --queue-base B [--log-level L]\n");
+}
+
+static int parse_uint(const char *s, unsigned max, unsigned *out)
+{
+    char *end;
+    unsigned long v;
+
+    errno = 0;
+    v = strtoul(s, &end, 10);
+    if (errno != 0 || *s == '\0' || *end != '\0' || v > max)
+        return -EINVAL;
+    *out = (unsigned)v;
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"control", required_argument, NULL, 'c'},
+        {"threads", required_argument, NULL, 't'},
+        {"queue-base", required_argument, NULL, 'q'},
+        {"log-level", required_argument, NULL, 'l'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    enum fgx_log_level level = FGX_LOG_INFO;
+    const char *url = NULL;
+    struct sigaction sa;
+    unsigned i, ninit = 0;
+    int c, ret = 1;
+
+    fgx_log_init("nfqworker", level);
+    worker.nthreads = 1;
+    worker.queue_base = FGX_QUEUE_BASE_DEFAULT;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (c) {
+        case 'c': url = optarg; break;
+        case 't':
+            if (parse_uint(optarg, 256, &worker.nthreads) != 0 || worker.nthreads == 0) {
+                fprintf(stderr, "nfqworker: --threads: 1..256\n");
+                return 2;
+            }
+            break;
+        case 'q':
+            if (parse_uint(optarg, 65535 - 512, &worker.queue_base) != 0) {
+                fprintf(stderr, "nfqworker: --queue-base: 0..65023\n");
+                return 2;
+            }
+            break;
+        case 'l':
+            if (fgx_log_level_parse(optarg, &level) != 0) {
+                fprintf(stderr, "nfqworker: --log-level: error, warn, info or debug\n");
+                return 2;
+            }
+            fgx_log_level_set(level);
+            break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (url == NULL || optind != argc) {
+        usage(stderr);
+        return 2;
+    }
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    sa.sa_handler = SIG_IGN;
+    sigaction(SIGPIPE, &sa, NULL);
+
+    worker.threads = calloc(worker.nthreads, sizeof(*worker.threads));
+    if (worker.threads == NULL) {
+        fgx_err("out of memory");
+        return 1;
+    }
+    for (ninit = 0; ninit < worker.nthreads; ninit++)
+        if (nfq_thread_init(&worker, &worker.threads[ninit], ninit) != 0)
+            goto out;
+    for (i = 0; i < worker.nthreads; i++) {
+        ret = pthread_create(&worker.threads[i].tid, NULL, nfq_thread_main, &worker.threads[i]);
+        if (ret != 0) {
+            fgx_err("pthread_create: %s", strerror(ret));
+            ret = 1;
+            goto out;
+        }
+        worker.threads[i].started = true;
+    }
+    fgx_info("%u thread(s), queues %u..%u, control %s", worker.nthreads, worker.queue_base,
+             worker.queue_base + 2 * worker.nthreads - 1, url);
+    ret = nfq_ctl_run(&worker, url) == 0 ? 0 : 1;
+out:
+    __atomic_store_n(&worker.stop, 1, __ATOMIC_RELEASE);
+    for (i = 0; i < worker.nthreads; i++) {
+        if (worker.threads[i].started) {
+            nfq_thread_wake(&worker.threads[i]);
+            pthread_join(worker.threads[i].tid, NULL);
+        }
+    }
+    for (i = 0; i < ninit; i++)
+        nfq_thread_release(&worker.threads[i]);
+    nfq_config_unref(worker.current);
+    free(worker.threads);
+    return ret;
+}

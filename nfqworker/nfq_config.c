@@ -1,0 +1,146 @@
+/* Config stage of nfqworker: a ruleset pushed by controld -> a generation of loaded databases
+ * the packet threads can switch to with one pointer. Runs on the control thread only, so that
+ * deserializing a database never delays a packet. */
+#include "nfq.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fgx/log.h"
+#include "fgx/ruleset.h"
+
+void nfq_db_ref(struct nfq_db *d)
+{
+    if (d != NULL)
+        __atomic_add_fetch(&d->refs, 1, __ATOMIC_RELAXED);
+}
+
+void nfq_db_unref(struct nfq_db *d)
+{
+    if (d == NULL || __atomic_sub_fetch(&d->refs, 1, __ATOMIC_ACQ_REL) != 0)
+        return;
+    fgx_hsdb_free(d->db);
+    free(d);
+}
+
+void nfq_config_ref(struct nfq_config *c)
+{
+    if (c != NULL)
+        __atomic_add_fetch(&c->refs, 1, __ATOMIC_RELAXED);
+}
+
+void nfq_config_unref(struct nfq_config *c)
+{
+    size_t i;
+
+    if (c == NULL || __atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL) != 0)
+        return;
+    for (i = 0; i < c->nservices; i++) {
+        nfq_db_unref(c->svc[i].db[0]);
+        nfq_db_unref(c->svc[i].db[1]);
+    }
+    free(c);
+}
+
+const struct nfq_service *nfq_config_service(const struct nfq_config *c, uint32_t id)
+{
+    size_t i;
+
+    for (i = 0; c != NULL && i < c->nservices; i++)
+        if (c->svc[i].id == id)
+            return &c->svc[i];
+    return NULL;
+}
+
+static struct nfq_db *find_db(const struct nfq_config *c, uint64_t hash)
+{
+    size_t i;
+    int d;
+
+    for (i = 0; c != NULL && i < c->nservices; i++)
+        for (d = 0; d < 2; d++)
+            if (c->svc[i].db[d] != NULL && c->svc[i].db[d]->hash == hash)
+                return c->svc[i].db[d];
+    return NULL;
+}
+
+/* The database of one blob: the one already loaded under its hash (in prev or in the config
+ * being built), or a new one. */
+static int db_get(const struct fgx_blob *b, const struct nfq_config *prev,
+                  const struct nfq_config *building, struct nfq_db **out)
+{
+    struct nfq_db *d;
+    uint64_t hash;
+    int ret;
+
+    *out = NULL;
+    if (b->len == 0)
+        return 0;
+    /* Trust a hash only as identity of the content: without one, hash the bytes themselves. */
+    hash = b->hash != 0 ? b->hash : fgx_hash64(b->data, b->len, FGX_HASH64_SEED);
+    d = find_db(building, hash);
+    if (d == NULL)
+        d = find_db(prev, hash);
+    if (d != NULL) {
+        nfq_db_ref(d);
+        *out = d;
+        return 0;
+    }
+    d = calloc(1, sizeof(*d));
+    if (d == NULL) {
+        fgx_err("config: out of memory");
+        return -ENOMEM;
+    }
+    ret = fgx_hsdb_load(b->data, b->len, &d->db);
+    if (ret != 0) {
+        free(d);
+        return ret;
+    }
+    d->refs = 1;
+    d->hash = hash;
+    *out = d;
+    return 0;
+}
+
+int nfq_config_build(const struct fgx_dp_ruleset *rs, const struct nfq_config *prev,
+                     struct nfq_config **out)
+{
+    struct nfq_config *c;
+    size_t i;
+    int d, ret = 0;
+
+    *out = NULL;
+    c = calloc(1, sizeof(*c) + rs->nservices * sizeof(c->svc[0]));
+    if (c == NULL) {
+        fgx_err("config: out of memory");
+        return -ENOMEM;
+    }
+    c->refs = 1;
+    c->generation = rs->generation;
+    for (i = 0; i < rs->nservices; i++) {
+        const struct fgx_dp_service *s = &rs->services[i];
+        struct nfq_service *n = &c->svc[i];
+
+        n->id = s->id;
+        n->ipproto = s->ipproto;
+        n->port = s->port;
+        n->addr = s->addr;
+        n->fail_open = s->fail_open;
+        for (d = 0; d < 2; d++) {
+            ret = db_get(&s->db[d], prev, c, &n->db[d]);
+            if (ret != 0) {
+                fgx_err("config: generation %llu, service %u: database %s refused",
+                        (unsigned long long)rs->generation, s->id, d == 0 ? "c2s" : "s2c");
+                goto err;
+            }
+        }
+        c->nservices = i + 1;
+    }
+    *out = c;
+    return 0;
+err:
+    c->nservices = i + 1; /* the failed service's first database may be set */
+    nfq_config_unref(c);
+    return ret;
+}

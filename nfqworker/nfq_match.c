@@ -1,0 +1,250 @@
+/* Match stage of nfqworker: a queued packet -> decoded, classified to a service and direction,
+ * matched (UDP: the datagram alone; TCP: its flow's reassembled stream) -> a verdict handed to
+ * the verdict stage, plus resets when a TCP flow gets blocked. Runs on the packet threads. */
+#include "nfq.h"
+
+#include <errno.h>
+#include <string.h>
+
+#include <netinet/in.h>
+
+#include "fgx/log.h"
+#include "fgx/pkt.h"
+
+/* A held segment's verdict is given later, so its cookie carries where it goes and whom it
+ * counts for: queue (16 bits), service counter slot (16 bits), packet id (32 bits). */
+static uint64_t cookie_make(unsigned queue, const struct nfq_thread *t,
+                            const struct nfq_svc_ctr *sc, uint32_t id)
+{
+    uint64_t slot = (uint64_t)(sc - t->ctr.svc);
+
+    return ((uint64_t)(queue & 0xffff) << 48) | (slot << 32) | id;
+}
+
+static void verdict(struct nfq_thread *t, unsigned queue, uint32_t id, struct nfq_svc_ctr *sc,
+                    bool accept)
+{
+    if (sc != NULL) {
+        if (accept)
+            NFQ_CTR_ADD(&sc->accepted, 1);
+        else
+            NFQ_CTR_ADD(&sc->dropped, 1);
+    }
+    nfq_verdict_add(t, queue, id, accept);
+}
+
+void nfq_match_held_verdict(void *arg, uint64_t cookie, bool accept)
+{
+    struct nfq_thread *t = arg;
+
+    verdict(t, (unsigned)(cookie >> 48), (uint32_t)cookie,
+            &t->ctr.svc[(cookie >> 32) & 0xffff], accept);
+}
+
+void nfq_match_flow_release(void *arg, struct fgx_flow *f)
+{
+    struct nfq_thread *t = arg;
+    int d;
+
+    for (d = 0; d < 2; d++) {
+        fgx_reasm_release(t->reasm, &f->dir[d]);
+        nfq_db_unref(f->dbref[d]);
+        f->dbref[d] = NULL;
+    }
+    NFQ_CTR_ADD(&nfq_stats_svc(&t->ctr, f->service_id)->flows_active, (uint64_t)-1);
+    NFQ_CTR_ADD(&t->ctr.flows, (uint64_t)-1);
+}
+
+static bool flow_keep(void *arg, struct fgx_flow *f)
+{
+    const struct nfq_config *c = arg;
+
+    return nfq_config_service(c, f->service_id) != NULL;
+}
+
+void nfq_match_switch(struct nfq_thread *t)
+{
+    struct nfq_config *cur = __atomic_load_n(&t->w->current, __ATOMIC_ACQUIRE), *old = t->cfg;
+    size_t i;
+    int d;
+
+    if (cur == old)
+        return;
+    /* The control thread keeps its own reference until every thread has moved on, so cur
+     * cannot be freed between the load and this ref. */
+    nfq_config_ref(cur);
+    for (i = 0; cur != NULL && i < cur->nservices; i++)
+        for (d = 0; d < 2; d++)
+            if (cur->svc[i].db[d] != NULL)
+                (void)fgx_reasm_ctx_scratch(t->reasm, cur->svc[i].db[d]->db);
+    t->cfg = cur;
+    /* A service that is gone takes its flows with it; the others switch at their next packet. */
+    if (cur != NULL)
+        fgx_flow_sweep(t->flows, flow_keep, cur);
+    nfq_config_unref(old);
+    __atomic_store_n(&t->applied, cur, __ATOMIC_RELEASE);
+}
+
+static const struct nfq_service *classify(const struct nfq_config *c, const struct fgx_pkt *p,
+                                          enum fgx_dir *dir)
+{
+    size_t i;
+
+    for (i = 0; i < c->nservices; i++) {
+        const struct nfq_service *s = &c->svc[i];
+
+        if (s->ipproto == p->ipproto && s->port == p->dport &&
+            fgx_cidr_contains(&s->addr, p->family, p->daddr)) {
+            *dir = FGX_DIR_C2S;
+            return s;
+        }
+    }
+    for (i = 0; i < c->nservices; i++) {
+        const struct nfq_service *s = &c->svc[i];
+
+        if (s->ipproto == p->ipproto && s->port == p->sport &&
+            fgx_cidr_contains(&s->addr, p->family, p->saddr)) {
+            *dir = FGX_DIR_S2C;
+            return s;
+        }
+    }
+    return NULL;
+}
+
+/* Bring a flow to the service's current databases. An unchanged hash keeps the stream (and the
+ * database it was opened on); a changed one reopens it, primed by the ring. */
+static void flow_attach(struct nfq_thread *t, struct fgx_flow *f, const struct nfq_service *svc)
+{
+    int d;
+
+    for (d = 0; d < 2; d++) {
+        struct nfq_db *old = f->dbref[d], *nd = svc->db[d];
+
+        if ((old != NULL ? old->hash : 0) == (nd != NULL ? nd->hash : 0) &&
+            (old == NULL) == (nd == NULL))
+            continue;
+        (void)fgx_reasm_set_db(t->reasm, &f->dir[d], nd != NULL ? nd->db : NULL,
+                               nd != NULL ? nd->hash : 0);
+        nfq_db_ref(nd);
+        f->dbref[d] = nd;
+        nfq_db_unref(old);
+    }
+}
+
+static void block(struct nfq_thread *t, struct fgx_flow *f, enum fgx_dir dir,
+                  const struct fgx_reasm_match *m)
+{
+    const struct fgx_flow_key *k = &f->key;
+    int d;
+
+    f->blocked = true;
+    nfq_stats_filter_blocked(&t->ctr, m->filter_id);
+    /* The side that sent the matching bytes expects them to be at m->seq in its peer's eyes;
+     * the other side's next byte is what the dropped segment acknowledged. */
+    if (dir == FGX_DIR_C2S) {
+        nfq_reset_send(t, k->family, k->caddr, k->cport, k->saddr, k->sport, m->seq);
+        nfq_reset_send(t, k->family, k->saddr, k->sport, k->caddr, k->cport, m->ack);
+    } else {
+        nfq_reset_send(t, k->family, k->saddr, k->sport, k->caddr, k->cport, m->seq);
+        nfq_reset_send(t, k->family, k->caddr, k->cport, k->saddr, k->sport, m->ack);
+    }
+    /* Nothing of the flow will be scanned again: give its memory back now. */
+    for (d = 0; d < 2; d++)
+        fgx_reasm_release(t->reasm, &f->dir[d]);
+}
+
+static void tcp_packet(struct nfq_thread *t, unsigned queue, uint32_t id, const struct fgx_pkt *p,
+                       const struct nfq_service *svc, enum fgx_dir dir, struct nfq_svc_ctr *sc)
+{
+    bool syn = (p->tcp_flags & FGX_TCP_SYN) != 0, ack = (p->tcp_flags & FGX_TCP_ACK) != 0;
+    struct fgx_reasm_match m;
+    enum fgx_reasm_verdict v;
+    struct fgx_flow_key key;
+    struct fgx_flow *f;
+    struct fgx_reasm *r;
+    uint32_t seq = p->seq;
+
+    fgx_flow_key_from_pkt(p, dir, &key);
+    f = fgx_flow_lookup(t->flows, &key, t->now_ms);
+    /* A new SYN on a known 4-tuple is a new connection (port reuse): forget the old one. */
+    if (f != NULL && (f->service_id != svc->id || (syn && !ack && dir == FGX_DIR_C2S))) {
+        fgx_flow_remove(t->flows, f);
+        f = NULL;
+    }
+    if (f == NULL) {
+        f = fgx_flow_insert(t->flows, &key, t->now_ms);
+        f->service_id = svc->id;
+        NFQ_CTR_ADD(&sc->flows_active, 1);
+        NFQ_CTR_ADD(&t->ctr.flows, 1);
+    }
+    if (f->blocked) {
+        verdict(t, queue, id, sc, false);
+        return;
+    }
+    flow_attach(t, f, svc);
+    r = &f->dir[dir == FGX_DIR_C2S ? 0 : 1];
+    if (syn) {
+        seq++; /* the SYN takes one sequence number; data (TCP fast open) follows it */
+        (void)fgx_reasm_start(t->reasm, r, seq);
+    }
+    v = fgx_reasm_segment(t->reasm, r, seq, p->ack, p->payload, p->payload_len,
+                          cookie_make(queue, t, sc, id), t->now_ms, &m);
+    if (m.matched)
+        block(t, f, dir, &m);
+    if (v != FGX_REASM_HOLD)
+        verdict(t, queue, id, sc, v == FGX_REASM_ACCEPT);
+}
+
+void nfq_match_packet(struct nfq_thread *t, unsigned queue, uint32_t id, const uint8_t *data,
+                      size_t len, uint32_t cap_len)
+{
+    const struct nfq_service *svc;
+    struct nfq_svc_ctr *sc;
+    struct fgx_pkt p;
+    enum fgx_dir dir;
+    uint32_t fid;
+    int rc;
+
+    if (t->cfg == NULL) {
+        /* No ruleset yet: a fail-open queue passes, a fail-closed one does not. */
+        verdict(t, queue, id, NULL, queue == t->queue[1]);
+        return;
+    }
+    if (cap_len > len) {
+        NFQ_CTR_ADD(&t->ctr.truncated, 1);
+        verdict(t, queue, id, NULL, false);
+        return;
+    }
+    rc = fgx_pkt_decode(data, len, &p);
+    if (rc != 0) {
+        /* Only a service's packets are queued, so one we cannot read is dropped, never passed. */
+        if (rc == -EMSGSIZE)
+            NFQ_CTR_ADD(&t->ctr.truncated, 1);
+        else
+            NFQ_CTR_ADD(&t->ctr.malformed, 1);
+        verdict(t, queue, id, NULL, false);
+        return;
+    }
+    svc = classify(t->cfg, &p, &dir);
+    if (svc == NULL) {
+        NFQ_CTR_ADD(&t->ctr.unclassified, 1);
+        verdict(t, queue, id, NULL, true);
+        return;
+    }
+    sc = nfq_stats_svc(&t->ctr, svc->id);
+    NFQ_CTR_ADD(&sc->packets, 1);
+    NFQ_CTR_ADD(&sc->bytes, p.l3_len);
+    if (p.ipproto == IPPROTO_TCP) {
+        tcp_packet(t, queue, id, &p, svc, dir, sc);
+        return;
+    }
+    {
+        const struct nfq_db *db = svc->db[dir == FGX_DIR_C2S ? 0 : 1];
+
+        rc = fgx_reasm_scan_block(t->reasm, db != NULL ? db->db : NULL, p.payload,
+                                  p.payload_len, &fid);
+    }
+    if (rc == 1)
+        nfq_stats_filter_blocked(&t->ctr, fid);
+    verdict(t, queue, id, sc, rc == 0);
+}

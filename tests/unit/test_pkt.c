@@ -1,0 +1,175 @@
+/* Unit tests for the decode stage (libcommon/pkt.c). */
+#include <criterion/criterion.h>
+
+#include <errno.h>
+#include <string.h>
+
+#include <netinet/in.h>
+
+#include "fgx/pkt.h"
+
+static size_t v4_tcp(uint8_t *b, const char *payload)
+{
+    size_t plen = strlen(payload), tot = 20 + 20 + plen;
+
+    memset(b, 0, 40);
+    b[0] = 0x45;
+    b[2] = (uint8_t)(tot >> 8);
+    b[3] = (uint8_t)tot;
+    b[8] = 64;
+    b[9] = IPPROTO_TCP;
+    memcpy(b + 12, (uint8_t[]){10, 0, 0, 1}, 4);
+    memcpy(b + 16, (uint8_t[]){10, 0, 0, 2}, 4);
+    b[20] = 0x9c; /* sport 40000 */
+    b[21] = 0x40;
+    b[23] = 80;
+    b[24] = 0x11; b[25] = 0x22; b[26] = 0x33; b[27] = 0x44;
+    b[31] = 7;
+    b[32] = 5 << 4;
+    b[33] = 0x18; /* PSH|ACK */
+    memcpy(b + 40, payload, plen);
+    return tot;
+}
+
+static size_t v6_udp(uint8_t *b, const char *payload, bool with_ext)
+{
+    size_t plen = strlen(payload), off = 40, l4len = 8 + plen;
+
+    memset(b, 0, 48 + 8);
+    b[0] = 0x60;
+    b[6] = with_ext ? IPPROTO_DSTOPTS : IPPROTO_UDP;
+    b[7] = 64;
+    b[8] = 0xfd;
+    b[23] = 1;
+    b[24] = 0xfd;
+    b[39] = 2;
+    if (with_ext) {
+        b[40] = IPPROTO_UDP;
+        b[41] = 0; /* 8 bytes */
+        off = 48;
+    }
+    b[off] = 0x30; b[off + 1] = 0x39; /* 12345 */
+    b[off + 2] = 0x00; b[off + 3] = 53;
+    b[off + 4] = (uint8_t)(l4len >> 8);
+    b[off + 5] = (uint8_t)l4len;
+    memcpy(b + off + 8, payload, plen);
+    b[4] = (uint8_t)((off - 40 + l4len) >> 8);
+    b[5] = (uint8_t)(off - 40 + l4len);
+    return off + l4len;
+}
+
+Test(pkt, ipv4_tcp)
+{
+    uint8_t b[128];
+    size_t n = v4_tcp(b, "hello");
+    struct fgx_pkt p;
+
+    cr_assert_eq(fgx_pkt_decode(b, n, &p), 0);
+    cr_assert_eq(p.family, 4);
+    cr_assert_eq(p.ipproto, IPPROTO_TCP);
+    cr_assert_eq(p.sport, 40000);
+    cr_assert_eq(p.dport, 80);
+    cr_assert_eq(p.seq, 0x11223344u);
+    cr_assert_eq(p.ack, 7u);
+    cr_assert_eq(p.tcp_flags, FGX_TCP_PSH | FGX_TCP_ACK);
+    cr_assert_eq(p.saddr[3], 1);
+    cr_assert_eq(p.daddr[3], 2);
+    cr_assert_eq(p.payload_len, 5);
+    cr_assert_eq(memcmp(p.payload, "hello", 5), 0);
+}
+
+Test(pkt, ipv4_trailing_padding_trimmed)
+{
+    uint8_t b[128];
+    size_t n = v4_tcp(b, "hi");
+    struct fgx_pkt p;
+
+    memset(b + n, 0xaa, 6); /* link-layer padding beyond the IP total length */
+    cr_assert_eq(fgx_pkt_decode(b, n + 6, &p), 0);
+    cr_assert_eq(p.payload_len, 2);
+}
+
+Test(pkt, ipv6_udp_with_extension_header)
+{
+    uint8_t b[128];
+    size_t n = v6_udp(b, "query", true);
+    struct fgx_pkt p;
+
+    cr_assert_eq(fgx_pkt_decode(b, n, &p), 0);
+    cr_assert_eq(p.family, 6);
+    cr_assert_eq(p.ipproto, IPPROTO_UDP);
+    cr_assert_eq(p.sport, 12345);
+    cr_assert_eq(p.dport, 53);
+    cr_assert_eq(p.saddr[15], 1);
+    cr_assert_eq(p.daddr[15], 2);
+    cr_assert_eq(p.payload_len, 5);
+    cr_assert_eq(memcmp(p.payload, "query", 5), 0);
+}
+
+Test(pkt, truncated_by_copy_range)
+{
+    uint8_t b[128];
+    size_t n = v4_tcp(b, "0123456789");
+    struct fgx_pkt p;
+
+    cr_assert_eq(fgx_pkt_decode(b, n - 4, &p), -EMSGSIZE);
+    n = v6_udp(b, "0123456789", false);
+    cr_assert_eq(fgx_pkt_decode(b, n - 1, &p), -EMSGSIZE);
+}
+
+Test(pkt, truncated_headers_are_malformed)
+{
+    uint8_t b[128];
+    size_t n = v4_tcp(b, ""), i;
+    struct fgx_pkt p;
+
+    /* IP total length claiming only part of the TCP header */
+    b[3] = 30;
+    cr_assert_eq(fgx_pkt_decode(b, n, &p), -EINVAL);
+    /* every prefix shorter than an IP header */
+    v4_tcp(b, "");
+    for (i = 0; i < 20; i++)
+        cr_assert_neq(fgx_pkt_decode(b, i, &p), 0, "prefix %zu", i);
+    /* TCP data offset beyond the packet */
+    v4_tcp(b, "");
+    b[32] = 15 << 4;
+    cr_assert_eq(fgx_pkt_decode(b, n, &p), -EINVAL);
+    /* bad version */
+    v4_tcp(b, "");
+    b[0] = 0x55;
+    cr_assert_eq(fgx_pkt_decode(b, n, &p), -EINVAL);
+    /* UDP length disagreeing with the IP length */
+    n = v6_udp(b, "abc", false);
+    b[45] = 9;
+    cr_assert_eq(fgx_pkt_decode(b, n, &p), -EINVAL);
+}
+
+Test(pkt, fragments_refused)
+{
+    uint8_t b[128];
+    size_t n = v4_tcp(b, "abc");
+    struct fgx_pkt p;
+
+    b[6] = 0x20; /* more fragments */
+    cr_assert_eq(fgx_pkt_decode(b, n, &p), -ENOTSUP);
+    b[6] = 0x00;
+    b[7] = 0x10; /* offset 16 */
+    cr_assert_eq(fgx_pkt_decode(b, n, &p), -ENOTSUP);
+    b[7] = 0x00;
+    b[6] = 0x40; /* don't fragment: fine */
+    cr_assert_eq(fgx_pkt_decode(b, n, &p), 0);
+
+    n = v6_udp(b, "abc", true);
+    b[6] = IPPROTO_FRAGMENT;
+    cr_assert_eq(fgx_pkt_decode(b, n, &p), -ENOTSUP);
+}
+
+Test(pkt, other_protocols)
+{
+    uint8_t b[128];
+    size_t n = v4_tcp(b, "abc");
+    struct fgx_pkt p;
+
+    b[9] = IPPROTO_ICMP;
+    cr_assert_eq(fgx_pkt_decode(b, n, &p), -EPROTONOSUPPORT);
+}

@@ -1,0 +1,312 @@
+/* Unit tests for the reassembly stage (libcommon/reasm.c), with real hyperscan databases. */
+#include <criterion/criterion.h>
+
+#include <string.h>
+
+#include <hs/hs.h>
+
+#include "fgx/reasm.h"
+
+#define MAXV 16
+
+struct seen {
+    int n;
+    uint64_t cookie[MAXV];
+    bool accept[MAXV];
+};
+
+static struct seen seen;
+
+static void on_verdict(void *arg, uint64_t cookie, bool accept)
+{
+    struct seen *s = arg;
+
+    cr_assert_lt(s->n, MAXV);
+    s->cookie[s->n] = cookie;
+    s->accept[s->n] = accept;
+    s->n++;
+}
+
+static hs_database_t *compile(unsigned mode, int n, const char **re, const unsigned *ids)
+{
+    unsigned flags[8];
+    hs_compile_error_t *err = NULL;
+    hs_database_t *db = NULL;
+    int i;
+
+    for (i = 0; i < n; i++)
+        flags[i] = HS_FLAG_DOTALL | HS_FLAG_SINGLEMATCH;
+    cr_assert_eq(hs_compile_multi(re, flags, ids, (unsigned)n, mode, NULL, &db, &err), HS_SUCCESS);
+    return db;
+}
+
+static struct fgx_reasm_ctx *ctx;
+static hs_database_t *db_evil, *db_zzz, *db_both;
+static struct fgx_reasm r;
+
+static void setup(void)
+{
+    memset(&seen, 0, sizeof(seen));
+    db_evil = compile(HS_MODE_STREAM, 1, (const char *[]){"evil[0-9]+"}, (unsigned[]){5});
+    db_zzz = compile(HS_MODE_STREAM, 1, (const char *[]){"zzz"}, (unsigned[]){1});
+    db_both = compile(HS_MODE_STREAM, 2, (const char *[]){"zzz", "evil[0-9]+"},
+                      (unsigned[]){1, 2});
+    cr_assert_eq(fgx_reasm_ctx_new(8192, 4096, on_verdict, &seen, &ctx), 0);
+    cr_assert_eq(fgx_reasm_ctx_scratch(ctx, db_evil), 0);
+    cr_assert_eq(fgx_reasm_ctx_scratch(ctx, db_zzz), 0);
+    cr_assert_eq(fgx_reasm_ctx_scratch(ctx, db_both), 0);
+    fgx_reasm_init(&r);
+}
+
+static void teardown(void)
+{
+    fgx_reasm_release(ctx, &r);
+    cr_assert_eq(fgx_reasm_ctx_held(ctx), 0);
+    fgx_reasm_ctx_free(ctx);
+    hs_free_database(db_evil);
+    hs_free_database(db_zzz);
+    hs_free_database(db_both);
+}
+
+static enum fgx_reasm_verdict seg(uint32_t seq, const char *s, uint64_t cookie, uint64_t now,
+                                  struct fgx_reasm_match *m)
+{
+    return fgx_reasm_segment(ctx, &r, seq, 99, s, strlen(s), cookie, now, m);
+}
+
+TestSuite(reasm, .init = setup, .fini = teardown);
+
+Test(reasm, in_order_match_split_over_segments)
+{
+    struct fgx_reasm_match m;
+
+    cr_assert_eq(fgx_reasm_set_db(ctx, &r, db_evil, 1), 0);
+    cr_assert_eq(fgx_reasm_start(ctx, &r, 1000), 0);
+    cr_assert_eq(seg(1000, "hello ev", 1, 0, &m), FGX_REASM_ACCEPT);
+    cr_assert_not(m.matched);
+    cr_assert_eq(seg(1008, "il1337", 2, 0, &m), FGX_REASM_DROP);
+    cr_assert(m.matched);
+    cr_assert_eq(m.filter_id, 5);
+    cr_assert_eq(m.seq, 1008);
+    cr_assert_eq(m.ack, 99);
+    cr_assert_eq(m.cookie, 2);
+}
+
+Test(reasm, no_match_passes_and_tracks_seq_across_wrap)
+{
+    struct fgx_reasm_match m;
+
+    cr_assert_eq(fgx_reasm_set_db(ctx, &r, db_evil, 1), 0);
+    cr_assert_eq(fgx_reasm_start(ctx, &r, 0xfffffffc), 0);
+    cr_assert_eq(seg(0xfffffffc, "evi", 1, 0, &m), FGX_REASM_ACCEPT);
+    cr_assert_eq(seg(0xffffffff, "ll", 2, 0, &m), FGX_REASM_ACCEPT);
+    cr_assert_eq(r.next_seq, 1);
+    cr_assert_not(m.matched);
+}
+
+Test(reasm, retransmitted_bytes_not_rescanned)
+{
+    struct fgx_reasm_match m;
+
+    cr_assert_eq(fgx_reasm_set_db(ctx, &r, db_evil, 1), 0);
+    cr_assert_eq(seg(0, "aaaa", 1, 0, &m), FGX_REASM_ACCEPT); /* no state: starts here */
+    /* bytes 0..3 already passed; only the "1" at 4 is new, and "aaaa1" does not match */
+    cr_assert_eq(seg(0, "evil1", 2, 0, &m), FGX_REASM_ACCEPT);
+    cr_assert_not(m.matched);
+    cr_assert_eq(r.next_seq, 5);
+    /* full retransmission */
+    cr_assert_eq(seg(1, "aaa", 3, 0, &m), FGX_REASM_ACCEPT);
+    /* overlap: "xxev" then "evil7" at 7 overlapping 2 bytes gives the stream "...xxevil7" */
+    cr_assert_eq(seg(5, "xxev", 4, 0, &m), FGX_REASM_ACCEPT);
+    cr_assert_eq(seg(7, "evil7", 5, 0, &m), FGX_REASM_DROP);
+    cr_assert(m.matched);
+    cr_assert_eq(m.seq, 9);
+}
+
+Test(reasm, out_of_order_hold_and_release_with_match)
+{
+    struct fgx_reasm_match m;
+
+    cr_assert_eq(fgx_reasm_set_db(ctx, &r, db_evil, 1), 0);
+    cr_assert_eq(fgx_reasm_start(ctx, &r, 100), 0);
+    cr_assert_eq(seg(102, "il1337", 2, 0, &m), FGX_REASM_HOLD);
+    cr_assert_eq(seg(108, " more", 3, 0, &m), FGX_REASM_HOLD);
+    cr_assert_eq(fgx_reasm_ctx_held(ctx), 11);
+    cr_assert_eq(seen.n, 0);
+    cr_assert_eq(seg(100, "ev", 1, 0, &m), FGX_REASM_ACCEPT);
+    cr_assert(m.matched);
+    cr_assert_eq(m.filter_id, 5);
+    cr_assert_eq(m.cookie, 2);
+    cr_assert_eq(m.seq, 102);
+    cr_assert_eq(seen.n, 2);
+    cr_assert_eq(seen.cookie[0], 2);
+    cr_assert_not(seen.accept[0]);
+    cr_assert_eq(seen.cookie[1], 3);
+    cr_assert_not(seen.accept[1]);
+    cr_assert_eq(fgx_reasm_ctx_held(ctx), 0);
+}
+
+Test(reasm, out_of_order_hold_and_release_clean)
+{
+    struct fgx_reasm_match m;
+
+    cr_assert_eq(fgx_reasm_set_db(ctx, &r, db_evil, 1), 0);
+    cr_assert_eq(fgx_reasm_start(ctx, &r, 0), 0);
+    cr_assert_eq(seg(6, "world", 3, 0, &m), FGX_REASM_HOLD);
+    cr_assert_eq(seg(3, "lo ", 2, 0, &m), FGX_REASM_HOLD);
+    cr_assert_eq(seg(6, "world", 4, 0, &m), FGX_REASM_DROP); /* a copy of a held segment */
+    cr_assert_eq(seg(0, "hel", 1, 0, &m), FGX_REASM_ACCEPT);
+    cr_assert_not(m.matched);
+    cr_assert_eq(seen.n, 2);
+    cr_assert_eq(seen.cookie[0], 2);
+    cr_assert(seen.accept[0]);
+    cr_assert_eq(seen.cookie[1], 3);
+    cr_assert(seen.accept[1]);
+    cr_assert_eq(r.next_seq, 11);
+    cr_assert_eq(fgx_reasm_ctx_held(ctx), 0);
+}
+
+Test(reasm, hold_bounds)
+{
+    char big[3000];
+    struct fgx_reasm_match m;
+    struct fgx_reasm r2;
+
+    memset(big, 'a', sizeof(big));
+    cr_assert_eq(fgx_reasm_start(ctx, &r, 0), 0);
+    /* per flow: 4096 bytes */
+    cr_assert_eq(fgx_reasm_segment(ctx, &r, 10, 0, big, 3000, 1, 0, &m), FGX_REASM_HOLD);
+    cr_assert_eq(fgx_reasm_segment(ctx, &r, 3010, 0, big, 1500, 2, 0, &m), FGX_REASM_DROP);
+    cr_assert_eq(fgx_reasm_segment(ctx, &r, 3010, 0, big, 1000, 3, 0, &m), FGX_REASM_HOLD);
+    /* whole pool: 8192 bytes in 2048-byte chunks, 3 + 1 used */
+    fgx_reasm_init(&r2);
+    cr_assert_eq(fgx_reasm_start(ctx, &r2, 0), 0);
+    cr_assert_eq(fgx_reasm_segment(ctx, &r2, 10, 0, big, 2048, 4, 0, &m), FGX_REASM_HOLD);
+    cr_assert_eq(fgx_reasm_segment(ctx, &r2, 5000, 0, big, 10, 5, 0, &m), FGX_REASM_DROP);
+    fgx_reasm_release(ctx, &r2);
+    cr_assert_eq(seen.n, 1);
+    cr_assert_eq(seen.cookie[0], 4);
+    cr_assert_not(seen.accept[0]);
+}
+
+Test(reasm, held_segments_expire)
+{
+    struct fgx_reasm_match m;
+
+    cr_assert_eq(fgx_reasm_start(ctx, &r, 0), 0);
+    cr_assert_eq(seg(10, "late", 1, 1000, &m), FGX_REASM_HOLD);
+    cr_assert_eq(seg(20, "later", 2, 2500, &m), FGX_REASM_HOLD);
+    cr_assert_eq(fgx_reasm_expire(ctx, 3000, 2000), 0);
+    cr_assert_eq(fgx_reasm_expire(ctx, 3001, 2000), 1);
+    cr_assert_eq(seen.n, 1);
+    cr_assert_eq(seen.cookie[0], 1);
+    cr_assert_not(seen.accept[0]);
+    cr_assert_eq(fgx_reasm_ctx_held(ctx), 5);
+}
+
+Test(reasm, restart_drops_held)
+{
+    struct fgx_reasm_match m;
+
+    cr_assert_eq(fgx_reasm_set_db(ctx, &r, db_evil, 1), 0);
+    cr_assert_eq(fgx_reasm_start(ctx, &r, 0), 0);
+    cr_assert_eq(seg(0, "ev", 1, 0, &m), FGX_REASM_ACCEPT);
+    cr_assert_eq(seg(10, "x", 2, 0, &m), FGX_REASM_HOLD);
+    cr_assert_eq(fgx_reasm_start(ctx, &r, 500), 0); /* port reuse: a new connection */
+    cr_assert_eq(seen.n, 1);
+    cr_assert_not(seen.accept[0]);
+    /* the partial "ev" is forgotten with the old connection */
+    cr_assert_eq(seg(500, "il1", 3, 0, &m), FGX_REASM_ACCEPT);
+    cr_assert_not(m.matched);
+}
+
+Test(reasm, switch_keeps_partial_match_of_surviving_filter)
+{
+    struct fgx_reasm_match m;
+
+    cr_assert_eq(fgx_reasm_set_db(ctx, &r, db_evil, 1), 0);
+    cr_assert_eq(fgx_reasm_start(ctx, &r, 0), 0);
+    cr_assert_eq(seg(0, "ev", 1, 0, &m), FGX_REASM_ACCEPT);
+    /* filters change: evil[0-9]+ survives beside a new one; the stream is rebuilt from the ring */
+    cr_assert_eq(fgx_reasm_set_db(ctx, &r, db_both, 2), 0);
+    cr_assert_eq(seg(2, "il1337", 2, 0, &m), FGX_REASM_DROP);
+    cr_assert(m.matched);
+    cr_assert_eq(m.filter_id, 2);
+}
+
+Test(reasm, switch_removed_filter_stops_at_once)
+{
+    struct fgx_reasm_match m;
+
+    cr_assert_eq(fgx_reasm_set_db(ctx, &r, db_evil, 1), 0);
+    cr_assert_eq(fgx_reasm_start(ctx, &r, 0), 0);
+    cr_assert_eq(seg(0, "ev", 1, 0, &m), FGX_REASM_ACCEPT);
+    cr_assert_eq(fgx_reasm_set_db(ctx, &r, db_zzz, 3), 0);
+    cr_assert_eq(seg(2, "il1337", 2, 0, &m), FGX_REASM_ACCEPT);
+    cr_assert_not(m.matched);
+    cr_assert_eq(fgx_reasm_set_db(ctx, &r, NULL, 0), 0);
+    cr_assert_eq(seg(8, "zzz", 3, 0, &m), FGX_REASM_ACCEPT);
+}
+
+Test(reasm, switch_ignores_matches_inside_ring_but_not_later_ones)
+{
+    struct fgx_reasm_match m;
+
+    cr_assert_eq(fgx_reasm_set_db(ctx, &r, db_zzz, 3), 0);
+    cr_assert_eq(fgx_reasm_start(ctx, &r, 0), 0);
+    cr_assert_eq(seg(0, "xx evil1 yy", 1, 0, &m), FGX_REASM_ACCEPT);
+    /* the new filter matches bytes already passed: ignored, and not silenced for later */
+    cr_assert_eq(fgx_reasm_set_db(ctx, &r, db_both, 2), 0);
+    cr_assert_eq(seg(11, " hello ", 2, 0, &m), FGX_REASM_ACCEPT);
+    cr_assert_not(m.matched);
+    cr_assert_eq(seg(18, "evil2", 3, 0, &m), FGX_REASM_DROP);
+    cr_assert(m.matched);
+    cr_assert_eq(m.filter_id, 2);
+}
+
+Test(reasm, switch_with_same_hash_keeps_stream)
+{
+    struct fgx_reasm_match m;
+    struct hs_stream *s;
+
+    cr_assert_eq(fgx_reasm_set_db(ctx, &r, db_evil, 1), 0);
+    cr_assert_eq(fgx_reasm_start(ctx, &r, 0), 0);
+    s = r.stream;
+    cr_assert_eq(fgx_reasm_set_db(ctx, &r, db_evil, 1), 0);
+    cr_assert_eq(r.stream, s);
+    cr_assert_eq(seg(0, "evil", 1, 0, &m), FGX_REASM_ACCEPT);
+    cr_assert_eq(seg(4, "9", 2, 0, &m), FGX_REASM_DROP);
+}
+
+Test(reasm, ring_keeps_last_bytes)
+{
+    char buf[600];
+    struct fgx_reasm_match m;
+    size_t i;
+
+    for (i = 0; i < sizeof(buf); i++)
+        buf[i] = (char)('a' + i % 26);
+    cr_assert_eq(fgx_reasm_start(ctx, &r, 0), 0);
+    cr_assert_eq(fgx_reasm_segment(ctx, &r, 0, 0, buf, 100, 1, 0, &m), FGX_REASM_ACCEPT);
+    cr_assert_eq(r.ring_len, 100);
+    cr_assert_eq(fgx_reasm_segment(ctx, &r, 100, 0, buf + 100, 200, 2, 0, &m), FGX_REASM_ACCEPT);
+    cr_assert_eq(r.ring_len, FGX_REASM_RING);
+    /* the oldest byte in the ring is stream byte 300 - 256 = 44 */
+    cr_assert_eq(r.ring[r.ring_pos], buf[44]);
+    cr_assert_eq(fgx_reasm_segment(ctx, &r, 300, 0, buf + 300, 300, 3, 0, &m), FGX_REASM_ACCEPT);
+    cr_assert_eq(r.ring[r.ring_pos], buf[600 - 256]);
+}
+
+Test(reasm, udp_block_scan)
+{
+    hs_database_t *b = compile(HS_MODE_BLOCK, 1, (const char *[]){"evil[0-9]+"},
+                               (unsigned[]){9});
+    uint32_t id = 0;
+
+    cr_assert_eq(fgx_reasm_ctx_scratch(ctx, b), 0);
+    cr_assert_eq(fgx_reasm_scan_block(ctx, b, "an evil42 packet", 16, &id), 1);
+    cr_assert_eq(id, 9);
+    cr_assert_eq(fgx_reasm_scan_block(ctx, b, "a good one", 10, &id), 0);
+    cr_assert_eq(fgx_reasm_scan_block(ctx, NULL, "evil1", 5, &id), 0);
+    hs_free_database(b);
+}
