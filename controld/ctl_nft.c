@@ -1,0 +1,942 @@
+/* controld stage: nftables. Turns the list of running nfqueue-layer services into one inet
+ * table of fgex's own (default "fgex") that hands each service's traffic to the worker threads'
+ * NFQUEUE queues. Every change is one netlink batch (one kernel transaction), built with libnftnl
+ * and sent with libmnl, so a packet sees either the old rules or the new ones, never a mix.
+ *
+ * Layout of the table (see ctl_nft.h and fgx/dp.h):
+ *   pre  (prerouting, -150: before DNAT) : fgex's own resets accepted; c2s -> jump s<id>_c2s
+ *   post (postrouting, 300: after SNAT)  : fgex's own resets accepted; s2c -> jump s<id>_s2c
+ *   s<id>_c2s / s<id>_s2c : TCP: clamp MSS on SYNs, queue SYNs, accept segments with no payload,
+ *                           queue the rest; UDP: queue everything
+ *   qfc / qfo : spread flows over the worker threads by symhash, to the fail-closed or the
+ *               fail-open queue range (bypass when no reader). */
+#include "ctl_nft.h"
+
+/* glibc's first, so that the linux/ headers defer to its definitions */
+#include <netinet/in.h>
+
+#include <errno.h>
+#include <linux/netfilter.h>
+#include <linux/netfilter/nf_tables.h>
+#include <linux/netfilter/nfnetlink.h>
+#include <linux/netfilter/x_tables.h>
+#include <linux/netfilter/xt_NFQUEUE.h>
+#include <linux/netlink.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include <libmnl/libmnl.h>
+#include <libnftnl/chain.h>
+#include <libnftnl/common.h>
+#include <libnftnl/expr.h>
+#include <libnftnl/rule.h>
+#include <libnftnl/table.h>
+
+#include "fgx/dp.h"
+#include "fgx/log.h"
+
+#define NFT_DEFAULT_TABLE "fgex"
+#define NFT_PROBE_TABLE "fgex_probe"
+#define NFT_PRIO_PRE (-150)
+#define NFT_PRIO_POST 300
+/* The NFQUEUE copy range is 65531 bytes; a SYN's MSS above this would let the peer send
+ * segments the worker receives cut short. */
+#define NFT_MSS_MAX 65000
+/* Upper bound on one encoded message (a rule with an IPv6 prefix and a 255-byte table name is
+ * well under 1 KiB); the batch buffer is sized from it. */
+#define NFT_MSG_MAX 2048
+#define NFT_LABEL_LEN 64
+#define NFT_RX_TIMEOUT_MS 5000
+#define NFT_RCVBUF (1 << 20)
+#define NFT_RX_BUF 16384
+
+struct ctl_nft {
+    struct mnl_socket *nl;
+    char *table;
+    unsigned queue_base;
+    unsigned nthreads;
+    bool native;
+    uint32_t seq;
+    int sndbuf;
+    char rx[NFT_RX_BUF];
+};
+
+/* One transaction being built. It is built twice: a first pass with b == NULL only counts the
+ * messages so that the second pass can size the batch buffer exactly once. */
+struct nft_tx {
+    struct ctl_nft *n;
+    const char *table;
+    struct mnl_nlmsg_batch *b;
+    size_t nmsgs;
+    size_t cap;    /* messages the second pass has room for: what the first pass counted */
+    uint32_t seq0; /* the batch-begin message; messages are seq0 + 1 .. seq0 + nmsgs */
+    char (*labels)[NFT_LABEL_LEN];
+    int err;  /* first error while building (-ENOMEM, -EMSGSIZE); later calls do nothing */
+    int kerr; /* first error the kernel answered; only that one is logged */
+};
+
+typedef void (*nft_build_fn)(struct nft_tx *tx, const void *arg);
+
+/* A rule under construction: expressions are appended as long as no allocation failed. */
+struct nft_rule {
+    struct nft_tx *tx;
+    struct nftnl_rule *r;
+    const char *chain;
+};
+
+/* ---- messages ------------------------------------------------------------------------- */
+
+static void tx_fail(struct nft_tx *tx, int err)
+{
+    if (tx->err == 0)
+        tx->err = err;
+}
+
+/* Reserve the next message of the batch; NULL in the counting pass or after an error. */
+static struct nlmsghdr *tx_hdr(struct nft_tx *tx, uint16_t type, uint16_t flags, const char *label)
+{
+    uint32_t seq = tx->seq0 + 1 + (uint32_t)tx->nmsgs;
+    struct nlmsghdr *nlh;
+
+    if (tx->err)
+        return NULL;
+    if (!tx->b) {
+        tx->nmsgs++;
+        return NULL;
+    }
+    if (tx->nmsgs >= tx->cap) {
+        fgx_err("nft: transaction grew between its two passes");
+        tx_fail(tx, -EMSGSIZE);
+        return NULL;
+    }
+    nlh = nftnl_nlmsg_build_hdr(mnl_nlmsg_batch_current(tx->b), type, NFPROTO_INET, flags, seq);
+    (void)snprintf(tx->labels[tx->nmsgs], NFT_LABEL_LEN, "%s", label);
+    tx->nmsgs++;
+    return nlh;
+}
+
+static void tx_next(struct nft_tx *tx, struct nlmsghdr *nlh)
+{
+    /* The buffer holds nmsgs * NFT_MSG_MAX bytes; a larger message would break that bound. */
+    if (nlh->nlmsg_len > NFT_MSG_MAX || !mnl_nlmsg_batch_next(tx->b)) {
+        fgx_err("nft: message for %s too large (%u bytes)", tx->labels[tx->nmsgs - 1],
+                nlh->nlmsg_len);
+        tx_fail(tx, -EMSGSIZE);
+    }
+}
+
+static void tx_table(struct nft_tx *tx, uint16_t type, const char *name)
+{
+    struct nftnl_table *t = NULL;
+    struct nlmsghdr *nlh;
+    char label[NFT_LABEL_LEN];
+
+    (void)snprintf(label, sizeof(label), "%s table %s", type == NFT_MSG_DELTABLE ? "delete" : "add",
+                   name);
+    nlh = tx_hdr(tx, type, type == NFT_MSG_NEWTABLE ? NLM_F_CREATE : 0, label);
+    if (!nlh)
+        return;
+    t = nftnl_table_alloc();
+    if (!t || nftnl_table_set_str(t, NFTNL_TABLE_NAME, name) != 0) {
+        tx_fail(tx, -ENOMEM);
+        goto out;
+    }
+    nftnl_table_set_u32(t, NFTNL_TABLE_FAMILY, NFPROTO_INET);
+    nftnl_table_nlmsg_build_payload(nlh, t);
+    tx_next(tx, nlh);
+out:
+    nftnl_table_free(t);
+}
+
+/* hook < 0: a regular chain. */
+static void tx_chain(struct nft_tx *tx, const char *name, int hook, int prio)
+{
+    struct nftnl_chain *c = NULL;
+    struct nlmsghdr *nlh;
+    char label[NFT_LABEL_LEN];
+
+    (void)snprintf(label, sizeof(label), "add chain %s", name);
+    nlh = tx_hdr(tx, NFT_MSG_NEWCHAIN, NLM_F_CREATE, label);
+    if (!nlh)
+        return;
+    c = nftnl_chain_alloc();
+    if (!c || nftnl_chain_set_str(c, NFTNL_CHAIN_TABLE, tx->table) != 0 ||
+        nftnl_chain_set_str(c, NFTNL_CHAIN_NAME, name) != 0) {
+        tx_fail(tx, -ENOMEM);
+        goto out;
+    }
+    nftnl_chain_set_u32(c, NFTNL_CHAIN_FAMILY, NFPROTO_INET);
+    if (hook >= 0) {
+        if (nftnl_chain_set_str(c, NFTNL_CHAIN_TYPE, "filter") != 0) {
+            tx_fail(tx, -ENOMEM);
+            goto out;
+        }
+        nftnl_chain_set_u32(c, NFTNL_CHAIN_HOOKNUM, (uint32_t)hook);
+        nftnl_chain_set_s32(c, NFTNL_CHAIN_PRIO, prio);
+        nftnl_chain_set_u32(c, NFTNL_CHAIN_POLICY, NF_ACCEPT);
+    }
+    nftnl_chain_nlmsg_build_payload(nlh, c);
+    tx_next(tx, nlh);
+out:
+    nftnl_chain_free(c);
+}
+
+/* Rules are allocated even in the counting pass: the cost is small and the builders stay
+ * free of pass checks. */
+static void rule_start(struct nft_tx *tx, const char *chain, struct nft_rule *out)
+{
+    out->tx = tx;
+    out->chain = chain;
+    out->r = NULL;
+    if (tx->err)
+        return;
+    out->r = nftnl_rule_alloc();
+    if (!out->r || nftnl_rule_set_str(out->r, NFTNL_RULE_TABLE, tx->table) != 0 ||
+        nftnl_rule_set_str(out->r, NFTNL_RULE_CHAIN, chain) != 0) {
+        tx_fail(tx, -ENOMEM);
+        return;
+    }
+    nftnl_rule_set_u32(out->r, NFTNL_RULE_FAMILY, NFPROTO_INET);
+}
+
+static void rule_end(struct nft_rule *rl)
+{
+    struct nlmsghdr *nlh;
+    char label[NFT_LABEL_LEN];
+
+    (void)snprintf(label, sizeof(label), "add rule to chain %s", rl->chain);
+    nlh = rl->r ? tx_hdr(rl->tx, NFT_MSG_NEWRULE, NLM_F_CREATE | NLM_F_APPEND, label) : NULL;
+    if (nlh) {
+        nftnl_rule_nlmsg_build_payload(nlh, rl->r);
+        tx_next(rl->tx, nlh);
+    }
+    nftnl_rule_free(rl->r);
+    rl->r = NULL;
+}
+
+/* ---- expressions (all through register 1) -------------------------------------------- */
+
+static struct nftnl_expr *rule_expr(struct nft_rule *rl, const char *name)
+{
+    struct nftnl_expr *e;
+
+    if (!rl->r || rl->tx->err)
+        return NULL;
+    e = nftnl_expr_alloc(name);
+    if (!e) {
+        tx_fail(rl->tx, -ENOMEM);
+        return NULL;
+    }
+    nftnl_rule_add_expr(rl->r, e);
+    return e;
+}
+
+static void e_meta(struct nft_rule *rl, uint32_t key)
+{
+    struct nftnl_expr *e = rule_expr(rl, "meta");
+
+    if (!e)
+        return;
+    nftnl_expr_set_u32(e, NFTNL_EXPR_META_KEY, key);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_META_DREG, NFT_REG_1);
+}
+
+static void e_payload(struct nft_rule *rl, uint32_t base, uint32_t offset, uint32_t len)
+{
+    struct nftnl_expr *e = rule_expr(rl, "payload");
+
+    if (!e)
+        return;
+    nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_BASE, base);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_OFFSET, offset);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_LEN, len);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_DREG, NFT_REG_1);
+}
+
+static void e_and(struct nft_rule *rl, const void *mask, uint32_t len)
+{
+    static const uint8_t zero[16];
+    struct nftnl_expr *e = rule_expr(rl, "bitwise");
+
+    if (!e)
+        return;
+    nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_SREG, NFT_REG_1);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_DREG, NFT_REG_1);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_LEN, len);
+    nftnl_expr_set(e, NFTNL_EXPR_BITWISE_MASK, mask, len);
+    nftnl_expr_set(e, NFTNL_EXPR_BITWISE_XOR, zero, len);
+}
+
+static void e_cmp(struct nft_rule *rl, uint32_t op, const void *data, uint32_t len)
+{
+    struct nftnl_expr *e = rule_expr(rl, "cmp");
+
+    if (!e)
+        return;
+    nftnl_expr_set_u32(e, NFTNL_EXPR_CMP_SREG, NFT_REG_1);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_CMP_OP, op);
+    nftnl_expr_set(e, NFTNL_EXPR_CMP_DATA, data, len);
+}
+
+static void e_cmp_u8(struct nft_rule *rl, uint8_t v)
+{
+    e_cmp(rl, NFT_CMP_EQ, &v, sizeof(v));
+}
+
+static void e_cmp_be16(struct nft_rule *rl, uint32_t op, uint16_t v)
+{
+    uint16_t be = htons(v);
+
+    e_cmp(rl, op, &be, sizeof(be));
+}
+
+/* chain: target of a jump or goto, NULL otherwise. */
+static void e_verdict(struct nft_rule *rl, int verdict, const char *chain)
+{
+    struct nftnl_expr *e = rule_expr(rl, "immediate");
+
+    if (!e)
+        return;
+    nftnl_expr_set_u32(e, NFTNL_EXPR_IMM_DREG, NFT_REG_VERDICT);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_IMM_VERDICT, (uint32_t)verdict);
+    if (chain && nftnl_expr_set_str(e, NFTNL_EXPR_IMM_CHAIN, chain) != 0)
+        tx_fail(rl->tx, -ENOMEM);
+}
+
+/* The MSS option's value: TCP option kind 2, 2 bytes at offset 2. */
+static void e_mss(struct nft_rule *rl, bool write)
+{
+    struct nftnl_expr *e = rule_expr(rl, "exthdr");
+
+    if (!e)
+        return;
+    nftnl_expr_set_u32(e, NFTNL_EXPR_EXTHDR_OP, NFT_EXTHDR_OP_TCPOPT);
+    nftnl_expr_set_u8(e, NFTNL_EXPR_EXTHDR_TYPE, 2);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_EXTHDR_OFFSET, 2);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_EXTHDR_LEN, 2);
+    nftnl_expr_set_u32(e, write ? NFTNL_EXPR_EXTHDR_SREG : NFTNL_EXPR_EXTHDR_DREG, NFT_REG_1);
+}
+
+static void e_set_be16(struct nft_rule *rl, uint16_t v)
+{
+    uint16_t be = htons(v);
+    struct nftnl_expr *e = rule_expr(rl, "immediate");
+
+    if (!e)
+        return;
+    nftnl_expr_set_u32(e, NFTNL_EXPR_IMM_DREG, NFT_REG_1);
+    nftnl_expr_set(e, NFTNL_EXPR_IMM_DATA, &be, sizeof(be));
+}
+
+static void e_symhash(struct nft_rule *rl, uint32_t modulus)
+{
+    struct nftnl_expr *e = rule_expr(rl, "hash");
+
+    if (!e)
+        return;
+    nftnl_expr_set_u32(e, NFTNL_EXPR_HASH_TYPE, NFT_HASH_SYM);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_HASH_MODULUS, modulus);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_HASH_OFFSET, 0);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_HASH_DREG, NFT_REG_1);
+}
+
+/* The native queue expression (CONFIG_NFT_QUEUE). */
+static void e_queue(struct nft_rule *rl, uint16_t num, bool bypass)
+{
+    struct nftnl_expr *e = rule_expr(rl, "queue");
+
+    if (!e)
+        return;
+    nftnl_expr_set_u16(e, NFTNL_EXPR_QUEUE_NUM, num);
+    nftnl_expr_set_u16(e, NFTNL_EXPR_QUEUE_TOTAL, 1);
+    nftnl_expr_set_u16(e, NFTNL_EXPR_QUEUE_FLAGS, bypass ? NFT_QUEUE_FLAG_BYPASS : 0);
+}
+
+/* The xtables NFQUEUE target through nft_compat, as iptables-nft builds it. The analyzer cannot
+ * see that libnftnl takes ownership of the info block. */
+// NOLINTBEGIN(clang-analyzer-unix.Malloc)
+static void e_nfqueue_target(struct nft_rule *rl, uint16_t num, bool bypass)
+{
+    struct xt_NFQ_info_v3 *info;
+    struct nftnl_expr *e = rule_expr(rl, "target");
+
+    if (!e)
+        return;
+    /* nft_compat wants the info padded to XT_ALIGN(targetsize); libnftnl takes ownership. */
+    info = calloc(1, XT_ALIGN(sizeof(*info)));
+    if (!info) {
+        tx_fail(rl->tx, -ENOMEM);
+        return;
+    }
+    info->queuenum = num;
+    info->queues_total = 1;
+    info->flags = bypass ? NFQ_FLAG_BYPASS : 0;
+    nftnl_expr_set_str(e, NFTNL_EXPR_TG_NAME, "NFQUEUE");
+    nftnl_expr_set_u32(e, NFTNL_EXPR_TG_REV, 3);
+    nftnl_expr_set(e, NFTNL_EXPR_TG_INFO, info, XT_ALIGN(sizeof(*info)));
+}
+// NOLINTEND(clang-analyzer-unix.Malloc)
+
+/* ---- matches ------------------------------------------------------------------------------ */
+
+static void m_nfproto(struct nft_rule *rl, uint8_t nfproto)
+{
+    e_meta(rl, NFT_META_NFPROTO);
+    e_cmp_u8(rl, nfproto);
+}
+
+static void m_l4proto(struct nft_rule *rl, uint8_t proto)
+{
+    e_meta(rl, NFT_META_L4PROTO);
+    e_cmp_u8(rl, proto);
+}
+
+/* Family and prefix of a service address; nothing for family 0. As nft itself does (and so
+ * that `nft list` prints a prefix): a byte-aligned prefix loads only the bytes it covers, any
+ * other loads the whole address and masks it. */
+static void m_cidr(struct nft_rule *rl, const struct fgx_cidr *c, bool dst)
+{
+    uint8_t mask[16] = {0};
+    uint32_t alen = c->family == 4 ? 4 : 16, len, off;
+
+    if (c->family == 0)
+        return;
+    m_nfproto(rl, c->family == 4 ? NFPROTO_IPV4 : NFPROTO_IPV6);
+    if (c->prefix == 0)
+        return;
+    if (c->family == 4)
+        off = dst ? 16 : 12;
+    else
+        off = dst ? 24 : 8;
+    len = c->prefix % 8u ? alen : c->prefix / 8u;
+    e_payload(rl, NFT_PAYLOAD_NETWORK_HEADER, off, len);
+    if (c->prefix % 8u) {
+        memset(mask, 0xff, c->prefix / 8u);
+        mask[c->prefix / 8u] = (uint8_t)(0xff00u >> (c->prefix % 8u));
+        e_and(rl, mask, len);
+    }
+    e_cmp(rl, NFT_CMP_EQ, c->addr, len);
+}
+
+static void m_port(struct nft_rule *rl, uint16_t port, bool dst)
+{
+    e_payload(rl, NFT_PAYLOAD_TRANSPORT_HEADER, dst ? 2 : 0, 2);
+    e_cmp_be16(rl, NFT_CMP_EQ, port);
+}
+
+static void m_tcp_syn(struct nft_rule *rl)
+{
+    static const uint8_t syn = 0x02;
+
+    m_l4proto(rl, IPPROTO_TCP);
+    e_payload(rl, NFT_PAYLOAD_TRANSPORT_HEADER, 13, 1);
+    e_and(rl, &syn, 1);
+    e_cmp_u8(rl, syn);
+}
+
+/* tcp doff D */
+static void m_tcp_doff(struct nft_rule *rl, unsigned doff)
+{
+    static const uint8_t hi = 0xf0;
+
+    m_l4proto(rl, IPPROTO_TCP);
+    e_payload(rl, NFT_PAYLOAD_TRANSPORT_HEADER, 12, 1);
+    e_and(rl, &hi, 1);
+    e_cmp_u8(rl, (uint8_t)(doff << 4));
+}
+
+/* ---- the table ------------------------------------------------------------------------------ */
+
+struct nft_sync_arg {
+    const struct ctl_nft_service *svcs;
+    size_t nsvcs;
+};
+
+static const char *queue_chain(bool fail_open)
+{
+    return fail_open ? "qfo" : "qfc";
+}
+
+static void rule_queue(struct nft_rule *rl, bool native, uint16_t num, bool bypass)
+{
+    if (native)
+        e_queue(rl, num, bypass);
+    else
+        e_nfqueue_target(rl, num, bypass);
+}
+
+static void build_queue_chain(struct nft_tx *tx, bool fail_open)
+{
+    struct ctl_nft *n = tx->n;
+    const char *chain = queue_chain(fail_open);
+    struct nft_rule rl;
+
+    tx_chain(tx, chain, -1, 0);
+    for (unsigned t = 0; t < n->nthreads; t++) {
+        rule_start(tx, chain, &rl);
+        if (n->nthreads > 1) {
+            e_symhash(&rl, n->nthreads);
+            e_cmp(&rl, NFT_CMP_EQ, &t, sizeof(t));
+        }
+        rule_queue(&rl, n->native,
+                   (uint16_t)fgx_queue_num(n->queue_base, n->nthreads, fail_open, t), fail_open);
+        rule_end(&rl);
+    }
+}
+
+/* The body of a service chain, for either direction. */
+static void build_service_chain(struct nft_tx *tx, const struct ctl_nft_service *s,
+                                const char *chain)
+{
+    const char *q = queue_chain(s->fail_open);
+    struct nft_rule rl;
+
+    tx_chain(tx, chain, -1, 0);
+    if (s->ipproto == IPPROTO_TCP) {
+        rule_start(tx, chain, &rl);
+        m_tcp_syn(&rl);
+        e_mss(&rl, false);
+        e_cmp_be16(&rl, NFT_CMP_GT, NFT_MSS_MAX);
+        e_set_be16(&rl, NFT_MSS_MAX);
+        e_mss(&rl, true);
+        rule_end(&rl);
+
+        rule_start(tx, chain, &rl);
+        m_tcp_syn(&rl);
+        e_verdict(&rl, NFT_GOTO, q);
+        rule_end(&rl);
+
+        /* A segment with no payload has nothing to scan. Only an exact header-length match
+         * counts: IP options or IPv6 extension headers fall through to the worker. */
+        for (unsigned d = 5; d <= 15; d++) {
+            static const uint8_t ihl_mask = 0x0f;
+
+            rule_start(tx, chain, &rl);
+            m_nfproto(&rl, NFPROTO_IPV4);
+            e_payload(&rl, NFT_PAYLOAD_NETWORK_HEADER, 0, 1);
+            e_and(&rl, &ihl_mask, 1);
+            e_cmp_u8(&rl, 5);
+            m_tcp_doff(&rl, d);
+            e_payload(&rl, NFT_PAYLOAD_NETWORK_HEADER, 2, 2);
+            e_cmp_be16(&rl, NFT_CMP_EQ, (uint16_t)(20 + 4 * d));
+            e_verdict(&rl, NF_ACCEPT, NULL);
+            rule_end(&rl);
+        }
+        for (unsigned d = 5; d <= 15; d++) {
+            rule_start(tx, chain, &rl);
+            m_nfproto(&rl, NFPROTO_IPV6);
+            e_payload(&rl, NFT_PAYLOAD_NETWORK_HEADER, 6, 1);
+            e_cmp_u8(&rl, IPPROTO_TCP);
+            m_tcp_doff(&rl, d);
+            e_payload(&rl, NFT_PAYLOAD_NETWORK_HEADER, 4, 2);
+            e_cmp_be16(&rl, NFT_CMP_EQ, (uint16_t)(4 * d));
+            e_verdict(&rl, NF_ACCEPT, NULL);
+            rule_end(&rl);
+        }
+    }
+    rule_start(tx, chain, &rl);
+    e_verdict(&rl, NFT_GOTO, q);
+    rule_end(&rl);
+}
+
+static void build_own_packets(struct nft_tx *tx, const char *chain)
+{
+    uint32_t mask = FGX_MARK_MASK, mark = FGX_MARK;
+    struct nft_rule rl;
+
+    rule_start(tx, chain, &rl);
+    e_meta(&rl, NFT_META_MARK);
+    e_and(&rl, &mask, sizeof(mask));
+    e_cmp(&rl, NFT_CMP_EQ, &mark, sizeof(mark));
+    e_verdict(&rl, NF_ACCEPT, NULL);
+    rule_end(&rl);
+}
+
+static void build_sync(struct nft_tx *tx, const void *arg)
+{
+    const struct nft_sync_arg *a = arg;
+    bool used[2] = {false, false};
+    char c2s[NFT_LABEL_LEN], s2c[NFT_LABEL_LEN];
+    struct nft_rule rl;
+
+    /* Adding first makes the delete valid whether or not the table existed. */
+    tx_table(tx, NFT_MSG_NEWTABLE, tx->table);
+    tx_table(tx, NFT_MSG_DELTABLE, tx->table);
+    if (a->nsvcs == 0)
+        return;
+    tx_table(tx, NFT_MSG_NEWTABLE, tx->table);
+    tx_chain(tx, "pre", NF_INET_PRE_ROUTING, NFT_PRIO_PRE);
+    tx_chain(tx, "post", NF_INET_POST_ROUTING, NFT_PRIO_POST);
+    for (size_t i = 0; i < a->nsvcs; i++)
+        used[a->svcs[i].fail_open] = true;
+    for (int fo = 0; fo < 2; fo++) {
+        if (used[fo])
+            build_queue_chain(tx, fo);
+    }
+    for (size_t i = 0; i < a->nsvcs; i++) {
+        (void)snprintf(c2s, sizeof(c2s), "s%u_c2s", (unsigned)a->svcs[i].id);
+        (void)snprintf(s2c, sizeof(s2c), "s%u_s2c", (unsigned)a->svcs[i].id);
+        build_service_chain(tx, &a->svcs[i], c2s);
+        build_service_chain(tx, &a->svcs[i], s2c);
+    }
+    build_own_packets(tx, "pre");
+    build_own_packets(tx, "post");
+    for (size_t i = 0; i < a->nsvcs; i++) {
+        const struct ctl_nft_service *s = &a->svcs[i];
+
+        (void)snprintf(c2s, sizeof(c2s), "s%u_c2s", (unsigned)s->id);
+        (void)snprintf(s2c, sizeof(s2c), "s%u_s2c", (unsigned)s->id);
+        rule_start(tx, "pre", &rl);
+        m_cidr(&rl, &s->addr, true);
+        m_l4proto(&rl, s->ipproto);
+        m_port(&rl, s->port, true);
+        e_verdict(&rl, NFT_JUMP, c2s);
+        rule_end(&rl);
+
+        rule_start(tx, "post", &rl);
+        m_cidr(&rl, &s->addr, false);
+        m_l4proto(&rl, s->ipproto);
+        m_port(&rl, s->port, false);
+        e_verdict(&rl, NFT_JUMP, s2c);
+        rule_end(&rl);
+    }
+}
+
+/* A throwaway table with one rule that queues the way n->native says; deleted in the same
+ * transaction, so nothing stays behind whatever the outcome. */
+static void build_probe(struct nft_tx *tx, const void *arg)
+{
+    struct nft_rule rl;
+
+    (void)arg;
+    tx_table(tx, NFT_MSG_NEWTABLE, tx->table);
+    tx_chain(tx, "probe", -1, 0);
+    rule_start(tx, "probe", &rl);
+    rule_queue(&rl, tx->n->native, (uint16_t)tx->n->queue_base, true);
+    rule_end(&rl);
+    tx_table(tx, NFT_MSG_DELTABLE, tx->table);
+}
+
+/* ---- sending a transaction and reading the kernel's answer ------------------------------- */
+
+static const char *extack_msg(const struct nlmsghdr *nlh)
+{
+    const struct nlmsgerr *e = mnl_nlmsg_get_payload(nlh);
+    const struct nlattr *attr;
+    size_t off = sizeof(*e);
+
+    if (!(nlh->nlmsg_flags & NLM_F_ACK_TLVS))
+        return NULL;
+    if (!(nlh->nlmsg_flags & NLM_F_CAPPED))
+        off += e->msg.nlmsg_len - sizeof(struct nlmsghdr);
+    mnl_attr_for_each(attr, nlh, off)
+    {
+        if (mnl_attr_get_type(attr) == NLMSGERR_ATTR_MSG &&
+            mnl_attr_validate(attr, MNL_TYPE_NUL_STRING) == 0)
+            return mnl_attr_get_str(attr);
+    }
+    return NULL;
+}
+
+/* Go through one buffer of replies. Sets *done on the reply that ends the transaction: the ack
+ * of its last message, or an error for the batch as a whole. Keeps the first error in tx->kerr
+ * and logs it; the rest are consequences of the same refusal. */
+static void tx_replies(struct nft_tx *tx, const void *buf, size_t len, bool quiet, bool *done)
+{
+    const struct nlmsghdr *nlh = buf;
+    int left = (int)len;
+
+    for (; mnl_nlmsg_ok(nlh, left); nlh = mnl_nlmsg_next(nlh, &left)) {
+        const struct nlmsgerr *e;
+        const char *what, *msg;
+        uint32_t rel = nlh->nlmsg_seq - tx->seq0; /* 0: batch begin; wraps safely */
+
+        /* Replies to an earlier transaction that gave up early are not ours. */
+        if (nlh->nlmsg_type != NLMSG_ERROR || rel > tx->nmsgs)
+            continue;
+        if (mnl_nlmsg_get_payload_len(nlh) < sizeof(*e))
+            continue;
+        e = mnl_nlmsg_get_payload(nlh);
+        if (rel == tx->nmsgs || (rel == 0 && e->error != 0))
+            *done = true;
+        if (e->error == 0 || tx->kerr != 0)
+            continue;
+        tx->kerr = e->error;
+        what = rel == 0 ? "the transaction" : tx->labels[rel - 1];
+        msg = extack_msg(nlh);
+        fgx_log(quiet ? FGX_LOG_DEBUG : FGX_LOG_ERROR, "nft: kernel refused %s: %s%s%s", what,
+                strerror(-e->error), msg ? ": " : "", msg ? msg : "");
+    }
+}
+
+static int tx_recv(struct ctl_nft *n, struct nft_tx *tx, bool quiet)
+{
+    int fd = mnl_socket_get_fd(n->nl), rc;
+    bool done = false;
+    ssize_t len;
+
+    while (!done) {
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+
+        rc = poll(&pfd, 1, NFT_RX_TIMEOUT_MS);
+        if (rc == -1) {
+            if (errno == EINTR)
+                continue;
+            rc = -errno;
+            fgx_err("nft: poll: %s", strerror(errno));
+            goto out;
+        }
+        if (rc == 0) {
+            rc = -ETIMEDOUT;
+            fgx_err("nft: no answer from the kernel in %d ms", NFT_RX_TIMEOUT_MS);
+            goto out;
+        }
+        len = recv(fd, n->rx, sizeof(n->rx), 0);
+        if (len == -1) {
+            if (errno == EINTR)
+                continue;
+            rc = -errno;
+            fgx_err("nft: reading the kernel's answer: %s", strerror(errno));
+            goto out;
+        }
+        tx_replies(tx, n->rx, (size_t)len, quiet, &done);
+    }
+    /* The kernel answers the whole batch before sendmsg returns: anything left (the other
+     * errors of a failed batch) is already queued. */
+    while ((len = recv(fd, n->rx, sizeof(n->rx), MSG_DONTWAIT)) > 0)
+        tx_replies(tx, n->rx, (size_t)len, quiet, &done);
+    rc = tx->kerr;
+out:
+    return rc;
+}
+
+/* Make room in the socket's send buffer for a whole batch: a batch is one datagram. */
+static int nft_sndbuf(struct ctl_nft *n, size_t len)
+{
+    int fd = mnl_socket_get_fd(n->nl), want;
+
+    if (len + 4096 <= (size_t)n->sndbuf)
+        return 0;
+    if (len > (size_t)(1 << 30)) {
+        fgx_err("nft: batch of %zu bytes is too large", len);
+        return -EMSGSIZE;
+    }
+    want = (int)len + 4096;
+    if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &want, sizeof(want)) == -1 &&
+        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &want, sizeof(want)) == -1) {
+        int rc = -errno;
+
+        fgx_err("nft: setting the netlink send buffer to %d bytes: %s", want, strerror(-rc));
+        return rc;
+    }
+    n->sndbuf = want;
+    return 0;
+}
+
+/* Build with fn and run it as one transaction. quiet: the caller expects that it may fail
+ * (the probe), so the kernel's refusal is logged at debug level only. */
+static int tx_run(struct ctl_nft *n, const char *table, nft_build_fn fn, const void *arg,
+                  bool quiet)
+{
+    struct nft_tx tx = {.n = n, .table = table};
+    struct mnl_nlmsg_batch *b = NULL;
+    char *buf = NULL;
+    size_t limit;
+    int rc;
+
+    fn(&tx, arg);
+    if (tx.err) {
+        rc = tx.err;
+        fgx_err("nft: building the transaction: %s", strerror(-rc));
+        goto out;
+    }
+    /* mnl_nlmsg_batch wants a buffer of twice its limit. */
+    limit = (tx.nmsgs + 2) * NFT_MSG_MAX;
+    buf = malloc(2 * limit);
+    tx.labels = calloc(tx.nmsgs, sizeof(*tx.labels));
+    b = buf ? mnl_nlmsg_batch_start(buf, limit) : NULL;
+    if (!b || !tx.labels) {
+        rc = -ENOMEM;
+        fgx_err("nft: no memory for a batch of %zu messages", tx.nmsgs);
+        goto out;
+    }
+    tx.seq0 = n->seq;
+    n->seq += (uint32_t)tx.nmsgs + 2;
+    nftnl_batch_begin(mnl_nlmsg_batch_current(b), tx.seq0);
+    mnl_nlmsg_batch_next(b);
+    tx.b = b;
+    tx.cap = tx.nmsgs;
+    tx.nmsgs = 0;
+    fn(&tx, arg);
+    if (tx.err) {
+        rc = tx.err;
+        fgx_err("nft: building the transaction: %s", strerror(-rc));
+        goto out;
+    }
+    /* Only the last message asks for an ack: errors come regardless, and the ack says the
+     * kernel is done with the batch. */
+    if (tx.nmsgs > 0) {
+        struct nlmsghdr *last = mnl_nlmsg_batch_head(b);
+        int left = (int)mnl_nlmsg_batch_size(b);
+        struct nlmsghdr *prev = last;
+
+        for (; mnl_nlmsg_ok(last, left); last = mnl_nlmsg_next(last, &left))
+            prev = last;
+        prev->nlmsg_flags |= NLM_F_ACK;
+    }
+    nftnl_batch_end(mnl_nlmsg_batch_current(b), n->seq - 1);
+    mnl_nlmsg_batch_next(b);
+    rc = nft_sndbuf(n, mnl_nlmsg_batch_size(b));
+    if (rc < 0)
+        goto out;
+    if (mnl_socket_sendto(n->nl, mnl_nlmsg_batch_head(b), mnl_nlmsg_batch_size(b)) == -1) {
+        rc = -errno;
+        fgx_err("nft: sending a batch of %zu bytes: %s", mnl_nlmsg_batch_size(b), strerror(errno));
+        goto out;
+    }
+    rc = tx_recv(n, &tx, quiet);
+out:
+    if (b)
+        mnl_nlmsg_batch_stop(b);
+    free(tx.labels);
+    free(buf);
+    return rc;
+}
+
+/* ---- public ---------------------------------------------------------------------------- */
+
+int ctl_nft_open(const struct ctl_nft_config *cfg, struct ctl_nft **out)
+{
+    struct ctl_nft *n = NULL;
+    const char *table = cfg->table ? cfg->table : NFT_DEFAULT_TABLE;
+    int one = 1, rcvbuf = NFT_RCVBUF, rc;
+    socklen_t sl = sizeof(n->sndbuf);
+
+    if (table[0] == '\0' || cfg->nthreads == 0 ||
+        cfg->queue_base + 2ul * cfg->nthreads - 1 > UINT16_MAX) {
+        fgx_err("nft: bad config: table '%s', queues %u + 2 * %u threads", table, cfg->queue_base,
+                cfg->nthreads);
+        return -EINVAL;
+    }
+    n = calloc(1, sizeof(*n));
+    if (!n || !(n->table = strdup(table))) {
+        rc = -ENOMEM;
+        fgx_err("nft: no memory");
+        goto err;
+    }
+    n->queue_base = cfg->queue_base;
+    n->nthreads = cfg->nthreads;
+    n->seq = (uint32_t)time(NULL);
+    n->nl = mnl_socket_open(NETLINK_NETFILTER);
+    if (!n->nl) {
+        rc = -errno;
+        fgx_err("nft: netlink socket: %s", strerror(errno));
+        goto err;
+    }
+    if (mnl_socket_bind(n->nl, 0, MNL_SOCKET_AUTOPID) == -1) {
+        rc = -errno;
+        fgx_err("nft: netlink bind: %s", strerror(errno));
+        goto err;
+    }
+    /* Best effort: the kernel's error text, and acks without a copy of our message. */
+    (void)mnl_socket_setsockopt(n->nl, NETLINK_EXT_ACK, &one, sizeof(one));
+    (void)mnl_socket_setsockopt(n->nl, NETLINK_CAP_ACK, &one, sizeof(one));
+    if (setsockopt(mnl_socket_get_fd(n->nl), SOL_SOCKET, SO_RCVBUFFORCE, &rcvbuf, sizeof(rcvbuf)) ==
+        -1)
+        (void)setsockopt(mnl_socket_get_fd(n->nl), SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
+    if (getsockopt(mnl_socket_get_fd(n->nl), SOL_SOCKET, SO_SNDBUF, &n->sndbuf, &sl) == -1)
+        n->sndbuf = 0;
+
+    n->native = true;
+    rc = tx_run(n, NFT_PROBE_TABLE, build_probe, NULL, true);
+    if (rc == -ENOENT || rc == -EOPNOTSUPP) {
+        n->native = false;
+        rc = tx_run(n, NFT_PROBE_TABLE, build_probe, NULL, true);
+        if (rc < 0) {
+            fgx_err("nft: neither the nftables queue expression nor the xtables NFQUEUE target "
+                    "is available: %s",
+                    strerror(-rc));
+            goto err;
+        }
+        fgx_info("nft: no native queue expression in this kernel: using the xtables NFQUEUE "
+                 "target");
+    } else if (rc < 0) {
+        fgx_err("nft: probing the kernel failed: %s", strerror(-rc));
+        goto err;
+    }
+    *out = n;
+    return 0;
+err:
+    ctl_nft_close(n);
+    return rc;
+}
+
+bool ctl_nft_native_queue(const struct ctl_nft *n)
+{
+    return n->native;
+}
+
+static int check_service(const struct ctl_nft_service *s)
+{
+    unsigned maxprefix = s->addr.family == 4 ? 32 : 128;
+
+    if (s->ipproto != IPPROTO_TCP && s->ipproto != IPPROTO_UDP) {
+        fgx_err("nft: service %u: protocol %u is neither tcp nor udp", (unsigned)s->id,
+                (unsigned)s->ipproto);
+        return -EINVAL;
+    }
+    if (s->port == 0) {
+        fgx_err("nft: service %u: port 0", (unsigned)s->id);
+        return -EINVAL;
+    }
+    if (s->addr.family != 0 && s->addr.family != 4 && s->addr.family != 6) {
+        fgx_err("nft: service %u: address family %u", (unsigned)s->id, (unsigned)s->addr.family);
+        return -EINVAL;
+    }
+    if (s->addr.family != 0 && s->addr.prefix > maxprefix) {
+        fgx_err("nft: service %u: prefix /%u", (unsigned)s->id, (unsigned)s->addr.prefix);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+int ctl_nft_sync(struct ctl_nft *n, const struct ctl_nft_service *svcs, size_t nsvcs)
+{
+    struct nft_sync_arg arg = {.svcs = svcs, .nsvcs = nsvcs};
+    int rc;
+
+    for (size_t i = 0; i < nsvcs; i++) {
+        rc = check_service(&svcs[i]);
+        if (rc < 0)
+            return rc;
+        for (size_t j = 0; j < i; j++) {
+            if (svcs[j].id == svcs[i].id) {
+                fgx_err("nft: service %u given twice", (unsigned)svcs[i].id);
+                return -EINVAL;
+            }
+        }
+    }
+    rc = tx_run(n, n->table, build_sync, &arg, false);
+    if (rc == 0)
+        fgx_debug("nft: table inet %s now holds %zu services", n->table, nsvcs);
+    return rc;
+}
+
+int ctl_nft_clear(struct ctl_nft *n)
+{
+    return ctl_nft_sync(n, NULL, 0);
+}
+
+void ctl_nft_close(struct ctl_nft *n)
+{
+    if (!n)
+        return;
+    if (n->nl)
+        mnl_socket_close(n->nl);
+    free(n->table);
+    free(n);
+}

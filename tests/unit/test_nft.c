@@ -1,0 +1,839 @@
+/* Tests for controld's nftables stage (controld/ctl_nft.c). Every test first moves into a network
+ * namespace of its own (Criterion runs each test in a forked process), so the host's firewall
+ * is never touched; the `nft` binary run through popen() inherits that namespace and is used
+ * only to read back what the kernel holds. The packet tests join two namespaces with a veth
+ * pair: the server side holds the rules, and no NFQUEUE reader exists anywhere. */
+#include <arpa/inet.h>
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/if_ether.h>
+#include <linux/if_packet.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "controld/ctl_nft.h"
+#include "fgx/log.h"
+
+#define MAX_LINES 4096
+#define PORT_TCP 9000
+#define PORT_UDP 9200
+#define WAIT_MS 400
+
+/* ---- namespaces and commands ---------------------------------------------------------- */
+
+static void sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void sh(const char *fmt, ...)
+{
+    char cmd[1024];
+    va_list ap;
+    int rc;
+
+    va_start(ap, fmt);
+    (void)vsnprintf(cmd, sizeof(cmd), fmt, ap);
+    va_end(ap);
+    rc = system(cmd);
+    cr_assert_eq(rc, 0, "command failed (%d): %s", rc, cmd);
+}
+
+static int sh_status(const char *cmd)
+{
+    return system(cmd);
+}
+
+static void enter_netns(void)
+{
+    if (geteuid() != 0)
+        cr_skip_test("needs root for a network namespace");
+    fgx_log_init("test_nft", FGX_LOG_WARN);
+    cr_assert_eq(unshare(CLONE_NEWNET), 0, "unshare: %s", strerror(errno));
+    sh("ip link set lo up");
+}
+
+/* Two namespaces joined by a veth pair: the test process ends in the server one. Both die with
+ * the test process. */
+struct pair {
+    int ns_srv, ns_cli;
+};
+
+static void pair_setup(struct pair *p)
+{
+    enter_netns();
+    p->ns_srv = open("/proc/self/ns/net", O_RDONLY);
+    cr_assert_geq(p->ns_srv, 0);
+    cr_assert_eq(unshare(CLONE_NEWNET), 0);
+    p->ns_cli = open("/proc/self/ns/net", O_RDONLY);
+    cr_assert_geq(p->ns_cli, 0);
+    sh("ip link set lo up && ip link add fgxc type veth peer name fgxs netns /proc/%d/fd/%d",
+       (int)getpid(), p->ns_srv);
+    sh("ip addr add 10.99.0.1/24 dev fgxc && ip -6 addr add fd99::1/64 dev fgxc nodad && "
+       "ip link set fgxc up");
+    cr_assert_eq(setns(p->ns_srv, CLONE_NEWNET), 0);
+    sh("ip addr add 10.99.0.2/24 dev fgxs && ip -6 addr add fd99::2/64 dev fgxs nodad && "
+       "ip link set fgxs up");
+}
+
+static void pair_release(struct pair *p)
+{
+    close(p->ns_cli);
+    close(p->ns_srv);
+}
+
+/* ---- reading the table back ----------------------------------------------------------- */
+
+struct listing {
+    char *text;
+    int status;
+};
+
+static void list_table(const char *family, const char *name, struct listing *out)
+{
+    char cmd[256], buf[4096];
+    size_t len = 0, cap = 0, n;
+    FILE *f;
+
+    (void)snprintf(cmd, sizeof(cmd), "nft list table %s %s 2>/dev/null", family, name);
+    f = popen(cmd, "r");
+    cr_assert_not_null(f);
+    out->text = NULL;
+    while ((n = fread(buf, 1, sizeof(buf), f)) > 0) {
+        if (len + n + 1 > cap) {
+            cap = (len + n + 1) * 2;
+            out->text = realloc(out->text, cap);
+            cr_assert_not_null(out->text);
+        }
+        memcpy(out->text + len, buf, n);
+        len += n;
+    }
+    if (!out->text)
+        out->text = calloc(1, 1);
+    out->text[len] = '\0';
+    out->status = pclose(f);
+}
+
+static void listing_release(struct listing *l)
+{
+    free(l->text);
+    l->text = NULL;
+}
+
+static bool table_exists(const char *family, const char *name)
+{
+    struct listing l;
+    bool ok;
+
+    list_table(family, name, &l);
+    ok = l.status == 0;
+    listing_release(&l);
+    return ok;
+}
+
+/* The rules of one chain, each trimmed of its indentation, in order. Returns the count, or -1
+ * when the chain is absent. lines point into text, which is modified. */
+static int chain_rules(char *text, const char *chain, char **lines, int max)
+{
+    char head[128], *save = NULL, *line;
+    bool in = false;
+    int n = 0;
+
+    (void)snprintf(head, sizeof(head), "chain %s {", chain);
+    for (line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        while (*line == '\t' || *line == ' ')
+            line++;
+        if (!in) {
+            in = strcmp(line, head) == 0;
+            continue;
+        }
+        if (strcmp(line, "}") == 0)
+            return n;
+        if (strncmp(line, "type ", 5) == 0 || line[0] == '\0')
+            continue;
+        cr_assert_lt(n, max);
+        lines[n++] = line;
+    }
+    return in ? n : -1;
+}
+
+/* The rules of chain as one string, "\n"-separated; "" when empty, NULL when absent. */
+static char *chain_text(const char *chain)
+{
+    struct listing l;
+    char *lines[MAX_LINES], *out;
+    size_t len = 1;
+    int n;
+
+    list_table("inet", "fgex", &l);
+    n = chain_rules(l.text, chain, lines, MAX_LINES);
+    if (n < 0) {
+        listing_release(&l);
+        return NULL;
+    }
+    for (int i = 0; i < n; i++)
+        len += strlen(lines[i]) + 1;
+    out = calloc(1, len);
+    cr_assert_not_null(out);
+    len = 0;
+    for (int i = 0; i < n; i++) {
+        size_t ll = strlen(lines[i]);
+
+        memcpy(out + len, lines[i], ll);
+        out[len + ll] = '\n';
+        len += ll + 1;
+    }
+    listing_release(&l);
+    return out;
+}
+
+static void assert_chain(const char *chain, const char *expected)
+{
+    char *got = chain_text(chain);
+
+    cr_assert_not_null(got, "chain %s is missing", chain);
+    cr_assert_str_eq(got, expected, "chain %s:\n%s\nexpected:\n%s", chain, got, expected);
+    free(got);
+}
+
+static void assert_no_chain(const char *chain)
+{
+    char *got = chain_text(chain);
+
+    cr_assert_null(got, "chain %s should be gone:\n%s", chain, got);
+}
+
+/* How nft prints a queue rule of either kind. */
+static void queue_rule(char *buf, size_t len, bool native, const char *hash, unsigned num,
+                       bool bypass)
+{
+    if (native)
+        (void)snprintf(buf, len, "%squeue %sto %u\n", hash, bypass ? "flags bypass " : "", num);
+    else
+        (void)snprintf(buf, len, "%squeue num %u%s\n", hash, num, bypass ? " bypass" : "");
+}
+
+static void tcp_chain_expect(char *buf, size_t len, const char *q)
+{
+    size_t off = 0;
+
+    off += (size_t)snprintf(buf + off, len - off,
+                            "tcp flags & syn == syn tcp option maxseg size > 65000 tcp option "
+                            "maxseg size set 65000\ntcp flags & syn == syn goto %s\n",
+                            q);
+    for (unsigned d = 5; d <= 15; d++)
+        off += (size_t)snprintf(buf + off, len - off,
+                                "ip hdrlength 5 tcp doff %u ip length %u accept\n", d, 20 + 4 * d);
+    for (unsigned d = 5; d <= 15; d++)
+        off += (size_t)snprintf(buf + off, len - off,
+                                "ip6 nexthdr tcp tcp doff %u ip6 length %u accept\n", d, 4 * d);
+    (void)snprintf(buf + off, len - off, "goto %s\n", q);
+}
+
+/* ---- services ---------------------------------------------------------------------------- */
+
+static struct ctl_nft_service svc(uint32_t id, uint8_t proto, uint16_t port, const char *cidr,
+                                  bool fail_open)
+{
+    struct ctl_nft_service s = {.id = id, .ipproto = proto, .port = port, .fail_open = fail_open};
+    char addr[64];
+    const char *slash;
+
+    if (cidr) {
+        slash = strchr(cidr, '/');
+        (void)snprintf(addr, sizeof(addr), "%.*s", slash ? (int)(slash - cidr) : (int)strlen(cidr),
+                       cidr);
+        if (strchr(addr, ':')) {
+            s.addr.family = 6;
+            s.addr.prefix = slash ? (uint8_t)atoi(slash + 1) : 128;
+            cr_assert_eq(inet_pton(AF_INET6, addr, s.addr.addr), 1);
+        } else {
+            s.addr.family = 4;
+            s.addr.prefix = slash ? (uint8_t)atoi(slash + 1) : 32;
+            cr_assert_eq(inet_pton(AF_INET, addr, s.addr.addr), 1);
+        }
+    }
+    return s;
+}
+
+static struct ctl_nft *nft_open(unsigned nthreads)
+{
+    struct ctl_nft_config cfg = {.table = NULL, .queue_base = 7000, .nthreads = nthreads};
+    struct ctl_nft *n = NULL;
+
+    cr_assert_eq(ctl_nft_open(&cfg, &n), 0);
+    cr_assert_not_null(n);
+    return n;
+}
+
+/* ---- rules ---------------------------------------------------------------------------------- */
+
+Test(nft, detection_matches_kernel)
+{
+    struct ctl_nft *n;
+    bool kernel_native;
+    struct listing l;
+
+    enter_netns();
+    kernel_native = sh_status("nft add table inet fgxq && nft add chain inet fgxq c && "
+                              "nft add rule inet fgxq c queue num 1 2>/dev/null") == 0;
+    sh("nft delete table inet fgxq");
+    n = nft_open(1);
+    cr_assert_eq(ctl_nft_native_queue(n), kernel_native);
+    /* The probe leaves nothing behind. */
+    list_table("inet", "fgex_probe", &l);
+    cr_assert_neq(l.status, 0, "probe table left behind:\n%s", l.text);
+    listing_release(&l);
+    cr_assert_not(table_exists("inet", "fgex"));
+    ctl_nft_close(n);
+}
+
+Test(nft, sync_builds_the_specified_rules)
+{
+    struct ctl_nft_service s[2] = {
+        svc(1, IPPROTO_TCP, 8080, "10.1.2.0/24", false),
+        svc(2, IPPROTO_UDP, 5353, NULL, true),
+    };
+    char exp[8192], q[4][128];
+    struct ctl_nft *n;
+    bool native;
+
+    enter_netns();
+    n = nft_open(2);
+    native = ctl_nft_native_queue(n);
+    cr_assert_eq(ctl_nft_sync(n, s, 2), 0);
+
+    assert_chain("pre", "meta mark 0x0fe40000/16 accept\n"
+                        "ip daddr 10.1.2.0/24 tcp dport 8080 jump s1_c2s\n"
+                        "udp dport 5353 jump s2_c2s\n");
+    assert_chain("post", "meta mark 0x0fe40000/16 accept\n"
+                         "ip saddr 10.1.2.0/24 tcp sport 8080 jump s1_s2c\n"
+                         "udp sport 5353 jump s2_s2c\n");
+    queue_rule(q[0], sizeof(q[0]), native, "symhash mod 2 0 ", 7000, false);
+    queue_rule(q[1], sizeof(q[1]), native, "symhash mod 2 1 ", 7001, false);
+    queue_rule(q[2], sizeof(q[2]), native, "symhash mod 2 0 ", 7002, true);
+    queue_rule(q[3], sizeof(q[3]), native, "symhash mod 2 1 ", 7003, true);
+    (void)snprintf(exp, sizeof(exp), "%s%s", q[0], q[1]);
+    assert_chain("qfc", exp);
+    (void)snprintf(exp, sizeof(exp), "%s%s", q[2], q[3]);
+    assert_chain("qfo", exp);
+    tcp_chain_expect(exp, sizeof(exp), "qfc");
+    assert_chain("s1_c2s", exp);
+    assert_chain("s1_s2c", exp);
+    assert_chain("s2_c2s", "goto qfo\n");
+    assert_chain("s2_s2c", "goto qfo\n");
+
+    /* The hooks and priorities: before DNAT, after SNAT. */
+    {
+        struct listing l;
+
+        list_table("inet", "fgex", &l);
+        cr_assert(strstr(l.text, "type filter hook prerouting priority mangle; policy accept;"),
+                  "%s", l.text);
+        cr_assert(strstr(l.text, "type filter hook postrouting priority 300; policy accept;"), "%s",
+                  l.text);
+        listing_release(&l);
+    }
+    ctl_nft_close(n);
+}
+
+Test(nft, ipv6_prefixes_and_single_thread)
+{
+    struct ctl_nft_service s[2] = {
+        svc(7, IPPROTO_TCP, 80, "fd00:1:2:30::/60", true),
+        svc(8, IPPROTO_UDP, 53, "fd00::5", false),
+    };
+    char exp[256], q[2][128];
+    struct ctl_nft *n;
+
+    enter_netns();
+    n = nft_open(1);
+    cr_assert_eq(ctl_nft_sync(n, s, 2), 0);
+    assert_chain("pre", "meta mark 0x0fe40000/16 accept\n"
+                        "ip6 daddr fd00:1:2:30::/60 tcp dport 80 jump s7_c2s\n"
+                        "ip6 daddr fd00::5 udp dport 53 jump s8_c2s\n");
+    assert_chain("post", "meta mark 0x0fe40000/16 accept\n"
+                         "ip6 saddr fd00:1:2:30::/60 tcp sport 80 jump s7_s2c\n"
+                         "ip6 saddr fd00::5 udp sport 53 jump s8_s2c\n");
+    /* One thread: no hash, fail-open numbering starts right after the fail-closed queue. */
+    queue_rule(q[0], sizeof(q[0]), ctl_nft_native_queue(n), "", 7000, false);
+    queue_rule(q[1], sizeof(q[1]), ctl_nft_native_queue(n), "", 7001, true);
+    assert_chain("qfc", q[0]);
+    assert_chain("qfo", q[1]);
+    (void)snprintf(exp, sizeof(exp), "goto qfc\n");
+    assert_chain("s8_c2s", exp);
+    ctl_nft_close(n);
+}
+
+Test(nft, sync_with_fewer_services_removes_the_others)
+{
+    struct ctl_nft_service s[3] = {
+        svc(1, IPPROTO_TCP, 8080, "10.1.2.0/24", false),
+        svc(2, IPPROTO_UDP, 5353, NULL, true),
+        svc(3, IPPROTO_TCP, 22, "10.0.0.1", false),
+    };
+    struct ctl_nft *n;
+
+    enter_netns();
+    n = nft_open(2);
+    cr_assert_eq(ctl_nft_sync(n, s, 3), 0);
+    cr_assert_eq(ctl_nft_sync(n, &s[2], 1), 0);
+    assert_chain("pre", "meta mark 0x0fe40000/16 accept\n"
+                        "ip daddr 10.0.0.1 tcp dport 22 jump s3_c2s\n");
+    assert_chain("post", "meta mark 0x0fe40000/16 accept\n"
+                         "ip saddr 10.0.0.1 tcp sport 22 jump s3_s2c\n");
+    assert_no_chain("s1_c2s");
+    assert_no_chain("s1_s2c");
+    assert_no_chain("s2_c2s");
+    assert_no_chain("s2_s2c");
+    assert_no_chain("qfo"); /* no fail-open service left */
+    ctl_nft_close(n);
+}
+
+Test(nft, sync_zero_and_clear_remove_the_table)
+{
+    struct ctl_nft_service s = svc(1, IPPROTO_TCP, 8080, NULL, false);
+    struct ctl_nft *n;
+
+    enter_netns();
+    n = nft_open(2);
+    cr_assert_eq(ctl_nft_clear(n), 0, "clear without a table is a success");
+    cr_assert_eq(ctl_nft_sync(n, NULL, 0), 0);
+    cr_assert_not(table_exists("inet", "fgex"));
+    cr_assert_eq(ctl_nft_sync(n, &s, 1), 0);
+    cr_assert(table_exists("inet", "fgex"));
+    cr_assert_eq(ctl_nft_sync(n, NULL, 0), 0);
+    cr_assert_not(table_exists("inet", "fgex"));
+    cr_assert_eq(ctl_nft_sync(n, &s, 1), 0);
+    cr_assert_eq(ctl_nft_clear(n), 0);
+    cr_assert_not(table_exists("inet", "fgex"));
+    cr_assert_eq(ctl_nft_clear(n), 0);
+    ctl_nft_close(n);
+}
+
+Test(nft, foreign_tables_are_untouched)
+{
+    struct ctl_nft_service s = svc(1, IPPROTO_TCP, 8080, NULL, false);
+    struct listing before[2], after;
+    struct ctl_nft *n;
+
+    enter_netns();
+    sh("nft add table inet other && "
+       "nft add chain inet other c '{ type filter hook input priority 0; policy accept; }' && "
+       "nft add rule inet other c tcp dport 8080 counter accept && "
+       "nft add table ip fgex && nft add chain ip fgex c && nft add rule ip fgex c udp dport 1 "
+       "drop");
+    list_table("inet", "other", &before[0]);
+    list_table("ip", "fgex", &before[1]);
+    cr_assert_eq(before[0].status, 0);
+    cr_assert_eq(before[1].status, 0);
+
+    n = nft_open(2);
+    for (int step = 0; step < 4; step++) {
+        if (step == 0)
+            cr_assert_eq(ctl_nft_sync(n, &s, 1), 0);
+        else if (step == 1)
+            cr_assert_eq(ctl_nft_sync(n, &s, 1), 0);
+        else if (step == 2)
+            cr_assert_eq(ctl_nft_sync(n, NULL, 0), 0);
+        else
+            cr_assert_eq(ctl_nft_clear(n), 0);
+        list_table("inet", "other", &after);
+        cr_assert_str_eq(after.text, before[0].text, "step %d", step);
+        listing_release(&after);
+        list_table("ip", "fgex", &after);
+        cr_assert_str_eq(after.text, before[1].text, "step %d", step);
+        listing_release(&after);
+    }
+    ctl_nft_close(n);
+    listing_release(&before[0]);
+    listing_release(&before[1]);
+}
+
+Test(nft, errors_are_returned)
+{
+    struct ctl_nft_config bad_threads = {.queue_base = 7000, .nthreads = 0};
+    struct ctl_nft_config bad_range = {.queue_base = 65530, .nthreads = 4};
+    struct ctl_nft_config empty_name = {.table = "", .queue_base = 7000, .nthreads = 1};
+    struct ctl_nft_config long_name = {.queue_base = 7000, .nthreads = 1};
+    struct ctl_nft_service good = svc(1, IPPROTO_TCP, 8080, NULL, false);
+    struct ctl_nft_service bad;
+    struct ctl_nft *n = NULL, *nl = NULL;
+    char name[400];
+
+    enter_netns();
+    cr_assert_eq(ctl_nft_open(&bad_threads, &n), -EINVAL);
+    cr_assert_eq(ctl_nft_open(&bad_range, &n), -EINVAL);
+    cr_assert_eq(ctl_nft_open(&empty_name, &n), -EINVAL);
+    cr_assert_null(n);
+
+    n = nft_open(2);
+    cr_assert_eq(ctl_nft_sync(n, &good, 1), 0);
+    bad = good;
+    bad.ipproto = IPPROTO_ICMP;
+    cr_assert_eq(ctl_nft_sync(n, &bad, 1), -EINVAL);
+    bad = good;
+    bad.port = 0;
+    cr_assert_eq(ctl_nft_sync(n, &bad, 1), -EINVAL);
+    bad = svc(1, IPPROTO_TCP, 8080, "10.0.0.0/8", false);
+    bad.addr.prefix = 33;
+    cr_assert_eq(ctl_nft_sync(n, &bad, 1), -EINVAL);
+    bad.addr.family = 5;
+    cr_assert_eq(ctl_nft_sync(n, &bad, 1), -EINVAL);
+    {
+        struct ctl_nft_service dup[2] = {good, good};
+
+        cr_assert_eq(ctl_nft_sync(n, dup, 2), -EINVAL);
+    }
+    /* A refused sync leaves the previous rules in place. */
+    assert_chain("pre", "meta mark 0x0fe40000/16 accept\n"
+                        "tcp dport 8080 jump s1_c2s\n");
+
+    /* The kernel refuses a table name this long: its error comes back, nothing is left. */
+    memset(name, 'x', sizeof(name) - 1);
+    name[sizeof(name) - 1] = '\0';
+    long_name.table = name;
+    cr_assert_eq(ctl_nft_open(&long_name, &nl), 0);
+    {
+        int rc = ctl_nft_sync(nl, &good, 1);
+
+        cr_assert_lt(rc, 0);
+        cr_assert_neq(rc, -ETIMEDOUT);
+    }
+    cr_assert_lt(ctl_nft_clear(nl), 0);
+    cr_assert_eq(sh_status("nft list tables | grep -q xxxx"), 256, "no half-made table");
+    /* The socket is still usable after a refused transaction. */
+    cr_assert_eq(ctl_nft_sync(n, &good, 1), 0);
+    ctl_nft_close(nl);
+    ctl_nft_close(n);
+    ctl_nft_close(NULL);
+}
+
+Test(nft, many_services_fit_one_transaction)
+{
+    enum { NSVC = 300 };
+    struct ctl_nft_service *s = calloc(NSVC, sizeof(*s));
+    struct ctl_nft *n;
+    char *pre;
+    int jumps = 0;
+
+    cr_assert_not_null(s);
+    enter_netns();
+    for (int i = 0; i < NSVC; i++)
+        s[i] = svc((uint32_t)i + 1, i % 2 ? IPPROTO_UDP : IPPROTO_TCP, (uint16_t)(10000 + i), NULL,
+                   i % 3 == 0);
+    n = nft_open(4);
+    cr_assert_eq(ctl_nft_sync(n, s, NSVC), 0);
+    pre = chain_text("pre");
+    cr_assert_not_null(pre);
+    for (const char *p = pre; (p = strstr(p, " jump s")); p++)
+        jumps++;
+    cr_assert_eq(jumps, NSVC);
+    free(pre);
+    ctl_nft_close(n);
+    free(s);
+}
+
+/* ---- real packets ------------------------------------------------------------------------ */
+
+static void sa_make(int family, const char *ip, uint16_t port, struct sockaddr_storage *ss,
+                    socklen_t *len)
+{
+    memset(ss, 0, sizeof(*ss));
+    if (family == AF_INET) {
+        struct sockaddr_in *a = (struct sockaddr_in *)ss;
+
+        a->sin_family = AF_INET;
+        a->sin_port = htons(port);
+        cr_assert_eq(inet_pton(AF_INET, ip, &a->sin_addr), 1);
+        *len = sizeof(*a);
+    } else {
+        struct sockaddr_in6 *a = (struct sockaddr_in6 *)ss;
+
+        a->sin6_family = AF_INET6;
+        a->sin6_port = htons(port);
+        cr_assert_eq(inet_pton(AF_INET6, ip, &a->sin6_addr), 1);
+        *len = sizeof(*a);
+    }
+}
+
+/* A socket created while the process is in namespace ns stays there. */
+static int sock_in(int ns_from, int ns_to, int family, int type)
+{
+    int fd;
+
+    cr_assert_eq(setns(ns_to, CLONE_NEWNET), 0);
+    fd = socket(family, type | SOCK_NONBLOCK, 0);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(setns(ns_from, CLONE_NEWNET), 0);
+    return fd;
+}
+
+static int tcp_listen(int family, const char *ip, uint16_t port)
+{
+    struct sockaddr_storage ss;
+    socklen_t len;
+    int one = 1, fd = socket(family, SOCK_STREAM | SOCK_NONBLOCK, 0);
+
+    cr_assert_geq(fd, 0);
+    sa_make(family, ip, port, &ss, &len);
+    cr_assert_eq(setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)), 0);
+    cr_assert_eq(bind(fd, (struct sockaddr *)&ss, len), 0, "bind: %s", strerror(errno));
+    cr_assert_eq(listen(fd, 16), 0);
+    return fd;
+}
+
+static bool wait_fd(int fd, short events, int ms)
+{
+    struct pollfd p = {.fd = fd, .events = events};
+
+    return poll(&p, 1, ms) == 1 && (p.revents & events);
+}
+
+/* Start a connection from the client namespace; true when it completed within ms. */
+static bool tcp_connect(struct pair *p, int family, const char *ip, uint16_t port, int ms, int *out)
+{
+    struct sockaddr_storage ss;
+    socklen_t len, el = sizeof(int);
+    int fd = sock_in(p->ns_srv, p->ns_cli, family, SOCK_STREAM), err = 0;
+
+    sa_make(family, ip, port, &ss, &len);
+    cr_assert(connect(fd, (struct sockaddr *)&ss, len) == 0 || errno == EINPROGRESS);
+    *out = fd;
+    if (!wait_fd(fd, POLLOUT, ms))
+        return false;
+    cr_assert_eq(getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el), 0);
+    return err == 0;
+}
+
+static int tcp_accept(int lfd, int ms)
+{
+    if (!wait_fd(lfd, POLLIN, ms))
+        return -1;
+    return accept4(lfd, NULL, NULL, SOCK_NONBLOCK);
+}
+
+/* Bytes that arrived on fd within ms: -1 for none, 0 for end of stream. */
+static ssize_t recv_within(int fd, char *buf, size_t len, int ms)
+{
+    if (!wait_fd(fd, POLLIN, ms))
+        return -1;
+    return recv(fd, buf, len, 0);
+}
+
+static void sync_one(struct ctl_nft *n, struct ctl_nft_service s)
+{
+    cr_assert_eq(ctl_nft_sync(n, &s, 1), 0);
+}
+
+Test(nft, fail_closed_service_drops_without_reader)
+{
+    struct pair p;
+    struct ctl_nft *n;
+    int lfd, cfd, afd;
+
+    pair_setup(&p);
+    lfd = tcp_listen(AF_INET, "10.99.0.2", PORT_TCP);
+    n = nft_open(2);
+
+    /* Another prefix: this traffic is not the service's and passes. */
+    sync_one(n, svc(1, IPPROTO_TCP, PORT_TCP, "10.98.0.0/16", false));
+    cr_assert(tcp_connect(&p, AF_INET, "10.99.0.2", PORT_TCP, 2000, &cfd));
+    afd = tcp_accept(lfd, 2000);
+    cr_assert_geq(afd, 0);
+    close(afd);
+    close(cfd);
+
+    /* The service's own traffic: even its SYN is queued, and with nobody reading the queue and
+     * no bypass the kernel drops it. */
+    sync_one(n, svc(1, IPPROTO_TCP, PORT_TCP, "10.99.0.0/24", false));
+    cr_assert_not(tcp_connect(&p, AF_INET, "10.99.0.2", PORT_TCP, WAIT_MS, &cfd));
+    cr_assert_eq(send(cfd, "x", 1, MSG_NOSIGNAL), -1, "not connected");
+    cr_assert_lt(tcp_accept(lfd, WAIT_MS), 0, "the server never sees the connection");
+    close(cfd);
+    close(lfd);
+    ctl_nft_close(n);
+    pair_release(&p);
+}
+
+Test(nft, fail_open_service_passes_without_reader)
+{
+    struct pair p;
+    struct ctl_nft *n;
+    int lfd, cfd, afd;
+    char buf[16];
+
+    pair_setup(&p);
+    lfd = tcp_listen(AF_INET, "10.99.0.2", PORT_TCP);
+    n = nft_open(2);
+    sync_one(n, svc(1, IPPROTO_TCP, PORT_TCP, "10.99.0.2", true));
+    cr_assert(tcp_connect(&p, AF_INET, "10.99.0.2", PORT_TCP, 2000, &cfd));
+    afd = tcp_accept(lfd, 2000);
+    cr_assert_geq(afd, 0);
+    cr_assert_eq(send(cfd, "hello", 5, MSG_NOSIGNAL), 5);
+    cr_assert_eq(recv_within(afd, buf, sizeof(buf), 2000), 5);
+    cr_assert_eq(memcmp(buf, "hello", 5), 0);
+    cr_assert_eq(send(afd, "world", 5, MSG_NOSIGNAL), 5);
+    cr_assert_eq(recv_within(cfd, buf, sizeof(buf), 2000), 5);
+    close(afd);
+    close(cfd);
+    close(lfd);
+    ctl_nft_close(n);
+    pair_release(&p);
+}
+
+/* Connections opened before the service's rules: from then on, segments with payload are
+ * queued (and dropped, nobody reads), segments without payload (FIN, ACK) pass. */
+static void payloadless_pass(int family, const char *srv_ip)
+{
+    struct pair p;
+    struct ctl_nft *n;
+    int lfd, cfd[3], afd[3];
+    char buf[16];
+
+    pair_setup(&p);
+    lfd = tcp_listen(family, srv_ip, PORT_TCP);
+    n = nft_open(2);
+    for (int i = 0; i < 3; i++) {
+        cr_assert(tcp_connect(&p, family, srv_ip, PORT_TCP, 2000, &cfd[i]));
+        afd[i] = tcp_accept(lfd, 2000);
+        cr_assert_geq(afd[i], 0);
+    }
+    sync_one(n, svc(1, IPPROTO_TCP, PORT_TCP, NULL, false));
+
+    cr_assert_eq(send(cfd[0], "data", 4, MSG_NOSIGNAL), 4);
+    cr_assert_eq(recv_within(afd[0], buf, sizeof(buf), WAIT_MS), -1, "c2s payload got through");
+    cr_assert_eq(send(afd[1], "data", 4, MSG_NOSIGNAL), 4);
+    cr_assert_eq(recv_within(cfd[1], buf, sizeof(buf), WAIT_MS), -1, "s2c payload got through");
+
+    cr_assert_eq(shutdown(cfd[2], SHUT_WR), 0);
+    cr_assert_eq(recv_within(afd[2], buf, sizeof(buf), 2000), 0, "client FIN did not pass");
+    cr_assert_eq(shutdown(afd[2], SHUT_WR), 0);
+    cr_assert_eq(recv_within(cfd[2], buf, sizeof(buf), 2000), 0, "server FIN did not pass");
+
+    for (int i = 0; i < 3; i++) {
+        close(cfd[i]);
+        close(afd[i]);
+    }
+    close(lfd);
+    ctl_nft_close(n);
+    pair_release(&p);
+}
+
+Test(nft, payloadless_segments_pass_ipv4)
+{
+    payloadless_pass(AF_INET, "10.99.0.2");
+}
+
+Test(nft, payloadless_segments_pass_ipv6)
+{
+    payloadless_pass(AF_INET6, "fd99::2");
+}
+
+Test(nft, udp_fail_closed_drops_fail_open_passes)
+{
+    struct sockaddr_storage ss;
+    socklen_t len;
+    struct pair p;
+    struct ctl_nft *n;
+    int sfd, cfd;
+    char buf[16];
+
+    pair_setup(&p);
+    sfd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK, 0);
+    cr_assert_geq(sfd, 0);
+    sa_make(AF_INET, "10.99.0.2", PORT_UDP, &ss, &len);
+    cr_assert_eq(bind(sfd, (struct sockaddr *)&ss, len), 0);
+    cfd = sock_in(p.ns_srv, p.ns_cli, AF_INET, SOCK_DGRAM);
+    n = nft_open(2);
+
+    sync_one(n, svc(4, IPPROTO_UDP, PORT_UDP, NULL, false));
+    cr_assert_eq(sendto(cfd, "one", 3, 0, (struct sockaddr *)&ss, len), 3);
+    cr_assert_eq(recv_within(sfd, buf, sizeof(buf), WAIT_MS), -1, "datagram got through");
+
+    sync_one(n, svc(4, IPPROTO_UDP, PORT_UDP, NULL, true));
+    cr_assert_eq(sendto(cfd, "two", 3, 0, (struct sockaddr *)&ss, len), 3);
+    cr_assert_eq(recv_within(sfd, buf, sizeof(buf), 2000), 3, "bypass did not pass it");
+    cr_assert_eq(memcmp(buf, "two", 3), 0);
+    close(cfd);
+    close(sfd);
+    ctl_nft_close(n);
+    pair_release(&p);
+}
+
+/* On loopback (64 KiB MTU) SYNs offer an MSS above the NFQUEUE copy range; the rules clamp it
+ * so that no segment a worker must scan arrives cut short. The server's SYN-ACK is clamped in
+ * postrouting, before loopback transmits it, so a packet socket on lo sees the result. Returns
+ * the MSS the SYN-ACK carried on the wire. */
+static int loopback_synack_mss(void)
+{
+    int lfd = tcp_listen(AF_INET, "127.0.0.1", PORT_TCP), cfd, afd, mss = -1;
+    int pfd = socket(AF_PACKET, SOCK_DGRAM | SOCK_NONBLOCK, htons(ETH_P_IP));
+    struct sockaddr_ll ll = {.sll_family = AF_PACKET, .sll_protocol = htons(ETH_P_IP)};
+    struct sockaddr_storage ss;
+    uint8_t pkt[256];
+    socklen_t len;
+    ssize_t got;
+
+    cr_assert_geq(pfd, 0);
+    ll.sll_ifindex = (int)if_nametoindex("lo");
+    cr_assert_eq(bind(pfd, (struct sockaddr *)&ll, sizeof(ll)), 0);
+    cfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    cr_assert_geq(cfd, 0);
+    sa_make(AF_INET, "127.0.0.1", PORT_TCP, &ss, &len);
+    cr_assert(connect(cfd, (struct sockaddr *)&ss, len) == 0 || errno == EINPROGRESS);
+    afd = tcp_accept(lfd, 2000);
+    cr_assert_geq(afd, 0);
+    while (mss < 0 && (got = recv(pfd, pkt, sizeof(pkt), 0)) > 0) {
+        size_t ihl = (size_t)(pkt[0] & 0x0f) * 4, doff;
+        const uint8_t *tcp = pkt + ihl, *opt;
+
+        if (got < 40 || pkt[9] != IPPROTO_TCP || (size_t)got < ihl + 20)
+            continue;
+        /* SYN-ACK from the server port */
+        if (((tcp[0] << 8) | tcp[1]) != PORT_TCP || (tcp[13] & 0x12) != 0x12)
+            continue;
+        doff = (size_t)(tcp[12] >> 4) * 4;
+        for (opt = tcp + 20; opt + 4 <= tcp + doff && opt + 4 <= pkt + got;) {
+            if (opt[0] == 0)
+                break;
+            if (opt[0] == 1) {
+                opt++;
+                continue;
+            }
+            if (opt[0] == 2 && opt[1] == 4) {
+                mss = (opt[2] << 8) | opt[3];
+                break;
+            }
+            if (opt[1] < 2)
+                break;
+            opt += opt[1];
+        }
+    }
+    close(pfd);
+    close(afd);
+    close(cfd);
+    close(lfd);
+    return mss;
+}
+
+Test(nft, syn_mss_is_clamped)
+{
+    struct ctl_nft *n;
+    int mss;
+
+    enter_netns();
+    mss = loopback_synack_mss();
+    cr_assert_gt(mss, 65000, "loopback should offer more than the clamp: %d", mss);
+    n = nft_open(2);
+    sync_one(n, svc(1, IPPROTO_TCP, PORT_TCP, NULL, true));
+    mss = loopback_synack_mss();
+    cr_assert_eq(mss, 65000);
+    ctl_nft_close(n);
+}
