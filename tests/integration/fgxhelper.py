@@ -1,0 +1,492 @@
+#!/usr/bin/python3
+"""Integration-test helper processes: the servers and clients the tests run inside the test
+network namespaces (`ip netns exec NS python3 fgxhelper.py MODE ...`).
+
+Every helper reports on stdout as JSON lines, flushed at once, so the test reading the pipe sees
+exactly what reached each end and how each connection ended. Only the stdlib is used here, except
+for the `ooo` mode, which imports scapy to hand-craft out-of-order TCP segments.
+"""
+import argparse
+import base64
+import errno
+import hashlib
+import json
+import os
+import random
+import re
+import select
+import socket
+import sys
+import threading
+import time
+
+_out_lock = threading.Lock()
+
+
+def emit(**kw):
+    line = json.dumps(kw, sort_keys=True)
+    with _out_lock:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+
+def b64(data):
+    return base64.b64encode(data).decode()
+
+
+def classify(exc):
+    """How a socket error says the connection ended."""
+    if isinstance(exc, (ConnectionResetError, BrokenPipeError)):
+        return "reset"
+    if isinstance(exc, ConnectionRefusedError):
+        return "refused"
+    if isinstance(exc, socket.timeout):
+        return "timeout"
+    if isinstance(exc, OSError) and exc.errno in (errno.ECONNRESET, errno.EPIPE, errno.ENOTCONN):
+        return "reset"
+    if isinstance(exc, OSError) and exc.errno == errno.ETIMEDOUT:
+        return "timeout"
+    return "error:%s" % exc
+
+
+def listen_socket(kind, bind, port):
+    """A dual-stack socket on "::" (v4 clients arrive as mapped addresses) unless bind says
+    otherwise."""
+    fam = socket.AF_INET6 if ":" in bind else socket.AF_INET
+    s = socket.socket(fam, kind)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if fam == socket.AF_INET6:
+        s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+    s.bind((bind, port))
+    return s
+
+
+def peer_str(addr):
+    host = addr[0]
+    if host.startswith("::ffff:"):
+        host = host[7:]
+    return "%s:%d" % (host, addr[1])
+
+
+# ---- TCP server -------------------------------------------------------------------------------
+
+def tcp_conn(conn, cid, peer, args):
+    """Record every byte one connection delivers and how it ended. With --reply, answer once
+    after the first data (for server->client tests)."""
+    data = bytearray()
+    h = hashlib.sha256()
+    total = 0
+    replied = False
+    end = None
+    conn.settimeout(args.idle)
+    emit(event="accept", id=cid, peer=peer)
+    try:
+        while True:
+            chunk = conn.recv(262144)
+            if not chunk:
+                end = "eof"
+                break
+            total += len(chunk)
+            h.update(chunk)
+            if not args.sink:
+                data += chunk
+                emit(event="data", id=cid, data=b64(chunk))
+            if args.reply is not None and not replied:
+                replied = True
+                conn.sendall(bytes.fromhex(args.reply))
+    except Exception as e:  # noqa: BLE001 - the kind of ending is the result
+        end = classify(e)
+    try:
+        conn.close()
+    except OSError:
+        pass
+    emit(event="conn", id=cid, peer=peer, data=b64(bytes(data)), bytes=total,
+         sha256=h.hexdigest(), end=end)
+
+
+def run_tcp_server(args):
+    s = listen_socket(socket.SOCK_STREAM, args.bind, args.port)
+    s.listen(64)
+    emit(event="listening", port=args.port)
+    cid = 0
+    while True:
+        conn, addr = s.accept()
+        cid += 1
+        t = threading.Thread(target=tcp_conn, args=(conn, cid, peer_str(addr), args), daemon=True)
+        t.start()
+
+
+# ---- UDP server -------------------------------------------------------------------------------
+
+def run_udp_server(args):
+    s = listen_socket(socket.SOCK_DGRAM, args.bind, args.port)
+    emit(event="listening", port=args.port)
+    while True:
+        data, addr = s.recvfrom(65535)
+        emit(event="dgram", peer=peer_str(addr), data=b64(data))
+        if args.echo:
+            s.sendto(data, addr)
+        elif args.reply is not None:
+            s.sendto(bytes.fromhex(args.reply), addr)
+
+
+# ---- TCP client -------------------------------------------------------------------------------
+
+def run_tcp_client(args):
+    """Run a script of steps on one connection:
+         send:HEX   send these bytes
+         sleep:S    pause S seconds
+         wait       block until a line arrives on stdin (the test's go signal)
+         read:S     read what arrives for S seconds (stops early on EOF or reset)
+         shut       shutdown(SHUT_WR), then read until EOF / reset / --timeout
+       and print one JSON result: connected, end (eof/reset/timeout/refused/...), received."""
+    steps = json.loads(args.steps)
+    fam = socket.AF_INET6 if ":" in args.host else socket.AF_INET
+    s = socket.socket(fam, socket.SOCK_STREAM)
+    s.settimeout(args.timeout)
+    received = bytearray()
+    res = {"connected": False, "end": None, "sent": 0}
+    try:
+        s.connect((args.host, args.port))
+        res["connected"] = True
+        emit(event="connected", sport=s.getsockname()[1])
+        for step in steps:
+            op, _, val = step.partition(":")
+            if op == "send":
+                payload = bytes.fromhex(val)
+                s.sendall(payload)
+                res["sent"] += len(payload)
+            elif op == "sleep":
+                time.sleep(float(val))
+            elif op == "wait":
+                sys.stdin.readline()
+            elif op == "read" or op == "shut":
+                if op == "shut":
+                    try:
+                        s.shutdown(socket.SHUT_WR)
+                    except OSError as e:
+                        # only an aborted connection is "not connected" once connected
+                        if e.errno == errno.ENOTCONN:
+                            raise ConnectionResetError() from e
+                        raise
+                    deadline = time.monotonic() + args.timeout
+                else:
+                    deadline = time.monotonic() + float(val)
+                while True:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        if op == "shut":
+                            raise socket.timeout()
+                        break
+                    s.settimeout(left)
+                    try:
+                        chunk = s.recv(65536)
+                    except socket.timeout:
+                        if op == "shut":
+                            raise
+                        break
+                    if not chunk:
+                        res["end"] = "eof"
+                        break
+                    received += chunk
+                s.settimeout(args.timeout)
+                if res["end"] == "eof":
+                    break
+            else:
+                raise ValueError("bad step %r" % step)
+        if res["end"] is None:
+            res["end"] = "open"
+    except Exception as e:  # noqa: BLE001
+        res["end"] = classify(e)
+        if not res["connected"] and res["end"] == "timeout":
+            res["end"] = "connect-timeout"
+    finally:
+        s.close()
+    res["received"] = b64(bytes(received))
+    emit(event="result", **res)
+
+
+# ---- bulk TCP client (large transfers) ---------------------------------------------------------
+
+def run_bulk_client(args):
+    """Send --size bytes of a reproducible pseudo-random stream (optionally with --insert HEX at
+    --at), then shut down and wait for the server's EOF; report the sha256 of what was sent."""
+    fam = socket.AF_INET6 if ":" in args.host else socket.AF_INET
+    s = socket.socket(fam, socket.SOCK_STREAM)
+    s.settimeout(args.timeout)
+    h = hashlib.sha256()
+    res = {"connected": False, "end": None, "sent": 0}
+    block = random.Random(1337).randbytes(65536)
+    if re.search(rb"evil[0-9]", block, re.I):
+        raise SystemExit("the bulk pattern block contains a match")
+    insert = bytes.fromhex(args.insert) if args.insert else b""
+    try:
+        s.connect((args.host, args.port))
+        res["connected"] = True
+        sent = 0
+        while sent < args.size:
+            n = min(len(block), args.size - sent)
+            chunk = bytearray(block[:n])
+            if insert and sent <= args.at < sent + n:
+                off = args.at - sent
+                chunk[off:off + len(insert)] = insert
+                chunk = chunk[:n]
+            s.sendall(chunk)
+            h.update(chunk)
+            sent += n
+            res["sent"] = sent
+        s.shutdown(socket.SHUT_WR)
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                res["end"] = "eof"
+                break
+    except Exception as e:  # noqa: BLE001
+        res["end"] = classify(e)
+    finally:
+        s.close()
+    res["sha256"] = h.hexdigest()
+    emit(event="result", **res)
+
+
+# ---- UDP client -------------------------------------------------------------------------------
+
+def run_udp_client(args):
+    """Send each datagram of --dgrams (hex list) with --pause between them, then collect the
+    replies that arrive within --wait seconds."""
+    fam = socket.AF_INET6 if ":" in args.host else socket.AF_INET
+    s = socket.socket(fam, socket.SOCK_DGRAM)
+    s.connect((args.host, args.port))
+    replies = []
+    for i, d in enumerate(json.loads(args.dgrams)):
+        if i:
+            time.sleep(args.pause)
+        s.send(bytes.fromhex(d))
+    deadline = time.monotonic() + args.wait
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        r, _, _ = select.select([s], [], [], left)
+        if not r:
+            break
+        try:
+            replies.append(b64(s.recv(65535)))
+        except OSError:
+            # ICMP port unreachable from an earlier datagram: nothing to record
+            pass
+    emit(event="result", replies=replies)
+
+
+# ---- hand-crafted out-of-order TCP (scapy) ------------------------------------------------------
+
+def run_ooo(args):
+    """Do the TCP handshake by hand and send the payload segments in the order given, each at its
+    own sequence offset. The cli kernel knows nothing of this connection and would answer the
+    server's SYN-ACK with a reset: the test installs an nft rule in the client namespace that
+    drops those. Reports whether the handshake completed and whether a reset came back."""
+    import logging
+    logging.getLogger("scapy.runtime").setLevel(logging.ERROR)
+    from scapy.all import IP, IPv6, TCP, AsyncSniffer, conf, raw  # noqa: E402
+
+    conf.verb = 0
+    v6 = ":" in args.dst
+    # Our own raw socket: IPPROTO_RAW carries the header we built, routed and neighbour-resolved
+    # by the kernel (scapy's L3RawSocket6 cannot send here).
+    out = socket.socket(socket.AF_INET6 if v6 else socket.AF_INET, socket.SOCK_RAW,
+                        socket.IPPROTO_RAW)
+
+    def send(pkt):
+        out.sendto(raw(pkt), (args.dst, 0))
+
+    def ip():
+        return IPv6(src=args.src, dst=args.dst) if v6 else IP(src=args.src, dst=args.dst)
+
+    def ours(p):
+        t = p.getlayer(TCP)
+        return t is not None and t.sport == args.dport and t.dport == args.sport
+
+    seen = []
+    # lfilter, not a BPF filter: scapy would need tcpdump to compile one. prn, because an
+    # AsyncSniffer's results exist only once it is stopped.
+    sniffer = AsyncSniffer(iface=args.iface, lfilter=ours, prn=seen.append, store=False)
+    sniffer.start()
+    time.sleep(0.3)
+    res = {"handshake": False, "reset": False}
+    isn = 1000000
+    try:
+        send(ip() / TCP(sport=args.sport, dport=args.dport, flags="S", seq=isn, window=65535))
+        synack = None
+        deadline = time.monotonic() + args.timeout
+        while time.monotonic() < deadline and synack is None:
+            time.sleep(0.05)
+            for p in list(seen):
+                t = p.getlayer(TCP)
+                if t is not None and (t.flags & 0x12) == 0x12:
+                    synack = t
+                    break
+        if synack is None:
+            res["error"] = "no SYN-ACK"
+            return
+        res["handshake"] = True
+        ack = synack.seq + 1
+        send(ip() / TCP(sport=args.sport, dport=args.dport, flags="A", seq=isn + 1, ack=ack,
+                        window=65535))
+        time.sleep(0.1)
+        segs = json.loads(args.segments)  # [[offset, hex], ...] in sending order
+        end = 0
+        for off, hx in segs:
+            payload = bytes.fromhex(hx)
+            end = max(end, off + len(payload))
+            send(ip() / TCP(sport=args.sport, dport=args.dport, flags="PA", seq=isn + 1 + off,
+                            ack=ack, window=65535) / payload)
+            time.sleep(args.pause)
+        if args.retransmit:
+            # what a real stack does when the gap is not acknowledged: send it all again, in
+            # order (a worker may drop out-of-order segments instead of holding them)
+            time.sleep(args.retransmit)
+            for off, hx in sorted(segs):
+                send(ip() / TCP(sport=args.sport, dport=args.dport, flags="PA",
+                                seq=isn + 1 + off, ack=ack, window=65535) / bytes.fromhex(hx))
+            time.sleep(args.pause)
+        if args.fin:
+            send(ip() / TCP(sport=args.sport, dport=args.dport, flags="FA", seq=isn + 1 + end,
+                            ack=ack, window=65535))
+        time.sleep(args.linger)
+    finally:
+        sniffer.stop()
+        for p in seen:
+            t = p.getlayer(TCP)
+            if t is not None and t.flags & 0x04:
+                res["reset"] = True
+        emit(event="result", **res)
+
+
+# ---- malformed packets (scapy) ------------------------------------------------------------------
+
+def run_malformed(args):
+    """Send a battery of malformed TCP and UDP packets at the service port (valid IP headers, so
+    the kernel hands them to netfilter; nonsense above that) through an IPPROTO_RAW socket."""
+    import logging
+    logging.getLogger("scapy.runtime").setLevel(logging.ERROR)
+    from scapy.all import IP, UDP, IPv6, TCP, Raw, raw  # noqa: E402
+
+    v6 = ":" in args.dst
+    out = socket.socket(socket.AF_INET6 if v6 else socket.AF_INET, socket.SOCK_RAW,
+                        socket.IPPROTO_RAW)
+
+    def ip(**kw):
+        return IPv6(src=args.src, dst=args.dst, **kw) if v6 else IP(src=args.src, dst=args.dst,
+                                                                     **kw)
+
+    evil = b"evil1337"
+    sp, dp = 39000, args.dport  # outside the 40000-49999 whose resets test_ooo drops
+    pkts = [
+        ip() / TCP(sport=sp, dport=dp, dataofs=15, flags="PA") / evil,       # header past the end
+        ip() / TCP(sport=sp, dport=dp, dataofs=1, flags="PA") / evil,        # header too short
+        ip() / TCP(sport=sp, dport=dp, dataofs=15, flags="PA"),              # 20 of 60 bytes
+        ip() / TCP(sport=sp, dport=dp, flags="FSRPAUEC") / evil,             # every flag
+        ip() / TCP(sport=sp, dport=dp, flags="SF", seq=5) / (evil * 8),      # SYN+FIN with data
+        ip() / TCP(sport=sp, dport=dp, flags="PA", seq=0xfffffffc) / (evil * 4),  # seq wraps
+        ip() / TCP(sport=sp, dport=dp, flags="A", options=[("MSS", 0), ("WScale", 255),
+                                                            ("NOP", None)] * 3) / evil,
+        ip() / UDP(sport=sp, dport=dp, len=200) / evil,                     # length past the end
+        ip() / UDP(sport=sp, dport=dp, len=3) / evil,                       # length < header
+        ip() / UDP(sport=sp, dport=dp),                                     # empty datagram
+    ]
+    raws = [raw(p) for p in pkts]
+    # truncated transport headers: the IP header announces what is there
+    for proto_pkt in (ip() / TCP(sport=sp, dport=dp), ip() / UDP(sport=sp, dport=dp)):
+        b = bytearray(raw(proto_pkt))
+        hl = 40 if v6 else 20
+        cut = bytes(b[:hl + 6])
+        if v6:
+            cut = cut[:4] + (6).to_bytes(2, "big") + cut[6:]
+        else:
+            cut = cut[:2] + (hl + 6).to_bytes(2, "big") + cut[4:10] + b"\0\0" + cut[12:]
+            # IPv4 header checksum over the edited header
+            cs = 0
+            for i in range(0, 20, 2):
+                cs += (cut[i] << 8) | cut[i + 1]
+            cs = (cs & 0xffff) + (cs >> 16)
+            cs = (cs & 0xffff) + (cs >> 16)
+            cut = cut[:10] + ((~cs) & 0xffff).to_bytes(2, "big") + cut[12:]
+        raws.append(cut)
+    sent, errors = 0, []
+    for _ in range(args.rounds):
+        for i, r in enumerate(raws):
+            try:
+                out.sendto(r, (args.dst, 0))
+                sent += 1
+            except OSError as e:
+                errors.append("%d: %s" % (i, e))
+    emit(event="result", sent=sent, kinds=len(raws), errors=errors[:5])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    sub = ap.add_subparsers(dest="mode", required=True)
+    p = sub.add_parser("tcp-server")
+    p.add_argument("--bind", default="::")
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--reply", help="hex bytes sent once after the first data")
+    p.add_argument("--idle", type=float, default=5.0)
+    p.add_argument("--sink", action="store_true", help="count and hash only (large transfers)")
+    p = sub.add_parser("udp-server")
+    p.add_argument("--bind", default="::")
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--reply", help="hex bytes sent back for every datagram")
+    p.add_argument("--echo", action="store_true", help="send every datagram back")
+    p = sub.add_parser("tcp-client")
+    p.add_argument("--host", required=True)
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--steps", required=True)
+    p.add_argument("--timeout", type=float, default=3.0)
+    p = sub.add_parser("bulk-client")
+    p.add_argument("--host", required=True)
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--size", type=int, required=True)
+    p.add_argument("--insert")
+    p.add_argument("--at", type=int, default=0)
+    p.add_argument("--timeout", type=float, default=5.0)
+    p = sub.add_parser("udp-client")
+    p.add_argument("--host", required=True)
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--dgrams", required=True)
+    p.add_argument("--pause", type=float, default=0.1)
+    p.add_argument("--wait", type=float, default=0.5)
+    p = sub.add_parser("ooo")
+    p.add_argument("--iface", required=True)
+    p.add_argument("--src", required=True)
+    p.add_argument("--dst", required=True)
+    p.add_argument("--sport", type=int, required=True)
+    p.add_argument("--dport", type=int, required=True)
+    p.add_argument("--segments", required=True)
+    p.add_argument("--pause", type=float, default=0.2)
+    p.add_argument("--fin", action="store_true")
+    p.add_argument("--retransmit", type=float, default=0.0,
+                   help="after this pause, resend every segment in order")
+    p.add_argument("--linger", type=float, default=0.5)
+    p.add_argument("--timeout", type=float, default=3.0)
+    p = sub.add_parser("malformed")
+    p.add_argument("--src", required=True)
+    p.add_argument("--dst", required=True)
+    p.add_argument("--dport", type=int, required=True)
+    p.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args()
+    {
+        "tcp-server": run_tcp_server,
+        "udp-server": run_udp_server,
+        "tcp-client": run_tcp_client,
+        "bulk-client": run_bulk_client,
+        "udp-client": run_udp_client,
+        "ooo": run_ooo,
+        "malformed": run_malformed,
+    }[args.mode](args)
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except KeyboardInterrupt:
+        pass

@@ -1,0 +1,133 @@
+#!/usr/bin/python3
+"""Integration: the processes' lives. A stopped worker lets nothing through on a fail-closed
+service, a killed worker is restarted with the full state, and controld restarted from the same
+state directory filters again with no command from anyone (and removed its rules meanwhile)."""
+import os
+import signal
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fgxit as it  # noqa: E402
+from fgxit import EVIL, SRV4, SRV6, check, test  # noqa: E402
+
+
+def tcp_once(env, srv, n, host, port, payload):
+    c = env.tcp_client(host, port, [payload])
+    return c, it.server_conn(srv, n)
+
+
+@test
+def fail_closed_when_worker_stopped(env):
+    _, port = env.service("lc-closed", "tcp")
+    env.filter("lc-closed")
+    srv = env.tcp_server(port)
+    pid, _ = env.worker_pid()
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        c = env.tcp_client(SRV4, port, [b"hello unfiltered"], timeout=2)
+        time.sleep(0.3)
+        got = [e for e in srv.all("data")]
+        check(not got, "data reached the server while the worker was stopped: %r", got)
+        check(c["end"] != "eof", "the client completed an exchange: %r", c)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    # once the worker runs again, new connections flow (filtered)
+    pid2, w = env.worker_pid()
+    n = len(srv.all("accept"))
+    c = env.tcp_client(SRV6, port, [b"x " + EVIL], timeout=3)
+    s = it.server_conn(srv, n + 1)
+    it.assert_blocked(c, s)
+
+
+@test
+def killed_worker_restarted_with_state(env):
+    _, port = env.service("lc-kill", "tcp")
+    env.filter("lc-kill")
+    _, uport = env.service("lc-kill-u", "udp")
+    env.filter("lc-kill-u")
+    srv = env.tcp_server(port)
+    usrv = env.udp_server(uport)
+    old, _ = env.worker_pid()
+    os.kill(old, signal.SIGKILL)
+
+    def restarted():
+        try:
+            st = env.ctl("status", timeout=3)
+        except Exception:  # noqa: BLE001 - controld may be busy restarting it
+            return None
+        for w in st.get("workers", []):
+            if w.get("kind") == "nfq" and w.get("pid") != old and w.get("state") == "running":
+                return w
+        return None
+
+    w = it.wait_until(restarted, timeout=8, step=0.2)
+    check(w, "no new running nfq worker 8 s after killing pid %d", old)
+    check(w.get("restarts", 1) >= 1, "restarts not counted: %r", w)
+    c, s = tcp_once(env, srv, 1, SRV4, port, b"x " + EVIL)
+    it.assert_blocked(c, s)
+    c, s = tcp_once(env, srv, 2, SRV6, port, b"clean")
+    it.assert_passed(c, s, b"clean")
+    env.udp_client(SRV4, uport, [EVIL, b"ok"])
+    it.wait_until(lambda: len(it.dgrams(usrv)) >= 1, timeout=1)
+    check(it.dgrams(usrv) == [b"ok"], "udp after worker restart: %r", it.dgrams(usrv))
+
+
+@test
+def controld_restart_keeps_filtering(env):
+    _, port = env.service("lc-restart", "tcp")
+    fid = env.filter("lc-restart")
+    env.filter("lc-restart", "never[0-9]matches", dir="s2c")
+    _, uport = env.service("lc-restart-u", "udp")
+    env.filter("lc-restart-u")
+    _, sport = env.service("lc-stopped", "tcp")
+    env.filter("lc-stopped")
+    env.ctl("service", "stop", "lc-stopped")
+    before = {s["name"]: s for s in env.services()}
+    # someone else's table in the same namespace: fgex must never touch it
+    other = ("table inet other {\n chain c {\n  type filter hook input priority 10;"
+             " policy accept;\n  tcp dport 9 counter accept\n }\n}\n")
+    it.sh("ip", "netns", "exec", env.srv, "nft", "-f", "-", input=other)
+    srv = env.tcp_server(port)
+    ssrv = env.tcp_server(sport)
+    usrv = env.udp_server(uport)
+    c, s = tcp_once(env, srv, 1, SRV4, port, b"x " + EVIL)
+    it.assert_blocked(c, s)
+    wpid, _ = env.worker_pid()
+
+    rc = env.stop_controld(signal.SIGTERM)
+    check(rc == 0, "controld exited with %r on SIGTERM", rc)
+    gone = it.wait_until(lambda: not it.pid_alive(wpid), timeout=3)
+    check(gone, "nfqworker %d still alive after controld stopped", wpid)
+    p = it.sh("ip", "netns", "exec", env.srv, "nft", "list", "tables", check=False)
+    check("fgex" not in p.stdout, "fgex rules left after controld stopped: %r", p.stdout)
+    # no rules: traffic flows unfiltered
+    c, s = tcp_once(env, srv, 2, SRV4, port, b"y " + EVIL)
+    it.assert_passed(c, s, b"y " + EVIL)
+
+    env.start_controld()
+    after = {s["name"]: s for s in env.services()}
+    for name in before:
+        check(name in after, "service %s lost over the restart", name)
+        for k in ("id", "port", "proto", "status", "filters"):
+            check(after[name][k] == before[name][k], "%s.%s: %r before, %r after", name, k,
+                  before[name][k], after[name][k])
+    check([f["id"] for f in env.filters("lc-restart")][0] == fid, "filter ids changed")
+    c, s = tcp_once(env, srv, 3, SRV6, port, b"z " + EVIL)
+    it.assert_blocked(c, s)
+    c, s = tcp_once(env, srv, 4, SRV4, port, b"clean")
+    it.assert_passed(c, s, b"clean")
+    env.udp_client(SRV6, uport, [EVIL, b"ok"])
+    it.wait_until(lambda: len(it.dgrams(usrv)) >= 1, timeout=1)
+    check(it.dgrams(usrv) == [b"ok"], "udp after controld restart: %r", it.dgrams(usrv))
+    # a stopped service stays stopped
+    c, s = tcp_once(env, ssrv, 1, SRV4, sport, b"w " + EVIL)
+    it.assert_passed(c, s, b"w " + EVIL)
+    p = it.sh("ip", "netns", "exec", env.srv, "nft", "list", "table", "inet", "other",
+              check=False)
+    check(p.returncode == 0 and "tcp dport 9" in p.stdout, "table inet other was changed: %r",
+          p.stdout + p.stderr)
+
+
+if __name__ == "__main__":
+    sys.exit(it.run_module("lifecycle"))

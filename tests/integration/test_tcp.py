@@ -1,0 +1,387 @@
+#!/usr/bin/python3
+"""Integration: TCP services on the nfqueue layer, IPv4 and IPv6, driven through fgexctl.
+
+Each test adds a service of its own on a port of its own, so tests do not see each other's
+filters; a filtered exchange always runs right after the fgexctl command that set it up, which
+also checks that a change is applied when the command returns."""
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fgxit as it  # noqa: E402
+from fgxit import EVIL, SRV4, SRV6, check, test  # noqa: E402
+
+MIB = 1024 * 1024
+
+
+class Conv:
+    """A TCP server on one port and the connections the test makes to it."""
+
+    def __init__(self, env, port, reply=None):
+        self.env = env
+        self.port = port
+        self.srv = env.tcp_server(port, reply=reply)
+        self.n = 0
+
+    def run(self, host, steps):
+        self.n += 1
+        c = self.env.tcp_client(host, self.port, steps)
+        if not c["connected"]:
+            raise AssertionError("client could not connect to %s:%d: %s" %
+                                 (host, self.port, c["end"]))
+        return c, it.server_conn(self.srv, self.n)
+
+
+def hosts():
+    return (("v4", SRV4), ("v6", SRV6))
+
+
+@test
+def status_lists_nfq_worker(env):
+    st = env.ctl("status")
+    for k in ("version", "uptime", "services", "workers"):
+        check(k in st, "status --json has no %r: %r", k, st)
+    nfq = [w for w in st["workers"] if w.get("kind") == "nfq"]
+    check(len(nfq) == 1, "expected one nfq worker, got %r", st["workers"])
+    w = nfq[0]
+    check(isinstance(w.get("pid"), int) and w["pid"] > 0, "worker pid %r", w.get("pid"))
+    check(it.pid_alive(w["pid"]), "worker pid %d is not a live process", w["pid"])
+    check(w.get("state") == "running", "worker state %r", w.get("state"))
+    with open("/proc/%d/comm" % w["pid"]) as f:
+        check("nfqworker" in f.read(), "pid %d is not an nfqworker", w["pid"])
+
+
+@test
+def service_list_fields(env):
+    sid, port = env.service("fields", "tcp")
+    env.filter("fields")
+    s = env.service_doc("fields")
+    for k in ("id", "name", "proto", "ip", "port", "layer", "status", "fail_open", "filters",
+              "blocked"):
+        check(k in s, "service list entry has no %r: %r", k, s)
+    check(s["id"] == sid, "id %r != %r", s["id"], sid)
+    check(s["proto"] == "tcp" and s["port"] == port, "proto/port %r", s)
+    check(s["layer"] == "nfqueue", "default layer %r", s["layer"])
+    check(s["status"] == "active", "a new service is %r, expected active", s["status"])
+    check(s["fail_open"] is False, "fail_open default %r", s["fail_open"])
+    check(s["filters"] == 1 and s["blocked"] == 0, "filters/blocked %r", s)
+    f = env.filters("fields")
+    check(len(f) == 1, "filter list %r", f)
+    for k in ("id", "regex", "dir", "nocase", "active", "blocked"):
+        check(k in f[0], "filter list entry has no %r: %r", k, f[0])
+    check(f[0]["regex"] == it.REGEX and f[0]["dir"] == "both" and f[0]["nocase"] is False
+          and f[0]["active"] is True and f[0]["blocked"] == 0, "filter entry %r", f[0])
+    shown = env.ctl("service", "show", sid)
+    shown = shown[0] if isinstance(shown, list) else shown
+    check(shown.get("name") == "fields", "service show by id: %r", shown)
+    # the human-readable table, and the URL taken from $FGEX_URL
+    p = subprocess.run([os.path.join(env.bin, "fgexctl"), "service", "list"], capture_output=True,
+                       text=True, timeout=10, env=dict(os.environ, FGEX_URL=env.url))
+    check(p.returncode == 0 and "fields" in p.stdout and str(port) in p.stdout,
+          "fgexctl service list via $FGEX_URL: exit %d, %r %r", p.returncode, p.stdout[:300],
+          p.stderr[:200])
+    env.ctl("service", "rm", "fields")
+    check(all(x.get("name") != "fields" for x in env.services()), "service rm left it listed")
+
+
+@test
+def no_filter_passes(env):
+    _, port = env.service("nofilter", "tcp")
+    conv = Conv(env, port, reply=b"pong evil1337 reply")
+    for fam, host in hosts():
+        sent = b"hello " + EVIL + b" " + fam.encode()
+        c, s = conv.run(host, [sent, ("read", 0.3)])
+        it.assert_passed(c, s, sent, reply=b"pong evil1337 reply")
+
+
+@test
+def match_blocked_both_ends_reset(env):
+    _, port = env.service("block", "tcp")
+    env.filter("block")
+    conv = Conv(env, port)
+    for fam, host in hosts():
+        c, s = conv.run(host, [b"GET /flag?x=" + EVIL + b"\n"])
+        it.assert_blocked(c, s)
+        # the same service still carries clean traffic
+        clean = b"GET /index " + fam.encode() + b"\n"
+        c, s = conv.run(host, [clean])
+        it.assert_passed(c, s, clean)
+
+
+@test
+def match_split_over_two_segments(env):
+    _, port = env.service("split", "tcp")
+    env.filter("split")
+    conv = Conv(env, port)
+    for _, host in hosts():
+        c, s = conv.run(host, [b"ev", 0.2, b"il1337"])
+        it.assert_blocked(c, s)
+        check(b"il1337" not in s["data"], "server got the segment that completed the match")
+
+
+@test
+def nocase_and_case_sensitive(env):
+    _, p1 = env.service("nocase", "tcp")
+    env.filter("nocase", "EVIL[0-9]+", nocase=True)
+    conv = Conv(env, p1)
+    for _, host in hosts():
+        c, s = conv.run(host, [b"x eViL1337 y"])
+        it.assert_blocked(c, s, forbidden=b"eViL1337")
+    _, p2 = env.service("case", "tcp")
+    env.filter("case", "evil[0-9]+")
+    conv = Conv(env, p2)
+    for _, host in hosts():
+        sent = b"x EVIL1337 eVil42 y"
+        c, s = conv.run(host, [sent])
+        it.assert_passed(c, s, sent)
+        c, s = conv.run(host, [b"x evil1337 y"])
+        it.assert_blocked(c, s)
+
+
+@test
+def dir_c2s_blocks_client_data_only(env):
+    _, port = env.service("c2s", "tcp")
+    env.filter("c2s", dir="c2s")
+    check(env.filters("c2s")[0]["dir"] == "c2s", "filter list dir: %r", env.filters("c2s"))
+    conv = Conv(env, port, reply=b"flag " + EVIL)
+    for _, host in hosts():
+        # the server's reply carries the pattern: a c2s filter lets it through
+        c, s = conv.run(host, [b"hello", ("read", 0.5)])
+        it.assert_passed(c, s, b"hello", reply=b"flag " + EVIL)
+        c, s = conv.run(host, [b"hello " + EVIL])
+        it.assert_blocked(c, s)
+
+
+@test
+def dir_s2c_blocks_server_reply(env):
+    _, port = env.service("s2c", "tcp")
+    env.filter("s2c", dir="s2c")
+    conv = Conv(env, port, reply=b"flag " + EVIL)
+    for _, host in hosts():
+        c, s = conv.run(host, [b"hello", ("read", 0.5)])
+        it.assert_blocked(c, s)
+    _, port = env.service("s2c-ok", "tcp")
+    env.filter("s2c-ok", dir="s2c")
+    conv = Conv(env, port, reply=b"fine")
+    for _, host in hosts():
+        # client data matching an s2c filter passes
+        sent = b"hello " + EVIL
+        c, s = conv.run(host, [sent, ("read", 0.3)])
+        it.assert_passed(c, s, sent, reply=b"fine")
+
+
+@test
+def dir_both_blocks_server_reply(env):
+    _, port = env.service("both", "tcp")
+    env.filter("both")
+    conv = Conv(env, port, reply=b"flag " + EVIL)
+    c, s = conv.run(SRV4, [b"hello", ("read", 0.5)])
+    it.assert_blocked(c, s)
+
+
+@test
+def filter_disable_enable_rm(env):
+    _, port = env.service("toggle", "tcp")
+    fid = env.filter("toggle")
+    conv = Conv(env, port)
+    sent = b"x " + EVIL
+    c, s = conv.run(SRV4, [sent])
+    it.assert_blocked(c, s)
+    env.ctl("filter", "disable", fid)
+    check(env.filters("toggle")[0]["active"] is False, "disabled filter still active")
+    c, s = conv.run(SRV4, [sent])
+    it.assert_passed(c, s, sent)
+    env.ctl("filter", "enable", fid)
+    check(env.filters("toggle")[0]["active"] is True, "enabled filter not active")
+    c, s = conv.run(SRV6, [sent])
+    it.assert_blocked(c, s)
+    env.ctl("filter", "rm", fid)
+    check(env.filters("toggle") == [], "filter list after rm: %r", env.filters("toggle"))
+    c, s = conv.run(SRV6, [sent])
+    it.assert_passed(c, s, sent)
+
+
+@test
+def service_stop_start_rm(env):
+    _, port = env.service("stopme", "tcp")
+    env.filter("stopme")
+    conv = Conv(env, port)
+    sent = b"x " + EVIL
+    c, s = conv.run(SRV4, [sent])
+    it.assert_blocked(c, s)
+    env.ctl("service", "stop", "stopme")
+    check(env.service_doc("stopme")["status"] == "stopped", "status after stop")
+    c, s = conv.run(SRV4, [sent])
+    it.assert_passed(c, s, sent)
+    c, s = conv.run(SRV6, [sent])
+    it.assert_passed(c, s, sent)
+    env.ctl("service", "start", "stopme")
+    check(env.service_doc("stopme")["status"] == "active", "status after start")
+    c, s = conv.run(SRV4, [sent])
+    it.assert_blocked(c, s)
+    env.ctl("service", "rm", "stopme")
+    check(all(x.get("name") != "stopme" for x in env.services()), "service still listed")
+    c, s = conv.run(SRV4, [sent])
+    it.assert_passed(c, s, sent)
+
+
+@test
+def service_set_rename_and_fail_open(env):
+    sid, p1 = env.service("setme", "tcp")
+    env.filter("setme")
+    p2 = env.port()
+    conv1, conv2 = Conv(env, p1), Conv(env, p2)
+    env.ctl("service", "set", "setme", "--port", p2)
+    check(env.service_doc("setme")["port"] == p2, "port not changed")
+    c, s = conv2.run(SRV4, [b"x " + EVIL])
+    it.assert_blocked(c, s)
+    c, s = conv1.run(SRV4, [b"x " + EVIL])
+    it.assert_passed(c, s, b"x " + EVIL)
+    env.ctl("service", "rename", "setme", "renamed")
+    s = env.service_doc("renamed")
+    check(s["id"] == sid, "rename changed the id: %r", s)
+    env.ctl("service", "set", "renamed", "--fail-open", "on")
+    check(env.service_doc("renamed")["fail_open"] is True, "fail_open not set")
+    c, s = conv2.run(SRV6, [b"y " + EVIL])
+    it.assert_blocked(c, s)
+    env.ctl("service", "set", sid, "--fail-open", "off")
+    check(env.service_doc("renamed")["fail_open"] is False, "fail_open not cleared")
+    fo, _ = env.service("fo", "tcp", extra=("--fail-open",))
+    check(env.service_doc("fo")["fail_open"] is True, "service add --fail-open not stored")
+    p = env.ctl_raw("service", "add", "dup", "--proto", "tcp", "--port", p2)
+    check(p.returncode != 0 and p.stderr.strip(), "a second service on port %d was accepted", p2)
+    p = env.ctl_raw("service", "add", "renamed", "--proto", "tcp", "--port", env.port())
+    check(p.returncode != 0, "a second service named 'renamed' was accepted")
+
+
+@test
+def counters_count_blocked_connections(env):
+    _, port = env.service("count", "tcp")
+    f_evil = env.filter("count")
+    f_other = env.filter("count", "bad[a-z]{3}stuff")
+    conv = Conv(env, port)
+    for host in (SRV4, SRV6, SRV4):
+        c, s = conv.run(host, [b"a " + EVIL, 0.1, b" more " + EVIL])
+        it.assert_blocked(c, s)
+    c, s = conv.run(SRV6, [b"clean"])
+    it.assert_passed(c, s, b"clean")
+
+    def blocked():
+        return {f["id"]: f["blocked"] for f in env.filters("count")}
+
+    # statistics stream back from the worker: give them a moment, then demand the exact count
+    it.wait_until(lambda: blocked()[f_evil] >= 3, timeout=4)
+    got = blocked()
+    check(got[f_evil] == 3, "filter blocked=%r, expected 3 blocked connections", got[f_evil])
+    check(got[f_other] == 0, "untouched filter blocked=%r", got[f_other])
+    it.wait_until(lambda: env.service_doc("count")["blocked"] >= 3, timeout=2)
+    sv = env.service_doc("count")
+    check(sv["blocked"] == 3, "service list blocked=%r, expected 3", sv["blocked"])
+
+
+@test
+def invalid_regex_refused(env):
+    env.service("badre", "tcp")
+    env.filter("badre")
+    before = env.filters("badre")
+    for bad in ("evil(", "a{2,1}", "[z-a]"):
+        p = env.ctl_raw("filter", "add", "badre", bad)
+        check(p.returncode != 0, "invalid regex %r accepted: %r", bad, p.stdout)
+        err = p.stderr.strip()
+        check(err and len(err.splitlines()) == 1, "stderr is not one line: %r", p.stderr)
+        p = env.ctl_raw("filter", "add", "badre", bad, json_out=False)
+        check(p.returncode != 0, "invalid regex %r accepted without --json", bad)
+    check(env.filters("badre") == before, "filter list changed: %r", env.filters("badre"))
+    check(env.service_doc("badre")["filters"] == 1, "service counts a refused filter")
+    p = env.ctl_raw("filter", "add", "no-such-service", "x")
+    check(p.returncode != 0 and p.stderr.strip(), "filter on an unknown service: rc %d",
+          p.returncode)
+
+
+@test
+def service_ip_scope(env):
+    _, port = env.service("scoped", "tcp", extra=("--ip", SRV4))
+    env.filter("scoped")
+    conv = Conv(env, port)
+    c, s = conv.run(SRV4, [b"x " + EVIL])
+    it.assert_blocked(c, s)
+    sent = b"y " + EVIL
+    c, s = conv.run(SRV6, [sent])
+    it.assert_passed(c, s, sent)
+
+
+@test
+def connection_open_before_service_is_inspected(env):
+    port = env.port()
+    srv = env.tcp_server(port)
+    for n, host in enumerate((SRV4, SRV6), start=1):
+        name = "late%d" % n
+        cl = env.tcp_client(host, port, [b"hello", "wait", b"now " + EVIL], timeout=3,
+                            wait=False)
+        got = srv.wait_event(lambda e: e.get("event") == "data" and e.get("id") == n, 4)
+        check(got is not None, "the pre-existing connection carried no data")
+        env.service(name, "tcp", port=port)
+        env.filter(name)
+        cl.tell()
+        c = it.client_result(cl, 15)
+        s = it.server_conn(srv, n)
+        check(s["data"].startswith(b"hello"), "server data %r", s["data"])
+        it.assert_blocked(c, s)
+        env.ctl("service", "rm", name)
+
+
+@test
+def large_transfer_loopback_intact(env):
+    # loopback's 64 KiB segments exceed the NFQUEUE copy range
+    _, port = env.service("bulk", "tcp")
+    env.filter("bulk")
+    env.filter("bulk", "x{3}y[0-9]+z", dir="s2c")
+    srv = env.tcp_server(port, sink=True)
+    n = 0
+    for host in ("127.0.0.1", "::1"):
+        n += 1
+        h = env.helper(env.srv, "bulk-client", "--host", host, "--port", port, "--size",
+                       5 * MIB, "--timeout", 20)
+        c = it.client_result(h, 30)
+        s = it.server_conn(srv, n, timeout=20)
+        check(c["end"] == "eof" and c["sent"] == 5 * MIB, "client %r", c)
+        check(s["end"] == "eof" and s["bytes"] == 5 * MIB, "server got %d bytes, end %s",
+              s["bytes"], s["end"])
+        check(s["sha256"] == c["sha256"], "checksum differs over %s", host)
+
+
+@test
+def large_transfer_veth_intact(env):
+    _, port = env.service("bulk6", "tcp")
+    env.filter("bulk6")
+    srv = env.tcp_server(port, sink=True)
+    for n, host in enumerate((SRV6, SRV4), start=1):
+        h = env.helper(env.cli, "bulk-client", "--host", host, "--port", port, "--size",
+                       5 * MIB, "--timeout", 20)
+        c = it.client_result(h, 30)
+        s = it.server_conn(srv, n, timeout=20)
+        check(c["end"] == "eof" and s["bytes"] == 5 * MIB and s["sha256"] == c["sha256"],
+              "transfer over %s: client %r, server %d bytes end %s", host, c, s["bytes"],
+              s["end"])
+
+
+@test
+def large_transfer_with_match_deep_inside_blocked(env):
+    _, port = env.service("bulkevil", "tcp")
+    env.filter("bulkevil")
+    srv = env.tcp_server(port, sink=True)
+    at = 3 * MIB + 12345
+    for n, (ns, host) in enumerate(((env.srv, "127.0.0.1"), (env.cli, SRV6)), start=1):
+        h = env.helper(ns, "bulk-client", "--host", host, "--port", port, "--size", 5 * MIB,
+                       "--insert", EVIL.hex(), "--at", at, "--timeout", 20)
+        c = it.client_result(h, 30)
+        s = it.server_conn(srv, n, timeout=20)
+        check(s["bytes"] < at + len(EVIL), "server received %d bytes, past the match at %d (%s)",
+              s["bytes"], at, host)
+        check(c["end"] == "reset", "client ended by %s over %s, expected reset", c["end"], host)
+        check(s["end"] == "reset", "server ended by %s over %s, expected reset", s["end"], host)
+
+
+if __name__ == "__main__":
+    sys.exit(it.run_module("tcp"))
