@@ -109,7 +109,7 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(TEST_ARCHIVES)
 unit-tests: $(UNIT_BINS)
 
 # ---- the two commands ---------------------------------------------------------------------
-.PHONY: all deps run stop test unit integration unit-tests clean
+.PHONY: all deps run stop test unit integration unit-tests clean bench
 deps:
 	$(Q)deploy/install-deps.sh
 
@@ -129,6 +129,10 @@ unit: all unit-tests
 
 integration: all
 	$(Q)FGX_BIN=$(BUILD)/bin tests/integration/run.sh
+
+# A short version of every benchmark (measurements, not tests): see docs/benchmarks.md.
+bench: all
+	$(Q)FGX_BIN=$(BUILD)/bin bench/run-all
 
 clean:
 	rm -rf build
