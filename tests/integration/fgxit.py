@@ -275,6 +275,20 @@ class Env:
         self.controld = None
         return p.returncode
 
+    SANITIZER_MARKS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:",
+                       "ERROR: ThreadSanitizer", "WARNING: ThreadSanitizer")
+
+    def sanitizer_report(self, n=30):
+        try:
+            with open(self.log_path, "rb") as f:
+                lines = f.read().decode(errors="replace").splitlines()
+        except OSError:
+            return ""
+        for i, line in enumerate(lines):
+            if any(m in line for m in self.SANITIZER_MARKS):
+                return "\n".join("    | " + x for x in lines[i:i + n])
+        return ""
+
     def log_tail(self, n=40):
         try:
             with open(self.log_path, "rb") as f:
@@ -538,6 +552,13 @@ def run_module(module, setup=None):
                         env.start_controld()
                     except Exception as e:  # noqa: BLE001
                         print("    controld could not be restarted: %s" % e)
+        # A sanitizer build reports memory errors and leaks of the daemons in their log, often
+        # only at exit: stop controld (and with it the worker) and read the whole log.
+        env.stop_controld(signal.SIGTERM, check=False)
+        report = env.sanitizer_report()
+        if report:
+            counts["failed"] += 1
+            print("  FAIL %s: sanitizer report in the daemons' log:\n%s" % (module, report))
         return 1 if counts["failed"] else 0
     finally:
         finish()
