@@ -33,6 +33,11 @@ static const char usage_main[] =
     "  filter add SERVICE REGEX [--dir c2s|s2c|both] [--nocase]\n"
     "  filter list SERVICE\n"
     "  filter enable|disable|rm FILTER\n"
+    "  worker list                              the data-path workers and their counters\n"
+    "  worker restart nfq|proxy|all\n"
+    "  stats [SERVICE] [--watch [--interval SEC]]\n"
+    "                                           traffic counters per service\n"
+    "  events [SERVICE] [--limit N] [--follow]  the latest blocks, with an excerpt\n"
     "  help [COMMAND [SUBCOMMAND]]\n"
     "\n"
     "Options:\n"
@@ -165,6 +170,61 @@ static const char usage_filter_rm[] =
     "\n"
     "Remove a filter. FILTER is a filter id.\n";
 
+static const char usage_worker[] =
+    "usage: fgexctl worker COMMAND ...\n"
+    "\n"
+    "Commands:\n"
+    "  list\n"
+    "  restart nfq|proxy|all\n"
+    "\n"
+    "`fgexctl worker COMMAND --help` for one command.\n";
+
+static const char usage_worker_list[] =
+    "usage: fgexctl worker list\n"
+    "\n"
+    "List controld's data-path workers: kind, pid, state, the last generation of the\n"
+    "rules each acknowledged, how often it was restarted, the flows it tracks, the\n"
+    "packets the kernel dropped from its queues, and its memory (RSS).\n"
+    "With --json: an array of {kind, pid, state, generation, restarts, queue_drops,\n"
+    "flows, rss_bytes, truncated, verdict_errors, malformed}.\n";
+
+static const char usage_worker_restart[] =
+    "usage: fgexctl worker restart nfq|proxy|all\n"
+    "\n"
+    "Restart the NFQUEUE worker, the proxy worker, or both. Returns once each is back\n"
+    "and has applied the current rules, then lists the workers as `worker list` does.\n";
+
+static const char usage_stats[] =
+    "usage: fgexctl stats [SERVICE] [--json] [--watch [--interval SEC]]\n"
+    "\n"
+    "Traffic counters per service (every service, or only SERVICE): packets and bytes\n"
+    "seen, packets accepted and dropped, flows open now, and connections blocked.\n"
+    "Totals survive worker and controld restarts.\n"
+    "\n"
+    "  --watch           redraw every SEC seconds with the rate per second beside each\n"
+    "                    total, until interrupted (Ctrl-C); with --json, print one JSON\n"
+    "                    document per line per refresh instead\n"
+    "  --interval SEC    the refresh period for --watch (default: 1; e.g. 0.5)\n"
+    "\n"
+    "The table shows bytes in binary units (KiB, MiB, ...); --json gives exact numbers:\n"
+    "an array of {id, name, packets, bytes, accepted, dropped, flows_active, blocked}.\n"
+    "\n" SERVICE_HELP_NOTE;
+
+static const char usage_events[] =
+    "usage: fgexctl events [SERVICE] [--limit N] [--follow] [--json]\n"
+    "\n"
+    "The latest blocks (of every service, or only SERVICE), oldest first: when, which\n"
+    "service and filter, the direction, the flow's addresses, and the bytes around\n"
+    "the end of the match (printable ASCII as is, other bytes as \\xNN).\n"
+    "\n"
+    "  --limit N    show the newest N events (default: controld's, 100)\n"
+    "  --follow     then keep printing new events as they arrive, until interrupted\n"
+    "               (Ctrl-C); with --json, one JSON object per line\n"
+    "\n"
+    "--json without --follow prints an array of {seq, time, time_ns, service_id,\n"
+    "service, filter_id, dir, proto, src, sport, dst, dport, excerpt, excerpt_hex}.\n"
+    "\n" SERVICE_HELP_NOTE;
+
 /* clang-format on */
 
 /* ---- the command table ------------------------------------------------------------------- */
@@ -178,6 +238,10 @@ enum opt_bit {
     OPT_FAIL_OPEN_ARG = 1u << 5,  /* service set: --fail-open on|off */
     OPT_DIR = 1u << 6,
     OPT_NOCASE = 1u << 7,
+    OPT_WATCH = 1u << 8,
+    OPT_INTERVAL = 1u << 9,
+    OPT_LIMIT = 1u << 10,
+    OPT_FOLLOW = 1u << 11,
 };
 
 enum opt_arg {
@@ -192,7 +256,7 @@ struct opt_def {
     enum opt_arg arg;
 };
 
-#define NOPTS 8
+#define NOPTS 12
 
 /* Index i of this table is the slot where the value of option bit 1 << i is kept. */
 static const struct opt_def opt_defs[NOPTS] = {
@@ -204,99 +268,161 @@ static const struct opt_def opt_defs[NOPTS] = {
     {"--fail-open", OPT_FAIL_OPEN_ARG, ARG_REQUIRED},
     {"--dir", OPT_DIR, ARG_REQUIRED},
     {"--nocase", OPT_NOCASE, ARG_NONE},
+    {"--watch", OPT_WATCH, ARG_NONE},
+    {"--interval", OPT_INTERVAL, ARG_REQUIRED},
+    {"--limit", OPT_LIMIT, ARG_REQUIRED},
+    {"--follow", OPT_FOLLOW, ARG_NONE},
 };
 
 struct cmd_spec {
-    const char *group; /* "service", "filter", or NULL for a top-level command */
+    const char *group; /* "service", "filter", "worker", or NULL for a top-level command */
     const char *name;
     Fgx__Ctl__Request__ReqCase req;
-    int npos; /* exact number of positional arguments */
+    int npos; /* number of positional arguments */
     const char *pos_names[2];
     unsigned opts;
     const char *usage;
+    bool pos_optional; /* the positionals may be left out ([SERVICE]) */
 };
 
 static const struct cmd_spec cmd_specs[] = {
-    {NULL, "status", FGX__CTL__REQUEST__REQ_STATUS, 0, {NULL, NULL}, 0, usage_status},
+    {NULL, "status", FGX__CTL__REQUEST__REQ_STATUS, 0, {NULL, NULL}, 0, usage_status, false},
     {"service",
      "add",
      FGX__CTL__REQUEST__REQ_SERVICE_ADD,
      1,
      {"NAME", NULL},
      OPT_PROTO | OPT_PORT | OPT_IP | OPT_LAYER | OPT_FAIL_OPEN_FLAG,
-     usage_service_add},
+     usage_service_add,
+     false},
     {"service",
      "list",
      FGX__CTL__REQUEST__REQ_SERVICE_LIST,
      0,
      {NULL, NULL},
      0,
-     usage_service_list},
+     usage_service_list,
+     false},
     {"service",
      "show",
      FGX__CTL__REQUEST__REQ_SERVICE_SHOW,
      1,
      {"SERVICE", NULL},
      0,
-     usage_service_show},
+     usage_service_show,
+     false},
     {"service",
      "start",
      FGX__CTL__REQUEST__REQ_SERVICE_START,
      1,
      {"SERVICE", NULL},
      0,
-     usage_service_start},
+     usage_service_start,
+     false},
     {"service",
      "stop",
      FGX__CTL__REQUEST__REQ_SERVICE_STOP,
      1,
      {"SERVICE", NULL},
      0,
-     usage_service_stop},
-    {"service", "rm", FGX__CTL__REQUEST__REQ_SERVICE_RM, 1, {"SERVICE", NULL}, 0, usage_service_rm},
+     usage_service_stop,
+     false},
+    {"service",
+     "rm",
+     FGX__CTL__REQUEST__REQ_SERVICE_RM,
+     1,
+     {"SERVICE", NULL},
+     0,
+     usage_service_rm,
+     false},
     {"service",
      "rename",
      FGX__CTL__REQUEST__REQ_SERVICE_RENAME,
      2,
      {"SERVICE", "NEWNAME"},
      0,
-     usage_service_rename},
+     usage_service_rename,
+     false},
     {"service",
      "set",
      FGX__CTL__REQUEST__REQ_SERVICE_SET,
      1,
      {"SERVICE", NULL},
      OPT_PORT | OPT_IP | OPT_PROTO | OPT_LAYER | OPT_FAIL_OPEN_ARG,
-     usage_service_set},
+     usage_service_set,
+     false},
     {"filter",
      "add",
      FGX__CTL__REQUEST__REQ_FILTER_ADD,
      2,
      {"SERVICE", "REGEX"},
      OPT_DIR | OPT_NOCASE,
-     usage_filter_add},
+     usage_filter_add,
+     false},
     {"filter",
      "list",
      FGX__CTL__REQUEST__REQ_FILTER_LIST,
      1,
      {"SERVICE", NULL},
      0,
-     usage_filter_list},
+     usage_filter_list,
+     false},
     {"filter",
      "enable",
      FGX__CTL__REQUEST__REQ_FILTER_ENABLE,
      1,
      {"FILTER", NULL},
      0,
-     usage_filter_enable},
+     usage_filter_enable,
+     false},
     {"filter",
      "disable",
      FGX__CTL__REQUEST__REQ_FILTER_DISABLE,
      1,
      {"FILTER", NULL},
      0,
-     usage_filter_disable},
-    {"filter", "rm", FGX__CTL__REQUEST__REQ_FILTER_RM, 1, {"FILTER", NULL}, 0, usage_filter_rm},
+     usage_filter_disable,
+     false},
+    {"filter",
+     "rm",
+     FGX__CTL__REQUEST__REQ_FILTER_RM,
+     1,
+     {"FILTER", NULL},
+     0,
+     usage_filter_rm,
+     false},
+    {"worker",
+     "list",
+     FGX__CTL__REQUEST__REQ_WORKER_LIST,
+     0,
+     {NULL, NULL},
+     0,
+     usage_worker_list,
+     false},
+    {"worker",
+     "restart",
+     FGX__CTL__REQUEST__REQ_WORKER_RESTART,
+     1,
+     {"KIND", NULL},
+     0,
+     usage_worker_restart,
+     false},
+    {NULL,
+     "stats",
+     FGX__CTL__REQUEST__REQ_STATS,
+     1,
+     {"SERVICE", NULL},
+     OPT_WATCH | OPT_INTERVAL,
+     usage_stats,
+     true},
+    {NULL,
+     "events",
+     FGX__CTL__REQUEST__REQ_EVENTS,
+     1,
+     {"SERVICE", NULL},
+     OPT_LIMIT | OPT_FOLLOW,
+     usage_events,
+     true},
 };
 
 #define NSPECS (sizeof(cmd_specs) / sizeof(cmd_specs[0]))
@@ -586,7 +712,7 @@ static int scan_args(struct cli_cmd *cmd, const struct cmd_spec *spec, int argc,
         }
         raw->pos[raw->npos++] = a;
     }
-    if (raw->npos < spec->npos) {
+    if (raw->npos < spec->npos && !spec->pos_optional) {
         (void)snprintf(what, sizeof(what), "missing %s", spec->pos_names[raw->npos]);
         return fail_usage(cmd, spec, what);
     }
@@ -707,6 +833,91 @@ static int build_filter_add(struct cli_cmd *cmd, const struct cmd_spec *spec,
     return 0;
 }
 
+static int build_worker_restart(struct cli_cmd *cmd, const struct args_raw *raw)
+{
+    const char *kind = raw->pos[0];
+
+    fgx__ctl__worker_restart__init(&cmd->m.worker_restart);
+    if (strcmp(kind, "nfq") != 0 && strcmp(kind, "proxy") != 0 && strcmp(kind, "all") != 0)
+        return fail(cmd, CLI_EXIT_INVALID, "invalid worker kind '%.60s': must be nfq, proxy or all",
+                    kind);
+    cmd->m.worker_restart.kind = (char *)kind;
+    cmd->req.worker_restart = &cmd->m.worker_restart;
+    return 0;
+}
+
+/* Seconds, with a fraction ("0.5"), to milliseconds within the bounds --watch accepts. */
+static int parse_interval(struct cli_cmd *cmd, const char *s, unsigned *out)
+{
+    char *end;
+    double v;
+
+    errno = 0;
+    v = strtod(s, &end);
+    /* strtod would also take "inf", "nan", hex floats and leading blanks. */
+    if (!*s || *end || errno || s[strspn(s, "0123456789.")] != '\0' ||
+        v * 1000 < CLI_WATCH_MIN_MS || v * 1000 > CLI_WATCH_MAX_MS)
+        return fail(cmd, CLI_EXIT_INVALID,
+                    "invalid --interval '%.60s': expected seconds, from 0.1 to 86400", s);
+    *out = (unsigned)(v * 1000 + 0.5);
+    return 0;
+}
+
+static int build_stats(struct cli_cmd *cmd, const struct cmd_spec *spec, const struct args_raw *raw)
+{
+    Fgx__Ctl__StatsQuery *m = &cmd->m.stats;
+    const char *v;
+    int rc;
+
+    fgx__ctl__stats_query__init(m);
+    if (raw->npos > 0) {
+        rc = check_ref(cmd, spec, raw->pos[0]);
+        if (rc < 0)
+            return rc;
+        m->service = (char *)raw->pos[0];
+    }
+    cmd->watch = raw_opt(raw, OPT_WATCH) != NULL;
+    cmd->interval_ms = CLI_WATCH_MS;
+    if ((v = raw_opt(raw, OPT_INTERVAL))) {
+        if (!cmd->watch)
+            return fail_usage(cmd, spec, "--interval goes with --watch");
+        rc = parse_interval(cmd, v, &cmd->interval_ms);
+        if (rc < 0)
+            return rc;
+    }
+    cmd->req.stats = m;
+    return 0;
+}
+
+static int build_events(struct cli_cmd *cmd, const struct cmd_spec *spec,
+                        const struct args_raw *raw)
+{
+    Fgx__Ctl__EventsQuery *m = &cmd->m.events;
+    const char *v;
+    int rc;
+
+    fgx__ctl__events_query__init(m);
+    if (raw->npos > 0) {
+        rc = check_ref(cmd, spec, raw->pos[0]);
+        if (rc < 0)
+            return rc;
+        m->service = (char *)raw->pos[0];
+    }
+    if ((v = raw_opt(raw, OPT_LIMIT))) {
+        unsigned long n;
+
+        /* Same digit-only rule as ports: strtoul would take "-1" as a huge number. */
+        if (!all_digits(v) || strlen(v) > 9 || (n = strtoul(v, NULL, 10)) < 1)
+            return fail(cmd, CLI_EXIT_INVALID,
+                        "invalid --limit '%.60s': expected a number of events, at least 1", v);
+        m->has_limit = 1;
+        m->limit = (uint32_t)n;
+    }
+    cmd->follow = raw_opt(raw, OPT_FOLLOW) != NULL;
+    cmd->req.events = m;
+    return 0;
+}
+
 static int build_request(struct cli_cmd *cmd, const struct cmd_spec *spec,
                          const struct args_raw *raw)
 {
@@ -730,6 +941,19 @@ static int build_request(struct cli_cmd *cmd, const struct cmd_spec *spec,
     case FGX__CTL__REQUEST__REQ_FILTER_ADD:
         rc = build_filter_add(cmd, spec, raw);
         break;
+    case FGX__CTL__REQUEST__REQ_WORKER_LIST:
+        fgx__ctl__empty__init(&cmd->m.empty);
+        r->worker_list = &cmd->m.empty;
+        break;
+    case FGX__CTL__REQUEST__REQ_WORKER_RESTART:
+        rc = build_worker_restart(cmd, raw);
+        break;
+    case FGX__CTL__REQUEST__REQ_STATS:
+        rc = build_stats(cmd, spec, raw);
+        break;
+    case FGX__CTL__REQUEST__REQ_EVENTS:
+        rc = build_events(cmd, spec, raw);
+        break;
     case FGX__CTL__REQUEST__REQ_SERVICE_RENAME:
         fgx__ctl__service_rename__init(&cmd->m.service_rename);
         rc = check_ref(cmd, spec, raw->pos[0]);
@@ -747,8 +971,10 @@ static int build_request(struct cli_cmd *cmd, const struct cmd_spec *spec,
         r->service_show = &cmd->m.ref;
         break;
     }
-    if (rc < 0)
+    if (rc < 0) {
         fgx__ctl__request__init(r);
+        cmd->watch = cmd->follow = false;
+    }
     return rc;
 }
 
@@ -756,12 +982,14 @@ static int build_request(struct cli_cmd *cmd, const struct cmd_spec *spec,
 
 static const char *group_usage(const char *group)
 {
-    return strcmp(group, "service") == 0 ? usage_service : usage_filter;
+    if (strcmp(group, "service") == 0)
+        return usage_service;
+    return strcmp(group, "worker") == 0 ? usage_worker : usage_filter;
 }
 
 static bool is_group(const char *w)
 {
-    return strcmp(w, "service") == 0 || strcmp(w, "filter") == 0;
+    return strcmp(w, "service") == 0 || strcmp(w, "filter") == 0 || strcmp(w, "worker") == 0;
 }
 
 /* Find the command named by words w[0..n) ("status", or "service" "add"). Returns NULL and sets

@@ -10,6 +10,9 @@
 
 #define CLI_DEFAULT_URL "ipc:///run/fgex/control.sock"
 #define CLI_PROG "fgexctl"
+#define CLI_WATCH_MS 1000         /* stats --watch: default refresh */
+#define CLI_WATCH_MIN_MS 100      /* --interval below this would only load controld */
+#define CLI_WATCH_MAX_MS 86400000 /* a day: anything longer is a typo */
 
 /* fgexctl's exit status (docs/fgexctl.md). */
 enum cli_exit {
@@ -23,11 +26,14 @@ enum cli_exit {
 };
 
 struct cli_cmd {
-    const char *url;  /* -c URL, else $FGEX_URL, else CLI_DEFAULT_URL; borrowed */
-    bool json;        /* --json */
-    const char *help; /* set: print this on stdout and exit 0; req is not set */
-    int exit_code;    /* after a failed parse: CLI_EXIT_USAGE or CLI_EXIT_INVALID */
-    char err[320];    /* after a failed parse: the one-line reason, without "fgexctl: " */
+    const char *url;      /* -c URL, else $FGEX_URL, else CLI_DEFAULT_URL; borrowed */
+    bool json;            /* --json */
+    const char *help;     /* set: print this on stdout and exit 0; req is not set */
+    bool watch;           /* stats --watch: refresh until interrupted (cli_loop.c) */
+    bool follow;          /* events --follow: poll for new events until interrupted */
+    unsigned interval_ms; /* stats --watch --interval SEC, in ms (default CLI_WATCH_MS) */
+    int exit_code;        /* after a failed parse: CLI_EXIT_USAGE or CLI_EXIT_INVALID */
+    char err[320];        /* after a failed parse: the one-line reason, without "fgexctl: " */
     /* Ready to pack. Its strings point into argv and its sub-message into m below, so the
      * cli_cmd and argv must outlive it; nothing in it is to be freed. */
     Fgx__Ctl__Request req;
@@ -38,6 +44,9 @@ struct cli_cmd {
         Fgx__Ctl__ServiceRename service_rename;
         Fgx__Ctl__ServiceSet service_set;
         Fgx__Ctl__FilterAdd filter_add;
+        Fgx__Ctl__WorkerRestart worker_restart;
+        Fgx__Ctl__StatsQuery stats;
+        Fgx__Ctl__EventsQuery events;
     } m;
 };
 

@@ -3,11 +3,13 @@
  * whose shape is fixed per command (docs/fgexctl.md), for scripts. */
 #include "cli_fmt.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cli_args.h"
 #include "cli_json.h"
@@ -110,6 +112,68 @@ void cli_fmt_duration(uint64_t secs, char *buf, size_t len)
         (void)snprintf(buf, len, "%" PRIu64 "s", s);
 }
 
+void cli_fmt_bytes(uint64_t v, char *buf, size_t len)
+{
+    static const char *const units[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    double x;
+    size_t u = 0;
+
+    if (v < 1024) {
+        (void)snprintf(buf, len, "%" PRIu64 " B", v);
+        return;
+    }
+    /* Move up a unit before the one decimal would round to "1024.0". */
+    for (x = (double)v / 1024; x >= 1023.95 && u + 1 < sizeof(units) / sizeof(units[0]); u++)
+        x /= 1024;
+    (void)snprintf(buf, len, "%.1f %s", x, units[u]);
+}
+
+void cli_fmt_time(uint64_t ns, bool utc, char *buf, size_t len)
+{
+    time_t secs = (time_t)(ns / 1000000000u);
+    unsigned ms = (unsigned)(ns / 1000000u % 1000u);
+    struct tm tm;
+    char day[32];
+
+    if (!(utc ? gmtime_r(&secs, &tm) : localtime_r(&secs, &tm)) ||
+        strftime(day, sizeof(day), "%Y-%m-%dT%H:%M:%S", &tm) == 0) {
+        (void)snprintf(buf, len, "?");
+        return;
+    }
+    (void)snprintf(buf, len, "%s.%03u%s", day, ms, utc ? "Z" : "");
+}
+
+/* len bytes escaped as cli_fmt_escape() does, NUL included; malloc'd, owned by the caller. */
+static char *escape_bytes_dup(const uint8_t *p, size_t len)
+{
+    static const char hex[] = "0123456789abcdef";
+    char *buf = malloc(len * 4 + 1), *o = buf;
+
+    if (!buf)
+        return NULL;
+    for (size_t i = 0; i < len; i++) {
+        if (p[i] >= 0x20 && p[i] < 0x7f) {
+            *o++ = (char)p[i];
+        } else {
+            *o++ = '\\';
+            *o++ = 'x';
+            *o++ = hex[p[i] >> 4];
+            *o++ = hex[p[i] & 0xf];
+        }
+    }
+    *o = '\0';
+    return buf;
+}
+
+/* "10.0.0.1:80", or "[fd00::1]:80" so the port stays readable after an IPv6 address. */
+static void addr_port(const char *ip, uint32_t port, char *buf, size_t len)
+{
+    char esc[INET6_ADDRSTRLEN * 4 + 1];
+
+    cli_fmt_escape(ip, esc, sizeof(esc));
+    (void)snprintf(buf, len, strchr(esc, ':') ? "[%s]:%" PRIu32 : "%s:%" PRIu32, esc, port);
+}
+
 void cli_fmt_error(FILE *f, const Fgx__Ctl__Reply *rep)
 {
     const char *why = rep->error;
@@ -146,8 +210,10 @@ void cli_fmt_error(FILE *f, const Fgx__Ctl__Reply *rep)
 struct table {
     size_t ncols;
     const char *const *heads;
-    unsigned right; /* bit i: column i is right-aligned (numbers) */
-    char **cells;   /* row-major, malloc'd */
+    unsigned right;     /* bit i: column i is right-aligned (numbers) */
+    const size_t *minw; /* NULL, or a width per column that rows printed later can share */
+    bool headless;      /* rows only: a later batch of a table already printed */
+    char **cells;       /* row-major, malloc'd */
     size_t n, cap;
     bool oom;
 };
@@ -209,14 +275,17 @@ static int table_print(FILE *f, struct table *t)
         return -ENOMEM;
     if (t->ncols == 0)
         return 0;
-    for (size_t c = 0; c < t->ncols; c++)
+    for (size_t c = 0; c < t->ncols; c++) {
         w[c] = strlen(t->heads[c]);
+        if (t->minw && t->minw[c] > w[c])
+            w[c] = t->minw[c];
+    }
     for (size_t i = 0; i < t->n; i++) {
         size_t l = strlen(t->cells[i]);
         if (l > w[i % t->ncols])
             w[i % t->ncols] = l;
     }
-    for (size_t i = 0; i < t->n + t->ncols; i++) {
+    for (size_t i = t->headless ? t->ncols : 0; i < t->n + t->ncols; i++) {
         size_t c = i % t->ncols;
         const char *s = i < t->ncols ? t->heads[c] : t->cells[i - t->ncols];
         bool last = c == t->ncols - 1;
@@ -385,6 +454,197 @@ static int human_status(FILE *f, const Fgx__Ctl__Status *st)
     return rc;
 }
 
+/* An optional counter: "-" when the worker has not reported it. */
+static void table_add_opt(struct table *t, bool has, uint64_t v)
+{
+    if (has)
+        table_addf(t, "%" PRIu64, v);
+    else
+        table_addf(t, "-");
+}
+
+static int human_worker_table(FILE *f, const Fgx__Ctl__Reply *rep)
+{
+    static const char *const heads[] = {"KIND",     "PID",   "STATE",  "GENERATION",
+                                        "RESTARTS", "FLOWS", "QDROPS", "RSS"};
+    struct table t;
+    char rss[32];
+    int rc;
+
+    if (rep->n_workers == 0) {
+        (void)fputs("no workers\n", f);
+        return 0;
+    }
+    table_init(&t, heads, 8, 1u << 1 | 1u << 3 | 1u << 4 | 1u << 5 | 1u << 6 | 1u << 7);
+    for (size_t i = 0; i < rep->n_workers; i++) {
+        const Fgx__Ctl__Worker *w = rep->workers[i];
+
+        table_add_str(&t, w->kind);
+        table_addf(&t, "%" PRId32, w->pid);
+        table_add_str(&t, w->state);
+        table_add_opt(&t, w->has_generation, w->generation);
+        table_addf(&t, "%" PRIu32, w->restarts);
+        table_add_opt(&t, w->has_flows, w->flows);
+        table_add_opt(&t, w->has_queue_drops, w->queue_drops);
+        if (w->has_rss_bytes) {
+            cli_fmt_bytes(w->rss_bytes, rss, sizeof(rss));
+            table_addf(&t, "%s", rss);
+        } else {
+            table_addf(&t, "-");
+        }
+    }
+    rc = table_print(f, &t);
+    table_release(&t);
+    return rc;
+}
+
+static void table_add_bytes(struct table *t, uint64_t v)
+{
+    char b[32];
+
+    cli_fmt_bytes(v, b, sizeof(b));
+    table_addf(t, "%s", b);
+}
+
+static int human_stats_table(FILE *f, const Fgx__Ctl__Reply *rep)
+{
+    static const char *const heads[] = {"SERVICE", "PACKETS", "BYTES",  "ACCEPTED",
+                                        "DROPPED", "FLOWS",   "BLOCKED"};
+    struct table t;
+    int rc;
+
+    if (rep->n_service_stats == 0) {
+        (void)fputs("no services (add one with 'fgexctl service add')\n", f);
+        return 0;
+    }
+    table_init(&t, heads, 7, 0x7eu);
+    for (size_t i = 0; i < rep->n_service_stats; i++) {
+        const Fgx__Ctl__ServiceStats *st = rep->service_stats[i];
+
+        table_add_str(&t, st->name);
+        table_addf(&t, "%" PRIu64, st->packets);
+        table_add_bytes(&t, st->bytes);
+        table_addf(&t, "%" PRIu64, st->accepted);
+        table_addf(&t, "%" PRIu64, st->dropped);
+        table_addf(&t, "%" PRIu64, st->flows_active);
+        table_addf(&t, "%" PRIu64, st->blocked);
+    }
+    rc = table_print(f, &t);
+    table_release(&t);
+    return rc;
+}
+
+static const Fgx__Ctl__ServiceStats *stats_find(const Fgx__Ctl__Reply *rep, uint32_t id)
+{
+    for (size_t i = 0; rep && i < rep->n_service_stats; i++)
+        if (rep->service_stats[i]->service_id == id)
+            return rep->service_stats[i];
+    return NULL;
+}
+
+/* The per-second rate from *then to now; "-" when there is none to show: no earlier sample
+ * (then NULL), or a counter that went back (the service was removed and its id reused). */
+static void table_add_rate(struct table *t, uint64_t now, const uint64_t *then, double secs,
+                           bool bytes)
+{
+    char b[32];
+    double r;
+
+    if (!then || secs <= 0 || now < *then) {
+        table_addf(t, "-");
+        return;
+    }
+    r = (double)(now - *then) / secs;
+    if (bytes) {
+        cli_fmt_bytes((uint64_t)(r + 0.5), b, sizeof(b));
+        table_addf(t, "%s/s", b);
+    } else {
+        table_addf(t, "%.0f", r);
+    }
+}
+
+#define OLD(field) (old ? &old->field : NULL)
+
+int cli_fmt_stats_watch(FILE *f, const Fgx__Ctl__Reply *cur, const Fgx__Ctl__Reply *prev,
+                        double secs)
+{
+    static const char *const heads[] = {"SERVICE", "PACKETS",  "PKT/S",   "BYTES",
+                                        "BYTES/S", "ACCEPTED", "ACC/S",   "DROPPED",
+                                        "DROP/S",  "FLOWS",    "BLOCKED", "BLK/S"};
+    struct table t;
+    int rc;
+
+    if (cur->n_service_stats == 0) {
+        (void)fputs("no services (add one with 'fgexctl service add')\n", f);
+        return 0;
+    }
+    table_init(&t, heads, 12, 0xffeu);
+    for (size_t i = 0; i < cur->n_service_stats; i++) {
+        const Fgx__Ctl__ServiceStats *st = cur->service_stats[i];
+        const Fgx__Ctl__ServiceStats *old = stats_find(prev, st->service_id);
+
+        table_add_str(&t, st->name);
+        table_addf(&t, "%" PRIu64, st->packets);
+        table_add_rate(&t, st->packets, OLD(packets), secs, false);
+        table_add_bytes(&t, st->bytes);
+        table_add_rate(&t, st->bytes, OLD(bytes), secs, true);
+        table_addf(&t, "%" PRIu64, st->accepted);
+        table_add_rate(&t, st->accepted, OLD(accepted), secs, false);
+        table_addf(&t, "%" PRIu64, st->dropped);
+        table_add_rate(&t, st->dropped, OLD(dropped), secs, false);
+        table_addf(&t, "%" PRIu64, st->flows_active);
+        table_addf(&t, "%" PRIu64, st->blocked);
+        table_add_rate(&t, st->blocked, OLD(blocked), secs, false);
+    }
+    rc = table_print(f, &t);
+    table_release(&t);
+    if (rc == 0 && (fflush(f) == EOF || ferror(f)))
+        rc = -EIO;
+    return rc;
+}
+
+static const char *event_dir(Fgx__Ctl__Dir d)
+{
+    return d == FGX__CTL__DIR__DIR_S2C ? "s2c" : "c2s";
+}
+
+/* Widths that fit most rows, so batches printed apart by --follow line up. */
+static const size_t event_minw[] = {23, 10, 6, 3, 21, 21, 0};
+
+static int human_events(FILE *f, const Fgx__Ctl__Reply *rep, bool fixed, bool head)
+{
+    static const char *const heads[] = {"TIME", "SERVICE", "FILTER", "DIR",
+                                        "SRC",  "DST",     "EXCERPT"};
+    struct table t;
+    char buf[INET6_ADDRSTRLEN * 4 + 16];
+    int rc;
+
+    table_init(&t, heads, 7, 1u << 2);
+    t.minw = fixed ? event_minw : NULL;
+    t.headless = !head;
+    for (size_t i = 0; i < rep->n_events; i++) {
+        const Fgx__Ctl__Event *e = rep->events[i];
+
+        cli_fmt_time(e->time_ns, false, buf, sizeof(buf));
+        table_addf(&t, "%s", buf);
+        if (e->service && *e->service)
+            table_add_str(&t, e->service);
+        else
+            table_addf(&t, "%" PRIu32, e->service_id);
+        table_addf(&t, "%" PRIu32, e->filter_id);
+        table_addf(&t, "%s", event_dir(e->dir));
+        addr_port(e->src, e->sport, buf, sizeof(buf));
+        table_addf(&t, "%s", buf);
+        addr_port(e->dst, e->dport, buf, sizeof(buf));
+        table_addf(&t, "%s", buf);
+        table_push(&t, escape_bytes_dup(e->has_excerpt ? e->excerpt.data : NULL,
+                                        e->has_excerpt ? e->excerpt.len : 0));
+    }
+    rc = table_print(f, &t);
+    table_release(&t);
+    return rc;
+}
+
 /* The service or filter a rm removed: from the reply, else the id given on the command line.
  * Returns false when neither says. */
 static bool removed_id(const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep, uint32_t *out)
@@ -422,6 +682,17 @@ static int human_reply(FILE *f, const Fgx__Ctl__Request *req, const Fgx__Ctl__Re
         return human_service_table(f, rep);
     case FGX__CTL__REQUEST__REQ_FILTER_LIST:
         return human_filter_table(f, rep);
+    case FGX__CTL__REQUEST__REQ_WORKER_LIST:
+    case FGX__CTL__REQUEST__REQ_WORKER_RESTART:
+        return human_worker_table(f, rep);
+    case FGX__CTL__REQUEST__REQ_STATS:
+        return human_stats_table(f, rep);
+    case FGX__CTL__REQUEST__REQ_EVENTS:
+        if (rep->n_events == 0) {
+            (void)fputs("no events\n", f);
+            return 0;
+        }
+        return human_events(f, rep, false, true);
     case FGX__CTL__REQUEST__REQ_SERVICE_RM:
         if (rep->n_services > 0) {
             char name[256];
@@ -555,6 +826,133 @@ static void json_status(struct cli_json *j, const Fgx__Ctl__Status *st)
     cli_json_obj_end(j);
 }
 
+static void json_worker(struct cli_json *j, const Fgx__Ctl__Worker *w)
+{
+    cli_json_obj_begin(j);
+    cli_json_key(j, "kind");
+    cli_json_str(j, w->kind);
+    cli_json_key(j, "pid");
+    cli_json_i64(j, w->pid);
+    cli_json_key(j, "state");
+    cli_json_str(j, w->state);
+    cli_json_key(j, "generation");
+    cli_json_u64(j, w->generation);
+    cli_json_key(j, "restarts");
+    cli_json_u64(j, w->restarts);
+    cli_json_key(j, "queue_drops");
+    cli_json_u64(j, w->queue_drops);
+    cli_json_key(j, "flows");
+    cli_json_u64(j, w->flows);
+    cli_json_key(j, "rss_bytes");
+    cli_json_u64(j, w->rss_bytes);
+    cli_json_key(j, "truncated");
+    cli_json_u64(j, w->truncated);
+    cli_json_key(j, "verdict_errors");
+    cli_json_u64(j, w->verdict_errors);
+    cli_json_key(j, "malformed");
+    cli_json_u64(j, w->malformed);
+    cli_json_obj_end(j);
+}
+
+static void json_stats(struct cli_json *j, const Fgx__Ctl__Reply *rep)
+{
+    cli_json_arr_begin(j);
+    for (size_t i = 0; i < rep->n_service_stats; i++) {
+        const Fgx__Ctl__ServiceStats *st = rep->service_stats[i];
+
+        cli_json_obj_begin(j);
+        cli_json_key(j, "id");
+        cli_json_u64(j, st->service_id);
+        cli_json_key(j, "name");
+        cli_json_str(j, st->name);
+        cli_json_key(j, "packets");
+        cli_json_u64(j, st->packets);
+        cli_json_key(j, "bytes");
+        cli_json_u64(j, st->bytes);
+        cli_json_key(j, "accepted");
+        cli_json_u64(j, st->accepted);
+        cli_json_key(j, "dropped");
+        cli_json_u64(j, st->dropped);
+        cli_json_key(j, "flows_active");
+        cli_json_u64(j, st->flows_active);
+        cli_json_key(j, "blocked");
+        cli_json_u64(j, st->blocked);
+        cli_json_obj_end(j);
+    }
+    cli_json_arr_end(j);
+}
+
+/* Excerpts are at most ~64 bytes (control.proto); a longer one is cut in the hex form only. */
+#define EXCERPT_HEX_MAX 1024
+
+static void json_event(struct cli_json *j, const Fgx__Ctl__Event *e)
+{
+    static const char hex[] = "0123456789abcdef";
+    const uint8_t *x = e->has_excerpt ? e->excerpt.data : NULL;
+    size_t xlen = e->has_excerpt ? e->excerpt.len : 0;
+    char t[64], h[2 * EXCERPT_HEX_MAX + 1];
+
+    cli_fmt_time(e->time_ns, true, t, sizeof(t));
+    cli_json_obj_begin(j);
+    cli_json_key(j, "seq");
+    cli_json_u64(j, e->seq);
+    cli_json_key(j, "time");
+    cli_json_str(j, t);
+    cli_json_key(j, "time_ns");
+    cli_json_u64(j, e->time_ns);
+    cli_json_key(j, "service_id");
+    cli_json_u64(j, e->service_id);
+    cli_json_key(j, "service");
+    if (e->service)
+        cli_json_str(j, e->service);
+    else
+        cli_json_null(j);
+    cli_json_key(j, "filter_id");
+    cli_json_u64(j, e->filter_id);
+    cli_json_key(j, "dir");
+    cli_json_str(j, event_dir(e->dir));
+    cli_json_key(j, "proto");
+    cli_json_str(j, proto_name(e->proto));
+    cli_json_key(j, "src");
+    cli_json_str(j, e->src);
+    cli_json_key(j, "sport");
+    cli_json_u64(j, e->sport);
+    cli_json_key(j, "dst");
+    cli_json_str(j, e->dst);
+    cli_json_key(j, "dport");
+    cli_json_u64(j, e->dport);
+    cli_json_key(j, "excerpt");
+    cli_json_bytes(j, x, xlen);
+    /* Hex too, for a script that wants the bytes exactly (the string maps invalid UTF-8). */
+    for (size_t i = 0; i < xlen && i < EXCERPT_HEX_MAX; i++) {
+        h[2 * i] = hex[x[i] >> 4];
+        h[2 * i + 1] = hex[x[i] & 0xf];
+    }
+    h[2 * (xlen < EXCERPT_HEX_MAX ? xlen : EXCERPT_HEX_MAX)] = '\0';
+    cli_json_key(j, "excerpt_hex");
+    cli_json_str(j, h);
+    cli_json_obj_end(j);
+}
+
+int cli_fmt_events_follow(FILE *f, const Fgx__Ctl__Reply *rep, bool json, bool head)
+{
+    struct cli_json j;
+    int rc = 0;
+
+    if (json) {
+        for (size_t i = 0; i < rep->n_events; i++) {
+            cli_json_init(&j, f);
+            json_event(&j, rep->events[i]);
+            cli_json_end(&j);
+        }
+    } else if (rep->n_events > 0 || head) {
+        rc = human_events(f, rep, true, head);
+    }
+    if (rc == 0 && (fflush(f) == EOF || ferror(f)))
+        rc = -EIO;
+    return rc;
+}
+
 static void json_reply(struct cli_json *j, const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep)
 {
     uint32_t id;
@@ -576,6 +974,22 @@ static void json_reply(struct cli_json *j, const Fgx__Ctl__Request *req, const F
         cli_json_arr_begin(j);
         for (size_t i = 0; i < rep->n_filters; i++)
             json_filter(j, rep->filters[i]);
+        cli_json_arr_end(j);
+        break;
+    case FGX__CTL__REQUEST__REQ_WORKER_LIST:
+    case FGX__CTL__REQUEST__REQ_WORKER_RESTART:
+        cli_json_arr_begin(j);
+        for (size_t i = 0; i < rep->n_workers; i++)
+            json_worker(j, rep->workers[i]);
+        cli_json_arr_end(j);
+        break;
+    case FGX__CTL__REQUEST__REQ_STATS:
+        json_stats(j, rep);
+        break;
+    case FGX__CTL__REQUEST__REQ_EVENTS:
+        cli_json_arr_begin(j);
+        for (size_t i = 0; i < rep->n_events; i++)
+            json_event(j, rep->events[i]);
         cli_json_arr_end(j);
         break;
     case FGX__CTL__REQUEST__REQ_SERVICE_RM:

@@ -29,4 +29,22 @@ size_t cli_fmt_escape(const char *s, char *buf, size_t len);
 /* "3d 4h 5m 6s", leading zero units left out ("42s", "5m 0s"). */
 void cli_fmt_duration(uint64_t secs, char *buf, size_t len);
 
+/* Bytes for a human: "512 B", then one decimal in binary units: "1.5 KiB", "12.0 MiB". */
+void cli_fmt_bytes(uint64_t v, char *buf, size_t len);
+
+/* Unix time in ns as ISO-8601 with milliseconds: local time ("2024-05-01T12:34:56.789") or,
+ * with utc, UTC marked as such ("2024-05-01T10:34:56.789Z"). */
+void cli_fmt_time(uint64_t ns, bool utc, char *buf, size_t len);
+
+/* `stats --watch`, one refresh: the stats table of cur with, beside each total, its rate per
+ * second since prev, taken secs earlier ("-" where prev is NULL or has no such service).
+ * Returns 0, -ENOMEM or -EIO. */
+int cli_fmt_stats_watch(FILE *f, const Fgx__Ctl__Reply *cur, const Fgx__Ctl__Reply *prev,
+                        double secs);
+
+/* `events --follow`, one batch: the events of rep as table rows of fixed minimum widths (so
+ * batches line up; the header first when head is set), or one JSON object per line. Returns 0,
+ * -ENOMEM or -EIO. */
+int cli_fmt_events_follow(FILE *f, const Fgx__Ctl__Reply *rep, bool json, bool head);
+
 #endif

@@ -3,6 +3,7 @@
 #include "cli_json.h"
 
 #include <inttypes.h>
+#include <string.h>
 
 void cli_json_init(struct cli_json *j, FILE *f)
 {
@@ -69,9 +70,10 @@ void cli_json_key(struct cli_json *j, const char *key)
     j->after_key = true;
 }
 
-/* Length of the valid UTF-8 sequence at s (lead byte >= 0x80), or 0 if it is not one. Overlong
- * forms, surrogates and code points above U+10FFFF are refused, as JSON parsers refuse them. */
-static int utf8_len(const unsigned char *s)
+/* Length of the valid UTF-8 sequence at s (lead byte >= 0x80, avail bytes readable), or 0 if
+ * it is not one. Overlong forms, surrogates and code points above U+10FFFF are refused, as JSON
+ * parsers refuse them. */
+static int utf8_len(const unsigned char *s, size_t avail)
 {
     unsigned char c = s[0];
     int n;
@@ -89,6 +91,8 @@ static int utf8_len(const unsigned char *s)
     } else {
         return 0;
     }
+    if ((size_t)n > avail)
+        return 0;
     for (int i = 1; i < n; i++) {
         if ((s[i] & 0xc0) != 0x80)
             return 0;
@@ -102,10 +106,15 @@ static int utf8_len(const unsigned char *s)
 
 void cli_json_write_string(FILE *f, const char *s)
 {
-    const unsigned char *p = (const unsigned char *)(s ? s : "");
+    cli_json_write_bytes(f, s, s ? strlen(s) : 0);
+}
+
+void cli_json_write_bytes(FILE *f, const void *s, size_t len)
+{
+    const unsigned char *p = s, *end = p + len;
 
     (void)fputc('"', f);
-    while (*p) {
+    while (p < end) {
         unsigned char c = *p;
         int n;
 
@@ -134,7 +143,7 @@ void cli_json_write_string(FILE *f, const char *s)
         default:
             if (c >= 0x20 && c < 0x7f) {
                 (void)fputc(c, f);
-            } else if (c >= 0x80 && (n = utf8_len(p)) > 0) {
+            } else if (c >= 0x80 && (n = utf8_len(p, (size_t)(end - p))) > 0) {
                 (void)fwrite(p, 1, (size_t)n, f);
                 p += n;
                 continue;
@@ -152,6 +161,12 @@ void cli_json_str(struct cli_json *j, const char *s)
 {
     json_sep(j);
     cli_json_write_string(j->f, s);
+}
+
+void cli_json_bytes(struct cli_json *j, const void *s, size_t len)
+{
+    json_sep(j);
+    cli_json_write_bytes(j->f, s, len);
 }
 
 void cli_json_u64(struct cli_json *j, uint64_t v)

@@ -4,6 +4,7 @@
 #define CLI_JSON_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -26,6 +27,8 @@ void cli_json_key(struct cli_json *j, const char *key);
  * and a byte that is not part of valid UTF-8 becomes \u00XX so the document stays valid. NULL is
  * written as "". */
 void cli_json_str(struct cli_json *j, const char *s);
+/* As cli_json_str, for len bytes that may include NUL (written \u0000). */
+void cli_json_bytes(struct cli_json *j, const void *s, size_t len);
 void cli_json_u64(struct cli_json *j, uint64_t v);
 void cli_json_i64(struct cli_json *j, int64_t v);
 void cli_json_bool(struct cli_json *j, bool v);
@@ -35,5 +38,6 @@ void cli_json_end(struct cli_json *j);
 
 /* Write s escaped as a JSON string (with its quotes) to f. */
 void cli_json_write_string(FILE *f, const char *s);
+void cli_json_write_bytes(FILE *f, const void *s, size_t len);
 
 #endif

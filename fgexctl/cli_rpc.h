@@ -7,9 +7,26 @@
 #define CLI_RPC_DIAL_MS 1000     /* how long to wait for controld's socket to accept */
 #define CLI_RPC_TIMEOUT_MS 15000 /* a change waits for the worker, so allow it time */
 
-/* Send req to the controld at url and wait for its reply. On success *out is owned by the
- * caller (fgx__ctl__reply__free_unpacked(*out, NULL)). On failure the reason has been printed on
- * stderr as one "fgexctl: ..." line and a negative errno is returned. */
+struct fgx_chan;
+
+/* A connection kept across calls, for the commands that poll (stats --watch, events --follow). */
+struct cli_rpc {
+    const char *url;       /* borrowed */
+    struct fgx_chan *chan; /* open between calls; NULL before the first and after a failure */
+    char err[320];         /* after a failed call: the reason, one line, without "fgexctl: " */
+};
+
+void cli_rpc_init(struct cli_rpc *r, const char *url);
+/* Send req and wait for the reply, dialling first when not connected. On success *out is owned
+ * by the caller (fgx__ctl__reply__free_unpacked(*out, NULL)). On failure nothing is printed:
+ * r->err says why, the connection is dropped so the next call dials afresh, and a negative
+ * errno is returned. */
+int cli_rpc_request(struct cli_rpc *r, const Fgx__Ctl__Request *req, int timeout_ms,
+                    Fgx__Ctl__Reply **out);
+void cli_rpc_release(struct cli_rpc *r);
+
+/* One call on a connection of its own. On failure the reason has been printed on stderr as one
+ * "fgexctl: ..." line. Otherwise as cli_rpc_request(). */
 int cli_rpc_call(const char *url, const Fgx__Ctl__Request *req, int timeout_ms,
                  Fgx__Ctl__Reply **out);
 

@@ -1,10 +1,12 @@
 /* fgexctl: parse the command line (cli_args.c), send it to controld (cli_rpc.c), print the
- * reply (cli_fmt.c) and exit with a status a script can act on (enum cli_exit). */
+ * reply (cli_fmt.c) and exit with a status a script can act on (enum cli_exit). `stats --watch`
+ * and `events --follow` poll until interrupted instead (cli_loop.c). */
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "cli_args.h"
 #include "cli_fmt.h"
+#include "cli_loop.h"
 #include "cli_rpc.h"
 #include "fgx/log.h"
 
@@ -24,6 +26,10 @@ int main(int argc, char **argv)
     if (cmd.help) {
         (void)fputs(cmd.help, stdout);
         status = fflush(stdout) == EOF ? CLI_EXIT_ERROR : CLI_EXIT_OK;
+        goto out;
+    }
+    if (cmd.watch || cmd.follow) {
+        status = cli_loop_run(&cmd, stdout);
         goto out;
     }
     if (cli_rpc_call(cmd.url, &cmd.req, CLI_RPC_TIMEOUT_MS, &rep) < 0)

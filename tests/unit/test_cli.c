@@ -5,7 +5,9 @@
 #include <criterion/redirect.h>
 
 #include <errno.h>
+#include <inttypes.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +17,7 @@
 #include "fgexctl/cli_args.h"
 #include "fgexctl/cli_fmt.h"
 #include "fgexctl/cli_json.h"
+#include "fgexctl/cli_loop.h"
 #include "fgexctl/cli_rpc.h"
 #include "fgx/chan.h"
 
@@ -995,4 +998,641 @@ Test(cli, rpc_roundtrip_through_a_rep_socket)
     cr_assert_eq(cli_fmt_exit_code(rep->code), CLI_EXIT_NOT_FOUND);
     cr_assert_str_eq(rep->error, "no such service: nope");
     fgx__ctl__reply__free_unpacked(rep, NULL);
+}
+
+/* ---- issue 3: workers, stats, events ----------------------------------------------------- */
+
+Test(cli, worker_commands_to_request)
+{
+    static const char *const kinds[] = {"nfq", "proxy", "all"};
+    struct cli_cmd cmd;
+    Fgx__Ctl__Request *r;
+
+    parse_ok(ARGV("worker", "list"), &cmd);
+    r = wire(&cmd);
+    cr_assert_eq(r->req_case, FGX__CTL__REQUEST__REQ_WORKER_LIST);
+    cr_assert_not_null(r->worker_list);
+    fgx__ctl__request__free_unpacked(r, NULL);
+
+    for (size_t i = 0; i < 3; i++) {
+        char *argv[] = {"fgexctl", "--json", "worker", "restart", (char *)kinds[i], NULL};
+
+        parse_ok(argv, &cmd);
+        cr_assert(cmd.json);
+        r = wire(&cmd);
+        cr_assert_eq(r->req_case, FGX__CTL__REQUEST__REQ_WORKER_RESTART);
+        cr_assert_str_eq(r->worker_restart->kind, kinds[i]);
+        fgx__ctl__request__free_unpacked(r, NULL);
+    }
+    parse_fails(ARGV("worker", "restart", "nfqueue"), CLI_EXIT_INVALID, "nfq, proxy or all");
+    parse_fails(ARGV("worker", "restart"), CLI_EXIT_USAGE, "missing KIND");
+    parse_fails(ARGV("worker", "list", "nfq"), CLI_EXIT_USAGE, "unexpected argument 'nfq'");
+    parse_fails(ARGV("worker"), CLI_EXIT_USAGE, "missing command");
+    parse_fails(ARGV("worker", "kill"), CLI_EXIT_USAGE, "unknown command 'kill'");
+}
+
+Test(cli, stats_to_request)
+{
+    struct cli_cmd cmd;
+    Fgx__Ctl__Request *r;
+
+    parse_ok(ARGV("stats"), &cmd);
+    r = wire(&cmd);
+    cr_assert_eq(r->req_case, FGX__CTL__REQUEST__REQ_STATS);
+    cr_assert_null(r->stats->service, "no SERVICE: every service");
+    cr_assert_not(cmd.watch);
+    fgx__ctl__request__free_unpacked(r, NULL);
+
+    parse_ok(ARGV("stats", "--json", "web"), &cmd);
+    r = wire(&cmd);
+    cr_assert_str_eq(r->stats->service, "web");
+    cr_assert(cmd.json);
+    fgx__ctl__request__free_unpacked(r, NULL);
+
+    parse_ok(ARGV("stats", "--watch"), &cmd);
+    cr_assert(cmd.watch);
+    cr_assert_not(cmd.follow);
+    cr_assert_eq(cmd.interval_ms, 1000, "default refresh: 1 s");
+    parse_ok(ARGV("stats", "3", "--watch", "--interval", "0.5"), &cmd);
+    cr_assert_eq(cmd.interval_ms, 500);
+    cr_assert_str_eq(cmd.req.stats->service, "3");
+    parse_ok(ARGV("stats", "--interval=2", "--watch"), &cmd);
+    cr_assert_eq(cmd.interval_ms, 2000);
+
+    parse_fails(ARGV("stats", "--interval", "2"), CLI_EXIT_USAGE, "--interval goes with --watch");
+    parse_fails(ARGV("stats", "--watch", "--interval", "0"), CLI_EXIT_INVALID,
+                "invalid --interval");
+    parse_fails(ARGV("stats", "--watch", "--interval", "0.05"), CLI_EXIT_INVALID, "0.1 to 86400");
+    parse_fails(ARGV("stats", "--watch", "--interval", "inf"), CLI_EXIT_INVALID,
+                "invalid --interval");
+    parse_fails(ARGV("stats", "--watch", "--interval", "1s"), CLI_EXIT_INVALID,
+                "invalid --interval");
+    parse_fails(ARGV("stats", "--watch", "--interval"), CLI_EXIT_USAGE, "needs a value");
+    parse_fails(ARGV("stats", "a", "b"), CLI_EXIT_USAGE, "unexpected argument 'b'");
+    parse_fails(ARGV("stats", "--follow"), CLI_EXIT_USAGE, "unknown option '--follow'");
+}
+
+Test(cli, events_to_request)
+{
+    struct cli_cmd cmd;
+    Fgx__Ctl__Request *r;
+
+    parse_ok(ARGV("events"), &cmd);
+    r = wire(&cmd);
+    cr_assert_eq(r->req_case, FGX__CTL__REQUEST__REQ_EVENTS);
+    cr_assert_null(r->events->service);
+    cr_assert_not(r->events->has_limit, "controld's default");
+    cr_assert_not(r->events->has_after_seq);
+    cr_assert_not(cmd.follow);
+    fgx__ctl__request__free_unpacked(r, NULL);
+
+    parse_ok(ARGV("events", "--follow", "web", "--limit", "5", "--json"), &cmd);
+    r = wire(&cmd);
+    cr_assert_str_eq(r->events->service, "web");
+    cr_assert(r->events->has_limit);
+    cr_assert_eq(r->events->limit, 5);
+    cr_assert(cmd.follow);
+    cr_assert(cmd.json);
+    cr_assert_not(cmd.watch);
+    fgx__ctl__request__free_unpacked(r, NULL);
+
+    parse_fails(ARGV("events", "--limit", "0"), CLI_EXIT_INVALID, "invalid --limit '0'");
+    parse_fails(ARGV("events", "--limit", "-1"), CLI_EXIT_INVALID, "invalid --limit");
+    parse_fails(ARGV("events", "--limit", "9999999999"), CLI_EXIT_INVALID, "invalid --limit");
+    parse_fails(ARGV("events", "--watch"), CLI_EXIT_USAGE, "unknown option '--watch'");
+    parse_fails(ARGV("events", "--follow=yes"), CLI_EXIT_USAGE, "takes no value");
+}
+
+Test(cli, help_for_issue3_commands)
+{
+    static const char *const lines[][4] = {
+        {"worker", "list", "--help", "usage: fgexctl worker list"},
+        {"worker", "restart", "-h", "usage: fgexctl worker restart nfq|proxy|all"},
+        {"worker", "--help", NULL, "usage: fgexctl worker COMMAND"},
+        {"help", "worker", NULL, "usage: fgexctl worker COMMAND"},
+        {"help", "stats", NULL, "usage: fgexctl stats [SERVICE]"},
+        {"stats", "--watch", "--help", "--interval SEC"},
+        {"events", "--help", NULL, "usage: fgexctl events [SERVICE] [--limit N] [--follow]"},
+        {"help", "events", NULL, "excerpt_hex"},
+    };
+    struct cli_cmd cmd;
+
+    for (size_t i = 0; i < sizeof(lines) / sizeof(lines[0]); i++) {
+        char *argv[] = {"fgexctl", (char *)lines[i][0], (char *)lines[i][1], (char *)lines[i][2],
+                        NULL};
+
+        parse_ok(argv, &cmd);
+        cr_assert_not_null(cmd.help, "line %zu", i);
+        cr_assert(strstr(cmd.help, lines[i][3]), "line %zu lacks '%s'", i, lines[i][3]);
+        cr_assert_not(cmd.watch);
+    }
+    parse_ok(ARGV("--help"), &cmd);
+    cr_assert(strstr(cmd.help, "worker restart nfq|proxy|all"));
+    cr_assert(strstr(cmd.help, "events [SERVICE] [--limit N] [--follow]"));
+}
+
+static void two_workers(Fgx__Ctl__Worker *a, Fgx__Ctl__Worker *b, Fgx__Ctl__Worker **v,
+                        Fgx__Ctl__Reply *rep)
+{
+    fgx__ctl__worker__init(a);
+    a->kind = "nfq";
+    a->pid = 1234;
+    a->state = "running";
+    a->has_generation = 1;
+    a->generation = 5;
+    a->has_restarts = 1;
+    a->restarts = 1;
+    a->has_flows = 1;
+    a->flows = 42;
+    a->has_queue_drops = 1;
+    a->queue_drops = 3;
+    a->has_rss_bytes = 1;
+    a->rss_bytes = 12345678;
+    a->has_truncated = 1;
+    a->truncated = 2;
+    a->has_verdict_errors = 1;
+    a->verdict_errors = 1;
+    fgx__ctl__worker__init(b);
+    b->kind = "proxy";
+    b->state = "down";
+    v[0] = a;
+    v[1] = b;
+    fgx__ctl__reply__init(rep);
+    rep->n_workers = 2;
+    rep->workers = v;
+}
+
+Test(cli, worker_list_rendering)
+{
+    Fgx__Ctl__Worker a, b, *v[2];
+    Fgx__Ctl__Reply rep;
+    Fgx__Ctl__Request req = request_of(FGX__CTL__REQUEST__REQ_WORKER_LIST, NULL);
+    static const char want_json[] =
+        "[{\"kind\":\"nfq\",\"pid\":1234,\"state\":\"running\",\"generation\":5,\"restarts\":1,"
+        "\"queue_drops\":3,\"flows\":42,\"rss_bytes\":12345678,\"truncated\":2,"
+        "\"verdict_errors\":1,\"malformed\":0},"
+        "{\"kind\":\"proxy\",\"pid\":0,\"state\":\"down\",\"generation\":0,\"restarts\":0,"
+        "\"queue_drops\":0,\"flows\":0,\"rss_bytes\":0,\"truncated\":0,\"verdict_errors\":0,"
+        "\"malformed\":0}]\n";
+    struct jp j;
+    char *out;
+
+    two_workers(&a, &b, v, &rep);
+    out = render(&req, &rep, false);
+    /* What the down worker has not reported is "-", not a made-up 0. */
+    cr_assert_str_eq(out, "KIND    PID  STATE    GENERATION  RESTARTS  FLOWS  QDROPS       RSS\n"
+                          "nfq    1234  running           5         1     42       3  11.8 MiB\n"
+                          "proxy     0  down              -         0      -       -         -\n");
+    free(out);
+    out = render(&req, &rep, true);
+    cr_assert_str_eq(out, want_json);
+    cr_assert(json_parse(out, "state", &j), "not valid JSON: %s", out);
+    cr_assert_str_eq(j.got, "running");
+    free(out);
+
+    /* restart answers with the workers as they are once back. */
+    req = request_of(FGX__CTL__REQUEST__REQ_WORKER_RESTART, NULL);
+    out = render(&req, &rep, true);
+    cr_assert_str_eq(out, want_json);
+    free(out);
+
+    rep.n_workers = 0;
+    out = render(&req, &rep, true);
+    cr_assert_str_eq(out, "[]\n");
+    free(out);
+    out = render(&req, &rep, false);
+    cr_assert_str_eq(out, "no workers\n");
+    free(out);
+}
+
+static void two_stats(Fgx__Ctl__ServiceStats *a, Fgx__Ctl__ServiceStats *b,
+                      Fgx__Ctl__ServiceStats **v, Fgx__Ctl__Reply *rep)
+{
+    fgx__ctl__service_stats__init(a);
+    a->service_id = 1;
+    a->name = "web";
+    a->packets = 4000;
+    a->bytes = 6000000;
+    a->accepted = 3997;
+    a->dropped = 3;
+    a->flows_active = 12;
+    a->blocked = 8;
+    fgx__ctl__service_stats__init(b);
+    b->service_id = 12;
+    b->name = "dns\x1b";
+    b->packets = 2000;
+    b->bytes = 60000;
+    b->accepted = 2000;
+    b->flows_active = 1;
+    v[0] = a;
+    v[1] = b;
+    fgx__ctl__reply__init(rep);
+    rep->n_service_stats = 2;
+    rep->service_stats = v;
+}
+
+Test(cli, stats_rendering)
+{
+    Fgx__Ctl__ServiceStats a, b, *v[2];
+    Fgx__Ctl__Reply rep;
+    Fgx__Ctl__Request req = request_of(FGX__CTL__REQUEST__REQ_STATS, NULL);
+    struct jp j;
+    char *out;
+
+    two_stats(&a, &b, v, &rep);
+    out = render(&req, &rep, false);
+    cr_assert_str_eq(out, "SERVICE  PACKETS     BYTES  ACCEPTED  DROPPED  FLOWS  BLOCKED\n"
+                          "web         4000   5.7 MiB      3997        3     12        8\n"
+                          "dns\\x1b     2000  58.6 KiB      2000        0      1        0\n");
+    free(out);
+    out = render(&req, &rep, true);
+    cr_assert_str_eq(out, "[{\"id\":1,\"name\":\"web\",\"packets\":4000,\"bytes\":6000000,"
+                          "\"accepted\":3997,\"dropped\":3,\"flows_active\":12,\"blocked\":8},"
+                          "{\"id\":12,\"name\":\"dns\\u001b\",\"packets\":2000,\"bytes\":60000,"
+                          "\"accepted\":2000,\"dropped\":0,\"flows_active\":1,\"blocked\":0}]\n");
+    cr_assert(json_parse(out, "name", &j), "not valid JSON: %s", out);
+    free(out);
+
+    rep.n_service_stats = 0;
+    out = render(&req, &rep, true);
+    cr_assert_str_eq(out, "[]\n");
+    free(out);
+}
+
+Test(cli, stats_watch_rates)
+{
+    Fgx__Ctl__ServiceStats a, b, *v[2], pa, *pv[1] = {&pa};
+    Fgx__Ctl__Reply rep, prev = FGX__CTL__REPLY__INIT;
+    char *out = NULL;
+    size_t len = 0;
+    FILE *f;
+
+    two_stats(&a, &b, v, &rep);
+    /* Two seconds earlier, web had half its bytes; dns did not exist yet. */
+    fgx__ctl__service_stats__init(&pa);
+    pa.service_id = 1;
+    pa.name = "web";
+    pa.packets = 2000;
+    pa.bytes = 2000000;
+    pa.accepted = 1997;
+    pa.dropped = 3;
+    pa.blocked = 4;
+    prev.n_service_stats = 1;
+    prev.service_stats = pv;
+
+    f = open_memstream(&out, &len);
+    cr_assert_not_null(f);
+    cr_assert_eq(cli_fmt_stats_watch(f, &rep, NULL, 0), 0);
+    cr_assert_eq(cli_fmt_stats_watch(f, &rep, &prev, 2.0), 0);
+    (void)fclose(f);
+    cr_assert_str_eq(
+        out, "SERVICE  PACKETS  PKT/S     BYTES  BYTES/S  ACCEPTED  ACC/S  DROPPED  DROP/S  "
+             "FLOWS  BLOCKED  BLK/S\n"
+             "web         4000      -   5.7 MiB        -      3997      -        3       -  "
+             "   12        8      -\n"
+             "dns\\x1b     2000      -  58.6 KiB        -      2000      -        0       -  "
+             "    1        0      -\n"
+             "SERVICE  PACKETS  PKT/S     BYTES    BYTES/S  ACCEPTED  ACC/S  DROPPED  DROP/S  "
+             "FLOWS  BLOCKED  BLK/S\n"
+             "web         4000   1000   5.7 MiB  1.9 MiB/s      3997   1000        3       0  "
+             "   12        8      2\n"
+             "dns\\x1b     2000      -  58.6 KiB          -      2000      -        0       -  "
+             "    1        0      -\n");
+    free(out);
+
+    /* A counter that went back (a new service under an old id) has no rate. */
+    pa.packets = 5000;
+    out = NULL;
+    f = open_memstream(&out, &len);
+    cr_assert_not_null(f);
+    cr_assert_eq(cli_fmt_stats_watch(f, &rep, &prev, 2.0), 0);
+    (void)fclose(f);
+    cr_assert(strstr(out, "\nweb         4000      -"), "%s", out);
+    free(out);
+}
+
+static const uint8_t excerpt1[] = {'a', '"', 'b', '\\', 0x00, 0xff, 0xc3, 0xa9, '\r', '\n'};
+
+static void two_events(Fgx__Ctl__Event *a, Fgx__Ctl__Event *b, Fgx__Ctl__Event **v,
+                       Fgx__Ctl__Reply *rep)
+{
+    fgx__ctl__event__init(a);
+    a->seq = 7;
+    a->time_ns = 1714566896789123456ull; /* 2024-05-01T12:34:56.789123456Z */
+    a->service_id = 1;
+    a->service = "web";
+    a->filter_id = 3;
+    a->dir = FGX__CTL__DIR__DIR_C2S;
+    a->proto = FGX__CTL__PROTO__PROTO_TCP;
+    a->src = "10.0.0.5";
+    a->sport = 40000;
+    a->dst = "10.0.0.1";
+    a->dport = 80;
+    a->has_excerpt = 1;
+    a->excerpt.data = (uint8_t *)excerpt1;
+    a->excerpt.len = sizeof(excerpt1);
+    fgx__ctl__event__init(b);
+    b->seq = 8;
+    b->time_ns = 1714566898289000000ull;
+    b->service_id = 2; /* no name: the id stands in */
+    b->filter_id = 11;
+    b->dir = FGX__CTL__DIR__DIR_S2C;
+    b->proto = FGX__CTL__PROTO__PROTO_UDP;
+    b->src = "fd00::1";
+    b->sport = 53;
+    b->dst = "fd00::2";
+    b->dport = 5353;
+    v[0] = a;
+    v[1] = b;
+    fgx__ctl__reply__init(rep);
+    rep->n_events = 2;
+    rep->events = v;
+    rep->has_last_seq = 1;
+    rep->last_seq = 8;
+}
+
+#define EVENT_A_JSON                                                                               \
+    "{\"seq\":7,\"time\":\"2024-05-01T12:34:56.789Z\",\"time_ns\":1714566896789123456,"            \
+    "\"service_id\":1,\"service\":\"web\",\"filter_id\":3,\"dir\":\"c2s\",\"proto\":\"tcp\","      \
+    "\"src\":\"10.0.0.5\",\"sport\":40000,\"dst\":\"10.0.0.1\",\"dport\":80,"                      \
+    "\"excerpt\":\"a\\\"b\\\\\\u0000\\u00ff\xc3\xa9\\r\\n\",\"excerpt_hex\":"                      \
+    "\"6122625c00ffc3a90d0a\"}"
+#define EVENT_B_JSON                                                                               \
+    "{\"seq\":8,\"time\":\"2024-05-01T12:34:58.289Z\",\"time_ns\":1714566898289000000,"            \
+    "\"service_id\":2,\"service\":null,\"filter_id\":11,\"dir\":\"s2c\",\"proto\":\"udp\","        \
+    "\"src\":\"fd00::1\",\"sport\":53,\"dst\":\"fd00::2\",\"dport\":5353,"                         \
+    "\"excerpt\":\"\",\"excerpt_hex\":\"\"}"
+
+Test(cli, events_rendering)
+{
+    Fgx__Ctl__Event a, b, *v[2];
+    Fgx__Ctl__Reply rep;
+    Fgx__Ctl__Request req = request_of(FGX__CTL__REQUEST__REQ_EVENTS, NULL);
+    struct jp j;
+    char *out;
+
+    /* The table is in local time: pin it (a POSIX TZ needs no tzdata). */
+    cr_assert_eq(setenv("TZ", "UTC0", 1), 0);
+    tzset();
+    two_events(&a, &b, v, &rep);
+    out = render(&req, &rep, false);
+    cr_assert_str_eq(
+        out,
+        "TIME                     SERVICE  FILTER  DIR  SRC             DST             EXCERPT\n"
+        "2024-05-01T12:34:56.789  web           3  c2s  10.0.0.5:40000  10.0.0.1:80     "
+        "a\"b\\\\x00\\xff\\xc3\\xa9\\x0d\\x0a\n"
+        "2024-05-01T12:34:58.289  2            11  s2c  [fd00::1]:53    [fd00::2]:5353  \n");
+    free(out);
+
+    out = render(&req, &rep, true);
+    cr_assert_str_eq(out, "[" EVENT_A_JSON "," EVENT_B_JSON "]\n");
+    cr_assert(json_parse(out, "time", &j), "not valid JSON: %s", out);
+    cr_assert_str_eq(j.got, "2024-05-01T12:34:56.789Z");
+    free(out);
+
+    rep.n_events = 0;
+    out = render(&req, &rep, false);
+    cr_assert_str_eq(out, "no events\n");
+    free(out);
+    out = render(&req, &rep, true);
+    cr_assert_str_eq(out, "[]\n");
+    free(out);
+}
+
+Test(cli, events_follow_batches_line_up)
+{
+    Fgx__Ctl__Event a, b, *v[2];
+    Fgx__Ctl__Reply rep, none = FGX__CTL__REPLY__INIT;
+    char *out = NULL;
+    size_t len = 0;
+    FILE *f;
+
+    cr_assert_eq(setenv("TZ", "CET-1", 1), 0); /* UTC+1, no DST rules */
+    tzset();
+    two_events(&a, &b, v, &rep);
+    f = open_memstream(&out, &len);
+    cr_assert_not_null(f);
+    cr_assert_eq(cli_fmt_events_follow(f, &none, false, true), 0);
+    rep.n_events = 1;
+    cr_assert_eq(cli_fmt_events_follow(f, &rep, false, false), 0);
+    rep.events = v + 1;
+    cr_assert_eq(cli_fmt_events_follow(f, &rep, false, false), 0);
+    cr_assert_eq(cli_fmt_events_follow(f, &none, false, false), 0);
+    (void)fclose(f);
+    /* Fixed minimum widths: the header and rows printed apart share their columns. */
+    cr_assert_str_eq(
+        out, "TIME                     SERVICE     FILTER  DIR  SRC                    DST  "
+             "                  EXCERPT\n"
+             "2024-05-01T13:34:56.789  web              3  c2s  10.0.0.5:40000         "
+             "10.0.0.1:80            a\"b\\\\x00\\xff\\xc3\\xa9\\x0d\\x0a\n"
+             "2024-05-01T13:34:58.289  2               11  s2c  [fd00::1]:53           "
+             "[fd00::2]:5353         \n");
+    free(out);
+
+    /* JSON lines: one object per event, no array. */
+    out = NULL;
+    f = open_memstream(&out, &len);
+    cr_assert_not_null(f);
+    rep.events = v;
+    rep.n_events = 2;
+    cr_assert_eq(cli_fmt_events_follow(f, &rep, true, true), 0);
+    cr_assert_eq(cli_fmt_events_follow(f, &none, true, false), 0);
+    (void)fclose(f);
+    cr_assert_str_eq(out, EVENT_A_JSON "\n" EVENT_B_JSON "\n");
+    free(out);
+}
+
+Test(cli, bytes_and_time_units)
+{
+    static const struct {
+        uint64_t v;
+        const char *s;
+    } cases[] = {
+        {0, "0 B"},
+        {1023, "1023 B"},
+        {1024, "1.0 KiB"},
+        {1536, "1.5 KiB"},
+        {1048575, "1.0 MiB"}, /* not "1024.0 KiB" */
+        {6000000, "5.7 MiB"},
+        {1099511627776ull, "1.0 TiB"},
+        {UINT64_MAX, "16.0 EiB"},
+    };
+    char buf[64];
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        cli_fmt_bytes(cases[i].v, buf, sizeof(buf));
+        cr_assert_str_eq(buf, cases[i].s, "%" PRIu64, cases[i].v);
+    }
+    cr_assert_eq(setenv("TZ", "CET-1", 1), 0);
+    tzset();
+    cli_fmt_time(1714566896789123456ull, true, buf, sizeof(buf));
+    cr_assert_str_eq(buf, "2024-05-01T12:34:56.789Z");
+    cli_fmt_time(1714566896789123456ull, false, buf, sizeof(buf));
+    cr_assert_str_eq(buf, "2024-05-01T13:34:56.789");
+    cli_fmt_time(999999, true, buf, sizeof(buf));
+    cr_assert_str_eq(buf, "1970-01-01T00:00:00.000Z");
+}
+
+Test(cli, json_bytes_bounded)
+{
+    char *out = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&out, &len);
+
+    cr_assert_not_null(f);
+    /* A UTF-8 lead byte cut off by the end of the buffer is not read past it. */
+    cli_json_write_bytes(f, "ok\xc3\xa9\0\xc3", 6);
+    cli_json_write_bytes(f, "\xe2\x82\xac", 2);
+    cli_json_write_bytes(f, NULL, 0);
+    (void)fclose(f);
+    cr_assert_str_eq(out, "\"ok\xc3\xa9\\u0000\\u00c3\"\"\\u00e2\\u0082\"\"\"");
+    free(out);
+}
+
+/* ---- the polling loops, against a scripted controld -------------------------------------- */
+
+#define SCRIPT_MAX 8
+
+struct script {
+    struct fgx_chan *chan;
+    Fgx__Ctl__Reply replies[SCRIPT_MAX];
+    size_t n;
+    Fgx__Ctl__EventsQuery seen[SCRIPT_MAX]; /* what each events request asked */
+    size_t nseen;
+    pthread_t looper; /* the thread to interrupt (Criterion has threads of its own) */
+};
+
+/* Answer the scripted replies in order, then interrupt the loop as Ctrl-C would. */
+static void *script_run(void *arg)
+{
+    struct script *sc = arg;
+
+    for (size_t i = 0; i < sc->n; i++) {
+        Fgx__Ctl__Request *q;
+        void *buf = NULL;
+        size_t len = 0;
+
+        if (fgx_chan_recv(sc->chan, &buf, &len, 5000) < 0)
+            break;
+        q = fgx__ctl__request__unpack(NULL, len, buf);
+        free(buf);
+        if (q && q->req_case == FGX__CTL__REQUEST__REQ_EVENTS) {
+            sc->seen[sc->nseen] = *q->events;
+            sc->seen[sc->nseen].service = NULL; /* freed with q */
+            sc->nseen++;
+        }
+        fgx__ctl__request__free_unpacked(q, NULL);
+        len = fgx__ctl__reply__get_packed_size(&sc->replies[i]);
+        buf = malloc(len + 1);
+        fgx__ctl__reply__pack(&sc->replies[i], buf);
+        (void)fgx_chan_send(sc->chan, buf, len, 5000);
+        free(buf);
+    }
+    (void)pthread_kill(sc->looper, SIGINT);
+    return NULL;
+}
+
+/* Run argv's loop against the script; returns the exit status, output in *out (free it). */
+static int loop_scripted(char **argv, struct script *sc, char **out)
+{
+    char url[128];
+    struct cli_cmd cmd;
+    sigset_t sigs;
+    pthread_t th;
+    size_t len = 0;
+    FILE *f;
+    int status;
+
+    (void)snprintf(url, sizeof(url), "ipc:///tmp/fgx-cli-loop-%d.sock", (int)getpid());
+    /* The script thread inherits the block, so its SIGINT waits for the loop. */
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    cr_assert_eq(pthread_sigmask(SIG_BLOCK, &sigs, NULL), 0);
+    cr_assert_eq(fgx_chan_listen(url, FGX_CHAN_REP, &sc->chan), 0);
+    sc->looper = pthread_self();
+    cr_assert_eq(pthread_create(&th, NULL, script_run, sc), 0);
+    parse_ok(argv, &cmd);
+    cmd.url = url;
+    f = open_memstream(out, &len);
+    cr_assert_not_null(f);
+    status = cli_loop_run(&cmd, f);
+    (void)fclose(f);
+    pthread_join(th, NULL);
+    fgx_chan_close(sc->chan);
+    unlink(url + strlen("ipc://"));
+    return status;
+}
+
+Test(cli, follow_asks_after_last_seq_and_never_repeats)
+{
+    Fgx__Ctl__Event a, b, *v[2];
+    Fgx__Ctl__Reply ab;
+    static struct script sc;
+    char *out = NULL;
+
+    two_events(&a, &b, v, &ab);
+    for (size_t i = 0; i < 4; i++)
+        fgx__ctl__reply__init(&sc.replies[i]);
+    /* 1: the newest event only, while controld is at seq 7. */
+    sc.replies[0].n_events = 1;
+    sc.replies[0].events = v;
+    sc.replies[0].has_last_seq = 1;
+    sc.replies[0].last_seq = 7;
+    /* 2: nothing new, though blocks of other services moved last_seq on. */
+    sc.replies[1].has_last_seq = 1;
+    sc.replies[1].last_seq = 7;
+    /* 3: seq 7 again (a controld ignoring after_seq) and 8: only 8 is new. */
+    sc.replies[2] = ab;
+    /* 4: nothing. */
+    sc.replies[3].has_last_seq = 1;
+    sc.replies[3].last_seq = 8;
+    sc.n = 4;
+
+    cr_assert_eq(loop_scripted(ARGV("events", "--follow", "--json", "--limit", "1"), &sc, &out),
+                 CLI_EXIT_OK);
+    cr_assert_str_eq(out, EVENT_A_JSON "\n" EVENT_B_JSON "\n");
+    free(out);
+    cr_assert_eq(sc.nseen, 4);
+    cr_assert_not(sc.seen[0].has_after_seq, "first: the newest N");
+    cr_assert(sc.seen[0].has_limit);
+    cr_assert_eq(sc.seen[0].limit, 1);
+    cr_assert(sc.seen[1].has_after_seq);
+    cr_assert_eq(sc.seen[1].after_seq, 7);
+    cr_assert_eq(sc.seen[2].after_seq, 7);
+    cr_assert_eq(sc.seen[3].after_seq, 8);
+}
+
+Test(cli, follow_reports_an_error_reply)
+{
+    static struct script sc;
+    char *out = NULL;
+
+    fgx__ctl__reply__init(&sc.replies[0]);
+    sc.replies[0].code = FGX__CTL__CODE__CODE_NOT_FOUND;
+    sc.replies[0].error = "no such service: nope";
+    sc.n = 1;
+    cr_redirect_stderr();
+    cr_assert_eq(loop_scripted(ARGV("events", "nope", "--follow"), &sc, &out), CLI_EXIT_NOT_FOUND);
+    free(out);
+    (void)fflush(stderr);
+    cr_assert_stderr_eq_str("fgexctl: no such service: nope\n");
+}
+
+Test(cli, watch_json_one_line_per_refresh)
+{
+    Fgx__Ctl__ServiceStats a, b, *v[2];
+    static struct script sc;
+    char *out = NULL;
+
+    two_stats(&a, &b, v, &sc.replies[0]);
+    sc.replies[0].n_service_stats = 1;
+    sc.replies[1] = sc.replies[0];
+    sc.n = 2;
+    cr_assert_eq(loop_scripted(ARGV("stats", "--watch", "--interval", "0.1", "--json"), &sc, &out),
+                 CLI_EXIT_OK);
+    cr_assert_str_eq(out, "[{\"id\":1,\"name\":\"web\",\"packets\":4000,\"bytes\":6000000,"
+                          "\"accepted\":3997,\"dropped\":3,\"flows_active\":12,\"blocked\":8}]\n"
+                          "[{\"id\":1,\"name\":\"web\",\"packets\":4000,\"bytes\":6000000,"
+                          "\"accepted\":3997,\"dropped\":3,\"flows_active\":12,\"blocked\":8}]\n");
+    free(out);
 }
