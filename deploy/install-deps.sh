@@ -6,6 +6,7 @@ pkgs=(
   protobuf-c-compiler libprotobuf-c-dev
   libnetfilter-queue-dev libnftnl-dev libmnl-dev
   libhyperscan-dev libevent-dev libnng-dev liblmdb-dev libcriterion-dev
+  libmbedtls-dev libcrypt-dev
   nftables iproute2 procps python3 python3-scapy iperf3 gnuplot-nox
 )
 missing=()
