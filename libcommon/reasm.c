@@ -44,6 +44,7 @@ struct scan_state {
     bool matched;
     uint32_t filter_id;
     unsigned long long end; /* stream offset where the match ended */
+    size_t data_end;        /* where it ended in the buffer of the scan that found it */
 };
 
 static int seq_cmp(uint32_t a, uint32_t b)
@@ -288,6 +289,35 @@ static void ring_push(struct fgx_reasm *r, const uint8_t *data, size_t len)
     }
 }
 
+/* Where a match that ended at stream offset end lies in a buffer of len bytes whose first byte
+ * was at stream offset before. */
+static size_t end_in_buffer(uint64_t before, unsigned long long end, size_t len)
+{
+    if (end <= before)
+        return 0;
+    return end - before > len ? len : (size_t)(end - before);
+}
+
+/* The excerpt of a match that ended end bytes into data: the last FGX_REASM_EXCERPT bytes up to
+ * there, reaching back into the ring (the bytes passed just before data) when data alone is
+ * shorter. r NULL: data alone (a datagram). */
+static void excerpt_fill(struct fgx_reasm_match *m, const struct fgx_reasm *r, const uint8_t *data,
+                         size_t end)
+{
+    size_t n = end < FGX_REASM_EXCERPT ? end : FGX_REASM_EXCERPT;
+    size_t k = FGX_REASM_EXCERPT - n, i;
+
+    if (r == NULL)
+        k = 0;
+    else if (k > r->ring_len)
+        k = r->ring_len;
+    for (i = 0; i < k; i++)
+        m->excerpt[i] = r->ring[(r->ring_pos + FGX_REASM_RING - k + i) % FGX_REASM_RING];
+    if (n > 0)
+        memcpy(m->excerpt + k, data + end - n, n);
+    m->excerpt_len = (uint8_t)(k + n);
+}
+
 /* Scan len bytes of the direction's stream. Returns 1 on a match (*st filled), 0 on none, or
  * -EIO when hyperscan fails (the bytes must then not pass). */
 static int scan(struct fgx_reasm_ctx *c, struct fgx_reasm *r, const uint8_t *data, size_t len,
@@ -302,13 +332,16 @@ static int scan(struct fgx_reasm_ctx *c, struct fgx_reasm *r, const uint8_t *dat
         return -EIO;
     rc = hs_scan_stream(r->stream, (const char *)data, (unsigned int)len, 0, c->scratch, on_match,
                         st);
-    if (st->matched)
+    if (st->matched) {
+        st->data_end = end_in_buffer(r->scanned, st->end, len);
         return 1;
+    }
     if (rc != HS_SUCCESS) {
         fgx_log_ratelimited(&last_log, FGX_LOG_ERROR, "hyperscan stream scan: %s",
                             fgx_hs_strerror(rc));
         return -EIO;
     }
+    r->scanned += len;
     return 0;
 }
 
@@ -354,6 +387,8 @@ static void release_held(struct fgx_reasm_ctx *c, struct fgx_reasm *r, struct fg
             rc = scan(c, r, p + skip, part - skip, &st);
             if (rc == 0)
                 ring_push(r, p + skip, part - skip);
+            else if (rc > 0)
+                excerpt_fill(m, r, p + skip, st.data_end);
             skip = 0;
         }
         if (rc != 0) {
@@ -400,6 +435,7 @@ enum fgx_reasm_verdict fgx_reasm_segment(struct fgx_reasm_ctx *ctx, struct fgx_r
     rc = scan(ctx, r, p + skip, len - skip, &st);
     if (rc > 0) {
         fill_match(m, &st, r->next_seq, ack, cookie);
+        excerpt_fill(m, r, p + skip, st.data_end);
         hold_drop_all(ctx, r);
         return FGX_REASM_DROP;
     }
@@ -426,6 +462,7 @@ static int stream_open(struct fgx_reasm *r)
     hs_error_t rc;
 
     r->stream_failed = false;
+    r->scanned = 0;
     if (r->db == NULL)
         return 0;
     rc = hs_open_stream(r->db, 0, &r->stream);
@@ -455,6 +492,7 @@ int fgx_reasm_start(struct fgx_reasm_ctx *ctx, struct fgx_reasm *r, uint32_t seq
     r->next_seq = seq;
     r->ring_len = 0;
     r->ring_pos = 0;
+    r->scanned = 0;
     if (r->stream != NULL && hs_reset_stream(r->stream, 0, NULL, NULL, NULL) == HS_SUCCESS)
         return 0;
     stream_close(r);
@@ -494,9 +532,11 @@ int fgx_reasm_set_db(struct fgx_reasm_ctx *ctx, struct fgx_reasm *r, const struc
         if (!st.matched) {
             if (rc != HS_SUCCESS)
                 fgx_warn("hyperscan priming scan: %s", fgx_hs_strerror(rc));
+            r->scanned = n - off;
             break;
         }
         off += st.end > 0 ? (size_t)st.end : 1;
+        r->scanned = 0;
         if (hs_reset_stream(r->stream, 0, NULL, NULL, NULL) != HS_SUCCESS) {
             stream_close(r);
             return stream_open(r);
@@ -506,17 +546,20 @@ int fgx_reasm_set_db(struct fgx_reasm_ctx *ctx, struct fgx_reasm *r, const struc
 }
 
 int fgx_reasm_scan_block(struct fgx_reasm_ctx *ctx, const struct hs_database *db, const void *data,
-                         size_t len, uint32_t *filter_id)
+                         size_t len, struct fgx_reasm_match *m)
 {
     static __thread unsigned long long last_log;
     struct scan_state st = {0};
     hs_error_t rc;
 
+    memset(m, 0, sizeof(*m));
     if (db == NULL)
         return 0;
     rc = hs_scan(db, data, (unsigned int)len, 0, ctx->scratch, on_match, &st);
     if (st.matched) {
-        *filter_id = st.filter_id;
+        m->matched = true;
+        m->filter_id = st.filter_id;
+        excerpt_fill(m, NULL, data, end_in_buffer(0, st.end, len));
         return 1;
     }
     if (rc != HS_SUCCESS) {

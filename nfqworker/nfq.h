@@ -26,6 +26,8 @@
 #define NFQ_TXBUF (64 << 10)
 #define NFQ_RX_BATCH 64
 
+#define NFQ_EVENTS 256 /* match events waiting per thread; a power of two */
+
 #define NFQ_SVC_SLOTS 1024    /* per-thread service counters (open addressing) */
 #define NFQ_FILTER_SLOTS 8192 /* per-thread filter counters (open addressing) */
 
@@ -77,6 +79,17 @@ struct nfq_counters {
     struct nfq_filter_ctr filter[NFQ_FILTER_SLOTS];
 };
 
+/* Match events of one packet thread, waiting for the control thread to put them in a STATS:
+ * a single-producer single-consumer ring, so neither side locks or waits. head and tail only
+ * grow (wrapping), the slot is their value mod NFQ_EVENTS. */
+struct nfq_event_ring {
+    uint32_t head;          /* __atomic: written by the packet thread */
+    uint32_t tail;          /* __atomic: written by the control thread */
+    uint64_t lost;          /* __atomic: written by the packet thread; events the ring refused */
+    uint64_t lost_reported; /* control thread only: lost as of the previous drain */
+    struct fgx_dp_event ev[NFQ_EVENTS];
+};
+
 struct nfq_worker;
 struct mnl_socket;
 
@@ -112,6 +125,7 @@ struct nfq_thread {
     struct nfq_reset resets[NFQ_RESET_PENDING];
     unsigned nresets;
     struct nfq_counters ctr;
+    struct nfq_event_ring events;
 };
 
 struct nfq_worker {
@@ -171,6 +185,16 @@ struct nfq_svc_ctr *nfq_stats_svc(struct nfq_counters *c, uint32_t id);
 void nfq_stats_filter_blocked(struct nfq_counters *c, uint32_t filter_id);
 /* Sum every thread's counters into *out (arrays malloc'd; fgx_dp_msg_release() frees them). */
 int nfq_stats_collect(struct nfq_worker *w, struct fgx_dp_stats *out);
+
+/* ---- nfq_event.c ---- */
+/* Producer side (the ring's packet thread): the slot to fill, or NULL when the ring is full (the
+ * event is then counted lost). Fill it, then nfq_event_commit() makes it visible. */
+struct fgx_dp_event *nfq_event_claim(struct nfq_event_ring *r);
+void nfq_event_commit(struct nfq_event_ring *r);
+/* Consumer side (the control thread): move up to max waiting events to out, in order; adds to
+ * *lost the events lost since the previous drain. Returns how many were moved. */
+size_t nfq_event_drain(struct nfq_event_ring *r, struct fgx_dp_event *out, size_t max,
+                       uint64_t *lost);
 
 /* ---- nfq_ctl.c ---- */
 /* Serve the control channel at url until stop is set. */

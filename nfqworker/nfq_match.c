@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <string.h>
+#include <time.h>
 
 #include <netinet/in.h>
 
@@ -111,8 +112,14 @@ static const struct nfq_service *classify(const struct nfq_config *c, const stru
     return NULL;
 }
 
-/* Bring a flow to the service's current databases. An unchanged hash keeps the stream (and the
- * database it was opened on); a changed one reopens it, primed by the ring. */
+/* Bring a flow to the service's current databases, at its first packet after a switch, so an
+ * added filter applies from that packet and a removed one never matches again. An unchanged
+ * hash keeps the stream (and the database it was opened on): a change elsewhere costs nothing.
+ * A changed one reopens the stream on the new database, primed with the last FGX_REASM_RING
+ * bytes that passed, so a partial match of a surviving filter carries over ("ev" | change |
+ * "il1337" still blocks) as long as it started within that window; matches that end inside the
+ * window are ignored, those bytes are gone. Keeping the old stream beside the new one would make
+ * the window unbounded, but needs the filter ids of each database, which the push lacks. */
 static void flow_attach(struct nfq_thread *t, struct fgx_flow *f, const struct nfq_service *svc)
 {
     int d;
@@ -131,6 +138,35 @@ static void flow_attach(struct nfq_thread *t, struct fgx_flow *f, const struct n
     }
 }
 
+/* A block becomes an event for controld. src/dst: sender and receiver of the matching bytes. */
+static void event_record(struct nfq_thread *t, uint32_t service_id, enum fgx_dir dir,
+                         uint8_t ipproto, uint8_t family, const uint8_t *src, uint16_t sport,
+                         const uint8_t *dst, uint16_t dport, const struct fgx_reasm_match *m)
+{
+    struct fgx_dp_event *e = nfq_event_claim(&t->events);
+    size_t alen = family == 4 ? 4 : 16;
+    struct timespec ts;
+
+    if (e == NULL)
+        return;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    e->time_ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    e->service_id = service_id;
+    e->filter_id = m->filter_id;
+    e->dir = (uint8_t)dir;
+    e->ipproto = ipproto;
+    e->family = family;
+    memset(e->src, 0, sizeof(e->src));
+    memset(e->dst, 0, sizeof(e->dst));
+    memcpy(e->src, src, alen);
+    memcpy(e->dst, dst, alen);
+    e->sport = sport;
+    e->dport = dport;
+    e->excerpt_len = m->excerpt_len <= FGX_DP_EXCERPT_MAX ? m->excerpt_len : FGX_DP_EXCERPT_MAX;
+    memcpy(e->excerpt, m->excerpt + (m->excerpt_len - e->excerpt_len), e->excerpt_len);
+    nfq_event_commit(&t->events);
+}
+
 static void block(struct nfq_thread *t, struct fgx_flow *f, enum fgx_dir dir,
                   const struct fgx_reasm_match *m)
 {
@@ -139,6 +175,12 @@ static void block(struct nfq_thread *t, struct fgx_flow *f, enum fgx_dir dir,
 
     f->blocked = true;
     nfq_stats_filter_blocked(&t->ctr, m->filter_id);
+    if (dir == FGX_DIR_C2S)
+        event_record(t, f->service_id, dir, k->ipproto, k->family, k->caddr, k->cport, k->saddr,
+                     k->sport, m);
+    else
+        event_record(t, f->service_id, dir, k->ipproto, k->family, k->saddr, k->sport, k->caddr,
+                     k->cport, m);
     /* The side that sent the matching bytes expects them to be at m->seq in its peer's eyes;
      * the other side's next byte is what the dropped segment acknowledged. */
     if (dir == FGX_DIR_C2S) {
@@ -148,9 +190,14 @@ static void block(struct nfq_thread *t, struct fgx_flow *f, enum fgx_dir dir,
         nfq_reset_send(t, k->family, k->saddr, k->sport, k->caddr, k->cport, m->seq);
         nfq_reset_send(t, k->family, k->caddr, k->cport, k->saddr, k->sport, m->ack);
     }
-    /* Nothing of the flow will be scanned again: give its memory back now. */
-    for (d = 0; d < 2; d++)
+    /* Nothing of the flow will be scanned again: its streams, held segments and databases go
+     * back now; only the entry stays, so that the rest of the flow keeps being dropped. */
+    for (d = 0; d < 2; d++) {
         fgx_reasm_release(t->reasm, &f->dir[d]);
+        f->dir[d].db = NULL;
+        nfq_db_unref(f->dbref[d]);
+        f->dbref[d] = NULL;
+    }
 }
 
 static void tcp_packet(struct nfq_thread *t, unsigned queue, uint32_t id, const struct fgx_pkt *p,
@@ -199,10 +246,10 @@ void nfq_match_packet(struct nfq_thread *t, unsigned queue, uint32_t id, const u
                       size_t len, uint32_t cap_len)
 {
     const struct nfq_service *svc;
+    struct fgx_reasm_match m;
     struct nfq_svc_ctr *sc;
     struct fgx_pkt p;
     enum fgx_dir dir;
-    uint32_t fid;
     int rc;
 
     if (t->cfg == NULL) {
@@ -242,9 +289,12 @@ void nfq_match_packet(struct nfq_thread *t, unsigned queue, uint32_t id, const u
         const struct nfq_db *db = svc->db[dir == FGX_DIR_C2S ? 0 : 1];
 
         rc = fgx_reasm_scan_block(t->reasm, db != NULL ? db->db : NULL, p.payload,
-                                  p.payload_len, &fid);
+                                  p.payload_len, &m);
     }
-    if (rc == 1)
-        nfq_stats_filter_blocked(&t->ctr, fid);
+    if (rc == 1) {
+        nfq_stats_filter_blocked(&t->ctr, m.filter_id);
+        event_record(t, svc->id, dir, p.ipproto, p.family, p.saddr, p.sport, p.daddr, p.dport,
+                     &m);
+    }
     verdict(t, queue, id, sc, rc == 0);
 }

@@ -119,6 +119,13 @@ static struct fgx_dp_filter_stat *filter_find(struct fgx_dp_stats *s, uint32_t i
     return &s->filters[s->nfilters++];
 }
 
+static int event_cmp(const void *a, const void *b)
+{
+    const struct fgx_dp_event *x = a, *y = b;
+
+    return x->time_ns < y->time_ns ? -1 : x->time_ns > y->time_ns;
+}
+
 int nfq_stats_collect(struct nfq_worker *w, struct fgx_dp_stats *out)
 {
     size_t scap = NFQ_SVC_SLOTS, fcap = NFQ_FILTER_SLOTS, i;
@@ -128,9 +135,11 @@ int nfq_stats_collect(struct nfq_worker *w, struct fgx_dp_stats *out)
     memset(out, 0, sizeof(*out));
     out->services = calloc(scap, sizeof(*out->services));
     out->filters = calloc(fcap, sizeof(*out->filters));
-    if (out->services == NULL || out->filters == NULL) {
+    out->events = calloc((size_t)w->nthreads * NFQ_EVENTS, sizeof(*out->events));
+    if (out->services == NULL || out->filters == NULL || out->events == NULL) {
         free(out->services);
         free(out->filters);
+        free(out->events);
         memset(out, 0, sizeof(*out));
         fgx_err("stats: out of memory");
         return -ENOMEM;
@@ -140,6 +149,10 @@ int nfq_stats_collect(struct nfq_worker *w, struct fgx_dp_stats *out)
     for (k = 0; k < w->nthreads; k++) {
         struct nfq_counters *c = &w->threads[k].ctr;
 
+        /* Events first: a block is counted before its event is committed, so every event
+         * reported here is already in the counters read below. */
+        out->nevents += nfq_event_drain(&w->threads[k].events, out->events + out->nevents,
+                                        NFQ_EVENTS, &out->events_lost);
         out->truncated += ld(&c->truncated);
         out->malformed += ld(&c->malformed);
         out->verdict_errors += ld(&c->verdict_errors);
@@ -171,6 +184,14 @@ int nfq_stats_collect(struct nfq_worker *w, struct fgx_dp_stats *out)
                 fs->blocked += ld(&fc->blocked);
         }
     }
+    if (out->nevents == 0) {
+        free(out->events);
+        out->events = NULL;
+    }
+    /* Each ring is in order; merged, the threads' events are put back in time order, since
+     * controld numbers them as they come. */
+    if (out->nevents > 1)
+        qsort(out->events, out->nevents, sizeof(*out->events), event_cmp);
     out->queue_drops += kernel_queue_drops(w);
     out->rss_bytes = rss_bytes();
     return 0;

@@ -301,12 +301,70 @@ Test(reasm, udp_block_scan)
 {
     hs_database_t *b = compile(HS_MODE_BLOCK, 1, (const char *[]){"evil[0-9]+"},
                                (unsigned[]){9});
-    uint32_t id = 0;
+    struct fgx_reasm_match m;
 
     cr_assert_eq(fgx_reasm_ctx_scratch(ctx, b), 0);
-    cr_assert_eq(fgx_reasm_scan_block(ctx, b, "an evil42 packet", 16, &id), 1);
-    cr_assert_eq(id, 9);
-    cr_assert_eq(fgx_reasm_scan_block(ctx, b, "a good one", 10, &id), 0);
-    cr_assert_eq(fgx_reasm_scan_block(ctx, NULL, "evil1", 5, &id), 0);
+    cr_assert_eq(fgx_reasm_scan_block(ctx, b, "an evil42 packet", 16, &m), 1);
+    cr_assert(m.matched);
+    cr_assert_eq(m.filter_id, 9);
+    /* the first match end is reported: the excerpt ends right after "evil4" */
+    cr_assert_eq(m.excerpt_len, 8);
+    cr_assert_arr_eq(m.excerpt, "an evil4", 8);
+    cr_assert_eq(fgx_reasm_scan_block(ctx, b, "a good one", 10, &m), 0);
+    cr_assert_not(m.matched);
+    cr_assert_eq(m.excerpt_len, 0);
+    cr_assert_eq(fgx_reasm_scan_block(ctx, NULL, "evil1", 5, &m), 0);
     hs_free_database(b);
+}
+
+Test(reasm, excerpt_ends_at_match_end_within_segment)
+{
+    char buf[200];
+    struct fgx_reasm_match m;
+
+    memset(buf, 'x', sizeof(buf));
+    memcpy(buf + 100, "evil7", 5);
+    cr_assert_eq(fgx_reasm_set_db(ctx, &r, db_evil, 1), 0);
+    cr_assert_eq(fgx_reasm_start(ctx, &r, 0), 0);
+    cr_assert_eq(seg(0, "some earlier bytes", 1, 0, &m), FGX_REASM_ACCEPT);
+    cr_assert_eq(fgx_reasm_segment(ctx, &r, 18, 0, buf, sizeof(buf), 2, 0, &m), FGX_REASM_DROP);
+    cr_assert(m.matched);
+    /* 64 bytes ending after "evil7" (byte 105 of the segment), all from the segment */
+    cr_assert_eq(m.excerpt_len, FGX_REASM_EXCERPT);
+    cr_assert_arr_eq(m.excerpt, buf + 105 - FGX_REASM_EXCERPT, FGX_REASM_EXCERPT);
+}
+
+Test(reasm, excerpt_reaches_back_into_the_ring)
+{
+    struct fgx_reasm_match m;
+
+    cr_assert_eq(fgx_reasm_set_db(ctx, &r, db_evil, 1), 0);
+    cr_assert_eq(fgx_reasm_start(ctx, &r, 0), 0);
+    cr_assert_eq(seg(0, "GET /?q=", 1, 0, &m), FGX_REASM_ACCEPT);
+    cr_assert_eq(seg(8, "ev", 2, 0, &m), FGX_REASM_ACCEPT);
+    cr_assert_eq(seg(10, "il1337 HTTP/1.1", 3, 0, &m), FGX_REASM_DROP);
+    cr_assert(m.matched);
+    cr_assert_eq(m.excerpt_len, 13);
+    cr_assert_arr_eq(m.excerpt, "GET /?q=evil1", 13);
+}
+
+Test(reasm, excerpt_after_a_switch_and_of_a_held_segment)
+{
+    struct fgx_reasm_match m;
+
+    cr_assert_eq(fgx_reasm_set_db(ctx, &r, db_zzz, 3), 0);
+    cr_assert_eq(fgx_reasm_start(ctx, &r, 0), 0);
+    cr_assert_eq(seg(0, "abc ev", 1, 0, &m), FGX_REASM_ACCEPT);
+    /* primed from the ring: stream offsets restart, the excerpt must not */
+    cr_assert_eq(fgx_reasm_set_db(ctx, &r, db_both, 2), 0);
+    cr_assert_eq(seg(8, "23 tail", 2, 0, &m), FGX_REASM_HOLD);
+    cr_assert_eq(seg(6, "il", 3, 0, &m), FGX_REASM_ACCEPT);
+    cr_assert(m.matched);
+    cr_assert_eq(m.cookie, 2);
+    cr_assert_eq(m.filter_id, 2);
+    cr_assert_eq(m.excerpt_len, 9);
+    cr_assert_arr_eq(m.excerpt, "abc evil2", 9);
+    cr_assert_eq(seen.n, 1);
+    cr_assert_eq(seen.cookie[0], 2);
+    cr_assert_not(seen.accept[0]);
 }

@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #define FGX_REASM_RING 256
+#define FGX_REASM_EXCERPT 64 /* bytes of a match's excerpt, ending at the match end */
 
 struct hs_database;
 struct hs_scratch;
@@ -26,6 +27,7 @@ struct fgx_reasm {
     struct hs_stream *stream;       /* owned; NULL when db is NULL */
     const struct hs_database *db;   /* borrowed: the caller keeps it alive while set here */
     uint64_t db_hash;
+    uint64_t scanned;  /* bytes fed to the stream since it was opened or reset */
     uint32_t next_seq; /* first byte not yet passed */
     uint32_t held_bytes;
     int32_t held_head; /* first held segment in sequence order, -1: none */
@@ -42,6 +44,10 @@ struct fgx_reasm_match {
     uint32_t seq;    /* next byte the receiver expects: the dropped segment's place in the stream */
     uint32_t ack;    /* the dropped segment's acknowledgement number */
     uint64_t cookie; /* the dropped segment's cookie */
+    /* The last bytes of the stream up to the match end: from the scanned segment and, when the
+     * match ends near its start, from the ring of bytes passed before it. */
+    uint8_t excerpt_len;
+    uint8_t excerpt[FGX_REASM_EXCERPT];
 };
 
 enum fgx_reasm_verdict {
@@ -94,9 +100,10 @@ enum fgx_reasm_verdict fgx_reasm_segment(struct fgx_reasm_ctx *ctx, struct fgx_r
  * how many were dropped. */
 size_t fgx_reasm_expire(struct fgx_reasm_ctx *ctx, uint64_t now_ms, uint64_t max_age_ms);
 
-/* Block-mode scan of one datagram. Returns 1 with *filter_id on a match, 0 on none, or a
- * negative errno when hyperscan fails (the caller drops). */
+/* Block-mode scan of one datagram. Returns 1 on a match (m->matched, filter_id and excerpt set;
+ * seq, ack and cookie zero), 0 on none, or a negative errno when hyperscan fails (the caller
+ * drops). */
 int fgx_reasm_scan_block(struct fgx_reasm_ctx *ctx, const struct hs_database *db, const void *data,
-                         size_t len, uint32_t *filter_id);
+                         size_t len, struct fgx_reasm_match *m);
 
 #endif

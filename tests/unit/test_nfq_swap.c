@@ -1,0 +1,475 @@
+/* Unit tests for nfqworker's match stage across ruleset generations (nfq_match.c, nfq_config.c,
+ * nfq_stats.c): one packet thread without its netlink socket is fed hand-built IPv4 packets; the
+ * verdicts it batches are read back from its transmit buffer. These are the hot-swap semantics
+ * of issue 3 for connections that stay open across a change, plus the events and counters. */
+#include <criterion/criterion.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <libmnl/libmnl.h>
+#include <linux/netfilter.h>
+#include <linux/netfilter/nfnetlink_queue.h>
+
+#include "fgx/ruleset.h"
+#include "nfqworker/nfq.h"
+
+#define QB 60000u /* queue numbers no real worker of this host uses */
+#define SVC_TCP 1u
+#define SVC_UDP 2u
+#define SVC_OTHER 3u
+#define F_EVIL 5u
+#define F_ZZZ 6u
+#define F_OTHER 7u
+
+static struct nfq_worker w;
+static struct nfq_thread t;
+static uint32_t next_id;
+
+static const uint8_t cli_ip[4] = {10, 77, 0, 2}, srv_ip[4] = {10, 77, 0, 1};
+
+static void setup(void)
+{
+    memset(&w, 0, sizeof(w));
+    memset(&t, 0, sizeof(t));
+    w.nthreads = 1;
+    w.queue_base = QB;
+    w.threads = &t;
+    t.w = &w;
+    t.queue[0] = QB;
+    t.queue[1] = QB + 1;
+    t.raw4 = t.raw6 = t.efd = -1;
+    t.txbuf = malloc(NFQ_TXBUF);
+    cr_assert_not_null(t.txbuf);
+    cr_assert_eq(fgx_reasm_ctx_new(1 << 16, 1 << 14, nfq_match_held_verdict, &t, &t.reasm), 0);
+    cr_assert_eq(fgx_flow_table_new(64, nfq_match_flow_release, &t, &t.flows), 0);
+    next_id = 1;
+}
+
+static void teardown(void)
+{
+    fgx_flow_table_free(t.flows);
+    fgx_reasm_ctx_free(t.reasm);
+    nfq_config_unref(t.cfg);
+    nfq_config_unref(w.current);
+    free(t.txbuf);
+}
+
+TestSuite(nfq_swap, .init = setup, .fini = teardown);
+
+/* ---- rulesets ---- */
+
+struct svc_def {
+    uint32_t id;
+    uint8_t ipproto;
+    uint16_t port;
+    size_t n;
+    struct fgx_pattern pats[3];
+};
+
+/* Compile and publish a generation the way the control thread does, then let the packet thread
+ * switch between packets. */
+static void publish(uint64_t gen, const struct svc_def *defs, size_t ndefs)
+{
+    struct fgx_dp_service svcs[4];
+    struct fgx_dp_ruleset rs = {.generation = gen, .nservices = ndefs, .services = svcs};
+    struct nfq_config *c = NULL, *old;
+    char err[256];
+    size_t i;
+    int d;
+
+    cr_assert_leq(ndefs, 4);
+    memset(svcs, 0, sizeof(svcs));
+    for (i = 0; i < ndefs; i++) {
+        svcs[i].id = defs[i].id;
+        svcs[i].ipproto = defs[i].ipproto;
+        svcs[i].port = defs[i].port;
+        for (d = 0; d < 2; d++)
+            cr_assert_eq(fgx_ruleset_compile(defs[i].pats, defs[i].n,
+                                             d == 0 ? FGX_DIR_C2S : FGX_DIR_S2C, defs[i].ipproto,
+                                             &svcs[i].db[d], err, sizeof(err)),
+                         0, "%s", err);
+    }
+    cr_assert_eq(nfq_config_build(&rs, w.current, &c), 0);
+    for (i = 0; i < ndefs; i++)
+        for (d = 0; d < 2; d++)
+            fgx_blob_release(&svcs[i].db[d]);
+    old = w.current;
+    __atomic_store_n(&w.current, c, __ATOMIC_RELEASE);
+    nfq_match_switch(&t);
+    cr_assert_eq(t.applied, c);
+    nfq_config_unref(old);
+}
+
+static const struct fgx_pattern P_EVIL = {F_EVIL, "evil[0-9]+", FGX_DIR_C2S, false};
+static const struct fgx_pattern P_ZZZ = {F_ZZZ, "zzz", FGX_DIR_BOTH, false};
+static const struct fgx_pattern P_OTHER = {F_OTHER, "other", FGX_DIR_C2S, false};
+
+static void publish_tcp(uint64_t gen, size_t n, const struct fgx_pattern *p)
+{
+    struct svc_def d = {.id = SVC_TCP, .ipproto = IPPROTO_TCP, .port = 80, .n = n};
+
+    if (n > 0)
+        memcpy(d.pats, p, n * sizeof(*p));
+    publish(gen, &d, 1);
+}
+
+/* ---- packets and verdicts ---- */
+
+static size_t ip4(uint8_t *b, uint8_t proto, const uint8_t *src, const uint8_t *dst, size_t l4len)
+{
+    size_t tot = 20 + l4len;
+
+    memset(b, 0, 20);
+    b[0] = 0x45;
+    b[2] = (uint8_t)(tot >> 8);
+    b[3] = (uint8_t)tot;
+    b[8] = 64;
+    b[9] = proto;
+    memcpy(b + 12, src, 4);
+    memcpy(b + 16, dst, 4);
+    return tot;
+}
+
+/* A TCP segment; c2s: from the client (port 40000) to the server (port 80). Returns its id. */
+static uint32_t tcp(bool c2s, uint8_t flags, uint32_t seq, const char *data)
+{
+    uint8_t b[1500], *h = b + 20;
+    size_t n = strlen(data), len;
+    uint16_t sp = c2s ? 40000 : 80, dp = c2s ? 80 : 40000;
+    uint32_t id = next_id++, ack = 1;
+
+    len = ip4(b, IPPROTO_TCP, c2s ? cli_ip : srv_ip, c2s ? srv_ip : cli_ip, 20 + n);
+    memset(h, 0, 20);
+    h[0] = (uint8_t)(sp >> 8);
+    h[1] = (uint8_t)sp;
+    h[2] = (uint8_t)(dp >> 8);
+    h[3] = (uint8_t)dp;
+    seq = htonl(seq);
+    memcpy(h + 4, &seq, 4);
+    ack = htonl(ack);
+    memcpy(h + 8, &ack, 4);
+    h[12] = 5 << 4;
+    h[13] = flags;
+    memcpy(h + 20, data, n);
+    nfq_match_packet(&t, t.queue[0], id, b, len, 0);
+    return id;
+}
+
+static uint32_t udp(uint16_t dport, const char *data)
+{
+    uint8_t b[1500], *h = b + 20;
+    size_t n = strlen(data), len;
+    uint32_t id = next_id++;
+
+    len = ip4(b, IPPROTO_UDP, cli_ip, srv_ip, 8 + n);
+    h[0] = 0x9c;
+    h[1] = 0x40; /* 40000 */
+    h[2] = (uint8_t)(dport >> 8);
+    h[3] = (uint8_t)dport;
+    h[4] = (uint8_t)((8 + n) >> 8);
+    h[5] = (uint8_t)(8 + n);
+    h[6] = h[7] = 0;
+    memcpy(h + 8, data, n);
+    nfq_match_packet(&t, t.queue[0], id, b, len, 0);
+    return id;
+}
+
+#define NO_VERDICT (-1)
+
+/* The verdict batched for packet id (NF_ACCEPT, NF_DROP or NO_VERDICT). */
+static int verdict_of(uint32_t id)
+{
+    const struct nlmsghdr *nlh = (const struct nlmsghdr *)t.txbuf;
+    int rest = (int)t.txlen, v = NO_VERDICT;
+
+    for (; mnl_nlmsg_ok(nlh, rest); nlh = mnl_nlmsg_next(nlh, &rest)) {
+        const struct nlattr *a;
+
+        mnl_attr_for_each(a, nlh, sizeof(struct nfgenmsg)) {
+            const struct nfqnl_msg_verdict_hdr *vh = mnl_attr_get_payload(a);
+
+            if (mnl_attr_get_type(a) == NFQA_VERDICT_HDR && ntohl(vh->id) == id) {
+                cr_assert_eq(v, NO_VERDICT, "two verdicts for packet %u", id);
+                v = (int)ntohl(vh->verdict);
+            }
+        }
+    }
+    return v;
+}
+
+#define C2S_SEQ 1000u
+#define S2C_SEQ 5000u
+
+/* Handshake of the one test connection; the client's data starts at C2S_SEQ + 1. */
+static void connect_tcp(void)
+{
+    cr_assert_eq(verdict_of(tcp(true, 0x02, C2S_SEQ, "")), NF_ACCEPT);
+    cr_assert_eq(verdict_of(tcp(false, 0x12, S2C_SEQ, "")), NF_ACCEPT);
+    cr_assert_eq(verdict_of(tcp(true, 0x10, C2S_SEQ + 1, "")), NF_ACCEPT);
+}
+
+static uint64_t blocked_of(uint32_t filter_id)
+{
+    uint64_t n = 0;
+    size_t i;
+
+    for (i = 0; i < NFQ_FILTER_SLOTS; i++)
+        if (t.ctr.filter[i].used && t.ctr.filter[i].id == filter_id)
+            n += t.ctr.filter[i].blocked;
+    return n;
+}
+
+static size_t drain(struct fgx_dp_event *ev, size_t max, uint64_t *lost)
+{
+    return nfq_event_drain(&t.events, ev, max, lost);
+}
+
+/* ---- hot swap ---- */
+
+Test(nfq_swap, filter_added_applies_to_open_connection_from_next_packet)
+{
+    struct fgx_dp_event ev[4];
+    uint64_t lost = 0;
+
+    publish_tcp(1, 0, NULL);
+    connect_tcp();
+    cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 1, "evil1 passed before")), NF_ACCEPT);
+    publish_tcp(2, 1, &P_EVIL);
+    /* bytes that passed before the filter existed are not held against the connection */
+    cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 20, "hello")), NF_ACCEPT);
+    cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 25, "GET evil2")), NF_DROP);
+    /* the flow is blocked from then on, whatever it sends */
+    cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 34, "harmless")), NF_DROP);
+    cr_assert_eq(verdict_of(tcp(false, 0x18, S2C_SEQ + 1, "reply")), NF_DROP);
+    cr_assert_eq(drain(ev, 4, &lost), 1);
+    cr_assert_eq(ev[0].filter_id, F_EVIL);
+    cr_assert_eq(ev[0].service_id, SVC_TCP);
+    cr_assert_eq(ev[0].dir, FGX_DIR_C2S);
+    cr_assert_eq(ev[0].ipproto, IPPROTO_TCP);
+    cr_assert_eq(ev[0].family, 4);
+    cr_assert_arr_eq(ev[0].src, cli_ip, 4);
+    cr_assert_arr_eq(ev[0].dst, srv_ip, 4);
+    cr_assert_eq(ev[0].sport, 40000);
+    cr_assert_eq(ev[0].dport, 80);
+    cr_assert_gt(ev[0].time_ns, 1500000000ull * 1000000000ull);
+    /* the excerpt ends at the match end and reaches back over the switch into earlier bytes */
+    cr_assert_eq(ev[0].excerpt_len, 33);
+    cr_assert_arr_eq(ev[0].excerpt, "evil1 passed beforehelloGET evil2", 33);
+    cr_assert_eq(lost, 0);
+}
+
+Test(nfq_swap, partial_match_survives_a_change_of_another_filter)
+{
+    const struct fgx_pattern two[] = {P_EVIL, P_ZZZ}, evil_only[] = {P_EVIL},
+                             evil_other[] = {P_OTHER, P_EVIL};
+
+    publish_tcp(1, 2, two);
+    connect_tcp();
+    cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 1, "ev")), NF_ACCEPT);
+    publish_tcp(2, 1, evil_only); /* zzz removed */
+    cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 3, "i")), NF_ACCEPT);
+    publish_tcp(3, 2, evil_other); /* another added */
+    cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 4, "l1337")), NF_DROP);
+    cr_assert_eq(blocked_of(F_EVIL), 1);
+    cr_assert_eq(blocked_of(F_OTHER), 0);
+}
+
+Test(nfq_swap, change_in_another_service_keeps_the_stream)
+{
+    struct svc_def defs[2] = {
+        {.id = SVC_TCP, .ipproto = IPPROTO_TCP, .port = 80, .n = 1, .pats = {P_EVIL}},
+        {.id = SVC_OTHER, .ipproto = IPPROTO_TCP, .port = 81, .n = 1, .pats = {P_ZZZ}},
+    };
+    struct fgx_flow_key key;
+    struct fgx_flow *f;
+    struct hs_stream *s;
+
+    publish(1, defs, 2);
+    connect_tcp();
+    cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 1, "ev")), NF_ACCEPT);
+    memset(&key, 0, sizeof(key));
+    key.family = 4;
+    key.ipproto = IPPROTO_TCP;
+    key.cport = 40000;
+    key.sport = 80;
+    memcpy(key.caddr, cli_ip, 4);
+    memcpy(key.saddr, srv_ip, 4);
+    f = fgx_flow_lookup(t.flows, &key, 0);
+    cr_assert_not_null(f);
+    s = f->dir[0].stream;
+    cr_assert_not_null(s);
+    defs[1].pats[0] = P_OTHER;
+    publish(2, defs, 2);
+    cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 3, "il")), NF_ACCEPT);
+    cr_assert_eq(f->dir[0].stream, s, "an unchanged database must keep its stream");
+    cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 5, "9")), NF_DROP);
+}
+
+Test(nfq_swap, removed_filter_stops_matching_at_once)
+{
+    const struct fgx_pattern zzz[] = {P_ZZZ};
+
+    publish_tcp(1, 1, &P_EVIL);
+    connect_tcp();
+    cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 1, "ev")), NF_ACCEPT);
+    publish_tcp(2, 1, zzz);
+    cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 3, "il1337")), NF_ACCEPT);
+    publish_tcp(3, 0, NULL);
+    cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 9, "zzz evil9")), NF_ACCEPT);
+    publish_tcp(4, 1, zzz);
+    cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 18, " zzz")), NF_DROP);
+}
+
+Test(nfq_swap, held_segment_crosses_a_swap_and_is_scanned_with_the_new_filters)
+{
+    uint32_t held, gap;
+
+    publish_tcp(1, 0, NULL);
+    connect_tcp();
+    held = tcp(true, 0x18, C2S_SEQ + 3, "il42");
+    cr_assert_eq(verdict_of(held), NO_VERDICT);
+    publish_tcp(2, 1, &P_EVIL);
+    gap = tcp(true, 0x18, C2S_SEQ + 1, "ev");
+    cr_assert_eq(verdict_of(gap), NF_ACCEPT);
+    cr_assert_eq(verdict_of(held), NF_DROP);
+}
+
+Test(nfq_swap, swap_with_held_segments_loses_no_verdict)
+{
+    uint32_t held, gap;
+    const struct fgx_pattern zzz[] = {P_ZZZ};
+
+    publish_tcp(1, 1, &P_EVIL);
+    connect_tcp();
+    held = tcp(true, 0x18, C2S_SEQ + 6, "world");
+    publish_tcp(2, 1, zzz);
+    gap = tcp(true, 0x18, C2S_SEQ + 1, "hello");
+    cr_assert_eq(verdict_of(gap), NF_ACCEPT);
+    cr_assert_eq(verdict_of(held), NF_ACCEPT);
+}
+
+Test(nfq_swap, removed_service_takes_its_flows_and_counters_balance)
+{
+    struct svc_def other = {.id = SVC_OTHER, .ipproto = IPPROTO_TCP, .port = 81, .n = 0};
+    struct nfq_svc_ctr *sc;
+
+    publish_tcp(1, 1, &P_EVIL);
+    connect_tcp();
+    sc = nfq_stats_svc(&t.ctr, SVC_TCP);
+    cr_assert_eq(sc->flows_active, 1);
+    cr_assert_eq(t.ctr.flows, 1);
+    publish(2, &other, 1);
+    cr_assert_eq(fgx_flow_count(t.flows), 0);
+    cr_assert_eq(sc->flows_active, 0);
+    cr_assert_eq(t.ctr.flows, 0);
+    /* its packets are no longer any service's: counted, passed (nftables stopped queueing them) */
+    cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 1, "evil1")), NF_ACCEPT);
+    cr_assert_eq(t.ctr.unclassified, 1);
+}
+
+Test(nfq_swap, blocked_flow_gives_back_streams_and_databases)
+{
+    struct fgx_flow_key key;
+    struct fgx_flow *f;
+    struct nfq_db *db;
+
+    publish_tcp(1, 1, &P_EVIL);
+    db = w.current->svc[0].db[0];
+    cr_assert_not_null(db);
+    connect_tcp();
+    cr_assert_eq(__atomic_load_n(&db->refs, __ATOMIC_RELAXED), 2); /* config + flow */
+    cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 1, "evil1")), NF_DROP);
+    memset(&key, 0, sizeof(key));
+    key.family = 4;
+    key.ipproto = IPPROTO_TCP;
+    key.cport = 40000;
+    key.sport = 80;
+    memcpy(key.caddr, cli_ip, 4);
+    memcpy(key.saddr, srv_ip, 4);
+    f = fgx_flow_lookup(t.flows, &key, 0);
+    cr_assert_not_null(f);
+    cr_assert(f->blocked);
+    cr_assert_null(f->dir[0].stream);
+    cr_assert_null(f->dir[1].stream);
+    cr_assert_null(f->dbref[0]);
+    cr_assert_eq(__atomic_load_n(&db->refs, __ATOMIC_RELAXED), 1);
+    /* resets for both ends are queued */
+    cr_assert_eq(t.nresets, 2);
+    /* a swap leaves it blocked */
+    publish_tcp(2, 0, NULL);
+    cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 6, "more")), NF_DROP);
+}
+
+/* ---- UDP, events and counters ---- */
+
+Test(nfq_swap, udp_block_event_and_service_counters)
+{
+    struct svc_def d = {.id = SVC_UDP, .ipproto = IPPROTO_UDP, .port = 53, .n = 1,
+                        .pats = {P_EVIL}};
+    struct fgx_dp_stats st;
+    struct fgx_dp_msg m;
+    uint32_t a, b;
+    size_t i;
+
+    publish(7, &d, 1);
+    a = udp(53, "a query");
+    b = udp(53, "xx evil42 yy");
+    cr_assert_eq(verdict_of(a), NF_ACCEPT);
+    cr_assert_eq(verdict_of(b), NF_DROP);
+    cr_assert_eq(nfq_stats_collect(&w, &st), 0);
+    cr_assert_eq(st.generation, 7);
+    cr_assert_eq(st.nservices, 1);
+    cr_assert_eq(st.services[0].service_id, SVC_UDP);
+    cr_assert_eq(st.services[0].packets, 2);
+    cr_assert_eq(st.services[0].bytes, 28 + 7 + 28 + 12);
+    cr_assert_eq(st.services[0].accepted, 1);
+    cr_assert_eq(st.services[0].dropped, 1);
+    cr_assert_eq(st.services[0].flows_active, 0);
+    cr_assert_eq(st.nfilters, 1);
+    cr_assert_eq(st.filters[0].filter_id, F_EVIL);
+    cr_assert_eq(st.filters[0].blocked, 1);
+    cr_assert_eq(st.queue_drops, 0);
+    cr_assert_gt(st.rss_bytes, 0);
+    cr_assert_eq(st.nevents, 1);
+    cr_assert_eq(st.events[0].ipproto, IPPROTO_UDP);
+    cr_assert_eq(st.events[0].service_id, SVC_UDP);
+    cr_assert_eq(st.events[0].dport, 53);
+    cr_assert_eq(st.events[0].excerpt_len, 8);
+    cr_assert_arr_eq(st.events[0].excerpt, "xx evil4", 8);
+    cr_assert_eq(st.events_lost, 0);
+    m.type = FGX_DP_STATS;
+    m.u.stats = st;
+    fgx_dp_msg_release(&m);
+    /* events go once: the next report has none, counters stay cumulative */
+    cr_assert_eq(nfq_stats_collect(&w, &st), 0);
+    cr_assert_eq(st.nevents, 0);
+    cr_assert_null(st.events);
+    for (i = 0; i < st.nfilters; i++)
+        cr_assert_eq(st.filters[i].blocked, 1);
+    m.type = FGX_DP_STATS; /* the release above emptied m */
+    m.u.stats = st;
+    fgx_dp_msg_release(&m);
+}
+
+Test(nfq_swap, tcp_counters_and_flows)
+{
+    struct fgx_dp_stats st;
+    struct fgx_dp_msg m;
+
+    publish_tcp(1, 1, &P_EVIL);
+    connect_tcp();
+    cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 1, "hello")), NF_ACCEPT);
+    cr_assert_eq(nfq_stats_collect(&w, &st), 0);
+    cr_assert_eq(st.flows, 1);
+    cr_assert_eq(st.nservices, 1);
+    cr_assert_eq(st.services[0].packets, 4);
+    cr_assert_eq(st.services[0].bytes, 40 * 4 + 5);
+    cr_assert_eq(st.services[0].accepted, 4);
+    cr_assert_eq(st.services[0].flows_active, 1);
+    m.type = FGX_DP_STATS;
+    m.u.stats = st;
+    fgx_dp_msg_release(&m);
+}
