@@ -1,11 +1,13 @@
 /* controld apply stage: committed state -> worker (ruleset push, wait for its ACK) and kernel
  * (ctl_nft_sync), ordered so that traffic is never queued to a worker that does not know its
- * service yet; and worker counters -> persisted per-filter totals. */
+ * service yet; worker counters -> the statistics stage; requested worker restarts. */
 #include "controld/ctl_apply.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "fgx/log.h"
 
@@ -107,82 +109,80 @@ int ctl_apply_full(struct ctl_ctx *ctx, int push_timeout_ms)
     return rv;
 }
 
-static struct ctl_stat_last *stat_last(struct ctl_ctx *ctx, uint32_t filter_id)
+static uint64_t mono_ms(void)
 {
-    for (size_t i = 0; i < ctx->nlast; i++)
-        if (ctx->last[i].filter_id == filter_id)
-            return &ctx->last[i];
-    if (ctx->nlast == ctx->caplast) {
-        size_t ncap = ctx->caplast ? ctx->caplast * 2 : 32;
-        struct ctl_stat_last *n = realloc(ctx->last, ncap * sizeof(*n));
-        if (!n)
-            return NULL;
-        ctx->last = n;
-        ctx->caplast = ncap;
-    }
-    ctx->last[ctx->nlast] = (struct ctl_stat_last){.filter_id = filter_id};
-    return &ctx->last[ctx->nlast++];
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
 int ctl_stats_refresh(struct ctl_ctx *ctx, int timeout_ms)
 {
+    struct ctl_service *svcs = NULL;
     struct ctl_sup_info info;
+    struct ctl_txn *t;
     struct fgx_dp_msg m;
-    struct ctl_txn *t = NULL;
-    bool dirty = false;
+    size_t nsvcs = 0;
+    int rv;
+
+    if (!ctx->sup || !ctx->stats)
+        return 0;
+    ctl_sup_info(ctx->sup, &info);
+    rv = ctl_sup_stats(ctx->sup, timeout_ms, &m);
+    if (rv < 0) {
+        if (info.pid <= 0)
+            ctl_stats_worker_down(ctx->stats);
+        return rv;
+    }
+    /* Events carry the service's name as it is now. */
+    if (m.u.stats.nevents > 0 && ctl_txn_begin(ctx->store, false, &t) == 0) {
+        if (ctl_store_service_list(t, &svcs, &nsvcs) < 0)
+            nsvcs = 0;
+        ctl_txn_abort(t);
+    }
+    rv = ctl_stats_ingest(ctx->stats, info.instance, &m.u.stats, svcs, nsvcs);
+    free(svcs);
+    fgx_dp_msg_release(&m);
+    /* Saved before any request can read a new event's seq. */
+    ctl_stats_flush(ctx->stats, ctx->store, mono_ms(), false);
+    return rv;
+}
+
+int ctl_worker_restart(struct ctl_ctx *ctx, int timeout_ms)
+{
+    uint64_t deadline = mono_ms() + (uint64_t)timeout_ms;
     int rv;
 
     if (!ctx->sup)
-        return 0;
-    ctl_sup_info(ctx->sup, &info);
-    if (info.instance != ctx->stats_instance) {
-        /* A new worker counts from zero: what the old one reported is already persisted. */
-        ctx->nlast = 0;
-        ctx->stats_instance = info.instance;
-    }
-    rv = ctl_sup_stats(ctx->sup, timeout_ms, &m);
+        return -ENOTCONN;
+    /* What the old process counted since its last report would otherwise be lost. */
+    ctl_stats_refresh(ctx, 300);
+    rv = ctl_sup_restart(ctx->sup);
     if (rv < 0)
         return rv;
-    rv = ctl_txn_begin(ctx->store, true, &t);
-    if (rv < 0)
-        goto out;
-    for (size_t i = 0; i < m.u.stats.nfilters; i++) {
-        const struct fgx_dp_filter_stat *fs = &m.u.stats.filters[i];
-        struct ctl_stat_last *l = stat_last(ctx, fs->filter_id);
-        struct ctl_filter f;
-        uint64_t delta;
+    while (mono_ms() < deadline) {
+        bool respawned = false;
 
-        if (!l) {
-            rv = -ENOMEM;
-            goto out;
+        ctl_sup_poll(ctx->sup, &respawned);
+        if (respawned) {
+            /* A new generation with the full state; its ACK means every thread uses it. */
+            rv = ctl_apply_full(ctx, (int)(deadline - mono_ms() + 1));
+            if (rv == 0)
+                return 0;
+            if (rv != -ETIMEDOUT && rv != -ENOTCONN && rv != -EPIPE)
+                return rv;
+            /* It died before confirming: the supervisor restarts it again, keep waiting. */
         }
-        delta = fs->blocked >= l->blocked ? fs->blocked - l->blocked : fs->blocked;
-        l->blocked = fs->blocked;
-        if (delta == 0)
-            continue;
-        if (ctl_store_filter_get(t, fs->filter_id, &f) < 0)
-            continue; /* removed since: its total went with it */
-        ctl_filter_release(&f);
-        rv = ctl_store_blocked_add(t, fs->filter_id, delta);
-        if (rv < 0)
-            goto out;
-        dirty = true;
+        usleep(10000);
     }
-    if (dirty) {
-        rv = ctl_txn_commit(t);
-        t = NULL;
-    }
-out:
-    ctl_txn_abort(t);
-    fgx_dp_msg_release(&m);
-    return rv;
+    fgx_warn("the restarted nfqworker did not confirm the ruleset within %d ms", timeout_ms);
+    ctx->worker_stale = true; /* the control loop keeps retrying the push */
+    return -ETIMEDOUT;
 }
 
 void ctl_ctx_release(struct ctl_ctx *ctx)
 {
     free(ctx->nft_cur);
     ctx->nft_cur = NULL;
-    free(ctx->last);
-    ctx->last = NULL;
-    ctx->nlast = ctx->caplast = 0;
 }

@@ -1,6 +1,7 @@
 /* controld apply stage: carries a committed change to the data path, in the order that lets no
  * unscanned packet through (worker first when traffic starts being queued, nftables first when
- * it stops), and folds the worker's counters into the persisted totals. */
+ * it stops), fetches the worker's counters for the statistics stage (ctl_stats), and restarts
+ * the worker on request. */
 #ifndef CTL_APPLY_H
 #define CTL_APPLY_H
 
@@ -10,32 +11,28 @@
 
 #include "controld/ctl_nft.h"
 #include "controld/ctl_ruleset.h"
+#include "controld/ctl_stats.h"
 #include "controld/ctl_store.h"
 #include "controld/ctl_supervise.h"
 
 #define CTL_PUSH_TIMEOUT_MS 5000
-
-struct ctl_stat_last {
-    uint32_t filter_id;
-    uint64_t blocked; /* as last reported by the current worker instance */
-};
+#define CTL_RESTART_TIMEOUT_MS 5000
 
 /* Everything a request handler needs. nft and sup are NULL in unit tests: changes are then
- * stored and compiled but not carried to a kernel or a worker. */
+ * stored and compiled but not carried to a kernel or a worker. stats may be NULL too: counters
+ * then come from the store as last saved. */
 struct ctl_ctx {
     struct ctl_store *store;
-    struct ctl_nft *nft; /* borrowed */
-    struct ctl_sup *sup; /* borrowed */
-    uint64_t started;    /* unix seconds */
+    struct ctl_nft *nft;     /* borrowed */
+    struct ctl_sup *sup;     /* borrowed */
+    struct ctl_stats *stats; /* borrowed */
+    uint64_t started;        /* unix seconds */
     unsigned threads;
     /* the service set the kernel has now; valid only after a successful sync */
     struct ctl_nft_service *nft_cur;
     size_t nnft_cur;
     bool nft_valid;
     bool worker_stale; /* the worker has not confirmed the latest generation: resend it */
-    uint64_t stats_instance;
-    struct ctl_stat_last *last;
-    size_t nlast, caplast;
 };
 
 /* Push rs to the worker and sync nftables, in the safe order. Returns 0 or the nftables error.
@@ -47,9 +44,14 @@ int ctl_apply_timeout(struct ctl_ctx *ctx, const struct ctl_ruleset *rs, int pus
 /* Build the full ruleset from the store and apply it: at startup, for a restarted worker, and
  * to retry a push the worker did not confirm (with a shorter timeout, so the loop stays live). */
 int ctl_apply_full(struct ctl_ctx *ctx, int push_timeout_ms);
-/* Fetch the worker's counters and add what is new to the persisted totals. */
+/* Fetch the worker's counters into ctx->stats and save what is due (ctl_stats_flush()).
+ * -ENOTCONN when no worker is connected. */
 int ctl_stats_refresh(struct ctl_ctx *ctx, int timeout_ms);
-/* Free what ctl_apply() and ctl_stats_refresh() keep in ctx. */
+/* Restart the worker (ctl_sup_restart()), give the new process the full state, and return once
+ * it acknowledged it: 0, -ETIMEDOUT after timeout_ms, -ENOTCONN when there is no supervisor.
+ * Blocks the caller (the control loop) for that long, as a ruleset push does. */
+int ctl_worker_restart(struct ctl_ctx *ctx, int timeout_ms);
+/* Free what ctl_apply() keeps in ctx. */
 void ctl_ctx_release(struct ctl_ctx *ctx);
 
 #endif

@@ -37,6 +37,11 @@ struct rpc {
     Fgx__Ctl__Status status;
     Fgx__Ctl__Worker worker;
     Fgx__Ctl__Worker *workers[1];
+    Fgx__Ctl__ServiceStats *sst_msgs;
+    Fgx__Ctl__ServiceStats **sst_ptrs;
+    Fgx__Ctl__Event *ev_msgs;
+    Fgx__Ctl__Event **ev_ptrs;
+    const struct ctl_event **evs;
 };
 
 static void rpc_fail(struct rpc *r, Fgx__Ctl__Code code, const char *fmt, ...)
@@ -55,6 +60,10 @@ static void rpc_fail(struct rpc *r, Fgx__Ctl__Code code, const char *fmt, ...)
         /* What was about to be reported was never stored. */
         r->reply.n_services = 0;
         r->reply.n_filters = 0;
+        r->reply.n_workers = 0;
+        r->reply.n_service_stats = 0;
+        r->reply.n_events = 0;
+        r->reply.has_last_seq = 0;
     }
 }
 
@@ -77,6 +86,11 @@ static void rpc_release(struct rpc *r)
     ctl_filters_free(r->flts, r->nflts);
     free(r->flt_msgs);
     free(r->flt_ptrs);
+    free(r->sst_msgs);
+    free(r->sst_ptrs);
+    free(r->ev_msgs);
+    free(r->ev_ptrs);
+    free(r->evs);
 }
 
 static const char *proto_name(uint8_t ipproto)
@@ -278,6 +292,53 @@ static int check_unique(struct rpc *r, struct ctl_txn *t, const struct ctl_servi
 
 /* ---- reply contents ---- */
 
+/* The running total when controld keeps one, else the last one saved. */
+static int blocked_of(struct rpc *r, struct ctl_txn *t, uint32_t filter_id, uint64_t *out)
+{
+    if (r->ctx->stats) {
+        *out = ctl_stats_blocked(r->ctx->stats, filter_id);
+        return 0;
+    }
+    return ctl_store_blocked_get(t, filter_id, out);
+}
+
+/* The nfq worker as supervised now, with its counters from its last STATS. Returns 1, or 0
+ * when controld runs without a worker. */
+static size_t reply_worker(struct rpc *r)
+{
+    const struct ctl_worker_counters *c = r->ctx->stats ? ctl_stats_worker(r->ctx->stats) : NULL;
+    Fgx__Ctl__Worker *w = &r->worker;
+    struct ctl_sup_info info;
+
+    if (!r->ctx->sup)
+        return 0;
+    ctl_sup_info(r->ctx->sup, &info);
+    fgx__ctl__worker__init(w);
+    w->kind = "nfq";
+    w->pid = (int32_t)info.pid;
+    w->state = (char *)info.state;
+    w->has_generation = 1;
+    w->generation = info.generation;
+    w->has_restarts = 1;
+    w->restarts = info.restarts;
+    if (info.started) {
+        w->has_started = 1;
+        w->started = info.started;
+    }
+    if (c && c->valid && c->instance == info.instance && info.pid > 0) {
+        w->has_queue_drops = w->has_flows = w->has_rss_bytes = 1;
+        w->has_truncated = w->has_verdict_errors = w->has_malformed = 1;
+        w->queue_drops = c->queue_drops;
+        w->flows = c->flows;
+        w->rss_bytes = c->rss_bytes;
+        w->truncated = c->truncated;
+        w->verdict_errors = c->verdict_errors;
+        w->malformed = c->malformed;
+    }
+    r->workers[0] = w;
+    return 1;
+}
+
 static Fgx__Ctl__Dir dir_to_msg(enum fgx_dir d)
 {
     return d == FGX_DIR_C2S   ? FGX__CTL__DIR__DIR_C2S
@@ -316,7 +377,7 @@ static int reply_services(struct rpc *r, struct ctl_txn *t, const struct ctl_ser
             if (fs[j].service_id != s->id)
                 continue;
             count++;
-            rv = ctl_store_blocked_get(t, fs[j].id, &b);
+            rv = blocked_of(r, t, fs[j].id, &b);
             if (rv < 0)
                 goto err;
             blocked += b;
@@ -368,7 +429,7 @@ static int reply_filters(struct rpc *r, struct ctl_txn *t, struct ctl_filter *fs
         Fgx__Ctl__Filter *m = &r->flt_msgs[i];
         uint64_t blocked;
 
-        rv = ctl_store_blocked_get(t, fs[i].id, &blocked);
+        rv = blocked_of(r, t, fs[i].id, &blocked);
         if (rv < 0)
             goto err;
         fgx__ctl__filter__init(m);
@@ -447,6 +508,8 @@ out:
 
 static void do_status(struct rpc *r)
 {
+    /* Fresh worker counters; a worker that does not answer is reported as it was. */
+    ctl_stats_refresh(r->ctx, RPC_STATS_TIMEOUT_MS);
     struct ctl_service *svcs = NULL;
     struct ctl_txn *t;
     size_t n = 0, active = 0;
@@ -472,22 +535,8 @@ static void do_status(struct rpc *r)
     r->status.threads = r->ctx->threads;
     if (r->ctx->nft)
         r->status.queue_mode = ctl_nft_native_queue(r->ctx->nft) ? "native" : "compat";
-    if (r->ctx->sup) {
-        struct ctl_sup_info info;
-
-        ctl_sup_info(r->ctx->sup, &info);
-        fgx__ctl__worker__init(&r->worker);
-        r->worker.kind = "nfq";
-        r->worker.pid = (int32_t)info.pid;
-        r->worker.state = (char *)info.state;
-        r->worker.has_generation = 1;
-        r->worker.generation = info.generation;
-        r->worker.has_restarts = 1;
-        r->worker.restarts = info.restarts;
-        r->workers[0] = &r->worker;
-        r->status.n_workers = 1;
-        r->status.workers = r->workers;
-    }
+    r->status.n_workers = reply_worker(r);
+    r->status.workers = r->workers;
     r->reply.status = &r->status;
 }
 
@@ -816,6 +865,214 @@ out:
     ctl_txn_abort(t);
 }
 
+static void do_worker_list(struct rpc *r)
+{
+    ctl_stats_refresh(r->ctx, RPC_STATS_TIMEOUT_MS);
+    r->reply.n_workers = reply_worker(r);
+    r->reply.workers = r->workers;
+}
+
+static void do_worker_restart(struct rpc *r, const char *kind)
+{
+    int rv;
+
+    if (!kind ||
+        (strcmp(kind, "nfq") != 0 && strcmp(kind, "proxy") != 0 && strcmp(kind, "all") != 0)) {
+        rpc_fail(r, FGX__CTL__CODE__CODE_INVALID,
+                 "unknown worker kind \"%s\": use nfq, proxy or all", kind ? kind : "");
+        return;
+    }
+    if (strcmp(kind, "proxy") == 0) {
+        rpc_fail(r, FGX__CTL__CODE__CODE_INVALID, "no proxy worker runs");
+        return;
+    }
+    if (!r->ctx->sup) {
+        if (strcmp(kind, "nfq") == 0)
+            rpc_fail(r, FGX__CTL__CODE__CODE_INVALID, "no nfq worker runs");
+        return; /* "all": nothing exists, nothing to restart */
+    }
+    rv = ctl_worker_restart(r->ctx, CTL_RESTART_TIMEOUT_MS);
+    r->reply.n_workers = reply_worker(r);
+    r->reply.workers = r->workers;
+    if (rv == -ETIMEDOUT)
+        rpc_fail(r, FGX__CTL__CODE__CODE_UNAVAILABLE,
+                 "the nfq worker was restarted but did not confirm the ruleset within %d s",
+                 CTL_RESTART_TIMEOUT_MS / 1000);
+    else if (rv < 0)
+        rpc_fail(r, FGX__CTL__CODE__CODE_ERROR, "cannot restart the nfq worker: %s", strerror(-rv));
+}
+
+/* Per-service counters (and the filters behind their blocked sums, and the worker) for one
+ * service or all. */
+static void do_stats(struct rpc *r, const Fgx__Ctl__StatsQuery *q)
+{
+    bool one_service = q && q->service && *q->service;
+    struct ctl_service *svcs = NULL, one;
+    struct ctl_filter *fs = NULL;
+    struct ctl_txn *t;
+    size_t n = 0, nfs = 0;
+    int rv;
+
+    ctl_stats_refresh(r->ctx, RPC_STATS_TIMEOUT_MS);
+    if (txn_begin(r, false, &t) < 0)
+        return;
+    if (one_service) {
+        if (service_resolve(r, t, q->service, &one) < 0)
+            goto out;
+        svcs = malloc(sizeof(*svcs));
+        if (!svcs) {
+            rpc_store_fail(r, -ENOMEM);
+            goto out;
+        }
+        svcs[0] = one;
+        n = 1;
+    } else {
+        rv = ctl_store_service_list(t, &svcs, &n);
+        if (rv < 0) {
+            rpc_store_fail(r, rv);
+            goto out;
+        }
+    }
+    rv = ctl_store_filter_list(t, one_service ? svcs[0].id : 0, &fs, &nfs);
+    if (rv < 0) {
+        rpc_store_fail(r, rv);
+        goto out;
+    }
+    r->sst_msgs = calloc(n ? n : 1, sizeof(*r->sst_msgs));
+    r->sst_ptrs = calloc(n ? n : 1, sizeof(*r->sst_ptrs));
+    r->svcs = calloc(n ? n : 1, sizeof(*r->svcs));
+    if (!r->sst_msgs || !r->sst_ptrs || !r->svcs) {
+        rpc_store_fail(r, -ENOMEM);
+        goto out;
+    }
+    if (n)
+        memcpy(r->svcs, svcs, n * sizeof(*svcs));
+    for (size_t i = 0; i < n; i++) {
+        Fgx__Ctl__ServiceStats *m = &r->sst_msgs[i];
+        struct ctl_svc_counters c = {0};
+        struct ctl_svc_totals saved;
+
+        if (r->ctx->stats) {
+            ctl_stats_service(r->ctx->stats, r->svcs[i].id, &c);
+        } else if (ctl_store_svc_totals_get(t, r->svcs[i].id, &saved) == 0) {
+            c.packets = saved.packets;
+            c.bytes = saved.bytes;
+            c.accepted = saved.accepted;
+            c.dropped = saved.dropped;
+        }
+        fgx__ctl__service_stats__init(m);
+        m->service_id = r->svcs[i].id;
+        m->name = r->svcs[i].name;
+        m->packets = c.packets;
+        m->bytes = c.bytes;
+        m->accepted = c.accepted;
+        m->dropped = c.dropped;
+        m->flows_active = c.flows_active;
+        for (size_t j = 0; j < nfs; j++) {
+            uint64_t b;
+
+            if (fs[j].service_id != r->svcs[i].id)
+                continue;
+            if (blocked_of(r, t, fs[j].id, &b) < 0)
+                continue;
+            m->blocked += b;
+        }
+        r->sst_ptrs[i] = m;
+    }
+    r->reply.n_service_stats = n;
+    r->reply.service_stats = r->sst_ptrs;
+    if (reply_filters(r, t, fs, nfs) < 0) {
+        fs = NULL; /* owned by r now */
+        goto out;
+    }
+    fs = NULL;
+    r->reply.n_workers = reply_worker(r);
+    r->reply.workers = r->workers;
+out:
+    ctl_filters_free(fs, nfs);
+    free(svcs);
+    ctl_txn_abort(t);
+}
+
+#define RPC_EVENTS_DEFAULT 100
+
+static void do_events(struct rpc *r, const Fgx__Ctl__EventsQuery *q)
+{
+    uint64_t after = q && q->has_after_seq ? q->after_seq : 0;
+    size_t limit = q && q->has_limit && q->limit > 0 ? q->limit : RPC_EVENTS_DEFAULT;
+    const char *name = NULL;
+    uint32_t sid = 0;
+    size_t n;
+
+    if (limit > CTL_EVENTS_KEEP)
+        limit = CTL_EVENTS_KEEP;
+    ctl_stats_refresh(r->ctx, RPC_STATS_TIMEOUT_MS);
+    if (q && q->service && *q->service) {
+        struct ctl_service svc;
+        struct ctl_txn *t;
+        int rv;
+
+        if (txn_begin(r, false, &t) < 0)
+            return;
+        rv = all_digits(q->service)
+                 ? (ref_id(q->service, &sid) < 0 ? -ENOENT : ctl_store_service_get(t, sid, &svc))
+                 : ctl_store_service_by_name(t, q->service, &svc);
+        ctl_txn_abort(t);
+        if (rv == 0) {
+            sid = svc.id;
+        } else if (rv == -ENOENT) {
+            /* A removed service's events are still listed under the name they were shown. */
+            sid = all_digits(q->service) ? sid : 0;
+            name = q->service;
+        } else {
+            rpc_store_fail(r, rv);
+            return;
+        }
+    }
+    r->reply.has_last_seq = 1;
+    if (!r->ctx->stats)
+        return;
+    r->reply.last_seq = ctl_stats_last_seq(r->ctx->stats);
+    r->evs = calloc(limit, sizeof(*r->evs));
+    r->ev_msgs = calloc(limit, sizeof(*r->ev_msgs));
+    r->ev_ptrs = calloc(limit, sizeof(*r->ev_ptrs));
+    if (!r->evs || !r->ev_msgs || !r->ev_ptrs) {
+        rpc_store_fail(r, -ENOMEM);
+        return;
+    }
+    if (name && ctl_stats_events(r->ctx->stats, 0, sid, name, 1, r->evs) == 0) {
+        rpc_fail(r, FGX__CTL__CODE__CODE_NOT_FOUND, "no such service: %s", name);
+        return;
+    }
+    n = ctl_stats_events(r->ctx->stats, after, sid, name, limit, r->evs);
+    for (size_t i = 0; i < n; i++) {
+        const struct ctl_event *e = r->evs[i];
+        Fgx__Ctl__Event *m = &r->ev_msgs[i];
+
+        fgx__ctl__event__init(m);
+        m->seq = e->seq;
+        m->time_ns = e->time_ns;
+        m->service_id = e->service_id;
+        m->service = (char *)e->service;
+        m->filter_id = e->filter_id;
+        m->dir = e->dir == FGX_DIR_S2C ? FGX__CTL__DIR__DIR_S2C : FGX__CTL__DIR__DIR_C2S;
+        m->proto =
+            e->ipproto == IPPROTO_UDP ? FGX__CTL__PROTO__PROTO_UDP : FGX__CTL__PROTO__PROTO_TCP;
+        m->src = (char *)e->src;
+        m->sport = e->sport;
+        m->dst = (char *)e->dst;
+        m->dport = e->dport;
+        if (e->excerpt_len > 0) {
+            m->has_excerpt = 1;
+            m->excerpt.data = (uint8_t *)e->excerpt;
+            m->excerpt.len = e->excerpt_len;
+        }
+        r->ev_ptrs[i] = m;
+    }
+    r->reply.n_events = n;
+    r->reply.events = r->ev_ptrs;
+}
+
 static const char *ref_of(const Fgx__Ctl__Ref *ref)
 {
     return ref ? ref->ref : NULL;
@@ -865,6 +1122,18 @@ static void rpc_dispatch(struct rpc *r, const Fgx__Ctl__Request *q)
         break;
     case FGX__CTL__REQUEST__REQ_FILTER_RM:
         do_filter_rm(r, ref_of(q->filter_rm));
+        break;
+    case FGX__CTL__REQUEST__REQ_WORKER_LIST:
+        do_worker_list(r);
+        break;
+    case FGX__CTL__REQUEST__REQ_WORKER_RESTART:
+        do_worker_restart(r, q->worker_restart ? q->worker_restart->kind : NULL);
+        break;
+    case FGX__CTL__REQUEST__REQ_STATS:
+        do_stats(r, q->stats);
+        break;
+    case FGX__CTL__REQUEST__REQ_EVENTS:
+        do_events(r, q->events);
         break;
     default:
         rpc_fail(r, FGX__CTL__CODE__CODE_INVALID, "unknown request (fgexctl newer than controld?)");

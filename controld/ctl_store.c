@@ -1,7 +1,8 @@
 /* controld state stage: LMDB. Services and filters are stored as control.proto messages (the
  * computed reply fields left out) keyed by big-endian id, so that ids sort numerically; the meta
- * db holds the id and generation counters and the per-filter blocked totals; dbcache maps a
- * ruleset key to a serialized hyperscan database so that a restart does not recompile. */
+ * db holds the id and generation counters and the per-filter and per-service totals; events
+ * holds the recent match events by seq (control.proto Event); dbcache maps a ruleset key to a
+ * serialized hyperscan database so that a restart does not recompile. */
 #include "controld/ctl_store.h"
 
 #include <errno.h>
@@ -19,7 +20,7 @@
 
 struct ctl_store {
     MDB_env *env;
-    MDB_dbi services, filters, meta, dbcache;
+    MDB_dbi services, filters, meta, dbcache, events;
     size_t mapsize;
 };
 
@@ -151,6 +152,8 @@ int ctl_store_open(const char *dir, size_t mapsize, struct ctl_store **out)
         rv = store_err(mdb_dbi_open(txn, "meta", MDB_CREATE, &s->meta), "open meta");
     if (rv == 0)
         rv = store_err(mdb_dbi_open(txn, "dbcache", MDB_CREATE, &s->dbcache), "open dbcache");
+    if (rv == 0)
+        rv = store_err(mdb_dbi_open(txn, "events", MDB_CREATE, &s->events), "open events");
     if (rv < 0) {
         mdb_txn_abort(txn);
         goto err;
@@ -449,6 +452,23 @@ int ctl_store_service_put(struct ctl_txn *t, struct ctl_service *svc)
     return service_write(t, svc);
 }
 
+static void svc_totals_key(uint8_t key[6], uint32_t service_id)
+{
+    key[0] = 's';
+    key[1] = ':';
+    be32_put(key + 2, service_id);
+}
+
+static int svc_totals_del(struct ctl_txn *t, uint32_t id)
+{
+    uint8_t key[6];
+    int rv;
+
+    svc_totals_key(key, id);
+    rv = rec_del(t, t->s->meta, key, sizeof(key));
+    return rv == -ENOENT ? 0 : rv;
+}
+
 int ctl_store_service_del(struct ctl_txn *t, uint32_t id)
 {
     struct ctl_filter *fs;
@@ -462,6 +482,9 @@ int ctl_store_service_del(struct ctl_txn *t, uint32_t id)
     for (size_t i = 0; i < n && rv == 0; i++)
         rv = ctl_store_filter_del(t, fs[i].id);
     ctl_filters_free(fs, n);
+    if (rv < 0)
+        return rv;
+    rv = svc_totals_del(t, id);
     if (rv < 0)
         return rv;
     be32_put(key, id);
@@ -665,6 +688,221 @@ int ctl_store_blocked_add(struct ctl_txn *t, uint32_t filter_id, uint64_t delta)
     if (rv < 0)
         return rv;
     return meta_u64_put(t, key, sizeof(key), v + delta);
+}
+
+int ctl_store_blocked_set(struct ctl_txn *t, uint32_t filter_id, uint64_t v)
+{
+    uint8_t key[6];
+
+    blocked_key(key, filter_id);
+    return meta_u64_put(t, key, sizeof(key), v);
+}
+
+int ctl_store_svc_totals_get(struct ctl_txn *t, uint32_t service_id, struct ctl_svc_totals *out)
+{
+    uint8_t key[6];
+    MDB_val v;
+    int rv;
+
+    memset(out, 0, sizeof(*out));
+    svc_totals_key(key, service_id);
+    rv = rec_get(t, t->s->meta, key, sizeof(key), &v);
+    if (rv == -ENOENT)
+        return 0;
+    if (rv < 0)
+        return rv;
+    if (v.mv_size != 32) {
+        fgx_err("state store: a corrupt traffic total for service %u", service_id);
+        return -EINVAL;
+    }
+    out->packets = be64_get(v.mv_data);
+    out->bytes = be64_get((const uint8_t *)v.mv_data + 8);
+    out->accepted = be64_get((const uint8_t *)v.mv_data + 16);
+    out->dropped = be64_get((const uint8_t *)v.mv_data + 24);
+    return 0;
+}
+
+int ctl_store_svc_totals_put(struct ctl_txn *t, uint32_t service_id, const struct ctl_svc_totals *v)
+{
+    uint8_t key[6], b[32];
+
+    svc_totals_key(key, service_id);
+    be64_put(b, v->packets);
+    be64_put(b + 8, v->bytes);
+    be64_put(b + 16, v->accepted);
+    be64_put(b + 24, v->dropped);
+    return rec_put(t, t->s->meta, key, sizeof(key), b, sizeof(b));
+}
+
+/* Named counters live under "n:" so that they can never meet a "b:"/"s:" id key. */
+static int u64_key(const char *name, char *key, size_t len)
+{
+    if (snprintf(key, len, "n:%s", name) >= (int)len)
+        return -ENAMETOOLONG;
+    return 0;
+}
+
+int ctl_store_u64_get(struct ctl_txn *t, const char *name, uint64_t *out)
+{
+    char key[64];
+    int rv = u64_key(name, key, sizeof(key));
+
+    if (rv < 0)
+        return rv;
+    return meta_u64_get(t, key, strlen(key), out);
+}
+
+int ctl_store_u64_put(struct ctl_txn *t, const char *name, uint64_t v)
+{
+    char key[64];
+    int rv = u64_key(name, key, sizeof(key));
+
+    if (rv < 0)
+        return rv;
+    return meta_u64_put(t, key, strlen(key), v);
+}
+
+/* ---- match events ---- */
+
+static int event_decode(const MDB_val *v, struct ctl_event *out)
+{
+    Fgx__Ctl__Event *m = fgx__ctl__event__unpack(NULL, v->mv_size, v->mv_data);
+    int rv = -EINVAL;
+
+    if (!m) {
+        fgx_err("state store: an undecodable event record");
+        return -EINVAL;
+    }
+    memset(out, 0, sizeof(*out));
+    out->seq = m->seq;
+    out->time_ns = m->time_ns;
+    out->service_id = m->service_id;
+    out->filter_id = m->filter_id;
+    if (m->service &&
+        snprintf(out->service, sizeof(out->service), "%s", m->service) >= (int)sizeof(out->service))
+        goto out;
+    out->dir = m->dir == FGX__CTL__DIR__DIR_S2C ? FGX_DIR_S2C : FGX_DIR_C2S;
+    out->ipproto = m->proto == FGX__CTL__PROTO__PROTO_UDP ? IPPROTO_UDP : IPPROTO_TCP;
+    if (snprintf(out->src, sizeof(out->src), "%s", m->src) >= (int)sizeof(out->src) ||
+        snprintf(out->dst, sizeof(out->dst), "%s", m->dst) >= (int)sizeof(out->dst))
+        goto out;
+    if (m->sport > 65535 || m->dport > 65535)
+        goto out;
+    out->sport = (uint16_t)m->sport;
+    out->dport = (uint16_t)m->dport;
+    if (m->has_excerpt) {
+        if (m->excerpt.len > sizeof(out->excerpt))
+            goto out;
+        out->excerpt_len = (uint8_t)m->excerpt.len;
+        memcpy(out->excerpt, m->excerpt.data, m->excerpt.len);
+    }
+    rv = 0;
+out:
+    if (rv < 0)
+        fgx_err("state store: a corrupt event record (seq %llu)", (unsigned long long)m->seq);
+    fgx__ctl__event__free_unpacked(m, NULL);
+    return rv;
+}
+
+int ctl_store_event_put(struct ctl_txn *t, const struct ctl_event *e)
+{
+    Fgx__Ctl__Event m = FGX__CTL__EVENT__INIT;
+    uint8_t key[8], buf[512];
+    size_t len;
+
+    m.seq = e->seq;
+    m.time_ns = e->time_ns;
+    m.service_id = e->service_id;
+    m.service = (char *)e->service;
+    m.filter_id = e->filter_id;
+    m.dir = e->dir == FGX_DIR_S2C ? FGX__CTL__DIR__DIR_S2C : FGX__CTL__DIR__DIR_C2S;
+    m.proto = e->ipproto == IPPROTO_UDP ? FGX__CTL__PROTO__PROTO_UDP : FGX__CTL__PROTO__PROTO_TCP;
+    m.src = (char *)e->src;
+    m.sport = e->sport;
+    m.dst = (char *)e->dst;
+    m.dport = e->dport;
+    if (e->excerpt_len > 0) {
+        m.has_excerpt = 1;
+        m.excerpt.data = (uint8_t *)e->excerpt;
+        m.excerpt.len = e->excerpt_len;
+    }
+    len = fgx__ctl__event__get_packed_size(&m);
+    if (len > sizeof(buf))
+        return -EINVAL;
+    fgx__ctl__event__pack(&m, buf);
+    be64_put(key, e->seq);
+    return rec_put(t, t->s->events, key, sizeof(key), buf, len);
+}
+
+int ctl_store_event_list(struct ctl_txn *t, size_t newest, struct ctl_event **out, size_t *n)
+{
+    struct ctl_event *arr = NULL;
+    MDB_cursor *cur = NULL;
+    size_t cnt = 0;
+    MDB_val k, v;
+    int rv, rc;
+
+    *out = NULL;
+    *n = 0;
+    if (newest == 0)
+        return 0;
+    arr = calloc(newest, sizeof(*arr));
+    if (!arr)
+        return -ENOMEM;
+    rv = store_err(mdb_cursor_open(t->txn, t->s->events, &cur), "cursor");
+    if (rv < 0)
+        goto err;
+    /* Walk back from the newest, then fill the array from its end: oldest first. */
+    for (rc = mdb_cursor_get(cur, &k, &v, MDB_LAST); rc == 0 && cnt < newest;
+         rc = mdb_cursor_get(cur, &k, &v, MDB_PREV)) {
+        rv = event_decode(&v, &arr[newest - 1 - cnt]);
+        if (rv < 0)
+            goto err;
+        cnt++;
+    }
+    if (rc != 0 && rc != MDB_NOTFOUND) {
+        rv = store_err(rc, "list events");
+        goto err;
+    }
+    mdb_cursor_close(cur);
+    if (cnt < newest)
+        memmove(arr, arr + (newest - cnt), cnt * sizeof(*arr));
+    *out = arr;
+    *n = cnt;
+    return 0;
+err:
+    mdb_cursor_close(cur);
+    free(arr);
+    return rv;
+}
+
+int ctl_store_event_trim(struct ctl_txn *t, size_t keep)
+{
+    MDB_cursor *cur;
+    MDB_stat st;
+    MDB_val k, v;
+    size_t drop;
+    int rv, rc;
+
+    rv = store_err(mdb_stat(t->txn, t->s->events, &st), "count events");
+    if (rv < 0 || st.ms_entries <= keep)
+        return rv;
+    drop = st.ms_entries - keep;
+    rv = store_err(mdb_cursor_open(t->txn, t->s->events, &cur), "cursor");
+    if (rv < 0)
+        return rv;
+    /* Oldest first; after a delete, MDB_NEXT yields the record that followed it. */
+    for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0 && drop > 0;
+         rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+        rc = mdb_cursor_del(cur, 0);
+        if (rc != 0)
+            break;
+        drop--;
+    }
+    if (rc != 0 && rc != MDB_NOTFOUND)
+        rv = store_err(rc, "trim events");
+    mdb_cursor_close(cur);
+    return rv;
 }
 
 int ctl_store_generation_next(struct ctl_txn *t, uint64_t *out)

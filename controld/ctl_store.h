@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "fgx/addr.h"
+#include "fgx/dp.h"
 #include "fgx/ruleset.h"
 
 #define CTL_NAME_MAX 63
@@ -79,6 +80,40 @@ void ctl_filters_free(struct ctl_filter *fs, size_t n);
 /* Persisted per-filter blocked totals (0 when never counted). */
 int ctl_store_blocked_get(struct ctl_txn *t, uint32_t filter_id, uint64_t *out);
 int ctl_store_blocked_add(struct ctl_txn *t, uint32_t filter_id, uint64_t delta);
+
+/* Persisted per-service traffic totals (all 0 when never counted); removed with the service. */
+struct ctl_svc_totals {
+    uint64_t packets, bytes, accepted, dropped;
+};
+int ctl_store_svc_totals_get(struct ctl_txn *t, uint32_t service_id, struct ctl_svc_totals *out);
+int ctl_store_svc_totals_put(struct ctl_txn *t, uint32_t service_id,
+                             const struct ctl_svc_totals *v);
+/* Set a filter's blocked total outright (the statistics stage keeps the running total). */
+int ctl_store_blocked_set(struct ctl_txn *t, uint32_t filter_id, uint64_t v);
+/* A named 64-bit counter in the meta db (0 when absent): the next event seq, worker totals. */
+int ctl_store_u64_get(struct ctl_txn *t, const char *name, uint64_t *out);
+int ctl_store_u64_put(struct ctl_txn *t, const char *name, uint64_t v);
+
+/* One block as controld keeps and reports it (control.proto Event). */
+#define CTL_ADDR_TEXT_MAX 46 /* INET6_ADDRSTRLEN */
+struct ctl_event {
+    uint64_t seq;     /* from 1, increasing, never reused */
+    uint64_t time_ns; /* unix time of the block */
+    uint32_t service_id, filter_id;
+    char service[CTL_NAME_MAX + 1]; /* name when it was reported; "" when unknown */
+    uint8_t dir;                    /* FGX_DIR_C2S or FGX_DIR_S2C */
+    uint8_t ipproto;                /* IPPROTO_TCP or IPPROTO_UDP */
+    char src[CTL_ADDR_TEXT_MAX], dst[CTL_ADDR_TEXT_MAX];
+    uint16_t sport, dport;
+    uint8_t excerpt_len;
+    uint8_t excerpt[FGX_DP_EXCERPT_MAX];
+};
+
+/* Events keyed by seq. _list gives the newest `newest` events, oldest first (*out malloc'd,
+ * free()); _trim deletes all but the newest `keep`. */
+int ctl_store_event_put(struct ctl_txn *t, const struct ctl_event *e);
+int ctl_store_event_list(struct ctl_txn *t, size_t newest, struct ctl_event **out, size_t *n);
+int ctl_store_event_trim(struct ctl_txn *t, size_t keep);
 
 /* Ruleset generations, persisted so that they only ever grow, even across restarts. */
 int ctl_store_generation_next(struct ctl_txn *t, uint64_t *out);

@@ -33,6 +33,9 @@ struct ctl_sup {
     uint32_t restarts;
     uint64_t instance;
     uint64_t started_ms, restart_at_ms, backoff_ms;
+    uint64_t started_unix;
+    bool restart_requested;
+    uint64_t kill_at_ms; /* a requested stop turns into SIGKILL then */
 };
 
 static uint64_t now_ms(void)
@@ -102,6 +105,7 @@ static int sup_spawn(struct ctl_sup *s)
     s->acked = false;
     s->instance++;
     s->started_ms = now_ms();
+    s->started_unix = (uint64_t)time(NULL);
     if (s->spawned_once)
         s->restarts++;
     s->spawned_once = true;
@@ -147,34 +151,54 @@ err:
     return rv;
 }
 
-int ctl_sup_poll(struct ctl_sup *s, bool *respawned)
+/* The worker is gone (r and status from waitpid()): schedule its restart. */
+static void sup_reaped(struct ctl_sup *s, pid_t r, int status, uint64_t now)
 {
-    uint64_t now = now_ms();
-    int status;
-
-    *respawned = false;
-    if (s->pid > 0) {
-        pid_t r = waitpid(s->pid, &status, WNOHANG);
-
-        if (r == 0)
-            return 0;
-        if (r == -1 && errno == EINTR)
-            return 0;
+    if (s->restart_requested) {
+        /* Asked for: restart at once, and leave the crash backoff as it was. */
+        fgx_info("nfqworker (pid %d) stopped for a requested restart", (int)s->pid);
+        s->restart_at_ms = now;
+    } else {
         if (r == -1)
             fgx_warn("nfqworker (pid %d) lost: %s", (int)s->pid, strerror(errno));
         else if (WIFSIGNALED(status))
             fgx_warn("nfqworker (pid %d) killed by signal %d", (int)s->pid, WTERMSIG(status));
         else
             fgx_warn("nfqworker (pid %d) exited with status %d", (int)s->pid, WEXITSTATUS(status));
-        s->pid = 0;
-        s->acked = false;
         if (now - s->started_ms >= SUP_STABLE_MS)
             s->backoff_ms = SUP_BACKOFF_MIN_MS;
         s->restart_at_ms = now + s->backoff_ms;
         fgx_info("restarting nfqworker in %llu ms", (unsigned long long)s->backoff_ms);
         s->backoff_ms =
             s->backoff_ms * 2 > SUP_BACKOFF_MAX_MS ? SUP_BACKOFF_MAX_MS : s->backoff_ms * 2;
-        return 0;
+    }
+    s->pid = 0;
+    s->acked = false;
+    s->started_unix = 0;
+    s->restart_requested = false;
+    s->kill_at_ms = 0;
+}
+
+int ctl_sup_poll(struct ctl_sup *s, bool *respawned)
+{
+    uint64_t now = now_ms();
+    int status = 0;
+
+    *respawned = false;
+    if (s->pid > 0) {
+        pid_t r = waitpid(s->pid, &status, WNOHANG);
+
+        if (r == 0 || (r == -1 && errno == EINTR)) {
+            if (s->restart_requested && s->kill_at_ms != 0 && now >= s->kill_at_ms) {
+                fgx_warn("nfqworker (pid %d) ignored SIGTERM; killing it", (int)s->pid);
+                kill(s->pid, SIGKILL);
+                s->kill_at_ms = 0;
+            }
+            return 0;
+        }
+        sup_reaped(s, r, status, now);
+        if (now < s->restart_at_ms)
+            return 0;
     }
     if (now < s->restart_at_ms)
         return 0;
@@ -183,6 +207,23 @@ int ctl_sup_poll(struct ctl_sup *s, bool *respawned)
         return 0;
     }
     *respawned = true;
+    return 0;
+}
+
+int ctl_sup_restart(struct ctl_sup *s)
+{
+    if (s->pid <= 0) {
+        s->restart_at_ms = 0; /* down, waiting out a backoff: now is a fine time */
+        return 0;
+    }
+    if (kill(s->pid, SIGTERM) == -1 && errno != ESRCH) {
+        int rv = -errno;
+        fgx_err("cannot stop nfqworker (pid %d): %s", (int)s->pid, strerror(errno));
+        return rv;
+    }
+    s->restart_requested = true;
+    s->kill_at_ms = now_ms() + SUP_STOP_GRACE_MS;
+    fgx_info("restarting nfqworker (pid %d) on request", (int)s->pid);
     return 0;
 }
 
@@ -269,6 +310,7 @@ void ctl_sup_info(const struct ctl_sup *s, struct ctl_sup_info *out)
     out->generation = s->generation;
     out->restarts = s->restarts;
     out->instance = s->instance;
+    out->started = s->pid > 0 ? s->started_unix : 0;
 }
 
 void ctl_sup_stop(struct ctl_sup *s)

@@ -24,6 +24,7 @@ struct ctl_sup_info {
     uint64_t generation; /* last generation the worker acknowledged */
     uint32_t restarts;
     uint64_t instance; /* changes each time a new worker process is spawned */
+    uint64_t started;  /* unix seconds the current process was spawned; 0 when none runs */
 };
 
 struct ctl_sup;
@@ -41,6 +42,10 @@ int ctl_sup_push(struct ctl_sup *s, const struct fgx_dp_ruleset *rs, int timeout
  * -ENOTCONN at once when no worker is connected. */
 int ctl_sup_stats(struct ctl_sup *s, int timeout_ms, struct fgx_dp_msg *out);
 void ctl_sup_info(const struct ctl_sup *s, struct ctl_sup_info *out);
+/* Ask the worker to stop (SIGTERM; SIGKILL after 2 s) and restart it as soon as it is reaped,
+ * without backoff: a requested restart is no crash. ctl_sup_poll() does the rest; a worker that
+ * is down is restarted at the next poll. */
+int ctl_sup_restart(struct ctl_sup *s);
 /* Stop the worker (SIGTERM, then SIGKILL after 2 s), close the channel, free. NULL: no-op. */
 void ctl_sup_stop(struct ctl_sup *s);
 

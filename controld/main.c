@@ -1,5 +1,6 @@
-/* controld: parses options, daemonizes, wires the store, nftables, the worker supervisor and the
- * control channel together, and runs the loop that serves fgexctl and supervises the worker. */
+/* controld: parses options, daemonizes, wires the store, nftables, the worker supervisor, the
+ * statistics, the metrics server and the control channel together, and runs the loop that
+ * serves fgexctl, supervises the worker and collects its counters. */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -13,8 +14,10 @@
 #include <unistd.h>
 
 #include "controld/ctl_apply.h"
+#include "controld/ctl_metrics.h"
 #include "controld/ctl_nft.h"
 #include "controld/ctl_rpc.h"
+#include "controld/ctl_stats.h"
 #include "controld/ctl_store.h"
 #include "controld/ctl_supervise.h"
 #include "fgx/chan.h"
@@ -28,7 +31,7 @@
 #define RETRY_TIMEOUT_MS 1000
 
 struct opts {
-    const char *state_dir, *run_dir, *log_level;
+    const char *state_dir, *run_dir, *log_level, *metrics_listen;
     unsigned threads, queue_base;
     bool foreground;
 };
@@ -43,12 +46,18 @@ static void on_stop(int sig)
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: controld [--state-dir DIR] [--run-dir DIR] [--threads N] [--foreground]\n"
-            "                [--log-level error|warn|info|debug] [--queue-base B]\n"
-            "defaults: --state-dir /var/lib/fgex --run-dir /run/fgex --threads <online CPUs>\n"
-            "          --log-level info --queue-base %u\n",
-            FGX_QUEUE_BASE_DEFAULT);
+    fprintf(
+        f,
+        "usage: controld [--state-dir DIR] [--run-dir DIR] [--threads N] [--foreground]\n"
+        "                [--log-level error|warn|info|debug] [--queue-base B]\n"
+        "                [--metrics-listen ADDR:PORT]\n"
+        "defaults: --state-dir /var/lib/fgex --run-dir /run/fgex --threads <online CPUs>\n"
+        "          --log-level info --queue-base %u\n"
+        "--metrics-listen serves Prometheus metrics (text format) at http://ADDR:PORT/metrics,\n"
+        "          e.g. 127.0.0.1:9100, [::1]:9100 or :9100 (every address); off by default.\n"
+        "          Anyone who reaches it sees the counters and service names: bind it to a\n"
+        "          trusted address.\n",
+        FGX_QUEUE_BASE_DEFAULT);
 }
 
 static int parse_uint(const char *s, unsigned min, unsigned max, unsigned *out)
@@ -73,6 +82,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         {"foreground", no_argument, NULL, 'f'},
         {"log-level", required_argument, NULL, 'l'},
         {"queue-base", required_argument, NULL, 'q'},
+        {"metrics-listen", required_argument, NULL, 'm'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -114,6 +124,9 @@ static int parse_opts(int argc, char **argv, struct opts *o)
                 fprintf(stderr, "controld: --queue-base takes 0..65000, not \"%s\"\n", optarg);
                 return -EINVAL;
             }
+            break;
+        case 'm':
+            o->metrics_listen = optarg;
             break;
         case 'h':
             usage(stdout);
@@ -279,7 +292,8 @@ static void serve_one(struct ctl_ctx *ctx, struct fgx_chan *ctl, void *req, size
     free(reply);
 }
 
-static void run_loop(struct ctl_ctx *ctx, struct ctl_sup *sup, struct fgx_chan *ctl)
+static void run_loop(struct ctl_ctx *ctx, struct ctl_sup *sup, struct fgx_chan *ctl,
+                     struct ctl_metrics *metrics)
 {
     uint64_t next_stats = now_ms() + STATS_PERIOD_MS, next_retry = now_ms() + RETRY_PERIOD_MS;
 
@@ -307,6 +321,10 @@ static void run_loop(struct ctl_ctx *ctx, struct ctl_sup *sup, struct fgx_chan *
         }
         if (now_ms() >= next_stats) {
             ctl_stats_refresh(ctx, STATS_TIMEOUT_MS);
+            /* Counters are due every few seconds even while no worker answers. */
+            ctl_stats_flush(ctx->stats, ctx->store, now_ms(), false);
+            if (metrics)
+                ctl_metrics_update(metrics, ctx);
             next_stats = now_ms() + STATS_PERIOD_MS;
         }
     }
@@ -317,6 +335,8 @@ int main(int argc, char **argv)
     struct ctl_ctx ctx = {0};
     struct ctl_nft *nft = NULL;
     struct ctl_sup *sup = NULL;
+    struct ctl_stats *stats = NULL;
+    struct ctl_metrics *metrics = NULL;
     struct fgx_chan *ctl = NULL;
     struct opts o;
     enum fgx_log_level level;
@@ -346,6 +366,15 @@ int main(int argc, char **argv)
     rv = ctl_store_open(o.state_dir, 0, &ctx.store);
     if (rv < 0)
         goto out;
+    rv = ctl_stats_open(ctx.store, &stats);
+    if (rv < 0)
+        goto out;
+    ctx.stats = stats;
+    if (o.metrics_listen) {
+        rv = ctl_metrics_start(o.metrics_listen, &metrics);
+        if (rv < 0)
+            goto out;
+    }
     rv = ctl_nft_open(&(struct ctl_nft_config){.queue_base = o.queue_base, .nthreads = o.threads},
                       &nft);
     if (rv < 0) {
@@ -379,17 +408,25 @@ int main(int argc, char **argv)
         close(ready_fd);
         ready_fd = -1;
     }
-    run_loop(&ctx, sup, ctl);
+    if (metrics)
+        ctl_metrics_update(metrics, &ctx);
+    run_loop(&ctx, sup, ctl, metrics);
     fgx_info("stopping");
     status = 0;
 out:
     fgx_chan_close(ctl);
+    ctl_metrics_stop(metrics);
+    /* The worker's counts since its last report, then everything to disk. */
+    ctl_stats_refresh(&ctx, STATS_TIMEOUT_MS);
+    if (stats && ctl_stats_flush(stats, ctx.store, now_ms(), true) < 0)
+        status = 1;
     /* Rules first: once nothing is queued, stopping the worker drops no packet in flight. */
     if (nft && ctl_nft_clear(nft) < 0)
         status = 1;
     ctl_sup_stop(sup);
     ctl_nft_close(nft);
     ctl_ctx_release(&ctx);
+    ctl_stats_free(stats);
     ctl_store_close(ctx.store);
     if (pidfd != -1) {
         char path[4200];

@@ -50,6 +50,15 @@ static int service_check(uint32_t id, uint32_t proto, uint32_t port, const struc
     return 0;
 }
 
+/* An event is checked on both sides, and a bad one is dropped and counted in events_lost rather
+ * than refusing the whole STATS: one worker bug must not silence every counter. */
+static bool event_ok(uint32_t dir, uint32_t ipproto, size_t srclen, size_t dstlen, size_t exlen)
+{
+    return (dir == FGX_DIR_C2S || dir == FGX_DIR_S2C) &&
+           (ipproto == IPPROTO_TCP || ipproto == IPPROTO_UDP) && srclen == dstlen &&
+           (srclen == 4 || srclen == 16) && exlen <= FGX_DP_EXCERPT_MAX;
+}
+
 /* ---- encode ---- */
 
 static int service_to_pb(const struct fgx_dp_service *s, Fgx__Dp__Service *p)
@@ -103,6 +112,7 @@ int fgx_dp_encode(const struct fgx_dp_msg *m, void **buf, size_t *len)
     Fgx__Dp__Service *svc = NULL, **svcp = NULL;
     Fgx__Dp__FilterStat *fs = NULL, **fsp = NULL;
     Fgx__Dp__ServiceStat *ss = NULL, **ssp = NULL;
+    Fgx__Dp__Event *ev = NULL, **evp = NULL;
     void *out = NULL;
     size_t i, n = 0;
     int ret = -ENOMEM;
@@ -148,7 +158,10 @@ int fgx_dp_encode(const struct fgx_dp_msg *m, void **buf, size_t *len)
     case FGX_DP_STATS: {
         const struct fgx_dp_stats *s = &m->u.stats;
 
-        if ((s->nfilters > 0 && s->filters == NULL) || (s->nservices > 0 && s->services == NULL)) {
+        size_t nev = 0;
+
+        if ((s->nfilters > 0 && s->filters == NULL) || (s->nservices > 0 && s->services == NULL) ||
+            (s->nevents > 0 && s->events == NULL)) {
             ret = -EINVAL;
             goto invalid;
         }
@@ -181,6 +194,46 @@ int fgx_dp_encode(const struct fgx_dp_msg *m, void **buf, size_t *len)
             ss[i].dropped = v->dropped;
             ss[i].flows_active = v->flows_active;
             ssp[i] = &ss[i];
+        }
+        if (s->nevents > 0) {
+            ev = calloc(s->nevents, sizeof(*ev));
+            evp = calloc(s->nevents, sizeof(Fgx__Dp__Event *));
+            if (ev == NULL || evp == NULL)
+                goto nomem;
+        }
+        for (i = 0; i < s->nevents; i++) {
+            const struct fgx_dp_event *e = &s->events[i];
+            size_t alen = (size_t)addr_bytes(e->family);
+            Fgx__Dp__Event *p = &ev[nev];
+
+            if (!event_ok(e->dir, e->ipproto, alen, alen, e->excerpt_len))
+                continue;
+            fgx__dp__event__init(p);
+            p->time_ns = e->time_ns;
+            p->service_id = e->service_id;
+            p->filter_id = e->filter_id;
+            p->dir = e->dir;
+            p->ipproto = e->ipproto;
+            p->src.data = (uint8_t *)e->src;
+            p->src.len = alen;
+            p->sport = e->sport;
+            p->dst.data = (uint8_t *)e->dst;
+            p->dst.len = alen;
+            p->dport = e->dport;
+            if (e->excerpt_len > 0) {
+                p->has_excerpt = 1;
+                p->excerpt.data = (uint8_t *)e->excerpt;
+                p->excerpt.len = e->excerpt_len;
+            }
+            evp[nev++] = p;
+        }
+        if (nev < s->nevents)
+            fgx_warn("data-path encode: %zu invalid event(s) dropped", s->nevents - nev);
+        st.n_events = nev;
+        st.events = evp;
+        if (s->events_lost > 0 || nev < s->nevents) {
+            st.has_events_lost = 1;
+            st.events_lost = s->events_lost + (s->nevents - nev);
         }
         st.generation = s->generation;
         st.n_filters = s->nfilters;
@@ -228,6 +281,8 @@ nomem:
 invalid:
     fgx_err("data-path encode (type %d): invalid message", (int)m->type);
 out:
+    free(evp);
+    free(ev);
     free(ssp);
     free(ss);
     free(fsp);
@@ -358,6 +413,43 @@ static int stats_from_pb(const Fgx__Dp__Stats *p, struct fgx_dp_stats *s)
             s->services[i].flows_active = v->flows_active;
         }
     }
+    s->events_lost = p->has_events_lost ? p->events_lost : 0;
+    if (p->n_events > 0) {
+        size_t bad = 0;
+
+        s->events = calloc(p->n_events, sizeof(*s->events));
+        if (s->events == NULL)
+            goto nomem;
+        for (i = 0; i < p->n_events; i++) {
+            const Fgx__Dp__Event *v = p->events[i];
+            struct fgx_dp_event *e = &s->events[s->nevents];
+            size_t exlen = v->has_excerpt ? v->excerpt.len : 0;
+
+            if (!event_ok(v->dir, v->ipproto, v->src.len, v->dst.len, exlen) || v->sport > 65535 ||
+                v->dport > 65535) {
+                bad++;
+                continue;
+            }
+            e->time_ns = v->time_ns;
+            e->service_id = v->service_id;
+            e->filter_id = v->filter_id;
+            e->dir = (uint8_t)v->dir;
+            e->ipproto = (uint8_t)v->ipproto;
+            e->family = v->src.len == 4 ? 4 : 6;
+            memcpy(e->src, v->src.data, v->src.len);
+            memcpy(e->dst, v->dst.data, v->dst.len);
+            e->sport = (uint16_t)v->sport;
+            e->dport = (uint16_t)v->dport;
+            e->excerpt_len = (uint8_t)exlen;
+            if (exlen > 0)
+                memcpy(e->excerpt, v->excerpt.data, exlen);
+            s->nevents++;
+        }
+        if (bad > 0) {
+            fgx_warn("data-path decode: %zu invalid event(s) dropped", bad);
+            s->events_lost += bad;
+        }
+    }
     return 0;
 nomem:
     fgx_err("data-path decode: out of memory for statistics");
@@ -438,6 +530,7 @@ void fgx_dp_msg_release(struct fgx_dp_msg *m)
     case FGX_DP_STATS:
         free(m->u.stats.filters);
         free(m->u.stats.services);
+        free(m->u.stats.events);
         break;
     case FGX_DP_ERROR:
         free(m->u.error);

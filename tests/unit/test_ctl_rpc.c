@@ -1,6 +1,6 @@
 /* Unit tests for controld/ctl_rpc.c and ctl_ruleset.c: every request against a real store, with
  * nftables and the worker left out (ctx.nft and ctx.sup NULL), so changes are validated, stored
- * and compiled but not carried to a kernel. */
+ * and compiled but not carried to a kernel. Worker STATS are fed to ctx.stats by hand. */
 #include <criterion/criterion.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -21,6 +21,7 @@ static void setup(void)
     cr_assert_not_null(mkdtemp(dir));
     memset(&ctx, 0, sizeof(ctx));
     cr_assert_eq(ctl_store_open(dir, 0, &ctx.store), 0);
+    cr_assert_eq(ctl_stats_open(ctx.store, &ctx.stats), 0);
     ctx.threads = 2;
 }
 
@@ -29,6 +30,7 @@ static void teardown(void)
     char path[128];
 
     ctl_ctx_release(&ctx);
+    ctl_stats_free(ctx.stats);
     ctl_store_close(ctx.store);
     snprintf(path, sizeof(path), "%s/data.mdb", dir);
     unlink(path);
@@ -339,4 +341,200 @@ Test(ctl_rpc, ruleset_build_uses_cache)
                  0);
     ctl_ruleset_release(&rs1);
     ctl_ruleset_release(&rs2);
+}
+
+/* ---- statistics, events and workers (issue 3) ---- */
+
+static void feed_stats(uint64_t instance, uint64_t web_packets, uint64_t f1_blocked)
+{
+    struct fgx_dp_service_stat ss[] = {{1, web_packets, web_packets * 10, web_packets - 1, 1, 2},
+                                       {2, 5, 50, 5, 0, 0}};
+    struct fgx_dp_filter_stat fs[] = {{1, f1_blocked}, {2, 1}, {3, 7}};
+    struct fgx_dp_stats m = {.nservices = 2, .services = ss, .nfilters = 3, .filters = fs};
+
+    cr_assert_eq(ctl_stats_ingest(ctx.stats, instance, &m, NULL, 0), 0);
+}
+
+static int stats_req(const char *service)
+{
+    Fgx__Ctl__Request q = FGX__CTL__REQUEST__INIT;
+    Fgx__Ctl__StatsQuery sq = FGX__CTL__STATS_QUERY__INIT;
+
+    q.req_case = FGX__CTL__REQUEST__REQ_STATS;
+    q.stats = &sq;
+    sq.service = (char *)service;
+    return call(&q);
+}
+
+static void three_filters(void)
+{
+    svc_add("web", FGX__CTL__PROTO__PROTO_TCP, 8080, NULL);
+    svc_add("dns", FGX__CTL__PROTO__PROTO_UDP, 53, NULL);
+    flt_add("web", "evil[0-9]+", false, 0, false);
+    flt_add("web", "flag\\{", false, 0, false);
+    flt_add("dns", "AAAA", false, 0, false);
+}
+
+Test(ctl_rpc, stats_all_and_one)
+{
+    three_filters();
+    feed_stats(1, 10, 2);
+    feed_stats(2, 4, 3); /* a restarted worker: totals go on */
+
+    cr_assert_eq(stats_req(NULL), 0);
+    cr_assert_eq(reply->n_service_stats, 2);
+    cr_assert_str_eq(reply->service_stats[0]->name, "web");
+    cr_assert_eq(reply->service_stats[0]->service_id, 1);
+    cr_assert_eq(reply->service_stats[0]->packets, 14);
+    cr_assert_eq(reply->service_stats[0]->bytes, 140);
+    cr_assert_eq(reply->service_stats[0]->accepted, 9 + 3);
+    cr_assert_eq(reply->service_stats[0]->dropped, 1 + 1);
+    cr_assert_eq(reply->service_stats[0]->flows_active, 2);
+    cr_assert_eq(reply->service_stats[0]->blocked, 2 + 3 + 1 + 1, "sum of its filters");
+    cr_assert_eq(reply->service_stats[1]->packets, 10);
+    cr_assert_eq(reply->service_stats[1]->blocked, 7 + 7);
+    cr_assert_eq(reply->n_filters, 3, "every filter with its blocked");
+    cr_assert_eq(reply->n_workers, 0, "no worker in this test");
+
+    cr_assert_eq(stats_req("web"), 0);
+    cr_assert_eq(reply->n_service_stats, 1);
+    cr_assert_eq(reply->service_stats[0]->packets, 14);
+    cr_assert_eq(reply->n_filters, 2, "only web's filters");
+    cr_assert_eq(reply->filters[0]->blocked, 5);
+    cr_assert_eq(stats_req("2"), 0);
+    cr_assert_str_eq(reply->service_stats[0]->name, "dns");
+    cr_assert_eq(stats_req("nope"), FGX__CTL__CODE__CODE_NOT_FOUND);
+    cr_assert_eq(reply->n_service_stats, 0);
+    done();
+}
+
+/* service list and filter list show the running totals, not the last ones saved. */
+Test(ctl_rpc, lists_show_running_totals)
+{
+    three_filters();
+    feed_stats(1, 10, 4);
+    cr_assert_eq(empty_req(FGX__CTL__REQUEST__REQ_SERVICE_LIST), 0);
+    cr_assert_eq(reply->services[0]->blocked, 5);
+    cr_assert_eq(ref_req(FGX__CTL__REQUEST__REQ_FILTER_LIST, "web"), 0);
+    cr_assert_eq(reply->filters[0]->blocked, 4);
+    cr_assert_eq(reply->filters[1]->blocked, 1);
+    done();
+}
+
+static void feed_events(size_t n, uint32_t service_id)
+{
+    struct fgx_dp_event ev[8];
+    struct ctl_service svcs[2] = {{.id = 1, .name = "web"}, {.id = 2, .name = "dns"}};
+    struct fgx_dp_stats m = {.nevents = n, .events = ev};
+
+    cr_assert_leq(n, 8);
+    for (size_t i = 0; i < n; i++) {
+        ev[i] = (struct fgx_dp_event){.time_ns = 1000 + i,
+                                      .service_id = service_id,
+                                      .filter_id = service_id == 1 ? 1 : 3,
+                                      .dir = FGX_DIR_C2S,
+                                      .ipproto = service_id == 1 ? IPPROTO_TCP : IPPROTO_UDP,
+                                      .family = 4,
+                                      .src = {192, 0, 2, 1},
+                                      .dst = {192, 0, 2, 2},
+                                      .sport = 40000,
+                                      .dport = service_id == 1 ? 8080 : 53,
+                                      .excerpt_len = 8};
+        memcpy(ev[i].excerpt, "evil1337", 8);
+    }
+    cr_assert_eq(ctl_stats_ingest(ctx.stats, 1, &m, svcs, 2), 0);
+}
+
+static int events_req(bool has_after, uint64_t after, uint32_t limit, const char *service)
+{
+    Fgx__Ctl__Request q = FGX__CTL__REQUEST__INIT;
+    Fgx__Ctl__EventsQuery eq = FGX__CTL__EVENTS_QUERY__INIT;
+
+    q.req_case = FGX__CTL__REQUEST__REQ_EVENTS;
+    q.events = &eq;
+    eq.has_after_seq = has_after;
+    eq.after_seq = after;
+    eq.has_limit = limit > 0;
+    eq.limit = limit;
+    eq.service = (char *)service;
+    return call(&q);
+}
+
+Test(ctl_rpc, events_query)
+{
+    three_filters();
+    cr_assert_eq(events_req(false, 0, 0, NULL), 0);
+    cr_assert_eq(reply->n_events, 0);
+    cr_assert(reply->has_last_seq);
+    cr_assert_eq(reply->last_seq, 0);
+
+    feed_events(3, 1);
+    feed_events(2, 2);
+    cr_assert_eq(events_req(false, 0, 0, NULL), 0);
+    cr_assert_eq(reply->n_events, 5);
+    cr_assert_eq(reply->last_seq, 5);
+    cr_assert_eq(reply->events[0]->seq, 1, "oldest first");
+    cr_assert_str_eq(reply->events[0]->service, "web");
+    cr_assert_eq(reply->events[0]->filter_id, 1);
+    cr_assert_eq(reply->events[0]->dir, FGX__CTL__DIR__DIR_C2S);
+    cr_assert_eq(reply->events[0]->proto, FGX__CTL__PROTO__PROTO_TCP);
+    cr_assert_str_eq(reply->events[0]->src, "192.0.2.1");
+    cr_assert_eq(reply->events[0]->sport, 40000);
+    cr_assert_str_eq(reply->events[0]->dst, "192.0.2.2");
+    cr_assert_eq(reply->events[0]->dport, 8080);
+    cr_assert_eq(reply->events[0]->time_ns, 1000);
+    cr_assert(reply->events[0]->has_excerpt);
+    cr_assert_eq(reply->events[0]->excerpt.len, 8);
+    cr_assert_eq(memcmp(reply->events[0]->excerpt.data, "evil1337", 8), 0);
+    cr_assert_eq(reply->events[4]->proto, FGX__CTL__PROTO__PROTO_UDP);
+
+    cr_assert_eq(events_req(true, 3, 0, NULL), 0, "--follow: what came after");
+    cr_assert_eq(reply->n_events, 2);
+    cr_assert_eq(reply->events[0]->seq, 4);
+    cr_assert_eq(reply->last_seq, 5);
+    cr_assert_eq(events_req(true, 5, 0, NULL), 0);
+    cr_assert_eq(reply->n_events, 0);
+    cr_assert_eq(reply->last_seq, 5);
+
+    cr_assert_eq(events_req(false, 0, 2, NULL), 0);
+    cr_assert_eq(reply->n_events, 2, "the newest N");
+    cr_assert_eq(reply->events[0]->seq, 4);
+    cr_assert_eq(events_req(false, 0, 0, "web"), 0);
+    cr_assert_eq(reply->n_events, 3);
+    cr_assert_eq(events_req(false, 0, 0, "2"), 0);
+    cr_assert_eq(reply->n_events, 2);
+    cr_assert_eq(reply->events[0]->service_id, 2);
+    cr_assert_eq(events_req(false, 0, 0, "nope"), FGX__CTL__CODE__CODE_NOT_FOUND);
+
+    /* A removed service's events stay readable under the name they carried. */
+    cr_assert_eq(ref_req(FGX__CTL__REQUEST__REQ_SERVICE_RM, "dns"), 0);
+    cr_assert_eq(events_req(false, 0, 0, "dns"), 0);
+    cr_assert_eq(reply->n_events, 2);
+    done();
+}
+
+static int restart_req(const char *kind)
+{
+    Fgx__Ctl__Request q = FGX__CTL__REQUEST__INIT;
+    Fgx__Ctl__WorkerRestart w = FGX__CTL__WORKER_RESTART__INIT;
+
+    q.req_case = FGX__CTL__REQUEST__REQ_WORKER_RESTART;
+    q.worker_restart = &w;
+    w.kind = (char *)kind;
+    return call(&q);
+}
+
+Test(ctl_rpc, worker_requests_without_worker)
+{
+    cr_assert_eq(empty_req(FGX__CTL__REQUEST__REQ_WORKER_LIST), 0);
+    cr_assert_eq(reply->n_workers, 0);
+    cr_assert_eq(restart_req("proxy"), FGX__CTL__CODE__CODE_INVALID);
+    cr_assert_str_eq(reply->error, "no proxy worker runs");
+    cr_assert_eq(restart_req("nfq"), FGX__CTL__CODE__CODE_INVALID);
+    cr_assert_str_eq(reply->error, "no nfq worker runs");
+    cr_assert_eq(restart_req("all"), 0, "all: what exists, here nothing");
+    cr_assert_eq(reply->n_workers, 0);
+    cr_assert_eq(restart_req("bogus"), FGX__CTL__CODE__CODE_INVALID);
+    cr_assert_not_null(strstr(reply->error, "nfq, proxy or all"), "%s", reply->error);
+    done();
 }

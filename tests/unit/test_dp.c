@@ -392,3 +392,178 @@ Test(dp, release_is_idempotent)
     fgx_dp_msg_release(NULL);
     cr_assert_eq(m.type, 0);
 }
+
+/* ---- match events in STATS ---- */
+
+static struct fgx_dp_event sample_events[3];
+
+static void make_stats_events(struct fgx_dp_msg *m)
+{
+    struct fgx_dp_event *e = sample_events;
+
+    memset(sample_events, 0, sizeof(sample_events));
+    e[0] = (struct fgx_dp_event){.time_ns = 1700000000123456789ULL,
+                                 .service_id = 7,
+                                 .filter_id = 3,
+                                 .dir = FGX_DIR_C2S,
+                                 .ipproto = IPPROTO_TCP,
+                                 .family = 4,
+                                 .src = {10, 0, 0, 1},
+                                 .dst = {10, 0, 0, 2},
+                                 .sport = 40000,
+                                 .dport = 8080,
+                                 .excerpt_len = 9};
+    memcpy(e[0].excerpt, "GET /evil", 9);
+    e[1] = (struct fgx_dp_event){.time_ns = 2,
+                                 .service_id = 8,
+                                 .filter_id = 0xffffffffu,
+                                 .dir = FGX_DIR_S2C,
+                                 .ipproto = IPPROTO_UDP,
+                                 .family = 6,
+                                 .sport = 65535,
+                                 .dport = 1,
+                                 .excerpt_len = FGX_DP_EXCERPT_MAX};
+    e[1].src[0] = 0xfd;
+    e[1].src[15] = 1;
+    e[1].dst[0] = 0xfd;
+    e[1].dst[15] = 2;
+    for (int i = 0; i < FGX_DP_EXCERPT_MAX; i++)
+        e[1].excerpt[i] = (uint8_t)(i * 7); /* binary, with a 0 byte first */
+    e[2] = e[0];
+    e[2].excerpt_len = 0; /* no excerpt at all */
+    e[2].time_ns = 3;
+    make_stats(m);
+    m->u.stats.nevents = 3;
+    m->u.stats.events = sample_events;
+    m->u.stats.events_lost = 5;
+}
+
+static void event_eq(const struct fgx_dp_event *a, const struct fgx_dp_event *b)
+{
+    size_t alen = a->family == 4 ? 4 : 16;
+
+    cr_assert_eq(a->time_ns, b->time_ns);
+    cr_assert_eq(a->service_id, b->service_id);
+    cr_assert_eq(a->filter_id, b->filter_id);
+    cr_assert_eq(a->dir, b->dir);
+    cr_assert_eq(a->ipproto, b->ipproto);
+    cr_assert_eq(a->family, b->family);
+    cr_assert_eq(memcmp(a->src, b->src, alen), 0);
+    cr_assert_eq(memcmp(a->dst, b->dst, alen), 0);
+    cr_assert_eq(a->sport, b->sport);
+    cr_assert_eq(a->dport, b->dport);
+    cr_assert_eq(a->excerpt_len, b->excerpt_len);
+    cr_assert_eq(memcmp(a->excerpt, b->excerpt, a->excerpt_len), 0);
+}
+
+Test(dp, stats_events_round_trip)
+{
+    struct fgx_dp_msg in, out;
+
+    make_stats_events(&in);
+    encode_decode(&in, &out);
+    cr_assert_eq(out.type, FGX_DP_STATS);
+    cr_assert_eq(out.u.stats.nevents, 3);
+    for (size_t i = 0; i < 3; i++)
+        event_eq(&in.u.stats.events[i], &out.u.stats.events[i]);
+    cr_assert_eq(out.u.stats.events_lost, 5);
+    cr_assert_eq(out.u.stats.nfilters, 2, "the counters travel with the events");
+    fgx_dp_msg_release(&out);
+    cr_assert_null(out.u.stats.events);
+}
+
+Test(dp, stats_without_events_has_none)
+{
+    struct fgx_dp_msg in, out;
+
+    make_stats(&in);
+    encode_decode(&in, &out);
+    cr_assert_eq(out.u.stats.nevents, 0);
+    cr_assert_null(out.u.stats.events);
+    cr_assert_eq(out.u.stats.events_lost, 0);
+    fgx_dp_msg_release(&out);
+}
+
+/* Stats travels inside Msg with a length prefix, so a cut anywhere, even between two events,
+ * is refused: an event is never lost or altered by truncation without an error. */
+Test(dp, stats_events_truncated_refused)
+{
+    struct fgx_dp_msg in;
+
+    make_stats_events(&in);
+    check_every_prefix(&in);
+}
+
+static uint8_t *pack_stats_pb(Fgx__Dp__Event **evs, size_t n, size_t *len)
+{
+    Fgx__Dp__Msg msg = FGX__DP__MSG__INIT;
+    Fgx__Dp__Stats st = FGX__DP__STATS__INIT;
+    uint8_t *buf;
+
+    st.n_events = n;
+    st.events = evs;
+    st.has_events_lost = 1;
+    st.events_lost = 1;
+    msg.msg_case = FGX__DP__MSG__MSG_STATS;
+    msg.stats = &st;
+    *len = fgx__dp__msg__get_packed_size(&msg);
+    buf = malloc(*len);
+    cr_assert_not_null(buf);
+    fgx__dp__msg__pack(&msg, buf);
+    return buf;
+}
+
+Test(dp, bad_events_dropped_and_counted)
+{
+    static uint8_t a4[4] = {1, 2, 3, 4}, a16[16] = {0xfd}, a5[5], big[FGX_DP_EXCERPT_MAX + 1];
+    Fgx__Dp__Event ev[8], *evp[8];
+    struct fgx_dp_msg out;
+    uint8_t *buf;
+    size_t len;
+
+    for (int i = 0; i < 8; i++) {
+        fgx__dp__event__init(&ev[i]);
+        ev[i].service_id = (uint32_t)i;
+        ev[i].dir = FGX_DIR_C2S;
+        ev[i].ipproto = IPPROTO_TCP;
+        ev[i].src = (ProtobufCBinaryData){.len = 4, .data = a4};
+        ev[i].dst = (ProtobufCBinaryData){.len = 4, .data = a4};
+        ev[i].sport = 1;
+        ev[i].dport = 2;
+        evp[i] = &ev[i];
+    }
+    ev[1].src = (ProtobufCBinaryData){.len = 5, .data = a5}; /* no such family */
+    ev[1].dst = (ProtobufCBinaryData){.len = 5, .data = a5};
+    ev[2].dst = (ProtobufCBinaryData){.len = 16, .data = a16}; /* families differ */
+    ev[3].has_excerpt = 1;                                     /* excerpt too long */
+    ev[3].excerpt = (ProtobufCBinaryData){.len = sizeof(big), .data = big};
+    ev[4].dir = 3;         /* BOTH is no direction of bytes */
+    ev[5].ipproto = 1;     /* ICMP */
+    ev[6].sport = 70000;   /* not a port */
+    ev[7].has_excerpt = 1; /* the good one, at the limit */
+    ev[7].excerpt = (ProtobufCBinaryData){.len = FGX_DP_EXCERPT_MAX, .data = big};
+    buf = pack_stats_pb(evp, 8, &len);
+    cr_assert_eq(fgx_dp_decode(buf, len, &out), 0);
+    free(buf);
+    cr_assert_eq(out.u.stats.nevents, 2);
+    cr_assert_eq(out.u.stats.events[0].service_id, 0);
+    cr_assert_eq(out.u.stats.events[0].family, 4);
+    cr_assert_eq(out.u.stats.events[1].service_id, 7);
+    cr_assert_eq(out.u.stats.events[1].excerpt_len, FGX_DP_EXCERPT_MAX);
+    cr_assert_eq(out.u.stats.events_lost, 1 + 6, "the dropped events are counted as lost");
+    fgx_dp_msg_release(&out);
+}
+
+Test(dp, bad_events_not_encoded)
+{
+    struct fgx_dp_msg in, out;
+
+    make_stats_events(&in);
+    sample_events[0].family = 5;
+    sample_events[2].excerpt_len = FGX_DP_EXCERPT_MAX + 1;
+    encode_decode(&in, &out);
+    cr_assert_eq(out.u.stats.nevents, 1);
+    event_eq(&sample_events[1], &out.u.stats.events[0]);
+    cr_assert_eq(out.u.stats.events_lost, 5 + 2);
+    fgx_dp_msg_release(&out);
+}

@@ -416,3 +416,121 @@ Test(store, map_full_request_gets_clear_error)
     ctl_txn_abort(t);
     ctl_ctx_release(&ctx);
 }
+
+/* ---- statistics and events (issue 3) ---- */
+
+Test(store, service_totals_roundtrip_and_cascade)
+{
+    uint32_t a = add_service("web", IPPROTO_TCP, 8080);
+    struct ctl_svc_totals v = {.packets = 1, .bytes = UINT64_MAX, .accepted = 3, .dropped = 4}, w;
+    struct ctl_txn *t;
+
+    cr_assert_eq(ctl_txn_begin(st, true, &t), 0);
+    cr_assert_eq(ctl_store_svc_totals_get(t, a, &w), 0);
+    cr_assert_eq(w.packets + w.bytes + w.accepted + w.dropped, 0, "never counted: zeros");
+    cr_assert_eq(ctl_store_svc_totals_put(t, a, &v), 0);
+    cr_assert_eq(ctl_txn_commit(t), 0);
+    cr_assert_eq(ctl_txn_begin(st, true, &t), 0);
+    cr_assert_eq(ctl_store_svc_totals_get(t, a, &w), 0);
+    cr_assert_eq(memcmp(&v, &w, sizeof(v)), 0);
+    cr_assert_eq(ctl_store_service_del(t, a), 0);
+    cr_assert_eq(ctl_store_svc_totals_get(t, a, &w), 0);
+    cr_assert_eq(w.bytes, 0, "the totals went with their service");
+    ctl_txn_abort(t);
+}
+
+Test(store, named_counters_and_blocked_set)
+{
+    uint32_t a = add_service("web", IPPROTO_TCP, 8080);
+    uint32_t f = add_filter(a, "x+");
+    struct ctl_txn *t;
+    uint64_t v;
+
+    cr_assert_eq(ctl_txn_begin(st, true, &t), 0);
+    cr_assert_eq(ctl_store_u64_get(t, "event_seq", &v), 0);
+    cr_assert_eq(v, 0);
+    cr_assert_eq(ctl_store_u64_put(t, "event_seq", 1ULL << 40), 0);
+    cr_assert_eq(ctl_store_blocked_set(t, f, 9), 0);
+    cr_assert_eq(ctl_store_blocked_set(t, f, 5), 0);
+    cr_assert_eq(ctl_txn_commit(t), 0);
+    cr_assert_eq(ctl_txn_begin(st, false, &t), 0);
+    cr_assert_eq(ctl_store_u64_get(t, "event_seq", &v), 0);
+    cr_assert_eq(v, 1ULL << 40);
+    cr_assert_eq(ctl_store_u64_get(t, "generation", &v), 0);
+    cr_assert_eq(v, 0, "a named counter never meets the store's own keys");
+    cr_assert_eq(ctl_store_blocked_get(t, f, &v), 0);
+    cr_assert_eq(v, 5, "set, not added");
+    ctl_txn_abort(t);
+}
+
+static struct ctl_event event_new(uint64_t seq)
+{
+    struct ctl_event e = {.seq = seq,
+                          .time_ns = seq * 1000,
+                          .service_id = 1,
+                          .filter_id = 2,
+                          .dir = FGX_DIR_S2C,
+                          .ipproto = IPPROTO_UDP,
+                          .sport = 53,
+                          .dport = 65535,
+                          .excerpt_len = FGX_DP_EXCERPT_MAX};
+
+    snprintf(e.service, sizeof(e.service), "svc-%llu", (unsigned long long)seq);
+    snprintf(e.src, sizeof(e.src), "ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255");
+    snprintf(e.dst, sizeof(e.dst), "10.0.0.2");
+    for (int i = 0; i < FGX_DP_EXCERPT_MAX; i++)
+        e.excerpt[i] = (uint8_t)(255 - i);
+    return e;
+}
+
+Test(store, events_put_list_trim)
+{
+    struct ctl_event *out, want;
+    struct ctl_txn *t;
+    size_t n;
+
+    cr_assert_eq(ctl_txn_begin(st, true, &t), 0);
+    cr_assert_eq(ctl_store_event_list(t, 10, &out, &n), 0);
+    cr_assert_eq(n, 0);
+    free(out);
+    for (uint64_t s = 1; s <= 300; s++) {
+        struct ctl_event e = event_new(s);
+        cr_assert_eq(ctl_store_event_put(t, &e), 0);
+    }
+    cr_assert_eq(ctl_txn_commit(t), 0);
+
+    cr_assert_eq(ctl_txn_begin(st, false, &t), 0);
+    cr_assert_eq(ctl_store_event_list(t, 3, &out, &n), 0);
+    ctl_txn_abort(t);
+    cr_assert_eq(n, 3);
+    cr_assert_eq(out[0].seq, 298, "the newest, oldest first (keys sort numerically)");
+    cr_assert_eq(out[2].seq, 300);
+    want = event_new(300);
+    cr_assert_eq(out[2].time_ns, want.time_ns);
+    cr_assert_eq(out[2].service_id, 1);
+    cr_assert_eq(out[2].filter_id, 2);
+    cr_assert_str_eq(out[2].service, want.service);
+    cr_assert_eq(out[2].dir, FGX_DIR_S2C);
+    cr_assert_eq(out[2].ipproto, IPPROTO_UDP);
+    cr_assert_str_eq(out[2].src, want.src, "the longest address text fits");
+    cr_assert_str_eq(out[2].dst, "10.0.0.2");
+    cr_assert_eq(out[2].sport, 53);
+    cr_assert_eq(out[2].dport, 65535);
+    cr_assert_eq(out[2].excerpt_len, FGX_DP_EXCERPT_MAX);
+    cr_assert_eq(memcmp(out[2].excerpt, want.excerpt, FGX_DP_EXCERPT_MAX), 0);
+    free(out);
+
+    cr_assert_eq(ctl_txn_begin(st, true, &t), 0);
+    cr_assert_eq(ctl_store_event_trim(t, 100), 0);
+    cr_assert_eq(ctl_store_event_list(t, 1000, &out, &n), 0);
+    cr_assert_eq(n, 100);
+    cr_assert_eq(out[0].seq, 201);
+    cr_assert_eq(out[99].seq, 300);
+    free(out);
+    cr_assert_eq(ctl_store_event_trim(t, 1000), 0, "nothing to trim");
+    cr_assert_eq(ctl_store_event_trim(t, 0), 0);
+    cr_assert_eq(ctl_store_event_list(t, 1000, &out, &n), 0);
+    cr_assert_eq(n, 0);
+    free(out);
+    ctl_txn_abort(t);
+}

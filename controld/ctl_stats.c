@@ -1,0 +1,445 @@
+/* controld statistics stage: a worker reports counters cumulative since it started, so each
+ * total here is what earlier processes contributed plus the growth seen from the current one;
+ * a new process (a new supervisor instance) restarts the "last seen" values at zero. Totals go
+ * to LMDB every CTL_STATS_FLUSH_MS (bounded write rate) and on exit; events are written in the
+ * same loop turn they arrive, before any request can see their seq, so a seq is never reused. */
+#include "controld/ctl_stats.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fgx/log.h"
+
+static const char key_event_seq[] = "event_seq";
+static const char key_queue_drops[] = "nfq_queue_drops";
+static const char key_events_lost[] = "nfq_events_lost";
+
+struct svc_slot {
+    uint32_t id;
+    struct ctl_svc_totals total, last;
+    uint64_t flows_active;
+};
+
+struct flt_slot {
+    uint32_t id;
+    uint64_t blocked, last;
+};
+
+struct ctl_stats {
+    struct svc_slot *svc;
+    size_t nsvc, capsvc;
+    struct flt_slot *flt;
+    size_t nflt, capflt;
+    bool have_instance;
+    uint64_t instance;
+    struct ctl_worker_counters worker;
+    uint64_t queue_drops_last;
+    struct ctl_event *ring; /* CTL_EVENTS_KEEP slots; ring[head] is the oldest */
+    size_t head, count;
+    size_t unsaved; /* the newest `unsaved` events are not in LMDB yet */
+    uint64_t next_seq;
+    bool dirty;
+    uint64_t flushed_ms;
+};
+
+static struct svc_slot *svc_slot(struct ctl_stats *s, uint32_t id, bool create)
+{
+    for (size_t i = 0; i < s->nsvc; i++)
+        if (s->svc[i].id == id)
+            return &s->svc[i];
+    if (!create)
+        return NULL;
+    if (s->nsvc == s->capsvc) {
+        size_t ncap = s->capsvc ? s->capsvc * 2 : 16;
+        struct svc_slot *n = realloc(s->svc, ncap * sizeof(*n));
+        if (!n)
+            return NULL;
+        s->svc = n;
+        s->capsvc = ncap;
+    }
+    s->svc[s->nsvc] = (struct svc_slot){.id = id};
+    return &s->svc[s->nsvc++];
+}
+
+static struct flt_slot *flt_slot(struct ctl_stats *s, uint32_t id, bool create)
+{
+    for (size_t i = 0; i < s->nflt; i++)
+        if (s->flt[i].id == id)
+            return &s->flt[i];
+    if (!create)
+        return NULL;
+    if (s->nflt == s->capflt) {
+        size_t ncap = s->capflt ? s->capflt * 2 : 32;
+        struct flt_slot *n = realloc(s->flt, ncap * sizeof(*n));
+        if (!n)
+            return NULL;
+        s->flt = n;
+        s->capflt = ncap;
+    }
+    s->flt[s->nflt] = (struct flt_slot){.id = id};
+    return &s->flt[s->nflt++];
+}
+
+/* Growth of a cumulative counter; one that went backwards was reset, so all of it is new. */
+static uint64_t grow(uint64_t *last, uint64_t cur)
+{
+    uint64_t d = cur >= *last ? cur - *last : cur;
+
+    *last = cur;
+    return d;
+}
+
+static void ring_push(struct ctl_stats *s, const struct ctl_event *e)
+{
+    if (s->count < CTL_EVENTS_KEEP) {
+        s->ring[(s->head + s->count) % CTL_EVENTS_KEEP] = *e;
+        s->count++;
+    } else {
+        s->ring[s->head] = *e;
+        s->head = (s->head + 1) % CTL_EVENTS_KEEP;
+    }
+    if (s->unsaved < CTL_EVENTS_KEEP)
+        s->unsaved++;
+}
+
+/* i = 0 is the oldest kept event. */
+static const struct ctl_event *ring_at(const struct ctl_stats *s, size_t i)
+{
+    return &s->ring[(s->head + i) % CTL_EVENTS_KEEP];
+}
+
+static int stats_load(struct ctl_stats *s, struct ctl_store *st)
+{
+    struct ctl_service *svcs = NULL;
+    struct ctl_filter *flts = NULL;
+    struct ctl_event *evs = NULL;
+    size_t nsvcs = 0, nflts = 0, nevs = 0;
+    struct ctl_txn *t;
+    int rv;
+
+    rv = ctl_txn_begin(st, false, &t);
+    if (rv < 0)
+        return rv;
+    rv = ctl_store_service_list(t, &svcs, &nsvcs);
+    if (rv == 0)
+        rv = ctl_store_filter_list(t, 0, &flts, &nflts);
+    for (size_t i = 0; rv == 0 && i < nsvcs; i++) {
+        struct svc_slot *v = svc_slot(s, svcs[i].id, true);
+        rv = v ? ctl_store_svc_totals_get(t, svcs[i].id, &v->total) : -ENOMEM;
+    }
+    for (size_t i = 0; rv == 0 && i < nflts; i++) {
+        struct flt_slot *f = flt_slot(s, flts[i].id, true);
+        rv = f ? ctl_store_blocked_get(t, flts[i].id, &f->blocked) : -ENOMEM;
+    }
+    if (rv == 0)
+        rv = ctl_store_u64_get(t, key_event_seq, &s->next_seq);
+    if (rv == 0)
+        rv = ctl_store_u64_get(t, key_queue_drops, &s->worker.queue_drops_total);
+    if (rv == 0)
+        rv = ctl_store_u64_get(t, key_events_lost, &s->worker.events_lost_total);
+    if (rv == 0)
+        rv = ctl_store_event_list(t, CTL_EVENTS_KEEP, &evs, &nevs);
+    ctl_txn_abort(t);
+    if (rv < 0)
+        goto out;
+    if (s->next_seq == 0)
+        s->next_seq = 1;
+    for (size_t i = 0; i < nevs; i++) {
+        ring_push(s, &evs[i]);
+        if (evs[i].seq >= s->next_seq) /* a seq written without its counter: never reuse it */
+            s->next_seq = evs[i].seq + 1;
+    }
+    s->unsaved = 0;
+out:
+    free(evs);
+    ctl_filters_free(flts, nflts);
+    free(svcs);
+    return rv;
+}
+
+int ctl_stats_open(struct ctl_store *st, struct ctl_stats **out)
+{
+    struct ctl_stats *s = calloc(1, sizeof(*s));
+    int rv = -ENOMEM;
+
+    if (!s)
+        goto err;
+    s->ring = calloc(CTL_EVENTS_KEEP, sizeof(*s->ring));
+    if (!s->ring)
+        goto err;
+    rv = stats_load(s, st);
+    if (rv < 0)
+        goto err;
+    *out = s;
+    return 0;
+err:
+    fgx_err("cannot load the statistics: %s", ctl_store_strerror(rv));
+    ctl_stats_free(s);
+    return rv;
+}
+
+void ctl_stats_free(struct ctl_stats *s)
+{
+    if (!s)
+        return;
+    free(s->svc);
+    free(s->flt);
+    free(s->ring);
+    free(s);
+}
+
+static void event_from_dp(const struct fgx_dp_event *d, uint64_t seq,
+                          const struct ctl_service *svcs, size_t nsvcs, struct ctl_event *e)
+{
+    int af = d->family == 6 ? AF_INET6 : AF_INET;
+
+    memset(e, 0, sizeof(*e));
+    e->seq = seq;
+    e->time_ns = d->time_ns;
+    e->service_id = d->service_id;
+    e->filter_id = d->filter_id;
+    for (size_t i = 0; i < nsvcs; i++) {
+        if (svcs[i].id == d->service_id) {
+            (void)snprintf(e->service, sizeof(e->service), "%s", svcs[i].name);
+            break;
+        }
+    }
+    e->dir = d->dir;
+    e->ipproto = d->ipproto;
+    /* fgx_dp_decode() checked the family; inet_ntop() cannot fail on these buffers. */
+    inet_ntop(af, d->src, e->src, sizeof(e->src));
+    inet_ntop(af, d->dst, e->dst, sizeof(e->dst));
+    e->sport = d->sport;
+    e->dport = d->dport;
+    e->excerpt_len = d->excerpt_len <= FGX_DP_EXCERPT_MAX ? d->excerpt_len : FGX_DP_EXCERPT_MAX;
+    memcpy(e->excerpt, d->excerpt, e->excerpt_len);
+}
+
+int ctl_stats_ingest(struct ctl_stats *s, uint64_t instance, const struct fgx_dp_stats *m,
+                     const struct ctl_service *svcs, size_t nsvcs)
+{
+    struct ctl_worker_counters *w = &s->worker;
+    int rv = 0;
+
+    if (!s->have_instance || instance != s->instance) {
+        /* A new process counts from zero; what the old one reported is in the totals. */
+        for (size_t i = 0; i < s->nsvc; i++)
+            memset(&s->svc[i].last, 0, sizeof(s->svc[i].last));
+        for (size_t i = 0; i < s->nflt; i++)
+            s->flt[i].last = 0;
+        s->queue_drops_last = 0;
+        s->have_instance = true;
+        s->instance = instance;
+    }
+    for (size_t i = 0; i < s->nsvc; i++)
+        s->svc[i].flows_active = 0; /* a service the worker no longer reports has no flow */
+    for (size_t i = 0; i < m->nservices; i++) {
+        const struct fgx_dp_service_stat *c = &m->services[i];
+        struct svc_slot *v = svc_slot(s, c->service_id, true);
+
+        if (!v) {
+            rv = -ENOMEM;
+            continue;
+        }
+        v->total.packets += grow(&v->last.packets, c->packets);
+        v->total.bytes += grow(&v->last.bytes, c->bytes);
+        v->total.accepted += grow(&v->last.accepted, c->accepted);
+        v->total.dropped += grow(&v->last.dropped, c->dropped);
+        v->flows_active = c->flows_active;
+        s->dirty = true;
+    }
+    for (size_t i = 0; i < m->nfilters; i++) {
+        const struct fgx_dp_filter_stat *c = &m->filters[i];
+        struct flt_slot *f = flt_slot(s, c->filter_id, true);
+
+        if (!f) {
+            rv = -ENOMEM;
+            continue;
+        }
+        f->blocked += grow(&f->last, c->blocked);
+        s->dirty = true;
+    }
+    w->valid = true;
+    w->instance = instance;
+    w->queue_drops = m->queue_drops;
+    w->flows = m->flows;
+    w->rss_bytes = m->rss_bytes;
+    w->truncated = m->truncated;
+    w->verdict_errors = m->verdict_errors;
+    w->malformed = m->malformed;
+    w->queue_drops_total += grow(&s->queue_drops_last, m->queue_drops);
+    w->events_lost_total += m->events_lost; /* per report, not cumulative */
+    for (size_t i = 0; i < m->nevents; i++) {
+        struct ctl_event e;
+
+        event_from_dp(&m->events[i], s->next_seq++, svcs, nsvcs, &e);
+        ring_push(s, &e);
+    }
+    if (rv < 0)
+        fgx_err("statistics: out of memory; some counters were not kept");
+    return rv;
+}
+
+void ctl_stats_worker_down(struct ctl_stats *s)
+{
+    for (size_t i = 0; i < s->nsvc; i++)
+        s->svc[i].flows_active = 0;
+    s->worker.valid = false;
+    s->worker.queue_drops = s->worker.flows = s->worker.rss_bytes = 0;
+    s->worker.truncated = s->worker.verdict_errors = s->worker.malformed = 0;
+}
+
+static int flush_events(struct ctl_stats *s, struct ctl_txn *t)
+{
+    int rv = 0;
+
+    for (size_t i = s->count - s->unsaved; rv == 0 && i < s->count; i++)
+        rv = ctl_store_event_put(t, ring_at(s, i));
+    if (rv == 0)
+        rv = ctl_store_event_trim(t, CTL_EVENTS_KEEP);
+    if (rv == 0)
+        rv = ctl_store_u64_put(t, key_event_seq, s->next_seq);
+    return rv;
+}
+
+/* Write every total whose service or filter still exists; forget the others (ids are never
+ * reused, so nothing can inherit them). */
+static int flush_counters(struct ctl_stats *s, struct ctl_txn *t)
+{
+    size_t keep = 0;
+    int rv = 0;
+
+    for (size_t i = 0; rv == 0 && i < s->nsvc; i++) {
+        struct ctl_service svc;
+
+        rv = ctl_store_service_get(t, s->svc[i].id, &svc);
+        if (rv == -ENOENT) {
+            rv = 0;
+            continue;
+        }
+        if (rv == 0)
+            rv = ctl_store_svc_totals_put(t, s->svc[i].id, &s->svc[i].total);
+        s->svc[keep++] = s->svc[i];
+    }
+    if (rv < 0)
+        return rv;
+    s->nsvc = keep;
+    keep = 0;
+    for (size_t i = 0; rv == 0 && i < s->nflt; i++) {
+        struct ctl_filter f;
+
+        rv = ctl_store_filter_get(t, s->flt[i].id, &f);
+        if (rv == -ENOENT) {
+            rv = 0;
+            continue;
+        }
+        ctl_filter_release(&f);
+        if (rv == 0)
+            rv = ctl_store_blocked_set(t, s->flt[i].id, s->flt[i].blocked);
+        s->flt[keep++] = s->flt[i];
+    }
+    if (rv < 0)
+        return rv;
+    s->nflt = keep;
+    rv = ctl_store_u64_put(t, key_queue_drops, s->worker.queue_drops_total);
+    if (rv == 0)
+        rv = ctl_store_u64_put(t, key_events_lost, s->worker.events_lost_total);
+    return rv;
+}
+
+int ctl_stats_flush(struct ctl_stats *s, struct ctl_store *st, uint64_t now_ms, bool force)
+{
+    bool counters = s->dirty && (force || now_ms - s->flushed_ms >= CTL_STATS_FLUSH_MS);
+    struct ctl_txn *t = NULL;
+    int rv;
+
+    if (s->unsaved == 0 && !counters)
+        return 0;
+    rv = ctl_txn_begin(st, true, &t);
+    if (rv < 0)
+        goto out;
+    if (s->unsaved > 0) {
+        rv = flush_events(s, t);
+        if (rv < 0)
+            goto out;
+    }
+    if (counters) {
+        rv = flush_counters(s, t);
+        if (rv < 0)
+            goto out;
+    }
+    rv = ctl_txn_commit(t);
+    t = NULL;
+    if (rv < 0)
+        goto out;
+    s->unsaved = 0;
+    if (counters)
+        s->dirty = false;
+out:
+    ctl_txn_abort(t);
+    if (counters)
+        s->flushed_ms = now_ms; /* a failing store is retried at the normal pace, not in a loop */
+    if (rv < 0)
+        fgx_warn("cannot save the statistics: %s", ctl_store_strerror(rv));
+    return rv;
+}
+
+void ctl_stats_service(const struct ctl_stats *s, uint32_t service_id, struct ctl_svc_counters *out)
+{
+    memset(out, 0, sizeof(*out));
+    for (size_t i = 0; i < s->nsvc; i++) {
+        if (s->svc[i].id == service_id) {
+            out->packets = s->svc[i].total.packets;
+            out->bytes = s->svc[i].total.bytes;
+            out->accepted = s->svc[i].total.accepted;
+            out->dropped = s->svc[i].total.dropped;
+            out->flows_active = s->svc[i].flows_active;
+            return;
+        }
+    }
+}
+
+uint64_t ctl_stats_blocked(const struct ctl_stats *s, uint32_t filter_id)
+{
+    for (size_t i = 0; i < s->nflt; i++)
+        if (s->flt[i].id == filter_id)
+            return s->flt[i].blocked;
+    return 0;
+}
+
+const struct ctl_worker_counters *ctl_stats_worker(const struct ctl_stats *s)
+{
+    return &s->worker;
+}
+
+size_t ctl_stats_events(const struct ctl_stats *s, uint64_t after_seq, uint32_t service_id,
+                        const char *service, size_t limit, const struct ctl_event **out)
+{
+    bool any = service_id == 0 && service == NULL;
+    size_t n = 0;
+
+    /* Newest first into out[], then reversed: the newest `limit` matter, shown oldest first. */
+    for (size_t i = s->count; i-- > 0 && n < limit;) {
+        const struct ctl_event *e = ring_at(s, i);
+
+        if (e->seq <= after_seq)
+            break;
+        if (any || (service_id != 0 && e->service_id == service_id) ||
+            (service != NULL && strcmp(e->service, service) == 0))
+            out[n++] = e;
+    }
+    for (size_t i = 0; i < n / 2; i++) {
+        const struct ctl_event *x = out[i];
+        out[i] = out[n - 1 - i];
+        out[n - 1 - i] = x;
+    }
+    return n;
+}
+
+uint64_t ctl_stats_last_seq(const struct ctl_stats *s)
+{
+    return s->next_seq - 1;
+}

@@ -1,0 +1,68 @@
+/* controld statistics stage: folds the worker's STATS replies (cumulative since that worker
+ * started) into totals that survive a worker restart and, through LMDB, a controld restart;
+ * numbers the match events and keeps the recent ones. Read by ctl_rpc (stats, events, worker
+ * list) and ctl_metrics (Prometheus). */
+#ifndef CTL_STATS_H
+#define CTL_STATS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "controld/ctl_store.h"
+#include "fgx/dp.h"
+
+/* Events kept in memory and in LMDB; older ones are dropped. */
+#define CTL_EVENTS_KEEP 1000
+/* Counters are written to LMDB at most this often (and on exit); events as they arrive. */
+#define CTL_STATS_FLUSH_MS 5000
+
+/* One service's traffic: totals across restarts, flows_active as last reported. */
+struct ctl_svc_counters {
+    uint64_t packets, bytes, accepted, dropped, flows_active;
+};
+
+/* The worker's own numbers from its last STATS (since that worker started), and the totals
+ * controld keeps across its restarts. */
+struct ctl_worker_counters {
+    bool valid;        /* a STATS arrived from process `instance` */
+    uint64_t instance; /* compare with ctl_sup_info.instance: stale once a new process runs */
+    uint64_t queue_drops, flows, rss_bytes, truncated, verdict_errors, malformed;
+    uint64_t queue_drops_total, events_lost_total;
+};
+
+struct ctl_stats;
+
+/* Load the persisted totals, the next event seq and the recent events from st. *out owned by
+ * the caller (ctl_stats_free()). */
+int ctl_stats_open(struct ctl_store *st, struct ctl_stats **out);
+void ctl_stats_free(struct ctl_stats *s);
+
+/* Fold one STATS from the worker process `instance` (ctl_sup_info.instance: a new value means a
+ * new process, counting from zero). svcs names the events' services (borrowed, may be empty).
+ * Returns 0 or -ENOMEM (counts already folded stay). */
+int ctl_stats_ingest(struct ctl_stats *s, uint64_t instance, const struct fgx_dp_stats *m,
+                     const struct ctl_service *svcs, size_t nsvcs);
+/* The worker is gone: nothing is flowing through it, and its own numbers are void. */
+void ctl_stats_worker_down(struct ctl_stats *s);
+
+/* Write to LMDB what changed: events at once, counters when force or CTL_STATS_FLUSH_MS have
+ * passed since the last write. Totals of services and filters no longer in the store are
+ * forgotten. now_ms is a monotonic clock. */
+int ctl_stats_flush(struct ctl_stats *s, struct ctl_store *st, uint64_t now_ms, bool force);
+
+/* Totals of one service (all 0 when never counted). */
+void ctl_stats_service(const struct ctl_stats *s, uint32_t service_id,
+                       struct ctl_svc_counters *out);
+uint64_t ctl_stats_blocked(const struct ctl_stats *s, uint32_t filter_id);
+const struct ctl_worker_counters *ctl_stats_worker(const struct ctl_stats *s);
+
+/* Events with seq > after_seq, of service_id only unless it is 0, or also those reported under
+ * the name `service` when it is not NULL: the newest `limit`, oldest first. out[] must hold
+ * `limit` pointers; they point into s and stay valid until the next ingest. Returns the count. */
+size_t ctl_stats_events(const struct ctl_stats *s, uint64_t after_seq, uint32_t service_id,
+                        const char *service, size_t limit, const struct ctl_event **out);
+/* The newest seq assigned (0 before the first event). */
+uint64_t ctl_stats_last_seq(const struct ctl_stats *s);
+
+#endif

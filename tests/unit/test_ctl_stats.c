@@ -1,0 +1,329 @@
+/* Unit tests for controld/ctl_stats.c against a real LMDB store: totals across worker restarts
+ * (a new instance counts from zero) and controld restarts (persisted), the bounded write rate,
+ * the event ring (numbering, bound, queries) and its persistence. STATS are built by hand, as
+ * the worker would send them. */
+#include <criterion/criterion.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "controld/ctl_stats.h"
+#include "controld/ctl_store.h"
+
+static char dir[64];
+static struct ctl_store *st;
+static struct ctl_stats *stats;
+static uint32_t svc_id, flt_id;
+
+static uint32_t add_service(const char *name, uint16_t port)
+{
+    struct ctl_service s = {.ipproto = IPPROTO_TCP, .port = port, .active = true};
+    struct ctl_txn *t;
+
+    snprintf(s.name, sizeof(s.name), "%s", name);
+    cr_assert_eq(ctl_txn_begin(st, true, &t), 0);
+    cr_assert_eq(ctl_store_service_put(t, &s), 0);
+    cr_assert_eq(ctl_txn_commit(t), 0);
+    return s.id;
+}
+
+static uint32_t add_filter(uint32_t service_id)
+{
+    struct ctl_filter f = {.service_id = service_id, .dir = FGX_DIR_BOTH, .active = true};
+    struct ctl_txn *t;
+
+    f.regex = strdup("evil[0-9]+");
+    cr_assert_eq(ctl_txn_begin(st, true, &t), 0);
+    cr_assert_eq(ctl_store_filter_put(t, &f), 0);
+    cr_assert_eq(ctl_txn_commit(t), 0);
+    ctl_filter_release(&f);
+    return f.id;
+}
+
+static void setup(void)
+{
+    snprintf(dir, sizeof(dir), "/tmp/fgx-test-stats-XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+    cr_assert_eq(ctl_store_open(dir, 0, &st), 0);
+    svc_id = add_service("web", 8080);
+    flt_id = add_filter(svc_id);
+    cr_assert_eq(ctl_stats_open(st, &stats), 0);
+}
+
+static void teardown(void)
+{
+    char path[128];
+
+    ctl_stats_free(stats);
+    stats = NULL;
+    ctl_store_close(st);
+    st = NULL;
+    snprintf(path, sizeof(path), "%s/data.mdb", dir);
+    unlink(path);
+    snprintf(path, sizeof(path), "%s/lock.mdb", dir);
+    unlink(path);
+    rmdir(dir);
+}
+
+TestSuite(ctl_stats, .init = setup, .fini = teardown);
+
+/* One STATS with one service and one filter, cumulative values as a worker reports them. */
+static void feed(uint64_t instance, uint64_t packets, uint64_t blocked, uint64_t flows,
+                 uint64_t queue_drops)
+{
+    struct fgx_dp_service_stat ss = {.service_id = svc_id,
+                                     .packets = packets,
+                                     .bytes = packets * 100,
+                                     .accepted = packets - blocked,
+                                     .dropped = blocked,
+                                     .flows_active = flows};
+    struct fgx_dp_filter_stat fs = {.filter_id = flt_id, .blocked = blocked};
+    struct fgx_dp_stats m = {.nservices = 1,
+                             .services = &ss,
+                             .nfilters = 1,
+                             .filters = &fs,
+                             .queue_drops = queue_drops,
+                             .rss_bytes = 4096};
+
+    cr_assert_eq(ctl_stats_ingest(stats, instance, &m, NULL, 0), 0);
+}
+
+static uint64_t packets_of(const struct ctl_stats *s)
+{
+    struct ctl_svc_counters c;
+
+    ctl_stats_service(s, svc_id, &c);
+    return c.packets;
+}
+
+static void reopen(void)
+{
+    ctl_stats_free(stats);
+    stats = NULL;
+    cr_assert_eq(ctl_stats_open(st, &stats), 0);
+}
+
+Test(ctl_stats, totals_survive_worker_restart)
+{
+    struct ctl_svc_counters c;
+
+    feed(1, 10, 2, 3, 7);
+    feed(1, 15, 2, 4, 9);
+    ctl_stats_service(stats, svc_id, &c);
+    cr_assert_eq(c.packets, 15, "cumulative values are not added twice");
+    cr_assert_eq(c.bytes, 1500);
+    cr_assert_eq(c.accepted, 13);
+    cr_assert_eq(c.dropped, 2);
+    cr_assert_eq(c.flows_active, 4, "flows_active is the last value, not a total");
+    cr_assert_eq(ctl_stats_blocked(stats, flt_id), 2);
+
+    /* A new process (instance 2) starts again from zero. */
+    feed(2, 4, 1, 1, 1);
+    ctl_stats_service(stats, svc_id, &c);
+    cr_assert_eq(c.packets, 19);
+    cr_assert_eq(c.dropped, 3);
+    cr_assert_eq(ctl_stats_blocked(stats, flt_id), 3);
+    cr_assert_eq(ctl_stats_worker(stats)->queue_drops, 1, "the worker's own number");
+    cr_assert_eq(ctl_stats_worker(stats)->queue_drops_total, 10, "the total across restarts");
+    cr_assert_eq(ctl_stats_worker(stats)->instance, 2);
+
+    /* A counter that goes back within one instance was reset: all of it is new. */
+    feed(2, 2, 1, 1, 1);
+    cr_assert_eq(packets_of(stats), 21);
+}
+
+Test(ctl_stats, worker_down_clears_flows_not_totals)
+{
+    struct ctl_svc_counters c;
+
+    feed(1, 10, 1, 5, 0);
+    ctl_stats_worker_down(stats);
+    ctl_stats_service(stats, svc_id, &c);
+    cr_assert_eq(c.flows_active, 0);
+    cr_assert_eq(c.packets, 10);
+    cr_assert_not(ctl_stats_worker(stats)->valid);
+}
+
+Test(ctl_stats, totals_survive_controld_restart)
+{
+    feed(1, 10, 2, 3, 5);
+    cr_assert_eq(ctl_stats_flush(stats, st, 100000, true), 0);
+    reopen();
+    cr_assert_eq(packets_of(stats), 10);
+    cr_assert_eq(ctl_stats_blocked(stats, flt_id), 2);
+    cr_assert_eq(ctl_stats_worker(stats)->queue_drops_total, 5);
+    /* The new controld runs a new worker, counting from zero. */
+    feed(1, 3, 1, 0, 0);
+    cr_assert_eq(packets_of(stats), 13);
+    cr_assert_eq(ctl_stats_blocked(stats, flt_id), 3);
+}
+
+Test(ctl_stats, counters_written_at_a_bounded_rate)
+{
+    struct ctl_stats *other;
+
+    feed(1, 10, 0, 0, 0);
+    cr_assert_eq(ctl_stats_flush(stats, st, 100000, false), 0); /* first: due at once */
+    feed(1, 20, 0, 0, 0);
+    cr_assert_eq(ctl_stats_flush(stats, st, 100000 + CTL_STATS_FLUSH_MS - 1, false), 0);
+    cr_assert_eq(ctl_stats_open(st, &other), 0);
+    cr_assert_eq(packets_of(other), 10, "not written again before CTL_STATS_FLUSH_MS");
+    ctl_stats_free(other);
+    cr_assert_eq(ctl_stats_flush(stats, st, 100000 + CTL_STATS_FLUSH_MS, false), 0);
+    cr_assert_eq(ctl_stats_open(st, &other), 0);
+    cr_assert_eq(packets_of(other), 20);
+    ctl_stats_free(other);
+}
+
+Test(ctl_stats, removed_service_and_filter_forgotten)
+{
+    struct ctl_txn *t;
+    struct ctl_svc_totals saved;
+    uint64_t b;
+
+    feed(1, 10, 2, 0, 0);
+    cr_assert_eq(ctl_stats_flush(stats, st, 100000, true), 0);
+    cr_assert_eq(ctl_txn_begin(st, true, &t), 0);
+    cr_assert_eq(ctl_store_service_del(t, svc_id), 0);
+    cr_assert_eq(ctl_txn_commit(t), 0);
+    feed(1, 11, 3, 0, 0); /* the worker still reports it until the next generation */
+    cr_assert_eq(ctl_stats_flush(stats, st, 200000, true), 0);
+    cr_assert_eq(packets_of(stats), 0, "forgotten at the flush");
+    cr_assert_eq(ctl_txn_begin(st, false, &t), 0);
+    cr_assert_eq(ctl_store_svc_totals_get(t, svc_id, &saved), 0);
+    cr_assert_eq(saved.packets, 0, "not written back for a removed service");
+    cr_assert_eq(ctl_store_blocked_get(t, flt_id, &b), 0);
+    cr_assert_eq(b, 0);
+    ctl_txn_abort(t);
+}
+
+static void feed_events(uint64_t instance, size_t n, uint32_t service_id, uint64_t t0)
+{
+    struct fgx_dp_event *ev = calloc(n, sizeof(*ev));
+    struct ctl_service svcs[2] = {{.id = 1, .name = "web"}, {.id = 2, .name = "dns"}};
+    struct fgx_dp_stats m = {.nevents = n, .events = ev, .events_lost = 1};
+
+    cr_assert_not_null(ev);
+    for (size_t i = 0; i < n; i++) {
+        ev[i] = (struct fgx_dp_event){.time_ns = t0 + i,
+                                      .service_id = service_id,
+                                      .filter_id = 9,
+                                      .dir = FGX_DIR_S2C,
+                                      .ipproto = IPPROTO_TCP,
+                                      .family = 4,
+                                      .src = {10, 0, 0, 1},
+                                      .dst = {10, 0, 0, 2},
+                                      .sport = 8080,
+                                      .dport = 40000,
+                                      .excerpt_len = 4};
+        memcpy(ev[i].excerpt, "fl\0g", 4);
+    }
+    cr_assert_eq(ctl_stats_ingest(stats, instance, &m, svcs, 2), 0);
+    free(ev);
+}
+
+Test(ctl_stats, events_numbered_bounded_and_queried)
+{
+    const struct ctl_event *out[CTL_EVENTS_KEEP];
+    size_t n;
+
+    cr_assert_eq(ctl_stats_last_seq(stats), 0);
+    cr_assert_eq(ctl_stats_events(stats, 0, 0, NULL, 10, out), 0);
+    feed_events(1, 600, 1, 1000);
+    feed_events(1, 405, 2, 5000);
+    cr_assert_eq(ctl_stats_last_seq(stats), 1005);
+    cr_assert_eq(ctl_stats_worker(stats)->events_lost_total, 2);
+
+    n = ctl_stats_events(stats, 0, 0, NULL, CTL_EVENTS_KEEP, out);
+    cr_assert_eq(n, CTL_EVENTS_KEEP, "only the newest CTL_EVENTS_KEEP are kept");
+    cr_assert_eq(out[0]->seq, 6);
+    cr_assert_eq(out[n - 1]->seq, 1005);
+
+    n = ctl_stats_events(stats, 0, 0, NULL, 3, out);
+    cr_assert_eq(n, 3);
+    cr_assert_eq(out[0]->seq, 1003, "the newest N, oldest first");
+    cr_assert_eq(out[2]->seq, 1005);
+
+    n = ctl_stats_events(stats, 1001, 0, NULL, 100, out);
+    cr_assert_eq(n, 4, "only after after_seq");
+    cr_assert_eq(out[0]->seq, 1002);
+    cr_assert_eq(ctl_stats_events(stats, 1005, 0, NULL, 100, out), 0);
+
+    n = ctl_stats_events(stats, 0, 1, NULL, CTL_EVENTS_KEEP, out);
+    cr_assert_eq(n, 595, "service 1's kept events: seq 6..600");
+    cr_assert_eq(out[0]->seq, 6);
+    cr_assert_str_eq(out[0]->service, "web");
+    n = ctl_stats_events(stats, 0, 0, "dns", 2, out);
+    cr_assert_eq(n, 2, "by the name the event was reported under");
+    cr_assert_eq(out[1]->seq, 1005);
+    cr_assert_eq(out[1]->service_id, 2);
+    cr_assert_str_eq(out[1]->src, "10.0.0.1");
+    cr_assert_eq(out[1]->sport, 8080);
+    cr_assert_eq(out[1]->dir, FGX_DIR_S2C);
+    cr_assert_eq(out[1]->excerpt_len, 4);
+    cr_assert_eq(memcmp(out[1]->excerpt, "fl\0g", 4), 0);
+}
+
+Test(ctl_stats, events_persist_and_seq_never_reused)
+{
+    struct fgx_dp_event ev = {.time_ns = 77,
+                              .service_id = 42, /* unknown: no name */
+                              .filter_id = 3,
+                              .dir = FGX_DIR_C2S,
+                              .ipproto = IPPROTO_UDP,
+                              .family = 6,
+                              .src = {0xfd, [15] = 1},
+                              .dst = {0xfd, [15] = 2},
+                              .sport = 5353,
+                              .dport = 53};
+    struct fgx_dp_stats m = {.nevents = 1, .events = &ev};
+    const struct ctl_event *out[8];
+    size_t n;
+
+    feed_events(1, 3, 1, 1000);
+    cr_assert_eq(ctl_stats_ingest(stats, 1, &m, NULL, 0), 0);
+    /* Events are written at the next flush whatever the counters' pace. */
+    cr_assert_eq(ctl_stats_flush(stats, st, 0, false), 0);
+    reopen();
+    cr_assert_eq(ctl_stats_last_seq(stats), 4);
+    n = ctl_stats_events(stats, 0, 0, NULL, 8, out);
+    cr_assert_eq(n, 4);
+    cr_assert_eq(out[0]->seq, 1);
+    cr_assert_str_eq(out[0]->service, "web");
+    cr_assert_eq(out[0]->time_ns, 1000);
+    cr_assert_eq(memcmp(out[0]->excerpt, "fl\0g", 4), 0);
+    cr_assert_eq(out[3]->seq, 4);
+    cr_assert_str_eq(out[3]->service, "");
+    cr_assert_str_eq(out[3]->src, "fd00::1");
+    cr_assert_str_eq(out[3]->dst, "fd00::2");
+    cr_assert_eq(out[3]->ipproto, IPPROTO_UDP);
+    cr_assert_eq(out[3]->dir, FGX_DIR_C2S);
+    cr_assert_eq(out[3]->excerpt_len, 0);
+    feed_events(1, 1, 1, 2000);
+    cr_assert_eq(ctl_stats_last_seq(stats), 5, "numbering goes on after a restart");
+}
+
+Test(ctl_stats, persisted_events_bounded)
+{
+    const struct ctl_event *out[2];
+    struct ctl_event *evs;
+    struct ctl_txn *t;
+    size_t n;
+
+    for (int i = 0; i < 3; i++) {
+        feed_events(1, 500, 1, (uint64_t)i * 1000);
+        cr_assert_eq(ctl_stats_flush(stats, st, 0, false), 0);
+    }
+    cr_assert_eq(ctl_txn_begin(st, false, &t), 0);
+    cr_assert_eq(ctl_store_event_list(t, CTL_EVENTS_KEEP * 2, &evs, &n), 0);
+    ctl_txn_abort(t);
+    cr_assert_eq(n, CTL_EVENTS_KEEP, "the store keeps no more than memory does");
+    cr_assert_eq(evs[0].seq, 501);
+    cr_assert_eq(evs[n - 1].seq, 1500);
+    free(evs);
+    reopen();
+    cr_assert_eq(ctl_stats_events(stats, 0, 0, NULL, 2, out), 2);
+    cr_assert_eq(out[1]->seq, 1500);
+}
