@@ -17,9 +17,12 @@
 #include "fgx/chan.h"
 #include "fgx/log.h"
 
+/* A dead worker is a gap in filtering (fail-closed: an outage of the service), so the backoff
+ * stays short: it only keeps a worker that crashes at once from spinning, and is capped so that
+ * filtering is back within about a second even in a crash loop. */
 #define SUP_BACKOFF_MIN_MS 100
-#define SUP_BACKOFF_MAX_MS 5000
-#define SUP_STABLE_MS 30000
+#define SUP_BACKOFF_MAX_MS 1000
+#define SUP_STABLE_MS 5000
 #define SUP_STOP_GRACE_MS 2000
 
 struct ctl_sup {
