@@ -38,19 +38,36 @@ static const char usage_main[] =
     "  stats [SERVICE] [--watch [--interval SEC]]\n"
     "                                           traffic counters per service\n"
     "  events [SERVICE] [--limit N] [--follow]  the latest blocks, with an excerpt\n"
+    "  filter import SERVICE FILE [--replace]   load a ruleset file, all or nothing\n"
+    "  filter export SERVICE                    print a service's filters as a ruleset file\n"
+    "  export FILE                              save the whole configuration as JSON\n"
+    "  import FILE                              restore it (replaces everything, atomically)\n"
+    "  login [--password-file F]                log in to a remote controld\n"
+    "  logout\n"
+    "  passwd [--password-file F] [--expire-sessions]\n"
+    "                                           set controld's password\n"
+    "  auth on|off                              require the password from remote clients\n"
+    "  cert                                     controld's certificate fingerprint\n"
     "  help [COMMAND [SUBCOMMAND]]\n"
     "\n"
     "Options:\n"
     "  -c, --connect URL  controld's control socket (default: $FGEX_URL, else\n"
-    "                     " CLI_DEFAULT_URL ")\n"
+    "                     " CLI_DEFAULT_URL "), or tls+tcp://HOST:PORT\n"
+    "  --fingerprint FP   tls+tcp: accept only the certificate with this SHA-256\n"
+    "                     (AB:CD:...) and pin it\n"
+    "  --ca FILE          tls+tcp: verify the server against this PEM certificate or CA\n"
     "  --json             print one JSON document on stdout\n"
     "  -h, --help         this help; `fgexctl COMMAND --help` for one command\n"
     "\n"
     "SERVICE is a service id or name; FILTER is a filter id. Options may follow the\n"
     "arguments; `--` ends the options (for a regex that starts with '-').\n"
     "\n"
+    "A tls+tcp server's certificate is pinned on first use in ~/.config/fgex/known_hosts;\n"
+    "a changed one is refused. Colours only on a terminal, never with --json or NO_COLOR.\n"
+    "\n"
     "Exit status: 0 ok, 1 error, 2 usage, 3 not found, 4 invalid argument, 5 exists,\n"
-    "6 stored but not confirmed by the worker.\n";
+    "6 stored but not confirmed by the worker, 7 login required or refused,\n"
+    "8 the server's certificate does not match its pin.\n";
 
 static const char usage_status[] =
     "usage: fgexctl status\n"
@@ -133,6 +150,8 @@ static const char usage_filter[] =
     "  enable FILTER\n"
     "  disable FILTER\n"
     "  rm FILTER\n"
+    "  import SERVICE FILE [--replace]\n"
+    "  export SERVICE\n"
     "\n"
     "SERVICE is a service id or name; FILTER is a filter id.\n"
                                    "`fgexctl filter COMMAND --help` for one command.\n";
@@ -225,6 +244,77 @@ static const char usage_events[] =
     "service, filter_id, dir, proto, src, sport, dst, dport, excerpt, excerpt_hex}.\n"
     "\n" SERVICE_HELP_NOTE;
 
+#define RULESET_FORMAT_HELP \
+    "File format: one filter a line,\n" \
+    "\n" \
+    "    [c2s|s2c|both] [nocase] [disabled] /REGEX/\n" \
+    "\n" \
+    "e.g. `c2s nocase /evil[0-9]+/`. The regex is everything between the first and\n" \
+    "the last '/' of the line, as is (a '/' inside needs no escape). The direction\n" \
+    "defaults to both. Blank lines and lines starting with '#' are ignored.\n"
+
+static const char usage_filter_import[] =
+    "usage: fgexctl filter import SERVICE FILE [--replace]\n"
+    "\n"
+    "Add the filters of a ruleset file (FILE, or - for stdin) to a service, all or\n"
+    "nothing: one bad line (its syntax here, its regex in controld) refuses the whole\n"
+    "file, names the line, and changes nothing.\n"
+    "\n"
+    "  --replace   remove the service's other filters, so it has exactly the file's\n"
+    "\n" RULESET_FORMAT_HELP SERVICE_HELP_NOTE;
+
+static const char usage_filter_export[] =
+    "usage: fgexctl filter export SERVICE\n"
+    "\n"
+    "Print a service's filters on stdout in the ruleset file format that\n"
+    "`filter import` reads (with --json: an array of filters, as `filter list`).\n"
+    "\n" RULESET_FORMAT_HELP SERVICE_HELP_NOTE;
+
+static const char usage_export[] =
+    "usage: fgexctl export FILE\n"
+    "\n"
+    "Save controld's whole configuration (services, their filters, settings; never the\n"
+    "password hash or sessions) as one JSON document in FILE (mode 0600), or on stdout\n"
+    "for `-`. `fgexctl import FILE` restores it. The format is in docs/fgexctl.md.\n";
+
+static const char usage_import[] =
+    "usage: fgexctl import FILE\n"
+    "\n"
+    "Replace controld's whole configuration with FILE (or - for stdin), as written by\n"
+    "`fgexctl export`, atomically: a file that is malformed (its line and column are\n"
+    "named) or asks for something impossible changes nothing and says why.\n";
+
+static const char usage_login[] =
+    "usage: fgexctl [-c URL] login [--password-file F]\n"
+    "\n"
+    "Log in to controld with its password (the first line of F, else stdin; not echoed\n"
+    "on a terminal). The session token is kept in ~/.config/fgex/sessions/ (mode 0600)\n"
+    "and sent with every later request to the same URL.\n";
+
+static const char usage_logout[] =
+    "usage: fgexctl [-c URL] logout\n"
+    "\n"
+    "End the session with controld and forget its token.\n";
+
+static const char usage_passwd[] =
+    "usage: fgexctl passwd [--password-file F] [--expire-sessions]\n"
+    "\n"
+    "Set controld's password: the first line of F, else from stdin (asked twice on a\n"
+    "terminal). Over the local socket, or by a logged-in remote client.\n"
+    "\n"
+    "  --expire-sessions   log out every other session\n";
+
+static const char usage_auth[] =
+    "usage: fgexctl auth on|off\n"
+    "\n"
+    "Require the password from remote clients (on), or not (off), from now on.\n";
+
+static const char usage_cert[] =
+    "usage: fgexctl cert\n"
+    "\n"
+    "Print the SHA-256 fingerprint of controld's TLS certificate, to compare with what\n"
+    "a client pinned on first use.\n";
+
 /* clang-format on */
 
 /* ---- the command table ------------------------------------------------------------------- */
@@ -242,6 +332,9 @@ enum opt_bit {
     OPT_INTERVAL = 1u << 9,
     OPT_LIMIT = 1u << 10,
     OPT_FOLLOW = 1u << 11,
+    OPT_PASSWORD_FILE = 1u << 12,
+    OPT_EXPIRE = 1u << 13,
+    OPT_REPLACE = 1u << 14,
 };
 
 enum opt_arg {
@@ -256,7 +349,7 @@ struct opt_def {
     enum opt_arg arg;
 };
 
-#define NOPTS 12
+#define NOPTS 15
 
 /* Index i of this table is the slot where the value of option bit 1 << i is kept. */
 static const struct opt_def opt_defs[NOPTS] = {
@@ -272,6 +365,9 @@ static const struct opt_def opt_defs[NOPTS] = {
     {"--interval", OPT_INTERVAL, ARG_REQUIRED},
     {"--limit", OPT_LIMIT, ARG_REQUIRED},
     {"--follow", OPT_FOLLOW, ARG_NONE},
+    {"--password-file", OPT_PASSWORD_FILE, ARG_REQUIRED},
+    {"--expire-sessions", OPT_EXPIRE, ARG_NONE},
+    {"--replace", OPT_REPLACE, ARG_NONE},
 };
 
 struct cmd_spec {
@@ -423,6 +519,57 @@ static const struct cmd_spec cmd_specs[] = {
      OPT_LIMIT | OPT_FOLLOW,
      usage_events,
      true},
+    {"filter",
+     "import",
+     FGX__CTL__REQUEST__REQ_FILTER_IMPORT,
+     2,
+     {"SERVICE", "FILE"},
+     OPT_REPLACE,
+     usage_filter_import,
+     false},
+    {"filter",
+     "export",
+     FGX__CTL__REQUEST__REQ_FILTER_EXPORT,
+     1,
+     {"SERVICE", NULL},
+     0,
+     usage_filter_export,
+     false},
+    {NULL,
+     "login",
+     FGX__CTL__REQUEST__REQ_LOGIN,
+     0,
+     {NULL, NULL},
+     OPT_PASSWORD_FILE,
+     usage_login,
+     false},
+    {NULL, "logout", FGX__CTL__REQUEST__REQ_LOGOUT, 0, {NULL, NULL}, 0, usage_logout, false},
+    {NULL,
+     "passwd",
+     FGX__CTL__REQUEST__REQ_PASSWD,
+     0,
+     {NULL, NULL},
+     OPT_PASSWORD_FILE | OPT_EXPIRE,
+     usage_passwd,
+     false},
+    {NULL, "auth", FGX__CTL__REQUEST__REQ_AUTH_SET, 1, {"on|off", NULL}, 0, usage_auth, false},
+    {NULL, "cert", FGX__CTL__REQUEST__REQ_CERT, 0, {NULL, NULL}, 0, usage_cert, false},
+    {NULL,
+     "export",
+     FGX__CTL__REQUEST__REQ_CONFIG_EXPORT,
+     1,
+     {"FILE", NULL},
+     0,
+     usage_export,
+     false},
+    {NULL,
+     "import",
+     FGX__CTL__REQUEST__REQ_CONFIG_IMPORT,
+     1,
+     {"FILE", NULL},
+     0,
+     usage_import,
+     false},
 };
 
 #define NSPECS (sizeof(cmd_specs) / sizeof(cmd_specs[0]))
@@ -496,7 +643,7 @@ const char *cli_args_usage(void)
 
 /* A light check of an address or prefix, so a typo is caught before it reaches controld
  * (which checks it again, host bits included). */
-static bool ip_valid(const char *s)
+bool cli_args_ip_valid(const char *s)
 {
     char addr[INET6_ADDRSTRLEN + 1];
     unsigned char bin[16];
@@ -526,7 +673,7 @@ static int parse_ip(struct cli_cmd *cmd, const char *s, char **out)
         *out = (char *)"";
         return 0;
     }
-    if (!ip_valid(s))
+    if (!cli_args_ip_valid(s))
         return fail(cmd, CLI_EXIT_INVALID,
                     "invalid --ip '%s': expected an IPv4 or IPv6 address or prefix "
                     "(10.0.0.2, 10.0.0.0/24, fd00::/64)",
@@ -628,6 +775,23 @@ static int scan_connect(struct cli_cmd *cmd, int argc, char **argv, int *i, bool
     }
     if (strncmp(a, "--connect=", 10) == 0) {
         cmd->url = a + 10;
+        return 1;
+    }
+    if (strcmp(a, "--fingerprint") == 0 || strcmp(a, "--ca") == 0) {
+        if (*i + 1 >= argc)
+            return fail(cmd, CLI_EXIT_USAGE, "option %s needs a value (see 'fgexctl --help')", a);
+        if (a[2] == 'f')
+            cmd->fingerprint = argv[++*i];
+        else
+            cmd->ca = argv[++*i];
+        return 1;
+    }
+    if (strncmp(a, "--fingerprint=", 14) == 0) {
+        cmd->fingerprint = a + 14;
+        return 1;
+    }
+    if (strncmp(a, "--ca=", 5) == 0) {
+        cmd->ca = a + 5;
         return 1;
     }
     if (glued && strncmp(a, "-c", 2) == 0 && a[2] != '\0') {
@@ -954,6 +1118,58 @@ static int build_request(struct cli_cmd *cmd, const struct cmd_spec *spec,
     case FGX__CTL__REQUEST__REQ_EVENTS:
         rc = build_events(cmd, spec, raw);
         break;
+    case FGX__CTL__REQUEST__REQ_LOGIN:
+        fgx__ctl__login__init(&cmd->m.login);
+        cmd->password_file = raw_opt(raw, OPT_PASSWORD_FILE);
+        r->login = &cmd->m.login;
+        break;
+    case FGX__CTL__REQUEST__REQ_PASSWD:
+        fgx__ctl__passwd__init(&cmd->m.passwd);
+        cmd->password_file = raw_opt(raw, OPT_PASSWORD_FILE);
+        if (raw_opt(raw, OPT_EXPIRE)) {
+            cmd->m.passwd.has_expire_sessions = 1;
+            cmd->m.passwd.expire_sessions = 1;
+        }
+        r->passwd = &cmd->m.passwd;
+        break;
+    case FGX__CTL__REQUEST__REQ_AUTH_SET:
+        fgx__ctl__auth_set__init(&cmd->m.auth_set);
+        if (raw->pos[0] && strcmp(raw->pos[0], "on") == 0)
+            cmd->m.auth_set.enabled = 1;
+        else if (!raw->pos[0] || strcmp(raw->pos[0], "off") != 0)
+            rc = fail(cmd, CLI_EXIT_INVALID, "auth: '%.60s' must be on or off", raw->pos[0]);
+        r->auth_set = &cmd->m.auth_set;
+        break;
+    case FGX__CTL__REQUEST__REQ_LOGOUT:
+    case FGX__CTL__REQUEST__REQ_CERT:
+    case FGX__CTL__REQUEST__REQ_CONFIG_EXPORT:
+        fgx__ctl__empty__init(&cmd->m.empty);
+        r->logout = &cmd->m.empty;
+        if (spec->req == FGX__CTL__REQUEST__REQ_CONFIG_EXPORT) {
+            cmd->file = raw->pos[0];
+            if (!cmd->file || !*cmd->file)
+                rc = fail(cmd, CLI_EXIT_INVALID, "export: the file name is empty");
+        }
+        break;
+    case FGX__CTL__REQUEST__REQ_CONFIG_IMPORT:
+        /* The Config is read from the file by cli_local.c, before sending. */
+        cmd->file = raw->pos[0];
+        if (!cmd->file || !*cmd->file)
+            rc = fail(cmd, CLI_EXIT_INVALID, "import: the file name is empty");
+        break;
+    case FGX__CTL__REQUEST__REQ_FILTER_IMPORT:
+        fgx__ctl__filter_import__init(&cmd->m.filter_import);
+        rc = check_ref(cmd, spec, raw->pos[0]);
+        if (rc == 0 && (!raw->pos[1] || !*raw->pos[1]))
+            rc = fail(cmd, CLI_EXIT_INVALID, "filter import: the file name is empty");
+        cmd->m.filter_import.service = (char *)raw->pos[0];
+        cmd->file = raw->pos[1];
+        if (raw_opt(raw, OPT_REPLACE)) {
+            cmd->m.filter_import.has_replace = 1;
+            cmd->m.filter_import.replace = 1;
+        }
+        r->filter_import = &cmd->m.filter_import;
+        break;
     case FGX__CTL__REQUEST__REQ_SERVICE_RENAME:
         fgx__ctl__service_rename__init(&cmd->m.service_rename);
         rc = check_ref(cmd, spec, raw->pos[0]);
@@ -974,6 +1190,7 @@ static int build_request(struct cli_cmd *cmd, const struct cmd_spec *spec,
     if (rc < 0) {
         fgx__ctl__request__init(r);
         cmd->watch = cmd->follow = false;
+        cmd->file = cmd->password_file = NULL;
     }
     return rc;
 }

@@ -23,17 +23,23 @@ enum cli_exit {
     CLI_EXIT_INVALID = 4,     /* a value is invalid: bad port, bad regex, ... */
     CLI_EXIT_EXISTS = 5,      /* name or port already taken */
     CLI_EXIT_UNAVAILABLE = 6, /* stored, but the worker did not confirm it */
+    CLI_EXIT_AUTH = 7,        /* login required, or a wrong password or session */
+    CLI_EXIT_CERT = 8,        /* the server's certificate does not match its pin */
 };
 
 struct cli_cmd {
-    const char *url;      /* -c URL, else $FGEX_URL, else CLI_DEFAULT_URL; borrowed */
-    bool json;            /* --json */
-    const char *help;     /* set: print this on stdout and exit 0; req is not set */
-    bool watch;           /* stats --watch: refresh until interrupted (cli_loop.c) */
-    bool follow;          /* events --follow: poll for new events until interrupted */
-    unsigned interval_ms; /* stats --watch --interval SEC, in ms (default CLI_WATCH_MS) */
-    int exit_code;        /* after a failed parse: CLI_EXIT_USAGE or CLI_EXIT_INVALID */
-    char err[320];        /* after a failed parse: the one-line reason, without "fgexctl: " */
+    const char *url;           /* -c URL, else $FGEX_URL, else CLI_DEFAULT_URL; borrowed */
+    const char *fingerprint;   /* --fingerprint FP: pin this certificate (tls+tcp) */
+    const char *ca;            /* --ca FILE: verify the server against this CA (tls+tcp) */
+    const char *file;          /* export/import FILE, filter import SERVICE FILE ("-": stdio) */
+    const char *password_file; /* login/passwd --password-file F */
+    bool json;                 /* --json */
+    const char *help;          /* set: print this on stdout and exit 0; req is not set */
+    bool watch;                /* stats --watch: refresh until interrupted (cli_loop.c) */
+    bool follow;               /* events --follow: poll for new events until interrupted */
+    unsigned interval_ms;      /* stats --watch --interval SEC, in ms (default CLI_WATCH_MS) */
+    int exit_code;             /* after a failed parse: CLI_EXIT_USAGE or CLI_EXIT_INVALID */
+    char err[320];             /* after a failed parse: the one-line reason, without "fgexctl: " */
     /* Ready to pack. Its strings point into argv and its sub-message into m below, so the
      * cli_cmd and argv must outlive it; nothing in it is to be freed. */
     Fgx__Ctl__Request req;
@@ -47,6 +53,10 @@ struct cli_cmd {
         Fgx__Ctl__WorkerRestart worker_restart;
         Fgx__Ctl__StatsQuery stats;
         Fgx__Ctl__EventsQuery events;
+        Fgx__Ctl__Login login;
+        Fgx__Ctl__Passwd passwd;
+        Fgx__Ctl__AuthSet auth_set;
+        Fgx__Ctl__FilterImport filter_import;
     } m;
 };
 
@@ -57,6 +67,9 @@ int cli_args_parse(int argc, char **argv, const char *env_url, struct cli_cmd *c
 
 /* Parse a port, 1..65535, digits only. Returns 0 or -EINVAL. */
 int cli_args_port(const char *s, unsigned *out);
+
+/* An IPv4 or IPv6 address, or a prefix ADDR/LEN (controld checks host bits). */
+bool cli_args_ip_valid(const char *s);
 
 /* The top-level usage text. */
 const char *cli_args_usage(void);

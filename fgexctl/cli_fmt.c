@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cli_args.h"
 #include "cli_json.h"
@@ -38,6 +39,29 @@ static const char *dir_name(Fgx__Ctl__Dir d)
     }
 }
 
+/* ANSI colours, set once by main for a terminal (never for --json or with NO_COLOR). */
+static bool use_color;
+
+void cli_fmt_set_color(bool on)
+{
+    use_color = on;
+}
+
+bool cli_fmt_color_wanted(int fd, bool json)
+{
+    const char *nc = getenv("NO_COLOR");
+
+    return !json && !(nc && *nc) && isatty(fd) == 1;
+}
+
+const char *cli_fmt_paint(enum cli_color c)
+{
+    static const char *const codes[] = {"",         "\033[1;31m", "\033[33m",
+                                        "\033[32m", "\033[1m",    "\033[0m"};
+
+    return use_color ? codes[c] : "";
+}
+
 static const char *yesno(bool b)
 {
     return b ? "yes" : "no";
@@ -56,6 +80,8 @@ int cli_fmt_exit_code(Fgx__Ctl__Code code)
         return CLI_EXIT_EXISTS;
     case FGX__CTL__CODE__CODE_UNAVAILABLE:
         return CLI_EXIT_UNAVAILABLE;
+    case FGX__CTL__CODE__CODE_AUTH:
+        return CLI_EXIT_AUTH;
     default:
         return CLI_EXIT_ERROR;
     }
@@ -193,6 +219,9 @@ void cli_fmt_error(FILE *f, const Fgx__Ctl__Reply *rep)
         case FGX__CTL__CODE__CODE_UNAVAILABLE:
             why = "stored, but the worker did not confirm the change";
             break;
+        case FGX__CTL__CODE__CODE_AUTH:
+            why = "login required (fgexctl -c URL login)";
+            break;
         default:
             why = "controld failed without a reason";
             break;
@@ -200,7 +229,8 @@ void cli_fmt_error(FILE *f, const Fgx__Ctl__Reply *rep)
     }
     /* A regex quoted in the reason must not break the one line (or the terminal). */
     cli_fmt_escape(why, line, sizeof(line));
-    (void)fprintf(f, CLI_PROG ": %s\n", line);
+    (void)fprintf(f, "%s" CLI_PROG ":%s %s\n", cli_fmt_paint(CLI_COLOR_ERR),
+                  cli_fmt_paint(CLI_COLOR_OFF), line);
 }
 
 /* ---- tables ------------------------------------------------------------------------------ */
@@ -343,7 +373,10 @@ static void human_service(FILE *f, const Fgx__Ctl__Service *s)
     kv_str(f, "ip:", ip_text(s->ip));
     kv_u64(f, "port:", s->port);
     kv(f, "layer:", layer_name(s->layer));
-    kv(f, "status:", s->active ? "active" : "stopped");
+    /* The value ends the line, so colour codes cannot shift the alignment. */
+    (void)fprintf(f, "%-11s%s%s%s\n",
+                  "status:", cli_fmt_paint(s->active ? CLI_COLOR_OK : CLI_COLOR_WARN),
+                  s->active ? "active" : "stopped", cli_fmt_paint(CLI_COLOR_OFF));
     kv(f, "fail-open:", yesno(s->fail_open));
     kv_u64(f, "filters:", s->filters);
     kv_u64(f, "blocked:", s->blocked);

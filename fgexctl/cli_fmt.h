@@ -18,6 +18,22 @@ int cli_fmt_reply(FILE *f, const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *
  * control bytes escaped, or a generic reason for the code when it sent none. */
 void cli_fmt_error(FILE *f, const Fgx__Ctl__Reply *rep);
 
+enum cli_color {
+    CLI_COLOR_NONE,
+    CLI_COLOR_ERR,  /* bold red: the "fgexctl:" of an error */
+    CLI_COLOR_WARN, /* yellow */
+    CLI_COLOR_OK,   /* green */
+    CLI_COLOR_BOLD,
+    CLI_COLOR_OFF,
+};
+
+/* Whether output on fd should be coloured: a terminal, no --json, NO_COLOR unset or empty. */
+bool cli_fmt_color_wanted(int fd, bool json);
+/* Switch colours on or off for everything cli_fmt prints (off by default). */
+void cli_fmt_set_color(bool on);
+/* The escape sequence for c, or "" when colours are off. */
+const char *cli_fmt_paint(enum cli_color c);
+
 /* fgexctl's exit status (enum cli_exit) for a reply code. */
 int cli_fmt_exit_code(Fgx__Ctl__Code code);
 

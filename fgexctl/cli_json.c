@@ -10,7 +10,15 @@ void cli_json_init(struct cli_json *j, FILE *f)
     j->f = f;
     j->depth = 0;
     j->after_key = false;
+    j->pretty = false;
     j->first[0] = true;
+}
+
+static void json_indent(struct cli_json *j, int depth)
+{
+    (void)fputc('\n', j->f);
+    for (int i = 0; i < depth; i++)
+        (void)fputs("  ", j->f);
 }
 
 /* Separate this value from the previous one at the same level. */
@@ -23,6 +31,8 @@ static void json_sep(struct cli_json *j)
     if (!j->first[j->depth])
         (void)fputc(',', j->f);
     j->first[j->depth] = false;
+    if (j->pretty && j->depth > 0)
+        json_indent(j, j->depth);
 }
 
 static void json_open(struct cli_json *j, char c)
@@ -37,6 +47,9 @@ static void json_open(struct cli_json *j, char c)
 
 static void json_close(struct cli_json *j, char c)
 {
+    /* An empty container stays on one line: [] and {}. */
+    if (j->pretty && !j->first[j->depth])
+        json_indent(j, j->depth - 1);
     (void)fputc(c, j->f);
     if (j->depth > 0)
         j->depth--;
@@ -66,7 +79,7 @@ void cli_json_key(struct cli_json *j, const char *key)
 {
     json_sep(j);
     cli_json_write_string(j->f, key);
-    (void)fputc(':', j->f);
+    (void)fputs(j->pretty ? ": " : ":", j->f);
     j->after_key = true;
 }
 

@@ -14,6 +14,7 @@ struct cli_json {
     FILE *f; /* borrowed */
     int depth;
     bool after_key; /* the next value follows a key: no comma */
+    bool pretty;    /* one member per line, indented by two spaces (export files) */
     bool first[CLI_JSON_MAX_DEPTH];
 };
 

@@ -242,6 +242,7 @@ int cli_loop_run(const struct cli_cmd *cmd, FILE *out)
     l.cmd = cmd;
     l.out = out;
     cli_rpc_init(&l.rpc, cmd->url);
+    cli_rpc_set_trust(&l.rpc, cmd->fingerprint, cmd->ca);
     (void)sigemptyset(&l.sigs);
     (void)sigaddset(&l.sigs, SIGINT);
     (void)sigaddset(&l.sigs, SIGTERM);

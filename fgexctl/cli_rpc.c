@@ -9,19 +9,80 @@
 #include <string.h>
 
 #include "cli_args.h"
+#include "cli_pin.h"
+#include "cli_session.h"
+#include "cli_tls.h"
 #include "fgx/chan.h"
+#include "fgx/chan_tls.h"
 
 void cli_rpc_init(struct cli_rpc *r, const char *url)
 {
+    memset(r, 0, sizeof(*r));
     r->url = url;
+}
+
+void cli_rpc_set_trust(struct cli_rpc *r, const char *fingerprint, const char *ca)
+{
+    r->fingerprint = fingerprint;
+    r->ca = ca;
+}
+
+/* Drops the connection only: the token stays for the next call. */
+static void rpc_disconnect(struct cli_rpc *r)
+{
+    fgx_chan_close(r->chan);
     r->chan = NULL;
-    r->err[0] = '\0';
 }
 
 void cli_rpc_release(struct cli_rpc *r)
 {
-    fgx_chan_close(r->chan);
-    r->chan = NULL;
+    rpc_disconnect(r);
+    if (r->token) {
+        explicit_bzero(r->token, strlen(r->token));
+        free(r->token);
+        r->token = NULL;
+    }
+}
+
+static void rpc_load_token(struct cli_rpc *r)
+{
+    char path[4096];
+
+    r->token_loaded = true;
+    /* No session is the normal case (local socket, or not logged in yet). */
+    if (cli_session_path(r->url, path, sizeof(path)) == 0 && cli_session_load(path, &r->token) < 0)
+        r->token = NULL;
+}
+
+static int rpc_dial(struct cli_rpc *r)
+{
+    struct cli_tls_trust tr;
+    int rc;
+
+    if (!cli_pin_is_tls(r->url)) {
+        rc = fgx_chan_dial(r->url, FGX_CHAN_REQ, CLI_RPC_DIAL_MS, &r->chan);
+        if (rc < 0)
+            (void)snprintf(r->err, sizeof(r->err), "cannot reach controld at %s: %s%s", r->url,
+                           strerror(-rc), rc == -ECONNREFUSED ? " (is controld running?)" : "");
+        return rc;
+    }
+    rc = cli_tls_trust_setup(r->url, r->fingerprint, r->ca, &tr, r->err, sizeof(r->err));
+    if (rc < 0)
+        return rc;
+    rc = fgx_chan_dial_tls(r->url, FGX_CHAN_REQ, tr.ca_path, tr.server_name, CLI_RPC_DIAL_MS,
+                           &r->chan);
+    if (rc == -EKEYREJECTED)
+        (void)snprintf(r->err, sizeof(r->err),
+                       "the TLS certificate of %.200s was refused: it does not match %s%.600s",
+                       r->url, tr.server_name ? "the name or CA in " : "the pinned certificate ",
+                       tr.ca_path);
+    else if (rc < 0)
+        (void)snprintf(r->err, sizeof(r->err), "cannot reach controld at %s: %s%s", r->url,
+                       strerror(-rc),
+                       rc == -ECONNREFUSED ? " (is controld listening there, and are you in "
+                                             "its --allow list?)"
+                                           : "");
+    return rc;
 }
 
 int cli_rpc_request(struct cli_rpc *r, const Fgx__Ctl__Request *req, int timeout_ms,
@@ -31,8 +92,14 @@ int cli_rpc_request(struct cli_rpc *r, const Fgx__Ctl__Request *req, int timeout
     void *rbuf = NULL;
     size_t len, rlen = 0;
     Fgx__Ctl__Reply *rep;
+    Fgx__Ctl__Request q = *req;
     int rc;
 
+    if (!r->token_loaded)
+        rpc_load_token(r);
+    if (r->token && !q.token)
+        q.token = r->token;
+    req = &q;
     len = fgx__ctl__request__get_packed_size(req);
     buf = malloc(len ? len : 1);
     if (!buf) {
@@ -43,18 +110,23 @@ int cli_rpc_request(struct cli_rpc *r, const Fgx__Ctl__Request *req, int timeout
     fgx__ctl__request__pack(req, buf);
 
     if (!r->chan) {
-        rc = fgx_chan_dial(r->url, FGX_CHAN_REQ, CLI_RPC_DIAL_MS, &r->chan);
+        rc = rpc_dial(r);
         if (rc < 0) {
             r->chan = NULL;
-            (void)snprintf(r->err, sizeof(r->err), "cannot reach controld at %s: %s%s", r->url,
-                           strerror(-rc), rc == -ECONNREFUSED ? " (is controld running?)" : "");
             goto out;
         }
     }
     rc = fgx_chan_call(r->chan, buf, len, &rbuf, &rlen, timeout_ms);
     if (rc == -ETIMEDOUT) {
-        (void)snprintf(r->err, sizeof(r->err), "no reply from controld at %s within %d s", r->url,
-                       timeout_ms / 1000);
+        /* controld closes a connection from outside its --allow list before reading a
+         * request; nng then just waits for a peer. */
+        bool dropped = cli_pin_is_tls(r->url) && fgx_chan_peers(r->chan) == 0;
+
+        (void)snprintf(r->err, sizeof(r->err), "no reply from controld at %s within %d s%s", r->url,
+                       timeout_ms / 1000,
+                       dropped ? ": it closed the connection (is this machine in its --allow "
+                                 "list?)"
+                               : "");
         goto out;
     }
     if (rc < 0) {
@@ -73,7 +145,7 @@ int cli_rpc_request(struct cli_rpc *r, const Fgx__Ctl__Request *req, int timeout
 out:
     /* A REQ socket that failed may still hold the request; a fresh one starts clean. */
     if (rc < 0)
-        cli_rpc_release(r);
+        rpc_disconnect(r);
     free(rbuf);
     free(buf);
     return rc;

@@ -2,6 +2,8 @@
 #ifndef CLI_RPC_H
 #define CLI_RPC_H
 
+#include <stdbool.h>
+
 #include "control.pb-c.h"
 
 #define CLI_RPC_DIAL_MS 1000     /* how long to wait for controld's socket to accept */
@@ -11,16 +13,24 @@ struct fgx_chan;
 
 /* A connection kept across calls, for the commands that poll (stats --watch, events --follow). */
 struct cli_rpc {
-    const char *url;       /* borrowed */
-    struct fgx_chan *chan; /* open between calls; NULL before the first and after a failure */
-    char err[320];         /* after a failed call: the reason, one line, without "fgexctl: " */
+    const char *url;         /* borrowed */
+    const char *fingerprint; /* tls+tcp: --fingerprint, or NULL; borrowed */
+    const char *ca;          /* tls+tcp: --ca FILE, or NULL; borrowed */
+    struct fgx_chan *chan;   /* open between calls; NULL before the first and after a failure */
+    char *token;             /* the session token of url (cli_session.c), or NULL */
+    bool token_loaded;       /* token was looked for */
+    char err[1024];          /* after a failed call: the reason, one line, without "fgexctl: " */
 };
 
 void cli_rpc_init(struct cli_rpc *r, const char *url);
-/* Send req and wait for the reply, dialling first when not connected. On success *out is owned
- * by the caller (fgx__ctl__reply__free_unpacked(*out, NULL)). On failure nothing is printed:
- * r->err says why, the connection is dropped so the next call dials afresh, and a negative
- * errno is returned. */
+/* For tls+tcp URLs: pin this fingerprint, or verify against this CA file (either may be NULL). */
+void cli_rpc_set_trust(struct cli_rpc *r, const char *fingerprint, const char *ca);
+/* Send req and wait for the reply, dialling first when not connected (for tls+tcp, after the
+ * certificate check of cli_tls.c), with the session token of the URL, when there is one, as
+ * Request.token. On success *out is owned by the caller (fgx__ctl__reply__free_unpacked(*out,
+ * NULL)). On failure nothing is printed: r->err says why, the connection is dropped so the next
+ * call dials afresh, and a negative errno is returned (-EKEYREJECTED: the server's certificate
+ * was refused). */
 int cli_rpc_request(struct cli_rpc *r, const Fgx__Ctl__Request *req, int timeout_ms,
                     Fgx__Ctl__Reply **out);
 void cli_rpc_release(struct cli_rpc *r);

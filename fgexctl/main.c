@@ -1,52 +1,104 @@
-/* fgexctl: parse the command line (cli_args.c), send it to controld (cli_rpc.c), print the
- * reply (cli_fmt.c) and exit with a status a script can act on (enum cli_exit). `stats --watch`
- * and `events --follow` poll until interrupted instead (cli_loop.c). */
+/* fgexctl: parse the command line (cli_args.c), read what the command needs locally
+ * (cli_local.c), send it to controld (cli_rpc.c; over tls+tcp after the certificate check of
+ * cli_tls.c), print the reply (cli_fmt.c, or cli_local.c for the commands that write files) and
+ * exit with a status a script can act on (enum cli_exit). `stats --watch` and `events --follow`
+ * poll until interrupted instead (cli_loop.c). */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "cli_args.h"
 #include "cli_fmt.h"
+#include "cli_local.h"
 #include "cli_loop.h"
+#include "cli_pin.h"
 #include "cli_rpc.h"
 #include "fgx/log.h"
+
+static void print_err(const char *msg)
+{
+    (void)fprintf(stderr, "%s" CLI_PROG ":%s %s\n", cli_fmt_paint(CLI_COLOR_ERR),
+                  cli_fmt_paint(CLI_COLOR_OFF), msg);
+}
 
 int main(int argc, char **argv)
 {
     struct cli_cmd cmd;
+    struct cli_local local;
+    struct cli_rpc rpc;
     Fgx__Ctl__Reply *rep = NULL;
-    int status = CLI_EXIT_ERROR;
+    bool local_ready = false;
+    int status = CLI_EXIT_ERROR, rc;
 
     /* libcommon logs only what it cannot hand back; fgexctl speaks in its own one-liners. */
     fgx_log_init(CLI_PROG, FGX_LOG_ERROR);
+    cli_rpc_init(&rpc, NULL);
     if (cli_args_parse(argc, argv, getenv("FGEX_URL"), &cmd) < 0) {
-        (void)fprintf(stderr, CLI_PROG ": %s\n", cmd.err);
+        cli_fmt_set_color(cli_fmt_color_wanted(STDERR_FILENO, false));
+        print_err(cmd.err);
         status = cmd.exit_code;
         goto out;
     }
+    cli_fmt_set_color(cli_fmt_color_wanted(STDERR_FILENO, cmd.json) && isatty(STDOUT_FILENO));
     if (cmd.help) {
         (void)fputs(cmd.help, stdout);
         status = fflush(stdout) == EOF ? CLI_EXIT_ERROR : CLI_EXIT_OK;
+        goto out;
+    }
+    if ((cmd.fingerprint || cmd.ca) && !cli_pin_is_tls(cmd.url)) {
+        print_err("--fingerprint and --ca apply to tls+tcp://HOST:PORT URLs only");
+        status = CLI_EXIT_USAGE;
+        goto out;
+    }
+    if (cmd.fingerprint && cmd.ca) {
+        print_err("give --fingerprint or --ca, not both");
+        status = CLI_EXIT_USAGE;
         goto out;
     }
     if (cmd.watch || cmd.follow) {
         status = cli_loop_run(&cmd, stdout);
         goto out;
     }
-    if (cli_rpc_call(cmd.url, &cmd.req, CLI_RPC_TIMEOUT_MS, &rep) < 0)
+    rc = cli_local_prepare(&cmd, &local);
+    local_ready = true;
+    if (rc < 0) {
+        print_err(local.err);
+        status = local.exit_code;
         goto out;
+    }
+    cli_rpc_init(&rpc, cmd.url);
+    cli_rpc_set_trust(&rpc, cmd.fingerprint, cmd.ca);
+    rc = cli_rpc_request(&rpc, &cmd.req, CLI_RPC_TIMEOUT_MS, &rep);
+    if (rc < 0) {
+        print_err(rpc.err);
+        status = rc == -EKEYREJECTED ? CLI_EXIT_CERT : CLI_EXIT_ERROR;
+        goto out;
+    }
 
     status = cli_fmt_exit_code(rep->code);
     /* UNAVAILABLE: the change is stored, so what it stored is still worth printing. */
     if (rep->code == FGX__CTL__CODE__CODE_OK || rep->code == FGX__CTL__CODE__CODE_UNAVAILABLE) {
-        if (cli_fmt_reply(stdout, &cmd.req, rep, cmd.json) < 0) {
-            (void)fprintf(stderr, CLI_PROG ": cannot write the output\n");
+        if (cli_local_prints(&cmd)) {
+            if (cli_local_finish(&cmd, &local, rep, stdout) < 0) {
+                print_err(local.err[0] ? local.err : "cannot write the output");
+                status = local.exit_code ? local.exit_code : CLI_EXIT_ERROR;
+            }
+        } else if (cli_fmt_reply(stdout, &cmd.req, rep, cmd.json) < 0) {
+            print_err("cannot write the output");
             status = CLI_EXIT_ERROR;
         }
     }
+    if (rep->code == FGX__CTL__CODE__CODE_AUTH && rpc.token &&
+        cmd.req.req_case != FGX__CTL__REQUEST__REQ_LOGIN)
+        cli_local_auth_failed(&cmd);
     if (rep->code != FGX__CTL__CODE__CODE_OK)
         cli_fmt_error(stderr, rep);
 out:
     if (rep)
         fgx__ctl__reply__free_unpacked(rep, NULL);
+    if (local_ready)
+        cli_local_release(&cmd, &local);
+    cli_rpc_release(&rpc);
     return status;
 }

@@ -1,0 +1,366 @@
+/* fgexctl local stage: files and terminal around the one request (cli_local.h). Everything the
+ * request needs is read and checked first, so a malformed file is refused with its position and
+ * nothing reaches controld; what the reply brings back (a token, a configuration) is written
+ * atomically with mode 0600. */
+#include "cli_local.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli_config.h"
+#include "cli_fmt.h"
+#include "cli_json.h"
+#include "cli_pin.h"
+#include "cli_ruleset.h"
+#include "cli_session.h"
+
+static int lfail(struct cli_local *l, int code, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static int lfail(struct cli_local *l, int code, int rc, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    (void)vsnprintf(l->err, sizeof(l->err), fmt, ap);
+    va_end(ap);
+    l->exit_code = code;
+    return rc;
+}
+
+/* FILE, or stdin for "-". */
+static int read_input(struct cli_local *l, const char *file, char **text, size_t *len)
+{
+    int rc =
+        cli_pin_read_file(strcmp(file, "-") == 0 ? "/dev/stdin" : file, CLI_IMPORT_MAX, text, len);
+
+    if (rc < 0)
+        return lfail(l, CLI_EXIT_ERROR, rc, "cannot read %s: %s", file,
+                     rc == -EFBIG ? "larger than 64 MiB" : strerror(-rc));
+    return 0;
+}
+
+int cli_local_prepare(struct cli_cmd *cmd, struct cli_local *l)
+{
+    char *text = NULL, why[512];
+    size_t len;
+    int rc = 0;
+
+    memset(l, 0, sizeof(*l));
+    switch (cmd->req.req_case) {
+    case FGX__CTL__REQUEST__REQ_LOGIN:
+    case FGX__CTL__REQUEST__REQ_PASSWD: {
+        bool passwd = cmd->req.req_case == FGX__CTL__REQUEST__REQ_PASSWD;
+
+        rc = cli_password_read(cmd->password_file, passwd, &l->password, why, sizeof(why));
+        if (rc < 0)
+            return lfail(l, rc == -EINVAL ? CLI_EXIT_INVALID : CLI_EXIT_ERROR, rc, "%s: %s",
+                         passwd ? "passwd" : "login", why);
+        if (passwd)
+            cmd->m.passwd.password = l->password;
+        else
+            cmd->m.login.password = l->password;
+        return 0;
+    }
+    case FGX__CTL__REQUEST__REQ_CONFIG_IMPORT:
+        rc = read_input(l, cmd->file, &text, &len);
+        if (rc < 0)
+            return rc;
+        rc = cli_config_read(text, len, &l->config, why, sizeof(why));
+        free(text);
+        if (rc < 0)
+            return lfail(l, rc == -EINVAL ? CLI_EXIT_INVALID : CLI_EXIT_ERROR, rc,
+                         "import: %s: %s; nothing was changed", cmd->file,
+                         rc == -EINVAL ? why : strerror(-rc));
+        cmd->req.config_import = l->config;
+        return 0;
+    case FGX__CTL__REQUEST__REQ_FILTER_IMPORT:
+        rc = read_input(l, cmd->file, &text, &len);
+        if (rc < 0)
+            return rc;
+        rc = cli_ruleset_parse(text, len, &cmd->m.filter_import, why, sizeof(why));
+        free(text);
+        if (rc < 0)
+            return lfail(l, rc == -EINVAL ? CLI_EXIT_INVALID : CLI_EXIT_ERROR, rc,
+                         "filter import: %s: %s; nothing was changed", cmd->file,
+                         rc == -EINVAL ? why : strerror(-rc));
+        l->ruleset = true;
+        return 0;
+    default:
+        return 0;
+    }
+}
+
+bool cli_local_prints(const struct cli_cmd *cmd)
+{
+    switch (cmd->req.req_case) {
+    case FGX__CTL__REQUEST__REQ_LOGIN:
+    case FGX__CTL__REQUEST__REQ_LOGOUT:
+    case FGX__CTL__REQUEST__REQ_PASSWD:
+    case FGX__CTL__REQUEST__REQ_AUTH_SET:
+    case FGX__CTL__REQUEST__REQ_CERT:
+    case FGX__CTL__REQUEST__REQ_CONFIG_EXPORT:
+    case FGX__CTL__REQUEST__REQ_CONFIG_IMPORT:
+    case FGX__CTL__REQUEST__REQ_FILTER_IMPORT:
+    case FGX__CTL__REQUEST__REQ_FILTER_EXPORT:
+        return true;
+    default:
+        return false;
+    }
+}
+
+void cli_local_auth_failed(const struct cli_cmd *cmd)
+{
+    char path[4096];
+
+    if (cli_session_path(cmd->url, path, sizeof(path)) == 0)
+        (void)cli_session_remove(path);
+}
+
+static int finish_login(struct cli_cmd *cmd, struct cli_local *l, const Fgx__Ctl__Reply *rep,
+                        FILE *out, struct cli_json *j)
+{
+    char path[4096];
+    int rc;
+
+    if (!rep->token || !*rep->token)
+        return lfail(l, CLI_EXIT_ERROR, -EPROTO, "login: controld sent no session token");
+    rc = cli_session_path(cmd->url, path, sizeof(path));
+    if (rc == 0)
+        rc = cli_session_store(path, rep->token);
+    if (rc < 0)
+        return lfail(l, CLI_EXIT_ERROR, rc, "login: cannot store the session token: %s",
+                     strerror(-rc));
+    if (cmd->json) {
+        cli_json_obj_begin(j);
+        cli_json_key(j, "logged_in");
+        cli_json_bool(j, true);
+        cli_json_key(j, "url");
+        cli_json_str(j, cmd->url);
+        cli_json_key(j, "session_file");
+        cli_json_str(j, path);
+        cli_json_obj_end(j);
+    } else {
+        (void)fprintf(out, "logged in to %s (session kept in %s)\n", cmd->url, path);
+    }
+    return 0;
+}
+
+static int finish_export(struct cli_cmd *cmd, struct cli_local *l, const Fgx__Ctl__Reply *rep,
+                         FILE *out, struct cli_json *j)
+{
+    char *doc = NULL, why[256];
+    size_t len = 0;
+    FILE *mf;
+    int rc;
+
+    if (!rep->config)
+        return lfail(l, CLI_EXIT_ERROR, -EPROTO, "export: controld sent no configuration");
+    mf = open_memstream(&doc, &len);
+    if (!mf)
+        return lfail(l, CLI_EXIT_ERROR, -ENOMEM, "out of memory");
+    rc = cli_config_write(mf, rep->config, why, sizeof(why));
+    if (fclose(mf) == EOF && rc == 0)
+        rc = -ENOMEM;
+    if (rc < 0) {
+        free(doc);
+        return lfail(l, CLI_EXIT_ERROR, rc, "export: %s", rc == -EINVAL ? why : strerror(-rc));
+    }
+    if (strcmp(cmd->file, "-") == 0) {
+        /* The document itself is the output, --json or not. */
+        (void)fwrite(doc, 1, len, out);
+        free(doc);
+        return 0;
+    }
+    rc = cli_pin_write_file(cmd->file, doc, len);
+    free(doc);
+    if (rc < 0)
+        return lfail(l, CLI_EXIT_ERROR, rc, "export: cannot write %s: %s", cmd->file,
+                     strerror(-rc));
+    if (cmd->json) {
+        cli_json_obj_begin(j);
+        cli_json_key(j, "file");
+        cli_json_str(j, cmd->file);
+        cli_json_key(j, "services");
+        cli_json_u64(j, rep->config->n_services);
+        cli_json_key(j, "filters");
+        cli_json_u64(j, rep->config->n_filters);
+        cli_json_obj_end(j);
+    } else {
+        (void)fprintf(out, "exported %zu service%s and %zu filter%s to %s\n",
+                      rep->config->n_services, rep->config->n_services == 1 ? "" : "s",
+                      rep->config->n_filters, rep->config->n_filters == 1 ? "" : "s", cmd->file);
+    }
+    return 0;
+}
+
+static void json_filters(struct cli_json *j, const Fgx__Ctl__Reply *rep)
+{
+    cli_json_arr_begin(j);
+    for (size_t i = 0; i < rep->n_filters; i++) {
+        const Fgx__Ctl__Filter *fl = rep->filters[i];
+
+        cli_json_obj_begin(j);
+        cli_json_key(j, "id");
+        cli_json_u64(j, fl->id);
+        cli_json_key(j, "service_id");
+        cli_json_u64(j, fl->service_id);
+        cli_json_key(j, "regex");
+        cli_json_str(j, fl->regex);
+        cli_json_key(j, "dir");
+        cli_json_str(j, fl->dir == FGX__CTL__DIR__DIR_C2S   ? "c2s"
+                        : fl->dir == FGX__CTL__DIR__DIR_S2C ? "s2c"
+                                                            : "both");
+        cli_json_key(j, "nocase");
+        cli_json_bool(j, fl->nocase);
+        cli_json_key(j, "active");
+        cli_json_bool(j, fl->active);
+        cli_json_key(j, "blocked");
+        cli_json_u64(j, fl->blocked);
+        cli_json_obj_end(j);
+    }
+    cli_json_arr_end(j);
+}
+
+int cli_local_finish(struct cli_cmd *cmd, struct cli_local *l, const Fgx__Ctl__Reply *rep,
+                     FILE *out)
+{
+    struct cli_json j;
+    char path[4096], why[256], name[256];
+    bool on;
+    int rc = 0;
+
+    cli_json_init(&j, out);
+    switch (cmd->req.req_case) {
+    case FGX__CTL__REQUEST__REQ_LOGIN:
+        rc = finish_login(cmd, l, rep, out, &j);
+        break;
+    case FGX__CTL__REQUEST__REQ_LOGOUT:
+        if (cli_session_path(cmd->url, path, sizeof(path)) == 0)
+            (void)cli_session_remove(path);
+        if (cmd->json) {
+            cli_json_obj_begin(&j);
+            cli_json_key(&j, "logged_out");
+            cli_json_bool(&j, true);
+            cli_json_obj_end(&j);
+        } else {
+            (void)fputs("logged out\n", out);
+        }
+        break;
+    case FGX__CTL__REQUEST__REQ_PASSWD:
+        on = cmd->m.passwd.expire_sessions;
+        if (cmd->json) {
+            cli_json_obj_begin(&j);
+            cli_json_key(&j, "password_changed");
+            cli_json_bool(&j, true);
+            cli_json_key(&j, "sessions_expired");
+            cli_json_bool(&j, on);
+            cli_json_obj_end(&j);
+        } else {
+            (void)fprintf(out, "password changed%s\n",
+                          on ? "; every other session is logged out" : "");
+        }
+        break;
+    case FGX__CTL__REQUEST__REQ_AUTH_SET:
+        on = rep->has_auth_enabled ? rep->auth_enabled : cmd->m.auth_set.enabled;
+        if (cmd->json) {
+            cli_json_obj_begin(&j);
+            cli_json_key(&j, "auth_enabled");
+            cli_json_bool(&j, on);
+            cli_json_obj_end(&j);
+        } else {
+            (void)fprintf(out, "password %s for remote clients\n",
+                          on ? "required" : "NOT required");
+        }
+        break;
+    case FGX__CTL__REQUEST__REQ_CERT:
+        if (!rep->fingerprint || !*rep->fingerprint) {
+            rc = lfail(l, CLI_EXIT_ERROR, -ENOENT,
+                       "cert: controld has no certificate (it listens on no tls+tcp:// URL)");
+            break;
+        }
+        if (cmd->json) {
+            cli_json_obj_begin(&j);
+            cli_json_key(&j, "fingerprint");
+            cli_json_str(&j, rep->fingerprint);
+            cli_json_obj_end(&j);
+        } else {
+            (void)fprintf(out, "SHA-256 %s\n", rep->fingerprint);
+        }
+        break;
+    case FGX__CTL__REQUEST__REQ_CONFIG_EXPORT:
+        rc = finish_export(cmd, l, rep, out, &j);
+        if (strcmp(cmd->file, "-") == 0)
+            return rc < 0 ? rc : ((fflush(out) == EOF || ferror(out)) ? -EIO : 0);
+        break;
+    case FGX__CTL__REQUEST__REQ_CONFIG_IMPORT:
+        if (cmd->json) {
+            cli_json_obj_begin(&j);
+            cli_json_key(&j, "imported");
+            cli_json_str(&j, cmd->file);
+            cli_json_key(&j, "services");
+            cli_json_u64(&j, l->config ? l->config->n_services : 0);
+            cli_json_key(&j, "filters");
+            cli_json_u64(&j, l->config ? l->config->n_filters : 0);
+            cli_json_obj_end(&j);
+        } else {
+            size_t ns = l->config ? l->config->n_services : 0;
+            size_t nf = l->config ? l->config->n_filters : 0;
+
+            (void)fprintf(out, "imported %zu service%s and %zu filter%s from %s\n", ns,
+                          ns == 1 ? "" : "s", nf, nf == 1 ? "" : "s", cmd->file);
+        }
+        break;
+    case FGX__CTL__REQUEST__REQ_FILTER_IMPORT:
+        if (cmd->json) {
+            json_filters(&j, rep);
+        } else {
+            cli_fmt_escape(cmd->m.filter_import.service, name, sizeof(name));
+            (void)fprintf(out, "imported %zu filter%s into %s%s\n", cmd->m.filter_import.n_filters,
+                          cmd->m.filter_import.n_filters == 1 ? "" : "s", name,
+                          cmd->m.filter_import.replace ? ", replacing its other filters" : "");
+        }
+        break;
+    case FGX__CTL__REQUEST__REQ_FILTER_EXPORT:
+        if (cmd->json) {
+            json_filters(&j, rep);
+            break;
+        }
+        cli_fmt_escape(rep->n_services > 0 ? rep->services[0]->name : cmd->m.ref.ref, name,
+                       sizeof(name));
+        rc = cli_ruleset_write(out, name, rep->filters, rep->n_filters, why, sizeof(why));
+        if (rc == -EINVAL)
+            rc = lfail(l, CLI_EXIT_ERROR, rc, "filter export: %s", why);
+        return rc;
+    default:
+        return 0;
+    }
+    if (rc < 0)
+        return rc;
+    if (cmd->json)
+        cli_json_end(&j);
+    if (fflush(out) == EOF || ferror(out))
+        return lfail(l, CLI_EXIT_ERROR, -EIO, "cannot write the output");
+    return 0;
+}
+
+void cli_local_release(struct cli_cmd *cmd, struct cli_local *l)
+{
+    if (l->password) {
+        explicit_bzero(l->password, strlen(l->password));
+        free(l->password);
+        l->password = NULL;
+    }
+    if (l->config) {
+        fgx__ctl__config__free_unpacked(l->config, NULL);
+        l->config = NULL;
+        cmd->req.config_import = NULL;
+    }
+    if (l->ruleset) {
+        cli_ruleset_release(&cmd->m.filter_import);
+        l->ruleset = false;
+    }
+}

@@ -1,0 +1,707 @@
+/* Unit tests for fgexctl's issue-5 stages: the strict JSON parser (cli_jsonparse.c), the
+ * configuration file (cli_config.c), ruleset files (cli_ruleset.c), certificate pinning in
+ * known_hosts (cli_pin.c), session token files (cli_session.c), the fingerprint (cli_tls.c) and
+ * the new commands' parse (cli_args.c). Files go to a fresh temporary directory per test. */
+#include <criterion/criterion.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "control.pb-c.h"
+#include "fgexctl/cli_args.h"
+#include "fgexctl/cli_config.h"
+#include "fgexctl/cli_fmt.h"
+#include "fgexctl/cli_jsonparse.h"
+#include "fgexctl/cli_pin.h"
+#include "fgexctl/cli_ruleset.h"
+#include "fgexctl/cli_session.h"
+#include "fgexctl/cli_tls.h"
+
+#define FP_A                                                                                       \
+    "E1:BB:F9:42:75:A3:8D:81:28:72:E0:8E:9B:CB:73:1B:60:94:86:E5:8F:A3:B9:B4:83:76:6C:11:80:3C:"   \
+    "B9:48"
+#define FP_B                                                                                       \
+    "6E:C4:1C:3F:63:20:7D:0B:30:B8:8E:89:B4:A7:2B:C0:9E:00:D0:7F:94:36:B8:E1:8D:67:FC:CD:1A:3A:"   \
+    "2D:1E"
+
+static char tmpdir[64];
+
+static void tmp_setup(void)
+{
+    (void)snprintf(tmpdir, sizeof(tmpdir), "/tmp/fgx-cli-admin-XXXXXX");
+    cr_assert_not_null(mkdtemp(tmpdir));
+}
+
+static void tmp_teardown(void)
+{
+    char cmd[128];
+
+    (void)snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+static char *tmp_path(const char *name)
+{
+    static char buf[256];
+
+    (void)snprintf(buf, sizeof(buf), "%s/%s", tmpdir, name);
+    return buf;
+}
+
+static char *slurp(const char *path)
+{
+    char *text = NULL;
+    size_t len;
+
+    cr_assert_eq(cli_pin_read_file(path, 1 << 20, &text, &len), 0, "cannot read %s", path);
+    return text;
+}
+
+/* ---- JSON parser ------------------------------------------------------------------------- */
+
+static struct cli_jv *parse_ok(const char *text)
+{
+    struct cli_jv *v = NULL;
+    struct cli_jerr e;
+    int rc = cli_jsonparse(text, strlen(text), &v, &e);
+
+    cr_assert_eq(rc, 0, "'%s' failed: line %u col %u: %s", text, e.line, e.col, e.msg);
+    return v;
+}
+
+static void parse_bad(const char *text, unsigned line, unsigned col, const char *msg_part)
+{
+    struct cli_jv *v = NULL;
+    struct cli_jerr e;
+    int rc = cli_jsonparse(text, strlen(text), &v, &e);
+
+    cr_assert_eq(rc, -EINVAL, "'%s' should not parse", text);
+    cr_assert_null(v);
+    cr_assert_eq(e.line, line, "'%s': line %u, want %u (%s)", text, e.line, line, e.msg);
+    cr_assert_eq(e.col, col, "'%s': column %u, want %u (%s)", text, e.col, col, e.msg);
+    cr_assert(strstr(e.msg, msg_part), "'%s': message '%s' lacks '%s'", text, e.msg, msg_part);
+}
+
+Test(cli_jsonparse, valid_document)
+{
+    struct cli_jv *v = parse_ok(" {\"a\": [1, -2.5e3, true, false, null],\n"
+                                "  \"s\": \"x\\\"\\\\\\/\\b\\f\\n\\r\\t\\u00e9\\ud83d\\ude00\","
+                                "  \"o\": {}, \"e\": [] } \n");
+    const struct cli_jv *a = cli_jv_get(v, "a"), *s = cli_jv_get(v, "s");
+    uint64_t n;
+
+    cr_assert_eq(v->type, CLI_JV_OBJ);
+    cr_assert_eq(v->n, 4);
+    cr_assert_eq(a->type, CLI_JV_ARR);
+    cr_assert_eq(a->n, 5);
+    cr_assert_eq(cli_jv_uint(a->items[0], 10, &n), 0);
+    cr_assert_eq(n, 1);
+    cr_assert_eq(cli_jv_uint(a->items[1], 10, &n), -EINVAL, "negative or fraction is no uint");
+    cr_assert_str_eq(a->items[1]->s, "-2.5e3");
+    cr_assert(a->items[2]->type == CLI_JV_BOOL && a->items[2]->b);
+    cr_assert(a->items[3]->type == CLI_JV_BOOL && !a->items[3]->b);
+    cr_assert_eq(a->items[4]->type, CLI_JV_NULL);
+    cr_assert_str_eq(s->s, "x\"\\/\b\f\n\r\t\xc3\xa9\xf0\x9f\x98\x80");
+    cr_assert_eq(s->line, 2);
+    cr_assert_eq(cli_jv_get(v, "o")->n, 0);
+    cr_assert_null(cli_jv_get(v, "missing"));
+    cli_jv_free(v);
+
+    v = parse_ok("\"\\u0000x\"");
+    cr_assert_eq(v->len, 2, "NUL inside a string is kept with its length");
+    cli_jv_free(v);
+    v = parse_ok("18446744073709551615");
+    cr_assert_eq(cli_jv_uint(v, UINT64_MAX, &n), 0);
+    cr_assert_eq(n, UINT64_MAX);
+    cli_jv_free(v);
+    v = parse_ok("18446744073709551616");
+    cr_assert_eq(cli_jv_uint(v, UINT64_MAX, &n), -ERANGE);
+    cli_jv_free(v);
+}
+
+Test(cli_jsonparse, invalid_documents_name_their_position)
+{
+    parse_bad("", 1, 1, "empty");
+    parse_bad("  \n ", 2, 2, "empty");
+    parse_bad("[1, 2,]", 1, 7, "trailing comma");
+    parse_bad("{\"a\": 1,\n }", 2, 2, "trailing comma");
+    parse_bad("{\"a\" 1}", 1, 6, "expected ':'");
+    parse_bad("{a: 1}", 1, 2, "key in quotes");
+    parse_bad("[01]", 1, 3, "leading zero");
+    parse_bad("[1.]", 1, 4, "decimal point");
+    parse_bad("[1e]", 1, 4, "exponent");
+    parse_bad("[-]", 1, 3, "digit");
+    parse_bad("\n  \"abc", 2, 3, "unterminated");
+    parse_bad("\"a\tb\"", 1, 3, "control character");
+    parse_bad("\"\xff\"", 1, 2, "UTF-8");
+    parse_bad("\"\xc0\xaf\"", 1, 2, "UTF-8");
+    parse_bad("\"\\ud800\"", 1, 2, "high surrogate");
+    parse_bad("\"\\udc00\"", 1, 2, "low surrogate");
+    parse_bad("\"\\x41\"", 1, 3, "invalid escape");
+    parse_bad("\"\\u12g4\"", 1, 6, "four hex digits");
+    parse_bad("{\"a\": 1, \"a\": 2}", 1, 10, "duplicate key");
+    parse_bad("{} {}", 1, 4, "after the end");
+    parse_bad("[1] // c", 1, 5, "after the end");
+    parse_bad("[tru]", 1, 2, "true, false or null");
+    parse_bad("[1 2]", 1, 4, "expected ',' or ']'");
+    parse_bad("{\"a\":1 \"b\":2}", 1, 8, "expected ',' or '}'");
+    parse_bad("[", 1, 2, "end of the file");
+    parse_bad("'a'", 1, 1, "expected a value");
+}
+
+Test(cli_jsonparse, depth_is_limited)
+{
+    char deep[2 * CLI_JSONPARSE_MAX_DEPTH + 8];
+    size_t n = 0;
+
+    for (int i = 0; i < CLI_JSONPARSE_MAX_DEPTH + 1; i++)
+        deep[n++] = '[';
+    deep[n] = '\0';
+    parse_bad(deep, 1, CLI_JSONPARSE_MAX_DEPTH + 1, "nested deeper");
+}
+
+/* ---- configuration file ------------------------------------------------------------------ */
+
+static Fgx__Ctl__Service svc(uint32_t id, const char *name, Fgx__Ctl__Proto p, const char *ip,
+                             uint32_t port, bool active, bool fail_open)
+{
+    Fgx__Ctl__Service s = FGX__CTL__SERVICE__INIT;
+
+    s.id = id;
+    s.name = (char *)name;
+    s.proto = p;
+    s.ip = (char *)ip;
+    s.port = port;
+    s.layer = FGX__CTL__LAYER__LAYER_NFQUEUE;
+    s.active = active;
+    s.fail_open = fail_open;
+    s.has_blocked = 1;
+    s.blocked = 77; /* a counter: not configuration, not exported */
+    return s;
+}
+
+static Fgx__Ctl__Filter flt(uint32_t id, uint32_t sid, const char *re, Fgx__Ctl__Dir d, bool nc,
+                            bool active)
+{
+    Fgx__Ctl__Filter f = FGX__CTL__FILTER__INIT;
+
+    f.id = id;
+    f.service_id = sid;
+    f.regex = (char *)re;
+    f.dir = d;
+    f.nocase = nc;
+    f.active = active;
+    return f;
+}
+
+static char *config_text(const Fgx__Ctl__Config *cfg)
+{
+    char *doc = NULL, err[256];
+    size_t len = 0;
+    FILE *f = open_memstream(&doc, &len);
+
+    cr_assert_not_null(f);
+    cr_assert_eq(cli_config_write(f, cfg, err, sizeof(err)), 0, "%s", err);
+    (void)fclose(f);
+    return doc;
+}
+
+Test(cli_config, export_import_round_trip)
+{
+    Fgx__Ctl__Service s1 = svc(3, "web", FGX__CTL__PROTO__PROTO_TCP, "", 80, true, false);
+    Fgx__Ctl__Service s2 =
+        svc(9, "dns", FGX__CTL__PROTO__PROTO_UDP, "10.0.0.0/24", 53, false, true);
+    Fgx__Ctl__Filter f1 = flt(1, 3, "evil[0-9]+", FGX__CTL__DIR__DIR_C2S, false, true);
+    Fgx__Ctl__Filter f2 = flt(5, 9, "a\"b\\c/\xc3\xa9\t", FGX__CTL__DIR__DIR_S2C, true, false);
+    Fgx__Ctl__Filter f3 = flt(7, 3, "flag\\{", FGX__CTL__DIR__DIR_BOTH, false, true);
+    Fgx__Ctl__Service *svcs[] = {&s1, &s2};
+    Fgx__Ctl__Filter *flts[] = {&f1, &f2, &f3};
+    Fgx__Ctl__Config cfg = FGX__CTL__CONFIG__INIT, *back = NULL;
+    char *doc, err[256];
+
+    s2.layer = FGX__CTL__LAYER__LAYER_PROXY;
+    cfg.n_services = 2;
+    cfg.services = svcs;
+    cfg.n_filters = 3;
+    cfg.filters = flts;
+    cfg.has_auth_enabled = 1;
+    cfg.auth_enabled = 1;
+    doc = config_text(&cfg);
+    cr_assert_null(strstr(doc, "blocked"), "counters are not configuration");
+    cr_assert(strstr(doc, "\"format\": \"fgex-config\""), "%s", doc);
+    cr_assert_eq(cli_config_read(doc, strlen(doc), &back, err, sizeof(err)), 0, "%s\n%s", err, doc);
+    cr_assert_eq(back->n_services, 2);
+    cr_assert_eq(back->n_filters, 3);
+    cr_assert(back->has_auth_enabled && back->auth_enabled);
+    for (size_t i = 0; i < 2; i++) {
+        cr_assert_eq(back->services[i]->id, svcs[i]->id);
+        cr_assert_str_eq(back->services[i]->name, svcs[i]->name);
+        cr_assert_eq(back->services[i]->proto, svcs[i]->proto);
+        cr_assert_str_eq(back->services[i]->ip, svcs[i]->ip);
+        cr_assert_eq(back->services[i]->port, svcs[i]->port);
+        cr_assert_eq(back->services[i]->layer, svcs[i]->layer);
+        cr_assert_eq(back->services[i]->active, svcs[i]->active);
+        cr_assert_eq(back->services[i]->fail_open, svcs[i]->fail_open);
+    }
+    /* Filters come back grouped by service, in the services' order. */
+    {
+        const Fgx__Ctl__Filter *want[] = {&f1, &f3, &f2};
+
+        for (size_t i = 0; i < 3; i++) {
+            cr_assert_eq(back->filters[i]->id, want[i]->id);
+            cr_assert_eq(back->filters[i]->service_id, want[i]->service_id);
+            cr_assert_str_eq(back->filters[i]->regex, want[i]->regex);
+            cr_assert_eq(back->filters[i]->dir, want[i]->dir);
+            cr_assert_eq(back->filters[i]->nocase, want[i]->nocase);
+            cr_assert_eq(back->filters[i]->active, want[i]->active);
+        }
+    }
+    /* Written again, the document is the same: nothing is lost or reordered twice. */
+    {
+        char *doc2 = config_text(back);
+
+        cr_assert_str_eq(doc2, doc);
+        free(doc2);
+    }
+    fgx__ctl__config__free_unpacked(back, NULL);
+    free(doc);
+}
+
+Test(cli_config, defaults_and_fresh_ids)
+{
+    const char *doc = "{\"services\": [\n"
+                      " {\"name\": \"a\", \"proto\": \"tcp\", \"port\": 1,\n"
+                      "  \"filters\": [{\"regex\": \"x\"}, {\"regex\": \"y\", \"id\": 4}]},\n"
+                      " {\"id\": 2, \"name\": \"b\", \"proto\": \"udp\", \"port\": 2}]}";
+    Fgx__Ctl__Config *cfg = NULL;
+    char err[256];
+
+    cr_assert_eq(cli_config_read(doc, strlen(doc), &cfg, err, sizeof(err)), 0, "%s", err);
+    cr_assert_eq(cfg->services[0]->id, 3, "a fresh id above every given one");
+    cr_assert_eq(cfg->services[1]->id, 2);
+    cr_assert_str_eq(cfg->services[0]->ip, "");
+    cr_assert_eq(cfg->services[0]->layer, FGX__CTL__LAYER__LAYER_NFQUEUE);
+    cr_assert(cfg->services[0]->active && !cfg->services[0]->fail_open);
+    cr_assert_eq(cfg->filters[0]->id, 5);
+    cr_assert_eq(cfg->filters[1]->id, 4);
+    cr_assert_eq(cfg->filters[0]->service_id, 3, "a filter belongs to its enclosing service");
+    cr_assert_eq(cfg->filters[0]->dir, FGX__CTL__DIR__DIR_BOTH);
+    cr_assert(cfg->filters[0]->active && !cfg->filters[0]->nocase);
+    cr_assert(!cfg->has_auth_enabled, "an absent setting is left unchanged");
+    fgx__ctl__config__free_unpacked(cfg, NULL);
+}
+
+static void config_bad(const char *doc, const char *want_prefix, const char *msg_part)
+{
+    Fgx__Ctl__Config *cfg = NULL;
+    char err[256];
+    int rc = cli_config_read(doc, strlen(doc), &cfg, err, sizeof(err));
+
+    cr_assert_eq(rc, -EINVAL, "should be refused: %s", doc);
+    cr_assert_null(cfg);
+    cr_assert(strncmp(err, want_prefix, strlen(want_prefix)) == 0, "'%s' does not start '%s'", err,
+              want_prefix);
+    cr_assert(strstr(err, msg_part), "'%s' lacks '%s'", err, msg_part);
+}
+
+Test(cli_config, malformed_or_impossible_is_refused_with_position)
+{
+    config_bad("{\"services\": [}", "line 1, column 15:", "expected a value");
+    config_bad("[]", "line 1, column 1:", "must be an object, not an array");
+    config_bad("{}", "line 1, column 1:", "\"services\" is missing");
+    config_bad("{\"services\": [], \"extra\": 1}", "line 1, column 27:", "unknown key \"extra\"");
+    config_bad("{\"format\": \"other\", \"services\": []}", "line 1, column 12:", "format");
+    config_bad("{\"version\": 2, \"services\": []}", "line 1, column 13:", "\"version\" must be 1");
+    config_bad("{\"services\": [\n {\"name\": \"a\", \"proto\": \"tcp\", \"port\": 70000}]}",
+               "line 2, column 40:", "services[0].port must be an integer from 1 to 65535");
+    config_bad("{\"services\": [{\"name\": \"a\", \"proto\": \"sctp\", \"port\": 1}]}",
+               "line 1, column 38:", "is not one of tcp, udp");
+    config_bad("{\"services\": [{\"name\": \"a\", \"port\": 1}]}",
+               "line 1, column 15:", "\"proto\" is missing");
+    config_bad("{\"services\": [{\"name\": \"12\", \"proto\": \"tcp\", \"port\": 1}]}",
+               "line 1, column 24:", "is a number");
+    config_bad("{\"services\": [{\"name\": \"a\", \"proto\": \"tcp\", \"port\": 1, \"ip\": "
+               "\"10.0.0.300\"}]}",
+               "line 1, column 62:", "not an IPv4 or IPv6");
+    config_bad("{\"services\": [{\"name\": \"a\", \"proto\": \"tcp\", \"port\": 1, \"prot\": 1}]}",
+               "line 1, column 64:", "unknown key \"prot\"");
+    config_bad("{\"services\": [{\"name\": \"a\", \"proto\": \"tcp\", \"port\": 1},\n"
+               "{\"name\": \"a\", \"proto\": \"udp\", \"port\": 2}]}",
+               "line 2, column 10:", "also the name of services[0]");
+    config_bad("{\"services\": [{\"name\": \"a\", \"proto\": \"tcp\", \"port\": 1, \"filters\": "
+               "[{\"regex\": \"\"}]}]}",
+               "line 1, column 78:", "regex is empty");
+    config_bad("{\"services\": [{\"name\": \"a\", \"proto\": \"tcp\", \"port\": 1, \"filters\": "
+               "[{\"regex\": \"x\", \"dir\": \"up\"}]}]}",
+               "line 1, column 90:", "is not one of both, c2s, s2c");
+    config_bad("{\"services\": [{\"name\": \"a\", \"proto\": \"tcp\", \"port\": 1, \"active\": "
+               "\"yes\"}]}",
+               "line 1, column 66:", "must be a boolean, not a string");
+    config_bad("{\"services\": [{\"name\": \"a\", \"proto\": \"tcp\", \"port\": 1, \"filters\": "
+               "[{\"regex\": \"x\", \"id\": 3}, {\"regex\": \"y\", \"id\": 3}]}]}",
+               "line 1, column 114:", "id 3 is used twice");
+}
+
+/* ---- ruleset files ----------------------------------------------------------------------- */
+
+Test(cli_ruleset, good_file)
+{
+    const char *text = "# our regexes\n"
+                       "\n"
+                       "c2s /evil[0-9]+/\n"
+                       "   s2c nocase /flag\\{[A-Z]{31}=\\}/   \n"
+                       "both disabled nocase /a/b/c/\r\n"
+                       "\t/ lead and trail /\n"
+                       "nocase c2s/glued/";
+    Fgx__Ctl__FilterImport fi = FGX__CTL__FILTER_IMPORT__INIT;
+    char err[256];
+
+    cr_assert_eq(cli_ruleset_parse(text, strlen(text), &fi, err, sizeof(err)), 0, "%s", err);
+    cr_assert_eq(fi.n_filters, 5);
+    cr_assert_str_eq(fi.filters[0]->regex, "evil[0-9]+");
+    cr_assert(fi.filters[0]->has_dir && fi.filters[0]->dir == FGX__CTL__DIR__DIR_C2S);
+    cr_assert(!fi.filters[0]->has_nocase && !fi.filters[0]->has_active);
+    cr_assert_eq(fi.filters[0]->line, 3);
+    cr_assert_str_eq(fi.filters[1]->regex, "flag\\{[A-Z]{31}=\\}");
+    cr_assert(fi.filters[1]->nocase && fi.filters[1]->dir == FGX__CTL__DIR__DIR_S2C);
+    cr_assert_eq(fi.filters[1]->line, 4);
+    cr_assert_str_eq(fi.filters[2]->regex, "a/b/c", "the regex ends at the last '/'");
+    cr_assert(fi.filters[2]->has_active && !fi.filters[2]->active);
+    cr_assert(fi.filters[2]->nocase && fi.filters[2]->dir == FGX__CTL__DIR__DIR_BOTH);
+    cr_assert_str_eq(fi.filters[3]->regex, " lead and trail ");
+    cr_assert(!fi.filters[3]->has_dir, "no direction: controld's default (both)");
+    cr_assert_str_eq(fi.filters[4]->regex, "glued");
+    cr_assert_eq(fi.filters[4]->line, 7);
+    cli_ruleset_release(&fi);
+    cr_assert_eq(fi.n_filters, 0);
+}
+
+static void ruleset_bad(const char *text, size_t len, const char *want)
+{
+    Fgx__Ctl__FilterImport fi = FGX__CTL__FILTER_IMPORT__INIT;
+    char err[256];
+
+    cr_assert_eq(cli_ruleset_parse(text, len, &fi, err, sizeof(err)), -EINVAL, "accepted: %s",
+                 text);
+    cr_assert_eq(fi.n_filters, 0, "all or nothing");
+    cr_assert_null(fi.filters);
+    cr_assert(strstr(err, want), "'%s' lacks '%s'", err, want);
+}
+
+Test(cli_ruleset, each_bad_line_names_its_number)
+{
+    const char *good = "# ok\nc2s /a/\n\n";
+    char buf[256];
+
+#define BAD(line_text, want)                                                                       \
+    do {                                                                                           \
+        (void)snprintf(buf, sizeof(buf), "%s%s\nc2s /later/\n", good, line_text);                  \
+        ruleset_bad(buf, strlen(buf), want);                                                       \
+    } while (0)
+    BAD("c2x /a/", "line 4: unknown word 'c2x'");
+    BAD("c2s s2c /a/", "line 4: the direction is given twice");
+    BAD("nocase nocase /a/", "line 4: 'nocase' is given twice");
+    BAD("disabled disabled /a/", "line 4: 'disabled' is given twice");
+    BAD("c2s evil", "line 4: unknown word 'evil'");
+    BAD("c2s", "line 4: no /REGEX/");
+    BAD("c2s /abc", "line 4: the regex has no closing '/'");
+    BAD("c2s /abc/ x", "line 4: text after the closing '/'");
+    BAD("s2c //", "line 4: the regex is empty");
+#undef BAD
+    /* A NUL byte: not a text file. */
+    memcpy(buf, "c2s /a/\nc2s /a\0b/\n", 19);
+    ruleset_bad(buf, 19, "line 2: a NUL byte");
+}
+
+Test(cli_ruleset, export_then_import_round_trip)
+{
+    Fgx__Ctl__Filter f1 = flt(1, 3, "evil[0-9]+", FGX__CTL__DIR__DIR_C2S, false, true);
+    Fgx__Ctl__Filter f2 = flt(2, 3, " a/b ", FGX__CTL__DIR__DIR_BOTH, true, false);
+    Fgx__Ctl__Filter f3 = flt(3, 3, "x\ny", FGX__CTL__DIR__DIR_S2C, false, true);
+    Fgx__Ctl__Filter *fs[] = {&f1, &f2, &f3};
+    Fgx__Ctl__FilterImport fi = FGX__CTL__FILTER_IMPORT__INIT;
+    char *out = NULL, err[256];
+    size_t len = 0;
+    FILE *f = open_memstream(&out, &len);
+
+    cr_assert_eq(cli_ruleset_write(f, "web", fs, 2, err, sizeof(err)), 0);
+    (void)fclose(f);
+    cr_assert(strstr(out, "\nc2s /evil[0-9]+/\nboth nocase disabled / a/b /\n"), "%s", out);
+    cr_assert_eq(cli_ruleset_parse(out, len, &fi, err, sizeof(err)), 0, "%s", err);
+    cr_assert_eq(fi.n_filters, 2);
+    cr_assert_str_eq(fi.filters[1]->regex, " a/b ");
+    cr_assert(fi.filters[1]->nocase && !fi.filters[1]->active);
+    cli_ruleset_release(&fi);
+    free(out);
+
+    /* A regex with a line break has no line of its own: refused, nothing written. */
+    out = NULL;
+    f = open_memstream(&out, &len);
+    cr_assert_eq(cli_ruleset_write(f, "web", fs, 3, err, sizeof(err)), -EINVAL);
+    (void)fclose(f);
+    cr_assert_eq(len, 0);
+    cr_assert(strstr(err, "filter 3"), "%s", err);
+    free(out);
+}
+
+/* ---- certificate pinning ----------------------------------------------------------------- */
+
+Test(cli_pin, url_and_fingerprint_forms)
+{
+    struct cli_pin_target t;
+    char fp[CLI_FP_SIZE], key[128];
+
+    cr_assert_eq(cli_pin_target("tls+tcp://10.0.0.1:4433", &t), 0);
+    cr_assert_str_eq(t.host, "10.0.0.1");
+    cr_assert_str_eq(t.port, "4433");
+    cr_assert_str_eq(t.hostport, "10.0.0.1:4433");
+    cr_assert_str_eq(t.key, "10.0.0.1_4433");
+    cr_assert_eq(cli_pin_target("tls+tcp://[fd00::1]:99", &t), 0);
+    cr_assert_str_eq(t.host, "fd00::1");
+    cr_assert_str_eq(t.hostport, "[fd00::1]:99");
+    cr_assert_str_eq(t.key, "fd00__1_99");
+    cr_assert_eq(cli_pin_target("tls+tcp://host", &t), -EINVAL);
+    cr_assert_eq(cli_pin_target("tls+tcp://host:", &t), -EINVAL);
+    cr_assert_eq(cli_pin_target("tls+tcp://[::1:99", &t), -EINVAL);
+    cr_assert_eq(cli_pin_target("ipc:///x", &t), -EINVAL);
+    cr_assert(cli_pin_is_tls("tls+tcp4://a:1") && !cli_pin_is_tls("tcp://a:1"));
+    cli_pin_url_key("ipc:///run/fgex/control.sock", key, sizeof(key));
+    cr_assert_str_eq(key, "ipc____run_fgex_control.sock");
+
+    cr_assert_eq(cli_pin_fp_normalize(FP_A, fp), 0);
+    cr_assert_str_eq(fp, FP_A);
+    cr_assert_eq(cli_pin_fp_normalize(
+                     "sha256:e1bbf94275a38d812872e08e9bcb731b609486e58fa3b9b483766c11803cb948", fp),
+                 0);
+    cr_assert_str_eq(fp, FP_A);
+    cr_assert_eq(cli_pin_fp_normalize("E1:BB", fp), -EINVAL);
+    cr_assert_eq(cli_pin_fp_normalize(FP_A "00", fp), -EINVAL);
+    cr_assert_eq(cli_pin_fp_normalize("zz", fp), -EINVAL);
+}
+
+Test(cli_pin, sha256_fingerprint_format)
+{
+    char fp[CLI_FP_SIZE];
+
+    cli_tls_fingerprint((const unsigned char *)"abc", 3, fp);
+    cr_assert_str_eq(fp, "BA:78:16:BF:8F:01:CF:EA:41:41:40:DE:5D:AE:22:23:B0:03:61:A3:96:17:7A:"
+                         "9C:B4:10:FF:61:F2:00:15:AD");
+}
+
+Test(cli_pin, first_use_stores, .init = tmp_setup, .fini = tmp_teardown)
+{
+    char *kh = strdup(tmp_path("sub/known_hosts")), *text, fp[CLI_FP_SIZE], msg[1024];
+    enum cli_pin_outcome o;
+    struct stat st;
+    unsigned line;
+
+    cr_assert_eq(cli_pin_lookup(kh, "a:1", fp, &line), -ENOENT);
+    cr_assert_eq(cli_pin_check(kh, "a:1", FP_A, NULL, &o, msg, sizeof(msg)), 0, "%s", msg);
+    cr_assert_eq(o, CLI_PIN_NEW);
+    cr_assert_eq(stat(kh, &st), 0);
+    cr_assert_eq(st.st_mode & 0777, 0600);
+    text = slurp(kh);
+    cr_assert_str_eq(text, "a:1 " FP_A "\n");
+    free(text);
+    /* The same certificate again: known, the file unchanged. */
+    cr_assert_eq(cli_pin_check(kh, "a:1", FP_A, NULL, &o, msg, sizeof(msg)), 0);
+    cr_assert_eq(o, CLI_PIN_KNOWN);
+    cr_assert_eq(cli_pin_check(kh, "b:2", FP_B, NULL, &o, msg, sizeof(msg)), 0);
+    cr_assert_eq(o, CLI_PIN_NEW);
+    text = slurp(kh);
+    cr_assert_str_eq(text, "a:1 " FP_A "\nb:2 " FP_B "\n");
+    free(text);
+    cr_assert_eq(cli_pin_lookup(kh, "b:2", fp, &line), 0);
+    cr_assert_str_eq(fp, FP_B);
+    cr_assert_eq(line, 2);
+    free(kh);
+}
+
+Test(cli_pin, mismatch_refused_naming_file_and_line, .init = tmp_setup, .fini = tmp_teardown)
+{
+    char *kh = strdup(tmp_path("known_hosts")), *text, msg[1024], want[128];
+    enum cli_pin_outcome o;
+    const char *orig = "# pins\nother:9 " FP_B "\n\nhost:4433 " FP_A "\n";
+
+    cr_assert_eq(cli_pin_write_file(kh, orig, strlen(orig)), 0);
+    cr_assert_eq(cli_pin_check(kh, "host:4433", FP_B, NULL, &o, msg, sizeof(msg)), -EKEYREJECTED);
+    (void)snprintf(want, sizeof(want), "remove line 4 of %s", kh);
+    cr_assert(strstr(msg, want), "'%s' lacks '%s'", msg, want);
+    cr_assert(strstr(msg, "CHANGED") && strstr(msg, FP_A) && strstr(msg, FP_B), "%s", msg);
+    text = slurp(kh);
+    cr_assert_str_eq(text, orig, "a refused certificate changes nothing");
+    free(text);
+    free(kh);
+}
+
+Test(cli_pin, explicit_fingerprint, .init = tmp_setup, .fini = tmp_teardown)
+{
+    char *kh = strdup(tmp_path("known_hosts")), *text, msg[1024];
+    enum cli_pin_outcome o;
+    const char *orig = "host:1 " FP_A "\nkeep:2 " FP_A "\n";
+
+    cr_assert_eq(cli_pin_write_file(kh, orig, strlen(orig)), 0);
+    /* A --fingerprint the server does not present is refused, whatever is pinned. */
+    cr_assert_eq(cli_pin_check(kh, "host:1", FP_A, FP_B, &o, msg, sizeof(msg)), -EKEYREJECTED);
+    cr_assert(strstr(msg, "does not match --fingerprint"), "%s", msg);
+    cr_assert_eq(cli_pin_check(kh, "host:1", FP_A, "nonsense", &o, msg, sizeof(msg)), -EINVAL);
+    /* The right one replaces the old pin (the server got a new certificate). */
+    cr_assert_eq(cli_pin_check(kh, "host:1", FP_B,
+                               "6ec41c3f63207d0b30b88e89b4a72bc09e00d07f9436b8e18d67fccd1a3a2d1e",
+                               &o, msg, sizeof(msg)),
+                 0, "%s", msg);
+    cr_assert_eq(o, CLI_PIN_EXPLICIT);
+    text = slurp(kh);
+    cr_assert_str_eq(text, "host:1 " FP_B "\nkeep:2 " FP_A "\n");
+    free(text);
+    cr_assert_eq(cli_pin_check(kh, "host:1", FP_B, NULL, &o, msg, sizeof(msg)), 0);
+    cr_assert_eq(o, CLI_PIN_KNOWN);
+    free(kh);
+}
+
+/* ---- session tokens ---------------------------------------------------------------------- */
+
+Test(cli_session, token_file_is_private, .init = tmp_setup, .fini = tmp_teardown)
+{
+    char path[512], *tok = NULL;
+    struct stat st;
+    mode_t old = umask(0);
+
+    cr_assert_eq(setenv("FGEX_CONFIG_DIR", tmpdir, 1), 0);
+    cr_assert_eq(cli_session_path("tls+tcp://10.1.2.3:4433", path, sizeof(path)), 0);
+    cr_assert_str_eq(path + strlen(tmpdir), "/sessions/10.1.2.3_4433");
+    cr_assert_eq(cli_session_load(path, &tok), -ENOENT);
+    /* Even with a permissive umask the token is readable by its owner only. */
+    cr_assert_eq(cli_session_store(path, "t0k3n"), 0);
+    umask(old);
+    cr_assert_eq(stat(path, &st), 0);
+    cr_assert_eq(st.st_mode & 0777, 0600, "mode %o", st.st_mode & 0777);
+    cr_assert_eq(stat(tmp_path("sessions"), &st), 0);
+    cr_assert_eq(st.st_mode & 0777, 0700, "directory mode %o", st.st_mode & 0777);
+    cr_assert_eq(cli_session_load(path, &tok), 0);
+    cr_assert_str_eq(tok, "t0k3n");
+    free(tok);
+    cr_assert_eq(cli_session_remove(path), 0);
+    cr_assert_eq(cli_session_remove(path), 0, "removing twice is fine");
+    cr_assert_eq(cli_session_load(path, &tok), -ENOENT);
+    cr_assert_eq(unsetenv("FGEX_CONFIG_DIR"), 0);
+}
+
+Test(cli_session, password_from_file, .init = tmp_setup, .fini = tmp_teardown)
+{
+    char *pw = NULL, err[256], *p = strdup(tmp_path("pw"));
+
+    cr_assert_eq(cli_pin_write_file(p, "s3cret pass\r\nignored\n", 22), 0);
+    cr_assert_eq(cli_password_read(p, false, &pw, err, sizeof(err)), 0, "%s", err);
+    cr_assert_str_eq(pw, "s3cret pass");
+    free(pw);
+    cr_assert_eq(cli_pin_write_file(p, "\n", 1), 0);
+    cr_assert_eq(cli_password_read(p, false, &pw, err, sizeof(err)), -EINVAL);
+    cr_assert(strstr(err, "empty"), "%s", err);
+    cr_assert_eq(cli_password_read(tmp_path("none"), false, &pw, err, sizeof(err)), -ENOENT);
+    free(p);
+}
+
+/* ---- the new commands on the command line ------------------------------------------------ */
+
+#define ARGV(...) ((char *[]){"fgexctl", __VA_ARGS__, NULL})
+
+static int argc_of(char **v)
+{
+    int n = 0;
+
+    while (v[n])
+        n++;
+    return n;
+}
+
+Test(cli_args_admin, new_commands_parse)
+{
+    struct cli_cmd cmd;
+    char **v;
+
+    v = ARGV("-c", "tls+tcp://h:1", "--fingerprint", FP_A, "login", "--password-file", "/p");
+    cr_assert_eq(cli_args_parse(argc_of(v), v, NULL, &cmd), 0, "%s", cmd.err);
+    cr_assert_eq(cmd.req.req_case, FGX__CTL__REQUEST__REQ_LOGIN);
+    cr_assert_str_eq(cmd.password_file, "/p");
+    cr_assert_str_eq(cmd.fingerprint, FP_A);
+    cr_assert_str_eq(cmd.url, "tls+tcp://h:1");
+
+    v = ARGV("passwd", "--expire-sessions", "--ca", "/ca.pem");
+    cr_assert_eq(cli_args_parse(argc_of(v), v, NULL, &cmd), 0, "%s", cmd.err);
+    cr_assert(cmd.m.passwd.has_expire_sessions && cmd.m.passwd.expire_sessions);
+    cr_assert_null(cmd.password_file);
+    cr_assert_str_eq(cmd.ca, "/ca.pem");
+
+    v = ARGV("auth", "off");
+    cr_assert_eq(cli_args_parse(argc_of(v), v, NULL, &cmd), 0);
+    cr_assert_eq(cmd.req.req_case, FGX__CTL__REQUEST__REQ_AUTH_SET);
+    cr_assert(!cmd.req.auth_set->enabled);
+    v = ARGV("auth", "on");
+    cr_assert_eq(cli_args_parse(argc_of(v), v, NULL, &cmd), 0);
+    cr_assert(cmd.req.auth_set->enabled);
+    v = ARGV("auth", "maybe");
+    cr_assert_eq(cli_args_parse(argc_of(v), v, NULL, &cmd), -EINVAL);
+    cr_assert_eq(cmd.exit_code, CLI_EXIT_INVALID);
+
+    v = ARGV("filter", "import", "web", "rules.txt", "--replace");
+    cr_assert_eq(cli_args_parse(argc_of(v), v, NULL, &cmd), 0, "%s", cmd.err);
+    cr_assert_str_eq(cmd.req.filter_import->service, "web");
+    cr_assert(cmd.req.filter_import->replace);
+    cr_assert_str_eq(cmd.file, "rules.txt");
+    v = ARGV("filter", "import", "web");
+    cr_assert_eq(cli_args_parse(argc_of(v), v, NULL, &cmd), -EINVAL);
+    cr_assert(strstr(cmd.err, "missing FILE"), "%s", cmd.err);
+
+    v = ARGV("filter", "export", "web", "--json");
+    cr_assert_eq(cli_args_parse(argc_of(v), v, NULL, &cmd), 0, "%s", cmd.err);
+    cr_assert_eq(cmd.req.req_case, FGX__CTL__REQUEST__REQ_FILTER_EXPORT);
+    cr_assert_str_eq(cmd.req.filter_export->ref, "web");
+    cr_assert(cmd.json);
+
+    v = ARGV("export", "-");
+    cr_assert_eq(cli_args_parse(argc_of(v), v, NULL, &cmd), 0, "%s", cmd.err);
+    cr_assert_eq(cmd.req.req_case, FGX__CTL__REQUEST__REQ_CONFIG_EXPORT);
+    cr_assert_str_eq(cmd.file, "-");
+    v = ARGV("import", "cfg.json");
+    cr_assert_eq(cli_args_parse(argc_of(v), v, NULL, &cmd), 0, "%s", cmd.err);
+    cr_assert_eq(cmd.req.req_case, FGX__CTL__REQUEST__REQ_CONFIG_IMPORT);
+    cr_assert_str_eq(cmd.file, "cfg.json");
+
+    v = ARGV("cert");
+    cr_assert_eq(cli_args_parse(argc_of(v), v, NULL, &cmd), 0);
+    cr_assert_eq(cmd.req.req_case, FGX__CTL__REQUEST__REQ_CERT);
+    v = ARGV("logout");
+    cr_assert_eq(cli_args_parse(argc_of(v), v, NULL, &cmd), 0);
+    cr_assert_eq(cmd.req.req_case, FGX__CTL__REQUEST__REQ_LOGOUT);
+}
+
+Test(cli_args_admin, every_command_has_help)
+{
+    static const char *const cmds[][2] = {
+        {"login", NULL},  {"logout", NULL},     {"passwd", NULL},
+        {"auth", NULL},   {"cert", NULL},       {"export", NULL},
+        {"import", NULL}, {"filter", "import"}, {"filter", "export"},
+    };
+    struct cli_cmd cmd;
+
+    for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
+        char *v[] = {"fgexctl", (char *)cmds[i][0], (char *)(cmds[i][1] ? cmds[i][1] : "--help"),
+                     cmds[i][1] ? "--help" : NULL, NULL};
+
+        cr_assert_eq(cli_args_parse(argc_of(v), v, NULL, &cmd), 0, "%s", cmds[i][0]);
+        cr_assert_not_null(cmd.help, "%s has no help", cmds[i][0]);
+        cr_assert(strstr(cmd.help, cmds[i][1] ? cmds[i][1] : cmds[i][0]), "%s", cmd.help);
+    }
+}
+
+Test(cli_args_admin, auth_code_exits_7)
+{
+    cr_assert_eq(cli_fmt_exit_code(FGX__CTL__CODE__CODE_AUTH), 7);
+    cr_assert_eq(CLI_EXIT_AUTH, 7);
+    cr_assert_eq(CLI_EXIT_CERT, 8);
+}
