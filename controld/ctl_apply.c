@@ -2,6 +2,7 @@
  * (ctl_nft_sync), ordered so that traffic is never queued to a worker that does not know its
  * service yet; worker counters -> the statistics stage; requested worker restarts. */
 #include "controld/ctl_apply.h"
+#include "controld/ctl_nft_px.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -27,15 +28,16 @@ static bool nft_only_removes(const struct ctl_nft_service *a, size_t na,
 
 static int apply_nft(struct ctl_ctx *ctx, const struct ctl_ruleset *rs)
 {
-    struct ctl_nft_service *copy = NULL;
+    struct ctl_nft_service *copy = NULL, *pxcopy = NULL;
     int rv;
 
     if (!ctx->nft)
         return 0;
-    if (ctx->nft_valid && ctl_ruleset_nft_equal(ctx->nft_cur, ctx->nnft_cur, rs->nft, rs->nnft))
+    if (ctx->nft_valid && ctl_ruleset_nft_equal(ctx->nft_cur, ctx->nnft_cur, rs->nft, rs->nnft) &&
+        ctl_ruleset_nft_equal(ctx->px_cur, ctx->npx_cur, rs->px, rs->npx))
         return 0;
     ctx->nft_valid = false;
-    rv = ctl_nft_sync(ctx->nft, rs->nft, rs->nnft);
+    rv = ctl_nft_sync_layers(ctx->nft, rs->nft, rs->nnft, rs->px, rs->npx, ctx->px_port);
     if (rv < 0)
         return rv;
     if (rs->nnft) {
@@ -44,9 +46,20 @@ static int apply_nft(struct ctl_ctx *ctx, const struct ctl_ruleset *rs)
             return 0; /* applied; we only forget what we know, so the next change resyncs */
         memcpy(copy, rs->nft, rs->nnft * sizeof(*copy));
     }
+    if (rs->npx) {
+        pxcopy = malloc(rs->npx * sizeof(*pxcopy));
+        if (!pxcopy) {
+            free(copy);
+            return 0;
+        }
+        memcpy(pxcopy, rs->px, rs->npx * sizeof(*pxcopy));
+    }
     free(ctx->nft_cur);
     ctx->nft_cur = copy;
     ctx->nnft_cur = rs->nnft;
+    free(ctx->px_cur);
+    ctx->px_cur = pxcopy;
+    ctx->npx_cur = rs->npx;
     ctx->nft_valid = true;
     return 0;
 }
@@ -59,19 +72,27 @@ int ctl_apply(struct ctl_ctx *ctx, const struct ctl_ruleset *rs, int *worker_err
 int ctl_apply_timeout(struct ctl_ctx *ctx, const struct ctl_ruleset *rs, int push_timeout_ms,
                       int *worker_err)
 {
+    /* Per layer: a worker whose rules only go away hears of it after the rules are gone;
+     * one that gains anything, before the rules send it traffic. */
     bool removes =
         ctx->nft_valid && nft_only_removes(ctx->nft_cur, ctx->nnft_cur, rs->nft, rs->nnft);
-    int rv_push = 0, rv_nft;
+    bool px_removes =
+        ctx->nft_valid && nft_only_removes(ctx->px_cur, ctx->npx_cur, rs->px, rs->npx);
+    int rv_push = 0, rv_px = 0, rv_nft;
 
-    if (removes) {
-        rv_nft = apply_nft(ctx, rs);
-        if (ctx->sup)
-            rv_push = ctl_sup_push(ctx->sup, &rs->dp, push_timeout_ms);
-    } else {
-        if (ctx->sup)
-            rv_push = ctl_sup_push(ctx->sup, &rs->dp, push_timeout_ms);
-        rv_nft = apply_nft(ctx, rs);
-    }
+    if (!removes && ctx->sup)
+        rv_push = ctl_sup_push(ctx->sup, &rs->dp, push_timeout_ms);
+    if (!px_removes && ctx->px_sup)
+        rv_px = ctl_sup_push(ctx->px_sup, &rs->px_dp, push_timeout_ms);
+    rv_nft = apply_nft(ctx, rs);
+    if (removes && ctx->sup)
+        rv_push = ctl_sup_push(ctx->sup, &rs->dp, push_timeout_ms);
+    if (px_removes && ctx->px_sup)
+        rv_px = ctl_sup_push(ctx->px_sup, &rs->px_dp, push_timeout_ms);
+    /* The proxy worker matters only while it carries services: one that is down with nothing
+     * to carry gets the state when it is back, and fails no request. */
+    if (rv_push == 0 && rs->npx > 0)
+        rv_push = rv_px;
     if (ctx->sup)
         ctx->worker_stale = rv_push < 0;
     if (worker_err)
@@ -103,8 +124,8 @@ int ctl_apply_full(struct ctl_ctx *ctx, int push_timeout_ms)
             rv = rv_push;
     }
     if (rv == 0)
-        fgx_info("applied generation %llu: %zu running nfqueue service(s)",
-                 (unsigned long long)rs.dp.generation, rs.nnft);
+        fgx_info("applied generation %llu: %zu running nfqueue and %zu proxy service(s)",
+                 (unsigned long long)rs.dp.generation, rs.nnft, rs.npx);
     ctl_ruleset_release(&rs);
     return rv;
 }
@@ -181,8 +202,43 @@ int ctl_worker_restart(struct ctl_ctx *ctx, int timeout_ms)
     return -ETIMEDOUT;
 }
 
+int ctl_px_worker_restart(struct ctl_ctx *ctx, int timeout_ms)
+{
+    uint64_t deadline = mono_ms() + (uint64_t)timeout_ms, next_push = 0;
+    bool respawned_once = false;
+    struct ctl_sup_info info;
+    int rv;
+
+    if (!ctx->px_sup)
+        return -ENOTCONN;
+    rv = ctl_sup_restart(ctx->px_sup);
+    if (rv < 0)
+        return rv;
+    while (mono_ms() < deadline) {
+        bool respawned = false;
+
+        ctl_sup_poll(ctx->px_sup, &respawned);
+        respawned_once |= respawned;
+        ctl_sup_info(ctx->px_sup, &info);
+        if (respawned_once && info.pid > 0 && strcmp(info.state, "running") == 0)
+            return 0;
+        /* The new process gets the full state (both workers: the nfq one keeps what it has,
+         * by database hash), again while it has not confirmed it. */
+        if (respawned_once && mono_ms() >= next_push) {
+            (void)ctl_apply_full(ctx, (int)(deadline - mono_ms() + 1));
+            next_push = mono_ms() + 200;
+        }
+        usleep(10000);
+    }
+    fgx_warn("the restarted proxyworker did not confirm the ruleset within %d ms", timeout_ms);
+    ctx->worker_stale = true;
+    return -ETIMEDOUT;
+}
+
 void ctl_ctx_release(struct ctl_ctx *ctx)
 {
     free(ctx->nft_cur);
     ctx->nft_cur = NULL;
+    free(ctx->px_cur);
+    ctx->px_cur = NULL;
 }

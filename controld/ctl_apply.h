@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "controld/ctl_auth.h"
 #include "controld/ctl_nft.h"
 #include "controld/ctl_ruleset.h"
 #include "controld/ctl_stats.h"
@@ -25,17 +26,24 @@ struct ctl_ctx {
     struct ctl_store *store;
     struct ctl_nft *nft;     /* borrowed */
     struct ctl_sup *sup;     /* borrowed */
+    struct ctl_sup *px_sup;  /* borrowed; the proxy worker (NULL: none, as in unit tests) */
+    uint16_t px_port;        /* the proxy worker's port, where the tproxy rules send traffic */
     struct ctl_stats *stats; /* borrowed */
+    struct ctl_auth *auth;   /* borrowed; NULL (unit tests): every request is trusted */
     uint64_t started;        /* unix seconds */
     unsigned threads;
     /* the service set the kernel has now; valid only after a successful sync */
     struct ctl_nft_service *nft_cur;
     size_t nnft_cur;
+    struct ctl_nft_service *px_cur; /* the same for the proxy layer */
+    size_t npx_cur;
     bool nft_valid;
     bool worker_stale; /* the worker has not confirmed the latest generation: resend it */
 };
 
-/* Push rs to the worker and sync nftables, in the safe order. Returns 0 or the nftables error.
+/* Push rs to the workers and sync nftables, in the safe order (a worker that gains a service
+ * first, then the rules, then a worker that only loses services: a layer switch goes new worker,
+ * rules, old worker). Returns 0 or the nftables error.
  * *worker_err (may be NULL) gets 0, or -ETIMEDOUT (or another worker error) when the worker did
  * not confirm; the rules are installed anyway, so that a fail-closed service stays closed. */
 int ctl_apply(struct ctl_ctx *ctx, const struct ctl_ruleset *rs, int *worker_err);
@@ -51,6 +59,8 @@ int ctl_stats_refresh(struct ctl_ctx *ctx, int timeout_ms);
  * it acknowledged it: 0, -ETIMEDOUT after timeout_ms, -ENOTCONN when there is no supervisor.
  * Blocks the caller (the control loop) for that long, as a ruleset push does. */
 int ctl_worker_restart(struct ctl_ctx *ctx, int timeout_ms);
+/* The same for the proxy worker (ctx->px_sup). */
+int ctl_px_worker_restart(struct ctl_ctx *ctx, int timeout_ms);
 /* Free what ctl_apply() keeps in ctx. */
 void ctl_ctx_release(struct ctl_ctx *ctx);
 

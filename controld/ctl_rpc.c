@@ -14,6 +14,8 @@
 #include <time.h>
 
 #include "control.pb-c.h"
+#include "controld/ctl_auth.h"
+#include "controld/ctl_config.h"
 #include "fgx/log.h"
 #include "fgx/ruleset.h"
 
@@ -35,13 +37,16 @@ struct rpc {
     Fgx__Ctl__Filter **flt_ptrs;
     size_t nflts;
     Fgx__Ctl__Status status;
-    Fgx__Ctl__Worker worker;
-    Fgx__Ctl__Worker *workers[1];
+    Fgx__Ctl__Worker worker, px_worker;
+    Fgx__Ctl__Worker *workers[2];
     Fgx__Ctl__ServiceStats *sst_msgs;
     Fgx__Ctl__ServiceStats **sst_ptrs;
     Fgx__Ctl__Event *ev_msgs;
     Fgx__Ctl__Event **ev_ptrs;
     const struct ctl_event **evs;
+    const struct fgx_peer *peer;        /* who sent the request */
+    char token[CTL_AUTH_TOKEN_LEN + 1]; /* login: the new session's token */
+    struct ctl_config_export cfg_exp;   /* config_export */
 };
 
 static void rpc_fail(struct rpc *r, Fgx__Ctl__Code code, const char *fmt, ...)
@@ -91,6 +96,8 @@ static void rpc_release(struct rpc *r)
     free(r->ev_msgs);
     free(r->ev_ptrs);
     free(r->evs);
+    ctl_config_export_release(&r->cfg_exp);
+    explicit_bzero(r->token, sizeof(r->token));
 }
 
 static const char *proto_name(uint8_t ipproto)
@@ -218,14 +225,24 @@ static int check_proto(struct rpc *r, Fgx__Ctl__Proto proto, uint8_t *ipproto)
     return 0;
 }
 
-static int check_layer(struct rpc *r, Fgx__Ctl__Layer layer)
+static int check_layer(struct rpc *r, Fgx__Ctl__Layer layer, enum ctl_layer *out)
 {
-    if (layer == FGX__CTL__LAYER__LAYER_NFQUEUE)
+    if (layer == FGX__CTL__LAYER__LAYER_NFQUEUE || layer == FGX__CTL__LAYER__LAYER_PROXY) {
+        *out = layer == FGX__CTL__LAYER__LAYER_PROXY ? CTL_LAYER_PROXY : CTL_LAYER_NFQUEUE;
         return 0;
-    if (layer == FGX__CTL__LAYER__LAYER_PROXY)
-        rpc_fail(r, FGX__CTL__CODE__CODE_INVALID, "the proxy layer is not available yet");
-    else
-        rpc_fail(r, FGX__CTL__CODE__CODE_INVALID, "invalid layer: use nfqueue");
+    }
+    rpc_fail(r, FGX__CTL__CODE__CODE_INVALID, "invalid layer: use nfqueue or proxy");
+    return -EINVAL;
+}
+
+/* The proxy is a TCP proxy: a UDP service stays on the nfqueue layer. */
+static int check_layer_proto(struct rpc *r, const struct ctl_service *svc)
+{
+    if (svc->layer != CTL_LAYER_PROXY || svc->ipproto == IPPROTO_TCP)
+        return 0;
+    rpc_fail(r, FGX__CTL__CODE__CODE_INVALID,
+             "service %s: the proxy layer carries TCP only; a UDP service uses --layer nfqueue",
+             svc->name);
     return -EINVAL;
 }
 
@@ -302,8 +319,34 @@ static int blocked_of(struct rpc *r, struct ctl_txn *t, uint32_t filter_id, uint
     return ctl_store_blocked_get(t, filter_id, out);
 }
 
-/* The nfq worker as supervised now, with its counters from its last STATS. Returns 1, or 0
- * when controld runs without a worker. */
+/* The proxy worker as supervised now, as r->workers[at]. Returns 1, or 0 without one. Its
+ * counters are not folded into the statistics yet (ctl_stats knows one worker). */
+static size_t reply_px_worker(struct rpc *r, size_t at)
+{
+    Fgx__Ctl__Worker *w = &r->px_worker;
+    struct ctl_sup_info info;
+
+    if (!r->ctx->px_sup)
+        return 0;
+    ctl_sup_info(r->ctx->px_sup, &info);
+    fgx__ctl__worker__init(w);
+    w->kind = "proxy";
+    w->pid = (int32_t)info.pid;
+    w->state = (char *)info.state;
+    w->has_generation = 1;
+    w->generation = info.generation;
+    w->has_restarts = 1;
+    w->restarts = info.restarts;
+    if (info.started) {
+        w->has_started = 1;
+        w->started = info.started;
+    }
+    r->workers[at] = w;
+    return 1;
+}
+
+/* The workers as supervised now: the nfq worker, with its counters from its last STATS, then
+ * the proxy worker. Returns how many (0 when controld runs without workers). */
 static size_t reply_worker(struct rpc *r)
 {
     const struct ctl_worker_counters *c = r->ctx->stats ? ctl_stats_worker(r->ctx->stats) : NULL;
@@ -311,7 +354,7 @@ static size_t reply_worker(struct rpc *r)
     struct ctl_sup_info info;
 
     if (!r->ctx->sup)
-        return 0;
+        return reply_px_worker(r, 0);
     ctl_sup_info(r->ctx->sup, &info);
     fgx__ctl__worker__init(w);
     w->kind = "nfq";
@@ -336,7 +379,7 @@ static size_t reply_worker(struct rpc *r)
         w->malformed = c->malformed;
     }
     r->workers[0] = w;
-    return 1;
+    return 1 + reply_px_worker(r, 1);
 }
 
 static Fgx__Ctl__Dir dir_to_msg(enum fgx_dir d)
@@ -548,11 +591,14 @@ static void do_service_add(struct rpc *r, const Fgx__Ctl__ServiceAdd *a)
 
     if (check_name(r, a->name) < 0 || check_proto(r, a->proto, &svc.ipproto) < 0 ||
         check_port(r, a->port) < 0 || check_ip(r, a->ip, &svc.addr) < 0 ||
-        (a->has_layer && check_layer(r, a->layer) < 0))
+        (a->has_layer && check_layer(r, a->layer, &svc.layer) < 0))
         return;
     snprintf(svc.name, sizeof(svc.name), "%s", a->name);
     svc.port = (uint16_t)a->port;
-    svc.layer = CTL_LAYER_NFQUEUE;
+    if (!a->has_layer)
+        svc.layer = CTL_LAYER_NFQUEUE;
+    if (check_layer_proto(r, &svc) < 0)
+        return;
     svc.fail_open = a->has_fail_open && a->fail_open;
     if (txn_begin(r, true, &t) < 0)
         return;
@@ -703,7 +749,7 @@ static void do_service_set(struct rpc *r, const Fgx__Ctl__ServiceSet *a)
     }
     if (a->ip && check_ip(r, a->ip, &svc.addr) < 0)
         goto out;
-    if (a->has_layer && check_layer(r, a->layer) < 0)
+    if (a->has_layer && check_layer(r, a->layer, &svc.layer) < 0)
         goto out;
     if (a->has_fail_open)
         svc.fail_open = a->fail_open;
@@ -725,7 +771,7 @@ static void do_service_set(struct rpc *r, const Fgx__Ctl__ServiceSet *a)
         }
         svc.ipproto = ipproto;
     }
-    if (check_unique(r, t, &svc) < 0)
+    if (check_layer_proto(r, &svc) < 0 || check_unique(r, t, &svc) < 0)
         goto out;
     rv = ctl_store_service_put(t, &svc);
     if (rv < 0) {
@@ -882,9 +928,26 @@ static void do_worker_restart(struct rpc *r, const char *kind)
                  "unknown worker kind \"%s\": use nfq, proxy or all", kind ? kind : "");
         return;
     }
-    if (strcmp(kind, "proxy") == 0) {
-        rpc_fail(r, FGX__CTL__CODE__CODE_INVALID, "no proxy worker runs");
-        return;
+    if (strcmp(kind, "proxy") == 0 || strcmp(kind, "all") == 0) {
+        if (!r->ctx->px_sup) {
+            if (strcmp(kind, "proxy") == 0)
+                rpc_fail(r, FGX__CTL__CODE__CODE_INVALID, "no proxy worker runs");
+        } else {
+            rv = ctl_px_worker_restart(r->ctx, CTL_RESTART_TIMEOUT_MS);
+            if (rv < 0) {
+                r->reply.n_workers = reply_worker(r);
+                r->reply.workers = r->workers;
+                rpc_fail(r, FGX__CTL__CODE__CODE_UNAVAILABLE,
+                         "the proxy worker was restarted but did not confirm the ruleset: %s",
+                         strerror(-rv));
+                return;
+            }
+        }
+        if (strcmp(kind, "proxy") == 0) {
+            r->reply.n_workers = reply_worker(r);
+            r->reply.workers = r->workers;
+            return;
+        }
     }
     if (!r->ctx->sup) {
         if (strcmp(kind, "nfq") == 0)
@@ -1073,6 +1136,257 @@ static void do_events(struct rpc *r, const Fgx__Ctl__EventsQuery *q)
     r->reply.events = r->ev_ptrs;
 }
 
+/* ---- access: login, password, the switch, certificate; configuration files ---- */
+
+static uint64_t mono_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void reply_auth_state(struct rpc *r)
+{
+    if (!r->ctx->auth)
+        return;
+    r->reply.has_auth_enabled = 1;
+    r->reply.auth_enabled = ctl_auth_enabled(r->ctx->auth);
+}
+
+/* true when the request may go on; otherwise the reply says why. Login and the certificate
+ * need no session; without ctx->auth (unit tests) everything is trusted. */
+static bool rpc_admit(struct rpc *r, const Fgx__Ctl__Request *q)
+{
+    struct ctl_auth *a = r->ctx->auth;
+
+    if (!a || q->req_case == FGX__CTL__REQUEST__REQ_LOGIN ||
+        q->req_case == FGX__CTL__REQUEST__REQ_CERT || !ctl_auth_required(a, r->peer))
+        return true;
+    if (q->token && ctl_auth_session_check(a, q->token, mono_ms()) == 0)
+        return true;
+    rpc_fail(r, FGX__CTL__CODE__CODE_AUTH, "%s",
+             q->token && *q->token ? "the session has expired or was logged out: run fgexctl login"
+                                   : "login required: run fgexctl login");
+    return false;
+}
+
+static bool rpc_has_auth(struct rpc *r)
+{
+    if (r->ctx->auth)
+        return true;
+    rpc_fail(r, FGX__CTL__CODE__CODE_INVALID, "this controld has no password support");
+    return false;
+}
+
+static void do_login(struct rpc *r, const Fgx__Ctl__Login *l)
+{
+    struct ctl_auth *a = r->ctx->auth;
+    uint64_t now = mono_ms(), left;
+    char who[64];
+
+    if (!rpc_has_auth(r))
+        return;
+    ctl_auth_peer_format(r->peer, who, sizeof(who));
+    if (!ctl_auth_has_password(a)) {
+        rpc_fail(r, FGX__CTL__CODE__CODE_AUTH,
+                 "no password is set: set one with fgexctl passwd on the vulnbox, or controld "
+                 "--init-password");
+        return;
+    }
+    /* Before the hash: a locked-out peer costs no yescrypt time and learns nothing. */
+    left = ctl_auth_delay_left(a, r->peer, now);
+    if (left > 0) {
+        rpc_fail(r, FGX__CTL__CODE__CODE_AUTH,
+                 "too many failed logins from %s: try again in %llu s", who,
+                 (unsigned long long)(left + 999) / 1000);
+        return;
+    }
+    if (!l || ctl_auth_verify(l->password, ctl_auth_hash_get(a)) != 0) {
+        left = ctl_auth_login_failed(a, r->peer, now);
+        fgx_warn("failed login from %s; its next attempt is refused for %llu ms", who,
+                 (unsigned long long)left);
+        rpc_fail(r, FGX__CTL__CODE__CODE_AUTH, "wrong password");
+        return;
+    }
+    ctl_auth_login_ok(a, r->peer);
+    if (ctl_auth_session_new(a, now, r->token) < 0) {
+        rpc_fail(r, FGX__CTL__CODE__CODE_ERROR, "cannot create a session");
+        return;
+    }
+    r->reply.token = r->token;
+    reply_auth_state(r);
+    fgx_info("login from %s", who);
+}
+
+static void do_passwd(struct rpc *r, const Fgx__Ctl__Passwd *p, const char *token)
+{
+    struct ctl_auth *a = r->ctx->auth;
+    char err[256], who[64];
+    size_t n;
+    int rv;
+
+    if (!rpc_has_auth(r))
+        return;
+    if (!p) {
+        rpc_fail(r, FGX__CTL__CODE__CODE_INVALID, "no password given");
+        return;
+    }
+    ctl_auth_peer_format(r->peer, who, sizeof(who));
+    rv = ctl_auth_password_save(a, r->ctx->store, p->password, err, sizeof(err));
+    if (rv < 0) {
+        rpc_fail(r, rv == -EINVAL ? FGX__CTL__CODE__CODE_INVALID : FGX__CTL__CODE__CODE_ERROR, "%s",
+                 err);
+        return;
+    }
+    if (p->has_expire_sessions && p->expire_sessions) {
+        /* The caller's own session stays (a local caller may have none). */
+        n = ctl_auth_session_drop_others(a, token);
+        fgx_info("password changed from %s; %zu other session(s) logged out", who, n);
+    } else {
+        fgx_info("password changed from %s", who);
+    }
+    reply_auth_state(r);
+}
+
+static void do_auth_set(struct rpc *r, const Fgx__Ctl__AuthSet *s)
+{
+    struct ctl_auth *a = r->ctx->auth;
+    char who[64];
+    int rv;
+
+    if (!rpc_has_auth(r))
+        return;
+    if (!s) {
+        rpc_fail(r, FGX__CTL__CODE__CODE_INVALID, "auth: say on or off");
+        return;
+    }
+    if (s->enabled && !ctl_auth_has_password(a)) {
+        rpc_fail(r, FGX__CTL__CODE__CODE_INVALID,
+                 "set a password first (fgexctl passwd): with none, no remote client could log in");
+        return;
+    }
+    rv = ctl_auth_enabled_save(a, r->ctx->store, s->enabled);
+    if (rv < 0) {
+        rpc_store_fail(r, rv);
+        return;
+    }
+    ctl_auth_peer_format(r->peer, who, sizeof(who));
+    if (s->enabled)
+        fgx_info("password requirement turned on from %s", who);
+    else
+        fgx_warn("password requirement turned off from %s: any client that can connect controls "
+                 "the firewall",
+                 who);
+    reply_auth_state(r);
+}
+
+static void do_cert(struct rpc *r)
+{
+    const char *fp = r->ctx->auth ? ctl_auth_fingerprint(r->ctx->auth) : "";
+
+    if (!*fp) {
+        rpc_fail(r, FGX__CTL__CODE__CODE_NOT_FOUND,
+                 "controld has no TLS listener (start it with --listen tls+tcp://ADDR:PORT)");
+        return;
+    }
+    r->reply.fingerprint = (char *)fp;
+}
+
+/* Idempotent: a client forgetting its token is logged out whether or not the session lived. */
+static void do_logout(struct rpc *r, const char *token)
+{
+    if (r->ctx->auth && token && ctl_auth_session_drop(r->ctx->auth, token) == 0)
+        fgx_info("logout");
+}
+
+static void do_config_export(struct rpc *r)
+{
+    struct ctl_txn *t;
+    int rv;
+
+    if (txn_begin(r, false, &t) < 0)
+        return;
+    rv = ctl_config_export(t, &r->cfg_exp);
+    ctl_txn_abort(t);
+    if (rv < 0) {
+        rpc_store_fail(r, rv);
+        return;
+    }
+    r->reply.config = &r->cfg_exp.cfg;
+}
+
+static Fgx__Ctl__Code config_code(int rv)
+{
+    return rv == -EINVAL   ? FGX__CTL__CODE__CODE_INVALID
+           : rv == -EEXIST ? FGX__CTL__CODE__CODE_EXISTS
+           : rv == -ENOENT ? FGX__CTL__CODE__CODE_NOT_FOUND
+                           : FGX__CTL__CODE__CODE_ERROR;
+}
+
+static void do_config_import(struct rpc *r, const Fgx__Ctl__Config *cfg)
+{
+    struct ctl_txn *t = NULL;
+    char err[768];
+    int rv;
+
+    if (!cfg) {
+        rpc_fail(r, FGX__CTL__CODE__CODE_INVALID, "no configuration given");
+        return;
+    }
+    if (txn_begin(r, true, &t) < 0)
+        return;
+    rv = ctl_config_import(t, cfg, err, sizeof(err));
+    if (rv < 0) {
+        rpc_fail(r, config_code(rv), "%s", err);
+        goto out;
+    }
+    /* The full compile happens here: a set that cannot compile is aborted with everything else. */
+    rpc_finish(r, &t, true);
+    if (rpc_failed(r) && r->reply.code != FGX__CTL__CODE__CODE_UNAVAILABLE)
+        goto out;
+    if (r->ctx->auth && cfg->has_auth_enabled)
+        ctl_auth_enabled_set(r->ctx->auth, cfg->auth_enabled);
+    fgx_info("configuration imported: %zu services, %zu filters", cfg->n_services, cfg->n_filters);
+out:
+    ctl_txn_abort(t);
+}
+
+static void do_filter_import(struct rpc *r, const Fgx__Ctl__FilterImport *imp)
+{
+    struct ctl_filter *fs = NULL;
+    struct ctl_txn *t = NULL;
+    uint32_t sid = 0;
+    size_t n = 0;
+    char err[1024];
+    int rv;
+
+    if (!imp) {
+        rpc_fail(r, FGX__CTL__CODE__CODE_INVALID, "no ruleset given");
+        return;
+    }
+    if (txn_begin(r, true, &t) < 0)
+        return;
+    rv = ctl_config_filter_import(t, imp, &sid, err, sizeof(err));
+    if (rv < 0) {
+        rpc_fail(r, config_code(rv), "%s", err);
+        goto out;
+    }
+    rv = ctl_store_filter_list(t, sid, &fs, &n);
+    if (rv < 0) {
+        rpc_store_fail(r, rv);
+        goto out;
+    }
+    if (reply_filters(r, t, fs, n) < 0)
+        goto out;
+    rpc_finish(r, &t, true);
+    if (!rpc_failed(r) || r->reply.code == FGX__CTL__CODE__CODE_UNAVAILABLE)
+        fgx_info("%zu filter(s) imported into service %s%s", imp->n_filters, imp->service,
+                 imp->has_replace && imp->replace ? ", replacing the others" : "");
+out:
+    ctl_txn_abort(t);
+}
+
 static const char *ref_of(const Fgx__Ctl__Ref *ref)
 {
     return ref ? ref->ref : NULL;
@@ -1135,6 +1449,33 @@ static void rpc_dispatch(struct rpc *r, const Fgx__Ctl__Request *q)
     case FGX__CTL__REQUEST__REQ_EVENTS:
         do_events(r, q->events);
         break;
+    case FGX__CTL__REQUEST__REQ_LOGIN:
+        do_login(r, q->login);
+        break;
+    case FGX__CTL__REQUEST__REQ_PASSWD:
+        do_passwd(r, q->passwd, q->token);
+        break;
+    case FGX__CTL__REQUEST__REQ_AUTH_SET:
+        do_auth_set(r, q->auth_set);
+        break;
+    case FGX__CTL__REQUEST__REQ_CERT:
+        do_cert(r);
+        break;
+    case FGX__CTL__REQUEST__REQ_LOGOUT:
+        do_logout(r, q->token);
+        break;
+    case FGX__CTL__REQUEST__REQ_CONFIG_EXPORT:
+        do_config_export(r);
+        break;
+    case FGX__CTL__REQUEST__REQ_CONFIG_IMPORT:
+        do_config_import(r, q->config_import);
+        break;
+    case FGX__CTL__REQUEST__REQ_FILTER_IMPORT:
+        do_filter_import(r, q->filter_import);
+        break;
+    case FGX__CTL__REQUEST__REQ_FILTER_EXPORT:
+        do_filter_list(r, ref_of(q->filter_export));
+        break;
     default:
         rpc_fail(r, FGX__CTL__CODE__CODE_INVALID, "unknown request (fgexctl newer than controld?)");
         break;
@@ -1143,7 +1484,15 @@ static void rpc_dispatch(struct rpc *r, const Fgx__Ctl__Request *q)
 
 int ctl_rpc_handle(struct ctl_ctx *ctx, const void *req, size_t len, void **reply, size_t *replylen)
 {
-    struct rpc r = {.ctx = ctx};
+    static const struct fgx_peer local = {.family = 0};
+
+    return ctl_rpc_handle_from(ctx, &local, req, len, reply, replylen);
+}
+
+int ctl_rpc_handle_from(struct ctl_ctx *ctx, const struct fgx_peer *peer, const void *req,
+                        size_t len, void **reply, size_t *replylen)
+{
+    struct rpc r = {.ctx = ctx, .peer = peer};
     Fgx__Ctl__Request *q;
     size_t n;
     void *buf;
@@ -1152,8 +1501,10 @@ int ctl_rpc_handle(struct ctl_ctx *ctx, const void *req, size_t len, void **repl
     q = fgx__ctl__request__unpack(NULL, len, req);
     if (!q)
         rpc_fail(&r, FGX__CTL__CODE__CODE_INVALID, "undecodable request");
-    else
+    else if (rpc_admit(&r, q))
         rpc_dispatch(&r, q);
+    if (q && q->req_case == FGX__CTL__REQUEST__REQ_STATUS)
+        reply_auth_state(&r);
     n = fgx__ctl__reply__get_packed_size(&r.reply);
     buf = malloc(n ? n : 1);
     if (buf)

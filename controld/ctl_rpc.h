@@ -7,6 +7,7 @@
 #include <stddef.h>
 
 #include "controld/ctl_apply.h"
+#include "fgx/chan_tls.h"
 
 #define CTL_VERSION "0.1.0"
 
@@ -15,5 +16,10 @@
  * reply could not be built. */
 int ctl_rpc_handle(struct ctl_ctx *ctx, const void *req, size_t len, void **reply,
                    size_t *replylen);
+/* The same for a request from peer (fgx/chan_tls.h): a remote peer, or the local one with
+ * --local-auth, needs a session token while the password requirement is on. ctl_rpc_handle()
+ * is this for the local socket. */
+int ctl_rpc_handle_from(struct ctl_ctx *ctx, const struct fgx_peer *peer, const void *req,
+                        size_t len, void **reply, size_t *replylen);
 
 #endif

@@ -762,6 +762,65 @@ int ctl_store_u64_put(struct ctl_txn *t, const char *name, uint64_t v)
     return meta_u64_put(t, key, strlen(key), v);
 }
 
+/* Text settings live under "t:", apart from the counters. */
+static int text_key(const char *name, char *key, size_t len)
+{
+    if (snprintf(key, len, "t:%s", name) >= (int)len)
+        return -ENAMETOOLONG;
+    return 0;
+}
+
+int ctl_store_text_get(struct ctl_txn *t, const char *name, char *out, size_t len)
+{
+    char key[64];
+    MDB_val v;
+    int rv = text_key(name, key, sizeof(key));
+
+    if (rv < 0)
+        return rv;
+    rv = rec_get(t, t->s->meta, key, strlen(key), &v);
+    if (rv == -ENOENT) {
+        out[0] = '\0';
+        return 0;
+    }
+    if (rv < 0)
+        return rv;
+    if (v.mv_size >= len)
+        return -ENOSPC;
+    memcpy(out, v.mv_data, v.mv_size);
+    out[v.mv_size] = '\0';
+    return 0;
+}
+
+int ctl_store_text_put(struct ctl_txn *t, const char *name, const char *v)
+{
+    char key[64];
+    int rv = text_key(name, key, sizeof(key));
+
+    if (rv < 0)
+        return rv;
+    return rec_put(t, t->s->meta, key, strlen(key), v, strlen(v));
+}
+
+static int id_reserve(struct ctl_txn *t, const char *key, uint32_t used)
+{
+    uint64_t next;
+    int rv = meta_u64_get(t, key, strlen(key), &next);
+
+    if (rv < 0 || next > used)
+        return rv;
+    return meta_u64_put(t, key, strlen(key), (uint64_t)used + 1);
+}
+
+int ctl_store_ids_reserve(struct ctl_txn *t, uint32_t service_id, uint32_t filter_id)
+{
+    int rv = id_reserve(t, meta_next_service, service_id);
+
+    if (rv == 0)
+        rv = id_reserve(t, meta_next_filter, filter_id);
+    return rv;
+}
+
 /* ---- match events ---- */
 
 static int event_decode(const MDB_val *v, struct ctl_event *out)

@@ -115,6 +115,13 @@ int ctl_store_event_put(struct ctl_txn *t, const struct ctl_event *e);
 int ctl_store_event_list(struct ctl_txn *t, size_t newest, struct ctl_event **out, size_t *n);
 int ctl_store_event_trim(struct ctl_txn *t, size_t keep);
 
+/* A named text setting in the meta db (the password hash): _get gives "" when absent and
+ * -ENOSPC when the value does not fit in len bytes with its NUL. */
+int ctl_store_text_get(struct ctl_txn *t, const char *name, char *out, size_t len);
+int ctl_store_text_put(struct ctl_txn *t, const char *name, const char *v);
+/* Make the ids allocated from now on greater than these (an import keeps its ids). */
+int ctl_store_ids_reserve(struct ctl_txn *t, uint32_t service_id, uint32_t filter_id);
+
 /* Ruleset generations, persisted so that they only ever grow, even across restarts. */
 int ctl_store_generation_next(struct ctl_txn *t, uint64_t *out);
 

@@ -14,13 +14,16 @@
 #include <unistd.h>
 
 #include "controld/ctl_apply.h"
+#include "controld/ctl_auth.h"
 #include "controld/ctl_metrics.h"
 #include "controld/ctl_nft.h"
 #include "controld/ctl_rpc.h"
 #include "controld/ctl_stats.h"
 #include "controld/ctl_store.h"
 #include "controld/ctl_supervise.h"
+#include "controld/ctl_tls.h"
 #include "fgx/chan.h"
+#include "fgx/chan_tls.h"
 #include "fgx/dp.h"
 #include "fgx/log.h"
 
@@ -29,11 +32,17 @@
 #define STATS_TIMEOUT_MS 500
 #define RETRY_PERIOD_MS 5000
 #define RETRY_TIMEOUT_MS 1000
+#define PROXY_PORT_DEFAULT 15001 /* proxyworker's port, where the tproxy rules send traffic */
 
 struct opts {
     const char *state_dir, *run_dir, *log_level, *metrics_listen;
     unsigned threads, queue_base;
+    unsigned proxy_port, proxy_max_conns;
     bool foreground;
+    const char *listen, *cert, *key; /* remote control: tls+tcp:// */
+    const char *allow[CTL_AUTH_ALLOW_MAX];
+    size_t nallow;
+    bool local_auth, init_password;
 };
 
 static volatile sig_atomic_t stop_requested;
@@ -50,14 +59,24 @@ static void usage(FILE *f)
         f,
         "usage: controld [--state-dir DIR] [--run-dir DIR] [--threads N] [--foreground]\n"
         "                [--log-level error|warn|info|debug] [--queue-base B]\n"
-        "                [--metrics-listen ADDR:PORT]\n"
+        "                [--metrics-listen ADDR:PORT] [--proxy-port P] [--proxy-max-conns N]\n"
+        "                [--listen tls+tcp://ADDR:PORT [--cert FILE --key FILE]]\n"
+        "                [--allow CIDR]... [--local-auth] [--init-password]\n"
         "defaults: --state-dir /var/lib/fgex --run-dir /run/fgex --threads <online CPUs>\n"
         "          --log-level info --queue-base %u\n"
         "--metrics-listen serves Prometheus metrics (text format) at http://ADDR:PORT/metrics,\n"
         "          e.g. 127.0.0.1:9100, [::1]:9100 or :9100 (every address); off by default.\n"
         "          Anyone who reaches it sees the counters and service names: bind it to a\n"
-        "          trusted address.\n",
-        FGX_QUEUE_BASE_DEFAULT);
+        "          trusted address.\n"
+        "--listen  also serves fgexctl over TLS (never plain TCP); the certificate is\n"
+        "          STATE_DIR/tls-cert.pem, made on first start, unless --cert/--key name one.\n"
+        "          Remote clients must log in (fgexctl login) while auth is on (the default).\n"
+        "--allow   only these peers may connect to --listen (repeatable; default: any).\n"
+        "--local-auth  the local socket needs a login too.\n"
+        "--init-password  set the password from the first line of stdin, then start.\n"
+        "--proxy-port  where proxyworker listens for the proxy layer's connections (default\n"
+        "          %u); --proxy-max-conns its limit of open connections (default 4096).\n",
+        FGX_QUEUE_BASE_DEFAULT, PROXY_PORT_DEFAULT);
 }
 
 static int parse_uint(const char *s, unsigned min, unsigned max, unsigned *out)
@@ -82,7 +101,15 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         {"foreground", no_argument, NULL, 'f'},
         {"log-level", required_argument, NULL, 'l'},
         {"queue-base", required_argument, NULL, 'q'},
+        {"proxy-port", required_argument, NULL, 'p'},
+        {"proxy-max-conns", required_argument, NULL, 'M'},
         {"metrics-listen", required_argument, NULL, 'm'},
+        {"listen", required_argument, NULL, 'L'},
+        {"cert", required_argument, NULL, 'C'},
+        {"key", required_argument, NULL, 'K'},
+        {"allow", required_argument, NULL, 'A'},
+        {"local-auth", no_argument, NULL, 'a'},
+        {"init-password", no_argument, NULL, 'P'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -94,7 +121,8 @@ static int parse_opts(int argc, char **argv, struct opts *o)
                        .run_dir = "/run/fgex",
                        .log_level = "info",
                        .threads = ncpu > 0 ? (unsigned)ncpu : 1,
-                       .queue_base = FGX_QUEUE_BASE_DEFAULT};
+                       .queue_base = FGX_QUEUE_BASE_DEFAULT,
+                       .proxy_port = PROXY_PORT_DEFAULT};
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (c) {
         case 's':
@@ -128,6 +156,56 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         case 'm':
             o->metrics_listen = optarg;
             break;
+        case 'p':
+            if (parse_uint(optarg, 1, 65535, &o->proxy_port) < 0) {
+                fprintf(stderr, "controld: --proxy-port takes 1..65535, not \"%s\"\n", optarg);
+                return -EINVAL;
+            }
+            break;
+        case 'M':
+            if (parse_uint(optarg, 1, 1000000, &o->proxy_max_conns) < 0) {
+                fprintf(stderr, "controld: --proxy-max-conns takes 1..1000000, not \"%s\"\n",
+                        optarg);
+                return -EINVAL;
+            }
+            break;
+        case 'L':
+            if (strncmp(optarg, "tls+tcp://", 10) != 0) {
+                fprintf(stderr,
+                        "controld: --listen takes tls+tcp://ADDR:PORT (plain TCP is never "
+                        "offered), not \"%s\"\n",
+                        optarg);
+                return -EINVAL;
+            }
+            o->listen = optarg;
+            break;
+        case 'C':
+            o->cert = optarg;
+            break;
+        case 'K':
+            o->key = optarg;
+            break;
+        case 'A': {
+            struct fgx_cidr cidr;
+
+            if (fgx_cidr_parse(optarg, &cidr) < 0 || cidr.family == 0) {
+                fprintf(stderr, "controld: --allow takes an address or prefix, not \"%s\"\n",
+                        optarg);
+                return -EINVAL;
+            }
+            if (o->nallow == CTL_AUTH_ALLOW_MAX) {
+                fprintf(stderr, "controld: at most %d --allow\n", CTL_AUTH_ALLOW_MAX);
+                return -EINVAL;
+            }
+            o->allow[o->nallow++] = optarg;
+            break;
+        }
+        case 'a':
+            o->local_auth = true;
+            break;
+        case 'P':
+            o->init_password = true;
+            break;
         case 'h':
             usage(stdout);
             exit(0);
@@ -135,6 +213,14 @@ static int parse_opts(int argc, char **argv, struct opts *o)
             usage(stderr);
             return -EINVAL;
         }
+    }
+    if (!o->cert != !o->key) {
+        fprintf(stderr, "controld: --cert and --key go together\n");
+        return -EINVAL;
+    }
+    if ((o->cert || o->nallow) && !o->listen) {
+        fprintf(stderr, "controld: --cert, --key and --allow need --listen\n");
+        return -EINVAL;
     }
     if (optind < argc) {
         fprintf(stderr, "controld: unexpected argument \"%s\"\n", argv[optind]);
@@ -267,6 +353,17 @@ static int daemonize(const char *run_dir, int *ready_fd)
     return 0;
 }
 
+/* The first line of stdin, before daemonizing takes stdin away. */
+static int read_password(char *buf, size_t len)
+{
+    if (!fgets(buf, (int)len, stdin)) {
+        fprintf(stderr, "controld: --init-password: no password on stdin\n");
+        return -EINVAL;
+    }
+    buf[strcspn(buf, "\r\n")] = '\0';
+    return 0;
+}
+
 static uint64_t now_ms(void)
 {
     struct timespec ts;
@@ -275,13 +372,14 @@ static uint64_t now_ms(void)
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-static void serve_one(struct ctl_ctx *ctx, struct fgx_chan *ctl, void *req, size_t len)
+static void serve_one(struct ctl_ctx *ctx, struct fgx_chan *ctl, const struct fgx_peer *peer,
+                      void *req, size_t len)
 {
     void *reply = NULL;
     size_t rlen = 0;
     int rv;
 
-    rv = ctl_rpc_handle(ctx, req, len, &reply, &rlen);
+    rv = ctl_rpc_handle_from(ctx, peer, req, len, &reply, &rlen);
     if (rv < 0) {
         fgx_err("cannot build a reply: %s", strerror(-rv));
         return;
@@ -301,16 +399,23 @@ static void run_loop(struct ctl_ctx *ctx, struct ctl_sup *sup, struct fgx_chan *
         void *req = NULL;
         size_t len = 0;
         bool respawned = false;
-        int rv = fgx_chan_recv(ctl, &req, &len, LOOP_RECV_MS);
+        struct fgx_peer peer;
+        int rv = fgx_chan_recv_peer(ctl, &req, &len, LOOP_RECV_MS, &peer);
 
         if (rv == 0) {
-            serve_one(ctx, ctl, req, len);
+            serve_one(ctx, ctl, &peer, req, len);
             free(req);
         } else if (rv != -ETIMEDOUT) {
             fgx_warn("control channel: %s", strerror(-rv));
             usleep(LOOP_RECV_MS * 1000);
         }
         ctl_sup_poll(sup, &respawned);
+        if (ctx->px_sup) {
+            bool px_respawned = false;
+
+            ctl_sup_poll(ctx->px_sup, &px_respawned);
+            respawned |= px_respawned;
+        }
         if (respawned && ctl_apply_full(ctx, CTL_PUSH_TIMEOUT_MS) < 0)
             fgx_warn("the restarted nfqworker did not take the ruleset yet");
         if (ctx->worker_stale && now_ms() >= next_retry) {
@@ -334,10 +439,13 @@ int main(int argc, char **argv)
 {
     struct ctl_ctx ctx = {0};
     struct ctl_nft *nft = NULL;
-    struct ctl_sup *sup = NULL;
+    struct ctl_sup *sup = NULL, *px_sup = NULL;
     struct ctl_stats *stats = NULL;
     struct ctl_metrics *metrics = NULL;
     struct fgx_chan *ctl = NULL;
+    struct ctl_auth *auth = NULL;
+    struct ctl_tls tls = {0};
+    char password[CTL_AUTH_PASSWORD_MAX + 2] = "";
     struct opts o;
     enum fgx_log_level level;
     struct sigaction sa;
@@ -350,6 +458,15 @@ int main(int argc, char **argv)
     fgx_log_init("controld", level);
     if (mkdir_p(o.run_dir, 0755) < 0 || pidfile_lock(o.run_dir, &pidfd) < 0)
         return 1;
+    if (o.init_password && read_password(password, sizeof(password)) < 0)
+        return 1;
+    if (o.listen) {
+        /* Before daemonizing, so that the fingerprint reaches the terminal that started us. */
+        if (mkdir_p(o.state_dir, 0700) < 0 || ctl_tls_load(o.state_dir, o.cert, o.key, &tls) < 0)
+            return 1;
+        printf("controld: TLS certificate SHA-256 fingerprint %s\n", tls.fingerprint);
+        fflush(stdout);
+    }
     if (!o.foreground && daemonize(o.run_dir, &ready_fd) < 0)
         return 1;
     if (pidfile_write(pidfd) < 0)
@@ -366,6 +483,27 @@ int main(int argc, char **argv)
     rv = ctl_store_open(o.state_dir, 0, &ctx.store);
     if (rv < 0)
         goto out;
+    rv = ctl_auth_new(&auth);
+    for (size_t i = 0; rv == 0 && i < o.nallow; i++)
+        rv = ctl_auth_allow_add(auth, o.allow[i]);
+    if (rv == 0)
+        rv = ctl_auth_load(auth, ctx.store);
+    if (rv < 0)
+        goto out;
+    ctl_auth_local_set(auth, o.local_auth);
+    ctl_auth_fingerprint_set(auth, tls.fingerprint);
+    if (o.init_password) {
+        char err[256];
+
+        rv = ctl_auth_password_save(auth, ctx.store, password, err, sizeof(err));
+        explicit_bzero(password, sizeof(password));
+        if (rv < 0) {
+            fgx_err("--init-password: %s", err);
+            goto out;
+        }
+        fgx_info("password set from stdin");
+    }
+    ctx.auth = auth;
     rv = ctl_stats_open(ctx.store, &stats);
     if (rv < 0)
         goto out;
@@ -388,14 +526,39 @@ int main(int argc, char **argv)
                        &sup);
     if (rv < 0)
         goto out;
+    /* The proxy layer's worker runs always, so a service can move to it at any time. */
+    rv = ctl_sup_start(&(struct ctl_sup_config){.run_dir = o.run_dir,
+                                                .log_level = o.log_level,
+                                                .threads = o.threads,
+                                                .proxy_port = o.proxy_port,
+                                                .max_conns = o.proxy_max_conns},
+                       &px_sup);
+    if (rv < 0)
+        goto out;
     ctx.nft = nft;
     ctx.sup = sup;
+    ctx.px_sup = px_sup;
+    ctx.px_port = (uint16_t)o.proxy_port;
     ctx.started = (uint64_t)time(NULL);
     ctx.threads = o.threads;
     snprintf(url, sizeof(url), "ipc://%s/control.sock", o.run_dir);
     rv = fgx_chan_listen(url, FGX_CHAN_REP, &ctl);
     if (rv < 0)
         goto out;
+    if (o.listen) {
+        rv = fgx_chan_listen_tls(ctl, o.listen, tls.cert_pem, tls.key_pem, ctl_auth_admit, auth);
+        if (rv < 0)
+            goto out;
+        fgx_info("listening on %s, certificate SHA-256 fingerprint %s%s", o.listen, tls.fingerprint,
+                 o.nallow ? "" : " (no --allow: any address may connect)");
+        if (!ctl_auth_enabled(auth))
+            fgx_warn("the password requirement is off: anyone who reaches %s controls the "
+                     "firewall (fgexctl auth on)",
+                     o.listen);
+        else if (!ctl_auth_has_password(auth))
+            fgx_warn("no password is set: remote clients cannot log in until one is (fgexctl "
+                     "passwd on this host)");
+    }
     /* Worker first, rules second: a restarted controld filters again before anyone asks. */
     if (ctl_apply_full(&ctx, CTL_PUSH_TIMEOUT_MS) < 0)
         fgx_warn("the nfqworker has not confirmed the ruleset yet; it will get it when it is up");
@@ -414,7 +577,11 @@ int main(int argc, char **argv)
     fgx_info("stopping");
     status = 0;
 out:
+    explicit_bzero(password, sizeof(password));
+    /* The channel first: its TLS admission callback reads auth. */
     fgx_chan_close(ctl);
+    ctl_auth_free(auth);
+    ctl_tls_release(&tls);
     ctl_metrics_stop(metrics);
     /* The worker's counts since its last report, then everything to disk. */
     ctl_stats_refresh(&ctx, STATS_TIMEOUT_MS);
@@ -424,6 +591,7 @@ out:
     if (nft && ctl_nft_clear(nft) < 0)
         status = 1;
     ctl_sup_stop(sup);
+    ctl_sup_stop(px_sup);
     ctl_nft_close(nft);
     ctl_ctx_release(&ctx);
     ctl_stats_free(stats);

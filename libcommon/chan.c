@@ -1,7 +1,9 @@
 /* Message channels: nng req/rep sockets behind fgx/chan.h, so that nng stays in this file.
  * nng's own error codes are translated here, once, into negative errnos. */
 #include "fgx/chan.h"
+#include "fgx/chan_tls.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,13 +12,23 @@
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/rep.h>
 #include <nng/protocol/reqrep0/req.h>
+#include <nng/supplemental/tls/tls.h>
 #include <nng/supplemental/util/platform.h>
 
 #include "fgx/log.h"
 
+#define CHAN_REFUSED_RING 64
+
 struct fgx_chan {
     nng_socket sock;
     int peers; /* pipes connected now; updated by nng's pipe callbacks */
+    /* TLS admission (fgx/chan_tls.h). nng reports REM_POST even for a pipe closed in ADD_PRE,
+     * so the ids of refused pipes are kept to leave peers alone when they go. */
+    fgx_chan_admit_fn admit;
+    void *admit_arg;
+    nng_mtx *refused_mtx;
+    int refused[CHAN_REFUSED_RING];
+    unsigned refused_next;
 };
 
 static int chan_errno(int rv)
@@ -42,6 +54,9 @@ static int chan_errno(int rv)
         return -EPERM;
     case NNG_ENOTSUP:
         return -ENOTSUP;
+    case NNG_EPEERAUTH:
+    case NNG_ECRYPTO:
+        return -EKEYREJECTED;
     default:
         return -EIO;
     }
@@ -51,11 +66,24 @@ static void chan_pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
 {
     struct fgx_chan *c = arg;
 
-    (void)p;
-    if (ev == NNG_PIPE_EV_ADD_POST)
+    if (ev == NNG_PIPE_EV_ADD_POST) {
         __atomic_add_fetch(&c->peers, 1, __ATOMIC_RELAXED);
-    else if (ev == NNG_PIPE_EV_REM_POST)
-        __atomic_sub_fetch(&c->peers, 1, __ATOMIC_RELAXED);
+    } else if (ev == NNG_PIPE_EV_REM_POST) {
+        bool refused = false;
+
+        if (c->refused_mtx) {
+            nng_mtx_lock(c->refused_mtx);
+            for (unsigned i = 0; i < CHAN_REFUSED_RING && !refused; i++) {
+                if (c->refused[i] == nng_pipe_id(p) && c->refused[i] != 0) {
+                    c->refused[i] = 0;
+                    refused = true;
+                }
+            }
+            nng_mtx_unlock(c->refused_mtx);
+        }
+        if (!refused)
+            __atomic_sub_fetch(&c->peers, 1, __ATOMIC_RELAXED);
+    }
 }
 
 static int chan_open(enum fgx_chan_role role, struct fgx_chan **out)
@@ -144,6 +172,61 @@ int fgx_chan_dial(const char *url, enum fgx_chan_role role, int block_ms, struct
     return 0;
 }
 
+int fgx_chan_dial_tls(const char *url, enum fgx_chan_role role, const char *ca_pem_path,
+                      const char *server_name, int block_ms, struct fgx_chan **out)
+{
+    nng_tls_config *cfg = NULL;
+    struct fgx_chan *c;
+    long long deadline = now_ms() + (block_ms > 0 ? block_ms : 0);
+    int rv;
+
+    rv = chan_open(role, &c);
+    if (rv < 0)
+        return rv;
+    rv = nng_tls_config_alloc(&cfg, NNG_TLS_MODE_CLIENT);
+    if (rv == 0)
+        rv = nng_tls_config_ca_file(cfg, ca_pem_path);
+    /* Required: a server whose certificate does not chain to the pin is dropped in the
+     * handshake, before a request leaves this process. */
+    if (rv == 0)
+        rv = nng_tls_config_auth_mode(cfg, NNG_TLS_AUTH_MODE_REQUIRED);
+    if (rv == 0 && server_name)
+        rv = nng_tls_config_server_name(cfg, server_name);
+    if (rv != 0) {
+        fgx_err("nng: cannot set up TLS for %s: %s", url, nng_strerror(rv));
+        goto out;
+    }
+    /* A dialer whose first synchronous dial failed does not retry: make a new one each time. */
+    for (;;) {
+        nng_dialer d = NNG_DIALER_INITIALIZER;
+
+        rv = nng_dialer_create(&d, c->sock, url);
+        if (rv == 0)
+            rv = nng_dialer_set_ptr(d, NNG_OPT_TLS_CONFIG, cfg);
+        if (rv == 0)
+            rv = nng_dialer_start(d, block_ms > 0 ? 0 : NNG_FLAG_NONBLOCK);
+        if (rv == 0)
+            break;
+        if (nng_dialer_id(d) > 0)
+            nng_dialer_close(d);
+        if (block_ms <= 0 || now_ms() >= deadline ||
+            (rv != NNG_ECONNREFUSED && rv != NNG_ETIMEDOUT))
+            break;
+        nng_msleep(50);
+    }
+out:
+    /* The dialer holds its own reference to the configuration. */
+    if (cfg)
+        nng_tls_config_free(cfg);
+    if (rv != 0) {
+        nng_close(c->sock);
+        free(c);
+        return chan_errno(rv);
+    }
+    *out = c;
+    return 0;
+}
+
 int fgx_chan_send(struct fgx_chan *c, const void *buf, size_t len, int timeout_ms)
 {
     nng_socket_set_ms(c->sock, NNG_OPT_SENDTIMEO, timeout_ms < 0 ? NNG_DURATION_INFINITE
@@ -194,5 +277,124 @@ void fgx_chan_close(struct fgx_chan *c)
     if (!c)
         return;
     nng_close(c->sock);
+    if (c->refused_mtx)
+        nng_mtx_free(c->refused_mtx);
     free(c);
+}
+
+/* ---- TLS listeners and senders' addresses (fgx/chan_tls.h) ---- */
+
+static void peer_from_sockaddr(const nng_sockaddr *sa, struct fgx_peer *peer)
+{
+    static const uint8_t v4mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+
+    memset(peer, 0, sizeof(*peer));
+    if (sa->s_family == NNG_AF_INET) {
+        peer->family = 4;
+        memcpy(peer->addr, &sa->s_in.sa_addr, 4);
+        peer->port = ntohs(sa->s_in.sa_port);
+    } else if (sa->s_family == NNG_AF_INET6) {
+        if (memcmp(sa->s_in6.sa_addr, v4mapped, sizeof(v4mapped)) == 0) {
+            peer->family = 4;
+            memcpy(peer->addr, sa->s_in6.sa_addr + 12, 4);
+        } else {
+            peer->family = 6;
+            memcpy(peer->addr, sa->s_in6.sa_addr, 16);
+        }
+        peer->port = ntohs(sa->s_in6.sa_port);
+    }
+}
+
+static int pipe_peer(nng_pipe p, struct fgx_peer *peer)
+{
+    nng_sockaddr sa;
+    int rv = nng_pipe_get_addr(p, NNG_OPT_REMADDR, &sa);
+
+    if (rv != 0)
+        return chan_errno(rv);
+    peer_from_sockaddr(&sa, peer);
+    return 0;
+}
+
+static void chan_admit_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
+{
+    struct fgx_chan *c = arg;
+    struct fgx_peer peer;
+
+    if (ev != NNG_PIPE_EV_ADD_PRE || !c->admit)
+        return;
+    /* A peer whose address cannot be read is not admitted: the check must not fail open. */
+    if (pipe_peer(p, &peer) == 0 && (peer.family == 0 || c->admit(&peer, c->admit_arg)))
+        return;
+    nng_mtx_lock(c->refused_mtx);
+    c->refused[c->refused_next++ % CHAN_REFUSED_RING] = nng_pipe_id(p);
+    nng_mtx_unlock(c->refused_mtx);
+    nng_pipe_close(p);
+}
+
+int fgx_chan_listen_tls(struct fgx_chan *c, const char *url, const char *cert_pem,
+                        const char *key_pem, fgx_chan_admit_fn admit, void *arg)
+{
+    nng_tls_config *cfg = NULL;
+    nng_listener l;
+    int rv;
+
+    if (admit && !c->refused_mtx) {
+        rv = nng_mtx_alloc(&c->refused_mtx);
+        if (rv != 0)
+            return chan_errno(rv);
+        c->admit = admit;
+        c->admit_arg = arg;
+        nng_pipe_notify(c->sock, NNG_PIPE_EV_ADD_PRE, chan_admit_cb, c);
+    }
+    rv = nng_tls_config_alloc(&cfg, NNG_TLS_MODE_SERVER);
+    if (rv == 0)
+        rv = nng_tls_config_auth_mode(cfg, NNG_TLS_AUTH_MODE_NONE);
+    if (rv == 0)
+        rv = nng_tls_config_own_cert(cfg, cert_pem, key_pem, NULL);
+    if (rv != 0) {
+        fgx_err("nng: cannot set up TLS for %s: %s", url, nng_strerror(rv));
+        goto out;
+    }
+    rv = nng_listener_create(&l, c->sock, url);
+    if (rv == 0)
+        rv = nng_listener_set_ptr(l, NNG_OPT_TLS_CONFIG, cfg);
+    if (rv == 0)
+        rv = nng_listener_start(l, 0);
+    if (rv != 0)
+        fgx_err("nng: cannot listen on %s: %s", url, nng_strerror(rv));
+out:
+    /* The listener holds its own reference. */
+    if (cfg)
+        nng_tls_config_free(cfg);
+    return chan_errno(rv);
+}
+
+int fgx_chan_recv_peer(struct fgx_chan *c, void **buf, size_t *len, int timeout_ms,
+                       struct fgx_peer *peer)
+{
+    nng_msg *msg = NULL;
+    size_t nlen;
+    int rv;
+
+    nng_socket_set_ms(c->sock, NNG_OPT_RECVTIMEO, timeout_ms < 0 ? NNG_DURATION_INFINITE
+                                                                   : timeout_ms);
+    rv = nng_recvmsg(c->sock, &msg, 0);
+    if (rv != 0)
+        return chan_errno(rv);
+    if (pipe_peer(nng_msg_get_pipe(msg), peer) < 0) {
+        /* The sender left already; its reply would go nowhere anyway. */
+        memset(peer, 0, sizeof(*peer));
+        peer->family = -1;
+    }
+    nlen = nng_msg_len(msg);
+    *buf = malloc(nlen ? nlen : 1);
+    if (!*buf) {
+        nng_msg_free(msg);
+        return -ENOMEM;
+    }
+    memcpy(*buf, nng_msg_body(msg), nlen);
+    *len = nlen;
+    nng_msg_free(msg);
+    return 0;
 }

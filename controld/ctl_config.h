@@ -1,0 +1,58 @@
+/* controld configuration stage: the whole configuration as one Config message (`fgexctl export`
+ * / `import`) and one service's filters as a ruleset file (`fgexctl filter import` / `export`).
+ * An import is checked whole, then written into the caller's write transaction; any error leaves
+ * the transaction to be aborted, so nothing changes. The caller then builds the ruleset (the
+ * full compile) in the same transaction, commits and applies it. */
+#ifndef CTL_CONFIG_H
+#define CTL_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "control.pb-c.h"
+#include "controld/ctl_store.h"
+
+#define CTL_CONFIG_SERVICES_MAX 4096
+#define CTL_CONFIG_FILTERS_MAX 65536
+#define CTL_CONFIG_REGEX_MAX 65536
+/* Meta counter holding 1 when the password requirement is off (absent: on). */
+#define CTL_CONFIG_AUTH_OFF_KEY "auth_off"
+
+/* A Config message and the memory it points into. */
+struct ctl_config_export {
+    Fgx__Ctl__Config cfg;
+    struct ctl_service *svcs;
+    size_t nsvcs;
+    char (*ips)[64];
+    Fgx__Ctl__Service *svc_msgs, **svc_ptrs;
+    struct ctl_filter *flts;
+    size_t nflts;
+    Fgx__Ctl__Filter *flt_msgs, **flt_ptrs;
+};
+
+/* Every service and filter of t (ids, flags and creation times; no counters), and the password
+ * switch as stored. Released with ctl_config_export_release() (also after a failure). */
+int ctl_config_export(struct ctl_txn *t, struct ctl_config_export *out);
+void ctl_config_export_release(struct ctl_config_export *e);
+
+/* Replace every service and filter in t by cfg's, with their ids, and store the password switch
+ * when cfg has one. Returns 0; -EINVAL (or -EEXIST) with a one-line reason in err, naming the
+ * offending service or filter; or a store error. */
+int ctl_config_import(struct ctl_txn *t, const Fgx__Ctl__Config *cfg, char *err, size_t errlen);
+
+/* Add the ruleset file's filters to imp->service (with imp->replace, its other filters go). Each
+ * line's regex is checked, then the service's resulting set compiled whole; the first failure
+ * gives -EINVAL and "line N: ..." in err (N from FilterSpec.line, else its position from 1).
+ * The service is found by id or name: -ENOENT with the reason in err. *svc_id gets its id. */
+int ctl_config_filter_import(struct ctl_txn *t, const Fgx__Ctl__FilterImport *imp, uint32_t *svc_id,
+                             char *err, size_t errlen);
+
+/* The password switch as stored (true when never set). */
+int ctl_config_auth_enabled(struct ctl_txn *t, bool *out);
+int ctl_config_auth_enabled_put(struct ctl_txn *t, bool enabled);
+
+/* The checks a service name must pass (letters, digits, '-', '_', '.'; 1 to CTL_NAME_MAX; not
+ * all digits, since that is an id): 0 or -EINVAL with the reason in err. */
+int ctl_config_name_check(const char *name, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,44 @@
+/* Remote control channels: a tls+tcp:// listener added to a channel from fgx/chan.h, with an
+ * admission check run before any message of a new connection is read, and receiving with the
+ * address of the sender, so that controld can tell the trusted local socket from remote peers.
+ * Implemented in chan.c, which keeps nng to itself. */
+#ifndef FGX_CHAN_TLS_H
+#define FGX_CHAN_TLS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fgx/chan.h"
+
+/* Open a channel and dial url (tls+tcp://HOST:PORT) over TLS, trusting only the certificates
+ * in the PEM file ca_pem_path (a pinned server certificate), authentication required: a server
+ * whose certificate does not chain to it fails the handshake (-EKEYREJECTED) before a request
+ * is sent. server_name (may be NULL) is the name checked against the certificate. block_ms as
+ * for fgx_chan_dial(). (Written by the fgexctl TLS engineer; declaration restored here.) */
+int fgx_chan_dial_tls(const char *url, enum fgx_chan_role role, const char *ca_pem_path,
+                      const char *server_name, int block_ms, struct fgx_chan **out);
+
+/* Where a message came from. family 0: a local transport (ipc://, inproc://). */
+struct fgx_peer {
+    int family;       /* 0, 4 or 6; an IPv4-mapped IPv6 address is reported as 4 */
+    uint8_t addr[16]; /* network order; 4 bytes used for family 4 */
+    uint16_t port;
+};
+
+/* Called from an nng thread for each new connection of a TLS listener, before its first
+ * message: false closes the connection. arg is the one given to fgx_chan_listen_tls(). */
+typedef bool (*fgx_chan_admit_fn)(const struct fgx_peer *peer, void *arg);
+
+/* Add a TLS listener on url (tls+tcp://ADDR:PORT) to c, which keeps serving its other
+ * listeners through the same fgx_chan_recv_peer()/fgx_chan_send() loop. cert_pem and key_pem
+ * (PEM text) are copied. admit may be NULL (every peer is accepted); it must stay valid, with
+ * arg, until fgx_chan_close(). Returns 0 or a negative errno (the reason logged). */
+int fgx_chan_listen_tls(struct fgx_chan *c, const char *url, const char *cert_pem,
+                        const char *key_pem, fgx_chan_admit_fn admit, void *arg);
+
+/* fgx_chan_recv(), and the sender in *peer. */
+int fgx_chan_recv_peer(struct fgx_chan *c, void **buf, size_t *len, int timeout_ms,
+                       struct fgx_peer *peer);
+
+#endif
