@@ -305,6 +305,16 @@ static int flush_events(struct ctl_stats *s, struct ctl_txn *t)
     return rv;
 }
 
+void ctl_stats_counters_reset(struct ctl_stats *s)
+{
+    /* `last` stays: it is the worker's own cumulative count, the base for the next growth. */
+    for (size_t i = 0; i < s->nsvc; i++)
+        s->svc[i].total = (struct ctl_svc_totals){0};
+    for (size_t i = 0; i < s->nflt; i++)
+        s->flt[i].blocked = 0;
+    s->dirty = true;
+}
+
 /* Write every total whose service or filter still exists; forget the others (ids are never
  * reused, so nothing can inherit them). */
 static int flush_counters(struct ctl_stats *s, struct ctl_txn *t)

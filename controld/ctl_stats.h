@@ -51,6 +51,10 @@ void ctl_stats_worker_down(struct ctl_stats *s);
  * forgotten. now_ms is a monotonic clock. */
 int ctl_stats_flush(struct ctl_stats *s, struct ctl_store *st, uint64_t now_ms, bool force);
 
+/* The configuration was replaced (import): every service and filter counts from zero again,
+ * whatever its id, and the stored totals are overwritten at the next flush. */
+void ctl_stats_counters_reset(struct ctl_stats *s);
+
 /* Totals of one service (all 0 when never counted). */
 void ctl_stats_service(const struct ctl_stats *s, uint32_t service_id,
                        struct ctl_svc_counters *out);

@@ -327,3 +327,25 @@ Test(ctl_stats, persisted_events_bounded)
     cr_assert_eq(ctl_stats_events(stats, 0, 0, NULL, 2, out), 2);
     cr_assert_eq(out[1]->seq, 1500);
 }
+
+Test(ctl_stats, reset_after_import_counts_from_zero)
+{
+    feed(1, 10, 2, 3, 0);
+    cr_assert_eq(packets_of(stats), 10);
+    cr_assert_eq(ctl_stats_blocked(stats, flt_id), 2);
+
+    ctl_stats_counters_reset(stats);
+    cr_assert_eq(packets_of(stats), 0, "an imported service with an old id starts from zero");
+    cr_assert_eq(ctl_stats_blocked(stats, flt_id), 0);
+
+    /* The worker's own cumulative count stays the base: only growth after the reset counts. */
+    feed(1, 13, 3, 3, 0);
+    cr_assert_eq(packets_of(stats), 3);
+    cr_assert_eq(ctl_stats_blocked(stats, flt_id), 1);
+
+    /* ... and the reset reaches LMDB at the next flush. */
+    cr_assert_eq(ctl_stats_flush(stats, st, 1000000, true), 0);
+    reopen();
+    cr_assert_eq(packets_of(stats), 3);
+    cr_assert_eq(ctl_stats_blocked(stats, flt_id), 1);
+}
