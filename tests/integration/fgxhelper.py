@@ -423,6 +423,25 @@ def run_malformed(args):
     emit(event="result", sent=sent, kinds=len(raws), errors=errors[:5])
 
 
+# ---- HTTP GET (the metrics endpoint) ------------------------------------------------------------
+
+def run_http_get(args):
+    """One GET with urllib; reports the status, the content type and the body (an HTTP error
+    status is a result too, not a failure)."""
+    import urllib.error
+    import urllib.request
+    res = {}
+    try:
+        with urllib.request.urlopen(args.url, timeout=args.timeout) as r:
+            res.update(status=r.status, ctype=r.headers.get("Content-Type", ""), body=r.read())
+    except urllib.error.HTTPError as e:
+        res.update(status=e.code, ctype=e.headers.get("Content-Type", ""), body=e.read())
+    except Exception as e:  # noqa: BLE001 - the kind of failure is the result
+        res.update(status=None, error=str(e), body=b"")
+    res["body"] = b64(res["body"])
+    emit(event="result", **res)
+
+
 def main():
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="mode", required=True)
@@ -473,6 +492,9 @@ def main():
     p.add_argument("--dst", required=True)
     p.add_argument("--dport", type=int, required=True)
     p.add_argument("--rounds", type=int, default=3)
+    p = sub.add_parser("http-get")
+    p.add_argument("--url", required=True)
+    p.add_argument("--timeout", type=float, default=3.0)
     args = ap.parse_args()
     {
         "tcp-server": run_tcp_server,
@@ -482,6 +504,7 @@ def main():
         "udp-client": run_udp_client,
         "ooo": run_ooo,
         "malformed": run_malformed,
+        "http-get": run_http_get,
     }[args.mode](args)
 
 

@@ -178,6 +178,9 @@ class Env:
         self.bin = fgx_bin()
         self.ns_made = []
         self.log_offset = 0
+        # options every start of controld adds (run_module's controld_args), e.g.
+        # ["--metrics-listen", "127.0.0.1:9100"]: the runner's restarts keep them too
+        self.controld_args = []
 
     # -- namespaces
     def up(self):
@@ -227,7 +230,10 @@ class Env:
         return self.next_port
 
     # -- controld
-    def start_controld(self, threads=2, timeout=10):
+    def start_controld(self, threads=2, timeout=10, extra_args=None):
+        """Start controld in srv and wait for its running nfq worker. extra_args: options
+        added to the command line (default: self.controld_args)."""
+        extra = [str(a) for a in (self.controld_args if extra_args is None else extra_args)]
         exe = os.path.join(self.bin, "controld")
         if not os.access(exe, os.X_OK):
             raise RuntimeError("no controld binary at %s" % exe)
@@ -235,7 +241,8 @@ class Env:
         self.log_offset = os.path.getsize(self.log_path)
         self.controld = subprocess.Popen(
             ["ip", "netns", "exec", self.srv, exe, "--state-dir", self.state_dir, "--run-dir",
-             self.run_dir, "--threads", str(threads), "--foreground", "--log-level", "debug"],
+             self.run_dir, "--threads", str(threads), "--foreground", "--log-level", "debug"]
+            + extra,
             stdin=subprocess.DEVNULL, stdout=log, stderr=log)
         log.close()
         sock = os.path.join(self.run_dir, "control.sock")
@@ -406,6 +413,22 @@ class Env:
             return h
         return client_result(h, timeout * 3 + 5)
 
+    def tcp_conn(self, host, port, steps, timeout=3.0, ns=None):
+        """tcp_client, also returning the client's source port (None if it never connected),
+        so the server's side of this very connection can be found with server_conn_of."""
+        h = self.tcp_client(host, port, steps, timeout=timeout, ns=ns, wait=False)
+        c = client_result(h, timeout * 3 + 5)
+        ev = h.wait_event(lambda e: e.get("event") == "connected", 0)
+        return c, (ev["sport"] if ev else None)
+
+    def controld_pid(self):
+        """controld's own pid: `ip netns exec` execs it, so it is the Popen's."""
+        check(self.controld is not None and self.controld.poll() is None, "controld not running")
+        with open("/proc/%d/comm" % self.controld.pid) as f:
+            comm = f.read().strip()
+        check(comm == "controld", "pid %d is %r, not controld", self.controld.pid, comm)
+        return self.controld.pid
+
     def udp_client(self, host, port, dgrams, pause=0.1, wait_s=0.5, ns=None):
         h = self.helper(ns or self.cli, "udp-client", "--host", host, "--port", port, "--dgrams",
                         json.dumps([d.hex() for d in dgrams]), "--pause", pause, "--wait", wait_s)
@@ -435,6 +458,39 @@ def server_conn(h, n=1, timeout=6.0):
     ev = dict(ev)
     ev["data"] = d64(ev["data"])
     return ev
+
+
+def server_conn_of(h, sport, timeout=6.0):
+    """The server's record of the connection from client port sport, once it ended."""
+    if sport is None:
+        raise AssertionError("the client never connected, so the server has no connection")
+    suffix = ":%d" % sport
+    acc = h.wait_event(lambda e: e.get("event") == "accept" and e.get("peer", "").endswith(suffix),
+                       timeout)
+    if acc is None:
+        raise AssertionError("the server never accepted the connection from port %d" % sport)
+    return server_conn(h, acc["id"], timeout)
+
+
+def server_conn_starting(h, first, timeout=6.0):
+    """The server's record of the connection whose first bytes received were `first`, once it
+    ended. Unlike server_conn_of it does not rely on the client's source port, which a proxy
+    layer does not keep."""
+    ev = h.wait_event(lambda e: e.get("event") == "data" and d64(e["data"]).startswith(first),
+                      timeout)
+    if ev is None:
+        raise AssertionError("no server connection received %r first" % first)
+    return server_conn(h, ev["id"], timeout)
+
+
+def proc_state(pid):
+    """The state letter of /proc/PID/stat (R, S, T, Z, ...), or None once the pid is gone: a
+    killed child of a stopped parent stays a zombie, which kill(pid, 0) still finds."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
 
 
 def dgrams(h):
@@ -489,8 +545,9 @@ def test(fn):
     return fn
 
 
-def run_module(module, setup=None):
-    """Run every @test of the calling module in order against one Env; print results."""
+def run_module(module, setup=None, controld_args=()):
+    """Run every @test of the calling module in order against one Env; print results.
+    controld_args: extra options for every start of controld in this module."""
     sys.stdout.reconfigure(line_buffering=True)
     only = os.environ.get("FGX_IT_ONLY")
     tests = [t for t in _TESTS if not only or re.search(only, t.__name__)]
@@ -507,6 +564,7 @@ def run_module(module, setup=None):
         return 0
     cleanup_stale()
     env = Env(module)
+    env.controld_args = [str(a) for a in controld_args]
     atexit.register(env.down)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda *_: sys.exit(1))

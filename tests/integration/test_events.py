@@ -1,0 +1,191 @@
+#!/usr/bin/python3
+"""Integration: match events (issue 3). Every block becomes an event with its time, service,
+filter, direction, the flow's addresses and ports and the bytes that end at the match;
+`fgexctl events --json` lists them and `events --follow --json` streams new ones.
+
+The excerpt ends where hyperscan reported the match, which for `evil[0-9]+` is after its first
+digit: the tests look for `evil1` there, and use a pattern with a fixed end (`leak\\{...\\}`) to
+see a whole match."""
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fgxit as it  # noqa: E402
+from fgxit import CLI4, CLI6, EVIL, SRV4, SRV6, check, test  # noqa: E402
+
+FIELDS = ("seq", "time", "time_ns", "service_id", "service", "filter_id", "dir", "proto", "src",
+          "sport", "dst", "dport", "excerpt", "excerpt_hex")
+LEAK_RE = r"leak\{[a-z]+\}"
+
+
+def events(env, *args):
+    doc = env.ctl("events", *args)
+    check(isinstance(doc, list), "events --json is not an array: %r", doc)
+    for e in doc:
+        for k in FIELDS:
+            check(k in e, "event has no %r: %r", k, e)
+    return doc
+
+
+def wait_event(env, name, pred, timeout=3):
+    """The first event of service name that satisfies pred, polling until it arrives."""
+    got = it.wait_until(lambda: [e for e in events(env, name) if pred(e)], timeout=timeout)
+    check(got, "no such event of %s within %ss; events: %s", name, timeout,
+          json.dumps(events(env, name))[:600])
+    check(len(got) == 1, "one block gave %d events: %r", len(got), got)
+    return got[0]
+
+
+def excerpt(e):
+    return bytes.fromhex(e["excerpt_hex"])
+
+
+@test
+def block_recorded_as_event(env):
+    sid, port = env.service("ev-tcp", "tcp")
+    fid = env.filter("ev-tcp")
+    fleak = env.filter("ev-tcp", LEAK_RE, dir="c2s")
+    srv = env.tcp_server(port)
+    t0 = time.time_ns()
+    c, sport4 = env.tcp_conn(SRV4, port, [b"GET /?q=" + EVIL + b" HTTP/1.0\r\n"])
+    it.assert_blocked(c, it.server_conn_of(srv, sport4))
+    c, sport6 = env.tcp_conn(SRV6, port, [b"POST /x leak{secret} tail"])
+    it.assert_blocked(c, it.server_conn_of(srv, sport6), forbidden=b"leak{secret}")
+    t1 = time.time_ns()
+
+    e = wait_event(env, "ev-tcp", lambda x: x["sport"] == sport4)
+    check(e["service"] == "ev-tcp" and e["service_id"] == sid, "event service %r/%r",
+          e["service"], e["service_id"])
+    check(e["filter_id"] == fid, "event filter %r, expected %r", e["filter_id"], fid)
+    check(e["dir"] == "c2s" and e["proto"] == "tcp", "event dir/proto %r/%r", e["dir"],
+          e["proto"])
+    check(e["src"] == CLI4 and e["dst"] == SRV4 and e["dport"] == port,
+          "event flow %s:%s -> %s:%s, expected %s:%d -> %s:%d", e["src"], e["sport"], e["dst"],
+          e["dport"], CLI4, sport4, SRV4, port)
+    check(t0 - 10**9 <= e["time_ns"] <= t1 + 10**9, "event time %d outside [%d, %d]",
+          e["time_ns"], t0, t1)
+    check(excerpt(e).endswith(b"evil1") and b"q=evil1" in excerpt(e),
+          "excerpt %r does not end with the match", excerpt(e))
+    check("evil1" in e["excerpt"], "printable excerpt %r", e["excerpt"])
+
+    e6 = wait_event(env, "ev-tcp", lambda x: x["sport"] == sport6)
+    check(e6["filter_id"] == fleak and e6["dir"] == "c2s", "v6 event filter/dir %r/%r",
+          e6["filter_id"], e6["dir"])
+    check(e6["src"] == CLI6 and e6["dst"] == SRV6 and e6["dport"] == port,
+          "v6 event flow %s:%s -> %s:%s", e6["src"], e6["sport"], e6["dst"], e6["dport"])
+    check(excerpt(e6).endswith(b"leak{secret}"), "v6 excerpt %r", excerpt(e6))
+    check(e6["seq"] > e["seq"], "seq %r after %r", e6["seq"], e["seq"])
+
+    # --limit keeps the newest; SERVICE filters
+    last = events(env, "ev-tcp", "--limit", "1")
+    check(len(last) == 1 and last[0]["seq"] == e6["seq"], "events --limit 1: %r", last)
+    env.service("ev-quiet", "tcp")
+    check(events(env, "ev-quiet") == [], "a service without blocks has events")
+    every = events(env)
+    check({e["seq"], e6["seq"]} <= {x["seq"] for x in every}, "events without SERVICE: %r",
+          every)
+    p = env.ctl_raw("events", "--limit", "0")
+    check(p.returncode != 0, "events --limit 0 accepted")
+
+
+@test
+def server_reply_block_is_s2c_event(env):
+    _, port = env.service("ev-s2c", "tcp")
+    fid = env.filter("ev-s2c", dir="s2c")
+    srv = env.tcp_server(port, reply=b"flag=" + EVIL)
+    c, sport = env.tcp_conn(SRV4, port, [b"hello", ("read", 0.5)])
+    it.assert_blocked(c, it.server_conn_of(srv, sport))
+    e = wait_event(env, "ev-s2c", lambda x: sport in (x["sport"], x["dport"]))
+    check(e["dir"] == "s2c" and e["filter_id"] == fid, "event dir/filter %r/%r", e["dir"],
+          e["filter_id"])
+    check({e["src"], e["dst"]} == {CLI4, SRV4} and {e["sport"], e["dport"]} == {sport, port},
+          "event flow %s:%s %s:%s", e["src"], e["sport"], e["dst"], e["dport"])
+    check(excerpt(e).endswith(b"flag=evil1"), "excerpt %r", excerpt(e))
+
+
+@test
+def udp_drop_recorded_as_event(env):
+    _, port = env.service("ev-udp", "udp")
+    fid = env.filter("ev-udp")
+    usrv = env.udp_server(port)
+    env.udp_client(SRV4, port, [b"dgram " + EVIL, b"fine"])
+    it.wait_until(lambda: it.dgrams(usrv), timeout=1)
+    check(it.dgrams(usrv) == [b"fine"], "udp server got %r", it.dgrams(usrv))
+    e = wait_event(env, "ev-udp", lambda x: True)
+    check(e["proto"] == "udp" and e["dir"] == "c2s" and e["filter_id"] == fid,
+          "udp event %r", e)
+    check(e["src"] == CLI4 and e["dst"] == SRV4 and e["dport"] == port, "udp event flow %r", e)
+    check(excerpt(e).endswith(b"dgram evil1"), "udp excerpt %r", excerpt(e))
+
+
+@test
+def follow_shows_new_block_within_2s(env):
+    _, port = env.service("ev-follow", "tcp")
+    fid = env.filter("ev-follow")
+    srv = env.tcp_server(port)
+    # history first: --follow may print it, then must go on with the new ones
+    c, old_sport = env.tcp_conn(SRV6, port, [b"old " + EVIL])
+    it.assert_blocked(c, it.server_conn_of(srv, old_sport))
+    wait_event(env, "ev-follow", lambda x: x["sport"] == old_sport)
+    argv = [os.path.join(env.bin, "fgexctl"), "-c", env.url, "--json", "events", "ev-follow",
+            "--follow"]
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(x) for x in p.stdout], daemon=True).start()
+
+    def next_event(deadline):
+        try:
+            line = lines.get(timeout=max(0.01, deadline - time.monotonic()))
+        except queue.Empty:
+            return None
+        try:
+            return json.loads(line)
+        except ValueError as e:
+            raise AssertionError("events --follow --json printed %r" % line) from e
+
+    try:
+        time.sleep(0.5)  # let it subscribe
+        if p.poll() is not None:
+            raise AssertionError("events --follow exited with %d: %r" %
+                                 (p.returncode, p.stderr.read()[:300]))
+        c, sport = env.tcp_conn(SRV4, port, [b"new " + EVIL])
+        t_block = time.monotonic()
+        it.assert_blocked(c, it.server_conn_of(srv, sport))
+        deadline = t_block + 2.0
+        seen = []
+        while True:
+            e = next_event(deadline)
+            if e is None:
+                break
+            seen.append(e)
+            if e.get("sport") == sport:
+                break
+        check(seen and seen[-1].get("sport") == sport,
+              "events --follow showed no event for port %d within 2 s of the block: %r",
+              sport, seen)
+        e = seen[-1]
+        for k in FIELDS:
+            check(k in e, "followed event has no %r: %r", k, e)
+        check(e["filter_id"] == fid and e["service"] == "ev-follow" and e["src"] == CLI4,
+              "followed event %r", e)
+        check(excerpt(e).endswith(b"new evil1"), "followed excerpt %r", excerpt(e))
+        check(all(x.get("sport") != old_sport for x in seen[1:]), "old event repeated: %r",
+              seen)
+    finally:
+        p.send_signal(signal.SIGINT)
+        try:
+            p.wait(3)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(2)
+            raise AssertionError("events --follow did not stop on SIGINT")
+
+
+if __name__ == "__main__":
+    sys.exit(it.run_module("events"))
