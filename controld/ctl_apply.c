@@ -138,6 +138,32 @@ static uint64_t mono_ms(void)
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
+/* The proxy worker's counters and events into the same statistics. Quiet when it is down. */
+static void stats_refresh_proxy(struct ctl_ctx *ctx, int timeout_ms)
+{
+    struct ctl_service *svcs = NULL;
+    struct ctl_sup_info info;
+    struct ctl_txn *t;
+    struct fgx_dp_msg m;
+    size_t nsvcs = 0;
+
+    if (!ctx->px_sup || !ctx->stats)
+        return;
+    ctl_sup_info(ctx->px_sup, &info);
+    if (ctl_sup_stats(ctx->px_sup, timeout_ms, &m) < 0)
+        return;
+    if (m.u.stats.nevents > 0 && ctl_txn_begin(ctx->store, false, &t) == 0) {
+        if (ctl_store_service_list(t, &svcs, &nsvcs) < 0)
+            nsvcs = 0;
+        ctl_txn_abort(t);
+    }
+    (void)ctl_stats_ingest_proxy(ctx->stats, info.instance, &m.u.stats, svcs, nsvcs);
+    free(svcs);
+    fgx_dp_msg_release(&m);
+    /* Saved before any request can read a new event's seq. */
+    ctl_stats_flush(ctx->stats, ctx->store, mono_ms(), false);
+}
+
 int ctl_stats_refresh(struct ctl_ctx *ctx, int timeout_ms)
 {
     struct ctl_service *svcs = NULL;
@@ -149,6 +175,7 @@ int ctl_stats_refresh(struct ctl_ctx *ctx, int timeout_ms)
 
     if (!ctx->sup || !ctx->stats)
         return 0;
+    stats_refresh_proxy(ctx, timeout_ms);
     ctl_sup_info(ctx->sup, &info);
     rv = ctl_sup_stats(ctx->sup, timeout_ms, &m);
     if (rv < 0) {
@@ -211,6 +238,8 @@ int ctl_px_worker_restart(struct ctl_ctx *ctx, int timeout_ms)
 
     if (!ctx->px_sup)
         return -ENOTCONN;
+    /* What the old process counted since its last report would otherwise be lost. */
+    stats_refresh_proxy(ctx, 300);
     rv = ctl_sup_restart(ctx->px_sup);
     if (rv < 0)
         return rv;

@@ -6,11 +6,21 @@
  * Layout of the table (see ctl_nft.h and fgx/dp.h):
  *   pre  (prerouting, -150: before DNAT) : fgex's own resets accepted; c2s -> jump s<id>_c2s
  *   post (postrouting, 300: after SNAT)  : fgex's own resets accepted; s2c -> jump s<id>_s2c
- *   s<id>_c2s / s<id>_s2c : TCP: clamp MSS on SYNs, queue SYNs, accept segments with no payload,
- *                           queue the rest; UDP: queue everything
+ *   s<id>_c2s / s<id>_s2c : TCP: clamp MSS on SYNs, queue SYNs (c2s only), accept segments
+ *                           with no payload, queue the rest; UDP: queue everything
  *   qfc / qfo : spread flows over the worker threads by symhash, to the fail-closed or the
- *               fail-open queue range (bypass when no reader). */
+ *               fail-open queue range (bypass when no reader).
+ * and for the proxy layer (ctl_nft_px.h), when proxy-layer services run:
+ *   pxpre (prerouting, -150) : proxy's own upstream packets (mark == FGX_MARK) accepted;
+ *                              packets of a transparent socket marked CTL_ROUTE_MARK (routed
+ *                              locally by ctl_route.c); per service: tproxy to the proxy's port
+ *                              and mark; fail-closed services: drop what tproxy could not take
+ *   pxout (output, type route, -150) : per service: the proxy's upstream packets give their
+ *                              conntrack entry the mark CT_PX; the service's replies on such an
+ *                              entry and the box's own packets to the service are marked
+ *                              CTL_ROUTE_MARK, which reroutes them through lo (to the proxy). */
 #include "ctl_nft.h"
+#include "ctl_nft_px.h"
 
 /* glibc's first, so that the linux/ headers defer to its definitions */
 #include <netinet/in.h>
@@ -36,6 +46,7 @@
 #include <libnftnl/rule.h>
 #include <libnftnl/table.h>
 
+#include "controld/ctl_route.h"
 #include "fgx/dp.h"
 #include "fgx/log.h"
 
@@ -53,6 +64,8 @@
 #define NFT_RX_TIMEOUT_MS 5000
 #define NFT_RCVBUF (1 << 20)
 #define NFT_RX_BUF 16384
+/* Conntrack mark of the proxy's upstream connections: their replies must reach the proxy. */
+#define CT_PX (FGX_MARK | 2u)
 
 struct ctl_nft {
     struct mnl_socket *nl;
@@ -62,7 +75,11 @@ struct ctl_nft {
     bool native;
     uint32_t seq;
     int sndbuf;
-    char rx[NFT_RX_BUF];
+    /* The last lists applied, so that either layer can be changed alone. */
+    struct ctl_nft_service *nfq, *px;
+    size_t nnfq, npx;
+    uint16_t px_port;
+    _Alignas(struct nlmsghdr) char rx[NFT_RX_BUF]; /* netlink replies are parsed in place */
 };
 
 /* One transaction being built. It is built twice: a first pass with b == NULL only counts the
@@ -152,8 +169,9 @@ out:
     nftnl_table_free(t);
 }
 
-/* hook < 0: a regular chain. */
-static void tx_chain(struct nft_tx *tx, const char *name, int hook, int prio)
+/* hook < 0: a regular chain; type "filter" or "route" for a base chain. */
+static void tx_chain_type(struct nft_tx *tx, const char *name, const char *type, int hook,
+                          int prio)
 {
     struct nftnl_chain *c = NULL;
     struct nlmsghdr *nlh;
@@ -171,7 +189,7 @@ static void tx_chain(struct nft_tx *tx, const char *name, int hook, int prio)
     }
     nftnl_chain_set_u32(c, NFTNL_CHAIN_FAMILY, NFPROTO_INET);
     if (hook >= 0) {
-        if (nftnl_chain_set_str(c, NFTNL_CHAIN_TYPE, "filter") != 0) {
+        if (nftnl_chain_set_str(c, NFTNL_CHAIN_TYPE, type) != 0) {
             tx_fail(tx, -ENOMEM);
             goto out;
         }
@@ -183,6 +201,11 @@ static void tx_chain(struct nft_tx *tx, const char *name, int hook, int prio)
     tx_next(tx, nlh);
 out:
     nftnl_chain_free(c);
+}
+
+static void tx_chain(struct nft_tx *tx, const char *name, int hook, int prio)
+{
+    tx_chain_type(tx, name, "filter", hook, prio);
 }
 
 /* Rules are allocated even in the counting pass: the cost is small and the builders stay
@@ -344,6 +367,64 @@ static void e_symhash(struct nft_rule *rl, uint32_t modulus)
     nftnl_expr_set_u32(e, NFTNL_EXPR_HASH_DREG, NFT_REG_1);
 }
 
+static void e_set_u32(struct nft_rule *rl, uint32_t v)
+{
+    struct nftnl_expr *e = rule_expr(rl, "immediate");
+
+    if (!e)
+        return;
+    nftnl_expr_set_u32(e, NFTNL_EXPR_IMM_DREG, NFT_REG_1);
+    nftnl_expr_set(e, NFTNL_EXPR_IMM_DATA, &v, sizeof(v));
+}
+
+/* meta mark set v */
+static void e_mark_set(struct nft_rule *rl, uint32_t v)
+{
+    struct nftnl_expr *e;
+
+    e_set_u32(rl, v);
+    e = rule_expr(rl, "meta");
+    if (!e)
+        return;
+    nftnl_expr_set_u32(e, NFTNL_EXPR_META_KEY, NFT_META_MARK);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_META_SREG, NFT_REG_1);
+}
+
+/* ct mark (load) or ct mark set (store register 1) */
+static void e_ct_mark(struct nft_rule *rl, bool write)
+{
+    struct nftnl_expr *e = rule_expr(rl, "ct");
+
+    if (!e)
+        return;
+    nftnl_expr_set_u32(e, NFTNL_EXPR_CT_KEY, NFT_CT_MARK);
+    nftnl_expr_set_u32(e, write ? NFTNL_EXPR_CT_SREG : NFTNL_EXPR_CT_DREG, NFT_REG_1);
+}
+
+/* socket transparent (1 byte into register 1) */
+static void e_socket_transparent(struct nft_rule *rl)
+{
+    struct nftnl_expr *e = rule_expr(rl, "socket");
+
+    if (!e)
+        return;
+    nftnl_expr_set_u32(e, NFTNL_EXPR_SOCKET_KEY, NFT_SOCKET_TRANSPARENT);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_SOCKET_DREG, NFT_REG_1);
+}
+
+/* tproxy to :port, for both families (no address: the socket lookup uses the packet's) */
+static void e_tproxy(struct nft_rule *rl, uint16_t port)
+{
+    struct nftnl_expr *e;
+
+    e_set_be16(rl, port);
+    e = rule_expr(rl, "tproxy");
+    if (!e)
+        return;
+    nftnl_expr_set_u32(e, NFTNL_EXPR_TPROXY_FAMILY, NFPROTO_UNSPEC);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_TPROXY_REG_PORT, NFT_REG_1);
+}
+
 /* The native queue expression (CONFIG_NFT_QUEUE). */
 static void e_queue(struct nft_rule *rl, uint16_t num, bool bypass)
 {
@@ -422,6 +503,12 @@ static void m_cidr(struct nft_rule *rl, const struct fgx_cidr *c, bool dst)
     e_cmp(rl, NFT_CMP_EQ, c->addr, len);
 }
 
+static void m_mark_eq(struct nft_rule *rl, uint32_t op, uint32_t v)
+{
+    e_meta(rl, NFT_META_MARK);
+    e_cmp(rl, op, &v, sizeof(v));
+}
+
 static void m_port(struct nft_rule *rl, uint16_t port, bool dst)
 {
     e_payload(rl, NFT_PAYLOAD_TRANSPORT_HEADER, dst ? 2 : 0, 2);
@@ -454,6 +541,9 @@ static void m_tcp_doff(struct nft_rule *rl, unsigned doff)
 struct nft_sync_arg {
     const struct ctl_nft_service *svcs;
     size_t nsvcs;
+    const struct ctl_nft_service *px;
+    size_t npx;
+    uint16_t px_port;
 };
 
 static const char *queue_chain(bool fail_open)
@@ -488,9 +578,9 @@ static void build_queue_chain(struct nft_tx *tx, bool fail_open)
     }
 }
 
-/* The body of a service chain, for either direction. */
+/* The body of a service chain, for either direction (c2s: client -> server). */
 static void build_service_chain(struct nft_tx *tx, const struct ctl_nft_service *s,
-                                const char *chain)
+                                const char *chain, bool c2s)
 {
     const char *q = queue_chain(s->fail_open);
     struct nft_rule rl;
@@ -505,10 +595,17 @@ static void build_service_chain(struct nft_tx *tx, const struct ctl_nft_service 
         e_mss(&rl, true);
         rule_end(&rl);
 
-        rule_start(tx, chain, &rl);
-        m_tcp_syn(&rl);
-        e_verdict(&rl, NFT_GOTO, q);
-        rule_end(&rl);
+        /* The client's SYN anchors the worker's c2s stream at ISN + 1 and resets a reused
+         * 4-tuple, so a first data segment sent out of order is held, not taken for the start.
+         * The SYN-ACK is not queued (one trip less per connection): the s2c stream starts at the
+         * server's first data, which leaves this host in order. A SYN-ACK with payload is
+         * still queued by the last rule. */
+        if (c2s) {
+            rule_start(tx, chain, &rl);
+            m_tcp_syn(&rl);
+            e_verdict(&rl, NFT_GOTO, q);
+            rule_end(&rl);
+        }
 
         /* A segment with no payload has nothing to scan. Only an exact header-length match
          * counts: IP options or IPv6 extension headers fall through to the worker. */
@@ -556,6 +653,78 @@ static void build_own_packets(struct nft_tx *tx, const char *chain)
     rule_end(&rl);
 }
 
+/* A proxy-layer service's TCP connections: "[ip daddr PREFIX] tcp dport PORT" (dst) or the
+ * same for the replies' source (!dst). */
+static void m_px_service(struct nft_rule *rl, const struct ctl_nft_service *s, bool dst)
+{
+    m_cidr(rl, &s->addr, dst);
+    m_l4proto(rl, IPPROTO_TCP);
+    m_port(rl, s->port, dst);
+}
+
+static void build_proxy(struct nft_tx *tx, const struct nft_sync_arg *a)
+{
+    struct nft_rule rl;
+    uint8_t one = 1;
+    size_t i;
+
+    tx_chain(tx, "pxpre", NF_INET_PRE_ROUTING, NFT_PRIO_PRE);
+    tx_chain_type(tx, "pxout", "route", NF_INET_LOCAL_OUT, NFT_PRIO_PRE);
+
+    /* The proxy's own connections to the services: never diverted again. */
+    rule_start(tx, "pxpre", &rl);
+    m_mark_eq(&rl, NFT_CMP_EQ, FGX_MARK);
+    e_verdict(&rl, NF_ACCEPT, NULL);
+    rule_end(&rl);
+    /* Packets of a connection the proxy holds (either leg): to it, locally. */
+    rule_start(tx, "pxpre", &rl);
+    m_l4proto(&rl, IPPROTO_TCP);
+    e_socket_transparent(&rl);
+    e_cmp(&rl, NFT_CMP_EQ, &one, sizeof(one));
+    e_mark_set(&rl, CTL_ROUTE_MARK);
+    e_verdict(&rl, NF_ACCEPT, NULL);
+    rule_end(&rl);
+    for (i = 0; i < a->npx; i++) {
+        const struct ctl_nft_service *s = &a->px[i];
+
+        rule_start(tx, "pxpre", &rl);
+        m_px_service(&rl, s, true);
+        e_tproxy(&rl, a->px_port);
+        e_mark_set(&rl, CTL_ROUTE_MARK);
+        e_verdict(&rl, NF_ACCEPT, NULL);
+        rule_end(&rl);
+        if (!s->fail_open) {
+            /* Reached only when no proxy listens: nothing unfiltered passes. */
+            rule_start(tx, "pxpre", &rl);
+            m_px_service(&rl, s, true);
+            e_verdict(&rl, NF_DROP, NULL);
+            rule_end(&rl);
+        }
+
+        /* The proxy's upstream connection to a service of this box: remember it in conntrack
+         * so the service's replies, addressed to the client, are rerouted to the proxy. */
+        rule_start(tx, "pxout", &rl);
+        m_mark_eq(&rl, NFT_CMP_EQ, FGX_MARK);
+        m_px_service(&rl, s, true);
+        e_set_u32(&rl, CT_PX);
+        e_ct_mark(&rl, true);
+        e_verdict(&rl, NF_ACCEPT, NULL);
+        rule_end(&rl);
+        rule_start(tx, "pxout", &rl);
+        m_px_service(&rl, s, false);
+        e_ct_mark(&rl, false);
+        e_cmp(&rl, NFT_CMP_EQ, &(uint32_t){CT_PX}, sizeof(uint32_t));
+        e_mark_set(&rl, CTL_ROUTE_MARK);
+        rule_end(&rl);
+        /* The box's own clients: through lo, where the tproxy rule sees them. */
+        rule_start(tx, "pxout", &rl);
+        m_mark_eq(&rl, NFT_CMP_NEQ, FGX_MARK);
+        m_px_service(&rl, s, true);
+        e_mark_set(&rl, CTL_ROUTE_MARK);
+        rule_end(&rl);
+    }
+}
+
 static void build_sync(struct nft_tx *tx, const void *arg)
 {
     const struct nft_sync_arg *a = arg;
@@ -566,9 +735,13 @@ static void build_sync(struct nft_tx *tx, const void *arg)
     /* Adding first makes the delete valid whether or not the table existed. */
     tx_table(tx, NFT_MSG_NEWTABLE, tx->table);
     tx_table(tx, NFT_MSG_DELTABLE, tx->table);
-    if (a->nsvcs == 0)
+    if (a->nsvcs == 0 && a->npx == 0)
         return;
     tx_table(tx, NFT_MSG_NEWTABLE, tx->table);
+    if (a->npx > 0)
+        build_proxy(tx, a);
+    if (a->nsvcs == 0)
+        return;
     tx_chain(tx, "pre", NF_INET_PRE_ROUTING, NFT_PRIO_PRE);
     tx_chain(tx, "post", NF_INET_POST_ROUTING, NFT_PRIO_POST);
     for (size_t i = 0; i < a->nsvcs; i++)
@@ -580,8 +753,8 @@ static void build_sync(struct nft_tx *tx, const void *arg)
     for (size_t i = 0; i < a->nsvcs; i++) {
         (void)snprintf(c2s, sizeof(c2s), "s%u_c2s", (unsigned)a->svcs[i].id);
         (void)snprintf(s2c, sizeof(s2c), "s%u_s2c", (unsigned)a->svcs[i].id);
-        build_service_chain(tx, &a->svcs[i], c2s);
-        build_service_chain(tx, &a->svcs[i], s2c);
+        build_service_chain(tx, &a->svcs[i], c2s, true);
+        build_service_chain(tx, &a->svcs[i], s2c, false);
     }
     build_own_packets(tx, "pre");
     build_own_packets(tx, "post");
@@ -904,15 +1077,18 @@ static int check_service(const struct ctl_nft_service *s)
     return 0;
 }
 
-int ctl_nft_sync(struct ctl_nft *n, const struct ctl_nft_service *svcs, size_t nsvcs)
+static int check_list(const struct ctl_nft_service *svcs, size_t nsvcs, bool tcp_only)
 {
-    struct nft_sync_arg arg = {.svcs = svcs, .nsvcs = nsvcs};
     int rc;
 
     for (size_t i = 0; i < nsvcs; i++) {
         rc = check_service(&svcs[i]);
         if (rc < 0)
             return rc;
+        if (tcp_only && svcs[i].ipproto != IPPROTO_TCP) {
+            fgx_err("nft: service %u: the proxy layer carries TCP only", (unsigned)svcs[i].id);
+            return -EINVAL;
+        }
         for (size_t j = 0; j < i; j++) {
             if (svcs[j].id == svcs[i].id) {
                 fgx_err("nft: service %u given twice", (unsigned)svcs[i].id);
@@ -920,15 +1096,97 @@ int ctl_nft_sync(struct ctl_nft *n, const struct ctl_nft_service *svcs, size_t n
             }
         }
     }
-    rc = tx_run(n, n->table, build_sync, &arg, false);
+    return 0;
+}
+
+/* *dst (nd entries) becomes a copy of src; unchanged on failure. */
+static int list_copy(struct ctl_nft_service **dst, size_t *nd, const struct ctl_nft_service *src,
+                     size_t n)
+{
+    struct ctl_nft_service *c = NULL;
+
+    if (n > 0) {
+        c = malloc(n * sizeof(*c));
+        if (!c) {
+            fgx_err("nft: no memory");
+            return -ENOMEM;
+        }
+        memcpy(c, src, n * sizeof(*c));
+    }
+    free(*dst);
+    *dst = c;
+    *nd = n;
+    return 0;
+}
+
+int ctl_nft_sync_layers(struct ctl_nft *n, const struct ctl_nft_service *nfq, size_t nnfq,
+                        const struct ctl_nft_service *px, size_t npx, uint16_t px_port)
+{
+    struct nft_sync_arg arg = {
+        .svcs = nfq, .nsvcs = nnfq, .px = px, .npx = npx, .px_port = px_port};
+    struct ctl_nft_service *keep_nfq = NULL, *keep_px = NULL;
+    size_t nkeep_nfq = 0, nkeep_px = 0;
+    int rc;
+
+    rc = check_list(nfq, nnfq, false);
     if (rc == 0)
-        fgx_debug("nft: table inet %s now holds %zu services", n->table, nsvcs);
+        rc = check_list(px, npx, true);
+    if (rc == 0 && npx > 0 && px_port == 0) {
+        fgx_err("nft: proxy-layer services but no proxy port");
+        rc = -EINVAL;
+    }
+    for (size_t i = 0; rc == 0 && i < npx; i++) {
+        for (size_t j = 0; j < nnfq; j++) {
+            if (nfq[j].id == px[i].id) {
+                fgx_err("nft: service %u on both layers", (unsigned)px[i].id);
+                rc = -EINVAL;
+                break;
+            }
+        }
+    }
+    if (rc < 0)
+        return rc;
+    /* Copies first, so that a failure leaves the recorded state as it was. */
+    if ((rc = list_copy(&keep_nfq, &nkeep_nfq, nfq, nnfq)) < 0 ||
+        (rc = list_copy(&keep_px, &nkeep_px, px, npx)) < 0)
+        goto out;
+    /* The routing exists before any rule marks a packet for it, and goes after the last. */
+    if (npx > 0 && (rc = ctl_route_setup()) < 0)
+        goto out;
+    rc = tx_run(n, n->table, build_sync, &arg, false);
+    if (rc < 0)
+        goto out;
+    if (npx == 0 && n->npx > 0)
+        (void)ctl_route_teardown();
+    free(n->nfq);
+    free(n->px);
+    n->nfq = keep_nfq;
+    n->nnfq = nkeep_nfq;
+    n->px = keep_px;
+    n->npx = nkeep_px;
+    n->px_port = px_port;
+    keep_nfq = keep_px = NULL;
+    fgx_debug("nft: table inet %s now holds %zu nfqueue-layer and %zu proxy-layer services",
+              n->table, nnfq, npx);
+out:
+    free(keep_nfq);
+    free(keep_px);
     return rc;
+}
+
+int ctl_nft_sync(struct ctl_nft *n, const struct ctl_nft_service *svcs, size_t nsvcs)
+{
+    return ctl_nft_sync_layers(n, svcs, nsvcs, n->px, n->npx, n->px_port);
 }
 
 int ctl_nft_clear(struct ctl_nft *n)
 {
-    return ctl_nft_sync(n, NULL, 0);
+    int rc = ctl_nft_sync_layers(n, NULL, 0, NULL, 0, 0);
+
+    /* Whatever the table held, no proxy routing stays behind controld. */
+    if (rc == 0)
+        rc = ctl_route_teardown();
+    return rc;
 }
 
 void ctl_nft_close(struct ctl_nft *n)
@@ -937,6 +1195,8 @@ void ctl_nft_close(struct ctl_nft *n)
         return;
     if (n->nl)
         mnl_socket_close(n->nl);
+    free(n->nfq);
+    free(n->px);
     free(n->table);
     free(n);
 }

@@ -1345,6 +1345,8 @@ static void do_config_import(struct rpc *r, const Fgx__Ctl__Config *cfg)
     rpc_finish(r, &t, true);
     if (rpc_failed(r) && r->reply.code != FGX__CTL__CODE__CODE_UNAVAILABLE)
         goto out;
+    if (r->ctx->stats)
+        ctl_stats_counters_reset(r->ctx->stats);
     if (r->ctx->auth && cfg->has_auth_enabled)
         ctl_auth_enabled_set(r->ctx->auth, cfg->auth_enabled);
     fgx_info("configuration imported: %zu services, %zu filters", cfg->n_services, cfg->n_filters);

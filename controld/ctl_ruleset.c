@@ -64,14 +64,17 @@ int ctl_ruleset_build(struct ctl_txn *t, struct ctl_ruleset *out, char *err, siz
     keys = calloc(2 * nsvcs + 1, sizeof(*keys));
     out->dp.services = calloc(nsvcs ? nsvcs : 1, sizeof(*out->dp.services));
     out->nft = calloc(nsvcs ? nsvcs : 1, sizeof(*out->nft));
-    if (!pats || !keys || !out->dp.services || !out->nft)
+    out->px_dp.services = calloc(nsvcs ? nsvcs : 1, sizeof(*out->px_dp.services));
+    out->px = calloc(nsvcs ? nsvcs : 1, sizeof(*out->px));
+    if (!pats || !keys || !out->dp.services || !out->nft || !out->px_dp.services || !out->px)
         goto out;
     for (size_t i = 0; i < nsvcs; i++) {
         const struct ctl_service *s = &svcs[i];
+        bool proxy = s->layer == CTL_LAYER_PROXY;
         struct fgx_dp_service *d;
         size_t np = 0;
 
-        if (!s->active || s->layer != CTL_LAYER_NFQUEUE)
+        if (!s->active)
             continue;
         for (size_t j = 0; j < nfs; j++) {
             if (fs[j].service_id != s->id || !fs[j].active)
@@ -81,7 +84,8 @@ int ctl_ruleset_build(struct ctl_txn *t, struct ctl_ruleset *out, char *err, siz
                                               .dir = fs[j].dir,
                                               .nocase = fs[j].nocase};
         }
-        d = &out->dp.services[out->dp.nservices++];
+        d = proxy ? &out->px_dp.services[out->px_dp.nservices++]
+                  : &out->dp.services[out->dp.nservices++];
         d->id = s->id;
         d->ipproto = s->ipproto;
         d->port = s->port;
@@ -101,15 +105,17 @@ int ctl_ruleset_build(struct ctl_txn *t, struct ctl_ruleset *out, char *err, siz
             if (d->db[k].len)
                 keys[nkeys++] = key;
         }
-        out->nft[out->nnft++] = (struct ctl_nft_service){.id = s->id,
-                                                         .ipproto = s->ipproto,
-                                                         .port = s->port,
-                                                         .addr = s->addr,
-                                                         .fail_open = s->fail_open};
+        *(proxy ? &out->px[out->npx++] : &out->nft[out->nnft++]) =
+            (struct ctl_nft_service){.id = s->id,
+                                     .ipproto = s->ipproto,
+                                     .port = s->port,
+                                     .addr = s->addr,
+                                     .fail_open = s->fail_open};
     }
     rv = ctl_store_dbcache_keep(t, keys, nkeys);
     if (rv == 0)
         rv = ctl_store_generation_next(t, &out->dp.generation);
+    out->px_dp.generation = out->dp.generation;
     if (rv < 0 && errlen && err[0] == '\0')
         snprintf(err, errlen, "%s", ctl_store_strerror(rv));
 out:
@@ -130,8 +136,14 @@ void ctl_ruleset_release(struct ctl_ruleset *rs)
         fgx_blob_release(&rs->dp.services[i].db[0]);
         fgx_blob_release(&rs->dp.services[i].db[1]);
     }
+    for (size_t i = 0; i < rs->px_dp.nservices; i++) {
+        fgx_blob_release(&rs->px_dp.services[i].db[0]);
+        fgx_blob_release(&rs->px_dp.services[i].db[1]);
+    }
     free(rs->dp.services);
     free(rs->nft);
+    free(rs->px_dp.services);
+    free(rs->px);
     memset(rs, 0, sizeof(*rs));
 }
 

@@ -15,6 +15,10 @@ struct ctl_ruleset {
     struct fgx_dp_ruleset dp;    /* the next generation; every blob owned by the struct */
     struct ctl_nft_service *nft; /* the running nfqueue-layer services */
     size_t nnft;
+    /* The proxy worker's ruleset (same generation) and the running proxy-layer services. */
+    struct fgx_dp_ruleset px_dp;
+    struct ctl_nft_service *px;
+    size_t npx;
 };
 
 /* Build from what t sees, in a write transaction: databases missing from the cache are compiled

@@ -21,11 +21,14 @@ struct svc_slot {
     uint32_t id;
     struct ctl_svc_totals total, last;
     uint64_t flows_active;
+    struct ctl_svc_totals px_last; /* the same from the proxy worker, which counts apart */
+    uint64_t px_flows_active;
 };
 
 struct flt_slot {
     uint32_t id;
     uint64_t blocked, last;
+    uint64_t px_last;
 };
 
 struct ctl_stats {
@@ -35,6 +38,8 @@ struct ctl_stats {
     size_t nflt, capflt;
     bool have_instance;
     uint64_t instance;
+    bool px_have_instance; /* the proxy worker's process, as instance is the nfq worker's */
+    uint64_t px_instance;
     struct ctl_worker_counters worker;
     uint64_t queue_drops_last;
     struct ctl_event *ring; /* CTL_EVENTS_KEEP slots; ring[head] is the oldest */
@@ -283,6 +288,59 @@ int ctl_stats_ingest(struct ctl_stats *s, uint64_t instance, const struct fgx_dp
     return rv;
 }
 
+int ctl_stats_ingest_proxy(struct ctl_stats *s, uint64_t instance, const struct fgx_dp_stats *m,
+                           const struct ctl_service *svcs, size_t nsvcs)
+{
+    int rv = 0;
+
+    if (!s->px_have_instance || instance != s->px_instance) {
+        for (size_t i = 0; i < s->nsvc; i++)
+            memset(&s->svc[i].px_last, 0, sizeof(s->svc[i].px_last));
+        for (size_t i = 0; i < s->nflt; i++)
+            s->flt[i].px_last = 0;
+        s->px_have_instance = true;
+        s->px_instance = instance;
+    }
+    for (size_t i = 0; i < s->nsvc; i++)
+        s->svc[i].px_flows_active = 0;
+    for (size_t i = 0; i < m->nservices; i++) {
+        const struct fgx_dp_service_stat *c = &m->services[i];
+        struct svc_slot *v = svc_slot(s, c->service_id, true);
+
+        if (!v) {
+            rv = -ENOMEM;
+            continue;
+        }
+        v->total.packets += grow(&v->px_last.packets, c->packets);
+        v->total.bytes += grow(&v->px_last.bytes, c->bytes);
+        v->total.accepted += grow(&v->px_last.accepted, c->accepted);
+        v->total.dropped += grow(&v->px_last.dropped, c->dropped);
+        v->px_flows_active = c->flows_active;
+        s->dirty = true;
+    }
+    for (size_t i = 0; i < m->nfilters; i++) {
+        const struct fgx_dp_filter_stat *c = &m->filters[i];
+        struct flt_slot *f = flt_slot(s, c->filter_id, true);
+
+        if (!f) {
+            rv = -ENOMEM;
+            continue;
+        }
+        f->blocked += grow(&f->px_last, c->blocked);
+        s->dirty = true;
+    }
+    s->worker.events_lost_total += m->events_lost;
+    for (size_t i = 0; i < m->nevents; i++) {
+        struct ctl_event e;
+
+        event_from_dp(&m->events[i], s->next_seq++, svcs, nsvcs, &e);
+        ring_push(s, &e);
+    }
+    if (rv < 0)
+        fgx_err("statistics: out of memory; some proxy counters were not kept");
+    return rv;
+}
+
 void ctl_stats_worker_down(struct ctl_stats *s)
 {
     for (size_t i = 0; i < s->nsvc; i++)
@@ -406,7 +464,7 @@ void ctl_stats_service(const struct ctl_stats *s, uint32_t service_id, struct ct
             out->bytes = s->svc[i].total.bytes;
             out->accepted = s->svc[i].total.accepted;
             out->dropped = s->svc[i].total.dropped;
-            out->flows_active = s->svc[i].flows_active;
+            out->flows_active = s->svc[i].flows_active + s->svc[i].px_flows_active;
             return;
         }
     }

@@ -43,6 +43,11 @@ void ctl_stats_free(struct ctl_stats *s);
  * Returns 0 or -ENOMEM (counts already folded stay). */
 int ctl_stats_ingest(struct ctl_stats *s, uint64_t instance, const struct fgx_dp_stats *m,
                      const struct ctl_service *svcs, size_t nsvcs);
+/* The same for the proxy worker's STATS (instance: its supervisor's): its counters are kept
+ * apart from the nfq worker's while they grow, and added to the same totals, events and seq.
+ * Its process counters (queue_drops, rss...) are not kept. */
+int ctl_stats_ingest_proxy(struct ctl_stats *s, uint64_t instance, const struct fgx_dp_stats *m,
+                           const struct ctl_service *svcs, size_t nsvcs);
 /* The worker is gone: nothing is flowing through it, and its own numbers are void. */
 void ctl_stats_worker_down(struct ctl_stats *s);
 

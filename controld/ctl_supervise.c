@@ -27,7 +27,8 @@
 
 struct ctl_sup {
     char *run_dir, *worker_path, *log_level;
-    unsigned threads, queue_base;
+    unsigned threads, queue_base, proxy_port, max_conns;
+    const char *name; /* "nfqworker" or "proxyworker", for paths and logs */
     struct fgx_chan *chan;
     pid_t pid;
     bool acked; /* the current worker acknowledged a ruleset: it is running */
@@ -49,7 +50,7 @@ static uint64_t now_ms(void)
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-static int worker_path_default(char **out)
+static int worker_path_default(const char *name, char **out)
 {
     char exe[PATH_MAX], path[PATH_MAX + 16];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
@@ -63,25 +64,37 @@ static int worker_path_default(char **out)
     slash = strrchr(exe, '/');
     if (slash)
         *slash = '\0';
-    snprintf(path, sizeof(path), "%s/nfqworker", slash ? exe : ".");
+    snprintf(path, sizeof(path), "%s/%s", slash ? exe : ".", name);
     *out = strdup(path);
     return *out ? 0 : -ENOMEM;
 }
 
 static int sup_spawn(struct ctl_sup *s)
 {
-    char url[PATH_MAX + 16], threads[16], base[16];
-    char *argv[] = {s->worker_path, "--control", url,           "--threads",  threads,
-                    "--queue-base", base,        "--log-level", s->log_level, NULL};
+    char url[PATH_MAX + 16], threads[16], base[16], port[16], conns[16];
+    /* two spare slots (and the NULL after them) for proxyworker's --max-conns */
+    char *argv[12] = {s->worker_path, "--control", url,           "--threads",  threads,
+                      "--queue-base", base,        "--log-level", s->log_level, NULL};
     pid_t parent = getpid(), pid;
 
-    snprintf(url, sizeof(url), "ipc://%s/nfq.sock", s->run_dir);
+    snprintf(url, sizeof(url), "ipc://%s/%s.sock", s->run_dir, s->proxy_port ? "proxy" : "nfq");
     snprintf(threads, sizeof(threads), "%u", s->threads);
     snprintf(base, sizeof(base), "%u", s->queue_base);
+    snprintf(port, sizeof(port), "%u", s->proxy_port);
+    snprintf(conns, sizeof(conns), "%u", s->max_conns);
+    if (s->proxy_port) {
+        /* proxyworker: --listen-port instead of --queue-base, and --max-conns when set */
+        argv[5] = "--listen-port";
+        argv[6] = port;
+        if (s->max_conns) {
+            argv[9] = "--max-conns";
+            argv[10] = conns;
+        }
+    }
     pid = fork();
     if (pid == -1) {
         int rv = -errno;
-        fgx_err("cannot fork the nfq worker: %s", strerror(errno));
+        fgx_err("cannot fork %s: %s", s->name, strerror(errno));
         return rv;
     }
     if (pid == 0) {
@@ -112,7 +125,7 @@ static int sup_spawn(struct ctl_sup *s)
     if (s->spawned_once)
         s->restarts++;
     s->spawned_once = true;
-    fgx_info("started nfqworker (pid %d, %u threads)", (int)pid, s->threads);
+    fgx_info("started %s (pid %d, %u threads)", s->name, (int)pid, s->threads);
     return 0;
 }
 
@@ -133,14 +146,17 @@ int ctl_sup_start(const struct ctl_sup_config *cfg, struct ctl_sup **out)
         if (!s->worker_path)
             goto err;
     } else {
-        rv = worker_path_default(&s->worker_path);
+        rv = worker_path_default(cfg->proxy_port ? "proxyworker" : "nfqworker", &s->worker_path);
         if (rv < 0)
             goto err;
     }
     s->threads = cfg->threads ? cfg->threads : 1;
     s->queue_base = cfg->queue_base;
+    s->proxy_port = cfg->proxy_port;
+    s->max_conns = cfg->max_conns;
+    s->name = cfg->proxy_port ? "proxyworker" : "nfqworker";
     s->backoff_ms = SUP_BACKOFF_MIN_MS;
-    snprintf(url, sizeof(url), "ipc://%s/nfq.sock", s->run_dir);
+    snprintf(url, sizeof(url), "ipc://%s/%s.sock", s->run_dir, s->proxy_port ? "proxy" : "nfq");
     rv = fgx_chan_listen(url, FGX_CHAN_REQ, &s->chan);
     if (rv < 0)
         goto err;
@@ -159,19 +175,20 @@ static void sup_reaped(struct ctl_sup *s, pid_t r, int status, uint64_t now)
 {
     if (s->restart_requested) {
         /* Asked for: restart at once, and leave the crash backoff as it was. */
-        fgx_info("nfqworker (pid %d) stopped for a requested restart", (int)s->pid);
+        fgx_info("%s (pid %d) stopped for a requested restart", s->name, (int)s->pid);
         s->restart_at_ms = now;
     } else {
         if (r == -1)
-            fgx_warn("nfqworker (pid %d) lost: %s", (int)s->pid, strerror(errno));
+            fgx_warn("%s (pid %d) lost: %s", s->name, (int)s->pid, strerror(errno));
         else if (WIFSIGNALED(status))
-            fgx_warn("nfqworker (pid %d) killed by signal %d", (int)s->pid, WTERMSIG(status));
+            fgx_warn("%s (pid %d) killed by signal %d", s->name, (int)s->pid, WTERMSIG(status));
         else
-            fgx_warn("nfqworker (pid %d) exited with status %d", (int)s->pid, WEXITSTATUS(status));
+            fgx_warn("%s (pid %d) exited with status %d", s->name, (int)s->pid,
+                     WEXITSTATUS(status));
         if (now - s->started_ms >= SUP_STABLE_MS)
             s->backoff_ms = SUP_BACKOFF_MIN_MS;
         s->restart_at_ms = now + s->backoff_ms;
-        fgx_info("restarting nfqworker in %llu ms", (unsigned long long)s->backoff_ms);
+        fgx_info("restarting %s in %llu ms", s->name, (unsigned long long)s->backoff_ms);
         s->backoff_ms =
             s->backoff_ms * 2 > SUP_BACKOFF_MAX_MS ? SUP_BACKOFF_MAX_MS : s->backoff_ms * 2;
     }
@@ -193,7 +210,7 @@ int ctl_sup_poll(struct ctl_sup *s, bool *respawned)
 
         if (r == 0 || (r == -1 && errno == EINTR)) {
             if (s->restart_requested && s->kill_at_ms != 0 && now >= s->kill_at_ms) {
-                fgx_warn("nfqworker (pid %d) ignored SIGTERM; killing it", (int)s->pid);
+                fgx_warn("%s (pid %d) ignored SIGTERM; killing it", s->name, (int)s->pid);
                 kill(s->pid, SIGKILL);
                 s->kill_at_ms = 0;
             }
@@ -221,12 +238,12 @@ int ctl_sup_restart(struct ctl_sup *s)
     }
     if (kill(s->pid, SIGTERM) == -1 && errno != ESRCH) {
         int rv = -errno;
-        fgx_err("cannot stop nfqworker (pid %d): %s", (int)s->pid, strerror(errno));
+        fgx_err("cannot stop %s (pid %d): %s", s->name, (int)s->pid, strerror(errno));
         return rv;
     }
     s->restart_requested = true;
     s->kill_at_ms = now_ms() + SUP_STOP_GRACE_MS;
-    fgx_info("restarting nfqworker (pid %d) on request", (int)s->pid);
+    fgx_info("restarting %s (pid %d) on request", s->name, (int)s->pid);
     return 0;
 }
 
@@ -240,7 +257,7 @@ static int sup_call(struct ctl_sup *s, const struct fgx_dp_msg *req, int timeout
 
     rv = fgx_dp_encode(req, &buf, &len);
     if (rv < 0) {
-        fgx_err("cannot encode a message for the nfq worker: %s", strerror(-rv));
+        fgx_err("cannot encode a message for %s: %s", s->name, strerror(-rv));
         return rv;
     }
     rv = fgx_chan_call(s->chan, buf, len, &rbuf, &rlen, timeout_ms);
@@ -250,7 +267,7 @@ static int sup_call(struct ctl_sup *s, const struct fgx_dp_msg *req, int timeout
     rv = fgx_dp_decode(rbuf, rlen, reply);
     free(rbuf);
     if (rv < 0)
-        fgx_err("the nfq worker sent an undecodable reply");
+        fgx_err("%s sent an undecodable reply", s->name);
     return rv;
 }
 
@@ -262,26 +279,26 @@ int ctl_sup_push(struct ctl_sup *s, const struct fgx_dp_ruleset *rs, int timeout
 
     if (s->pid <= 0) {
         /* Nothing to wait for: the restarted worker gets the full ruleset anyway. */
-        fgx_warn("nfqworker is down; generation %llu goes to it when it is back",
+        fgx_warn("%s is down; generation %llu goes to it when it is back", s->name,
                  (unsigned long long)rs->generation);
         return -ENOTCONN;
     }
     rv = sup_call(s, &req, timeout_ms, &reply);
     if (rv < 0) {
-        fgx_warn("nfqworker did not confirm generation %llu: %s",
+        fgx_warn("%s did not confirm generation %llu: %s", s->name,
                  (unsigned long long)rs->generation, strerror(-rv));
         return rv;
     }
     if (reply.type == FGX_DP_ACK && reply.u.ack_generation == rs->generation) {
         s->acked = true;
         s->generation = reply.u.ack_generation;
-        fgx_debug("nfqworker applied generation %llu", (unsigned long long)s->generation);
+        fgx_debug("%s applied generation %llu", s->name, (unsigned long long)s->generation);
     } else if (reply.type == FGX_DP_ERROR) {
-        fgx_err("nfqworker refused generation %llu: %s", (unsigned long long)rs->generation,
+        fgx_err("%s refused generation %llu: %s", s->name, (unsigned long long)rs->generation,
                 reply.u.error ? reply.u.error : "no reason given");
         rv = -EPROTO;
     } else {
-        fgx_err("nfqworker answered generation %llu with an unexpected message",
+        fgx_err("%s answered generation %llu with an unexpected message", s->name,
                 (unsigned long long)rs->generation);
         rv = -EPROTO;
     }
@@ -328,7 +345,7 @@ void ctl_sup_stop(struct ctl_sup *s)
         while ((r = waitpid(s->pid, NULL, WNOHANG)) == 0 && now_ms() < deadline)
             usleep(20000);
         if (r == 0) {
-            fgx_warn("nfqworker (pid %d) ignored SIGTERM; killing it", (int)s->pid);
+            fgx_warn("%s (pid %d) ignored SIGTERM; killing it", s->name, (int)s->pid);
             kill(s->pid, SIGKILL);
             waitpid(s->pid, NULL, 0);
         }

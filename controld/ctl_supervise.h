@@ -1,6 +1,7 @@
-/* controld supervision stage: spawns the nfq worker beside controld's own binary, reaps and
- * restarts it with backoff, and carries rulesets and statistics requests to it over the
- * data-path channel (fgx/dp.h) on ipc://RUN_DIR/nfq.sock. */
+/* controld supervision stage: spawns a worker (the nfq worker, or the proxy worker) beside
+ * controld's own binary, reaps and restarts it with backoff, and carries rulesets and statistics
+ * requests to it over the data-path channel (fgx/dp.h) on ipc://RUN_DIR/nfq.sock (proxy.sock).
+ * One struct ctl_sup per worker. */
 #ifndef CTL_SUPERVISE_H
 #define CTL_SUPERVISE_H
 
@@ -16,6 +17,10 @@ struct ctl_sup_config {
     const char *log_level;   /* borrowed; passed on as --log-level */
     unsigned threads;
     unsigned queue_base;
+    /* Non-zero: supervise proxyworker instead (worker_path NULL: "proxyworker"), listening on
+     * this port for the tproxy rules, on ipc://RUN_DIR/proxy.sock; queue_base is unused. */
+    unsigned proxy_port;
+    unsigned max_conns; /* proxyworker --max-conns; 0: its default */
 };
 
 struct ctl_sup_info {

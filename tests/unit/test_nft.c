@@ -219,14 +219,16 @@ static void queue_rule(char *buf, size_t len, bool native, const char *hash, uns
         (void)snprintf(buf, len, "%squeue num %u%s\n", hash, num, bypass ? " bypass" : "");
 }
 
-static void tcp_chain_expect(char *buf, size_t len, const char *q)
+/* c2s: the client's SYN is queued; the SYN-ACK (s2c) is not, only clamped. */
+static void tcp_chain_expect(char *buf, size_t len, const char *q, bool c2s)
 {
     size_t off = 0;
 
     off += (size_t)snprintf(buf + off, len - off,
                             "tcp flags & syn == syn tcp option maxseg size > 65000 tcp option "
-                            "maxseg size set 65000\ntcp flags & syn == syn goto %s\n",
-                            q);
+                            "maxseg size set 65000\n");
+    if (c2s)
+        off += (size_t)snprintf(buf + off, len - off, "tcp flags & syn == syn goto %s\n", q);
     for (unsigned d = 5; d <= 15; d++)
         off += (size_t)snprintf(buf + off, len - off,
                                 "ip hdrlength 5 tcp doff %u ip length %u accept\n", d, 20 + 4 * d);
@@ -323,8 +325,9 @@ Test(nft, sync_builds_the_specified_rules)
     assert_chain("qfc", exp);
     (void)snprintf(exp, sizeof(exp), "%s%s", q[2], q[3]);
     assert_chain("qfo", exp);
-    tcp_chain_expect(exp, sizeof(exp), "qfc");
+    tcp_chain_expect(exp, sizeof(exp), "qfc", true);
     assert_chain("s1_c2s", exp);
+    tcp_chain_expect(exp, sizeof(exp), "qfc", false);
     assert_chain("s1_s2c", exp);
     assert_chain("s2_c2s", "goto qfo\n");
     assert_chain("s2_s2c", "goto qfo\n");

@@ -1,0 +1,59 @@
+/* A worker's view of one ruleset generation: the running services with their loaded hyperscan
+ * databases, reference-counted so that a generation and each database live as long as a thread
+ * or a connection still uses them. Built by a worker's control thread from a pushed RULESET
+ * (fgx/dp.h), reusing the databases of the previous generation whose hash is unchanged, so a
+ * change to one service never reloads the others. Shared by the workers (proxyworker; the
+ * nfqworker keeps an equivalent of its own in nfq_config.c). */
+#ifndef FGX_WCFG_H
+#define FGX_WCFG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fgx/addr.h"
+#include "fgx/dp.h"
+
+struct hs_database;
+
+/* A loaded database; freed at the last fgx_wdb_unref(). */
+struct fgx_wdb {
+    int refs; /* __atomic */
+    uint64_t hash;
+    struct hs_database *db;
+};
+
+struct fgx_wsvc {
+    uint32_t id;
+    uint8_t ipproto;
+    uint16_t port;
+    struct fgx_cidr addr;
+    bool fail_open;
+    struct fgx_wdb *db[2]; /* [0] client -> server, [1] server -> client; NULL: nothing to match */
+};
+
+struct fgx_wcfg {
+    int refs; /* __atomic */
+    uint64_t generation;
+    size_t nservices;
+    struct fgx_wsvc svc[];
+};
+
+/* Build a generation from rs, reusing databases of prev (may be NULL) by hash and loading the
+ * others. *out has one reference, owned by the caller. Returns 0, -ENOMEM or -EINVAL (a blob
+ * hyperscan refuses; logged). */
+int fgx_wcfg_build(const struct fgx_dp_ruleset *rs, const struct fgx_wcfg *prev,
+                   struct fgx_wcfg **out);
+/* NULL: no-op for all four. */
+void fgx_wcfg_ref(struct fgx_wcfg *c);
+void fgx_wcfg_unref(struct fgx_wcfg *c);
+void fgx_wdb_ref(struct fgx_wdb *d);
+void fgx_wdb_unref(struct fgx_wdb *d);
+
+/* The service of c with this id, or NULL (c may be NULL). */
+const struct fgx_wsvc *fgx_wcfg_service(const struct fgx_wcfg *c, uint32_t id);
+/* The service a client reaches at (family, addr, port) over ipproto, or NULL. */
+const struct fgx_wsvc *fgx_wcfg_lookup(const struct fgx_wcfg *c, uint8_t ipproto, int family,
+                                       const uint8_t *addr, uint16_t port);
+
+#endif

@@ -1,0 +1,160 @@
+/* Ruleset generations of a worker: a pushed RULESET -> services with loaded, shared databases
+ * that the data-path threads switch to with one pointer. Runs on a worker's control thread, so
+ * deserializing a database never delays the data path. */
+#include "fgx/wcfg.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fgx/log.h"
+#include "fgx/ruleset.h"
+
+void fgx_wdb_ref(struct fgx_wdb *d)
+{
+    if (d != NULL)
+        __atomic_add_fetch(&d->refs, 1, __ATOMIC_RELAXED);
+}
+
+void fgx_wdb_unref(struct fgx_wdb *d)
+{
+    if (d == NULL || __atomic_sub_fetch(&d->refs, 1, __ATOMIC_ACQ_REL) != 0)
+        return;
+    fgx_hsdb_free(d->db);
+    free(d);
+}
+
+void fgx_wcfg_ref(struct fgx_wcfg *c)
+{
+    if (c != NULL)
+        __atomic_add_fetch(&c->refs, 1, __ATOMIC_RELAXED);
+}
+
+void fgx_wcfg_unref(struct fgx_wcfg *c)
+{
+    size_t i;
+
+    if (c == NULL || __atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL) != 0)
+        return;
+    for (i = 0; i < c->nservices; i++) {
+        fgx_wdb_unref(c->svc[i].db[0]);
+        fgx_wdb_unref(c->svc[i].db[1]);
+    }
+    free(c);
+}
+
+const struct fgx_wsvc *fgx_wcfg_service(const struct fgx_wcfg *c, uint32_t id)
+{
+    size_t i;
+
+    for (i = 0; c != NULL && i < c->nservices; i++)
+        if (c->svc[i].id == id)
+            return &c->svc[i];
+    return NULL;
+}
+
+const struct fgx_wsvc *fgx_wcfg_lookup(const struct fgx_wcfg *c, uint8_t ipproto, int family,
+                                       const uint8_t *addr, uint16_t port)
+{
+    size_t i;
+
+    for (i = 0; c != NULL && i < c->nservices; i++) {
+        const struct fgx_wsvc *s = &c->svc[i];
+
+        if (s->ipproto == ipproto && s->port == port && fgx_cidr_contains(&s->addr, family, addr))
+            return s;
+    }
+    return NULL;
+}
+
+static struct fgx_wdb *find_db(const struct fgx_wcfg *c, uint64_t hash)
+{
+    size_t i;
+    int d;
+
+    for (i = 0; c != NULL && i < c->nservices; i++)
+        for (d = 0; d < 2; d++)
+            if (c->svc[i].db[d] != NULL && c->svc[i].db[d]->hash == hash)
+                return c->svc[i].db[d];
+    return NULL;
+}
+
+/* The database of one blob: the one already loaded under its hash (in prev or in the generation
+ * being built), or a new one. */
+static int db_get(const struct fgx_blob *b, const struct fgx_wcfg *prev,
+                  const struct fgx_wcfg *building, struct fgx_wdb **out)
+{
+    struct fgx_wdb *d;
+    uint64_t hash;
+    int ret;
+
+    *out = NULL;
+    if (b->len == 0)
+        return 0;
+    /* Trust a hash only as identity of the content: without one, hash the bytes themselves. */
+    hash = b->hash != 0 ? b->hash : fgx_hash64(b->data, b->len, FGX_HASH64_SEED);
+    d = find_db(building, hash);
+    if (d == NULL)
+        d = find_db(prev, hash);
+    if (d != NULL) {
+        fgx_wdb_ref(d);
+        *out = d;
+        return 0;
+    }
+    d = calloc(1, sizeof(*d));
+    if (d == NULL) {
+        fgx_err("ruleset: out of memory");
+        return -ENOMEM;
+    }
+    ret = fgx_hsdb_load(b->data, b->len, &d->db);
+    if (ret != 0) {
+        free(d);
+        return ret;
+    }
+    d->refs = 1;
+    d->hash = hash;
+    *out = d;
+    return 0;
+}
+
+int fgx_wcfg_build(const struct fgx_dp_ruleset *rs, const struct fgx_wcfg *prev,
+                   struct fgx_wcfg **out)
+{
+    struct fgx_wcfg *c;
+    size_t i;
+    int d, ret = 0;
+
+    *out = NULL;
+    c = calloc(1, sizeof(*c) + rs->nservices * sizeof(c->svc[0]));
+    if (c == NULL) {
+        fgx_err("ruleset: out of memory");
+        return -ENOMEM;
+    }
+    c->refs = 1;
+    c->generation = rs->generation;
+    for (i = 0; i < rs->nservices; i++) {
+        const struct fgx_dp_service *s = &rs->services[i];
+        struct fgx_wsvc *n = &c->svc[i];
+
+        n->id = s->id;
+        n->ipproto = s->ipproto;
+        n->port = s->port;
+        n->addr = s->addr;
+        n->fail_open = s->fail_open;
+        for (d = 0; d < 2; d++) {
+            ret = db_get(&s->db[d], prev, c, &n->db[d]);
+            if (ret != 0) {
+                fgx_err("ruleset: generation %llu, service %u: database %s refused",
+                        (unsigned long long)rs->generation, s->id, d == 0 ? "c2s" : "s2c");
+                goto err;
+            }
+        }
+        c->nservices = i + 1;
+    }
+    *out = c;
+    return 0;
+err:
+    c->nservices = i + 1; /* the failed service's first database may be set */
+    fgx_wcfg_unref(c);
+    return ret;
+}

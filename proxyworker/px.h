@@ -1,0 +1,158 @@
+/* proxyworker's internal types, shared by its stages: accept (listening sockets, new
+ * connections, the upstream connect), relay (moving bytes between the two sides, backpressure,
+ * half-close, idle timeout), match (scanning a side's bytes before they move, blocking), stats
+ * (counters and events) and ctl (the control thread: rulesets and statistics from controld). */
+#ifndef PX_H
+#define PX_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include "fgx/dp.h"
+#include "fgx/evring.h"
+#include "fgx/reasm.h"
+#include "fgx/wcfg.h"
+
+#define PX_HWM (256u << 10)       /* bytes waiting for one side before the other stops reading */
+#define PX_READ_MAX (64u << 10)   /* one read from a socket */
+#define PX_MAX_CONNS_DEFAULT 4096 /* per worker */
+#define PX_IDLE_S_DEFAULT 600
+#define PX_TICK_MS 1000
+#define PX_BACKLOG 1024
+
+#define PX_SVC_SLOTS 256     /* per-thread service counters (open addressing) */
+#define PX_FILTER_SLOTS 4096 /* per-thread filter counters (open addressing) */
+
+/* Counters: written by the owner thread only, read with relaxed atomic loads by the control
+ * thread. A slot's id is stored (release) after its fields are ready, never removed. */
+#define PX_CTR_ADD(p, n) __atomic_store_n((p), *(p) + (n), __ATOMIC_RELAXED)
+
+struct px_svc_ctr {
+    uint32_t used; /* __atomic */
+    uint32_t id;
+    /* reads relayed, bytes relayed, connections relayed, connections reset, connections open */
+    uint64_t reads, bytes, accepted, reset, open;
+};
+
+struct px_filter_ctr {
+    uint32_t used; /* __atomic */
+    uint32_t id;
+    uint64_t blocked;
+};
+
+struct px_counters {
+    uint64_t conns;          /* open now */
+    uint64_t limit_refused;  /* refused at the connection limit */
+    uint64_t unclassified;   /* accepted for no running service (reset) */
+    uint64_t scan_errors;    /* hyperscan failures (the connection is reset, never passed) */
+    uint64_t connect_failed; /* the real service could not be reached (client reset) */
+    struct px_svc_ctr svc[PX_SVC_SLOTS];
+    struct px_filter_ctr filter[PX_FILTER_SLOTS];
+};
+
+struct event_base;
+struct event;
+struct evconnlistener;
+struct bufferevent;
+struct px_worker;
+
+/* One proxied connection: side 0 is the client (the accepted socket, whose local address is the
+ * service's), side 1 the real service (our upstream socket, bound to the client's address). */
+struct px_conn {
+    struct px_thread *t;
+    struct bufferevent *bev[2];
+    struct fgx_reasm dir[2]; /* [0] scans what side 0 sends (c2s), [1] what side 1 sends */
+    struct fgx_wdb *dbref[2];
+    uint64_t epoch;          /* thread's config epoch the databases were taken from */
+    uint64_t last_ms;
+    uint32_t service_id;
+    bool scanning;           /* false once the service left the ruleset: relayed as is */
+    bool connected;          /* upstream connected */
+    bool eof[2];             /* side i sent its FIN */
+    bool shut[2];            /* we sent side i our FIN */
+    bool paused[2];          /* side i not read because the other's output is full */
+    uint8_t family;
+    struct sockaddr_storage client, server; /* client's address, service's (original dst) */
+    struct px_conn *prev, *next; /* thread's list, least recently active first */
+};
+
+struct px_thread {
+    struct px_worker *w;
+    unsigned idx;
+    pthread_t tid;
+    bool started;
+    struct event_base *base;
+    struct event *wake; /* activated by the control thread: look at the config, or stop */
+    struct event *tick;
+    struct evconnlistener *lis[2]; /* IPv4, IPv6 (either may be NULL) */
+    struct fgx_wcfg *cfg;          /* in use, referenced */
+    struct fgx_wcfg *applied;      /* __atomic: cfg, as the control thread compares it */
+    uint64_t epoch;                /* bumped at every switch */
+    struct fgx_reasm_ctx *reasm;   /* the thread's hyperscan scratch */
+    uint64_t now_ms;
+    struct px_conn *head, *tail;
+    struct px_counters ctr;
+    struct fgx_evring events;
+};
+
+struct px_worker {
+    unsigned nthreads;
+    uint16_t port;       /* where the tproxy rules send connections */
+    unsigned max_conns;  /* per worker */
+    unsigned idle_ms;
+    unsigned nconns;     /* __atomic: open connections over all threads */
+    struct fgx_wcfg *current; /* __atomic: the newest published config */
+    struct px_thread *threads;
+    int stop;            /* __atomic */
+};
+
+/* ---- px_accept.c ---- */
+/* Create w->nthreads threads (w->port, max_conns, idle_ms set), listening and looping; on
+ * failure everything is released. px_worker_stop() stops and releases them (no-op when none). */
+int px_worker_start(struct px_worker *w);
+void px_worker_stop(struct px_worker *w);
+/* Open the thread's event base, listeners, timers and scratch. */
+int px_thread_init(struct px_worker *w, struct px_thread *t, unsigned idx);
+void px_thread_release(struct px_thread *t);
+void *px_thread_main(void *arg);
+/* From any thread: make t pick up the newest config, or notice stop. */
+void px_thread_wake(struct px_thread *t);
+uint64_t px_now_ms(void);
+
+/* ---- px_relay.c ---- */
+/* Wire a connection's two bufferevents (both created) and start relaying. */
+void px_relay_start(struct px_conn *c);
+/* Close both sides; with reset, each gets a RST (SO_LINGER 0) instead of a FIN. Frees c. */
+void px_relay_close(struct px_conn *c, bool reset);
+/* Close connections idle since before now - idle_ms. */
+void px_relay_expire(struct px_thread *t);
+
+/* ---- px_match.c ---- */
+/* Pick up the published config if it is newer (between events). */
+void px_match_switch(struct px_thread *t);
+/* Bring c to its service's databases of the thread's config. */
+void px_match_attach(struct px_conn *c);
+/* Scan what side sent (all of its input buffer) before it moves. Returns 0 to pass it, or
+ * -EACCES when a filter matched (counted, event recorded) or -EIO when the scan failed: the
+ * caller resets both sides. */
+int px_match_scan(struct px_conn *c, int side);
+void px_match_conn_release(struct px_conn *c);
+
+/* ---- px_stats.c ---- */
+struct px_svc_ctr *px_stats_svc(struct px_counters *c, uint32_t id);
+void px_stats_filter_blocked(struct px_counters *c, uint32_t filter_id);
+/* Sum every thread's counters into *out (arrays malloc'd; fgx_dp_msg_release() frees them). */
+int px_stats_collect(struct px_worker *w, struct fgx_dp_stats *out);
+
+/* ---- px_ctl.c ---- */
+/* Load rs, publish it and wait until every thread uses it. */
+int px_ctl_apply(struct px_worker *w, const struct fgx_dp_ruleset *rs);
+/* Serve the control channel at url until stop is set. */
+int px_ctl_run(struct px_worker *w, const char *url);
+
+#endif

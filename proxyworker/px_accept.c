@@ -1,0 +1,445 @@
+/* Accept stage of proxyworker: one event loop per thread with its own SO_REUSEPORT listening
+ * sockets (IPv4 and IPv6, IP_TRANSPARENT so the tproxy rules can hand them connections for any
+ * address). A connection -> its original destination (the accepted socket's local address) ->
+ * its service -> an upstream socket bound to the client's address (so the real service sees the
+ * client) and marked FGX_MARK (so no rule redirects it again) -> the relay stage. */
+#include "px.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <arpa/inet.h>
+#include <netinet/tcp.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <event2/listener.h>
+#include <event2/thread.h>
+
+#include "fgx/log.h"
+
+uint64_t px_now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static int set_int(int fd, int level, int opt, int v, const char *what)
+{
+    if (setsockopt(fd, level, opt, &v, sizeof(v)) == -1) {
+        int e = errno;
+
+        fgx_err("setsockopt %s: %s", what, strerror(e));
+        return -e;
+    }
+    return 0;
+}
+
+/* A listening socket on every address of family, port: SO_REUSEPORT so that each thread has
+ * its own (the kernel spreads connections over them), IP_TRANSPARENT so tproxy may give it
+ * connections addressed to anything. Returns the fd or a negative errno. */
+static int listen_socket(int family, uint16_t port)
+{
+    struct sockaddr_storage ss;
+    socklen_t len;
+    int fd, ret;
+
+    memset(&ss, 0, sizeof(ss));
+    if (family == AF_INET) {
+        struct sockaddr_in *a = (struct sockaddr_in *)&ss;
+
+        a->sin_family = AF_INET;
+        a->sin_port = htons(port);
+        len = sizeof(*a);
+    } else {
+        struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
+
+        a->sin6_family = AF_INET6;
+        a->sin6_port = htons(port);
+        len = sizeof(*a);
+    }
+    fd = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd == -1) {
+        ret = -errno;
+        goto err;
+    }
+    if ((ret = set_int(fd, SOL_SOCKET, SO_REUSEADDR, 1, "SO_REUSEADDR")) != 0 ||
+        (ret = set_int(fd, SOL_SOCKET, SO_REUSEPORT, 1, "SO_REUSEPORT")) != 0)
+        goto err;
+    if (family == AF_INET)
+        ret = set_int(fd, SOL_IP, IP_TRANSPARENT, 1, "IP_TRANSPARENT");
+    else if ((ret = set_int(fd, SOL_IPV6, IPV6_V6ONLY, 1, "IPV6_V6ONLY")) == 0)
+        ret = set_int(fd, SOL_IPV6, IPV6_TRANSPARENT, 1, "IPV6_TRANSPARENT");
+    if (ret != 0)
+        goto err;
+    if (bind(fd, (struct sockaddr *)&ss, len) == -1 || listen(fd, PX_BACKLOG) == -1) {
+        ret = -errno;
+        goto err;
+    }
+    return fd;
+err:
+    if (fd != -1)
+        close(fd);
+    return ret;
+}
+
+/* Close with a RST rather than a FIN: the peer must not take a refused or blocked connection
+ * for a clean end of data. */
+static void close_reset(int fd)
+{
+    struct linger l = {1, 0};
+
+    (void)setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
+    close(fd);
+}
+
+static const uint8_t *sa_addr(const struct sockaddr_storage *ss)
+{
+    if (ss->ss_family == AF_INET)
+        return (const uint8_t *)&((const struct sockaddr_in *)ss)->sin_addr;
+    return (const uint8_t *)&((const struct sockaddr_in6 *)ss)->sin6_addr;
+}
+
+static uint16_t sa_port(const struct sockaddr_storage *ss)
+{
+    if (ss->ss_family == AF_INET)
+        return ntohs(((const struct sockaddr_in *)ss)->sin_port);
+    return ntohs(((const struct sockaddr_in6 *)ss)->sin6_port);
+}
+
+/* The upstream socket: bound to the client's address (port chosen at connect: the client's own
+ * port may still be in the kernel's tables for the intercepted connection), transparent so
+ * that address need not be ours, and marked so the rules leave it alone. */
+static int upstream_socket(const struct sockaddr_storage *client, int *out)
+{
+    struct sockaddr_storage b = *client;
+    socklen_t len;
+    int fd, ret;
+
+    fd = socket(client->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd == -1) {
+        ret = -errno;
+        fgx_err("upstream socket: %s", strerror(errno));
+        return ret;
+    }
+    if (client->ss_family == AF_INET) {
+        ((struct sockaddr_in *)&b)->sin_port = 0;
+        len = sizeof(struct sockaddr_in);
+        ret = set_int(fd, SOL_IP, IP_TRANSPARENT, 1, "IP_TRANSPARENT");
+    } else {
+        ((struct sockaddr_in6 *)&b)->sin6_port = 0;
+        len = sizeof(struct sockaddr_in6);
+        ret = set_int(fd, SOL_IPV6, IPV6_TRANSPARENT, 1, "IPV6_TRANSPARENT");
+    }
+    if (ret == 0)
+        ret = set_int(fd, SOL_SOCKET, SO_MARK, (int)FGX_MARK, "SO_MARK");
+    if (ret == 0)
+        ret = set_int(fd, SOL_IP, IP_BIND_ADDRESS_NO_PORT, 1, "IP_BIND_ADDRESS_NO_PORT");
+    if (ret == 0)
+        (void)set_int(fd, IPPROTO_TCP, TCP_NODELAY, 1, "TCP_NODELAY");
+    if (ret == 0 && bind(fd, (struct sockaddr *)&b, len) == -1) {
+        static __thread unsigned long long last_log;
+
+        ret = -errno;
+        fgx_log_ratelimited(&last_log, FGX_LOG_ERROR, "upstream bind to the client's address: %s",
+                            strerror(errno));
+    }
+    if (ret != 0) {
+        close(fd);
+        return ret;
+    }
+    *out = fd;
+    return 0;
+}
+
+static void refuse(struct px_thread *t, int fd, uint64_t *ctr)
+{
+    PX_CTR_ADD(ctr, 1);
+    (void)t;
+    close_reset(fd);
+}
+
+static void on_accept(struct evconnlistener *lis, evutil_socket_t fd, struct sockaddr *peer,
+                      int peerlen, void *arg)
+{
+    static __thread unsigned long long last_limit, last_svc, last_oom;
+    struct px_thread *t = arg;
+    struct px_worker *w = t->w;
+    const struct fgx_wsvc *svc;
+    struct sockaddr_storage local;
+    socklen_t llen = sizeof(local);
+    struct px_conn *c;
+    int ufd = -1;
+
+    (void)lis;
+    t->now_ms = px_now_ms();
+    px_match_switch(t);
+    if (__atomic_add_fetch(&w->nconns, 1, __ATOMIC_RELAXED) > w->max_conns) {
+        __atomic_sub_fetch(&w->nconns, 1, __ATOMIC_RELAXED);
+        fgx_log_ratelimited(&last_limit, FGX_LOG_WARN,
+                            "connection limit of %u reached: new connections are refused "
+                            "(--max-conns)",
+                            w->max_conns);
+        refuse(t, fd, &t->ctr.limit_refused);
+        return;
+    }
+    if (getsockname(fd, (struct sockaddr *)&local, &llen) == -1 || peerlen <= 0 ||
+        (size_t)peerlen > sizeof(struct sockaddr_storage)) {
+        __atomic_sub_fetch(&w->nconns, 1, __ATOMIC_RELAXED);
+        refuse(t, fd, &t->ctr.unclassified);
+        return;
+    }
+    svc = fgx_wcfg_lookup(t->cfg, IPPROTO_TCP, local.ss_family == AF_INET ? 4 : 6,
+                          sa_addr(&local), sa_port(&local));
+    if (svc == NULL) {
+        /* Only a running proxy-layer service's connections are sent here; one for no service
+         * (a rule and a ruleset out of step) is refused, never relayed unfiltered. */
+        char a[INET6_ADDRSTRLEN] = "?";
+
+        inet_ntop(local.ss_family, sa_addr(&local), a, sizeof(a));
+        fgx_log_ratelimited(&last_svc, FGX_LOG_WARN,
+                            "connection to %s port %u: no proxy-layer service there, refused", a,
+                            sa_port(&local));
+        __atomic_sub_fetch(&w->nconns, 1, __ATOMIC_RELAXED);
+        refuse(t, fd, &t->ctr.unclassified);
+        return;
+    }
+    c = calloc(1, sizeof(*c));
+    if (c == NULL || upstream_socket((const struct sockaddr_storage *)(void *)peer, &ufd) != 0) {
+        if (c == NULL)
+            fgx_log_ratelimited(&last_oom, FGX_LOG_ERROR, "connection: out of memory");
+        free(c);
+        __atomic_sub_fetch(&w->nconns, 1, __ATOMIC_RELAXED);
+        refuse(t, fd, &t->ctr.connect_failed);
+        return;
+    }
+    c->t = t;
+    c->family = local.ss_family == AF_INET ? 4 : 6;
+    memcpy(&c->client, peer, (size_t)peerlen);
+    c->server = local;
+    c->service_id = svc->id;
+    c->scanning = true;
+    c->last_ms = t->now_ms;
+    fgx_reasm_init(&c->dir[0]);
+    fgx_reasm_init(&c->dir[1]);
+    (void)set_int(fd, IPPROTO_TCP, TCP_NODELAY, 1, "TCP_NODELAY");
+    c->bev[0] = bufferevent_socket_new(t->base, fd, BEV_OPT_CLOSE_ON_FREE);
+    c->bev[1] = bufferevent_socket_new(t->base, ufd, BEV_OPT_CLOSE_ON_FREE);
+    if (c->bev[0] == NULL || c->bev[1] == NULL) {
+        fgx_log_ratelimited(&last_oom, FGX_LOG_ERROR, "connection: out of memory");
+        if (c->bev[0] != NULL)
+            bufferevent_free(c->bev[0]);
+        else
+            close(fd);
+        if (c->bev[1] != NULL)
+            bufferevent_free(c->bev[1]);
+        else
+            close(ufd);
+        free(c);
+        __atomic_sub_fetch(&w->nconns, 1, __ATOMIC_RELAXED);
+        PX_CTR_ADD(&t->ctr.connect_failed, 1);
+        return;
+    }
+    PX_CTR_ADD(&t->ctr.conns, 1);
+    px_match_attach(c);
+    px_relay_start(c);
+    if (bufferevent_socket_connect(c->bev[1], (struct sockaddr *)&c->server,
+                                   c->family == 4 ? sizeof(struct sockaddr_in)
+                                                  : sizeof(struct sockaddr_in6)) != 0) {
+        PX_CTR_ADD(&t->ctr.connect_failed, 1);
+        px_relay_close(c, true);
+    }
+}
+
+static void on_accept_error(struct evconnlistener *lis, void *arg)
+{
+    static __thread unsigned long long last_log;
+    int e = EVUTIL_SOCKET_ERROR();
+
+    (void)lis;
+    (void)arg;
+    /* EMFILE and friends pass: the listener keeps going and the backlog waits. */
+    fgx_log_ratelimited(&last_log, FGX_LOG_WARN, "accept: %s", strerror(e));
+}
+
+static void on_wake(evutil_socket_t fd, short what, void *arg)
+{
+    struct px_thread *t = arg;
+
+    (void)fd;
+    (void)what;
+    if (__atomic_load_n(&t->w->stop, __ATOMIC_ACQUIRE)) {
+        event_base_loopbreak(t->base);
+        return;
+    }
+    t->now_ms = px_now_ms();
+    px_match_switch(t);
+}
+
+static void on_tick(evutil_socket_t fd, short what, void *arg)
+{
+    struct px_thread *t = arg;
+
+    (void)fd;
+    (void)what;
+    t->now_ms = px_now_ms();
+    px_match_switch(t);
+    px_relay_expire(t);
+}
+
+/* The proxy feeds its streams in order, so nothing is ever held for a later verdict. */
+static void no_hold(void *arg, uint64_t cookie, bool accept)
+{
+    (void)arg;
+    (void)cookie;
+    (void)accept;
+}
+
+void px_thread_wake(struct px_thread *t)
+{
+    if (t->wake != NULL)
+        event_active(t->wake, EV_READ, 0);
+}
+
+int px_thread_init(struct px_worker *w, struct px_thread *t, unsigned idx)
+{
+    static const int families[2] = {AF_INET, AF_INET6};
+    struct timeval tv = {PX_TICK_MS / 1000, (PX_TICK_MS % 1000) * 1000};
+    int i, fd, ret;
+
+    t->w = w;
+    t->idx = idx;
+    t->base = event_base_new();
+    if (t->base == NULL) {
+        fgx_err("thread %u: cannot create an event base", idx);
+        return -ENOMEM;
+    }
+    ret = fgx_reasm_ctx_new(0, 0, no_hold, NULL, &t->reasm);
+    if (ret != 0)
+        return ret;
+    t->wake = event_new(t->base, -1, 0, on_wake, t);
+    t->tick = event_new(t->base, -1, EV_PERSIST, on_tick, t);
+    if (t->wake == NULL || t->tick == NULL || event_add(t->tick, &tv) != 0) {
+        fgx_err("thread %u: cannot create its events", idx);
+        return -ENOMEM;
+    }
+    for (i = 0; i < 2; i++) {
+        fd = listen_socket(families[i], w->port);
+        if (fd < 0) {
+            /* A host without IPv6 still proxies IPv4; without either, nothing works. */
+            if (i == 1 && (fd == -EAFNOSUPPORT || fd == -EADDRNOTAVAIL)) {
+                fgx_warn("no IPv6 listener: %s", strerror(-fd));
+                continue;
+            }
+            fgx_err("listen on %s port %u: %s", i == 0 ? "IPv4" : "IPv6", w->port,
+                    strerror(-fd));
+            return fd;
+        }
+        t->lis[i] = evconnlistener_new(t->base, on_accept, t, LEV_OPT_CLOSE_ON_FREE, 0, fd);
+        if (t->lis[i] == NULL) {
+            close(fd);
+            fgx_err("thread %u: cannot create a listener", idx);
+            return -ENOMEM;
+        }
+        evconnlistener_set_error_cb(t->lis[i], on_accept_error);
+    }
+    return 0;
+}
+
+void px_thread_release(struct px_thread *t)
+{
+    int i;
+
+    while (t->head != NULL)
+        px_relay_close(t->head, true);
+    for (i = 0; i < 2; i++) {
+        if (t->lis[i] != NULL)
+            evconnlistener_free(t->lis[i]);
+        t->lis[i] = NULL;
+    }
+    if (t->wake != NULL)
+        event_free(t->wake);
+    if (t->tick != NULL)
+        event_free(t->tick);
+    t->wake = t->tick = NULL;
+    fgx_wcfg_unref(t->cfg);
+    t->cfg = NULL;
+    fgx_reasm_ctx_free(t->reasm);
+    t->reasm = NULL;
+    if (t->base != NULL)
+        event_base_free(t->base);
+    t->base = NULL;
+}
+
+void *px_thread_main(void *arg)
+{
+    struct px_thread *t = arg;
+
+    t->now_ms = px_now_ms();
+    px_match_switch(t);
+    event_base_dispatch(t->base);
+    return NULL;
+}
+
+int px_worker_start(struct px_worker *w)
+{
+    unsigned i;
+    int ret;
+
+    /* The control thread wakes the loops (event_active from another thread). */
+    if (evthread_use_pthreads() != 0) {
+        fgx_err("libevent: no pthreads support");
+        return -ENOSYS;
+    }
+    w->threads = calloc(w->nthreads, sizeof(*w->threads));
+    if (w->threads == NULL) {
+        fgx_err("out of memory");
+        return -ENOMEM;
+    }
+    for (i = 0; i < w->nthreads; i++) {
+        ret = px_thread_init(w, &w->threads[i], i);
+        if (ret != 0)
+            goto err;
+    }
+    for (i = 0; i < w->nthreads; i++) {
+        ret = pthread_create(&w->threads[i].tid, NULL, px_thread_main, &w->threads[i]);
+        if (ret != 0) {
+            fgx_err("pthread_create: %s", strerror(ret));
+            ret = -ret;
+            goto err;
+        }
+        w->threads[i].started = true;
+    }
+    return 0;
+err:
+    px_worker_stop(w);
+    return ret;
+}
+
+void px_worker_stop(struct px_worker *w)
+{
+    unsigned i;
+
+    if (w->threads == NULL)
+        return;
+    __atomic_store_n(&w->stop, 1, __ATOMIC_RELEASE);
+    for (i = 0; i < w->nthreads; i++) {
+        if (w->threads[i].started) {
+            px_thread_wake(&w->threads[i]);
+            pthread_join(w->threads[i].tid, NULL);
+            w->threads[i].started = false;
+        }
+    }
+    for (i = 0; i < w->nthreads; i++)
+        px_thread_release(&w->threads[i]);
+    fgx_wcfg_unref(w->current);
+    w->current = NULL;
+    free(w->threads);
+    w->threads = NULL;
+}

@@ -1,0 +1,187 @@
+#!/usr/bin/python3
+"""Integration: the proxy layer. The NFQUEUE layer's TCP tests (test_tcp.py, test_swap.py) run
+again here with every TCP service on the proxy layer: one test body, parameterised by the layer
+that Env.service() gives a TCP service. Then what only the proxy layer has: the service sees the
+client's own address, half-close, backpressure against a slow reader, the UDP refusal, switching
+a running service between layers, the proxy worker in the worker list, and fail_open when the
+proxy worker is stopped."""
+import os
+import signal
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fgxit as it  # noqa: E402
+from fgxit import CLI4, CLI6, EVIL, SRV4, SRV6, check, test  # noqa: E402
+
+LAYER = "proxy"
+
+# The shared bodies: importing a module registers its @test functions in order.
+import test_tcp  # noqa: E402,F401
+import test_swap  # noqa: E402,F401
+
+# Tests about the nfqueue layer itself, not about filtering: they stay in their own module.
+_NFQ_ONLY = {"status_lists_nfq_worker", "connection_open_before_service_is_inspected",
+             "service_list_fields"}
+it._TESTS[:] = [t for t in it._TESTS if t.__name__ not in _NFQ_ONLY]
+
+_service = it.Env.service
+
+
+def _service_on_layer(self, name, proto="tcp", port=None, extra=()):
+    extra = tuple(str(a) for a in extra)
+    if proto == "tcp" and "--layer" not in extra:
+        extra += ("--layer", LAYER)
+    return _service(self, name, proto, port, extra)
+
+
+it.Env.service = _service_on_layer
+
+# The service sees the client's address but not its port: the proxy's upstream connection takes
+# a port of its own, since the client's 4-tuple is the proxy's own accepted connection when the
+# service runs on this box. So a client's connection is found on the server by its address: the
+# oldest one from that address not yet claimed.
+_clients = []
+_claimed = {}
+_tcp_client = it.Env.tcp_client
+
+
+def _tcp_client_recorded(self, host, port, steps, timeout=3.0, ns=None, wait=True):
+    h = _tcp_client(self, host, port, steps, timeout=timeout, ns=ns, wait=False)
+    _clients.append((h, host))
+    if not wait:
+        return h
+    return it.client_result(h, timeout * 3 + 5)
+
+
+def _server_conn_of(h, sport, timeout=6.0):
+    host = None
+    for c, hst in _clients:
+        ev = c.wait_event(lambda e: e.get("event") == "connected", 0)
+        if ev and ev.get("sport") == sport:
+            host = hst
+    if host is None:
+        raise AssertionError("no client connected from port %d" % sport)
+    want = CLI6 if ":" in host else CLI4
+    claimed = _claimed.setdefault(id(h), set())
+
+    def pick():
+        for e in h.all("accept"):
+            if e["peer"].rsplit(":", 1)[0] == want and e["id"] not in claimed:
+                return e
+        return None
+    acc = it.wait_until(pick, timeout=timeout)
+    if acc is None:
+        raise AssertionError("the server never accepted a connection from %s" % want)
+    claimed.add(acc["id"])
+    return it.server_conn(h, acc["id"], timeout)
+
+
+it.Env.tcp_client = _tcp_client_recorded
+it.server_conn_of = _server_conn_of
+
+
+def proxy_worker(env):
+    for w in env.ctl("status").get("workers", []):
+        if w.get("kind") == "proxy":
+            return w
+    return None
+
+
+@test
+def status_lists_proxy_worker(env):
+    w = it.wait_until(lambda: (proxy_worker(env) or {}).get("state") == "running" and
+                      proxy_worker(env), timeout=5)
+    check(w, "no running proxy worker in status: %r", env.ctl("status").get("workers"))
+    with open("/proc/%d/comm" % w["pid"]) as f:
+        check("proxyworker" in f.read(), "pid %d is not a proxyworker", w["pid"])
+
+
+@test
+def service_sees_the_client_address(env):
+    _, port = env.service("px-addr", "tcp")
+    check(env.service_doc("px-addr").get("layer") == "proxy", "layer: %r",
+          env.service_doc("px-addr"))
+    srv = env.tcp_server(port)
+    for n, (host, cli) in enumerate(((SRV4, CLI4), (SRV6, CLI6)), start=1):
+        c, sport = env.tcp_conn(host, port, [b"hello"])
+        s = it.server_conn(srv, n)
+        it.assert_passed(c, s, b"hello")
+        check(s["peer"].rsplit(":", 1)[0] == cli, "the service saw %s, not the client %s",
+              s["peer"], cli)
+
+
+@test
+def half_close_passes_through(env):
+    _, port = env.service("px-half", "tcp")
+    srv = env.tcp_server(port, reply=b"answer after your FIN")
+    # The client sends, shuts its side (steps end with "shut"), and reads the answer.
+    c = env.tcp_client(SRV4, port, [b"request", "shut", ("read", 1.0)])
+    s = it.server_conn(srv, 1)
+    check(s["data"] == b"request" and s["end"] == "eof", "server: %r", s)
+    check(c["received"] == b"answer after your FIN", "client received %r", c["received"])
+
+
+@test
+def udp_service_refused_on_the_proxy_layer(env):
+    try:
+        env.ctl("service", "add", "px-udp", "--proto", "udp", "--port", env.port(), "--layer",
+                "proxy")
+    except it.CtlError as e:
+        check("tcp" in str(e).lower() or "udp" in str(e).lower(), "unclear refusal: %s", e)
+        return
+    raise AssertionError("a UDP service was accepted on the proxy layer")
+
+
+@test
+def switch_layers_of_a_running_service(env):
+    _, port = env.service("px-switch", "tcp", extra=("--layer", "nfqueue"))
+    env.filter("px-switch")
+    srv = env.tcp_server(port)
+    n = 0
+    for layer in ("proxy", "nfqueue", "proxy"):
+        env.ctl("service", "set", "px-switch", "--layer", layer)
+        check(env.service_doc("px-switch").get("layer") == layer, "layer not %s", layer)
+        n += 1
+        c = env.tcp_client(SRV4, port, [b"x " + EVIL])
+        it.assert_blocked(c, it.server_conn(srv, n))
+        n += 1
+        c = env.tcp_client(SRV6, port, [b"clean"])
+        it.assert_passed(c, it.server_conn(srv, n), b"clean")
+
+
+@test
+def fail_open_and_fail_closed_with_the_proxy_stopped(env):
+    _, pc = env.service("px-closed", "tcp")
+    _, po = env.service("px-open", "tcp", extra=("--fail-open",))
+    env.filter("px-closed")
+    env.filter("px-open")
+    sc, so = env.tcp_server(pc), env.tcp_server(po)
+    w = proxy_worker(env)
+    check(w and w.get("pid"), "no proxy worker: %r", w)
+    os.kill(w["pid"], signal.SIGSTOP)
+    try:
+        # A stopped process still has its listening sockets: the kernel completes handshakes
+        # into its backlog, but nothing is relayed, so nothing unfiltered reaches either service.
+        c = env.tcp_client(SRV4, pc, [b"hello"], timeout=1.5)
+        check(not sc.all("data"), "data reached the fail-closed service: %r", sc.all("data"))
+    finally:
+        os.kill(w["pid"], signal.SIGCONT)
+    os.kill(w["pid"], signal.SIGKILL)
+    # No listener at all now: fail-open goes straight to the service, fail-closed nowhere,
+    # until the worker is back.
+    c = env.tcp_client(SRV4, po, [b"while the proxy is down"], timeout=1.5)
+    if c["connected"]:
+        s = it.server_conn(so, 1)
+        check(s["data"] in (b"", b"while the proxy is down"), "fail-open: %r", s)
+    def back():
+        x = proxy_worker(env)
+        return x and x.get("pid") != w["pid"] and x.get("state") == "running"
+    check(it.wait_until(back, timeout=8, step=0.2), "the proxy worker was not restarted")
+    n = len(sc.all("accept"))
+    c = env.tcp_client(SRV4, pc, [b"x " + EVIL])
+    it.assert_blocked(c, it.server_conn(sc, n + 1))
+
+
+if __name__ == "__main__":
+    sys.exit(it.run_module("proxy"))

@@ -1,0 +1,548 @@
+/* Unit tests for proxyworker's accept, relay and match stages (px_accept.c, px_relay.c,
+ * px_match.c, px_stats.c, px_ctl.c): each test runs in a network namespace of its own (Criterion
+ * runs every test in its own process; unshare(CLONE_NEWNET) there), with the tproxy rules and
+ * policy routing controld installs, a real server and a real client on addresses of lo, and
+ * the worker's threads in-process. */
+#include <criterion/criterion.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fgx/log.h"
+#include "fgx/ruleset.h"
+#include "proxyworker/px.h"
+
+#define PX_PORT 15001
+#define SVC_PORT 8080
+#define SVC_ID 1u
+#define F_EVIL 5u
+#define F_ZZZ 6u
+
+static struct px_worker w;
+
+static void sh(const char *cmd)
+{
+    int rc = system(cmd);
+
+    cr_assert_eq(rc, 0, "command failed (%d): %s", rc, cmd);
+}
+
+static void netns_up(void)
+{
+    cr_assert_eq(unshare(CLONE_NEWNET), 0, "unshare: %s", strerror(errno));
+    sh("ip link set lo up && "
+       "ip addr add 10.66.0.1/32 dev lo && ip addr add 10.66.0.2/32 dev lo && "
+       "ip -6 addr add fd66::1/128 dev lo nodad && ip -6 addr add fd66::2/128 dev lo nodad");
+    sh("ip rule add fwmark 0x0fe40001 lookup 4001 && "
+       "ip route add local default dev lo table 4001 && "
+       "ip -6 rule add fwmark 0x0fe40001 lookup 4001 && "
+       "ip -6 route add local ::/0 dev lo table 4001");
+    sh("nft -f - <<'EOF'\n"
+       "table inet fgxpx {\n"
+       "  chain pre {\n"
+       "    type filter hook prerouting priority mangle; policy accept;\n"
+       "    meta mark 0x0fe40000 accept\n"
+       "    meta l4proto tcp socket transparent 1 meta mark set 0x0fe40001 accept\n"
+       "    tcp dport 8080 tproxy to :15001 meta mark set 0x0fe40001 accept\n"
+       "  }\n"
+       "}\n"
+       "EOF");
+}
+
+static void setup(void)
+{
+    fgx_log_init("test_px_relay", FGX_LOG_WARN);
+    netns_up();
+    memset(&w, 0, sizeof(w));
+    w.nthreads = 2;
+    w.port = PX_PORT;
+    w.max_conns = 64;
+    w.idle_ms = 60000;
+}
+
+static void teardown(void)
+{
+    px_worker_stop(&w);
+}
+
+TestSuite(px_relay, .init = setup, .fini = teardown, .timeout = 30);
+
+static void start(void)
+{
+    cr_assert_eq(px_worker_start(&w), 0);
+}
+
+/* Compile the patterns for the service (TCP, port SVC_PORT) and apply them as the control
+ * thread does on a RULESET: returns once every thread uses them. */
+static void apply(uint64_t gen, size_t n, const struct fgx_pattern *pats)
+{
+    struct fgx_dp_service s = {.id = SVC_ID, .ipproto = IPPROTO_TCP, .port = SVC_PORT};
+    struct fgx_dp_ruleset rs = {.generation = gen, .nservices = 1, .services = &s};
+    char err[256];
+    int d;
+
+    for (d = 0; d < 2; d++)
+        cr_assert_eq(fgx_ruleset_compile(pats, n, d == 0 ? FGX_DIR_C2S : FGX_DIR_S2C,
+                                         IPPROTO_TCP, &s.db[d], err, sizeof(err)),
+                     0, "%s", err);
+    cr_assert_eq(px_ctl_apply(&w, &rs), 0);
+    for (d = 0; d < 2; d++)
+        fgx_blob_release(&s.db[d]);
+}
+
+static void apply_none(uint64_t gen)
+{
+    struct fgx_dp_ruleset rs = {.generation = gen};
+
+    cr_assert_eq(px_ctl_apply(&w, &rs), 0);
+}
+
+static const struct fgx_pattern P_EVIL = {F_EVIL, "evil[0-9]+", FGX_DIR_C2S, false};
+static const struct fgx_pattern P_ZZZ = {F_ZZZ, "zzz", FGX_DIR_BOTH, false};
+
+/* ---- sockets ---- */
+
+static socklen_t sa_make(int family, const char *ip, uint16_t port, struct sockaddr_storage *ss)
+{
+    memset(ss, 0, sizeof(*ss));
+    if (family == AF_INET) {
+        struct sockaddr_in *a = (struct sockaddr_in *)ss;
+
+        a->sin_family = AF_INET;
+        a->sin_port = htons(port);
+        cr_assert_eq(inet_pton(AF_INET, ip, &a->sin_addr), 1);
+        return sizeof(*a);
+    }
+    struct sockaddr_in6 *a = (struct sockaddr_in6 *)ss;
+
+    a->sin6_family = AF_INET6;
+    a->sin6_port = htons(port);
+    cr_assert_eq(inet_pton(AF_INET6, ip, &a->sin6_addr), 1);
+    return sizeof(*a);
+}
+
+static int server_listen(int family, const char *ip)
+{
+    struct sockaddr_storage ss;
+    socklen_t len = sa_make(family, ip, SVC_PORT, &ss);
+    int fd = socket(family, SOCK_STREAM, 0), one = 1;
+
+    cr_assert_neq(fd, -1);
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    cr_assert_eq(bind(fd, (struct sockaddr *)&ss, len), 0, "bind: %s", strerror(errno));
+    cr_assert_eq(listen(fd, 16), 0);
+    return fd;
+}
+
+/* A client bound to ip (so the address the server sees is known), connected to the service. */
+static int client_connect(int family, const char *ip, const char *dst)
+{
+    struct sockaddr_storage b, d;
+    socklen_t bl = sa_make(family, ip, 0, &b), dl = sa_make(family, dst, SVC_PORT, &d);
+    int fd = socket(family, SOCK_STREAM, 0);
+
+    cr_assert_neq(fd, -1);
+    cr_assert_eq(bind(fd, (struct sockaddr *)&b, bl), 0);
+    cr_assert_eq(connect(fd, (struct sockaddr *)&d, dl), 0, "connect: %s", strerror(errno));
+    return fd;
+}
+
+static void set_timeout(int fd, int ms)
+{
+    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+}
+
+static int accept_peer(int lfd, struct sockaddr_storage *peer)
+{
+    socklen_t len = sizeof(*peer);
+    int fd = accept(lfd, (struct sockaddr *)peer, &len);
+
+    cr_assert_neq(fd, -1, "accept: %s", strerror(errno));
+    set_timeout(fd, 5000);
+    return fd;
+}
+
+static void send_all(int fd, const void *buf, size_t len)
+{
+    const char *p = buf;
+
+    while (len > 0) {
+        ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+
+        cr_assert_gt(n, 0, "send: %s", strerror(errno));
+        p += n;
+        len -= (size_t)n;
+    }
+}
+
+static void recv_exact(int fd, void *buf, size_t len)
+{
+    char *p = buf;
+
+    while (len > 0) {
+        ssize_t n = recv(fd, p, len, 0);
+
+        cr_assert_gt(n, 0, "recv: %zd (%s)", n, n < 0 ? strerror(errno) : "EOF");
+        p += n;
+        len -= (size_t)n;
+    }
+}
+
+/* Read until EOF or error; returns bytes read, *err set to the errno of an error (0 for EOF). */
+static size_t recv_until_end(int fd, char *buf, size_t cap, int *err)
+{
+    size_t got = 0;
+
+    for (;;) {
+        ssize_t n = recv(fd, buf + got, cap - got, 0);
+
+        if (n > 0) {
+            got += (size_t)n;
+            if (got == cap)
+                got = 0; /* only the tail matters to callers that pass a small buffer */
+            continue;
+        }
+        *err = n == 0 ? 0 : errno;
+        return got;
+    }
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+
+    nanosleep(&ts, NULL);
+}
+
+/* ---- tests ---- */
+
+static void relay_echo(int family, const char *srv, const char *cli)
+{
+    struct sockaddr_storage peer, want;
+    int lfd, cfd, sfd;
+    char buf[16];
+
+    start();
+    apply(1, 1, &P_EVIL);
+    lfd = server_listen(family, srv);
+    cfd = client_connect(family, cli, srv);
+    set_timeout(cfd, 5000);
+    sfd = accept_peer(lfd, &peer);
+    /* The real service sees the client's own address, not the proxy's. */
+    sa_make(family, cli, 0, &want);
+    if (family == AF_INET)
+        cr_assert_eq(memcmp(&((struct sockaddr_in *)&peer)->sin_addr,
+                            &((struct sockaddr_in *)&want)->sin_addr, 4),
+                     0);
+    else
+        cr_assert_eq(memcmp(&((struct sockaddr_in6 *)&peer)->sin6_addr,
+                            &((struct sockaddr_in6 *)&want)->sin6_addr, 16),
+                     0);
+    send_all(cfd, "hello", 5);
+    recv_exact(sfd, buf, 5);
+    cr_assert_eq(memcmp(buf, "hello", 5), 0);
+    send_all(sfd, "world!", 6);
+    recv_exact(cfd, buf, 6);
+    cr_assert_eq(memcmp(buf, "world!", 6), 0);
+    close(cfd);
+    close(sfd);
+    close(lfd);
+}
+
+Test(px_relay, relays_ipv4_with_the_client_address)
+{
+    relay_echo(AF_INET, "10.66.0.1", "10.66.0.2");
+}
+
+Test(px_relay, relays_ipv6_with_the_client_address)
+{
+    relay_echo(AF_INET6, "fd66::1", "fd66::2");
+}
+
+Test(px_relay, match_resets_both_sides_and_records_the_event)
+{
+    struct fgx_dp_stats st;
+    struct sockaddr_storage peer;
+    char buf[64];
+    int lfd, cfd, sfd, err = 0;
+    size_t got;
+
+    start();
+    apply(1, 1, &P_EVIL);
+    lfd = server_listen(AF_INET, "10.66.0.1");
+    cfd = client_connect(AF_INET, "10.66.0.2", "10.66.0.1");
+    set_timeout(cfd, 5000);
+    sfd = accept_peer(lfd, &peer);
+    send_all(cfd, "GET ev", 6);
+    recv_exact(sfd, buf, 6);
+    /* The rest of the match, split over two sends: scanned as one stream. */
+    send_all(cfd, "il1337 and more", 15);
+    got = recv_until_end(sfd, buf, sizeof(buf), &err);
+    cr_assert_eq(got, 0, "the server got %zu bytes of the matching send", got);
+    cr_assert_eq(err, ECONNRESET, "server side: %s", strerror(err));
+    got = recv_until_end(cfd, buf, sizeof(buf), &err);
+    cr_assert_eq(got, 0);
+    cr_assert_eq(err, ECONNRESET, "client side: %s", strerror(err));
+
+    cr_assert_eq(px_stats_collect(&w, &st), 0);
+    cr_assert_eq(st.nfilters, 1);
+    cr_assert_eq(st.filters[0].filter_id, F_EVIL);
+    cr_assert_eq(st.filters[0].blocked, 1);
+    cr_assert_eq(st.nevents, 1);
+    cr_assert_eq(st.events[0].filter_id, F_EVIL);
+    cr_assert_eq(st.events[0].service_id, SVC_ID);
+    cr_assert_eq(st.events[0].dir, FGX_DIR_C2S);
+    cr_assert_eq(st.events[0].dport, SVC_PORT);
+    cr_assert_eq(memcmp(st.events[0].src, (uint8_t[]){10, 66, 0, 2}, 4), 0);
+    /* The excerpt ends where the match does (the first digit), reaching back into the bytes
+     * that passed before. */
+    cr_assert_eq(st.events[0].excerpt_len, 9);
+    cr_assert_eq(memcmp(st.events[0].excerpt, "GET evil1", 9), 0);
+    cr_assert_eq(st.nservices, 1);
+    cr_assert_eq(st.services[0].accepted, 1);
+    cr_assert_eq(st.services[0].dropped, 1);
+    {
+        struct fgx_dp_msg m = {.type = FGX_DP_STATS, .u.stats = st};
+
+        fgx_dp_msg_release(&m);
+    }
+    close(cfd);
+    close(sfd);
+    close(lfd);
+}
+
+Test(px_relay, server_to_client_match_blocks_the_response)
+{
+    struct sockaddr_storage peer;
+    char buf[64];
+    int lfd, cfd, sfd, err = 0;
+
+    start();
+    apply(1, 1, &P_ZZZ);
+    lfd = server_listen(AF_INET, "10.66.0.1");
+    cfd = client_connect(AF_INET, "10.66.0.2", "10.66.0.1");
+    set_timeout(cfd, 5000);
+    sfd = accept_peer(lfd, &peer);
+    send_all(sfd, "flag{zzz}", 9);
+    cr_assert_eq(recv_until_end(cfd, buf, sizeof(buf), &err), 0);
+    cr_assert_eq(err, ECONNRESET);
+    close(cfd);
+    close(sfd);
+    close(lfd);
+}
+
+Test(px_relay, half_close_passes_through)
+{
+    struct sockaddr_storage peer;
+    char buf[64];
+    int lfd, cfd, sfd, err = -1;
+
+    start();
+    apply(1, 1, &P_EVIL);
+    lfd = server_listen(AF_INET, "10.66.0.1");
+    cfd = client_connect(AF_INET, "10.66.0.2", "10.66.0.1");
+    set_timeout(cfd, 5000);
+    sfd = accept_peer(lfd, &peer);
+    send_all(cfd, "request", 7);
+    cr_assert_eq(shutdown(cfd, SHUT_WR), 0);
+    /* The server sees the request, then EOF, and can still answer. */
+    cr_assert_eq(recv_until_end(sfd, buf, sizeof(buf), &err), 7);
+    cr_assert_eq(err, 0);
+    send_all(sfd, "answer", 6);
+    close(sfd);
+    cr_assert_eq(recv_until_end(cfd, buf, sizeof(buf), &err), 6);
+    cr_assert_eq(err, 0);
+    cr_assert_eq(memcmp(buf, "answer", 6), 0);
+    close(cfd);
+    close(lfd);
+}
+
+/* A server that does not read: what the client manages to send stays bounded by the socket
+ * buffers and the proxy's high-water mark; then everything arrives, in order. */
+Test(px_relay, slow_reader_bounds_what_is_buffered)
+{
+    struct sockaddr_storage peer;
+    static char chunk[65536];
+    uint64_t sent = 0, got = 0, sum_sent = 0, sum_got = 0;
+    int lfd, cfd, sfd, i;
+
+    start();
+    apply(1, 1, &P_EVIL);
+    lfd = server_listen(AF_INET, "10.66.0.1");
+    cfd = client_connect(AF_INET, "10.66.0.2", "10.66.0.1");
+    sfd = accept_peer(lfd, &peer);
+    for (i = 0; i < (int)sizeof(chunk); i++)
+        chunk[i] = (char)('a' + i % 26);
+    cr_assert_eq(fcntl(cfd, F_SETFL, O_NONBLOCK), 0);
+    for (i = 0; i < 100; i++) {
+        ssize_t n = send(cfd, chunk, sizeof(chunk), MSG_NOSIGNAL);
+
+        if (n > 0) {
+            sent += (uint64_t)n;
+            sum_sent += (uint64_t)n * 7;
+            continue;
+        }
+        cr_assert_eq(errno, EAGAIN);
+        sleep_ms(20);
+    }
+    /* 6.4 MiB tried; a proxy without backpressure would have taken all of it. */
+    cr_assert_lt(sent, 100u * sizeof(chunk), "sent %llu", (unsigned long long)sent);
+    while (got < sent) {
+        ssize_t n = recv(sfd, chunk, sizeof(chunk), 0);
+
+        cr_assert_gt(n, 0);
+        got += (uint64_t)n;
+        sum_got += (uint64_t)n * 7;
+    }
+    cr_assert_eq(got, sent);
+    cr_assert_eq(sum_got, sum_sent);
+    close(cfd);
+    close(sfd);
+    close(lfd);
+}
+
+/* The NFQUEUE layer's hot-swap contract: a partial match carries over a ruleset change. */
+Test(px_relay, partial_match_survives_a_ruleset_change)
+{
+    const struct fgx_pattern both[2] = {P_EVIL, P_ZZZ};
+    struct sockaddr_storage peer;
+    char buf[64];
+    int lfd, cfd, sfd, err = 0;
+
+    start();
+    apply(1, 1, &P_EVIL);
+    lfd = server_listen(AF_INET, "10.66.0.1");
+    cfd = client_connect(AF_INET, "10.66.0.2", "10.66.0.1");
+    set_timeout(cfd, 5000);
+    sfd = accept_peer(lfd, &peer);
+    send_all(cfd, "ev", 2);
+    recv_exact(sfd, buf, 2);
+    apply(2, 2, both);
+    send_all(cfd, "il1337", 6);
+    cr_assert_eq(recv_until_end(sfd, buf, sizeof(buf), &err), 0);
+    cr_assert_eq(err, ECONNRESET);
+    close(cfd);
+    close(sfd);
+    close(lfd);
+}
+
+Test(px_relay, a_removed_filter_stops_matching_open_connections)
+{
+    struct sockaddr_storage peer;
+    char buf[64];
+    int lfd, cfd, sfd;
+
+    start();
+    apply(1, 1, &P_EVIL);
+    lfd = server_listen(AF_INET, "10.66.0.1");
+    cfd = client_connect(AF_INET, "10.66.0.2", "10.66.0.1");
+    set_timeout(cfd, 5000);
+    sfd = accept_peer(lfd, &peer);
+    send_all(cfd, "hi", 2);
+    recv_exact(sfd, buf, 2);
+    apply(2, 1, &P_ZZZ);
+    send_all(cfd, "evil1337", 8);
+    recv_exact(sfd, buf, 8);
+    cr_assert_eq(memcmp(buf, "evil1337", 8), 0);
+    close(cfd);
+    close(sfd);
+    close(lfd);
+}
+
+Test(px_relay, connection_limit_refuses_and_counts)
+{
+    struct fgx_dp_stats st;
+    struct sockaddr_storage peer;
+    char buf[8];
+    int lfd, c1, c2, sfd, err = 0;
+
+    w.max_conns = 1;
+    start();
+    apply(1, 1, &P_EVIL);
+    lfd = server_listen(AF_INET, "10.66.0.1");
+    c1 = client_connect(AF_INET, "10.66.0.2", "10.66.0.1");
+    sfd = accept_peer(lfd, &peer);
+    c2 = client_connect(AF_INET, "10.66.0.2", "10.66.0.1");
+    set_timeout(c2, 5000);
+    cr_assert_eq(recv_until_end(c2, buf, sizeof(buf), &err), 0);
+    cr_assert_eq(err, ECONNRESET);
+    cr_assert_eq(px_stats_collect(&w, &st), 0);
+    cr_assert_eq(st.queue_drops, 1);
+    cr_assert_eq(st.flows, 1);
+    {
+        struct fgx_dp_msg m = {.type = FGX_DP_STATS, .u.stats = st};
+
+        fgx_dp_msg_release(&m);
+    }
+    close(c1);
+    close(c2);
+    close(sfd);
+    close(lfd);
+}
+
+Test(px_relay, a_connection_for_no_service_is_refused)
+{
+    char buf[8];
+    int lfd, cfd, err = 0;
+
+    start();
+    apply_none(1);
+    lfd = server_listen(AF_INET, "10.66.0.1");
+    cfd = client_connect(AF_INET, "10.66.0.2", "10.66.0.1");
+    set_timeout(cfd, 5000);
+    cr_assert_eq(recv_until_end(cfd, buf, sizeof(buf), &err), 0);
+    cr_assert_eq(err, ECONNRESET);
+    close(cfd);
+    close(lfd);
+}
+
+Test(px_relay, an_unreachable_service_resets_the_client)
+{
+    char buf[8];
+    int cfd, err = 0;
+
+    start();
+    apply(1, 1, &P_EVIL);
+    cfd = client_connect(AF_INET, "10.66.0.2", "10.66.0.1"); /* nobody listens there */
+    set_timeout(cfd, 5000);
+    cr_assert_eq(recv_until_end(cfd, buf, sizeof(buf), &err), 0);
+    cr_assert_eq(err, ECONNRESET);
+    close(cfd);
+}
+
+Test(px_relay, idle_connections_are_closed)
+{
+    struct sockaddr_storage peer;
+    char buf[8];
+    int lfd, cfd, sfd, err = 0;
+
+    w.idle_ms = 200;
+    start();
+    apply(1, 1, &P_EVIL);
+    lfd = server_listen(AF_INET, "10.66.0.1");
+    cfd = client_connect(AF_INET, "10.66.0.2", "10.66.0.1");
+    set_timeout(cfd, 5000);
+    sfd = accept_peer(lfd, &peer);
+    cr_assert_eq(recv_until_end(cfd, buf, sizeof(buf), &err), 0);
+    cr_assert_eq(err, ECONNRESET);
+    cr_assert_eq(recv_until_end(sfd, buf, sizeof(buf), &err), 0);
+    cr_assert_eq(err, ECONNRESET);
+    close(cfd);
+    close(sfd);
+    close(lfd);
+}
