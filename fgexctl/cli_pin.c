@@ -211,16 +211,18 @@ int cli_pin_write_file(const char *path, const void *data, size_t len)
     slash = strrchr(dir, '/');
     if (slash && slash != dir) {
         *slash = '\0';
-        /* The parent of fgexctl's directory (~/.config) may be missing too. */
-        char *up = strrchr(dir, '/');
-        if (up && up != dir) {
-            *up = '\0';
+        /* mkdir -p: on a fresh box even ~/.config may be missing. */
+        for (char *c = dir + 1;; c++) {
+            if (*c != '/' && *c != '\0')
+                continue;
+            char saved = *c;
+            *c = '\0';
             if (mkdir(dir, 0700) == -1 && errno != EEXIST)
                 return -errno;
-            *up = '/';
+            *c = saved;
+            if (saved == '\0')
+                break;
         }
-        if (mkdir(dir, 0700) == -1 && errno != EEXIST)
-            return -errno;
     }
     fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd == -1)

@@ -79,9 +79,9 @@ static int rpc_dial(struct cli_rpc *r)
     else if (rc < 0)
         (void)snprintf(r->err, sizeof(r->err), "cannot reach controld at %s: %s%s", r->url,
                        strerror(-rc),
-                       rc == -ECONNREFUSED ? " (is controld listening there, and are you in "
-                                             "its --allow list?)"
-                                           : "");
+                       rc == -ECONNREFUSED || rc == -ECONNRESET
+                           ? " (is controld listening there, and are you in its --allow list?)"
+                           : "");
     return rc;
 }
 
@@ -130,8 +130,11 @@ int cli_rpc_request(struct cli_rpc *r, const Fgx__Ctl__Request *req, int timeout
         goto out;
     }
     if (rc < 0) {
-        (void)snprintf(r->err, sizeof(r->err), "cannot reach controld at %s: %s", r->url,
-                       strerror(-rc));
+        (void)snprintf(r->err, sizeof(r->err), "cannot reach controld at %s: %s%s", r->url,
+                       strerror(-rc),
+                       rc == -ECONNRESET && cli_pin_is_tls(r->url)
+                           ? " (it closed the connection: is this machine in its --allow list?)"
+                           : "");
         goto out;
     }
     rep = fgx__ctl__reply__unpack(NULL, rlen, rbuf);

@@ -57,6 +57,11 @@ static int chan_errno(int rv)
     case NNG_EPEERAUTH:
     case NNG_ECRYPTO:
         return -EKEYREJECTED;
+    case NNG_ECONNRESET:
+    case NNG_ECONNSHUT:
+    case NNG_ECONNABORTED:
+        /* The peer closed the connection: e.g. controld refusing a peer outside --allow. */
+        return -ECONNRESET;
     default:
         return -EIO;
     }
