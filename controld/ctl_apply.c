@@ -150,8 +150,12 @@ static void stats_refresh_proxy(struct ctl_ctx *ctx, int timeout_ms)
     if (!ctx->px_sup || !ctx->stats)
         return;
     ctl_sup_info(ctx->px_sup, &info);
-    if (ctl_sup_stats(ctx->px_sup, timeout_ms, &m) < 0)
+    if (ctl_sup_stats(ctx->px_sup, timeout_ms, &m) < 0) {
+        /* A dead proxy relays nothing: its connections must not stay in flows_active. */
+        if (info.pid <= 0)
+            ctl_stats_px_worker_down(ctx->stats);
         return;
+    }
     if (m.u.stats.nevents > 0 && ctl_txn_begin(ctx->store, false, &t) == 0) {
         if (ctl_store_service_list(t, &svcs, &nsvcs) < 0)
             nsvcs = 0;
@@ -173,9 +177,11 @@ int ctl_stats_refresh(struct ctl_ctx *ctx, int timeout_ms)
     size_t nsvcs = 0;
     int rv;
 
-    if (!ctx->sup || !ctx->stats)
+    if (!ctx->stats)
         return 0;
     stats_refresh_proxy(ctx, timeout_ms);
+    if (!ctx->sup)
+        return 0;
     ctl_sup_info(ctx->sup, &info);
     rv = ctl_sup_stats(ctx->sup, timeout_ms, &m);
     if (rv < 0) {

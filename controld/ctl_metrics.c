@@ -96,6 +96,20 @@ int ctl_metrics_render(const struct ctl_service *svcs, size_t nsvcs, const struc
         {"fgex_service_flows_active", "gauge", "Flows of the service tracked now.",
          offsetof(struct ctl_svc_counters, flows_active)},
     };
+    static const struct {
+        const char *name, *help;
+        size_t off;
+    } own_metrics[] = {
+        {"fgex_worker_conns_refused_total", "Connections the proxy refused at its limit.",
+         offsetof(struct ctl_metrics_worker, conns_refused)},
+        {"fgex_worker_unclassified_total", "Connections the proxy got for no running service.",
+         offsetof(struct ctl_metrics_worker, unclassified)},
+        {"fgex_worker_connect_failed_total",
+         "Connections whose real service the proxy could not reach.",
+         offsetof(struct ctl_metrics_worker, connect_failed)},
+        {"fgex_worker_scan_errors_total", "Connections reset because their scan failed.",
+         offsetof(struct ctl_metrics_worker, scan_errors)},
+    };
     const struct ctl_worker_counters *wc = stats ? ctl_stats_worker(stats) : NULL;
     char *buf = NULL;
     size_t blen = 0;
@@ -137,19 +151,34 @@ int ctl_metrics_render(const struct ctl_service *svcs, size_t nsvcs, const struc
     for (size_t i = 0; i < nworkers; i++)
         emit(f, "fgex_worker_restarts_total{kind=\"%s\"} %u\n", workers[i].kind,
              workers[i].restarts);
+    /* Only the nfq worker has queues; a proxy sample would claim drops it cannot have. */
     head(f, "fgex_worker_queue_drops_total", "counter",
          "Packets dropped on the worker's queues (kernel and user space), across restarts.");
     for (size_t i = 0; i < nworkers; i++)
-        emit(f, "fgex_worker_queue_drops_total{kind=\"%s\"} %llu\n", workers[i].kind,
-             (unsigned long long)(wc ? wc->queue_drops_total : 0));
+        if (strcmp(workers[i].kind, "nfq") == 0)
+            emit(f, "fgex_worker_queue_drops_total{kind=\"%s\"} %llu\n", workers[i].kind,
+                 (unsigned long long)(wc ? wc->queue_drops_total : 0));
     head(f, "fgex_worker_rss_bytes", "gauge", "Resident memory of the worker.");
     for (size_t i = 0; i < nworkers; i++)
         emit(f, "fgex_worker_rss_bytes{kind=\"%s\"} %llu\n", workers[i].kind,
              (unsigned long long)workers[i].rss_bytes);
-    head(f, "fgex_worker_flows", "gauge", "Flows the worker tracks now.");
+    head(f, "fgex_worker_flows", "gauge",
+         "Flows the worker tracks now (proxy: connections it relays now).");
     for (size_t i = 0; i < nworkers; i++)
         emit(f, "fgex_worker_flows{kind=\"%s\"} %llu\n", workers[i].kind,
              (unsigned long long)workers[i].flows);
+    for (size_t k = 0; k < sizeof(own_metrics) / sizeof(own_metrics[0]); k++) {
+        head(f, own_metrics[k].name, "counter", own_metrics[k].help);
+        for (size_t i = 0; i < nworkers; i++) {
+            uint64_t v;
+
+            if (!workers[i].has_own)
+                continue;
+            memcpy(&v, (const char *)&workers[i] + own_metrics[k].off, sizeof(v));
+            emit(f, "%s{kind=\"%s\"} %llu\n", own_metrics[k].name, workers[i].kind,
+                 (unsigned long long)v);
+        }
+    }
     head(f, "fgex_events_lost_total", "counter",
          "Match events the workers could not report (their queue was full).");
     emit(f, "fgex_events_lost_total %llu\n", (unsigned long long)(wc ? wc->events_lost_total : 0));
@@ -167,12 +196,36 @@ int ctl_metrics_render(const struct ctl_service *svcs, size_t nsvcs, const struc
     return 0;
 }
 
+/* One supervised worker's entry, with its own numbers when they came from the process that
+ * runs now. */
+static void metrics_worker(const struct ctl_sup *sup, const struct ctl_worker_counters *c,
+                           const char *kind, struct ctl_metrics_worker *w)
+{
+    struct ctl_sup_info info;
+
+    ctl_sup_info(sup, &info);
+    *w = (struct ctl_metrics_worker){.kind = kind};
+    w->up = info.pid > 0 && strcmp(info.state, "running") == 0;
+    w->restarts = info.restarts;
+    if (c && c->valid && c->instance == info.instance && info.pid > 0) {
+        w->rss_bytes = c->rss_bytes;
+        w->flows = c->flows;
+        if (strcmp(kind, "proxy") == 0) {
+            w->has_own = true;
+            w->conns_refused = c->conns_refused;
+            w->unclassified = c->unclassified;
+            w->connect_failed = c->connect_failed;
+            w->scan_errors = c->scan_errors;
+        }
+    }
+}
+
 int ctl_metrics_update(struct ctl_metrics *m, struct ctl_ctx *ctx)
 {
     struct ctl_service *svcs = NULL;
     struct ctl_filter *flts = NULL;
-    struct ctl_metrics_worker w = {.kind = "nfq"};
-    size_t nsvcs = 0, nflts = 0, len = 0;
+    struct ctl_metrics_worker w[2];
+    size_t nsvcs = 0, nflts = 0, nw = 0, len = 0;
     struct ctl_txn *t;
     char *text = NULL;
     int rv;
@@ -186,20 +239,13 @@ int ctl_metrics_update(struct ctl_metrics *m, struct ctl_ctx *ctx)
     ctl_txn_abort(t);
     if (rv < 0)
         goto out;
-    if (ctx->sup) {
-        const struct ctl_worker_counters *c = ctx->stats ? ctl_stats_worker(ctx->stats) : NULL;
-        struct ctl_sup_info info;
-
-        ctl_sup_info(ctx->sup, &info);
-        w.up = info.pid > 0 && strcmp(info.state, "running") == 0;
-        w.restarts = info.restarts;
-        if (c && c->valid && c->instance == info.instance && info.pid > 0) {
-            w.rss_bytes = c->rss_bytes;
-            w.flows = c->flows;
-        }
-    }
-    rv =
-        ctl_metrics_render(svcs, nsvcs, flts, nflts, ctx->stats, &w, ctx->sup ? 1 : 0, &text, &len);
+    if (ctx->sup)
+        metrics_worker(ctx->sup, ctx->stats ? ctl_stats_worker(ctx->stats) : NULL, "nfq",
+                       &w[nw++]);
+    if (ctx->px_sup)
+        metrics_worker(ctx->px_sup, ctx->stats ? ctl_stats_px_worker(ctx->stats) : NULL,
+                       "proxy", &w[nw++]);
+    rv = ctl_metrics_render(svcs, nsvcs, flts, nflts, ctx->stats, w, nw, &text, &len);
     if (rv == 0)
         ctl_metrics_publish(m, text, len);
 out:

@@ -14,10 +14,13 @@
 #include "controld/ctl_store.h"
 
 struct ctl_metrics_worker {
-    const char *kind; /* borrowed: "nfq" */
+    const char *kind; /* borrowed: "nfq" or "proxy" */
     bool up;
     uint32_t restarts;
     uint64_t rss_bytes, flows;
+    /* proxy: connections it reset itself since it started (has_own: it reported them) */
+    bool has_own;
+    uint64_t conns_refused, unclassified, connect_failed, scan_errors;
 };
 
 /* Render the exposition text for these services and filters (borrowed). stats may be NULL

@@ -319,10 +319,14 @@ static int blocked_of(struct rpc *r, struct ctl_txn *t, uint32_t filter_id, uint
     return ctl_store_blocked_get(t, filter_id, out);
 }
 
-/* The proxy worker as supervised now, as r->workers[at]. Returns 1, or 0 without one. Its
- * counters are not folded into the statistics yet (ctl_stats knows one worker). */
+/* The proxy worker as supervised now, as r->workers[at], with its proxied connections open
+ * (flows), memory and own failures from its last STATS. Returns 1, or 0 without one. The NFQUEUE counters
+ * (queue_drops, truncated, verdict_errors, malformed) mean nothing for a proxy and stay absent
+ * rather than 0. */
 static size_t reply_px_worker(struct rpc *r, size_t at)
 {
+    const struct ctl_worker_counters *c =
+        r->ctx->stats ? ctl_stats_px_worker(r->ctx->stats) : NULL;
     Fgx__Ctl__Worker *w = &r->px_worker;
     struct ctl_sup_info info;
 
@@ -340,6 +344,17 @@ static size_t reply_px_worker(struct rpc *r, size_t at)
     if (info.started) {
         w->has_started = 1;
         w->started = info.started;
+    }
+    if (c && c->valid && c->instance == info.instance && info.pid > 0) {
+        w->has_flows = w->has_rss_bytes = 1;
+        w->has_conns_refused = w->has_unclassified = 1;
+        w->has_connect_failed = w->has_scan_errors = 1;
+        w->flows = c->flows;
+        w->rss_bytes = c->rss_bytes;
+        w->conns_refused = c->conns_refused;
+        w->unclassified = c->unclassified;
+        w->connect_failed = c->connect_failed;
+        w->scan_errors = c->scan_errors;
     }
     r->workers[at] = w;
     return 1;

@@ -41,6 +41,7 @@ struct ctl_stats {
     bool px_have_instance; /* the proxy worker's process, as instance is the nfq worker's */
     uint64_t px_instance;
     struct ctl_worker_counters worker;
+    struct ctl_worker_counters px_worker;
     uint64_t queue_drops_last;
     struct ctl_event *ring; /* CTL_EVENTS_KEEP slots; ring[head] is the oldest */
     size_t head, count;
@@ -329,6 +330,14 @@ int ctl_stats_ingest_proxy(struct ctl_stats *s, uint64_t instance, const struct 
         f->blocked += grow(&f->px_last, c->blocked);
         s->dirty = true;
     }
+    s->px_worker.valid = true;
+    s->px_worker.instance = instance;
+    s->px_worker.flows = m->flows;
+    s->px_worker.rss_bytes = m->rss_bytes;
+    s->px_worker.conns_refused = m->conns_refused;
+    s->px_worker.unclassified = m->unclassified;
+    s->px_worker.connect_failed = m->connect_failed;
+    s->px_worker.scan_errors = m->scan_errors;
     s->worker.events_lost_total += m->events_lost;
     for (size_t i = 0; i < m->nevents; i++) {
         struct ctl_event e;
@@ -348,6 +357,16 @@ void ctl_stats_worker_down(struct ctl_stats *s)
     s->worker.valid = false;
     s->worker.queue_drops = s->worker.flows = s->worker.rss_bytes = 0;
     s->worker.truncated = s->worker.verdict_errors = s->worker.malformed = 0;
+}
+
+void ctl_stats_px_worker_down(struct ctl_stats *s)
+{
+    for (size_t i = 0; i < s->nsvc; i++)
+        s->svc[i].px_flows_active = 0;
+    s->px_worker.valid = false;
+    s->px_worker.flows = s->px_worker.rss_bytes = 0;
+    s->px_worker.conns_refused = s->px_worker.unclassified = 0;
+    s->px_worker.connect_failed = s->px_worker.scan_errors = 0;
 }
 
 static int flush_events(struct ctl_stats *s, struct ctl_txn *t)
@@ -481,6 +500,11 @@ uint64_t ctl_stats_blocked(const struct ctl_stats *s, uint32_t filter_id)
 const struct ctl_worker_counters *ctl_stats_worker(const struct ctl_stats *s)
 {
     return &s->worker;
+}
+
+const struct ctl_worker_counters *ctl_stats_px_worker(const struct ctl_stats *s)
+{
+    return &s->px_worker;
 }
 
 size_t ctl_stats_events(const struct ctl_stats *s, uint64_t after_seq, uint32_t service_id,

@@ -22,13 +22,16 @@ struct ctl_svc_counters {
     uint64_t packets, bytes, accepted, dropped, flows_active;
 };
 
-/* The worker's own numbers from its last STATS (since that worker started), and the totals
- * controld keeps across its restarts. */
+/* A worker's own numbers from its last STATS (since that worker started), and the totals
+ * controld keeps across its restarts. The proxy worker's has valid, instance, flows (its
+ * proxied connections open), rss_bytes and its own failures; the nfq worker's has the NFQUEUE
+ * counters and the totals. */
 struct ctl_worker_counters {
     bool valid;        /* a STATS arrived from process `instance` */
     uint64_t instance; /* compare with ctl_sup_info.instance: stale once a new process runs */
     uint64_t queue_drops, flows, rss_bytes, truncated, verdict_errors, malformed;
     uint64_t queue_drops_total, events_lost_total;
+    uint64_t conns_refused, unclassified, connect_failed, scan_errors; /* proxy */
 };
 
 struct ctl_stats;
@@ -45,11 +48,12 @@ int ctl_stats_ingest(struct ctl_stats *s, uint64_t instance, const struct fgx_dp
                      const struct ctl_service *svcs, size_t nsvcs);
 /* The same for the proxy worker's STATS (instance: its supervisor's): its counters are kept
  * apart from the nfq worker's while they grow, and added to the same totals, events and seq.
- * Its process counters (queue_drops, rss...) are not kept. */
+ * Its own numbers go to ctl_stats_px_worker(). */
 int ctl_stats_ingest_proxy(struct ctl_stats *s, uint64_t instance, const struct fgx_dp_stats *m,
                            const struct ctl_service *svcs, size_t nsvcs);
 /* The worker is gone: nothing is flowing through it, and its own numbers are void. */
 void ctl_stats_worker_down(struct ctl_stats *s);
+void ctl_stats_px_worker_down(struct ctl_stats *s);
 
 /* Write to LMDB what changed: events at once, counters when force or CTL_STATS_FLUSH_MS have
  * passed since the last write. Totals of services and filters no longer in the store are
@@ -64,7 +68,10 @@ void ctl_stats_counters_reset(struct ctl_stats *s);
 void ctl_stats_service(const struct ctl_stats *s, uint32_t service_id,
                        struct ctl_svc_counters *out);
 uint64_t ctl_stats_blocked(const struct ctl_stats *s, uint32_t filter_id);
+/* The nfq worker's and the proxy worker's own numbers. Compare instance with the supervisor's
+ * before showing them: they belong to the process that sent them. */
 const struct ctl_worker_counters *ctl_stats_worker(const struct ctl_stats *s);
+const struct ctl_worker_counters *ctl_stats_px_worker(const struct ctl_stats *s);
 
 /* Events with seq > after_seq, of service_id only unless it is 0, or also those reported under
  * the name `service` when it is not NULL: the newest `limit`, oldest first. out[] must hold

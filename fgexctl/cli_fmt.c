@@ -498,8 +498,8 @@ static void table_add_opt(struct table *t, bool has, uint64_t v)
 
 static int human_worker_table(FILE *f, const Fgx__Ctl__Reply *rep)
 {
-    static const char *const heads[] = {"KIND",     "PID",   "STATE",  "GENERATION",
-                                        "RESTARTS", "FLOWS", "QDROPS", "RSS"};
+    static const char *const heads[] = {"KIND",  "PID",    "STATE", "GENERATION", "RESTARTS",
+                                        "FLOWS", "QDROPS", "RSS",   "REFUSED"};
     struct table t;
     char rss[32];
     int rc;
@@ -508,7 +508,8 @@ static int human_worker_table(FILE *f, const Fgx__Ctl__Reply *rep)
         (void)fputs("no workers\n", f);
         return 0;
     }
-    table_init(&t, heads, 8, 1u << 1 | 1u << 3 | 1u << 4 | 1u << 5 | 1u << 6 | 1u << 7);
+    table_init(&t, heads, 9,
+               1u << 1 | 1u << 3 | 1u << 4 | 1u << 5 | 1u << 6 | 1u << 7 | 1u << 8);
     for (size_t i = 0; i < rep->n_workers; i++) {
         const Fgx__Ctl__Worker *w = rep->workers[i];
 
@@ -525,6 +526,7 @@ static int human_worker_table(FILE *f, const Fgx__Ctl__Reply *rep)
         } else {
             table_addf(&t, "-");
         }
+        table_add_opt(&t, w->has_conns_refused, w->conns_refused);
     }
     rc = table_print(f, &t);
     table_release(&t);
@@ -884,6 +886,16 @@ static void json_worker(struct cli_json *j, const Fgx__Ctl__Worker *w)
     cli_json_u64(j, w->verdict_errors);
     cli_json_key(j, "malformed");
     cli_json_u64(j, w->malformed);
+    if (w->has_conns_refused) { /* the proxy's own: absent for the nfq worker */
+        cli_json_key(j, "conns_refused");
+        cli_json_u64(j, w->conns_refused);
+        cli_json_key(j, "unclassified");
+        cli_json_u64(j, w->unclassified);
+        cli_json_key(j, "connect_failed");
+        cli_json_u64(j, w->connect_failed);
+        cli_json_key(j, "scan_errors");
+        cli_json_u64(j, w->scan_errors);
+    }
     cli_json_obj_end(j);
 }
 

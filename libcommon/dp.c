@@ -246,6 +246,15 @@ int fgx_dp_encode(const struct fgx_dp_msg *m, void **buf, size_t *len)
         st.truncated = s->truncated;
         st.verdict_errors = s->verdict_errors;
         st.malformed = s->malformed;
+        /* Optional: absent (0) from nfqworker costs no bytes. */
+        st.has_conns_refused = s->conns_refused != 0;
+        st.has_unclassified = s->unclassified != 0;
+        st.has_connect_failed = s->connect_failed != 0;
+        st.has_scan_errors = s->scan_errors != 0;
+        st.conns_refused = s->conns_refused;
+        st.unclassified = s->unclassified;
+        st.connect_failed = s->connect_failed;
+        st.scan_errors = s->scan_errors;
         msg.msg_case = FGX__DP__MSG__MSG_STATS;
         msg.stats = &st;
         break;
@@ -387,6 +396,10 @@ static int stats_from_pb(const Fgx__Dp__Stats *p, struct fgx_dp_stats *s)
     s->truncated = p->truncated;
     s->verdict_errors = p->verdict_errors;
     s->malformed = p->malformed;
+    s->conns_refused = p->conns_refused;
+    s->unclassified = p->unclassified;
+    s->connect_failed = p->connect_failed;
+    s->scan_errors = p->scan_errors;
     if (p->n_filters > 0) {
         s->filters = calloc(p->n_filters, sizeof(*s->filters));
         if (s->filters == NULL)

@@ -1,11 +1,16 @@
 /* Stats stage of proxyworker: per-thread counters (written by their thread, no locks) and match
  * events, summed and drained on request by the control thread into a STATS for controld.
  *
- * The proxy reports in the NFQUEUE layer's terms: per service, "packets" are reads relayed,
+ * Per service, the proxy reports in the NFQUEUE layer's terms: "packets" are reads relayed,
  * "bytes" bytes relayed, "accepted" connections relayed, "dropped" connections reset (blocked,
- * refused upstream, idle) and "flows_active" connections open; worker-wide, "flows" is the
- * connections open, "queue_drops" the connections refused at the connection limit, "malformed"
- * the connections that reached no service and "verdict_errors" failed scans. */
+ * refused upstream, idle) and "flows_active" connections open. Of the worker-wide numbers only
+ * two mean the same thing here: "flows" is the proxied connections open now and "rss_bytes" the
+ * resident memory. queue_drops, truncated, verdict_errors and malformed describe packets on an
+ * NFQUEUE and stay 0: the proxy has no queue, never sees a cut packet and gives no verdicts. Its
+ * own failures have fields of their own: connections refused at the limit, for no service,
+ * whose service was unreachable, and failed scans. */
+#include "px_stats.h"
+
 #include "px.h"
 
 #include <errno.h>
@@ -76,6 +81,21 @@ static uint64_t rss_bytes(void)
     return ret;
 }
 
+void px_stats_own(struct px_worker *w, struct px_own_stats *out)
+{
+    unsigned k;
+
+    memset(out, 0, sizeof(*out));
+    for (k = 0; k < w->nthreads; k++) {
+        const struct px_counters *c = &w->threads[k].ctr;
+
+        out->conns_refused += ld(&c->limit_refused);
+        out->unclassified += ld(&c->unclassified);
+        out->connect_failed += ld(&c->connect_failed);
+        out->scan_errors += ld(&c->scan_errors);
+    }
+}
+
 static struct fgx_dp_service_stat *svc_find(struct fgx_dp_stats *s, uint32_t id, size_t cap)
 {
     size_t i;
@@ -112,6 +132,7 @@ static int event_cmp(const void *a, const void *b)
 int px_stats_collect(struct px_worker *w, struct fgx_dp_stats *out)
 {
     size_t scap = PX_SVC_SLOTS, fcap = PX_FILTER_SLOTS, i;
+    struct px_own_stats own;
     struct fgx_wcfg *cur;
     unsigned k;
 
@@ -137,9 +158,6 @@ int px_stats_collect(struct px_worker *w, struct fgx_dp_stats *out)
         out->nevents += fgx_evring_drain(&w->threads[k].events, out->events + out->nevents,
                                          FGX_EVRING_SIZE, &out->events_lost);
         out->flows += ld(&c->conns);
-        out->queue_drops += ld(&c->limit_refused);
-        out->malformed += ld(&c->unclassified);
-        out->verdict_errors += ld(&c->scan_errors);
         for (i = 0; i < PX_SVC_SLOTS; i++) {
             struct px_svc_ctr *sc = &c->svc[i];
             struct fgx_dp_service_stat *ss;
@@ -175,5 +193,10 @@ int px_stats_collect(struct px_worker *w, struct fgx_dp_stats *out)
     if (out->nevents > 1)
         qsort(out->events, out->nevents, sizeof(*out->events), event_cmp);
     out->rss_bytes = rss_bytes();
+    px_stats_own(w, &own);
+    out->conns_refused = own.conns_refused;
+    out->unclassified = own.unclassified;
+    out->connect_failed = own.connect_failed;
+    out->scan_errors = own.scan_errors;
     return 0;
 }

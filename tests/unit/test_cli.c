@@ -1180,9 +1180,9 @@ Test(cli, worker_list_rendering)
     two_workers(&a, &b, v, &rep);
     out = render(&req, &rep, false);
     /* What the down worker has not reported is "-", not a made-up 0. */
-    cr_assert_str_eq(out, "KIND    PID  STATE    GENERATION  RESTARTS  FLOWS  QDROPS       RSS\n"
-                          "nfq    1234  running           5         1     42       3  11.8 MiB\n"
-                          "proxy     0  down              -         0      -       -         -\n");
+    cr_assert_str_eq(out, "KIND    PID  STATE    GENERATION  RESTARTS  FLOWS  QDROPS       RSS  REFUSED\n"
+                          "nfq    1234  running           5         1     42       3  11.8 MiB        -\n"
+                          "proxy     0  down              -         0      -       -         -        -\n");
     free(out);
     out = render(&req, &rep, true);
     cr_assert_str_eq(out, want_json);

@@ -151,6 +151,38 @@ Test(ctl_metrics, render_well_formed)
     free(text);
 }
 
+/* Both workers, each under its own kind; the proxy has no queue, so no queue-drop sample. */
+Test(ctl_metrics, render_the_proxy_worker)
+{
+    struct ctl_metrics_worker w[] = {
+        {.kind = "nfq", .up = true, .restarts = 2, .rss_bytes = 1 << 20, .flows = 3},
+        {.kind = "proxy", .up = true, .restarts = 1, .rss_bytes = 3 << 20, .flows = 5,
+         .has_own = true, .conns_refused = 6, .unclassified = 7, .connect_failed = 8,
+         .scan_errors = 9},
+    };
+    char *text = NULL;
+    size_t len = 0;
+
+    feed();
+    cr_assert_eq(ctl_metrics_render(svcs, 2, flts, 2, stats, w, 2, &text, &len), 0);
+    has_line(text, "fgex_worker_up{kind=\"nfq\"} 1");
+    has_line(text, "fgex_worker_up{kind=\"proxy\"} 1");
+    has_line(text, "fgex_worker_restarts_total{kind=\"proxy\"} 1");
+    has_line(text, "fgex_worker_rss_bytes{kind=\"nfq\"} 1048576");
+    has_line(text, "fgex_worker_rss_bytes{kind=\"proxy\"} 3145728");
+    has_line(text, "fgex_worker_flows{kind=\"nfq\"} 3");
+    has_line(text, "fgex_worker_flows{kind=\"proxy\"} 5");
+    has_line(text, "fgex_worker_queue_drops_total{kind=\"nfq\"} 12");
+    has_line(text, "fgex_worker_conns_refused_total{kind=\"proxy\"} 6");
+    has_line(text, "fgex_worker_unclassified_total{kind=\"proxy\"} 7");
+    has_line(text, "fgex_worker_connect_failed_total{kind=\"proxy\"} 8");
+    has_line(text, "fgex_worker_scan_errors_total{kind=\"proxy\"} 9");
+    cr_assert_null(strstr(text, "fgex_worker_conns_refused_total{kind=\"nfq\"}"));
+    cr_assert_null(strstr(text, "fgex_worker_queue_drops_total{kind=\"proxy\"}"),
+                   "the nfq worker's queue drops shown for the proxy:\n%s", text);
+    free(text);
+}
+
 Test(ctl_metrics, render_without_stats_or_workers)
 {
     char *text = NULL;

@@ -138,12 +138,17 @@ Test(ctl_stats, worker_down_clears_flows_not_totals)
 {
     struct ctl_svc_counters c;
 
+    struct fgx_dp_stats px = {.flows = 2, .rss_bytes = 8192};
+
     feed(1, 10, 1, 5, 0);
+    cr_assert_eq(ctl_stats_ingest_proxy(stats, 1, &px, NULL, 0), 0);
     ctl_stats_worker_down(stats);
     ctl_stats_service(stats, svc_id, &c);
     cr_assert_eq(c.flows_active, 0);
     cr_assert_eq(c.packets, 10);
     cr_assert_not(ctl_stats_worker(stats)->valid);
+    cr_assert(ctl_stats_px_worker(stats)->valid, "the proxy worker is another process");
+    cr_assert_eq(ctl_stats_px_worker(stats)->flows, 2);
 }
 
 Test(ctl_stats, totals_survive_controld_restart)

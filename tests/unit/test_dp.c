@@ -61,6 +61,10 @@ static void make_stats(struct fgx_dp_msg *m)
         .truncated = 14,
         .verdict_errors = 15,
         .malformed = 16,
+        .conns_refused = 17,
+        .unclassified = 18,
+        .connect_failed = 19,
+        .scan_errors = 20,
     };
 }
 
@@ -174,6 +178,10 @@ Test(dp, stats_round_trip)
     cr_assert_eq(b->truncated, 14);
     cr_assert_eq(b->verdict_errors, 15);
     cr_assert_eq(b->malformed, 16);
+    cr_assert_eq(b->conns_refused, 17);
+    cr_assert_eq(b->unclassified, 18);
+    cr_assert_eq(b->connect_failed, 19);
+    cr_assert_eq(b->scan_errors, 20);
     fgx_dp_msg_release(&out);
 }
 

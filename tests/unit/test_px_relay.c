@@ -23,6 +23,7 @@
 #include "fgx/log.h"
 #include "fgx/ruleset.h"
 #include "proxyworker/px.h"
+#include "proxyworker/px_stats.h"
 
 #define PX_PORT 15001
 #define SVC_PORT 8080
@@ -467,6 +468,7 @@ Test(px_relay, a_removed_filter_stops_matching_open_connections)
 Test(px_relay, connection_limit_refuses_and_counts)
 {
     struct fgx_dp_stats st;
+    struct px_own_stats own;
     struct sockaddr_storage peer;
     char buf[8];
     int lfd, c1, c2, sfd, err = 0;
@@ -482,8 +484,10 @@ Test(px_relay, connection_limit_refuses_and_counts)
     cr_assert_eq(recv_until_end(c2, buf, sizeof(buf), &err), 0);
     cr_assert_eq(err, ECONNRESET);
     cr_assert_eq(px_stats_collect(&w, &st), 0);
-    cr_assert_eq(st.queue_drops, 1);
+    cr_assert_eq(st.queue_drops, 0, "a refused connection is no NFQUEUE drop");
     cr_assert_eq(st.flows, 1);
+    px_stats_own(&w, &own);
+    cr_assert_eq(own.conns_refused, 1);
     {
         struct fgx_dp_msg m = {.type = FGX_DP_STATS, .u.stats = st};
 

@@ -92,6 +92,11 @@ struct fgx_dp_stats {
     uint64_t truncated;      /* packets that arrived cut short by the copy range (dropped) */
     uint64_t verdict_errors; /* verdicts the kernel refused (e.g. ENOENT for a stale id) */
     uint64_t malformed;      /* packets that could not be decoded (dropped) */
+    /* proxyworker's own (0 from nfqworker): connections it reset itself, since it started */
+    uint64_t conns_refused;  /* at its connection limit */
+    uint64_t unclassified;   /* for no running proxy-layer service */
+    uint64_t connect_failed; /* the real service could not be reached */
+    uint64_t scan_errors;    /* hyperscan failed on their bytes */
     size_t nevents;
     struct fgx_dp_event *events; /* blocks since the previous STATS */
     uint64_t events_lost;
