@@ -3,8 +3,8 @@
 again here with every TCP service on the proxy layer: one test body, parameterised by the layer
 that Env.service() gives a TCP service. Then what only the proxy layer has: the service sees the
 client's own address, half-close, backpressure against a slow reader, the UDP refusal, switching
-a running service between layers, the proxy worker in the worker list, and fail_open when the
-proxy worker is stopped."""
+a running service between layers, the proxy worker and its own counters in the worker list,
+and fail_open when the proxy worker is stopped."""
 import os
 import signal
 import sys
@@ -21,8 +21,9 @@ import test_tcp  # noqa: E402,F401
 import test_swap  # noqa: E402,F401
 
 # Tests about the nfqueue layer itself, not about filtering: they stay in their own module.
+# Bodies that are about NFQUEUE itself (queue trips, the nfq worker, packets already in flight).
 _NFQ_ONLY = {"status_lists_nfq_worker", "connection_open_before_service_is_inspected",
-             "service_list_fields"}
+             "service_list_fields", "short_connection_costs_three_queue_trips"}
 it._TESTS[:] = [t for t in it._TESTS if t.__name__ not in _NFQ_ONLY]
 
 _service = it.Env.service
@@ -95,6 +96,36 @@ def status_lists_proxy_worker(env):
     check(w, "no running proxy worker in status: %r", env.ctl("status").get("workers"))
     with open("/proc/%d/comm" % w["pid"]) as f:
         check("proxyworker" in f.read(), "pid %d is not a proxyworker", w["pid"])
+
+
+def proxy_in_worker_list(env):
+    for w in env.ctl("worker", "list"):
+        if w.get("kind") == "proxy":
+            return w
+    return None
+
+
+@test
+def worker_list_shows_the_proxy_counters(env):
+    _, port = env.service("px-wl", "tcp")
+    env.tcp_server(port, idle=6.0)
+    # Two connections held open for a while, then closed by their clients.
+    hs = [env.tcp_client(host, port, [b"hello", 2.5], wait=False) for host in (SRV4, SRV6)]
+    w = it.wait_until(lambda: (lambda x: x if x and x.get("flows", 0) >= 2 else None)(
+        proxy_in_worker_list(env)), timeout=4)
+    check(w, "the proxy worker never showed 2 open connections: %r", proxy_in_worker_list(env))
+    check(w["rss_bytes"] > 1 << 20, "proxy rss_bytes %r", w["rss_bytes"])
+    check(w.get("conns_refused") == 0 and w.get("scan_errors") == 0,
+          "the proxy's own failure counters: %r", w)
+    with open("/proc/%d/statm" % w["pid"]) as f:
+        rss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    check(rss / 2 <= w["rss_bytes"] <= rss * 2, "proxy rss_bytes %d, /proc says %d",
+          w["rss_bytes"], rss)
+    for h in hs:
+        it.client_result(h, 15)
+    w = it.wait_until(lambda: (lambda x: x if x and x.get("flows") == 0 else None)(
+        proxy_in_worker_list(env)), timeout=4)
+    check(w, "connections still counted open after they closed: %r", proxy_in_worker_list(env))
 
 
 @test
