@@ -369,17 +369,10 @@ class Fgex:
         return ids
 
     def restart_workers(self, kind="nfq", timeout=30):
-        """`fgexctl worker restart` when it exists (issue 3); until then kill the worker and let
-        controld's supervisor restart it, then wait until it runs the current generation."""
+        """`fgexctl worker restart KIND` (it returns once the new worker applied the state);
+        then wait until status shows it running under a new pid."""
         old = self.workers(kind)
-        p = self.ctl("worker", "restart", kind, json_out=False, check=False)
-        if p.returncode != 0:
-            for w in old:
-                if w.get("pid", 0) > 0:
-                    try:
-                        os.kill(w["pid"], signal.SIGTERM)
-                    except ProcessLookupError:
-                        pass
+        self.ctl("worker", "restart", kind, json_out=False, timeout=timeout)
         old_pids = {w.get("pid") for w in old}
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -395,12 +388,14 @@ class Fgex:
         raise CtlError("the %s worker did not come back within %ds" % (kind, timeout))
 
     def worker_counters(self):
-        """Whatever per-worker counters `status --json` exposes (truncated, queue_drops, ...).
-        Keys the status does not carry are simply absent."""
+        """The nfq worker's own counters from `worker list --json` (truncated, queue_drops, ...),
+        counted since that worker process started. Keys it does not carry are simply absent."""
         keys = ("truncated", "queue_drops", "verdict_errors", "malformed", "rss_bytes")
         out = {}
         try:
-            for w in self.workers("nfq"):
+            for w in self.ctl("worker", "list", timeout=10):
+                if w.get("kind") != "nfq":
+                    continue
                 for k in keys:
                     if k in w:
                         out[k] = out.get(k, 0) + int(w[k])
