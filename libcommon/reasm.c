@@ -13,6 +13,7 @@
 #include "hs_err.h"
 
 #define CHUNK 2048u
+#define FLOOR_SPAN (1u << 30) /* the largest TCP window: nothing older can be in flight */
 
 struct hold {
     uint64_t cookie;
@@ -318,6 +319,8 @@ static void excerpt_fill(struct fgx_reasm_match *m, const struct fgx_reasm *r, c
     m->excerpt_len = (uint8_t)(k + n);
 }
 
+static int stream_open(struct fgx_reasm *r);
+
 /* Scan len bytes of the direction's stream. Returns 1 on a match (*st filled), 0 on none, or
  * -EIO when hyperscan fails (the bytes must then not pass). */
 static int scan(struct fgx_reasm_ctx *c, struct fgx_reasm *r, const uint8_t *data, size_t len,
@@ -328,7 +331,9 @@ static int scan(struct fgx_reasm_ctx *c, struct fgx_reasm *r, const uint8_t *dat
 
     if (r->db == NULL)
         return 0;
-    if (r->stream == NULL)
+    /* Streams open at a direction's first payload byte: most flows' directions never carry
+     * one (idle connections, replies of nothing), and a stream costs hs_stream_size() each. */
+    if (r->stream == NULL && (r->stream_failed || stream_open(r) != 0))
         return -EIO;
     rc = hs_scan_stream(r->stream, (const char *)data, (unsigned int)len, 0, c->scratch, on_match,
                         st);
@@ -421,10 +426,15 @@ enum fgx_reasm_verdict fgx_reasm_segment(struct fgx_reasm_ctx *ctx, struct fgx_r
     if (!r->active) {
         r->active = true;
         r->next_seq = seq;
+        r->floor_seq = seq;
     }
     if (len == 0)
         return FGX_REASM_ACCEPT;
     if (r->stream_failed)
+        return FGX_REASM_DROP;
+    if (r->next_seq - r->floor_seq > FLOOR_SPAN)
+        r->floor_seq = r->next_seq - FLOOR_SPAN;
+    if (seq_cmp(seq, r->floor_seq) < 0)
         return FGX_REASM_DROP;
     if (seq_cmp(seq, r->next_seq) > 0)
         return hold_add(ctx, r, seq, ack, p, len, cookie, now_ms) ? FGX_REASM_HOLD
@@ -490,13 +500,15 @@ int fgx_reasm_start(struct fgx_reasm_ctx *ctx, struct fgx_reasm *r, uint32_t seq
     hold_drop_all(ctx, r);
     r->active = true;
     r->next_seq = seq;
+    r->floor_seq = seq;
     r->ring_len = 0;
     r->ring_pos = 0;
     r->scanned = 0;
+    r->stream_failed = false;
     if (r->stream != NULL && hs_reset_stream(r->stream, 0, NULL, NULL, NULL) == HS_SUCCESS)
         return 0;
-    stream_close(r);
-    return stream_open(r);
+    stream_close(r); /* the next payload byte opens a fresh one */
+    return 0;
 }
 
 int fgx_reasm_set_db(struct fgx_reasm_ctx *ctx, struct fgx_reasm *r, const struct hs_database *db,
@@ -511,8 +523,12 @@ int fgx_reasm_set_db(struct fgx_reasm_ctx *ctx, struct fgx_reasm *r, const struc
     stream_close(r);
     r->db = db;
     r->db_hash = hash;
+    r->stream_failed = false;
+    r->scanned = 0;
+    if (n == 0)
+        return 0; /* nothing to prime with: the stream opens at the first payload byte */
     ret = stream_open(r);
-    if (ret != 0 || r->stream == NULL || n == 0)
+    if (ret != 0 || r->stream == NULL)
         return ret;
     if (n < FGX_REASM_RING) {
         memcpy(lin, r->ring, n);

@@ -25,6 +25,7 @@
 #define NFQ_RXBUF (0xffff + 4096)
 #define NFQ_TXBUF (64 << 10)
 #define NFQ_RX_BATCH 64
+#define NFQ_FLUSH_BYTES (256u << 10) /* received bytes after which a batch's verdicts go out */
 
 #define NFQ_EVENTS 256 /* match events waiting per thread; a power of two */
 
@@ -36,6 +37,8 @@ struct nfq_db {
     int refs; /* __atomic */
     uint64_t hash;
     struct hs_database *db;
+    uint32_t *ids; /* the filter ids compiled into db, ascending (owned); NULL: not known */
+    size_t nids;
 };
 
 struct nfq_service {

@@ -62,7 +62,13 @@ static int queue_bind(struct nfq_thread *t, unsigned queue, bool fail_open)
 {
     char buf[MNL_SOCKET_BUFFER_SIZE];
     struct nlmsghdr *nlh;
-    uint32_t flags = fail_open ? NFQA_CFG_F_FAIL_OPEN : 0;
+    /* Whole GSO packets: the kernel would otherwise segment them before queueing, one queue
+     * trip and one verdict per 1500-byte segment (measured here: ~0.3 GB/s against ~1.9 GB/s
+     * whole on veth). They may arrive with NFQA_SKB_CSUMNOTREADY, which is harmless: only the
+     * payload is read. A GSO packet is at most gso_max_size (64 KiB), so it can exceed the copy
+     * range; match drops and counts such a packet (cap_len > len) rather than pass bytes
+     * unscanned, and the rules' MSS clamp keeps honest traffic under it. */
+    uint32_t flags = NFQA_CFG_F_GSO | (fail_open ? NFQA_CFG_F_FAIL_OPEN : 0);
     int ret;
 
     nlh = nfq_nlmsg_put(buf, NFQNL_MSG_CONFIG, queue);
@@ -73,8 +79,7 @@ static int queue_bind(struct nfq_thread *t, unsigned queue, bool fail_open)
     nlh = nfq_nlmsg_put(buf, NFQNL_MSG_CONFIG, queue);
     nfq_nlmsg_cfg_put_params(nlh, NFQNL_COPY_PACKET, 0xffff);
     nfq_nlmsg_cfg_put_qmaxlen(nlh, NFQ_QUEUE_MAXLEN);
-    /* GSO off: the kernel segments before queueing, so each packet is one segment to scan.
-     * Conntrack info is not needed and costs per packet. */
+    /* Conntrack info is not needed and costs per packet. */
     mnl_attr_put_u32(nlh, NFQA_CFG_FLAGS, htonl(flags));
     mnl_attr_put_u32(nlh, NFQA_CFG_MASK,
                      htonl(NFQA_CFG_F_FAIL_OPEN | NFQA_CFG_F_CONNTRACK | NFQA_CFG_F_GSO));
@@ -219,11 +224,16 @@ static void on_buffer(struct nfq_thread *t, size_t len)
     }
 }
 
-/* Read what is waiting, up to a batch, without blocking. */
+/* Read what is waiting, up to a batch, without blocking. Verdicts leave in one send per batch,
+ * or sooner once NFQ_FLUSH_BYTES were received: a batch of 64 whole GSO packets takes over a
+ * millisecond to scan, and a small packet queued first (an SLA check beside a bulk transfer)
+ * should not wait for all of it. Short connections' batches (a few small packets per wake-up,
+ * measured) still leave in one send. */
 static void recv_batch(struct nfq_thread *t)
 {
     static __thread unsigned long long last_log;
     int fd = mnl_socket_get_fd(t->nl), i;
+    size_t since_flush = 0;
 
     t->now_ms = nfq_now_ms();
     for (i = 0; i < NFQ_RX_BATCH; i++) {
@@ -244,6 +254,11 @@ static void recv_batch(struct nfq_thread *t)
             break;
         }
         on_buffer(t, (size_t)n);
+        since_flush += (size_t)n;
+        if (since_flush >= NFQ_FLUSH_BYTES) {
+            nfq_verdict_flush(t);
+            since_flush = 0;
+        }
     }
     nfq_verdict_flush(t);
 }

@@ -383,5 +383,61 @@ def large_transfer_with_match_deep_inside_blocked(env):
         check(s["end"] == "reset", "server ended by %s over %s, expected reset", s["end"], host)
 
 
+def _queued(env):
+    """Packets that went through the namespace's NFQUEUE queues (their id_sequence)."""
+    out = it.sh("ip", "netns", "exec", env.srv, "cat", "/proc/net/netfilter/nfnetlink_queue")
+    return sum(int(line.split()[7]) for line in out.stdout.splitlines() if line.strip())
+
+
+def _worker_counter(env, key):
+    return sum(int(w.get(key, 0)) for w in env.ctl("worker", "list") if w.get("kind") == "nfq")
+
+
+@test
+def bulk_whole_gso_packets_never_truncated(env):
+    # The worker asks for whole GSO packets (up to 64 KiB each) and the copy range is 65531:
+    # honest bulk traffic must arrive whole (the MSS clamp keeps loopback's segments under it),
+    # over far fewer queue trips than 1500-byte segments would take.
+    _, port = env.service("gso", "tcp")
+    env.filter("gso")
+    srv = env.tcp_server(port, sink=True)
+    t0, q0 = _worker_counter(env, "truncated"), _queued(env)
+    for n, (ns, host) in enumerate(((env.cli, SRV4), (env.srv, "127.0.0.1")), start=1):
+        h = env.helper(ns, "bulk-client", "--host", host, "--port", port, "--size", 8 * MIB,
+                       "--timeout", 20)
+        c = it.client_result(h, 30)
+        s = it.server_conn(srv, n, timeout=20)
+        check(c["end"] == "eof" and s["bytes"] == 8 * MIB and s["sha256"] == c["sha256"],
+              "transfer over %s: client %r, server %d bytes end %s", host, c, s["bytes"],
+              s["end"])
+        if n == 1:
+            q = _queued(env) - q0
+            check(q < (8 * MIB // 1448) // 2, "veth: %d packets queued for %d segments' worth: "
+                  "GSO packets are not queued whole", q, 8 * MIB // 1448)
+    check(_worker_counter(env, "truncated") == t0, "the worker saw truncated packets")
+
+
+@test
+def short_connection_costs_three_queue_trips(env):
+    # Queued: the client's SYN (anchors the c2s stream), the request and the reply. Not queued:
+    # the SYN-ACK (the s2c stream starts at the server's first data), pure ACKs, FINs.
+    _, port = env.service("short", "tcp")
+    env.filter("short")
+    env.filter("short", dir="s2c")
+    conv = Conv(env, port, reply=b"fine")
+    for _, host in hosts():
+        q0 = _queued(env)
+        c, s = conv.run(host, [b"hello", ("read", 0.5)])
+        it.assert_passed(c, s, b"hello", reply=b"fine")
+        q = _queued(env) - q0
+        check(q == 3, "a short connection over %s took %d queue trips, expected 3", host, q)
+    # The reply direction is still scanned from its first byte without the SYN-ACK.
+    conv = Conv(env, env.service("short2", "tcp")[1], reply=b"flag " + EVIL)
+    env.filter("short2", dir="s2c")
+    for _, host in hosts():
+        c, s = conv.run(host, [b"hello", ("read", 0.5)])
+        it.assert_blocked(c, s)
+
+
 if __name__ == "__main__":
     sys.exit(it.run_module("tcp"))

@@ -74,6 +74,22 @@ Test(nfq_config, equal_databases_are_loaded_once)
     nfq_config_unref(c);
 }
 
+Test(nfq_config, both_directions_of_one_service_share_their_database)
+{
+    struct fgx_dp_service s = {.id = 1, .ipproto = IPPROTO_TCP, .port = 80};
+    struct fgx_dp_ruleset rs = {.generation = 1, .nservices = 1, .services = &s};
+    struct nfq_config *c = NULL;
+
+    /* filters of direction "both": the same compiled database for c2s and s2c */
+    s.db[0] = evil;
+    s.db[1] = evil;
+    cr_assert_eq(nfq_config_build(&rs, NULL, &c), 0);
+    cr_assert_not_null(c->svc[0].db[0]);
+    cr_assert_eq(c->svc[0].db[0], c->svc[0].db[1]);
+    cr_assert_eq(refs(c->svc[0].db[0]), 2);
+    nfq_config_unref(c);
+}
+
 Test(nfq_config, next_generation_reuses_unchanged_databases)
 {
     struct nfq_config *c1 = NULL, *c2 = NULL;

@@ -123,6 +123,48 @@ Test(reasm, retransmitted_bytes_not_rescanned)
     cr_assert_eq(m.seq, 9);
 }
 
+Test(reasm, bytes_before_an_unanchored_start_are_dropped)
+{
+    struct fgx_reasm_match m;
+
+    /* No SYN seen (server->client, or an evicted flow): the sender shows its second segment
+     * first. Its first segment must not pass as "already passed". */
+    cr_assert_eq(fgx_reasm_set_db(ctx, &r, db_evil, 1), 0);
+    cr_assert_eq(seg(104, "il1337", 1, 0, &m), FGX_REASM_ACCEPT);
+    cr_assert_eq(seg(100, "ev", 2, 0, &m), FGX_REASM_DROP);
+    cr_assert_eq(seg(100, "evil1337", 3, 0, &m), FGX_REASM_DROP);
+    cr_assert_not(m.matched);
+    /* a retransmission of what passed, and new data, still pass */
+    cr_assert_eq(seg(104, "il1337", 4, 0, &m), FGX_REASM_ACCEPT);
+    cr_assert_eq(seg(110, "fine", 5, 0, &m), FGX_REASM_ACCEPT);
+    cr_assert_eq(r.next_seq, 114);
+    /* a SYN anchors the start at ISN + 1: nothing before it is data */
+    cr_assert_eq(fgx_reasm_start(ctx, &r, 5000), 0);
+    cr_assert_eq(seg(4990, "0123456789ab", 6, 0, &m), FGX_REASM_DROP);
+    cr_assert_eq(seg(5000, "ab", 7, 0, &m), FGX_REASM_ACCEPT);
+}
+
+Test(reasm, start_follows_a_long_stream_across_wrap)
+{
+    static char buf[65536];
+    struct fgx_reasm_match m;
+    uint32_t seq = 0xfff00000u;
+    unsigned i;
+
+    /* 3 GiB in order with nothing to match: sequence numbers wrap and pass the start twice
+     * over in signed distance; in-window retransmissions and new data must keep passing. */
+    cr_assert_eq(fgx_reasm_start(ctx, &r, seq), 0);
+    for (i = 0; i < 3u * 16384; i++, seq += sizeof(buf))
+        cr_assert_eq(fgx_reasm_segment(ctx, &r, seq, 0, buf, sizeof(buf), i, 0, &m),
+                     FGX_REASM_ACCEPT, "segment %u", i);
+    cr_assert_eq(r.next_seq, seq);
+    cr_assert_eq(fgx_reasm_segment(ctx, &r, seq - 100000, 0, buf, 1000, 1, 0, &m),
+                 FGX_REASM_ACCEPT);
+    /* older than the largest window: nothing legitimate, dropped */
+    cr_assert_eq(fgx_reasm_segment(ctx, &r, seq - (3u << 29), 0, buf, 1000, 2, 0, &m),
+                 FGX_REASM_DROP);
+}
+
 Test(reasm, out_of_order_hold_and_release_with_match)
 {
     struct fgx_reasm_match m;
@@ -271,11 +313,45 @@ Test(reasm, switch_with_same_hash_keeps_stream)
 
     cr_assert_eq(fgx_reasm_set_db(ctx, &r, db_evil, 1), 0);
     cr_assert_eq(fgx_reasm_start(ctx, &r, 0), 0);
+    cr_assert_eq(seg(0, "evil", 1, 0, &m), FGX_REASM_ACCEPT);
     s = r.stream;
+    cr_assert_not_null(s);
     cr_assert_eq(fgx_reasm_set_db(ctx, &r, db_evil, 1), 0);
     cr_assert_eq(r.stream, s);
-    cr_assert_eq(seg(0, "evil", 1, 0, &m), FGX_REASM_ACCEPT);
     cr_assert_eq(seg(4, "9", 2, 0, &m), FGX_REASM_DROP);
+}
+
+Test(reasm, stream_opens_at_first_payload_byte)
+{
+    struct fgx_reasm_match m;
+
+    /* An idle direction (handshake, pure ACKs) costs no hyperscan stream. */
+    cr_assert_eq(fgx_reasm_set_db(ctx, &r, db_evil, 1), 0);
+    cr_assert_eq(fgx_reasm_start(ctx, &r, 100), 0);
+    cr_assert_null(r.stream);
+    cr_assert_eq(seg(100, "", 1, 0, &m), FGX_REASM_ACCEPT);
+    cr_assert_null(r.stream);
+    /* A segment held ahead of a gap is not scanned yet either. */
+    cr_assert_eq(seg(104, "7", 2, 0, &m), FGX_REASM_HOLD);
+    cr_assert_null(r.stream);
+    cr_assert_eq(seg(100, "evil", 3, 0, &m), FGX_REASM_ACCEPT);
+    cr_assert_not_null(r.stream);
+    cr_assert(m.matched, "the held segment completes the match once the gap is filled");
+    cr_assert_eq(m.cookie, 2);
+    /* A restart (port reuse) keeps no state of the old connection: no match across it. */
+    cr_assert_eq(fgx_reasm_start(ctx, &r, 500), 0);
+    cr_assert_eq(seg(500, "evil", 4, 0, &m), FGX_REASM_ACCEPT);
+    cr_assert_eq(fgx_reasm_start(ctx, &r, 900), 0);
+    cr_assert_eq(seg(900, "7", 5, 0, &m), FGX_REASM_ACCEPT);
+    cr_assert_not(m.matched);
+    /* A database switch with nothing passed yet defers the stream as well. */
+    fgx_reasm_release(ctx, &r);
+    cr_assert_null(r.stream);
+    fgx_reasm_init(&r);
+    cr_assert_eq(fgx_reasm_set_db(ctx, &r, db_zzz, 2), 0);
+    cr_assert_null(r.stream);
+    cr_assert_eq(seg(0, "zzz", 6, 0, &m), FGX_REASM_DROP);
+    cr_assert(m.matched);
 }
 
 Test(reasm, ring_keeps_last_bytes)

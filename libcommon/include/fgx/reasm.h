@@ -5,7 +5,8 @@
  *
  * Everything a context owns is allocated once, when it is created: the hold pool is a fixed
  * array of chunks, so holding a segment copies it but never allocates. Only opening a stream
- * (once per flow direction and database) allocates, inside hyperscan. */
+ * (once per flow direction and database, at the direction's first payload byte, so that idle
+ * flows cost no stream) allocates, inside hyperscan. */
 #ifndef FGX_REASM_H
 #define FGX_REASM_H
 
@@ -22,13 +23,18 @@ struct hs_stream;
 
 /* Called for a held segment when its verdict is known; cookie is what the caller gave. */
 typedef void (*fgx_reasm_verdict_fn)(void *arg, uint64_t cookie, bool accept);
+/* Gives back the caller's reference on a database whose stream a direction no longer keeps. */
+typedef void (*fgx_reasm_unref_fn)(void *ref);
 
 struct fgx_reasm {
-    struct hs_stream *stream;       /* owned; NULL when db is NULL */
+    struct hs_stream *stream;       /* owned; NULL until the first payload byte after a start
+                                     * or a database switch, and when db is NULL */
     const struct hs_database *db;   /* borrowed: the caller keeps it alive while set here */
     uint64_t db_hash;
     uint64_t scanned;  /* bytes fed to the stream since it was opened or reset */
     uint32_t next_seq; /* first byte not yet passed */
+    uint32_t floor_seq; /* where the direction started (at most 1 GiB behind next_seq): bytes
+                         * before it were never seen, so they cannot be scanned in order */
     uint32_t held_bytes;
     int32_t held_head; /* first held segment in sequence order, -1: none */
     uint16_t ring_len; /* valid bytes in ring, up to FGX_REASM_RING */
@@ -36,6 +42,22 @@ struct fgx_reasm {
     bool active;       /* next_seq is known */
     bool stream_failed; /* a database is set but no stream could be opened: drop, never pass */
     uint8_t ring[FGX_REASM_RING];
+    /* The filter ids compiled into db, ascending, borrowed like db; NULL: not known (then no
+     * old stream is kept across a change). */
+    const uint32_t *ids;
+    size_t nids;
+    /* The stream of an earlier database, kept across ruleset changes so that a partial match
+     * of a filter that survived them is never lost, however long ago it began (the ring only
+     * reaches FGX_REASM_RING bytes back). It scans every later byte too, and its matches count
+     * only for filters in ids. Closed when a change leaves it no filter in common with the new
+     * database, and with the direction (release, start). */
+    struct hs_stream *old_stream;     /* owned; NULL: none */
+    const struct hs_database *old_db; /* kept alive by old_ref */
+    const uint32_t *old_ids;          /* of old_db, ascending */
+    size_t old_nids;
+    uint64_t old_scanned;             /* bytes fed to old_stream */
+    void *old_ref;                    /* the caller's reference on old_db, given to old_unref */
+    fgx_reasm_unref_fn old_unref;
 };
 
 struct fgx_reasm_match {
@@ -81,11 +103,27 @@ void fgx_reasm_release(struct fgx_reasm_ctx *ctx, struct fgx_reasm *r);
 int fgx_reasm_set_db(struct fgx_reasm_ctx *ctx, struct fgx_reasm *r, const struct hs_database *db,
                      uint64_t hash);
 
+/* fgx_reasm_set_db() knowing the filter ids of db (ascending, borrowed like db), so that the
+ * direction keeps at most one old stream beside the new one: on a change the current stream
+ * becomes the old one, unless an old one already exists that still shares a filter id with db
+ * (the oldest useful history is kept and the in-between stream closed); an old stream that
+ * shares no id with db is closed. ref is the caller's reference on the database being replaced
+ * (r->db; NULL: none) and is handed over in every case: kept while that database's stream stays
+ * as the old one, else given to unref at once; the caller takes a new reference on db. */
+int fgx_reasm_switch_db(struct fgx_reasm_ctx *ctx, struct fgx_reasm *r,
+                        const struct hs_database *db, uint64_t hash, const uint32_t *ids,
+                        size_t nids, void *ref, fgx_reasm_unref_fn unref);
+
 /* Start (or restart) the direction at seq: held segments are dropped, the ring emptied and the
- * stream reset, as for a new connection. */
+ * stream reset (or closed, to be reopened at the next payload byte), as for a new connection. */
 int fgx_reasm_start(struct fgx_reasm_ctx *ctx, struct fgx_reasm *r, uint32_t seq);
 
 /* One TCP segment of len payload bytes at seq. A direction that is not active starts here.
+ * A segment that starts before where the direction started is dropped: its bytes were never
+ * seen, and passing them as "already passed" would let a sender that shows its second segment
+ * first slip the first one through unscanned (after an eviction, or on a direction the rules do
+ * not start with a SYN). The start follows next_seq at 1 GiB (the largest TCP window), so a long
+ * stream never wraps past it.
  * In-order bytes beyond next_seq are scanned; bytes already passed are not scanned again;
  * a segment beyond next_seq is held (copied) when the bounds allow, else dropped. When bytes
  * become in order, held segments are scanned and given their verdicts through the callback.
