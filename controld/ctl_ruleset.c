@@ -18,6 +18,35 @@ static bool dir_has_pattern(const struct fgx_pattern *pats, size_t n, enum fgx_d
     return false;
 }
 
+static int id_cmp(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+    return x < y ? -1 : x > y;
+}
+
+/* The filter ids compiled into one direction's database, ascending: a worker keeps an open
+ * flow's old stream across a change and believes its matches only for ids still listed. */
+static int ids_get(const struct fgx_pattern *pats, size_t n, enum fgx_dir dir, uint32_t **ids,
+                   size_t *nids)
+{
+    size_t m = 0;
+
+    *ids = NULL;
+    *nids = 0;
+    if (!dir_has_pattern(pats, n, dir))
+        return 0;
+    *ids = malloc(n * sizeof(**ids));
+    if (*ids == NULL)
+        return -ENOMEM;
+    for (size_t i = 0; i < n; i++)
+        if (pats[i].dir & dir)
+            (*ids)[m++] = pats[i].filter_id;
+    qsort(*ids, m, sizeof(**ids), id_cmp);
+    *nids = m;
+    return 0;
+}
+
 /* One direction's database: from the cache, else compiled and cached. */
 static int db_get(struct ctl_txn *t, const struct fgx_pattern *pats, size_t n, enum fgx_dir dir,
                   int ipproto, struct fgx_blob *out, uint64_t *key, char *err, size_t errlen)
@@ -104,6 +133,11 @@ int ctl_ruleset_build(struct ctl_txn *t, struct ctl_ruleset *out, char *err, siz
             }
             if (d->db[k].len)
                 keys[nkeys++] = key;
+            rv = d->db[k].len ? ids_get(pats, np, dir, &d->ids[k], &d->nids[k]) : 0;
+            if (rv < 0) {
+                snprintf(err, errlen, "service %s: %s", s->name, ctl_store_strerror(rv));
+                goto out;
+            }
         }
         *(proxy ? &out->px[out->npx++] : &out->nft[out->nnft++]) =
             (struct ctl_nft_service){.id = s->id,
@@ -135,10 +169,14 @@ void ctl_ruleset_release(struct ctl_ruleset *rs)
     for (size_t i = 0; i < rs->dp.nservices; i++) {
         fgx_blob_release(&rs->dp.services[i].db[0]);
         fgx_blob_release(&rs->dp.services[i].db[1]);
+        free(rs->dp.services[i].ids[0]);
+        free(rs->dp.services[i].ids[1]);
     }
     for (size_t i = 0; i < rs->px_dp.nservices; i++) {
         fgx_blob_release(&rs->px_dp.services[i].db[0]);
         fgx_blob_release(&rs->px_dp.services[i].db[1]);
+        free(rs->px_dp.services[i].ids[0]);
+        free(rs->px_dp.services[i].ids[1]);
     }
     free(rs->dp.services);
     free(rs->nft);

@@ -59,13 +59,35 @@ static bool event_ok(uint32_t dir, uint32_t ipproto, size_t srclen, size_t dstle
            (srclen == 4 || srclen == 16) && exlen <= FGX_DP_EXCERPT_MAX;
 }
 
+/* Filter ids of one database: strictly ascending, so that a worker can look one up by bisection
+ * and compare two databases' sets in one pass. */
+static int ids_check(uint32_t id, const char *dir, const uint32_t *ids, size_t n)
+{
+    size_t i;
+
+    if (n > 0 && ids == NULL) {
+        fgx_warn("data-path service %u: %zu %s filter ids missing", id, n, dir);
+        return -EINVAL;
+    }
+    for (i = 1; i < n; i++) {
+        if (ids[i] <= ids[i - 1]) {
+            fgx_warn("data-path service %u: %s filter ids not strictly ascending (%u after %u)",
+                     id, dir, ids[i], ids[i - 1]);
+            return -EINVAL;
+        }
+    }
+    return 0;
+}
+
 /* ---- encode ---- */
 
 static int service_to_pb(const struct fgx_dp_service *s, Fgx__Dp__Service *p)
 {
     int n = addr_bytes(s->addr.family);
 
-    if (service_check(s->id, s->ipproto, s->port, &s->addr) < 0)
+    if (service_check(s->id, s->ipproto, s->port, &s->addr) < 0 ||
+        ids_check(s->id, "c2s", s->ids[0], s->nids[0]) < 0 ||
+        ids_check(s->id, "s2c", s->ids[1], s->nids[1]) < 0)
         return -EINVAL;
     fgx__dp__service__init(p);
     p->id = s->id;
@@ -99,6 +121,11 @@ static int service_to_pb(const struct fgx_dp_service *s, Fgx__Dp__Service *p)
         p->has_hash_s2c = 1;
         p->hash_s2c = s->db[1].hash;
     }
+    /* protobuf-c never writes through these when packing either. */
+    p->n_ids_c2s = s->nids[0];
+    p->ids_c2s = (uint32_t *)s->ids[0];
+    p->n_ids_s2c = s->nids[1];
+    p->ids_s2c = (uint32_t *)s->ids[1];
     return 0;
 }
 
@@ -325,6 +352,18 @@ static void blob_free(struct fgx_blob *b)
     b->len = 0;
 }
 
+static int ids_copy(const uint32_t *src, size_t n, uint32_t **ids, size_t *nids)
+{
+    if (n == 0)
+        return 0;
+    *ids = malloc(n * sizeof(**ids));
+    if (*ids == NULL)
+        return -ENOMEM;
+    memcpy(*ids, src, n * sizeof(**ids));
+    *nids = n;
+    return 0;
+}
+
 static int service_from_pb(const Fgx__Dp__Service *p, struct fgx_dp_service *s)
 {
     int n;
@@ -357,6 +396,14 @@ static int service_from_pb(const Fgx__Dp__Service *p, struct fgx_dp_service *s)
     if (blob_copy(p->has_db_c2s, &p->db_c2s, p->has_hash_c2s, p->hash_c2s, &s->db[0]) < 0 ||
         blob_copy(p->has_db_s2c, &p->db_s2c, p->has_hash_s2c, p->hash_s2c, &s->db[1]) < 0) {
         fgx_err("data-path decode: out of memory for the databases of service %u", p->id);
+        return -ENOMEM;
+    }
+    if (ids_check(p->id, "c2s", p->ids_c2s, p->n_ids_c2s) < 0 ||
+        ids_check(p->id, "s2c", p->ids_s2c, p->n_ids_s2c) < 0)
+        return -EINVAL;
+    if (ids_copy(p->ids_c2s, p->n_ids_c2s, &s->ids[0], &s->nids[0]) < 0 ||
+        ids_copy(p->ids_s2c, p->n_ids_s2c, &s->ids[1], &s->nids[1]) < 0) {
+        fgx_err("data-path decode: out of memory for the filter ids of service %u", p->id);
         return -ENOMEM;
     }
     return 0;
@@ -537,6 +584,8 @@ void fgx_dp_msg_release(struct fgx_dp_msg *m)
         for (i = 0; i < m->u.ruleset.nservices; i++) {
             blob_free(&m->u.ruleset.services[i].db[0]);
             blob_free(&m->u.ruleset.services[i].db[1]);
+            free(m->u.ruleset.services[i].ids[0]);
+            free(m->u.ruleset.services[i].ids[1]);
         }
         free(m->u.ruleset.services);
         break;

@@ -68,6 +68,58 @@ static int on_match(unsigned int id, unsigned long long from, unsigned long long
     return 1; /* a flow is blocked at its first match: nothing more to learn from this scan */
 }
 
+static bool ids_has(const uint32_t *ids, size_t n, uint32_t id)
+{
+    size_t lo = 0, hi = n;
+
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+
+        if (ids[mid] == id)
+            return true;
+        if (ids[mid] < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return false;
+}
+
+static bool ids_share(const uint32_t *a, size_t na, const uint32_t *b, size_t nb)
+{
+    size_t i = 0, j = 0;
+
+    if (a == NULL || b == NULL)
+        return false;
+    while (i < na && j < nb) {
+        if (a[i] == b[j])
+            return true;
+        if (a[i] < b[j])
+            i++;
+        else
+            j++;
+    }
+    return false;
+}
+
+struct old_scan_state {
+    struct scan_state st;
+    const uint32_t *ids; /* the direction's current filters */
+    size_t nids;
+};
+
+/* The old stream's database may hold filters removed or disabled since: they never match again,
+ * so their matches are passed over and the scan goes on. */
+static int on_match_old(unsigned int id, unsigned long long from, unsigned long long to,
+                        unsigned int flags, void *arg)
+{
+    struct old_scan_state *o = arg;
+
+    if (!ids_has(o->ids, o->nids, id))
+        return 0;
+    return on_match(id, from, to, flags, &o->st);
+}
+
 int fgx_reasm_ctx_new(size_t pool_bytes, size_t flow_bytes, fgx_reasm_verdict_fn fn, void *arg,
                       struct fgx_reasm_ctx **out)
 {
@@ -320,6 +372,33 @@ static void excerpt_fill(struct fgx_reasm_match *m, const struct fgx_reasm *r, c
 }
 
 static int stream_open(struct fgx_reasm *r);
+static void old_close(struct fgx_reasm *r);
+
+/* The same bytes through the old stream, once the current one found nothing in them. */
+static int scan_old(struct fgx_reasm_ctx *c, struct fgx_reasm *r, const uint8_t *data, size_t len,
+                    struct scan_state *st)
+{
+    static __thread unsigned long long last_log;
+    struct old_scan_state o = {.ids = r->ids, .nids = r->nids};
+    hs_error_t rc;
+
+    rc = hs_scan_stream(r->old_stream, (const char *)data, (unsigned int)len, 0, c->scratch,
+                        on_match_old, &o);
+    if (o.st.matched) {
+        *st = o.st;
+        st->data_end = end_in_buffer(r->old_scanned, st->end, len);
+        return 1;
+    }
+    if (rc != HS_SUCCESS) {
+        /* The current stream did scan these bytes: only the older history is lost. */
+        fgx_log_ratelimited(&last_log, FGX_LOG_ERROR, "hyperscan old stream scan: %s",
+                            fgx_hs_strerror(rc));
+        old_close(r);
+        return 0;
+    }
+    r->old_scanned += len;
+    return 0;
+}
 
 /* Scan len bytes of the direction's stream. Returns 1 on a match (*st filled), 0 on none, or
  * -EIO when hyperscan fails (the bytes must then not pass). */
@@ -347,7 +426,7 @@ static int scan(struct fgx_reasm_ctx *c, struct fgx_reasm *r, const uint8_t *dat
         return -EIO;
     }
     r->scanned += len;
-    return 0;
+    return r->old_stream != NULL ? scan_old(c, r, data, len, st) : 0;
 }
 
 static void fill_match(struct fgx_reasm_match *m, const struct scan_state *st, uint32_t seq,
@@ -467,6 +546,20 @@ static void stream_close(struct fgx_reasm *r)
     r->stream = NULL;
 }
 
+static void old_close(struct fgx_reasm *r)
+{
+    if (r->old_stream != NULL)
+        hs_close_stream(r->old_stream, NULL, NULL, NULL);
+    if (r->old_ref != NULL && r->old_unref != NULL)
+        r->old_unref(r->old_ref);
+    r->old_stream = NULL;
+    r->old_ids = NULL;
+    r->old_nids = 0;
+    r->old_scanned = 0;
+    r->old_ref = NULL;
+    r->old_unref = NULL;
+}
+
 static int stream_open(struct fgx_reasm *r)
 {
     hs_error_t rc;
@@ -492,12 +585,14 @@ void fgx_reasm_release(struct fgx_reasm_ctx *ctx, struct fgx_reasm *r)
 {
     hold_drop_all(ctx, r);
     stream_close(r);
+    old_close(r);
     r->active = false;
 }
 
 int fgx_reasm_start(struct fgx_reasm_ctx *ctx, struct fgx_reasm *r, uint32_t seq)
 {
     hold_drop_all(ctx, r);
+    old_close(r); /* its history belongs to the connection before */
     r->active = true;
     r->next_seq = seq;
     r->floor_seq = seq;
@@ -511,8 +606,8 @@ int fgx_reasm_start(struct fgx_reasm_ctx *ctx, struct fgx_reasm *r, uint32_t seq
     return 0;
 }
 
-int fgx_reasm_set_db(struct fgx_reasm_ctx *ctx, struct fgx_reasm *r, const struct hs_database *db,
-                     uint64_t hash)
+static int db_replace(struct fgx_reasm_ctx *ctx, struct fgx_reasm *r, const struct hs_database *db,
+                      uint64_t hash)
 {
     uint8_t lin[FGX_REASM_RING];
     size_t n = r->ring_len, off = 0;
@@ -559,6 +654,49 @@ int fgx_reasm_set_db(struct fgx_reasm_ctx *ctx, struct fgx_reasm *r, const struc
         }
     }
     return 0;
+}
+
+int fgx_reasm_set_db(struct fgx_reasm_ctx *ctx, struct fgx_reasm *r, const struct hs_database *db,
+                     uint64_t hash)
+{
+    return fgx_reasm_switch_db(ctx, r, db, hash, NULL, 0, NULL, NULL);
+}
+
+int fgx_reasm_switch_db(struct fgx_reasm_ctx *ctx, struct fgx_reasm *r,
+                        const struct hs_database *db, uint64_t hash, const uint32_t *ids,
+                        size_t nids, void *ref, fgx_reasm_unref_fn unref)
+{
+    bool keep_old, demote;
+
+    if (r->db == db && r->db_hash == hash && !r->stream_failed) {
+        r->ids = ids;
+        r->nids = (uint32_t)nids;
+        if (ref != NULL && unref != NULL)
+            unref(ref);
+        return 0;
+    }
+    /* At most one old stream: the one with the longest history, as long as a filter it knows
+     * survives. A stream opened on a database that shares nothing with db has nothing left to
+     * find. */
+    keep_old = r->old_stream != NULL && ids_share(r->old_ids, r->old_nids, ids, nids);
+    demote = !keep_old && r->stream != NULL && ids_share(r->ids, r->nids, ids, nids);
+    if (!keep_old)
+        old_close(r);
+    if (demote) {
+        r->old_stream = r->stream;
+        r->old_ids = r->ids;
+        r->old_nids = r->nids;
+        r->old_scanned = r->scanned;
+        r->old_ref = ref;
+        r->old_unref = unref;
+        r->stream = NULL;
+    } else if (ref != NULL && unref != NULL) {
+        stream_close(r); /* before its database may go */
+        unref(ref);
+    }
+    r->ids = ids;
+    r->nids = (uint32_t)nids;
+    return db_replace(ctx, r, db, hash);
 }
 
 int fgx_reasm_scan_block(struct fgx_reasm_ctx *ctx, const struct hs_database *db, const void *data,

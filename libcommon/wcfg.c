@@ -21,6 +21,7 @@ void fgx_wdb_unref(struct fgx_wdb *d)
     if (d == NULL || __atomic_sub_fetch(&d->refs, 1, __ATOMIC_ACQ_REL) != 0)
         return;
     fgx_hsdb_free(d->db);
+    free(d->ids);
     free(d);
 }
 
@@ -81,7 +82,8 @@ static struct fgx_wdb *find_db(const struct fgx_wcfg *c, uint64_t hash)
 
 /* The database of one blob: the one already loaded under its hash (in prev or in the generation
  * being built), or a new one. */
-static int db_get(const struct fgx_blob *b, const struct fgx_wcfg *prev,
+static int db_get(const struct fgx_blob *b, const uint32_t *ids, size_t nids,
+                  const struct fgx_wcfg *prev,
                   const struct fgx_wcfg *building, struct fgx_wdb **out)
 {
     struct fgx_wdb *d;
@@ -106,8 +108,21 @@ static int db_get(const struct fgx_blob *b, const struct fgx_wcfg *prev,
         fgx_err("ruleset: out of memory");
         return -ENOMEM;
     }
+    /* Kept with the database, for as long as a flow's stream on it lives: that stream's
+     * matches count only for the ids the flow's current database also has. */
+    if (nids > 0) {
+        d->ids = malloc(nids * sizeof(*d->ids));
+        if (d->ids == NULL) {
+            free(d);
+            fgx_err("ruleset: out of memory");
+            return -ENOMEM;
+        }
+        memcpy(d->ids, ids, nids * sizeof(*d->ids));
+        d->nids = nids;
+    }
     ret = fgx_hsdb_load(b->data, b->len, &d->db);
     if (ret != 0) {
+        free(d->ids);
         free(d);
         return ret;
     }
@@ -142,7 +157,7 @@ int fgx_wcfg_build(const struct fgx_dp_ruleset *rs, const struct fgx_wcfg *prev,
         n->addr = s->addr;
         n->fail_open = s->fail_open;
         for (d = 0; d < 2; d++) {
-            ret = db_get(&s->db[d], prev, c, &n->db[d]);
+            ret = db_get(&s->db[d], s->ids[d], s->nids[d], prev, c, &n->db[d]);
             if (ret != 0) {
                 fgx_err("ruleset: generation %llu, service %u: database %s refused",
                         (unsigned long long)rs->generation, s->id, d == 0 ? "c2s" : "s2c");

@@ -112,14 +112,20 @@ static const struct nfq_service *classify(const struct nfq_config *c, const stru
     return NULL;
 }
 
+static void db_unref(void *ref)
+{
+    nfq_db_unref(ref);
+}
+
 /* Bring a flow to the service's current databases, at its first packet after a switch, so an
  * added filter applies from that packet and a removed one never matches again. An unchanged
  * hash keeps the stream (and the database it was opened on): a change elsewhere costs nothing.
- * A changed one reopens the stream on the new database, primed with the last FGX_REASM_RING
- * bytes that passed, so a partial match of a surviving filter carries over ("ev" | change |
- * "il1337" still blocks) as long as it started within that window; matches that end inside the
- * window are ignored, those bytes are gone. Keeping the old stream beside the new one would make
- * the window unbounded, but needs the filter ids of each database, which the push lacks. */
+ * A changed one opens a stream on the new database, primed with the last FGX_REASM_RING bytes
+ * that passed, and keeps the previous stream beside it (with its database: the flow's reference
+ * moves to reasm) for as long as it shares a filter with the new one, so a partial match of a
+ * surviving filter carries over however long ago it began ("BEGIN" | 1000 bytes | change |
+ * "END" still blocks); the old stream's matches count only for filters still in the new
+ * database. */
 static void flow_attach(struct nfq_thread *t, struct fgx_flow *f, const struct nfq_service *svc)
 {
     int d;
@@ -130,11 +136,11 @@ static void flow_attach(struct nfq_thread *t, struct fgx_flow *f, const struct n
         if ((old != NULL ? old->hash : 0) == (nd != NULL ? nd->hash : 0) &&
             (old == NULL) == (nd == NULL))
             continue;
-        (void)fgx_reasm_set_db(t->reasm, &f->dir[d], nd != NULL ? nd->db : NULL,
-                               nd != NULL ? nd->hash : 0);
         nfq_db_ref(nd);
         f->dbref[d] = nd;
-        nfq_db_unref(old);
+        (void)fgx_reasm_switch_db(t->reasm, &f->dir[d], nd != NULL ? nd->db : NULL,
+                                  nd != NULL ? nd->hash : 0, nd != NULL ? nd->ids : NULL,
+                                  nd != NULL ? nd->nids : 0, old, db_unref);
     }
 }
 

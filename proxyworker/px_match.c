@@ -6,8 +6,10 @@
  * Streams are libcommon's reassembly contexts fed in order (the proxy sees a byte stream, so a
  * "sequence number" is just the count of bytes scanned), which gives the proxy the very hot-swap
  * semantics of the NFQUEUE layer: at its first data after a ruleset change a connection keeps a
- * direction's stream when its database is unchanged, and otherwise reopens it on the new one
- * primed with the last FGX_REASM_RING bytes that passed. A connection whose service left the
+ * direction's stream when its database is unchanged, and otherwise opens one on the new database
+ * primed with the last FGX_REASM_RING bytes that passed, keeping the previous stream beside it
+ * while it shares a filter with the new database (so a long partial match of a surviving filter
+ * is not lost). A connection whose service left the
  * proxy's ruleset (stopped, or moved to the nfqueue layer) is relayed on without scanning. */
 #include "px.h"
 
@@ -43,6 +45,11 @@ void px_match_switch(struct px_thread *t)
     __atomic_store_n(&t->applied, cur, __ATOMIC_RELEASE);
 }
 
+static void wdb_unref(void *ref)
+{
+    fgx_wdb_unref(ref);
+}
+
 void px_match_attach(struct px_conn *c)
 {
     struct px_thread *t = c->t;
@@ -72,11 +79,13 @@ void px_match_attach(struct px_conn *c)
             continue;
         if (!c->dir[d].active)
             (void)fgx_reasm_start(t->reasm, &c->dir[d], 0);
-        (void)fgx_reasm_set_db(t->reasm, &c->dir[d], nd != NULL ? nd->db : NULL,
-                               nd != NULL ? nd->hash : 0);
         fgx_wdb_ref(nd);
         c->dbref[d] = nd;
-        fgx_wdb_unref(old);
+        /* Our reference on the replaced database goes to reasm, which keeps it while that
+         * database's stream stays open beside the new one. */
+        (void)fgx_reasm_switch_db(t->reasm, &c->dir[d], nd != NULL ? nd->db : NULL,
+                                  nd != NULL ? nd->hash : 0, nd != NULL ? nd->ids : NULL,
+                                  nd != NULL ? nd->nids : 0, old, wdb_unref);
     }
 }
 

@@ -109,6 +109,29 @@ def partial_match_survives_change_of_other_filter(env):
 
 
 @test
+def long_partial_match_survives_change_of_other_filter(env):
+    # The match began 1000+ bytes before the change, far beyond the window that primes the new
+    # stream: only the flow's old stream, kept beside the new one, still holds it.
+    _, port = env.service("sw-long", "tcp")
+    env.filter("sw-long", "BEGIN[^\\n]{0,4000}END")
+    other = env.filter("sw-long", "other[0-9]+x")
+    srv = env.tcp_server(port, idle=IDLE)
+    changes = (
+        ("add another filter", lambda: env.filter("sw-long", "second[a-z]+[0-9]")),
+        ("disable another filter", lambda: env.ctl("filter", "disable", other)),
+    )
+    for i, (what, change) in enumerate(changes):
+        host = SRV6 if i % 2 else SRV4
+        first = b"%d BEGIN " % i + b"a" * 1000
+        conn = Open(env, srv, host, port, first, [b" END tail"])
+        change()
+        c, s = conn.finish()
+        check(s["data"] == first, "after '%s' over %s the server got %d bytes past the first %d",
+              what, host, len(s["data"]) - len(first), len(first))
+        it.assert_blocked(c, s, forbidden=b"END")
+
+
+@test
 def disabled_or_removed_filter_stops_matching_at_once(env):
     _, port = env.service("sw-off", "tcp")
     fid = env.filter("sw-off")

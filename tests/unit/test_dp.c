@@ -13,6 +13,8 @@ static const uint8_t db_a[] = {1, 2, 3, 4, 5, 0, 7};
 static const uint8_t db_b[] = {0xff, 0xfe};
 
 static struct fgx_dp_service sample_services[3];
+static uint32_t ids_a[] = {1, 7, 0xffffffffu};
+static uint32_t ids_b[] = {7};
 
 static void make_ruleset(struct fgx_dp_msg *m)
 {
@@ -25,6 +27,10 @@ static void make_ruleset(struct fgx_dp_msg *m)
     cr_assert_eq(fgx_cidr_parse("10.0.0.0/24", &s[0].addr), 0);
     s[0].db[0] = (struct fgx_blob){.data = (void *)db_a, .len = sizeof(db_a), .hash = 0x1234};
     s[0].db[1] = (struct fgx_blob){.data = (void *)db_b, .len = sizeof(db_b), .hash = ~0ULL};
+    s[0].ids[0] = ids_a;
+    s[0].nids[0] = 3;
+    s[0].ids[1] = ids_b;
+    s[0].nids[1] = 1;
     s[1].id = 2;
     s[1].ipproto = IPPROTO_UDP;
     s[1].port = 65535;
@@ -111,7 +117,17 @@ Test(dp, ruleset_round_trip)
         cr_assert_eq(memcmp(&a->addr, &b->addr, sizeof(a->addr)), 0, "service %zu addr", i);
         blob_eq(&a->db[0], &b->db[0]);
         blob_eq(&a->db[1], &b->db[1]);
+        for (int d = 0; d < 2; d++) {
+            cr_assert_eq(a->nids[d], b->nids[d], "service %zu dir %d ids", i, d);
+            if (a->nids[d] == 0) {
+                cr_assert_null(b->ids[d]);
+                continue;
+            }
+            cr_assert_neq(a->ids[d], b->ids[d], "decoded ids are copies");
+            cr_assert_eq(memcmp(a->ids[d], b->ids[d], a->nids[d] * sizeof(uint32_t)), 0);
+        }
     }
+    cr_assert_eq(out.u.ruleset.services[0].ids[0][2], 0xffffffffu);
     fgx_dp_msg_release(&out);
     cr_assert_eq(out.type, 0);
     cr_assert_null(out.u.ruleset.services);
@@ -368,6 +384,49 @@ Test(dp, bad_service_fields_refused)
     cr_assert_eq(decode_service(&s), 0);
     s.has_prefix = 0; /* absent prefix: a single host */
     cr_assert_eq(decode_service(&s), 0);
+}
+
+Test(dp, unsorted_or_duplicate_ids_refused)
+{
+    uint8_t addr[17] = {10, 0, 0, 0};
+    uint32_t ok[] = {1, 2, 9}, dup[] = {1, 2, 2}, down[] = {1, 9, 2};
+    Fgx__Dp__Service s;
+
+    base_service(&s, addr);
+    s.n_ids_c2s = 3;
+    s.ids_c2s = ok;
+    s.n_ids_s2c = 1;
+    s.ids_s2c = ok + 2;
+    cr_assert_eq(decode_service(&s), 0, "ascending ids are valid");
+    s.ids_c2s = dup;
+    cr_assert_eq(decode_service(&s), -EINVAL);
+    s.ids_c2s = down;
+    cr_assert_eq(decode_service(&s), -EINVAL);
+    s.ids_c2s = ok;
+    s.n_ids_s2c = 2;
+    s.ids_s2c = down + 1; /* 9, 2 */
+    cr_assert_eq(decode_service(&s), -EINVAL);
+}
+
+Test(dp, unsorted_or_duplicate_ids_not_encoded)
+{
+    uint32_t dup[] = {4, 4}, down[] = {5, 4};
+    struct fgx_dp_msg m;
+    void *buf = (void *)1;
+    size_t len = 1;
+
+    make_ruleset(&m);
+    sample_services[0].ids[1] = dup;
+    sample_services[0].nids[1] = 2;
+    cr_assert_eq(fgx_dp_encode(&m, &buf, &len), -EINVAL);
+    cr_assert_null(buf);
+    make_ruleset(&m);
+    sample_services[1].ids[1] = down;
+    sample_services[1].nids[1] = 2;
+    cr_assert_eq(fgx_dp_encode(&m, &buf, &len), -EINVAL);
+    make_ruleset(&m);
+    sample_services[2].nids[0] = 1; /* ids NULL */
+    cr_assert_eq(fgx_dp_encode(&m, &buf, &len), -EINVAL);
 }
 
 Test(dp, bad_message_not_encoded)

@@ -69,10 +69,18 @@ struct svc_def {
     struct fgx_pattern pats[3];
 };
 
-/* Compile and publish a generation the way the control thread does, then let the packet thread
- * switch between packets. */
+static int id_cmp(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+    return x < y ? -1 : x > y;
+}
+
+/* Compile and publish a generation the way controld and the control thread do (databases and
+ * the filter ids of each, ascending), then let the packet thread switch between packets. */
 static void publish(uint64_t gen, const struct svc_def *defs, size_t ndefs)
 {
+    uint32_t ids[4][2][3];
     struct fgx_dp_service svcs[4];
     struct fgx_dp_ruleset rs = {.generation = gen, .nservices = ndefs, .services = svcs};
     struct nfq_config *c = NULL, *old;
@@ -86,11 +94,19 @@ static void publish(uint64_t gen, const struct svc_def *defs, size_t ndefs)
         svcs[i].id = defs[i].id;
         svcs[i].ipproto = defs[i].ipproto;
         svcs[i].port = defs[i].port;
-        for (d = 0; d < 2; d++)
-            cr_assert_eq(fgx_ruleset_compile(defs[i].pats, defs[i].n,
-                                             d == 0 ? FGX_DIR_C2S : FGX_DIR_S2C, defs[i].ipproto,
+        for (d = 0; d < 2; d++) {
+            enum fgx_dir dir = d == 0 ? FGX_DIR_C2S : FGX_DIR_S2C;
+            size_t k;
+
+            cr_assert_eq(fgx_ruleset_compile(defs[i].pats, defs[i].n, dir, defs[i].ipproto,
                                              &svcs[i].db[d], err, sizeof(err)),
                          0, "%s", err);
+            for (k = 0; k < defs[i].n; k++)
+                if (defs[i].pats[k].dir & dir)
+                    ids[i][d][svcs[i].nids[d]++] = defs[i].pats[k].filter_id;
+            qsort(ids[i][d], svcs[i].nids[d], sizeof(uint32_t), id_cmp);
+            svcs[i].ids[d] = svcs[i].nids[d] > 0 ? ids[i][d] : NULL;
+        }
     }
     cr_assert_eq(nfq_config_build(&rs, w.current, &c), 0);
     for (i = 0; i < ndefs; i++)
@@ -401,6 +417,126 @@ Test(nfq_swap, blocked_flow_gives_back_streams_and_databases)
     /* a swap leaves it blocked */
     publish_tcp(2, 0, NULL);
     cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 6, "more")), NF_DROP);
+}
+
+/* ---- long partial matches: the old stream kept across changes ---- */
+
+#define F_LONG 8u
+static const struct fgx_pattern P_LONG = {F_LONG, "BEGIN[^\n]{0,4000}END", FGX_DIR_C2S, false};
+
+static struct fgx_flow *the_flow(void)
+{
+    struct fgx_flow_key key;
+    struct fgx_flow *f;
+
+    memset(&key, 0, sizeof(key));
+    key.family = 4;
+    key.ipproto = IPPROTO_TCP;
+    key.cport = 40000;
+    key.sport = 80;
+    memcpy(key.caddr, cli_ip, 4);
+    memcpy(key.saddr, srv_ip, 4);
+    f = fgx_flow_lookup(t.flows, &key, 0);
+    cr_assert_not_null(f);
+    return f;
+}
+
+/* "BEGIN" and 1000 bytes of filler, well beyond the ring that primes a new stream. Returns the
+ * next sequence number. */
+static uint32_t begin_long(void)
+{
+    char filler[1001];
+
+    memset(filler, 'a', 1000);
+    filler[1000] = '\0';
+    cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 1, "BEGIN")), NF_ACCEPT);
+    cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 6, filler)), NF_ACCEPT);
+    return C2S_SEQ + 1006;
+}
+
+Test(nfq_swap, long_partial_match_completes_after_a_change_of_another_filter)
+{
+    const struct fgx_pattern g1[] = {P_LONG, P_ZZZ}, g2[] = {P_LONG, P_OTHER};
+    struct fgx_dp_event ev[2];
+    struct fgx_flow *f;
+    struct nfq_db *db1;
+    uint64_t lost = 0;
+    uint32_t seq;
+
+    publish_tcp(1, 2, g1);
+    db1 = w.current->svc[0].db[0];
+    connect_tcp();
+    seq = begin_long();
+    publish_tcp(2, 2, g2);
+    cr_assert_eq(__atomic_load_n(&db1->refs, __ATOMIC_RELAXED), 1, "only the flow's");
+    cr_assert_eq(verdict_of(tcp(true, 0x18, seq, " ")), NF_ACCEPT);
+    f = the_flow();
+    cr_assert_not_null(f->dir[0].old_stream, "the flow keeps its stream on generation 1");
+    cr_assert_eq(f->dir[0].old_ref, db1);
+    cr_assert_eq(f->dbref[0], w.current->svc[0].db[0]);
+    cr_assert_eq(verdict_of(tcp(true, 0x18, seq + 1, "END")), NF_DROP);
+    cr_assert_eq(blocked_of(F_LONG), 1);
+    cr_assert_eq(drain(ev, 2, &lost), 1);
+    cr_assert_eq(ev[0].filter_id, F_LONG);
+    cr_assert_arr_eq(ev[0].excerpt + ev[0].excerpt_len - 5, "a END", 5);
+    /* the block gives the old stream and its database back at once */
+    cr_assert_null(f->dir[0].old_stream);
+    cr_assert_null(f->dir[0].old_ref);
+}
+
+Test(nfq_swap, long_partial_match_survives_two_changes_in_a_row)
+{
+    const struct fgx_pattern g1[] = {P_LONG, P_ZZZ}, g2[] = {P_LONG, P_OTHER}, g3[] = {P_LONG};
+    struct nfq_db *db1;
+    uint32_t seq;
+
+    publish_tcp(1, 2, g1);
+    db1 = w.current->svc[0].db[0];
+    connect_tcp();
+    seq = begin_long();
+    publish_tcp(2, 2, g2);
+    cr_assert_eq(verdict_of(tcp(true, 0x18, seq, "0123456789")), NF_ACCEPT);
+    publish_tcp(3, 1, g3);
+    cr_assert_eq(verdict_of(tcp(true, 0x18, seq + 10, "0123456789")), NF_ACCEPT);
+    cr_assert_eq(the_flow()->dir[0].old_ref, db1, "the oldest stream is the one kept");
+    cr_assert_eq(verdict_of(tcp(true, 0x18, seq + 20, "END")), NF_DROP);
+    cr_assert_eq(blocked_of(F_LONG), 1);
+}
+
+Test(nfq_swap, removed_filter_pending_in_the_old_stream_does_not_fire)
+{
+    const struct fgx_pattern g1[] = {P_LONG, P_ZZZ}, g2[] = {P_ZZZ};
+    uint32_t seq;
+
+    publish_tcp(1, 2, g1);
+    connect_tcp();
+    seq = begin_long();
+    publish_tcp(2, 1, g2); /* the long filter goes; zzz survives, so the old stream stays */
+    cr_assert_eq(verdict_of(tcp(true, 0x18, seq, "END")), NF_ACCEPT);
+    cr_assert_not_null(the_flow()->dir[0].old_stream);
+    cr_assert_eq(blocked_of(F_LONG), 0);
+    cr_assert_eq(verdict_of(tcp(true, 0x18, seq + 3, " zzz")), NF_DROP);
+    cr_assert_eq(blocked_of(F_ZZZ), 1);
+}
+
+Test(nfq_swap, old_stream_sharing_no_filter_is_closed)
+{
+    const struct fgx_pattern g1[] = {P_LONG}, g2[] = {P_OTHER};
+    struct fgx_flow *f;
+    struct nfq_db *db2;
+    uint32_t seq;
+
+    publish_tcp(1, 1, g1);
+    connect_tcp();
+    seq = begin_long();
+    publish_tcp(2, 1, g2);
+    db2 = w.current->svc[0].db[0];
+    cr_assert_eq(verdict_of(tcp(true, 0x18, seq, "END")), NF_ACCEPT);
+    f = the_flow();
+    cr_assert_null(f->dir[0].old_stream);
+    cr_assert_null(f->dir[0].old_ref);
+    cr_assert_eq(__atomic_load_n(&db2->refs, __ATOMIC_RELAXED), 2); /* config + flow */
+    cr_assert_eq(verdict_of(tcp(true, 0x18, seq + 3, "other")), NF_DROP);
 }
 
 /* ---- UDP, events and counters ---- */

@@ -444,3 +444,224 @@ Test(reasm, excerpt_after_a_switch_and_of_a_held_segment)
     cr_assert_eq(seen.cookie[0], 2);
     cr_assert_not(seen.accept[0]);
 }
+
+/* ---- the old stream kept across changes (filter ids known) ---- */
+
+#define LONG_RE "BEGIN[^\\n]{0,4000}END"
+
+struct unrefs {
+    int n;
+    void *last;
+};
+
+static struct unrefs unrefs;
+
+static void count_unref(void *ref)
+{
+    unrefs.n++;
+    unrefs.last = ref;
+}
+
+static hs_database_t *gen(int n, const char **re, const unsigned *ids)
+{
+    hs_database_t *db = compile(HS_MODE_STREAM, n, re, ids);
+
+    cr_assert_eq(fgx_reasm_ctx_scratch(ctx, db), 0);
+    return db;
+}
+
+/* Generation A of a service: the long filter (10) and zzz (1). */
+static const uint32_t ids_a[] = {1, 10}, ids_b[] = {3, 10}, ids_c[] = {4, 10}, ids_e[] = {1, 3},
+                      ids_f[] = {3}, ids_g[] = {4};
+
+static void send_begin_and_filler(uint32_t *seq)
+{
+    struct fgx_reasm_match m;
+    char filler[1001];
+
+    memset(filler, 'a', 1000);
+    filler[1000] = '\0';
+    cr_assert_eq(seg(*seq, "BEGIN", 1, 0, &m), FGX_REASM_ACCEPT);
+    *seq += 5;
+    cr_assert_eq(seg(*seq, filler, 2, 0, &m), FGX_REASM_ACCEPT);
+    *seq += 1000;
+    cr_assert_not(m.matched);
+}
+
+Test(reasm, long_partial_match_completes_after_a_change)
+{
+    hs_database_t *a = gen(2, (const char *[]){"zzz", LONG_RE}, (unsigned[]){1, 10});
+    hs_database_t *b = gen(2, (const char *[]){"yyy", LONG_RE}, (unsigned[]){3, 10});
+    struct fgx_reasm_match m;
+    uint32_t seq = 0;
+    int ra;
+
+    memset(&unrefs, 0, sizeof(unrefs));
+    cr_assert_eq(fgx_reasm_switch_db(ctx, &r, a, 1, ids_a, 2, NULL, count_unref), 0);
+    cr_assert_eq(fgx_reasm_start(ctx, &r, 0), 0);
+    send_begin_and_filler(&seq);
+    /* another filter changes: the stream on A stays beside the new one, with our reference */
+    cr_assert_eq(fgx_reasm_switch_db(ctx, &r, b, 2, ids_b, 2, &ra, count_unref), 0);
+    cr_assert_not_null(r.old_stream);
+    cr_assert_eq(r.old_ref, &ra);
+    cr_assert_eq(unrefs.n, 0);
+    cr_assert_eq(seg(seq, "END!", 3, 0, &m), FGX_REASM_DROP);
+    cr_assert(m.matched);
+    cr_assert_eq(m.filter_id, 10);
+    cr_assert_eq(m.seq, seq);
+    cr_assert_eq(m.cookie, 3);
+    cr_assert_eq(m.excerpt_len, FGX_REASM_EXCERPT);
+    cr_assert_arr_eq(m.excerpt + FGX_REASM_EXCERPT - 4, "aEND", 4);
+    fgx_reasm_release(ctx, &r);
+    cr_assert_null(r.old_stream);
+    cr_assert_eq(unrefs.n, 1, "releasing the direction gives the old database back");
+    cr_assert_eq(unrefs.last, &ra);
+    hs_free_database(a);
+    hs_free_database(b);
+}
+
+Test(reasm, without_ids_a_long_partial_match_is_lost)
+{
+    hs_database_t *a = gen(2, (const char *[]){"zzz", LONG_RE}, (unsigned[]){1, 10});
+    hs_database_t *b = gen(2, (const char *[]){"yyy", LONG_RE}, (unsigned[]){3, 10});
+    struct fgx_reasm_match m;
+    uint32_t seq = 0;
+
+    /* What the old stream buys: the ring alone reaches only FGX_REASM_RING bytes back. */
+    cr_assert_eq(fgx_reasm_set_db(ctx, &r, a, 1), 0);
+    cr_assert_eq(fgx_reasm_start(ctx, &r, 0), 0);
+    send_begin_and_filler(&seq);
+    cr_assert_eq(fgx_reasm_set_db(ctx, &r, b, 2), 0);
+    cr_assert_null(r.old_stream);
+    cr_assert_eq(seg(seq, "END", 3, 0, &m), FGX_REASM_ACCEPT);
+    cr_assert_not(m.matched);
+    fgx_reasm_release(ctx, &r);
+    hs_free_database(a);
+    hs_free_database(b);
+}
+
+Test(reasm, two_changes_keep_the_oldest_stream)
+{
+    hs_database_t *a = gen(2, (const char *[]){"zzz", LONG_RE}, (unsigned[]){1, 10});
+    hs_database_t *b = gen(2, (const char *[]){"yyy", LONG_RE}, (unsigned[]){3, 10});
+    hs_database_t *c = gen(2, (const char *[]){"xxx", LONG_RE}, (unsigned[]){4, 10});
+    struct fgx_reasm_match m;
+    uint32_t seq = 0;
+    int ra, rb;
+
+    memset(&unrefs, 0, sizeof(unrefs));
+    cr_assert_eq(fgx_reasm_switch_db(ctx, &r, a, 1, ids_a, 2, NULL, count_unref), 0);
+    cr_assert_eq(fgx_reasm_start(ctx, &r, 0), 0);
+    send_begin_and_filler(&seq);
+    cr_assert_eq(fgx_reasm_switch_db(ctx, &r, b, 2, ids_b, 2, &ra, count_unref), 0);
+    cr_assert_eq(seg(seq, "bbbbbbbb", 3, 0, &m), FGX_REASM_ACCEPT);
+    seq += 8;
+    /* A still shares 10 with C: it stays, and B's stream (the in-between one) is closed. */
+    cr_assert_eq(fgx_reasm_switch_db(ctx, &r, c, 3, ids_c, 2, &rb, count_unref), 0);
+    cr_assert_eq(r.old_ref, &ra);
+    cr_assert_eq(unrefs.n, 1);
+    cr_assert_eq(unrefs.last, &rb);
+    cr_assert_eq(seg(seq, "END", 4, 0, &m), FGX_REASM_DROP);
+    cr_assert(m.matched);
+    cr_assert_eq(m.filter_id, 10);
+    fgx_reasm_release(ctx, &r);
+    cr_assert_eq(unrefs.n, 2);
+    cr_assert_eq(unrefs.last, &ra);
+    hs_free_database(a);
+    hs_free_database(b);
+    hs_free_database(c);
+}
+
+Test(reasm, removed_filter_pending_in_the_old_stream_never_fires)
+{
+    hs_database_t *a = gen(2, (const char *[]){"zzz", LONG_RE}, (unsigned[]){1, 10});
+    hs_database_t *e = gen(2, (const char *[]){"zzz", "yyy"}, (unsigned[]){1, 3});
+    struct fgx_reasm_match m;
+    uint32_t seq = 0;
+    int ra;
+
+    memset(&unrefs, 0, sizeof(unrefs));
+    cr_assert_eq(fgx_reasm_switch_db(ctx, &r, a, 1, ids_a, 2, NULL, count_unref), 0);
+    cr_assert_eq(fgx_reasm_start(ctx, &r, 0), 0);
+    send_begin_and_filler(&seq);
+    cr_assert_eq(seg(seq, "zz", 3, 0, &m), FGX_REASM_ACCEPT);
+    seq += 2;
+    /* The long filter is removed; zzz survives, so A's stream is kept for it. */
+    cr_assert_eq(fgx_reasm_switch_db(ctx, &r, e, 2, ids_e, 2, &ra, count_unref), 0);
+    cr_assert_eq(r.old_ref, &ra);
+    cr_assert_eq(seg(seq, " END END", 4, 0, &m), FGX_REASM_ACCEPT);
+    cr_assert_not(m.matched, "filter 10 is gone: its match in A's stream is passed over");
+    seq += 8;
+    cr_assert_not_null(r.old_stream, "the old stream goes on after a match it passed over");
+    cr_assert_eq(seg(seq, "yyy", 5, 0, &m), FGX_REASM_DROP);
+    cr_assert(m.matched);
+    cr_assert_eq(m.filter_id, 3);
+    fgx_reasm_release(ctx, &r);
+    cr_assert_eq(unrefs.n, 1);
+    hs_free_database(a);
+    hs_free_database(e);
+}
+
+Test(reasm, old_stream_sharing_no_id_is_closed)
+{
+    hs_database_t *a = gen(2, (const char *[]){"zzz", LONG_RE}, (unsigned[]){1, 10});
+    hs_database_t *b = gen(2, (const char *[]){"yyy", LONG_RE}, (unsigned[]){3, 10});
+    hs_database_t *f = gen(1, (const char *[]){"yyy"}, (unsigned[]){3});
+    hs_database_t *g = gen(1, (const char *[]){"xxx"}, (unsigned[]){4});
+    struct fgx_reasm_match m;
+    uint32_t seq = 0;
+    int ra, rb, rf;
+
+    memset(&unrefs, 0, sizeof(unrefs));
+    cr_assert_eq(fgx_reasm_switch_db(ctx, &r, a, 1, ids_a, 2, NULL, count_unref), 0);
+    cr_assert_eq(fgx_reasm_start(ctx, &r, 0), 0);
+    send_begin_and_filler(&seq);
+    cr_assert_eq(fgx_reasm_switch_db(ctx, &r, b, 2, ids_b, 2, &ra, count_unref), 0);
+    cr_assert_eq(seg(seq, "bb", 3, 0, &m), FGX_REASM_ACCEPT);
+    seq += 2;
+    /* F keeps only yyy: A shares nothing with it and goes; B's stream becomes the old one. */
+    cr_assert_eq(fgx_reasm_switch_db(ctx, &r, f, 3, ids_f, 1, &rb, count_unref), 0);
+    cr_assert_eq(unrefs.n, 1);
+    cr_assert_eq(unrefs.last, &ra);
+    cr_assert_eq(r.old_ref, &rb);
+    cr_assert_eq(seg(seq, "END", 4, 0, &m), FGX_REASM_ACCEPT);
+    cr_assert_not(m.matched);
+    seq += 3;
+    /* G shares nothing with B nor F: no old stream at all, both references given back. */
+    cr_assert_eq(fgx_reasm_switch_db(ctx, &r, g, 4, ids_g, 1, &rf, count_unref), 0);
+    cr_assert_null(r.old_stream);
+    cr_assert_null(r.old_ref);
+    cr_assert_eq(unrefs.n, 3);
+    cr_assert_eq(seg(seq, "xxx", 5, 0, &m), FGX_REASM_DROP);
+    cr_assert_eq(m.filter_id, 4);
+    fgx_reasm_release(ctx, &r);
+    cr_assert_eq(unrefs.n, 3);
+    hs_free_database(a);
+    hs_free_database(b);
+    hs_free_database(f);
+    hs_free_database(g);
+}
+
+Test(reasm, restart_closes_the_old_stream)
+{
+    hs_database_t *a = gen(2, (const char *[]){"zzz", LONG_RE}, (unsigned[]){1, 10});
+    hs_database_t *b = gen(2, (const char *[]){"yyy", LONG_RE}, (unsigned[]){3, 10});
+    struct fgx_reasm_match m;
+    uint32_t seq = 0;
+    int ra;
+
+    memset(&unrefs, 0, sizeof(unrefs));
+    cr_assert_eq(fgx_reasm_switch_db(ctx, &r, a, 1, ids_a, 2, NULL, count_unref), 0);
+    cr_assert_eq(fgx_reasm_start(ctx, &r, 0), 0);
+    send_begin_and_filler(&seq);
+    cr_assert_eq(fgx_reasm_switch_db(ctx, &r, b, 2, ids_b, 2, &ra, count_unref), 0);
+    cr_assert_not_null(r.old_stream);
+    /* port reuse: a new connection keeps nothing of the old one's history */
+    cr_assert_eq(fgx_reasm_start(ctx, &r, 5000), 0);
+    cr_assert_null(r.old_stream);
+    cr_assert_eq(unrefs.n, 1);
+    cr_assert_eq(seg(5000, "END", 3, 0, &m), FGX_REASM_ACCEPT);
+    cr_assert_not(m.matched);
+    hs_free_database(a);
+    hs_free_database(b);
+}

@@ -45,18 +45,18 @@ struct fgx_reasm {
     /* The filter ids compiled into db, ascending, borrowed like db; NULL: not known (then no
      * old stream is kept across a change). */
     const uint32_t *ids;
-    size_t nids;
+    uint32_t nids;
+    uint32_t old_nids;
     /* The stream of an earlier database, kept across ruleset changes so that a partial match
      * of a filter that survived them is never lost, however long ago it began (the ring only
      * reaches FGX_REASM_RING bytes back). It scans every later byte too, and its matches count
      * only for filters in ids. Closed when a change leaves it no filter in common with the new
      * database, and with the direction (release, start). */
-    struct hs_stream *old_stream;     /* owned; NULL: none */
-    const struct hs_database *old_db; /* kept alive by old_ref */
-    const uint32_t *old_ids;          /* of old_db, ascending */
-    size_t old_nids;
-    uint64_t old_scanned;             /* bytes fed to old_stream */
-    void *old_ref;                    /* the caller's reference on old_db, given to old_unref */
+    struct hs_stream *old_stream; /* owned; NULL: none */
+    const uint32_t *old_ids;      /* of the old stream's database (old_nids of them) */
+    uint64_t old_scanned;         /* bytes fed to old_stream */
+    void *old_ref;                /* the caller's reference on that database: the direction
+                                   * keeps it alive, and gives it to old_unref at the close */
     fgx_reasm_unref_fn old_unref;
 };
 
@@ -92,7 +92,8 @@ int fgx_reasm_ctx_scratch(struct fgx_reasm_ctx *ctx, const struct hs_database *d
 size_t fgx_reasm_ctx_held(const struct fgx_reasm_ctx *ctx);
 
 void fgx_reasm_init(struct fgx_reasm *r);
-/* Close the stream and drop every held segment (verdict drop through the callback). */
+/* Close the streams (the old one's reference goes to its unref) and drop every held segment
+ * (verdict drop through the callback). */
 void fgx_reasm_release(struct fgx_reasm_ctx *ctx, struct fgx_reasm *r);
 
 /* Switch the direction to database db (NULL: nothing to match) identified by hash. An unchanged

@@ -21,6 +21,8 @@ struct fgx_wdb {
     int refs; /* __atomic */
     uint64_t hash;
     struct hs_database *db;
+    uint32_t *ids; /* the filter ids compiled into db, ascending (owned); NULL: not known */
+    size_t nids;
 };
 
 struct fgx_wsvc {
