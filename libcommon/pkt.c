@@ -140,3 +140,38 @@ int fgx_pkt_decode(const void *buf, size_t len, struct fgx_pkt *out)
     default: return -EINVAL;
     }
 }
+
+/* One's complement sum of len bytes, folded later: 64-bit accumulation cannot overflow for any
+ * IP packet (at most 64 KiB of 16-bit words). */
+static uint64_t sum16(const uint8_t *b, size_t len, uint64_t acc)
+{
+    size_t i;
+
+    for (i = 0; i + 1 < len; i += 2)
+        acc += (uint32_t)((b[i] << 8) | b[i + 1]);
+    if (len & 1)
+        acc += (uint32_t)b[len - 1] << 8;
+    return acc;
+}
+
+int fgx_pkt_csum_check(const struct fgx_pkt *p)
+{
+    const uint8_t *l4 = p->l3 + p->l4_off;
+    size_t l4_len = p->l3_len - p->l4_off;
+    uint64_t acc = 0;
+
+    if (p->ipproto == IPPROTO_UDP && l4[6] == 0 && l4[7] == 0)
+        return p->family == 4 ? 0 : -EBADMSG;
+    if (p->family == 4) {
+        acc = sum16(p->l3 + 12, 8, acc); /* source and destination */
+    } else {
+        acc = sum16(p->saddr, 16, acc);
+        acc = sum16(p->daddr, 16, acc);
+    }
+    acc += p->ipproto;
+    acc += l4_len;
+    acc = sum16(l4, l4_len, acc);
+    while (acc >> 16)
+        acc = (acc & 0xffff) + (acc >> 16);
+    return acc == 0xffff ? 0 : -EBADMSG;
+}

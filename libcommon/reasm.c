@@ -342,6 +342,49 @@ static void ring_push(struct fgx_reasm *r, const uint8_t *data, size_t len)
     }
 }
 
+/* Whether the bytes of data (len of them, at seq) that already passed and are still in the ring
+ * are the ones that passed. An honest retransmission is identical; one that differs means the
+ * receiver may have discarded what passed (a bad timestamp, say) and would take these bytes,
+ * unscanned, instead. Bytes older than the ring cannot be compared. */
+static bool ring_consistent(const struct fgx_reasm *r, uint32_t seq, const uint8_t *data,
+                            size_t len)
+{
+    uint32_t from = seq, to = seq + (uint32_t)len, ring_start = r->next_seq - r->ring_len;
+    size_t i, n, part;
+
+    if (seq_cmp(from, ring_start) < 0)
+        from = ring_start;
+    if (seq_cmp(to, r->next_seq) > 0)
+        to = r->next_seq;
+    if (seq_cmp(from, to) >= 0)
+        return true;
+    n = to - from;
+    i = (r->ring_pos + FGX_REASM_RING - (r->next_seq - from)) % FGX_REASM_RING;
+    part = FGX_REASM_RING - i < n ? FGX_REASM_RING - i : n;
+    data += from - seq;
+    if (memcmp(r->ring + i, data, part) != 0)
+        return false;
+    return memcmp(r->ring, data + part, n - part) == 0;
+}
+
+/* ring_consistent() for a held segment, chunk by chunk. */
+static bool hold_consistent(const struct fgx_reasm_ctx *c, const struct fgx_reasm *r,
+                            const struct hold *h)
+{
+    uint32_t done;
+    int32_t k;
+
+    for (k = h->chunk, done = 0; k >= 0; k = c->chunk_next[k], done += CHUNK) {
+        uint32_t part = h->len - done < CHUNK ? h->len - done : CHUNK;
+
+        if (seq_cmp(h->seq + done, r->next_seq) >= 0)
+            break;
+        if (!ring_consistent(r, h->seq + done, c->chunks + (size_t)k * CHUNK, part))
+            return false;
+    }
+    return true;
+}
+
 /* Where a match that ended at stream offset end lies in a buffer of len bytes whose first byte
  * was at stream offset before. */
 static size_t end_in_buffer(uint64_t before, unsigned long long end, size_t len)
@@ -454,6 +497,12 @@ static void release_held(struct fgx_reasm_ctx *c, struct fgx_reasm *r, struct fg
 
         if (seq_cmp(h->seq, r->next_seq) > 0)
             break;
+        if (seq_cmp(h->seq, r->next_seq) < 0 && !hold_consistent(c, r, h)) {
+            hold_unlink(c, i);
+            c->verdict(c->arg, cookie, false);
+            m->inconsistent++;
+            continue;
+        }
         if (seq_cmp(end, r->next_seq) <= 0) {
             hold_unlink(c, i);
             c->verdict(c->arg, cookie, true);
@@ -518,6 +567,10 @@ enum fgx_reasm_verdict fgx_reasm_segment(struct fgx_reasm_ctx *ctx, struct fgx_r
     if (seq_cmp(seq, r->next_seq) > 0)
         return hold_add(ctx, r, seq, ack, p, len, cookie, now_ms) ? FGX_REASM_HOLD
                                                                   : FGX_REASM_DROP;
+    if (!ring_consistent(r, seq, p, len)) {
+        m->inconsistent = 1;
+        return FGX_REASM_DROP;
+    }
     if (seq_cmp(end, r->next_seq) <= 0)
         return FGX_REASM_ACCEPT; /* all of it passed before: the receiver already has it */
     skip = r->next_seq - seq;

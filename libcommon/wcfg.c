@@ -156,6 +156,10 @@ int fgx_wcfg_build(const struct fgx_dp_ruleset *rs, const struct fgx_wcfg *prev,
         n->port = s->port;
         n->addr = s->addr;
         n->fail_open = s->fail_open;
+        /* Counted before its databases load, so that find_db() sees this service's c2s
+         * database too: filters that apply to both directions compile to one database, loaded
+         * once (for 10,000 patterns that is ~18 MiB less). */
+        c->nservices = i + 1;
         for (d = 0; d < 2; d++) {
             ret = db_get(&s->db[d], s->ids[d], s->nids[d], prev, c, &n->db[d]);
             if (ret != 0) {
@@ -164,12 +168,10 @@ int fgx_wcfg_build(const struct fgx_dp_ruleset *rs, const struct fgx_wcfg *prev,
                 goto err;
             }
         }
-        c->nservices = i + 1;
     }
     *out = c;
     return 0;
 err:
-    c->nservices = i + 1; /* the failed service's first database may be set */
-    fgx_wcfg_unref(c);
+    fgx_wcfg_unref(c); /* the failed service's first database may be set: released too */
     return ret;
 }

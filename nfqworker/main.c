@@ -1,38 +1,18 @@
 /* nfqworker: options, threads, then the control loop. The packet path starts in nfq_recv.c. */
-#include <errno.h>
 #include <getopt.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "fgx/log.h"
+#include "fgx/wctl.h"
 #include "nfq.h"
 
 static struct nfq_worker worker;
 
-static void on_signal(int sig)
-{
-    (void)sig;
-    __atomic_store_n(&worker.stop, 1, __ATOMIC_RELEASE);
-}
-
 static void usage(FILE *f)
 {
     fprintf(f, "usage: nfqworker --control URL --threads N --queue-base B [--log-level L]\n");
-}
-
-static int parse_uint(const char *s, unsigned max, unsigned *out)
-{
-    char *end;
-    unsigned long v;
-
-    errno = 0;
-    v = strtoul(s, &end, 10);
-    if (errno != 0 || *s == '\0' || *end != '\0' || v > max)
-        return -EINVAL;
-    *out = (unsigned)v;
-    return 0;
 }
 
 int main(int argc, char **argv)
@@ -47,7 +27,6 @@ int main(int argc, char **argv)
     };
     enum fgx_log_level level = FGX_LOG_INFO;
     const char *url = NULL;
-    struct sigaction sa;
     unsigned i, ninit = 0;
     int c, ret = 1;
 
@@ -58,13 +37,13 @@ int main(int argc, char **argv)
         switch (c) {
         case 'c': url = optarg; break;
         case 't':
-            if (parse_uint(optarg, 256, &worker.nthreads) != 0 || worker.nthreads == 0) {
+            if (fgx_wctl_parse_uint(optarg, 1, 256, &worker.nthreads) != 0) {
                 fprintf(stderr, "nfqworker: --threads: 1..256\n");
                 return 2;
             }
             break;
         case 'q':
-            if (parse_uint(optarg, 65535 - 512, &worker.queue_base) != 0) {
+            if (fgx_wctl_parse_uint(optarg, 0, 65535 - 512, &worker.queue_base) != 0) {
                 fprintf(stderr, "nfqworker: --queue-base: 0..65023\n");
                 return 2;
             }
@@ -84,13 +63,7 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
-    sa.sa_handler = SIG_IGN;
-    sigaction(SIGPIPE, &sa, NULL);
+    fgx_wctl_signals(&worker.stop);
 
     worker.threads = calloc(worker.nthreads, sizeof(*worker.threads));
     if (worker.threads == NULL) {
@@ -122,7 +95,7 @@ out:
     }
     for (i = 0; i < ninit; i++)
         nfq_thread_release(&worker.threads[i]);
-    nfq_config_unref(worker.current);
+    fgx_wcfg_unref(worker.current);
     free(worker.threads);
     return ret;
 }

@@ -1,6 +1,8 @@
-/* nfqworker's internal types, shared by its stages: config (rulesets as the packet threads see
- * them), recv (NFQUEUE netlink loop, one per thread), match (per-packet decisions), verdict
- * (batched verdicts), reset (TCP resets), stats (counters) and ctl (the control thread). */
+/* nfqworker's internal types, shared by its stages: recv (NFQUEUE netlink loop, one per
+ * thread), match (per-packet decisions), verdict (batched verdicts), reset (TCP resets), stats
+ * (counters) and ctl (the control thread). The rulesets as the packet threads see them
+ * (fgx/wcfg.h), the event rings (fgx/evring.h) and the control loop (fgx/wctl.h) are
+ * libcommon's, shared with proxyworker. */
 #ifndef NFQ_H
 #define NFQ_H
 
@@ -13,6 +15,8 @@
 #include "fgx/dp.h"
 #include "fgx/flow.h"
 #include "fgx/reasm.h"
+#include "fgx/wcfg.h"
+#include "fgx/wctl.h"
 
 #define NFQ_FLOWS_PER_THREAD 65536
 #define NFQ_HOLD_POOL_BYTES (4u << 20)
@@ -27,70 +31,22 @@
 #define NFQ_RX_BATCH 64
 #define NFQ_FLUSH_BYTES (256u << 10) /* received bytes after which a batch's verdicts go out */
 
-#define NFQ_EVENTS 256 /* match events waiting per thread; a power of two */
-
 #define NFQ_SVC_SLOTS 1024    /* per-thread service counters (open addressing) */
 #define NFQ_FILTER_SLOTS 8192 /* per-thread filter counters (open addressing) */
 
-/* A loaded hyperscan database, shared by configs and flows; freed at the last unref. */
-struct nfq_db {
-    int refs; /* __atomic */
-    uint64_t hash;
-    struct hs_database *db;
-    uint32_t *ids; /* the filter ids compiled into db, ascending (owned); NULL: not known */
-    size_t nids;
-};
-
-struct nfq_service {
-    uint32_t id;
-    uint8_t ipproto;
-    uint16_t port;
-    struct fgx_cidr addr;
-    bool fail_open;
-    struct nfq_db *db[2]; /* [0] c2s, [1] s2c; NULL: nothing to match */
-};
-
-/* One generation of the ruleset. Published by the control thread with one atomic store; each
- * packet thread holds a reference on the one it uses. */
-struct nfq_config {
-    int refs; /* __atomic */
-    uint64_t generation;
-    size_t nservices;
-    struct nfq_service svc[];
-};
-
 /* Counters: written by the owner thread only, read with relaxed atomic loads by the control
- * thread. A slot's id is stored (release) after its fields are ready, never removed. */
-/* Bump a counter of the calling thread so that the control thread's relaxed loads are race-free. */
-#define NFQ_CTR_ADD(p, n) __atomic_store_n((p), *(p) + (n), __ATOMIC_RELAXED)
+ * thread (fgx/wctl.h). */
+#define NFQ_CTR_ADD(p, n) FGX_CTR_ADD(p, n)
 
 struct nfq_svc_ctr {
-    uint32_t used; /* __atomic */
-    uint32_t id;
+    struct fgx_ctr_slot slot;
     uint64_t packets, bytes, accepted, dropped, flows_active;
-};
-
-struct nfq_filter_ctr {
-    uint32_t used; /* __atomic */
-    uint32_t id;
-    uint64_t blocked;
 };
 
 struct nfq_counters {
     uint64_t truncated, malformed, verdict_errors, queue_drops, unclassified, flows;
     struct nfq_svc_ctr svc[NFQ_SVC_SLOTS];
-    struct nfq_filter_ctr filter[NFQ_FILTER_SLOTS];
-};
-
-/* Match events of one packet thread, waiting for the control thread to put them in a STATS:
- * a single-producer single-consumer ring, so neither side locks or waits. head and tail only
- * grow (wrapping), the slot is their value mod NFQ_EVENTS. */
-struct nfq_event_ring {
-    uint32_t head;          /* __atomic: written by the packet thread */
-    uint32_t tail;          /* __atomic: written by the control thread */
-    uint64_t lost;          /* __atomic: written by the packet thread; events the ring refused */
-    uint64_t lost_reported; /* control thread only: lost as of the previous drain */
-    struct fgx_dp_event ev[NFQ_EVENTS];
+    struct fgx_filter_ctr filter[NFQ_FILTER_SLOTS];
 };
 
 struct nfq_worker;
@@ -115,8 +71,8 @@ struct nfq_thread {
     unsigned portid;
     int efd; /* eventfd: the control thread's "look at the config" */
     int raw4, raw6;
-    struct nfq_config *cfg;  /* in use, referenced */
-    struct nfq_config *applied; /* __atomic: cfg, as the control thread may compare it */
+    struct fgx_wcfg *cfg;     /* in use, referenced */
+    struct fgx_wcfg *applied; /* __atomic: cfg, as the control thread may compare it */
     struct fgx_flow_table *flows;
     struct fgx_reasm_ctx *reasm;
     uint64_t now_ms;
@@ -128,28 +84,16 @@ struct nfq_thread {
     struct nfq_reset resets[NFQ_RESET_PENDING];
     unsigned nresets;
     struct nfq_counters ctr;
-    struct nfq_event_ring events;
+    struct fgx_evring events;
 };
 
 struct nfq_worker {
     unsigned nthreads;
     unsigned queue_base;
-    struct nfq_config *current; /* __atomic: the newest published config */
+    struct fgx_wcfg *current; /* __atomic: the newest published config */
     struct nfq_thread *threads;
     int stop;                   /* __atomic */
 };
-
-/* ---- nfq_config.c ---- */
-/* Build a config from rs, reusing databases of prev (may be NULL) whose hash is unchanged and
- * loading the others. *out has one reference, owned by the caller. */
-int nfq_config_build(const struct fgx_dp_ruleset *rs, const struct nfq_config *prev,
-                     struct nfq_config **out);
-void nfq_config_ref(struct nfq_config *c);
-void nfq_config_unref(struct nfq_config *c);
-void nfq_db_ref(struct nfq_db *d);
-void nfq_db_unref(struct nfq_db *d);
-/* The service of c with this id, or NULL. */
-const struct nfq_service *nfq_config_service(const struct nfq_config *c, uint32_t id);
 
 /* ---- nfq_recv.c ---- */
 int nfq_thread_init(struct nfq_worker *w, struct nfq_thread *t, unsigned idx);
@@ -188,16 +132,6 @@ struct nfq_svc_ctr *nfq_stats_svc(struct nfq_counters *c, uint32_t id);
 void nfq_stats_filter_blocked(struct nfq_counters *c, uint32_t filter_id);
 /* Sum every thread's counters into *out (arrays malloc'd; fgx_dp_msg_release() frees them). */
 int nfq_stats_collect(struct nfq_worker *w, struct fgx_dp_stats *out);
-
-/* ---- nfq_event.c ---- */
-/* Producer side (the ring's packet thread): the slot to fill, or NULL when the ring is full (the
- * event is then counted lost). Fill it, then nfq_event_commit() makes it visible. */
-struct fgx_dp_event *nfq_event_claim(struct nfq_event_ring *r);
-void nfq_event_commit(struct nfq_event_ring *r);
-/* Consumer side (the control thread): move up to max waiting events to out, in order; adds to
- * *lost the events lost since the previous drain. Returns how many were moved. */
-size_t nfq_event_drain(struct nfq_event_ring *r, struct fgx_dp_event *out, size_t max,
-                       uint64_t *lost);
 
 /* ---- nfq_ctl.c ---- */
 /* Serve the control channel at url until stop is set. */

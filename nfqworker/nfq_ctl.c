@@ -1,139 +1,41 @@
-/* Control stage of nfqworker: the thread that talks to controld. It loads each pushed ruleset
- * off the packet path, publishes it with one pointer store, waits until every packet thread has
- * switched and only then acknowledges; it also answers statistics requests. */
+/* Control stage of nfqworker: the packet threads as the shared control loop (fgx/wctl.h,
+ * libcommon/wctl.c) serves them. That loop loads each pushed ruleset off the packet path,
+ * publishes it with one pointer store, waits until every packet thread has switched and only
+ * then acknowledges; it also answers statistics requests (nfq_stats.c). */
 #include "nfq.h"
 
-#include <errno.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
+#include <stdbool.h>
 
-#include "fgx/chan.h"
-#include "fgx/log.h"
-
-#define RECV_TIMEOUT_MS 500
-#define SEND_TIMEOUT_MS 5000
-
-static void sleep_ms(long ms)
+static void wake(void *worker, unsigned i)
 {
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    struct nfq_worker *w = worker;
 
-    nanosleep(&ts, NULL);
+    nfq_thread_wake(&w->threads[i]);
 }
 
-/* Publish c (the caller's reference moves to w->current), wake every thread and wait until all
- * use it. The old config's reference is dropped only then: a thread that loaded the old
- * pointer may still be taking its own reference on it until it reports the new generation. */
-static int publish(struct nfq_worker *w, struct nfq_config *c)
+static bool uses(void *worker, unsigned i, const struct fgx_wcfg *c)
 {
-    struct nfq_config *old = __atomic_exchange_n(&w->current, c, __ATOMIC_ACQ_REL);
-    unsigned i;
+    struct nfq_worker *w = worker;
 
-    for (i = 0; i < w->nthreads; i++)
-        nfq_thread_wake(&w->threads[i]);
-    for (i = 0; i < w->nthreads;) {
-        if (__atomic_load_n(&w->stop, __ATOMIC_ACQUIRE)) {
-            nfq_config_unref(old);
-            return -ECANCELED;
-        }
-        if (__atomic_load_n(&w->threads[i].applied, __ATOMIC_ACQUIRE) == c) {
-            i++;
-            continue;
-        }
-        sleep_ms(1);
-    }
-    nfq_config_unref(old);
-    return 0;
+    return __atomic_load_n(&w->threads[i].applied, __ATOMIC_ACQUIRE) == c;
 }
 
-static void on_ruleset(struct nfq_worker *w, const struct fgx_dp_ruleset *rs,
-                       struct fgx_dp_msg *reply)
+static int stats(void *worker, struct fgx_dp_stats *out)
 {
-    struct nfq_config *c = NULL;
-    char *err;
-    int ret;
-
-    ret = nfq_config_build(rs, w->current, &c);
-    if (ret == 0)
-        ret = publish(w, c);
-    if (ret == 0) {
-        fgx_info("generation %llu applied: %zu service(s)", (unsigned long long)rs->generation,
-                 rs->nservices);
-        reply->type = FGX_DP_ACK;
-        reply->u.ack_generation = rs->generation;
-        return;
-    }
-    reply->type = FGX_DP_ERROR;
-    if (asprintf(&err, "generation %llu not applied: %s", (unsigned long long)rs->generation,
-                 strerror(-ret)) == -1)
-        err = NULL;
-    reply->u.error = err;
-}
-
-static void serve_one(struct nfq_worker *w, struct fgx_chan *ch, const void *buf, size_t len)
-{
-    struct fgx_dp_msg req = {0}, reply = {0};
-    void *out = NULL;
-    size_t outlen = 0;
-    int ret;
-
-    ret = fgx_dp_decode(buf, len, &req);
-    if (ret != 0) {
-        fgx_warn("control: undecodable message of %zu bytes", len);
-        reply.type = FGX_DP_ERROR;
-        reply.u.error = strdup("undecodable message");
-    } else if (req.type == FGX_DP_RULESET) {
-        on_ruleset(w, &req.u.ruleset, &reply);
-    } else if (req.type == FGX_DP_STATS_REQUEST) {
-        reply.type = FGX_DP_STATS;
-        if (nfq_stats_collect(w, &reply.u.stats) != 0) {
-            reply.type = FGX_DP_ERROR;
-            reply.u.error = strdup("out of memory");
-        }
-    } else {
-        reply.type = FGX_DP_ERROR;
-        reply.u.error = strdup("unexpected message type");
-    }
-    fgx_dp_msg_release(&req);
-    ret = fgx_dp_encode(&reply, &out, &outlen);
-    fgx_dp_msg_release(&reply);
-    if (ret != 0) {
-        fgx_err("control: cannot encode a reply: %s", strerror(-ret));
-        return;
-    }
-    ret = fgx_chan_send(ch, out, outlen, SEND_TIMEOUT_MS);
-    if (ret != 0)
-        fgx_warn("control: reply not sent: %s", strerror(-ret));
-    free(out);
+    return nfq_stats_collect(worker, out);
 }
 
 int nfq_ctl_run(struct nfq_worker *w, const char *url)
 {
-    struct fgx_chan *ch = NULL;
-    int ret;
+    struct fgx_wctl ctl = {
+        .worker = w,
+        .nthreads = w->nthreads,
+        .current = &w->current,
+        .stop = &w->stop,
+        .wake = wake,
+        .uses = uses,
+        .stats = stats,
+    };
 
-    ret = fgx_chan_dial(url, FGX_CHAN_REP, 0, &ch);
-    if (ret != 0) {
-        fgx_err("control: cannot dial %s: %s", url, strerror(-ret));
-        return ret;
-    }
-    /* Serve until told to stop. A vanished controld is only silence: filtering goes on with
-     * the last ruleset and nng dials again in the background. */
-    while (!__atomic_load_n(&w->stop, __ATOMIC_ACQUIRE)) {
-        void *buf = NULL;
-        size_t len = 0;
-
-        ret = fgx_chan_recv(ch, &buf, &len, RECV_TIMEOUT_MS);
-        if (ret == -ETIMEDOUT)
-            continue;
-        if (ret != 0) {
-            sleep_ms(100);
-            continue;
-        }
-        serve_one(w, ch, buf, len);
-        free(buf);
-    }
-    fgx_chan_close(ch);
-    return 0;
+    return fgx_wctl_run(&ctl, url);
 }

@@ -49,7 +49,7 @@ void nfq_match_flow_release(void *arg, struct fgx_flow *f)
 
     for (d = 0; d < 2; d++) {
         fgx_reasm_release(t->reasm, &f->dir[d]);
-        nfq_db_unref(f->dbref[d]);
+        fgx_wdb_unref(f->dbref[d]);
         f->dbref[d] = NULL;
     }
     NFQ_CTR_ADD(&nfq_stats_svc(&t->ctr, f->service_id)->flows_active, (uint64_t)-1);
@@ -58,14 +58,14 @@ void nfq_match_flow_release(void *arg, struct fgx_flow *f)
 
 static bool flow_keep(void *arg, struct fgx_flow *f)
 {
-    const struct nfq_config *c = arg;
+    const struct fgx_wcfg *c = arg;
 
-    return nfq_config_service(c, f->service_id) != NULL;
+    return fgx_wcfg_service(c, f->service_id) != NULL;
 }
 
 void nfq_match_switch(struct nfq_thread *t)
 {
-    struct nfq_config *cur = __atomic_load_n(&t->w->current, __ATOMIC_ACQUIRE), *old = t->cfg;
+    struct fgx_wcfg *cur = __atomic_load_n(&t->w->current, __ATOMIC_ACQUIRE), *old = t->cfg;
     size_t i;
     int d;
 
@@ -73,7 +73,7 @@ void nfq_match_switch(struct nfq_thread *t)
         return;
     /* The control thread keeps its own reference until every thread has moved on, so cur
      * cannot be freed between the load and this ref. */
-    nfq_config_ref(cur);
+    fgx_wcfg_ref(cur);
     for (i = 0; cur != NULL && i < cur->nservices; i++)
         for (d = 0; d < 2; d++)
             if (cur->svc[i].db[d] != NULL)
@@ -82,17 +82,17 @@ void nfq_match_switch(struct nfq_thread *t)
     /* A service that is gone takes its flows with it; the others switch at their next packet. */
     if (cur != NULL)
         fgx_flow_sweep(t->flows, flow_keep, cur);
-    nfq_config_unref(old);
+    fgx_wcfg_unref(old);
     __atomic_store_n(&t->applied, cur, __ATOMIC_RELEASE);
 }
 
-static const struct nfq_service *classify(const struct nfq_config *c, const struct fgx_pkt *p,
+static const struct fgx_wsvc *classify(const struct fgx_wcfg *c, const struct fgx_pkt *p,
                                           enum fgx_dir *dir)
 {
     size_t i;
 
     for (i = 0; i < c->nservices; i++) {
-        const struct nfq_service *s = &c->svc[i];
+        const struct fgx_wsvc *s = &c->svc[i];
 
         if (s->ipproto == p->ipproto && s->port == p->dport &&
             fgx_cidr_contains(&s->addr, p->family, p->daddr)) {
@@ -101,7 +101,7 @@ static const struct nfq_service *classify(const struct nfq_config *c, const stru
         }
     }
     for (i = 0; i < c->nservices; i++) {
-        const struct nfq_service *s = &c->svc[i];
+        const struct fgx_wsvc *s = &c->svc[i];
 
         if (s->ipproto == p->ipproto && s->port == p->sport &&
             fgx_cidr_contains(&s->addr, p->family, p->saddr)) {
@@ -114,7 +114,7 @@ static const struct nfq_service *classify(const struct nfq_config *c, const stru
 
 static void db_unref(void *ref)
 {
-    nfq_db_unref(ref);
+    fgx_wdb_unref(ref);
 }
 
 /* Bring a flow to the service's current databases, at its first packet after a switch, so an
@@ -126,17 +126,17 @@ static void db_unref(void *ref)
  * surviving filter carries over however long ago it began ("BEGIN" | 1000 bytes | change |
  * "END" still blocks); the old stream's matches count only for filters still in the new
  * database. */
-static void flow_attach(struct nfq_thread *t, struct fgx_flow *f, const struct nfq_service *svc)
+static void flow_attach(struct nfq_thread *t, struct fgx_flow *f, const struct fgx_wsvc *svc)
 {
     int d;
 
     for (d = 0; d < 2; d++) {
-        struct nfq_db *old = f->dbref[d], *nd = svc->db[d];
+        struct fgx_wdb *old = f->dbref[d], *nd = svc->db[d];
 
         if ((old != NULL ? old->hash : 0) == (nd != NULL ? nd->hash : 0) &&
             (old == NULL) == (nd == NULL))
             continue;
-        nfq_db_ref(nd);
+        fgx_wdb_ref(nd);
         f->dbref[d] = nd;
         (void)fgx_reasm_switch_db(t->reasm, &f->dir[d], nd != NULL ? nd->db : NULL,
                                   nd != NULL ? nd->hash : 0, nd != NULL ? nd->ids : NULL,
@@ -149,7 +149,7 @@ static void event_record(struct nfq_thread *t, uint32_t service_id, enum fgx_dir
                          uint8_t ipproto, uint8_t family, const uint8_t *src, uint16_t sport,
                          const uint8_t *dst, uint16_t dport, const struct fgx_reasm_match *m)
 {
-    struct fgx_dp_event *e = nfq_event_claim(&t->events);
+    struct fgx_dp_event *e = fgx_evring_claim(&t->events);
     size_t alen = family == 4 ? 4 : 16;
     struct timespec ts;
 
@@ -170,7 +170,7 @@ static void event_record(struct nfq_thread *t, uint32_t service_id, enum fgx_dir
     e->dport = dport;
     e->excerpt_len = m->excerpt_len <= FGX_DP_EXCERPT_MAX ? m->excerpt_len : FGX_DP_EXCERPT_MAX;
     memcpy(e->excerpt, m->excerpt + (m->excerpt_len - e->excerpt_len), e->excerpt_len);
-    nfq_event_commit(&t->events);
+    fgx_evring_commit(&t->events);
 }
 
 static void block(struct nfq_thread *t, struct fgx_flow *f, enum fgx_dir dir,
@@ -201,13 +201,13 @@ static void block(struct nfq_thread *t, struct fgx_flow *f, enum fgx_dir dir,
     for (d = 0; d < 2; d++) {
         fgx_reasm_release(t->reasm, &f->dir[d]);
         f->dir[d].db = NULL;
-        nfq_db_unref(f->dbref[d]);
+        fgx_wdb_unref(f->dbref[d]);
         f->dbref[d] = NULL;
     }
 }
 
 static void tcp_packet(struct nfq_thread *t, unsigned queue, uint32_t id, const struct fgx_pkt *p,
-                       const struct nfq_service *svc, enum fgx_dir dir, struct nfq_svc_ctr *sc)
+                       const struct fgx_wsvc *svc, enum fgx_dir dir, struct nfq_svc_ctr *sc)
 {
     bool syn = (p->tcp_flags & FGX_TCP_SYN) != 0, ack = (p->tcp_flags & FGX_TCP_ACK) != 0;
     struct fgx_reasm_match m;
@@ -217,6 +217,14 @@ static void tcp_packet(struct nfq_thread *t, unsigned queue, uint32_t id, const 
     struct fgx_reasm *r;
     uint32_t seq = p->seq;
 
+    /* Linux discards data without ACK in every synchronized state: passed as scanned, it would
+     * make the real bytes, sent later at the same sequence numbers, look already passed. Only a
+     * SYN (fast open) carries data without ACK. Dropped before it touches any flow state. */
+    if (p->payload_len > 0 && (p->tcp_flags & (FGX_TCP_ACK | FGX_TCP_SYN | FGX_TCP_RST)) == 0) {
+        NFQ_CTR_ADD(&t->ctr.malformed, 1);
+        verdict(t, queue, id, sc, false);
+        return;
+    }
     fgx_flow_key_from_pkt(p, dir, &key);
     f = fgx_flow_lookup(t->flows, &key, t->now_ms);
     /* A new SYN on a known 4-tuple is a new connection (port reuse): forget the old one. */
@@ -234,6 +242,12 @@ static void tcp_packet(struct nfq_thread *t, unsigned queue, uint32_t id, const 
         verdict(t, queue, id, sc, false);
         return;
     }
+    /* A reset's payload never reaches the application, and a reset the receiver finds out of
+     * place is discarded whole: its bytes must not count as passed either. */
+    if (p->tcp_flags & FGX_TCP_RST) {
+        verdict(t, queue, id, sc, true);
+        return;
+    }
     flow_attach(t, f, svc);
     r = &f->dir[dir == FGX_DIR_C2S ? 0 : 1];
     if (syn) {
@@ -242,6 +256,8 @@ static void tcp_packet(struct nfq_thread *t, unsigned queue, uint32_t id, const 
     }
     v = fgx_reasm_segment(t->reasm, r, seq, p->ack, p->payload, p->payload_len,
                           cookie_make(queue, t, sc, id), t->now_ms, &m);
+    if (m.inconsistent > 0) /* dp.h has no counter of its own for them yet */
+        NFQ_CTR_ADD(&t->ctr.malformed, m.inconsistent);
     if (m.matched)
         block(t, f, dir, &m);
     if (v != FGX_REASM_HOLD)
@@ -251,7 +267,7 @@ static void tcp_packet(struct nfq_thread *t, unsigned queue, uint32_t id, const 
 void nfq_match_packet(struct nfq_thread *t, unsigned queue, uint32_t id, const uint8_t *data,
                       size_t len, uint32_t cap_len)
 {
-    const struct nfq_service *svc;
+    const struct fgx_wsvc *svc;
     struct fgx_reasm_match m;
     struct nfq_svc_ctr *sc;
     struct fgx_pkt p;
@@ -292,7 +308,7 @@ void nfq_match_packet(struct nfq_thread *t, unsigned queue, uint32_t id, const u
         return;
     }
     {
-        const struct nfq_db *db = svc->db[dir == FGX_DIR_C2S ? 0 : 1];
+        const struct fgx_wdb *db = svc->db[dir == FGX_DIR_C2S ? 0 : 1];
 
         rc = fgx_reasm_scan_block(t->reasm, db != NULL ? db->db : NULL, p.payload,
                                   p.payload_len, &m);

@@ -20,6 +20,7 @@
 #include <libnetfilter_queue/libnetfilter_queue.h>
 
 #include "fgx/log.h"
+#include "fgx/pkt.h"
 
 uint64_t nfq_now_ms(void)
 {
@@ -161,7 +162,7 @@ void nfq_thread_release(struct nfq_thread *t)
     if (t->efd >= 0)
         close(t->efd);
     t->efd = -1;
-    nfq_config_unref(t->cfg);
+    fgx_wcfg_unref(t->cfg);
     t->cfg = NULL;
     free(t->rxbuf);
     free(t->txbuf);
@@ -188,6 +189,28 @@ static void on_error_msg(struct nfq_thread *t, const struct nlmsghdr *nlh)
                         t->idx, strerror(-e->error));
 }
 
+/* Whether the receiver would discard this packet for its checksum. The kernel verifies it later
+ * than the queue (in TCP or UDP input) unless the device or conntrack already did; a packet it
+ * discards that passed here as scanned would make the real bytes, sent later at the same
+ * sequence numbers, look already passed. Locally generated packets (CSUMNOTREADY) carry only a
+ * partial checksum and are valid by construction. An undecodable packet is left to the match
+ * stage, which drops and counts it. */
+static bool csum_bad(const struct nlattr *skbinfo, const uint8_t *data, size_t len,
+                     uint32_t cap_len)
+{
+    struct fgx_pkt p;
+    uint32_t info;
+
+    if (skbinfo == NULL)
+        return false;
+    info = ntohl(mnl_attr_get_u32(skbinfo));
+    if ((info & NFQA_SKB_CSUM_NOTVERIFIED) == 0 || (info & NFQA_SKB_CSUMNOTREADY) != 0)
+        return false;
+    if (cap_len > len || fgx_pkt_decode(data, len, &p) != 0)
+        return false;
+    return fgx_pkt_csum_check(&p) != 0;
+}
+
 static void on_packet(struct nfq_thread *t, const struct nlmsghdr *nlh)
 {
     struct nlattr *attr[NFQA_MAX + 1] = {0};
@@ -202,6 +225,13 @@ static void on_packet(struct nfq_thread *t, const struct nlmsghdr *nlh)
     if (attr[NFQA_CAP_LEN] != NULL)
         cap_len = ntohl(mnl_attr_get_u32(attr[NFQA_CAP_LEN]));
     if (attr[NFQA_PAYLOAD] == NULL) {
+        NFQ_CTR_ADD(&t->ctr.malformed, 1);
+        nfq_verdict_add(t, queue, ntohl(ph->packet_id), false);
+        return;
+    }
+    if (csum_bad(attr[NFQA_SKB_INFO], mnl_attr_get_payload(attr[NFQA_PAYLOAD]),
+                 mnl_attr_get_payload_len(attr[NFQA_PAYLOAD]), cap_len)) {
+        /* Dropped before the match stage: no flow state moves for it. */
         NFQ_CTR_ADD(&t->ctr.malformed, 1);
         nfq_verdict_add(t, queue, ntohl(ph->packet_id), false);
         return;

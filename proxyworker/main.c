@@ -1,40 +1,19 @@
 /* proxyworker: options, the event-loop threads, then the control loop. Connections enter in
  * px_accept.c, are scanned in px_match.c and relayed in px_relay.c. */
-#include <errno.h>
 #include <getopt.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "fgx/log.h"
+#include "fgx/wctl.h"
 #include "px.h"
 
 static struct px_worker worker;
-
-static void on_signal(int sig)
-{
-    (void)sig;
-    __atomic_store_n(&worker.stop, 1, __ATOMIC_RELEASE);
-}
 
 static void usage(FILE *f)
 {
     fprintf(f, "usage: proxyworker --control URL --listen-port P [--threads N] [--max-conns N]\n"
                "                   [--idle-timeout SECONDS] [--log-level L]\n");
-}
-
-static int parse_uint(const char *s, unsigned min, unsigned max, unsigned *out)
-{
-    char *end;
-    unsigned long v;
-
-    errno = 0;
-    v = strtoul(s, &end, 10);
-    if (errno != 0 || *s == '\0' || *end != '\0' || v < min || v > max)
-        return -EINVAL;
-    *out = (unsigned)v;
-    return 0;
 }
 
 int main(int argc, char **argv)
@@ -52,7 +31,6 @@ int main(int argc, char **argv)
     enum fgx_log_level level = FGX_LOG_INFO;
     unsigned port = 0, idle_s = PX_IDLE_S_DEFAULT;
     const char *url = NULL;
-    struct sigaction sa;
     int c, ret;
 
     fgx_log_init("proxyworker", level);
@@ -62,25 +40,25 @@ int main(int argc, char **argv)
         switch (c) {
         case 'c': url = optarg; break;
         case 't':
-            if (parse_uint(optarg, 1, 256, &worker.nthreads) != 0) {
+            if (fgx_wctl_parse_uint(optarg, 1, 256, &worker.nthreads) != 0) {
                 fprintf(stderr, "proxyworker: --threads: 1..256\n");
                 return 2;
             }
             break;
         case 'p':
-            if (parse_uint(optarg, 1, 65535, &port) != 0) {
+            if (fgx_wctl_parse_uint(optarg, 1, 65535, &port) != 0) {
                 fprintf(stderr, "proxyworker: --listen-port: 1..65535\n");
                 return 2;
             }
             break;
         case 'm':
-            if (parse_uint(optarg, 1, 1000000, &worker.max_conns) != 0) {
+            if (fgx_wctl_parse_uint(optarg, 1, 1000000, &worker.max_conns) != 0) {
                 fprintf(stderr, "proxyworker: --max-conns: 1..1000000\n");
                 return 2;
             }
             break;
         case 'i':
-            if (parse_uint(optarg, 1, 86400, &idle_s) != 0) {
+            if (fgx_wctl_parse_uint(optarg, 1, 86400, &idle_s) != 0) {
                 fprintf(stderr, "proxyworker: --idle-timeout: 1..86400 seconds\n");
                 return 2;
             }
@@ -102,13 +80,7 @@ int main(int argc, char **argv)
     }
     worker.port = (uint16_t)port;
     worker.idle_ms = idle_s * 1000u;
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
-    sa.sa_handler = SIG_IGN;
-    sigaction(SIGPIPE, &sa, NULL);
+    fgx_wctl_signals(&worker.stop);
 
     if (px_worker_start(&worker) != 0)
         return 1;

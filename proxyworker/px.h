@@ -17,6 +17,7 @@
 #include "fgx/evring.h"
 #include "fgx/reasm.h"
 #include "fgx/wcfg.h"
+#include "fgx/wctl.h"
 
 #define PX_HWM (256u << 10)       /* bytes waiting for one side before the other stops reading */
 #define PX_READ_MAX (64u << 10)   /* one read from a socket */
@@ -29,20 +30,13 @@
 #define PX_FILTER_SLOTS 4096 /* per-thread filter counters (open addressing) */
 
 /* Counters: written by the owner thread only, read with relaxed atomic loads by the control
- * thread. A slot's id is stored (release) after its fields are ready, never removed. */
-#define PX_CTR_ADD(p, n) __atomic_store_n((p), *(p) + (n), __ATOMIC_RELAXED)
+ * thread (fgx/wctl.h). */
+#define PX_CTR_ADD(p, n) FGX_CTR_ADD(p, n)
 
 struct px_svc_ctr {
-    uint32_t used; /* __atomic */
-    uint32_t id;
+    struct fgx_ctr_slot slot;
     /* reads relayed, bytes relayed, connections relayed, connections reset, connections open */
     uint64_t reads, bytes, accepted, reset, open;
-};
-
-struct px_filter_ctr {
-    uint32_t used; /* __atomic */
-    uint32_t id;
-    uint64_t blocked;
 };
 
 struct px_counters {
@@ -52,7 +46,7 @@ struct px_counters {
     uint64_t scan_errors;    /* hyperscan failures (the connection is reset, never passed) */
     uint64_t connect_failed; /* the real service could not be reached (client reset) */
     struct px_svc_ctr svc[PX_SVC_SLOTS];
-    struct px_filter_ctr filter[PX_FILTER_SLOTS];
+    struct fgx_filter_ctr filter[PX_FILTER_SLOTS];
 };
 
 struct event_base;

@@ -98,5 +98,185 @@ def malformed_packets_get_a_safe_verdict(env):
         it.assert_passed(c, it.server_conn(srv, 2 * n), b"clean")
 
 
+# ---- evasion: bytes the receiver discards must not make the real ones look already passed ----
+
+class Crafter(it.Helper):
+    """it.Helper running this file's `craft` mode (below) instead of fgxhelper.py."""
+
+    def __init__(self, ns, *argv):  # pylint: disable=super-init-not-called
+        self.argv = [str(a) for a in argv]
+        self.proc = it.subprocess.Popen(["ip", "netns", "exec", ns, it.PY,
+                                         os.path.abspath(__file__), "craft"] + self.argv,
+                                        stdin=it.subprocess.PIPE, stdout=it.subprocess.PIPE,
+                                        stderr=it.subprocess.PIPE)
+        self.events = []
+        self.cond = it.threading.Condition()
+        self.stderr = b""
+        self.t_out = it.threading.Thread(target=self._read, daemon=True)
+        self.t_out.start()
+        self.t_err = it.threading.Thread(target=self._read_err, daemon=True)
+        self.t_err.start()
+
+
+def evade(env, src, dst, dport, segments, timestamps=False):
+    """segments: [(offset, bytes, kind)], kind "" (honest), "badsum" (a wrong TCP checksum),
+    "noack" (no ACK flag) or "paws" (a timestamp older than the last one: PAWS discards it)."""
+    env.next_sport += 1
+    h = Crafter(env.cli, "--iface", CLI_IF, "--src", src, "--dst", dst, "--sport",
+                env.next_sport, "--dport", dport, "--segments",
+                json.dumps([[off, data.hex(), kind] for off, data, kind in segments]),
+                *(["--timestamps"] if timestamps else []))
+    env.helpers.append(h)
+    res = it.client_result(h, 30)
+    check(res.get("handshake"), "crafted handshake %s -> %s failed: %r %s", src, dst, res,
+          h.stderr.decode(errors="replace")[-300:])
+    return res
+
+
+def malformed_count(env):
+    return sum(int(w.get("malformed", 0)) for w in env.ctl("worker", "list")
+               if w.get("kind") == "nfq")
+
+
+def wait_malformed(env, before, want):
+    """The worker's malformed counter (it counts the segments dropped here) grew by want."""
+    deadline = it.time.monotonic() + 4
+    got = malformed_count(env) - before
+    while got < want and it.time.monotonic() < deadline:
+        it.time.sleep(0.25)
+        got = malformed_count(env) - before
+    check(got >= want, "the worker counted %d dropped evasion segment(s), expected %d", got, want)
+
+
+def evasion_case(env, name, kind, blocked, timestamps=False):
+    """An honest "hello", then "xxxxxxxx" the receiver discards (kind), then "evil1337" honest
+    at the same place. "hello" reaching the server proves the crafted connection works."""
+    _, port = env.service(name, "tcp")
+    env.filter(name)
+    srv = env.tcp_server(port, idle=1.5)
+    for n, (src, dst) in enumerate(FAMS, start=1):
+        before = malformed_count(env)
+        res = evade(env, src, dst, port, [(0, b"hello", ""), (5, b"xxxxxxxx", kind),
+                                          (5, b"evil1337", "")], timestamps)
+        s = it.server_conn(srv, n)
+        check(b"evil1337" not in s["data"], "%s: server received %r over %s", kind, s["data"],
+              dst)
+        check(s["data"] == b"hello", "%s: server got %r over %s, expected only the honest "
+              "\"hello\" (the receiver should discard the crafted segment)", kind, s["data"],
+              dst)
+        # Scanned and matched (a reset) when the worker dropped the discarded segment itself;
+        # refused unscanned as an inconsistent retransmission otherwise.
+        check(res["reset"] == blocked, "%s over %s: reset %s, expected %s", kind, dst,
+              res["reset"], blocked)
+        wait_malformed(env, before, 1)
+
+
+@test
+def bad_checksum_then_real_bytes_is_blocked(env):
+    evasion_case(env, "ev-csum", "badsum", True)
+
+
+@test
+def data_without_ack_then_real_bytes_is_blocked(env):
+    evasion_case(env, "ev-noack", "noack", True)
+
+
+@test
+def paws_discarded_then_different_bytes_not_delivered(env):
+    evasion_case(env, "ev-paws", "paws", False, timestamps=True)
+
+
+def craft_main(argv):
+    """Client side of the evasion tests, in the client namespace: handshake, then each segment
+    as its kind says. Reports like fgxhelper's ooo mode."""
+    import argparse
+    import logging
+    import socket
+    import time
+    logging.getLogger("scapy.runtime").setLevel(logging.ERROR)
+    from scapy.all import IP, IPv6, TCP, AsyncSniffer, conf, raw  # noqa: E402
+    from fgxhelper import emit  # noqa: E402
+
+    ap = argparse.ArgumentParser()
+    for a in ("--iface", "--src", "--dst", "--segments"):
+        ap.add_argument(a, required=True)
+    ap.add_argument("--sport", type=int, required=True)
+    ap.add_argument("--dport", type=int, required=True)
+    ap.add_argument("--timestamps", action="store_true")
+    args = ap.parse_args(argv)
+    conf.verb = 0
+    v6 = ":" in args.dst
+    out = socket.socket(socket.AF_INET6 if v6 else socket.AF_INET, socket.SOCK_RAW,
+                        socket.IPPROTO_RAW)
+    tsval = [100000]
+
+    def ip():
+        return IPv6(src=args.src, dst=args.dst) if v6 else IP(src=args.src, dst=args.dst)
+
+    def tcp(flags, seq, ack=0, ts=None, ecr=0):
+        opts = []
+        if args.timestamps:
+            if ts is None:
+                tsval[0] += 10
+                ts = tsval[0]
+            opts = [("NOP", None), ("NOP", None), ("Timestamp", (ts, ecr))]
+        return TCP(sport=args.sport, dport=args.dport, flags=flags, seq=seq, ack=ack,
+                   window=65535, options=opts)
+
+    def send(pkt):
+        out.sendto(raw(pkt), (args.dst, 0))
+
+    def ours(p):
+        t = p.getlayer(TCP)
+        return t is not None and t.sport == args.dport and t.dport == args.sport
+
+    seen = []
+    sniffer = AsyncSniffer(iface=args.iface, lfilter=ours, prn=seen.append, store=False)
+    sniffer.start()
+    time.sleep(0.3)
+    res = {"handshake": False, "reset": False}
+    isn = 2000000
+    try:
+        send(ip() / tcp("S", isn))
+        synack = None
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline and synack is None:
+            time.sleep(0.05)
+            for p in list(seen):
+                t = p.getlayer(TCP)
+                if t is not None and (t.flags & 0x12) == 0x12:
+                    synack = t
+                    break
+        if synack is None:
+            res["error"] = "no SYN-ACK"
+            return
+        res["handshake"] = True
+        ack = synack.seq + 1
+        ecr = dict(synack.options).get("Timestamp", (0, 0))[0]
+        send(ip() / tcp("A", isn + 1, ack, ecr=ecr))
+        time.sleep(0.1)
+        end = 0
+        for off, hx, kind in json.loads(args.segments):
+            payload = bytes.fromhex(hx)
+            end = max(end, off + len(payload))
+            seg = tcp("P" if kind == "noack" else "PA", isn + 1 + off, ack,
+                      ts=1 if kind == "paws" else None, ecr=ecr)
+            pkt = ip() / seg / payload
+            if kind == "badsum":
+                seg.chksum = (IPv6 if v6 else IP)(raw(pkt))[TCP].chksum ^ 0x5555
+                pkt = ip() / seg / payload
+            send(pkt)
+            time.sleep(0.2)
+        send(ip() / tcp("FA", isn + 1 + end, ack, ecr=ecr))
+        time.sleep(0.5)
+    finally:
+        sniffer.stop()
+        res["reset"] = any(p.getlayer(TCP) is not None and p.getlayer(TCP).flags & 0x04
+                           for p in seen)
+        emit(event="result", **res)
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["craft"]:
+        sys.exit(craft_main(sys.argv[2:]))
     sys.exit(it.run_module("ooo", setup=setup))

@@ -1,6 +1,6 @@
-/* Unit tests for nfqworker's match stage across ruleset generations (nfq_match.c, nfq_config.c,
- * nfq_stats.c): one packet thread without its netlink socket is fed hand-built IPv4 packets; the
- * verdicts it batches are read back from its transmit buffer. These are the hot-swap semantics
+/* Unit tests for nfqworker's match stage across ruleset generations (nfq_match.c, nfq_stats.c,
+ * libcommon/wcfg.c): one packet thread without its netlink socket is fed hand-built IPv4
+ * packets; the verdicts it batches are read back from its transmit buffer. These are the hot-swap semantics
  * of issue 3 for connections that stay open across a change, plus the events and counters. */
 #include <criterion/criterion.h>
 
@@ -52,8 +52,8 @@ static void teardown(void)
 {
     fgx_flow_table_free(t.flows);
     fgx_reasm_ctx_free(t.reasm);
-    nfq_config_unref(t.cfg);
-    nfq_config_unref(w.current);
+    fgx_wcfg_unref(t.cfg);
+    fgx_wcfg_unref(w.current);
     free(t.txbuf);
 }
 
@@ -83,7 +83,7 @@ static void publish(uint64_t gen, const struct svc_def *defs, size_t ndefs)
     uint32_t ids[4][2][3];
     struct fgx_dp_service svcs[4];
     struct fgx_dp_ruleset rs = {.generation = gen, .nservices = ndefs, .services = svcs};
-    struct nfq_config *c = NULL, *old;
+    struct fgx_wcfg *c = NULL, *old;
     char err[256];
     size_t i;
     int d;
@@ -108,7 +108,7 @@ static void publish(uint64_t gen, const struct svc_def *defs, size_t ndefs)
             svcs[i].ids[d] = svcs[i].nids[d] > 0 ? ids[i][d] : NULL;
         }
     }
-    cr_assert_eq(nfq_config_build(&rs, w.current, &c), 0);
+    cr_assert_eq(fgx_wcfg_build(&rs, w.current, &c), 0);
     for (i = 0; i < ndefs; i++)
         for (d = 0; d < 2; d++)
             fgx_blob_release(&svcs[i].db[d]);
@@ -116,7 +116,7 @@ static void publish(uint64_t gen, const struct svc_def *defs, size_t ndefs)
     __atomic_store_n(&w.current, c, __ATOMIC_RELEASE);
     nfq_match_switch(&t);
     cr_assert_eq(t.applied, c);
-    nfq_config_unref(old);
+    fgx_wcfg_unref(old);
 }
 
 static const struct fgx_pattern P_EVIL = {F_EVIL, "evil[0-9]+", FGX_DIR_C2S, false};
@@ -233,14 +233,14 @@ static uint64_t blocked_of(uint32_t filter_id)
     size_t i;
 
     for (i = 0; i < NFQ_FILTER_SLOTS; i++)
-        if (t.ctr.filter[i].used && t.ctr.filter[i].id == filter_id)
+        if (t.ctr.filter[i].slot.used && t.ctr.filter[i].slot.id == filter_id)
             n += t.ctr.filter[i].blocked;
     return n;
 }
 
 static size_t drain(struct fgx_dp_event *ev, size_t max, uint64_t *lost)
 {
-    return nfq_event_drain(&t.events, ev, max, lost);
+    return fgx_evring_drain(&t.events, ev, max, lost);
 }
 
 /* ---- hot swap ---- */
@@ -390,7 +390,7 @@ Test(nfq_swap, blocked_flow_gives_back_streams_and_databases)
 {
     struct fgx_flow_key key;
     struct fgx_flow *f;
-    struct nfq_db *db;
+    struct fgx_wdb *db;
 
     publish_tcp(1, 1, &P_EVIL);
     db = w.current->svc[0].db[0];
@@ -459,7 +459,7 @@ Test(nfq_swap, long_partial_match_completes_after_a_change_of_another_filter)
     const struct fgx_pattern g1[] = {P_LONG, P_ZZZ}, g2[] = {P_LONG, P_OTHER};
     struct fgx_dp_event ev[2];
     struct fgx_flow *f;
-    struct nfq_db *db1;
+    struct fgx_wdb *db1;
     uint64_t lost = 0;
     uint32_t seq;
 
@@ -487,7 +487,7 @@ Test(nfq_swap, long_partial_match_completes_after_a_change_of_another_filter)
 Test(nfq_swap, long_partial_match_survives_two_changes_in_a_row)
 {
     const struct fgx_pattern g1[] = {P_LONG, P_ZZZ}, g2[] = {P_LONG, P_OTHER}, g3[] = {P_LONG};
-    struct nfq_db *db1;
+    struct fgx_wdb *db1;
     uint32_t seq;
 
     publish_tcp(1, 2, g1);
@@ -523,7 +523,7 @@ Test(nfq_swap, old_stream_sharing_no_filter_is_closed)
 {
     const struct fgx_pattern g1[] = {P_LONG}, g2[] = {P_OTHER};
     struct fgx_flow *f;
-    struct nfq_db *db2;
+    struct fgx_wdb *db2;
     uint32_t seq;
 
     publish_tcp(1, 1, g1);

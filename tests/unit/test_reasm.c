@@ -110,8 +110,10 @@ Test(reasm, retransmitted_bytes_not_rescanned)
 
     cr_assert_eq(fgx_reasm_set_db(ctx, &r, db_evil, 1), 0);
     cr_assert_eq(seg(0, "aaaa", 1, 0, &m), FGX_REASM_ACCEPT); /* no state: starts here */
-    /* bytes 0..3 already passed; only the "1" at 4 is new, and "aaaa1" does not match */
-    cr_assert_eq(seg(0, "evil1", 2, 0, &m), FGX_REASM_ACCEPT);
+    /* bytes 0..3 already passed, sent again identical; only the "1" at 4 is new, and "aaaa1"
+     * does not match */
+    cr_assert_eq(seg(0, "aaaa1", 2, 0, &m), FGX_REASM_ACCEPT);
+    cr_assert_eq(m.inconsistent, 0);
     cr_assert_not(m.matched);
     cr_assert_eq(r.next_seq, 5);
     /* full retransmission */
@@ -664,4 +666,99 @@ Test(reasm, restart_closes_the_old_stream)
     cr_assert_not(m.matched);
     hs_free_database(a);
     hs_free_database(b);
+}
+
+Test(reasm, overlap_equal_to_what_passed_is_accepted)
+{
+    struct fgx_reasm_match m;
+
+    cr_assert_eq(fgx_reasm_set_db(ctx, &r, db_evil, 1), 0);
+    cr_assert_eq(fgx_reasm_start(ctx, &r, 1000), 0);
+    cr_assert_eq(seg(1000, "hello ", 1, 0, &m), FGX_REASM_ACCEPT);
+    cr_assert_eq(seg(1006, "world", 2, 0, &m), FGX_REASM_ACCEPT);
+    /* whole, partial and straddling retransmissions */
+    cr_assert_eq(seg(1000, "hello world", 3, 0, &m), FGX_REASM_ACCEPT);
+    cr_assert_eq(m.inconsistent, 0);
+    cr_assert_eq(seg(1004, "o w", 4, 0, &m), FGX_REASM_ACCEPT);
+    cr_assert_eq(m.inconsistent, 0);
+    cr_assert_eq(seg(1009, "ld!", 5, 0, &m), FGX_REASM_ACCEPT);
+    cr_assert_eq(m.inconsistent, 0);
+    cr_assert_eq(r.next_seq, 1012);
+}
+
+Test(reasm, overlap_different_from_what_passed_is_dropped)
+{
+    struct fgx_reasm_match m;
+
+    cr_assert_eq(fgx_reasm_set_db(ctx, &r, db_evil, 1), 0);
+    cr_assert_eq(fgx_reasm_start(ctx, &r, 0xfffffffc), 0); /* across the wrap, too */
+    /* what the receiver discarded (bad timestamp, ...), then the real bytes at the same place */
+    cr_assert_eq(seg(0xfffffffc, "xxxxxxxx", 1, 0, &m), FGX_REASM_ACCEPT);
+    cr_assert_eq(seg(0xfffffffc, "evil1337", 2, 0, &m), FGX_REASM_DROP);
+    cr_assert_eq(m.inconsistent, 1);
+    cr_assert_not(m.matched);
+    cr_assert_eq(r.next_seq, 4);
+    /* longer than what passed: dropped whole, nothing beyond is taken either */
+    cr_assert_eq(seg(0xfffffffe, "xxevil1337", 3, 0, &m), FGX_REASM_DROP);
+    cr_assert_eq(m.inconsistent, 1);
+    cr_assert_eq(r.next_seq, 4);
+    /* one byte differs at the end of the overlap */
+    cr_assert_eq(seg(2, "xyzz", 4, 0, &m), FGX_REASM_DROP);
+    cr_assert_eq(m.inconsistent, 1);
+    /* the stream goes on where it was */
+    cr_assert_eq(seg(2, "xxabc", 5, 0, &m), FGX_REASM_ACCEPT);
+    cr_assert_eq(m.inconsistent, 0);
+    cr_assert_eq(r.next_seq, 7);
+}
+
+Test(reasm, overlap_checked_only_within_the_ring)
+{
+    char big[FGX_REASM_RING + 64 + 1], other[sizeof(big)];
+    struct fgx_reasm_match m;
+
+    memset(big, 'a', sizeof(big) - 1);
+    big[sizeof(big) - 1] = '\0';
+    memcpy(other, big, sizeof(big));
+    cr_assert_eq(fgx_reasm_set_db(ctx, &r, db_evil, 1), 0);
+    cr_assert_eq(fgx_reasm_start(ctx, &r, 0), 0);
+    cr_assert_eq(seg(0, big, 1, 0, &m), FGX_REASM_ACCEPT);
+    /* the first 64 bytes left the ring: they cannot be compared */
+    other[10] = 'b';
+    cr_assert_eq(seg(0, other, 2, 0, &m), FGX_REASM_ACCEPT);
+    cr_assert_eq(m.inconsistent, 0);
+    /* a byte still in the ring (its first one, then its last) can */
+    other[10] = 'a';
+    other[64] = 'b';
+    cr_assert_eq(seg(0, other, 3, 0, &m), FGX_REASM_DROP);
+    cr_assert_eq(m.inconsistent, 1);
+    other[64] = 'a';
+    other[sizeof(other) - 2] = 'b';
+    cr_assert_eq(seg(0, other, 4, 0, &m), FGX_REASM_DROP);
+    cr_assert_eq(m.inconsistent, 1);
+}
+
+Test(reasm, held_segment_different_from_what_passed_is_dropped)
+{
+    struct fgx_reasm_match m;
+
+    cr_assert_eq(fgx_reasm_set_db(ctx, &r, db_evil, 1), 0);
+    cr_assert_eq(fgx_reasm_start(ctx, &r, 0), 0);
+    cr_assert_eq(seg(4, "il1337", 1, 0, &m), FGX_REASM_HOLD);     /* overlaps 4..5 below */
+    cr_assert_eq(seg(8, "37 clean", 2, 0, &m), FGX_REASM_HOLD);   /* same as held bytes 8..9 */
+    cr_assert_eq(seg(0, "xxevxx", 3, 0, &m), FGX_REASM_ACCEPT);
+    /* "il" differs from the "xx" that passed at 4: dropped; then nothing is in order at 6 */
+    cr_assert_eq(m.inconsistent, 1);
+    cr_assert_not(m.matched);
+    cr_assert_eq(seen.n, 1);
+    cr_assert_eq(seen.cookie[0], 1);
+    cr_assert_not(seen.accept[0]);
+    cr_assert_eq(r.next_seq, 6);
+    cr_assert_eq(seg(6, "1337", 4, 0, &m), FGX_REASM_ACCEPT);
+    /* the held "37 clean" at 8 overlaps "37" that passed: identical, released */
+    cr_assert_eq(m.inconsistent, 0);
+    cr_assert_eq(seen.n, 2);
+    cr_assert_eq(seen.cookie[1], 2);
+    cr_assert(seen.accept[1]);
+    cr_assert_eq(r.next_seq, 16);
+    cr_assert_eq(fgx_reasm_ctx_held(ctx), 0);
 }

@@ -1,7 +1,7 @@
 /* Match events of one data-path thread, waiting for the worker's control thread to put them in
  * a STATS: a preallocated single-producer single-consumer ring, so recording an event never
  * allocates, locks or waits. head and tail only grow (wrapping); the slot is their value mod
- * FGX_EVRING_SIZE. (nfqworker's nfq_event.c is the same ring, kept inside nfqworker.) */
+ * FGX_EVRING_SIZE. */
 #ifndef FGX_EVRING_H
 #define FGX_EVRING_H
 

@@ -36,4 +36,11 @@ struct fgx_pkt {
  *   -EINVAL    malformed (bad version, lengths or header sizes). */
 int fgx_pkt_decode(const void *buf, size_t len, struct fgx_pkt *out);
 
+/* Verify the TCP or UDP checksum of a decoded packet (pseudo-header included). A UDP checksum of
+ * zero means none over IPv4 and is accepted; over IPv6 it is invalid. Returns 0 when it is
+ * right, -EBADMSG when the receiver would discard the packet for it. Only for packets whose
+ * checksum the kernel has not verified and that are not locally generated (NFQUEUE's
+ * NFQA_SKB_CSUM_NOTVERIFIED without NFQA_SKB_CSUMNOTREADY): a partial checksum is not wrong. */
+int fgx_pkt_csum_check(const struct fgx_pkt *p);
+
 #endif

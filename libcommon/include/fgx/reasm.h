@@ -70,6 +70,9 @@ struct fgx_reasm_match {
      * match ends near its start, from the ring of bytes passed before it. */
     uint8_t excerpt_len;
     uint8_t excerpt[FGX_REASM_EXCERPT];
+    /* Segments dropped by this call (this one or held ones) as inconsistent retransmissions:
+     * bytes already passed, still in the ring, sent again different. */
+    uint32_t inconsistent;
 };
 
 enum fgx_reasm_verdict {
@@ -125,7 +128,10 @@ int fgx_reasm_start(struct fgx_reasm_ctx *ctx, struct fgx_reasm *r, uint32_t seq
  * first slip the first one through unscanned (after an eviction, or on a direction the rules do
  * not start with a SYN). The start follows next_seq at 1 GiB (the largest TCP window), so a long
  * stream never wraps past it.
- * In-order bytes beyond next_seq are scanned; bytes already passed are not scanned again;
+ * In-order bytes beyond next_seq are scanned; bytes already passed are not scanned again, but
+ * those still in the ring (the last FGX_REASM_RING passed) must be sent again identical: a
+ * segment that differs there is dropped without advancing (m->inconsistent), since the receiver
+ * may have discarded the bytes that passed (bad timestamp, ...) and would take these instead;
  * a segment beyond next_seq is held (copied) when the bounds allow, else dropped. When bytes
  * become in order, held segments are scanned and given their verdicts through the callback.
  * On a match (this segment or a held one) m->matched is set, that segment is dropped and so

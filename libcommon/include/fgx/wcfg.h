@@ -2,8 +2,8 @@
  * databases, reference-counted so that a generation and each database live as long as a thread
  * or a connection still uses them. Built by a worker's control thread from a pushed RULESET
  * (fgx/dp.h), reusing the databases of the previous generation whose hash is unchanged, so a
- * change to one service never reloads the others. Shared by the workers (proxyworker; the
- * nfqworker keeps an equivalent of its own in nfq_config.c). */
+ * change to one service never reloads the others. Shared by both workers (nfqworker,
+ * proxyworker). */
 #ifndef FGX_WCFG_H
 #define FGX_WCFG_H
 

@@ -1,6 +1,7 @@
-/* Unit tests for nfqworker's config stage (nfq_config.c): generations share loaded databases by
- * hash, references keep them alive exactly as long as a config or a flow needs them, and a bad
- * push leaves the previous generation untouched. */
+/* Unit tests for the workers' ruleset generations (libcommon/wcfg.c): generations share loaded
+ * databases by hash, references keep them alive exactly as long as a generation or a flow needs
+ * them, a bad push leaves the previous generation untouched, and lookups find the service a
+ * client reaches. */
 #include <criterion/criterion.h>
 
 #include <errno.h>
@@ -8,7 +9,7 @@
 #include <string.h>
 
 #include "fgx/ruleset.h"
-#include "nfqworker/nfq.h"
+#include "fgx/wcfg.h"
 
 static struct fgx_blob evil, zzz;
 
@@ -34,15 +35,15 @@ static void teardown(void)
     fgx_blob_release(&zzz);
 }
 
-TestSuite(nfq_config, .init = setup, .fini = teardown);
+TestSuite(wcfg, .init = setup, .fini = teardown);
 
-static int refs(const struct nfq_db *d)
+static int refs(const struct fgx_wdb *d)
 {
     return __atomic_load_n(&d->refs, __ATOMIC_RELAXED);
 }
 
 static int build(uint64_t gen, const struct fgx_blob *a, const struct fgx_blob *b,
-                 const struct nfq_config *prev, struct nfq_config **out)
+                 const struct fgx_wcfg *prev, struct fgx_wcfg **out)
 {
     struct fgx_dp_service s[2];
     struct fgx_dp_ruleset rs = {.generation = gen, .nservices = 2, .services = s};
@@ -56,12 +57,12 @@ static int build(uint64_t gen, const struct fgx_blob *a, const struct fgx_blob *
     s[1].ipproto = IPPROTO_TCP;
     s[1].port = 81;
     s[1].db[0] = *b;
-    return nfq_config_build(&rs, prev, out);
+    return fgx_wcfg_build(&rs, prev, out);
 }
 
-Test(nfq_config, equal_databases_are_loaded_once)
+Test(wcfg, equal_databases_are_loaded_once)
 {
-    struct nfq_config *c = NULL;
+    struct fgx_wcfg *c = NULL;
 
     cr_assert_eq(build(1, &evil, &evil, NULL, &c), 0);
     cr_assert_eq(c->generation, 1);
@@ -69,31 +70,31 @@ Test(nfq_config, equal_databases_are_loaded_once)
     cr_assert_eq(c->svc[0].db[0], c->svc[1].db[0]);
     cr_assert_eq(refs(c->svc[0].db[0]), 2);
     cr_assert_null(c->svc[0].db[1]);
-    cr_assert_eq(nfq_config_service(c, 2), &c->svc[1]);
-    cr_assert_null(nfq_config_service(c, 3));
-    nfq_config_unref(c);
+    cr_assert_eq(fgx_wcfg_service(c, 2), &c->svc[1]);
+    cr_assert_null(fgx_wcfg_service(c, 3));
+    fgx_wcfg_unref(c);
 }
 
-Test(nfq_config, both_directions_of_one_service_share_their_database)
+Test(wcfg, both_directions_of_one_service_share_their_database)
 {
     struct fgx_dp_service s = {.id = 1, .ipproto = IPPROTO_TCP, .port = 80};
     struct fgx_dp_ruleset rs = {.generation = 1, .nservices = 1, .services = &s};
-    struct nfq_config *c = NULL;
+    struct fgx_wcfg *c = NULL;
 
     /* filters of direction "both": the same compiled database for c2s and s2c */
     s.db[0] = evil;
     s.db[1] = evil;
-    cr_assert_eq(nfq_config_build(&rs, NULL, &c), 0);
+    cr_assert_eq(fgx_wcfg_build(&rs, NULL, &c), 0);
     cr_assert_not_null(c->svc[0].db[0]);
     cr_assert_eq(c->svc[0].db[0], c->svc[0].db[1]);
     cr_assert_eq(refs(c->svc[0].db[0]), 2);
-    nfq_config_unref(c);
+    fgx_wcfg_unref(c);
 }
 
-Test(nfq_config, next_generation_reuses_unchanged_databases)
+Test(wcfg, next_generation_reuses_unchanged_databases)
 {
-    struct nfq_config *c1 = NULL, *c2 = NULL;
-    struct nfq_db *e, *z;
+    struct fgx_wcfg *c1 = NULL, *c2 = NULL;
+    struct fgx_wdb *e, *z;
 
     cr_assert_eq(build(1, &evil, &zzz, NULL, &c1), 0);
     e = c1->svc[0].db[0];
@@ -106,31 +107,31 @@ Test(nfq_config, next_generation_reuses_unchanged_databases)
     cr_assert_eq(refs(e), 3);
     cr_assert_eq(refs(z), 1);
     /* a flow still on zzz keeps it alive after the generation that loaded it is gone */
-    nfq_db_ref(z);
-    nfq_config_unref(c1);
+    fgx_wdb_ref(z);
+    fgx_wcfg_unref(c1);
     cr_assert_eq(refs(e), 2);
     cr_assert_eq(refs(z), 1);
     cr_assert_not_null(z->db);
-    nfq_db_unref(z); /* the flow ends: freed (ASan checks) */
-    nfq_config_unref(c2);
+    fgx_wdb_unref(z); /* the flow ends: freed (ASan checks) */
+    fgx_wcfg_unref(c2);
 }
 
-Test(nfq_config, databases_without_hash_are_identified_by_content)
+Test(wcfg, databases_without_hash_are_identified_by_content)
 {
     struct fgx_blob a = evil, b = evil;
-    struct nfq_config *c = NULL;
+    struct fgx_wcfg *c = NULL;
 
     a.hash = 0;
     b.hash = 0;
     cr_assert_eq(build(1, &a, &b, NULL, &c), 0);
     cr_assert_eq(c->svc[0].db[0], c->svc[1].db[0]);
     cr_assert_eq(c->svc[0].db[0]->hash, fgx_hash64(evil.data, evil.len, FGX_HASH64_SEED));
-    nfq_config_unref(c);
+    fgx_wcfg_unref(c);
 }
 
-Test(nfq_config, refused_push_leaves_the_previous_generation_alone)
+Test(wcfg, refused_push_leaves_the_previous_generation_alone)
 {
-    struct nfq_config *c1 = NULL, *c2 = (struct nfq_config *)1;
+    struct fgx_wcfg *c1 = NULL, *c2 = (struct fgx_wcfg *)1;
     struct fgx_blob bad = {.data = "not a database", .len = 14, .hash = 42};
 
     cr_assert_eq(build(1, &evil, &zzz, NULL, &c1), 0);
@@ -139,14 +140,39 @@ Test(nfq_config, refused_push_leaves_the_previous_generation_alone)
     /* the reference the failed build took on evil was given back */
     cr_assert_eq(refs(c1->svc[0].db[0]), 1);
     cr_assert_eq(refs(c1->svc[1].db[0]), 1);
-    nfq_config_unref(c1);
+    fgx_wcfg_unref(c1);
 }
 
-Test(nfq_config, null_is_a_noop)
+Test(wcfg, null_is_a_noop)
 {
-    nfq_config_unref(NULL);
-    nfq_config_ref(NULL);
-    nfq_db_ref(NULL);
-    nfq_db_unref(NULL);
-    cr_assert_null(nfq_config_service(NULL, 1));
+    fgx_wcfg_unref(NULL);
+    fgx_wcfg_ref(NULL);
+    fgx_wdb_ref(NULL);
+    fgx_wdb_unref(NULL);
+    cr_assert_null(fgx_wcfg_service(NULL, 1));
+}
+
+Test(wcfg, lookup_matches_protocol_port_and_address)
+{
+    struct fgx_dp_service s[2];
+    struct fgx_dp_ruleset rs = {.generation = 1, .nservices = 2, .services = s};
+    const uint8_t in[4] = {10, 0, 0, 7}, out[4] = {10, 0, 1, 7};
+    struct fgx_wcfg *c = NULL;
+
+    memset(s, 0, sizeof(s));
+    s[0].id = 1;
+    s[0].ipproto = IPPROTO_TCP;
+    s[0].port = 80;
+    cr_assert_eq(fgx_cidr_parse("10.0.0.0/24", &s[0].addr), 0);
+    s[1].id = 2;
+    s[1].ipproto = IPPROTO_UDP;
+    s[1].port = 80;
+    cr_assert_eq(fgx_cidr_parse("", &s[1].addr), 0);
+    cr_assert_eq(fgx_wcfg_build(&rs, NULL, &c), 0);
+    cr_assert_eq(fgx_wcfg_lookup(c, IPPROTO_TCP, 4, in, 80), &c->svc[0]);
+    cr_assert_null(fgx_wcfg_lookup(c, IPPROTO_TCP, 4, out, 80));
+    cr_assert_null(fgx_wcfg_lookup(c, IPPROTO_TCP, 4, in, 81));
+    cr_assert_eq(fgx_wcfg_lookup(c, IPPROTO_UDP, 4, out, 80), &c->svc[1]);
+    cr_assert_null(fgx_wcfg_lookup(NULL, IPPROTO_TCP, 4, in, 80));
+    fgx_wcfg_unref(c);
 }

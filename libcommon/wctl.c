@@ -1,0 +1,373 @@
+/* Control stage of a worker (nfqworker, proxyworker): the thread that talks to controld. It loads
+ * each pushed ruleset off the data path, publishes it with one pointer store, waits until every
+ * data-path thread has switched and only then acknowledges; it answers statistics requests with
+ * the threads' counters and the match events since the previous request. */
+#include "fgx/wctl.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fgx/chan.h"
+#include "fgx/log.h"
+
+#define RECV_TIMEOUT_MS 500
+#define SEND_TIMEOUT_MS 5000
+
+/* ---- counters ---- */
+
+void *fgx_ctr_slot_get(void *table, size_t nslots, size_t size, uint32_t id)
+{
+    size_t i = (id * 2654435761u) % nslots, n;
+    struct fgx_ctr_slot *s = NULL;
+
+    for (n = 0; n < nslots; n++, i = (i + 1) % nslots) {
+        s = (struct fgx_ctr_slot *)((char *)table + i * size);
+        if (!s->used) {
+            s->id = id;
+            __atomic_store_n(&s->used, 1, __ATOMIC_RELEASE);
+            return s;
+        }
+        if (s->id == id)
+            return s;
+    }
+    return s;
+}
+
+void fgx_ctr_filter_blocked(struct fgx_filter_ctr *table, size_t nslots, uint32_t id)
+{
+    size_t i = (id * 2654435761u) % nslots, n;
+
+    for (n = 0; n < nslots; n++, i = (i + 1) % nslots) {
+        struct fgx_filter_ctr *f = &table[i];
+
+        if (!f->slot.used) {
+            f->slot.id = id;
+            __atomic_store_n(&f->blocked, 1, __ATOMIC_RELAXED);
+            __atomic_store_n(&f->slot.used, 1, __ATOMIC_RELEASE);
+            return;
+        }
+        if (f->slot.id == id) {
+            FGX_CTR_ADD(&f->blocked, 1);
+            return;
+        }
+    }
+}
+
+uint64_t fgx_ctr_load(const uint64_t *p)
+{
+    return __atomic_load_n(p, __ATOMIC_RELAXED);
+}
+
+bool fgx_ctr_slot_used(const struct fgx_ctr_slot *s)
+{
+    return __atomic_load_n(&s->used, __ATOMIC_ACQUIRE) != 0;
+}
+
+/* ---- summing into a STATS ---- */
+
+int fgx_wstats_begin(struct fgx_wstats *st, struct fgx_dp_stats *out, uint64_t generation,
+                     size_t scap, size_t fcap, size_t ecap)
+{
+    memset(out, 0, sizeof(*out));
+    st->out = out;
+    st->scap = scap;
+    st->fcap = fcap;
+    st->ecap = ecap;
+    out->services = calloc(scap, sizeof(*out->services));
+    out->filters = calloc(fcap, sizeof(*out->filters));
+    out->events = calloc(ecap, sizeof(*out->events));
+    if (out->services == NULL || out->filters == NULL || out->events == NULL) {
+        free(out->services);
+        free(out->filters);
+        free(out->events);
+        memset(out, 0, sizeof(*out));
+        st->scap = st->fcap = st->ecap = 0;
+        fgx_err("stats: out of memory");
+        return -ENOMEM;
+    }
+    out->generation = generation;
+    return 0;
+}
+
+struct fgx_dp_service_stat *fgx_wstats_service(struct fgx_wstats *st, uint32_t id)
+{
+    struct fgx_dp_stats *s = st->out;
+    size_t i;
+
+    for (i = 0; i < s->nservices; i++)
+        if (s->services[i].service_id == id)
+            return &s->services[i];
+    if (s->nservices == st->scap)
+        return NULL;
+    s->services[s->nservices].service_id = id;
+    return &s->services[s->nservices++];
+}
+
+void fgx_wstats_services(struct fgx_wstats *st, const void *table, size_t nslots, size_t size,
+                         fgx_wstats_svc_fn add)
+{
+    size_t i;
+
+    for (i = 0; i < nslots; i++) {
+        const struct fgx_ctr_slot *s = (const void *)((const char *)table + i * size);
+        struct fgx_dp_service_stat *ss;
+
+        if (!fgx_ctr_slot_used(s))
+            continue;
+        ss = fgx_wstats_service(st, s->id);
+        if (ss != NULL)
+            add(ss, s);
+    }
+}
+
+static struct fgx_dp_filter_stat *filter_find(struct fgx_wstats *st, uint32_t id)
+{
+    struct fgx_dp_stats *s = st->out;
+    size_t i;
+
+    for (i = 0; i < s->nfilters; i++)
+        if (s->filters[i].filter_id == id)
+            return &s->filters[i];
+    if (s->nfilters == st->fcap)
+        return NULL;
+    s->filters[s->nfilters].filter_id = id;
+    return &s->filters[s->nfilters++];
+}
+
+void fgx_wstats_filters(struct fgx_wstats *st, const struct fgx_filter_ctr *table, size_t nslots)
+{
+    size_t i;
+
+    for (i = 0; i < nslots; i++) {
+        struct fgx_dp_filter_stat *fs;
+
+        if (!fgx_ctr_slot_used(&table[i].slot))
+            continue;
+        fs = filter_find(st, table[i].slot.id);
+        if (fs != NULL)
+            fs->blocked += fgx_ctr_load(&table[i].blocked);
+    }
+}
+
+void fgx_wstats_events(struct fgx_wstats *st, struct fgx_evring *r)
+{
+    struct fgx_dp_stats *s = st->out;
+
+    s->nevents +=
+        fgx_evring_drain(r, s->events + s->nevents, st->ecap - s->nevents, &s->events_lost);
+}
+
+static int event_cmp(const void *a, const void *b)
+{
+    const struct fgx_dp_event *x = a, *y = b;
+
+    return x->time_ns < y->time_ns ? -1 : x->time_ns > y->time_ns;
+}
+
+static uint64_t rss_bytes(void)
+{
+    unsigned long size, rss;
+    uint64_t ret = 0;
+    FILE *f;
+
+    f = fopen("/proc/self/statm", "re");
+    if (f == NULL)
+        return 0;
+    if (fscanf(f, "%lu %lu", &size, &rss) == 2)
+        ret = (uint64_t)rss * (uint64_t)sysconf(_SC_PAGESIZE);
+    fclose(f);
+    return ret;
+}
+
+void fgx_wstats_end(struct fgx_wstats *st)
+{
+    struct fgx_dp_stats *s = st->out;
+
+    if (s->nevents == 0) {
+        free(s->events);
+        s->events = NULL;
+    }
+    /* Each ring is in order; merged, the threads' events are put back in time order, since
+     * controld numbers them as they come. */
+    if (s->nevents > 1)
+        qsort(s->events, s->nevents, sizeof(*s->events), event_cmp);
+    s->rss_bytes = rss_bytes();
+}
+
+/* ---- ruleset publishing and the control loop ---- */
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+
+    nanosleep(&ts, NULL);
+}
+
+/* Publish c (the caller's reference moves to *current), wake every thread and wait until all
+ * use it. The old generation's reference is dropped only then: a thread that loaded the old
+ * pointer may still be taking its own reference on it until it reports the new one. */
+static int publish(const struct fgx_wctl *ctl, struct fgx_wcfg *c)
+{
+    struct fgx_wcfg *old = __atomic_exchange_n(ctl->current, c, __ATOMIC_ACQ_REL);
+    unsigned i;
+    int ret = 0;
+
+    for (i = 0; i < ctl->nthreads; i++)
+        ctl->wake(ctl->worker, i);
+    for (i = 0; i < ctl->nthreads;) {
+        if (__atomic_load_n(ctl->stop, __ATOMIC_ACQUIRE)) {
+            ret = -ECANCELED;
+            break;
+        }
+        if (ctl->uses(ctl->worker, i, c)) {
+            i++;
+            continue;
+        }
+        sleep_ms(1);
+    }
+    fgx_wcfg_unref(old);
+    return ret;
+}
+
+int fgx_wctl_apply(const struct fgx_wctl *ctl, const struct fgx_dp_ruleset *rs)
+{
+    struct fgx_wcfg *c = NULL;
+    int ret;
+
+    if (ctl->vet != NULL)
+        ctl->vet(ctl->worker, rs);
+    ret = fgx_wcfg_build(rs, __atomic_load_n(ctl->current, __ATOMIC_ACQUIRE), &c);
+    if (ret != 0)
+        return ret;
+    return publish(ctl, c);
+}
+
+static void on_ruleset(const struct fgx_wctl *ctl, const struct fgx_dp_ruleset *rs,
+                       struct fgx_dp_msg *reply)
+{
+    char *err;
+    int ret;
+
+    ret = fgx_wctl_apply(ctl, rs);
+    if (ret == 0) {
+        fgx_info("generation %llu applied: %zu service(s)", (unsigned long long)rs->generation,
+                 rs->nservices);
+        reply->type = FGX_DP_ACK;
+        reply->u.ack_generation = rs->generation;
+        return;
+    }
+    reply->type = FGX_DP_ERROR;
+    if (asprintf(&err, "generation %llu not applied: %s", (unsigned long long)rs->generation,
+                 strerror(-ret)) == -1)
+        err = NULL;
+    reply->u.error = err;
+}
+
+void fgx_wctl_serve(const struct fgx_wctl *ctl, struct fgx_chan *ch, const void *buf, size_t len)
+{
+    struct fgx_dp_msg req = {0}, reply = {0};
+    void *out = NULL;
+    size_t outlen = 0;
+    int ret;
+
+    ret = fgx_dp_decode(buf, len, &req);
+    if (ret != 0) {
+        fgx_warn("control: undecodable message of %zu bytes", len);
+        reply.type = FGX_DP_ERROR;
+        reply.u.error = strdup("undecodable message");
+    } else if (req.type == FGX_DP_RULESET) {
+        on_ruleset(ctl, &req.u.ruleset, &reply);
+    } else if (req.type == FGX_DP_STATS_REQUEST) {
+        reply.type = FGX_DP_STATS;
+        if (ctl->stats(ctl->worker, &reply.u.stats) != 0) {
+            reply.type = FGX_DP_ERROR;
+            reply.u.error = strdup("out of memory");
+        }
+    } else {
+        reply.type = FGX_DP_ERROR;
+        reply.u.error = strdup("unexpected message type");
+    }
+    fgx_dp_msg_release(&req);
+    ret = fgx_dp_encode(&reply, &out, &outlen);
+    fgx_dp_msg_release(&reply);
+    if (ret != 0) {
+        fgx_err("control: cannot encode a reply: %s", strerror(-ret));
+        return;
+    }
+    ret = fgx_chan_send(ch, out, outlen, SEND_TIMEOUT_MS);
+    if (ret != 0)
+        fgx_warn("control: reply not sent: %s", strerror(-ret));
+    free(out);
+}
+
+int fgx_wctl_run(const struct fgx_wctl *ctl, const char *url)
+{
+    struct fgx_chan *ch = NULL;
+    int ret;
+
+    ret = fgx_chan_dial(url, FGX_CHAN_REP, 0, &ch);
+    if (ret != 0) {
+        fgx_err("control: cannot dial %s: %s", url, strerror(-ret));
+        return ret;
+    }
+    /* Serve until told to stop. A vanished controld is only silence: the data path goes on
+     * with the last ruleset and nng dials again in the background. */
+    while (!__atomic_load_n(ctl->stop, __ATOMIC_ACQUIRE)) {
+        void *buf = NULL;
+        size_t len = 0;
+
+        ret = fgx_chan_recv(ch, &buf, &len, RECV_TIMEOUT_MS);
+        if (ret == -ETIMEDOUT)
+            continue;
+        if (ret != 0) {
+            sleep_ms(100);
+            continue;
+        }
+        fgx_wctl_serve(ctl, ch, buf, len);
+        free(buf);
+    }
+    fgx_chan_close(ch);
+    return 0;
+}
+
+/* ---- the worker process ---- */
+
+int fgx_wctl_parse_uint(const char *s, unsigned min, unsigned max, unsigned *out)
+{
+    char *end;
+    unsigned long v;
+
+    errno = 0;
+    v = strtoul(s, &end, 10);
+    if (errno != 0 || *s == '\0' || *end != '\0' || v < min || v > max)
+        return -EINVAL;
+    *out = (unsigned)v;
+    return 0;
+}
+
+static int *signal_stop;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    __atomic_store_n(signal_stop, 1, __ATOMIC_RELEASE);
+}
+
+void fgx_wctl_signals(int *stop)
+{
+    struct sigaction sa;
+
+    signal_stop = stop;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    sa.sa_handler = SIG_IGN;
+    sigaction(SIGPIPE, &sa, NULL);
+}
