@@ -198,13 +198,24 @@ def fail_open_and_fail_closed_with_the_proxy_stopped(env):
         check(not sc.all("data"), "data reached the fail-closed service: %r", sc.all("data"))
     finally:
         os.kill(w["pid"], signal.SIGCONT)
-    os.kill(w["pid"], signal.SIGKILL)
     # No listener at all now: fail-open goes straight to the service, fail-closed nowhere,
-    # until the worker is back.
-    c = env.tcp_client(SRV4, po, [b"while the proxy is down"], timeout=1.5)
-    if c["connected"]:
+    # until the worker is back. controld is stopped meanwhile, so that the gap lasts (it would
+    # restart the worker within 100 ms) and the test sees the gap, not a race with the restart.
+    cpid = env.controld_pid()
+    os.kill(cpid, signal.SIGSTOP)
+    try:
+        os.kill(w["pid"], signal.SIGKILL)
+        # (a zombie until controld reaps it, but its sockets are gone at once)
+        time.sleep(0.2)
+        c = env.tcp_client(SRV4, po, [b"while the proxy is down"], timeout=1.5)
+        check(c["connected"], "fail-open: no connection while the proxy is down: %r", c)
         s = it.server_conn(so, 1)
-        check(s["data"] in (b"", b"while the proxy is down"), "fail-open: %r", s)
+        check(s["data"] == b"while the proxy is down", "fail-open: %r", s)
+        c = env.tcp_client(SRV4, pc, [b"hello again"], timeout=1.5)
+        got = b"".join(it.d64(e["data"]) for e in sc.all("data"))
+        check(b"hello again" not in got, "data reached the fail-closed service: %r", got)
+    finally:
+        os.kill(cpid, signal.SIGCONT)
     def back():
         x = proxy_worker(env)
         return x and x.get("pid") != w["pid"] and x.get("state") == "running"
