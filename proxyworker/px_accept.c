@@ -22,6 +22,19 @@
 
 #include "fgx/log.h"
 
+/* Linux 6.3's per-socket ephemeral port range (linux/in.h), absent from older headers. */
+#ifndef IP_LOCAL_PORT_RANGE
+#define IP_LOCAL_PORT_RANGE 51
+#endif
+
+/* The onward connection speaks from the client's address, so its port must never be one the
+ * client itself uses: the service (in this namespace) would then see the same address and port
+ * pair as a connection the proxy accepted, open or in TIME_WAIT, and its handshake would land on
+ * the proxy's socket. Clients pick their source ports from 32768-60999 (Linux) or 49152-65535
+ * (Windows, macOS): onward ports come from below both. */
+#define PX_ONWARD_PORT_LO 10000
+#define PX_ONWARD_PORT_HI 32767
+
 uint64_t px_now_ms(void)
 {
     struct timespec ts;
@@ -141,6 +154,16 @@ static int upstream_socket(const struct sockaddr_storage *client, int *out)
         ret = set_int(fd, SOL_SOCKET, SO_MARK, (int)FGX_MARK, "SO_MARK");
     if (ret == 0)
         ret = set_int(fd, SOL_IP, IP_BIND_ADDRESS_NO_PORT, 1, "IP_BIND_ADDRESS_NO_PORT");
+    if (ret == 0 && setsockopt(fd, SOL_IP, IP_LOCAL_PORT_RANGE,
+                               &(uint32_t){(uint32_t)PX_ONWARD_PORT_HI << 16 | PX_ONWARD_PORT_LO},
+                               sizeof(uint32_t)) == -1) {
+        static __thread unsigned long long last_log;
+
+        /* Before Linux 6.3: the kernel's own range, with the collisions described above. */
+        fgx_log_ratelimited(&last_log, FGX_LOG_WARN,
+                            "IP_LOCAL_PORT_RANGE: %s (onward ports may collide with client ports)",
+                            strerror(errno));
+    }
     if (ret == 0)
         (void)set_int(fd, IPPROTO_TCP, TCP_NODELAY, 1, "TCP_NODELAY");
     if (ret == 0 && bind(fd, (struct sockaddr *)&b, len) == -1) {
