@@ -178,29 +178,15 @@ static int filter_resolve(struct rpc *r, struct ctl_txn *t, const char *ref, str
     return rv;
 }
 
-/* Not all digits, since an all-digit reference is an id. */
+/* The same rule as an imported configuration's (ctl_config.c): one place says what a name is. */
 static int check_name(struct rpc *r, const char *name)
 {
-    size_t len = name ? strlen(name) : 0;
+    char err[256];
+    int rv = ctl_config_name_check(name, err, sizeof(err));
 
-    if (len == 0 || len > CTL_NAME_MAX) {
-        rpc_fail(r, FGX__CTL__CODE__CODE_INVALID, "a service name has 1 to %d characters",
-                 CTL_NAME_MAX);
-        return -EINVAL;
-    }
-    for (const char *p = name; *p; p++) {
-        if (!isalnum((unsigned char)*p) && *p != '-' && *p != '_' && *p != '.') {
-            rpc_fail(r, FGX__CTL__CODE__CODE_INVALID,
-                     "invalid service name \"%s\": use letters, digits, '-', '_' and '.'", name);
-            return -EINVAL;
-        }
-    }
-    if (all_digits(name)) {
-        rpc_fail(r, FGX__CTL__CODE__CODE_INVALID,
-                 "invalid service name \"%s\": a name cannot be all digits (that is an id)", name);
-        return -EINVAL;
-    }
-    return 0;
+    if (rv < 0)
+        rpc_fail(r, FGX__CTL__CODE__CODE_INVALID, "%s", err);
+    return rv;
 }
 
 static int check_port(struct rpc *r, uint32_t port)
