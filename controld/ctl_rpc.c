@@ -305,6 +305,23 @@ static int blocked_of(struct rpc *r, struct ctl_txn *t, uint32_t filter_id, uint
     return ctl_store_blocked_get(t, filter_id, out);
 }
 
+/* What the supervisor knows of a worker, whatever its kind. */
+static void worker_fill(Fgx__Ctl__Worker *w, const char *kind, const struct ctl_sup_info *info)
+{
+    fgx__ctl__worker__init(w);
+    w->kind = (char *)kind;
+    w->pid = (int32_t)info->pid;
+    w->state = (char *)info->state;
+    w->has_generation = 1;
+    w->generation = info->generation;
+    w->has_restarts = 1;
+    w->restarts = info->restarts;
+    if (info->started) {
+        w->has_started = 1;
+        w->started = info->started;
+    }
+}
+
 /* The proxy worker as supervised now, as r->workers[at], with its proxied connections open
  * (flows), memory and own failures from its last STATS. Returns 1, or 0 without one. The NFQUEUE counters
  * (queue_drops, truncated, verdict_errors, malformed) mean nothing for a proxy and stay absent
@@ -319,18 +336,7 @@ static size_t reply_px_worker(struct rpc *r, size_t at)
     if (!r->ctx->px_sup)
         return 0;
     ctl_sup_info(r->ctx->px_sup, &info);
-    fgx__ctl__worker__init(w);
-    w->kind = "proxy";
-    w->pid = (int32_t)info.pid;
-    w->state = (char *)info.state;
-    w->has_generation = 1;
-    w->generation = info.generation;
-    w->has_restarts = 1;
-    w->restarts = info.restarts;
-    if (info.started) {
-        w->has_started = 1;
-        w->started = info.started;
-    }
+    worker_fill(w, "proxy", &info);
     if (c && c->valid && c->instance == info.instance && info.pid > 0) {
         w->has_flows = w->has_rss_bytes = 1;
         w->has_conns_refused = w->has_unclassified = 1;
@@ -357,18 +363,7 @@ static size_t reply_worker(struct rpc *r)
     if (!r->ctx->sup)
         return reply_px_worker(r, 0);
     ctl_sup_info(r->ctx->sup, &info);
-    fgx__ctl__worker__init(w);
-    w->kind = "nfq";
-    w->pid = (int32_t)info.pid;
-    w->state = (char *)info.state;
-    w->has_generation = 1;
-    w->generation = info.generation;
-    w->has_restarts = 1;
-    w->restarts = info.restarts;
-    if (info.started) {
-        w->has_started = 1;
-        w->started = info.started;
-    }
+    worker_fill(w, "nfq", &info);
     if (c && c->valid && c->instance == info.instance && info.pid > 0) {
         w->has_queue_drops = w->has_flows = w->has_rss_bytes = 1;
         w->has_truncated = w->has_verdict_errors = w->has_malformed = 1;
