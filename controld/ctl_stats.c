@@ -17,18 +17,18 @@ static const char key_event_seq[] = "event_seq";
 static const char key_queue_drops[] = "nfq_queue_drops";
 static const char key_events_lost[] = "nfq_events_lost";
 
+/* The two workers count apart, each since its own process started: [W_NFQ] and [W_PX]. */
+enum { W_NFQ, W_PX, W_KINDS };
+
 struct svc_slot {
     uint32_t id;
-    struct ctl_svc_totals total, last;
-    uint64_t flows_active;
-    struct ctl_svc_totals px_last; /* the same from the proxy worker, which counts apart */
-    uint64_t px_flows_active;
+    struct ctl_svc_totals total, last[W_KINDS];
+    uint64_t flows_active[W_KINDS];
 };
 
 struct flt_slot {
     uint32_t id;
-    uint64_t blocked, last;
-    uint64_t px_last;
+    uint64_t blocked, last[W_KINDS];
 };
 
 struct ctl_stats {
@@ -36,10 +36,8 @@ struct ctl_stats {
     size_t nsvc, capsvc;
     struct flt_slot *flt;
     size_t nflt, capflt;
-    bool have_instance;
-    uint64_t instance;
-    bool px_have_instance; /* the proxy worker's process, as instance is the nfq worker's */
-    uint64_t px_instance;
+    bool have_instance[W_KINDS];
+    uint64_t instance[W_KINDS];
     struct ctl_worker_counters worker;
     struct ctl_worker_counters px_worker;
     uint64_t queue_drops_last;
@@ -224,24 +222,26 @@ static void event_from_dp(const struct fgx_dp_event *d, uint64_t seq,
     memcpy(e->excerpt, d->excerpt, e->excerpt_len);
 }
 
-int ctl_stats_ingest(struct ctl_stats *s, uint64_t instance, const struct fgx_dp_stats *m,
-                     const struct ctl_service *svcs, size_t nsvcs)
+/* Fold what one worker reported (cumulative since its process `instance` started) into the
+ * totals, and number its events. Returns 0 or -ENOMEM (what was folded stays). */
+static int fold(struct ctl_stats *s, int k, uint64_t instance, const struct fgx_dp_stats *m,
+                const struct ctl_service *svcs, size_t nsvcs)
 {
-    struct ctl_worker_counters *w = &s->worker;
     int rv = 0;
 
-    if (!s->have_instance || instance != s->instance) {
+    if (!s->have_instance[k] || instance != s->instance[k]) {
         /* A new process counts from zero; what the old one reported is in the totals. */
         for (size_t i = 0; i < s->nsvc; i++)
-            memset(&s->svc[i].last, 0, sizeof(s->svc[i].last));
+            memset(&s->svc[i].last[k], 0, sizeof(s->svc[i].last[k]));
         for (size_t i = 0; i < s->nflt; i++)
-            s->flt[i].last = 0;
-        s->queue_drops_last = 0;
-        s->have_instance = true;
-        s->instance = instance;
+            s->flt[i].last[k] = 0;
+        if (k == W_NFQ)
+            s->queue_drops_last = 0;
+        s->have_instance[k] = true;
+        s->instance[k] = instance;
     }
     for (size_t i = 0; i < s->nsvc; i++)
-        s->svc[i].flows_active = 0; /* a service the worker no longer reports has no flow */
+        s->svc[i].flows_active[k] = 0; /* a service the worker no longer reports has no flow */
     for (size_t i = 0; i < m->nservices; i++) {
         const struct fgx_dp_service_stat *c = &m->services[i];
         struct svc_slot *v = svc_slot(s, c->service_id, true);
@@ -250,11 +250,11 @@ int ctl_stats_ingest(struct ctl_stats *s, uint64_t instance, const struct fgx_dp
             rv = -ENOMEM;
             continue;
         }
-        v->total.packets += grow(&v->last.packets, c->packets);
-        v->total.bytes += grow(&v->last.bytes, c->bytes);
-        v->total.accepted += grow(&v->last.accepted, c->accepted);
-        v->total.dropped += grow(&v->last.dropped, c->dropped);
-        v->flows_active = c->flows_active;
+        v->total.packets += grow(&v->last[k].packets, c->packets);
+        v->total.bytes += grow(&v->last[k].bytes, c->bytes);
+        v->total.accepted += grow(&v->last[k].accepted, c->accepted);
+        v->total.dropped += grow(&v->last[k].dropped, c->dropped);
+        v->flows_active[k] = c->flows_active;
         s->dirty = true;
     }
     for (size_t i = 0; i < m->nfilters; i++) {
@@ -265,19 +265,10 @@ int ctl_stats_ingest(struct ctl_stats *s, uint64_t instance, const struct fgx_dp
             rv = -ENOMEM;
             continue;
         }
-        f->blocked += grow(&f->last, c->blocked);
+        f->blocked += grow(&f->last[k], c->blocked);
         s->dirty = true;
     }
-    w->valid = true;
-    w->instance = instance;
-    w->queue_drops = m->queue_drops;
-    w->flows = m->flows;
-    w->rss_bytes = m->rss_bytes;
-    w->truncated = m->truncated;
-    w->verdict_errors = m->verdict_errors;
-    w->malformed = m->malformed;
-    w->queue_drops_total += grow(&s->queue_drops_last, m->queue_drops);
-    w->events_lost_total += m->events_lost; /* per report, not cumulative */
+    s->worker.events_lost_total += m->events_lost; /* per report, not cumulative */
     for (size_t i = 0; i < m->nevents; i++) {
         struct ctl_event e;
 
@@ -289,71 +280,45 @@ int ctl_stats_ingest(struct ctl_stats *s, uint64_t instance, const struct fgx_dp
     return rv;
 }
 
+int ctl_stats_ingest(struct ctl_stats *s, uint64_t instance, const struct fgx_dp_stats *m,
+                     const struct ctl_service *svcs, size_t nsvcs)
+{
+    struct ctl_worker_counters *w = &s->worker;
+    int rv = fold(s, W_NFQ, instance, m, svcs, nsvcs);
+
+    w->valid = true;
+    w->instance = instance;
+    w->queue_drops = m->queue_drops;
+    w->flows = m->flows;
+    w->rss_bytes = m->rss_bytes;
+    w->truncated = m->truncated;
+    w->verdict_errors = m->verdict_errors;
+    w->malformed = m->malformed;
+    w->queue_drops_total += grow(&s->queue_drops_last, m->queue_drops);
+    return rv;
+}
+
 int ctl_stats_ingest_proxy(struct ctl_stats *s, uint64_t instance, const struct fgx_dp_stats *m,
                            const struct ctl_service *svcs, size_t nsvcs)
 {
-    int rv = 0;
+    struct ctl_worker_counters *w = &s->px_worker;
+    int rv = fold(s, W_PX, instance, m, svcs, nsvcs);
 
-    if (!s->px_have_instance || instance != s->px_instance) {
-        for (size_t i = 0; i < s->nsvc; i++)
-            memset(&s->svc[i].px_last, 0, sizeof(s->svc[i].px_last));
-        for (size_t i = 0; i < s->nflt; i++)
-            s->flt[i].px_last = 0;
-        s->px_have_instance = true;
-        s->px_instance = instance;
-    }
-    for (size_t i = 0; i < s->nsvc; i++)
-        s->svc[i].px_flows_active = 0;
-    for (size_t i = 0; i < m->nservices; i++) {
-        const struct fgx_dp_service_stat *c = &m->services[i];
-        struct svc_slot *v = svc_slot(s, c->service_id, true);
-
-        if (!v) {
-            rv = -ENOMEM;
-            continue;
-        }
-        v->total.packets += grow(&v->px_last.packets, c->packets);
-        v->total.bytes += grow(&v->px_last.bytes, c->bytes);
-        v->total.accepted += grow(&v->px_last.accepted, c->accepted);
-        v->total.dropped += grow(&v->px_last.dropped, c->dropped);
-        v->px_flows_active = c->flows_active;
-        s->dirty = true;
-    }
-    for (size_t i = 0; i < m->nfilters; i++) {
-        const struct fgx_dp_filter_stat *c = &m->filters[i];
-        struct flt_slot *f = flt_slot(s, c->filter_id, true);
-
-        if (!f) {
-            rv = -ENOMEM;
-            continue;
-        }
-        f->blocked += grow(&f->px_last, c->blocked);
-        s->dirty = true;
-    }
-    s->px_worker.valid = true;
-    s->px_worker.instance = instance;
-    s->px_worker.flows = m->flows;
-    s->px_worker.rss_bytes = m->rss_bytes;
-    s->px_worker.conns_refused = m->conns_refused;
-    s->px_worker.unclassified = m->unclassified;
-    s->px_worker.connect_failed = m->connect_failed;
-    s->px_worker.scan_errors = m->scan_errors;
-    s->worker.events_lost_total += m->events_lost;
-    for (size_t i = 0; i < m->nevents; i++) {
-        struct ctl_event e;
-
-        event_from_dp(&m->events[i], s->next_seq++, svcs, nsvcs, &e);
-        ring_push(s, &e);
-    }
-    if (rv < 0)
-        fgx_err("statistics: out of memory; some proxy counters were not kept");
+    w->valid = true;
+    w->instance = instance;
+    w->flows = m->flows;
+    w->rss_bytes = m->rss_bytes;
+    w->conns_refused = m->conns_refused;
+    w->unclassified = m->unclassified;
+    w->connect_failed = m->connect_failed;
+    w->scan_errors = m->scan_errors;
     return rv;
 }
 
 void ctl_stats_worker_down(struct ctl_stats *s)
 {
     for (size_t i = 0; i < s->nsvc; i++)
-        s->svc[i].flows_active = 0;
+        s->svc[i].flows_active[W_NFQ] = 0;
     s->worker.valid = false;
     s->worker.queue_drops = s->worker.flows = s->worker.rss_bytes = 0;
     s->worker.truncated = s->worker.verdict_errors = s->worker.malformed = 0;
@@ -362,7 +327,7 @@ void ctl_stats_worker_down(struct ctl_stats *s)
 void ctl_stats_px_worker_down(struct ctl_stats *s)
 {
     for (size_t i = 0; i < s->nsvc; i++)
-        s->svc[i].px_flows_active = 0;
+        s->svc[i].flows_active[W_PX] = 0;
     s->px_worker.valid = false;
     s->px_worker.flows = s->px_worker.rss_bytes = 0;
     s->px_worker.conns_refused = s->px_worker.unclassified = 0;
@@ -483,7 +448,7 @@ void ctl_stats_service(const struct ctl_stats *s, uint32_t service_id, struct ct
             out->bytes = s->svc[i].total.bytes;
             out->accepted = s->svc[i].total.accepted;
             out->dropped = s->svc[i].total.dropped;
-            out->flows_active = s->svc[i].flows_active + s->svc[i].px_flows_active;
+            out->flows_active = s->svc[i].flows_active[W_NFQ] + s->svc[i].flows_active[W_PX];
             return;
         }
     }
