@@ -199,6 +199,8 @@ void px_relay_start(struct px_conn *c)
     for (i = 0; i < 2; i++) {
         bufferevent_setcb(c->bev[i], on_read, on_write, on_event, c);
         bufferevent_set_max_single_read(c->bev[i], PX_READ_MAX);
+        /* libevent writes at most 16 KiB per call by default: four syscalls per read. */
+        bufferevent_set_max_single_write(c->bev[i], PX_READ_MAX);
         bufferevent_enable(c->bev[i], EV_READ | EV_WRITE);
     }
 }
