@@ -12,9 +12,10 @@
  *               fail-open queue range (bypass when no reader).
  * and for the proxy layer (ctl_nft_px.h), when proxy-layer services run:
  *   pxpre (prerouting, -150) : proxy's own upstream packets (mark == FGX_MARK) accepted;
- *                              packets of a transparent socket marked CTL_ROUTE_MARK (routed
- *                              locally by ctl_route.c); per service: tproxy to the proxy's port
- *                              and mark; fail-closed services: drop what tproxy could not take
+ *                              packets of a transparent socket, but SYNs without ACK, marked
+ *                              CTL_ROUTE_MARK (routed locally by ctl_route.c); per service:
+ *                              tproxy to the proxy's port and mark; fail-closed services: drop
+ *                              what tproxy could not take
  *   pxout (output, type route, -150) : per service: the proxy's upstream packets give their
  *                              conntrack entry the mark CT_PX; the service's replies on such an
  *                              entry and the box's own packets to the service are marked
@@ -664,6 +665,7 @@ static void m_px_service(struct nft_rule *rl, const struct ctl_nft_service *s, b
 
 static void build_proxy(struct nft_tx *tx, const struct nft_sync_arg *a)
 {
+    static const uint8_t syn = 0x02, syn_ack = 0x12; /* TCP flag bits SYN, SYN|ACK */
     struct nft_rule rl;
     uint8_t one = 1;
     size_t i;
@@ -676,9 +678,17 @@ static void build_proxy(struct nft_tx *tx, const struct nft_sync_arg *a)
     m_mark_eq(&rl, NFT_CMP_EQ, FGX_MARK);
     e_verdict(&rl, NF_ACCEPT, NULL);
     rule_end(&rl);
-    /* Packets of a connection the proxy holds (either leg): to it, locally. */
+    /* Packets of a connection the proxy holds (either leg): to it, locally. Not a SYN without
+     * ACK: it opens a new connection, and the lookup would also find the proxy's TIME_WAIT
+     * socket of a client tuple being reused (transparent too). Accepted here, such a SYN skips
+     * tproxy and lands on the service's own listener, unfiltered; the client's ACK then meets
+     * that non-transparent request socket in tproxy, falls to the fail-closed drop, and the
+     * handshake stalls in SYN-RECV. tproxy below reopens a TIME_WAIT to the proxy itself. */
     rule_start(tx, "pxpre", &rl);
     m_l4proto(&rl, IPPROTO_TCP);
+    e_payload(&rl, NFT_PAYLOAD_TRANSPORT_HEADER, 13, 1);
+    e_and(&rl, &syn_ack, sizeof(syn_ack));
+    e_cmp(&rl, NFT_CMP_NEQ, &syn, sizeof(syn));
     e_socket_transparent(&rl);
     e_cmp(&rl, NFT_CMP_EQ, &one, sizeof(one));
     e_mark_set(&rl, CTL_ROUTE_MARK);
