@@ -225,5 +225,42 @@ def fail_open_and_fail_closed_with_the_proxy_stopped(env):
     it.assert_blocked(c, it.server_conn(sc, n + 1))
 
 
+_REUSE_CLIENT = r"""
+import socket, sys
+host, port, sport = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+def once(payload):
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((sys.argv[4], sport))
+    s.settimeout(3)
+    try:
+        s.connect((host, port))
+        s.sendall(payload)
+        return "eof" if s.recv(100) == b"" else "data"
+    except ConnectionResetError:
+        return "reset"
+    except OSError as e:
+        return type(e).__name__
+    finally:
+        s.close()
+print(once(b"hello"), once(b"x evil42"))
+"""
+
+
+@test
+def reused_client_port_is_proxied_again(env):
+    # The server closes first (idle), so the proxy holds the client side in TIME_WAIT; the
+    # client then connects again from the same port. Its SYN must go through tproxy to the
+    # proxy (and be filtered), not slip past it on the TIME_WAIT socket to the service.
+    _, port = env.service("px-reuse", "tcp")
+    env.filter("px-reuse")
+    srv = env.tcp_server(port, idle=0.3)
+    out = it.sh("ip", "netns", "exec", env.cli, "/usr/bin/python3", "-c", _REUSE_CLIENT, SRV4,
+                str(port), "47001", CLI4, timeout=15).stdout.split()
+    check(out == ["eof", "reset"], "first connection, then the same port again: %r", out)
+    got = b"".join(it.d64(e["data"]) for e in srv.all("data"))
+    check(b"evil42" not in got, "the reused port's matching bytes reached the service: %r", got)
+
+
 if __name__ == "__main__":
     sys.exit(it.run_module("proxy"))
