@@ -81,7 +81,8 @@ int ctl_config_name_check(const char *name, char *err, size_t errlen)
     return 0;
 }
 
-static int regex_check(const char *regex, bool nocase, uint8_t ipproto, char *err, size_t errlen)
+int ctl_config_regex_check(const char *regex, bool nocase, uint8_t ipproto, char *err,
+                           size_t errlen)
 {
     char herr[512];
 
@@ -311,7 +312,7 @@ static int config_check(const Fgx__Ctl__Config *cfg, struct ctl_service *svcs, c
             err_set(err, errlen, "filter %u: invalid direction", f->id);
             return -EINVAL;
         }
-        if (regex_check(f->regex, f->nocase, svc->ipproto, why, sizeof(why)) < 0) {
+        if (ctl_config_regex_check(f->regex, f->nocase, svc->ipproto, why, sizeof(why)) < 0) {
             err_set(err, errlen, "filter %u (service %s): %s", f->id, svc->name, why);
             return -EINVAL;
         }
@@ -493,7 +494,7 @@ int ctl_config_filter_import(struct ctl_txn *t, const Fgx__Ctl__FilterImport *im
             err_set(err, errlen, "line %u: invalid direction", spec_line(imp, i));
             return -EINVAL;
         }
-        if (regex_check(s->regex, s->has_nocase && s->nocase, svc.ipproto, why, sizeof(why)) < 0) {
+        if (ctl_config_regex_check(s->regex, s->has_nocase && s->nocase, svc.ipproto, why, sizeof(why)) < 0) {
             err_set(err, errlen, "line %u: %s", spec_line(imp, i), why);
             return -EINVAL;
         }

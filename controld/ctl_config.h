@@ -54,5 +54,9 @@ int ctl_config_auth_enabled_put(struct ctl_txn *t, bool enabled);
 /* The checks a service name must pass (letters, digits, '-', '_', '.'; 1 to CTL_NAME_MAX; not
  * all digits, since that is an id): 0 or -EINVAL with the reason in err. */
 int ctl_config_name_check(const char *name, char *err, size_t errlen);
+/* A filter's regex, as a service of this IP protocol compiles it: non-empty, at most
+ * CTL_CONFIG_REGEX_MAX bytes, accepted by hyperscan. Returns 0 or -EINVAL with the reason. */
+int ctl_config_regex_check(const char *regex, bool nocase, uint8_t ipproto, char *err,
+                           size_t errlen);
 
 #endif

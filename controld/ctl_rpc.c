@@ -20,7 +20,6 @@
 #include "fgx/ruleset.h"
 
 #define RPC_STATS_TIMEOUT_MS 300
-#define RPC_REGEX_MAX 65536
 
 /* One request's reply and everything it points into, freed together in rpc_release(). */
 struct rpc {
@@ -245,21 +244,12 @@ static int check_ip(struct rpc *r, const char *ip, struct fgx_cidr *out)
 
 static int check_regex(struct rpc *r, const char *regex, bool nocase, uint8_t ipproto)
 {
-    char herr[512];
+    char err[768];
+    int rv = ctl_config_regex_check(regex, nocase, ipproto, err, sizeof(err));
 
-    if (!regex || !*regex) {
-        rpc_fail(r, FGX__CTL__CODE__CODE_INVALID, "empty regex");
-        return -EINVAL;
-    }
-    if (strlen(regex) > RPC_REGEX_MAX) {
-        rpc_fail(r, FGX__CTL__CODE__CODE_INVALID, "regex longer than %d bytes", RPC_REGEX_MAX);
-        return -EINVAL;
-    }
-    if (fgx_pattern_check(regex, nocase, ipproto, herr, sizeof(herr)) < 0) {
-        rpc_fail(r, FGX__CTL__CODE__CODE_INVALID, "invalid regex \"%s\": %s", regex, herr);
-        return -EINVAL;
-    }
-    return 0;
+    if (rv < 0)
+        rpc_fail(r, FGX__CTL__CODE__CODE_INVALID, "%s", err);
+    return rv;
 }
 
 /* Names unique; (proto, port) unique among services. */
