@@ -798,7 +798,7 @@ static void json_service(struct cli_json *j, const Fgx__Ctl__Service *s)
     cli_json_obj_end(j);
 }
 
-static void json_filter(struct cli_json *j, const Fgx__Ctl__Filter *fl)
+void cli_fmt_json_filter(struct cli_json *j, const Fgx__Ctl__Filter *fl)
 {
     cli_json_obj_begin(j);
     cli_json_key(j, "id");
@@ -1018,7 +1018,7 @@ static void json_reply(struct cli_json *j, const Fgx__Ctl__Request *req, const F
     case FGX__CTL__REQUEST__REQ_FILTER_LIST:
         cli_json_arr_begin(j);
         for (size_t i = 0; i < rep->n_filters; i++)
-            json_filter(j, rep->filters[i]);
+            cli_fmt_json_filter(j, rep->filters[i]);
         cli_json_arr_end(j);
         break;
     case FGX__CTL__REQUEST__REQ_WORKER_LIST:
@@ -1051,7 +1051,7 @@ static void json_reply(struct cli_json *j, const Fgx__Ctl__Request *req, const F
     case FGX__CTL__REQUEST__REQ_FILTER_ENABLE:
     case FGX__CTL__REQUEST__REQ_FILTER_DISABLE:
         if (rep->n_filters > 0)
-            json_filter(j, rep->filters[0]);
+            cli_fmt_json_filter(j, rep->filters[0]);
         else
             cli_json_null(j);
         break;

@@ -63,4 +63,8 @@ int cli_fmt_stats_watch(FILE *f, const Fgx__Ctl__Reply *cur, const Fgx__Ctl__Rep
  * -ENOMEM or -EIO. */
 int cli_fmt_events_follow(FILE *f, const Fgx__Ctl__Reply *rep, bool json, bool head);
 
+struct cli_json;
+/* One filter as a JSON object: the shape every command that prints filters uses. */
+void cli_fmt_json_filter(struct cli_json *j, const Fgx__Ctl__Filter *fl);
+
 #endif

@@ -200,28 +200,8 @@ static int finish_export(struct cli_cmd *cmd, struct cli_local *l, const Fgx__Ct
 static void json_filters(struct cli_json *j, const Fgx__Ctl__Reply *rep)
 {
     cli_json_arr_begin(j);
-    for (size_t i = 0; i < rep->n_filters; i++) {
-        const Fgx__Ctl__Filter *fl = rep->filters[i];
-
-        cli_json_obj_begin(j);
-        cli_json_key(j, "id");
-        cli_json_u64(j, fl->id);
-        cli_json_key(j, "service_id");
-        cli_json_u64(j, fl->service_id);
-        cli_json_key(j, "regex");
-        cli_json_str(j, fl->regex);
-        cli_json_key(j, "dir");
-        cli_json_str(j, fl->dir == FGX__CTL__DIR__DIR_C2S   ? "c2s"
-                        : fl->dir == FGX__CTL__DIR__DIR_S2C ? "s2c"
-                                                            : "both");
-        cli_json_key(j, "nocase");
-        cli_json_bool(j, fl->nocase);
-        cli_json_key(j, "active");
-        cli_json_bool(j, fl->active);
-        cli_json_key(j, "blocked");
-        cli_json_u64(j, fl->blocked);
-        cli_json_obj_end(j);
-    }
+    for (size_t i = 0; i < rep->n_filters; i++)
+        cli_fmt_json_filter(j, rep->filters[i]);
     cli_json_arr_end(j);
 }
 
