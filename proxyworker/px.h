@@ -19,8 +19,7 @@
 #include "fgx/wcfg.h"
 #include "fgx/wctl.h"
 
-#define PX_HWM (256u << 10)       /* bytes waiting for one side before the other stops reading */
-#define PX_READ_MAX (64u << 10)   /* one read from a socket */
+#define PX_READ_MAX (256u << 10)  /* one read from a socket (the thread's scratch buffer) */
 #define PX_MAX_CONNS_DEFAULT 4096 /* per worker */
 #define PX_IDLE_S_DEFAULT 600
 #define PX_TICK_MS 1000
@@ -52,24 +51,35 @@ struct px_counters {
 struct event_base;
 struct event;
 struct evconnlistener;
-struct bufferevent;
 struct px_worker;
 
+/* One side of a connection. What the other side sent is read into the thread's scratch buffer,
+ * scanned there and written here at once; only what this socket does not take is kept, in pend,
+ * and the other side is not read again until pend is written: the kernel's socket buffers are
+ * the backpressure, and at most one read (PX_READ_MAX) waits per side. */
+struct px_side {
+    int fd;
+    struct event *rev, *wev; /* readable (persistent), writable (one-shot) */
+    uint8_t *pend;           /* malloc'd while bytes wait, freed once written */
+    size_t pend_off, pend_len;
+};
+
 /* One proxied connection: side 0 is the client (the accepted socket, whose local address is the
- * service's), side 1 the real service (our upstream socket, bound to the client's address). */
+ * service's), side 1 the real service (our upstream socket, bound to the client's address).
+ * Allocated with px_conn_new(): its four events live in the same allocation. */
 struct px_conn {
     struct px_thread *t;
-    struct bufferevent *bev[2];
+    struct px_side s[2];
     struct fgx_reasm dir[2]; /* [0] scans what side 0 sends (c2s), [1] what side 1 sends */
     struct fgx_wdb *dbref[2];
     uint64_t epoch;          /* thread's config epoch the databases were taken from */
     uint64_t last_ms;
     uint32_t service_id;
     bool scanning;           /* false once the service left the ruleset: relayed as is */
+    bool assigned;           /* the events are assigned (px_relay_start) */
     bool connected;          /* upstream connected */
     bool eof[2];             /* side i sent its FIN */
     bool shut[2];            /* we sent side i our FIN */
-    bool paused[2];          /* side i not read because the other's output is full */
     uint8_t family;
     struct sockaddr_storage client, server; /* client's address, service's (original dst) */
     struct px_conn *prev, *next; /* thread's list, least recently active first */
@@ -90,6 +100,7 @@ struct px_thread {
     struct fgx_reasm_ctx *reasm;   /* the thread's hyperscan scratch */
     uint64_t now_ms;
     struct px_conn *head, *tail;
+    uint8_t *buf; /* PX_READ_MAX bytes: every read lands here */
     struct px_counters ctr;
     struct fgx_evring events;
 };
@@ -119,7 +130,10 @@ void px_thread_wake(struct px_thread *t);
 uint64_t px_now_ms(void);
 
 /* ---- px_relay.c ---- */
-/* Wire a connection's two bufferevents (both created) and start relaying. */
+/* A zeroed connection with room for its events, or NULL. */
+struct px_conn *px_conn_new(void);
+/* c's fields set, s[0].fd accepted, s[1].fd an unconnected upstream socket (c owns both from
+ * here): connect upstream and relay once connected. On failure c is closed (client reset). */
 void px_relay_start(struct px_conn *c);
 /* Close both sides; with reset, each gets a RST (SO_LINGER 0) instead of a FIN. Frees c. */
 void px_relay_close(struct px_conn *c, bool reset);
@@ -131,10 +145,10 @@ void px_relay_expire(struct px_thread *t);
 void px_match_switch(struct px_thread *t);
 /* Bring c to its service's databases of the thread's config. */
 void px_match_attach(struct px_conn *c);
-/* Scan what side sent (all of its input buffer) before it moves. Returns 0 to pass it, or
+/* Scan len bytes side sent (data) before they move. Returns 0 to pass them, or
  * -EACCES when a filter matched (counted, event recorded) or -EIO when the scan failed: the
  * caller resets both sides. */
-int px_match_scan(struct px_conn *c, int side);
+int px_match_scan(struct px_conn *c, int side, const uint8_t *data, size_t len);
 void px_match_conn_release(struct px_conn *c);
 
 /* ---- px_stats.c ---- */

@@ -14,8 +14,6 @@
 #include <arpa/inet.h>
 #include <netinet/tcp.h>
 
-#include <event2/buffer.h>
-#include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/listener.h>
 #include <event2/thread.h>
@@ -233,7 +231,7 @@ static void on_accept(struct evconnlistener *lis, evutil_socket_t fd, struct soc
         refuse(t, fd, &t->ctr.unclassified);
         return;
     }
-    c = calloc(1, sizeof(*c));
+    c = px_conn_new();
     if (c == NULL || upstream_socket((const struct sockaddr_storage *)(void *)peer, &ufd) != 0) {
         if (c == NULL)
             fgx_log_ratelimited(&last_oom, FGX_LOG_ERROR, "connection: out of memory");
@@ -249,35 +247,14 @@ static void on_accept(struct evconnlistener *lis, evutil_socket_t fd, struct soc
     c->service_id = svc->id;
     c->scanning = true;
     c->last_ms = t->now_ms;
+    c->s[0].fd = fd;
+    c->s[1].fd = ufd;
     fgx_reasm_init(&c->dir[0]);
     fgx_reasm_init(&c->dir[1]);
     (void)set_int(fd, IPPROTO_TCP, TCP_NODELAY, 1, "TCP_NODELAY");
-    c->bev[0] = bufferevent_socket_new(t->base, fd, BEV_OPT_CLOSE_ON_FREE);
-    c->bev[1] = bufferevent_socket_new(t->base, ufd, BEV_OPT_CLOSE_ON_FREE);
-    if (c->bev[0] == NULL || c->bev[1] == NULL) {
-        fgx_log_ratelimited(&last_oom, FGX_LOG_ERROR, "connection: out of memory");
-        if (c->bev[0] != NULL)
-            bufferevent_free(c->bev[0]);
-        else
-            close(fd);
-        if (c->bev[1] != NULL)
-            bufferevent_free(c->bev[1]);
-        else
-            close(ufd);
-        free(c);
-        __atomic_sub_fetch(&w->nconns, 1, __ATOMIC_RELAXED);
-        PX_CTR_ADD(&t->ctr.connect_failed, 1);
-        return;
-    }
     PX_CTR_ADD(&t->ctr.conns, 1);
     px_match_attach(c);
     px_relay_start(c);
-    if (bufferevent_socket_connect(c->bev[1], (struct sockaddr *)&c->server,
-                                   c->family == 4 ? sizeof(struct sockaddr_in)
-                                                  : sizeof(struct sockaddr_in6)) != 0) {
-        PX_CTR_ADD(&t->ctr.connect_failed, 1);
-        px_relay_close(c, true);
-    }
 }
 
 static void on_accept_error(struct evconnlistener *lis, void *arg)
@@ -346,6 +323,11 @@ int px_thread_init(struct px_worker *w, struct px_thread *t, unsigned idx)
     ret = fgx_reasm_ctx_new(0, 0, no_hold, NULL, &t->reasm);
     if (ret != 0)
         return ret;
+    t->buf = malloc(PX_READ_MAX);
+    if (t->buf == NULL) {
+        fgx_err("thread %u: out of memory", idx);
+        return -ENOMEM;
+    }
     t->wake = event_new(t->base, -1, 0, on_wake, t);
     t->tick = event_new(t->base, -1, EV_PERSIST, on_tick, t);
     if (t->wake == NULL || t->tick == NULL || event_add(t->tick, &tv) != 0) {
@@ -395,6 +377,8 @@ void px_thread_release(struct px_thread *t)
     t->cfg = NULL;
     fgx_reasm_ctx_free(t->reasm);
     t->reasm = NULL;
+    free(t->buf);
+    t->buf = NULL;
     if (t->base != NULL)
         event_base_free(t->base);
     t->base = NULL;

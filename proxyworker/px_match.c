@@ -1,5 +1,5 @@
-/* Match stage of proxyworker: what one side of a connection sent, still in its input buffer ->
- * scanned in place (chain by chain, no copy) with the service's stream database for that
+/* Match stage of proxyworker: what one side of a connection sent, read into the thread's
+ * scratch buffer -> scanned there with the service's stream database for that
  * direction -> passed on to the relay stage, or, on a match, counted, recorded as an event and
  * refused: the relay resets both sides and the matching bytes never reach the other one.
  *
@@ -17,12 +17,7 @@
 #include <string.h>
 #include <time.h>
 
-#include <event2/buffer.h>
-#include <event2/bufferevent.h>
-
 #include "fgx/log.h"
-
-#define PEEK_VECS 16
 
 void px_match_switch(struct px_thread *t)
 {
@@ -137,16 +132,13 @@ static void event_record(struct px_conn *c, int side, const struct fgx_reasm_mat
     fgx_evring_commit(&c->t->events);
 }
 
-int px_match_scan(struct px_conn *c, int side)
+int px_match_scan(struct px_conn *c, int side, const uint8_t *data, size_t len)
 {
     static __thread unsigned long long last_log;
     struct px_thread *t = c->t;
-    struct evbuffer *in = bufferevent_get_input(c->bev[side]);
     struct fgx_reasm *r = &c->dir[side];
-    struct evbuffer_iovec vec[PEEK_VECS];
-    struct evbuffer_ptr pos;
-    size_t left = evbuffer_get_length(in);
-    int n, i;
+    struct fgx_reasm_match m;
+    enum fgx_reasm_verdict v;
 
     if (c->epoch != t->epoch)
         px_match_attach(c);
@@ -154,40 +146,18 @@ int px_match_scan(struct px_conn *c, int side)
      * comes. */
     if (!c->scanning)
         return 0;
-    if (evbuffer_ptr_set(in, &pos, 0, EVBUFFER_PTR_SET) != 0)
+    v = fgx_reasm_segment(t->reasm, r, r->next_seq, 0, data, len, 0, t->now_ms, &m);
+    if (m.matched) {
+        px_stats_filter_blocked(&t->ctr, m.filter_id);
+        event_record(c, side, &m);
+        return -EACCES;
+    }
+    if (v != FGX_REASM_ACCEPT) {
+        PX_CTR_ADD(&t->ctr.scan_errors, 1);
+        fgx_log_ratelimited(&last_log, FGX_LOG_WARN,
+                            "service %u: a stream could not be scanned: connection reset",
+                            c->service_id);
         return -EIO;
-    while (left > 0) {
-        size_t done = 0;
-
-        n = evbuffer_peek(in, (ev_ssize_t)left, &pos, vec, PEEK_VECS);
-        if (n <= 0)
-            return -EIO;
-        if (n > PEEK_VECS)
-            n = PEEK_VECS;
-        for (i = 0; i < n && done < left; i++) {
-            struct fgx_reasm_match m;
-            size_t len = vec[i].iov_len < left - done ? vec[i].iov_len : left - done;
-            enum fgx_reasm_verdict v;
-
-            v = fgx_reasm_segment(t->reasm, r, r->next_seq, 0, vec[i].iov_base, len, 0,
-                                  t->now_ms, &m);
-            if (m.matched) {
-                px_stats_filter_blocked(&t->ctr, m.filter_id);
-                event_record(c, side, &m);
-                return -EACCES;
-            }
-            if (v != FGX_REASM_ACCEPT) {
-                PX_CTR_ADD(&t->ctr.scan_errors, 1);
-                fgx_log_ratelimited(&last_log, FGX_LOG_WARN,
-                                    "service %u: a stream could not be scanned: connection reset",
-                                    c->service_id);
-                return -EIO;
-            }
-            done += len;
-        }
-        left -= done;
-        if (left > 0 && evbuffer_ptr_set(in, &pos, done, EVBUFFER_PTR_ADD) != 0)
-            return -EIO;
     }
     return 0;
 }

@@ -1,17 +1,19 @@
-/* Relay stage of proxyworker: bytes a side sent -> scanned in place by the match stage -> moved
- * (evbuffer chains handed over, not copied) to the other side's output. Backpressure: a side
- * is not read while the other's output holds PX_HWM bytes or more, so a slow reader never makes
- * the proxy buffer without bound. A FIN is passed on once what preceded it is written
- * (half-close); a RST or a block resets both sides; an idle connection is closed. */
+/* Relay stage of proxyworker: bytes a side sent -> read into the thread's scratch buffer ->
+ * scanned there by the match stage -> written to the other side in the same callback. A steady
+ * connection costs one read and one write per chunk and no event changes. Backpressure: what the
+ * other side does not take is kept (at most one read) and this side is not read until it is
+ * written, so a slow reader never makes the proxy buffer more. A FIN is passed on once what
+ * preceded it is written (half-close); a RST or a block resets both sides; an idle connection is
+ * closed. */
 #include "px.h"
 
 #include <errno.h>
+#include <stdalign.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include <event2/buffer.h>
-#include <event2/bufferevent.h>
 #include <event2/event.h>
 
 #include "fgx/log.h"
@@ -52,6 +54,26 @@ static void touch(struct px_conn *c)
     }
 }
 
+#define CONN_HEAD ((sizeof(struct px_conn) + alignof(max_align_t) - 1) & ~(alignof(max_align_t) - 1))
+
+struct px_conn *px_conn_new(void)
+{
+    size_t ev = (event_get_struct_event_size() + alignof(max_align_t) - 1) &
+                ~(alignof(max_align_t) - 1);
+    uint8_t *mem = calloc(1, CONN_HEAD + 4 * ev);
+    struct px_conn *c = (struct px_conn *)(void *)mem;
+    int i;
+
+    if (c == NULL)
+        return NULL;
+    for (i = 0; i < 2; i++) {
+        c->s[i].fd = -1;
+        c->s[i].rev = (struct event *)(void *)(mem + CONN_HEAD + (size_t)(2 * i) * ev);
+        c->s[i].wev = (struct event *)(void *)(mem + CONN_HEAD + (size_t)(2 * i + 1) * ev);
+    }
+    return c;
+}
+
 void px_relay_close(struct px_conn *c, bool reset)
 {
     struct px_thread *t = c->t;
@@ -59,17 +81,23 @@ void px_relay_close(struct px_conn *c, bool reset)
     int i;
 
     for (i = 0; i < 2; i++) {
-        if (c->bev[i] == NULL)
-            continue;
-        if (reset) {
-            struct linger l = {1, 0};
-            int fd = (int)bufferevent_getfd(c->bev[i]);
+        struct px_side *s = &c->s[i];
 
-            if (fd >= 0)
-                (void)setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
+        if (c->assigned) {
+            event_del(s->rev);
+            event_del(s->wev);
         }
-        bufferevent_free(c->bev[i]);
-        c->bev[i] = NULL;
+        if (s->fd >= 0) {
+            if (reset) {
+                struct linger l = {1, 0};
+
+                (void)setsockopt(s->fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
+            }
+            close(s->fd);
+            s->fd = -1;
+        }
+        free(s->pend);
+        s->pend = NULL;
     }
     if (reset)
         PX_CTR_ADD(&sc->reset, 1);
@@ -81,128 +109,173 @@ void px_relay_close(struct px_conn *c, bool reset)
     free(c);
 }
 
-/* Done once both FINs went through and were written on: the connection closes cleanly. */
-static bool finished(const struct px_conn *c)
-{
-    return c->shut[0] && c->shut[1];
-}
-
-/* Pass side from's FIN to the other side once everything before it is written there. */
-static void pass_fin(struct px_conn *c, int from)
+/* Pass side from's FIN to the other side once everything before it is written there. Returns
+ * false when the connection was closed. */
+static bool pass_fin(struct px_conn *c, int from)
 {
     int to = 1 - from;
-    struct evbuffer *out = bufferevent_get_output(c->bev[to]);
 
-    if (!c->eof[from] || c->shut[to])
-        return;
-    if (evbuffer_get_length(out) > 0 || (to == 1 && !c->connected)) {
-        /* The write callback fires when the output is empty. */
-        bufferevent_setwatermark(c->bev[to], EV_WRITE, 0, 0);
-        return;
-    }
-    if (shutdown((int)bufferevent_getfd(c->bev[to]), SHUT_WR) == -1 && errno != ENOTCONN) {
-        px_relay_close(c, true);
-        return;
-    }
-    c->shut[to] = true;
-    if (finished(c))
-        px_relay_close(c, false);
-}
-
-/* Scan and move what side sent. Returns false when the connection was closed (a match). */
-static bool relay(struct px_conn *c, int side)
-{
-    int to = 1 - side;
-    struct evbuffer *in = bufferevent_get_input(c->bev[side]);
-    struct evbuffer *out = bufferevent_get_output(c->bev[to]);
-    size_t len = evbuffer_get_length(in);
-    struct px_svc_ctr *sc;
-
-    if (len == 0)
+    if (!c->eof[from] || c->shut[to] || c->s[to].pend != NULL)
         return true;
-    touch(c);
-    if (px_match_scan(c, side) != 0) {
+    if (shutdown(c->s[to].fd, SHUT_WR) == -1 && errno != ENOTCONN) {
         px_relay_close(c, true);
         return false;
     }
-    sc = px_stats_svc(&c->t->ctr, c->service_id);
-    PX_CTR_ADD(&sc->reads, 1);
-    PX_CTR_ADD(&sc->bytes, len);
-    evbuffer_add_buffer(out, in);
-    if (evbuffer_get_length(out) >= PX_HWM) {
-        bufferevent_disable(c->bev[side], EV_READ);
-        c->paused[side] = true;
-        bufferevent_setwatermark(c->bev[to], EV_WRITE, PX_HWM / 2, 0);
+    c->shut[to] = true;
+    if (c->shut[0] && c->shut[1]) {
+        px_relay_close(c, false);
+        return false;
     }
     return true;
 }
 
-static void on_read(struct bufferevent *bev, void *arg)
+/* Write len bytes to side to; keep what it does not take and stop reading side from until it
+ * is written. Returns false when the connection was closed. */
+static bool forward(struct px_conn *c, int from, const uint8_t *data, size_t len)
 {
-    struct px_conn *c = arg;
+    struct px_side *s = &c->s[1 - from];
+    ssize_t n = send(s->fd, data, len, MSG_NOSIGNAL | MSG_DONTWAIT);
 
-    (void)relay(c, bev == c->bev[0] ? 0 : 1);
-}
-
-static void on_write(struct bufferevent *bev, void *arg)
-{
-    struct px_conn *c = arg;
-    int side = bev == c->bev[0] ? 0 : 1, from = 1 - side;
-
-    if (c->paused[from] && evbuffer_get_length(bufferevent_get_output(bev)) < PX_HWM) {
-        c->paused[from] = false;
-        if (!c->eof[from])
-            bufferevent_enable(c->bev[from], EV_READ);
+    if (n == -1) {
+        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+            px_relay_close(c, true);
+            return false;
+        }
+        n = 0;
     }
-    if (c->eof[from] && !c->shut[side])
-        pass_fin(c, from);
-}
+    if ((size_t)n == len)
+        return true;
+    s->pend = malloc(len - (size_t)n);
+    if (s->pend == NULL) {
+        static __thread unsigned long long last_log;
 
-static void on_event(struct bufferevent *bev, short what, void *arg)
-{
-    struct px_conn *c = arg;
-    int side = bev == c->bev[0] ? 0 : 1;
-
-    if (what & BEV_EVENT_CONNECTED) {
-        c->connected = true;
-        touch(c);
-        if (c->eof[0])
-            pass_fin(c, 0);
-        return;
-    }
-    if (what & BEV_EVENT_EOF) {
-        touch(c);
-        /* Bytes that came with the FIN are in the input still: relay them first. */
-        if (!relay(c, side))
-            return;
-        c->eof[side] = true;
-        bufferevent_disable(bev, EV_READ);
-        pass_fin(c, side);
-        return;
-    }
-    if (what & (BEV_EVENT_ERROR | BEV_EVENT_TIMEOUT)) {
-        /* A reset (or a refused upstream connect) is passed on as a reset. */
-        if (side == 1 && !c->connected)
-            PX_CTR_ADD(&c->t->ctr.connect_failed, 1);
+        fgx_log_ratelimited(&last_log, FGX_LOG_ERROR, "relay: out of memory, connection reset");
         px_relay_close(c, true);
+        return false;
     }
+    memcpy(s->pend, data + n, len - (size_t)n);
+    s->pend_off = 0;
+    s->pend_len = len - (size_t)n;
+    event_del(c->s[from].rev);
+    event_add(s->wev, NULL);
+    return true;
+}
+
+static void on_readable(evutil_socket_t fd, short what, void *arg)
+{
+    struct px_conn *c = arg;
+    struct px_thread *t = c->t;
+    int side = fd == c->s[0].fd ? 0 : 1;
+    struct px_svc_ctr *sc;
+    ssize_t n;
+
+    (void)what;
+    n = recv(fd, t->buf, PX_READ_MAX, MSG_DONTWAIT);
+    if (n == -1) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+            return;
+        /* A reset (or any error) is passed on as a reset. */
+        px_relay_close(c, true);
+        return;
+    }
+    touch(c);
+    if (n == 0) {
+        c->eof[side] = true;
+        event_del(c->s[side].rev);
+        (void)pass_fin(c, side);
+        return;
+    }
+    if (px_match_scan(c, side, t->buf, (size_t)n) != 0) {
+        px_relay_close(c, true);
+        return;
+    }
+    sc = px_stats_svc(&t->ctr, c->service_id);
+    PX_CTR_ADD(&sc->reads, 1);
+    PX_CTR_ADD(&sc->bytes, (uint64_t)n);
+    (void)forward(c, side, t->buf, (size_t)n);
+}
+
+/* The upstream connect finished (side 1 writable for the first time): start reading both. */
+static void connected(struct px_conn *c)
+{
+    int err = 0;
+    socklen_t len = sizeof(err);
+
+    if (getsockopt(c->s[1].fd, SOL_SOCKET, SO_ERROR, &err, &len) == -1)
+        err = errno;
+    if (err != 0) {
+        PX_CTR_ADD(&c->t->ctr.connect_failed, 1);
+        px_relay_close(c, true);
+        return;
+    }
+    c->connected = true;
+    touch(c);
+    event_add(c->s[0].rev, NULL);
+    event_add(c->s[1].rev, NULL);
+}
+
+static void on_writable(evutil_socket_t fd, short what, void *arg)
+{
+    struct px_conn *c = arg;
+    int side = fd == c->s[0].fd ? 0 : 1, from = 1 - side;
+    struct px_side *s = &c->s[side];
+    ssize_t n;
+
+    (void)what;
+    if (side == 1 && !c->connected) {
+        connected(c);
+        return;
+    }
+    if (s->pend == NULL)
+        return;
+    n = send(fd, s->pend + s->pend_off, s->pend_len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n == -1) {
+        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+            px_relay_close(c, true);
+            return;
+        }
+        n = 0;
+    }
+    touch(c);
+    s->pend_off += (size_t)n;
+    s->pend_len -= (size_t)n;
+    if (s->pend_len > 0) {
+        event_add(s->wev, NULL);
+        return;
+    }
+    free(s->pend);
+    s->pend = NULL;
+    if (!c->eof[from])
+        event_add(c->s[from].rev, NULL);
+    else
+        (void)pass_fin(c, from);
 }
 
 void px_relay_start(struct px_conn *c)
 {
     struct px_thread *t = c->t;
+    socklen_t len = c->family == 4 ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
     int i;
 
     PX_CTR_ADD(&px_stats_svc(&t->ctr, c->service_id)->accepted, 1);
     PX_CTR_ADD(&px_stats_svc(&t->ctr, c->service_id)->open, 1);
     lru_append(t, c);
     for (i = 0; i < 2; i++) {
-        bufferevent_setcb(c->bev[i], on_read, on_write, on_event, c);
-        bufferevent_set_max_single_read(c->bev[i], PX_READ_MAX);
-        /* libevent writes at most 16 KiB per call by default: four syscalls per read. */
-        bufferevent_set_max_single_write(c->bev[i], PX_READ_MAX);
-        bufferevent_enable(c->bev[i], EV_READ | EV_WRITE);
+        event_assign(c->s[i].rev, t->base, c->s[i].fd, EV_READ | EV_PERSIST, on_readable, c);
+        event_assign(c->s[i].wev, t->base, c->s[i].fd, EV_WRITE, on_writable, c);
     }
+    c->assigned = true;
+    /* The client is not read before the service answers: nothing waits in the proxy for it. */
+    if (connect(c->s[1].fd, (struct sockaddr *)&c->server, len) == 0) {
+        connected(c);
+        return;
+    }
+    if (errno != EINPROGRESS) {
+        PX_CTR_ADD(&t->ctr.connect_failed, 1);
+        px_relay_close(c, true);
+        return;
+    }
+    event_add(c->s[1].wev, NULL);
 }
 
 void px_relay_expire(struct px_thread *t)
