@@ -626,7 +626,8 @@ def add_layer_args(ap, layers_default="nfqueue"):
     ap.add_argument("--passes", type=int, default=3)
     ap.add_argument("--topology", choices=["loopback", "veth"], default="veth")
     ap.add_argument("--patterns", type=int, default=50, help="never-matching patterns per service")
-    ap.add_argument("--threads", type=int, default=1, help="worker threads (controld --threads)")
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1,
+                    help="worker threads (controld --threads; default: online CPUs, as controld)")
     ap.add_argument("-o", "--csv", default=None)
     ap.add_argument("--bin", default=None, help="directory of controld/nfqworker/fgexctl")
     ap.add_argument("--seed", type=int, default=6)

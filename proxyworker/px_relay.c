@@ -169,7 +169,6 @@ static void on_readable(evutil_socket_t fd, short what, void *arg)
     struct px_svc_ctr *sc;
     ssize_t n;
 
-    (void)what;
     n = recv(fd, t->buf, PX_READ_MAX, MSG_DONTWAIT);
     if (n == -1) {
         if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
@@ -192,7 +191,15 @@ static void on_readable(evutil_socket_t fd, short what, void *arg)
     sc = px_stats_svc(&t->ctr, c->service_id);
     PX_CTR_ADD(&sc->reads, 1);
     PX_CTR_ADD(&sc->bytes, (uint64_t)n);
-    (void)forward(c, side, t->buf, (size_t)n);
+    if (!forward(c, side, t->buf, (size_t)n))
+        return;
+    /* The peer's FIN came before this wake-up (EPOLLRDHUP) and the read took all that preceded
+     * it: pass the FIN on now rather than after another wake-up and an empty read. */
+    if ((what & EV_CLOSED) && (size_t)n < PX_READ_MAX) {
+        c->eof[side] = true;
+        event_del(c->s[side].rev);
+        (void)pass_fin(c, side);
+    }
 }
 
 /* The upstream connect finished (side 1 writable for the first time): start reading both. */
@@ -261,7 +268,8 @@ void px_relay_start(struct px_conn *c)
     PX_CTR_ADD(&px_stats_svc(&t->ctr, c->service_id)->open, 1);
     lru_append(t, c);
     for (i = 0; i < 2; i++) {
-        event_assign(c->s[i].rev, t->base, c->s[i].fd, EV_READ | EV_PERSIST, on_readable, c);
+        event_assign(c->s[i].rev, t->base, c->s[i].fd, EV_READ | EV_CLOSED | EV_PERSIST,
+                     on_readable, c);
         event_assign(c->s[i].wev, t->base, c->s[i].fd, EV_WRITE, on_writable, c);
     }
     c->assigned = true;
