@@ -356,17 +356,27 @@ class Fgex:
         return self.ctl("service", "add", name, "--proto", proto, "--port", port, "--layer", layer)
 
     def filters_add(self, svc, patterns, progress=True):
-        """Add patterns one fgexctl call each. Call it while the service is stopped: a stopped
-        service is not compiled, so n adds cost n pattern checks, not n recompiles."""
-        ids = []
+        """Add patterns in one `fgexctl filter import` (a ruleset file; all or nothing). Call it
+        while the service is stopped: a stopped service is not compiled, so the import costs n
+        pattern checks, not a compile. Returns the new filters' ids in the patterns' order."""
+        if not patterns:
+            return []
         t0 = time.monotonic()
-        for i, pat in enumerate(patterns):
-            r = self.ctl("filter", "add", svc, "--", pat)
-            ids.append(r["id"])
-            if progress and (i + 1) % 1000 == 0:
-                log("  %s: %d/%d filters (%.0fs)" % (svc, i + 1, len(patterns),
-                                                     time.monotonic() - t0))
-        return ids
+        with tempfile.NamedTemporaryFile("w", suffix=".rules", delete=False) as f:
+            for pat in patterns:
+                if "\n" in pat:
+                    raise ValueError("a ruleset file cannot hold a line break: %r" % pat)
+                f.write("both /%s/\n" % pat)
+            path = f.name
+        try:
+            r = self.ctl("filter", "import", svc, path, timeout=600)
+        finally:
+            os.unlink(path)
+        filters = r if isinstance(r, list) else r.get("filters", [])
+        by_regex = {x["regex"]: x["id"] for x in filters}
+        if progress:
+            log("  %s: %d filters imported (%.1fs)" % (svc, len(patterns), time.monotonic() - t0))
+        return [by_regex[p] for p in patterns]
 
     def restart_workers(self, kind="nfq", timeout=30):
         """`fgexctl worker restart KIND` (it returns once the new worker applied the state);
