@@ -129,6 +129,40 @@ static int service_to_pb(const struct fgx_dp_service *s, Fgx__Dp__Service *p)
     return 0;
 }
 
+static bool blob_same(const struct fgx_blob *a, const struct fgx_blob *b)
+{
+    return a->len > 0 && a->len == b->len &&
+           (a->data == b->data || memcmp(a->data, b->data, a->len) == 0);
+}
+
+/* Send service i's databases as references to an identical earlier one of r where there is
+ * one: a worker's receive buffers then hold each database once. */
+static void blobs_dedup(const struct fgx_dp_ruleset *r, size_t i, Fgx__Dp__Service *p)
+{
+    size_t k, d;
+
+    for (d = 0; d < 2; d++) {
+        const struct fgx_blob *b = &r->services[i].db[d];
+
+        if (b->len == 0)
+            continue;
+        for (k = 0; k < 2 * i + d; k++) {
+            if (!blob_same(&r->services[k / 2].db[k % 2], b))
+                continue;
+            if (d == 0) {
+                p->has_db_c2s = 0;
+                p->has_db_c2s_as = 1;
+                p->db_c2s_as = (uint32_t)k + 1;
+            } else {
+                p->has_db_s2c = 0;
+                p->has_db_s2c_as = 1;
+                p->db_s2c_as = (uint32_t)k + 1;
+            }
+            break;
+        }
+    }
+}
+
 int fgx_dp_encode(const struct fgx_dp_msg *m, void **buf, size_t *len)
 {
     Fgx__Dp__Msg msg = FGX__DP__MSG__INIT;
@@ -165,6 +199,7 @@ int fgx_dp_encode(const struct fgx_dp_msg *m, void **buf, size_t *len)
             if (ret < 0)
                 goto out; /* service_check() said why */
             svcp[i] = &svc[i];
+            blobs_dedup(r, i, &svc[i]);
         }
         rs.generation = r->generation;
         rs.n_services = r->nservices;
@@ -330,24 +365,38 @@ out:
 
 /* ---- decode ---- */
 
-static int blob_copy(protobuf_c_boolean has, const ProtobufCBinaryData *src,
-                     protobuf_c_boolean has_hash, uint64_t hash, struct fgx_blob *b)
+/* The decoded bytes are taken from the unpacked message rather than copied (protobuf-c
+ * allocated them with malloc and skips a NULL pointer when it frees the message): a database is
+ * never held twice during a decode. */
+static void blob_take(protobuf_c_boolean has, ProtobufCBinaryData *src, protobuf_c_boolean has_hash,
+                      uint64_t hash, struct fgx_blob *b)
 {
-    if (has && src->len > 0) {
-        b->data = malloc(src->len);
-        if (b->data == NULL)
-            return -ENOMEM;
-        memcpy(b->data, src->data, src->len);
+    if (has && src->len > 0 && src->data != NULL) {
+        b->data = src->data;
         b->len = src->len;
+        src->data = NULL;
+        src->len = 0;
     }
     b->hash = has_hash ? hash : 0;
-    return 0;
 }
 
-static void blob_free(struct fgx_blob *b)
+/* Blob k (2 * service index + direction) of the services decoded so far, as the target of a
+ * reference from blob self; NULL when k is not an earlier blob with bytes. */
+static const struct fgx_blob *blob_ref(const struct fgx_dp_ruleset *r, uint32_t k, size_t self)
+{
+    const struct fgx_blob *b;
+
+    if (k >= self)
+        return NULL;
+    b = &r->services[k / 2].db[k % 2];
+    return b->len > 0 ? b : NULL;
+}
+
+static void blob_free(struct fgx_blob *b, bool shared)
 {
     /* Not fgx_blob_release(): keep this object free of any link to the hyperscan code. */
-    free(b->data);
+    if (!shared)
+        free(b->data);
     b->data = NULL;
     b->len = 0;
 }
@@ -364,9 +413,10 @@ static int ids_copy(const uint32_t *src, size_t n, uint32_t **ids, size_t *nids)
     return 0;
 }
 
-static int service_from_pb(const Fgx__Dp__Service *p, struct fgx_dp_service *s)
+static int service_from_pb(Fgx__Dp__Service *p, const struct fgx_dp_ruleset *r, size_t idx,
+                           struct fgx_dp_service *s)
 {
-    int n;
+    int n, d;
 
     if (p->family != 0 && p->family != 4 && p->family != 6) {
         fgx_warn("data-path service %u: bad address family %u", p->id, p->family);
@@ -393,10 +443,28 @@ static int service_from_pb(const Fgx__Dp__Service *p, struct fgx_dp_service *s)
     s->ipproto = (uint8_t)p->proto;
     s->port = (uint16_t)p->port;
     s->fail_open = p->fail_open != 0;
-    if (blob_copy(p->has_db_c2s, &p->db_c2s, p->has_hash_c2s, p->hash_c2s, &s->db[0]) < 0 ||
-        blob_copy(p->has_db_s2c, &p->db_s2c, p->has_hash_s2c, p->hash_s2c, &s->db[1]) < 0) {
-        fgx_err("data-path decode: out of memory for the databases of service %u", p->id);
-        return -ENOMEM;
+    if ((p->has_db_c2s && p->has_db_c2s_as) || (p->has_db_s2c && p->has_db_s2c_as)) {
+        fgx_warn("data-path service %u: a database given both as bytes and as a reference", p->id);
+        return -EINVAL;
+    }
+    blob_take(p->has_db_c2s, &p->db_c2s, p->has_hash_c2s, p->hash_c2s, &s->db[0]);
+    blob_take(p->has_db_s2c, &p->db_s2c, p->has_hash_s2c, p->hash_s2c, &s->db[1]);
+    for (d = 0; d < 2; d++) {
+        protobuf_c_boolean has_as = d == 0 ? p->has_db_c2s_as : p->has_db_s2c_as;
+        uint32_t as = d == 0 ? p->db_c2s_as : p->db_s2c_as;
+        const struct fgx_blob *b;
+
+        if (!has_as)
+            continue;
+        b = as > 0 ? blob_ref(r, as - 1, 2 * idx + d) : NULL;
+        if (b == NULL) {
+            fgx_warn("data-path service %u: database reference %u is not an earlier database",
+                     p->id, as);
+            return -EINVAL;
+        }
+        s->db[d].data = b->data;
+        s->db[d].len = b->len;
+        s->db_shared[d] = true;
     }
     if (ids_check(p->id, "c2s", p->ids_c2s, p->n_ids_c2s) < 0 ||
         ids_check(p->id, "s2c", p->ids_s2c, p->n_ids_s2c) < 0)
@@ -409,7 +477,7 @@ static int service_from_pb(const Fgx__Dp__Service *p, struct fgx_dp_service *s)
     return 0;
 }
 
-static int ruleset_from_pb(const Fgx__Dp__Ruleset *p, struct fgx_dp_ruleset *r)
+static int ruleset_from_pb(Fgx__Dp__Ruleset *p, struct fgx_dp_ruleset *r)
 {
     size_t i;
     int ret;
@@ -425,7 +493,7 @@ static int ruleset_from_pb(const Fgx__Dp__Ruleset *p, struct fgx_dp_ruleset *r)
     /* Count as we go, so that a failure half-way releases exactly what was copied. */
     for (i = 0; i < p->n_services; i++) {
         r->nservices = i + 1;
-        ret = service_from_pb(p->services[i], &r->services[i]);
+        ret = service_from_pb(p->services[i], r, i, &r->services[i]);
         if (ret < 0)
             return ret;
     }
@@ -582,8 +650,10 @@ void fgx_dp_msg_release(struct fgx_dp_msg *m)
     switch (m->type) {
     case FGX_DP_RULESET:
         for (i = 0; i < m->u.ruleset.nservices; i++) {
-            blob_free(&m->u.ruleset.services[i].db[0]);
-            blob_free(&m->u.ruleset.services[i].db[1]);
+            blob_free(&m->u.ruleset.services[i].db[0],
+                      m->u.ruleset.services[i].db_shared[0]);
+            blob_free(&m->u.ruleset.services[i].db[1],
+                      m->u.ruleset.services[i].db_shared[1]);
             free(m->u.ruleset.services[i].ids[0]);
             free(m->u.ruleset.services[i].ids[1]);
         }

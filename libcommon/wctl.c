@@ -268,7 +268,7 @@ static void on_ruleset(const struct fgx_wctl *ctl, const struct fgx_dp_ruleset *
     reply->u.error = err;
 }
 
-void fgx_wctl_serve(const struct fgx_wctl *ctl, struct fgx_chan *ch, const void *buf, size_t len)
+void fgx_wctl_serve(const struct fgx_wctl *ctl, struct fgx_chan *ch, void *buf, size_t len)
 {
     struct fgx_dp_msg req = {0}, reply = {0};
     void *out = NULL;
@@ -276,6 +276,7 @@ void fgx_wctl_serve(const struct fgx_wctl *ctl, struct fgx_chan *ch, const void 
     int ret;
 
     ret = fgx_dp_decode(buf, len, &req);
+    free(buf);
     if (ret != 0) {
         fgx_warn("control: undecodable message of %zu bytes", len);
         reply.type = FGX_DP_ERROR;
@@ -329,7 +330,6 @@ int fgx_wctl_run(const struct fgx_wctl *ctl, const char *url)
             continue;
         }
         fgx_wctl_serve(ctl, ch, buf, len);
-        free(buf);
     }
     fgx_chan_close(ch);
     return 0;

@@ -634,3 +634,94 @@ Test(dp, bad_events_not_encoded)
     cr_assert_eq(out.u.stats.events_lost, 5 + 2);
     fgx_dp_msg_release(&out);
 }
+
+/* Identical databases (both directions of a service whose filters are all "both", services
+ * with the same filters) travel once: the message holds one copy, and the decoded ruleset
+ * shares it. */
+Test(dp, identical_databases_travel_once)
+{
+    enum { BIG = 1 << 16 };
+    static uint8_t big[BIG], other[BIG];
+    struct fgx_dp_service s[2];
+    struct fgx_dp_msg in = {0}, out;
+    void *buf = NULL;
+    size_t len = 0, i;
+
+    for (i = 0; i < BIG; i++) {
+        big[i] = (uint8_t)(i * 7);
+        other[i] = (uint8_t)(i * 7);
+    }
+    other[BIG - 1] ^= 1; /* one byte differs: sent on its own */
+    memset(s, 0, sizeof(s));
+    for (i = 0; i < 2; i++) {
+        s[i].id = (uint32_t)i + 1;
+        s[i].ipproto = IPPROTO_TCP;
+        s[i].port = (uint16_t)(80 + i);
+        s[i].db[0] = (struct fgx_blob){.data = big, .len = BIG, .hash = 77};
+    }
+    s[0].db[1] = (struct fgx_blob){.data = big, .len = BIG, .hash = 77};
+    s[1].db[1] = (struct fgx_blob){.data = other, .len = BIG, .hash = 78};
+    in.type = FGX_DP_RULESET;
+    in.u.ruleset = (struct fgx_dp_ruleset){.generation = 3, .nservices = 2, .services = s};
+    cr_assert_eq(fgx_dp_encode(&in, &buf, &len), 0);
+    cr_assert_lt(len, 2 * BIG + 256, "%zu bytes: identical databases were sent again", len);
+    cr_assert_gt(len, 2 * BIG, "the differing database must travel");
+    cr_assert_eq(fgx_dp_decode(buf, len, &out), 0);
+    free(buf);
+    cr_assert_eq(out.u.ruleset.nservices, 2);
+    {
+        const struct fgx_dp_service *o = out.u.ruleset.services;
+
+        cr_assert_not(o[0].db_shared[0]);
+        cr_assert(o[0].db_shared[1]);
+        cr_assert(o[1].db_shared[0]);
+        cr_assert_not(o[1].db_shared[1]);
+        cr_assert_eq(o[0].db[1].data, o[0].db[0].data);
+        cr_assert_eq(o[1].db[0].data, o[0].db[0].data);
+        cr_assert_eq(memcmp(o[0].db[0].data, big, BIG), 0);
+        cr_assert_eq(memcmp(o[1].db[1].data, other, BIG), 0);
+        cr_assert_eq(o[0].db[1].len, (size_t)BIG);
+        cr_assert_eq(o[0].db[1].hash, 77);
+        cr_assert_eq(o[1].db[1].hash, 78);
+    }
+    fgx_dp_msg_release(&out); /* the sanitizer build catches a double free here */
+}
+
+Test(dp, bad_database_references_refused)
+{
+    uint8_t addr[4] = {10, 0, 0, 0};
+    uint8_t db[3] = {1, 2, 3};
+    Fgx__Dp__Service s;
+
+    /* s2c as c2s: fine when c2s has bytes. */
+    base_service(&s, addr);
+    s.has_db_c2s = 1;
+    s.db_c2s.data = db;
+    s.db_c2s.len = sizeof(db);
+    s.has_db_s2c_as = 1;
+    s.db_s2c_as = 1;
+    cr_assert_eq(decode_service(&s), 0);
+    /* ... not when c2s has none, */
+    s.has_db_c2s = 0;
+    cr_assert_eq(decode_service(&s), -EINVAL);
+    /* not to itself or a later one, not 0, */
+    base_service(&s, addr);
+    s.has_db_c2s_as = 1;
+    s.db_c2s_as = 1;
+    cr_assert_eq(decode_service(&s), -EINVAL);
+    s.db_c2s_as = 2;
+    cr_assert_eq(decode_service(&s), -EINVAL);
+    s.db_c2s_as = 0;
+    cr_assert_eq(decode_service(&s), -EINVAL);
+    /* and never bytes and a reference at once. */
+    base_service(&s, addr);
+    s.has_db_c2s = 1;
+    s.db_c2s.data = db;
+    s.db_c2s.len = sizeof(db);
+    s.has_db_s2c = 1;
+    s.db_s2c.data = db;
+    s.db_s2c.len = sizeof(db);
+    s.has_db_s2c_as = 1;
+    s.db_s2c_as = 1;
+    cr_assert_eq(decode_service(&s), -EINVAL);
+}

@@ -333,7 +333,6 @@ static struct fgx_dp_msg *call(struct fgx_chan *req, struct fgx_chan *rep, const
     cr_assert_eq(fgx_chan_send(req, buf, len, 2000), 0);
     cr_assert_eq(fgx_chan_recv(rep, &in, &inlen, 2000), 0);
     fgx_wctl_serve(&ctl, rep, in, inlen);
-    free(in);
     cr_assert_eq(fgx_chan_recv(req, &out, &outlen, 2000), 0);
     cr_assert_eq(fgx_dp_decode(out, outlen, reply), 0);
     free(out);

@@ -42,6 +42,9 @@ struct fgx_dp_service {
     struct fgx_cidr addr; /* family 0: any */
     bool fail_open;
     struct fgx_blob db[2]; /* [0] client->server, [1] server->client; len 0: nothing to match */
+    /* Decoded rulesets only: db[d].data is another blob's of the same ruleset (the same bytes
+     * travelled once), released with that one. */
+    bool db_shared[2];
     /* The filter ids compiled into db[d], ascending (malloc'd, owned like db). A worker keeps
      * an open flow's old stream across a change and believes its matches only for filters that
      * are still here, so no partial match of a surviving filter is lost. */

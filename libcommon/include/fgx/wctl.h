@@ -94,8 +94,9 @@ struct fgx_wctl {
  * and return once all use it; the previous generation's reference is dropped only then. Returns
  * 0, -ECANCELED (stop) or fgx_wcfg_build()'s error (nothing published). */
 int fgx_wctl_apply(const struct fgx_wctl *ctl, const struct fgx_dp_ruleset *rs);
-/* Answer one request (encoded) on ch. */
-void fgx_wctl_serve(const struct fgx_wctl *ctl, struct fgx_chan *ch, const void *buf, size_t len);
+/* Answer one request (encoded, malloc'd: freed here as soon as it is decoded, so a ruleset's
+ * databases are not held twice while they load) on ch. */
+void fgx_wctl_serve(const struct fgx_wctl *ctl, struct fgx_chan *ch, void *buf, size_t len);
 /* Dial url as FGX_CHAN_REP and serve until stop is set. */
 int fgx_wctl_run(const struct fgx_wctl *ctl, const char *url);
 
