@@ -8,6 +8,7 @@
 
 #define CLI_RPC_DIAL_MS 1000     /* how long to wait for controld's socket to accept */
 #define CLI_RPC_TIMEOUT_MS 15000 /* a change waits for the worker, so allow it time */
+#define CLI_RPC_MS_PER_FILTER 10 /* more for an import: controld checks every regex of it */
 
 struct fgx_chan;
 

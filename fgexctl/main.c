@@ -16,6 +16,21 @@
 #include "cli_rpc.h"
 #include "fgx/log.h"
 
+/* How long to wait for the reply: an import of thousands of filters takes controld longer
+ * than one change (each regex is compiled on its own to name a bad one). */
+static int request_timeout_ms(const Fgx__Ctl__Request *req)
+{
+    size_t n = 0;
+
+    if (req->req_case == FGX__CTL__REQUEST__REQ_FILTER_IMPORT && req->filter_import != NULL)
+        n = req->filter_import->n_filters;
+    else if (req->req_case == FGX__CTL__REQUEST__REQ_CONFIG_IMPORT && req->config_import != NULL)
+        n = req->config_import->n_filters;
+    if (n > 1000000)
+        n = 1000000;
+    return CLI_RPC_TIMEOUT_MS + (int)n * CLI_RPC_MS_PER_FILTER;
+}
+
 static void print_err(const char *msg)
 {
     (void)fprintf(stderr, "%s" CLI_PROG ":%s %s\n", cli_fmt_paint(CLI_COLOR_ERR),
@@ -69,7 +84,7 @@ int main(int argc, char **argv)
     }
     cli_rpc_init(&rpc, cmd.url);
     cli_rpc_set_trust(&rpc, cmd.fingerprint, cmd.ca);
-    rc = cli_rpc_request(&rpc, &cmd.req, CLI_RPC_TIMEOUT_MS, &rep);
+    rc = cli_rpc_request(&rpc, &cmd.req, request_timeout_ms(&cmd.req), &rep);
     if (rc < 0) {
         print_err(rpc.err);
         status = rc == -EKEYREJECTED ? CLI_EXIT_CERT : CLI_EXIT_ERROR;
