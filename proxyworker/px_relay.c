@@ -80,6 +80,12 @@ void px_relay_close(struct px_conn *c, bool reset)
     struct px_svc_ctr *sc = px_stats_svc(&t->ctr, c->service_id);
     int i;
 
+    /* Counted before the sockets close: whoever sees the reset may ask for the counters. */
+    if (reset)
+        PX_CTR_ADD(&sc->reset, 1);
+    PX_CTR_ADD(&sc->open, (uint64_t)-1);
+    PX_CTR_ADD(&t->ctr.conns, (uint64_t)-1);
+    __atomic_sub_fetch(&t->w->nconns, 1, __ATOMIC_RELAXED);
     for (i = 0; i < 2; i++) {
         struct px_side *s = &c->s[i];
 
@@ -99,11 +105,6 @@ void px_relay_close(struct px_conn *c, bool reset)
         free(s->pend);
         s->pend = NULL;
     }
-    if (reset)
-        PX_CTR_ADD(&sc->reset, 1);
-    PX_CTR_ADD(&sc->open, (uint64_t)-1);
-    PX_CTR_ADD(&t->ctr.conns, (uint64_t)-1);
-    __atomic_sub_fetch(&t->w->nconns, 1, __ATOMIC_RELAXED);
     px_match_conn_release(c);
     lru_unlink(t, c);
     free(c);
