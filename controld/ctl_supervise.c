@@ -32,6 +32,11 @@ struct ctl_sup {
     struct fgx_chan *chan;
     pid_t pid;
     bool acked; /* the current worker acknowledged a ruleset: it is running */
+    /* The database hashes of the ruleset the current worker acknowledged last: sent as their
+     * hash only next time (a rule change then ships only what changed). Emptied whenever it
+     * is not certain what the worker runs (a new worker, a push without an ACK). */
+    uint64_t *known;
+    size_t nknown;
     bool spawned_once;
     uint64_t generation;
     uint32_t restarts;
@@ -119,6 +124,7 @@ static int sup_spawn(struct ctl_sup *s)
     }
     s->pid = pid;
     s->acked = false;
+    s->nknown = 0;
     s->instance++;
     s->started_ms = now_ms();
     s->started_unix = (uint64_t)time(NULL);
@@ -271,10 +277,70 @@ static int sup_call(struct ctl_sup *s, const struct fgx_dp_msg *req, int timeout
     return rv;
 }
 
+static bool known_has(const struct ctl_sup *s, uint64_t hash)
+{
+    size_t i;
+
+    for (i = 0; i < s->nknown; i++)
+        if (s->known[i] == hash)
+            return true;
+    return false;
+}
+
+/* The worker acknowledged rs: its databases are what it holds now. */
+static void known_set(struct ctl_sup *s, const struct fgx_dp_ruleset *rs)
+{
+    uint64_t *k = realloc(s->known, (rs->nservices * 2 + 1) * sizeof(*k));
+    size_t i;
+    int d;
+
+    s->nknown = 0;
+    if (k == NULL)
+        return; /* then everything goes in full: slower, never wrong */
+    s->known = k;
+    for (i = 0; i < rs->nservices; i++)
+        for (d = 0; d < 2; d++)
+            if (rs->services[i].db[d].len > 0 && rs->services[i].db[d].hash != 0 &&
+                !known_has(s, rs->services[i].db[d].hash))
+                s->known[s->nknown++] = rs->services[i].db[d].hash;
+}
+
+/* A copy of rs's service table (sharing everything else) where the databases the worker holds
+ * travel as their hash. *out NULL: none does, send rs itself. */
+static int strip_known(const struct ctl_sup *s, const struct fgx_dp_ruleset *rs,
+                       struct fgx_dp_service **out)
+{
+    struct fgx_dp_service *v;
+    bool any = false;
+    size_t i;
+    int d;
+
+    *out = NULL;
+    for (i = 0; i < rs->nservices && !any; i++)
+        for (d = 0; d < 2; d++)
+            any |= rs->services[i].db[d].len > 0 && known_has(s, rs->services[i].db[d].hash);
+    if (!any)
+        return 0;
+    v = malloc(rs->nservices * sizeof(*v));
+    if (v == NULL)
+        return -ENOMEM;
+    memcpy(v, rs->services, rs->nservices * sizeof(*v));
+    for (i = 0; i < rs->nservices; i++)
+        for (d = 0; d < 2; d++)
+            if (v[i].db[d].len > 0 && v[i].db[d].hash != 0 && known_has(s, v[i].db[d].hash)) {
+                v[i].db[d].data = NULL;
+                v[i].db[d].len = 0;
+                v[i].db_known[d] = true;
+            }
+    *out = v;
+    return 0;
+}
+
 int ctl_sup_push(struct ctl_sup *s, const struct fgx_dp_ruleset *rs, int timeout_ms)
 {
     struct fgx_dp_msg req = {.type = FGX_DP_RULESET, .u.ruleset = *rs};
     struct fgx_dp_msg reply;
+    struct fgx_dp_service *stripped = NULL;
     int rv;
 
     if (s->pid <= 0) {
@@ -283,7 +349,20 @@ int ctl_sup_push(struct ctl_sup *s, const struct fgx_dp_ruleset *rs, int timeout
                  (unsigned long long)rs->generation);
         return -ENOTCONN;
     }
+    if (strip_known(s, rs, &stripped) == 0 && stripped != NULL)
+        req.u.ruleset.services = stripped;
     rv = sup_call(s, &req, timeout_ms, &reply);
+    if (rv == 0 && stripped != NULL && reply.type == FGX_DP_ERROR) {
+        /* It does not hold what we thought (it applied a push whose ACK we missed, say):
+         * once more, in full. */
+        fgx_info("%s: generation %llu again with every database (%s)", s->name,
+                 (unsigned long long)rs->generation, reply.u.error ? reply.u.error : "refused");
+        fgx_dp_msg_release(&reply);
+        req.u.ruleset.services = rs->services;
+        rv = sup_call(s, &req, timeout_ms, &reply);
+    }
+    free(stripped);
+    s->nknown = 0;
     if (rv < 0) {
         fgx_warn("%s did not confirm generation %llu: %s", s->name,
                  (unsigned long long)rs->generation, strerror(-rv));
@@ -292,6 +371,7 @@ int ctl_sup_push(struct ctl_sup *s, const struct fgx_dp_ruleset *rs, int timeout
     if (reply.type == FGX_DP_ACK && reply.u.ack_generation == rs->generation) {
         s->acked = true;
         s->generation = reply.u.ack_generation;
+        known_set(s, rs);
         fgx_debug("%s applied generation %llu", s->name, (unsigned long long)s->generation);
     } else if (reply.type == FGX_DP_ERROR) {
         fgx_err("%s refused generation %llu: %s", s->name, (unsigned long long)rs->generation,
@@ -352,6 +432,7 @@ void ctl_sup_stop(struct ctl_sup *s)
         s->pid = 0;
     }
     fgx_chan_close(s->chan);
+    free(s->known);
     free(s->run_dir);
     free(s->worker_path);
     free(s->log_level);

@@ -85,6 +85,10 @@ static int service_to_pb(const struct fgx_dp_service *s, Fgx__Dp__Service *p)
 {
     int n = addr_bytes(s->addr.family);
 
+    if ((s->db_known[0] && s->db[0].hash == 0) || (s->db_known[1] && s->db[1].hash == 0)) {
+        fgx_err("data-path service %u: a database known to the worker needs its hash", s->id);
+        return -EINVAL;
+    }
     if (service_check(s->id, s->ipproto, s->port, &s->addr) < 0 ||
         ids_check(s->id, "c2s", s->ids[0], s->nids[0]) < 0 ||
         ids_check(s->id, "s2c", s->ids[1], s->nids[1]) < 0)
@@ -112,6 +116,11 @@ static int service_to_pb(const struct fgx_dp_service *s, Fgx__Dp__Service *p)
         p->has_hash_c2s = 1;
         p->hash_c2s = s->db[0].hash;
     }
+    if (s->db_known[0]) {
+        p->has_db_c2s = 0;
+        p->has_db_c2s_known = 1;
+        p->db_c2s_known = 1;
+    }
     if (s->db[1].len > 0) {
         p->has_db_s2c = 1;
         p->db_s2c.data = s->db[1].data;
@@ -120,6 +129,11 @@ static int service_to_pb(const struct fgx_dp_service *s, Fgx__Dp__Service *p)
     if (s->db[1].len > 0 || s->db[1].hash != 0) {
         p->has_hash_s2c = 1;
         p->hash_s2c = s->db[1].hash;
+    }
+    if (s->db_known[1]) {
+        p->has_db_s2c = 0;
+        p->has_db_s2c_known = 1;
+        p->db_s2c_known = 1;
     }
     /* protobuf-c never writes through these when packing either. */
     p->n_ids_c2s = s->nids[0];
@@ -144,10 +158,11 @@ static void blobs_dedup(const struct fgx_dp_ruleset *r, size_t i, Fgx__Dp__Servi
     for (d = 0; d < 2; d++) {
         const struct fgx_blob *b = &r->services[i].db[d];
 
-        if (b->len == 0)
+        if (b->len == 0 || r->services[i].db_known[d])
             continue;
         for (k = 0; k < 2 * i + d; k++) {
-            if (!blob_same(&r->services[k / 2].db[k % 2], b))
+            if (r->services[k / 2].db_known[k % 2] ||
+                !blob_same(&r->services[k / 2].db[k % 2], b))
                 continue;
             if (d == 0) {
                 p->has_db_c2s = 0;
@@ -443,10 +458,19 @@ static int service_from_pb(Fgx__Dp__Service *p, const struct fgx_dp_ruleset *r, 
     s->ipproto = (uint8_t)p->proto;
     s->port = (uint16_t)p->port;
     s->fail_open = p->fail_open != 0;
-    if ((p->has_db_c2s && p->has_db_c2s_as) || (p->has_db_s2c && p->has_db_s2c_as)) {
-        fgx_warn("data-path service %u: a database given both as bytes and as a reference", p->id);
+    if ((p->has_db_c2s + p->has_db_c2s_as + (p->has_db_c2s_known && p->db_c2s_known)) > 1 ||
+        (p->has_db_s2c + p->has_db_s2c_as + (p->has_db_s2c_known && p->db_s2c_known)) > 1) {
+        fgx_warn("data-path service %u: a database given as more than one of bytes, a reference "
+                 "and a known hash", p->id);
         return -EINVAL;
     }
+    if ((p->has_db_c2s_known && p->db_c2s_known && (!p->has_hash_c2s || p->hash_c2s == 0)) ||
+        (p->has_db_s2c_known && p->db_s2c_known && (!p->has_hash_s2c || p->hash_s2c == 0))) {
+        fgx_warn("data-path service %u: a known database without its hash", p->id);
+        return -EINVAL;
+    }
+    s->db_known[0] = p->has_db_c2s_known && p->db_c2s_known;
+    s->db_known[1] = p->has_db_s2c_known && p->db_s2c_known;
     blob_take(p->has_db_c2s, &p->db_c2s, p->has_hash_c2s, p->hash_c2s, &s->db[0]);
     blob_take(p->has_db_s2c, &p->db_s2c, p->has_hash_s2c, p->hash_s2c, &s->db[1]);
     for (d = 0; d < 2; d++) {

@@ -82,7 +82,7 @@ static struct fgx_wdb *find_db(const struct fgx_wcfg *c, uint64_t hash)
 
 /* The database of one blob: the one already loaded under its hash (in prev or in the generation
  * being built), or a new one. */
-static int db_get(const struct fgx_blob *b, const uint32_t *ids, size_t nids,
+static int db_get(const struct fgx_blob *b, bool known, const uint32_t *ids, size_t nids,
                   const struct fgx_wcfg *prev,
                   const struct fgx_wcfg *building, struct fgx_wdb **out)
 {
@@ -91,6 +91,20 @@ static int db_get(const struct fgx_blob *b, const uint32_t *ids, size_t nids,
     int ret;
 
     *out = NULL;
+    if (known) {
+        /* Sent as its hash: it must be one this worker runs now (or one loaded just before). */
+        d = find_db(building, b->hash);
+        if (d == NULL)
+            d = find_db(prev, b->hash);
+        if (d == NULL) {
+            fgx_warn("ruleset: database %016llx is not here; controld sends it in full",
+                     (unsigned long long)b->hash);
+            return -ENOENT;
+        }
+        fgx_wdb_ref(d);
+        *out = d;
+        return 0;
+    }
     if (b->len == 0)
         return 0;
     /* Trust a hash only as identity of the content: without one, hash the bytes themselves. */
@@ -161,7 +175,8 @@ int fgx_wcfg_build(const struct fgx_dp_ruleset *rs, const struct fgx_wcfg *prev,
          * once (for 10,000 patterns that is ~18 MiB less). */
         c->nservices = i + 1;
         for (d = 0; d < 2; d++) {
-            ret = db_get(&s->db[d], s->ids[d], s->nids[d], prev, c, &n->db[d]);
+            ret = db_get(&s->db[d], s->db_known[d], s->ids[d], s->nids[d], prev, c,
+                         &n->db[d]);
             if (ret != 0) {
                 fgx_err("ruleset: generation %llu, service %u: database %s refused",
                         (unsigned long long)rs->generation, s->id, d == 0 ? "c2s" : "s2c");

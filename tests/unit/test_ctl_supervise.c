@@ -1,7 +1,9 @@
 /* Unit tests for controld/ctl_supervise.c (and ctl_worker_restart() in ctl_apply.c) with real
  * child processes: stand-in workers are small shell scripts that never speak the data-path
- * protocol, so these tests cover the process life cycle only (crash backoff, a requested
- * restart without backoff, SIGKILL for a worker that ignores SIGTERM, the restart count). */
+ * protocol, so these tests cover the process life cycle (crash backoff, a requested restart
+ * without backoff, SIGKILL for a worker that ignores SIGTERM, the restart count). The pushes are
+ * tested against a thread of this process that serves the channel with the workers' own
+ * control code (fgx_wctl_serve, real databases). */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <signal.h>
@@ -12,9 +14,16 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <netinet/in.h>
+#include <pthread.h>
+
 #include "controld/ctl_apply.h"
 #include "controld/ctl_supervise.h"
+#include "fgx/chan.h"
 #include "fgx/log.h"
+#include "fgx/ruleset.h"
+#include "fgx/wcfg.h"
+#include "fgx/wctl.h"
 
 static char dir[64], script[128];
 static struct ctl_sup *sup;
@@ -207,4 +216,119 @@ Test(ctl_supervise, worker_restart_waits_for_ack, .timeout = 30)
     unlink(path);
     snprintf(path, sizeof(path), "%s/lock.mdb", dir);
     unlink(path);
+}
+
+/* ---- pushes: a worker's control side in a thread ---- */
+
+static struct {
+    pthread_t tid;
+    struct fgx_chan *ch;
+    struct fgx_wcfg *current;
+    int stop;
+    pthread_mutex_t lock;
+    size_t lens[16];
+    size_t nlens;
+} fw = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static void *fw_thread(void *arg)
+{
+    const struct fgx_wctl ctl = {.nthreads = 0, .current = &fw.current, .stop = &fw.stop};
+
+    (void)arg;
+    while (!__atomic_load_n(&fw.stop, __ATOMIC_ACQUIRE)) {
+        void *buf = NULL;
+        size_t len = 0;
+
+        if (fgx_chan_recv(fw.ch, &buf, &len, 50) != 0)
+            continue;
+        pthread_mutex_lock(&fw.lock);
+        if (fw.nlens < 16)
+            fw.lens[fw.nlens++] = len;
+        pthread_mutex_unlock(&fw.lock);
+        fgx_wctl_serve(&ctl, fw.ch, buf, len);
+    }
+    return NULL;
+}
+
+static size_t fw_len(size_t i)
+{
+    size_t n;
+
+    pthread_mutex_lock(&fw.lock);
+    cr_assert_lt(i, fw.nlens, "message %zu never came", i);
+    n = fw.lens[i];
+    pthread_mutex_unlock(&fw.lock);
+    return n;
+}
+
+static size_t fw_count(void)
+{
+    size_t n;
+
+    pthread_mutex_lock(&fw.lock);
+    n = fw.nlens;
+    pthread_mutex_unlock(&fw.lock);
+    return n;
+}
+
+static void compile(uint32_t id, const char *re, struct fgx_blob *out)
+{
+    const struct fgx_pattern p = {id, re, FGX_DIR_C2S, false};
+    char err[256];
+
+    cr_assert_eq(fgx_ruleset_compile(&p, 1, FGX_DIR_C2S, IPPROTO_TCP, out, err, sizeof(err)), 0,
+                 "%s", err);
+}
+
+/* A database the worker acknowledged travels as its hash next time; a worker that lost it
+ * refuses, and gets the ruleset again in full. */
+Test(ctl_supervise, pushes_send_held_databases_as_their_hash, .timeout = 30)
+{
+    struct fgx_dp_service svc[2];
+    struct fgx_dp_ruleset rs = {.services = svc};
+    struct fgx_blob a, b;
+    char url[128];
+
+    start("exec sleep 60");
+    snprintf(url, sizeof(url), "ipc://%s/nfq.sock", dir);
+    cr_assert_eq(fgx_chan_dial(url, FGX_CHAN_REP, 0, &fw.ch), 0);
+    cr_assert_eq(pthread_create(&fw.tid, NULL, fw_thread, NULL), 0);
+    compile(1, "evil[0-9]+", &a);
+    compile(2, "zzz+", &b);
+    memset(svc, 0, sizeof(svc));
+    svc[0] = (struct fgx_dp_service){.id = 1, .ipproto = IPPROTO_TCP, .port = 80};
+    svc[0].db[0] = a;
+    svc[1] = (struct fgx_dp_service){.id = 2, .ipproto = IPPROTO_TCP, .port = 81};
+    svc[1].db[0] = b;
+
+    rs.generation = 1;
+    rs.nservices = 1;
+    cr_assert_eq(ctl_sup_push(sup, &rs, 5000), 0);
+    cr_assert_gt(fw_len(0), a.len, "first push: the database in full");
+
+    rs.generation = 2;
+    cr_assert_eq(ctl_sup_push(sup, &rs, 5000), 0);
+    cr_assert_lt(fw_len(1), 64, "second push: %zu bytes, the database again", fw_len(1));
+    cr_assert_eq(fw.current->generation, 2);
+    cr_assert_not_null(fw.current->svc[0].db[0]);
+    cr_assert_eq(fw.current->svc[0].db[0]->hash, a.hash);
+
+    /* The worker lost what controld believes it holds. */
+    fgx_wcfg_unref(__atomic_exchange_n(&fw.current, NULL, __ATOMIC_ACQ_REL));
+    rs.generation = 3;
+    rs.nservices = 2;
+    cr_assert_eq(ctl_sup_push(sup, &rs, 5000), 0);
+    cr_assert_eq(fw_count(), 4, "refused, then sent again");
+    cr_assert_lt(fw_len(2), b.len + 64, "a's database left out at first");
+    cr_assert_gt(fw_len(3), a.len + b.len, "then everything");
+    cr_assert_eq(fw.current->generation, 3);
+    cr_assert_not_null(fw.current->svc[0].db[0]);
+    cr_assert_not_null(fw.current->svc[1].db[0]);
+
+    __atomic_store_n(&fw.stop, 1, __ATOMIC_RELEASE);
+    pthread_join(fw.tid, NULL);
+    fgx_chan_close(fw.ch);
+    fgx_wcfg_unref(fw.current);
+    fgx_blob_release(&a);
+    fgx_blob_release(&b);
 }

@@ -725,3 +725,51 @@ Test(dp, bad_database_references_refused)
     s.db_s2c_as = 1;
     cr_assert_eq(decode_service(&s), -EINVAL);
 }
+
+Test(dp, known_databases_travel_as_their_hash)
+{
+    static uint8_t big[4096];
+    struct fgx_dp_service s = {.id = 1, .ipproto = IPPROTO_TCP, .port = 80};
+    struct fgx_dp_msg in = {0}, out;
+    void *buf = NULL;
+    size_t len = 0;
+
+    s.db[0] = (struct fgx_blob){.hash = 0xabcdef};
+    s.db_known[0] = true;
+    s.db[1] = (struct fgx_blob){.data = big, .len = sizeof(big), .hash = 5};
+    in.type = FGX_DP_RULESET;
+    in.u.ruleset = (struct fgx_dp_ruleset){.generation = 1, .nservices = 1, .services = &s};
+    cr_assert_eq(fgx_dp_encode(&in, &buf, &len), 0);
+    cr_assert_eq(fgx_dp_decode(buf, len, &out), 0);
+    free(buf);
+    cr_assert(out.u.ruleset.services[0].db_known[0]);
+    cr_assert_not(out.u.ruleset.services[0].db_known[1]);
+    cr_assert_eq(out.u.ruleset.services[0].db[0].hash, 0xabcdef);
+    cr_assert_eq(out.u.ruleset.services[0].db[0].len, 0);
+    cr_assert_eq(out.u.ruleset.services[0].db[1].len, sizeof(big));
+    fgx_dp_msg_release(&out);
+    /* without its hash a known database means nothing: not encoded, not decoded */
+    s.db[0].hash = 0;
+    cr_assert_eq(fgx_dp_encode(&in, &buf, &len), -EINVAL);
+}
+
+Test(dp, bad_known_databases_refused)
+{
+    uint8_t addr[4] = {10, 0, 0, 0};
+    uint8_t db[3] = {1, 2, 3};
+    Fgx__Dp__Service s;
+
+    base_service(&s, addr);
+    s.has_db_c2s_known = 1;
+    s.db_c2s_known = 1;
+    cr_assert_eq(decode_service(&s), -EINVAL, "no hash");
+    s.has_hash_c2s = 1;
+    s.hash_c2s = 0;
+    cr_assert_eq(decode_service(&s), -EINVAL, "hash 0");
+    s.hash_c2s = 77;
+    cr_assert_eq(decode_service(&s), 0);
+    s.has_db_c2s = 1;
+    s.db_c2s.data = db;
+    s.db_c2s.len = sizeof(db);
+    cr_assert_eq(decode_service(&s), -EINVAL, "bytes and known");
+}

@@ -176,3 +176,27 @@ Test(wcfg, lookup_matches_protocol_port_and_address)
     cr_assert_null(fgx_wcfg_lookup(NULL, IPPROTO_TCP, 4, in, 80));
     fgx_wcfg_unref(c);
 }
+
+/* A database sent as its hash only (controld knows the worker holds it) is the loaded one; one
+ * the worker does not hold refuses the generation and leaves the previous one alone. */
+Test(wcfg, a_known_database_is_taken_from_the_running_generation)
+{
+    struct fgx_dp_service s = {.id = 1, .ipproto = IPPROTO_TCP, .port = 80};
+    struct fgx_dp_ruleset rs = {.generation = 2, .nservices = 1, .services = &s};
+    struct fgx_wcfg *c1 = NULL, *c2 = NULL, *c3 = NULL;
+
+    cr_assert_eq(build(1, &evil, &zzz, NULL, &c1), 0);
+    s.db[0] = (struct fgx_blob){.hash = zzz.hash};
+    s.db_known[0] = true;
+    cr_assert_eq(fgx_wcfg_build(&rs, c1, &c2), 0);
+    cr_assert_eq(c2->svc[0].db[0], c1->svc[1].db[0]);
+    cr_assert_eq(refs(c1->svc[1].db[0]), 2);
+    rs.generation = 3;
+    s.db[0].hash = zzz.hash ^ 1;
+    cr_assert_eq(fgx_wcfg_build(&rs, c1, &c3), -ENOENT);
+    cr_assert_null(c3);
+    cr_assert_eq(fgx_wcfg_build(&rs, NULL, &c3), -ENOENT, "a fresh worker holds nothing");
+    cr_assert_eq(refs(c1->svc[1].db[0]), 2);
+    fgx_wcfg_unref(c2);
+    fgx_wcfg_unref(c1);
+}

@@ -45,6 +45,10 @@ struct fgx_dp_service {
     /* Decoded rulesets only: db[d].data is another blob's of the same ruleset (the same bytes
      * travelled once), released with that one. */
     bool db_shared[2];
+    /* db[d] travels as its hash only (len 0): the worker has that database in the ruleset it
+     * runs. Set by controld for the databases a worker acknowledged; a worker without it
+     * refuses the ruleset. */
+    bool db_known[2];
     /* The filter ids compiled into db[d], ascending (malloc'd, owned like db). A worker keeps
      * an open flow's old stream across a change and believes its matches only for filters that
      * are still here, so no partial match of a surviving filter is lost. */
