@@ -678,9 +678,10 @@ def run_passes(a, world, fx, rows, measure):
     as a winner. measure(row) -> dict of metrics. Adds pass, layer, queue counters, worker CPU%
     and peak RSS to each record."""
     records = []
+    kinds = ["nfq"] + (["proxy"] if any(r.layer == "proxy" for r in rows) else [])
     for p in range(1, a.passes + 1):
-        if fx:
-            fx.restart_workers("nfq")
+        for kind in kinds if fx else []:
+            fx.restart_workers(kind)
         for row in (rows if p % 2 else list(reversed(rows))):
             kind = "proxy" if row.layer == "proxy" else "nfq"
             pids = fx.worker_pids(kind) if fx and row.service else []
