@@ -30,6 +30,9 @@
 #define NFQ_TXBUF (64 << 10)
 #define NFQ_RX_BATCH 64
 #define NFQ_FLUSH_BYTES (256u << 10) /* received bytes after which a batch's verdicts go out */
+#define NFQ_LOG_RCVBUF (8 << 20)     /* the NFLOG socket's: a logged SYN-ACK takes ~2 KiB of it */
+#define NFQ_LOG_NLBUFSIZ 1024        /* the kernel's buffer per message (one packet each) */
+#define NFQ_LOG_DRAIN_MS 10          /* longest wait between two drains of the log socket */
 
 #define NFQ_SVC_SLOTS 1024    /* per-thread service counters (open addressing) */
 #define NFQ_FILTER_SLOTS 8192 /* per-thread filter counters (open addressing) */
@@ -69,6 +72,8 @@ struct nfq_thread {
     bool started;
     struct mnl_socket *nl;
     unsigned portid;
+    struct mnl_socket *lg; /* NFLOG group queue[0]: the services' SYN-ACKs (nfq_log.c) */
+    char *lgbuf;
     int efd; /* eventfd: the control thread's "look at the config" */
     int raw4, raw6;
     struct fgx_wcfg *cfg;     /* in use, referenced */
@@ -113,6 +118,18 @@ void nfq_match_switch(struct nfq_thread *t);
 void nfq_match_flow_release(void *arg, struct fgx_flow *f);
 /* Verdict for a held segment (fgx_reasm_verdict_fn). */
 void nfq_match_held_verdict(void *arg, uint64_t cookie, bool accept);
+/* A service's SYN-ACK, copied by the rules (not queued: no verdict): the server accepted a
+ * connection; both of its streams start here. */
+void nfq_match_synack(struct nfq_thread *t, const uint8_t *data, size_t len);
+/* SYN-ACK copies were lost: no open flow may take a segment before its current position for
+ * one already passed, since it may belong to a new connection on the same 4-tuple. */
+void nfq_match_synacks_lost(struct nfq_thread *t);
+
+/* ---- nfq_log.c ---- */
+int nfq_log_open(struct nfq_thread *t);
+void nfq_log_close(struct nfq_thread *t);
+/* Hand every SYN-ACK copy waiting to the match stage, without blocking. */
+void nfq_log_drain(struct nfq_thread *t);
 
 /* ---- nfq_verdict.c ---- */
 void nfq_verdict_add(struct nfq_thread *t, unsigned queue, uint32_t id, bool accept);

@@ -1,6 +1,8 @@
 /* Match stage of nfqworker: a queued packet -> decoded, classified to a service and direction,
  * matched (UDP: the datagram alone; TCP: its flow's reassembled stream) -> a verdict handed to
- * the verdict stage, plus resets when a TCP flow gets blocked. Runs on the packet threads. */
+ * the verdict stage, plus resets when a TCP flow gets blocked; and a service's SYN-ACK, copied
+ * by the anchor stage (nfq_log.c), -> where a flow's two streams start. Runs on the packet
+ * threads. */
 #include "nfq.h"
 
 #include <errno.h>
@@ -206,6 +208,79 @@ static void block(struct nfq_thread *t, struct fgx_flow *f, enum fgx_dir dir,
     }
 }
 
+static struct fgx_flow *flow_new(struct nfq_thread *t, const struct fgx_flow_key *key,
+                                 const struct fgx_wsvc *svc, struct nfq_svc_ctr *sc)
+{
+    struct fgx_flow *f = fgx_flow_insert(t->flows, key, t->now_ms);
+
+    f->service_id = svc->id;
+    NFQ_CTR_ADD(&sc->flows_active, 1);
+    NFQ_CTR_ADD(&t->ctr.flows, 1);
+    return f;
+}
+
+void nfq_match_synack(struct nfq_thread *t, const uint8_t *data, size_t len)
+{
+    const struct fgx_wsvc *svc;
+    struct fgx_flow_key key;
+    struct fgx_flow *f;
+    struct fgx_pkt p;
+    enum fgx_dir dir;
+
+    /* A copy of a packet that went on: nothing to give a verdict to. One we cannot read (only
+     * the service itself sends them) anchors nothing; the flow then starts at its first data. */
+    if (t->cfg == NULL || fgx_pkt_decode(data, len, &p) != 0 || p.ipproto != IPPROTO_TCP ||
+        (p.tcp_flags & (FGX_TCP_SYN | FGX_TCP_ACK | FGX_TCP_RST)) != (FGX_TCP_SYN | FGX_TCP_ACK))
+        return;
+    svc = classify(t->cfg, &p, &dir);
+    if (svc == NULL || dir != FGX_DIR_S2C)
+        return;
+    fgx_flow_key_from_pkt(&p, dir, &key);
+    f = fgx_flow_lookup(t->flows, &key, t->now_ms);
+    /* The server sent this SYN-ACK before (a retransmission): the flow is this connection's
+     * already (blocked or not), and restarting it would make the bytes passed since look
+     * missing. A new connection has a new server ISN. (A block releases the directions but
+     * keeps where they started.) */
+    if (f != NULL && f->service_id == svc->id && (f->dir[1].active || f->blocked) &&
+        f->dir[1].floor_seq == p.seq + 1)
+        return;
+    /* The client's SYN carried data (fast open), queued and scanned, and the server took it:
+     * the client's stream goes on from there, in order. Any other position is a new connection
+     * on a reused 4-tuple: its bytes must not be taken for the old one's. */
+    if (f != NULL && (f->service_id != svc->id || f->blocked ||
+                      !(f->dir[0].active && f->dir[0].next_seq == p.ack))) {
+        fgx_flow_remove(t->flows, f);
+        f = NULL;
+    }
+    if (f == NULL) {
+        f = flow_new(t, &key, svc, nfq_stats_svc(&t->ctr, svc->id));
+        flow_attach(t, f, svc);
+        (void)fgx_reasm_start(t->reasm, &f->dir[0], p.ack);
+    } else {
+        flow_attach(t, f, svc);
+    }
+    (void)fgx_reasm_start(t->reasm, &f->dir[1], p.seq + 1);
+}
+
+/* For each open flow, both directions start again where they are: a segment that begins before
+ * that point is dropped, never passed as a retransmission of bytes passed (which it may not be:
+ * its SYN-ACK may have been lost, with a new connection behind it). The scan state stays, so a
+ * match across this point is still found. An honest retransmission from before it is dropped
+ * too: the price of the overflow, counted in queue_drops. */
+static bool flow_floor_to_next(void *arg, struct fgx_flow *f)
+{
+    (void)arg;
+    for (int d = 0; d < 2; d++)
+        if (f->dir[d].active)
+            f->dir[d].floor_seq = f->dir[d].next_seq;
+    return true;
+}
+
+void nfq_match_synacks_lost(struct nfq_thread *t)
+{
+    (void)fgx_flow_sweep(t->flows, flow_floor_to_next, NULL);
+}
+
 static void tcp_packet(struct nfq_thread *t, unsigned queue, uint32_t id, const struct fgx_pkt *p,
                        const struct fgx_wsvc *svc, enum fgx_dir dir, struct nfq_svc_ctr *sc)
 {
@@ -227,17 +302,22 @@ static void tcp_packet(struct nfq_thread *t, unsigned queue, uint32_t id, const 
     }
     fgx_flow_key_from_pkt(p, dir, &key);
     f = fgx_flow_lookup(t->flows, &key, t->now_ms);
-    /* A new SYN on a known 4-tuple is a new connection (port reuse): forget the old one. */
-    if (f != NULL && (f->service_id != svc->id || (syn && !ack && dir == FGX_DIR_C2S))) {
+    if (f != NULL && f->service_id != svc->id) {
         fgx_flow_remove(t->flows, f);
         f = NULL;
     }
-    if (f == NULL) {
-        f = fgx_flow_insert(t->flows, &key, t->now_ms);
-        f->service_id = svc->id;
-        NFQ_CTR_ADD(&sc->flows_active, 1);
-        NFQ_CTR_ADD(&t->ctr.flows, 1);
+    /* Only a SYN with payload (fast open) or IP options is queued. On a known 4-tuple it does
+     * not restart the flow: only the server's SYN-ACK says that a new connection was accepted
+     * (nfq_match_synack()). A SYN the server ignores (an established connection answers it with
+     * a challenge ACK) would otherwise reset the scan mid-stream, and the bytes after it would be
+     * matched without those before. Its data cannot be placed in the old stream: dropped (the
+     * client sends it again after the handshake); without data it passes. */
+    if (f != NULL && syn && !ack && dir == FGX_DIR_C2S) {
+        verdict(t, queue, id, sc, p->payload_len == 0);
+        return;
     }
+    if (f == NULL)
+        f = flow_new(t, &key, svc, sc);
     if (f->blocked) {
         verdict(t, queue, id, sc, false);
         return;

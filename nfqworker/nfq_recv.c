@@ -1,6 +1,8 @@
 /* Receive stage of nfqworker: where a packet enters. Each packet thread owns one netlink socket
  * bound to its two queues (fail-closed and fail-open), reads batches of packets, hands each to
- * the match stage and flushes the batch's verdicts in one send. */
+ * the match stage and flushes the batch's verdicts in one send. Before each packet it drains its
+ * NFLOG socket (nfq_log.c), so that the SYN-ACK that anchors a flow is in place before the
+ * flow's first data. */
 #include "nfq.h"
 
 #include <errno.h>
@@ -133,6 +135,10 @@ int nfq_thread_init(struct nfq_worker *w, struct nfq_thread *t, unsigned idx)
     if (setsockopt(mnl_socket_get_fd(t->nl), SOL_SOCKET, SO_RCVBUFFORCE, &rcvbuf,
                    sizeof(rcvbuf)) == -1)
         fgx_warn("thread %u: SO_RCVBUFFORCE: %s", idx, strerror(errno));
+    /* Before the queues: a SYN-ACK copied before the group is bound is lost silently. */
+    ret = nfq_log_open(t);
+    if (ret != 0)
+        goto err;
     ret = queue_bind(t, t->queue[0], false);
     if (ret != 0)
         goto err;
@@ -158,6 +164,7 @@ void nfq_thread_release(struct nfq_thread *t)
     if (t->nl != NULL)
         mnl_socket_close(t->nl);
     t->nl = NULL;
+    nfq_log_close(t);
     nfq_reset_close(t);
     if (t->efd >= 0)
         close(t->efd);
@@ -283,6 +290,8 @@ static void recv_batch(struct nfq_thread *t)
                                 t->idx, strerror(errno));
             break;
         }
+        /* SYN-ACK copies made before this packet was queued are waiting by now. */
+        nfq_log_drain(t);
         on_buffer(t, (size_t)n);
         since_flush += (size_t)n;
         if (since_flush >= NFQ_FLUSH_BYTES) {
@@ -308,6 +317,11 @@ void *nfq_thread_main(void *arg)
         uint64_t now = nfq_now_ms();
         int timeout = next_tick > now ? (int)(next_tick - now) : 0;
 
+        /* The log socket is not polled: a wake-up per handshake would cost most of what not
+         * queueing it saves. It is drained before every queued packet, and at least every
+         * NFQ_LOG_DRAIN_MS, so that handshakes without data never fill it. */
+        if (timeout > NFQ_LOG_DRAIN_MS)
+            timeout = NFQ_LOG_DRAIN_MS;
         if (poll(pfd, 2, timeout) == -1 && errno != EINTR) {
             fgx_err("thread %u: poll: %s", t->idx, strerror(errno));
             break;
@@ -320,8 +334,12 @@ void *nfq_thread_main(void *arg)
         }
         /* Between packets: a new generation is picked up before the next batch. */
         nfq_match_switch(t);
-        if (pfd[0].revents & (POLLIN | POLLERR))
+        if (pfd[0].revents & (POLLIN | POLLERR)) {
             recv_batch(t);
+        } else {
+            t->now_ms = nfq_now_ms();
+            nfq_log_drain(t);
+        }
         now = nfq_now_ms();
         if (now >= next_tick) {
             t->now_ms = now;

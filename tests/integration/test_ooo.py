@@ -118,14 +118,20 @@ class Crafter(it.Helper):
         self.t_err.start()
 
 
-def evade(env, src, dst, dport, segments, timestamps=False):
+def evade(env, src, dst, dport, segments, timestamps=False, sport=None, close=False):
     """segments: [(offset, bytes, kind)], kind "" (honest), "badsum" (a wrong TCP checksum),
-    "noack" (no ACK flag) or "paws" (a timestamp older than the last one: PAWS discards it)."""
-    env.next_sport += 1
+    "noack" (no ACK flag), "paws" (a timestamp older than the last one: PAWS discards it) or
+    "syn" (a SYN, no payload, whose sequence number + 1 is offset: the established server
+    answers it with a challenge ACK). sport: reuse that client port (default: a new one);
+    close: wait for the server's FIN and acknowledge it, so that the server forgets the
+    connection and the 4-tuple can be used again at once."""
+    if sport is None:
+        env.next_sport += 1
+        sport = env.next_sport
     h = Crafter(env.cli, "--iface", CLI_IF, "--src", src, "--dst", dst, "--sport",
-                env.next_sport, "--dport", dport, "--segments",
+                sport, "--dport", dport, "--segments",
                 json.dumps([[off, data.hex(), kind] for off, data, kind in segments]),
-                *(["--timestamps"] if timestamps else []))
+                *(["--timestamps"] if timestamps else []), *(["--close"] if close else []))
     env.helpers.append(h)
     res = it.client_result(h, 30)
     check(res.get("handshake"), "crafted handshake %s -> %s failed: %r %s", src, dst, res,
@@ -186,6 +192,46 @@ def paws_discarded_then_different_bytes_not_delivered(env):
     evasion_case(env, "ev-paws", "paws", False, timestamps=True)
 
 
+@test
+def syn_inside_a_connection_does_not_restart_the_scan(env):
+    # A SYN on an established 4-tuple placed so that a restarted scan would begin right after
+    # "ev": the server only answers it with a challenge ACK and goes on to receive "evil1337".
+    # The worker must go on scanning the stream it has: a SYN is not a new connection until the
+    # server's SYN-ACK says so.
+    _, port = env.service("ev-syn", "tcp")
+    env.filter("ev-syn")
+    srv = env.tcp_server(port, idle=1.5)
+    for n, (src, dst) in enumerate(FAMS, start=1):
+        res = evade(env, src, dst, port, [(0, b"ev", ""), (2, b"", "syn"), (2, b"il1337", "")])
+        s = it.server_conn(srv, n)
+        check(b"evil1337" not in s["data"], "server received %r over %s", s["data"], dst)
+        check(s["data"] == b"ev" and res["reset"], "over %s: server got %r, reset %s; expected "
+              "\"ev\" and a reset", dst, s["data"], res["reset"])
+
+
+@test
+def reused_port_at_the_same_sequence_numbers_is_scanned(env):
+    # A connection that passed 300 clean bytes, closed on both sides, then a new connection on
+    # the same 4-tuple and the same initial sequence number: its bytes sit where the old ones
+    # did, far enough back that they could not be compared with what passed. They are a new
+    # connection's (the server's SYN-ACK restarts the flow) and must be scanned.
+    _, port = env.service("ev-reuse", "tcp")
+    env.filter("ev-reuse")
+    srv = env.tcp_server(port, idle=1.5)
+    for n, (src, dst) in enumerate(FAMS):
+        env.next_sport += 1
+        sport = env.next_sport
+        evade(env, src, dst, port, [(0, b"a" * 300, "")], sport=sport, close=True)
+        s = it.server_conn(srv, 2 * n + 1)
+        check(s["data"] == b"a" * 300 and s["end"] == "eof", "first connection over %s: server "
+              "got %d bytes, end %s", dst, len(s["data"]), s["end"])
+        res = evade(env, src, dst, port, [(0, b"evil1337", "")], sport=sport)
+        s = it.server_conn(srv, 2 * n + 2)
+        check(b"evil1337" not in s["data"], "reused port over %s: server received %r", dst,
+              s["data"])
+        check(res["reset"], "reused port over %s: no reset", dst)
+
+
 def craft_main(argv):
     """Client side of the evasion tests, in the client namespace: handshake, then each segment
     as its kind says. Reports like fgxhelper's ooo mode."""
@@ -203,6 +249,7 @@ def craft_main(argv):
     ap.add_argument("--sport", type=int, required=True)
     ap.add_argument("--dport", type=int, required=True)
     ap.add_argument("--timestamps", action="store_true")
+    ap.add_argument("--close", action="store_true")
     args = ap.parse_args(argv)
     conf.verb = 0
     v6 = ":" in args.dst
@@ -259,6 +306,10 @@ def craft_main(argv):
         for off, hx, kind in json.loads(args.segments):
             payload = bytes.fromhex(hx)
             end = max(end, off + len(payload))
+            if kind == "syn":
+                send(ip() / tcp("S", isn + off))
+                time.sleep(0.2)
+                continue
             seg = tcp("P" if kind == "noack" else "PA", isn + 1 + off, ack,
                       ts=1 if kind == "paws" else None, ecr=ecr)
             pkt = ip() / seg / payload
@@ -269,6 +320,21 @@ def craft_main(argv):
             time.sleep(0.2)
         send(ip() / tcp("FA", isn + 1 + end, ack, ecr=ecr))
         time.sleep(0.5)
+        if args.close:
+            fin = None
+            deadline = time.monotonic() + 4
+            while time.monotonic() < deadline and fin is None:
+                for p in list(seen):
+                    t = p.getlayer(TCP)
+                    if t is not None and t.flags & 0x01:
+                        fin = t
+                        break
+                time.sleep(0.05)
+            if fin is None:
+                res["error"] = "no FIN from the server"
+                return
+            send(ip() / tcp("A", isn + 2 + end, fin.seq + len(fin.payload) + 1, ecr=ecr))
+            time.sleep(0.2)
     finally:
         sniffer.stop()
         res["reset"] = any(p.getlayer(TCP) is not None and p.getlayer(TCP).flags & 0x04

@@ -609,3 +609,132 @@ Test(nfq_swap, tcp_counters_and_flows)
     m.u.stats = st;
     fgx_dp_msg_release(&m);
 }
+
+/* ---- handshake anchors: the server's SYN-ACK, copied through NFLOG (nfq_match_synack) ---- */
+
+/* The server's SYN-ACK (ISN S2C_SEQ, acknowledging the client's ISN C2S_SEQ) as the log stage
+ * hands it over: no packet id, no verdict. */
+static void synack_logged(uint32_t s2c_isn, uint32_t c2s_isn)
+{
+    uint8_t b[64], *h = b + 20;
+    uint32_t seq = htonl(s2c_isn), ack = htonl(c2s_isn + 1);
+    size_t len = ip4(b, IPPROTO_TCP, srv_ip, cli_ip, 20);
+
+    memset(h, 0, 20);
+    h[0] = 0;
+    h[1] = 80;
+    h[2] = (uint8_t)(40000 >> 8);
+    h[3] = (uint8_t)40000;
+    memcpy(h + 4, &seq, 4);
+    memcpy(h + 8, &ack, 4);
+    h[12] = 5 << 4;
+    h[13] = 0x12;
+    nfq_match_synack(&t, b, len);
+}
+
+Test(nfq_swap, synack_anchors_the_client_stream_at_its_first_byte)
+{
+    uint32_t held;
+
+    publish_tcp(1, 1, &P_EVIL);
+    synack_logged(S2C_SEQ, C2S_SEQ);
+    /* The client's second segment first: held, not taken for the start of the stream. */
+    held = tcp(true, 0x18, C2S_SEQ + 3, "il1337");
+    cr_assert_eq(verdict_of(held), NO_VERDICT);
+    /* The first passes once scanned; the held one completes the match. */
+    cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 1, "ev")), NF_ACCEPT);
+    cr_assert_eq(verdict_of(held), NF_DROP);
+    cr_assert_eq(blocked_of(F_EVIL), 1);
+}
+
+Test(nfq_swap, synack_anchors_the_server_stream_at_its_first_byte)
+{
+    const struct fgx_pattern p = {F_ZZZ, "zzz", FGX_DIR_S2C, false};
+    uint32_t held;
+
+    publish_tcp(1, 1, &p);
+    synack_logged(S2C_SEQ, C2S_SEQ);
+    held = tcp(false, 0x18, S2C_SEQ + 2, "zz");
+    cr_assert_eq(verdict_of(held), NO_VERDICT);
+    cr_assert_eq(verdict_of(tcp(false, 0x18, S2C_SEQ + 1, "z")), NF_ACCEPT);
+    cr_assert_eq(verdict_of(held), NF_DROP);
+    cr_assert_eq(blocked_of(F_ZZZ), 1);
+}
+
+Test(nfq_swap, synack_retransmitted_keeps_the_stream)
+{
+    publish_tcp(1, 1, &P_EVIL);
+    synack_logged(S2C_SEQ, C2S_SEQ);
+    cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 1, "ev")), NF_ACCEPT);
+    synack_logged(S2C_SEQ, C2S_SEQ);
+    cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 3, "il1337")), NF_DROP);
+}
+
+Test(nfq_swap, synack_of_a_new_connection_on_the_same_tuple_restarts_the_flow)
+{
+    char filler[301];
+
+    publish_tcp(1, 1, &P_EVIL);
+    synack_logged(S2C_SEQ, C2S_SEQ);
+    memset(filler, 'a', 300);
+    filler[300] = '\0';
+    cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 1, filler)), NF_ACCEPT);
+    /* The same client ISN again, a new server ISN: the bytes at the old places are new. */
+    synack_logged(S2C_SEQ + 777, C2S_SEQ);
+    cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 1, "evil1337")), NF_DROP);
+    cr_assert_eq(blocked_of(F_EVIL), 1);
+}
+
+Test(nfq_swap, synack_after_fast_open_data_keeps_the_scanned_bytes)
+{
+    publish_tcp(1, 1, &P_EVIL);
+    /* A SYN with data (fast open) is queued: the flow starts at ISN + 1 with it. */
+    cr_assert_eq(verdict_of(tcp(true, 0x02, C2S_SEQ, "ev")), NF_ACCEPT);
+    /* The server took the data: its SYN-ACK acknowledges ISN + 1 + 2, where the stream is. */
+    synack_logged(S2C_SEQ, C2S_SEQ + 2);
+    cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 3, "il1337")), NF_DROP);
+}
+
+Test(nfq_swap, syn_on_an_open_flow_does_not_restart_it)
+{
+    publish_tcp(1, 1, &P_EVIL);
+    connect_tcp();
+    cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 1, "ev")), NF_ACCEPT);
+    /* Placed so that a restart would begin the stream right after "ev". With data it cannot
+     * be placed: dropped; without data (IP options bring it here) it passes. */
+    cr_assert_eq(verdict_of(tcp(true, 0x02, C2S_SEQ + 2, "x")), NF_DROP);
+    cr_assert_eq(verdict_of(tcp(true, 0x02, C2S_SEQ + 2, "")), NF_ACCEPT);
+    cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 3, "il1337")), NF_DROP);
+    cr_assert_eq(blocked_of(F_EVIL), 1);
+}
+
+Test(nfq_swap, lost_synacks_make_old_positions_unacceptable)
+{
+    char filler[301];
+
+    publish_tcp(1, 1, &P_EVIL);
+    synack_logged(S2C_SEQ, C2S_SEQ);
+    memset(filler, 'a', 300);
+    filler[300] = '\0';
+    cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 1, filler)), NF_ACCEPT);
+    /* Beyond the ring: before the overflow it would pass as a retransmission, unscanned. */
+    nfq_match_synacks_lost(&t);
+    cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 1, "evil1337")), NF_DROP);
+    cr_assert_eq(blocked_of(F_EVIL), 0, "dropped for its place, not matched");
+    /* The stream goes on from where it was, scan state intact. */
+    cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 301, "ev")), NF_ACCEPT);
+    cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 303, "il1337")), NF_DROP);
+    cr_assert_eq(blocked_of(F_EVIL), 1);
+}
+
+Test(nfq_swap, synack_retransmitted_after_a_block_keeps_it_blocked)
+{
+    publish_tcp(1, 1, &P_EVIL);
+    synack_logged(S2C_SEQ, C2S_SEQ);
+    cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 1, "evil1337")), NF_DROP);
+    synack_logged(S2C_SEQ, C2S_SEQ);
+    cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 9, "hello")), NF_DROP);
+    /* A new connection on the 4-tuple (a new server ISN) starts clean. */
+    synack_logged(S2C_SEQ + 777, C2S_SEQ + 5000);
+    cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 5001, "hello")), NF_ACCEPT);
+}

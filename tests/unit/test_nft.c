@@ -21,6 +21,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <libmnl/libmnl.h>
+#include <linux/netfilter/nfnetlink.h>
+#include <linux/netfilter/nfnetlink_log.h>
+#include <linux/netfilter/nfnetlink_queue.h>
+
 #include "controld/ctl_nft.h"
 #include "fgx/log.h"
 
@@ -219,7 +224,10 @@ static void queue_rule(char *buf, size_t len, bool native, const char *hash, uns
         (void)snprintf(buf, len, "%squeue num %u%s\n", hash, num, bypass ? " bypass" : "");
 }
 
-/* c2s: the client's SYN is queued; the SYN-ACK (s2c) is not, only clamped. */
+/* The order of the exact no-payload rules: Linux's usual TCP header (doff 8) first. */
+static const uint8_t doff_order[] = {8, 5, 6, 7, 9, 10, 11, 12, 13, 14, 15};
+
+/* No handshake packet is queued; the SYN-ACK (s2c) is logged to the worker (and clamped). */
 static void tcp_chain_expect(char *buf, size_t len, const char *q, bool c2s)
 {
     size_t off = 0;
@@ -227,14 +235,19 @@ static void tcp_chain_expect(char *buf, size_t len, const char *q, bool c2s)
     off += (size_t)snprintf(buf + off, len - off,
                             "tcp flags & syn == syn tcp option maxseg size > 65000 tcp option "
                             "maxseg size set 65000\n");
-    if (c2s)
-        off += (size_t)snprintf(buf + off, len - off, "tcp flags & syn == syn goto %s\n", q);
-    for (unsigned d = 5; d <= 15; d++)
+    if (!c2s)
+        off += (size_t)snprintf(buf + off, len - off, "tcp flags syn,ack / syn,ack jump synack\n");
+    /* Longer than any payload-less header: queued without walking the exact rules. */
+    off += (size_t)snprintf(buf + off, len - off, "ip length > 80 goto %s\n", q);
+    off += (size_t)snprintf(buf + off, len - off, "ip6 length > 60 goto %s\n", q);
+    for (unsigned i = 0; i < sizeof(doff_order); i++)
         off += (size_t)snprintf(buf + off, len - off,
-                                "ip hdrlength 5 tcp doff %u ip length %u accept\n", d, 20 + 4 * d);
-    for (unsigned d = 5; d <= 15; d++)
+                                "ip hdrlength 5 tcp doff %u ip length %u accept\n", doff_order[i],
+                                20 + 4 * doff_order[i]);
+    for (unsigned i = 0; i < sizeof(doff_order); i++)
         off += (size_t)snprintf(buf + off, len - off,
-                                "ip6 nexthdr tcp tcp doff %u ip6 length %u accept\n", d, 4 * d);
+                                "ip6 nexthdr tcp tcp doff %u ip6 length %u accept\n", doff_order[i],
+                                4 * doff_order[i]);
     (void)snprintf(buf + off, len - off, "goto %s\n", q);
 }
 
@@ -329,6 +342,9 @@ Test(nft, sync_builds_the_specified_rules)
     assert_chain("s1_c2s", exp);
     tcp_chain_expect(exp, sizeof(exp), "qfc", false);
     assert_chain("s1_s2c", exp);
+    /* SYN-ACKs to the NFLOG group of the thread that reads the flow's queue. */
+    assert_chain("synack", "symhash mod 2 0 log group 7000 queue-threshold 1\n"
+                           "symhash mod 2 1 log group 7001 queue-threshold 1\n");
     assert_chain("s2_c2s", "goto qfo\n");
     assert_chain("s2_s2c", "goto qfo\n");
 
@@ -640,6 +656,7 @@ Test(nft, fail_closed_service_drops_without_reader)
     struct pair p;
     struct ctl_nft *n;
     int lfd, cfd, afd;
+    char buf[16];
 
     pair_setup(&p);
     lfd = tcp_listen(AF_INET, "10.99.0.2", PORT_TCP);
@@ -653,12 +670,18 @@ Test(nft, fail_closed_service_drops_without_reader)
     close(afd);
     close(cfd);
 
-    /* The service's own traffic: even its SYN is queued, and with nobody reading the queue and
-     * no bypass the kernel drops it. */
+    /* The service's own traffic: the handshake carries no payload and passes, but every
+     * segment with payload is queued, and with nobody reading the queue and no bypass the
+     * kernel drops it. */
     sync_one(n, svc(1, IPPROTO_TCP, PORT_TCP, "10.99.0.0/24", false));
-    cr_assert_not(tcp_connect(&p, AF_INET, "10.99.0.2", PORT_TCP, WAIT_MS, &cfd));
-    cr_assert_eq(send(cfd, "x", 1, MSG_NOSIGNAL), -1, "not connected");
-    cr_assert_lt(tcp_accept(lfd, WAIT_MS), 0, "the server never sees the connection");
+    cr_assert(tcp_connect(&p, AF_INET, "10.99.0.2", PORT_TCP, 2000, &cfd));
+    afd = tcp_accept(lfd, 2000);
+    cr_assert_geq(afd, 0);
+    cr_assert_eq(send(cfd, "x", 1, MSG_NOSIGNAL), 1);
+    cr_assert_eq(recv_within(afd, buf, sizeof(buf), WAIT_MS), -1, "c2s payload got through");
+    cr_assert_eq(send(afd, "y", 1, MSG_NOSIGNAL), 1);
+    cr_assert_eq(recv_within(cfd, buf, sizeof(buf), WAIT_MS), -1, "s2c payload got through");
+    close(afd);
     close(cfd);
     close(lfd);
     ctl_nft_close(n);
@@ -698,7 +721,7 @@ static void payloadless_pass(int family, const char *srv_ip)
     struct pair p;
     struct ctl_nft *n;
     int lfd, cfd[3], afd[3];
-    char buf[16];
+    char buf[16], big[1000];
 
     pair_setup(&p);
     lfd = tcp_listen(family, srv_ip, PORT_TCP);
@@ -714,6 +737,12 @@ static void payloadless_pass(int family, const char *srv_ip)
     cr_assert_eq(recv_within(afd[0], buf, sizeof(buf), WAIT_MS), -1, "c2s payload got through");
     cr_assert_eq(send(afd[1], "data", 4, MSG_NOSIGNAL), 4);
     cr_assert_eq(recv_within(cfd[1], buf, sizeof(buf), WAIT_MS), -1, "s2c payload got through");
+    /* Longer than any header (the rule that skips the exact header-length rules). */
+    memset(big, 'x', sizeof(big));
+    cr_assert_eq(send(cfd[0], big, sizeof(big), MSG_NOSIGNAL), (ssize_t)sizeof(big));
+    cr_assert_eq(recv_within(afd[0], buf, sizeof(buf), WAIT_MS), -1, "large c2s got through");
+    cr_assert_eq(send(afd[1], big, sizeof(big), MSG_NOSIGNAL), (ssize_t)sizeof(big));
+    cr_assert_eq(recv_within(cfd[1], buf, sizeof(buf), WAIT_MS), -1, "large s2c got through");
 
     cr_assert_eq(shutdown(cfd[2], SHUT_WR), 0);
     cr_assert_eq(recv_within(afd[2], buf, sizeof(buf), 2000), 0, "client FIN did not pass");
@@ -839,4 +868,130 @@ Test(nft, syn_mss_is_clamped)
     mss = loopback_synack_mss();
     cr_assert_eq(mss, 65000);
     ctl_nft_close(n);
+}
+
+/* ---- SYN-ACK copies (NFLOG) ---------------------------------------------------------------- */
+
+/* A netlink socket bound to NFQUEUE queue num (subsys NFNL_SUBSYS_QUEUE) or NFLOG group num
+ * (NFNL_SUBSYS_ULOG), with the kernel's defaults otherwise; only which one a message arrives on
+ * matters here (its nfgenmsg res_id). */
+static int nfnl_bind(uint8_t subsys, uint16_t num)
+{
+    char buf[MNL_SOCKET_BUFFER_SIZE];
+    struct mnl_socket *nl = mnl_socket_open(NETLINK_NETFILTER);
+    struct nlmsghdr *nlh;
+    struct nfgenmsg *g;
+    uint8_t cmd[4] = {1, 0, 0, 0}; /* NFQNL_CFG_CMD_BIND == NFULNL_CFG_CMD_BIND == 1 */
+    ssize_t n;
+    int fd;
+
+    cr_assert_not_null(nl);
+    cr_assert_eq(mnl_socket_bind(nl, 0, MNL_SOCKET_AUTOPID), 0);
+    nlh = mnl_nlmsg_put_header(buf);
+    nlh->nlmsg_type = (uint16_t)((subsys << 8) | (subsys == NFNL_SUBSYS_QUEUE
+                                                      ? NFQNL_MSG_CONFIG
+                                                      : NFULNL_MSG_CONFIG));
+    nlh->nlmsg_flags = NLM_F_REQUEST | NLM_F_ACK;
+    nlh->nlmsg_seq = 1;
+    g = mnl_nlmsg_put_extra_header(nlh, sizeof(*g));
+    g->nfgen_family = AF_UNSPEC;
+    g->version = NFNETLINK_V0;
+    g->res_id = htons(num);
+    /* NFQA_CFG_CMD == NFULA_CFG_CMD == 1; the queue's command carries a (here unused) pf too. */
+    mnl_attr_put(nlh, 1, subsys == NFNL_SUBSYS_QUEUE ? 4 : 1, cmd);
+    cr_assert_geq(mnl_socket_sendto(nl, nlh, nlh->nlmsg_len), 0);
+    n = mnl_socket_recvfrom(nl, buf, sizeof(buf));
+    cr_assert_gt(n, 0);
+    cr_assert_geq(mnl_cb_run(buf, (size_t)n, 1, mnl_socket_get_portid(nl), NULL, NULL), 0,
+                  "bind %u/%u: %s", subsys, num, strerror(errno));
+    if (subsys == NFNL_SUBSYS_QUEUE) {
+        /* A queue copies nothing by default, and then drops what it is given. */
+        struct nfqnl_msg_config_params params = {.copy_range = htonl(128),
+                                                 .copy_mode = NFQNL_COPY_META};
+
+        nlh = mnl_nlmsg_put_header(buf);
+        nlh->nlmsg_type = (uint16_t)((subsys << 8) | NFQNL_MSG_CONFIG);
+        nlh->nlmsg_flags = NLM_F_REQUEST | NLM_F_ACK;
+        nlh->nlmsg_seq = 2;
+        g = mnl_nlmsg_put_extra_header(nlh, sizeof(*g));
+        g->nfgen_family = AF_UNSPEC;
+        g->version = NFNETLINK_V0;
+        g->res_id = htons(num);
+        mnl_attr_put(nlh, NFQA_CFG_PARAMS, sizeof(params), &params);
+        cr_assert_geq(mnl_socket_sendto(nl, nlh, nlh->nlmsg_len), 0);
+        n = mnl_socket_recvfrom(nl, buf, sizeof(buf));
+        cr_assert_gt(n, 0);
+        cr_assert_geq(mnl_cb_run(buf, (size_t)n, 2, mnl_socket_get_portid(nl), NULL, NULL), 0);
+    }
+    fd = dup(mnl_socket_get_fd(nl));
+    mnl_socket_close(nl);
+    return fd;
+}
+
+/* Which of fds[0..1] receives a message of type subsys within ms: its index, or -1. */
+static int nfnl_which(const int *fds, uint8_t subsys, int ms)
+{
+    struct pollfd pfd[2] = {{.fd = fds[0], .events = POLLIN}, {.fd = fds[1], .events = POLLIN}};
+    char buf[8192];
+    int got = -1;
+
+    if (poll(pfd, 2, ms) <= 0)
+        return -1;
+    for (int i = 0; i < 2; i++) {
+        ssize_t n;
+
+        while ((n = recv(fds[i], buf, sizeof(buf), MSG_DONTWAIT)) > 0) {
+            const struct nlmsghdr *nlh = (const struct nlmsghdr *)buf;
+
+            if (NFNL_SUBSYS_ID(nlh->nlmsg_type) == subsys) {
+                cr_assert_eq(got, -1, "both threads got a message");
+                got = i;
+            }
+        }
+    }
+    return got;
+}
+
+/* The worker anchors a flow in the thread that reads the flow's queue: the SYN-ACK copy must go
+ * to that thread's NFLOG group, for every flow. */
+Test(nft, synack_copy_goes_to_the_thread_of_the_flows_queue)
+{
+    int lfd, cfd, afd, logs[2], queues[2], seen[2] = {0, 0};
+    struct pair p;
+    struct ctl_nft *n;
+
+    pair_setup(&p);
+    lfd = tcp_listen(AF_INET, "10.99.0.2", PORT_TCP);
+    n = nft_open(2);
+    sync_one(n, svc(1, IPPROTO_TCP, PORT_TCP, NULL, false));
+    for (int i = 0; i < 2; i++) {
+        logs[i] = nfnl_bind(NFNL_SUBSYS_ULOG, (uint16_t)(7000 + i));
+        queues[i] = nfnl_bind(NFNL_SUBSYS_QUEUE, (uint16_t)(7000 + i));
+    }
+    for (int c = 0; c < 16; c++) {
+        int lg, q;
+
+        /* The handshake is not queued: it completes with nobody giving verdicts. */
+        cr_assert(tcp_connect(&p, AF_INET, "10.99.0.2", PORT_TCP, 2000, &cfd));
+        afd = tcp_accept(lfd, 2000);
+        cr_assert_geq(afd, 0);
+        lg = nfnl_which(logs, NFNL_SUBSYS_ULOG, 2000);
+        cr_assert_geq(lg, 0, "connection %d: no SYN-ACK copy", c);
+        cr_assert_eq(send(cfd, "x", 1, MSG_NOSIGNAL), 1);
+        q = nfnl_which(queues, NFNL_SUBSYS_QUEUE, 2000);
+        cr_assert_eq(q, lg, "connection %d: SYN-ACK copy to group %d, data to queue %d", c,
+                     7000 + lg, 7000 + q);
+        seen[q]++;
+        close(afd);
+        close(cfd);
+    }
+    cr_assert(seen[0] > 0 && seen[1] > 0, "16 connections all on one thread (%d, %d)", seen[0],
+              seen[1]);
+    for (int i = 0; i < 2; i++) {
+        close(logs[i]);
+        close(queues[i]);
+    }
+    close(lfd);
+    ctl_nft_close(n);
+    pair_release(&p);
 }
