@@ -76,6 +76,7 @@ struct ctl_nft {
     unsigned queue_base;
     unsigned nthreads;
     bool native;
+    bool synack_log; /* the kernel has the log expression: SYN-ACKs are copied, not queued */
     uint32_t seq;
     int sndbuf;
     /* The last lists applied, so that either layer can be changed alone. */
@@ -641,7 +642,7 @@ static void build_service_chain(struct nft_tx *tx, const struct ctl_nft_service 
          * the start, and a reused 4-tuple starts afresh. It is logged before it leaves, so
          * before the client can send data after it. A SYN or SYN-ACK with payload is still
          * queued by the rules below. */
-        if (!c2s) {
+        if (!c2s && tx->n->synack_log) {
             static const uint8_t syn_ack = 0x12; /* TCP flag bits SYN|ACK */
 
             rule_start(tx, chain, &rl);
@@ -650,6 +651,15 @@ static void build_service_chain(struct nft_tx *tx, const struct ctl_nft_service 
             e_and(&rl, &syn_ack, 1);
             e_cmp_u8(&rl, syn_ack);
             e_verdict(&rl, NFT_JUMP, NFT_SYNACK_CHAIN);
+            rule_end(&rl);
+        }
+
+        /* Without the log expression (a kernel without nft_log): the client's SYN is queued
+         * instead and anchors the client's stream, one queue trip more per connection. */
+        if (c2s && !tx->n->synack_log) {
+            rule_start(tx, chain, &rl);
+            m_tcp_syn(&rl);
+            e_verdict(&rl, NFT_GOTO, q);
             rule_end(&rl);
         }
 
@@ -827,7 +837,8 @@ static void build_sync(struct nft_tx *tx, const void *arg)
     }
     for (size_t i = 0; i < a->nsvcs; i++) {
         if (a->svcs[i].ipproto == IPPROTO_TCP) {
-            build_synack_chain(tx);
+            if (tx->n->synack_log)
+                build_synack_chain(tx);
             break;
         }
     }
@@ -871,6 +882,20 @@ static void build_probe(struct nft_tx *tx, const void *arg)
     tx_chain(tx, "probe", -1, 0);
     rule_start(tx, "probe", &rl);
     rule_queue(&rl, tx->n->native, (uint16_t)tx->n->queue_base, true);
+    rule_end(&rl);
+    tx_table(tx, NFT_MSG_DELTABLE, tx->table);
+}
+
+/* The same for the log expression the SYN-ACK copies use. */
+static void build_probe_log(struct nft_tx *tx, const void *arg)
+{
+    struct nft_rule rl;
+
+    (void)arg;
+    tx_table(tx, NFT_MSG_NEWTABLE, tx->table);
+    tx_chain(tx, "probe", -1, 0);
+    rule_start(tx, "probe", &rl);
+    e_log_group(&rl, (uint16_t)tx->n->queue_base);
     rule_end(&rl);
     tx_table(tx, NFT_MSG_DELTABLE, tx->table);
 }
@@ -1122,6 +1147,19 @@ int ctl_nft_open(const struct ctl_nft_config *cfg, struct ctl_nft **out)
         fgx_err("nft: probing the kernel failed: %s", strerror(-rc));
         goto err;
     }
+    n->synack_log = cfg->no_synack_log == 0;
+    if (n->synack_log) {
+        rc = tx_run(n, NFT_PROBE_TABLE, build_probe_log, NULL, true);
+        if (rc == -ENOENT || rc == -EOPNOTSUPP) {
+            n->synack_log = false;
+            fgx_info("nft: no log expression in this kernel: the client's SYN is queued "
+                     "instead of a copy of the server's SYN-ACK (one queue trip more per "
+                     "connection)");
+        } else if (rc < 0) {
+            fgx_err("nft: probing the kernel failed: %s", strerror(-rc));
+            goto err;
+        }
+    }
     *out = n;
     return 0;
 err:
@@ -1132,6 +1170,11 @@ err:
 bool ctl_nft_native_queue(const struct ctl_nft *n)
 {
     return n->native;
+}
+
+bool ctl_nft_synack_log(const struct ctl_nft *n)
+{
+    return n->synack_log;
 }
 
 static int check_service(const struct ctl_nft_service *s)

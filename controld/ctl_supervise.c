@@ -28,6 +28,7 @@
 struct ctl_sup {
     char *run_dir, *worker_path, *log_level;
     unsigned threads, queue_base, proxy_port, max_conns;
+    bool no_synack_log;
     const char *name; /* "nfqworker" or "proxyworker", for paths and logs */
     struct fgx_chan *chan;
     pid_t pid;
@@ -95,6 +96,8 @@ static int sup_spawn(struct ctl_sup *s)
             argv[9] = "--max-conns";
             argv[10] = conns;
         }
+    } else if (s->no_synack_log) {
+        argv[9] = "--no-synack-log";
     }
     pid = fork();
     if (pid == -1) {
@@ -160,6 +163,7 @@ int ctl_sup_start(const struct ctl_sup_config *cfg, struct ctl_sup **out)
     s->queue_base = cfg->queue_base;
     s->proxy_port = cfg->proxy_port;
     s->max_conns = cfg->max_conns;
+    s->no_synack_log = cfg->no_synack_log;
     s->name = cfg->proxy_port ? "proxyworker" : "nfqworker";
     s->backoff_ms = SUP_BACKOFF_MIN_MS;
     snprintf(url, sizeof(url), "ipc://%s/%s.sock", s->run_dir, s->proxy_port ? "proxy" : "nfq");

@@ -21,6 +21,7 @@ struct ctl_sup_config {
      * this port for the tproxy rules, on ipc://RUN_DIR/proxy.sock; queue_base is unused. */
     unsigned proxy_port;
     unsigned max_conns; /* proxyworker --max-conns; 0: its default */
+    bool no_synack_log; /* nfqworker --no-synack-log (the rules queue SYNs, ctl_nft.h) */
 };
 
 struct ctl_sup_info {

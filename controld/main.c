@@ -43,6 +43,7 @@ struct opts {
     const char *allow[CTL_AUTH_ALLOW_MAX];
     size_t nallow;
     bool local_auth, init_password;
+    bool no_synack_log;
 };
 
 static volatile sig_atomic_t stop_requested;
@@ -61,7 +62,7 @@ static void usage(FILE *f)
         "                [--log-level error|warn|info|debug] [--queue-base B]\n"
         "                [--metrics-listen ADDR:PORT] [--proxy-port P] [--proxy-max-conns N]\n"
         "                [--listen tls+tcp://ADDR:PORT [--cert FILE --key FILE]]\n"
-        "                [--allow CIDR]... [--local-auth] [--init-password]\n"
+        "                [--allow CIDR]... [--local-auth] [--init-password] [--no-synack-log]\n"
         "defaults: --state-dir /var/lib/fgex --run-dir /run/fgex --threads <online CPUs>\n"
         "          --log-level info --queue-base %u\n"
         "--metrics-listen serves Prometheus metrics (text format) at http://ADDR:PORT/metrics,\n"
@@ -75,7 +76,10 @@ static void usage(FILE *f)
         "--local-auth  the local socket needs a login too.\n"
         "--init-password  set the password from the first line of stdin, then start.\n"
         "--proxy-port  where proxyworker listens for the proxy layer's connections (default\n"
-        "          %u); --proxy-max-conns its limit of open connections (default 4096).\n",
+        "          %u); --proxy-max-conns its limit of open connections (default 4096).\n"
+        "--no-synack-log  queue each client's SYN instead of copying the server's SYN-ACK to\n"
+        "          the worker (one queue trip more per connection); chosen by itself on a\n"
+        "          kernel without the nftables log expression.\n",
         FGX_QUEUE_BASE_DEFAULT, PROXY_PORT_DEFAULT);
 }
 
@@ -110,6 +114,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         {"allow", required_argument, NULL, 'A'},
         {"local-auth", no_argument, NULL, 'a'},
         {"init-password", no_argument, NULL, 'P'},
+        {"no-synack-log", no_argument, NULL, 'S'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -162,6 +167,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
                 return -EINVAL;
             }
             break;
+        case 'S': o->no_synack_log = true; break;
         case 'M':
             if (parse_uint(optarg, 1, 1000000, &o->proxy_max_conns) < 0) {
                 fprintf(stderr, "controld: --proxy-max-conns takes 1..1000000, not \"%s\"\n",
@@ -513,7 +519,9 @@ int main(int argc, char **argv)
         if (rv < 0)
             goto out;
     }
-    rv = ctl_nft_open(&(struct ctl_nft_config){.queue_base = o.queue_base, .nthreads = o.threads},
+    rv = ctl_nft_open(&(struct ctl_nft_config){.queue_base = o.queue_base,
+                                               .nthreads = o.threads,
+                                               .no_synack_log = o.no_synack_log},
                       &nft);
     if (rv < 0) {
         fgx_err("cannot open nftables: %s", strerror(-rv));
@@ -522,7 +530,8 @@ int main(int argc, char **argv)
     rv = ctl_sup_start(&(struct ctl_sup_config){.run_dir = o.run_dir,
                                                 .log_level = o.log_level,
                                                 .threads = o.threads,
-                                                .queue_base = o.queue_base},
+                                                .queue_base = o.queue_base,
+                                                .no_synack_log = !ctl_nft_synack_log(nft)},
                        &sup);
     if (rv < 0)
         goto out;

@@ -12,7 +12,8 @@ static struct nfq_worker worker;
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: nfqworker --control URL --threads N --queue-base B [--log-level L]\n");
+    fprintf(f, "usage: nfqworker --control URL --threads N --queue-base B [--log-level L]\n"
+               "                 [--no-synack-log]\n");
 }
 
 int main(int argc, char **argv)
@@ -22,6 +23,7 @@ int main(int argc, char **argv)
         {"threads", required_argument, NULL, 't'},
         {"queue-base", required_argument, NULL, 'q'},
         {"log-level", required_argument, NULL, 'l'},
+        {"no-synack-log", no_argument, NULL, 'S'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -55,6 +57,7 @@ int main(int argc, char **argv)
             }
             fgx_log_level_set(level);
             break;
+        case 'S': worker.no_synack_log = true; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }

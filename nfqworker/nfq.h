@@ -95,6 +95,9 @@ struct nfq_thread {
 struct nfq_worker {
     unsigned nthreads;
     unsigned queue_base;
+    /* The rules queue the client's SYN instead of copying the server's SYN-ACK (a kernel
+     * without the nftables log expression): no NFLOG socket, and a SYN anchors the c2s stream. */
+    bool no_synack_log;
     struct fgx_wcfg *current; /* __atomic: the newest published config */
     struct nfq_thread *threads;
     int stop;                   /* __atomic */

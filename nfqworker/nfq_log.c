@@ -139,7 +139,11 @@ static void on_log_buffer(struct nfq_thread *t, size_t len)
 void nfq_log_drain(struct nfq_thread *t)
 {
     static __thread unsigned long long last_log;
-    int fd = mnl_socket_get_fd(t->lg);
+    int fd;
+
+    if (t->lg == NULL)
+        return; /* --no-synack-log: the rules queue SYNs instead */
+    fd = mnl_socket_get_fd(t->lg);
 
     for (;;) {
         ssize_t n = recv(fd, t->lgbuf, NFQ_RXBUF, MSG_DONTWAIT);

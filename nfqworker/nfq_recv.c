@@ -136,7 +136,7 @@ int nfq_thread_init(struct nfq_worker *w, struct nfq_thread *t, unsigned idx)
                    sizeof(rcvbuf)) == -1)
         fgx_warn("thread %u: SO_RCVBUFFORCE: %s", idx, strerror(errno));
     /* Before the queues: a SYN-ACK copied before the group is bound is lost silently. */
-    ret = nfq_log_open(t);
+    ret = w->no_synack_log ? 0 : nfq_log_open(t);
     if (ret != 0)
         goto err;
     ret = queue_bind(t, t->queue[0], false);

@@ -5,6 +5,7 @@ Each test adds a service of its own on a port of its own, so tests do not see ea
 filters; a filtered exchange always runs right after the fgexctl command that set it up, which
 also checks that a change is applied when the command returns."""
 import os
+import signal
 import subprocess
 import sys
 
@@ -438,6 +439,35 @@ def short_connection_costs_two_queue_trips(env):
         c, s = conv.run(host, [b"hello", ("read", 0.5)])
         it.assert_blocked(c, s)
 
+
+
+@test
+def without_the_log_expression_the_client_syn_is_queued(env):
+    # What controld does on a kernel without the nftables log expression (forced here with
+    # --no-synack-log): no SYN-ACK copies, the client's SYN queued instead, and filtering the same.
+    env.stop_controld(signal.SIGTERM)
+    env.start_controld(extra_args=["--no-synack-log"])
+    try:
+        _, port = env.service("nolog", "tcp")
+        env.filter("nolog")
+        rules = it.sh("ip", "netns", "exec", env.srv, "nft", "list", "table", "inet",
+                      "fgex").stdout
+        check("synack" not in rules and "log group" not in rules,
+              "SYN-ACKs are still copied:\n%s", rules)
+        with open("/proc/%d/cmdline" % env.worker_pid()[0], "rb") as f:
+            check(b"--no-synack-log" in f.read(), "the worker was not told")
+        conv = Conv(env, port, reply=b"fine")
+        for _, host in hosts():
+            q0 = _queued(env)
+            c, s = conv.run(host, [b"hello", ("read", 0.5)])
+            it.assert_passed(c, s, b"hello", reply=b"fine")
+            q = _queued(env) - q0
+            check(q == 3, "a short connection over %s took %d queue trips, expected 3", host, q)
+            c, s = conv.run(host, [b"ev", ("sleep", 0.1), b"il1337"])
+            it.assert_blocked(c, s)
+    finally:
+        env.stop_controld(signal.SIGTERM)
+        env.start_controld()
 
 if __name__ == "__main__":
     sys.exit(it.run_module("tcp"))

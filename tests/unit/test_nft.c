@@ -995,3 +995,48 @@ Test(nft, synack_copy_goes_to_the_thread_of_the_flows_queue)
     ctl_nft_close(n);
     pair_release(&p);
 }
+
+/* A kernel without the log expression (forced here): no SYN-ACK copies, the client's SYN is
+ * queued instead, right after the MSS clamp. */
+Test(nft, without_synack_log_the_client_syn_is_queued)
+{
+    struct ctl_nft_config cfg = {.queue_base = 7000, .nthreads = 2, .no_synack_log = 1};
+    struct ctl_nft_service s = svc(1, IPPROTO_TCP, 8080, NULL, false);
+    struct ctl_nft *n = NULL;
+    char *c2s, *s2c, *second;
+
+    enter_netns();
+    cr_assert_eq(ctl_nft_open(&cfg, &n), 0);
+    cr_assert_not(ctl_nft_synack_log(n));
+    cr_assert_eq(ctl_nft_sync(n, &s, 1), 0);
+    c2s = chain_text("s1_c2s");
+    s2c = chain_text("s1_s2c");
+    cr_assert_not_null(c2s);
+    cr_assert_not_null(s2c);
+    second = strchr(c2s, '\n');
+    cr_assert_not_null(second);
+    {
+        static const char want[] = "tcp flags & syn == syn goto qfc\n";
+
+        cr_assert_eq(strncmp(second + 1, want, sizeof(want) - 1), 0, "c2s chain:\n%s", c2s);
+    }
+    cr_assert_null(strstr(s2c, "synack"), "s2c chain:\n%s", s2c);
+    cr_assert_null(chain_text("synack"));
+    free(c2s);
+    free(s2c);
+    ctl_nft_close(n);
+}
+
+Test(nft, synack_log_is_probed_by_default)
+{
+    struct ctl_nft *n;
+    bool kernel_log;
+
+    enter_netns();
+    kernel_log = sh_status("nft add table inet fgxq && nft add chain inet fgxq c && "
+                           "nft add rule inet fgxq c log group 7000 2>/dev/null") == 0;
+    sh("nft delete table inet fgxq");
+    n = nft_open(1);
+    cr_assert_eq(ctl_nft_synack_log(n), kernel_log);
+    ctl_nft_close(n);
+}
