@@ -23,6 +23,7 @@
 #define PX_MAX_CONNS_DEFAULT 4096 /* per worker */
 #define PX_IDLE_S_DEFAULT 600
 #define PX_TICK_MS 1000
+#define PX_RESET_WAIT_MS 200 /* longest a reset waits for the peer to acknowledge what it got */
 #define PX_BACKLOG 1024
 
 #define PX_SVC_SLOTS 256     /* per-thread service counters (open addressing) */
@@ -52,6 +53,13 @@ struct event_base;
 struct event;
 struct evconnlistener;
 struct px_worker;
+
+/* A socket to reset once its peer acknowledged every byte sent to it. */
+struct px_reset {
+    int fd;
+    uint64_t deadline_ms;
+    struct px_reset *next;
+};
 
 /* One side of a connection. What the other side sent is read into the thread's scratch buffer,
  * scanned there and written here at once; only what this socket does not take is kept, in pend,
@@ -101,6 +109,8 @@ struct px_thread {
     uint64_t now_ms;
     struct px_conn *head, *tail;
     uint8_t *buf; /* PX_READ_MAX bytes: every read lands here */
+    struct px_reset *resets; /* sockets whose reset waits (px_relay.c) */
+    struct event *reset_timer;
     struct px_counters ctr;
     struct fgx_evring events;
 };
@@ -139,6 +149,9 @@ void px_relay_start(struct px_conn *c);
 void px_relay_close(struct px_conn *c, bool reset);
 /* Close connections idle since before now - idle_ms. */
 void px_relay_expire(struct px_thread *t);
+/* Reset the sockets whose peers acknowledged everything (or whose wait ran out); all of them
+ * with now. The thread's reset timer calls it. */
+void px_relay_resets(struct px_thread *t, bool now);
 
 /* ---- px_match.c ---- */
 /* Pick up the published config if it is newer (between events). */

@@ -284,6 +284,13 @@ static void on_wake(evutil_socket_t fd, short what, void *arg)
     px_match_switch(t);
 }
 
+static void on_reset_timer(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    px_relay_resets(arg, false);
+}
+
 static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
     struct px_thread *t = arg;
@@ -332,7 +339,9 @@ int px_thread_init(struct px_worker *w, struct px_thread *t, unsigned idx)
     }
     t->wake = event_new(t->base, -1, 0, on_wake, t);
     t->tick = event_new(t->base, -1, EV_PERSIST, on_tick, t);
-    if (t->wake == NULL || t->tick == NULL || event_add(t->tick, &tv) != 0) {
+    t->reset_timer = evtimer_new(t->base, on_reset_timer, t);
+    if (t->wake == NULL || t->tick == NULL || t->reset_timer == NULL ||
+        event_add(t->tick, &tv) != 0) {
         fgx_err("thread %u: cannot create its events", idx);
         return -ENOMEM;
     }
@@ -375,6 +384,10 @@ void px_thread_release(struct px_thread *t)
     if (t->tick != NULL)
         event_free(t->tick);
     t->wake = t->tick = NULL;
+    px_relay_resets(t, true);
+    if (t->reset_timer != NULL)
+        event_free(t->reset_timer);
+    t->reset_timer = NULL;
     fgx_wcfg_unref(t->cfg);
     t->cfg = NULL;
     fgx_reasm_ctx_free(t->reasm);

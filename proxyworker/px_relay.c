@@ -8,10 +8,12 @@
 #include "px.h"
 
 #include <errno.h>
+#include <linux/sockios.h>
 #include <stdalign.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <event2/event.h>
@@ -74,6 +76,65 @@ struct px_conn *px_conn_new(void)
     return c;
 }
 
+static void reset_now(int fd)
+{
+    struct linger l = {1, 0};
+
+    (void)setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
+    close(fd);
+}
+
+static const struct timeval reset_poll = {0, 1000};
+
+/* Bytes sent to fd's peer and not acknowledged yet. */
+static int unacked(int fd)
+{
+    int outq = 0, unsent = 0;
+
+    if (ioctl(fd, SIOCOUTQ, &outq) == -1 || ioctl(fd, SIOCOUTQNSD, &unsent) == -1)
+        return 0;
+    return outq - unsent;
+}
+
+/* A reset is taken only at the exact next sequence number the peer expects. Segments still on
+ * their way to a local peer (another CPU's backlog, say) would arrive after it and make it look
+ * out of place: the peer would answer with a challenge ACK and keep the connection. So a socket
+ * with bytes in flight is reset once they are acknowledged (or after PX_RESET_WAIT_MS); the
+ * connection is gone from the relay at once either way. */
+static void reset_side(struct px_thread *t, int fd)
+{
+    struct px_reset *r;
+
+    if (unacked(fd) <= 0 || t->reset_timer == NULL || (r = malloc(sizeof(*r))) == NULL) {
+        reset_now(fd);
+        return;
+    }
+    r->fd = fd;
+    r->deadline_ms = px_now_ms() + PX_RESET_WAIT_MS;
+    r->next = t->resets;
+    t->resets = r;
+    if (!evtimer_pending(t->reset_timer, NULL))
+        evtimer_add(t->reset_timer, &reset_poll);
+}
+
+void px_relay_resets(struct px_thread *t, bool now)
+{
+    struct px_reset **pp = &t->resets, *r;
+    uint64_t ms = px_now_ms();
+
+    while ((r = *pp) != NULL) {
+        if (now || ms >= r->deadline_ms || unacked(r->fd) <= 0) {
+            *pp = r->next;
+            reset_now(r->fd);
+            free(r);
+            continue;
+        }
+        pp = &r->next;
+    }
+    if (t->resets != NULL && t->reset_timer != NULL)
+        evtimer_add(t->reset_timer, &reset_poll);
+}
+
 void px_relay_close(struct px_conn *c, bool reset)
 {
     struct px_thread *t = c->t;
@@ -94,12 +155,12 @@ void px_relay_close(struct px_conn *c, bool reset)
             event_del(s->wev);
         }
         if (s->fd >= 0) {
-            if (reset) {
-                struct linger l = {1, 0};
-
-                (void)setsockopt(s->fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
-            }
-            close(s->fd);
+            if (!reset)
+                close(s->fd);
+            else if (i == 1 && !c->connected)
+                reset_now(s->fd);
+            else
+                reset_side(t, s->fd);
             s->fd = -1;
         }
         free(s->pend);

@@ -223,6 +223,14 @@ static size_t recv_until_end(int fd, char *buf, size_t cap, int *err)
     }
 }
 
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
 static void sleep_ms(long ms)
 {
     struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
@@ -551,6 +559,59 @@ Test(px_relay, idle_connections_are_closed)
     cr_assert_eq(err, ECONNRESET);
     cr_assert_eq(recv_until_end(sfd, buf, sizeof(buf), &err), 0);
     cr_assert_eq(err, ECONNRESET);
+    close(cfd);
+    close(sfd);
+    close(lfd);
+}
+
+/* A block resets the service's side only once the service acknowledged what it was sent (a reset
+ * overtaking bytes still on their way would be ignored as out of place): here its ACKs to the
+ * proxy's onward socket are dropped, so the reset waits its longest, and the service still gets
+ * it, after the bytes. */
+Test(px_relay, a_block_resets_the_service_after_the_bytes_in_flight)
+{
+    struct sockaddr_storage peer;
+    char buf[64];
+    int lfd, cfd, sfd, err = 0;
+    uint64_t t0;
+    size_t got;
+
+    start();
+    apply(1, 1, &P_EVIL);
+    lfd = server_listen(AF_INET, "10.66.0.1");
+    cfd = client_connect(AF_INET, "10.66.0.2", "10.66.0.1");
+    set_timeout(cfd, 5000);
+    sfd = accept_peer(lfd, &peer);
+    send_all(cfd, "hello", 5);
+    recv_exact(sfd, buf, 5);
+    {
+        struct sockaddr_in me;
+        socklen_t ml = sizeof(me);
+
+        /* Everything the service sends to the proxy's onward socket, not what the proxy sends
+         * to the client (its port is the client's). */
+        cr_assert_eq(getsockname(cfd, (struct sockaddr *)&me, &ml), 0);
+        char cmd[256];
+
+        snprintf(cmd, sizeof(cmd),
+                 "nft add table inet fgxt && "
+                 "nft add chain inet fgxt out '{ type filter hook output priority 0; }' && "
+                 "nft add rule inet fgxt out tcp sport 8080 tcp dport != %u drop",
+                 (unsigned)ntohs(me.sin_port));
+        sh(cmd);
+    }
+    send_all(cfd, "more ", 5);
+    sleep_ms(50);
+    send_all(cfd, "evil1337", 8);
+    cr_assert_eq(recv_until_end(cfd, buf, sizeof(buf), &err), 0);
+    cr_assert_eq(err, ECONNRESET, "client side: %s", strerror(err));
+    t0 = now_ms();
+    got = recv_until_end(sfd, buf, sizeof(buf), &err);
+    cr_assert_eq(got, 5, "the server got %zu bytes", got);
+    cr_assert_eq(memcmp(buf, "more ", 5), 0);
+    cr_assert_eq(err, ECONNRESET, "server side: %s", strerror(err));
+    /* It waited for the acknowledgement that never came (the client's reset did not). */
+    cr_assert_geq(now_ms() - t0, PX_RESET_WAIT_MS / 2);
     close(cfd);
     close(sfd);
     close(lfd);
