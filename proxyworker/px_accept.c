@@ -25,11 +25,13 @@
 #define IP_LOCAL_PORT_RANGE 51
 #endif
 
-/* The onward connection speaks from the client's address, so its port must never be one the
+/* The onward connection speaks from the client's address, so its port should never be one the
  * client itself uses: the service (in this namespace) would then see the same address and port
- * pair as a connection the proxy accepted, open or in TIME_WAIT, and its handshake would land on
- * the proxy's socket. Clients pick their source ports from 32768-60999 (Linux) or 49152-65535
- * (Windows, macOS): onward ports come from below both. */
+ * pair as a connection the proxy accepted, and its handshake would land on the proxy's socket.
+ * Clients pick their source ports from 32768-60999 (Linux) or 49152-65535 (Windows, macOS), so
+ * onward ports are asked for below both. The kernel narrows the namespace's ip_local_port_range
+ * with this request and ignores it when they do not overlap (the default range): then the port
+ * comes from the same range as clients' (docs/architecture.md, "Reused client ports"). */
 #define PX_ONWARD_PORT_LO 10000
 #define PX_ONWARD_PORT_HI 32767
 
