@@ -109,6 +109,7 @@ struct px_thread {
     uint64_t now_ms;
     struct px_conn *head, *tail;
     uint8_t *buf; /* PX_READ_MAX bytes: every read lands here */
+    unsigned onward_next; /* cursor over the onward ports (px_accept.c) */
     struct px_reset *resets; /* sockets whose reset waits (px_relay.c) */
     struct event *reset_timer;
     struct px_counters ctr;

@@ -20,20 +20,16 @@
 
 #include "fgx/log.h"
 
-/* Linux 6.3's per-socket ephemeral port range (linux/in.h), absent from older headers. */
-#ifndef IP_LOCAL_PORT_RANGE
-#define IP_LOCAL_PORT_RANGE 51
-#endif
-
-/* The onward connection speaks from the client's address, so its port should never be one the
+/* The onward connection speaks from the client's address, so its port must never be one the
  * client itself uses: the service (in this namespace) would then see the same address and port
  * pair as a connection the proxy accepted, and its handshake would land on the proxy's socket.
  * Clients pick their source ports from 32768-60999 (Linux) or 49152-65535 (Windows, macOS), so
- * onward ports are asked for below both. The kernel narrows the namespace's ip_local_port_range
- * with this request and ignores it when they do not overlap (the default range): then the port
- * comes from the same range as clients' (docs/architecture.md, "Reused client ports"). */
+ * onward ports come from below both. The kernel does not choose there itself (a per-socket
+ * IP_LOCAL_PORT_RANGE only narrows the namespace's ip_local_port_range, 32768-60999 by default):
+ * bind_onward() picks the port. */
 #define PX_ONWARD_PORT_LO 10000
 #define PX_ONWARD_PORT_HI 32767
+#define PX_ONWARD_TRIES 8
 
 uint64_t px_now_ms(void)
 {
@@ -129,10 +125,50 @@ static uint16_t sa_port(const struct sockaddr_storage *ss)
     return ntohs(((const struct sockaddr_in6 *)ss)->sin6_port);
 }
 
-/* The upstream socket: bound to the client's address (port chosen at connect: the client's own
- * port may still be in the kernel's tables for the intercepted connection), transparent so
+/* Bind fd to the client's address and a port of PX_ONWARD_PORT_LO..HI, taken in turn from the
+ * thread's cursor: the kernel will not choose below its ip_local_port_range itself (above). A
+ * port still bound (a live onward connection from that address, or one in TIME_WAIT) is skipped;
+ * after PX_ONWARD_TRIES of them the kernel chooses (from the clients' range). Returns 0, or a
+ * negative errno when even that fails. */
+static int bind_onward(struct px_thread *t, int fd, struct sockaddr_storage *b, socklen_t len)
+{
+    static __thread unsigned long long last_log;
+    const unsigned span = PX_ONWARD_PORT_HI - PX_ONWARD_PORT_LO + 1;
+    int i, ret;
+
+    for (i = 0; i < PX_ONWARD_TRIES; i++) {
+        uint16_t port = (uint16_t)(PX_ONWARD_PORT_LO + t->onward_next++ % span);
+
+        if (b->ss_family == AF_INET)
+            ((struct sockaddr_in *)b)->sin_port = htons(port);
+        else
+            ((struct sockaddr_in6 *)b)->sin6_port = htons(port);
+        if (bind(fd, (struct sockaddr *)b, len) == 0)
+            return 0;
+        if (errno != EADDRINUSE)
+            break;
+    }
+    /* Many ports of this client address taken, or a bind refused: skip ahead, and let the
+     * kernel choose this time. */
+    t->onward_next += span / 7;
+    if (b->ss_family == AF_INET)
+        ((struct sockaddr_in *)b)->sin_port = 0;
+    else
+        ((struct sockaddr_in6 *)b)->sin6_port = 0;
+    if ((ret = set_int(fd, SOL_IP, IP_BIND_ADDRESS_NO_PORT, 1, "IP_BIND_ADDRESS_NO_PORT")) != 0)
+        return ret;
+    if (bind(fd, (struct sockaddr *)b, len) == -1) {
+        ret = -errno;
+        fgx_log_ratelimited(&last_log, FGX_LOG_ERROR, "upstream bind to the client's address: %s",
+                            strerror(errno));
+        return ret;
+    }
+    return 0;
+}
+
+/* The upstream socket: bound to the client's address (port: bind_onward()), transparent so
  * that address need not be ours, and marked so the rules leave it alone. */
-static int upstream_socket(const struct sockaddr_storage *client, int *out)
+static int upstream_socket(struct px_thread *t, const struct sockaddr_storage *client, int *out)
 {
     struct sockaddr_storage b = *client;
     socklen_t len;
@@ -145,37 +181,18 @@ static int upstream_socket(const struct sockaddr_storage *client, int *out)
         return ret;
     }
     if (client->ss_family == AF_INET) {
-        ((struct sockaddr_in *)&b)->sin_port = 0;
         len = sizeof(struct sockaddr_in);
         ret = set_int(fd, SOL_IP, IP_TRANSPARENT, 1, "IP_TRANSPARENT");
     } else {
-        ((struct sockaddr_in6 *)&b)->sin6_port = 0;
         len = sizeof(struct sockaddr_in6);
         ret = set_int(fd, SOL_IPV6, IPV6_TRANSPARENT, 1, "IPV6_TRANSPARENT");
     }
     if (ret == 0)
         ret = set_int(fd, SOL_SOCKET, SO_MARK, (int)FGX_MARK, "SO_MARK");
     if (ret == 0)
-        ret = set_int(fd, SOL_IP, IP_BIND_ADDRESS_NO_PORT, 1, "IP_BIND_ADDRESS_NO_PORT");
-    if (ret == 0 && setsockopt(fd, SOL_IP, IP_LOCAL_PORT_RANGE,
-                               &(uint32_t){(uint32_t)PX_ONWARD_PORT_HI << 16 | PX_ONWARD_PORT_LO},
-                               sizeof(uint32_t)) == -1) {
-        static __thread unsigned long long last_log;
-
-        /* Before Linux 6.3: the kernel's own range, with the collisions described above. */
-        fgx_log_ratelimited(&last_log, FGX_LOG_WARN,
-                            "IP_LOCAL_PORT_RANGE: %s (onward ports may collide with client ports)",
-                            strerror(errno));
-    }
-    if (ret == 0)
         (void)set_int(fd, IPPROTO_TCP, TCP_NODELAY, 1, "TCP_NODELAY");
-    if (ret == 0 && bind(fd, (struct sockaddr *)&b, len) == -1) {
-        static __thread unsigned long long last_log;
-
-        ret = -errno;
-        fgx_log_ratelimited(&last_log, FGX_LOG_ERROR, "upstream bind to the client's address: %s",
-                            strerror(errno));
-    }
+    if (ret == 0)
+        ret = bind_onward(t, fd, &b, len);
     if (ret != 0) {
         close(fd);
         return ret;
@@ -237,7 +254,7 @@ static void on_accept(struct evconnlistener *lis, evutil_socket_t fd, struct soc
         return;
     }
     c = px_conn_new();
-    if (c == NULL || upstream_socket((const struct sockaddr_storage *)(void *)peer, &ufd) != 0) {
+    if (c == NULL || upstream_socket(t, (const struct sockaddr_storage *)(void *)peer, &ufd) != 0) {
         if (c == NULL)
             fgx_log_ratelimited(&last_oom, FGX_LOG_ERROR, "connection: out of memory");
         free(c);
@@ -326,6 +343,8 @@ int px_thread_init(struct px_worker *w, struct px_thread *t, unsigned idx)
 
     t->w = w;
     t->idx = idx;
+    /* Threads start far apart, and elsewhere after each restart. */
+    t->onward_next = (unsigned)px_now_ms() * 7919u + idx * 5003u;
     t->base = event_base_new();
     if (t->base == NULL) {
         fgx_err("thread %u: cannot create an event base", idx);

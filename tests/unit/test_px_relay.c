@@ -262,6 +262,14 @@ static void relay_echo(int family, const char *srv, const char *cli)
         cr_assert_eq(memcmp(&((struct sockaddr_in6 *)&peer)->sin6_addr,
                             &((struct sockaddr_in6 *)&want)->sin6_addr, 16),
                      0);
+    /* ... from a port below the range clients take theirs from (32768-60999 here), so never
+     * the client's own. */
+    {
+        unsigned port = ntohs(family == AF_INET ? ((struct sockaddr_in *)&peer)->sin_port
+                                                : ((struct sockaddr_in6 *)&peer)->sin6_port);
+
+        cr_assert(port >= 10000 && port <= 32767, "onward port %u", port);
+    }
     send_all(cfd, "hello", 5);
     recv_exact(sfd, buf, 5);
     cr_assert_eq(memcmp(buf, "hello", 5), 0);
