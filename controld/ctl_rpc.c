@@ -313,9 +313,9 @@ static void worker_fill(Fgx__Ctl__Worker *w, const char *kind, const struct ctl_
 }
 
 /* The proxy worker as supervised now, as r->workers[at], with its proxied connections open
- * (flows), memory and own failures from its last STATS. Returns 1, or 0 without one. The NFQUEUE counters
- * (queue_drops, truncated, verdict_errors, malformed) mean nothing for a proxy and stay absent
- * rather than 0. */
+ * (flows), memory and own failures from its last STATS. Returns 1, or 0 without one. The
+ * NFQUEUE counters (queue_drops, truncated, verdict_errors, malformed, evasion) mean nothing for
+ * a proxy and stay absent rather than 0. */
 static size_t reply_px_worker(struct rpc *r, size_t at)
 {
     const struct ctl_worker_counters *c =
@@ -356,13 +356,14 @@ static size_t reply_worker(struct rpc *r)
     worker_fill(w, "nfq", &info);
     if (c && c->valid && c->instance == info.instance && info.pid > 0) {
         w->has_queue_drops = w->has_flows = w->has_rss_bytes = 1;
-        w->has_truncated = w->has_verdict_errors = w->has_malformed = 1;
+        w->has_truncated = w->has_verdict_errors = w->has_malformed = w->has_evasion = 1;
         w->queue_drops = c->queue_drops;
         w->flows = c->flows;
         w->rss_bytes = c->rss_bytes;
         w->truncated = c->truncated;
         w->verdict_errors = c->verdict_errors;
         w->malformed = c->malformed;
+        w->evasion = c->evasion;
     }
     r->workers[0] = w;
     return 1 + reply_px_worker(r, 1);

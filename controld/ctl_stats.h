@@ -29,7 +29,7 @@ struct ctl_svc_counters {
 struct ctl_worker_counters {
     bool valid;        /* a STATS arrived from process `instance` */
     uint64_t instance; /* compare with ctl_sup_info.instance: stale once a new process runs */
-    uint64_t queue_drops, flows, rss_bytes, truncated, verdict_errors, malformed;
+    uint64_t queue_drops, flows, rss_bytes, truncated, verdict_errors, malformed, evasion;
     uint64_t queue_drops_total, events_lost_total;
     uint64_t conns_refused, unclassified, connect_failed, scan_errors; /* proxy */
 };

@@ -886,6 +886,10 @@ static void json_worker(struct cli_json *j, const Fgx__Ctl__Worker *w)
     cli_json_u64(j, w->verdict_errors);
     cli_json_key(j, "malformed");
     cli_json_u64(j, w->malformed);
+    if (w->has_evasion) { /* the nfq worker's */
+        cli_json_key(j, "evasion");
+        cli_json_u64(j, w->evasion);
+    }
     if (w->has_conns_refused) { /* the proxy's own: absent for the nfq worker */
         cli_json_key(j, "conns_refused");
         cli_json_u64(j, w->conns_refused);

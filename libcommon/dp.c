@@ -323,6 +323,8 @@ int fgx_dp_encode(const struct fgx_dp_msg *m, void **buf, size_t *len)
         st.truncated = s->truncated;
         st.verdict_errors = s->verdict_errors;
         st.malformed = s->malformed;
+        st.has_evasion = s->evasion != 0;
+        st.evasion = s->evasion;
         /* Optional: absent (0) from nfqworker costs no bytes. */
         st.has_conns_refused = s->conns_refused != 0;
         st.has_unclassified = s->unclassified != 0;
@@ -535,6 +537,7 @@ static int stats_from_pb(const Fgx__Dp__Stats *p, struct fgx_dp_stats *s)
     s->truncated = p->truncated;
     s->verdict_errors = p->verdict_errors;
     s->malformed = p->malformed;
+    s->evasion = p->evasion;
     s->conns_refused = p->conns_refused;
     s->unclassified = p->unclassified;
     s->connect_failed = p->connect_failed;

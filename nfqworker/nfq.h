@@ -48,6 +48,7 @@ struct nfq_svc_ctr {
 
 struct nfq_counters {
     uint64_t truncated, malformed, verdict_errors, queue_drops, unclassified, flows;
+    uint64_t evasion; /* segments the receiver would discard (fgx/dp.h) */
     struct nfq_svc_ctr svc[NFQ_SVC_SLOTS];
     struct fgx_filter_ctr filter[NFQ_FILTER_SLOTS];
 };

@@ -296,7 +296,7 @@ static void tcp_packet(struct nfq_thread *t, unsigned queue, uint32_t id, const 
      * make the real bytes, sent later at the same sequence numbers, look already passed. Only a
      * SYN (fast open) carries data without ACK. Dropped before it touches any flow state. */
     if (p->payload_len > 0 && (p->tcp_flags & (FGX_TCP_ACK | FGX_TCP_SYN | FGX_TCP_RST)) == 0) {
-        NFQ_CTR_ADD(&t->ctr.malformed, 1);
+        NFQ_CTR_ADD(&t->ctr.evasion, 1);
         verdict(t, queue, id, sc, false);
         return;
     }
@@ -336,8 +336,8 @@ static void tcp_packet(struct nfq_thread *t, unsigned queue, uint32_t id, const 
     }
     v = fgx_reasm_segment(t->reasm, r, seq, p->ack, p->payload, p->payload_len,
                           cookie_make(queue, t, sc, id), t->now_ms, &m);
-    if (m.inconsistent > 0) /* dp.h has no counter of its own for them yet */
-        NFQ_CTR_ADD(&t->ctr.malformed, m.inconsistent);
+    if (m.inconsistent > 0)
+        NFQ_CTR_ADD(&t->ctr.evasion, m.inconsistent);
     if (m.matched)
         block(t, f, dir, &m);
     if (v != FGX_REASM_HOLD)

@@ -239,7 +239,7 @@ static void on_packet(struct nfq_thread *t, const struct nlmsghdr *nlh)
     if (csum_bad(attr[NFQA_SKB_INFO], mnl_attr_get_payload(attr[NFQA_PAYLOAD]),
                  mnl_attr_get_payload_len(attr[NFQA_PAYLOAD]), cap_len)) {
         /* Dropped before the match stage: no flow state moves for it. */
-        NFQ_CTR_ADD(&t->ctr.malformed, 1);
+        NFQ_CTR_ADD(&t->ctr.evasion, 1);
         nfq_verdict_add(t, queue, ntohl(ph->packet_id), false);
         return;
     }

@@ -69,6 +69,7 @@ int nfq_stats_collect(struct nfq_worker *w, struct fgx_dp_stats *out)
         fgx_wstats_events(&st, &w->threads[k].events);
         out->truncated += fgx_ctr_load(&c->truncated);
         out->malformed += fgx_ctr_load(&c->malformed);
+        out->evasion += fgx_ctr_load(&c->evasion);
         out->verdict_errors += fgx_ctr_load(&c->verdict_errors);
         out->queue_drops += fgx_ctr_load(&c->queue_drops);
         out->flows += fgx_ctr_load(&c->flows);

@@ -139,18 +139,19 @@ def evade(env, src, dst, dport, segments, timestamps=False, sport=None, close=Fa
     return res
 
 
-def malformed_count(env):
-    return sum(int(w.get("malformed", 0)) for w in env.ctl("worker", "list")
+def evasion_count(env):
+    """The nfq worker's count of segments dropped as evasion attempts (`evasion`)."""
+    return sum(int(w.get("evasion", 0)) for w in env.ctl("worker", "list")
                if w.get("kind") == "nfq")
 
 
-def wait_malformed(env, before, want):
-    """The worker's malformed counter (it counts the segments dropped here) grew by want."""
+def wait_evasion(env, before, want):
+    """The worker's evasion counter (it counts the segments dropped here) grew by want."""
     deadline = it.time.monotonic() + 4
-    got = malformed_count(env) - before
+    got = evasion_count(env) - before
     while got < want and it.time.monotonic() < deadline:
         it.time.sleep(0.25)
-        got = malformed_count(env) - before
+        got = evasion_count(env) - before
     check(got >= want, "the worker counted %d dropped evasion segment(s), expected %d", got, want)
 
 
@@ -161,7 +162,7 @@ def evasion_case(env, name, kind, blocked, timestamps=False):
     env.filter(name)
     srv = env.tcp_server(port, idle=1.5)
     for n, (src, dst) in enumerate(FAMS, start=1):
-        before = malformed_count(env)
+        before = evasion_count(env)
         res = evade(env, src, dst, port, [(0, b"hello", ""), (5, b"xxxxxxxx", kind),
                                           (5, b"evil1337", "")], timestamps)
         s = it.server_conn(srv, n)
@@ -174,7 +175,7 @@ def evasion_case(env, name, kind, blocked, timestamps=False):
         # refused unscanned as an inconsistent retransmission otherwise.
         check(res["reset"] == blocked, "%s over %s: reset %s, expected %s", kind, dst,
               res["reset"], blocked)
-        wait_malformed(env, before, 1)
+        wait_evasion(env, before, 1)
 
 
 @test

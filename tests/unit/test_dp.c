@@ -67,6 +67,7 @@ static void make_stats(struct fgx_dp_msg *m)
         .truncated = 14,
         .verdict_errors = 15,
         .malformed = 16,
+        .evasion = 21,
         .conns_refused = 17,
         .unclassified = 18,
         .connect_failed = 19,
@@ -194,6 +195,7 @@ Test(dp, stats_round_trip)
     cr_assert_eq(b->truncated, 14);
     cr_assert_eq(b->verdict_errors, 15);
     cr_assert_eq(b->malformed, 16);
+    cr_assert_eq(b->evasion, 21);
     cr_assert_eq(b->conns_refused, 17);
     cr_assert_eq(b->unclassified, 18);
     cr_assert_eq(b->connect_failed, 19);

@@ -99,6 +99,9 @@ struct fgx_dp_stats {
     uint64_t truncated;      /* packets that arrived cut short by the copy range (dropped) */
     uint64_t verdict_errors; /* verdicts the kernel refused (e.g. ENOENT for a stale id) */
     uint64_t malformed;      /* packets that could not be decoded (dropped) */
+    /* segments dropped because the receiver would discard them and their bytes could then pass
+     * later unscanned: bad checksum, data without ACK, inconsistent retransmission */
+    uint64_t evasion;
     /* proxyworker's own (0 from nfqworker): connections it reset itself, since it started */
     uint64_t conns_refused;  /* at its connection limit */
     uint64_t unclassified;   /* for no running proxy-layer service */
