@@ -72,7 +72,6 @@ struct nfq_thread {
     pthread_t tid;
     bool started;
     struct mnl_socket *nl;
-    unsigned portid;
     struct mnl_socket *lg; /* NFLOG group queue[0]: the services' SYN-ACKs (nfq_log.c) */
     char *lgbuf;
     int efd; /* eventfd: the control thread's "look at the config" */
@@ -128,6 +127,13 @@ void nfq_match_synack(struct nfq_thread *t, const uint8_t *data, size_t len);
 /* SYN-ACK copies were lost: no open flow may take a segment before its current position for
  * one already passed, since it may belong to a new connection on the same 4-tuple. */
 void nfq_match_synacks_lost(struct nfq_thread *t);
+
+struct nlmsghdr;
+
+/* Send one config message on nl (NLM_F_ACK added) and wait for the kernel's answer (setup
+ * only, blocking); a failure is logged as "<obj> <num>: <what>: ...". */
+int nfq_nl_config(struct mnl_socket *nl, struct nlmsghdr *nlh, const char *what,
+                  const char *obj, unsigned num);
 
 /* ---- nfq_log.c ---- */
 int nfq_log_open(struct nfq_thread *t);

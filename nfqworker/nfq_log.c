@@ -11,7 +11,6 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <arpa/inet.h>
 #include <sys/socket.h>
@@ -28,41 +27,12 @@ static struct nlmsghdr *log_msg_put(char *buf, uint8_t type, uint16_t group)
     struct nfgenmsg *g;
 
     nlh->nlmsg_type = (uint16_t)((NFNL_SUBSYS_ULOG << 8) | type);
-    nlh->nlmsg_flags = NLM_F_REQUEST | NLM_F_ACK;
-    nlh->nlmsg_seq = (uint32_t)time(NULL);
+    nlh->nlmsg_flags = NLM_F_REQUEST; /* nfq_nl_config() asks for the ACK */
     g = mnl_nlmsg_put_extra_header(nlh, sizeof(*g));
     g->nfgen_family = AF_UNSPEC;
     g->version = NFNETLINK_V0;
     g->res_id = htons(group);
     return nlh;
-}
-
-/* Send one config message and wait for the kernel's answer (setup only, blocking). */
-static int log_config(struct nfq_thread *t, struct nlmsghdr *nlh, const char *what)
-{
-    char buf[MNL_SOCKET_BUFFER_SIZE];
-    unsigned portid = mnl_socket_get_portid(t->lg);
-    ssize_t n;
-    int ret;
-
-    if (mnl_socket_sendto(t->lg, nlh, nlh->nlmsg_len) == -1) {
-        ret = -errno;
-        fgx_err("log group %u: %s: %s", t->queue[0], what, strerror(errno));
-        return ret;
-    }
-    n = mnl_socket_recvfrom(t->lg, buf, sizeof(buf));
-    if (n == -1) {
-        ret = -errno;
-        fgx_err("log group %u: %s: %s", t->queue[0], what, strerror(errno));
-        return ret;
-    }
-    if (mnl_cb_run(buf, (size_t)n, nlh->nlmsg_seq, portid, NULL, NULL) == -1) {
-        ret = -errno;
-        fgx_err("log group %u: %s: %s%s", t->queue[0], what, strerror(errno),
-                errno == EBUSY ? " (another process reads this group)" : "");
-        return ret;
-    }
-    return 0;
 }
 
 int nfq_log_open(struct nfq_thread *t)
@@ -95,7 +65,7 @@ int nfq_log_open(struct nfq_thread *t)
         fgx_warn("thread %u: log SO_RCVBUFFORCE: %s", t->idx, strerror(errno));
     nlh = log_msg_put(buf, NFULNL_MSG_CONFIG, group);
     mnl_attr_put(nlh, NFULA_CFG_CMD, sizeof(cmd), &cmd);
-    ret = log_config(t, nlh, "bind");
+    ret = nfq_nl_config(t->lg, nlh, "bind", "log group", t->queue[0]);
     if (ret != 0)
         return ret;
     nlh = log_msg_put(buf, NFULNL_MSG_CONFIG, group);
@@ -105,7 +75,7 @@ int nfq_log_open(struct nfq_thread *t)
      * message is sized for one small packet rather than the default 4 KiB. */
     mnl_attr_put_u32(nlh, NFULA_CFG_QTHRESH, htonl(1));
     mnl_attr_put_u32(nlh, NFULA_CFG_NLBUFSIZ, htonl(NFQ_LOG_NLBUFSIZ));
-    return log_config(t, nlh, "configure");
+    return nfq_nl_config(t->lg, nlh, "configure", "log group", t->queue[0]);
 }
 
 void nfq_log_close(struct nfq_thread *t)
