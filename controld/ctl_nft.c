@@ -6,7 +6,8 @@
  * Layout of the table (see ctl_nft.h and fgx/dp.h):
  *   pre  (prerouting, -150: before DNAT) : fgex's own resets accepted; c2s -> jump s<id>_c2s
  *   post (postrouting, 300: after SNAT)  : fgex's own resets accepted; s2c -> jump s<id>_s2c
- *   s<id>_c2s / s<id>_s2c : TCP: clamp MSS on SYNs, log SYN-ACKs (s2c only), accept
+ *   s<id>_c2s / s<id>_s2c : TCP: clamp MSS on SYNs, log SYN-ACKs (s2c only; queued when
+ *                           the kernel has no log expression), accept
  *                           segments with no payload, queue the rest; UDP: queue everything
  *   qfc / qfo : spread flows over the worker threads by symhash, to the fail-closed or the
  *               fail-open queue range (bypass when no reader).
@@ -641,8 +642,9 @@ static void build_service_chain(struct nft_tx *tx, const struct ctl_nft_service 
          * their first byte, so a first data segment sent out of order is held, not taken for
          * the start, and a reused 4-tuple starts afresh. It is logged before it leaves, so
          * before the client can send data after it. A SYN or SYN-ACK with payload is still
-         * queued by the rules below. */
-        if (!c2s && tx->n->synack_log) {
+         * queued by the rules below. Without the log expression (a kernel without nft_log) the
+         * SYN-ACK itself is queued, for the same anchor: one queue trip more per connection. */
+        if (!c2s) {
             static const uint8_t syn_ack = 0x12; /* TCP flag bits SYN|ACK */
 
             rule_start(tx, chain, &rl);
@@ -650,16 +652,10 @@ static void build_service_chain(struct nft_tx *tx, const struct ctl_nft_service 
             e_payload(&rl, NFT_PAYLOAD_TRANSPORT_HEADER, 13, 1);
             e_and(&rl, &syn_ack, 1);
             e_cmp_u8(&rl, syn_ack);
-            e_verdict(&rl, NFT_JUMP, NFT_SYNACK_CHAIN);
-            rule_end(&rl);
-        }
-
-        /* Without the log expression (a kernel without nft_log): the client's SYN is queued
-         * instead and anchors the client's stream, one queue trip more per connection. */
-        if (c2s && !tx->n->synack_log) {
-            rule_start(tx, chain, &rl);
-            m_tcp_syn(&rl);
-            e_verdict(&rl, NFT_GOTO, q);
+            if (tx->n->synack_log)
+                e_verdict(&rl, NFT_JUMP, NFT_SYNACK_CHAIN);
+            else
+                e_verdict(&rl, NFT_GOTO, q);
             rule_end(&rl);
         }
 
@@ -1152,9 +1148,8 @@ int ctl_nft_open(const struct ctl_nft_config *cfg, struct ctl_nft **out)
         rc = tx_run(n, NFT_PROBE_TABLE, build_probe_log, NULL, true);
         if (rc == -ENOENT || rc == -EOPNOTSUPP) {
             n->synack_log = false;
-            fgx_info("nft: no log expression in this kernel: the client's SYN is queued "
-                     "instead of a copy of the server's SYN-ACK (one queue trip more per "
-                     "connection)");
+            fgx_info("nft: no log expression in this kernel: the server's SYN-ACK is queued "
+                     "instead of copied (one queue trip more per connection)");
         } else if (rc < 0) {
             fgx_err("nft: probing the kernel failed: %s", strerror(-rc));
             goto err;

@@ -15,8 +15,8 @@ struct ctl_nft_config {
     const char *table;   /* borrowed; default "fgex" when NULL */
     unsigned queue_base; /* fgx_queue_num() numbering, fgx/dp.h */
     unsigned nthreads;   /* worker threads: flows are spread by symhash mod nthreads */
-    /* Nonzero: queue the client's SYN rather than copy the server's SYN-ACK to the worker's
-     * NFLOG group, as on a kernel without the log expression (probed either way). */
+    /* Nonzero: queue the server's SYN-ACK rather than copy it to the worker's NFLOG group, as
+     * on a kernel without the log expression (probed either way). */
     int no_synack_log;
 };
 
@@ -36,8 +36,8 @@ struct ctl_nft;
 int ctl_nft_open(const struct ctl_nft_config *cfg, struct ctl_nft **out);
 /* true: native queue expression; false: compat NFQUEUE target. */
 bool ctl_nft_native_queue(const struct ctl_nft *n);
-/* true: the server's SYN-ACKs are copied to the worker's NFLOG groups; false: the client's SYN
- * is queued (nfqworker --no-synack-log). */
+/* true: the server's SYN-ACKs are copied to the worker's NFLOG groups; false: they are queued
+ * (nfqworker --no-synack-log). */
 bool ctl_nft_synack_log(const struct ctl_nft *n);
 
 /* Replace the whole fgex table, in one transaction, with the rules for exactly these services

@@ -77,8 +77,8 @@ static void usage(FILE *f)
         "--init-password  set the password from the first line of stdin, then start.\n"
         "--proxy-port  where proxyworker listens for the proxy layer's connections (default\n"
         "          %u); --proxy-max-conns its limit of open connections (default 4096).\n"
-        "--no-synack-log  queue each client's SYN instead of copying the server's SYN-ACK to\n"
-        "          the worker (one queue trip more per connection); chosen by itself on a\n"
+        "--no-synack-log  queue the server's SYN-ACK instead of copying it to the worker (one\n"
+        "          queue trip more per connection); chosen by itself on a\n"
         "          kernel without the nftables log expression.\n",
         FGX_QUEUE_BASE_DEFAULT, PROXY_PORT_DEFAULT);
 }

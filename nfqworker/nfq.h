@@ -95,8 +95,8 @@ struct nfq_thread {
 struct nfq_worker {
     unsigned nthreads;
     unsigned queue_base;
-    /* The rules queue the client's SYN instead of copying the server's SYN-ACK (a kernel
-     * without the nftables log expression): no NFLOG socket, and a SYN anchors the c2s stream. */
+    /* The rules queue the server's SYN-ACK instead of copying it (a kernel without the
+     * nftables log expression): no NFLOG socket; the queued SYN-ACK anchors the same way. */
     bool no_synack_log;
     struct fgx_wcfg *current; /* __atomic: the newest published config */
     struct nfq_thread *threads;

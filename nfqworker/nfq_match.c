@@ -219,47 +219,61 @@ static struct fgx_flow *flow_new(struct nfq_thread *t, const struct fgx_flow_key
     return f;
 }
 
-void nfq_match_synack(struct nfq_thread *t, const uint8_t *data, size_t len)
+/* A service's SYN-ACK (p, from the server): the server accepted a connection, whose streams
+ * start at the SYN-ACK's sequence number + 1 (server) and acknowledgement number (client). */
+static void synack_anchor(struct nfq_thread *t, const struct fgx_pkt *p,
+                          const struct fgx_wsvc *svc)
 {
-    const struct fgx_wsvc *svc;
     struct fgx_flow_key key;
     struct fgx_flow *f;
-    struct fgx_pkt p;
-    enum fgx_dir dir;
 
-    /* A copy of a packet that went on: nothing to give a verdict to. One we cannot read (only
-     * the service itself sends them) anchors nothing; the flow then starts at its first data. */
-    if (t->cfg == NULL || fgx_pkt_decode(data, len, &p) != 0 || p.ipproto != IPPROTO_TCP ||
-        (p.tcp_flags & (FGX_TCP_SYN | FGX_TCP_ACK | FGX_TCP_RST)) != (FGX_TCP_SYN | FGX_TCP_ACK))
-        return;
-    svc = classify(t->cfg, &p, &dir);
-    if (svc == NULL || dir != FGX_DIR_S2C)
-        return;
-    fgx_flow_key_from_pkt(&p, dir, &key);
+    fgx_flow_key_from_pkt(p, FGX_DIR_S2C, &key);
     f = fgx_flow_lookup(t->flows, &key, t->now_ms);
     /* The server sent this SYN-ACK before (a retransmission): the flow is this connection's
      * already (blocked or not), and restarting it would make the bytes passed since look
      * missing. A new connection has a new server ISN. (A block releases the directions but
      * keeps where they started.) */
     if (f != NULL && f->service_id == svc->id && (f->dir[1].active || f->blocked) &&
-        f->dir[1].floor_seq == p.seq + 1)
+        f->dir[1].floor_seq == p->seq + 1)
         return;
     /* The client's SYN carried data (fast open), queued and scanned, and the server took it:
      * the client's stream goes on from there, in order. Any other position is a new connection
      * on a reused 4-tuple: its bytes must not be taken for the old one's. */
     if (f != NULL && (f->service_id != svc->id || f->blocked ||
-                      !(f->dir[0].active && f->dir[0].next_seq == p.ack))) {
+                      !(f->dir[0].active && f->dir[0].next_seq == p->ack))) {
         fgx_flow_remove(t->flows, f);
         f = NULL;
     }
     if (f == NULL) {
         f = flow_new(t, &key, svc, nfq_stats_svc(&t->ctr, svc->id));
         flow_attach(t, f, svc);
-        (void)fgx_reasm_start(t->reasm, &f->dir[0], p.ack);
+        (void)fgx_reasm_start(t->reasm, &f->dir[0], p->ack);
     } else {
         flow_attach(t, f, svc);
     }
-    (void)fgx_reasm_start(t->reasm, &f->dir[1], p.seq + 1);
+    (void)fgx_reasm_start(t->reasm, &f->dir[1], p->seq + 1);
+}
+
+static bool is_synack(const struct fgx_pkt *p)
+{
+    return (p->tcp_flags & (FGX_TCP_SYN | FGX_TCP_ACK | FGX_TCP_RST)) ==
+           (FGX_TCP_SYN | FGX_TCP_ACK);
+}
+
+void nfq_match_synack(struct nfq_thread *t, const uint8_t *data, size_t len)
+{
+    const struct fgx_wsvc *svc;
+    struct fgx_pkt p;
+    enum fgx_dir dir;
+
+    /* A copy of a packet that went on: nothing to give a verdict to. One we cannot read (only
+     * the service itself sends them) anchors nothing; the flow then starts at its first data. */
+    if (t->cfg == NULL || fgx_pkt_decode(data, len, &p) != 0 || p.ipproto != IPPROTO_TCP ||
+        !is_synack(&p))
+        return;
+    svc = classify(t->cfg, &p, &dir);
+    if (svc != NULL && dir == FGX_DIR_S2C)
+        synack_anchor(t, &p, svc);
 }
 
 /* For each open flow, both directions start again where they are: a segment that begins before
@@ -299,6 +313,15 @@ static void tcp_packet(struct nfq_thread *t, unsigned queue, uint32_t id, const 
         NFQ_CTR_ADD(&t->ctr.evasion, 1);
         verdict(t, queue, id, sc, false);
         return;
+    }
+    /* A SYN-ACK the rules queued (a kernel without the log expression, or one with payload):
+     * the same anchor as a copy's. With payload it then goes on as the stream's first bytes. */
+    if (dir == FGX_DIR_S2C && is_synack(p)) {
+        synack_anchor(t, p, svc);
+        if (p->payload_len == 0) {
+            verdict(t, queue, id, sc, true);
+            return;
+        }
     }
     fgx_flow_key_from_pkt(p, dir, &key);
     f = fgx_flow_lookup(t->flows, &key, t->now_ms);

@@ -193,14 +193,13 @@ def paws_discarded_then_different_bytes_not_delivered(env):
     evasion_case(env, "ev-paws", "paws", False, timestamps=True)
 
 
-@test
-def syn_inside_a_connection_does_not_restart_the_scan(env):
-    # A SYN on an established 4-tuple placed so that a restarted scan would begin right after
-    # "ev": the server only answers it with a challenge ACK and goes on to receive "evil1337".
-    # The worker must go on scanning the stream it has: a SYN is not a new connection until the
-    # server's SYN-ACK says so.
-    _, port = env.service("ev-syn", "tcp")
-    env.filter("ev-syn")
+def syn_inside_case(env, name):
+    """A SYN on an established 4-tuple placed so that a restarted scan would begin right after
+    "ev": the server only answers it with a challenge ACK and goes on to receive "evil1337".
+    The worker must go on scanning the stream it has: a SYN is not a new connection until the
+    server's SYN-ACK says so."""
+    _, port = env.service(name, "tcp")
+    env.filter(name)
     srv = env.tcp_server(port, idle=1.5)
     for n, (src, dst) in enumerate(FAMS, start=1):
         res = evade(env, src, dst, port, [(0, b"ev", ""), (2, b"", "syn"), (2, b"il1337", "")])
@@ -210,14 +209,13 @@ def syn_inside_a_connection_does_not_restart_the_scan(env):
               "\"ev\" and a reset", dst, s["data"], res["reset"])
 
 
-@test
-def reused_port_at_the_same_sequence_numbers_is_scanned(env):
-    # A connection that passed 300 clean bytes, closed on both sides, then a new connection on
-    # the same 4-tuple and the same initial sequence number: its bytes sit where the old ones
-    # did, far enough back that they could not be compared with what passed. They are a new
-    # connection's (the server's SYN-ACK restarts the flow) and must be scanned.
-    _, port = env.service("ev-reuse", "tcp")
-    env.filter("ev-reuse")
+def reused_port_case(env, name):
+    """A connection that passed 300 clean bytes, closed on both sides, then a new connection on
+    the same 4-tuple and the same initial sequence number: its bytes sit where the old ones
+    did, far enough back that they could not be compared with what passed. They are a new
+    connection's (the server's SYN-ACK restarts the flow) and must be scanned."""
+    _, port = env.service(name, "tcp")
+    env.filter(name)
     srv = env.tcp_server(port, idle=1.5)
     for n, (src, dst) in enumerate(FAMS):
         env.next_sport += 1
@@ -231,6 +229,30 @@ def reused_port_at_the_same_sequence_numbers_is_scanned(env):
         check(b"evil1337" not in s["data"], "reused port over %s: server received %r", dst,
               s["data"])
         check(res["reset"], "reused port over %s: no reset", dst)
+
+
+@test
+def syn_inside_a_connection_does_not_restart_the_scan(env):
+    syn_inside_case(env, "ev-syn")
+
+
+@test
+def reused_port_at_the_same_sequence_numbers_is_scanned(env):
+    reused_port_case(env, "ev-reuse")
+
+
+@test
+def without_the_log_expression_syn_and_reused_port_are_the_same(env):
+    # On a kernel without the nftables log expression (forced: --no-synack-log) the server's
+    # SYN-ACK is queued rather than copied; it must anchor and restart flows just the same.
+    env.stop_controld()
+    env.start_controld(extra_args=["--no-synack-log"])
+    try:
+        syn_inside_case(env, "nolog-syn")
+        reused_port_case(env, "nolog-reuse")
+    finally:
+        env.stop_controld()
+        env.start_controld()
 
 
 def craft_main(argv):

@@ -24,7 +24,7 @@ import test_swap  # noqa: E402,F401
 # Bodies that are about NFQUEUE itself (queue trips, the nfq worker, packets already in flight).
 _NFQ_ONLY = {"status_lists_nfq_worker", "connection_open_before_service_is_inspected",
              "service_list_fields", "short_connection_costs_two_queue_trips",
-             "without_the_log_expression_the_client_syn_is_queued"}
+             "without_the_log_expression_the_synack_is_queued"}
 it._TESTS[:] = [t for t in it._TESTS if t.__name__ not in _NFQ_ONLY]
 
 _service = it.Env.service

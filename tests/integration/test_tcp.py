@@ -442,9 +442,10 @@ def short_connection_costs_two_queue_trips(env):
 
 
 @test
-def without_the_log_expression_the_client_syn_is_queued(env):
+def without_the_log_expression_the_synack_is_queued(env):
     # What controld does on a kernel without the nftables log expression (forced here with
-    # --no-synack-log): no SYN-ACK copies, the client's SYN queued instead, and filtering the same.
+    # --no-synack-log): no SYN-ACK copies, the server's SYN-ACK queued instead, and filtering
+    # the same.
     env.stop_controld(signal.SIGTERM)
     env.start_controld(extra_args=["--no-synack-log"])
     try:
