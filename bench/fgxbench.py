@@ -446,6 +446,13 @@ def _proc_ticks(pid):
     return int(f[11]) + int(f[12])  # utime + stime (fields 14, 15)
 
 
+def _machine_ticks():
+    """(idle + iowait, all) ticks of every CPU together, from /proc/stat."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    return v[3] + v[4], sum(v[:8])  # user..steal; guest time is counted in user already
+
+
 def _proc_rss(pid):
     rss = hwm = 0
     try:
@@ -469,8 +476,9 @@ class ProcSampler:
         self.interval = interval
         self.stop_ev = threading.Event()
         self.peak_rss = 0
-        self.t0 = self.ticks0 = None
+        self.t0 = self.ticks0 = self.idle0 = None
         self.cpu_pct = float("nan")
+        self.idle_pct = float("nan")  # the whole machine's idle time over the run
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _ticks(self):
@@ -487,6 +495,7 @@ class ProcSampler:
     def __enter__(self):
         self.t0 = time.monotonic()
         self.ticks0 = self._ticks()
+        self.idle0 = _machine_ticks()
         self.thread.start()
         return self
 
@@ -497,6 +506,9 @@ class ProcSampler:
         wall = time.monotonic() - self.t0
         if self.pids and wall > 0:
             self.cpu_pct = 100.0 * (self._ticks() - self.ticks0) / CLK_TCK / wall
+        idle1 = _machine_ticks()
+        if idle1[1] > self.idle0[1]:
+            self.idle_pct = 100.0 * (idle1[0] - self.idle0[0]) / (idle1[1] - self.idle0[1])
         # VmHWM is the process's own lifetime peak: with a worker restarted per run it bounds the
         # run's peak from above, so report the larger of the two.
         self.peak_rss = max(self.peak_rss, sum(_proc_rss(p)[1] for p in self.pids))
@@ -523,7 +535,9 @@ def wait_listen(world, ns, port, timeout=10):
 
 def iperf3_run(world, port, seconds, streams):
     """One iperf3 client run from the client namespace, -J, its output drained while it runs.
-    Returns {mbps (MB/s received, 10^6 bytes), retransmits, error}."""
+    Returns {mbps (MB/s received, 10^6 bytes), retransmits, snd_cpu, rcv_cpu, error}: snd_cpu
+    and rcv_cpu are iperf3's own CPU% of the client and the server (100% = one core), which say
+    which side bounded the run."""
     argv = world.on_cli("iperf3", "-c", world.addr, "-p", port, "-t", seconds, "-P", streams,
                         "-J", "--connect-timeout", "3000")
     try:
@@ -534,19 +548,23 @@ def iperf3_run(world, port, seconds, streams):
     except subprocess.TimeoutExpired:
         p.kill()
         p.communicate()
-        return {"mbps": float("nan"), "retransmits": None, "error": "timeout"}
+        return {"mbps": float("nan"), "retransmits": None, "snd_cpu": None, "rcv_cpu": None,
+                "error": "timeout"}
     try:
         doc = json.loads(out)
     except ValueError:
-        return {"mbps": float("nan"), "retransmits": None,
+        return {"mbps": float("nan"), "retransmits": None, "snd_cpu": None, "rcv_cpu": None,
                 "error": (err.strip() or "no JSON output")[:200]}
     if "error" in doc:
-        return {"mbps": float("nan"), "retransmits": None, "error": doc["error"][:200]}
+        return {"mbps": float("nan"), "retransmits": None, "snd_cpu": None, "rcv_cpu": None,
+                "error": doc["error"][:200]}
     end = doc.get("end", {})
     rx = end.get("sum_received", {})
     tx = end.get("sum_sent", {})
+    cpu = end.get("cpu_utilization_percent", {})
     return {"mbps": rx.get("bits_per_second", float("nan")) / 8e6,
-            "retransmits": tx.get("retransmits"), "error": None}
+            "retransmits": tx.get("retransmits"), "snd_cpu": cpu.get("host_total"),
+            "rcv_cpu": cpu.get("remote_total"), "error": None}
 
 
 def connload(world, ns, *args, timeout=60):
