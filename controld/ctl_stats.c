@@ -47,6 +47,10 @@ struct ctl_stats {
     uint64_t next_seq;
     bool dirty;
     uint64_t flushed_ms;
+    /* The last flush failed (a full disk, say): the next tries wait CTL_STATS_FLUSH_MS each,
+     * events included, and the warning is given once, not per try. */
+    bool failing;
+    uint64_t failed_ms;
 };
 
 static struct svc_slot *svc_slot(struct ctl_stats *s, uint32_t id, bool create)
@@ -412,6 +416,8 @@ int ctl_stats_flush(struct ctl_stats *s, struct ctl_store *st, uint64_t now_ms, 
 
     if (s->unsaved == 0 && !counters)
         return 0;
+    if (s->failing && !force && now_ms - s->failed_ms < CTL_STATS_FLUSH_MS)
+        return -EAGAIN;
     rv = ctl_txn_begin(st, true, &t);
     if (rv < 0)
         goto out;
@@ -435,9 +441,18 @@ int ctl_stats_flush(struct ctl_stats *s, struct ctl_store *st, uint64_t now_ms, 
 out:
     ctl_txn_abort(t);
     if (counters)
-        s->flushed_ms = now_ms; /* a failing store is retried at the normal pace, not in a loop */
-    if (rv < 0)
-        fgx_warn("cannot save the statistics: %s", ctl_store_strerror(rv));
+        s->flushed_ms = now_ms;
+    if (rv < 0) {
+        if (!s->failing)
+            fgx_warn("cannot save the statistics and events: %s (retried every %u s; they are "
+                     "kept in memory meanwhile)",
+                     ctl_store_strerror(rv), CTL_STATS_FLUSH_MS / 1000);
+        s->failing = true;
+        s->failed_ms = now_ms;
+    } else if (s->failing) {
+        fgx_info("statistics and events saved again");
+        s->failing = false;
+    }
     return rv;
 }
 

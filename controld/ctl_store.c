@@ -43,8 +43,9 @@ static int store_err(int rc, const char *what)
         return -ENOENT;
     case MDB_MAP_FULL:
     case MDB_TXN_FULL:
+        /* Its own size limit, told apart from a full disk (ENOSPC, passed through below). */
         fgx_err("state store: %s: %s", what, mdb_strerror(rc));
-        return -ENOSPC;
+        return -EFBIG;
     default:
         fgx_err("state store: %s: %s", what, mdb_strerror(rc));
         if (rc > 0 && rc < 1000) /* LMDB passes system errnos through unchanged */
@@ -56,8 +57,14 @@ static int store_err(int rc, const char *what)
 const char *ctl_store_strerror(int err)
 {
     switch (err) {
-    case -ENOSPC:
+    case -EFBIG:
         return "state store full: the LMDB map size is reached";
+    case -ENOSPC:
+        return "no space left on the state store's disk: nothing was changed";
+    case -EDQUOT:
+        return "disk quota of the state store exceeded: nothing was changed";
+    case -EROFS:
+        return "the state store's disk is read-only: nothing was changed";
     case -ENOENT:
         return "not found";
     case -EEXIST:
@@ -786,7 +793,7 @@ int ctl_store_text_get(struct ctl_txn *t, const char *name, char *out, size_t le
     if (rv < 0)
         return rv;
     if (v.mv_size >= len)
-        return -ENOSPC;
+        return -EOVERFLOW;
     memcpy(out, v.mv_data, v.mv_size);
     out[v.mv_size] = '\0';
     return 0;

@@ -52,8 +52,9 @@ int ctl_store_open(const char *dir, size_t mapsize, struct ctl_store **out);
 void ctl_store_close(struct ctl_store *s);
 
 /* A transaction; only one at a time per store (controld is single-threaded). *out is released
- * by exactly one of ctl_txn_commit() or ctl_txn_abort(). ctl_txn_commit() returns -ENOSPC when
- * the map is full; the transaction is gone either way. */
+ * by exactly one of ctl_txn_commit() or ctl_txn_abort(). ctl_txn_commit() returns -EFBIG when
+ * the map is full, -ENOSPC (or -EDQUOT) when the disk is; the transaction is gone either way
+ * and the store keeps what it had. */
 int ctl_txn_begin(struct ctl_store *s, bool write, struct ctl_txn **out);
 int ctl_txn_commit(struct ctl_txn *t);
 void ctl_txn_abort(struct ctl_txn *t);
@@ -116,7 +117,7 @@ int ctl_store_event_list(struct ctl_txn *t, size_t newest, struct ctl_event **ou
 int ctl_store_event_trim(struct ctl_txn *t, size_t keep);
 
 /* A named text setting in the meta db (the password hash): _get gives "" when absent and
- * -ENOSPC when the value does not fit in len bytes with its NUL. */
+ * -EOVERFLOW when the value does not fit in len bytes with its NUL. */
 int ctl_store_text_get(struct ctl_txn *t, const char *name, char *out, size_t len);
 int ctl_store_text_put(struct ctl_txn *t, const char *name, const char *v);
 /* Make the ids allocated from now on greater than these (an import keeps its ids). */

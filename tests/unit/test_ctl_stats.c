@@ -3,6 +3,7 @@
  * the event ring (numbering, bound, queries) and its persistence. STATS are built by hand, as
  * the worker would send them. */
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,19 +53,24 @@ static void setup(void)
     cr_assert_eq(ctl_stats_open(st, &stats), 0);
 }
 
-static void teardown(void)
+static void teardown_files(void)
 {
     char path[128];
 
-    ctl_stats_free(stats);
-    stats = NULL;
-    ctl_store_close(st);
-    st = NULL;
     snprintf(path, sizeof(path), "%s/data.mdb", dir);
     unlink(path);
     snprintf(path, sizeof(path), "%s/lock.mdb", dir);
     unlink(path);
     rmdir(dir);
+}
+
+static void teardown(void)
+{
+    ctl_stats_free(stats);
+    stats = NULL;
+    ctl_store_close(st);
+    st = NULL;
+    teardown_files();
 }
 
 TestSuite(ctl_stats, .init = setup, .fini = teardown);
@@ -353,4 +359,57 @@ Test(ctl_stats, reset_after_import_counts_from_zero)
     reopen();
     cr_assert_eq(packets_of(stats), 3);
     cr_assert_eq(ctl_stats_blocked(stats, flt_id), 1);
+}
+
+/* A store that cannot take a write (here its map is full; a full disk fails the same way): the
+ * events stay in memory, the next tries come at the counters' pace rather than at every call,
+ * and once there is room again they are all written. */
+Test(ctl_stats, failing_store_retried_at_the_flush_pace)
+{
+    static char chunk[16384];
+    const struct ctl_event *out[4];
+    uint64_t key = 1;
+    struct ctl_txn *t;
+    int rv = 0;
+
+    ctl_stats_free(stats);
+    stats = NULL;
+    ctl_store_close(st);
+    teardown_files();
+    cr_assert_not_null(mkdtemp(strcpy(dir, "/tmp/fgx-test-stats-XXXXXX")));
+    cr_assert_eq(ctl_store_open(dir, 256 * 1024, &st), 0);
+    svc_id = add_service("web", 8080);
+    cr_assert_eq(ctl_stats_open(st, &stats), 0);
+    memset(chunk, 'z', sizeof(chunk));
+    for (size_t len = sizeof(chunk); len >= 16; len /= 4) {
+        for (rv = 0; rv == 0;) {
+            struct fgx_blob b = {.data = chunk, .len = len};
+
+            cr_assert_eq(ctl_txn_begin(st, true, &t), 0);
+            rv = ctl_store_dbcache_put(t, key++, &b);
+            if (rv == 0)
+                rv = ctl_txn_commit(t);
+            else
+                ctl_txn_abort(t);
+        }
+        cr_assert_eq(rv, -EFBIG);
+    }
+
+    feed_events(1, 40, 1, 1000);
+    cr_assert_eq(ctl_stats_flush(stats, st, 100, false), -EFBIG);
+    cr_assert_eq(ctl_stats_flush(stats, st, 101, false), -EAGAIN, "retried at once");
+    cr_assert_eq(ctl_stats_flush(stats, st, 100 + CTL_STATS_FLUSH_MS - 1, false), -EAGAIN);
+    cr_assert_eq(ctl_stats_flush(stats, st, 100 + CTL_STATS_FLUSH_MS, false), -EFBIG);
+    cr_assert_eq(ctl_stats_flush(stats, st, 101 + CTL_STATS_FLUSH_MS, true), -EFBIG,
+                 "a forced flush (at exit) always tries");
+    cr_assert_eq(ctl_stats_events(stats, 0, 0, NULL, 4, out), 4, "the events stay in memory");
+
+    /* Room again: the same store, opened with a larger map. */
+    ctl_store_close(st);
+    cr_assert_eq(ctl_store_open(dir, 4 << 20, &st), 0);
+    cr_assert_eq(ctl_stats_flush(stats, st, 101 + 2 * CTL_STATS_FLUSH_MS, false), 0);
+    cr_assert_eq(ctl_stats_flush(stats, st, 102 + 2 * CTL_STATS_FLUSH_MS, false), 0,
+                 "nothing more to write, and no back-off once it worked");
+    reopen();
+    cr_assert_eq(ctl_stats_last_seq(stats), 40, "every event reached the store");
 }

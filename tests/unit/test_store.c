@@ -284,13 +284,13 @@ static void fill_map(void)
             cr_assert_eq(ctl_txn_begin(st, true, &t), 0);
             rv = ctl_store_dbcache_put(t, key++, &b);
             if (rv < 0) {
-                cr_assert_eq(rv, -ENOSPC);
+                cr_assert_eq(rv, -EFBIG);
                 ctl_txn_abort(t);
                 break;
             }
             rv = ctl_txn_commit(t);
             if (rv < 0) {
-                cr_assert_eq(rv, -ENOSPC);
+                cr_assert_eq(rv, -EFBIG);
                 break;
             }
         }
@@ -334,7 +334,7 @@ Test(store, map_full_keeps_previous_state)
         rv = ctl_txn_commit(t);
     else
         ctl_txn_abort(t);
-    cr_assert_eq(rv, -ENOSPC);
+    cr_assert_eq(rv, -EFBIG);
     cr_assert_str_eq(ctl_store_strerror(rv), "state store full: the LMDB map size is reached");
     ctl_filter_release(&f);
 
