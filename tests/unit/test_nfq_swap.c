@@ -149,13 +149,14 @@ static size_t ip4(uint8_t *b, uint8_t proto, const uint8_t *src, const uint8_t *
     return tot;
 }
 
-/* A TCP segment; c2s: from the client (port 40000) to the server (port 80). Returns its id. */
-static uint32_t tcp(bool c2s, uint8_t flags, uint32_t seq, const char *data)
+/* A TCP segment; c2s: from the client (port 40000) to the server (port 80), acknowledging
+ * ack. Returns its id. */
+static uint32_t tcp_ack(bool c2s, uint8_t flags, uint32_t seq, uint32_t ack, const char *data)
 {
     uint8_t b[1500], *h = b + 20;
     size_t n = strlen(data), len;
     uint16_t sp = c2s ? 40000 : 80, dp = c2s ? 80 : 40000;
-    uint32_t id = next_id++, ack = 1;
+    uint32_t id = next_id++;
 
     len = ip4(b, IPPROTO_TCP, c2s ? cli_ip : srv_ip, c2s ? srv_ip : cli_ip, 20 + n);
     memset(h, 0, 20);
@@ -172,6 +173,11 @@ static uint32_t tcp(bool c2s, uint8_t flags, uint32_t seq, const char *data)
     memcpy(h + 20, data, n);
     nfq_match_packet(&t, t.queue[0], id, b, len, 0);
     return id;
+}
+
+static uint32_t tcp(bool c2s, uint8_t flags, uint32_t seq, const char *data)
+{
+    return tcp_ack(c2s, flags, seq, 1, data);
 }
 
 static uint32_t udp(uint16_t dport, const char *data)
@@ -223,7 +229,7 @@ static int verdict_of(uint32_t id)
 static void connect_tcp(void)
 {
     cr_assert_eq(verdict_of(tcp(true, 0x02, C2S_SEQ, "")), NF_ACCEPT);
-    cr_assert_eq(verdict_of(tcp(false, 0x12, S2C_SEQ, "")), NF_ACCEPT);
+    cr_assert_eq(verdict_of(tcp_ack(false, 0x12, S2C_SEQ, C2S_SEQ + 1, "")), NF_ACCEPT);
     cr_assert_eq(verdict_of(tcp(true, 0x10, C2S_SEQ + 1, "")), NF_ACCEPT);
 }
 
@@ -693,6 +699,41 @@ Test(nfq_swap, synack_after_fast_open_data_keeps_the_scanned_bytes)
     /* The server took the data: its SYN-ACK acknowledges ISN + 1 + 2, where the stream is. */
     synack_logged(S2C_SEQ, C2S_SEQ + 2);
     cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 3, "il1337")), NF_DROP);
+}
+
+/* Without the log expression the rules queue the SYN-ACK itself: it passes, and anchors the
+ * streams as a copy does. */
+Test(nfq_swap, queued_synack_anchors_and_passes)
+{
+    uint32_t held;
+
+    publish_tcp(1, 1, &P_EVIL);
+    cr_assert_eq(verdict_of(tcp_ack(false, 0x12, S2C_SEQ, C2S_SEQ + 1, "")), NF_ACCEPT);
+    held = tcp(true, 0x18, C2S_SEQ + 3, "il1337");
+    cr_assert_eq(verdict_of(held), NO_VERDICT);
+    cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 1, "ev")), NF_ACCEPT);
+    cr_assert_eq(verdict_of(held), NF_DROP);
+}
+
+Test(nfq_swap, queued_synack_of_a_new_connection_restarts_the_flow)
+{
+    char filler[301];
+
+    publish_tcp(1, 1, &P_EVIL);
+    cr_assert_eq(verdict_of(tcp_ack(false, 0x12, S2C_SEQ, C2S_SEQ + 1, "")), NF_ACCEPT);
+    memset(filler, 'a', 300);
+    filler[300] = '\0';
+    cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 1, filler)), NF_ACCEPT);
+    /* A retransmitted SYN-ACK keeps the stream: a match across it is found. */
+    cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 301, "ev")), NF_ACCEPT);
+    cr_assert_eq(verdict_of(tcp_ack(false, 0x12, S2C_SEQ, C2S_SEQ + 1, "")), NF_ACCEPT);
+    cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 303, "il1337")), NF_DROP);
+    cr_assert_eq(blocked_of(F_EVIL), 1);
+    /* A new server ISN is a new connection: its bytes at the old places are scanned anew. */
+    cr_assert_eq(verdict_of(tcp_ack(false, 0x12, S2C_SEQ + 777, C2S_SEQ + 1, "")), NF_ACCEPT);
+    cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 1, "clean")), NF_ACCEPT);
+    cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 6, "evil1337")), NF_DROP);
+    cr_assert_eq(blocked_of(F_EVIL), 2);
 }
 
 Test(nfq_swap, syn_on_an_open_flow_does_not_restart_it)
