@@ -25,6 +25,14 @@
 #define PX_TICK_MS 1000
 #define PX_RESET_WAIT_MS 200 /* longest a reset waits for the peer to acknowledge what it got */
 #define PX_BACKLOG 1024
+/* Event priorities. A read that filled PX_HEAVY_READ or more moves its side's read event to
+ * PX_PRIO_HEAVY: the loop runs one such callback, then looks for new events, and runs every
+ * ready event of the normal priority (everything else) first. A request on a light connection
+ * then waits for at most one bulk chunk (~100 us), not for a chunk of every bulk connection. */
+#define PX_PRIO_COUNT 3
+#define PX_PRIO_NORMAL 1 /* libevent's default with PX_PRIO_COUNT priorities */
+#define PX_PRIO_HEAVY 2
+#define PX_HEAVY_READ (64u << 10)
 
 #define PX_SVC_SLOTS 256     /* per-thread service counters (open addressing) */
 #define PX_FILTER_SLOTS 4096 /* per-thread filter counters (open addressing) */

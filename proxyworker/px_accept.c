@@ -345,8 +345,17 @@ int px_thread_init(struct px_worker *w, struct px_thread *t, unsigned idx)
     t->idx = idx;
     /* Threads start far apart, and elsewhere after each restart. */
     t->onward_next = (unsigned)px_now_ms() * 7919u + idx * 5003u;
-    t->base = event_base_new();
-    if (t->base == NULL) {
+    {
+        struct event_config *cfg = event_config_new();
+
+        if (cfg == NULL || event_config_set_max_dispatch_interval(cfg, NULL, 1, PX_PRIO_HEAVY))
+            t->base = NULL;
+        else
+            t->base = event_base_new_with_config(cfg);
+        if (cfg != NULL)
+            event_config_free(cfg);
+    }
+    if (t->base == NULL || event_base_priority_init(t->base, PX_PRIO_COUNT) != 0) {
         fgx_err("thread %u: cannot create an event base", idx);
         return -ENOMEM;
     }

@@ -250,6 +250,14 @@ static void on_readable(evutil_socket_t fd, short what, void *arg)
         px_relay_close(c, true);
         return;
     }
+    /* Bulk reads yield to everything else (PX_PRIO_HEAVY); a light read brings the side back.
+     * The event is not active inside its own callback, so its priority can change here. */
+    {
+        int prio = (size_t)n >= PX_HEAVY_READ ? PX_PRIO_HEAVY : PX_PRIO_NORMAL;
+
+        if (event_get_priority(c->s[side].rev) != prio)
+            (void)event_priority_set(c->s[side].rev, prio);
+    }
     sc = px_stats_svc(&t->ctr, c->service_id);
     PX_CTR_ADD(&sc->reads, 1);
     PX_CTR_ADD(&sc->bytes, (uint64_t)n);
