@@ -6,12 +6,14 @@
 #include "controld/ctl_store.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <lmdb.h>
 
@@ -127,6 +129,34 @@ static int mkdir_p(const char *dir)
     return 0;
 }
 
+/* LMDB writes its lock file through a shared mapping, sized with ftruncate: on a full disk the
+ * first write to it is a SIGBUS, not an error. Its blocks are reserved here first, so a full
+ * disk is a plain ENOSPC instead. LMDB keeps a lock file larger than it needs (more reader
+ * slots); 64 KiB covers its default 126 readers many times over. */
+#define STORE_LOCK_RESERVE (64 << 10)
+
+static int lock_file_reserve(const char *dir)
+{
+    char path[4096];
+    int fd, rc;
+
+    if (snprintf(path, sizeof(path), "%s/lock.mdb", dir) >= (int)sizeof(path))
+        return -ENAMETOOLONG;
+    fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd == -1) {
+        rc = errno;
+        fgx_err("state store: cannot open %s: %s", path, strerror(rc));
+        return -rc;
+    }
+    rc = posix_fallocate(fd, 0, STORE_LOCK_RESERVE);
+    close(fd);
+    if (rc != 0) {
+        fgx_err("state store: cannot reserve %s: %s", path, strerror(rc));
+        return -rc;
+    }
+    return 0;
+}
+
 int ctl_store_open(const char *dir, size_t mapsize, struct ctl_store **out)
 {
     struct ctl_store *s = calloc(1, sizeof(*s));
@@ -137,6 +167,8 @@ int ctl_store_open(const char *dir, size_t mapsize, struct ctl_store **out)
         return -ENOMEM;
     s->mapsize = mapsize ? mapsize : CTL_STORE_MAPSIZE_DEFAULT;
     rv = mkdir_p(dir);
+    if (rv == 0)
+        rv = lock_file_reserve(dir);
     if (rv < 0)
         goto err;
     rv = store_err(mdb_env_create(&s->env), "create environment");

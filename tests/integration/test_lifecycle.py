@@ -211,5 +211,24 @@ def full_disk_refuses_changes_clearly_and_loses_nothing(env):
         env.start_controld()
 
 
+@test
+def first_start_on_a_full_disk_fails_cleanly(env):
+    # A new state directory on a disk with no room: controld must exit with an error that says
+    # so, not die of SIGBUS on LMDB's mapped lock file.
+    disk = os.path.join(env.tmp, "full-disk")
+    os.makedirs(disk)
+    it.sh("mount", "-t", "tmpfs", "-o", "size=64k,mode=0700", "fgx-it-full", disk)
+    try:
+        _fill(os.path.join(disk, "filler"))
+        p = it.sh("ip", "netns", "exec", env.srv, os.path.join(env.bin, "controld"),
+                  "--state-dir", os.path.join(disk, "state"), "--run-dir",
+                  os.path.join(env.tmp, "run-full"), "--foreground", check=False, timeout=10)
+        check(p.returncode == 1, "controld on a full disk exited with %d: %s", p.returncode,
+              p.stderr[-400:])
+        check("No space left on device" in p.stderr, "no clear error: %r", p.stderr[-400:])
+    finally:
+        it.sh("umount", "-l", disk, check=False)
+
+
 if __name__ == "__main__":
     sys.exit(it.run_module("lifecycle"))
