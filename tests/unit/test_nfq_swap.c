@@ -638,12 +638,18 @@ static void synack_logged(uint32_t s2c_isn, uint32_t c2s_isn)
     nfq_match_synack(&t, b, len);
 }
 
-Test(nfq_swap, synack_anchors_the_client_stream_at_its_first_byte)
+/* The same SYN-ACK queued by the rules (a kernel without the log expression): it passes. */
+static void synack_queued(uint32_t s2c_isn, uint32_t c2s_isn)
+{
+    cr_assert_eq(verdict_of(tcp_ack(false, 0x12, s2c_isn, c2s_isn + 1, "")), NF_ACCEPT);
+}
+
+static void anchors_the_client_stream(void (*synack)(uint32_t, uint32_t))
 {
     uint32_t held;
 
     publish_tcp(1, 1, &P_EVIL);
-    synack_logged(S2C_SEQ, C2S_SEQ);
+    synack(S2C_SEQ, C2S_SEQ);
     /* The client's second segment first: held, not taken for the start of the stream. */
     held = tcp(true, 0x18, C2S_SEQ + 3, "il1337");
     cr_assert_eq(verdict_of(held), NO_VERDICT);
@@ -651,6 +657,17 @@ Test(nfq_swap, synack_anchors_the_client_stream_at_its_first_byte)
     cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 1, "ev")), NF_ACCEPT);
     cr_assert_eq(verdict_of(held), NF_DROP);
     cr_assert_eq(blocked_of(F_EVIL), 1);
+}
+
+Test(nfq_swap, synack_anchors_the_client_stream_at_its_first_byte)
+{
+    anchors_the_client_stream(synack_logged);
+}
+
+/* Without the log expression the rules queue the SYN-ACK itself: it anchors as a copy does. */
+Test(nfq_swap, queued_synack_anchors_and_passes)
+{
+    anchors_the_client_stream(synack_queued);
 }
 
 Test(nfq_swap, synack_anchors_the_server_stream_at_its_first_byte)
@@ -701,36 +718,22 @@ Test(nfq_swap, synack_after_fast_open_data_keeps_the_scanned_bytes)
     cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 3, "il1337")), NF_DROP);
 }
 
-/* Without the log expression the rules queue the SYN-ACK itself: it passes, and anchors the
- * streams as a copy does. */
-Test(nfq_swap, queued_synack_anchors_and_passes)
-{
-    uint32_t held;
-
-    publish_tcp(1, 1, &P_EVIL);
-    cr_assert_eq(verdict_of(tcp_ack(false, 0x12, S2C_SEQ, C2S_SEQ + 1, "")), NF_ACCEPT);
-    held = tcp(true, 0x18, C2S_SEQ + 3, "il1337");
-    cr_assert_eq(verdict_of(held), NO_VERDICT);
-    cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 1, "ev")), NF_ACCEPT);
-    cr_assert_eq(verdict_of(held), NF_DROP);
-}
-
 Test(nfq_swap, queued_synack_of_a_new_connection_restarts_the_flow)
 {
     char filler[301];
 
     publish_tcp(1, 1, &P_EVIL);
-    cr_assert_eq(verdict_of(tcp_ack(false, 0x12, S2C_SEQ, C2S_SEQ + 1, "")), NF_ACCEPT);
+    synack_queued(S2C_SEQ, C2S_SEQ);
     memset(filler, 'a', 300);
     filler[300] = '\0';
     cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 1, filler)), NF_ACCEPT);
     /* A retransmitted SYN-ACK keeps the stream: a match across it is found. */
     cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 301, "ev")), NF_ACCEPT);
-    cr_assert_eq(verdict_of(tcp_ack(false, 0x12, S2C_SEQ, C2S_SEQ + 1, "")), NF_ACCEPT);
+    synack_queued(S2C_SEQ, C2S_SEQ);
     cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 303, "il1337")), NF_DROP);
     cr_assert_eq(blocked_of(F_EVIL), 1);
     /* A new server ISN is a new connection: its bytes at the old places are scanned anew. */
-    cr_assert_eq(verdict_of(tcp_ack(false, 0x12, S2C_SEQ + 777, C2S_SEQ + 1, "")), NF_ACCEPT);
+    synack_queued(S2C_SEQ + 777, C2S_SEQ);
     cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 1, "clean")), NF_ACCEPT);
     cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 6, "evil1337")), NF_DROP);
     cr_assert_eq(blocked_of(F_EVIL), 2);
