@@ -533,31 +533,33 @@ def wait_listen(world, ns, port, timeout=10):
     raise SystemExit("nothing listens on port %d in %s" % (port, ns))
 
 
-def iperf3_run(world, port, seconds, streams):
-    """One iperf3 client run from the client namespace, -J, its output drained while it runs.
-    Returns {mbps (MB/s received, 10^6 bytes), retransmits, snd_cpu, rcv_cpu, error}: snd_cpu
-    and rcv_cpu are iperf3's own CPU% of the client and the server (100% = one core), which say
-    which side bounded the run."""
+def iperf3_start(world, port, seconds, streams):
+    """An iperf3 client (-J) from the client namespace, started in the background."""
     argv = world.on_cli("iperf3", "-c", world.addr, "-p", port, "-t", seconds, "-P", streams,
                         "-J", "--connect-timeout", "3000")
+    return subprocess.Popen([str(x) for x in argv], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def iperf3_finish(p, seconds):
+    """Wait for an iperf3_start() client. Returns {mbps (MB/s received, 10^6 bytes),
+    retransmits, snd_cpu, rcv_cpu, error}: snd_cpu and rcv_cpu are iperf3's own CPU% of the
+    client and the server (100% = one core), which say which side bounded the run."""
+    failed = {"mbps": float("nan"), "retransmits": None, "snd_cpu": None, "rcv_cpu": None}
     try:
         # communicate() reads stdout and stderr concurrently until exit: a long -J document never
         # fills the pipe and blocks iperf3.
-        p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         out, err = p.communicate(timeout=float(seconds) + 30)
     except subprocess.TimeoutExpired:
         p.kill()
         p.communicate()
-        return {"mbps": float("nan"), "retransmits": None, "snd_cpu": None, "rcv_cpu": None,
-                "error": "timeout"}
+        return dict(failed, error="timeout")
     try:
         doc = json.loads(out)
     except ValueError:
-        return {"mbps": float("nan"), "retransmits": None, "snd_cpu": None, "rcv_cpu": None,
-                "error": (err.strip() or "no JSON output")[:200]}
+        return dict(failed, error=(err.strip() or "no JSON output")[:200])
     if "error" in doc:
-        return {"mbps": float("nan"), "retransmits": None, "snd_cpu": None, "rcv_cpu": None,
-                "error": doc["error"][:200]}
+        return dict(failed, error=doc["error"][:200])
     end = doc.get("end", {})
     rx = end.get("sum_received", {})
     tx = end.get("sum_sent", {})
@@ -565,6 +567,11 @@ def iperf3_run(world, port, seconds, streams):
     return {"mbps": rx.get("bits_per_second", float("nan")) / 8e6,
             "retransmits": tx.get("retransmits"), "snd_cpu": cpu.get("host_total"),
             "rcv_cpu": cpu.get("remote_total"), "error": None}
+
+
+def iperf3_run(world, port, seconds, streams):
+    """One iperf3 client run, to its end (see iperf3_finish for what it returns)."""
+    return iperf3_finish(iperf3_start(world, port, seconds, streams), seconds)
 
 
 def connload(world, ns, *args, timeout=60):

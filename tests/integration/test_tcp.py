@@ -418,6 +418,15 @@ def bulk_whole_gso_packets_never_truncated(env):
     check(_worker_counter(env, "truncated") == t0, "the worker saw truncated packets")
 
 
+def short_connection_trips(env, conv, host, want):
+    """One short request/reply connection over host passes, through exactly want queue trips."""
+    q0 = _queued(env)
+    c, s = conv.run(host, [b"hello", ("read", 0.5)])
+    it.assert_passed(c, s, b"hello", reply=b"fine")
+    q = _queued(env) - q0
+    check(q == want, "a short connection over %s took %d queue trips, expected %d", host, q, want)
+
+
 @test
 def short_connection_costs_two_queue_trips(env):
     # Queued: the request and the reply. Not queued: the handshake (the server's SYN-ACK is
@@ -427,11 +436,7 @@ def short_connection_costs_two_queue_trips(env):
     env.filter("short", dir="s2c")
     conv = Conv(env, port, reply=b"fine")
     for _, host in hosts():
-        q0 = _queued(env)
-        c, s = conv.run(host, [b"hello", ("read", 0.5)])
-        it.assert_passed(c, s, b"hello", reply=b"fine")
-        q = _queued(env) - q0
-        check(q == 2, "a short connection over %s took %d queue trips, expected 2", host, q)
+        short_connection_trips(env, conv, host, 2)
     # The reply direction is still scanned from its first byte.
     conv = Conv(env, env.service("short2", "tcp")[1], reply=b"flag " + EVIL)
     env.filter("short2", dir="s2c")
@@ -459,11 +464,7 @@ def without_the_log_expression_the_synack_is_queued(env):
             check(b"--no-synack-log" in f.read(), "the worker was not told")
         conv = Conv(env, port, reply=b"fine")
         for _, host in hosts():
-            q0 = _queued(env)
-            c, s = conv.run(host, [b"hello", ("read", 0.5)])
-            it.assert_passed(c, s, b"hello", reply=b"fine")
-            q = _queued(env) - q0
-            check(q == 3, "a short connection over %s took %d queue trips, expected 3", host, q)
+            short_connection_trips(env, conv, host, 3)
             c, s = conv.run(host, [b"ev", ("sleep", 0.1), b"il1337"])
             it.assert_blocked(c, s)
     finally:
