@@ -144,5 +144,130 @@ def raw_regex_from_argv(env):
     env.ctl("service", "rm", "argv")
 
 
+# ---- item 7: compiles never freeze controld ----------------------------------------------------
+
+def big_rules(env, n, name):
+    """n lines like the issue's: `both /patNNNNN[0-9]+x/`, which hyperscan compiles slowly
+    (about 2 s for 1,000 here, 8 s for 2,000: it grows faster than the count)."""
+    path = os.path.join(env.tmp, name)
+    with open(path, "w") as f:
+        for i in range(n):
+            f.write("both /pat%05d[0-9]+x/\n" % i)
+    return path
+
+
+def timed_ctl(env, *args):
+    t0 = time.monotonic()
+    p = env.ctl_raw(*args, timeout=10)
+    return p, time.monotonic() - t0
+
+
+def controld_children(env):
+    """(pid, comm) of controld's child processes."""
+    out = []
+    cpid = env.controld_pid()
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % d) as f:
+                st = f.read()
+        except OSError:
+            continue
+        comm = st[st.index("(") + 1:st.rindex(")")]
+        ppid = int(st[st.rindex(")") + 2:].split()[1])
+        if ppid == cpid:
+            out.append((int(d), comm))
+    return out
+
+
+@test
+def big_import_keeps_controld_answering_and_supervising(env):
+    lid, lport = env.service("live", "tcp")
+    env.filter("live")
+    bid, bport = env.service("big", "tcp")
+    rules = big_rules(env, 2000, "big.rules")
+    argv = [os.path.join(env.bin, "fgexctl"), "-c", env.url, "filter", "import", "big", rules]
+    t0 = time.monotonic()
+    imp = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        # the import is compiling once controld forked its compiler
+        check(it.wait_until(lambda: any(c == "controld" for _, c in controld_children(env)),
+                            timeout=5, step=0.05), "no compile process appeared: %s",
+              env.log_tail(10))
+        for args in (("status",), ("service", "list"), ("filter", "list", "live"),
+                     ("stats",), ("worker", "list")):
+            p, dt = timed_ctl(env, *args)
+            check(p.returncode == 0 and dt < 1.0, "fgexctl %s during the compile: exit %d "
+                  "after %.2f s (%r)", " ".join(args), p.returncode, dt, p.stderr.strip())
+        # a second change while one compiles is refused at once, and says why
+        p, dt = timed_ctl(env, "filter", "add", "live", "other[0-9]+")
+        check(p.returncode == 1 and "busy" in p.stderr and dt < 1.0,
+              "a change during the compile: exit %d after %.2f s (%r)", p.returncode, dt,
+              p.stderr.strip())
+        # a worker that dies meanwhile is restarted at once and filters again
+        old, _ = env.worker_pid()
+        os.kill(old, signal.SIGKILL)
+        t1 = time.monotonic()
+
+        def restarted():
+            pid, w = env.worker_pid()
+            return pid != old and w.get("state") == "running"
+        check(it.wait_until(restarted, timeout=3, step=0.05), "the killed nfqworker was not "
+              "restarted while the import compiled: %r", env.ctl("status").get("workers"))
+        dt = time.monotonic() - t1
+        check(dt < 2.0, "the nfqworker came back after %.2f s", dt)
+        check(it.proc_state(old) is None, "the killed worker %d stayed a zombie", old)
+        blocks(env, lport, b"xx" + EVIL)
+        passes(env, lport, b"honest traffic")
+        check(imp.poll() is None, "the import finished before the checks were made (%.1f s): "
+              "make it bigger", time.monotonic() - t0)
+        out, err = imp.communicate(timeout=120)
+    finally:
+        if imp.poll() is None:
+            imp.kill()
+            imp.wait()
+    check(imp.returncode == 0, "filter import -> %d: %r", imp.returncode, err)
+    fl = env.filters("big")
+    check(len(fl) == 2000, "big has %d filters after the import", len(fl))
+    check(not any(c == "controld" for _, c in controld_children(env)),
+          "a compile process is left: %r", controld_children(env))
+    env.ctl("service", "rm", "big")
+    env.ctl("service", "rm", "live")
+
+
+@test
+def compile_past_the_limit_is_refused(env):
+    env.stop_controld()
+    env.start_controld(extra_args=["--compile-timeout", "2"])
+    try:
+        sid, port = env.service("slow", "tcp")
+        env.filter("slow")
+        before = env.filters("slow")
+        rules = big_rules(env, 2000, "slow.rules")
+        t0 = time.monotonic()
+        p = env.ctl_raw("filter", "import", "slow", rules, "--replace", timeout=60)
+        dt = time.monotonic() - t0
+        check(p.returncode == 4 and "--compile-timeout (2 s)" in p.stderr
+              and "nothing was changed" in p.stderr, "import past the limit: exit %d %r",
+              p.returncode, p.stderr.strip())
+        check(dt < 5.0, "refused only after %.1f s", dt)
+        check(env.filters("slow") == before, "a refused import changed the filters: %r",
+              env.filters("slow")[:3])
+        p, dt = timed_ctl(env, "status")
+        check(p.returncode == 0 and dt < 1.0, "status after the refusal: %d in %.2f s",
+              p.returncode, dt)
+        check(not any(c == "controld" for _, c in controld_children(env)),
+              "the stopped compile left a process: %r", controld_children(env))
+        # the old filter still works, and a small change compiles well within the limit
+        blocks(env, port, EVIL)
+        env.filter("slow", "zzz[0-9]+")
+        blocks(env, port, b"zzz9")
+        env.ctl("service", "rm", "slow")
+    finally:
+        env.stop_controld()
+        env.start_controld()
+
+
 if __name__ == "__main__":
     sys.exit(it.run_module("ctlplane"))
