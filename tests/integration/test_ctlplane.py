@@ -191,10 +191,10 @@ def big_import_keeps_controld_answering_and_supervising(env):
     t0 = time.monotonic()
     imp = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        # the import is compiling once controld forked its compiler
-        check(it.wait_until(lambda: any(c == "controld" for _, c in controld_children(env)),
-                            timeout=5, step=0.05), "no compile process appeared: %s",
-              env.log_tail(10))
+        # the import is compiling once controld forked its compiler (an old controld that
+        # compiles on its own loop has none: give it a moment, then it must answer anyway)
+        it.wait_until(lambda: any(c == "controld" for _, c in controld_children(env)),
+                      timeout=2, step=0.05)
         for args in (("status",), ("service", "list"), ("filter", "list", "live"),
                      ("stats",), ("worker", "list")):
             p, dt = timed_ctl(env, *args)
