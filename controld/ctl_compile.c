@@ -613,8 +613,8 @@ int ctl_compile_poll(bool *done, char *err, size_t errlen)
         fgx_warn("the compile ran past --compile-timeout (%u s): stopped", cc.timeout_ms / 1000);
         (void)snprintf(err, errlen,
                        "compiling this change takes longer than --compile-timeout (%u s): it was "
-                       "stopped and nothing was changed (split the change, or raise "
-                       "controld's --compile-timeout)",
+                       "stopped and nothing was changed (a service's regexes compile together: "
+                       "use fewer or simpler ones, or raise controld's --compile-timeout)",
                        cc.timeout_ms / 1000);
         return -ETIMEDOUT;
     }
