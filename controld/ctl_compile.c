@@ -387,8 +387,8 @@ static int rec_write(int fd, uint8_t kind, uint32_t idx, int32_t rv, const char 
 }
 
 /* In the child: the jobs of child k, then exit. Never returns. */
-static void kid_run(int fd, size_t k, const size_t *kid_of_db, const size_t *db_idx, size_t npend_db,
-                    const size_t *chk_idx, size_t lo, size_t hi)
+static void kid_run(int fd, size_t k, const size_t *kid_of_db, const size_t *db_idx,
+                    size_t npend_db, const size_t *chk_idx, size_t lo, size_t hi)
 {
     char err[1024];
 

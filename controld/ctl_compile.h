@@ -61,8 +61,9 @@ void ctl_compile_reset(void);
 
 /* Share ndbs databases (sizes[i] patterns each) and nchecks checks among at most kids children:
  * the largest databases each to a child of their own first; the checks (a child per 256 at
- * most) to the children without a database, evenly, or to all of them when every child has one. kid_of_db[i] gets database i's
- * child; checks [lo[k], hi[k]) go to child k. Returns the number of children (0: no job). */
+ * most) to the children without a database, evenly, or to all of them when every child has
+ * one. kid_of_db[i] gets database i's child; checks [lo[k], hi[k]) go to child k. Returns the
+ * number of children (0: no job). */
 size_t ctl_compile_share(const size_t *sizes, size_t ndbs, size_t nchecks, size_t kids,
                          size_t *kid_of_db, size_t *lo, size_t *hi);
 

@@ -324,7 +324,8 @@ static int config_check(const Fgx__Ctl__Config *cfg, struct ctl_service *svcs, c
             err_set(err, errlen, "filter %u: invalid direction", f->id);
             return -EINVAL;
         }
-        if (ctl_config_regex_check_cached(f->regex, f->nocase, svc->ipproto, why, sizeof(why)) < 0) {
+        if (ctl_config_regex_check_cached(f->regex, f->nocase, svc->ipproto, why,
+                                          sizeof(why)) < 0) {
             err_set(err, errlen, "filter %u (service %s): %s", f->id, svc->name, why);
             return -EINVAL;
         }

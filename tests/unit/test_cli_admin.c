@@ -477,8 +477,8 @@ static Fgx__Ctl__Config *config_ok(const char *doc)
 }
 
 #define SVC_DOC(ver, filter)                                                                       \
-    "{\"version\": " #ver ", \"services\": [{\"name\": \"a\", \"proto\": \"tcp\", \"port\": 1, "    \
-    "\"filters\": [" filter "]}]}"
+    "{\"version\": " #ver ", \"services\": [{\"name\": \"a\", \"proto\": \"tcp\", "                  \
+    "\"port\": 1, \"filters\": [" filter "]}]}"
 #define SVC_WITH(filter) SVC_DOC(2, filter)
 
 Test(cli_config, raw_bytes_go_base64_and_old_files_keep_their_bytes)
