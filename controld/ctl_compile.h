@@ -57,10 +57,10 @@ int ctl_compile_poll(bool *done, char *err, size_t errlen);
 /* Kill what still runs and forget every job and result. */
 void ctl_compile_reset(void);
 
-/* ---- for unit tests: the record format children write, and how jobs are shared out ---- */
+/* ---- for unit tests: how the jobs are shared out ---- */
 
 /* Share ndbs databases (sizes[i] patterns each) and nchecks checks among at most kids children:
- * the largest databases each to a child of their own first; the checks (a child per 256 at
+ * the largest databases each to a child of their own first; the checks (one child per 256
  * most) to the children without a database, evenly, or to all of them when every child has
  * one. kid_of_db[i] gets database i's child; checks [lo[k], hi[k]) go to child k. Returns the
  * number of children (0: no job). */
