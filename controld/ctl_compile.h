@@ -60,7 +60,7 @@ void ctl_compile_reset(void);
 /* ---- for unit tests: how the jobs are shared out ---- */
 
 /* Share ndbs databases (sizes[i] patterns each) and nchecks checks among at most kids children:
- * the largest databases each to a child of their own first; the checks (one child per 256
+ * the largest databases each to a child of their own first; the checks (one child per 256 at
  * most) to the children without a database, evenly, or to all of them when every child has
  * one. kid_of_db[i] gets database i's child; checks [lo[k], hi[k]) go to child k. Returns the
  * number of children (0: no job). */
