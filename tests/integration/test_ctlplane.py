@@ -78,6 +78,15 @@ def raw_regex_survives_export_wipe_import(env):
     check(p.returncode == 0, "filter import -> %d: %r", p.returncode, p.stderr)
     blocks(env, port, b"ab" + RAW + b"cd")
     passes(env, port, b"ab\xff\xfe\x81zq")
+    # The block's event carries the matching bytes exactly, in every form.
+    evs = it.wait_until(lambda: env.ctl("events", "raw"), timeout=3)
+    check(len(evs) == 1, "events of raw: %r", evs)
+    e = evs[0]
+    check(("excerpt" in e) != ("excerpt_b64" in e), "event excerpt forms: %r", e)
+    x = e["excerpt"].encode() if "excerpt" in e else base64.b64decode(e["excerpt_b64"],
+                                                                      validate=True)
+    check(x == bytes.fromhex(e["excerpt_hex"]) and x.endswith(b"ab" + RAW),
+          "event excerpt %r (hex %s)", x, e["excerpt_hex"])
     fl = env.filters("raw")
     check(len(fl) == 1 and regex_bytes(fl[0]) == RAW, "filter list --json: %r", fl)
     # The ruleset export is byte for byte too.
