@@ -805,8 +805,7 @@ void cli_fmt_json_filter(struct cli_json *j, const Fgx__Ctl__Filter *fl)
     cli_json_u64(j, fl->id);
     cli_json_key(j, "service_id");
     cli_json_u64(j, fl->service_id);
-    cli_json_key(j, "regex");
-    cli_json_str(j, fl->regex);
+    cli_json_key_bytes(j, "regex", fl->regex, fl->regex ? strlen(fl->regex) : 0);
     cli_json_key(j, "dir");
     cli_json_str(j, dir_name(fl->dir));
     cli_json_key(j, "nocase");
@@ -970,9 +969,8 @@ static void json_event(struct cli_json *j, const Fgx__Ctl__Event *e)
     cli_json_str(j, e->dst);
     cli_json_key(j, "dport");
     cli_json_u64(j, e->dport);
-    cli_json_key(j, "excerpt");
-    cli_json_bytes(j, x, xlen);
-    /* Hex too, for a script that wants the bytes exactly (the string maps invalid UTF-8). */
+    cli_json_key_bytes(j, "excerpt", x, xlen);
+    /* Hex too, always, for a script that wants one field whatever the bytes. */
     for (size_t i = 0; i < xlen && i < EXCERPT_HEX_MAX; i++) {
         h[2 * i] = hex[x[i] >> 4];
         h[2 * i + 1] = hex[x[i] & 0xf];

@@ -159,7 +159,7 @@ def export_import_round_trip_on_fresh_controld(env):
     with open(path) as f:
         raw = f.read()
     doc = json.loads(raw)
-    check(doc.get("format") == "fgex-config" and doc.get("version") == 1, "header: %r",
+    check(doc.get("format") == "fgex-config" and doc.get("version") == 2, "header: %r",
           {k: doc.get(k) for k in ("format", "version")})
     for word in ("password", "hash", "session", "token", "$y$"):
         check(word not in raw.lower(), "the export holds %r", word)
