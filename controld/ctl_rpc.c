@@ -380,6 +380,9 @@ static size_t reply_worker(struct rpc *r)
         w->verdict_errors = c->verdict_errors;
         w->malformed = c->malformed;
         w->evasion = c->evasion;
+        w->has_midstream_resets = w->has_flows_evicted = 1;
+        w->midstream_resets = c->midstream_resets;
+        w->flows_evicted = c->flows_evicted;
     }
     r->workers[0] = w;
     return 1 + reply_px_worker(r, 1);

@@ -903,6 +903,12 @@ static void json_worker(struct cli_json *j, const Fgx__Ctl__Worker *w)
         cli_json_key(j, "evasion");
         cli_json_u64(j, w->evasion);
     }
+    if (w->has_midstream_resets) { /* the nfq worker's */
+        cli_json_key(j, "midstream_resets");
+        cli_json_u64(j, w->midstream_resets);
+        cli_json_key(j, "flows_evicted");
+        cli_json_u64(j, w->flows_evicted);
+    }
     if (w->has_conns_refused) { /* the proxy's own: absent for the nfq worker */
         cli_json_key(j, "conns_refused");
         cli_json_u64(j, w->conns_refused);

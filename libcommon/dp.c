@@ -329,6 +329,10 @@ int fgx_dp_encode(const struct fgx_dp_msg *m, void **buf, size_t *len)
         st.malformed = s->malformed;
         st.has_evasion = s->evasion != 0;
         st.evasion = s->evasion;
+        st.has_midstream_resets = s->midstream_resets != 0;
+        st.midstream_resets = s->midstream_resets;
+        st.has_flows_evicted = s->flows_evicted != 0;
+        st.flows_evicted = s->flows_evicted;
         /* Optional: absent (0) from nfqworker costs no bytes. */
         st.has_conns_refused = s->conns_refused != 0;
         st.has_unclassified = s->unclassified != 0;
@@ -547,6 +551,8 @@ static int stats_from_pb(const Fgx__Dp__Stats *p, struct fgx_dp_stats *s)
     s->verdict_errors = p->verdict_errors;
     s->malformed = p->malformed;
     s->evasion = p->evasion;
+    s->midstream_resets = p->midstream_resets;
+    s->flows_evicted = p->flows_evicted;
     s->conns_refused = p->conns_refused;
     s->unclassified = p->unclassified;
     s->connect_failed = p->connect_failed;

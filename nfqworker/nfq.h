@@ -49,6 +49,8 @@ struct nfq_svc_ctr {
 struct nfq_counters {
     uint64_t truncated, malformed, verdict_errors, queue_drops, unclassified, flows;
     uint64_t evasion; /* segments the receiver would discard (fgx/dp.h) */
+    uint64_t midstream_resets; /* connections reset for bytes not scanned before (fgx/dp.h) */
+    uint64_t flows_evicted;    /* flows with stream state pushed out of a full table */
     struct nfq_svc_ctr svc[NFQ_SVC_SLOTS];
     struct fgx_filter_ctr filter[NFQ_FILTER_SLOTS];
 };

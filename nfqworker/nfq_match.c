@@ -58,11 +58,19 @@ void nfq_match_flow_release(void *arg, struct fgx_flow *f)
     NFQ_CTR_ADD(&t->ctr.flows, (uint64_t)-1);
 }
 
-static bool flow_keep(void *arg, struct fgx_flow *f)
+/* A flow whose service is not in the new config (stopped, or removed) is parked, not freed:
+ * a stop and start with nothing sent in between then costs the connection nothing, since its
+ * streams go on where they were. Its traffic is not queued meanwhile, so at the return each
+ * direction's next segment must start no later than where its stream stood (resume). Parked
+ * flows get no packets: the idle expiry frees them (NFQ_FLOW_IDLE_MS), the table's bound
+ * holds. A service removed and added again has a new id: its flows are taken as unscanned. */
+static bool flow_park(void *arg, struct fgx_flow *f)
 {
     const struct fgx_wcfg *c = arg;
 
-    return fgx_wcfg_service(c, f->service_id) != NULL;
+    if (fgx_wcfg_service(c, f->service_id) == NULL)
+        f->resume[0] = f->resume[1] = true;
+    return true;
 }
 
 void nfq_match_switch(struct nfq_thread *t)
@@ -81,9 +89,9 @@ void nfq_match_switch(struct nfq_thread *t)
             if (cur->svc[i].db[d] != NULL)
                 (void)fgx_reasm_ctx_scratch(t->reasm, cur->svc[i].db[d]->db);
     t->cfg = cur;
-    /* A service that is gone takes its flows with it; the others switch at their next packet. */
+    /* The flows of a service that is gone are parked; the others switch at their next packet. */
     if (cur != NULL)
-        fgx_flow_sweep(t->flows, flow_keep, cur);
+        fgx_flow_sweep(t->flows, flow_park, cur);
     fgx_wcfg_unref(old);
     __atomic_store_n(&t->applied, cur, __ATOMIC_RELEASE);
 }
@@ -175,13 +183,42 @@ static void event_record(struct nfq_thread *t, uint32_t service_id, enum fgx_dir
     fgx_evring_commit(&t->events);
 }
 
+/* Nothing of the flow will be scanned again: its streams, held segments and databases go back
+ * now; only the entry stays, so that the rest of the flow keeps being dropped. */
+static void flow_blocked(struct nfq_thread *t, struct fgx_flow *f)
+{
+    int d;
+
+    f->blocked = true;
+    for (d = 0; d < 2; d++) {
+        fgx_reasm_release(t->reasm, &f->dir[d]);
+        f->dir[d].db = NULL;
+        fgx_wdb_unref(f->dbref[d]);
+        f->dbref[d] = NULL;
+    }
+}
+
+/* Reset both ends of f after the segment at seq (acknowledging ack) that the sender in dir
+ * sent: its peer expects that segment's place next, the sender what it acknowledged. */
+static void flow_reset(struct nfq_thread *t, const struct fgx_flow *f, enum fgx_dir dir,
+                       uint32_t seq, uint32_t ack)
+{
+    const struct fgx_flow_key *k = &f->key;
+
+    if (dir == FGX_DIR_C2S) {
+        nfq_reset_send(t, k->family, k->caddr, k->cport, k->saddr, k->sport, seq);
+        nfq_reset_send(t, k->family, k->saddr, k->sport, k->caddr, k->cport, ack);
+    } else {
+        nfq_reset_send(t, k->family, k->saddr, k->sport, k->caddr, k->cport, seq);
+        nfq_reset_send(t, k->family, k->caddr, k->cport, k->saddr, k->sport, ack);
+    }
+}
+
 static void block(struct nfq_thread *t, struct fgx_flow *f, enum fgx_dir dir,
                   const struct fgx_reasm_match *m)
 {
     const struct fgx_flow_key *k = &f->key;
-    int d;
 
-    f->blocked = true;
     nfq_stats_filter_blocked(&t->ctr, m->filter_id);
     if (dir == FGX_DIR_C2S)
         event_record(t, f->service_id, dir, k->ipproto, k->family, k->caddr, k->cport, k->saddr,
@@ -191,21 +228,47 @@ static void block(struct nfq_thread *t, struct fgx_flow *f, enum fgx_dir dir,
                      k->cport, m);
     /* The side that sent the matching bytes expects them to be at m->seq in its peer's eyes;
      * the other side's next byte is what the dropped segment acknowledged. */
-    if (dir == FGX_DIR_C2S) {
-        nfq_reset_send(t, k->family, k->caddr, k->cport, k->saddr, k->sport, m->seq);
-        nfq_reset_send(t, k->family, k->saddr, k->sport, k->caddr, k->cport, m->ack);
-    } else {
-        nfq_reset_send(t, k->family, k->saddr, k->sport, k->caddr, k->cport, m->seq);
-        nfq_reset_send(t, k->family, k->caddr, k->cport, k->saddr, k->sport, m->ack);
+    flow_reset(t, f, dir, m->seq, m->ack);
+    flow_blocked(t, f);
+}
+
+/* Whether payload segment p (not a SYN's) finds its direction's earlier bytes unscanned: the
+ * direction never started (no SYN-ACK anchored the flow: open before the service or the worker
+ * existed, the flow evicted or its anchor lost), or its service was away since and p starts
+ * beyond where the stream stood (bytes passed unseen meanwhile). Continuing such a direction as
+ * if it began here would match its bytes without those before ("ev" | restart | "il1337").
+ * Under FGX_MIDSTREAM_RESET the connection is reset, both ends as for a block but counted as
+ * midstream_resets, and true returned: p is dropped, and so is the rest of the flow. Under
+ * FGX_MIDSTREAM_SCAN the direction starts again at p, as if the connection began there. */
+static bool midstream(struct nfq_thread *t, struct fgx_flow *f, enum fgx_dir dir,
+                      const struct fgx_pkt *p, const struct fgx_wsvc *svc)
+{
+    int d = dir == FGX_DIR_C2S ? 0 : 1;
+    struct fgx_reasm *r = &f->dir[d];
+
+    if (r->active && !f->resume[d])
+        return false;
+    if (r->active) {
+        int32_t ahead = (int32_t)(p->seq - r->next_seq);
+
+        if (ahead <= 0) {
+            /* Nothing beyond the stream's position: in order. A retransmission that ends
+             * before it proves nothing yet; one that reaches past it goes on in order. */
+            if (ahead + (int64_t)p->payload_len > 0)
+                f->resume[d] = false;
+            return false;
+        }
     }
-    /* Nothing of the flow will be scanned again: its streams, held segments and databases go
-     * back now; only the entry stays, so that the rest of the flow keeps being dropped. */
-    for (d = 0; d < 2; d++) {
-        fgx_reasm_release(t->reasm, &f->dir[d]);
-        f->dir[d].db = NULL;
-        fgx_wdb_unref(f->dbref[d]);
-        f->dbref[d] = NULL;
+    f->resume[d] = false;
+    if (svc->midstream == FGX_MIDSTREAM_SCAN) {
+        if (r->active)
+            (void)fgx_reasm_start(t->reasm, r, p->seq);
+        return false;
     }
+    NFQ_CTR_ADD(&t->ctr.midstream_resets, 1);
+    flow_reset(t, f, dir, p->seq, p->ack);
+    flow_blocked(t, f);
+    return true;
 }
 
 static struct fgx_flow *flow_new(struct nfq_thread *t, const struct fgx_flow_key *key,
@@ -356,6 +419,9 @@ static void tcp_packet(struct nfq_thread *t, unsigned queue, uint32_t id, const 
     if (syn) {
         seq++; /* the SYN takes one sequence number; data (TCP fast open) follows it */
         (void)fgx_reasm_start(t->reasm, r, seq);
+    } else if (p->payload_len > 0 && midstream(t, f, dir, p, svc)) {
+        verdict(t, queue, id, sc, false);
+        return;
     }
     v = fgx_reasm_segment(t->reasm, r, seq, p->ack, p->payload, p->payload_len,
                           cookie_make(queue, t, sc, id), t->now_ms, &m);

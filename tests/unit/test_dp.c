@@ -69,6 +69,8 @@ static void make_stats(struct fgx_dp_msg *m)
         .verdict_errors = 15,
         .malformed = 16,
         .evasion = 21,
+        .midstream_resets = 22,
+        .flows_evicted = 23,
         .conns_refused = 17,
         .unclassified = 18,
         .connect_failed = 19,
@@ -198,6 +200,8 @@ Test(dp, stats_round_trip)
     cr_assert_eq(b->verdict_errors, 15);
     cr_assert_eq(b->malformed, 16);
     cr_assert_eq(b->evasion, 21);
+    cr_assert_eq(b->midstream_resets, 22);
+    cr_assert_eq(b->flows_evicted, 23);
     cr_assert_eq(b->conns_refused, 17);
     cr_assert_eq(b->unclassified, 18);
     cr_assert_eq(b->connect_failed, 19);

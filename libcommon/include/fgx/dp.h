@@ -110,6 +110,10 @@ struct fgx_dp_stats {
     /* segments dropped because the receiver would discard them and their bytes could then pass
      * later unscanned: bad checksum, data without ACK, inconsistent retransmission */
     uint64_t evasion;
+    /* nfqworker: connections reset by the midstream policy (FGX_MIDSTREAM_RESET), and flows
+     * with stream state pushed out of a full flow table */
+    uint64_t midstream_resets;
+    uint64_t flows_evicted;
     /* proxyworker's own (0 from nfqworker): connections it reset itself, since it started */
     uint64_t conns_refused;  /* at its connection limit */
     uint64_t unclassified;   /* for no running proxy-layer service */

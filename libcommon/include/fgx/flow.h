@@ -25,6 +25,10 @@ struct fgx_flow {
     uint64_t last_ms;
     uint32_t service_id;
     bool blocked;
+    /* [d]: the flow's service was away (stopped) since this direction's last segment, so its
+     * bytes may have passed unseen meanwhile: its next segment must not start beyond next_seq.
+     * Cleared by the first one that goes on in order. */
+    bool resume[2];
     void *dbref[2];           /* the owner's reference on each direction's database */
     struct fgx_reasm dir[2];  /* [0] client -> server, [1] server -> client */
     /* table links, private */
