@@ -27,7 +27,7 @@
 
 struct ctl_sup {
     char *run_dir, *worker_path, *log_level;
-    unsigned threads, queue_base, proxy_port, max_conns;
+    unsigned threads, queue_base, proxy_port, max_conns, nfq_flows;
     bool no_synack_log;
     const char *name; /* "nfqworker" or "proxyworker", for paths and logs */
     struct fgx_chan *chan;
@@ -77,10 +77,11 @@ static int worker_path_default(const char *name, char **out)
 
 static int sup_spawn(struct ctl_sup *s)
 {
-    char url[PATH_MAX + 16], threads[16], base[16], port[16], conns[16];
-    /* two spare slots (and the NULL after them) for proxyworker's --max-conns */
-    char *argv[12] = {s->worker_path, "--control", url,           "--threads",  threads,
+    char url[PATH_MAX + 16], threads[16], base[16], port[16], conns[16], flows[16];
+    /* spare slots (and the NULL after them) for the options below */
+    char *argv[14] = {s->worker_path, "--control", url,           "--threads",  threads,
                       "--queue-base", base,        "--log-level", s->log_level, NULL};
+    int argc = 9;
     pid_t parent = getpid(), pid;
 
     snprintf(url, sizeof(url), "ipc://%s/%s.sock", s->run_dir, s->proxy_port ? "proxy" : "nfq");
@@ -88,16 +89,22 @@ static int sup_spawn(struct ctl_sup *s)
     snprintf(base, sizeof(base), "%u", s->queue_base);
     snprintf(port, sizeof(port), "%u", s->proxy_port);
     snprintf(conns, sizeof(conns), "%u", s->max_conns);
+    snprintf(flows, sizeof(flows), "%u", s->nfq_flows);
     if (s->proxy_port) {
         /* proxyworker: --listen-port instead of --queue-base, and --max-conns when set */
         argv[5] = "--listen-port";
         argv[6] = port;
         if (s->max_conns) {
-            argv[9] = "--max-conns";
-            argv[10] = conns;
+            argv[argc++] = "--max-conns";
+            argv[argc++] = conns;
         }
-    } else if (s->no_synack_log) {
-        argv[9] = "--no-synack-log";
+    } else {
+        if (s->no_synack_log)
+            argv[argc++] = "--no-synack-log";
+        if (s->nfq_flows) {
+            argv[argc++] = "--flows";
+            argv[argc++] = flows;
+        }
     }
     pid = fork();
     if (pid == -1) {
@@ -164,6 +171,7 @@ int ctl_sup_start(const struct ctl_sup_config *cfg, struct ctl_sup **out)
     s->proxy_port = cfg->proxy_port;
     s->max_conns = cfg->max_conns;
     s->no_synack_log = cfg->no_synack_log;
+    s->nfq_flows = cfg->nfq_flows;
     s->name = cfg->proxy_port ? "proxyworker" : "nfqworker";
     s->backoff_ms = SUP_BACKOFF_MIN_MS;
     snprintf(url, sizeof(url), "ipc://%s/%s.sock", s->run_dir, s->proxy_port ? "proxy" : "nfq");

@@ -44,6 +44,7 @@ struct opts {
     size_t nallow;
     bool local_auth, init_password;
     bool no_synack_log;
+    unsigned nfq_flows;
 };
 
 static volatile sig_atomic_t stop_requested;
@@ -63,6 +64,7 @@ static void usage(FILE *f)
         "                [--metrics-listen ADDR:PORT] [--proxy-port P] [--proxy-max-conns N]\n"
         "                [--listen tls+tcp://ADDR:PORT [--cert FILE --key FILE]]\n"
         "                [--allow CIDR]... [--local-auth] [--init-password] [--no-synack-log]\n"
+        "                [--nfq-flows N]\n"
         "defaults: --state-dir /var/lib/fgex --run-dir /run/fgex --threads <online CPUs>\n"
         "          --log-level info --queue-base %u\n"
         "--metrics-listen serves Prometheus metrics (text format) at http://ADDR:PORT/metrics,\n"
@@ -79,7 +81,9 @@ static void usage(FILE *f)
         "          %u); --proxy-max-conns its limit of open connections (default 4096).\n"
         "--no-synack-log  queue the server's SYN-ACK instead of copying it to the worker (one\n"
         "          queue trip more per connection); chosen by itself on a\n"
-        "          kernel without the nftables log expression.\n",
+        "          kernel without the nftables log expression.\n"
+        "--nfq-flows  TCP flows the nfq worker tracks per thread (default 65536; a quarter\n"
+        "          of them at most embryonic: handshakes without data yet).\n",
         FGX_QUEUE_BASE_DEFAULT, PROXY_PORT_DEFAULT);
 }
 
@@ -115,6 +119,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         {"local-auth", no_argument, NULL, 'a'},
         {"init-password", no_argument, NULL, 'P'},
         {"no-synack-log", no_argument, NULL, 'S'},
+        {"nfq-flows", required_argument, NULL, 'F'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -168,6 +173,12 @@ static int parse_opts(int argc, char **argv, struct opts *o)
             }
             break;
         case 'S': o->no_synack_log = true; break;
+        case 'F':
+            if (parse_uint(optarg, 16, 1u << 24, &o->nfq_flows) < 0) {
+                fprintf(stderr, "controld: --nfq-flows takes 16..16777216, not \"%s\"\n", optarg);
+                return -EINVAL;
+            }
+            break;
         case 'M':
             if (parse_uint(optarg, 1, 1000000, &o->proxy_max_conns) < 0) {
                 fprintf(stderr, "controld: --proxy-max-conns takes 1..1000000, not \"%s\"\n",
@@ -531,7 +542,8 @@ int main(int argc, char **argv)
                                                 .log_level = o.log_level,
                                                 .threads = o.threads,
                                                 .queue_base = o.queue_base,
-                                                .no_synack_log = !ctl_nft_synack_log(nft)},
+                                                .no_synack_log = !ctl_nft_synack_log(nft),
+                                                .nfq_flows = o.nfq_flows},
                        &sup);
     if (rv < 0)
         goto out;

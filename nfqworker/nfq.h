@@ -50,7 +50,6 @@ struct nfq_counters {
     uint64_t truncated, malformed, verdict_errors, queue_drops, unclassified, flows;
     uint64_t evasion; /* segments the receiver would discard (fgx/dp.h) */
     uint64_t midstream_resets; /* connections reset for bytes not scanned before (fgx/dp.h) */
-    uint64_t flows_evicted;    /* flows with stream state pushed out of a full table */
     struct nfq_svc_ctr svc[NFQ_SVC_SLOTS];
     struct fgx_filter_ctr filter[NFQ_FILTER_SLOTS];
 };
@@ -97,6 +96,7 @@ struct nfq_thread {
 struct nfq_worker {
     unsigned nthreads;
     unsigned queue_base;
+    unsigned flows; /* flow table entries per thread */
     /* The rules queue the server's SYN-ACK instead of copying it (a kernel without the
      * nftables log expression): no NFLOG socket; the queued SYN-ACK anchors the same way. */
     bool no_synack_log;

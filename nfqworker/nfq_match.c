@@ -271,11 +271,16 @@ static bool midstream(struct nfq_thread *t, struct fgx_flow *f, enum fgx_dir dir
     return true;
 }
 
+/* A flow for key: with stream state (it carries payload), or embryonic (NULL when the table is
+ * full of flows with stream state, which an embryonic one never pushes out). */
 static struct fgx_flow *flow_new(struct nfq_thread *t, const struct fgx_flow_key *key,
-                                 const struct fgx_wsvc *svc, struct nfq_svc_ctr *sc)
+                                 const struct fgx_wsvc *svc, struct nfq_svc_ctr *sc, bool embryonic)
 {
-    struct fgx_flow *f = fgx_flow_insert(t->flows, key, t->now_ms);
+    struct fgx_flow *f = embryonic ? fgx_flow_insert_embryonic(t->flows, key, t->now_ms)
+                                   : fgx_flow_insert(t->flows, key, t->now_ms);
 
+    if (f == NULL)
+        return NULL;
     f->service_id = svc->id;
     NFQ_CTR_ADD(&sc->flows_active, 1);
     NFQ_CTR_ADD(&t->ctr.flows, 1);
@@ -308,7 +313,13 @@ static void synack_anchor(struct nfq_thread *t, const struct fgx_pkt *p,
         f = NULL;
     }
     if (f == NULL) {
-        f = flow_new(t, &key, svc, nfq_stats_svc(&t->ctr, svc->id));
+        f = flow_new(t, &key, svc, nfq_stats_svc(&t->ctr, svc->id), true);
+        if (f == NULL) {
+            /* No room that an embryonic flow may take: the anchor alone is kept, and the
+             * connection's first data starts from it (flow_open()). */
+            fgx_flow_anchor_put(t->flows, &key, (const uint32_t[2]){p->ack, p->seq + 1});
+            return;
+        }
         flow_attach(t, f, svc);
         (void)fgx_reasm_start(t->reasm, &f->dir[0], p->ack);
     } else {
@@ -358,6 +369,30 @@ void nfq_match_synacks_lost(struct nfq_thread *t)
     (void)fgx_flow_sweep(t->flows, flow_floor_to_next, NULL);
 }
 
+/* The flow for a packet of a connection that has none. With payload it has stream state from
+ * now on; a connection whose embryonic flow was pushed out (a SYN-ACK flood) starts from the
+ * anchor the table kept, as if it had stayed: nothing of it can have passed unscanned, since
+ * all its payload is queued. Without payload (a SYN or an ACK with IP options) it is embryonic,
+ * and may find no room (NULL): it has nothing to scan. */
+static struct fgx_flow *flow_open(struct nfq_thread *t, const struct fgx_flow_key *key,
+                                  const struct fgx_pkt *p, const struct fgx_wsvc *svc,
+                                  struct nfq_svc_ctr *sc)
+{
+    bool syn = (p->tcp_flags & FGX_TCP_SYN) != 0;
+    uint32_t anchor[2];
+    struct fgx_flow *f;
+
+    if (p->payload_len == 0)
+        return flow_new(t, key, svc, sc, true);
+    if (syn || !fgx_flow_anchor_take(t->flows, key, anchor))
+        return flow_new(t, key, svc, sc, false);
+    f = flow_new(t, key, svc, sc, false);
+    flow_attach(t, f, svc);
+    (void)fgx_reasm_start(t->reasm, &f->dir[0], anchor[0]);
+    (void)fgx_reasm_start(t->reasm, &f->dir[1], anchor[1]);
+    return f;
+}
+
 static void tcp_packet(struct nfq_thread *t, unsigned queue, uint32_t id, const struct fgx_pkt *p,
                        const struct fgx_wsvc *svc, enum fgx_dir dir, struct nfq_svc_ctr *sc)
 {
@@ -402,8 +437,13 @@ static void tcp_packet(struct nfq_thread *t, unsigned queue, uint32_t id, const 
         verdict(t, queue, id, sc, p->payload_len == 0);
         return;
     }
-    if (f == NULL)
-        f = flow_new(t, &key, svc, sc);
+    if (f == NULL) {
+        f = flow_open(t, &key, p, svc, sc);
+        if (f == NULL) {
+            verdict(t, queue, id, sc, true);
+            return;
+        }
+    }
     if (f->blocked) {
         verdict(t, queue, id, sc, false);
         return;
@@ -423,6 +463,8 @@ static void tcp_packet(struct nfq_thread *t, unsigned queue, uint32_t id, const 
         verdict(t, queue, id, sc, false);
         return;
     }
+    if (p->payload_len > 0)
+        fgx_flow_promote(t->flows, f);
     v = fgx_reasm_segment(t->reasm, r, seq, p->ack, p->payload, p->payload_len,
                           cookie_make(queue, t, sc, id), t->now_ms, &m);
     if (m.inconsistent > 0)

@@ -113,7 +113,7 @@ int nfq_thread_init(struct nfq_worker *w, struct nfq_thread *t, unsigned idx)
                             &t->reasm);
     if (ret != 0)
         goto err;
-    ret = fgx_flow_table_new(NFQ_FLOWS_PER_THREAD, nfq_match_flow_release, t, &t->flows);
+    ret = fgx_flow_table_new(w->flows, nfq_match_flow_release, t, &t->flows);
     if (ret != 0)
         goto err;
     t->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
