@@ -189,6 +189,8 @@ int fgx_dp_encode(const struct fgx_dp_msg *m, void **buf, size_t *len)
     Fgx__Dp__Ack ack = FGX__DP__ACK__INIT;
     Fgx__Dp__StatsRequest sreq = FGX__DP__STATS_REQUEST__INIT;
     Fgx__Dp__Stats st = FGX__DP__STATS__INIT;
+    Fgx__Dp__FlowsRequest freq = FGX__DP__FLOWS_REQUEST__INIT;
+    Fgx__Dp__Flows fl = FGX__DP__FLOWS__INIT;
     Fgx__Dp__Service *svc = NULL, **svcp = NULL;
     Fgx__Dp__FilterStat *fs = NULL, **fsp = NULL;
     Fgx__Dp__ServiceStat *ss = NULL, **ssp = NULL;
@@ -349,6 +351,16 @@ int fgx_dp_encode(const struct fgx_dp_msg *m, void **buf, size_t *len)
     case FGX_DP_ERROR:
         msg.msg_case = FGX__DP__MSG__MSG_ERROR;
         msg.error = m->u.error != NULL ? m->u.error : "";
+        break;
+    case FGX_DP_FLOWS_REQUEST:
+        msg.msg_case = FGX__DP__MSG__MSG_FLOWS_REQUEST;
+        msg.flows_request = &freq;
+        break;
+    case FGX_DP_FLOWS:
+        fl.data.data = m->u.flows.data;
+        fl.data.len = m->u.flows.len;
+        msg.msg_case = FGX__DP__MSG__MSG_FLOWS;
+        msg.flows = &fl;
         break;
     default:
         ret = -EINVAL;
@@ -660,6 +672,22 @@ int fgx_dp_decode(const void *buf, size_t len, struct fgx_dp_msg *m)
         m->type = FGX_DP_STATS;
         ret = stats_from_pb(msg->stats, &m->u.stats);
         break;
+    case FGX__DP__MSG__MSG_FLOWS_REQUEST:
+        m->type = FGX_DP_FLOWS_REQUEST;
+        ret = 0;
+        break;
+    case FGX__DP__MSG__MSG_FLOWS:
+        m->type = FGX_DP_FLOWS;
+        m->u.flows.len = msg->flows->data.len;
+        m->u.flows.data = malloc(m->u.flows.len > 0 ? m->u.flows.len : 1);
+        if (m->u.flows.data == NULL) {
+            ret = -ENOMEM;
+            break;
+        }
+        if (m->u.flows.len > 0)
+            memcpy(m->u.flows.data, msg->flows->data.data, m->u.flows.len);
+        ret = 0;
+        break;
     case FGX__DP__MSG__MSG_ERROR:
         m->type = FGX_DP_ERROR;
         m->u.error = strdup(msg->error != NULL ? msg->error : "");
@@ -708,6 +736,9 @@ void fgx_dp_msg_release(struct fgx_dp_msg *m)
         break;
     case FGX_DP_ERROR:
         free(m->u.error);
+        break;
+    case FGX_DP_FLOWS:
+        free(m->u.flows.data);
         break;
     default:
         break;

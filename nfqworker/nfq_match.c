@@ -89,6 +89,8 @@ void nfq_match_switch(struct nfq_thread *t)
             if (cur->svc[i].db[d] != NULL)
                 (void)fgx_reasm_ctx_scratch(t->reasm, cur->svc[i].db[d]->db);
     t->cfg = cur;
+    if (cur != NULL && t->hx_in != NULL)
+        nfq_handover_apply(t);
     /* The flows of a service that is gone are parked; the others switch at their next packet. */
     if (cur != NULL)
         fgx_flow_sweep(t->flows, flow_park, cur);
@@ -530,4 +532,15 @@ void nfq_match_packet(struct nfq_thread *t, unsigned queue, uint32_t id, const u
                      &m);
     }
     verdict(t, queue, id, sc, rc == 0);
+}
+
+struct fgx_flow *nfq_match_adopt(struct nfq_thread *t, const struct fgx_flow_key *key,
+                                 const struct fgx_wsvc *svc, bool embryonic)
+{
+    return flow_new(t, key, svc, nfq_stats_svc(&t->ctr, svc->id), embryonic);
+}
+
+void nfq_match_attach(struct nfq_thread *t, struct fgx_flow *f, const struct fgx_wsvc *svc)
+{
+    flow_attach(t, f, svc);
 }

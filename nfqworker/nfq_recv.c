@@ -157,6 +157,9 @@ void nfq_thread_release(struct nfq_thread *t)
      * socket still open. */
     fgx_flow_table_free(t->flows);
     t->flows = NULL;
+    free(t->hx_out);
+    free(t->hx_in);
+    t->hx_out = t->hx_in = NULL;
     if (t->nl != NULL)
         nfq_verdict_flush(t);
     fgx_reasm_ctx_free(t->reasm);
@@ -332,6 +335,9 @@ void *nfq_thread_main(void *arg)
             if (read(t->efd, &v, sizeof(v)) == -1 && errno != EAGAIN)
                 fgx_warn("thread %u: eventfd read: %s", t->idx, strerror(errno));
         }
+        /* A planned restart: the flows are written out here, and nothing moves after. */
+        if (nfq_handover_poll(t))
+            break;
         /* Between packets: a new generation is picked up before the next batch. */
         nfq_match_switch(t);
         if (pfd[0].revents & (POLLIN | POLLERR)) {

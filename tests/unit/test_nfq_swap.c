@@ -940,3 +940,66 @@ Test(nfq_swap, synack_retransmitted_after_a_block_keeps_it_blocked)
     synack_logged(S2C_SEQ + 777, C2S_SEQ + 5000);
     cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 5001, "hello")), NF_ACCEPT);
 }
+
+/* ---- a planned restart hands the flows over (nfq_handover.c) ---- */
+
+/* The old worker writes its flows out; a fresh table (the new worker's) takes them back at its
+ * first ruleset. */
+static void hand_over(void)
+{
+    void *data = NULL;
+    size_t len = 0;
+
+    __atomic_store_n(&t.hx_req, 1, __ATOMIC_RELEASE);
+    cr_assert(nfq_handover_poll(&t));
+    cr_assert_eq(nfq_handover_export(&w, &data, &len), 0);
+    cr_assert(w.stop, "the old worker ends after the reply");
+    fgx_flow_table_free(t.flows);
+    cr_assert_eq(fgx_flow_table_new(64, nfq_match_flow_release, &t, &t.flows), 0);
+    free(t.hx_out);
+    t.hx_out = NULL;
+    t.hx_req = t.hx_done = 0;
+    w.stop = 0;
+    cr_assert_eq(nfq_handover_import(&w, data, len), 0);
+    free(data);
+}
+
+Test(nfq_swap, handed_over_flow_keeps_its_partial_match)
+{
+    publish_tcp(1, 1, &P_EVIL);
+    connect_tcp();
+    cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 1, "ev")), NF_ACCEPT);
+    hand_over();
+    cr_assert_eq(fgx_flow_count(t.flows), 0, "nothing before the first ruleset");
+    publish_tcp(2, 1, &P_EVIL);
+    cr_assert_eq(fgx_flow_count(t.flows), 1);
+    cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 3, "il1337")), NF_DROP);
+    cr_assert_eq(blocked_of(F_EVIL), 1);
+    cr_assert_eq(t.ctr.midstream_resets, 0);
+}
+
+Test(nfq_swap, handed_over_flow_with_a_gap_meets_the_policy)
+{
+    publish_tcp(1, 1, &P_EVIL);
+    connect_tcp();
+    cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 1, "ev")), NF_ACCEPT);
+    hand_over();
+    publish_tcp(2, 1, &P_EVIL);
+    /* "xx" passed while no worker read a fail-open queue */
+    cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 5, "il1337")), NF_DROP);
+    cr_assert_eq(t.ctr.midstream_resets, 1);
+}
+
+Test(nfq_swap, handed_over_flow_of_a_changed_database_meets_the_policy)
+{
+    const struct fgx_pattern two[] = {P_EVIL, P_ZZZ};
+
+    publish_tcp(1, 1, &P_EVIL);
+    connect_tcp();
+    cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 1, "ev")), NF_ACCEPT);
+    hand_over();
+    publish_tcp(2, 2, two);
+    cr_assert_eq(fgx_flow_count(t.flows), 0, "its stream cannot be rebuilt on another database");
+    cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 3, "il1337")), NF_DROP);
+    cr_assert_eq(t.ctr.midstream_resets, 1);
+}

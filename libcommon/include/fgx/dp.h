@@ -40,6 +40,8 @@ enum fgx_dp_type {
     FGX_DP_STATS_REQUEST,
     FGX_DP_STATS,
     FGX_DP_ERROR,
+    FGX_DP_FLOWS_REQUEST, /* a planned restart: hand your flows over, then exit */
+    FGX_DP_FLOWS,         /* the flows, from the old worker, for the new one */
 };
 
 struct fgx_dp_service {
@@ -131,6 +133,10 @@ struct fgx_dp_msg {
         uint64_t ack_generation;
         struct fgx_dp_stats stats;
         char *error; /* malloc'd */
+        struct {
+            void *data; /* malloc'd */
+            size_t len;
+        } flows;
     } u;
 };
 
