@@ -60,10 +60,6 @@ def assert_reset(c, s, first, what, forbidden=EVIL):
           s["end"])
 
 
-def worker_state(env):
-    return env.worker_pid()
-
-
 def wait_worker_running(env, old_pid, timeout=10):
     def new_running():
         pid, w = env.worker_pid()
