@@ -121,6 +121,42 @@ def honest_connections_during_and_after_a_flood(env):
     check(w.get("midstream_resets") == 0, "an honest connection was reset: %r", w)
 
 
+@test
+def flow_pushed_out_of_a_full_table_is_reset_not_restarted(env):
+    """A table full of flows with stream state must push one out: that connection's next bytes
+    are not scanned as a fresh stream (`il1337` alone matches nothing) but reset."""
+    env.stop_controld()
+    env.start_controld(extra_args=["--nfq-flows", 16])
+    try:
+        _, port = env.service("ev-full", "tcp")
+        env.filter("ev-full")
+        srv = env.tcp_server(port, idle=30)
+        conns = []
+        for i in range(40):
+            h = env.tcp_client(SRV4 if i % 2 else SRV6, port, [b"ev", "wait", b"il1337",
+                                                               ("read", 1.0)],
+                               timeout=6, wait=False)
+            ev = h.wait_event(lambda e: e.get("event") == "connected", 5)
+            check(ev is not None, "connection %d did not connect", i)
+            server_got(srv, ev["sport"], b"ev")
+            conns.append((h, ev["sport"]))
+        w = nfq_worker(env)
+        check(w.get("flows_evicted", 0) > 0, "40 connections did not overflow 2 x 16 flows: %r",
+              w)
+        for h, _ in conns:
+            h.tell()
+        for i, (h, sport) in enumerate(conns):
+            c = it.client_result(h, 20)
+            s = it.server_conn_of(srv, sport, timeout=10)
+            it.assert_blocked(c, s)
+            check(s["data"] == b"ev", "connection %d: the server read %r", i, s["data"])
+        w = nfq_worker(env)
+        check(w.get("midstream_resets", 0) > 0, "no connection pushed out was reset: %r", w)
+    finally:
+        env.stop_controld()
+        env.start_controld()
+
+
 if __name__ == "__main__":
     sys.exit(it.run_module("evict", setup=setup,
                            controld_args=("--nfq-flows", FLOWS) if FLOWS else ()))
