@@ -48,6 +48,7 @@ struct opts {
     bool local_auth, init_password;
     bool no_synack_log;
     unsigned compile_timeout; /* seconds */
+    unsigned nfq_flows;
 };
 
 static volatile sig_atomic_t stop_requested;
@@ -67,7 +68,7 @@ static void usage(FILE *f)
         "                [--metrics-listen ADDR:PORT] [--proxy-port P] [--proxy-max-conns N]\n"
         "                [--listen tls+tcp://ADDR:PORT [--cert FILE --key FILE]]\n"
         "                [--allow CIDR]... [--local-auth] [--init-password] [--no-synack-log]\n"
-        "                [--compile-timeout SECONDS]\n"
+        "                [--compile-timeout SECONDS] [--nfq-flows N]\n"
         "defaults: --state-dir /var/lib/fgex --run-dir /run/fgex --threads <online CPUs>\n"
         "          --log-level info --queue-base %u\n"
         "--metrics-listen serves Prometheus metrics (text format) at http://ADDR:PORT/metrics,\n"
@@ -87,7 +88,9 @@ static void usage(FILE *f)
         "          kernel without the nftables log expression.\n"
         "--compile-timeout  longest a change may spend compiling its regexes (default %u,\n"
         "          1..%u); a longer one is stopped and refused, nothing stored. Compiles run\n"
-        "          in child processes, so controld keeps answering meanwhile.\n",
+        "          in child processes, so controld keeps answering meanwhile.\n"
+        "--nfq-flows  TCP flows the nfq worker tracks per thread (default 65536; a quarter\n"
+        "          of them at most embryonic: handshakes without data yet).\n",
         FGX_QUEUE_BASE_DEFAULT, PROXY_PORT_DEFAULT, CTL_COMPILE_TIMEOUT_DEFAULT,
         CTL_COMPILE_TIMEOUT_MAX);
 }
@@ -125,6 +128,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         {"init-password", no_argument, NULL, 'P'},
         {"no-synack-log", no_argument, NULL, 'S'},
         {"compile-timeout", required_argument, NULL, 'T'},
+        {"nfq-flows", required_argument, NULL, 'F'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -183,6 +187,12 @@ static int parse_opts(int argc, char **argv, struct opts *o)
             if (parse_uint(optarg, 1, CTL_COMPILE_TIMEOUT_MAX, &o->compile_timeout) < 0) {
                 fprintf(stderr, "controld: --compile-timeout takes 1..%u seconds, not \"%s\"\n",
                         CTL_COMPILE_TIMEOUT_MAX, optarg);
+                return -EINVAL;
+            }
+            break;
+        case 'F':
+            if (parse_uint(optarg, 16, 1u << 24, &o->nfq_flows) < 0) {
+                fprintf(stderr, "controld: --nfq-flows takes 16..16777216, not \"%s\"\n", optarg);
                 return -EINVAL;
             }
             break;
@@ -644,7 +654,8 @@ int main(int argc, char **argv)
                                                 .log_level = o.log_level,
                                                 .threads = o.threads,
                                                 .queue_base = o.queue_base,
-                                                .no_synack_log = !ctl_nft_synack_log(nft)},
+                                                .no_synack_log = !ctl_nft_synack_log(nft),
+                                                .nfq_flows = o.nfq_flows},
                        &sup);
     if (rv < 0)
         goto out;
