@@ -163,6 +163,9 @@ int ctl_config_export(struct ctl_txn *t, struct ctl_config_export *out)
                                                : FGX__CTL__LAYER__LAYER_NFQUEUE;
         m->active = s->active;
         m->fail_open = s->fail_open;
+        m->has_midstream = 1;
+        m->midstream = s->midstream == FGX_MIDSTREAM_SCAN ? FGX__CTL__MIDSTREAM__MIDSTREAM_SCAN
+                                                          : FGX__CTL__MIDSTREAM__MIDSTREAM_RESET;
         m->has_created = 1;
         m->created = s->created;
         out->svc_ptrs[i] = m;
@@ -251,6 +254,14 @@ static int service_from_msg(const Fgx__Ctl__Service *m, struct ctl_service *out,
     }
     out->active = m->active;
     out->fail_open = m->fail_open;
+    if (m->has_midstream && m->midstream != FGX__CTL__MIDSTREAM__MIDSTREAM_RESET &&
+        m->midstream != FGX__CTL__MIDSTREAM__MIDSTREAM_SCAN) {
+        err_set(err, errlen, "service %s: invalid midstream policy: use reset or scan", name);
+        return -EINVAL;
+    }
+    out->midstream = m->has_midstream && m->midstream == FGX__CTL__MIDSTREAM__MIDSTREAM_SCAN
+                         ? FGX_MIDSTREAM_SCAN
+                         : FGX_MIDSTREAM_RESET;
     out->created = m->has_created ? m->created : (uint64_t)time(NULL);
     return 0;
 }

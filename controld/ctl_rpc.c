@@ -220,6 +220,22 @@ static int check_layer(struct rpc *r, Fgx__Ctl__Layer layer, enum ctl_layer *out
     return -EINVAL;
 }
 
+static int check_midstream(struct rpc *r, Fgx__Ctl__Midstream m, uint8_t *out)
+{
+    if (m == FGX__CTL__MIDSTREAM__MIDSTREAM_RESET || m == FGX__CTL__MIDSTREAM__MIDSTREAM_SCAN) {
+        *out = m == FGX__CTL__MIDSTREAM__MIDSTREAM_SCAN ? FGX_MIDSTREAM_SCAN : FGX_MIDSTREAM_RESET;
+        return 0;
+    }
+    rpc_fail(r, FGX__CTL__CODE__CODE_INVALID, "invalid midstream policy: use reset or scan");
+    return -EINVAL;
+}
+
+static Fgx__Ctl__Midstream midstream_msg(uint8_t m)
+{
+    return m == FGX_MIDSTREAM_SCAN ? FGX__CTL__MIDSTREAM__MIDSTREAM_SCAN
+                                   : FGX__CTL__MIDSTREAM__MIDSTREAM_RESET;
+}
+
 /* The proxy is a TCP proxy: a UDP service stays on the nfqueue layer. */
 static int check_layer_proto(struct rpc *r, const struct ctl_service *svc)
 {
@@ -432,6 +448,8 @@ static int reply_services(struct rpc *r, struct ctl_txn *t, const struct ctl_ser
                                                : FGX__CTL__LAYER__LAYER_NFQUEUE;
         m->active = s->active;
         m->fail_open = s->fail_open;
+        m->has_midstream = 1;
+        m->midstream = midstream_msg(s->midstream);
         m->has_filters = 1;
         m->filters = count;
         m->has_blocked = 1;
@@ -585,7 +603,8 @@ static void do_service_add(struct rpc *r, const Fgx__Ctl__ServiceAdd *a)
 
     if (check_name(r, a->name) < 0 || check_proto(r, a->proto, &svc.ipproto) < 0 ||
         check_port(r, a->port) < 0 || check_ip(r, a->ip, &svc.addr) < 0 ||
-        (a->has_layer && check_layer(r, a->layer, &svc.layer) < 0))
+        (a->has_layer && check_layer(r, a->layer, &svc.layer) < 0) ||
+        (a->has_midstream && check_midstream(r, a->midstream, &svc.midstream) < 0))
         return;
     snprintf(svc.name, sizeof(svc.name), "%s", a->name);
     svc.port = (uint16_t)a->port;
@@ -747,6 +766,8 @@ static void do_service_set(struct rpc *r, const Fgx__Ctl__ServiceSet *a)
         goto out;
     if (a->has_fail_open)
         svc.fail_open = a->fail_open;
+    if (a->has_midstream && check_midstream(r, a->midstream, &svc.midstream) < 0)
+        goto out;
     if (a->has_proto) {
         uint8_t ipproto;
 

@@ -120,6 +120,7 @@ int ctl_ruleset_build(struct ctl_txn *t, struct ctl_ruleset *out, char *err, siz
         d->port = s->port;
         d->addr = s->addr;
         d->fail_open = s->fail_open;
+        d->midstream = s->midstream;
         for (int k = 0; k < 2; k++) {
             enum fgx_dir dir = k == 0 ? FGX_DIR_C2S : FGX_DIR_S2C;
             uint64_t key;

@@ -104,6 +104,10 @@ int cli_config_write(FILE *f, const Fgx__Ctl__Config *cfg, char *err, size_t err
         cli_json_bool(&j, s->active);
         cli_json_key(&j, "fail_open");
         cli_json_bool(&j, s->fail_open);
+        cli_json_key(&j, "midstream");
+        cli_json_str(&j, s->has_midstream && s->midstream == FGX__CTL__MIDSTREAM__MIDSTREAM_SCAN
+                             ? "scan"
+                             : "reset");
         cli_json_key(&j, "filters");
         cli_json_arr_begin(&j);
         for (size_t k = 0; k < cfg->n_filters; k++)
@@ -319,12 +323,16 @@ static int grow(void ***arr, size_t *cap, size_t need)
 static int read_service(struct rd *r, const struct cli_jv *sv, size_t idx, bool *svc_has_id,
                         bool *flt_has_id)
 {
-    static const char *const keys[] = {"id",    "name",   "proto",     "ip",      "port",
-                                       "layer", "active", "fail_open", "filters", NULL};
+    static const char *const keys[] = {"id",        "name",    "proto",  "ip",
+                                       "port",      "layer",   "active", "fail_open",
+                                       "midstream", "filters", NULL};
     static const char *const protos[] = {"tcp", "udp"};
     static const int protov[] = {FGX__CTL__PROTO__PROTO_TCP, FGX__CTL__PROTO__PROTO_UDP};
     static const char *const layers[] = {"nfqueue", "proxy"};
     static const int layerv[] = {FGX__CTL__LAYER__LAYER_NFQUEUE, FGX__CTL__LAYER__LAYER_PROXY};
+    static const char *const mids[] = {"reset", "scan"};
+    static const int midv[] = {FGX__CTL__MIDSTREAM__MIDSTREAM_RESET,
+                               FGX__CTL__MIDSTREAM__MIDSTREAM_SCAN};
     Fgx__Ctl__Config *cfg = r->cfg;
     const struct cli_jv *fs;
     Fgx__Ctl__Service *s;
@@ -374,6 +382,12 @@ static int read_service(struct rd *r, const struct cli_jv *sv, size_t idx, bool 
         rc = get_bool(r, sv, "active", where, true, &s->active);
     if (rc == 0)
         rc = get_bool(r, sv, "fail_open", where, false, &s->fail_open);
+    e = 0;
+    if (rc == 0)
+        rc = get_enum(r, sv, "midstream", where, mids, midv, 2,
+                      FGX__CTL__MIDSTREAM__MIDSTREAM_RESET, &e);
+    s->has_midstream = 1;
+    s->midstream = (Fgx__Ctl__Midstream)e;
     if (rc < 0)
         return rc;
     fs = cli_jv_get(sv, "filters");

@@ -107,6 +107,10 @@ static int service_to_pb(const struct fgx_dp_service *s, Fgx__Dp__Service *p)
         p->prefix = s->addr.prefix;
     }
     p->fail_open = s->fail_open;
+    if (s->midstream != FGX_MIDSTREAM_RESET) {
+        p->has_midstream = 1;
+        p->midstream = s->midstream;
+    }
     if (s->db[0].len > 0) {
         p->has_db_c2s = 1;
         p->db_c2s.data = s->db[0].data;
@@ -470,6 +474,11 @@ static int service_from_pb(Fgx__Dp__Service *p, const struct fgx_dp_ruleset *r, 
     s->ipproto = (uint8_t)p->proto;
     s->port = (uint16_t)p->port;
     s->fail_open = p->fail_open != 0;
+    if (p->has_midstream && p->midstream > FGX_MIDSTREAM_SCAN) {
+        fgx_warn("data-path service %u: unknown midstream policy %u", p->id, p->midstream);
+        return -EINVAL;
+    }
+    s->midstream = (uint8_t)(p->has_midstream ? p->midstream : FGX_MIDSTREAM_RESET);
     if ((p->has_db_c2s + p->has_db_c2s_as + (p->has_db_c2s_known && p->db_c2s_known)) > 1 ||
         (p->has_db_s2c + p->has_db_s2c_as + (p->has_db_s2c_known && p->db_s2c_known)) > 1) {
         fgx_warn("data-path service %u: a database given as more than one of bytes, a reference "

@@ -312,7 +312,7 @@ Test(cli, service_add_every_field)
     Fgx__Ctl__Request *r;
 
     parse_ok(ARGV("service", "add", "web", "--proto", "udp", "--port", "8080", "--ip",
-                  "10.0.0.0/24", "--layer", "proxy", "--fail-open"),
+                  "10.0.0.0/24", "--layer", "proxy", "--fail-open", "--midstream", "scan"),
              &cmd);
     cr_assert_eq(cmd.req.req_case, FGX__CTL__REQUEST__REQ_SERVICE_ADD);
     r = wire(&cmd);
@@ -325,6 +325,8 @@ Test(cli, service_add_every_field)
     cr_assert_eq(r->service_add->layer, FGX__CTL__LAYER__LAYER_PROXY);
     cr_assert(r->service_add->has_fail_open);
     cr_assert(r->service_add->fail_open);
+    cr_assert(r->service_add->has_midstream);
+    cr_assert_eq(r->service_add->midstream, FGX__CTL__MIDSTREAM__MIDSTREAM_SCAN);
     fgx__ctl__request__free_unpacked(r, NULL);
 }
 
@@ -341,6 +343,7 @@ Test(cli, service_add_defaults_and_options_first)
     cr_assert_null(r->service_add->ip, "no --ip: every address");
     cr_assert_not(r->service_add->has_layer);
     cr_assert_not(r->service_add->has_fail_open);
+    cr_assert_not(r->service_add->has_midstream, "no --midstream: controld's default (reset)");
     fgx__ctl__request__free_unpacked(r, NULL);
 
     parse_ok(ARGV("service", "add", "v6", "--proto", "tcp", "--port", "65535", "--ip", "fd00::1"),
@@ -463,6 +466,13 @@ Test(cli, service_rename_and_set)
     cr_assert(r->service_set->fail_open);
     cr_assert_null(r->service_set->ip, "no --ip: the address is left alone");
     cr_assert_not(r->service_set->has_port);
+    cr_assert_not(r->service_set->has_midstream);
+    fgx__ctl__request__free_unpacked(r, NULL);
+
+    parse_ok(ARGV("service", "set", "web", "--midstream", "reset"), &cmd);
+    r = wire(&cmd);
+    cr_assert(r->service_set->has_midstream, "--midstream alone is a change");
+    cr_assert_eq(r->service_set->midstream, FGX__CTL__MIDSTREAM__MIDSTREAM_RESET);
     fgx__ctl__request__free_unpacked(r, NULL);
 }
 
@@ -512,6 +522,10 @@ Test(cli, invalid_values_exit_4)
     parse_fails(ARGV("service", "add", "123", "--proto", "tcp", "--port", "80"), CLI_EXIT_INVALID,
                 "service id");
     parse_fails(ARGV("service", "set", "w", "--fail-open", "maybe"), CLI_EXIT_INVALID, "on or off");
+    parse_fails(ARGV("service", "set", "w", "--midstream", "pass"), CLI_EXIT_INVALID,
+                "reset or scan");
+    parse_fails(ARGV("service", "add", "w", "--proto", "tcp", "--port", "1", "--midstream", "x"),
+                CLI_EXIT_INVALID, "reset or scan");
     parse_fails(ARGV("service", "set", "w", "--port", "99999"), CLI_EXIT_INVALID, "1 to 65535");
     parse_fails(ARGV("filter", "add", "svc", "x", "--dir", "up"), CLI_EXIT_INVALID,
                 "c2s, s2c or both");
@@ -595,6 +609,8 @@ static void two_services(Fgx__Ctl__Service *a, Fgx__Ctl__Service *b, Fgx__Ctl__S
     a->ip = "";
     a->port = 8080;
     a->active = 1;
+    a->has_midstream = 1;
+    a->midstream = FGX__CTL__MIDSTREAM__MIDSTREAM_RESET;
     a->has_filters = 1;
     a->filters = 2;
     a->has_blocked = 1;
@@ -607,6 +623,8 @@ static void two_services(Fgx__Ctl__Service *a, Fgx__Ctl__Service *b, Fgx__Ctl__S
     b->port = 53;
     b->layer = FGX__CTL__LAYER__LAYER_PROXY;
     b->fail_open = 1;
+    b->has_midstream = 1;
+    b->midstream = FGX__CTL__MIDSTREAM__MIDSTREAM_SCAN;
     v[0] = a;
     v[1] = b;
     fgx__ctl__reply__init(rep);
@@ -627,10 +645,10 @@ Test(cli, json_service_list_exact)
     cr_assert_str_eq(out,
                      "[{\"id\":1,\"name\":\"web\",\"proto\":\"tcp\",\"ip\":\"\",\"port\":8080,"
                      "\"layer\":\"nfqueue\",\"status\":\"active\",\"fail_open\":false,"
-                     "\"filters\":2,\"blocked\":17},"
+                     "\"midstream\":\"reset\",\"filters\":2,\"blocked\":17},"
                      "{\"id\":12,\"name\":\"dns-thing\",\"proto\":\"udp\",\"ip\":\"10.0.0.0/24\","
                      "\"port\":53,\"layer\":\"proxy\",\"status\":\"stopped\",\"fail_open\":true,"
-                     "\"filters\":0,\"blocked\":0}]\n");
+                     "\"midstream\":\"scan\",\"filters\":0,\"blocked\":0}]\n");
     cr_assert(json_parse(out, "ip", &j));
     cr_assert(j.found);
     cr_assert_str_eq(j.got, "");
@@ -653,11 +671,11 @@ Test(cli, human_service_table_aligned)
     two_services(&a, &b, v, &rep);
     out = render(&req, &rep, false);
     cr_assert_str_eq(out, "ID  NAME       PROTO  IP           PORT  LAYER    STATUS   FAIL-OPEN  "
-                          "FILTERS  BLOCKED\n"
+                          "MIDSTREAM  FILTERS  BLOCKED\n"
                           " 1  web        tcp    any          8080  nfqueue  active   no         "
-                          "      2       17\n"
+                          "reset            2       17\n"
                           "12  dns-thing  udp    10.0.0.0/24    53  proxy    stopped  yes        "
-                          "      0        0\n");
+                          "scan             0        0\n");
     free(out);
 }
 
@@ -813,6 +831,7 @@ Test(cli, human_service_block)
                           "layer:     nfqueue\n"
                           "status:    active\n"
                           "fail-open: no\n"
+                          "midstream: reset\n"
                           "filters:   2\n"
                           "blocked:   17\n");
     free(out);

@@ -224,6 +224,8 @@ Test(cli_config, export_import_round_trip)
     char *doc, err[256];
 
     s2.layer = FGX__CTL__LAYER__LAYER_PROXY;
+    s2.has_midstream = 1;
+    s2.midstream = FGX__CTL__MIDSTREAM__MIDSTREAM_SCAN;
     cfg.n_services = 2;
     cfg.services = svcs;
     cfg.n_filters = 3;
@@ -246,7 +248,12 @@ Test(cli_config, export_import_round_trip)
         cr_assert_eq(back->services[i]->layer, svcs[i]->layer);
         cr_assert_eq(back->services[i]->active, svcs[i]->active);
         cr_assert_eq(back->services[i]->fail_open, svcs[i]->fail_open);
+        cr_assert(back->services[i]->has_midstream);
+        cr_assert_eq(back->services[i]->midstream, svcs[i]->has_midstream
+                                                       ? svcs[i]->midstream
+                                                       : FGX__CTL__MIDSTREAM__MIDSTREAM_RESET);
     }
+    cr_assert(strstr(doc, "\"midstream\": \"scan\""), "%s", doc);
     /* Filters come back grouped by service, in the services' order. */
     {
         const Fgx__Ctl__Filter *want[] = {&f1, &f3, &f2};
@@ -286,6 +293,8 @@ Test(cli_config, defaults_and_fresh_ids)
     cr_assert_str_eq(cfg->services[0]->ip, "");
     cr_assert_eq(cfg->services[0]->layer, FGX__CTL__LAYER__LAYER_NFQUEUE);
     cr_assert(cfg->services[0]->active && !cfg->services[0]->fail_open);
+    cr_assert_eq(cfg->services[0]->midstream, FGX__CTL__MIDSTREAM__MIDSTREAM_RESET,
+                 "an old backup without the field gets the fail-closed default");
     cr_assert_eq(cfg->filters[0]->id, 5);
     cr_assert_eq(cfg->filters[1]->id, 4);
     cr_assert_eq(cfg->filters[0]->service_id, 3, "a filter belongs to its enclosing service");

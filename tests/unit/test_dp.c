@@ -35,6 +35,7 @@ static void make_ruleset(struct fgx_dp_msg *m)
     s[1].ipproto = IPPROTO_UDP;
     s[1].port = 65535;
     s[1].fail_open = true;
+    s[1].midstream = FGX_MIDSTREAM_SCAN;
     cr_assert_eq(fgx_cidr_parse("fd00::1", &s[1].addr), 0);
     s[1].db[1] = (struct fgx_blob){.data = (void *)db_a, .len = sizeof(db_a), .hash = 9};
     s[2].id = 3;
@@ -115,6 +116,7 @@ Test(dp, ruleset_round_trip)
         cr_assert_eq(a->ipproto, b->ipproto);
         cr_assert_eq(a->port, b->port);
         cr_assert_eq(a->fail_open, b->fail_open);
+        cr_assert_eq(a->midstream, b->midstream);
         cr_assert_eq(memcmp(&a->addr, &b->addr, sizeof(a->addr)), 0, "service %zu addr", i);
         blob_eq(&a->db[0], &b->db[0]);
         blob_eq(&a->db[1], &b->db[1]);

@@ -27,6 +27,13 @@ static inline unsigned fgx_queue_num(unsigned base, unsigned nthreads, bool fail
     return base + (fail_open ? nthreads : 0) + thread;
 }
 
+/* A service's policy for a direction whose earlier bytes fgex did not scan (a connection open
+ * before the service existed or was started, across a worker restart, an evicted flow): RESET
+ * it, both ends, when it next sends (fail-closed, the default), or SCAN it from the next packet
+ * on as if it started there. */
+#define FGX_MIDSTREAM_RESET 0
+#define FGX_MIDSTREAM_SCAN 1
+
 enum fgx_dp_type {
     FGX_DP_RULESET = 1,
     FGX_DP_ACK,
@@ -41,6 +48,7 @@ struct fgx_dp_service {
     uint16_t port;
     struct fgx_cidr addr; /* family 0: any */
     bool fail_open;
+    uint8_t midstream; /* FGX_MIDSTREAM_RESET or FGX_MIDSTREAM_SCAN */
     struct fgx_blob db[2]; /* [0] client->server, [1] server->client; len 0: nothing to match */
     /* Decoded rulesets only: db[d].data is another blob's of the same ruleset (the same bytes
      * travelled once), released with that one. */
