@@ -79,8 +79,7 @@ static const struct fgx_wsvc *conn_service(struct px_thread *t, const struct px_
  * with fresh streams, false to reset it. */
 static bool midstream_scan(const struct fgx_wsvc *svc)
 {
-    (void)svc;
-    return false;
+    return svc->midstream == FGX_MIDSTREAM_SCAN;
 }
 
 /* Fresh, empty streams for c: the next bytes are scanned as if the connection began there. */

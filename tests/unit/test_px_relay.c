@@ -90,9 +90,12 @@ static void start(void)
 
 /* Compile the patterns for the service (TCP, port SVC_PORT) and apply them as the control
  * thread does on a RULESET: returns once every thread uses them. */
+static uint8_t midstream = FGX_MIDSTREAM_RESET; /* the service's policy in apply() */
+
 static void apply_id(uint32_t id, uint64_t gen, size_t n, const struct fgx_pattern *pats)
 {
-    struct fgx_dp_service s = {.id = id, .ipproto = IPPROTO_TCP, .port = SVC_PORT};
+    struct fgx_dp_service s = {
+        .id = id, .ipproto = IPPROTO_TCP, .port = SVC_PORT, .midstream = midstream};
     struct fgx_dp_ruleset rs = {.generation = gen, .nservices = 1, .services = &s};
     char err[256];
     int d;
@@ -733,6 +736,56 @@ Test(px_relay, stop_start_with_nothing_sent_keeps_the_stream_ipv4)
 Test(px_relay, stop_start_with_nothing_sent_keeps_the_stream_ipv6)
 {
     stop_start_keeps_stream(AF_INET6, "fd66::1", "fd66::2", SVC_ID);
+}
+
+/* Policy scan: the connection that moved bytes while the service was away is scanned on with
+ * a fresh stream: honest bytes pass, zzz555 is blocked, and what came before the start cannot
+ * complete a match (the fresh stream does not see it). */
+static void stop_send_start_scan(int family, const char *srv, const char *cli)
+{
+    struct sockaddr_storage peer;
+    char buf[64];
+    int lfd, cfd, sfd, err = 0;
+
+    midstream = FGX_MIDSTREAM_SCAN;
+    start();
+    apply(1, 1, &P_ZNUM);
+    lfd = server_listen(family, srv);
+    cfd = client_connect(family, cli, srv);
+    sfd = accept_peer(lfd, &peer);
+    assert_relays(cfd, sfd, "hello");
+    apply_none(2);
+    assert_relays(cfd, sfd, "while stopped zzz");
+    apply(3, 1, &P_ZNUM);
+    assert_relays(cfd, sfd, "1 honest after the start");
+    set_timeout(sfd, 300);
+    send_all(sfd, "an answer", 9);
+    recv_exact(cfd, buf, 9);
+    cr_assert_eq(own_stats().midstream_rescan, 1);
+    cr_assert_eq(own_stats().midstream_reset, 0);
+    send_all(cfd, "zzz555", 6);
+    assert_reset(cfd);
+    set_timeout(sfd, 5000);
+    cr_assert_eq(recv_until_end(sfd, buf, sizeof(buf), &err), 0, "zzz555 reached the service");
+    cr_assert_eq(err, ECONNRESET);
+    close(cfd), close(sfd), close(lfd);
+}
+
+Test(px_relay, stop_send_start_scans_afresh_under_policy_scan_ipv4)
+{
+    stop_send_start_scan(AF_INET, "10.66.0.1", "10.66.0.2");
+}
+
+Test(px_relay, stop_send_start_scans_afresh_under_policy_scan_ipv6)
+{
+    stop_send_start_scan(AF_INET6, "fd66::1", "fd66::2");
+}
+
+/* Under policy scan a connection that moved nothing while away keeps its stream too. */
+Test(px_relay, policy_scan_keeps_the_stream_when_nothing_moved)
+{
+    midstream = FGX_MIDSTREAM_SCAN;
+    stop_start_keeps_stream(AF_INET, "10.66.0.1", "10.66.0.2", SVC_ID);
 }
 
 Test(px_relay, a_service_readded_at_the_port_takes_the_connection_back)
