@@ -237,28 +237,8 @@ static void on_accept(struct evconnlistener *lis, evutil_socket_t fd, struct soc
         refuse(t, fd, &t->ctr.src_refused);
         return;
     }
-    /* At the limit the most idle connection of this thread makes room: an idler must never
-     * keep a new client out. Only a thread holding none refuses (its share is elsewhere). */
-    while (__atomic_add_fetch(&w->nconns, 1, __ATOMIC_RELAXED) > w->max_conns) {
-        __atomic_sub_fetch(&w->nconns, 1, __ATOMIC_RELAXED);
-        if (px_relay_evict(t)) {
-            fgx_log_ratelimited(&last_limit, FGX_LOG_WARN,
-                                "connection limit of %u reached: the most idle connections make "
-                                "room (--max-conns)",
-                                w->max_conns);
-            continue;
-        }
-        fgx_log_ratelimited(&last_limit, FGX_LOG_WARN,
-                            "connection limit of %u reached, none of this thread's to close: new "
-                            "connection refused (--max-conns)",
-                            w->max_conns);
-        px_src_put(&w->src, (const struct sockaddr_storage *)(void *)peer);
-        refuse(t, fd, &t->ctr.limit_refused);
-        return;
-    }
     if (getsockname(fd, (struct sockaddr *)&local, &llen) == -1) {
         px_src_put(&w->src, (const struct sockaddr_storage *)(void *)peer);
-        __atomic_sub_fetch(&w->nconns, 1, __ATOMIC_RELAXED);
         refuse(t, fd, &t->ctr.unclassified);
         return;
     }
@@ -274,8 +254,27 @@ static void on_accept(struct evconnlistener *lis, evutil_socket_t fd, struct soc
                             "connection to %s port %u: no proxy-layer service there, refused", a,
                             sa_port(&local));
         px_src_put(&w->src, (const struct sockaddr_storage *)(void *)peer);
-        __atomic_sub_fetch(&w->nconns, 1, __ATOMIC_RELAXED);
         refuse(t, fd, &t->ctr.unclassified);
+        return;
+    }
+    /* At the limit the most idle connection of this thread makes room: an idler must never
+     * keep a new client out. Only a thread holding none refuses (its share is elsewhere). A
+     * connection for no service never gets this far, so it takes nobody's place. */
+    while (__atomic_add_fetch(&w->nconns, 1, __ATOMIC_RELAXED) > w->max_conns) {
+        __atomic_sub_fetch(&w->nconns, 1, __ATOMIC_RELAXED);
+        if (px_relay_evict(t)) {
+            fgx_log_ratelimited(&last_limit, FGX_LOG_WARN,
+                                "connection limit of %u reached: the most idle connections make "
+                                "room (--max-conns)",
+                                w->max_conns);
+            continue;
+        }
+        fgx_log_ratelimited(&last_limit, FGX_LOG_WARN,
+                            "connection limit of %u reached, none of this thread's to close: new "
+                            "connection refused (--max-conns)",
+                            w->max_conns);
+        px_src_put(&w->src, (const struct sockaddr_storage *)(void *)peer);
+        refuse(t, fd, &t->ctr.limit_refused);
         return;
     }
     c = px_conn_new();

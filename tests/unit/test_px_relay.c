@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fgx/addr.h"
 #include "fgx/log.h"
 #include "fgx/ruleset.h"
 #include "proxyworker/px.h"
@@ -91,6 +92,7 @@ static void start(void)
 /* Compile the patterns for the service (TCP, port SVC_PORT) and apply them as the control
  * thread does on a RULESET: returns once every thread uses them. */
 static uint8_t midstream = FGX_MIDSTREAM_RESET; /* the service's policy in apply() */
+static const char *svc_ip;                      /* the service's --ip in apply(); NULL: any */
 
 static void apply_id(uint32_t id, uint64_t gen, size_t n, const struct fgx_pattern *pats)
 {
@@ -100,6 +102,8 @@ static void apply_id(uint32_t id, uint64_t gen, size_t n, const struct fgx_patte
     char err[256];
     int d;
 
+    if (svc_ip != NULL)
+        cr_assert_eq(fgx_cidr_parse(svc_ip, &s.addr), 0);
     for (d = 0; d < 2; d++)
         cr_assert_eq(fgx_ruleset_compile(pats, n, d == 0 ? FGX_DIR_C2S : FGX_DIR_S2C,
                                          IPPROTO_TCP, &s.db[d], err, sizeof(err)),
@@ -553,6 +557,28 @@ Test(px_relay, at_the_limit_a_silent_connection_makes_room)
     cr_assert_eq(own_stats().evicted, 1);
     cr_assert_eq(own_stats().conns_refused, 0);
     close(c1), close(s1), close(c2), close(s2), close(c3), close(s3), close(lfd);
+}
+
+/* A connection for no service is refused before the limit: it takes nobody's place. */
+Test(px_relay, at_the_limit_a_connection_for_no_service_takes_no_place)
+{
+    struct sockaddr_storage peer;
+    int lfd, c1, s1, c2;
+
+    w.nthreads = 1;
+    w.max_conns = 1;
+    svc_ip = "10.66.0.1"; /* the tproxy rule sends 10.66.0.3:8080 too, for no service */
+    start();
+    apply(1, 1, &P_EVIL);
+    lfd = server_listen(AF_INET, "10.66.0.1");
+    c1 = client_connect(AF_INET, "10.66.0.2", "10.66.0.1");
+    s1 = accept_peer(lfd, &peer);
+    c2 = client_connect(AF_INET, "10.66.0.2", "10.66.0.3");
+    assert_reset(c2);
+    assert_relays(c1, s1, "still here");
+    cr_assert_eq(own_stats().evicted, 0);
+    cr_assert_eq(own_stats().unclassified, 1);
+    close(c1), close(s1), close(c2), close(lfd);
 }
 
 /* With no silent one, the least recently active goes. */
