@@ -22,7 +22,7 @@ static void usage(FILE *f)
             "          within %u..%u and the descriptor limit); at the limit the most idle\n"
             "          connection is closed for a new one.\n"
             "--max-conns-per-src  open connections per client address, IPv6 per /64 (default\n"
-            "          %u; 0: no limit).\n"
+            "          %u; 0: no limit); at the limit its most idle one is closed for a new one.\n"
             "--first-byte-timeout  close a connection where neither side sent a byte (default\n"
             "          %us; 0: only the idle timeout, default %us).\n",
             PX_MEM_SHARE, PX_CONN_COST >> 10, PX_MAX_CONNS_MIN, PX_MAX_CONNS_MAX,

@@ -30,6 +30,7 @@
 #define PX_MAX_CONNS_MAX 1000000
 #define PX_MAX_PER_SRC_DEFAULT 256 /* open connections per client address (IPv6: per /64) */
 #define PX_FIRST_BYTE_S_DEFAULT 10 /* a connection where neither side sent a byte is closed */
+#define PX_EVICT_SCAN 1024 /* connections of a list looked at for one of a source's */
 #define PX_IDLE_S_DEFAULT 600
 #define PX_TICK_MS 1000
 #define PX_RESET_WAIT_MS 200 /* longest a reset waits for the peer to acknowledge what it got */
@@ -206,6 +207,8 @@ bool px_src_take(struct px_src_table *t, const struct sockaddr_storage *ss, unsi
 void px_src_put(struct px_src_table *t, const struct sockaddr_storage *ss);
 /* Open connections from ss's source now. */
 unsigned px_src_count(struct px_src_table *t, const struct sockaddr_storage *ss);
+/* a and b are the same source (IPv4: address; IPv6: /64). */
+bool px_src_same(const struct sockaddr_storage *a, const struct sockaddr_storage *b);
 /* The default connection limit for a machine with phys bytes of memory and nofile descriptors. */
 unsigned px_max_conns_default(uint64_t phys, uint64_t nofile);
 
@@ -223,6 +226,9 @@ void px_relay_expire(struct px_thread *t);
 /* At the connection limit: close t's connection that waited longest for its first byte, or
  * else its least recently active one. Returns false when t has none. */
 bool px_relay_evict(struct px_thread *t);
+/* At a source's limit: the same among t's connections from src's source, looking at the
+ * PX_EVICT_SCAN oldest of each list. Returns false when none was found. */
+bool px_relay_evict_src(struct px_thread *t, const struct sockaddr_storage *src);
 /* Reset the sockets whose peers acknowledged everything (or whose wait ran out); all of them
  * with now. The thread's reset timer calls it. */
 void px_relay_resets(struct px_thread *t, bool now);

@@ -218,7 +218,7 @@ static void on_accept(struct evconnlistener *lis, evutil_socket_t fd, struct soc
     struct sockaddr_storage local;
     socklen_t llen = sizeof(local);
     struct px_conn *c;
-    int ufd = -1;
+    int ufd = -1, i;
 
     (void)lis;
     t->now_ms = px_now_ms();
@@ -227,18 +227,7 @@ static void on_accept(struct evconnlistener *lis, evutil_socket_t fd, struct soc
         refuse(t, fd, &t->ctr.unclassified);
         return;
     }
-    /* One source may hold only so many: checked before the global limit, so that a flood from
-     * one source is refused rather than made room for. */
-    if (!px_src_take(&w->src, (const struct sockaddr_storage *)(void *)peer, w->max_per_src)) {
-        fgx_log_ratelimited(&last_src, FGX_LOG_WARN,
-                            "a client source has %u connections open: its new ones are refused "
-                            "(--max-conns-per-src)",
-                            w->max_per_src);
-        refuse(t, fd, &t->ctr.src_refused);
-        return;
-    }
     if (getsockname(fd, (struct sockaddr *)&local, &llen) == -1) {
-        px_src_put(&w->src, (const struct sockaddr_storage *)(void *)peer);
         refuse(t, fd, &t->ctr.unclassified);
         return;
     }
@@ -253,13 +242,33 @@ static void on_accept(struct evconnlistener *lis, evutil_socket_t fd, struct soc
         fgx_log_ratelimited(&last_svc, FGX_LOG_WARN,
                             "connection to %s port %u: no proxy-layer service there, refused", a,
                             sa_port(&local));
-        px_src_put(&w->src, (const struct sockaddr_storage *)(void *)peer);
         refuse(t, fd, &t->ctr.unclassified);
+        return;
+    }
+    /* One source may hold only so many: checked before the global limit, so that a flood from
+     * one source never makes room at the cost of another. At its limit the source's own most
+     * idle connection (of this thread) makes room: behind one address (a NAT) an idler must not
+     * keep that address's next client out either. */
+    for (i = 0; !px_src_take(&w->src, (const struct sockaddr_storage *)(void *)peer,
+                             w->max_per_src);
+         i++) {
+        if (i < 4 && px_relay_evict_src(t, (const struct sockaddr_storage *)(void *)peer)) {
+            fgx_log_ratelimited(&last_src, FGX_LOG_WARN,
+                                "a client source has %u connections open: its most idle make "
+                                "room (--max-conns-per-src)",
+                                w->max_per_src);
+            continue;
+        }
+        fgx_log_ratelimited(&last_src, FGX_LOG_WARN,
+                            "a client source has %u connections open, none of them on this "
+                            "thread to close: new connection refused (--max-conns-per-src)",
+                            w->max_per_src);
+        refuse(t, fd, &t->ctr.src_refused);
         return;
     }
     /* At the limit the most idle connection of this thread makes room: an idler must never
      * keep a new client out. Only a thread holding none refuses (its share is elsewhere). A
-     * connection for no service never gets this far, so it takes nobody's place. */
+     * connection for no service never gets this far (above), so it takes nobody's place. */
     while (__atomic_add_fetch(&w->nconns, 1, __ATOMIC_RELAXED) > w->max_conns) {
         __atomic_sub_fetch(&w->nconns, 1, __ATOMIC_RELAXED);
         if (px_relay_evict(t)) {

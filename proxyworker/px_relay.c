@@ -426,3 +426,29 @@ bool px_relay_evict(struct px_thread *t)
     px_relay_close(c, true);
     return true;
 }
+
+static struct px_conn *find_src(struct px_conn *c, const struct sockaddr_storage *src)
+{
+    unsigned n;
+
+    for (n = 0; c != NULL && n < PX_EVICT_SCAN; c = c->next, n++)
+        if (px_src_same(&c->client, src))
+            return c;
+    return NULL;
+}
+
+bool px_relay_evict_src(struct px_thread *t, const struct sockaddr_storage *src)
+{
+    struct px_conn *c = find_src(t->list[PX_LIST_SILENT].head, src);
+
+    /* As px_relay_evict(), within the source: a source at its limit (one flooding, or many
+     * clients behind one NAT, a game's checker among them) churns its own connections, the
+     * most idle first, and never takes another source's. */
+    if (c == NULL)
+        c = find_src(t->list[PX_LIST_ACTIVE].head, src);
+    if (c == NULL)
+        return false;
+    PX_CTR_ADD(&t->ctr.evicted, 1);
+    px_relay_close(c, true);
+    return true;
+}

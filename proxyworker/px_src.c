@@ -145,6 +145,16 @@ unsigned px_src_count(struct px_src_table *t, const struct sockaddr_storage *ss)
     return n;
 }
 
+bool px_src_same(const struct sockaddr_storage *a, const struct sockaddr_storage *b)
+{
+    uint64_t ka, kb;
+    uint32_t fa, fb;
+
+    src_key(a, &ka, &fa);
+    src_key(b, &kb, &fb);
+    return ka == kb && fa == fb;
+}
+
 unsigned px_max_conns_default(uint64_t phys, uint64_t nofile)
 {
     uint64_t n = phys / PX_MEM_SHARE / PX_CONN_COST;

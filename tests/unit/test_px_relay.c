@@ -608,39 +608,48 @@ Test(px_relay, at_the_limit_the_least_recently_active_makes_room)
     close(c1), close(s1), close(c2), close(s2), close(c3), close(s3), close(lfd);
 }
 
-/* One source at its limit is refused; another (IPv4: another address; IPv6: another /64) is
- * not, and within the same /64 a different address is the same source. */
+/* A source at its limit makes room among its own connections: its oldest silent one goes,
+ * never another source's (even an older, silent one); within an IPv6 /64 another address is
+ * the same source, another /64 is not. */
 static void per_source_limit(int family, const char *srv, const char *cli, const char *same,
                              const char *other)
 {
     struct sockaddr_storage peer;
-    int lfd, c[3], s[2], co, so, i;
+    int lfd, c[3], s[3], co, so, i;
 
+    w.nthreads = 1; /* the source's connections are all on the accepting thread */
     w.max_per_src = 2;
     start();
     apply(1, 1, &P_EVIL);
     lfd = server_listen(family, srv);
+    co = client_connect(family, other, srv); /* the oldest, silent, of another source */
+    so = accept_peer(lfd, &peer);
     for (i = 0; i < 2; i++) {
         c[i] = client_connect(family, cli, srv);
         s[i] = accept_peer(lfd, &peer);
     }
     c[2] = client_connect(family, same, srv);
-    assert_reset(c[2]);
-    co = client_connect(family, other, srv);
-    so = accept_peer(lfd, &peer);
-    assert_relays(co, so, "another source");
-    for (i = 0; i < 2; i++)
-        assert_relays(c[i], s[i], "held");
-    cr_assert_eq(own_stats().src_refused, 1);
-    close(c[0]), close(s[0]);
-    sleep_ms(100);
+    s[2] = accept_peer(lfd, &peer);
+    assert_relays(c[2], s[2], "the source's newest");
+    assert_reset(c[0]);
+    assert_relays(c[1], s[1], "kept");
+    assert_relays(co, so, "another source is never touched");
+    cr_assert_eq(own_stats().evicted, 1);
+    cr_assert_eq(own_stats().src_refused, 0);
+    /* All of the source's active now: the least recently active of them goes. */
+    assert_relays(c[1], s[1], "more");
     {
         int c4 = client_connect(family, cli, srv), s4 = accept_peer(lfd, &peer);
 
-        assert_relays(c4, s4, "room again after a close");
+        assert_relays(c4, s4, "a fourth");
+        assert_reset(c[2]);
+        assert_relays(c[1], s[1], "kept again");
         close(c4), close(s4);
     }
-    close(c[1]), close(s[1]), close(c[2]), close(co), close(so), close(lfd);
+    cr_assert_eq(own_stats().evicted, 2);
+    for (i = 0; i < 3; i++)
+        close(c[i]), close(s[i]);
+    close(co), close(so), close(lfd);
 }
 
 Test(px_relay, per_source_limit_ipv4)
