@@ -112,6 +112,10 @@ struct px_conn {
     bool absent;
     bool unscanned; /* bytes moved while absent: the streams no longer hold what passed */
     bool silent;    /* no byte from either side yet (on the thread's silent list) */
+    /* Closed to make room: its place in the worker's count (and, at a source's limit, in its
+     * source's) goes to the new connection, not back to the pool another thread could take
+     * it from first. */
+    bool keep_slot, keep_src;
     bool assigned;           /* the events are assigned (px_relay_start) */
     bool connected;          /* upstream connected */
     bool eof[2];             /* side i sent its FIN */
@@ -129,13 +133,13 @@ struct px_list {
     struct px_conn *head, *tail;
 };
 
-/* Open connections per client source (an IPv4 address, an IPv6 /64), over all threads: an
+/* Open connections per client source (an IPv4 address, an IPv6 /64) and thread: an
  * open-addressing table (linear probing, backward-shift deletion) sized for twice the worker's
  * connection limit, so it never fills. The hash is keyed with a random seed: the addresses are
  * the attacker's choice. One mutex: held for one probe, at accept and close only. */
 struct px_src_slot {
     uint64_t key;   /* IPv4: the address; IPv6: the /64 prefix */
-    uint32_t fam;   /* 4 or 6 */
+    uint32_t fam;   /* 4 or 6, | the thread's index << 8 */
     uint32_t count; /* 0: free */
 };
 
@@ -201,12 +205,14 @@ uint64_t px_now_ms(void);
 /* A table for max_conns connections. Returns 0 or -ENOMEM. */
 int px_src_init(struct px_src_table *t, unsigned max_conns);
 void px_src_release(struct px_src_table *t);
-/* Count one more connection from ss unless limit (0: none) are open: true when counted. */
-bool px_src_take(struct px_src_table *t, const struct sockaddr_storage *ss, unsigned limit);
-/* One connection from ss (counted by px_src_take) closed. */
-void px_src_put(struct px_src_table *t, const struct sockaddr_storage *ss);
-/* Open connections from ss's source now. */
-unsigned px_src_count(struct px_src_table *t, const struct sockaddr_storage *ss);
+/* Count one more connection from ss on thread unless limit (0: none) are open there: true when
+ * counted. */
+bool px_src_take(struct px_src_table *t, const struct sockaddr_storage *ss, unsigned thread,
+                 unsigned limit);
+/* One connection from ss on thread (counted by px_src_take) closed. */
+void px_src_put(struct px_src_table *t, const struct sockaddr_storage *ss, unsigned thread);
+/* Open connections from ss's source on thread now. */
+unsigned px_src_count(struct px_src_table *t, const struct sockaddr_storage *ss, unsigned thread);
 /* a and b are the same source (IPv4: address; IPv6: /64). */
 bool px_src_same(const struct sockaddr_storage *a, const struct sockaddr_storage *b);
 /* The default connection limit for a machine with phys bytes of memory and nofile descriptors. */
@@ -224,10 +230,12 @@ void px_relay_close(struct px_conn *c, bool reset);
  * before now - first_byte_ms. */
 void px_relay_expire(struct px_thread *t);
 /* At the connection limit: close t's connection that waited longest for its first byte, or
- * else its least recently active one. Returns false when t has none. */
+ * else its least recently active one, handing its place in the worker's count to the caller's
+ * new connection. Returns false when t has none. */
 bool px_relay_evict(struct px_thread *t);
 /* At a source's limit: the same among t's connections from src's source, looking at the
- * PX_EVICT_SCAN oldest of each list. Returns false when none was found. */
+ * PX_EVICT_SCAN oldest of each list; both its places (the worker's count and the source's) go
+ * to the new connection. Returns false when none was found. */
 bool px_relay_evict_src(struct px_thread *t, const struct sockaddr_storage *src);
 /* Reset the sockets whose peers acknowledged everything (or whose wait ran out); all of them
  * with now. The thread's reset timer calls it. */

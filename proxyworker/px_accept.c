@@ -218,7 +218,9 @@ static void on_accept(struct evconnlistener *lis, evutil_socket_t fd, struct soc
     struct sockaddr_storage local;
     socklen_t llen = sizeof(local);
     struct px_conn *c;
-    int ufd = -1, i;
+    int ufd = -1;
+    unsigned per_src;
+    bool slot;
 
     (void)lis;
     t->now_ms = px_now_ms();
@@ -248,50 +250,50 @@ static void on_accept(struct evconnlistener *lis, evutil_socket_t fd, struct soc
     /* One source may hold only so many: checked before the global limit, so that a flood from
      * one source never makes room at the cost of another. At its limit the source's own most
      * idle connection (of this thread) makes room: behind one address (a NAT) an idler must not
-     * keep that address's next client out either. */
-    for (i = 0; !px_src_take(&w->src, (const struct sockaddr_storage *)(void *)peer,
-                             w->max_per_src);
-         i++) {
-        if (i < 4 && px_relay_evict_src(t, (const struct sockaddr_storage *)(void *)peer)) {
+     * keep that address's next client out either. Its places pass to the new connection. The
+     * limit holds per thread, as its share (rounded up): a thread can only close its own. */
+    per_src = w->max_per_src == 0 ? 0 : (w->max_per_src + w->nthreads - 1) / w->nthreads;
+    slot = false;
+    if (!px_src_take(&w->src, (const struct sockaddr_storage *)(void *)peer, t->idx, per_src)) {
+        if (!px_relay_evict_src(t, (const struct sockaddr_storage *)(void *)peer)) {
             fgx_log_ratelimited(&last_src, FGX_LOG_WARN,
-                                "a client source has %u connections open: its most idle make "
-                                "room (--max-conns-per-src)",
+                                "a client source has %u connections open, none of them on this "
+                                "thread to close: new connection refused (--max-conns-per-src)",
                                 w->max_per_src);
-            continue;
+            refuse(t, fd, &t->ctr.src_refused);
+            return;
         }
         fgx_log_ratelimited(&last_src, FGX_LOG_WARN,
-                            "a client source has %u connections open, none of them on this "
-                            "thread to close: new connection refused (--max-conns-per-src)",
+                            "a client source has %u connections open: its most idle make room "
+                            "(--max-conns-per-src)",
                             w->max_per_src);
-        refuse(t, fd, &t->ctr.src_refused);
-        return;
+        slot = true;
     }
     /* At the limit the most idle connection of this thread makes room: an idler must never
      * keep a new client out. Only a thread holding none refuses (its share is elsewhere). A
      * connection for no service never gets this far (above), so it takes nobody's place. */
-    while (__atomic_add_fetch(&w->nconns, 1, __ATOMIC_RELAXED) > w->max_conns) {
+    if (!slot && __atomic_add_fetch(&w->nconns, 1, __ATOMIC_RELAXED) > w->max_conns) {
         __atomic_sub_fetch(&w->nconns, 1, __ATOMIC_RELAXED);
-        if (px_relay_evict(t)) {
+        if (!px_relay_evict(t)) {
             fgx_log_ratelimited(&last_limit, FGX_LOG_WARN,
-                                "connection limit of %u reached: the most idle connections make "
-                                "room (--max-conns)",
+                                "connection limit of %u reached, none of this thread's to "
+                                "close: new connection refused (--max-conns)",
                                 w->max_conns);
-            continue;
+            px_src_put(&w->src, (const struct sockaddr_storage *)(void *)peer, t->idx);
+            refuse(t, fd, &t->ctr.limit_refused);
+            return;
         }
         fgx_log_ratelimited(&last_limit, FGX_LOG_WARN,
-                            "connection limit of %u reached, none of this thread's to close: new "
-                            "connection refused (--max-conns)",
+                            "connection limit of %u reached: the most idle connections make "
+                            "room (--max-conns)",
                             w->max_conns);
-        px_src_put(&w->src, (const struct sockaddr_storage *)(void *)peer);
-        refuse(t, fd, &t->ctr.limit_refused);
-        return;
     }
     c = px_conn_new();
     if (c == NULL || upstream_socket(t, (const struct sockaddr_storage *)(void *)peer, &ufd) != 0) {
         if (c == NULL)
             fgx_log_ratelimited(&last_oom, FGX_LOG_ERROR, "connection: out of memory");
         free(c);
-        px_src_put(&w->src, (const struct sockaddr_storage *)(void *)peer);
+        px_src_put(&w->src, (const struct sockaddr_storage *)(void *)peer, t->idx);
         __atomic_sub_fetch(&w->nconns, 1, __ATOMIC_RELAXED);
         refuse(t, fd, &t->ctr.connect_failed);
         return;

@@ -169,8 +169,10 @@ void px_relay_close(struct px_conn *c, bool reset)
         PX_CTR_ADD(&sc->reset, 1);
     PX_CTR_ADD(&sc->open, (uint64_t)-1);
     PX_CTR_ADD(&t->ctr.conns, (uint64_t)-1);
-    px_src_put(&t->w->src, &c->client);
-    __atomic_sub_fetch(&t->w->nconns, 1, __ATOMIC_RELAXED);
+    if (!c->keep_src)
+        px_src_put(&t->w->src, &c->client, t->idx);
+    if (!c->keep_slot)
+        __atomic_sub_fetch(&t->w->nconns, 1, __ATOMIC_RELAXED);
     for (i = 0; i < 2; i++) {
         struct px_side *s = &c->s[i];
 
@@ -423,6 +425,7 @@ bool px_relay_evict(struct px_thread *t)
     if (c == NULL)
         return false;
     PX_CTR_ADD(&t->ctr.evicted, 1);
+    c->keep_slot = true;
     px_relay_close(c, true);
     return true;
 }
@@ -449,6 +452,7 @@ bool px_relay_evict_src(struct px_thread *t, const struct sockaddr_storage *src)
     if (c == NULL)
         return false;
     PX_CTR_ADD(&t->ctr.evicted, 1);
+    c->keep_slot = c->keep_src = true;
     px_relay_close(c, true);
     return true;
 }

@@ -1,6 +1,8 @@
-/* Per-source accounting of proxyworker: how many connections each client source has open, over
- * all threads, so that one address (or one IPv6 /64, what a single host can spread its addresses
- * over) cannot take every connection the proxy may hold. Also the memory-derived default of the
+/* Per-source accounting of proxyworker: how many connections each client source has open on
+ * each thread, so that one address (or one IPv6 /64, what a single host can spread its addresses
+ * over) cannot take every connection the proxy may hold. Counted per thread because a thread can
+ * only make room among its own connections: the kernel spreads a source's connections over the
+ * threads by hash, unevenly at times, and a thread at its share always holds some to close. Also the memory-derived default of the
  * connection limit. */
 #include "px.h"
 
@@ -37,17 +39,17 @@ void px_src_release(struct px_src_table *t)
     t->slot = NULL;
 }
 
-static void src_key(const struct sockaddr_storage *ss, uint64_t *key, uint32_t *fam)
+static void src_key(const struct sockaddr_storage *ss, unsigned thread, uint64_t *key, uint32_t *fam)
 {
     if (ss->ss_family == AF_INET) {
         uint32_t a;
 
         memcpy(&a, &((const struct sockaddr_in *)ss)->sin_addr, 4);
         *key = a;
-        *fam = 4;
+        *fam = 4 | thread << 8;
     } else {
         memcpy(key, &((const struct sockaddr_in6 *)ss)->sin6_addr, 8);
-        *fam = 6;
+        *fam = 6 | thread << 8;
     }
 }
 
@@ -74,14 +76,15 @@ static size_t src_find(const struct px_src_table *t, uint64_t key, uint32_t fam)
     return i;
 }
 
-bool px_src_take(struct px_src_table *t, const struct sockaddr_storage *ss, unsigned limit)
+bool px_src_take(struct px_src_table *t, const struct sockaddr_storage *ss, unsigned thread,
+                 unsigned limit)
 {
     uint64_t key;
     uint32_t fam;
     size_t i;
     bool ok = true;
 
-    src_key(ss, &key, &fam);
+    src_key(ss, thread, &key, &fam);
     pthread_mutex_lock(&t->lock);
     i = src_find(t, key, fam);
     if (t->slot[i].count == 0) {
@@ -103,13 +106,13 @@ out:
     return ok;
 }
 
-void px_src_put(struct px_src_table *t, const struct sockaddr_storage *ss)
+void px_src_put(struct px_src_table *t, const struct sockaddr_storage *ss, unsigned thread)
 {
     uint64_t key;
     uint32_t fam;
     size_t i, j;
 
-    src_key(ss, &key, &fam);
+    src_key(ss, thread, &key, &fam);
     pthread_mutex_lock(&t->lock);
     i = src_find(t, key, fam);
     if (t->slot[i].count == 0 || --t->slot[i].count != 0)
@@ -132,13 +135,13 @@ out:
     pthread_mutex_unlock(&t->lock);
 }
 
-unsigned px_src_count(struct px_src_table *t, const struct sockaddr_storage *ss)
+unsigned px_src_count(struct px_src_table *t, const struct sockaddr_storage *ss, unsigned thread)
 {
     uint64_t key;
     uint32_t fam;
     unsigned n;
 
-    src_key(ss, &key, &fam);
+    src_key(ss, thread, &key, &fam);
     pthread_mutex_lock(&t->lock);
     n = t->slot[src_find(t, key, fam)].count;
     pthread_mutex_unlock(&t->lock);
@@ -150,8 +153,8 @@ bool px_src_same(const struct sockaddr_storage *a, const struct sockaddr_storage
     uint64_t ka, kb;
     uint32_t fa, fb;
 
-    src_key(a, &ka, &fa);
-    src_key(b, &kb, &fb);
+    src_key(a, 0, &ka, &fa);
+    src_key(b, 0, &kb, &fb);
     return ka == kb && fa == fb;
 }
 

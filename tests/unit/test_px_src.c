@@ -39,15 +39,19 @@ Test(px_src, the_limit_is_per_source)
     struct sockaddr_storage a = v4(0x0a000001), b = v4(0x0a000002);
 
     cr_assert_eq(px_src_init(&t, 64), 0);
-    cr_assert(px_src_take(&t, &a, 2));
-    cr_assert(px_src_take(&t, &a, 2));
-    cr_assert_not(px_src_take(&t, &a, 2), "a third from the same address");
-    cr_assert(px_src_take(&t, &b, 2), "another address is not held back");
-    cr_assert_eq(px_src_count(&t, &a), 2);
-    px_src_put(&t, &a);
-    cr_assert(px_src_take(&t, &a, 2), "room again after a close");
-    cr_assert(px_src_take(&t, &a, 0), "0: no limit");
-    cr_assert_eq(px_src_count(&t, &a), 3);
+    cr_assert(px_src_take(&t, &a, 0, 2));
+    cr_assert(px_src_take(&t, &a, 0, 2));
+    cr_assert_not(px_src_take(&t, &a, 0, 2), "a third from the same address");
+    cr_assert(px_src_take(&t, &b, 0, 2), "another address is not held back");
+    cr_assert_eq(px_src_count(&t, &a, 0), 2);
+    px_src_put(&t, &a, 0);
+    cr_assert(px_src_take(&t, &a, 0, 2), "room again after a close");
+    cr_assert(px_src_take(&t, &a, 0, 0), "0: no limit");
+    cr_assert_eq(px_src_count(&t, &a, 0), 3);
+    cr_assert(px_src_take(&t, &b, 1, 1), "another thread counts its own");
+    cr_assert_not(px_src_take(&t, &b, 1, 1));
+    cr_assert_eq(px_src_count(&t, &b, 0), 1);
+    cr_assert_eq(px_src_count(&t, &b, 1), 1);
     px_src_release(&t);
 }
 
@@ -59,13 +63,13 @@ Test(px_src, ipv6_counts_by_64)
     struct sockaddr_storage four = v4(0x0a000001);
 
     cr_assert_eq(px_src_init(&t, 64), 0);
-    cr_assert(px_src_take(&t, &a, 2));
-    cr_assert(px_src_take(&t, &b, 2), "same /64, second");
-    cr_assert_not(px_src_take(&t, &a, 2), "same /64, third");
-    cr_assert(px_src_take(&t, &c, 2), "the next /64 is another source");
-    cr_assert(px_src_take(&t, &four, 1), "IPv4 is not confused with any IPv6 prefix");
-    cr_assert(px_src_take(&t, &m, 1));
-    cr_assert_eq(px_src_count(&t, &b), 2);
+    cr_assert(px_src_take(&t, &a, 0, 2));
+    cr_assert(px_src_take(&t, &b, 0, 2), "same /64, second");
+    cr_assert_not(px_src_take(&t, &a, 0, 2), "same /64, third");
+    cr_assert(px_src_take(&t, &c, 0, 2), "the next /64 is another source");
+    cr_assert(px_src_take(&t, &four, 0, 1), "IPv4 is not confused with any IPv6 prefix");
+    cr_assert(px_src_take(&t, &m, 0, 1));
+    cr_assert_eq(px_src_count(&t, &b, 0), 2);
     px_src_release(&t);
 }
 
@@ -89,20 +93,20 @@ Test(px_src, counts_stay_exact_through_deletions)
     for (k = 0; k < STEPS; k++) {
         i = (unsigned)rand() % NSRC;
         if (ref[i] > 0 && (rand() & 1)) {
-            px_src_put(&t, &src[i]);
+            px_src_put(&t, &src[i], 0);
             if (--ref[i] == 0)
                 live--;
         } else if (live < 30 || ref[i] > 0) {
-            cr_assert(px_src_take(&t, &src[i], 0));
+            cr_assert(px_src_take(&t, &src[i], 0, 0));
             if (ref[i]++ == 0)
                 live++;
         }
         if (k % 97 == 0)
             for (unsigned j = 0; j < NSRC; j++)
-                cr_assert_eq(px_src_count(&t, &src[j]), ref[j], "step %u source %u", k, j);
+                cr_assert_eq(px_src_count(&t, &src[j], 0), ref[j], "step %u source %u", k, j);
     }
     for (i = 0; i < NSRC; i++)
-        cr_assert_eq(px_src_count(&t, &src[i]), ref[i]);
+        cr_assert_eq(px_src_count(&t, &src[i], 0), ref[i]);
     px_src_release(&t);
 }
 
@@ -118,4 +122,19 @@ Test(px_src, the_default_limit_follows_memory_and_descriptors)
     cr_assert_eq(px_max_conns_default(8 * gib, 4096), (4096 - 64) / 2,
                  "two descriptors a connection");
     cr_assert_eq(px_max_conns_default(8 * gib, 1u << 20), (unsigned)(gib / PX_CONN_COST));
+}
+
+Test(px_src, same_source_is_the_address_or_the_64)
+{
+    struct sockaddr_storage a = v6("2001:db8:1:2::1"), b = v6("2001:db8:1:2:ffff::9"),
+                            c = v6("2001:db8:1:3::1"), d = v4(0x0a000001), e = v4(0x0a000001),
+                            f = v4(0x0a000002);
+
+    cr_assert(px_src_same(&a, &b));
+    cr_assert_not(px_src_same(&a, &c));
+    cr_assert(px_src_same(&d, &e), "the port does not matter");
+    ((struct sockaddr_in *)&e)->sin_port = 1;
+    cr_assert(px_src_same(&d, &e));
+    cr_assert_not(px_src_same(&d, &f));
+    cr_assert_not(px_src_same(&a, &d));
 }
