@@ -765,6 +765,18 @@ static void build_proxy(struct nft_tx *tx, const struct nft_sync_arg *a)
     e_mark_set(&rl, CTL_ROUTE_MARK);
     e_verdict(&rl, NF_ACCEPT, NULL);
     rule_end(&rl);
+    /* The services' replies on the proxy's upstream connections (conntrack marked below),
+     * addressed to the client: to the proxy. For any such connection, not per service: one
+     * the proxy still holds after its service stopped or moved to the other layer must keep
+     * its way back, or the service's next reply goes to the real client, whose reset kills
+     * the service's end. */
+    rule_start(tx, "pxout", &rl);
+    m_mark_eq(&rl, NFT_CMP_NEQ, FGX_MARK); /* not the proxy's own packets on that entry */
+    m_l4proto(&rl, IPPROTO_TCP);
+    e_ct_mark(&rl, false);
+    e_cmp(&rl, NFT_CMP_EQ, &(uint32_t){CT_PX}, sizeof(uint32_t));
+    e_mark_set(&rl, CTL_ROUTE_MARK);
+    rule_end(&rl);
     for (i = 0; i < a->npx; i++) {
         const struct ctl_nft_service *s = &a->px[i];
 
@@ -783,19 +795,14 @@ static void build_proxy(struct nft_tx *tx, const struct nft_sync_arg *a)
         }
 
         /* The proxy's upstream connection to a service of this box: remember it in conntrack
-         * so the service's replies, addressed to the client, are rerouted to the proxy. */
+         * so the service's replies, addressed to the client, are rerouted to the proxy (the
+         * rule above). */
         rule_start(tx, "pxout", &rl);
         m_mark_eq(&rl, NFT_CMP_EQ, FGX_MARK);
         m_px_service(&rl, s, true);
         e_set_u32(&rl, CT_PX);
         e_ct_mark(&rl, true);
         e_verdict(&rl, NF_ACCEPT, NULL);
-        rule_end(&rl);
-        rule_start(tx, "pxout", &rl);
-        m_px_service(&rl, s, false);
-        e_ct_mark(&rl, false);
-        e_cmp(&rl, NFT_CMP_EQ, &(uint32_t){CT_PX}, sizeof(uint32_t));
-        e_mark_set(&rl, CTL_ROUTE_MARK);
         rule_end(&rl);
         /* The box's own clients: through lo, where the tproxy rule sees them. */
         rule_start(tx, "pxout", &rl);

@@ -349,12 +349,19 @@ static size_t reply_px_worker(struct rpc *r, size_t at)
         w->has_flows = w->has_rss_bytes = 1;
         w->has_conns_refused = w->has_unclassified = 1;
         w->has_connect_failed = w->has_scan_errors = 1;
+        w->has_src_refused = w->has_evicted = w->has_silent_closed = 1;
+        w->has_midstream_reset = w->has_midstream_rescan = 1;
         w->flows = c->flows;
         w->rss_bytes = c->rss_bytes;
         w->conns_refused = c->conns_refused;
         w->unclassified = c->unclassified;
         w->connect_failed = c->connect_failed;
         w->scan_errors = c->scan_errors;
+        w->src_refused = c->src_refused;
+        w->evicted = c->evicted;
+        w->silent_closed = c->silent_closed;
+        w->midstream_reset = c->midstream_reset;
+        w->midstream_rescan = c->midstream_rescan;
     }
     r->workers[at] = w;
     return 1;

@@ -41,6 +41,8 @@ struct opts {
     const char *state_dir, *run_dir, *log_level, *metrics_listen;
     unsigned threads, queue_base;
     unsigned proxy_port, proxy_max_conns;
+    bool has_proxy_per_src, has_proxy_first_byte; /* set on the command line (0 is a value) */
+    unsigned proxy_per_src, proxy_first_byte;
     bool foreground;
     const char *listen, *cert, *key; /* remote control: tls+tcp:// */
     const char *allow[CTL_AUTH_ALLOW_MAX];
@@ -66,6 +68,7 @@ static void usage(FILE *f)
         "usage: controld [--state-dir DIR] [--run-dir DIR] [--threads N] [--foreground]\n"
         "                [--log-level error|warn|info|debug] [--queue-base B]\n"
         "                [--metrics-listen ADDR:PORT] [--proxy-port P] [--proxy-max-conns N]\n"
+        "                [--proxy-max-conns-per-src N] [--proxy-first-byte-timeout SECONDS]\n"
         "                [--listen tls+tcp://ADDR:PORT [--cert FILE --key FILE]]\n"
         "                [--allow CIDR]... [--local-auth] [--init-password] [--no-synack-log]\n"
         "                [--compile-timeout SECONDS] [--nfq-flows N]\n"
@@ -82,7 +85,15 @@ static void usage(FILE *f)
         "--local-auth  the local socket needs a login too.\n"
         "--init-password  set the password from the first line of stdin, then start.\n"
         "--proxy-port  where proxyworker listens for the proxy layer's connections (default\n"
-        "          %u); --proxy-max-conns its limit of open connections (default 4096).\n"
+        "          %u); --proxy-max-conns its limit of open connections (default: from the\n"
+        "          memory, 1/8 of it at 24 KiB a connection, within 1024..1000000 and the\n"
+        "          descriptor limit); at the limit the most idle connection (first: one where\n"
+        "          nothing was sent yet) is closed for the new one.\n"
+        "--proxy-max-conns-per-src  open proxied connections per client address, IPv6 per\n"
+        "          /64 (default 256, kept per worker thread as its share; 0: no limit); at the\n"
+        "          limit that address's most idle connection is closed for its new one.\n"
+        "--proxy-first-byte-timeout  close a proxied connection where neither side sent a\n"
+        "          byte within SECONDS (default 10; 0: only the 600 s idle timeout).\n"
         "--no-synack-log  queue the server's SYN-ACK instead of copying it to the worker (one\n"
         "          queue trip more per connection); chosen by itself on a\n"
         "          kernel without the nftables log expression.\n"
@@ -119,6 +130,8 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         {"queue-base", required_argument, NULL, 'q'},
         {"proxy-port", required_argument, NULL, 'p'},
         {"proxy-max-conns", required_argument, NULL, 'M'},
+        {"proxy-max-conns-per-src", required_argument, NULL, 'N'},
+        {"proxy-first-byte-timeout", required_argument, NULL, 'B'},
         {"metrics-listen", required_argument, NULL, 'm'},
         {"listen", required_argument, NULL, 'L'},
         {"cert", required_argument, NULL, 'C'},
@@ -202,6 +215,25 @@ static int parse_opts(int argc, char **argv, struct opts *o)
                         optarg);
                 return -EINVAL;
             }
+            break;
+        case 'N':
+            if (parse_uint(optarg, 0, 1000000, &o->proxy_per_src) < 0) {
+                fprintf(stderr,
+                        "controld: --proxy-max-conns-per-src takes 0..1000000, not \"%s\"\n",
+                        optarg);
+                return -EINVAL;
+            }
+            o->has_proxy_per_src = true;
+            break;
+        case 'B':
+            if (parse_uint(optarg, 0, 86400, &o->proxy_first_byte) < 0) {
+                fprintf(stderr,
+                        "controld: --proxy-first-byte-timeout takes 0..86400 seconds, not "
+                        "\"%s\"\n",
+                        optarg);
+                return -EINVAL;
+            }
+            o->has_proxy_first_byte = true;
             break;
         case 'L':
             if (strncmp(optarg, "tls+tcp://", 10) != 0) {
@@ -664,7 +696,11 @@ int main(int argc, char **argv)
                                                 .log_level = o.log_level,
                                                 .threads = o.threads,
                                                 .proxy_port = o.proxy_port,
-                                                .max_conns = o.proxy_max_conns},
+                                                .max_conns = o.proxy_max_conns,
+                                                .has_max_per_src = o.has_proxy_per_src,
+                                                .max_per_src = o.proxy_per_src,
+                                                .has_first_byte = o.has_proxy_first_byte,
+                                                .first_byte_s = o.proxy_first_byte},
                        &px_sup);
     if (rv < 0)
         goto out;

@@ -917,6 +917,16 @@ static void json_worker(struct cli_json *j, const Fgx__Ctl__Worker *w)
         cli_json_u64(j, w->connect_failed);
         cli_json_key(j, "scan_errors");
         cli_json_u64(j, w->scan_errors);
+        cli_json_key(j, "src_refused");
+        cli_json_u64(j, w->src_refused);
+        cli_json_key(j, "evicted");
+        cli_json_u64(j, w->evicted);
+        cli_json_key(j, "silent_closed");
+        cli_json_u64(j, w->silent_closed);
+        cli_json_key(j, "midstream_reset");
+        cli_json_u64(j, w->midstream_reset);
+        cli_json_key(j, "midstream_rescan");
+        cli_json_u64(j, w->midstream_rescan);
     }
     cli_json_obj_end(j);
 }
