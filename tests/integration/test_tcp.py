@@ -323,6 +323,32 @@ def service_ip_scope(env):
 
 
 @test
+def service_ip_v4mapped_filters_ipv4(env):
+    # ::ffff:10.77.0.1 is how a dual-stack socket names an IPv4 peer; the packets on the wire
+    # are IPv4, so the service must be the IPv4 address, not an IPv6 rule that never matches.
+    for n, ip in enumerate(("::ffff:" + SRV4, "::ffff:10.77.0.0/120")):
+        name = "mapped%d" % n
+        _, port = env.service(name, "tcp", extra=("--ip", ip))
+        want = SRV4 if n == 0 else "10.77.0.0/24"
+        check(env.service_doc(name)["ip"] == want, "--ip %s stored as %r", ip,
+              env.service_doc(name)["ip"])
+        env.filter(name)
+        conv = Conv(env, port)
+        c, s = conv.run(SRV4, [b"x " + EVIL])
+        it.assert_blocked(c, s)
+        sent = b"y " + EVIL
+        c, s = conv.run(SRV6, [sent])
+        it.assert_passed(c, s, sent)
+        env.ctl("service", "rm", name)
+    # service set --ip takes the same path
+    _, port = env.service("mapped-set", "tcp")
+    env.ctl("service", "set", "mapped-set", "--ip", "::ffff:" + SRV4)
+    check(env.service_doc("mapped-set")["ip"] == SRV4, "service set stored %r",
+          env.service_doc("mapped-set")["ip"])
+    env.ctl("service", "rm", "mapped-set")
+
+
+@test
 def connection_open_before_service_is_inspected(env):
     port = env.port()
     srv = env.tcp_server(port)
