@@ -422,6 +422,51 @@ def run_synflood(args):
     emit(event="result", sent=sent, secs=round(time.monotonic() - t0, 3))
 
 
+# ---- idle connections ---------------------------------------------------------------------------
+
+def run_idle_conns(args):
+    """Open --count TCP connections to host:port; the first --send-count of them send --send
+    (hex) once, the others nothing. Report "connected", then watch them: when each is closed by
+    the other end (EOF or reset), in seconds since it was opened, or null if still open at
+    --wait seconds."""
+    import select
+    socks, t0, errors = [], [], []
+    for i in range(args.count):
+        fam = socket.AF_INET6 if ":" in args.host else socket.AF_INET
+        s = socket.socket(fam, socket.SOCK_STREAM)
+        s.settimeout(3)
+        try:
+            s.connect((args.host, args.port))
+        except OSError as e:
+            errors.append(str(e))
+            s.close()
+            continue
+        if i < args.send_count and args.send:
+            s.sendall(bytes.fromhex(args.send))
+        s.setblocking(False)
+        socks.append(s)
+        t0.append(time.monotonic())
+    emit(event="connected", n=len(socks), errors=errors[:5])
+    closed = [None] * len(socks)
+    deadline = time.monotonic() + args.wait
+    while time.monotonic() < deadline and any(c is None for c in closed):
+        live = [s for s, c in zip(socks, closed) if c is None]
+        r, _, _ = select.select(live, [], [], 0.1)
+        for s in r:
+            i = socks.index(s)
+            try:
+                data = s.recv(65536)
+            except (ConnectionResetError, BrokenPipeError):
+                data = b""
+            except BlockingIOError:
+                continue
+            if not data:
+                closed[i] = round(time.monotonic() - t0[i], 2)
+    for s in socks:
+        s.close()
+    emit(event="result", closed=closed, errors=errors[:5])
+
+
 # ---- IP fragments (scapy) ----------------------------------------------------------------------
 
 def run_frag(args):
@@ -665,6 +710,13 @@ def main():
     p.add_argument("--src-net", required=True)
     p.add_argument("--count", type=int, required=True)
     p.add_argument("--rate", type=float, default=0.0, help="SYNs per second at most (0: flat out)")
+    p = sub.add_parser("idle-conns")
+    p.add_argument("--host", required=True)
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--count", type=int, required=True)
+    p.add_argument("--send", default="", help="hex, sent once by the first --send-count")
+    p.add_argument("--send-count", type=int, default=0)
+    p.add_argument("--wait", type=float, required=True)
     p = sub.add_parser("frag")
     p.add_argument("--iface", required=True)
     p.add_argument("--src", required=True)
@@ -694,6 +746,7 @@ def main():
         "bulk-client": run_bulk_client,
         "udp-client": run_udp_client,
         "ooo": run_ooo,
+        "idle-conns": run_idle_conns,
         "frag": run_frag,
         "malformed": run_malformed,
         "synflood": run_synflood,
