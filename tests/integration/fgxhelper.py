@@ -493,8 +493,16 @@ def run_frag(args):
     cases = json.loads(args.cases)
     sports = set(range(args.sport, args.sport + len(cases)))
 
+    send_errors = []
+
     def send(pkt):
-        out.sendto(raw(pkt), (args.dst, 0))
+        for _ in range(5):
+            try:
+                out.sendto(raw(pkt), (args.dst, 0))
+                return
+            except OSError as e:  # reported with the result, and tried again
+                send_errors.append("%s: %s" % (pkt.summary(), e))
+                time.sleep(0.05)
 
     def ip():
         return IPv6(src=args.src, dst=args.dst) if v6 else IP(src=args.src, dst=args.dst)
@@ -575,7 +583,7 @@ def run_frag(args):
     finally:
         if sniffer is not None:
             sniffer.stop()
-        emit(event="result", results=results,
+        emit(event="result", results=results, send_errors=send_errors[:10],
              handshake=len(results) == len(cases) and all(r["handshake"] for r in results))
 
 
