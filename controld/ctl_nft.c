@@ -623,6 +623,7 @@ static const uint8_t nft_doff_order[] = {8, 5, 6, 7, 9, 10, 11, 12, 13, 14, 15};
 static void build_service_chain(struct nft_tx *tx, const struct ctl_nft_service *s,
                                 const char *chain, bool c2s)
 {
+    static const uint8_t frag_mask[2] = {0x3f, 0xff}; /* IPv4 MF and fragment offset */
     const char *q = queue_chain(s->fail_open);
     struct nft_rule rl;
 
@@ -673,6 +674,20 @@ static void build_service_chain(struct nft_tx *tx, const struct ctl_nft_service 
         m_nfproto(&rl, NFPROTO_IPV6);
         e_payload(&rl, NFT_PAYLOAD_NETWORK_HEADER, 4, 2);
         e_cmp_be16(&rl, NFT_CMP_GT, 4 * 15);
+        e_verdict(&rl, NFT_GOTO, q);
+        rule_end(&rl);
+
+        /* An IPv4 fragment goes to the worker (which drops it) whatever its length. Where
+         * nothing reassembles before these rules (no conntrack or tproxy user in the
+         * namespace), a first fragment that holds just a TCP header would pass the exact
+         * rules below as a segment with no payload, and the later fragments, which carry no
+         * ports, match no service rule: the receiver would reassemble a payload nobody
+         * scanned. (An IPv6 fragment header fails "ip6 nexthdr tcp" below.) */
+        rule_start(tx, chain, &rl);
+        m_nfproto(&rl, NFPROTO_IPV4);
+        e_payload(&rl, NFT_PAYLOAD_NETWORK_HEADER, 6, 2);
+        e_and(&rl, &frag_mask, 2);
+        e_cmp_be16(&rl, NFT_CMP_NEQ, 0);
         e_verdict(&rl, NFT_GOTO, q);
         rule_end(&rl);
 

@@ -51,6 +51,7 @@ struct opts {
     bool no_synack_log;
     unsigned compile_timeout; /* seconds */
     unsigned nfq_flows;
+    unsigned handshake_s; /* --handshake-timeout */
 };
 
 static volatile sig_atomic_t stop_requested;
@@ -70,8 +71,9 @@ static void usage(FILE *f)
         "                [--metrics-listen ADDR:PORT] [--proxy-port P] [--proxy-max-conns N]\n"
         "                [--proxy-max-conns-per-src N] [--proxy-first-byte-timeout SECONDS]\n"
         "                [--listen tls+tcp://ADDR:PORT [--cert FILE --key FILE]]\n"
-        "                [--allow CIDR]... [--local-auth] [--init-password] [--no-synack-log]\n"
-        "                [--compile-timeout SECONDS] [--nfq-flows N]\n"
+        "                [--allow CIDR]... [--handshake-timeout SEC] [--local-auth]\n"
+        "                [--init-password] [--no-synack-log] [--compile-timeout SECONDS]\n"
+        "                [--nfq-flows N]\n"
         "defaults: --state-dir /var/lib/fgex --run-dir /run/fgex --threads <online CPUs>\n"
         "          --log-level info --queue-base %u\n"
         "--metrics-listen serves Prometheus metrics (text format) at http://ADDR:PORT/metrics,\n"
@@ -82,6 +84,9 @@ static void usage(FILE *f)
         "          STATE_DIR/tls-cert.pem, made on first start, unless --cert/--key name one.\n"
         "          Remote clients must log in (fgexctl login) while auth is on (the default).\n"
         "--allow   only these peers may connect to --listen (repeatable; default: any).\n"
+        "--handshake-timeout  a --listen connection that has not sent its first request this\n"
+        "          many seconds after it connected (the TLS handshake included) is closed\n"
+        "          (default %u); so are the oldest past %u such connections from one address.\n"
         "--local-auth  the local socket needs a login too.\n"
         "--init-password  set the password from the first line of stdin, then start.\n"
         "--proxy-port  where proxyworker listens for the proxy layer's connections (default\n"
@@ -102,8 +107,8 @@ static void usage(FILE *f)
         "          in child processes, so controld keeps answering meanwhile.\n"
         "--nfq-flows  TCP flows the nfq worker tracks per thread (default 65536; a quarter\n"
         "          of them at most embryonic: handshakes without data yet).\n",
-        FGX_QUEUE_BASE_DEFAULT, PROXY_PORT_DEFAULT, CTL_COMPILE_TIMEOUT_DEFAULT,
-        CTL_COMPILE_TIMEOUT_MAX);
+        FGX_QUEUE_BASE_DEFAULT, CTL_AUTH_HANDSHAKE_S_DEFAULT, CTL_AUTH_PENDING_PER_PEER,
+        PROXY_PORT_DEFAULT, CTL_COMPILE_TIMEOUT_DEFAULT, CTL_COMPILE_TIMEOUT_MAX);
 }
 
 static int parse_uint(const char *s, unsigned min, unsigned max, unsigned *out)
@@ -137,6 +142,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         {"cert", required_argument, NULL, 'C'},
         {"key", required_argument, NULL, 'K'},
         {"allow", required_argument, NULL, 'A'},
+        {"handshake-timeout", required_argument, NULL, 'H'},
         {"local-auth", no_argument, NULL, 'a'},
         {"init-password", no_argument, NULL, 'P'},
         {"no-synack-log", no_argument, NULL, 'S'},
@@ -155,7 +161,8 @@ static int parse_opts(int argc, char **argv, struct opts *o)
                        .threads = ncpu > 0 ? (unsigned)ncpu : 1,
                        .queue_base = FGX_QUEUE_BASE_DEFAULT,
                        .proxy_port = PROXY_PORT_DEFAULT,
-                       .compile_timeout = CTL_COMPILE_TIMEOUT_DEFAULT};
+                       .compile_timeout = CTL_COMPILE_TIMEOUT_DEFAULT,
+                       .handshake_s = CTL_AUTH_HANDSHAKE_S_DEFAULT};
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (c) {
         case 's':
@@ -196,6 +203,13 @@ static int parse_opts(int argc, char **argv, struct opts *o)
             }
             break;
         case 'S': o->no_synack_log = true; break;
+        case 'H':
+            if (parse_uint(optarg, 1, 3600, &o->handshake_s) < 0) {
+                fprintf(stderr, "controld: --handshake-timeout takes 1..3600 seconds, not \"%s\"\n",
+                        optarg);
+                return -EINVAL;
+            }
+            break;
         case 'T':
             if (parse_uint(optarg, 1, CTL_COMPILE_TIMEOUT_MAX, &o->compile_timeout) < 0) {
                 fprintf(stderr, "controld: --compile-timeout takes 1..%u seconds, not \"%s\"\n",
@@ -716,6 +730,8 @@ int main(int argc, char **argv)
         goto out;
     if (o.listen) {
         rv = fgx_chan_listen_tls(ctl, o.listen, tls.cert_pem, tls.key_pem, ctl_auth_admit, auth);
+        if (rv == 0)
+            rv = fgx_chan_tls_guard(ctl, (int)o.handshake_s * 1000, CTL_AUTH_PENDING_PER_PEER);
         if (rv < 0)
             goto out;
         fgx_info("listening on %s, certificate SHA-256 fingerprint %s%s", o.listen, tls.fingerprint,

@@ -116,6 +116,7 @@ int main(int argc, char **argv)
     status = cli_fmt_exit_code(rep->code);
     /* UNAVAILABLE: the change is stored, so what it stored is still worth printing. */
     if (rep->code == FGX__CTL__CODE__CODE_OK || rep->code == FGX__CTL__CODE__CODE_UNAVAILABLE) {
+        cli_fmt_warnings(stderr, rep);
         if (cli_local_prints(&cmd)) {
             if (cli_local_finish(&cmd, &local, rep, stdout) < 0) {
                 print_err(local.err[0] ? local.err : "cannot write the output");
