@@ -135,6 +135,7 @@ def run_udp_server(args):
 def run_tcp_client(args):
     """Run a script of steps on one connection:
          send:HEX   send these bytes
+         oob:HEX    send these bytes as urgent data (MSG_OOB)
          sleep:S    pause S seconds
          wait       block until a line arrives on stdin (the test's go signal)
          read:S     read what arrives for S seconds (stops early on EOF or reset)
@@ -155,6 +156,10 @@ def run_tcp_client(args):
             if op == "send":
                 payload = bytes.fromhex(val)
                 s.sendall(payload)
+                res["sent"] += len(payload)
+            elif op == "oob":
+                payload = bytes.fromhex(val)
+                s.send(payload, socket.MSG_OOB)
                 res["sent"] += len(payload)
             elif op == "sleep":
                 time.sleep(float(val))
