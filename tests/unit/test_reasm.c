@@ -962,3 +962,23 @@ Test(keep, acks_of_unsent_bytes_and_old_timestamps)
     cr_assert_not(fgx_reasm_paws_old(&r, 5));
     cr_assert(fgx_reasm_paws_old(&r, 0xffffffe0u));
 }
+
+Test(keep, a_direction_without_a_database_keeps_nothing)
+{
+    static uint8_t a[2000], b[2000];
+    struct fgx_reasm_match m;
+
+    memset(a, 'a', sizeof(a));
+    memset(b, 'b', sizeof(b));
+    cr_assert_eq(fgx_reasm_start(ctx, &r, 0), 0); /* no database: nothing is scanned */
+    cr_assert_eq(segn(&r, 0, a, sizeof(a), 1, &m), FGX_REASM_ACCEPT);
+    cr_assert_eq(fgx_reasm_ctx_kept(ctx), 0);
+    cr_assert_eq(segn(&r, 0, b, sizeof(b), 2, &m), FGX_REASM_ACCEPT);
+    cr_assert_eq(m.inconsistent + m.uncompared, 0);
+    /* a filter from now on: the bytes from here are kept and compared */
+    cr_assert_eq(fgx_reasm_set_db(ctx, &r, db_evil, 1), 0);
+    cr_assert_eq(segn(&r, 2000, a, sizeof(a), 3, &m), FGX_REASM_ACCEPT);
+    cr_assert_eq(fgx_reasm_ctx_kept(ctx), sizeof(a));
+    cr_assert_eq(segn(&r, 1000, b, sizeof(b), 4, &m), FGX_REASM_DROP);
+    cr_assert_eq(m.inconsistent, 1);
+}
