@@ -404,6 +404,24 @@ def urgent_byte_sent_with_msg_oob_stays_in_the_stream(env):
         it.assert_passed(c, it.server_conn_of(srv, sport), b"hello world")
 
 
+@test
+def urgent_byte_from_the_server_stays_in_the_stream(env):
+    # The other direction (the rules' postrouting chain, a server-built packet): a reply
+    # "evXil1337" with X sent as MSG_OOB must reach the client whole, as scanned.
+    _, port = env.service("oob-s2c", "tcp")
+    env.filter("oob-s2c", dir="s2c")
+    srv = env.helper(env.srv, "tcp-server", "--port", port, "--reply", b"evXil1337".hex(),
+                     "--oob-at", 2, "--idle", 2)
+    check(srv.wait_event(lambda e: e.get("event") == "listening", 5) is not None,
+          "tcp server did not start")
+    for host in (SRV4, SRV6):
+        c = env.tcp_client(host, port, [b"hi", ("read", 1.0)])
+        check(c["connected"] and b"evil1337" not in c["received"], "MSG_OOB reply over %s: client "
+              "read %r", host, c["received"])
+        check(c["received"] == b"evXil1337", "MSG_OOB reply over %s: client read %r, end %s", host,
+              c["received"], c["end"])
+
+
 def syn_inside_case(env, name):
     """A SYN on an established 4-tuple placed so that a restarted scan would begin right after
     "ev": the server only answers it with a challenge ACK and goes on to receive "evil1337".
