@@ -530,10 +530,45 @@ static void keep_passed(struct fgx_reasm_ctx *c, struct fgx_reasm *r, uint32_t s
     keep_append(c, r, seq, data, len);
 }
 
+/* An active direction whose keep fields were never set up (see keep_init): what passed before
+ * is taken as passed and unacknowledged, and only the ring's bytes (the last that passed) are
+ * kept to compare with, so a retransmission that reaches further back is dropped until the
+ * receiver's ACK shows it holds those bytes. */
+static void keep_settle(struct fgx_reasm_ctx *c, struct fgx_reasm *r)
+{
+    uint8_t lin[FGX_REASM_RING];
+    size_t n = r->ring_len;
+
+    if (!r->active || r->keep_init)
+        return;
+    r->keep_init = true;
+    if (c->kc != NULL)
+        keep_clear(c, r);
+    r->ack_seq = r->floor_seq;
+    r->high_seq = r->next_seq;
+    r->ts_recent = 0;
+    r->keep_seq = r->next_seq;
+    if (r->db == NULL) { /* nothing scanned, nothing to compare (keep_passed()) */
+        r->ack_seq = r->next_seq;
+        return;
+    }
+    if (c->kc == NULL || n == 0)
+        return;
+    if (n < FGX_REASM_RING) {
+        memcpy(lin, r->ring, n);
+    } else {
+        memcpy(lin, r->ring + r->ring_pos, FGX_REASM_RING - r->ring_pos);
+        memcpy(lin + FGX_REASM_RING - r->ring_pos, r->ring, r->ring_pos);
+    }
+    r->keep_seq = r->next_seq - (uint32_t)n;
+    keep_append(c, r, r->keep_seq, lin, n);
+}
+
 void fgx_reasm_acked(struct fgx_reasm_ctx *ctx, struct fgx_reasm *r, uint32_t ack)
 {
     if (!r->active)
         return;
+    keep_settle(ctx, r);
     if (seq_cmp(ack, r->next_seq) > 0)
         ack = r->next_seq;
     if (seq_cmp(ack, r->ack_seq) <= 0)
@@ -561,7 +596,7 @@ void fgx_reasm_acked(struct fgx_reasm_ctx *ctx, struct fgx_reasm *r, uint32_t ac
 
 bool fgx_reasm_ack_unsent(const struct fgx_reasm *peer, uint32_t ack)
 {
-    return peer->active && seq_cmp(ack, peer->high_seq + 1) > 0;
+    return peer->active && peer->keep_init && seq_cmp(ack, peer->high_seq + 1) > 0;
 }
 
 bool fgx_reasm_paws_old(const struct fgx_reasm *r, uint32_t tsval)
@@ -874,7 +909,9 @@ enum fgx_reasm_verdict fgx_reasm_segment(struct fgx_reasm_ctx *ctx, struct fgx_r
         r->floor_seq = seq;
         r->keep_seq = r->ack_seq = r->high_seq = seq;
         r->ts_recent = 0;
+        r->keep_init = true;
     }
+    keep_settle(ctx, r);
     if (seq_cmp(end, r->high_seq) > 0)
         r->high_seq = end;
     if (len == 0)
@@ -983,6 +1020,7 @@ int fgx_reasm_start(struct fgx_reasm_ctx *ctx, struct fgx_reasm *r, uint32_t seq
     r->floor_seq = seq;
     r->keep_seq = r->ack_seq = r->high_seq = seq;
     r->ts_recent = 0;
+    r->keep_init = true;
     r->ring_len = 0;
     r->ring_pos = 0;
     r->scanned = 0;

@@ -982,3 +982,32 @@ Test(keep, a_direction_without_a_database_keeps_nothing)
     cr_assert_eq(segn(&r, 1000, b, sizeof(b), 4, &m), FGX_REASM_DROP);
     cr_assert_eq(m.inconsistent, 1);
 }
+
+Test(keep, a_direction_restored_from_a_snapshot_keeps_its_ring_and_refuses_older_overlaps)
+{
+    static uint8_t a[1000];
+    struct fgx_reasm_match m;
+
+    memset(a, 'a', sizeof(a));
+    cr_assert_eq(fgx_reasm_set_db(ctx, &r, db_evil, 1), 0);
+    /* what a flow handover does: position and ring set directly, nothing else */
+    r.active = true;
+    r.next_seq = 0xfffffff0u + 1000;
+    r.floor_seq = 0xfffffff0u;
+    r.ring_len = FGX_REASM_RING;
+    r.ring_pos = 0;
+    memset(r.ring, 'a', sizeof(r.ring));
+    /* nothing known of what it sent: no ACK is taken for unsent data yet */
+    cr_assert_not(fgx_reasm_ack_unsent(&r, 0x12345678));
+    /* the ring's bytes are compared; what lies before them cannot be */
+    cr_assert_eq(segn(&r, r.next_seq - 10, a, 10, 1, &m), FGX_REASM_ACCEPT);
+    cr_assert_eq(segn(&r, r.next_seq - 10, (const uint8_t *)"bbbbbbbbbb", 10, 2, &m),
+                 FGX_REASM_DROP);
+    cr_assert_eq(m.inconsistent, 1);
+    cr_assert_eq(segn(&r, 0xfffffff0u, a, 10, 3, &m), FGX_REASM_DROP);
+    cr_assert_eq(m.uncompared, 1);
+    cr_assert(fgx_reasm_ack_unsent(&r, 0xfffffff0u + 1002));
+    /* once the receiver acknowledges them, they are its */
+    fgx_reasm_acked(ctx, &r, 0xfffffff0u + 500);
+    cr_assert_eq(segn(&r, 0xfffffff0u, a, 10, 4, &m), FGX_REASM_ACCEPT);
+}

@@ -55,6 +55,11 @@ struct fgx_reasm {
     uint32_t keep_chunks;
     uint32_t high_seq;  /* the end of the furthest segment seen from this sender */
     uint32_t ts_recent; /* the newest timestamp of an in-order segment passed; 0: none */
+    /* The fields above from keep_seq on were set when the direction started. A direction made
+     * active by other code (a flow restored from a snapshot sets next_seq and the ring) gets
+     * them at its next use: only the ring's bytes are kept then, older ones are not comparable
+     * until acknowledged, and nothing is known of what the sender sent. */
+    bool keep_init;
     /* The filter ids compiled into db, ascending, borrowed like db; NULL: not known (then no
      * old stream is kept across a change). */
     const uint32_t *ids;
