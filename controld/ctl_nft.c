@@ -360,6 +360,23 @@ static void e_set_be16(struct nft_rule *rl, uint16_t v)
     nftnl_expr_set(e, NFTNL_EXPR_IMM_DATA, &be, sizeof(be));
 }
 
+/* Write register 1 (len bytes) into the transport header at offset, the TCP checksum updated
+ * (the kernel leaves a partial checksum alone: it is computed later, over the new bytes). */
+static void e_payload_write_th(struct nft_rule *rl, uint32_t offset, uint32_t len)
+{
+    struct nftnl_expr *e = rule_expr(rl, "payload");
+
+    if (!e)
+        return;
+    nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_SREG, NFT_REG_1);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_BASE, NFT_PAYLOAD_TRANSPORT_HEADER);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_OFFSET, offset);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_LEN, len);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_CSUM_TYPE, NFT_PAYLOAD_CSUM_INET);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_CSUM_OFFSET, 16);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_FLAGS, 0);
+}
+
 static void e_symhash(struct nft_rule *rl, uint32_t modulus)
 {
     struct nftnl_expr *e = rule_expr(rl, "hash");
@@ -636,6 +653,30 @@ static void build_service_chain(struct nft_tx *tx, const struct ctl_nft_service 
         e_set_be16(&rl, NFT_MSS_MAX);
         e_mss(&rl, true);
         rule_end(&rl);
+
+        /* Urgent data is made ordinary data, as inline normalisers do: a receiver without
+         * SO_OOBINLINE takes the byte the urgent pointer names out of the stream it reads
+         * (from this segment or a later one), so "evXil1337" with X urgent would be read as
+         * "evil1337" while the worker scans all of it. Cleared here, in the kernel, before the
+         * queue and before the no-payload rules accept a pure ACK whose pointer names a byte
+         * still to come: the flag (in the 16 bits at offset 12, an even offset for the
+         * checksum update) and the pointer. Only packets with URG pay for it. */
+        {
+            static const uint8_t urg = 0x20;
+            static const uint8_t keep_all_but_urg[2] = {0xff, 0xdf};
+
+            rule_start(tx, chain, &rl);
+            m_l4proto(&rl, IPPROTO_TCP);
+            e_payload(&rl, NFT_PAYLOAD_TRANSPORT_HEADER, 13, 1);
+            e_and(&rl, &urg, 1);
+            e_cmp_u8(&rl, urg);
+            e_payload(&rl, NFT_PAYLOAD_TRANSPORT_HEADER, 12, 2);
+            e_and(&rl, keep_all_but_urg, 2);
+            e_payload_write_th(&rl, 12, 2);
+            e_set_be16(&rl, 0);
+            e_payload_write_th(&rl, 18, 2);
+            rule_end(&rl);
+        }
 
         /* No handshake packet is queued. The server's SYN-ACK is logged to the worker
          * (NFLOG, the packet is not held): it says that the server accepted a connection, and

@@ -4,6 +4,7 @@
 #include "fgx/pkt.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include <netinet/in.h>
@@ -16,6 +17,40 @@ static uint16_t rd16(const uint8_t *p)
 static uint32_t rd32(const uint8_t *p)
 {
     return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+
+/* The TCP options the data path acts on, parsed the way Linux parses them (tcp_parse_options):
+ * EOL ends the list, NOP is one byte, any other option needs a length of at least 2 that fits,
+ * else parsing stops there. */
+static void decode_tcpopts(struct fgx_pkt *p, const uint8_t *o, size_t len)
+{
+    size_t i = 0;
+
+    while (i < len) {
+        uint8_t kind = o[i], olen;
+
+        if (kind == 0)
+            return;
+        if (kind == 1) {
+            i++;
+            continue;
+        }
+        if (len - i < 2)
+            return;
+        olen = o[i + 1];
+        if (olen < 2 || olen > len - i)
+            return;
+        if (kind == 8 && olen == 10) {
+            p->tcpopt |= FGX_TCPOPT_TS;
+            p->tsval = rd32(o + i + 2);
+            p->tsecr = rd32(o + i + 6);
+        } else if (kind == 19 || kind == 29) {
+            /* Any length: the receiver without a key drops what it recognises as a
+             * signature, and an honest segment to a service carries none. */
+            p->tcpopt |= FGX_TCPOPT_SIG;
+        }
+        i += olen;
+    }
 }
 
 static int decode_l4(struct fgx_pkt *p, uint8_t proto, size_t off)
@@ -47,12 +82,66 @@ static int decode_l4(struct fgx_pkt *p, uint8_t proto, size_t off)
         p->seq = rd32(b + off + 4);
         p->ack = rd32(b + off + 8);
         p->tcp_flags = b[off + 13];
+        p->urg_ptr = rd16(b + off + 18);
+        decode_tcpopts(p, b + off + 20, hl - 20);
     }
     p->sport = rd16(b + off);
     p->dport = rd16(b + off + 2);
     p->payload = b + off + hl;
     p->payload_len = p->l3_len - off - hl;
     return 0;
+}
+
+/* Whether IPv4 options hold anything but NOP and EOL. Linux drops source-routed packets
+ * (accept_source_route 0), and any packet whose options it finds malformed, after the prerouting
+ * hook; honest TCP to a service carries no options at all, so none is trusted. */
+static bool v4_opts_discard(const uint8_t *o, size_t len)
+{
+    size_t i;
+
+    for (i = 0; i < len; i++) {
+        if (o[i] == 0)
+            return false;
+        if (o[i] != 1)
+            return true;
+    }
+    return false;
+}
+
+/* Whether a hop-by-hop or destination options header (len bytes, its two fixed bytes first)
+ * holds an option other than padding, or padding Linux refuses (ip6_parse_tlv: more than 7
+ * bytes in a row, PadN with non-zero bytes, an option running past the header). An unknown
+ * option whose type's top bits say "discard" is dropped by the receiver; known ones (router
+ * alert, jumbo payload, CALIPSO, ...) have checks of their own; honest TCP carries none. */
+static bool v6_opts_discard(const uint8_t *h, size_t len)
+{
+    size_t i = 2, pad = 0;
+
+    while (i < len) {
+        size_t olen;
+
+        if (h[i] == 0) { /* Pad1 */
+            if (++pad > 7)
+                return true;
+            i++;
+            continue;
+        }
+        if (len - i < 2)
+            return true;
+        olen = (size_t)h[i + 1] + 2;
+        if (olen > len - i)
+            return true;
+        if (h[i] != 1)
+            return true;
+        pad += olen;
+        if (pad > 7)
+            return true;
+        for (size_t k = 2; k < olen; k++)
+            if (h[i + k] != 0)
+                return true;
+        i += olen;
+    }
+    return false;
 }
 
 static int decode_v4(struct fgx_pkt *p, const uint8_t *b, size_t len)
@@ -77,6 +166,8 @@ static int decode_v4(struct fgx_pkt *p, const uint8_t *b, size_t len)
     frag = rd16(b + 6);
     if ((frag & 0x2000) || (frag & 0x1fff))
         return -ENOTSUP;
+    if (ihl > 20 && v4_opts_discard(b + 20, ihl - 20))
+        p->ipdiscard |= FGX_IPD_OPTS;
     return decode_l4(p, b[9], ihl);
 }
 
@@ -113,6 +204,13 @@ static int decode_v6(struct fgx_pkt *p, const uint8_t *b, size_t len)
             elen = ((size_t)b[off + 1] + 1) * 8;
             if (elen > p->l3_len - off)
                 return -EINVAL;
+            /* Linux refuses a hop-by-hop header anywhere but first. */
+            if (nh == IPPROTO_ROUTING)
+                p->ipdiscard |= FGX_IPD_RTHDR;
+            else if (nh == IPPROTO_HOPOPTS && off != 40)
+                p->ipdiscard |= FGX_IPD_EXTOPT;
+            else if (v6_opts_discard(b + off, elen))
+                p->ipdiscard |= FGX_IPD_EXTOPT;
             nh = b[off];
             off += elen;
             break;

@@ -22,6 +22,11 @@
 #define NFQ_HOLD_POOL_BYTES (4u << 20)
 #define NFQ_HOLD_FLOW_BYTES (64u << 10)
 #define NFQ_HOLD_MAX_MS 2000
+/* Bytes passed and kept until acknowledged (fgx_reasm_ctx_keep()): per thread, per direction.
+ * A direction's unacknowledged bytes are what its sender has in flight, bounded by the
+ * receiver's window; a few MiB covers a bulk transfer on a LAN (docs/architecture.md). */
+#define NFQ_KEEP_POOL_BYTES (16u << 20)
+#define NFQ_KEEP_FLOW_BYTES (4u << 20)
 #define NFQ_FLOW_IDLE_MS 120000
 #define NFQ_TICK_MS 1000
 #define NFQ_RCVBUF (32 << 20)
@@ -165,6 +170,21 @@ int nfq_log_open(struct nfq_thread *t);
 void nfq_log_close(struct nfq_thread *t);
 /* Hand every SYN-ACK copy waiting to the match stage, without blocking. */
 void nfq_log_drain(struct nfq_thread *t);
+
+/* ---- nfq_normalize.c ---- */
+struct fgx_pkt;
+/* A TCP packet the receiver would discard for what it carries alone (data without ACK, IP
+ * options, extension headers, signature options, urgent data): false, counted in evasion; the
+ * caller drops it before it touches any flow state. */
+bool nfq_norm_packet(struct nfq_thread *t, const struct fgx_pkt *p);
+/* The same for what needs flow f (an ACK of unsent bytes, an old timestamp), before the segment
+ * goes to reassembly; on true its ACK has released the other direction's kept bytes. */
+bool nfq_norm_segment(struct nfq_thread *t, struct fgx_flow *f, enum fgx_dir dir,
+                      const struct fgx_pkt *p);
+/* After reassembly gave verdict v (match m): timestamps move on, overlaps refused are counted. */
+void nfq_norm_passed(struct nfq_thread *t, struct fgx_flow *f, enum fgx_dir dir,
+                     const struct fgx_pkt *p, enum fgx_reasm_verdict v,
+                     const struct fgx_reasm_match *m);
 
 /* ---- nfq_verdict.c ---- */
 void nfq_verdict_add(struct nfq_thread *t, unsigned queue, uint32_t id, bool accept);

@@ -406,11 +406,10 @@ static void tcp_packet(struct nfq_thread *t, unsigned queue, uint32_t id, const 
     struct fgx_reasm *r;
     uint32_t seq = p->seq;
 
-    /* Linux discards data without ACK in every synchronized state: passed as scanned, it would
-     * make the real bytes, sent later at the same sequence numbers, look already passed. Only a
-     * SYN (fast open) carries data without ACK. Dropped before it touches any flow state. */
-    if (p->payload_len > 0 && (p->tcp_flags & (FGX_TCP_ACK | FGX_TCP_SYN | FGX_TCP_RST)) == 0) {
-        NFQ_CTR_ADD(&t->ctr.evasion, 1);
+    /* What the receiver would discard, passed as scanned, would make the real bytes, sent
+     * later at the same sequence numbers, look already passed: dropped before it touches any
+     * flow state (nfq_normalize.c). */
+    if (!nfq_norm_packet(t, p)) {
         verdict(t, queue, id, sc, false);
         return;
     }
@@ -456,6 +455,10 @@ static void tcp_packet(struct nfq_thread *t, unsigned queue, uint32_t id, const 
         verdict(t, queue, id, sc, true);
         return;
     }
+    if (!nfq_norm_segment(t, f, dir, p)) {
+        verdict(t, queue, id, sc, false);
+        return;
+    }
     flow_attach(t, f, svc);
     r = &f->dir[dir == FGX_DIR_C2S ? 0 : 1];
     if (syn) {
@@ -469,8 +472,7 @@ static void tcp_packet(struct nfq_thread *t, unsigned queue, uint32_t id, const 
         fgx_flow_promote(t->flows, f);
     v = fgx_reasm_segment(t->reasm, r, seq, p->ack, p->payload, p->payload_len,
                           cookie_make(queue, t, sc, id), t->now_ms, &m);
-    if (m.inconsistent > 0)
-        NFQ_CTR_ADD(&t->ctr.evasion, m.inconsistent);
+    nfq_norm_passed(t, f, dir, p, v, &m);
     if (m.matched)
         block(t, f, dir, &m);
     if (v != FGX_REASM_HOLD)

@@ -111,6 +111,8 @@ int nfq_thread_init(struct nfq_worker *w, struct nfq_thread *t, unsigned idx)
     }
     ret = fgx_reasm_ctx_new(NFQ_HOLD_POOL_BYTES, NFQ_HOLD_FLOW_BYTES, nfq_match_held_verdict, t,
                             &t->reasm);
+    if (ret == 0)
+        ret = fgx_reasm_ctx_keep(t->reasm, NFQ_KEEP_POOL_BYTES, NFQ_KEEP_FLOW_BYTES);
     if (ret != 0)
         goto err;
     ret = fgx_flow_table_new(w->flows, nfq_match_flow_release, t, &t->flows);

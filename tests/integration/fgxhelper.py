@@ -94,7 +94,17 @@ def tcp_conn(conn, cid, peer, args):
                 emit(event="data", id=cid, data=b64(chunk))
             if args.reply is not None and not replied:
                 replied = True
-                conn.sendall(bytes.fromhex(args.reply))
+                reply = bytes.fromhex(args.reply)
+                if args.oob_at is None:
+                    conn.sendall(reply)
+                else:
+                    # the byte at --oob-at goes as urgent data (MSG_OOB), between pauses
+                    k = args.oob_at
+                    conn.sendall(reply[:k])
+                    time.sleep(0.2)
+                    conn.send(reply[k:k + 1], socket.MSG_OOB)
+                    time.sleep(0.2)
+                    conn.sendall(reply[k + 1:])
     except Exception as e:  # noqa: BLE001 - the kind of ending is the result
         end = classify(e)
     try:
@@ -136,6 +146,7 @@ def run_udp_server(args):
 def run_tcp_client(args):
     """Run a script of steps on one connection:
          send:HEX   send these bytes
+         oob:HEX    send these bytes as urgent data (MSG_OOB)
          sleep:S    pause S seconds
          wait       block until a line arrives on stdin (the test's go signal)
          read:S     read what arrives for S seconds (stops early on EOF or reset)
@@ -156,6 +167,10 @@ def run_tcp_client(args):
             if op == "send":
                 payload = bytes.fromhex(val)
                 s.sendall(payload)
+                res["sent"] += len(payload)
+            elif op == "oob":
+                payload = bytes.fromhex(val)
+                s.send(payload, socket.MSG_OOB)
                 res["sent"] += len(payload)
             elif op == "sleep":
                 time.sleep(float(val))
@@ -674,6 +689,7 @@ def main():
     p.add_argument("--bind", default="::")
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--reply", help="hex bytes sent once after the first data")
+    p.add_argument("--oob-at", type=int, help="send the reply's byte at this index as urgent data")
     p.add_argument("--idle", type=float, default=5.0)
     p.add_argument("--sink", action="store_true", help="count and hash only (large transfers)")
     p = sub.add_parser("udp-server")

@@ -20,6 +20,9 @@ def setup(env):
     ruleset = ("table inet fgxit {\n chain out {\n  type filter hook output priority 0;\n"
                "  tcp sport 40000-49999 tcp flags & rst == rst drop\n }\n}\n")
     it.sh("ip", "netns", "exec", env.cli, "nft", "-f", "-", input=ruleset)
+    # Crafted decoys of 5000 bytes go out as one segment.
+    it.sh("ip", "-n", env.srv, "link", "set", it.SRV_IF, "mtu", "9000")
+    it.sh("ip", "-n", env.cli, "link", "set", CLI_IF, "mtu", "9000")
     env.next_sport = 40000
 
 
@@ -120,9 +123,16 @@ class Crafter(it.Helper):
 
 def evade(env, src, dst, dport, segments, timestamps=False, sport=None, close=False):
     """segments: [(offset, bytes, kind)], kind "" (honest), "badsum" (a wrong TCP checksum),
-    "noack" (no ACK flag), "paws" (a timestamp older than the last one: PAWS discards it) or
+    "noack" (no ACK flag), "paws" (a timestamp older than the last one: PAWS discards it),
     "syn" (a SYN, no payload, whose sequence number + 1 is offset: the established server
-    answers it with a challenge ACK). sport: reuse that client port (default: a new one);
+    answers it with a challenge ACK), or one the server's kernel discards after the hook that
+    queues it: "md5" (a TCP MD5 option, no key), "lsrr"/"ssrr" (IPv4 source route), "dstopt"
+    (IPv6 destination option of an unknown type whose top bits say discard), "rh0" (IPv6
+    routing header type 0 with a segment left), "ackunsent" (acknowledges bytes the server never
+    sent), "oldack" (acknowledges bytes long before what the server had acknowledged, RFC 5961),
+    "pawsunseen" (a pure ACK the rules do not queue moves the server's newest timestamp on, then
+    the segment carries an older one); or "urg:N" (URG set, urgent pointer N), "urgack:N" (a
+    pure ACK at offset with URG and urgent pointer N). sport: reuse that client port (default: a new one);
     close: wait for the server's FIN and acknowledge it, so that the server forgets the
     connection and the 4-tuple can be used again at once."""
     if sport is None:
@@ -189,8 +199,227 @@ def data_without_ack_then_real_bytes_is_blocked(env):
 
 
 @test
-def paws_discarded_then_different_bytes_not_delivered(env):
-    evasion_case(env, "ev-paws", "paws", False, timestamps=True)
+def paws_discarded_then_real_bytes_is_blocked(env):
+    # PAWS-old segments are refused before they reach the stream, so the real bytes are scanned.
+    evasion_case(env, "ev-paws", "paws", True, timestamps=True)
+
+
+# Largest first: on a worker that compares only a 256-byte ring, the first case already shows
+# the real bytes reaching the server.
+DECOY_SIZES = (5000, 1200, 300, 8)
+
+
+def decoy_case(env, name, kind, blocked, fams=FAMS, timestamps=False):
+    """The issue's decoy, at every size: an honest "hello", then a decoy of SIZE bytes that the
+    server's kernel discards (kind), then the real SIZE bytes at the same sequence numbers:
+    "evil1337" first, the rest the same as the decoy's (so its last 300 bytes, beyond the old
+    256-byte ring, too). blocked: the worker knows the kind and refuses the decoy itself, so
+    the real bytes are scanned and matched (a reset); otherwise the decoy passes, the receiver
+    discards it, and the real bytes must be refused as an overlap that differs from what
+    passed. Either way the server reads "hello" and nothing else."""
+    _, port = env.service(name, "tcp")
+    env.filter(name)
+    srv = env.tcp_server(port, idle=1.5)
+    n = 0
+    for src, dst in fams:
+        for size in DECOY_SIZES:
+            n += 1
+            decoy = bytes(0x61 + i % 23 for i in range(size))
+            real = b"evil1337" + decoy[8:]
+            before = evasion_count(env)
+            res = evade(env, src, dst, port, [(0, b"hello", ""), (5, decoy, kind),
+                                              (5, real, "")], timestamps)
+            s = it.server_conn(srv, n)
+            check(b"evil1337" not in s["data"], "%s, %d bytes: server received %r over %s",
+                  kind, size, s["data"][:40], dst)
+            check(s["data"] == b"hello", "%s, %d bytes, over %s: server got %r, expected only "
+                  "the honest \"hello\" (its kernel should discard the decoy)", kind, size, dst,
+                  s["data"][:40])
+            check(res["reset"] == blocked, "%s, %d bytes, over %s: reset %s, expected %s", kind,
+                  size, dst, res["reset"], blocked)
+            wait_evasion(env, before, 1)
+
+
+@test
+def decoy_paws_of_every_size(env):
+    decoy_case(env, "dc-paws", "paws", True, timestamps=True)
+
+
+@test
+def decoy_md5_option_of_every_size(env):
+    decoy_case(env, "dc-md5", "md5", True)
+
+
+@test
+def decoy_ipv4_loose_source_route_of_every_size(env):
+    decoy_case(env, "dc-lsrr", "lsrr", True, fams=((CLI4, SRV4),))
+
+
+@test
+def decoy_ipv4_strict_source_route_of_every_size(env):
+    decoy_case(env, "dc-ssrr", "ssrr", True, fams=((CLI4, SRV4),))
+
+
+@test
+def decoy_ipv6_destination_option_discard_of_every_size(env):
+    decoy_case(env, "dc-dstopt", "dstopt", True, fams=((CLI6, SRV6),))
+
+
+@test
+def decoy_ipv6_routing_header_type_0_of_every_size(env):
+    decoy_case(env, "dc-rh0", "rh0", True, fams=((CLI6, SRV6),))
+
+
+@test
+def decoy_ack_of_unsent_data_of_every_size(env):
+    decoy_case(env, "dc-ackunsent", "ackunsent", True)
+
+
+# Kinds the worker does not refuse itself: the bytes kept until acknowledged catch the real
+# ones, whatever the size.
+
+@test
+def decoy_too_old_ack_is_caught_by_the_comparison(env):
+    decoy_case(env, "dc-oldack", "oldack", False)
+
+
+@test
+def decoy_paws_from_an_unseen_timestamp_is_caught_by_the_comparison(env):
+    decoy_case(env, "dc-pawsunseen", "pawsunseen", False, timestamps=True)
+
+
+def retrans_segs(env):
+    """Segments the client namespace's TCP retransmitted so far."""
+    out = it.sh("ip", "netns", "exec", env.cli, "nstat", "-az", "TcpRetransSegs").stdout
+    for line in out.splitlines():
+        if line.startswith("TcpRetransSegs"):
+            return int(line.split()[1])
+    raise AssertionError("no TcpRetransSegs in nstat: %r" % out)
+
+
+@test
+def honest_retransmissions_pass(env):
+    """Identical bytes sent again pass, however far back they reach: scapy duplicates and
+    overlaps, then a real transfer whose segments are lost after the worker passed them (an nft
+    rule in the server namespace drops one in ten at the input hook), so the client's kernel
+    retransmits them."""
+    _, port = env.service("retx", "tcp")
+    env.filter("retx")
+    srv = env.tcp_server(port, idle=1.5)
+    a = bytes(0x61 + i % 23 for i in range(3000))
+    n = 0
+    for src, dst in FAMS:
+        n += 1
+        before = evasion_count(env)
+        res = evade(env, src, dst, port, [(0, a, ""), (0, a, ""), (100, a[100:2000], ""),
+                                          (2900, a[2900:] + b"tail", "")])
+        s = it.server_conn(srv, n)
+        check(s["data"] == a + b"tail" and not res["reset"], "duplicates over %s: server got %d "
+              "bytes (%r...), reset %s", dst, len(s["data"]), s["data"][:20], res["reset"])
+        check(evasion_count(env) == before, "honest duplicates counted as evasion over %s", dst)
+    srv.stop()
+    srv = env.tcp_server(port, sink=True, idle=5)
+    rules = ("table inet fgxit {\n chain in {\n  type filter hook input priority 0;\n"
+             "  tcp dport %d numgen random mod 10 == 0 drop\n }\n}\n" % port)
+    it.sh("ip", "netns", "exec", env.srv, "nft", "-f", "-", input=rules)
+    try:
+        for host in (SRV4, SRV6):
+            n += 1
+            before = evasion_count(env)
+            retrans = retrans_segs(env)
+            # 12 MiB: more than a direction keeps (4 MiB), so the oldest kept bytes go while
+            # the transfer runs, and the retransmissions must still find theirs
+            h = env.helper(env.cli, "bulk-client", "--host", host, "--port", port, "--size",
+                           12 << 20, "--timeout", 30)
+            c = it.client_result(h, 60)
+            s = it.server_conn(srv, n - 2, timeout=30)
+            check(c["end"] == "eof" and s["end"] == "eof", "lossy transfer over %s: client %s, "
+                  "server %s", host, c["end"], s["end"])
+            check(s["bytes"] == 12 << 20 and s["sha256"] == c["sha256"], "lossy transfer over %s: "
+                  "server got %d bytes (hash %s), client sent %d (%s)", host, s["bytes"],
+                  s["sha256"][:12], c["sent"], c["sha256"][:12])
+            check(retrans_segs(env) > retrans, "no segment was retransmitted over %s", host)
+            check(evasion_count(env) == before, "honest retransmissions counted as evasion over "
+                  "%s: %d", host, evasion_count(env) - before)
+    finally:
+        it.sh("ip", "netns", "exec", env.srv, "nft", "delete", "table", "inet", "fgxit",
+              check=False)
+
+
+# ---- urgent data: the receiver reads the stream without the urgent byte ----
+
+URG_CASES = (
+    # one segment, the urgent pointer at X (Linux: the byte before the pointer)
+    ([(0, b"evXil1337", "urg:3")], b"evXil1337"),
+    # a pointer beyond its segment names a byte of the next one
+    ([(0, b"ev", "urg:3"), (2, b"Xil1337", "")], b"evXil1337"),
+    # a pure ACK (never queued) names a byte still to come
+    ([(0, b"", "urgack:3"), (0, b"evXil1337", "")], b"evXil1337"),
+    # several urgent segments
+    ([(0, b"evX", "urg:3"), (3, b"Yil1337", "urg:1")], b"evXYil1337"),
+)
+
+
+@test
+def urgent_byte_stays_in_the_stream(env):
+    """The server reads exactly the bytes sent, urgent ones included (the rules clear URG and
+    the urgent pointer), so what it reads is what the worker scanned: never "evil1337" from
+    "evXil1337"."""
+    _, port = env.service("urg", "tcp")
+    env.filter("urg")
+    srv = env.tcp_server(port, idle=1.5)
+    n = 0
+    bad = []
+    for src, dst in FAMS:
+        for segs, whole in URG_CASES:
+            n += 1
+            res = evade(env, src, dst, port, segs)
+            s = it.server_conn(srv, n)
+            if s["data"] != whole or res["reset"]:
+                bad.append("%r over %s: server read %r, reset %s" % (segs, dst, s["data"],
+                                                                      res["reset"]))
+        check(not bad, "urgent data not read as sent (expected every byte, in order): %s",
+              "; ".join(bad))
+        # the match itself still blocks when a byte of it is sent urgent
+        n += 1
+        res = evade(env, src, dst, port, [(0, b"ev", ""), (2, b"il1337", "urg:2")])
+        s = it.server_conn(srv, n)
+        check(b"evil1337" not in s["data"] and res["reset"], "urgent match over %s: server read "
+              "%r, reset %s", dst, s["data"], res["reset"])
+
+
+@test
+def urgent_byte_sent_with_msg_oob_stays_in_the_stream(env):
+    _, port = env.service("oob", "tcp")
+    env.filter("oob")
+    srv = env.tcp_server(port, idle=1.5)
+    for host in (SRV4, SRV6):
+        c, sport = env.tcp_conn(host, port, [b"ev", 0.2, ("oob", b"X".hex()), 0.2, b"il1337"])
+        s = it.server_conn_of(srv, sport)
+        check(b"evil1337" not in s["data"], "MSG_OOB over %s: server read %r", host, s["data"])
+        check(s["data"] == b"evXil1337" and c["end"] == "eof", "MSG_OOB over %s: server read %r "
+              "(end %s), client end %s", host, s["data"], s["end"], c["end"])
+        # an honest connection is unchanged
+        c, sport = env.tcp_conn(host, port, [b"hello world"])
+        it.assert_passed(c, it.server_conn_of(srv, sport), b"hello world")
+
+
+@test
+def urgent_byte_from_the_server_stays_in_the_stream(env):
+    # The other direction (the rules' postrouting chain, a server-built packet): a reply
+    # "evXil1337" with X sent as MSG_OOB must reach the client whole, as scanned.
+    _, port = env.service("oob-s2c", "tcp")
+    env.filter("oob-s2c", dir="s2c")
+    srv = env.helper(env.srv, "tcp-server", "--port", port, "--reply", b"evXil1337".hex(),
+                     "--oob-at", 2, "--idle", 2)
+    check(srv.wait_event(lambda e: e.get("event") == "listening", 5) is not None,
+          "tcp server did not start")
+    for host in (SRV4, SRV6):
+        c = env.tcp_client(host, port, [b"hi", ("read", 1.0)])
+        check(c["connected"] and b"evil1337" not in c["received"], "MSG_OOB reply over %s: client "
+              "read %r", host, c["received"])
+        check(c["received"] == b"evXil1337", "MSG_OOB reply over %s: client read %r, end %s", host,
+              c["received"], c["end"])
 
 
 def syn_inside_case(env, name):
@@ -263,7 +492,8 @@ def craft_main(argv):
     import socket
     import time
     logging.getLogger("scapy.runtime").setLevel(logging.ERROR)
-    from scapy.all import IP, IPv6, TCP, AsyncSniffer, conf, raw  # noqa: E402
+    from scapy.all import (IP, IPv6, TCP, AsyncSniffer, HBHOptUnknown, IPOption_LSRR,  # noqa: E402
+                           IPOption_SSRR, IPv6ExtHdrDestOpt, IPv6ExtHdrRouting, conf, raw)
     from fgxhelper import emit  # noqa: E402
 
     ap = argparse.ArgumentParser()
@@ -280,18 +510,32 @@ def craft_main(argv):
                         socket.IPPROTO_RAW)
     tsval = [100000]
 
-    def ip():
-        return IPv6(src=args.src, dst=args.dst) if v6 else IP(src=args.src, dst=args.dst)
+    def ip(kind=""):
+        if v6:
+            base = IPv6(src=args.src, dst=args.dst)
+            if kind == "dstopt":
+                return base / IPv6ExtHdrDestOpt(options=[HBHOptUnknown(otype=0x7e,
+                                                                       optdata=b"\0" * 4)])
+            if kind == "rh0":
+                return base / IPv6ExtHdrRouting(type=0, addresses=[args.dst], segleft=1)
+            return base
+        if kind == "lsrr":
+            return IP(src=args.src, dst=args.dst, options=[IPOption_LSRR(routers=[args.dst])])
+        if kind == "ssrr":
+            return IP(src=args.src, dst=args.dst, options=[IPOption_SSRR(routers=[args.dst])])
+        return IP(src=args.src, dst=args.dst)
 
-    def tcp(flags, seq, ack=0, ts=None, ecr=0):
+    def tcp(flags, seq, ack=0, ts=None, ecr=0, md5=False, urg=0, window=65535):
         opts = []
         if args.timestamps:
             if ts is None:
                 tsval[0] += 10
                 ts = tsval[0]
             opts = [("NOP", None), ("NOP", None), ("Timestamp", (ts, ecr))]
+        if md5:
+            opts += [("MD5", b"\0" * 16), ("NOP", None), ("NOP", None)]
         return TCP(sport=args.sport, dport=args.dport, flags=flags, seq=seq, ack=ack,
-                   window=65535, options=opts)
+                   window=window, options=opts, urgptr=urg)
 
     def send(pkt):
         out.sendto(raw(pkt), (args.dst, 0))
@@ -333,12 +577,34 @@ def craft_main(argv):
                 send(ip() / tcp("S", isn + off))
                 time.sleep(0.2)
                 continue
-            seg = tcp("P" if kind == "noack" else "PA", isn + 1 + off, ack,
-                      ts=1 if kind == "paws" else None, ecr=ecr)
-            pkt = ip() / seg / payload
+            kname, _, karg = kind.partition(":")
+            if kname == "urgack":
+                send(ip() / tcp("AU", isn + 1 + off, ack, ecr=ecr, urg=int(karg)))
+                time.sleep(0.2)
+                continue
+            ts = 1 if kind == "paws" else None
+            if kind == "pawsunseen":
+                tsval[0] += 100
+                send(ip() / tcp("A", isn + 1 + off, ack, ecr=ecr))
+                time.sleep(0.1)
+                ts = tsval[0] - 50
+            segack = ack
+            if kind == "ackunsent":
+                segack = (ack + 100000) & 0xffffffff
+            elif kind == "oldack":
+                segack = (ack - 1000) & 0xffffffff
+            # a window of its own keeps the old-ACK decoy off Linux's fast path, which queues
+            # data before it looks at the ACK
+            seg = tcp("P" if kind == "noack" else ("PAU" if kname == "urg" else "PA"),
+                      isn + 1 + off, segack, ts=ts, ecr=ecr, md5=kind == "md5",
+                      urg=int(karg) if kname == "urg" else 0,
+                      window=1000 if kind == "oldack" else 65535)
+            pkt = ip(kind) / seg / payload
             if kind == "badsum":
                 seg.chksum = (IPv6 if v6 else IP)(raw(pkt))[TCP].chksum ^ 0x5555
                 pkt = ip() / seg / payload
+            if kind == "pawsunseen":
+                tsval[0] += 100
             send(pkt)
             time.sleep(0.2)
         send(ip() / tcp("FA", isn + 1 + end, ack, ecr=ecr))

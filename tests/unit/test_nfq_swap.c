@@ -1,7 +1,8 @@
 /* Unit tests for nfqworker's match stage across ruleset generations (nfq_match.c, nfq_stats.c,
  * libcommon/wcfg.c): one packet thread without its netlink socket is fed hand-built IPv4
  * packets; the verdicts it batches are read back from its transmit buffer. These are the hot-swap semantics
- * of issue 3 for connections that stay open across a change, plus the events and counters. */
+ * of issue 3 for connections that stay open across a change, plus the events and counters, and
+ * the normalise stage (nfq_normalize.c) with the keep pool of issue 11. */
 #include <criterion/criterion.h>
 
 #include <arpa/inet.h>
@@ -1002,4 +1003,65 @@ Test(nfq_swap, handed_over_flow_of_a_changed_database_meets_the_policy)
     cr_assert_eq(fgx_flow_count(t.flows), 0, "its stream cannot be rebuilt on another database");
     cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 3, "il1337")), NF_DROP);
     cr_assert_eq(t.ctr.midstream_resets, 1);
+}
+
+/* ---- the normalise stage (nfq_normalize.c) with the worker's keep pool ---- */
+
+static void norm_setup(void)
+{
+    setup();
+    cr_assert_eq(fgx_reasm_ctx_keep(t.reasm, 1 << 20, 1 << 18), 0);
+}
+
+TestSuite(nfq_norm, .init = norm_setup, .fini = teardown);
+
+Test(nfq_norm, ack_of_unsent_data_is_dropped_before_it_moves_the_stream)
+{
+    publish_tcp(1, 1, &P_EVIL);
+    synack_logged(S2C_SEQ, C2S_SEQ);
+    /* acknowledges 100 bytes the server never sent: the server discards it */
+    cr_assert_eq(verdict_of(tcp_ack(true, 0x18, C2S_SEQ + 1, S2C_SEQ + 101, "xxxxxxxx")),
+                 NF_DROP);
+    cr_assert_eq(t.ctr.evasion, 1);
+    /* nothing moved: the real bytes at the same place are scanned */
+    cr_assert_eq(verdict_of(tcp_ack(true, 0x18, C2S_SEQ + 1, S2C_SEQ + 1, "evil1337")), NF_DROP);
+    cr_assert_eq(blocked_of(F_EVIL), 1);
+}
+
+Test(nfq_norm, ack_of_what_the_server_sent_and_of_its_fin_passes)
+{
+    publish_tcp(1, 1, &P_EVIL);
+    synack_logged(S2C_SEQ, C2S_SEQ);
+    cr_assert_eq(verdict_of(tcp_ack(false, 0x18, S2C_SEQ + 1, C2S_SEQ + 1, "hello")), NF_ACCEPT);
+    cr_assert_eq(verdict_of(tcp_ack(true, 0x18, C2S_SEQ + 1, S2C_SEQ + 6, "a")), NF_ACCEPT);
+    /* the server's FIN (not queued) takes one more */
+    cr_assert_eq(verdict_of(tcp_ack(true, 0x18, C2S_SEQ + 2, S2C_SEQ + 7, "b")), NF_ACCEPT);
+    cr_assert_eq(verdict_of(tcp_ack(true, 0x18, C2S_SEQ + 3, S2C_SEQ + 8, "c")), NF_DROP);
+    cr_assert_eq(t.ctr.evasion, 1);
+}
+
+Test(nfq_norm, urgent_data_that_was_not_normalised_is_dropped)
+{
+    publish_tcp(1, 1, &P_EVIL);
+    synack_logged(S2C_SEQ, C2S_SEQ);
+    cr_assert_eq(verdict_of(tcp(true, 0x18 | 0x20, C2S_SEQ + 1, "evXil1337")), NF_DROP);
+    cr_assert_eq(t.ctr.evasion, 1);
+    cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 1, "evXil1337")), NF_ACCEPT);
+}
+
+Test(nfq_norm, the_servers_ack_releases_kept_bytes)
+{
+    publish_tcp(1, 1, &P_EVIL);
+    synack_logged(S2C_SEQ, C2S_SEQ);
+    cr_assert_eq(verdict_of(tcp_ack(true, 0x18, C2S_SEQ + 1, S2C_SEQ + 1, "hello")), NF_ACCEPT);
+    cr_assert_eq(fgx_reasm_ctx_kept(t.reasm), 5);
+    /* not acknowledged: a retransmission that differs is refused */
+    cr_assert_eq(verdict_of(tcp_ack(true, 0x18, C2S_SEQ + 1, S2C_SEQ + 1, "hellx")), NF_DROP);
+    cr_assert_eq(t.ctr.evasion, 1);
+    /* the server's reply acknowledges them: the copy goes, and the receiver trims whatever a
+     * retransmission says there */
+    cr_assert_eq(verdict_of(tcp_ack(false, 0x18, S2C_SEQ + 1, C2S_SEQ + 6, "ok")), NF_ACCEPT);
+    cr_assert_eq(fgx_reasm_ctx_kept(t.reasm), 0);
+    cr_assert_eq(verdict_of(tcp_ack(true, 0x18, C2S_SEQ + 1, S2C_SEQ + 3, "hellx")), NF_ACCEPT);
+    cr_assert_eq(t.ctr.evasion, 1);
 }

@@ -236,6 +236,10 @@ static void tcp_chain_expect_log(char *buf, size_t len, const char *q, bool c2s,
     off += (size_t)snprintf(buf + off, len - off,
                             "tcp flags & syn == syn tcp option maxseg size > 65000 tcp option "
                             "maxseg size set 65000\n");
+    /* URG and the urgent pointer cleared (nft lists the AND mask 0xffdf as 0x20) */
+    off += (size_t)snprintf(buf + off, len - off,
+                            "tcp flags & urg == urg @th,96,16 set @th,96,16 & 0x20 tcp urgptr "
+                            "set 0\n");
     if (!c2s && synack_log)
         off += (size_t)snprintf(buf + off, len - off, "tcp flags syn,ack / syn,ack jump synack\n");
     else if (!c2s)

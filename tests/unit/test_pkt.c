@@ -245,3 +245,165 @@ Test(pkt, udp_zero_checksum_is_none_over_ipv4_only)
     cr_assert_eq(fgx_pkt_decode(b, 30, &p), 0);
     cr_assert_eq(fgx_pkt_csum_check(&p), 0);
 }
+
+/* IPv4 + TCP with ipopt (ipolen bytes, a multiple of 4) and tcpopt (tcpolen, a multiple of 4). */
+static size_t v4_tcp_opts(uint8_t *b, const uint8_t *ipopt, size_t ipolen, const uint8_t *tcpopt,
+                          size_t tcpolen, const char *payload)
+{
+    size_t plen = strlen(payload), ihl = 20 + ipolen, thl = 20 + tcpolen, tot = ihl + thl + plen;
+
+    memset(b, 0, ihl + thl);
+    b[0] = (uint8_t)(0x40 | (ihl / 4));
+    b[2] = (uint8_t)(tot >> 8);
+    b[3] = (uint8_t)tot;
+    b[8] = 64;
+    b[9] = IPPROTO_TCP;
+    memcpy(b + 12, (uint8_t[]){10, 0, 0, 1}, 4);
+    memcpy(b + 16, (uint8_t[]){10, 0, 0, 2}, 4);
+    if (ipolen > 0)
+        memcpy(b + 20, ipopt, ipolen);
+    b[ihl + 3] = 80;
+    b[ihl + 12] = (uint8_t)((thl / 4) << 4);
+    b[ihl + 13] = 0x10;
+    if (tcpolen > 0)
+        memcpy(b + ihl + 20, tcpopt, tcpolen);
+    memcpy(b + ihl + thl, payload, plen);
+    return tot;
+}
+
+Test(pkt, tcp_timestamp_signature_and_urgent_pointer)
+{
+    uint8_t b[256];
+    struct fgx_pkt p;
+    static const uint8_t ts[] = {1, 1, 8, 10, 0, 0, 0, 5, 0, 0, 0, 9};
+    static const uint8_t md5[20] = {19, 18};
+    static const uint8_t broken[] = {1, 8, 10, 0}; /* a timestamp that does not fit: ignored */
+    size_t n;
+
+    n = v4_tcp_opts(b, NULL, 0, ts, sizeof(ts), "x");
+    b[20 + 13] |= FGX_TCP_URG;
+    b[20 + 18] = 0x01;
+    b[20 + 19] = 0x02;
+    cr_assert_eq(fgx_pkt_decode(b, n, &p), 0);
+    cr_assert_eq(p.tcpopt, FGX_TCPOPT_TS);
+    cr_assert_eq(p.tsval, 5);
+    cr_assert_eq(p.tsecr, 9);
+    cr_assert_eq(p.urg_ptr, 0x0102);
+    cr_assert(p.tcp_flags & FGX_TCP_URG);
+    cr_assert_eq(p.payload_len, 1);
+
+    n = v4_tcp_opts(b, NULL, 0, md5, sizeof(md5), "x");
+    cr_assert_eq(fgx_pkt_decode(b, n, &p), 0);
+    cr_assert_eq(p.tcpopt, FGX_TCPOPT_SIG);
+    n = v4_tcp_opts(b, NULL, 0, (const uint8_t[]){29, 4, 0, 0}, 4, "x"); /* TCP-AO */
+    cr_assert_eq(fgx_pkt_decode(b, n, &p), 0);
+    cr_assert_eq(p.tcpopt, FGX_TCPOPT_SIG);
+    n = v4_tcp_opts(b, NULL, 0, broken, sizeof(broken), "x");
+    cr_assert_eq(fgx_pkt_decode(b, n, &p), 0);
+    cr_assert_eq(p.tcpopt, 0);
+    /* An EOL ends the list: what follows is not an option. */
+    n = v4_tcp_opts(b, NULL, 0, (const uint8_t[]){0, 19, 2, 0}, 4, "x");
+    cr_assert_eq(fgx_pkt_decode(b, n, &p), 0);
+    cr_assert_eq(p.tcpopt, 0);
+}
+
+Test(pkt, ipv4_options_the_receiver_may_discard)
+{
+    uint8_t b[256];
+    struct fgx_pkt p;
+    static const uint8_t lsrr[8] = {131, 7, 4, 10, 0, 0, 9, 0};
+    static const uint8_t ssrr[8] = {137, 7, 4, 10, 0, 0, 9, 0};
+    static const uint8_t nops[4] = {1, 1, 1, 0};
+    size_t n;
+
+    n = v4_tcp_opts(b, lsrr, sizeof(lsrr), NULL, 0, "data");
+    cr_assert_eq(fgx_pkt_decode(b, n, &p), 0);
+    cr_assert_eq(p.ipdiscard, FGX_IPD_OPTS);
+    cr_assert_eq(p.payload_len, 4);
+    n = v4_tcp_opts(b, ssrr, sizeof(ssrr), NULL, 0, "data");
+    cr_assert_eq(fgx_pkt_decode(b, n, &p), 0);
+    cr_assert_eq(p.ipdiscard, FGX_IPD_OPTS);
+    n = v4_tcp_opts(b, nops, sizeof(nops), NULL, 0, "data");
+    cr_assert_eq(fgx_pkt_decode(b, n, &p), 0);
+    cr_assert_eq(p.ipdiscard, 0);
+    n = v4_tcp(b, "data");
+    cr_assert_eq(fgx_pkt_decode(b, n, &p), 0);
+    cr_assert_eq(p.ipdiscard, 0);
+}
+
+/* IPv6 + TCP ("x") behind the extension headers in ext (extlen bytes, the first one's type
+ * first_nh, each header's next-header byte already set by the caller but the last's). */
+static size_t v6_tcp_ext(uint8_t *b, uint8_t first_nh, const uint8_t *ext, size_t extlen,
+                         size_t last_off)
+{
+    size_t plen = extlen + 20 + 1;
+
+    memset(b, 0, 40 + plen);
+    b[0] = 0x60;
+    b[4] = (uint8_t)(plen >> 8);
+    b[5] = (uint8_t)plen;
+    b[6] = extlen > 0 ? first_nh : IPPROTO_TCP;
+    b[7] = 64;
+    b[8] = 0xfd;
+    b[23] = 1;
+    b[24] = 0xfd;
+    b[39] = 2;
+    memcpy(b + 40, ext, extlen);
+    if (extlen > 0)
+        b[40 + last_off] = IPPROTO_TCP;
+    b[40 + extlen + 3] = 80;
+    b[40 + extlen + 12] = 5 << 4;
+    b[40 + extlen + 13] = 0x10;
+    b[40 + extlen + 20] = 'x';
+    return 40 + plen;
+}
+
+Test(pkt, ipv6_extension_headers_the_receiver_may_discard)
+{
+    uint8_t b[256];
+    struct fgx_pkt p;
+    /* next header (set by the builder), length 0 (8 bytes), then 6 bytes of options */
+    static const uint8_t pad1[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    static const uint8_t padn[8] = {0, 0, 1, 4, 0, 0, 0, 0};
+    static const uint8_t padn_dirty[8] = {0, 0, 1, 4, 0, 7, 0, 0};
+    static const uint8_t unknown_discard[8] = {0, 0, 0x7e, 4, 0, 0, 0, 0}; /* top bits 01 */
+    static const uint8_t unknown_skip[8] = {0, 0, 0x1e, 4, 0, 0, 0, 0};    /* top bits 00 */
+    static const uint8_t too_long[8] = {0, 0, 1, 9, 0, 0, 0, 0};
+    static const uint8_t rh0[24] = {0, 2, 0, 1}; /* type 0, one segment left */
+    uint8_t two[16];
+    size_t n;
+
+    n = v6_tcp_ext(b, IPPROTO_DSTOPTS, pad1, 8, 0);
+    cr_assert_eq(fgx_pkt_decode(b, n, &p), 0);
+    cr_assert_eq(p.ipdiscard, 0);
+    cr_assert_eq(p.payload_len, 1);
+    n = v6_tcp_ext(b, IPPROTO_HOPOPTS, padn, 8, 0);
+    cr_assert_eq(fgx_pkt_decode(b, n, &p), 0);
+    cr_assert_eq(p.ipdiscard, 0);
+    n = v6_tcp_ext(b, IPPROTO_DSTOPTS, padn_dirty, 8, 0);
+    cr_assert_eq(fgx_pkt_decode(b, n, &p), 0);
+    cr_assert_eq(p.ipdiscard, FGX_IPD_EXTOPT);
+    n = v6_tcp_ext(b, IPPROTO_DSTOPTS, unknown_discard, 8, 0);
+    cr_assert_eq(fgx_pkt_decode(b, n, &p), 0);
+    cr_assert_eq(p.ipdiscard, FGX_IPD_EXTOPT);
+    n = v6_tcp_ext(b, IPPROTO_HOPOPTS, unknown_discard, 8, 0);
+    cr_assert_eq(fgx_pkt_decode(b, n, &p), 0);
+    cr_assert_eq(p.ipdiscard, FGX_IPD_EXTOPT);
+    /* Even an option the receiver would skip: honest TCP carries none. */
+    n = v6_tcp_ext(b, IPPROTO_DSTOPTS, unknown_skip, 8, 0);
+    cr_assert_eq(fgx_pkt_decode(b, n, &p), 0);
+    cr_assert_eq(p.ipdiscard, FGX_IPD_EXTOPT);
+    n = v6_tcp_ext(b, IPPROTO_DSTOPTS, too_long, 8, 0);
+    cr_assert_eq(fgx_pkt_decode(b, n, &p), 0);
+    cr_assert_eq(p.ipdiscard, FGX_IPD_EXTOPT);
+    n = v6_tcp_ext(b, IPPROTO_ROUTING, rh0, sizeof(rh0), 0);
+    cr_assert_eq(fgx_pkt_decode(b, n, &p), 0);
+    cr_assert_eq(p.ipdiscard, FGX_IPD_RTHDR);
+    /* A hop-by-hop header after another header: Linux refuses it. */
+    memcpy(two, pad1, 8);
+    memcpy(two + 8, pad1, 8);
+    two[0] = IPPROTO_HOPOPTS;
+    n = v6_tcp_ext(b, IPPROTO_DSTOPTS, two, sizeof(two), 8);
+    cr_assert_eq(fgx_pkt_decode(b, n, &p), 0);
+    cr_assert_eq(p.ipdiscard, FGX_IPD_EXTOPT);
+}

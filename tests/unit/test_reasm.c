@@ -762,3 +762,252 @@ Test(reasm, held_segment_different_from_what_passed_is_dropped)
     cr_assert_eq(r.next_seq, 16);
     cr_assert_eq(fgx_reasm_ctx_held(ctx), 0);
 }
+
+/* ---- with a keep pool: every byte passed is compared until it is acknowledged ---- */
+
+#define KEEP_CHUNK 4096 /* reasm.c's KCHUNK */
+
+static struct fgx_reasm r2;
+
+static void keep_setup(void)
+{
+    setup();
+    /* 4 chunks in the pool, 2 per direction */
+    cr_assert_eq(fgx_reasm_ctx_keep(ctx, 4 * KEEP_CHUNK, 2 * KEEP_CHUNK), 0);
+    fgx_reasm_init(&r2);
+}
+
+static void keep_teardown(void)
+{
+    fgx_reasm_release(ctx, &r2);
+    fgx_reasm_release(ctx, &r);
+    cr_assert_eq(fgx_reasm_ctx_kept(ctx), 0);
+    teardown();
+}
+
+TestSuite(keep, .init = keep_setup, .fini = keep_teardown);
+
+static enum fgx_reasm_verdict segn(struct fgx_reasm *d, uint32_t seq, const uint8_t *b, size_t n,
+                                   uint64_t cookie, struct fgx_reasm_match *m)
+{
+    return fgx_reasm_segment(ctx, d, seq, 99, b, n, cookie, 0, m);
+}
+
+/* The issue's decoy: len bytes the receiver discards, then len real bytes at the same place,
+ * evil1337 first and the last 300 (or all but evil1337) the same as the decoy's. */
+static void decoy_then_real(size_t len)
+{
+    static uint8_t decoy[8192], real[8192];
+    struct fgx_reasm_match m;
+
+    for (size_t i = 0; i < len; i++)
+        decoy[i] = (uint8_t)('a' + i % 23);
+    memcpy(real, decoy, len);
+    memcpy(real, "evil1337", 8);
+    cr_assert_eq(fgx_reasm_start(ctx, &r, 7000), 0);
+    cr_assert_eq(segn(&r, 7000, (const uint8_t *)"hello", 5, 1, &m), FGX_REASM_ACCEPT);
+    cr_assert_eq(segn(&r, 7005, decoy, len, 2, &m), FGX_REASM_ACCEPT);
+    cr_assert_eq(segn(&r, 7005, real, len, 3, &m), FGX_REASM_DROP, "size %zu", len);
+    cr_assert_eq(m.inconsistent, 1, "size %zu", len);
+    cr_assert_not(m.matched);
+    /* An honest retransmission of the same bytes still passes, whole or in part. */
+    cr_assert_eq(segn(&r, 7005, decoy, len, 4, &m), FGX_REASM_ACCEPT, "size %zu", len);
+    cr_assert_eq(segn(&r, 7006, decoy + 1, len - 1, 5, &m), FGX_REASM_ACCEPT);
+    cr_assert_eq(m.inconsistent + m.uncompared, 0);
+}
+
+Test(keep, decoys_of_every_size_are_compared_whole)
+{
+    cr_assert_eq(fgx_reasm_set_db(ctx, &r, db_evil, 1), 0);
+    decoy_then_real(8);
+    decoy_then_real(300);
+    decoy_then_real(1200);
+    decoy_then_real(5000); /* over two kept chunks */
+}
+
+Test(keep, held_segment_compared_beyond_the_ring)
+{
+    static uint8_t a[2000], b[600];
+    struct fgx_reasm_match m;
+
+    memset(a, 'a', sizeof(a));
+    memset(b, 'a', sizeof(b));
+    b[0] = 'b';
+    cr_assert_eq(fgx_reasm_set_db(ctx, &r, db_evil, 1), 0);
+    cr_assert_eq(fgx_reasm_start(ctx, &r, 1000), 0);
+    cr_assert_eq(segn(&r, 1100, b, sizeof(b), 1, &m), FGX_REASM_HOLD);
+    /* passes 1000..2999 over the held segment's place; the ring then holds 2744.. only */
+    cr_assert_eq(segn(&r, 1000, a, sizeof(a), 2, &m), FGX_REASM_ACCEPT);
+    cr_assert_eq(m.inconsistent, 1);
+    cr_assert_eq(seen.n, 1);
+    cr_assert_not(seen.accept[0]);
+}
+
+Test(keep, acknowledged_bytes_need_no_comparison)
+{
+    static uint8_t a[100], b[100];
+    struct fgx_reasm_match m;
+
+    memset(a, 'a', sizeof(a));
+    memcpy(b, a, sizeof(b));
+    cr_assert_eq(fgx_reasm_set_db(ctx, &r, db_evil, 1), 0);
+    cr_assert_eq(fgx_reasm_start(ctx, &r, 0), 0);
+    cr_assert_eq(segn(&r, 0, a, sizeof(a), 1, &m), FGX_REASM_ACCEPT);
+    cr_assert_eq(fgx_reasm_ctx_kept(ctx), 100);
+    fgx_reasm_acked(ctx, &r, 50);
+    cr_assert_eq(fgx_reasm_ctx_kept(ctx), 50);
+    /* the receiver holds 0..49 and trims them: what they say does not matter */
+    b[10] = 'x';
+    cr_assert_eq(segn(&r, 0, b, sizeof(b), 2, &m), FGX_REASM_ACCEPT);
+    cr_assert_eq(m.inconsistent + m.uncompared, 0);
+    b[60] = 'x';
+    cr_assert_eq(segn(&r, 0, b, sizeof(b), 3, &m), FGX_REASM_DROP);
+    cr_assert_eq(m.inconsistent, 1);
+    /* an ack beyond what passed counts up to what passed; an older one changes nothing */
+    fgx_reasm_acked(ctx, &r, 5000);
+    cr_assert_eq(r.ack_seq, 100);
+    cr_assert_eq(fgx_reasm_ctx_kept(ctx), 0);
+    fgx_reasm_acked(ctx, &r, 10);
+    cr_assert_eq(r.ack_seq, 100);
+    cr_assert_eq(segn(&r, 0, b, sizeof(b), 4, &m), FGX_REASM_ACCEPT);
+}
+
+Test(keep, bytes_that_left_the_keep_unacknowledged_are_never_passed_again)
+{
+    static uint8_t a[3 * KEEP_CHUNK];
+    struct fgx_reasm_match m;
+
+    memset(a, 'a', sizeof(a));
+    cr_assert_eq(fgx_reasm_set_db(ctx, &r, db_evil, 1), 0);
+    cr_assert_eq(fgx_reasm_start(ctx, &r, 0), 0);
+    /* a direction keeps 2 chunks: the first one's bytes go */
+    cr_assert_eq(segn(&r, 0, a, sizeof(a), 1, &m), FGX_REASM_ACCEPT);
+    cr_assert_eq(fgx_reasm_ctx_kept(ctx), 2 * KEEP_CHUNK);
+    cr_assert_eq(fgx_reasm_ctx_kept_lost(ctx), KEEP_CHUNK);
+    cr_assert_eq(r.keep_seq, KEEP_CHUNK);
+    /* identical, but it cannot be shown to be: dropped (the sender retransmits) */
+    cr_assert_eq(segn(&r, KEEP_CHUNK - 1, a, 10, 2, &m), FGX_REASM_DROP);
+    cr_assert_eq(m.uncompared, 1);
+    cr_assert_eq(m.inconsistent, 0);
+    /* within what is kept: compared, passed */
+    cr_assert_eq(segn(&r, KEEP_CHUNK, a, 10, 3, &m), FGX_REASM_ACCEPT);
+    cr_assert_eq(m.uncompared + m.inconsistent, 0);
+    /* once acknowledged, the receiver holds those bytes: a retransmission is harmless */
+    fgx_reasm_acked(ctx, &r, KEEP_CHUNK);
+    cr_assert_eq(segn(&r, 0, a, 10, 4, &m), FGX_REASM_ACCEPT);
+    cr_assert_eq(segn(&r, KEEP_CHUNK - 5, a, 10, 5, &m), FGX_REASM_ACCEPT);
+}
+
+Test(keep, a_full_pool_takes_the_oldest_kept_bytes_of_any_direction)
+{
+    static uint8_t a[2 * KEEP_CHUNK], b[2 * KEEP_CHUNK];
+    struct fgx_reasm r3;
+    struct fgx_reasm_match m;
+
+    memset(a, 'a', sizeof(a));
+    memset(b, 'b', sizeof(b));
+    fgx_reasm_init(&r3);
+    cr_assert_eq(fgx_reasm_set_db(ctx, &r, db_evil, 1), 0);
+    cr_assert_eq(fgx_reasm_set_db(ctx, &r2, db_evil, 1), 0);
+    cr_assert_eq(fgx_reasm_set_db(ctx, &r3, db_evil, 1), 0);
+    cr_assert_eq(fgx_reasm_start(ctx, &r, 0), 0);
+    cr_assert_eq(fgx_reasm_start(ctx, &r2, 0), 0);
+    cr_assert_eq(fgx_reasm_start(ctx, &r3, 0), 0);
+    cr_assert_eq(segn(&r, 0, a, sizeof(a), 1, &m), FGX_REASM_ACCEPT);
+    cr_assert_eq(segn(&r2, 0, b, sizeof(b), 2, &m), FGX_REASM_ACCEPT);
+    /* the pool (4 chunks) is full: r3's first byte takes the oldest chunk, r's first */
+    cr_assert_eq(segn(&r3, 0, b, 10, 3, &m), FGX_REASM_ACCEPT);
+    cr_assert_eq(r.keep_seq, KEEP_CHUNK);
+    cr_assert_eq(r2.keep_seq, 0);
+    cr_assert_eq(fgx_reasm_ctx_kept_lost(ctx), KEEP_CHUNK);
+    cr_assert_eq(segn(&r, 0, a, 1, 4, &m), FGX_REASM_DROP);
+    cr_assert_eq(m.uncompared, 1);
+    cr_assert_eq(segn(&r, KEEP_CHUNK, a, 1, 5, &m), FGX_REASM_ACCEPT);
+    cr_assert_eq(segn(&r2, 0, b, 10, 6, &m), FGX_REASM_ACCEPT);
+    cr_assert_eq(segn(&r3, 0, b, 10, 7, &m), FGX_REASM_ACCEPT);
+    cr_assert_eq(m.uncompared + m.inconsistent, 0);
+    /* a restart forgets what was kept */
+    cr_assert_eq(fgx_reasm_start(ctx, &r2, 100), 0);
+    cr_assert_eq(fgx_reasm_ctx_kept(ctx), KEEP_CHUNK + 10);
+    fgx_reasm_release(ctx, &r3);
+}
+
+Test(keep, acks_of_unsent_bytes_and_old_timestamps)
+{
+    struct fgx_reasm_match m;
+
+    cr_assert_eq(fgx_reasm_set_db(ctx, &r, db_evil, 1), 0);
+    cr_assert_not(fgx_reasm_ack_unsent(&r, 12345)); /* nothing known */
+    cr_assert_eq(fgx_reasm_start(ctx, &r, 0xfffffff0), 0); /* e.g. a SYN-ACK's seq + 1 */
+    cr_assert_not(fgx_reasm_ack_unsent(&r, 0xfffffff0));
+    cr_assert_not(fgx_reasm_ack_unsent(&r, 0xfffffff1)); /* a FIN the rules did not queue */
+    cr_assert(fgx_reasm_ack_unsent(&r, 0xfffffff2));
+    /* held or passed, a segment seen was sent: across the wrap */
+    cr_assert_eq(segn(&r, 0x10, (const uint8_t *)"later", 5, 1, &m), FGX_REASM_HOLD);
+    cr_assert_not(fgx_reasm_ack_unsent(&r, 0x16));
+    cr_assert(fgx_reasm_ack_unsent(&r, 0x17));
+
+    cr_assert_not(fgx_reasm_paws_old(&r, 1)); /* no timestamp seen */
+    fgx_reasm_ts_passed(&r, 100000);
+    cr_assert_not(fgx_reasm_paws_old(&r, 100000));
+    cr_assert_not(fgx_reasm_paws_old(&r, 99999)); /* one tick tolerated */
+    cr_assert(fgx_reasm_paws_old(&r, 99998));
+    cr_assert(fgx_reasm_paws_old(&r, 1));
+    fgx_reasm_ts_passed(&r, 50); /* never back */
+    cr_assert(fgx_reasm_paws_old(&r, 1));
+    cr_assert_eq(fgx_reasm_start(ctx, &r, 0), 0);
+    cr_assert_not(fgx_reasm_paws_old(&r, 1)); /* a restart forgets it */
+    fgx_reasm_ts_passed(&r, 0xfffffff0u);
+    fgx_reasm_ts_passed(&r, 5); /* forward across the wrap */
+    cr_assert_not(fgx_reasm_paws_old(&r, 5));
+    cr_assert(fgx_reasm_paws_old(&r, 0xffffffe0u));
+}
+
+Test(keep, a_direction_without_a_database_keeps_nothing)
+{
+    static uint8_t a[2000], b[2000];
+    struct fgx_reasm_match m;
+
+    memset(a, 'a', sizeof(a));
+    memset(b, 'b', sizeof(b));
+    cr_assert_eq(fgx_reasm_start(ctx, &r, 0), 0); /* no database: nothing is scanned */
+    cr_assert_eq(segn(&r, 0, a, sizeof(a), 1, &m), FGX_REASM_ACCEPT);
+    cr_assert_eq(fgx_reasm_ctx_kept(ctx), 0);
+    cr_assert_eq(segn(&r, 0, b, sizeof(b), 2, &m), FGX_REASM_ACCEPT);
+    cr_assert_eq(m.inconsistent + m.uncompared, 0);
+    /* a filter from now on: the bytes from here are kept and compared */
+    cr_assert_eq(fgx_reasm_set_db(ctx, &r, db_evil, 1), 0);
+    cr_assert_eq(segn(&r, 2000, a, sizeof(a), 3, &m), FGX_REASM_ACCEPT);
+    cr_assert_eq(fgx_reasm_ctx_kept(ctx), sizeof(a));
+    cr_assert_eq(segn(&r, 1000, b, sizeof(b), 4, &m), FGX_REASM_DROP);
+    cr_assert_eq(m.inconsistent, 1);
+}
+
+Test(keep, a_direction_restored_from_a_snapshot_keeps_its_ring_and_refuses_older_overlaps)
+{
+    static uint8_t a[1000];
+    struct fgx_reasm_match m;
+
+    memset(a, 'a', sizeof(a));
+    cr_assert_eq(fgx_reasm_set_db(ctx, &r, db_evil, 1), 0);
+    /* what a flow handover does: position and ring set directly, nothing else */
+    r.active = true;
+    r.next_seq = 0xfffffff0u + 1000;
+    r.floor_seq = 0xfffffff0u;
+    r.ring_len = FGX_REASM_RING;
+    r.ring_pos = 0;
+    memset(r.ring, 'a', sizeof(r.ring));
+    /* nothing known of what it sent: no ACK is taken for unsent data yet */
+    cr_assert_not(fgx_reasm_ack_unsent(&r, 0x12345678));
+    /* the ring's bytes are compared; what lies before them cannot be */
+    cr_assert_eq(segn(&r, r.next_seq - 10, a, 10, 1, &m), FGX_REASM_ACCEPT);
+    cr_assert_eq(segn(&r, r.next_seq - 10, (const uint8_t *)"bbbbbbbbbb", 10, 2, &m),
+                 FGX_REASM_DROP);
+    cr_assert_eq(m.inconsistent, 1);
+    cr_assert_eq(segn(&r, 0xfffffff0u, a, 10, 3, &m), FGX_REASM_DROP);
+    cr_assert_eq(m.uncompared, 1);
+    cr_assert(fgx_reasm_ack_unsent(&r, 0xfffffff0u + 1002));
+    /* once the receiver acknowledges them, they are its */
+    fgx_reasm_acked(ctx, &r, 0xfffffff0u + 500);
+    cr_assert_eq(segn(&r, 0xfffffff0u, a, 10, 4, &m), FGX_REASM_ACCEPT);
+}

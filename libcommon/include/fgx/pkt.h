@@ -12,11 +12,27 @@
 #define FGX_TCP_RST 0x04
 #define FGX_TCP_PSH 0x08
 #define FGX_TCP_ACK 0x10
+#define FGX_TCP_URG 0x20
+
+/* What the decoder found in the TCP options (fgx_pkt.tcpopt). */
+#define FGX_TCPOPT_TS 0x01  /* a timestamp option: tsval, tsecr are set */
+#define FGX_TCPOPT_SIG 0x02 /* an MD5 signature (kind 19) or TCP-AO (kind 29) option */
+
+/* IP-level reasons the receiver discards a packet that nfqueue saw first (fgx_pkt.ipdiscard):
+ * the kernel parses IPv4 options and IPv6 extension headers after the prerouting hook. */
+#define FGX_IPD_OPTS 0x01   /* IPv4 options other than NOP and EOL */
+#define FGX_IPD_EXTOPT 0x02 /* an IPv6 hop-by-hop or destination option other than padding,
+                             * or padding the kernel refuses */
+#define FGX_IPD_RTHDR 0x04  /* an IPv6 routing header */
 
 struct fgx_pkt {
     uint8_t family;  /* 4 or 6 */
     uint8_t ipproto; /* IPPROTO_TCP or IPPROTO_UDP */
     uint8_t tcp_flags;
+    uint8_t tcpopt;    /* FGX_TCPOPT_* */
+    uint8_t ipdiscard; /* FGX_IPD_*: 0 for a plain header */
+    uint16_t urg_ptr;  /* TCP urgent pointer, host order */
+    uint32_t tsval, tsecr; /* when tcpopt has FGX_TCPOPT_TS */
     uint8_t saddr[16]; /* 4 or 16 bytes used, network order */
     uint8_t daddr[16];
     uint16_t sport, dport; /* host order */

@@ -42,6 +42,24 @@ struct fgx_reasm {
     bool active;       /* next_seq is known */
     bool stream_failed; /* a database is set but no stream could be opened: drop, never pass */
     uint8_t ring[FGX_REASM_RING];
+    /* Bytes passed that the receiver has not acknowledged yet, kept in the context's keep pool
+     * (fgx_reasm_ctx_keep()) so that every retransmission of them is compared byte for byte:
+     * [keep_seq, next_seq). Below keep_seq, bytes up to ack_seq were acknowledged (the
+     * receiver holds them: a retransmission of them cannot change what it reads); those in
+     * [ack_seq, keep_seq) went out of the pool unacknowledged and cannot be compared, so a
+     * segment that reaches into them is dropped. */
+    uint32_t keep_seq;
+    uint32_t ack_seq;   /* the receiver's highest acknowledgement seen (<= next_seq) */
+    uint32_t keep_off;  /* where keep_seq is in the first kept chunk */
+    uint32_t keep_head, keep_tail; /* kept chunks, oldest first: index + 1; 0: none */
+    uint32_t keep_chunks;
+    uint32_t high_seq;  /* the end of the furthest segment seen from this sender */
+    uint32_t ts_recent; /* the newest timestamp of an in-order segment passed; 0: none */
+    /* The fields above from keep_seq on were set when the direction started. A direction made
+     * active by other code (a flow restored from a snapshot sets next_seq and the ring) gets
+     * them at its next use: only the ring's bytes are kept then, older ones are not comparable
+     * until acknowledged, and nothing is known of what the sender sent. */
+    bool keep_init;
     /* The filter ids compiled into db, ascending, borrowed like db; NULL: not known (then no
      * old stream is kept across a change). */
     const uint32_t *ids;
@@ -71,8 +89,11 @@ struct fgx_reasm_match {
     uint8_t excerpt_len;
     uint8_t excerpt[FGX_REASM_EXCERPT];
     /* Segments dropped by this call (this one or held ones) as inconsistent retransmissions:
-     * bytes already passed, still in the ring, sent again different. */
+     * bytes already passed, still kept (or in the ring), sent again different. */
     uint32_t inconsistent;
+    /* Segments dropped because they reach into bytes passed but no longer kept and not known
+     * to be acknowledged: they cannot be compared, and might differ. */
+    uint32_t uncompared;
 };
 
 enum fgx_reasm_verdict {
@@ -88,6 +109,19 @@ struct fgx_reasm_ctx;
 int fgx_reasm_ctx_new(size_t pool_bytes, size_t flow_bytes, fgx_reasm_verdict_fn fn, void *arg,
                       struct fgx_reasm_ctx **out);
 void fgx_reasm_ctx_free(struct fgx_reasm_ctx *ctx);
+/* Keep every byte passed until the receiver acknowledges it (fgx_reasm_acked()), in a pool of
+ * pool_bytes for the whole context, at most flow_bytes for one direction, so that a
+ * retransmission is compared with all of what passed, not only with the ring. When a direction
+ * reaches flow_bytes its oldest kept bytes go; when the pool is full the context's oldest
+ * kept bytes go, whichever direction holds them. Either way those bytes can no longer be
+ * compared, and a segment that reaches into them is dropped (m->uncompared), never passed.
+ * Without this call only the ring is compared and older overlaps pass as before (what the proxy
+ * layer needs: its bytes never overlap). Call once, before any segment. Returns 0 or -ENOMEM. */
+int fgx_reasm_ctx_keep(struct fgx_reasm_ctx *ctx, size_t pool_bytes, size_t flow_bytes);
+/* Bytes kept now over the whole context, and kept bytes that had to go unacknowledged (to make
+ * room) since the context was created. */
+size_t fgx_reasm_ctx_kept(const struct fgx_reasm_ctx *ctx);
+uint64_t fgx_reasm_ctx_kept_lost(const struct fgx_reasm_ctx *ctx);
 /* Grow the context's scratch so that it can scan db. Call before any stream of db is scanned,
  * off the packet path. Returns 0 or -ENOMEM/-EINVAL. */
 int fgx_reasm_ctx_scratch(struct fgx_reasm_ctx *ctx, const struct hs_database *db);
@@ -140,6 +174,26 @@ enum fgx_reasm_verdict fgx_reasm_segment(struct fgx_reasm_ctx *ctx, struct fgx_r
                                          uint32_t seq, uint32_t ack, const void *data, size_t len,
                                          uint64_t cookie, uint64_t now_ms,
                                          struct fgx_reasm_match *m);
+
+/* The receiver of direction r acknowledged everything before ack (the ACK field of a segment
+ * the other way): those bytes are in its hands, so their kept copies go. An ack beyond what
+ * passed counts up to what passed. */
+void fgx_reasm_acked(struct fgx_reasm_ctx *ctx, struct fgx_reasm *r, uint32_t ack);
+
+/* Whether ack, sent to the sender of direction peer, acknowledges bytes that sender never sent
+ * (beyond the furthest segment seen from it, plus one for a FIN, which the rules do not queue):
+ * the receiver discards a segment with such an ACK (RFC 793, Linux's tcp_ack()). False when
+ * peer is not active (nothing known). */
+bool fgx_reasm_ack_unsent(const struct fgx_reasm *peer, uint32_t ack);
+
+/* PAWS (RFC 7323): whether a segment of direction r with timestamp tsval is older than the
+ * newest timestamp of an in-order segment passed, by more than Linux tolerates (one tick): the
+ * receiver discards it. Our newest is never newer than the receiver's (it also learns from
+ * segments the rules do not queue), so what this refuses the receiver refuses too. */
+bool fgx_reasm_paws_old(const struct fgx_reasm *r, uint32_t tsval);
+/* A segment of r with timestamp tsval that started at or before next_seq was passed: the
+ * newest timestamp moves on (never back), as the receiver's does. */
+void fgx_reasm_ts_passed(struct fgx_reasm *r, uint32_t tsval);
 
 /* Drop (through the callback) held segments that arrived before now_ms - max_age_ms. Returns
  * how many were dropped. */
