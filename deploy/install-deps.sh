@@ -7,7 +7,7 @@ pkgs=(
   libnetfilter-queue-dev libnftnl-dev libmnl-dev
   libhyperscan-dev libevent-dev libnng-dev liblmdb-dev libcriterion-dev
   libmbedtls-dev libcrypt-dev
-  nftables iproute2 procps python3 python3-scapy iperf3 gnuplot-nox
+  nftables iptables iproute2 procps python3 python3-scapy iperf3 gnuplot-nox openssl
 )
 missing=()
 for p in "${pkgs[@]}"; do
