@@ -1,5 +1,6 @@
 # fgex: one non-recursive Makefile.  `make` builds build/bin/{controld,nfqworker,proxyworker,fgexctl};
-# `make run` and `make test` install missing Debian packages first (deploy/install-deps.sh).
+# `make run` and `make install` install the missing Debian packages that building and running
+# need, `make test` and `make bench` those the tests and benchmarks add (deploy/install-deps.sh).
 # `make SANITIZE=address,undefined test` builds into build/san-*/ with the sanitizers on; V=1 is verbose.
 
 comma := ,
@@ -110,9 +111,15 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(TEST_ARCHIVES)
 unit-tests: $(UNIT_BINS)
 
 # ---- the two commands ---------------------------------------------------------------------
-.PHONY: all deps run stop test unit integration unit-tests clean bench
+.PHONY: all deps deps-test deps-bench run stop test unit integration unit-tests clean bench
 deps:
-	$(Q)deploy/install-deps.sh
+	$(Q)deploy/install-deps.sh run
+
+deps-test:
+	$(Q)deploy/install-deps.sh test
+
+deps-bench:
+	$(Q)deploy/install-deps.sh bench
 
 run: deps
 	$(Q)$(MAKE) --no-print-directory all
@@ -121,7 +128,7 @@ run: deps
 stop:
 	$(Q)deploy/stop.sh
 
-test: deps
+test: deps-test
 	$(Q)$(MAKE) --no-print-directory all unit-tests
 	$(Q)tests/run-all.sh $(BUILD)
 
@@ -132,7 +139,8 @@ integration: all
 	$(Q)FGX_BIN=$(BUILD)/bin tests/integration/run.sh
 
 # A short version of every benchmark (measurements, not tests): see docs/benchmarks.md.
-bench: all
+bench: deps-bench
+	$(Q)$(MAKE) --no-print-directory all
 	$(Q)FGX_BIN=$(BUILD)/bin bench/run-all
 
 clean:
