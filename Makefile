@@ -111,7 +111,8 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(TEST_ARCHIVES)
 unit-tests: $(UNIT_BINS)
 
 # ---- the two commands ---------------------------------------------------------------------
-.PHONY: all deps deps-test deps-bench run stop test unit integration unit-tests clean bench
+.PHONY: all deps deps-test deps-bench run stop test unit integration unit-tests clean bench \
+	check-fresh
 deps:
 	$(Q)deploy/install-deps.sh run
 
@@ -142,6 +143,11 @@ integration: all
 bench: deps-bench
 	$(Q)$(MAKE) --no-print-directory all
 	$(Q)FGX_BIN=$(BUILD)/bin bench/run-all
+
+# `make test` in a minimal Debian 12 made by debootstrap (build/fresh-root) with only make and git:
+# proves the two commands work on a box that has nothing. Minutes, downloads; not part of CI.
+check-fresh:
+	$(Q)deploy/check-fresh.sh
 
 clean:
 	rm -rf build
