@@ -65,7 +65,7 @@ static const char usage_main[] =
     "A tls+tcp server's certificate is pinned on first use in ~/.config/fgex/known_hosts;\n"
     "a changed one is refused. Colours only on a terminal, never with --json or NO_COLOR.\n"
     "\n"
-    "Exit status: 0 ok, 1 error, 2 usage, 3 not found, 4 invalid argument, 5 exists,\n"
+    "Exit status: 0 ok, 1 error, 2 usage, 3 not found, 4 invalid argument or URL, 5 exists,\n"
     "6 stored but not confirmed by the worker, 7 login required or refused,\n"
     "8 the server's certificate does not match its pin.\n";
 
@@ -205,7 +205,8 @@ static const char usage_worker_list[] =
     "rules each acknowledged, how often it was restarted, the flows it tracks, the\n"
     "packets the kernel dropped from its queues, and its memory (RSS).\n"
     "With --json: an array of {kind, pid, state, generation, restarts, queue_drops,\n"
-    "flows, rss_bytes, truncated, verdict_errors, malformed}.\n";
+    "flows, rss_bytes, truncated, verdict_errors, malformed}, with evasion for kind nfq\n"
+    "and conns_refused, unclassified, connect_failed, scan_errors for kind proxy.\n";
 
 static const char usage_worker_restart[] =
     "usage: fgexctl worker restart nfq|proxy|all\n"

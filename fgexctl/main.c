@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "cli_args.h"
@@ -35,6 +36,22 @@ static void print_err(const char *msg)
 {
     (void)fprintf(stderr, "%s" CLI_PROG ":%s %s\n", cli_fmt_paint(CLI_COLOR_ERR),
                   cli_fmt_paint(CLI_COLOR_OFF), msg);
+}
+
+/* A URL fgexctl can dial: ipc://PATH or tls+tcp[46]://HOST:PORT. Checked before anything is
+ * sent, so that a typo is an invalid argument (exit 4) rather than controld out of reach. */
+static bool url_valid(const char *url)
+{
+    struct cli_pin_target t;
+    unsigned long port;
+    char *end;
+
+    if (strncmp(url, "ipc://", 6) == 0)
+        return url[6] != '\0';
+    if (cli_pin_target(url, &t) < 0)
+        return false;
+    port = strtoul(t.port, &end, 10);
+    return *end == '\0' && port >= 1 && port <= 65535;
 }
 
 int main(int argc, char **argv)
@@ -70,6 +87,27 @@ int main(int argc, char **argv)
         print_err("give --fingerprint or --ca, not both");
         status = CLI_EXIT_USAGE;
         goto out;
+    }
+    if (!url_valid(cmd.url)) {
+        char msg[512];
+
+        (void)snprintf(msg, sizeof(msg),
+                       "invalid URL '%.200s': expected ipc://PATH or tls+tcp://HOST:PORT", cmd.url);
+        print_err(msg);
+        status = CLI_EXIT_INVALID;
+        goto out;
+    }
+    if (cmd.fingerprint) {
+        char fp[CLI_FP_SIZE], msg[512];
+
+        if (cli_pin_fp_normalize(cmd.fingerprint, fp) < 0) {
+            (void)snprintf(msg, sizeof(msg),
+                           "invalid --fingerprint '%.100s': expected 32 hex byte pairs (AB:CD:...)",
+                           cmd.fingerprint);
+            print_err(msg);
+            status = CLI_EXIT_INVALID;
+            goto out;
+        }
     }
     if (cmd.watch || cmd.follow) {
         status = cli_loop_run(&cmd, stdout);
@@ -108,7 +146,8 @@ int main(int argc, char **argv)
         cmd.req.req_case != FGX__CTL__REQUEST__REQ_LOGIN)
         cli_local_auth_failed(&cmd);
     if (rep->code != FGX__CTL__CODE__CODE_OK)
-        cli_fmt_error(stderr, rep);
+        cli_fmt_error_at(stderr, rep,
+                         cmd.req.req_case == FGX__CTL__REQUEST__REQ_LOGIN ? NULL : cmd.url);
 out:
     if (rep)
         fgx__ctl__reply__free_unpacked(rep, NULL);

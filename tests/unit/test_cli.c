@@ -849,6 +849,27 @@ Test(cli, exit_codes_and_error_line)
     cr_assert_str_eq(out, "fgexctl: invalid regex 'a(\\x0a': Missing close parenthesis\n"
                           "fgexctl: not found\n");
     free(out);
+    out = NULL;
+
+    /* A refused request says the whole login command, -c URL included. */
+    f = open_memstream(&out, &len);
+    cr_assert_not_null(f);
+    rep.code = FGX__CTL__CODE__CODE_AUTH;
+    rep.error = "login required: run fgexctl login";
+    cli_fmt_error_at(f, &rep, "tls+tcp://10.60.1.1:7443");
+    rep.error = "the session has expired or was logged out: run fgexctl login";
+    cli_fmt_error_at(f, &rep, CLI_DEFAULT_URL);
+    rep.error = NULL;
+    cli_fmt_error_at(f, &rep, "tls+tcp://[fd00::1]:7443");
+    rep.code = FGX__CTL__CODE__CODE_NOT_FOUND;
+    rep.error = "no such service 'x'";
+    cli_fmt_error_at(f, &rep, "tls+tcp://10.60.1.1:7443");
+    (void)fclose(f);
+    cr_assert_str_eq(out, "fgexctl: login required: run fgexctl -c tls+tcp://10.60.1.1:7443 login\n"
+                          "fgexctl: the session has expired or was logged out: run fgexctl login\n"
+                          "fgexctl: login required: run fgexctl -c tls+tcp://[fd00::1]:7443 login\n"
+                          "fgexctl: no such service 'x'\n");
+    free(out);
 }
 
 Test(cli, escape_and_duration)
@@ -1180,9 +1201,10 @@ Test(cli, worker_list_rendering)
     two_workers(&a, &b, v, &rep);
     out = render(&req, &rep, false);
     /* What the down worker has not reported is "-", not a made-up 0. */
-    cr_assert_str_eq(out, "KIND    PID  STATE    GENERATION  RESTARTS  FLOWS  QDROPS       RSS  REFUSED\n"
-                          "nfq    1234  running           5         1     42       3  11.8 MiB        -\n"
-                          "proxy     0  down              -         0      -       -         -        -\n");
+    cr_assert_str_eq(
+        out, "KIND    PID  STATE    GENERATION  RESTARTS  FLOWS  QDROPS       RSS  REFUSED\n"
+             "nfq    1234  running           5         1     42       3  11.8 MiB        -\n"
+             "proxy     0  down              -         0      -       -         -        -\n");
     free(out);
     out = render(&req, &rep, true);
     cr_assert_str_eq(out, want_json);

@@ -368,8 +368,7 @@ static void assert_queue_chain(const char *chain, bool native, unsigned nthreads
         } else {
             cr_assert_str_eq(k->tg_name, "NFQUEUE", "chain %s rule %u", chain, t);
             cr_assert_eq(k->tg_rev, 3, "chain %s rule %u", chain, t);
-            cr_assert_geq(k->tg_len, sizeof(struct xt_NFQ_info_v3), "chain %s rule %u", chain,
-                          t);
+            cr_assert_geq(k->tg_len, sizeof(struct xt_NFQ_info_v3), "chain %s rule %u", chain, t);
             cr_assert_eq(k->flags, bypass ? NFQ_FLAG_BYPASS : 0, "chain %s rule %u", chain, t);
         }
         cr_assert_eq(k->num, base + t, "chain %s rule %u: queue %u", chain, t, k->num);
@@ -1041,9 +1040,8 @@ static int nfnl_bind(uint8_t subsys, uint16_t num)
     cr_assert_not_null(nl);
     cr_assert_eq(mnl_socket_bind(nl, 0, MNL_SOCKET_AUTOPID), 0);
     nlh = mnl_nlmsg_put_header(buf);
-    nlh->nlmsg_type = (uint16_t)((subsys << 8) | (subsys == NFNL_SUBSYS_QUEUE
-                                                      ? NFQNL_MSG_CONFIG
-                                                      : NFULNL_MSG_CONFIG));
+    nlh->nlmsg_type = (uint16_t)((subsys << 8) | (subsys == NFNL_SUBSYS_QUEUE ? NFQNL_MSG_CONFIG
+                                                                              : NFULNL_MSG_CONFIG));
     nlh->nlmsg_flags = NLM_F_REQUEST | NLM_F_ACK;
     nlh->nlmsg_seq = 1;
     g = mnl_nlmsg_put_extra_header(nlh, sizeof(*g));
