@@ -32,6 +32,8 @@ if [[ ${1:-} == --chroot ]]; then
     mount "$@"
     mounted+=("${!#}")
   }
+  # The root a mount point of its own: `ip -n`/`ip netns exec` remount / as a slave.
+  mnt --bind "$root" "$root"
   mnt -t proc proc "$root/proc"
   mnt -t sysfs sysfs "$root/sys"
   mnt --bind /dev "$root/dev"
