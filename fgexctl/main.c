@@ -11,11 +11,13 @@
 
 #include "cli_args.h"
 #include "cli_fmt.h"
+#include "cli_json.h"
 #include "cli_local.h"
 #include "cli_loop.h"
 #include "cli_pin.h"
 #include "cli_rpc.h"
 #include "fgx/log.h"
+#include "fgx/version.h"
 
 /* How long to wait for the reply: an import of thousands of filters takes controld longer
  * than one change (each regex is compiled on its own to name a bad one). */
@@ -52,6 +54,28 @@ static bool url_valid(const char *url)
         return false;
     port = strtoul(t.port, &end, 10);
     return *end == '\0' && port >= 1 && port <= 65535;
+}
+
+/* `fgexctl version`: the server's version from its status reply, after this client's (printed
+ * before the request in text, so that it shows even when controld is out of reach). */
+static int print_versions(FILE *f, const Fgx__Ctl__Reply *rep, bool json)
+{
+    const char *server = rep->status && rep->status->version ? rep->status->version : "?";
+    struct cli_json j;
+
+    if (!json) {
+        (void)fprintf(f, "controld %s\n", server);
+    } else {
+        cli_json_init(&j, f);
+        cli_json_obj_begin(&j);
+        cli_json_key(&j, "client");
+        cli_json_str(&j, FGX_VERSION);
+        cli_json_key(&j, "server");
+        cli_json_str(&j, server);
+        cli_json_obj_end(&j);
+        cli_json_end(&j);
+    }
+    return fflush(f) == EOF || ferror(f) ? -EIO : 0;
 }
 
 int main(int argc, char **argv)
@@ -120,6 +144,8 @@ int main(int argc, char **argv)
         status = local.exit_code;
         goto out;
     }
+    if (cmd.version && !cmd.json)
+        (void)printf(CLI_PROG " %s\n", FGX_VERSION);
     cli_rpc_init(&rpc, cmd.url);
     cli_rpc_set_trust(&rpc, cmd.fingerprint, cmd.ca);
     rc = cli_rpc_request(&rpc, &cmd.req, request_timeout_ms(&cmd.req), &rep);
@@ -132,7 +158,12 @@ int main(int argc, char **argv)
     status = cli_fmt_exit_code(rep->code);
     /* UNAVAILABLE: the change is stored, so what it stored is still worth printing. */
     if (rep->code == FGX__CTL__CODE__CODE_OK || rep->code == FGX__CTL__CODE__CODE_UNAVAILABLE) {
-        if (cli_local_prints(&cmd)) {
+        if (cmd.version) {
+            if (print_versions(stdout, rep, cmd.json) < 0) {
+                print_err("cannot write the output");
+                status = CLI_EXIT_ERROR;
+            }
+        } else if (cli_local_prints(&cmd)) {
             if (cli_local_finish(&cmd, &local, rep, stdout) < 0) {
                 print_err(local.err[0] ? local.err : "cannot write the output");
                 status = local.exit_code ? local.exit_code : CLI_EXIT_ERROR;

@@ -20,6 +20,7 @@
 #include "fgexctl/cli_loop.h"
 #include "fgexctl/cli_rpc.h"
 #include "fgx/chan.h"
+#include "fgx/version.h"
 
 /* ---- helpers ----------------------------------------------------------------------------- */
 
@@ -536,6 +537,21 @@ Test(cli, port_bounds)
     cr_assert_eq(cli_args_port("4294967377", &p), -EINVAL, "no wrap-around to 81");
 }
 
+Test(cli, version)
+{
+    struct cli_cmd cmd;
+
+    parse_ok(ARGV("--version"), &cmd);
+    cr_assert_str_eq(cmd.help, "fgexctl " FGX_VERSION "\n");
+    /* `version` asks controld for its status, and prints both versions. */
+    parse_ok(ARGV("--json", "version"), &cmd);
+    cr_assert_null(cmd.help);
+    cr_assert(cmd.version);
+    cr_assert_eq(cmd.req.req_case, FGX__CTL__REQUEST__REQ_STATUS);
+    parse_ok(ARGV("status"), &cmd);
+    cr_assert_not(cmd.version);
+}
+
 Test(cli, help_everywhere)
 {
     struct cli_cmd cmd;
@@ -565,6 +581,13 @@ Test(cli, help_everywhere)
     cr_assert(strstr(cmd.help, "usage: fgexctl service set SERVICE"));
     parse_ok(ARGV("status", "--help"), &cmd);
     cr_assert(strstr(cmd.help, "usage: fgexctl status"));
+    /* help has help of its own, and so has version. */
+    parse_ok(ARGV("help", "--help"), &cmd);
+    cr_assert(strstr(cmd.help, "usage: fgexctl help [COMMAND [SUBCOMMAND]]"), "%s", cmd.help);
+    parse_ok(ARGV("help", "help"), &cmd);
+    cr_assert(strstr(cmd.help, "usage: fgexctl help"), "%s", cmd.help);
+    parse_ok(ARGV("version", "--help"), &cmd);
+    cr_assert(strstr(cmd.help, "usage: fgexctl version"), "%s", cmd.help);
 
     /* Every command has its own help. */
     static const char *const cmds[][2] = {
