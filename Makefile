@@ -124,10 +124,10 @@ deps-bench:
 
 run: deps
 	$(Q)$(MAKE) --no-print-directory all
-	$(Q)deploy/run.sh $(BUILD)/bin
+	$(Q)deploy/run.sh $(BUILD)/bin $(MAKEOVERRIDES)
 
 stop:
-	$(Q)deploy/stop.sh
+	$(Q)deploy/stop.sh $(MAKEOVERRIDES)
 
 test: deps-test
 	$(Q)$(MAKE) --no-print-directory all unit-tests
