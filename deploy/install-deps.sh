@@ -16,8 +16,9 @@ build=(
   scdoc
 )
 # Running: nft to read fgex's rules (iptables provides libxt_NFQUEUE.so, through which nft prints
-# the compat NFQUEUE target, docs/architecture.md) and ip for policy routing and namespaces.
-run=(nftables iptables iproute2)
+# the compat NFQUEUE target, docs/architecture.md), ip for policy routing and namespaces, and
+# man for the pages `make install` puts in place (the unit's Documentation= names them).
+run=(nftables iptables iproute2 man-db)
 # Testing: Criterion, python3 with scapy for crafted packets, openssl for test_remote's
 # certificates, procps, and systemd-analyze for the unit file test.
 test=(libcriterion-dev python3 python3-scapy openssl procps systemd)
