@@ -75,7 +75,7 @@ static int worker_path_default(const char *name, char **out)
      * under DESTDIR or another PREFIX finds its own. */
     snprintf(path, sizeof(path), "%s/%s", slash ? exe : ".", name);
     if (access(path, X_OK) == -1)
-        snprintf(path, sizeof(path), "%s/../lib/fgex/%s", slash ? exe : ".", name);
+        (void)snprintf(path, sizeof(path), "%s/../lib/fgex/%s", slash ? exe : ".", name);
     *out = strdup(path);
     return *out ? 0 : -ENOMEM;
 }

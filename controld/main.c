@@ -227,7 +227,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         case 'c': /* read by ctl_conffile_load() already */
             break;
         case 'V':
-            printf("controld %s\n", FGX_VERSION);
+            (void)printf("controld %s\n", FGX_VERSION);
             exit(0);
         case 'h':
             usage(stdout);
@@ -479,13 +479,13 @@ int main(int argc, char **argv)
 
     rv = ctl_conffile_load(longopts, argc, argv, CTL_CONFFILE_DEFAULT, &conf, cerr, sizeof(cerr));
     if (rv < 0) {
-        fprintf(stderr, "controld: %s\n", cerr);
+        (void)fprintf(stderr, "controld: %s\n", cerr);
         return 2;
     }
     /* o points into conf.argv: conf lives as long as controld. */
     if (parse_opts(conf.argc, conf.argv, &o) < 0) {
         if (ctl_conffile_origin(&conf, optind - 1, cerr, sizeof(cerr)))
-            fprintf(stderr, "controld: (from %s)\n", cerr);
+            (void)fprintf(stderr, "controld: (from %s)\n", cerr);
         ctl_conffile_release(&conf);
         return 2;
     }
