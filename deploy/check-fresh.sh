@@ -92,7 +92,10 @@ fi
 rm -rf "$root"
 mkdir -p "$root"
 echo "== check-fresh: debootstrap --variant=minbase $suite $root $mirror"
-debootstrap --variant=minbase "$suite" "$root" "$mirror" >"$root.debootstrap.log" 2>&1 ||
+# In a mount namespace of its own too: debootstrap mounts /proc in the root while it installs,
+# and a mount it leaves behind must not outlive it on the host.
+unshare --mount --propagation private \
+  debootstrap --variant=minbase "$suite" "$root" "$mirror" >"$root.debootstrap.log" 2>&1 ||
   die "debootstrap failed, see $root.debootstrap.log"
 
 echo "== check-fresh: copying the tracked files to /src/fgex"
