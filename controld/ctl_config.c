@@ -13,6 +13,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "controld/ctl_compile.h"
+#include "controld/ctl_ruleset.h"
 #include "fgx/log.h"
 #include "fgx/ruleset.h"
 
@@ -101,6 +103,16 @@ int ctl_config_regex_check(const char *regex, bool nocase, uint8_t ipproto, char
     return 0;
 }
 
+int ctl_config_regex_check_cached(const char *regex, bool nocase, uint8_t ipproto, char *err,
+                                  size_t errlen)
+{
+    int rv;
+
+    if (ctl_compile_check_result(regex, nocase, ipproto, &rv, err, errlen))
+        return rv;
+    return ctl_config_regex_check(regex, nocase, ipproto, err, errlen);
+}
+
 /* ---- the password switch ---- */
 
 int ctl_config_auth_enabled(struct ctl_txn *t, bool *out)
@@ -163,6 +175,9 @@ int ctl_config_export(struct ctl_txn *t, struct ctl_config_export *out)
                                                : FGX__CTL__LAYER__LAYER_NFQUEUE;
         m->active = s->active;
         m->fail_open = s->fail_open;
+        m->has_midstream = 1;
+        m->midstream = s->midstream == FGX_MIDSTREAM_SCAN ? FGX__CTL__MIDSTREAM__MIDSTREAM_SCAN
+                                                          : FGX__CTL__MIDSTREAM__MIDSTREAM_RESET;
         m->has_created = 1;
         m->created = s->created;
         out->svc_ptrs[i] = m;
@@ -251,6 +266,14 @@ static int service_from_msg(const Fgx__Ctl__Service *m, struct ctl_service *out,
     }
     out->active = m->active;
     out->fail_open = m->fail_open;
+    if (m->has_midstream && m->midstream != FGX__CTL__MIDSTREAM__MIDSTREAM_RESET &&
+        m->midstream != FGX__CTL__MIDSTREAM__MIDSTREAM_SCAN) {
+        err_set(err, errlen, "service %s: invalid midstream policy: use reset or scan", name);
+        return -EINVAL;
+    }
+    out->midstream = m->has_midstream && m->midstream == FGX__CTL__MIDSTREAM__MIDSTREAM_SCAN
+                         ? FGX_MIDSTREAM_SCAN
+                         : FGX_MIDSTREAM_RESET;
     out->created = m->has_created ? m->created : (uint64_t)time(NULL);
     return 0;
 }
@@ -312,7 +335,8 @@ static int config_check(const Fgx__Ctl__Config *cfg, struct ctl_service *svcs, c
             err_set(err, errlen, "filter %u: invalid direction", f->id);
             return -EINVAL;
         }
-        if (ctl_config_regex_check(f->regex, f->nocase, svc->ipproto, why, sizeof(why)) < 0) {
+        if (ctl_config_regex_check_cached(f->regex, f->nocase, svc->ipproto, why,
+                                          sizeof(why)) < 0) {
             err_set(err, errlen, "filter %u (service %s): %s", f->id, svc->name, why);
             return -EINVAL;
         }
@@ -430,12 +454,20 @@ static int service_compile(struct ctl_txn *t, const struct ctl_service *svc,
     }
     for (size_t d = 0; d < 2; d++) {
         struct fgx_blob b = {0};
+        uint64_t key;
         unsigned bad;
 
-        rv = fgx_ruleset_compile(pats, n, dirs[d], svc->ipproto, &b, herr, sizeof(herr));
+        /* Through the dbcache (and the compile session): the ruleset built next in this
+         * transaction finds the same database there instead of compiling it again. */
+        herr[0] = '\0';
+        rv = ctl_ruleset_db_get(t, pats, n, dirs[d], svc->ipproto, &b, &key, herr, sizeof(herr));
         fgx_blob_release(&b);
         if (rv == 0)
             continue;
+        if (herr[0] == '\0') {
+            store_fail(rv, svc->name, err, errlen);
+            goto out;
+        }
         err_set(err, errlen, "service %s: %s", svc->name, herr);
         if (sscanf(herr, "filter %u:", &bad) == 1) {
             for (size_t i = 0; i < imp->n_filters; i++) {
@@ -494,7 +526,8 @@ int ctl_config_filter_import(struct ctl_txn *t, const Fgx__Ctl__FilterImport *im
             err_set(err, errlen, "line %u: invalid direction", spec_line(imp, i));
             return -EINVAL;
         }
-        if (ctl_config_regex_check(s->regex, s->has_nocase && s->nocase, svc.ipproto, why, sizeof(why)) < 0) {
+        if (ctl_config_regex_check_cached(s->regex, s->has_nocase && s->nocase, svc.ipproto, why,
+                                          sizeof(why)) < 0) {
             err_set(err, errlen, "line %u: %s", spec_line(imp, i), why);
             return -EINVAL;
         }

@@ -58,5 +58,10 @@ int ctl_config_name_check(const char *name, char *err, size_t errlen);
  * CTL_CONFIG_REGEX_MAX bytes, accepted by hyperscan. Returns 0 or -EINVAL with the reason. */
 int ctl_config_regex_check(const char *regex, bool nocase, uint8_t ipproto, char *err,
                            size_t errlen);
+/* The same check through the compile session (ctl_compile.h): its result when a compile child
+ * made it, recorded for one while a change request is probed, else made now. What requests
+ * call, so that no regex is compiled on the control loop. */
+int ctl_config_regex_check_cached(const char *regex, bool nocase, uint8_t ipproto, char *err,
+                                  size_t errlen);
 
 #endif

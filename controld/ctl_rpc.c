@@ -15,6 +15,7 @@
 
 #include "control.pb-c.h"
 #include "controld/ctl_auth.h"
+#include "controld/ctl_compile.h"
 #include "controld/ctl_config.h"
 #include "fgx/log.h"
 #include "fgx/ruleset.h"
@@ -46,6 +47,7 @@ struct rpc {
     const struct fgx_peer *peer;        /* who sent the request */
     char token[CTL_AUTH_TOKEN_LEN + 1]; /* login: the new session's token */
     struct ctl_config_export cfg_exp;   /* config_export */
+    bool deferred; /* a probe that needs the compile session: nothing stored, no reply */
 };
 
 static void rpc_fail(struct rpc *r, Fgx__Ctl__Code code, const char *fmt, ...)
@@ -220,6 +222,22 @@ static int check_layer(struct rpc *r, Fgx__Ctl__Layer layer, enum ctl_layer *out
     return -EINVAL;
 }
 
+static int check_midstream(struct rpc *r, Fgx__Ctl__Midstream m, uint8_t *out)
+{
+    if (m == FGX__CTL__MIDSTREAM__MIDSTREAM_RESET || m == FGX__CTL__MIDSTREAM__MIDSTREAM_SCAN) {
+        *out = m == FGX__CTL__MIDSTREAM__MIDSTREAM_SCAN ? FGX_MIDSTREAM_SCAN : FGX_MIDSTREAM_RESET;
+        return 0;
+    }
+    rpc_fail(r, FGX__CTL__CODE__CODE_INVALID, "invalid midstream policy: use reset or scan");
+    return -EINVAL;
+}
+
+static Fgx__Ctl__Midstream midstream_msg(uint8_t m)
+{
+    return m == FGX_MIDSTREAM_SCAN ? FGX__CTL__MIDSTREAM__MIDSTREAM_SCAN
+                                   : FGX__CTL__MIDSTREAM__MIDSTREAM_RESET;
+}
+
 /* The proxy is a TCP proxy: a UDP service stays on the nfqueue layer. */
 static int check_layer_proto(struct rpc *r, const struct ctl_service *svc)
 {
@@ -245,7 +263,7 @@ static int check_ip(struct rpc *r, const char *ip, struct fgx_cidr *out)
 static int check_regex(struct rpc *r, const char *regex, bool nocase, uint8_t ipproto)
 {
     char err[768];
-    int rv = ctl_config_regex_check(regex, nocase, ipproto, err, sizeof(err));
+    int rv = ctl_config_regex_check_cached(regex, nocase, ipproto, err, sizeof(err));
 
     if (rv < 0)
         rpc_fail(r, FGX__CTL__CODE__CODE_INVALID, "%s", err);
@@ -364,6 +382,9 @@ static size_t reply_worker(struct rpc *r)
         w->verdict_errors = c->verdict_errors;
         w->malformed = c->malformed;
         w->evasion = c->evasion;
+        w->has_midstream_resets = w->has_flows_evicted = 1;
+        w->midstream_resets = c->midstream_resets;
+        w->flows_evicted = c->flows_evicted;
     }
     r->workers[0] = w;
     return 1 + reply_px_worker(r, 1);
@@ -425,6 +446,8 @@ static int reply_services(struct rpc *r, struct ctl_txn *t, const struct ctl_ser
                                                : FGX__CTL__LAYER__LAYER_NFQUEUE;
         m->active = s->active;
         m->fail_open = s->fail_open;
+        m->has_midstream = 1;
+        m->midstream = midstream_msg(s->midstream);
         m->has_filters = 1;
         m->filters = count;
         m->has_blocked = 1;
@@ -515,6 +538,15 @@ static void rpc_finish(struct rpc *r, struct ctl_txn **t, bool rebuild)
             return;
         }
     }
+    /* A probe that found work for the compiler: the caller aborts *t, nothing is stored, and
+     * the request runs again once the compile session has every result. */
+    if (ctl_compile_collecting() && ctl_compile_pending() > 0) {
+        r->deferred = true;
+        rpc_fail(r, FGX__CTL__CODE__CODE_ERROR, "compiling");
+        if (rebuild)
+            ctl_ruleset_release(&rs);
+        return;
+    }
     rv = ctl_txn_commit(*t);
     *t = NULL;
     if (rv < 0) {
@@ -578,7 +610,8 @@ static void do_service_add(struct rpc *r, const Fgx__Ctl__ServiceAdd *a)
 
     if (check_name(r, a->name) < 0 || check_proto(r, a->proto, &svc.ipproto) < 0 ||
         check_port(r, a->port) < 0 || check_ip(r, a->ip, &svc.addr) < 0 ||
-        (a->has_layer && check_layer(r, a->layer, &svc.layer) < 0))
+        (a->has_layer && check_layer(r, a->layer, &svc.layer) < 0) ||
+        (a->has_midstream && check_midstream(r, a->midstream, &svc.midstream) < 0))
         return;
     snprintf(svc.name, sizeof(svc.name), "%s", a->name);
     svc.port = (uint16_t)a->port;
@@ -740,6 +773,8 @@ static void do_service_set(struct rpc *r, const Fgx__Ctl__ServiceSet *a)
         goto out;
     if (a->has_fail_open)
         svc.fail_open = a->fail_open;
+    if (a->has_midstream && check_midstream(r, a->midstream, &svc.midstream) < 0)
+        goto out;
     if (a->has_proto) {
         uint8_t ipproto;
 
@@ -1476,6 +1511,98 @@ int ctl_rpc_handle(struct ctl_ctx *ctx, const void *req, size_t len, void **repl
     static const struct fgx_peer local = {.family = 0};
 
     return ctl_rpc_handle_from(ctx, &local, req, len, reply, replylen);
+}
+
+/* Requests that change services or filters: what may need the compiler. */
+static bool rpc_is_change(const Fgx__Ctl__Request *q)
+{
+    switch (q->req_case) {
+    case FGX__CTL__REQUEST__REQ_SERVICE_ADD:
+    case FGX__CTL__REQUEST__REQ_SERVICE_START:
+    case FGX__CTL__REQUEST__REQ_SERVICE_STOP:
+    case FGX__CTL__REQUEST__REQ_SERVICE_RM:
+    case FGX__CTL__REQUEST__REQ_SERVICE_RENAME:
+    case FGX__CTL__REQUEST__REQ_SERVICE_SET:
+    case FGX__CTL__REQUEST__REQ_FILTER_ADD:
+    case FGX__CTL__REQUEST__REQ_FILTER_ENABLE:
+    case FGX__CTL__REQUEST__REQ_FILTER_DISABLE:
+    case FGX__CTL__REQUEST__REQ_FILTER_RM:
+    case FGX__CTL__REQUEST__REQ_CONFIG_IMPORT:
+    case FGX__CTL__REQUEST__REQ_FILTER_IMPORT:
+        return true;
+    default:
+        return false;
+    }
+}
+
+static int rpc_pack(struct rpc *r, void **reply, size_t *replylen)
+{
+    size_t n = fgx__ctl__reply__get_packed_size(&r->reply);
+    void *buf = malloc(n ? n : 1);
+
+    if (!buf)
+        return -ENOMEM;
+    fgx__ctl__reply__pack(&r->reply, buf);
+    *reply = buf;
+    *replylen = n;
+    return 0;
+}
+
+int ctl_rpc_error_reply(Fgx__Ctl__Code code, const char *msg, void **reply, size_t *replylen)
+{
+    struct rpc r = {0};
+    int rv;
+
+    fgx__ctl__reply__init(&r.reply);
+    rpc_fail(&r, code, "%s", msg);
+    rv = rpc_pack(&r, reply, replylen);
+    rpc_release(&r);
+    return rv;
+}
+
+int ctl_rpc_handle_try(struct ctl_ctx *ctx, const struct fgx_peer *peer, const void *req,
+                       size_t len, bool busy, void **reply, size_t *replylen, bool *deferred)
+{
+    struct rpc r = {.ctx = ctx, .peer = peer};
+    Fgx__Ctl__Request *q;
+    int rv;
+
+    *deferred = false;
+    *reply = NULL;
+    *replylen = 0;
+    fgx__ctl__reply__init(&r.reply);
+    q = fgx__ctl__request__unpack(NULL, len, req);
+    if (!q) {
+        rpc_fail(&r, FGX__CTL__CODE__CODE_INVALID, "undecodable request");
+    } else if (rpc_admit(&r, q)) {
+        if (!rpc_is_change(q)) {
+            rpc_dispatch(&r, q);
+        } else if (busy) {
+            /* One change compiles at a time; queueing would hide how long the wait is. */
+            rpc_fail(&r, FGX__CTL__CODE__CODE_ERROR,
+                     "busy: controld is compiling another change; nothing was changed, try "
+                     "again when it is done");
+        } else {
+            ctl_compile_collect(true);
+            rpc_dispatch(&r, q);
+            ctl_compile_collect(false);
+            if (r.deferred) {
+                *deferred = true;
+                rpc_release(&r);
+                fgx__ctl__request__free_unpacked(q, NULL);
+                return 0;
+            }
+            /* Done (or refused): what the session holds was for this request only. */
+            ctl_compile_reset();
+        }
+    }
+    if (q && q->req_case == FGX__CTL__REQUEST__REQ_STATUS)
+        reply_auth_state(&r);
+    rv = rpc_pack(&r, reply, replylen);
+    rpc_release(&r);
+    if (q)
+        fgx__ctl__request__free_unpacked(q, NULL);
+    return rv;
 }
 
 int ctl_rpc_handle_from(struct ctl_ctx *ctx, const struct fgx_peer *peer, const void *req,

@@ -4,8 +4,10 @@
 #ifndef CTL_RPC_H
 #define CTL_RPC_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
+#include "control.pb-c.h"
 #include "controld/ctl_apply.h"
 #include "fgx/chan_tls.h"
 #include "fgx/version.h"
@@ -22,5 +24,14 @@ int ctl_rpc_handle(struct ctl_ctx *ctx, const void *req, size_t len, void **repl
  * is this for the local socket. */
 int ctl_rpc_handle_from(struct ctl_ctx *ctx, const struct fgx_peer *peer, const void *req,
                         size_t len, void **reply, size_t *replylen);
+/* What the control loop calls: as ctl_rpc_handle_from(), except that a change that needs
+ * regexes checked or databases compiled (ctl_compile.h) stores nothing and sets *deferred,
+ * with no reply: the loop starts the compile session, answers other requests meanwhile, and
+ * calls this again with the same request once the session is done, which then completes
+ * quickly. With busy (a session runs for another request) a change is refused at once. */
+int ctl_rpc_handle_try(struct ctl_ctx *ctx, const struct fgx_peer *peer, const void *req,
+                       size_t len, bool busy, void **reply, size_t *replylen, bool *deferred);
+/* A Reply with only code and msg, for a deferred request that cannot complete. */
+int ctl_rpc_error_reply(Fgx__Ctl__Code code, const char *msg, void **reply, size_t *replylen);
 
 #endif

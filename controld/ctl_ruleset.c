@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "controld/ctl_compile.h"
 #include "fgx/log.h"
 
 static bool dir_has_pattern(const struct fgx_pattern *pats, size_t n, enum fgx_dir dir)
@@ -47,9 +48,9 @@ static int ids_get(const struct fgx_pattern *pats, size_t n, enum fgx_dir dir, u
     return 0;
 }
 
-/* One direction's database: from the cache, else compiled and cached. */
-static int db_get(struct ctl_txn *t, const struct fgx_pattern *pats, size_t n, enum fgx_dir dir,
-                  int ipproto, struct fgx_blob *out, uint64_t *key, char *err, size_t errlen)
+int ctl_ruleset_db_get(struct ctl_txn *t, const struct fgx_pattern *pats, size_t n,
+                       enum fgx_dir dir, int ipproto, struct fgx_blob *out, uint64_t *key,
+                       char *err, size_t errlen)
 {
     int rv;
 
@@ -61,6 +62,12 @@ static int db_get(struct ctl_txn *t, const struct fgx_pattern *pats, size_t n, e
     rv = ctl_store_dbcache_get(t, *key, out);
     if (rv != -ENOENT)
         return rv;
+    /* A compile child's result (or, in a probe, recorded for one: *out stays empty). */
+    if (ctl_compile_db_result(pats, n, dir, ipproto, *key, out, &rv, err, errlen)) {
+        if (rv < 0 || out->len == 0)
+            return rv;
+        return ctl_store_dbcache_put(t, *key, out);
+    }
     rv = fgx_ruleset_compile(pats, n, dir, ipproto, out, err, errlen);
     if (rv < 0)
         return rv;
@@ -120,11 +127,12 @@ int ctl_ruleset_build(struct ctl_txn *t, struct ctl_ruleset *out, char *err, siz
         d->port = s->port;
         d->addr = s->addr;
         d->fail_open = s->fail_open;
+        d->midstream = s->midstream;
         for (int k = 0; k < 2; k++) {
             enum fgx_dir dir = k == 0 ? FGX_DIR_C2S : FGX_DIR_S2C;
             uint64_t key;
 
-            rv = db_get(t, pats, np, dir, s->ipproto, &d->db[k], &key, err, errlen);
+            rv = ctl_ruleset_db_get(t, pats, np, dir, s->ipproto, &d->db[k], &key, err, errlen);
             if (rv < 0) {
                 if (rv != -EINVAL || (errlen && err[0] == '\0'))
                     snprintf(err, errlen, "service %s: cannot build its database: %s", s->name,

@@ -28,6 +28,13 @@ struct ctl_ruleset {
 int ctl_ruleset_build(struct ctl_txn *t, struct ctl_ruleset *out, char *err, size_t errlen);
 void ctl_ruleset_release(struct ctl_ruleset *rs);
 
+/* One direction's database of pats[]: from the dbcache, else from the compile session
+ * (ctl_compile.h), else compiled now, and cached in t. *key gets its cache key (0 and an empty
+ * *out when no pattern applies to dir). A compile error is -EINVAL with the reason in err. */
+int ctl_ruleset_db_get(struct ctl_txn *t, const struct fgx_pattern *pats, size_t n,
+                       enum fgx_dir dir, int ipproto, struct fgx_blob *out, uint64_t *key,
+                       char *err, size_t errlen);
+
 /* true when both rulesets queue exactly the same services the same way. */
 bool ctl_ruleset_nft_equal(const struct ctl_nft_service *a, size_t na,
                            const struct ctl_nft_service *b, size_t nb);

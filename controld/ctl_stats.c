@@ -299,6 +299,8 @@ int ctl_stats_ingest(struct ctl_stats *s, uint64_t instance, const struct fgx_dp
     w->verdict_errors = m->verdict_errors;
     w->malformed = m->malformed;
     w->evasion = m->evasion;
+    w->midstream_resets = m->midstream_resets;
+    w->flows_evicted = m->flows_evicted;
     w->queue_drops_total += grow(&s->queue_drops_last, m->queue_drops);
     return rv;
 }
@@ -328,6 +330,7 @@ void ctl_stats_worker_down(struct ctl_stats *s)
     s->worker.queue_drops = s->worker.flows = s->worker.rss_bytes = 0;
     s->worker.truncated = s->worker.verdict_errors = s->worker.malformed = 0;
     s->worker.evasion = 0;
+    s->worker.midstream_resets = s->worker.flows_evicted = 0;
 }
 
 void ctl_stats_px_worker_down(struct ctl_stats *s)

@@ -30,6 +30,7 @@ struct ctl_worker_counters {
     bool valid;        /* a STATS arrived from process `instance` */
     uint64_t instance; /* compare with ctl_sup_info.instance: stale once a new process runs */
     uint64_t queue_drops, flows, rss_bytes, truncated, verdict_errors, malformed, evasion;
+    uint64_t midstream_resets, flows_evicted;
     uint64_t queue_drops_total, events_lost_total;
     uint64_t conns_refused, unclassified, connect_failed, scan_errors; /* proxy */
 };

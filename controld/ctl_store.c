@@ -345,6 +345,10 @@ static int service_decode(const MDB_val *v, struct ctl_service *out)
     out->layer = m->layer == FGX__CTL__LAYER__LAYER_PROXY ? CTL_LAYER_PROXY : CTL_LAYER_NFQUEUE;
     out->active = m->active;
     out->fail_open = m->fail_open;
+    /* A record from before the setting existed has none: the fail-closed default. */
+    out->midstream = m->has_midstream && m->midstream == FGX__CTL__MIDSTREAM__MIDSTREAM_SCAN
+                         ? FGX_MIDSTREAM_SCAN
+                         : FGX_MIDSTREAM_RESET;
     out->created = m->has_created ? m->created : 0;
     rv = 0;
 out:
@@ -374,6 +378,9 @@ static int service_write(struct ctl_txn *t, const struct ctl_service *svc)
                                             : FGX__CTL__LAYER__LAYER_NFQUEUE;
     m.active = svc->active;
     m.fail_open = svc->fail_open;
+    m.has_midstream = 1;
+    m.midstream = svc->midstream == FGX_MIDSTREAM_SCAN ? FGX__CTL__MIDSTREAM__MIDSTREAM_SCAN
+                                                       : FGX__CTL__MIDSTREAM__MIDSTREAM_RESET;
     m.has_created = 1;
     m.created = svc->created;
     len = fgx__ctl__service__get_packed_size(&m);

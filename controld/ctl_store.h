@@ -29,6 +29,7 @@ struct ctl_service {
     enum ctl_layer layer;
     bool active;
     bool fail_open;
+    uint8_t midstream; /* FGX_MIDSTREAM_RESET (also for records stored before it) or _SCAN */
     uint64_t created; /* unix seconds */
 };
 

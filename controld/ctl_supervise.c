@@ -24,10 +24,11 @@
 #define SUP_BACKOFF_MAX_MS 1000
 #define SUP_STABLE_MS 5000
 #define SUP_STOP_GRACE_MS 2000
+#define SUP_HANDOVER_MS 5000
 
 struct ctl_sup {
     char *run_dir, *worker_path, *log_level;
-    unsigned threads, queue_base, proxy_port, max_conns;
+    unsigned threads, queue_base, proxy_port, max_conns, nfq_flows;
     bool no_synack_log;
     const char *name; /* "nfqworker" or "proxyworker", for paths and logs */
     struct fgx_chan *chan;
@@ -46,6 +47,9 @@ struct ctl_sup {
     uint64_t started_unix;
     bool restart_requested;
     uint64_t kill_at_ms; /* a requested stop turns into SIGKILL then */
+    /* A planned restart of the nfq worker: the old worker's flows, for the next one before its
+     * first ruleset (FGX_DP_FLOWS). NULL: nothing to hand over (a crash, or it failed). */
+    struct fgx_dp_msg handover;
 };
 
 static uint64_t now_ms(void)
@@ -82,10 +86,11 @@ static int worker_path_default(const char *name, char **out)
 
 static int sup_spawn(struct ctl_sup *s)
 {
-    char url[PATH_MAX + 16], threads[16], base[16], port[16], conns[16];
-    /* two spare slots (and the NULL after them) for proxyworker's --max-conns */
-    char *argv[12] = {s->worker_path, "--control", url,           "--threads",  threads,
+    char url[PATH_MAX + 16], threads[16], base[16], port[16], conns[16], flows[16];
+    /* spare slots (and the NULL after them) for the options below */
+    char *argv[14] = {s->worker_path, "--control", url,           "--threads",  threads,
                       "--queue-base", base,        "--log-level", s->log_level, NULL};
+    int argc = 9;
     pid_t parent = getpid(), pid;
 
     snprintf(url, sizeof(url), "ipc://%s/%s.sock", s->run_dir, s->proxy_port ? "proxy" : "nfq");
@@ -93,16 +98,22 @@ static int sup_spawn(struct ctl_sup *s)
     snprintf(base, sizeof(base), "%u", s->queue_base);
     snprintf(port, sizeof(port), "%u", s->proxy_port);
     snprintf(conns, sizeof(conns), "%u", s->max_conns);
+    snprintf(flows, sizeof(flows), "%u", s->nfq_flows);
     if (s->proxy_port) {
         /* proxyworker: --listen-port instead of --queue-base, and --max-conns when set */
         argv[5] = "--listen-port";
         argv[6] = port;
         if (s->max_conns) {
-            argv[9] = "--max-conns";
-            argv[10] = conns;
+            argv[argc++] = "--max-conns";
+            argv[argc++] = conns;
         }
-    } else if (s->no_synack_log) {
-        argv[9] = "--no-synack-log";
+    } else {
+        if (s->no_synack_log)
+            argv[argc++] = "--no-synack-log";
+        if (s->nfq_flows) {
+            argv[argc++] = "--flows";
+            argv[argc++] = flows;
+        }
     }
     pid = fork();
     if (pid == -1) {
@@ -169,6 +180,7 @@ int ctl_sup_start(const struct ctl_sup_config *cfg, struct ctl_sup **out)
     s->proxy_port = cfg->proxy_port;
     s->max_conns = cfg->max_conns;
     s->no_synack_log = cfg->no_synack_log;
+    s->nfq_flows = cfg->nfq_flows;
     s->name = cfg->proxy_port ? "proxyworker" : "nfqworker";
     s->backoff_ms = SUP_BACKOFF_MIN_MS;
     snprintf(url, sizeof(url), "ipc://%s/%s.sock", s->run_dir, s->proxy_port ? "proxy" : "nfq");
@@ -203,6 +215,8 @@ static void sup_reaped(struct ctl_sup *s, pid_t r, int status, uint64_t now)
         if (now - s->started_ms >= SUP_STABLE_MS)
             s->backoff_ms = SUP_BACKOFF_MIN_MS;
         s->restart_at_ms = now + s->backoff_ms;
+        /* A death hands nothing over: a handover kept from a planned restart would be stale. */
+        fgx_dp_msg_release(&s->handover);
         fgx_info("restarting %s in %llu ms", s->name, (unsigned long long)s->backoff_ms);
         s->backoff_ms =
             s->backoff_ms * 2 > SUP_BACKOFF_MAX_MS ? SUP_BACKOFF_MAX_MS : s->backoff_ms * 2;
@@ -245,12 +259,15 @@ int ctl_sup_poll(struct ctl_sup *s, bool *respawned)
     return 0;
 }
 
+static void sup_take_flows(struct ctl_sup *s);
+
 int ctl_sup_restart(struct ctl_sup *s)
 {
     if (s->pid <= 0) {
         s->restart_at_ms = 0; /* down, waiting out a backoff: now is a fine time */
         return 0;
     }
+    sup_take_flows(s);
     if (kill(s->pid, SIGTERM) == -1 && errno != ESRCH) {
         int rv = -errno;
         fgx_err("cannot stop %s (pid %d): %s", s->name, (int)s->pid, strerror(errno));
@@ -260,6 +277,34 @@ int ctl_sup_restart(struct ctl_sup *s)
     s->kill_at_ms = now_ms() + SUP_STOP_GRACE_MS;
     fgx_info("restarting %s (pid %d) on request", s->name, (int)s->pid);
     return 0;
+}
+
+static int sup_call(struct ctl_sup *s, const struct fgx_dp_msg *req, int timeout_ms,
+                    struct fgx_dp_msg *reply);
+
+/* Before a planned restart of the nfq worker: ask it for its flows (it stops its data path and
+ * exits after answering), to give them to the next one. Without them (an old worker, a
+ * timeout) the connections open across the restart meet their services' midstream policy. */
+static void sup_take_flows(struct ctl_sup *s)
+{
+    struct fgx_dp_msg req = {.type = FGX_DP_FLOWS_REQUEST}, reply = {0};
+    int rv;
+
+    fgx_dp_msg_release(&s->handover);
+    if (s->proxy_port || !s->acked)
+        return;
+    rv = sup_call(s, &req, SUP_HANDOVER_MS, &reply);
+    if (rv == 0 && reply.type == FGX_DP_FLOWS) {
+        fgx_info("%s handed over %zu bytes of flows", s->name, reply.u.flows.len);
+        s->handover = reply;
+        return;
+    }
+    fgx_warn("%s handed no flows over (%s): open connections meet the midstream policy", s->name,
+             rv < 0                                        ? strerror(-rv)
+             : reply.type == FGX_DP_ERROR && reply.u.error ? reply.u.error
+                                                           : "unexpected reply");
+    if (rv == 0)
+        fgx_dp_msg_release(&reply);
 }
 
 /* One request, one decoded reply. */
@@ -358,6 +403,17 @@ int ctl_sup_push(struct ctl_sup *s, const struct fgx_dp_ruleset *rs, int timeout
                  (unsigned long long)rs->generation);
         return -ENOTCONN;
     }
+    if (s->handover.type == FGX_DP_FLOWS && !s->restart_requested) {
+        /* The new worker takes the old one's flows before its first ruleset. */
+        rv = sup_call(s, &s->handover, timeout_ms, &reply);
+        if (rv == 0 && reply.type == FGX_DP_ACK)
+            fgx_info("%s took the flows over", s->name);
+        else
+            fgx_warn("%s did not take the flows over", s->name);
+        if (rv == 0)
+            fgx_dp_msg_release(&reply);
+        fgx_dp_msg_release(&s->handover);
+    }
     if (strip_known(s, rs, &stripped) == 0 && stripped != NULL)
         req.u.ruleset.services = stripped;
     rv = sup_call(s, &req, timeout_ms, &reply);
@@ -441,6 +497,7 @@ void ctl_sup_stop(struct ctl_sup *s)
         s->pid = 0;
     }
     fgx_chan_close(s->chan);
+    fgx_dp_msg_release(&s->handover);
     free(s->known);
     free(s->run_dir);
     free(s->worker_path);

@@ -22,6 +22,7 @@ struct ctl_sup_config {
     unsigned proxy_port;
     unsigned max_conns; /* proxyworker --max-conns; 0: its default */
     bool no_synack_log; /* nfqworker --no-synack-log (the rules queue SYNs, ctl_nft.h) */
+    unsigned nfq_flows; /* nfqworker --flows (per thread); 0: its default */
 };
 
 struct ctl_sup_info {

@@ -15,6 +15,7 @@
 
 #include "controld/ctl_apply.h"
 #include "controld/ctl_auth.h"
+#include "controld/ctl_compile.h"
 #include "controld/ctl_conffile.h"
 #include "controld/ctl_metrics.h"
 #include "controld/ctl_nft.h"
@@ -30,6 +31,8 @@
 #include "fgx/version.h"
 
 #define LOOP_RECV_MS 100
+#define LOOP_COMPILE_MS 10 /* the loop's pace while a compile runs: its result is soon seen */
+#define COMPILE_ROUNDS_MAX 3
 #define STATS_PERIOD_MS 1000
 #define STATS_TIMEOUT_MS 500
 #define RETRY_PERIOD_MS 5000
@@ -46,6 +49,8 @@ struct opts {
     size_t nallow;
     bool local_auth, init_password;
     bool no_synack_log;
+    unsigned compile_timeout; /* seconds */
+    unsigned nfq_flows;
 };
 
 static volatile sig_atomic_t stop_requested;
@@ -65,6 +70,7 @@ static void usage(FILE *f)
         "                [--metrics-listen ADDR:PORT] [--proxy-port P] [--proxy-max-conns N]\n"
         "                [--listen tls+tcp://ADDR:PORT [--cert FILE --key FILE]]\n"
         "                [--allow CIDR]... [--local-auth] [--init-password] [--no-synack-log]\n"
+        "                [--compile-timeout SECONDS] [--nfq-flows N]\n"
         "                [--config FILE] [--version] [--help]\n"
         "defaults: --state-dir /var/lib/fgex --run-dir /run/fgex --threads <online CPUs>\n"
         "          --log-level info --queue-base %u\n"
@@ -85,8 +91,14 @@ static void usage(FILE *f)
         "          %u); --proxy-max-conns its limit of open connections (default 4096).\n"
         "--no-synack-log  queue the server's SYN-ACK instead of copying it to the worker (one\n"
         "          queue trip more per connection); chosen by itself on a\n"
-        "          kernel without the nftables log expression.\n",
-        FGX_QUEUE_BASE_DEFAULT, PROXY_PORT_DEFAULT);
+        "          kernel without the nftables log expression.\n"
+        "--compile-timeout  longest a change may spend compiling its regexes (default %u,\n"
+        "          1..%u); a longer one is stopped and refused, nothing stored. Compiles run\n"
+        "          in child processes, so controld keeps answering meanwhile.\n"
+        "--nfq-flows  TCP flows the nfq worker tracks per thread (default 65536; a quarter\n"
+        "          of them at most embryonic: handshakes without data yet).\n",
+        FGX_QUEUE_BASE_DEFAULT, PROXY_PORT_DEFAULT, CTL_COMPILE_TIMEOUT_DEFAULT,
+        CTL_COMPILE_TIMEOUT_MAX);
 }
 
 static int parse_uint(const char *s, unsigned min, unsigned max, unsigned *out)
@@ -120,6 +132,8 @@ static const struct option longopts[] = {
     {"local-auth", no_argument, NULL, 'a'},
     {"init-password", no_argument, NULL, 'P'},
     {"no-synack-log", no_argument, NULL, 'S'},
+    {"compile-timeout", required_argument, NULL, 'T'},
+    {"nfq-flows", required_argument, NULL, 'F'},
     {"config", required_argument, NULL, 'c'},
     {"version", no_argument, NULL, 'V'},
     {"help", no_argument, NULL, 'h'},
@@ -137,7 +151,8 @@ static int parse_opts(int argc, char **argv, struct opts *o)
                        .log_level = "info",
                        .threads = ncpu > 0 ? (unsigned)ncpu : 1,
                        .queue_base = FGX_QUEUE_BASE_DEFAULT,
-                       .proxy_port = PROXY_PORT_DEFAULT};
+                       .proxy_port = PROXY_PORT_DEFAULT,
+                       .compile_timeout = CTL_COMPILE_TIMEOUT_DEFAULT};
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (c) {
         case 's':
@@ -179,6 +194,19 @@ static int parse_opts(int argc, char **argv, struct opts *o)
             break;
         case 'S':
             o->no_synack_log = true;
+            break;
+        case 'T':
+            if (parse_uint(optarg, 1, CTL_COMPILE_TIMEOUT_MAX, &o->compile_timeout) < 0) {
+                fprintf(stderr, "controld: --compile-timeout takes 1..%u seconds, not \"%s\"\n",
+                        CTL_COMPILE_TIMEOUT_MAX, optarg);
+                return -EINVAL;
+            }
+            break;
+        case 'F':
+            if (parse_uint(optarg, 16, 1u << 24, &o->nfq_flows) < 0) {
+                fprintf(stderr, "controld: --nfq-flows takes 16..16777216, not \"%s\"\n", optarg);
+                return -EINVAL;
+            }
             break;
         case 'M':
             if (parse_uint(optarg, 1, 1000000, &o->proxy_max_conns) < 0) {
@@ -395,43 +423,132 @@ static uint64_t now_ms(void)
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-static void serve_one(struct ctl_ctx *ctx, struct fgx_chan *ctl, const struct fgx_peer *peer,
-                      void *req, size_t len)
+/* The one change request whose regexes compile (ctl_compile.h) while the loop goes on. */
+struct pending {
+    struct fgx_chan_req *req; /* NULL: none */
+    void *buf;
+    size_t len;
+    struct fgx_peer peer;
+    unsigned rounds;
+};
+
+static void reply_send(struct fgx_chan *ctl, struct fgx_chan_req *req, void *reply, size_t rlen)
 {
+    int rv = fgx_chan_reply(ctl, req, reply ? reply : "", reply ? rlen : 0, 1000);
+
+    if (rv < 0)
+        fgx_warn("cannot send a reply to fgexctl: %s", strerror(-rv));
+    free(reply);
+}
+
+static void reply_error(struct fgx_chan *ctl, struct fgx_chan_req *req, Fgx__Ctl__Code code,
+                        const char *msg)
+{
+    void *reply = NULL;
+    size_t rlen = 0;
+
+    if (ctl_rpc_error_reply(code, msg, &reply, &rlen) < 0)
+        fgx_err("cannot build a reply: %s", strerror(ENOMEM));
+    reply_send(ctl, req, reply, rlen);
+}
+
+static void pending_end(struct pending *p)
+{
+    free(p->buf);
+    memset(p, 0, sizeof(*p));
+    ctl_compile_reset();
+}
+
+/* Run (or run again) a request; a change that needs the compiler becomes *p. req and buf are
+ * consumed. */
+static void serve_one(struct ctl_ctx *ctx, struct fgx_chan *ctl, struct pending *p,
+                      struct fgx_chan_req *req, const struct fgx_peer *peer, void *buf, size_t len)
+{
+    bool again = p->req == req, deferred = false;
     void *reply = NULL;
     size_t rlen = 0;
     int rv;
 
-    rv = ctl_rpc_handle_from(ctx, peer, req, len, &reply, &rlen);
+    rv = ctl_rpc_handle_try(ctx, peer, buf, len, p->req != NULL && !again, &reply, &rlen,
+                            &deferred);
     if (rv < 0) {
         fgx_err("cannot build a reply: %s", strerror(-rv));
+    } else if (deferred) {
+        if (again && p->rounds >= COMPILE_ROUNDS_MAX) {
+            reply_error(ctl, req, FGX__CTL__CODE__CODE_ERROR,
+                        "the configuration kept changing while this change compiled; nothing "
+                        "was changed, try again");
+            pending_end(p);
+            return;
+        }
+        rv = ctl_compile_start();
+        if (rv < 0) {
+            reply_error(ctl, req, FGX__CTL__CODE__CODE_ERROR,
+                        "cannot start the regex compiler (see controld's log); nothing was "
+                        "changed");
+            if (again)
+                pending_end(p);
+            else
+                free(buf);
+            ctl_compile_reset();
+            return;
+        }
+        if (!again)
+            *p = (struct pending){.req = req, .buf = buf, .len = len, .peer = *peer};
+        p->rounds++;
         return;
     }
-    rv = fgx_chan_send(ctl, reply, rlen, 1000);
-    if (rv < 0)
-        fgx_warn("cannot send a reply to fgexctl: %s", strerror(-rv));
-    free(reply);
+    reply_send(ctl, req, reply, rlen);
+    if (again)
+        pending_end(p);
+    else
+        free(buf);
+}
+
+/* The pending change's compile: refused when it failed, run again when it is done. */
+static void pending_poll(struct ctl_ctx *ctx, struct fgx_chan *ctl, struct pending *p)
+{
+    char err[512];
+    bool done = false;
+    int rv;
+
+    if (!p->req)
+        return;
+    rv = ctl_compile_poll(&done, err, sizeof(err));
+    if (!done)
+        return;
+    if (rv < 0) {
+        reply_error(ctl, p->req,
+                    rv == -ETIMEDOUT ? FGX__CTL__CODE__CODE_INVALID : FGX__CTL__CODE__CODE_ERROR,
+                    err);
+        pending_end(p);
+        return;
+    }
+    serve_one(ctx, ctl, p, p->req, &p->peer, p->buf, p->len);
 }
 
 static void run_loop(struct ctl_ctx *ctx, struct ctl_sup *sup, struct fgx_chan *ctl,
                      struct ctl_metrics *metrics)
 {
     uint64_t next_stats = now_ms() + STATS_PERIOD_MS, next_retry = now_ms() + RETRY_PERIOD_MS;
+    struct pending pend = {0};
 
     while (!stop_requested) {
         void *req = NULL;
         size_t len = 0;
         bool respawned = false;
         struct fgx_peer peer;
-        int rv = fgx_chan_recv_peer(ctl, &req, &len, LOOP_RECV_MS, &peer);
+        struct fgx_chan_req *slot = NULL;
+        int rv = fgx_chan_recv_req(ctl, &req, &len, pend.req ? LOOP_COMPILE_MS : LOOP_RECV_MS,
+                                   &peer, &slot);
 
         if (rv == 0) {
-            serve_one(ctx, ctl, &peer, req, len);
-            free(req);
+            serve_one(ctx, ctl, &pend, slot, &peer, req, len);
         } else if (rv != -ETIMEDOUT) {
             fgx_warn("control channel: %s", strerror(-rv));
             usleep(LOOP_RECV_MS * 1000);
         }
+        pending_poll(ctx, ctl, &pend);
         ctl_sup_poll(sup, &respawned);
         if (ctx->px_sup) {
             bool px_respawned = false;
@@ -455,6 +572,11 @@ static void run_loop(struct ctl_ctx *ctx, struct ctl_sup *sup, struct fgx_chan *
                 ctl_metrics_update(metrics, ctx);
             next_stats = now_ms() + STATS_PERIOD_MS;
         }
+    }
+    if (pend.req) {
+        reply_error(ctl, pend.req, FGX__CTL__CODE__CODE_ERROR,
+                    "controld is stopping: the change was not made");
+        pending_end(&pend);
     }
 }
 
@@ -491,6 +613,7 @@ int main(int argc, char **argv)
     }
     fgx_log_level_parse(o.log_level, &level);
     fgx_log_init("controld", level);
+    ctl_compile_config(o.compile_timeout, 0);
     if (mkdir_p(o.run_dir, 0755) < 0 || pidfile_lock(o.run_dir, &pidfd) < 0)
         return 1;
     if (o.init_password && read_password(password, sizeof(password)) < 0)
@@ -560,7 +683,8 @@ int main(int argc, char **argv)
                                                 .log_level = o.log_level,
                                                 .threads = o.threads,
                                                 .queue_base = o.queue_base,
-                                                .no_synack_log = !ctl_nft_synack_log(nft)},
+                                                .no_synack_log = !ctl_nft_synack_log(nft),
+                                                .nfq_flows = o.nfq_flows},
                        &sup);
     if (rv < 0)
         goto out;

@@ -26,12 +26,12 @@ static const char usage_main[] =
     "Commands:\n"
     "  status                                   version, uptime, services and workers\n"
     "  service add NAME --proto tcp|udp --port N [--ip ADDR|CIDR]\n"
-    "              [--layer nfqueue|proxy] [--fail-open]\n"
+    "              [--layer nfqueue|proxy] [--fail-open] [--midstream reset|scan]\n"
     "  service list\n"
     "  service show|start|stop|rm SERVICE\n"
     "  service rename SERVICE NEWNAME\n"
     "  service set SERVICE [--port N] [--ip ADDR|CIDR|any] [--proto tcp|udp]\n"
-    "              [--layer nfqueue|proxy] [--fail-open on|off]\n"
+    "              [--layer nfqueue|proxy] [--fail-open on|off] [--midstream reset|scan]\n"
     "  filter add SERVICE REGEX [--dir c2s|s2c|both] [--nocase]\n"
     "  filter list SERVICE\n"
     "  filter enable|disable|rm FILTER\n"
@@ -97,6 +97,7 @@ static const char usage_service[] =
     "\n"
     "Commands:\n"
     "  add NAME --proto tcp|udp --port N [--ip ADDR|CIDR] [--layer nfqueue|proxy] [--fail-open]\n"
+    "      [--midstream reset|scan]\n"
     "  list\n"
     "  show SERVICE\n"
     "  start SERVICE\n"
@@ -104,12 +105,13 @@ static const char usage_service[] =
     "  rm SERVICE\n"
     "  rename SERVICE NEWNAME\n"
     "  set SERVICE [--port N] [--ip ADDR|CIDR|any] [--proto tcp|udp] [--layer nfqueue|proxy]\n"
-    "      [--fail-open on|off]\n"
+    "      [--fail-open on|off] [--midstream reset|scan]\n"
     "\n" SERVICE_HELP_NOTE "`fgexctl service COMMAND --help` for one command.\n";
 
 static const char usage_service_add[] =
     "usage: fgexctl service add NAME --proto tcp|udp --port N [--ip ADDR|CIDR]\n"
     "                           [--layer nfqueue|proxy] [--fail-open]\n"
+    "                           [--midstream reset|scan]\n"
     "\n"
     "Define a service (it starts active) and print it.\n"
     "\n"
@@ -119,7 +121,11 @@ static const char usage_service_add[] =
     "                          both families)\n"
     "  --layer nfqueue|proxy   where its traffic is filtered (default: nfqueue)\n"
     "  --fail-open             let traffic pass unfiltered when the worker cannot take it\n"
-    "                          (default: drop it)\n";
+    "                          (default: drop it)\n"
+    "  --midstream reset|scan  a connection whose earlier bytes fgex did not see (open\n"
+    "                          before the service started, across a worker restart, bytes\n"
+    "                          sent while it was stopped): reset it when it next sends\n"
+    "                          (default), or scan it from then on, missing what it sent\n";
 
 static const char usage_service_list[] =
     "usage: fgexctl service list\n"
@@ -155,6 +161,7 @@ static const char usage_service_rename[] =
 static const char usage_service_set[] =
     "usage: fgexctl service set SERVICE [--port N] [--ip ADDR|CIDR|any] [--proto tcp|udp]\n"
     "                               [--layer nfqueue|proxy] [--fail-open on|off]\n"
+    "                               [--midstream reset|scan]\n"
     "\n"
     "Change a service's settings; at least one option is needed. `--ip any` (or\n"
     "`--ip ''`) matches every address of both families.\n" SERVICE_HELP_NOTE;
@@ -223,8 +230,9 @@ static const char usage_worker_list[] =
     "rules each acknowledged, how often it was restarted, the flows it tracks, the\n"
     "packets the kernel dropped from its queues, and its memory (RSS).\n"
     "With --json: an array of {kind, pid, state, generation, restarts, queue_drops,\n"
-    "flows, rss_bytes, truncated, verdict_errors, malformed}, with evasion for kind nfq\n"
-    "and conns_refused, unclassified, connect_failed, scan_errors for kind proxy.\n";
+    "flows, rss_bytes, truncated, verdict_errors, malformed}, with evasion,\n"
+    "midstream_resets and flows_evicted for kind nfq and conns_refused, unclassified,\n"
+    "connect_failed, scan_errors for kind proxy.\n";
 
 static const char usage_worker_restart[] =
     "usage: fgexctl worker restart nfq|proxy|all\n"
@@ -354,6 +362,7 @@ enum opt_bit {
     OPT_PASSWORD_FILE = 1u << 12,
     OPT_EXPIRE = 1u << 13,
     OPT_REPLACE = 1u << 14,
+    OPT_MIDSTREAM = 1u << 15,
 };
 
 enum opt_arg {
@@ -368,7 +377,7 @@ struct opt_def {
     enum opt_arg arg;
 };
 
-#define NOPTS 15
+#define NOPTS 16
 
 /* Index i of this table is the slot where the value of option bit 1 << i is kept. */
 static const struct opt_def opt_defs[NOPTS] = {
@@ -387,6 +396,7 @@ static const struct opt_def opt_defs[NOPTS] = {
     {"--password-file", OPT_PASSWORD_FILE, ARG_REQUIRED},
     {"--expire-sessions", OPT_EXPIRE, ARG_NONE},
     {"--replace", OPT_REPLACE, ARG_NONE},
+    {"--midstream", OPT_MIDSTREAM, ARG_REQUIRED},
 };
 
 struct cmd_spec {
@@ -409,7 +419,7 @@ static const struct cmd_spec cmd_specs[] = {
      FGX__CTL__REQUEST__REQ_SERVICE_ADD,
      1,
      {"NAME", NULL},
-     OPT_PROTO | OPT_PORT | OPT_IP | OPT_LAYER | OPT_FAIL_OPEN_FLAG,
+     OPT_PROTO | OPT_PORT | OPT_IP | OPT_LAYER | OPT_FAIL_OPEN_FLAG | OPT_MIDSTREAM,
      usage_service_add,
      false},
     {"service",
@@ -465,7 +475,7 @@ static const struct cmd_spec cmd_specs[] = {
      FGX__CTL__REQUEST__REQ_SERVICE_SET,
      1,
      {"SERVICE", NULL},
-     OPT_PORT | OPT_IP | OPT_PROTO | OPT_LAYER | OPT_FAIL_OPEN_ARG,
+     OPT_PORT | OPT_IP | OPT_PROTO | OPT_LAYER | OPT_FAIL_OPEN_ARG | OPT_MIDSTREAM,
      usage_service_set,
      false},
     {"filter",
@@ -736,6 +746,17 @@ static int parse_layer(struct cli_cmd *cmd, const char *s, Fgx__Ctl__Layer *out)
     return 0;
 }
 
+static int parse_midstream(struct cli_cmd *cmd, const char *s, Fgx__Ctl__Midstream *out)
+{
+    if (strcmp(s, "reset") == 0)
+        *out = FGX__CTL__MIDSTREAM__MIDSTREAM_RESET;
+    else if (strcmp(s, "scan") == 0)
+        *out = FGX__CTL__MIDSTREAM__MIDSTREAM_SCAN;
+    else
+        return fail(cmd, CLI_EXIT_INVALID, "invalid --midstream '%s': must be reset or scan", s);
+    return 0;
+}
+
 static int parse_dir(struct cli_cmd *cmd, const char *s, Fgx__Ctl__Dir *out)
 {
     if (strcmp(s, "both") == 0)
@@ -945,6 +966,10 @@ static int build_service_add(struct cli_cmd *cmd, const struct cmd_spec *spec,
             rc = parse_onoff(cmd, v, &m->fail_open);
         m->has_fail_open = 1;
     }
+    if (rc == 0 && (v = raw_opt(raw, OPT_MIDSTREAM))) {
+        rc = parse_midstream(cmd, v, &m->midstream);
+        m->has_midstream = 1;
+    }
     if (rc < 0)
         return rc;
     cmd->req.service_add = m;
@@ -981,9 +1006,14 @@ static int build_service_set(struct cli_cmd *cmd, const struct cmd_spec *spec,
         rc = parse_onoff(cmd, v, &m->fail_open);
         m->has_fail_open = 1;
     }
+    if (rc == 0 && (v = raw_opt(raw, OPT_MIDSTREAM))) {
+        rc = parse_midstream(cmd, v, &m->midstream);
+        m->has_midstream = 1;
+    }
     if (rc < 0)
         return rc;
-    if (!m->has_port && !m->ip && !m->has_proto && !m->has_layer && !m->has_fail_open)
+    if (!m->has_port && !m->ip && !m->has_proto && !m->has_layer && !m->has_fail_open &&
+        !m->has_midstream)
         return fail_usage(cmd, spec, "nothing to change");
     cmd->req.service_set = m;
     return 0;

@@ -40,8 +40,7 @@ static void write_filter(struct cli_json *j, const Fgx__Ctl__Filter *fl)
     cli_json_obj_begin(j);
     cli_json_key(j, "id");
     cli_json_u64(j, fl->id);
-    cli_json_key(j, "regex");
-    cli_json_str(j, fl->regex);
+    cli_json_key_bytes(j, "regex", fl->regex, fl->regex ? strlen(fl->regex) : 0);
     cli_json_key(j, "dir");
     cli_json_str(j, dir_str(fl->dir));
     cli_json_key(j, "nocase");
@@ -104,6 +103,10 @@ int cli_config_write(FILE *f, const Fgx__Ctl__Config *cfg, char *err, size_t err
         cli_json_bool(&j, s->active);
         cli_json_key(&j, "fail_open");
         cli_json_bool(&j, s->fail_open);
+        cli_json_key(&j, "midstream");
+        cli_json_str(&j, s->has_midstream && s->midstream == FGX__CTL__MIDSTREAM__MIDSTREAM_SCAN
+                             ? "scan"
+                             : "reset");
         cli_json_key(&j, "filters");
         cli_json_arr_begin(&j);
         for (size_t k = 0; k < cfg->n_filters; k++)
@@ -123,6 +126,7 @@ int cli_config_write(FILE *f, const Fgx__Ctl__Config *cfg, char *err, size_t err
 struct rd {
     char *err;
     size_t errlen;
+    uint64_t version; /* of the file: 1 reads \u0080..\u00ff in a regex as bytes */
     Fgx__Ctl__Config *cfg;
     size_t cap_services, cap_filters;
 };
@@ -262,10 +266,52 @@ static bool all_digits(const char *s)
     return true;
 }
 
+/* A filter's regex: "regex" (a string, which a version-1 file may have written with bytes as
+ * \u00XX) or "regex_b64" (its bytes in base64), exactly one of them. *out is malloc'd. */
+static int get_regex(struct rd *r, const struct cli_jv *fv, const char *where, char **out)
+{
+    const struct cli_jv *sv = cli_jv_get(fv, "regex"), *bv = cli_jv_get(fv, "regex_b64");
+    const char *bytes;
+    char what[96];
+    size_t n;
+    int rc;
+
+    if (sv && bv)
+        return bad(r, bv,
+                   "%s has both \"regex\" and \"regex_b64\": give one (\"regex\" for a regex "
+                   "that is valid UTF-8, \"regex_b64\" for its bytes in base64)",
+                   where);
+    if (!sv && !bv)
+        return bad(r, fv, "%s: \"regex\" is missing", where);
+    (void)snprintf(what, sizeof(what), "%s.%s", where, sv ? "regex" : "regex_b64");
+    rc = want_type(r, sv ? sv : bv, CLI_JV_STR, what);
+    if (rc < 0)
+        return rc;
+    if (sv) {
+        bool legacy = r->version == 1 && sv->legacy;
+
+        bytes = legacy ? sv->legacy : sv->s;
+        n = legacy ? sv->legacy_len : sv->len;
+        if (memchr(bytes, '\0', n))
+            return bad(r, sv, "%s cannot contain \\u0000", what);
+        *out = strndup(bytes, n);
+        return *out ? 0 : -ENOMEM;
+    }
+    *out = malloc(bv->len / 4 * 3 + 1);
+    if (!*out)
+        return -ENOMEM;
+    if (cli_b64_decode(bv->s, bv->len, (unsigned char *)*out, &n) < 0)
+        return bad(r, bv, "%s is not base64 (RFC 4648: A-Z a-z 0-9 + /, padded with '=')", what);
+    (*out)[n] = '\0';
+    if (memchr(*out, '\0', n))
+        return bad(r, bv, "%s holds a NUL byte, which a regex cannot hold (write \\x00)", what);
+    return 0;
+}
+
 static int read_filter(struct rd *r, const struct cli_jv *fv, uint32_t service_id,
                        const char *where, bool *has_id)
 {
-    static const char *const keys[] = {"id", "regex", "dir", "nocase", "active", NULL};
+    static const char *const keys[] = {"id", "regex", "regex_b64", "dir", "nocase", "active", NULL};
     static const char *const dirs[] = {"both", "c2s", "s2c"};
     static const int dirv[] = {FGX__CTL__DIR__DIR_BOTH, FGX__CTL__DIR__DIR_C2S,
                                FGX__CTL__DIR__DIR_S2C};
@@ -286,9 +332,13 @@ static int read_filter(struct rd *r, const struct cli_jv *fv, uint32_t service_i
     fl->service_id = service_id;
     rc = get_uint(r, fv, "id", where, UINT32_MAX, has_id, &fl->id);
     if (rc == 0)
-        rc = get_str(r, fv, "regex", where, NULL, &fl->regex);
-    if (rc == 0 && fl->regex[0] == '\0')
-        rc = bad(r, cli_jv_get(fv, "regex"), "%s.regex is empty", where);
+        rc = get_regex(r, fv, where, &fl->regex);
+    if (rc == 0 && fl->regex[0] == '\0') {
+        const struct cli_jv *sv = cli_jv_get(fv, "regex");
+
+        rc = bad(r, sv ? sv : cli_jv_get(fv, "regex_b64"), "%s.%s is empty", where,
+                 sv ? "regex" : "regex_b64");
+    }
     if (rc == 0)
         rc = get_enum(r, fv, "dir", where, dirs, dirv, 3, FGX__CTL__DIR__DIR_BOTH, &dir);
     fl->dir = (Fgx__Ctl__Dir)dir;
@@ -319,12 +369,16 @@ static int grow(void ***arr, size_t *cap, size_t need)
 static int read_service(struct rd *r, const struct cli_jv *sv, size_t idx, bool *svc_has_id,
                         bool *flt_has_id)
 {
-    static const char *const keys[] = {"id",    "name",   "proto",     "ip",      "port",
-                                       "layer", "active", "fail_open", "filters", NULL};
+    static const char *const keys[] = {"id",        "name",    "proto",  "ip",
+                                       "port",      "layer",   "active", "fail_open",
+                                       "midstream", "filters", NULL};
     static const char *const protos[] = {"tcp", "udp"};
     static const int protov[] = {FGX__CTL__PROTO__PROTO_TCP, FGX__CTL__PROTO__PROTO_UDP};
     static const char *const layers[] = {"nfqueue", "proxy"};
     static const int layerv[] = {FGX__CTL__LAYER__LAYER_NFQUEUE, FGX__CTL__LAYER__LAYER_PROXY};
+    static const char *const mids[] = {"reset", "scan"};
+    static const int midv[] = {FGX__CTL__MIDSTREAM__MIDSTREAM_RESET,
+                               FGX__CTL__MIDSTREAM__MIDSTREAM_SCAN};
     Fgx__Ctl__Config *cfg = r->cfg;
     const struct cli_jv *fs;
     Fgx__Ctl__Service *s;
@@ -374,6 +428,12 @@ static int read_service(struct rd *r, const struct cli_jv *sv, size_t idx, bool 
         rc = get_bool(r, sv, "active", where, true, &s->active);
     if (rc == 0)
         rc = get_bool(r, sv, "fail_open", where, false, &s->fail_open);
+    e = 0;
+    if (rc == 0)
+        rc = get_enum(r, sv, "midstream", where, mids, midv, 2,
+                      FGX__CTL__MIDSTREAM__MIDSTREAM_RESET, &e);
+    s->has_midstream = 1;
+    s->midstream = (Fgx__Ctl__Midstream)e;
     if (rc < 0)
         return rc;
     fs = cli_jv_get(sv, "filters");
@@ -462,13 +522,13 @@ int cli_config_read(const char *text, size_t len, Fgx__Ctl__Config **out, char *
 {
     static const char *const keys[] = {"format", "version", "settings", "services", NULL};
     static const char *const skeys[] = {"auth_enabled", NULL};
-    struct rd r = {err, errlen, NULL, 0, 0};
+    struct rd r = {.err = err, .errlen = errlen};
     struct cli_jv *doc = NULL;
     const struct cli_jv *v, *svcs;
     struct cli_jerr jerr;
     bool *svc_has = NULL, *flt_has = NULL;
     size_t nflt = 0;
-    uint64_t ver;
+    uint64_t ver = 0;
     int rc;
 
     rc = cli_jsonparse(text, len, &doc, &jerr);
@@ -495,10 +555,12 @@ int cli_config_read(const char *text, size_t len, Fgx__Ctl__Config **out, char *
         goto out;
     }
     v = cli_jv_get(doc, "version");
-    if (v && (cli_jv_uint(v, UINT32_MAX, &ver) < 0 || ver != CLI_CONFIG_VERSION)) {
-        rc = bad(&r, v, "\"version\" must be %d (this fgexctl reads no other)", CLI_CONFIG_VERSION);
+    if (v && (cli_jv_uint(v, UINT32_MAX, &ver) < 0 || ver < 1 || ver > CLI_CONFIG_VERSION)) {
+        rc = bad(&r, v, "\"version\" must be 1 to %d (this fgexctl reads no other)",
+                 CLI_CONFIG_VERSION);
         goto out;
     }
+    r.version = v ? ver : CLI_CONFIG_VERSION;
     v = cli_jv_get(doc, "settings");
     if (v) {
         rc = want_type(&r, v, CLI_JV_OBJ, "settings");

@@ -9,7 +9,9 @@
 #include "control.pb-c.h"
 
 #define CLI_CONFIG_FORMAT "fgex-config"
-#define CLI_CONFIG_VERSION 1
+/* Version 2 writes a regex that is not valid UTF-8 as "regex_b64"; version 1 wrote its bytes
+ * as \u0080..\u00ff escapes, which a version-1 file is still read as (docs/fgexctl.md). */
+#define CLI_CONFIG_VERSION 2
 
 /* Write cfg to f as an indented JSON document: settings, then each service with its filters
  * nested in it. Counters and timestamps are left out: they are not configuration. Returns 0,

@@ -27,6 +27,14 @@ static const char *layer_name(Fgx__Ctl__Layer l)
     return l == FGX__CTL__LAYER__LAYER_PROXY ? "proxy" : "nfqueue";
 }
 
+/* Absent (an older controld): that controld knew no other policy than scanning on. */
+static const char *midstream_name(const Fgx__Ctl__Service *s)
+{
+    if (!s->has_midstream)
+        return "scan";
+    return s->midstream == FGX__CTL__MIDSTREAM__MIDSTREAM_SCAN ? "scan" : "reset";
+}
+
 static const char *dir_name(Fgx__Ctl__Dir d)
 {
     switch (d) {
@@ -407,6 +415,7 @@ static void human_service(FILE *f, const Fgx__Ctl__Service *s)
                   "status:", cli_fmt_paint(s->active ? CLI_COLOR_OK : CLI_COLOR_WARN),
                   s->active ? "active" : "stopped", cli_fmt_paint(CLI_COLOR_OFF));
     kv(f, "fail-open:", yesno(s->fail_open));
+    kv(f, "midstream:", midstream_name(s));
     kv_u64(f, "filters:", s->filters);
     kv_u64(f, "blocked:", s->blocked);
 }
@@ -424,8 +433,9 @@ static void human_filter(FILE *f, const Fgx__Ctl__Filter *fl)
 
 static int human_service_table(FILE *f, const Fgx__Ctl__Reply *rep)
 {
-    static const char *const heads[] = {"ID",    "NAME",   "PROTO",     "IP",      "PORT",
-                                        "LAYER", "STATUS", "FAIL-OPEN", "FILTERS", "BLOCKED"};
+    static const char *const heads[] = {"ID",        "NAME",    "PROTO",  "IP",
+                                        "PORT",      "LAYER",   "STATUS", "FAIL-OPEN",
+                                        "MIDSTREAM", "FILTERS", "BLOCKED"};
     struct table t;
     int rc;
 
@@ -433,7 +443,7 @@ static int human_service_table(FILE *f, const Fgx__Ctl__Reply *rep)
         (void)fputs("no services (add one with 'fgexctl service add')\n", f);
         return 0;
     }
-    table_init(&t, heads, 10, 1u << 0 | 1u << 4 | 1u << 8 | 1u << 9);
+    table_init(&t, heads, 11, 1u << 0 | 1u << 4 | 1u << 9 | 1u << 10);
     for (size_t i = 0; i < rep->n_services; i++) {
         const Fgx__Ctl__Service *s = rep->services[i];
 
@@ -445,6 +455,7 @@ static int human_service_table(FILE *f, const Fgx__Ctl__Reply *rep)
         table_addf(&t, "%s", layer_name(s->layer));
         table_addf(&t, "%s", s->active ? "active" : "stopped");
         table_addf(&t, "%s", yesno(s->fail_open));
+        table_addf(&t, "%s", midstream_name(s));
         table_addf(&t, "%" PRIu32, s->filters);
         table_addf(&t, "%" PRIu64, s->blocked);
     }
@@ -819,6 +830,8 @@ static void json_service(struct cli_json *j, const Fgx__Ctl__Service *s)
     cli_json_str(j, s->active ? "active" : "stopped");
     cli_json_key(j, "fail_open");
     cli_json_bool(j, s->fail_open);
+    cli_json_key(j, "midstream");
+    cli_json_str(j, midstream_name(s));
     cli_json_key(j, "filters");
     cli_json_u64(j, s->filters);
     cli_json_key(j, "blocked");
@@ -833,8 +846,7 @@ void cli_fmt_json_filter(struct cli_json *j, const Fgx__Ctl__Filter *fl)
     cli_json_u64(j, fl->id);
     cli_json_key(j, "service_id");
     cli_json_u64(j, fl->service_id);
-    cli_json_key(j, "regex");
-    cli_json_str(j, fl->regex);
+    cli_json_key_bytes(j, "regex", fl->regex, fl->regex ? strlen(fl->regex) : 0);
     cli_json_key(j, "dir");
     cli_json_str(j, dir_name(fl->dir));
     cli_json_key(j, "nocase");
@@ -918,6 +930,12 @@ static void json_worker(struct cli_json *j, const Fgx__Ctl__Worker *w)
         cli_json_key(j, "evasion");
         cli_json_u64(j, w->evasion);
     }
+    if (w->has_midstream_resets) { /* the nfq worker's */
+        cli_json_key(j, "midstream_resets");
+        cli_json_u64(j, w->midstream_resets);
+        cli_json_key(j, "flows_evicted");
+        cli_json_u64(j, w->flows_evicted);
+    }
     if (w->has_conns_refused) { /* the proxy's own: absent for the nfq worker */
         cli_json_key(j, "conns_refused");
         cli_json_u64(j, w->conns_refused);
@@ -998,9 +1016,8 @@ static void json_event(struct cli_json *j, const Fgx__Ctl__Event *e)
     cli_json_str(j, e->dst);
     cli_json_key(j, "dport");
     cli_json_u64(j, e->dport);
-    cli_json_key(j, "excerpt");
-    cli_json_bytes(j, x, xlen);
-    /* Hex too, for a script that wants the bytes exactly (the string maps invalid UTF-8). */
+    cli_json_key_bytes(j, "excerpt", x, xlen);
+    /* Hex too, always, for a script that wants one field whatever the bytes. */
     for (size_t i = 0; i < xlen && i < EXCERPT_HEX_MAX; i++) {
         h[2 * i] = hex[x[i] >> 4];
         h[2 * i + 1] = hex[x[i] & 0xf];

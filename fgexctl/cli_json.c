@@ -2,7 +2,9 @@
  * what it prints, so every string is escaped into valid JSON whatever bytes it holds. */
 #include "cli_json.h"
 
+#include <errno.h>
 #include <inttypes.h>
+#include <stdlib.h>
 #include <string.h>
 
 void cli_json_init(struct cli_json *j, FILE *f)
@@ -180,6 +182,110 @@ void cli_json_bytes(struct cli_json *j, const void *s, size_t len)
 {
     json_sep(j);
     cli_json_write_bytes(j->f, s, len);
+}
+
+bool cli_json_utf8_valid(const void *s, size_t len)
+{
+    const unsigned char *p = s, *end = p + len;
+
+    while (p < end) {
+        int n;
+
+        if (*p < 0x80) {
+            p++;
+            continue;
+        }
+        n = utf8_len(p, (size_t)(end - p));
+        if (n == 0)
+            return false;
+        p += n;
+    }
+    return true;
+}
+
+static const char b64_alphabet[] =
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+size_t cli_b64_encode(const void *in, size_t len, char *out)
+{
+    const unsigned char *p = in;
+    size_t o = 0;
+
+    for (size_t i = 0; i < len; i += 3) {
+        uint32_t v = (uint32_t)p[i] << 16;
+
+        if (i + 1 < len)
+            v |= (uint32_t)p[i + 1] << 8;
+        if (i + 2 < len)
+            v |= p[i + 2];
+        out[o++] = b64_alphabet[v >> 18 & 63];
+        out[o++] = b64_alphabet[v >> 12 & 63];
+        out[o++] = i + 1 < len ? b64_alphabet[v >> 6 & 63] : '=';
+        out[o++] = i + 2 < len ? b64_alphabet[v & 63] : '=';
+    }
+    out[o] = '\0';
+    return o;
+}
+
+static int b64_value(char c)
+{
+    const char *q = c ? strchr(b64_alphabet, c) : NULL;
+
+    return q ? (int)(q - b64_alphabet) : -1;
+}
+
+int cli_b64_decode(const char *in, size_t len, unsigned char *out, size_t *outlen)
+{
+    size_t o = 0;
+
+    if (len % 4 != 0)
+        return -EINVAL;
+    for (size_t i = 0; i < len; i += 4) {
+        bool last = i + 4 == len;
+        int pad = last && in[i + 3] == '=' ? (in[i + 2] == '=' ? 2 : 1) : 0;
+        uint32_t v = 0;
+
+        for (int k = 0; k < 4; k++) {
+            int d = k >= 4 - pad ? 0 : b64_value(in[i + k]);
+
+            if (d < 0)
+                return -EINVAL;
+            v = v << 6 | (uint32_t)d;
+        }
+        /* The bits the padding leaves unused must be zero: one text per byte string. */
+        if ((pad == 1 && (v & 0xff) != 0) || (pad == 2 && (v & 0xffff) != 0))
+            return -EINVAL;
+        out[o++] = (unsigned char)(v >> 16);
+        if (pad < 2)
+            out[o++] = (unsigned char)(v >> 8);
+        if (pad < 1)
+            out[o++] = (unsigned char)v;
+    }
+    *outlen = o;
+    return 0;
+}
+
+void cli_json_key_bytes(struct cli_json *j, const char *key, const void *s, size_t len)
+{
+    char k[64];
+    char *b;
+
+    if (cli_json_utf8_valid(s, len)) {
+        cli_json_key(j, key);
+        cli_json_bytes(j, s, len);
+        return;
+    }
+    (void)snprintf(k, sizeof(k), "%s_b64", key);
+    cli_json_key(j, k);
+    b = malloc(CLI_B64_LEN(len) + 1);
+    if (!b) {
+        /* Never a lossy string in place of the bytes: null says they could not be written. */
+        cli_json_null(j);
+        return;
+    }
+    (void)cli_b64_encode(s, len, b);
+    cli_json_str(j, b);
+    free(b);
 }
 
 void cli_json_u64(struct cli_json *j, uint64_t v)

@@ -90,6 +90,7 @@ void cli_jv_free(struct cli_jv *v)
     free(v->items);
     free(v->keys);
     free(v->s);
+    free(v->legacy);
     free(v);
 }
 
@@ -212,13 +213,15 @@ static int hex4(struct parser *ps, uint32_t *out)
     return 0;
 }
 
-static int parse_escape(struct parser *ps, struct sbuf *sb)
+/* One escape into sb; *ucp gets the code point of a \u escape, else UINT32_MAX. */
+static int parse_escape(struct parser *ps, struct sbuf *sb, uint32_t *ucp)
 {
     const unsigned char *esc = ps->p;
     uint32_t cp = 0, lo = 0;
     char c;
     int rc;
 
+    *ucp = UINT32_MAX;
     ps->p++; /* the backslash */
     if (ps->p >= ps->end)
         return perr(ps, "unterminated string");
@@ -269,6 +272,7 @@ static int parse_escape(struct parser *ps, struct sbuf *sb)
             }
             cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
         }
+        *ucp = cp;
         return sbuf_put_cp(sb, cp);
     default: {
         char b[24];
@@ -280,18 +284,23 @@ static int parse_escape(struct parser *ps, struct sbuf *sb)
     return sbuf_put(sb, &c, 1);
 }
 
-/* A string, ps->p at its opening quote. The decoded bytes go to *out (malloc'd). */
-static int parse_string_raw(struct parser *ps, char **out, size_t *outlen)
+/* A string, ps->p at its opening quote. The decoded bytes go to *out (malloc'd); *legacy (may
+ * be NULL) gets the version-1 reading (struct cli_jv), or NULL when it is the same. */
+static int parse_string_raw(struct parser *ps, char **out, size_t *outlen, char **legacy,
+                            size_t *legacy_len)
 {
-    struct sbuf sb = {NULL, 0, 0};
+    struct sbuf sb = {NULL, 0, 0}, lb = {NULL, 0, 0};
+    bool differs = false;
     const unsigned char *open = ps->p;
     unsigned open_line = ps->line;
     const unsigned char *open_ls = ps->line_start;
     int rc = 0;
 
     ps->p++;
-    if (sbuf_put(&sb, "", 0) < 0)
+    if (sbuf_put(&sb, "", 0) < 0 || (legacy && sbuf_put(&lb, "", 0) < 0)) {
+        free(sb.b);
         return -ENOMEM;
+    }
     for (;;) {
         const unsigned char *run = ps->p;
 
@@ -299,6 +308,8 @@ static int parse_string_raw(struct parser *ps, char **out, size_t *outlen)
                *ps->p != '\\')
             ps->p++;
         if (ps->p > run && (rc = sbuf_put(&sb, run, (size_t)(ps->p - run))) < 0)
+            goto fail;
+        if (legacy && ps->p > run && (rc = sbuf_put(&lb, run, (size_t)(ps->p - run))) < 0)
             goto fail;
         if (ps->p >= ps->end) {
             ps->p = open;
@@ -312,7 +323,20 @@ static int parse_string_raw(struct parser *ps, char **out, size_t *outlen)
             break;
         }
         if (*ps->p == '\\') {
-            rc = parse_escape(ps, &sb);
+            size_t before = sb.len;
+            uint32_t ucp;
+
+            rc = parse_escape(ps, &sb, &ucp);
+            if (rc == 0 && legacy) {
+                if (ucp >= 0x80 && ucp <= 0xff) {
+                    unsigned char byte = (unsigned char)ucp;
+
+                    rc = sbuf_put(&lb, &byte, 1);
+                    differs = true;
+                } else {
+                    rc = sbuf_put(&lb, sb.b + before, sb.len - before);
+                }
+            }
         } else if (*ps->p < 0x20) {
             rc = perr(ps, "control character 0x%02x in a string (escape it, e.g. \\n)", *ps->p);
         } else {
@@ -322,6 +346,8 @@ static int parse_string_raw(struct parser *ps, char **out, size_t *outlen)
                 rc = perr(ps, "invalid UTF-8 in a string");
             } else {
                 rc = sbuf_put(&sb, ps->p, n);
+                if (rc == 0 && legacy)
+                    rc = sbuf_put(&lb, ps->p, n);
                 ps->p += n;
             }
         }
@@ -330,9 +356,16 @@ static int parse_string_raw(struct parser *ps, char **out, size_t *outlen)
     }
     *out = sb.b;
     *outlen = sb.len;
+    if (legacy) {
+        *legacy = differs ? lb.b : NULL;
+        *legacy_len = differs ? lb.len : 0;
+        if (!differs)
+            free(lb.b);
+    }
     return 0;
 fail:
     free(sb.b);
+    free(lb.b);
     return rc;
 }
 
@@ -467,7 +500,7 @@ static int parse_object(struct parser *ps, struct cli_jv *v)
         if (ps->p >= ps->end || *ps->p != '"')
             return perr(ps, "expected a key in quotes, found %s", shown(ps, b, sizeof(b)));
         kp = ps->p;
-        rc = parse_string_raw(ps, &key, &klen);
+        rc = parse_string_raw(ps, &key, &klen, NULL, NULL);
         if (rc < 0 || !key)
             return rc < 0 ? rc : -ENOMEM;
         if (strlen(key) != klen || cli_jv_get(v, key)) {
@@ -546,7 +579,7 @@ static int parse_value(struct parser *ps, struct cli_jv **out)
         break;
     case '"':
         v->type = CLI_JV_STR;
-        rc = parse_string_raw(ps, &v->s, &v->len);
+        rc = parse_string_raw(ps, &v->s, &v->len, &v->legacy, &v->legacy_len);
         break;
     case 't':
     case 'f':

@@ -26,6 +26,11 @@ struct cli_jv {
     char *s;               /* STR: the decoded UTF-8, NUL-terminated (it may hold NULs: len);
                             * NUM: the literal as written */
     size_t len;            /* STR, NUM: bytes in s */
+    /* STR whose text holds \u0080..\u00ff escapes: the same string with each such escape read
+     * as the one byte it names, which is what version 1 of `fgexctl export` meant by them (it
+     * wrote every byte outside valid UTF-8 that way). NULL otherwise. NUL-terminated. */
+    char *legacy;
+    size_t legacy_len;
     size_t n;              /* ARR, OBJ: number of items */
     struct cli_jv **items; /* ARR, OBJ: the values, in document order */
     char **keys;           /* OBJ: keys[i] names items[i]; no key appears twice */

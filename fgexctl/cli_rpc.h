@@ -9,6 +9,8 @@
 #define CLI_RPC_DIAL_MS 1000     /* how long to wait for controld's socket to accept */
 #define CLI_RPC_TIMEOUT_MS 15000 /* a change waits for the worker, so allow it time */
 #define CLI_RPC_MS_PER_FILTER 10 /* more for an import: controld checks every regex of it */
+/* A change waits for its compile, up to controld's largest --compile-timeout (600 s). */
+#define CLI_RPC_COMPILE_WAIT_MS 600000
 
 struct fgx_chan;
 

@@ -20,18 +20,40 @@
 #include "fgx/version.h"
 
 /* How long to wait for the reply: an import of thousands of filters takes controld longer
- * than one change (each regex is compiled on its own to name a bad one). */
+ * than one change (each regex is compiled on its own to name a bad one), and any change may
+ * compile for as long as controld's --compile-timeout allows. */
 static int request_timeout_ms(const Fgx__Ctl__Request *req)
 {
     size_t n = 0;
 
-    if (req->req_case == FGX__CTL__REQUEST__REQ_FILTER_IMPORT && req->filter_import != NULL)
-        n = req->filter_import->n_filters;
-    else if (req->req_case == FGX__CTL__REQUEST__REQ_CONFIG_IMPORT && req->config_import != NULL)
-        n = req->config_import->n_filters;
+    bool change = true;
+
+    switch (req->req_case) {
+    case FGX__CTL__REQUEST__REQ_FILTER_IMPORT:
+        n = req->filter_import ? req->filter_import->n_filters : 0;
+        break;
+    case FGX__CTL__REQUEST__REQ_CONFIG_IMPORT:
+        n = req->config_import ? req->config_import->n_filters : 0;
+        break;
+    case FGX__CTL__REQUEST__REQ_SERVICE_ADD:
+    case FGX__CTL__REQUEST__REQ_SERVICE_START:
+    case FGX__CTL__REQUEST__REQ_SERVICE_STOP:
+    case FGX__CTL__REQUEST__REQ_SERVICE_RM:
+    case FGX__CTL__REQUEST__REQ_SERVICE_RENAME:
+    case FGX__CTL__REQUEST__REQ_SERVICE_SET:
+    case FGX__CTL__REQUEST__REQ_FILTER_ADD:
+    case FGX__CTL__REQUEST__REQ_FILTER_ENABLE:
+    case FGX__CTL__REQUEST__REQ_FILTER_DISABLE:
+    case FGX__CTL__REQUEST__REQ_FILTER_RM:
+        break;
+    default:
+        change = false;
+    }
     if (n > 1000000)
         n = 1000000;
-    return CLI_RPC_TIMEOUT_MS + (int)n * CLI_RPC_MS_PER_FILTER;
+    /* A change may compile for up to controld's --compile-timeout before it is refused. */
+    return CLI_RPC_TIMEOUT_MS + (int)n * CLI_RPC_MS_PER_FILTER +
+           (change ? CLI_RPC_COMPILE_WAIT_MS : 0);
 }
 
 static void print_err(const char *msg)

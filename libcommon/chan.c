@@ -29,7 +29,23 @@ struct fgx_chan {
     nng_mtx *refused_mtx;
     int refused[CHAN_REFUSED_RING];
     unsigned refused_next;
+    struct fgx_chan_req *spare; /* the context the next fgx_chan_recv_req() receives on */
 };
+
+/* One received request and the nng context its reply must go back through. */
+struct fgx_chan_req {
+    nng_ctx ctx;
+    nng_aio *aio;
+};
+
+static void chan_req_free(struct fgx_chan_req *r)
+{
+    if (!r)
+        return;
+    nng_aio_free(r->aio);
+    nng_ctx_close(r->ctx);
+    free(r);
+}
 
 static int chan_errno(int rv)
 {
@@ -281,6 +297,7 @@ void fgx_chan_close(struct fgx_chan *c)
 {
     if (!c)
         return;
+    chan_req_free(c->spare);
     nng_close(c->sock);
     if (c->refused_mtx)
         nng_mtx_free(c->refused_mtx);
@@ -402,4 +419,81 @@ int fgx_chan_recv_peer(struct fgx_chan *c, void **buf, size_t *len, int timeout_
     *len = nlen;
     nng_msg_free(msg);
     return 0;
+}
+
+/* ---- requests answered out of order (fgx/chan_tls.h) ---- */
+
+int fgx_chan_recv_req(struct fgx_chan *c, void **buf, size_t *len, int timeout_ms,
+                      struct fgx_peer *peer, struct fgx_chan_req **req)
+{
+    struct fgx_chan_req *r = c->spare;
+    nng_msg *msg;
+    size_t nlen;
+    int rv;
+
+    if (!r) {
+        r = calloc(1, sizeof(*r));
+        if (!r)
+            return -ENOMEM;
+        rv = nng_ctx_open(&r->ctx, c->sock);
+        if (rv == 0 && (rv = nng_aio_alloc(&r->aio, NULL, NULL)) != 0)
+            nng_ctx_close(r->ctx);
+        if (rv != 0) {
+            fgx_err("nng: cannot open a request context: %s", nng_strerror(rv));
+            free(r);
+            return chan_errno(rv);
+        }
+        c->spare = r;
+    }
+    nng_aio_set_timeout(r->aio, timeout_ms < 0 ? NNG_DURATION_INFINITE : timeout_ms);
+    nng_ctx_recv(r->ctx, r->aio);
+    nng_aio_wait(r->aio);
+    rv = nng_aio_result(r->aio);
+    if (rv != 0)
+        return chan_errno(rv);
+    msg = nng_aio_get_msg(r->aio);
+    if (pipe_peer(nng_msg_get_pipe(msg), peer) < 0) {
+        memset(peer, 0, sizeof(*peer));
+        peer->family = -1;
+    }
+    nlen = nng_msg_len(msg);
+    *buf = malloc(nlen ? nlen : 1);
+    if (!*buf) {
+        nng_msg_free(msg);
+        return -ENOMEM;
+    }
+    memcpy(*buf, nng_msg_body(msg), nlen);
+    *len = nlen;
+    nng_msg_free(msg);
+    /* This context now belongs to the request; the next receive opens another. */
+    c->spare = NULL;
+    *req = r;
+    return 0;
+}
+
+int fgx_chan_reply(struct fgx_chan *c, struct fgx_chan_req *req, const void *buf, size_t len,
+                   int timeout_ms)
+{
+    nng_msg *msg = NULL;
+    int rv;
+
+    if (!req)
+        return -EINVAL;
+    rv = nng_msg_alloc(&msg, len);
+    if (rv == 0) {
+        memcpy(nng_msg_body(msg), buf, len);
+        nng_aio_set_msg(req->aio, msg);
+        nng_aio_set_timeout(req->aio, timeout_ms < 0 ? NNG_DURATION_INFINITE : timeout_ms);
+        nng_ctx_send(req->ctx, req->aio);
+        nng_aio_wait(req->aio);
+        rv = nng_aio_result(req->aio);
+        if (rv != 0)
+            nng_msg_free(msg); /* not sent: still ours */
+    }
+    /* Keep one context for the next receive; more are closed. */
+    if (!c->spare)
+        c->spare = req;
+    else
+        chan_req_free(req);
+    return chan_errno(rv);
 }

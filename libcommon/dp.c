@@ -107,6 +107,10 @@ static int service_to_pb(const struct fgx_dp_service *s, Fgx__Dp__Service *p)
         p->prefix = s->addr.prefix;
     }
     p->fail_open = s->fail_open;
+    if (s->midstream != FGX_MIDSTREAM_RESET) {
+        p->has_midstream = 1;
+        p->midstream = s->midstream;
+    }
     if (s->db[0].len > 0) {
         p->has_db_c2s = 1;
         p->db_c2s.data = s->db[0].data;
@@ -185,6 +189,8 @@ int fgx_dp_encode(const struct fgx_dp_msg *m, void **buf, size_t *len)
     Fgx__Dp__Ack ack = FGX__DP__ACK__INIT;
     Fgx__Dp__StatsRequest sreq = FGX__DP__STATS_REQUEST__INIT;
     Fgx__Dp__Stats st = FGX__DP__STATS__INIT;
+    Fgx__Dp__FlowsRequest freq = FGX__DP__FLOWS_REQUEST__INIT;
+    Fgx__Dp__Flows fl = FGX__DP__FLOWS__INIT;
     Fgx__Dp__Service *svc = NULL, **svcp = NULL;
     Fgx__Dp__FilterStat *fs = NULL, **fsp = NULL;
     Fgx__Dp__ServiceStat *ss = NULL, **ssp = NULL;
@@ -325,6 +331,10 @@ int fgx_dp_encode(const struct fgx_dp_msg *m, void **buf, size_t *len)
         st.malformed = s->malformed;
         st.has_evasion = s->evasion != 0;
         st.evasion = s->evasion;
+        st.has_midstream_resets = s->midstream_resets != 0;
+        st.midstream_resets = s->midstream_resets;
+        st.has_flows_evicted = s->flows_evicted != 0;
+        st.flows_evicted = s->flows_evicted;
         /* Optional: absent (0) from nfqworker costs no bytes. */
         st.has_conns_refused = s->conns_refused != 0;
         st.has_unclassified = s->unclassified != 0;
@@ -341,6 +351,16 @@ int fgx_dp_encode(const struct fgx_dp_msg *m, void **buf, size_t *len)
     case FGX_DP_ERROR:
         msg.msg_case = FGX__DP__MSG__MSG_ERROR;
         msg.error = m->u.error != NULL ? m->u.error : "";
+        break;
+    case FGX_DP_FLOWS_REQUEST:
+        msg.msg_case = FGX__DP__MSG__MSG_FLOWS_REQUEST;
+        msg.flows_request = &freq;
+        break;
+    case FGX_DP_FLOWS:
+        fl.data.data = m->u.flows.data;
+        fl.data.len = m->u.flows.len;
+        msg.msg_case = FGX__DP__MSG__MSG_FLOWS;
+        msg.flows = &fl;
         break;
     default:
         ret = -EINVAL;
@@ -460,6 +480,11 @@ static int service_from_pb(Fgx__Dp__Service *p, const struct fgx_dp_ruleset *r, 
     s->ipproto = (uint8_t)p->proto;
     s->port = (uint16_t)p->port;
     s->fail_open = p->fail_open != 0;
+    if (p->has_midstream && p->midstream > FGX_MIDSTREAM_SCAN) {
+        fgx_warn("data-path service %u: unknown midstream policy %u", p->id, p->midstream);
+        return -EINVAL;
+    }
+    s->midstream = (uint8_t)(p->has_midstream ? p->midstream : FGX_MIDSTREAM_RESET);
     if ((p->has_db_c2s + p->has_db_c2s_as + (p->has_db_c2s_known && p->db_c2s_known)) > 1 ||
         (p->has_db_s2c + p->has_db_s2c_as + (p->has_db_s2c_known && p->db_s2c_known)) > 1) {
         fgx_warn("data-path service %u: a database given as more than one of bytes, a reference "
@@ -538,6 +563,8 @@ static int stats_from_pb(const Fgx__Dp__Stats *p, struct fgx_dp_stats *s)
     s->verdict_errors = p->verdict_errors;
     s->malformed = p->malformed;
     s->evasion = p->evasion;
+    s->midstream_resets = p->midstream_resets;
+    s->flows_evicted = p->flows_evicted;
     s->conns_refused = p->conns_refused;
     s->unclassified = p->unclassified;
     s->connect_failed = p->connect_failed;
@@ -645,6 +672,22 @@ int fgx_dp_decode(const void *buf, size_t len, struct fgx_dp_msg *m)
         m->type = FGX_DP_STATS;
         ret = stats_from_pb(msg->stats, &m->u.stats);
         break;
+    case FGX__DP__MSG__MSG_FLOWS_REQUEST:
+        m->type = FGX_DP_FLOWS_REQUEST;
+        ret = 0;
+        break;
+    case FGX__DP__MSG__MSG_FLOWS:
+        m->type = FGX_DP_FLOWS;
+        m->u.flows.len = msg->flows->data.len;
+        m->u.flows.data = malloc(m->u.flows.len > 0 ? m->u.flows.len : 1);
+        if (m->u.flows.data == NULL) {
+            ret = -ENOMEM;
+            break;
+        }
+        if (m->u.flows.len > 0)
+            memcpy(m->u.flows.data, msg->flows->data.data, m->u.flows.len);
+        ret = 0;
+        break;
     case FGX__DP__MSG__MSG_ERROR:
         m->type = FGX_DP_ERROR;
         m->u.error = strdup(msg->error != NULL ? msg->error : "");
@@ -693,6 +736,9 @@ void fgx_dp_msg_release(struct fgx_dp_msg *m)
         break;
     case FGX_DP_ERROR:
         free(m->u.error);
+        break;
+    case FGX_DP_FLOWS:
+        free(m->u.flows.data);
         break;
     default:
         break;

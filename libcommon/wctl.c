@@ -289,6 +289,19 @@ void fgx_wctl_serve(const struct fgx_wctl *ctl, struct fgx_chan *ch, void *buf, 
             reply.type = FGX_DP_ERROR;
             reply.u.error = strdup("out of memory");
         }
+    } else if (req.type == FGX_DP_FLOWS_REQUEST && ctl->flows_export != NULL) {
+        reply.type = FGX_DP_FLOWS;
+        if (ctl->flows_export(ctl->worker, &reply.u.flows.data, &reply.u.flows.len) != 0) {
+            reply.type = FGX_DP_ERROR;
+            reply.u.error = strdup("cannot hand the flows over");
+        }
+    } else if (req.type == FGX_DP_FLOWS && ctl->flows_import != NULL) {
+        reply.type = FGX_DP_ACK;
+        reply.u.ack_generation = 0;
+        if (ctl->flows_import(ctl->worker, req.u.flows.data, req.u.flows.len) != 0) {
+            reply.type = FGX_DP_ERROR;
+            reply.u.error = strdup("cannot take the flows over");
+        }
     } else {
         reply.type = FGX_DP_ERROR;
         reply.u.error = strdup("unexpected message type");

@@ -12,8 +12,11 @@ static struct nfq_worker worker;
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: nfqworker --control URL --threads N --queue-base B [--log-level L]\n"
-               "                 [--no-synack-log]\n");
+    fprintf(f,
+            "usage: nfqworker --control URL --threads N --queue-base B [--log-level L]\n"
+            "                 [--no-synack-log] [--flows N]\n"
+            "--flows  TCP flows tracked per thread (default %u)\n",
+            NFQ_FLOWS_PER_THREAD);
 }
 
 int main(int argc, char **argv)
@@ -24,6 +27,7 @@ int main(int argc, char **argv)
         {"queue-base", required_argument, NULL, 'q'},
         {"log-level", required_argument, NULL, 'l'},
         {"no-synack-log", no_argument, NULL, 'S'},
+        {"flows", required_argument, NULL, 'F'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -35,6 +39,7 @@ int main(int argc, char **argv)
     fgx_log_init("nfqworker", level);
     worker.nthreads = 1;
     worker.queue_base = FGX_QUEUE_BASE_DEFAULT;
+    worker.flows = NFQ_FLOWS_PER_THREAD;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
         case 'c': url = optarg; break;
@@ -58,6 +63,12 @@ int main(int argc, char **argv)
             fgx_log_level_set(level);
             break;
         case 'S': worker.no_synack_log = true; break;
+        case 'F':
+            if (fgx_wctl_parse_uint(optarg, 16, 1u << 24, &worker.flows) != 0) {
+                fprintf(stderr, "nfqworker: --flows: 16..16777216\n");
+                return 2;
+            }
+            break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }

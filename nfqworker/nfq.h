@@ -49,6 +49,7 @@ struct nfq_svc_ctr {
 struct nfq_counters {
     uint64_t truncated, malformed, verdict_errors, queue_drops, unclassified, flows;
     uint64_t evasion; /* segments the receiver would discard (fgx/dp.h) */
+    uint64_t midstream_resets; /* connections reset for bytes not scanned before (fgx/dp.h) */
     struct nfq_svc_ctr svc[NFQ_SVC_SLOTS];
     struct fgx_filter_ctr filter[NFQ_FILTER_SLOTS];
 };
@@ -90,11 +91,18 @@ struct nfq_thread {
     unsigned nresets;
     struct nfq_counters ctr;
     struct fgx_evring events;
+    /* A planned restart (nfq_handover.c): the control thread sets hx_req; the thread writes
+     * its flows to hx_out, sets hx_done (1, or -1 on failure) and stops. hx_in: the flows of
+     * the worker before, for this thread, rebuilt at its first ruleset. */
+    int hx_req, hx_done; /* __atomic */
+    uint8_t *hx_out, *hx_in;
+    size_t hx_out_len, hx_in_len;
 };
 
 struct nfq_worker {
     unsigned nthreads;
     unsigned queue_base;
+    unsigned flows; /* flow table entries per thread */
     /* The rules queue the server's SYN-ACK instead of copying it (a kernel without the
      * nftables log expression): no NFLOG socket; the queued SYN-ACK anchors the same way. */
     bool no_synack_log;
@@ -134,6 +142,23 @@ struct nlmsghdr;
  * only, blocking); a failure is logged as "<obj> <num>: <what>: ...". */
 int nfq_nl_config(struct mnl_socket *nl, struct nlmsghdr *nlh, const char *what,
                   const char *obj, unsigned num);
+
+/* The flow of a connection handed over by the worker before (nfq_handover.c), counted as a
+ * flow of svc: embryonic or with stream state (NULL when an embryonic one finds no room), and
+ * brought to svc's databases. */
+struct fgx_flow *nfq_match_adopt(struct nfq_thread *t, const struct fgx_flow_key *key,
+                                 const struct fgx_wsvc *svc, bool embryonic);
+void nfq_match_attach(struct nfq_thread *t, struct fgx_flow *f, const struct fgx_wsvc *svc);
+
+/* ---- nfq_handover.c ---- */
+/* Packet thread, between batches: true once it has written its flows out and must stop. */
+bool nfq_handover_poll(struct nfq_thread *t);
+/* Control thread: every thread's flows as one malloc'd blob; the process then stops. */
+int nfq_handover_export(struct nfq_worker *w, void **data, size_t *len);
+/* Control thread, before the first ruleset: keep each thread's part of the flows given. */
+int nfq_handover_import(struct nfq_worker *w, const void *data, size_t len);
+/* Packet thread, as it switches to its first ruleset: rebuild the flows kept for it. */
+void nfq_handover_apply(struct nfq_thread *t);
 
 /* ---- nfq_log.c ---- */
 int nfq_log_open(struct nfq_thread *t);

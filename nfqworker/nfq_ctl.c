@@ -25,6 +25,16 @@ static int stats(void *worker, struct fgx_dp_stats *out)
     return nfq_stats_collect(worker, out);
 }
 
+static int flows_export(void *worker, void **data, size_t *len)
+{
+    return nfq_handover_export(worker, data, len);
+}
+
+static int flows_import(void *worker, const void *data, size_t len)
+{
+    return nfq_handover_import(worker, data, len);
+}
+
 int nfq_ctl_run(struct nfq_worker *w, const char *url)
 {
     struct fgx_wctl ctl = {
@@ -35,6 +45,8 @@ int nfq_ctl_run(struct nfq_worker *w, const char *url)
         .wake = wake,
         .uses = uses,
         .stats = stats,
+        .flows_export = flows_export,
+        .flows_import = flows_import,
     };
 
     return fgx_wctl_run(&ctl, url);

@@ -58,11 +58,19 @@ void nfq_match_flow_release(void *arg, struct fgx_flow *f)
     NFQ_CTR_ADD(&t->ctr.flows, (uint64_t)-1);
 }
 
-static bool flow_keep(void *arg, struct fgx_flow *f)
+/* A flow whose service is not in the new config (stopped, or removed) is parked, not freed:
+ * a stop and start with nothing sent in between then costs the connection nothing, since its
+ * streams go on where they were. Its traffic is not queued meanwhile, so at the return each
+ * direction's next segment must start no later than where its stream stood (resume). Parked
+ * flows get no packets: the idle expiry frees them (NFQ_FLOW_IDLE_MS), the table's bound
+ * holds. A service removed and added again has a new id: its flows are taken as unscanned. */
+static bool flow_park(void *arg, struct fgx_flow *f)
 {
     const struct fgx_wcfg *c = arg;
 
-    return fgx_wcfg_service(c, f->service_id) != NULL;
+    if (fgx_wcfg_service(c, f->service_id) == NULL)
+        f->resume[0] = f->resume[1] = true;
+    return true;
 }
 
 void nfq_match_switch(struct nfq_thread *t)
@@ -81,9 +89,11 @@ void nfq_match_switch(struct nfq_thread *t)
             if (cur->svc[i].db[d] != NULL)
                 (void)fgx_reasm_ctx_scratch(t->reasm, cur->svc[i].db[d]->db);
     t->cfg = cur;
-    /* A service that is gone takes its flows with it; the others switch at their next packet. */
+    if (cur != NULL && t->hx_in != NULL)
+        nfq_handover_apply(t);
+    /* The flows of a service that is gone are parked; the others switch at their next packet. */
     if (cur != NULL)
-        fgx_flow_sweep(t->flows, flow_keep, cur);
+        fgx_flow_sweep(t->flows, flow_park, cur);
     fgx_wcfg_unref(old);
     __atomic_store_n(&t->applied, cur, __ATOMIC_RELEASE);
 }
@@ -175,13 +185,42 @@ static void event_record(struct nfq_thread *t, uint32_t service_id, enum fgx_dir
     fgx_evring_commit(&t->events);
 }
 
+/* Nothing of the flow will be scanned again: its streams, held segments and databases go back
+ * now; only the entry stays, so that the rest of the flow keeps being dropped. */
+static void flow_blocked(struct nfq_thread *t, struct fgx_flow *f)
+{
+    int d;
+
+    f->blocked = true;
+    for (d = 0; d < 2; d++) {
+        fgx_reasm_release(t->reasm, &f->dir[d]);
+        f->dir[d].db = NULL;
+        fgx_wdb_unref(f->dbref[d]);
+        f->dbref[d] = NULL;
+    }
+}
+
+/* Reset both ends of f after the segment at seq (acknowledging ack) that the sender in dir
+ * sent: its peer expects that segment's place next, the sender what it acknowledged. */
+static void flow_reset(struct nfq_thread *t, const struct fgx_flow *f, enum fgx_dir dir,
+                       uint32_t seq, uint32_t ack)
+{
+    const struct fgx_flow_key *k = &f->key;
+
+    if (dir == FGX_DIR_C2S) {
+        nfq_reset_send(t, k->family, k->caddr, k->cport, k->saddr, k->sport, seq);
+        nfq_reset_send(t, k->family, k->saddr, k->sport, k->caddr, k->cport, ack);
+    } else {
+        nfq_reset_send(t, k->family, k->saddr, k->sport, k->caddr, k->cport, seq);
+        nfq_reset_send(t, k->family, k->caddr, k->cport, k->saddr, k->sport, ack);
+    }
+}
+
 static void block(struct nfq_thread *t, struct fgx_flow *f, enum fgx_dir dir,
                   const struct fgx_reasm_match *m)
 {
     const struct fgx_flow_key *k = &f->key;
-    int d;
 
-    f->blocked = true;
     nfq_stats_filter_blocked(&t->ctr, m->filter_id);
     if (dir == FGX_DIR_C2S)
         event_record(t, f->service_id, dir, k->ipproto, k->family, k->caddr, k->cport, k->saddr,
@@ -191,28 +230,59 @@ static void block(struct nfq_thread *t, struct fgx_flow *f, enum fgx_dir dir,
                      k->cport, m);
     /* The side that sent the matching bytes expects them to be at m->seq in its peer's eyes;
      * the other side's next byte is what the dropped segment acknowledged. */
-    if (dir == FGX_DIR_C2S) {
-        nfq_reset_send(t, k->family, k->caddr, k->cport, k->saddr, k->sport, m->seq);
-        nfq_reset_send(t, k->family, k->saddr, k->sport, k->caddr, k->cport, m->ack);
-    } else {
-        nfq_reset_send(t, k->family, k->saddr, k->sport, k->caddr, k->cport, m->seq);
-        nfq_reset_send(t, k->family, k->caddr, k->cport, k->saddr, k->sport, m->ack);
-    }
-    /* Nothing of the flow will be scanned again: its streams, held segments and databases go
-     * back now; only the entry stays, so that the rest of the flow keeps being dropped. */
-    for (d = 0; d < 2; d++) {
-        fgx_reasm_release(t->reasm, &f->dir[d]);
-        f->dir[d].db = NULL;
-        fgx_wdb_unref(f->dbref[d]);
-        f->dbref[d] = NULL;
-    }
+    flow_reset(t, f, dir, m->seq, m->ack);
+    flow_blocked(t, f);
 }
 
-static struct fgx_flow *flow_new(struct nfq_thread *t, const struct fgx_flow_key *key,
-                                 const struct fgx_wsvc *svc, struct nfq_svc_ctr *sc)
+/* Whether payload segment p (not a SYN's) finds its direction's earlier bytes unscanned: the
+ * direction never started (no SYN-ACK anchored the flow: open before the service or the worker
+ * existed, the flow evicted or its anchor lost), or its service was away since and p starts
+ * beyond where the stream stood (bytes passed unseen meanwhile). Continuing such a direction as
+ * if it began here would match its bytes without those before ("ev" | restart | "il1337").
+ * Under FGX_MIDSTREAM_RESET the connection is reset, both ends as for a block but counted as
+ * midstream_resets, and true returned: p is dropped, and so is the rest of the flow. Under
+ * FGX_MIDSTREAM_SCAN the direction starts again at p, as if the connection began there. */
+static bool midstream(struct nfq_thread *t, struct fgx_flow *f, enum fgx_dir dir,
+                      const struct fgx_pkt *p, const struct fgx_wsvc *svc)
 {
-    struct fgx_flow *f = fgx_flow_insert(t->flows, key, t->now_ms);
+    int d = dir == FGX_DIR_C2S ? 0 : 1;
+    struct fgx_reasm *r = &f->dir[d];
 
+    if (r->active && !f->resume[d])
+        return false;
+    if (r->active) {
+        int32_t ahead = (int32_t)(p->seq - r->next_seq);
+
+        if (ahead <= 0) {
+            /* Nothing beyond the stream's position: in order. A retransmission that ends
+             * before it proves nothing yet; one that reaches past it goes on in order. */
+            if (ahead + (int64_t)p->payload_len > 0)
+                f->resume[d] = false;
+            return false;
+        }
+    }
+    f->resume[d] = false;
+    if (svc->midstream == FGX_MIDSTREAM_SCAN) {
+        if (r->active)
+            (void)fgx_reasm_start(t->reasm, r, p->seq);
+        return false;
+    }
+    NFQ_CTR_ADD(&t->ctr.midstream_resets, 1);
+    flow_reset(t, f, dir, p->seq, p->ack);
+    flow_blocked(t, f);
+    return true;
+}
+
+/* A flow for key: with stream state (it carries payload), or embryonic (NULL when the table is
+ * full of flows with stream state, which an embryonic one never pushes out). */
+static struct fgx_flow *flow_new(struct nfq_thread *t, const struct fgx_flow_key *key,
+                                 const struct fgx_wsvc *svc, struct nfq_svc_ctr *sc, bool embryonic)
+{
+    struct fgx_flow *f = embryonic ? fgx_flow_insert_embryonic(t->flows, key, t->now_ms)
+                                   : fgx_flow_insert(t->flows, key, t->now_ms);
+
+    if (f == NULL)
+        return NULL;
     f->service_id = svc->id;
     NFQ_CTR_ADD(&sc->flows_active, 1);
     NFQ_CTR_ADD(&t->ctr.flows, 1);
@@ -245,7 +315,13 @@ static void synack_anchor(struct nfq_thread *t, const struct fgx_pkt *p,
         f = NULL;
     }
     if (f == NULL) {
-        f = flow_new(t, &key, svc, nfq_stats_svc(&t->ctr, svc->id));
+        f = flow_new(t, &key, svc, nfq_stats_svc(&t->ctr, svc->id), true);
+        if (f == NULL) {
+            /* No room that an embryonic flow may take: the anchor alone is kept, and the
+             * connection's first data starts from it (flow_open()). */
+            fgx_flow_anchor_put(t->flows, &key, (const uint32_t[2]){p->ack, p->seq + 1});
+            return;
+        }
         flow_attach(t, f, svc);
         (void)fgx_reasm_start(t->reasm, &f->dir[0], p->ack);
     } else {
@@ -295,6 +371,30 @@ void nfq_match_synacks_lost(struct nfq_thread *t)
     (void)fgx_flow_sweep(t->flows, flow_floor_to_next, NULL);
 }
 
+/* The flow for a packet of a connection that has none. With payload it has stream state from
+ * now on; a connection whose embryonic flow was pushed out (a SYN-ACK flood) starts from the
+ * anchor the table kept, as if it had stayed: nothing of it can have passed unscanned, since
+ * all its payload is queued. Without payload (a SYN or an ACK with IP options) it is embryonic,
+ * and may find no room (NULL): it has nothing to scan. */
+static struct fgx_flow *flow_open(struct nfq_thread *t, const struct fgx_flow_key *key,
+                                  const struct fgx_pkt *p, const struct fgx_wsvc *svc,
+                                  struct nfq_svc_ctr *sc)
+{
+    bool syn = (p->tcp_flags & FGX_TCP_SYN) != 0;
+    uint32_t anchor[2];
+    struct fgx_flow *f;
+
+    if (p->payload_len == 0)
+        return flow_new(t, key, svc, sc, true);
+    if (syn || !fgx_flow_anchor_take(t->flows, key, anchor))
+        return flow_new(t, key, svc, sc, false);
+    f = flow_new(t, key, svc, sc, false);
+    flow_attach(t, f, svc);
+    (void)fgx_reasm_start(t->reasm, &f->dir[0], anchor[0]);
+    (void)fgx_reasm_start(t->reasm, &f->dir[1], anchor[1]);
+    return f;
+}
+
 static void tcp_packet(struct nfq_thread *t, unsigned queue, uint32_t id, const struct fgx_pkt *p,
                        const struct fgx_wsvc *svc, enum fgx_dir dir, struct nfq_svc_ctr *sc)
 {
@@ -339,8 +439,13 @@ static void tcp_packet(struct nfq_thread *t, unsigned queue, uint32_t id, const 
         verdict(t, queue, id, sc, p->payload_len == 0);
         return;
     }
-    if (f == NULL)
-        f = flow_new(t, &key, svc, sc);
+    if (f == NULL) {
+        f = flow_open(t, &key, p, svc, sc);
+        if (f == NULL) {
+            verdict(t, queue, id, sc, true);
+            return;
+        }
+    }
     if (f->blocked) {
         verdict(t, queue, id, sc, false);
         return;
@@ -356,7 +461,12 @@ static void tcp_packet(struct nfq_thread *t, unsigned queue, uint32_t id, const 
     if (syn) {
         seq++; /* the SYN takes one sequence number; data (TCP fast open) follows it */
         (void)fgx_reasm_start(t->reasm, r, seq);
+    } else if (p->payload_len > 0 && midstream(t, f, dir, p, svc)) {
+        verdict(t, queue, id, sc, false);
+        return;
     }
+    if (p->payload_len > 0)
+        fgx_flow_promote(t->flows, f);
     v = fgx_reasm_segment(t->reasm, r, seq, p->ack, p->payload, p->payload_len,
                           cookie_make(queue, t, sc, id), t->now_ms, &m);
     if (m.inconsistent > 0)
@@ -422,4 +532,15 @@ void nfq_match_packet(struct nfq_thread *t, unsigned queue, uint32_t id, const u
                      &m);
     }
     verdict(t, queue, id, sc, rc == 0);
+}
+
+struct fgx_flow *nfq_match_adopt(struct nfq_thread *t, const struct fgx_flow_key *key,
+                                 const struct fgx_wsvc *svc, bool embryonic)
+{
+    return flow_new(t, key, svc, nfq_stats_svc(&t->ctr, svc->id), embryonic);
+}
+
+void nfq_match_attach(struct nfq_thread *t, struct fgx_flow *f, const struct fgx_wsvc *svc)
+{
+    flow_attach(t, f, svc);
 }

@@ -113,7 +113,7 @@ int nfq_thread_init(struct nfq_worker *w, struct nfq_thread *t, unsigned idx)
                             &t->reasm);
     if (ret != 0)
         goto err;
-    ret = fgx_flow_table_new(NFQ_FLOWS_PER_THREAD, nfq_match_flow_release, t, &t->flows);
+    ret = fgx_flow_table_new(w->flows, nfq_match_flow_release, t, &t->flows);
     if (ret != 0)
         goto err;
     t->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -157,6 +157,9 @@ void nfq_thread_release(struct nfq_thread *t)
      * socket still open. */
     fgx_flow_table_free(t->flows);
     t->flows = NULL;
+    free(t->hx_out);
+    free(t->hx_in);
+    t->hx_out = t->hx_in = NULL;
     if (t->nl != NULL)
         nfq_verdict_flush(t);
     fgx_reasm_ctx_free(t->reasm);
@@ -332,6 +335,9 @@ void *nfq_thread_main(void *arg)
             if (read(t->efd, &v, sizeof(v)) == -1 && errno != EAGAIN)
                 fgx_warn("thread %u: eventfd read: %s", t->idx, strerror(errno));
         }
+        /* A planned restart: the flows are written out here, and nothing moves after. */
+        if (nfq_handover_poll(t))
+            break;
         /* Between packets: a new generation is picked up before the next batch. */
         nfq_match_switch(t);
         if (pfd[0].revents & (POLLIN | POLLERR)) {

@@ -70,6 +70,8 @@ int nfq_stats_collect(struct nfq_worker *w, struct fgx_dp_stats *out)
         out->truncated += fgx_ctr_load(&c->truncated);
         out->malformed += fgx_ctr_load(&c->malformed);
         out->evasion += fgx_ctr_load(&c->evasion);
+        out->midstream_resets += fgx_ctr_load(&c->midstream_resets);
+        out->flows_evicted += w->threads[k].flows ? fgx_flow_evicted(w->threads[k].flows) : 0;
         out->verdict_errors += fgx_ctr_load(&c->verdict_errors);
         out->queue_drops += fgx_ctr_load(&c->queue_drops);
         out->flows += fgx_ctr_load(&c->flows);

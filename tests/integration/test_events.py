@@ -20,7 +20,7 @@ import fgxit as it  # noqa: E402
 from fgxit import CLI4, CLI6, EVIL, SRV4, SRV6, check, test  # noqa: E402
 
 FIELDS = ("seq", "time", "time_ns", "service_id", "service", "filter_id", "dir", "proto", "src",
-          "sport", "dst", "dport", "excerpt", "excerpt_hex")
+          "sport", "dst", "dport", "excerpt_hex")
 LEAK_RE = r"leak\{[a-z]+\}"
 
 
@@ -30,6 +30,9 @@ def events(env, *args):
     for e in doc:
         for k in FIELDS:
             check(k in e, "event has no %r: %r", k, e)
+        # the excerpt's bytes: a string when they are valid UTF-8, else base64
+        check(("excerpt" in e) != ("excerpt_b64" in e), "event has not exactly one of "
+              "excerpt, excerpt_b64: %r", e)
     return doc
 
 

@@ -128,7 +128,8 @@ def controld_keys(exe):
 VALUES = {"state-dir": "/tmp", "run-dir": "/tmp", "threads": "2", "log-level": "debug",
           "queue-base": "7000", "proxy-port": "15001", "proxy-max-conns": "100",
           "metrics-listen": "127.0.0.1:9100", "listen": "tls+tcp://127.0.0.1:7443",
-          "cert": "/tmp/c.pem", "key": "/tmp/k.pem", "allow": "10.0.0.0/8"}
+          "cert": "/tmp/c.pem", "key": "/tmp/k.pem", "allow": "10.0.0.0/8",
+          "compile-timeout": "10", "nfq-flows": "65536"}
 
 
 @test

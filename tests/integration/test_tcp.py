@@ -58,14 +58,15 @@ def service_list_fields(env):
     sid, port = env.service("fields", "tcp")
     env.filter("fields")
     s = env.service_doc("fields")
-    for k in ("id", "name", "proto", "ip", "port", "layer", "status", "fail_open", "filters",
-              "blocked"):
+    for k in ("id", "name", "proto", "ip", "port", "layer", "status", "fail_open", "midstream",
+              "filters", "blocked"):
         check(k in s, "service list entry has no %r: %r", k, s)
     check(s["id"] == sid, "id %r != %r", s["id"], sid)
     check(s["proto"] == "tcp" and s["port"] == port, "proto/port %r", s)
     check(s["layer"] == "nfqueue", "default layer %r", s["layer"])
     check(s["status"] == "active", "a new service is %r, expected active", s["status"])
     check(s["fail_open"] is False, "fail_open default %r", s["fail_open"])
+    check(s["midstream"] == "reset", "midstream default %r, expected reset", s["midstream"])
     check(s["filters"] == 1 and s["blocked"] == 0, "filters/blocked %r", s)
     f = env.filters("fields")
     check(len(f) == 1, "filter list %r", f)
@@ -250,6 +251,15 @@ def service_set_rename_and_fail_open(env):
     check(env.service_doc("renamed")["fail_open"] is False, "fail_open not cleared")
     fo, _ = env.service("fo", "tcp", extra=("--fail-open",))
     check(env.service_doc("fo")["fail_open"] is True, "service add --fail-open not stored")
+    env.ctl("service", "set", "renamed", "--midstream", "scan")
+    check(env.service_doc("renamed")["midstream"] == "scan", "--midstream scan not stored")
+    env.ctl("service", "set", "renamed", "--midstream", "reset")
+    check(env.service_doc("renamed")["midstream"] == "reset", "--midstream reset not stored")
+    env.service("ms", "tcp", extra=("--midstream", "scan"))
+    check(env.service_doc("ms")["midstream"] == "scan", "service add --midstream not stored")
+    p = env.ctl_raw("service", "set", "ms", "--midstream", "pass")
+    check(p.returncode != 0 and "reset or scan" in p.stderr, "--midstream pass: %d %r",
+          p.returncode, p.stderr)
     p = env.ctl_raw("service", "add", "dup", "--proto", "tcp", "--port", p2)
     check(p.returncode != 0 and p.stderr.strip(), "a second service on port %d was accepted", p2)
     p = env.ctl_raw("service", "add", "renamed", "--proto", "tcp", "--port", env.port())

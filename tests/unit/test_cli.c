@@ -313,7 +313,7 @@ Test(cli, service_add_every_field)
     Fgx__Ctl__Request *r;
 
     parse_ok(ARGV("service", "add", "web", "--proto", "udp", "--port", "8080", "--ip",
-                  "10.0.0.0/24", "--layer", "proxy", "--fail-open"),
+                  "10.0.0.0/24", "--layer", "proxy", "--fail-open", "--midstream", "scan"),
              &cmd);
     cr_assert_eq(cmd.req.req_case, FGX__CTL__REQUEST__REQ_SERVICE_ADD);
     r = wire(&cmd);
@@ -326,6 +326,8 @@ Test(cli, service_add_every_field)
     cr_assert_eq(r->service_add->layer, FGX__CTL__LAYER__LAYER_PROXY);
     cr_assert(r->service_add->has_fail_open);
     cr_assert(r->service_add->fail_open);
+    cr_assert(r->service_add->has_midstream);
+    cr_assert_eq(r->service_add->midstream, FGX__CTL__MIDSTREAM__MIDSTREAM_SCAN);
     fgx__ctl__request__free_unpacked(r, NULL);
 }
 
@@ -342,6 +344,7 @@ Test(cli, service_add_defaults_and_options_first)
     cr_assert_null(r->service_add->ip, "no --ip: every address");
     cr_assert_not(r->service_add->has_layer);
     cr_assert_not(r->service_add->has_fail_open);
+    cr_assert_not(r->service_add->has_midstream, "no --midstream: controld's default (reset)");
     fgx__ctl__request__free_unpacked(r, NULL);
 
     parse_ok(ARGV("service", "add", "v6", "--proto", "tcp", "--port", "65535", "--ip", "fd00::1"),
@@ -464,6 +467,13 @@ Test(cli, service_rename_and_set)
     cr_assert(r->service_set->fail_open);
     cr_assert_null(r->service_set->ip, "no --ip: the address is left alone");
     cr_assert_not(r->service_set->has_port);
+    cr_assert_not(r->service_set->has_midstream);
+    fgx__ctl__request__free_unpacked(r, NULL);
+
+    parse_ok(ARGV("service", "set", "web", "--midstream", "reset"), &cmd);
+    r = wire(&cmd);
+    cr_assert(r->service_set->has_midstream, "--midstream alone is a change");
+    cr_assert_eq(r->service_set->midstream, FGX__CTL__MIDSTREAM__MIDSTREAM_RESET);
     fgx__ctl__request__free_unpacked(r, NULL);
 }
 
@@ -513,6 +523,10 @@ Test(cli, invalid_values_exit_4)
     parse_fails(ARGV("service", "add", "123", "--proto", "tcp", "--port", "80"), CLI_EXIT_INVALID,
                 "service id");
     parse_fails(ARGV("service", "set", "w", "--fail-open", "maybe"), CLI_EXIT_INVALID, "on or off");
+    parse_fails(ARGV("service", "set", "w", "--midstream", "pass"), CLI_EXIT_INVALID,
+                "reset or scan");
+    parse_fails(ARGV("service", "add", "w", "--proto", "tcp", "--port", "1", "--midstream", "x"),
+                CLI_EXIT_INVALID, "reset or scan");
     parse_fails(ARGV("service", "set", "w", "--port", "99999"), CLI_EXIT_INVALID, "1 to 65535");
     parse_fails(ARGV("filter", "add", "svc", "x", "--dir", "up"), CLI_EXIT_INVALID,
                 "c2s, s2c or both");
@@ -618,6 +632,8 @@ static void two_services(Fgx__Ctl__Service *a, Fgx__Ctl__Service *b, Fgx__Ctl__S
     a->ip = "";
     a->port = 8080;
     a->active = 1;
+    a->has_midstream = 1;
+    a->midstream = FGX__CTL__MIDSTREAM__MIDSTREAM_RESET;
     a->has_filters = 1;
     a->filters = 2;
     a->has_blocked = 1;
@@ -630,6 +646,8 @@ static void two_services(Fgx__Ctl__Service *a, Fgx__Ctl__Service *b, Fgx__Ctl__S
     b->port = 53;
     b->layer = FGX__CTL__LAYER__LAYER_PROXY;
     b->fail_open = 1;
+    b->has_midstream = 1;
+    b->midstream = FGX__CTL__MIDSTREAM__MIDSTREAM_SCAN;
     v[0] = a;
     v[1] = b;
     fgx__ctl__reply__init(rep);
@@ -650,10 +668,10 @@ Test(cli, json_service_list_exact)
     cr_assert_str_eq(out,
                      "[{\"id\":1,\"name\":\"web\",\"proto\":\"tcp\",\"ip\":\"\",\"port\":8080,"
                      "\"layer\":\"nfqueue\",\"status\":\"active\",\"fail_open\":false,"
-                     "\"filters\":2,\"blocked\":17},"
+                     "\"midstream\":\"reset\",\"filters\":2,\"blocked\":17},"
                      "{\"id\":12,\"name\":\"dns-thing\",\"proto\":\"udp\",\"ip\":\"10.0.0.0/24\","
                      "\"port\":53,\"layer\":\"proxy\",\"status\":\"stopped\",\"fail_open\":true,"
-                     "\"filters\":0,\"blocked\":0}]\n");
+                     "\"midstream\":\"scan\",\"filters\":0,\"blocked\":0}]\n");
     cr_assert(json_parse(out, "ip", &j));
     cr_assert(j.found);
     cr_assert_str_eq(j.got, "");
@@ -676,11 +694,11 @@ Test(cli, human_service_table_aligned)
     two_services(&a, &b, v, &rep);
     out = render(&req, &rep, false);
     cr_assert_str_eq(out, "ID  NAME       PROTO  IP           PORT  LAYER    STATUS   FAIL-OPEN  "
-                          "FILTERS  BLOCKED\n"
+                          "MIDSTREAM  FILTERS  BLOCKED\n"
                           " 1  web        tcp    any          8080  nfqueue  active   no         "
-                          "      2       17\n"
+                          "reset            2       17\n"
                           "12  dns-thing  udp    10.0.0.0/24    53  proxy    stopped  yes        "
-                          "      0        0\n");
+                          "scan             0        0\n");
     free(out);
 }
 
@@ -703,13 +721,21 @@ Test(cli, json_filter_escapes_regex)
     rep.n_filters = 1;
     rep.filters = fv;
     out = render(&req, &rep, true);
+    /* The invalid byte makes the whole regex go as base64: never a string that means other
+     * bytes. */
     cr_assert_str_eq(out, "{\"id\":7,\"service_id\":1,"
-                          "\"regex\":\"a\\\"b\\\\d+\\n\\t\\u0001\\u007f\xc3\xa9\\u00ff\","
+                          "\"regex_b64\":\"YSJiXGQrCgkBf8Op/w==\","
+                          "\"dir\":\"c2s\",\"nocase\":true,\"active\":true,\"blocked\":0}\n");
+    free(out);
+    /* Valid UTF-8 stays a readable string, every special escaped. */
+    fl.regex = (char *)"a\"b\\d+\n\t\x01\x7f\xc3\xa9";
+    out = render(&req, &rep, true);
+    cr_assert_str_eq(out, "{\"id\":7,\"service_id\":1,"
+                          "\"regex\":\"a\\\"b\\\\d+\\n\\t\\u0001\\u007f\xc3\xa9\","
                           "\"dir\":\"c2s\",\"nocase\":true,\"active\":true,\"blocked\":0}\n");
     cr_assert(json_parse(out, "regex", &j), "not valid JSON: %s", out);
     cr_assert(j.found);
-    /* Everything round-trips but the invalid byte, which comes back as U+00FF. */
-    cr_assert_str_eq(j.got, "a\"b\\d+\n\t\x01\x7f\xc3\xa9\xc3\xbf");
+    cr_assert_str_eq(j.got, fl.regex);
     free(out);
 }
 
@@ -836,6 +862,7 @@ Test(cli, human_service_block)
                           "layer:     nfqueue\n"
                           "status:    active\n"
                           "fail-open: no\n"
+                          "midstream: reset\n"
                           "filters:   2\n"
                           "blocked:   17\n");
     free(out);
@@ -1400,7 +1427,7 @@ static void two_events(Fgx__Ctl__Event *a, Fgx__Ctl__Event *b, Fgx__Ctl__Event *
     "{\"seq\":7,\"time\":\"2024-05-01T12:34:56.789Z\",\"time_ns\":1714566896789123456,"            \
     "\"service_id\":1,\"service\":\"web\",\"filter_id\":3,\"dir\":\"c2s\",\"proto\":\"tcp\","      \
     "\"src\":\"10.0.0.5\",\"sport\":40000,\"dst\":\"10.0.0.1\",\"dport\":80,"                      \
-    "\"excerpt\":\"a\\\"b\\\\\\u0000\\u00ff\xc3\xa9\\r\\n\",\"excerpt_hex\":"                      \
+    "\"excerpt_b64\":\"YSJiXAD/w6kNCg==\",\"excerpt_hex\":"                      \
     "\"6122625c00ffc3a90d0a\"}"
 #define EVENT_B_JSON                                                                               \
     "{\"seq\":8,\"time\":\"2024-05-01T12:34:58.289Z\",\"time_ns\":1714566898289000000,"            \

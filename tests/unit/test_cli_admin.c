@@ -15,6 +15,7 @@
 #include "fgexctl/cli_args.h"
 #include "fgexctl/cli_config.h"
 #include "fgexctl/cli_fmt.h"
+#include "fgexctl/cli_json.h"
 #include "fgexctl/cli_jsonparse.h"
 #include "fgexctl/cli_pin.h"
 #include "fgexctl/cli_ruleset.h"
@@ -224,6 +225,8 @@ Test(cli_config, export_import_round_trip)
     char *doc, err[256];
 
     s2.layer = FGX__CTL__LAYER__LAYER_PROXY;
+    s2.has_midstream = 1;
+    s2.midstream = FGX__CTL__MIDSTREAM__MIDSTREAM_SCAN;
     cfg.n_services = 2;
     cfg.services = svcs;
     cfg.n_filters = 3;
@@ -246,7 +249,12 @@ Test(cli_config, export_import_round_trip)
         cr_assert_eq(back->services[i]->layer, svcs[i]->layer);
         cr_assert_eq(back->services[i]->active, svcs[i]->active);
         cr_assert_eq(back->services[i]->fail_open, svcs[i]->fail_open);
+        cr_assert(back->services[i]->has_midstream);
+        cr_assert_eq(back->services[i]->midstream, svcs[i]->has_midstream
+                                                       ? svcs[i]->midstream
+                                                       : FGX__CTL__MIDSTREAM__MIDSTREAM_RESET);
     }
+    cr_assert(strstr(doc, "\"midstream\": \"scan\""), "%s", doc);
     /* Filters come back grouped by service, in the services' order. */
     {
         const Fgx__Ctl__Filter *want[] = {&f1, &f3, &f2};
@@ -286,6 +294,8 @@ Test(cli_config, defaults_and_fresh_ids)
     cr_assert_str_eq(cfg->services[0]->ip, "");
     cr_assert_eq(cfg->services[0]->layer, FGX__CTL__LAYER__LAYER_NFQUEUE);
     cr_assert(cfg->services[0]->active && !cfg->services[0]->fail_open);
+    cr_assert_eq(cfg->services[0]->midstream, FGX__CTL__MIDSTREAM__MIDSTREAM_RESET,
+                 "an old backup without the field gets the fail-closed default");
     cr_assert_eq(cfg->filters[0]->id, 5);
     cr_assert_eq(cfg->filters[1]->id, 4);
     cr_assert_eq(cfg->filters[0]->service_id, 3, "a filter belongs to its enclosing service");
@@ -315,7 +325,8 @@ Test(cli_config, malformed_or_impossible_is_refused_with_position)
     config_bad("{}", "line 1, column 1:", "\"services\" is missing");
     config_bad("{\"services\": [], \"extra\": 1}", "line 1, column 27:", "unknown key \"extra\"");
     config_bad("{\"format\": \"other\", \"services\": []}", "line 1, column 12:", "format");
-    config_bad("{\"version\": 2, \"services\": []}", "line 1, column 13:", "\"version\" must be 1");
+    config_bad("{\"version\": 3, \"services\": []}", "line 1, column 13:",
+               "\"version\" must be 1 to 2");
     config_bad("{\"services\": [\n {\"name\": \"a\", \"proto\": \"tcp\", \"port\": 70000}]}",
                "line 2, column 40:", "services[0].port must be an integer from 1 to 65535");
     config_bad("{\"services\": [{\"name\": \"a\", \"proto\": \"sctp\", \"port\": 1}]}",
@@ -344,6 +355,239 @@ Test(cli_config, malformed_or_impossible_is_refused_with_position)
     config_bad("{\"services\": [{\"name\": \"a\", \"proto\": \"tcp\", \"port\": 1, \"filters\": "
                "[{\"regex\": \"x\", \"id\": 3}, {\"regex\": \"y\", \"id\": 3}]}]}",
                "line 1, column 114:", "id 3 is used twice");
+}
+
+/* ---- regexes are bytes: every JSON path carries them exactly ------------------------------ */
+
+/* A deterministic generator, so a failure names a seed that reproduces it. */
+static uint64_t rnd_state;
+
+static unsigned rnd(void)
+{
+    rnd_state = rnd_state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (unsigned)(rnd_state >> 33);
+}
+
+/* Random bytes 1..255 (a regex holds no NUL): mostly arbitrary, sometimes valid UTF-8 pieces
+ * and JSON specials, so both "regex" and "regex_b64" and every escape are exercised. */
+static size_t rnd_regex(unsigned char *b, size_t max)
+{
+    static const char *const pieces[] = {"\xc3\xa9", "\xe2\x82\xac", "\xf0\x9f\x98\x80", "\"",
+                                         "\\",       "/",            "\n",              "\x7f",
+                                         "\xc2\x80", "evil[0-9]+",   "\\xff",           "\t"};
+    size_t n = 1 + rnd() % max, i = 0;
+    bool ascii_only = rnd() % 3 == 0;
+
+    while (i < n) {
+        if (rnd() % 4 == 0) {
+            const char *p = pieces[rnd() % (sizeof(pieces) / sizeof(pieces[0]))];
+            size_t pl = strlen(p);
+
+            if (i + pl > n)
+                break;
+            memcpy(b + i, p, pl);
+            i += pl;
+        } else {
+            b[i++] = (unsigned char)(ascii_only ? 0x20 + rnd() % 0x5f : 1 + rnd() % 255);
+        }
+    }
+    if (i == 0)
+        b[i++] = 'x';
+    b[i] = '\0';
+    return i;
+}
+
+/* The regex bytes a parsed filter object holds: "regex" or "regex_b64", exactly one. */
+static size_t jv_regex(const struct cli_jv *o, unsigned char *out)
+{
+    const struct cli_jv *s = cli_jv_get(o, "regex"), *b = cli_jv_get(o, "regex_b64");
+    size_t n = 0;
+
+    cr_assert((s != NULL) != (b != NULL), "exactly one of regex, regex_b64");
+    if (s) {
+        memcpy(out, s->s, s->len);
+        return s->len;
+    }
+    cr_assert_eq(cli_b64_decode(b->s, b->len, out, &n), 0, "bad base64 %s", b->s);
+    return n;
+}
+
+Test(cli_config, random_regex_bytes_round_trip_exactly)
+{
+    Fgx__Ctl__Service s1 = svc(1, "web", FGX__CTL__PROTO__PROTO_TCP, "", 80, true, false);
+    Fgx__Ctl__Service *svcs[] = {&s1};
+    unsigned char re[3][200], got[256];
+
+    for (unsigned seed = 1; seed <= 3000; seed++) {
+        Fgx__Ctl__Filter f[3], *flts[3] = {&f[0], &f[1], &f[2]};
+        Fgx__Ctl__Config cfg = FGX__CTL__CONFIG__INIT, *back = NULL;
+        char *doc, *doc2, err[256];
+        size_t len[3];
+
+        rnd_state = seed;
+        for (int k = 0; k < 3; k++) {
+            len[k] = rnd_regex(re[k], 190);
+            f[k] = flt((uint32_t)k + 1, 1, (const char *)re[k], FGX__CTL__DIR__DIR_BOTH, false,
+                       true);
+        }
+        cfg.n_services = 1;
+        cfg.services = svcs;
+        cfg.n_filters = 3;
+        cfg.filters = flts;
+        doc = config_text(&cfg);
+        cr_assert_eq(cli_config_read(doc, strlen(doc), &back, err, sizeof(err)), 0,
+                     "seed %u: %s\n%s", seed, err, doc);
+        cr_assert_eq(back->n_filters, 3);
+        for (int k = 0; k < 3; k++) {
+            cr_assert_eq(strlen(back->filters[k]->regex), len[k], "seed %u filter %d", seed, k);
+            cr_assert_eq(memcmp(back->filters[k]->regex, re[k], len[k]), 0, "seed %u filter %d",
+                         seed, k);
+        }
+        /* The file itself is a fixed point too. */
+        doc2 = config_text(back);
+        cr_assert_str_eq(doc2, doc, "seed %u", seed);
+        free(doc2);
+        fgx__ctl__config__free_unpacked(back, NULL);
+        free(doc);
+
+        /* `filter list --json`: the same bytes through any JSON reader. */
+        {
+            Fgx__Ctl__Filter *one[1] = {&f[0]};
+            Fgx__Ctl__Reply rep = FGX__CTL__REPLY__INIT;
+            char *out = NULL;
+            size_t olen = 0;
+            FILE *m = open_memstream(&out, &olen);
+            struct cli_jv *v;
+
+            Fgx__Ctl__Request req = FGX__CTL__REQUEST__INIT;
+
+            req.req_case = FGX__CTL__REQUEST__REQ_FILTER_LIST;
+            rep.n_filters = 1;
+            rep.filters = one;
+            cr_assert_eq(cli_fmt_reply(m, &req, &rep, true), 0);
+            (void)fclose(m);
+            v = parse_ok(out);
+            cr_assert_eq(v->type, CLI_JV_ARR);
+            cr_assert_eq(jv_regex(v->items[0], got), len[0], "seed %u: %s", seed, out);
+            cr_assert_eq(memcmp(got, re[0], len[0]), 0, "seed %u: %s", seed, out);
+            cli_jv_free(v);
+            free(out);
+        }
+    }
+}
+
+static Fgx__Ctl__Config *config_ok(const char *doc)
+{
+    Fgx__Ctl__Config *c = NULL;
+    char err[256];
+
+    cr_assert_eq(cli_config_read(doc, strlen(doc), &c, err, sizeof(err)), 0, "%s\n%s", err, doc);
+    return c;
+}
+
+#define SVC_DOC(ver, filter)                                                                       \
+    "{\"version\": " #ver ", \"services\": [{\"name\": \"a\", \"proto\": \"tcp\", "                  \
+    "\"port\": 1, \"filters\": [" filter "]}]}"
+#define SVC_WITH(filter) SVC_DOC(2, filter)
+
+Test(cli_config, raw_bytes_go_base64_and_old_files_keep_their_bytes)
+{
+    static const char raw[] = "\xff\xfe\x80zq";
+    Fgx__Ctl__Service s1 = svc(1, "web", FGX__CTL__PROTO__PROTO_TCP, "", 80, true, false);
+    Fgx__Ctl__Filter f1 = flt(1, 1, raw, FGX__CTL__DIR__DIR_BOTH, false, true);
+    Fgx__Ctl__Service *svcs[] = {&s1};
+    Fgx__Ctl__Filter *flts[] = {&f1};
+    Fgx__Ctl__Config cfg = FGX__CTL__CONFIG__INIT, *c;
+    char *text;
+
+    cfg.n_services = 1;
+    cfg.services = svcs;
+    cfg.n_filters = 1;
+    cfg.filters = flts;
+    text = config_text(&cfg);
+    cr_assert(strstr(text, "\"regex_b64\": \"//6AenE=\""), "%s", text);
+    cr_assert_null(strstr(text, "\"regex\":"), "%s", text);
+    cr_assert(strstr(text, "\"version\": 2"), "%s", text);
+    free(text);
+
+    /* What the version-1 writer wrote for these bytes still reads back as them. */
+    c = config_ok(SVC_DOC(1, "{\"regex\": \"\\u00ff\\u00fe\\u0080zq\"}"));
+    cr_assert_str_eq(c->filters[0]->regex, raw);
+    fgx__ctl__config__free_unpacked(c, NULL);
+    /* In version 2 a \u escape means its character, as in any JSON. */
+    c = config_ok(SVC_DOC(2, "{\"regex\": \"\\u00ff\\u00e9zq\"}"));
+    cr_assert_str_eq(c->filters[0]->regex, "\xc3\xbf\xc3\xa9zq");
+    fgx__ctl__config__free_unpacked(c, NULL);
+    /* Valid UTF-8 written raw means itself in both versions. */
+    for (int ver = 1; ver <= 2; ver++) {
+        c = config_ok(ver == 1 ? SVC_DOC(1, "{\"regex\": \"caf\xc3\xa9\\t\\u0001\"}")
+                               : SVC_DOC(2, "{\"regex\": \"caf\xc3\xa9\\t\\u0001\"}"));
+        cr_assert_str_eq(c->filters[0]->regex, "caf\xc3\xa9\t\x01");
+        fgx__ctl__config__free_unpacked(c, NULL);
+    }
+    /* regex_b64 is read in any version, also for bytes that are valid UTF-8. */
+    c = config_ok(SVC_DOC(1, "{\"regex_b64\": \"ZXZpbA==\"}"));
+    cr_assert_str_eq(c->filters[0]->regex, "evil");
+    fgx__ctl__config__free_unpacked(c, NULL);
+}
+
+static void config_bad_v(const char *doc, const char *msg_part)
+{
+    Fgx__Ctl__Config *c = NULL;
+    char err[256];
+
+    cr_assert_eq(cli_config_read(doc, strlen(doc), &c, err, sizeof(err)), -EINVAL, "%s", doc);
+    cr_assert_null(c);
+    cr_assert(strstr(err, msg_part), "'%s': message '%s' lacks '%s'", doc, err, msg_part);
+}
+
+Test(cli_config, ambiguous_or_bad_regex_fields_are_refused)
+{
+    config_bad_v(SVC_WITH("{\"regex\": \"a\", \"regex_b64\": \"YQ==\"}"),
+                 "has both \"regex\" and \"regex_b64\"");
+    config_bad_v(SVC_WITH("{\"dir\": \"c2s\"}"), "\"regex\" is missing");
+    config_bad_v(SVC_WITH("{\"regex_b64\": \"YQ\"}"), "regex_b64 is not base64");
+    config_bad_v(SVC_WITH("{\"regex_b64\": \"YR==\"}"), "regex_b64 is not base64");
+    config_bad_v(SVC_WITH("{\"regex_b64\": \"Y Q==\"}"), "regex_b64 is not base64");
+    config_bad_v(SVC_WITH("{\"regex_b64\": \"YQ==YQ==\"}"), "regex_b64 is not base64");
+    config_bad_v(SVC_WITH("{\"regex_b64\": \"YQBi\"}"), "holds a NUL byte");
+    config_bad_v(SVC_WITH("{\"regex_b64\": \"\"}"), "regex_b64 is empty");
+    config_bad_v(SVC_WITH("{\"regex_b64\": 3}"), "regex_b64 must be a string");
+    config_bad_v(SVC_WITH("{\"regex\": \"a\\u0000b\"}"), "cannot contain \\u0000");
+}
+
+Test(cli_json, base64_vectors)
+{
+    /* RFC 4648 section 10. */
+    static const char *const plain[] = {"", "f", "fo", "foo", "foob", "fooba", "foobar"};
+    static const char *const enc[] = {"", "Zg==", "Zm8=", "Zm9v", "Zm9vYg==", "Zm9vYmE=",
+                                      "Zm9vYmFy"};
+    char out[32];
+    unsigned char dec[32];
+    size_t n;
+
+    for (size_t i = 0; i < 7; i++) {
+        cr_assert_eq(cli_b64_encode(plain[i], strlen(plain[i]), out), strlen(enc[i]));
+        cr_assert_str_eq(out, enc[i]);
+        cr_assert_eq(cli_b64_decode(enc[i], strlen(enc[i]), dec, &n), 0, "%s", enc[i]);
+        cr_assert_eq(n, strlen(plain[i]));
+        cr_assert_eq(memcmp(dec, plain[i], n), 0);
+    }
+    cr_assert_eq(cli_b64_decode("Zh==", 4, dec, &n), -EINVAL, "unused bits set");
+    cr_assert_eq(cli_b64_decode("Zg=a", 4, dec, &n), -EINVAL);
+    cr_assert_eq(cli_b64_decode("=Zg=", 4, dec, &n), -EINVAL);
+    cr_assert_eq(cli_b64_decode("Zm-v", 4, dec, &n), -EINVAL, "the URL alphabet is not base64");
+    /* Every byte value, every length mod 3. */
+    for (size_t len = 0; len < 20; len++) {
+        unsigned char in[20];
+
+        for (size_t i = 0; i < len; i++)
+            in[i] = (unsigned char)(255 - 13 * i);
+        cli_b64_encode(in, len, out);
+        cr_assert_eq(cli_b64_decode(out, strlen(out), dec, &n), 0);
+        cr_assert_eq(n, len);
+        cr_assert_eq(memcmp(dec, in, len), 0);
+    }
 }
 
 /* ---- ruleset files ----------------------------------------------------------------------- */

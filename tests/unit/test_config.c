@@ -94,9 +94,9 @@ static char *dump(struct ctl_store *st)
     for (size_t i = 0; i < ns; i++) {
         char ip[64];
         fgx_cidr_format(&svcs[i].addr, ip, sizeof(ip));
-        fprintf(f, "svc %u %s %u %u [%s] %d %d %d %llu\n", svcs[i].id, svcs[i].name,
+        fprintf(f, "svc %u %s %u %u [%s] %d %d %d %d %llu\n", svcs[i].id, svcs[i].name,
                 svcs[i].ipproto, svcs[i].port, ip, svcs[i].layer, svcs[i].active, svcs[i].fail_open,
-                (unsigned long long)svcs[i].created);
+                svcs[i].midstream, (unsigned long long)svcs[i].created);
     }
     for (size_t i = 0; i < nf; i++)
         fprintf(f, "flt %u %u /%s/ %d %d %d %llu\n", fs[i].id, fs[i].service_id, fs[i].regex,
@@ -144,6 +144,18 @@ static int import(struct ctl_store *st, const Fgx__Ctl__Config *cfg, char *err, 
     return rv;
 }
 
+static void set_midstream(struct ctl_store *st, uint32_t id, uint8_t midstream)
+{
+    struct ctl_service s;
+    struct ctl_txn *t;
+
+    cr_assert_eq(ctl_txn_begin(st, true, &t), 0);
+    cr_assert_eq(ctl_store_service_get(t, id, &s), 0);
+    s.midstream = midstream;
+    cr_assert_eq(ctl_store_service_put(t, &s), 0);
+    cr_assert_eq(ctl_txn_commit(t), 0);
+}
+
 static void fill_a(void)
 {
     uint32_t web = add_service(sa, "web", IPPROTO_TCP, 8080, "");
@@ -151,6 +163,7 @@ static void fill_a(void)
     uint32_t gone = add_service(sa, "gone", IPPROTO_TCP, 9999, "");
     struct ctl_txn *t;
 
+    set_midstream(sa, dns, FGX_MIDSTREAM_SCAN);
     add_filter(sa, web, "GET /flag", FGX_DIR_C2S, false, true);
     add_filter(sa, web, "FLAG\\{[a-z]+\\}", FGX_DIR_S2C, true, false);
     add_filter(sa, dns, "\\x00\\xff", FGX_DIR_BOTH, false, true);
@@ -171,6 +184,9 @@ Test(config, export_import_round_trip)
     cr_assert_eq(cfg->n_services, 2);
     cr_assert_eq(cfg->n_filters, 3);
     cr_assert(cfg->has_auth_enabled && !cfg->auth_enabled);
+    cr_assert(cfg->services[0]->has_midstream && cfg->services[1]->has_midstream);
+    cr_assert_eq(cfg->services[0]->midstream, FGX__CTL__MIDSTREAM__MIDSTREAM_RESET);
+    cr_assert_eq(cfg->services[1]->midstream, FGX__CTL__MIDSTREAM__MIDSTREAM_SCAN);
     /* Something already in the fresh store is replaced, not merged. */
     add_service(sb, "old", IPPROTO_TCP, 8080, "");
     cr_assert_eq(import(sb, cfg, err, sizeof(err)), 0, "%s", err);
@@ -393,4 +409,25 @@ Test(config, ruleset_unknown_service)
     cr_assert_eq(filter_import(sa, "nope", specs, 1, false, err, sizeof(err)), -ENOENT);
     cr_assert_not_null(strstr(err, "no such service: nope"));
     free(specs[0]);
+}
+
+/* A backup written before the setting existed has no midstream: it imports as the fail-closed
+ * default. */
+Test(config, import_without_midstream_is_reset)
+{
+    struct ctl_service s;
+    struct ctl_txn *t;
+    char err[512] = "";
+    Fgx__Ctl__Config *cfg;
+
+    fill_a();
+    cfg = export_packed(sa);
+    cr_assert_eq(cfg->services[1]->midstream, FGX__CTL__MIDSTREAM__MIDSTREAM_SCAN);
+    cfg->services[1]->has_midstream = 0;
+    cr_assert_eq(import(sb, cfg, err, sizeof(err)), 0, "%s", err);
+    cr_assert_eq(ctl_txn_begin(sb, false, &t), 0);
+    cr_assert_eq(ctl_store_service_get(t, cfg->services[1]->id, &s), 0);
+    cr_assert_eq(s.midstream, FGX_MIDSTREAM_RESET);
+    ctl_txn_abort(t);
+    fgx__ctl__config__free_unpacked(cfg, NULL);
 }

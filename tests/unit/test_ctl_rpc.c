@@ -234,8 +234,22 @@ Test(ctl_rpc, rename_and_set)
     cr_assert_eq(reply->services[0]->port, 8443);
     cr_assert_str_eq(reply->services[0]->ip, "10.1.2.3");
     cr_assert(reply->services[0]->fail_open);
+    cr_assert(reply->services[0]->has_midstream);
+    cr_assert_eq(reply->services[0]->midstream, FGX__CTL__MIDSTREAM__MIDSTREAM_RESET,
+                 "the fail-closed default");
     cr_assert_eq(ref_req(FGX__CTL__REQUEST__REQ_SERVICE_SHOW, "shop"), 0);
     cr_assert_eq(reply->services[0]->port, 8443, "stored");
+    set.has_port = 0;
+    set.ip = NULL;
+    set.has_fail_open = 0;
+    set.has_midstream = 1;
+    set.midstream = (Fgx__Ctl__Midstream)7;
+    cr_assert_eq(call(&q), FGX__CTL__CODE__CODE_INVALID);
+    set.midstream = FGX__CTL__MIDSTREAM__MIDSTREAM_SCAN;
+    cr_assert_eq(call(&q), 0);
+    cr_assert_eq(ref_req(FGX__CTL__REQUEST__REQ_SERVICE_SHOW, "shop"), 0);
+    cr_assert_eq(reply->services[0]->midstream, FGX__CTL__MIDSTREAM__MIDSTREAM_SCAN, "stored");
+    cr_assert_eq(reply->services[0]->port, 8443, "the rest unchanged");
     done();
 }
 

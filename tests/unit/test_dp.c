@@ -35,6 +35,7 @@ static void make_ruleset(struct fgx_dp_msg *m)
     s[1].ipproto = IPPROTO_UDP;
     s[1].port = 65535;
     s[1].fail_open = true;
+    s[1].midstream = FGX_MIDSTREAM_SCAN;
     cr_assert_eq(fgx_cidr_parse("fd00::1", &s[1].addr), 0);
     s[1].db[1] = (struct fgx_blob){.data = (void *)db_a, .len = sizeof(db_a), .hash = 9};
     s[2].id = 3;
@@ -68,6 +69,8 @@ static void make_stats(struct fgx_dp_msg *m)
         .verdict_errors = 15,
         .malformed = 16,
         .evasion = 21,
+        .midstream_resets = 22,
+        .flows_evicted = 23,
         .conns_refused = 17,
         .unclassified = 18,
         .connect_failed = 19,
@@ -115,6 +118,7 @@ Test(dp, ruleset_round_trip)
         cr_assert_eq(a->ipproto, b->ipproto);
         cr_assert_eq(a->port, b->port);
         cr_assert_eq(a->fail_open, b->fail_open);
+        cr_assert_eq(a->midstream, b->midstream);
         cr_assert_eq(memcmp(&a->addr, &b->addr, sizeof(a->addr)), 0, "service %zu addr", i);
         blob_eq(&a->db[0], &b->db[0]);
         blob_eq(&a->db[1], &b->db[1]);
@@ -196,6 +200,8 @@ Test(dp, stats_round_trip)
     cr_assert_eq(b->verdict_errors, 15);
     cr_assert_eq(b->malformed, 16);
     cr_assert_eq(b->evasion, 21);
+    cr_assert_eq(b->midstream_resets, 22);
+    cr_assert_eq(b->flows_evicted, 23);
     cr_assert_eq(b->conns_refused, 17);
     cr_assert_eq(b->unclassified, 18);
     cr_assert_eq(b->connect_failed, 19);

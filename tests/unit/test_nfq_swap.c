@@ -67,6 +67,7 @@ struct svc_def {
     uint16_t port;
     size_t n;
     struct fgx_pattern pats[3];
+    uint8_t midstream; /* FGX_MIDSTREAM_RESET (0) or _SCAN */
 };
 
 static int id_cmp(const void *a, const void *b)
@@ -94,6 +95,7 @@ static void publish(uint64_t gen, const struct svc_def *defs, size_t ndefs)
         svcs[i].id = defs[i].id;
         svcs[i].ipproto = defs[i].ipproto;
         svcs[i].port = defs[i].port;
+        svcs[i].midstream = defs[i].midstream;
         for (d = 0; d < 2; d++) {
             enum fgx_dir dir = d == 0 ? FGX_DIR_C2S : FGX_DIR_S2C;
             size_t k;
@@ -149,13 +151,14 @@ static size_t ip4(uint8_t *b, uint8_t proto, const uint8_t *src, const uint8_t *
     return tot;
 }
 
-/* A TCP segment; c2s: from the client (port 40000) to the server (port 80), acknowledging
+/* A TCP segment; c2s: from the client (port cport) to the server (port 80), acknowledging
  * ack. Returns its id. */
-static uint32_t tcp_ack(bool c2s, uint8_t flags, uint32_t seq, uint32_t ack, const char *data)
+static uint32_t tcp_port(bool c2s, uint16_t cport, uint8_t flags, uint32_t seq, uint32_t ack,
+                         const char *data)
 {
     uint8_t b[1500], *h = b + 20;
     size_t n = strlen(data), len;
-    uint16_t sp = c2s ? 40000 : 80, dp = c2s ? 80 : 40000;
+    uint16_t sp = c2s ? cport : 80, dp = c2s ? 80 : cport;
     uint32_t id = next_id++;
 
     len = ip4(b, IPPROTO_TCP, c2s ? cli_ip : srv_ip, c2s ? srv_ip : cli_ip, 20 + n);
@@ -173,6 +176,11 @@ static uint32_t tcp_ack(bool c2s, uint8_t flags, uint32_t seq, uint32_t ack, con
     memcpy(h + 20, data, n);
     nfq_match_packet(&t, t.queue[0], id, b, len, 0);
     return id;
+}
+
+static uint32_t tcp_ack(bool c2s, uint8_t flags, uint32_t seq, uint32_t ack, const char *data)
+{
+    return tcp_port(c2s, 40000, flags, seq, ack, data);
 }
 
 static uint32_t tcp(bool c2s, uint8_t flags, uint32_t seq, const char *data)
@@ -373,23 +381,173 @@ Test(nfq_swap, swap_with_held_segments_loses_no_verdict)
     cr_assert_eq(verdict_of(held), NF_ACCEPT);
 }
 
-Test(nfq_swap, removed_service_takes_its_flows_and_counters_balance)
+/* A stopped (or removed) service's flows are parked, not freed: when it comes back with
+ * nothing sent in between, the stream goes on where it was ("ev" | stop | start | "il1337" is
+ * a match). The idle expiry frees them, and the counters balance. */
+Test(nfq_swap, stopped_service_parks_its_flows_and_counters_balance)
 {
     struct svc_def other = {.id = SVC_OTHER, .ipproto = IPPROTO_TCP, .port = 81, .n = 0};
     struct nfq_svc_ctr *sc;
 
     publish_tcp(1, 1, &P_EVIL);
     connect_tcp();
+    cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 1, "ev")), NF_ACCEPT);
     sc = nfq_stats_svc(&t.ctr, SVC_TCP);
     cr_assert_eq(sc->flows_active, 1);
     cr_assert_eq(t.ctr.flows, 1);
     publish(2, &other, 1);
+    cr_assert_eq(fgx_flow_count(t.flows), 1, "parked");
+    /* its packets are no longer any service's: counted, passed (nftables stopped queueing them) */
+    cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 50, "x")), NF_ACCEPT);
+    cr_assert_eq(t.ctr.unclassified, 1);
+    publish_tcp(3, 1, &P_EVIL);
+    cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 3, "il1337")), NF_DROP);
+    cr_assert_eq(blocked_of(F_EVIL), 1);
+    cr_assert_eq(t.ctr.midstream_resets, 0);
+    cr_assert_eq(fgx_flow_expire(t.flows, 1ull << 40, NFQ_FLOW_IDLE_MS), 1);
     cr_assert_eq(fgx_flow_count(t.flows), 0);
     cr_assert_eq(sc->flows_active, 0);
     cr_assert_eq(t.ctr.flows, 0);
-    /* its packets are no longer any service's: counted, passed (nftables stopped queueing them) */
-    cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 1, "evil1")), NF_ACCEPT);
-    cr_assert_eq(t.ctr.unclassified, 1);
+}
+
+/* ---- connections whose earlier bytes were not scanned (midstream) ---- */
+
+static const struct nfq_reset *reset_to(const uint8_t *daddr, uint16_t dport)
+{
+    for (unsigned i = 0; i < t.nresets; i++)
+        if (memcmp(t.resets[i].daddr, daddr, 4) == 0 && t.resets[i].dport == dport)
+            return &t.resets[i];
+    return NULL;
+}
+
+/* Data on a flow no SYN-ACK anchored (open before the worker or the service): reset, both ends,
+ * at the places each expects, and dropped from then on; counted as such, not as a block. */
+Test(nfq_swap, unanchored_data_is_reset_under_policy_reset)
+{
+    const struct nfq_reset *r;
+
+    publish_tcp(1, 1, &P_EVIL);
+    cr_assert_eq(verdict_of(tcp_ack(true, 0x18, 7000, 9000, "il1337")), NF_DROP);
+    cr_assert_eq(t.ctr.midstream_resets, 1);
+    cr_assert_eq(blocked_of(F_EVIL), 0);
+    cr_assert_eq(t.nresets, 2);
+    r = reset_to(srv_ip, 80);
+    cr_assert_not_null(r);
+    cr_assert_eq(r->seq, 7000, "the server expects the dropped segment's place");
+    r = reset_to(cli_ip, 40000);
+    cr_assert_not_null(r);
+    cr_assert_eq(r->seq, 9000, "the client expects what it acknowledged");
+    cr_assert_eq(verdict_of(tcp_ack(true, 0x18, 7006, 9000, "hello")), NF_DROP);
+    cr_assert_eq(verdict_of(tcp_ack(false, 0x18, 9000, 7006, "reply")), NF_DROP);
+    cr_assert_eq(t.ctr.midstream_resets, 1, "one reset per connection");
+}
+
+Test(nfq_swap, unanchored_data_is_scanned_from_there_under_policy_scan)
+{
+    struct svc_def d = {.id = SVC_TCP,
+                        .ipproto = IPPROTO_TCP,
+                        .port = 80,
+                        .n = 1,
+                        .pats = {P_EVIL},
+                        .midstream = FGX_MIDSTREAM_SCAN};
+
+    publish(1, &d, 1);
+    cr_assert_eq(verdict_of(tcp_ack(true, 0x18, 7000, 9000, "il1337")), NF_ACCEPT);
+    cr_assert_eq(verdict_of(tcp_ack(true, 0x18, 7006, 9000, " evil2")), NF_DROP);
+    cr_assert_eq(t.ctr.midstream_resets, 0);
+    cr_assert_eq(blocked_of(F_EVIL), 1);
+}
+
+/* Stopped, then started: a segment beyond where the stream stood means bytes passed unseen
+ * meanwhile: the policy. One that starts at or before it goes on. */
+Test(nfq_swap, bytes_sent_while_stopped_reset_at_the_return)
+{
+    struct svc_def other = {.id = SVC_OTHER, .ipproto = IPPROTO_TCP, .port = 81, .n = 0};
+
+    publish_tcp(1, 1, &P_EVIL);
+    connect_tcp();
+    cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 1, "ev")), NF_ACCEPT);
+    cr_assert_eq(verdict_of(tcp(false, 0x18, S2C_SEQ + 1, "hi")), NF_ACCEPT);
+    publish(2, &other, 1);
+    publish_tcp(3, 1, &P_EVIL);
+    /* the server's side goes on in order; a retransmission proves nothing either way */
+    cr_assert_eq(verdict_of(tcp(false, 0x18, S2C_SEQ + 3, "there")), NF_ACCEPT);
+    cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 1, "ev")), NF_ACCEPT);
+    /* the client's "xx" passed while stopped */
+    cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 5, "il1337")), NF_DROP);
+    cr_assert_eq(t.ctr.midstream_resets, 1);
+    cr_assert_eq(blocked_of(F_EVIL), 0);
+}
+
+/* A service removed and added again has a new id: its old flows are of unknown past. */
+Test(nfq_swap, service_of_a_new_id_resets_the_old_flow)
+{
+    struct svc_def again = {
+        .id = SVC_OTHER, .ipproto = IPPROTO_TCP, .port = 80, .n = 1, .pats = {P_EVIL}};
+
+    publish_tcp(1, 1, &P_EVIL);
+    connect_tcp();
+    cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 1, "ev")), NF_ACCEPT);
+    publish(2, &again, 1);
+    cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 3, "il1337")), NF_DROP);
+    cr_assert_eq(t.ctr.midstream_resets, 1);
+}
+
+/* ---- SYN floods: embryonic flows never push out flows with stream state ---- */
+
+static void synack_port(uint16_t cport, uint32_t s2c_isn, uint32_t c2s_isn)
+{
+    uint8_t b[64], *h = b + 20;
+    uint32_t seq = htonl(s2c_isn), ack = htonl(c2s_isn + 1);
+    size_t len = ip4(b, IPPROTO_TCP, srv_ip, cli_ip, 20);
+
+    memset(h, 0, 20);
+    h[1] = 80;
+    h[2] = (uint8_t)(cport >> 8);
+    h[3] = (uint8_t)cport;
+    memcpy(h + 4, &seq, 4);
+    memcpy(h + 8, &ack, 4);
+    h[12] = 5 << 4;
+    h[13] = 0x12;
+    nfq_match_synack(&t, b, len);
+}
+
+Test(nfq_swap, synack_flood_keeps_a_flow_with_stream_state)
+{
+    publish_tcp(1, 1, &P_EVIL);
+    connect_tcp();
+    cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 1, "ev")), NF_ACCEPT);
+    /* ten times the table (64), from other client ports */
+    for (unsigned i = 0; i < 640; i++)
+        synack_port((uint16_t)(20000 + i), 100000 + i, 200000 + i);
+    cr_assert_leq(fgx_flow_count(t.flows), 1 + 64 / 4, "embryonic flows are capped");
+    cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 3, "il1337")), NF_DROP);
+    cr_assert_eq(blocked_of(F_EVIL), 1, "matched across the flood: the state stayed");
+    cr_assert_eq(t.ctr.midstream_resets, 0);
+}
+
+/* An honest connection whose embryonic flow the flood pushed out starts from its anchor: its
+ * first data is neither reset nor taken for a stream of unknown past. */
+Test(nfq_swap, pushed_out_embryonic_flow_starts_from_its_anchor)
+{
+    uint32_t held;
+
+    publish_tcp(1, 1, &P_EVIL);
+    synack_port(30000, S2C_SEQ, C2S_SEQ);
+    for (unsigned i = 0; i < 20; i++)
+        synack_port((uint16_t)(20000 + i), 100000 + i, 200000 + i);
+    /* second segment first: held, as on the anchored flow */
+    held = tcp_port(true, 30000, 0x18, C2S_SEQ + 3, S2C_SEQ + 1, "il1337");
+    cr_assert_eq(verdict_of(held), NO_VERDICT);
+    cr_assert_eq(verdict_of(tcp_port(true, 30000, 0x18, C2S_SEQ + 1, S2C_SEQ + 1, "ev")),
+                 NF_ACCEPT);
+    cr_assert_eq(verdict_of(held), NF_DROP);
+    cr_assert_eq(blocked_of(F_EVIL), 1);
+    cr_assert_eq(t.ctr.midstream_resets, 0);
+    /* and another one's server speaks first */
+    cr_assert_eq(verdict_of(tcp_port(false, 20001, 0x18, 100001 + 1, 200001 + 1, "banner")),
+                 NF_ACCEPT);
+    cr_assert_eq(t.ctr.midstream_resets, 0);
 }
 
 Test(nfq_swap, blocked_flow_gives_back_streams_and_databases)
@@ -781,4 +939,67 @@ Test(nfq_swap, synack_retransmitted_after_a_block_keeps_it_blocked)
     /* A new connection on the 4-tuple (a new server ISN) starts clean. */
     synack_logged(S2C_SEQ + 777, C2S_SEQ + 5000);
     cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 5001, "hello")), NF_ACCEPT);
+}
+
+/* ---- a planned restart hands the flows over (nfq_handover.c) ---- */
+
+/* The old worker writes its flows out; a fresh table (the new worker's) takes them back at its
+ * first ruleset. */
+static void hand_over(void)
+{
+    void *data = NULL;
+    size_t len = 0;
+
+    __atomic_store_n(&t.hx_req, 1, __ATOMIC_RELEASE);
+    cr_assert(nfq_handover_poll(&t));
+    cr_assert_eq(nfq_handover_export(&w, &data, &len), 0);
+    cr_assert(w.stop, "the old worker ends after the reply");
+    fgx_flow_table_free(t.flows);
+    cr_assert_eq(fgx_flow_table_new(64, nfq_match_flow_release, &t, &t.flows), 0);
+    free(t.hx_out);
+    t.hx_out = NULL;
+    t.hx_req = t.hx_done = 0;
+    w.stop = 0;
+    cr_assert_eq(nfq_handover_import(&w, data, len), 0);
+    free(data);
+}
+
+Test(nfq_swap, handed_over_flow_keeps_its_partial_match)
+{
+    publish_tcp(1, 1, &P_EVIL);
+    connect_tcp();
+    cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 1, "ev")), NF_ACCEPT);
+    hand_over();
+    cr_assert_eq(fgx_flow_count(t.flows), 0, "nothing before the first ruleset");
+    publish_tcp(2, 1, &P_EVIL);
+    cr_assert_eq(fgx_flow_count(t.flows), 1);
+    cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 3, "il1337")), NF_DROP);
+    cr_assert_eq(blocked_of(F_EVIL), 1);
+    cr_assert_eq(t.ctr.midstream_resets, 0);
+}
+
+Test(nfq_swap, handed_over_flow_with_a_gap_meets_the_policy)
+{
+    publish_tcp(1, 1, &P_EVIL);
+    connect_tcp();
+    cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 1, "ev")), NF_ACCEPT);
+    hand_over();
+    publish_tcp(2, 1, &P_EVIL);
+    /* "xx" passed while no worker read a fail-open queue */
+    cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 5, "il1337")), NF_DROP);
+    cr_assert_eq(t.ctr.midstream_resets, 1);
+}
+
+Test(nfq_swap, handed_over_flow_of_a_changed_database_meets_the_policy)
+{
+    const struct fgx_pattern two[] = {P_EVIL, P_ZZZ};
+
+    publish_tcp(1, 1, &P_EVIL);
+    connect_tcp();
+    cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 1, "ev")), NF_ACCEPT);
+    hand_over();
+    publish_tcp(2, 2, two);
+    cr_assert_eq(fgx_flow_count(t.flows), 0, "its stream cannot be rebuilt on another database");
+    cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 3, "il1337")), NF_DROP);
+    cr_assert_eq(t.ctr.midstream_resets, 1);
 }

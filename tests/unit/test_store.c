@@ -9,6 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <lmdb.h>
+
 #include "control.pb-c.h"
 #include "controld/ctl_rpc.h"
 #include "controld/ctl_store.h"
@@ -532,5 +534,67 @@ Test(store, events_put_list_trim)
     cr_assert_eq(ctl_store_event_list(t, 1000, &out, &n), 0);
     cr_assert_eq(n, 0);
     free(out);
+    ctl_txn_abort(t);
+}
+
+Test(store, midstream_roundtrip)
+{
+    struct ctl_service s = svc_new("web", IPPROTO_TCP, 8080), got;
+    struct ctl_txn *t;
+    uint32_t dflt = add_service("dflt", IPPROTO_TCP, 8081);
+
+    s.midstream = FGX_MIDSTREAM_SCAN;
+    cr_assert_eq(ctl_txn_begin(st, true, &t), 0);
+    cr_assert_eq(ctl_store_service_put(t, &s), 0);
+    cr_assert_eq(ctl_txn_commit(t), 0);
+    cr_assert_eq(ctl_txn_begin(st, false, &t), 0);
+    cr_assert_eq(ctl_store_service_get(t, s.id, &got), 0);
+    cr_assert_eq(got.midstream, FGX_MIDSTREAM_SCAN);
+    cr_assert_eq(ctl_store_service_get(t, dflt, &got), 0);
+    cr_assert_eq(got.midstream, FGX_MIDSTREAM_RESET);
+    ctl_txn_abort(t);
+}
+
+/* A service stored by a controld from before the setting has no midstream field: it reads as
+ * the fail-closed default, never as "scan". */
+Test(store, midstream_absent_in_old_record_is_reset)
+{
+    Fgx__Ctl__Service m = FGX__CTL__SERVICE__INIT;
+    struct ctl_service got;
+    struct ctl_txn *t;
+    uint8_t key[4] = {0, 0, 0, 7}, buf[256];
+    MDB_env *env;
+    MDB_txn *txn;
+    MDB_dbi dbi;
+    MDB_val k = {sizeof(key), key}, v;
+    uint32_t id = add_service("web", IPPROTO_TCP, 8080);
+
+    (void)id;
+    ctl_store_close(st);
+    st = NULL;
+    m.id = 7;
+    m.name = "old";
+    m.proto = FGX__CTL__PROTO__PROTO_TCP;
+    m.ip = "";
+    m.port = 9999;
+    m.layer = FGX__CTL__LAYER__LAYER_NFQUEUE;
+    m.active = 1;
+    v.mv_size = fgx__ctl__service__pack(&m, buf);
+    v.mv_data = buf;
+    cr_assert_eq(mdb_env_create(&env), 0);
+    cr_assert_eq(mdb_env_set_maxdbs(env, 16), 0);
+    cr_assert_eq(mdb_env_set_mapsize(env, 64u << 20), 0);
+    cr_assert_eq(mdb_env_open(env, dir, 0, 0600), 0);
+    cr_assert_eq(mdb_txn_begin(env, NULL, 0, &txn), 0);
+    cr_assert_eq(mdb_dbi_open(txn, "services", 0, &dbi), 0);
+    cr_assert_eq(mdb_put(txn, dbi, &k, &v, 0), 0);
+    cr_assert_eq(mdb_txn_commit(txn), 0);
+    mdb_env_close(env);
+
+    cr_assert_eq(ctl_store_open(dir, 0, &st), 0);
+    cr_assert_eq(ctl_txn_begin(st, false, &t), 0);
+    cr_assert_eq(ctl_store_service_get(t, 7, &got), 0);
+    cr_assert_str_eq(got.name, "old");
+    cr_assert_eq(got.midstream, FGX_MIDSTREAM_RESET);
     ctl_txn_abort(t);
 }

@@ -41,4 +41,14 @@ int fgx_chan_listen_tls(struct fgx_chan *c, const char *url, const char *cert_pe
 int fgx_chan_recv_peer(struct fgx_chan *c, void **buf, size_t *len, int timeout_ms,
                        struct fgx_peer *peer);
 
+/* A REP channel that answers requests out of order: fgx_chan_recv_peer(), and *req the slot
+ * (an nng context) its reply must be sent through with fgx_chan_reply(), later, while further
+ * requests are received. Each *req is owned by the caller until fgx_chan_reply() (which always
+ * consumes it, sent or not). controld keeps a request whose regexes are compiling this way. */
+struct fgx_chan_req;
+int fgx_chan_recv_req(struct fgx_chan *c, void **buf, size_t *len, int timeout_ms,
+                      struct fgx_peer *peer, struct fgx_chan_req **req);
+int fgx_chan_reply(struct fgx_chan *c, struct fgx_chan_req *req, const void *buf, size_t len,
+                   int timeout_ms);
+
 #endif

@@ -27,12 +27,21 @@ static inline unsigned fgx_queue_num(unsigned base, unsigned nthreads, bool fail
     return base + (fail_open ? nthreads : 0) + thread;
 }
 
+/* A service's policy for a direction whose earlier bytes fgex did not scan (a connection open
+ * before the service existed or was started, across a worker restart, an evicted flow): RESET
+ * it, both ends, when it next sends (fail-closed, the default), or SCAN it from the next packet
+ * on as if it started there. */
+#define FGX_MIDSTREAM_RESET 0
+#define FGX_MIDSTREAM_SCAN 1
+
 enum fgx_dp_type {
     FGX_DP_RULESET = 1,
     FGX_DP_ACK,
     FGX_DP_STATS_REQUEST,
     FGX_DP_STATS,
     FGX_DP_ERROR,
+    FGX_DP_FLOWS_REQUEST, /* a planned restart: hand your flows over, then exit */
+    FGX_DP_FLOWS,         /* the flows, from the old worker, for the new one */
 };
 
 struct fgx_dp_service {
@@ -41,6 +50,7 @@ struct fgx_dp_service {
     uint16_t port;
     struct fgx_cidr addr; /* family 0: any */
     bool fail_open;
+    uint8_t midstream; /* FGX_MIDSTREAM_RESET or FGX_MIDSTREAM_SCAN */
     struct fgx_blob db[2]; /* [0] client->server, [1] server->client; len 0: nothing to match */
     /* Decoded rulesets only: db[d].data is another blob's of the same ruleset (the same bytes
      * travelled once), released with that one. */
@@ -102,6 +112,10 @@ struct fgx_dp_stats {
     /* segments dropped because the receiver would discard them and their bytes could then pass
      * later unscanned: bad checksum, data without ACK, inconsistent retransmission */
     uint64_t evasion;
+    /* nfqworker: connections reset by the midstream policy (FGX_MIDSTREAM_RESET), and flows
+     * with stream state pushed out of a full flow table */
+    uint64_t midstream_resets;
+    uint64_t flows_evicted;
     /* proxyworker's own (0 from nfqworker): connections it reset itself, since it started */
     uint64_t conns_refused;  /* at its connection limit */
     uint64_t unclassified;   /* for no running proxy-layer service */
@@ -119,6 +133,10 @@ struct fgx_dp_msg {
         uint64_t ack_generation;
         struct fgx_dp_stats stats;
         char *error; /* malloc'd */
+        struct {
+            void *data; /* malloc'd */
+            size_t len;
+        } flows;
     } u;
 };
 

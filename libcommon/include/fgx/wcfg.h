@@ -31,6 +31,7 @@ struct fgx_wsvc {
     uint16_t port;
     struct fgx_cidr addr;
     bool fail_open;
+    uint8_t midstream; /* FGX_MIDSTREAM_RESET or FGX_MIDSTREAM_SCAN (fgx/dp.h) */
     struct fgx_wdb *db[2]; /* [0] client -> server, [1] server -> client; NULL: nothing to match */
 };
 

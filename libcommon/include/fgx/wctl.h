@@ -88,6 +88,12 @@ struct fgx_wctl {
     void (*vet)(void *worker, const struct fgx_dp_ruleset *rs);
     /* Fill a STATS (see fgx_wstats_*). */
     int (*stats)(void *worker, struct fgx_dp_stats *out);
+    /* Optional (a planned restart): stop the data path, hand back every flow as a malloc'd
+     * blob of the worker's own format, and let the process end (set stop) after the reply. */
+    int (*flows_export)(void *worker, void **data, size_t *len);
+    /* Optional: take the flows of the worker before this one (data is the caller's; copy what
+     * is kept), before the first ruleset. */
+    int (*flows_import)(void *worker, const void *data, size_t len);
 };
 
 /* Load rs (reusing *current's databases), publish it with one pointer store, wake every thread
