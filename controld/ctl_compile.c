@@ -390,7 +390,7 @@ static int rec_write(int fd, uint8_t kind, uint32_t idx, int32_t rv, const char 
 static void kid_run(int fd, size_t k, const size_t *kid_of_db, const size_t *db_idx,
                     size_t npend_db, const size_t *chk_idx, size_t lo, size_t hi)
 {
-    char err[1024];
+    char err[FGX_PATTERN_WARN_MAX * FGX_PATTERN_WARN_LEN + 8];
 
     for (size_t i = 0; i < npend_db; i++) {
         struct cc_db *d = &cc.dbs[db_idx[i]];
@@ -411,7 +411,8 @@ static void kid_run(int fd, size_t k, const size_t *kid_of_db, const size_t *db_
 
         /* Whatever the check says, a reason or a warning, is replayed word for word. */
         err[0] = '\0';
-        rv = ctl_config_regex_check(c->regex, c->nocase, (uint8_t)c->ipproto, err, sizeof(err));
+        rv = ctl_config_regex_lint_text(c->regex, c->nocase, (uint8_t)c->ipproto, err,
+                                        sizeof(err));
         if (rec_write(fd, REC_CHECK, (uint32_t)chk_idx[i], rv, err, NULL, 0) < 0)
             _exit(2);
     }

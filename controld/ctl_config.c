@@ -86,7 +86,16 @@ int ctl_config_name_check(const char *name, char *err, size_t errlen)
 int ctl_config_regex_check(const char *regex, bool nocase, uint8_t ipproto, char *err,
                            size_t errlen)
 {
+    return ctl_config_regex_lint(regex, nocase, ipproto, NULL, err, errlen);
+}
+
+int ctl_config_regex_lint(const char *regex, bool nocase, uint8_t ipproto,
+                          struct fgx_pattern_warnings *w, char *err, size_t errlen)
+{
     char herr[512];
+
+    if (w)
+        memset(w, 0, sizeof(*w));
 
     if (!regex || !*regex) {
         err_set(err, errlen, "empty regex");
@@ -96,7 +105,7 @@ int ctl_config_regex_check(const char *regex, bool nocase, uint8_t ipproto, char
         err_set(err, errlen, "regex longer than %d bytes", CTL_CONFIG_REGEX_MAX);
         return -EINVAL;
     }
-    if (fgx_pattern_check(regex, nocase, ipproto, herr, sizeof(herr)) < 0) {
+    if (fgx_pattern_lint(regex, nocase, ipproto, w, herr, sizeof(herr)) < 0) {
         err_set(err, errlen, "invalid regex \"%.200s\": %s", regex, herr);
         return -EINVAL;
     }
@@ -106,11 +115,58 @@ int ctl_config_regex_check(const char *regex, bool nocase, uint8_t ipproto, char
 int ctl_config_regex_check_cached(const char *regex, bool nocase, uint8_t ipproto, char *err,
                                   size_t errlen)
 {
+    return ctl_config_regex_lint_cached(regex, nocase, ipproto, NULL, err, errlen);
+}
+
+/* A compile child hands back one message per check: the reason of a refusal, or the warnings
+ * of an accepted regex, one a line. */
+int ctl_config_regex_lint_text(const char *regex, bool nocase, uint8_t ipproto, char *err,
+                               size_t errlen)
+{
+    struct fgx_pattern_warnings w;
+    size_t off = 0;
+    int rv = ctl_config_regex_lint(regex, nocase, ipproto, &w, err, errlen);
+
+    if (rv < 0 || errlen == 0)
+        return rv;
+    err[0] = '\0';
+    for (size_t i = 0; i < w.n && off + 1 < errlen; i++) {
+        int n = snprintf(err + off, errlen - off, "%s%s", i ? "\n" : "", w.text[i]);
+
+        if (n < 0)
+            break;
+        off += (size_t)n < errlen - off ? (size_t)n : errlen - off - 1;
+    }
+    return 0;
+}
+
+int ctl_config_regex_lint_cached(const char *regex, bool nocase, uint8_t ipproto,
+                                 struct fgx_pattern_warnings *w, char *err, size_t errlen)
+{
+    char msg[FGX_PATTERN_WARN_MAX * FGX_PATTERN_WARN_LEN + 8];
     int rv;
 
-    if (ctl_compile_check_result(regex, nocase, ipproto, &rv, err, errlen))
+    if (w)
+        memset(w, 0, sizeof(*w));
+    if (!ctl_compile_check_result(regex, nocase, ipproto, &rv, msg, sizeof(msg)))
+        return ctl_config_regex_lint(regex, nocase, ipproto, w, err, errlen);
+    if (rv < 0) {
+        err_set(err, errlen, "%s", msg);
         return rv;
-    return ctl_config_regex_check(regex, nocase, ipproto, err, errlen);
+    }
+    /* The child's text: the warnings, one a line. */
+    for (char *line = msg, *nl; w && *line && w->n < FGX_PATTERN_WARN_MAX; line = nl + 1) {
+        nl = strchr(line, '\n');
+        if (nl)
+            *nl = '\0';
+        size_t len = strnlen(line, FGX_PATTERN_WARN_LEN - 1);
+
+        memcpy(w->text[w->n], line, len);
+        w->text[w->n++][len] = '\0';
+        if (!nl)
+            break;
+    }
+    return 0;
 }
 
 /* ---- the password switch ---- */
@@ -490,11 +546,28 @@ out:
 int ctl_config_filter_import(struct ctl_txn *t, const Fgx__Ctl__FilterImport *imp, uint32_t *svc_id,
                              char *err, size_t errlen)
 {
+    struct ctl_config_warning *w = NULL;
+    size_t nw = 0;
+    int rv = ctl_config_filter_import_warn(t, imp, svc_id, &w, &nw, err, errlen);
+
+    free(w);
+    return rv;
+}
+
+int ctl_config_filter_import_warn(struct ctl_txn *t, const Fgx__Ctl__FilterImport *imp,
+                                  uint32_t *svc_id, struct ctl_config_warning **warns,
+                                  size_t *nwarns, char *err, size_t errlen)
+{
+    struct ctl_config_warning *w = NULL;
+    struct fgx_pattern_warnings pw;
     struct ctl_filter *old = NULL;
     struct ctl_service svc;
     uint32_t *ids = NULL;
-    size_t nold = 0;
+    size_t nold = 0, nw = 0;
     int rv;
+
+    *warns = NULL;
+    *nwarns = 0;
 
     if (!imp->service || !*imp->service) {
         err_set(err, errlen, "no service given");
@@ -516,6 +589,9 @@ int ctl_config_filter_import(struct ctl_txn *t, const Fgx__Ctl__FilterImport *im
         err_set(err, errlen, "too many filters (at most %d)", CTL_CONFIG_FILTERS_MAX);
         return -EINVAL;
     }
+    ids = calloc(imp->n_filters ? imp->n_filters : 1, sizeof(*ids));
+    if (!ids)
+        return -ENOMEM;
     /* Every line first: the first bad one is named and nothing is written. */
     for (size_t i = 0; i < imp->n_filters; i++) {
         const Fgx__Ctl__FilterSpec *s = imp->filters[i];
@@ -524,17 +600,29 @@ int ctl_config_filter_import(struct ctl_txn *t, const Fgx__Ctl__FilterImport *im
 
         if (dir_from_msg(s->has_dir, s->dir, &dir) < 0) {
             err_set(err, errlen, "line %u: invalid direction", spec_line(imp, i));
-            return -EINVAL;
+            rv = -EINVAL;
+            goto out;
         }
-        if (ctl_config_regex_check_cached(s->regex, s->has_nocase && s->nocase, svc.ipproto, why,
-                                          sizeof(why)) < 0) {
+        if (ctl_config_regex_lint_cached(s->regex, s->has_nocase && s->nocase, svc.ipproto, &pw,
+                                         why, sizeof(why)) < 0) {
             err_set(err, errlen, "line %u: %s", spec_line(imp, i), why);
-            return -EINVAL;
+            rv = -EINVAL;
+            goto out;
         }
+        if (pw.n == 0)
+            continue;
+        if ((nw & (nw - 1)) == 0) { /* grow at powers of two: most files have few */
+            struct ctl_config_warning *g = realloc(w, (nw ? 2 * nw : 1) * sizeof(*w));
+
+            if (!g) {
+                rv = -ENOMEM;
+                goto out;
+            }
+            w = g;
+        }
+        w[nw] = (struct ctl_config_warning){.filter_id = (uint32_t)i, .line = spec_line(imp, i)};
+        w[nw++].w = pw;
     }
-    ids = calloc(imp->n_filters ? imp->n_filters : 1, sizeof(*ids));
-    if (!ids)
-        return -ENOMEM;
     if (imp->has_replace && imp->replace) {
         rv = ctl_store_filter_list(t, svc.id, &old, &nold);
         for (size_t i = 0; rv == 0 && i < nold; i++)
@@ -562,9 +650,17 @@ int ctl_config_filter_import(struct ctl_txn *t, const Fgx__Ctl__FilterImport *im
         ids[i] = f.id;
     }
     rv = service_compile(t, &svc, imp, ids, err, errlen);
-    if (rv == 0)
-        *svc_id = svc.id;
+    if (rv < 0)
+        goto out;
+    *svc_id = svc.id;
+    /* filter_id held the line's index until the filters had ids. */
+    for (size_t i = 0; i < nw; i++)
+        w[i].filter_id = ids[w[i].filter_id];
+    *warns = w;
+    *nwarns = nw;
+    w = NULL;
 out:
+    free(w);
     free(ids);
     ctl_filters_free(old, nold);
     return rv;

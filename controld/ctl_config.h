@@ -11,6 +11,7 @@
 
 #include "control.pb-c.h"
 #include "controld/ctl_store.h"
+#include "fgx/ruleset.h"
 
 #define CTL_CONFIG_SERVICES_MAX 4096
 #define CTL_CONFIG_FILTERS_MAX 65536
@@ -47,6 +48,19 @@ int ctl_config_import(struct ctl_txn *t, const Fgx__Ctl__Config *cfg, char *err,
 int ctl_config_filter_import(struct ctl_txn *t, const Fgx__Ctl__FilterImport *imp, uint32_t *svc_id,
                              char *err, size_t errlen);
 
+/* The warnings of one imported line (fgx_pattern_lint()), for the filter it became. */
+struct ctl_config_warning {
+    uint32_t filter_id;
+    uint32_t line;
+    struct fgx_pattern_warnings w;
+};
+
+/* ctl_config_filter_import(), and the warnings of the lines that have any in *warns (*nwarns
+ * of them, malloc'd, the caller frees; NULL and 0 on failure). */
+int ctl_config_filter_import_warn(struct ctl_txn *t, const Fgx__Ctl__FilterImport *imp,
+                                  uint32_t *svc_id, struct ctl_config_warning **warns,
+                                  size_t *nwarns, char *err, size_t errlen);
+
 /* The password switch as stored (true when never set). */
 int ctl_config_auth_enabled(struct ctl_txn *t, bool *out);
 int ctl_config_auth_enabled_put(struct ctl_txn *t, bool enabled);
@@ -63,5 +77,17 @@ int ctl_config_regex_check(const char *regex, bool nocase, uint8_t ipproto, char
  * call, so that no regex is compiled on the control loop. */
 int ctl_config_regex_check_cached(const char *regex, bool nocase, uint8_t ipproto, char *err,
                                   size_t errlen);
+/* ctl_config_regex_check_cached(), with the warnings of an accepted regex in *w (none when
+ * refused; w may be NULL): see fgx_pattern_lint(). */
+int ctl_config_regex_lint_cached(const char *regex, bool nocase, uint8_t ipproto,
+                                 struct fgx_pattern_warnings *w, char *err, size_t errlen);
+/* ctl_config_regex_check(), and what is likely to block honest traffic in *w (none when
+ * refused): see fgx_pattern_lint(). */
+int ctl_config_regex_lint(const char *regex, bool nocase, uint8_t ipproto,
+                          struct fgx_pattern_warnings *w, char *err, size_t errlen);
+/* ctl_config_regex_lint(), with the warnings as text in err, one a line ("" when none): what
+ * a compile child records for ctl_config_regex_lint_cached(). */
+int ctl_config_regex_lint_text(const char *regex, bool nocase, uint8_t ipproto, char *err,
+                               size_t errlen);
 
 #endif

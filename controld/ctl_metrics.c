@@ -109,6 +109,22 @@ int ctl_metrics_render(const struct ctl_service *svcs, size_t nsvcs, const struc
          offsetof(struct ctl_metrics_worker, connect_failed)},
         {"fgex_worker_scan_errors_total", "Connections reset because their scan failed.",
          offsetof(struct ctl_metrics_worker, scan_errors)},
+        {"fgex_worker_src_refused_total",
+         "Connections the proxy refused at its per-source limit.",
+         offsetof(struct ctl_metrics_worker, src_refused)},
+        {"fgex_worker_evicted_total",
+         "Idle connections the proxy closed at its limit to make room for new ones.",
+         offsetof(struct ctl_metrics_worker, evicted)},
+        {"fgex_worker_silent_closed_total",
+         "Connections the proxy closed because no byte moved within the first-byte timeout.",
+         offsetof(struct ctl_metrics_worker, silent_closed)},
+        {"fgex_worker_midstream_reset_total",
+         "Connections reset at their service's return because bytes passed unscanned while it "
+         "was away.",
+         offsetof(struct ctl_metrics_worker, midstream_reset)},
+        {"fgex_worker_midstream_rescan_total",
+         "Connections scanned on with fresh streams at their service's return (policy scan).",
+         offsetof(struct ctl_metrics_worker, midstream_rescan)},
     };
     const struct ctl_worker_counters *wc = stats ? ctl_stats_worker(stats) : NULL;
     char *buf = NULL;
@@ -216,6 +232,11 @@ static void metrics_worker(const struct ctl_sup *sup, const struct ctl_worker_co
             w->unclassified = c->unclassified;
             w->connect_failed = c->connect_failed;
             w->scan_errors = c->scan_errors;
+            w->src_refused = c->src_refused;
+            w->evicted = c->evicted;
+            w->silent_closed = c->silent_closed;
+            w->midstream_reset = c->midstream_reset;
+            w->midstream_rescan = c->midstream_rescan;
         }
     }
 }

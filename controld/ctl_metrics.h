@@ -21,6 +21,7 @@ struct ctl_metrics_worker {
     /* proxy: connections it reset itself since it started (has_own: it reported them) */
     bool has_own;
     uint64_t conns_refused, unclassified, connect_failed, scan_errors;
+    uint64_t src_refused, evicted, silent_closed, midstream_reset, midstream_rescan;
 };
 
 /* Render the exposition text for these services and filters (borrowed). stats may be NULL

@@ -623,6 +623,7 @@ static const uint8_t nft_doff_order[] = {8, 5, 6, 7, 9, 10, 11, 12, 13, 14, 15};
 static void build_service_chain(struct nft_tx *tx, const struct ctl_nft_service *s,
                                 const char *chain, bool c2s)
 {
+    static const uint8_t frag_mask[2] = {0x3f, 0xff}; /* IPv4 MF and fragment offset */
     const char *q = queue_chain(s->fail_open);
     struct nft_rule rl;
 
@@ -673,6 +674,20 @@ static void build_service_chain(struct nft_tx *tx, const struct ctl_nft_service 
         m_nfproto(&rl, NFPROTO_IPV6);
         e_payload(&rl, NFT_PAYLOAD_NETWORK_HEADER, 4, 2);
         e_cmp_be16(&rl, NFT_CMP_GT, 4 * 15);
+        e_verdict(&rl, NFT_GOTO, q);
+        rule_end(&rl);
+
+        /* An IPv4 fragment goes to the worker (which drops it) whatever its length. Where
+         * nothing reassembles before these rules (no conntrack or tproxy user in the
+         * namespace), a first fragment that holds just a TCP header would pass the exact
+         * rules below as a segment with no payload, and the later fragments, which carry no
+         * ports, match no service rule: the receiver would reassemble a payload nobody
+         * scanned. (An IPv6 fragment header fails "ip6 nexthdr tcp" below.) */
+        rule_start(tx, chain, &rl);
+        m_nfproto(&rl, NFPROTO_IPV4);
+        e_payload(&rl, NFT_PAYLOAD_NETWORK_HEADER, 6, 2);
+        e_and(&rl, &frag_mask, 2);
+        e_cmp_be16(&rl, NFT_CMP_NEQ, 0);
         e_verdict(&rl, NFT_GOTO, q);
         rule_end(&rl);
 
@@ -765,6 +780,18 @@ static void build_proxy(struct nft_tx *tx, const struct nft_sync_arg *a)
     e_mark_set(&rl, CTL_ROUTE_MARK);
     e_verdict(&rl, NF_ACCEPT, NULL);
     rule_end(&rl);
+    /* The services' replies on the proxy's upstream connections (conntrack marked below),
+     * addressed to the client: to the proxy. For any such connection, not per service: one
+     * the proxy still holds after its service stopped or moved to the other layer must keep
+     * its way back, or the service's next reply goes to the real client, whose reset kills
+     * the service's end. */
+    rule_start(tx, "pxout", &rl);
+    m_mark_eq(&rl, NFT_CMP_NEQ, FGX_MARK); /* not the proxy's own packets on that entry */
+    m_l4proto(&rl, IPPROTO_TCP);
+    e_ct_mark(&rl, false);
+    e_cmp(&rl, NFT_CMP_EQ, &(uint32_t){CT_PX}, sizeof(uint32_t));
+    e_mark_set(&rl, CTL_ROUTE_MARK);
+    rule_end(&rl);
     for (i = 0; i < a->npx; i++) {
         const struct ctl_nft_service *s = &a->px[i];
 
@@ -783,19 +810,14 @@ static void build_proxy(struct nft_tx *tx, const struct nft_sync_arg *a)
         }
 
         /* The proxy's upstream connection to a service of this box: remember it in conntrack
-         * so the service's replies, addressed to the client, are rerouted to the proxy. */
+         * so the service's replies, addressed to the client, are rerouted to the proxy (the
+         * rule above). */
         rule_start(tx, "pxout", &rl);
         m_mark_eq(&rl, NFT_CMP_EQ, FGX_MARK);
         m_px_service(&rl, s, true);
         e_set_u32(&rl, CT_PX);
         e_ct_mark(&rl, true);
         e_verdict(&rl, NF_ACCEPT, NULL);
-        rule_end(&rl);
-        rule_start(tx, "pxout", &rl);
-        m_px_service(&rl, s, false);
-        e_ct_mark(&rl, false);
-        e_cmp(&rl, NFT_CMP_EQ, &(uint32_t){CT_PX}, sizeof(uint32_t));
-        e_mark_set(&rl, CTL_ROUTE_MARK);
         rule_end(&rl);
         /* The box's own clients: through lo, where the tproxy rule sees them. */
         rule_start(tx, "pxout", &rl);

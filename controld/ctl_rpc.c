@@ -48,6 +48,13 @@ struct rpc {
     char token[CTL_AUTH_TOKEN_LEN + 1]; /* login: the new session's token */
     struct ctl_config_export cfg_exp;   /* config_export */
     bool deferred; /* a probe that needs the compile session: nothing stored, no reply */
+    /* filter add: the regex's warnings; filter import: each line's, as "line N: ..." */
+    struct fgx_pattern_warnings add_warn;
+    char *add_warn_ptrs[FGX_PATTERN_WARN_MAX];
+    struct ctl_config_warning *imp_warn; /* ascending filter ids */
+    size_t nimp_warn;
+    char (*imp_text)[FGX_PATTERN_WARN_LEN + 16];
+    char **imp_ptrs;
 };
 
 static void rpc_fail(struct rpc *r, Fgx__Ctl__Code code, const char *fmt, ...)
@@ -98,6 +105,9 @@ static void rpc_release(struct rpc *r)
     free(r->ev_ptrs);
     free(r->evs);
     ctl_config_export_release(&r->cfg_exp);
+    free(r->imp_warn);
+    free(r->imp_text);
+    free(r->imp_ptrs);
     explicit_bzero(r->token, sizeof(r->token));
 }
 
@@ -260,10 +270,12 @@ static int check_ip(struct rpc *r, const char *ip, struct fgx_cidr *out)
     return 0;
 }
 
-static int check_regex(struct rpc *r, const char *regex, bool nocase, uint8_t ipproto)
+/* w: NULL, or where the warnings of an accepted regex go. */
+static int check_regex(struct rpc *r, const char *regex, bool nocase, uint8_t ipproto,
+                       struct fgx_pattern_warnings *w)
 {
     char err[768];
-    int rv = ctl_config_regex_check_cached(regex, nocase, ipproto, err, sizeof(err));
+    int rv = ctl_config_regex_lint_cached(regex, nocase, ipproto, w, err, sizeof(err));
 
     if (rv < 0)
         rpc_fail(r, FGX__CTL__CODE__CODE_INVALID, "%s", err);
@@ -349,12 +361,19 @@ static size_t reply_px_worker(struct rpc *r, size_t at)
         w->has_flows = w->has_rss_bytes = 1;
         w->has_conns_refused = w->has_unclassified = 1;
         w->has_connect_failed = w->has_scan_errors = 1;
+        w->has_src_refused = w->has_evicted = w->has_silent_closed = 1;
+        w->has_midstream_reset = w->has_midstream_rescan = 1;
         w->flows = c->flows;
         w->rss_bytes = c->rss_bytes;
         w->conns_refused = c->conns_refused;
         w->unclassified = c->unclassified;
         w->connect_failed = c->connect_failed;
         w->scan_errors = c->scan_errors;
+        w->src_refused = c->src_refused;
+        w->evicted = c->evicted;
+        w->silent_closed = c->silent_closed;
+        w->midstream_reset = c->midstream_reset;
+        w->midstream_rescan = c->midstream_rescan;
     }
     r->workers[at] = w;
     return 1;
@@ -788,7 +807,7 @@ static void do_service_set(struct rpc *r, const Fgx__Ctl__ServiceSet *a)
                 goto out;
             }
             for (size_t i = 0; i < nfs; i++)
-                if (check_regex(r, fs[i].regex, fs[i].nocase, ipproto) < 0)
+                if (check_regex(r, fs[i].regex, fs[i].nocase, ipproto, NULL) < 0)
                     goto out;
         }
         svc.ipproto = ipproto;
@@ -822,7 +841,7 @@ static void do_filter_add(struct rpc *r, const Fgx__Ctl__FilterAdd *a)
     if (service_resolve(r, t, a->service, &svc) < 0)
         goto out;
     f.nocase = a->has_nocase && a->nocase;
-    if (check_regex(r, a->regex, f.nocase, svc.ipproto) < 0)
+    if (check_regex(r, a->regex, f.nocase, svc.ipproto, &r->add_warn) < 0)
         goto out;
     f.service_id = svc.id;
     f.dir = !a->has_dir                         ? FGX_DIR_BOTH
@@ -847,9 +866,14 @@ static void do_filter_add(struct rpc *r, const Fgx__Ctl__FilterAdd *a)
     }
     if (reply_filter(r, t, &f) < 0)
         goto out;
+    for (size_t i = 0; i < r->add_warn.n; i++)
+        r->add_warn_ptrs[i] = r->add_warn.text[i];
+    r->flt_msgs[0].n_warnings = r->add_warn.n;
+    r->flt_msgs[0].warnings = r->add_warn_ptrs;
     rpc_finish(r, &t, true);
     if (!rpc_failed(r) || r->reply.code == FGX__CTL__CODE__CODE_UNAVAILABLE)
-        fgx_info("filter %u added to service %s", r->flts[0].id, svc.name);
+        fgx_info("filter %u added to service %s%s", r->flts[0].id, svc.name,
+                 r->add_warn.n ? " (with a warning: likely to block honest traffic)" : "");
 out:
     ctl_filter_release(&f);
     ctl_txn_abort(t);
@@ -1376,6 +1400,46 @@ out:
     ctl_txn_abort(t);
 }
 
+static int warn_cmp(const void *key, const void *elem)
+{
+    uint32_t id = *(const uint32_t *)key;
+    const struct ctl_config_warning *w = elem;
+
+    return id < w->filter_id ? -1 : id > w->filter_id;
+}
+
+/* Each imported line's warnings onto the reply's filter it became, as "line N: ...". */
+static int reply_import_warnings(struct rpc *r)
+{
+    size_t total = 0, k = 0;
+
+    for (size_t i = 0; i < r->nimp_warn; i++)
+        total += r->imp_warn[i].w.n;
+    if (total == 0)
+        return 0;
+    r->imp_text = calloc(total, sizeof(*r->imp_text));
+    r->imp_ptrs = calloc(total, sizeof(*r->imp_ptrs));
+    if (!r->imp_text || !r->imp_ptrs) {
+        rpc_store_fail(r, -ENOMEM);
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < r->nflts; i++) {
+        const struct ctl_config_warning *w =
+            bsearch(&r->flts[i].id, r->imp_warn, r->nimp_warn, sizeof(*r->imp_warn), warn_cmp);
+
+        if (!w)
+            continue;
+        r->flt_msgs[i].warnings = &r->imp_ptrs[k];
+        r->flt_msgs[i].n_warnings = w->w.n;
+        for (size_t j = 0; j < w->w.n; j++, k++) {
+            snprintf(r->imp_text[k], sizeof(r->imp_text[k]), "line %u: %s", w->line,
+                     w->w.text[j]);
+            r->imp_ptrs[k] = r->imp_text[k];
+        }
+    }
+    return 0;
+}
+
 static void do_filter_import(struct rpc *r, const Fgx__Ctl__FilterImport *imp)
 {
     struct ctl_filter *fs = NULL;
@@ -1391,7 +1455,8 @@ static void do_filter_import(struct rpc *r, const Fgx__Ctl__FilterImport *imp)
     }
     if (txn_begin(r, true, &t) < 0)
         return;
-    rv = ctl_config_filter_import(t, imp, &sid, err, sizeof(err));
+    rv = ctl_config_filter_import_warn(t, imp, &sid, &r->imp_warn, &r->nimp_warn, err,
+                                       sizeof(err));
     if (rv < 0) {
         rpc_fail(r, config_code(rv), "%s", err);
         goto out;
@@ -1401,7 +1466,7 @@ static void do_filter_import(struct rpc *r, const Fgx__Ctl__FilterImport *imp)
         rpc_store_fail(r, rv);
         goto out;
     }
-    if (reply_filters(r, t, fs, n) < 0)
+    if (reply_filters(r, t, fs, n) < 0 || reply_import_warnings(r) < 0)
         goto out;
     rpc_finish(r, &t, true);
     if (!rpc_failed(r) || r->reply.code == FGX__CTL__CODE__CODE_UNAVAILABLE)

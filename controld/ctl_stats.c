@@ -319,6 +319,11 @@ int ctl_stats_ingest_proxy(struct ctl_stats *s, uint64_t instance, const struct 
     w->unclassified = m->unclassified;
     w->connect_failed = m->connect_failed;
     w->scan_errors = m->scan_errors;
+    w->src_refused = m->src_refused;
+    w->evicted = m->evicted;
+    w->silent_closed = m->silent_closed;
+    w->midstream_reset = m->midstream_reset;
+    w->midstream_rescan = m->midstream_rescan;
     return rv;
 }
 
@@ -341,6 +346,8 @@ void ctl_stats_px_worker_down(struct ctl_stats *s)
     s->px_worker.flows = s->px_worker.rss_bytes = 0;
     s->px_worker.conns_refused = s->px_worker.unclassified = 0;
     s->px_worker.connect_failed = s->px_worker.scan_errors = 0;
+    s->px_worker.src_refused = s->px_worker.evicted = s->px_worker.silent_closed = 0;
+    s->px_worker.midstream_reset = s->px_worker.midstream_rescan = 0;
 }
 
 static int flush_events(struct ctl_stats *s, struct ctl_txn *t)

@@ -33,6 +33,7 @@ struct ctl_worker_counters {
     uint64_t midstream_resets, flows_evicted;
     uint64_t queue_drops_total, events_lost_total;
     uint64_t conns_refused, unclassified, connect_failed, scan_errors; /* proxy */
+    uint64_t src_refused, evicted, silent_closed, midstream_reset, midstream_rescan; /* proxy */
 };
 
 struct ctl_stats;

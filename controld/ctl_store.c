@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -54,6 +55,35 @@ static int store_err(int rc, const char *what)
             return -rc;
         return -EIO;
     }
+}
+
+/* Less room than this left on the store's file system after a failed write means it was full. */
+#define STORE_FULL_SLACK (256 << 10)
+
+/* LMDB reports a short write as EIO (it keeps no errno for it): on a file system with room for
+ * only part of a commit, pwrite writes what fits and returns less. A real I/O error leaves the
+ * room where it was; a short write for want of room leaves (almost) none. */
+static bool store_disk_full(struct ctl_store *s)
+{
+    struct statvfs st;
+    unsigned long long room;
+    int fd;
+
+    if (mdb_env_get_fd(s->env, &fd) != MDB_SUCCESS || fstatvfs(fd, &st) == -1)
+        return false;
+    /* root may write into the blocks reserved for it (ext4), so its limit is f_bfree. */
+    room = (unsigned long long)(geteuid() == 0 ? st.f_bfree : st.f_bavail) * st.f_frsize;
+    return room < STORE_FULL_SLACK;
+}
+
+/* A commit's error: as store_err(), but an EIO on a full file system is ENOSPC. */
+static int commit_err(struct ctl_store *s, int rc, const char *what)
+{
+    if (rc == EIO && store_disk_full(s)) {
+        fgx_err("state store: %s: %s (a short write: the disk is full)", what, mdb_strerror(rc));
+        return -ENOSPC;
+    }
+    return store_err(rc, what);
 }
 
 const char *ctl_store_strerror(int err)
@@ -197,7 +227,7 @@ int ctl_store_open(const char *dir, size_t mapsize, struct ctl_store **out)
         mdb_txn_abort(txn);
         goto err;
     }
-    rv = store_err(mdb_txn_commit(txn), "commit");
+    rv = commit_err(s, mdb_txn_commit(txn), "commit");
     if (rv < 0)
         goto err;
     *out = s;
@@ -235,7 +265,7 @@ int ctl_txn_begin(struct ctl_store *s, bool write, struct ctl_txn **out)
 
 int ctl_txn_commit(struct ctl_txn *t)
 {
-    int rv = store_err(mdb_txn_commit(t->txn), "commit");
+    int rv = commit_err(t->s, mdb_txn_commit(t->txn), "commit");
 
     free(t);
     return rv;

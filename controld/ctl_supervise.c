@@ -29,6 +29,8 @@
 struct ctl_sup {
     char *run_dir, *worker_path, *log_level;
     unsigned threads, queue_base, proxy_port, max_conns, nfq_flows;
+    bool has_max_per_src, has_first_byte;
+    unsigned max_per_src, first_byte_s;
     bool no_synack_log;
     const char *name; /* "nfqworker" or "proxyworker", for paths and logs */
     struct fgx_chan *chan;
@@ -87,8 +89,9 @@ static int worker_path_default(const char *name, char **out)
 static int sup_spawn(struct ctl_sup *s)
 {
     char url[PATH_MAX + 16], threads[16], base[16], port[16], conns[16], flows[16];
+    char per_src[16], first[16];
     /* spare slots (and the NULL after them) for the options below */
-    char *argv[14] = {s->worker_path, "--control", url,           "--threads",  threads,
+    char *argv[16] = {s->worker_path, "--control", url,           "--threads",  threads,
                       "--queue-base", base,        "--log-level", s->log_level, NULL};
     int argc = 9;
     pid_t parent = getpid(), pid;
@@ -99,13 +102,23 @@ static int sup_spawn(struct ctl_sup *s)
     snprintf(port, sizeof(port), "%u", s->proxy_port);
     snprintf(conns, sizeof(conns), "%u", s->max_conns);
     snprintf(flows, sizeof(flows), "%u", s->nfq_flows);
+    snprintf(per_src, sizeof(per_src), "%u", s->max_per_src);
+    snprintf(first, sizeof(first), "%u", s->first_byte_s);
     if (s->proxy_port) {
-        /* proxyworker: --listen-port instead of --queue-base, and --max-conns when set */
+        /* proxyworker: --listen-port instead of --queue-base, and its limits when set */
         argv[5] = "--listen-port";
         argv[6] = port;
         if (s->max_conns) {
             argv[argc++] = "--max-conns";
             argv[argc++] = conns;
+        }
+        if (s->has_max_per_src) {
+            argv[argc++] = "--max-conns-per-src";
+            argv[argc++] = per_src;
+        }
+        if (s->has_first_byte) {
+            argv[argc++] = "--first-byte-timeout";
+            argv[argc++] = first;
         }
     } else {
         if (s->no_synack_log)
@@ -179,6 +192,10 @@ int ctl_sup_start(const struct ctl_sup_config *cfg, struct ctl_sup **out)
     s->queue_base = cfg->queue_base;
     s->proxy_port = cfg->proxy_port;
     s->max_conns = cfg->max_conns;
+    s->has_max_per_src = cfg->has_max_per_src;
+    s->max_per_src = cfg->max_per_src;
+    s->has_first_byte = cfg->has_first_byte;
+    s->first_byte_s = cfg->first_byte_s;
     s->no_synack_log = cfg->no_synack_log;
     s->nfq_flows = cfg->nfq_flows;
     s->name = cfg->proxy_port ? "proxyworker" : "nfqworker";

@@ -21,6 +21,10 @@ struct ctl_sup_config {
      * this port for the tproxy rules, on ipc://RUN_DIR/proxy.sock; queue_base is unused. */
     unsigned proxy_port;
     unsigned max_conns; /* proxyworker --max-conns; 0: its default */
+    /* proxyworker --max-conns-per-src and --first-byte-timeout (seconds) when set (0 is a
+     * value: no limit, no timeout) */
+    bool has_max_per_src, has_first_byte;
+    unsigned max_per_src, first_byte_s;
     bool no_synack_log; /* nfqworker --no-synack-log (the rules queue SYNs, ctl_nft.h) */
     unsigned nfq_flows; /* nfqworker --flows (per thread); 0: its default */
 };

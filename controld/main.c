@@ -43,6 +43,8 @@ struct opts {
     const char *state_dir, *run_dir, *log_level, *metrics_listen;
     unsigned threads, queue_base;
     unsigned proxy_port, proxy_max_conns;
+    bool has_proxy_per_src, has_proxy_first_byte; /* set on the command line (0 is a value) */
+    unsigned proxy_per_src, proxy_first_byte;
     bool foreground;
     const char *listen, *cert, *key; /* remote control: tls+tcp:// */
     const char *allow[CTL_AUTH_ALLOW_MAX];
@@ -51,6 +53,7 @@ struct opts {
     bool no_synack_log;
     unsigned compile_timeout; /* seconds */
     unsigned nfq_flows;
+    unsigned handshake_s; /* --handshake-timeout */
 };
 
 static volatile sig_atomic_t stop_requested;
@@ -68,10 +71,11 @@ static void usage(FILE *f)
         "usage: controld [--state-dir DIR] [--run-dir DIR] [--threads N] [--foreground]\n"
         "                [--log-level error|warn|info|debug] [--queue-base B]\n"
         "                [--metrics-listen ADDR:PORT] [--proxy-port P] [--proxy-max-conns N]\n"
+        "                [--proxy-max-conns-per-src N] [--proxy-first-byte-timeout SECONDS]\n"
         "                [--listen tls+tcp://ADDR:PORT [--cert FILE --key FILE]]\n"
-        "                [--allow CIDR]... [--local-auth] [--init-password] [--no-synack-log]\n"
-        "                [--compile-timeout SECONDS] [--nfq-flows N]\n"
-        "                [--config FILE] [--version] [--help]\n"
+        "                [--allow CIDR]... [--handshake-timeout SEC] [--local-auth]\n"
+        "                [--init-password] [--no-synack-log] [--compile-timeout SECONDS]\n"
+        "                [--nfq-flows N] [--config FILE] [--version] [--help]\n"
         "defaults: --state-dir /var/lib/fgex --run-dir /run/fgex --threads <online CPUs>\n"
         "          --log-level info --queue-base %u\n"
         "--config  read settings from FILE (default " CTL_CONFFILE_DEFAULT ", if it exists):\n"
@@ -85,10 +89,21 @@ static void usage(FILE *f)
         "          STATE_DIR/tls-cert.pem, made on first start, unless --cert/--key name one.\n"
         "          Remote clients must log in (fgexctl login) while auth is on (the default).\n"
         "--allow   only these peers may connect to --listen (repeatable; default: any).\n"
+        "--handshake-timeout  a --listen connection that has not sent its first request this\n"
+        "          many seconds after it connected (the TLS handshake included) is closed\n"
+        "          (default %u); so are the oldest past %u such connections from one address.\n"
         "--local-auth  the local socket needs a login too.\n"
         "--init-password  set the password from the first line of stdin, then start.\n"
         "--proxy-port  where proxyworker listens for the proxy layer's connections (default\n"
-        "          %u); --proxy-max-conns its limit of open connections (default 4096).\n"
+        "          %u); --proxy-max-conns its limit of open connections (default: from the\n"
+        "          memory, 1/8 of it at 24 KiB a connection, within 1024..1000000 and the\n"
+        "          descriptor limit); at the limit the most idle connection (first: one where\n"
+        "          nothing was sent yet) is closed for the new one.\n"
+        "--proxy-max-conns-per-src  open proxied connections per client address, IPv6 per\n"
+        "          /64 (default 256, kept per worker thread as its share; 0: no limit); at the\n"
+        "          limit that address's most idle connection is closed for its new one.\n"
+        "--proxy-first-byte-timeout  close a proxied connection where neither side sent a\n"
+        "          byte within SECONDS (default 10; 0: only the 600 s idle timeout).\n"
         "--no-synack-log  queue the server's SYN-ACK instead of copying it to the worker (one\n"
         "          queue trip more per connection); chosen by itself on a\n"
         "          kernel without the nftables log expression.\n"
@@ -97,8 +112,8 @@ static void usage(FILE *f)
         "          in child processes, so controld keeps answering meanwhile.\n"
         "--nfq-flows  TCP flows the nfq worker tracks per thread (default 65536; a quarter\n"
         "          of them at most embryonic: handshakes without data yet).\n",
-        FGX_QUEUE_BASE_DEFAULT, PROXY_PORT_DEFAULT, CTL_COMPILE_TIMEOUT_DEFAULT,
-        CTL_COMPILE_TIMEOUT_MAX);
+        FGX_QUEUE_BASE_DEFAULT, CTL_AUTH_HANDSHAKE_S_DEFAULT, CTL_AUTH_PENDING_PER_PEER,
+        PROXY_PORT_DEFAULT, CTL_COMPILE_TIMEOUT_DEFAULT, CTL_COMPILE_TIMEOUT_MAX);
 }
 
 static int parse_uint(const char *s, unsigned min, unsigned max, unsigned *out)
@@ -124,11 +139,14 @@ static const struct option longopts[] = {
     {"queue-base", required_argument, NULL, 'q'},
     {"proxy-port", required_argument, NULL, 'p'},
     {"proxy-max-conns", required_argument, NULL, 'M'},
+    {"proxy-max-conns-per-src", required_argument, NULL, 'N'},
+    {"proxy-first-byte-timeout", required_argument, NULL, 'B'},
     {"metrics-listen", required_argument, NULL, 'm'},
     {"listen", required_argument, NULL, 'L'},
     {"cert", required_argument, NULL, 'C'},
     {"key", required_argument, NULL, 'K'},
     {"allow", required_argument, NULL, 'A'},
+    {"handshake-timeout", required_argument, NULL, 'H'},
     {"local-auth", no_argument, NULL, 'a'},
     {"init-password", no_argument, NULL, 'P'},
     {"no-synack-log", no_argument, NULL, 'S'},
@@ -152,7 +170,8 @@ static int parse_opts(int argc, char **argv, struct opts *o)
                        .threads = ncpu > 0 ? (unsigned)ncpu : 1,
                        .queue_base = FGX_QUEUE_BASE_DEFAULT,
                        .proxy_port = PROXY_PORT_DEFAULT,
-                       .compile_timeout = CTL_COMPILE_TIMEOUT_DEFAULT};
+                       .compile_timeout = CTL_COMPILE_TIMEOUT_DEFAULT,
+                       .handshake_s = CTL_AUTH_HANDSHAKE_S_DEFAULT};
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (c) {
         case 's':
@@ -195,6 +214,13 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         case 'S':
             o->no_synack_log = true;
             break;
+        case 'H':
+            if (parse_uint(optarg, 1, 3600, &o->handshake_s) < 0) {
+                fprintf(stderr, "controld: --handshake-timeout takes 1..3600 seconds, not \"%s\"\n",
+                        optarg);
+                return -EINVAL;
+            }
+            break;
         case 'T':
             if (parse_uint(optarg, 1, CTL_COMPILE_TIMEOUT_MAX, &o->compile_timeout) < 0) {
                 fprintf(stderr, "controld: --compile-timeout takes 1..%u seconds, not \"%s\"\n",
@@ -214,6 +240,25 @@ static int parse_opts(int argc, char **argv, struct opts *o)
                         optarg);
                 return -EINVAL;
             }
+            break;
+        case 'N':
+            if (parse_uint(optarg, 0, 1000000, &o->proxy_per_src) < 0) {
+                fprintf(stderr,
+                        "controld: --proxy-max-conns-per-src takes 0..1000000, not \"%s\"\n",
+                        optarg);
+                return -EINVAL;
+            }
+            o->has_proxy_per_src = true;
+            break;
+        case 'B':
+            if (parse_uint(optarg, 0, 86400, &o->proxy_first_byte) < 0) {
+                fprintf(stderr,
+                        "controld: --proxy-first-byte-timeout takes 0..86400 seconds, not "
+                        "\"%s\"\n",
+                        optarg);
+                return -EINVAL;
+            }
+            o->has_proxy_first_byte = true;
             break;
         case 'L':
             if (strncmp(optarg, "tls+tcp://", 10) != 0) {
@@ -693,7 +738,11 @@ int main(int argc, char **argv)
                                                 .log_level = o.log_level,
                                                 .threads = o.threads,
                                                 .proxy_port = o.proxy_port,
-                                                .max_conns = o.proxy_max_conns},
+                                                .max_conns = o.proxy_max_conns,
+                                                .has_max_per_src = o.has_proxy_per_src,
+                                                .max_per_src = o.proxy_per_src,
+                                                .has_first_byte = o.has_proxy_first_byte,
+                                                .first_byte_s = o.proxy_first_byte},
                        &px_sup);
     if (rv < 0)
         goto out;
@@ -709,6 +758,8 @@ int main(int argc, char **argv)
         goto out;
     if (o.listen) {
         rv = fgx_chan_listen_tls(ctl, o.listen, tls.cert_pem, tls.key_pem, ctl_auth_admit, auth);
+        if (rv == 0)
+            rv = fgx_chan_tls_guard(ctl, (int)o.handshake_s * 1000, CTL_AUTH_PENDING_PER_PEER);
         if (rv < 0)
             goto out;
         fgx_info("listening on %s, certificate SHA-256 fingerprint %s%s", o.listen, tls.fingerprint,

@@ -231,8 +231,9 @@ static const char usage_worker_list[] =
     "packets the kernel dropped from its queues, and its memory (RSS).\n"
     "With --json: an array of {kind, pid, state, generation, restarts, queue_drops,\n"
     "flows, rss_bytes, truncated, verdict_errors, malformed}, with evasion,\n"
-    "midstream_resets and flows_evicted for kind nfq and conns_refused, unclassified,\n"
-    "connect_failed, scan_errors for kind proxy.\n";
+    "midstream_resets and flows_evicted for kind nfq, and conns_refused, unclassified,\n"
+    "connect_failed, scan_errors, src_refused, evicted, silent_closed, midstream_reset,\n"
+    "midstream_rescan for kind proxy.\n";
 
 static const char usage_worker_restart[] =
     "usage: fgexctl worker restart nfq|proxy|all\n"

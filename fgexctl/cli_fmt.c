@@ -208,6 +208,22 @@ static void addr_port(const char *ip, uint32_t port, char *buf, size_t len)
     (void)snprintf(buf, len, strchr(esc, ':') ? "[%s]:%" PRIu32 : "%s:%" PRIu32, esc, port);
 }
 
+void cli_fmt_warnings(FILE *f, const Fgx__Ctl__Reply *rep)
+{
+    char line[512];
+
+    for (size_t i = 0; i < rep->n_filters; i++) {
+        const Fgx__Ctl__Filter *fl = rep->filters[i];
+
+        for (size_t k = 0; k < fl->n_warnings; k++) {
+            cli_fmt_escape(fl->warnings[k], line, sizeof(line));
+            (void)fprintf(f, "%s" CLI_PROG ": warning:%s filter %" PRIu32 ": %s\n",
+                          cli_fmt_paint(CLI_COLOR_WARN), cli_fmt_paint(CLI_COLOR_OFF), fl->id,
+                          line);
+        }
+    }
+}
+
 void cli_fmt_error(FILE *f, const Fgx__Ctl__Reply *rep)
 {
     const char *why = rep->error;
@@ -855,6 +871,14 @@ void cli_fmt_json_filter(struct cli_json *j, const Fgx__Ctl__Filter *fl)
     cli_json_bool(j, fl->active);
     cli_json_key(j, "blocked");
     cli_json_u64(j, fl->blocked);
+    /* Only add and import say why a regex is likely to block honest traffic. */
+    if (fl->n_warnings > 0) {
+        cli_json_key(j, "warnings");
+        cli_json_arr_begin(j);
+        for (size_t i = 0; i < fl->n_warnings; i++)
+            cli_json_str(j, fl->warnings[i]);
+        cli_json_arr_end(j);
+    }
     cli_json_obj_end(j);
 }
 
@@ -945,6 +969,16 @@ static void json_worker(struct cli_json *j, const Fgx__Ctl__Worker *w)
         cli_json_u64(j, w->connect_failed);
         cli_json_key(j, "scan_errors");
         cli_json_u64(j, w->scan_errors);
+        cli_json_key(j, "src_refused");
+        cli_json_u64(j, w->src_refused);
+        cli_json_key(j, "evicted");
+        cli_json_u64(j, w->evicted);
+        cli_json_key(j, "silent_closed");
+        cli_json_u64(j, w->silent_closed);
+        cli_json_key(j, "midstream_reset");
+        cli_json_u64(j, w->midstream_reset);
+        cli_json_key(j, "midstream_rescan");
+        cli_json_u64(j, w->midstream_rescan);
     }
     cli_json_obj_end(j);
 }

@@ -17,6 +17,9 @@ int cli_fmt_reply(FILE *f, const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *
 /* Print "fgexctl: REASON\n" for a reply whose code is not OK: controld's one-line error with
  * control bytes escaped, or a generic reason for the code when it sent none. */
 void cli_fmt_error(FILE *f, const Fgx__Ctl__Reply *rep);
+/* One stderr line per warning that the reply's filters carry (filter add and import: the regex
+ * was stored but is likely to block honest traffic). */
+void cli_fmt_warnings(FILE *f, const Fgx__Ctl__Reply *rep);
 
 /* cli_fmt_error() for a reply to a request sent to url: a refused login-protected request says
  * the whole command to run, `fgexctl -c URL login` (no -c for the default socket). */

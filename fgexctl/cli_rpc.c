@@ -4,6 +4,8 @@
 #include "cli_rpc.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,7 +56,25 @@ static void rpc_load_token(struct cli_rpc *r)
         r->token = NULL;
 }
 
+static int rpc_dial_chan(struct cli_rpc *r);
+
+/* nng starts its I/O threads with the first dial, and they inherit this thread's signal mask:
+ * with SIGPIPE blocked there, a server that closes the connection mid-handshake (controld
+ * closes connections that stay silent too long) is an error to report, not a silent death. */
 static int rpc_dial(struct cli_rpc *r)
+{
+    sigset_t pipe, old;
+    int rc;
+
+    sigemptyset(&pipe);
+    sigaddset(&pipe, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe, &old);
+    rc = rpc_dial_chan(r);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return rc;
+}
+
+static int rpc_dial_chan(struct cli_rpc *r)
 {
     struct cli_tls_trust tr;
     int rc;

@@ -180,6 +180,7 @@ int main(int argc, char **argv)
     status = cli_fmt_exit_code(rep->code);
     /* UNAVAILABLE: the change is stored, so what it stored is still worth printing. */
     if (rep->code == FGX__CTL__CODE__CODE_OK || rep->code == FGX__CTL__CODE__CODE_UNAVAILABLE) {
+        cli_fmt_warnings(stderr, rep);
         if (cmd.version) {
             if (print_versions(stdout, rep, cmd.json) < 0) {
                 print_err("cannot write the output");

@@ -47,6 +47,13 @@ static bool host_bits_zero(const uint8_t *addr, unsigned nbits, unsigned prefix)
     return true;
 }
 
+static bool v4mapped(const uint8_t *addr)
+{
+    static const uint8_t head[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+
+    return memcmp(addr, head, sizeof(head)) == 0;
+}
+
 int fgx_cidr_parse(const char *text, struct fgx_cidr *out)
 {
     char buf[CIDR_TEXT_MAX + 1];
@@ -78,6 +85,15 @@ int fgx_cidr_parse(const char *text, struct fgx_cidr *out)
         return -EINVAL;
     if (!host_bits_zero(c.addr, family_bits(family), prefix))
         return -EINVAL;
+    if (family == 6 && prefix >= 96 && v4mapped(c.addr)) {
+        /* An IPv4 peer of a dual-stack socket shows as ::ffff:a.b.c.d, but on the wire, where
+         * the rules and the workers look, its packets are IPv4: an IPv6 rule for it could never
+         * match. */
+        memmove(c.addr, c.addr + 12, 4);
+        memset(c.addr + 4, 0, 12);
+        family = 4;
+        prefix -= 96;
+    }
 
     c.family = (uint8_t)family;
     c.prefix = (uint8_t)prefix;

@@ -4,10 +4,18 @@
 #include "fgx/chan_tls.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
+#include <netinet/in.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
+
+#include <linux/tcp.h> /* struct tcp_info with tcpi_bytes_received */
 
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/rep.h>
@@ -18,6 +26,41 @@
 #include "fgx/log.h"
 
 #define CHAN_REFUSED_RING 64
+/* The TLS guard: connections tracked at once (beyond that a new one is closed at once), and
+ * how often it looks. */
+#define CHAN_GUARD_MAX 4096
+#define CHAN_GUARD_PERIOD_MS 200
+
+/* A TLS pipe that completed nng's negotiation, and whether it has sent a request yet. */
+struct chan_live {
+    uint32_t pipe;
+    struct fgx_peer peer;
+    bool active;
+};
+
+/* A TCP connection to the TLS listener, as seen by the guard's look at the process's fds. */
+struct chan_seen {
+    ino_t ino;
+    uint64_t first_ms;
+    uint64_t sweep;   /* the last sweep that saw it */
+    uint64_t live_rx; /* 1 + bytes received when first seen negotiated; 0: not yet */
+    bool sent;        /* it has sent more since: a request, unless it is a slow drip */
+};
+
+struct chan_guard {
+    nng_thread *thr;
+    int stop;
+    int handshake_ms;
+    unsigned per_peer;
+    uint16_t port; /* the listener's TCP port */
+    nng_mtx *mtx;  /* live[] */
+    struct chan_live live[CHAN_GUARD_MAX];
+    size_t nlive;
+    /* the guard thread's own */
+    struct chan_seen seen[CHAN_GUARD_MAX];
+    size_t nseen;
+    uint64_t sweep;
+};
 
 struct fgx_chan {
     nng_socket sock;
@@ -30,6 +73,8 @@ struct fgx_chan {
     int refused[CHAN_REFUSED_RING];
     unsigned refused_next;
     struct fgx_chan_req *spare; /* the context the next fgx_chan_recv_req() receives on */
+    uint16_t tls_port;        /* of the last TLS listener, for the guard */
+    struct chan_guard *guard; /* NULL until fgx_chan_tls_guard() */
 };
 
 /* One received request and the nng context its reply must go back through. */
@@ -83,13 +128,61 @@ static int chan_errno(int rv)
     }
 }
 
+static int pipe_peer(nng_pipe p, struct fgx_peer *peer);
+
+static void guard_pipe_add(struct chan_guard *g, nng_pipe p)
+{
+    struct chan_live l = {.pipe = (uint32_t)nng_pipe_id(p)};
+
+    if (pipe_peer(p, &l.peer) < 0 || l.peer.family == 0)
+        return; /* local: nothing to guard */
+    nng_mtx_lock(g->mtx);
+    if (g->nlive < CHAN_GUARD_MAX)
+        g->live[g->nlive++] = l;
+    /* else: untracked, so taken for one that never negotiated and closed at its deadline */
+    nng_mtx_unlock(g->mtx);
+}
+
+static void guard_pipe_rem(struct chan_guard *g, nng_pipe p)
+{
+    uint32_t id = (uint32_t)nng_pipe_id(p);
+
+    nng_mtx_lock(g->mtx);
+    for (size_t i = 0; i < g->nlive; i++) {
+        if (g->live[i].pipe == id) {
+            g->live[i] = g->live[--g->nlive];
+            break;
+        }
+    }
+    nng_mtx_unlock(g->mtx);
+}
+
+/* The pipe sent a request: it is a client, not a connection that stays silent. */
+static void guard_pipe_active(struct chan_guard *g, nng_pipe p)
+{
+    uint32_t id = (uint32_t)nng_pipe_id(p);
+
+    if (!g)
+        return;
+    nng_mtx_lock(g->mtx);
+    for (size_t i = 0; i < g->nlive; i++)
+        if (g->live[i].pipe == id)
+            g->live[i].active = true;
+    nng_mtx_unlock(g->mtx);
+}
+
 static void chan_pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
 {
     struct fgx_chan *c = arg;
+    struct chan_guard *g = __atomic_load_n(&c->guard, __ATOMIC_ACQUIRE);
 
     if (ev == NNG_PIPE_EV_ADD_POST) {
         __atomic_add_fetch(&c->peers, 1, __ATOMIC_RELAXED);
+        if (g)
+            guard_pipe_add(g, p);
     } else if (ev == NNG_PIPE_EV_REM_POST) {
+        if (g)
+            guard_pipe_rem(g, p);
         bool refused = false;
 
         if (c->refused_mtx) {
@@ -293,12 +386,22 @@ int fgx_chan_peers(struct fgx_chan *c)
     return __atomic_load_n(&c->peers, __ATOMIC_RELAXED);
 }
 
+static void guard_free(struct chan_guard *g);
+
 void fgx_chan_close(struct fgx_chan *c)
 {
+    struct chan_guard *g;
+
     if (!c)
         return;
     chan_req_free(c->spare);
+    g = c->guard;
+
+    /* The pipe callbacks stop using the guard, nng closes its pipes, then the guard's thread
+     * is joined and its memory freed. */
+    __atomic_store_n(&c->guard, NULL, __ATOMIC_RELEASE);
     nng_close(c->sock);
+    guard_free(g);
     if (c->refused_mtx)
         nng_mtx_free(c->refused_mtx);
     free(c);
@@ -383,8 +486,14 @@ int fgx_chan_listen_tls(struct fgx_chan *c, const char *url, const char *cert_pe
         rv = nng_listener_set_ptr(l, NNG_OPT_TLS_CONFIG, cfg);
     if (rv == 0)
         rv = nng_listener_start(l, 0);
-    if (rv != 0)
+    if (rv != 0) {
         fgx_err("nng: cannot listen on %s: %s", url, nng_strerror(rv));
+    } else {
+        nng_sockaddr sa;
+
+        if (nng_listener_get_addr(l, NNG_OPT_LOCADDR, &sa) == 0)
+            c->tls_port = ntohs(sa.s_family == NNG_AF_INET ? sa.s_in.sa_port : sa.s_in6.sa_port);
+    }
 out:
     /* The listener holds its own reference. */
     if (cfg)
@@ -404,6 +513,7 @@ int fgx_chan_recv_peer(struct fgx_chan *c, void **buf, size_t *len, int timeout_
     rv = nng_recvmsg(c->sock, &msg, 0);
     if (rv != 0)
         return chan_errno(rv);
+    guard_pipe_active(c->guard, nng_msg_get_pipe(msg));
     if (pipe_peer(nng_msg_get_pipe(msg), peer) < 0) {
         /* The sender left already; its reply would go nowhere anyway. */
         memset(peer, 0, sizeof(*peer));
@@ -452,6 +562,7 @@ int fgx_chan_recv_req(struct fgx_chan *c, void **buf, size_t *len, int timeout_m
     if (rv != 0)
         return chan_errno(rv);
     msg = nng_aio_get_msg(r->aio);
+    guard_pipe_active(c->guard, nng_msg_get_pipe(msg));
     if (pipe_peer(nng_msg_get_pipe(msg), peer) < 0) {
         memset(peer, 0, sizeof(*peer));
         peer->family = -1;
@@ -496,4 +607,284 @@ int fgx_chan_reply(struct fgx_chan *c, struct fgx_chan_req *req, const void *buf
     else
         chan_req_free(req);
     return chan_errno(rv);
+}
+
+/* ---- the TLS guard: connections that never complete a handshake or send a request ----
+ *
+ * nng's TLS transport hands a connection to the socket only once the TLS handshake and its own
+ * negotiation are done, and sets no deadline on either: a peer that connects and sends nothing
+ * (or half a ClientHello) holds a socket, memory and an mbedTLS context for ever, and the
+ * admission callback never sees it. So a thread looks, a few times a second, at the process's
+ * own sockets connected to the listener's port (nng runs in this process, so they are ours),
+ * and shuts down (shutdown(2): nng then sees the end of the stream and closes it) those that
+ * have not sent a first request within the deadline and, past per_peer such connections from
+ * one address, the oldest of them. Peers outside the admission check are left to it (it
+ * closes them once nng has negotiated, which fgexctl reports as such), or to the deadline. */
+
+static uint64_t guard_now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static bool sockaddr_peer(const struct sockaddr_storage *ss, struct fgx_peer *peer)
+{
+    static const uint8_t v4mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+
+    memset(peer, 0, sizeof(*peer));
+    if (ss->ss_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)ss;
+
+        peer->family = 4;
+        memcpy(peer->addr, &in->sin_addr, 4);
+        peer->port = ntohs(in->sin_port);
+        return true;
+    }
+    if (ss->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)ss;
+
+        if (memcmp(&in6->sin6_addr, v4mapped, sizeof(v4mapped)) == 0) {
+            peer->family = 4;
+            memcpy(peer->addr, (const uint8_t *)&in6->sin6_addr + 12, 4);
+        } else {
+            peer->family = 6;
+            memcpy(peer->addr, &in6->sin6_addr, 16);
+        }
+        peer->port = ntohs(in6->sin6_port);
+        return true;
+    }
+    return false;
+}
+
+static uint16_t sockaddr_port(const struct sockaddr_storage *ss)
+{
+    if (ss->ss_family == AF_INET)
+        return ntohs(((const struct sockaddr_in *)ss)->sin_port);
+    if (ss->ss_family == AF_INET6)
+        return ntohs(((const struct sockaddr_in6 *)ss)->sin6_port);
+    return 0;
+}
+
+static bool peer_same_host(const struct fgx_peer *a, const struct fgx_peer *b)
+{
+    return a->family == b->family && memcmp(a->addr, b->addr, a->family == 4 ? 4 : 16) == 0;
+}
+
+/* A pending connection found by this sweep. */
+struct guard_cand {
+    int fd;
+    ino_t ino;
+    uint64_t first_ms;
+    struct fgx_peer peer;
+};
+
+static struct chan_seen *guard_seen(struct chan_guard *g, ino_t ino, uint64_t now)
+{
+    for (size_t i = 0; i < g->nseen; i++) {
+        if (g->seen[i].ino == ino) {
+            g->seen[i].sweep = g->sweep;
+            return &g->seen[i];
+        }
+    }
+    if (g->nseen == CHAN_GUARD_MAX)
+        return NULL;
+    g->seen[g->nseen] = (struct chan_seen){.ino = ino, .first_ms = now, .sweep = g->sweep};
+    return &g->seen[g->nseen++];
+}
+
+/* The socket behind fd, if it is a TCP connection to the guarded port: its inode and peer. */
+static bool guard_conn(const struct chan_guard *g, int fd, ino_t *ino, struct fgx_peer *peer)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    struct stat st;
+    int type;
+    socklen_t tl = sizeof(type);
+
+    if (fstat(fd, &st) == -1 || !S_ISSOCK(st.st_mode))
+        return false;
+    if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) == -1 || type != SOCK_STREAM)
+        return false;
+    if (getsockname(fd, (struct sockaddr *)&ss, &sl) == -1 || sockaddr_port(&ss) != g->port)
+        return false;
+    sl = sizeof(ss);
+    if (getpeername(fd, (struct sockaddr *)&ss, &sl) == -1) /* the listener itself */
+        return false;
+    *ino = st.st_ino;
+    return sockaddr_peer(&ss, peer);
+}
+
+/* Shut the connection down if fd still is the socket that was looked at. */
+static bool guard_cut(int fd, ino_t ino)
+{
+    struct stat st;
+
+    if (fstat(fd, &st) == -1 || st.st_ino != ino)
+        return false;
+    return shutdown(fd, SHUT_RDWR) == 0;
+}
+
+/* Whether the connection to peer has not sent a request yet: it has not completed nng's
+ * negotiation, or it has and controld's loop has not read a request from it. seen->sent notes
+ * that the kernel received more on it after the negotiation: a request that waits in nng's
+ * queue while the loop is busy, or a request dripped byte by byte, which nng would wait for
+ * for ever; such a connection gets a longer deadline, not none. */
+static bool guard_pending(struct chan_guard *g, int fd, const struct fgx_peer *peer,
+                          struct chan_seen *seen)
+{
+    struct chan_live *l = NULL;
+    bool pending = true;
+
+    nng_mtx_lock(g->mtx);
+    for (size_t i = 0; i < g->nlive && !l; i++)
+        if (g->live[i].peer.port == peer->port && peer_same_host(&g->live[i].peer, peer))
+            l = &g->live[i];
+    if (l && l->active) {
+        pending = false;
+    } else if (l && seen) {
+        struct tcp_info ti;
+        socklen_t tl = sizeof(ti);
+
+        memset(&ti, 0, sizeof(ti));
+        if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &tl) == 0 &&
+            tl >= offsetof(struct tcp_info, tcpi_bytes_received) + sizeof(ti.tcpi_bytes_received)) {
+            if (seen->live_rx == 0)
+                seen->live_rx = ti.tcpi_bytes_received + 1;
+            else if (ti.tcpi_bytes_received + 1 > seen->live_rx)
+                seen->sent = true;
+        }
+    }
+    nng_mtx_unlock(g->mtx);
+    return pending;
+}
+
+/* By address, then oldest first. */
+static int cand_cmp(const void *a, const void *b)
+{
+    const struct guard_cand *x = a, *y = b;
+    int d = x->peer.family - y->peer.family;
+
+    if (d == 0)
+        d = memcmp(x->peer.addr, y->peer.addr, sizeof(x->peer.addr));
+    if (d == 0)
+        d = x->first_ms < y->first_ms ? -1 : x->first_ms > y->first_ms;
+    return d;
+}
+
+static void guard_sweep(struct chan_guard *g, struct guard_cand *cand)
+{
+    static unsigned long long last_ns;
+    unsigned cut_late = 0, cut_many = 0;
+    uint64_t now = guard_now_ms();
+    size_t n = 0, keep = 0;
+    struct dirent *de;
+    DIR *d;
+
+    g->sweep++;
+    d = opendir("/proc/self/fd");
+    if (!d)
+        return;
+    while ((de = readdir(d)) != NULL && n < CHAN_GUARD_MAX) {
+        struct guard_cand *k = &cand[n];
+        struct chan_seen *seen;
+        char *end;
+        long fd = strtol(de->d_name, &end, 10);
+
+        if (*end != '\0' || end == de->d_name || fd == dirfd(d))
+            continue;
+        if (!guard_conn(g, (int)fd, &k->ino, &k->peer))
+            continue;
+        seen = guard_seen(g, k->ino, now);
+        if (!guard_pending(g, (int)fd, &k->peer, seen))
+            continue;
+        k->fd = (int)fd;
+        k->first_ms = seen ? seen->first_ms : 0; /* no room to track it: as if expired */
+        if (now - k->first_ms >= (uint64_t)g->handshake_ms * (seen && seen->sent ? 3 : 1)) {
+            cut_late += guard_cut(k->fd, k->ino);
+            continue;
+        }
+        n++;
+    }
+    /* Past per_peer pending connections from one address, the oldest go: a new client from a
+     * busy address (a team behind one NAT) gets its turn. */
+    qsort(cand, n, sizeof(*cand), cand_cmp);
+    for (size_t i = 0, j; i < n; i = j) {
+        for (j = i + 1; j < n && peer_same_host(&cand[i].peer, &cand[j].peer); j++)
+            ;
+        for (size_t k = i; j - k > g->per_peer; k++)
+            cut_many += guard_cut(cand[k].fd, cand[k].ino);
+    }
+    closedir(d);
+    /* Forget the connections no longer there. */
+    for (size_t i = 0; i < g->nseen; i++)
+        if (g->seen[i].sweep == g->sweep)
+            g->seen[keep++] = g->seen[i];
+    g->nseen = keep;
+    if (cut_late || cut_many)
+        fgx_log_ratelimited(&last_ns, FGX_LOG_WARN,
+                            "control: closed %u connection(s) that sent no request within %d "
+                            "ms, and %u past %u pending from one address",
+                            cut_late, g->handshake_ms, cut_many, g->per_peer);
+}
+
+static void guard_main(void *arg)
+{
+    struct chan_guard *g = arg;
+    struct guard_cand *cand = calloc(CHAN_GUARD_MAX, sizeof(*cand));
+
+    if (!cand) {
+        fgx_err("control: no memory for the TLS connection guard");
+        return;
+    }
+    while (!__atomic_load_n(&g->stop, __ATOMIC_ACQUIRE)) {
+        nng_msleep(CHAN_GUARD_PERIOD_MS);
+        guard_sweep(g, cand);
+    }
+    free(cand);
+}
+
+static void guard_free(struct chan_guard *g)
+{
+    if (!g)
+        return;
+    __atomic_store_n(&g->stop, 1, __ATOMIC_RELEASE);
+    if (g->thr)
+        nng_thread_destroy(g->thr); /* joins */
+    if (g->mtx)
+        nng_mtx_free(g->mtx);
+    free(g);
+}
+
+int fgx_chan_tls_guard(struct fgx_chan *c, int handshake_ms, unsigned per_peer)
+{
+    struct chan_guard *g;
+    int rv;
+
+    if (c->guard || c->tls_port == 0 || handshake_ms <= 0 || per_peer == 0)
+        return -EINVAL;
+    g = calloc(1, sizeof(*g));
+    if (!g)
+        return -ENOMEM;
+    g->handshake_ms = handshake_ms;
+    g->per_peer = per_peer;
+    g->port = c->tls_port;
+    rv = nng_mtx_alloc(&g->mtx);
+    if (rv != 0) {
+        free(g);
+        return chan_errno(rv);
+    }
+    /* Pipes that negotiated before now are not tracked: the guard starts right after the
+     * listener, before the loop serves anything, so there are none worth keeping. */
+    __atomic_store_n(&c->guard, g, __ATOMIC_RELEASE);
+    rv = nng_thread_create(&g->thr, guard_main, g);
+    if (rv != 0) {
+        fgx_err("control: cannot start the TLS connection guard: %s", nng_strerror(rv));
+        __atomic_store_n(&c->guard, NULL, __ATOMIC_RELEASE);
+        g->thr = NULL;
+        guard_free(g);
+        return chan_errno(rv);
+    }
+    return 0;
 }

@@ -344,6 +344,16 @@ int fgx_dp_encode(const struct fgx_dp_msg *m, void **buf, size_t *len)
         st.unclassified = s->unclassified;
         st.connect_failed = s->connect_failed;
         st.scan_errors = s->scan_errors;
+        st.has_src_refused = s->src_refused != 0;
+        st.has_evicted = s->evicted != 0;
+        st.has_silent_closed = s->silent_closed != 0;
+        st.has_midstream_reset = s->midstream_reset != 0;
+        st.has_midstream_rescan = s->midstream_rescan != 0;
+        st.src_refused = s->src_refused;
+        st.evicted = s->evicted;
+        st.silent_closed = s->silent_closed;
+        st.midstream_reset = s->midstream_reset;
+        st.midstream_rescan = s->midstream_rescan;
         msg.msg_case = FGX__DP__MSG__MSG_STATS;
         msg.stats = &st;
         break;
@@ -569,6 +579,11 @@ static int stats_from_pb(const Fgx__Dp__Stats *p, struct fgx_dp_stats *s)
     s->unclassified = p->unclassified;
     s->connect_failed = p->connect_failed;
     s->scan_errors = p->scan_errors;
+    s->src_refused = p->src_refused;
+    s->evicted = p->evicted;
+    s->silent_closed = p->silent_closed;
+    s->midstream_reset = p->midstream_reset;
+    s->midstream_rescan = p->midstream_rescan;
     if (p->n_filters > 0) {
         s->filters = calloc(p->n_filters, sizeof(*s->filters));
         if (s->filters == NULL)

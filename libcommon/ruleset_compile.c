@@ -72,14 +72,132 @@ static int regex_precheck(const char *regex, char *err, size_t errlen)
     return 0;
 }
 
-int fgx_pattern_check(const char *regex, bool nocase, int ipproto, char *err, size_t errlen)
+/* What the text of a regex holds outside character classes and escapes, for the warnings that
+ * hyperscan's expression info cannot give: where '^' and '$' are, and whether (?m) changes them. */
+struct regex_marks {
+    bool caret;     /* ^ or \A: the start of the data */
+    bool eod;       /* $, \z or \Z */
+    bool multiline; /* (?m...) somewhere: ^ and $ also match at line breaks */
+};
+
+static void regex_marks_scan(const char *re, struct regex_marks *m)
+{
+    bool in_class = false, quoted = false;
+
+    memset(m, 0, sizeof(*m));
+    for (const char *p = re; *p != '\0'; p++) {
+        if (quoted) { /* \Q...\E: literal text */
+            if (p[0] == '\\' && p[1] == 'E') {
+                quoted = false;
+                p++;
+            }
+            continue;
+        }
+        if (*p == '\\') {
+            if (p[1] == '\0')
+                break;
+            p++;
+            if (*p == 'Q')
+                quoted = true;
+            else if (!in_class && *p == 'A')
+                m->caret = true;
+            else if (!in_class && (*p == 'z' || *p == 'Z'))
+                m->eod = true;
+            continue;
+        }
+        if (in_class) {
+            if (*p == ']')
+                in_class = false;
+            continue;
+        }
+        if (*p == '[') {
+            in_class = true;
+            /* A ']' first in the class (after an optional '^') is a literal. */
+            if (p[1] == '^')
+                p++;
+            if (p[1] == ']')
+                p++;
+        } else if (*p == '^') {
+            m->caret = true;
+        } else if (*p == '$') {
+            m->eod = true;
+        } else if (p[0] == '(' && p[1] == '?') {
+            /* Option letters up to ')' or ':'; those after '-' are turned off. */
+            for (const char *q = p + 2; *q != '\0' && *q != ')' && *q != ':'; q++) {
+                if (*q == '-')
+                    break;
+                if (*q == 'm')
+                    m->multiline = true;
+            }
+        }
+    }
+}
+
+static void warn_add(struct fgx_pattern_warnings *w, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void warn_add(struct fgx_pattern_warnings *w, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (w == NULL || w->n >= FGX_PATTERN_WARN_MAX)
+        return;
+    va_start(ap, fmt);
+    (void)vsnprintf(w->text[w->n++], FGX_PATTERN_WARN_LEN, fmt, ap); /* truncation is fine */
+    va_end(ap);
+}
+
+/* Refuse, in err, what can never match where it is used, and say in w what is likely to match
+ * honest traffic. info is hyperscan's analysis of the pattern with fgex's flags. */
+static int pattern_judge(const char *regex, const hs_expr_info_t *info, bool stream,
+                         struct fgx_pattern_warnings *w, char *err, size_t errlen)
+{
+    const char *unit = stream ? "connection" : "datagram";
+    struct regex_marks m;
+
+    regex_marks_scan(regex, &m);
+    /* In stream mode the end of the data is the end of the stream, and the workers close a
+     * stream without asking for its end-of-data matches: by then every byte has passed. */
+    if (stream && info->matches_only_at_eod) {
+        err_set(err, errlen,
+                "it matches only at the end of the data ('$', '\\z' or '\\Z'), which a TCP "
+                "stream never reaches while it can still be blocked: it would never match "
+                "(on a TCP service '$' is not the end of a line: match the line break, \\n)");
+        return -EINVAL;
+    }
+    if (info->min_width == 0)
+        warn_add(w,
+                 "it can match without consuming a byte (e.g. at a word boundary, \\b): it "
+                 "would block almost every %s",
+                 unit);
+    else if (info->min_width <= FGX_PATTERN_SHORT)
+        warn_add(w,
+                 "it matches as few as %u byte%s: likely to block honest traffic too (the "
+                 "game's checker included)",
+                 info->min_width, info->min_width == 1 ? "" : "s");
+    if (stream && m.caret && !m.multiline)
+        warn_add(w,
+                 "'^' (or \\A) is the start of the connection's stream in that direction, not "
+                 "of each request or line: it matches only the first bytes sent (for the start "
+                 "of a line use (?m)^ or \\n)");
+    if (stream && info->matches_at_eod && m.eod && !m.multiline)
+        warn_add(w,
+                 "the alternatives that need the end of the data ('$', '\\z' or '\\Z') never "
+                 "match on a TCP stream, which never ends while it can still be blocked");
+    return 0;
+}
+
+int fgx_pattern_lint(const char *regex, bool nocase, int ipproto, struct fgx_pattern_warnings *w,
+                     char *err, size_t errlen)
 {
     hs_compile_error_t *cerr = NULL;
     hs_database_t *db = NULL;
+    hs_expr_info_t *info = NULL;
     unsigned flags = pattern_flags(nocase), id = 0, mode;
     int ret;
 
     err_set(err, errlen, "%s", "");
+    if (w != NULL)
+        memset(w, 0, sizeof(*w));
     if (proto_mode(ipproto, &mode) < 0) {
         err_set(err, errlen, "unsupported IP protocol %d", ipproto);
         ret = -EINVAL;
@@ -90,16 +208,38 @@ int fgx_pattern_check(const char *regex, bool nocase, int ipproto, char *err, si
         goto out;
     /* hs_compile_multi, as fgx_ruleset_compile uses, so both accept exactly the same set. */
     if (hs_compile_multi(&regex, &flags, &id, 1, mode, NULL, &db, &cerr) != HS_SUCCESS) {
-        err_set(err, errlen, "%s", cerr != NULL ? cerr->message : "hyperscan compile failed");
+        const char *msg = cerr != NULL ? cerr->message : "hyperscan compile failed";
+
+        /* Hyperscan's advice names a flag fgex never sets, and users cannot set. */
+        if (strstr(msg, "HS_FLAG_ALLOWEMPTY") != NULL)
+            err_set(err, errlen, "a regex that matches the empty string would match every %s",
+                    mode == HS_MODE_STREAM ? "connection" : "datagram");
+        else
+            err_set(err, errlen, "%s", msg);
         ret = cerr != NULL && strstr(cerr->message, "allocate") != NULL ? -ENOMEM : -EINVAL;
         goto out;
     }
-    ret = 0;
+    hs_free_compile_error(cerr);
+    cerr = NULL;
+    if (hs_expression_info(regex, flags, &info, &cerr) != HS_SUCCESS) {
+        err_set(err, errlen, "%s", cerr != NULL ? cerr->message : "hyperscan analysis failed");
+        ret = cerr != NULL && strstr(cerr->message, "allocate") != NULL ? -ENOMEM : -EINVAL;
+        goto out;
+    }
+    ret = pattern_judge(regex, info, mode == HS_MODE_STREAM, w, err, errlen);
 out:
+    if (ret < 0 && w != NULL)
+        memset(w, 0, sizeof(*w));
+    free(info); /* hyperscan's misc allocator, malloc by default */
     hs_free_compile_error(cerr);
     if (db != NULL)
         hs_free_database(db);
     return ret;
+}
+
+int fgx_pattern_check(const char *regex, bool nocase, int ipproto, char *err, size_t errlen)
+{
+    return fgx_pattern_lint(regex, nocase, ipproto, NULL, err, errlen);
 }
 
 static uint64_t hash_u64(uint64_t h, uint64_t v)

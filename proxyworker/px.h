@@ -20,7 +20,17 @@
 #include "fgx/wctl.h"
 
 #define PX_READ_MAX (256u << 10)  /* one read from a socket (the thread's scratch buffer) */
-#define PX_MAX_CONNS_DEFAULT 4096 /* per worker */
+/* The connection limit when --max-conns does not set one: PX_MEM_SHARE of the machine's memory
+ * over PX_CONN_COST, what an idle proxied connection was measured to cost (the proxy's own
+ * allocations, both sockets in the kernel and a database's stream state; docs/architecture.md),
+ * within PX_MAX_CONNS_MIN..PX_MAX_CONNS_MAX and the descriptors the process may open. */
+#define PX_CONN_COST (24u << 10)
+#define PX_MEM_SHARE 8 /* one eighth of physical memory */
+#define PX_MAX_CONNS_MIN 1024
+#define PX_MAX_CONNS_MAX 1000000
+#define PX_MAX_PER_SRC_DEFAULT 256 /* open connections per client address (IPv6: per /64) */
+#define PX_FIRST_BYTE_S_DEFAULT 10 /* a connection where neither side sent a byte is closed */
+#define PX_EVICT_SCAN 1024 /* connections of a list looked at for one of a source's */
 #define PX_IDLE_S_DEFAULT 600
 #define PX_TICK_MS 1000
 #define PX_RESET_WAIT_MS 200 /* longest a reset waits for the peer to acknowledge what it got */
@@ -53,6 +63,12 @@ struct px_counters {
     uint64_t unclassified;   /* accepted for no running service (reset) */
     uint64_t scan_errors;    /* hyperscan failures (the connection is reset, never passed) */
     uint64_t connect_failed; /* the real service could not be reached (client reset) */
+    uint64_t src_refused;    /* refused: its source address had --max-conns-per-src open */
+    uint64_t evicted;        /* closed at the connection limit to make room for a new one */
+    uint64_t silent_closed;  /* closed with no byte from either side (--first-byte-timeout) */
+    /* relayed unscanned while their service was away, at its return: reset (policy reset), or
+     * scanned on with fresh streams (policy scan) */
+    uint64_t midstream_reset, midstream_rescan;
     struct px_svc_ctr svc[PX_SVC_SLOTS];
     struct fgx_filter_ctr filter[PX_FILTER_SLOTS];
 };
@@ -89,16 +105,50 @@ struct px_conn {
     struct fgx_reasm dir[2]; /* [0] scans what side 0 sends (c2s), [1] what side 1 sends */
     struct fgx_wdb *dbref[2];
     uint64_t epoch;          /* thread's config epoch the databases were taken from */
-    uint64_t last_ms;
+    uint64_t last_ms;        /* last activity; until the first byte, when it was accepted */
     uint32_t service_id;
-    bool scanning;           /* false once the service left the ruleset: relayed as is */
+    /* The service is not in the thread's config (stopped, removed, or on the other layer): its
+     * bytes are relayed as they are, with the streams kept as they were. */
+    bool absent;
+    bool unscanned; /* bytes moved while absent: the streams no longer hold what passed */
+    bool silent;    /* no byte from either side yet (on the thread's silent list) */
+    /* Closed to make room: its place in the worker's count (and, at a source's limit, in its
+     * source's) goes to the new connection, not back to the pool another thread could take
+     * it from first. */
+    bool keep_slot, keep_src;
     bool assigned;           /* the events are assigned (px_relay_start) */
     bool connected;          /* upstream connected */
     bool eof[2];             /* side i sent its FIN */
     bool shut[2];            /* we sent side i our FIN */
     uint8_t family;
     struct sockaddr_storage client, server; /* client's address, service's (original dst) */
-    struct px_conn *prev, *next; /* thread's list, least recently active first */
+    struct px_conn *prev, *next; /* thread's list (silent or active), least recent first */
+};
+
+/* A thread's connections: those where no byte moved yet, by accept time (the first-byte timeout
+ * and the first to go at the connection limit), and the others, least recently active first. */
+enum { PX_LIST_SILENT, PX_LIST_ACTIVE, PX_LISTS };
+
+struct px_list {
+    struct px_conn *head, *tail;
+};
+
+/* Open connections per client source (an IPv4 address, an IPv6 /64) and thread: an
+ * open-addressing table (linear probing, backward-shift deletion) sized for twice the worker's
+ * connection limit, so it never fills. The hash is keyed with a random seed: the addresses are
+ * the attacker's choice. One mutex: held for one probe, at accept and close only. */
+struct px_src_slot {
+    uint64_t key;   /* IPv4: the address; IPv6: the /64 prefix */
+    uint32_t fam;   /* 4 or 6, | the thread's index << 8 */
+    uint32_t count; /* 0: free */
+};
+
+struct px_src_table {
+    pthread_mutex_t lock;
+    struct px_src_slot *slot;
+    size_t mask;
+    uint64_t seed;
+    size_t used;
 };
 
 struct px_thread {
@@ -115,7 +165,7 @@ struct px_thread {
     uint64_t epoch;                /* bumped at every switch */
     struct fgx_reasm_ctx *reasm;   /* the thread's hyperscan scratch */
     uint64_t now_ms;
-    struct px_conn *head, *tail;
+    struct px_list list[PX_LISTS];
     uint8_t *buf; /* PX_READ_MAX bytes: every read lands here */
     unsigned onward_next; /* cursor over the onward ports (px_accept.c) */
     struct px_reset *resets; /* sockets whose reset waits (px_relay.c) */
@@ -127,8 +177,11 @@ struct px_thread {
 struct px_worker {
     unsigned nthreads;
     uint16_t port;       /* where the tproxy rules send connections */
-    unsigned max_conns;  /* per worker */
+    unsigned max_conns;  /* per worker; at the limit the most idle connection makes room */
+    unsigned max_per_src; /* per client source (0: no limit) */
     unsigned idle_ms;
+    unsigned first_byte_ms; /* 0: no first-byte timeout */
+    struct px_src_table src;
     unsigned nconns;     /* __atomic: open connections over all threads */
     struct fgx_wcfg *current; /* __atomic: the newest published config */
     struct px_thread *threads;
@@ -148,6 +201,23 @@ void *px_thread_main(void *arg);
 void px_thread_wake(struct px_thread *t);
 uint64_t px_now_ms(void);
 
+/* ---- px_src.c ---- */
+/* A table for max_conns connections. Returns 0 or -ENOMEM. */
+int px_src_init(struct px_src_table *t, unsigned max_conns);
+void px_src_release(struct px_src_table *t);
+/* Count one more connection from ss on thread unless limit (0: none) are open there: true when
+ * counted. */
+bool px_src_take(struct px_src_table *t, const struct sockaddr_storage *ss, unsigned thread,
+                 unsigned limit);
+/* One connection from ss on thread (counted by px_src_take) closed. */
+void px_src_put(struct px_src_table *t, const struct sockaddr_storage *ss, unsigned thread);
+/* Open connections from ss's source on thread now. */
+unsigned px_src_count(struct px_src_table *t, const struct sockaddr_storage *ss, unsigned thread);
+/* a and b are the same source (IPv4: address; IPv6: /64). */
+bool px_src_same(const struct sockaddr_storage *a, const struct sockaddr_storage *b);
+/* The default connection limit for a machine with phys bytes of memory and nofile descriptors. */
+unsigned px_max_conns_default(uint64_t phys, uint64_t nofile);
+
 /* ---- px_relay.c ---- */
 /* A zeroed connection with room for its events, or NULL. */
 struct px_conn *px_conn_new(void);
@@ -156,8 +226,17 @@ struct px_conn *px_conn_new(void);
 void px_relay_start(struct px_conn *c);
 /* Close both sides; with reset, each gets a RST (SO_LINGER 0) instead of a FIN. Frees c. */
 void px_relay_close(struct px_conn *c, bool reset);
-/* Close connections idle since before now - idle_ms. */
+/* Close connections idle since before now - idle_ms, and those where nothing moved since
+ * before now - first_byte_ms. */
 void px_relay_expire(struct px_thread *t);
+/* At the connection limit: close t's connection that waited longest for its first byte, or
+ * else its least recently active one, handing its place in the worker's count to the caller's
+ * new connection. Returns false when t has none. */
+bool px_relay_evict(struct px_thread *t);
+/* At a source's limit: the same among t's connections from src's source, looking at the
+ * PX_EVICT_SCAN oldest of each list; both its places (the worker's count and the source's) go
+ * to the new connection. Returns false when none was found. */
+bool px_relay_evict_src(struct px_thread *t, const struct sockaddr_storage *src);
 /* Reset the sockets whose peers acknowledged everything (or whose wait ran out); all of them
  * with now. The thread's reset timer calls it. */
 void px_relay_resets(struct px_thread *t, bool now);
@@ -167,6 +246,10 @@ void px_relay_resets(struct px_thread *t, bool now);
 void px_match_switch(struct px_thread *t);
 /* Bring c to its service's databases of the thread's config. */
 void px_match_attach(struct px_conn *c);
+/* After a config switch: mark every connection of t whose service left as absent, and apply
+ * the service's midstream policy to those that relayed bytes while it was away and whose
+ * service is back (reset them, or scan them on with fresh streams). */
+void px_match_presence(struct px_thread *t);
 /* Scan len bytes side sent (data) before they move. Returns 0 to pass them, or
  * -EACCES when a filter matched (counted, event recorded) or -EIO when the scan failed: the
  * caller resets both sides. */

@@ -211,7 +211,7 @@ static void refuse(struct px_thread *t, int fd, uint64_t *ctr)
 static void on_accept(struct evconnlistener *lis, evutil_socket_t fd, struct sockaddr *peer,
                       int peerlen, void *arg)
 {
-    static __thread unsigned long long last_limit, last_svc, last_oom;
+    static __thread unsigned long long last_limit, last_src, last_svc, last_oom;
     struct px_thread *t = arg;
     struct px_worker *w = t->w;
     const struct fgx_wsvc *svc;
@@ -219,22 +219,17 @@ static void on_accept(struct evconnlistener *lis, evutil_socket_t fd, struct soc
     socklen_t llen = sizeof(local);
     struct px_conn *c;
     int ufd = -1;
+    unsigned per_src;
+    bool slot;
 
     (void)lis;
     t->now_ms = px_now_ms();
     px_match_switch(t);
-    if (__atomic_add_fetch(&w->nconns, 1, __ATOMIC_RELAXED) > w->max_conns) {
-        __atomic_sub_fetch(&w->nconns, 1, __ATOMIC_RELAXED);
-        fgx_log_ratelimited(&last_limit, FGX_LOG_WARN,
-                            "connection limit of %u reached: new connections are refused "
-                            "(--max-conns)",
-                            w->max_conns);
-        refuse(t, fd, &t->ctr.limit_refused);
+    if (peerlen <= 0 || (size_t)peerlen > sizeof(struct sockaddr_storage)) {
+        refuse(t, fd, &t->ctr.unclassified);
         return;
     }
-    if (getsockname(fd, (struct sockaddr *)&local, &llen) == -1 || peerlen <= 0 ||
-        (size_t)peerlen > sizeof(struct sockaddr_storage)) {
-        __atomic_sub_fetch(&w->nconns, 1, __ATOMIC_RELAXED);
+    if (getsockname(fd, (struct sockaddr *)&local, &llen) == -1) {
         refuse(t, fd, &t->ctr.unclassified);
         return;
     }
@@ -249,15 +244,56 @@ static void on_accept(struct evconnlistener *lis, evutil_socket_t fd, struct soc
         fgx_log_ratelimited(&last_svc, FGX_LOG_WARN,
                             "connection to %s port %u: no proxy-layer service there, refused", a,
                             sa_port(&local));
-        __atomic_sub_fetch(&w->nconns, 1, __ATOMIC_RELAXED);
         refuse(t, fd, &t->ctr.unclassified);
         return;
+    }
+    /* One source may hold only so many: checked before the global limit, so that a flood from
+     * one source never makes room at the cost of another. At its limit the source's own most
+     * idle connection (of this thread) makes room: behind one address (a NAT) an idler must not
+     * keep that address's next client out either. Its places pass to the new connection. The
+     * limit holds per thread, as its share (rounded up): a thread can only close its own. */
+    per_src = w->max_per_src == 0 ? 0 : (w->max_per_src + w->nthreads - 1) / w->nthreads;
+    slot = false;
+    if (!px_src_take(&w->src, (const struct sockaddr_storage *)(void *)peer, t->idx, per_src)) {
+        if (!px_relay_evict_src(t, (const struct sockaddr_storage *)(void *)peer)) {
+            fgx_log_ratelimited(&last_src, FGX_LOG_WARN,
+                                "a client source has %u connections open, none of them on this "
+                                "thread to close: new connection refused (--max-conns-per-src)",
+                                w->max_per_src);
+            refuse(t, fd, &t->ctr.src_refused);
+            return;
+        }
+        fgx_log_ratelimited(&last_src, FGX_LOG_WARN,
+                            "a client source has %u connections open: its most idle make room "
+                            "(--max-conns-per-src)",
+                            w->max_per_src);
+        slot = true;
+    }
+    /* At the limit the most idle connection of this thread makes room: an idler must never
+     * keep a new client out. Only a thread holding none refuses (its share is elsewhere). A
+     * connection for no service never gets this far (above), so it takes nobody's place. */
+    if (!slot && __atomic_add_fetch(&w->nconns, 1, __ATOMIC_RELAXED) > w->max_conns) {
+        __atomic_sub_fetch(&w->nconns, 1, __ATOMIC_RELAXED);
+        if (!px_relay_evict(t)) {
+            fgx_log_ratelimited(&last_limit, FGX_LOG_WARN,
+                                "connection limit of %u reached, none of this thread's to "
+                                "close: new connection refused (--max-conns)",
+                                w->max_conns);
+            px_src_put(&w->src, (const struct sockaddr_storage *)(void *)peer, t->idx);
+            refuse(t, fd, &t->ctr.limit_refused);
+            return;
+        }
+        fgx_log_ratelimited(&last_limit, FGX_LOG_WARN,
+                            "connection limit of %u reached: the most idle connections make "
+                            "room (--max-conns)",
+                            w->max_conns);
     }
     c = px_conn_new();
     if (c == NULL || upstream_socket(t, (const struct sockaddr_storage *)(void *)peer, &ufd) != 0) {
         if (c == NULL)
             fgx_log_ratelimited(&last_oom, FGX_LOG_ERROR, "connection: out of memory");
         free(c);
+        px_src_put(&w->src, (const struct sockaddr_storage *)(void *)peer, t->idx);
         __atomic_sub_fetch(&w->nconns, 1, __ATOMIC_RELAXED);
         refuse(t, fd, &t->ctr.connect_failed);
         return;
@@ -267,7 +303,6 @@ static void on_accept(struct evconnlistener *lis, evutil_socket_t fd, struct soc
     memcpy(&c->client, peer, (size_t)peerlen);
     c->server = local;
     c->service_id = svc->id;
-    c->scanning = true;
     c->last_ms = t->now_ms;
     c->s[0].fd = fd;
     c->s[1].fd = ufd;
@@ -402,8 +437,9 @@ void px_thread_release(struct px_thread *t)
 {
     int i;
 
-    while (t->head != NULL)
-        px_relay_close(t->head, true);
+    for (i = 0; i < PX_LISTS; i++)
+        while (t->list[i].head != NULL)
+            px_relay_close(t->list[i].head, true);
     for (i = 0; i < 2; i++) {
         if (t->lis[i] != NULL)
             evconnlistener_free(t->lis[i]);
@@ -449,8 +485,13 @@ int px_worker_start(struct px_worker *w)
         fgx_err("libevent: no pthreads support");
         return -ENOSYS;
     }
+    if (px_src_init(&w->src, w->max_conns) != 0) {
+        fgx_err("out of memory");
+        return -ENOMEM;
+    }
     w->threads = calloc(w->nthreads, sizeof(*w->threads));
     if (w->threads == NULL) {
+        px_src_release(&w->src);
         fgx_err("out of memory");
         return -ENOMEM;
     }
@@ -494,4 +535,5 @@ void px_worker_stop(struct px_worker *w)
     w->current = NULL;
     free(w->threads);
     w->threads = NULL;
+    px_src_release(&w->src);
 }

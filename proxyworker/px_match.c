@@ -9,8 +9,16 @@
  * direction's stream when its database is unchanged, and otherwise opens one on the new database
  * primed with the last FGX_REASM_RING bytes that passed, keeping the previous stream beside it
  * while it shares a filter with the new database (so a long partial match of a surviving filter
- * is not lost). A connection whose service left the
- * proxy's ruleset (stopped, or moved to the nfqueue layer) is relayed on without scanning. */
+ * is not lost).
+ *
+ * A connection whose service left the proxy's ruleset (stopped, removed, or moved to the nfqueue
+ * layer) is relayed on as it is, the service's traffic being unfiltered now, but keeps its
+ * streams. When the service comes back (the same id, or a service that now covers the
+ * connection's destination), a connection that moved nothing meanwhile goes on with those
+ * streams, so a match across the gap is still found; one that moved bytes unscanned has streams
+ * that no longer hold what passed and gets the service's midstream policy: reset (the default),
+ * or scanned on with fresh streams. px_match_presence() applies it at the config switch, before
+ * any more byte of such a connection moves. */
 #include "px.h"
 
 #include <errno.h>
@@ -37,7 +45,97 @@ void px_match_switch(struct px_thread *t)
     t->cfg = cur;
     t->epoch++;
     fgx_wcfg_unref(old);
+    /* Before the control thread hears that this thread uses cur: once `service start` returns,
+     * no connection relayed unscanned meanwhile moves another byte unless its policy says so. */
+    px_match_presence(t);
     __atomic_store_n(&t->applied, cur, __ATOMIC_RELEASE);
+}
+
+/* The service c belongs to in t's config: its own, or the one that now covers its destination
+ * (its own removed and another added there), or NULL. */
+static const struct fgx_wsvc *conn_service(struct px_thread *t, const struct px_conn *c)
+{
+    const struct fgx_wsvc *svc = fgx_wcfg_service(t->cfg, c->service_id);
+    const uint8_t *addr;
+    uint16_t port;
+
+    if (svc != NULL)
+        return svc;
+    if (c->server.ss_family == AF_INET) {
+        const struct sockaddr_in *a = (const struct sockaddr_in *)&c->server;
+
+        addr = (const uint8_t *)&a->sin_addr;
+        port = ntohs(a->sin_port);
+    } else {
+        const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)&c->server;
+
+        addr = (const uint8_t *)&a->sin6_addr;
+        port = ntohs(a->sin6_port);
+    }
+    return fgx_wcfg_lookup(t->cfg, IPPROTO_TCP, c->family, addr, port);
+}
+
+/* The service's midstream policy: true to scan a connection that relayed unscanned bytes on
+ * with fresh streams, false to reset it. */
+static bool midstream_scan(const struct fgx_wsvc *svc)
+{
+    return svc->midstream == FGX_MIDSTREAM_SCAN;
+}
+
+/* Fresh, empty streams for c: the next bytes are scanned as if the connection began there. */
+static void conn_restart_streams(struct px_conn *c)
+{
+    px_match_conn_release(c);
+    fgx_reasm_init(&c->dir[0]);
+    fgx_reasm_init(&c->dir[1]);
+    /* px_match_attach() opens them on the service's databases at the next read. */
+    c->epoch = c->t->epoch - 1;
+}
+
+void px_match_presence(struct px_thread *t)
+{
+    static __thread unsigned long long last_log;
+    size_t nreset = 0;
+    int l;
+
+    for (l = 0; l < PX_LISTS; l++) {
+        struct px_conn *c = t->list[l].head, *next;
+
+        for (; c != NULL; c = next) {
+            const struct fgx_wsvc *svc = conn_service(t, c);
+
+            next = c->next;
+            if (svc == NULL) {
+                c->absent = true;
+                continue;
+            }
+            if (svc->id != c->service_id) {
+                /* Counted open under the service it is in now. */
+                PX_CTR_ADD(&px_stats_svc(&t->ctr, c->service_id)->open, (uint64_t)-1);
+                PX_CTR_ADD(&px_stats_svc(&t->ctr, svc->id)->open, 1);
+                c->service_id = svc->id;
+            }
+            if (!c->absent)
+                continue;
+            c->absent = false;
+            if (!c->unscanned)
+                continue;
+            c->unscanned = false;
+            if (midstream_scan(svc)) {
+                PX_CTR_ADD(&t->ctr.midstream_rescan, 1);
+                conn_restart_streams(c);
+                continue;
+            }
+            PX_CTR_ADD(&t->ctr.midstream_reset, 1);
+            px_relay_close(c, true);
+            nreset++;
+        }
+    }
+    if (nreset > 0)
+        fgx_log_ratelimited(&last_log, FGX_LOG_INFO,
+                            "%zu connection(s) relayed unscanned while their service was away "
+                            "reset at its return (midstream policy reset)",
+                            nreset);
 }
 
 static void wdb_unref(void *ref)
@@ -52,18 +150,12 @@ void px_match_attach(struct px_conn *c)
     int d;
 
     c->epoch = t->epoch;
-    if (!c->scanning)
+    /* Away: the streams stay as they are for the service's return (px_match_presence()). */
+    if (c->absent)
         return;
     svc = fgx_wcfg_service(t->cfg, c->service_id);
     if (svc == NULL) {
-        /* Gone from the proxy's ruleset: stop scanning for good, as the NFQUEUE layer stops
-         * seeing a stopped service's packets. */
-        c->scanning = false;
-        for (d = 0; d < 2; d++) {
-            fgx_reasm_release(t->reasm, &c->dir[d]);
-            fgx_wdb_unref(c->dbref[d]);
-            c->dbref[d] = NULL;
-        }
+        c->absent = true;
         return;
     }
     for (d = 0; d < 2; d++) {
@@ -142,10 +234,14 @@ int px_match_scan(struct px_conn *c, int side, const uint8_t *data, size_t len)
 
     if (c->epoch != t->epoch)
         px_match_attach(c);
+    /* The service is away, its traffic unfiltered: these bytes pass, and the streams no longer
+     * hold everything that passed. */
+    if (c->absent) {
+        c->unscanned = true;
+        return 0;
+    }
     /* Scanned even with no database: the ring of passed bytes must be current for when one
      * comes. */
-    if (!c->scanning)
-        return 0;
     v = fgx_reasm_segment(t->reasm, r, r->next_seq, 0, data, len, 0, t->now_ms, &m);
     if (m.matched) {
         px_stats_filter_blocked(&t->ctr, m.filter_id);

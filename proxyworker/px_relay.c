@@ -20,40 +20,63 @@
 
 #include "fgx/log.h"
 
-static void lru_unlink(struct px_thread *t, struct px_conn *c)
+static struct px_list *conn_list(struct px_conn *c)
 {
+    return &c->t->list[c->silent ? PX_LIST_SILENT : PX_LIST_ACTIVE];
+}
+
+static void lru_unlink(struct px_conn *c)
+{
+    struct px_list *l = conn_list(c);
+
     if (c->prev != NULL)
         c->prev->next = c->next;
     else
-        t->head = c->next;
+        l->head = c->next;
     if (c->next != NULL)
         c->next->prev = c->prev;
     else
-        t->tail = c->prev;
+        l->tail = c->prev;
     c->prev = c->next = NULL;
 }
 
-static void lru_append(struct px_thread *t, struct px_conn *c)
+static void lru_append(struct px_conn *c)
 {
-    c->prev = t->tail;
+    struct px_list *l = conn_list(c);
+
+    c->prev = l->tail;
     c->next = NULL;
-    if (t->tail != NULL)
-        t->tail->next = c;
+    if (l->tail != NULL)
+        l->tail->next = c;
     else
-        t->head = c;
-    t->tail = c;
+        l->head = c;
+    l->tail = c;
 }
 
+/* Activity on c. A silent connection stays where it is, by its accept time, until a byte
+ * moves (speak()). */
 static void touch(struct px_conn *c)
 {
     struct px_thread *t = c->t;
 
     t->now_ms = px_now_ms();
+    if (c->silent)
+        return;
     c->last_ms = t->now_ms;
-    if (t->tail != c) {
-        lru_unlink(t, c);
-        lru_append(t, c);
+    if (t->list[PX_LIST_ACTIVE].tail != c) {
+        lru_unlink(c);
+        lru_append(c);
     }
+}
+
+/* A byte moved on c (either side: a service that speaks first makes a connection as live as
+ * a client that does): off the silent list, out of the first-byte timeout's reach. */
+static void speak(struct px_conn *c)
+{
+    lru_unlink(c);
+    c->silent = false;
+    c->last_ms = c->t->now_ms;
+    lru_append(c);
 }
 
 #define CONN_HEAD ((sizeof(struct px_conn) + alignof(max_align_t) - 1) & ~(alignof(max_align_t) - 1))
@@ -146,7 +169,10 @@ void px_relay_close(struct px_conn *c, bool reset)
         PX_CTR_ADD(&sc->reset, 1);
     PX_CTR_ADD(&sc->open, (uint64_t)-1);
     PX_CTR_ADD(&t->ctr.conns, (uint64_t)-1);
-    __atomic_sub_fetch(&t->w->nconns, 1, __ATOMIC_RELAXED);
+    if (!c->keep_src)
+        px_src_put(&t->w->src, &c->client, t->idx);
+    if (!c->keep_slot)
+        __atomic_sub_fetch(&t->w->nconns, 1, __ATOMIC_RELAXED);
     for (i = 0; i < 2; i++) {
         struct px_side *s = &c->s[i];
 
@@ -167,7 +193,7 @@ void px_relay_close(struct px_conn *c, bool reset)
         s->pend = NULL;
     }
     px_match_conn_release(c);
-    lru_unlink(t, c);
+    lru_unlink(c);
     free(c);
 }
 
@@ -258,6 +284,8 @@ static void on_readable(evutil_socket_t fd, short what, void *arg)
         if (event_get_priority(c->s[side].rev) != prio)
             (void)event_priority_set(c->s[side].rev, prio);
     }
+    if (c->silent)
+        speak(c);
     sc = px_stats_svc(&t->ctr, c->service_id);
     PX_CTR_ADD(&sc->reads, 1);
     PX_CTR_ADD(&sc->bytes, (uint64_t)n);
@@ -336,7 +364,8 @@ void px_relay_start(struct px_conn *c)
 
     PX_CTR_ADD(&px_stats_svc(&t->ctr, c->service_id)->accepted, 1);
     PX_CTR_ADD(&px_stats_svc(&t->ctr, c->service_id)->open, 1);
-    lru_append(t, c);
+    c->silent = true;
+    lru_append(c);
     for (i = 0; i < 2; i++) {
         event_assign(c->s[i].rev, t->base, c->s[i].fd, EV_READ | EV_CLOSED | EV_PERSIST,
                      on_readable, c);
@@ -359,12 +388,71 @@ void px_relay_start(struct px_conn *c)
 void px_relay_expire(struct px_thread *t)
 {
     static __thread unsigned long long last_log;
-    size_t n = 0;
+    struct px_worker *w = t->w;
+    uint64_t silent_ms = w->first_byte_ms != 0 && w->first_byte_ms < w->idle_ms ? w->first_byte_ms
+                                                                               : w->idle_ms;
+    struct px_conn *c;
+    size_t n = 0, ns = 0;
 
-    while (t->head != NULL && t->head->last_ms + t->w->idle_ms < t->now_ms) {
-        px_relay_close(t->head, true);
+    while ((c = t->list[PX_LIST_SILENT].head) != NULL && c->last_ms + silent_ms < t->now_ms) {
+        if (silent_ms < w->idle_ms) {
+            PX_CTR_ADD(&t->ctr.silent_closed, 1);
+            ns++;
+        }
+        px_relay_close(c, true);
+        n++;
+    }
+    while ((c = t->list[PX_LIST_ACTIVE].head) != NULL && c->last_ms + w->idle_ms < t->now_ms) {
+        px_relay_close(c, true);
         n++;
     }
     if (n > 0)
-        fgx_log_ratelimited(&last_log, FGX_LOG_DEBUG, "%zu idle connection(s) closed", n);
+        fgx_log_ratelimited(&last_log, FGX_LOG_DEBUG,
+                            "%zu idle connection(s) closed, %zu of them before a first byte", n,
+                            ns);
+}
+
+bool px_relay_evict(struct px_thread *t)
+{
+    struct px_conn *c = t->list[PX_LIST_SILENT].head;
+
+    /* A connection that sent nothing yet has cost its service nothing: it goes first, the
+     * longest waiting of them. An honest client's first byte follows its handshake within a
+     * round trip, and a flood would have to replace every silent connection in that time to
+     * push it out; past them, the one idle the longest. */
+    if (c == NULL)
+        c = t->list[PX_LIST_ACTIVE].head;
+    if (c == NULL)
+        return false;
+    PX_CTR_ADD(&t->ctr.evicted, 1);
+    c->keep_slot = true;
+    px_relay_close(c, true);
+    return true;
+}
+
+static struct px_conn *find_src(struct px_conn *c, const struct sockaddr_storage *src)
+{
+    unsigned n;
+
+    for (n = 0; c != NULL && n < PX_EVICT_SCAN; c = c->next, n++)
+        if (px_src_same(&c->client, src))
+            return c;
+    return NULL;
+}
+
+bool px_relay_evict_src(struct px_thread *t, const struct sockaddr_storage *src)
+{
+    struct px_conn *c = find_src(t->list[PX_LIST_SILENT].head, src);
+
+    /* As px_relay_evict(), within the source: a source at its limit (one flooding, or many
+     * clients behind one NAT, a game's checker among them) churns its own connections, the
+     * most idle first, and never takes another source's. */
+    if (c == NULL)
+        c = find_src(t->list[PX_LIST_ACTIVE].head, src);
+    if (c == NULL)
+        return false;
+    PX_CTR_ADD(&t->ctr.evicted, 1);
+    c->keep_slot = c->keep_src = true;
+    px_relay_close(c, true);
+    return true;
 }

@@ -8,7 +8,9 @@
  * resident memory. queue_drops, truncated, verdict_errors and malformed describe packets on an
  * NFQUEUE and stay 0: the proxy has no queue, never sees a cut packet and gives no verdicts. Its
  * own failures have fields of their own: connections refused at the limit, for no service,
- * whose service was unreachable, and failed scans. */
+ * whose service was unreachable, and failed scans; those refused at the per-source limit,
+ * closed to make room at the limit, closed before a first byte, and those that relayed bytes
+ * unscanned while their service was away, reset or scanned afresh at its return. */
 #include "px_stats.h"
 
 #include "px.h"
@@ -39,6 +41,11 @@ void px_stats_own(struct px_worker *w, struct px_own_stats *out)
         out->unclassified += fgx_ctr_load(&c->unclassified);
         out->connect_failed += fgx_ctr_load(&c->connect_failed);
         out->scan_errors += fgx_ctr_load(&c->scan_errors);
+        out->src_refused += fgx_ctr_load(&c->src_refused);
+        out->evicted += fgx_ctr_load(&c->evicted);
+        out->silent_closed += fgx_ctr_load(&c->silent_closed);
+        out->midstream_reset += fgx_ctr_load(&c->midstream_reset);
+        out->midstream_rescan += fgx_ctr_load(&c->midstream_rescan);
     }
 }
 
@@ -80,5 +87,10 @@ int px_stats_collect(struct px_worker *w, struct fgx_dp_stats *out)
     out->unclassified = own.unclassified;
     out->connect_failed = own.connect_failed;
     out->scan_errors = own.scan_errors;
+    out->src_refused = own.src_refused;
+    out->evicted = own.evicted;
+    out->silent_closed = own.silent_closed;
+    out->midstream_reset = own.midstream_reset;
+    out->midstream_rescan = own.midstream_rescan;
     return 0;
 }

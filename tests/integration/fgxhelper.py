@@ -422,6 +422,171 @@ def run_synflood(args):
     emit(event="result", sent=sent, secs=round(time.monotonic() - t0, 3))
 
 
+# ---- idle connections ---------------------------------------------------------------------------
+
+def run_idle_conns(args):
+    """Open --count TCP connections to host:port; the first --send-count of them send --send
+    (hex) once, the others nothing. Report "connected", then watch them: when each is closed by
+    the other end (EOF or reset), in seconds since it was opened, or null if still open at
+    --wait seconds."""
+    import select
+    socks, t0, errors = [], [], []
+    for i in range(args.count):
+        fam = socket.AF_INET6 if ":" in args.host else socket.AF_INET
+        s = socket.socket(fam, socket.SOCK_STREAM)
+        s.settimeout(3)
+        try:
+            s.connect((args.host, args.port))
+        except OSError as e:
+            errors.append(str(e))
+            s.close()
+            continue
+        if i < args.send_count and args.send:
+            s.sendall(bytes.fromhex(args.send))
+        s.setblocking(False)
+        socks.append(s)
+        t0.append(time.monotonic())
+    emit(event="connected", n=len(socks), errors=errors[:5])
+    closed = [None] * len(socks)
+    deadline = time.monotonic() + args.wait
+    while time.monotonic() < deadline and any(c is None for c in closed):
+        live = [s for s, c in zip(socks, closed) if c is None]
+        r, _, _ = select.select(live, [], [], 0.1)
+        for s in r:
+            i = socks.index(s)
+            try:
+                data = s.recv(65536)
+            except (ConnectionResetError, BrokenPipeError):
+                data = b""
+            except BlockingIOError:
+                continue
+            if not data:
+                closed[i] = round(time.monotonic() - t0[i], 2)
+    for s in socks:
+        s.close()
+    emit(event="result", closed=closed, errors=errors[:5])
+
+
+# ---- IP fragments (scapy) ----------------------------------------------------------------------
+
+def run_frag(args):
+    """Send TCP segments or UDP datagrams cut into IP fragments (IPv4, or IPv6 fragment
+    headers). --cases is a JSON list, one connection (or datagram) each, from --sport on:
+    {"payload": hex, "alt": hex, "tcp_opts": N, "frags": [[offset, length, "alt" or null, more
+    or null], ...]}, fragments in sending order. Offset and length are in bytes of the transport
+    header + payload; the bytes are the real segment's, or with "alt" those of the same segment
+    carrying alt instead of payload (overlaps with other content); "more" defaults to whether
+    bytes follow; tcp_opts NOP bytes make the TCP header 20+N bytes. TCP: the handshake by hand
+    first (as run_ooo), then --lead as one ordinary segment (proof that the connection carries
+    data), then the fragmented segment, then a FIN."""
+    import logging
+    logging.getLogger("scapy.runtime").setLevel(logging.ERROR)
+    from scapy.all import (IP, TCP, UDP, AsyncSniffer, IPv6, IPv6ExtHdrFragment, Raw,  # noqa: E402
+                           conf, raw)
+
+    conf.verb = 0
+    v6 = ":" in args.dst
+    hl = 40 if v6 else 20
+    out = socket.socket(socket.AF_INET6 if v6 else socket.AF_INET, socket.SOCK_RAW,
+                        socket.IPPROTO_RAW)
+    proto = socket.IPPROTO_TCP if args.proto == "tcp" else socket.IPPROTO_UDP
+    cases = json.loads(args.cases)
+    sports = set(range(args.sport, args.sport + len(cases)))
+
+    send_errors = []
+
+    def send(pkt):
+        for _ in range(5):
+            try:
+                out.sendto(raw(pkt), (args.dst, 0))
+                return
+            except OSError as e:  # reported with the result, and tried again
+                send_errors.append("%s: %s" % (pkt.summary(), e))
+                time.sleep(0.05)
+
+    def ip():
+        return IPv6(src=args.src, dst=args.dst) if v6 else IP(src=args.src, dst=args.dst)
+
+    def fragment(ident, off, data, more):
+        if v6:
+            return (IPv6(src=args.src, dst=args.dst, nh=44) /
+                    IPv6ExtHdrFragment(nh=proto, offset=off // 8, m=1 if more else 0, id=ident) /
+                    Raw(data))
+        return IP(src=args.src, dst=args.dst, proto=proto, id=ident & 0xffff,
+                  flags="MF" if more else 0, frag=off // 8) / Raw(data)
+
+    def ours(p):
+        t = p.getlayer(TCP)
+        return t is not None and t.sport == args.dport and t.dport in sports
+
+    def one(sport, case):
+        r = {"handshake": args.proto == "udp"}
+        payload = bytes.fromhex(case["payload"])
+        altp = bytes.fromhex(case.get("alt") or case["payload"])
+        if args.proto == "udp":
+            seg = raw(ip() / UDP(sport=sport, dport=args.dport) / payload)[hl:]
+            alt = raw(ip() / UDP(sport=sport, dport=args.dport) / altp)[hl:]
+        else:
+            isn = 2000000
+            send(ip() / TCP(sport=sport, dport=args.dport, flags="S", seq=isn, window=65535))
+            synack = None
+            deadline = time.monotonic() + args.timeout
+            while time.monotonic() < deadline and synack is None:
+                time.sleep(0.02)
+                for p in list(seen):
+                    t = p.getlayer(TCP)
+                    if t is not None and t.dport == sport and (t.flags & 0x12) == 0x12:
+                        synack = t
+                        break
+            if synack is None:
+                r["error"] = "no SYN-ACK"
+                return r
+            r["handshake"] = True
+            ack = synack.seq + 1
+            send(ip() / TCP(sport=sport, dport=args.dport, flags="A", seq=isn + 1, ack=ack,
+                            window=65535))
+            lead = bytes.fromhex(args.lead)
+            seq = isn + 1
+            if lead:
+                send(ip() / TCP(sport=sport, dport=args.dport, flags="PA", seq=seq, ack=ack,
+                                window=65535) / lead)
+                seq += len(lead)
+                time.sleep(args.pause)
+            opts = [("NOP", None)] * case.get("tcp_opts", 0)
+            seg, alt = (raw(ip() / TCP(sport=sport, dport=args.dport, flags="PA", seq=seq,
+                                       ack=ack, window=65535, options=opts) / pl)[hl:]
+                        for pl in (payload, altp))
+        ident = 0x4242 + sport
+        for off, length, which, more in case["frags"]:
+            data = (alt if which == "alt" else seg)[off:off + length]
+            if more is None:
+                more = off + len(data) < len(seg)
+            send(fragment(ident, off, data, more))
+            time.sleep(args.pause)
+        if args.proto == "tcp" and args.fin:
+            time.sleep(args.pause)
+            send(ip() / TCP(sport=sport, dport=args.dport, flags="FA", seq=seq + len(payload),
+                            ack=ack, window=65535))
+        return r
+
+    seen = []
+    sniffer = None
+    results = []
+    try:
+        if args.proto == "tcp":
+            sniffer = AsyncSniffer(iface=args.iface, lfilter=ours, prn=seen.append, store=False)
+            sniffer.start()
+            time.sleep(0.3)
+        for i, case in enumerate(cases):
+            results.append(one(args.sport + i, case))
+        time.sleep(args.linger)
+    finally:
+        if sniffer is not None:
+            sniffer.stop()
+        emit(event="result", results=results, send_errors=send_errors[:10],
+             handshake=len(results) == len(cases) and all(r["handshake"] for r in results))
+
+
 # ---- malformed packets (scapy) ------------------------------------------------------------------
 
 def run_malformed(args):
@@ -553,6 +718,26 @@ def main():
     p.add_argument("--src-net", required=True)
     p.add_argument("--count", type=int, required=True)
     p.add_argument("--rate", type=float, default=0.0, help="SYNs per second at most (0: flat out)")
+    p = sub.add_parser("idle-conns")
+    p.add_argument("--host", required=True)
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--count", type=int, required=True)
+    p.add_argument("--send", default="", help="hex, sent once by the first --send-count")
+    p.add_argument("--send-count", type=int, default=0)
+    p.add_argument("--wait", type=float, required=True)
+    p = sub.add_parser("frag")
+    p.add_argument("--iface", required=True)
+    p.add_argument("--src", required=True)
+    p.add_argument("--dst", required=True)
+    p.add_argument("--sport", type=int, required=True, help="the first case's; then +1 each")
+    p.add_argument("--dport", type=int, required=True)
+    p.add_argument("--proto", choices=("tcp", "udp"), default="tcp")
+    p.add_argument("--lead", default="", help="hex: one ordinary segment first (TCP)")
+    p.add_argument("--cases", required=True)
+    p.add_argument("--pause", type=float, default=0.05)
+    p.add_argument("--fin", action="store_true")
+    p.add_argument("--linger", type=float, default=0.5)
+    p.add_argument("--timeout", type=float, default=3.0)
     p = sub.add_parser("malformed")
     p.add_argument("--src", required=True)
     p.add_argument("--dst", required=True)
@@ -569,6 +754,8 @@ def main():
         "bulk-client": run_bulk_client,
         "udp-client": run_udp_client,
         "ooo": run_ooo,
+        "idle-conns": run_idle_conns,
+        "frag": run_frag,
         "malformed": run_malformed,
         "synflood": run_synflood,
         "http-get": run_http_get,

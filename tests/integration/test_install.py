@@ -129,7 +129,8 @@ VALUES = {"state-dir": "/tmp", "run-dir": "/tmp", "threads": "2", "log-level": "
           "queue-base": "7000", "proxy-port": "15001", "proxy-max-conns": "100",
           "metrics-listen": "127.0.0.1:9100", "listen": "tls+tcp://127.0.0.1:7443",
           "cert": "/tmp/c.pem", "key": "/tmp/k.pem", "allow": "10.0.0.0/8",
-          "compile-timeout": "10", "nfq-flows": "65536"}
+          "compile-timeout": "10", "nfq-flows": "65536", "handshake-timeout": "5",
+          "proxy-max-conns-per-src": "64", "proxy-first-byte-timeout": "10"}
 
 
 @test

@@ -212,6 +212,70 @@ def full_disk_refuses_changes_clearly_and_loses_nothing(env):
 
 
 @test
+def nearly_full_disk_says_no_space_at_every_fill_level(env):
+    # A commit that finds only part of the room it needs: LMDB's write comes up short and it
+    # reports EIO, not ENOSPC. Whatever is left (a page, a few, many), a refusal says that the
+    # disk is full, and nothing stored is lost.
+    env.stop_controld(signal.SIGTERM)
+    disk = os.path.join(env.tmp, "tight-disk")
+    os.makedirs(disk)
+    it.sh("mount", "-t", "tmpfs", "-o", "size=4m,mode=0700", "fgx-it-tight", disk)
+    saved = env.state_dir
+    env.state_dir = disk
+    try:
+        env.start_controld()
+        _, port = env.service("tight", "tcp")
+        env.filter("tight")
+        srv = env.tcp_server(port)
+        filler = os.path.join(disk, "filler")
+        _fill(filler)
+        full = os.path.getsize(filler)
+        accepted, reasons = ["evil[0-9]+"], set()
+        n = 0
+        for room in (4096, 8192, 12288, 20480, 36864, 69632, 135168):
+            os.truncate(filler, full - room)
+            refused = 0
+            # large regexes: each change compiles and caches a database of tens of KiB
+            for _ in range(30):
+                n += 1
+                regex = "tight%d(%s)[0-9]{%d}" % (n, "|".join("w%dx%d" % (n, k)
+                                                             for k in range(40)), n % 7 + 1)
+                p = env.ctl_raw("filter", "add", "tight", regex)
+                if p.returncode == 0:
+                    accepted.append(regex)
+                    continue
+                reasons.add(p.stderr.strip())
+                check("no space left on the state store's disk: nothing was changed" in p.stderr,
+                      "filter add with %d bytes left: exit %d, %r", room, p.returncode, p.stderr)
+                refused += 1
+                if refused >= 2:
+                    break
+            check(refused, "%d bytes left: 30 large filter adds all accepted", room)
+            os.truncate(filler, full)
+        check([f["regex"] for f in env.filters("tight")] == accepted,
+              "filters on a nearly full disk: %d, expected %d", len(env.filters("tight")),
+              len(accepted))
+        c, s = tcp_once(env, srv, 1, SRV4, port, b"x " + EVIL)
+        it.assert_blocked(c, s)
+        os.unlink(filler)
+        env.filter("tight", "after[0-9]+")
+        accepted.append("after[0-9]+")
+        rc = env.stop_controld(signal.SIGTERM)
+        check(rc == 0, "controld exited with %r", rc)
+        env.start_controld()
+        check([f["regex"] for f in env.filters("tight")] == accepted,
+              "filters after the restart: %d, expected %d", len(env.filters("tight")),
+              len(accepted))
+        c, s = tcp_once(env, srv, 2, SRV6, port, b"y " + EVIL)
+        it.assert_blocked(c, s)
+    finally:
+        env.stop_controld(signal.SIGTERM, check=False)
+        it.sh("umount", "-l", disk, check=False)
+        env.state_dir = saved
+        env.start_controld()
+
+
+@test
 def first_start_on_a_full_disk_fails_cleanly(env):
     # A new state directory on a disk with no room: controld must exit with an error that says
     # so, not die of SIGBUS on LMDB's mapped lock file.

@@ -162,6 +162,63 @@ def login_required_wrong_refused_right_works(env):
     check(S["fp"] in p.stdout, "cert printed %r, not %s", p.stdout, S["fp"])
 
 
+# The start of a TLS ClientHello record, cut short: a handshake that never completes.
+PARTIAL_HELLO = bytes.fromhex("160301020001") + b"\0" * 20
+
+
+def hold_idle(env, count, wait):
+    """count connections to the TLS port from the client namespace, a quarter of them sending
+    a partial ClientHello, the rest nothing; returns the helper once they are open."""
+    h = env.helper(env.cli, "idle-conns", "--host", SRV4, "--port", PORT, "--count", count,
+                   "--send", PARTIAL_HELLO.hex(), "--send-count", count // 4, "--wait", wait)
+    ev = h.wait_event(lambda e: e.get("event") == "connected", 20)
+    check(ev is not None and ev["n"] == count, "opened %r of %d idle connections", ev, count)
+    return h
+
+
+def idle_closed(h, wait):
+    """When each held connection was closed (seconds after it opened; None: still open)."""
+    return it.client_result(h, wait + 10)["closed"]
+
+
+PER_PEER = 16  # controld's limit of connections from one address that sent no request yet
+
+
+@test
+def silent_connections_closed_after_handshake_timeout(env):
+    # Connections that open the TLS port and never finish a handshake (most send nothing, some
+    # the start of a ClientHello) are closed by controld: past 16 from one address at once,
+    # oldest first, and the rest after the handshake timeout (10 s by default), while a real
+    # client from that very address logs in and works meanwhile.
+    a = S["a"]
+    a.expect(0, "logout")
+    h = hold_idle(env, 200, 14)
+    a.login(S["pw"])
+    st = a.doc("status")
+    check("version" in st, "status while 200 idle connections are open: %r", st)
+    closed = idle_closed(h, 14)
+    still = [i for i, t in enumerate(closed) if t is None]
+    check(not still, "%d of 200 connections that never completed a handshake were still open "
+          "after 14 s (handshake timeout 10 s)", len(still))
+    early = [t for t in closed if t < 3.0]
+    late = [t for t in closed if t >= 3.0]
+    check(len(early) >= 200 - PER_PEER, "only %d of 200 closed at once past the per-address "
+          "limit of %d", len(early), PER_PEER)
+    check(len(late) <= PER_PEER and all(9.0 <= t <= 13.0 for t in late),
+          "the connections within the limit closed after %r s, not at the 10 s timeout", late)
+    a.doc("service", "list")
+    # --handshake-timeout sets it; fewer than the limit: all wait for the timeout
+    restart_controld(env, ["--handshake-timeout", "2"])
+    a.login(S["pw"])  # sessions do not survive a restart
+    h = hold_idle(env, 12, 6)
+    check(isinstance(a.doc("service", "list"), list), "service list failed")
+    closed = idle_closed(h, 6)
+    check(all(t is not None and 1.0 <= t <= 4.5 for t in closed),
+          "with --handshake-timeout 2 the idle connections closed after %r s", closed)
+    restart_controld(env)
+    a.login(S["pw"])
+
+
 @test
 def fingerprint_mismatch_refused(env):
     wrong = ":".join(["00", "11"] * 16)

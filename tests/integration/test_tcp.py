@@ -4,6 +4,7 @@
 Each test adds a service of its own on a port of its own, so tests do not see each other's
 filters; a filtered exchange always runs right after the fgexctl command that set it up, which
 also checks that a change is applied when the command returns."""
+import json
 import os
 import signal
 import subprocess
@@ -311,6 +312,85 @@ def invalid_regex_refused(env):
 
 
 @test
+def regex_that_cannot_work_on_a_stream_refused(env):
+    env.service("eod", "tcp")
+    env.service("eod-u", "udp")
+    before = env.filters("eod")
+    # '$' is the end of the data: a TCP stream never gets there while it can be blocked
+    for bad in ("$", "evil[0-9]+$", "evil\\z", "evil\\Z"):
+        for json_out in (True, False):
+            p = env.ctl_raw("filter", "add", "eod", bad, json_out=json_out)
+            check(p.returncode == 4, "%r accepted on a TCP service (rc %d): %r", bad,
+                  p.returncode, p.stdout)
+            check("end of the data" in p.stderr and len(p.stderr.strip().splitlines()) == 1,
+                  "%r: reason %r", bad, p.stderr)
+        # on UDP a datagram is scanned whole: there '$' is its end and works
+        env.filter("eod-u", bad)
+    check(env.filters("eod") == before, "a refused filter was stored: %r", env.filters("eod"))
+    # the empty-match refusal speaks of what it would do, not of a hyperscan flag
+    p = env.ctl_raw("filter", "add", "eod", ".*")
+    check(p.returncode == 4 and "would match every connection" in p.stderr
+          and "ALLOWEMPTY" not in p.stderr, "'.*': rc %d %r", p.returncode, p.stderr)
+    # service set --proto udp -> tcp re-checks the filters under stream mode
+    p = env.ctl_raw("service", "set", "eod-u", "--proto", "tcp")
+    check(p.returncode == 4 and "end of the data" in p.stderr, "set --proto tcp: rc %d %r",
+          p.returncode, p.stderr)
+    for n in ("eod", "eod-u"):
+        env.ctl("service", "rm", n)
+
+
+@test
+def regex_likely_to_block_honest_traffic_warned(env):
+    _, port = env.service("lint", "tcp")
+    cases = (("\\b", "almost every connection"), (".", "as few as 1 byte"),
+             ("ab", "as few as 2 bytes"), ("^GET /flag", "start of the connection's stream"),
+             ("evil[0-9]+(\\n|$)", "never match on a TCP stream"))
+    for regex, why in cases:
+        p = env.ctl_raw("filter", "add", "lint", regex)
+        check(p.returncode == 0, "%r refused: %r", regex, p.stderr)
+        doc = json.loads(p.stdout)
+        check(any(why in w for w in doc.get("warnings", [])), "%r: --json warnings %r", regex,
+              doc.get("warnings"))
+        check("warning" in p.stderr and why in p.stderr, "%r: stderr %r", regex, p.stderr)
+        check(p.stderr.count("\n") == len(doc["warnings"]), "one line per warning: %r",
+              p.stderr)
+        env.ctl("filter", "rm", doc["id"])
+        p = env.ctl_raw("filter", "add", "lint", regex, json_out=False)
+        check(p.returncode == 0 and why in p.stderr and "id:" in p.stdout,
+              "%r without --json: rc %d out %r err %r", regex, p.returncode, p.stdout, p.stderr)
+        env.ctl("filter", "rm", p.stdout.split("id:")[1].split()[0])
+    # an ordinary filter: no warnings at all
+    p = env.ctl_raw("filter", "add", "lint", "evil[0-9]+")
+    check(p.returncode == 0 and p.stderr == "" and "warnings" not in json.loads(p.stdout),
+          "a plain filter warned: %r %r", p.stdout, p.stderr)
+    # what the warning is about: \b blocks an honest request
+    fid = json.loads(env.ctl_raw("filter", "add", "lint", "\\b").stdout)["id"]
+    conv = Conv(env, port)
+    c, s = conv.run(SRV4, [b"hello world"])
+    it.assert_blocked(c, s, forbidden=b"hello world")
+    env.ctl("filter", "rm", fid)
+    # a ruleset file: each line's warnings, named by line, on the filter it became
+    path = os.path.join(env.tmp, "lint.rules")
+    with open(path, "w") as f:
+        f.write("# game start\nc2s /evil[0-9]+x/\n\nboth /^PUT /\ns2c /./\n")
+    p = env.ctl_raw("filter", "import", "lint", path)
+    check(p.returncode == 0, "import refused: %r", p.stderr)
+    doc = json.loads(p.stdout)
+    byre = {f["regex"]: f.get("warnings", []) for f in doc}
+    check(byre.get("evil[0-9]+x") == [], "clean line warned: %r", byre)
+    check(len(byre.get("^PUT ", [])) == 1 and byre["^PUT "][0].startswith("line 4: "),
+          "line 4: %r", byre)
+    check(len(byre.get(".", [])) == 1 and byre["."][0].startswith("line 5: ")
+          and "1 byte" in byre["."][0], "line 5: %r", byre)
+    check(p.stderr.count("warning") == 2 and "line 4" in p.stderr and "line 5" in p.stderr,
+          "import stderr %r", p.stderr)
+    p = env.ctl_raw("filter", "import", "lint", path, "--replace", json_out=False)
+    check(p.returncode == 0 and "line 5" in p.stderr and "imported 3 filters" in p.stdout,
+          "import without --json: %r %r", p.stdout, p.stderr)
+    env.ctl("service", "rm", "lint")
+
+
+@test
 def service_ip_scope(env):
     _, port = env.service("scoped", "tcp", extra=("--ip", SRV4))
     env.filter("scoped")
@@ -320,6 +400,32 @@ def service_ip_scope(env):
     sent = b"y " + EVIL
     c, s = conv.run(SRV6, [sent])
     it.assert_passed(c, s, sent)
+
+
+@test
+def service_ip_v4mapped_filters_ipv4(env):
+    # ::ffff:10.77.0.1 is how a dual-stack socket names an IPv4 peer; the packets on the wire
+    # are IPv4, so the service must be the IPv4 address, not an IPv6 rule that never matches.
+    for n, ip in enumerate(("::ffff:" + SRV4, "::ffff:10.77.0.0/120")):
+        name = "mapped%d" % n
+        _, port = env.service(name, "tcp", extra=("--ip", ip))
+        want = SRV4 if n == 0 else "10.77.0.0/24"
+        check(env.service_doc(name)["ip"] == want, "--ip %s stored as %r", ip,
+              env.service_doc(name)["ip"])
+        env.filter(name)
+        conv = Conv(env, port)
+        c, s = conv.run(SRV4, [b"x " + EVIL])
+        it.assert_blocked(c, s)
+        sent = b"y " + EVIL
+        c, s = conv.run(SRV6, [sent])
+        it.assert_passed(c, s, sent)
+        env.ctl("service", "rm", name)
+    # service set --ip takes the same path
+    _, port = env.service("mapped-set", "tcp")
+    env.ctl("service", "set", "mapped-set", "--ip", "::ffff:" + SRV4)
+    check(env.service_doc("mapped-set")["ip"] == SRV4, "service set stored %r",
+          env.service_doc("mapped-set")["ip"])
+    env.ctl("service", "rm", "mapped-set")
 
 
 @test

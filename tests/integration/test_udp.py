@@ -47,6 +47,18 @@ def udp_only_matching_datagram_dropped(env):
 
 
 @test
+def udp_end_anchor_is_the_datagram_end(env):
+    # refused on TCP streams, '$' works in block mode: the end of each datagram
+    _, port = env.service("u-eod", "udp")
+    env.filter("u-eod", "evil[0-9]+$")
+    srv = env.udp_server(port, echo=True)
+    for fam, host in HOSTS:
+        d = [b"x " + EVIL, EVIL + b" y " + fam.encode(), b"z " + EVIL + b"\n!"]
+        got, _ = exchange(env, srv, host, port, d, settle=1.0)
+        check(got == d[1:], "server got %r, expected all but the one ending in the match", got)
+
+
+@test
 def udp_no_reassembly_across_datagrams(env):
     _, port = env.service("u-split", "udp")
     env.filter("u-split")

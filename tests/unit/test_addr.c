@@ -36,6 +36,32 @@ Test(addr, parse_format_v6)
     roundtrip("2001:db8::/33", "2001:db8::/33", 6, 33);
 }
 
+/* ::ffff:a.b.c.d is how a dual-stack socket shows an IPv4 peer; its packets are IPv4, so a
+ * service or --allow entry written that way must be the IPv4 address, or it never matches. */
+Test(addr, v4mapped_is_ipv4)
+{
+    struct fgx_cidr c;
+    const uint8_t a[4] = {10, 77, 0, 1}, b[4] = {10, 78, 0, 1};
+
+    roundtrip("::ffff:10.233.0.1", "10.233.0.1", 4, 32);
+    roundtrip("::FFFF:0a4d:0001", "10.77.0.1", 4, 32);
+    roundtrip("::ffff:10.233.0.1/128", "10.233.0.1", 4, 32);
+    roundtrip("::ffff:10.0.0.0/104", "10.0.0.0/8", 4, 8);
+    roundtrip("::ffff:10.77.0.0/120", "10.77.0.0/24", 4, 24);
+    roundtrip("::ffff:0.0.0.0/96", "0.0.0.0/0", 4, 0);
+    /* Wider than the mapped block: it covers real IPv6 addresses too, so it stays IPv6. */
+    roundtrip("::/80", "::/80", 6, 80);
+    roundtrip("::fffe:0:0/95", "::fffe:0:0/95", 6, 95);
+    /* Host bits are still checked, before the mapping. */
+    cr_assert_eq(fgx_cidr_parse("::ffff:10.0.0.1/104", &c), -EINVAL);
+    cr_assert_eq(fgx_cidr_parse("::ffff:10.77.0.1", &c), 0);
+    cr_assert(fgx_cidr_contains(&c, 4, a));
+    cr_assert(!fgx_cidr_contains(&c, 4, b));
+    /* Not mapped: ::10.0.0.1 (deprecated compatible form), and the NAT64 prefix. */
+    roundtrip("::10.0.0.1", "::10.0.0.1", 6, 128);
+    roundtrip("64:ff9b::10.0.0.1", "64:ff9b::a00:1", 6, 128);
+}
+
 Test(addr, empty_is_any)
 {
     struct fgx_cidr c;

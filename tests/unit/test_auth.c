@@ -216,6 +216,19 @@ Test(auth, allow_list_matching)
     cr_assert(ctl_auth_allowed(a, &out));
 }
 
+/* An IPv4 peer of a dual-stack listener is reported as IPv4, so an --allow written the way
+ * such a socket shows it (::ffff:a.b.c.d) must be the IPv4 prefix, or it never matches. */
+Test(auth, allow_list_v4mapped)
+{
+    struct fgx_peer in = peer4(10, 62, 3, 4), out = peer4(10, 63, 0, 1);
+
+    cr_assert_eq(ctl_auth_allow_add(a, "::ffff:10.62.0.0/112"), 0);
+    cr_assert(ctl_auth_allowed(a, &in));
+    cr_assert_not(ctl_auth_allowed(a, &out));
+    cr_assert_eq(ctl_auth_allow_add(a, "::ffff:10.63.0.1"), 0);
+    cr_assert(ctl_auth_allowed(a, &out));
+}
+
 Test(auth, peer_format)
 {
     struct fgx_peer p = peer4(192, 0, 2, 1), l = {.family = 0};

@@ -158,7 +158,8 @@ Test(ctl_metrics, render_the_proxy_worker)
         {.kind = "nfq", .up = true, .restarts = 2, .rss_bytes = 1 << 20, .flows = 3},
         {.kind = "proxy", .up = true, .restarts = 1, .rss_bytes = 3 << 20, .flows = 5,
          .has_own = true, .conns_refused = 6, .unclassified = 7, .connect_failed = 8,
-         .scan_errors = 9},
+         .scan_errors = 9, .src_refused = 10, .evicted = 11, .silent_closed = 12,
+         .midstream_reset = 13, .midstream_rescan = 14},
     };
     char *text = NULL;
     size_t len = 0;
@@ -177,6 +178,11 @@ Test(ctl_metrics, render_the_proxy_worker)
     has_line(text, "fgex_worker_unclassified_total{kind=\"proxy\"} 7");
     has_line(text, "fgex_worker_connect_failed_total{kind=\"proxy\"} 8");
     has_line(text, "fgex_worker_scan_errors_total{kind=\"proxy\"} 9");
+    has_line(text, "fgex_worker_src_refused_total{kind=\"proxy\"} 10");
+    has_line(text, "fgex_worker_evicted_total{kind=\"proxy\"} 11");
+    has_line(text, "fgex_worker_silent_closed_total{kind=\"proxy\"} 12");
+    has_line(text, "fgex_worker_midstream_reset_total{kind=\"proxy\"} 13");
+    has_line(text, "fgex_worker_midstream_rescan_total{kind=\"proxy\"} 14");
     cr_assert_null(strstr(text, "fgex_worker_conns_refused_total{kind=\"nfq\"}"));
     cr_assert_null(strstr(text, "fgex_worker_queue_drops_total{kind=\"proxy\"}"),
                    "the nfq worker's queue drops shown for the proxy:\n%s", text);

@@ -75,6 +75,11 @@ static void make_stats(struct fgx_dp_msg *m)
         .unclassified = 18,
         .connect_failed = 19,
         .scan_errors = 20,
+        .src_refused = 40,
+        .evicted = 41,
+        .silent_closed = 42,
+        .midstream_reset = 43,
+        .midstream_rescan = 44,
     };
 }
 
@@ -206,6 +211,11 @@ Test(dp, stats_round_trip)
     cr_assert_eq(b->unclassified, 18);
     cr_assert_eq(b->connect_failed, 19);
     cr_assert_eq(b->scan_errors, 20);
+    cr_assert_eq(b->src_refused, 40);
+    cr_assert_eq(b->evicted, 41);
+    cr_assert_eq(b->silent_closed, 42);
+    cr_assert_eq(b->midstream_reset, 43);
+    cr_assert_eq(b->midstream_rescan, 44);
     fgx_dp_msg_release(&out);
 }
 

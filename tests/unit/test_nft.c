@@ -395,6 +395,8 @@ static void tcp_chain_expect_log(char *buf, size_t len, const char *q, bool c2s,
     /* Longer than any payload-less header: queued without walking the exact rules. */
     off += (size_t)snprintf(buf + off, len - off, "ip length > 80 goto %s\n", q);
     off += (size_t)snprintf(buf + off, len - off, "ip6 length > 60 goto %s\n", q);
+    /* IPv4 fragments to the worker, even a first one that is only a header. */
+    off += (size_t)snprintf(buf + off, len - off, "ip frag-off & 16383 != 0 goto %s\n", q);
     for (unsigned i = 0; i < sizeof(doff_order); i++)
         off += (size_t)snprintf(buf + off, len - off,
                                 "ip hdrlength 5 tcp doff %u ip length %u accept\n", doff_order[i],

@@ -315,6 +315,52 @@ Test(px_nft, fail_closed_without_a_proxy_lets_nothing_through)
     close(lfd);
 }
 
+/* Both ways through a held connection, each read exactly what was sent (quick). */
+static void ping_pong(int cfd, int sfd)
+{
+    char buf[8];
+
+    cr_assert_eq(send(cfd, "ping", 4, 0), 4);
+    cr_assert_eq(recv(sfd, buf, 4, MSG_WAITALL), 4);
+    cr_assert_eq(memcmp(buf, "ping", 4), 0);
+    cr_assert_eq(send(sfd, "pong!", 5, 0), 5, "send: %s", strerror(errno));
+    cr_assert_eq(recv(cfd, buf, 5, MSG_WAITALL), 5);
+    cr_assert_eq(memcmp(buf, "pong!", 5), 0);
+}
+
+/* A proxied connection whose service leaves the proxy layer (stopped, or moved to the other
+ * layer) while another proxy-layer service stays: the proxy still holds it, and both ways must
+ * still reach it; the service's replies must not go to the real client, whose reset would kill
+ * the service's end. */
+Test(px_nft, a_held_connection_keeps_its_way_back_after_its_service_leaves)
+{
+    struct ctl_nft_service other = {.id = SVC_ID + 1, .ipproto = IPPROTO_TCP,
+                                    .port = SVC_PORT + 1};
+    struct ctl_nft_service both[2] = {
+        {.id = SVC_ID, .ipproto = IPPROTO_TCP, .port = SVC_PORT}, other};
+    char peer[INET6_ADDRSTRLEN];
+    int lfd, cfd, sfd, family;
+
+    proxy_start();
+    for (family = AF_INET; family != 0; family = family == AF_INET ? AF_INET6 : 0) {
+        const char *srv = family == AF_INET ? "10.98.0.2" : "fd98::2";
+
+        cr_assert_eq(ctl_nft_sync_layers(nft, NULL, 0, both, 2, PX_PORT), 0);
+        lfd = server_listen(family, srv);
+        cfd = client_connect(true, family, srv, 3000);
+        cr_assert_geq(cfd, 0, "no connection");
+        sfd = accept_peer(lfd, peer, sizeof(peer));
+        ping_pong(cfd, sfd);
+        cr_assert_eq(ctl_nft_sync_layers(nft, NULL, 0, &other, 1, PX_PORT), 0);
+        ping_pong(cfd, sfd);
+        usleep(100 * 1000); /* the service's delayed ACKs of those bytes, too */
+        ping_pong(cfd, sfd);
+        close(cfd);
+        close(sfd);
+        close(lfd);
+    }
+}
+
 Test(px_nft, no_proxy_service_removes_rules_and_routing)
 {
     FILE *f;

@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fgx/addr.h"
 #include "fgx/log.h"
 #include "fgx/ruleset.h"
 #include "proxyworker/px.h"
@@ -45,7 +46,10 @@ static void netns_up(void)
     cr_assert_eq(unshare(CLONE_NEWNET), 0, "unshare: %s", strerror(errno));
     sh("ip link set lo up && "
        "ip addr add 10.66.0.1/32 dev lo && ip addr add 10.66.0.2/32 dev lo && "
-       "ip -6 addr add fd66::1/128 dev lo nodad && ip -6 addr add fd66::2/128 dev lo nodad");
+       "ip addr add 10.66.0.3/32 dev lo && "
+       "ip -6 addr add fd66::1/128 dev lo nodad && ip -6 addr add fd66::2/128 dev lo nodad && "
+       "ip -6 addr add fd66::3/128 dev lo nodad && "
+       "ip -6 addr add fd66:0:0:1::2/128 dev lo nodad");
     sh("ip rule add fwmark 0x0fe40001 lookup 4001 && "
        "ip route add local default dev lo table 4001 && "
        "ip -6 rule add fwmark 0x0fe40001 lookup 4001 && "
@@ -87,13 +91,19 @@ static void start(void)
 
 /* Compile the patterns for the service (TCP, port SVC_PORT) and apply them as the control
  * thread does on a RULESET: returns once every thread uses them. */
-static void apply(uint64_t gen, size_t n, const struct fgx_pattern *pats)
+static uint8_t midstream = FGX_MIDSTREAM_RESET; /* the service's policy in apply() */
+static const char *svc_ip;                      /* the service's --ip in apply(); NULL: any */
+
+static void apply_id(uint32_t id, uint64_t gen, size_t n, const struct fgx_pattern *pats)
 {
-    struct fgx_dp_service s = {.id = SVC_ID, .ipproto = IPPROTO_TCP, .port = SVC_PORT};
+    struct fgx_dp_service s = {
+        .id = id, .ipproto = IPPROTO_TCP, .port = SVC_PORT, .midstream = midstream};
     struct fgx_dp_ruleset rs = {.generation = gen, .nservices = 1, .services = &s};
     char err[256];
     int d;
 
+    if (svc_ip != NULL)
+        cr_assert_eq(fgx_cidr_parse(svc_ip, &s.addr), 0);
     for (d = 0; d < 2; d++)
         cr_assert_eq(fgx_ruleset_compile(pats, n, d == 0 ? FGX_DIR_C2S : FGX_DIR_S2C,
                                          IPPROTO_TCP, &s.db[d], err, sizeof(err)),
@@ -101,6 +111,11 @@ static void apply(uint64_t gen, size_t n, const struct fgx_pattern *pats)
     cr_assert_eq(px_ctl_apply(&w, &rs), 0);
     for (d = 0; d < 2; d++)
         fgx_blob_release(&s.db[d]);
+}
+
+static void apply(uint64_t gen, size_t n, const struct fgx_pattern *pats)
+{
+    apply_id(SVC_ID, gen, n, pats);
 }
 
 static void apply_none(uint64_t gen)
@@ -486,38 +501,331 @@ Test(px_relay, a_removed_filter_stops_matching_open_connections)
     close(lfd);
 }
 
-Test(px_relay, connection_limit_refuses_and_counts)
+/* The client's end of a connection the proxy reset: ECONNRESET, nothing read. */
+static void assert_reset(int fd)
 {
-    struct fgx_dp_stats st;
-    struct px_own_stats own;
-    struct sockaddr_storage peer;
-    char buf[8];
-    int lfd, c1, c2, sfd, err = 0;
+    char buf[64];
+    int err = 0;
 
-    w.max_conns = 1;
+    set_timeout(fd, 5000);
+    cr_assert_eq(recv_until_end(fd, buf, sizeof(buf), &err), 0);
+    cr_assert_eq(err, ECONNRESET, "%s", err ? strerror(err) : "EOF");
+}
+
+/* A round trip through the proxy: cfd sends, sfd (the service's end) reads it. */
+static void assert_relays(int cfd, int sfd, const char *what)
+{
+    char buf[64];
+    size_t n = strlen(what);
+
+    send_all(cfd, what, n);
+    recv_exact(sfd, buf, n);
+    cr_assert_eq(memcmp(buf, what, n), 0);
+}
+
+static struct px_own_stats own_stats(void)
+{
+    struct px_own_stats own;
+
+    px_stats_own(&w, &own);
+    return own;
+}
+
+/* At the limit a new connection is not refused: the one that sent nothing yet makes room
+ * (an idler never keeps a new client out), and the live one stays. */
+Test(px_relay, at_the_limit_a_silent_connection_makes_room)
+{
+    struct sockaddr_storage peer;
+    int lfd, c1, s1, c2, s2, c3, s3;
+
+    w.nthreads = 1; /* one thread holds them all: the victim is known */
+    w.max_conns = 2;
     start();
     apply(1, 1, &P_EVIL);
     lfd = server_listen(AF_INET, "10.66.0.1");
     c1 = client_connect(AF_INET, "10.66.0.2", "10.66.0.1");
-    sfd = accept_peer(lfd, &peer);
+    s1 = accept_peer(lfd, &peer);
+    assert_relays(c1, s1, "live");
     c2 = client_connect(AF_INET, "10.66.0.2", "10.66.0.1");
-    set_timeout(c2, 5000);
-    cr_assert_eq(recv_until_end(c2, buf, sizeof(buf), &err), 0);
-    cr_assert_eq(err, ECONNRESET);
-    cr_assert_eq(px_stats_collect(&w, &st), 0);
-    cr_assert_eq(st.queue_drops, 0, "a refused connection is no NFQUEUE drop");
-    cr_assert_eq(st.flows, 1);
-    px_stats_own(&w, &own);
-    cr_assert_eq(own.conns_refused, 1);
-    {
-        struct fgx_dp_msg m = {.type = FGX_DP_STATS, .u.stats = st};
+    s2 = accept_peer(lfd, &peer);
+    c3 = client_connect(AF_INET, "10.66.0.3", "10.66.0.1");
+    s3 = accept_peer(lfd, &peer);
+    assert_relays(c3, s3, "new");
+    assert_reset(c2);
+    assert_reset(s2);
+    assert_relays(c1, s1, "still");
+    cr_assert_eq(own_stats().evicted, 1);
+    cr_assert_eq(own_stats().conns_refused, 0);
+    close(c1), close(s1), close(c2), close(s2), close(c3), close(s3), close(lfd);
+}
 
-        fgx_dp_msg_release(&m);
+/* A connection for no service is refused before the limit: it takes nobody's place. */
+Test(px_relay, at_the_limit_a_connection_for_no_service_takes_no_place)
+{
+    struct sockaddr_storage peer;
+    int lfd, c1, s1, c2;
+
+    w.nthreads = 1;
+    w.max_conns = 1;
+    svc_ip = "10.66.0.1"; /* the tproxy rule sends 10.66.0.3:8080 too, for no service */
+    start();
+    apply(1, 1, &P_EVIL);
+    lfd = server_listen(AF_INET, "10.66.0.1");
+    c1 = client_connect(AF_INET, "10.66.0.2", "10.66.0.1");
+    s1 = accept_peer(lfd, &peer);
+    c2 = client_connect(AF_INET, "10.66.0.2", "10.66.0.3");
+    assert_reset(c2);
+    assert_relays(c1, s1, "still here");
+    cr_assert_eq(own_stats().evicted, 0);
+    cr_assert_eq(own_stats().unclassified, 1);
+    close(c1), close(s1), close(c2), close(lfd);
+}
+
+/* With no silent one, the least recently active goes. */
+Test(px_relay, at_the_limit_the_least_recently_active_makes_room)
+{
+    struct sockaddr_storage peer;
+    int lfd, c1, s1, c2, s2, c3, s3;
+
+    w.nthreads = 1;
+    w.max_conns = 2;
+    start();
+    apply(1, 1, &P_EVIL);
+    lfd = server_listen(AF_INET6, "fd66::1");
+    c1 = client_connect(AF_INET6, "fd66::2", "fd66::1");
+    s1 = accept_peer(lfd, &peer);
+    c2 = client_connect(AF_INET6, "fd66::2", "fd66::1");
+    s2 = accept_peer(lfd, &peer);
+    assert_relays(c1, s1, "one");
+    assert_relays(c2, s2, "two");
+    assert_relays(c1, s1, "one again");
+    c3 = client_connect(AF_INET6, "fd66::2", "fd66::1");
+    s3 = accept_peer(lfd, &peer);
+    assert_relays(c3, s3, "three");
+    assert_reset(c2);
+    assert_relays(c1, s1, "one stays");
+    cr_assert_eq(own_stats().evicted, 1);
+    close(c1), close(s1), close(c2), close(s2), close(c3), close(s3), close(lfd);
+}
+
+/* A source at its limit makes room among its own connections: its oldest silent one goes,
+ * never another source's (even an older, silent one); within an IPv6 /64 another address is
+ * the same source, another /64 is not. */
+static void per_source_limit(int family, const char *srv, const char *cli, const char *same,
+                             const char *other)
+{
+    struct sockaddr_storage peer;
+    int lfd, c[3], s[3], co, so, i;
+
+    w.nthreads = 1; /* the source's connections are all on the accepting thread */
+    w.max_per_src = 2;
+    start();
+    apply(1, 1, &P_EVIL);
+    lfd = server_listen(family, srv);
+    co = client_connect(family, other, srv); /* the oldest, silent, of another source */
+    so = accept_peer(lfd, &peer);
+    for (i = 0; i < 2; i++) {
+        c[i] = client_connect(family, cli, srv);
+        s[i] = accept_peer(lfd, &peer);
     }
-    close(c1);
-    close(c2);
-    close(sfd);
-    close(lfd);
+    c[2] = client_connect(family, same, srv);
+    s[2] = accept_peer(lfd, &peer);
+    assert_relays(c[2], s[2], "the source's newest");
+    assert_reset(c[0]);
+    assert_relays(c[1], s[1], "kept");
+    assert_relays(co, so, "another source is never touched");
+    cr_assert_eq(own_stats().evicted, 1);
+    cr_assert_eq(own_stats().src_refused, 0);
+    /* All of the source's active now: the least recently active of them goes. */
+    assert_relays(c[1], s[1], "more");
+    {
+        int c4 = client_connect(family, cli, srv), s4 = accept_peer(lfd, &peer);
+
+        assert_relays(c4, s4, "a fourth");
+        assert_reset(c[2]);
+        assert_relays(c[1], s[1], "kept again");
+        close(c4), close(s4);
+    }
+    cr_assert_eq(own_stats().evicted, 2);
+    for (i = 0; i < 3; i++)
+        close(c[i]), close(s[i]);
+    close(co), close(so), close(lfd);
+}
+
+Test(px_relay, per_source_limit_ipv4)
+{
+    per_source_limit(AF_INET, "10.66.0.1", "10.66.0.2", "10.66.0.2", "10.66.0.3");
+}
+
+Test(px_relay, per_source_limit_ipv6_by_64)
+{
+    per_source_limit(AF_INET6, "fd66::1", "fd66::2", "fd66::3", "fd66:0:0:1::2");
+}
+
+/* Nothing from either side within the first-byte timeout: closed. A service that speaks first
+ * makes the connection live, as a client that sends does. */
+Test(px_relay, first_byte_timeout_spares_server_first_connections)
+{
+    struct sockaddr_storage peer;
+    char buf[16];
+    int lfd, cq, sq, cb, sb, cc, sc;
+    uint64_t t0;
+
+    w.first_byte_ms = 1000;
+    start();
+    apply(1, 1, &P_EVIL);
+    lfd = server_listen(AF_INET, "10.66.0.1");
+    cq = client_connect(AF_INET, "10.66.0.2", "10.66.0.1");
+    sq = accept_peer(lfd, &peer);
+    cb = client_connect(AF_INET, "10.66.0.2", "10.66.0.1");
+    sb = accept_peer(lfd, &peer);
+    cc = client_connect(AF_INET, "10.66.0.2", "10.66.0.1");
+    sc = accept_peer(lfd, &peer);
+    t0 = now_ms();
+    send_all(sb, "220 banner", 10); /* server first */
+    set_timeout(cb, 5000);
+    recv_exact(cb, buf, 10);
+    assert_relays(cc, sc, "client first");
+    assert_reset(cq);
+    assert_reset(sq);
+    cr_assert_geq(now_ms() - t0, 900, "closed early");
+    sleep_ms(1500);
+    assert_relays(cb, sb, "the banner's client answers");
+    assert_relays(cc, sc, "and the other");
+    cr_assert_eq(own_stats().silent_closed, 1);
+    close(cq), close(sq), close(cb), close(sb), close(cc), close(sc), close(lfd);
+}
+
+static const struct fgx_pattern P_ZNUM = {F_ZZZ, "zzz[0-9]+", FGX_DIR_BOTH, false};
+
+/* The issue's case: bytes relayed while the service was stopped; at its start the connection
+ * is reset, so neither zzz555 nor zzz666 reaches it. */
+static void stop_send_start(int family, const char *srv, const char *cli)
+{
+    struct sockaddr_storage peer;
+    char buf[64];
+    int lfd, cfd, sfd, err = 0;
+    size_t got;
+
+    start();
+    apply(1, 1, &P_ZNUM);
+    lfd = server_listen(family, srv);
+    cfd = client_connect(family, cli, srv);
+    sfd = accept_peer(lfd, &peer);
+    assert_relays(cfd, sfd, "hello");
+    apply_none(2);
+    assert_relays(cfd, sfd, "while stopped zzz1"); /* unfiltered while stopped */
+    apply(3, 1, &P_ZNUM);
+    /* Reset at the start, not at the next send. */
+    assert_reset(cfd);
+    (void)send(cfd, "zzz555", 6, MSG_NOSIGNAL);
+    sleep_ms(200);
+    (void)send(cfd, "zzz666", 6, MSG_NOSIGNAL);
+    got = recv_until_end(sfd, buf, sizeof(buf), &err);
+    cr_assert_eq(got, 0, "the service read %zu more bytes", got);
+    cr_assert_eq(err, ECONNRESET);
+    cr_assert_eq(own_stats().midstream_reset, 1);
+    close(cfd), close(sfd), close(lfd);
+}
+
+Test(px_relay, stop_send_start_resets_ipv4)
+{
+    stop_send_start(AF_INET, "10.66.0.1", "10.66.0.2");
+}
+
+Test(px_relay, stop_send_start_resets_ipv6)
+{
+    stop_send_start(AF_INET6, "fd66::1", "fd66::2");
+}
+
+/* Nothing moved while the service was away: the connection goes on with its streams, so a
+ * match begun before the stop completes after the start. With new_id, the service came back
+ * removed and re-added (another id, the same port). */
+static void stop_start_keeps_stream(int family, const char *srv, const char *cli, uint32_t new_id)
+{
+    struct sockaddr_storage peer;
+    char buf[64];
+    int lfd, cfd, sfd, err = 0;
+
+    start();
+    apply(1, 1, &P_ZNUM);
+    lfd = server_listen(family, srv);
+    cfd = client_connect(family, cli, srv);
+    sfd = accept_peer(lfd, &peer);
+    assert_relays(cfd, sfd, "zzz");
+    apply_none(2);
+    apply_id(new_id, 3, 1, &P_ZNUM);
+    send_all(cfd, "555", 3);
+    assert_reset(cfd);
+    cr_assert_eq(recv_until_end(sfd, buf, sizeof(buf), &err), 0, "555 reached the service");
+    cr_assert_eq(err, ECONNRESET);
+    cr_assert_eq(own_stats().midstream_reset, 0);
+    close(cfd), close(sfd), close(lfd);
+}
+
+Test(px_relay, stop_start_with_nothing_sent_keeps_the_stream_ipv4)
+{
+    stop_start_keeps_stream(AF_INET, "10.66.0.1", "10.66.0.2", SVC_ID);
+}
+
+Test(px_relay, stop_start_with_nothing_sent_keeps_the_stream_ipv6)
+{
+    stop_start_keeps_stream(AF_INET6, "fd66::1", "fd66::2", SVC_ID);
+}
+
+/* Policy scan: the connection that moved bytes while the service was away is scanned on with
+ * a fresh stream: honest bytes pass, zzz555 is blocked, and what came before the start cannot
+ * complete a match (the fresh stream does not see it). */
+static void stop_send_start_scan(int family, const char *srv, const char *cli)
+{
+    struct sockaddr_storage peer;
+    char buf[64];
+    int lfd, cfd, sfd, err = 0;
+
+    midstream = FGX_MIDSTREAM_SCAN;
+    start();
+    apply(1, 1, &P_ZNUM);
+    lfd = server_listen(family, srv);
+    cfd = client_connect(family, cli, srv);
+    sfd = accept_peer(lfd, &peer);
+    assert_relays(cfd, sfd, "hello");
+    apply_none(2);
+    assert_relays(cfd, sfd, "while stopped zzz");
+    apply(3, 1, &P_ZNUM);
+    assert_relays(cfd, sfd, "1 honest after the start");
+    set_timeout(sfd, 300);
+    send_all(sfd, "an answer", 9);
+    recv_exact(cfd, buf, 9);
+    cr_assert_eq(own_stats().midstream_rescan, 1);
+    cr_assert_eq(own_stats().midstream_reset, 0);
+    send_all(cfd, "zzz555", 6);
+    assert_reset(cfd);
+    set_timeout(sfd, 5000);
+    cr_assert_eq(recv_until_end(sfd, buf, sizeof(buf), &err), 0, "zzz555 reached the service");
+    cr_assert_eq(err, ECONNRESET);
+    close(cfd), close(sfd), close(lfd);
+}
+
+Test(px_relay, stop_send_start_scans_afresh_under_policy_scan_ipv4)
+{
+    stop_send_start_scan(AF_INET, "10.66.0.1", "10.66.0.2");
+}
+
+Test(px_relay, stop_send_start_scans_afresh_under_policy_scan_ipv6)
+{
+    stop_send_start_scan(AF_INET6, "fd66::1", "fd66::2");
+}
+
+/* Under policy scan a connection that moved nothing while away keeps its stream too. */
+Test(px_relay, policy_scan_keeps_the_stream_when_nothing_moved)
+{
+    midstream = FGX_MIDSTREAM_SCAN;
+    stop_start_keeps_stream(AF_INET, "10.66.0.1", "10.66.0.2", SVC_ID);
+}
+
+Test(px_relay, a_service_readded_at_the_port_takes_the_connection_back)
+{
+    stop_start_keeps_stream(AF_INET, "10.66.0.1", "10.66.0.2", SVC_ID + 1);
 }
 
 Test(px_relay, a_connection_for_no_service_is_refused)

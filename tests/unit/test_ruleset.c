@@ -228,6 +228,93 @@ Test(ruleset, empty_and_empty_match_refused)
     free(big);
 }
 
+/* Hyperscan's advice names a flag nobody using fgex can set: say what the regex would do. */
+Test(ruleset, empty_match_says_what_it_would_do)
+{
+    char err[256];
+
+    cr_assert_eq(fgx_pattern_check(".*", false, IPPROTO_TCP, err, sizeof(err)), -EINVAL);
+    cr_assert_str_eq(err, "a regex that matches the empty string would match every connection");
+    cr_assert_eq(fgx_pattern_check("x?", false, IPPROTO_UDP, err, sizeof(err)), -EINVAL);
+    cr_assert_str_eq(err, "a regex that matches the empty string would match every datagram");
+}
+
+/* A TCP stream never reaches its end while it can be blocked (the workers never ask hyperscan
+ * for end-of-data matches): a pattern that matches only there is refused on TCP. A datagram is
+ * scanned whole in block mode, where '$' is its end: accepted on UDP. */
+Test(ruleset, end_of_data_only_refused_on_tcp)
+{
+    static const char *const eod[] = {"$", "evil$", "evil\\z", "evil\\Z", "(a|b)c$",
+                                      "x[$]$", "\\$$"};
+    char err[512];
+
+    for (size_t i = 0; i < sizeof(eod) / sizeof(eod[0]); i++) {
+        cr_assert_eq(fgx_pattern_check(eod[i], false, IPPROTO_TCP, err, sizeof(err)), -EINVAL,
+                     "%s accepted on tcp", eod[i]);
+        cr_assert(strstr(err, "end of the data") != NULL, "%s: %s", eod[i], err);
+        cr_assert_eq(fgx_pattern_check(eod[i], false, IPPROTO_UDP, err, sizeof(err)), 0,
+                     "%s on udp: %s", eod[i], err);
+    }
+    /* '$' only as one way among others, or in multiline mode, or quoted: still accepted. */
+    cr_assert_eq(fgx_pattern_check("evil(\\n|$)", false, IPPROTO_TCP, err, sizeof(err)), 0);
+    cr_assert_eq(fgx_pattern_check("(?m)evil$", false, IPPROTO_TCP, err, sizeof(err)), 0);
+    cr_assert_eq(fgx_pattern_check("cost[$]5", false, IPPROTO_TCP, err, sizeof(err)), 0);
+    cr_assert_eq(fgx_pattern_check("cost\\$5", false, IPPROTO_TCP, err, sizeof(err)), 0);
+}
+
+static bool warned(const struct fgx_pattern_warnings *w, const char *what)
+{
+    for (size_t i = 0; i < w->n; i++)
+        if (strstr(w->text[i], what) != NULL)
+            return true;
+    return false;
+}
+
+Test(ruleset, warns_on_what_blocks_honest_traffic)
+{
+    struct fgx_pattern_warnings w;
+    char err[512];
+
+    /* Matches without a byte, or with one or two: almost everything. */
+    cr_assert_eq(fgx_pattern_lint("\\b", false, IPPROTO_TCP, &w, err, sizeof(err)), 0, "%s", err);
+    cr_assert(warned(&w, "almost every connection"), "n=%zu %s", w.n, w.text[0]);
+    cr_assert_eq(fgx_pattern_lint("\\b", false, IPPROTO_UDP, &w, err, sizeof(err)), 0);
+    cr_assert(warned(&w, "almost every datagram"));
+    cr_assert_eq(fgx_pattern_lint(".", false, IPPROTO_TCP, &w, err, sizeof(err)), 0);
+    cr_assert(warned(&w, "as few as 1 byte:"));
+    cr_assert_eq(fgx_pattern_lint("a", true, IPPROTO_UDP, &w, err, sizeof(err)), 0);
+    cr_assert(warned(&w, "as few as 1 byte:"));
+    cr_assert_eq(fgx_pattern_lint("ab|xyz", false, IPPROTO_TCP, &w, err, sizeof(err)), 0);
+    cr_assert(warned(&w, "as few as 2 bytes"));
+    /* '^' is the start of the connection's stream on TCP; of the datagram on UDP, as meant. */
+    cr_assert_eq(fgx_pattern_lint("^GET /flag", false, IPPROTO_TCP, &w, err, sizeof(err)), 0);
+    cr_assert_eq(w.n, 1);
+    cr_assert(warned(&w, "start of the connection's stream"));
+    cr_assert_eq(fgx_pattern_lint("\\AGET", false, IPPROTO_TCP, &w, err, sizeof(err)), 0);
+    cr_assert(warned(&w, "start of the connection's stream"));
+    cr_assert_eq(fgx_pattern_lint("^GET /flag", false, IPPROTO_UDP, &w, err, sizeof(err)), 0);
+    cr_assert_eq(w.n, 0);
+    /* Part of it needs the end of the data: that part never matches on TCP. */
+    cr_assert_eq(fgx_pattern_lint("evil(\\n|$)", false, IPPROTO_TCP, &w, err, sizeof(err)), 0);
+    cr_assert_eq(w.n, 1);
+    cr_assert(warned(&w, "never match on a TCP stream"));
+    cr_assert_eq(fgx_pattern_lint("evil(\\n|$)", false, IPPROTO_UDP, &w, err, sizeof(err)), 0);
+    cr_assert_eq(w.n, 0);
+    /* None of that: a caret or dollar in a class or escaped, (?m), an ordinary filter. */
+    static const char *const quiet[] = {"evil[0-9]+", "[^a]bcd", "a[]^$]bc", "x\\^y\\$z",
+                                        "(?m)^GET /", "\\Q^$\\E1", "FLAG\\{", "abc\\b"};
+    for (size_t i = 0; i < sizeof(quiet) / sizeof(quiet[0]); i++) {
+        cr_assert_eq(fgx_pattern_lint(quiet[i], false, IPPROTO_TCP, &w, err, sizeof(err)), 0,
+                     "%s: %s", quiet[i], err);
+        cr_assert_eq(w.n, 0, "%s: %s", quiet[i], w.text[0]);
+    }
+    /* A refused regex has no warnings. */
+    cr_assert_eq(fgx_pattern_lint("$", false, IPPROTO_TCP, &w, err, sizeof(err)), -EINVAL);
+    cr_assert_eq(w.n, 0);
+    cr_assert_eq(fgx_pattern_lint("a(", false, IPPROTO_TCP, &w, err, sizeof(err)), -EINVAL);
+    cr_assert_eq(w.n, 0);
+}
+
 Test(ruleset, compile_error_names_filter)
 {
     struct fgx_pattern p[] = {

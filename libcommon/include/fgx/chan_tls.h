@@ -37,6 +37,14 @@ typedef bool (*fgx_chan_admit_fn)(const struct fgx_peer *peer, void *arg);
 int fgx_chan_listen_tls(struct fgx_chan *c, const char *url, const char *cert_pem,
                         const char *key_pem, fgx_chan_admit_fn admit, void *arg);
 
+/* Guard c's TLS listener (the last one added): a connection to it that has not sent its first
+ * request within handshake_ms of being accepted (the TLS handshake and nng's negotiation
+ * included) is closed (one that received more since the negotiation, e.g. a request the loop
+ * has not read yet, after 3 * handshake_ms), and of more than per_peer such pending
+ * connections from one address the oldest are closed. A thread of its
+ * own looks every 200 ms, until fgx_chan_close(). Returns 0 or a negative errno. */
+int fgx_chan_tls_guard(struct fgx_chan *c, int handshake_ms, unsigned per_peer);
+
 /* fgx_chan_recv(), and the sender in *peer. */
 int fgx_chan_recv_peer(struct fgx_chan *c, void **buf, size_t *len, int timeout_ms,
                        struct fgx_peer *peer);

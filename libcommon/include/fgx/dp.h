@@ -121,6 +121,11 @@ struct fgx_dp_stats {
     uint64_t unclassified;   /* for no running proxy-layer service */
     uint64_t connect_failed; /* the real service could not be reached */
     uint64_t scan_errors;    /* hyperscan failed on their bytes */
+    uint64_t src_refused;    /* their source address (IPv6: /64) had its limit open */
+    uint64_t evicted;        /* closed at the connection limit to make room for a new one */
+    uint64_t silent_closed;  /* no byte from either side within the first-byte timeout */
+    /* relayed unscanned while their service was away: reset, or scanned on afresh (policy) */
+    uint64_t midstream_reset, midstream_rescan;
     size_t nevents;
     struct fgx_dp_event *events; /* blocks since the previous STATS */
     uint64_t events_lost;

@@ -34,8 +34,28 @@ struct fgx_blob {
 
 /* ---- compile side (libhs): controld ---- */
 
+/* What fgx_pattern_lint() says of a pattern that it accepts but that is likely to block honest
+ * traffic: up to FGX_PATTERN_WARN_MAX one-line reasons. */
+#define FGX_PATTERN_WARN_MAX 4
+#define FGX_PATTERN_WARN_LEN 256
+/* A pattern that can match this few bytes (or none) is warned about. */
+#define FGX_PATTERN_SHORT 2
+
+struct fgx_pattern_warnings {
+    size_t n;
+    char text[FGX_PATTERN_WARN_MAX][FGX_PATTERN_WARN_LEN];
+};
+
 /* Check one pattern as it would be compiled for a service of this IP protocol (IPPROTO_TCP or
- * IPPROTO_UDP). Returns 0, or -EINVAL with hyperscan's message in err. */
+ * IPPROTO_UDP). Returns 0, or -EINVAL with the reason in err: hyperscan's message, or fgex's
+ * own for what hyperscan accepts but cannot work where fgex uses it (on a TCP stream, a pattern
+ * that matches only at the end of the data: the stream never ends while it can be blocked).
+ * When w is not NULL it receives the warnings of an accepted pattern (none when refused): it
+ * can match nothing or at most FGX_PATTERN_SHORT bytes, it is anchored at the start of a TCP
+ * stream, or part of it needs the end of a TCP stream. */
+int fgx_pattern_lint(const char *regex, bool nocase, int ipproto, struct fgx_pattern_warnings *w,
+                     char *err, size_t errlen);
+/* fgx_pattern_lint() without the warnings. */
 int fgx_pattern_check(const char *regex, bool nocase, int ipproto, char *err, size_t errlen);
 
 /* Cache key for the database of one direction: a hash of the mode and of every pattern of that
