@@ -1,5 +1,6 @@
 # fgex: one non-recursive Makefile.  `make` builds build/bin/{controld,nfqworker,proxyworker,fgexctl};
-# `make run` and `make test` install missing Debian packages first (deploy/install-deps.sh).
+# `make run` and `make install` install the missing Debian packages that building and running
+# need, `make test` and `make bench` those the tests and benchmarks add (deploy/install-deps.sh).
 # `make SANITIZE=address,undefined test` builds into build/san-*/ with the sanitizers on; V=1 is verbose.
 
 comma := ,
@@ -110,18 +111,25 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(TEST_ARCHIVES)
 unit-tests: $(UNIT_BINS)
 
 # ---- the two commands ---------------------------------------------------------------------
-.PHONY: all deps run stop test unit integration unit-tests clean bench
+.PHONY: all deps deps-test deps-bench run stop test unit integration unit-tests clean bench \
+	check-fresh man install uninstall
 deps:
-	$(Q)deploy/install-deps.sh
+	$(Q)deploy/install-deps.sh run
+
+deps-test:
+	$(Q)deploy/install-deps.sh test
+
+deps-bench:
+	$(Q)deploy/install-deps.sh bench
 
 run: deps
 	$(Q)$(MAKE) --no-print-directory all
-	$(Q)deploy/run.sh $(BUILD)/bin
+	$(Q)deploy/run.sh $(BUILD)/bin $(MAKEOVERRIDES)
 
 stop:
-	$(Q)deploy/stop.sh
+	$(Q)deploy/stop.sh $(MAKEOVERRIDES)
 
-test: deps
+test: deps-test
 	$(Q)$(MAKE) --no-print-directory all unit-tests
 	$(Q)tests/run-all.sh $(BUILD)
 
@@ -132,8 +140,71 @@ integration: all
 	$(Q)FGX_BIN=$(BUILD)/bin tests/integration/run.sh
 
 # A short version of every benchmark (measurements, not tests): see docs/benchmarks.md.
-bench: all
+bench: deps-bench
+	$(Q)$(MAKE) --no-print-directory all
 	$(Q)FGX_BIN=$(BUILD)/bin bench/run-all
+
+# `make test` in a minimal Debian 12 made by debootstrap (build/fresh-root) with only make and git:
+# proves the two commands work on a box that has nothing. Minutes, downloads; not part of CI.
+check-fresh:
+	$(Q)deploy/check-fresh.sh
+
+# ---- man pages (scdoc sources in docs/man, built into $(BUILD)/man) -------------------------
+MAN_SRC := $(wildcard docs/man/*.scd)
+MAN_PAGES := $(patsubst docs/man/%.scd,$(BUILD)/man/%,$(MAN_SRC))
+
+$(BUILD)/man/%: docs/man/%.scd
+	@mkdir -p $(dir $@)
+	@echo "  SCDOC   $<"
+	$(Q)scdoc < $< > $@.tmp && mv $@.tmp $@ || { rm -f $@.tmp; exit 1; }
+
+man: $(MAN_PAGES)
+
+# ---- install ------------------------------------------------------------------------------
+# controld goes to sbin, fgexctl to bin, the workers to lib/fgex, where controld looks for them
+# when they are not next to it. The configuration file is installed only if there is none.
+PREFIX ?= /usr/local
+DESTDIR ?=
+BINDIR ?= $(PREFIX)/bin
+SBINDIR ?= $(PREFIX)/sbin
+WORKERDIR ?= $(PREFIX)/lib/fgex
+MANDIR ?= $(PREFIX)/share/man
+UNITDIR ?= $(PREFIX)/lib/systemd/system
+BASHCOMPDIR ?= $(PREFIX)/share/bash-completion/completions
+ZSHCOMPDIR ?= $(PREFIX)/share/zsh/vendor-completions
+CONFDIR ?= /etc/fgex
+INSTALL ?= install
+
+install: deps
+	$(Q)$(MAKE) --no-print-directory all man
+	$(INSTALL) -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(SBINDIR) $(DESTDIR)$(WORKERDIR) \
+		$(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man8 \
+		$(DESTDIR)$(UNITDIR) $(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR) \
+		$(DESTDIR)$(CONFDIR)
+	$(INSTALL) -m 755 $(BUILD)/bin/controld $(DESTDIR)$(SBINDIR)/controld
+	$(INSTALL) -m 755 $(BUILD)/bin/fgexctl $(DESTDIR)$(BINDIR)/fgexctl
+	$(INSTALL) -m 755 $(BUILD)/bin/nfqworker $(BUILD)/bin/proxyworker $(DESTDIR)$(WORKERDIR)/
+	$(INSTALL) -m 644 $(BUILD)/man/fgexctl.1 $(DESTDIR)$(MANDIR)/man1/
+	$(INSTALL) -m 644 $(BUILD)/man/fgex-rules.5 $(DESTDIR)$(MANDIR)/man5/
+	$(INSTALL) -m 644 $(BUILD)/man/controld.8 $(DESTDIR)$(MANDIR)/man8/
+	sed 's|/usr/local/sbin/|$(SBINDIR)/|' deploy/fgex.service > $(DESTDIR)$(UNITDIR)/fgex.service
+	chmod 644 $(DESTDIR)$(UNITDIR)/fgex.service
+	$(INSTALL) -m 644 deploy/fgexctl.bash-completion $(DESTDIR)$(BASHCOMPDIR)/fgexctl
+	$(INSTALL) -m 644 deploy/fgexctl.zsh-completion $(DESTDIR)$(ZSHCOMPDIR)/_fgexctl
+	[ -e $(DESTDIR)$(CONFDIR)/controld.conf ] || \
+		$(INSTALL) -m 644 deploy/controld.conf $(DESTDIR)$(CONFDIR)/controld.conf
+
+# Removes what install laid down; the configuration file only if it is still the sample, and
+# never the state in /var/lib/fgex.
+uninstall:
+	rm -f $(DESTDIR)$(SBINDIR)/controld $(DESTDIR)$(BINDIR)/fgexctl \
+		$(DESTDIR)$(WORKERDIR)/nfqworker $(DESTDIR)$(WORKERDIR)/proxyworker \
+		$(DESTDIR)$(MANDIR)/man1/fgexctl.1 $(DESTDIR)$(MANDIR)/man5/fgex-rules.5 \
+		$(DESTDIR)$(MANDIR)/man8/controld.8 $(DESTDIR)$(UNITDIR)/fgex.service \
+		$(DESTDIR)$(BASHCOMPDIR)/fgexctl $(DESTDIR)$(ZSHCOMPDIR)/_fgexctl
+	-rmdir $(DESTDIR)$(WORKERDIR) 2>/dev/null
+	if cmp -s deploy/controld.conf $(DESTDIR)$(CONFDIR)/controld.conf; then \
+		rm -f $(DESTDIR)$(CONFDIR)/controld.conf; rmdir $(DESTDIR)$(CONFDIR) 2>/dev/null || true; fi
 
 clean:
 	rm -rf build

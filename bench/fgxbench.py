@@ -304,7 +304,8 @@ class Fgex:
         self.proc = None
 
     def start(self, timeout=20):
-        self.proc = self.w.spawn(self.w.srv, os.path.join(self.bin, "controld"), "--state-dir",
+        self.proc = self.w.spawn(self.w.srv, os.path.join(self.bin, "controld"), "--config",
+                                 "/dev/null", "--state-dir",
                                  self.state, "--run-dir", self.run, "--threads", self.threads,
                                  "--foreground", "--log-level", self.log_level,
                                  log_name="controld.log")

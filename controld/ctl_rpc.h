@@ -10,8 +10,9 @@
 #include "control.pb-c.h"
 #include "controld/ctl_apply.h"
 #include "fgx/chan_tls.h"
+#include "fgx/version.h"
 
-#define CTL_VERSION "0.1.0"
+#define CTL_VERSION FGX_VERSION
 
 /* Handle one serialized Request; *reply is a malloc'd serialized Reply (free()). Returns 0
  * whenever a reply was produced, errors included; a negative errno only when even an error

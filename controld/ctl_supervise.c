@@ -64,7 +64,7 @@ static uint64_t now_ms(void)
 
 static int worker_path_default(const char *name, char **out)
 {
-    char exe[PATH_MAX], path[PATH_MAX + 16];
+    char exe[PATH_MAX], path[PATH_MAX + 32];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
     char *slash;
 
@@ -76,7 +76,12 @@ static int worker_path_default(const char *name, char **out)
     slash = strrchr(exe, '/');
     if (slash)
         *slash = '\0';
+    /* Next to controld (the build tree), else where `make install` puts the workers:
+     * PREFIX/lib/fgex beside PREFIX/sbin, found from controld's own place so that a copy
+     * under DESTDIR or another PREFIX finds its own. */
     snprintf(path, sizeof(path), "%s/%s", slash ? exe : ".", name);
+    if (access(path, X_OK) == -1)
+        (void)snprintf(path, sizeof(path), "%s/../lib/fgex/%s", slash ? exe : ".", name);
     *out = strdup(path);
     return *out ? 0 : -ENOMEM;
 }

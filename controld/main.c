@@ -16,6 +16,7 @@
 #include "controld/ctl_apply.h"
 #include "controld/ctl_auth.h"
 #include "controld/ctl_compile.h"
+#include "controld/ctl_conffile.h"
 #include "controld/ctl_metrics.h"
 #include "controld/ctl_nft.h"
 #include "controld/ctl_rpc.h"
@@ -27,6 +28,7 @@
 #include "fgx/chan_tls.h"
 #include "fgx/dp.h"
 #include "fgx/log.h"
+#include "fgx/version.h"
 
 #define LOOP_RECV_MS 100
 #define LOOP_COMPILE_MS 10 /* the loop's pace while a compile runs: its result is soon seen */
@@ -73,9 +75,12 @@ static void usage(FILE *f)
         "                [--listen tls+tcp://ADDR:PORT [--cert FILE --key FILE]]\n"
         "                [--allow CIDR]... [--handshake-timeout SEC] [--local-auth]\n"
         "                [--init-password] [--no-synack-log] [--compile-timeout SECONDS]\n"
-        "                [--nfq-flows N]\n"
+        "                [--nfq-flows N] [--config FILE] [--version] [--help]\n"
         "defaults: --state-dir /var/lib/fgex --run-dir /run/fgex --threads <online CPUs>\n"
         "          --log-level info --queue-base %u\n"
+        "--config  read settings from FILE (default " CTL_CONFFILE_DEFAULT ", if it exists):\n"
+        "          `key = value` lines, a key per long option (`allow` may repeat, flags take\n"
+        "          true or false), `#` comment lines; the command line wins.\n"
         "--metrics-listen serves Prometheus metrics (text format) at http://ADDR:PORT/metrics,\n"
         "          e.g. 127.0.0.1:9100, [::1]:9100 or :9100 (every address); off by default.\n"
         "          Anyone who reaches it sees the counters and service names: bind it to a\n"
@@ -124,33 +129,37 @@ static int parse_uint(const char *s, unsigned min, unsigned max, unsigned *out)
     return 0;
 }
 
+/* Every long option is also a key of the configuration file (ctl_conffile.h). */
+static const struct option longopts[] = {
+    {"state-dir", required_argument, NULL, 's'},
+    {"run-dir", required_argument, NULL, 'r'},
+    {"threads", required_argument, NULL, 't'},
+    {"foreground", no_argument, NULL, 'f'},
+    {"log-level", required_argument, NULL, 'l'},
+    {"queue-base", required_argument, NULL, 'q'},
+    {"proxy-port", required_argument, NULL, 'p'},
+    {"proxy-max-conns", required_argument, NULL, 'M'},
+    {"proxy-max-conns-per-src", required_argument, NULL, 'N'},
+    {"proxy-first-byte-timeout", required_argument, NULL, 'B'},
+    {"metrics-listen", required_argument, NULL, 'm'},
+    {"listen", required_argument, NULL, 'L'},
+    {"cert", required_argument, NULL, 'C'},
+    {"key", required_argument, NULL, 'K'},
+    {"allow", required_argument, NULL, 'A'},
+    {"handshake-timeout", required_argument, NULL, 'H'},
+    {"local-auth", no_argument, NULL, 'a'},
+    {"init-password", no_argument, NULL, 'P'},
+    {"no-synack-log", no_argument, NULL, 'S'},
+    {"compile-timeout", required_argument, NULL, 'T'},
+    {"nfq-flows", required_argument, NULL, 'F'},
+    {"config", required_argument, NULL, 'c'},
+    {"version", no_argument, NULL, 'V'},
+    {"help", no_argument, NULL, 'h'},
+    {NULL, 0, NULL, 0},
+};
+
 static int parse_opts(int argc, char **argv, struct opts *o)
 {
-    static const struct option longopts[] = {
-        {"state-dir", required_argument, NULL, 's'},
-        {"run-dir", required_argument, NULL, 'r'},
-        {"threads", required_argument, NULL, 't'},
-        {"foreground", no_argument, NULL, 'f'},
-        {"log-level", required_argument, NULL, 'l'},
-        {"queue-base", required_argument, NULL, 'q'},
-        {"proxy-port", required_argument, NULL, 'p'},
-        {"proxy-max-conns", required_argument, NULL, 'M'},
-        {"proxy-max-conns-per-src", required_argument, NULL, 'N'},
-        {"proxy-first-byte-timeout", required_argument, NULL, 'B'},
-        {"metrics-listen", required_argument, NULL, 'm'},
-        {"listen", required_argument, NULL, 'L'},
-        {"cert", required_argument, NULL, 'C'},
-        {"key", required_argument, NULL, 'K'},
-        {"allow", required_argument, NULL, 'A'},
-        {"handshake-timeout", required_argument, NULL, 'H'},
-        {"local-auth", no_argument, NULL, 'a'},
-        {"init-password", no_argument, NULL, 'P'},
-        {"no-synack-log", no_argument, NULL, 'S'},
-        {"compile-timeout", required_argument, NULL, 'T'},
-        {"nfq-flows", required_argument, NULL, 'F'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
     enum fgx_log_level level;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     int c;
@@ -202,7 +211,9 @@ static int parse_opts(int argc, char **argv, struct opts *o)
                 return -EINVAL;
             }
             break;
-        case 'S': o->no_synack_log = true; break;
+        case 'S':
+            o->no_synack_log = true;
+            break;
         case 'H':
             if (parse_uint(optarg, 1, 3600, &o->handshake_s) < 0) {
                 fprintf(stderr, "controld: --handshake-timeout takes 1..3600 seconds, not \"%s\"\n",
@@ -286,6 +297,11 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         case 'P':
             o->init_password = true;
             break;
+        case 'c': /* read by ctl_conffile_load() already */
+            break;
+        case 'V':
+            (void)printf("controld %s\n", FGX_VERSION);
+            exit(0);
         case 'h':
             usage(stdout);
             exit(0);
@@ -623,11 +639,23 @@ int main(int argc, char **argv)
     struct opts o;
     enum fgx_log_level level;
     struct sigaction sa;
-    char url[4200];
+    /* static: o points into it for controld's whole life, through every early return. */
+    static struct ctl_conffile conf;
+    char url[4200], cerr[4400];
     int pidfd = -1, ready_fd = -1, rv, status = 1;
 
-    if (parse_opts(argc, argv, &o) < 0)
+    rv = ctl_conffile_load(longopts, argc, argv, CTL_CONFFILE_DEFAULT, &conf, cerr, sizeof(cerr));
+    if (rv < 0) {
+        (void)fprintf(stderr, "controld: %s\n", cerr);
         return 2;
+    }
+    /* o points into conf.argv: conf lives as long as controld. */
+    if (parse_opts(conf.argc, conf.argv, &o) < 0) {
+        if (ctl_conffile_origin(&conf, optind - 1, cerr, sizeof(cerr)))
+            (void)fprintf(stderr, "controld: (from %s)\n", cerr);
+        ctl_conffile_release(&conf);
+        return 2;
+    }
     fgx_log_level_parse(o.log_level, &level);
     fgx_log_init("controld", level);
     ctl_compile_config(o.compile_timeout, 0);
@@ -789,5 +817,6 @@ out:
     }
     if (ready_fd != -1)
         close(ready_fd);
+    ctl_conffile_release(&conf);
     return status;
 }

@@ -1,14 +1,50 @@
 #!/usr/bin/env bash
-# Installs the Debian packages fgex needs to build, run and test, skipping those already present.
+# Installs the Debian packages fgex needs, skipping those already present.
+#   deploy/install-deps.sh [run]  build, run and install fgex (`make`, `make run`, `make install`)
+#   deploy/install-deps.sh test   run's, plus what the unit and integration tests add (`make test`)
+#   deploy/install-deps.sh bench  test's, plus what the benchmarks add (`make bench`)
+#   deploy/install-deps.sh --list MODE   print the packages of MODE and stop
 set -euo pipefail
-pkgs=(
+
+# Building: the compiler, the code generator, the libraries' headers, scdoc for the man pages.
+build=(
   build-essential pkg-config
   protobuf-c-compiler libprotobuf-c-dev
   libnetfilter-queue-dev libnftnl-dev libmnl-dev
-  libhyperscan-dev libevent-dev libnng-dev liblmdb-dev libcriterion-dev
+  libhyperscan-dev libevent-dev libnng-dev liblmdb-dev
   libmbedtls-dev libcrypt-dev
-  nftables iproute2 procps python3 python3-scapy iperf3 gnuplot-nox
+  scdoc
 )
+# Running: nft to read fgex's rules (iptables provides libxt_NFQUEUE.so, through which nft prints
+# the compat NFQUEUE target, docs/architecture.md), ip for policy routing and namespaces, and
+# man for the pages `make install` puts in place (the unit's Documentation= names them).
+run=(nftables iptables iproute2 man-db)
+# Testing: Criterion, python3 with scapy for crafted packets, openssl for test_remote's
+# certificates, procps, and systemd-analyze for the unit file test.
+test=(libcriterion-dev python3 python3-scapy openssl procps systemd)
+# Benchmarking: traffic and charts.
+bench=(iperf3 gnuplot-nox)
+
+list=0
+if [[ ${1:-} == --list ]]; then
+  list=1
+  shift
+fi
+mode=${1:-run}
+case $mode in
+run) pkgs=("${build[@]}" "${run[@]}") ;;
+test) pkgs=("${build[@]}" "${run[@]}" "${test[@]}") ;;
+bench) pkgs=("${build[@]}" "${run[@]}" "${test[@]}" "${bench[@]}") ;;
+*)
+  echo "usage: install-deps.sh [--list] [run|test|bench]" >&2
+  exit 2
+  ;;
+esac
+if ((list)); then
+  printf '%s\n' "${pkgs[@]}"
+  exit 0
+fi
+
 missing=()
 for p in "${pkgs[@]}"; do
   st=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
@@ -19,7 +55,7 @@ if [[ $(id -u) -ne 0 ]]; then
   echo "install-deps: missing packages: ${missing[*]} (run as root to install them)" >&2
   exit 1
 fi
-echo "install-deps: installing ${missing[*]}"
+echo "install-deps ($mode): installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# `make stop`: stop the controld that `make run` started; it stops its workers and removes its
-# nftables rules on the way out.
+# `make stop [RUN_DIR=DIR]`: stop the controld that `make run` started; it stops its workers and
+# removes its nftables rules on the way out.
 set -euo pipefail
-run_dir=${FGEX_RUN_DIR:-/run/fgex}
+run_dir=/run/fgex
+for kv in "$@"; do
+  [[ $kv == RUN_DIR=* ]] && run_dir=${kv#RUN_DIR=}
+done
 pidfile="$run_dir/controld.pid"
 if [[ ! -f $pidfile ]]; then
   echo "controld is not running (no $pidfile)"

@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fgx/version.h"
+
 /* ---- usage texts ------------------------------------------------------------------------- */
 
 /* One line of source per line of help keeps the texts readable. */
@@ -48,6 +50,7 @@ static const char usage_main[] =
     "                                           set controld's password\n"
     "  auth on|off                              require the password from remote clients\n"
     "  cert                                     controld's certificate fingerprint\n"
+    "  version                                  fgexctl's version and controld's\n"
     "  help [COMMAND [SUBCOMMAND]]\n"
     "\n"
     "Options:\n"
@@ -58,6 +61,7 @@ static const char usage_main[] =
     "  --ca FILE          tls+tcp: verify the server against this PEM certificate or CA\n"
     "  --json             print one JSON document on stdout\n"
     "  -h, --help         this help; `fgexctl COMMAND --help` for one command\n"
+    "  --version          fgexctl's version (`fgexctl version`: controld's too)\n"
     "\n"
     "SERVICE is a service id or name; FILTER is a filter id. Options may follow the\n"
     "arguments; `--` ends the options (for a regex that starts with '-').\n"
@@ -65,9 +69,23 @@ static const char usage_main[] =
     "A tls+tcp server's certificate is pinned on first use in ~/.config/fgex/known_hosts;\n"
     "a changed one is refused. Colours only on a terminal, never with --json or NO_COLOR.\n"
     "\n"
-    "Exit status: 0 ok, 1 error, 2 usage, 3 not found, 4 invalid argument, 5 exists,\n"
+    "Exit status: 0 ok, 1 error, 2 usage, 3 not found, 4 invalid argument or URL, 5 exists,\n"
     "6 stored but not confirmed by the worker, 7 login required or refused,\n"
     "8 the server's certificate does not match its pin.\n";
+
+static const char usage_version[] =
+    "usage: fgexctl version\n"
+    "\n"
+    "Show fgexctl's version, then the version of the controld it reaches.\n"
+    "With --json: {client, server}.\n";
+
+static const char usage_help[] = "usage: fgexctl help [COMMAND [SUBCOMMAND]]\n"
+                                 "\n"
+                                 "Show the help of fgexctl, of a command family or of one "
+                                 "command\n"
+                                 "(the same as `fgexctl COMMAND --help`).\n";
+
+static const char version_line[] = CLI_PROG " " FGX_VERSION "\n";
 
 static const char usage_status[] =
     "usage: fgexctl status\n"
@@ -212,7 +230,10 @@ static const char usage_worker_list[] =
     "rules each acknowledged, how often it was restarted, the flows it tracks, the\n"
     "packets the kernel dropped from its queues, and its memory (RSS).\n"
     "With --json: an array of {kind, pid, state, generation, restarts, queue_drops,\n"
-    "flows, rss_bytes, truncated, verdict_errors, malformed}.\n";
+    "flows, rss_bytes, truncated, verdict_errors, malformed}, with evasion,\n"
+    "midstream_resets and flows_evicted for kind nfq, and conns_refused, unclassified,\n"
+    "connect_failed, scan_errors, src_refused, evicted, silent_closed, midstream_reset,\n"
+    "midstream_rescan for kind proxy.\n";
 
 static const char usage_worker_restart[] =
     "usage: fgexctl worker restart nfq|proxy|all\n"
@@ -392,6 +413,8 @@ struct cmd_spec {
 
 static const struct cmd_spec cmd_specs[] = {
     {NULL, "status", FGX__CTL__REQUEST__REQ_STATUS, 0, {NULL, NULL}, 0, usage_status, false},
+    /* a status request, printed as the two versions (cli_cmd.version) */
+    {NULL, "version", FGX__CTL__REQUEST__REQ_STATUS, 0, {NULL, NULL}, 0, usage_version, false},
     {"service",
      "add",
      FGX__CTL__REQUEST__REQ_SERVICE_ADD,
@@ -1277,6 +1300,10 @@ static int parse_help(struct cli_cmd *cmd, int argc, char **argv, int first)
         cmd->help = usage_main;
         return 0;
     }
+    if (n == 1 && (is_help(argv[first]) || strcmp(argv[first], "help") == 0)) {
+        cmd->help = usage_help;
+        return 0;
+    }
     spec = spec_find(argv + first, n, &used);
     if (spec && n == used) {
         cmd->help = spec->usage;
@@ -1312,6 +1339,10 @@ int cli_args_parse(int argc, char **argv, const char *env_url, struct cli_cmd *c
         }
         if (is_help(a)) {
             cmd->help = usage_main;
+            return 0;
+        }
+        if (strcmp(a, "--version") == 0) {
+            cmd->help = version_line;
             return 0;
         }
         if (strcmp(a, "--json") == 0) {
@@ -1359,5 +1390,6 @@ int cli_args_parse(int argc, char **argv, const char *env_url, struct cli_cmd *c
     rc = scan_args(cmd, spec, argc, argv, i, &raw);
     if (rc < 0)
         return rc;
+    cmd->version = spec->usage == usage_version;
     return build_request(cmd, spec, &raw);
 }

@@ -35,6 +35,7 @@ struct cli_cmd {
     const char *password_file; /* login/passwd --password-file F */
     bool json;                 /* --json */
     const char *help;          /* set: print this on stdout and exit 0; req is not set */
+    bool version;              /* `fgexctl version`: req is a status request, printed as versions */
     bool watch;                /* stats --watch: refresh until interrupted (cli_loop.c) */
     bool follow;               /* events --follow: poll for new events until interrupted */
     unsigned interval_ms;      /* stats --watch --interval SEC, in ms (default CLI_WATCH_MS) */

@@ -257,6 +257,35 @@ void cli_fmt_error(FILE *f, const Fgx__Ctl__Reply *rep)
                   cli_fmt_paint(CLI_COLOR_OFF), line);
 }
 
+void cli_fmt_error_at(FILE *f, const Fgx__Ctl__Reply *rep, const char *url)
+{
+    static const char hint[] = "run fgexctl login";
+    Fgx__Ctl__Reply r = *rep;
+    char why[512];
+    size_t len;
+
+    if (rep->code != FGX__CTL__CODE__CODE_AUTH || !url) {
+        cli_fmt_error(f, rep);
+        return;
+    }
+    /* controld cannot know the URL this client reached it by: replace its generic advice. */
+    (void)snprintf(why, sizeof(why), "%s",
+                   rep->error && *rep->error ? rep->error : "login required");
+    len = strlen(why);
+    if (len >= sizeof(hint) - 1 && strcmp(why + len - (sizeof(hint) - 1), hint) == 0) {
+        len -= sizeof(hint) - 1;
+        while (len > 0 && (why[len - 1] == ' ' || why[len - 1] == ':'))
+            len--;
+        why[len] = '\0';
+    }
+    if (strcmp(url, CLI_DEFAULT_URL) == 0)
+        (void)snprintf(why + len, sizeof(why) - len, ": run fgexctl login");
+    else
+        (void)snprintf(why + len, sizeof(why) - len, ": run fgexctl -c %.300s login", url);
+    r.error = why;
+    cli_fmt_error(f, &r);
+}
+
 /* ---- tables ------------------------------------------------------------------------------ */
 
 #define TABLE_MAX_COLS 12
@@ -535,8 +564,7 @@ static int human_worker_table(FILE *f, const Fgx__Ctl__Reply *rep)
         (void)fputs("no workers\n", f);
         return 0;
     }
-    table_init(&t, heads, 9,
-               1u << 1 | 1u << 3 | 1u << 4 | 1u << 5 | 1u << 6 | 1u << 7 | 1u << 8);
+    table_init(&t, heads, 9, 1u << 1 | 1u << 3 | 1u << 4 | 1u << 5 | 1u << 6 | 1u << 7 | 1u << 8);
     for (size_t i = 0; i < rep->n_workers; i++) {
         const Fgx__Ctl__Worker *w = rep->workers[i];
 

@@ -21,6 +21,10 @@ void cli_fmt_error(FILE *f, const Fgx__Ctl__Reply *rep);
  * was stored but is likely to block honest traffic). */
 void cli_fmt_warnings(FILE *f, const Fgx__Ctl__Reply *rep);
 
+/* cli_fmt_error() for a reply to a request sent to url: a refused login-protected request says
+ * the whole command to run, `fgexctl -c URL login` (no -c for the default socket). */
+void cli_fmt_error_at(FILE *f, const Fgx__Ctl__Reply *rep, const char *url);
+
 enum cli_color {
     CLI_COLOR_NONE,
     CLI_COLOR_ERR,  /* bold red: the "fgexctl:" of an error */

@@ -78,7 +78,7 @@ static int loop_poll(struct loop *l, const Fgx__Ctl__Request *req, Fgx__Ctl__Rep
     l->failing = false;
     if (rep->code != FGX__CTL__CODE__CODE_OK) {
         /* No such service, or controld failed: asking again would say the same. */
-        cli_fmt_error(stderr, rep);
+        cli_fmt_error_at(stderr, rep, l->rpc.url);
         status = cli_fmt_exit_code(rep->code);
         fgx__ctl__reply__free_unpacked(rep, NULL);
         return status == CLI_EXIT_OK ? CLI_EXIT_ERROR : status;

@@ -6,15 +6,18 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "cli_args.h"
 #include "cli_fmt.h"
+#include "cli_json.h"
 #include "cli_local.h"
 #include "cli_loop.h"
 #include "cli_pin.h"
 #include "cli_rpc.h"
 #include "fgx/log.h"
+#include "fgx/version.h"
 
 /* How long to wait for the reply: an import of thousands of filters takes controld longer
  * than one change (each regex is compiled on its own to name a bad one), and any change may
@@ -59,6 +62,44 @@ static void print_err(const char *msg)
                   cli_fmt_paint(CLI_COLOR_OFF), msg);
 }
 
+/* A URL fgexctl can dial: ipc://PATH or tls+tcp[46]://HOST:PORT. Checked before anything is
+ * sent, so that a typo is an invalid argument (exit 4) rather than controld out of reach. */
+static bool url_valid(const char *url)
+{
+    struct cli_pin_target t;
+    unsigned long port;
+    char *end;
+
+    if (strncmp(url, "ipc://", 6) == 0)
+        return url[6] != '\0';
+    if (cli_pin_target(url, &t) < 0)
+        return false;
+    port = strtoul(t.port, &end, 10);
+    return *end == '\0' && port >= 1 && port <= 65535;
+}
+
+/* `fgexctl version`: the server's version from its status reply, after this client's (printed
+ * before the request in text, so that it shows even when controld is out of reach). */
+static int print_versions(FILE *f, const Fgx__Ctl__Reply *rep, bool json)
+{
+    const char *server = rep->status && rep->status->version ? rep->status->version : "?";
+    struct cli_json j;
+
+    if (!json) {
+        (void)fprintf(f, "controld %s\n", server);
+    } else {
+        cli_json_init(&j, f);
+        cli_json_obj_begin(&j);
+        cli_json_key(&j, "client");
+        cli_json_str(&j, FGX_VERSION);
+        cli_json_key(&j, "server");
+        cli_json_str(&j, server);
+        cli_json_obj_end(&j);
+        cli_json_end(&j);
+    }
+    return fflush(f) == EOF || ferror(f) ? -EIO : 0;
+}
+
 int main(int argc, char **argv)
 {
     struct cli_cmd cmd;
@@ -93,6 +134,27 @@ int main(int argc, char **argv)
         status = CLI_EXIT_USAGE;
         goto out;
     }
+    if (!url_valid(cmd.url)) {
+        char msg[512];
+
+        (void)snprintf(msg, sizeof(msg),
+                       "invalid URL '%.200s': expected ipc://PATH or tls+tcp://HOST:PORT", cmd.url);
+        print_err(msg);
+        status = CLI_EXIT_INVALID;
+        goto out;
+    }
+    if (cmd.fingerprint) {
+        char fp[CLI_FP_SIZE], msg[512];
+
+        if (cli_pin_fp_normalize(cmd.fingerprint, fp) < 0) {
+            (void)snprintf(msg, sizeof(msg),
+                           "invalid --fingerprint '%.100s': expected 32 hex byte pairs (AB:CD:...)",
+                           cmd.fingerprint);
+            print_err(msg);
+            status = CLI_EXIT_INVALID;
+            goto out;
+        }
+    }
     if (cmd.watch || cmd.follow) {
         status = cli_loop_run(&cmd, stdout);
         goto out;
@@ -104,6 +166,8 @@ int main(int argc, char **argv)
         status = local.exit_code;
         goto out;
     }
+    if (cmd.version && !cmd.json)
+        (void)printf(CLI_PROG " %s\n", FGX_VERSION);
     cli_rpc_init(&rpc, cmd.url);
     cli_rpc_set_trust(&rpc, cmd.fingerprint, cmd.ca);
     rc = cli_rpc_request(&rpc, &cmd.req, request_timeout_ms(&cmd.req), &rep);
@@ -117,7 +181,12 @@ int main(int argc, char **argv)
     /* UNAVAILABLE: the change is stored, so what it stored is still worth printing. */
     if (rep->code == FGX__CTL__CODE__CODE_OK || rep->code == FGX__CTL__CODE__CODE_UNAVAILABLE) {
         cli_fmt_warnings(stderr, rep);
-        if (cli_local_prints(&cmd)) {
+        if (cmd.version) {
+            if (print_versions(stdout, rep, cmd.json) < 0) {
+                print_err("cannot write the output");
+                status = CLI_EXIT_ERROR;
+            }
+        } else if (cli_local_prints(&cmd)) {
             if (cli_local_finish(&cmd, &local, rep, stdout) < 0) {
                 print_err(local.err[0] ? local.err : "cannot write the output");
                 status = local.exit_code ? local.exit_code : CLI_EXIT_ERROR;
@@ -131,7 +200,8 @@ int main(int argc, char **argv)
         cmd.req.req_case != FGX__CTL__REQUEST__REQ_LOGIN)
         cli_local_auth_failed(&cmd);
     if (rep->code != FGX__CTL__CODE__CODE_OK)
-        cli_fmt_error(stderr, rep);
+        cli_fmt_error_at(stderr, rep,
+                         cmd.req.req_case == FGX__CTL__REQUEST__REQ_LOGIN ? NULL : cmd.url);
 out:
     if (rep)
         fgx__ctl__reply__free_unpacked(rep, NULL);

@@ -240,8 +240,9 @@ class Env:
         log = open(self.log_path, "ab")
         self.log_offset = os.path.getsize(self.log_path)
         self.controld = subprocess.Popen(
-            ["ip", "netns", "exec", self.srv, exe, "--state-dir", self.state_dir, "--run-dir",
-             self.run_dir, "--threads", str(threads), "--foreground", "--log-level", "debug"]
+            # --config /dev/null: an installed /etc/fgex/controld.conf is not the test's
+            ["ip", "netns", "exec", self.srv, exe, "--config", "/dev/null", "--state-dir",
+             self.state_dir, "--run-dir", self.run_dir, "--threads", str(threads), "--foreground", "--log-level", "debug"]
             + extra,
             stdin=subprocess.DEVNULL, stdout=log, stderr=log)
         log.close()

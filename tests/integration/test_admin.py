@@ -73,8 +73,8 @@ def spawn_controld(env, extra, stdin_data=None, timeout=10):
     log = open(env.log_path, "ab")
     env.log_offset = os.path.getsize(env.log_path)
     env.controld = subprocess.Popen(
-        ["ip", "netns", "exec", env.srv, exe, "--state-dir", env.state_dir, "--run-dir",
-         env.run_dir, "--threads", "2", "--foreground", "--log-level", "debug"] + extra,
+        ["ip", "netns", "exec", env.srv, exe, "--config", "/dev/null", "--state-dir",
+         env.state_dir, "--run-dir", env.run_dir, "--threads", "2", "--foreground", "--log-level", "debug"] + extra,
         stdin=subprocess.PIPE if stdin_data is not None else subprocess.DEVNULL, stdout=log,
         stderr=log)
     log.close()

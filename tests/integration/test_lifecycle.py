@@ -285,7 +285,7 @@ def first_start_on_a_full_disk_fails_cleanly(env):
     try:
         _fill(os.path.join(disk, "filler"))
         p = it.sh("ip", "netns", "exec", env.srv, os.path.join(env.bin, "controld"),
-                  "--state-dir", os.path.join(disk, "state"), "--run-dir",
+                  "--config", "/dev/null", "--state-dir", os.path.join(disk, "state"), "--run-dir",
                   os.path.join(env.tmp, "run-full"), "--foreground", check=False, timeout=10)
         check(p.returncode == 1, "controld on a full disk exited with %d: %s", p.returncode,
               p.stderr[-400:])

@@ -20,6 +20,7 @@
 #include "fgexctl/cli_loop.h"
 #include "fgexctl/cli_rpc.h"
 #include "fgx/chan.h"
+#include "fgx/version.h"
 
 /* ---- helpers ----------------------------------------------------------------------------- */
 
@@ -550,6 +551,21 @@ Test(cli, port_bounds)
     cr_assert_eq(cli_args_port("4294967377", &p), -EINVAL, "no wrap-around to 81");
 }
 
+Test(cli, version)
+{
+    struct cli_cmd cmd;
+
+    parse_ok(ARGV("--version"), &cmd);
+    cr_assert_str_eq(cmd.help, "fgexctl " FGX_VERSION "\n");
+    /* `version` asks controld for its status, and prints both versions. */
+    parse_ok(ARGV("--json", "version"), &cmd);
+    cr_assert_null(cmd.help);
+    cr_assert(cmd.version);
+    cr_assert_eq(cmd.req.req_case, FGX__CTL__REQUEST__REQ_STATUS);
+    parse_ok(ARGV("status"), &cmd);
+    cr_assert_not(cmd.version);
+}
+
 Test(cli, help_everywhere)
 {
     struct cli_cmd cmd;
@@ -579,6 +595,13 @@ Test(cli, help_everywhere)
     cr_assert(strstr(cmd.help, "usage: fgexctl service set SERVICE"));
     parse_ok(ARGV("status", "--help"), &cmd);
     cr_assert(strstr(cmd.help, "usage: fgexctl status"));
+    /* help has help of its own, and so has version. */
+    parse_ok(ARGV("help", "--help"), &cmd);
+    cr_assert(strstr(cmd.help, "usage: fgexctl help [COMMAND [SUBCOMMAND]]"), "%s", cmd.help);
+    parse_ok(ARGV("help", "help"), &cmd);
+    cr_assert(strstr(cmd.help, "usage: fgexctl help"), "%s", cmd.help);
+    parse_ok(ARGV("version", "--help"), &cmd);
+    cr_assert(strstr(cmd.help, "usage: fgexctl version"), "%s", cmd.help);
 
     /* Every command has its own help. */
     static const char *const cmds[][2] = {
@@ -875,6 +898,27 @@ Test(cli, exit_codes_and_error_line)
     (void)fclose(f);
     cr_assert_str_eq(out, "fgexctl: invalid regex 'a(\\x0a': Missing close parenthesis\n"
                           "fgexctl: not found\n");
+    free(out);
+    out = NULL;
+
+    /* A refused request says the whole login command, -c URL included. */
+    f = open_memstream(&out, &len);
+    cr_assert_not_null(f);
+    rep.code = FGX__CTL__CODE__CODE_AUTH;
+    rep.error = "login required: run fgexctl login";
+    cli_fmt_error_at(f, &rep, "tls+tcp://10.60.1.1:7443");
+    rep.error = "the session has expired or was logged out: run fgexctl login";
+    cli_fmt_error_at(f, &rep, CLI_DEFAULT_URL);
+    rep.error = NULL;
+    cli_fmt_error_at(f, &rep, "tls+tcp://[fd00::1]:7443");
+    rep.code = FGX__CTL__CODE__CODE_NOT_FOUND;
+    rep.error = "no such service 'x'";
+    cli_fmt_error_at(f, &rep, "tls+tcp://10.60.1.1:7443");
+    (void)fclose(f);
+    cr_assert_str_eq(out, "fgexctl: login required: run fgexctl -c tls+tcp://10.60.1.1:7443 login\n"
+                          "fgexctl: the session has expired or was logged out: run fgexctl login\n"
+                          "fgexctl: login required: run fgexctl -c tls+tcp://[fd00::1]:7443 login\n"
+                          "fgexctl: no such service 'x'\n");
     free(out);
 }
 
@@ -1207,9 +1251,10 @@ Test(cli, worker_list_rendering)
     two_workers(&a, &b, v, &rep);
     out = render(&req, &rep, false);
     /* What the down worker has not reported is "-", not a made-up 0. */
-    cr_assert_str_eq(out, "KIND    PID  STATE    GENERATION  RESTARTS  FLOWS  QDROPS       RSS  REFUSED\n"
-                          "nfq    1234  running           5         1     42       3  11.8 MiB        -\n"
-                          "proxy     0  down              -         0      -       -         -        -\n");
+    cr_assert_str_eq(
+        out, "KIND    PID  STATE    GENERATION  RESTARTS  FLOWS  QDROPS       RSS  REFUSED\n"
+             "nfq    1234  running           5         1     42       3  11.8 MiB        -\n"
+             "proxy     0  down              -         0      -       -         -        -\n");
     free(out);
     out = render(&req, &rep, true);
     cr_assert_str_eq(out, want_json);

@@ -1,8 +1,11 @@
 /* Tests for controld's nftables stage (controld/ctl_nft.c). Every test first moves into a network
  * namespace of its own (Criterion runs each test in a forked process), so the host's firewall
  * is never touched; the `nft` binary run through popen() inherits that namespace and is used
- * only to read back what the kernel holds. The packet tests join two namespaces with a veth
- * pair: the server side holds the rules, and no NFQUEUE reader exists anywhere. */
+ * only to read back what the kernel holds. The queue rules are read back from the kernel with
+ * libnftnl instead: nft renders the xtables NFQUEUE target (the compat mode) only through the
+ * iptables package's libxt_NFQUEUE.so, which the test must not depend on. The packet tests join
+ * two namespaces with a veth pair: the server side holds the rules, and no NFQUEUE reader exists
+ * anywhere. */
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -22,9 +25,15 @@
 #include <unistd.h>
 
 #include <libmnl/libmnl.h>
+#include <libnftnl/expr.h>
+#include <libnftnl/rule.h>
+#include <linux/netfilter.h>
+#include <linux/netfilter/nf_tables.h>
 #include <linux/netfilter/nfnetlink.h>
 #include <linux/netfilter/nfnetlink_log.h>
 #include <linux/netfilter/nfnetlink_queue.h>
+#include <linux/netfilter/x_tables.h>
+#include <linux/netfilter/xt_NFQUEUE.h>
 
 #include "controld/ctl_nft.h"
 #include "fgx/log.h"
@@ -214,14 +223,157 @@ static void assert_no_chain(const char *chain)
     cr_assert_null(got, "chain %s should be gone:\n%s", chain, got);
 }
 
-/* How nft prints a queue rule of either kind. */
-static void queue_rule(char *buf, size_t len, bool native, const char *hash, unsigned num,
-                       bool bypass)
+/* ---- queue rules, decoded from the kernel ------------------------------------------------- */
+
+/* What one rule of a queue chain holds, as the kernel reports it. */
+struct kq_rule {
+    char exprs[128]; /* expression names in order, ","-joined */
+    uint32_t hash_type, hash_mod, cmp_val;
+    bool has_cmp;
+    char tg_name[32]; /* compat: the xtables target's name and revision */
+    uint32_t tg_rev;
+    size_t tg_len;
+    uint16_t num, total, flags; /* the queue, from either expression */
+};
+
+struct kq_dump {
+    const char *chain;
+    struct kq_rule *rules;
+    int n, max;
+};
+
+static void kq_expr(struct kq_rule *k, struct nftnl_expr *e)
 {
-    if (native)
-        (void)snprintf(buf, len, "%squeue %sto %u\n", hash, bypass ? "flags bypass " : "", num);
-    else
-        (void)snprintf(buf, len, "%squeue num %u%s\n", hash, num, bypass ? " bypass" : "");
+    const char *name = nftnl_expr_get_str(e, NFTNL_EXPR_NAME);
+    size_t len = strlen(k->exprs);
+
+    (void)snprintf(k->exprs + len, sizeof(k->exprs) - len, "%s%s", len ? "," : "", name);
+    if (strcmp(name, "hash") == 0) {
+        k->hash_type = nftnl_expr_get_u32(e, NFTNL_EXPR_HASH_TYPE);
+        k->hash_mod = nftnl_expr_get_u32(e, NFTNL_EXPR_HASH_MODULUS);
+    } else if (strcmp(name, "cmp") == 0) {
+        uint32_t dlen = 0;
+        const void *d = nftnl_expr_get(e, NFTNL_EXPR_CMP_DATA, &dlen);
+
+        cr_assert_eq(dlen, sizeof(k->cmp_val));
+        memcpy(&k->cmp_val, d, sizeof(k->cmp_val));
+        k->has_cmp = nftnl_expr_get_u32(e, NFTNL_EXPR_CMP_OP) == NFT_CMP_EQ;
+    } else if (strcmp(name, "queue") == 0) {
+        k->num = nftnl_expr_get_u16(e, NFTNL_EXPR_QUEUE_NUM);
+        k->total = nftnl_expr_get_u16(e, NFTNL_EXPR_QUEUE_TOTAL);
+        k->flags = nftnl_expr_get_u16(e, NFTNL_EXPR_QUEUE_FLAGS);
+    } else if (strcmp(name, "target") == 0) {
+        uint32_t ilen = 0;
+        const struct xt_NFQ_info_v3 *info = nftnl_expr_get(e, NFTNL_EXPR_TG_INFO, &ilen);
+
+        (void)snprintf(k->tg_name, sizeof(k->tg_name), "%s",
+                       nftnl_expr_get_str(e, NFTNL_EXPR_TG_NAME));
+        k->tg_rev = nftnl_expr_get_u32(e, NFTNL_EXPR_TG_REV);
+        k->tg_len = ilen;
+        if (info && ilen >= sizeof(*info)) {
+            k->num = info->queuenum;
+            k->total = info->queues_total;
+            k->flags = info->flags;
+        }
+    }
+}
+
+static int kq_rule_cb(const struct nlmsghdr *nlh, void *data)
+{
+    struct kq_dump *d = data;
+    struct nftnl_rule *r = nftnl_rule_alloc();
+    struct nftnl_expr_iter *it;
+    struct nftnl_expr *e;
+    struct kq_rule *k;
+
+    cr_assert_not_null(r);
+    cr_assert_eq(nftnl_rule_nlmsg_parse(nlh, r), 0);
+    if (strcmp(nftnl_rule_get_str(r, NFTNL_RULE_CHAIN), d->chain) != 0) {
+        nftnl_rule_free(r);
+        return MNL_CB_OK;
+    }
+    cr_assert_lt(d->n, d->max);
+    k = &d->rules[d->n++];
+    memset(k, 0, sizeof(*k));
+    it = nftnl_expr_iter_create(r);
+    cr_assert_not_null(it);
+    while ((e = nftnl_expr_iter_next(it)))
+        kq_expr(k, e);
+    nftnl_expr_iter_destroy(it);
+    nftnl_rule_free(r);
+    return MNL_CB_OK;
+}
+
+/* The rules of chain in table inet fgex, in order, straight from the kernel. Returns the count. */
+static int kq_chain(const char *chain, struct kq_rule *rules, int max)
+{
+    char buf[MNL_SOCKET_BUFFER_SIZE * 4];
+    struct kq_dump d = {.chain = chain, .rules = rules, .max = max};
+    struct nftnl_rule *r = nftnl_rule_alloc();
+    struct mnl_socket *nl = mnl_socket_open(NETLINK_NETFILTER);
+    struct nlmsghdr *nlh;
+    uint32_t seq = 1, port;
+    ssize_t got;
+    int rc = MNL_CB_OK;
+
+    cr_assert_not_null(r);
+    cr_assert_not_null(nl);
+    cr_assert_eq(mnl_socket_bind(nl, 0, MNL_SOCKET_AUTOPID), 0);
+    port = mnl_socket_get_portid(nl);
+    nlh = nftnl_nlmsg_build_hdr(buf, NFT_MSG_GETRULE, NFPROTO_INET, NLM_F_DUMP, seq);
+    nftnl_rule_set_str(r, NFTNL_RULE_TABLE, "fgex");
+    nftnl_rule_set_str(r, NFTNL_RULE_CHAIN, chain);
+    nftnl_rule_nlmsg_build_payload(nlh, r);
+    nftnl_rule_free(r);
+    cr_assert_geq(mnl_socket_sendto(nl, nlh, nlh->nlmsg_len), 0);
+    while (rc > MNL_CB_STOP) {
+        got = mnl_socket_recvfrom(nl, buf, sizeof(buf));
+        cr_assert_geq(got, 0, "recv: %s", strerror(errno));
+        rc = mnl_cb_run(buf, (size_t)got, seq, port, kq_rule_cb, &d);
+        cr_assert_geq(rc, MNL_CB_STOP, "rule dump: %s", strerror(errno));
+    }
+    mnl_socket_close(nl);
+    return d.n;
+}
+
+/* A queue chain spreads flows over nthreads threads (symhash mod nthreads == t, no hash with one
+ * thread) to queues base.., with bypass on the fail-open chain, through the native queue
+ * expression or the xtables NFQUEUE target revision 3, the way the probe chose. */
+static void assert_queue_chain(const char *chain, bool native, unsigned nthreads, unsigned base,
+                               bool bypass)
+{
+    struct kq_rule rules[16];
+    const char *verdict = native ? "queue" : "target";
+    char want[64];
+    int n = kq_chain(chain, rules, 16);
+
+    cr_assert_eq(n, (int)nthreads, "chain %s: %d rules, expected %u", chain, n, nthreads);
+    for (unsigned t = 0; t < nthreads; t++) {
+        struct kq_rule *k = &rules[t];
+
+        if (nthreads > 1)
+            (void)snprintf(want, sizeof(want), "hash,cmp,%s", verdict);
+        else
+            (void)snprintf(want, sizeof(want), "%s", verdict);
+        cr_assert_str_eq(k->exprs, want, "chain %s rule %u", chain, t);
+        if (nthreads > 1) {
+            cr_assert_eq(k->hash_type, NFT_HASH_SYM, "chain %s rule %u", chain, t);
+            cr_assert_eq(k->hash_mod, nthreads, "chain %s rule %u", chain, t);
+            cr_assert(k->has_cmp, "chain %s rule %u", chain, t);
+            cr_assert_eq(k->cmp_val, t, "chain %s rule %u", chain, t);
+        }
+        if (native) {
+            cr_assert_eq(k->flags, bypass ? NFT_QUEUE_FLAG_BYPASS : 0, "chain %s rule %u", chain,
+                         t);
+        } else {
+            cr_assert_str_eq(k->tg_name, "NFQUEUE", "chain %s rule %u", chain, t);
+            cr_assert_eq(k->tg_rev, 3, "chain %s rule %u", chain, t);
+            cr_assert_geq(k->tg_len, sizeof(struct xt_NFQ_info_v3), "chain %s rule %u", chain, t);
+            cr_assert_eq(k->flags, bypass ? NFQ_FLAG_BYPASS : 0, "chain %s rule %u", chain, t);
+        }
+        cr_assert_eq(k->num, base + t, "chain %s rule %u: queue %u", chain, t, k->num);
+        cr_assert_eq(k->total, 1, "chain %s rule %u", chain, t);
+    }
 }
 
 /* The order of the exact no-payload rules: Linux's usual TCP header (doff 8) first. */
@@ -329,7 +481,7 @@ Test(nft, sync_builds_the_specified_rules)
         svc(1, IPPROTO_TCP, 8080, "10.1.2.0/24", false),
         svc(2, IPPROTO_UDP, 5353, NULL, true),
     };
-    char exp[8192], q[4][128];
+    char exp[8192];
     struct ctl_nft *n;
     bool native;
 
@@ -344,14 +496,8 @@ Test(nft, sync_builds_the_specified_rules)
     assert_chain("post", "meta mark 0x0fe40000/16 accept\n"
                          "ip saddr 10.1.2.0/24 tcp sport 8080 jump s1_s2c\n"
                          "udp sport 5353 jump s2_s2c\n");
-    queue_rule(q[0], sizeof(q[0]), native, "symhash mod 2 0 ", 7000, false);
-    queue_rule(q[1], sizeof(q[1]), native, "symhash mod 2 1 ", 7001, false);
-    queue_rule(q[2], sizeof(q[2]), native, "symhash mod 2 0 ", 7002, true);
-    queue_rule(q[3], sizeof(q[3]), native, "symhash mod 2 1 ", 7003, true);
-    (void)snprintf(exp, sizeof(exp), "%s%s", q[0], q[1]);
-    assert_chain("qfc", exp);
-    (void)snprintf(exp, sizeof(exp), "%s%s", q[2], q[3]);
-    assert_chain("qfo", exp);
+    assert_queue_chain("qfc", native, 2, 7000, false);
+    assert_queue_chain("qfo", native, 2, 7002, true);
     tcp_chain_expect(exp, sizeof(exp), "qfc", true);
     assert_chain("s1_c2s", exp);
     tcp_chain_expect(exp, sizeof(exp), "qfc", false);
@@ -382,7 +528,7 @@ Test(nft, ipv6_prefixes_and_single_thread)
         svc(7, IPPROTO_TCP, 80, "fd00:1:2:30::/60", true),
         svc(8, IPPROTO_UDP, 53, "fd00::5", false),
     };
-    char exp[256], q[2][128];
+    char exp[256];
     struct ctl_nft *n;
 
     enter_netns();
@@ -395,10 +541,8 @@ Test(nft, ipv6_prefixes_and_single_thread)
                          "ip6 saddr fd00:1:2:30::/60 tcp sport 80 jump s7_s2c\n"
                          "ip6 saddr fd00::5 udp sport 53 jump s8_s2c\n");
     /* One thread: no hash, fail-open numbering starts right after the fail-closed queue. */
-    queue_rule(q[0], sizeof(q[0]), ctl_nft_native_queue(n), "", 7000, false);
-    queue_rule(q[1], sizeof(q[1]), ctl_nft_native_queue(n), "", 7001, true);
-    assert_chain("qfc", q[0]);
-    assert_chain("qfo", q[1]);
+    assert_queue_chain("qfc", ctl_nft_native_queue(n), 1, 7000, false);
+    assert_queue_chain("qfo", ctl_nft_native_queue(n), 1, 7001, true);
     (void)snprintf(exp, sizeof(exp), "goto qfc\n");
     assert_chain("s8_c2s", exp);
     ctl_nft_close(n);
@@ -902,9 +1046,8 @@ static int nfnl_bind(uint8_t subsys, uint16_t num)
     cr_assert_not_null(nl);
     cr_assert_eq(mnl_socket_bind(nl, 0, MNL_SOCKET_AUTOPID), 0);
     nlh = mnl_nlmsg_put_header(buf);
-    nlh->nlmsg_type = (uint16_t)((subsys << 8) | (subsys == NFNL_SUBSYS_QUEUE
-                                                      ? NFQNL_MSG_CONFIG
-                                                      : NFULNL_MSG_CONFIG));
+    nlh->nlmsg_type = (uint16_t)((subsys << 8) | (subsys == NFNL_SUBSYS_QUEUE ? NFQNL_MSG_CONFIG
+                                                                              : NFULNL_MSG_CONFIG));
     nlh->nlmsg_flags = NLM_F_REQUEST | NLM_F_ACK;
     nlh->nlmsg_seq = 1;
     g = mnl_nlmsg_put_extra_header(nlh, sizeof(*g));
