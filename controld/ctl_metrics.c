@@ -118,7 +118,7 @@ int ctl_metrics_render(const struct ctl_service *svcs, size_t nsvcs, const struc
         {"fgex_worker_silent_closed_total",
          "Connections the proxy closed because no byte moved within the first-byte timeout.",
          offsetof(struct ctl_metrics_worker, silent_closed)},
-        {"fgex_worker_midstream_reset_total",
+        {"fgex_worker_midstream_resets_total",
          "Connections reset at their service's return because bytes passed unscanned while it "
          "was away.",
          offsetof(struct ctl_metrics_worker, midstream_reset)},

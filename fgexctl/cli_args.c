@@ -232,7 +232,7 @@ static const char usage_worker_list[] =
     "With --json: an array of {kind, pid, state, generation, restarts, queue_drops,\n"
     "flows, rss_bytes, truncated, verdict_errors, malformed}, with evasion,\n"
     "midstream_resets and flows_evicted for kind nfq, and conns_refused, unclassified,\n"
-    "connect_failed, scan_errors, src_refused, evicted, silent_closed, midstream_reset,\n"
+    "connect_failed, scan_errors, src_refused, evicted, silent_closed, midstream_resets,\n"
     "midstream_rescan for kind proxy.\n";
 
 static const char usage_worker_restart[] =

@@ -975,7 +975,7 @@ static void json_worker(struct cli_json *j, const Fgx__Ctl__Worker *w)
         cli_json_u64(j, w->evicted);
         cli_json_key(j, "silent_closed");
         cli_json_u64(j, w->silent_closed);
-        cli_json_key(j, "midstream_reset");
+        cli_json_key(j, "midstream_resets");
         cli_json_u64(j, w->midstream_reset);
         cli_json_key(j, "midstream_rescan");
         cli_json_u64(j, w->midstream_rescan);

@@ -546,7 +546,7 @@ def stop_send_start_then_zzz555_and_zzz666_never_reach_the_service(env):
         check(b"zzz555" not in got and b"zzz666" not in got,
               "%s: the service read %r", host, got)
         check(c["end"] == "reset", "%s: the client's connection ended by %s", host, c["end"])
-    _px_counter(env, "midstream_reset", 2)
+    _px_counter(env, "midstream_resets", 2)
 
 
 @test

@@ -181,7 +181,7 @@ Test(ctl_metrics, render_the_proxy_worker)
     has_line(text, "fgex_worker_src_refused_total{kind=\"proxy\"} 10");
     has_line(text, "fgex_worker_evicted_total{kind=\"proxy\"} 11");
     has_line(text, "fgex_worker_silent_closed_total{kind=\"proxy\"} 12");
-    has_line(text, "fgex_worker_midstream_reset_total{kind=\"proxy\"} 13");
+    has_line(text, "fgex_worker_midstream_resets_total{kind=\"proxy\"} 13");
     has_line(text, "fgex_worker_midstream_rescan_total{kind=\"proxy\"} 14");
     cr_assert_null(strstr(text, "fgex_worker_conns_refused_total{kind=\"nfq\"}"));
     cr_assert_null(strstr(text, "fgex_worker_queue_drops_total{kind=\"proxy\"}"),
