@@ -501,25 +501,18 @@ out:
     return chan_errno(rv);
 }
 
-int fgx_chan_recv_peer(struct fgx_chan *c, void **buf, size_t *len, int timeout_ms,
-                       struct fgx_peer *peer)
+/* A received request's body into *buf (malloc'd, the caller's), its sender into *peer (family
+ * -1 when the sender left already: its reply would go nowhere anyway). Frees msg. */
+static int msg_take(struct fgx_chan *c, nng_msg *msg, void **buf, size_t *len,
+                    struct fgx_peer *peer)
 {
-    nng_msg *msg = NULL;
-    size_t nlen;
-    int rv;
+    size_t nlen = nng_msg_len(msg);
 
-    nng_socket_set_ms(c->sock, NNG_OPT_RECVTIMEO, timeout_ms < 0 ? NNG_DURATION_INFINITE
-                                                                   : timeout_ms);
-    rv = nng_recvmsg(c->sock, &msg, 0);
-    if (rv != 0)
-        return chan_errno(rv);
     guard_pipe_active(c->guard, nng_msg_get_pipe(msg));
     if (pipe_peer(nng_msg_get_pipe(msg), peer) < 0) {
-        /* The sender left already; its reply would go nowhere anyway. */
         memset(peer, 0, sizeof(*peer));
         peer->family = -1;
     }
-    nlen = nng_msg_len(msg);
     *buf = malloc(nlen ? nlen : 1);
     if (!*buf) {
         nng_msg_free(msg);
@@ -531,6 +524,20 @@ int fgx_chan_recv_peer(struct fgx_chan *c, void **buf, size_t *len, int timeout_
     return 0;
 }
 
+int fgx_chan_recv_peer(struct fgx_chan *c, void **buf, size_t *len, int timeout_ms,
+                       struct fgx_peer *peer)
+{
+    nng_msg *msg = NULL;
+    int rv;
+
+    nng_socket_set_ms(c->sock, NNG_OPT_RECVTIMEO, timeout_ms < 0 ? NNG_DURATION_INFINITE
+                                                                   : timeout_ms);
+    rv = nng_recvmsg(c->sock, &msg, 0);
+    if (rv != 0)
+        return chan_errno(rv);
+    return msg_take(c, msg, buf, len, peer);
+}
+
 /* ---- requests answered out of order (fgx/chan_tls.h) ---- */
 
 int fgx_chan_recv_req(struct fgx_chan *c, void **buf, size_t *len, int timeout_ms,
@@ -538,7 +545,6 @@ int fgx_chan_recv_req(struct fgx_chan *c, void **buf, size_t *len, int timeout_m
 {
     struct fgx_chan_req *r = c->spare;
     nng_msg *msg;
-    size_t nlen;
     int rv;
 
     if (!r) {
@@ -562,20 +568,9 @@ int fgx_chan_recv_req(struct fgx_chan *c, void **buf, size_t *len, int timeout_m
     if (rv != 0)
         return chan_errno(rv);
     msg = nng_aio_get_msg(r->aio);
-    guard_pipe_active(c->guard, nng_msg_get_pipe(msg));
-    if (pipe_peer(nng_msg_get_pipe(msg), peer) < 0) {
-        memset(peer, 0, sizeof(*peer));
-        peer->family = -1;
-    }
-    nlen = nng_msg_len(msg);
-    *buf = malloc(nlen ? nlen : 1);
-    if (!*buf) {
-        nng_msg_free(msg);
-        return -ENOMEM;
-    }
-    memcpy(*buf, nng_msg_body(msg), nlen);
-    *len = nlen;
-    nng_msg_free(msg);
+    rv = msg_take(c, msg, buf, len, peer);
+    if (rv != 0)
+        return rv;
     /* This context now belongs to the request; the next receive opens another. */
     c->spare = NULL;
     *req = r;
