@@ -715,8 +715,9 @@ def run_burst_server(args):
 
 
 def run_burst_client(args):
-    """--count connections, --parallel at a time: each connects, sends --send (hex) and waits
-    until the connection ends (reset: blocked; EOF; or --timeout). One JSON result."""
+    """--count connections, --parallel at a time and --rate a second at most: each connects,
+    sends --send (hex) and waits until the connection ends (reset: blocked; EOF; or --timeout).
+    One JSON result. bench/events uses it too."""
     import selectors
     payload = bytes.fromhex(args.send)
     fam = socket.AF_INET6 if ":" in args.host else socket.AF_INET
@@ -744,7 +745,8 @@ def run_burst_client(args):
         done += 1
 
     while done < args.count:
-        while started < args.count and started - done < args.parallel:
+        while (started < args.count and started - done < args.parallel and
+               (args.rate <= 0 or started < (time.monotonic() - t0) * args.rate)):
             start()
         now = time.monotonic()
         for key, mask in sel.select(0.05):
@@ -860,6 +862,7 @@ def main():
     p.add_argument("--count", type=int, required=True)
     p.add_argument("--parallel", type=int, default=64)
     p.add_argument("--send", required=True, help="hex")
+    p.add_argument("--rate", type=float, default=0.0, help="connections per second at most")
     p.add_argument("--timeout", type=float, default=5.0)
     p = sub.add_parser("http-get")
     p.add_argument("--url", required=True)
