@@ -585,9 +585,14 @@ uint64_t ctl_stats_last_seq(const struct ctl_stats *s)
     return s->next_seq - 1;
 }
 
-uint64_t ctl_stats_events_lost(const struct ctl_stats *s)
+uint64_t ctl_stats_events_lost(const struct ctl_stats *s, uint32_t service_id)
 {
-    return s->worker.events_lost_total;
+    if (service_id == 0)
+        return s->worker.events_lost_total;
+    for (size_t i = 0; i < s->nsvc; i++)
+        if (s->svc[i].id == service_id)
+            return s->svc[i].events_lost;
+    return 0;
 }
 
 bool ctl_stats_events_burst(struct ctl_stats *s)

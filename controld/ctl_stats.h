@@ -92,8 +92,10 @@ size_t ctl_stats_events(const struct ctl_stats *s, uint64_t after_seq, uint32_t 
                         const char *service, size_t limit, const struct ctl_event **out);
 /* The newest seq assigned (0 before the first event). */
 uint64_t ctl_stats_last_seq(const struct ctl_stats *s);
-/* Events lost (a worker's queue was full) in total, of every service. */
-uint64_t ctl_stats_events_lost(const struct ctl_stats *s);
+/* Blocks whose event was lost (a worker's queue was full), totals across restarts: of service_id,
+ * or of every service (and events a worker sent malformed) when it is 0. The events and stats
+ * replies carry it (control.proto Reply.events_lost, ServiceStats.events_lost). */
+uint64_t ctl_stats_events_lost(const struct ctl_stats *s, uint32_t service_id);
 /* Whether a report since the previous call brought a burst of events (CTL_EVENTS_BURST): then
  * more are likely waiting in the workers' queues and they are asked again soon. */
 bool ctl_stats_events_burst(struct ctl_stats *s);

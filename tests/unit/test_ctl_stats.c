@@ -482,7 +482,8 @@ static void feed_lost(uint64_t instance, uint64_t web_lost, uint64_t dns_lost)
 {
     struct fgx_dp_service_stat ss[2] = {{.service_id = 1, .events_lost = web_lost},
                                         {.service_id = 2, .events_lost = dns_lost}};
-    struct fgx_dp_stats m = {.nservices = 2, .services = ss, .events_lost = web_lost + dns_lost};
+    /* events_lost of the report itself is per report; the services' are cumulative */
+    struct fgx_dp_stats m = {.nservices = 2, .services = ss, .events_lost = 1};
 
     cr_assert_eq(ctl_stats_ingest(stats, instance, &m, NULL, 0), 0);
 }
@@ -498,6 +499,8 @@ Test(ctl_stats, lost_events_counted_per_service_and_persisted)
     cr_assert_eq(c.events_lost, 8);
     ctl_stats_service(stats, dns, &c);
     cr_assert_eq(c.events_lost, 1);
+    cr_assert_eq(ctl_stats_events_lost(stats, dns), 1);
+    cr_assert_eq(ctl_stats_events_lost(stats, 0), 2, "the total: the reports' own counts");
     feed_lost(2, 2, 0); /* a new worker process counts from zero */
     ctl_stats_service(stats, svc_id, &c);
     cr_assert_eq(c.events_lost, 10);
