@@ -95,6 +95,9 @@ int ctl_metrics_render(const struct ctl_service *svcs, size_t nsvcs, const struc
          offsetof(struct ctl_svc_counters, dropped)},
         {"fgex_service_flows_active", "gauge", "Flows of the service tracked now.",
          offsetof(struct ctl_svc_counters, flows_active)},
+        {"fgex_service_events_lost_total", "counter",
+         "Blocks of the service whose event was lost (a worker's event queue was full).",
+         offsetof(struct ctl_svc_counters, events_lost)},
     };
     static const struct {
         const char *name, *help;

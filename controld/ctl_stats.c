@@ -24,6 +24,7 @@ struct svc_slot {
     uint32_t id;
     struct ctl_svc_totals total, last[W_KINDS];
     uint64_t flows_active[W_KINDS];
+    uint64_t events_lost, lost_last[W_KINDS];
 };
 
 struct flt_slot {
@@ -41,8 +42,11 @@ struct ctl_stats {
     struct ctl_worker_counters worker;
     struct ctl_worker_counters px_worker;
     uint64_t queue_drops_last;
-    struct ctl_event *ring; /* CTL_EVENTS_KEEP slots; ring[head] is the oldest */
-    size_t head, count;
+    struct ctl_event *ring; /* keep slots; ring[head] is the oldest */
+    size_t keep, head, count;
+    size_t unpruned; /* events written to LMDB since the last prune */
+    bool burst;      /* a report brought CTL_EVENTS_BURST events or more */
+    unsigned long long lost_log_ns;
     size_t unsaved; /* the newest `unsaved` events are not in LMDB yet */
     uint64_t next_seq;
     bool dirty;
@@ -102,21 +106,27 @@ static uint64_t grow(uint64_t *last, uint64_t cur)
 
 static void ring_push(struct ctl_stats *s, const struct ctl_event *e)
 {
-    if (s->count < CTL_EVENTS_KEEP) {
-        s->ring[(s->head + s->count) % CTL_EVENTS_KEEP] = *e;
+    if (s->count < s->keep) {
+        s->ring[(s->head + s->count) % s->keep] = *e;
         s->count++;
     } else {
         s->ring[s->head] = *e;
-        s->head = (s->head + 1) % CTL_EVENTS_KEEP;
+        s->head = (s->head + 1) % s->keep;
     }
-    if (s->unsaved < CTL_EVENTS_KEEP)
+    if (s->unsaved < s->keep)
         s->unsaved++;
 }
 
 /* i = 0 is the oldest kept event. */
 static const struct ctl_event *ring_at(const struct ctl_stats *s, size_t i)
 {
-    return &s->ring[(s->head + i) % CTL_EVENTS_KEEP];
+    return &s->ring[(s->head + i) % s->keep];
+}
+
+/* The meta key of a service's lost events total. */
+static void lost_key(char *buf, size_t size, uint32_t service_id)
+{
+    (void)snprintf(buf, size, "svc_events_lost:%u", (unsigned)service_id);
 }
 
 static int stats_load(struct ctl_stats *s, struct ctl_store *st)
@@ -136,7 +146,12 @@ static int stats_load(struct ctl_stats *s, struct ctl_store *st)
         rv = ctl_store_filter_list(t, 0, &flts, &nflts);
     for (size_t i = 0; rv == 0 && i < nsvcs; i++) {
         struct svc_slot *v = svc_slot(s, svcs[i].id, true);
+        char key[40];
+
         rv = v ? ctl_store_svc_totals_get(t, svcs[i].id, &v->total) : -ENOMEM;
+        lost_key(key, sizeof(key), svcs[i].id);
+        if (rv == 0)
+            rv = ctl_store_u64_get(t, key, &v->events_lost);
     }
     for (size_t i = 0; rv == 0 && i < nflts; i++) {
         struct flt_slot *f = flt_slot(s, flts[i].id, true);
@@ -149,7 +164,7 @@ static int stats_load(struct ctl_stats *s, struct ctl_store *st)
     if (rv == 0)
         rv = ctl_store_u64_get(t, key_events_lost, &s->worker.events_lost_total);
     if (rv == 0)
-        rv = ctl_store_event_list(t, CTL_EVENTS_KEEP, &evs, &nevs);
+        rv = ctl_store_event_list(t, s->keep, &evs, &nevs);
     ctl_txn_abort(t);
     if (rv < 0)
         goto out;
@@ -161,6 +176,9 @@ static int stats_load(struct ctl_stats *s, struct ctl_store *st)
             s->next_seq = evs[i].seq + 1;
     }
     s->unsaved = 0;
+    /* More than keep may be stored (a larger --events-keep before, or a prune pending): the
+     * next write prunes them. */
+    s->unpruned = s->keep;
 out:
     free(evs);
     ctl_filters_free(flts, nflts);
@@ -170,12 +188,22 @@ out:
 
 int ctl_stats_open(struct ctl_store *st, struct ctl_stats **out)
 {
+    return ctl_stats_open_keep(st, CTL_EVENTS_KEEP, out);
+}
+
+int ctl_stats_open_keep(struct ctl_store *st, size_t keep, struct ctl_stats **out)
+{
     struct ctl_stats *s = calloc(1, sizeof(*s));
     int rv = -ENOMEM;
 
+    if (keep < 1 || keep > CTL_EVENTS_KEEP_MAX) {
+        free(s);
+        return -EINVAL;
+    }
     if (!s)
         goto err;
-    s->ring = calloc(CTL_EVENTS_KEEP, sizeof(*s->ring));
+    s->keep = keep;
+    s->ring = calloc(keep, sizeof(*s->ring));
     if (!s->ring)
         goto err;
     rv = stats_load(s, st);
@@ -223,6 +251,7 @@ static void event_from_dp(const struct fgx_dp_event *d, uint64_t seq,
     e->sport = d->sport;
     e->dport = d->dport;
     e->excerpt_len = d->excerpt_len <= FGX_DP_EXCERPT_MAX ? d->excerpt_len : FGX_DP_EXCERPT_MAX;
+    e->match_end = d->match_end <= e->excerpt_len ? d->match_end : e->excerpt_len;
     memcpy(e->excerpt, d->excerpt, e->excerpt_len);
 }
 
@@ -231,12 +260,15 @@ static void event_from_dp(const struct fgx_dp_event *d, uint64_t seq,
 static int fold(struct ctl_stats *s, int k, uint64_t instance, const struct fgx_dp_stats *m,
                 const struct ctl_service *svcs, size_t nsvcs)
 {
+    uint64_t lost;
     int rv = 0;
 
     if (!s->have_instance[k] || instance != s->instance[k]) {
         /* A new process counts from zero; what the old one reported is in the totals. */
-        for (size_t i = 0; i < s->nsvc; i++)
+        for (size_t i = 0; i < s->nsvc; i++) {
             memset(&s->svc[i].last[k], 0, sizeof(s->svc[i].last[k]));
+            s->svc[i].lost_last[k] = 0;
+        }
         for (size_t i = 0; i < s->nflt; i++)
             s->flt[i].last[k] = 0;
         if (k == W_NFQ)
@@ -259,6 +291,15 @@ static int fold(struct ctl_stats *s, int k, uint64_t instance, const struct fgx_
         v->total.accepted += grow(&v->last[k].accepted, c->accepted);
         v->total.dropped += grow(&v->last[k].dropped, c->dropped);
         v->flows_active[k] = c->flows_active;
+        lost = grow(&v->lost_last[k], c->events_lost);
+        if (lost > 0) {
+            v->events_lost += lost;
+            /* Never silent, but one line per minute at most, not one per report. */
+            fgx_log_ratelimited(&s->lost_log_ns, FGX_LOG_WARN,
+                                "events lost: %llu block(s) of service %u had no event recorded "
+                                "(a worker's event queue was full); counted in fgexctl stats",
+                                (unsigned long long)lost, (unsigned)c->service_id);
+        }
         s->dirty = true;
     }
     for (size_t i = 0; i < m->nfilters; i++) {
@@ -273,6 +314,8 @@ static int fold(struct ctl_stats *s, int k, uint64_t instance, const struct fgx_
         s->dirty = true;
     }
     s->worker.events_lost_total += m->events_lost; /* per report, not cumulative */
+    if (m->nevents >= CTL_EVENTS_BURST)
+        s->burst = true;
     for (size_t i = 0; i < m->nevents; i++) {
         struct ctl_event e;
 
@@ -354,10 +397,13 @@ static int flush_events(struct ctl_stats *s, struct ctl_txn *t)
 {
     int rv = 0;
 
+    size_t batch = s->keep / CTL_EVENTS_PRUNE_DIV;
+
+    /* All of them in the caller's one transaction. */
     for (size_t i = s->count - s->unsaved; rv == 0 && i < s->count; i++)
         rv = ctl_store_event_put(t, ring_at(s, i));
-    if (rv == 0)
-        rv = ctl_store_event_trim(t, CTL_EVENTS_KEEP);
+    if (rv == 0 && s->unpruned + s->unsaved > batch)
+        rv = ctl_store_event_trim(t, s->keep);
     if (rv == 0)
         rv = ctl_store_u64_put(t, key_event_seq, s->next_seq);
     return rv;
@@ -390,6 +436,12 @@ static int flush_counters(struct ctl_stats *s, struct ctl_txn *t)
         }
         if (rv == 0)
             rv = ctl_store_svc_totals_put(t, s->svc[i].id, &s->svc[i].total);
+        if (rv == 0 && s->svc[i].events_lost > 0) {
+            char key[40];
+
+            lost_key(key, sizeof(key), s->svc[i].id);
+            rv = ctl_store_u64_put(t, key, s->svc[i].events_lost);
+        }
         s->svc[keep++] = s->svc[i];
     }
     if (rv < 0)
@@ -445,6 +497,10 @@ int ctl_stats_flush(struct ctl_stats *s, struct ctl_store *st, uint64_t now_ms, 
     t = NULL;
     if (rv < 0)
         goto out;
+    if (s->unpruned + s->unsaved > s->keep / CTL_EVENTS_PRUNE_DIV)
+        s->unpruned = 0;
+    else
+        s->unpruned += s->unsaved;
     s->unsaved = 0;
     if (counters)
         s->dirty = false;
@@ -476,6 +532,7 @@ void ctl_stats_service(const struct ctl_stats *s, uint32_t service_id, struct ct
             out->accepted = s->svc[i].total.accepted;
             out->dropped = s->svc[i].total.dropped;
             out->flows_active = s->svc[i].flows_active[W_NFQ] + s->svc[i].flows_active[W_PX];
+            out->events_lost = s->svc[i].events_lost;
             return;
         }
     }
@@ -526,4 +583,22 @@ size_t ctl_stats_events(const struct ctl_stats *s, uint64_t after_seq, uint32_t 
 uint64_t ctl_stats_last_seq(const struct ctl_stats *s)
 {
     return s->next_seq - 1;
+}
+
+uint64_t ctl_stats_events_lost(const struct ctl_stats *s, uint32_t service_id)
+{
+    if (service_id == 0)
+        return s->worker.events_lost_total;
+    for (size_t i = 0; i < s->nsvc; i++)
+        if (s->svc[i].id == service_id)
+            return s->svc[i].events_lost;
+    return 0;
+}
+
+bool ctl_stats_events_burst(struct ctl_stats *s)
+{
+    bool b = s->burst;
+
+    s->burst = false;
+    return b;
 }

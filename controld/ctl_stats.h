@@ -12,14 +12,22 @@
 #include "controld/ctl_store.h"
 #include "fgx/dp.h"
 
-/* Events kept in memory and in LMDB; older ones are dropped. */
-#define CTL_EVENTS_KEEP 1000
+/* Events kept in memory and in LMDB by default (controld --events-keep); older ones are dropped.
+ * An event is ~300 bytes in memory and about as much in LMDB: 100,000 are ~30 MiB each. */
+#define CTL_EVENTS_KEEP 100000
+#define CTL_EVENTS_KEEP_MAX 10000000
+/* LMDB keeps up to keep + keep / CTL_EVENTS_PRUNE_DIV events: the oldest are deleted by that
+ * many at once, not one per new event. */
+#define CTL_EVENTS_PRUNE_DIV 16
+/* A report with at least this many events means a burst: the workers are asked again sooner. */
+#define CTL_EVENTS_BURST 64
 /* Counters are written to LMDB at most this often (and on exit); events as they arrive. */
 #define CTL_STATS_FLUSH_MS 5000
 
 /* One service's traffic: totals across restarts, flows_active as last reported. */
 struct ctl_svc_counters {
     uint64_t packets, bytes, accepted, dropped, flows_active;
+    uint64_t events_lost; /* blocks whose event a worker's queue refused (total) */
 };
 
 /* A worker's own numbers from its last STATS (since that worker started), and the totals
@@ -41,6 +49,8 @@ struct ctl_stats;
 /* Load the persisted totals, the next event seq and the recent events from st. *out owned by
  * the caller (ctl_stats_free()). */
 int ctl_stats_open(struct ctl_store *st, struct ctl_stats **out);
+/* The same keeping `keep` events (1..CTL_EVENTS_KEEP_MAX) instead of CTL_EVENTS_KEEP. */
+int ctl_stats_open_keep(struct ctl_store *st, size_t keep, struct ctl_stats **out);
 void ctl_stats_free(struct ctl_stats *s);
 
 /* Fold one STATS from the worker process `instance` (ctl_sup_info.instance: a new value means a
@@ -82,5 +92,12 @@ size_t ctl_stats_events(const struct ctl_stats *s, uint64_t after_seq, uint32_t 
                         const char *service, size_t limit, const struct ctl_event **out);
 /* The newest seq assigned (0 before the first event). */
 uint64_t ctl_stats_last_seq(const struct ctl_stats *s);
+/* Blocks whose event was lost (a worker's queue was full), totals across restarts: of service_id,
+ * or of every service (and events a worker sent malformed) when it is 0. The events and stats
+ * replies carry it (control.proto Reply.events_lost, ServiceStats.events_lost). */
+uint64_t ctl_stats_events_lost(const struct ctl_stats *s, uint32_t service_id);
+/* Whether a report since the previous call brought a burst of events (CTL_EVENTS_BURST): then
+ * more are likely waiting in the workers' queues and they are asked again soon. */
+bool ctl_stats_events_burst(struct ctl_stats *s);
 
 #endif

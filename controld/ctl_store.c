@@ -931,6 +931,13 @@ static int event_decode(const MDB_val *v, struct ctl_event *out)
         out->excerpt_len = (uint8_t)m->excerpt.len;
         memcpy(out->excerpt, m->excerpt.data, m->excerpt.len);
     }
+    /* Events stored before the excerpt had bytes after the match end end at it. */
+    out->match_end = out->excerpt_len;
+    if (m->has_match_end) {
+        if (m->match_end > out->excerpt_len)
+            goto out;
+        out->match_end = (uint8_t)m->match_end;
+    }
     rv = 0;
 out:
     if (rv < 0)
@@ -961,6 +968,8 @@ int ctl_store_event_put(struct ctl_txn *t, const struct ctl_event *e)
         m.excerpt.data = (uint8_t *)e->excerpt;
         m.excerpt.len = e->excerpt_len;
     }
+    m.has_match_end = 1;
+    m.match_end = e->match_end;
     len = fgx__ctl__event__get_packed_size(&m);
     if (len > sizeof(buf))
         return -EINVAL;

@@ -108,6 +108,7 @@ struct ctl_event {
     char src[CTL_ADDR_TEXT_MAX], dst[CTL_ADDR_TEXT_MAX];
     uint16_t sport, dport;
     uint8_t excerpt_len;
+    uint8_t match_end; /* the match ends before excerpt[match_end] (<= excerpt_len) */
     uint8_t excerpt[FGX_DP_EXCERPT_MAX];
 };
 

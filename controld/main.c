@@ -34,6 +34,9 @@
 #define LOOP_COMPILE_MS 10 /* the loop's pace while a compile runs: its result is soon seen */
 #define COMPILE_ROUNDS_MAX 3
 #define STATS_PERIOD_MS 1000
+/* While events keep coming (a burst of blocks), the workers are asked this often, so that
+ * their event queues are emptied long before they fill. */
+#define STATS_BURST_MS 100
 #define STATS_TIMEOUT_MS 500
 #define RETRY_PERIOD_MS 5000
 #define RETRY_TIMEOUT_MS 1000
@@ -53,6 +56,7 @@ struct opts {
     bool no_synack_log;
     unsigned compile_timeout; /* seconds */
     unsigned nfq_flows;
+    unsigned events_keep;
     unsigned handshake_s; /* --handshake-timeout */
 };
 
@@ -75,7 +79,8 @@ static void usage(FILE *f)
         "                [--listen tls+tcp://ADDR:PORT [--cert FILE --key FILE]]\n"
         "                [--allow CIDR]... [--handshake-timeout SEC] [--local-auth]\n"
         "                [--init-password] [--no-synack-log] [--compile-timeout SECONDS]\n"
-        "                [--nfq-flows N] [--config FILE] [--version] [--help]\n"
+        "                [--nfq-flows N] [--events-keep N] [--config FILE] [--version]\n"
+        "                [--help]\n"
         "defaults: --state-dir /var/lib/fgex --run-dir /run/fgex --threads <online CPUs>\n"
         "          --log-level info --queue-base %u\n"
         "--config  read settings from FILE (default " CTL_CONFFILE_DEFAULT ", if it exists):\n"
@@ -111,9 +116,12 @@ static void usage(FILE *f)
         "          1..%u); a longer one is stopped and refused, nothing stored. Compiles run\n"
         "          in child processes, so controld keeps answering meanwhile.\n"
         "--nfq-flows  TCP flows the nfq worker tracks per thread (default 65536; a quarter\n"
-        "          of them at most embryonic: handshakes without data yet).\n",
+        "          of them at most embryonic: handshakes without data yet).\n"
+        "--events-keep  block events kept (in memory and in the state store; default %u,\n"
+        "          1..%u); the oldest go first. An event takes ~300 bytes in each.\n",
         FGX_QUEUE_BASE_DEFAULT, CTL_AUTH_HANDSHAKE_S_DEFAULT, CTL_AUTH_PENDING_PER_PEER,
-        PROXY_PORT_DEFAULT, CTL_COMPILE_TIMEOUT_DEFAULT, CTL_COMPILE_TIMEOUT_MAX);
+        PROXY_PORT_DEFAULT, CTL_COMPILE_TIMEOUT_DEFAULT, CTL_COMPILE_TIMEOUT_MAX,
+        (unsigned)CTL_EVENTS_KEEP, (unsigned)CTL_EVENTS_KEEP_MAX);
 }
 
 static int parse_uint(const char *s, unsigned min, unsigned max, unsigned *out)
@@ -152,6 +160,7 @@ static const struct option longopts[] = {
     {"no-synack-log", no_argument, NULL, 'S'},
     {"compile-timeout", required_argument, NULL, 'T'},
     {"nfq-flows", required_argument, NULL, 'F'},
+    {"events-keep", required_argument, NULL, 'E'},
     {"config", required_argument, NULL, 'c'},
     {"version", no_argument, NULL, 'V'},
     {"help", no_argument, NULL, 'h'},
@@ -169,6 +178,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
                        .log_level = "info",
                        .threads = ncpu > 0 ? (unsigned)ncpu : 1,
                        .queue_base = FGX_QUEUE_BASE_DEFAULT,
+                       .events_keep = CTL_EVENTS_KEEP,
                        .proxy_port = PROXY_PORT_DEFAULT,
                        .compile_timeout = CTL_COMPILE_TIMEOUT_DEFAULT,
                        .handshake_s = CTL_AUTH_HANDSHAKE_S_DEFAULT};
@@ -231,6 +241,13 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         case 'F':
             if (parse_uint(optarg, 16, 1u << 24, &o->nfq_flows) < 0) {
                 fprintf(stderr, "controld: --nfq-flows takes 16..16777216, not \"%s\"\n", optarg);
+                return -EINVAL;
+            }
+            break;
+        case 'E':
+            if (parse_uint(optarg, 1, CTL_EVENTS_KEEP_MAX, &o->events_keep) < 0) {
+                fprintf(stderr, "controld: --events-keep takes 1..%u, not \"%s\"\n",
+                        (unsigned)CTL_EVENTS_KEEP_MAX, optarg);
                 return -EINVAL;
             }
             break;
@@ -615,7 +632,9 @@ static void run_loop(struct ctl_ctx *ctx, struct ctl_sup *sup, struct fgx_chan *
             ctl_stats_flush(ctx->stats, ctx->store, now_ms(), false);
             if (metrics)
                 ctl_metrics_update(metrics, ctx);
-            next_stats = now_ms() + STATS_PERIOD_MS;
+            next_stats =
+                now_ms() + (ctx->stats && ctl_stats_events_burst(ctx->stats) ? STATS_BURST_MS
+                                                                             : STATS_PERIOD_MS);
         }
     }
     if (pend.req) {
@@ -707,7 +726,7 @@ int main(int argc, char **argv)
         fgx_info("password set from stdin");
     }
     ctx.auth = auth;
-    rv = ctl_stats_open(ctx.store, &stats);
+    rv = ctl_stats_open_keep(ctx.store, o.events_keep, &stats);
     if (rv < 0)
         goto out;
     ctx.stats = stats;

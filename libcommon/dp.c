@@ -276,6 +276,10 @@ int fgx_dp_encode(const struct fgx_dp_msg *m, void **buf, size_t *len)
             ss[i].accepted = v->accepted;
             ss[i].dropped = v->dropped;
             ss[i].flows_active = v->flows_active;
+            if (v->events_lost > 0) {
+                ss[i].has_events_lost = 1;
+                ss[i].events_lost = v->events_lost;
+            }
             ssp[i] = &ss[i];
         }
         if (s->nevents > 0) {
@@ -289,7 +293,8 @@ int fgx_dp_encode(const struct fgx_dp_msg *m, void **buf, size_t *len)
             size_t alen = (size_t)addr_bytes(e->family);
             Fgx__Dp__Event *p = &ev[nev];
 
-            if (!event_ok(e->dir, e->ipproto, alen, alen, e->excerpt_len))
+            if (!event_ok(e->dir, e->ipproto, alen, alen, e->excerpt_len) ||
+                e->match_end > e->excerpt_len)
                 continue;
             fgx__dp__event__init(p);
             p->time_ns = e->time_ns;
@@ -307,6 +312,10 @@ int fgx_dp_encode(const struct fgx_dp_msg *m, void **buf, size_t *len)
                 p->has_excerpt = 1;
                 p->excerpt.data = (uint8_t *)e->excerpt;
                 p->excerpt.len = e->excerpt_len;
+            }
+            if (e->match_end != e->excerpt_len) {
+                p->has_match_end = 1;
+                p->match_end = e->match_end;
             }
             evp[nev++] = p;
         }
@@ -608,6 +617,7 @@ static int stats_from_pb(const Fgx__Dp__Stats *p, struct fgx_dp_stats *s)
             s->services[i].accepted = v->accepted;
             s->services[i].dropped = v->dropped;
             s->services[i].flows_active = v->flows_active;
+            s->services[i].events_lost = v->has_events_lost ? v->events_lost : 0;
         }
     }
     s->events_lost = p->has_events_lost ? p->events_lost : 0;
@@ -623,7 +633,7 @@ static int stats_from_pb(const Fgx__Dp__Stats *p, struct fgx_dp_stats *s)
             size_t exlen = v->has_excerpt ? v->excerpt.len : 0;
 
             if (!event_ok(v->dir, v->ipproto, v->src.len, v->dst.len, exlen) || v->sport > 65535 ||
-                v->dport > 65535) {
+                v->dport > 65535 || (v->has_match_end && v->match_end > exlen)) {
                 bad++;
                 continue;
             }
@@ -638,6 +648,7 @@ static int stats_from_pb(const Fgx__Dp__Stats *p, struct fgx_dp_stats *s)
             e->sport = (uint16_t)v->sport;
             e->dport = (uint16_t)v->dport;
             e->excerpt_len = (uint8_t)exlen;
+            e->match_end = v->has_match_end ? (uint8_t)v->match_end : (uint8_t)exlen;
             if (exlen > 0)
                 memcpy(e->excerpt, v->excerpt.data, exlen);
             s->nevents++;

@@ -734,14 +734,16 @@ static size_t end_in_buffer(uint64_t before, unsigned long long end, size_t len)
     return end - before > len ? len : (size_t)(end - before);
 }
 
-/* The excerpt of a match that ended end bytes into data: the last FGX_REASM_EXCERPT bytes up to
- * there, reaching back into the ring (the bytes passed just before data) when data alone is
- * shorter. r NULL: data alone (a datagram). */
+/* The excerpt of a match that ended end bytes into data (len bytes): the last
+ * FGX_REASM_EXCERPT bytes up to there, reaching back into the ring (the bytes passed just
+ * before data) when data alone is shorter, then up to FGX_REASM_EXCERPT_AFTER bytes of data
+ * after the match end: what the exploit carried next. r NULL: data alone (a datagram). */
 static void excerpt_fill(struct fgx_reasm_match *m, const struct fgx_reasm *r, const uint8_t *data,
-                         size_t end)
+                         size_t len, size_t end)
 {
     size_t n = end < FGX_REASM_EXCERPT ? end : FGX_REASM_EXCERPT;
     size_t k = FGX_REASM_EXCERPT - n, i;
+    size_t after = len - end < FGX_REASM_EXCERPT_AFTER ? len - end : FGX_REASM_EXCERPT_AFTER;
 
     if (r == NULL)
         k = 0;
@@ -751,7 +753,10 @@ static void excerpt_fill(struct fgx_reasm_match *m, const struct fgx_reasm *r, c
         m->excerpt[i] = r->ring[(r->ring_pos + FGX_REASM_RING - k + i) % FGX_REASM_RING];
     if (n > 0)
         memcpy(m->excerpt + k, data + end - n, n);
-    m->excerpt_len = (uint8_t)(k + n);
+    m->match_end = (uint8_t)(k + n);
+    if (after > 0)
+        memcpy(m->excerpt + k + n, data + end, after);
+    m->excerpt_len = (uint8_t)(k + n + after);
 }
 
 static int stream_open(struct fgx_reasm *r);
@@ -869,7 +874,7 @@ static void release_held(struct fgx_reasm_ctx *c, struct fgx_reasm *r, struct fg
                 ring_push(r, p + skip, part - skip);
                 keep_passed(c, r, h->seq + done + skip, p + skip, part - skip);
             } else if (rc > 0)
-                excerpt_fill(m, r, p + skip, st.data_end);
+                excerpt_fill(m, r, p + skip, part - skip, st.data_end);
             skip = 0;
         }
         if (rc != 0) {
@@ -941,7 +946,7 @@ enum fgx_reasm_verdict fgx_reasm_segment(struct fgx_reasm_ctx *ctx, struct fgx_r
     rc = scan(ctx, r, p + skip, len - skip, &st);
     if (rc > 0) {
         fill_match(m, &st, r->next_seq, ack, cookie);
-        excerpt_fill(m, r, p + skip, st.data_end);
+        excerpt_fill(m, r, p + skip, len - skip, st.data_end);
         hold_drop_all(ctx, r);
         return FGX_REASM_DROP;
     }
@@ -1138,7 +1143,7 @@ int fgx_reasm_scan_block(struct fgx_reasm_ctx *ctx, const struct hs_database *db
     if (st.matched) {
         m->matched = true;
         m->filter_id = st.filter_id;
-        excerpt_fill(m, NULL, data, end_in_buffer(0, st.end, len));
+        excerpt_fill(m, NULL, data, len, end_in_buffer(0, st.end, len));
         return 1;
     }
     if (rc != HS_SUCCESS) {

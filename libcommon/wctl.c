@@ -160,6 +160,17 @@ void fgx_wstats_events(struct fgx_wstats *st, struct fgx_evring *r)
 
     s->nevents +=
         fgx_evring_drain(r, s->events + s->nevents, st->ecap - s->nevents, &s->events_lost);
+    /* What the ring refused, by service (cumulative, like the services' other counters). */
+    for (size_t i = 0; i < FGX_EVRING_LOST_SLOTS; i++) {
+        const struct fgx_evring_lost *l = &r->lost_svc[i];
+        struct fgx_dp_service_stat *ss;
+
+        if (!__atomic_load_n(&l->used, __ATOMIC_ACQUIRE))
+            continue;
+        ss = fgx_wstats_service(st, l->id);
+        if (ss != NULL)
+            ss->events_lost += __atomic_load_n(&l->n, __ATOMIC_RELAXED);
+    }
 }
 
 static int event_cmp(const void *a, const void *b)

@@ -161,7 +161,7 @@ static void event_record(struct nfq_thread *t, uint32_t service_id, enum fgx_dir
                          uint8_t ipproto, uint8_t family, const uint8_t *src, uint16_t sport,
                          const uint8_t *dst, uint16_t dport, const struct fgx_reasm_match *m)
 {
-    struct fgx_dp_event *e = fgx_evring_claim(&t->events);
+    struct fgx_dp_event *e = fgx_evring_claim(&t->events, service_id);
     size_t alen = family == 4 ? 4 : 16;
     struct timespec ts;
 
@@ -181,7 +181,8 @@ static void event_record(struct nfq_thread *t, uint32_t service_id, enum fgx_dir
     e->sport = sport;
     e->dport = dport;
     e->excerpt_len = m->excerpt_len <= FGX_DP_EXCERPT_MAX ? m->excerpt_len : FGX_DP_EXCERPT_MAX;
-    memcpy(e->excerpt, m->excerpt + (m->excerpt_len - e->excerpt_len), e->excerpt_len);
+    e->match_end = m->match_end <= e->excerpt_len ? m->match_end : e->excerpt_len;
+    memcpy(e->excerpt, m->excerpt, e->excerpt_len);
     fgx_evring_commit(&t->events);
 }
 

@@ -55,12 +55,16 @@ int nfq_stats_collect(struct nfq_worker *w, struct fgx_dp_stats *out)
 {
     struct fgx_wstats st;
     struct fgx_wcfg *cur;
+    size_t waiting = 0;
     unsigned k;
     int ret;
 
+    /* Room for what waits now: events committed meanwhile wait for the next collection. */
+    for (k = 0; k < w->nthreads; k++)
+        waiting += fgx_evring_pending(&w->threads[k].events);
     cur = __atomic_load_n(&w->current, __ATOMIC_ACQUIRE);
     ret = fgx_wstats_begin(&st, out, cur != NULL ? cur->generation : 0, NFQ_SVC_SLOTS,
-                           NFQ_FILTER_SLOTS, (size_t)w->nthreads * FGX_EVRING_SIZE);
+                           NFQ_FILTER_SLOTS, waiting + 1);
     if (ret != 0)
         return ret;
     for (k = 0; k < w->nthreads; k++) {

@@ -204,7 +204,7 @@ static void sa_split(const struct sockaddr_storage *ss, uint8_t *addr, uint16_t 
 
 static void event_record(struct px_conn *c, int side, const struct fgx_reasm_match *m)
 {
-    struct fgx_dp_event *ev = fgx_evring_claim(&c->t->events);
+    struct fgx_dp_event *ev = fgx_evring_claim(&c->t->events, c->service_id);
     struct timespec ts;
 
     if (ev == NULL)
@@ -220,6 +220,7 @@ static void event_record(struct px_conn *c, int side, const struct fgx_reasm_mat
     sa_split(side == 0 ? &c->client : &c->server, ev->src, &ev->sport);
     sa_split(side == 0 ? &c->server : &c->client, ev->dst, &ev->dport);
     ev->excerpt_len = m->excerpt_len > FGX_DP_EXCERPT_MAX ? FGX_DP_EXCERPT_MAX : m->excerpt_len;
+    ev->match_end = m->match_end <= ev->excerpt_len ? m->match_end : ev->excerpt_len;
     memcpy(ev->excerpt, m->excerpt, ev->excerpt_len);
     fgx_evring_commit(&c->t->events);
 }

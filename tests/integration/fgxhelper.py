@@ -682,6 +682,100 @@ def run_http_get(args):
     emit(event="result", **res)
 
 
+
+# ---- bursts of short connections (test_events) ------------------------------------------------
+
+def run_burst_server(args):
+    """Accept and read every connection until it ends, printing nothing per connection (there
+    are thousands)."""
+    import selectors
+    sel = selectors.DefaultSelector()
+    s = listen_socket(socket.SOCK_STREAM, args.bind, args.port)
+    s.listen(1024)
+    s.setblocking(False)
+    sel.register(s, selectors.EVENT_READ)
+    emit(event="listening", port=args.port)
+    while True:
+        for key, _ in sel.select(1.0):
+            if key.fileobj is s:
+                try:
+                    c, _ = s.accept()
+                except OSError:
+                    continue
+                c.setblocking(False)
+                sel.register(c, selectors.EVENT_READ)
+                continue
+            try:
+                data = key.fileobj.recv(65536)
+            except OSError:
+                data = b""
+            if not data:
+                sel.unregister(key.fileobj)
+                key.fileobj.close()
+
+
+def run_burst_client(args):
+    """--count connections, --parallel at a time and --rate a second at most: each connects,
+    sends --send (hex) and waits until the connection ends (reset: blocked; EOF; or --timeout).
+    One JSON result. bench/events uses it too."""
+    import selectors
+    payload = bytes.fromhex(args.send)
+    fam = socket.AF_INET6 if ":" in args.host else socket.AF_INET
+    sel = selectors.DefaultSelector()
+    started = done = 0
+    ends = {"reset": 0, "eof": 0, "timeout": 0, "refused": 0, "error": 0}
+    t0 = time.monotonic()
+
+    def start():
+        nonlocal started
+        c = socket.socket(fam, socket.SOCK_STREAM)
+        c.setblocking(False)
+        try:
+            c.connect((args.host, args.port))
+        except BlockingIOError:
+            pass
+        started += 1
+        sel.register(c, selectors.EVENT_WRITE, [time.monotonic(), False])
+
+    def finish(c, how):
+        nonlocal done
+        sel.unregister(c)
+        c.close()
+        ends[how] += 1
+        done += 1
+
+    while done < args.count:
+        while (started < args.count and started - done < args.parallel and
+               (args.rate <= 0 or started < (time.monotonic() - t0) * args.rate)):
+            start()
+        now = time.monotonic()
+        for key, mask in sel.select(0.05):
+            c, st = key.fileobj, key.data
+            if not st[1]:
+                err = c.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+                if err:
+                    finish(c, "refused" if err == errno.ECONNREFUSED else "error")
+                    continue
+                try:
+                    c.send(payload)
+                except OSError as e:
+                    finish(c, classify(e) if classify(e) in ends else "error")
+                    continue
+                st[1] = True
+                sel.modify(c, selectors.EVENT_READ, st)
+                continue
+            try:
+                data = c.recv(65536)
+            except OSError as e:
+                finish(c, "reset" if isinstance(e, ConnectionResetError) else "error")
+                continue
+            if not data:
+                finish(c, "eof")
+        for key in list(sel.get_map().values()):
+            if now - key.data[0] > args.timeout:
+                finish(key.fileobj, "timeout")
+    emit(event="result", seconds=time.monotonic() - t0, **ends)
+
 def main():
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="mode", required=True)
@@ -759,6 +853,17 @@ def main():
     p.add_argument("--dst", required=True)
     p.add_argument("--dport", type=int, required=True)
     p.add_argument("--rounds", type=int, default=3)
+    p = sub.add_parser("burst-server")
+    p.add_argument("--bind", default="::")
+    p.add_argument("--port", type=int, required=True)
+    p = sub.add_parser("burst-client")
+    p.add_argument("--host", required=True)
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--count", type=int, required=True)
+    p.add_argument("--parallel", type=int, default=64)
+    p.add_argument("--send", required=True, help="hex")
+    p.add_argument("--rate", type=float, default=0.0, help="connections per second at most")
+    p.add_argument("--timeout", type=float, default=5.0)
     p = sub.add_parser("http-get")
     p.add_argument("--url", required=True)
     p.add_argument("--timeout", type=float, default=3.0)
@@ -775,6 +880,8 @@ def main():
         "malformed": run_malformed,
         "synflood": run_synflood,
         "http-get": run_http_get,
+        "burst-server": run_burst_server,
+        "burst-client": run_burst_client,
     }[args.mode](args)
 
 

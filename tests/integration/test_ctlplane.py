@@ -85,7 +85,7 @@ def raw_regex_survives_export_wipe_import(env):
     check(("excerpt" in e) != ("excerpt_b64" in e), "event excerpt forms: %r", e)
     x = e["excerpt"].encode() if "excerpt" in e else base64.b64decode(e["excerpt_b64"],
                                                                       validate=True)
-    check(x == bytes.fromhex(e["excerpt_hex"]) and x.endswith(b"ab" + RAW),
+    check(x == bytes.fromhex(e["excerpt_hex"]) and x.endswith(b"ab" + RAW + b"cd"),
           "event excerpt %r (hex %s)", x, e["excerpt_hex"])
     fl = env.filters("raw")
     check(len(fl) == 1 and regex_bytes(fl[0]) == RAW, "filter list --json: %r", fl)

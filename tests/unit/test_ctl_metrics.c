@@ -53,7 +53,7 @@ static const struct ctl_filter flts[] = {
 
 static void feed(void)
 {
-    struct fgx_dp_service_stat ss[] = {{1, 100, 5000, 90, 10, 3}, {2, 7, 700, 7, 0, 0}};
+    struct fgx_dp_service_stat ss[] = {{1, 100, 5000, 90, 10, 3, 6}, {2, 7, 700, 7, 0, 0, 0}};
     struct fgx_dp_filter_stat fs[] = {{5, 4}, {6, 0}};
     struct fgx_dp_stats m = {.nservices = 2,
                              .services = ss,
@@ -99,6 +99,8 @@ Test(ctl_metrics, render_every_family)
     has_line(text, "fgex_service_accepted_total{service=\"web\",id=\"1\"} 90");
     has_line(text, "fgex_service_dropped_total{service=\"web\",id=\"1\"} 10");
     has_line(text, "fgex_service_flows_active{service=\"web\",id=\"1\"} 3");
+    has_line(text, "fgex_service_events_lost_total{service=\"web\",id=\"1\"} 6");
+    has_line(text, "fgex_service_events_lost_total{service=\"dns\",id=\"2\"} 0");
     has_line(text, "fgex_service_packets_total{service=\"dns\",id=\"2\"} 7");
     has_line(text, "fgex_filter_blocked_total{service=\"web\",filter=\"5\"} 4");
     has_line(text, "fgex_filter_blocked_total{service=\"dns\",filter=\"6\"} 0");

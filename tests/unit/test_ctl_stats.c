@@ -18,6 +18,9 @@ static struct ctl_store *st;
 static struct ctl_stats *stats;
 static uint32_t svc_id, flt_id;
 
+/* A retention small enough to overrun quickly (controld's default is CTL_EVENTS_KEEP). */
+#define TEST_KEEP 1000
+
 static uint32_t add_service(const char *name, uint16_t port)
 {
     struct ctl_service s = {.ipproto = IPPROTO_TCP, .port = port, .active = true};
@@ -50,7 +53,7 @@ static void setup(void)
     cr_assert_eq(ctl_store_open(dir, 0, &st), 0);
     svc_id = add_service("web", 8080);
     flt_id = add_filter(svc_id);
-    cr_assert_eq(ctl_stats_open(st, &stats), 0);
+    cr_assert_eq(ctl_stats_open_keep(st, TEST_KEEP, &stats), 0);
 }
 
 static void teardown_files(void)
@@ -108,7 +111,7 @@ static void reopen(void)
 {
     ctl_stats_free(stats);
     stats = NULL;
-    cr_assert_eq(ctl_stats_open(st, &stats), 0);
+    cr_assert_eq(ctl_stats_open_keep(st, TEST_KEEP, &stats), 0);
 }
 
 Test(ctl_stats, totals_survive_worker_restart)
@@ -237,7 +240,7 @@ static void feed_events(uint64_t instance, size_t n, uint32_t service_id, uint64
 
 Test(ctl_stats, events_numbered_bounded_and_queried)
 {
-    const struct ctl_event *out[CTL_EVENTS_KEEP];
+    const struct ctl_event *out[TEST_KEEP];
     size_t n;
 
     cr_assert_eq(ctl_stats_last_seq(stats), 0);
@@ -247,8 +250,8 @@ Test(ctl_stats, events_numbered_bounded_and_queried)
     cr_assert_eq(ctl_stats_last_seq(stats), 1005);
     cr_assert_eq(ctl_stats_worker(stats)->events_lost_total, 2);
 
-    n = ctl_stats_events(stats, 0, 0, NULL, CTL_EVENTS_KEEP, out);
-    cr_assert_eq(n, CTL_EVENTS_KEEP, "only the newest CTL_EVENTS_KEEP are kept");
+    n = ctl_stats_events(stats, 0, 0, NULL, TEST_KEEP, out);
+    cr_assert_eq(n, TEST_KEEP, "only the newest `keep` are kept");
     cr_assert_eq(out[0]->seq, 6);
     cr_assert_eq(out[n - 1]->seq, 1005);
 
@@ -262,7 +265,7 @@ Test(ctl_stats, events_numbered_bounded_and_queried)
     cr_assert_eq(out[0]->seq, 1002);
     cr_assert_eq(ctl_stats_events(stats, 1005, 0, NULL, 100, out), 0);
 
-    n = ctl_stats_events(stats, 0, 1, NULL, CTL_EVENTS_KEEP, out);
+    n = ctl_stats_events(stats, 0, 1, NULL, TEST_KEEP, out);
     cr_assert_eq(n, 595, "service 1's kept events: seq 6..600");
     cr_assert_eq(out[0]->seq, 6);
     cr_assert_str_eq(out[0]->service, "web");
@@ -328,9 +331,9 @@ Test(ctl_stats, persisted_events_bounded)
         cr_assert_eq(ctl_stats_flush(stats, st, 0, false), 0);
     }
     cr_assert_eq(ctl_txn_begin(st, false, &t), 0);
-    cr_assert_eq(ctl_store_event_list(t, CTL_EVENTS_KEEP * 2, &evs, &n), 0);
+    cr_assert_eq(ctl_store_event_list(t, TEST_KEEP * 2, &evs, &n), 0);
     ctl_txn_abort(t);
-    cr_assert_eq(n, CTL_EVENTS_KEEP, "the store keeps no more than memory does");
+    cr_assert_eq(n, TEST_KEEP, "the store keeps no more than memory does");
     cr_assert_eq(evs[0].seq, 501);
     cr_assert_eq(evs[n - 1].seq, 1500);
     free(evs);
@@ -379,7 +382,7 @@ Test(ctl_stats, failing_store_retried_at_the_flush_pace)
     cr_assert_not_null(mkdtemp(strcpy(dir, "/tmp/fgx-test-stats-XXXXXX")));
     cr_assert_eq(ctl_store_open(dir, 256 * 1024, &st), 0);
     svc_id = add_service("web", 8080);
-    cr_assert_eq(ctl_stats_open(st, &stats), 0);
+    cr_assert_eq(ctl_stats_open_keep(st, TEST_KEEP, &stats), 0);
     memset(chunk, 'z', sizeof(chunk));
     for (size_t len = sizeof(chunk); len >= 16; len /= 4) {
         for (rv = 0; rv == 0;) {
@@ -412,4 +415,121 @@ Test(ctl_stats, failing_store_retried_at_the_flush_pace)
                  "nothing more to write, and no back-off once it worked");
     reopen();
     cr_assert_eq(ctl_stats_last_seq(stats), 40, "every event reached the store");
+}
+
+static size_t stored_events(void)
+{
+    struct ctl_event *evs;
+    struct ctl_txn *t;
+    size_t n;
+
+    cr_assert_eq(ctl_txn_begin(st, false, &t), 0);
+    cr_assert_eq(ctl_store_event_list(t, 10 * TEST_KEEP, &evs, &n), 0);
+    ctl_txn_abort(t);
+    free(evs);
+    return n;
+}
+
+Test(ctl_stats, old_events_are_pruned_in_batches)
+{
+    const struct ctl_event *out[TEST_KEEP];
+    size_t batch = TEST_KEEP / CTL_EVENTS_PRUNE_DIV;
+
+    feed_events(1, TEST_KEEP, 1, 0);
+    cr_assert_eq(ctl_stats_flush(stats, st, 0, false), 0);
+    cr_assert_eq(stored_events(), TEST_KEEP);
+    /* A few more: the oldest stay in LMDB until a batch is due, never in what is shown. */
+    feed_events(1, 10, 1, 5000);
+    cr_assert_eq(ctl_stats_flush(stats, st, 0, false), 0);
+    cr_assert_eq(stored_events(), TEST_KEEP + 10, "no delete per new event");
+    cr_assert_eq(ctl_stats_events(stats, 0, 0, NULL, TEST_KEEP, out), TEST_KEEP);
+    cr_assert_eq(out[0]->seq, 11);
+    feed_events(1, batch, 1, 6000);
+    cr_assert_eq(ctl_stats_flush(stats, st, 0, false), 0);
+    cr_assert_eq(stored_events(), TEST_KEEP, "a batch past keep: pruned to keep at once");
+    /* What a restart loads is the newest `keep`, whatever LMDB held. */
+    reopen();
+    cr_assert_eq(ctl_stats_events(stats, 0, 0, NULL, TEST_KEEP, out), TEST_KEEP);
+    cr_assert_eq(out[TEST_KEEP - 1]->seq, ctl_stats_last_seq(stats));
+}
+
+Test(ctl_stats, default_retention_holds_a_burst)
+{
+    static const struct ctl_event *out[5000];
+
+    ctl_stats_free(stats);
+    stats = NULL;
+    cr_assert_eq(ctl_stats_open(st, &stats), 0);
+    cr_assert_geq(CTL_EVENTS_KEEP, 100000);
+    for (int i = 0; i < 5; i++)
+        feed_events(1, 1000, 1, (uint64_t)i * 1000);
+    cr_assert_eq(ctl_stats_flush(stats, st, 0, false), 0);
+    cr_assert_eq(ctl_stats_events(stats, 0, 0, NULL, 5000, out), 5000, "none dropped");
+    cr_assert_eq(stored_events(), 5000);
+    cr_assert(ctl_stats_events_burst(stats), "a report of 1,000 events is a burst");
+    cr_assert_not(ctl_stats_events_burst(stats), "reported once");
+}
+
+Test(ctl_stats, bad_retention_refused)
+{
+    struct ctl_stats *other = NULL;
+
+    cr_assert_eq(ctl_stats_open_keep(st, 0, &other), -EINVAL);
+    cr_assert_eq(ctl_stats_open_keep(st, CTL_EVENTS_KEEP_MAX + 1, &other), -EINVAL);
+}
+
+static void feed_lost(uint64_t instance, uint64_t web_lost, uint64_t dns_lost)
+{
+    struct fgx_dp_service_stat ss[2] = {{.service_id = 1, .events_lost = web_lost},
+                                        {.service_id = 2, .events_lost = dns_lost}};
+    /* events_lost of the report itself is per report; the services' are cumulative */
+    struct fgx_dp_stats m = {.nservices = 2, .services = ss, .events_lost = 1};
+
+    cr_assert_eq(ctl_stats_ingest(stats, instance, &m, NULL, 0), 0);
+}
+
+Test(ctl_stats, lost_events_counted_per_service_and_persisted)
+{
+    struct ctl_svc_counters c;
+    uint32_t dns = add_service("dns", 53);
+
+    feed_lost(1, 5, 0);
+    feed_lost(1, 8, 1); /* cumulative in the worker: 3 and 1 more */
+    ctl_stats_service(stats, svc_id, &c);
+    cr_assert_eq(c.events_lost, 8);
+    ctl_stats_service(stats, dns, &c);
+    cr_assert_eq(c.events_lost, 1);
+    cr_assert_eq(ctl_stats_events_lost(stats, dns), 1);
+    cr_assert_eq(ctl_stats_events_lost(stats, 0), 2, "the total: the reports' own counts");
+    feed_lost(2, 2, 0); /* a new worker process counts from zero */
+    ctl_stats_service(stats, svc_id, &c);
+    cr_assert_eq(c.events_lost, 10);
+    cr_assert_eq(ctl_stats_flush(stats, st, 0, true), 0);
+    reopen();
+    ctl_stats_service(stats, svc_id, &c);
+    cr_assert_eq(c.events_lost, 10, "kept across a controld restart");
+    ctl_stats_service(stats, dns, &c);
+    cr_assert_eq(c.events_lost, 1);
+}
+
+Test(ctl_stats, match_end_kept_through_the_store)
+{
+    struct fgx_dp_event ev = {.service_id = 1,
+                              .filter_id = 3,
+                              .dir = FGX_DIR_C2S,
+                              .ipproto = IPPROTO_TCP,
+                              .family = 4,
+                              .excerpt_len = 10,
+                              .match_end = 4};
+    struct fgx_dp_stats m = {.nevents = 1, .events = &ev};
+    const struct ctl_event *out[1];
+
+    memcpy(ev.excerpt, "evilTAIL\0x", 10);
+    cr_assert_eq(ctl_stats_ingest(stats, 1, &m, NULL, 0), 0);
+    cr_assert_eq(ctl_stats_flush(stats, st, 0, false), 0);
+    reopen();
+    cr_assert_eq(ctl_stats_events(stats, 0, 0, NULL, 1, out), 1);
+    cr_assert_eq(out[0]->excerpt_len, 10);
+    cr_assert_eq(out[0]->match_end, 4);
+    cr_assert_eq(memcmp(out[0]->excerpt, "evilTAIL\0x", 10), 0);
 }

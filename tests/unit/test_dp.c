@@ -50,7 +50,7 @@ static void make_ruleset(struct fgx_dp_msg *m)
 }
 
 static struct fgx_dp_filter_stat sample_filters[] = {{1, 10}, {0xffffffffu, UINT64_MAX}};
-static struct fgx_dp_service_stat sample_svc_stats[] = {{7, 1, 2, 3, 4, 5}};
+static struct fgx_dp_service_stat sample_svc_stats[] = {{7, 1, 2, 3, 4, 5, 9}};
 
 static void make_stats(struct fgx_dp_msg *m)
 {
@@ -198,6 +198,7 @@ Test(dp, stats_round_trip)
     cr_assert_eq(b->services[0].accepted, 3);
     cr_assert_eq(b->services[0].dropped, 4);
     cr_assert_eq(b->services[0].flows_active, 5);
+    cr_assert_eq(b->services[0].events_lost, 9);
     cr_assert_eq(b->queue_drops, 11);
     cr_assert_eq(b->flows, 12);
     cr_assert_eq(b->rss_bytes, 13);
@@ -499,6 +500,7 @@ static void make_stats_events(struct fgx_dp_msg *m)
                                  .dport = 8080,
                                  .excerpt_len = 9};
     memcpy(e[0].excerpt, "GET /evil", 9);
+    e[0].match_end = 7; /* "GET /ev" matched; "il" came after */
     e[1] = (struct fgx_dp_event){.time_ns = 2,
                                  .service_id = 8,
                                  .filter_id = 0xffffffffu,
@@ -508,6 +510,7 @@ static void make_stats_events(struct fgx_dp_msg *m)
                                  .sport = 65535,
                                  .dport = 1,
                                  .excerpt_len = FGX_DP_EXCERPT_MAX};
+    e[1].match_end = FGX_DP_EXCERPT_BEFORE;
     e[1].src[0] = 0xfd;
     e[1].src[15] = 1;
     e[1].dst[0] = 0xfd;
@@ -516,6 +519,7 @@ static void make_stats_events(struct fgx_dp_msg *m)
         e[1].excerpt[i] = (uint8_t)(i * 7); /* binary, with a 0 byte first */
     e[2] = e[0];
     e[2].excerpt_len = 0; /* no excerpt at all */
+    e[2].match_end = 0;
     e[2].time_ns = 3;
     make_stats(m);
     m->u.stats.nevents = 3;
@@ -539,6 +543,7 @@ static void event_eq(const struct fgx_dp_event *a, const struct fgx_dp_event *b)
     cr_assert_eq(a->dport, b->dport);
     cr_assert_eq(a->excerpt_len, b->excerpt_len);
     cr_assert_eq(memcmp(a->excerpt, b->excerpt, a->excerpt_len), 0);
+    cr_assert_eq(a->match_end, b->match_end);
 }
 
 Test(dp, stats_events_round_trip)

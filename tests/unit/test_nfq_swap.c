@@ -738,8 +738,9 @@ Test(nfq_swap, udp_block_event_and_service_counters)
     cr_assert_eq(st.events[0].ipproto, IPPROTO_UDP);
     cr_assert_eq(st.events[0].service_id, SVC_UDP);
     cr_assert_eq(st.events[0].dport, 53);
-    cr_assert_eq(st.events[0].excerpt_len, 8);
-    cr_assert_arr_eq(st.events[0].excerpt, "xx evil4", 8);
+    cr_assert_eq(st.events[0].excerpt_len, 12);
+    cr_assert_eq(st.events[0].match_end, 8);
+    cr_assert_arr_eq(st.events[0].excerpt, "xx evil42 yy", 12);
     cr_assert_eq(st.events_lost, 0);
     m.type = FGX_DP_STATS;
     m.u.stats = st;

@@ -341,10 +341,11 @@ Test(px_relay, match_resets_both_sides_and_records_the_event)
     cr_assert_eq(st.events[0].dir, FGX_DIR_C2S);
     cr_assert_eq(st.events[0].dport, SVC_PORT);
     cr_assert_eq(memcmp(st.events[0].src, (uint8_t[]){10, 66, 0, 2}, 4), 0);
-    /* The excerpt ends where the match does (the first digit), reaching back into the bytes
-     * that passed before. */
-    cr_assert_eq(st.events[0].excerpt_len, 9);
-    cr_assert_eq(memcmp(st.events[0].excerpt, "GET evil1", 9), 0);
+    /* Before the match end (the first digit) the bytes reach back into those that passed
+     * before; after it comes the rest of the matching read. */
+    cr_assert_eq(st.events[0].match_end, 9);
+    cr_assert_eq(st.events[0].excerpt_len, 21);
+    cr_assert_eq(memcmp(st.events[0].excerpt, "GET evil1337 and more", 21), 0);
     cr_assert_eq(st.nservices, 1);
     cr_assert_eq(st.services[0].accepted, 1);
     cr_assert_eq(st.services[0].dropped, 1);

@@ -140,7 +140,7 @@ static void worker_free(struct px_worker *w)
 
 static void event_add(struct px_thread *t, uint64_t time_ns)
 {
-    struct fgx_dp_event *e = fgx_evring_claim(&t->events);
+    struct fgx_dp_event *e = fgx_evring_claim(&t->events, 1);
 
     cr_assert_not_null(e);
     memset(e, 0, sizeof(*e));

@@ -385,9 +385,10 @@ Test(reasm, udp_block_scan)
     cr_assert_eq(fgx_reasm_scan_block(ctx, b, "an evil42 packet", 16, &m), 1);
     cr_assert(m.matched);
     cr_assert_eq(m.filter_id, 9);
-    /* the first match end is reported: the excerpt ends right after "evil4" */
-    cr_assert_eq(m.excerpt_len, 8);
-    cr_assert_arr_eq(m.excerpt, "an evil4", 8);
+    /* the first match end is reported (right after "evil4"), with the datagram after it */
+    cr_assert_eq(m.excerpt_len, 16);
+    cr_assert_eq(m.match_end, 8);
+    cr_assert_arr_eq(m.excerpt, "an evil42 packet", 16);
     cr_assert_eq(fgx_reasm_scan_block(ctx, b, "a good one", 10, &m), 0);
     cr_assert_not(m.matched);
     cr_assert_eq(m.excerpt_len, 0);
@@ -407,9 +408,12 @@ Test(reasm, excerpt_ends_at_match_end_within_segment)
     cr_assert_eq(seg(0, "some earlier bytes", 1, 0, &m), FGX_REASM_ACCEPT);
     cr_assert_eq(fgx_reasm_segment(ctx, &r, 18, 0, buf, sizeof(buf), 2, 0, &m), FGX_REASM_DROP);
     cr_assert(m.matched);
-    /* 64 bytes ending after "evil7" (byte 105 of the segment), all from the segment */
-    cr_assert_eq(m.excerpt_len, FGX_REASM_EXCERPT);
-    cr_assert_arr_eq(m.excerpt, buf + 105 - FGX_REASM_EXCERPT, FGX_REASM_EXCERPT);
+    /* 64 bytes before the end of "evil7" (byte 105 of the segment) and 32 after, all from
+     * the segment */
+    cr_assert_eq(m.excerpt_len, FGX_REASM_EXCERPT + FGX_REASM_EXCERPT_AFTER);
+    cr_assert_eq(m.match_end, FGX_REASM_EXCERPT);
+    cr_assert_arr_eq(m.excerpt, buf + 105 - FGX_REASM_EXCERPT,
+                     FGX_REASM_EXCERPT + FGX_REASM_EXCERPT_AFTER);
 }
 
 Test(reasm, excerpt_reaches_back_into_the_ring)
@@ -422,8 +426,10 @@ Test(reasm, excerpt_reaches_back_into_the_ring)
     cr_assert_eq(seg(8, "ev", 2, 0, &m), FGX_REASM_ACCEPT);
     cr_assert_eq(seg(10, "il1337 HTTP/1.1", 3, 0, &m), FGX_REASM_DROP);
     cr_assert(m.matched);
-    cr_assert_eq(m.excerpt_len, 13);
-    cr_assert_arr_eq(m.excerpt, "GET /?q=evil1", 13);
+    /* before the match end from the ring and the segment, after it the rest of the segment */
+    cr_assert_eq(m.excerpt_len, 8 + 2 + 15);
+    cr_assert_eq(m.match_end, 13);
+    cr_assert_arr_eq(m.excerpt, "GET /?q=evil1337 HTTP/1.1", 25);
 }
 
 Test(reasm, excerpt_after_a_switch_and_of_a_held_segment)
@@ -440,8 +446,10 @@ Test(reasm, excerpt_after_a_switch_and_of_a_held_segment)
     cr_assert(m.matched);
     cr_assert_eq(m.cookie, 2);
     cr_assert_eq(m.filter_id, 2);
-    cr_assert_eq(m.excerpt_len, 9);
-    cr_assert_arr_eq(m.excerpt, "abc evil2", 9);
+    /* the held segment matched: its bytes after the match end follow */
+    cr_assert_eq(m.match_end, 9);
+    cr_assert_eq(m.excerpt_len, 15);
+    cr_assert_arr_eq(m.excerpt, "abc evil23 tail", 15);
     cr_assert_eq(seen.n, 1);
     cr_assert_eq(seen.cookie[0], 2);
     cr_assert_not(seen.accept[0]);
@@ -512,8 +520,9 @@ Test(reasm, long_partial_match_completes_after_a_change)
     cr_assert_eq(m.filter_id, 10);
     cr_assert_eq(m.seq, seq);
     cr_assert_eq(m.cookie, 3);
-    cr_assert_eq(m.excerpt_len, FGX_REASM_EXCERPT);
-    cr_assert_arr_eq(m.excerpt + FGX_REASM_EXCERPT - 4, "aEND", 4);
+    cr_assert_eq(m.excerpt_len, FGX_REASM_EXCERPT + 1);
+    cr_assert_eq(m.match_end, FGX_REASM_EXCERPT);
+    cr_assert_arr_eq(m.excerpt + FGX_REASM_EXCERPT - 4, "aEND!", 5);
     fgx_reasm_release(ctx, &r);
     cr_assert_null(r.old_stream);
     cr_assert_eq(unrefs.n, 1, "releasing the direction gives the old database back");

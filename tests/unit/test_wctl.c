@@ -84,7 +84,7 @@ Test(wctl, services_of_all_threads_are_summed_per_id)
 
 static void push(struct fgx_evring *r, uint64_t time_ns, uint32_t filter_id)
 {
-    struct fgx_dp_event *e = fgx_evring_claim(r);
+    struct fgx_dp_event *e = fgx_evring_claim(r, 1);
 
     cr_assert_not_null(e);
     memset(e, 0, sizeof(*e));

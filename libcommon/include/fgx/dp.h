@@ -80,9 +80,14 @@ struct fgx_dp_filter_stat {
 struct fgx_dp_service_stat {
     uint32_t service_id;
     uint64_t packets, bytes, accepted, dropped, flows_active;
+    uint64_t events_lost; /* blocks whose event the worker's queue refused (cumulative) */
 };
 
-#define FGX_DP_EXCERPT_MAX 64
+/* An excerpt: up to FGX_DP_EXCERPT_BEFORE bytes before the match end and up to
+ * FGX_DP_EXCERPT_AFTER after it, as far as they were seen. */
+#define FGX_DP_EXCERPT_BEFORE 64
+#define FGX_DP_EXCERPT_AFTER 32
+#define FGX_DP_EXCERPT_MAX (FGX_DP_EXCERPT_BEFORE + FGX_DP_EXCERPT_AFTER)
 
 struct fgx_dp_event {
     uint64_t time_ns; /* CLOCK_REALTIME */
@@ -94,7 +99,8 @@ struct fgx_dp_event {
     uint8_t src[16], dst[16]; /* sender and receiver of the matching bytes */
     uint16_t sport, dport;
     uint8_t excerpt_len;
-    uint8_t excerpt[FGX_DP_EXCERPT_MAX]; /* bytes ending at the end of the match */
+    uint8_t match_end; /* the match ends before excerpt[match_end] (<= excerpt_len) */
+    uint8_t excerpt[FGX_DP_EXCERPT_MAX]; /* bytes around the end of the match */
 };
 
 struct fgx_dp_stats {

@@ -15,7 +15,8 @@
 #include <stdint.h>
 
 #define FGX_REASM_RING 256
-#define FGX_REASM_EXCERPT 64 /* bytes of a match's excerpt, ending at the match end */
+#define FGX_REASM_EXCERPT 64       /* bytes of a match's excerpt before the match end */
+#define FGX_REASM_EXCERPT_AFTER 32 /* and after it, as far as the scanned buffer goes */
 
 struct hs_database;
 struct hs_scratch;
@@ -84,10 +85,13 @@ struct fgx_reasm_match {
     uint32_t seq;    /* next byte the receiver expects: the dropped segment's place in the stream */
     uint32_t ack;    /* the dropped segment's acknowledgement number */
     uint64_t cookie; /* the dropped segment's cookie */
-    /* The last bytes of the stream up to the match end: from the scanned segment and, when the
-     * match ends near its start, from the ring of bytes passed before it. */
+    /* The bytes of the stream around the match end: up to FGX_REASM_EXCERPT before it, from
+     * the scanned segment and, when the match ends near its start, from the ring of bytes
+     * passed before it; then up to FGX_REASM_EXCERPT_AFTER after it in the scanned segment.
+     * The match ends before excerpt[match_end]. */
     uint8_t excerpt_len;
-    uint8_t excerpt[FGX_REASM_EXCERPT];
+    uint8_t match_end;
+    uint8_t excerpt[FGX_REASM_EXCERPT + FGX_REASM_EXCERPT_AFTER];
     /* Segments dropped by this call (this one or held ones) as inconsistent retransmissions:
      * bytes already passed, still kept (or in the ring), sent again different. */
     uint32_t inconsistent;
