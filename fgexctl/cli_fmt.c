@@ -827,252 +827,175 @@ static int human_reply(FILE *f, const Fgx__Ctl__Request *req, const Fgx__Ctl__Re
 
 /* ---- JSON output ------------------------------------------------------------------------- */
 
-static void json_service(struct cli_json *j, const Fgx__Ctl__Service *s)
+static json_t *json_service(const Fgx__Ctl__Service *s)
 {
-    cli_json_obj_begin(j);
-    cli_json_key(j, "id");
-    cli_json_u64(j, s->id);
-    cli_json_key(j, "name");
-    cli_json_str(j, s->name);
-    cli_json_key(j, "proto");
-    cli_json_str(j, proto_name(s->proto));
-    cli_json_key(j, "ip");
-    cli_json_str(j, s->ip ? s->ip : "");
-    cli_json_key(j, "port");
-    cli_json_u64(j, s->port);
-    cli_json_key(j, "layer");
-    cli_json_str(j, layer_name(s->layer));
-    cli_json_key(j, "status");
-    cli_json_str(j, s->active ? "active" : "stopped");
-    cli_json_key(j, "fail_open");
-    cli_json_bool(j, s->fail_open);
-    cli_json_key(j, "midstream");
-    cli_json_str(j, midstream_name(s));
-    cli_json_key(j, "filters");
-    cli_json_u64(j, s->filters);
-    cli_json_key(j, "blocked");
-    cli_json_u64(j, s->blocked);
-    cli_json_obj_end(j);
+    return json_pack("{s:I, s:o, s:s, s:o, s:I, s:s, s:s, s:b, s:s, s:I, s:I}", "id",
+                     cli_json_int(s->id), "name", cli_json_str(s->name), "proto",
+                     proto_name(s->proto), "ip", cli_json_str(s->ip), "port", cli_json_int(s->port),
+                     "layer", layer_name(s->layer), "status", s->active ? "active" : "stopped",
+                     "fail_open", s->fail_open, "midstream", midstream_name(s), "filters",
+                     cli_json_int(s->filters), "blocked", cli_json_int(s->blocked));
 }
 
-void cli_fmt_json_filter(struct cli_json *j, const Fgx__Ctl__Filter *fl)
+json_t *cli_fmt_json_filter(const Fgx__Ctl__Filter *fl)
 {
-    cli_json_obj_begin(j);
-    cli_json_key(j, "id");
-    cli_json_u64(j, fl->id);
-    cli_json_key(j, "service_id");
-    cli_json_u64(j, fl->service_id);
-    cli_json_key_bytes(j, "regex", fl->regex, fl->regex ? strlen(fl->regex) : 0);
-    cli_json_key(j, "dir");
-    cli_json_str(j, dir_name(fl->dir));
-    cli_json_key(j, "nocase");
-    cli_json_bool(j, fl->nocase);
-    cli_json_key(j, "active");
-    cli_json_bool(j, fl->active);
-    cli_json_key(j, "blocked");
-    cli_json_u64(j, fl->blocked);
+    json_t *o = json_pack("{s:I, s:I}", "id", cli_json_int(fl->id), "service_id",
+                          cli_json_int(fl->service_id));
+    json_t *w = NULL;
+
+    if (!o || cli_json_set_bytes(o, "regex", fl->regex, fl->regex ? strlen(fl->regex) : 0) < 0 ||
+        json_object_update_new(o, json_pack("{s:s, s:b, s:b, s:I}", "dir", dir_name(fl->dir),
+                                            "nocase", fl->nocase, "active", fl->active, "blocked",
+                                            cli_json_int(fl->blocked))) < 0)
+        goto fail;
     /* Only add and import say why a regex is likely to block honest traffic. */
     if (fl->n_warnings > 0) {
-        cli_json_key(j, "warnings");
-        cli_json_arr_begin(j);
-        for (size_t i = 0; i < fl->n_warnings; i++)
-            cli_json_str(j, fl->warnings[i]);
-        cli_json_arr_end(j);
+        w = json_array();
+        for (size_t i = 0; w && i < fl->n_warnings; i++)
+            if (json_array_append_new(w, cli_json_str(fl->warnings[i])) < 0)
+                goto fail;
+        if (json_object_set_new(o, "warnings", w) < 0) {
+            w = NULL;
+            goto fail;
+        }
     }
-    cli_json_obj_end(j);
+    return o;
+fail:
+    json_decref(w);
+    json_decref(o);
+    return NULL;
 }
 
-static void json_status(struct cli_json *j, const Fgx__Ctl__Status *st)
+/* Each item of v[0..n) rendered by fn, as an array; NULL when out of memory. */
+static json_t *json_list(void *const *v, size_t n, json_t *(*fn)(const void *))
 {
-    cli_json_obj_begin(j);
-    cli_json_key(j, "version");
-    cli_json_str(j, st->version);
-    cli_json_key(j, "uptime");
-    cli_json_u64(j, st->uptime);
-    cli_json_key(j, "services");
-    cli_json_u64(j, st->services);
-    cli_json_key(j, "services_active");
-    cli_json_u64(j, st->services_active);
-    cli_json_key(j, "queue_mode");
-    if (st->queue_mode)
-        cli_json_str(j, st->queue_mode);
-    else
-        cli_json_null(j);
-    cli_json_key(j, "threads");
-    if (st->has_threads)
-        cli_json_u64(j, st->threads);
-    else
-        cli_json_null(j);
-    cli_json_key(j, "workers");
-    cli_json_arr_begin(j);
-    for (size_t i = 0; i < st->n_workers; i++) {
-        const Fgx__Ctl__Worker *w = st->workers[i];
+    json_t *a = json_array();
 
-        cli_json_obj_begin(j);
-        cli_json_key(j, "kind");
-        cli_json_str(j, w->kind);
-        cli_json_key(j, "pid");
-        cli_json_i64(j, w->pid);
-        cli_json_key(j, "state");
-        cli_json_str(j, w->state);
-        cli_json_key(j, "generation");
-        cli_json_u64(j, w->generation);
-        cli_json_key(j, "restarts");
-        cli_json_u64(j, w->restarts);
-        cli_json_obj_end(j);
+    for (size_t i = 0; a && i < n; i++) {
+        if (json_array_append_new(a, fn(v[i])) < 0) {
+            json_decref(a);
+            a = NULL;
+        }
     }
-    cli_json_arr_end(j);
-    cli_json_obj_end(j);
+    return a;
 }
 
-static void json_worker(struct cli_json *j, const Fgx__Ctl__Worker *w)
+static json_t *json_filter_any(const void *fl)
 {
-    cli_json_obj_begin(j);
-    cli_json_key(j, "kind");
-    cli_json_str(j, w->kind);
-    cli_json_key(j, "pid");
-    cli_json_i64(j, w->pid);
-    cli_json_key(j, "state");
-    cli_json_str(j, w->state);
-    cli_json_key(j, "generation");
-    cli_json_u64(j, w->generation);
-    cli_json_key(j, "restarts");
-    cli_json_u64(j, w->restarts);
-    cli_json_key(j, "queue_drops");
-    cli_json_u64(j, w->queue_drops);
-    cli_json_key(j, "flows");
-    cli_json_u64(j, w->flows);
-    cli_json_key(j, "rss_bytes");
-    cli_json_u64(j, w->rss_bytes);
-    cli_json_key(j, "truncated");
-    cli_json_u64(j, w->truncated);
-    cli_json_key(j, "verdict_errors");
-    cli_json_u64(j, w->verdict_errors);
-    cli_json_key(j, "malformed");
-    cli_json_u64(j, w->malformed);
-    if (w->has_evasion) { /* the nfq worker's */
-        cli_json_key(j, "evasion");
-        cli_json_u64(j, w->evasion);
-    }
-    if (w->has_midstream_resets) { /* the nfq worker's */
-        cli_json_key(j, "midstream_resets");
-        cli_json_u64(j, w->midstream_resets);
-        cli_json_key(j, "flows_evicted");
-        cli_json_u64(j, w->flows_evicted);
-    }
-    if (w->has_conns_refused) { /* the proxy's own: absent for the nfq worker */
-        cli_json_key(j, "conns_refused");
-        cli_json_u64(j, w->conns_refused);
-        cli_json_key(j, "unclassified");
-        cli_json_u64(j, w->unclassified);
-        cli_json_key(j, "connect_failed");
-        cli_json_u64(j, w->connect_failed);
-        cli_json_key(j, "scan_errors");
-        cli_json_u64(j, w->scan_errors);
-        cli_json_key(j, "src_refused");
-        cli_json_u64(j, w->src_refused);
-        cli_json_key(j, "evicted");
-        cli_json_u64(j, w->evicted);
-        cli_json_key(j, "silent_closed");
-        cli_json_u64(j, w->silent_closed);
-        cli_json_key(j, "midstream_resets");
-        cli_json_u64(j, w->midstream_reset);
-        cli_json_key(j, "midstream_rescan");
-        cli_json_u64(j, w->midstream_rescan);
-    }
-    cli_json_obj_end(j);
+    return cli_fmt_json_filter(fl);
 }
 
-static void json_stats(struct cli_json *j, const Fgx__Ctl__Reply *rep)
+json_t *cli_fmt_json_filters(const Fgx__Ctl__Reply *rep)
 {
-    cli_json_arr_begin(j);
-    for (size_t i = 0; i < rep->n_service_stats; i++) {
-        const Fgx__Ctl__ServiceStats *st = rep->service_stats[i];
+    return json_list((void *const *)rep->filters, rep->n_filters, json_filter_any);
+}
 
-        cli_json_obj_begin(j);
-        cli_json_key(j, "id");
-        cli_json_u64(j, st->service_id);
-        cli_json_key(j, "name");
-        cli_json_str(j, st->name);
-        cli_json_key(j, "packets");
-        cli_json_u64(j, st->packets);
-        cli_json_key(j, "bytes");
-        cli_json_u64(j, st->bytes);
-        cli_json_key(j, "accepted");
-        cli_json_u64(j, st->accepted);
-        cli_json_key(j, "dropped");
-        cli_json_u64(j, st->dropped);
-        cli_json_key(j, "flows_active");
-        cli_json_u64(j, st->flows_active);
-        cli_json_key(j, "blocked");
-        cli_json_u64(j, st->blocked);
-        cli_json_obj_end(j);
+static json_t *json_status_worker(const void *p)
+{
+    const Fgx__Ctl__Worker *w = p;
+
+    return json_pack("{s:o, s:I, s:o, s:I, s:I}", "kind", cli_json_str(w->kind), "pid",
+                     (json_int_t)w->pid, "state", cli_json_str(w->state), "generation",
+                     cli_json_int(w->generation), "restarts", cli_json_int(w->restarts));
+}
+
+static json_t *json_status(const Fgx__Ctl__Status *st)
+{
+    return json_pack(
+        "{s:o, s:I, s:I, s:I, s:o, s:o, s:o}", "version", cli_json_str(st->version), "uptime",
+        cli_json_int(st->uptime), "services", cli_json_int(st->services), "services_active",
+        cli_json_int(st->services_active), "queue_mode", cli_json_str_or_null(st->queue_mode),
+        "threads", st->has_threads ? json_integer(cli_json_int(st->threads)) : json_null(),
+        "workers", json_list((void *const *)st->workers, st->n_workers, json_status_worker));
+}
+
+static json_t *json_worker(const void *p)
+{
+    const Fgx__Ctl__Worker *w = p;
+    json_t *o = json_pack(
+        "{s:o, s:I, s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "kind", cli_json_str(w->kind),
+        "pid", (json_int_t)w->pid, "state", cli_json_str(w->state), "generation",
+        cli_json_int(w->generation), "restarts", cli_json_int(w->restarts), "queue_drops",
+        cli_json_int(w->queue_drops), "flows", cli_json_int(w->flows), "rss_bytes",
+        cli_json_int(w->rss_bytes), "truncated", cli_json_int(w->truncated), "verdict_errors",
+        cli_json_int(w->verdict_errors), "malformed", cli_json_int(w->malformed));
+    int rc = o ? 0 : -1;
+
+    if (rc == 0 && w->has_evasion) /* the nfq worker's */
+        rc = json_object_set_new(o, "evasion", json_integer(cli_json_int(w->evasion)));
+    if (rc == 0 && w->has_midstream_resets) /* the nfq worker's */
+        rc = json_object_update_new(o, json_pack("{s:I, s:I}", "midstream_resets",
+                                                 cli_json_int(w->midstream_resets), "flows_evicted",
+                                                 cli_json_int(w->flows_evicted)));
+    if (rc == 0 && w->has_conns_refused) /* the proxy's own: absent for the nfq worker */
+        rc = json_object_update_new(
+            o,
+            json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "conns_refused",
+                      cli_json_int(w->conns_refused), "unclassified", cli_json_int(w->unclassified),
+                      "connect_failed", cli_json_int(w->connect_failed), "scan_errors",
+                      cli_json_int(w->scan_errors), "src_refused", cli_json_int(w->src_refused),
+                      "evicted", cli_json_int(w->evicted), "silent_closed",
+                      cli_json_int(w->silent_closed), "midstream_resets",
+                      cli_json_int(w->midstream_reset), "midstream_rescan",
+                      cli_json_int(w->midstream_rescan)));
+    if (rc < 0) {
+        json_decref(o);
+        return NULL;
     }
-    cli_json_arr_end(j);
+    return o;
+}
+
+static json_t *json_stats_one(const void *p)
+{
+    const Fgx__Ctl__ServiceStats *st = p;
+
+    return json_pack("{s:I, s:o, s:I, s:I, s:I, s:I, s:I, s:I}", "id", cli_json_int(st->service_id),
+                     "name", cli_json_str(st->name), "packets", cli_json_int(st->packets), "bytes",
+                     cli_json_int(st->bytes), "accepted", cli_json_int(st->accepted), "dropped",
+                     cli_json_int(st->dropped), "flows_active", cli_json_int(st->flows_active),
+                     "blocked", cli_json_int(st->blocked));
 }
 
 /* Excerpts are at most ~64 bytes (control.proto); a longer one is cut in the hex form only. */
 #define EXCERPT_HEX_MAX 1024
 
-static void json_event(struct cli_json *j, const Fgx__Ctl__Event *e)
+static json_t *json_event(const void *p)
 {
     static const char hex[] = "0123456789abcdef";
+    const Fgx__Ctl__Event *e = p;
     const uint8_t *x = e->has_excerpt ? e->excerpt.data : NULL;
     size_t xlen = e->has_excerpt ? e->excerpt.len : 0;
     char t[64], h[2 * EXCERPT_HEX_MAX + 1];
+    json_t *o;
 
     cli_fmt_time(e->time_ns, true, t, sizeof(t));
-    cli_json_obj_begin(j);
-    cli_json_key(j, "seq");
-    cli_json_u64(j, e->seq);
-    cli_json_key(j, "time");
-    cli_json_str(j, t);
-    cli_json_key(j, "time_ns");
-    cli_json_u64(j, e->time_ns);
-    cli_json_key(j, "service_id");
-    cli_json_u64(j, e->service_id);
-    cli_json_key(j, "service");
-    if (e->service)
-        cli_json_str(j, e->service);
-    else
-        cli_json_null(j);
-    cli_json_key(j, "filter_id");
-    cli_json_u64(j, e->filter_id);
-    cli_json_key(j, "dir");
-    cli_json_str(j, event_dir(e->dir));
-    cli_json_key(j, "proto");
-    cli_json_str(j, proto_name(e->proto));
-    cli_json_key(j, "src");
-    cli_json_str(j, e->src);
-    cli_json_key(j, "sport");
-    cli_json_u64(j, e->sport);
-    cli_json_key(j, "dst");
-    cli_json_str(j, e->dst);
-    cli_json_key(j, "dport");
-    cli_json_u64(j, e->dport);
-    cli_json_key_bytes(j, "excerpt", x, xlen);
+    o = json_pack(
+        "{s:I, s:s, s:I, s:I, s:o, s:I, s:s, s:s, s:o, s:I, s:o, s:I}", "seq", cli_json_int(e->seq),
+        "time", t, "time_ns", cli_json_int(e->time_ns), "service_id", cli_json_int(e->service_id),
+        "service", cli_json_str_or_null(e->service), "filter_id", cli_json_int(e->filter_id), "dir",
+        event_dir(e->dir), "proto", proto_name(e->proto), "src", cli_json_str(e->src), "sport",
+        cli_json_int(e->sport), "dst", cli_json_str(e->dst), "dport", cli_json_int(e->dport));
     /* Hex too, always, for a script that wants one field whatever the bytes. */
     for (size_t i = 0; i < xlen && i < EXCERPT_HEX_MAX; i++) {
         h[2 * i] = hex[x[i] >> 4];
         h[2 * i + 1] = hex[x[i] & 0xf];
     }
     h[2 * (xlen < EXCERPT_HEX_MAX ? xlen : EXCERPT_HEX_MAX)] = '\0';
-    cli_json_key(j, "excerpt_hex");
-    cli_json_str(j, h);
-    cli_json_obj_end(j);
+    if (!o || cli_json_set_bytes(o, "excerpt", x, xlen) < 0 ||
+        json_object_set_new(o, "excerpt_hex", json_string(h)) < 0) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
 }
 
 int cli_fmt_events_follow(FILE *f, const Fgx__Ctl__Reply *rep, bool json, bool head)
 {
-    struct cli_json j;
     int rc = 0;
 
     if (json) {
-        for (size_t i = 0; i < rep->n_events; i++) {
-            cli_json_init(&j, f);
-            json_event(&j, rep->events[i]);
-            cli_json_end(&j);
-        }
+        for (size_t i = 0; i < rep->n_events && rc == 0; i++)
+            rc = cli_json_print(f, json_event(rep->events[i]), false);
     } else if (rep->n_events > 0 || head) {
         rc = human_events(f, rep, true, head);
     }
@@ -1081,84 +1004,51 @@ int cli_fmt_events_follow(FILE *f, const Fgx__Ctl__Reply *rep, bool json, bool h
     return rc;
 }
 
-static void json_reply(struct cli_json *j, const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep)
+static json_t *json_service_any(const void *s)
+{
+    return json_service(s);
+}
+
+static json_t *json_reply(const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep)
 {
     uint32_t id;
 
     switch (req->req_case) {
     case FGX__CTL__REQUEST__REQ_STATUS:
-        if (rep->status)
-            json_status(j, rep->status);
-        else
-            cli_json_null(j);
-        break;
+        return rep->status ? json_status(rep->status) : json_null();
     case FGX__CTL__REQUEST__REQ_SERVICE_LIST:
-        cli_json_arr_begin(j);
-        for (size_t i = 0; i < rep->n_services; i++)
-            json_service(j, rep->services[i]);
-        cli_json_arr_end(j);
-        break;
+        return json_list((void *const *)rep->services, rep->n_services, json_service_any);
     case FGX__CTL__REQUEST__REQ_FILTER_LIST:
-        cli_json_arr_begin(j);
-        for (size_t i = 0; i < rep->n_filters; i++)
-            cli_fmt_json_filter(j, rep->filters[i]);
-        cli_json_arr_end(j);
-        break;
+        return cli_fmt_json_filters(rep);
     case FGX__CTL__REQUEST__REQ_WORKER_LIST:
     case FGX__CTL__REQUEST__REQ_WORKER_RESTART:
-        cli_json_arr_begin(j);
-        for (size_t i = 0; i < rep->n_workers; i++)
-            json_worker(j, rep->workers[i]);
-        cli_json_arr_end(j);
-        break;
+        return json_list((void *const *)rep->workers, rep->n_workers, json_worker);
     case FGX__CTL__REQUEST__REQ_STATS:
-        json_stats(j, rep);
-        break;
+        return json_list((void *const *)rep->service_stats, rep->n_service_stats, json_stats_one);
     case FGX__CTL__REQUEST__REQ_EVENTS:
-        cli_json_arr_begin(j);
-        for (size_t i = 0; i < rep->n_events; i++)
-            json_event(j, rep->events[i]);
-        cli_json_arr_end(j);
-        break;
+        return json_list((void *const *)rep->events, rep->n_events, json_event);
     case FGX__CTL__REQUEST__REQ_SERVICE_RM:
     case FGX__CTL__REQUEST__REQ_FILTER_RM:
-        cli_json_obj_begin(j);
-        cli_json_key(j, "removed");
-        if (removed_id(req, rep, &id))
-            cli_json_u64(j, id);
-        else
-            cli_json_null(j);
-        cli_json_obj_end(j);
-        break;
+        return json_pack("{s:o}", "removed",
+                         removed_id(req, rep, &id) ? json_integer(id) : json_null());
     case FGX__CTL__REQUEST__REQ_FILTER_ADD:
     case FGX__CTL__REQUEST__REQ_FILTER_ENABLE:
     case FGX__CTL__REQUEST__REQ_FILTER_DISABLE:
-        if (rep->n_filters > 0)
-            cli_fmt_json_filter(j, rep->filters[0]);
-        else
-            cli_json_null(j);
-        break;
+        return rep->n_filters > 0 ? cli_fmt_json_filter(rep->filters[0]) : json_null();
     default:
         /* The service commands: the service concerned. */
-        if (rep->n_services > 0)
-            json_service(j, rep->services[0]);
-        else
-            cli_json_null(j);
-        break;
+        return rep->n_services > 0 ? json_service(rep->services[0]) : json_null();
     }
-    cli_json_end(j);
 }
 
 int cli_fmt_reply(FILE *f, const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep, bool json)
 {
-    struct cli_json j;
     int rc = 0;
 
     if (req->req_case == FGX__CTL__REQUEST__REQ__NOT_SET)
         return 0;
     if (json) {
-        cli_json_init(&j, f);
-        json_reply(&j, req, rep);
+        rc = cli_json_print(f, json_reply(req, rep), false);
     } else {
         rc = human_reply(f, req, rep);
     }

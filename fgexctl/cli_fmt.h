@@ -8,6 +8,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include <jansson.h>
+
 #include "control.pb-c.h"
 
 /* Print the result of req carried by rep (code OK, or UNAVAILABLE: stored but unconfirmed) to
@@ -70,8 +72,9 @@ int cli_fmt_stats_watch(FILE *f, const Fgx__Ctl__Reply *cur, const Fgx__Ctl__Rep
  * -ENOMEM or -EIO. */
 int cli_fmt_events_follow(FILE *f, const Fgx__Ctl__Reply *rep, bool json, bool head);
 
-struct cli_json;
-/* One filter as a JSON object: the shape every command that prints filters uses. */
-void cli_fmt_json_filter(struct cli_json *j, const Fgx__Ctl__Filter *fl);
+/* One filter as a JSON object: the shape every command that prints filters uses; the filters
+ * of rep as an array of them. A new reference, or NULL when out of memory. */
+json_t *cli_fmt_json_filter(const Fgx__Ctl__Filter *fl);
+json_t *cli_fmt_json_filters(const Fgx__Ctl__Reply *rep);
 
 #endif

@@ -83,20 +83,12 @@ static bool url_valid(const char *url)
 static int print_versions(FILE *f, const Fgx__Ctl__Reply *rep, bool json)
 {
     const char *server = rep->status && rep->status->version ? rep->status->version : "?";
-    struct cli_json j;
-
-    if (!json) {
+    if (!json)
         (void)fprintf(f, "controld %s\n", server);
-    } else {
-        cli_json_init(&j, f);
-        cli_json_obj_begin(&j);
-        cli_json_key(&j, "client");
-        cli_json_str(&j, FGX_VERSION);
-        cli_json_key(&j, "server");
-        cli_json_str(&j, server);
-        cli_json_obj_end(&j);
-        cli_json_end(&j);
-    }
+    else if (cli_json_print(
+                 f, json_pack("{s:s, s:o}", "client", FGX_VERSION, "server", cli_json_str(server)),
+                 false) < 0)
+        return -EIO;
     return fflush(f) == EOF || ferror(f) ? -EIO : 0;
 }
 
