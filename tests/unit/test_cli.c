@@ -16,6 +16,7 @@
 #include "control.pb-c.h"
 #include "fgexctl/cli_args.h"
 #include "fgexctl/cli_fmt.h"
+#include "fgexctl/cmd.h"
 #include "fgexctl/cli_json.h"
 #include "fgexctl/cli_loop.h"
 #include "fgexctl/cli_rpc.h"
@@ -1375,8 +1376,8 @@ Test(cli, stats_watch_rates)
 
     f = open_memstream(&out, &len);
     cr_assert_not_null(f);
-    cr_assert_eq(cli_fmt_stats_watch(f, &rep, NULL, 0), 0);
-    cr_assert_eq(cli_fmt_stats_watch(f, &rep, &prev, 2.0), 0);
+    cr_assert_eq(cli_cmd_stats_watch(f, &rep, NULL, 0), 0);
+    cr_assert_eq(cli_cmd_stats_watch(f, &rep, &prev, 2.0), 0);
     (void)fclose(f);
     cr_assert_str_eq(
         out, "SERVICE  PACKETS  PKT/S     BYTES  BYTES/S  ACCEPTED  ACC/S  DROPPED  DROP/S  "
@@ -1398,7 +1399,7 @@ Test(cli, stats_watch_rates)
     out = NULL;
     f = open_memstream(&out, &len);
     cr_assert_not_null(f);
-    cr_assert_eq(cli_fmt_stats_watch(f, &rep, &prev, 2.0), 0);
+    cr_assert_eq(cli_cmd_stats_watch(f, &rep, &prev, 2.0), 0);
     (void)fclose(f);
     cr_assert(strstr(out, "\nweb         4000      -"), "%s", out);
     free(out);
@@ -1505,12 +1506,12 @@ Test(cli, events_follow_batches_line_up)
     two_events(&a, &b, v, &rep);
     f = open_memstream(&out, &len);
     cr_assert_not_null(f);
-    cr_assert_eq(cli_fmt_events_follow(f, &none, false, true), 0);
+    cr_assert_eq(cli_cmd_events_follow(f, &none, false, true), 0);
     rep.n_events = 1;
-    cr_assert_eq(cli_fmt_events_follow(f, &rep, false, false), 0);
+    cr_assert_eq(cli_cmd_events_follow(f, &rep, false, false), 0);
     rep.events = v + 1;
-    cr_assert_eq(cli_fmt_events_follow(f, &rep, false, false), 0);
-    cr_assert_eq(cli_fmt_events_follow(f, &none, false, false), 0);
+    cr_assert_eq(cli_cmd_events_follow(f, &rep, false, false), 0);
+    cr_assert_eq(cli_cmd_events_follow(f, &none, false, false), 0);
     (void)fclose(f);
     /* Fixed minimum widths: the header and rows printed apart share their columns. */
     cr_assert_str_eq(
@@ -1528,8 +1529,8 @@ Test(cli, events_follow_batches_line_up)
     cr_assert_not_null(f);
     rep.events = v;
     rep.n_events = 2;
-    cr_assert_eq(cli_fmt_events_follow(f, &rep, true, true), 0);
-    cr_assert_eq(cli_fmt_events_follow(f, &none, true, false), 0);
+    cr_assert_eq(cli_cmd_events_follow(f, &rep, true, true), 0);
+    cr_assert_eq(cli_cmd_events_follow(f, &none, true, false), 0);
     (void)fclose(f);
     cr_assert_str_eq(out, EVENT_A_JSON "\n" EVENT_B_JSON "\n");
     free(out);
