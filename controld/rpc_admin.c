@@ -13,8 +13,9 @@
 
 #include "fgx/log.h"
 
-static void do_status(struct ctl_rpc *r)
+static void do_status(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
 {
+    (void)q;
     /* Fresh worker counters; a worker that does not answer is reported as it was. */
     ctl_stats_refresh(r->ctx, CTL_RPC_STATS_TIMEOUT_MS);
     struct ctl_service *svcs = NULL;
@@ -55,8 +56,9 @@ static bool rpc_has_auth(struct ctl_rpc *r)
     return false;
 }
 
-static void do_login(struct ctl_rpc *r, const Fgx__Ctl__Login *l)
+static void do_login(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
 {
+    const Fgx__Ctl__Login *l = q->login;
     struct ctl_auth *a = r->ctx->auth;
     uint64_t now = ctl_rpc_mono_ms(), left;
     char who[64];
@@ -95,8 +97,10 @@ static void do_login(struct ctl_rpc *r, const Fgx__Ctl__Login *l)
     fgx_info("login from %s", who);
 }
 
-static void do_passwd(struct ctl_rpc *r, const Fgx__Ctl__Passwd *p, const char *token)
+static void do_passwd(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
 {
+    const Fgx__Ctl__Passwd *p = q->passwd;
+    const char *token = q->token;
     struct ctl_auth *a = r->ctx->auth;
     char err[256], who[64];
     size_t n;
@@ -125,8 +129,9 @@ static void do_passwd(struct ctl_rpc *r, const Fgx__Ctl__Passwd *p, const char *
     ctl_rpc_reply_auth_state(r);
 }
 
-static void do_auth_set(struct ctl_rpc *r, const Fgx__Ctl__AuthSet *s)
+static void do_auth_set(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
 {
+    const Fgx__Ctl__AuthSet *s = q->auth_set;
     struct ctl_auth *a = r->ctx->auth;
     char who[64];
     int rv;
@@ -158,8 +163,9 @@ static void do_auth_set(struct ctl_rpc *r, const Fgx__Ctl__AuthSet *s)
     ctl_rpc_reply_auth_state(r);
 }
 
-static void do_cert(struct ctl_rpc *r)
+static void do_cert(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
 {
+    (void)q;
     const char *fp = r->ctx->auth ? ctl_auth_fingerprint(r->ctx->auth) : "";
 
     if (!*fp) {
@@ -171,14 +177,16 @@ static void do_cert(struct ctl_rpc *r)
 }
 
 /* Idempotent: a client forgetting its token is logged out whether or not the session lived. */
-static void do_logout(struct ctl_rpc *r, const char *token)
+static void do_logout(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
 {
+    const char *token = q->token;
     if (r->ctx->auth && token && ctl_auth_session_drop(r->ctx->auth, token) == 0)
         fgx_info("logout");
 }
 
-static void do_config_export(struct ctl_rpc *r)
+static void do_config_export(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
 {
+    (void)q;
     struct ctl_txn *t;
     int rv;
 
@@ -193,8 +201,9 @@ static void do_config_export(struct ctl_rpc *r)
     r->reply.config = &r->cfg_exp.cfg;
 }
 
-static void do_config_import(struct ctl_rpc *r, const Fgx__Ctl__Config *cfg)
+static void do_config_import(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
 {
+    const Fgx__Ctl__Config *cfg = q->config_import;
     struct ctl_txn *t = NULL;
     char err[768];
     int rv;
@@ -223,57 +232,14 @@ out:
     ctl_txn_abort(t);
 }
 
-static void admin_status(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
-{
-    (void)q;
-    do_status(r);
-}
-
-static void admin_login(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
-{
-    do_login(r, q->login);
-}
-
-static void admin_passwd(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
-{
-    do_passwd(r, q->passwd, q->token);
-}
-
-static void admin_auth_set(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
-{
-    do_auth_set(r, q->auth_set);
-}
-
-static void admin_cert(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
-{
-    (void)q;
-    do_cert(r);
-}
-
-static void admin_logout(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
-{
-    do_logout(r, q->token);
-}
-
-static void admin_export(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
-{
-    (void)q;
-    do_config_export(r);
-}
-
-static void admin_import(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
-{
-    do_config_import(r, q->config_import);
-}
-
 const struct ctl_rpc_cmd ctl_rpc_admin_cmds[] = {
-    {FGX__CTL__REQUEST__REQ_STATUS, admin_status, 0},
-    {FGX__CTL__REQUEST__REQ_LOGIN, admin_login, CTL_RPC_OPEN},
-    {FGX__CTL__REQUEST__REQ_PASSWD, admin_passwd, 0},
-    {FGX__CTL__REQUEST__REQ_AUTH_SET, admin_auth_set, 0},
-    {FGX__CTL__REQUEST__REQ_CERT, admin_cert, CTL_RPC_OPEN},
-    {FGX__CTL__REQUEST__REQ_LOGOUT, admin_logout, 0},
-    {FGX__CTL__REQUEST__REQ_CONFIG_EXPORT, admin_export, 0},
-    {FGX__CTL__REQUEST__REQ_CONFIG_IMPORT, admin_import, CTL_RPC_CHANGE},
+    {FGX__CTL__REQUEST__REQ_STATUS, do_status, 0},
+    {FGX__CTL__REQUEST__REQ_LOGIN, do_login, CTL_RPC_OPEN},
+    {FGX__CTL__REQUEST__REQ_PASSWD, do_passwd, 0},
+    {FGX__CTL__REQUEST__REQ_AUTH_SET, do_auth_set, 0},
+    {FGX__CTL__REQUEST__REQ_CERT, do_cert, CTL_RPC_OPEN},
+    {FGX__CTL__REQUEST__REQ_LOGOUT, do_logout, 0},
+    {FGX__CTL__REQUEST__REQ_CONFIG_EXPORT, do_config_export, 0},
+    {FGX__CTL__REQUEST__REQ_CONFIG_IMPORT, do_config_import, CTL_RPC_CHANGE},
     {0, NULL, 0},
 };

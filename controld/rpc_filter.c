@@ -10,8 +10,9 @@
 
 #include "fgx/log.h"
 
-static void do_filter_add(struct ctl_rpc *r, const Fgx__Ctl__FilterAdd *a)
+static void do_filter_add(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
 {
+    const Fgx__Ctl__FilterAdd *a = q->filter_add;
     struct ctl_filter f = {0};
     struct ctl_service svc;
     struct ctl_txn *t = NULL;
@@ -111,8 +112,9 @@ out:
     ctl_txn_abort(t);
 }
 
-static void do_filter_rm(struct ctl_rpc *r, const char *ref)
+static void do_filter_rm(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
 {
+    const char *ref = ctl_rpc_ref(q->filter_rm);
     struct ctl_filter f = {0};
     struct ctl_txn *t = NULL;
     uint32_t id;
@@ -177,8 +179,9 @@ static int reply_import_warnings(struct ctl_rpc *r)
     return 0;
 }
 
-static void do_filter_import(struct ctl_rpc *r, const Fgx__Ctl__FilterImport *imp)
+static void do_filter_import(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
 {
+    const Fgx__Ctl__FilterImport *imp = q->filter_import;
     struct ctl_filter *fs = NULL;
     struct ctl_txn *t = NULL;
     uint32_t sid = 0;
@@ -212,11 +215,6 @@ out:
     ctl_txn_abort(t);
 }
 
-static void filter_add(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
-{
-    do_filter_add(r, q->filter_add);
-}
-
 static void filter_list(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
 {
     do_filter_list(r, ctl_rpc_ref(q->filter_list));
@@ -232,16 +230,6 @@ static void filter_disable(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
     do_filter_active(r, ctl_rpc_ref(q->filter_disable), false);
 }
 
-static void filter_rm(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
-{
-    do_filter_rm(r, ctl_rpc_ref(q->filter_rm));
-}
-
-static void filter_import(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
-{
-    do_filter_import(r, q->filter_import);
-}
-
 /* An export is the list; fgexctl writes it as a ruleset file. */
 static void filter_export(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
 {
@@ -249,12 +237,12 @@ static void filter_export(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
 }
 
 const struct ctl_rpc_cmd ctl_rpc_filter_cmds[] = {
-    {FGX__CTL__REQUEST__REQ_FILTER_ADD, filter_add, CTL_RPC_CHANGE},
+    {FGX__CTL__REQUEST__REQ_FILTER_ADD, do_filter_add, CTL_RPC_CHANGE},
     {FGX__CTL__REQUEST__REQ_FILTER_LIST, filter_list, 0},
     {FGX__CTL__REQUEST__REQ_FILTER_ENABLE, filter_enable, CTL_RPC_CHANGE},
     {FGX__CTL__REQUEST__REQ_FILTER_DISABLE, filter_disable, CTL_RPC_CHANGE},
-    {FGX__CTL__REQUEST__REQ_FILTER_RM, filter_rm, CTL_RPC_CHANGE},
-    {FGX__CTL__REQUEST__REQ_FILTER_IMPORT, filter_import, CTL_RPC_CHANGE},
+    {FGX__CTL__REQUEST__REQ_FILTER_RM, do_filter_rm, CTL_RPC_CHANGE},
+    {FGX__CTL__REQUEST__REQ_FILTER_IMPORT, do_filter_import, CTL_RPC_CHANGE},
     {FGX__CTL__REQUEST__REQ_FILTER_EXPORT, filter_export, 0},
     {0, NULL, 0},
 };

@@ -10,8 +10,9 @@
 
 #include "fgx/log.h"
 
-static void do_service_add(struct ctl_rpc *r, const Fgx__Ctl__ServiceAdd *a)
+static void do_service_add(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
 {
+    const Fgx__Ctl__ServiceAdd *a = q->service_add;
     struct ctl_service svc = {.active = true};
     struct ctl_txn *t = NULL;
     int rv;
@@ -47,8 +48,9 @@ out:
     ctl_txn_abort(t);
 }
 
-static void do_service_list(struct ctl_rpc *r)
+static void do_service_list(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
 {
+    (void)q;
     struct ctl_service *svcs = NULL;
     struct ctl_txn *t;
     size_t n = 0;
@@ -66,8 +68,9 @@ static void do_service_list(struct ctl_rpc *r)
     ctl_txn_abort(t);
 }
 
-static void do_service_show(struct ctl_rpc *r, const char *ref)
+static void do_service_show(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
 {
+    const char *ref = ctl_rpc_ref(q->service_show);
     struct ctl_service svc;
     struct ctl_txn *t;
 
@@ -109,8 +112,9 @@ out:
     ctl_txn_abort(t);
 }
 
-static void do_service_rm(struct ctl_rpc *r, const char *ref)
+static void do_service_rm(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
 {
+    const char *ref = ctl_rpc_ref(q->service_rm);
     struct ctl_service svc;
     struct ctl_txn *t = NULL;
     int rv;
@@ -133,8 +137,9 @@ out:
     ctl_txn_abort(t);
 }
 
-static void do_service_rename(struct ctl_rpc *r, const Fgx__Ctl__ServiceRename *a)
+static void do_service_rename(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
 {
+    const Fgx__Ctl__ServiceRename *a = q->service_rename;
     struct ctl_service svc;
     struct ctl_txn *t = NULL;
     int rv;
@@ -158,8 +163,9 @@ out:
     ctl_txn_abort(t);
 }
 
-static void do_service_set(struct ctl_rpc *r, const Fgx__Ctl__ServiceSet *a)
+static void do_service_set(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
 {
+    const Fgx__Ctl__ServiceSet *a = q->service_set;
     struct ctl_filter *fs = NULL;
     struct ctl_service svc;
     struct ctl_txn *t = NULL;
@@ -218,22 +224,6 @@ out:
     ctl_txn_abort(t);
 }
 
-static void service_add(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
-{
-    do_service_add(r, q->service_add);
-}
-
-static void service_list(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
-{
-    (void)q;
-    do_service_list(r);
-}
-
-static void service_show(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
-{
-    do_service_show(r, ctl_rpc_ref(q->service_show));
-}
-
 static void service_start(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
 {
     do_service_active(r, ctl_rpc_ref(q->service_start), true);
@@ -244,29 +234,14 @@ static void service_stop(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
     do_service_active(r, ctl_rpc_ref(q->service_stop), false);
 }
 
-static void service_rm(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
-{
-    do_service_rm(r, ctl_rpc_ref(q->service_rm));
-}
-
-static void service_rename(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
-{
-    do_service_rename(r, q->service_rename);
-}
-
-static void service_set(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
-{
-    do_service_set(r, q->service_set);
-}
-
 const struct ctl_rpc_cmd ctl_rpc_service_cmds[] = {
-    {FGX__CTL__REQUEST__REQ_SERVICE_ADD, service_add, CTL_RPC_CHANGE},
-    {FGX__CTL__REQUEST__REQ_SERVICE_LIST, service_list, 0},
-    {FGX__CTL__REQUEST__REQ_SERVICE_SHOW, service_show, 0},
+    {FGX__CTL__REQUEST__REQ_SERVICE_ADD, do_service_add, CTL_RPC_CHANGE},
+    {FGX__CTL__REQUEST__REQ_SERVICE_LIST, do_service_list, 0},
+    {FGX__CTL__REQUEST__REQ_SERVICE_SHOW, do_service_show, 0},
     {FGX__CTL__REQUEST__REQ_SERVICE_START, service_start, CTL_RPC_CHANGE},
     {FGX__CTL__REQUEST__REQ_SERVICE_STOP, service_stop, CTL_RPC_CHANGE},
-    {FGX__CTL__REQUEST__REQ_SERVICE_RM, service_rm, CTL_RPC_CHANGE},
-    {FGX__CTL__REQUEST__REQ_SERVICE_RENAME, service_rename, CTL_RPC_CHANGE},
-    {FGX__CTL__REQUEST__REQ_SERVICE_SET, service_set, CTL_RPC_CHANGE},
+    {FGX__CTL__REQUEST__REQ_SERVICE_RM, do_service_rm, CTL_RPC_CHANGE},
+    {FGX__CTL__REQUEST__REQ_SERVICE_RENAME, do_service_rename, CTL_RPC_CHANGE},
+    {FGX__CTL__REQUEST__REQ_SERVICE_SET, do_service_set, CTL_RPC_CHANGE},
     {0, NULL, 0},
 };

@@ -11,8 +11,9 @@
 
 /* Per-service counters (and the filters behind their blocked sums, and the worker) for one
  * service or all. */
-static void do_stats(struct ctl_rpc *r, const Fgx__Ctl__StatsQuery *q)
+static void do_stats(struct ctl_rpc *r, const Fgx__Ctl__Request *req)
 {
+    const Fgx__Ctl__StatsQuery *q = req->stats;
     bool one_service = q && q->service && *q->service;
     struct ctl_service *svcs = NULL, one;
     struct ctl_filter *fs = NULL;
@@ -103,8 +104,9 @@ out:
 
 #define RPC_EVENTS_DEFAULT 100
 
-static void do_events(struct ctl_rpc *r, const Fgx__Ctl__EventsQuery *q)
+static void do_events(struct ctl_rpc *r, const Fgx__Ctl__Request *req)
 {
+    const Fgx__Ctl__EventsQuery *q = req->events;
     uint64_t after = q && q->has_after_seq ? q->after_seq : 0;
     size_t limit = q && q->has_limit && q->limit > 0 ? q->limit : RPC_EVENTS_DEFAULT;
     const char *name = NULL;
@@ -181,18 +183,8 @@ static void do_events(struct ctl_rpc *r, const Fgx__Ctl__EventsQuery *q)
     r->reply.events = r->ev_ptrs;
 }
 
-static void stats_query(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
-{
-    do_stats(r, q->stats);
-}
-
-static void events_query(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
-{
-    do_events(r, q->events);
-}
-
 const struct ctl_rpc_cmd ctl_rpc_stats_cmds[] = {
-    {FGX__CTL__REQUEST__REQ_STATS, stats_query, 0},
-    {FGX__CTL__REQUEST__REQ_EVENTS, events_query, 0},
+    {FGX__CTL__REQUEST__REQ_STATS, do_stats, 0},
+    {FGX__CTL__REQUEST__REQ_EVENTS, do_events, 0},
     {0, NULL, 0},
 };

@@ -7,15 +7,17 @@
 
 #include "fgx/log.h"
 
-static void do_worker_list(struct ctl_rpc *r)
+static void do_worker_list(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
 {
+    (void)q;
     ctl_stats_refresh(r->ctx, CTL_RPC_STATS_TIMEOUT_MS);
     r->reply.n_workers = ctl_rpc_reply_workers(r);
     r->reply.workers = r->workers;
 }
 
-static void do_worker_restart(struct ctl_rpc *r, const char *kind)
+static void do_worker_restart(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
 {
+    const char *kind = q->worker_restart ? q->worker_restart->kind : NULL;
     int rv;
 
     if (!kind ||
@@ -62,19 +64,8 @@ static void do_worker_restart(struct ctl_rpc *r, const char *kind)
                      strerror(-rv));
 }
 
-static void worker_list(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
-{
-    (void)q;
-    do_worker_list(r);
-}
-
-static void worker_restart(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
-{
-    do_worker_restart(r, q->worker_restart ? q->worker_restart->kind : NULL);
-}
-
 const struct ctl_rpc_cmd ctl_rpc_worker_cmds[] = {
-    {FGX__CTL__REQUEST__REQ_WORKER_LIST, worker_list, 0},
-    {FGX__CTL__REQUEST__REQ_WORKER_RESTART, worker_restart, 0},
+    {FGX__CTL__REQUEST__REQ_WORKER_LIST, do_worker_list, 0},
+    {FGX__CTL__REQUEST__REQ_WORKER_RESTART, do_worker_restart, 0},
     {0, NULL, 0},
 };
