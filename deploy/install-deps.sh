@@ -12,7 +12,7 @@ build=(
   protobuf-c-compiler libprotobuf-c-dev
   libnetfilter-queue-dev libnftnl-dev libmnl-dev
   libhyperscan-dev libevent-dev libnng-dev liblmdb-dev
-  libmbedtls-dev libcrypt-dev
+  libmbedtls-dev libcrypt-dev libjansson-dev
   scdoc
 )
 # Running: nft to read fgex's rules (iptables provides libxt_NFQUEUE.so, through which nft prints

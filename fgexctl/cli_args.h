@@ -1,6 +1,7 @@
 /* fgexctl input stage: the command line, turned into one control.proto Request (or a help
- * text), with no I/O, so tests can check it argument by argument. cli_rpc.c sends what it
- * builds; cli_fmt.c prints the Reply. */
+ * text), with no I/O, so tests can check it argument by argument: the command is found in the
+ * families' tables (cmd.h), its arguments scanned here and its request built by its family.
+ * cli_rpc.c sends what it builds; cli_fmt.c prints the Reply. */
 #ifndef CLI_ARGS_H
 #define CLI_ARGS_H
 
@@ -74,5 +75,34 @@ bool cli_args_ip_valid(const char *s);
 
 /* The top-level usage text. */
 const char *cli_args_usage(void);
+
+/* ---- for the command families' builders (cmd.h) ---- */
+struct cli_cmd_def;
+struct cli_args_raw;
+
+/* Set cmd->err and cmd->exit_code; returns -EINVAL. */
+int cli_args_fail(struct cli_cmd *cmd, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* A usage error in a known command, with a pointer to its help. */
+int cli_args_fail_usage(struct cli_cmd *cmd, const struct cli_cmd_def *spec, const char *what);
+bool cli_args_is_help(const char *a);
+bool cli_args_all_digits(const char *s);
+/* The value of option bit (enum cli_opt) as scanned: NULL when not given, "" for a bare flag. */
+const char *cli_args_opt(const struct cli_args_raw *raw, unsigned bit);
+/* Values as the options and positionals give them; each failure is in cmd->err. */
+int cli_args_parse_ip(struct cli_cmd *cmd, const char *s, char **out);
+int cli_args_parse_port(struct cli_cmd *cmd, const char *s, uint32_t *out);
+int cli_args_parse_proto(struct cli_cmd *cmd, const char *s, Fgx__Ctl__Proto *out);
+int cli_args_parse_layer(struct cli_cmd *cmd, const char *s, Fgx__Ctl__Layer *out);
+int cli_args_parse_midstream(struct cli_cmd *cmd, const char *s, Fgx__Ctl__Midstream *out);
+int cli_args_parse_dir(struct cli_cmd *cmd, const char *s, Fgx__Ctl__Dir *out);
+int cli_args_parse_onoff(struct cli_cmd *cmd, const char *s, protobuf_c_boolean *out);
+int cli_args_check_name(struct cli_cmd *cmd, const char *name);
+int cli_args_check_ref(struct cli_cmd *cmd, const struct cli_cmd_def *spec, const char *ref);
+/* Builders for the commands that send an Empty, or one Ref (the first positional). */
+int cli_args_build_empty(struct cli_cmd *cmd, const struct cli_cmd_def *def,
+                         const struct cli_args_raw *raw);
+int cli_args_build_ref(struct cli_cmd *cmd, const struct cli_cmd_def *def,
+                       const struct cli_args_raw *raw);
 
 #endif

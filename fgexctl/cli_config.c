@@ -12,7 +12,6 @@
 
 #include "cli_args.h"
 #include "cli_json.h"
-#include "cli_jsonparse.h"
 
 /* ---- names of enumerations ----------------------------------------------------------------- */
 
@@ -35,24 +34,42 @@ static const char *dir_str(Fgx__Ctl__Dir d)
 
 /* ---- writing ------------------------------------------------------------------------------- */
 
-static void write_filter(struct cli_json *j, const Fgx__Ctl__Filter *fl)
+static json_t *write_filter(const Fgx__Ctl__Filter *fl)
 {
-    cli_json_obj_begin(j);
-    cli_json_key(j, "id");
-    cli_json_u64(j, fl->id);
-    cli_json_key_bytes(j, "regex", fl->regex, fl->regex ? strlen(fl->regex) : 0);
-    cli_json_key(j, "dir");
-    cli_json_str(j, dir_str(fl->dir));
-    cli_json_key(j, "nocase");
-    cli_json_bool(j, fl->nocase);
-    cli_json_key(j, "active");
-    cli_json_bool(j, fl->active);
-    cli_json_obj_end(j);
+    json_t *o = json_pack("{s:I}", "id", cli_json_int(fl->id));
+
+    if (o && cli_json_set_bytes(o, "regex", fl->regex, fl->regex ? strlen(fl->regex) : 0) == 0 &&
+        json_object_update_new(o, json_pack("{s:s, s:b, s:b}", "dir", dir_str(fl->dir), "nocase",
+                                            fl->nocase, "active", fl->active)) == 0)
+        return o;
+    json_decref(o);
+    return NULL;
+}
+
+static json_t *write_service(const Fgx__Ctl__Config *cfg, const Fgx__Ctl__Service *s)
+{
+    json_t *fs = json_array();
+
+    for (size_t k = 0; fs && k < cfg->n_filters; k++) {
+        if (cfg->filters[k]->service_id == s->id &&
+            json_array_append_new(fs, write_filter(cfg->filters[k])) < 0) {
+            json_decref(fs);
+            fs = NULL;
+        }
+    }
+    return json_pack(
+        "{s:I, s:o, s:s, s:o, s:I, s:s, s:b, s:b, s:s, s:o}", "id", cli_json_int(s->id), "name",
+        cli_json_str(s->name), "proto", proto_str(s->proto), "ip", cli_json_str(s->ip), "port",
+        cli_json_int(s->port), "layer", layer_str(s->layer), "active", s->active, "fail_open",
+        s->fail_open, "midstream",
+        s->has_midstream && s->midstream == FGX__CTL__MIDSTREAM__MIDSTREAM_SCAN ? "scan" : "reset",
+        "filters", fs);
 }
 
 int cli_config_write(FILE *f, const Fgx__Ctl__Config *cfg, char *err, size_t errlen)
 {
-    struct cli_json j;
+    json_t *settings = json_object(), *svcs = json_array();
+    int rc;
 
     for (size_t k = 0; k < cfg->n_filters; k++) {
         bool found = false;
@@ -64,61 +81,30 @@ int cli_config_write(FILE *f, const Fgx__Ctl__Config *cfg, char *err, size_t err
                            "filter %u belongs to service %u, which is not in the "
                            "configuration",
                            cfg->filters[k]->id, cfg->filters[k]->service_id);
+            json_decref(settings);
+            json_decref(svcs);
             return -EINVAL;
         }
     }
-    cli_json_init(&j, f);
-    j.pretty = true;
-    cli_json_obj_begin(&j);
-    cli_json_key(&j, "format");
-    cli_json_str(&j, CLI_CONFIG_FORMAT);
-    cli_json_key(&j, "version");
-    cli_json_u64(&j, CLI_CONFIG_VERSION);
-    cli_json_key(&j, "settings");
-    cli_json_obj_begin(&j);
-    if (cfg->has_auth_enabled) {
-        cli_json_key(&j, "auth_enabled");
-        cli_json_bool(&j, cfg->auth_enabled);
+    if (settings && cfg->has_auth_enabled &&
+        json_object_set_new(settings, "auth_enabled", json_boolean(cfg->auth_enabled)) < 0) {
+        json_decref(settings);
+        settings = NULL;
     }
-    cli_json_obj_end(&j);
-    cli_json_key(&j, "services");
-    cli_json_arr_begin(&j);
-    for (size_t i = 0; i < cfg->n_services; i++) {
-        const Fgx__Ctl__Service *s = cfg->services[i];
-
-        cli_json_obj_begin(&j);
-        cli_json_key(&j, "id");
-        cli_json_u64(&j, s->id);
-        cli_json_key(&j, "name");
-        cli_json_str(&j, s->name);
-        cli_json_key(&j, "proto");
-        cli_json_str(&j, proto_str(s->proto));
-        cli_json_key(&j, "ip");
-        cli_json_str(&j, s->ip ? s->ip : "");
-        cli_json_key(&j, "port");
-        cli_json_u64(&j, s->port);
-        cli_json_key(&j, "layer");
-        cli_json_str(&j, layer_str(s->layer));
-        cli_json_key(&j, "active");
-        cli_json_bool(&j, s->active);
-        cli_json_key(&j, "fail_open");
-        cli_json_bool(&j, s->fail_open);
-        cli_json_key(&j, "midstream");
-        cli_json_str(&j, s->has_midstream && s->midstream == FGX__CTL__MIDSTREAM__MIDSTREAM_SCAN
-                             ? "scan"
-                             : "reset");
-        cli_json_key(&j, "filters");
-        cli_json_arr_begin(&j);
-        for (size_t k = 0; k < cfg->n_filters; k++)
-            if (cfg->filters[k]->service_id == s->id)
-                write_filter(&j, cfg->filters[k]);
-        cli_json_arr_end(&j);
-        cli_json_obj_end(&j);
+    for (size_t i = 0; svcs && i < cfg->n_services; i++) {
+        if (json_array_append_new(svcs, write_service(cfg, cfg->services[i])) < 0) {
+            json_decref(svcs);
+            svcs = NULL;
+        }
     }
-    cli_json_arr_end(&j);
-    cli_json_obj_end(&j);
-    cli_json_end(&j);
-    return (fflush(f) == EOF || ferror(f)) ? -EIO : 0;
+    rc = cli_json_print(f,
+                        json_pack("{s:s, s:I, s:o, s:o}", "format", CLI_CONFIG_FORMAT, "version",
+                                  (json_int_t)CLI_CONFIG_VERSION, "settings", settings, "services",
+                                  svcs),
+                        true);
+    if (rc == 0 && (fflush(f) == EOF || ferror(f)))
+        rc = -EIO;
+    return rc;
 }
 
 /* ---- reading ------------------------------------------------------------------------------- */
@@ -127,55 +113,102 @@ struct rd {
     char *err;
     size_t errlen;
     uint64_t version; /* of the file: 1 reads \u0080..\u00ff in a regex as bytes */
+    const json_t *doc;
+    struct cli_json_pos pos;
     Fgx__Ctl__Config *cfg;
     size_t cap_services, cap_filters;
 };
 
-static int bad(struct rd *r, const struct cli_jv *at, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+static int vbad(struct rd *r, unsigned line, unsigned col, const char *fmt, va_list ap)
+    __attribute__((format(printf, 4, 0)));
 
-static int bad(struct rd *r, const struct cli_jv *at, const char *fmt, ...)
+static int vbad(struct rd *r, unsigned line, unsigned col, const char *fmt, va_list ap)
 {
     char what[256];
-    va_list ap;
 
-    va_start(ap, fmt);
     (void)vsnprintf(what, sizeof(what), fmt, ap);
-    va_end(ap);
-    (void)snprintf(r->err, r->errlen, "line %u, column %u: %s", at->line, at->col, what);
+    (void)snprintf(r->err, r->errlen, "line %u, column %u: %s", line, col, what);
     return -EINVAL;
 }
 
+/* Refuse the file at the value at, which is a string, a number, an object or an array. */
+static int bad(struct rd *r, const json_t *at, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int bad(struct rd *r, const json_t *at, const char *fmt, ...)
+{
+    unsigned line = 1, col = 1;
+    va_list ap;
+    int rc;
+
+    (void)cli_json_pos_of(&r->pos, at, NULL, &line, &col);
+    va_start(ap, fmt);
+    rc = vbad(r, line, col, fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+/* Refuse the file at the member key of in (or item idx; in NULL: the document), which may be
+ * true, false or null: jansson shares those, so they are found by their place. */
+static int bad_in(struct rd *r, const json_t *in, const char *key, size_t idx, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+static int bad_in(struct rd *r, const json_t *in, const char *key, size_t idx, const char *fmt, ...)
+{
+    unsigned line = 1, col = 1;
+    va_list ap;
+    int rc;
+
+    (void)cli_json_pos_in(&r->pos, in, key, idx, &line, &col);
+    va_start(ap, fmt);
+    rc = vbad(r, line, col, fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
 /* Refuse any key of obj not in the NULL-terminated list allowed. */
-static int known_keys(struct rd *r, const struct cli_jv *obj, const char *where,
+static int known_keys(struct rd *r, const json_t *obj, const char *where,
                       const char *const *allowed)
 {
-    for (size_t i = 0; i < obj->n; i++) {
+    const char *key;
+    json_t *v;
+
+    json_object_foreach((json_t *)obj, key, v)
+    {
         const char *const *a = allowed;
 
-        while (*a && strcmp(*a, obj->keys[i]) != 0)
+        while (*a && strcmp(*a, key) != 0)
             a++;
         if (!*a)
-            return bad(r, obj->items[i], "%s: unknown key \"%.60s\"", where, obj->keys[i]);
+            return bad_in(r, obj, key, 0, "%s: unknown key \"%.60s\"", where, key);
     }
     return 0;
 }
 
-static int want_type(struct rd *r, const struct cli_jv *v, enum cli_jv_type t, const char *where)
+static const char *article(const char *type_name)
 {
-    if (v->type != t)
-        return bad(r, v, "%s must be %s %s, not %s %s", where,
-                   t == CLI_JV_ARR || t == CLI_JV_OBJ ? "an" : "a", cli_jv_type_name(t),
-                   v->type == CLI_JV_ARR || v->type == CLI_JV_OBJ ? "an" : "a",
-                   cli_jv_type_name(v->type));
+    return type_name[0] == 'a' || type_name[0] == 'o' ? "an" : "a";
+}
+
+/* The member key of in (or item idx; in NULL: the document) must be of the type
+ * cli_json_type_name calls want. */
+static int want_type(struct rd *r, const json_t *in, const char *key, size_t idx, const char *want,
+                     const char *where)
+{
+    const json_t *v = !in ? r->doc : key ? json_object_get(in, key) : json_array_get(in, idx);
+    const char *got = cli_json_type_name(v);
+
+    if (strcmp(got, want) != 0)
+        return bad_in(r, in, key, idx, "%s must be %s %s, not %s %s", where, article(want), want,
+                      article(got), got);
     return 0;
 }
 
 /* A string member: required, or absent (*out = dflt). The copy is malloc'd. */
-static int get_str(struct rd *r, const struct cli_jv *obj, const char *key, const char *where,
+static int get_str(struct rd *r, const json_t *obj, const char *key, const char *where,
                    const char *dflt, char **out)
 {
-    const struct cli_jv *v = cli_jv_get(obj, key);
+    const json_t *v = json_object_get(obj, key);
     char what[96];
     int rc;
 
@@ -186,19 +219,19 @@ static int get_str(struct rd *r, const struct cli_jv *obj, const char *key, cons
         *out = strdup(dflt);
         return *out ? 0 : -ENOMEM;
     }
-    rc = want_type(r, v, CLI_JV_STR, what);
+    rc = want_type(r, obj, key, 0, "string", what);
     if (rc < 0)
         return rc;
-    if (strlen(v->s) != v->len)
+    if (strlen(json_string_value(v)) != json_string_length(v))
         return bad(r, v, "%s cannot contain \\u0000", what);
-    *out = strdup(v->s);
+    *out = strdup(json_string_value(v));
     return *out ? 0 : -ENOMEM;
 }
 
-static int get_bool(struct rd *r, const struct cli_jv *obj, const char *key, const char *where,
-                    bool dflt, protobuf_c_boolean *out)
+static int get_bool(struct rd *r, const json_t *obj, const char *key, const char *where, bool dflt,
+                    protobuf_c_boolean *out)
 {
-    const struct cli_jv *v = cli_jv_get(obj, key);
+    const json_t *v = json_object_get(obj, key);
     char what[96];
     int rc;
 
@@ -207,34 +240,45 @@ static int get_bool(struct rd *r, const struct cli_jv *obj, const char *key, con
         *out = dflt;
         return 0;
     }
-    rc = want_type(r, v, CLI_JV_BOOL, what);
+    rc = want_type(r, obj, key, 0, "boolean", what);
     if (rc == 0)
-        *out = v->b;
+        *out = json_is_true(v);
     return rc;
 }
 
+/* A non-negative integer up to max. Returns 0 or -EINVAL (not such a number). */
+static int uint_of(const json_t *v, uint64_t max, uint64_t *out)
+{
+    json_int_t x = json_integer_value(v);
+
+    if (!json_is_integer(v) || x < 0 || (uint64_t)x > max)
+        return -EINVAL;
+    *out = (uint64_t)x;
+    return 0;
+}
+
 /* An integer member from 1 to max; *has says whether it was there. */
-static int get_uint(struct rd *r, const struct cli_jv *obj, const char *key, const char *where,
+static int get_uint(struct rd *r, const json_t *obj, const char *key, const char *where,
                     uint64_t max, bool *has, uint32_t *out)
 {
-    const struct cli_jv *v = cli_jv_get(obj, key);
+    const json_t *v = json_object_get(obj, key);
     uint64_t x;
 
     *has = v != NULL;
     if (!v)
         return 0;
-    if (cli_jv_uint(v, max, &x) < 0 || x < 1)
-        return bad(r, v, "%s.%s must be an integer from 1 to %llu", where, key,
-                   (unsigned long long)max);
+    if (uint_of(v, max, &x) < 0 || x < 1)
+        return bad_in(r, obj, key, 0, "%s.%s must be an integer from 1 to %llu", where, key,
+                      (unsigned long long)max);
     *out = (uint32_t)x;
     return 0;
 }
 
 /* One of the words names[0..n) (values[i] for names[i]); absent: dflt. */
-static int get_enum(struct rd *r, const struct cli_jv *obj, const char *key, const char *where,
+static int get_enum(struct rd *r, const json_t *obj, const char *key, const char *where,
                     const char *const *names, const int *values, size_t n, int dflt, int *out)
 {
-    const struct cli_jv *v = cli_jv_get(obj, key);
+    const json_t *v = json_object_get(obj, key);
     char what[96];
     int rc;
 
@@ -243,16 +287,16 @@ static int get_enum(struct rd *r, const struct cli_jv *obj, const char *key, con
         *out = dflt;
         return 0;
     }
-    rc = want_type(r, v, CLI_JV_STR, what);
+    rc = want_type(r, obj, key, 0, "string", what);
     if (rc < 0)
         return rc;
     for (size_t i = 0; i < n; i++) {
-        if (strcmp(v->s, names[i]) == 0) {
+        if (strcmp(json_string_value(v), names[i]) == 0) {
             *out = values[i];
             return 0;
         }
     }
-    return bad(r, v, "%s: \"%.40s\" is not one of %s%s%s%s%s", what, v->s, names[0],
+    return bad(r, v, "%s: \"%.40s\" is not one of %s%s%s%s%s", what, json_string_value(v), names[0],
                n > 1 ? ", " : "", n > 1 ? names[1] : "", n > 2 ? ", " : "", n > 2 ? names[2] : "");
 }
 
@@ -266,41 +310,140 @@ static bool all_digits(const char *s)
     return true;
 }
 
+static uint32_t hex4(const char *p)
+{
+    uint32_t v = 0;
+
+    for (int i = 0; i < 4; i++) {
+        char c = p[i];
+
+        v = v << 4 | (uint32_t)(c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10);
+    }
+    return v;
+}
+
+/* The string whose text starts at p (its opening quote, in a text jansson accepted) as
+ * version 1 of `fgexctl export` meant it: each \u0080..\u00ff escape is the one byte it names
+ * (that writer wrote every byte outside valid UTF-8 so), every other escape and character is
+ * what it is in JSON. *out is malloc'd and NUL-terminated; *differs says whether any escape
+ * was read as a byte. Returns 0 or -ENOMEM. */
+static int legacy_string(const char *p, const char *end, char **out, size_t *outlen, bool *differs)
+{
+    const char *q = p + 1;
+    char *o, *b;
+
+    /* Decoded, it is no longer than its text. */
+    while (q < end && *q != '"')
+        q += *q == '\\' ? 2 : 1;
+    o = b = malloc((size_t)(q - p) + 1);
+    if (!o)
+        return -ENOMEM;
+    *differs = false;
+    for (p++; p < end && *p != '"'; p++) {
+        uint32_t cp;
+
+        if (*p != '\\') {
+            *o++ = *p;
+            continue;
+        }
+        p++;
+        switch (*p) {
+        case 'b':
+            *o++ = '\b';
+            continue;
+        case 'f':
+            *o++ = '\f';
+            continue;
+        case 'n':
+            *o++ = '\n';
+            continue;
+        case 'r':
+            *o++ = '\r';
+            continue;
+        case 't':
+            *o++ = '\t';
+            continue;
+        case 'u':
+            break;
+        default: /* " \ / */
+            *o++ = *p;
+            continue;
+        }
+        cp = hex4(p + 1);
+        p += 4;
+        if (cp >= 0xd800 && cp <= 0xdbff) { /* jansson checked the low half follows */
+            cp = 0x10000 + ((cp - 0xd800) << 10) + (hex4(p + 3) - 0xdc00);
+            p += 6;
+        }
+        if (cp >= 0x80 && cp <= 0xff) {
+            *o++ = (char)cp;
+            *differs = true;
+        } else if (cp < 0x80) {
+            *o++ = (char)cp;
+        } else if (cp < 0x800) {
+            *o++ = (char)(0xc0 | cp >> 6);
+            *o++ = (char)(0x80 | (cp & 0x3f));
+        } else if (cp < 0x10000) {
+            *o++ = (char)(0xe0 | cp >> 12);
+            *o++ = (char)(0x80 | (cp >> 6 & 0x3f));
+            *o++ = (char)(0x80 | (cp & 0x3f));
+        } else {
+            *o++ = (char)(0xf0 | cp >> 18);
+            *o++ = (char)(0x80 | (cp >> 12 & 0x3f));
+            *o++ = (char)(0x80 | (cp >> 6 & 0x3f));
+            *o++ = (char)(0x80 | (cp & 0x3f));
+        }
+    }
+    *o = '\0';
+    *out = b;
+    *outlen = (size_t)(o - b);
+    return 0;
+}
+
 /* A filter's regex: "regex" (a string, which a version-1 file may have written with bytes as
  * \u00XX) or "regex_b64" (its bytes in base64), exactly one of them. *out is malloc'd. */
-static int get_regex(struct rd *r, const struct cli_jv *fv, const char *where, char **out)
+static int get_regex(struct rd *r, const json_t *fv, const char *where, char **out)
 {
-    const struct cli_jv *sv = cli_jv_get(fv, "regex"), *bv = cli_jv_get(fv, "regex_b64");
-    const char *bytes;
+    const json_t *sv = json_object_get(fv, "regex"), *bv = json_object_get(fv, "regex_b64");
     char what[96];
-    size_t n;
+    size_t n, off;
     int rc;
 
     if (sv && bv)
-        return bad(r, bv,
-                   "%s has both \"regex\" and \"regex_b64\": give one (\"regex\" for a regex "
-                   "that is valid UTF-8, \"regex_b64\" for its bytes in base64)",
-                   where);
+        return bad_in(r, fv, "regex_b64", 0,
+                      "%s has both \"regex\" and \"regex_b64\": give one (\"regex\" for a regex "
+                      "that is valid UTF-8, \"regex_b64\" for its bytes in base64)",
+                      where);
     if (!sv && !bv)
         return bad(r, fv, "%s: \"regex\" is missing", where);
     (void)snprintf(what, sizeof(what), "%s.%s", where, sv ? "regex" : "regex_b64");
-    rc = want_type(r, sv ? sv : bv, CLI_JV_STR, what);
+    rc = want_type(r, fv, sv ? "regex" : "regex_b64", 0, "string", what);
     if (rc < 0)
         return rc;
     if (sv) {
-        bool legacy = r->version == 1 && sv->legacy;
+        bool differs = false;
 
-        bytes = legacy ? sv->legacy : sv->s;
-        n = legacy ? sv->legacy_len : sv->len;
-        if (memchr(bytes, '\0', n))
+        n = json_string_length(sv);
+        if (r->version == 1 && cli_json_pos_of(&r->pos, sv, &off, NULL, NULL) == 0) {
+            rc = legacy_string(r->pos.text + off, r->pos.text + r->pos.len, out, &n, &differs);
+            if (rc < 0)
+                return rc;
+            if (!differs) {
+                free(*out);
+                *out = NULL;
+            }
+        }
+        if (!differs && !(*out = strndup(json_string_value(sv), n)))
+            return -ENOMEM;
+        if (strlen(*out) != n)
             return bad(r, sv, "%s cannot contain \\u0000", what);
-        *out = strndup(bytes, n);
-        return *out ? 0 : -ENOMEM;
+        return 0;
     }
-    *out = malloc(bv->len / 4 * 3 + 1);
+    n = json_string_length(bv);
+    *out = malloc(n / 4 * 3 + 1);
     if (!*out)
         return -ENOMEM;
-    if (cli_b64_decode(bv->s, bv->len, (unsigned char *)*out, &n) < 0)
+    if (cli_b64_decode(json_string_value(bv), n, (unsigned char *)*out, &n) < 0)
         return bad(r, bv, "%s is not base64 (RFC 4648: A-Z a-z 0-9 + /, padded with '=')", what);
     (*out)[n] = '\0';
     if (memchr(*out, '\0', n))
@@ -308,9 +451,11 @@ static int get_regex(struct rd *r, const struct cli_jv *fv, const char *where, c
     return 0;
 }
 
-static int read_filter(struct rd *r, const struct cli_jv *fv, uint32_t service_id,
+/* Filter idx of the array fs. */
+static int read_filter(struct rd *r, const json_t *fs, size_t idx, uint32_t service_id,
                        const char *where, bool *has_id)
 {
+    const json_t *fv = json_array_get(fs, idx);
     static const char *const keys[] = {"id", "regex", "regex_b64", "dir", "nocase", "active", NULL};
     static const char *const dirs[] = {"both", "c2s", "s2c"};
     static const int dirv[] = {FGX__CTL__DIR__DIR_BOTH, FGX__CTL__DIR__DIR_C2S,
@@ -319,7 +464,7 @@ static int read_filter(struct rd *r, const struct cli_jv *fv, uint32_t service_i
     Fgx__Ctl__Filter *fl;
     int rc, dir = 0;
 
-    rc = want_type(r, fv, CLI_JV_OBJ, where);
+    rc = want_type(r, fs, NULL, idx, "object", where);
     if (rc == 0)
         rc = known_keys(r, fv, where, keys);
     if (rc < 0)
@@ -334,9 +479,9 @@ static int read_filter(struct rd *r, const struct cli_jv *fv, uint32_t service_i
     if (rc == 0)
         rc = get_regex(r, fv, where, &fl->regex);
     if (rc == 0 && fl->regex[0] == '\0') {
-        const struct cli_jv *sv = cli_jv_get(fv, "regex");
+        const json_t *sv = json_object_get(fv, "regex");
 
-        rc = bad(r, sv ? sv : cli_jv_get(fv, "regex_b64"), "%s.%s is empty", where,
+        rc = bad(r, sv ? sv : json_object_get(fv, "regex_b64"), "%s.%s is empty", where,
                  sv ? "regex" : "regex_b64");
     }
     if (rc == 0)
@@ -366,9 +511,11 @@ static int grow(void ***arr, size_t *cap, size_t need)
     return 0;
 }
 
-static int read_service(struct rd *r, const struct cli_jv *sv, size_t idx, bool *svc_has_id,
+/* Service idx of the array svcs. */
+static int read_service(struct rd *r, const json_t *svcs, size_t idx, bool *svc_has_id,
                         bool *flt_has_id)
 {
+    const json_t *sv = json_array_get(svcs, idx);
     static const char *const keys[] = {"id",        "name",    "proto",  "ip",
                                        "port",      "layer",   "active", "fail_open",
                                        "midstream", "filters", NULL};
@@ -380,14 +527,14 @@ static int read_service(struct rd *r, const struct cli_jv *sv, size_t idx, bool 
     static const int midv[] = {FGX__CTL__MIDSTREAM__MIDSTREAM_RESET,
                                FGX__CTL__MIDSTREAM__MIDSTREAM_SCAN};
     Fgx__Ctl__Config *cfg = r->cfg;
-    const struct cli_jv *fs;
+    const json_t *fs;
     Fgx__Ctl__Service *s;
     char where[48];
     bool has_port;
     int rc, e = 0;
 
     (void)snprintf(where, sizeof(where), "services[%zu]", idx);
-    rc = want_type(r, sv, CLI_JV_OBJ, where);
+    rc = want_type(r, svcs, NULL, idx, "object", where);
     if (rc == 0)
         rc = known_keys(r, sv, where, keys);
     if (rc < 0)
@@ -401,12 +548,12 @@ static int read_service(struct rd *r, const struct cli_jv *sv, size_t idx, bool 
     if (rc == 0)
         rc = get_str(r, sv, "name", where, NULL, &s->name);
     if (rc == 0 && all_digits(s->name))
-        rc = bad(r, cli_jv_get(sv, "name"),
+        rc = bad(r, json_object_get(sv, "name"),
                  "%s.name \"%.40s\" is a number, which would be read as a service id", where,
                  s->name);
     if (rc == 0 && s->name[0] == '\0')
-        rc = bad(r, cli_jv_get(sv, "name"), "%s.name is empty", where);
-    if (rc == 0 && !cli_jv_get(sv, "proto"))
+        rc = bad(r, json_object_get(sv, "name"), "%s.name is empty", where);
+    if (rc == 0 && !json_object_get(sv, "proto"))
         rc = bad(r, sv, "%s: \"proto\" is missing", where);
     if (rc == 0)
         rc = get_enum(r, sv, "proto", where, protos, protov, 2, 0, &e);
@@ -414,7 +561,7 @@ static int read_service(struct rd *r, const struct cli_jv *sv, size_t idx, bool 
     if (rc == 0)
         rc = get_str(r, sv, "ip", where, "", &s->ip);
     if (rc == 0 && s->ip[0] != '\0' && !cli_args_ip_valid(s->ip))
-        rc = bad(r, cli_jv_get(sv, "ip"),
+        rc = bad(r, json_object_get(sv, "ip"),
                  "%s.ip \"%.60s\" is not an IPv4 or IPv6 address or prefix", where, s->ip);
     if (rc == 0)
         rc = get_uint(r, sv, "port", where, 65535, &has_port, &s->port);
@@ -436,25 +583,24 @@ static int read_service(struct rd *r, const struct cli_jv *sv, size_t idx, bool 
     s->midstream = (Fgx__Ctl__Midstream)e;
     if (rc < 0)
         return rc;
-    fs = cli_jv_get(sv, "filters");
+    fs = json_object_get(sv, "filters");
     if (!fs)
         return 0;
     (void)snprintf(where, sizeof(where), "services[%zu].filters", idx);
-    rc = want_type(r, fs, CLI_JV_ARR, where);
+    rc = want_type(r, sv, "filters", 0, "array", where);
     if (rc == 0)
-        rc = grow((void ***)&cfg->filters, &r->cap_filters, cfg->n_filters + fs->n);
-    for (size_t k = 0; rc == 0 && k < fs->n; k++) {
+        rc = grow((void ***)&cfg->filters, &r->cap_filters, cfg->n_filters + json_array_size(fs));
+    for (size_t k = 0; rc == 0 && k < json_array_size(fs); k++) {
         char fwhere[64];
 
         (void)snprintf(fwhere, sizeof(fwhere), "services[%zu].filters[%zu]", idx, k);
-        rc = read_filter(r, fs->items[k], s->id, fwhere, &flt_has_id[cfg->n_filters]);
+        rc = read_filter(r, fs, k, s->id, fwhere, &flt_has_id[cfg->n_filters]);
     }
     return rc;
 }
 
 /* Ids left out get the next free number; a repeated id is an error. */
-static int assign_ids(struct rd *r, const struct cli_jv *svcs, const bool *svc_has,
-                      const bool *flt_has)
+static int assign_ids(struct rd *r, const json_t *svcs, const bool *svc_has, const bool *flt_has)
 {
     Fgx__Ctl__Config *cfg = r->cfg;
     uint32_t next = 0;
@@ -465,22 +611,22 @@ static int assign_ids(struct rd *r, const struct cli_jv *svcs, const bool *svc_h
             next = cfg->services[i]->id;
         for (size_t j = 0; j < i; j++) {
             if (svc_has[i] && svc_has[j] && cfg->services[i]->id == cfg->services[j]->id)
-                return bad(r, cli_jv_get(svcs->items[i], "id"),
+                return bad(r, json_object_get(json_array_get(svcs, i), "id"),
                            "services[%zu].id %u is also the id of services[%zu]", i,
                            cfg->services[i]->id, j);
             if (strcmp(cfg->services[i]->name, cfg->services[j]->name) == 0)
-                return bad(r, cli_jv_get(svcs->items[i], "name"),
+                return bad(r, json_object_get(json_array_get(svcs, i), "name"),
                            "services[%zu].name \"%.40s\" is also the name of services[%zu]", i,
                            cfg->services[i]->name, j);
         }
     }
     for (size_t i = 0; i < cfg->n_services; i++) {
-        const struct cli_jv *fs = cli_jv_get(svcs->items[i], "filters");
-        size_t nf = fs ? fs->n : 0;
+        const json_t *fs = json_object_get(json_array_get(svcs, i), "filters");
+        size_t nf = fs ? json_array_size(fs) : 0;
 
         if (!svc_has[i]) {
             if (next == UINT32_MAX)
-                return bad(r, svcs->items[i], "services[%zu]: no id left to give it", i);
+                return bad(r, json_array_get(svcs, i), "services[%zu]: no id left to give it", i);
             cfg->services[i]->id = ++next;
         }
         for (size_t f = 0; f < nf; f++)
@@ -497,12 +643,12 @@ static int assign_ids(struct rd *r, const struct cli_jv *svcs, const bool *svc_h
                 /* Find the filter's position in the file for the message. */
                 size_t si = 0, off = i;
 
-                for (; si < svcs->n; si++) {
-                    const struct cli_jv *fs = cli_jv_get(svcs->items[si], "filters");
-                    size_t nf = fs ? fs->n : 0;
+                for (; si < json_array_size(svcs); si++) {
+                    const json_t *fs = json_object_get(json_array_get(svcs, si), "filters");
+                    size_t nf = fs ? json_array_size(fs) : 0;
 
                     if (off < nf)
-                        return bad(r, cli_jv_get(fs->items[off], "id"),
+                        return bad(r, json_object_get(json_array_get(fs, off), "id"),
                                    "services[%zu].filters[%zu].id %u is used twice", si, off,
                                    cfg->filters[i]->id);
                     off -= nf;
@@ -523,78 +669,83 @@ int cli_config_read(const char *text, size_t len, Fgx__Ctl__Config **out, char *
     static const char *const keys[] = {"format", "version", "settings", "services", NULL};
     static const char *const skeys[] = {"auth_enabled", NULL};
     struct rd r = {.err = err, .errlen = errlen};
-    struct cli_jv *doc = NULL;
-    const struct cli_jv *v, *svcs;
-    struct cli_jerr jerr;
+    json_t *doc = NULL;
+    const json_t *v, *svcs;
     bool *svc_has = NULL, *flt_has = NULL;
     size_t nflt = 0;
     uint64_t ver = 0;
     int rc;
 
-    rc = cli_jsonparse(text, len, &doc, &jerr);
-    if (rc == -EINVAL)
-        (void)snprintf(err, errlen, "line %u, column %u: %s", jerr.line, jerr.col, jerr.msg);
+    rc = cli_json_load(text, len, &doc, err, errlen);
     if (rc < 0)
         return rc;
+    rc = cli_json_pos_init(&r.pos, text, len, doc);
+    if (rc < 0) {
+        json_decref(doc);
+        return rc;
+    }
     r.cfg = malloc(sizeof(*r.cfg));
     if (!r.cfg) {
         rc = -ENOMEM;
         goto out;
     }
     fgx__ctl__config__init(r.cfg);
-    rc = want_type(&r, doc, CLI_JV_OBJ, "the document");
+    r.doc = doc;
+    rc = want_type(&r, NULL, NULL, 0, "object", "the document");
     if (rc == 0)
         rc = known_keys(&r, doc, "the document", keys);
     if (rc < 0)
         goto out;
-    v = cli_jv_get(doc, "format");
-    if (v && (v->type != CLI_JV_STR || strcmp(v->s, CLI_CONFIG_FORMAT) != 0)) {
-        rc = bad(&r, v,
-                 "\"format\" must be \"" CLI_CONFIG_FORMAT "\": this is not an fgex "
-                 "configuration");
+    v = json_object_get(doc, "format");
+    if (v && (!json_is_string(v) || strcmp(json_string_value(v), CLI_CONFIG_FORMAT) != 0)) {
+        rc = bad_in(&r, doc, "format", 0,
+                    "\"format\" must be \"" CLI_CONFIG_FORMAT "\": this is not an fgex "
+                    "configuration");
         goto out;
     }
-    v = cli_jv_get(doc, "version");
-    if (v && (cli_jv_uint(v, UINT32_MAX, &ver) < 0 || ver < 1 || ver > CLI_CONFIG_VERSION)) {
-        rc = bad(&r, v, "\"version\" must be 1 to %d (this fgexctl reads no other)",
-                 CLI_CONFIG_VERSION);
+    v = json_object_get(doc, "version");
+    if (v && (uint_of(v, UINT32_MAX, &ver) < 0 || ver < 1 || ver > CLI_CONFIG_VERSION)) {
+        rc =
+            bad_in(&r, doc, "version", 0,
+                   "\"version\" must be 1 to %d (this fgexctl reads no other)", CLI_CONFIG_VERSION);
         goto out;
     }
     r.version = v ? ver : CLI_CONFIG_VERSION;
-    v = cli_jv_get(doc, "settings");
+    v = json_object_get(doc, "settings");
     if (v) {
-        rc = want_type(&r, v, CLI_JV_OBJ, "settings");
+        rc = want_type(&r, doc, "settings", 0, "object", "settings");
         if (rc == 0)
             rc = known_keys(&r, v, "settings", skeys);
-        if (rc == 0 && cli_jv_get(v, "auth_enabled")) {
+        if (rc == 0 && json_object_get(v, "auth_enabled")) {
             r.cfg->has_auth_enabled = 1;
             rc = get_bool(&r, v, "auth_enabled", "settings", true, &r.cfg->auth_enabled);
         }
         if (rc < 0)
             goto out;
     }
-    svcs = cli_jv_get(doc, "services");
+    svcs = json_object_get(doc, "services");
     if (!svcs) {
         rc = bad(&r, doc, "\"services\" is missing (an empty configuration is \"services\": [])");
         goto out;
     }
-    rc = want_type(&r, svcs, CLI_JV_ARR, "services");
+    rc = want_type(&r, doc, "services", 0, "array", "services");
     if (rc < 0)
         goto out;
-    for (size_t i = 0; i < svcs->n; i++) {
-        const struct cli_jv *fs = cli_jv_get(svcs->items[i], "filters");
+    for (size_t i = 0; i < json_array_size(svcs); i++) {
+        const json_t *fs = json_object_get(json_array_get(svcs, i), "filters");
 
-        if (fs && fs->type == CLI_JV_ARR)
-            nflt += fs->n;
+        if (fs && json_is_array(fs))
+            nflt += json_array_size(fs);
     }
-    svc_has = calloc(svcs->n + 1, sizeof(*svc_has));
+    svc_has = calloc(json_array_size(svcs) + 1, sizeof(*svc_has));
     flt_has = calloc(nflt + 1, sizeof(*flt_has));
-    if (!svc_has || !flt_has || grow((void ***)&r.cfg->services, &r.cap_services, svcs->n) < 0) {
+    if (!svc_has || !flt_has ||
+        grow((void ***)&r.cfg->services, &r.cap_services, json_array_size(svcs)) < 0) {
         rc = -ENOMEM;
         goto out;
     }
-    for (size_t i = 0; i < svcs->n && rc == 0; i++)
-        rc = read_service(&r, svcs->items[i], i, &svc_has[i], flt_has);
+    for (size_t i = 0; i < json_array_size(svcs) && rc == 0; i++)
+        rc = read_service(&r, svcs, i, &svc_has[i], flt_has);
     if (rc == 0)
         rc = assign_ids(&r, svcs, svc_has, flt_has);
 out:
@@ -606,6 +757,7 @@ out:
         *out = r.cfg;
     free(svc_has);
     free(flt_has);
-    cli_jv_free(doc);
+    cli_json_pos_release(&r.pos);
+    json_decref(doc);
     return rc;
 }

@@ -1,6 +1,8 @@
-/* fgexctl output stage: what controld replied, printed. Humans get aligned tables and
- * key/value blocks with every string escaped for the terminal; `--json` gets one document
- * whose shape is fixed per command (docs/fgexctl.md), for scripts. */
+/* fgexctl output stage: what controld replied, printed by the command's own renderers (its
+ * family's cmd_<family>.c). Humans get aligned tables and key/value blocks with every string
+ * escaped for the terminal; `--json` gets one document whose shape is fixed per command
+ * (docs/fgexctl.md), for scripts. What the renderers share is here: names of enumerations,
+ * escaping, tables, key/value lines, the filter shape, errors and warnings. */
 #include "cli_fmt.h"
 
 #include <arpa/inet.h>
@@ -14,28 +16,29 @@
 
 #include "cli_args.h"
 #include "cli_json.h"
+#include "cmd.h"
 
 /* ---- small conversions ------------------------------------------------------------------- */
 
-static const char *proto_name(Fgx__Ctl__Proto p)
+const char *cli_fmt_proto_name(Fgx__Ctl__Proto p)
 {
     return p == FGX__CTL__PROTO__PROTO_UDP ? "udp" : "tcp";
 }
 
-static const char *layer_name(Fgx__Ctl__Layer l)
+const char *cli_fmt_layer_name(Fgx__Ctl__Layer l)
 {
     return l == FGX__CTL__LAYER__LAYER_PROXY ? "proxy" : "nfqueue";
 }
 
 /* Absent (an older controld): that controld knew no other policy than scanning on. */
-static const char *midstream_name(const Fgx__Ctl__Service *s)
+const char *cli_fmt_midstream_name(const Fgx__Ctl__Service *s)
 {
     if (!s->has_midstream)
         return "scan";
     return s->midstream == FGX__CTL__MIDSTREAM__MIDSTREAM_SCAN ? "scan" : "reset";
 }
 
-static const char *dir_name(Fgx__Ctl__Dir d)
+const char *cli_fmt_dir_name(Fgx__Ctl__Dir d)
 {
     switch (d) {
     case FGX__CTL__DIR__DIR_C2S:
@@ -70,7 +73,7 @@ const char *cli_fmt_paint(enum cli_color c)
     return use_color ? codes[c] : "";
 }
 
-static const char *yesno(bool b)
+const char *cli_fmt_yesno(bool b)
 {
     return b ? "yes" : "no";
 }
@@ -178,7 +181,7 @@ void cli_fmt_time(uint64_t ns, bool utc, char *buf, size_t len)
 }
 
 /* len bytes escaped as cli_fmt_escape() does, NUL included; malloc'd, owned by the caller. */
-static char *escape_bytes_dup(const uint8_t *p, size_t len)
+char *cli_fmt_escape_bytes_dup(const uint8_t *p, size_t len)
 {
     static const char hex[] = "0123456789abcdef";
     char *buf = malloc(len * 4 + 1), *o = buf;
@@ -200,7 +203,7 @@ static char *escape_bytes_dup(const uint8_t *p, size_t len)
 }
 
 /* "10.0.0.1:80", or "[fd00::1]:80" so the port stays readable after an IPv6 address. */
-static void addr_port(const char *ip, uint32_t port, char *buf, size_t len)
+void cli_fmt_addr_port(const char *ip, uint32_t port, char *buf, size_t len)
 {
     char esc[INET6_ADDRSTRLEN * 4 + 1];
 
@@ -288,29 +291,16 @@ void cli_fmt_error_at(FILE *f, const Fgx__Ctl__Reply *rep, const char *url)
 
 /* ---- tables ------------------------------------------------------------------------------ */
 
-#define TABLE_MAX_COLS 12
-
-struct table {
-    size_t ncols;
-    const char *const *heads;
-    unsigned right;     /* bit i: column i is right-aligned (numbers) */
-    const size_t *minw; /* NULL, or a width per column that rows printed later can share */
-    bool headless;      /* rows only: a later batch of a table already printed */
-    char **cells;       /* row-major, malloc'd */
-    size_t n, cap;
-    bool oom;
-};
-
-static void table_init(struct table *t, const char *const *heads, size_t ncols, unsigned right)
+void cli_fmt_table_init(struct cli_table *t, const char *const *heads, size_t ncols, unsigned right)
 {
     memset(t, 0, sizeof(*t));
     t->heads = heads;
-    t->ncols = ncols < TABLE_MAX_COLS ? ncols : TABLE_MAX_COLS;
+    t->ncols = ncols < CLI_TABLE_MAX_COLS ? ncols : CLI_TABLE_MAX_COLS;
     t->right = right;
 }
 
 /* Takes ownership of cell (NULL records the failure). */
-static void table_push(struct table *t, char *cell)
+void cli_fmt_table_push(struct cli_table *t, char *cell)
 {
     if (!cell || t->oom) {
         t->oom = true;
@@ -331,9 +321,10 @@ static void table_push(struct table *t, char *cell)
     t->cells[t->n++] = cell;
 }
 
-static void table_addf(struct table *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void cli_fmt_table_addf(struct cli_table *t, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 
-static void table_addf(struct table *t, const char *fmt, ...)
+void cli_fmt_table_addf(struct cli_table *t, const char *fmt, ...)
 {
     va_list ap;
     char *cell = NULL;
@@ -342,17 +333,17 @@ static void table_addf(struct table *t, const char *fmt, ...)
     if (vasprintf(&cell, fmt, ap) == -1)
         cell = NULL;
     va_end(ap);
-    table_push(t, cell);
+    cli_fmt_table_push(t, cell);
 }
 
-static void table_add_str(struct table *t, const char *s)
+void cli_fmt_table_add_str(struct cli_table *t, const char *s)
 {
-    table_push(t, escape_dup(s));
+    cli_fmt_table_push(t, escape_dup(s));
 }
 
-static int table_print(FILE *f, struct table *t)
+int cli_fmt_table_print(FILE *f, struct cli_table *t)
 {
-    size_t w[TABLE_MAX_COLS] = {0};
+    size_t w[CLI_TABLE_MAX_COLS] = {0};
 
     if (t->oom)
         return -ENOMEM;
@@ -384,7 +375,7 @@ static int table_print(FILE *f, struct table *t)
     return 0;
 }
 
-static void table_release(struct table *t)
+void cli_fmt_table_release(struct cli_table *t)
 {
     for (size_t i = 0; i < t->n; i++)
         free(t->cells[i]);
@@ -395,349 +386,75 @@ static void table_release(struct table *t)
 
 /* ---- human output ------------------------------------------------------------------------ */
 
-static void kv(FILE *f, const char *key, const char *val)
+void cli_fmt_kv(FILE *f, const char *key, const char *val)
 {
     (void)fprintf(f, "%-11s%s\n", key, val);
 }
 
-static void kv_u64(FILE *f, const char *key, uint64_t v)
+void cli_fmt_kv_u64(FILE *f, const char *key, uint64_t v)
 {
     (void)fprintf(f, "%-11s%" PRIu64 "\n", key, v);
 }
 
-static void kv_str(FILE *f, const char *key, const char *s)
+void cli_fmt_kv_str(FILE *f, const char *key, const char *s)
 {
     char buf[1024];
 
     cli_fmt_escape(s, buf, sizeof(buf));
-    kv(f, key, buf);
+    cli_fmt_kv(f, key, buf);
 }
 
-static const char *ip_text(const char *ip)
+const char *cli_fmt_ip_text(const char *ip)
 {
     return (ip && *ip) ? ip : "any";
 }
 
-static void human_service(FILE *f, const Fgx__Ctl__Service *s)
-{
-    kv_u64(f, "id:", s->id);
-    kv_str(f, "name:", s->name);
-    kv(f, "proto:", proto_name(s->proto));
-    kv_str(f, "ip:", ip_text(s->ip));
-    kv_u64(f, "port:", s->port);
-    kv(f, "layer:", layer_name(s->layer));
-    /* The value ends the line, so colour codes cannot shift the alignment. */
-    (void)fprintf(f, "%-11s%s%s%s\n",
-                  "status:", cli_fmt_paint(s->active ? CLI_COLOR_OK : CLI_COLOR_WARN),
-                  s->active ? "active" : "stopped", cli_fmt_paint(CLI_COLOR_OFF));
-    kv(f, "fail-open:", yesno(s->fail_open));
-    kv(f, "midstream:", midstream_name(s));
-    kv_u64(f, "filters:", s->filters);
-    kv_u64(f, "blocked:", s->blocked);
-}
-
-static void human_filter(FILE *f, const Fgx__Ctl__Filter *fl)
-{
-    kv_u64(f, "id:", fl->id);
-    kv_u64(f, "service:", fl->service_id);
-    kv_str(f, "regex:", fl->regex);
-    kv(f, "dir:", dir_name(fl->dir));
-    kv(f, "nocase:", yesno(fl->nocase));
-    kv(f, "active:", yesno(fl->active));
-    kv_u64(f, "blocked:", fl->blocked);
-}
-
-static int human_service_table(FILE *f, const Fgx__Ctl__Reply *rep)
-{
-    static const char *const heads[] = {"ID",        "NAME",    "PROTO",  "IP",
-                                        "PORT",      "LAYER",   "STATUS", "FAIL-OPEN",
-                                        "MIDSTREAM", "FILTERS", "BLOCKED"};
-    struct table t;
-    int rc;
-
-    if (rep->n_services == 0) {
-        (void)fputs("no services (add one with 'fgexctl service add')\n", f);
-        return 0;
-    }
-    table_init(&t, heads, 11, 1u << 0 | 1u << 4 | 1u << 9 | 1u << 10);
-    for (size_t i = 0; i < rep->n_services; i++) {
-        const Fgx__Ctl__Service *s = rep->services[i];
-
-        table_addf(&t, "%" PRIu32, s->id);
-        table_add_str(&t, s->name);
-        table_addf(&t, "%s", proto_name(s->proto));
-        table_add_str(&t, ip_text(s->ip));
-        table_addf(&t, "%" PRIu32, s->port);
-        table_addf(&t, "%s", layer_name(s->layer));
-        table_addf(&t, "%s", s->active ? "active" : "stopped");
-        table_addf(&t, "%s", yesno(s->fail_open));
-        table_addf(&t, "%s", midstream_name(s));
-        table_addf(&t, "%" PRIu32, s->filters);
-        table_addf(&t, "%" PRIu64, s->blocked);
-    }
-    rc = table_print(f, &t);
-    table_release(&t);
-    return rc;
-}
-
-static int human_filter_table(FILE *f, const Fgx__Ctl__Reply *rep)
+int cli_fmt_filter_table(FILE *f, const Fgx__Ctl__Reply *rep)
 {
     static const char *const heads[] = {"ID", "DIR", "NOCASE", "ACTIVE", "BLOCKED", "REGEX"};
-    struct table t;
+    struct cli_table t;
     int rc;
 
     if (rep->n_filters == 0) {
         (void)fputs("no filters (add one with 'fgexctl filter add')\n", f);
         return 0;
     }
-    table_init(&t, heads, 6, 1u << 0 | 1u << 4);
+    cli_fmt_table_init(&t, heads, 6, 1u << 0 | 1u << 4);
     for (size_t i = 0; i < rep->n_filters; i++) {
         const Fgx__Ctl__Filter *fl = rep->filters[i];
 
-        table_addf(&t, "%" PRIu32, fl->id);
-        table_addf(&t, "%s", dir_name(fl->dir));
-        table_addf(&t, "%s", yesno(fl->nocase));
-        table_addf(&t, "%s", yesno(fl->active));
-        table_addf(&t, "%" PRIu64, fl->blocked);
-        table_add_str(&t, fl->regex);
+        cli_fmt_table_addf(&t, "%" PRIu32, fl->id);
+        cli_fmt_table_addf(&t, "%s", cli_fmt_dir_name(fl->dir));
+        cli_fmt_table_addf(&t, "%s", cli_fmt_yesno(fl->nocase));
+        cli_fmt_table_addf(&t, "%s", cli_fmt_yesno(fl->active));
+        cli_fmt_table_addf(&t, "%" PRIu64, fl->blocked);
+        cli_fmt_table_add_str(&t, fl->regex);
     }
-    rc = table_print(f, &t);
-    table_release(&t);
-    return rc;
-}
-
-static int human_status(FILE *f, const Fgx__Ctl__Status *st)
-{
-    static const char *const heads[] = {"KIND", "PID", "STATE", "GENERATION", "RESTARTS"};
-    struct table t;
-    char up[64], line[64];
-    int rc;
-
-    cli_fmt_duration(st->uptime, up, sizeof(up));
-    kv_str(f, "version:", st->version);
-    kv(f, "uptime:", up);
-    (void)snprintf(line, sizeof(line), "%" PRIu32 " (%" PRIu32 " active)", st->services,
-                   st->services_active);
-    kv(f, "services:", line);
-    if (st->queue_mode && *st->queue_mode)
-        kv_str(f, "queue:", st->queue_mode);
-    if (st->has_threads)
-        kv_u64(f, "threads:", st->threads);
-    if (st->n_workers == 0) {
-        kv(f, "workers:", "none");
-        return 0;
-    }
-    (void)fputc('\n', f);
-    table_init(&t, heads, 5, 1u << 1 | 1u << 3 | 1u << 4);
-    for (size_t i = 0; i < st->n_workers; i++) {
-        const Fgx__Ctl__Worker *w = st->workers[i];
-
-        table_add_str(&t, w->kind);
-        table_addf(&t, "%" PRId32, w->pid);
-        table_add_str(&t, w->state);
-        table_addf(&t, "%" PRIu64, w->generation);
-        table_addf(&t, "%" PRIu32, w->restarts);
-    }
-    rc = table_print(f, &t);
-    table_release(&t);
+    rc = cli_fmt_table_print(f, &t);
+    cli_fmt_table_release(&t);
     return rc;
 }
 
 /* An optional counter: "-" when the worker has not reported it. */
-static void table_add_opt(struct table *t, bool has, uint64_t v)
+void cli_fmt_table_add_opt(struct cli_table *t, bool has, uint64_t v)
 {
     if (has)
-        table_addf(t, "%" PRIu64, v);
+        cli_fmt_table_addf(t, "%" PRIu64, v);
     else
-        table_addf(t, "-");
+        cli_fmt_table_addf(t, "-");
 }
 
-static int human_worker_table(FILE *f, const Fgx__Ctl__Reply *rep)
-{
-    static const char *const heads[] = {"KIND",  "PID",    "STATE", "GENERATION", "RESTARTS",
-                                        "FLOWS", "QDROPS", "RSS",   "REFUSED"};
-    struct table t;
-    char rss[32];
-    int rc;
-
-    if (rep->n_workers == 0) {
-        (void)fputs("no workers\n", f);
-        return 0;
-    }
-    table_init(&t, heads, 9, 1u << 1 | 1u << 3 | 1u << 4 | 1u << 5 | 1u << 6 | 1u << 7 | 1u << 8);
-    for (size_t i = 0; i < rep->n_workers; i++) {
-        const Fgx__Ctl__Worker *w = rep->workers[i];
-
-        table_add_str(&t, w->kind);
-        table_addf(&t, "%" PRId32, w->pid);
-        table_add_str(&t, w->state);
-        table_add_opt(&t, w->has_generation, w->generation);
-        table_addf(&t, "%" PRIu32, w->restarts);
-        table_add_opt(&t, w->has_flows, w->flows);
-        table_add_opt(&t, w->has_queue_drops, w->queue_drops);
-        if (w->has_rss_bytes) {
-            cli_fmt_bytes(w->rss_bytes, rss, sizeof(rss));
-            table_addf(&t, "%s", rss);
-        } else {
-            table_addf(&t, "-");
-        }
-        table_add_opt(&t, w->has_conns_refused, w->conns_refused);
-    }
-    rc = table_print(f, &t);
-    table_release(&t);
-    return rc;
-}
-
-static void table_add_bytes(struct table *t, uint64_t v)
+void cli_fmt_table_add_bytes(struct cli_table *t, uint64_t v)
 {
     char b[32];
 
     cli_fmt_bytes(v, b, sizeof(b));
-    table_addf(t, "%s", b);
-}
-
-static int human_stats_table(FILE *f, const Fgx__Ctl__Reply *rep)
-{
-    static const char *const heads[] = {"SERVICE", "PACKETS", "BYTES",  "ACCEPTED",
-                                        "DROPPED", "FLOWS",   "BLOCKED"};
-    struct table t;
-    int rc;
-
-    if (rep->n_service_stats == 0) {
-        (void)fputs("no services (add one with 'fgexctl service add')\n", f);
-        return 0;
-    }
-    table_init(&t, heads, 7, 0x7eu);
-    for (size_t i = 0; i < rep->n_service_stats; i++) {
-        const Fgx__Ctl__ServiceStats *st = rep->service_stats[i];
-
-        table_add_str(&t, st->name);
-        table_addf(&t, "%" PRIu64, st->packets);
-        table_add_bytes(&t, st->bytes);
-        table_addf(&t, "%" PRIu64, st->accepted);
-        table_addf(&t, "%" PRIu64, st->dropped);
-        table_addf(&t, "%" PRIu64, st->flows_active);
-        table_addf(&t, "%" PRIu64, st->blocked);
-    }
-    rc = table_print(f, &t);
-    table_release(&t);
-    return rc;
-}
-
-static const Fgx__Ctl__ServiceStats *stats_find(const Fgx__Ctl__Reply *rep, uint32_t id)
-{
-    for (size_t i = 0; rep && i < rep->n_service_stats; i++)
-        if (rep->service_stats[i]->service_id == id)
-            return rep->service_stats[i];
-    return NULL;
-}
-
-/* The per-second rate from *then to now; "-" when there is none to show: no earlier sample
- * (then NULL), or a counter that went back (the service was removed and its id reused). */
-static void table_add_rate(struct table *t, uint64_t now, const uint64_t *then, double secs,
-                           bool bytes)
-{
-    char b[32];
-    double r;
-
-    if (!then || secs <= 0 || now < *then) {
-        table_addf(t, "-");
-        return;
-    }
-    r = (double)(now - *then) / secs;
-    if (bytes) {
-        cli_fmt_bytes((uint64_t)(r + 0.5), b, sizeof(b));
-        table_addf(t, "%s/s", b);
-    } else {
-        table_addf(t, "%.0f", r);
-    }
-}
-
-#define OLD(field) (old ? &old->field : NULL)
-
-int cli_fmt_stats_watch(FILE *f, const Fgx__Ctl__Reply *cur, const Fgx__Ctl__Reply *prev,
-                        double secs)
-{
-    static const char *const heads[] = {"SERVICE", "PACKETS",  "PKT/S",   "BYTES",
-                                        "BYTES/S", "ACCEPTED", "ACC/S",   "DROPPED",
-                                        "DROP/S",  "FLOWS",    "BLOCKED", "BLK/S"};
-    struct table t;
-    int rc;
-
-    if (cur->n_service_stats == 0) {
-        (void)fputs("no services (add one with 'fgexctl service add')\n", f);
-        return 0;
-    }
-    table_init(&t, heads, 12, 0xffeu);
-    for (size_t i = 0; i < cur->n_service_stats; i++) {
-        const Fgx__Ctl__ServiceStats *st = cur->service_stats[i];
-        const Fgx__Ctl__ServiceStats *old = stats_find(prev, st->service_id);
-
-        table_add_str(&t, st->name);
-        table_addf(&t, "%" PRIu64, st->packets);
-        table_add_rate(&t, st->packets, OLD(packets), secs, false);
-        table_add_bytes(&t, st->bytes);
-        table_add_rate(&t, st->bytes, OLD(bytes), secs, true);
-        table_addf(&t, "%" PRIu64, st->accepted);
-        table_add_rate(&t, st->accepted, OLD(accepted), secs, false);
-        table_addf(&t, "%" PRIu64, st->dropped);
-        table_add_rate(&t, st->dropped, OLD(dropped), secs, false);
-        table_addf(&t, "%" PRIu64, st->flows_active);
-        table_addf(&t, "%" PRIu64, st->blocked);
-        table_add_rate(&t, st->blocked, OLD(blocked), secs, false);
-    }
-    rc = table_print(f, &t);
-    table_release(&t);
-    if (rc == 0 && (fflush(f) == EOF || ferror(f)))
-        rc = -EIO;
-    return rc;
-}
-
-static const char *event_dir(Fgx__Ctl__Dir d)
-{
-    return d == FGX__CTL__DIR__DIR_S2C ? "s2c" : "c2s";
-}
-
-/* Widths that fit most rows, so batches printed apart by --follow line up. */
-static const size_t event_minw[] = {23, 10, 6, 3, 21, 21, 0};
-
-static int human_events(FILE *f, const Fgx__Ctl__Reply *rep, bool fixed, bool head)
-{
-    static const char *const heads[] = {"TIME", "SERVICE", "FILTER", "DIR",
-                                        "SRC",  "DST",     "EXCERPT"};
-    struct table t;
-    char buf[INET6_ADDRSTRLEN * 4 + 16];
-    int rc;
-
-    table_init(&t, heads, 7, 1u << 2);
-    t.minw = fixed ? event_minw : NULL;
-    t.headless = !head;
-    for (size_t i = 0; i < rep->n_events; i++) {
-        const Fgx__Ctl__Event *e = rep->events[i];
-
-        cli_fmt_time(e->time_ns, false, buf, sizeof(buf));
-        table_addf(&t, "%s", buf);
-        if (e->service && *e->service)
-            table_add_str(&t, e->service);
-        else
-            table_addf(&t, "%" PRIu32, e->service_id);
-        table_addf(&t, "%" PRIu32, e->filter_id);
-        table_addf(&t, "%s", event_dir(e->dir));
-        addr_port(e->src, e->sport, buf, sizeof(buf));
-        table_addf(&t, "%s", buf);
-        addr_port(e->dst, e->dport, buf, sizeof(buf));
-        table_addf(&t, "%s", buf);
-        table_push(&t, escape_bytes_dup(e->has_excerpt ? e->excerpt.data : NULL,
-                                        e->has_excerpt ? e->excerpt.len : 0));
-    }
-    rc = table_print(f, &t);
-    table_release(&t);
-    return rc;
+    cli_fmt_table_addf(t, "%s", b);
 }
 
 /* The service or filter a rm removed: from the reply, else the id given on the command line.
  * Returns false when neither says. */
-static bool removed_id(const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep, uint32_t *out)
+bool cli_fmt_removed_id(const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep, uint32_t *out)
 {
     const char *ref = req->service_rm->ref; /* filter_rm shares the union slot */
     char *end;
@@ -761,406 +478,81 @@ static bool removed_id(const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep,
     return true;
 }
 
-static int human_reply(FILE *f, const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep)
-{
-    uint32_t id;
-
-    switch (req->req_case) {
-    case FGX__CTL__REQUEST__REQ_STATUS:
-        return rep->status ? human_status(f, rep->status) : 0;
-    case FGX__CTL__REQUEST__REQ_SERVICE_LIST:
-        return human_service_table(f, rep);
-    case FGX__CTL__REQUEST__REQ_FILTER_LIST:
-        return human_filter_table(f, rep);
-    case FGX__CTL__REQUEST__REQ_WORKER_LIST:
-    case FGX__CTL__REQUEST__REQ_WORKER_RESTART:
-        return human_worker_table(f, rep);
-    case FGX__CTL__REQUEST__REQ_STATS:
-        return human_stats_table(f, rep);
-    case FGX__CTL__REQUEST__REQ_EVENTS:
-        if (rep->n_events == 0) {
-            (void)fputs("no events\n", f);
-            return 0;
-        }
-        return human_events(f, rep, false, true);
-    case FGX__CTL__REQUEST__REQ_SERVICE_RM:
-        if (rep->n_services > 0) {
-            char name[256];
-            cli_fmt_escape(rep->services[0]->name, name, sizeof(name));
-            (void)fprintf(f, "removed service %" PRIu32 " (%s)\n", rep->services[0]->id, name);
-        } else if (removed_id(req, rep, &id)) {
-            (void)fprintf(f, "removed service %" PRIu32 "\n", id);
-        } else {
-            (void)fputs("removed\n", f);
-        }
-        return 0;
-    case FGX__CTL__REQUEST__REQ_FILTER_RM:
-        if (removed_id(req, rep, &id))
-            (void)fprintf(f, "removed filter %" PRIu32 "\n", id);
-        else
-            (void)fputs("removed\n", f);
-        return 0;
-    case FGX__CTL__REQUEST__REQ_SERVICE_ADD:
-    case FGX__CTL__REQUEST__REQ_SERVICE_SHOW:
-    case FGX__CTL__REQUEST__REQ_SERVICE_START:
-    case FGX__CTL__REQUEST__REQ_SERVICE_STOP:
-    case FGX__CTL__REQUEST__REQ_SERVICE_RENAME:
-    case FGX__CTL__REQUEST__REQ_SERVICE_SET:
-        if (rep->n_services > 0)
-            human_service(f, rep->services[0]);
-        /* show: the service's filters too, when controld sends them. */
-        if (req->req_case == FGX__CTL__REQUEST__REQ_SERVICE_SHOW && rep->n_filters > 0) {
-            (void)fputc('\n', f);
-            return human_filter_table(f, rep);
-        }
-        return 0;
-    case FGX__CTL__REQUEST__REQ_FILTER_ADD:
-    case FGX__CTL__REQUEST__REQ_FILTER_ENABLE:
-    case FGX__CTL__REQUEST__REQ_FILTER_DISABLE:
-        if (rep->n_filters > 0)
-            human_filter(f, rep->filters[0]);
-        return 0;
-    default:
-        return 0;
-    }
-}
-
 /* ---- JSON output ------------------------------------------------------------------------- */
 
-static void json_service(struct cli_json *j, const Fgx__Ctl__Service *s)
+json_t *cli_fmt_json_filter(const Fgx__Ctl__Filter *fl)
 {
-    cli_json_obj_begin(j);
-    cli_json_key(j, "id");
-    cli_json_u64(j, s->id);
-    cli_json_key(j, "name");
-    cli_json_str(j, s->name);
-    cli_json_key(j, "proto");
-    cli_json_str(j, proto_name(s->proto));
-    cli_json_key(j, "ip");
-    cli_json_str(j, s->ip ? s->ip : "");
-    cli_json_key(j, "port");
-    cli_json_u64(j, s->port);
-    cli_json_key(j, "layer");
-    cli_json_str(j, layer_name(s->layer));
-    cli_json_key(j, "status");
-    cli_json_str(j, s->active ? "active" : "stopped");
-    cli_json_key(j, "fail_open");
-    cli_json_bool(j, s->fail_open);
-    cli_json_key(j, "midstream");
-    cli_json_str(j, midstream_name(s));
-    cli_json_key(j, "filters");
-    cli_json_u64(j, s->filters);
-    cli_json_key(j, "blocked");
-    cli_json_u64(j, s->blocked);
-    cli_json_obj_end(j);
-}
+    json_t *o = json_pack("{s:I, s:I}", "id", cli_json_int(fl->id), "service_id",
+                          cli_json_int(fl->service_id));
+    json_t *w = NULL;
 
-void cli_fmt_json_filter(struct cli_json *j, const Fgx__Ctl__Filter *fl)
-{
-    cli_json_obj_begin(j);
-    cli_json_key(j, "id");
-    cli_json_u64(j, fl->id);
-    cli_json_key(j, "service_id");
-    cli_json_u64(j, fl->service_id);
-    cli_json_key_bytes(j, "regex", fl->regex, fl->regex ? strlen(fl->regex) : 0);
-    cli_json_key(j, "dir");
-    cli_json_str(j, dir_name(fl->dir));
-    cli_json_key(j, "nocase");
-    cli_json_bool(j, fl->nocase);
-    cli_json_key(j, "active");
-    cli_json_bool(j, fl->active);
-    cli_json_key(j, "blocked");
-    cli_json_u64(j, fl->blocked);
+    if (!o || cli_json_set_bytes(o, "regex", fl->regex, fl->regex ? strlen(fl->regex) : 0) < 0 ||
+        json_object_update_new(o,
+                               json_pack("{s:s, s:b, s:b, s:I}", "dir", cli_fmt_dir_name(fl->dir),
+                                         "nocase", fl->nocase, "active", fl->active, "blocked",
+                                         cli_json_int(fl->blocked))) < 0)
+        goto fail;
     /* Only add and import say why a regex is likely to block honest traffic. */
     if (fl->n_warnings > 0) {
-        cli_json_key(j, "warnings");
-        cli_json_arr_begin(j);
-        for (size_t i = 0; i < fl->n_warnings; i++)
-            cli_json_str(j, fl->warnings[i]);
-        cli_json_arr_end(j);
-    }
-    cli_json_obj_end(j);
-}
-
-static void json_status(struct cli_json *j, const Fgx__Ctl__Status *st)
-{
-    cli_json_obj_begin(j);
-    cli_json_key(j, "version");
-    cli_json_str(j, st->version);
-    cli_json_key(j, "uptime");
-    cli_json_u64(j, st->uptime);
-    cli_json_key(j, "services");
-    cli_json_u64(j, st->services);
-    cli_json_key(j, "services_active");
-    cli_json_u64(j, st->services_active);
-    cli_json_key(j, "queue_mode");
-    if (st->queue_mode)
-        cli_json_str(j, st->queue_mode);
-    else
-        cli_json_null(j);
-    cli_json_key(j, "threads");
-    if (st->has_threads)
-        cli_json_u64(j, st->threads);
-    else
-        cli_json_null(j);
-    cli_json_key(j, "workers");
-    cli_json_arr_begin(j);
-    for (size_t i = 0; i < st->n_workers; i++) {
-        const Fgx__Ctl__Worker *w = st->workers[i];
-
-        cli_json_obj_begin(j);
-        cli_json_key(j, "kind");
-        cli_json_str(j, w->kind);
-        cli_json_key(j, "pid");
-        cli_json_i64(j, w->pid);
-        cli_json_key(j, "state");
-        cli_json_str(j, w->state);
-        cli_json_key(j, "generation");
-        cli_json_u64(j, w->generation);
-        cli_json_key(j, "restarts");
-        cli_json_u64(j, w->restarts);
-        cli_json_obj_end(j);
-    }
-    cli_json_arr_end(j);
-    cli_json_obj_end(j);
-}
-
-static void json_worker(struct cli_json *j, const Fgx__Ctl__Worker *w)
-{
-    cli_json_obj_begin(j);
-    cli_json_key(j, "kind");
-    cli_json_str(j, w->kind);
-    cli_json_key(j, "pid");
-    cli_json_i64(j, w->pid);
-    cli_json_key(j, "state");
-    cli_json_str(j, w->state);
-    cli_json_key(j, "generation");
-    cli_json_u64(j, w->generation);
-    cli_json_key(j, "restarts");
-    cli_json_u64(j, w->restarts);
-    cli_json_key(j, "queue_drops");
-    cli_json_u64(j, w->queue_drops);
-    cli_json_key(j, "flows");
-    cli_json_u64(j, w->flows);
-    cli_json_key(j, "rss_bytes");
-    cli_json_u64(j, w->rss_bytes);
-    cli_json_key(j, "truncated");
-    cli_json_u64(j, w->truncated);
-    cli_json_key(j, "verdict_errors");
-    cli_json_u64(j, w->verdict_errors);
-    cli_json_key(j, "malformed");
-    cli_json_u64(j, w->malformed);
-    if (w->has_evasion) { /* the nfq worker's */
-        cli_json_key(j, "evasion");
-        cli_json_u64(j, w->evasion);
-    }
-    if (w->has_midstream_resets) { /* the nfq worker's */
-        cli_json_key(j, "midstream_resets");
-        cli_json_u64(j, w->midstream_resets);
-        cli_json_key(j, "flows_evicted");
-        cli_json_u64(j, w->flows_evicted);
-    }
-    if (w->has_conns_refused) { /* the proxy's own: absent for the nfq worker */
-        cli_json_key(j, "conns_refused");
-        cli_json_u64(j, w->conns_refused);
-        cli_json_key(j, "unclassified");
-        cli_json_u64(j, w->unclassified);
-        cli_json_key(j, "connect_failed");
-        cli_json_u64(j, w->connect_failed);
-        cli_json_key(j, "scan_errors");
-        cli_json_u64(j, w->scan_errors);
-        cli_json_key(j, "src_refused");
-        cli_json_u64(j, w->src_refused);
-        cli_json_key(j, "evicted");
-        cli_json_u64(j, w->evicted);
-        cli_json_key(j, "silent_closed");
-        cli_json_u64(j, w->silent_closed);
-        cli_json_key(j, "midstream_resets");
-        cli_json_u64(j, w->midstream_reset);
-        cli_json_key(j, "midstream_rescan");
-        cli_json_u64(j, w->midstream_rescan);
-    }
-    cli_json_obj_end(j);
-}
-
-static void json_stats(struct cli_json *j, const Fgx__Ctl__Reply *rep)
-{
-    cli_json_arr_begin(j);
-    for (size_t i = 0; i < rep->n_service_stats; i++) {
-        const Fgx__Ctl__ServiceStats *st = rep->service_stats[i];
-
-        cli_json_obj_begin(j);
-        cli_json_key(j, "id");
-        cli_json_u64(j, st->service_id);
-        cli_json_key(j, "name");
-        cli_json_str(j, st->name);
-        cli_json_key(j, "packets");
-        cli_json_u64(j, st->packets);
-        cli_json_key(j, "bytes");
-        cli_json_u64(j, st->bytes);
-        cli_json_key(j, "accepted");
-        cli_json_u64(j, st->accepted);
-        cli_json_key(j, "dropped");
-        cli_json_u64(j, st->dropped);
-        cli_json_key(j, "flows_active");
-        cli_json_u64(j, st->flows_active);
-        cli_json_key(j, "blocked");
-        cli_json_u64(j, st->blocked);
-        cli_json_obj_end(j);
-    }
-    cli_json_arr_end(j);
-}
-
-/* Excerpts are at most ~64 bytes (control.proto); a longer one is cut in the hex form only. */
-#define EXCERPT_HEX_MAX 1024
-
-static void json_event(struct cli_json *j, const Fgx__Ctl__Event *e)
-{
-    static const char hex[] = "0123456789abcdef";
-    const uint8_t *x = e->has_excerpt ? e->excerpt.data : NULL;
-    size_t xlen = e->has_excerpt ? e->excerpt.len : 0;
-    char t[64], h[2 * EXCERPT_HEX_MAX + 1];
-
-    cli_fmt_time(e->time_ns, true, t, sizeof(t));
-    cli_json_obj_begin(j);
-    cli_json_key(j, "seq");
-    cli_json_u64(j, e->seq);
-    cli_json_key(j, "time");
-    cli_json_str(j, t);
-    cli_json_key(j, "time_ns");
-    cli_json_u64(j, e->time_ns);
-    cli_json_key(j, "service_id");
-    cli_json_u64(j, e->service_id);
-    cli_json_key(j, "service");
-    if (e->service)
-        cli_json_str(j, e->service);
-    else
-        cli_json_null(j);
-    cli_json_key(j, "filter_id");
-    cli_json_u64(j, e->filter_id);
-    cli_json_key(j, "dir");
-    cli_json_str(j, event_dir(e->dir));
-    cli_json_key(j, "proto");
-    cli_json_str(j, proto_name(e->proto));
-    cli_json_key(j, "src");
-    cli_json_str(j, e->src);
-    cli_json_key(j, "sport");
-    cli_json_u64(j, e->sport);
-    cli_json_key(j, "dst");
-    cli_json_str(j, e->dst);
-    cli_json_key(j, "dport");
-    cli_json_u64(j, e->dport);
-    cli_json_key_bytes(j, "excerpt", x, xlen);
-    /* Hex too, always, for a script that wants one field whatever the bytes. */
-    for (size_t i = 0; i < xlen && i < EXCERPT_HEX_MAX; i++) {
-        h[2 * i] = hex[x[i] >> 4];
-        h[2 * i + 1] = hex[x[i] & 0xf];
-    }
-    h[2 * (xlen < EXCERPT_HEX_MAX ? xlen : EXCERPT_HEX_MAX)] = '\0';
-    cli_json_key(j, "excerpt_hex");
-    cli_json_str(j, h);
-    cli_json_obj_end(j);
-}
-
-int cli_fmt_events_follow(FILE *f, const Fgx__Ctl__Reply *rep, bool json, bool head)
-{
-    struct cli_json j;
-    int rc = 0;
-
-    if (json) {
-        for (size_t i = 0; i < rep->n_events; i++) {
-            cli_json_init(&j, f);
-            json_event(&j, rep->events[i]);
-            cli_json_end(&j);
+        w = json_array();
+        for (size_t i = 0; w && i < fl->n_warnings; i++)
+            if (json_array_append_new(w, cli_json_str(fl->warnings[i])) < 0)
+                goto fail;
+        if (json_object_set_new(o, "warnings", w) < 0) {
+            w = NULL;
+            goto fail;
         }
-    } else if (rep->n_events > 0 || head) {
-        rc = human_events(f, rep, true, head);
     }
-    if (rc == 0 && (fflush(f) == EOF || ferror(f)))
-        rc = -EIO;
-    return rc;
+    return o;
+fail:
+    json_decref(w);
+    json_decref(o);
+    return NULL;
 }
 
-static void json_reply(struct cli_json *j, const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep)
+/* Each item of v[0..n) rendered by fn, as an array; NULL when out of memory. */
+json_t *cli_fmt_json_list(void *const *v, size_t n, json_t *(*fn)(const void *))
+{
+    json_t *a = json_array();
+
+    for (size_t i = 0; a && i < n; i++) {
+        if (json_array_append_new(a, fn(v[i])) < 0) {
+            json_decref(a);
+            a = NULL;
+        }
+    }
+    return a;
+}
+
+static json_t *json_filter_any(const void *fl)
+{
+    return cli_fmt_json_filter(fl);
+}
+
+json_t *cli_fmt_json_filters(const Fgx__Ctl__Reply *rep)
+{
+    return cli_fmt_json_list((void *const *)rep->filters, rep->n_filters, json_filter_any);
+}
+
+json_t *cli_fmt_json_removed(const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep)
 {
     uint32_t id;
 
-    switch (req->req_case) {
-    case FGX__CTL__REQUEST__REQ_STATUS:
-        if (rep->status)
-            json_status(j, rep->status);
-        else
-            cli_json_null(j);
-        break;
-    case FGX__CTL__REQUEST__REQ_SERVICE_LIST:
-        cli_json_arr_begin(j);
-        for (size_t i = 0; i < rep->n_services; i++)
-            json_service(j, rep->services[i]);
-        cli_json_arr_end(j);
-        break;
-    case FGX__CTL__REQUEST__REQ_FILTER_LIST:
-        cli_json_arr_begin(j);
-        for (size_t i = 0; i < rep->n_filters; i++)
-            cli_fmt_json_filter(j, rep->filters[i]);
-        cli_json_arr_end(j);
-        break;
-    case FGX__CTL__REQUEST__REQ_WORKER_LIST:
-    case FGX__CTL__REQUEST__REQ_WORKER_RESTART:
-        cli_json_arr_begin(j);
-        for (size_t i = 0; i < rep->n_workers; i++)
-            json_worker(j, rep->workers[i]);
-        cli_json_arr_end(j);
-        break;
-    case FGX__CTL__REQUEST__REQ_STATS:
-        json_stats(j, rep);
-        break;
-    case FGX__CTL__REQUEST__REQ_EVENTS:
-        cli_json_arr_begin(j);
-        for (size_t i = 0; i < rep->n_events; i++)
-            json_event(j, rep->events[i]);
-        cli_json_arr_end(j);
-        break;
-    case FGX__CTL__REQUEST__REQ_SERVICE_RM:
-    case FGX__CTL__REQUEST__REQ_FILTER_RM:
-        cli_json_obj_begin(j);
-        cli_json_key(j, "removed");
-        if (removed_id(req, rep, &id))
-            cli_json_u64(j, id);
-        else
-            cli_json_null(j);
-        cli_json_obj_end(j);
-        break;
-    case FGX__CTL__REQUEST__REQ_FILTER_ADD:
-    case FGX__CTL__REQUEST__REQ_FILTER_ENABLE:
-    case FGX__CTL__REQUEST__REQ_FILTER_DISABLE:
-        if (rep->n_filters > 0)
-            cli_fmt_json_filter(j, rep->filters[0]);
-        else
-            cli_json_null(j);
-        break;
-    default:
-        /* The service commands: the service concerned. */
-        if (rep->n_services > 0)
-            json_service(j, rep->services[0]);
-        else
-            cli_json_null(j);
-        break;
-    }
-    cli_json_end(j);
+    return json_pack("{s:o}", "removed",
+                     cli_fmt_removed_id(req, rep, &id) ? json_integer(id) : json_null());
 }
 
 int cli_fmt_reply(FILE *f, const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep, bool json)
 {
-    struct cli_json j;
+    const struct cli_cmd_def *def = cli_cmd_of_req(req->req_case);
     int rc = 0;
 
     if (req->req_case == FGX__CTL__REQUEST__REQ__NOT_SET)
         return 0;
     if (json) {
-        cli_json_init(&j, f);
-        json_reply(&j, req, rep);
-    } else {
-        rc = human_reply(f, req, rep);
+        rc = cli_json_print(f, def && def->json ? def->json(req, rep) : json_null(), false);
+    } else if (def && def->human) {
+        rc = def->human(f, req, rep);
     }
     if (rc == 0 && (fflush(f) == EOF || ferror(f)))
         rc = -EIO;

@@ -1,5 +1,6 @@
 /* fgexctl output stage: a control.proto Reply rendered for a human (aligned tables, key/value
- * blocks) or for a script (one JSON document), with no I/O but the FILE* it is given. */
+ * blocks) or for a script (one JSON document), with no I/O but the FILE* it is given. Each
+ * command's renderers live with its family (cmd.h); what they share is declared here. */
 #ifndef CLI_FMT_H
 #define CLI_FMT_H
 
@@ -7,6 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+
+#include <jansson.h>
 
 #include "control.pb-c.h"
 
@@ -59,19 +62,66 @@ void cli_fmt_bytes(uint64_t v, char *buf, size_t len);
  * with utc, UTC marked as such ("2024-05-01T10:34:56.789Z"). */
 void cli_fmt_time(uint64_t ns, bool utc, char *buf, size_t len);
 
-/* `stats --watch`, one refresh: the stats table of cur with, beside each total, its rate per
- * second since prev, taken secs earlier ("-" where prev is NULL or has no such service).
- * Returns 0, -ENOMEM or -EIO. */
-int cli_fmt_stats_watch(FILE *f, const Fgx__Ctl__Reply *cur, const Fgx__Ctl__Reply *prev,
-                        double secs);
+/* One filter as a JSON object: the shape every command that prints filters uses; the filters
+ * of rep as an array of them. A new reference, or NULL when out of memory. */
+json_t *cli_fmt_json_filter(const Fgx__Ctl__Filter *fl);
+json_t *cli_fmt_json_filters(const Fgx__Ctl__Reply *rep);
 
-/* `events --follow`, one batch: the events of rep as table rows of fixed minimum widths (so
- * batches line up; the header first when head is set), or one JSON object per line. Returns 0,
- * -ENOMEM or -EIO. */
-int cli_fmt_events_follow(FILE *f, const Fgx__Ctl__Reply *rep, bool json, bool head);
+/* ---- for the command families' renderers (cmd.h) ---- */
+const char *cli_fmt_proto_name(Fgx__Ctl__Proto p);
+const char *cli_fmt_layer_name(Fgx__Ctl__Layer l);
+const char *cli_fmt_midstream_name(const Fgx__Ctl__Service *s);
+const char *cli_fmt_dir_name(Fgx__Ctl__Dir d);
+const char *cli_fmt_yesno(bool b);
+/* "any" for the empty address. */
+const char *cli_fmt_ip_text(const char *ip);
+/* "10.0.0.1:80", or "[fd00::1]:80". */
+void cli_fmt_addr_port(const char *ip, uint32_t port, char *buf, size_t len);
+/* len bytes escaped as cli_fmt_escape() does, NUL included; malloc'd, owned by the caller. */
+char *cli_fmt_escape_bytes_dup(const uint8_t *p, size_t len);
 
-struct cli_json;
-/* One filter as a JSON object: the shape every command that prints filters uses. */
-void cli_fmt_json_filter(struct cli_json *j, const Fgx__Ctl__Filter *fl);
+/* "key:      value" lines of a one-object block; kv_str escapes the value. */
+void cli_fmt_kv(FILE *f, const char *key, const char *val);
+void cli_fmt_kv_u64(FILE *f, const char *key, uint64_t v);
+void cli_fmt_kv_str(FILE *f, const char *key, const char *s);
+
+/* An aligned table: cells added row by row, printed at once. */
+#define CLI_TABLE_MAX_COLS 12
+
+struct cli_table {
+    size_t ncols;
+    const char *const *heads;
+    unsigned right;     /* bit i: column i is right-aligned (numbers) */
+    const size_t *minw; /* NULL, or a width per column that rows printed later can share */
+    bool headless;      /* rows only: a later batch of a table already printed */
+    char **cells;       /* row-major, malloc'd */
+    size_t n, cap;
+    bool oom;
+};
+
+void cli_fmt_table_init(struct cli_table *t, const char *const *heads, size_t ncols,
+                        unsigned right);
+/* Takes ownership of cell (NULL records the failure). */
+void cli_fmt_table_push(struct cli_table *t, char *cell);
+void cli_fmt_table_addf(struct cli_table *t, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* s escaped for the terminal. */
+void cli_fmt_table_add_str(struct cli_table *t, const char *s);
+/* An optional counter: "-" when the worker has not reported it. */
+void cli_fmt_table_add_opt(struct cli_table *t, bool has, uint64_t v);
+void cli_fmt_table_add_bytes(struct cli_table *t, uint64_t v);
+/* Returns 0, or -ENOMEM when a cell could not be made. */
+int cli_fmt_table_print(FILE *f, struct cli_table *t);
+void cli_fmt_table_release(struct cli_table *t);
+
+/* The filters of rep as a table (filter list, service show). Returns 0, -ENOMEM or -EIO. */
+int cli_fmt_filter_table(FILE *f, const Fgx__Ctl__Reply *rep);
+/* The service or filter a rm removed: from the reply, else the id given on the command line.
+ * Returns false when neither says. */
+bool cli_fmt_removed_id(const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep, uint32_t *out);
+/* {"removed": ID or null}, for service rm and filter rm. */
+json_t *cli_fmt_json_removed(const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep);
+/* Each item of v[0..n) rendered by fn, as an array; NULL when out of memory. */
+json_t *cli_fmt_json_list(void *const *v, size_t n, json_t *(*fn)(const void *));
 
 #endif

@@ -1,97 +1,19 @@
-/* fgexctl output stage: the JSON writer behind `--json` (cli_fmt.c drives it). Scripts parse
- * what it prints, so every string is escaped into valid JSON whatever bytes it holds. */
+/* fgexctl's JSON conventions on top of jansson (cli_fmt.c and cli_config.c build and read the
+ * documents with the library itself): any bytes made into a valid string, exact bytes as a
+ * string or base64, the printed form, and where in a parsed text each value starts. */
 #include "cli_json.h"
 
 #include <errno.h>
-#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
-void cli_json_init(struct cli_json *j, FILE *f)
-{
-    j->f = f;
-    j->depth = 0;
-    j->after_key = false;
-    j->pretty = false;
-    j->first[0] = true;
-}
-
-static void json_indent(struct cli_json *j, int depth)
-{
-    (void)fputc('\n', j->f);
-    for (int i = 0; i < depth; i++)
-        (void)fputs("  ", j->f);
-}
-
-/* Separate this value from the previous one at the same level. */
-static void json_sep(struct cli_json *j)
-{
-    if (j->after_key) {
-        j->after_key = false;
-        return;
-    }
-    if (!j->first[j->depth])
-        (void)fputc(',', j->f);
-    j->first[j->depth] = false;
-    if (j->pretty && j->depth > 0)
-        json_indent(j, j->depth);
-}
-
-static void json_open(struct cli_json *j, char c)
-{
-    json_sep(j);
-    (void)fputc(c, j->f);
-    /* Deeper levels than cli_fmt.c ever writes still produce valid text, with shared state. */
-    if (j->depth < CLI_JSON_MAX_DEPTH - 1)
-        j->depth++;
-    j->first[j->depth] = true;
-}
-
-static void json_close(struct cli_json *j, char c)
-{
-    /* An empty container stays on one line: [] and {}. */
-    if (j->pretty && !j->first[j->depth])
-        json_indent(j, j->depth - 1);
-    (void)fputc(c, j->f);
-    if (j->depth > 0)
-        j->depth--;
-}
-
-void cli_json_obj_begin(struct cli_json *j)
-{
-    json_open(j, '{');
-}
-
-void cli_json_obj_end(struct cli_json *j)
-{
-    json_close(j, '}');
-}
-
-void cli_json_arr_begin(struct cli_json *j)
-{
-    json_open(j, '[');
-}
-
-void cli_json_arr_end(struct cli_json *j)
-{
-    json_close(j, ']');
-}
-
-void cli_json_key(struct cli_json *j, const char *key)
-{
-    json_sep(j);
-    cli_json_write_string(j->f, key);
-    (void)fputs(j->pretty ? ": " : ":", j->f);
-    j->after_key = true;
-}
-
 /* Length of the valid UTF-8 sequence at s (lead byte >= 0x80, avail bytes readable), or 0 if
- * it is not one. Overlong forms, surrogates and code points above U+10FFFF are refused, as JSON
- * parsers refuse them. */
-static int utf8_len(const unsigned char *s, size_t avail)
+ * it is not one. Overlong forms, surrogates and code points above U+10FFFF are refused, as
+ * jansson refuses them. */
+static size_t utf8_len(const unsigned char *s, size_t avail)
 {
     unsigned char c = s[0];
-    int n;
+    size_t n;
     uint32_t cp;
 
     if (c >= 0xc2 && c <= 0xdf) {
@@ -106,9 +28,9 @@ static int utf8_len(const unsigned char *s, size_t avail)
     } else {
         return 0;
     }
-    if ((size_t)n > avail)
+    if (n > avail)
         return 0;
-    for (int i = 1; i < n; i++) {
+    for (size_t i = 1; i < n; i++) {
         if ((s[i] & 0xc0) != 0x80)
             return 0;
         cp = (cp << 6) | (s[i] & 0x3f);
@@ -119,88 +41,41 @@ static int utf8_len(const unsigned char *s, size_t avail)
     return n;
 }
 
-void cli_json_write_string(FILE *f, const char *s)
+json_t *cli_json_str(const char *s)
 {
-    cli_json_write_bytes(f, s, s ? strlen(s) : 0);
-}
+    const unsigned char *p = (const unsigned char *)(s ? s : ""),
+                        *end = p + strlen((const char *)p);
+    unsigned char *u, *o;
+    json_t *v;
 
-void cli_json_write_bytes(FILE *f, const void *s, size_t len)
-{
-    const unsigned char *p = s, *end = p + len;
+    v = json_stringn((const char *)p, (size_t)(end - p));
+    if (v)
+        return v;
+    /* Not valid UTF-8 (or out of memory): each stray byte becomes the character it numbers. */
+    u = malloc(2 * (size_t)(end - p) + 1);
+    if (!u)
+        return NULL;
+    for (o = u; p < end;) {
+        size_t n = *p < 0x80 ? 1 : utf8_len(p, (size_t)(end - p));
 
-    (void)fputc('"', f);
-    while (p < end) {
-        unsigned char c = *p;
-        int n;
-
-        switch (c) {
-        case '"':
-            (void)fputs("\\\"", f);
-            break;
-        case '\\':
-            (void)fputs("\\\\", f);
-            break;
-        case '\n':
-            (void)fputs("\\n", f);
-            break;
-        case '\r':
-            (void)fputs("\\r", f);
-            break;
-        case '\t':
-            (void)fputs("\\t", f);
-            break;
-        case '\b':
-            (void)fputs("\\b", f);
-            break;
-        case '\f':
-            (void)fputs("\\f", f);
-            break;
-        default:
-            if (c >= 0x20 && c < 0x7f) {
-                (void)fputc(c, f);
-            } else if (c >= 0x80 && (n = utf8_len(p, (size_t)(end - p))) > 0) {
-                (void)fwrite(p, 1, (size_t)n, f);
-                p += n;
-                continue;
-            } else {
-                /* Control bytes, DEL, and bytes outside valid UTF-8. */
-                (void)fprintf(f, "\\u%04x", c);
-            }
-        }
-        p++;
-    }
-    (void)fputc('"', f);
-}
-
-void cli_json_str(struct cli_json *j, const char *s)
-{
-    json_sep(j);
-    cli_json_write_string(j->f, s);
-}
-
-void cli_json_bytes(struct cli_json *j, const void *s, size_t len)
-{
-    json_sep(j);
-    cli_json_write_bytes(j->f, s, len);
-}
-
-bool cli_json_utf8_valid(const void *s, size_t len)
-{
-    const unsigned char *p = s, *end = p + len;
-
-    while (p < end) {
-        int n;
-
-        if (*p < 0x80) {
+        if (n == 0) {
+            *o++ = (unsigned char)(0xc0 | *p >> 6);
+            *o++ = (unsigned char)(0x80 | (*p & 0x3f));
             p++;
             continue;
         }
-        n = utf8_len(p, (size_t)(end - p));
-        if (n == 0)
-            return false;
+        memcpy(o, p, n);
+        o += n;
         p += n;
     }
-    return true;
+    v = json_stringn((const char *)u, (size_t)(o - u));
+    free(u);
+    return v;
+}
+
+json_t *cli_json_str_or_null(const char *s)
+{
+    return s ? cli_json_str(s) : json_null();
 }
 
 static const char b64_alphabet[] =
@@ -265,54 +140,291 @@ int cli_b64_decode(const char *in, size_t len, unsigned char *out, size_t *outle
     return 0;
 }
 
-void cli_json_key_bytes(struct cli_json *j, const char *key, const void *s, size_t len)
+int cli_json_set_bytes(json_t *obj, const char *key, const void *s, size_t len)
 {
+    json_t *v = json_stringn(s ? s : "", s ? len : 0);
     char k[64];
     char *b;
 
-    if (cli_json_utf8_valid(s, len)) {
-        cli_json_key(j, key);
-        cli_json_bytes(j, s, len);
-        return;
-    }
+    if (v)
+        return json_object_set_new(obj, key, v) < 0 ? -ENOMEM : 0;
+    /* jansson takes only valid UTF-8 as a string: these bytes go as base64. */
     (void)snprintf(k, sizeof(k), "%s_b64", key);
-    cli_json_key(j, k);
     b = malloc(CLI_B64_LEN(len) + 1);
-    if (!b) {
-        /* Never a lossy string in place of the bytes: null says they could not be written. */
-        cli_json_null(j);
-        return;
-    }
+    if (!b)
+        return -ENOMEM;
     (void)cli_b64_encode(s, len, b);
-    cli_json_str(j, b);
+    v = json_string(b);
     free(b);
+    return json_object_set_new(obj, k, v) < 0 ? -ENOMEM : 0;
 }
 
-void cli_json_u64(struct cli_json *j, uint64_t v)
+int cli_json_print(FILE *f, json_t *v, bool pretty)
 {
-    json_sep(j);
-    (void)fprintf(j->f, "%" PRIu64, v);
+    size_t flags = JSON_ENCODE_ANY | JSON_PRESERVE_ORDER | (pretty ? JSON_INDENT(2) : JSON_COMPACT);
+    char *text, *out, *o;
+    int rc = 0;
+
+    if (!v)
+        return -ENOMEM;
+    text = json_dumps(v, flags);
+    json_decref(v);
+    if (!text)
+        return -ENOMEM;
+    /* jansson writes \u001B and DEL as itself; fgexctl's documents always had \u001b and
+     * \u007f (a backslash and DEL occur only inside strings, so no state is needed). */
+    out = malloc(6 * strlen(text) + 2);
+    if (!out) {
+        free(text);
+        return -ENOMEM;
+    }
+    o = out;
+    for (const char *p = text; *p; p++) {
+        if (*p == 0x7f) {
+            memcpy(o, "\\u007f", 6);
+            o += 6;
+        } else if (*p == '\\' && p[1] == 'u') {
+            *o++ = *p++;
+            *o++ = *p;
+            for (int i = 0; i < 4 && p[1]; i++) {
+                p++;
+                *o++ = *p >= 'A' && *p <= 'F' ? (char)(*p - 'A' + 'a') : *p;
+            }
+        } else if (*p == '\\' && p[1]) {
+            *o++ = *p++;
+            *o++ = *p;
+        } else {
+            *o++ = *p;
+        }
+    }
+    *o++ = '\n';
+    if (fwrite(out, 1, (size_t)(o - out), f) != (size_t)(o - out))
+        rc = -EIO;
+    free(out);
+    free(text);
+    return rc;
 }
 
-void cli_json_i64(struct cli_json *j, int64_t v)
+/* Line and column (1-based, bytes) of offset off in text. */
+static void line_col(const char *text, size_t off, unsigned *line, unsigned *col)
 {
-    json_sep(j);
-    (void)fprintf(j->f, "%" PRId64, v);
+    size_t ls = 0;
+    unsigned l = 1;
+
+    for (size_t i = 0; i < off; i++) {
+        if (text[i] == '\n') {
+            l++;
+            ls = i + 1;
+        }
+    }
+    *line = l;
+    *col = (unsigned)(off - ls) + 1;
 }
 
-void cli_json_bool(struct cli_json *j, bool v)
+int cli_json_load(const char *text, size_t len, json_t **out, char *err, size_t errlen)
 {
-    json_sep(j);
-    (void)fputs(v ? "true" : "false", j->f);
+    json_error_t e;
+    unsigned line, col;
+    size_t off;
+
+    *out = json_loadb(text, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY | JSON_ALLOW_NUL, &e);
+    if (*out)
+        return 0;
+    if (json_error_code(&e) == json_error_out_of_memory)
+        return -ENOMEM;
+    /* jansson's position counts the bytes it read, usually the offending one last; not so
+     * when the input ended or a byte was not UTF-8 (never read) or a control character in a
+     * string (read, then given back before the complaint). Its column counts characters;
+     * fgexctl's count bytes, as its own checks of the values do. */
+    off = (size_t)e.position;
+    if (off > 0 && json_error_code(&e) != json_error_premature_end_of_input &&
+        json_error_code(&e) != json_error_invalid_utf8 &&
+        strncmp(e.text, "control character", 17) != 0 &&
+        strncmp(e.text, "unexpected newline", 18) != 0)
+        off--;
+    if (off > len)
+        off = len;
+    line_col(text, off, &line, &col);
+    (void)snprintf(err, errlen, "line %u, column %u: %s", line, col, e.text);
+    return -EINVAL;
 }
 
-void cli_json_null(struct cli_json *j)
+struct cli_json_pos_ent {
+    const json_t *v, *in; /* the value and the container it is in (NULL: the root) */
+    const char *key;      /* its key in an object, else NULL and idx its index in an array */
+    size_t idx, off;
+};
+
+struct pos_walk {
+    const char *start, *p, *end;
+    struct cli_json_pos *ix;
+    size_t cap;
+};
+
+/* Whitespace and the separators between values: in a text jansson accepted, they can only be
+ * where this walk expects them. */
+static void walk_sep(struct pos_walk *w)
 {
-    json_sep(j);
-    (void)fputs("null", j->f);
+    while (w->p < w->end && *w->p && strchr(" \t\n\r,:", *w->p))
+        w->p++;
 }
 
-void cli_json_end(struct cli_json *j)
+static void walk_string(struct pos_walk *w)
 {
-    (void)fputc('\n', j->f);
+    w->p++;
+    while (w->p < w->end && *w->p != '"')
+        w->p += *w->p == '\\' ? 2 : 1;
+    w->p++;
+}
+
+/* The text is one jansson accepted, so it is well formed; jansson keeps the members of an
+ * object in the order of the text, so the tree and the text are walked side by side. */
+static int walk_value(struct pos_walk *w, const json_t *v, const json_t *in, const char *key,
+                      size_t idx)
+{
+    struct cli_json_pos *ix = w->ix;
+    struct cli_json_pos_ent *e;
+    int rc;
+
+    walk_sep(w);
+    if (ix->n == w->cap) {
+        size_t cap = w->cap ? 2 * w->cap : 64;
+        struct cli_json_pos_ent *n = realloc(ix->ents, cap * sizeof(*n));
+
+        if (!n)
+            return -ENOMEM;
+        ix->ents = n;
+        w->cap = cap;
+    }
+    e = &ix->ents[ix->n++];
+    e->v = v;
+    e->in = in;
+    e->key = key;
+    e->idx = idx;
+    e->off = (size_t)(w->p - w->start);
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: {
+        const char *k;
+        json_t *m;
+
+        w->p++;
+        json_object_foreach((json_t *)v, k, m)
+        {
+            walk_sep(w);
+            walk_string(w); /* the key */
+            rc = walk_value(w, m, v, k, 0);
+            if (rc < 0)
+                return rc;
+        }
+        walk_sep(w);
+        w->p++;
+        return 0;
+    }
+    case JSON_ARRAY: {
+        size_t i;
+        json_t *m;
+
+        w->p++;
+        json_array_foreach((json_t *)v, i, m)
+        {
+            rc = walk_value(w, m, v, NULL, i);
+            if (rc < 0)
+                return rc;
+        }
+        walk_sep(w);
+        w->p++;
+        return 0;
+    }
+    case JSON_STRING:
+        walk_string(w);
+        return 0;
+    default:
+        while (w->p < w->end && !strchr(",]} \t\r\n", *w->p))
+            w->p++;
+        return 0;
+    }
+}
+
+static int ent_cmp(const void *a, const void *b)
+{
+    uintptr_t x = (uintptr_t)((const struct cli_json_pos_ent *)a)->v;
+    uintptr_t y = (uintptr_t)((const struct cli_json_pos_ent *)b)->v;
+
+    return (x > y) - (x < y);
+}
+
+int cli_json_pos_init(struct cli_json_pos *ix, const char *text, size_t len, const json_t *root)
+{
+    struct pos_walk w = {.start = text, .p = text, .end = text + len, .ix = ix};
+    int rc;
+
+    ix->text = text;
+    ix->len = len;
+    ix->ents = NULL;
+    ix->n = 0;
+    rc = walk_value(&w, root, NULL, NULL, 0);
+    if (rc < 0) {
+        cli_json_pos_release(ix);
+        return rc;
+    }
+    qsort(ix->ents, ix->n, sizeof(*ix->ents), ent_cmp);
+    return 0;
+}
+
+void cli_json_pos_release(struct cli_json_pos *ix)
+{
+    free(ix->ents);
+    ix->ents = NULL;
+    ix->n = 0;
+}
+
+int cli_json_pos_of(const struct cli_json_pos *ix, const json_t *v, size_t *off, unsigned *line,
+                    unsigned *col)
+{
+    struct cli_json_pos_ent key = {.v = v};
+    const struct cli_json_pos_ent *e;
+
+    e = ix->n ? bsearch(&key, ix->ents, ix->n, sizeof(*ix->ents), ent_cmp) : NULL;
+    if (!e)
+        return -ENOENT;
+    if (off)
+        *off = e->off;
+    if (line && col)
+        line_col(ix->text, e->off, line, col);
+    return 0;
+}
+
+int cli_json_pos_in(const struct cli_json_pos *ix, const json_t *in, const char *key, size_t idx,
+                    unsigned *line, unsigned *col)
+{
+    /* Only a message needs this, once: a scan is enough. */
+    for (size_t i = 0; i < ix->n; i++) {
+        const struct cli_json_pos_ent *e = &ix->ents[i];
+
+        if (e->in == in && (key ? e->key && strcmp(e->key, key) == 0 : !e->key && e->idx == idx)) {
+            line_col(ix->text, e->off, line, col);
+            return 0;
+        }
+    }
+    return -ENOENT;
+}
+
+const char *cli_json_type_name(const json_t *v)
+{
+    switch (json_typeof(v)) {
+    case JSON_NULL:
+        return "null";
+    case JSON_TRUE:
+    case JSON_FALSE:
+        return "boolean";
+    case JSON_INTEGER:
+    case JSON_REAL:
+        return "number";
+    case JSON_STRING:
+        return "string";
+    case JSON_ARRAY:
+        return "array";
+    default:
+        return "object";
+    }
 }

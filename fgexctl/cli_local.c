@@ -121,7 +121,7 @@ void cli_local_auth_failed(const struct cli_cmd *cmd)
 }
 
 static int finish_login(struct cli_cmd *cmd, struct cli_local *l, const Fgx__Ctl__Reply *rep,
-                        FILE *out, struct cli_json *j)
+                        FILE *out, json_t **doc)
 {
     char path[4096];
     int rc;
@@ -135,14 +135,8 @@ static int finish_login(struct cli_cmd *cmd, struct cli_local *l, const Fgx__Ctl
         return lfail(l, CLI_EXIT_ERROR, rc, "login: cannot store the session token: %s",
                      strerror(-rc));
     if (cmd->json) {
-        cli_json_obj_begin(j);
-        cli_json_key(j, "logged_in");
-        cli_json_bool(j, true);
-        cli_json_key(j, "url");
-        cli_json_str(j, cmd->url);
-        cli_json_key(j, "session_file");
-        cli_json_str(j, path);
-        cli_json_obj_end(j);
+        *doc = json_pack("{s:b, s:o, s:o}", "logged_in", true, "url", cli_json_str(cmd->url),
+                         "session_file", cli_json_str(path));
     } else {
         (void)fprintf(out, "logged in to %s (session kept in %s)\n", cmd->url, path);
     }
@@ -150,7 +144,7 @@ static int finish_login(struct cli_cmd *cmd, struct cli_local *l, const Fgx__Ctl
 }
 
 static int finish_export(struct cli_cmd *cmd, struct cli_local *l, const Fgx__Ctl__Reply *rep,
-                         FILE *out, struct cli_json *j)
+                         FILE *out, json_t **jdoc)
 {
     char *doc = NULL, why[256];
     size_t len = 0;
@@ -181,14 +175,9 @@ static int finish_export(struct cli_cmd *cmd, struct cli_local *l, const Fgx__Ct
         return lfail(l, CLI_EXIT_ERROR, rc, "export: cannot write %s: %s", cmd->file,
                      strerror(-rc));
     if (cmd->json) {
-        cli_json_obj_begin(j);
-        cli_json_key(j, "file");
-        cli_json_str(j, cmd->file);
-        cli_json_key(j, "services");
-        cli_json_u64(j, rep->config->n_services);
-        cli_json_key(j, "filters");
-        cli_json_u64(j, rep->config->n_filters);
-        cli_json_obj_end(j);
+        *jdoc = json_pack("{s:o, s:I, s:I}", "file", cli_json_str(cmd->file), "services",
+                          cli_json_int(rep->config->n_services), "filters",
+                          cli_json_int(rep->config->n_filters));
     } else {
         (void)fprintf(out, "exported %zu service%s and %zu filter%s to %s\n",
                       rep->config->n_services, rep->config->n_services == 1 ? "" : "s",
@@ -197,35 +186,23 @@ static int finish_export(struct cli_cmd *cmd, struct cli_local *l, const Fgx__Ct
     return 0;
 }
 
-static void json_filters(struct cli_json *j, const Fgx__Ctl__Reply *rep)
-{
-    cli_json_arr_begin(j);
-    for (size_t i = 0; i < rep->n_filters; i++)
-        cli_fmt_json_filter(j, rep->filters[i]);
-    cli_json_arr_end(j);
-}
-
 int cli_local_finish(struct cli_cmd *cmd, struct cli_local *l, const Fgx__Ctl__Reply *rep,
                      FILE *out)
 {
-    struct cli_json j;
+    json_t *doc = NULL;
     char path[4096], why[256], name[256];
     bool on;
     int rc = 0;
 
-    cli_json_init(&j, out);
     switch (cmd->req.req_case) {
     case FGX__CTL__REQUEST__REQ_LOGIN:
-        rc = finish_login(cmd, l, rep, out, &j);
+        rc = finish_login(cmd, l, rep, out, &doc);
         break;
     case FGX__CTL__REQUEST__REQ_LOGOUT:
         if (cli_session_path(cmd->url, path, sizeof(path)) == 0)
             (void)cli_session_remove(path);
         if (cmd->json) {
-            cli_json_obj_begin(&j);
-            cli_json_key(&j, "logged_out");
-            cli_json_bool(&j, true);
-            cli_json_obj_end(&j);
+            doc = json_pack("{s:b}", "logged_out", true);
         } else {
             (void)fputs("logged out\n", out);
         }
@@ -233,12 +210,7 @@ int cli_local_finish(struct cli_cmd *cmd, struct cli_local *l, const Fgx__Ctl__R
     case FGX__CTL__REQUEST__REQ_PASSWD:
         on = cmd->m.passwd.expire_sessions;
         if (cmd->json) {
-            cli_json_obj_begin(&j);
-            cli_json_key(&j, "password_changed");
-            cli_json_bool(&j, true);
-            cli_json_key(&j, "sessions_expired");
-            cli_json_bool(&j, on);
-            cli_json_obj_end(&j);
+            doc = json_pack("{s:b, s:b}", "password_changed", true, "sessions_expired", on);
         } else {
             (void)fprintf(out, "password changed%s\n",
                           on ? "; every other session is logged out" : "");
@@ -247,10 +219,7 @@ int cli_local_finish(struct cli_cmd *cmd, struct cli_local *l, const Fgx__Ctl__R
     case FGX__CTL__REQUEST__REQ_AUTH_SET:
         on = rep->has_auth_enabled ? rep->auth_enabled : cmd->m.auth_set.enabled;
         if (cmd->json) {
-            cli_json_obj_begin(&j);
-            cli_json_key(&j, "auth_enabled");
-            cli_json_bool(&j, on);
-            cli_json_obj_end(&j);
+            doc = json_pack("{s:b}", "auth_enabled", on);
         } else {
             (void)fprintf(out, "password %s for remote clients\n",
                           on ? "required" : "NOT required");
@@ -263,29 +232,21 @@ int cli_local_finish(struct cli_cmd *cmd, struct cli_local *l, const Fgx__Ctl__R
             break;
         }
         if (cmd->json) {
-            cli_json_obj_begin(&j);
-            cli_json_key(&j, "fingerprint");
-            cli_json_str(&j, rep->fingerprint);
-            cli_json_obj_end(&j);
+            doc = json_pack("{s:o}", "fingerprint", cli_json_str(rep->fingerprint));
         } else {
             (void)fprintf(out, "SHA-256 %s\n", rep->fingerprint);
         }
         break;
     case FGX__CTL__REQUEST__REQ_CONFIG_EXPORT:
-        rc = finish_export(cmd, l, rep, out, &j);
+        rc = finish_export(cmd, l, rep, out, &doc);
         if (strcmp(cmd->file, "-") == 0)
             return rc < 0 ? rc : ((fflush(out) == EOF || ferror(out)) ? -EIO : 0);
         break;
     case FGX__CTL__REQUEST__REQ_CONFIG_IMPORT:
         if (cmd->json) {
-            cli_json_obj_begin(&j);
-            cli_json_key(&j, "imported");
-            cli_json_str(&j, cmd->file);
-            cli_json_key(&j, "services");
-            cli_json_u64(&j, l->config ? l->config->n_services : 0);
-            cli_json_key(&j, "filters");
-            cli_json_u64(&j, l->config ? l->config->n_filters : 0);
-            cli_json_obj_end(&j);
+            doc = json_pack("{s:o, s:I, s:I}", "imported", cli_json_str(cmd->file), "services",
+                            cli_json_int(l->config ? l->config->n_services : 0), "filters",
+                            cli_json_int(l->config ? l->config->n_filters : 0));
         } else {
             size_t ns = l->config ? l->config->n_services : 0;
             size_t nf = l->config ? l->config->n_filters : 0;
@@ -296,7 +257,7 @@ int cli_local_finish(struct cli_cmd *cmd, struct cli_local *l, const Fgx__Ctl__R
         break;
     case FGX__CTL__REQUEST__REQ_FILTER_IMPORT:
         if (cmd->json) {
-            json_filters(&j, rep);
+            doc = cli_fmt_json_filters(rep);
         } else {
             cli_fmt_escape(cmd->m.filter_import.service, name, sizeof(name));
             (void)fprintf(out, "imported %zu filter%s into %s%s\n", cmd->m.filter_import.n_filters,
@@ -306,7 +267,7 @@ int cli_local_finish(struct cli_cmd *cmd, struct cli_local *l, const Fgx__Ctl__R
         break;
     case FGX__CTL__REQUEST__REQ_FILTER_EXPORT:
         if (cmd->json) {
-            json_filters(&j, rep);
+            doc = cli_fmt_json_filters(rep);
             break;
         }
         cli_fmt_escape(rep->n_services > 0 ? rep->services[0]->name : cmd->m.ref.ref, name,
@@ -318,10 +279,12 @@ int cli_local_finish(struct cli_cmd *cmd, struct cli_local *l, const Fgx__Ctl__R
     default:
         return 0;
     }
-    if (rc < 0)
+    if (rc < 0) {
+        json_decref(doc);
         return rc;
-    if (cmd->json)
-        cli_json_end(&j);
+    }
+    if (cmd->json && cli_json_print(out, doc, false) < 0)
+        return lfail(l, CLI_EXIT_ERROR, -EIO, "cannot write the output");
     if (fflush(out) == EOF || ferror(out))
         return lfail(l, CLI_EXIT_ERROR, -EIO, "cannot write the output");
     return 0;

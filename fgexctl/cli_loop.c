@@ -15,6 +15,7 @@
 
 #include "cli_fmt.h"
 #include "cli_rpc.h"
+#include "cmd.h"
 
 /* Clear the screen and go home, for a terminal only: a pipe or file gets one frame after
  * another. */
@@ -105,7 +106,7 @@ static int watch_frame(struct loop *l, const Fgx__Ctl__Reply *cur, const Fgx__Ct
     cli_fmt_time((uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec, false, when,
                  sizeof(when));
     (void)fprintf(f, "every %gs  %s\n\n", l->cmd->interval_ms / 1000.0, when);
-    rc = cli_fmt_stats_watch(f, cur, prev, secs);
+    rc = cli_cmd_stats_watch(f, cur, prev, secs);
     if (fclose(f) == EOF && rc == 0)
         rc = -ENOMEM;
     if (rc == 0) {
@@ -176,7 +177,7 @@ static int loop_follow(struct loop *l)
 
     req.events = &q;
     /* The header at once, so the user sees it runs even before the first block. */
-    if (!cmd->json && cli_fmt_events_follow(l->out, &none, false, true) < 0)
+    if (!cmd->json && cli_cmd_events_follow(l->out, &none, false, true) < 0)
         goto write_err;
     for (;;) {
         Fgx__Ctl__Reply *rep = NULL;
@@ -205,7 +206,7 @@ static int loop_follow(struct loop *l)
                 skip++;
             fresh.events += skip;
             fresh.n_events -= skip;
-            rc = cli_fmt_events_follow(l->out, &fresh, cmd->json, false);
+            rc = cli_cmd_events_follow(l->out, &fresh, cmd->json, false);
             for (size_t i = 0; i < fresh.n_events; i++)
                 if (fresh.events[i]->seq > last)
                     last = fresh.events[i]->seq;

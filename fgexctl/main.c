@@ -1,8 +1,9 @@
-/* fgexctl: parse the command line (cli_args.c), read what the command needs locally
- * (cli_local.c), send it to controld (cli_rpc.c; over tls+tcp after the certificate check of
- * cli_tls.c), print the reply (cli_fmt.c, or cli_local.c for the commands that write files) and
- * exit with a status a script can act on (enum cli_exit). `stats --watch` and `events --follow`
- * poll until interrupted instead (cli_loop.c). */
+/* fgexctl: parse the command line (cli_args.c, with the command families listed in cmd.c),
+ * read what the command needs locally (cli_local.c), send it to controld (cli_rpc.c; over
+ * tls+tcp after the certificate check of cli_tls.c), print the reply (the command's renderers
+ * through cli_fmt.c, or cli_local.c for the commands that write files) and exit with a status a
+ * script can act on (enum cli_exit). `stats --watch` and `events --follow` poll until
+ * interrupted instead (cli_loop.c). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +17,7 @@
 #include "cli_loop.h"
 #include "cli_pin.h"
 #include "cli_rpc.h"
+#include "cmd.h"
 #include "fgx/log.h"
 #include "fgx/version.h"
 
@@ -24,31 +26,14 @@
  * compile for as long as controld's --compile-timeout allows. */
 static int request_timeout_ms(const Fgx__Ctl__Request *req)
 {
+    const struct cli_cmd_def *def = cli_cmd_of_req(req->req_case);
+    bool change = def && (def->flags & CLI_CMD_CHANGE);
     size_t n = 0;
 
-    bool change = true;
-
-    switch (req->req_case) {
-    case FGX__CTL__REQUEST__REQ_FILTER_IMPORT:
+    if (req->req_case == FGX__CTL__REQUEST__REQ_FILTER_IMPORT)
         n = req->filter_import ? req->filter_import->n_filters : 0;
-        break;
-    case FGX__CTL__REQUEST__REQ_CONFIG_IMPORT:
+    else if (req->req_case == FGX__CTL__REQUEST__REQ_CONFIG_IMPORT)
         n = req->config_import ? req->config_import->n_filters : 0;
-        break;
-    case FGX__CTL__REQUEST__REQ_SERVICE_ADD:
-    case FGX__CTL__REQUEST__REQ_SERVICE_START:
-    case FGX__CTL__REQUEST__REQ_SERVICE_STOP:
-    case FGX__CTL__REQUEST__REQ_SERVICE_RM:
-    case FGX__CTL__REQUEST__REQ_SERVICE_RENAME:
-    case FGX__CTL__REQUEST__REQ_SERVICE_SET:
-    case FGX__CTL__REQUEST__REQ_FILTER_ADD:
-    case FGX__CTL__REQUEST__REQ_FILTER_ENABLE:
-    case FGX__CTL__REQUEST__REQ_FILTER_DISABLE:
-    case FGX__CTL__REQUEST__REQ_FILTER_RM:
-        break;
-    default:
-        change = false;
-    }
     if (n > 1000000)
         n = 1000000;
     /* A change may compile for up to controld's --compile-timeout before it is refused. */
@@ -83,20 +68,12 @@ static bool url_valid(const char *url)
 static int print_versions(FILE *f, const Fgx__Ctl__Reply *rep, bool json)
 {
     const char *server = rep->status && rep->status->version ? rep->status->version : "?";
-    struct cli_json j;
-
-    if (!json) {
+    if (!json)
         (void)fprintf(f, "controld %s\n", server);
-    } else {
-        cli_json_init(&j, f);
-        cli_json_obj_begin(&j);
-        cli_json_key(&j, "client");
-        cli_json_str(&j, FGX_VERSION);
-        cli_json_key(&j, "server");
-        cli_json_str(&j, server);
-        cli_json_obj_end(&j);
-        cli_json_end(&j);
-    }
+    else if (cli_json_print(
+                 f, json_pack("{s:s, s:o}", "client", FGX_VERSION, "server", cli_json_str(server)),
+                 false) < 0)
+        return -EIO;
     return fflush(f) == EOF || ferror(f) ? -EIO : 0;
 }
 

@@ -16,6 +16,7 @@
 #include "control.pb-c.h"
 #include "fgexctl/cli_args.h"
 #include "fgexctl/cli_fmt.h"
+#include "fgexctl/cmd.h"
 #include "fgexctl/cli_json.h"
 #include "fgexctl/cli_loop.h"
 #include "fgexctl/cli_rpc.h"
@@ -945,32 +946,53 @@ Test(cli, escape_and_duration)
     cr_assert_str_eq(d, "3d 0h 0m 5s");
 }
 
-Test(cli, json_writer_nesting)
+static char *print_json(json_t *v, bool pretty)
 {
-    struct cli_json j;
     char *out = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&out, &len);
 
     cr_assert_not_null(f);
-    cli_json_init(&j, f);
-    cli_json_obj_begin(&j);
-    cli_json_key(&j, "a");
-    cli_json_arr_begin(&j);
-    cli_json_i64(&j, -1);
-    cli_json_obj_begin(&j);
-    cli_json_obj_end(&j);
-    cli_json_arr_begin(&j);
-    cli_json_arr_end(&j);
-    cli_json_null(&j);
-    cli_json_arr_end(&j);
-    cli_json_key(&j, "k\"ey");
-    cli_json_bool(&j, false);
-    cli_json_obj_end(&j);
-    cli_json_end(&j);
+    cr_assert_eq(cli_json_print(f, v, pretty), 0);
     (void)fclose(f);
-    cr_assert_str_eq(out, "{\"a\":[-1,{},[],null],\"k\\\"ey\":false}\n");
+    return out;
+}
+
+Test(cli, json_print_forms)
+{
+    json_t *v = json_pack("{s:[I, {}, [], n], s:b}", "a", (json_int_t)-1, "k\"ey", 0);
+    char *out = print_json(json_incref(v), false);
+
+    cr_assert_str_eq(out, "{\"a\":[-1,{},[],null],\"k\\\"ey\":false}\n", "one line, in order");
     free(out);
+    out = print_json(v, true);
+    cr_assert_str_eq(out, "{\n  \"a\": [\n    -1,\n    {},\n    [],\n    null\n  ],\n"
+                          "  \"k\\\"ey\": false\n}\n",
+                     "export files: indented by two");
+    free(out);
+    /* Control characters in lower-case hex and DEL escaped, as fgexctl always wrote them; a
+     * backslash before a u in the text stays a backslash. */
+    out = print_json(json_pack("[s]", "\x1b\x1f\x7f\\u00AB\n"), false);
+    cr_assert_str_eq(out, "[\"\\u001b\\u001f\\u007f\\\\u00AB\\n\"]\n");
+    free(out);
+    cr_assert_eq(cli_json_print(stdout, NULL, false), -ENOMEM, "a failed json_pack prints nothing");
+}
+
+Test(cli, json_str_of_any_bytes)
+{
+    json_t *v = cli_json_str("ok\xc3\xa9\xc3");
+
+    /* A byte outside valid UTF-8 is the character of its number: the document stays valid. */
+    cr_assert_str_eq(json_string_value(v), "ok\xc3\xa9\xc3\x83");
+    json_decref(v);
+    v = cli_json_str("\xe2\x82");
+    cr_assert_str_eq(json_string_value(v), "\xc3\xa2\xc2\x82", "a cut sequence is two bytes");
+    json_decref(v);
+    v = cli_json_str(NULL);
+    cr_assert_str_eq(json_string_value(v), "");
+    json_decref(v);
+    v = cli_json_str_or_null(NULL);
+    cr_assert(json_is_null(v));
 }
 
 /* ---- Request -> controld -> Reply -------------------------------------------------------- */
@@ -1354,8 +1376,8 @@ Test(cli, stats_watch_rates)
 
     f = open_memstream(&out, &len);
     cr_assert_not_null(f);
-    cr_assert_eq(cli_fmt_stats_watch(f, &rep, NULL, 0), 0);
-    cr_assert_eq(cli_fmt_stats_watch(f, &rep, &prev, 2.0), 0);
+    cr_assert_eq(cli_cmd_stats_watch(f, &rep, NULL, 0), 0);
+    cr_assert_eq(cli_cmd_stats_watch(f, &rep, &prev, 2.0), 0);
     (void)fclose(f);
     cr_assert_str_eq(
         out, "SERVICE  PACKETS  PKT/S     BYTES  BYTES/S  ACCEPTED  ACC/S  DROPPED  DROP/S  "
@@ -1377,7 +1399,7 @@ Test(cli, stats_watch_rates)
     out = NULL;
     f = open_memstream(&out, &len);
     cr_assert_not_null(f);
-    cr_assert_eq(cli_fmt_stats_watch(f, &rep, &prev, 2.0), 0);
+    cr_assert_eq(cli_cmd_stats_watch(f, &rep, &prev, 2.0), 0);
     (void)fclose(f);
     cr_assert(strstr(out, "\nweb         4000      -"), "%s", out);
     free(out);
@@ -1484,12 +1506,12 @@ Test(cli, events_follow_batches_line_up)
     two_events(&a, &b, v, &rep);
     f = open_memstream(&out, &len);
     cr_assert_not_null(f);
-    cr_assert_eq(cli_fmt_events_follow(f, &none, false, true), 0);
+    cr_assert_eq(cli_cmd_events_follow(f, &none, false, true), 0);
     rep.n_events = 1;
-    cr_assert_eq(cli_fmt_events_follow(f, &rep, false, false), 0);
+    cr_assert_eq(cli_cmd_events_follow(f, &rep, false, false), 0);
     rep.events = v + 1;
-    cr_assert_eq(cli_fmt_events_follow(f, &rep, false, false), 0);
-    cr_assert_eq(cli_fmt_events_follow(f, &none, false, false), 0);
+    cr_assert_eq(cli_cmd_events_follow(f, &rep, false, false), 0);
+    cr_assert_eq(cli_cmd_events_follow(f, &none, false, false), 0);
     (void)fclose(f);
     /* Fixed minimum widths: the header and rows printed apart share their columns. */
     cr_assert_str_eq(
@@ -1507,8 +1529,8 @@ Test(cli, events_follow_batches_line_up)
     cr_assert_not_null(f);
     rep.events = v;
     rep.n_events = 2;
-    cr_assert_eq(cli_fmt_events_follow(f, &rep, true, true), 0);
-    cr_assert_eq(cli_fmt_events_follow(f, &none, true, false), 0);
+    cr_assert_eq(cli_cmd_events_follow(f, &rep, true, true), 0);
+    cr_assert_eq(cli_cmd_events_follow(f, &none, true, false), 0);
     (void)fclose(f);
     cr_assert_str_eq(out, EVENT_A_JSON "\n" EVENT_B_JSON "\n");
     free(out);
@@ -1543,22 +1565,6 @@ Test(cli, bytes_and_time_units)
     cr_assert_str_eq(buf, "2024-05-01T13:34:56.789");
     cli_fmt_time(999999, true, buf, sizeof(buf));
     cr_assert_str_eq(buf, "1970-01-01T00:00:00.000Z");
-}
-
-Test(cli, json_bytes_bounded)
-{
-    char *out = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&out, &len);
-
-    cr_assert_not_null(f);
-    /* A UTF-8 lead byte cut off by the end of the buffer is not read past it. */
-    cli_json_write_bytes(f, "ok\xc3\xa9\0\xc3", 6);
-    cli_json_write_bytes(f, "\xe2\x82\xac", 2);
-    cli_json_write_bytes(f, NULL, 0);
-    (void)fclose(f);
-    cr_assert_str_eq(out, "\"ok\xc3\xa9\\u0000\\u00c3\"\"\\u00e2\\u0082\"\"\"");
-    free(out);
 }
 
 /* ---- the polling loops, against a scripted controld -------------------------------------- */

@@ -1,4 +1,4 @@
-/* Unit tests for fgexctl's issue-5 stages: the strict JSON parser (cli_jsonparse.c), the
+/* Unit tests for fgexctl's issue-5 stages: JSON read through jansson (cli_json.c), the
  * configuration file (cli_config.c), ruleset files (cli_ruleset.c), certificate pinning in
  * known_hosts (cli_pin.c), session token files (cli_session.c), the fingerprint (cli_tls.c) and
  * the new commands' parse (cli_args.c). Files go to a fresh temporary directory per test. */
@@ -16,7 +16,6 @@
 #include "fgexctl/cli_config.h"
 #include "fgexctl/cli_fmt.h"
 #include "fgexctl/cli_json.h"
-#include "fgexctl/cli_jsonparse.h"
 #include "fgexctl/cli_pin.h"
 #include "fgexctl/cli_ruleset.h"
 #include "fgexctl/cli_session.h"
@@ -62,107 +61,101 @@ static char *slurp(const char *path)
     return text;
 }
 
-/* ---- JSON parser ------------------------------------------------------------------------- */
+/* ---- JSON through jansson: errors and values by position -------------------------------- */
 
-static struct cli_jv *parse_ok(const char *text)
+static json_t *parse_ok(const char *text)
 {
-    struct cli_jv *v = NULL;
-    struct cli_jerr e;
-    int rc = cli_jsonparse(text, strlen(text), &v, &e);
+    json_t *v = NULL;
+    char err[256];
+    int rc = cli_json_load(text, strlen(text), &v, err, sizeof(err));
 
-    cr_assert_eq(rc, 0, "'%s' failed: line %u col %u: %s", text, e.line, e.col, e.msg);
+    cr_assert_eq(rc, 0, "'%s' failed: %s", text, err);
     return v;
 }
 
-static void parse_bad(const char *text, unsigned line, unsigned col, const char *msg_part)
+/* The error names the line and column (bytes) of the byte where the text stopped making sense. */
+static void parse_bad(const char *text, unsigned line, unsigned col)
 {
-    struct cli_jv *v = NULL;
-    struct cli_jerr e;
-    int rc = cli_jsonparse(text, strlen(text), &v, &e);
+    json_t *v = NULL;
+    char err[256], want[64];
+    int rc = cli_json_load(text, strlen(text), &v, err, sizeof(err));
 
     cr_assert_eq(rc, -EINVAL, "'%s' should not parse", text);
     cr_assert_null(v);
-    cr_assert_eq(e.line, line, "'%s': line %u, want %u (%s)", text, e.line, line, e.msg);
-    cr_assert_eq(e.col, col, "'%s': column %u, want %u (%s)", text, e.col, col, e.msg);
-    cr_assert(strstr(e.msg, msg_part), "'%s': message '%s' lacks '%s'", text, e.msg, msg_part);
+    (void)snprintf(want, sizeof(want), "line %u, column %u: ", line, col);
+    cr_assert(strncmp(err, want, strlen(want)) == 0, "'%s': '%s' does not start '%s'", text, err,
+              want);
+    cr_assert_gt(strlen(err), strlen(want), "'%s': no reason after the position", text);
 }
 
-Test(cli_jsonparse, valid_document)
+Test(cli_json, load_keeps_nul_and_order)
 {
-    struct cli_jv *v = parse_ok(" {\"a\": [1, -2.5e3, true, false, null],\n"
-                                "  \"s\": \"x\\\"\\\\\\/\\b\\f\\n\\r\\t\\u00e9\\ud83d\\ude00\","
-                                "  \"o\": {}, \"e\": [] } \n");
-    const struct cli_jv *a = cli_jv_get(v, "a"), *s = cli_jv_get(v, "s");
-    uint64_t n;
+    json_t *v = parse_ok(" {\"b\": [1, -2.5e3, true, false, null],\n"
+                         "  \"s\": \"x\\\"\\\\\\/\\b\\f\\n\\r\\t\\u00e9\\ud83d\\ude00\","
+                         "  \"a\": {}, \"n\": \"\\u0000x\" } \n");
+    const char *keys[] = {"b", "s", "a", "n"}, *key;
+    json_t *m;
+    size_t i = 0;
 
-    cr_assert_eq(v->type, CLI_JV_OBJ);
-    cr_assert_eq(v->n, 4);
-    cr_assert_eq(a->type, CLI_JV_ARR);
-    cr_assert_eq(a->n, 5);
-    cr_assert_eq(cli_jv_uint(a->items[0], 10, &n), 0);
-    cr_assert_eq(n, 1);
-    cr_assert_eq(cli_jv_uint(a->items[1], 10, &n), -EINVAL, "negative or fraction is no uint");
-    cr_assert_str_eq(a->items[1]->s, "-2.5e3");
-    cr_assert(a->items[2]->type == CLI_JV_BOOL && a->items[2]->b);
-    cr_assert(a->items[3]->type == CLI_JV_BOOL && !a->items[3]->b);
-    cr_assert_eq(a->items[4]->type, CLI_JV_NULL);
-    cr_assert_str_eq(s->s, "x\"\\/\b\f\n\r\t\xc3\xa9\xf0\x9f\x98\x80");
-    cr_assert_eq(s->line, 2);
-    cr_assert_eq(cli_jv_get(v, "o")->n, 0);
-    cr_assert_null(cli_jv_get(v, "missing"));
-    cli_jv_free(v);
-
-    v = parse_ok("\"\\u0000x\"");
-    cr_assert_eq(v->len, 2, "NUL inside a string is kept with its length");
-    cli_jv_free(v);
-    v = parse_ok("18446744073709551615");
-    cr_assert_eq(cli_jv_uint(v, UINT64_MAX, &n), 0);
-    cr_assert_eq(n, UINT64_MAX);
-    cli_jv_free(v);
-    v = parse_ok("18446744073709551616");
-    cr_assert_eq(cli_jv_uint(v, UINT64_MAX, &n), -ERANGE);
-    cli_jv_free(v);
+    json_object_foreach (v, key, m)
+        cr_assert_str_eq(key, keys[i++], "members keep the order of the text");
+    cr_assert_str_eq(json_string_value(json_object_get(v, "s")),
+                     "x\"\\/\b\f\n\r\t\xc3\xa9\xf0\x9f\x98\x80");
+    cr_assert_eq(json_string_length(json_object_get(v, "n")), 2, "a NUL is kept with its length");
+    json_decref(v);
 }
 
-Test(cli_jsonparse, invalid_documents_name_their_position)
+Test(cli_json, load_errors_name_their_position)
 {
-    parse_bad("", 1, 1, "empty");
-    parse_bad("  \n ", 2, 2, "empty");
-    parse_bad("[1, 2,]", 1, 7, "trailing comma");
-    parse_bad("{\"a\": 1,\n }", 2, 2, "trailing comma");
-    parse_bad("{\"a\" 1}", 1, 6, "expected ':'");
-    parse_bad("{a: 1}", 1, 2, "key in quotes");
-    parse_bad("[01]", 1, 3, "leading zero");
-    parse_bad("[1.]", 1, 4, "decimal point");
-    parse_bad("[1e]", 1, 4, "exponent");
-    parse_bad("[-]", 1, 3, "digit");
-    parse_bad("\n  \"abc", 2, 3, "unterminated");
-    parse_bad("\"a\tb\"", 1, 3, "control character");
-    parse_bad("\"\xff\"", 1, 2, "UTF-8");
-    parse_bad("\"\xc0\xaf\"", 1, 2, "UTF-8");
-    parse_bad("\"\\ud800\"", 1, 2, "high surrogate");
-    parse_bad("\"\\udc00\"", 1, 2, "low surrogate");
-    parse_bad("\"\\x41\"", 1, 3, "invalid escape");
-    parse_bad("\"\\u12g4\"", 1, 6, "four hex digits");
-    parse_bad("{\"a\": 1, \"a\": 2}", 1, 10, "duplicate key");
-    parse_bad("{} {}", 1, 4, "after the end");
-    parse_bad("[1] // c", 1, 5, "after the end");
-    parse_bad("[tru]", 1, 2, "true, false or null");
-    parse_bad("[1 2]", 1, 4, "expected ',' or ']'");
-    parse_bad("{\"a\":1 \"b\":2}", 1, 8, "expected ',' or '}'");
-    parse_bad("[", 1, 2, "end of the file");
-    parse_bad("'a'", 1, 1, "expected a value");
+    parse_bad("", 1, 1);
+    parse_bad("[1, 2,]", 1, 7);
+    parse_bad("{\"a\": 1,\n }", 2, 2);
+    parse_bad("{\"a\" 1}", 1, 6);
+    parse_bad("{a: 1}", 1, 2);
+    parse_bad("\n\n  [1 2]", 3, 6);
+    parse_bad("\"a\tb\"", 1, 3);
+    parse_bad("\"\xff\"", 1, 2);
+    parse_bad("{\"a\": 1, \"a\": 2}", 1, 12); /* the end of the repeated key */
+    parse_bad("[", 1, 2);
+    parse_bad("\n  \"abc", 2, 7); /* the end, where the string should have closed */
+    parse_bad("[\"a\nb\"]", 1, 4);
+    parse_bad("{} {}", 1, 4);
+    parse_bad("[\n\"\xc3\xa9\xc3\xa9\", x]", 2, 9);
 }
 
-Test(cli_jsonparse, depth_is_limited)
+Test(cli_json, positions_of_values)
 {
-    char deep[2 * CLI_JSONPARSE_MAX_DEPTH + 8];
-    size_t n = 0;
+    static const char text[] = "{\"a\": [1, \"\\u00e9\\\"]\", {\"k\": true}],\n"
+                               "  \"\xc3\xa9\\\"\": null,\n"
+                               "  \"z\": -3.5e1}";
+    json_t *v = parse_ok(text), *arr = json_object_get(v, "a"), *m;
+    struct cli_json_pos ix;
+    unsigned line, col;
+    size_t off;
 
-    for (int i = 0; i < CLI_JSONPARSE_MAX_DEPTH + 1; i++)
-        deep[n++] = '[';
-    deep[n] = '\0';
-    parse_bad(deep, 1, CLI_JSONPARSE_MAX_DEPTH + 1, "nested deeper");
+    cr_assert_eq(cli_json_pos_init(&ix, text, strlen(text), v), 0);
+    cr_assert_eq(cli_json_pos_of(&ix, v, &off, &line, &col), 0);
+    cr_assert(off == 0 && line == 1 && col == 1);
+    cr_assert_eq(cli_json_pos_of(&ix, json_array_get(arr, 1), &off, &line, &col), 0);
+    cr_assert(line == 1 && col == 11, "line %u col %u", line, col);
+    cr_assert_eq(text[off], '"');
+    /* true is one shared value: found by its place. */
+    cr_assert_eq(cli_json_pos_in(&ix, json_array_get(arr, 2), "k", 0, &line, &col), 0);
+    cr_assert(line == 1 && col == 30, "line %u col %u", line, col);
+    cr_assert_eq(cli_json_pos_in(&ix, arr, NULL, 2, &line, &col), 0);
+    cr_assert(line == 1 && col == 24, "line %u col %u", line, col);
+    cr_assert_eq(cli_json_pos_in(&ix, NULL, NULL, 0, &line, &col), 0);
+    cr_assert(line == 1 && col == 1, "the root");
+    cr_assert_eq(cli_json_pos_in(&ix, v, "nope", 0, &line, &col), -ENOENT);
+    cr_assert_eq(cli_json_pos_of(&ix, json_object_get(v, "\xc3\xa9\""), NULL, &line, &col), 0);
+    cr_assert(line == 2 && col == 11, "line %u col %u (columns count bytes)", line, col);
+    cr_assert_eq(cli_json_pos_of(&ix, json_object_get(v, "z"), NULL, &line, &col), 0);
+    cr_assert(line == 3 && col == 8, "line %u col %u", line, col);
+    m = json_integer(5);
+    cr_assert_eq(cli_json_pos_of(&ix, m, NULL, &line, &col), -ENOENT);
+    json_decref(m);
+    cli_json_pos_release(&ix);
+    json_decref(v);
 }
 
 /* ---- configuration file ------------------------------------------------------------------ */
@@ -320,7 +313,7 @@ static void config_bad(const char *doc, const char *want_prefix, const char *msg
 
 Test(cli_config, malformed_or_impossible_is_refused_with_position)
 {
-    config_bad("{\"services\": [}", "line 1, column 15:", "expected a value");
+    config_bad("{\"services\": [}", "line 1, column 15:", "unexpected token");
     config_bad("[]", "line 1, column 1:", "must be an object, not an array");
     config_bad("{}", "line 1, column 1:", "\"services\" is missing");
     config_bad("{\"services\": [], \"extra\": 1}", "line 1, column 27:", "unknown key \"extra\"");
@@ -398,17 +391,18 @@ static size_t rnd_regex(unsigned char *b, size_t max)
 }
 
 /* The regex bytes a parsed filter object holds: "regex" or "regex_b64", exactly one. */
-static size_t jv_regex(const struct cli_jv *o, unsigned char *out)
+static size_t jv_regex(const json_t *o, unsigned char *out)
 {
-    const struct cli_jv *s = cli_jv_get(o, "regex"), *b = cli_jv_get(o, "regex_b64");
+    const json_t *s = json_object_get(o, "regex"), *b = json_object_get(o, "regex_b64");
     size_t n = 0;
 
     cr_assert((s != NULL) != (b != NULL), "exactly one of regex, regex_b64");
     if (s) {
-        memcpy(out, s->s, s->len);
-        return s->len;
+        memcpy(out, json_string_value(s), json_string_length(s));
+        return json_string_length(s);
     }
-    cr_assert_eq(cli_b64_decode(b->s, b->len, out, &n), 0, "bad base64 %s", b->s);
+    cr_assert_eq(cli_b64_decode(json_string_value(b), json_string_length(b), out, &n), 0,
+                 "bad base64 %s", json_string_value(b));
     return n;
 }
 
@@ -457,7 +451,7 @@ Test(cli_config, random_regex_bytes_round_trip_exactly)
             char *out = NULL;
             size_t olen = 0;
             FILE *m = open_memstream(&out, &olen);
-            struct cli_jv *v;
+            json_t *v;
 
             Fgx__Ctl__Request req = FGX__CTL__REQUEST__INIT;
 
@@ -467,10 +461,10 @@ Test(cli_config, random_regex_bytes_round_trip_exactly)
             cr_assert_eq(cli_fmt_reply(m, &req, &rep, true), 0);
             (void)fclose(m);
             v = parse_ok(out);
-            cr_assert_eq(v->type, CLI_JV_ARR);
-            cr_assert_eq(jv_regex(v->items[0], got), len[0], "seed %u: %s", seed, out);
+            cr_assert(json_is_array(v));
+            cr_assert_eq(jv_regex(json_array_get(v, 0), got), len[0], "seed %u: %s", seed, out);
             cr_assert_eq(memcmp(got, re[0], len[0]), 0, "seed %u: %s", seed, out);
-            cli_jv_free(v);
+            json_decref(v);
             free(out);
         }
     }

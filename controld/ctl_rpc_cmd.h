@@ -1,0 +1,139 @@
+/* controld control API, inside: what ctl_rpc.c (decode, admit, dispatch, encode) shares with
+ * the command families' handlers (rpc_service.c, rpc_filter.c, rpc_worker.c, rpc_stats.c,
+ * rpc_admin.c). Each family lists its commands in a table of struct ctl_rpc_cmd that the
+ * dispatcher walks, so a new command touches its family's file and proto/ only. */
+#ifndef CTL_RPC_CMD_H
+#define CTL_RPC_CMD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "control.pb-c.h"
+#include "controld/ctl_apply.h"
+#include "controld/ctl_auth.h"
+#include "controld/ctl_config.h"
+#include "controld/ctl_store.h"
+#include "fgx/chan_tls.h"
+#include "fgx/ruleset.h"
+
+/* How long a reading command waits for fresh worker counters before it reports the last ones. */
+#define CTL_RPC_STATS_TIMEOUT_MS 300
+
+/* One request's reply and everything it points into, freed together when the reply has left. */
+struct ctl_rpc {
+    struct ctl_ctx *ctx;
+    Fgx__Ctl__Reply reply;
+    char err[1024];
+    struct ctl_service *svcs;
+    char (*ips)[64];
+    Fgx__Ctl__Service *svc_msgs;
+    Fgx__Ctl__Service **svc_ptrs;
+    size_t nsvcs;
+    struct ctl_filter *flts;
+    Fgx__Ctl__Filter *flt_msgs;
+    Fgx__Ctl__Filter **flt_ptrs;
+    size_t nflts;
+    Fgx__Ctl__Status status;
+    Fgx__Ctl__Worker worker, px_worker;
+    Fgx__Ctl__Worker *workers[2];
+    Fgx__Ctl__ServiceStats *sst_msgs;
+    Fgx__Ctl__ServiceStats **sst_ptrs;
+    Fgx__Ctl__Event *ev_msgs;
+    Fgx__Ctl__Event **ev_ptrs;
+    const struct ctl_event **evs;
+    const struct fgx_peer *peer;        /* who sent the request */
+    char token[CTL_AUTH_TOKEN_LEN + 1]; /* login: the new session's token */
+    struct ctl_config_export cfg_exp;   /* config_export */
+    bool deferred; /* a probe that needs the compile session: nothing stored, no reply */
+    /* filter add: the regex's warnings; filter import: each line's, as "line N: ..." */
+    struct fgx_pattern_warnings add_warn;
+    char *add_warn_ptrs[FGX_PATTERN_WARN_MAX];
+    struct ctl_config_warning *imp_warn; /* ascending filter ids */
+    size_t nimp_warn;
+    char (*imp_text)[FGX_PATTERN_WARN_LEN + 16];
+    char **imp_ptrs;
+};
+
+typedef void (*ctl_rpc_handler_fn)(struct ctl_rpc *r, const Fgx__Ctl__Request *q);
+
+enum ctl_rpc_flags {
+    CTL_RPC_CHANGE = 1u << 0, /* changes services or filters: may need the compiler */
+    CTL_RPC_OPEN = 1u << 1,   /* answered without a session (login, the certificate) */
+};
+
+struct ctl_rpc_cmd {
+    Fgx__Ctl__Request__ReqCase req;
+    ctl_rpc_handler_fn handle; /* NULL ends a table */
+    unsigned flags;            /* enum ctl_rpc_flags */
+};
+
+/* The families' tables, each ended by an entry with no handler. */
+extern const struct ctl_rpc_cmd ctl_rpc_admin_cmds[];
+extern const struct ctl_rpc_cmd ctl_rpc_service_cmds[];
+extern const struct ctl_rpc_cmd ctl_rpc_filter_cmds[];
+extern const struct ctl_rpc_cmd ctl_rpc_worker_cmds[];
+extern const struct ctl_rpc_cmd ctl_rpc_stats_cmds[];
+
+/* The reference a Ref carries, or NULL. */
+static inline const char *ctl_rpc_ref(const Fgx__Ctl__Ref *ref)
+{
+    return ref ? ref->ref : NULL;
+}
+
+/* ---- the reply's code and message ---- */
+/* Set the reply's code and one-line message; a refused request reports nothing it was about
+ * to (except UNAVAILABLE: stored, but not confirmed). */
+void ctl_rpc_fail(struct ctl_rpc *r, Fgx__Ctl__Code code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void ctl_rpc_store_fail(struct ctl_rpc *r, int err);
+bool ctl_rpc_failed(const struct ctl_rpc *r);
+/* An import's error (-EINVAL, -EEXIST, -ENOENT, else an error) as a reply code. */
+Fgx__Ctl__Code ctl_rpc_config_code(int rv);
+const char *ctl_rpc_proto_name(uint8_t ipproto);
+uint64_t ctl_rpc_mono_ms(void);
+/* A store transaction; a failure is already in the reply. */
+int ctl_rpc_txn_begin(struct ctl_rpc *r, bool write, struct ctl_txn **t);
+
+/* ---- references and validation: each failure is in the reply, with its code ---- */
+bool ctl_rpc_all_digits(const char *s);
+/* A decimal id 1..UINT32_MAX. Returns 0 or -EINVAL. */
+int ctl_rpc_ref_id(const char *ref, uint32_t *id);
+/* A service by id or name, a filter by id. */
+int ctl_rpc_service_resolve(struct ctl_rpc *r, struct ctl_txn *t, const char *ref,
+                            struct ctl_service *out);
+int ctl_rpc_filter_resolve(struct ctl_rpc *r, struct ctl_txn *t, const char *ref,
+                           struct ctl_filter *out);
+int ctl_rpc_check_name(struct ctl_rpc *r, const char *name);
+int ctl_rpc_check_port(struct ctl_rpc *r, uint32_t port);
+int ctl_rpc_check_proto(struct ctl_rpc *r, Fgx__Ctl__Proto proto, uint8_t *ipproto);
+int ctl_rpc_check_layer(struct ctl_rpc *r, Fgx__Ctl__Layer layer, enum ctl_layer *out);
+int ctl_rpc_check_midstream(struct ctl_rpc *r, Fgx__Ctl__Midstream m, uint8_t *out);
+int ctl_rpc_check_layer_proto(struct ctl_rpc *r, const struct ctl_service *svc);
+int ctl_rpc_check_ip(struct ctl_rpc *r, const char *ip, struct fgx_cidr *out);
+/* w: NULL, or where the warnings of an accepted regex go. */
+int ctl_rpc_check_regex(struct ctl_rpc *r, const char *regex, bool nocase, uint8_t ipproto,
+                        struct fgx_pattern_warnings *w);
+/* Names unique; (proto, port) unique among services. */
+int ctl_rpc_check_unique(struct ctl_rpc *r, struct ctl_txn *t, const struct ctl_service *svc);
+
+/* ---- reply contents ---- */
+/* A filter's blocked count: the running total when controld keeps one, else the last saved. */
+int ctl_rpc_blocked_of(struct ctl_rpc *r, struct ctl_txn *t, uint32_t filter_id, uint64_t *out);
+/* The workers as supervised now, into r->workers. Returns how many. */
+size_t ctl_rpc_reply_workers(struct ctl_rpc *r);
+/* Copies svcs; fills the computed fields (filter count, blocked sum) from t. */
+int ctl_rpc_reply_services(struct ctl_rpc *r, struct ctl_txn *t, const struct ctl_service *svcs,
+                           size_t n);
+/* Takes ownership of fs (an array from ctl_store_filter_list() or one malloc'd filter). */
+int ctl_rpc_reply_filters(struct ctl_rpc *r, struct ctl_txn *t, struct ctl_filter *fs, size_t n);
+/* One filter; its regex moves into the reply. */
+int ctl_rpc_reply_filter(struct ctl_rpc *r, struct ctl_txn *t, struct ctl_filter *f);
+void ctl_rpc_reply_auth_state(struct ctl_rpc *r);
+
+/* ---- commit and apply ---- */
+/* Validate the whole new state by building its ruleset in the request's transaction (when
+ * rebuild), commit, then carry it to the data path. *t is consumed. */
+void ctl_rpc_finish(struct ctl_rpc *r, struct ctl_txn **t, bool rebuild);
+
+#endif

@@ -1,0 +1,245 @@
+/* controld control API, the administration family: status (and version), login, logout,
+ * passwd, the password switch, the certificate, and the whole configuration's export and
+ * import. */
+#include "controld/ctl_rpc_cmd.h"
+
+#include "controld/ctl_rpc.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "fgx/log.h"
+
+static void do_status(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
+{
+    (void)q;
+    /* Fresh worker counters; a worker that does not answer is reported as it was. */
+    ctl_stats_refresh(r->ctx, CTL_RPC_STATS_TIMEOUT_MS);
+    struct ctl_service *svcs = NULL;
+    struct ctl_txn *t;
+    size_t n = 0, active = 0;
+    int rv;
+
+    if (ctl_rpc_txn_begin(r, false, &t) < 0)
+        return;
+    rv = ctl_store_service_list(t, &svcs, &n);
+    ctl_txn_abort(t);
+    if (rv < 0) {
+        ctl_rpc_store_fail(r, rv);
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        active += svcs[i].active;
+    free(svcs);
+    fgx__ctl__status__init(&r->status);
+    r->status.version = CTL_VERSION;
+    r->status.uptime = (uint64_t)time(NULL) - r->ctx->started;
+    r->status.services = (uint32_t)n;
+    r->status.services_active = (uint32_t)active;
+    r->status.has_threads = 1;
+    r->status.threads = r->ctx->threads;
+    if (r->ctx->nft)
+        r->status.queue_mode = ctl_nft_native_queue(r->ctx->nft) ? "native" : "compat";
+    r->status.n_workers = ctl_rpc_reply_workers(r);
+    r->status.workers = r->workers;
+    r->reply.status = &r->status;
+}
+
+static bool rpc_has_auth(struct ctl_rpc *r)
+{
+    if (r->ctx->auth)
+        return true;
+    ctl_rpc_fail(r, FGX__CTL__CODE__CODE_INVALID, "this controld has no password support");
+    return false;
+}
+
+static void do_login(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
+{
+    const Fgx__Ctl__Login *l = q->login;
+    struct ctl_auth *a = r->ctx->auth;
+    uint64_t now = ctl_rpc_mono_ms(), left;
+    char who[64];
+
+    if (!rpc_has_auth(r))
+        return;
+    ctl_auth_peer_format(r->peer, who, sizeof(who));
+    if (!ctl_auth_has_password(a)) {
+        ctl_rpc_fail(r, FGX__CTL__CODE__CODE_AUTH,
+                     "no password is set: set one with fgexctl passwd on the vulnbox, or controld "
+                     "--init-password");
+        return;
+    }
+    /* Before the hash: a locked-out peer costs no yescrypt time and learns nothing. */
+    left = ctl_auth_delay_left(a, r->peer, now);
+    if (left > 0) {
+        ctl_rpc_fail(r, FGX__CTL__CODE__CODE_AUTH,
+                     "too many failed logins from %s: try again in %llu s", who,
+                     (unsigned long long)(left + 999) / 1000);
+        return;
+    }
+    if (!l || ctl_auth_verify(l->password, ctl_auth_hash_get(a)) != 0) {
+        left = ctl_auth_login_failed(a, r->peer, now);
+        fgx_warn("failed login from %s; its next attempt is refused for %llu ms", who,
+                 (unsigned long long)left);
+        ctl_rpc_fail(r, FGX__CTL__CODE__CODE_AUTH, "wrong password");
+        return;
+    }
+    ctl_auth_login_ok(a, r->peer);
+    if (ctl_auth_session_new(a, now, r->token) < 0) {
+        ctl_rpc_fail(r, FGX__CTL__CODE__CODE_ERROR, "cannot create a session");
+        return;
+    }
+    r->reply.token = r->token;
+    ctl_rpc_reply_auth_state(r);
+    fgx_info("login from %s", who);
+}
+
+static void do_passwd(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
+{
+    const Fgx__Ctl__Passwd *p = q->passwd;
+    const char *token = q->token;
+    struct ctl_auth *a = r->ctx->auth;
+    char err[256], who[64];
+    size_t n;
+    int rv;
+
+    if (!rpc_has_auth(r))
+        return;
+    if (!p) {
+        ctl_rpc_fail(r, FGX__CTL__CODE__CODE_INVALID, "no password given");
+        return;
+    }
+    ctl_auth_peer_format(r->peer, who, sizeof(who));
+    rv = ctl_auth_password_save(a, r->ctx->store, p->password, err, sizeof(err));
+    if (rv < 0) {
+        ctl_rpc_fail(r, rv == -EINVAL ? FGX__CTL__CODE__CODE_INVALID : FGX__CTL__CODE__CODE_ERROR,
+                     "%s", err);
+        return;
+    }
+    if (p->has_expire_sessions && p->expire_sessions) {
+        /* The caller's own session stays (a local caller may have none). */
+        n = ctl_auth_session_drop_others(a, token);
+        fgx_info("password changed from %s; %zu other session(s) logged out", who, n);
+    } else {
+        fgx_info("password changed from %s", who);
+    }
+    ctl_rpc_reply_auth_state(r);
+}
+
+static void do_auth_set(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
+{
+    const Fgx__Ctl__AuthSet *s = q->auth_set;
+    struct ctl_auth *a = r->ctx->auth;
+    char who[64];
+    int rv;
+
+    if (!rpc_has_auth(r))
+        return;
+    if (!s) {
+        ctl_rpc_fail(r, FGX__CTL__CODE__CODE_INVALID, "auth: say on or off");
+        return;
+    }
+    if (s->enabled && !ctl_auth_has_password(a)) {
+        ctl_rpc_fail(
+            r, FGX__CTL__CODE__CODE_INVALID,
+            "set a password first (fgexctl passwd): with none, no remote client could log in");
+        return;
+    }
+    rv = ctl_auth_enabled_save(a, r->ctx->store, s->enabled);
+    if (rv < 0) {
+        ctl_rpc_store_fail(r, rv);
+        return;
+    }
+    ctl_auth_peer_format(r->peer, who, sizeof(who));
+    if (s->enabled)
+        fgx_info("password requirement turned on from %s", who);
+    else
+        fgx_warn("password requirement turned off from %s: any client that can connect controls "
+                 "the firewall",
+                 who);
+    ctl_rpc_reply_auth_state(r);
+}
+
+static void do_cert(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
+{
+    (void)q;
+    const char *fp = r->ctx->auth ? ctl_auth_fingerprint(r->ctx->auth) : "";
+
+    if (!*fp) {
+        ctl_rpc_fail(r, FGX__CTL__CODE__CODE_NOT_FOUND,
+                     "controld has no TLS listener (start it with --listen tls+tcp://ADDR:PORT)");
+        return;
+    }
+    r->reply.fingerprint = (char *)fp;
+}
+
+/* Idempotent: a client forgetting its token is logged out whether or not the session lived. */
+static void do_logout(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
+{
+    const char *token = q->token;
+    if (r->ctx->auth && token && ctl_auth_session_drop(r->ctx->auth, token) == 0)
+        fgx_info("logout");
+}
+
+static void do_config_export(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
+{
+    (void)q;
+    struct ctl_txn *t;
+    int rv;
+
+    if (ctl_rpc_txn_begin(r, false, &t) < 0)
+        return;
+    rv = ctl_config_export(t, &r->cfg_exp);
+    ctl_txn_abort(t);
+    if (rv < 0) {
+        ctl_rpc_store_fail(r, rv);
+        return;
+    }
+    r->reply.config = &r->cfg_exp.cfg;
+}
+
+static void do_config_import(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
+{
+    const Fgx__Ctl__Config *cfg = q->config_import;
+    struct ctl_txn *t = NULL;
+    char err[768];
+    int rv;
+
+    if (!cfg) {
+        ctl_rpc_fail(r, FGX__CTL__CODE__CODE_INVALID, "no configuration given");
+        return;
+    }
+    if (ctl_rpc_txn_begin(r, true, &t) < 0)
+        return;
+    rv = ctl_config_import(t, cfg, err, sizeof(err));
+    if (rv < 0) {
+        ctl_rpc_fail(r, ctl_rpc_config_code(rv), "%s", err);
+        goto out;
+    }
+    /* The full compile happens here: a set that cannot compile is aborted with everything else. */
+    ctl_rpc_finish(r, &t, true);
+    if (ctl_rpc_failed(r) && r->reply.code != FGX__CTL__CODE__CODE_UNAVAILABLE)
+        goto out;
+    if (r->ctx->stats)
+        ctl_stats_counters_reset(r->ctx->stats);
+    if (r->ctx->auth && cfg->has_auth_enabled)
+        ctl_auth_enabled_set(r->ctx->auth, cfg->auth_enabled);
+    fgx_info("configuration imported: %zu services, %zu filters", cfg->n_services, cfg->n_filters);
+out:
+    ctl_txn_abort(t);
+}
+
+const struct ctl_rpc_cmd ctl_rpc_admin_cmds[] = {
+    {FGX__CTL__REQUEST__REQ_STATUS, do_status, 0},
+    {FGX__CTL__REQUEST__REQ_LOGIN, do_login, CTL_RPC_OPEN},
+    {FGX__CTL__REQUEST__REQ_PASSWD, do_passwd, 0},
+    {FGX__CTL__REQUEST__REQ_AUTH_SET, do_auth_set, 0},
+    {FGX__CTL__REQUEST__REQ_CERT, do_cert, CTL_RPC_OPEN},
+    {FGX__CTL__REQUEST__REQ_LOGOUT, do_logout, 0},
+    {FGX__CTL__REQUEST__REQ_CONFIG_EXPORT, do_config_export, 0},
+    {FGX__CTL__REQUEST__REQ_CONFIG_IMPORT, do_config_import, CTL_RPC_CHANGE},
+    {0, NULL, 0},
+};

@@ -1,0 +1,248 @@
+/* controld control API, the filter family: add, list, enable, disable, rm, import, export.
+ * A regex is checked (compiled, linted) before it is stored; a ruleset import replaces or adds a
+ * service's filters in one transaction and carries each line's warnings back. */
+#include "controld/ctl_rpc_cmd.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fgx/log.h"
+
+static void do_filter_add(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
+{
+    const Fgx__Ctl__FilterAdd *a = q->filter_add;
+    struct ctl_filter f = {0};
+    struct ctl_service svc;
+    struct ctl_txn *t = NULL;
+    int rv;
+
+    if (ctl_rpc_txn_begin(r, true, &t) < 0)
+        return;
+    if (ctl_rpc_service_resolve(r, t, a->service, &svc) < 0)
+        goto out;
+    f.nocase = a->has_nocase && a->nocase;
+    if (ctl_rpc_check_regex(r, a->regex, f.nocase, svc.ipproto, &r->add_warn) < 0)
+        goto out;
+    f.service_id = svc.id;
+    f.dir = !a->has_dir                         ? FGX_DIR_BOTH
+            : a->dir == FGX__CTL__DIR__DIR_C2S  ? FGX_DIR_C2S
+            : a->dir == FGX__CTL__DIR__DIR_S2C  ? FGX_DIR_S2C
+            : a->dir == FGX__CTL__DIR__DIR_BOTH ? FGX_DIR_BOTH
+                                                : 0;
+    if (f.dir == 0) {
+        ctl_rpc_fail(r, FGX__CTL__CODE__CODE_INVALID, "invalid direction: use c2s, s2c or both");
+        goto out;
+    }
+    f.active = true;
+    f.regex = strdup(a->regex);
+    if (!f.regex) {
+        ctl_rpc_store_fail(r, -ENOMEM);
+        goto out;
+    }
+    rv = ctl_store_filter_put(t, &f);
+    if (rv < 0) {
+        ctl_rpc_store_fail(r, rv);
+        goto out;
+    }
+    if (ctl_rpc_reply_filter(r, t, &f) < 0)
+        goto out;
+    for (size_t i = 0; i < r->add_warn.n; i++)
+        r->add_warn_ptrs[i] = r->add_warn.text[i];
+    r->flt_msgs[0].n_warnings = r->add_warn.n;
+    r->flt_msgs[0].warnings = r->add_warn_ptrs;
+    ctl_rpc_finish(r, &t, true);
+    if (!ctl_rpc_failed(r) || r->reply.code == FGX__CTL__CODE__CODE_UNAVAILABLE)
+        fgx_info("filter %u added to service %s%s", r->flts[0].id, svc.name,
+                 r->add_warn.n ? " (with a warning: likely to block honest traffic)" : "");
+out:
+    ctl_filter_release(&f);
+    ctl_txn_abort(t);
+}
+
+static void do_filter_list(struct ctl_rpc *r, const char *ref)
+{
+    struct ctl_filter *fs = NULL;
+    struct ctl_service svc;
+    struct ctl_txn *t;
+    size_t n = 0;
+    int rv;
+
+    ctl_stats_refresh(r->ctx, CTL_RPC_STATS_TIMEOUT_MS);
+    if (ctl_rpc_txn_begin(r, false, &t) < 0)
+        return;
+    if (ctl_rpc_service_resolve(r, t, ref, &svc) < 0)
+        goto out;
+    rv = ctl_store_filter_list(t, svc.id, &fs, &n);
+    if (rv < 0) {
+        ctl_rpc_store_fail(r, rv);
+        goto out;
+    }
+    ctl_rpc_reply_filters(r, t, fs, n);
+out:
+    ctl_txn_abort(t);
+}
+
+static void do_filter_active(struct ctl_rpc *r, const char *ref, bool active)
+{
+    struct ctl_filter f = {0};
+    struct ctl_txn *t = NULL;
+    int rv;
+
+    if (ctl_rpc_txn_begin(r, true, &t) < 0)
+        return;
+    if (ctl_rpc_filter_resolve(r, t, ref, &f) < 0)
+        goto out;
+    if (f.active != active) {
+        f.active = active;
+        rv = ctl_store_filter_put(t, &f);
+        if (rv < 0) {
+            ctl_rpc_store_fail(r, rv);
+            goto out;
+        }
+    }
+    if (ctl_rpc_reply_filter(r, t, &f) < 0)
+        goto out;
+    ctl_rpc_finish(r, &t, true);
+    if (!ctl_rpc_failed(r))
+        fgx_info("filter %s %s", ref, active ? "enabled" : "disabled");
+out:
+    ctl_filter_release(&f);
+    ctl_txn_abort(t);
+}
+
+static void do_filter_rm(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
+{
+    const char *ref = ctl_rpc_ref(q->filter_rm);
+    struct ctl_filter f = {0};
+    struct ctl_txn *t = NULL;
+    uint32_t id;
+    int rv;
+
+    if (ctl_rpc_txn_begin(r, true, &t) < 0)
+        return;
+    if (ctl_rpc_filter_resolve(r, t, ref, &f) < 0)
+        goto out;
+    id = f.id;
+    if (ctl_rpc_reply_filter(r, t, &f) < 0)
+        goto out;
+    rv = ctl_store_filter_del(t, id);
+    if (rv < 0) {
+        ctl_rpc_store_fail(r, rv);
+        goto out;
+    }
+    ctl_rpc_finish(r, &t, true);
+    if (!ctl_rpc_failed(r))
+        fgx_info("filter %u removed", id);
+out:
+    ctl_filter_release(&f);
+    ctl_txn_abort(t);
+}
+
+static int warn_cmp(const void *key, const void *elem)
+{
+    uint32_t id = *(const uint32_t *)key;
+    const struct ctl_config_warning *w = elem;
+
+    return id < w->filter_id ? -1 : id > w->filter_id;
+}
+
+/* Each imported line's warnings onto the reply's filter it became, as "line N: ...". */
+static int reply_import_warnings(struct ctl_rpc *r)
+{
+    size_t total = 0, k = 0;
+
+    for (size_t i = 0; i < r->nimp_warn; i++)
+        total += r->imp_warn[i].w.n;
+    if (total == 0)
+        return 0;
+    r->imp_text = calloc(total, sizeof(*r->imp_text));
+    r->imp_ptrs = calloc(total, sizeof(*r->imp_ptrs));
+    if (!r->imp_text || !r->imp_ptrs) {
+        ctl_rpc_store_fail(r, -ENOMEM);
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < r->nflts; i++) {
+        const struct ctl_config_warning *w =
+            bsearch(&r->flts[i].id, r->imp_warn, r->nimp_warn, sizeof(*r->imp_warn), warn_cmp);
+
+        if (!w)
+            continue;
+        r->flt_msgs[i].warnings = &r->imp_ptrs[k];
+        r->flt_msgs[i].n_warnings = w->w.n;
+        for (size_t j = 0; j < w->w.n; j++, k++) {
+            snprintf(r->imp_text[k], sizeof(r->imp_text[k]), "line %u: %s", w->line, w->w.text[j]);
+            r->imp_ptrs[k] = r->imp_text[k];
+        }
+    }
+    return 0;
+}
+
+static void do_filter_import(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
+{
+    const Fgx__Ctl__FilterImport *imp = q->filter_import;
+    struct ctl_filter *fs = NULL;
+    struct ctl_txn *t = NULL;
+    uint32_t sid = 0;
+    size_t n = 0;
+    char err[1024];
+    int rv;
+
+    if (!imp) {
+        ctl_rpc_fail(r, FGX__CTL__CODE__CODE_INVALID, "no ruleset given");
+        return;
+    }
+    if (ctl_rpc_txn_begin(r, true, &t) < 0)
+        return;
+    rv = ctl_config_filter_import_warn(t, imp, &sid, &r->imp_warn, &r->nimp_warn, err, sizeof(err));
+    if (rv < 0) {
+        ctl_rpc_fail(r, ctl_rpc_config_code(rv), "%s", err);
+        goto out;
+    }
+    rv = ctl_store_filter_list(t, sid, &fs, &n);
+    if (rv < 0) {
+        ctl_rpc_store_fail(r, rv);
+        goto out;
+    }
+    if (ctl_rpc_reply_filters(r, t, fs, n) < 0 || reply_import_warnings(r) < 0)
+        goto out;
+    ctl_rpc_finish(r, &t, true);
+    if (!ctl_rpc_failed(r) || r->reply.code == FGX__CTL__CODE__CODE_UNAVAILABLE)
+        fgx_info("%zu filter(s) imported into service %s%s", imp->n_filters, imp->service,
+                 imp->has_replace && imp->replace ? ", replacing the others" : "");
+out:
+    ctl_txn_abort(t);
+}
+
+static void filter_list(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
+{
+    do_filter_list(r, ctl_rpc_ref(q->filter_list));
+}
+
+static void filter_enable(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
+{
+    do_filter_active(r, ctl_rpc_ref(q->filter_enable), true);
+}
+
+static void filter_disable(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
+{
+    do_filter_active(r, ctl_rpc_ref(q->filter_disable), false);
+}
+
+/* An export is the list; fgexctl writes it as a ruleset file. */
+static void filter_export(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
+{
+    do_filter_list(r, ctl_rpc_ref(q->filter_export));
+}
+
+const struct ctl_rpc_cmd ctl_rpc_filter_cmds[] = {
+    {FGX__CTL__REQUEST__REQ_FILTER_ADD, do_filter_add, CTL_RPC_CHANGE},
+    {FGX__CTL__REQUEST__REQ_FILTER_LIST, filter_list, 0},
+    {FGX__CTL__REQUEST__REQ_FILTER_ENABLE, filter_enable, CTL_RPC_CHANGE},
+    {FGX__CTL__REQUEST__REQ_FILTER_DISABLE, filter_disable, CTL_RPC_CHANGE},
+    {FGX__CTL__REQUEST__REQ_FILTER_RM, do_filter_rm, CTL_RPC_CHANGE},
+    {FGX__CTL__REQUEST__REQ_FILTER_IMPORT, do_filter_import, CTL_RPC_CHANGE},
+    {FGX__CTL__REQUEST__REQ_FILTER_EXPORT, filter_export, 0},
+    {0, NULL, 0},
+};

@@ -1,0 +1,262 @@
+/* fgexctl, the administration commands: status, version, login, logout, passwd, auth, cert,
+ * and the whole configuration's export and import. The ones that read or write local files
+ * and sessions are finished by cli_local.c. */
+#include "cmd.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli_fmt.h"
+#include "cli_json.h"
+
+/* ---- usage ---- */
+
+/* clang-format off */
+static const char usage_status[] =
+    "usage: fgexctl status\n"
+    "\n"
+    "Show controld's version and uptime, the number of services, and its workers.\n";
+
+static const char usage_version[] =
+    "usage: fgexctl version\n"
+    "\n"
+    "Show fgexctl's version, then the version of the controld it reaches.\n"
+    "With --json: {client, server}.\n";
+
+static const char usage_export[] =
+    "usage: fgexctl export FILE\n"
+    "\n"
+    "Save controld's whole configuration (services, their filters, settings; never the\n"
+    "password hash or sessions) as one JSON document in FILE (mode 0600), or on stdout\n"
+    "for `-`. `fgexctl import FILE` restores it. The format is in docs/fgexctl.md.\n";
+
+static const char usage_import[] =
+    "usage: fgexctl import FILE\n"
+    "\n"
+    "Replace controld's whole configuration with FILE (or - for stdin), as written by\n"
+    "`fgexctl export`, atomically: a file that is malformed (its line and column are\n"
+    "named) or asks for something impossible changes nothing and says why.\n";
+
+static const char usage_login[] =
+    "usage: fgexctl [-c URL] login [--password-file F]\n"
+    "\n"
+    "Log in to controld with its password (the first line of F, else stdin; not echoed\n"
+    "on a terminal). The session token is kept in ~/.config/fgex/sessions/ (mode 0600)\n"
+    "and sent with every later request to the same URL.\n";
+
+static const char usage_logout[] =
+    "usage: fgexctl [-c URL] logout\n"
+    "\n"
+    "End the session with controld and forget its token.\n";
+
+static const char usage_passwd[] =
+    "usage: fgexctl passwd [--password-file F] [--expire-sessions]\n"
+    "\n"
+    "Set controld's password: the first line of F, else from stdin (asked twice on a\n"
+    "terminal). Over the local socket, or by a logged-in remote client.\n"
+    "\n"
+    "  --expire-sessions   log out every other session\n";
+
+static const char usage_auth[] =
+    "usage: fgexctl auth on|off\n"
+    "\n"
+    "Require the password from remote clients (on), or not (off), from now on.\n";
+
+static const char usage_cert[] =
+    "usage: fgexctl cert\n"
+    "\n"
+    "Print the SHA-256 fingerprint of controld's TLS certificate, to compare with what\n"
+    "a client pinned on first use.\n";
+/* clang-format on */
+
+/* ---- building the request ---- */
+
+static int build_login(struct cli_cmd *cmd, const struct cli_cmd_def *def,
+                       const struct cli_args_raw *raw)
+{
+    (void)def;
+    fgx__ctl__login__init(&cmd->m.login);
+    cmd->password_file = cli_args_opt(raw, CLI_OPT_PASSWORD_FILE);
+    cmd->req.login = &cmd->m.login;
+    return 0;
+}
+
+static int build_passwd(struct cli_cmd *cmd, const struct cli_cmd_def *def,
+                        const struct cli_args_raw *raw)
+{
+    (void)def;
+    fgx__ctl__passwd__init(&cmd->m.passwd);
+    cmd->password_file = cli_args_opt(raw, CLI_OPT_PASSWORD_FILE);
+    if (cli_args_opt(raw, CLI_OPT_EXPIRE)) {
+        cmd->m.passwd.has_expire_sessions = 1;
+        cmd->m.passwd.expire_sessions = 1;
+    }
+    cmd->req.passwd = &cmd->m.passwd;
+    return 0;
+}
+
+static int build_auth(struct cli_cmd *cmd, const struct cli_cmd_def *def,
+                      const struct cli_args_raw *raw)
+{
+    int rc = 0;
+
+    (void)def;
+    fgx__ctl__auth_set__init(&cmd->m.auth_set);
+    if (raw->pos[0] && strcmp(raw->pos[0], "on") == 0)
+        cmd->m.auth_set.enabled = 1;
+    else if (!raw->pos[0] || strcmp(raw->pos[0], "off") != 0)
+        rc = cli_args_fail(cmd, CLI_EXIT_INVALID, "auth: '%.60s' must be on or off", raw->pos[0]);
+    cmd->req.auth_set = &cmd->m.auth_set;
+    return rc;
+}
+
+static int build_export(struct cli_cmd *cmd, const struct cli_cmd_def *def,
+                        const struct cli_args_raw *raw)
+{
+    (void)cli_args_build_empty(cmd, def, raw);
+    cmd->file = raw->pos[0];
+    if (!cmd->file || !*cmd->file)
+        return cli_args_fail(cmd, CLI_EXIT_INVALID, "export: the file name is empty");
+    return 0;
+}
+
+/* The Config is read from the file by cli_local.c, before sending. */
+static int build_import(struct cli_cmd *cmd, const struct cli_cmd_def *def,
+                        const struct cli_args_raw *raw)
+{
+    (void)def;
+    cmd->file = raw->pos[0];
+    if (!cmd->file || !*cmd->file)
+        return cli_args_fail(cmd, CLI_EXIT_INVALID, "import: the file name is empty");
+    return 0;
+}
+
+/* ---- output ---- */
+
+static int human_status(FILE *f, const Fgx__Ctl__Status *st)
+{
+    static const char *const heads[] = {"KIND", "PID", "STATE", "GENERATION", "RESTARTS"};
+    struct cli_table t;
+    char up[64], line[64];
+    int rc;
+
+    cli_fmt_duration(st->uptime, up, sizeof(up));
+    cli_fmt_kv_str(f, "version:", st->version);
+    cli_fmt_kv(f, "uptime:", up);
+    (void)snprintf(line, sizeof(line), "%" PRIu32 " (%" PRIu32 " active)", st->services,
+                   st->services_active);
+    cli_fmt_kv(f, "services:", line);
+    if (st->queue_mode && *st->queue_mode)
+        cli_fmt_kv_str(f, "queue:", st->queue_mode);
+    if (st->has_threads)
+        cli_fmt_kv_u64(f, "threads:", st->threads);
+    if (st->n_workers == 0) {
+        cli_fmt_kv(f, "workers:", "none");
+        return 0;
+    }
+    (void)fputc('\n', f);
+    cli_fmt_table_init(&t, heads, 5, 1u << 1 | 1u << 3 | 1u << 4);
+    for (size_t i = 0; i < st->n_workers; i++) {
+        const Fgx__Ctl__Worker *w = st->workers[i];
+
+        cli_fmt_table_add_str(&t, w->kind);
+        cli_fmt_table_addf(&t, "%" PRId32, w->pid);
+        cli_fmt_table_add_str(&t, w->state);
+        cli_fmt_table_addf(&t, "%" PRIu64, w->generation);
+        cli_fmt_table_addf(&t, "%" PRIu32, w->restarts);
+    }
+    rc = cli_fmt_table_print(f, &t);
+    cli_fmt_table_release(&t);
+    return rc;
+}
+
+static json_t *json_status_worker(const void *p)
+{
+    const Fgx__Ctl__Worker *w = p;
+
+    return json_pack("{s:o, s:I, s:o, s:I, s:I}", "kind", cli_json_str(w->kind), "pid",
+                     (json_int_t)w->pid, "state", cli_json_str(w->state), "generation",
+                     cli_json_int(w->generation), "restarts", cli_json_int(w->restarts));
+}
+
+static json_t *json_status(const Fgx__Ctl__Status *st)
+{
+    return json_pack(
+        "{s:o, s:I, s:I, s:I, s:o, s:o, s:o}", "version", cli_json_str(st->version), "uptime",
+        cli_json_int(st->uptime), "services", cli_json_int(st->services), "services_active",
+        cli_json_int(st->services_active), "queue_mode", cli_json_str_or_null(st->queue_mode),
+        "threads", st->has_threads ? json_integer(cli_json_int(st->threads)) : json_null(),
+        "workers",
+        cli_fmt_json_list((void *const *)st->workers, st->n_workers, json_status_worker));
+}
+
+static int human_status_reply(FILE *f, const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep)
+{
+    (void)req;
+    return rep->status ? human_status(f, rep->status) : 0;
+}
+
+static json_t *json_status_reply(const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep)
+{
+    (void)req;
+    return rep->status ? json_status(rep->status) : json_null();
+}
+
+/* ---- the commands ---- */
+
+static const struct cli_cmd_def admin_cmds[] = {
+    {.name = "status",
+     .req = FGX__CTL__REQUEST__REQ_STATUS,
+     .usage = usage_status,
+     .build = cli_args_build_empty,
+     .human = human_status_reply,
+     .json = json_status_reply},
+    /* a status request, printed as the two versions by main.c */
+    {.name = "version",
+     .req = FGX__CTL__REQUEST__REQ_STATUS,
+     .usage = usage_version,
+     .build = cli_args_build_empty,
+     .flags = CLI_CMD_VERSION},
+    {.name = "login",
+     .req = FGX__CTL__REQUEST__REQ_LOGIN,
+     .opts = CLI_OPT_PASSWORD_FILE,
+     .usage = usage_login,
+     .build = build_login},
+    {.name = "logout",
+     .req = FGX__CTL__REQUEST__REQ_LOGOUT,
+     .usage = usage_logout,
+     .build = cli_args_build_empty},
+    {.name = "passwd",
+     .req = FGX__CTL__REQUEST__REQ_PASSWD,
+     .opts = CLI_OPT_PASSWORD_FILE | CLI_OPT_EXPIRE,
+     .usage = usage_passwd,
+     .build = build_passwd},
+    {.name = "auth",
+     .req = FGX__CTL__REQUEST__REQ_AUTH_SET,
+     .npos = 1,
+     .pos_names = {"on|off"},
+     .usage = usage_auth,
+     .build = build_auth},
+    {.name = "cert",
+     .req = FGX__CTL__REQUEST__REQ_CERT,
+     .usage = usage_cert,
+     .build = cli_args_build_empty},
+    {.name = "export",
+     .req = FGX__CTL__REQUEST__REQ_CONFIG_EXPORT,
+     .npos = 1,
+     .pos_names = {"FILE"},
+     .usage = usage_export,
+     .build = build_export},
+    {.name = "import",
+     .req = FGX__CTL__REQUEST__REQ_CONFIG_IMPORT,
+     .npos = 1,
+     .pos_names = {"FILE"},
+     .usage = usage_import,
+     .build = build_import,
+     .flags = CLI_CMD_CHANGE},
+    {.name = NULL},
+};
+
+const struct cli_cmd_family cli_cmd_admin = {.group = NULL, .usage = NULL, .cmds = admin_cmds};

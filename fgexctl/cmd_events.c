@@ -1,0 +1,190 @@
+/* fgexctl, the events command: the latest blocks, with an excerpt, once or followed
+ * (--follow, driven by cli_loop.c). */
+#include "cmd.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli_fmt.h"
+#include "cli_json.h"
+
+/* ---- usage ---- */
+
+/* clang-format off */
+static const char usage_events[] =
+    "usage: fgexctl events [SERVICE] [--limit N] [--follow] [--json]\n"
+    "\n"
+    "The latest blocks (of every service, or only SERVICE), oldest first: when, which\n"
+    "service and filter, the direction, the flow's addresses, and the bytes around\n"
+    "the end of the match (printable ASCII as is, other bytes as \\xNN).\n"
+    "\n"
+    "  --limit N    show the newest N events (default: controld's, 100)\n"
+    "  --follow     then keep printing new events as they arrive, until interrupted\n"
+    "               (Ctrl-C); with --json, one JSON object per line\n"
+    "\n"
+    "--json without --follow prints an array of {seq, time, time_ns, service_id,\n"
+    "service, filter_id, dir, proto, src, sport, dst, dport, excerpt, excerpt_hex}.\n"
+    "\n" CLI_SERVICE_HELP_NOTE;
+/* clang-format on */
+
+/* ---- building the request ---- */
+
+static int build_events(struct cli_cmd *cmd, const struct cli_cmd_def *spec,
+                        const struct cli_args_raw *raw)
+{
+    Fgx__Ctl__EventsQuery *m = &cmd->m.events;
+    const char *v;
+    int rc;
+
+    fgx__ctl__events_query__init(m);
+    if (raw->npos > 0) {
+        rc = cli_args_check_ref(cmd, spec, raw->pos[0]);
+        if (rc < 0)
+            return rc;
+        m->service = (char *)raw->pos[0];
+    }
+    if ((v = cli_args_opt(raw, CLI_OPT_LIMIT))) {
+        unsigned long n;
+
+        /* Same digit-only rule as ports: strtoul would take "-1" as a huge number. */
+        if (!cli_args_all_digits(v) || strlen(v) > 9 || (n = strtoul(v, NULL, 10)) < 1)
+            return cli_args_fail(cmd, CLI_EXIT_INVALID,
+                                 "invalid --limit '%.60s': expected a number of events, at least 1",
+                                 v);
+        m->has_limit = 1;
+        m->limit = (uint32_t)n;
+    }
+    cmd->follow = cli_args_opt(raw, CLI_OPT_FOLLOW) != NULL;
+    cmd->req.events = m;
+    return 0;
+}
+
+/* ---- output ---- */
+
+static const char *event_dir(Fgx__Ctl__Dir d)
+{
+    return d == FGX__CTL__DIR__DIR_S2C ? "s2c" : "c2s";
+}
+
+/* Widths that fit most rows, so batches printed apart by --follow line up. */
+static const size_t event_minw[] = {23, 10, 6, 3, 21, 21, 0};
+
+static int human_events(FILE *f, const Fgx__Ctl__Reply *rep, bool fixed, bool head)
+{
+    static const char *const heads[] = {"TIME", "SERVICE", "FILTER", "DIR",
+                                        "SRC",  "DST",     "EXCERPT"};
+    struct cli_table t;
+    char buf[INET6_ADDRSTRLEN * 4 + 16];
+    int rc;
+
+    cli_fmt_table_init(&t, heads, 7, 1u << 2);
+    t.minw = fixed ? event_minw : NULL;
+    t.headless = !head;
+    for (size_t i = 0; i < rep->n_events; i++) {
+        const Fgx__Ctl__Event *e = rep->events[i];
+
+        cli_fmt_time(e->time_ns, false, buf, sizeof(buf));
+        cli_fmt_table_addf(&t, "%s", buf);
+        if (e->service && *e->service)
+            cli_fmt_table_add_str(&t, e->service);
+        else
+            cli_fmt_table_addf(&t, "%" PRIu32, e->service_id);
+        cli_fmt_table_addf(&t, "%" PRIu32, e->filter_id);
+        cli_fmt_table_addf(&t, "%s", event_dir(e->dir));
+        cli_fmt_addr_port(e->src, e->sport, buf, sizeof(buf));
+        cli_fmt_table_addf(&t, "%s", buf);
+        cli_fmt_addr_port(e->dst, e->dport, buf, sizeof(buf));
+        cli_fmt_table_addf(&t, "%s", buf);
+        cli_fmt_table_push(&t, cli_fmt_escape_bytes_dup(e->has_excerpt ? e->excerpt.data : NULL,
+                                                        e->has_excerpt ? e->excerpt.len : 0));
+    }
+    rc = cli_fmt_table_print(f, &t);
+    cli_fmt_table_release(&t);
+    return rc;
+}
+
+/* Excerpts are at most ~64 bytes (control.proto); a longer one is cut in the hex form only. */
+#define EXCERPT_HEX_MAX 1024
+
+static json_t *json_event(const void *p)
+{
+    static const char hex[] = "0123456789abcdef";
+    const Fgx__Ctl__Event *e = p;
+    const uint8_t *x = e->has_excerpt ? e->excerpt.data : NULL;
+    size_t xlen = e->has_excerpt ? e->excerpt.len : 0;
+    char t[64], h[2 * EXCERPT_HEX_MAX + 1];
+    json_t *o;
+
+    cli_fmt_time(e->time_ns, true, t, sizeof(t));
+    o = json_pack("{s:I, s:s, s:I, s:I, s:o, s:I, s:s, s:s, s:o, s:I, s:o, s:I}", "seq",
+                  cli_json_int(e->seq), "time", t, "time_ns", cli_json_int(e->time_ns),
+                  "service_id", cli_json_int(e->service_id), "service",
+                  cli_json_str_or_null(e->service), "filter_id", cli_json_int(e->filter_id), "dir",
+                  event_dir(e->dir), "proto", cli_fmt_proto_name(e->proto), "src",
+                  cli_json_str(e->src), "sport", cli_json_int(e->sport), "dst",
+                  cli_json_str(e->dst), "dport", cli_json_int(e->dport));
+    /* Hex too, always, for a script that wants one field whatever the bytes. */
+    for (size_t i = 0; i < xlen && i < EXCERPT_HEX_MAX; i++) {
+        h[2 * i] = hex[x[i] >> 4];
+        h[2 * i + 1] = hex[x[i] & 0xf];
+    }
+    h[2 * (xlen < EXCERPT_HEX_MAX ? xlen : EXCERPT_HEX_MAX)] = '\0';
+    if (!o || cli_json_set_bytes(o, "excerpt", x, xlen) < 0 ||
+        json_object_set_new(o, "excerpt_hex", json_string(h)) < 0) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
+int cli_cmd_events_follow(FILE *f, const Fgx__Ctl__Reply *rep, bool json, bool head)
+{
+    int rc = 0;
+
+    if (json) {
+        for (size_t i = 0; i < rep->n_events && rc == 0; i++)
+            rc = cli_json_print(f, json_event(rep->events[i]), false);
+    } else if (rep->n_events > 0 || head) {
+        rc = human_events(f, rep, true, head);
+    }
+    if (rc == 0 && (fflush(f) == EOF || ferror(f)))
+        rc = -EIO;
+    return rc;
+}
+
+static int human_events_reply(FILE *f, const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep)
+{
+    (void)req;
+    if (rep->n_events == 0) {
+        (void)fputs("no events\n", f);
+        return 0;
+    }
+    return human_events(f, rep, false, true);
+}
+
+static json_t *json_events(const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep)
+{
+    (void)req;
+    return cli_fmt_json_list((void *const *)rep->events, rep->n_events, json_event);
+}
+
+/* ---- the commands ---- */
+
+static const struct cli_cmd_def events_cmds[] = {
+    {.name = "events",
+     .req = FGX__CTL__REQUEST__REQ_EVENTS,
+     .npos = 1,
+     .pos_names = {"SERVICE"},
+     .opts = CLI_OPT_LIMIT | CLI_OPT_FOLLOW,
+     .usage = usage_events,
+     .pos_optional = true,
+     .build = build_events,
+     .human = human_events_reply,
+     .json = json_events},
+    {.name = NULL},
+};
+
+const struct cli_cmd_family cli_cmd_events = {.group = NULL, .usage = NULL, .cmds = events_cmds};
