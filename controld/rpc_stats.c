@@ -76,6 +76,8 @@ static void do_stats(struct ctl_rpc *r, const Fgx__Ctl__Request *req)
         m->accepted = c.accepted;
         m->dropped = c.dropped;
         m->flows_active = c.flows_active;
+        m->has_events_lost = 1;
+        m->events_lost = c.events_lost;
         for (size_t j = 0; j < nfs; j++) {
             uint64_t b;
 
@@ -89,6 +91,8 @@ static void do_stats(struct ctl_rpc *r, const Fgx__Ctl__Request *req)
     }
     r->reply.n_service_stats = n;
     r->reply.service_stats = r->sst_ptrs;
+    r->reply.has_events_lost = 1;
+    r->reply.events_lost = r->ctx->stats ? ctl_stats_events_lost(r->ctx->stats, 0) : 0;
     if (ctl_rpc_reply_filters(r, t, fs, nfs) < 0) {
         fs = NULL; /* owned by r now */
         goto out;
@@ -143,6 +147,8 @@ static void do_events(struct ctl_rpc *r, const Fgx__Ctl__Request *req)
     if (!r->ctx->stats)
         return;
     r->reply.last_seq = ctl_stats_last_seq(r->ctx->stats);
+    r->reply.has_events_lost = 1;
+    r->reply.events_lost = ctl_stats_events_lost(r->ctx->stats, sid);
     r->evs = calloc(limit, sizeof(*r->evs));
     r->ev_msgs = calloc(limit, sizeof(*r->ev_msgs));
     r->ev_ptrs = calloc(limit, sizeof(*r->ev_ptrs));
@@ -176,6 +182,8 @@ static void do_events(struct ctl_rpc *r, const Fgx__Ctl__Request *req)
             m->has_excerpt = 1;
             m->excerpt.data = (uint8_t *)e->excerpt;
             m->excerpt.len = e->excerpt_len;
+            m->has_match_end = 1;
+            m->match_end = e->match_end;
         }
         r->ev_ptrs[i] = m;
     }

@@ -341,6 +341,13 @@ void cli_fmt_table_add_str(struct cli_table *t, const char *s)
     cli_fmt_table_push(t, escape_dup(s));
 }
 
+void cli_fmt_events_lost(FILE *f, uint64_t lost)
+{
+    if (lost > 0)
+        (void)fprintf(f, "%" PRIu64 " block%s had no event recorded (a worker's event queue was full)\n",
+                      lost, lost == 1 ? "" : "s");
+}
+
 int cli_fmt_table_print(FILE *f, struct cli_table *t)
 {
     size_t w[CLI_TABLE_MAX_COLS] = {0};

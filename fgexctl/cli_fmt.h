@@ -112,6 +112,9 @@ void cli_fmt_table_add_opt(struct cli_table *t, bool has, uint64_t v);
 void cli_fmt_table_add_bytes(struct cli_table *t, uint64_t v);
 /* Returns 0, or -ENOMEM when a cell could not be made. */
 int cli_fmt_table_print(FILE *f, struct cli_table *t);
+/* The line that says blocks went without an event (a worker's event queue was full), when
+ * lost > 0; nothing otherwise. Never silent: events and stats print it. */
+void cli_fmt_events_lost(FILE *f, uint64_t lost);
 void cli_fmt_table_release(struct cli_table *t);
 
 /* The filters of rep as a table (filter list, service show). Returns 0, -ENOMEM or -EIO. */

@@ -26,7 +26,10 @@ static const char usage_events[] =
     "               (Ctrl-C); with --json, one JSON object per line\n"
     "\n"
     "--json without --follow prints an array of {seq, time, time_ns, service_id,\n"
-    "service, filter_id, dir, proto, src, sport, dst, dport, excerpt, excerpt_hex}.\n"
+    "service, filter_id, dir, proto, src, sport, dst, dport, excerpt (or excerpt_b64),\n"
+    "excerpt_hex, match_end}: the match ends before byte match_end of the excerpt.\n"
+    "Blocks whose event was lost (a worker's event queue was full) are said after the\n"
+    "table (on stderr with --json).\n"
     "\n" CLI_SERVICE_HELP_NOTE;
 /* clang-format on */
 
@@ -133,7 +136,9 @@ static json_t *json_event(const void *p)
     }
     h[2 * (xlen < EXCERPT_HEX_MAX ? xlen : EXCERPT_HEX_MAX)] = '\0';
     if (!o || cli_json_set_bytes(o, "excerpt", x, xlen) < 0 ||
-        json_object_set_new(o, "excerpt_hex", json_string(h)) < 0) {
+        json_object_set_new(o, "excerpt_hex", json_string(h)) < 0 ||
+        (e->has_match_end &&
+         json_object_set_new(o, "match_end", json_integer(e->match_end)) < 0)) {
         json_decref(o);
         return NULL;
     }
@@ -157,17 +162,22 @@ int cli_cmd_events_follow(FILE *f, const Fgx__Ctl__Reply *rep, bool json, bool h
 
 static int human_events_reply(FILE *f, const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep)
 {
+    int rc = 0;
+
     (void)req;
-    if (rep->n_events == 0) {
+    if (rep->n_events == 0)
         (void)fputs("no events\n", f);
-        return 0;
-    }
-    return human_events(f, rep, false, true);
+    else
+        rc = human_events(f, rep, false, true);
+    cli_fmt_events_lost(f, rep->events_lost);
+    return rc;
 }
 
 static json_t *json_events(const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep)
 {
     (void)req;
+    /* The array stays what scripts expect; the loss is said on stderr. */
+    cli_fmt_events_lost(stderr, rep->events_lost);
     return cli_fmt_json_list((void *const *)rep->events, rep->n_events, json_event);
 }
 

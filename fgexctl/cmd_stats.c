@@ -26,7 +26,9 @@ static const char usage_stats[] =
     "  --interval SEC    the refresh period for --watch (default: 1; e.g. 0.5)\n"
     "\n"
     "The table shows bytes in binary units (KiB, MiB, ...); --json gives exact numbers:\n"
-    "an array of {id, name, packets, bytes, accepted, dropped, flows_active, blocked}.\n"
+    "an array of {id, name, packets, bytes, accepted, dropped, flows_active, blocked,\n"
+    "events_lost}. Blocks whose event was lost (a worker's event queue was full) are\n"
+    "counted in events_lost and said under the table.\n"
     "\n" CLI_SERVICE_HELP_NOTE;
 /* clang-format on */
 
@@ -103,6 +105,7 @@ static int human_stats_table(FILE *f, const Fgx__Ctl__Reply *rep)
     }
     rc = cli_fmt_table_print(f, &t);
     cli_fmt_table_release(&t);
+    cli_fmt_events_lost(f, rep->events_lost);
     return rc;
 }
 
@@ -110,11 +113,12 @@ static json_t *json_stats_one(const void *p)
 {
     const Fgx__Ctl__ServiceStats *st = p;
 
-    return json_pack("{s:I, s:o, s:I, s:I, s:I, s:I, s:I, s:I}", "id", cli_json_int(st->service_id),
-                     "name", cli_json_str(st->name), "packets", cli_json_int(st->packets), "bytes",
-                     cli_json_int(st->bytes), "accepted", cli_json_int(st->accepted), "dropped",
-                     cli_json_int(st->dropped), "flows_active", cli_json_int(st->flows_active),
-                     "blocked", cli_json_int(st->blocked));
+    return json_pack("{s:I, s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "id",
+                     cli_json_int(st->service_id), "name", cli_json_str(st->name), "packets",
+                     cli_json_int(st->packets), "bytes", cli_json_int(st->bytes), "accepted",
+                     cli_json_int(st->accepted), "dropped", cli_json_int(st->dropped),
+                     "flows_active", cli_json_int(st->flows_active), "blocked",
+                     cli_json_int(st->blocked), "events_lost", cli_json_int(st->events_lost));
 }
 
 static const Fgx__Ctl__ServiceStats *stats_find(const Fgx__Ctl__Reply *rep, uint32_t id)

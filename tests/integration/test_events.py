@@ -77,6 +77,11 @@ def block_recorded_as_event(env):
     check(excerpt(e) == b"GET /?q=" + EVIL + b" HTTP/1.0\r\n",
           "excerpt %r is not the payload around the match end", excerpt(e))
     check("evil1" in e["excerpt"], "printable excerpt %r", e["excerpt"])
+    # match_end marks where in the excerpt hyperscan reported the end of the match: the first
+    # point where evil[0-9]+ matches, after "evil1"
+    check(e.get("match_end") == len(b"GET /?q=evil1"),
+          "match_end %r is not where evil[0-9]+ first matches in %r", e.get("match_end"),
+          excerpt(e))
 
     e6 = wait_event(env, "ev-tcp", lambda x: x["sport"] == sport6)
     check(e6["filter_id"] == fleak and e6["dir"] == "c2s", "v6 event filter/dir %r/%r",

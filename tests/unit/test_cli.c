@@ -1325,6 +1325,34 @@ static void two_stats(Fgx__Ctl__ServiceStats *a, Fgx__Ctl__ServiceStats *b,
     rep->service_stats = v;
 }
 
+Test(cli, stats_and_events_say_lost_events)
+{
+    Fgx__Ctl__ServiceStats a, b, *v[2];
+    Fgx__Ctl__Reply rep;
+    Fgx__Ctl__Request req = request_of(FGX__CTL__REQUEST__REQ_STATS, NULL);
+    Fgx__Ctl__Request ereq = request_of(FGX__CTL__REQUEST__REQ_EVENTS, NULL);
+    char *out;
+
+    two_stats(&a, &b, v, &rep);
+    a.has_events_lost = 1;
+    a.events_lost = 3;
+    rep.has_events_lost = 1;
+    rep.events_lost = 3;
+    out = render(&req, &rep, false);
+    cr_assert(strstr(out, "\n3 blocks had no event recorded (a worker's event queue was full)\n"),
+              "%s", out);
+    free(out);
+    out = render(&req, &rep, true);
+    cr_assert(strstr(out, "\"blocked\":8,\"events_lost\":3}"), "%s", out);
+    free(out);
+    rep.n_service_stats = 0;
+    rep.events_lost = 1;
+    out = render(&ereq, &rep, false);
+    cr_assert_str_eq(out, "no events\n1 block had no event recorded (a worker's event queue was "
+                          "full)\n");
+    free(out);
+}
+
 Test(cli, stats_rendering)
 {
     Fgx__Ctl__ServiceStats a, b, *v[2];
@@ -1341,9 +1369,9 @@ Test(cli, stats_rendering)
     free(out);
     out = render(&req, &rep, true);
     cr_assert_str_eq(out, "[{\"id\":1,\"name\":\"web\",\"packets\":4000,\"bytes\":6000000,"
-                          "\"accepted\":3997,\"dropped\":3,\"flows_active\":12,\"blocked\":8},"
+                          "\"accepted\":3997,\"dropped\":3,\"flows_active\":12,\"blocked\":8,\"events_lost\":0},"
                           "{\"id\":12,\"name\":\"dns\\u001b\",\"packets\":2000,\"bytes\":60000,"
-                          "\"accepted\":2000,\"dropped\":0,\"flows_active\":1,\"blocked\":0}]\n");
+                          "\"accepted\":2000,\"dropped\":0,\"flows_active\":1,\"blocked\":0,\"events_lost\":0}]\n");
     cr_assert(json_parse(out, "name", &j), "not valid JSON: %s", out);
     free(out);
 
@@ -1709,8 +1737,8 @@ Test(cli, watch_json_one_line_per_refresh)
     cr_assert_eq(loop_scripted(ARGV("stats", "--watch", "--interval", "0.1", "--json"), &sc, &out),
                  CLI_EXIT_OK);
     cr_assert_str_eq(out, "[{\"id\":1,\"name\":\"web\",\"packets\":4000,\"bytes\":6000000,"
-                          "\"accepted\":3997,\"dropped\":3,\"flows_active\":12,\"blocked\":8}]\n"
+                          "\"accepted\":3997,\"dropped\":3,\"flows_active\":12,\"blocked\":8,\"events_lost\":0}]\n"
                           "[{\"id\":1,\"name\":\"web\",\"packets\":4000,\"bytes\":6000000,"
-                          "\"accepted\":3997,\"dropped\":3,\"flows_active\":12,\"blocked\":8}]\n");
+                          "\"accepted\":3997,\"dropped\":3,\"flows_active\":12,\"blocked\":8,\"events_lost\":0}]\n");
     free(out);
 }
