@@ -10,12 +10,28 @@
 
 #include "fgx/log.h"
 
+/* Store svc, put it in the reply and commit (apply: push to the workers and the rules too).
+ * Returns 0, or -1 with the failure already in the reply; *t stays the caller's to abort. */
+static int service_commit(struct ctl_rpc *r, struct ctl_txn **t, struct ctl_service *svc,
+                          bool apply)
+{
+    int rv = ctl_store_service_put(*t, svc);
+
+    if (rv < 0) {
+        ctl_rpc_store_fail(r, rv);
+        return -1;
+    }
+    if (ctl_rpc_reply_services(r, *t, svc, 1) < 0)
+        return -1;
+    ctl_rpc_finish(r, t, apply);
+    return 0;
+}
+
 static void do_service_add(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
 {
     const Fgx__Ctl__ServiceAdd *a = q->service_add;
     struct ctl_service svc = {.active = true};
     struct ctl_txn *t = NULL;
-    int rv;
 
     if (ctl_rpc_check_name(r, a->name) < 0 || ctl_rpc_check_proto(r, a->proto, &svc.ipproto) < 0 ||
         ctl_rpc_check_port(r, a->port) < 0 || ctl_rpc_check_ip(r, a->ip, &svc.addr) < 0 ||
@@ -33,14 +49,8 @@ static void do_service_add(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
         return;
     if (ctl_rpc_check_unique(r, t, &svc) < 0)
         goto out;
-    rv = ctl_store_service_put(t, &svc);
-    if (rv < 0) {
-        ctl_rpc_store_fail(r, rv);
+    if (service_commit(r, &t, &svc, true) < 0)
         goto out;
-    }
-    if (ctl_rpc_reply_services(r, t, &svc, 1) < 0)
-        goto out;
-    ctl_rpc_finish(r, &t, true);
     if (!ctl_rpc_failed(r) || r->reply.code == FGX__CTL__CODE__CODE_UNAVAILABLE)
         fgx_info("service %s (id %u) added: %s port %u", svc.name, svc.id,
                  ctl_rpc_proto_name(svc.ipproto), svc.port);
@@ -142,7 +152,6 @@ static void do_service_rename(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
     const Fgx__Ctl__ServiceRename *a = q->service_rename;
     struct ctl_service svc;
     struct ctl_txn *t = NULL;
-    int rv;
 
     if (ctl_rpc_check_name(r, a->name) < 0 || ctl_rpc_txn_begin(r, true, &t) < 0)
         return;
@@ -151,14 +160,8 @@ static void do_service_rename(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
     snprintf(svc.name, sizeof(svc.name), "%s", a->name);
     if (ctl_rpc_check_unique(r, t, &svc) < 0)
         goto out;
-    rv = ctl_store_service_put(t, &svc);
-    if (rv < 0) {
-        ctl_rpc_store_fail(r, rv);
+    if (service_commit(r, &t, &svc, false) < 0)
         goto out;
-    }
-    if (ctl_rpc_reply_services(r, t, &svc, 1) < 0)
-        goto out;
-    ctl_rpc_finish(r, &t, false);
 out:
     ctl_txn_abort(t);
 }
@@ -209,14 +212,8 @@ static void do_service_set(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
     }
     if (ctl_rpc_check_layer_proto(r, &svc) < 0 || ctl_rpc_check_unique(r, t, &svc) < 0)
         goto out;
-    rv = ctl_store_service_put(t, &svc);
-    if (rv < 0) {
-        ctl_rpc_store_fail(r, rv);
+    if (service_commit(r, &t, &svc, true) < 0)
         goto out;
-    }
-    if (ctl_rpc_reply_services(r, t, &svc, 1) < 0)
-        goto out;
-    ctl_rpc_finish(r, &t, true);
     if (!ctl_rpc_failed(r))
         fgx_info("service %s changed", svc.name);
 out:
