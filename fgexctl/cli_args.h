@@ -30,6 +30,12 @@ enum cli_exit {
 
 struct cli_cmd {
     const char *url;           /* -c URL, else $FGEX_URL, else CLI_DEFAULT_URL; borrowed */
+    bool url_given;            /* -c URL was on the command line */
+    const char *context;       /* -C NAME[,NAME...] or -C all (cli_ctx.c), or NULL */
+    bool yes;                  /* --yes: do what a confirmation would have been asked for */
+    bool ctx_replace;          /* context add --replace */
+    const struct cli_cmd_def *def; /* the command parsed (NULL with help) */
+    const char *pos[2];            /* its positional arguments as given */
     const char *fingerprint;   /* --fingerprint FP: pin this certificate (tls+tcp) */
     const char *ca;            /* --ca FILE: verify the server against this CA (tls+tcp) */
     const char *file;          /* export/import FILE, filter import SERVICE FILE ("-": stdio) */
