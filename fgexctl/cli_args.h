@@ -32,6 +32,7 @@ struct cli_cmd {
     const char *url;           /* -c URL, else $FGEX_URL, else CLI_DEFAULT_URL; borrowed */
     bool url_given;            /* -c URL was on the command line */
     const char *context;       /* -C NAME[,NAME...] or -C all (cli_ctx.c), or NULL */
+    const char *ctx_name;      /* the stored context cmd was pointed at (cli_ctx_apply), or NULL */
     bool yes;                  /* --yes: do what a confirmation would have been asked for */
     bool ctx_replace;          /* context add --replace */
     const struct cli_cmd_def *def; /* the command parsed (NULL with help) */

@@ -404,6 +404,7 @@ int cli_ctx_apply(struct cli_cmd *cmd, const struct cli_ctx *c)
     int rc;
 
     cmd->url = c->url;
+    cmd->ctx_name = c->builtin ? NULL : c->name;
     if (!cmd->ca)
         cmd->ca = c->ca;
     if (c->builtin)

@@ -176,6 +176,54 @@ static const char *unprefixed(const char *l, size_t *len)
     return l;
 }
 
+/* A "key:      value" line as cli_fmt_kv prints it (the key, its colon, padding to column 11),
+ * with where its value starts. */
+static bool kv_line(const char *l, size_t len, size_t *klen, size_t *voff)
+{
+    size_t k = 0;
+
+    while (k < len && k < 10 && ((l[k] >= 'a' && l[k] <= 'z') || (l[k] >= '0' && l[k] <= '9') ||
+                                 l[k] == '_' || l[k] == '-' || l[k] == ' '))
+        k++;
+    if (k == 0 || k >= len || l[k] != ':' || l[0] == ' ')
+        return false;
+    *klen = k;
+    *voff = k + 1;
+    while (*voff < len && *voff < 11 && l[*voff] == ' ')
+        (*voff)++;
+    return *voff == 11 || *voff == len;
+}
+
+/* True when every line of text is a key-value line: one object, shown on one line. */
+static bool all_kv(const char *text)
+{
+    const char *p = text, *l;
+    size_t len, k, v;
+    int n = 0;
+
+    while ((l = next_line(&p, &len)) != NULL) {
+        if (!kv_line(l, len, &k, &v))
+            return false;
+        n++;
+    }
+    return n > 1;
+}
+
+/* One object as "key: value, key: value". */
+static void print_kv_joined(FILE *out, const char *text)
+{
+    const char *p = text, *l;
+    size_t len, k, v;
+    bool first = true;
+
+    while ((l = next_line(&p, &len)) != NULL) {
+        (void)kv_line(l, len, &k, &v);
+        (void)fprintf(out, "%s%.*s: %.*s", first ? "" : ", ", (int)k, l, (int)(len - v), l + v);
+        first = false;
+    }
+    (void)fputc('\n', out);
+}
+
 static int print_json(const struct cli_fanout_result *res, size_t n, FILE *out)
 {
     json_t *arr = json_array();
@@ -241,12 +289,18 @@ int cli_fanout_print(const struct cli_fanout_result *res, size_t n, bool json, F
         int pad = (int)(w - strlen(r->name));
         bool said = false;
 
-        if (!json) {
+        if (!json && r->out && all_kv(r->out)) {
+            (void)fprintf(out, "%s:%*s ", r->name, pad, "");
+            print_kv_joined(out, r->out);
+            said = true;
+        } else if (!json) {
             p = r->out;
             while ((l = next_line(&p, &len)) != NULL) {
                 (void)fprintf(out, "%s:%*s %.*s\n", r->name, pad, "", (int)len, l);
                 said = true;
             }
+        }
+        if (!json) {
             if (r->status == 0 && !said)
                 (void)fprintf(out, "%s:%*s ok\n", r->name, pad, "");
             p = r->err;

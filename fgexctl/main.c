@@ -154,9 +154,16 @@ static int run_one(struct cli_cmd *cmd)
     if (rep->code == FGX__CTL__CODE__CODE_AUTH && rpc.token &&
         cmd->req.req_case != FGX__CTL__REQUEST__REQ_LOGIN)
         cli_local_auth_failed(cmd);
-    if (rep->code != FGX__CTL__CODE__CODE_OK)
+    if (rep->code != FGX__CTL__CODE__CODE_OK && cmd->ctx_name &&
+        cmd->req.req_case != FGX__CTL__REQUEST__REQ_LOGIN) {
+        char via[CLI_CTX_NAME_MAX + 8];
+
+        (void)snprintf(via, sizeof(via), "-C %s", cmd->ctx_name);
+        cli_fmt_error_via(stderr, rep, via);
+    } else if (rep->code != FGX__CTL__CODE__CODE_OK) {
         cli_fmt_error_at(stderr, rep,
                          cmd->req.req_case == FGX__CTL__REQUEST__REQ_LOGIN ? NULL : cmd->url);
+    }
 out:
     if (rep)
         fgx__ctl__reply__free_unpacked(rep, NULL);

@@ -476,3 +476,25 @@ Test(cli_ctx, fanout_refuses_terminal_commands)
                      err);
     }
 }
+
+Test(cli_ctx, fanout_one_line_per_object)
+{
+    /* One object (cli_fmt_kv lines) is one line; a table stays a table, each row prefixed. */
+    struct cli_fanout_result r[2] = {
+        {.name = "box1", .url = "u1", .status = 0,
+         .out = dup_s("id:        7\nregex:     evil[0-9]+\nnocase:    no\n")},
+        {.name = "box22", .url = "u2", .status = 0,
+         .out = dup_s("ID  NAME\n1   web\n2   db: x\n")},
+    };
+    char *o = NULL;
+    size_t ol;
+    FILE *out = open_memstream(&o, &ol), *null = fopen("/dev/null", "w");
+
+    cr_assert_eq(cli_fanout_print(r, 2, false, out, null), 0);
+    (void)fclose(out);
+    (void)fclose(null);
+    cr_assert_str_eq(o, "box1:  id: 7, regex: evil[0-9]+, nocase: no\n"
+                        "box22: ID  NAME\nbox22: 1   web\nbox22: 2   db: x\n");
+    free(o);
+    cli_fanout_release(r, 2);
+}
