@@ -193,6 +193,8 @@ static int pick_contexts(struct cli_cmd *cmd, struct cli_ctx_store *store,
     if (!cmd->context && (cmd->url_given || (env && *env)))
         return 0;
     rc = cli_ctx_load(store, why, sizeof(why));
+    if (rc == -ENOENT && !cmd->context)
+        return 0; /* no home and no $FGEX_CONFIG_DIR: no contexts, the default socket */
     if (rc < 0) {
         print_err(why);
         return CLI_EXIT_ERROR;
