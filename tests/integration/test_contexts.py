@@ -458,6 +458,41 @@ def local_ipc_context(env):
     a.expect(0, "context", "rm", "here")
 
 
+@test
+def bash_completion_of_contexts(env):
+    """deploy/fgexctl.bash-completion completes context names (after -C, also after a comma),
+    and a -C on the line sends its service-name lookups to that context."""
+    a = S["a"]
+    comp = os.path.join(it.HERE, "..", "..", "deploy", "fgexctl.bash-completion")
+    script = r'''
+source "$1"
+comp() { COMP_WORDS=("$@"); COMP_CWORD=$((${#COMP_WORDS[@]} - 1)); COMPREPLY=(); _fgexctl
+         echo "${COMPREPLY[*]}"; }
+comp "$2" -C b
+comp "$2" -C box1,b
+comp "$2" context rm ""
+comp "$2" -C box2 service rm ""
+comp "$2" service rm web --y
+comp "$2" con
+'''
+    p = subprocess.run(["ip", "netns", "exec", env.cli, "env", "-u", "FGEX_URL", "-u",
+                        "FGEX_CONFIG_DIR", "HOME=" + a.home, "bash", "-c", script, "-", comp,
+                        os.path.join(env.bin, "fgexctl")], capture_output=True, text=True,
+                       timeout=60)
+    lines = p.stdout.splitlines()
+    check(p.returncode == 0 and len(lines) == 6, "completion -> %d %r %s", p.returncode,
+          p.stdout, p.stderr)
+    check(sorted(lines[0].split()) == ["box1", "box2", "box3"], "-C b: %r", lines[0])
+    check(sorted(lines[1].split()) == ["box1,box1", "box1,box2", "box1,box3"], "-C box1,b: %r",
+          lines[1])
+    check(sorted(lines[2].split()) == ["box1", "box2", "box3", "local"], "context rm: %r",
+          lines[2])
+    check("svc-box2" in lines[3].split() and "svc-box1" not in lines[3].split(),
+          "-C box2 service rm: %r", lines[3])
+    check(lines[4] == "--yes", "service rm --y: %r", lines[4])
+    check(lines[5] == "context", "con: %r", lines[5])
+
+
 def ctl_pty(client, args, answer):
     """fgexctl with a pseudo-terminal as stdin: wait for its question on stderr, answer it,
     return (exit status, stdout, stderr)."""
