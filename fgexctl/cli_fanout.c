@@ -38,6 +38,8 @@ int cli_fanout_check(const struct cli_cmd *cmd, char *err, size_t errlen)
     default:
         break;
     }
+    if (cmd->fingerprint)
+        why = "--fingerprint is one certificate's: pin it with -C NAME for each context";
     if (cmd->follow)
         why = "--follow runs until interrupted: follow one context at a time";
     if (cmd->watch)

@@ -27,7 +27,8 @@ struct cli_fanout_result {
 
 /* A command that cannot run on several contexts: one that reads the terminal or stdin
  * (`login`/`passwd` without --password-file, an import of "-"), one that never ends (--follow,
- * --watch), `export` (one file). Returns 0, or -EINVAL with err saying why. */
+ * --watch), `export` (one file), --fingerprint (one certificate). Returns 0, or -EINVAL with err
+ * saying why. */
 int cli_fanout_check(const struct cli_cmd *cmd, char *err, size_t errlen);
 
 /* Run fn(cmd) for each of the n contexts, in parallel, each in a child process whose stdout and

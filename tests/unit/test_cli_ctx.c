@@ -451,6 +451,7 @@ Test(cli_ctx, fanout_refuses_terminal_commands)
         {ARGV("import", "-"), "stdin"},
         {ARGV("filter", "import", "web", "-"), "filter import cannot"},
         {ARGV("export", "/tmp/x.json"), "one file"},
+        {ARGV("--fingerprint", "AB:CD", "status"), "-C NAME for each"},
     };
     char **yes[] = {
         ARGV("status"),
