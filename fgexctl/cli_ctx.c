@@ -335,7 +335,7 @@ int cli_ctx_select(const struct cli_ctx_store *s, const char *spec, const struct
         cap += *p == ',';
     if (strcmp(spec, CLI_CTX_ALL) == 0)
         cap = s->n ? s->n : 1;
-    v = calloc(cap, sizeof(*v));
+    v = calloc(cap, sizeof(const struct cli_ctx *));
     if (!v)
         return -ENOMEM;
     if (strcmp(spec, CLI_CTX_ALL) == 0) {
@@ -373,8 +373,8 @@ int cli_ctx_select(const struct cli_ctx_store *s, const char *spec, const struct
         if (!c) {
             used = strlen(missing);
             if (used + len + 3 < sizeof(missing))
-                (void)snprintf(missing + used, sizeof(missing) - used, "%s%s",
-                               unknown ? ", " : "", name);
+                (void)snprintf(missing + used, sizeof(missing) - used, "%s%s", unknown ? ", " : "",
+                               name);
             unknown++;
         }
         for (size_t j = 0; c && j < k; j++)

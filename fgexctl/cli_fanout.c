@@ -14,8 +14,8 @@
 #include <jansson.h>
 
 #include "cli_fmt.h"
-#include "cmd.h"
 #include "cli_json.h"
+#include "cmd.h"
 
 int cli_fanout_check(const struct cli_cmd *cmd, char *err, size_t errlen)
 {
@@ -76,7 +76,7 @@ static char *slurp(FILE *f)
 int cli_fanout_run(struct cli_cmd *cmd, const struct cli_ctx *const *ctxs, size_t n,
                    cli_fanout_fn fn, struct cli_fanout_result *res)
 {
-    FILE **files = calloc(2 * n + 1, sizeof(*files));
+    FILE **files = calloc(2 * n + 1, sizeof(FILE *));
     pid_t *pids = calloc(n + 1, sizeof(*pids));
     int rc = 0;
 
@@ -184,8 +184,9 @@ static bool kv_line(const char *l, size_t len, size_t *klen, size_t *voff)
 {
     size_t k = 0;
 
-    while (k < len && k < 10 && ((l[k] >= 'a' && l[k] <= 'z') || (l[k] >= '0' && l[k] <= '9') ||
-                                 l[k] == '_' || l[k] == '-' || l[k] == ' '))
+    while (k < len && k < 10 &&
+           ((l[k] >= 'a' && l[k] <= 'z') || (l[k] >= '0' && l[k] <= '9') || l[k] == '_' ||
+            l[k] == '-' || l[k] == ' '))
         k++;
     if (k == 0 || k >= len || l[k] != ':' || l[0] == ' ')
         return false;
@@ -270,8 +271,7 @@ static int print_json(const struct cli_fanout_result *res, size_t n, FILE *out)
     return cli_json_print(out, arr, false);
 }
 
-int cli_fanout_print(const struct cli_fanout_result *res, size_t n, bool json, FILE *out,
-                     FILE *err)
+int cli_fanout_print(const struct cli_fanout_result *res, size_t n, bool json, FILE *out, FILE *err)
 {
     size_t w = 0, nfail = 0;
     int common = -1;
@@ -319,8 +319,8 @@ int cli_fanout_print(const struct cli_fanout_result *res, size_t n, bool json, F
         nfail++;
         common = common == -1 || common == r->status ? r->status : CLI_EXIT_ERROR;
         used = strlen(failed);
-        (void)snprintf(failed + used, sizeof(failed) - used, "%s%s (exit %d)",
-                       used ? ", " : "", r->name, r->status);
+        (void)snprintf(failed + used, sizeof(failed) - used, "%s%s (exit %d)", used ? ", " : "",
+                       r->name, r->status);
     }
     (void)fflush(out);
     if (nfail == 0)

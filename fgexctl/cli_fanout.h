@@ -20,9 +20,9 @@ typedef int (*cli_fanout_fn)(struct cli_cmd *cmd);
 struct cli_fanout_result {
     const char *name; /* borrowed from the context */
     const char *url;
-    int status;    /* its exit status (enum cli_exit) */
-    char *out;     /* what it printed on stdout, NUL-terminated; malloc'd */
-    char *err;     /* on stderr */
+    int status; /* its exit status (enum cli_exit) */
+    char *out;  /* what it printed on stdout, NUL-terminated; malloc'd */
+    char *err;  /* on stderr */
 };
 
 /* A command that cannot run on several contexts: one that reads the terminal or stdin

@@ -116,7 +116,8 @@ static void ctx_pin(const struct cli_ctx *c, char fp[CLI_FP_SIZE])
     fp[0] = '\0';
     if (cli_pin_target(c->url, &t) < 0)
         return;
-    if ((c->builtin ? cli_pin_base_dir(dir, sizeof(dir)) : cli_ctx_dir_path(c->name, dir, sizeof(dir))) < 0)
+    if ((c->builtin ? cli_pin_base_dir(dir, sizeof(dir))
+                    : cli_ctx_dir_path(c->name, dir, sizeof(dir))) < 0)
         return;
     (void)snprintf(kh, sizeof(kh), "%s/known_hosts", dir);
     if (cli_pin_lookup(kh, t.hostport, fp, &line) < 0)
@@ -128,7 +129,8 @@ static bool ctx_session(const struct cli_ctx *c, char *path, size_t len)
 {
     char dir[PATH_MAX], key[512];
 
-    if ((c->builtin ? cli_pin_base_dir(dir, sizeof(dir)) : cli_ctx_dir_path(c->name, dir, sizeof(dir))) < 0)
+    if ((c->builtin ? cli_pin_base_dir(dir, sizeof(dir))
+                    : cli_ctx_dir_path(c->name, dir, sizeof(dir))) < 0)
         return false;
     cli_pin_url_key(c->url, key, sizeof(key));
     if (snprintf(path, len, "%s/sessions/%s", dir, key) >= (int)len)
@@ -254,8 +256,10 @@ int cli_cmd_context_run(struct cli_cmd *cmd, FILE *out, FILE *err)
     if (cmd->context || cmd->url_given)
         return cfail(err, CLI_EXIT_USAGE, "context %s: -c and -C do not apply to it", what);
     if ((cmd->fingerprint || cmd->ca) && strcmp(what, "add") != 0)
-        return cfail(err, CLI_EXIT_USAGE, "context %s: --fingerprint and --ca belong to "
-                                          "`context add`", what);
+        return cfail(err, CLI_EXIT_USAGE,
+                     "context %s: --fingerprint and --ca belong to "
+                     "`context add`",
+                     what);
     rc = cli_ctx_load(&s, why, sizeof(why));
     if (rc < 0)
         return cfail(err, CLI_EXIT_ERROR, "%s", why);
@@ -285,8 +289,9 @@ int cli_cmd_context_run(struct cli_cmd *cmd, FILE *out, FILE *err)
         if (arr)
             status = print_doc(out, err, arr);
         if (env && *env)
-            (void)fprintf(err, CLI_PROG ": note: $FGEX_URL is set (%s): commands without -c or "
-                               "-C go there, not to the current context\n",
+            (void)fprintf(err,
+                          CLI_PROG ": note: $FGEX_URL is set (%s): commands without -c or "
+                                   "-C go there, not to the current context\n",
                           env);
         goto out;
     }
@@ -294,8 +299,8 @@ int cli_cmd_context_run(struct cli_cmd *cmd, FILE *out, FILE *err)
         c = cli_ctx_find(&s, cmd->pos[0]);
         if (!c) {
             status = cfail(err, CLI_EXIT_NOT_FOUND,
-                           "context %s: no such context '%.80s' (see `fgexctl context list`)",
-                           what, cmd->pos[0]);
+                           "context %s: no such context '%.80s' (see `fgexctl context list`)", what,
+                           cmd->pos[0]);
             goto out;
         }
     } else {
@@ -341,8 +346,9 @@ int cli_cmd_context_run(struct cli_cmd *cmd, FILE *out, FILE *err)
         else
             (void)fprintf(out, "switched to context %s (%s)\n", c->name, c->url);
         if (env && *env)
-            (void)fprintf(err, CLI_PROG ": note: $FGEX_URL is set (%s) and comes before the "
-                               "current context; unset it to use %s\n",
+            (void)fprintf(err,
+                          CLI_PROG ": note: $FGEX_URL is set (%s) and comes before the "
+                                   "current context; unset it to use %s\n",
                           env, c->name);
         goto out;
     }
@@ -370,8 +376,8 @@ int cli_cmd_context_run(struct cli_cmd *cmd, FILE *out, FILE *err)
             goto out;
         }
         if (cmd->json)
-            status = print_doc(out, err,
-                               json_pack("{s:s, s:b}", "removed", name, "was_current", was_current));
+            status = print_doc(
+                out, err, json_pack("{s:s, s:b}", "removed", name, "was_current", was_current));
         else
             (void)fprintf(out, "removed context %s%s\n", name,
                           was_current ? "; the current context is local again" : "");
@@ -388,29 +394,13 @@ out:
 #define CONTEXT_CMD .group = "context", .build = build_context, .flags = CLI_CMD_LOCAL
 
 static const struct cli_cmd_def context_cmds[] = {
-    {CONTEXT_CMD,
-     .name = "add",
-     .npos = 2,
-     .pos_names = {"NAME", "URL"},
-     .opts = CLI_OPT_REPLACE,
+    {CONTEXT_CMD, .name = "add", .npos = 2, .pos_names = {"NAME", "URL"}, .opts = CLI_OPT_REPLACE,
      .usage = usage_context_add},
-    {CONTEXT_CMD,
-     .name = "use",
-     .npos = 1,
-     .pos_names = {"NAME"},
-     .usage = usage_context_use},
+    {CONTEXT_CMD, .name = "use", .npos = 1, .pos_names = {"NAME"}, .usage = usage_context_use},
     {CONTEXT_CMD, .name = "list", .usage = usage_context_list},
-    {CONTEXT_CMD,
-     .name = "show",
-     .npos = 1,
-     .pos_names = {"NAME"},
-     .pos_optional = true,
+    {CONTEXT_CMD, .name = "show", .npos = 1, .pos_names = {"NAME"}, .pos_optional = true,
      .usage = usage_context_show},
-    {CONTEXT_CMD,
-     .name = "rm",
-     .npos = 1,
-     .pos_names = {"NAME"},
-     .usage = usage_context_rm},
+    {CONTEXT_CMD, .name = "rm", .npos = 1, .pos_names = {"NAME"}, .usage = usage_context_rm},
     {.name = NULL},
 };
 

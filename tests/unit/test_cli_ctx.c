@@ -67,15 +67,16 @@ static void three(struct cli_ctx_store *s)
 Test(cli_ctx, names)
 {
     static const char *const good[] = {"box1", "a", "Box_2.team-9", "x123456789"};
-    static const char *const bad[] = {"", "all", "local", "-x", ".hidden", "a/b", "a,b", "a b",
-                                      "ü", "../x"};
+    static const char *const bad[] = {"",    "all", "local", "-x", ".hidden",
+                                      "a/b", "a,b", "a b",   "ü",  "../x"};
     char err[200], longname[80];
 
     for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++)
         cr_assert_eq(cli_ctx_name_check(good[i], err, sizeof(err)), 0, "%s: %s", good[i], err);
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         err[0] = '\0';
-        cr_assert_eq(cli_ctx_name_check(bad[i], err, sizeof(err)), -EINVAL, "'%s' accepted", bad[i]);
+        cr_assert_eq(cli_ctx_name_check(bad[i], err, sizeof(err)), -EINVAL, "'%s' accepted",
+                     bad[i]);
         cr_assert(err[0], "no reason for '%s'", bad[i]);
     }
     memset(longname, 'a', 65);
@@ -182,8 +183,8 @@ Test(cli_ctx, parse_refuses_bad_files)
 
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         err[0] = '\0';
-        cr_assert_eq(cli_ctx_parse(bad[i].text, strlen(bad[i].text), &s, err, sizeof(err)),
-                     -EINVAL, "accepted %s", bad[i].text);
+        cr_assert_eq(cli_ctx_parse(bad[i].text, strlen(bad[i].text), &s, err, sizeof(err)), -EINVAL,
+                     "accepted %s", bad[i].text);
         cr_assert(strstr(err, bad[i].why), "%s: '%s' lacks '%s'", bad[i].text, err, bad[i].why);
         cr_assert_eq(s.n, 0);
         cr_assert_null(s.v);
@@ -380,7 +381,9 @@ Test(cli_ctx, fanout_print_text_and_exit)
 {
     struct cli_fanout_result r[3] = {
         {.name = "box1", .url = "u1", .status = 0, .out = dup_s("added filter 7 to web\n")},
-        {.name = "b2", .url = "u2", .status = 1,
+        {.name = "b2",
+         .url = "u2",
+         .status = 1,
          .err = dup_s("fgexctl: cannot reach controld at u2: Connection refused\n")},
         {.name = "box3", .url = "u3", .status = 0, .out = dup_s("")},
     };
@@ -415,9 +418,14 @@ Test(cli_ctx, fanout_print_text_and_exit)
 Test(cli_ctx, fanout_print_json)
 {
     struct cli_fanout_result r[2] = {
-        {.name = "box1", .url = "u1", .status = 0, .out = dup_s("{\"id\":7}\n"),
+        {.name = "box1",
+         .url = "u1",
+         .status = 0,
+         .out = dup_s("{\"id\":7}\n"),
          .err = dup_s("fgexctl: first connection to x: pinned\n  AB:CD\n")},
-        {.name = "box2", .url = "u2", .status = 8,
+        {.name = "box2",
+         .url = "u2",
+         .status = 8,
          .err = dup_s("fgexctl: the certificate of h has CHANGED\n")},
     };
     char *o = NULL, *e = NULL;
@@ -464,8 +472,7 @@ Test(cli_ctx, fanout_refuses_terminal_commands)
     char err[300];
 
     for (size_t i = 0; i < sizeof(no) / sizeof(no[0]); i++) {
-        cr_assert_eq(cli_args_parse(argc_of(no[i].argv), no[i].argv, NULL, &cmd), 0, "%s",
-                     cmd.err);
+        cr_assert_eq(cli_args_parse(argc_of(no[i].argv), no[i].argv, NULL, &cmd), 0, "%s", cmd.err);
         err[0] = '\0';
         cr_assert_eq(cli_fanout_check(&cmd, err, sizeof(err)), -EINVAL, "%s accepted",
                      no[i].argv[1]);
@@ -473,8 +480,7 @@ Test(cli_ctx, fanout_refuses_terminal_commands)
     }
     for (size_t i = 0; i < sizeof(yes) / sizeof(yes[0]); i++) {
         cr_assert_eq(cli_args_parse(argc_of(yes[i]), yes[i], NULL, &cmd), 0, "%s", cmd.err);
-        cr_assert_eq(cli_fanout_check(&cmd, err, sizeof(err)), 0, "%s refused: %s", yes[i][1],
-                     err);
+        cr_assert_eq(cli_fanout_check(&cmd, err, sizeof(err)), 0, "%s refused: %s", yes[i][1], err);
     }
 }
 
@@ -482,10 +488,11 @@ Test(cli_ctx, fanout_one_line_per_object)
 {
     /* One object (cli_fmt_kv lines) is one line; a table stays a table, each row prefixed. */
     struct cli_fanout_result r[2] = {
-        {.name = "box1", .url = "u1", .status = 0,
+        {.name = "box1",
+         .url = "u1",
+         .status = 0,
          .out = dup_s("id:        7\nregex:     evil[0-9]+\nnocase:    no\n")},
-        {.name = "box22", .url = "u2", .status = 0,
-         .out = dup_s("ID  NAME\n1   web\n2   db: x\n")},
+        {.name = "box22", .url = "u2", .status = 0, .out = dup_s("ID  NAME\n1   web\n2   db: x\n")},
     };
     char *o = NULL;
     size_t ol;
