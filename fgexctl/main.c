@@ -260,6 +260,7 @@ int main(int argc, char **argv)
     struct cli_fanout_result *res = NULL;
     size_t n = 0;
     char why[512];
+    bool many;
     int status = CLI_EXIT_ERROR;
 
     /* libcommon logs only what it cannot hand back; fgexctl speaks in its own one-liners. */
@@ -283,7 +284,10 @@ int main(int argc, char **argv)
     status = pick_contexts(&cmd, &store, &ctxs, &n);
     if (status != 0)
         goto out;
-    if (n > 1 && cli_fanout_check(&cmd, why, sizeof(why)) < 0) {
+    /* `-C a,b` and `-C all` print per context even when they come to one, so that a script
+     * gets the same shape whatever the number of boxes. */
+    many = n > 1 || (cmd.context && (strchr(cmd.context, ',') || strcmp(cmd.context, CLI_CTX_ALL) == 0));
+    if (many && cli_fanout_check(&cmd, why, sizeof(why)) < 0) {
         print_err(why);
         status = CLI_EXIT_USAGE;
         goto out;
@@ -291,7 +295,7 @@ int main(int argc, char **argv)
     status = confirm(&cmd, ctxs, n);
     if (status != 0)
         goto out;
-    if (n <= 1) {
+    if (!many) {
         if (n == 1 && cli_ctx_apply(&cmd, ctxs[0]) < 0) {
             print_err("the directory of the context is too long a path");
             status = CLI_EXIT_ERROR;

@@ -560,8 +560,18 @@ def service_rm_confirmation(env):
 @test
 def context_rm(env):
     a = S["a"]
-    a.expect(0, "context", "add", "gone", S["by"]["box3"].url)
+    # a pin the base known_hosts holds (box3's, from the $FGEX_URL run) is taken over
+    b3 = S["by"]["box3"]
+    p = a.expect(0, "context", "add", "gone", b3.url)
+    check("pinned SHA-256 %s (from ~/.config/fgex/known_hosts)" % b3.fingerprint() in p.stdout,
+          "the base pin was not taken over: %r", p.stdout)
+    check(a.known_hosts("gone") == [[hostport(b3.url), b3.fingerprint()]], "%r",
+          a.known_hosts("gone"))
     a.expect(0, "-C", "gone", "login", "--password-file", S["pw"])
+    # -C with a comma (or all) prints per context even for one: the same shape for scripts
+    d = a.doc(0, "-C", "gone,gone", "service", "list")
+    check(isinstance(d, list) and len(d) == 1 and d[0]["context"] == "gone" and
+          [x["name"] for x in d[0]["result"]] == ["svc-box3"], "%r", d)
     d = os.path.join(a.cfg, "contexts", "gone")
     check(os.path.exists(os.path.join(d, "known_hosts")), "no pin for gone")
     a.expect(0, "context", "use", "gone")
