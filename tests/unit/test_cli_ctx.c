@@ -506,3 +506,33 @@ Test(cli_ctx, fanout_one_line_per_object)
     free(o);
     cli_fanout_release(r, 2);
 }
+
+Test(cli_ctx, help_texts)
+{
+    static const char *const subs[] = {"add", "use", "list", "show", "rm"};
+    struct cli_cmd cmd;
+    char **v;
+
+    v = ARGV("context", "--help");
+    cr_assert_eq(cli_args_parse(argc_of(v), v, NULL, &cmd), 0, "%s", cmd.err);
+    cr_assert(strstr(cmd.help, "usage: fgexctl context COMMAND"), "%s", cmd.help);
+    for (size_t i = 0; i < sizeof(subs) / sizeof(subs[0]); i++) {
+        char *argv[] = {"fgexctl", "help", "context", (char *)subs[i], NULL};
+        char want[64];
+
+        cr_assert_eq(cli_args_parse(4, argv, NULL, &cmd), 0, "%s", cmd.err);
+        (void)snprintf(want, sizeof(want), "usage: fgexctl context %s", subs[i]);
+        cr_assert(strstr(cmd.help, want), "%s: %s", subs[i], cmd.help);
+    }
+    v = ARGV("service", "rm", "--help");
+    cr_assert_eq(cli_args_parse(argc_of(v), v, NULL, &cmd), 0, "%s", cmd.err);
+    cr_assert(strstr(cmd.help, "--yes"), "%s", cmd.help);
+    v = ARGV("--help");
+    cr_assert_eq(cli_args_parse(argc_of(v), v, NULL, &cmd), 0, "%s", cmd.err);
+    cr_assert(strstr(cmd.help, "-C, --context NAME") && strstr(cmd.help, "context add NAME URL") &&
+                  strstr(cmd.help, "--yes"),
+              "%s", cmd.help);
+    v = ARGV("context", "frob");
+    cr_assert_eq(cli_args_parse(argc_of(v), v, NULL, &cmd), -EINVAL);
+    cr_assert_eq(cmd.exit_code, CLI_EXIT_USAGE);
+}
