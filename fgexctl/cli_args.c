@@ -23,14 +23,15 @@
 /* clang-format off */
 
 static const char usage_main[] =
-    "usage: fgexctl [-c URL] [--json] COMMAND [ARGS...]\n"
+    "usage: fgexctl [-c URL | -C CONTEXT[,CONTEXT...] | -C all] [--json] COMMAND [ARGS...]\n"
     "\n"
     "Commands:\n"
     "  status                                   version, uptime, services and workers\n"
     "  service add NAME --proto tcp|udp --port N [--ip ADDR|CIDR]\n"
     "              [--layer nfqueue|proxy] [--fail-open] [--midstream reset|scan]\n"
     "  service list\n"
-    "  service show|start|stop|rm SERVICE\n"
+    "  service show|start|stop SERVICE\n"
+    "  service rm SERVICE [--yes]               asks first on a terminal\n"
     "  service rename SERVICE NEWNAME\n"
     "  service set SERVICE [--port N] [--ip ADDR|CIDR|any] [--proto tcp|udp]\n"
     "              [--layer nfqueue|proxy] [--fail-open on|off] [--midstream reset|scan]\n"
@@ -53,6 +54,8 @@ static const char usage_main[] =
     "  auth on|off                              require the password from remote clients\n"
     "  cert                                     controld's certificate fingerprint\n"
     "  version                                  fgexctl's version and controld's\n"
+    "  context add NAME URL [--fingerprint FP] [--ca FILE] [--replace]\n"
+    "  context use|show|rm NAME                 named controlds (`context list`)\n"
     "  help [COMMAND [SUBCOMMAND]]\n"
     "\n"
     "Options:\n"
@@ -61,7 +64,10 @@ static const char usage_main[] =
     "  --fingerprint FP   tls+tcp: accept only the certificate with this SHA-256\n"
     "                     (AB:CD:...) and pin it\n"
     "  --ca FILE          tls+tcp: verify the server against this PEM certificate or CA\n"
+    "  -C, --context NAME run on the context NAME (`fgexctl context list`); with\n"
+    "                     NAME,NAME... or `all`, on each of them in parallel\n"
     "  --json             print one JSON document on stdout\n"
+    "  -y, --yes          do not ask before removing (`service rm`)\n"
     "  -h, --help         this help; `fgexctl COMMAND --help` for one command\n"
     "  --version          fgexctl's version (`fgexctl version`: controld's too)\n"
     "\n"
@@ -70,6 +76,9 @@ static const char usage_main[] =
     "\n"
     "A tls+tcp server's certificate is pinned on first use in ~/.config/fgex/known_hosts;\n"
     "a changed one is refused. Colours only on a terminal, never with --json or NO_COLOR.\n"
+    "Without -c or -C: $FGEX_URL, else the current context, else the local socket. On\n"
+    "several contexts, each prints its result prefixed with its name, and the exit status\n"
+    "is 0 only if every one succeeded.\n"
     "\n"
     "Exit status: 0 ok, 1 error, 2 usage, 3 not found, 4 invalid argument or URL, 5 exists,\n"
     "6 stored but not confirmed by the worker, 7 login required or refused,\n"
@@ -326,10 +335,23 @@ static int scan_connect(struct cli_cmd *cmd, int argc, char **argv, int *i, bool
             return cli_args_fail(cmd, CLI_EXIT_USAGE,
                                  "option %s needs a URL (see 'fgexctl --help')", a);
         cmd->url = argv[++*i];
+        cmd->url_given = true;
         return 1;
     }
     if (strncmp(a, "--connect=", 10) == 0) {
         cmd->url = a + 10;
+        cmd->url_given = true;
+        return 1;
+    }
+    if (strcmp(a, "-C") == 0 || strcmp(a, "--context") == 0) {
+        if (*i + 1 >= argc)
+            return cli_args_fail(cmd, CLI_EXIT_USAGE,
+                                 "option %s needs a context name (see 'fgexctl --help')", a);
+        cmd->context = argv[++*i];
+        return 1;
+    }
+    if (strncmp(a, "--context=", 10) == 0) {
+        cmd->context = a + 10;
         return 1;
     }
     if (strcmp(a, "--fingerprint") == 0 || strcmp(a, "--ca") == 0) {
@@ -352,6 +374,11 @@ static int scan_connect(struct cli_cmd *cmd, int argc, char **argv, int *i, bool
     }
     if (glued && strncmp(a, "-c", 2) == 0 && a[2] != '\0') {
         cmd->url = a + 2;
+        cmd->url_given = true;
+        return 1;
+    }
+    if (glued && strncmp(a, "-C", 2) == 0 && a[2] != '\0') {
+        cmd->context = a + 2;
         return 1;
     }
     return 0;
@@ -393,6 +420,10 @@ static int scan_args(struct cli_cmd *cmd, const struct cli_cmd_def *spec, int ar
             }
             if (strcmp(a, "--json") == 0) {
                 cmd->json = true;
+                continue;
+            }
+            if (spec->confirm && (strcmp(a, "--yes") == 0 || strcmp(a, "-y") == 0)) {
+                cmd->yes = true;
                 continue;
             }
             rc = scan_connect(cmd, argc, argv, &i, false);
@@ -480,6 +511,9 @@ static int build_request(struct cli_cmd *cmd, const struct cli_cmd_def *spec,
     int rc;
 
     r->req_case = spec->req;
+    cmd->def = spec;
+    cmd->pos[0] = raw->pos[0];
+    cmd->pos[1] = raw->pos[1];
     rc = spec->build(cmd, spec, raw);
     if (rc < 0) {
         fgx__ctl__request__init(r);
@@ -593,6 +627,10 @@ int cli_args_parse(int argc, char **argv, const char *env_url, struct cli_cmd *c
         }
         if (strcmp(a, "--json") == 0) {
             cmd->json = true;
+            continue;
+        }
+        if (strcmp(a, "--yes") == 0 || strcmp(a, "-y") == 0) {
+            cmd->yes = true;
             continue;
         }
         rc = scan_connect(cmd, argc, argv, &i, true);

@@ -42,6 +42,14 @@ struct cli_cmd {
     unsigned interval_ms;      /* stats --watch --interval SEC, in ms (default CLI_WATCH_MS) */
     int exit_code;             /* after a failed parse: CLI_EXIT_USAGE or CLI_EXIT_INVALID */
     char err[320];             /* after a failed parse: the one-line reason, without "fgexctl: " */
+    /* Contexts (cli_ctx.c), the confirmation (cli_confirm.c), the local commands. */
+    bool url_given;                /* -c URL was on the command line */
+    const char *context;           /* -C NAME[,NAME...] or -C all, or NULL */
+    const char *ctx_name;          /* the stored context cmd was pointed at, or NULL */
+    bool yes;                      /* --yes: do what a confirmation would have been asked */
+    bool ctx_replace;              /* context add --replace */
+    const struct cli_cmd_def *def; /* the command parsed (NULL with help) */
+    const char *pos[2];            /* its positional arguments as given */
     /* Ready to pack. Its strings point into argv and its sub-message into m below, so the
      * cli_cmd and argv must outlive it; nothing in it is to be freed. */
     Fgx__Ctl__Request req;

@@ -262,12 +262,26 @@ void cli_fmt_error(FILE *f, const Fgx__Ctl__Reply *rep)
 
 void cli_fmt_error_at(FILE *f, const Fgx__Ctl__Reply *rep, const char *url)
 {
+    char via[320];
+
+    if (!url) {
+        cli_fmt_error(f, rep);
+        return;
+    }
+    via[0] = '\0';
+    if (strcmp(url, CLI_DEFAULT_URL) != 0)
+        (void)snprintf(via, sizeof(via), "-c %.300s", url);
+    cli_fmt_error_via(f, rep, via);
+}
+
+void cli_fmt_error_via(FILE *f, const Fgx__Ctl__Reply *rep, const char *via)
+{
     static const char hint[] = "run fgexctl login";
     Fgx__Ctl__Reply r = *rep;
     char why[512];
     size_t len;
 
-    if (rep->code != FGX__CTL__CODE__CODE_AUTH || !url) {
+    if (rep->code != FGX__CTL__CODE__CODE_AUTH || !via) {
         cli_fmt_error(f, rep);
         return;
     }
@@ -281,10 +295,8 @@ void cli_fmt_error_at(FILE *f, const Fgx__Ctl__Reply *rep, const char *url)
             len--;
         why[len] = '\0';
     }
-    if (strcmp(url, CLI_DEFAULT_URL) == 0)
-        (void)snprintf(why + len, sizeof(why) - len, ": run fgexctl login");
-    else
-        (void)snprintf(why + len, sizeof(why) - len, ": run fgexctl -c %.300s login", url);
+    (void)snprintf(why + len, sizeof(why) - len, ": run fgexctl %.320s%slogin", via,
+                   via[0] ? " " : "");
     r.error = why;
     cli_fmt_error(f, &r);
 }

@@ -27,6 +27,9 @@ void cli_fmt_warnings(FILE *f, const Fgx__Ctl__Reply *rep);
 /* cli_fmt_error() for a reply to a request sent to url: a refused login-protected request says
  * the whole command to run, `fgexctl -c URL login` (no -c for the default socket). */
 void cli_fmt_error_at(FILE *f, const Fgx__Ctl__Reply *rep, const char *url);
+/* The same with the options that reach the server spelt out in via ("-C box2", "-c URL", or ""
+ * for the default socket). */
+void cli_fmt_error_via(FILE *f, const Fgx__Ctl__Reply *rep, const char *via);
 
 enum cli_color {
     CLI_COLOR_NONE,

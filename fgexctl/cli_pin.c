@@ -86,7 +86,33 @@ int cli_pin_target(const char *url, struct cli_pin_target *t)
     return 0;
 }
 
+/* Set by cli_pin_dir_set for the one context a process speaks to (each of several contexts
+ * runs in a process of its own, cli_fanout.c). */
+static char pin_dir_override[PATH_MAX];
+
+int cli_pin_dir_set(const char *dir)
+{
+    if (!dir) {
+        pin_dir_override[0] = '\0';
+        return 0;
+    }
+    if (strlen(dir) >= sizeof(pin_dir_override))
+        return -ENAMETOOLONG;
+    (void)snprintf(pin_dir_override, sizeof(pin_dir_override), "%s", dir);
+    return 0;
+}
+
 int cli_pin_dir(char *buf, size_t len)
+{
+    int n;
+
+    if (pin_dir_override[0] == '\0')
+        return cli_pin_base_dir(buf, len);
+    n = snprintf(buf, len, "%s", pin_dir_override);
+    return (n < 0 || (size_t)n >= len) ? -ENAMETOOLONG : 0;
+}
+
+int cli_pin_base_dir(char *buf, size_t len)
 {
     const char *d = getenv("FGEX_CONFIG_DIR"), *home = getenv("HOME");
     int n;

@@ -30,7 +30,14 @@ void cli_pin_url_key(const char *url, char *buf, size_t len);
 
 /* fgexctl's directory: $FGEX_CONFIG_DIR, else $HOME/.config/fgex. Returns 0 or -ENOENT (no
  * home) / -ENAMETOOLONG. Nothing is created. */
+int cli_pin_base_dir(char *buf, size_t len);
+
+/* Where known_hosts, certs/ and sessions/ are: the directory of the context in use
+ * (cli_pin_dir_set, cli_ctx.c), else cli_pin_base_dir. Returns as cli_pin_base_dir. */
 int cli_pin_dir(char *buf, size_t len);
+/* Use dir for pins and sessions from now on in this process (NULL: back to the base
+ * directory). Returns 0 or -ENAMETOOLONG. */
+int cli_pin_dir_set(const char *dir);
 
 /* "AB:CD:..." from any case, with or without colons (or an "SHA256:" prefix). Returns 0 or
  * -EINVAL. */

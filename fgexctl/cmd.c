@@ -11,6 +11,7 @@ const struct cli_cmd_family *const cli_cmd_families[] = {
     &cli_cmd_worker,
     &cli_cmd_stats,
     &cli_cmd_events,
+    &cli_cmd_context,
     NULL,
 };
 
@@ -18,7 +19,7 @@ const struct cli_cmd_def *cli_cmd_of_req(Fgx__Ctl__Request__ReqCase req)
 {
     for (size_t f = 0; cli_cmd_families[f]; f++)
         for (const struct cli_cmd_def *d = cli_cmd_families[f]->cmds; d->name; d++)
-            if (d->req == req)
+            if (d->req == req && !(d->flags & CLI_CMD_LOCAL))
                 return d;
     return NULL;
 }

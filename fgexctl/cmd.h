@@ -58,6 +58,7 @@ typedef json_t *(*cli_cmd_json_fn)(const Fgx__Ctl__Request *req, const Fgx__Ctl_
 enum cli_cmd_flags {
     CLI_CMD_CHANGE = 1u << 0,  /* changes services or filters: controld may compile for long */
     CLI_CMD_VERSION = 1u << 1, /* `fgexctl version`: a status request, printed as versions */
+    CLI_CMD_LOCAL = 1u << 2,   /* sends nothing: run on this machine (`context ...`) */
 };
 
 struct cli_cmd_def {
@@ -73,6 +74,9 @@ struct cli_cmd_def {
     cli_cmd_human_fn human; /* NULL: prints nothing, or cli_local.c prints (files, sessions) */
     cli_cmd_json_fn json;
     unsigned flags; /* enum cli_cmd_flags */
+    /* Set: the command undoes what cannot be had back, so it asks first on a terminal and
+     * takes --yes (cli_confirm.c); what it does, with %s for its first positional. */
+    const char *confirm;
 };
 
 struct cli_cmd_family {
@@ -83,6 +87,11 @@ struct cli_cmd_family {
 
 extern const struct cli_cmd_family cli_cmd_admin, cli_cmd_service, cli_cmd_filter, cli_cmd_worker,
     cli_cmd_stats, cli_cmd_events;
+extern const struct cli_cmd_family cli_cmd_context;
+
+/* Run a CLI_CMD_LOCAL command of the context family (cmd_context.c), printing on out, errors
+ * on err. Returns fgexctl's exit status. */
+int cli_cmd_context_run(struct cli_cmd *cmd, FILE *out, FILE *err);
 
 /* Every family, NULL-terminated (cmd.c). */
 extern const struct cli_cmd_family *const cli_cmd_families[];

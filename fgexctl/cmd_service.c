@@ -22,7 +22,7 @@ static const char usage_service[] =
     "  show SERVICE\n"
     "  start SERVICE\n"
     "  stop SERVICE\n"
-    "  rm SERVICE\n"
+    "  rm SERVICE [--yes]\n"
     "  rename SERVICE NEWNAME\n"
     "  set SERVICE [--port N] [--ip ADDR|CIDR|any] [--proto tcp|udp] [--layer nfqueue|proxy]\n"
     "      [--fail-open on|off] [--midstream reset|scan]\n"
@@ -69,9 +69,12 @@ static const char usage_service_stop[] =
     "its filters are kept.\n" CLI_SERVICE_HELP_NOTE;
 
 static const char usage_service_rm[] =
-    "usage: fgexctl service rm SERVICE\n"
+    "usage: fgexctl service rm SERVICE [--yes]\n"
     "\n"
-    "Remove a service and all its filters.\n" CLI_SERVICE_HELP_NOTE;
+    "Remove a service and all its filters. On a terminal it asks first; a script passes\n"
+    "--yes (without a terminal and without --yes it is refused, exit 2).\n"
+    "\n"
+    "  -y, --yes   remove without asking\n" CLI_SERVICE_HELP_NOTE;
 
 static const char usage_service_rename[] =
     "usage: fgexctl service rename SERVICE NEWNAME\n"
@@ -362,7 +365,8 @@ static const struct cli_cmd_def service_cmds[] = {
      .build = cli_args_build_ref,
      .human = human_rm,
      .json = cli_fmt_json_removed,
-     .flags = CLI_CMD_CHANGE},
+     .flags = CLI_CMD_CHANGE,
+     .confirm = "remove service %s and all its filters"},
     {.group = "service",
      .name = "rename",
      .req = FGX__CTL__REQUEST__REQ_SERVICE_RENAME,

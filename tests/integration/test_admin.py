@@ -148,7 +148,7 @@ def export_import_round_trip_on_fresh_controld(env):
     env.ctl("service", "stop", "stopped")
     env.service("empty", "udp")
     env.ctl("filter", "rm", env.filter("empty"))
-    env.ctl("service", "rm", env.service("gone", "tcp")[0])  # a gap in the ids
+    env.ctl("service", "rm", "--yes", env.service("gone", "tcp")[0])  # a gap in the ids
     S["web_port"] = p1
 
     path = os.path.join(env.tmp, "cfg.json")
