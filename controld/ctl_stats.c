@@ -419,8 +419,10 @@ void ctl_stats_counters_reset(struct ctl_stats *s)
     s->dirty = true;
 }
 
-/* Write every total whose service or filter still exists; forget the others (ids are never
- * reused, so nothing can inherit them). */
+/* Write every total whose service or filter still exists. The others stay in memory, unsaved:
+ * a worker keeps reporting a removed filter's count (its slots are never freed), and `last`
+ * must stay its base, so that an undo that brings the filter back (ctl_stats_blocked_set())
+ * does not count its old blocks again. */
 static int flush_counters(struct ctl_stats *s, struct ctl_txn *t)
 {
     size_t keep = 0;
@@ -432,6 +434,7 @@ static int flush_counters(struct ctl_stats *s, struct ctl_txn *t)
         rv = ctl_store_service_get(t, s->svc[i].id, &svc);
         if (rv == -ENOENT) {
             rv = 0;
+            s->svc[keep++] = s->svc[i];
             continue;
         }
         if (rv == 0)
@@ -454,6 +457,7 @@ static int flush_counters(struct ctl_stats *s, struct ctl_txn *t)
         rv = ctl_store_filter_get(t, s->flt[i].id, &f);
         if (rv == -ENOENT) {
             rv = 0;
+            s->flt[keep++] = s->flt[i];
             continue;
         }
         ctl_filter_release(&f);
@@ -536,6 +540,28 @@ void ctl_stats_service(const struct ctl_stats *s, uint32_t service_id, struct ct
             return;
         }
     }
+}
+
+int ctl_stats_blocked_set(struct ctl_stats *s, uint32_t filter_id, uint64_t v)
+{
+    struct flt_slot *f = flt_slot(s, filter_id, true);
+
+    if (!f)
+        return -ENOMEM;
+    f->blocked = v; /* `last` stays: the worker's own count, the base of the next growth */
+    s->dirty = true;
+    return 0;
+}
+
+int ctl_stats_service_set(struct ctl_stats *s, uint32_t service_id, const struct ctl_svc_totals *v)
+{
+    struct svc_slot *c = svc_slot(s, service_id, true);
+
+    if (!c)
+        return -ENOMEM;
+    c->total = *v;
+    s->dirty = true;
+    return 0;
 }
 
 uint64_t ctl_stats_blocked(const struct ctl_stats *s, uint32_t filter_id)

@@ -214,17 +214,22 @@ static void do_config_import(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
     }
     if (ctl_rpc_txn_begin(r, true, &t) < 0)
         return;
-    rv = ctl_config_import(t, cfg, err, sizeof(err));
+    ctl_rpc_import_opts(r, false);
+    rv = ctl_config_import_ex(t, cfg, &r->imp, err, sizeof(err));
     if (rv < 0) {
         ctl_rpc_fail(r, ctl_rpc_config_code(rv), "%s", err);
+        goto out;
+    }
+    if (ctl_rpc_reply_diff(r) < 0)
+        goto out;
+    if (q->has_dry_run && q->dry_run) {
+        ctl_rpc_dry_finish(r, &t);
         goto out;
     }
     /* The full compile happens here: a set that cannot compile is aborted with everything else. */
     ctl_rpc_finish(r, &t, true);
     if (ctl_rpc_failed(r) && r->reply.code != FGX__CTL__CODE__CODE_UNAVAILABLE)
         goto out;
-    if (r->ctx->stats)
-        ctl_stats_counters_reset(r->ctx->stats);
     if (r->ctx->auth && cfg->has_auth_enabled)
         ctl_auth_enabled_set(r->ctx->auth, cfg->auth_enabled);
     fgx_info("configuration imported: %zu services, %zu filters", cfg->n_services, cfg->n_filters);
