@@ -15,6 +15,7 @@
 #include <mbedtls/sha256.h>
 
 #include "controld/ctl_compile.h"
+#include "controld/ctl_rates.h"
 #include "controld/ctl_ruleset.h"
 #include "fgx/log.h"
 
@@ -357,9 +358,129 @@ static void do_redo(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
     history_revert(r, true);
 }
 
+/* ---- hit rates over time (`fgexctl stats --history`) ---- */
+
+/* One series into the reply (nothing when it has no point in the window). */
+static int rate_add(struct ctl_rpc *r, struct ctl_txn *t, enum ctl_rate_kind kind,
+                    enum ctl_rate_obj obj, uint32_t id, uint32_t service_id, uint32_t since,
+                    size_t cap)
+{
+    struct ctl_rate_point *pts = NULL;
+    Fgx__Ctl__RateSeries *m;
+    uint32_t *buf;
+    size_t n = 0;
+    int rv = ctl_rates_get(t, kind, obj, id, since, &pts, &n);
+
+    if (rv < 0 || n == 0)
+        return rv;
+    if (r->nrates == cap) {
+        free(pts);
+        return -ENOSPC;
+    }
+    buf = malloc(2 * n * sizeof(*buf));
+    if (!buf) {
+        free(pts);
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < n; i++) {
+        buf[i] = pts[i].minute;
+        buf[n + i] = pts[i].count;
+    }
+    free(pts);
+    m = &r->rate_msgs[r->nrates];
+    fgx__ctl__rate_series__init(m);
+    m->kind = kind == CTL_RATE_MATCHED ? "matched" : "blocked";
+    m->obj = obj == CTL_RATE_SERVICE ? "service" : "filter";
+    m->id = id;
+    if (obj == CTL_RATE_FILTER) {
+        m->has_service_id = 1;
+        m->service_id = service_id;
+    }
+    m->n_minutes = m->n_counts = n;
+    m->minutes = buf;
+    m->counts = buf + n;
+    r->rate_bufs[r->nrates] = buf;
+    r->rate_ptrs[r->nrates] = m;
+    r->nrates++;
+    return 0;
+}
+
+static void do_stats_history(struct ctl_rpc *r, const Fgx__Ctl__Request *req)
+{
+    static const enum ctl_rate_kind kinds[] = {CTL_RATE_BLOCKED, CTL_RATE_MATCHED};
+    const Fgx__Ctl__StatsHistoryQuery *q = req->stats_history;
+    uint32_t now = (uint32_t)(time(NULL) / 60), since;
+    struct ctl_service *svcs = NULL, one;
+    struct ctl_filter *fs = NULL;
+    struct ctl_txn *t;
+    size_t n = 0, nfs = 0, cap;
+    int rv;
+
+    since = now - CTL_RATES_MINUTES + 1;
+    if (q && q->has_since && q->since / 60 > since)
+        since = (uint32_t)(q->since / 60);
+    /* What the workers counted until now, written, so that the last minute is in. */
+    ctl_stats_refresh(r->ctx, CTL_RPC_STATS_TIMEOUT_MS);
+    if (r->ctx->stats)
+        (void)ctl_stats_flush(r->ctx->stats, r->ctx->store, ctl_rpc_mono_ms(), true);
+    if (ctl_rpc_txn_begin(r, false, &t) < 0)
+        return;
+    if (q && q->service && *q->service) {
+        if (ctl_rpc_service_resolve(r, t, q->service, &one) < 0)
+            goto out;
+        svcs = malloc(sizeof(*svcs));
+        if (!svcs) {
+            rv = -ENOMEM;
+            goto fail;
+        }
+        svcs[0] = one;
+        n = 1;
+    } else if ((rv = ctl_store_service_list(t, &svcs, &n)) < 0) {
+        goto fail;
+    }
+    rv = ctl_store_filter_list(t, n == 1 && q && q->service && *q->service ? svcs[0].id : 0, &fs,
+                               &nfs);
+    if (rv < 0)
+        goto fail;
+    cap = 2 * (n + nfs);
+    r->rate_msgs = calloc(cap ? cap : 1, sizeof(*r->rate_msgs));
+    r->rate_ptrs = calloc(cap ? cap : 1, sizeof(*r->rate_ptrs));
+    r->rate_bufs = calloc(cap ? cap : 1, sizeof(*r->rate_bufs));
+    if (!r->rate_msgs || !r->rate_ptrs || !r->rate_bufs) {
+        rv = -ENOMEM;
+        goto fail;
+    }
+    for (size_t k = 0; k < 2; k++) {
+        for (size_t i = 0; i < n; i++) {
+            rv = rate_add(r, t, kinds[k], CTL_RATE_SERVICE, svcs[i].id, 0, since, cap);
+            for (size_t j = 0; rv == 0 && j < nfs; j++)
+                if (fs[j].service_id == svcs[i].id)
+                    rv = rate_add(r, t, kinds[k], CTL_RATE_FILTER, fs[j].id, svcs[i].id, since,
+                                  cap);
+            if (rv < 0)
+                goto fail;
+        }
+    }
+    r->reply.n_rates = r->nrates;
+    r->reply.rates = r->rate_ptrs;
+    /* Names and regexes for the reader. */
+    if (ctl_rpc_reply_services(r, t, svcs, n) < 0)
+        goto out;
+    ctl_rpc_reply_filters(r, t, fs, nfs);
+    fs = NULL; /* owned by r now */
+    goto out;
+fail:
+    ctl_rpc_store_fail(r, rv);
+out:
+    ctl_filters_free(fs, nfs);
+    free(svcs);
+    ctl_txn_abort(t);
+}
+
 const struct ctl_rpc_cmd ctl_rpc_history_cmds[] = {
     {FGX__CTL__REQUEST__REQ_HISTORY, do_history, 0},
     {FGX__CTL__REQUEST__REQ_UNDO, do_undo, CTL_RPC_CHANGE},
     {FGX__CTL__REQUEST__REQ_REDO, do_redo, CTL_RPC_CHANGE},
+    {FGX__CTL__REQUEST__REQ_STATS_HISTORY, do_stats_history, 0},
     {0, NULL, 0},
 };
