@@ -355,12 +355,34 @@ void nfq_match_synack(struct nfq_thread *t, const uint8_t *data, size_t len)
 
     /* A copy of a packet that went on: nothing to give a verdict to. One we cannot read (only
      * the service itself sends them) anchors nothing; the flow then starts at its first data. */
-    if (t->cfg == NULL || fgx_pkt_decode(data, len, &p) != 0 || p.ipproto != IPPROTO_TCP ||
-        !is_synack(&p))
+    if (t->cfg == NULL || fgx_pkt_decode(data, len, &p) != 0 || p.ipproto != IPPROTO_TCP)
         return;
     svc = classify(t->cfg, &p, &dir);
-    if (svc != NULL && dir == FGX_DIR_S2C)
-        synack_anchor(t, &p, svc);
+    if (svc == NULL)
+        return;
+    if (is_synack(&p)) {
+        if (dir == FGX_DIR_S2C)
+            synack_anchor(t, &p, svc);
+        return;
+    }
+    /* A copy of a FIN or RST (ctl_nft.c): the connection closes. Only the count of open flows
+     * follows it; the queued packets alone drive the scan. */
+    if (p.tcp_flags & (FGX_TCP_FIN | FGX_TCP_RST)) {
+        struct fgx_flow_key key;
+        struct fgx_flow *f;
+
+        fgx_flow_key_from_pkt(&p, dir, &key);
+        f = fgx_flow_lookup(t->flows, &key, t->now_ms);
+        if (f == NULL || f->service_id != svc->id || f->closed)
+            return;
+        if (p.tcp_flags & FGX_TCP_RST) {
+            nfq_match_flow_close(t, f);
+            return;
+        }
+        f->fin[dir == FGX_DIR_C2S ? 0 : 1] = true;
+        if (f->fin[0] && f->fin[1])
+            nfq_match_flow_close(t, f);
+    }
 }
 
 /* For each open flow, both directions start again where they are: a segment that begins before
@@ -493,8 +515,8 @@ static void tcp_packet(struct nfq_thread *t, unsigned queue, uint32_t id, const 
     nfq_norm_passed(t, f, dir, p, v, &m);
     if (m.matched)
         block(t, f, dir, &m);
-    /* A FIN the worker sees (one on a segment with payload: the rules pass pure ones) ends its
-     * direction; with both ends done the connection no longer counts as open. */
+    /* A FIN the worker sees ends its direction; with both ends done the connection no longer
+     * counts as open. (Pure FINs pass the rules and come as NFLOG copies: nfq_match_synack().) */
     if ((p->tcp_flags & FGX_TCP_FIN) && !f->closed) {
         f->fin[dir == FGX_DIR_C2S ? 0 : 1] = true;
         if (f->fin[0] && f->fin[1])
