@@ -15,6 +15,7 @@
 /* clang-format off */
 static const char usage_stats[] =
     "usage: fgexctl stats [SERVICE] [--json] [--watch [--interval SEC]]\n"
+    "       fgexctl stats --history [SERVICE] [--since DURATION] [--json]\n"
     "\n"
     "Traffic counters per service (every service, or only SERVICE): packets and bytes\n"
     "seen, packets accepted and dropped, flows open now, and connections blocked.\n"
@@ -24,6 +25,10 @@ static const char usage_stats[] =
     "                    total, until interrupted (Ctrl-C); with --json, print one JSON\n"
     "                    document per line per refresh instead\n"
     "  --interval SEC    the refresh period for --watch (default: 1; e.g. 0.5)\n"
+    "  --history         blocks per minute, per service and per filter, over the last\n"
+    "                    48 hours (kept across restarts): one sparkline a row, its\n"
+    "                    total and its peak; --json gives every minute that had any\n"
+    "  --since DURATION  --history from this long ago (90s, 30m, 1h, 2d; default 48h)\n"
     "\n"
     "The table shows bytes in binary units (KiB, MiB, ...); --json gives exact numbers:\n"
     "an array of {id, name, packets, bytes, accepted, dropped, flows_active, blocked,\n"
@@ -58,6 +63,10 @@ static int build_stats(struct cli_cmd *cmd, const struct cli_cmd_def *spec,
     const char *v;
     int rc;
 
+    if (cli_args_opt(raw, CLI_OPT_HISTORY))
+        return cli_cmd_stats_history_build(cmd, spec, raw);
+    if (cli_args_opt(raw, CLI_OPT_SINCE))
+        return cli_args_fail_usage(cmd, spec, "--since goes with --history");
     fgx__ctl__stats_query__init(m);
     if (raw->npos > 0) {
         rc = cli_args_check_ref(cmd, spec, raw->pos[0]);
@@ -210,7 +219,7 @@ static const struct cli_cmd_def stats_cmds[] = {
      .req = FGX__CTL__REQUEST__REQ_STATS,
      .npos = 1,
      .pos_names = {"SERVICE"},
-     .opts = CLI_OPT_WATCH | CLI_OPT_INTERVAL,
+     .opts = CLI_OPT_WATCH | CLI_OPT_INTERVAL | CLI_OPT_HISTORY | CLI_OPT_SINCE,
      .usage = usage_stats,
      .pos_optional = true,
      .build = build_stats,
