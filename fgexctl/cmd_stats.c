@@ -32,7 +32,9 @@ static const char usage_stats[] =
     "\n"
     "The table shows bytes in binary units (KiB, MiB, ...); --json gives exact numbers:\n"
     "an array of {id, name, packets, bytes, accepted, dropped, flows_active, blocked,\n"
-    "events_lost}. Blocks whose event was lost (a worker's event queue was full) are\n"
+    "blocked_removed, events_lost}. flows_active counts connections open now (not the\n"
+    "blocked or closed ones the worker still tracks); blocked never goes down: it keeps\n"
+    "the blocks of removed filters (blocked_removed of them). Blocks whose event was lost (a worker's event queue was full) are\n"
     "counted in events_lost and said under the table.\n"
     "\n" CLI_SERVICE_HELP_NOTE;
 /* clang-format on */
@@ -122,12 +124,14 @@ static json_t *json_stats_one(const void *p)
 {
     const Fgx__Ctl__ServiceStats *st = p;
 
-    return json_pack("{s:I, s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "id",
+    return json_pack("{s:I, s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "id",
                      cli_json_int(st->service_id), "name", cli_json_str(st->name), "packets",
                      cli_json_int(st->packets), "bytes", cli_json_int(st->bytes), "accepted",
                      cli_json_int(st->accepted), "dropped", cli_json_int(st->dropped),
                      "flows_active", cli_json_int(st->flows_active), "blocked",
-                     cli_json_int(st->blocked), "events_lost", cli_json_int(st->events_lost));
+                     cli_json_int(st->blocked), "blocked_removed",
+                     cli_json_int(st->blocked_removed), "events_lost",
+                     cli_json_int(st->events_lost));
 }
 
 static const Fgx__Ctl__ServiceStats *stats_find(const Fgx__Ctl__Reply *rep, uint32_t id)
