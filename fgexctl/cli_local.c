@@ -273,12 +273,17 @@ int cli_local_finish(struct cli_cmd *cmd, struct cli_local *l, const Fgx__Ctl__R
                             "filters", cli_fmt_json_filters(rep));
         } else if (cmd->json) {
             doc = cli_fmt_json_filters(rep);
-        } else if (dry || whole) {
-            rc = cli_cmd_diff_print(out, rep);
         } else {
+            if (dry || whole)
+                rc = cli_cmd_diff_print(out, rep);
             cli_fmt_escape(cmd->m.filter_import.service, name, sizeof(name));
-            (void)fprintf(out, "imported %zu filter%s into %s\n", cmd->m.filter_import.n_filters,
-                          cmd->m.filter_import.n_filters == 1 ? "" : "s", name);
+            if (!dry)
+                (void)fprintf(out, "imported %zu filter%s into %s%s\n",
+                              cmd->m.filter_import.n_filters,
+                              cmd->m.filter_import.n_filters == 1 ? "" : "s", name,
+                              cmd->m.filter_import.sync      ? ", which has exactly those now"
+                              : cmd->m.filter_import.replace ? ", replacing its other filters"
+                                                             : "");
         }
         break;
     }
