@@ -106,7 +106,6 @@ def flows_active_counts_open_flows_only(env):
     st = stats_of(env, "flows")
     check(st["flows_active"] == 0, "flows_active %d with no connection open (8 closed)",
           st["flows_active"])
-    # the worker still tracks them (until they expire): counted apart, as flows
     # one connection held open: counted while it is open, and only then
     h = env.tcp_client(SRV4, port, [b"hello", 2.5], wait=False)
     got = it.wait_until(lambda: stats_of(env, "flows")["flows_active"] == 1, timeout=2)
@@ -117,6 +116,31 @@ def flows_active_counts_open_flows_only(env):
     it.wait_until(lambda: stats_of(env, "flows")["flows_active"] == 0, timeout=4)
     check(stats_of(env, "flows")["flows_active"] == 0, "flows_active %d after it closed",
           stats_of(env, "flows")["flows_active"])
+    env.ctl("service", "rm", sid)
+
+
+@test
+def proxy_flows_active_counts_open_connections(env):
+    sid, port = env.service("pxflows", extra=("--layer", "proxy"))
+    srv = env.tcp_server(port, idle=6.0)
+    env.filter("pxflows", "evil[0-9]+")
+    # the proxy connects upstream from ports of its own: only the client's side is checked
+    for i in range(3):
+        c = env.tcp_client(SRV4, port, [b"clean %d" % i])
+        check(c["connected"] and c["end"] == "eof", "clean connection: %r", c)
+    for i in range(2):
+        c = env.tcp_client(SRV4, port, [b"x " + EVIL])
+        check(c["connected"] and c["end"] == "reset", "blocked connection: %r", c)
+    wait_blocked(env, "pxflows", 2)
+    it.wait_until(lambda: stats_of(env, "pxflows")["flows_active"] == 0, timeout=4)
+    check(stats_of(env, "pxflows")["flows_active"] == 0, "proxy flows_active %d with none open",
+          stats_of(env, "pxflows")["flows_active"])
+    h = env.tcp_client(SRV4, port, [b"hello", 2.5], wait=False)
+    check(it.wait_until(lambda: stats_of(env, "pxflows")["flows_active"] == 1, timeout=2),
+          "proxy flows_active %d while one is open", stats_of(env, "pxflows")["flows_active"])
+    it.client_result(h, 10)
+    it.wait_until(lambda: stats_of(env, "pxflows")["flows_active"] == 0, timeout=4)
+    check(stats_of(env, "pxflows")["flows_active"] == 0, "proxy flows_active after the close")
     env.ctl("service", "rm", sid)
 
 
