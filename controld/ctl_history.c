@@ -58,8 +58,7 @@ int ctl_history_plain(struct ctl_txn *t, uint8_t **buf, size_t *len)
     return rv;
 }
 
-int ctl_history_snapshot(struct ctl_txn *t, const struct ctl_stats *stats, uint8_t **buf,
-                         size_t *len)
+int ctl_history_snapshot(struct ctl_txn *t, struct ctl_stats *stats, uint8_t **buf, size_t *len)
 {
     struct ctl_config_export e;
     int rv = ctl_config_export(t, &e);
@@ -71,8 +70,11 @@ int ctl_history_snapshot(struct ctl_txn *t, const struct ctl_stats *stats, uint8
         Fgx__Ctl__Filter *m = &e.flt_msgs[i];
 
         m->has_blocked = 1;
-        if (stats)
+        if (stats) {
             m->blocked = ctl_stats_blocked(stats, m->id);
+            /* Before a change: the statistics learn whose filter it is while it exists. */
+            ctl_stats_filter_service(stats, m->id, m->service_id);
+        }
         else if ((rv = ctl_store_blocked_get(t, m->id, &m->blocked)) < 0)
             goto out;
     }

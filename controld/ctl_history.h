@@ -38,9 +38,9 @@ long ctl_history_redo_pick(const struct ctl_hist_meta *v, size_t n);
 
 /* The configuration of t packed as a Config, with counters: each filter's blocked (stats' live
  * total when stats is not NULL, else the saved one), each service's blocked_removed and traffic
- * totals. *buf malloc'd (free()). */
-int ctl_history_snapshot(struct ctl_txn *t, const struct ctl_stats *stats, uint8_t **buf,
-                         size_t *len);
+ * totals. *buf malloc'd (free()). stats also learns each filter's service
+ * (ctl_stats_filter_service()), taken before every change. */
+int ctl_history_snapshot(struct ctl_txn *t, struct ctl_stats *stats, uint8_t **buf, size_t *len);
 /* The same without counters: what compares two configurations. */
 int ctl_history_plain(struct ctl_txn *t, uint8_t **buf, size_t *len);
 

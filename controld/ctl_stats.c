@@ -585,6 +585,14 @@ void ctl_stats_service(const struct ctl_stats *s, uint32_t service_id, struct ct
     }
 }
 
+void ctl_stats_filter_service(struct ctl_stats *s, uint32_t filter_id, uint32_t service_id)
+{
+    struct flt_slot *f = flt_slot(s, filter_id, false);
+
+    if (f)
+        f->service_id = service_id;
+}
+
 int ctl_stats_blocked_set(struct ctl_stats *s, uint32_t filter_id, uint64_t v)
 {
     struct flt_slot *f = flt_slot(s, filter_id, true);

@@ -171,7 +171,8 @@ int cli_cmd_diff_print(FILE *f, const Fgx__Ctl__Reply *rep)
                           cli_fmt_dir_name(d->dir), d->nocase ? " nocase" : "",
                           d->active ? "" : " disabled", rx);
         if (strcmp(d->op, "rm") == 0 && d->blocked > 0)
-            (void)fprintf(f, " (its %" PRIu64 " blocks stay in %s's total)", d->blocked, name);
+            (void)fprintf(f, " (its %" PRIu64 " block%s stay%s in %s's total)", d->blocked,
+                          d->blocked == 1 ? "" : "s", d->blocked == 1 ? "s" : "", name);
         (void)fputc('\n', f);
     }
     if (add + rm + change == 0)
@@ -236,7 +237,7 @@ static int human_history(FILE *f, const Fgx__Ctl__Request *req, const Fgx__Ctl__
         (void)fputs("no change recorded\n", f);
         return ferror(f) ? -EIO : 0;
     }
-    cli_fmt_table_init(&t, heads, 4, rep->n_changes);
+    cli_fmt_table_init(&t, heads, 4, 1u << 0); /* SEQ right-aligned */
     for (size_t i = 0; i < rep->n_changes; i++) {
         const Fgx__Ctl__Change *c = rep->changes[i];
 

@@ -320,14 +320,23 @@ def stats_history_after_blocks_and_restart(env):
     check(s.get(("service", sid), {}).get("total") == 4, "service series: %r", s)
     check(s.get(("filter", f1), {}).get("total") == 3, "filter %d series: %r", f1, s)
     check(s.get(("filter", f2), {}).get("total") == 1, "filter %d series: %r", f2, s)
+    # a filter removed right after its block (before the rates are written, every 5 s): its
+    # block stays in the service's rate, as in its total
+    f3 = env.filter("rates", "gone[0-9]+")
+    block(env, srv, port, b"gone77", 1)
+    wait_blocked(env, "rates", 5)
+    env.ctl("filter", "rm", f3)
+    s = series()
+    check(s.get(("service", sid), {}).get("total") == 5, "service series after rm: %r", s)
+    check(("filter", f3) not in s, "a removed filter's series listed: %r", s)
     now = time.time()
     for pt in s[("service", sid)]["minutes"]:
         check(now - 180 < pt["time"] <= now, "a minute outside the last minutes: %r", pt)
     restart(env)
     s2 = series()
-    check(s2.get(("service", sid), {}).get("total") == 4, "after a restart: %r", s2)
+    check(s2.get(("service", sid), {}).get("total") == 5, "after a restart: %r", s2)
     block(env, srv, port, EVIL, 1)
-    wait_blocked(env, "rates", 5)
+    wait_blocked(env, "rates", 6)
     check(series()[("filter", f1)]["total"] == 4, "a block after the restart not counted")
     p = env.ctl_raw("stats", "--history", "rates", json_out=False)
     check(p.returncode == 0 and "rates" in p.stdout and "#%d" % f1 in p.stdout,
