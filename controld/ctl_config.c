@@ -983,7 +983,8 @@ int ctl_config_filter_import_ex(struct ctl_txn *t, const Fgx__Ctl__FilterImport 
     for (size_t i = 0; i < nw; i++)
         w[i].filter_id = ids[w[i].filter_id];
     /* Kept filters have older ids than the new ones: the reply looks them up by id. */
-    qsort(w, nw, sizeof(*w), warning_cmp);
+    if (nw > 1)
+        qsort(w, nw, sizeof(*w), warning_cmp);
     *warns = w;
     *nwarns = nw;
     w = NULL;
