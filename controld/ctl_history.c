@@ -108,7 +108,10 @@ out:
 
 static const char *kind_name(enum ctl_hist_kind k)
 {
-    return k == CTL_HIST_UNDO ? "undo" : k == CTL_HIST_REDO ? "redo" : "change";
+    return k == CTL_HIST_UNDO      ? "undo"
+           : k == CTL_HIST_REDO    ? "redo"
+           : k == CTL_HIST_SETTING ? "setting"
+                                   : "change";
 }
 
 static enum ctl_hist_kind kind_from(const char *s)
@@ -117,6 +120,8 @@ static enum ctl_hist_kind kind_from(const char *s)
         return CTL_HIST_UNDO;
     if (s && strcmp(s, "redo") == 0)
         return CTL_HIST_REDO;
+    if (s && strcmp(s, "setting") == 0)
+        return CTL_HIST_SETTING;
     return CTL_HIST_CHANGE;
 }
 
@@ -188,9 +193,11 @@ int ctl_history_record(struct ctl_txn *t, enum ctl_hist_kind kind, uint64_t targ
         c.target = target;
     }
     c.has_undone = 1;
-    c.has_before = 1;
-    c.before.data = (uint8_t *)before;
-    c.before.len = blen;
+    if (before) {
+        c.has_before = 1;
+        c.before.data = (uint8_t *)before;
+        c.before.len = blen;
+    }
     rv = change_put(t, &c);
     if (rv == 0)
         rv = ctl_store_u64_put(t, key_history_seq, seq);

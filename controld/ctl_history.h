@@ -18,7 +18,8 @@
 #define CTL_HISTORY_KEEP 500
 #define CTL_HISTORY_KEEP_MAX 100000
 
-enum ctl_hist_kind { CTL_HIST_CHANGE = 0, CTL_HIST_UNDO = 1, CTL_HIST_REDO = 2 };
+/* A setting (passwd, auth on|off) is recorded without a snapshot: undo passes over it. */
+enum ctl_hist_kind { CTL_HIST_CHANGE = 0, CTL_HIST_UNDO = 1, CTL_HIST_REDO = 2, CTL_HIST_SETTING = 3 };
 
 /* What the undo walk needs of an entry. reverted: a change undone (and not redone since), or an
  * undo redone. */

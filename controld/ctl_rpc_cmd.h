@@ -174,6 +174,9 @@ void ctl_rpc_history_begin(struct ctl_rpc *r, const Fgx__Ctl__Request *q);
  * Returns 0 or a store error (the change is then refused). */
 int ctl_rpc_history_commit(struct ctl_rpc *r, struct ctl_txn *t);
 void ctl_rpc_history_release(struct ctl_rpc *r);
+/* Record a change of a setting (passwd, auth), done in a transaction of its own: what, by whom
+ * (r's peer). A failure is logged; the setting stays changed. */
+void ctl_rpc_history_setting(struct ctl_rpc *r, const Fgx__Ctl__Request *q, const char *what);
 
 /* ---- commit and apply ---- */
 /* Validate the whole new state by building its ruleset in the request's transaction (when

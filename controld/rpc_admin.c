@@ -119,6 +119,10 @@ static void do_passwd(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
                      "%s", err);
         return;
     }
+    ctl_rpc_history_setting(r, q,
+                            p->has_expire_sessions && p->expire_sessions
+                                ? "passwd --expire-sessions"
+                                : "passwd");
     if (p->has_expire_sessions && p->expire_sessions) {
         /* The caller's own session stays (a local caller may have none). */
         n = ctl_auth_session_drop_others(a, token);
@@ -154,6 +158,7 @@ static void do_auth_set(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
         return;
     }
     ctl_auth_peer_format(r->peer, who, sizeof(who));
+    ctl_rpc_history_setting(r, q, s->enabled ? "auth on" : "auth off");
     if (s->enabled)
         fgx_info("password requirement turned on from %s", who);
     else

@@ -205,6 +205,27 @@ int ctl_rpc_history_commit(struct ctl_rpc *r, struct ctl_txn *t)
     return 0;
 }
 
+void ctl_rpc_history_setting(struct ctl_rpc *r, const Fgx__Ctl__Request *q, const char *what)
+{
+    size_t keep = r->ctx->history_keep ? r->ctx->history_keep : CTL_HISTORY_KEEP;
+    struct ctl_txn *t;
+    char who[96];
+    int rv;
+
+    r->req = q;
+    ctl_rpc_who(r, who, sizeof(who));
+    rv = ctl_txn_begin(r->ctx->store, true, &t);
+    if (rv == 0) {
+        rv = ctl_history_record(t, CTL_HIST_SETTING, 0, who, what, NULL, 0, keep, NULL);
+        if (rv == 0)
+            rv = ctl_txn_commit(t);
+        else
+            ctl_txn_abort(t);
+    }
+    if (rv < 0)
+        fgx_warn("history: cannot record \"%s\": %s", what, ctl_store_strerror(rv));
+}
+
 void ctl_rpc_history_release(struct ctl_rpc *r)
 {
     free(r->hist_before);

@@ -76,6 +76,9 @@ def last(env):
 
 @test
 def history_lists_who_and_what(env):
+    # the set-up's passwd: a setting, recorded without a snapshot (undo passes over it)
+    check(any(h["what"] == "passwd" and h["kind"] == "setting" and h["who"] == "local"
+              for h in history(env)), "passwd not recorded: %r", history(env))
     sid, port = env.service("hist")
     fid = env.filter("hist", "evil[0-9]+", dir="c2s")
     h = last(env)

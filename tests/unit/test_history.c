@@ -55,6 +55,13 @@ Test(history, undo_walks_back_over_undone_changes)
     cr_assert_eq(ctl_history_undo_pick(v, 4), 0, "2 is undone already: then 1");
     v[0].reverted = true;
     cr_assert_eq(ctl_history_undo_pick(v, 4), -1, "nothing left");
+    {
+        /* a setting (passwd, auth) is no change to revert, and does not end a redo */
+        struct ctl_hist_meta w[] = {{.seq = 1, .kind = CTL_HIST_CHANGE, .reverted = true},
+                                    U(2, 1, false), {.seq = 3, .kind = CTL_HIST_SETTING}};
+        cr_assert_eq(ctl_history_undo_pick(w, 3), -1);
+        cr_assert_eq(ctl_history_redo_pick(w, 3), 1);
+    }
     cr_assert_eq(ctl_history_undo_pick(NULL, 0), -1);
 }
 
