@@ -153,5 +153,6 @@ void ctl_diff_service(const struct ctl_service *a, const struct ctl_service *b, 
     if (a->fail_open != b->fail_open)
         say(buf, len, &at, b->fail_open ? "fail-open" : "fail-closed");
     if (a->midstream != b->midstream)
-        say(buf, len, &at, b->midstream == FGX_MIDSTREAM_SCAN ? "midstream scan" : "midstream reset");
+        say(buf, len, &at,
+            b->midstream == FGX_MIDSTREAM_SCAN ? "midstream scan" : "midstream reset");
 }

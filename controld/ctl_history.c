@@ -74,8 +74,7 @@ int ctl_history_snapshot(struct ctl_txn *t, struct ctl_stats *stats, uint8_t **b
             m->blocked = ctl_stats_blocked(stats, m->id);
             /* Before a change: the statistics learn whose filter it is while it exists. */
             ctl_stats_filter_service(stats, m->id, m->service_id);
-        }
-        else if ((rv = ctl_store_blocked_get(t, m->id, &m->blocked)) < 0)
+        } else if ((rv = ctl_store_blocked_get(t, m->id, &m->blocked)) < 0)
             goto out;
     }
     for (size_t i = 0; i < e.nsvcs; i++) {
@@ -170,9 +169,9 @@ int ctl_history_mark(struct ctl_txn *t, uint64_t seq, bool reverted)
     return rv;
 }
 
-int ctl_history_record(struct ctl_txn *t, enum ctl_hist_kind kind, uint64_t target,
-                       const char *who, const char *what, const uint8_t *before, size_t blen,
-                       size_t keep, uint64_t *seq_out)
+int ctl_history_record(struct ctl_txn *t, enum ctl_hist_kind kind, uint64_t target, const char *who,
+                       const char *what, const uint8_t *before, size_t blen, size_t keep,
+                       uint64_t *seq_out)
 {
     Fgx__Ctl__Change c = FGX__CTL__CHANGE__INIT;
     uint64_t seq, *seqs = NULL;
@@ -235,7 +234,8 @@ int ctl_history_metas(struct ctl_txn *t, struct ctl_hist_meta **out, size_t *n)
         rv = ctl_history_get(t, seqs[i], &c);
         if (rv < 0)
             break;
-        v[i] = (struct ctl_hist_meta){.seq = c->seq, .kind = kind_from(c->kind),
+        v[i] = (struct ctl_hist_meta){.seq = c->seq,
+                                      .kind = kind_from(c->kind),
                                       .target = c->has_target ? c->target : 0,
                                       .reverted = c->has_undone && c->undone};
         fgx__ctl__change__free_unpacked(c, NULL);
@@ -281,8 +281,7 @@ void ctl_history_describe(const Fgx__Ctl__Request *q, char *buf, size_t len)
         snprintf(buf, len, "service rm %s", ref_of(q->service_rm));
         break;
     case FGX__CTL__REQUEST__REQ_SERVICE_RENAME:
-        snprintf(buf, len, "service rename %s %s", q->service_rename->ref,
-                 q->service_rename->name);
+        snprintf(buf, len, "service rename %s %s", q->service_rename->ref, q->service_rename->name);
         break;
     case FGX__CTL__REQUEST__REQ_SERVICE_SET:
         snprintf(buf, len, "service set %s", q->service_set->ref);

@@ -19,7 +19,12 @@
 #define CTL_HISTORY_KEEP_MAX 100000
 
 /* A setting (passwd, auth on|off) is recorded without a snapshot: undo passes over it. */
-enum ctl_hist_kind { CTL_HIST_CHANGE = 0, CTL_HIST_UNDO = 1, CTL_HIST_REDO = 2, CTL_HIST_SETTING = 3 };
+enum ctl_hist_kind {
+    CTL_HIST_CHANGE = 0,
+    CTL_HIST_UNDO = 1,
+    CTL_HIST_REDO = 2,
+    CTL_HIST_SETTING = 3
+};
 
 /* What the undo walk needs of an entry. reverted: a change undone (and not redone since), or an
  * undo redone. */
@@ -47,9 +52,9 @@ int ctl_history_plain(struct ctl_txn *t, uint8_t **buf, size_t *len);
 
 /* Record one change in t: the next seq, now, and the snapshot before it; then keep the newest
  * `keep` entries. *seq_out (may be NULL) gets its seq. */
-int ctl_history_record(struct ctl_txn *t, enum ctl_hist_kind kind, uint64_t target,
-                       const char *who, const char *what, const uint8_t *before, size_t blen,
-                       size_t keep, uint64_t *seq_out);
+int ctl_history_record(struct ctl_txn *t, enum ctl_hist_kind kind, uint64_t target, const char *who,
+                       const char *what, const uint8_t *before, size_t blen, size_t keep,
+                       uint64_t *seq_out);
 /* Every entry's meta, oldest first (*out malloc'd, free()). */
 int ctl_history_metas(struct ctl_txn *t, struct ctl_hist_meta **out, size_t *n);
 /* One entry, unpacked (fgx__ctl__change__free_unpacked()). */

@@ -119,8 +119,10 @@ int ctl_rates_note(struct ctl_rates_pending *p, enum ctl_rate_kind kind, uint32_
         p->v = nv;
         p->cap = ncap;
     }
-    p->v[p->n++] = (struct ctl_rates_entry){.kind = (uint8_t)kind, .filter_id = filter_id,
-                                            .service_id = service_id, .minute = minute,
+    p->v[p->n++] = (struct ctl_rates_entry){.kind = (uint8_t)kind,
+                                            .filter_id = filter_id,
+                                            .service_id = service_id,
+                                            .minute = minute,
                                             .count = count};
     return 0;
 }

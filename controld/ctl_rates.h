@@ -37,7 +37,7 @@ struct ctl_rates_pending {
         uint32_t filter_id, service_id; /* service_id 0: found from the store at the flush */
         uint32_t minute;
         uint64_t count;
-    } *v;
+    } * v;
     size_t n, cap;
 };
 

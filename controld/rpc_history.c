@@ -476,8 +476,8 @@ static void do_stats_history(struct ctl_rpc *r, const Fgx__Ctl__Request *req)
             rv = rate_add(r, t, kinds[k], CTL_RATE_SERVICE, svcs[i].id, 0, since, cap);
             for (size_t j = 0; rv == 0 && j < nfs; j++)
                 if (fs[j].service_id == svcs[i].id)
-                    rv = rate_add(r, t, kinds[k], CTL_RATE_FILTER, fs[j].id, svcs[i].id, since,
-                                  cap);
+                    rv =
+                        rate_add(r, t, kinds[k], CTL_RATE_FILTER, fs[j].id, svcs[i].id, since, cap);
             if (rv < 0)
                 goto fail;
         }

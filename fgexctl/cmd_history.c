@@ -178,17 +178,16 @@ int cli_cmd_diff_print(FILE *f, const Fgx__Ctl__Reply *rep)
     if (add + rm + change == 0)
         (void)fprintf(f, "no change (%zu unchanged)\n", keep);
     else
-        (void)fprintf(f, "%zu added, %zu removed, %zu changed, %zu unchanged%s\n", add, rm,
-                      change, keep, rep->has_dry_run && rep->dry_run ? " (dry run: nothing done)"
-                                                                     : "");
+        (void)fprintf(f, "%zu added, %zu removed, %zu changed, %zu unchanged%s\n", add, rm, change,
+                      keep, rep->has_dry_run && rep->dry_run ? " (dry run: nothing done)" : "");
     return ferror(f) ? -EIO : 0;
 }
 
 static json_t *diff_entry_json(const void *p)
 {
     const Fgx__Ctl__DiffEntry *d = p;
-    json_t *o = json_pack("{s:s, s:s, s:I}", "op", d->op, "kind", d->kind, "id",
-                          cli_json_int(d->id));
+    json_t *o =
+        json_pack("{s:s, s:s, s:I}", "op", d->op, "kind", d->kind, "id", cli_json_int(d->id));
 
     if (!o)
         return NULL;
@@ -431,9 +430,9 @@ static json_t *json_stats_history(const Fgx__Ctl__Request *req, const Fgx__Ctl__
         uint64_t total = 0;
 
         for (size_t k = 0; k < s->n_minutes && k < s->n_counts; k++) {
-            (void)json_array_append_new(
-                pts, json_pack("{s:I, s:I}", "time", cli_json_int((uint64_t)s->minutes[k] * 60),
-                               "count", cli_json_int(s->counts[k])));
+            (void)json_array_append_new(pts, json_pack("{s:I, s:I}", "time",
+                                                       cli_json_int((uint64_t)s->minutes[k] * 60),
+                                                       "count", cli_json_int(s->counts[k])));
             total += s->counts[k];
         }
         o = json_pack("{s:s, s:s, s:I, s:I, s:o}", "kind", s->kind, "obj", s->obj, "id",
@@ -455,8 +454,8 @@ static json_t *json_stats_history(const Fgx__Ctl__Request *req, const Fgx__Ctl__
         }
         (void)json_array_append_new(arr, o);
     }
-    doc = json_pack("{s:I, s:I, s:o}", "since", cli_json_int(since_of(req, now) / 60 * 60),
-                    "until", cli_json_int(now), "series", arr);
+    doc = json_pack("{s:I, s:I, s:o}", "since", cli_json_int(since_of(req, now) / 60 * 60), "until",
+                    cli_json_int(now), "series", arr);
     return doc;
 }
 

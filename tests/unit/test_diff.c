@@ -10,9 +10,12 @@
 
 static struct ctl_filter flt(uint32_t id, const char *re, enum fgx_dir dir, bool nocase)
 {
-    return (struct ctl_filter){
-        .id = id, .service_id = 1, .regex = (char *)re, .dir = dir, .nocase = nocase,
-        .active = true};
+    return (struct ctl_filter){.id = id,
+                               .service_id = 1,
+                               .regex = (char *)re,
+                               .dir = dir,
+                               .nocase = nocase,
+                               .active = true};
 }
 
 Test(diff, identity_is_regex_bytes_direction_and_case)
@@ -48,9 +51,11 @@ Test(diff, find_same_skips_the_filter_itself)
 
 Test(diff, sync_keeps_identical_adds_and_removes_the_rest)
 {
-    struct ctl_filter cur[] = {flt(3, "keep", FGX_DIR_C2S, false), flt(5, "gone", FGX_DIR_BOTH, false),
+    struct ctl_filter cur[] = {flt(3, "keep", FGX_DIR_C2S, false),
+                               flt(5, "gone", FGX_DIR_BOTH, false),
                                flt(8, "keep2", FGX_DIR_S2C, true)};
-    struct ctl_filter want[] = {flt(0, "keep2", FGX_DIR_S2C, true), flt(0, "new", FGX_DIR_BOTH, false),
+    struct ctl_filter want[] = {flt(0, "keep2", FGX_DIR_S2C, true),
+                                flt(0, "new", FGX_DIR_BOTH, false),
                                 flt(0, "keep", FGX_DIR_C2S, false)};
     long match[3];
     bool kept[3];
@@ -72,7 +77,8 @@ Test(diff, the_same_file_twice_maps_every_line)
     size_t a, b;
 
     cr_assert_eq(ctl_diff_filters(cur, 2, want, 2, match, kept, &a, &b), 0);
-    cr_assert(match[0] == 0 && match[1] == 1 && kept[0] && kept[1], "a second load changes nothing");
+    cr_assert(match[0] == 0 && match[1] == 1 && kept[0] && kept[1],
+              "a second load changes nothing");
 }
 
 Test(diff, two_identical_lines_are_refused)

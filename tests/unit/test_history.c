@@ -40,15 +40,24 @@ static void teardown(void)
 TestSuite(history, .init = setup, .fini = teardown);
 TestSuite(rates, .init = setup, .fini = teardown);
 
-#define C(s) {.seq = (s), .kind = CTL_HIST_CHANGE}
-#define U(s, t, r) {.seq = (s), .kind = CTL_HIST_UNDO, .target = (t), .reverted = (r)}
-#define R(s, t) {.seq = (s), .kind = CTL_HIST_REDO, .target = (t)}
+#define C(s)                                                                                       \
+    {                                                                                              \
+        .seq = (s), .kind = CTL_HIST_CHANGE                                                        \
+    }
+#define U(s, t, r)                                                                                 \
+    {                                                                                              \
+        .seq = (s), .kind = CTL_HIST_UNDO, .target = (t), .reverted = (r)                          \
+    }
+#define R(s, t)                                                                                    \
+    {                                                                                              \
+        .seq = (s), .kind = CTL_HIST_REDO, .target = (t)                                           \
+    }
 
 Test(history, undo_walks_back_over_undone_changes)
 {
     /* 1, 2, undo of 2 (which marked 2 reverted), 4 */
-    struct ctl_hist_meta v[] = {C(1), {.seq = 2, .kind = CTL_HIST_CHANGE, .reverted = true},
-                                U(3, 2, false), C(4)};
+    struct ctl_hist_meta v[] = {
+        C(1), {.seq = 2, .kind = CTL_HIST_CHANGE, .reverted = true}, U(3, 2, false), C(4)};
 
     cr_assert_eq(ctl_history_undo_pick(v, 4), 3, "the newest change first");
     v[3].reverted = true;
@@ -58,7 +67,8 @@ Test(history, undo_walks_back_over_undone_changes)
     {
         /* a setting (passwd, auth) is no change to revert, and does not end a redo */
         struct ctl_hist_meta w[] = {{.seq = 1, .kind = CTL_HIST_CHANGE, .reverted = true},
-                                    U(2, 1, false), {.seq = 3, .kind = CTL_HIST_SETTING}};
+                                    U(2, 1, false),
+                                    {.seq = 3, .kind = CTL_HIST_SETTING}};
         cr_assert_eq(ctl_history_undo_pick(w, 3), -1);
         cr_assert_eq(ctl_history_redo_pick(w, 3), 1);
     }
@@ -70,7 +80,9 @@ Test(history, redo_reverts_the_newest_undo_unless_a_change_followed)
     /* A, B, undo B, undo A */
     struct ctl_hist_meta v[] = {{.seq = 1, .kind = CTL_HIST_CHANGE, .reverted = true},
                                 {.seq = 2, .kind = CTL_HIST_CHANGE, .reverted = true},
-                                U(3, 2, false), U(4, 1, false), R(5, 4)};
+                                U(3, 2, false),
+                                U(4, 1, false),
+                                R(5, 4)};
 
     cr_assert_eq(ctl_history_redo_pick(v, 4), 3, "the newest undo (of A) first");
     v[3].reverted = true; /* redone: entry 5 */
@@ -100,8 +112,8 @@ Test(history, records_are_bounded_and_marked)
         char what[32];
 
         snprintf(what, sizeof(what), "filter rm %d", i);
-        cr_assert_eq(ctl_history_record(t, CTL_HIST_CHANGE, 0, "local", what,
-                                        (const uint8_t *)"x", 1, 3, &seq),
+        cr_assert_eq(ctl_history_record(t, CTL_HIST_CHANGE, 0, "local", what, (const uint8_t *)"x",
+                                        1, 3, &seq),
                      0);
     }
     cr_assert_eq(seq, 5);
