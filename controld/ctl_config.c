@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "controld/ctl_compile.h"
+#include "controld/ctl_diff.h"
 #include "controld/ctl_ruleset.h"
 #include "fgx/log.h"
 #include "fgx/ruleset.h"
@@ -406,33 +407,192 @@ static int store_fail(int rv, const char *what, char *err, size_t errlen)
     return rv;
 }
 
+/* The live count of a filter: the caller's, else what the store saved. */
+static uint64_t live_blocked(struct ctl_txn *t, const struct ctl_import_opts *o, uint32_t id)
+{
+    uint64_t v = 0;
+
+    if (o && o->blocked_of)
+        return o->blocked_of(o->arg, id);
+    (void)ctl_store_blocked_get(t, id, &v);
+    return v;
+}
+
+static int diff_filter(struct ctl_import_opts *o, enum ctl_diff_op op, const struct ctl_filter *f,
+                       const char *service, uint64_t blocked)
+{
+    struct ctl_diff_line l = {.op = op, .filter = true, .id = f->id, .regex = f->regex,
+                              .dir = f->dir, .nocase = f->nocase, .active = f->active,
+                              .blocked = blocked};
+
+    if (!o || !o->diff)
+        return 0;
+    snprintf(l.service, sizeof(l.service), "%s", service);
+    return ctl_diff_push(o->diff, &l);
+}
+
+static int diff_service(struct ctl_import_opts *o, enum ctl_diff_op op,
+                        const struct ctl_service *s, const char *what)
+{
+    struct ctl_diff_line l = {.op = op, .id = s->id, .active = s->active};
+
+    if (!o || !o->diff)
+        return 0;
+    snprintf(l.service, sizeof(l.service), "%s", s->name);
+    snprintf(l.what, sizeof(l.what), "%s", what ? what : "");
+    return ctl_diff_push(o->diff, &l);
+}
+
+/* Counters to give the in-memory statistics once the transaction is committed. */
+static int opts_set_blocked(struct ctl_import_opts *o, uint32_t id, uint64_t v)
+{
+    void *n;
+
+    if (!o)
+        return 0;
+    n = realloc(o->fset, (o->nfset + 1) * sizeof(*o->fset));
+    if (!n)
+        return -ENOMEM;
+    o->fset = n;
+    o->fset[o->nfset++] = (struct ctl_import_fset){.id = id, .blocked = v};
+    return 0;
+}
+
+static int opts_set_service(struct ctl_import_opts *o, uint32_t id, const struct ctl_svc_totals *v)
+{
+    void *n;
+
+    if (!o)
+        return 0;
+    n = realloc(o->sset, (o->nsset + 1) * sizeof(*o->sset));
+    if (!n)
+        return -ENOMEM;
+    o->sset = n;
+    o->sset[o->nsset++] = (struct ctl_import_sset){.id = id, .totals = *v};
+    return 0;
+}
+
+void ctl_import_opts_release(struct ctl_import_opts *o)
+{
+    if (!o)
+        return;
+    free(o->fset);
+    free(o->sset);
+    o->fset = NULL;
+    o->sset = NULL;
+    o->nfset = o->nsset = 0;
+}
+
 int ctl_config_import(struct ctl_txn *t, const Fgx__Ctl__Config *cfg, char *err, size_t errlen)
+{
+    return ctl_config_import_ex(t, cfg, NULL, err, errlen);
+}
+
+static const struct ctl_service *svc_by_id(const struct ctl_service *v, size_t n, uint32_t id)
+{
+    for (size_t i = 0; i < n; i++)
+        if (v[i].id == id)
+            return &v[i];
+    return NULL;
+}
+
+/* A change, not a replacement: a service whose id the file has stays the same service (its
+ * counters stay, whatever of its settings changed); a filter whose id, service and identity
+ * (ctl_filter_same()) are the file's stays too, with its counters. What goes takes its blocks
+ * to its service's blocked_removed (a total never goes down); what the file brings back with a
+ * count (a history snapshot, o->counters) takes them from there again. */
+int ctl_config_import_ex(struct ctl_txn *t, const Fgx__Ctl__Config *cfg,
+                         struct ctl_import_opts *o, char *err, size_t errlen)
 {
     struct ctl_service *svcs = NULL, *old = NULL;
     struct ctl_filter *oldf = NULL;
     size_t nold = 0, noldf = 0;
     uint32_t max_svc = 0, max_flt = 0;
+    uint64_t *radd = NULL, *rsub = NULL; /* per cfg service: blocks retired, brought back */
+    bool *fkept = NULL;
+    bool counters = o && o->counters;
     int rv;
 
     svcs = calloc(cfg->n_services ? cfg->n_services : 1, sizeof(*svcs));
-    if (!svcs)
-        return -ENOMEM;
+    radd = calloc(cfg->n_services ? cfg->n_services : 1, sizeof(*radd));
+    rsub = calloc(cfg->n_services ? cfg->n_services : 1, sizeof(*rsub));
+    fkept = calloc(cfg->n_filters ? cfg->n_filters : 1, sizeof(*fkept));
+    if (!svcs || !radd || !rsub || !fkept) {
+        rv = -ENOMEM;
+        goto out;
+    }
     rv = config_check(cfg, svcs, err, errlen);
     if (rv < 0)
         goto out;
-    /* Out with the old: a service takes its filters and counters with it. */
     rv = ctl_store_service_list(t, &old, &nold);
-    for (size_t i = 0; rv == 0 && i < nold; i++)
-        rv = ctl_store_service_del(t, old[i].id);
     if (rv == 0)
         rv = ctl_store_filter_list(t, 0, &oldf, &noldf);
-    for (size_t i = 0; rv == 0 && i < noldf; i++)
-        rv = ctl_store_filter_del(t, oldf[i].id);
     if (rv < 0) {
-        store_fail(rv, "cannot remove the current configuration", err, errlen);
+        store_fail(rv, "cannot read the current configuration", err, errlen);
         goto out;
     }
+    /* Filters first, while every old service is there to name them. */
+    for (size_t j = 0; j < noldf; j++) {
+        const struct ctl_filter *f = &oldf[j];
+        const struct ctl_service *os = svc_by_id(old, nold, f->service_id);
+        size_t si = 0;
+        long keep = -1;
+
+        for (size_t i = 0; i < cfg->n_filters && keep < 0; i++) {
+            const Fgx__Ctl__Filter *m = cfg->filters[i];
+            struct ctl_filter nf = {.regex = m->regex, .nocase = m->nocase};
+
+            dir_from_msg(true, m->dir, &nf.dir);
+            if (m->id == f->id && m->service_id == f->service_id && ctl_filter_same(f, &nf))
+                keep = (long)i;
+        }
+        if (keep >= 0) {
+            const Fgx__Ctl__Filter *m = cfg->filters[keep];
+            struct ctl_filter nf = *f;
+
+            fkept[keep] = true;
+            nf.active = m->active;
+            if (m->has_created)
+                nf.created = m->created;
+            rv = ctl_store_filter_put(t, &nf);
+            if (rv == 0)
+                rv = diff_filter(o, nf.active != f->active ? CTL_DIFF_CHANGE : CTL_DIFF_KEEP, &nf,
+                                 os ? os->name : "", live_blocked(t, o, f->id));
+            if (rv < 0)
+                goto store_err;
+            continue;
+        }
+        {
+            uint64_t b = live_blocked(t, o, f->id);
+
+            for (si = 0; si < cfg->n_services; si++)
+                if (svcs[si].id == f->service_id)
+                    break;
+            if (si < cfg->n_services)
+                radd[si] += b;
+            rv = ctl_store_filter_del(t, f->id);
+            if (rv == 0)
+                rv = diff_filter(o, CTL_DIFF_RM, f, os ? os->name : "", b);
+            if (rv < 0)
+                goto store_err;
+        }
+    }
+    /* Services: the records go (names and ports may move between them), the kept ones' filters
+     * and counters stay under their ids. */
+    for (size_t i = 0; i < nold; i++) {
+        const struct ctl_service *ns = svc_by_id(svcs, cfg->n_services, old[i].id);
+
+        rv = ns ? ctl_store_service_del_record(t, old[i].id) : ctl_store_service_del(t, old[i].id);
+        if (rv == 0 && !ns)
+            rv = diff_service(o, CTL_DIFF_RM, &old[i], NULL);
+        if (rv < 0)
+            goto store_err;
+    }
     for (size_t i = 0; i < cfg->n_services; i++) {
+        const Fgx__Ctl__Service *m = cfg->services[i];
+        const struct ctl_service *os = svc_by_id(old, nold, svcs[i].id);
+        char what[160];
+
         rv = ctl_store_service_put(t, &svcs[i]);
         if (rv < 0) {
             store_fail(rv, svcs[i].name, err, errlen);
@@ -440,6 +600,29 @@ int ctl_config_import(struct ctl_txn *t, const Fgx__Ctl__Config *cfg, char *err,
         }
         if (svcs[i].id > max_svc)
             max_svc = svcs[i].id;
+        if (os) {
+            ctl_diff_service(os, &svcs[i], what, sizeof(what));
+            rv = diff_service(o, what[0] ? CTL_DIFF_CHANGE : CTL_DIFF_KEEP, &svcs[i], what);
+        } else {
+            /* A new service under this id: what the file says it counted (a history snapshot),
+             * else zero, whatever an older service of that id left in memory. */
+            struct ctl_svc_totals tot = {0};
+
+            if (counters) {
+                tot.packets = m->has_packets ? m->packets : 0;
+                tot.bytes = m->has_bytes ? m->bytes : 0;
+                tot.accepted = m->has_accepted ? m->accepted : 0;
+                tot.dropped = m->has_dropped ? m->dropped : 0;
+                radd[i] += m->has_blocked_removed ? m->blocked_removed : 0;
+            }
+            rv = ctl_store_svc_totals_put(t, svcs[i].id, &tot);
+            if (rv == 0)
+                rv = opts_set_service(o, svcs[i].id, &tot);
+            if (rv == 0)
+                rv = diff_service(o, CTL_DIFF_ADD, &svcs[i], NULL);
+        }
+        if (rv < 0)
+            goto store_err;
     }
     for (size_t i = 0; i < cfg->n_filters; i++) {
         const Fgx__Ctl__Filter *m = cfg->filters[i];
@@ -451,15 +634,46 @@ int ctl_config_import(struct ctl_txn *t, const Fgx__Ctl__Config *cfg, char *err,
             .active = m->active,
             .created = m->has_created ? m->created : (uint64_t)time(NULL),
         };
+        uint64_t b = counters && m->has_blocked ? m->blocked : 0;
+        size_t si;
 
+        if (f.id > max_flt)
+            max_flt = f.id;
+        if (fkept[i])
+            continue;
         dir_from_msg(true, m->dir, &f.dir);
         rv = ctl_store_filter_put(t, &f);
         if (rv < 0) {
             err_set(err, errlen, "filter %u: %s", m->id, ctl_store_strerror(rv));
             goto out;
         }
-        if (f.id > max_flt)
-            max_flt = f.id;
+        for (si = 0; si < cfg->n_services; si++)
+            if (svcs[si].id == f.service_id)
+                break;
+        /* Blocks coming back to a service that kept them as a removed filter's. */
+        if (b > 0 && svc_by_id(old, nold, f.service_id))
+            rsub[si] += b;
+        rv = ctl_store_blocked_set(t, f.id, b);
+        if (rv == 0)
+            rv = opts_set_blocked(o, f.id, b);
+        if (rv == 0)
+            rv = diff_filter(o, CTL_DIFF_ADD, &f, svcs[si].name, b);
+        if (rv < 0)
+            goto store_err;
+    }
+    for (size_t i = 0; i < cfg->n_services; i++) {
+        uint64_t r = 0;
+
+        if (svc_by_id(old, nold, svcs[i].id)) {
+            rv = ctl_store_retired_get(t, svcs[i].id, &r);
+            if (rv < 0)
+                goto store_err;
+        }
+        r += radd[i];
+        r = r > rsub[i] ? r - rsub[i] : 0;
+        rv = ctl_store_retired_set(t, svcs[i].id, r);
+        if (rv < 0)
+            goto store_err;
     }
     /* Ids are never reused: the next ones allocated come after every imported one. */
     rv = ctl_store_ids_reserve(t, max_svc, max_flt);
@@ -467,9 +681,15 @@ int ctl_config_import(struct ctl_txn *t, const Fgx__Ctl__Config *cfg, char *err,
         rv = ctl_config_auth_enabled_put(t, cfg->auth_enabled);
     if (rv < 0)
         store_fail(rv, "cannot store the configuration", err, errlen);
+    goto out;
+store_err:
+    store_fail(rv, "cannot store the configuration", err, errlen);
 out:
     free(svcs);
     free(old);
+    free(radd);
+    free(rsub);
+    free(fkept);
     ctl_filters_free(oldf, noldf);
     return rv;
 }
@@ -554,10 +774,31 @@ int ctl_config_filter_import(struct ctl_txn *t, const Fgx__Ctl__FilterImport *im
     return rv;
 }
 
+static int warning_cmp(const void *a, const void *b)
+{
+    uint32_t x = ((const struct ctl_config_warning *)a)->filter_id;
+    uint32_t y = ((const struct ctl_config_warning *)b)->filter_id;
+
+    return x < y ? -1 : x > y;
+}
+
 int ctl_config_filter_import_warn(struct ctl_txn *t, const Fgx__Ctl__FilterImport *imp,
                                   uint32_t *svc_id, struct ctl_config_warning **warns,
                                   size_t *nwarns, char *err, size_t errlen)
 {
+    return ctl_config_filter_import_ex(t, imp, NULL, svc_id, warns, nwarns, err, errlen);
+}
+
+int ctl_config_filter_import_ex(struct ctl_txn *t, const Fgx__Ctl__FilterImport *imp,
+                                struct ctl_import_opts *o, uint32_t *svc_id,
+                                struct ctl_config_warning **warns, size_t *nwarns, char *err,
+                                size_t errlen)
+{
+    bool whole = (imp->has_replace && imp->replace) || (imp->has_sync && imp->sync);
+    struct ctl_filter *want = NULL;
+    bool *kept = NULL, changed_active = false;
+    long *match = NULL;
+    uint64_t retired = 0;
     struct ctl_config_warning *w = NULL;
     struct fgx_pattern_warnings pw;
     struct ctl_filter *old = NULL;
@@ -623,26 +864,111 @@ int ctl_config_filter_import_warn(struct ctl_txn *t, const Fgx__Ctl__FilterImpor
         w[nw] = (struct ctl_config_warning){.filter_id = (uint32_t)i, .line = spec_line(imp, i)};
         w[nw++].w = pw;
     }
-    if (imp->has_replace && imp->replace) {
-        rv = ctl_store_filter_list(t, svc.id, &old, &nold);
-        for (size_t i = 0; rv == 0 && i < nold; i++)
-            rv = ctl_store_filter_del(t, old[i].id);
+    rv = ctl_store_filter_list(t, svc.id, &old, &nold);
+    if (rv < 0) {
+        store_fail(rv, svc.name, err, errlen);
+        goto out;
+    }
+    want = calloc(imp->n_filters ? imp->n_filters : 1, sizeof(*want));
+    match = calloc(imp->n_filters ? imp->n_filters : 1, sizeof(*match));
+    kept = calloc(nold ? nold : 1, sizeof(*kept));
+    if (!want || !match || !kept) {
+        rv = -ENOMEM;
+        goto out;
+    }
+    for (size_t i = 0; i < imp->n_filters; i++) {
+        const Fgx__Ctl__FilterSpec *s = imp->filters[i];
+
+        want[i] = (struct ctl_filter){.service_id = svc.id, .regex = s->regex,
+                                      .nocase = s->has_nocase && s->nocase,
+                                      .active = !s->has_active || s->active};
+        dir_from_msg(s->has_dir, s->dir, &want[i].dir);
+    }
+    {
+        size_t da, db;
+
+        if (ctl_diff_filters(old, nold, want, imp->n_filters, match, kept, &da, &db) < 0) {
+            err_set(err, errlen, "line %u: identical to line %u", spec_line(imp, db),
+                    spec_line(imp, da));
+            rv = -EEXIST;
+            goto out;
+        }
+    }
+    for (size_t i = 0; i < imp->n_filters && !whole; i++) {
+        /* Adding to what is there: a line identical to a filter the service has is refused,
+         * with that filter's id. */
+        if (match[i] >= 0) {
+            err_set(err, errlen, "line %u: identical to filter %u of service %s",
+                    spec_line(imp, i), old[match[i]].id, svc.name);
+            if (o)
+                o->duplicate_of = old[match[i]].id;
+            rv = -EEXIST;
+            goto out;
+        }
+    }
+    for (size_t j = 0; j < nold; j++) {
+        uint64_t b;
+
+        if (kept[j] || !whole) {
+            if (kept[j] && (!(imp->has_sync && imp->sync))) {
+                /* --replace takes the file's enabled state; --sync keeps the service's. */
+                for (size_t i = 0; i < imp->n_filters; i++) {
+                    if (match[i] == (long)j && old[j].active != want[i].active) {
+                        old[j].active = want[i].active;
+                        rv = ctl_store_filter_put(t, &old[j]);
+                        if (rv < 0) {
+                            store_fail(rv, svc.name, err, errlen);
+                            goto out;
+                        }
+                        changed_active = true;
+                    }
+                }
+            }
+            if (kept[j]) {
+                rv = diff_filter(o, changed_active ? CTL_DIFF_CHANGE : CTL_DIFF_KEEP, &old[j],
+                                 svc.name, live_blocked(t, o, old[j].id));
+                changed_active = false;
+                if (rv < 0)
+                    goto out;
+            }
+            continue;
+        }
+        /* Removed: its blocks stay in the service's total. */
+        b = live_blocked(t, o, old[j].id);
+        retired += b;
+        rv = ctl_store_filter_del(t, old[j].id);
+        if (rv == 0)
+            rv = diff_filter(o, CTL_DIFF_RM, &old[j], svc.name, b);
+        if (rv < 0) {
+            store_fail(rv, svc.name, err, errlen);
+            goto out;
+        }
+    }
+    if (retired > 0) {
+        uint64_t r;
+
+        rv = ctl_store_retired_get(t, svc.id, &r);
+        if (rv == 0)
+            rv = ctl_store_retired_set(t, svc.id, r + retired);
         if (rv < 0) {
             store_fail(rv, svc.name, err, errlen);
             goto out;
         }
     }
     for (size_t i = 0; i < imp->n_filters; i++) {
-        const Fgx__Ctl__FilterSpec *s = imp->filters[i];
-        struct ctl_filter f = {
-            .service_id = svc.id,
-            .regex = s->regex,
-            .nocase = s->has_nocase && s->nocase,
-            .active = !s->has_active || s->active,
-        };
+        struct ctl_filter f = want[i];
 
-        dir_from_msg(s->has_dir, s->dir, &f.dir);
+        if (match[i] >= 0) {
+            ids[i] = old[match[i]].id;
+            continue;
+        }
         rv = ctl_store_filter_put(t, &f);
+        if (rv == 0)
+            rv = ctl_store_blocked_set(t, f.id, 0);
+        if (rv == 0)
+            rv = opts_set_blocked(o, f.id, 0);
+        if (rv == 0)
+            rv = diff_filter(o, CTL_DIFF_ADD, &f, svc.name, 0);
         if (rv < 0) {
             err_set(err, errlen, "line %u: %s", spec_line(imp, i), ctl_store_strerror(rv));
             goto out;
@@ -656,12 +982,18 @@ int ctl_config_filter_import_warn(struct ctl_txn *t, const Fgx__Ctl__FilterImpor
     /* filter_id held the line's index until the filters had ids. */
     for (size_t i = 0; i < nw; i++)
         w[i].filter_id = ids[w[i].filter_id];
+    /* Kept filters have older ids than the new ones: the reply looks them up by id. */
+    if (nw > 1)
+        qsort(w, nw, sizeof(*w), warning_cmp);
     *warns = w;
     *nwarns = nw;
     w = NULL;
 out:
     free(w);
     free(ids);
+    free(want);
+    free(match);
+    free(kept);
     ctl_filters_free(old, nold);
     return rv;
 }

@@ -10,6 +10,7 @@
 #include <stddef.h>
 
 #include "control.pb-c.h"
+#include "controld/ctl_diff.h"
 #include "controld/ctl_store.h"
 #include "fgx/ruleset.h"
 
@@ -41,6 +42,37 @@ void ctl_config_export_release(struct ctl_config_export *e);
  * offending service or filter; or a store error. */
 int ctl_config_import(struct ctl_txn *t, const Fgx__Ctl__Config *cfg, char *err, size_t errlen);
 
+/* How an import treats counters, and where its diff goes (all optional: ctl_config_import() is
+ * ctl_config_import_ex() with none). */
+struct ctl_import_fset {
+    uint32_t id;
+    uint64_t blocked;
+};
+struct ctl_import_sset {
+    uint32_t id;
+    struct ctl_svc_totals totals;
+};
+struct ctl_import_opts {
+    /* Take counters from the file for what it brings back (Filter.blocked, Service.packets...,
+     * blocked_removed): a history snapshot. A backup's are ignored (they may be stale). */
+    bool counters;
+    /* The live count of a filter (controld's running total); NULL: what the store saved. */
+    uint64_t (*blocked_of)(void *arg, uint32_t filter_id);
+    void *arg;
+    struct ctl_diff *diff; /* NULL, or where each service's and filter's fate goes */
+    /* out: the counters the import set, for the in-memory statistics after the commit */
+    struct ctl_import_fset *fset;
+    size_t nfset;
+    struct ctl_import_sset *sset;
+    size_t nsset;
+    uint32_t duplicate_of; /* out, filter import refused: the existing identical filter */
+};
+void ctl_import_opts_release(struct ctl_import_opts *o);
+
+/* ctl_config_import(), keeping what the file leaves as it is (see ctl_config.c). */
+int ctl_config_import_ex(struct ctl_txn *t, const Fgx__Ctl__Config *cfg,
+                         struct ctl_import_opts *o, char *err, size_t errlen);
+
 /* Add the ruleset file's filters to imp->service (with imp->replace, its other filters go). Each
  * line's regex is checked, then the service's resulting set compiled whole; the first failure
  * gives -EINVAL and "line N: ..." in err (N from FilterSpec.line, else its position from 1).
@@ -60,6 +92,14 @@ struct ctl_config_warning {
 int ctl_config_filter_import_warn(struct ctl_txn *t, const Fgx__Ctl__FilterImport *imp,
                                   uint32_t *svc_id, struct ctl_config_warning **warns,
                                   size_t *nwarns, char *err, size_t errlen);
+
+/* ctl_config_filter_import_warn() with options: the file's lines identical to filters the
+ * service has keep those (id, counters; --sync: enabled state too) under replace or sync, and
+ * are refused (-EEXIST, o->duplicate_of) otherwise; two identical lines are refused too. */
+int ctl_config_filter_import_ex(struct ctl_txn *t, const Fgx__Ctl__FilterImport *imp,
+                                struct ctl_import_opts *o, uint32_t *svc_id,
+                                struct ctl_config_warning **warns, size_t *nwarns, char *err,
+                                size_t errlen);
 
 /* The password switch as stored (true when never set). */
 int ctl_config_auth_enabled(struct ctl_txn *t, bool *out);

@@ -7,7 +7,7 @@
  *   pre  (prerouting, -150: before DNAT) : fgex's own resets accepted; c2s -> jump s<id>_c2s
  *   post (postrouting, 300: after SNAT)  : fgex's own resets accepted; s2c -> jump s<id>_s2c
  *   s<id>_c2s / s<id>_s2c : TCP: clamp MSS on SYNs, log SYN-ACKs (s2c only; queued when
- *                           the kernel has no log expression), accept
+ *                           the kernel has no log expression) and FINs/RSTs, accept
  *                           segments with no payload, queue the rest; UDP: queue everything
  *   qfc / qfo : spread flows over the worker threads by symhash, to the fail-closed or the
  *               fail-open queue range (bypass when no reader).
@@ -698,6 +698,21 @@ static void build_service_chain(struct nft_tx *tx, const struct ctl_nft_service 
                 e_verdict(&rl, NFT_JUMP, NFT_SYNACK_CHAIN);
             else
                 e_verdict(&rl, NFT_GOTO, q);
+            rule_end(&rl);
+        }
+
+        /* A FIN or RST is copied to the worker the same way (NFLOG, the packet goes on, never
+         * held): it sees connections close, so that flows_active counts open ones only. */
+        if (tx->n->synack_log) {
+            static const uint8_t fin_rst = 0x05; /* TCP flag bits FIN|RST */
+            static const uint8_t none = 0;
+
+            rule_start(tx, chain, &rl);
+            m_l4proto(&rl, IPPROTO_TCP);
+            e_payload(&rl, NFT_PAYLOAD_TRANSPORT_HEADER, 13, 1);
+            e_and(&rl, &fin_rst, 1);
+            e_cmp(&rl, NFT_CMP_NEQ, &none, 1);
+            e_verdict(&rl, NFT_JUMP, NFT_SYNACK_CHAIN);
             rule_end(&rl);
         }
 

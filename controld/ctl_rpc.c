@@ -70,6 +70,11 @@ static void rpc_release(struct ctl_rpc *r)
     free(r->imp_warn);
     free(r->imp_text);
     free(r->imp_ptrs);
+    ctl_diff_release(&r->diff);
+    ctl_import_opts_release(&r->imp);
+    free(r->diff_msgs);
+    free(r->diff_ptrs);
+    ctl_rpc_history_release(r);
     explicit_bzero(r->token, sizeof(r->token));
 }
 
@@ -414,9 +419,19 @@ int ctl_rpc_reply_services(struct ctl_rpc *r, struct ctl_txn *t, const struct ct
                 goto err;
             blocked += b;
         }
+        {
+            uint64_t removed;
+
+            rv = ctl_store_retired_get(t, s->id, &removed);
+            if (rv < 0)
+                goto err;
+            blocked += removed; /* a total never goes down when a filter goes */
+            fgx__ctl__service__init(m);
+            m->has_blocked_removed = 1;
+            m->blocked_removed = removed;
+        }
         if (fgx_cidr_format(&s->addr, r->ips[i], sizeof(r->ips[i])) < 0)
             r->ips[i][0] = '\0';
-        fgx__ctl__service__init(m);
         m->id = s->id;
         m->name = r->svcs[i].name;
         m->proto =
@@ -529,12 +544,20 @@ void ctl_rpc_finish(struct ctl_rpc *r, struct ctl_txn **t, bool rebuild)
             ctl_ruleset_release(&rs);
         return;
     }
+    /* Recorded in the change's own transaction: a change is in the history if and only if it
+     * was stored. */
+    rv = ctl_rpc_history_commit(r, *t);
+    if (rv < 0) {
+        ctl_rpc_store_fail(r, rv);
+        goto out;
+    }
     rv = ctl_txn_commit(*t);
     *t = NULL;
     if (rv < 0) {
         ctl_rpc_store_fail(r, rv);
         goto out;
     }
+    ctl_rpc_import_counters(r);
     if (!rebuild)
         return;
     rv = ctl_apply(r->ctx, &rs, &worker_err);
@@ -600,7 +623,7 @@ Fgx__Ctl__Code ctl_rpc_config_code(int rv)
  * A new command goes into its family's table; a new family adds its table here. */
 static const struct ctl_rpc_cmd *const rpc_families[] = {
     ctl_rpc_admin_cmds,  ctl_rpc_service_cmds, ctl_rpc_filter_cmds,
-    ctl_rpc_worker_cmds, ctl_rpc_stats_cmds,
+    ctl_rpc_worker_cmds, ctl_rpc_stats_cmds,   ctl_rpc_history_cmds,
 };
 
 static const struct ctl_rpc_cmd *rpc_cmd_find(Fgx__Ctl__Request__ReqCase req)
@@ -616,6 +639,9 @@ static void rpc_dispatch(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
 {
     const struct ctl_rpc_cmd *c = rpc_cmd_find(q->req_case);
 
+    r->req = q;
+    if (c && (c->flags & CTL_RPC_CHANGE))
+        ctl_rpc_history_begin(r, q);
     if (c)
         c->handle(r, q);
     else

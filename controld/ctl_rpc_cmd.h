@@ -13,6 +13,8 @@
 #include "controld/ctl_apply.h"
 #include "controld/ctl_auth.h"
 #include "controld/ctl_config.h"
+#include "controld/ctl_diff.h"
+#include "controld/ctl_history.h"
 #include "controld/ctl_store.h"
 #include "fgx/chan_tls.h"
 #include "fgx/ruleset.h"
@@ -53,6 +55,28 @@ struct ctl_rpc {
     size_t nimp_warn;
     char (*imp_text)[FGX_PATTERN_WARN_LEN + 16];
     char **imp_ptrs;
+    /* imports and undo (issue 14): the diff reported, and the counters the import set, given
+     * to the in-memory statistics once the transaction is committed */
+    struct ctl_diff diff;
+    struct ctl_import_opts imp;
+    Fgx__Ctl__DiffEntry *diff_msgs, **diff_ptrs;
+    /* the change history (rpc_history.c): the request, the configuration before it (with
+     * counters, and plain to tell whether anything changed), how ctl_rpc_finish records it */
+    const Fgx__Ctl__Request *req;
+    uint8_t *hist_before, *hist_plain;
+    size_t hist_blen, hist_plen;
+    bool hist_on;     /* record this request when it commits a change */
+    bool hist_force;  /* record even if the configuration compares equal (undo, redo) */
+    enum ctl_hist_kind hist_kind;
+    uint64_t hist_target;
+    Fgx__Ctl__Change **hist_list; /* history: unpacked entries (their before dropped) */
+    size_t nhist;
+    Fgx__Ctl__Change *hist_new; /* undo/redo: the entry recorded */
+    Fgx__Ctl__Change hist_new_msg;
+    char hist_who[96], hist_what[512];
+    Fgx__Ctl__RateSeries *rate_msgs, **rate_ptrs;
+    uint32_t **rate_bufs;
+    size_t nrates;
 };
 
 typedef void (*ctl_rpc_handler_fn)(struct ctl_rpc *r, const Fgx__Ctl__Request *q);
@@ -74,6 +98,7 @@ extern const struct ctl_rpc_cmd ctl_rpc_service_cmds[];
 extern const struct ctl_rpc_cmd ctl_rpc_filter_cmds[];
 extern const struct ctl_rpc_cmd ctl_rpc_worker_cmds[];
 extern const struct ctl_rpc_cmd ctl_rpc_stats_cmds[];
+extern const struct ctl_rpc_cmd ctl_rpc_history_cmds[];
 
 /* The reference a Ref carries, or NULL. */
 static inline const char *ctl_rpc_ref(const Fgx__Ctl__Ref *ref)
@@ -130,6 +155,28 @@ int ctl_rpc_reply_filters(struct ctl_rpc *r, struct ctl_txn *t, struct ctl_filte
 /* One filter; its regex moves into the reply. */
 int ctl_rpc_reply_filter(struct ctl_rpc *r, struct ctl_txn *t, struct ctl_filter *f);
 void ctl_rpc_reply_auth_state(struct ctl_rpc *r);
+
+/* ---- imports, dry runs and history (issue 14) ---- */
+/* Prepare r->imp for an import: live counters from the statistics, the diff into r->diff. */
+void ctl_rpc_import_opts(struct ctl_rpc *r, bool counters);
+/* r->diff into the reply. */
+int ctl_rpc_reply_diff(struct ctl_rpc *r);
+/* A dry run's end: the new state is built (checked whole, as a change would be), then *t is
+ * aborted; nothing is stored or applied. */
+void ctl_rpc_dry_finish(struct ctl_rpc *r, struct ctl_txn **t);
+/* The in-memory statistics take the counters an import set (after its commit). */
+void ctl_rpc_import_counters(struct ctl_rpc *r);
+/* "local", or the peer's address and its session ("10.0.0.5 session 3fa2c1d0"). */
+void ctl_rpc_who(const struct ctl_rpc *r, char *buf, size_t len);
+/* Before a change request's handler: the configuration before it (rpc_history.c). */
+void ctl_rpc_history_begin(struct ctl_rpc *r, const Fgx__Ctl__Request *q);
+/* In ctl_rpc_finish(), before the commit: record the change in *t when it changed anything.
+ * Returns 0 or a store error (the change is then refused). */
+int ctl_rpc_history_commit(struct ctl_rpc *r, struct ctl_txn *t);
+void ctl_rpc_history_release(struct ctl_rpc *r);
+/* Record a change of a setting (passwd, auth), done in a transaction of its own: what, by whom
+ * (r's peer). A failure is logged; the setting stays changed. */
+void ctl_rpc_history_setting(struct ctl_rpc *r, const Fgx__Ctl__Request *q, const char *what);
 
 /* ---- commit and apply ---- */
 /* Validate the whole new state by building its ruleset in the request's transaction (when

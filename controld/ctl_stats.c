@@ -11,7 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "controld/ctl_rates.h"
 #include "fgx/log.h"
+#include <time.h>
 
 static const char key_event_seq[] = "event_seq";
 static const char key_queue_drops[] = "nfq_queue_drops";
@@ -29,6 +31,7 @@ struct svc_slot {
 
 struct flt_slot {
     uint32_t id;
+    uint32_t service_id; /* 0 until known (from the store) */
     uint64_t blocked, last[W_KINDS];
 };
 
@@ -55,6 +58,8 @@ struct ctl_stats {
      * events included, and the warning is given once, not per try. */
     bool failing;
     uint64_t failed_ms;
+    struct ctl_rates_pending rates; /* per-minute growth not yet in LMDB (ctl_rates.h) */
+    uint32_t pruned_minute;         /* when old rate series were last pruned */
 };
 
 static struct svc_slot *svc_slot(struct ctl_stats *s, uint32_t id, bool create)
@@ -156,6 +161,8 @@ static int stats_load(struct ctl_stats *s, struct ctl_store *st)
     for (size_t i = 0; rv == 0 && i < nflts; i++) {
         struct flt_slot *f = flt_slot(s, flts[i].id, true);
         rv = f ? ctl_store_blocked_get(t, flts[i].id, &f->blocked) : -ENOMEM;
+        if (f)
+            f->service_id = flts[i].service_id;
     }
     if (rv == 0)
         rv = ctl_store_u64_get(t, key_event_seq, &s->next_seq);
@@ -224,6 +231,7 @@ void ctl_stats_free(struct ctl_stats *s)
     free(s->svc);
     free(s->flt);
     free(s->ring);
+    ctl_rates_pending_release(&s->rates);
     free(s);
 }
 
@@ -260,7 +268,8 @@ static void event_from_dp(const struct fgx_dp_event *d, uint64_t seq,
 static int fold(struct ctl_stats *s, int k, uint64_t instance, const struct fgx_dp_stats *m,
                 const struct ctl_service *svcs, size_t nsvcs)
 {
-    uint64_t lost;
+    uint32_t minute = (uint32_t)(time(NULL) / 60);
+    uint64_t lost, d;
     int rv = 0;
 
     if (!s->have_instance[k] || instance != s->instance[k]) {
@@ -310,7 +319,13 @@ static int fold(struct ctl_stats *s, int k, uint64_t instance, const struct fgx_
             rv = -ENOMEM;
             continue;
         }
-        f->blocked += grow(&f->last[k], c->blocked);
+        d = grow(&f->last[k], c->blocked);
+        f->blocked += d;
+        /* Hit rates over time. The logfil branch's `matched` counter is noted here the same
+         * way, as CTL_RATE_MATCHED (ctl_rates.h). */
+        if (d > 0 && ctl_rates_note(&s->rates, CTL_RATE_BLOCKED, f->id, f->service_id, minute,
+                                    d) < 0)
+            rv = -ENOMEM;
         s->dirty = true;
     }
     s->worker.events_lost_total += m->events_lost; /* per report, not cumulative */
@@ -419,8 +434,35 @@ void ctl_stats_counters_reset(struct ctl_stats *s)
     s->dirty = true;
 }
 
-/* Write every total whose service or filter still exists; forget the others (ids are never
- * reused, so nothing can inherit them). */
+/* A removed filter's service, as last known: its blocks still count in that service's rate. */
+static uint32_t slot_service(void *arg, uint32_t filter_id)
+{
+    struct ctl_stats *s = arg;
+    struct flt_slot *f = flt_slot(s, filter_id, false);
+
+    return f ? f->service_id : 0;
+}
+
+/* Pending per-minute growth into LMDB; old series pruned once an hour, not at every flush. */
+static int flush_rates(struct ctl_stats *s, struct ctl_txn *t)
+{
+    uint32_t now = (uint32_t)(time(NULL) / 60);
+    int rv = 0;
+
+    if (s->rates.n > 0)
+        rv = ctl_rates_flush(&s->rates, t, now, slot_service, s);
+    if (rv == 0 && now - s->pruned_minute >= 60) {
+        rv = ctl_rates_prune(t, now);
+        if (rv == 0)
+            s->pruned_minute = now;
+    }
+    return rv;
+}
+
+/* Write every total whose service or filter still exists. The others stay in memory, unsaved:
+ * a worker keeps reporting a removed filter's count (its slots are never freed), and `last`
+ * must stay its base, so that an undo that brings the filter back (ctl_stats_blocked_set())
+ * does not count its old blocks again. */
 static int flush_counters(struct ctl_stats *s, struct ctl_txn *t)
 {
     size_t keep = 0;
@@ -432,6 +474,7 @@ static int flush_counters(struct ctl_stats *s, struct ctl_txn *t)
         rv = ctl_store_service_get(t, s->svc[i].id, &svc);
         if (rv == -ENOENT) {
             rv = 0;
+            s->svc[keep++] = s->svc[i];
             continue;
         }
         if (rv == 0)
@@ -454,8 +497,10 @@ static int flush_counters(struct ctl_stats *s, struct ctl_txn *t)
         rv = ctl_store_filter_get(t, s->flt[i].id, &f);
         if (rv == -ENOENT) {
             rv = 0;
+            s->flt[keep++] = s->flt[i];
             continue;
         }
+        s->flt[i].service_id = f.service_id;
         ctl_filter_release(&f);
         if (rv == 0)
             rv = ctl_store_blocked_set(t, s->flt[i].id, s->flt[i].blocked);
@@ -467,6 +512,8 @@ static int flush_counters(struct ctl_stats *s, struct ctl_txn *t)
     rv = ctl_store_u64_put(t, key_queue_drops, s->worker.queue_drops_total);
     if (rv == 0)
         rv = ctl_store_u64_put(t, key_events_lost, s->worker.events_lost_total);
+    if (rv == 0)
+        rv = flush_rates(s, t);
     return rv;
 }
 
@@ -536,6 +583,36 @@ void ctl_stats_service(const struct ctl_stats *s, uint32_t service_id, struct ct
             return;
         }
     }
+}
+
+void ctl_stats_filter_service(struct ctl_stats *s, uint32_t filter_id, uint32_t service_id)
+{
+    struct flt_slot *f = flt_slot(s, filter_id, false);
+
+    if (f)
+        f->service_id = service_id;
+}
+
+int ctl_stats_blocked_set(struct ctl_stats *s, uint32_t filter_id, uint64_t v)
+{
+    struct flt_slot *f = flt_slot(s, filter_id, true);
+
+    if (!f)
+        return -ENOMEM;
+    f->blocked = v; /* `last` stays: the worker's own count, the base of the next growth */
+    s->dirty = true;
+    return 0;
+}
+
+int ctl_stats_service_set(struct ctl_stats *s, uint32_t service_id, const struct ctl_svc_totals *v)
+{
+    struct svc_slot *c = svc_slot(s, service_id, true);
+
+    if (!c)
+        return -ENOMEM;
+    c->total = *v;
+    s->dirty = true;
+    return 0;
 }
 
 uint64_t ctl_stats_blocked(const struct ctl_stats *s, uint32_t filter_id)

@@ -80,6 +80,13 @@ void ctl_stats_counters_reset(struct ctl_stats *s);
 void ctl_stats_service(const struct ctl_stats *s, uint32_t service_id,
                        struct ctl_svc_counters *out);
 uint64_t ctl_stats_blocked(const struct ctl_stats *s, uint32_t filter_id);
+/* An import or undo committed: filter_id's total (or service_id's traffic totals) is v from now
+ * on, whatever was counted under that id before. Returns 0 or -ENOMEM. */
+int ctl_stats_blocked_set(struct ctl_stats *s, uint32_t filter_id, uint64_t v);
+/* filter_id belongs to service_id: so that its last blocks still count in its service's
+ * per-minute rate (ctl_rates.h) when it is removed before they are written. */
+void ctl_stats_filter_service(struct ctl_stats *s, uint32_t filter_id, uint32_t service_id);
+int ctl_stats_service_set(struct ctl_stats *s, uint32_t service_id, const struct ctl_svc_totals *v);
 /* The nfq worker's and the proxy worker's own numbers. Compare instance with the supervisor's
  * before showing them: they belong to the process that sent them. */
 const struct ctl_worker_counters *ctl_stats_worker(const struct ctl_stats *s);

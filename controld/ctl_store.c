@@ -23,7 +23,7 @@
 
 struct ctl_store {
     MDB_env *env;
-    MDB_dbi services, filters, meta, dbcache, events;
+    MDB_dbi services, filters, meta, dbcache, events, history, rates;
     size_t mapsize;
 };
 
@@ -206,7 +206,7 @@ int ctl_store_open(const char *dir, size_t mapsize, struct ctl_store **out)
         goto err;
     rv = store_err(mdb_env_set_mapsize(s->env, s->mapsize), "set map size");
     if (rv == 0)
-        rv = store_err(mdb_env_set_maxdbs(s->env, 8), "set max dbs");
+        rv = store_err(mdb_env_set_maxdbs(s->env, 16), "set max dbs");
     if (rv == 0)
         rv = store_err(mdb_env_open(s->env, dir, 0, 0600), dir);
     if (rv < 0)
@@ -223,6 +223,10 @@ int ctl_store_open(const char *dir, size_t mapsize, struct ctl_store **out)
         rv = store_err(mdb_dbi_open(txn, "dbcache", MDB_CREATE, &s->dbcache), "open dbcache");
     if (rv == 0)
         rv = store_err(mdb_dbi_open(txn, "events", MDB_CREATE, &s->events), "open events");
+    if (rv == 0)
+        rv = store_err(mdb_dbi_open(txn, "history", MDB_CREATE, &s->history), "open history");
+    if (rv == 0)
+        rv = store_err(mdb_dbi_open(txn, "rates", MDB_CREATE, &s->rates), "open rates");
     if (rv < 0) {
         mdb_txn_abort(txn);
         goto err;
@@ -545,6 +549,14 @@ static int svc_totals_del(struct ctl_txn *t, uint32_t id)
     return rv == -ENOENT ? 0 : rv;
 }
 
+int ctl_store_service_del_record(struct ctl_txn *t, uint32_t id)
+{
+    uint8_t key[4];
+
+    be32_put(key, id);
+    return rec_del(t, t->s->services, key, sizeof(key));
+}
+
 int ctl_store_service_del(struct ctl_txn *t, uint32_t id)
 {
     struct ctl_filter *fs;
@@ -561,6 +573,8 @@ int ctl_store_service_del(struct ctl_txn *t, uint32_t id)
     if (rv < 0)
         return rv;
     rv = svc_totals_del(t, id);
+    if (rv == 0)
+        rv = ctl_store_retired_set(t, id, 0);
     if (rv < 0)
         return rv;
     be32_put(key, id);
@@ -1124,4 +1138,174 @@ int ctl_store_dbcache_keep(struct ctl_txn *t, const uint64_t *keys, size_t n)
         rv = store_err(rc, "prune dbcache");
     mdb_cursor_close(cur);
     return rv;
+}
+
+/* ---- blocks of removed filters, per service ---- */
+
+static void retired_key(uint8_t key[6], uint32_t service_id)
+{
+    key[0] = 'r';
+    key[1] = ':';
+    be32_put(key + 2, service_id);
+}
+
+int ctl_store_retired_get(struct ctl_txn *t, uint32_t service_id, uint64_t *out)
+{
+    uint8_t key[6];
+
+    retired_key(key, service_id);
+    return meta_u64_get(t, key, sizeof(key), out);
+}
+
+int ctl_store_retired_set(struct ctl_txn *t, uint32_t service_id, uint64_t v)
+{
+    uint8_t key[6];
+    int rv;
+
+    retired_key(key, service_id);
+    if (v != 0)
+        return meta_u64_put(t, key, sizeof(key), v);
+    rv = rec_del(t, t->s->meta, key, sizeof(key));
+    return rv == -ENOENT ? 0 : rv;
+}
+
+/* ---- change history and per-minute rates: opaque records ---- */
+
+static int blob_copy(const MDB_val *v, void **out, size_t *len)
+{
+    *out = malloc(v->mv_size ? v->mv_size : 1);
+    if (!*out)
+        return -ENOMEM;
+    memcpy(*out, v->mv_data, v->mv_size);
+    *len = v->mv_size;
+    return 0;
+}
+
+int ctl_store_history_put(struct ctl_txn *t, uint64_t seq, const void *data, size_t len)
+{
+    uint8_t key[8];
+
+    be64_put(key, seq);
+    return rec_put(t, t->s->history, key, sizeof(key), data, len);
+}
+
+int ctl_store_history_get(struct ctl_txn *t, uint64_t seq, void **out, size_t *len)
+{
+    uint8_t key[8];
+    MDB_val v;
+    int rv;
+
+    be64_put(key, seq);
+    rv = rec_get(t, t->s->history, key, sizeof(key), &v);
+    return rv < 0 ? rv : blob_copy(&v, out, len);
+}
+
+int ctl_store_history_seqs(struct ctl_txn *t, uint64_t **out, size_t *n)
+{
+    MDB_cursor *cur;
+    uint64_t *arr = NULL;
+    size_t cnt = 0, cap = 0;
+    MDB_val k, v;
+    int rv, rc;
+
+    *out = NULL;
+    *n = 0;
+    rv = store_err(mdb_cursor_open(t->txn, t->s->history, &cur), "cursor");
+    if (rv < 0)
+        return rv;
+    for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
+         rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+        if (k.mv_size != 8)
+            continue;
+        if (cnt == cap) {
+            size_t ncap = cap ? cap * 2 : 64;
+            uint64_t *na = realloc(arr, ncap * sizeof(*na));
+            if (!na) {
+                rv = -ENOMEM;
+                break;
+            }
+            arr = na;
+            cap = ncap;
+        }
+        arr[cnt++] = be64_get(k.mv_data);
+    }
+    if (rv == 0 && rc != MDB_NOTFOUND)
+        rv = store_err(rc, "list history");
+    mdb_cursor_close(cur);
+    if (rv < 0) {
+        free(arr);
+        return rv;
+    }
+    *out = arr;
+    *n = cnt;
+    return 0;
+}
+
+int ctl_store_history_del(struct ctl_txn *t, uint64_t seq)
+{
+    uint8_t key[8];
+
+    be64_put(key, seq);
+    return rec_del(t, t->s->history, key, sizeof(key));
+}
+
+int ctl_store_rates_get(struct ctl_txn *t, const uint8_t key[CTL_RATES_KEY_LEN], void **out,
+                        size_t *len)
+{
+    MDB_val v;
+    int rv = rec_get(t, t->s->rates, key, CTL_RATES_KEY_LEN, &v);
+
+    return rv < 0 ? rv : blob_copy(&v, out, len);
+}
+
+int ctl_store_rates_put(struct ctl_txn *t, const uint8_t key[CTL_RATES_KEY_LEN], const void *data,
+                        size_t len)
+{
+    int rv;
+
+    if (len > 0)
+        return rec_put(t, t->s->rates, key, CTL_RATES_KEY_LEN, data, len);
+    rv = rec_del(t, t->s->rates, key, CTL_RATES_KEY_LEN);
+    return rv == -ENOENT ? 0 : rv;
+}
+
+int ctl_store_rates_keys(struct ctl_txn *t, uint8_t (**out)[CTL_RATES_KEY_LEN], size_t *n)
+{
+    uint8_t(*arr)[CTL_RATES_KEY_LEN] = NULL;
+    size_t cnt = 0, cap = 0;
+    MDB_cursor *cur;
+    MDB_val k, v;
+    int rv, rc;
+
+    *out = NULL;
+    *n = 0;
+    rv = store_err(mdb_cursor_open(t->txn, t->s->rates, &cur), "cursor");
+    if (rv < 0)
+        return rv;
+    for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
+         rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+        if (k.mv_size != CTL_RATES_KEY_LEN)
+            continue;
+        if (cnt == cap) {
+            size_t ncap = cap ? cap * 2 : 64;
+            void *na = realloc(arr, ncap * sizeof(*arr));
+            if (!na) {
+                rv = -ENOMEM;
+                break;
+            }
+            arr = na;
+            cap = ncap;
+        }
+        memcpy(arr[cnt++], k.mv_data, CTL_RATES_KEY_LEN);
+    }
+    if (rv == 0 && rc != MDB_NOTFOUND)
+        rv = store_err(rc, "list rates");
+    mdb_cursor_close(cur);
+    if (rv < 0) {
+        free(arr);
+        return rv;
+    }
+    *out = arr;
+    *n = cnt;
+    return 0;
 }

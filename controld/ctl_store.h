@@ -68,6 +68,9 @@ int ctl_store_service_by_name(struct ctl_txn *t, const char *name, struct ctl_se
 int ctl_store_service_put(struct ctl_txn *t, struct ctl_service *svc);
 int ctl_store_service_del(struct ctl_txn *t, uint32_t id);
 int ctl_store_service_list(struct ctl_txn *t, struct ctl_service **out, size_t *n);
+/* Only the service's record: its filters and counters stay, for a _put of the same id in the
+ * same transaction (an import that keeps the service). */
+int ctl_store_service_del_record(struct ctl_txn *t, uint32_t id);
 
 /* Filters. _put with id 0 allocates the next id; the service must exist (-ENOENT). _list with
  * service_id 0 lists every filter; *out released with ctl_filters_free(). */
@@ -133,6 +136,27 @@ int ctl_store_generation_next(struct ctl_txn *t, uint64_t *out);
 int ctl_store_dbcache_get(struct ctl_txn *t, uint64_t key, struct fgx_blob *out);
 int ctl_store_dbcache_put(struct ctl_txn *t, uint64_t key, const struct fgx_blob *b);
 int ctl_store_dbcache_keep(struct ctl_txn *t, const uint64_t *keys, size_t n);
+
+/* Blocks of a service's removed filters, kept in its blocked total (0 when none); removed with
+ * the service. */
+int ctl_store_retired_get(struct ctl_txn *t, uint32_t service_id, uint64_t *out);
+int ctl_store_retired_set(struct ctl_txn *t, uint32_t service_id, uint64_t v);
+
+/* The change history (ctl_history.c): packed control.proto Change records by seq. _get and
+ * _seqs give malloc'd copies (free()); _seqs ascending. */
+int ctl_store_history_put(struct ctl_txn *t, uint64_t seq, const void *data, size_t len);
+int ctl_store_history_get(struct ctl_txn *t, uint64_t seq, void **out, size_t *len);
+int ctl_store_history_seqs(struct ctl_txn *t, uint64_t **out, size_t *n);
+int ctl_store_history_del(struct ctl_txn *t, uint64_t seq);
+
+/* Per-minute rates (ctl_rates.c), one record per series, keyed by CTL_RATES_KEY_LEN bytes;
+ * _put with len 0 deletes. _get: -ENOENT when absent, else a malloc'd copy (free()). */
+#define CTL_RATES_KEY_LEN 6
+int ctl_store_rates_get(struct ctl_txn *t, const uint8_t key[CTL_RATES_KEY_LEN], void **out,
+                        size_t *len);
+int ctl_store_rates_put(struct ctl_txn *t, const uint8_t key[CTL_RATES_KEY_LEN], const void *data,
+                        size_t len);
+int ctl_store_rates_keys(struct ctl_txn *t, uint8_t (**out)[CTL_RATES_KEY_LEN], size_t *n);
 
 /* Text for a store error code, for replies ("state store full: ..."). */
 const char *ctl_store_strerror(int err);

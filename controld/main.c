@@ -20,6 +20,7 @@
 #include "controld/ctl_metrics.h"
 #include "controld/ctl_nft.h"
 #include "controld/ctl_rpc.h"
+#include "controld/ctl_history.h"
 #include "controld/ctl_stats.h"
 #include "controld/ctl_store.h"
 #include "controld/ctl_supervise.h"
@@ -57,6 +58,7 @@ struct opts {
     unsigned compile_timeout; /* seconds */
     unsigned nfq_flows;
     unsigned events_keep;
+    unsigned history_keep;
     unsigned handshake_s; /* --handshake-timeout */
 };
 
@@ -79,7 +81,8 @@ static void usage(FILE *f)
         "                [--listen tls+tcp://ADDR:PORT [--cert FILE --key FILE]]\n"
         "                [--allow CIDR]... [--handshake-timeout SEC] [--local-auth]\n"
         "                [--init-password] [--no-synack-log] [--compile-timeout SECONDS]\n"
-        "                [--nfq-flows N] [--events-keep N] [--config FILE] [--version]\n"
+        "                [--nfq-flows N] [--events-keep N] [--history-keep N]\n"
+        "                [--config FILE] [--version]\n"
         "                [--help]\n"
         "defaults: --state-dir /var/lib/fgex --run-dir /run/fgex --threads <online CPUs>\n"
         "          --log-level info --queue-base %u\n"
@@ -118,10 +121,13 @@ static void usage(FILE *f)
         "--nfq-flows  TCP flows the nfq worker tracks per thread (default 65536; a quarter\n"
         "          of them at most embryonic: handshakes without data yet).\n"
         "--events-keep  block events kept (in memory and in the state store; default %u,\n"
-        "          1..%u); the oldest go first. An event takes ~300 bytes in each.\n",
+        "          1..%u); the oldest go first. An event takes ~300 bytes in each.\n"
+        "--history-keep  changes kept in the change history (fgexctl history, undo;\n"
+        "          default %u, 1..%u); each holds the configuration before it.\n",
         FGX_QUEUE_BASE_DEFAULT, CTL_AUTH_HANDSHAKE_S_DEFAULT, CTL_AUTH_PENDING_PER_PEER,
         PROXY_PORT_DEFAULT, CTL_COMPILE_TIMEOUT_DEFAULT, CTL_COMPILE_TIMEOUT_MAX,
-        (unsigned)CTL_EVENTS_KEEP, (unsigned)CTL_EVENTS_KEEP_MAX);
+        (unsigned)CTL_EVENTS_KEEP, (unsigned)CTL_EVENTS_KEEP_MAX, (unsigned)CTL_HISTORY_KEEP,
+        (unsigned)CTL_HISTORY_KEEP_MAX);
 }
 
 static int parse_uint(const char *s, unsigned min, unsigned max, unsigned *out)
@@ -161,6 +167,7 @@ static const struct option longopts[] = {
     {"compile-timeout", required_argument, NULL, 'T'},
     {"nfq-flows", required_argument, NULL, 'F'},
     {"events-keep", required_argument, NULL, 'E'},
+    {"history-keep", required_argument, NULL, 1240}, /* issue 14: numbered apart */
     {"config", required_argument, NULL, 'c'},
     {"version", no_argument, NULL, 'V'},
     {"help", no_argument, NULL, 'h'},
@@ -179,6 +186,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
                        .threads = ncpu > 0 ? (unsigned)ncpu : 1,
                        .queue_base = FGX_QUEUE_BASE_DEFAULT,
                        .events_keep = CTL_EVENTS_KEEP,
+                       .history_keep = CTL_HISTORY_KEEP,
                        .proxy_port = PROXY_PORT_DEFAULT,
                        .compile_timeout = CTL_COMPILE_TIMEOUT_DEFAULT,
                        .handshake_s = CTL_AUTH_HANDSHAKE_S_DEFAULT};
@@ -241,6 +249,13 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         case 'F':
             if (parse_uint(optarg, 16, 1u << 24, &o->nfq_flows) < 0) {
                 fprintf(stderr, "controld: --nfq-flows takes 16..16777216, not \"%s\"\n", optarg);
+                return -EINVAL;
+            }
+            break;
+        case 1240:
+            if (parse_uint(optarg, 1, CTL_HISTORY_KEEP_MAX, &o->history_keep) < 0) {
+                fprintf(stderr, "controld: --history-keep takes 1..%u, not \"%s\"\n",
+                        (unsigned)CTL_HISTORY_KEEP_MAX, optarg);
                 return -EINVAL;
             }
             break;
@@ -730,6 +745,7 @@ int main(int argc, char **argv)
     if (rv < 0)
         goto out;
     ctx.stats = stats;
+    ctx.history_keep = o.history_keep;
     if (o.metrics_listen) {
         rv = ctl_metrics_start(o.metrics_listen, &metrics);
         if (rv < 0)

@@ -119,6 +119,10 @@ static void do_passwd(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
                      "%s", err);
         return;
     }
+    ctl_rpc_history_setting(r, q,
+                            p->has_expire_sessions && p->expire_sessions
+                                ? "passwd --expire-sessions"
+                                : "passwd");
     if (p->has_expire_sessions && p->expire_sessions) {
         /* The caller's own session stays (a local caller may have none). */
         n = ctl_auth_session_drop_others(a, token);
@@ -154,6 +158,7 @@ static void do_auth_set(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
         return;
     }
     ctl_auth_peer_format(r->peer, who, sizeof(who));
+    ctl_rpc_history_setting(r, q, s->enabled ? "auth on" : "auth off");
     if (s->enabled)
         fgx_info("password requirement turned on from %s", who);
     else
@@ -214,17 +219,22 @@ static void do_config_import(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
     }
     if (ctl_rpc_txn_begin(r, true, &t) < 0)
         return;
-    rv = ctl_config_import(t, cfg, err, sizeof(err));
+    ctl_rpc_import_opts(r, false);
+    rv = ctl_config_import_ex(t, cfg, &r->imp, err, sizeof(err));
     if (rv < 0) {
         ctl_rpc_fail(r, ctl_rpc_config_code(rv), "%s", err);
+        goto out;
+    }
+    if (ctl_rpc_reply_diff(r) < 0)
+        goto out;
+    if (q->has_dry_run && q->dry_run) {
+        ctl_rpc_dry_finish(r, &t);
         goto out;
     }
     /* The full compile happens here: a set that cannot compile is aborted with everything else. */
     ctl_rpc_finish(r, &t, true);
     if (ctl_rpc_failed(r) && r->reply.code != FGX__CTL__CODE__CODE_UNAVAILABLE)
         goto out;
-    if (r->ctx->stats)
-        ctl_stats_counters_reset(r->ctx->stats);
     if (r->ctx->auth && cfg->has_auth_enabled)
         ctl_auth_enabled_set(r->ctx->auth, cfg->auth_enabled);
     fgx_info("configuration imported: %zu services, %zu filters", cfg->n_services, cfg->n_filters);

@@ -10,6 +10,32 @@
 
 #include "fgx/log.h"
 
+/* A filter identical to one the service has (ctl_filter_same()) is refused, naming that one. */
+static int refuse_duplicate(struct ctl_rpc *r, struct ctl_txn *t, const struct ctl_filter *f,
+                            const char *service)
+{
+    struct ctl_filter *fs = NULL;
+    size_t n = 0;
+    long i;
+    int rv = ctl_store_filter_list(t, f->service_id, &fs, &n);
+
+    if (rv < 0) {
+        ctl_rpc_store_fail(r, rv);
+        return rv;
+    }
+    i = ctl_diff_find_same(fs, n, f);
+    if (i >= 0) {
+        ctl_rpc_fail(r, FGX__CTL__CODE__CODE_EXISTS,
+                     "identical to filter %u of service %s (same regex, direction and case)",
+                     fs[i].id, service);
+        r->reply.has_duplicate_of = 1;
+        r->reply.duplicate_of = fs[i].id;
+        rv = -EEXIST;
+    }
+    ctl_filters_free(fs, n);
+    return rv;
+}
+
 static void do_filter_add(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
 {
     const Fgx__Ctl__FilterAdd *a = q->filter_add;
@@ -41,6 +67,8 @@ static void do_filter_add(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
         ctl_rpc_store_fail(r, -ENOMEM);
         goto out;
     }
+    if (refuse_duplicate(r, t, &f, svc.name) < 0)
+        goto out;
     rv = ctl_store_filter_put(t, &f);
     if (rv < 0) {
         ctl_rpc_store_fail(r, rv);
@@ -117,7 +145,8 @@ static void do_filter_rm(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
     const char *ref = ctl_rpc_ref(q->filter_rm);
     struct ctl_filter f = {0};
     struct ctl_txn *t = NULL;
-    uint32_t id;
+    uint64_t b = 0, retired = 0;
+    uint32_t id, sid;
     int rv;
 
     if (ctl_rpc_txn_begin(r, true, &t) < 0)
@@ -125,9 +154,17 @@ static void do_filter_rm(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
     if (ctl_rpc_filter_resolve(r, t, ref, &f) < 0)
         goto out;
     id = f.id;
+    sid = f.service_id;
     if (ctl_rpc_reply_filter(r, t, &f) < 0)
         goto out;
-    rv = ctl_store_filter_del(t, id);
+    /* A total never goes down: the filter's blocks stay in its service's. */
+    rv = ctl_rpc_blocked_of(r, t, id, &b);
+    if (rv == 0)
+        rv = ctl_store_retired_get(t, sid, &retired);
+    if (rv == 0)
+        rv = ctl_store_retired_set(t, sid, retired + b);
+    if (rv == 0)
+        rv = ctl_store_filter_del(t, id);
     if (rv < 0) {
         ctl_rpc_store_fail(r, rv);
         goto out;
@@ -195,11 +232,19 @@ static void do_filter_import(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
     }
     if (ctl_rpc_txn_begin(r, true, &t) < 0)
         return;
-    rv = ctl_config_filter_import_warn(t, imp, &sid, &r->imp_warn, &r->nimp_warn, err, sizeof(err));
+    ctl_rpc_import_opts(r, false);
+    rv = ctl_config_filter_import_ex(t, imp, &r->imp, &sid, &r->imp_warn, &r->nimp_warn, err,
+                                     sizeof(err));
     if (rv < 0) {
         ctl_rpc_fail(r, ctl_rpc_config_code(rv), "%s", err);
+        if (r->imp.duplicate_of) {
+            r->reply.has_duplicate_of = 1;
+            r->reply.duplicate_of = r->imp.duplicate_of;
+        }
         goto out;
     }
+    if (ctl_rpc_reply_diff(r) < 0)
+        goto out;
     rv = ctl_store_filter_list(t, sid, &fs, &n);
     if (rv < 0) {
         ctl_rpc_store_fail(r, rv);
@@ -207,6 +252,10 @@ static void do_filter_import(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
     }
     if (ctl_rpc_reply_filters(r, t, fs, n) < 0 || reply_import_warnings(r) < 0)
         goto out;
+    if (q->has_dry_run && q->dry_run) {
+        ctl_rpc_dry_finish(r, &t);
+        goto out;
+    }
     ctl_rpc_finish(r, &t, true);
     if (!ctl_rpc_failed(r) || r->reply.code == FGX__CTL__CODE__CODE_UNAVAILABLE)
         fgx_info("%zu filter(s) imported into service %s%s", imp->n_filters, imp->service,

@@ -78,6 +78,11 @@ static void do_stats(struct ctl_rpc *r, const Fgx__Ctl__Request *req)
         m->flows_active = c.flows_active;
         m->has_events_lost = 1;
         m->events_lost = c.events_lost;
+        /* Blocks of the service's removed filters stay in its total. */
+        if (ctl_store_retired_get(t, r->svcs[i].id, &m->blocked_removed) == 0) {
+            m->has_blocked_removed = 1;
+            m->blocked += m->blocked_removed;
+        }
         for (size_t j = 0; j < nfs; j++) {
             uint64_t b;
 

@@ -43,10 +43,16 @@ static const char usage_main[] =
     "  stats [SERVICE] [--watch [--interval SEC]]\n"
     "                                           traffic counters per service\n"
     "  events [SERVICE] [--limit N] [--follow]  the latest blocks, with an excerpt\n"
-    "  filter import SERVICE FILE [--replace]   load a ruleset file, all or nothing\n"
+    "  stats --history [SERVICE] [--since 1h]   blocks per minute, the last 48 hours\n"
+    "  filter import SERVICE FILE [--replace|--sync] [--dry-run]\n"
+    "                                           load a ruleset file, all or nothing\n"
     "  filter export SERVICE                    print a service's filters as a ruleset file\n"
     "  export FILE                              save the whole configuration as JSON\n"
-    "  import FILE                              restore it (replaces everything, atomically)\n"
+    "  import FILE [--dry-run]                  restore it (atomically; what it leaves as it\n"
+    "                                           was keeps its ids and counters)\n"
+    "  history [--since 1h]                     who changed what, and when\n"
+    "  undo                                     revert the last change (again: the one before)\n"
+    "  redo                                     revert the last undo\n"
     "  login [--password-file F]                log in to a remote controld\n"
     "  logout\n"
     "  passwd [--password-file F] [--expire-sessions]\n"
@@ -126,6 +132,10 @@ static const struct opt_def opt_defs[CLI_NOPTS] = {
     {"--expire-sessions", CLI_OPT_EXPIRE, ARG_NONE},
     {"--replace", CLI_OPT_REPLACE, ARG_NONE},
     {"--midstream", CLI_OPT_MIDSTREAM, ARG_REQUIRED},
+    {"--sync", CLI_OPT_SYNC, ARG_NONE},
+    {"--dry-run", CLI_OPT_DRY_RUN, ARG_NONE},
+    {"--since", CLI_OPT_SINCE, ARG_REQUIRED},
+    {"--history", CLI_OPT_HISTORY, ARG_NONE},
 };
 
 /* ---- helpers ----------------------------------------------------------------------------- */

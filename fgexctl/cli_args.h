@@ -67,6 +67,8 @@ struct cli_cmd {
         Fgx__Ctl__Passwd passwd;
         Fgx__Ctl__AuthSet auth_set;
         Fgx__Ctl__FilterImport filter_import;
+        Fgx__Ctl__HistoryQuery history;
+        Fgx__Ctl__StatsHistoryQuery stats_history;
     } m;
 };
 

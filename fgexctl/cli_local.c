@@ -4,6 +4,8 @@
  * atomically with mode 0600. */
 #include "cli_local.h"
 
+#include "cmd.h"
+
 #include <errno.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -242,29 +244,49 @@ int cli_local_finish(struct cli_cmd *cmd, struct cli_local *l, const Fgx__Ctl__R
         if (strcmp(cmd->file, "-") == 0)
             return rc < 0 ? rc : ((fflush(out) == EOF || ferror(out)) ? -EIO : 0);
         break;
-    case FGX__CTL__REQUEST__REQ_CONFIG_IMPORT:
+    case FGX__CTL__REQUEST__REQ_CONFIG_IMPORT: {
+        bool dry = rep->has_dry_run && rep->dry_run;
+
         if (cmd->json) {
-            doc = json_pack("{s:o, s:I, s:I}", "imported", cli_json_str(cmd->file), "services",
-                            cli_json_int(l->config ? l->config->n_services : 0), "filters",
-                            cli_json_int(l->config ? l->config->n_filters : 0));
+            doc = json_pack("{s:o, s:I, s:I, s:b, s:o}", "imported", cli_json_str(cmd->file),
+                            "services", cli_json_int(l->config ? l->config->n_services : 0),
+                            "filters", cli_json_int(l->config ? l->config->n_filters : 0),
+                            "dry_run", dry, "diff", cli_cmd_diff_json(rep));
         } else {
             size_t ns = l->config ? l->config->n_services : 0;
             size_t nf = l->config ? l->config->n_filters : 0;
 
-            (void)fprintf(out, "imported %zu service%s and %zu filter%s from %s\n", ns,
-                          ns == 1 ? "" : "s", nf, nf == 1 ? "" : "s", cmd->file);
+            rc = cli_cmd_diff_print(out, rep);
+            if (!dry)
+                (void)fprintf(out, "imported %zu service%s and %zu filter%s from %s\n", ns,
+                              ns == 1 ? "" : "s", nf, nf == 1 ? "" : "s", cmd->file);
         }
         break;
-    case FGX__CTL__REQUEST__REQ_FILTER_IMPORT:
-        if (cmd->json) {
+    }
+    case FGX__CTL__REQUEST__REQ_FILTER_IMPORT: {
+        bool dry = rep->has_dry_run && rep->dry_run;
+        bool whole = cmd->m.filter_import.sync || cmd->m.filter_import.replace;
+
+        if (cmd->json && (dry || cmd->m.filter_import.sync)) {
+            /* The diff is what --sync and --dry-run are for: an object, not only the list. */
+            doc = json_pack("{s:b, s:o, s:o}", "dry_run", dry, "diff", cli_cmd_diff_json(rep),
+                            "filters", cli_fmt_json_filters(rep));
+        } else if (cmd->json) {
             doc = cli_fmt_json_filters(rep);
         } else {
+            if (dry || whole)
+                rc = cli_cmd_diff_print(out, rep);
             cli_fmt_escape(cmd->m.filter_import.service, name, sizeof(name));
-            (void)fprintf(out, "imported %zu filter%s into %s%s\n", cmd->m.filter_import.n_filters,
-                          cmd->m.filter_import.n_filters == 1 ? "" : "s", name,
-                          cmd->m.filter_import.replace ? ", replacing its other filters" : "");
+            if (!dry)
+                (void)fprintf(out, "imported %zu filter%s into %s%s\n",
+                              cmd->m.filter_import.n_filters,
+                              cmd->m.filter_import.n_filters == 1 ? "" : "s", name,
+                              cmd->m.filter_import.sync      ? ", which has exactly those now"
+                              : cmd->m.filter_import.replace ? ", replacing its other filters"
+                                                             : "");
         }
         break;
+    }
     case FGX__CTL__REQUEST__REQ_FILTER_EXPORT:
         if (cmd->json) {
             doc = cli_fmt_json_filters(rep);

@@ -34,8 +34,12 @@ enum cli_opt {
     CLI_OPT_EXPIRE = 1u << 13,
     CLI_OPT_REPLACE = 1u << 14,
     CLI_OPT_MIDSTREAM = 1u << 15,
+    CLI_OPT_SYNC = 1u << 16,    /* filter import --sync */
+    CLI_OPT_DRY_RUN = 1u << 17, /* filter import, import: --dry-run */
+    CLI_OPT_SINCE = 1u << 18,   /* history, stats --history: --since DURATION */
+    CLI_OPT_HISTORY = 1u << 19, /* stats --history */
 };
-#define CLI_NOPTS 16
+#define CLI_NOPTS 20
 
 /* What the scan of a command's arguments found, before any value is interpreted. */
 struct cli_args_raw {
@@ -86,7 +90,7 @@ struct cli_cmd_family {
 };
 
 extern const struct cli_cmd_family cli_cmd_admin, cli_cmd_service, cli_cmd_filter, cli_cmd_worker,
-    cli_cmd_stats, cli_cmd_events;
+    cli_cmd_stats, cli_cmd_events, cli_cmd_history;
 extern const struct cli_cmd_family cli_cmd_context;
 
 /* Run a CLI_CMD_LOCAL command of the context family (cmd_context.c), printing on out, errors
@@ -109,5 +113,17 @@ int cli_cmd_stats_watch(FILE *f, const Fgx__Ctl__Reply *cur, const Fgx__Ctl__Rep
  * batches line up; the header first when head is set), or one JSON object per line. Returns 0,
  * -ENOMEM or -EIO. (cmd_events.c) */
 int cli_cmd_events_follow(FILE *f, const Fgx__Ctl__Reply *rep, bool json, bool head);
+
+/* ---- issue 14 (cmd_history.c) ---- */
+/* --since DURATION ("90s", "30m", "1h", "2d", or seconds) as the unix time that long ago. */
+int cli_cmd_parse_since(struct cli_cmd *cmd, const char *s, uint64_t *out);
+/* An import's diff (Reply.diff): one line per change ("+ filter 12 web c2s /evil/"), then a
+ * summary line; "no change" when there is none. Returns 0 or -EIO. */
+int cli_cmd_diff_print(FILE *f, const Fgx__Ctl__Reply *rep);
+/* The same as a JSON array of DiffEntry objects (docs/fgexctl.md). */
+json_t *cli_cmd_diff_json(const Fgx__Ctl__Reply *rep);
+/* `stats --history`: build its request (the stats command's builder hands over). */
+int cli_cmd_stats_history_build(struct cli_cmd *cmd, const struct cli_cmd_def *spec,
+                                const struct cli_args_raw *raw);
 
 #endif

@@ -33,11 +33,17 @@ static const char usage_export[] =
     "for `-`. `fgexctl import FILE` restores it. The format is in docs/fgexctl.md.\n";
 
 static const char usage_import[] =
-    "usage: fgexctl import FILE\n"
+    "usage: fgexctl import FILE [--dry-run]\n"
     "\n"
     "Replace controld's whole configuration with FILE (or - for stdin), as written by\n"
     "`fgexctl export`, atomically: a file that is malformed (its line and column are\n"
-    "named) or asks for something impossible changes nothing and says why.\n";
+    "named) or asks for something impossible changes nothing and says why. What the\n"
+    "file leaves as it was keeps its ids and counters: a service with the same id\n"
+    "stays that service, a filter with the same id, service, regex, direction and case\n"
+    "stays that filter. A removed filter's blocks stay in its service's total. The\n"
+    "diff is printed.\n"
+    "\n"
+    "  --dry-run   print the diff and change nothing\n";
 
 static const char usage_login[] =
     "usage: fgexctl [-c URL] login [--password-file F]\n"
@@ -130,6 +136,10 @@ static int build_import(struct cli_cmd *cmd, const struct cli_cmd_def *def,
     cmd->file = raw->pos[0];
     if (!cmd->file || !*cmd->file)
         return cli_args_fail(cmd, CLI_EXIT_INVALID, "import: the file name is empty");
+    if (cli_args_opt(raw, CLI_OPT_DRY_RUN)) {
+        cmd->req.has_dry_run = 1;
+        cmd->req.dry_run = 1;
+    }
     return 0;
 }
 
@@ -253,6 +263,7 @@ static const struct cli_cmd_def admin_cmds[] = {
      .req = FGX__CTL__REQUEST__REQ_CONFIG_IMPORT,
      .npos = 1,
      .pos_names = {"FILE"},
+     .opts = CLI_OPT_DRY_RUN,
      .usage = usage_import,
      .build = build_import,
      .flags = CLI_CMD_CHANGE},

@@ -31,7 +31,7 @@ static const char usage_filter[] =
     "  enable FILTER\n"
     "  disable FILTER\n"
     "  rm FILTER\n"
-    "  import SERVICE FILE [--replace]\n"
+    "  import SERVICE FILE [--replace|--sync] [--dry-run]\n"
     "  export SERVICE\n"
     "\n"
     "SERVICE is a service id or name; FILTER is a filter id.\n"
@@ -42,7 +42,8 @@ static const char usage_filter_add[] =
     "\n"
     "Add a regex to a service: from the moment this returns, a TCP connection whose\n"
     "stream matches is reset, a UDP datagram that matches is dropped. An invalid\n"
-    "regex is refused and nothing is stored.\n"
+    "regex is refused and nothing is stored, and so is a filter identical to one the\n"
+    "service has (same regex bytes, direction and case): the error names its id.\n"
     "\n"
     "  --dir c2s|s2c|both   which direction to scan: client to server, server to\n"
     "                       client, or both (default: both)\n"
@@ -71,13 +72,22 @@ static const char usage_filter_rm[] =
     "Remove a filter. FILTER is a filter id.\n";
 
 static const char usage_filter_import[] =
-    "usage: fgexctl filter import SERVICE FILE [--replace]\n"
+    "usage: fgexctl filter import SERVICE FILE [--replace|--sync] [--dry-run]\n"
     "\n"
     "Add the filters of a ruleset file (FILE, or - for stdin) to a service, all or\n"
     "nothing: one bad line (its syntax here, its regex in controld) refuses the whole\n"
-    "file, names the line, and changes nothing.\n"
+    "file, names the line, and changes nothing. A line identical to a filter the\n"
+    "service has (same regex bytes, direction and case), or to another line, is\n"
+    "refused too, naming that filter or line.\n"
     "\n"
-    "  --replace   remove the service's other filters, so it has exactly the file's\n"
+    "  --sync      the service ends with exactly the file's filters: those it has\n"
+    "              already keep their id, counters and enabled state, the others are\n"
+    "              added or removed, and the diff is printed. Loading the same file\n"
+    "              again changes nothing (rules kept in git, loaded as often as wanted)\n"
+    "  --replace   the same, but each filter takes the file's enabled state\n"
+    "  --dry-run   print the diff and change nothing\n"
+    "\n"
+    "A removed filter's blocks stay in its service's total.\n"
     "\n" RULESET_FORMAT_HELP CLI_SERVICE_HELP_NOTE;
 
 static const char usage_filter_export[] =
@@ -133,6 +143,16 @@ static int build_filter_import(struct cli_cmd *cmd, const struct cli_cmd_def *sp
     if (cli_args_opt(raw, CLI_OPT_REPLACE)) {
         cmd->m.filter_import.has_replace = 1;
         cmd->m.filter_import.replace = 1;
+    }
+    if (cli_args_opt(raw, CLI_OPT_SYNC)) {
+        if (cmd->m.filter_import.replace && rc == 0)
+            rc = cli_args_fail_usage(cmd, spec, "--sync and --replace exclude each other");
+        cmd->m.filter_import.has_sync = 1;
+        cmd->m.filter_import.sync = 1;
+    }
+    if (cli_args_opt(raw, CLI_OPT_DRY_RUN)) {
+        cmd->req.has_dry_run = 1;
+        cmd->req.dry_run = 1;
     }
     cmd->req.filter_import = &cmd->m.filter_import;
     return rc;
@@ -247,7 +267,7 @@ static const struct cli_cmd_def filter_cmds[] = {
      .req = FGX__CTL__REQUEST__REQ_FILTER_IMPORT,
      .npos = 2,
      .pos_names = {"SERVICE", "FILE"},
-     .opts = CLI_OPT_REPLACE,
+     .opts = CLI_OPT_REPLACE | CLI_OPT_SYNC | CLI_OPT_DRY_RUN,
      .usage = usage_filter_import,
      .build = build_filter_import,
      .flags = CLI_CMD_CHANGE},

@@ -246,13 +246,14 @@ static int human_service_table(FILE *f, const Fgx__Ctl__Reply *rep)
 
 static json_t *json_service(const Fgx__Ctl__Service *s)
 {
-    return json_pack("{s:I, s:o, s:s, s:o, s:I, s:s, s:s, s:b, s:s, s:I, s:I}", "id",
+    return json_pack("{s:I, s:o, s:s, s:o, s:I, s:s, s:s, s:b, s:s, s:I, s:I, s:I}", "id",
                      cli_json_int(s->id), "name", cli_json_str(s->name), "proto",
                      cli_fmt_proto_name(s->proto), "ip", cli_json_str(s->ip), "port",
                      cli_json_int(s->port), "layer", cli_fmt_layer_name(s->layer), "status",
                      s->active ? "active" : "stopped", "fail_open", s->fail_open, "midstream",
                      cli_fmt_midstream_name(s), "filters", cli_json_int(s->filters), "blocked",
-                     cli_json_int(s->blocked));
+                     cli_json_int(s->blocked), "blocked_removed",
+                     cli_json_int(s->blocked_removed));
 }
 
 static json_t *json_service_any(const void *s)

@@ -15,6 +15,7 @@
 /* clang-format off */
 static const char usage_stats[] =
     "usage: fgexctl stats [SERVICE] [--json] [--watch [--interval SEC]]\n"
+    "       fgexctl stats --history [SERVICE] [--since DURATION] [--json]\n"
     "\n"
     "Traffic counters per service (every service, or only SERVICE): packets and bytes\n"
     "seen, packets accepted and dropped, flows open now, and connections blocked.\n"
@@ -24,10 +25,16 @@ static const char usage_stats[] =
     "                    total, until interrupted (Ctrl-C); with --json, print one JSON\n"
     "                    document per line per refresh instead\n"
     "  --interval SEC    the refresh period for --watch (default: 1; e.g. 0.5)\n"
+    "  --history         blocks per minute, per service and per filter, over the last\n"
+    "                    48 hours (kept across restarts): one sparkline a row, its\n"
+    "                    total and its peak; --json gives every minute that had any\n"
+    "  --since DURATION  --history from this long ago (90s, 30m, 1h, 2d; default 48h)\n"
     "\n"
     "The table shows bytes in binary units (KiB, MiB, ...); --json gives exact numbers:\n"
     "an array of {id, name, packets, bytes, accepted, dropped, flows_active, blocked,\n"
-    "events_lost}. Blocks whose event was lost (a worker's event queue was full) are\n"
+    "blocked_removed, events_lost}. flows_active counts connections open now (not the\n"
+    "blocked or closed ones the worker still tracks); blocked never goes down: it keeps\n"
+    "the blocks of removed filters (blocked_removed of them). Blocks whose event was lost (a worker's event queue was full) are\n"
     "counted in events_lost and said under the table.\n"
     "\n" CLI_SERVICE_HELP_NOTE;
 /* clang-format on */
@@ -58,6 +65,10 @@ static int build_stats(struct cli_cmd *cmd, const struct cli_cmd_def *spec,
     const char *v;
     int rc;
 
+    if (cli_args_opt(raw, CLI_OPT_HISTORY))
+        return cli_cmd_stats_history_build(cmd, spec, raw);
+    if (cli_args_opt(raw, CLI_OPT_SINCE))
+        return cli_args_fail_usage(cmd, spec, "--since goes with --history");
     fgx__ctl__stats_query__init(m);
     if (raw->npos > 0) {
         rc = cli_args_check_ref(cmd, spec, raw->pos[0]);
@@ -113,12 +124,14 @@ static json_t *json_stats_one(const void *p)
 {
     const Fgx__Ctl__ServiceStats *st = p;
 
-    return json_pack("{s:I, s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "id",
+    return json_pack("{s:I, s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "id",
                      cli_json_int(st->service_id), "name", cli_json_str(st->name), "packets",
                      cli_json_int(st->packets), "bytes", cli_json_int(st->bytes), "accepted",
                      cli_json_int(st->accepted), "dropped", cli_json_int(st->dropped),
                      "flows_active", cli_json_int(st->flows_active), "blocked",
-                     cli_json_int(st->blocked), "events_lost", cli_json_int(st->events_lost));
+                     cli_json_int(st->blocked), "blocked_removed",
+                     cli_json_int(st->blocked_removed), "events_lost",
+                     cli_json_int(st->events_lost));
 }
 
 static const Fgx__Ctl__ServiceStats *stats_find(const Fgx__Ctl__Reply *rep, uint32_t id)
@@ -210,7 +223,7 @@ static const struct cli_cmd_def stats_cmds[] = {
      .req = FGX__CTL__REQUEST__REQ_STATS,
      .npos = 1,
      .pos_names = {"SERVICE"},
-     .opts = CLI_OPT_WATCH | CLI_OPT_INTERVAL,
+     .opts = CLI_OPT_WATCH | CLI_OPT_INTERVAL | CLI_OPT_HISTORY | CLI_OPT_SINCE,
      .usage = usage_stats,
      .pos_optional = true,
      .build = build_stats,

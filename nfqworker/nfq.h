@@ -151,6 +151,9 @@ int nfq_nl_config(struct mnl_socket *nl, struct nlmsghdr *nlh, const char *what,
 /* The flow of a connection handed over by the worker before (nfq_handover.c), counted as a
  * flow of svc: embryonic or with stream state (NULL when an embryonic one finds no room), and
  * brought to svc's databases. */
+/* f is not open any more (blocked, reset, both FINs): it leaves its service's flows_active,
+ * once; the entry stays until it expires. */
+void nfq_match_flow_close(struct nfq_thread *t, struct fgx_flow *f);
 struct fgx_flow *nfq_match_adopt(struct nfq_thread *t, const struct fgx_flow_key *key,
                                  const struct fgx_wsvc *svc, bool embryonic);
 void nfq_match_attach(struct nfq_thread *t, struct fgx_flow *f, const struct fgx_wsvc *svc);

@@ -286,6 +286,7 @@ void nfq_handover_apply(struct nfq_thread *t)
             continue;
         if (rec.blocked) {
             f->blocked = true;
+            nfq_match_flow_close(t, f);
             taken++;
             continue;
         }

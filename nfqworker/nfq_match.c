@@ -54,8 +54,17 @@ void nfq_match_flow_release(void *arg, struct fgx_flow *f)
         fgx_wdb_unref(f->dbref[d]);
         f->dbref[d] = NULL;
     }
-    NFQ_CTR_ADD(&nfq_stats_svc(&t->ctr, f->service_id)->flows_active, (uint64_t)-1);
+    if (!f->closed)
+        NFQ_CTR_ADD(&nfq_stats_svc(&t->ctr, f->service_id)->flows_active, (uint64_t)-1);
     NFQ_CTR_ADD(&t->ctr.flows, (uint64_t)-1);
+}
+
+void nfq_match_flow_close(struct nfq_thread *t, struct fgx_flow *f)
+{
+    if (f->closed)
+        return;
+    f->closed = true;
+    NFQ_CTR_ADD(&nfq_stats_svc(&t->ctr, f->service_id)->flows_active, (uint64_t)-1);
 }
 
 /* A flow whose service is not in the new config (stopped, or removed) is parked, not freed:
@@ -193,6 +202,7 @@ static void flow_blocked(struct nfq_thread *t, struct fgx_flow *f)
     int d;
 
     f->blocked = true;
+    nfq_match_flow_close(t, f); /* both ends are reset: not open any more */
     for (d = 0; d < 2; d++) {
         fgx_reasm_release(t->reasm, &f->dir[d]);
         f->dir[d].db = NULL;
@@ -345,12 +355,34 @@ void nfq_match_synack(struct nfq_thread *t, const uint8_t *data, size_t len)
 
     /* A copy of a packet that went on: nothing to give a verdict to. One we cannot read (only
      * the service itself sends them) anchors nothing; the flow then starts at its first data. */
-    if (t->cfg == NULL || fgx_pkt_decode(data, len, &p) != 0 || p.ipproto != IPPROTO_TCP ||
-        !is_synack(&p))
+    if (t->cfg == NULL || fgx_pkt_decode(data, len, &p) != 0 || p.ipproto != IPPROTO_TCP)
         return;
     svc = classify(t->cfg, &p, &dir);
-    if (svc != NULL && dir == FGX_DIR_S2C)
-        synack_anchor(t, &p, svc);
+    if (svc == NULL)
+        return;
+    if (is_synack(&p)) {
+        if (dir == FGX_DIR_S2C)
+            synack_anchor(t, &p, svc);
+        return;
+    }
+    /* A copy of a FIN or RST (ctl_nft.c): the connection closes. Only the count of open flows
+     * follows it; the queued packets alone drive the scan. */
+    if (p.tcp_flags & (FGX_TCP_FIN | FGX_TCP_RST)) {
+        struct fgx_flow_key key;
+        struct fgx_flow *f;
+
+        fgx_flow_key_from_pkt(&p, dir, &key);
+        f = fgx_flow_lookup(t->flows, &key, t->now_ms);
+        if (f == NULL || f->service_id != svc->id || f->closed)
+            return;
+        if (p.tcp_flags & FGX_TCP_RST) {
+            nfq_match_flow_close(t, f);
+            return;
+        }
+        f->fin[dir == FGX_DIR_C2S ? 0 : 1] = true;
+        if (f->fin[0] && f->fin[1])
+            nfq_match_flow_close(t, f);
+    }
 }
 
 /* For each open flow, both directions start again where they are: a segment that begins before
@@ -439,6 +471,12 @@ static void tcp_packet(struct nfq_thread *t, unsigned queue, uint32_t id, const 
         verdict(t, queue, id, sc, p->payload_len == 0);
         return;
     }
+    /* A FIN or RST without payload of a connection without a flow (queued for IP options,
+     * say): nothing to scan and nothing to open. */
+    if (f == NULL && p->payload_len == 0 && !syn && (p->tcp_flags & (FGX_TCP_FIN | FGX_TCP_RST))) {
+        verdict(t, queue, id, sc, true);
+        return;
+    }
     if (f == NULL) {
         f = flow_open(t, &key, p, svc, sc);
         if (f == NULL) {
@@ -453,6 +491,7 @@ static void tcp_packet(struct nfq_thread *t, unsigned queue, uint32_t id, const 
     /* A reset's payload never reaches the application, and a reset the receiver finds out of
      * place is discarded whole: its bytes must not count as passed either. */
     if (p->tcp_flags & FGX_TCP_RST) {
+        nfq_match_flow_close(t, f);
         verdict(t, queue, id, sc, true);
         return;
     }
@@ -476,6 +515,13 @@ static void tcp_packet(struct nfq_thread *t, unsigned queue, uint32_t id, const 
     nfq_norm_passed(t, f, dir, p, v, &m);
     if (m.matched)
         block(t, f, dir, &m);
+    /* A FIN the worker sees ends its direction; with both ends done the connection no longer
+     * counts as open. (Pure FINs pass the rules and come as NFLOG copies: nfq_match_synack().) */
+    if ((p->tcp_flags & FGX_TCP_FIN) && !f->closed) {
+        f->fin[dir == FGX_DIR_C2S ? 0 : 1] = true;
+        if (f->fin[0] && f->fin[1])
+            nfq_match_flow_close(t, f);
+    }
     if (v != FGX_REASM_HOLD)
         verdict(t, queue, id, sc, v == FGX_REASM_ACCEPT);
 }

@@ -148,7 +148,7 @@ def export_import_round_trip_on_fresh_controld(env):
     env.ctl("service", "stop", "stopped")
     env.service("empty", "udp")
     env.ctl("filter", "rm", env.filter("empty"))
-    env.ctl("service", "rm", "--yes", env.service("gone", "tcp")[0])  # a gap in the ids
+    env.ctl("service", "rm", "--yes", "--yes", env.service("gone", "tcp")[0])  # a gap in the ids
     S["web_port"] = p1
 
     path = os.path.join(env.tmp, "cfg.json")
@@ -308,6 +308,17 @@ def ruleset_file_loads_replaces_and_round_trips(env):
     # over TLS from the laptop, into the fresh controld's web service
     svc = "web"
     before = fresh.filters(svc)
+    # a line identical to a filter the service has is refused, naming it (issue 14)
+    same = [(r, d, n) for r, d, n, _ in WANT_GOOD]
+    dup = [f for f in before if (f["regex"], f["dir"], f["nocase"]) in same]
+    if dup:
+        p = remote(fresh, home, 5, "filter", "import", svc, good)
+        check("identical to filter %d" % dup[0]["id"] in p.stderr, "duplicate refusal: %r",
+              p.stderr)
+        check(fresh.filters(svc) == before, "a refused import changed the filters")
+        for f in dup:
+            remote(fresh, home, 0, "filter", "rm", f["id"])
+        before = fresh.filters(svc)
     d = json.loads(remote(fresh, home, 0, "filter", "import", svc, good).stdout)
     check(tuples(d) == tuples(fresh.filters(svc)), "filter import --json: %r", d)
     got = fresh.filters(svc)

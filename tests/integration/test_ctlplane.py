@@ -110,7 +110,7 @@ def raw_regex_survives_export_wipe_import(env):
     blocks(env, port, b"ab" + RAW + b"cd")
     blocks(env, port, RAW, host=SRV6)
     passes(env, port, b"\xc3\xbf\xc3\xbe\xc2\x80zq")
-    env.ctl("service", "rm", "--yes", "raw")
+    env.ctl("service", "rm", "--yes", "--yes", "raw")
 
 
 @test
@@ -138,7 +138,7 @@ def version1_backup_keeps_its_bytes(env):
     check(p.returncode == 4 and "both \"regex\" and \"regex_b64\"" in p.stderr,
           "ambiguous import -> %d %r", p.returncode, p.stderr)
     check(regex_bytes(env.filters("old")[0]) == RAW, "a refused import changed the filter")
-    env.ctl("service", "rm", "--yes", "old")
+    env.ctl("service", "rm", "--yes", "--yes", "old")
 
 
 @test
@@ -150,7 +150,7 @@ def raw_regex_from_argv(env):
     check(regex_bytes(json.loads(p.stdout)) == raw, "filter add --json: %r", p.stdout)
     blocks(env, port, b"\xf0\x9fzz7")
     passes(env, port, b"\xf0\x9fzzz")
-    env.ctl("service", "rm", "--yes", "argv")
+    env.ctl("service", "rm", "--yes", "--yes", "argv")
 
 
 # ---- item 7: compiles never freeze controld ----------------------------------------------------
@@ -241,8 +241,8 @@ def big_import_keeps_controld_answering_and_supervising(env):
     check(len(fl) == 2000, "big has %d filters after the import", len(fl))
     check(not any(c == "controld" for _, c in controld_children(env)),
           "a compile process is left: %r", controld_children(env))
-    env.ctl("service", "rm", "--yes", "big")
-    env.ctl("service", "rm", "--yes", "live")
+    env.ctl("service", "rm", "--yes", "--yes", "big")
+    env.ctl("service", "rm", "--yes", "--yes", "live")
 
 
 @test
@@ -272,7 +272,7 @@ def compile_past_the_limit_is_refused(env):
         blocks(env, port, EVIL)
         env.filter("slow", "zzz[0-9]+")
         blocks(env, port, b"zzz9")
-        env.ctl("service", "rm", "--yes", "slow")
+        env.ctl("service", "rm", "--yes", "--yes", "slow")
     finally:
         env.stop_controld()
         env.start_controld()

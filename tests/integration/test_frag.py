@@ -124,7 +124,7 @@ def nfqueue_only_fragments_reach_fgex_unreassembled(env):
         s = it.server_conn(srv, n)
         check(s["data"] == LEAD, "%s: a fragmented segment passed fgex (server got %r): were "
               "the fragments reassembled before the rules?", fam, s["data"])
-    env.ctl("service", "rm", "--yes", "frag-clean")
+    env.ctl("service", "rm", "--yes", "--yes", "frag-clean")
 
 
 @test

@@ -210,7 +210,7 @@ def connection_older_than_its_service_resets(env):
             env.filter(name, "zzz[0-9]+")
         c, s = across(env, srv, port, host, create, first=b"zz", second=b"z123")
         assert_reset(c, s, b"zz", "zz | service add | z123 over " + fam, forbidden=b"zzz123")
-        env.ctl("service", "rm", "--yes", name)
+        env.ctl("service", "rm", "--yes", "--yes", name)
 
 
 @test
@@ -221,7 +221,7 @@ def service_removed_and_added_again_resets(env):
     env.filter("ms-again")
     for fam, host in HOSTS:
         def again():
-            env.ctl("service", "rm", "--yes", "ms-again")
+            env.ctl("service", "rm", "--yes", "--yes", "ms-again")
             env.service("ms-again", "tcp", port=port)
             env.filter("ms-again")
         c, s = across(env, srv, port, host, again)

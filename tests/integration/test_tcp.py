@@ -84,7 +84,7 @@ def service_list_fields(env):
     check(p.returncode == 0 and "fields" in p.stdout and str(port) in p.stdout,
           "fgexctl service list via $FGEX_URL: exit %d, %r %r", p.returncode, p.stdout[:300],
           p.stderr[:200])
-    env.ctl("service", "rm", "--yes", "fields")
+    env.ctl("service", "rm", "--yes", "--yes", "fields")
     check(all(x.get("name") != "fields" for x in env.services()), "service rm left it listed")
 
 
@@ -223,7 +223,7 @@ def service_stop_start_rm(env):
     check(env.service_doc("stopme")["status"] == "active", "status after start")
     c, s = conv.run(SRV4, [sent])
     it.assert_blocked(c, s)
-    env.ctl("service", "rm", "--yes", "stopme")
+    env.ctl("service", "rm", "--yes", "--yes", "stopme")
     check(all(x.get("name") != "stopme" for x in env.services()), "service still listed")
     c, s = conv.run(SRV4, [sent])
     it.assert_passed(c, s, sent)
@@ -336,7 +336,7 @@ def regex_that_cannot_work_on_a_stream_refused(env):
     check(p.returncode == 4 and "end of the data" in p.stderr, "set --proto tcp: rc %d %r",
           p.returncode, p.stderr)
     for n in ("eod", "eod-u"):
-        env.ctl("service", "rm", "--yes", n)
+        env.ctl("service", "rm", "--yes", "--yes", n)
 
 
 @test
@@ -387,7 +387,7 @@ def regex_likely_to_block_honest_traffic_warned(env):
     p = env.ctl_raw("filter", "import", "lint", path, "--replace", json_out=False)
     check(p.returncode == 0 and "line 5" in p.stderr and "imported 3 filters" in p.stdout,
           "import without --json: %r %r", p.stdout, p.stderr)
-    env.ctl("service", "rm", "--yes", "lint")
+    env.ctl("service", "rm", "--yes", "--yes", "lint")
 
 
 @test
@@ -419,13 +419,13 @@ def service_ip_v4mapped_filters_ipv4(env):
         sent = b"y " + EVIL
         c, s = conv.run(SRV6, [sent])
         it.assert_passed(c, s, sent)
-        env.ctl("service", "rm", "--yes", name)
+        env.ctl("service", "rm", "--yes", "--yes", name)
     # service set --ip takes the same path
     _, port = env.service("mapped-set", "tcp")
     env.ctl("service", "set", "mapped-set", "--ip", "::ffff:" + SRV4)
     check(env.service_doc("mapped-set")["ip"] == SRV4, "service set stored %r",
           env.service_doc("mapped-set")["ip"])
-    env.ctl("service", "rm", "--yes", "mapped-set")
+    env.ctl("service", "rm", "--yes", "--yes", "mapped-set")
 
 
 @test
@@ -445,7 +445,7 @@ def connection_open_before_service_is_inspected(env):
         s = it.server_conn(srv, n)
         check(s["data"].startswith(b"hello"), "server data %r", s["data"])
         it.assert_blocked(c, s)
-        env.ctl("service", "rm", "--yes", name)
+        env.ctl("service", "rm", "--yes", "--yes", name)
 
 
 @test

@@ -383,7 +383,11 @@ Test(config, ruleset_bad_line_changes_nothing_and_names_it)
     cr_assert_not_null(strstr(after, "/GET /flag/ 1"));
     cr_assert_not_null(strstr(after, "/ok[0-9]+/ 2"));
     free(after);
-    /* Without replace, the file adds to what is there. */
+    /* Without replace, the file adds to what is there; a line identical to a filter the
+     * service has is refused with that filter's id, and nothing is added. */
+    cr_assert_eq(filter_import(sa, "web", specs, 1, false, err, sizeof(err)), -EEXIST);
+    cr_assert(strstr(err, "line 2: identical to filter") != NULL, "error: %s", err);
+    specs[0]->dir = FGX__CTL__DIR__DIR_BOTH; /* another direction is another filter */
     cr_assert_eq(filter_import(sa, "web", specs, 1, false, err, sizeof(err)), 0, "%s", err);
     {
         struct ctl_txn *t;

@@ -37,6 +37,11 @@ struct fgx_flow {
     uint64_t last_ms;
     uint32_t service_id;
     bool blocked;
+    /* Not open any more: blocked (both ends were reset), reset by an end, or both ends sent
+     * their FIN. The entry stays until it expires, so that late segments of the connection find
+     * it, but it no longer counts in its service's flows_active. */
+    bool closed;
+    bool fin[2]; /* [d]: this direction sent its FIN */
     /* [d]: the flow's service was away (stopped) since this direction's last segment, so its
      * bytes may have passed unseen meanwhile: its next segment must not start beyond next_seq.
      * Cleared by the first one that goes on in order. */

@@ -1,0 +1,330 @@
+/* controld change history (ctl_history.h): Change records keyed by seq in the store's history
+ * db, each with the packed configuration before it. */
+#include "controld/ctl_history.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "controld/ctl_config.h"
+#include "fgx/log.h"
+
+static const char key_history_seq[] = "history_seq";
+
+long ctl_history_undo_pick(const struct ctl_hist_meta *v, size_t n)
+{
+    for (size_t i = n; i-- > 0;)
+        if (v[i].kind == CTL_HIST_CHANGE && !v[i].reverted)
+            return (long)i;
+    return -1;
+}
+
+long ctl_history_redo_pick(const struct ctl_hist_meta *v, size_t n)
+{
+    for (size_t i = n; i-- > 0;) {
+        /* A change made since the undos: redoing them would overwrite it. */
+        if (v[i].kind == CTL_HIST_CHANGE)
+            return -1;
+        if (v[i].kind == CTL_HIST_UNDO && !v[i].reverted)
+            return (long)i;
+    }
+    return -1;
+}
+
+static int pack_config(const Fgx__Ctl__Config *cfg, uint8_t **buf, size_t *len)
+{
+    size_t n = fgx__ctl__config__get_packed_size(cfg);
+
+    *buf = malloc(n ? n : 1);
+    if (!*buf)
+        return -ENOMEM;
+    fgx__ctl__config__pack(cfg, *buf);
+    *len = n;
+    return 0;
+}
+
+int ctl_history_plain(struct ctl_txn *t, uint8_t **buf, size_t *len)
+{
+    struct ctl_config_export e;
+    int rv = ctl_config_export(t, &e);
+
+    if (rv == 0) {
+        e.cfg.has_auth_enabled = 0; /* not part of what undo restores */
+        rv = pack_config(&e.cfg, buf, len);
+    }
+    ctl_config_export_release(&e);
+    return rv;
+}
+
+int ctl_history_snapshot(struct ctl_txn *t, struct ctl_stats *stats, uint8_t **buf, size_t *len)
+{
+    struct ctl_config_export e;
+    int rv = ctl_config_export(t, &e);
+
+    if (rv < 0)
+        goto out;
+    e.cfg.has_auth_enabled = 0;
+    for (size_t i = 0; i < e.nflts; i++) {
+        Fgx__Ctl__Filter *m = &e.flt_msgs[i];
+
+        m->has_blocked = 1;
+        if (stats) {
+            m->blocked = ctl_stats_blocked(stats, m->id);
+            /* Before a change: the statistics learn whose filter it is while it exists. */
+            ctl_stats_filter_service(stats, m->id, m->service_id);
+        } else if ((rv = ctl_store_blocked_get(t, m->id, &m->blocked)) < 0)
+            goto out;
+    }
+    for (size_t i = 0; i < e.nsvcs; i++) {
+        Fgx__Ctl__Service *m = &e.svc_msgs[i];
+        struct ctl_svc_totals tot;
+
+        rv = ctl_store_retired_get(t, m->id, &m->blocked_removed);
+        if (rv < 0)
+            goto out;
+        m->has_blocked_removed = 1;
+        if (stats) {
+            struct ctl_svc_counters c;
+
+            ctl_stats_service(stats, m->id, &c);
+            tot = (struct ctl_svc_totals){c.packets, c.bytes, c.accepted, c.dropped};
+        } else if ((rv = ctl_store_svc_totals_get(t, m->id, &tot)) < 0) {
+            goto out;
+        }
+        m->has_packets = m->has_bytes = m->has_accepted = m->has_dropped = 1;
+        m->packets = tot.packets;
+        m->bytes = tot.bytes;
+        m->accepted = tot.accepted;
+        m->dropped = tot.dropped;
+    }
+    rv = pack_config(&e.cfg, buf, len);
+out:
+    ctl_config_export_release(&e);
+    return rv;
+}
+
+static const char *kind_name(enum ctl_hist_kind k)
+{
+    return k == CTL_HIST_UNDO      ? "undo"
+           : k == CTL_HIST_REDO    ? "redo"
+           : k == CTL_HIST_SETTING ? "setting"
+                                   : "change";
+}
+
+static enum ctl_hist_kind kind_from(const char *s)
+{
+    if (s && strcmp(s, "undo") == 0)
+        return CTL_HIST_UNDO;
+    if (s && strcmp(s, "redo") == 0)
+        return CTL_HIST_REDO;
+    if (s && strcmp(s, "setting") == 0)
+        return CTL_HIST_SETTING;
+    return CTL_HIST_CHANGE;
+}
+
+static int change_put(struct ctl_txn *t, const Fgx__Ctl__Change *c)
+{
+    size_t n = fgx__ctl__change__get_packed_size(c);
+    uint8_t *buf = malloc(n ? n : 1);
+    int rv;
+
+    if (!buf)
+        return -ENOMEM;
+    fgx__ctl__change__pack(c, buf);
+    rv = ctl_store_history_put(t, c->seq, buf, n);
+    free(buf);
+    return rv;
+}
+
+int ctl_history_get(struct ctl_txn *t, uint64_t seq, Fgx__Ctl__Change **out)
+{
+    void *buf;
+    size_t len;
+    int rv = ctl_store_history_get(t, seq, &buf, &len);
+
+    if (rv < 0)
+        return rv;
+    *out = fgx__ctl__change__unpack(NULL, len, buf);
+    free(buf);
+    if (!*out) {
+        fgx_err("state store: an undecodable history record (seq %llu)", (unsigned long long)seq);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+int ctl_history_mark(struct ctl_txn *t, uint64_t seq, bool reverted)
+{
+    Fgx__Ctl__Change *c;
+    int rv = ctl_history_get(t, seq, &c);
+
+    if (rv < 0)
+        return rv;
+    c->has_undone = 1;
+    c->undone = reverted;
+    rv = change_put(t, c);
+    fgx__ctl__change__free_unpacked(c, NULL);
+    return rv;
+}
+
+int ctl_history_record(struct ctl_txn *t, enum ctl_hist_kind kind, uint64_t target, const char *who,
+                       const char *what, const uint8_t *before, size_t blen, size_t keep,
+                       uint64_t *seq_out)
+{
+    Fgx__Ctl__Change c = FGX__CTL__CHANGE__INIT;
+    uint64_t seq, *seqs = NULL;
+    size_t n = 0;
+    int rv;
+
+    rv = ctl_store_u64_get(t, key_history_seq, &seq);
+    if (rv < 0)
+        return rv;
+    seq++;
+    c.seq = seq;
+    c.time = (uint64_t)time(NULL);
+    c.who = (char *)who;
+    c.what = (char *)what;
+    c.kind = (char *)kind_name(kind);
+    if (kind != CTL_HIST_CHANGE) {
+        c.has_target = 1;
+        c.target = target;
+    }
+    c.has_undone = 1;
+    if (before) {
+        c.has_before = 1;
+        c.before.data = (uint8_t *)before;
+        c.before.len = blen;
+    }
+    rv = change_put(t, &c);
+    if (rv == 0)
+        rv = ctl_store_u64_put(t, key_history_seq, seq);
+    if (rv == 0)
+        rv = ctl_store_history_seqs(t, &seqs, &n);
+    /* Bounded: each entry holds a whole configuration. */
+    for (size_t i = 0; rv == 0 && n > keep && i < n - keep; i++)
+        rv = ctl_store_history_del(t, seqs[i]);
+    free(seqs);
+    if (rv == 0 && seq_out)
+        *seq_out = seq;
+    return rv;
+}
+
+int ctl_history_metas(struct ctl_txn *t, struct ctl_hist_meta **out, size_t *n)
+{
+    struct ctl_hist_meta *v = NULL;
+    uint64_t *seqs = NULL;
+    size_t ns = 0;
+    int rv;
+
+    *out = NULL;
+    *n = 0;
+    rv = ctl_store_history_seqs(t, &seqs, &ns);
+    if (rv < 0)
+        return rv;
+    v = calloc(ns ? ns : 1, sizeof(*v));
+    if (!v) {
+        free(seqs);
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < ns; i++) {
+        Fgx__Ctl__Change *c;
+
+        rv = ctl_history_get(t, seqs[i], &c);
+        if (rv < 0)
+            break;
+        v[i] = (struct ctl_hist_meta){.seq = c->seq,
+                                      .kind = kind_from(c->kind),
+                                      .target = c->has_target ? c->target : 0,
+                                      .reverted = c->has_undone && c->undone};
+        fgx__ctl__change__free_unpacked(c, NULL);
+    }
+    free(seqs);
+    if (rv < 0) {
+        free(v);
+        return rv;
+    }
+    *out = v;
+    *n = ns;
+    return 0;
+}
+
+static const char *dir_word(bool has, Fgx__Ctl__Dir d)
+{
+    if (!has || d == FGX__CTL__DIR__DIR_BOTH)
+        return "";
+    return d == FGX__CTL__DIR__DIR_C2S ? " --dir c2s" : " --dir s2c";
+}
+
+static const char *ref_of(const Fgx__Ctl__Ref *r)
+{
+    return r && r->ref ? r->ref : "?";
+}
+
+void ctl_history_describe(const Fgx__Ctl__Request *q, char *buf, size_t len)
+{
+    switch (q->req_case) {
+    case FGX__CTL__REQUEST__REQ_SERVICE_ADD: {
+        const Fgx__Ctl__ServiceAdd *a = q->service_add;
+        snprintf(buf, len, "service add %s %s/%u", a->name,
+                 a->proto == FGX__CTL__PROTO__PROTO_UDP ? "udp" : "tcp", a->port);
+        break;
+    }
+    case FGX__CTL__REQUEST__REQ_SERVICE_START:
+        snprintf(buf, len, "service start %s", ref_of(q->service_start));
+        break;
+    case FGX__CTL__REQUEST__REQ_SERVICE_STOP:
+        snprintf(buf, len, "service stop %s", ref_of(q->service_stop));
+        break;
+    case FGX__CTL__REQUEST__REQ_SERVICE_RM:
+        snprintf(buf, len, "service rm %s", ref_of(q->service_rm));
+        break;
+    case FGX__CTL__REQUEST__REQ_SERVICE_RENAME:
+        snprintf(buf, len, "service rename %s %s", q->service_rename->ref, q->service_rename->name);
+        break;
+    case FGX__CTL__REQUEST__REQ_SERVICE_SET:
+        snprintf(buf, len, "service set %s", q->service_set->ref);
+        break;
+    case FGX__CTL__REQUEST__REQ_FILTER_ADD: {
+        const Fgx__Ctl__FilterAdd *a = q->filter_add;
+        /* The regex as the player typed it, cut to fit: history is for reading. */
+        snprintf(buf, len, "filter add %s '%.200s'%s%s", a->service, a->regex,
+                 dir_word(a->has_dir, a->dir), a->has_nocase && a->nocase ? " --nocase" : "");
+        break;
+    }
+    case FGX__CTL__REQUEST__REQ_FILTER_ENABLE:
+        snprintf(buf, len, "filter enable %s", ref_of(q->filter_enable));
+        break;
+    case FGX__CTL__REQUEST__REQ_FILTER_DISABLE:
+        snprintf(buf, len, "filter disable %s", ref_of(q->filter_disable));
+        break;
+    case FGX__CTL__REQUEST__REQ_FILTER_RM:
+        snprintf(buf, len, "filter rm %s", ref_of(q->filter_rm));
+        break;
+    case FGX__CTL__REQUEST__REQ_FILTER_IMPORT: {
+        const Fgx__Ctl__FilterImport *f = q->filter_import;
+        snprintf(buf, len, "filter import %s (%zu filters%s)", f ? f->service : "?",
+                 f ? f->n_filters : 0,
+                 f && f->has_sync && f->sync         ? ", --sync"
+                 : f && f->has_replace && f->replace ? ", --replace"
+                                                     : "");
+        break;
+    }
+    case FGX__CTL__REQUEST__REQ_CONFIG_IMPORT: {
+        const Fgx__Ctl__Config *c = q->config_import;
+        snprintf(buf, len, "import (%zu services, %zu filters)", c ? c->n_services : 0,
+                 c ? c->n_filters : 0);
+        break;
+    }
+    case FGX__CTL__REQUEST__REQ_UNDO:
+        snprintf(buf, len, "undo");
+        break;
+    case FGX__CTL__REQUEST__REQ_REDO:
+        snprintf(buf, len, "redo");
+        break;
+    default:
+        snprintf(buf, len, "request %d", (int)q->req_case);
+        break;
+    }
+}

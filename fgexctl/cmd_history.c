@@ -1,0 +1,500 @@
+/* fgexctl, issue 14's commands: `history`, `undo`, `redo`, the renderers of `stats --history`
+ * (hit rates per minute) and of an import's diff (`filter import --sync`, `import`,
+ * `--dry-run`), which cli_local.c prints for the imports. */
+#include "cmd.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <langinfo.h>
+#include <locale.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli_fmt.h"
+#include "cli_json.h"
+
+/* ---- usage ---- */
+
+/* clang-format off */
+static const char usage_history[] =
+    "usage: fgexctl history [--since DURATION] [--limit N] [--json]\n"
+    "\n"
+    "Every change to services and filters, oldest first: its number, time (UTC),\n"
+    "who made it (local, or the remote peer's address and session, named by a hash of\n"
+    "its token) and the request in words. An undone change is marked so. controld keeps\n"
+    "the last 500 (--history-keep), across restarts.\n"
+    "\n"
+    "  --since DURATION  only changes from this long ago (90s, 30m, 1h, 2d)\n"
+    "  --limit N         only the newest N (default 100)\n";
+
+static const char usage_undo[] =
+    "usage: fgexctl undo [--json]\n"
+    "\n"
+    "Revert the last change not reverted yet: the configuration goes back to what it\n"
+    "was before it (a removed filter comes back with its id and counters, a removed\n"
+    "service with its filters), atomically and with the same hot swap as any change.\n"
+    "Run it again to walk further back. An undo is itself recorded; `fgexctl redo`\n"
+    "reverts it (the undo of an undo).\n";
+
+static const char usage_redo[] =
+    "usage: fgexctl redo [--json]\n"
+    "\n"
+    "Revert the last undo (the undo of an undo), as long as no other change was made\n"
+    "since. Repeated, it redoes what repeated undos undid.\n";
+/* clang-format on */
+
+/* ---- --since ---- */
+
+int cli_cmd_parse_since(struct cli_cmd *cmd, const char *s, uint64_t *out)
+{
+    unsigned long long v, mult = 1;
+    uint64_t now = (uint64_t)time(NULL);
+    char *end;
+
+    errno = 0;
+    if (!s[0] || s[0] < '0' || s[0] > '9')
+        goto bad;
+    v = strtoull(s, &end, 10);
+    if (errno)
+        goto bad;
+    if (strcmp(end, "") == 0 || strcmp(end, "s") == 0)
+        mult = 1;
+    else if (strcmp(end, "m") == 0)
+        mult = 60;
+    else if (strcmp(end, "h") == 0)
+        mult = 3600;
+    else if (strcmp(end, "d") == 0)
+        mult = 86400;
+    else
+        goto bad;
+    if (v > 3650ull * 86400 / mult)
+        goto bad;
+    *out = v * mult > now ? 0 : now - v * mult;
+    return 0;
+bad:
+    return cli_args_fail(cmd, CLI_EXIT_INVALID,
+                         "invalid --since '%.60s': a duration such as 90s, 30m, 1h or 2d", s);
+}
+
+/* ---- building ---- */
+
+static int build_history(struct cli_cmd *cmd, const struct cli_cmd_def *spec,
+                         const struct cli_args_raw *raw)
+{
+    Fgx__Ctl__HistoryQuery *m = &cmd->m.history;
+    const char *v;
+    int rc;
+
+    (void)spec;
+    fgx__ctl__history_query__init(m);
+    if ((v = cli_args_opt(raw, CLI_OPT_SINCE))) {
+        rc = cli_cmd_parse_since(cmd, v, &m->since);
+        if (rc < 0)
+            return rc;
+        m->has_since = 1;
+    }
+    if ((v = cli_args_opt(raw, CLI_OPT_LIMIT))) {
+        if (!cli_args_all_digits(v) || strlen(v) > 6 || atoi(v) == 0)
+            return cli_args_fail(cmd, CLI_EXIT_INVALID, "invalid --limit '%.60s'", v);
+        m->has_limit = 1;
+        m->limit = (uint32_t)atoi(v);
+    }
+    cmd->req.history = m;
+    return 0;
+}
+
+int cli_cmd_stats_history_build(struct cli_cmd *cmd, const struct cli_cmd_def *spec,
+                                const struct cli_args_raw *raw)
+{
+    Fgx__Ctl__StatsHistoryQuery *m = &cmd->m.stats_history;
+    const char *v;
+    int rc;
+
+    if (cli_args_opt(raw, CLI_OPT_WATCH) || cli_args_opt(raw, CLI_OPT_INTERVAL))
+        return cli_args_fail_usage(cmd, spec, "--history does not go with --watch");
+    fgx__ctl__stats_history_query__init(m);
+    if (raw->npos > 0) {
+        rc = cli_args_check_ref(cmd, spec, raw->pos[0]);
+        if (rc < 0)
+            return rc;
+        m->service = (char *)raw->pos[0];
+    }
+    if ((v = cli_args_opt(raw, CLI_OPT_SINCE))) {
+        rc = cli_cmd_parse_since(cmd, v, &m->since);
+        if (rc < 0)
+            return rc;
+        m->has_since = 1;
+    }
+    cmd->req.req_case = FGX__CTL__REQUEST__REQ_STATS_HISTORY;
+    cmd->req.stats_history = m;
+    return 0;
+}
+
+/* ---- the diff ---- */
+
+static const char *op_mark(const char *op)
+{
+    return strcmp(op, "add") == 0 ? "+" : strcmp(op, "rm") == 0 ? "-" : "~";
+}
+
+int cli_cmd_diff_print(FILE *f, const Fgx__Ctl__Reply *rep)
+{
+    size_t add = 0, rm = 0, change = 0, keep = 0;
+    char name[160], rx[512];
+
+    for (size_t i = 0; i < rep->n_diff; i++) {
+        const Fgx__Ctl__DiffEntry *d = rep->diff[i];
+        bool filter = strcmp(d->kind, "filter") == 0;
+
+        if (strcmp(d->op, "keep") == 0) {
+            keep++;
+            continue;
+        }
+        add += strcmp(d->op, "add") == 0;
+        rm += strcmp(d->op, "rm") == 0;
+        change += strcmp(d->op, "change") == 0;
+        cli_fmt_escape(d->service ? d->service : "", name, sizeof(name));
+        if (!filter) {
+            (void)fprintf(f, "%s service %" PRIu32 " %s%s%s\n", op_mark(d->op), d->id, name,
+                          d->what ? ": " : "", d->what ? d->what : "");
+            continue;
+        }
+        cli_fmt_escape(d->regex ? d->regex : "", rx, sizeof(rx));
+        if (d->id)
+            (void)fprintf(f, "%s filter %" PRIu32 " %s %s%s%s /%s/", op_mark(d->op), d->id, name,
+                          cli_fmt_dir_name(d->dir), d->nocase ? " nocase" : "",
+                          d->active ? "" : " disabled", rx);
+        else
+            (void)fprintf(f, "%s filter (new) %s %s%s%s /%s/", op_mark(d->op), name,
+                          cli_fmt_dir_name(d->dir), d->nocase ? " nocase" : "",
+                          d->active ? "" : " disabled", rx);
+        if (strcmp(d->op, "rm") == 0 && d->blocked > 0)
+            (void)fprintf(f, " (its %" PRIu64 " block%s stay%s in %s's total)", d->blocked,
+                          d->blocked == 1 ? "" : "s", d->blocked == 1 ? "s" : "", name);
+        (void)fputc('\n', f);
+    }
+    if (add + rm + change == 0)
+        (void)fprintf(f, "no change (%zu unchanged)\n", keep);
+    else
+        (void)fprintf(f, "%zu added, %zu removed, %zu changed, %zu unchanged%s\n", add, rm, change,
+                      keep, rep->has_dry_run && rep->dry_run ? " (dry run: nothing done)" : "");
+    return ferror(f) ? -EIO : 0;
+}
+
+static json_t *diff_entry_json(const void *p)
+{
+    const Fgx__Ctl__DiffEntry *d = p;
+    json_t *o =
+        json_pack("{s:s, s:s, s:I}", "op", d->op, "kind", d->kind, "id", cli_json_int(d->id));
+
+    if (!o)
+        return NULL;
+    (void)json_object_set_new(o, "service", cli_json_str_or_null(d->service));
+    if (strcmp(d->kind, "filter") == 0) {
+        if (cli_json_set_bytes(o, "regex", d->regex, d->regex ? strlen(d->regex) : 0) < 0) {
+            json_decref(o);
+            return NULL;
+        }
+        (void)json_object_set_new(o, "dir", json_string(cli_fmt_dir_name(d->dir)));
+        (void)json_object_set_new(o, "nocase", json_boolean(d->nocase));
+        (void)json_object_set_new(o, "active", json_boolean(d->active));
+        (void)json_object_set_new(o, "blocked", json_integer(cli_json_int(d->blocked)));
+    } else {
+        (void)json_object_set_new(o, "active", json_boolean(d->active));
+        (void)json_object_set_new(o, "what", cli_json_str_or_null(d->what));
+    }
+    return o;
+}
+
+json_t *cli_cmd_diff_json(const Fgx__Ctl__Reply *rep)
+{
+    return cli_fmt_json_list((void *const *)rep->diff, rep->n_diff, diff_entry_json);
+}
+
+/* ---- history ---- */
+
+static void utc_time(uint64_t secs, char *buf, size_t len)
+{
+    time_t t = (time_t)secs;
+    struct tm tm;
+
+    if (!gmtime_r(&t, &tm) || strftime(buf, len, "%Y-%m-%d %H:%M:%S", &tm) == 0)
+        (void)snprintf(buf, len, "%" PRIu64, secs);
+}
+
+static int human_history(FILE *f, const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep)
+{
+    static const char *const heads[] = {"SEQ", "TIME (UTC)", "WHO", "WHAT"};
+    struct cli_table t;
+    char when[32];
+    int rc;
+
+    (void)req;
+    if (rep->n_changes == 0) {
+        (void)fputs("no change recorded\n", f);
+        return ferror(f) ? -EIO : 0;
+    }
+    cli_fmt_table_init(&t, heads, 4, 1u << 0); /* SEQ right-aligned */
+    for (size_t i = 0; i < rep->n_changes; i++) {
+        const Fgx__Ctl__Change *c = rep->changes[i];
+
+        cli_fmt_table_addf(&t, "%" PRIu64, c->seq);
+        utc_time(c->time, when, sizeof(when));
+        cli_fmt_table_add_str(&t, when);
+        cli_fmt_table_add_str(&t, c->who);
+        if (c->has_undone && c->undone)
+            cli_fmt_table_addf(&t, "%s (%s)", c->what,
+                               c->kind && strcmp(c->kind, "undo") == 0 ? "redone" : "undone");
+        else
+            cli_fmt_table_add_str(&t, c->what);
+    }
+    rc = cli_fmt_table_print(f, &t);
+    cli_fmt_table_release(&t);
+    return rc;
+}
+
+static json_t *change_json(const void *p)
+{
+    const Fgx__Ctl__Change *c = p;
+    json_t *o = json_pack("{s:I, s:I, s:o, s:o, s:s}", "seq", cli_json_int(c->seq), "time",
+                          cli_json_int(c->time), "who", cli_json_str(c->who), "what",
+                          cli_json_str(c->what), "kind", c->kind ? c->kind : "change");
+
+    if (!o)
+        return NULL;
+    (void)json_object_set_new(o, "target",
+                              c->has_target ? json_integer(cli_json_int(c->target)) : json_null());
+    (void)json_object_set_new(o, "undone", json_boolean(c->has_undone && c->undone));
+    return o;
+}
+
+static json_t *json_history(const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep)
+{
+    (void)req;
+    return cli_fmt_json_list((void *const *)rep->changes, rep->n_changes, change_json);
+}
+
+static int human_undo(FILE *f, const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep)
+{
+    (void)req;
+    if (rep->n_changes > 0)
+        (void)fprintf(f, "%s (recorded as #%" PRIu64 ")\n", rep->changes[0]->what,
+                      rep->changes[0]->seq);
+    return cli_cmd_diff_print(f, rep);
+}
+
+static json_t *json_undo(const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep)
+{
+    (void)req;
+    return json_pack("{s:o, s:o}", "change",
+                     rep->n_changes > 0 ? change_json(rep->changes[0]) : json_null(), "diff",
+                     cli_cmd_diff_json(rep));
+}
+
+/* ---- stats --history ---- */
+
+#define SPARK_COLS 60
+
+static const Fgx__Ctl__Service *svc_of(const Fgx__Ctl__Reply *rep, uint32_t id)
+{
+    for (size_t i = 0; i < rep->n_services; i++)
+        if (rep->services[i]->id == id)
+            return rep->services[i];
+    return NULL;
+}
+
+static const Fgx__Ctl__Filter *flt_of(const Fgx__Ctl__Reply *rep, uint32_t id)
+{
+    for (size_t i = 0; i < rep->n_filters; i++)
+        if (rep->filters[i]->id == id)
+            return rep->filters[i];
+    return NULL;
+}
+
+static uint64_t since_of(const Fgx__Ctl__Request *req, uint64_t now)
+{
+    const Fgx__Ctl__StatsHistoryQuery *q = req->stats_history;
+    uint64_t def = now - 2880 * 60 + 60;
+
+    return q && q->has_since && q->since > def ? q->since : def;
+}
+
+static bool utf8_terminal(FILE *f)
+{
+    const char *cs;
+
+    if (!isatty(fileno(f)))
+        return false;
+    (void)setlocale(LC_CTYPE, "");
+    cs = nl_langinfo(CODESET);
+    return cs && strcmp(cs, "UTF-8") == 0;
+}
+
+/* One row: the series' points binned into SPARK_COLS columns of per minutes each. */
+static void spark(FILE *f, const Fgx__Ctl__RateSeries *s, uint32_t first, uint32_t per, bool utf8)
+{
+    static const char *const blocks[] = {"\u2581", "\u2582", "\u2583", "\u2584",
+                                         "\u2585", "\u2586", "\u2587", "\u2588"};
+    static const char ramp[] = ".:-=+*#@";
+    uint64_t bins[SPARK_COLS] = {0}, max = 0;
+
+    for (size_t i = 0; i < s->n_minutes && i < s->n_counts; i++) {
+        size_t c;
+
+        if (s->minutes[i] < first)
+            continue;
+        c = (s->minutes[i] - first) / per;
+        if (c >= SPARK_COLS)
+            c = SPARK_COLS - 1;
+        bins[c] += s->counts[i];
+    }
+    for (size_t c = 0; c < SPARK_COLS; c++)
+        if (bins[c] > max)
+            max = bins[c];
+    for (size_t c = 0; c < SPARK_COLS; c++) {
+        size_t lvl;
+
+        if (bins[c] == 0) {
+            (void)fputc(' ', f);
+            continue;
+        }
+        lvl = (size_t)((bins[c] * 8 - 1) / max); /* 0..7: any block shows */
+        if (utf8)
+            (void)fputs(blocks[lvl], f);
+        else
+            (void)fputc(ramp[lvl], f);
+    }
+}
+
+static int human_stats_history(FILE *f, const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep)
+{
+    uint64_t now = (uint64_t)time(NULL), since = since_of(req, now);
+    uint32_t first = (uint32_t)(since / 60), last = (uint32_t)(now / 60);
+    uint32_t span = last - first + 1, per = (span + SPARK_COLS - 1) / SPARK_COLS;
+    bool utf8 = utf8_terminal(f);
+    char when[32], label[96], rx[64];
+
+    if (per == 0)
+        per = 1;
+    utc_time(since, when, sizeof(when));
+    (void)fprintf(f, "blocks per minute since %s UTC, %" PRIu32 " min a column, now at the right\n",
+                  when, per);
+    if (rep->n_rates == 0) {
+        (void)fputs("no blocks in that time\n", f);
+        return ferror(f) ? -EIO : 0;
+    }
+    (void)fprintf(f, "%-28s %8s %8s  |%-*s|\n", "SERVICE / FILTER", "TOTAL", "PEAK/MIN", SPARK_COLS,
+                  "");
+    for (size_t i = 0; i < rep->n_rates; i++) {
+        const Fgx__Ctl__RateSeries *s = rep->rates[i];
+        bool filter = strcmp(s->obj, "filter") == 0;
+        uint64_t total = 0, peak = 0;
+
+        for (size_t k = 0; k < s->n_counts; k++) {
+            total += s->counts[k];
+            if (s->counts[k] > peak)
+                peak = s->counts[k];
+        }
+        if (filter) {
+            const Fgx__Ctl__Filter *fl = flt_of(rep, s->id);
+
+            cli_fmt_escape(fl && fl->regex ? fl->regex : "", rx, sizeof(rx));
+            (void)snprintf(label, sizeof(label), "  #%" PRIu32 " /%.20s/", s->id, rx);
+        } else {
+            const Fgx__Ctl__Service *sv = svc_of(rep, s->id);
+
+            cli_fmt_escape(sv ? sv->name : "?", rx, sizeof(rx));
+            (void)snprintf(label, sizeof(label), "%s", rx);
+        }
+        if (strcmp(s->kind, "blocked") != 0)
+            (void)snprintf(label + strlen(label), sizeof(label) - strlen(label), " (%s)", s->kind);
+        (void)fprintf(f, "%-28.28s %8" PRIu64 " %8" PRIu64 "  |", label, total, peak);
+        spark(f, s, first, per, utf8);
+        (void)fputs("|\n", f);
+    }
+    return ferror(f) ? -EIO : 0;
+}
+
+static json_t *json_stats_history(const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep)
+{
+    uint64_t now = (uint64_t)time(NULL);
+    json_t *arr = json_array(), *doc;
+
+    if (!arr)
+        return NULL;
+    for (size_t i = 0; i < rep->n_rates; i++) {
+        const Fgx__Ctl__RateSeries *s = rep->rates[i];
+        json_t *pts = json_array(), *o;
+        uint64_t total = 0;
+
+        for (size_t k = 0; k < s->n_minutes && k < s->n_counts; k++) {
+            (void)json_array_append_new(pts, json_pack("{s:I, s:I}", "time",
+                                                       cli_json_int((uint64_t)s->minutes[k] * 60),
+                                                       "count", cli_json_int(s->counts[k])));
+            total += s->counts[k];
+        }
+        o = json_pack("{s:s, s:s, s:I, s:I, s:o}", "kind", s->kind, "obj", s->obj, "id",
+                      cli_json_int(s->id), "total", cli_json_int(total), "minutes", pts);
+        if (!o) {
+            json_decref(arr);
+            return NULL;
+        }
+        if (strcmp(s->obj, "filter") == 0) {
+            const Fgx__Ctl__Filter *fl = flt_of(rep, s->id);
+
+            (void)json_object_set_new(o, "service_id", json_integer(cli_json_int(s->service_id)));
+            if (fl)
+                (void)cli_json_set_bytes(o, "regex", fl->regex, strlen(fl->regex));
+        } else {
+            const Fgx__Ctl__Service *sv = svc_of(rep, s->id);
+
+            (void)json_object_set_new(o, "name", cli_json_str_or_null(sv ? sv->name : NULL));
+        }
+        (void)json_array_append_new(arr, o);
+    }
+    doc = json_pack("{s:I, s:I, s:o}", "since", cli_json_int(since_of(req, now) / 60 * 60), "until",
+                    cli_json_int(now), "series", arr);
+    return doc;
+}
+
+/* ---- the commands ---- */
+
+static const struct cli_cmd_def history_cmds[] = {
+    {.name = "history",
+     .req = FGX__CTL__REQUEST__REQ_HISTORY,
+     .opts = CLI_OPT_SINCE | CLI_OPT_LIMIT,
+     .usage = usage_history,
+     .build = build_history,
+     .human = human_history,
+     .json = json_history},
+    {.name = "undo",
+     .req = FGX__CTL__REQUEST__REQ_UNDO,
+     .usage = usage_undo,
+     .build = cli_args_build_empty,
+     .human = human_undo,
+     .json = json_undo,
+     .flags = CLI_CMD_CHANGE},
+    {.name = "redo",
+     .req = FGX__CTL__REQUEST__REQ_REDO,
+     .usage = usage_redo,
+     .build = cli_args_build_empty,
+     .human = human_undo,
+     .json = json_undo,
+     .flags = CLI_CMD_CHANGE},
+    /* `stats --history`: parsed as `stats` (cmd_stats.c comes first), rendered from here. */
+    {.name = "stats",
+     .req = FGX__CTL__REQUEST__REQ_STATS_HISTORY,
+     .npos = 1,
+     .pos_names = {"SERVICE"},
+     .opts = CLI_OPT_HISTORY | CLI_OPT_SINCE,
+     .usage = NULL,
+     .pos_optional = true,
+     .build = cli_cmd_stats_history_build,
+     .human = human_stats_history,
+     .json = json_stats_history},
+    {.name = NULL},
+};
+
+const struct cli_cmd_family cli_cmd_history = {.group = NULL, .usage = NULL, .cmds = history_cmds};
