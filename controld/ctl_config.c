@@ -89,27 +89,36 @@ int ctl_config_regex_check(const char *regex, bool nocase, uint8_t ipproto, char
     return ctl_config_regex_lint(regex, nocase, ipproto, NULL, err, errlen);
 }
 
-int ctl_config_regex_lint(const char *regex, bool nocase, uint8_t ipproto,
-                          struct fgx_pattern_warnings *w, char *err, size_t errlen)
+int ctl_config_filter_extra_check(bool has_action, int action, const char *label, char *err,
+                                  size_t errlen)
 {
-    char herr[512];
+    char why[128];
 
-    if (w)
-        memset(w, 0, sizeof(*w));
-
-    if (!regex || !*regex) {
-        err_set(err, errlen, "empty regex");
+    if (has_action && action != FGX__CTL__ACTION__ACTION_BLOCK &&
+        action != FGX__CTL__ACTION__ACTION_LOG) {
+        err_set(err, errlen, "invalid action: use block or log");
         return -EINVAL;
     }
-    if (strlen(regex) > CTL_CONFIG_REGEX_MAX) {
-        err_set(err, errlen, "regex longer than %d bytes", CTL_CONFIG_REGEX_MAX);
-        return -EINVAL;
-    }
-    if (fgx_pattern_lint(regex, nocase, ipproto, w, herr, sizeof(herr)) < 0) {
-        err_set(err, errlen, "invalid regex \"%.200s\": %s", regex, herr);
+    if (fgx_label_check(label, why, sizeof(why)) < 0) {
+        err_set(err, errlen, "%s", why);
         return -EINVAL;
     }
     return 0;
+}
+
+void ctl_config_filter_extra_to_msg(const struct ctl_filter *f, Fgx__Ctl__Filter *m)
+{
+    m->has_action = 1;
+    m->action = f->log ? FGX__CTL__ACTION__ACTION_LOG : FGX__CTL__ACTION__ACTION_BLOCK;
+    if (f->label && f->label[0] != '\0')
+        m->label = f->label;
+}
+
+int ctl_config_regex_lint(const char *regex, bool nocase, uint8_t ipproto,
+                          struct fgx_pattern_warnings *w, char *err, size_t errlen)
+{
+    /* libcommon's, so that `fgexctl regex test` refuses in the very same words. */
+    return fgx_filter_regex_lint(regex, nocase, ipproto, w, err, errlen);
 }
 
 int ctl_config_regex_check_cached(const char *regex, bool nocase, uint8_t ipproto, char *err,
@@ -251,6 +260,7 @@ int ctl_config_export(struct ctl_txn *t, struct ctl_config_export *out)
         m->active = f->active;
         m->has_created = 1;
         m->created = f->created;
+        ctl_config_filter_extra_to_msg(f, m);
         out->flt_ptrs[i] = m;
     }
     out->cfg.n_services = ns;
@@ -396,6 +406,11 @@ static int config_check(const Fgx__Ctl__Config *cfg, struct ctl_service *svcs, c
             err_set(err, errlen, "filter %u (service %s): %s", f->id, svc->name, why);
             return -EINVAL;
         }
+        if (ctl_config_filter_extra_check(f->has_action, f->action, f->label, why, sizeof(why)) <
+            0) {
+            err_set(err, errlen, "filter %u (service %s): %s", f->id, svc->name, why);
+            return -EINVAL;
+        }
     }
     return 0;
 }
@@ -450,6 +465,8 @@ int ctl_config_import(struct ctl_txn *t, const Fgx__Ctl__Config *cfg, char *err,
             .nocase = m->nocase,
             .active = m->active,
             .created = m->has_created ? m->created : (uint64_t)time(NULL),
+            .log = m->has_action && m->action == FGX__CTL__ACTION__ACTION_LOG,
+            .label = m->label && m->label[0] ? m->label : NULL,
         };
 
         dir_from_msg(true, m->dir, &f.dir);
@@ -506,7 +523,11 @@ static int service_compile(struct ctl_txn *t, const struct ctl_service *svc,
         if (!fs[i].active)
             continue;
         pats[n++] = (struct fgx_pattern){
-            .filter_id = fs[i].id, .regex = fs[i].regex, .dir = fs[i].dir, .nocase = fs[i].nocase};
+            .filter_id = fs[i].id,
+            .regex = fs[i].regex,
+            .dir = fs[i].dir,
+            .nocase = fs[i].nocase,
+            .log = fs[i].log};
     }
     for (size_t d = 0; d < 2; d++) {
         struct fgx_blob b = {0};
@@ -604,7 +625,9 @@ int ctl_config_filter_import_warn(struct ctl_txn *t, const Fgx__Ctl__FilterImpor
             goto out;
         }
         if (ctl_config_regex_lint_cached(s->regex, s->has_nocase && s->nocase, svc.ipproto, &pw,
-                                         why, sizeof(why)) < 0) {
+                                         why, sizeof(why)) < 0 ||
+            ctl_config_filter_extra_check(s->has_action, s->action, s->label, why, sizeof(why)) <
+                0) {
             err_set(err, errlen, "line %u: %s", spec_line(imp, i), why);
             rv = -EINVAL;
             goto out;
@@ -639,6 +662,8 @@ int ctl_config_filter_import_warn(struct ctl_txn *t, const Fgx__Ctl__FilterImpor
             .regex = s->regex,
             .nocase = s->has_nocase && s->nocase,
             .active = !s->has_active || s->active,
+            .log = s->has_action && s->action == FGX__CTL__ACTION__ACTION_LOG,
+            .label = s->label && s->label[0] ? s->label : NULL,
         };
 
         dir_from_msg(s->has_dir, s->dir, &f.dir);

@@ -30,6 +30,7 @@ struct svc_slot {
 struct flt_slot {
     uint32_t id;
     uint64_t blocked, last[W_KINDS];
+    uint64_t matched, mlast[W_KINDS]; /* a log filter's matches, folded the same way */
 };
 
 struct ctl_stats {
@@ -156,6 +157,8 @@ static int stats_load(struct ctl_stats *s, struct ctl_store *st)
     for (size_t i = 0; rv == 0 && i < nflts; i++) {
         struct flt_slot *f = flt_slot(s, flts[i].id, true);
         rv = f ? ctl_store_blocked_get(t, flts[i].id, &f->blocked) : -ENOMEM;
+        if (rv == 0)
+            rv = ctl_store_matched_get(t, flts[i].id, &f->matched);
     }
     if (rv == 0)
         rv = ctl_store_u64_get(t, key_event_seq, &s->next_seq);
@@ -253,6 +256,7 @@ static void event_from_dp(const struct fgx_dp_event *d, uint64_t seq,
     e->excerpt_len = d->excerpt_len <= FGX_DP_EXCERPT_MAX ? d->excerpt_len : FGX_DP_EXCERPT_MAX;
     e->match_end = d->match_end <= e->excerpt_len ? d->match_end : e->excerpt_len;
     memcpy(e->excerpt, d->excerpt, e->excerpt_len);
+    e->log = d->log;
 }
 
 /* Fold what one worker reported (cumulative since its process `instance` started) into the
@@ -270,7 +274,7 @@ static int fold(struct ctl_stats *s, int k, uint64_t instance, const struct fgx_
             s->svc[i].lost_last[k] = 0;
         }
         for (size_t i = 0; i < s->nflt; i++)
-            s->flt[i].last[k] = 0;
+            s->flt[i].last[k] = s->flt[i].mlast[k] = 0;
         if (k == W_NFQ)
             s->queue_drops_last = 0;
         s->have_instance[k] = true;
@@ -311,6 +315,7 @@ static int fold(struct ctl_stats *s, int k, uint64_t instance, const struct fgx_
             continue;
         }
         f->blocked += grow(&f->last[k], c->blocked);
+        f->matched += grow(&f->mlast[k], c->matched);
         s->dirty = true;
     }
     s->worker.events_lost_total += m->events_lost; /* per report, not cumulative */
@@ -415,7 +420,7 @@ void ctl_stats_counters_reset(struct ctl_stats *s)
     for (size_t i = 0; i < s->nsvc; i++)
         s->svc[i].total = (struct ctl_svc_totals){0};
     for (size_t i = 0; i < s->nflt; i++)
-        s->flt[i].blocked = 0;
+        s->flt[i].blocked = s->flt[i].matched = 0;
     s->dirty = true;
 }
 
@@ -459,6 +464,9 @@ static int flush_counters(struct ctl_stats *s, struct ctl_txn *t)
         ctl_filter_release(&f);
         if (rv == 0)
             rv = ctl_store_blocked_set(t, s->flt[i].id, s->flt[i].blocked);
+        /* Written once there is one: a block-only filter's store stays as it was. */
+        if (rv == 0 && s->flt[i].matched > 0)
+            rv = ctl_store_matched_set(t, s->flt[i].id, s->flt[i].matched);
         s->flt[keep++] = s->flt[i];
     }
     if (rv < 0)
@@ -546,6 +554,14 @@ uint64_t ctl_stats_blocked(const struct ctl_stats *s, uint32_t filter_id)
     return 0;
 }
 
+uint64_t ctl_stats_matched(const struct ctl_stats *s, uint32_t filter_id)
+{
+    for (size_t i = 0; i < s->nflt; i++)
+        if (s->flt[i].id == filter_id)
+            return s->flt[i].matched;
+    return 0;
+}
+
 const struct ctl_worker_counters *ctl_stats_worker(const struct ctl_stats *s)
 {
     return &s->worker;
@@ -578,6 +594,11 @@ size_t ctl_stats_events(const struct ctl_stats *s, uint64_t after_seq, uint32_t 
         out[n - 1 - i] = x;
     }
     return n;
+}
+
+size_t ctl_stats_events_kept(const struct ctl_stats *s)
+{
+    return s->count;
 }
 
 uint64_t ctl_stats_last_seq(const struct ctl_stats *s)

@@ -80,6 +80,8 @@ void ctl_stats_counters_reset(struct ctl_stats *s);
 void ctl_stats_service(const struct ctl_stats *s, uint32_t service_id,
                        struct ctl_svc_counters *out);
 uint64_t ctl_stats_blocked(const struct ctl_stats *s, uint32_t filter_id);
+/* A log filter's matches, total (0 when never counted). */
+uint64_t ctl_stats_matched(const struct ctl_stats *s, uint32_t filter_id);
 /* The nfq worker's and the proxy worker's own numbers. Compare instance with the supervisor's
  * before showing them: they belong to the process that sent them. */
 const struct ctl_worker_counters *ctl_stats_worker(const struct ctl_stats *s);
@@ -90,6 +92,8 @@ const struct ctl_worker_counters *ctl_stats_px_worker(const struct ctl_stats *s)
  * `limit` pointers; they point into s and stay valid until the next ingest. Returns the count. */
 size_t ctl_stats_events(const struct ctl_stats *s, uint64_t after_seq, uint32_t service_id,
                         const char *service, size_t limit, const struct ctl_event **out);
+/* How many events are kept now (in memory, the newest). */
+size_t ctl_stats_events_kept(const struct ctl_stats *s);
 /* The newest seq assigned (0 before the first event). */
 uint64_t ctl_stats_last_seq(const struct ctl_stats *s);
 /* Blocks whose event was lost (a worker's queue was full), totals across restarts: of service_id,

@@ -41,6 +41,8 @@ struct ctl_filter {
     bool nocase;
     bool active;
     uint64_t created;
+    bool log;    /* action log: matches are recorded, nothing is dropped */
+    char *label; /* malloc'd or NULL (no label), owned like regex; fgx_label_check()ed */
 };
 
 struct ctl_store;
@@ -92,6 +94,9 @@ int ctl_store_svc_totals_put(struct ctl_txn *t, uint32_t service_id,
                              const struct ctl_svc_totals *v);
 /* Set a filter's blocked total outright (the statistics stage keeps the running total). */
 int ctl_store_blocked_set(struct ctl_txn *t, uint32_t filter_id, uint64_t v);
+/* A log filter's matched total, the same way (0 when never counted); removed with the filter. */
+int ctl_store_matched_get(struct ctl_txn *t, uint32_t filter_id, uint64_t *out);
+int ctl_store_matched_set(struct ctl_txn *t, uint32_t filter_id, uint64_t v);
 /* A named 64-bit counter in the meta db (0 when absent): the next event seq, worker totals. */
 int ctl_store_u64_get(struct ctl_txn *t, const char *name, uint64_t *out);
 int ctl_store_u64_put(struct ctl_txn *t, const char *name, uint64_t v);
@@ -110,6 +115,7 @@ struct ctl_event {
     uint8_t excerpt_len;
     uint8_t match_end; /* the match ends before excerpt[match_end] (<= excerpt_len) */
     uint8_t excerpt[FGX_DP_EXCERPT_MAX];
+    bool log; /* a log filter's match: nothing was dropped */
 };
 
 /* Events keyed by seq. _list gives the newest `newest` events, oldest first (*out malloc'd,

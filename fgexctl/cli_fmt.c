@@ -416,9 +416,22 @@ const char *cli_fmt_ip_text(const char *ip)
     return (ip && *ip) ? ip : "any";
 }
 
+bool cli_fmt_filter_is_log(const Fgx__Ctl__Filter *fl)
+{
+    return fl->has_action && fl->action == FGX__CTL__ACTION__ACTION_LOG;
+}
+
+const char *cli_fmt_action_name(const Fgx__Ctl__Filter *fl)
+{
+    return cli_fmt_filter_is_log(fl) ? "log" : "block";
+}
+
 int cli_fmt_filter_table(FILE *f, const Fgx__Ctl__Reply *rep)
 {
-    static const char *const heads[] = {"ID", "DIR", "NOCASE", "ACTIVE", "BLOCKED", "REGEX"};
+    static const char *const heads[] = {"ID",      "DIR",     "NOCASE", "ACTIVE", "ACTION",
+                                        "BLOCKED", "MATCHED", "LABEL",  "REGEX"};
+    static const char *const plain[] = {"ID", "DIR", "NOCASE", "ACTIVE", "BLOCKED", "REGEX"};
+    bool extra = false, labels = false;
     struct cli_table t;
     int rc;
 
@@ -426,7 +439,17 @@ int cli_fmt_filter_table(FILE *f, const Fgx__Ctl__Reply *rep)
         (void)fputs("no filters (add one with 'fgexctl filter add')\n", f);
         return 0;
     }
-    cli_fmt_table_init(&t, heads, 6, 1u << 0 | 1u << 4);
+    /* The action, matched and label columns only where a filter uses them: a service of
+     * block filters prints as it always did. */
+    for (size_t i = 0; i < rep->n_filters; i++) {
+        extra |= cli_fmt_filter_is_log(rep->filters[i]) || rep->filters[i]->matched > 0;
+        labels |= rep->filters[i]->label && rep->filters[i]->label[0];
+    }
+    if (extra || labels) {
+        cli_fmt_table_init(&t, heads, 9, 1u << 0 | 1u << 5 | 1u << 6);
+    } else {
+        cli_fmt_table_init(&t, plain, 6, 1u << 0 | 1u << 4);
+    }
     for (size_t i = 0; i < rep->n_filters; i++) {
         const Fgx__Ctl__Filter *fl = rep->filters[i];
 
@@ -434,7 +457,16 @@ int cli_fmt_filter_table(FILE *f, const Fgx__Ctl__Reply *rep)
         cli_fmt_table_addf(&t, "%s", cli_fmt_dir_name(fl->dir));
         cli_fmt_table_addf(&t, "%s", cli_fmt_yesno(fl->nocase));
         cli_fmt_table_addf(&t, "%s", cli_fmt_yesno(fl->active));
+        if (extra || labels)
+            cli_fmt_table_addf(&t, "%s", cli_fmt_action_name(fl));
         cli_fmt_table_addf(&t, "%" PRIu64, fl->blocked);
+        if (extra || labels) {
+            cli_fmt_table_addf(&t, "%" PRIu64, fl->matched);
+            if (fl->label && fl->label[0])
+                cli_fmt_table_add_str(&t, fl->label);
+            else
+                cli_fmt_table_addf(&t, "-");
+        }
         cli_fmt_table_add_str(&t, fl->regex);
     }
     rc = cli_fmt_table_print(f, &t);
@@ -497,7 +529,12 @@ json_t *cli_fmt_json_filter(const Fgx__Ctl__Filter *fl)
         json_object_update_new(o,
                                json_pack("{s:s, s:b, s:b, s:I}", "dir", cli_fmt_dir_name(fl->dir),
                                          "nocase", fl->nocase, "active", fl->active, "blocked",
-                                         cli_json_int(fl->blocked))) < 0)
+                                         cli_json_int(fl->blocked))) < 0 ||
+        json_object_update_new(o, json_pack("{s:s, s:I, s:o}", "action", cli_fmt_action_name(fl),
+                                            "matched", cli_json_int(fl->matched), "label",
+                                            cli_json_str_or_null(fl->label && fl->label[0]
+                                                                     ? fl->label
+                                                                     : NULL))) < 0)
         goto fail;
     /* Only add and import say why a regex is likely to block honest traffic. */
     if (fl->n_warnings > 0) {

@@ -7,6 +7,7 @@
 #define CLI_CMD_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include <jansson.h>
@@ -34,8 +35,13 @@ enum cli_opt {
     CLI_OPT_EXPIRE = 1u << 13,
     CLI_OPT_REPLACE = 1u << 14,
     CLI_OPT_MIDSTREAM = 1u << 15,
+    CLI_OPT_LOG = 1u << 16,    /* filter add --log */
+    CLI_OPT_ACTION = 1u << 17, /* filter set --action block|log */
+    CLI_OPT_LABEL = 1u << 18,  /* filter add|set --label TEXT */
+    CLI_OPT_TOP = 1u << 19,    /* events --top src */
+    CLI_OPT_SINCE = 1u << 20,  /* events --top --since 30m */
 };
-#define CLI_NOPTS 16
+#define CLI_NOPTS 21
 
 /* What the scan of a command's arguments found, before any value is interpreted. */
 struct cli_args_raw {
@@ -58,6 +64,7 @@ typedef json_t *(*cli_cmd_json_fn)(const Fgx__Ctl__Request *req, const Fgx__Ctl_
 enum cli_cmd_flags {
     CLI_CMD_CHANGE = 1u << 0,  /* changes services or filters: controld may compile for long */
     CLI_CMD_VERSION = 1u << 1, /* `fgexctl version`: a status request, printed as versions */
+    CLI_CMD_OFFLINE = 1u << 2, /* runs in fgexctl alone, no request (cli_cmd.offline) */
 };
 
 struct cli_cmd_def {
@@ -82,7 +89,15 @@ struct cli_cmd_family {
 };
 
 extern const struct cli_cmd_family cli_cmd_admin, cli_cmd_service, cli_cmd_filter, cli_cmd_worker,
-    cli_cmd_stats, cli_cmd_events;
+    cli_cmd_stats, cli_cmd_events, cli_cmd_regex;
+
+/* A duration as --since takes it: digits with an optional unit s, m, h or d (seconds without).
+ * Returns 0 or -EINVAL. (cmd_events.c) */
+int cli_cmd_parse_duration(const char *s, uint64_t *secs);
+
+/* An offline command (CLI_CMD_OFFLINE: `regex test`): run it, printing to out and err, and
+ * return the exit status. (cmd_regex.c) */
+int cli_cmd_offline_run(const struct cli_cmd *cmd, FILE *out, FILE *err);
 
 /* Every family, NULL-terminated (cmd.c). */
 extern const struct cli_cmd_family *const cli_cmd_families[];

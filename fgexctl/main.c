@@ -101,6 +101,11 @@ int main(int argc, char **argv)
         status = fflush(stdout) == EOF ? CLI_EXIT_ERROR : CLI_EXIT_OK;
         goto out;
     }
+    if (cmd.offline) {
+        /* `regex test`: nothing to ask controld, so no URL is looked at either. */
+        status = cli_cmd_offline_run(&cmd, stdout, stderr);
+        goto out;
+    }
     if ((cmd.fingerprint || cmd.ca) && !cli_pin_is_tls(cmd.url)) {
         print_err("--fingerprint and --ca apply to tls+tcp://HOST:PORT URLs only");
         status = CLI_EXIT_USAGE;
