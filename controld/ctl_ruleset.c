@@ -43,7 +43,7 @@ static int ids_get(const struct fgx_pattern *pats, size_t n, enum fgx_dir dir, u
         return -ENOMEM;
     for (size_t i = 0; i < n; i++)
         if (pats[i].dir & dir)
-            (*ids)[m++] = pats[i].filter_id | (pats[i].log ? FGX_FILTER_ID_LOG : 0);
+            (*ids)[m++] = pats[i].filter_id; /* with FGX_FILTER_ID_LOG for a log filter */
     qsort(*ids, m, sizeof(**ids), id_cmp);
     *nids = m;
     return 0;
@@ -116,11 +116,10 @@ int ctl_ruleset_build(struct ctl_txn *t, struct ctl_ruleset *out, char *err, siz
         for (size_t j = 0; j < nfs; j++) {
             if (fs[j].service_id != s->id || !fs[j].active)
                 continue;
-            pats[np++] = (struct fgx_pattern){.filter_id = fs[j].id,
+            pats[np++] = (struct fgx_pattern){.filter_id = ctl_filter_hs_id(&fs[j]),
                                               .regex = fs[j].regex,
                                               .dir = fs[j].dir,
-                                              .nocase = fs[j].nocase,
-                                              .log = fs[j].log};
+                                              .nocase = fs[j].nocase};
         }
         d = proxy ? &out->px_dp.services[out->px_dp.nservices++]
                   : &out->dp.services[out->dp.nservices++];

@@ -79,6 +79,11 @@ int ctl_store_filter_del(struct ctl_txn *t, uint32_t id);
 int ctl_store_filter_list(struct ctl_txn *t, uint32_t service_id, struct ctl_filter **out,
                           size_t *n);
 void ctl_filter_release(struct ctl_filter *f);
+/* The id f is compiled under (fgx_pattern.filter_id): its id, with FGX_FILTER_ID_LOG when log. */
+static inline uint32_t ctl_filter_hs_id(const struct ctl_filter *f)
+{
+    return f->log ? (f->id | FGX_FILTER_ID_LOG) : f->id;
+}
 void ctl_filters_free(struct ctl_filter *fs, size_t n);
 
 /* Persisted per-filter blocked totals (0 when never counted). */

@@ -40,7 +40,7 @@ static unsigned pattern_flags(bool nocase)
 /* The hyperscan id of a pattern: its filter id, with FGX_FILTER_ID_LOG for a log filter. */
 static unsigned pattern_id(const struct fgx_pattern *p)
 {
-    return p->log ? (p->filter_id | FGX_FILTER_ID_LOG) : p->filter_id;
+    return p->filter_id;
 }
 
 static bool pattern_applies(const struct fgx_pattern *p, enum fgx_dir dir)
@@ -351,8 +351,8 @@ int fgx_ruleset_compile(const struct fgx_pattern *pats, size_t n, enum fgx_dir d
             continue;
         ret = regex_precheck(pats[i].regex, why, sizeof(why));
         if (ret < 0) {
-            err_set(err, errlen, "filter %u: %s", pats[i].filter_id, why);
-            fgx_err("ruleset compile: filter %u: %s", pats[i].filter_id, why);
+            err_set(err, errlen, "filter %u: %s", pats[i].filter_id & FGX_FILTER_ID_MASK, why);
+            fgx_err("ruleset compile: filter %u: %s", pats[i].filter_id & FGX_FILTER_ID_MASK, why);
             goto out;
         }
         exprs[m] = pats[i].regex;

@@ -19,17 +19,16 @@ enum fgx_dir {
 };
 
 struct fgx_pattern {
-    uint32_t filter_id;
-    const char *regex; /* borrowed */
+    uint32_t filter_id; /* its hyperscan id; with FGX_FILTER_ID_LOG for a log filter */
+    const char *regex;  /* borrowed */
     enum fgx_dir dir;
     bool nocase;
-    bool log; /* a log filter: its match is recorded, the traffic passes */
 };
 
-/* A log filter's hyperscan id is its filter id with this bit set, so that the match callback
- * tells log from block by the id alone: no table to look up, nothing per flow, and a service
- * with only block filters compiles, caches and scans exactly as before. Filter ids stay below
- * it (controld allocates them from 1 up). */
+/* A log filter's hyperscan id is its filter id with this bit set (fgx_pattern.filter_id
+ * carries it), so that the match callback tells log from block by the id alone: no table to
+ * look up, nothing per flow, and a service with only block filters compiles, caches and scans
+ * exactly as before. Filter ids stay below it (controld allocates them from 1 up). */
 #define FGX_FILTER_ID_LOG 0x80000000u
 #define FGX_FILTER_ID_MASK 0x7fffffffu
 
