@@ -17,6 +17,7 @@
 #include "cli_args.h"
 #include "cli_json.h"
 #include "cmd.h"
+#include "fgx/ruleset.h"
 
 /* ---- small conversions ------------------------------------------------------------------- */
 
@@ -348,6 +349,35 @@ void cli_fmt_events_lost(FILE *f, uint64_t lost)
                       lost, lost == 1 ? "" : "s");
 }
 
+/* Columns a cell takes on a terminal: its UTF-8 characters (escaped cells are ASCII; a label
+ * is UTF-8 text), not its bytes. */
+static size_t cell_width(const char *s)
+{
+    size_t n = 0;
+
+    for (; *s; s++)
+        n += ((unsigned char)*s & 0xc0) != 0x80;
+    return n;
+}
+
+static void pad(FILE *f, size_t n)
+{
+    while (n-- > 0)
+        (void)fputc(' ', f);
+}
+
+void cli_fmt_table_add_label(struct cli_table *t, const char *label)
+{
+    char why[64];
+
+    if (!label || !label[0])
+        cli_fmt_table_addf(t, "-");
+    else if (fgx_label_check(label, why, sizeof(why)) == 0)
+        cli_fmt_table_addf(t, "%s", label); /* text already: shown as is */
+    else
+        cli_fmt_table_add_str(t, label);
+}
+
 int cli_fmt_table_print(FILE *f, struct cli_table *t)
 {
     size_t w[CLI_TABLE_MAX_COLS] = {0};
@@ -362,7 +392,7 @@ int cli_fmt_table_print(FILE *f, struct cli_table *t)
             w[c] = t->minw[c];
     }
     for (size_t i = 0; i < t->n; i++) {
-        size_t l = strlen(t->cells[i]);
+        size_t l = cell_width(t->cells[i]);
         if (l > w[i % t->ncols])
             w[i % t->ncols] = l;
     }
@@ -371,12 +401,17 @@ int cli_fmt_table_print(FILE *f, struct cli_table *t)
         const char *s = i < t->ncols ? t->heads[c] : t->cells[i - t->ncols];
         bool last = c == t->ncols - 1;
 
-        if (t->right & (1u << c))
-            (void)fprintf(f, "%*s", (int)w[c], s);
-        else if (last)
+        size_t sw = cell_width(s);
+
+        if (t->right & (1u << c)) {
+            pad(f, w[c] > sw ? w[c] - sw : 0);
+            (void)fputs(s, f);
+        } else if (last) {
             (void)fputs(s, f); /* no trailing blanks after the last column (the regex) */
-        else
-            (void)fprintf(f, "%-*s", (int)w[c], s);
+        } else {
+            (void)fputs(s, f);
+            pad(f, w[c] > sw ? w[c] - sw : 0);
+        }
         (void)fputs(last ? "\n" : "  ", f);
     }
     return 0;
@@ -462,10 +497,7 @@ int cli_fmt_filter_table(FILE *f, const Fgx__Ctl__Reply *rep)
         cli_fmt_table_addf(&t, "%" PRIu64, fl->blocked);
         if (extra || labels) {
             cli_fmt_table_addf(&t, "%" PRIu64, fl->matched);
-            if (fl->label && fl->label[0])
-                cli_fmt_table_add_str(&t, fl->label);
-            else
-                cli_fmt_table_addf(&t, "-");
+            cli_fmt_table_add_label(&t, fl->label);
         }
         cli_fmt_table_add_str(&t, fl->regex);
     }

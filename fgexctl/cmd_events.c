@@ -185,10 +185,7 @@ static int human_events(FILE *f, const Fgx__Ctl__Reply *rep, bool fixed, bool he
         cli_fmt_addr_port(e->dst, e->dport, buf, sizeof(buf));
         cli_fmt_table_addf(&t, "%s", buf);
         if (labels) {
-            if (e->label && e->label[0])
-                cli_fmt_table_add_str(&t, e->label);
-            else
-                cli_fmt_table_addf(&t, "-");
+            cli_fmt_table_add_label(&t, e->label);
         }
         cli_fmt_table_push(&t, cli_fmt_escape_bytes_dup(e->has_excerpt ? e->excerpt.data : NULL,
                                                         e->has_excerpt ? e->excerpt.len : 0));
@@ -272,10 +269,7 @@ static int human_top(FILE *f, const Fgx__Ctl__Reply *rep)
 
         cli_fmt_table_add_str(&t, r->src);
         cli_fmt_table_addf(&t, "%" PRIu32, r->filter_id);
-        if (r->label && r->label[0])
-            cli_fmt_table_add_str(&t, r->label);
-        else
-            cli_fmt_table_addf(&t, "-");
+        cli_fmt_table_add_label(&t, r->label);
         if (r->service && r->service[0])
             cli_fmt_table_add_str(&t, r->service);
         else

@@ -227,8 +227,14 @@ static void human_filter(FILE *f, const Fgx__Ctl__Filter *fl)
     cli_fmt_kv_u64(f, "blocked:", fl->blocked);
     if (cli_fmt_filter_is_log(fl) || fl->matched > 0)
         cli_fmt_kv_u64(f, "matched:", fl->matched);
-    if (fl->label && fl->label[0])
-        cli_fmt_kv_str(f, "label:", fl->label);
+    if (fl->label && fl->label[0]) {
+        char why[64];
+
+        if (fgx_label_check(fl->label, why, sizeof(why)) == 0)
+            cli_fmt_kv(f, "label:", fl->label);
+        else
+            cli_fmt_kv_str(f, "label:", fl->label);
+    }
 }
 
 static int human_list(FILE *f, const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep)
