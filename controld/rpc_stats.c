@@ -86,6 +86,11 @@ static void do_stats(struct ctl_rpc *r, const Fgx__Ctl__Request *req)
             if (ctl_rpc_blocked_of(r, t, fs[j].id, &b) < 0)
                 continue;
             m->blocked += b;
+            m->has_matched = 1;
+            if (r->ctx->stats)
+                m->matched += ctl_stats_matched(r->ctx->stats, fs[j].id);
+            else if (ctl_store_matched_get(t, fs[j].id, &b) == 0)
+                m->matched += b;
         }
         r->sst_ptrs[i] = m;
     }

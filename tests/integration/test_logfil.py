@@ -84,7 +84,11 @@ def log_filter_passes_traffic_and_records_the_match(env):
     check(f["matched"] == 1 and f["blocked"] == 0 and f["action"] == "log",
           "filter list after one log match: %r", f)
     st = env.ctl("stats", "lg")
-    check(st[0]["blocked"] == 0, "stats counts a log match as a block: %r", st[0])
+    check(st[0]["blocked"] == 0 and st[0]["matched"] == 1,
+          "stats: a log match is matched, not blocked: %r", st[0])
+    p = env.ctl_raw("stats", "lg", json_out=False)
+    check(p.stdout.split()[7] == "MATCHED" and p.stdout.split()[-1] == "1",
+          "stats text: %s", p.stdout)
     # the text table shows the action and the count
     p = env.ctl_raw("filter", "list", "lg", json_out=False)
     head = p.stdout.splitlines()[0].split()
