@@ -82,9 +82,9 @@ static const char usage_filter_set[] =
     "\n"
     "Change a filter in place: its id, counters and enabled state stay. The action\n"
     "switches live, as enable and disable do: once this returns, new connections are\n"
-    "judged by the new action, and open ones from their next packet on (a connection\n"
-    "that a log filter already matched is not matched by it again: the filter matches\n"
-    "once per direction of a connection). --label \"\" removes the label.\n"
+    "judged by the new action, and open ones from their next packet on (also one that\n"
+    "the filter already logged: its next occurrence there is blocked). --label \"\"\n"
+    "removes the label.\n"
     "FILTER is a filter id.\n";
 
 static const char usage_filter_rm[] =

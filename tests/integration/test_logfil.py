@@ -137,13 +137,21 @@ def switching_log_to_block_live_blocks_the_next_connection(env):
     env.ctl("filter", "set", str(fid), "--action", "log")
     c, sport3 = env.tcp_conn(SRV4, port, [b"three " + EVIL])
     it.assert_passed(c, it.server_conn_of(srv, sport3), b"three " + EVIL)
-    # an open connection switched block -> log from its next packet on is not dropped
-    h = env.tcp_client(SRV4, port, [b"hello ", 1.0, b"four " + EVIL], wait=False)
-    time.sleep(0.4)
+    # an open connection that the log filter already logged: switched to block, its next
+    # occurrence is blocked (the stream is reopened on the new database)
+    h = env.tcp_client(SRV4, port, [b"four " + EVIL, 1.5, b" again " + EVIL + b"X"], wait=False)
+    time.sleep(0.5)
     env.ctl("filter", "set", str(fid), "--action", "block")
+    c = it.client_result(h, 10)
+    check(c["end"] == "reset", "an open connection was not blocked after the switch: %r", c)
+    got = b"".join(it.d64(e["data"]) for e in srv.all("data"))
+    check(b"four " + EVIL in got and b"again" not in got, "server got %r", got[-80:])
+    # and an open connection switched block -> log is not dropped at its next match
+    h = env.tcp_client(SRV4, port, [b"hello ", 1.5, b"five " + EVIL], wait=False)
+    time.sleep(0.5)
     env.ctl("filter", "set", str(fid), "--action", "log")
     c = it.client_result(h, 10)
-    check(c["end"] == "eof", "an open connection was cut after the switch back to log: %r", c)
+    check(c["end"] == "eof", "an open connection was cut after the switch to log: %r", c)
     # bad values are refused, nothing changes
     p = env.ctl_raw("filter", "set", str(fid), "--action", "drop")
     check(p.returncode == 4, "--action drop: rc %d %s", p.returncode, p.stderr)
