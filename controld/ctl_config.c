@@ -383,6 +383,12 @@ static int config_check(const Fgx__Ctl__Config *cfg, struct ctl_service *svcs, c
             err_set(err, errlen, "filter %zu of the file: id 0 is not a valid id", i + 1);
             return -EINVAL;
         }
+        /* The top bit of a compiled id says "log" (FGX_FILTER_ID_LOG). */
+        if (f->id > FGX_FILTER_ID_MASK) {
+            err_set(err, errlen, "filter %zu of the file: id %u is too large (at most %u)", i + 1,
+                    f->id, FGX_FILTER_ID_MASK);
+            return -EINVAL;
+        }
         for (size_t j = 0; j < i; j++) {
             if (cfg->filters[j]->id == f->id) {
                 err_set(err, errlen, "two filters have the id %u", f->id);

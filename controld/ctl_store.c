@@ -667,6 +667,9 @@ int ctl_store_filter_put(struct ctl_txn *t, struct ctl_filter *f)
         rv = next_id(t, meta_next_filter, &f->id);
         if (rv < 0)
             return rv;
+        /* The top bit of a compiled id says "log" (FGX_FILTER_ID_LOG). */
+        if (f->id > FGX_FILTER_ID_MASK)
+            return -EOVERFLOW;
         f->created = (uint64_t)time(NULL);
     }
     return filter_write(t, f);

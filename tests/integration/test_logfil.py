@@ -278,6 +278,15 @@ def labels_round_trip_list_events_ruleset_backup(env):
     p = env.ctl_raw("import", bad)
     check(p.returncode != 0 and "action" in p.stderr, "bad action imported: %d %s",
           p.returncode, p.stderr)
+    raw["services"][0]["filters"][0]["action"] = "log"
+    raw["services"][0]["filters"][0]["id"] = 2**31  # the bit that marks a log filter's id
+    with open(bad, "w") as f:
+        json.dump(raw, f)
+    p = env.ctl_raw("import", bad)
+    check(p.returncode == 4 and "too large" in p.stderr, "id 2^31 imported: %d %s",
+          p.returncode, p.stderr)
+    check({f["id"]: (f["action"], f["label"]) for s in ("lbl", "lbl2") for f in
+           env.filters(s)} == before, "a refused import changed the filters")
 
 
 def regex_test(env, *args, stdin=None):
