@@ -177,8 +177,7 @@ static int print_human(FILE *out, const struct cli_cmd *cmd, const struct fgx_re
         return 0;
     }
     (void)fprintf(out, "match: ends at offset %" PRIu64 " of %" PRIu64 " bytes (%s)\n", m->end,
-                  fgx_regex_test_bytes(rt),
-                  cmd->rtest.udp ? "one UDP datagram" : "one TCP stream");
+                  fgx_regex_test_bytes(rt), cmd->rtest.udp ? "one UDP datagram" : "one TCP stream");
     esc = cli_fmt_escape_bytes_dup(m->excerpt, m->excerpt_len);
     if (!esc)
         return -ENOMEM;
@@ -194,15 +193,14 @@ static json_t *result_json(const struct cli_cmd *cmd, const struct fgx_regex_tes
                            const struct fgx_pattern_warnings *w)
 {
     static const char hexd[] = "0123456789abcdef";
-    json_t *o = json_pack("{s:b, s:I, s:s, s:s, s:b}", "matched", m->matched, "bytes",
-                          cli_json_int(fgx_regex_test_bytes(rt)), "proto",
-                          cmd->rtest.udp ? "udp" : "tcp", "dir",
-                          cli_fmt_dir_name(cmd->rtest.dir), "nocase", cmd->rtest.nocase);
+    json_t *o =
+        json_pack("{s:b, s:I, s:s, s:s, s:b}", "matched", m->matched, "bytes",
+                  cli_json_int(fgx_regex_test_bytes(rt)), "proto", cmd->rtest.udp ? "udp" : "tcp",
+                  "dir", cli_fmt_dir_name(cmd->rtest.dir), "nocase", cmd->rtest.nocase);
     json_t *wa = json_array();
     char h[2 * sizeof(m->excerpt) + 1];
 
-    if (!o || !wa ||
-        cli_json_set_bytes(o, "regex", cmd->rtest.regex, strlen(cmd->rtest.regex)) < 0)
+    if (!o || !wa || cli_json_set_bytes(o, "regex", cmd->rtest.regex, strlen(cmd->rtest.regex)) < 0)
         goto fail;
     for (size_t i = 0; i < w->n; i++)
         if (json_array_append_new(wa, cli_json_str(w->text[i])) < 0)

@@ -50,8 +50,8 @@ static int on_match(unsigned int id, unsigned long long from, unsigned long long
 int fgx_regex_test_new(const char *regex, bool nocase, int ipproto, struct fgx_pattern_warnings *w,
                        char *err, size_t errlen, struct fgx_regex_test **out)
 {
-    struct fgx_pattern p = {.filter_id = TRIAL_ID, .regex = regex, .dir = FGX_DIR_BOTH,
-                            .nocase = nocase};
+    struct fgx_pattern p = {
+        .filter_id = TRIAL_ID, .regex = regex, .dir = FGX_DIR_BOTH, .nocase = nocase};
     struct fgx_blob b = {0};
     struct fgx_regex_test *rt;
     hs_error_t rc;

@@ -54,8 +54,8 @@ static struct hs_database *db_of(const struct fgx_pattern *pats, size_t n, int i
     struct hs_database *db = NULL;
     char err[256];
 
-    cr_assert_eq(fgx_ruleset_compile(pats, n, FGX_DIR_C2S, ipproto, &b, err, sizeof(err)), 0,
-                 "%s", err);
+    cr_assert_eq(fgx_ruleset_compile(pats, n, FGX_DIR_C2S, ipproto, &b, err, sizeof(err)), 0, "%s",
+                 err);
     cr_assert_eq(fgx_hsdb_load(b.data, b.len, &db), 0);
     fgx_blob_release(&b);
     return db;
@@ -297,8 +297,11 @@ Test(logfil, ruleset_bad_words)
     Fgx__Ctl__FilterImport fi = FGX__CTL__FILTER_IMPORT__INIT;
     char err[256];
     static const char *const bad[] = {
-        "log log /a/\n",          "log block /a/\n",       "label=\"x /a/\n",
-        "label=\"a\"b /a/\n",     "label=\"a\" label=\"b\" /a/\n",
+        "log log /a/\n",
+        "log block /a/\n",
+        "label=\"x /a/\n",
+        "label=\"a\"b /a/\n",
+        "label=\"a\" label=\"b\" /a/\n",
         "label=\"\x01\" /a/\n",
     };
 
@@ -324,7 +327,7 @@ Test(logfil, top_src_folds_per_source_and_filter_newest_first)
         ev("10.0.0.1", 3, 100, false), ev("10.0.0.2", 3, 150, false),
         ev("10.0.0.1", 3, 300, false), ev("10.0.0.1", 4, 200, false),
         ev("10.0.0.2", 3, 120, false), ev("10.0.0.3", 5, 999, true), /* a log match */
-        ev("10.0.0.2", 3, 10, false),  /* older than since */
+        ev("10.0.0.2", 3, 10, false),                                /* older than since */
     };
     const struct ctl_event *p[7];
     struct ctl_top_row *rows;
@@ -375,8 +378,8 @@ Test(logfil, regex_trial_stream_across_pieces)
     struct fgx_regex_test *rt;
     char err[512];
 
-    cr_assert_eq(fgx_regex_test_new("evil[0-9]+", false, IPPROTO_TCP, &w, err, sizeof(err), &rt),
-                 0, "%s", err);
+    cr_assert_eq(fgx_regex_test_new("evil[0-9]+", false, IPPROTO_TCP, &w, err, sizeof(err), &rt), 0,
+                 "%s", err);
     cr_assert_eq(w.n, 0);
     cr_assert_eq(fgx_regex_test_feed(rt, "aaaa ev", 7, err, sizeof(err)), 0);
     cr_assert_eq(fgx_regex_test_feed(rt, "il42", 4, err, sizeof(err)), 0);
