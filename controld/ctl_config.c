@@ -528,11 +528,10 @@ static int service_compile(struct ctl_txn *t, const struct ctl_service *svc,
     for (size_t i = 0; i < nfs; i++) {
         if (!fs[i].active)
             continue;
-        pats[n++] = (struct fgx_pattern){
-            .filter_id = ctl_filter_hs_id(&fs[i]),
-            .regex = fs[i].regex,
-            .dir = fs[i].dir,
-            .nocase = fs[i].nocase};
+        pats[n++] = (struct fgx_pattern){.filter_id = ctl_filter_hs_id(&fs[i]),
+                                         .regex = fs[i].regex,
+                                         .dir = fs[i].dir,
+                                         .nocase = fs[i].nocase};
     }
     for (size_t d = 0; d < 2; d++) {
         struct fgx_blob b = {0};

@@ -21,7 +21,8 @@ static bool dir_has_pattern(const struct fgx_pattern *pats, size_t n, enum fgx_d
 
 static int id_cmp(const void *a, const void *b)
 {
-    uint32_t x = *(const uint32_t *)a & FGX_FILTER_ID_MASK, y = *(const uint32_t *)b & FGX_FILTER_ID_MASK;
+    uint32_t x = *(const uint32_t *)a & FGX_FILTER_ID_MASK,
+             y = *(const uint32_t *)b & FGX_FILTER_ID_MASK;
 
     return x < y ? -1 : x > y;
 }

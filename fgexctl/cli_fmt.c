@@ -562,11 +562,10 @@ json_t *cli_fmt_json_filter(const Fgx__Ctl__Filter *fl)
                                json_pack("{s:s, s:b, s:b, s:I}", "dir", cli_fmt_dir_name(fl->dir),
                                          "nocase", fl->nocase, "active", fl->active, "blocked",
                                          cli_json_int(fl->blocked))) < 0 ||
-        json_object_update_new(o, json_pack("{s:s, s:I, s:o}", "action", cli_fmt_action_name(fl),
-                                            "matched", cli_json_int(fl->matched), "label",
-                                            cli_json_str_or_null(fl->label && fl->label[0]
-                                                                     ? fl->label
-                                                                     : NULL))) < 0)
+        json_object_update_new(
+            o, json_pack("{s:s, s:I, s:o}", "action", cli_fmt_action_name(fl), "matched",
+                         cli_json_int(fl->matched), "label",
+                         cli_json_str_or_null(fl->label && fl->label[0] ? fl->label : NULL))) < 0)
         goto fail;
     /* Only add and import say why a regex is likely to block honest traffic. */
     if (fl->n_warnings > 0) {

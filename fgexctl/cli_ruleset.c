@@ -33,8 +33,8 @@ static bool blank(char c)
 
 /* label="TEXT" at *pp (past `label=`, at the opening quote): TEXT may hold blanks and '/', with
  * \" and \\ for a quote and a backslash. Moves *pp past the closing quote. */
-static int parse_label(const char **pp, const char *end, unsigned line,
-                       Fgx__Ctl__FilterSpec *spec, char *err, size_t errlen)
+static int parse_label(const char **pp, const char *end, unsigned line, Fgx__Ctl__FilterSpec *spec,
+                       char *err, size_t errlen)
 {
     const char *p = *pp + 1;
     char buf[FGX_LABEL_MAX + 1], why[128];
@@ -111,7 +111,8 @@ static int parse_line(const char *s, size_t len, unsigned line, Fgx__Ctl__Filter
             if (spec->has_action)
                 return line_err(err, errlen, line, "the action (log or block) is given twice");
             spec->has_action = 1;
-            spec->action = WORD("log") ? FGX__CTL__ACTION__ACTION_LOG : FGX__CTL__ACTION__ACTION_BLOCK;
+            spec->action =
+                WORD("log") ? FGX__CTL__ACTION__ACTION_LOG : FGX__CTL__ACTION__ACTION_BLOCK;
         } else if (WORD("disabled")) {
             if (spec->has_active)
                 return line_err(err, errlen, line, "'disabled' is given twice");

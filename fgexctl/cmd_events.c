@@ -153,8 +153,8 @@ static int human_events(FILE *f, const Fgx__Ctl__Reply *rep, bool fixed, bool he
 {
     static const char *const heads[] = {"TIME", "SERVICE", "FILTER", "DIR",
                                         "SRC",  "DST",     "EXCERPT"};
-    static const char *const lheads[] = {"TIME", "SERVICE", "FILTER",  "DIR",
-                                         "SRC",  "DST",     "LABEL",   "EXCERPT"};
+    static const char *const lheads[] = {"TIME", "SERVICE", "FILTER", "DIR",
+                                         "SRC",  "DST",     "LABEL",  "EXCERPT"};
     struct cli_table t;
     char buf[INET6_ADDRSTRLEN * 4 + 16];
     bool labels = false;
@@ -223,13 +223,10 @@ static json_t *json_event(const void *p)
     h[2 * (xlen < EXCERPT_HEX_MAX ? xlen : EXCERPT_HEX_MAX)] = '\0';
     if (!o || cli_json_set_bytes(o, "excerpt", x, xlen) < 0 ||
         json_object_set_new(o, "excerpt_hex", json_string(h)) < 0 ||
-        (e->has_match_end &&
-         json_object_set_new(o, "match_end", json_integer(e->match_end)) < 0) ||
-        json_object_set_new(o, "action", json_string(e->has_log && e->log ? "log" : "block")) <
-            0 ||
-        json_object_set_new(o, "label", cli_json_str_or_null(e->label && e->label[0] ? e->label
-                                                                                     : NULL)) <
-            0) {
+        (e->has_match_end && json_object_set_new(o, "match_end", json_integer(e->match_end)) < 0) ||
+        json_object_set_new(o, "action", json_string(e->has_log && e->log ? "log" : "block")) < 0 ||
+        json_object_set_new(o, "label",
+                            cli_json_str_or_null(e->label && e->label[0] ? e->label : NULL)) < 0) {
         json_decref(o);
         return NULL;
     }
@@ -294,11 +291,10 @@ static json_t *json_top_row(const void *p)
     cli_fmt_time(r->last_ns, true, last, sizeof(last));
     return json_pack("{s:o, s:I, s:o, s:I, s:o, s:I, s:s, s:I, s:s, s:I}", "src",
                      cli_json_str(r->src), "filter_id", cli_json_int(r->filter_id), "label",
-                     cli_json_str_or_null(r->label && r->label[0] ? r->label : NULL),
-                     "service_id", cli_json_int(r->service_id), "service",
-                     cli_json_str_or_null(r->service), "blocks", cli_json_int(r->blocks), "first",
-                     first, "first_ns", cli_json_int(r->first_ns), "last", last, "last_ns",
-                     cli_json_int(r->last_ns));
+                     cli_json_str_or_null(r->label && r->label[0] ? r->label : NULL), "service_id",
+                     cli_json_int(r->service_id), "service", cli_json_str_or_null(r->service),
+                     "blocks", cli_json_int(r->blocks), "first", first, "first_ns",
+                     cli_json_int(r->first_ns), "last", last, "last_ns", cli_json_int(r->last_ns));
 }
 
 static int human_events_reply(FILE *f, const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep)

@@ -82,7 +82,7 @@ static int build_stats(struct cli_cmd *cmd, const struct cli_cmd_def *spec,
 
 static int human_stats_table(FILE *f, const Fgx__Ctl__Reply *rep)
 {
-    static const char *const heads[] = {"SERVICE", "PACKETS", "BYTES",  "ACCEPTED",
+    static const char *const heads[] = {"SERVICE", "PACKETS", "BYTES",   "ACCEPTED",
                                         "DROPPED", "FLOWS",   "BLOCKED", "MATCHED"};
     struct cli_table t;
     bool matched = false;

@@ -366,8 +366,7 @@ int fgx_ruleset_compile(const struct fgx_pattern *pats, size_t n, enum fgx_dir d
         const char *msg = cerr != NULL ? cerr->message : fgx_hs_strerror(rc);
 
         if (cerr != NULL && cerr->expression >= 0 && (size_t)cerr->expression < m)
-            err_set(err, errlen, "filter %u: %s", ids[cerr->expression] & FGX_FILTER_ID_MASK,
-                    msg);
+            err_set(err, errlen, "filter %u: %s", ids[cerr->expression] & FGX_FILTER_ID_MASK, msg);
         else
             err_set(err, errlen, "%s", msg);
         if (cerr != NULL && cerr->expression >= 0 && (size_t)cerr->expression < m)

@@ -200,11 +200,11 @@ void nfq_match_log(void *arg, const struct fgx_reasm_match *m)
         const struct fgx_flow_key *k = &f->key;
 
         if (dir == FGX_DIR_C2S)
-            event_record(t, f->service_id, dir, k->ipproto, k->family, k->caddr, k->cport,
-                         k->saddr, k->sport, m);
+            event_record(t, f->service_id, dir, k->ipproto, k->family, k->caddr, k->cport, k->saddr,
+                         k->sport, m);
         else
-            event_record(t, f->service_id, dir, k->ipproto, k->family, k->saddr, k->sport,
-                         k->caddr, k->cport, m);
+            event_record(t, f->service_id, dir, k->ipproto, k->family, k->saddr, k->sport, k->caddr,
+                         k->cport, m);
     } else if (p != NULL) {
         event_record(t, t->scan_svc, dir, p->ipproto, p->family, p->saddr, p->sport, p->daddr,
                      p->dport, m);

@@ -102,7 +102,7 @@ struct fgx_dp_event {
     uint8_t excerpt_len;
     uint8_t match_end; /* the match ends before excerpt[match_end] (<= excerpt_len) */
     uint8_t excerpt[FGX_DP_EXCERPT_MAX]; /* bytes around the end of the match */
-    bool log; /* a log filter's match: nothing was dropped */
+    bool log;                            /* a log filter's match: nothing was dropped */
 };
 
 struct fgx_dp_stats {
