@@ -11,6 +11,7 @@
 
 #include "cli_fmt.h"
 #include "cli_json.h"
+#include "fgx/ruleset.h"
 
 /* ---- usage ---- */
 
@@ -32,7 +33,8 @@ static const char usage_events[] =
     "Blocks whose event was lost (a worker's event queue was full) are said after the\n"
     "table (on stderr with --json). A log filter's match is an event too: FILTER shows\n"
     "it as ID/log (JSON: \"action\": \"log\"; a block's is \"block\"). A filter's label\n"
-    "(as the filter has it now) is shown in a LABEL column (JSON: \"label\", or null).\n"
+    "(as the filter has it now) is shown in a LABEL column (with --follow beside the\n"
+    "filter id, so that every batch keeps the columns; JSON: \"label\", or null).\n"
     "\n"
     "usage: fgexctl events [SERVICE] --top src [--since DURATION] [--json]\n"
     "\n"
@@ -160,8 +162,9 @@ static int human_events(FILE *f, const Fgx__Ctl__Reply *rep, bool fixed, bool he
     bool labels = false;
     int rc;
 
-    /* A LABEL column only when an event of these has one. */
-    for (size_t i = 0; i < rep->n_events; i++)
+    /* A LABEL column only when an event of these has one. Batches of --follow keep one layout
+     * (their header is printed once): a label goes into the FILTER cell there instead. */
+    for (size_t i = 0; i < rep->n_events && !fixed; i++)
         labels |= rep->events[i]->label && rep->events[i]->label[0];
     if (labels)
         cli_fmt_table_init(&t, lheads, 8, 1u << 2);
@@ -178,7 +181,12 @@ static int human_events(FILE *f, const Fgx__Ctl__Reply *rep, bool fixed, bool he
             cli_fmt_table_add_str(&t, e->service);
         else
             cli_fmt_table_addf(&t, "%" PRIu32, e->service_id);
-        cli_fmt_table_addf(&t, "%" PRIu32 "%s", e->filter_id, e->has_log && e->log ? "/log" : "");
+        if (fixed && e->label && e->label[0] && fgx_label_check(e->label, buf, sizeof(buf)) == 0)
+            cli_fmt_table_addf(&t, "%" PRIu32 "%s (%s)", e->filter_id,
+                               e->has_log && e->log ? "/log" : "", e->label);
+        else
+            cli_fmt_table_addf(&t, "%" PRIu32 "%s", e->filter_id,
+                               e->has_log && e->log ? "/log" : "");
         cli_fmt_table_addf(&t, "%s", event_dir(e->dir));
         cli_fmt_addr_port(e->src, e->sport, buf, sizeof(buf));
         cli_fmt_table_addf(&t, "%s", buf);
