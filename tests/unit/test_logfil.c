@@ -432,3 +432,95 @@ Test(logfil, regex_trial_no_match_and_nocase)
     cr_assert_eq(m.end, 8);
     fgx_regex_test_free(rt);
 }
+
+/* ---- rendering: the new columns appear only where they are used ---- */
+
+#include "fgexctl/cli_fmt.h"
+
+static char *render(const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep, bool json)
+{
+    char *out = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&out, &len);
+
+    cr_assert_not_null(f);
+    cr_assert_eq(cli_fmt_reply(f, req, rep, json), 0);
+    (void)fclose(f);
+    return out;
+}
+
+Test(logfil, filter_table_columns_only_when_used)
+{
+    Fgx__Ctl__Ref ref = FGX__CTL__REF__INIT;
+    Fgx__Ctl__Request req = FGX__CTL__REQUEST__INIT;
+    Fgx__Ctl__Reply rep = FGX__CTL__REPLY__INIT;
+    Fgx__Ctl__Filter a = FGX__CTL__FILTER__INIT, b = FGX__CTL__FILTER__INIT, *fs[] = {&a, &b};
+    char *out;
+
+    ref.ref = (char *)"web";
+    req.req_case = FGX__CTL__REQUEST__REQ_FILTER_LIST;
+    req.filter_list = &ref;
+    a.id = 1;
+    a.regex = (char *)"evil";
+    a.active = 1;
+    a.blocked = 4;
+    b.id = 2;
+    b.regex = (char *)"probe";
+    b.active = 1;
+    rep.n_filters = 2;
+    rep.filters = fs;
+    out = render(&req, &rep, false);
+    cr_assert_str_eq(out, "ID  DIR   NOCASE  ACTIVE  BLOCKED  REGEX\n"
+                          " 1  both  no      yes           4  evil\n"
+                          " 2  both  no      yes           0  probe\n");
+    free(out);
+    b.has_action = 1;
+    b.action = FGX__CTL__ACTION__ACTION_LOG;
+    b.matched = 12;
+    b.label = (char *)"t12 ✓";
+    out = render(&req, &rep, false);
+    /* The label is text: shown as is, and its width counted in characters. */
+    cr_assert_str_eq(out, "ID  DIR   NOCASE  ACTIVE  ACTION  BLOCKED  MATCHED  LABEL  REGEX\n"
+                          " 1  both  no      yes     block         4        0  -      evil\n"
+                          " 2  both  no      yes     log           0       12  t12 ✓  probe\n");
+    free(out);
+}
+
+Test(logfil, events_mark_log_and_labels)
+{
+    Fgx__Ctl__EventsQuery q = FGX__CTL__EVENTS_QUERY__INIT;
+    Fgx__Ctl__Request req = FGX__CTL__REQUEST__INIT;
+    Fgx__Ctl__Reply rep = FGX__CTL__REPLY__INIT;
+    Fgx__Ctl__Event e = FGX__CTL__EVENT__INIT, *es[] = {&e};
+    char *out = NULL;
+    size_t len = 0;
+    FILE *f;
+
+    req.req_case = FGX__CTL__REQUEST__REQ_EVENTS;
+    req.events = &q;
+    e.seq = 1;
+    e.service = (char *)"web";
+    e.filter_id = 7;
+    e.src = (char *)"10.0.0.5";
+    e.dst = (char *)"10.0.0.1";
+    e.has_log = e.log = 1;
+    e.label = (char *)"t12";
+    rep.n_events = 1;
+    rep.events = es;
+    out = render(&req, &rep, false);
+    cr_assert(strstr(out, "LABEL"), "%s", out);
+    cr_assert(strstr(out, "7/log"), "%s", out);
+    cr_assert(strstr(out, "  t12  "), "%s", out);
+    free(out);
+    out = render(&req, &rep, true);
+    cr_assert(strstr(out, "\"action\":\"log\",\"label\":\"t12\""), "%s", out);
+    free(out);
+    /* --follow: one layout for every batch, the label beside the filter */
+    out = NULL;
+    f = open_memstream(&out, &len);
+    cr_assert_eq(cli_cmd_events_follow(f, &rep, false, true), 0);
+    fclose(f);
+    cr_assert_null(strstr(out, "LABEL"), "%s", out);
+    cr_assert(strstr(out, "7/log (t12)"), "%s", out);
+    free(out);
+}
