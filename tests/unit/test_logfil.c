@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "controld/ctl_top.h"
+#include "fgexctl/cli_fmt.h"
 #include "fgexctl/cli_ruleset.h"
 #include "fgexctl/cmd.h"
 #include "fgx/reasm.h"
@@ -435,7 +436,6 @@ Test(logfil, regex_trial_no_match_and_nocase)
 
 /* ---- rendering: the new columns appear only where they are used ---- */
 
-#include "fgexctl/cli_fmt.h"
 
 static char *render(const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep, bool json)
 {
