@@ -55,7 +55,10 @@ int ctl_top_src(const struct ctl_event *const *evs, size_t n, uint64_t since_ns,
         return 0;
     }
     qsort(v, m, sizeof(*v), key_cmp);
-    rows = calloc(m, sizeof(*rows)); /* at most one per event; trimmed below */
+    for (size_t i = 0; i < m; i++) /* one row per run of equal keys */
+        nr += i == 0 || key_cmp(&v[i - 1], &v[i]) != 0;
+    rows = calloc(nr, sizeof(*rows));
+    nr = 0;
     if (!rows) {
         free(v);
         return -ENOMEM;
