@@ -94,8 +94,8 @@ int ctl_config_filter_extra_check(bool has_action, int action, const char *label
 {
     char why[128];
 
-    if (has_action && action != FGX__CTL__ACTION__ACTION_BLOCK &&
-        action != FGX__CTL__ACTION__ACTION_LOG) {
+    if (has_action && action != FGX__CTL__FILTER_ACTION__FILTER_ACTION_BLOCK &&
+        action != FGX__CTL__FILTER_ACTION__FILTER_ACTION_LOG) {
         err_set(err, errlen, "invalid action: use block or log");
         return -EINVAL;
     }
@@ -109,7 +109,7 @@ int ctl_config_filter_extra_check(bool has_action, int action, const char *label
 void ctl_config_filter_extra_to_msg(const struct ctl_filter *f, Fgx__Ctl__Filter *m)
 {
     m->has_action = 1;
-    m->action = f->log ? FGX__CTL__ACTION__ACTION_LOG : FGX__CTL__ACTION__ACTION_BLOCK;
+    m->action = f->log ? FGX__CTL__FILTER_ACTION__FILTER_ACTION_LOG : FGX__CTL__FILTER_ACTION__FILTER_ACTION_BLOCK;
     if (f->label && f->label[0] != '\0')
         m->label = f->label;
 }
@@ -471,7 +471,7 @@ int ctl_config_import(struct ctl_txn *t, const Fgx__Ctl__Config *cfg, char *err,
             .nocase = m->nocase,
             .active = m->active,
             .created = m->has_created ? m->created : (uint64_t)time(NULL),
-            .log = m->has_action && m->action == FGX__CTL__ACTION__ACTION_LOG,
+            .log = m->has_action && m->action == FGX__CTL__FILTER_ACTION__FILTER_ACTION_LOG,
             .label = m->label && m->label[0] ? m->label : NULL,
         };
 
@@ -666,7 +666,7 @@ int ctl_config_filter_import_warn(struct ctl_txn *t, const Fgx__Ctl__FilterImpor
             .regex = s->regex,
             .nocase = s->has_nocase && s->nocase,
             .active = !s->has_active || s->active,
-            .log = s->has_action && s->action == FGX__CTL__ACTION__ACTION_LOG,
+            .log = s->has_action && s->action == FGX__CTL__FILTER_ACTION__FILTER_ACTION_LOG,
             .label = s->label && s->label[0] ? s->label : NULL,
         };
 

@@ -83,7 +83,7 @@ int ctl_config_regex_lint_cached(const char *regex, bool nocase, uint8_t ipproto
                                  struct fgx_pattern_warnings *w, char *err, size_t errlen);
 /* ctl_config_regex_check(), and what is likely to block honest traffic in *w (none when
  * refused): see fgx_pattern_lint(). */
-/* A filter's action (a Fgx__Ctl__Action) and label as they come in a request or a file: 0, or
+/* A filter's action (a Fgx__Ctl__FilterAction) and label as they come in a request or a file: 0, or
  * -EINVAL with the reason ("invalid action ...", fgx_label_check()'s). */
 int ctl_config_filter_extra_check(bool has_action, int action, const char *label, char *err,
                                   size_t errlen);

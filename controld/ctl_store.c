@@ -591,7 +591,7 @@ static int filter_decode(const MDB_val *v, struct ctl_filter *out)
     out->nocase = m->nocase;
     out->active = m->active;
     out->created = m->has_created ? m->created : 0;
-    out->log = m->has_action && m->action == FGX__CTL__ACTION__ACTION_LOG;
+    out->log = m->has_action && m->action == FGX__CTL__FILTER_ACTION__FILTER_ACTION_LOG;
     if (m->label && m->label[0] != '\0') {
         out->label = strdup(m->label);
         if (!out->label) {
@@ -625,7 +625,7 @@ static int filter_write(struct ctl_txn *t, const struct ctl_filter *f)
     /* Written only when set: a block filter's record stays what it was before actions. */
     if (f->log) {
         m.has_action = 1;
-        m.action = FGX__CTL__ACTION__ACTION_LOG;
+        m.action = FGX__CTL__FILTER_ACTION__FILTER_ACTION_LOG;
     }
     if (f->label && f->label[0] != '\0')
         m.label = f->label;

@@ -38,7 +38,7 @@ static void do_filter_add(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
         goto out;
     if (extra_check(r, a->has_action, a->action, a->label) < 0)
         goto out;
-    f.log = a->has_action && a->action == FGX__CTL__ACTION__ACTION_LOG;
+    f.log = a->has_action && a->action == FGX__CTL__FILTER_ACTION__FILTER_ACTION_LOG;
     if (a->label && a->label[0] != '\0') {
         f.label = strdup(a->label);
         if (!f.label) {
@@ -133,7 +133,7 @@ static void do_filter_set(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
     if (ctl_rpc_filter_resolve(r, t, a->ref, &f) < 0)
         goto out;
     if (a->has_action) {
-        bool log = a->action == FGX__CTL__ACTION__ACTION_LOG;
+        bool log = a->action == FGX__CTL__FILTER_ACTION__FILTER_ACTION_LOG;
 
         changed |= f.log != log;
         f.log = log;

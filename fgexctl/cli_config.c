@@ -43,7 +43,7 @@ static json_t *write_filter(const Fgx__Ctl__Filter *fl)
         json_object_update_new(o, json_pack("{s:s, s:b, s:b}", "dir", dir_str(fl->dir), "nocase",
                                             fl->nocase, "active", fl->active)) == 0 &&
         json_object_set_new(o, "action",
-                            json_string(fl->has_action && fl->action == FGX__CTL__ACTION__ACTION_LOG
+                            json_string(fl->has_action && fl->action == FGX__CTL__FILTER_ACTION__FILTER_ACTION_LOG
                                             ? "log"
                                             : "block")) == 0 &&
         (!fl->label || !fl->label[0] ||
@@ -466,7 +466,7 @@ static int read_filter(struct rd *r, const json_t *fs, size_t idx, uint32_t serv
     static const char *const keys[] = {"id",     "regex",  "regex_b64", "dir", "nocase",
                                        "active", "action", "label",     NULL};
     static const char *const acts[] = {"block", "log"};
-    static const int actv[] = {FGX__CTL__ACTION__ACTION_BLOCK, FGX__CTL__ACTION__ACTION_LOG};
+    static const int actv[] = {FGX__CTL__FILTER_ACTION__FILTER_ACTION_BLOCK, FGX__CTL__FILTER_ACTION__FILTER_ACTION_LOG};
     char why[128];
     int act = 0;
     static const char *const dirs[] = {"both", "c2s", "s2c"};
@@ -504,10 +504,10 @@ static int read_filter(struct rd *r, const json_t *fs, size_t idx, uint32_t serv
     if (rc == 0)
         rc = get_bool(r, fv, "active", where, true, &fl->active);
     if (rc == 0)
-        rc = get_enum(r, fv, "action", where, acts, actv, 2, FGX__CTL__ACTION__ACTION_BLOCK, &act);
-    if (rc == 0 && act == FGX__CTL__ACTION__ACTION_LOG) {
+        rc = get_enum(r, fv, "action", where, acts, actv, 2, FGX__CTL__FILTER_ACTION__FILTER_ACTION_BLOCK, &act);
+    if (rc == 0 && act == FGX__CTL__FILTER_ACTION__FILTER_ACTION_LOG) {
         fl->has_action = 1;
-        fl->action = FGX__CTL__ACTION__ACTION_LOG;
+        fl->action = FGX__CTL__FILTER_ACTION__FILTER_ACTION_LOG;
     }
     if (rc == 0 && json_object_get(fv, "label")) {
         rc = get_str(r, fv, "label", where, "", &fl->label);

@@ -453,7 +453,7 @@ const char *cli_fmt_ip_text(const char *ip)
 
 bool cli_fmt_filter_is_log(const Fgx__Ctl__Filter *fl)
 {
-    return fl->has_action && fl->action == FGX__CTL__ACTION__ACTION_LOG;
+    return fl->has_action && fl->action == FGX__CTL__FILTER_ACTION__FILTER_ACTION_LOG;
 }
 
 const char *cli_fmt_action_name(const Fgx__Ctl__Filter *fl)

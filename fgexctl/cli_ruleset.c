@@ -112,7 +112,7 @@ static int parse_line(const char *s, size_t len, unsigned line, Fgx__Ctl__Filter
                 return line_err(err, errlen, line, "the action (log or block) is given twice");
             spec->has_action = 1;
             spec->action =
-                WORD("log") ? FGX__CTL__ACTION__ACTION_LOG : FGX__CTL__ACTION__ACTION_BLOCK;
+                WORD("log") ? FGX__CTL__FILTER_ACTION__FILTER_ACTION_LOG : FGX__CTL__FILTER_ACTION__FILTER_ACTION_BLOCK;
         } else if (WORD("disabled")) {
             if (spec->has_active)
                 return line_err(err, errlen, line, "'disabled' is given twice");
@@ -239,7 +239,7 @@ int cli_ruleset_write(FILE *f, const char *service, Fgx__Ctl__Filter *const *fil
 
         (void)fprintf(f, "%s%s%s%s", dir, fl->nocase ? " nocase" : "",
                       fl->active ? "" : " disabled",
-                      fl->has_action && fl->action == FGX__CTL__ACTION__ACTION_LOG ? " log" : "");
+                      fl->has_action && fl->action == FGX__CTL__FILTER_ACTION__FILTER_ACTION_LOG ? " log" : "");
         if (fl->label && fl->label[0]) {
             (void)fputs(" label=\"", f);
             for (const char *c = fl->label; *c; c++) {

@@ -148,7 +148,7 @@ static int build_filter_add(struct cli_cmd *cmd, const struct cli_cmd_def *spec,
     }
     if (cli_args_opt(raw, CLI_OPT_LOG)) {
         m->has_action = 1;
-        m->action = FGX__CTL__ACTION__ACTION_LOG;
+        m->action = FGX__CTL__FILTER_ACTION__FILTER_ACTION_LOG;
     }
     if ((v = cli_args_opt(raw, CLI_OPT_LABEL))) {
         rc = check_label(cmd, v);
@@ -175,9 +175,9 @@ static int build_filter_set(struct cli_cmd *cmd, const struct cli_cmd_def *spec,
     if ((v = cli_args_opt(raw, CLI_OPT_ACTION))) {
         m->has_action = 1;
         if (strcmp(v, "block") == 0)
-            m->action = FGX__CTL__ACTION__ACTION_BLOCK;
+            m->action = FGX__CTL__FILTER_ACTION__FILTER_ACTION_BLOCK;
         else if (strcmp(v, "log") == 0)
-            m->action = FGX__CTL__ACTION__ACTION_LOG;
+            m->action = FGX__CTL__FILTER_ACTION__FILTER_ACTION_LOG;
         else
             return cli_args_fail(cmd, CLI_EXIT_INVALID,
                                  "invalid --action '%.60s': must be block or log", v);

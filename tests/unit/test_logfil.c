@@ -252,10 +252,10 @@ Test(logfil, ruleset_log_and_label_round_trip)
     cr_assert_eq(cli_ruleset_parse(text, strlen(text), &fi, err, sizeof(err)), 0, "%s", err);
     cr_assert_eq(fi.n_filters, 3);
     cr_assert(fi.filters[0]->has_action);
-    cr_assert_eq(fi.filters[0]->action, FGX__CTL__ACTION__ACTION_LOG);
+    cr_assert_eq(fi.filters[0]->action, FGX__CTL__FILTER_ACTION__FILTER_ACTION_LOG);
     cr_assert_str_eq(fi.filters[0]->label, "team12 \"sqli\" a/b \\");
     cr_assert_str_eq(fi.filters[0]->regex, "evil[0-9]+");
-    cr_assert_eq(fi.filters[1]->action, FGX__CTL__ACTION__ACTION_BLOCK);
+    cr_assert_eq(fi.filters[1]->action, FGX__CTL__FILTER_ACTION__FILTER_ACTION_BLOCK);
     cr_assert_str_eq(fi.filters[1]->label, "x");
     cr_assert_str_eq(fi.filters[1]->regex, "a/b");
     cr_assert_not(fi.filters[2]->has_action);
@@ -282,7 +282,7 @@ Test(logfil, ruleset_log_and_label_round_trip)
         cr_assert_eq(cli_ruleset_parse(out, outlen, &back, err, sizeof(err)), 0, "%s\n%s", err,
                      out);
         cr_assert_eq(back.n_filters, 3);
-        cr_assert_eq(back.filters[0]->action, FGX__CTL__ACTION__ACTION_LOG);
+        cr_assert_eq(back.filters[0]->action, FGX__CTL__FILTER_ACTION__FILTER_ACTION_LOG);
         cr_assert_str_eq(back.filters[0]->label, "team12 \"sqli\" a/b \\");
         cr_assert_str_eq(back.filters[0]->regex, "evil[0-9]+");
         cr_assert_str_eq(back.filters[1]->regex, "a/b");
@@ -475,7 +475,7 @@ Test(logfil, filter_table_columns_only_when_used)
                           " 2  both  no      yes           0  probe\n");
     free(out);
     b.has_action = 1;
-    b.action = FGX__CTL__ACTION__ACTION_LOG;
+    b.action = FGX__CTL__FILTER_ACTION__FILTER_ACTION_LOG;
     b.matched = 12;
     b.label = (char *)"t12 ✓";
     out = render(&req, &rep, false);

@@ -85,7 +85,7 @@ static int add(const char *regex, bool log, const char *label)
     a.service = (char *)"web";
     a.regex = (char *)regex;
     a.has_action = log;
-    a.action = FGX__CTL__ACTION__ACTION_LOG;
+    a.action = FGX__CTL__FILTER_ACTION__FILTER_ACTION_LOG;
     a.label = (char *)label;
     return call(&q);
 }
@@ -99,7 +99,7 @@ static int set(const char *ref, int action, const char *label)
     q.filter_set = &s;
     s.ref = (char *)ref;
     s.has_action = action >= 0;
-    s.action = action >= 0 ? (Fgx__Ctl__Action)action : 0;
+    s.action = action >= 0 ? (Fgx__Ctl__FilterAction)action : 0;
     s.label = (char *)label;
     return call(&q);
 }
@@ -128,9 +128,9 @@ Test(rpc_logfil, add_and_set_action_and_label)
     svc("web", 8080);
     cr_assert_eq(add("evil[0-9]+", false, NULL), 0);
     cr_assert(reply->filters[0]->has_action);
-    cr_assert_eq(reply->filters[0]->action, FGX__CTL__ACTION__ACTION_BLOCK);
+    cr_assert_eq(reply->filters[0]->action, FGX__CTL__FILTER_ACTION__FILTER_ACTION_BLOCK);
     cr_assert_eq(add("probe[0-9]", true, "team12 sqli"), 0);
-    cr_assert_eq(reply->filters[0]->action, FGX__CTL__ACTION__ACTION_LOG);
+    cr_assert_eq(reply->filters[0]->action, FGX__CTL__FILTER_ACTION__FILTER_ACTION_LOG);
     cr_assert_str_eq(reply->filters[0]->label, "team12 sqli");
     cr_assert(reply->filters[0]->has_matched);
     ids_now(ids, &n);
@@ -139,24 +139,24 @@ Test(rpc_logfil, add_and_set_action_and_label)
     cr_assert_eq(ids[1], 2 | FGX_FILTER_ID_LOG, "a log filter's id carries the bit");
 
     /* switch both ways; the label stays */
-    cr_assert_eq(set("2", FGX__CTL__ACTION__ACTION_BLOCK, NULL), 0);
-    cr_assert_eq(reply->filters[0]->action, FGX__CTL__ACTION__ACTION_BLOCK);
+    cr_assert_eq(set("2", FGX__CTL__FILTER_ACTION__FILTER_ACTION_BLOCK, NULL), 0);
+    cr_assert_eq(reply->filters[0]->action, FGX__CTL__FILTER_ACTION__FILTER_ACTION_BLOCK);
     cr_assert_str_eq(reply->filters[0]->label, "team12 sqli");
     ids_now(ids, &n);
     cr_assert_eq(ids[1], 2);
-    cr_assert_eq(set("1", FGX__CTL__ACTION__ACTION_LOG, "x"), 0);
+    cr_assert_eq(set("1", FGX__CTL__FILTER_ACTION__FILTER_ACTION_LOG, "x"), 0);
     ids_now(ids, &n);
     cr_assert_eq(ids[0], 1 | FGX_FILTER_ID_LOG);
     cr_assert_eq(set("1", -1, ""), 0, "an empty label removes it");
     cr_assert_null(reply->filters[0]->label);
-    cr_assert_eq(reply->filters[0]->action, FGX__CTL__ACTION__ACTION_LOG);
+    cr_assert_eq(reply->filters[0]->action, FGX__CTL__FILTER_ACTION__FILTER_ACTION_LOG);
 
     /* refusals change nothing */
     cr_assert_eq(set("1", -1, "bad\x01"), FGX__CTL__CODE__CODE_INVALID);
     cr_assert(strstr(reply->error, "control character"), "%s", reply->error);
     cr_assert_eq(set("1", 7, NULL), FGX__CTL__CODE__CODE_INVALID);
     cr_assert_eq(set("1", -1, NULL), FGX__CTL__CODE__CODE_INVALID);
-    cr_assert_eq(set("99", FGX__CTL__ACTION__ACTION_LOG, NULL), FGX__CTL__CODE__CODE_NOT_FOUND);
+    cr_assert_eq(set("99", FGX__CTL__FILTER_ACTION__FILTER_ACTION_LOG, NULL), FGX__CTL__CODE__CODE_NOT_FOUND);
     cr_assert_eq(add("zzz", true, "\xff"), FGX__CTL__CODE__CODE_INVALID);
     cr_assert(strstr(reply->error, "UTF-8"), "%s", reply->error);
     {
@@ -168,7 +168,7 @@ Test(rpc_logfil, add_and_set_action_and_label)
         q.filter_list = &r;
         cr_assert_eq(call(&q), 0);
         cr_assert_eq(reply->n_filters, 2, "the refused add stored nothing");
-        cr_assert_eq(reply->filters[0]->action, FGX__CTL__ACTION__ACTION_LOG);
+        cr_assert_eq(reply->filters[0]->action, FGX__CTL__FILTER_ACTION__FILTER_ACTION_LOG);
         cr_assert_null(reply->filters[0]->label);
     }
 }
