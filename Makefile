@@ -97,7 +97,7 @@ $(BUILD)/bin/proxyworker: $(call objs,proxyworker/main.c) $(BUILD)/libpx.a $(BUI
 $(BUILD)/bin/fgexctl: $(call objs,fgexctl/main.c) $(BUILD)/libcli.a $(BUILD)/libcommon.a
 	@mkdir -p $(dir $@)
 	@echo "  LD      $@"
-	$(Q)$(CC) $(FGX_LDFLAGS) -o $@ $^ $(LIBS_JSON) $(LIBS_TLS) $(LIBS_BASE) -lm
+	$(Q)$(CC) $(FGX_LDFLAGS) -o $@ $^ $(LIBS_JSON) $(LIBS_TLS) $(LIBS_HS) $(LIBS_BASE) -lm
 
 # ---- unit tests (Criterion): tests/unit/test_<module>.c -> $(BUILD)/tests/test_<module> ---------
 UNIT_SRC := $(wildcard tests/unit/test_*.c)

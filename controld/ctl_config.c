@@ -90,27 +90,36 @@ int ctl_config_regex_check(const char *regex, bool nocase, uint8_t ipproto, char
     return ctl_config_regex_lint(regex, nocase, ipproto, NULL, err, errlen);
 }
 
-int ctl_config_regex_lint(const char *regex, bool nocase, uint8_t ipproto,
-                          struct fgx_pattern_warnings *w, char *err, size_t errlen)
+int ctl_config_filter_extra_check(bool has_action, int action, const char *label, char *err,
+                                  size_t errlen)
 {
-    char herr[512];
+    char why[128];
 
-    if (w)
-        memset(w, 0, sizeof(*w));
-
-    if (!regex || !*regex) {
-        err_set(err, errlen, "empty regex");
+    if (has_action && action != FGX__CTL__FILTER_ACTION__FILTER_ACTION_BLOCK &&
+        action != FGX__CTL__FILTER_ACTION__FILTER_ACTION_LOG) {
+        err_set(err, errlen, "invalid action: use block or log");
         return -EINVAL;
     }
-    if (strlen(regex) > CTL_CONFIG_REGEX_MAX) {
-        err_set(err, errlen, "regex longer than %d bytes", CTL_CONFIG_REGEX_MAX);
-        return -EINVAL;
-    }
-    if (fgx_pattern_lint(regex, nocase, ipproto, w, herr, sizeof(herr)) < 0) {
-        err_set(err, errlen, "invalid regex \"%.200s\": %s", regex, herr);
+    if (fgx_label_check(label, why, sizeof(why)) < 0) {
+        err_set(err, errlen, "%s", why);
         return -EINVAL;
     }
     return 0;
+}
+
+void ctl_config_filter_extra_to_msg(const struct ctl_filter *f, Fgx__Ctl__Filter *m)
+{
+    m->has_action = 1;
+    m->action = f->log ? FGX__CTL__FILTER_ACTION__FILTER_ACTION_LOG : FGX__CTL__FILTER_ACTION__FILTER_ACTION_BLOCK;
+    if (f->label && f->label[0] != '\0')
+        m->label = f->label;
+}
+
+int ctl_config_regex_lint(const char *regex, bool nocase, uint8_t ipproto,
+                          struct fgx_pattern_warnings *w, char *err, size_t errlen)
+{
+    /* libcommon's, so that `fgexctl regex test` refuses in the very same words. */
+    return fgx_filter_regex_lint(regex, nocase, ipproto, w, err, errlen);
 }
 
 int ctl_config_regex_check_cached(const char *regex, bool nocase, uint8_t ipproto, char *err,
@@ -252,6 +261,7 @@ int ctl_config_export(struct ctl_txn *t, struct ctl_config_export *out)
         m->active = f->active;
         m->has_created = 1;
         m->created = f->created;
+        ctl_config_filter_extra_to_msg(f, m);
         out->flt_ptrs[i] = m;
     }
     out->cfg.n_services = ns;
@@ -374,6 +384,12 @@ static int config_check(const Fgx__Ctl__Config *cfg, struct ctl_service *svcs, c
             err_set(err, errlen, "filter %zu of the file: id 0 is not a valid id", i + 1);
             return -EINVAL;
         }
+        /* The top bit of a compiled id says "log" (FGX_FILTER_ID_LOG). */
+        if (f->id > FGX_FILTER_ID_MASK) {
+            err_set(err, errlen, "filter %zu of the file: id %u is too large (at most %u)", i + 1,
+                    f->id, FGX_FILTER_ID_MASK);
+            return -EINVAL;
+        }
         for (size_t j = 0; j < i; j++) {
             if (cfg->filters[j]->id == f->id) {
                 err_set(err, errlen, "two filters have the id %u", f->id);
@@ -397,6 +413,11 @@ static int config_check(const Fgx__Ctl__Config *cfg, struct ctl_service *svcs, c
             err_set(err, errlen, "filter %u (service %s): %s", f->id, svc->name, why);
             return -EINVAL;
         }
+        if (ctl_config_filter_extra_check(f->has_action, f->action, f->label, why, sizeof(why)) <
+            0) {
+            err_set(err, errlen, "filter %u (service %s): %s", f->id, svc->name, why);
+            return -EINVAL;
+        }
     }
     return 0;
 }
@@ -408,6 +429,11 @@ static int store_fail(int rv, const char *what, char *err, size_t errlen)
 }
 
 /* The live count of a filter: the caller's, else what the store saved. */
+static bool label_eq(const char *a, const char *b)
+{
+    return strcmp(a ? a : "", b ? b : "") == 0;
+}
+
 static uint64_t live_blocked(struct ctl_txn *t, const struct ctl_import_opts *o, uint32_t id)
 {
     uint64_t v = 0;
@@ -540,7 +566,10 @@ int ctl_config_import_ex(struct ctl_txn *t, const Fgx__Ctl__Config *cfg,
 
         for (size_t i = 0; i < cfg->n_filters && keep < 0; i++) {
             const Fgx__Ctl__Filter *m = cfg->filters[i];
-            struct ctl_filter nf = {.regex = m->regex, .nocase = m->nocase};
+            struct ctl_filter nf = {
+                .regex = m->regex,
+                .nocase = m->nocase,
+                .log = m->has_action && m->action == FGX__CTL__FILTER_ACTION__FILTER_ACTION_LOG};
 
             dir_from_msg(true, m->dir, &nf.dir);
             if (m->id == f->id && m->service_id == f->service_id && ctl_filter_same(f, &nf))
@@ -554,9 +583,15 @@ int ctl_config_import_ex(struct ctl_txn *t, const Fgx__Ctl__Config *cfg,
             nf.active = m->active;
             if (m->has_created)
                 nf.created = m->created;
+            /* the backup's label (a name, not part of the identity); nf borrows it */
+            nf.label = m->label && m->label[0] ? m->label : NULL;
             rv = ctl_store_filter_put(t, &nf);
             if (rv == 0)
-                rv = diff_filter(o, nf.active != f->active ? CTL_DIFF_CHANGE : CTL_DIFF_KEEP, &nf,
+                rv = diff_filter(o,
+                                 nf.active != f->active || !label_eq(nf.label, f->label)
+                                     ? CTL_DIFF_CHANGE
+                                     : CTL_DIFF_KEEP,
+                                 &nf,
                                  os ? os->name : "", live_blocked(t, o, f->id));
             if (rv < 0)
                 goto store_err;
@@ -633,6 +668,8 @@ int ctl_config_import_ex(struct ctl_txn *t, const Fgx__Ctl__Config *cfg,
             .nocase = m->nocase,
             .active = m->active,
             .created = m->has_created ? m->created : (uint64_t)time(NULL),
+            .log = m->has_action && m->action == FGX__CTL__FILTER_ACTION__FILTER_ACTION_LOG,
+            .label = m->label && m->label[0] ? m->label : NULL,
         };
         uint64_t b = counters && m->has_blocked ? m->blocked : 0;
         size_t si;
@@ -725,8 +762,10 @@ static int service_compile(struct ctl_txn *t, const struct ctl_service *svc,
     for (size_t i = 0; i < nfs; i++) {
         if (!fs[i].active)
             continue;
-        pats[n++] = (struct fgx_pattern){
-            .filter_id = fs[i].id, .regex = fs[i].regex, .dir = fs[i].dir, .nocase = fs[i].nocase};
+        pats[n++] = (struct fgx_pattern){.filter_id = ctl_filter_hs_id(&fs[i]),
+                                         .regex = fs[i].regex,
+                                         .dir = fs[i].dir,
+                                         .nocase = fs[i].nocase};
     }
     for (size_t d = 0; d < 2; d++) {
         struct fgx_blob b = {0};
@@ -845,7 +884,9 @@ int ctl_config_filter_import_ex(struct ctl_txn *t, const Fgx__Ctl__FilterImport 
             goto out;
         }
         if (ctl_config_regex_lint_cached(s->regex, s->has_nocase && s->nocase, svc.ipproto, &pw,
-                                         why, sizeof(why)) < 0) {
+                                         why, sizeof(why)) < 0 ||
+            ctl_config_filter_extra_check(s->has_action, s->action, s->label, why, sizeof(why)) <
+                0) {
             err_set(err, errlen, "line %u: %s", spec_line(imp, i), why);
             rv = -EINVAL;
             goto out;
@@ -881,7 +922,10 @@ int ctl_config_filter_import_ex(struct ctl_txn *t, const Fgx__Ctl__FilterImport 
 
         want[i] = (struct ctl_filter){.service_id = svc.id, .regex = s->regex,
                                       .nocase = s->has_nocase && s->nocase,
-                                      .active = !s->has_active || s->active};
+                                      .active = !s->has_active || s->active,
+                                      .log = s->has_action &&
+                                             s->action == FGX__CTL__FILTER_ACTION__FILTER_ACTION_LOG,
+                                      .label = s->label && s->label[0] ? s->label : NULL};
         dir_from_msg(s->has_dir, s->dir, &want[i].dir);
     }
     {
@@ -910,11 +954,28 @@ int ctl_config_filter_import_ex(struct ctl_txn *t, const Fgx__Ctl__FilterImport 
         uint64_t b;
 
         if (kept[j] || !whole) {
-            if (kept[j] && (!(imp->has_sync && imp->sync))) {
-                /* --replace takes the file's enabled state; --sync keeps the service's. */
+            if (kept[j]) {
+                /* --replace takes the file's enabled state; --sync keeps the service's. Both
+                 * take the file's label: it names the filter, it does not make another one. */
+                bool sync = imp->has_sync && imp->sync;
+
                 for (size_t i = 0; i < imp->n_filters; i++) {
-                    if (match[i] == (long)j && old[j].active != want[i].active) {
-                        old[j].active = want[i].active;
+                    bool act = !sync && old[j].active != want[i].active;
+                    bool lab = !label_eq(old[j].label, want[i].label);
+
+                    if (match[i] == (long)j && (act || lab)) {
+                        if (act)
+                            old[j].active = want[i].active;
+                        if (lab) {
+                            char *l = want[i].label ? strdup(want[i].label) : NULL;
+
+                            if (want[i].label && !l) {
+                                rv = -ENOMEM;
+                                goto out;
+                            }
+                            free(old[j].label);
+                            old[j].label = l;
+                        }
                         rv = ctl_store_filter_put(t, &old[j]);
                         if (rv < 0) {
                             store_fail(rv, svc.name, err, errlen);

@@ -16,7 +16,7 @@
 
 #define CTL_CONFIG_SERVICES_MAX 4096
 #define CTL_CONFIG_FILTERS_MAX 65536
-#define CTL_CONFIG_REGEX_MAX 65536
+#define CTL_CONFIG_REGEX_MAX FGX_FILTER_REGEX_MAX
 /* Meta counter holding 1 when the password requirement is off (absent: on). */
 #define CTL_CONFIG_AUTH_OFF_KEY "auth_off"
 
@@ -123,6 +123,13 @@ int ctl_config_regex_lint_cached(const char *regex, bool nocase, uint8_t ipproto
                                  struct fgx_pattern_warnings *w, char *err, size_t errlen);
 /* ctl_config_regex_check(), and what is likely to block honest traffic in *w (none when
  * refused): see fgx_pattern_lint(). */
+/* A filter's action (a Fgx__Ctl__FilterAction) and label as they come in a request or a file: 0, or
+ * -EINVAL with the reason ("invalid action ...", fgx_label_check()'s). */
+int ctl_config_filter_extra_check(bool has_action, int action, const char *label, char *err,
+                                  size_t errlen);
+/* The action (always set) and label (when there is one) of f into m; m borrows f's label. */
+void ctl_config_filter_extra_to_msg(const struct ctl_filter *f, Fgx__Ctl__Filter *m);
+
 int ctl_config_regex_lint(const char *regex, bool nocase, uint8_t ipproto,
                           struct fgx_pattern_warnings *w, char *err, size_t errlen);
 /* ctl_config_regex_lint(), with the warnings as text in err, one a line ("" when none): what

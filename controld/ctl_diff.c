@@ -12,7 +12,7 @@
 bool ctl_filter_same(const struct ctl_filter *a, const struct ctl_filter *b)
 {
     /* Regexes are compared as bytes: "a" and "(?:a)" are two filters, as a player wrote them. */
-    return a->dir == b->dir && a->nocase == b->nocase && a->regex && b->regex &&
+    return a->dir == b->dir && a->nocase == b->nocase && a->log == b->log && a->regex && b->regex &&
            strcmp(a->regex, b->regex) == 0;
 }
 

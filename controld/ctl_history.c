@@ -289,8 +289,22 @@ void ctl_history_describe(const Fgx__Ctl__Request *q, char *buf, size_t len)
     case FGX__CTL__REQUEST__REQ_FILTER_ADD: {
         const Fgx__Ctl__FilterAdd *a = q->filter_add;
         /* The regex as the player typed it, cut to fit: history is for reading. */
-        snprintf(buf, len, "filter add %s '%.200s'%s%s", a->service, a->regex,
-                 dir_word(a->has_dir, a->dir), a->has_nocase && a->nocase ? " --nocase" : "");
+        snprintf(buf, len, "filter add %s '%.200s'%s%s%s%s%.64s%s", a->service, a->regex,
+                 dir_word(a->has_dir, a->dir), a->has_nocase && a->nocase ? " --nocase" : "",
+                 a->has_action && a->action == FGX__CTL__FILTER_ACTION__FILTER_ACTION_LOG
+                     ? " --log"
+                     : "",
+                 a->label && a->label[0] ? " --label '" : "", a->label ? a->label : "",
+                 a->label && a->label[0] ? "'" : "");
+        break;
+    }
+    case FGX__CTL__REQUEST__REQ_FILTER_SET: {
+        const Fgx__Ctl__FilterSet *a = q->filter_set;
+        snprintf(buf, len, "filter set %s%s%s%.64s%s", a->ref,
+                 !a->has_action                                                     ? ""
+                 : a->action == FGX__CTL__FILTER_ACTION__FILTER_ACTION_LOG ? " --action log"
+                                                                           : " --action block",
+                 a->label ? " --label '" : "", a->label ? a->label : "", a->label ? "'" : "");
         break;
     }
     case FGX__CTL__REQUEST__REQ_FILTER_ENABLE:

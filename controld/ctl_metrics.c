@@ -163,6 +163,14 @@ int ctl_metrics_render(const struct ctl_service *svcs, size_t nsvcs, const struc
         emit(f, ",filter=\"%u\"} %llu\n", flts[i].id,
              (unsigned long long)(stats ? ctl_stats_blocked(stats, flts[i].id) : 0));
     }
+    head(f, "fgex_filter_matched_total", "counter",
+         "Matches of the filter while its action was log (the traffic passed).");
+    for (size_t i = 0; i < nflts; i++) {
+        emit(f, "fgex_filter_matched_total{service=");
+        label(f, service_name(svcs, nsvcs, flts[i].service_id));
+        emit(f, ",filter=\"%u\",action=\"%s\"} %llu\n", flts[i].id, flts[i].log ? "log" : "block",
+             (unsigned long long)(stats ? ctl_stats_matched(stats, flts[i].id) : 0));
+    }
     head(f, "fgex_worker_up", "gauge", "1 when the worker runs and confirmed the ruleset.");
     for (size_t i = 0; i < nworkers; i++)
         emit(f, "fgex_worker_up{kind=\"%s\"} %d\n", workers[i].kind, workers[i].up ? 1 : 0);

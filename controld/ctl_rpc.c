@@ -75,6 +75,7 @@ static void rpc_release(struct ctl_rpc *r)
     free(r->diff_msgs);
     free(r->diff_ptrs);
     ctl_rpc_history_release(r);
+    ctl_rpc_logfil_free(r->logfil);
     explicit_bzero(r->token, sizeof(r->token));
 }
 
@@ -492,6 +493,16 @@ int ctl_rpc_reply_filters(struct ctl_rpc *r, struct ctl_txn *t, struct ctl_filte
         m->blocked = blocked;
         m->has_created = 1;
         m->created = fs[i].created;
+        ctl_config_filter_extra_to_msg(&fs[i], m);
+        /* Also for a block filter: one that was log before keeps what it matched then. */
+        m->has_matched = 1;
+        if (r->ctx->stats) {
+            m->matched = ctl_stats_matched(r->ctx->stats, fs[i].id);
+        } else {
+            rv = ctl_store_matched_get(t, fs[i].id, &m->matched);
+            if (rv < 0)
+                goto err;
+        }
         r->flt_ptrs[i] = m;
     }
     r->reply.n_filters = n;
@@ -513,6 +524,7 @@ int ctl_rpc_reply_filter(struct ctl_rpc *r, struct ctl_txn *t, struct ctl_filter
     }
     *one = *f;
     f->regex = NULL;
+    f->label = NULL;
     return ctl_rpc_reply_filters(r, t, one, 1);
 }
 

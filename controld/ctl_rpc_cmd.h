@@ -77,6 +77,7 @@ struct ctl_rpc {
     Fgx__Ctl__RateSeries *rate_msgs, **rate_ptrs;
     uint32_t **rate_bufs;
     size_t nrates;
+    struct ctl_rpc_logfil *logfil; /* labels and events --top (rpc_logfil.c), or NULL */
 };
 
 typedef void (*ctl_rpc_handler_fn)(struct ctl_rpc *r, const Fgx__Ctl__Request *q);
@@ -99,6 +100,16 @@ extern const struct ctl_rpc_cmd ctl_rpc_filter_cmds[];
 extern const struct ctl_rpc_cmd ctl_rpc_worker_cmds[];
 extern const struct ctl_rpc_cmd ctl_rpc_stats_cmds[];
 extern const struct ctl_rpc_cmd ctl_rpc_history_cmds[];
+
+/* ---- log filters and labels (rpc_logfil.c) ---- */
+struct ctl_rpc_logfil;
+void ctl_rpc_logfil_free(struct ctl_rpc_logfil *lf);
+/* The label of filter_id as stored now (NULL: none, or the filter is gone), valid until the
+ * request is answered. t: a transaction of the request's. */
+const char *ctl_rpc_filter_label(struct ctl_rpc *r, struct ctl_txn *t, uint32_t filter_id);
+/* events --top: q->top is "src"; sid / name: the service asked for (0 / NULL: all). */
+void ctl_rpc_events_top(struct ctl_rpc *r, const Fgx__Ctl__EventsQuery *q, uint32_t sid,
+                        const char *name);
 
 /* The reference a Ref carries, or NULL. */
 static inline const char *ctl_rpc_ref(const Fgx__Ctl__Ref *ref)

@@ -21,13 +21,15 @@ static bool dir_has_pattern(const struct fgx_pattern *pats, size_t n, enum fgx_d
 
 static int id_cmp(const void *a, const void *b)
 {
-    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    uint32_t x = *(const uint32_t *)a & FGX_FILTER_ID_MASK,
+             y = *(const uint32_t *)b & FGX_FILTER_ID_MASK;
 
     return x < y ? -1 : x > y;
 }
 
 /* The filter ids compiled into one direction's database, ascending: a worker keeps an open
- * flow's old stream across a change and believes its matches only for ids still listed. */
+ * flow's old stream across a change and believes its matches only for ids still listed, and
+ * judges them by the FGX_FILTER_ID_LOG bit listed (what the filter is now). */
 static int ids_get(const struct fgx_pattern *pats, size_t n, enum fgx_dir dir, uint32_t **ids,
                    size_t *nids)
 {
@@ -42,7 +44,7 @@ static int ids_get(const struct fgx_pattern *pats, size_t n, enum fgx_dir dir, u
         return -ENOMEM;
     for (size_t i = 0; i < n; i++)
         if (pats[i].dir & dir)
-            (*ids)[m++] = pats[i].filter_id;
+            (*ids)[m++] = pats[i].filter_id; /* with FGX_FILTER_ID_LOG for a log filter */
     qsort(*ids, m, sizeof(**ids), id_cmp);
     *nids = m;
     return 0;
@@ -115,7 +117,7 @@ int ctl_ruleset_build(struct ctl_txn *t, struct ctl_ruleset *out, char *err, siz
         for (size_t j = 0; j < nfs; j++) {
             if (fs[j].service_id != s->id || !fs[j].active)
                 continue;
-            pats[np++] = (struct fgx_pattern){.filter_id = fs[j].id,
+            pats[np++] = (struct fgx_pattern){.filter_id = ctl_filter_hs_id(&fs[j]),
                                               .regex = fs[j].regex,
                                               .dir = fs[j].dir,
                                               .nocase = fs[j].nocase};

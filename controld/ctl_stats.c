@@ -33,6 +33,7 @@ struct flt_slot {
     uint32_t id;
     uint32_t service_id; /* 0 until known (from the store) */
     uint64_t blocked, last[W_KINDS];
+    uint64_t matched, mlast[W_KINDS]; /* a log filter's matches, folded the same way */
 };
 
 struct ctl_stats {
@@ -163,6 +164,8 @@ static int stats_load(struct ctl_stats *s, struct ctl_store *st)
         rv = f ? ctl_store_blocked_get(t, flts[i].id, &f->blocked) : -ENOMEM;
         if (f)
             f->service_id = flts[i].service_id;
+        if (rv == 0)
+            rv = ctl_store_matched_get(t, flts[i].id, &f->matched);
     }
     if (rv == 0)
         rv = ctl_store_u64_get(t, key_event_seq, &s->next_seq);
@@ -261,6 +264,7 @@ static void event_from_dp(const struct fgx_dp_event *d, uint64_t seq,
     e->excerpt_len = d->excerpt_len <= FGX_DP_EXCERPT_MAX ? d->excerpt_len : FGX_DP_EXCERPT_MAX;
     e->match_end = d->match_end <= e->excerpt_len ? d->match_end : e->excerpt_len;
     memcpy(e->excerpt, d->excerpt, e->excerpt_len);
+    e->log = d->log;
 }
 
 /* Fold what one worker reported (cumulative since its process `instance` started) into the
@@ -279,7 +283,7 @@ static int fold(struct ctl_stats *s, int k, uint64_t instance, const struct fgx_
             s->svc[i].lost_last[k] = 0;
         }
         for (size_t i = 0; i < s->nflt; i++)
-            s->flt[i].last[k] = 0;
+            s->flt[i].last[k] = s->flt[i].mlast[k] = 0;
         if (k == W_NFQ)
             s->queue_drops_last = 0;
         s->have_instance[k] = true;
@@ -321,9 +325,13 @@ static int fold(struct ctl_stats *s, int k, uint64_t instance, const struct fgx_
         }
         d = grow(&f->last[k], c->blocked);
         f->blocked += d;
-        /* Hit rates over time. The logfil branch's `matched` counter is noted here the same
-         * way, as CTL_RATE_MATCHED (ctl_rates.h). */
+        /* Hit rates over time: blocks, and a log filter's matches. */
         if (d > 0 && ctl_rates_note(&s->rates, CTL_RATE_BLOCKED, f->id, f->service_id, minute,
+                                    d) < 0)
+            rv = -ENOMEM;
+        d = grow(&f->mlast[k], c->matched);
+        f->matched += d;
+        if (d > 0 && ctl_rates_note(&s->rates, CTL_RATE_MATCHED, f->id, f->service_id, minute,
                                     d) < 0)
             rv = -ENOMEM;
         s->dirty = true;
@@ -430,7 +438,7 @@ void ctl_stats_counters_reset(struct ctl_stats *s)
     for (size_t i = 0; i < s->nsvc; i++)
         s->svc[i].total = (struct ctl_svc_totals){0};
     for (size_t i = 0; i < s->nflt; i++)
-        s->flt[i].blocked = 0;
+        s->flt[i].blocked = s->flt[i].matched = 0;
     s->dirty = true;
 }
 
@@ -504,6 +512,9 @@ static int flush_counters(struct ctl_stats *s, struct ctl_txn *t)
         ctl_filter_release(&f);
         if (rv == 0)
             rv = ctl_store_blocked_set(t, s->flt[i].id, s->flt[i].blocked);
+        /* Written once there is one: a block-only filter's store stays as it was. */
+        if (rv == 0 && s->flt[i].matched > 0)
+            rv = ctl_store_matched_set(t, s->flt[i].id, s->flt[i].matched);
         s->flt[keep++] = s->flt[i];
     }
     if (rv < 0)
@@ -623,6 +634,14 @@ uint64_t ctl_stats_blocked(const struct ctl_stats *s, uint32_t filter_id)
     return 0;
 }
 
+uint64_t ctl_stats_matched(const struct ctl_stats *s, uint32_t filter_id)
+{
+    for (size_t i = 0; i < s->nflt; i++)
+        if (s->flt[i].id == filter_id)
+            return s->flt[i].matched;
+    return 0;
+}
+
 const struct ctl_worker_counters *ctl_stats_worker(const struct ctl_stats *s)
 {
     return &s->worker;
@@ -655,6 +674,11 @@ size_t ctl_stats_events(const struct ctl_stats *s, uint64_t after_seq, uint32_t 
         out[n - 1 - i] = x;
     }
     return n;
+}
+
+size_t ctl_stats_events_kept(const struct ctl_stats *s)
+{
+    return s->count;
 }
 
 uint64_t ctl_stats_last_seq(const struct ctl_stats *s)

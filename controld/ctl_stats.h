@@ -87,6 +87,8 @@ int ctl_stats_blocked_set(struct ctl_stats *s, uint32_t filter_id, uint64_t v);
  * per-minute rate (ctl_rates.h) when it is removed before they are written. */
 void ctl_stats_filter_service(struct ctl_stats *s, uint32_t filter_id, uint32_t service_id);
 int ctl_stats_service_set(struct ctl_stats *s, uint32_t service_id, const struct ctl_svc_totals *v);
+/* A log filter's matches, total (0 when never counted). */
+uint64_t ctl_stats_matched(const struct ctl_stats *s, uint32_t filter_id);
 /* The nfq worker's and the proxy worker's own numbers. Compare instance with the supervisor's
  * before showing them: they belong to the process that sent them. */
 const struct ctl_worker_counters *ctl_stats_worker(const struct ctl_stats *s);
@@ -97,6 +99,8 @@ const struct ctl_worker_counters *ctl_stats_px_worker(const struct ctl_stats *s)
  * `limit` pointers; they point into s and stay valid until the next ingest. Returns the count. */
 size_t ctl_stats_events(const struct ctl_stats *s, uint64_t after_seq, uint32_t service_id,
                         const char *service, size_t limit, const struct ctl_event **out);
+/* How many events are kept now (in memory, the newest). */
+size_t ctl_stats_events_kept(const struct ctl_stats *s);
 /* The newest seq assigned (0 before the first event). */
 uint64_t ctl_stats_last_seq(const struct ctl_stats *s);
 /* Blocks whose event was lost (a worker's queue was full), totals across restarts: of service_id,

@@ -605,6 +605,16 @@ static int filter_decode(const MDB_val *v, struct ctl_filter *out)
     out->nocase = m->nocase;
     out->active = m->active;
     out->created = m->has_created ? m->created : 0;
+    out->log = m->has_action && m->action == FGX__CTL__FILTER_ACTION__FILTER_ACTION_LOG;
+    if (m->label && m->label[0] != '\0') {
+        out->label = strdup(m->label);
+        if (!out->label) {
+            free(out->regex);
+            out->regex = NULL;
+            fgx__ctl__filter__free_unpacked(m, NULL);
+            return -ENOMEM;
+        }
+    }
     fgx__ctl__filter__free_unpacked(m, NULL);
     return 0;
 }
@@ -626,6 +636,13 @@ static int filter_write(struct ctl_txn *t, const struct ctl_filter *f)
     m.active = f->active;
     m.has_created = 1;
     m.created = f->created;
+    /* Written only when set: a block filter's record stays what it was before actions. */
+    if (f->log) {
+        m.has_action = 1;
+        m.action = FGX__CTL__FILTER_ACTION__FILTER_ACTION_LOG;
+    }
+    if (f->label && f->label[0] != '\0')
+        m.label = f->label;
     len = fgx__ctl__filter__get_packed_size(&m);
     buf = malloc(len);
     if (!buf)
@@ -664,6 +681,9 @@ int ctl_store_filter_put(struct ctl_txn *t, struct ctl_filter *f)
         rv = next_id(t, meta_next_filter, &f->id);
         if (rv < 0)
             return rv;
+        /* The top bit of a compiled id says "log" (FGX_FILTER_ID_LOG). */
+        if (f->id > FGX_FILTER_ID_MASK)
+            return -EOVERFLOW;
         f->created = (uint64_t)time(NULL);
     }
     return filter_write(t, f);
@@ -672,6 +692,13 @@ int ctl_store_filter_put(struct ctl_txn *t, struct ctl_filter *f)
 static void blocked_key(uint8_t key[6], uint32_t filter_id)
 {
     key[0] = 'b';
+    key[1] = ':';
+    be32_put(key + 2, filter_id);
+}
+
+static void matched_key(uint8_t key[6], uint32_t filter_id)
+{
+    key[0] = 'm';
     key[1] = ':';
     be32_put(key + 2, filter_id);
 }
@@ -686,6 +713,10 @@ int ctl_store_filter_del(struct ctl_txn *t, uint32_t id)
     if (rv < 0)
         return rv;
     blocked_key(bkey, id);
+    rv = rec_del(t, t->s->meta, bkey, sizeof(bkey));
+    if (rv < 0 && rv != -ENOENT)
+        return rv;
+    matched_key(bkey, id);
     rv = rec_del(t, t->s->meta, bkey, sizeof(bkey));
     return rv == -ENOENT ? 0 : rv;
 }
@@ -746,6 +777,8 @@ void ctl_filter_release(struct ctl_filter *f)
         return;
     free(f->regex);
     f->regex = NULL;
+    free(f->label);
+    f->label = NULL;
 }
 
 void ctl_filters_free(struct ctl_filter *fs, size_t n)
@@ -785,6 +818,22 @@ int ctl_store_blocked_set(struct ctl_txn *t, uint32_t filter_id, uint64_t v)
     uint8_t key[6];
 
     blocked_key(key, filter_id);
+    return meta_u64_put(t, key, sizeof(key), v);
+}
+
+int ctl_store_matched_get(struct ctl_txn *t, uint32_t filter_id, uint64_t *out)
+{
+    uint8_t key[6];
+
+    matched_key(key, filter_id);
+    return meta_u64_get(t, key, sizeof(key), out);
+}
+
+int ctl_store_matched_set(struct ctl_txn *t, uint32_t filter_id, uint64_t v)
+{
+    uint8_t key[6];
+
+    matched_key(key, filter_id);
     return meta_u64_put(t, key, sizeof(key), v);
 }
 
@@ -952,6 +1001,7 @@ static int event_decode(const MDB_val *v, struct ctl_event *out)
             goto out;
         out->match_end = (uint8_t)m->match_end;
     }
+    out->log = m->has_log && m->log;
     rv = 0;
 out:
     if (rv < 0)
@@ -984,6 +1034,10 @@ int ctl_store_event_put(struct ctl_txn *t, const struct ctl_event *e)
     }
     m.has_match_end = 1;
     m.match_end = e->match_end;
+    if (e->log) {
+        m.has_log = 1;
+        m.log = 1;
+    }
     len = fgx__ctl__event__get_packed_size(&m);
     if (len > sizeof(buf))
         return -EINVAL;

@@ -41,6 +41,8 @@ struct ctl_filter {
     bool nocase;
     bool active;
     uint64_t created;
+    bool log;    /* action log: matches are recorded, nothing is dropped */
+    char *label; /* malloc'd or NULL (no label), owned like regex; fgx_label_check()ed */
 };
 
 struct ctl_store;
@@ -80,6 +82,11 @@ int ctl_store_filter_del(struct ctl_txn *t, uint32_t id);
 int ctl_store_filter_list(struct ctl_txn *t, uint32_t service_id, struct ctl_filter **out,
                           size_t *n);
 void ctl_filter_release(struct ctl_filter *f);
+/* The id f is compiled under (fgx_pattern.filter_id): its id, with FGX_FILTER_ID_LOG when log. */
+static inline uint32_t ctl_filter_hs_id(const struct ctl_filter *f)
+{
+    return f->log ? (f->id | FGX_FILTER_ID_LOG) : f->id;
+}
 void ctl_filters_free(struct ctl_filter *fs, size_t n);
 
 /* Persisted per-filter blocked totals (0 when never counted). */
@@ -95,6 +102,9 @@ int ctl_store_svc_totals_put(struct ctl_txn *t, uint32_t service_id,
                              const struct ctl_svc_totals *v);
 /* Set a filter's blocked total outright (the statistics stage keeps the running total). */
 int ctl_store_blocked_set(struct ctl_txn *t, uint32_t filter_id, uint64_t v);
+/* A log filter's matched total, the same way (0 when never counted); removed with the filter. */
+int ctl_store_matched_get(struct ctl_txn *t, uint32_t filter_id, uint64_t *out);
+int ctl_store_matched_set(struct ctl_txn *t, uint32_t filter_id, uint64_t v);
 /* A named 64-bit counter in the meta db (0 when absent): the next event seq, worker totals. */
 int ctl_store_u64_get(struct ctl_txn *t, const char *name, uint64_t *out);
 int ctl_store_u64_put(struct ctl_txn *t, const char *name, uint64_t v);
@@ -113,6 +123,7 @@ struct ctl_event {
     uint8_t excerpt_len;
     uint8_t match_end; /* the match ends before excerpt[match_end] (<= excerpt_len) */
     uint8_t excerpt[FGX_DP_EXCERPT_MAX];
+    bool log; /* a log filter's match: nothing was dropped */
 };
 
 /* Events keyed by seq. _list gives the newest `newest` events, oldest first (*out malloc'd,

@@ -1,4 +1,4 @@
-/* controld control API, the filter family: add, list, enable, disable, rm, import, export.
+/* controld control API, the filter family: add, list, enable, disable, set, rm, import, export.
  * A regex is checked (compiled, linted) before it is stored; a ruleset import replaces or adds a
  * service's filters in one transaction and carries each line's warnings back. */
 #include "controld/ctl_rpc_cmd.h"
@@ -26,7 +26,7 @@ static int refuse_duplicate(struct ctl_rpc *r, struct ctl_txn *t, const struct c
     i = ctl_diff_find_same(fs, n, f);
     if (i >= 0) {
         ctl_rpc_fail(r, FGX__CTL__CODE__CODE_EXISTS,
-                     "identical to filter %u of service %s (same regex, direction and case)",
+                     "identical to filter %u of service %s (same regex, direction, case and action)",
                      fs[i].id, service);
         r->reply.has_duplicate_of = 1;
         r->reply.duplicate_of = fs[i].id;
@@ -34,6 +34,17 @@ static int refuse_duplicate(struct ctl_rpc *r, struct ctl_txn *t, const struct c
     }
     ctl_filters_free(fs, n);
     return rv;
+}
+
+static int extra_check(struct ctl_rpc *r, bool has_action, int action, const char *label)
+{
+    char why[256];
+
+    if (ctl_config_filter_extra_check(has_action, action, label, why, sizeof(why)) < 0) {
+        ctl_rpc_fail(r, FGX__CTL__CODE__CODE_INVALID, "%s", why);
+        return -EINVAL;
+    }
+    return 0;
 }
 
 static void do_filter_add(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
@@ -51,6 +62,16 @@ static void do_filter_add(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
     f.nocase = a->has_nocase && a->nocase;
     if (ctl_rpc_check_regex(r, a->regex, f.nocase, svc.ipproto, &r->add_warn) < 0)
         goto out;
+    if (extra_check(r, a->has_action, a->action, a->label) < 0)
+        goto out;
+    f.log = a->has_action && a->action == FGX__CTL__FILTER_ACTION__FILTER_ACTION_LOG;
+    if (a->label && a->label[0] != '\0') {
+        f.label = strdup(a->label);
+        if (!f.label) {
+            ctl_rpc_store_fail(r, -ENOMEM);
+            goto out;
+        }
+    }
     f.service_id = svc.id;
     f.dir = !a->has_dir                         ? FGX_DIR_BOTH
             : a->dir == FGX__CTL__DIR__DIR_C2S  ? FGX_DIR_C2S
@@ -82,7 +103,8 @@ static void do_filter_add(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
     r->flt_msgs[0].warnings = r->add_warn_ptrs;
     ctl_rpc_finish(r, &t, true);
     if (!ctl_rpc_failed(r) || r->reply.code == FGX__CTL__CODE__CODE_UNAVAILABLE)
-        fgx_info("filter %u added to service %s%s", r->flts[0].id, svc.name,
+        fgx_info("filter %u added to service %s%s%s", r->flts[0].id, svc.name,
+                 r->flts[0].log ? " (log only)" : "",
                  r->add_warn.n ? " (with a warning: likely to block honest traffic)" : "");
 out:
     ctl_filter_release(&f);
@@ -109,6 +131,69 @@ static void do_filter_list(struct ctl_rpc *r, const char *ref)
     }
     ctl_rpc_reply_filters(r, t, fs, n);
 out:
+    ctl_txn_abort(t);
+}
+
+/* `filter set FILTER --action block|log --label L`: the filter keeps its id, counters and
+ * database place; a change of action is a new generation pushed as enable/disable push one
+ * (the reply waits for the workers' acknowledgement), a label alone changes no database. */
+static void do_filter_set(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
+{
+    const Fgx__Ctl__FilterSet *a = q->filter_set;
+    struct ctl_filter f = {0};
+    struct ctl_txn *t = NULL;
+    bool changed = false;
+    int rv;
+
+    if (!a || !a->ref) {
+        ctl_rpc_fail(r, FGX__CTL__CODE__CODE_INVALID, "no filter given");
+        return;
+    }
+    if (!a->has_action && !a->label) {
+        ctl_rpc_fail(r, FGX__CTL__CODE__CODE_INVALID,
+                     "nothing to set: give --action block|log or --label TEXT");
+        return;
+    }
+    if (extra_check(r, a->has_action, a->action, a->label) < 0)
+        return;
+    if (ctl_rpc_txn_begin(r, true, &t) < 0)
+        return;
+    if (ctl_rpc_filter_resolve(r, t, a->ref, &f) < 0)
+        goto out;
+    if (a->has_action) {
+        bool log = a->action == FGX__CTL__FILTER_ACTION__FILTER_ACTION_LOG;
+
+        changed |= f.log != log;
+        f.log = log;
+    }
+    if (a->label) {
+        const char *old = f.label ? f.label : "";
+
+        if (strcmp(old, a->label) != 0) {
+            free(f.label);
+            f.label = a->label[0] ? strdup(a->label) : NULL;
+            if (a->label[0] && !f.label) {
+                ctl_rpc_store_fail(r, -ENOMEM);
+                goto out;
+            }
+            changed = true;
+        }
+    }
+    if (changed) {
+        rv = ctl_store_filter_put(t, &f);
+        if (rv < 0) {
+            ctl_rpc_store_fail(r, rv);
+            goto out;
+        }
+    }
+    if (ctl_rpc_reply_filter(r, t, &f) < 0)
+        goto out;
+    ctl_rpc_finish(r, &t, true);
+    if (!ctl_rpc_failed(r) && changed)
+        fgx_info("filter %s set: action %s%s%s", a->ref, r->flts[0].log ? "log" : "block",
+                 r->flts[0].label ? ", label " : "", r->flts[0].label ? r->flts[0].label : "");
+out:
+    ctl_filter_release(&f);
     ctl_txn_abort(t);
 }
 
@@ -291,6 +376,7 @@ const struct ctl_rpc_cmd ctl_rpc_filter_cmds[] = {
     {FGX__CTL__REQUEST__REQ_FILTER_ENABLE, filter_enable, CTL_RPC_CHANGE},
     {FGX__CTL__REQUEST__REQ_FILTER_DISABLE, filter_disable, CTL_RPC_CHANGE},
     {FGX__CTL__REQUEST__REQ_FILTER_RM, do_filter_rm, CTL_RPC_CHANGE},
+    {FGX__CTL__REQUEST__REQ_FILTER_SET, do_filter_set, CTL_RPC_CHANGE},
     {FGX__CTL__REQUEST__REQ_FILTER_IMPORT, do_filter_import, CTL_RPC_CHANGE},
     {FGX__CTL__REQUEST__REQ_FILTER_EXPORT, filter_export, 0},
     {0, NULL, 0},

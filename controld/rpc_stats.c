@@ -91,6 +91,11 @@ static void do_stats(struct ctl_rpc *r, const Fgx__Ctl__Request *req)
             if (ctl_rpc_blocked_of(r, t, fs[j].id, &b) < 0)
                 continue;
             m->blocked += b;
+            m->has_matched = 1;
+            if (r->ctx->stats)
+                m->matched += ctl_stats_matched(r->ctx->stats, fs[j].id);
+            else if (ctl_store_matched_get(t, fs[j].id, &b) == 0)
+                m->matched += b;
         }
         r->sst_ptrs[i] = m;
     }
@@ -118,6 +123,7 @@ static void do_events(struct ctl_rpc *r, const Fgx__Ctl__Request *req)
     const Fgx__Ctl__EventsQuery *q = req->events;
     uint64_t after = q && q->has_after_seq ? q->after_seq : 0;
     size_t limit = q && q->has_limit && q->limit > 0 ? q->limit : RPC_EVENTS_DEFAULT;
+    struct ctl_txn *lt = NULL;
     const char *name = NULL;
     uint32_t sid = 0;
     size_t n;
@@ -148,6 +154,10 @@ static void do_events(struct ctl_rpc *r, const Fgx__Ctl__Request *req)
             return;
         }
     }
+    if (q && q->top && *q->top) {
+        ctl_rpc_events_top(r, q, sid, name);
+        return;
+    }
     r->reply.has_last_seq = 1;
     if (!r->ctx->stats)
         return;
@@ -166,6 +176,8 @@ static void do_events(struct ctl_rpc *r, const Fgx__Ctl__Request *req)
         return;
     }
     n = ctl_stats_events(r->ctx->stats, after, sid, name, limit, r->evs);
+    if (n > 0 && ctl_rpc_txn_begin(r, false, &lt) < 0)
+        return;
     for (size_t i = 0; i < n; i++) {
         const struct ctl_event *e = r->evs[i];
         Fgx__Ctl__Event *m = &r->ev_msgs[i];
@@ -190,8 +202,14 @@ static void do_events(struct ctl_rpc *r, const Fgx__Ctl__Request *req)
             m->has_match_end = 1;
             m->match_end = e->match_end;
         }
+        if (e->log) {
+            m->has_log = 1;
+            m->log = 1;
+        }
+        m->label = (char *)ctl_rpc_filter_label(r, lt, e->filter_id);
         r->ev_ptrs[i] = m;
     }
+    ctl_txn_abort(lt);
     r->reply.n_events = n;
     r->reply.events = r->ev_ptrs;
 }

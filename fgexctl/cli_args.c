@@ -35,15 +35,20 @@ static const char usage_main[] =
     "  service rename SERVICE NEWNAME\n"
     "  service set SERVICE [--port N] [--ip ADDR|CIDR|any] [--proto tcp|udp]\n"
     "              [--layer nfqueue|proxy] [--fail-open on|off] [--midstream reset|scan]\n"
-    "  filter add SERVICE REGEX [--dir c2s|s2c|both] [--nocase]\n"
+    "  filter add SERVICE REGEX [--dir c2s|s2c|both] [--nocase] [--log] [--label TEXT]\n"
     "  filter list SERVICE\n"
     "  filter enable|disable|rm FILTER\n"
+    "  filter set FILTER [--action block|log] [--label TEXT]\n"
+    "                                           switch a filter to log-only and back\n"
     "  worker list                              the data-path workers and their counters\n"
     "  worker restart nfq|proxy|all\n"
     "  stats [SERVICE] [--watch [--interval SEC]]\n"
     "                                           traffic counters per service\n"
     "  events [SERVICE] [--limit N] [--follow]  the latest blocks, with an excerpt\n"
     "  stats --history [SERVICE] [--since 1h]   blocks per minute, the last 48 hours\n"
+    "  events [SERVICE] --top src [--since 30m] blocks per source address and filter\n"
+    "  regex test REGEX [--nocase] [--proto tcp|udp] FILE|-\n"
+    "                                           try a regex on bytes, offline\n"
     "  filter import SERVICE FILE [--replace|--sync] [--dry-run]\n"
     "                                           load a ruleset file, all or nothing\n"
     "  filter export SERVICE                    print a service's filters as a ruleset file\n"
@@ -136,6 +141,10 @@ static const struct opt_def opt_defs[CLI_NOPTS] = {
     {"--dry-run", CLI_OPT_DRY_RUN, ARG_NONE},
     {"--since", CLI_OPT_SINCE, ARG_REQUIRED},
     {"--history", CLI_OPT_HISTORY, ARG_NONE},
+    {"--log", CLI_OPT_LOG, ARG_NONE},
+    {"--action", CLI_OPT_ACTION, ARG_REQUIRED},
+    {"--label", CLI_OPT_LABEL, ARG_REQUIRED},
+    {"--top", CLI_OPT_TOP, ARG_REQUIRED},
 };
 
 /* ---- helpers ----------------------------------------------------------------------------- */
@@ -687,5 +696,6 @@ int cli_args_parse(int argc, char **argv, const char *env_url, struct cli_cmd *c
     if (rc < 0)
         return rc;
     cmd->version = (spec->flags & CLI_CMD_VERSION) != 0;
+    cmd->offline = (spec->flags & CLI_CMD_OFFLINE) != 0;
     return build_request(cmd, spec, &raw);
 }

@@ -40,6 +40,13 @@ struct cli_cmd {
     bool watch;                /* stats --watch: refresh until interrupted (cli_loop.c) */
     bool follow;               /* events --follow: poll for new events until interrupted */
     unsigned interval_ms;      /* stats --watch --interval SEC, in ms (default CLI_WATCH_MS) */
+    /* `regex test` (offline: no request is sent; cmd_regex.c runs it) */
+    bool offline;
+    struct {
+        const char *regex;
+        bool nocase, udp;
+        Fgx__Ctl__Dir dir;
+    } rtest;
     int exit_code;             /* after a failed parse: CLI_EXIT_USAGE or CLI_EXIT_INVALID */
     char err[320];             /* after a failed parse: the one-line reason, without "fgexctl: " */
     /* Contexts (cli_ctx.c), the confirmation (cli_confirm.c), the local commands. */
@@ -69,6 +76,7 @@ struct cli_cmd {
         Fgx__Ctl__FilterImport filter_import;
         Fgx__Ctl__HistoryQuery history;
         Fgx__Ctl__StatsHistoryQuery stats_history;
+        Fgx__Ctl__FilterSet filter_set;
     } m;
 };
 

@@ -12,6 +12,7 @@
 
 #include "cli_args.h"
 #include "cli_json.h"
+#include "fgx/ruleset.h"
 
 /* ---- names of enumerations ----------------------------------------------------------------- */
 
@@ -40,7 +41,13 @@ static json_t *write_filter(const Fgx__Ctl__Filter *fl)
 
     if (o && cli_json_set_bytes(o, "regex", fl->regex, fl->regex ? strlen(fl->regex) : 0) == 0 &&
         json_object_update_new(o, json_pack("{s:s, s:b, s:b}", "dir", dir_str(fl->dir), "nocase",
-                                            fl->nocase, "active", fl->active)) == 0)
+                                            fl->nocase, "active", fl->active)) == 0 &&
+        json_object_set_new(o, "action",
+                            json_string(fl->has_action && fl->action == FGX__CTL__FILTER_ACTION__FILTER_ACTION_LOG
+                                            ? "log"
+                                            : "block")) == 0 &&
+        (!fl->label || !fl->label[0] ||
+         json_object_set_new(o, "label", cli_json_str(fl->label)) == 0))
         return o;
     json_decref(o);
     return NULL;
@@ -456,7 +463,12 @@ static int read_filter(struct rd *r, const json_t *fs, size_t idx, uint32_t serv
                        const char *where, bool *has_id)
 {
     const json_t *fv = json_array_get(fs, idx);
-    static const char *const keys[] = {"id", "regex", "regex_b64", "dir", "nocase", "active", NULL};
+    static const char *const keys[] = {"id",     "regex",  "regex_b64", "dir", "nocase",
+                                       "active", "action", "label",     NULL};
+    static const char *const acts[] = {"block", "log"};
+    static const int actv[] = {FGX__CTL__FILTER_ACTION__FILTER_ACTION_BLOCK, FGX__CTL__FILTER_ACTION__FILTER_ACTION_LOG};
+    char why[128];
+    int act = 0;
     static const char *const dirs[] = {"both", "c2s", "s2c"};
     static const int dirv[] = {FGX__CTL__DIR__DIR_BOTH, FGX__CTL__DIR__DIR_C2S,
                                FGX__CTL__DIR__DIR_S2C};
@@ -491,6 +503,17 @@ static int read_filter(struct rd *r, const json_t *fs, size_t idx, uint32_t serv
         rc = get_bool(r, fv, "nocase", where, false, &fl->nocase);
     if (rc == 0)
         rc = get_bool(r, fv, "active", where, true, &fl->active);
+    if (rc == 0)
+        rc = get_enum(r, fv, "action", where, acts, actv, 2, FGX__CTL__FILTER_ACTION__FILTER_ACTION_BLOCK, &act);
+    if (rc == 0 && act == FGX__CTL__FILTER_ACTION__FILTER_ACTION_LOG) {
+        fl->has_action = 1;
+        fl->action = FGX__CTL__FILTER_ACTION__FILTER_ACTION_LOG;
+    }
+    if (rc == 0 && json_object_get(fv, "label")) {
+        rc = get_str(r, fv, "label", where, "", &fl->label);
+        if (rc == 0 && fgx_label_check(fl->label, why, sizeof(why)) < 0)
+            rc = bad(r, json_object_get(fv, "label"), "%s.label: %s", where, why);
+    }
     return rc;
 }
 

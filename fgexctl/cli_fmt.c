@@ -17,6 +17,7 @@
 #include "cli_args.h"
 #include "cli_json.h"
 #include "cmd.h"
+#include "fgx/ruleset.h"
 
 /* ---- small conversions ------------------------------------------------------------------- */
 
@@ -360,6 +361,35 @@ void cli_fmt_events_lost(FILE *f, uint64_t lost)
                       lost, lost == 1 ? "" : "s");
 }
 
+/* Columns a cell takes on a terminal: its UTF-8 characters (escaped cells are ASCII; a label
+ * is UTF-8 text), not its bytes. */
+static size_t cell_width(const char *s)
+{
+    size_t n = 0;
+
+    for (; *s; s++)
+        n += ((unsigned char)*s & 0xc0) != 0x80;
+    return n;
+}
+
+static void pad(FILE *f, size_t n)
+{
+    while (n-- > 0)
+        (void)fputc(' ', f);
+}
+
+void cli_fmt_table_add_label(struct cli_table *t, const char *label)
+{
+    char why[64];
+
+    if (!label || !label[0])
+        cli_fmt_table_addf(t, "-");
+    else if (fgx_label_check(label, why, sizeof(why)) == 0)
+        cli_fmt_table_addf(t, "%s", label); /* text already: shown as is */
+    else
+        cli_fmt_table_add_str(t, label);
+}
+
 int cli_fmt_table_print(FILE *f, struct cli_table *t)
 {
     size_t w[CLI_TABLE_MAX_COLS] = {0};
@@ -374,7 +404,7 @@ int cli_fmt_table_print(FILE *f, struct cli_table *t)
             w[c] = t->minw[c];
     }
     for (size_t i = 0; i < t->n; i++) {
-        size_t l = strlen(t->cells[i]);
+        size_t l = cell_width(t->cells[i]);
         if (l > w[i % t->ncols])
             w[i % t->ncols] = l;
     }
@@ -383,12 +413,17 @@ int cli_fmt_table_print(FILE *f, struct cli_table *t)
         const char *s = i < t->ncols ? t->heads[c] : t->cells[i - t->ncols];
         bool last = c == t->ncols - 1;
 
-        if (t->right & (1u << c))
-            (void)fprintf(f, "%*s", (int)w[c], s);
-        else if (last)
+        size_t sw = cell_width(s);
+
+        if (t->right & (1u << c)) {
+            pad(f, w[c] > sw ? w[c] - sw : 0);
+            (void)fputs(s, f);
+        } else if (last) {
             (void)fputs(s, f); /* no trailing blanks after the last column (the regex) */
-        else
-            (void)fprintf(f, "%-*s", (int)w[c], s);
+        } else {
+            (void)fputs(s, f);
+            pad(f, w[c] > sw ? w[c] - sw : 0);
+        }
         (void)fputs(last ? "\n" : "  ", f);
     }
     return 0;
@@ -428,9 +463,22 @@ const char *cli_fmt_ip_text(const char *ip)
     return (ip && *ip) ? ip : "any";
 }
 
+bool cli_fmt_filter_is_log(const Fgx__Ctl__Filter *fl)
+{
+    return fl->has_action && fl->action == FGX__CTL__FILTER_ACTION__FILTER_ACTION_LOG;
+}
+
+const char *cli_fmt_action_name(const Fgx__Ctl__Filter *fl)
+{
+    return cli_fmt_filter_is_log(fl) ? "log" : "block";
+}
+
 int cli_fmt_filter_table(FILE *f, const Fgx__Ctl__Reply *rep)
 {
-    static const char *const heads[] = {"ID", "DIR", "NOCASE", "ACTIVE", "BLOCKED", "REGEX"};
+    static const char *const heads[] = {"ID",      "DIR",     "NOCASE", "ACTIVE", "ACTION",
+                                        "BLOCKED", "MATCHED", "LABEL",  "REGEX"};
+    static const char *const plain[] = {"ID", "DIR", "NOCASE", "ACTIVE", "BLOCKED", "REGEX"};
+    bool extra = false, labels = false;
     struct cli_table t;
     int rc;
 
@@ -438,7 +486,17 @@ int cli_fmt_filter_table(FILE *f, const Fgx__Ctl__Reply *rep)
         (void)fputs("no filters (add one with 'fgexctl filter add')\n", f);
         return 0;
     }
-    cli_fmt_table_init(&t, heads, 6, 1u << 0 | 1u << 4);
+    /* The action, matched and label columns only where a filter uses them: a service of
+     * block filters prints as it always did. */
+    for (size_t i = 0; i < rep->n_filters; i++) {
+        extra |= cli_fmt_filter_is_log(rep->filters[i]) || rep->filters[i]->matched > 0;
+        labels |= rep->filters[i]->label && rep->filters[i]->label[0];
+    }
+    if (extra || labels) {
+        cli_fmt_table_init(&t, heads, 9, 1u << 0 | 1u << 5 | 1u << 6);
+    } else {
+        cli_fmt_table_init(&t, plain, 6, 1u << 0 | 1u << 4);
+    }
     for (size_t i = 0; i < rep->n_filters; i++) {
         const Fgx__Ctl__Filter *fl = rep->filters[i];
 
@@ -446,7 +504,13 @@ int cli_fmt_filter_table(FILE *f, const Fgx__Ctl__Reply *rep)
         cli_fmt_table_addf(&t, "%s", cli_fmt_dir_name(fl->dir));
         cli_fmt_table_addf(&t, "%s", cli_fmt_yesno(fl->nocase));
         cli_fmt_table_addf(&t, "%s", cli_fmt_yesno(fl->active));
+        if (extra || labels)
+            cli_fmt_table_addf(&t, "%s", cli_fmt_action_name(fl));
         cli_fmt_table_addf(&t, "%" PRIu64, fl->blocked);
+        if (extra || labels) {
+            cli_fmt_table_addf(&t, "%" PRIu64, fl->matched);
+            cli_fmt_table_add_label(&t, fl->label);
+        }
         cli_fmt_table_add_str(&t, fl->regex);
     }
     rc = cli_fmt_table_print(f, &t);
@@ -509,7 +573,11 @@ json_t *cli_fmt_json_filter(const Fgx__Ctl__Filter *fl)
         json_object_update_new(o,
                                json_pack("{s:s, s:b, s:b, s:I}", "dir", cli_fmt_dir_name(fl->dir),
                                          "nocase", fl->nocase, "active", fl->active, "blocked",
-                                         cli_json_int(fl->blocked))) < 0)
+                                         cli_json_int(fl->blocked))) < 0 ||
+        json_object_update_new(
+            o, json_pack("{s:s, s:I, s:o}", "action", cli_fmt_action_name(fl), "matched",
+                         cli_json_int(fl->matched), "label",
+                         cli_json_str_or_null(fl->label && fl->label[0] ? fl->label : NULL))) < 0)
         goto fail;
     /* Only add and import say why a regex is likely to block honest traffic. */
     if (fl->n_warnings > 0) {

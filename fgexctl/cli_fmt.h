@@ -54,6 +54,13 @@ int cli_fmt_exit_code(Fgx__Ctl__Code code);
  * written as \xNN, so a regex or name cannot garble a terminal. Returns the length the full
  * escaped text needs, as snprintf does. */
 size_t cli_fmt_escape(const char *s, char *buf, size_t len);
+/* A filter's label as a cell: as is (it is UTF-8 text), "-" when none, escaped if it is not a
+ * valid label. */
+struct cli_table;
+void cli_fmt_table_add_label(struct cli_table *t, const char *label);
+/* A filter's action: whether it is log-only, and "block" or "log". */
+bool cli_fmt_filter_is_log(const Fgx__Ctl__Filter *fl);
+const char *cli_fmt_action_name(const Fgx__Ctl__Filter *fl);
 
 /* "3d 4h 5m 6s", leading zero units left out ("42s", "5m 0s"). */
 void cli_fmt_duration(uint64_t secs, char *buf, size_t len);

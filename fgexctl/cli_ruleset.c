@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fgx/ruleset.h"
+
 static int line_err(char *err, size_t errlen, unsigned line, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
@@ -29,6 +31,40 @@ static bool blank(char c)
     return c == ' ' || c == '\t';
 }
 
+/* label="TEXT" at *pp (past `label=`, at the opening quote): TEXT may hold blanks and '/', with
+ * \" and \\ for a quote and a backslash. Moves *pp past the closing quote. */
+static int parse_label(const char **pp, const char *end, unsigned line, Fgx__Ctl__FilterSpec *spec,
+                       char *err, size_t errlen)
+{
+    const char *p = *pp + 1;
+    char buf[FGX_LABEL_MAX + 1], why[128];
+    size_t n = 0;
+
+    if (spec->label)
+        return line_err(err, errlen, line, "the label is given twice");
+    for (;; p++) {
+        if (p >= end)
+            return line_err(err, errlen, line, "the label has no closing '\"'");
+        if (*p == '"')
+            break;
+        if (*p == '\\' && p + 1 < end && (p[1] == '"' || p[1] == '\\'))
+            p++;
+        if (n >= FGX_LABEL_MAX)
+            return line_err(err, errlen, line, "label longer than %d bytes", FGX_LABEL_MAX);
+        buf[n++] = *p;
+    }
+    buf[n] = '\0';
+    if (p + 1 < end && !blank(p[1]) && p[1] != '/')
+        return line_err(err, errlen, line, "text right after the label's closing '\"'");
+    if (fgx_label_check(buf, why, sizeof(why)) < 0)
+        return line_err(err, errlen, line, "%s", why);
+    spec->label = strdup(buf);
+    if (!spec->label)
+        return -ENOMEM;
+    *pp = p + 1;
+    return 0;
+}
+
 /* One non-comment line s[0..len) (no line break) into spec. */
 static int parse_line(const char *s, size_t len, unsigned line, Fgx__Ctl__FilterSpec *spec,
                       char *err, size_t errlen)
@@ -45,6 +81,15 @@ static int parse_line(const char *s, size_t len, unsigned line, Fgx__Ctl__Filter
         if (p >= end || *p == '/')
             break;
         w = p;
+        if (end - p >= 7 && memcmp(p, "label=\"", 7) == 0) {
+            const char *q = p + 6;
+            int rc = parse_label(&q, end, line, spec, err, errlen);
+
+            if (rc < 0)
+                return rc;
+            p = q;
+            continue;
+        }
         while (p < end && !blank(*p) && *p != '/')
             p++;
         wl = (size_t)(p - w);
@@ -62,6 +107,12 @@ static int parse_line(const char *s, size_t len, unsigned line, Fgx__Ctl__Filter
                 return line_err(err, errlen, line, "'nocase' is given twice");
             spec->has_nocase = 1;
             spec->nocase = 1;
+        } else if (WORD("log") || WORD("block")) {
+            if (spec->has_action)
+                return line_err(err, errlen, line, "the action (log or block) is given twice");
+            spec->has_action = 1;
+            spec->action =
+                WORD("log") ? FGX__CTL__FILTER_ACTION__FILTER_ACTION_LOG : FGX__CTL__FILTER_ACTION__FILTER_ACTION_BLOCK;
         } else if (WORD("disabled")) {
             if (spec->has_active)
                 return line_err(err, errlen, line, "'disabled' is given twice");
@@ -70,7 +121,7 @@ static int parse_line(const char *s, size_t len, unsigned line, Fgx__Ctl__Filter
         } else {
             return line_err(err, errlen, line,
                             "unknown word '%.*s' (expected c2s, s2c, both, nocase, disabled, "
-                            "then /REGEX/)",
+                            "log, label=\"TEXT\", then /REGEX/)",
                             (int)(wl > 40 ? 40 : wl), w);
         }
 #undef WORD
@@ -101,6 +152,7 @@ void cli_ruleset_release(Fgx__Ctl__FilterImport *fi)
 {
     for (size_t i = 0; i < fi->n_filters; i++) {
         free(fi->filters[i]->regex);
+        free(fi->filters[i]->label);
         free(fi->filters[i]);
     }
     free(fi->filters);
@@ -178,15 +230,26 @@ int cli_ruleset_write(FILE *f, const char *service, Fgx__Ctl__Filter *const *fil
         }
     }
     (void)fprintf(f, "# fgex ruleset of service %s (fgexctl filter export)\n", service);
-    (void)fputs("# [c2s|s2c|both] [nocase] [disabled] /REGEX/\n", f);
+    (void)fputs("# [c2s|s2c|both] [nocase] [disabled] [log] [label=\"TEXT\"] /REGEX/\n", f);
     for (size_t i = 0; i < n; i++) {
         const Fgx__Ctl__Filter *fl = filters[i];
         const char *dir = fl->dir == FGX__CTL__DIR__DIR_C2S   ? "c2s"
                           : fl->dir == FGX__CTL__DIR__DIR_S2C ? "s2c"
                                                               : "both";
 
-        (void)fprintf(f, "%s%s%s /%s/\n", dir, fl->nocase ? " nocase" : "",
-                      fl->active ? "" : " disabled", fl->regex);
+        (void)fprintf(f, "%s%s%s%s", dir, fl->nocase ? " nocase" : "",
+                      fl->active ? "" : " disabled",
+                      fl->has_action && fl->action == FGX__CTL__FILTER_ACTION__FILTER_ACTION_LOG ? " log" : "");
+        if (fl->label && fl->label[0]) {
+            (void)fputs(" label=\"", f);
+            for (const char *c = fl->label; *c; c++) {
+                if (*c == '"' || *c == '\\')
+                    (void)fputc('\\', f);
+                (void)fputc(*c, f);
+            }
+            (void)fputc('"', f);
+        }
+        (void)fprintf(f, " /%s/\n", fl->regex);
     }
     return (fflush(f) == EOF || ferror(f)) ? -EIO : 0;
 }

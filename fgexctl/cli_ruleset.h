@@ -1,7 +1,11 @@
 /* fgexctl ruleset-file stage: the line format of `fgexctl filter import` / `filter export`, so a
  * team can keep a service's regexes in git. One filter a line:
  *
- *     [c2s|s2c|both] [nocase] [disabled] /REGEX/
+ *     [c2s|s2c|both] [nocase] [disabled] [log] [label="TEXT"] /REGEX/
+ *
+ * `log`: a log-only filter (its matches are recorded, nothing is dropped; `block`, the default,
+ * may be written too). label="TEXT": the filter's label, which may hold blanks and '/', with \"
+ * and \\ for a quote and a backslash.
  *
  * The regex is everything between the first '/' and the last '/' of the line, verbatim (no
  * escaping: a '/' inside needs none). Blank lines and lines starting with '#' are ignored;

@@ -13,6 +13,7 @@ const struct cli_cmd_family *const cli_cmd_families[] = {
     &cli_cmd_events,
     &cli_cmd_context,
     &cli_cmd_history,
+    &cli_cmd_regex,
     NULL,
 };
 
@@ -20,7 +21,7 @@ const struct cli_cmd_def *cli_cmd_of_req(Fgx__Ctl__Request__ReqCase req)
 {
     for (size_t f = 0; cli_cmd_families[f]; f++)
         for (const struct cli_cmd_def *d = cli_cmd_families[f]->cmds; d->name; d++)
-            if (d->req == req && !(d->flags & CLI_CMD_LOCAL))
+            if (d->req == req && !(d->flags & (CLI_CMD_LOCAL | CLI_CMD_OFFLINE)))
                 return d;
     return NULL;
 }

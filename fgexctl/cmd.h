@@ -7,6 +7,7 @@
 #define CLI_CMD_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include <jansson.h>
@@ -36,10 +37,14 @@ enum cli_opt {
     CLI_OPT_MIDSTREAM = 1u << 15,
     CLI_OPT_SYNC = 1u << 16,    /* filter import --sync */
     CLI_OPT_DRY_RUN = 1u << 17, /* filter import, import: --dry-run */
-    CLI_OPT_SINCE = 1u << 18,   /* history, stats --history: --since DURATION */
+    CLI_OPT_SINCE = 1u << 18,   /* history, stats --history, events --top: --since DURATION */
     CLI_OPT_HISTORY = 1u << 19, /* stats --history */
+    CLI_OPT_LOG = 1u << 20,     /* filter add --log */
+    CLI_OPT_ACTION = 1u << 21,  /* filter set --action block|log */
+    CLI_OPT_LABEL = 1u << 22,   /* filter add|set --label TEXT */
+    CLI_OPT_TOP = 1u << 23,     /* events --top src */
 };
-#define CLI_NOPTS 20
+#define CLI_NOPTS 24
 
 /* What the scan of a command's arguments found, before any value is interpreted. */
 struct cli_args_raw {
@@ -63,6 +68,7 @@ enum cli_cmd_flags {
     CLI_CMD_CHANGE = 1u << 0,  /* changes services or filters: controld may compile for long */
     CLI_CMD_VERSION = 1u << 1, /* `fgexctl version`: a status request, printed as versions */
     CLI_CMD_LOCAL = 1u << 2,   /* sends nothing: run on this machine (`context ...`) */
+    CLI_CMD_OFFLINE = 1u << 3, /* runs in fgexctl alone, no request (cli_cmd.offline) */
 };
 
 struct cli_cmd_def {
@@ -96,6 +102,16 @@ extern const struct cli_cmd_family cli_cmd_context;
 /* Run a CLI_CMD_LOCAL command of the context family (cmd_context.c), printing on out, errors
  * on err. Returns fgexctl's exit status. */
 int cli_cmd_context_run(struct cli_cmd *cmd, FILE *out, FILE *err);
+
+extern const struct cli_cmd_family cli_cmd_regex;
+
+/* A duration as --since takes it: digits with an optional unit s, m, h or d (seconds without).
+ * Returns 0 or -EINVAL. (cmd_events.c) */
+int cli_cmd_parse_duration(const char *s, uint64_t *secs);
+
+/* An offline command (CLI_CMD_OFFLINE: `regex test`): run it, printing to out and err, and
+ * return the exit status. (cmd_regex.c) */
+int cli_cmd_offline_run(const struct cli_cmd *cmd, FILE *out, FILE *err);
 
 /* Every family, NULL-terminated (cmd.c). */
 extern const struct cli_cmd_family *const cli_cmd_families[];

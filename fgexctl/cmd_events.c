@@ -7,9 +7,11 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cli_fmt.h"
 #include "cli_json.h"
+#include "fgx/ruleset.h"
 
 /* ---- usage ---- */
 
@@ -29,7 +31,22 @@ static const char usage_events[] =
     "service, filter_id, dir, proto, src, sport, dst, dport, excerpt (or excerpt_b64),\n"
     "excerpt_hex, match_end}: the match ends before byte match_end of the excerpt.\n"
     "Blocks whose event was lost (a worker's event queue was full) are said after the\n"
-    "table (on stderr with --json).\n"
+    "table (on stderr with --json). A log filter's match is an event too: FILTER shows\n"
+    "it as ID/log (JSON: \"action\": \"log\"; a block's is \"block\"). A filter's label\n"
+    "(as the filter has it now) is shown in a LABEL column (with --follow beside the\n"
+    "filter id, so that every batch keeps the columns; JSON: \"label\", or null).\n"
+    "\n"
+    "usage: fgexctl events [SERVICE] --top src [--since DURATION] [--json]\n"
+    "\n"
+    "Who is attacking: the blocks of the event store (every service, or SERVICE) per\n"
+    "source address and filter, the most recent first: SRC, FILTER, LABEL, SERVICE,\n"
+    "BLOCKS, FIRST, LAST. controld folds the events it keeps (--events-keep, 100,000 by\n"
+    "default) in one request; log matches are not blocks and are not counted.\n"
+    "\n"
+    "  --since D    only blocks of the last D: 90s, 30m, 2h, 1d (a number alone: seconds)\n"
+    "\n"
+    "--json prints {events, rows: [{src, filter_id, label, service_id, service, blocks,\n"
+    "first, first_ns, last, last_ns}]}: events is how many stored events were read.\n"
     "\n" CLI_SERVICE_HELP_NOTE;
 /* clang-format on */
 
@@ -61,7 +78,66 @@ static int build_events(struct cli_cmd *cmd, const struct cli_cmd_def *spec,
         m->limit = (uint32_t)n;
     }
     cmd->follow = cli_args_opt(raw, CLI_OPT_FOLLOW) != NULL;
+    if ((v = cli_args_opt(raw, CLI_OPT_TOP))) {
+        if (strcmp(v, "src") != 0)
+            return cli_args_fail(cmd, CLI_EXIT_INVALID, "invalid --top '%.60s': only src is known",
+                                 v);
+        if (cmd->follow || m->has_limit)
+            return cli_args_fail_usage(cmd, spec, "--top takes neither --follow nor --limit");
+        m->top = (char *)v;
+    }
+    if ((v = cli_args_opt(raw, CLI_OPT_SINCE))) {
+        uint64_t secs;
+        struct timespec now;
+
+        if (!m->top)
+            return cli_args_fail_usage(cmd, spec, "--since goes with --top src");
+        if (cli_cmd_parse_duration(v, &secs) < 0)
+            return cli_args_fail(cmd, CLI_EXIT_INVALID,
+                                 "invalid --since '%.60s': expected a duration such as 90s, 30m, "
+                                 "2h or 1d",
+                                 v);
+        clock_gettime(CLOCK_REALTIME, &now);
+        m->has_since_ns = 1;
+        m->since_ns = (uint64_t)now.tv_sec * 1000000000ull + (uint64_t)now.tv_nsec;
+        m->since_ns = secs * 1000000000ull >= m->since_ns ? 0 : m->since_ns - secs * 1000000000ull;
+    }
     cmd->req.events = m;
+    return 0;
+}
+
+int cli_cmd_parse_duration(const char *s, uint64_t *secs)
+{
+    uint64_t v = 0, mul = 1;
+    size_t n = strlen(s), digits = 0;
+
+    while (digits < n && s[digits] >= '0' && s[digits] <= '9')
+        digits++;
+    if (digits == 0 || digits > 9)
+        return -EINVAL;
+    if (n - digits > 1)
+        return -EINVAL;
+    if (n - digits == 1) {
+        switch (s[digits]) {
+        case 's':
+            mul = 1;
+            break;
+        case 'm':
+            mul = 60;
+            break;
+        case 'h':
+            mul = 3600;
+            break;
+        case 'd':
+            mul = 86400;
+            break;
+        default:
+            return -EINVAL;
+        }
+    }
+    for (size_t i = 0; i < digits; i++)
+        v = v * 10 + (uint64_t)(s[i] - '0');
+    *secs = v * mul;
     return 0;
 }
 
@@ -79,11 +155,21 @@ static int human_events(FILE *f, const Fgx__Ctl__Reply *rep, bool fixed, bool he
 {
     static const char *const heads[] = {"TIME", "SERVICE", "FILTER", "DIR",
                                         "SRC",  "DST",     "EXCERPT"};
+    static const char *const lheads[] = {"TIME", "SERVICE", "FILTER", "DIR",
+                                         "SRC",  "DST",     "LABEL",  "EXCERPT"};
     struct cli_table t;
     char buf[INET6_ADDRSTRLEN * 4 + 16];
+    bool labels = false;
     int rc;
 
-    cli_fmt_table_init(&t, heads, 7, 1u << 2);
+    /* A LABEL column only when an event of these has one. Batches of --follow keep one layout
+     * (their header is printed once): a label goes into the FILTER cell there instead. */
+    for (size_t i = 0; i < rep->n_events && !fixed; i++)
+        labels |= rep->events[i]->label && rep->events[i]->label[0];
+    if (labels)
+        cli_fmt_table_init(&t, lheads, 8, 1u << 2);
+    else
+        cli_fmt_table_init(&t, heads, 7, 1u << 2);
     t.minw = fixed ? event_minw : NULL;
     t.headless = !head;
     for (size_t i = 0; i < rep->n_events; i++) {
@@ -95,12 +181,20 @@ static int human_events(FILE *f, const Fgx__Ctl__Reply *rep, bool fixed, bool he
             cli_fmt_table_add_str(&t, e->service);
         else
             cli_fmt_table_addf(&t, "%" PRIu32, e->service_id);
-        cli_fmt_table_addf(&t, "%" PRIu32, e->filter_id);
+        if (fixed && e->label && e->label[0] && fgx_label_check(e->label, buf, sizeof(buf)) == 0)
+            cli_fmt_table_addf(&t, "%" PRIu32 "%s (%s)", e->filter_id,
+                               e->has_log && e->log ? "/log" : "", e->label);
+        else
+            cli_fmt_table_addf(&t, "%" PRIu32 "%s", e->filter_id,
+                               e->has_log && e->log ? "/log" : "");
         cli_fmt_table_addf(&t, "%s", event_dir(e->dir));
         cli_fmt_addr_port(e->src, e->sport, buf, sizeof(buf));
         cli_fmt_table_addf(&t, "%s", buf);
         cli_fmt_addr_port(e->dst, e->dport, buf, sizeof(buf));
         cli_fmt_table_addf(&t, "%s", buf);
+        if (labels) {
+            cli_fmt_table_add_label(&t, e->label);
+        }
         cli_fmt_table_push(&t, cli_fmt_escape_bytes_dup(e->has_excerpt ? e->excerpt.data : NULL,
                                                         e->has_excerpt ? e->excerpt.len : 0));
     }
@@ -137,8 +231,10 @@ static json_t *json_event(const void *p)
     h[2 * (xlen < EXCERPT_HEX_MAX ? xlen : EXCERPT_HEX_MAX)] = '\0';
     if (!o || cli_json_set_bytes(o, "excerpt", x, xlen) < 0 ||
         json_object_set_new(o, "excerpt_hex", json_string(h)) < 0 ||
-        (e->has_match_end &&
-         json_object_set_new(o, "match_end", json_integer(e->match_end)) < 0)) {
+        (e->has_match_end && json_object_set_new(o, "match_end", json_integer(e->match_end)) < 0) ||
+        json_object_set_new(o, "action", json_string(e->has_log && e->log ? "log" : "block")) < 0 ||
+        json_object_set_new(o, "label",
+                            cli_json_str_or_null(e->label && e->label[0] ? e->label : NULL)) < 0) {
         json_decref(o);
         return NULL;
     }
@@ -160,11 +256,64 @@ int cli_cmd_events_follow(FILE *f, const Fgx__Ctl__Reply *rep, bool json, bool h
     return rc;
 }
 
+static int human_top(FILE *f, const Fgx__Ctl__Reply *rep)
+{
+    static const char *const heads[] = {"SRC",    "FILTER", "LABEL", "SERVICE",
+                                        "BLOCKS", "FIRST",  "LAST"};
+    struct cli_table t;
+    char buf[64];
+    int rc;
+
+    if (rep->n_top == 0) {
+        (void)fputs("no blocks\n", f);
+        return 0;
+    }
+    cli_fmt_table_init(&t, heads, 7, 1u << 1 | 1u << 4);
+    for (size_t i = 0; i < rep->n_top; i++) {
+        const Fgx__Ctl__TopRow *r = rep->top[i];
+
+        cli_fmt_table_add_str(&t, r->src);
+        cli_fmt_table_addf(&t, "%" PRIu32, r->filter_id);
+        cli_fmt_table_add_label(&t, r->label);
+        if (r->service && r->service[0])
+            cli_fmt_table_add_str(&t, r->service);
+        else
+            cli_fmt_table_addf(&t, "%" PRIu32, r->service_id);
+        cli_fmt_table_addf(&t, "%" PRIu64, r->blocks);
+        cli_fmt_time(r->first_ns, false, buf, sizeof(buf));
+        cli_fmt_table_addf(&t, "%s", buf);
+        cli_fmt_time(r->last_ns, false, buf, sizeof(buf));
+        cli_fmt_table_addf(&t, "%s", buf);
+    }
+    rc = cli_fmt_table_print(f, &t);
+    cli_fmt_table_release(&t);
+    return rc;
+}
+
+static json_t *json_top_row(const void *p)
+{
+    const Fgx__Ctl__TopRow *r = p;
+    char first[64], last[64];
+
+    cli_fmt_time(r->first_ns, true, first, sizeof(first));
+    cli_fmt_time(r->last_ns, true, last, sizeof(last));
+    return json_pack("{s:o, s:I, s:o, s:I, s:o, s:I, s:s, s:I, s:s, s:I}", "src",
+                     cli_json_str(r->src), "filter_id", cli_json_int(r->filter_id), "label",
+                     cli_json_str_or_null(r->label && r->label[0] ? r->label : NULL), "service_id",
+                     cli_json_int(r->service_id), "service", cli_json_str_or_null(r->service),
+                     "blocks", cli_json_int(r->blocks), "first", first, "first_ns",
+                     cli_json_int(r->first_ns), "last", last, "last_ns", cli_json_int(r->last_ns));
+}
+
 static int human_events_reply(FILE *f, const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep)
 {
     int rc = 0;
 
-    (void)req;
+    if (req->events && req->events->top) {
+        rc = human_top(f, rep);
+        cli_fmt_events_lost(f, rep->events_lost);
+        return rc;
+    }
     if (rep->n_events == 0)
         (void)fputs("no events\n", f);
     else
@@ -175,9 +324,11 @@ static int human_events_reply(FILE *f, const Fgx__Ctl__Request *req, const Fgx__
 
 static json_t *json_events(const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep)
 {
-    (void)req;
     /* The array stays what scripts expect; the loss is said on stderr. */
     cli_fmt_events_lost(stderr, rep->events_lost);
+    if (req->events && req->events->top)
+        return json_pack("{s:I, s:o}", "events", cli_json_int(rep->top_events), "rows",
+                         cli_fmt_json_list((void *const *)rep->top, rep->n_top, json_top_row));
     return cli_fmt_json_list((void *const *)rep->events, rep->n_events, json_event);
 }
 
@@ -188,7 +339,7 @@ static const struct cli_cmd_def events_cmds[] = {
      .req = FGX__CTL__REQUEST__REQ_EVENTS,
      .npos = 1,
      .pos_names = {"SERVICE"},
-     .opts = CLI_OPT_LIMIT | CLI_OPT_FOLLOW,
+     .opts = CLI_OPT_LIMIT | CLI_OPT_FOLLOW | CLI_OPT_TOP | CLI_OPT_SINCE,
      .usage = usage_events,
      .pos_optional = true,
      .build = build_events,

@@ -1,4 +1,4 @@
-/* fgexctl, the filter commands: add, list, enable, disable, rm, and a service's ruleset
+/* fgexctl, the filter commands: add, list, enable, disable, set, rm, and a service's ruleset
  * file's import and export (read and written by cli_local.c). */
 #include "cmd.h"
 
@@ -9,6 +9,7 @@
 
 #include "cli_fmt.h"
 #include "cli_json.h"
+#include "fgx/ruleset.h"
 
 /* ---- usage ---- */
 
@@ -16,20 +17,23 @@
 #define RULESET_FORMAT_HELP \
     "File format: one filter a line,\n" \
     "\n" \
-    "    [c2s|s2c|both] [nocase] [disabled] /REGEX/\n" \
+    "    [c2s|s2c|both] [nocase] [disabled] [log] [label=\"TEXT\"] /REGEX/\n" \
     "\n" \
     "e.g. `c2s nocase /evil[0-9]+/`. The regex is everything between the first and\n" \
     "the last '/' of the line, as is (a '/' inside needs no escape). The direction\n" \
-    "defaults to both. Blank lines and lines starting with '#' are ignored.\n"
+    "defaults to both. `log`: a log-only filter. label=\"team12 sqli\" (\\\" and \\\\\n" \
+    "inside for a quote and a backslash). Blank lines and lines starting with '#'\n" \
+    "are ignored.\n"
 
 static const char usage_filter[] =
     "usage: fgexctl filter COMMAND ...\n"
     "\n"
     "Commands:\n"
-    "  add SERVICE REGEX [--dir c2s|s2c|both] [--nocase]\n"
+    "  add SERVICE REGEX [--dir c2s|s2c|both] [--nocase] [--log] [--label TEXT]\n"
     "  list SERVICE\n"
     "  enable FILTER\n"
     "  disable FILTER\n"
+    "  set FILTER [--action block|log] [--label TEXT]\n"
     "  rm FILTER\n"
     "  import SERVICE FILE [--replace|--sync] [--dry-run]\n"
     "  export SERVICE\n"
@@ -38,7 +42,8 @@ static const char usage_filter[] =
                                    "`fgexctl filter COMMAND --help` for one command.\n";
 
 static const char usage_filter_add[] =
-    "usage: fgexctl filter add SERVICE REGEX [--dir c2s|s2c|both] [--nocase]\n"
+    "usage: fgexctl filter add SERVICE REGEX [--dir c2s|s2c|both] [--nocase] [--log]\n"
+    "                          [--label TEXT]\n"
     "\n"
     "Add a regex to a service: from the moment this returns, a TCP connection whose\n"
     "stream matches is reset, a UDP datagram that matches is dropped. An invalid\n"
@@ -48,6 +53,13 @@ static const char usage_filter_add[] =
     "  --dir c2s|s2c|both   which direction to scan: client to server, server to\n"
     "                       client, or both (default: both)\n"
     "  --nocase             match case-insensitively\n"
+    "  --log                log only: a match is an event marked log and counted as\n"
+    "                       matched, nothing is dropped (at most one event per\n"
+    "                       direction of a connection, one per datagram); the\n"
+    "                       service's block filters still judge the traffic.\n"
+    "                       `filter set FILTER --action block` makes it block\n"
+    "  --label TEXT         a label shown in lists and events (\"team12 sqli\"):\n"
+    "                       UTF-8, at most 64 bytes, no control characters\n"
     "\n"
     "Put `--` before a regex that starts with '-'. " CLI_SERVICE_HELP_NOTE;
 
@@ -65,6 +77,16 @@ static const char usage_filter_disable[] =
     "usage: fgexctl filter disable FILTER\n"
     "\n"
     "Disable a filter without removing it. FILTER is a filter id.\n";
+
+static const char usage_filter_set[] =
+    "usage: fgexctl filter set FILTER [--action block|log] [--label TEXT]\n"
+    "\n"
+    "Change a filter in place: its id, counters and enabled state stay. The action\n"
+    "switches live, as enable and disable do: once this returns, new connections are\n"
+    "judged by the new action, and open ones from their next packet on (also one that\n"
+    "the filter already logged: its next occurrence there is blocked). --label \"\"\n"
+    "removes the label.\n"
+    "FILTER is a filter id.\n";
 
 static const char usage_filter_rm[] =
     "usage: fgexctl filter rm FILTER\n"
@@ -100,6 +122,15 @@ static const char usage_filter_export[] =
 
 /* ---- building the request ---- */
 
+static int check_label(struct cli_cmd *cmd, const char *v)
+{
+    char why[128];
+
+    if (fgx_label_check(v, why, sizeof(why)) < 0)
+        return cli_args_fail(cmd, CLI_EXIT_INVALID, "invalid --label: %s", why);
+    return 0;
+}
+
 static int build_filter_add(struct cli_cmd *cmd, const struct cli_cmd_def *spec,
                             const struct cli_args_raw *raw)
 {
@@ -125,7 +156,51 @@ static int build_filter_add(struct cli_cmd *cmd, const struct cli_cmd_def *spec,
         m->has_nocase = 1;
         m->nocase = 1;
     }
+    if (cli_args_opt(raw, CLI_OPT_LOG)) {
+        m->has_action = 1;
+        m->action = FGX__CTL__FILTER_ACTION__FILTER_ACTION_LOG;
+    }
+    if ((v = cli_args_opt(raw, CLI_OPT_LABEL))) {
+        rc = check_label(cmd, v);
+        if (rc < 0)
+            return rc;
+        m->label = (char *)v;
+    }
     cmd->req.filter_add = m;
+    return 0;
+}
+
+static int build_filter_set(struct cli_cmd *cmd, const struct cli_cmd_def *spec,
+                            const struct cli_args_raw *raw)
+{
+    Fgx__Ctl__FilterSet *m = &cmd->m.filter_set;
+    const char *v;
+    int rc;
+
+    fgx__ctl__filter_set__init(m);
+    rc = cli_args_check_ref(cmd, spec, raw->pos[0]);
+    if (rc < 0)
+        return rc;
+    m->ref = (char *)raw->pos[0];
+    if ((v = cli_args_opt(raw, CLI_OPT_ACTION))) {
+        m->has_action = 1;
+        if (strcmp(v, "block") == 0)
+            m->action = FGX__CTL__FILTER_ACTION__FILTER_ACTION_BLOCK;
+        else if (strcmp(v, "log") == 0)
+            m->action = FGX__CTL__FILTER_ACTION__FILTER_ACTION_LOG;
+        else
+            return cli_args_fail(cmd, CLI_EXIT_INVALID,
+                                 "invalid --action '%.60s': must be block or log", v);
+    }
+    if ((v = cli_args_opt(raw, CLI_OPT_LABEL))) {
+        rc = check_label(cmd, v);
+        if (rc < 0)
+            return rc;
+        m->label = (char *)v;
+    }
+    if (!m->has_action && !m->label)
+        return cli_args_fail_usage(cmd, spec, "nothing to set: give --action or --label");
+    cmd->req.filter_set = m;
     return 0;
 }
 
@@ -168,7 +243,18 @@ static void human_filter(FILE *f, const Fgx__Ctl__Filter *fl)
     cli_fmt_kv(f, "dir:", cli_fmt_dir_name(fl->dir));
     cli_fmt_kv(f, "nocase:", cli_fmt_yesno(fl->nocase));
     cli_fmt_kv(f, "active:", cli_fmt_yesno(fl->active));
+    cli_fmt_kv(f, "action:", cli_fmt_action_name(fl));
     cli_fmt_kv_u64(f, "blocked:", fl->blocked);
+    if (cli_fmt_filter_is_log(fl) || fl->matched > 0)
+        cli_fmt_kv_u64(f, "matched:", fl->matched);
+    if (fl->label && fl->label[0]) {
+        char why[64];
+
+        if (fgx_label_check(fl->label, why, sizeof(why)) == 0)
+            cli_fmt_kv(f, "label:", fl->label);
+        else
+            cli_fmt_kv_str(f, "label:", fl->label);
+    }
 }
 
 static int human_list(FILE *f, const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep)
@@ -217,7 +303,7 @@ static const struct cli_cmd_def filter_cmds[] = {
      .req = FGX__CTL__REQUEST__REQ_FILTER_ADD,
      .npos = 2,
      .pos_names = {"SERVICE", "REGEX"},
-     .opts = CLI_OPT_DIR | CLI_OPT_NOCASE,
+     .opts = CLI_OPT_DIR | CLI_OPT_NOCASE | CLI_OPT_LOG | CLI_OPT_LABEL,
      .usage = usage_filter_add,
      .build = build_filter_add,
      .human = human_one,
@@ -249,6 +335,17 @@ static const struct cli_cmd_def filter_cmds[] = {
      .pos_names = {"FILTER"},
      .usage = usage_filter_disable,
      .build = cli_args_build_ref,
+     .human = human_one,
+     .json = json_one,
+     .flags = CLI_CMD_CHANGE},
+    {.group = "filter",
+     .name = "set",
+     .req = FGX__CTL__REQUEST__REQ_FILTER_SET,
+     .npos = 1,
+     .pos_names = {"FILTER"},
+     .opts = CLI_OPT_ACTION | CLI_OPT_LABEL,
+     .usage = usage_filter_set,
+     .build = build_filter_set,
      .human = human_one,
      .json = json_one,
      .flags = CLI_CMD_CHANGE},

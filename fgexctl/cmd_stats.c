@@ -93,16 +93,20 @@ static int build_stats(struct cli_cmd *cmd, const struct cli_cmd_def *spec,
 
 static int human_stats_table(FILE *f, const Fgx__Ctl__Reply *rep)
 {
-    static const char *const heads[] = {"SERVICE", "PACKETS", "BYTES",  "ACCEPTED",
-                                        "DROPPED", "FLOWS",   "BLOCKED"};
+    static const char *const heads[] = {"SERVICE", "PACKETS", "BYTES",   "ACCEPTED",
+                                        "DROPPED", "FLOWS",   "BLOCKED", "MATCHED"};
     struct cli_table t;
+    bool matched = false;
     int rc;
 
     if (rep->n_service_stats == 0) {
         (void)fputs("no services (add one with 'fgexctl service add')\n", f);
         return 0;
     }
-    cli_fmt_table_init(&t, heads, 7, 0x7eu);
+    /* MATCHED (log filters' matches) only once a service has some. */
+    for (size_t i = 0; i < rep->n_service_stats; i++)
+        matched |= rep->service_stats[i]->matched > 0;
+    cli_fmt_table_init(&t, heads, matched ? 8 : 7, 0xfeu);
     for (size_t i = 0; i < rep->n_service_stats; i++) {
         const Fgx__Ctl__ServiceStats *st = rep->service_stats[i];
 
@@ -113,6 +117,8 @@ static int human_stats_table(FILE *f, const Fgx__Ctl__Reply *rep)
         cli_fmt_table_addf(&t, "%" PRIu64, st->dropped);
         cli_fmt_table_addf(&t, "%" PRIu64, st->flows_active);
         cli_fmt_table_addf(&t, "%" PRIu64, st->blocked);
+        if (matched)
+            cli_fmt_table_addf(&t, "%" PRIu64, st->matched);
     }
     rc = cli_fmt_table_print(f, &t);
     cli_fmt_table_release(&t);
@@ -124,14 +130,14 @@ static json_t *json_stats_one(const void *p)
 {
     const Fgx__Ctl__ServiceStats *st = p;
 
-    return json_pack("{s:I, s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "id",
+    return json_pack("{s:I, s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "id",
                      cli_json_int(st->service_id), "name", cli_json_str(st->name), "packets",
                      cli_json_int(st->packets), "bytes", cli_json_int(st->bytes), "accepted",
                      cli_json_int(st->accepted), "dropped", cli_json_int(st->dropped),
                      "flows_active", cli_json_int(st->flows_active), "blocked",
                      cli_json_int(st->blocked), "blocked_removed",
                      cli_json_int(st->blocked_removed), "events_lost",
-                     cli_json_int(st->events_lost));
+                     cli_json_int(st->events_lost), "matched", cli_json_int(st->matched));
 }
 
 static const Fgx__Ctl__ServiceStats *stats_find(const Fgx__Ctl__Reply *rep, uint32_t id)

@@ -277,6 +277,11 @@ int main(int argc, char **argv)
         status = fflush(stdout) == EOF ? CLI_EXIT_ERROR : CLI_EXIT_OK;
         goto out;
     }
+    if (cmd.offline) {
+        /* `regex test`: nothing to ask controld, so no URL is looked at either. */
+        status = cli_cmd_offline_run(&cmd, stdout, stderr);
+        goto out;
+    }
     if (cmd.def && (cmd.def->flags & CLI_CMD_LOCAL)) {
         status = cli_cmd_context_run(&cmd, stdout, stderr);
         goto out;

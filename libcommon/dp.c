@@ -59,8 +59,9 @@ static bool event_ok(uint32_t dir, uint32_t ipproto, size_t srclen, size_t dstle
            (srclen == 4 || srclen == 16) && exlen <= FGX_DP_EXCERPT_MAX;
 }
 
-/* Filter ids of one database: strictly ascending, so that a worker can look one up by bisection
- * and compare two databases' sets in one pass. */
+/* Filter ids of one database: strictly ascending by filter id (a log filter's carries
+ * FGX_FILTER_ID_LOG, which is not part of the order), so that a worker can look one up by
+ * bisection and compare two databases' sets in one pass. */
 static int ids_check(uint32_t id, const char *dir, const uint32_t *ids, size_t n)
 {
     size_t i;
@@ -70,7 +71,7 @@ static int ids_check(uint32_t id, const char *dir, const uint32_t *ids, size_t n
         return -EINVAL;
     }
     for (i = 1; i < n; i++) {
-        if (ids[i] <= ids[i - 1]) {
+        if ((ids[i] & FGX_FILTER_ID_MASK) <= (ids[i - 1] & FGX_FILTER_ID_MASK)) {
             fgx_warn("data-path service %u: %s filter ids not strictly ascending (%u after %u)",
                      id, dir, ids[i], ids[i - 1]);
             return -EINVAL;
@@ -258,6 +259,10 @@ int fgx_dp_encode(const struct fgx_dp_msg *m, void **buf, size_t *len)
             fgx__dp__filter_stat__init(&fs[i]);
             fs[i].filter_id = s->filters[i].filter_id;
             fs[i].blocked = s->filters[i].blocked;
+            if (s->filters[i].matched > 0) {
+                fs[i].has_matched = 1;
+                fs[i].matched = s->filters[i].matched;
+            }
             fsp[i] = &fs[i];
         }
         if (s->nservices > 0) {
@@ -316,6 +321,10 @@ int fgx_dp_encode(const struct fgx_dp_msg *m, void **buf, size_t *len)
             if (e->match_end != e->excerpt_len) {
                 p->has_match_end = 1;
                 p->match_end = e->match_end;
+            }
+            if (e->log) {
+                p->has_log = 1;
+                p->log = 1;
             }
             evp[nev++] = p;
         }
@@ -601,6 +610,7 @@ static int stats_from_pb(const Fgx__Dp__Stats *p, struct fgx_dp_stats *s)
         for (i = 0; i < p->n_filters; i++) {
             s->filters[i].filter_id = p->filters[i]->filter_id;
             s->filters[i].blocked = p->filters[i]->blocked;
+            s->filters[i].matched = p->filters[i]->has_matched ? p->filters[i]->matched : 0;
         }
     }
     if (p->n_services > 0) {
@@ -651,6 +661,7 @@ static int stats_from_pb(const Fgx__Dp__Stats *p, struct fgx_dp_stats *s)
             e->match_end = v->has_match_end ? (uint8_t)v->match_end : (uint8_t)exlen;
             if (exlen > 0)
                 memcpy(e->excerpt, v->excerpt.data, exlen);
+            e->log = v->has_log && v->log;
             s->nevents++;
         }
         if (bad > 0) {

@@ -13,6 +13,7 @@
 #endif
 
 #include "fgx/log.h"
+#include "fgx/ruleset.h"
 #include "hs_err.h"
 
 #define CHUNK 2048u
@@ -50,6 +51,8 @@ struct fgx_reasm_ctx {
     size_t kept;
     uint64_t kept_lost;
     fgx_reasm_verdict_fn verdict;
+    fgx_reasm_log_fn log; /* NULL: log filters' matches are passed over */
+    void *log_arg;
     void *arg;
     size_t flow_bytes;
     size_t held_bytes;
@@ -63,12 +66,27 @@ struct fgx_reasm_ctx {
     struct hold *holds;
 };
 
+/* Log filters reported by one scan call, so that the old stream, scanning the same bytes after
+ * the current one, does not report them a second time. */
+#define LOG_SEEN_MAX 8
+
 struct scan_state {
     bool matched;
     uint32_t filter_id;
     unsigned long long end; /* stream offset where the match ended */
     size_t data_end;        /* where it ended in the buffer of the scan that found it */
+    /* For a log filter's match, reported from inside the scan (ctx NULL: a priming scan, where
+     * every match only says "start again after it"). */
+    struct fgx_reasm_ctx *ctx;
+    const struct fgx_reasm *r; /* NULL: a datagram */
+    const uint8_t *data;
+    size_t len;
+    uint64_t base; /* bytes the stream had scanned before data */
+    uint32_t log_seen[LOG_SEEN_MAX];
+    uint32_t nlog_seen;
 };
+
+static void log_hit(struct scan_state *s, uint32_t id, unsigned long long to);
 
 static int seq_cmp(uint32_t a, uint32_t b)
 {
@@ -84,27 +102,36 @@ static int on_match(unsigned int id, unsigned long long from, unsigned long long
 
     (void)from;
     (void)flags;
+    /* A log filter never stops the scan: the block filters still judge these bytes. Only a
+     * match pays for this test; with SINGLEMATCH a log filter reports once per stream. */
+    if ((id & FGX_FILTER_ID_LOG) && s->ctx != NULL) {
+        log_hit(s, id & FGX_FILTER_ID_MASK, to);
+        return 0;
+    }
     s->matched = true;
-    s->filter_id = id;
+    s->filter_id = id & FGX_FILTER_ID_MASK;
     s->end = to;
     return 1; /* a flow is blocked at its first match: nothing more to learn from this scan */
 }
 
-static bool ids_has(const uint32_t *ids, size_t n, uint32_t id)
+/* The ids lists are sorted by filter id and carry each filter's FGX_FILTER_ID_LOG bit as it is
+ * now. Returns the listed id (with its bit), or 0 when id is not listed (ids start at 1). */
+static uint32_t ids_find(const uint32_t *ids, size_t n, uint32_t id)
 {
     size_t lo = 0, hi = n;
 
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
+        uint32_t v = ids[mid] & FGX_FILTER_ID_MASK;
 
-        if (ids[mid] == id)
-            return true;
-        if (ids[mid] < id)
+        if (v == id)
+            return ids[mid];
+        if (v < id)
             lo = mid + 1;
         else
             hi = mid;
     }
-    return false;
+    return 0;
 }
 
 static bool ids_share(const uint32_t *a, size_t na, const uint32_t *b, size_t nb)
@@ -114,9 +141,11 @@ static bool ids_share(const uint32_t *a, size_t na, const uint32_t *b, size_t nb
     if (a == NULL || b == NULL)
         return false;
     while (i < na && j < nb) {
-        if (a[i] == b[j])
+        uint32_t x = a[i] & FGX_FILTER_ID_MASK, y = b[j] & FGX_FILTER_ID_MASK;
+
+        if (x == y)
             return true;
-        if (a[i] < b[j])
+        if (x < y)
             i++;
         else
             j++;
@@ -131,15 +160,17 @@ struct old_scan_state {
 };
 
 /* The old stream's database may hold filters removed or disabled since: they never match again,
- * so their matches are passed over and the scan goes on. */
+ * so their matches are passed over and the scan goes on. A filter switched between block and
+ * log since is judged by what it is now (the current list's bit), not by the old database. */
 static int on_match_old(unsigned int id, unsigned long long from, unsigned long long to,
                         unsigned int flags, void *arg)
 {
     struct old_scan_state *o = arg;
+    uint32_t now = ids_find(o->ids, o->nids, id & FGX_FILTER_ID_MASK);
 
-    if (!ids_has(o->ids, o->nids, id))
+    if (now == 0)
         return 0;
-    return on_match(id, from, to, flags, &o->st);
+    return on_match(now, from, to, flags, &o->st);
 }
 
 int fgx_reasm_ctx_new(size_t pool_bytes, size_t flow_bytes, fgx_reasm_verdict_fn fn, void *arg,
@@ -155,6 +186,7 @@ int fgx_reasm_ctx_new(size_t pool_bytes, size_t flow_bytes, fgx_reasm_verdict_fn
         goto err;
     c->verdict = fn;
     c->arg = arg;
+    c->log = NULL;
     c->flow_bytes = flow_bytes;
     c->nchunks = (uint32_t)(pool_bytes / CHUNK);
     if (c->nchunks == 0)
@@ -191,6 +223,12 @@ void fgx_reasm_ctx_free(struct fgx_reasm_ctx *ctx)
     free(ctx->kc);
     free(ctx->kbuf);
     free(ctx);
+}
+
+void fgx_reasm_ctx_set_log(struct fgx_reasm_ctx *ctx, fgx_reasm_log_fn fn, void *arg)
+{
+    ctx->log = fn;
+    ctx->log_arg = arg;
 }
 
 int fgx_reasm_ctx_keep(struct fgx_reasm_ctx *ctx, size_t pool_bytes, size_t flow_bytes)
@@ -759,6 +797,26 @@ static void excerpt_fill(struct fgx_reasm_match *m, const struct fgx_reasm *r, c
     m->excerpt_len = (uint8_t)(k + n + after);
 }
 
+/* A log filter's match: reported through the context's log callback with its excerpt, at
+ * most once per scan call (the current and the old stream see the same bytes). */
+static void log_hit(struct scan_state *s, uint32_t id, unsigned long long to)
+{
+    struct fgx_reasm_match lm;
+
+    for (uint32_t i = 0; i < s->nlog_seen; i++)
+        if (s->log_seen[i] == id)
+            return;
+    if (s->nlog_seen < LOG_SEEN_MAX)
+        s->log_seen[s->nlog_seen++] = id;
+    if (s->ctx->log == NULL)
+        return;
+    memset(&lm, 0, sizeof(lm));
+    lm.log = true;
+    lm.filter_id = id;
+    excerpt_fill(&lm, s->r, s->data, s->len, end_in_buffer(s->base, to, s->len));
+    s->ctx->log(s->ctx->log_arg, &lm);
+}
+
 static int stream_open(struct fgx_reasm *r);
 static void old_close(struct fgx_reasm *r);
 
@@ -770,6 +828,13 @@ static int scan_old(struct fgx_reasm_ctx *c, struct fgx_reasm *r, const uint8_t 
     struct old_scan_state o = {.ids = r->ids, .nids = r->nids};
     hs_error_t rc;
 
+    o.st.ctx = c;
+    o.st.r = r;
+    o.st.data = data;
+    o.st.len = len;
+    o.st.base = r->old_scanned;
+    o.st.nlog_seen = st->nlog_seen;
+    memcpy(o.st.log_seen, st->log_seen, sizeof(o.st.log_seen));
     rc = hs_scan_stream(r->old_stream, (const char *)data, (unsigned int)len, 0, c->scratch,
                         on_match_old, &o);
     if (o.st.matched) {
@@ -802,6 +867,11 @@ static int scan(struct fgx_reasm_ctx *c, struct fgx_reasm *r, const uint8_t *dat
      * one (idle connections, replies of nothing), and a stream costs hs_stream_size() each. */
     if (r->stream == NULL && (r->stream_failed || stream_open(r) != 0))
         return -EIO;
+    st->ctx = c;
+    st->r = r;
+    st->data = data;
+    st->len = len;
+    st->base = r->scanned;
     rc = hs_scan_stream(r->stream, (const char *)data, (unsigned int)len, 0, c->scratch, on_match,
                         st);
     if (st->matched) {
@@ -1139,6 +1209,9 @@ int fgx_reasm_scan_block(struct fgx_reasm_ctx *ctx, const struct hs_database *db
     memset(m, 0, sizeof(*m));
     if (db == NULL)
         return 0;
+    st.ctx = ctx;
+    st.data = data;
+    st.len = len;
     rc = hs_scan(db, data, (unsigned int)len, 0, ctx->scratch, on_match, &st);
     if (st.matched) {
         m->matched = true;

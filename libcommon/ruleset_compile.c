@@ -37,6 +37,12 @@ static unsigned pattern_flags(bool nocase)
     return HS_FLAG_DOTALL | HS_FLAG_SINGLEMATCH | (nocase ? HS_FLAG_CASELESS : 0);
 }
 
+/* The hyperscan id of a pattern: its filter id, with FGX_FILTER_ID_LOG for a log filter. */
+static unsigned pattern_id(const struct fgx_pattern *p)
+{
+    return p->filter_id;
+}
+
 static bool pattern_applies(const struct fgx_pattern *p, enum fgx_dir dir)
 {
     return ((unsigned)p->dir & (unsigned)dir) != 0;
@@ -237,6 +243,28 @@ out:
     return ret;
 }
 
+int fgx_filter_regex_lint(const char *regex, bool nocase, int ipproto,
+                          struct fgx_pattern_warnings *w, char *err, size_t errlen)
+{
+    char herr[512];
+
+    if (w != NULL)
+        memset(w, 0, sizeof(*w));
+    if (regex == NULL || regex[0] == '\0') {
+        err_set(err, errlen, "empty regex");
+        return -EINVAL;
+    }
+    if (strlen(regex) > FGX_FILTER_REGEX_MAX) {
+        err_set(err, errlen, "regex longer than %d bytes", FGX_FILTER_REGEX_MAX);
+        return -EINVAL;
+    }
+    if (fgx_pattern_lint(regex, nocase, ipproto, w, herr, sizeof(herr)) < 0) {
+        err_set(err, errlen, "invalid regex \"%.200s\": %s", regex, herr);
+        return -EINVAL;
+    }
+    return 0;
+}
+
 int fgx_pattern_check(const char *regex, bool nocase, int ipproto, char *err, size_t errlen)
 {
     return fgx_pattern_lint(regex, nocase, ipproto, NULL, err, errlen);
@@ -274,7 +302,8 @@ uint64_t fgx_ruleset_key(const struct fgx_pattern *pats, size_t n, enum fgx_dir 
 
         if (!pattern_applies(p, dir))
             continue;
-        h = hash_u64(h, p->filter_id);
+        /* A block filter hashes as it always did, so caches keep their keys. */
+        h = hash_u64(h, pattern_id(p));
         h = hash_u64(h, pattern_flags(p->nocase));
         h = hash_u64(h, len);
         h = fgx_hash64(p->regex, len, h);
@@ -322,13 +351,13 @@ int fgx_ruleset_compile(const struct fgx_pattern *pats, size_t n, enum fgx_dir d
             continue;
         ret = regex_precheck(pats[i].regex, why, sizeof(why));
         if (ret < 0) {
-            err_set(err, errlen, "filter %u: %s", pats[i].filter_id, why);
-            fgx_err("ruleset compile: filter %u: %s", pats[i].filter_id, why);
+            err_set(err, errlen, "filter %u: %s", pats[i].filter_id & FGX_FILTER_ID_MASK, why);
+            fgx_err("ruleset compile: filter %u: %s", pats[i].filter_id & FGX_FILTER_ID_MASK, why);
             goto out;
         }
         exprs[m] = pats[i].regex;
         flags[m] = pattern_flags(pats[i].nocase);
-        ids[m] = pats[i].filter_id;
+        ids[m] = pattern_id(&pats[i]);
         m++;
     }
 
@@ -337,11 +366,12 @@ int fgx_ruleset_compile(const struct fgx_pattern *pats, size_t n, enum fgx_dir d
         const char *msg = cerr != NULL ? cerr->message : fgx_hs_strerror(rc);
 
         if (cerr != NULL && cerr->expression >= 0 && (size_t)cerr->expression < m)
-            err_set(err, errlen, "filter %u: %s", ids[cerr->expression], msg);
+            err_set(err, errlen, "filter %u: %s", ids[cerr->expression] & FGX_FILTER_ID_MASK, msg);
         else
             err_set(err, errlen, "%s", msg);
         if (cerr != NULL && cerr->expression >= 0 && (size_t)cerr->expression < m)
-            fgx_err("ruleset compile: filter %u: %s", ids[cerr->expression], msg);
+            fgx_err("ruleset compile: filter %u: %s", ids[cerr->expression] & FGX_FILTER_ID_MASK,
+                    msg);
         else
             fgx_err("ruleset compile (%zu patterns): %s", m, msg);
         ret = cerr != NULL && strstr(cerr->message, "allocate") != NULL ? -ENOMEM : -EINVAL;

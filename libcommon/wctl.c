@@ -38,7 +38,8 @@ void *fgx_ctr_slot_get(void *table, size_t nslots, size_t size, uint32_t id)
     return s;
 }
 
-void fgx_ctr_filter_blocked(struct fgx_filter_ctr *table, size_t nslots, uint32_t id)
+/* The slot of filter id, claimed with both counters zero if new; NULL when the table is full. */
+static struct fgx_filter_ctr *filter_slot(struct fgx_filter_ctr *table, size_t nslots, uint32_t id)
 {
     size_t i = (id * 2654435761u) % nslots, n;
 
@@ -47,15 +48,31 @@ void fgx_ctr_filter_blocked(struct fgx_filter_ctr *table, size_t nslots, uint32_
 
         if (!f->slot.used) {
             f->slot.id = id;
-            __atomic_store_n(&f->blocked, 1, __ATOMIC_RELAXED);
+            __atomic_store_n(&f->blocked, 0, __ATOMIC_RELAXED);
+            __atomic_store_n(&f->matched, 0, __ATOMIC_RELAXED);
             __atomic_store_n(&f->slot.used, 1, __ATOMIC_RELEASE);
-            return;
+            return f;
         }
-        if (f->slot.id == id) {
-            FGX_CTR_ADD(&f->blocked, 1);
-            return;
-        }
+        if (f->slot.id == id)
+            return f;
     }
+    return NULL;
+}
+
+void fgx_ctr_filter_blocked(struct fgx_filter_ctr *table, size_t nslots, uint32_t id)
+{
+    struct fgx_filter_ctr *f = filter_slot(table, nslots, id);
+
+    if (f != NULL)
+        FGX_CTR_ADD(&f->blocked, 1);
+}
+
+void fgx_ctr_filter_matched(struct fgx_filter_ctr *table, size_t nslots, uint32_t id)
+{
+    struct fgx_filter_ctr *f = filter_slot(table, nslots, id);
+
+    if (f != NULL)
+        FGX_CTR_ADD(&f->matched, 1);
 }
 
 uint64_t fgx_ctr_load(const uint64_t *p)
@@ -149,8 +166,10 @@ void fgx_wstats_filters(struct fgx_wstats *st, const struct fgx_filter_ctr *tabl
         if (!fgx_ctr_slot_used(&table[i].slot))
             continue;
         fs = filter_find(st, table[i].slot.id);
-        if (fs != NULL)
+        if (fs != NULL) {
             fs->blocked += fgx_ctr_load(&table[i].blocked);
+            fs->matched += fgx_ctr_load(&table[i].matched);
+        }
     }
 }
 

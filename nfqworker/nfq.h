@@ -96,6 +96,12 @@ struct nfq_thread {
     unsigned nresets;
     struct nfq_counters ctr;
     struct fgx_evring events;
+    /* What is being scanned, for a log filter's event (nfq_match_log()): a TCP flow's direction,
+     * or (scan_flow NULL) a UDP datagram of service scan_svc. */
+    struct fgx_flow *scan_flow;
+    const struct fgx_pkt *scan_pkt;
+    uint32_t scan_svc;
+    uint8_t scan_dir;
     /* A planned restart (nfq_handover.c): the control thread sets hx_req; the thread writes
      * its flows to hx_out, sets hx_done (1, or -1 on failure) and stops. hx_in: the flows of
      * the worker before, for this thread, rebuilt at its first ruleset. */
@@ -134,6 +140,9 @@ void nfq_match_switch(struct nfq_thread *t);
 void nfq_match_flow_release(void *arg, struct fgx_flow *f);
 /* Verdict for a held segment (fgx_reasm_verdict_fn). */
 void nfq_match_held_verdict(void *arg, uint64_t cookie, bool accept);
+/* A log filter matched in what the thread (arg) is scanning: counted and recorded as an event
+ * marked log (fgx_reasm_log_fn); nothing is dropped. */
+void nfq_match_log(void *arg, const struct fgx_reasm_match *m);
 /* A service's SYN-ACK, copied by the rules (not queued: no verdict): the server accepted a
  * connection; both of its streams start here. */
 void nfq_match_synack(struct nfq_thread *t, const uint8_t *data, size_t len);
@@ -205,6 +214,7 @@ void nfq_reset_send(struct nfq_thread *t, int family, const uint8_t *saddr, uint
 /* ---- nfq_stats.c ---- */
 struct nfq_svc_ctr *nfq_stats_svc(struct nfq_counters *c, uint32_t id);
 void nfq_stats_filter_blocked(struct nfq_counters *c, uint32_t filter_id);
+void nfq_stats_filter_matched(struct nfq_counters *c, uint32_t filter_id);
 /* Sum every thread's counters into *out (arrays malloc'd; fgx_dp_msg_release() frees them). */
 int nfq_stats_collect(struct nfq_worker *w, struct fgx_dp_stats *out);
 

@@ -192,7 +192,32 @@ static void event_record(struct nfq_thread *t, uint32_t service_id, enum fgx_dir
     e->excerpt_len = m->excerpt_len <= FGX_DP_EXCERPT_MAX ? m->excerpt_len : FGX_DP_EXCERPT_MAX;
     e->match_end = m->match_end <= e->excerpt_len ? m->match_end : e->excerpt_len;
     memcpy(e->excerpt, m->excerpt, e->excerpt_len);
+    e->log = m->log;
     fgx_evring_commit(&t->events);
+}
+
+void nfq_match_log(void *arg, const struct fgx_reasm_match *m)
+{
+    struct nfq_thread *t = arg;
+    const struct fgx_flow *f = t->scan_flow;
+    const struct fgx_pkt *p = t->scan_pkt;
+    enum fgx_dir dir = (enum fgx_dir)t->scan_dir;
+
+    /* Counted before its event is committed, as a block is (fgx_wstats_events()). */
+    nfq_stats_filter_matched(&t->ctr, m->filter_id);
+    if (f != NULL) {
+        const struct fgx_flow_key *k = &f->key;
+
+        if (dir == FGX_DIR_C2S)
+            event_record(t, f->service_id, dir, k->ipproto, k->family, k->caddr, k->cport, k->saddr,
+                         k->sport, m);
+        else
+            event_record(t, f->service_id, dir, k->ipproto, k->family, k->saddr, k->sport, k->caddr,
+                         k->cport, m);
+    } else if (p != NULL) {
+        event_record(t, t->scan_svc, dir, p->ipproto, p->family, p->saddr, p->sport, p->daddr,
+                     p->dport, m);
+    }
 }
 
 /* Nothing of the flow will be scanned again: its streams, held segments and databases go back
@@ -510,6 +535,8 @@ static void tcp_packet(struct nfq_thread *t, unsigned queue, uint32_t id, const 
     }
     if (p->payload_len > 0)
         fgx_flow_promote(t->flows, f);
+    t->scan_flow = f;
+    t->scan_dir = (uint8_t)dir;
     v = fgx_reasm_segment(t->reasm, r, seq, p->ack, p->payload, p->payload_len,
                           cookie_make(queue, t, sc, id), t->now_ms, &m);
     nfq_norm_passed(t, f, dir, p, v, &m);
@@ -572,9 +599,14 @@ void nfq_match_packet(struct nfq_thread *t, unsigned queue, uint32_t id, const u
     {
         const struct fgx_wdb *db = svc->db[dir == FGX_DIR_C2S ? 0 : 1];
 
+        t->scan_flow = NULL;
+        t->scan_pkt = &p;
+        t->scan_svc = svc->id;
+        t->scan_dir = (uint8_t)dir;
         rc = fgx_reasm_scan_block(t->reasm, db != NULL ? db->db : NULL, p.payload,
                                   p.payload_len, &m);
     }
+    t->scan_pkt = NULL;
     if (rc == 1) {
         nfq_stats_filter_blocked(&t->ctr, m.filter_id);
         event_record(t, svc->id, dir, p.ipproto, p.family, p.saddr, p.sport, p.daddr, p.dport,

@@ -113,6 +113,8 @@ int nfq_thread_init(struct nfq_worker *w, struct nfq_thread *t, unsigned idx)
                             &t->reasm);
     if (ret == 0)
         ret = fgx_reasm_ctx_keep(t->reasm, NFQ_KEEP_POOL_BYTES, NFQ_KEEP_FLOW_BYTES);
+    if (ret == 0)
+        fgx_reasm_ctx_set_log(t->reasm, nfq_match_log, t);
     if (ret != 0)
         goto err;
     ret = fgx_flow_table_new(w->flows, nfq_match_flow_release, t, &t->flows);

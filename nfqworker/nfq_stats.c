@@ -17,6 +17,11 @@ void nfq_stats_filter_blocked(struct nfq_counters *c, uint32_t id)
     fgx_ctr_filter_blocked(c->filter, NFQ_FILTER_SLOTS, id);
 }
 
+void nfq_stats_filter_matched(struct nfq_counters *c, uint32_t id)
+{
+    fgx_ctr_filter_matched(c->filter, NFQ_FILTER_SLOTS, id);
+}
+
 /* Kernel drops on our queues: /proc/net/netfilter/nfnetlink_queue has one line per queue,
  * "queue portid waiting copy_mode copy_range queue_dropped user_dropped id_sequence 1". */
 static uint64_t kernel_queue_drops(const struct nfq_worker *w)

@@ -172,6 +172,9 @@ struct px_thread {
     struct event *reset_timer;
     struct px_counters ctr;
     struct fgx_evring events;
+    /* The connection and side being scanned, for a log filter's event (px_match_log()). */
+    struct px_conn *scan_conn;
+    int scan_side;
 };
 
 struct px_worker {
@@ -259,6 +262,10 @@ void px_match_conn_release(struct px_conn *c);
 /* ---- px_stats.c ---- */
 struct px_svc_ctr *px_stats_svc(struct px_counters *c, uint32_t id);
 void px_stats_filter_blocked(struct px_counters *c, uint32_t filter_id);
+void px_stats_filter_matched(struct px_counters *c, uint32_t filter_id);
+/* A log filter matched in what the thread (arg) is scanning: counted and recorded as an event
+ * marked log; nothing is dropped, the relay goes on. (px_match.c) */
+void px_match_log(void *arg, const struct fgx_reasm_match *m);
 /* Sum every thread's counters into *out (arrays malloc'd; fgx_dp_msg_release() frees them). */
 int px_stats_collect(struct px_worker *w, struct fgx_dp_stats *out);
 

@@ -397,6 +397,7 @@ int px_thread_init(struct px_worker *w, struct px_thread *t, unsigned idx)
     ret = fgx_reasm_ctx_new(0, 0, no_hold, NULL, &t->reasm);
     if (ret != 0)
         return ret;
+    fgx_reasm_ctx_set_log(t->reasm, px_match_log, t);
     t->buf = malloc(PX_READ_MAX);
     if (t->buf == NULL) {
         fgx_err("thread %u: out of memory", idx);

@@ -222,7 +222,17 @@ static void event_record(struct px_conn *c, int side, const struct fgx_reasm_mat
     ev->excerpt_len = m->excerpt_len > FGX_DP_EXCERPT_MAX ? FGX_DP_EXCERPT_MAX : m->excerpt_len;
     ev->match_end = m->match_end <= ev->excerpt_len ? m->match_end : ev->excerpt_len;
     memcpy(ev->excerpt, m->excerpt, ev->excerpt_len);
+    ev->log = m->log;
     fgx_evring_commit(&c->t->events);
+}
+
+void px_match_log(void *arg, const struct fgx_reasm_match *m)
+{
+    struct px_thread *t = arg;
+
+    px_stats_filter_matched(&t->ctr, m->filter_id);
+    if (t->scan_conn != NULL)
+        event_record(t->scan_conn, t->scan_side, m);
 }
 
 int px_match_scan(struct px_conn *c, int side, const uint8_t *data, size_t len)
@@ -243,7 +253,10 @@ int px_match_scan(struct px_conn *c, int side, const uint8_t *data, size_t len)
     }
     /* Scanned even with no database: the ring of passed bytes must be current for when one
      * comes. */
+    t->scan_conn = c;
+    t->scan_side = side;
     v = fgx_reasm_segment(t->reasm, r, r->next_seq, 0, data, len, 0, t->now_ms, &m);
+    t->scan_conn = NULL;
     if (m.matched) {
         px_stats_filter_blocked(&t->ctr, m.filter_id);
         event_record(c, side, &m);

@@ -29,6 +29,11 @@ void px_stats_filter_blocked(struct px_counters *c, uint32_t id)
     fgx_ctr_filter_blocked(c->filter, PX_FILTER_SLOTS, id);
 }
 
+void px_stats_filter_matched(struct px_counters *c, uint32_t id)
+{
+    fgx_ctr_filter_matched(c->filter, PX_FILTER_SLOTS, id);
+}
+
 void px_stats_own(struct px_worker *w, struct px_own_stats *out)
 {
     unsigned k;

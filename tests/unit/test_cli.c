@@ -726,14 +726,16 @@ Test(cli, json_filter_escapes_regex)
      * bytes. */
     cr_assert_str_eq(out, "{\"id\":7,\"service_id\":1,"
                           "\"regex_b64\":\"YSJiXGQrCgkBf8Op/w==\","
-                          "\"dir\":\"c2s\",\"nocase\":true,\"active\":true,\"blocked\":0}\n");
+                          "\"dir\":\"c2s\",\"nocase\":true,\"active\":true,\"blocked\":0,"
+                     "\"action\":\"block\",\"matched\":0,\"label\":null}\n");
     free(out);
     /* Valid UTF-8 stays a readable string, every special escaped. */
     fl.regex = (char *)"a\"b\\d+\n\t\x01\x7f\xc3\xa9";
     out = render(&req, &rep, true);
     cr_assert_str_eq(out, "{\"id\":7,\"service_id\":1,"
                           "\"regex\":\"a\\\"b\\\\d+\\n\\t\\u0001\\u007f\xc3\xa9\","
-                          "\"dir\":\"c2s\",\"nocase\":true,\"active\":true,\"blocked\":0}\n");
+                          "\"dir\":\"c2s\",\"nocase\":true,\"active\":true,\"blocked\":0,"
+                     "\"action\":\"block\",\"matched\":0,\"label\":null}\n");
     cr_assert(json_parse(out, "regex", &j), "not valid JSON: %s", out);
     cr_assert(j.found);
     cr_assert_str_eq(j.got, fl.regex);
@@ -1343,7 +1345,7 @@ Test(cli, stats_and_events_say_lost_events)
               "%s", out);
     free(out);
     out = render(&req, &rep, true);
-    cr_assert(strstr(out, "\"blocked\":8,\"blocked_removed\":0,\"events_lost\":3}"), "%s", out);
+    cr_assert(strstr(out, "\"blocked\":8,\"blocked_removed\":0,\"events_lost\":3,\"matched\":0}"), "%s", out);
     free(out);
     rep.n_service_stats = 0;
     rep.events_lost = 1;
@@ -1369,9 +1371,9 @@ Test(cli, stats_rendering)
     free(out);
     out = render(&req, &rep, true);
     cr_assert_str_eq(out, "[{\"id\":1,\"name\":\"web\",\"packets\":4000,\"bytes\":6000000,"
-                          "\"accepted\":3997,\"dropped\":3,\"flows_active\":12,\"blocked\":8,\"blocked_removed\":0,\"events_lost\":0},"
+                          "\"accepted\":3997,\"dropped\":3,\"flows_active\":12,\"blocked\":8,\"blocked_removed\":0,\"events_lost\":0,\"matched\":0},"
                           "{\"id\":12,\"name\":\"dns\\u001b\",\"packets\":2000,\"bytes\":60000,"
-                          "\"accepted\":2000,\"dropped\":0,\"flows_active\":1,\"blocked\":0,\"blocked_removed\":0,\"events_lost\":0}]\n");
+                          "\"accepted\":2000,\"dropped\":0,\"flows_active\":1,\"blocked\":0,\"blocked_removed\":0,\"events_lost\":0,\"matched\":0}]\n");
     cr_assert(json_parse(out, "name", &j), "not valid JSON: %s", out);
     free(out);
 
@@ -1478,12 +1480,12 @@ static void two_events(Fgx__Ctl__Event *a, Fgx__Ctl__Event *b, Fgx__Ctl__Event *
     "\"service_id\":1,\"service\":\"web\",\"filter_id\":3,\"dir\":\"c2s\",\"proto\":\"tcp\","      \
     "\"src\":\"10.0.0.5\",\"sport\":40000,\"dst\":\"10.0.0.1\",\"dport\":80,"                      \
     "\"excerpt_b64\":\"YSJiXAD/w6kNCg==\",\"excerpt_hex\":"                      \
-    "\"6122625c00ffc3a90d0a\"}"
+    "\"6122625c00ffc3a90d0a\",\"action\":\"block\",\"label\":null}"
 #define EVENT_B_JSON                                                                               \
     "{\"seq\":8,\"time\":\"2024-05-01T12:34:58.289Z\",\"time_ns\":1714566898289000000,"            \
     "\"service_id\":2,\"service\":null,\"filter_id\":11,\"dir\":\"s2c\",\"proto\":\"udp\","        \
     "\"src\":\"fd00::1\",\"sport\":53,\"dst\":\"fd00::2\",\"dport\":5353,"                         \
-    "\"excerpt\":\"\",\"excerpt_hex\":\"\"}"
+    "\"excerpt\":\"\",\"excerpt_hex\":\"\",\"action\":\"block\",\"label\":null}"
 
 Test(cli, events_rendering)
 {
@@ -1737,8 +1739,8 @@ Test(cli, watch_json_one_line_per_refresh)
     cr_assert_eq(loop_scripted(ARGV("stats", "--watch", "--interval", "0.1", "--json"), &sc, &out),
                  CLI_EXIT_OK);
     cr_assert_str_eq(out, "[{\"id\":1,\"name\":\"web\",\"packets\":4000,\"bytes\":6000000,"
-                          "\"accepted\":3997,\"dropped\":3,\"flows_active\":12,\"blocked\":8,\"blocked_removed\":0,\"events_lost\":0}]\n"
+                          "\"accepted\":3997,\"dropped\":3,\"flows_active\":12,\"blocked\":8,\"blocked_removed\":0,\"events_lost\":0,\"matched\":0}]\n"
                           "[{\"id\":1,\"name\":\"web\",\"packets\":4000,\"bytes\":6000000,"
-                          "\"accepted\":3997,\"dropped\":3,\"flows_active\":12,\"blocked\":8,\"blocked_removed\":0,\"events_lost\":0}]\n");
+                          "\"accepted\":3997,\"dropped\":3,\"flows_active\":12,\"blocked\":8,\"blocked_removed\":0,\"events_lost\":0,\"matched\":0}]\n");
     free(out);
 }

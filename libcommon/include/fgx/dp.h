@@ -75,6 +75,7 @@ struct fgx_dp_ruleset {
 struct fgx_dp_filter_stat {
     uint32_t filter_id;
     uint64_t blocked; /* TCP flows blocked + UDP datagrams dropped, since the worker started */
+    uint64_t matched; /* a log filter's matches (each also an event marked log), the same way */
 };
 
 struct fgx_dp_service_stat {
@@ -101,6 +102,7 @@ struct fgx_dp_event {
     uint8_t excerpt_len;
     uint8_t match_end; /* the match ends before excerpt[match_end] (<= excerpt_len) */
     uint8_t excerpt[FGX_DP_EXCERPT_MAX]; /* bytes around the end of the match */
+    bool log;                            /* a log filter's match: nothing was dropped */
 };
 
 struct fgx_dp_stats {

@@ -81,6 +81,7 @@ struct fgx_reasm {
 
 struct fgx_reasm_match {
     bool matched;
+    bool log; /* only in the log callback's: a log filter matched, nothing is dropped */
     uint32_t filter_id;
     uint32_t seq;    /* next byte the receiver expects: the dropped segment's place in the stream */
     uint32_t ack;    /* the dropped segment's acknowledgement number */
@@ -108,11 +109,20 @@ enum fgx_reasm_verdict {
 
 struct fgx_reasm_ctx;
 
+/* A log filter (hyperscan id with FGX_FILTER_ID_LOG) matched in a scan of this context: m has
+ * log set, filter_id (without the bit) and the excerpt, nothing else. Called from inside the
+ * scan, on the scanning thread; the scan goes on, so block filters still judge the bytes. arg
+ * is set_log's. With SINGLEMATCH a filter reports once per stream (a direction of a
+ * connection; twice at most across a ruleset change), and once per datagram. */
+typedef void (*fgx_reasm_log_fn)(void *arg, const struct fgx_reasm_match *m);
+
 /* pool_bytes: all held segments of the context together; flow_bytes: of one direction. *out is
  * owned by the caller (fgx_reasm_ctx_free()). fn is called for held segments. */
 int fgx_reasm_ctx_new(size_t pool_bytes, size_t flow_bytes, fgx_reasm_verdict_fn fn, void *arg,
                       struct fgx_reasm_ctx **out);
 void fgx_reasm_ctx_free(struct fgx_reasm_ctx *ctx);
+/* Report log filters' matches to fn(arg, ...); without it they are passed over silently. */
+void fgx_reasm_ctx_set_log(struct fgx_reasm_ctx *ctx, fgx_reasm_log_fn fn, void *arg);
 /* Keep every byte passed until the receiver acknowledges it (fgx_reasm_acked()), in a pool of
  * pool_bytes for the whole context, at most flow_bytes for one direction, so that a
  * retransmission is compared with all of what passed, not only with the ring. When a direction

@@ -19,11 +19,26 @@ enum fgx_dir {
 };
 
 struct fgx_pattern {
-    uint32_t filter_id;
-    const char *regex; /* borrowed */
+    uint32_t filter_id; /* its hyperscan id; with FGX_FILTER_ID_LOG for a log filter */
+    const char *regex;  /* borrowed */
     enum fgx_dir dir;
     bool nocase;
 };
+
+/* A log filter's hyperscan id is its filter id with this bit set (fgx_pattern.filter_id
+ * carries it), so that the match callback tells log from block by the id alone: no table to
+ * look up, nothing per flow, and a service with only block filters compiles, caches and scans
+ * exactly as before. Filter ids stay below it (controld allocates them from 1 up). */
+#define FGX_FILTER_ID_LOG 0x80000000u
+#define FGX_FILTER_ID_MASK 0x7fffffffu
+
+/* The longest regex a filter may have. */
+#define FGX_FILTER_REGEX_MAX 65536
+
+/* A filter's label: UTF-8 text of at most this many bytes, no control characters. */
+#define FGX_LABEL_MAX 64
+/* 0 when s is a valid label (NULL and "" are: no label), else -EINVAL with the reason in err. */
+int fgx_label_check(const char *s, char *err, size_t errlen);
 
 /* A serialized database, as stored in LMDB and pushed to workers. */
 struct fgx_blob {
@@ -55,6 +70,12 @@ struct fgx_pattern_warnings {
  * stream, or part of it needs the end of a TCP stream. */
 int fgx_pattern_lint(const char *regex, bool nocase, int ipproto, struct fgx_pattern_warnings *w,
                      char *err, size_t errlen);
+/* fgx_pattern_lint() as `filter add` judges a regex, with the message controld replies:
+ * "invalid regex \"RE\": REASON" (also "empty regex", "regex longer than N bytes"). Shared by
+ * controld and `fgexctl regex test`, so that both refuse the same regexes in the same words. */
+int fgx_filter_regex_lint(const char *regex, bool nocase, int ipproto,
+                          struct fgx_pattern_warnings *w, char *err, size_t errlen);
+
 /* fgx_pattern_lint() without the warnings. */
 int fgx_pattern_check(const char *regex, bool nocase, int ipproto, char *err, size_t errlen);
 

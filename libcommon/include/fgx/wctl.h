@@ -32,6 +32,7 @@ struct fgx_ctr_slot {
 struct fgx_filter_ctr {
     struct fgx_ctr_slot slot;
     uint64_t blocked;
+    uint64_t matched; /* a log filter's matches */
 };
 
 /* The slot of id in a table of nslots entries of size bytes, each beginning with a struct
@@ -40,6 +41,8 @@ struct fgx_filter_ctr {
 void *fgx_ctr_slot_get(void *table, size_t nslots, size_t size, uint32_t id);
 /* One more block by filter id. Owner thread only. */
 void fgx_ctr_filter_blocked(struct fgx_filter_ctr *table, size_t nslots, uint32_t id);
+/* One more match of log filter id. Owner thread only. */
+void fgx_ctr_filter_matched(struct fgx_filter_ctr *table, size_t nslots, uint32_t id);
 /* Any thread: a counter's value as of now. */
 uint64_t fgx_ctr_load(const uint64_t *p);
 /* Any thread: whether a slot is in use (then its id and counters can be read). */
