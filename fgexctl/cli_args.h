@@ -59,7 +59,9 @@ struct cli_cmd {
         Fgx__Ctl__Passwd passwd;
         Fgx__Ctl__AuthSet auth_set;
         Fgx__Ctl__FilterImport filter_import;
+        Fgx__Ctl__ServiceAddrChange service_addr;
     } m;
+    char *addrs[32]; /* service add --addr, pointing into argv (CLI_ADDRS_MAX) */
 };
 
 /* Parse argv (argv[0] is the program). env_url is $FGEX_URL or NULL (passed in so the parse

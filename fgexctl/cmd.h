@@ -34,14 +34,20 @@ enum cli_opt {
     CLI_OPT_EXPIRE = 1u << 13,
     CLI_OPT_REPLACE = 1u << 14,
     CLI_OPT_MIDSTREAM = 1u << 15,
+    CLI_OPT_ADDR = 1u << 16, /* service add: --addr ADDR[:PORT], repeatable */
+    CLI_OPT_TO = 1u << 17,   /* service add|set: --to ADDR:PORT (layer external) */
 };
-#define CLI_NOPTS 16
+#define CLI_NOPTS 18
+/* --addr given more than this is refused by fgexctl (controld's bound is the same). */
+#define CLI_ADDRS_MAX 32
 
 /* What the scan of a command's arguments found, before any value is interpreted. */
 struct cli_args_raw {
     const char *pos[2];
     int npos;
     const char *val[CLI_NOPTS]; /* NULL: option not given; "" for a flag given without value */
+    const char *addrs[CLI_ADDRS_MAX]; /* every --addr, in order (val holds the last) */
+    int naddrs;
 };
 
 struct cli_cmd_def;
