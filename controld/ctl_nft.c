@@ -4,24 +4,31 @@
  * and sent with libmnl, so a packet sees either the old rules or the new ones, never a mix.
  *
  * Layout of the table (see ctl_nft.h and fgx/dp.h):
- *   pre  (prerouting, -150: before DNAT) : fgex's own resets accepted; c2s -> jump s<id>_c2s
- *   post (postrouting, 300: after SNAT)  : fgex's own resets accepted; s2c -> jump s<id>_s2c
+ *   pre  (prerouting, -150: before DNAT) : fgex's own resets accepted; then one lookup per
+ *                                          address kind: meta l4proto . ip daddr . th dport
+ *                                          vmap @c2s_4 (and @c2s_6, iifname @c2s_if), whose
+ *                                          elements (each address of each service) jump
+ *                                          to s<id>_c2s
+ *   post (postrouting, 300: after SNAT)  : the same by source: @s2c_4, @s2c_6, oifname @s2c_if
  *   s<id>_c2s / s<id>_s2c : TCP: clamp MSS on SYNs, log SYN-ACKs (s2c only; queued when
  *                           the kernel has no log expression), accept
  *                           segments with no payload, queue the rest; UDP: queue everything
  *   qfc / qfo : spread flows over the worker threads by symhash, to the fail-closed or the
  *               fail-open queue range (bypass when no reader).
  *   synack : the same spread, to the threads' NFLOG groups (a copy; the packet goes on).
- * and for the proxy layer (ctl_nft_px.h), when proxy-layer services run:
+ * and for the proxy and external layers (ctl_nft_px.h), when such services run:
  *   pxpre (prerouting, -150) : proxy's own upstream packets (mark == FGX_MARK) accepted;
  *                              packets of a transparent socket, but SYNs without ACK, marked
- *                              CTL_ROUTE_MARK (routed locally by ctl_route.c); per service:
- *                              tproxy to the proxy's port and mark; fail-closed services: drop
- *                              what tproxy could not take
- *   pxout (output, type route, -150) : per service: the proxy's upstream packets give their
- *                              conntrack entry the mark CT_PX; the service's replies on such an
- *                              entry and the box's own packets to the service are marked
- *                              CTL_ROUTE_MARK, which reroutes them through lo (to the proxy). */
+ *                              CTL_ROUTE_MARK (routed locally by ctl_route.c); then ip daddr .
+ *                              th dport vmap @px_4 (@px_6, iifname @px_if) -> px<id>: tproxy
+ *                              to the proxy's port (external: to the team's proxy) and mark;
+ *                              fail-closed services: drop what tproxy could not take
+ *   pxout (output, type route, -150) : the proxy's upstream packets to @pxo_4 / @pxo_6 (or a
+ *                              port of @pxo_ip) give their conntrack entry the mark CT_PX; the
+ *                              services' replies on such an entry and the box's own packets to
+ *                              @pxo_4 / @pxo_6 are marked CTL_ROUTE_MARK, which reroutes them
+ *                              through lo (to the proxy).
+ * A change of addresses alone is a batch of element adds and deletes (build_delta). */
 #include "ctl_nft.h"
 #include "ctl_nft_px.h"
 

@@ -173,7 +173,8 @@ def overlapping_addresses_are_refused(env):
     env.ctl("service", "add", "net", "--proto", "tcp", "--addr", "10.77.0.0/24:%d" % p)
     rc, err = ctl_fails(env, "service", "add", "host", "--proto", "tcp", "--addr",
                         "%s:%d" % (A1, p))
-    check("overlaps" in err and "net" in err, "no clear conflict message: %r", err)
+    check(rc == 5 and "overlaps" in err and "net" in err, "no clear conflict message: %d %r", rc,
+          err)
     rc, err = ctl_fails(env, "service", "add", "nic", "--proto", "tcp", "--addr",
                         "%s:%d" % (IF2_SRV, p))
     check("overlaps" in err and "interface" in err, "interface conflict message: %r", err)
