@@ -828,6 +828,23 @@ static size_t svc_elems(const struct ctl_nft_service *s, bool proxy, enum nft_ma
     return cnt;
 }
 
+/* true when some service of the list has an interface address: only then do the packets pay
+ * for the interface lookups (a feature no service uses costs nothing). */
+static bool list_has_ifname(const struct ctl_nft_service *svcs, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        struct fgx_svcaddr one;
+        const struct fgx_svcaddr *a;
+        size_t na;
+
+        a = svc_addrs(&svcs[i], &one, &na);
+        for (size_t k = 0; k < na; k++)
+            if (a[k].ifname[0] != '\0')
+                return true;
+    }
+    return false;
+}
+
 static void build_service_elems(struct nft_tx *tx, const struct ctl_nft_service *s, bool proxy)
 {
     struct nft_elem el[CTL_NFT_ADDRS_MAX];
@@ -1238,6 +1255,8 @@ static void build_proxy(struct nft_tx *tx, const struct nft_sync_arg *a)
     rule_end(&rl);
     /* New connections to a service: one lookup per address kind, to its px<id> chain. */
     for (i = 0; i < sizeof(px_maps) / sizeof(px_maps[0]); i++) {
+        if (px_maps[i] == M_PX_IF && !list_has_ifname(a->px, a->npx))
+            continue;
         rule_start(tx, "pxpre", &rl);
         m_l4proto(&rl, IPPROTO_TCP);
         m_map(&rl, px_maps[i]);
@@ -1259,6 +1278,8 @@ static void build_proxy(struct nft_tx *tx, const struct nft_sync_arg *a)
      * the service's replies, addressed to the client, are rerouted to the proxy (the rule
      * above). An interface's service is known by its port (pxo_ip). */
     for (i = 0; i < sizeof(pxo_sets) / sizeof(pxo_sets[0]); i++) {
+        if (pxo_sets[i] == S_PXO_IP && !list_has_ifname(a->px, a->npx))
+            continue;
         rule_start(tx, "pxout", &rl);
         m_mark_eq(&rl, NFT_CMP_EQ, FGX_MARK);
         m_l4proto(&rl, IPPROTO_TCP);
@@ -1331,6 +1352,8 @@ static void build_sync(struct nft_tx *tx, const void *arg)
     build_own_packets(tx, "post");
     /* One lookup per address kind and direction, however many services and addresses. */
     for (size_t i = 0; i < 3; i++) {
+        if (c2s_maps[i] == M_C2S_IF && !list_has_ifname(a->svcs, a->nsvcs))
+            continue;
         rule_start(tx, "pre", &rl);
         m_map(&rl, c2s_maps[i]);
         rule_end(&rl);
@@ -1363,7 +1386,7 @@ static void build_delta(struct nft_tx *tx, const void *arg)
 static bool same_but_addrs(const struct ctl_nft_service *old, size_t nold,
                            const struct ctl_nft_service *cur, size_t ncur)
 {
-    if (nold != ncur)
+    if (nold != ncur || list_has_ifname(old, nold) != list_has_ifname(cur, ncur))
         return false;
     for (size_t i = 0; i < ncur; i++) {
         if (old[i].id != cur[i].id || old[i].ipproto != cur[i].ipproto ||

@@ -420,16 +420,17 @@ static void tcp_chain_expect(char *buf, size_t len, const char *q, bool c2s)
 /* ---- services ---------------------------------------------------------------------------- */
 
 /* The pre and post chains: one lookup per address kind, the services are map elements. */
+/* (The interface lookups only while some service has an interface address.) */
 #define PRE_CHAIN                                                                                  \
     "meta mark 0x0fe40000/16 accept\n"                                                             \
     "meta l4proto . ip daddr . th dport vmap @c2s_4\n"                                             \
-    "meta l4proto . ip6 daddr . th dport vmap @c2s_6\n"                                            \
-    "meta l4proto . iifname . th dport vmap @c2s_if\n"
+    "meta l4proto . ip6 daddr . th dport vmap @c2s_6\n"
 #define POST_CHAIN                                                                                 \
     "meta mark 0x0fe40000/16 accept\n"                                                             \
     "meta l4proto . ip saddr . th sport vmap @s2c_4\n"                                             \
-    "meta l4proto . ip6 saddr . th sport vmap @s2c_6\n"                                            \
-    "meta l4proto . oifname . th sport vmap @s2c_if\n"
+    "meta l4proto . ip6 saddr . th sport vmap @s2c_6\n"
+#define PRE_CHAIN_IF PRE_CHAIN "meta l4proto . iifname . th dport vmap @c2s_if\n"
+#define POST_CHAIN_IF POST_CHAIN "meta l4proto . oifname . th sport vmap @s2c_if\n"
 
 /* The table's listing holds each of the NULL-ended elements (as nft prints them). */
 static void assert_elements(const char *const *want)
@@ -641,8 +642,23 @@ Test(nft, address_change_is_an_element_not_a_rebuild)
     before = handles();
     /* One more address, an IPv6 one and an interface with other ports. */
     cr_assert_eq(fgx_svcaddr_parse("[fd00::7]:8443", 0, &s[0].addrs[1], NULL), 0);
+    s[0].naddrs = 2;
+    cr_assert_eq(ctl_nft_sync(n, s, 2), 0);
+    after = handles();
+    cr_assert_str_eq(before, after, "rules and chains kept: %s / %s", before, after);
+    free(after);
+    assert_chain("pre", PRE_CHAIN);
+    /* The first interface address brings the interface lookups (a rebuild, once); more are
+     * elements again. */
     cr_assert_eq(fgx_svcaddr_parse("veth9:81", 0, &s[0].addrs[2], NULL), 0);
     s[0].naddrs = 3;
+    cr_assert_eq(ctl_nft_sync(n, s, 2), 0);
+    assert_chain("pre", PRE_CHAIN_IF);
+    assert_chain("post", POST_CHAIN_IF);
+    free(before);
+    before = handles();
+    cr_assert_eq(fgx_svcaddr_parse("veth8:82", 0, &s[0].addrs[3], NULL), 0);
+    s[0].naddrs = 4;
     cr_assert_eq(ctl_nft_sync(n, s, 2), 0);
     after = handles();
     cr_assert_str_eq(before, after, "rules and chains kept: %s / %s", before, after);
@@ -653,8 +669,8 @@ Test(nft, address_change_is_an_element_not_a_rebuild)
                                            "udp . 10.9.9.9 . 5353 : jump s2_c2s", NULL});
     free(after);
     /* And the first one removed. */
-    s[0].addrs[0] = s[0].addrs[2];
-    s[0].naddrs = 2;
+    s[0].addrs[0] = s[0].addrs[3];
+    s[0].naddrs = 3;
     cr_assert_eq(ctl_nft_sync(n, s, 2), 0);
     after = handles();
     cr_assert_str_eq(before, after);
