@@ -350,8 +350,9 @@ static int config_check(const Fgx__Ctl__Config *cfg, struct ctl_service *svcs, c
 
                 (void)fgx_svcaddr_format(&svcs[j].addrs[ia], x, sizeof(x));
                 (void)fgx_svcaddr_format(&svcs[i].addrs[ib], y, sizeof(y));
-                err_set(err, errlen, "services %s and %s overlap: %s %s and %s", svcs[j].name,
-                        svcs[i].name, svcs[i].ipproto == IPPROTO_UDP ? "udp" : "tcp", x, y);
+                err_set(err, errlen, "services %s and %s overlap on %s port %u: %s and %s",
+                        svcs[j].name, svcs[i].name, svcs[i].ipproto == IPPROTO_UDP ? "udp" : "tcp",
+                        (unsigned)svcs[i].addrs[ib].port, x, y);
                 return -EEXIST;
             }
         }
