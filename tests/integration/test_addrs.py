@@ -200,11 +200,11 @@ def overlapping_addresses_are_refused(env):
 
 @test
 def addresses_survive_restart_and_backup(env):
-    p = env.port()
+    p, pi = env.port(), env.port()
     env.ctl("service", "add", "keep", "--proto", "tcp", "--port", p, "--addr", A1, "--addr",
-            "[%s]" % A6, "--addr", "%s:%d" % (IF2_SRV, p + 1))
+            "[%s]" % A6, "--addr", "%s:%d" % (IF2_SRV, pi))
     want = [a["text"] for a in env.ctl("service", "show", "keep")["addrs"]]
-    check(want == ["%s:%d" % (A1, p), "[%s]:%d" % (A6, p), "%s:%d" % (IF2_SRV, p + 1)],
+    check(want == ["%s:%d" % (A1, p), "[%s]:%d" % (A6, p), "%s:%d" % (IF2_SRV, pi)],
           "addresses %r", want)
     path = os.path.join(env.tmp, "backup.json")
     p1 = env.ctl_raw("export", path, json_out=False)
@@ -234,9 +234,14 @@ TPROXY_LISTENER = r"""
 import json, socket, sys
 IP_TRANSPARENT = 19
 host, port = sys.argv[1], int(sys.argv[2])
-s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+IPV6_TRANSPARENT = 75
+v6 = ":" in host
+s = socket.socket(socket.AF_INET6 if v6 else socket.AF_INET, socket.SOCK_STREAM)
 s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.setsockopt(socket.SOL_IP, IP_TRANSPARENT, 1)
+if v6:
+    s.setsockopt(socket.IPPROTO_IPV6, IPV6_TRANSPARENT, 1)
+else:
+    s.setsockopt(socket.SOL_IP, IP_TRANSPARENT, 1)
 s.bind((host, port))
 s.listen(8)
 print(json.dumps({"event": "listening"}), flush=True)
@@ -255,7 +260,8 @@ while True:
         pass
     local = c.getsockname()
     c.close()
-    print(json.dumps({"event": "conn", "peer": peer[0], "local": "%s:%d" % local[:2],
+    fmt = "[%s]:%d" if ":" in local[0] else "%s:%d"
+    print(json.dumps({"event": "conn", "peer": peer[0], "local": fmt % local[:2],
                       "data": data.decode(errors="replace")}), flush=True)
 """
 
@@ -321,6 +327,24 @@ def external_layer_hands_connections_to_the_teams_proxy(env):
         env.ctl("service", "stop", "ext")
         c, s = exchange(env, srv, A1, p, b"direct", 1)
         it.assert_passed(c, s, b"direct")
+    finally:
+        lis.stop()
+
+
+@test
+def external_layer_over_ipv6(env):
+    p, q = env.port(), env.port()
+    lis = Listener(env, "::1", q)
+    try:
+        env.ctl("service", "add", "ext6", "--proto", "tcp", "--addr", "[%s]:%d" % (A6, p),
+                "--layer", "external", "--to", "[::1]:%d" % q)
+        c = env.tcp_client(A6, p, [b"six\n", ("read", 1.0)])
+        check(c["connected"], "client could not connect: %r", c)
+        got = lis.conn()
+        check(got["peer"] == it.CLI6, "the team's proxy saw %r, not the client %s", got["peer"],
+              it.CLI6)
+        check(got["local"] == "[%s]:%d" % (A6, p) and got["data"] == "six\n", "got %r", got)
+        check(c["received"] == b"seen by the team's proxy\n", "client got %r", c["received"])
     finally:
         lis.stop()
 
