@@ -646,6 +646,17 @@ int cli_args_parse(int argc, char **argv, const char *env_url, struct cli_cmd *c
             return cli_args_fail(cmd, CLI_EXIT_USAGE,
                                  "%s: missing command (see 'fgexctl %s --help')", argv[i], argv[i]);
         }
+        /* The first word of a two-word command ("service addr"): name the second. */
+        for (const struct cli_cmd_def *d = group_find(argv[i])->cmds; d->name; d++) {
+            const char *sp = strchr(d->name, ' ');
+
+            if (sp && strlen(argv[i + 1]) == (size_t)(sp - d->name) &&
+                strncmp(d->name, argv[i + 1], (size_t)(sp - d->name)) == 0)
+                return cli_args_fail(cmd, CLI_EXIT_USAGE,
+                                     "%s %s: missing or unknown command (see 'fgexctl %s "
+                                     "--help')",
+                                     argv[i], argv[i + 1], argv[i]);
+        }
         return cli_args_fail(cmd, CLI_EXIT_USAGE,
                              "%s: unknown command '%s' (see 'fgexctl %s --help')", argv[i],
                              argv[i + 1], argv[i]);
