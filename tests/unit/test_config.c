@@ -253,6 +253,8 @@ static void dup_port(Fgx__Ctl__Config *c)
     c->services[1]->proto = c->services[0]->proto;
     c->services[1]->port = c->services[0]->port;
     /* The one-address form (a backup from before the address list): ip/port alone. */
+    for (size_t i = 0; i < c->services[1]->n_addrs; i++)
+        fgx__ctl__service_addr__free_unpacked(c->services[1]->addrs[i], NULL);
     c->services[1]->n_addrs = 0;
 }
 static void orphan_filter(Fgx__Ctl__Config *c)
