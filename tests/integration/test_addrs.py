@@ -359,6 +359,25 @@ def switching_a_filtered_service_to_external_is_refused(env):
     check(rc == 4 and "nothing in fgex sees" in err and "filter" in err, "refusal: %d %r", rc,
           err)
     check(env.service_doc("sw")["layer"] == "nfqueue", "layer changed anyway")
+    # without its filter the switch is taken, and the running service is handed off at once
+    fid = env.filters("sw")[0]["id"]
+    env.ctl("filter", "rm", fid)
+    q = env.port()
+    lis = Listener(env, "127.0.0.1", q)
+    try:
+        doc = env.ctl("service", "set", "sw", "--layer", "external", "--to", "127.0.0.1:%d" % q)
+        check(doc["layer"] == "external" and doc["to"] == "127.0.0.1:%d" % q, "set: %r", doc)
+        c = env.tcp_client(A1, p, [b"moved\n", ("read", 1.0)])
+        got = lis.conn()
+        check(got["peer"] == CLI4 and got["data"] == "moved\n", "after the switch: %r", got)
+        # and back: the real service again, --to forgotten
+        doc = env.ctl("service", "set", "sw", "--layer", "nfqueue")
+        check("to" not in doc, "--to kept on the nfqueue layer: %r", doc)
+        srv = env.tcp_server(p)
+        c, s = exchange(env, srv, A1, p, b"back", 1)
+        it.assert_passed(c, s, b"back")
+    finally:
+        lis.stop()
     rc, err = ctl_fails(env, "service", "add", "noto", "--proto", "tcp", "--port", env.port(),
                         "--layer", "external")
     check("--to" in err, "external without --to: %r", err)
