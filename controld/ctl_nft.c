@@ -563,10 +563,18 @@ static void m_tcp_doff(struct nft_rule *rl, unsigned doff)
  * Address maps are intervals over a concatenation (the kernel's pipapo: a prefix is a range,
  * any address all of them); the interface ones are hashes. */
 enum nft_map {
-    M_C2S_4, M_C2S_6, M_C2S_IF,
-    M_S2C_4, M_S2C_6, M_S2C_IF,
-    M_PX_4, M_PX_6, M_PX_IF,
-    S_PXO_4, S_PXO_6, S_PXO_IP,
+    M_C2S_4,
+    M_C2S_6,
+    M_C2S_IF,
+    M_S2C_4,
+    M_S2C_6,
+    M_S2C_IF,
+    M_PX_4,
+    M_PX_6,
+    M_PX_IF,
+    S_PXO_4,
+    S_PXO_6,
+    S_PXO_IP,
     NFT_MAPS
 };
 
@@ -774,15 +782,13 @@ static bool elem_of(const struct ctl_nft_service *s, const struct fgx_svcaddr *a
 
 static bool elem_same(const struct nft_elem *a, const struct nft_elem *b)
 {
-    return a->len == b->len && a->interval == b->interval &&
-           memcmp(a->key, b->key, a->len) == 0 &&
-           (!a->interval || memcmp(a->end, b->end, a->len) == 0) &&
-           strcmp(a->chain, b->chain) == 0;
+    return a->len == b->len && a->interval == b->interval && memcmp(a->key, b->key, a->len) == 0 &&
+           (!a->interval || memcmp(a->end, b->end, a->len) == 0) && strcmp(a->chain, b->chain) == 0;
 }
 
 /* The one address of a service given without a list (the one-address form). */
-static const struct fgx_svcaddr *svc_addrs(const struct ctl_nft_service *s,
-                                           struct fgx_svcaddr *one, size_t *n)
+static const struct fgx_svcaddr *svc_addrs(const struct ctl_nft_service *s, struct fgx_svcaddr *one,
+                                           size_t *n)
 {
     if (s->naddrs > 0) {
         *n = s->naddrs;
@@ -874,14 +880,13 @@ static void build_service_delta(struct nft_tx *tx, const struct ctl_nft_service 
             for (size_t j = 0; j < nb && !kept; j++)
                 kept = elem_same(&a[i], &b[j]);
             if (!kept)
-                tx_elem(tx, pass == 0 ? NFT_MSG_DELSETELEM : NFT_MSG_NEWSETELEM,
-                        (enum nft_map)m, &a[i]);
+                tx_elem(tx, pass == 0 ? NFT_MSG_DELSETELEM : NFT_MSG_NEWSETELEM, (enum nft_map)m,
+                        &a[i]);
         }
     }
 }
 
-static void e_load(struct nft_rule *rl, uint32_t base, uint32_t offset, uint32_t len,
-                   uint32_t dreg)
+static void e_load(struct nft_rule *rl, uint32_t base, uint32_t offset, uint32_t len, uint32_t dreg)
 {
     struct nftnl_expr *e = rule_expr(rl, "payload");
 
@@ -1785,8 +1790,8 @@ int ctl_nft_sync_layers(struct ctl_nft *n, const struct ctl_nft_service *nfq, si
             fgx_err("nft: proxy-layer services but no proxy port");
             rc = -EINVAL;
         }
-        if (px[i].external && ((px[i].to.cidr.family != 4 && px[i].to.cidr.family != 6) ||
-                               px[i].to.port == 0)) {
+        if (px[i].external &&
+            ((px[i].to.cidr.family != 4 && px[i].to.cidr.family != 6) || px[i].to.port == 0)) {
             fgx_err("nft: external service %u without its proxy's address", (unsigned)px[i].id);
             rc = -EINVAL;
         }
@@ -1811,8 +1816,8 @@ int ctl_nft_sync_layers(struct ctl_nft *n, const struct ctl_nft_service *nfq, si
      * for one address). A table that went astray meanwhile gets rebuilt whole below. */
     if (n->applied && nnfq + npx > 0 && px_port == n->px_port &&
         same_but_addrs(n->nfq, n->nnfq, nfq, nnfq) && same_but_addrs(n->px, n->npx, px, npx)) {
-        struct nft_delta_arg d = {.old_nfq = n->nfq, .nfq = nfq, .nnfq = nnfq,
-                                  .old_px = n->px, .px = px, .npx = npx};
+        struct nft_delta_arg d = {
+            .old_nfq = n->nfq, .nfq = nfq, .nnfq = nnfq, .old_px = n->px, .px = px, .npx = npx};
         struct nft_tx count = {.n = n, .table = n->table};
 
         build_delta(&count, &d);
@@ -1824,8 +1829,7 @@ int ctl_nft_sync_layers(struct ctl_nft *n, const struct ctl_nft_service *nfq, si
                       n->table);
             goto keep;
         }
-        fgx_warn("nft: changing the address elements failed; rebuilding table inet %s",
-                 n->table);
+        fgx_warn("nft: changing the address elements failed; rebuilding table inet %s", n->table);
     }
     /* The routing exists before any rule marks a packet for it, and goes after the last. */
     if (npx > 0 && (rc = ctl_route_setup()) < 0)

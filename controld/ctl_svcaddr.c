@@ -81,8 +81,7 @@ int ctl_ext_to_parse(const char *text, struct fgx_svcaddr *out, const char **why
     return 0;
 }
 
-int ctl_svcmsg_parse(const Fgx__Ctl__Service *m, struct ctl_service *out, char *err,
-                     size_t errlen)
+int ctl_svcmsg_parse(const Fgx__Ctl__Service *m, struct ctl_service *out, char *err, size_t errlen)
 {
     const char *name = m->name ? m->name : "?";
 
@@ -123,12 +122,14 @@ int ctl_svcmsg_parse(const Fgx__Ctl__Service *m, struct ctl_service *out, char *
     case FGX__CTL__LAYER__LAYER_PROXY:
     case FGX__CTL__LAYER__LAYER_EXTERNAL:
         if (out->ipproto != IPPROTO_TCP) {
-            err_set(err, errlen, "service %s: the %s layer carries TCP only; a UDP service uses "
-                    "nfqueue", name, m->layer == FGX__CTL__LAYER__LAYER_PROXY ? "proxy" : "external");
+            err_set(err, errlen,
+                    "service %s: the %s layer carries TCP only; a UDP service uses "
+                    "nfqueue",
+                    name, m->layer == FGX__CTL__LAYER__LAYER_PROXY ? "proxy" : "external");
             return -EINVAL;
         }
-        out->layer = m->layer == FGX__CTL__LAYER__LAYER_PROXY ? CTL_LAYER_PROXY
-                                                              : CTL_LAYER_EXTERNAL;
+        out->layer =
+            m->layer == FGX__CTL__LAYER__LAYER_PROXY ? CTL_LAYER_PROXY : CTL_LAYER_EXTERNAL;
         break;
     default:
         err_set(err, errlen, "service %s: invalid layer: use nfqueue, proxy or external", name);

@@ -10,8 +10,8 @@
 #include "controld/ctl_store.h"
 
 /* Why a filter on an external-layer service is refused. */
-#define CTL_EXTERNAL_NO_FILTER                                                                    \
-    "its connections go straight to the team's own proxy and nothing in fgex sees that traffic, " \
+#define CTL_EXTERNAL_NO_FILTER                                                                     \
+    "its connections go straight to the team's own proxy and nothing in fgex sees that traffic, "  \
     "so no filter could apply"
 
 /* What a Service message points into for its addresses; lives as long as the message. */
@@ -29,8 +29,7 @@ int ctl_svcmsg_fill(struct ctl_svcmsg *st, const struct ctl_service *s, Fgx__Ctl
 /* addr, port, addrs, ext_to and layer of out from m (proto set before: the layer checks it).
  * A message without addrs (stored or exported before the list existed) gives the one address
  * ip/port. Returns 0, or -EINVAL with the reason in err. */
-int ctl_svcmsg_parse(const Fgx__Ctl__Service *m, struct ctl_service *out, char *err,
-                     size_t errlen);
+int ctl_svcmsg_parse(const Fgx__Ctl__Service *m, struct ctl_service *out, char *err, size_t errlen);
 
 /* The first address of a that overlaps one of b's (same protocol), as indexes; false if none. */
 bool ctl_service_overlap(const struct ctl_service *a, const struct ctl_service *b, size_t *ia,

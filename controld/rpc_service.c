@@ -103,7 +103,8 @@ static int check_to(struct ctl_rpc *r, const char *to, struct ctl_service *svc)
     if (svc->layer == CTL_LAYER_EXTERNAL && svc->ext_to.port == 0) {
         ctl_rpc_fail(r, FGX__CTL__CODE__CODE_INVALID,
                      "service %s: --layer external needs --to ADDR:PORT, where the team's own "
-                     "proxy listens (IP_TRANSPARENT)", svc->name);
+                     "proxy listens (IP_TRANSPARENT)",
+                     svc->name);
         return -EINVAL;
     }
     if (svc->layer != CTL_LAYER_EXTERNAL)
@@ -268,8 +269,8 @@ static void do_service_set(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
         goto out;
     if ((a->has_port || a->ip) && svc.naddrs > 1) {
         ctl_rpc_fail(r, FGX__CTL__CODE__CODE_INVALID,
-                     "service %s has %zu addresses: change them with service addr add|rm",
-                     svc.name, svc.naddrs);
+                     "service %s has %zu addresses: change them with service addr add|rm", svc.name,
+                     svc.naddrs);
         goto out;
     }
     if (a->has_port) {
@@ -396,11 +397,11 @@ static void do_service_addr(struct ctl_rpc *r, const Fgx__Ctl__ServiceAddrChange
         if (svc.naddrs == 1) {
             ctl_rpc_fail(r, FGX__CTL__CODE__CODE_INVALID,
                          "%s is the only address of service %s: a service needs one (remove "
-                         "the service instead)", text, svc.name);
+                         "the service instead)",
+                         text, svc.name);
             goto out;
         }
-        memmove(&svc.addrs[at], &svc.addrs[at + 1],
-                (svc.naddrs - at - 1) * sizeof(svc.addrs[0]));
+        memmove(&svc.addrs[at], &svc.addrs[at + 1], (svc.naddrs - at - 1) * sizeof(svc.addrs[0]));
         svc.naddrs--;
     }
     ctl_service_addrs_sync(&svc);

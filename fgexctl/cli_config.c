@@ -561,8 +561,7 @@ static int read_addrs(struct rd *r, const json_t *sv, const char *where, Fgx__Ct
         return rc;
     n = json_array_size(as);
     if (n == 0 || n > CLI_ADDRS_MAX)
-        return bad(r, as, "%s holds %zu addresses: a service has 1 to %d", what, n,
-                   CLI_ADDRS_MAX);
+        return bad(r, as, "%s holds %zu addresses: a service has 1 to %d", what, n, CLI_ADDRS_MAX);
     s->addrs = calloc(n, sizeof(*s->addrs));
     if (!s->addrs)
         return -ENOMEM;
@@ -598,9 +597,9 @@ static int read_service(struct rd *r, const json_t *svcs, size_t idx, bool *svc_
                         bool *flt_has_id)
 {
     const json_t *sv = json_array_get(svcs, idx);
-    static const char *const keys[] = {"id",        "name",    "proto",  "ip",    "port",
-                                       "layer",     "active",  "fail_open",       "midstream",
-                                       "filters",   "addrs",   "to",     NULL};
+    static const char *const keys[] = {"id",    "name",   "proto",     "ip",        "port",
+                                       "layer", "active", "fail_open", "midstream", "filters",
+                                       "addrs", "to",     NULL};
     static const char *const protos[] = {"tcp", "udp"};
     static const int protov[] = {FGX__CTL__PROTO__PROTO_TCP, FGX__CTL__PROTO__PROTO_UDP};
     static const char *const layers[] = {"nfqueue", "proxy", "external"};

@@ -389,11 +389,10 @@ static json_t *json_service(const Fgx__Ctl__Service *s)
         char text[FGX_SVCADDR_TEXT_MAX + 8];
 
         addr_text(list[i], text, sizeof(text));
-        if (json_array_append_new(addrs, json_pack("{s:o, s:I, s:s, s:o}", "addr",
-                                                   cli_json_str(list[i]->addr), "port",
-                                                   cli_json_int(list[i]->port), "kind",
-                                                   addr_kind(list[i]), "text",
-                                                   cli_json_str(text))) < 0) {
+        if (json_array_append_new(
+                addrs, json_pack("{s:o, s:I, s:s, s:o}", "addr", cli_json_str(list[i]->addr),
+                                 "port", cli_json_int(list[i]->port), "kind", addr_kind(list[i]),
+                                 "text", cli_json_str(text))) < 0) {
             json_decref(addrs);
             return NULL;
         }

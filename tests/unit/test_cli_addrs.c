@@ -54,9 +54,9 @@ static void parse_fails(char **argv, int exit_code, const char *msg_part)
 
 Test(cli_addrs, add_with_several_addresses)
 {
-    Fgx__Ctl__Request *r = parse_wire(ARGV("service", "add", "web", "--proto", "tcp", "--addr",
-                                           "10.0.0.1:80", "--addr", "[fd00::1]:81", "--addr",
-                                           "eth1", "--port", "8080"));
+    Fgx__Ctl__Request *r =
+        parse_wire(ARGV("service", "add", "web", "--proto", "tcp", "--addr", "10.0.0.1:80",
+                        "--addr", "[fd00::1]:81", "--addr", "eth1", "--port", "8080"));
 
     cr_assert_eq(r->req_case, FGX__CTL__REQUEST__REQ_SERVICE_ADD);
     cr_assert_eq(r->service_add->n_addrs, 3);
@@ -77,8 +77,8 @@ Test(cli_addrs, add_with_several_addresses)
 Test(cli_addrs, external_layer_with_to)
 {
     Fgx__Ctl__Request *r =
-        parse_wire(ARGV("service", "add", "x", "--proto", "tcp", "--addr", "10.0.0.1:80",
-                        "--layer", "external", "--to", "127.0.0.1:9000"));
+        parse_wire(ARGV("service", "add", "x", "--proto", "tcp", "--addr", "10.0.0.1:80", "--layer",
+                        "external", "--to", "127.0.0.1:9000"));
 
     cr_assert(r->service_add->has_layer);
     cr_assert_eq(r->service_add->layer, FGX__CTL__LAYER__LAYER_EXTERNAL);
@@ -108,9 +108,9 @@ Test(cli_addrs, addr_add_and_rm)
 Test(cli_addrs, bad_command_lines)
 {
     parse_fails(ARGV("service", "add", "w", "--proto", "tcp"), CLI_EXIT_USAGE, "--addr");
-    parse_fails(ARGV("service", "add", "w", "--proto", "tcp", "--ip", "10.0.0.1", "--addr",
-                     "10.0.0.2:80"),
-                CLI_EXIT_USAGE, "--ip");
+    parse_fails(
+        ARGV("service", "add", "w", "--proto", "tcp", "--ip", "10.0.0.1", "--addr", "10.0.0.2:80"),
+        CLI_EXIT_USAGE, "--ip");
     parse_fails(ARGV("service", "add", "w", "--proto", "tcp", "--addr", "10.0.0.300:80"),
                 CLI_EXIT_INVALID, "invalid --addr '10.0.0.300:80'");
     parse_fails(ARGV("service", "add", "w", "--proto", "tcp", "--addr", "10.0.0.1"),

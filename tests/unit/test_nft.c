@@ -528,10 +528,9 @@ Test(nft, sync_builds_the_specified_rules)
 
     assert_chain("pre", PRE_CHAIN);
     assert_chain("post", POST_CHAIN);
-    assert_elements((const char *const[]){"tcp . 10.1.2.0/24 . 8080 : jump s1_c2s",
-                                           "tcp . 10.1.2.0/24 . 8080 : jump s1_s2c",
-                                           "udp . 0.0.0.0/0 . 5353 : jump s2_c2s",
-                                           "udp . ::/0 . 5353 : jump s2_s2c", NULL});
+    assert_elements((const char *const[]){
+        "tcp . 10.1.2.0/24 . 8080 : jump s1_c2s", "tcp . 10.1.2.0/24 . 8080 : jump s1_s2c",
+        "udp . 0.0.0.0/0 . 5353 : jump s2_c2s", "udp . ::/0 . 5353 : jump s2_s2c", NULL});
     assert_queue_chain("qfc", native, 2, 7000, false);
     assert_queue_chain("qfo", native, 2, 7002, true);
     tcp_chain_expect(exp, sizeof(exp), "qfc", true);
@@ -572,10 +571,9 @@ Test(nft, ipv6_prefixes_and_single_thread)
     cr_assert_eq(ctl_nft_sync(n, s, 2), 0);
     assert_chain("pre", PRE_CHAIN);
     assert_chain("post", POST_CHAIN);
-    assert_elements((const char *const[]){"tcp . fd00:1:2:30::/60 . 80 : jump s7_c2s",
-                                           "tcp . fd00:1:2:30::/60 . 80 : jump s7_s2c",
-                                           "udp . fd00::5 . 53 : jump s8_c2s",
-                                           "udp . fd00::5 . 53 : jump s8_s2c", NULL});
+    assert_elements((const char *const[]){
+        "tcp . fd00:1:2:30::/60 . 80 : jump s7_c2s", "tcp . fd00:1:2:30::/60 . 80 : jump s7_s2c",
+        "udp . fd00::5 . 53 : jump s8_c2s", "udp . fd00::5 . 53 : jump s8_s2c", NULL});
     /* One thread: no hash, fail-open numbering starts right after the fail-closed queue. */
     assert_queue_chain("qfc", ctl_nft_native_queue(n), 1, 7000, false);
     assert_queue_chain("qfo", ctl_nft_native_queue(n), 1, 7001, true);
@@ -614,7 +612,8 @@ Test(nft, sync_with_fewer_services_removes_the_others)
 static char *handles(void)
 {
     FILE *f = popen("nft -a list table inet fgex 2>/dev/null | grep -o '# handle [0-9]*' | "
-                    "tr '\\n' ' '", "r");
+                    "tr '\\n' ' '",
+                    "r");
     char buf[8192];
     size_t len;
 
@@ -662,11 +661,10 @@ Test(nft, address_change_is_an_element_not_a_rebuild)
     cr_assert_eq(ctl_nft_sync(n, s, 2), 0);
     after = handles();
     cr_assert_str_eq(before, after, "rules and chains kept: %s / %s", before, after);
-    assert_elements((const char *const[]){"tcp . 10.1.2.0/24 . 8080 : jump s1_c2s",
-                                           "tcp . fd00::7 . 8443 : jump s1_c2s",
-                                           "tcp . \"veth9\" . 81 : jump s1_c2s",
-                                           "tcp . \"veth9\" . 81 : jump s1_s2c",
-                                           "udp . 10.9.9.9 . 5353 : jump s2_c2s", NULL});
+    assert_elements((const char *const[]){
+        "tcp . 10.1.2.0/24 . 8080 : jump s1_c2s", "tcp . fd00::7 . 8443 : jump s1_c2s",
+        "tcp . \"veth9\" . 81 : jump s1_c2s", "tcp . \"veth9\" . 81 : jump s1_s2c",
+        "udp . 10.9.9.9 . 5353 : jump s2_c2s", NULL});
     free(after);
     /* And the first one removed. */
     s[0].addrs[0] = s[0].addrs[3];
@@ -676,7 +674,7 @@ Test(nft, address_change_is_an_element_not_a_rebuild)
     cr_assert_str_eq(before, after);
     assert_no_elements((const char *const[]){"10.1.2.0/24", NULL});
     assert_elements((const char *const[]){"tcp . fd00::7 . 8443 : jump s1_c2s",
-                                           "udp . 10.9.9.9 . 5353 : jump s2_s2c", NULL});
+                                          "udp . 10.9.9.9 . 5353 : jump s2_s2c", NULL});
     free(after);
     free(before);
     ctl_nft_close(n);

@@ -15,8 +15,7 @@
 #include "fgx/svcaddr.h"
 #include "fgx/wcfg.h"
 
-static struct fgx_svcaddr P(const char *text, uint16_t dflt)
-{
+static struct fgx_svcaddr P(const char *text, uint16_t dflt) {
     struct fgx_svcaddr a;
     const char *why = NULL;
 
@@ -25,7 +24,8 @@ static struct fgx_svcaddr P(const char *text, uint16_t dflt)
     return a;
 }
 
-static void round_trip(const char *in, uint16_t dflt, const char *out)
+static void
+round_trip(const char *in, uint16_t dflt, const char *out)
 {
     struct fgx_svcaddr a = P(in, dflt);
     char buf[FGX_SVCADDR_TEXT_MAX];
@@ -70,16 +70,23 @@ Test(svcaddr, kinds)
 Test(svcaddr, bad_text_is_refused_with_a_reason)
 {
     static const char *const bad[] = {
-        "",              /* nothing */
-        ":80",           /* no address */
-        "10.0.0.1:0",    /* port 0 */
-        "10.0.0.1:65536", "10.0.0.1:8o", "10.0.0.1:+80", "10.0.0.1: 80",
+        "",           /* nothing */
+        ":80",        /* no address */
+        "10.0.0.1:0", /* port 0 */
+        "10.0.0.1:65536",
+        "10.0.0.1:8o",
+        "10.0.0.1:+80",
+        "10.0.0.1: 80",
         "10.0.0.300:80", /* looks like an address: never an interface name */
-        "10.0.0.1/33:80", "10.0.0.1/24:80", /* host bits below the prefix */
-        "[10.0.0.1]:80", /* brackets are for IPv6 */
-        "[fd00::1:80",   "[fd00::1]80", "fd00::zz",
-        "a/b:80",        /* not an interface name */
-        "averylonginterfacename:80", "..:80",
+        "10.0.0.1/33:80",
+        "10.0.0.1/24:80", /* host bits below the prefix */
+        "[10.0.0.1]:80",  /* brackets are for IPv6 */
+        "[fd00::1:80",
+        "[fd00::1]80",
+        "fd00::zz",
+        "a/b:80", /* not an interface name */
+        "averylonginterfacename:80",
+        "..:80",
     };
     struct fgx_svcaddr a;
 
@@ -101,19 +108,19 @@ Test(svcaddr, overlap)
         bool overlap;
     } cases[] = {
         {"10.0.0.1:80", "10.0.0.1:80", true},
-        {"10.0.0.1:80", "10.0.0.1:81", false},      /* another port */
+        {"10.0.0.1:80", "10.0.0.1:81", false}, /* another port */
         {"10.0.0.1:80", "10.0.0.2:80", false},
-        {"10.0.0.0/24:80", "10.0.0.77:80", true},   /* inside the prefix */
-        {"10.0.0.77:80", "10.0.0.0/24:80", true},   /* either order */
+        {"10.0.0.0/24:80", "10.0.0.77:80", true},      /* inside the prefix */
+        {"10.0.0.77:80", "10.0.0.0/24:80", true},      /* either order */
         {"10.0.0.0/25:80", "10.0.0.128/25:80", false}, /* adjacent halves */
         {"10.0.0.0/23:80", "10.0.1.0/24:80", true},
-        {"*:80", "[fd00::1]:80", true},             /* any address covers both families */
+        {"*:80", "[fd00::1]:80", true}, /* any address covers both families */
         {"*:80", "*:81", false},
         {"[fd00::/64]:80", "[fd00::1:2]:80", true},
         {"[fd00::/64]:80", "[fd00:0:0:1::1]:80", false},
         {"10.0.0.1:80", "[::ffff:10.0.0.1]:80", true}, /* mapped is the same IPv4 address */
-        {"10.0.0.1:80", "[fd00::1]:80", false},     /* families apart */
-        {"eth1:80", "10.0.0.1:80", true},           /* an interface takes its port everywhere */
+        {"10.0.0.1:80", "[fd00::1]:80", false},        /* families apart */
+        {"eth1:80", "10.0.0.1:80", true},              /* an interface takes its port everywhere */
         {"eth1:80", "eth2:80", true},
         {"eth1:80", "eth1:81", false},
     };
@@ -140,9 +147,10 @@ static struct ctl_service svc_of(uint8_t proto, const char *const *addrs)
 
 Test(svcaddr, services_conflict_only_on_the_same_protocol)
 {
-    struct ctl_service a = svc_of(IPPROTO_TCP, (const char *const[]){"10.0.0.1:80", "eth1:81", NULL});
-    struct ctl_service b = svc_of(IPPROTO_TCP, (const char *const[]){"10.0.0.2:80", "10.0.0.9:81",
-                                                                       NULL});
+    struct ctl_service a =
+        svc_of(IPPROTO_TCP, (const char *const[]){"10.0.0.1:80", "eth1:81", NULL});
+    struct ctl_service b =
+        svc_of(IPPROTO_TCP, (const char *const[]){"10.0.0.2:80", "10.0.0.9:81", NULL});
     struct ctl_service c = svc_of(IPPROTO_UDP, (const char *const[]){"10.0.0.1:80", NULL});
     size_t i, j;
 
@@ -159,12 +167,12 @@ Test(svcaddr, a_list_may_not_repeat_itself)
     struct ctl_service ok =
         svc_of(IPPROTO_TCP, (const char *const[]){"10.0.0.1:80", "eth1:80", "eth2:80",
                                                   "[fd00::1]:80", "10.0.0.2:80", NULL});
-    struct ctl_service dup = svc_of(IPPROTO_TCP, (const char *const[]){"10.0.0.0/24:80",
-                                                                         "10.0.0.5:80", NULL});
-    struct ctl_service dup_if = svc_of(IPPROTO_TCP, (const char *const[]){"eth1:80", "eth1:80",
-                                                                            NULL});
-    struct ctl_service any = svc_of(IPPROTO_TCP, (const char *const[]){"*:80", "[fd00::1]:80",
-                                                                         NULL});
+    struct ctl_service dup =
+        svc_of(IPPROTO_TCP, (const char *const[]){"10.0.0.0/24:80", "10.0.0.5:80", NULL});
+    struct ctl_service dup_if =
+        svc_of(IPPROTO_TCP, (const char *const[]){"eth1:80", "eth1:80", NULL});
+    struct ctl_service any =
+        svc_of(IPPROTO_TCP, (const char *const[]){"*:80", "[fd00::1]:80", NULL});
     size_t i, j;
 
     cr_assert_not(ctl_service_self_overlap(&ok, &i, &j));
@@ -306,8 +314,8 @@ Test(svcaddr, index_finds_what_a_walk_finds)
 Test(svcaddr, the_list_travels_to_the_workers)
 {
     struct fgx_svcaddr addrs[3] = {P("10.0.0.0/24:80", 0), P("[fd00::1]:81", 0), P("eth1:82", 0)};
-    struct fgx_dp_service svc = {.id = 4, .ipproto = IPPROTO_TCP, .port = 80,
-                                 .addrs = addrs, .naddrs = 3};
+    struct fgx_dp_service svc = {
+        .id = 4, .ipproto = IPPROTO_TCP, .port = 80, .addrs = addrs, .naddrs = 3};
     struct fgx_dp_msg m = {.type = FGX_DP_RULESET}, back;
     void *buf;
     size_t len;
@@ -322,7 +330,6 @@ Test(svcaddr, the_list_travels_to_the_workers)
     cr_assert_eq(back.u.ruleset.nservices, 1);
     cr_assert_eq(back.u.ruleset.services[0].naddrs, 3);
     for (int i = 0; i < 3; i++)
-        cr_assert(fgx_svcaddr_equal(&back.u.ruleset.services[0].addrs[i], &addrs[i]), "addr %d",
-                  i);
+        cr_assert(fgx_svcaddr_equal(&back.u.ruleset.services[0].addrs[i], &addrs[i]), "addr %d", i);
     fgx_dp_msg_release(&back);
 }
