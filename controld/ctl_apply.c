@@ -91,7 +91,7 @@ int ctl_apply_timeout(struct ctl_ctx *ctx, const struct ctl_ruleset *rs, int pus
         rv_px = ctl_sup_push(ctx->px_sup, &rs->px_dp, push_timeout_ms);
     /* The proxy worker matters only while it carries services: one that is down with nothing
      * to carry gets the state when it is back, and fails no request. */
-    if (rv_push == 0 && rs->npx > 0)
+    if (rv_push == 0 && rs->px_dp.nservices > 0)
         rv_push = rv_px;
     if (ctx->sup)
         ctx->worker_stale = rv_push < 0;

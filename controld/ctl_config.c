@@ -228,17 +228,13 @@ int ctl_config_export(struct ctl_txn *t, struct ctl_config_export *out)
         const struct ctl_service *s = &out->svcs[i];
         Fgx__Ctl__Service *m = &out->svc_msgs[i];
 
-        if (fgx_cidr_format(&s->addr, out->ips[i], sizeof(out->ips[i])) < 0)
-            out->ips[i][0] = '\0';
         fgx__ctl__service__init(m);
+        if (ctl_svcmsg_fill(&out->ips[i], s, m) < 0)
+            return -EINVAL;
         m->id = s->id;
         m->name = out->svcs[i].name;
         m->proto =
             s->ipproto == IPPROTO_UDP ? FGX__CTL__PROTO__PROTO_UDP : FGX__CTL__PROTO__PROTO_TCP;
-        m->ip = out->ips[i];
-        m->port = s->port;
-        m->layer = s->layer == CTL_LAYER_PROXY ? FGX__CTL__LAYER__LAYER_PROXY
-                                               : FGX__CTL__LAYER__LAYER_NFQUEUE;
         m->active = s->active;
         m->fail_open = s->fail_open;
         m->has_midstream = 1;
@@ -311,25 +307,16 @@ static int service_from_msg(const Fgx__Ctl__Service *m, struct ctl_service *out,
         err_set(err, errlen, "service %s: invalid protocol: use tcp or udp", name);
         return -EINVAL;
     }
-    if (m->port == 0 || m->port > 65535) {
-        err_set(err, errlen, "service %s: invalid port %u: use 1..65535", name, m->port);
+    /* A backup from before the address list has ip/port alone: one address. */
+    if (ctl_svcmsg_parse(m, out, err, errlen) < 0)
         return -EINVAL;
-    }
-    out->port = (uint16_t)m->port;
-    if (fgx_cidr_parse(m->ip, &out->addr) < 0) {
-        err_set(err, errlen, "service %s: invalid address \"%s\"", name, m->ip);
-        return -EINVAL;
-    }
-    if (m->layer == FGX__CTL__LAYER__LAYER_NFQUEUE) {
-        out->layer = CTL_LAYER_NFQUEUE;
-    } else if (m->layer == FGX__CTL__LAYER__LAYER_PROXY && out->ipproto == IPPROTO_TCP) {
-        out->layer = CTL_LAYER_PROXY;
-    } else {
-        err_set(err, errlen, "service %s: %s", name,
-                m->layer == FGX__CTL__LAYER__LAYER_PROXY
-                    ? "the proxy layer carries TCP only; a UDP service uses nfqueue"
-                    : "invalid layer: use nfqueue or proxy");
-        return -EINVAL;
+    {
+        size_t a, b;
+
+        if (ctl_service_self_overlap(out, &a, &b)) {
+            err_set(err, errlen, "service %s: addresses %zu and %zu overlap", name, a + 1, b + 1);
+            return -EINVAL;
+        }
     }
     out->active = m->active;
     out->fail_open = m->fail_open;
@@ -367,9 +354,16 @@ static int config_check(const Fgx__Ctl__Config *cfg, struct ctl_service *svcs, c
                 err_set(err, errlen, "two services are named %s", svcs[i].name);
                 return -EEXIST;
             }
-            if (svcs[j].ipproto == svcs[i].ipproto && svcs[j].port == svcs[i].port) {
-                err_set(err, errlen, "services %s and %s both use %s port %u", svcs[j].name,
-                        svcs[i].name, svcs[i].ipproto == IPPROTO_UDP ? "udp" : "tcp", svcs[i].port);
+            size_t ia, ib;
+
+            if (ctl_service_overlap(&svcs[j], &svcs[i], &ia, &ib)) {
+                char x[FGX_SVCADDR_TEXT_MAX], y[FGX_SVCADDR_TEXT_MAX];
+
+                (void)fgx_svcaddr_format(&svcs[j].addrs[ia], x, sizeof(x));
+                (void)fgx_svcaddr_format(&svcs[i].addrs[ib], y, sizeof(y));
+                err_set(err, errlen, "services %s and %s overlap on %s port %u: %s and %s",
+                        svcs[j].name, svcs[i].name, svcs[i].ipproto == IPPROTO_UDP ? "udp" : "tcp",
+                        (unsigned)svcs[i].addrs[ib].port, x, y);
                 return -EEXIST;
             }
         }
@@ -402,6 +396,11 @@ static int config_check(const Fgx__Ctl__Config *cfg, struct ctl_service *svcs, c
         if (!svc) {
             err_set(err, errlen, "filter %u: no service with id %u in the file", f->id,
                     f->service_id);
+            return -EINVAL;
+        }
+        if (svc->layer == CTL_LAYER_EXTERNAL) {
+            err_set(err, errlen, "filter %u: service %s is on the external layer: %s", f->id,
+                    svc->name, CTL_EXTERNAL_NO_FILTER);
             return -EINVAL;
         }
         if (dir_from_msg(true, f->dir, &dir) < 0) {
@@ -865,6 +864,11 @@ int ctl_config_filter_import_ex(struct ctl_txn *t, const Fgx__Ctl__FilterImport 
     }
     if (rv < 0)
         return store_fail(rv, imp->service, err, errlen);
+    if (svc.layer == CTL_LAYER_EXTERNAL && imp->n_filters > 0) {
+        err_set(err, errlen, "service %s is on the external layer: %s", svc.name,
+                CTL_EXTERNAL_NO_FILTER);
+        return -EINVAL;
+    }
     if (imp->n_filters > CTL_CONFIG_FILTERS_MAX) {
         err_set(err, errlen, "too many filters (at most %d)", CTL_CONFIG_FILTERS_MAX);
         return -EINVAL;

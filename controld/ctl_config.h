@@ -12,6 +12,7 @@
 #include "control.pb-c.h"
 #include "controld/ctl_diff.h"
 #include "controld/ctl_store.h"
+#include "controld/ctl_svcaddr.h"
 #include "fgx/ruleset.h"
 
 #define CTL_CONFIG_SERVICES_MAX 4096
@@ -25,7 +26,7 @@ struct ctl_config_export {
     Fgx__Ctl__Config cfg;
     struct ctl_service *svcs;
     size_t nsvcs;
-    char (*ips)[64];
+    struct ctl_svcmsg *ips; /* what each service message's strings point into */
     Fgx__Ctl__Service *svc_msgs, **svc_ptrs;
     struct ctl_filter *flts;
     size_t nflts;

@@ -4,24 +4,31 @@
  * and sent with libmnl, so a packet sees either the old rules or the new ones, never a mix.
  *
  * Layout of the table (see ctl_nft.h and fgx/dp.h):
- *   pre  (prerouting, -150: before DNAT) : fgex's own resets accepted; c2s -> jump s<id>_c2s
- *   post (postrouting, 300: after SNAT)  : fgex's own resets accepted; s2c -> jump s<id>_s2c
+ *   pre  (prerouting, -150: before DNAT) : fgex's own resets accepted; then one lookup per
+ *                                          address kind: meta l4proto . ip daddr . th dport
+ *                                          vmap @c2s_4 (and @c2s_6, iifname @c2s_if), whose
+ *                                          elements (each address of each service) jump
+ *                                          to s<id>_c2s
+ *   post (postrouting, 300: after SNAT)  : the same by source: @s2c_4, @s2c_6, oifname @s2c_if
  *   s<id>_c2s / s<id>_s2c : TCP: clamp MSS on SYNs, log SYN-ACKs (s2c only; queued when
  *                           the kernel has no log expression) and FINs/RSTs, accept
  *                           segments with no payload, queue the rest; UDP: queue everything
  *   qfc / qfo : spread flows over the worker threads by symhash, to the fail-closed or the
  *               fail-open queue range (bypass when no reader).
  *   synack : the same spread, to the threads' NFLOG groups (a copy; the packet goes on).
- * and for the proxy layer (ctl_nft_px.h), when proxy-layer services run:
+ * and for the proxy and external layers (ctl_nft_px.h), when such services run:
  *   pxpre (prerouting, -150) : proxy's own upstream packets (mark == FGX_MARK) accepted;
  *                              packets of a transparent socket, but SYNs without ACK, marked
- *                              CTL_ROUTE_MARK (routed locally by ctl_route.c); per service:
- *                              tproxy to the proxy's port and mark; fail-closed services: drop
- *                              what tproxy could not take
- *   pxout (output, type route, -150) : per service: the proxy's upstream packets give their
- *                              conntrack entry the mark CT_PX; the service's replies on such an
- *                              entry and the box's own packets to the service are marked
- *                              CTL_ROUTE_MARK, which reroutes them through lo (to the proxy). */
+ *                              CTL_ROUTE_MARK (routed locally by ctl_route.c); then ip daddr .
+ *                              th dport vmap @px_4 (@px_6, iifname @px_if) -> px<id>: tproxy
+ *                              to the proxy's port (external: to the team's proxy) and mark;
+ *                              fail-closed services: drop what tproxy could not take
+ *   pxout (output, type route, -150) : the proxy's upstream packets to @pxo_4 / @pxo_6 (or a
+ *                              port of @pxo_ip) give their conntrack entry the mark CT_PX; the
+ *                              services' replies on such an entry and the box's own packets to
+ *                              @pxo_4 / @pxo_6 are marked CTL_ROUTE_MARK, which reroutes them
+ *                              through lo (to the proxy).
+ * A change of addresses alone is a batch of element adds and deletes (build_delta). */
 #include "ctl_nft.h"
 #include "ctl_nft_px.h"
 
@@ -47,6 +54,7 @@
 #include <libnftnl/common.h>
 #include <libnftnl/expr.h>
 #include <libnftnl/rule.h>
+#include <libnftnl/set.h>
 #include <libnftnl/table.h>
 
 #include "controld/ctl_route.h"
@@ -80,6 +88,7 @@ struct ctl_nft {
     bool synack_log; /* the kernel has the log expression: SYN-ACKs are copied, not queued */
     uint32_t seq;
     int sndbuf;
+    bool applied; /* the table holds exactly nfq and px (a change of addresses alone is a delta) */
     /* The last lists applied, so that either layer can be changed alone. */
     struct ctl_nft_service *nfq, *px;
     size_t nnfq, npx;
@@ -510,43 +519,10 @@ static void m_l4proto(struct nft_rule *rl, uint8_t proto)
     e_cmp_u8(rl, proto);
 }
 
-/* Family and prefix of a service address; nothing for family 0. As nft itself does (and so
- * that `nft list` prints a prefix): a byte-aligned prefix loads only the bytes it covers, any
- * other loads the whole address and masks it. */
-static void m_cidr(struct nft_rule *rl, const struct fgx_cidr *c, bool dst)
-{
-    uint8_t mask[16] = {0};
-    uint32_t alen = c->family == 4 ? 4 : 16, len, off;
-
-    if (c->family == 0)
-        return;
-    m_nfproto(rl, c->family == 4 ? NFPROTO_IPV4 : NFPROTO_IPV6);
-    if (c->prefix == 0)
-        return;
-    if (c->family == 4)
-        off = dst ? 16 : 12;
-    else
-        off = dst ? 24 : 8;
-    len = c->prefix % 8u ? alen : c->prefix / 8u;
-    e_payload(rl, NFT_PAYLOAD_NETWORK_HEADER, off, len);
-    if (c->prefix % 8u) {
-        memset(mask, 0xff, c->prefix / 8u);
-        mask[c->prefix / 8u] = (uint8_t)(0xff00u >> (c->prefix % 8u));
-        e_and(rl, mask, len);
-    }
-    e_cmp(rl, NFT_CMP_EQ, c->addr, len);
-}
-
 static void m_mark_eq(struct nft_rule *rl, uint32_t op, uint32_t v)
 {
     e_meta(rl, NFT_META_MARK);
     e_cmp(rl, op, &v, sizeof(v));
-}
-
-static void m_port(struct nft_rule *rl, uint16_t port, bool dst)
-{
-    e_payload(rl, NFT_PAYLOAD_TRANSPORT_HEADER, dst ? 2 : 0, 2);
-    e_cmp_be16(rl, NFT_CMP_EQ, port);
 }
 
 static void m_tcp_syn(struct nft_rule *rl)
@@ -568,6 +544,411 @@ static void m_tcp_doff(struct nft_rule *rl, unsigned doff)
     e_payload(rl, NFT_PAYLOAD_TRANSPORT_HEADER, 12, 1);
     e_and(rl, &hi, 1);
     e_cmp_u8(rl, (uint8_t)(doff << 4));
+}
+
+/* ---- the services' address maps ---------------------------------------------------------- */
+
+/* Every address of every service is an element of a few maps and sets shared by all services,
+ * so that a packet finds its service in one lookup per address kind whatever the number of
+ * services and addresses, and `service addr add|rm` is one element added or deleted in a batch
+ * (ctl_nft_sync_layers): no rule or chain is rebuilt, nothing else changes under the other
+ * addresses' connections.
+ *   c2s_4, c2s_6, c2s_if : verdict maps, l4proto . daddr|iifname . dport -> jump s<id>_c2s
+ *   s2c_4, s2c_6, s2c_if : the same by saddr|oifname . sport -> jump s<id>_s2c
+ *   px_4, px_6, px_if    : proxy and external layers, daddr|iifname . dport -> jump px<id>
+ *   pxo_4, pxo_6         : sets, the proxy layer's addresses . ports (its upstream
+ *                          connections and the box's own clients, in the output hook)
+ *   pxo_ip               : set, the ports of the proxy layer's interfaces (an upstream
+ *                          connection to an interface's service is known by its port alone)
+ * Address maps are intervals over a concatenation (the kernel's pipapo: a prefix is a range,
+ * any address all of them); the interface ones are hashes. */
+enum nft_map {
+    M_C2S_4,
+    M_C2S_6,
+    M_C2S_IF,
+    M_S2C_4,
+    M_S2C_6,
+    M_S2C_IF,
+    M_PX_4,
+    M_PX_6,
+    M_PX_IF,
+    S_PXO_4,
+    S_PXO_6,
+    S_PXO_IP,
+    NFT_MAPS
+};
+
+enum nft_key { K_V4, K_V6, K_IF, K_PORT };
+
+struct nft_map_def {
+    const char *name;
+    enum nft_key key;
+    bool l4proto; /* the key starts with the protocol (the nfqueue layer carries TCP and UDP) */
+    bool verdict; /* a map to the service's chain; else a plain set */
+    bool dst;     /* matched by destination (client -> server) */
+};
+
+static const struct nft_map_def nft_maps[NFT_MAPS] = {
+    [M_C2S_4] = {"c2s_4", K_V4, true, true, true},
+    [M_C2S_6] = {"c2s_6", K_V6, true, true, true},
+    [M_C2S_IF] = {"c2s_if", K_IF, true, true, true},
+    [M_S2C_4] = {"s2c_4", K_V4, true, true, false},
+    [M_S2C_6] = {"s2c_6", K_V6, true, true, false},
+    [M_S2C_IF] = {"s2c_if", K_IF, true, true, false},
+    [M_PX_4] = {"px_4", K_V4, false, true, true},
+    [M_PX_6] = {"px_6", K_V6, false, true, true},
+    [M_PX_IF] = {"px_if", K_IF, false, true, true},
+    [S_PXO_4] = {"pxo_4", K_V4, false, false, true},
+    [S_PXO_6] = {"pxo_6", K_V6, false, false, true},
+    [S_PXO_IP] = {"pxo_ip", K_PORT, false, false, true},
+};
+
+/* nft's own datatype numbers, so that `nft list` prints the keys as protocols, addresses and
+ * ports. */
+#define NFT_TYPE_IPADDR 7
+#define NFT_TYPE_IP6ADDR 8
+#define NFT_TYPE_INET_PROTOCOL 12
+#define NFT_TYPE_INET_SERVICE 13
+#define NFT_TYPE_IFNAME 41
+#define NFT_TYPE_BITS 6
+#define NFT_KEY_MAX 24
+
+struct nft_elem {
+    uint8_t key[NFT_KEY_MAX], end[NFT_KEY_MAX];
+    uint32_t len;
+    bool interval;
+    char chain[NFT_LABEL_LEN]; /* verdict maps: the chain to jump to */
+};
+
+/* Unique within a batch; lets a rule and an element name a map added in the same batch. */
+static uint32_t map_id(enum nft_map m)
+{
+    return (uint32_t)m + 1;
+}
+
+static uint32_t key_addr_len(enum nft_key k)
+{
+    return k == K_V4 ? 4 : k == K_PORT ? 0 : 16;
+}
+
+/* Concatenated fields are each padded to a 32-bit register: [protocol] address, port. A set of
+ * ports alone is the port's 2 bytes. */
+static uint32_t map_key_len(const struct nft_map_def *d)
+{
+    if (d->key == K_PORT)
+        return 2;
+    return (d->l4proto ? 4 : 0) + key_addr_len(d->key) + 4;
+}
+
+static void tx_map(struct nft_tx *tx, enum nft_map m)
+{
+    const struct nft_map_def *d = &nft_maps[m];
+    static const uint32_t addr_type[] = {NFT_TYPE_IPADDR, NFT_TYPE_IP6ADDR, NFT_TYPE_IFNAME, 0};
+    uint32_t type = 0;
+    uint8_t fields[3];
+    size_t nf = 0;
+    struct nftnl_set *s = NULL;
+    struct nlmsghdr *nlh;
+    char label[NFT_LABEL_LEN];
+
+    (void)snprintf(label, sizeof(label), "add %s %s", d->verdict ? "map" : "set", d->name);
+    nlh = tx_hdr(tx, NFT_MSG_NEWSET, NLM_F_CREATE, label);
+    if (!nlh)
+        return;
+    if (d->l4proto) {
+        type = NFT_TYPE_INET_PROTOCOL;
+        fields[nf++] = 1;
+    }
+    if (d->key != K_PORT) {
+        type = type << NFT_TYPE_BITS | addr_type[d->key];
+        fields[nf++] = (uint8_t)key_addr_len(d->key);
+    }
+    type = type << NFT_TYPE_BITS | NFT_TYPE_INET_SERVICE;
+    fields[nf++] = 2;
+    s = nftnl_set_alloc();
+    if (!s || nftnl_set_set_str(s, NFTNL_SET_TABLE, tx->table) != 0 ||
+        nftnl_set_set_str(s, NFTNL_SET_NAME, d->name) != 0) {
+        tx_fail(tx, -ENOMEM);
+        goto out;
+    }
+    nftnl_set_set_u32(s, NFTNL_SET_FAMILY, NFPROTO_INET);
+    nftnl_set_set_u32(s, NFTNL_SET_ID, map_id(m));
+    nftnl_set_set_u32(s, NFTNL_SET_KEY_TYPE, type);
+    nftnl_set_set_u32(s, NFTNL_SET_KEY_LEN, map_key_len(d));
+    if (d->key == K_V4 || d->key == K_V6) {
+        nftnl_set_set_u32(s, NFTNL_SET_FLAGS,
+                          NFT_SET_INTERVAL | NFT_SET_CONCAT | (d->verdict ? NFT_SET_MAP : 0));
+        if (nftnl_set_set_data(s, NFTNL_SET_DESC_CONCAT, fields, (uint32_t)nf) != 0) {
+            tx_fail(tx, -ENOMEM);
+            goto out;
+        }
+    } else {
+        nftnl_set_set_u32(s, NFTNL_SET_FLAGS, d->verdict ? NFT_SET_MAP : 0);
+    }
+    if (d->verdict)
+        nftnl_set_set_u32(s, NFTNL_SET_DATA_TYPE, NFT_DATA_VERDICT);
+    nftnl_set_nlmsg_build_payload(nlh, s);
+    tx_next(tx, nlh);
+out:
+    nftnl_set_free(s);
+}
+
+static void tx_elem(struct nft_tx *tx, uint16_t type, enum nft_map m, const struct nft_elem *el)
+{
+    const struct nft_map_def *d = &nft_maps[m];
+    struct nftnl_set *s = NULL;
+    struct nftnl_set_elem *e;
+    struct nlmsghdr *nlh;
+    char label[NFT_LABEL_LEN];
+
+    (void)snprintf(label, sizeof(label), "%s element of %s",
+                   type == NFT_MSG_NEWSETELEM ? "add" : "delete", d->name);
+    nlh = tx_hdr(tx, type, type == NFT_MSG_NEWSETELEM ? NLM_F_CREATE : 0, label);
+    if (!nlh)
+        return;
+    s = nftnl_set_alloc();
+    e = nftnl_set_elem_alloc();
+    if (!s || !e || nftnl_set_set_str(s, NFTNL_SET_TABLE, tx->table) != 0 ||
+        nftnl_set_set_str(s, NFTNL_SET_NAME, d->name) != 0) {
+        nftnl_set_elem_free(e);
+        tx_fail(tx, -ENOMEM);
+        goto out;
+    }
+    nftnl_set_set_u32(s, NFTNL_SET_FAMILY, NFPROTO_INET);
+    nftnl_set_set_u32(s, NFTNL_SET_ID, map_id(m));
+    nftnl_set_elem_set(e, NFTNL_SET_ELEM_KEY, el->key, el->len);
+    if (el->interval)
+        nftnl_set_elem_set(e, NFTNL_SET_ELEM_KEY_END, el->end, el->len);
+    if (d->verdict && type == NFT_MSG_NEWSETELEM) {
+        nftnl_set_elem_set_u32(e, NFTNL_SET_ELEM_VERDICT, (uint32_t)NFT_JUMP);
+        nftnl_set_elem_set_str(e, NFTNL_SET_ELEM_CHAIN, el->chain);
+    }
+    nftnl_set_elem_add(s, e);
+    nftnl_set_elems_nlmsg_build_payload(nlh, s);
+    tx_next(tx, nlh);
+out:
+    nftnl_set_free(s);
+}
+
+/* The element address a of service s has in map m; false when it has none there. */
+static bool elem_of(const struct ctl_nft_service *s, const struct fgx_svcaddr *a, enum nft_map m,
+                    struct nft_elem *el)
+{
+    const struct nft_map_def *d = &nft_maps[m];
+    uint32_t at = 0, alen = key_addr_len(d->key);
+
+    memset(el, 0, sizeof(*el));
+    el->len = map_key_len(d);
+    if (d->key == K_PORT) {
+        if (a->ifname[0] == '\0')
+            return false;
+        el->key[0] = (uint8_t)(a->port >> 8);
+        el->key[1] = (uint8_t)a->port;
+        return true;
+    }
+    if ((d->key == K_IF) != (a->ifname[0] != '\0'))
+        return false;
+    if (d->key != K_IF && a->cidr.family != 0 && a->cidr.family != (d->key == K_V4 ? 4 : 6))
+        return false;
+    if (d->l4proto) {
+        el->key[0] = el->end[0] = s->ipproto;
+        at = 4;
+    }
+    if (d->key == K_IF) {
+        memcpy(el->key + at, a->ifname, strnlen(a->ifname, FGX_IFNAME_MAX - 1));
+    } else {
+        el->interval = true;
+        if (a->cidr.family == 0) {
+            memset(el->end + at, 0xff, alen);
+        } else {
+            memcpy(el->key + at, a->cidr.addr, alen);
+            memcpy(el->end + at, a->cidr.addr, alen);
+            for (unsigned b = a->cidr.prefix; b < alen * 8; b++)
+                el->end[at + b / 8] |= (uint8_t)(0x80u >> (b % 8));
+        }
+    }
+    at += alen;
+    el->key[at] = el->end[at] = (uint8_t)(a->port >> 8);
+    el->key[at + 1] = el->end[at + 1] = (uint8_t)a->port;
+    if (d->verdict) {
+        if (m == M_PX_4 || m == M_PX_6 || m == M_PX_IF)
+            (void)snprintf(el->chain, sizeof(el->chain), "px%u", (unsigned)s->id);
+        else
+            (void)snprintf(el->chain, sizeof(el->chain), "s%u_%s", (unsigned)s->id,
+                           d->dst ? "c2s" : "s2c");
+    }
+    return true;
+}
+
+static bool elem_same(const struct nft_elem *a, const struct nft_elem *b)
+{
+    return a->len == b->len && a->interval == b->interval && memcmp(a->key, b->key, a->len) == 0 &&
+           (!a->interval || memcmp(a->end, b->end, a->len) == 0) && strcmp(a->chain, b->chain) == 0;
+}
+
+/* The one address of a service given without a list (the one-address form). */
+static const struct fgx_svcaddr *svc_addrs(const struct ctl_nft_service *s, struct fgx_svcaddr *one,
+                                           size_t *n)
+{
+    if (s->naddrs > 0) {
+        *n = s->naddrs;
+        return s->addrs;
+    }
+    memset(one, 0, sizeof(*one));
+    one->cidr = s->addr;
+    one->port = s->port;
+    *n = 1;
+    return one;
+}
+
+static bool map_of_layer(enum nft_map m, const struct ctl_nft_service *s, bool proxy)
+{
+    if (m <= M_S2C_IF)
+        return !proxy;
+    if (m <= M_PX_IF)
+        return proxy;
+    return proxy && !s->external;
+}
+
+/* The elements of s in map m, without repeats (two interfaces on one port are one port). */
+static size_t svc_elems(const struct ctl_nft_service *s, bool proxy, enum nft_map m,
+                        struct nft_elem out[CTL_NFT_ADDRS_MAX])
+{
+    struct fgx_svcaddr one;
+    const struct fgx_svcaddr *a;
+    size_t n, cnt = 0;
+
+    if (!map_of_layer(m, s, proxy))
+        return 0;
+    a = svc_addrs(s, &one, &n);
+    for (size_t i = 0; i < n && cnt < CTL_NFT_ADDRS_MAX; i++) {
+        bool seen = false;
+
+        if (!elem_of(s, &a[i], m, &out[cnt]))
+            continue;
+        for (size_t j = 0; j < cnt && !seen; j++)
+            seen = elem_same(&out[j], &out[cnt]);
+        if (!seen)
+            cnt++;
+    }
+    return cnt;
+}
+
+/* true when some service of the list has an interface address: only then do the packets pay
+ * for the interface lookups (a feature no service uses costs nothing). */
+static bool list_has_ifname(const struct ctl_nft_service *svcs, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        struct fgx_svcaddr one;
+        const struct fgx_svcaddr *a;
+        size_t na;
+
+        a = svc_addrs(&svcs[i], &one, &na);
+        for (size_t k = 0; k < na; k++)
+            if (a[k].ifname[0] != '\0')
+                return true;
+    }
+    return false;
+}
+
+static void build_service_elems(struct nft_tx *tx, const struct ctl_nft_service *s, bool proxy)
+{
+    struct nft_elem el[CTL_NFT_ADDRS_MAX];
+
+    for (int m = 0; m < NFT_MAPS; m++) {
+        size_t n = svc_elems(s, proxy, (enum nft_map)m, el);
+
+        for (size_t i = 0; i < n; i++)
+            tx_elem(tx, NFT_MSG_NEWSETELEM, (enum nft_map)m, &el[i]);
+    }
+}
+
+/* What changes between old and cur (the same service, the same layer), element by element:
+ * deletions first, so that a replacement never meets itself. pass 0 deletes, pass 1 adds. */
+static void build_service_delta(struct nft_tx *tx, const struct ctl_nft_service *old,
+                                const struct ctl_nft_service *cur, bool proxy, int pass)
+{
+    struct nft_elem a[CTL_NFT_ADDRS_MAX], b[CTL_NFT_ADDRS_MAX];
+
+    for (int m = 0; m < NFT_MAPS; m++) {
+        size_t na = svc_elems(pass == 0 ? old : cur, proxy, (enum nft_map)m, a);
+        size_t nb = svc_elems(pass == 0 ? cur : old, proxy, (enum nft_map)m, b);
+
+        for (size_t i = 0; i < na; i++) {
+            bool kept = false;
+
+            for (size_t j = 0; j < nb && !kept; j++)
+                kept = elem_same(&a[i], &b[j]);
+            if (!kept)
+                tx_elem(tx, pass == 0 ? NFT_MSG_DELSETELEM : NFT_MSG_NEWSETELEM, (enum nft_map)m,
+                        &a[i]);
+        }
+    }
+}
+
+static void e_load(struct nft_rule *rl, uint32_t base, uint32_t offset, uint32_t len, uint32_t dreg)
+{
+    struct nftnl_expr *e = rule_expr(rl, "payload");
+
+    if (!e)
+        return;
+    nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_BASE, base);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_OFFSET, offset);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_LEN, len);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_DREG, dreg);
+}
+
+static void e_meta_to(struct nft_rule *rl, uint32_t key, uint32_t dreg)
+{
+    struct nftnl_expr *e = rule_expr(rl, "meta");
+
+    if (!e)
+        return;
+    nftnl_expr_set_u32(e, NFTNL_EXPR_META_KEY, key);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_META_DREG, dreg);
+}
+
+/* "meta l4proto . ip daddr . th dport vmap @c2s_4" and its kin: the key of map m, looked up
+ * (a verdict map jumps to the service's chain; a set only matches). */
+static void m_map(struct nft_rule *rl, enum nft_map m)
+{
+    const struct nft_map_def *d = &nft_maps[m];
+    uint32_t reg = NFT_REG32_00, port_off = d->dst ? 2 : 0;
+    struct nftnl_expr *e;
+
+    if (d->key == K_V4)
+        m_nfproto(rl, NFPROTO_IPV4);
+    else if (d->key == K_V6)
+        m_nfproto(rl, NFPROTO_IPV6);
+    if (d->l4proto) {
+        e_meta_to(rl, NFT_META_L4PROTO, reg);
+        reg++;
+    }
+    switch (d->key) {
+    case K_V4:
+        e_load(rl, NFT_PAYLOAD_NETWORK_HEADER, d->dst ? 16 : 12, 4, reg);
+        reg += 1;
+        break;
+    case K_V6:
+        e_load(rl, NFT_PAYLOAD_NETWORK_HEADER, d->dst ? 24 : 8, 16, reg);
+        reg += 4;
+        break;
+    case K_IF:
+        e_meta_to(rl, d->dst ? NFT_META_IIFNAME : NFT_META_OIFNAME, reg);
+        reg += 4;
+        break;
+    case K_PORT:
+        break;
+    }
+    e_load(rl, NFT_PAYLOAD_TRANSPORT_HEADER, port_off, 2, reg);
+    e = rule_expr(rl, "lookup");
+    if (!e)
+        return;
+    nftnl_expr_set_u32(e, NFTNL_EXPR_LOOKUP_SREG, NFT_REG32_00);
+    nftnl_expr_set_str(e, NFTNL_EXPR_LOOKUP_SET, d->name);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_LOOKUP_SET_ID, map_id(m));
+    if (d->verdict)
+        nftnl_expr_set_u32(e, NFTNL_EXPR_LOOKUP_DREG, NFT_REG_VERDICT);
 }
 
 /* ---- the table ------------------------------------------------------------------------------ */
@@ -796,24 +1177,79 @@ static void build_own_packets(struct nft_tx *tx, const char *chain)
     rule_end(&rl);
 }
 
-/* A proxy-layer service's TCP connections: "[ip daddr PREFIX] tcp dport PORT" (dst) or the
- * same for the replies' source (!dst). */
-static void m_px_service(struct nft_rule *rl, const struct ctl_nft_service *s, bool dst)
+/* tproxy to addr:port (the team's own proxy), for that address's family only. */
+static void e_tproxy_to(struct nft_rule *rl, const struct fgx_svcaddr *to)
 {
-    m_cidr(rl, &s->addr, dst);
-    m_l4proto(rl, IPPROTO_TCP);
-    m_port(rl, s->port, dst);
+    struct nftnl_expr *e;
+    uint16_t port = htons(to->port);
+    uint32_t alen = to->cidr.family == 4 ? 4 : 16;
+
+    e = rule_expr(rl, "immediate");
+    if (e) {
+        nftnl_expr_set_u32(e, NFTNL_EXPR_IMM_DREG, NFT_REG_1);
+        nftnl_expr_set(e, NFTNL_EXPR_IMM_DATA, to->cidr.addr, alen);
+    }
+    e = rule_expr(rl, "immediate");
+    if (e) {
+        nftnl_expr_set_u32(e, NFTNL_EXPR_IMM_DREG, NFT_REG_2);
+        nftnl_expr_set(e, NFTNL_EXPR_IMM_DATA, &port, sizeof(port));
+    }
+    e = rule_expr(rl, "tproxy");
+    if (!e)
+        return;
+    nftnl_expr_set_u32(e, NFTNL_EXPR_TPROXY_FAMILY,
+                       to->cidr.family == 4 ? NFPROTO_IPV4 : NFPROTO_IPV6);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_TPROXY_REG_ADDR, NFT_REG_1);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_TPROXY_REG_PORT, NFT_REG_2);
+}
+
+/* px<id>: where a new connection to the service goes. The proxy layer: proxyworker's port on
+ * the packet's own destination. The external layer: the team's proxy at `to` (its family
+ * only). Either way marked, so the policy route delivers it locally; a fail-closed service
+ * drops what tproxy could not take (no listener, or the other family). */
+static void build_px_chain(struct nft_tx *tx, const struct ctl_nft_service *s, uint16_t px_port)
+{
+    char chain[NFT_LABEL_LEN];
+    struct nft_rule rl;
+
+    (void)snprintf(chain, sizeof(chain), "px%u", (unsigned)s->id);
+    tx_chain(tx, chain, -1, 0);
+    rule_start(tx, chain, &rl);
+    if (s->external) {
+        m_nfproto(&rl, s->to.cidr.family == 4 ? NFPROTO_IPV4 : NFPROTO_IPV6);
+        e_tproxy_to(&rl, &s->to);
+    } else {
+        e_tproxy(&rl, px_port);
+    }
+    e_mark_set(&rl, CTL_ROUTE_MARK);
+    e_verdict(&rl, NF_ACCEPT, NULL);
+    rule_end(&rl);
+    if (!s->fail_open) {
+        rule_start(tx, chain, &rl);
+        e_verdict(&rl, NF_DROP, NULL);
+        rule_end(&rl);
+    }
 }
 
 static void build_proxy(struct nft_tx *tx, const struct nft_sync_arg *a)
 {
     static const uint8_t syn = 0x02, syn_ack = 0x12; /* TCP flag bits SYN, SYN|ACK */
+    static const enum nft_map px_maps[] = {M_PX_4, M_PX_6, M_PX_IF};
+    static const enum nft_map pxo_sets[] = {S_PXO_4, S_PXO_6, S_PXO_IP};
     struct nft_rule rl;
     uint8_t one = 1;
     size_t i;
 
     tx_chain(tx, "pxpre", NF_INET_PRE_ROUTING, NFT_PRIO_PRE);
     tx_chain_type(tx, "pxout", "route", NF_INET_LOCAL_OUT, NFT_PRIO_PRE);
+    for (i = 0; i < a->npx; i++)
+        build_px_chain(tx, &a->px[i], a->px_port);
+    for (i = 0; i < sizeof(px_maps) / sizeof(px_maps[0]); i++)
+        tx_map(tx, px_maps[i]);
+    for (i = 0; i < sizeof(pxo_sets) / sizeof(pxo_sets[0]); i++)
+        tx_map(tx, pxo_sets[i]);
+    for (i = 0; i < a->npx; i++)
+        build_service_elems(tx, &a->px[i], true);
 
     /* The proxy's own connections to the services: never diverted again. */
     rule_start(tx, "pxpre", &rl);
@@ -825,7 +1261,8 @@ static void build_proxy(struct nft_tx *tx, const struct nft_sync_arg *a)
      * socket of a client tuple being reused (transparent too). Accepted here, such a SYN skips
      * tproxy and lands on the service's own listener, unfiltered; the client's ACK then meets
      * that non-transparent request socket in tproxy, falls to the fail-closed drop, and the
-     * handshake stalls in SYN-RECV. tproxy below reopens a TIME_WAIT to the proxy itself. */
+     * handshake stalls in SYN-RECV. tproxy below reopens a TIME_WAIT to the proxy itself.
+     * The team's own proxy of an external-layer service holds transparent sockets too. */
     rule_start(tx, "pxpre", &rl);
     m_l4proto(&rl, IPPROTO_TCP);
     e_payload(&rl, NFT_PAYLOAD_TRANSPORT_HEADER, 13, 1);
@@ -836,6 +1273,15 @@ static void build_proxy(struct nft_tx *tx, const struct nft_sync_arg *a)
     e_mark_set(&rl, CTL_ROUTE_MARK);
     e_verdict(&rl, NF_ACCEPT, NULL);
     rule_end(&rl);
+    /* New connections to a service: one lookup per address kind, to its px<id> chain. */
+    for (i = 0; i < sizeof(px_maps) / sizeof(px_maps[0]); i++) {
+        if (px_maps[i] == M_PX_IF && !list_has_ifname(a->px, a->npx))
+            continue;
+        rule_start(tx, "pxpre", &rl);
+        m_l4proto(&rl, IPPROTO_TCP);
+        m_map(&rl, px_maps[i]);
+        rule_end(&rl);
+    }
     /* The services' replies on the proxy's upstream connections (conntrack marked below),
      * addressed to the client: to the proxy. For any such connection, not per service: one
      * the proxy still holds after its service stopped or moved to the other layer must keep
@@ -848,37 +1294,28 @@ static void build_proxy(struct nft_tx *tx, const struct nft_sync_arg *a)
     e_cmp(&rl, NFT_CMP_EQ, &(uint32_t){CT_PX}, sizeof(uint32_t));
     e_mark_set(&rl, CTL_ROUTE_MARK);
     rule_end(&rl);
-    for (i = 0; i < a->npx; i++) {
-        const struct ctl_nft_service *s = &a->px[i];
-
-        rule_start(tx, "pxpre", &rl);
-        m_px_service(&rl, s, true);
-        e_tproxy(&rl, a->px_port);
-        e_mark_set(&rl, CTL_ROUTE_MARK);
-        e_verdict(&rl, NF_ACCEPT, NULL);
-        rule_end(&rl);
-        if (!s->fail_open) {
-            /* Reached only when no proxy listens: nothing unfiltered passes. */
-            rule_start(tx, "pxpre", &rl);
-            m_px_service(&rl, s, true);
-            e_verdict(&rl, NF_DROP, NULL);
-            rule_end(&rl);
-        }
-
-        /* The proxy's upstream connection to a service of this box: remember it in conntrack
-         * so the service's replies, addressed to the client, are rerouted to the proxy (the
-         * rule above). */
+    /* The proxy's upstream connection to a service of this box: remember it in conntrack so
+     * the service's replies, addressed to the client, are rerouted to the proxy (the rule
+     * above). An interface's service is known by its port (pxo_ip). */
+    for (i = 0; i < sizeof(pxo_sets) / sizeof(pxo_sets[0]); i++) {
+        if (pxo_sets[i] == S_PXO_IP && !list_has_ifname(a->px, a->npx))
+            continue;
         rule_start(tx, "pxout", &rl);
         m_mark_eq(&rl, NFT_CMP_EQ, FGX_MARK);
-        m_px_service(&rl, s, true);
+        m_l4proto(&rl, IPPROTO_TCP);
+        m_map(&rl, pxo_sets[i]);
         e_set_u32(&rl, CT_PX);
         e_ct_mark(&rl, true);
         e_verdict(&rl, NF_ACCEPT, NULL);
         rule_end(&rl);
-        /* The box's own clients: through lo, where the tproxy rule sees them. */
+    }
+    /* The box's own clients: through lo, where the tproxy rule sees them (an interface's
+     * service is reached from outside only; the external layer takes outside clients). */
+    for (i = 0; i < 2; i++) {
         rule_start(tx, "pxout", &rl);
         m_mark_eq(&rl, NFT_CMP_NEQ, FGX_MARK);
-        m_px_service(&rl, s, true);
+        m_l4proto(&rl, IPPROTO_TCP);
+        m_map(&rl, pxo_sets[i]);
         e_mark_set(&rl, CTL_ROUTE_MARK);
         rule_end(&rl);
     }
@@ -886,6 +1323,8 @@ static void build_proxy(struct nft_tx *tx, const struct nft_sync_arg *a)
 
 static void build_sync(struct nft_tx *tx, const void *arg)
 {
+    static const enum nft_map c2s_maps[] = {M_C2S_4, M_C2S_6, M_C2S_IF};
+    static const enum nft_map s2c_maps[] = {M_S2C_4, M_S2C_6, M_S2C_IF};
     const struct nft_sync_arg *a = arg;
     bool used[2] = {false, false};
     char c2s[NFT_LABEL_LEN], s2c[NFT_LABEL_LEN];
@@ -922,27 +1361,60 @@ static void build_sync(struct nft_tx *tx, const void *arg)
         build_service_chain(tx, &a->svcs[i], c2s, true);
         build_service_chain(tx, &a->svcs[i], s2c, false);
     }
+    /* The maps after the chains their elements jump to. */
+    for (size_t i = 0; i < 3; i++) {
+        tx_map(tx, c2s_maps[i]);
+        tx_map(tx, s2c_maps[i]);
+    }
+    for (size_t i = 0; i < a->nsvcs; i++)
+        build_service_elems(tx, &a->svcs[i], false);
     build_own_packets(tx, "pre");
     build_own_packets(tx, "post");
-    for (size_t i = 0; i < a->nsvcs; i++) {
-        const struct ctl_nft_service *s = &a->svcs[i];
-
-        (void)snprintf(c2s, sizeof(c2s), "s%u_c2s", (unsigned)s->id);
-        (void)snprintf(s2c, sizeof(s2c), "s%u_s2c", (unsigned)s->id);
+    /* One lookup per address kind and direction, however many services and addresses. */
+    for (size_t i = 0; i < 3; i++) {
+        if (c2s_maps[i] == M_C2S_IF && !list_has_ifname(a->svcs, a->nsvcs))
+            continue;
         rule_start(tx, "pre", &rl);
-        m_cidr(&rl, &s->addr, true);
-        m_l4proto(&rl, s->ipproto);
-        m_port(&rl, s->port, true);
-        e_verdict(&rl, NFT_JUMP, c2s);
+        m_map(&rl, c2s_maps[i]);
         rule_end(&rl);
-
         rule_start(tx, "post", &rl);
-        m_cidr(&rl, &s->addr, false);
-        m_l4proto(&rl, s->ipproto);
-        m_port(&rl, s->port, false);
-        e_verdict(&rl, NFT_JUMP, s2c);
+        m_map(&rl, s2c_maps[i]);
         rule_end(&rl);
     }
+}
+
+/* Only addresses changed since the last sync (same services, same order, same everything
+ * else): the elements that differ, in one batch. */
+struct nft_delta_arg {
+    const struct ctl_nft_service *old_nfq, *nfq, *old_px, *px;
+    size_t nnfq, npx;
+};
+
+static void build_delta(struct nft_tx *tx, const void *arg)
+{
+    const struct nft_delta_arg *a = arg;
+
+    for (int pass = 0; pass < 2; pass++) {
+        for (size_t i = 0; i < a->nnfq; i++)
+            build_service_delta(tx, &a->old_nfq[i], &a->nfq[i], false, pass);
+        for (size_t i = 0; i < a->npx; i++)
+            build_service_delta(tx, &a->old_px[i], &a->px[i], true, pass);
+    }
+}
+
+/* true when old and cur differ in addresses at most: the same chains, only other elements. */
+static bool same_but_addrs(const struct ctl_nft_service *old, size_t nold,
+                           const struct ctl_nft_service *cur, size_t ncur)
+{
+    if (nold != ncur || list_has_ifname(old, nold) != list_has_ifname(cur, ncur))
+        return false;
+    for (size_t i = 0; i < ncur; i++) {
+        if (old[i].id != cur[i].id || old[i].ipproto != cur[i].ipproto ||
+            old[i].fail_open != cur[i].fail_open || old[i].external != cur[i].external ||
+            (cur[i].external && !fgx_svcaddr_equal(&old[i].to, &cur[i].to)))
+            return false;
+    }
+    return true;
 }
 
 /* A throwaway table with one rule that queues the way n->native says; deleted in the same
@@ -1328,9 +1800,16 @@ int ctl_nft_sync_layers(struct ctl_nft *n, const struct ctl_nft_service *nfq, si
     rc = check_list(nfq, nnfq, false);
     if (rc == 0)
         rc = check_list(px, npx, true);
-    if (rc == 0 && npx > 0 && px_port == 0) {
-        fgx_err("nft: proxy-layer services but no proxy port");
-        rc = -EINVAL;
+    for (size_t i = 0; rc == 0 && i < npx; i++) {
+        if (!px[i].external && px_port == 0) {
+            fgx_err("nft: proxy-layer services but no proxy port");
+            rc = -EINVAL;
+        }
+        if (px[i].external &&
+            ((px[i].to.cidr.family != 4 && px[i].to.cidr.family != 6) || px[i].to.port == 0)) {
+            fgx_err("nft: external service %u without its proxy's address", (unsigned)px[i].id);
+            rc = -EINVAL;
+        }
     }
     for (size_t i = 0; rc == 0 && i < npx; i++) {
         for (size_t j = 0; j < nnfq; j++) {
@@ -1347,14 +1826,37 @@ int ctl_nft_sync_layers(struct ctl_nft *n, const struct ctl_nft_service *nfq, si
     if ((rc = list_copy(&keep_nfq, &nkeep_nfq, nfq, nnfq)) < 0 ||
         (rc = list_copy(&keep_px, &nkeep_px, px, npx)) < 0)
         goto out;
+    /* Only addresses changed: their elements, in one batch, and nothing else is touched (a
+     * table rebuilt whole would be atomic too, but every service's rules would be replaced
+     * for one address). A table that went astray meanwhile gets rebuilt whole below. */
+    if (n->applied && nnfq + npx > 0 && px_port == n->px_port &&
+        same_but_addrs(n->nfq, n->nnfq, nfq, nnfq) && same_but_addrs(n->px, n->npx, px, npx)) {
+        struct nft_delta_arg d = {
+            .old_nfq = n->nfq, .nfq = nfq, .nnfq = nnfq, .old_px = n->px, .px = px, .npx = npx};
+        struct nft_tx count = {.n = n, .table = n->table};
+
+        build_delta(&count, &d);
+        rc = count.err;
+        if (rc == 0 && count.nmsgs > 0)
+            rc = tx_run(n, n->table, build_delta, &d, false);
+        if (rc == 0) {
+            fgx_debug("nft: %zu address element(s) changed in table inet %s", count.nmsgs,
+                      n->table);
+            goto keep;
+        }
+        fgx_warn("nft: changing the address elements failed; rebuilding table inet %s", n->table);
+    }
     /* The routing exists before any rule marks a packet for it, and goes after the last. */
     if (npx > 0 && (rc = ctl_route_setup()) < 0)
         goto out;
+    n->applied = false;
     rc = tx_run(n, n->table, build_sync, &arg, false);
     if (rc < 0)
         goto out;
+    n->applied = true;
     if (npx == 0 && n->npx > 0)
         (void)ctl_route_teardown();
+keep:
     free(n->nfq);
     free(n->px);
     n->nfq = keep_nfq;

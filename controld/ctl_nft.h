@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "fgx/addr.h"
+#include "fgx/svcaddr.h"
 
 struct ctl_nft_config {
     const char *table;   /* borrowed; default "fgex" when NULL */
@@ -20,12 +21,23 @@ struct ctl_nft_config {
     int no_synack_log;
 };
 
+#define CTL_NFT_ADDRS_MAX 32
+
 struct ctl_nft_service {
     uint32_t id;
     uint8_t ipproto; /* IPPROTO_TCP or IPPROTO_UDP */
     uint16_t port;
     struct fgx_cidr addr; /* family 0: both families, any address */
     bool fail_open;       /* queue with bypass, to the fail-open queue range */
+    /* Every address with its port (naddrs 0: the one addr/port above). They live in the
+     * service's sets (s<id>_4, s<id>_6, s<id>_if), so adding or removing one is a set element
+     * in a batch, and no rule or chain changes. */
+    struct fgx_svcaddr addrs[CTL_NFT_ADDRS_MAX];
+    size_t naddrs;
+    /* Proxy list only: the external layer, handed by tproxy to `to` (the team's own proxy)
+     * rather than to proxyworker. */
+    bool external;
+    struct fgx_svcaddr to;
 };
 
 struct ctl_nft;

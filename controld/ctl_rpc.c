@@ -193,11 +193,20 @@ int ctl_rpc_check_proto(struct ctl_rpc *r, Fgx__Ctl__Proto proto, uint8_t *ippro
 
 int ctl_rpc_check_layer(struct ctl_rpc *r, Fgx__Ctl__Layer layer, enum ctl_layer *out)
 {
-    if (layer == FGX__CTL__LAYER__LAYER_NFQUEUE || layer == FGX__CTL__LAYER__LAYER_PROXY) {
-        *out = layer == FGX__CTL__LAYER__LAYER_PROXY ? CTL_LAYER_PROXY : CTL_LAYER_NFQUEUE;
+    switch (layer) {
+    case FGX__CTL__LAYER__LAYER_NFQUEUE:
+        *out = CTL_LAYER_NFQUEUE;
         return 0;
+    case FGX__CTL__LAYER__LAYER_PROXY:
+        *out = CTL_LAYER_PROXY;
+        return 0;
+    case FGX__CTL__LAYER__LAYER_EXTERNAL:
+        *out = CTL_LAYER_EXTERNAL;
+        return 0;
+    default:
+        break;
     }
-    ctl_rpc_fail(r, FGX__CTL__CODE__CODE_INVALID, "invalid layer: use nfqueue or proxy");
+    ctl_rpc_fail(r, FGX__CTL__CODE__CODE_INVALID, "invalid layer: use nfqueue, proxy or external");
     return -EINVAL;
 }
 
@@ -220,11 +229,11 @@ static Fgx__Ctl__Midstream midstream_msg(uint8_t m)
 /* The proxy is a TCP proxy: a UDP service stays on the nfqueue layer. */
 int ctl_rpc_check_layer_proto(struct ctl_rpc *r, const struct ctl_service *svc)
 {
-    if (svc->layer != CTL_LAYER_PROXY || svc->ipproto == IPPROTO_TCP)
+    if (svc->layer == CTL_LAYER_NFQUEUE || svc->ipproto == IPPROTO_TCP)
         return 0;
     ctl_rpc_fail(r, FGX__CTL__CODE__CODE_INVALID,
-                 "service %s: the proxy layer carries TCP only; a UDP service uses --layer nfqueue",
-                 svc->name);
+                 "service %s: the %s layer carries TCP only; a UDP service uses --layer nfqueue",
+                 svc->name, svc->layer == CTL_LAYER_PROXY ? "proxy" : "external");
     return -EINVAL;
 }
 
@@ -255,7 +264,7 @@ int ctl_rpc_check_regex(struct ctl_rpc *r, const char *regex, bool nocase, uint8
 int ctl_rpc_check_unique(struct ctl_rpc *r, struct ctl_txn *t, const struct ctl_service *svc)
 {
     struct ctl_service *all;
-    size_t n;
+    size_t n, ia, ib;
     int rv = ctl_store_service_list(t, &all, &n);
 
     if (rv < 0) {
@@ -271,9 +280,17 @@ int ctl_rpc_check_unique(struct ctl_rpc *r, struct ctl_txn *t, const struct ctl_
             rv = -EEXIST;
             break;
         }
-        if (all[i].ipproto == svc->ipproto && all[i].port == svc->port) {
-            ctl_rpc_fail(r, FGX__CTL__CODE__CODE_EXISTS, "%s port %u is already used by service %s",
-                         ctl_rpc_proto_name(svc->ipproto), svc->port, all[i].name);
+        if (ctl_service_overlap(svc, &all[i], &ia, &ib)) {
+            char mine[FGX_SVCADDR_TEXT_MAX], theirs[FGX_SVCADDR_TEXT_MAX];
+
+            (void)fgx_svcaddr_format(&svc->addrs[ia], mine, sizeof(mine));
+            (void)fgx_svcaddr_format(&all[i].addrs[ib], theirs, sizeof(theirs));
+            ctl_rpc_fail(r, FGX__CTL__CODE__CODE_EXISTS,
+                         "%s %s overlaps %s of service %s: a packet could belong to both%s",
+                         ctl_rpc_proto_name(svc->ipproto), mine, theirs, all[i].name,
+                         svc->addrs[ia].ifname[0] || all[i].addrs[ib].ifname[0]
+                             ? " (an interface takes its port on every address)"
+                             : "");
             rv = -EEXIST;
             break;
         }
@@ -428,19 +445,15 @@ int ctl_rpc_reply_services(struct ctl_rpc *r, struct ctl_txn *t, const struct ct
                 goto err;
             blocked += removed; /* a total never goes down when a filter goes */
             fgx__ctl__service__init(m);
+            if (ctl_svcmsg_fill(&r->ips[i], s, m) < 0)
+                goto err;
             m->has_blocked_removed = 1;
             m->blocked_removed = removed;
         }
-        if (fgx_cidr_format(&s->addr, r->ips[i], sizeof(r->ips[i])) < 0)
-            r->ips[i][0] = '\0';
         m->id = s->id;
         m->name = r->svcs[i].name;
         m->proto =
             s->ipproto == IPPROTO_UDP ? FGX__CTL__PROTO__PROTO_UDP : FGX__CTL__PROTO__PROTO_TCP;
-        m->ip = r->ips[i];
-        m->port = s->port;
-        m->layer = s->layer == CTL_LAYER_PROXY ? FGX__CTL__LAYER__LAYER_PROXY
-                                               : FGX__CTL__LAYER__LAYER_NFQUEUE;
         m->active = s->active;
         m->fail_open = s->fail_open;
         m->has_midstream = 1;

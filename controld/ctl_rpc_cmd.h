@@ -16,6 +16,7 @@
 #include "controld/ctl_diff.h"
 #include "controld/ctl_history.h"
 #include "controld/ctl_store.h"
+#include "controld/ctl_svcaddr.h"
 #include "fgx/chan_tls.h"
 #include "fgx/ruleset.h"
 
@@ -28,7 +29,7 @@ struct ctl_rpc {
     Fgx__Ctl__Reply reply;
     char err[1024];
     struct ctl_service *svcs;
-    char (*ips)[64];
+    struct ctl_svcmsg *ips; /* what each service message's strings point into */
     Fgx__Ctl__Service *svc_msgs;
     Fgx__Ctl__Service **svc_ptrs;
     size_t nsvcs;

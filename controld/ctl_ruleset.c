@@ -79,6 +79,20 @@ int ctl_ruleset_db_get(struct ctl_txn *t, const struct fgx_pattern *pats, size_t
     return ctl_store_dbcache_put(t, *key, out);
 }
 
+_Static_assert(CTL_NFT_ADDRS_MAX == CTL_SERVICE_ADDRS_MAX, "one address list, one bound");
+
+static void nft_service_fill(struct ctl_nft_service *ns, const struct ctl_service *s)
+{
+    memset(ns, 0, sizeof(*ns));
+    ns->id = s->id;
+    ns->ipproto = s->ipproto;
+    ns->port = s->port;
+    ns->addr = s->addr;
+    ns->fail_open = s->fail_open;
+    memcpy(ns->addrs, s->addrs, s->naddrs * sizeof(ns->addrs[0]));
+    ns->naddrs = s->naddrs;
+}
+
 int ctl_ruleset_build(struct ctl_txn *t, struct ctl_ruleset *out, char *err, size_t errlen)
 {
     struct ctl_service *svcs = NULL;
@@ -109,11 +123,20 @@ int ctl_ruleset_build(struct ctl_txn *t, struct ctl_ruleset *out, char *err, siz
     for (size_t i = 0; i < nsvcs; i++) {
         const struct ctl_service *s = &svcs[i];
         bool proxy = s->layer == CTL_LAYER_PROXY;
+        struct ctl_nft_service *ns;
         struct fgx_dp_service *d;
         size_t np = 0;
 
         if (!s->active)
             continue;
+        if (s->layer == CTL_LAYER_EXTERNAL) {
+            /* No worker: the rules alone hand its connections to the team's proxy. */
+            ns = &out->px[out->npx++];
+            nft_service_fill(ns, s);
+            ns->external = true;
+            ns->to = s->ext_to;
+            continue;
+        }
         for (size_t j = 0; j < nfs; j++) {
             if (fs[j].service_id != s->id || !fs[j].active)
                 continue;
@@ -130,6 +153,14 @@ int ctl_ruleset_build(struct ctl_txn *t, struct ctl_ruleset *out, char *err, siz
         d->addr = s->addr;
         d->fail_open = s->fail_open;
         d->midstream = s->midstream;
+        d->addrs = malloc(s->naddrs * sizeof(*d->addrs));
+        if (!d->addrs) {
+            rv = -ENOMEM;
+            snprintf(err, errlen, "service %s: %s", s->name, ctl_store_strerror(rv));
+            goto out;
+        }
+        memcpy(d->addrs, s->addrs, s->naddrs * sizeof(*d->addrs));
+        d->naddrs = s->naddrs;
         for (int k = 0; k < 2; k++) {
             enum fgx_dir dir = k == 0 ? FGX_DIR_C2S : FGX_DIR_S2C;
             uint64_t key;
@@ -149,12 +180,7 @@ int ctl_ruleset_build(struct ctl_txn *t, struct ctl_ruleset *out, char *err, siz
                 goto out;
             }
         }
-        *(proxy ? &out->px[out->npx++] : &out->nft[out->nnft++]) =
-            (struct ctl_nft_service){.id = s->id,
-                                     .ipproto = s->ipproto,
-                                     .port = s->port,
-                                     .addr = s->addr,
-                                     .fail_open = s->fail_open};
+        nft_service_fill(proxy ? &out->px[out->npx++] : &out->nft[out->nnft++], s);
     }
     rv = ctl_store_dbcache_keep(t, keys, nkeys);
     if (rv == 0)
@@ -181,12 +207,14 @@ void ctl_ruleset_release(struct ctl_ruleset *rs)
         fgx_blob_release(&rs->dp.services[i].db[1]);
         free(rs->dp.services[i].ids[0]);
         free(rs->dp.services[i].ids[1]);
+        free(rs->dp.services[i].addrs);
     }
     for (size_t i = 0; i < rs->px_dp.nservices; i++) {
         fgx_blob_release(&rs->px_dp.services[i].db[0]);
         fgx_blob_release(&rs->px_dp.services[i].db[1]);
         free(rs->px_dp.services[i].ids[0]);
         free(rs->px_dp.services[i].ids[1]);
+        free(rs->px_dp.services[i].addrs);
     }
     free(rs->dp.services);
     free(rs->nft);
@@ -202,9 +230,14 @@ bool ctl_ruleset_nft_equal(const struct ctl_nft_service *a, size_t na,
         return false;
     for (size_t i = 0; i < na; i++) {
         if (a[i].id != b[i].id || a[i].ipproto != b[i].ipproto || a[i].port != b[i].port ||
-            a[i].fail_open != b[i].fail_open ||
+            a[i].fail_open != b[i].fail_open || a[i].naddrs != b[i].naddrs ||
+            a[i].external != b[i].external ||
+            (a[i].external && !fgx_svcaddr_equal(&a[i].to, &b[i].to)) ||
             memcmp(&a[i].addr, &b[i].addr, sizeof(a[i].addr)) != 0)
             return false;
+        for (size_t k = 0; k < a[i].naddrs; k++)
+            if (!fgx_svcaddr_equal(&a[i].addrs[k], &b[i].addrs[k]))
+                return false;
     }
     return true;
 }

@@ -4,6 +4,7 @@
  * holds the recent match events by seq (control.proto Event); dbcache maps a ruleset key to a
  * serialized hyperscan database so that a restart does not recompile. */
 #include "controld/ctl_store.h"
+#include "controld/ctl_svcaddr.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -373,10 +374,9 @@ static int service_decode(const MDB_val *v, struct ctl_service *out)
     if (snprintf(out->name, sizeof(out->name), "%s", m->name) >= (int)sizeof(out->name))
         goto out;
     out->ipproto = m->proto == FGX__CTL__PROTO__PROTO_UDP ? IPPROTO_UDP : IPPROTO_TCP;
-    out->port = (uint16_t)m->port;
-    if (fgx_cidr_parse(m->ip, &out->addr) < 0)
+    /* Records from before the address list hold ip/port alone: one address. */
+    if (ctl_svcmsg_parse(m, out, NULL, 0) < 0)
         goto out;
-    out->layer = m->layer == FGX__CTL__LAYER__LAYER_PROXY ? CTL_LAYER_PROXY : CTL_LAYER_NFQUEUE;
     out->active = m->active;
     out->fail_open = m->fail_open;
     /* A record from before the setting existed has none: the fail-closed default. */
@@ -395,21 +395,18 @@ out:
 static int service_write(struct ctl_txn *t, const struct ctl_service *svc)
 {
     Fgx__Ctl__Service m = FGX__CTL__SERVICE__INIT;
-    char ip[64];
-    uint8_t key[4], buf[512];
+    static struct ctl_svcmsg st; /* controld is single-threaded; too large for the stack */
+    static uint8_t buf[8192];
+    uint8_t key[4];
     size_t len;
     int rv;
 
-    rv = fgx_cidr_format(&svc->addr, ip, sizeof(ip));
+    rv = ctl_svcmsg_fill(&st, svc, &m);
     if (rv < 0)
         return rv;
     m.id = svc->id;
     m.name = (char *)svc->name;
     m.proto = svc->ipproto == IPPROTO_UDP ? FGX__CTL__PROTO__PROTO_UDP : FGX__CTL__PROTO__PROTO_TCP;
-    m.ip = ip;
-    m.port = svc->port;
-    m.layer = svc->layer == CTL_LAYER_PROXY ? FGX__CTL__LAYER__LAYER_PROXY
-                                            : FGX__CTL__LAYER__LAYER_NFQUEUE;
     m.active = svc->active;
     m.fail_open = svc->fail_open;
     m.has_midstream = 1;
@@ -506,6 +503,23 @@ int ctl_store_service_put(struct ctl_txn *t, struct ctl_service *svc)
     size_t n;
     int rv;
 
+    size_t ia, ib;
+
+    /* The one-address form: a caller that set port/addr (and no list, or a list of one) means
+     * that address. With several, the list is what counts. */
+    if (svc->naddrs == 0) {
+        ctl_service_addrs_single(svc);
+    } else if (svc->naddrs == 1) {
+        struct fgx_svcaddr *one = &svc->addrs[0];
+
+        /* struct fgx_cidr is bytes only, and parsed ones are zeroed first: memcmp is exact. */
+        if (memcmp(&one->cidr, &svc->addr, sizeof(svc->addr)) != 0) {
+            one->cidr = svc->addr;
+            one->ifname[0] = '\0';
+        }
+        one->port = svc->port;
+    }
+    ctl_service_addrs_sync(svc);
     if (svc->name[0] == '\0' || svc->port == 0)
         return -EINVAL;
     rv = ctl_store_service_list(t, &all, &n);
@@ -514,8 +528,7 @@ int ctl_store_service_put(struct ctl_txn *t, struct ctl_service *svc)
     for (size_t i = 0; i < n; i++) {
         if (all[i].id == svc->id)
             continue;
-        if (strcmp(all[i].name, svc->name) == 0 ||
-            (all[i].ipproto == svc->ipproto && all[i].port == svc->port)) {
+        if (strcmp(all[i].name, svc->name) == 0 || ctl_service_overlap(&all[i], svc, &ia, &ib)) {
             rv = -EEXIST;
             break;
         }

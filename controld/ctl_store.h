@@ -11,6 +11,7 @@
 #include "fgx/addr.h"
 #include "fgx/dp.h"
 #include "fgx/ruleset.h"
+#include "fgx/svcaddr.h"
 
 #define CTL_NAME_MAX 63
 #define CTL_STORE_MAPSIZE_DEFAULT (1ull << 30)
@@ -18,20 +19,48 @@
 enum ctl_layer {
     CTL_LAYER_NFQUEUE = 0,
     CTL_LAYER_PROXY = 1,
+    CTL_LAYER_EXTERNAL = 2, /* handed to the team's own proxy (ext_to), no worker */
 };
+
+/* A service's addresses: enough for a box's interfaces and a few networks, small enough that a
+ * service stays a plain value copied whole. */
+#define CTL_SERVICE_ADDRS_MAX 32
 
 struct ctl_service {
     uint32_t id;
     char name[CTL_NAME_MAX + 1];
     uint8_t ipproto; /* IPPROTO_TCP or IPPROTO_UDP */
+    /* The first address (addrs[0]'s port and prefix, family 0 for an interface): what the
+     * one-address form --ip/--port shows and sets. Kept equal by ctl_service_addrs_sync(). */
     uint16_t port;
     struct fgx_cidr addr;
+    struct fgx_svcaddr addrs[CTL_SERVICE_ADDRS_MAX]; /* every address, in the order added */
+    size_t naddrs;                                   /* 1.. */
+    struct fgx_svcaddr ext_to; /* layer external: the team's proxy, a host address and port */
     enum ctl_layer layer;
     bool active;
     bool fail_open;
     uint8_t midstream; /* FGX_MIDSTREAM_RESET (also for records stored before it) or _SCAN */
     uint64_t created; /* unix seconds */
 };
+
+/* port/addr from addrs[0] (after the list changed). */
+static inline void ctl_service_addrs_sync(struct ctl_service *s)
+{
+    if (s->naddrs == 0)
+        return;
+    s->port = s->addrs[0].port;
+    s->addr = s->addrs[0].cidr;
+}
+
+/* The list from the one address port/addr (a record from before the list, --ip/--port). */
+static inline void ctl_service_addrs_single(struct ctl_service *s)
+{
+    struct fgx_svcaddr one = {.cidr = s->addr, .port = s->port};
+
+    s->addrs[0] = one;
+    s->naddrs = 1;
+}
 
 struct ctl_filter {
     uint32_t id;

@@ -59,6 +59,11 @@ static void do_filter_add(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
         return;
     if (ctl_rpc_service_resolve(r, t, a->service, &svc) < 0)
         goto out;
+    if (svc.layer == CTL_LAYER_EXTERNAL) {
+        ctl_rpc_fail(r, FGX__CTL__CODE__CODE_INVALID,
+                     "service %s is on the external layer: %s", svc.name, CTL_EXTERNAL_NO_FILTER);
+        goto out;
+    }
     f.nocase = a->has_nocase && a->nocase;
     if (ctl_rpc_check_regex(r, a->regex, f.nocase, svc.ipproto, &r->add_warn) < 0)
         goto out;

@@ -27,22 +27,108 @@ static int service_commit(struct ctl_rpc *r, struct ctl_txn **t, struct ctl_serv
     return 0;
 }
 
+/* The address list of a service being added: --addr repeatedly, or the one-address form
+ * --ip/--port. */
+static int add_addrs(struct ctl_rpc *r, const Fgx__Ctl__ServiceAdd *a, struct ctl_service *svc)
+{
+    if (a->n_addrs == 0) {
+        if (ctl_rpc_check_port(r, a->port) < 0 || ctl_rpc_check_ip(r, a->ip, &svc->addr) < 0)
+            return -EINVAL;
+        svc->port = (uint16_t)a->port;
+        ctl_service_addrs_single(svc);
+        return 0;
+    }
+    if (a->ip && a->ip[0]) {
+        ctl_rpc_fail(r, FGX__CTL__CODE__CODE_INVALID,
+                     "give the addresses with --addr or the one address with --ip, not both");
+        return -EINVAL;
+    }
+    if (a->n_addrs > CTL_SERVICE_ADDRS_MAX) {
+        ctl_rpc_fail(r, FGX__CTL__CODE__CODE_INVALID, "%zu addresses: a service has at most %d",
+                     a->n_addrs, CTL_SERVICE_ADDRS_MAX);
+        return -EINVAL;
+    }
+    if (a->port > 65535) {
+        ctl_rpc_fail(r, FGX__CTL__CODE__CODE_INVALID, "invalid port %u: use 1..65535", a->port);
+        return -EINVAL;
+    }
+    for (size_t i = 0; i < a->n_addrs; i++) {
+        const char *why = NULL;
+
+        if (fgx_svcaddr_parse(a->addrs[i], (uint16_t)a->port, &svc->addrs[i], &why) < 0) {
+            ctl_rpc_fail(r, FGX__CTL__CODE__CODE_INVALID, "invalid address \"%s\": %s%s",
+                         a->addrs[i], why ? why : "use ADDR[:PORT]",
+                         why && strstr(why, "no port") && a->port == 0 ? " (or give --port)" : "");
+            return -EINVAL;
+        }
+    }
+    svc->naddrs = a->n_addrs;
+    ctl_service_addrs_sync(svc);
+    return 0;
+}
+
+/* A service's own list must not name the same packets twice. */
+static int check_self(struct ctl_rpc *r, const struct ctl_service *svc)
+{
+    char x[FGX_SVCADDR_TEXT_MAX], y[FGX_SVCADDR_TEXT_MAX];
+    size_t i, j;
+
+    if (!ctl_service_self_overlap(svc, &i, &j))
+        return 0;
+    (void)fgx_svcaddr_format(&svc->addrs[i], x, sizeof(x));
+    (void)fgx_svcaddr_format(&svc->addrs[j], y, sizeof(y));
+    ctl_rpc_fail(r, FGX__CTL__CODE__CODE_EXISTS, "service %s: addresses %s and %s overlap",
+                 svc->name, x, y);
+    return -EEXIST;
+}
+
+/* --to: only with the external layer, which needs it. */
+static int check_to(struct ctl_rpc *r, const char *to, struct ctl_service *svc)
+{
+    const char *why = NULL;
+
+    if (to && to[0]) {
+        if (svc->layer != CTL_LAYER_EXTERNAL) {
+            ctl_rpc_fail(r, FGX__CTL__CODE__CODE_INVALID,
+                         "--to names the team's proxy of --layer external only");
+            return -EINVAL;
+        }
+        if (ctl_ext_to_parse(to, &svc->ext_to, &why) < 0) {
+            ctl_rpc_fail(r, FGX__CTL__CODE__CODE_INVALID, "invalid --to \"%s\": %s", to,
+                         why ? why : "use ADDR:PORT");
+            return -EINVAL;
+        }
+        return 0;
+    }
+    if (svc->layer == CTL_LAYER_EXTERNAL && svc->ext_to.port == 0) {
+        ctl_rpc_fail(r, FGX__CTL__CODE__CODE_INVALID,
+                     "service %s: --layer external needs --to ADDR:PORT, where the team's own "
+                     "proxy listens (IP_TRANSPARENT)",
+                     svc->name);
+        return -EINVAL;
+    }
+    if (svc->layer != CTL_LAYER_EXTERNAL)
+        memset(&svc->ext_to, 0, sizeof(svc->ext_to));
+    return 0;
+}
+
 static void do_service_add(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
 {
     const Fgx__Ctl__ServiceAdd *a = q->service_add;
     struct ctl_service svc = {.active = true};
     struct ctl_txn *t = NULL;
+    char first[FGX_SVCADDR_TEXT_MAX];
 
     if (ctl_rpc_check_name(r, a->name) < 0 || ctl_rpc_check_proto(r, a->proto, &svc.ipproto) < 0 ||
-        ctl_rpc_check_port(r, a->port) < 0 || ctl_rpc_check_ip(r, a->ip, &svc.addr) < 0 ||
+        add_addrs(r, a, &svc) < 0 ||
         (a->has_layer && ctl_rpc_check_layer(r, a->layer, &svc.layer) < 0) ||
         (a->has_midstream && ctl_rpc_check_midstream(r, a->midstream, &svc.midstream) < 0))
         return;
     snprintf(svc.name, sizeof(svc.name), "%s", a->name);
-    svc.port = (uint16_t)a->port;
     if (!a->has_layer)
         svc.layer = CTL_LAYER_NFQUEUE;
-    if (ctl_rpc_check_layer_proto(r, &svc) < 0)
+    if (check_self(r, &svc) < 0 || check_to(r, a->to, &svc) < 0 ||
+        ctl_rpc_check_layer_proto(r, &svc) < 0)
         return;
     svc.fail_open = a->has_fail_open && a->fail_open;
     if (ctl_rpc_txn_begin(r, true, &t) < 0)
@@ -51,9 +137,11 @@ static void do_service_add(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
         goto out;
     if (service_commit(r, &t, &svc, true) < 0)
         goto out;
+    (void)fgx_svcaddr_format(&svc.addrs[0], first, sizeof(first));
     if (!ctl_rpc_failed(r) || r->reply.code == FGX__CTL__CODE__CODE_UNAVAILABLE)
-        fgx_info("service %s (id %u) added: %s port %u", svc.name, svc.id,
-                 ctl_rpc_proto_name(svc.ipproto), svc.port);
+        fgx_info("service %s (id %u) added: %s %s%s", svc.name, svc.id,
+                 ctl_rpc_proto_name(svc.ipproto), first,
+                 svc.naddrs > 1 ? " and more addresses" : "");
 out:
     ctl_txn_abort(t);
 }
@@ -179,14 +267,49 @@ static void do_service_set(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
         return;
     if (ctl_rpc_service_resolve(r, t, a->ref, &svc) < 0)
         goto out;
+    if ((a->has_port || a->ip) && svc.naddrs > 1) {
+        ctl_rpc_fail(r, FGX__CTL__CODE__CODE_INVALID,
+                     "service %s has %zu addresses: change them with service addr add|rm", svc.name,
+                     svc.naddrs);
+        goto out;
+    }
     if (a->has_port) {
         if (ctl_rpc_check_port(r, a->port) < 0)
             goto out;
-        svc.port = (uint16_t)a->port;
+        svc.addrs[0].port = (uint16_t)a->port;
     }
-    if (a->ip && ctl_rpc_check_ip(r, a->ip, &svc.addr) < 0)
-        goto out;
-    if (a->has_layer && ctl_rpc_check_layer(r, a->layer, &svc.layer) < 0)
+    if (a->ip) {
+        if (ctl_rpc_check_ip(r, a->ip, &svc.addrs[0].cidr) < 0)
+            goto out;
+        svc.addrs[0].ifname[0] = '\0';
+    }
+    ctl_service_addrs_sync(&svc);
+    if (a->has_layer) {
+        enum ctl_layer was = svc.layer;
+
+        if (ctl_rpc_check_layer(r, a->layer, &svc.layer) < 0)
+            goto out;
+        if (svc.layer == CTL_LAYER_EXTERNAL && was != CTL_LAYER_EXTERNAL) {
+            rv = ctl_store_filter_list(t, svc.id, &fs, &nfs);
+            if (rv < 0) {
+                ctl_rpc_store_fail(r, rv);
+                goto out;
+            }
+            if (nfs > 0) {
+                ctl_rpc_fail(r, FGX__CTL__CODE__CODE_INVALID,
+                             "service %s has %zu filter(s): on the external layer %s; remove "
+                             "them first",
+                             svc.name, nfs, CTL_EXTERNAL_NO_FILTER);
+                goto out;
+            }
+            ctl_filters_free(fs, nfs);
+            fs = NULL;
+            nfs = 0;
+            if (!a->to || !a->to[0])
+                memset(&svc.ext_to, 0, sizeof(svc.ext_to));
+        }
+    }
+    if (check_to(r, a->to, &svc) < 0)
         goto out;
     if (a->has_fail_open)
         svc.fail_open = a->fail_open;
@@ -221,6 +344,85 @@ out:
     ctl_txn_abort(t);
 }
 
+/* service addr add|rm: one address more or less; the others' connections are untouched (the
+ * rules change by one set element, the workers keep the service and its flows). */
+static void do_service_addr(struct ctl_rpc *r, const Fgx__Ctl__ServiceAddrChange *a, bool add)
+{
+    struct ctl_service svc;
+    struct ctl_txn *t = NULL;
+    struct fgx_svcaddr sa;
+    char text[FGX_SVCADDR_TEXT_MAX];
+    const char *why = NULL;
+    size_t at;
+
+    if (!a) {
+        ctl_rpc_fail(r, FGX__CTL__CODE__CODE_INVALID, "no address given");
+        return;
+    }
+    if (ctl_rpc_txn_begin(r, true, &t) < 0)
+        return;
+    if (ctl_rpc_service_resolve(r, t, a->ref, &svc) < 0)
+        goto out;
+    /* Without a port, the service's (its first address's). */
+    if (fgx_svcaddr_parse(a->addr, svc.port, &sa, &why) < 0) {
+        ctl_rpc_fail(r, FGX__CTL__CODE__CODE_INVALID, "invalid address \"%s\": %s", a->addr,
+                     why ? why : "use ADDR[:PORT]");
+        goto out;
+    }
+    (void)fgx_svcaddr_format(&sa, text, sizeof(text));
+    for (at = 0; at < svc.naddrs; at++)
+        if (fgx_svcaddr_equal(&svc.addrs[at], &sa))
+            break;
+    if (add) {
+        if (at < svc.naddrs) {
+            ctl_rpc_fail(r, FGX__CTL__CODE__CODE_EXISTS, "service %s already has address %s",
+                         svc.name, text);
+            goto out;
+        }
+        if (svc.naddrs >= CTL_SERVICE_ADDRS_MAX) {
+            ctl_rpc_fail(r, FGX__CTL__CODE__CODE_INVALID,
+                         "service %s has %d addresses, the most a service has", svc.name,
+                         CTL_SERVICE_ADDRS_MAX);
+            goto out;
+        }
+        svc.addrs[svc.naddrs++] = sa;
+        if (check_self(r, &svc) < 0 || ctl_rpc_check_unique(r, t, &svc) < 0)
+            goto out;
+    } else {
+        if (at == svc.naddrs) {
+            ctl_rpc_fail(r, FGX__CTL__CODE__CODE_NOT_FOUND, "service %s has no address %s",
+                         svc.name, text);
+            goto out;
+        }
+        if (svc.naddrs == 1) {
+            ctl_rpc_fail(r, FGX__CTL__CODE__CODE_INVALID,
+                         "%s is the only address of service %s: a service needs one (remove "
+                         "the service instead)",
+                         text, svc.name);
+            goto out;
+        }
+        memmove(&svc.addrs[at], &svc.addrs[at + 1], (svc.naddrs - at - 1) * sizeof(svc.addrs[0]));
+        svc.naddrs--;
+    }
+    ctl_service_addrs_sync(&svc);
+    if (service_commit(r, &t, &svc, true) < 0)
+        goto out;
+    if (!ctl_rpc_failed(r) || r->reply.code == FGX__CTL__CODE__CODE_UNAVAILABLE)
+        fgx_info("service %s: address %s %s", svc.name, text, add ? "added" : "removed");
+out:
+    ctl_txn_abort(t);
+}
+
+static void service_addr_add(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
+{
+    do_service_addr(r, q->service_addr_add, true);
+}
+
+static void service_addr_rm(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
+{
+    do_service_addr(r, q->service_addr_rm, false);
+}
+
 static void service_start(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
 {
     do_service_active(r, ctl_rpc_ref(q->service_start), true);
@@ -240,5 +442,7 @@ const struct ctl_rpc_cmd ctl_rpc_service_cmds[] = {
     {FGX__CTL__REQUEST__REQ_SERVICE_RM, do_service_rm, CTL_RPC_CHANGE},
     {FGX__CTL__REQUEST__REQ_SERVICE_RENAME, do_service_rename, CTL_RPC_CHANGE},
     {FGX__CTL__REQUEST__REQ_SERVICE_SET, do_service_set, CTL_RPC_CHANGE},
+    {FGX__CTL__REQUEST__REQ_SERVICE_ADDR_ADD, service_addr_add, CTL_RPC_CHANGE},
+    {FGX__CTL__REQUEST__REQ_SERVICE_ADDR_RM, service_addr_rm, CTL_RPC_CHANGE},
     {0, NULL, 0},
 };

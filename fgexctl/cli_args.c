@@ -145,6 +145,8 @@ static const struct opt_def opt_defs[CLI_NOPTS] = {
     {"--action", CLI_OPT_ACTION, ARG_REQUIRED},
     {"--label", CLI_OPT_LABEL, ARG_REQUIRED},
     {"--top", CLI_OPT_TOP, ARG_REQUIRED},
+    {"--addr", CLI_OPT_ADDR, ARG_REQUIRED},
+    {"--to", CLI_OPT_TO, ARG_REQUIRED},
 };
 
 /* ---- helpers ----------------------------------------------------------------------------- */
@@ -276,9 +278,11 @@ int cli_args_parse_layer(struct cli_cmd *cmd, const char *s, Fgx__Ctl__Layer *ou
         *out = FGX__CTL__LAYER__LAYER_NFQUEUE;
     else if (strcmp(s, "proxy") == 0)
         *out = FGX__CTL__LAYER__LAYER_PROXY;
+    else if (strcmp(s, "external") == 0)
+        *out = FGX__CTL__LAYER__LAYER_EXTERNAL;
     else
         return cli_args_fail(cmd, CLI_EXIT_INVALID,
-                             "invalid --layer '%s': must be nfqueue or proxy", s);
+                             "invalid --layer '%s': must be nfqueue, proxy or external", s);
     return 0;
 }
 
@@ -474,6 +478,13 @@ static int scan_args(struct cli_cmd *cmd, const struct cli_cmd_def *spec, int ar
             } else {
                 raw->val[slot] = "";
             }
+            if (od->bit == CLI_OPT_ADDR) {
+                if (raw->naddrs >= CLI_ADDRS_MAX) {
+                    (void)snprintf(what, sizeof(what), "at most %d --addr", CLI_ADDRS_MAX);
+                    return cli_args_fail_usage(cmd, spec, what);
+                }
+                raw->addrs[raw->naddrs++] = raw->val[slot];
+            }
             continue;
         }
         if (raw->npos >= spec->npos) {
@@ -568,6 +579,19 @@ static const struct cli_cmd_def *spec_find(char **w, int n, int *nused)
         if (n < 2)
             return NULL;
         for (const struct cli_cmd_def *d = g->cmds; d->name; d++) {
+            const char *sp = strchr(d->name, ' ');
+
+            /* A command of two words within its group ("service" "addr" "add"). */
+            if (sp) {
+                size_t l = (size_t)(sp - d->name);
+
+                if (n >= 3 && strlen(w[1]) == l && strncmp(d->name, w[1], l) == 0 &&
+                    strcmp(sp + 1, w[2]) == 0) {
+                    *nused = 3;
+                    return d;
+                }
+                continue;
+            }
             if (strcmp(d->name, w[1]) == 0) {
                 *nused = 2;
                 return d;
@@ -678,6 +702,17 @@ int cli_args_parse(int argc, char **argv, const char *env_url, struct cli_cmd *c
             }
             return cli_args_fail(cmd, CLI_EXIT_USAGE,
                                  "%s: missing command (see 'fgexctl %s --help')", argv[i], argv[i]);
+        }
+        /* The first word of a two-word command ("service addr"): name the second. */
+        for (const struct cli_cmd_def *d = group_find(argv[i])->cmds; d->name; d++) {
+            const char *sp = strchr(d->name, ' ');
+
+            if (sp && strlen(argv[i + 1]) == (size_t)(sp - d->name) &&
+                strncmp(d->name, argv[i + 1], (size_t)(sp - d->name)) == 0)
+                return cli_args_fail(cmd, CLI_EXIT_USAGE,
+                                     "%s %s: missing or unknown command (see 'fgexctl %s "
+                                     "--help')",
+                                     argv[i], argv[i + 1], argv[i]);
         }
         return cli_args_fail(cmd, CLI_EXIT_USAGE,
                              "%s: unknown command '%s' (see 'fgexctl %s --help')", argv[i],

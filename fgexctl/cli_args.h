@@ -77,7 +77,9 @@ struct cli_cmd {
         Fgx__Ctl__HistoryQuery history;
         Fgx__Ctl__StatsHistoryQuery stats_history;
         Fgx__Ctl__FilterSet filter_set;
+        Fgx__Ctl__ServiceAddrChange service_addr;
     } m;
+    char *addrs[32]; /* service add --addr, pointing into argv (CLI_ADDRS_MAX) */
 };
 
 /* Parse argv (argv[0] is the program). env_url is $FGEX_URL or NULL (passed in so the parse

@@ -13,6 +13,8 @@
 #include "cli_args.h"
 #include "cli_json.h"
 #include "fgx/ruleset.h"
+#include "cmd.h"
+#include "fgx/svcaddr.h"
 
 /* ---- names of enumerations ----------------------------------------------------------------- */
 
@@ -23,7 +25,9 @@ static const char *proto_str(Fgx__Ctl__Proto p)
 
 static const char *layer_str(Fgx__Ctl__Layer l)
 {
-    return l == FGX__CTL__LAYER__LAYER_PROXY ? "proxy" : "nfqueue";
+    return l == FGX__CTL__LAYER__LAYER_PROXY      ? "proxy"
+           : l == FGX__CTL__LAYER__LAYER_EXTERNAL ? "external"
+                                                  : "nfqueue";
 }
 
 static const char *dir_str(Fgx__Ctl__Dir d)
@@ -64,13 +68,42 @@ static json_t *write_service(const Fgx__Ctl__Config *cfg, const Fgx__Ctl__Servic
             fs = NULL;
         }
     }
-    return json_pack(
+    json_t *o = json_pack(
         "{s:I, s:o, s:s, s:o, s:I, s:s, s:b, s:b, s:s, s:o}", "id", cli_json_int(s->id), "name",
         cli_json_str(s->name), "proto", proto_str(s->proto), "ip", cli_json_str(s->ip), "port",
         cli_json_int(s->port), "layer", layer_str(s->layer), "active", s->active, "fail_open",
         s->fail_open, "midstream",
         s->has_midstream && s->midstream == FGX__CTL__MIDSTREAM__MIDSTREAM_SCAN ? "scan" : "reset",
         "filters", fs);
+
+    /* The addresses as `--addr` writes them, when ip/port cannot say them (several, or one
+     * interface); else ip/port alone, as before the list. */
+    if (o && (s->n_addrs > 1 ||
+              (s->n_addrs == 1 && strcmp(s->addrs[0]->addr, s->ip ? s->ip : "") != 0))) {
+        json_t *as = json_array();
+
+        for (size_t i = 0; as && i < s->n_addrs; i++) {
+            struct fgx_svcaddr sa;
+            char text[FGX_SVCADDR_TEXT_MAX];
+
+            if (s->addrs[i]->port == 0 || s->addrs[i]->port > 65535 ||
+                fgx_svcaddr_parse_addr(s->addrs[i]->addr, (uint16_t)s->addrs[i]->port, &sa) < 0 ||
+                fgx_svcaddr_format(&sa, text, sizeof(text)) < 0 ||
+                json_array_append_new(as, json_string(text)) < 0) {
+                json_decref(as);
+                as = NULL;
+            }
+        }
+        if (!as || json_object_set_new(o, "addrs", as) < 0) {
+            json_decref(o);
+            return NULL;
+        }
+    }
+    if (o && s->to && json_object_set_new(o, "to", cli_json_str(s->to)) < 0) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
 }
 
 int cli_config_write(FILE *f, const Fgx__Ctl__Config *cfg, char *err, size_t errlen)
@@ -534,18 +567,67 @@ static int grow(void ***arr, size_t *cap, size_t need)
     return 0;
 }
 
+/* "addrs": ["10.0.0.2:80", "[fd00::1]:80", "eth1:81", ...], each as `--addr` takes it (a
+ * missing port is the service's "port"). Absent: the one address ip/port. */
+static int read_addrs(struct rd *r, const json_t *sv, const char *where, Fgx__Ctl__Service *s)
+{
+    const json_t *as = json_object_get(sv, "addrs");
+    char what[64];
+    size_t n;
+    int rc;
+
+    if (!as)
+        return 0;
+    (void)snprintf(what, sizeof(what), "%s.addrs", where);
+    rc = want_type(r, sv, "addrs", 0, "array", what);
+    if (rc < 0)
+        return rc;
+    n = json_array_size(as);
+    if (n == 0 || n > CLI_ADDRS_MAX)
+        return bad(r, as, "%s holds %zu addresses: a service has 1 to %d", what, n, CLI_ADDRS_MAX);
+    s->addrs = calloc(n, sizeof(*s->addrs));
+    if (!s->addrs)
+        return -ENOMEM;
+    for (size_t i = 0; i < n; i++) {
+        const json_t *av = json_array_get(as, i);
+        struct fgx_svcaddr sa;
+        char text[FGX_SVCADDR_TEXT_MAX];
+        const char *why = NULL;
+        Fgx__Ctl__ServiceAddr *a;
+
+        if (!json_is_string(av))
+            return bad(r, av, "%s[%zu] is not a string", what, i);
+        if (fgx_svcaddr_parse(json_string_value(av), (uint16_t)s->port, &sa, &why) < 0)
+            return bad(r, av, "%s[%zu] \"%.60s\": %s", what, i, json_string_value(av),
+                       why ? why : "not ADDR[:PORT]");
+        a = malloc(sizeof(*a));
+        if (!a)
+            return -ENOMEM;
+        fgx__ctl__service_addr__init(a);
+        s->addrs[s->n_addrs++] = a;
+        if (fgx_svcaddr_format_addr(&sa, text, sizeof(text)) < 0)
+            return bad(r, av, "%s[%zu] cannot be written back", what, i);
+        a->addr = strdup(text);
+        if (!a->addr)
+            return -ENOMEM;
+        a->port = sa.port;
+    }
+    return 0;
+}
+
 /* Service idx of the array svcs. */
 static int read_service(struct rd *r, const json_t *svcs, size_t idx, bool *svc_has_id,
                         bool *flt_has_id)
 {
     const json_t *sv = json_array_get(svcs, idx);
-    static const char *const keys[] = {"id",        "name",    "proto",  "ip",
-                                       "port",      "layer",   "active", "fail_open",
-                                       "midstream", "filters", NULL};
+    static const char *const keys[] = {"id",    "name",   "proto",     "ip",        "port",
+                                       "layer", "active", "fail_open", "midstream", "filters",
+                                       "addrs", "to",     NULL};
     static const char *const protos[] = {"tcp", "udp"};
     static const int protov[] = {FGX__CTL__PROTO__PROTO_TCP, FGX__CTL__PROTO__PROTO_UDP};
-    static const char *const layers[] = {"nfqueue", "proxy"};
-    static const int layerv[] = {FGX__CTL__LAYER__LAYER_NFQUEUE, FGX__CTL__LAYER__LAYER_PROXY};
+    static const char *const layers[] = {"nfqueue", "proxy", "external"};
+    static const int layerv[] = {FGX__CTL__LAYER__LAYER_NFQUEUE, FGX__CTL__LAYER__LAYER_PROXY,
+                                 FGX__CTL__LAYER__LAYER_EXTERNAL};
     static const char *const mids[] = {"reset", "scan"};
     static const int midv[] = {FGX__CTL__MIDSTREAM__MIDSTREAM_RESET,
                                FGX__CTL__MIDSTREAM__MIDSTREAM_SCAN};
@@ -590,10 +672,14 @@ static int read_service(struct rd *r, const json_t *svcs, size_t idx, bool *svc_
         rc = get_uint(r, sv, "port", where, 65535, &has_port, &s->port);
     if (rc == 0 && !has_port)
         rc = bad(r, sv, "%s: \"port\" is missing", where);
+    if (rc == 0)
+        rc = read_addrs(r, sv, where, s);
     e = 0;
     if (rc == 0)
-        rc = get_enum(r, sv, "layer", where, layers, layerv, 2, FGX__CTL__LAYER__LAYER_NFQUEUE, &e);
+        rc = get_enum(r, sv, "layer", where, layers, layerv, 3, FGX__CTL__LAYER__LAYER_NFQUEUE, &e);
     s->layer = (Fgx__Ctl__Layer)e;
+    if (rc == 0 && json_object_get(sv, "to"))
+        rc = get_str(r, sv, "to", where, NULL, &s->to);
     if (rc == 0)
         rc = get_bool(r, sv, "active", where, true, &s->active);
     if (rc == 0)

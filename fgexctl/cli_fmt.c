@@ -28,7 +28,9 @@ const char *cli_fmt_proto_name(Fgx__Ctl__Proto p)
 
 const char *cli_fmt_layer_name(Fgx__Ctl__Layer l)
 {
-    return l == FGX__CTL__LAYER__LAYER_PROXY ? "proxy" : "nfqueue";
+    return l == FGX__CTL__LAYER__LAYER_PROXY      ? "proxy"
+           : l == FGX__CTL__LAYER__LAYER_EXTERNAL ? "external"
+                                                  : "nfqueue";
 }
 
 /* Absent (an older controld): that controld knew no other policy than scanning on. */

@@ -43,14 +43,20 @@ enum cli_opt {
     CLI_OPT_ACTION = 1u << 21,  /* filter set --action block|log */
     CLI_OPT_LABEL = 1u << 22,   /* filter add|set --label TEXT */
     CLI_OPT_TOP = 1u << 23,     /* events --top src */
+    CLI_OPT_ADDR = 1u << 24,    /* service add: --addr ADDR[:PORT], repeatable */
+    CLI_OPT_TO = 1u << 25,      /* service add|set: --to ADDR:PORT (layer external) */
 };
-#define CLI_NOPTS 24
+#define CLI_NOPTS 26
+/* --addr given more than this is refused by fgexctl (controld's bound is the same). */
+#define CLI_ADDRS_MAX 32
 
 /* What the scan of a command's arguments found, before any value is interpreted. */
 struct cli_args_raw {
     const char *pos[2];
     int npos;
     const char *val[CLI_NOPTS]; /* NULL: option not given; "" for a flag given without value */
+    const char *addrs[CLI_ADDRS_MAX]; /* every --addr, in order (val holds the last) */
+    int naddrs;
 };
 
 struct cli_cmd_def;

@@ -1,4 +1,4 @@
-/* fgexctl, the service commands: add, list, show, start, stop, rm, rename, set. */
+/* fgexctl, the service commands: add, list, show, start, stop, rm, rename, set, addr add|rm. */
 #include "cmd.h"
 
 #include <errno.h>
@@ -8,6 +8,7 @@
 
 #include "cli_fmt.h"
 #include "cli_json.h"
+#include "fgx/svcaddr.h"
 
 /* ---- usage ---- */
 
@@ -18,28 +19,43 @@ static const char usage_service[] =
     "Commands:\n"
     "  add NAME --proto tcp|udp --port N [--ip ADDR|CIDR] [--layer nfqueue|proxy] [--fail-open]\n"
     "      [--midstream reset|scan]\n"
+    "  add NAME --proto tcp|udp [--port N] --addr ADDR[:PORT] [--addr ...] ...\n"
+    "  add NAME --proto tcp --addr ADDR[:PORT] ... --layer external --to ADDR:PORT\n"
     "  list\n"
     "  show SERVICE\n"
     "  start SERVICE\n"
     "  stop SERVICE\n"
     "  rm SERVICE [--yes]\n"
     "  rename SERVICE NEWNAME\n"
-    "  set SERVICE [--port N] [--ip ADDR|CIDR|any] [--proto tcp|udp] [--layer nfqueue|proxy]\n"
-    "      [--fail-open on|off] [--midstream reset|scan]\n"
+    "  set SERVICE [--port N] [--ip ADDR|CIDR|any] [--proto tcp|udp]\n"
+    "      [--layer nfqueue|proxy|external] [--to ADDR:PORT] [--fail-open on|off]\n"
+    "      [--midstream reset|scan]\n"
+    "  addr add SERVICE ADDR[:PORT]\n"
+    "  addr rm SERVICE ADDR[:PORT]\n"
     "\n" CLI_SERVICE_HELP_NOTE "`fgexctl service COMMAND --help` for one command.\n";
 
 static const char usage_service_add[] =
     "usage: fgexctl service add NAME --proto tcp|udp --port N [--ip ADDR|CIDR]\n"
-    "                           [--layer nfqueue|proxy] [--fail-open]\n"
-    "                           [--midstream reset|scan]\n"
+    "                           [--addr ADDR[:PORT]]... [--layer nfqueue|proxy|external]\n"
+    "                           [--to ADDR:PORT] [--fail-open] [--midstream reset|scan]\n"
     "\n"
     "Define a service (it starts active) and print it.\n"
     "\n"
     "  --proto tcp|udp         the service's transport protocol (required)\n"
-    "  --port N                its port, 1..65535 (required)\n"
+    "  --port N                its port, 1..65535 (required without --addr; with --addr,\n"
+    "                          the port of each --addr that names none)\n"
     "  --ip ADDR|CIDR          only this address or prefix (default: every address of\n"
     "                          both families)\n"
-    "  --layer nfqueue|proxy   where its traffic is filtered (default: nfqueue)\n"
+    "  --addr ADDR[:PORT]      one address of the service, again for each more: an IPv4\n"
+    "                          address or prefix (10.0.0.2:80, 10.0.0.0/24:80), an IPv6\n"
+    "                          one in brackets ([fd00::1]:80), an interface name\n"
+    "                          (eth1:80: what comes in on it) or * (any address); instead\n"
+    "                          of --ip\n"
+    "  --layer nfqueue|proxy|external\n"
+    "                          where its traffic is filtered (default: nfqueue); external:\n"
+    "                          handed to the team's own proxy at --to, unfiltered by fgex\n"
+    "  --to ADDR:PORT          --layer external: the team's proxy, listening on this box\n"
+    "                          with IP_TRANSPARENT; it sees each client's own address\n"
     "  --fail-open             let traffic pass unfiltered when the worker cannot take it\n"
     "                          (default: drop it)\n"
     "  --midstream reset|scan  a connection whose earlier bytes fgex did not see (open\n"
@@ -83,11 +99,30 @@ static const char usage_service_rename[] =
 
 static const char usage_service_set[] =
     "usage: fgexctl service set SERVICE [--port N] [--ip ADDR|CIDR|any] [--proto tcp|udp]\n"
-    "                               [--layer nfqueue|proxy] [--fail-open on|off]\n"
-    "                               [--midstream reset|scan]\n"
+    "                               [--layer nfqueue|proxy|external] [--to ADDR:PORT]\n"
+    "                               [--fail-open on|off] [--midstream reset|scan]\n"
     "\n"
     "Change a service's settings; at least one option is needed. `--ip any` (or\n"
-    "`--ip ''`) matches every address of both families.\n" CLI_SERVICE_HELP_NOTE;
+    "`--ip ''`) matches every address of both families. --port and --ip change the\n"
+    "one address of a service that has one (with more, use `service addr`).\n"
+    "--layer external needs --to (and a service without filters).\n" CLI_SERVICE_HELP_NOTE;
+
+static const char usage_service_addr_add[] =
+    "usage: fgexctl service addr add SERVICE ADDR[:PORT]\n"
+    "\n"
+    "Add an address to a service, running or not: an IPv4 address or prefix\n"
+    "(10.0.0.2:80, 10.0.0.0/24:80), an IPv6 one ([fd00::1]:80), an interface name\n"
+    "(eth1:80) or * (any address). Without :PORT, the service's port (its first\n"
+    "address's). The connections of its other addresses are untouched. An address\n"
+    "that overlaps another service's on the same protocol and port is refused.\n"
+    CLI_SERVICE_HELP_NOTE;
+
+static const char usage_service_addr_rm[] =
+    "usage: fgexctl service addr rm SERVICE ADDR[:PORT]\n"
+    "\n"
+    "Remove an address from a service (written as it was added; without :PORT, the\n"
+    "service's port). A service keeps at least one. The connections of its other\n"
+    "addresses are untouched.\n" CLI_SERVICE_HELP_NOTE;
 /* clang-format on */
 
 /* ---- building the request ---- */
@@ -106,11 +141,27 @@ static int build_service_add(struct cli_cmd *cmd, const struct cli_cmd_def *spec
     m->name = (char *)raw->pos[0];
     if (!cli_args_opt(raw, CLI_OPT_PROTO))
         return cli_args_fail_usage(cmd, spec, "missing --proto tcp|udp");
-    if (!cli_args_opt(raw, CLI_OPT_PORT))
-        return cli_args_fail_usage(cmd, spec, "missing --port N");
+    if (!cli_args_opt(raw, CLI_OPT_PORT) && raw->naddrs == 0)
+        return cli_args_fail_usage(cmd, spec, "missing --port N (or --addr ADDR:PORT)");
+    if (raw->naddrs > 0 && cli_args_opt(raw, CLI_OPT_IP))
+        return cli_args_fail_usage(cmd, spec, "--ip is the one-address form: use --addr only");
     rc = cli_args_parse_proto(cmd, cli_args_opt(raw, CLI_OPT_PROTO), &m->proto);
-    if (rc == 0)
+    if (rc == 0 && cli_args_opt(raw, CLI_OPT_PORT))
         rc = cli_args_parse_port(cmd, cli_args_opt(raw, CLI_OPT_PORT), &m->port);
+    for (int k = 0; rc == 0 && k < raw->naddrs; k++) {
+        struct fgx_svcaddr sa;
+        const char *why = NULL;
+
+        /* Checked here too, so a typo is named before anything is sent. */
+        if (fgx_svcaddr_parse(raw->addrs[k], (uint16_t)m->port, &sa, &why) < 0)
+            rc = cli_args_fail(cmd, CLI_EXIT_INVALID, "invalid --addr '%s': %s", raw->addrs[k],
+                               why ? why : "use ADDR[:PORT]");
+        cmd->addrs[k] = (char *)raw->addrs[k];
+    }
+    m->n_addrs = (size_t)raw->naddrs;
+    m->addrs = cmd->addrs;
+    if (rc == 0 && (v = cli_args_opt(raw, CLI_OPT_TO)))
+        m->to = (char *)v;
     if (rc == 0 && (v = cli_args_opt(raw, CLI_OPT_IP)))
         rc = cli_args_parse_ip(cmd, v, &m->ip);
     if (rc == 0 && (v = cli_args_opt(raw, CLI_OPT_LAYER))) {
@@ -163,6 +214,8 @@ static int build_service_set(struct cli_cmd *cmd, const struct cli_cmd_def *spec
         rc = cli_args_parse_onoff(cmd, v, &m->fail_open);
         m->has_fail_open = 1;
     }
+    if (rc == 0 && (v = cli_args_opt(raw, CLI_OPT_TO)))
+        m->to = (char *)v;
     if (rc == 0 && (v = cli_args_opt(raw, CLI_OPT_MIDSTREAM))) {
         rc = cli_args_parse_midstream(cmd, v, &m->midstream);
         m->has_midstream = 1;
@@ -170,9 +223,34 @@ static int build_service_set(struct cli_cmd *cmd, const struct cli_cmd_def *spec
     if (rc < 0)
         return rc;
     if (!m->has_port && !m->ip && !m->has_proto && !m->has_layer && !m->has_fail_open &&
-        !m->has_midstream)
+        !m->has_midstream && !m->to)
         return cli_args_fail_usage(cmd, spec, "nothing to change");
     cmd->req.service_set = m;
+    return 0;
+}
+
+static int build_service_addr(struct cli_cmd *cmd, const struct cli_cmd_def *spec,
+                              const struct cli_args_raw *raw)
+{
+    Fgx__Ctl__ServiceAddrChange *m = &cmd->m.service_addr;
+    struct fgx_svcaddr sa;
+    const char *why = NULL;
+    int rc;
+
+    fgx__ctl__service_addr_change__init(m);
+    rc = cli_args_check_ref(cmd, spec, raw->pos[0]);
+    if (rc < 0)
+        return rc;
+    /* The port may be left to controld (the service's); the rest is checked here. */
+    if (fgx_svcaddr_parse(raw->pos[1], 1, &sa, &why) < 0)
+        return cli_args_fail(cmd, CLI_EXIT_INVALID, "invalid address '%s': %s", raw->pos[1],
+                             why ? why : "use ADDR[:PORT]");
+    m->ref = (char *)raw->pos[0];
+    m->addr = (char *)raw->pos[1];
+    if (spec->req == FGX__CTL__REQUEST__REQ_SERVICE_ADDR_ADD)
+        cmd->req.service_addr_add = m;
+    else
+        cmd->req.service_addr_rm = m;
     return 0;
 }
 
@@ -193,14 +271,71 @@ static int build_service_rename(struct cli_cmd *cmd, const struct cli_cmd_def *s
 
 /* ---- output ---- */
 
+/* One address of a service message, as "ADDR:PORT" text. */
+static void addr_text(const Fgx__Ctl__ServiceAddr *a, char *buf, size_t len)
+{
+    struct fgx_svcaddr sa;
+
+    if (a->port == 0 || a->port > 65535 ||
+        fgx_svcaddr_parse_addr(a->addr, (uint16_t)a->port, &sa) < 0 ||
+        fgx_svcaddr_format(&sa, buf, len) < 0)
+        (void)snprintf(buf, len, "%s:%u", a->addr ? a->addr : "?", a->port);
+}
+
+static const char *addr_kind(const Fgx__Ctl__ServiceAddr *a)
+{
+    struct fgx_svcaddr sa;
+
+    if (fgx_svcaddr_parse_addr(a->addr, 1, &sa) < 0)
+        return "?";
+    if (sa.ifname[0])
+        return "interface";
+    if (sa.cidr.family == 0)
+        return "any";
+    return sa.cidr.prefix == (sa.cidr.family == 4 ? 32 : 128) ? "address" : "prefix";
+}
+
+/* The addresses of s; a controld from before the list sends ip/port alone: that one. */
+static size_t service_addrs(const Fgx__Ctl__Service *s, Fgx__Ctl__ServiceAddr *one,
+                            Fgx__Ctl__ServiceAddr *const **out)
+{
+    static Fgx__Ctl__ServiceAddr *ptr;
+
+    if (s->n_addrs > 0) {
+        *out = s->addrs;
+        return s->n_addrs;
+    }
+    fgx__ctl__service_addr__init(one);
+    one->addr = s->ip ? s->ip : (char *)"";
+    one->port = s->port;
+    ptr = one;
+    *out = &ptr;
+    return 1;
+}
+
 static void human_service(FILE *f, const Fgx__Ctl__Service *s)
 {
+    Fgx__Ctl__ServiceAddr one, *const *addrs;
+    size_t naddrs = service_addrs(s, &one, &addrs);
+
     cli_fmt_kv_u64(f, "id:", s->id);
     cli_fmt_kv_str(f, "name:", s->name);
     cli_fmt_kv(f, "proto:", cli_fmt_proto_name(s->proto));
     cli_fmt_kv_str(f, "ip:", cli_fmt_ip_text(s->ip));
     cli_fmt_kv_u64(f, "port:", s->port);
+    /* ip/port say it all for one address (an interface is not an ip: listed). */
+    if (naddrs == 1 && strcmp(addrs[0]->addr ? addrs[0]->addr : "", s->ip ? s->ip : "") == 0)
+        naddrs = 0;
+    for (size_t i = 0; i < naddrs; i++) {
+        char text[FGX_SVCADDR_TEXT_MAX + 8], esc[2 * FGX_SVCADDR_TEXT_MAX];
+
+        addr_text(addrs[i], text, sizeof(text));
+        cli_fmt_escape(text, esc, sizeof(esc));
+        cli_fmt_kv(f, i == 0 ? "addresses:" : "", esc);
+    }
     cli_fmt_kv(f, "layer:", cli_fmt_layer_name(s->layer));
+    if (s->to)
+        cli_fmt_kv_str(f, "to:", s->to);
     /* The value ends the line, so colour codes cannot shift the alignment. */
     (void)fprintf(f, "%-11s%s%s%s\n",
                   "status:", cli_fmt_paint(s->active ? CLI_COLOR_OK : CLI_COLOR_WARN),
@@ -230,7 +365,10 @@ static int human_service_table(FILE *f, const Fgx__Ctl__Reply *rep)
         cli_fmt_table_addf(&t, "%" PRIu32, s->id);
         cli_fmt_table_add_str(&t, s->name);
         cli_fmt_table_addf(&t, "%s", cli_fmt_proto_name(s->proto));
-        cli_fmt_table_add_str(&t, cli_fmt_ip_text(s->ip));
+        if (s->n_addrs > 1)
+            cli_fmt_table_addf(&t, "%s (+%zu)", cli_fmt_ip_text(s->ip), s->n_addrs - 1);
+        else
+            cli_fmt_table_add_str(&t, cli_fmt_ip_text(s->ip));
         cli_fmt_table_addf(&t, "%" PRIu32, s->port);
         cli_fmt_table_addf(&t, "%s", cli_fmt_layer_name(s->layer));
         cli_fmt_table_addf(&t, "%s", s->active ? "active" : "stopped");
@@ -246,14 +384,37 @@ static int human_service_table(FILE *f, const Fgx__Ctl__Reply *rep)
 
 static json_t *json_service(const Fgx__Ctl__Service *s)
 {
-    return json_pack("{s:I, s:o, s:s, s:o, s:I, s:s, s:s, s:b, s:s, s:I, s:I, s:I}", "id",
-                     cli_json_int(s->id), "name", cli_json_str(s->name), "proto",
-                     cli_fmt_proto_name(s->proto), "ip", cli_json_str(s->ip), "port",
-                     cli_json_int(s->port), "layer", cli_fmt_layer_name(s->layer), "status",
-                     s->active ? "active" : "stopped", "fail_open", s->fail_open, "midstream",
-                     cli_fmt_midstream_name(s), "filters", cli_json_int(s->filters), "blocked",
-                     cli_json_int(s->blocked), "blocked_removed",
-                     cli_json_int(s->blocked_removed));
+    Fgx__Ctl__ServiceAddr one, *const *list;
+    size_t n = service_addrs(s, &one, &list);
+    json_t *o, *addrs = json_array();
+
+    for (size_t i = 0; addrs && i < n; i++) {
+        char text[FGX_SVCADDR_TEXT_MAX + 8];
+
+        addr_text(list[i], text, sizeof(text));
+        if (json_array_append_new(
+                addrs, json_pack("{s:o, s:I, s:s, s:o}", "addr", cli_json_str(list[i]->addr),
+                                 "port", cli_json_int(list[i]->port), "kind", addr_kind(list[i]),
+                                 "text", cli_json_str(text))) < 0) {
+            json_decref(addrs);
+            return NULL;
+        }
+    }
+    if (!addrs)
+        return NULL;
+    o = json_pack("{s:I, s:o, s:s, s:o, s:I, s:o, s:s, s:s, s:b, s:s, s:I, s:I, s:I}", "id",
+                  cli_json_int(s->id), "name", cli_json_str(s->name), "proto",
+                  cli_fmt_proto_name(s->proto), "ip", cli_json_str(s->ip), "port",
+                  cli_json_int(s->port), "addrs", addrs, "layer", cli_fmt_layer_name(s->layer),
+                  "status", s->active ? "active" : "stopped", "fail_open", s->fail_open,
+                  "midstream", cli_fmt_midstream_name(s), "filters", cli_json_int(s->filters),
+                  "blocked", cli_json_int(s->blocked), "blocked_removed",
+                  cli_json_int(s->blocked_removed));
+    if (o && s->to && json_object_set_new(o, "to", cli_json_str(s->to)) < 0) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
 }
 
 static json_t *json_service_any(const void *s)
@@ -319,7 +480,7 @@ static const struct cli_cmd_def service_cmds[] = {
      .npos = 1,
      .pos_names = {"NAME"},
      .opts = CLI_OPT_PROTO | CLI_OPT_PORT | CLI_OPT_IP | CLI_OPT_LAYER | CLI_OPT_FAIL_OPEN_FLAG |
-             CLI_OPT_MIDSTREAM,
+             CLI_OPT_MIDSTREAM | CLI_OPT_ADDR | CLI_OPT_TO,
      .usage = usage_service_add,
      .build = build_service_add,
      SERVICE_ONE,
@@ -383,9 +544,27 @@ static const struct cli_cmd_def service_cmds[] = {
      .npos = 1,
      .pos_names = {"SERVICE"},
      .opts = CLI_OPT_PORT | CLI_OPT_IP | CLI_OPT_PROTO | CLI_OPT_LAYER | CLI_OPT_FAIL_OPEN_ARG |
-             CLI_OPT_MIDSTREAM,
+             CLI_OPT_MIDSTREAM | CLI_OPT_TO,
      .usage = usage_service_set,
      .build = build_service_set,
+     SERVICE_ONE,
+     .flags = CLI_CMD_CHANGE},
+    {.group = "service",
+     .name = "addr add",
+     .req = FGX__CTL__REQUEST__REQ_SERVICE_ADDR_ADD,
+     .npos = 2,
+     .pos_names = {"SERVICE", "ADDR[:PORT]"},
+     .usage = usage_service_addr_add,
+     .build = build_service_addr,
+     SERVICE_ONE,
+     .flags = CLI_CMD_CHANGE},
+    {.group = "service",
+     .name = "addr rm",
+     .req = FGX__CTL__REQUEST__REQ_SERVICE_ADDR_RM,
+     .npos = 2,
+     .pos_names = {"SERVICE", "ADDR[:PORT]"},
+     .usage = usage_service_addr_rm,
+     .build = build_service_addr,
      SERVICE_ONE,
      .flags = CLI_CMD_CHANGE},
     {.name = NULL},

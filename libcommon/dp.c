@@ -82,6 +82,35 @@ static int ids_check(uint32_t id, const char *dir, const uint32_t *ids, size_t n
 
 /* ---- encode ---- */
 
+/* The address list of s into am/ap (room for s->naddrs each). */
+static int addrs_to_pb(const struct fgx_dp_service *s, Fgx__Dp__Addr *am, Fgx__Dp__Addr **ap,
+                       Fgx__Dp__Service *p)
+{
+    for (size_t i = 0; i < s->naddrs; i++) {
+        const struct fgx_svcaddr *a = &s->addrs[i];
+        int n = addr_bytes(a->cidr.family);
+
+        if (service_check(s->id, s->ipproto, a->port, &a->cidr) < 0 || a->port == 0)
+            return -EINVAL;
+        fgx__dp__addr__init(&am[i]);
+        am[i].family = a->cidr.family;
+        am[i].port = a->port;
+        if (n > 0) {
+            am[i].has_addr = 1;
+            am[i].addr.data = (uint8_t *)a->cidr.addr;
+            am[i].addr.len = (size_t)n;
+            am[i].has_prefix = 1;
+            am[i].prefix = a->cidr.prefix;
+        }
+        if (a->ifname[0] != '\0')
+            am[i].ifname = (char *)a->ifname;
+        ap[i] = &am[i];
+    }
+    p->n_addrs = s->naddrs;
+    p->addrs = s->naddrs > 0 ? ap : NULL;
+    return 0;
+}
+
 static int service_to_pb(const struct fgx_dp_service *s, Fgx__Dp__Service *p)
 {
     int n = addr_bytes(s->addr.family);
@@ -193,6 +222,7 @@ int fgx_dp_encode(const struct fgx_dp_msg *m, void **buf, size_t *len)
     Fgx__Dp__FlowsRequest freq = FGX__DP__FLOWS_REQUEST__INIT;
     Fgx__Dp__Flows fl = FGX__DP__FLOWS__INIT;
     Fgx__Dp__Service *svc = NULL, **svcp = NULL;
+    Fgx__Dp__Addr *addrm = NULL, **addrp = NULL;
     Fgx__Dp__FilterStat *fs = NULL, **fsp = NULL;
     Fgx__Dp__ServiceStat *ss = NULL, **ssp = NULL;
     Fgx__Dp__Event *ev = NULL, **evp = NULL;
@@ -210,16 +240,25 @@ int fgx_dp_encode(const struct fgx_dp_msg *m, void **buf, size_t *len)
             ret = -EINVAL;
             goto invalid;
         }
+        size_t naddrs = 0, at = 0;
+
+        for (i = 0; i < r->nservices; i++)
+            naddrs += r->services[i].naddrs;
         if (r->nservices > 0) {
             svc = calloc(r->nservices, sizeof(*svc));
             svcp = calloc(r->nservices, sizeof(Fgx__Dp__Service *));
-            if (svc == NULL || svcp == NULL)
+            addrm = calloc(naddrs ? naddrs : 1, sizeof(*addrm));
+            addrp = calloc(naddrs ? naddrs : 1, sizeof(*addrp));
+            if (svc == NULL || svcp == NULL || addrm == NULL || addrp == NULL)
                 goto nomem;
         }
         for (i = 0; i < r->nservices; i++) {
             ret = service_to_pb(&r->services[i], &svc[i]);
+            if (ret == 0)
+                ret = addrs_to_pb(&r->services[i], addrm + at, addrp + at, &svc[i]);
             if (ret < 0)
                 goto out; /* service_check() said why */
+            at += r->services[i].naddrs;
             svcp[i] = &svc[i];
             blobs_dedup(r, i, &svc[i]);
         }
@@ -425,6 +464,8 @@ out:
     free(fs);
     free(svcp);
     free(svc);
+    free(addrp);
+    free(addrm);
     return ret;
 }
 
@@ -552,6 +593,40 @@ static int service_from_pb(Fgx__Dp__Service *p, const struct fgx_dp_ruleset *r, 
         ids_copy(p->ids_s2c, p->n_ids_s2c, &s->ids[1], &s->nids[1]) < 0) {
         fgx_err("data-path decode: out of memory for the filter ids of service %u", p->id);
         return -ENOMEM;
+    }
+    if (p->n_addrs > 0) {
+        s->addrs = calloc(p->n_addrs, sizeof(*s->addrs));
+        if (s->addrs == NULL) {
+            fgx_err("data-path decode: out of memory for the addresses of service %u", p->id);
+            return -ENOMEM;
+        }
+        s->naddrs = p->n_addrs;
+        for (size_t i = 0; i < p->n_addrs; i++) {
+            const Fgx__Dp__Addr *a = p->addrs[i];
+            struct fgx_svcaddr *o = &s->addrs[i];
+            int an;
+
+            if (a->family != 0 && a->family != 4 && a->family != 6) {
+                fgx_warn("data-path service %u: bad address family %u", p->id, a->family);
+                return -EINVAL;
+            }
+            an = addr_bytes((int)a->family);
+            if ((a->has_addr ? a->addr.len : 0) != (size_t)an ||
+                (a->has_prefix && a->prefix > (unsigned)an * 8) || a->port == 0 ||
+                (a->ifname && (a->family != 0 || !fgx_ifname_valid(a->ifname)))) {
+                fgx_warn("data-path service %u: address %zu is malformed", p->id, i + 1);
+                return -EINVAL;
+            }
+            o->cidr.family = (uint8_t)a->family;
+            o->cidr.prefix = (uint8_t)(a->has_prefix ? a->prefix : (unsigned)an * 8);
+            if (an > 0)
+                memcpy(o->cidr.addr, a->addr.data, (size_t)an);
+            if (service_check(p->id, p->proto, a->port, &o->cidr) < 0)
+                return -EINVAL;
+            o->port = (uint16_t)a->port;
+            if (a->ifname)
+                memcpy(o->ifname, a->ifname, strlen(a->ifname) + 1);
+        }
     }
     return 0;
 }
@@ -763,6 +838,7 @@ void fgx_dp_msg_release(struct fgx_dp_msg *m)
                       m->u.ruleset.services[i].db_shared[1]);
             free(m->u.ruleset.services[i].ids[0]);
             free(m->u.ruleset.services[i].ids[1]);
+            free(m->u.ruleset.services[i].addrs);
         }
         free(m->u.ruleset.services);
         break;

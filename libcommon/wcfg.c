@@ -41,6 +41,7 @@ void fgx_wcfg_unref(struct fgx_wcfg *c)
         fgx_wdb_unref(c->svc[i].db[0]);
         fgx_wdb_unref(c->svc[i].db[1]);
     }
+    free(c->addrs);
     free(c);
 }
 
@@ -57,15 +58,76 @@ const struct fgx_wsvc *fgx_wcfg_service(const struct fgx_wcfg *c, uint32_t id)
 const struct fgx_wsvc *fgx_wcfg_lookup(const struct fgx_wcfg *c, uint8_t ipproto, int family,
                                        const uint8_t *addr, uint16_t port)
 {
-    size_t i;
+    uint32_t key = (uint32_t)ipproto << 16 | port;
+    size_t lo = 0, hi;
 
-    for (i = 0; c != NULL && i < c->nservices; i++) {
-        const struct fgx_wsvc *s = &c->svc[i];
+    if (c == NULL)
+        return NULL;
+    hi = c->naddrs;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
 
-        if (s->ipproto == ipproto && s->port == port && fgx_cidr_contains(&s->addr, family, addr))
-            return s;
+        if (c->addrs[mid].key < key)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
+    for (; lo < c->naddrs && c->addrs[lo].key == key; lo++)
+        if (fgx_cidr_contains(&c->addrs[lo].cidr, family, addr))
+            return &c->svc[c->addrs[lo].svc];
     return NULL;
+}
+
+static int waddr_cmp(const void *pa, const void *pb)
+{
+    const struct fgx_waddr *a = pa, *b = pb;
+
+    if (a->key != b->key)
+        return a->key < b->key ? -1 : 1;
+    /* The most specific first; controld refuses overlaps between services, so this only
+     * makes the walk stop early. */
+    if (a->cidr.family != 0 && b->cidr.family == 0)
+        return -1;
+    if (a->cidr.family == 0 && b->cidr.family != 0)
+        return 1;
+    if (a->cidr.prefix != b->cidr.prefix)
+        return a->cidr.prefix > b->cidr.prefix ? -1 : 1;
+    return a->svc < b->svc ? -1 : a->svc > b->svc;
+}
+
+/* The sorted index of every service's addresses (the one addr/port when it sent no list). */
+static int index_build(const struct fgx_dp_ruleset *rs, struct fgx_wcfg *c)
+{
+    size_t n = 0, at = 0;
+
+    for (size_t i = 0; i < rs->nservices; i++)
+        n += rs->services[i].naddrs ? rs->services[i].naddrs : 1;
+    c->addrs = calloc(n ? n : 1, sizeof(*c->addrs));
+    if (c->addrs == NULL) {
+        fgx_err("ruleset: out of memory");
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < rs->nservices; i++) {
+        const struct fgx_dp_service *s = &rs->services[i];
+
+        if (s->naddrs == 0) {
+            c->addrs[at++] = (struct fgx_waddr){
+                .key = (uint32_t)s->ipproto << 16 | s->port, .svc = (uint32_t)i, .cidr = s->addr};
+            continue;
+        }
+        for (size_t k = 0; k < s->naddrs; k++) {
+            struct fgx_waddr *w = &c->addrs[at++];
+
+            w->key = (uint32_t)s->ipproto << 16 | s->addrs[k].port;
+            w->svc = (uint32_t)i;
+            /* An interface: the rules sent only packets that came in (or go out) on it. */
+            if (s->addrs[k].ifname[0] == '\0')
+                w->cidr = s->addrs[k].cidr;
+        }
+    }
+    c->naddrs = at;
+    qsort(c->addrs, c->naddrs, sizeof(*c->addrs), waddr_cmp);
+    return 0;
 }
 
 static struct fgx_wdb *find_db(const struct fgx_wcfg *c, uint64_t hash)
@@ -161,6 +223,9 @@ int fgx_wcfg_build(const struct fgx_dp_ruleset *rs, const struct fgx_wcfg *prev,
     }
     c->refs = 1;
     c->generation = rs->generation;
+    ret = index_build(rs, c);
+    if (ret != 0)
+        goto err;
     for (i = 0; i < rs->nservices; i++) {
         const struct fgx_dp_service *s = &rs->services[i];
         struct fgx_wsvc *n = &c->svc[i];

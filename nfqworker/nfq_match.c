@@ -107,30 +107,22 @@ void nfq_match_switch(struct nfq_thread *t)
     __atomic_store_n(&t->applied, cur, __ATOMIC_RELEASE);
 }
 
+/* Client -> server by destination first, then server -> client by source: the index makes
+ * each a bisection on (protocol, port), whatever the number of services and addresses. */
 static const struct fgx_wsvc *classify(const struct fgx_wcfg *c, const struct fgx_pkt *p,
                                           enum fgx_dir *dir)
 {
-    size_t i;
+    const struct fgx_wsvc *s;
 
-    for (i = 0; i < c->nservices; i++) {
-        const struct fgx_wsvc *s = &c->svc[i];
-
-        if (s->ipproto == p->ipproto && s->port == p->dport &&
-            fgx_cidr_contains(&s->addr, p->family, p->daddr)) {
-            *dir = FGX_DIR_C2S;
-            return s;
-        }
+    s = fgx_wcfg_lookup(c, p->ipproto, p->family, p->daddr, p->dport);
+    if (s != NULL) {
+        *dir = FGX_DIR_C2S;
+        return s;
     }
-    for (i = 0; i < c->nservices; i++) {
-        const struct fgx_wsvc *s = &c->svc[i];
-
-        if (s->ipproto == p->ipproto && s->port == p->sport &&
-            fgx_cidr_contains(&s->addr, p->family, p->saddr)) {
-            *dir = FGX_DIR_S2C;
-            return s;
-        }
-    }
-    return NULL;
+    s = fgx_wcfg_lookup(c, p->ipproto, p->family, p->saddr, p->sport);
+    if (s != NULL)
+        *dir = FGX_DIR_S2C;
+    return s;
 }
 
 static void db_unref(void *ref)

@@ -516,7 +516,7 @@ Test(cli, invalid_values_exit_4)
     parse_fails(ARGV("service", "add", "w", "--proto", "sctp", "--port", "80"), CLI_EXIT_INVALID,
                 "tcp or udp");
     parse_fails(ARGV("service", "add", "w", "--proto", "tcp", "--port", "80", "--layer", "ebpf"),
-                CLI_EXIT_INVALID, "nfqueue or proxy");
+                CLI_EXIT_INVALID, "nfqueue, proxy or external");
     parse_fails(ARGV("service", "add", "w", "--proto", "tcp", "--port", "80", "--ip", "10.0.0"),
                 CLI_EXIT_INVALID, "invalid --ip");
     parse_fails(ARGV("service", "add", "w", "--proto", "tcp", "--port", "80", "--ip", "::/129"),
@@ -668,10 +668,12 @@ Test(cli, json_service_list_exact)
     out = render(&req, &rep, true);
     cr_assert_str_eq(out,
                      "[{\"id\":1,\"name\":\"web\",\"proto\":\"tcp\",\"ip\":\"\",\"port\":8080,"
+        "\"addrs\":[{\"addr\":\"\",\"port\":8080,\"kind\":\"any\",\"text\":\"*:8080\"}],"
                      "\"layer\":\"nfqueue\",\"status\":\"active\",\"fail_open\":false,"
                      "\"midstream\":\"reset\",\"filters\":2,\"blocked\":17,\"blocked_removed\":0},"
                      "{\"id\":12,\"name\":\"dns-thing\",\"proto\":\"udp\",\"ip\":\"10.0.0.0/24\","
-                     "\"port\":53,\"layer\":\"proxy\",\"status\":\"stopped\",\"fail_open\":true,"
+                     "\"port\":53,\"addrs\":[{\"addr\":\"10.0.0.0/24\",\"port\":53,\"kind\":\"prefix\","
+        "\"text\":\"10.0.0.0/24:53\"}],\"layer\":\"proxy\",\"status\":\"stopped\",\"fail_open\":true,"
                      "\"midstream\":\"scan\",\"filters\":0,\"blocked\":0,\"blocked_removed\":0}]\n");
     cr_assert(json_parse(out, "ip", &j));
     cr_assert(j.found);

@@ -422,6 +422,42 @@ static void tcp_chain_expect(char *buf, size_t len, const char *q, bool c2s)
 
 /* ---- services ---------------------------------------------------------------------------- */
 
+/* The pre and post chains: one lookup per address kind, the services are map elements. */
+/* (The interface lookups only while some service has an interface address.) */
+#define PRE_CHAIN                                                                                  \
+    "meta mark 0x0fe40000/16 accept\n"                                                             \
+    "meta l4proto . ip daddr . th dport vmap @c2s_4\n"                                             \
+    "meta l4proto . ip6 daddr . th dport vmap @c2s_6\n"
+#define POST_CHAIN                                                                                 \
+    "meta mark 0x0fe40000/16 accept\n"                                                             \
+    "meta l4proto . ip saddr . th sport vmap @s2c_4\n"                                             \
+    "meta l4proto . ip6 saddr . th sport vmap @s2c_6\n"
+#define PRE_CHAIN_IF PRE_CHAIN "meta l4proto . iifname . th dport vmap @c2s_if\n"
+#define POST_CHAIN_IF POST_CHAIN "meta l4proto . oifname . th sport vmap @s2c_if\n"
+
+/* The table's listing holds each of the NULL-ended elements (as nft prints them). */
+static void assert_elements(const char *const *want)
+{
+    struct listing l;
+
+    list_table("inet", "fgex", &l);
+    for (size_t i = 0; want[i]; i++)
+        cr_assert(strstr(l.text, want[i]), "no element \"%s\" in:\n%s", want[i], l.text);
+    listing_release(&l);
+}
+
+/* ... and none of these. */
+static void assert_no_elements(const char *const *unwanted)
+{
+    struct listing l;
+
+    list_table("inet", "fgex", &l);
+    for (size_t i = 0; unwanted[i]; i++)
+        cr_assert(!strstr(l.text, unwanted[i]), "element \"%s\" still in:\n%s", unwanted[i],
+                  l.text);
+    listing_release(&l);
+}
+
 static struct ctl_nft_service svc(uint32_t id, uint8_t proto, uint16_t port, const char *cidr,
                                   bool fail_open)
 {
@@ -493,12 +529,11 @@ Test(nft, sync_builds_the_specified_rules)
     native = ctl_nft_native_queue(n);
     cr_assert_eq(ctl_nft_sync(n, s, 2), 0);
 
-    assert_chain("pre", "meta mark 0x0fe40000/16 accept\n"
-                        "ip daddr 10.1.2.0/24 tcp dport 8080 jump s1_c2s\n"
-                        "udp dport 5353 jump s2_c2s\n");
-    assert_chain("post", "meta mark 0x0fe40000/16 accept\n"
-                         "ip saddr 10.1.2.0/24 tcp sport 8080 jump s1_s2c\n"
-                         "udp sport 5353 jump s2_s2c\n");
+    assert_chain("pre", PRE_CHAIN);
+    assert_chain("post", POST_CHAIN);
+    assert_elements((const char *const[]){
+        "tcp . 10.1.2.0/24 . 8080 : jump s1_c2s", "tcp . 10.1.2.0/24 . 8080 : jump s1_s2c",
+        "udp . 0.0.0.0/0 . 5353 : jump s2_c2s", "udp . ::/0 . 5353 : jump s2_s2c", NULL});
     assert_queue_chain("qfc", native, 2, 7000, false);
     assert_queue_chain("qfo", native, 2, 7002, true);
     tcp_chain_expect(exp, sizeof(exp), "qfc", true);
@@ -537,12 +572,11 @@ Test(nft, ipv6_prefixes_and_single_thread)
     enter_netns();
     n = nft_open(1);
     cr_assert_eq(ctl_nft_sync(n, s, 2), 0);
-    assert_chain("pre", "meta mark 0x0fe40000/16 accept\n"
-                        "ip6 daddr fd00:1:2:30::/60 tcp dport 80 jump s7_c2s\n"
-                        "ip6 daddr fd00::5 udp dport 53 jump s8_c2s\n");
-    assert_chain("post", "meta mark 0x0fe40000/16 accept\n"
-                         "ip6 saddr fd00:1:2:30::/60 tcp sport 80 jump s7_s2c\n"
-                         "ip6 saddr fd00::5 udp sport 53 jump s8_s2c\n");
+    assert_chain("pre", PRE_CHAIN);
+    assert_chain("post", POST_CHAIN);
+    assert_elements((const char *const[]){
+        "tcp . fd00:1:2:30::/60 . 80 : jump s7_c2s", "tcp . fd00:1:2:30::/60 . 80 : jump s7_s2c",
+        "udp . fd00::5 . 53 : jump s8_c2s", "udp . fd00::5 . 53 : jump s8_s2c", NULL});
     /* One thread: no hash, fail-open numbering starts right after the fail-closed queue. */
     assert_queue_chain("qfc", ctl_nft_native_queue(n), 1, 7000, false);
     assert_queue_chain("qfo", ctl_nft_native_queue(n), 1, 7001, true);
@@ -564,15 +598,88 @@ Test(nft, sync_with_fewer_services_removes_the_others)
     n = nft_open(2);
     cr_assert_eq(ctl_nft_sync(n, s, 3), 0);
     cr_assert_eq(ctl_nft_sync(n, &s[2], 1), 0);
-    assert_chain("pre", "meta mark 0x0fe40000/16 accept\n"
-                        "ip daddr 10.0.0.1 tcp dport 22 jump s3_c2s\n");
-    assert_chain("post", "meta mark 0x0fe40000/16 accept\n"
-                         "ip saddr 10.0.0.1 tcp sport 22 jump s3_s2c\n");
+    assert_chain("pre", PRE_CHAIN);
+    assert_chain("post", POST_CHAIN);
+    assert_elements((const char *const[]){"tcp . 10.0.0.1 . 22 : jump s3_c2s", NULL});
+    assert_no_elements((const char *const[]){"s1_c2s", "s2_c2s", "s1_s2c", "s2_s2c", NULL});
     assert_no_chain("s1_c2s");
     assert_no_chain("s1_s2c");
     assert_no_chain("s2_c2s");
     assert_no_chain("s2_s2c");
     assert_no_chain("qfo"); /* no fail-open service left */
+    ctl_nft_close(n);
+}
+
+/* Adding or removing one address of a service changes one element: the rules and chains stay
+ * the same objects (their handles do not change), and the other services are untouched. */
+static char *handles(void)
+{
+    FILE *f = popen("nft -a list table inet fgex 2>/dev/null | grep -o '# handle [0-9]*' | "
+                    "tr '\\n' ' '",
+                    "r");
+    char buf[8192];
+    size_t len;
+
+    cr_assert_not_null(f);
+    len = fread(buf, 1, sizeof(buf) - 1, f);
+    buf[len] = '\0';
+    pclose(f);
+    return strdup(buf);
+}
+
+Test(nft, address_change_is_an_element_not_a_rebuild)
+{
+    struct ctl_nft_service s[2] = {
+        svc(1, IPPROTO_TCP, 8080, "10.1.2.0/24", false),
+        svc(2, IPPROTO_UDP, 5353, "10.9.9.9", true),
+    };
+    struct ctl_nft *n;
+    char *before, *after;
+
+    enter_netns();
+    n = nft_open(2);
+    s[0].addrs[0] = (struct fgx_svcaddr){.cidr = s[0].addr, .port = 8080};
+    s[0].naddrs = 1;
+    cr_assert_eq(ctl_nft_sync(n, s, 2), 0);
+    before = handles();
+    /* One more address, an IPv6 one and an interface with other ports. */
+    cr_assert_eq(fgx_svcaddr_parse("[fd00::7]:8443", 0, &s[0].addrs[1], NULL), 0);
+    s[0].naddrs = 2;
+    cr_assert_eq(ctl_nft_sync(n, s, 2), 0);
+    after = handles();
+    cr_assert_str_eq(before, after, "rules and chains kept: %s / %s", before, after);
+    free(after);
+    assert_chain("pre", PRE_CHAIN);
+    /* The first interface address brings the interface lookups (a rebuild, once); more are
+     * elements again. */
+    cr_assert_eq(fgx_svcaddr_parse("veth9:81", 0, &s[0].addrs[2], NULL), 0);
+    s[0].naddrs = 3;
+    cr_assert_eq(ctl_nft_sync(n, s, 2), 0);
+    assert_chain("pre", PRE_CHAIN_IF);
+    assert_chain("post", POST_CHAIN_IF);
+    free(before);
+    before = handles();
+    cr_assert_eq(fgx_svcaddr_parse("veth8:82", 0, &s[0].addrs[3], NULL), 0);
+    s[0].naddrs = 4;
+    cr_assert_eq(ctl_nft_sync(n, s, 2), 0);
+    after = handles();
+    cr_assert_str_eq(before, after, "rules and chains kept: %s / %s", before, after);
+    assert_elements((const char *const[]){
+        "tcp . 10.1.2.0/24 . 8080 : jump s1_c2s", "tcp . fd00::7 . 8443 : jump s1_c2s",
+        "tcp . \"veth9\" . 81 : jump s1_c2s", "tcp . \"veth9\" . 81 : jump s1_s2c",
+        "udp . 10.9.9.9 . 5353 : jump s2_c2s", NULL});
+    free(after);
+    /* And the first one removed. */
+    s[0].addrs[0] = s[0].addrs[3];
+    s[0].naddrs = 3;
+    cr_assert_eq(ctl_nft_sync(n, s, 2), 0);
+    after = handles();
+    cr_assert_str_eq(before, after);
+    assert_no_elements((const char *const[]){"10.1.2.0/24", NULL});
+    assert_elements((const char *const[]){"tcp . fd00::7 . 8443 : jump s1_c2s",
+                                          "udp . 10.9.9.9 . 5353 : jump s2_s2c", NULL});
+    free(after);
+    free(before);
     ctl_nft_close(n);
 }
 
@@ -672,8 +779,8 @@ Test(nft, errors_are_returned)
         cr_assert_eq(ctl_nft_sync(n, dup, 2), -EINVAL);
     }
     /* A refused sync leaves the previous rules in place. */
-    assert_chain("pre", "meta mark 0x0fe40000/16 accept\n"
-                        "tcp dport 8080 jump s1_c2s\n");
+    assert_chain("pre", PRE_CHAIN);
+    assert_elements((const char *const[]){"tcp . 0.0.0.0/0 . 8080 : jump s1_c2s", NULL});
 
     /* The kernel refuses a table name this long: its error comes back, nothing is left. */
     memset(name, 'x', sizeof(name) - 1);
@@ -710,11 +817,18 @@ Test(nft, many_services_fit_one_transaction)
                    i % 3 == 0);
     n = nft_open(4);
     cr_assert_eq(ctl_nft_sync(n, s, NSVC), 0);
+    {
+        struct listing l;
+
+        list_table("inet", "fgex", &l);
+        /* Each service any address, so an element in both families' maps each way. */
+        for (const char *p = l.text; (p = strstr(p, ": jump s")); p++)
+            jumps++;
+        listing_release(&l);
+    }
+    cr_assert_eq(jumps, 4 * NSVC);
     pre = chain_text("pre");
     cr_assert_not_null(pre);
-    for (const char *p = pre; (p = strstr(p, " jump s")); p++)
-        jumps++;
-    cr_assert_eq(jumps, NSVC);
     free(pre);
     ctl_nft_close(n);
     free(s);

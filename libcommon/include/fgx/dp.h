@@ -11,6 +11,7 @@
 
 #include "fgx/addr.h"
 #include "fgx/ruleset.h"
+#include "fgx/svcaddr.h"
 
 /* Packets fgex itself injects (the resets nfqworker sends) carry this mark, and every fgex
  * nftables chain accepts them first, so they are never queued back to a worker. */
@@ -64,6 +65,11 @@ struct fgx_dp_service {
      * are still here, so no partial match of a surviving filter is lost. */
     uint32_t *ids[2];
     size_t nids[2];
+    /* Every address of the service, each with its port (malloc'd, owned like ids); naddrs 0:
+     * the one address addr/port. An interface is family 0 with ifname set: the rules match the
+     * interface, and the worker takes it for any address on its port. */
+    struct fgx_svcaddr *addrs;
+    size_t naddrs;
 };
 
 struct fgx_dp_ruleset {

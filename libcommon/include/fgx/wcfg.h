@@ -35,9 +35,21 @@ struct fgx_wsvc {
     struct fgx_wdb *db[2]; /* [0] client -> server, [1] server -> client; NULL: nothing to match */
 };
 
+/* One address of one service, in the generation's lookup index. */
+struct fgx_waddr {
+    uint32_t key; /* ipproto << 16 | port: the index is sorted by it, then longest prefix first */
+    uint32_t svc; /* index into svc[] */
+    struct fgx_cidr cidr; /* family 0: any address (an interface: the rules matched it) */
+};
+
 struct fgx_wcfg {
     int refs; /* __atomic */
     uint64_t generation;
+    /* Every address of every service, sorted: a packet's service is found by bisection on
+     * (protocol, port) and a walk over that port's few addresses, however many services and
+     * addresses there are. */
+    struct fgx_waddr *addrs;
+    size_t naddrs;
     size_t nservices;
     struct fgx_wsvc svc[];
 };
@@ -55,7 +67,8 @@ void fgx_wdb_unref(struct fgx_wdb *d);
 
 /* The service of c with this id, or NULL (c may be NULL). */
 const struct fgx_wsvc *fgx_wcfg_service(const struct fgx_wcfg *c, uint32_t id);
-/* The service a client reaches at (family, addr, port) over ipproto, or NULL. */
+/* The service a client reaches at (family, addr, port) over ipproto, or NULL. O(log addresses
+ * + addresses on that port); no allocation, callable on the packet path. */
 const struct fgx_wsvc *fgx_wcfg_lookup(const struct fgx_wcfg *c, uint8_t ipproto, int family,
                                        const uint8_t *addr, uint16_t port);
 
