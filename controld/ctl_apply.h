@@ -39,6 +39,7 @@ struct ctl_ctx {
     size_t npx_cur;
     bool nft_valid;
     bool worker_stale; /* the worker has not confirmed the latest generation: resend it */
+    struct ctl_fw *fw; /* borrowed; the firewall (ctl_fw.c); NULL: none (unit tests) */
 };
 
 /* Push rs to the workers and sync nftables, in the safe order (a worker that gains a service

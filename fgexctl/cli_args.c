@@ -515,8 +515,16 @@ static const struct cli_cmd_def *spec_find(char **w, int n, int *nused)
         if (n < 2)
             return NULL;
         for (const struct cli_cmd_def *d = g->cmds; d->name; d++) {
-            if (strcmp(d->name, w[1]) == 0) {
+            const char *sp = strchr(d->name, ' ');
+
+            if (!sp && strcmp(d->name, w[1]) == 0) {
                 *nused = 2;
+                return d;
+            }
+            /* "rule add": the group's next two words */
+            if (sp && n >= 3 && strlen(w[1]) == (size_t)(sp - d->name) &&
+                strncmp(d->name, w[1], (size_t)(sp - d->name)) == 0 && strcmp(sp + 1, w[2]) == 0) {
+                *nused = 3;
                 return d;
             }
         }
@@ -635,9 +643,15 @@ int cli_args_parse(int argc, char **argv, const char *env_url, struct cli_cmd *c
             return 0;
         }
     }
-    rc = scan_args(cmd, spec, argc, argv, i, &raw);
-    if (rc < 0)
-        return rc;
+    if (spec->flags & CLI_CMD_RAW) {
+        memset(&raw, 0, sizeof(raw));
+        raw.rest = argv + i;
+        raw.nrest = argc - i;
+    } else {
+        rc = scan_args(cmd, spec, argc, argv, i, &raw);
+        if (rc < 0)
+            return rc;
+    }
     cmd->version = (spec->flags & CLI_CMD_VERSION) != 0;
     return build_request(cmd, spec, &raw);
 }

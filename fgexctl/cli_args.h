@@ -59,6 +59,15 @@ struct cli_cmd {
         Fgx__Ctl__Passwd passwd;
         Fgx__Ctl__AuthSet auth_set;
         Fgx__Ctl__FilterImport filter_import;
+        struct {
+            Fgx__Ctl__FwRuleAdd add;
+            Fgx__Ctl__FwRule rule;
+            Fgx__Ctl__FwRuleRef ref;
+            Fgx__Ctl__FwPolicy policy;
+            Fgx__Ctl__FwSet set;
+            Fgx__Ctl__FwSwitch sw;
+            Fgx__Ctl__FwImport imp;
+        } fw; /* cmd_fw.c */
     } m;
 };
 

@@ -42,6 +42,9 @@ struct cli_args_raw {
     const char *pos[2];
     int npos;
     const char *val[CLI_NOPTS]; /* NULL: option not given; "" for a flag given without value */
+    /* CLI_CMD_RAW commands: every word after the command's, unscanned (borrowed from argv) */
+    char **rest;
+    int nrest;
 };
 
 struct cli_cmd_def;
@@ -58,11 +61,14 @@ typedef json_t *(*cli_cmd_json_fn)(const Fgx__Ctl__Request *req, const Fgx__Ctl_
 enum cli_cmd_flags {
     CLI_CMD_CHANGE = 1u << 0,  /* changes services or filters: controld may compile for long */
     CLI_CMD_VERSION = 1u << 1, /* `fgexctl version`: a status request, printed as versions */
+    /* The builder scans its own arguments (raw->rest): options of the family's own, as the
+     * firewall's rule options, which a rule file shares (cmd_fw.c). */
+    CLI_CMD_RAW = 1u << 2,
 };
 
 struct cli_cmd_def {
     const char *group; /* its family's group word ("service"), or NULL at the top level */
-    const char *name;  /* NULL ends a table */
+    const char *name;  /* NULL ends a table; "rule add": two words after the group */
     Fgx__Ctl__Request__ReqCase req;
     int npos; /* number of positional arguments */
     const char *pos_names[2];
@@ -82,7 +88,7 @@ struct cli_cmd_family {
 };
 
 extern const struct cli_cmd_family cli_cmd_admin, cli_cmd_service, cli_cmd_filter, cli_cmd_worker,
-    cli_cmd_stats, cli_cmd_events;
+    cli_cmd_stats, cli_cmd_events, cli_cmd_fw;
 
 /* Every family, NULL-terminated (cmd.c). */
 extern const struct cli_cmd_family *const cli_cmd_families[];

@@ -1,0 +1,915 @@
+/* controld stage: the firewall's nftables table. Takes the plan ctl_fw.c compiled (per hook
+ * and family, the pieces of interval DAGs from libcommon/fwc.c) and writes it as one inet
+ * table, replaced whole in one netlink batch, so a packet meets the old list or the new one,
+ * never a mix.
+ *
+ * Layout:
+ *   input / output / forward (base chains, priority filter, the policy as chain policy):
+ *     the control port from --allow peers and lo; the options (invalid, loopback,
+ *     established, ICMP, DHCP); then per family and piece "meta nfproto F jump ROOT" (or the
+ *     root's verdict when the piece's first rule matches every packet)
+ *   one regular chain per DAG node: "<load the node's field> vmap @m<node>", the map an
+ *     interval verdict map whose elements goto the child node's chain or give the verdict.
+ *     A packet whose value is in no interval falls off the node chain, back to the base
+ *     chain (goto keeps the jump's return point): the piece did not match it.
+ *   reject : "meta l4proto tcp reject with tcp reset; reject" (ICMP port unreachable), the
+ *     target of every reject verdict. */
+#include "controld/ctl_fw_nft.h"
+
+/* glibc's first, so that the linux/ headers defer to its definitions */
+#include <netinet/in.h>
+
+#include <errno.h>
+#include <linux/netfilter.h>
+#include <linux/netfilter/nf_conntrack_common.h>
+#include <linux/netfilter/nf_tables.h>
+#include <linux/netfilter/nfnetlink.h>
+#include <linux/netlink.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include <libmnl/libmnl.h>
+#include <libnftnl/chain.h>
+#include <libnftnl/common.h>
+#include <libnftnl/expr.h>
+#include <libnftnl/rule.h>
+#include <libnftnl/set.h>
+#include <libnftnl/table.h>
+
+#include "fgx/log.h"
+
+#define FW_DEFAULT_TABLE "fgex_fw"
+#define FW_NAME_LEN 32
+#define FW_MSG_MAX 4096          /* a table, chain, set or rule message */
+#define FW_ELEMS_PER_MSG 512     /* set elements per NEWSETELEM message */
+#define FW_ELEM_BYTES 160        /* upper bound of one element in a message */
+#define FW_RX_TIMEOUT_MS 10000
+#define FW_RX_BUF 16384
+#define FW_RCVBUF (1 << 20)
+/* nft's datatype ids, so that `nft list` prints the keys as what they are */
+#define FW_TYPE_IPV4 7
+#define FW_TYPE_IPV6 8
+#define FW_TYPE_PROTO 12
+#define FW_TYPE_SERVICE 13
+#define FW_TYPE_IFNAME 41
+
+struct ctl_fw_nft {
+    struct mnl_socket *nl;
+    char *table;
+    uint32_t seq;
+    int sndbuf;
+    _Alignas(struct nlmsghdr) char rx[FW_RX_BUF];
+};
+
+/* One batch being built in a growing buffer. */
+struct fw_tx {
+    struct ctl_fw_nft *n;
+    char *buf;
+    size_t len, cap;
+    uint32_t seq0, nmsgs;
+    uint32_t set_id;
+    size_t maps, elems;
+    int err;
+};
+
+static const char *hook_chain[CTL_FW_NHOOKS] = {"input", "output", "forward"};
+static const int hook_num[CTL_FW_NHOOKS] = {NF_INET_LOCAL_IN, NF_INET_LOCAL_OUT, NF_INET_FORWARD};
+static const char hook_letter[CTL_FW_NHOOKS] = {'i', 'o', 'f'};
+
+static void tx_fail(struct fw_tx *tx, int err)
+{
+    if (tx->err == 0)
+        tx->err = err;
+}
+
+/* Room for need more bytes in the buffer. */
+static int tx_reserve(struct fw_tx *tx, size_t need)
+{
+    size_t ncap = tx->cap ? tx->cap : 65536;
+    char *nb;
+
+    if (tx->err)
+        return tx->err;
+    if (tx->len + need + 64 <= tx->cap)
+        return 0;
+    while (tx->len + need + 64 > ncap)
+        ncap *= 2;
+    nb = realloc(tx->buf, ncap);
+    if (!nb) {
+        tx_fail(tx, -ENOMEM);
+        return -ENOMEM;
+    }
+    tx->buf = nb;
+    tx->cap = ncap;
+    return 0;
+}
+
+/* The next message, of up to need bytes (libnftnl's builders do not check room): its header,
+ * or NULL after an error. */
+static struct nlmsghdr *tx_hdr(struct fw_tx *tx, uint16_t type, uint16_t flags, size_t need)
+{
+    if (tx_reserve(tx, need) < 0)
+        return NULL;
+    tx->nmsgs++;
+    return nftnl_nlmsg_build_hdr(tx->buf + tx->len, type, NFPROTO_INET, flags,
+                                 tx->seq0 + tx->nmsgs);
+}
+
+static void tx_next(struct fw_tx *tx, struct nlmsghdr *nlh)
+{
+    tx->len += NLMSG_ALIGN(nlh->nlmsg_len);
+}
+
+static void tx_table(struct fw_tx *tx, uint16_t type)
+{
+    struct nftnl_table *t = nftnl_table_alloc();
+    struct nlmsghdr *nlh;
+
+    if (!t || nftnl_table_set_str(t, NFTNL_TABLE_NAME, tx->n->table) != 0) {
+        tx_fail(tx, -ENOMEM);
+        goto out;
+    }
+    nftnl_table_set_u32(t, NFTNL_TABLE_FAMILY, NFPROTO_INET);
+    nlh = tx_hdr(tx, type, type == NFT_MSG_NEWTABLE ? NLM_F_CREATE : 0, FW_MSG_MAX);
+    if (!nlh)
+        goto out;
+    nftnl_table_nlmsg_build_payload(nlh, t);
+    tx_next(tx, nlh);
+out:
+    nftnl_table_free(t);
+}
+
+/* hook < 0: a regular chain. */
+static void tx_chain(struct fw_tx *tx, const char *name, int hook, bool drop)
+{
+    struct nftnl_chain *c = nftnl_chain_alloc();
+    struct nlmsghdr *nlh;
+
+    if (!c || nftnl_chain_set_str(c, NFTNL_CHAIN_TABLE, tx->n->table) != 0 ||
+        nftnl_chain_set_str(c, NFTNL_CHAIN_NAME, name) != 0 ||
+        (hook >= 0 && nftnl_chain_set_str(c, NFTNL_CHAIN_TYPE, "filter") != 0)) {
+        tx_fail(tx, -ENOMEM);
+        goto out;
+    }
+    nftnl_chain_set_u32(c, NFTNL_CHAIN_FAMILY, NFPROTO_INET);
+    if (hook >= 0) {
+        nftnl_chain_set_u32(c, NFTNL_CHAIN_HOOKNUM, (uint32_t)hook);
+        nftnl_chain_set_s32(c, NFTNL_CHAIN_PRIO, 0);
+        nftnl_chain_set_u32(c, NFTNL_CHAIN_POLICY, drop ? NF_DROP : NF_ACCEPT);
+    }
+    nlh = tx_hdr(tx, NFT_MSG_NEWCHAIN, NLM_F_CREATE, FW_MSG_MAX);
+    if (!nlh)
+        goto out;
+    nftnl_chain_nlmsg_build_payload(nlh, c);
+    tx_next(tx, nlh);
+out:
+    nftnl_chain_free(c);
+}
+
+/* ---- rules ---- */
+
+struct fw_rule {
+    struct fw_tx *tx;
+    struct nftnl_rule *r;
+};
+
+static void rule_start(struct fw_tx *tx, const char *chain, struct fw_rule *rl)
+{
+    rl->tx = tx;
+    rl->r = tx->err ? NULL : nftnl_rule_alloc();
+    if (!rl->r) {
+        tx_fail(tx, -ENOMEM);
+        return;
+    }
+    if (nftnl_rule_set_str(rl->r, NFTNL_RULE_TABLE, tx->n->table) != 0 ||
+        nftnl_rule_set_str(rl->r, NFTNL_RULE_CHAIN, chain) != 0)
+        tx_fail(tx, -ENOMEM);
+    nftnl_rule_set_u32(rl->r, NFTNL_RULE_FAMILY, NFPROTO_INET);
+}
+
+static void rule_end(struct fw_rule *rl)
+{
+    struct nlmsghdr *nlh;
+
+    if (rl->r && !rl->tx->err) {
+        nlh = tx_hdr(rl->tx, NFT_MSG_NEWRULE, NLM_F_CREATE | NLM_F_APPEND, FW_MSG_MAX);
+        if (nlh) {
+            nftnl_rule_nlmsg_build_payload(nlh, rl->r);
+            tx_next(rl->tx, nlh);
+        }
+    }
+    nftnl_rule_free(rl->r);
+    rl->r = NULL;
+}
+
+static struct nftnl_expr *rule_expr(struct fw_rule *rl, const char *name)
+{
+    struct nftnl_expr *e;
+
+    if (!rl->r || rl->tx->err)
+        return NULL;
+    e = nftnl_expr_alloc(name);
+    if (!e) {
+        tx_fail(rl->tx, -ENOMEM);
+        return NULL;
+    }
+    nftnl_rule_add_expr(rl->r, e);
+    return e;
+}
+
+static void e_meta(struct fw_rule *rl, uint32_t key)
+{
+    struct nftnl_expr *e = rule_expr(rl, "meta");
+
+    if (!e)
+        return;
+    nftnl_expr_set_u32(e, NFTNL_EXPR_META_KEY, key);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_META_DREG, NFT_REG_1);
+}
+
+static void e_payload(struct fw_rule *rl, uint32_t base, uint32_t offset, uint32_t len)
+{
+    struct nftnl_expr *e = rule_expr(rl, "payload");
+
+    if (!e)
+        return;
+    nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_BASE, base);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_OFFSET, offset);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_LEN, len);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_DREG, NFT_REG_1);
+}
+
+static void e_and(struct fw_rule *rl, const void *mask, uint32_t len)
+{
+    static const uint8_t zero[16];
+    struct nftnl_expr *e = rule_expr(rl, "bitwise");
+
+    if (!e)
+        return;
+    nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_SREG, NFT_REG_1);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_DREG, NFT_REG_1);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_LEN, len);
+    nftnl_expr_set(e, NFTNL_EXPR_BITWISE_MASK, mask, len);
+    nftnl_expr_set(e, NFTNL_EXPR_BITWISE_XOR, zero, len);
+}
+
+static void e_cmp(struct fw_rule *rl, uint32_t op, const void *data, uint32_t len)
+{
+    struct nftnl_expr *e = rule_expr(rl, "cmp");
+
+    if (!e)
+        return;
+    nftnl_expr_set_u32(e, NFTNL_EXPR_CMP_SREG, NFT_REG_1);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_CMP_OP, op);
+    nftnl_expr_set(e, NFTNL_EXPR_CMP_DATA, data, len);
+}
+
+static void e_cmp_u8(struct fw_rule *rl, uint8_t v)
+{
+    e_cmp(rl, NFT_CMP_EQ, &v, 1);
+}
+
+static void e_verdict(struct fw_rule *rl, int verdict, const char *chain)
+{
+    struct nftnl_expr *e = rule_expr(rl, "immediate");
+
+    if (!e)
+        return;
+    nftnl_expr_set_u32(e, NFTNL_EXPR_IMM_DREG, NFT_REG_VERDICT);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_IMM_VERDICT, (uint32_t)verdict);
+    if (chain && nftnl_expr_set_str(e, NFTNL_EXPR_IMM_CHAIN, chain) != 0)
+        tx_fail(rl->tx, -ENOMEM);
+}
+
+/* A verdict of the compiled list as an nftables verdict. */
+static void e_fw_verdict(struct fw_rule *rl, uint32_t v)
+{
+    if (v == CTL_FW_REJECT)
+        e_verdict(rl, NFT_GOTO, "reject");
+    else
+        e_verdict(rl, v == CTL_FW_DROP ? NF_DROP : NF_ACCEPT, NULL);
+}
+
+static void e_lookup(struct fw_rule *rl, const char *set, uint32_t set_id)
+{
+    struct nftnl_expr *e = rule_expr(rl, "lookup");
+
+    if (!e)
+        return;
+    nftnl_expr_set_u32(e, NFTNL_EXPR_LOOKUP_SREG, NFT_REG_1);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_LOOKUP_DREG, NFT_REG_VERDICT);
+    nftnl_expr_set_str(e, NFTNL_EXPR_LOOKUP_SET, set);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_LOOKUP_SET_ID, set_id);
+}
+
+static void e_reject(struct fw_rule *rl, uint32_t type, uint8_t code)
+{
+    struct nftnl_expr *e = rule_expr(rl, "reject");
+
+    if (!e)
+        return;
+    nftnl_expr_set_u32(e, NFTNL_EXPR_REJECT_TYPE, type);
+    nftnl_expr_set_u8(e, NFTNL_EXPR_REJECT_CODE, code);
+}
+
+static void m_l4proto(struct fw_rule *rl, uint8_t p)
+{
+    e_meta(rl, NFT_META_L4PROTO);
+    e_cmp_u8(rl, p);
+}
+
+static void m_nfproto(struct fw_rule *rl, uint8_t p)
+{
+    e_meta(rl, NFT_META_NFPROTO);
+    e_cmp_u8(rl, p);
+}
+
+static void m_ifname(struct fw_rule *rl, bool out, const char *name)
+{
+    char key[16] = {0};
+
+    (void)snprintf(key, sizeof(key), "%s", name);
+    e_meta(rl, out ? NFT_META_OIFNAME : NFT_META_IIFNAME);
+    e_cmp(rl, NFT_CMP_EQ, key, sizeof(key));
+}
+
+static void m_port_range(struct fw_rule *rl, bool dst, uint16_t lo, uint16_t hi)
+{
+    uint16_t l = htons(lo), h = htons(hi);
+    struct nftnl_expr *e;
+
+    e_payload(rl, NFT_PAYLOAD_TRANSPORT_HEADER, dst ? 2 : 0, 2);
+    if (lo == hi) {
+        e_cmp(rl, NFT_CMP_EQ, &l, 2);
+        return;
+    }
+    e = rule_expr(rl, "range");
+    if (!e)
+        return;
+    nftnl_expr_set_u32(e, NFTNL_EXPR_RANGE_SREG, NFT_REG_1);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_RANGE_OP, NFT_RANGE_EQ);
+    nftnl_expr_set(e, NFTNL_EXPR_RANGE_FROM_DATA, &l, 2);
+    nftnl_expr_set(e, NFTNL_EXPR_RANGE_TO_DATA, &h, 2);
+}
+
+static void m_cidr(struct fw_rule *rl, const struct fgx_cidr *c, bool dst)
+{
+    uint8_t mask[16] = {0}, addr[16];
+    uint32_t alen = c->family == 4 ? 4 : 16, off;
+
+    m_nfproto(rl, c->family == 4 ? NFPROTO_IPV4 : NFPROTO_IPV6);
+    if (c->prefix == 0)
+        return;
+    off = c->family == 4 ? (dst ? 16 : 12) : (dst ? 24 : 8);
+    e_payload(rl, NFT_PAYLOAD_NETWORK_HEADER, off, alen);
+    memset(mask, 0xff, c->prefix / 8u);
+    if (c->prefix % 8u)
+        mask[c->prefix / 8u] = (uint8_t)(0xff00u >> (c->prefix % 8u));
+    e_and(rl, mask, alen);
+    memcpy(addr, c->addr, alen);
+    e_cmp(rl, NFT_CMP_EQ, addr, alen);
+}
+
+static void m_ct_state(struct fw_rule *rl, uint32_t bits)
+{
+    struct nftnl_expr *e = rule_expr(rl, "ct");
+    uint32_t zero = 0;
+
+    if (!e)
+        return;
+    nftnl_expr_set_u32(e, NFTNL_EXPR_CT_KEY, NFT_CT_STATE);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_CT_DREG, NFT_REG_1);
+    e_and(rl, &bits, sizeof(bits));
+    e_cmp(rl, NFT_CMP_NEQ, &zero, sizeof(zero));
+}
+
+/* ---- the compiled DAGs ---- */
+
+static void node_name(char *buf, enum ctl_fw_hook h, int fam, size_t piece, uint32_t node)
+{
+    (void)snprintf(buf, FW_NAME_LEN, "%c%dp%zun%u", hook_letter[h], fam == 0 ? 4 : 6, piece,
+                   (unsigned)node);
+}
+
+/* The field a node looks up, into register 1. */
+static void e_field(struct fw_rule *rl, uint8_t dim, int fam)
+{
+    switch (dim) {
+    case FGX_FWC_IIF:
+        e_meta(rl, NFT_META_IIFNAME);
+        break;
+    case FGX_FWC_OIF:
+        e_meta(rl, NFT_META_OIFNAME);
+        break;
+    case FGX_FWC_PROTO:
+        e_meta(rl, NFT_META_L4PROTO);
+        break;
+    case FGX_FWC_DPORT:
+        e_payload(rl, NFT_PAYLOAD_TRANSPORT_HEADER, 2, 2);
+        break;
+    case FGX_FWC_SPORT:
+        e_payload(rl, NFT_PAYLOAD_TRANSPORT_HEADER, 0, 2);
+        break;
+    case FGX_FWC_DADDR:
+        e_payload(rl, NFT_PAYLOAD_NETWORK_HEADER, fam == 0 ? 16 : 24, fam == 0 ? 4 : 16);
+        break;
+    default: /* FGX_FWC_SADDR */
+        e_payload(rl, NFT_PAYLOAD_NETWORK_HEADER, fam == 0 ? 12 : 8, fam == 0 ? 4 : 16);
+        break;
+    }
+}
+
+static uint32_t field_type(uint8_t dim, int fam)
+{
+    switch (dim) {
+    case FGX_FWC_IIF:
+    case FGX_FWC_OIF:
+        return FW_TYPE_IFNAME;
+    case FGX_FWC_PROTO:
+        return FW_TYPE_PROTO;
+    case FGX_FWC_DPORT:
+    case FGX_FWC_SPORT:
+        return FW_TYPE_SERVICE;
+    default:
+        return fam == 0 ? FW_TYPE_IPV4 : FW_TYPE_IPV6;
+    }
+}
+
+static void elem_add(struct fw_tx *tx, struct nftnl_set *s, const uint8_t *key, uint8_t w,
+                     bool end, const struct fgx_fwc_target *to, const char *node_prefix)
+{
+    struct nftnl_set_elem *e = nftnl_set_elem_alloc();
+    char child[FW_NAME_LEN];
+
+    if (!e) {
+        tx_fail(tx, -ENOMEM);
+        return;
+    }
+    nftnl_set_elem_set(e, NFTNL_SET_ELEM_KEY, key, w);
+    if (end) {
+        nftnl_set_elem_set_u32(e, NFTNL_SET_ELEM_FLAGS, NFT_SET_ELEM_INTERVAL_END);
+    } else if (to->is_node) {
+        (void)snprintf(child, sizeof(child), "%sn%u", node_prefix, (unsigned)to->v);
+        nftnl_set_elem_set_u32(e, NFTNL_SET_ELEM_VERDICT, (uint32_t)NFT_GOTO);
+        nftnl_set_elem_set_str(e, NFTNL_SET_ELEM_CHAIN, child);
+    } else if (to->v == CTL_FW_REJECT) {
+        nftnl_set_elem_set_u32(e, NFTNL_SET_ELEM_VERDICT, (uint32_t)NFT_GOTO);
+        nftnl_set_elem_set_str(e, NFTNL_SET_ELEM_CHAIN, "reject");
+    } else {
+        nftnl_set_elem_set_u32(e, NFTNL_SET_ELEM_VERDICT,
+                               to->v == CTL_FW_DROP ? NF_DROP : NF_ACCEPT);
+    }
+    nftnl_set_elem_add(s, e);
+}
+
+static struct nftnl_set *set_new(struct fw_tx *tx, const char *name, uint32_t id)
+{
+    struct nftnl_set *s = nftnl_set_alloc();
+
+    if (!s || nftnl_set_set_str(s, NFTNL_SET_TABLE, tx->n->table) != 0 ||
+        nftnl_set_set_str(s, NFTNL_SET_NAME, name) != 0) {
+        nftnl_set_free(s);
+        tx_fail(tx, -ENOMEM);
+        return NULL;
+    }
+    nftnl_set_set_u32(s, NFTNL_SET_FAMILY, NFPROTO_INET);
+    nftnl_set_set_u32(s, NFTNL_SET_ID, id);
+    return s;
+}
+
+/* Send the elements gathered in s (NEWSETELEM) and empty it. */
+static void set_flush(struct fw_tx *tx, struct nftnl_set **s, const char *name, uint32_t id,
+                      size_t count)
+{
+    struct nlmsghdr *nlh;
+
+    if (count == 0 || !*s)
+        return;
+    nlh = tx_hdr(tx, NFT_MSG_NEWSETELEM, NLM_F_CREATE, FW_MSG_MAX + count * FW_ELEM_BYTES);
+    if (nlh) {
+        nftnl_set_elems_nlmsg_build_payload(nlh, *s);
+        tx_next(tx, nlh);
+    }
+    nftnl_set_free(*s);
+    *s = set_new(tx, name, id);
+}
+
+static void build_node(struct fw_tx *tx, enum ctl_fw_hook h, int fam, size_t piece,
+                       const struct fgx_fwc_prog *p, uint32_t idx)
+{
+    const struct fgx_fwc_node *nd = &p->nodes[idx];
+    uint8_t width[FGX_FWC_NDIMS], w;
+    char chain[FW_NAME_LEN], set[FW_NAME_LEN + 1], prefix[FW_NAME_LEN];
+    struct nftnl_set *s = NULL;
+    struct nlmsghdr *nlh;
+    struct fw_rule rl;
+    uint32_t id = ++tx->set_id;
+    size_t count = 0;
+
+    fgx_fwc_widths(fam == 0 ? 4 : 6, width);
+    w = width[nd->dim];
+    node_name(chain, h, fam, piece, idx);
+    (void)snprintf(set, sizeof(set), "m%s", chain);
+    (void)snprintf(prefix, sizeof(prefix), "%c%dp%zu", hook_letter[h], fam == 0 ? 4 : 6, piece);
+
+    s = set_new(tx, set, id);
+    if (!s)
+        return;
+    nftnl_set_set_u32(s, NFTNL_SET_FLAGS, NFT_SET_MAP | NFT_SET_INTERVAL);
+    nftnl_set_set_u32(s, NFTNL_SET_KEY_TYPE, field_type(nd->dim, fam));
+    nftnl_set_set_u32(s, NFTNL_SET_KEY_LEN, w);
+    nftnl_set_set_u32(s, NFTNL_SET_DATA_TYPE, NFT_DATA_VERDICT);
+    nftnl_set_set_u32(s, NFTNL_SET_DATA_LEN, 0);
+    nlh = tx_hdr(tx, NFT_MSG_NEWSET, NLM_F_CREATE, FW_MSG_MAX);
+    if (nlh) {
+        nftnl_set_nlmsg_build_payload(nlh, s);
+        tx_next(tx, nlh);
+    }
+    nftnl_set_free(s);
+    tx->maps++;
+    s = set_new(tx, set, id);
+
+    /* the elements as nft writes them: a start per interval and an end (the value after
+     * it, even where the next interval starts) unless it reaches the top of the field; an
+     * end at 0 first when the first interval does not start at 0 */
+    for (size_t i = 0; i < nd->n && s; i++) {
+        const struct fgx_fwc_elem *el = &p->elems[nd->first + i];
+        uint8_t after[FGX_FWC_KEY_MAX];
+        bool top = true;
+        int k;
+
+        if (i == 0) {
+            static const uint8_t zero[FGX_FWC_KEY_MAX];
+
+            if (memcmp(el->lo, zero, w) != 0) {
+                elem_add(tx, s, zero, w, true, NULL, prefix);
+                count++;
+            }
+        }
+        elem_add(tx, s, el->lo, w, false, &el->to, prefix);
+        count++;
+        memcpy(after, el->hi, FGX_FWC_KEY_MAX);
+        for (k = w - 1; k >= 0; k--) {
+            if (after[k] != 0xff)
+                top = false;
+        }
+        if (!top) {
+            for (k = w - 1; k >= 0; k--)
+                if (++after[k] != 0)
+                    break;
+            elem_add(tx, s, after, w, true, NULL, prefix);
+            count++;
+        }
+        if (count >= FW_ELEMS_PER_MSG) {
+            tx->elems += count;
+            set_flush(tx, &s, set, id, count);
+            count = 0;
+        }
+    }
+    tx->elems += count;
+    set_flush(tx, &s, set, id, count);
+    nftnl_set_free(s);
+
+    rule_start(tx, chain, &rl);
+    e_field(&rl, nd->dim, fam);
+    e_lookup(&rl, set, id);
+    rule_end(&rl);
+}
+
+/* Every node's chain first (the maps' elements name them), then each node's map and rule. */
+static void build_pieces(struct fw_tx *tx, enum ctl_fw_hook h, int fam,
+                         const struct fgx_fwc_piece *ps, size_t nps)
+{
+    char chain[FW_NAME_LEN];
+
+    for (size_t k = 0; k < nps; k++) {
+        for (size_t i = 0; i < ps[k].prog.nnodes; i++) {
+            node_name(chain, h, fam, k, (uint32_t)i);
+            tx_chain(tx, chain, -1, false);
+        }
+    }
+    for (size_t k = 0; k < nps; k++)
+        for (size_t i = 0; i < ps[k].prog.nnodes; i++)
+            build_node(tx, h, fam, k, &ps[k].prog, (uint32_t)i);
+}
+
+static void build_guard(struct fw_tx *tx, const struct ctl_fw_plan *p, enum ctl_fw_hook h)
+{
+    uint16_t port = htons(p->ctl_port);
+    bool out = h == CTL_FW_OUT;
+    struct fw_rule rl;
+
+    if (p->ctl_port == 0 || h == CTL_FW_FWD)
+        return;
+    /* the local CLI over TCP, or a tunnel to it */
+    rule_start(tx, hook_chain[h], &rl);
+    m_ifname(&rl, out, "lo");
+    m_l4proto(&rl, IPPROTO_TCP);
+    e_payload(&rl, NFT_PAYLOAD_TRANSPORT_HEADER, out ? 0 : 2, 2);
+    e_cmp(&rl, NFT_CMP_EQ, &port, 2);
+    e_verdict(&rl, NF_ACCEPT, NULL);
+    rule_end(&rl);
+    for (size_t i = 0; i < (p->nallow ? p->nallow : 1); i++) {
+        rule_start(tx, hook_chain[h], &rl);
+        if (p->nallow)
+            m_cidr(&rl, &p->allow[i], out);
+        m_l4proto(&rl, IPPROTO_TCP);
+        e_payload(&rl, NFT_PAYLOAD_TRANSPORT_HEADER, out ? 0 : 2, 2);
+        e_cmp(&rl, NFT_CMP_EQ, &port, 2);
+        e_verdict(&rl, NF_ACCEPT, NULL);
+        rule_end(&rl);
+    }
+}
+
+static void build_options(struct fw_tx *tx, const struct ctl_fw_plan *p, enum ctl_fw_hook h)
+{
+    const char *c = hook_chain[h];
+    struct fw_rule rl;
+
+    if (p->drop_invalid) {
+        rule_start(tx, c, &rl);
+        m_ct_state(&rl, NF_CT_STATE_INVALID_BIT);
+        e_verdict(&rl, NF_DROP, NULL);
+        rule_end(&rl);
+    }
+    if (p->allow_loopback && h != CTL_FW_FWD) {
+        rule_start(tx, c, &rl);
+        m_ifname(&rl, h == CTL_FW_OUT, "lo");
+        e_verdict(&rl, NF_ACCEPT, NULL);
+        rule_end(&rl);
+    }
+    if (p->allow_established) {
+        rule_start(tx, c, &rl);
+        m_ct_state(&rl, NF_CT_STATE_BIT(IP_CT_ESTABLISHED) | NF_CT_STATE_BIT(IP_CT_RELATED));
+        e_verdict(&rl, NF_ACCEPT, NULL);
+        rule_end(&rl);
+    }
+    if (p->allow_icmp) {
+        rule_start(tx, c, &rl);
+        m_l4proto(&rl, IPPROTO_ICMP);
+        e_verdict(&rl, NF_ACCEPT, NULL);
+        rule_end(&rl);
+        rule_start(tx, c, &rl);
+        m_l4proto(&rl, IPPROTO_ICMPV6);
+        e_verdict(&rl, NF_ACCEPT, NULL);
+        rule_end(&rl);
+    }
+    if (p->allow_dhcp) {
+        /* DHCP (67-68) and DHCPv6 (546-547), as client or server of the box */
+        rule_start(tx, c, &rl);
+        m_l4proto(&rl, IPPROTO_UDP);
+        m_port_range(&rl, true, 67, 68);
+        e_verdict(&rl, NF_ACCEPT, NULL);
+        rule_end(&rl);
+        rule_start(tx, c, &rl);
+        m_l4proto(&rl, IPPROTO_UDP);
+        m_port_range(&rl, true, 546, 547);
+        e_verdict(&rl, NF_ACCEPT, NULL);
+        rule_end(&rl);
+    }
+}
+
+static void build_reject(struct fw_tx *tx)
+{
+    struct fw_rule rl;
+
+    tx_chain(tx, "reject", -1, false);
+    rule_start(tx, "reject", &rl);
+    m_l4proto(&rl, IPPROTO_TCP);
+    e_reject(&rl, NFT_REJECT_TCP_RST, 0);
+    rule_end(&rl);
+    rule_start(tx, "reject", &rl);
+    e_reject(&rl, NFT_REJECT_ICMPX_UNREACH, NFT_REJECT_ICMPX_PORT_UNREACH);
+    rule_end(&rl);
+}
+
+static void build_table(struct fw_tx *tx, const struct ctl_fw_plan *p)
+{
+    struct fw_rule rl;
+    char root[FW_NAME_LEN];
+
+    /* Adding first makes the delete valid whether or not the table existed. */
+    tx_table(tx, NFT_MSG_NEWTABLE);
+    tx_table(tx, NFT_MSG_DELTABLE);
+    if (!p->present)
+        return;
+    tx_table(tx, NFT_MSG_NEWTABLE);
+    build_reject(tx);
+    for (int h = 0; h < CTL_FW_NHOOKS; h++)
+        for (int fam = 0; fam < 2; fam++)
+            build_pieces(tx, h, fam, p->hook[h].pieces[fam], p->hook[h].npieces[fam]);
+    for (int h = 0; h < CTL_FW_NHOOKS; h++) {
+        const struct ctl_fw_plan_hook *ph = &p->hook[h];
+
+        tx_chain(tx, hook_chain[h], hook_num[h], ph->policy_drop);
+        build_guard(tx, p, h);
+        build_options(tx, p, h);
+        /* The pieces in list order; within a piece, IPv4 and IPv6 hold the same rules. */
+        for (int fam = 0; fam < 2; fam++) {
+            for (size_t k = 0; k < ph->npieces[fam]; k++) {
+                const struct fgx_fwc_prog *pg = &ph->pieces[fam][k].prog;
+
+                if (!pg->has_root)
+                    continue;
+                rule_start(tx, hook_chain[h], &rl);
+                m_nfproto(&rl, fam == 0 ? NFPROTO_IPV4 : NFPROTO_IPV6);
+                if (pg->root.is_node) {
+                    node_name(root, h, fam, k, pg->root.v);
+                    e_verdict(&rl, NFT_JUMP, root);
+                } else {
+                    e_fw_verdict(&rl, pg->root.v);
+                }
+                rule_end(&rl);
+            }
+        }
+    }
+}
+
+/* ---- sending ---- */
+
+static const char *extack_msg(const struct nlmsghdr *nlh)
+{
+    const struct nlmsgerr *e = mnl_nlmsg_get_payload(nlh);
+    const struct nlattr *attr;
+    size_t off = sizeof(*e);
+
+    if (!(nlh->nlmsg_flags & NLM_F_ACK_TLVS))
+        return NULL;
+    if (!(nlh->nlmsg_flags & NLM_F_CAPPED))
+        off += e->msg.nlmsg_len - sizeof(struct nlmsghdr);
+    mnl_attr_for_each(attr, nlh, off)
+    {
+        if (mnl_attr_get_type(attr) == NLMSGERR_ATTR_MSG &&
+            mnl_attr_validate(attr, MNL_TYPE_NUL_STRING) == 0)
+            return mnl_attr_get_str(attr);
+    }
+    return NULL;
+}
+
+/* The kernel's answers: done on the ack of the last message or an error for the batch. The
+ * first error is kept and logged. */
+static void tx_replies(struct fw_tx *tx, const void *buf, size_t len, bool *done, int *kerr)
+{
+    const struct nlmsghdr *nlh = buf;
+    int left = (int)len;
+
+    for (; mnl_nlmsg_ok(nlh, left); nlh = mnl_nlmsg_next(nlh, &left)) {
+        const struct nlmsgerr *e;
+        const char *msg;
+        uint32_t rel = nlh->nlmsg_seq - tx->seq0;
+
+        if (nlh->nlmsg_type != NLMSG_ERROR || rel > tx->nmsgs ||
+            mnl_nlmsg_get_payload_len(nlh) < sizeof(*e))
+            continue;
+        e = mnl_nlmsg_get_payload(nlh);
+        if (rel == tx->nmsgs || (rel == 0 && e->error != 0))
+            *done = true;
+        if (e->error == 0 || *kerr != 0)
+            continue;
+        *kerr = e->error;
+        msg = extack_msg(nlh);
+        fgx_err("nft: the kernel refused the firewall table (message %u of %u): %s%s%s",
+                (unsigned)rel, (unsigned)tx->nmsgs, strerror(-e->error), msg ? ": " : "",
+                msg ? msg : "");
+    }
+}
+
+static int tx_send(struct ctl_fw_nft *n, struct fw_tx *tx)
+{
+    int fd = mnl_socket_get_fd(n->nl), kerr = 0, rc;
+    struct nlmsghdr *last = NULL;
+    bool done = false;
+    size_t off = 0;
+    ssize_t len;
+
+    /* only the last message asks for an ack: errors come regardless */
+    while (off < tx->len) {
+        struct nlmsghdr *h = (struct nlmsghdr *)(tx->buf + off);
+
+        if (off > 0)
+            last = h;
+        off += NLMSG_ALIGN(h->nlmsg_len);
+    }
+    if (last)
+        last->nlmsg_flags |= NLM_F_ACK;
+    if (tx_reserve(tx, 64) < 0)
+        return tx->err;
+    tx->len += NLMSG_ALIGN(nftnl_batch_end(tx->buf + tx->len, tx->seq0 + tx->nmsgs + 1)->nlmsg_len);
+    if (tx->len + 4096 > (size_t)n->sndbuf) {
+        int want = (int)tx->len + 4096;
+
+        if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &want, sizeof(want)) == -1 &&
+            setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &want, sizeof(want)) == -1) {
+            rc = -errno;
+            fgx_err("nft: netlink send buffer of %d bytes: %s", want, strerror(errno));
+            return rc;
+        }
+        n->sndbuf = want;
+    }
+    if (mnl_socket_sendto(n->nl, tx->buf, tx->len) == -1) {
+        rc = -errno;
+        fgx_err("nft: sending the firewall table (%zu bytes): %s", tx->len, strerror(errno));
+        return rc;
+    }
+    while (!done) {
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+
+        rc = poll(&pfd, 1, FW_RX_TIMEOUT_MS);
+        if (rc == -1 && errno == EINTR)
+            continue;
+        if (rc <= 0) {
+            rc = rc == 0 ? -ETIMEDOUT : -errno;
+            fgx_err("nft: no answer from the kernel for the firewall table: %s", strerror(-rc));
+            return rc;
+        }
+        len = recv(fd, n->rx, sizeof(n->rx), 0);
+        if (len == -1) {
+            if (errno == EINTR)
+                continue;
+            rc = -errno;
+            fgx_err("nft: reading the kernel's answer: %s", strerror(errno));
+            return rc;
+        }
+        tx_replies(tx, n->rx, (size_t)len, &done, &kerr);
+    }
+    while ((len = recv(fd, n->rx, sizeof(n->rx), MSG_DONTWAIT)) > 0)
+        tx_replies(tx, n->rx, (size_t)len, &done, &kerr);
+    return kerr;
+}
+
+int ctl_fw_nft_apply(struct ctl_fw_nft *n, const struct ctl_fw_plan *p, size_t *maps,
+                     size_t *elems)
+{
+    struct fw_tx tx = {.n = n};
+    int rc;
+
+    tx.seq0 = n->seq;
+    if (tx_reserve(&tx, 64) < 0) {
+        rc = tx.err;
+        goto out;
+    }
+    tx.len = NLMSG_ALIGN(nftnl_batch_begin(tx.buf, tx.seq0)->nlmsg_len);
+    build_table(&tx, p);
+    if (tx.err) {
+        rc = tx.err;
+        fgx_err("nft: building the firewall table: %s", strerror(-rc));
+        goto out;
+    }
+    rc = tx_send(n, &tx);
+    n->seq += tx.nmsgs + 2;
+    if (rc == 0) {
+        if (maps)
+            *maps = tx.maps;
+        if (elems)
+            *elems = tx.elems;
+    }
+out:
+    free(tx.buf);
+    return rc;
+}
+
+int ctl_fw_nft_open(const char *table, struct ctl_fw_nft **out)
+{
+    struct ctl_fw_nft *n = calloc(1, sizeof(*n));
+    int one = 1, rcvbuf = FW_RCVBUF, rc;
+    socklen_t sl = sizeof(int);
+
+    if (!n || !(n->table = strdup(table ? table : FW_DEFAULT_TABLE))) {
+        rc = -ENOMEM;
+        goto err;
+    }
+    n->seq = (uint32_t)time(NULL) ^ 0x5a5a0000u;
+    n->nl = mnl_socket_open(NETLINK_NETFILTER);
+    if (!n->nl || mnl_socket_bind(n->nl, 0, MNL_SOCKET_AUTOPID) == -1) {
+        rc = -errno;
+        fgx_err("nft: netlink socket for the firewall: %s", strerror(errno));
+        goto err;
+    }
+    (void)mnl_socket_setsockopt(n->nl, NETLINK_EXT_ACK, &one, sizeof(one));
+    (void)mnl_socket_setsockopt(n->nl, NETLINK_CAP_ACK, &one, sizeof(one));
+    if (setsockopt(mnl_socket_get_fd(n->nl), SOL_SOCKET, SO_RCVBUFFORCE, &rcvbuf,
+                   sizeof(rcvbuf)) == -1)
+        (void)setsockopt(mnl_socket_get_fd(n->nl), SOL_SOCKET, SO_RCVBUF, &rcvbuf,
+                         sizeof(rcvbuf));
+    if (getsockopt(mnl_socket_get_fd(n->nl), SOL_SOCKET, SO_SNDBUF, &n->sndbuf, &sl) == -1)
+        n->sndbuf = 0;
+    *out = n;
+    return 0;
+err:
+    ctl_fw_nft_close(n);
+    return rc;
+}
+
+void ctl_fw_nft_close(struct ctl_fw_nft *n)
+{
+    if (!n)
+        return;
+    if (n->nl)
+        mnl_socket_close(n->nl);
+    free(n->table);
+    free(n);
+}
