@@ -638,7 +638,8 @@ int ctl_fw_apply(struct ctl_fw *fw, const struct ctl_fw_conf *c, char *err, size
 {
     struct ctl_fw_plan plan = {0};
     struct fgx_fwc_piece *pieces[CTL_FW_NHOOKS][2] = {{NULL}};
-    size_t npieces[CTL_FW_NHOOKS][2] = {{0}}, maps = 0, elems = 0, active = 0;
+    size_t npieces[CTL_FW_NHOOKS][2] = {{0}}, active = 0;
+    struct ctl_fw_nft_stats ns = {0};
     uint32_t lookups = 0, npc = 0;
     uint64_t t0 = mono_us(), t1;
     int rc = 0;
@@ -650,7 +651,18 @@ int ctl_fw_apply(struct ctl_fw *fw, const struct ctl_fw_conf *c, char *err, size
     for (int h = 0; plan.present && h < CTL_FW_NHOOKS; h++) {
         uint32_t hl = 0;
 
-        for (int f = 0; f < 2; f++) {
+        /* Without an address in any of its rules, both families run one DAG. */
+        plan.hook[h].shared = true;
+        for (size_t i = 0; i < c->n; i++) {
+            const struct ctl_fw_rule *r = &c->rules[i];
+            struct fgx_cidr x;
+
+            if (r->active && r->dir == h &&
+                ((r->src[0] && fgx_cidr_parse(r->src, &x) == 0) ||
+                 (r->dst[0] && fgx_cidr_parse(r->dst, &x) == 0)))
+                plan.hook[h].shared = false;
+        }
+        for (int f = 0; f < (plan.hook[h].shared ? 1 : 2); f++) {
             struct fgx_fwc_rule *rs = NULL;
             size_t n = 0;
             uint8_t width[FGX_FWC_NDIMS];
@@ -687,7 +699,7 @@ int ctl_fw_apply(struct ctl_fw *fw, const struct ctl_fw_conf *c, char *err, size
     plan.allow = fw->guard.allow;
     plan.nallow = fw->guard.nallow;
     t1 = mono_us();
-    rc = ctl_fw_nft_apply(fw->nft, &plan, &maps, &elems);
+    rc = ctl_fw_nft_apply(fw->nft, &plan, &ns);
     if (rc < 0) {
         errf(err, len, "the kernel refused the firewall table: %s", strerror(-rc));
         goto out;
@@ -695,13 +707,14 @@ int ctl_fw_apply(struct ctl_fw *fw, const struct ctl_fw_conf *c, char *err, size
     fw->state.mode = !c->enabled ? "off" : plan.present ? "compiled" : "empty";
     fw->state.lookups = lookups;
     fw->state.pieces = npc;
-    fw->state.maps = (uint32_t)maps;
-    fw->state.elements = (uint32_t)elems;
+    fw->state.maps = (uint32_t)ns.maps;
+    fw->state.elements = (uint32_t)ns.elements;
+    fw->state.changed = (uint32_t)(ns.added + ns.removed);
     fw->state.compile_us = t1 - t0;
     fw->state.apply_us = mono_us() - t1;
-    fgx_debug("fw: %zu rules -> %u maps, %u elements, %u pieces, at most %u lookups "
+    fgx_debug("fw: %zu rules -> %u maps, %u elements (%u sent), %u pieces, at most %u lookups "
               "(compile %llu us, kernel %llu us)",
-              c->n, fw->state.maps, fw->state.elements, npc, lookups,
+              c->n, fw->state.maps, fw->state.elements, fw->state.changed, npc, lookups,
               (unsigned long long)fw->state.compile_us, (unsigned long long)fw->state.apply_us);
 out:
     for (int h = 0; h < CTL_FW_NHOOKS; h++)
@@ -765,7 +778,7 @@ void ctl_fw_free(struct ctl_fw *fw)
 
     if (!fw)
         return;
-    if (ctl_fw_nft_apply(fw->nft, &none, NULL, NULL) < 0)
+    if (ctl_fw_nft_apply(fw->nft, &none, NULL) < 0)
         fgx_warn("fw: the firewall table could not be removed");
     ctl_fw_nft_close(fw->nft);
     free(fw);

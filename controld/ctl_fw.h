@@ -54,6 +54,7 @@ struct ctl_fw_conf {
 struct ctl_fw_state {
     const char *mode; /* "off", "empty", "compiled" */
     uint32_t lookups, pieces, maps, elements;
+    uint32_t changed; /* elements the last change sent (added or removed) */
     uint64_t compile_us, apply_us;
 };
 

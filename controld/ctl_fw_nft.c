@@ -57,11 +57,14 @@
 #define FW_TYPE_SERVICE 13
 #define FW_TYPE_IFNAME 41
 
+struct fw_view;
+
 struct ctl_fw_nft {
     struct mnl_socket *nl;
     char *table;
     uint32_t seq;
     int sndbuf;
+    struct fw_view *cur; /* what the kernel holds; NULL: unknown, rebuild it whole */
     _Alignas(struct nlmsghdr) char rx[FW_RX_BUF];
 };
 
@@ -72,7 +75,7 @@ struct fw_tx {
     size_t len, cap;
     uint32_t seq0, nmsgs;
     uint32_t set_id;
-    size_t maps, elems;
+    size_t elems_added, elems_removed;
     int err;
 };
 
@@ -387,13 +390,257 @@ static void m_ct_state(struct fw_rule *rl, uint32_t bits)
     e_cmp(rl, NFT_CMP_NEQ, &zero, sizeof(zero));
 }
 
-/* ---- the compiled DAGs ---- */
+/* ---- the compiled DAGs as maps ---- */
 
-static void node_name(char *buf, enum ctl_fw_hook h, int fam, size_t piece, uint32_t node)
+/* One element of a map as the kernel holds it: an interval's start (with its verdict) or the
+ * value after its end. */
+struct fw_elem {
+    uint8_t key[FGX_FWC_KEY_MAX];
+    uint8_t end;  /* NFT_SET_ELEM_INTERVAL_END */
+    uint8_t kind; /* FW_EK_* */
+    char chain[FW_NAME_LEN];
+};
+
+enum { FW_EK_ACCEPT, FW_EK_DROP, FW_EK_GOTO };
+
+/* A DAG node: its chain "<name>" holds "<field> vmap @m<name>". */
+struct fw_map {
+    char name[FW_NAME_LEN];
+    uint8_t dim, klen, fam; /* fam 0: IPv4 offsets, 1: IPv6 (for address fields) */
+    struct fw_elem *elems;  /* by (key, end) */
+    size_t n;
+};
+
+struct fw_view {
+    struct fw_map *maps; /* by name */
+    size_t n, cap;
+    /* per hook and family slot (0 IPv4, 1 IPv6, 2 both): each piece's root, "" for none,
+     * or its verdict (FW_ROOT_*) */
+    struct fw_root {
+        char chain[FW_NAME_LEN];
+        int verdict; /* -1: jump chain; else CTL_FW_* */
+    } *roots[CTL_FW_NHOOKS][3];
+    size_t nroots[CTL_FW_NHOOKS][3];
+};
+
+static void view_release(struct fw_view *v)
 {
-    (void)snprintf(buf, FW_NAME_LEN, "%c%dp%zun%u", hook_letter[h], fam == 0 ? 4 : 6, piece,
-                   (unsigned)node);
+    for (size_t i = 0; i < v->n; i++)
+        free(v->maps[i].elems);
+    free(v->maps);
+    for (int h = 0; h < CTL_FW_NHOOKS; h++)
+        for (int f = 0; f < 3; f++)
+            free(v->roots[h][f]);
+    memset(v, 0, sizeof(*v));
 }
+
+static int cmp_map(const void *a, const void *b)
+{
+    return strcmp(((const struct fw_map *)a)->name, ((const struct fw_map *)b)->name);
+}
+
+static int cmp_elem(const struct fw_elem *a, const struct fw_elem *b, uint8_t klen)
+{
+    int r = memcmp(a->key, b->key, klen);
+
+    return r ? r : (int)a->end - (int)b->end;
+}
+
+static const struct fw_map *view_find(const struct fw_view *v, const char *name)
+{
+    size_t lo = 0, hi = v->n;
+
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int r = strcmp(v->maps[mid].name, name);
+
+        if (r == 0)
+            return &v->maps[mid];
+        if (r < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return NULL;
+}
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n)
+{
+    const uint8_t *b = p;
+
+    for (size_t i = 0; i < n; i++) {
+        h ^= b[i];
+        h *= 1099511628211ull;
+    }
+    return h;
+}
+
+/* Naming a program's nodes. A node is named by the path that first reaches it from its
+ * piece's root (the field and the start of the interval taken at each level) and its own
+ * field, so the same node of the next compile has the same name even when rules elsewhere
+ * came or went: its map is then updated element by element, not rebuilt (adding one rule to
+ * 10,000 costs a few elements, not 20,000). */
+struct fw_namer {
+    const struct fgx_fwc_prog *p;
+    char (*names)[FW_NAME_LEN]; /* per node, "" until named */
+    char prefix[8];
+};
+
+static void name_nodes(struct fw_namer *nm, uint32_t idx, uint64_t path)
+{
+    const struct fgx_fwc_node *nd = &nm->p->nodes[idx];
+    uint64_t h = fnv(path, &nd->dim, 1);
+
+    (void)snprintf(nm->names[idx], FW_NAME_LEN, "%s%016llx", nm->prefix, (unsigned long long)h);
+    for (size_t i = 0; i < nd->n; i++) {
+        const struct fgx_fwc_elem *el = &nm->p->elems[nd->first + i];
+
+        if (el->to.is_node && nm->names[el->to.v][0] == '\0')
+            name_nodes(nm, el->to.v, fnv(h, el->lo, FGX_FWC_KEY_MAX));
+    }
+}
+
+static int map_push_elem(struct fw_map *m, size_t *cap, const uint8_t *key, bool end, uint8_t kind,
+                         const char *chain)
+{
+    struct fw_elem *e;
+
+    if (m->n == *cap) {
+        size_t ncap = *cap ? *cap * 2 : 8;
+        struct fw_elem *ne = realloc(m->elems, ncap * sizeof(*ne));
+
+        if (!ne)
+            return -ENOMEM;
+        m->elems = ne;
+        *cap = ncap;
+    }
+    e = &m->elems[m->n++];
+    memset(e, 0, sizeof(*e));
+    memcpy(e->key, key, m->klen);
+    e->end = end;
+    e->kind = kind;
+    if (chain)
+        (void)snprintf(e->chain, sizeof(e->chain), "%s", chain);
+    return 0;
+}
+
+/* The elements as nft writes them: a start per interval and an end (the value after it, even
+ * where the next interval starts) unless it reaches the top of the field; an end at 0 first
+ * when the first interval does not start at 0. Already in (key, end) order. */
+static int map_fill(struct fw_map *m, const struct fgx_fwc_prog *p, const struct fgx_fwc_node *nd,
+                    char (*names)[FW_NAME_LEN])
+{
+    static const uint8_t zero[FGX_FWC_KEY_MAX];
+    size_t cap = 0;
+    int rc = 0;
+
+    for (size_t i = 0; i < nd->n && rc == 0; i++) {
+        const struct fgx_fwc_elem *el = &p->elems[nd->first + i];
+        uint8_t after[FGX_FWC_KEY_MAX];
+        bool top = true;
+        uint8_t kind = el->to.is_node || el->to.v == CTL_FW_REJECT ? FW_EK_GOTO
+                       : el->to.v == CTL_FW_DROP                   ? FW_EK_DROP
+                                                                   : FW_EK_ACCEPT;
+        const char *chain = el->to.is_node ? names[el->to.v] : kind == FW_EK_GOTO ? "reject" : NULL;
+
+        if (i == 0 && memcmp(el->lo, zero, m->klen) != 0)
+            rc = map_push_elem(m, &cap, zero, true, 0, NULL);
+        if (rc == 0)
+            rc = map_push_elem(m, &cap, el->lo, false, kind, chain);
+        memcpy(after, el->hi, FGX_FWC_KEY_MAX);
+        for (int k = 0; k < m->klen; k++)
+            if (after[k] != 0xff)
+                top = false;
+        if (!top && rc == 0) {
+            for (int k = m->klen - 1; k >= 0; k--)
+                if (++after[k] != 0)
+                    break;
+            rc = map_push_elem(m, &cap, after, true, 0, NULL);
+        }
+    }
+    return rc;
+}
+
+/* The view the plan asks for: every node of every piece as a named map, and the roots. */
+static int view_build(const struct ctl_fw_plan *p, struct fw_view *v)
+{
+    static const char famc[3] = {'4', '6', 'x'};
+    int rc = 0;
+
+    memset(v, 0, sizeof(*v));
+    if (!p->present)
+        return 0;
+    for (int h = 0; h < CTL_FW_NHOOKS; h++) {
+        const struct ctl_fw_plan_hook *ph = &p->hook[h];
+
+        for (int fs = 0; fs < 3; fs++) {
+            const struct fgx_fwc_piece *ps = fs == 2 ? ph->pieces[0] : ph->pieces[fs];
+            size_t nps = fs == 2 ? ph->npieces[0] : ph->npieces[fs];
+            uint8_t width[FGX_FWC_NDIMS];
+
+            if ((fs == 2) != ph->shared)
+                continue;
+            fgx_fwc_widths(fs == 1 ? 6 : 4, width);
+            v->roots[h][fs] = calloc(nps ? nps : 1, sizeof(*v->roots[h][fs]));
+            if (!v->roots[h][fs])
+                return -ENOMEM;
+            v->nroots[h][fs] = nps;
+            for (size_t k = 0; k < nps; k++) {
+                const struct fgx_fwc_prog *pg = &ps[k].prog;
+                struct fw_namer nm = {.p = pg};
+                struct fw_root *rt = &v->roots[h][fs][k];
+
+                rt->verdict = pg->has_root && !pg->root.is_node ? (int)pg->root.v : -1;
+                if (!pg->has_root || !pg->root.is_node)
+                    continue;
+                nm.names = calloc(pg->nnodes, sizeof(*nm.names));
+                if (!nm.names)
+                    return -ENOMEM;
+                (void)snprintf(nm.prefix, sizeof(nm.prefix), "%c%c", hook_letter[h], famc[fs]);
+                name_nodes(&nm, pg->root.v, fnv(1469598103934665603ull, &k, sizeof(k)));
+                (void)snprintf(rt->chain, sizeof(rt->chain), "%s", nm.names[pg->root.v]);
+                for (size_t i = 0; i < pg->nnodes && rc == 0; i++) {
+                    struct fw_map *m;
+
+                    if (nm.names[i][0] == '\0')
+                        continue; /* not reachable (cannot happen: every node has a parent) */
+                    if (v->n == v->cap) {
+                        size_t ncap = v->cap ? v->cap * 2 : 16;
+                        struct fw_map *nmaps = realloc(v->maps, ncap * sizeof(*nmaps));
+
+                        if (!nmaps) {
+                            rc = -ENOMEM;
+                            break;
+                        }
+                        v->maps = nmaps;
+                        v->cap = ncap;
+                    }
+                    m = &v->maps[v->n++];
+                    memset(m, 0, sizeof(*m));
+                    (void)snprintf(m->name, sizeof(m->name), "%s", nm.names[i]);
+                    m->dim = pg->nodes[i].dim;
+                    m->klen = width[m->dim];
+                    m->fam = fs == 1;
+                    rc = map_fill(m, pg, &pg->nodes[i], nm.names);
+                }
+                free(nm.names);
+                if (rc < 0)
+                    return rc;
+            }
+        }
+    }
+    qsort(v->maps, v->n, sizeof(*v->maps), cmp_map);
+    for (size_t i = 1; i < v->n; i++) {
+        if (strcmp(v->maps[i - 1].name, v->maps[i].name) == 0) {
+            /* two paths hashed alike: the caller rebuilds under fresh names */
+            fgx_warn("nft: two firewall maps got the name %s", v->maps[i].name);
+            return -EEXIST;
+        }
+    }
+    return 0;
+}
+
+/* ---- the messages for the maps ---- */
 
 /* The field a node looks up, into register 1. */
 static void e_field(struct fw_rule *rl, uint8_t dim, int fam)
@@ -439,33 +686,6 @@ static uint32_t field_type(uint8_t dim, int fam)
     }
 }
 
-static void elem_add(struct fw_tx *tx, struct nftnl_set *s, const uint8_t *key, uint8_t w,
-                     bool end, const struct fgx_fwc_target *to, const char *node_prefix)
-{
-    struct nftnl_set_elem *e = nftnl_set_elem_alloc();
-    char child[FW_NAME_LEN];
-
-    if (!e) {
-        tx_fail(tx, -ENOMEM);
-        return;
-    }
-    nftnl_set_elem_set(e, NFTNL_SET_ELEM_KEY, key, w);
-    if (end) {
-        nftnl_set_elem_set_u32(e, NFTNL_SET_ELEM_FLAGS, NFT_SET_ELEM_INTERVAL_END);
-    } else if (to->is_node) {
-        (void)snprintf(child, sizeof(child), "%sn%u", node_prefix, (unsigned)to->v);
-        nftnl_set_elem_set_u32(e, NFTNL_SET_ELEM_VERDICT, (uint32_t)NFT_GOTO);
-        nftnl_set_elem_set_str(e, NFTNL_SET_ELEM_CHAIN, child);
-    } else if (to->v == CTL_FW_REJECT) {
-        nftnl_set_elem_set_u32(e, NFTNL_SET_ELEM_VERDICT, (uint32_t)NFT_GOTO);
-        nftnl_set_elem_set_str(e, NFTNL_SET_ELEM_CHAIN, "reject");
-    } else {
-        nftnl_set_elem_set_u32(e, NFTNL_SET_ELEM_VERDICT,
-                               to->v == CTL_FW_DROP ? NF_DROP : NF_ACCEPT);
-    }
-    nftnl_set_elem_add(s, e);
-}
-
 static struct nftnl_set *set_new(struct fw_tx *tx, const char *name, uint32_t id)
 {
     struct nftnl_set *s = nftnl_set_alloc();
@@ -477,51 +697,110 @@ static struct nftnl_set *set_new(struct fw_tx *tx, const char *name, uint32_t id
         return NULL;
     }
     nftnl_set_set_u32(s, NFTNL_SET_FAMILY, NFPROTO_INET);
-    nftnl_set_set_u32(s, NFTNL_SET_ID, id);
+    if (id)
+        nftnl_set_set_u32(s, NFTNL_SET_ID, id);
     return s;
 }
 
-/* Send the elements gathered in s (NEWSETELEM) and empty it. */
-static void set_flush(struct fw_tx *tx, struct nftnl_set **s, const char *name, uint32_t id,
-                      size_t count)
+/* Elements of map m going in (NEWSETELEM) or out (DELSETELEM), FW_ELEMS_PER_MSG a message. */
+struct fw_elem_batch {
+    struct fw_tx *tx;
+    const struct fw_map *m;
+    uint16_t type;
+    uint32_t set_id;
+    struct nftnl_set *s;
+    size_t count;
+};
+
+static void batch_flush(struct fw_elem_batch *b)
 {
+    char set[FW_NAME_LEN + 1];
     struct nlmsghdr *nlh;
 
-    if (count == 0 || !*s)
+    if (b->count == 0 || !b->s)
         return;
-    nlh = tx_hdr(tx, NFT_MSG_NEWSETELEM, NLM_F_CREATE, FW_MSG_MAX + count * FW_ELEM_BYTES);
+    nlh = tx_hdr(b->tx, b->type, b->type == NFT_MSG_NEWSETELEM ? NLM_F_CREATE : 0,
+                 FW_MSG_MAX + b->count * FW_ELEM_BYTES);
     if (nlh) {
-        nftnl_set_elems_nlmsg_build_payload(nlh, *s);
-        tx_next(tx, nlh);
+        nftnl_set_elems_nlmsg_build_payload(nlh, b->s);
+        tx_next(b->tx, nlh);
     }
-    nftnl_set_free(*s);
-    *s = set_new(tx, name, id);
+    if (b->type == NFT_MSG_NEWSETELEM)
+        b->tx->elems_added += b->count;
+    else
+        b->tx->elems_removed += b->count;
+    nftnl_set_free(b->s);
+    (void)snprintf(set, sizeof(set), "m%s", b->m->name);
+    b->s = set_new(b->tx, set, b->set_id);
+    b->count = 0;
 }
 
-static void build_node(struct fw_tx *tx, enum ctl_fw_hook h, int fam, size_t piece,
-                       const struct fgx_fwc_prog *p, uint32_t idx)
+static void batch_start(struct fw_elem_batch *b, struct fw_tx *tx, const struct fw_map *m,
+                        uint16_t type, uint32_t set_id)
 {
-    const struct fgx_fwc_node *nd = &p->nodes[idx];
-    uint8_t width[FGX_FWC_NDIMS], w;
-    char chain[FW_NAME_LEN], set[FW_NAME_LEN + 1], prefix[FW_NAME_LEN];
-    struct nftnl_set *s = NULL;
+    char set[FW_NAME_LEN + 1];
+
+    memset(b, 0, sizeof(*b));
+    b->tx = tx;
+    b->m = m;
+    b->type = type;
+    b->set_id = set_id;
+    (void)snprintf(set, sizeof(set), "m%s", m->name);
+    b->s = set_new(tx, set, set_id);
+}
+
+static void batch_add(struct fw_elem_batch *b, const struct fw_elem *el)
+{
+    struct nftnl_set_elem *e;
+
+    if (!b->s)
+        return;
+    e = nftnl_set_elem_alloc();
+    if (!e) {
+        tx_fail(b->tx, -ENOMEM);
+        return;
+    }
+    nftnl_set_elem_set(e, NFTNL_SET_ELEM_KEY, el->key, b->m->klen);
+    if (el->end) {
+        nftnl_set_elem_set_u32(e, NFTNL_SET_ELEM_FLAGS, NFT_SET_ELEM_INTERVAL_END);
+    } else if (b->type == NFT_MSG_NEWSETELEM) {
+        if (el->kind == FW_EK_GOTO) {
+            nftnl_set_elem_set_u32(e, NFTNL_SET_ELEM_VERDICT, (uint32_t)NFT_GOTO);
+            nftnl_set_elem_set_str(e, NFTNL_SET_ELEM_CHAIN, el->chain);
+        } else {
+            nftnl_set_elem_set_u32(e, NFTNL_SET_ELEM_VERDICT,
+                                   el->kind == FW_EK_DROP ? NF_DROP : NF_ACCEPT);
+        }
+    }
+    nftnl_set_elem_add(b->s, e);
+    if (++b->count >= FW_ELEMS_PER_MSG)
+        batch_flush(b);
+}
+
+static void batch_end(struct fw_elem_batch *b)
+{
+    batch_flush(b);
+    nftnl_set_free(b->s);
+    b->s = NULL;
+}
+
+/* A new map: its set with every element, then its chain's lookup (the chain exists). */
+static void map_create(struct fw_tx *tx, const struct fw_map *m)
+{
+    char set[FW_NAME_LEN + 1];
+    struct fw_elem_batch b;
+    struct nftnl_set *s;
     struct nlmsghdr *nlh;
     struct fw_rule rl;
     uint32_t id = ++tx->set_id;
-    size_t count = 0;
 
-    fgx_fwc_widths(fam == 0 ? 4 : 6, width);
-    w = width[nd->dim];
-    node_name(chain, h, fam, piece, idx);
-    (void)snprintf(set, sizeof(set), "m%s", chain);
-    (void)snprintf(prefix, sizeof(prefix), "%c%dp%zu", hook_letter[h], fam == 0 ? 4 : 6, piece);
-
+    (void)snprintf(set, sizeof(set), "m%s", m->name);
     s = set_new(tx, set, id);
     if (!s)
         return;
     nftnl_set_set_u32(s, NFTNL_SET_FLAGS, NFT_SET_MAP | NFT_SET_INTERVAL);
-    nftnl_set_set_u32(s, NFTNL_SET_KEY_TYPE, field_type(nd->dim, fam));
-    nftnl_set_set_u32(s, NFTNL_SET_KEY_LEN, w);
+    nftnl_set_set_u32(s, NFTNL_SET_KEY_TYPE, field_type(m->dim, m->fam));
+    nftnl_set_set_u32(s, NFTNL_SET_KEY_LEN, m->klen);
     nftnl_set_set_u32(s, NFTNL_SET_DATA_TYPE, NFT_DATA_VERDICT);
     nftnl_set_set_u32(s, NFTNL_SET_DATA_LEN, 0);
     nlh = tx_hdr(tx, NFT_MSG_NEWSET, NLM_F_CREATE, FW_MSG_MAX);
@@ -530,71 +809,107 @@ static void build_node(struct fw_tx *tx, enum ctl_fw_hook h, int fam, size_t pie
         tx_next(tx, nlh);
     }
     nftnl_set_free(s);
-    tx->maps++;
-    s = set_new(tx, set, id);
-
-    /* the elements as nft writes them: a start per interval and an end (the value after
-     * it, even where the next interval starts) unless it reaches the top of the field; an
-     * end at 0 first when the first interval does not start at 0 */
-    for (size_t i = 0; i < nd->n && s; i++) {
-        const struct fgx_fwc_elem *el = &p->elems[nd->first + i];
-        uint8_t after[FGX_FWC_KEY_MAX];
-        bool top = true;
-        int k;
-
-        if (i == 0) {
-            static const uint8_t zero[FGX_FWC_KEY_MAX];
-
-            if (memcmp(el->lo, zero, w) != 0) {
-                elem_add(tx, s, zero, w, true, NULL, prefix);
-                count++;
-            }
-        }
-        elem_add(tx, s, el->lo, w, false, &el->to, prefix);
-        count++;
-        memcpy(after, el->hi, FGX_FWC_KEY_MAX);
-        for (k = w - 1; k >= 0; k--) {
-            if (after[k] != 0xff)
-                top = false;
-        }
-        if (!top) {
-            for (k = w - 1; k >= 0; k--)
-                if (++after[k] != 0)
-                    break;
-            elem_add(tx, s, after, w, true, NULL, prefix);
-            count++;
-        }
-        if (count >= FW_ELEMS_PER_MSG) {
-            tx->elems += count;
-            set_flush(tx, &s, set, id, count);
-            count = 0;
-        }
-    }
-    tx->elems += count;
-    set_flush(tx, &s, set, id, count);
-    nftnl_set_free(s);
-
-    rule_start(tx, chain, &rl);
-    e_field(&rl, nd->dim, fam);
+    batch_start(&b, tx, m, NFT_MSG_NEWSETELEM, id);
+    for (size_t i = 0; i < m->n; i++)
+        batch_add(&b, &m->elems[i]);
+    batch_end(&b);
+    rule_start(tx, m->name, &rl);
+    e_field(&rl, m->dim, m->fam);
     e_lookup(&rl, set, id);
     rule_end(&rl);
 }
 
-/* Every node's chain first (the maps' elements name them), then each node's map and rule. */
-static void build_pieces(struct fw_tx *tx, enum ctl_fw_hook h, int fam,
-                         const struct fgx_fwc_piece *ps, size_t nps)
+static bool elem_same(const struct fw_elem *a, const struct fw_elem *b)
 {
-    char chain[FW_NAME_LEN];
+    return a->kind == b->kind && (a->kind != FW_EK_GOTO || strcmp(a->chain, b->chain) == 0);
+}
 
-    for (size_t k = 0; k < nps; k++) {
-        for (size_t i = 0; i < ps[k].prog.nnodes; i++) {
-            node_name(chain, h, fam, k, (uint32_t)i);
-            tx_chain(tx, chain, -1, false);
+/* A map in both views: what changed, element by element. */
+static void map_update(struct fw_tx *tx, const struct fw_map *old, const struct fw_map *m)
+{
+    struct fw_elem_batch del, add;
+    size_t i = 0, j = 0;
+
+    batch_start(&del, tx, m, NFT_MSG_DELSETELEM, 0);
+    batch_start(&add, tx, m, NFT_MSG_NEWSETELEM, 0);
+    while (i < old->n || j < m->n) {
+        int c = i == old->n ? 1 : j == m->n ? -1 : cmp_elem(&old->elems[i], &m->elems[j], m->klen);
+
+        if (c < 0) {
+            batch_add(&del, &old->elems[i++]);
+        } else if (c > 0) {
+            batch_add(&add, &m->elems[j++]);
+        } else {
+            if (!elem_same(&old->elems[i], &m->elems[j])) {
+                batch_add(&del, &old->elems[i]);
+                batch_add(&add, &m->elems[j]);
+            }
+            i++;
+            j++;
         }
     }
-    for (size_t k = 0; k < nps; k++)
-        for (size_t i = 0; i < ps[k].prog.nnodes; i++)
-            build_node(tx, h, fam, k, &ps[k].prog, (uint32_t)i);
+    /* deletions first: an element replaced at the same key goes out before it comes back */
+    batch_end(&del);
+    batch_end(&add);
+}
+
+/* A table-level message for a chain or set by name: delete it, or flush a chain's rules. */
+static void tx_del_chain_rules(struct fw_tx *tx, const char *chain)
+{
+    struct nftnl_rule *r = nftnl_rule_alloc();
+    struct nlmsghdr *nlh;
+
+    if (!r || nftnl_rule_set_str(r, NFTNL_RULE_TABLE, tx->n->table) != 0 ||
+        nftnl_rule_set_str(r, NFTNL_RULE_CHAIN, chain) != 0) {
+        tx_fail(tx, -ENOMEM);
+        goto out;
+    }
+    nftnl_rule_set_u32(r, NFTNL_RULE_FAMILY, NFPROTO_INET);
+    nlh = tx_hdr(tx, NFT_MSG_DELRULE, 0, FW_MSG_MAX);
+    if (nlh) {
+        nftnl_rule_nlmsg_build_payload(nlh, r);
+        tx_next(tx, nlh);
+    }
+out:
+    nftnl_rule_free(r);
+}
+
+static void tx_del_set(struct fw_tx *tx, const char *name)
+{
+    char set[FW_NAME_LEN + 1];
+    struct nftnl_set *s;
+    struct nlmsghdr *nlh;
+
+    (void)snprintf(set, sizeof(set), "m%s", name);
+    s = set_new(tx, set, 0);
+    if (!s)
+        return;
+    nlh = tx_hdr(tx, NFT_MSG_DELSET, 0, FW_MSG_MAX);
+    if (nlh) {
+        nftnl_set_nlmsg_build_payload(nlh, s);
+        tx_next(tx, nlh);
+    }
+    nftnl_set_free(s);
+}
+
+static void tx_del_chain(struct fw_tx *tx, const char *name)
+{
+    struct nftnl_chain *c = nftnl_chain_alloc();
+    struct nlmsghdr *nlh;
+
+    if (!c || nftnl_chain_set_str(c, NFTNL_CHAIN_TABLE, tx->n->table) != 0 ||
+        nftnl_chain_set_str(c, NFTNL_CHAIN_NAME, name) != 0) {
+        tx_fail(tx, -ENOMEM);
+        goto out;
+    }
+    nftnl_chain_set_u32(c, NFTNL_CHAIN_FAMILY, NFPROTO_INET);
+    nlh = tx_hdr(tx, NFT_MSG_DELCHAIN, 0, FW_MSG_MAX);
+    if (nlh) {
+        nftnl_chain_nlmsg_build_payload(nlh, c);
+        tx_next(tx, nlh);
+    }
+out:
+    nftnl_chain_free(c);
 }
 
 static void build_guard(struct fw_tx *tx, const struct ctl_fw_plan *p, enum ctl_fw_hook h)
@@ -687,46 +1002,80 @@ static void build_reject(struct fw_tx *tx)
     rule_end(&rl);
 }
 
-static void build_table(struct fw_tx *tx, const struct ctl_fw_plan *p)
+/* The whole change as one transaction, from the view the kernel has (old; none: the table
+ * is made afresh, whatever a previous run left) to the new one:
+ *   the new maps' chains (empty), then their sets, elements and lookups;
+ *   the surviving maps' changed elements (so no element still names a chain that goes);
+ *   the base chains: policy, then flushed and written again;
+ *   the maps that went: their lookups, sets, then chains. */
+static void build_change(struct fw_tx *tx, const struct ctl_fw_plan *p, const struct fw_view *old,
+                         const struct fw_view *v)
 {
+    static const uint8_t nfp[3] = {NFPROTO_IPV4, NFPROTO_IPV6, 0};
     struct fw_rule rl;
-    char root[FW_NAME_LEN];
 
-    /* Adding first makes the delete valid whether or not the table existed. */
-    tx_table(tx, NFT_MSG_NEWTABLE);
-    tx_table(tx, NFT_MSG_DELTABLE);
-    if (!p->present)
+    if (!old) {
+        /* Adding first makes the delete valid whether or not the table existed. */
+        tx_table(tx, NFT_MSG_NEWTABLE);
+        tx_table(tx, NFT_MSG_DELTABLE);
+    }
+    if (!p->present) {
+        if (old) {
+            tx_table(tx, NFT_MSG_NEWTABLE);
+            tx_table(tx, NFT_MSG_DELTABLE);
+        }
         return;
-    tx_table(tx, NFT_MSG_NEWTABLE);
-    build_reject(tx);
-    for (int h = 0; h < CTL_FW_NHOOKS; h++)
-        for (int fam = 0; fam < 2; fam++)
-            build_pieces(tx, h, fam, p->hook[h].pieces[fam], p->hook[h].npieces[fam]);
-    for (int h = 0; h < CTL_FW_NHOOKS; h++) {
-        const struct ctl_fw_plan_hook *ph = &p->hook[h];
+    }
+    if (!old) {
+        tx_table(tx, NFT_MSG_NEWTABLE);
+        build_reject(tx);
+    }
+    for (size_t i = 0; i < v->n; i++)
+        if (!old || !view_find(old, v->maps[i].name))
+            tx_chain(tx, v->maps[i].name, -1, false);
+    for (size_t i = 0; i < v->n; i++)
+        if (!old || !view_find(old, v->maps[i].name))
+            map_create(tx, &v->maps[i]);
+    for (size_t i = 0; old && i < v->n; i++) {
+        const struct fw_map *om = view_find(old, v->maps[i].name);
 
-        tx_chain(tx, hook_chain[h], hook_num[h], ph->policy_drop);
+        if (om)
+            map_update(tx, om, &v->maps[i]);
+    }
+    for (int h = 0; h < CTL_FW_NHOOKS; h++) {
+        tx_chain(tx, hook_chain[h], hook_num[h], p->hook[h].policy_drop);
+        if (old)
+            tx_del_chain_rules(tx, hook_chain[h]);
         build_guard(tx, p, h);
         build_options(tx, p, h);
-        /* The pieces in list order; within a piece, IPv4 and IPv6 hold the same rules. */
-        for (int fam = 0; fam < 2; fam++) {
-            for (size_t k = 0; k < ph->npieces[fam]; k++) {
-                const struct fgx_fwc_prog *pg = &ph->pieces[fam][k].prog;
+        /* The pieces in list order; each family has its own unless they share (no rule of
+         * the hook names an address). */
+        for (int fs = 0; fs < 3; fs++) {
+            for (size_t k = 0; k < v->nroots[h][fs]; k++) {
+                const struct fw_root *rt = &v->roots[h][fs][k];
 
-                if (!pg->has_root)
+                if (rt->verdict < 0 && rt->chain[0] == '\0')
                     continue;
                 rule_start(tx, hook_chain[h], &rl);
-                m_nfproto(&rl, fam == 0 ? NFPROTO_IPV4 : NFPROTO_IPV6);
-                if (pg->root.is_node) {
-                    node_name(root, h, fam, k, pg->root.v);
-                    e_verdict(&rl, NFT_JUMP, root);
-                } else {
-                    e_fw_verdict(&rl, pg->root.v);
-                }
+                if (fs < 2)
+                    m_nfproto(&rl, nfp[fs]);
+                if (rt->verdict < 0)
+                    e_verdict(&rl, NFT_JUMP, rt->chain);
+                else
+                    e_fw_verdict(&rl, (uint32_t)rt->verdict);
                 rule_end(&rl);
             }
         }
     }
+    for (size_t i = 0; old && i < old->n; i++) {
+        if (!view_find(v, old->maps[i].name)) {
+            tx_del_chain_rules(tx, old->maps[i].name);
+            tx_del_set(tx, old->maps[i].name);
+        }
+    }
+    for (size_t i = 0; old && i < old->n; i++)
+        if (!view_find(v, old->maps[i].name))
+            tx_del_chain(tx, old->maps[i].name);
 }
 
 /* ---- sending ---- */
@@ -841,19 +1190,32 @@ static int tx_send(struct ctl_fw_nft *n, struct fw_tx *tx)
     return kerr;
 }
 
-int ctl_fw_nft_apply(struct ctl_fw_nft *n, const struct ctl_fw_plan *p, size_t *maps,
-                     size_t *elems)
+int ctl_fw_nft_apply(struct ctl_fw_nft *n, const struct ctl_fw_plan *p,
+                     struct ctl_fw_nft_stats *st)
 {
     struct fw_tx tx = {.n = n};
+    struct fw_view *v = calloc(1, sizeof(*v));
     int rc;
 
+    if (!v)
+        return -ENOMEM;
+    rc = view_build(p, v);
+    if (rc == -EEXIST && n->cur) {
+        /* names that collide cannot be diffed: rebuild (the next compile names alike) */
+        view_release(n->cur);
+        free(n->cur);
+        n->cur = NULL;
+        rc = 0;
+    }
+    if (rc < 0)
+        goto out;
     tx.seq0 = n->seq;
     if (tx_reserve(&tx, 64) < 0) {
         rc = tx.err;
         goto out;
     }
     tx.len = NLMSG_ALIGN(nftnl_batch_begin(tx.buf, tx.seq0)->nlmsg_len);
-    build_table(&tx, p);
+    build_change(&tx, p, n->cur, v);
     if (tx.err) {
         rc = tx.err;
         fgx_err("nft: building the firewall table: %s", strerror(-rc));
@@ -861,13 +1223,40 @@ int ctl_fw_nft_apply(struct ctl_fw_nft *n, const struct ctl_fw_plan *p, size_t *
     }
     rc = tx_send(n, &tx);
     n->seq += tx.nmsgs + 2;
-    if (rc == 0) {
-        if (maps)
-            *maps = tx.maps;
-        if (elems)
-            *elems = tx.elems;
+    if (rc < 0) {
+        /* a refused batch changed nothing; anything else leaves the kernel unknown */
+        if (rc == -ETIMEDOUT || rc == -EIO || rc == -ENOBUFS) {
+            if (n->cur)
+                view_release(n->cur);
+            free(n->cur);
+            n->cur = NULL;
+        }
+        goto out;
+    }
+    if (st) {
+        size_t total = 0;
+
+        for (size_t i = 0; i < v->n; i++)
+            total += v->maps[i].n;
+        st->maps = v->n;
+        st->elements = total;
+        st->added = tx.elems_added;
+        st->removed = tx.elems_removed;
+        st->messages = tx.nmsgs;
+    }
+    if (n->cur)
+        view_release(n->cur);
+    free(n->cur);
+    n->cur = NULL;
+    /* no table: the next change makes it afresh */
+    if (p->present) {
+        n->cur = v;
+        v = NULL;
     }
 out:
+    if (v)
+        view_release(v);
+    free(v);
     free(tx.buf);
     return rc;
 }
@@ -908,6 +1297,9 @@ void ctl_fw_nft_close(struct ctl_fw_nft *n)
 {
     if (!n)
         return;
+    if (n->cur)
+        view_release(n->cur);
+    free(n->cur);
     if (n->nl)
         mnl_socket_close(n->nl);
     free(n->table);

@@ -17,6 +17,8 @@ enum ctl_fw_hook { CTL_FW_IN = 0, CTL_FW_OUT = 1, CTL_FW_FWD = 2, CTL_FW_NHOOKS 
 
 struct ctl_fw_plan_hook {
     bool policy_drop;
+    /* No rule of the hook names an address: pieces[0] serves both families. */
+    bool shared;
     /* [0] IPv4, [1] IPv6: the list's pieces, looked up in turn (borrowed) */
     const struct fgx_fwc_piece *pieces[2];
     size_t npieces[2];
@@ -37,10 +39,19 @@ struct ctl_fw_nft;
 
 /* table: NULL gives "fgex_fw". *out owned by the caller (ctl_fw_nft_close()). */
 int ctl_fw_nft_open(const char *table, struct ctl_fw_nft **out);
-/* Replace the table with the plan, in one transaction. *maps and *elems (may be NULL) get
- * what it holds. Returns 0 or a negative errno, the kernel's reason logged. */
-int ctl_fw_nft_apply(struct ctl_fw_nft *n, const struct ctl_fw_plan *p, size_t *maps,
-                     size_t *elems);
+struct ctl_fw_nft_stats {
+    size_t maps, elements;  /* what the table holds now */
+    size_t added, removed;  /* elements the change sent */
+    size_t messages;        /* netlink messages in its batch */
+};
+
+/* Make the table what the plan says, in one transaction: only what changed since the last
+ * apply (maps named by their place in the DAG, updated element by element), or the whole
+ * table after a start or a failure. *st (may be NULL) gets what it holds and what was sent.
+ * Returns 0 or a negative errno, the kernel's reason logged; a refused change leaves the
+ * table as it was. */
+int ctl_fw_nft_apply(struct ctl_fw_nft *n, const struct ctl_fw_plan *p,
+                     struct ctl_fw_nft_stats *st);
 void ctl_fw_nft_close(struct ctl_fw_nft *n);
 
 #endif

@@ -80,6 +80,8 @@ static void reply_conf(struct ctl_rpc *r, struct ctl_fw_conf *c)
     f->state.elements = st->elements;
     f->state.compile_us = st->compile_us;
     f->state.apply_us = st->apply_us;
+    f->state.has_elements_changed = true;
+    f->state.elements_changed = st->changed;
     f->state.has_pending_secs = true;
     f->state.pending_secs = ctl_fw_pending_secs(r->ctx->fw);
     r->reply.fw_state = &f->state;

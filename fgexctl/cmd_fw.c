@@ -696,8 +696,10 @@ static int human_fw(FILE *f, const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply
     if (s && s->mode && strcmp(s->mode, "compiled") == 0)
         (void)fprintf(f,
                       "in the kernel: %u maps, %u elements, at most %u lookups a packet (%u "
-                      "piece%s); compiled in %.1f ms, applied in %.1f ms\n",
+                      "piece%s); last change: %u elements, compiled in %.1f ms, applied in "
+                      "%.1f ms\n",
                       s->maps, s->elements, s->lookups, s->pieces, s->pieces == 1 ? "" : "s",
+                      s->elements_changed,
                       (double)s->compile_us / 1000.0, (double)s->apply_us / 1000.0);
     else if (s && s->mode)
         (void)fprintf(f, "in the kernel: nothing (%s)\n",
@@ -768,7 +770,8 @@ static json_t *json_fw(const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep)
     (void)req;
     if (!c)
         return json_null();
-    state = s ? json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "mode",
+    state = s ? json_pack("{s:I, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "elements_changed",
+                          cli_json_int(s->elements_changed), "mode",
                           s->mode ? s->mode : "off", "lookups", cli_json_int(s->lookups), "pieces",
                           cli_json_int(s->pieces), "maps", cli_json_int(s->maps), "elements",
                           cli_json_int(s->elements), "compile_us", cli_json_int(s->compile_us),
