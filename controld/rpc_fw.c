@@ -203,14 +203,15 @@ static int edit_add(struct ctl_rpc *r, const Fgx__Ctl__Request *q, struct ctl_fw
 {
     const Fgx__Ctl__FwRuleAdd *a = q->fw_rule_add;
     struct ctl_fw_rule rule;
+    char why[400];
     size_t pos;
 
     if (!a || !a->rule) {
         ctl_rpc_fail(r, FGX__CTL__CODE__CODE_INVALID, "no rule given");
         return -EINVAL;
     }
-    if (ctl_fw_rule_from_msg(a->rule, &rule, r->err, sizeof(r->err)) < 0) {
-        ctl_rpc_fail(r, FGX__CTL__CODE__CODE_INVALID, "%s", r->err);
+    if (ctl_fw_rule_from_msg(a->rule, &rule, why, sizeof(why)) < 0) {
+        ctl_rpc_fail(r, FGX__CTL__CODE__CODE_INVALID, "%s", why);
         return -EINVAL;
     }
     pos = c->n;

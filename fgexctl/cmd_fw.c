@@ -646,30 +646,220 @@ static void ports_text(bool has, uint32_t lo, uint32_t hi, char *buf, size_t len
         (void)snprintf(buf, len, "%u-%u", (unsigned)lo, (unsigned)hi);
 }
 
+/* One rule as a rule file line (no newline). */
+static void rule_line(FILE *f, const Fgx__Ctl__FwRule *r)
+{
+    char sp[16], dp[16];
+
+    ports_text(r->has_sport_lo, r->sport_lo, r->sport_hi, sp, sizeof(sp));
+    ports_text(r->has_dport_lo, r->dport_lo, r->dport_hi, dp, sizeof(dp));
+    if (r->name)
+        (void)fprintf(f, "--name %s ", r->name);
+    (void)fprintf(f, "--dir %s --proto %s", dir_word(r->dir), proto_word(r->proto));
+    if (r->src)
+        (void)fprintf(f, " --src %s", r->src);
+    if (r->has_sport_lo)
+        (void)fprintf(f, " --sport %s", sp);
+    if (r->dst)
+        (void)fprintf(f, " --dst %s", r->dst);
+    if (r->has_dport_lo)
+        (void)fprintf(f, " --dport %s", dp);
+    (void)fprintf(f, " --action %s%s", action_word(r->action),
+                  r->has_active && !r->active ? " --disabled" : "");
+}
+
 int cli_fw_file_write(FILE *f, const Fgx__Ctl__FwConfig *c)
 {
     (void)fprintf(f, "# fgex firewall rules, first match wins (fgexctl fw import)\n");
     for (size_t i = 0; i < c->n_rules; i++) {
-        const Fgx__Ctl__FwRule *r = c->rules[i];
-        char sp[16], dp[16];
-
-        ports_text(r->has_sport_lo, r->sport_lo, r->sport_hi, sp, sizeof(sp));
-        ports_text(r->has_dport_lo, r->dport_lo, r->dport_hi, dp, sizeof(dp));
-        if (r->name)
-            (void)fprintf(f, "--name %s ", r->name);
-        (void)fprintf(f, "--dir %s --proto %s", dir_word(r->dir), proto_word(r->proto));
-        if (r->src)
-            (void)fprintf(f, " --src %s", r->src);
-        if (r->has_sport_lo)
-            (void)fprintf(f, " --sport %s", sp);
-        if (r->dst)
-            (void)fprintf(f, " --dst %s", r->dst);
-        if (r->has_dport_lo)
-            (void)fprintf(f, " --dport %s", dp);
-        (void)fprintf(f, " --action %s%s\n", action_word(r->action),
-                      r->has_active && !r->active ? " --disabled" : "");
+        rule_line(f, c->rules[i]);
+        (void)fputc('\n', f);
     }
     return ferror(f) ? -EIO : 0;
+}
+
+json_t *cli_fw_config_to_json(const Fgx__Ctl__FwConfig *c)
+{
+    json_t *rules = json_array();
+
+    for (size_t i = 0; rules && i < c->n_rules; i++) {
+        char *line = NULL;
+        size_t len = 0;
+        FILE *mf = open_memstream(&line, &len);
+
+        if (!mf) {
+            json_decref(rules);
+            return NULL;
+        }
+        rule_line(mf, c->rules[i]);
+        if (fclose(mf) == EOF || json_array_append_new(rules, json_string(line)) < 0) {
+            free(line);
+            json_decref(rules);
+            return NULL;
+        }
+        free(line);
+    }
+    return json_pack("{s:b, s:{s:s, s:s, s:s}, s:{s:b, s:b, s:b, s:b, s:b}, s:o}", "enabled",
+                     !c->has_enabled || c->enabled, "policy", "in", action_word(c->policy_in),
+                     "out", action_word(c->policy_out), "forward",
+                     action_word(c->policy_forward), "options", "loopback",
+                     !c->has_allow_loopback || c->allow_loopback, "established",
+                     !c->has_allow_established || c->allow_established, "invalid",
+                     c->drop_invalid, "icmp", c->allow_icmp, "dhcp", c->allow_dhcp, "rules",
+                     rules);
+}
+
+static char *dup_or_null(const char *s)
+{
+    return s ? strdup(s) : NULL;
+}
+
+/* A parsed rule (strings into a line) as a message that owns its strings. */
+static Fgx__Ctl__FwRule *rule_own(const Fgx__Ctl__FwRule *r)
+{
+    Fgx__Ctl__FwRule *m = malloc(sizeof(*m));
+
+    if (!m)
+        return NULL;
+    *m = *r;
+    m->name = dup_or_null(r->name);
+    m->src = dup_or_null(r->src);
+    m->dst = dup_or_null(r->dst);
+    if ((r->name && !m->name) || (r->src && !m->src) || (r->dst && !m->dst)) {
+        free(m->name);
+        free(m->src);
+        free(m->dst);
+        free(m);
+        return NULL;
+    }
+    return m;
+}
+
+static int json_policy(const json_t *pol, const char *dir, protobuf_c_boolean *has,
+                       Fgx__Ctl__FwAction *a, char *err, size_t len)
+{
+    const json_t *v = pol ? json_object_get(pol, dir) : NULL;
+    const char *s;
+
+    if (!v)
+        return 0;
+    s = json_string_value(v);
+    if (!s || (strcmp(s, "accept") != 0 && strcmp(s, "drop") != 0)) {
+        (void)snprintf(err, len, "firewall.policy.%s must be \"accept\" or \"drop\"", dir);
+        return -EINVAL;
+    }
+    *has = 1;
+    *a = strcmp(s, "drop") == 0 ? FGX__CTL__FW_ACTION__FW_DROP : FGX__CTL__FW_ACTION__FW_ACCEPT;
+    return 0;
+}
+
+int cli_fw_config_from_json(const json_t *j, Fgx__Ctl__FwConfig **out, char *err, size_t len)
+{
+    static const char *const opt_keys[] = {"loopback", "established", "invalid", "icmp", "dhcp"};
+    Fgx__Ctl__FwConfig *c;
+    const json_t *pol, *opts, *rules, *v;
+    int rc = 0;
+
+    if (!json_is_object(j)) {
+        (void)snprintf(err, len, "\"firewall\" must be an object");
+        return -EINVAL;
+    }
+    c = malloc(sizeof(*c));
+    if (!c)
+        return -ENOMEM;
+    fgx__ctl__fw_config__init(c);
+    v = json_object_get(j, "enabled");
+    if (v) {
+        if (!json_is_boolean(v)) {
+            (void)snprintf(err, len, "firewall.enabled must be true or false");
+            rc = -EINVAL;
+            goto out;
+        }
+        c->has_enabled = 1;
+        c->enabled = json_is_true(v);
+    }
+    pol = json_object_get(j, "policy");
+    if ((rc = json_policy(pol, "in", &c->has_policy_in, &c->policy_in, err, len)) < 0 ||
+        (rc = json_policy(pol, "out", &c->has_policy_out, &c->policy_out, err, len)) < 0 ||
+        (rc = json_policy(pol, "forward", &c->has_policy_forward, &c->policy_forward, err,
+                          len)) < 0)
+        goto out;
+    opts = json_object_get(j, "options");
+    for (size_t k = 0; opts && k < 5; k++) {
+        protobuf_c_boolean *has[] = {&c->has_allow_loopback, &c->has_allow_established,
+                                     &c->has_drop_invalid, &c->has_allow_icmp,
+                                     &c->has_allow_dhcp};
+        protobuf_c_boolean *val[] = {&c->allow_loopback, &c->allow_established,
+                                     &c->drop_invalid, &c->allow_icmp, &c->allow_dhcp};
+
+        v = json_object_get(opts, opt_keys[k]);
+        if (!v)
+            continue;
+        if (!json_is_boolean(v)) {
+            (void)snprintf(err, len, "firewall.options.%s must be true or false", opt_keys[k]);
+            rc = -EINVAL;
+            goto out;
+        }
+        *has[k] = 1;
+        *val[k] = json_is_true(v);
+    }
+    rules = json_object_get(j, "rules");
+    if (rules && !json_is_array(rules)) {
+        (void)snprintf(err, len, "firewall.rules must be an array of rule lines");
+        rc = -EINVAL;
+        goto out;
+    }
+    if (rules && json_array_size(rules) > 0) {
+        c->rules = calloc(json_array_size(rules), sizeof(*c->rules));
+        if (!c->rules) {
+            rc = -ENOMEM;
+            goto out;
+        }
+    }
+    for (size_t i = 0; rules && i < json_array_size(rules); i++) {
+        const char *line = json_string_value(json_array_get(rules, i));
+        Fgx__Ctl__FwImport imp;
+        char *text, why[300];
+
+        if (!line) {
+            (void)snprintf(err, len, "firewall.rules[%zu] must be a string", i);
+            rc = -EINVAL;
+            goto out;
+        }
+        text = strdup(line);
+        if (!text) {
+            rc = -ENOMEM;
+            goto out;
+        }
+        rc = cli_fw_file_parse(text, strlen(text), &imp, why, sizeof(why));
+        if (rc == 0 && imp.n_rules != 1) {
+            (void)snprintf(why, sizeof(why), "not one rule");
+            rc = -EINVAL;
+        }
+        if (rc == 0) {
+            imp.rules[0]->has_line = 0;
+            c->rules[c->n_rules] = rule_own(imp.rules[0]);
+            if (!c->rules[c->n_rules])
+                rc = -ENOMEM;
+            else
+                c->n_rules++;
+        }
+        if (rc == -EINVAL)
+            (void)snprintf(err, len, "firewall.rules[%zu]: %s", i,
+                           strncmp(why, "line 1: ", 8) == 0 ? why + 8 : why);
+        if (rc == 0 || imp.rules)
+            cli_fw_file_release(&imp);
+        free(text);
+        if (rc < 0)
+            goto out;
+    }
+out:
+    if (rc < 0) {
+        fgx__ctl__fw_config__free_unpacked(c, NULL);
+        return rc;
+    }
+    *out = c;
+    return 0;
 }
 
 /* ---- output ---- */
