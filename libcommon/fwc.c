@@ -10,7 +10,8 @@
  * a node are disjoint and cover the field, following the one interval that holds the packet's
  * value at each level and taking the first rule left is exactly the first match of the list.
  *
- * Identical children (same field, same rule list) are made once (a hash table of lists), and
+ * Identical children (same field, same rule list) are made once (a hash table of lists), so
+ * are nodes that come out alike from different lists (a hash table of nodes by content), and
  * adjacent intervals going to the same child are merged. The worst case is still the product
  * of the fields' interval counts (rules that overlap on every field, like n source addresses
  * times n ports), so the compile counts its elements and its work and returns -E2BIG past the
@@ -101,6 +102,9 @@ struct fwc {
     size_t nmemo, capmemo;
     struct fgx_fwc_prog *p;
     size_t capnodes, capelems;
+    /* nodes by content (field and elements): two lists that split alike share one node */
+    uint32_t *nodeset; /* node index + 1, 0: empty */
+    size_t capnodeset;
     int err;
 };
 
@@ -209,6 +213,79 @@ static void sort_events(struct event *ev, size_t n, uint8_t w)
     qsort_r(ev, n, sizeof(*ev), cmp_event, &w);
 }
 
+/* ---- nodes by content ---- */
+
+static uint64_t node_hash(uint8_t dim, const struct fgx_fwc_elem *e, size_t n)
+{
+    uint64_t h = 1469598103934665603ull ^ dim;
+
+    for (size_t i = 0; i < n; i++) {
+        const uint8_t *b = (const uint8_t *)&e[i];
+
+        for (size_t k = 0; k < 2 * FGX_FWC_KEY_MAX; k++) {
+            h ^= b[k];
+            h *= 1099511628211ull;
+        }
+        h ^= (uint64_t)e[i].to.is_node << 40 ^ e[i].to.v;
+        h *= 1099511628211ull;
+    }
+    return h ^ (h >> 31);
+}
+
+static bool node_equal(const struct fwc *c, uint32_t idx, uint8_t dim, const struct fgx_fwc_elem *e,
+                       size_t n)
+{
+    const struct fgx_fwc_node *nd = &c->p->nodes[idx];
+
+    if (nd->dim != dim || nd->n != n)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        const struct fgx_fwc_elem *a = &c->p->elems[nd->first + i];
+
+        if (memcmp(a->lo, e[i].lo, FGX_FWC_KEY_MAX) != 0 ||
+            memcmp(a->hi, e[i].hi, FGX_FWC_KEY_MAX) != 0 || a->to.is_node != e[i].to.is_node ||
+            a->to.v != e[i].to.v)
+            return false;
+    }
+    return true;
+}
+
+/* The slot of a node equal to (dim, e[0..n)), or the empty slot where it would go. */
+static uint32_t *nodeset_slot(struct fwc *c, uint64_t h, uint8_t dim, const struct fgx_fwc_elem *e,
+                              size_t n)
+{
+    size_t mask = c->capnodeset - 1;
+
+    for (size_t i = h & mask;; i = (i + 1) & mask) {
+        uint32_t *slot = &c->nodeset[i];
+
+        if (*slot == 0 || node_equal(c, *slot - 1, dim, e, n))
+            return slot;
+    }
+}
+
+static int nodeset_grow(struct fwc *c)
+{
+    size_t ncap = c->capnodeset ? c->capnodeset * 2 : 1024;
+    uint32_t *old = c->nodeset, *nn = calloc(ncap, sizeof(*nn));
+    size_t ocap = c->capnodeset;
+
+    if (!nn)
+        return -ENOMEM;
+    c->nodeset = nn;
+    c->capnodeset = ncap;
+    for (size_t i = 0; i < ocap; i++) {
+        if (old[i]) {
+            const struct fgx_fwc_node *nd = &c->p->nodes[old[i] - 1];
+            uint64_t h = node_hash(nd->dim, &c->p->elems[nd->first], nd->n);
+
+            *nodeset_slot(c, h, nd->dim, &c->p->elems[nd->first], nd->n) = old[i];
+        }
+    }
+    free(old);
+    return 0;
+}
+
 /* ---- the split ---- */
 
 /* Resolve the list l[0..n) (rule indices, in order) from field dim on. Returns 0 with *has set
@@ -311,6 +388,21 @@ static int split(struct fwc *c, uint8_t d, const uint32_t *l, size_t m, struct f
             break;
         memcpy(cur, ev[i].key, w);
     }
+    {
+        uint64_t h = node_hash(d, local, nlocal);
+        uint32_t *slot;
+
+        if ((c->p->nnodes + 1) * 2 > c->capnodeset && nodeset_grow(c) < 0) {
+            rc = -ENOMEM;
+            goto out;
+        }
+        slot = nodeset_slot(c, h, d, local, nlocal);
+        if (*slot) {
+            to->is_node = 1;
+            to->v = *slot - 1;
+            goto out;
+        }
+    }
     if (c->p->nelems + nlocal > c->lim.max_elems) {
         rc = -E2BIG;
         goto out;
@@ -327,6 +419,7 @@ static int split(struct fwc *c, uint8_t d, const uint32_t *l, size_t m, struct f
     c->p->nelems += nlocal;
     to->is_node = 1;
     to->v = (uint32_t)c->p->nnodes++;
+    *nodeset_slot(c, node_hash(d, local, nlocal), d, local, nlocal) = to->v + 1;
 out:
     free(local);
     free(child);
@@ -430,6 +523,7 @@ out:
     free(c.fullfrom);
     free(c.pool);
     free(c.memo);
+    free(c.nodeset);
     return rc;
 }
 

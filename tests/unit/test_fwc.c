@@ -316,3 +316,28 @@ Test(fwc, empty_list_falls_through, .init = init_w)
     cr_assert_eq(compiled(&p, key), NO_MATCH);
     fgx_fwc_prog_release(&p);
 }
+
+/* "both" is two rules (TCP, UDP) with different indices: their subtrees come out alike and are
+ * one node each, not two. */
+Test(fwc, alike_nodes_are_shared, .init = init_w)
+{
+    struct fgx_fwc_rule rs[2];
+    struct fgx_fwc_prog p;
+    uint8_t key[FGX_FWC_NDIMS][FGX_FWC_KEY_MAX] = {{0}};
+
+    for (int i = 0; i < 2; i++) {
+        rule_any(&rs[i], 2);
+        set_range(&rs[i], FGX_FWC_PROTO, i ? 17 : 6, i ? 17 : 6);
+        set_range(&rs[i], FGX_FWC_DPORT, 80, 80);
+        set_range(&rs[i], FGX_FWC_SADDR, 0x0a000000, 0x0affffff);
+    }
+    cr_assert_eq(fgx_fwc_compile(rs, 2, W4, NULL, &p), 0);
+    cr_assert_eq(p.nnodes, 3, "proto, dport, saddr: %zu nodes", p.nnodes);
+    put(key[FGX_FWC_PROTO], 1, 17);
+    put(key[FGX_FWC_DPORT], 2, 80);
+    put(key[FGX_FWC_SADDR], 4, 0x0a010203);
+    cr_assert_eq(compiled(&p, key), 2);
+    put(key[FGX_FWC_PROTO], 1, 1);
+    cr_assert_eq(compiled(&p, key), NO_MATCH);
+    fgx_fwc_prog_release(&p);
+}
