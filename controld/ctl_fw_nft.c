@@ -407,6 +407,9 @@ enum { FW_EK_ACCEPT, FW_EK_DROP, FW_EK_GOTO };
 struct fw_map {
     char name[FW_NAME_LEN];
     uint8_t dim, klen, fam; /* fam 0: IPv4 offsets, 1: IPv6 (for address fields) */
+    /* every interval is one value: a hash map (one lookup whatever its size) holding just the
+     * values, where a value in none of them is simply absent; else an interval map */
+    bool points;
     struct fw_elem *elems;  /* by (key, end) */
     size_t n;
 };
@@ -482,14 +485,51 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n)
  * 10,000 costs a few elements, not 20,000). */
 struct fw_namer {
     const struct fgx_fwc_prog *p;
+    const uint8_t *width;
     char (*names)[FW_NAME_LEN]; /* per node, "" until named */
     char prefix[8];
 };
 
+/* A 1- or 2-byte key as a number. */
+static unsigned key_num(const uint8_t *k, uint8_t klen)
+{
+    return klen == 1 ? k[0] : (unsigned)k[0] << 8 | k[1];
+}
+
+/* A node becomes a hash map when its intervals are single values, or short runs of them on a
+ * port or protocol (two adjacent rules with one verdict merge into a run: a hash map holds it
+ * value by value, so adding such a rule does not turn the map into another kind, which would
+ * rebuild it whole). */
+#define FW_RUN_MAX 64
+
+static bool node_points(const struct fgx_fwc_prog *p, const struct fgx_fwc_node *nd, uint8_t klen)
+{
+    size_t total = 0;
+
+    for (size_t i = 0; i < nd->n; i++) {
+        const struct fgx_fwc_elem *el = &p->elems[nd->first + i];
+        unsigned w;
+
+        if (memcmp(el->lo, el->hi, klen) == 0) {
+            total++;
+            continue;
+        }
+        if (klen > 2)
+            return false;
+        w = key_num(el->hi, klen) - key_num(el->lo, klen) + 1;
+        if (w > FW_RUN_MAX)
+            return false;
+        total += w;
+    }
+    return total <= 4 * nd->n + FW_RUN_MAX;
+}
+
 static void name_nodes(struct fw_namer *nm, uint32_t idx, uint64_t path)
 {
     const struct fgx_fwc_node *nd = &nm->p->nodes[idx];
-    uint64_t h = fnv(path, &nd->dim, 1);
+    uint8_t points = node_points(nm->p, nd, nm->width[nd->dim]);
+    /* the kind of map is in the name: a hash map and an interval map cannot be diffed */
+    uint64_t h = fnv(fnv(path, &nd->dim, 1), &points, 1);
 
     (void)snprintf(nm->names[idx], FW_NAME_LEN, "%s%016llx", nm->prefix, (unsigned long long)h);
     for (size_t i = 0; i < nd->n; i++) {
@@ -524,9 +564,10 @@ static int map_push_elem(struct fw_map *m, size_t *cap, const uint8_t *key, bool
     return 0;
 }
 
-/* The elements as nft writes them: a start per interval and an end (the value after it, even
- * where the next interval starts) unless it reaches the top of the field; an end at 0 first
- * when the first interval does not start at 0. Already in (key, end) order. */
+/* A hash map's elements: one per value. An interval map's as nft writes them: a start per
+ * interval and an end (the value after it, even where the next interval starts) unless it
+ * reaches the top of the field; an end at 0 first when the first interval does not start at 0.
+ * Already in (key, end) order. */
 static int map_fill(struct fw_map *m, const struct fgx_fwc_prog *p, const struct fgx_fwc_node *nd,
                     char (*names)[FW_NAME_LEN])
 {
@@ -543,6 +584,26 @@ static int map_fill(struct fw_map *m, const struct fgx_fwc_prog *p, const struct
                                                                    : FW_EK_ACCEPT;
         const char *chain = el->to.is_node ? names[el->to.v] : kind == FW_EK_GOTO ? "reject" : NULL;
 
+        if (m->points) {
+            uint8_t k[FGX_FWC_KEY_MAX] = {0};
+            unsigned lo = m->klen <= 2 ? key_num(el->lo, m->klen) : 0;
+            unsigned hi = m->klen <= 2 ? key_num(el->hi, m->klen) : 0;
+
+            if (m->klen > 2) {
+                rc = map_push_elem(m, &cap, el->lo, false, kind, chain);
+                continue;
+            }
+            for (unsigned v = lo; v <= hi && rc == 0; v++) {
+                if (m->klen == 1) {
+                    k[0] = (uint8_t)v;
+                } else {
+                    k[0] = (uint8_t)(v >> 8);
+                    k[1] = (uint8_t)v;
+                }
+                rc = map_push_elem(m, &cap, k, false, kind, chain);
+            }
+            continue;
+        }
         if (i == 0 && memcmp(el->lo, zero, m->klen) != 0)
             rc = map_push_elem(m, &cap, zero, true, 0, NULL);
         if (rc == 0)
@@ -587,7 +648,7 @@ static int view_build(const struct ctl_fw_plan *p, struct fw_view *v)
             v->nroots[h][fs] = nps;
             for (size_t k = 0; k < nps; k++) {
                 const struct fgx_fwc_prog *pg = &ps[k].prog;
-                struct fw_namer nm = {.p = pg};
+                struct fw_namer nm = {.p = pg, .width = width};
                 struct fw_root *rt = &v->roots[h][fs][k];
 
                 rt->verdict = pg->has_root && !pg->root.is_node ? (int)pg->root.v : -1;
@@ -621,6 +682,7 @@ static int view_build(const struct ctl_fw_plan *p, struct fw_view *v)
                     m->dim = pg->nodes[i].dim;
                     m->klen = width[m->dim];
                     m->fam = fs == 1;
+                    m->points = node_points(pg, &pg->nodes[i], m->klen);
                     rc = map_fill(m, pg, &pg->nodes[i], nm.names);
                 }
                 free(nm.names);
@@ -798,7 +860,7 @@ static void map_create(struct fw_tx *tx, const struct fw_map *m)
     s = set_new(tx, set, id);
     if (!s)
         return;
-    nftnl_set_set_u32(s, NFTNL_SET_FLAGS, NFT_SET_MAP | NFT_SET_INTERVAL);
+    nftnl_set_set_u32(s, NFTNL_SET_FLAGS, m->points ? NFT_SET_MAP : NFT_SET_MAP | NFT_SET_INTERVAL);
     nftnl_set_set_u32(s, NFTNL_SET_KEY_TYPE, field_type(m->dim, m->fam));
     nftnl_set_set_u32(s, NFTNL_SET_KEY_LEN, m->klen);
     nftnl_set_set_u32(s, NFTNL_SET_DATA_TYPE, NFT_DATA_VERDICT);

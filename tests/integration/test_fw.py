@@ -495,7 +495,7 @@ def fw_ten_thousand_rules_last_one_matches(env):
     with tempfile.NamedTemporaryFile("w", suffix=".rules", delete=False) as f:
         f.write("# 9,999 misses, then the rule that matches\n")
         for i in range(n - 1):
-            f.write("--proto tcp --dport %d --action drop\n" % (20000 + 3 * i))
+            f.write("--proto tcp --dport %d --action drop\n" % (33000 + 2 * i))
         f.write("--proto tcp --dport %d --action reject\n" % ta)
     try:
         t0 = time.monotonic()
@@ -505,12 +505,13 @@ def fw_ten_thousand_rules_last_one_matches(env):
         os.unlink(f.name)
     check(len(doc["rules"]) == n, "%d rules stored", len(doc["rules"]))
     st = doc["state"]
+    import_compile_ms = st["compile_us"] / 1000.0
     check(st["lookups"] <= 3, "a packet costs %d lookups", st["lookups"])
     check(st["compile_us"] < 1000000, "compiling took %d us", st["compile_us"])
     expect(env, "tcp", SRV4, ta, "refused")   # matched by the last rule
     expect(env, "tcp", SRV4, tb, "open")      # matched by none
     expect(env, "udp", SRV4, ua, "reply")
-    expect(env, "tcp", SRV4, 20000 + 3 * 17, "timeout", t=0.5)  # a drop rule, no listener
+    expect(env, "tcp", SRV4, 33000 + 2 * 17, "timeout", t=0.5)  # a drop rule, no listener
     # one more rule: a few elements, not the list again
     doc = rule(env, "--proto", "tcp", "--dport", tb, "--action", "drop", "--at", "1")
     st = doc["state"]
@@ -519,8 +520,8 @@ def fw_ten_thousand_rules_last_one_matches(env):
           st["apply_us"])
     expect(env, "tcp", SRV4, tb, "timeout")
     sys.stdout.write("    (10,000 rules: import %.2f s, compile %.1f ms; one more: compile %.1f ms, "
-                     "kernel %.1f ms)\n" % (took, doc["state"]["compile_us"] / 1000.0,
-                                            st["compile_us"] / 1000.0, st["apply_us"] / 1000.0))
+                     "kernel %.1f ms)\n" % (took, import_compile_ms, st["compile_us"] / 1000.0,
+                                            st["apply_us"] / 1000.0))
 
 
 @test
