@@ -40,6 +40,7 @@
 #include <libnftnl/set.h>
 #include <libnftnl/table.h>
 
+#include "fgx/dp.h"
 #include "fgx/log.h"
 
 #define FW_DEFAULT_TABLE "fgex_fw"
@@ -1006,6 +1007,19 @@ static void build_options(struct fw_tx *tx, const struct ctl_fw_plan *p, enum ct
 {
     const char *c = hook_chain[h];
     struct fw_rule rl;
+
+    /* fgex's own packets (the workers' resets, the proxy's connections to the services)
+     * carry its mark: the rules are for the traffic it filters, not for fgex itself */
+    if (h == CTL_FW_OUT) {
+        uint32_t mask = FGX_MARK_MASK, mark = FGX_MARK;
+
+        rule_start(tx, c, &rl);
+        e_meta(&rl, NFT_META_MARK);
+        e_and(&rl, &mask, sizeof(mask));
+        e_cmp(&rl, NFT_CMP_EQ, &mark, sizeof(mark));
+        e_verdict(&rl, NF_ACCEPT, NULL);
+        rule_end(&rl);
+    }
 
     if (p->drop_invalid) {
         rule_start(tx, c, &rl);
