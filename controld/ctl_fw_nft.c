@@ -692,7 +692,8 @@ static int view_build(const struct ctl_fw_plan *p, struct fw_view *v)
             }
         }
     }
-    qsort(v->maps, v->n, sizeof(*v->maps), cmp_map);
+    if (v->n > 1)
+        qsort(v->maps, v->n, sizeof(*v->maps), cmp_map);
     for (size_t i = 1; i < v->n; i++) {
         if (strcmp(v->maps[i - 1].name, v->maps[i].name) == 0) {
             /* two paths hashed alike: the caller rebuilds under fresh names */
