@@ -488,6 +488,27 @@ def fw_control_port_stays_reachable(env):
 
 
 @test
+def fw_lets_fgex_own_connections_out(env):
+    """A drop policy on what the box sends: the proxy's own connection to the service (marked by
+    fgex) still goes out, so a proxy-layer service keeps working under it."""
+    reset(env)
+    _, port = env.service("fw-px", "tcp", extra=("--layer", "proxy"))
+    try:
+        srv = env.tcp_server(port)
+        rule(env, "--proto", "tcp", "--dport", port, "--action", "accept")
+        fw(env, "policy", "drop")
+        fw(env, "policy", "drop", "--dir", "out")
+        fw(env, "set", "loopback", "off")  # the upstream connection goes by lo otherwise
+        c = env.tcp_client(SRV4, port, [b"through the proxy"])
+        it.assert_passed(c, it.server_conn(srv, 1), b"through the proxy")
+        # and a port no rule opens stays shut
+        expect(env, "tcp", SRV4, env.port(), "timeout")
+    finally:
+        env.ctl("service", "rm", "fw-px")
+        reset(env)
+
+
+@test
 def fw_ten_thousand_rules_last_one_matches(env):
     reset(env)
     (ta, tb, _, _), (ua, _) = servers(env)
