@@ -633,6 +633,26 @@ int cli_args_parse(int argc, char **argv, const char *env_url, struct cli_cmd *c
             return cli_args_fail(cmd, CLI_EXIT_USAGE,
                                  "%s: missing command (see 'fgexctl %s --help')", argv[i], argv[i]);
         }
+        /* the first word of a two-word command ("fw rule") without a known second one */
+        for (const struct cli_cmd_def *d = group_find(argv[i])->cmds; d->name; d++) {
+            const char *sp = strchr(d->name, ' ');
+
+            if (sp && strlen(argv[i + 1]) == (size_t)(sp - d->name) &&
+                strncmp(d->name, argv[i + 1], (size_t)(sp - d->name)) == 0) {
+                if (i + 2 >= argc || cli_args_is_help(argv[i + 2])) {
+                    if (i + 2 < argc) {
+                        cmd->help = group_find(argv[i])->usage;
+                        return 0;
+                    }
+                    return cli_args_fail(cmd, CLI_EXIT_USAGE,
+                                         "%s %s: missing command (see 'fgexctl %s --help')",
+                                         argv[i], argv[i + 1], argv[i]);
+                }
+                return cli_args_fail(cmd, CLI_EXIT_USAGE,
+                                     "%s %s: unknown command '%s' (see 'fgexctl %s --help')",
+                                     argv[i], argv[i + 1], argv[i + 2], argv[i]);
+            }
+        }
         return cli_args_fail(cmd, CLI_EXIT_USAGE,
                              "%s: unknown command '%s' (see 'fgexctl %s --help')", argv[i],
                              argv[i + 1], argv[i]);
