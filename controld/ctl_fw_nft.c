@@ -888,11 +888,52 @@ static bool elem_same(const struct fw_elem *a, const struct fw_elem *b)
     return a->kind == b->kind && (a->kind != FW_EK_GOTO || strcmp(a->chain, b->chain) == 0);
 }
 
-/* A map in both views: what changed, element by element. */
+static bool map_same(const struct fw_map *old, const struct fw_map *m)
+{
+    if (old->n != m->n)
+        return false;
+    for (size_t i = 0; i < m->n; i++)
+        if (cmp_elem(&old->elems[i], &m->elems[i], m->klen) != 0 ||
+            !elem_same(&old->elems[i], &m->elems[i]))
+            return false;
+    return true;
+}
+
+/* A map in both views: what changed. A hash map element by element; an interval map is
+ * emptied and filled again when anything in it changed, in the same batch: the kernel's
+ * interval set refuses a bound added inside an interval it still holds (a split interval),
+ * so its elements cannot be patched one by one. The big maps of long lists are hash maps
+ * (ports, protocols, host addresses); interval maps hold ranges, and there are few of them. */
 static void map_update(struct fw_tx *tx, const struct fw_map *old, const struct fw_map *m)
 {
     struct fw_elem_batch del, add;
     size_t i = 0, j = 0;
+
+    if (!m->points) {
+        char set[FW_NAME_LEN + 1];
+        struct nftnl_set *s;
+        struct nlmsghdr *nlh;
+
+        if (map_same(old, m))
+            return;
+        (void)snprintf(set, sizeof(set), "m%s", m->name);
+        s = set_new(tx, set, 0);
+        if (!s)
+            return;
+        /* DELSETELEM without elements: every element goes */
+        nlh = tx_hdr(tx, NFT_MSG_DELSETELEM, 0, FW_MSG_MAX);
+        if (nlh) {
+            nftnl_set_elems_nlmsg_build_payload(nlh, s);
+            tx_next(tx, nlh);
+        }
+        nftnl_set_free(s);
+        tx->elems_removed += old->n;
+        batch_start(&add, tx, m, NFT_MSG_NEWSETELEM, 0);
+        for (size_t k = 0; k < m->n; k++)
+            batch_add(&add, &m->elems[k]);
+        batch_end(&add);
+        return;
+    }
 
     batch_start(&del, tx, m, NFT_MSG_DELSETELEM, 0);
     batch_start(&add, tx, m, NFT_MSG_NEWSETELEM, 0);
@@ -1176,6 +1217,31 @@ static const char *extack_msg(const struct nlmsghdr *nlh)
     return NULL;
 }
 
+/* What the batch's message with this sequence number does, for the log. */
+static const char *msg_kind(const struct fw_tx *tx, uint32_t seq)
+{
+    static const char *const names[] = {
+        [NFT_MSG_NEWTABLE] = "add table",       [NFT_MSG_DELTABLE] = "delete table",
+        [NFT_MSG_NEWCHAIN] = "add chain",       [NFT_MSG_DELCHAIN] = "delete chain",
+        [NFT_MSG_NEWRULE] = "add rule",         [NFT_MSG_DELRULE] = "flush chain",
+        [NFT_MSG_NEWSET] = "add map",           [NFT_MSG_DELSET] = "delete map",
+        [NFT_MSG_NEWSETELEM] = "add elements",  [NFT_MSG_DELSETELEM] = "delete elements",
+    };
+    size_t off = 0;
+
+    while (off + sizeof(struct nlmsghdr) <= tx->len) {
+        const struct nlmsghdr *h = (const struct nlmsghdr *)(tx->buf + off);
+        unsigned type = h->nlmsg_type & 0xff;
+
+        if (h->nlmsg_seq == seq)
+            return type < sizeof(names) / sizeof(names[0]) && names[type] ? names[type] : "?";
+        if (h->nlmsg_len < sizeof(*h))
+            break;
+        off += NLMSG_ALIGN(h->nlmsg_len);
+    }
+    return "?";
+}
+
 /* The kernel's answers: done on the ack of the last message or an error for the batch. The
  * first error is kept and logged. */
 static void tx_replies(struct fw_tx *tx, const void *buf, size_t len, bool *done, int *kerr)
@@ -1198,9 +1264,9 @@ static void tx_replies(struct fw_tx *tx, const void *buf, size_t len, bool *done
             continue;
         *kerr = e->error;
         msg = extack_msg(nlh);
-        fgx_err("nft: the kernel refused the firewall table (message %u of %u): %s%s%s",
-                (unsigned)rel, (unsigned)tx->nmsgs, strerror(-e->error), msg ? ": " : "",
-                msg ? msg : "");
+        fgx_err("nft: the kernel refused the firewall table (message %u of %u, %s): %s%s%s",
+                (unsigned)rel, (unsigned)tx->nmsgs, msg_kind(tx, nlh->nlmsg_seq),
+                strerror(-e->error), msg ? ": " : "", msg ? msg : "");
     }
 }
 
@@ -1286,6 +1352,7 @@ int ctl_fw_nft_apply(struct ctl_fw_nft *n, const struct ctl_fw_plan *p,
     }
     if (rc < 0)
         goto out;
+again:
     tx.seq0 = n->seq;
     if (tx_reserve(&tx, 64) < 0) {
         rc = tx.err;
@@ -1300,6 +1367,20 @@ int ctl_fw_nft_apply(struct ctl_fw_nft *n, const struct ctl_fw_plan *p,
     }
     rc = tx_send(n, &tx);
     n->seq += tx.nmsgs + 2;
+    if (rc < 0 && n->cur && rc != -ETIMEDOUT) {
+        /* A refused difference changed nothing: write the table whole instead, once (what
+         * the kernel refuses then is refused for the plan itself). */
+        fgx_warn("nft: the firewall change was refused as a difference; writing the table whole");
+        view_release(n->cur);
+        free(n->cur);
+        n->cur = NULL;
+        tx.len = 0;
+        tx.nmsgs = 0;
+        tx.set_id = 0;
+        tx.elems_added = tx.elems_removed = 0;
+        tx.err = 0;
+        goto again;
+    }
     if (rc < 0) {
         /* a refused batch changed nothing; anything else leaves the kernel unknown */
         if (rc == -ETIMEDOUT || rc == -EIO || rc == -ENOBUFS) {
