@@ -40,6 +40,7 @@ struct ctl_ctx {
     bool nft_valid;
     bool worker_stale; /* the worker has not confirmed the latest generation: resend it */
     size_t history_keep; /* changes kept in the history (0: CTL_HISTORY_KEEP) */
+    struct ctl_fw *fw; /* borrowed; the firewall (ctl_fw.c); NULL: none (unit tests) */
 };
 
 /* Push rs to the workers and sync nftables, in the safe order (a worker that gains a service

@@ -79,6 +79,7 @@ struct ctl_rpc {
     uint32_t **rate_bufs;
     size_t nrates;
     struct ctl_rpc_logfil *logfil; /* labels and events --top (rpc_logfil.c), or NULL */
+    struct ctl_rpc_fw *fw; /* the firewall family's reply (rpc_fw.c); NULL when unused */
 };
 
 typedef void (*ctl_rpc_handler_fn)(struct ctl_rpc *r, const Fgx__Ctl__Request *q);
@@ -111,6 +112,17 @@ const char *ctl_rpc_filter_label(struct ctl_rpc *r, struct ctl_txn *t, uint32_t 
 /* events --top: q->top is "src"; sid / name: the service asked for (0 / NULL: all). */
 void ctl_rpc_events_top(struct ctl_rpc *r, const Fgx__Ctl__EventsQuery *q, uint32_t sid,
                         const char *name);
+extern const struct ctl_rpc_cmd ctl_rpc_fw_cmds[];
+
+/* ---- the firewall in backups (rpc_fw.c) ---- */
+/* Add the stored firewall configuration to an export. */
+int ctl_rpc_fw_export(struct ctl_rpc *r, struct ctl_txn *t, Fgx__Ctl__Config *cfg);
+/* Check and store cfg's firewall configuration in t (none in cfg: left as it is); -EINVAL with
+ * the reason in err. ctl_rpc_fw_imported() installs it once t is committed. */
+int ctl_rpc_fw_import(struct ctl_rpc *r, struct ctl_txn *t, const Fgx__Ctl__Config *cfg,
+                      char *err, size_t len);
+void ctl_rpc_fw_imported(struct ctl_rpc *r);
+void ctl_rpc_fw_release(struct ctl_rpc *r);
 
 /* The reference a Ref carries, or NULL. */
 static inline const char *ctl_rpc_ref(const Fgx__Ctl__Ref *ref)

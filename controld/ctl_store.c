@@ -954,6 +954,55 @@ int ctl_store_text_put(struct ctl_txn *t, const char *name, const char *v)
     return rec_put(t, t->s->meta, key, strlen(key), v, strlen(v));
 }
 
+static int bytes_key(const char *name, char *key, size_t len)
+{
+    if (snprintf(key, len, "b:%s", name) >= (int)len)
+        return -ENAMETOOLONG;
+    return 0;
+}
+
+int ctl_store_bytes_get(struct ctl_txn *t, const char *name, void **out, size_t *len)
+{
+    char key[64];
+    MDB_val v;
+    int rv = bytes_key(name, key, sizeof(key));
+
+    *out = NULL;
+    *len = 0;
+    if (rv < 0)
+        return rv;
+    rv = rec_get(t, t->s->meta, key, strlen(key), &v);
+    if (rv == -ENOENT)
+        return 0;
+    if (rv < 0)
+        return rv;
+    *out = malloc(v.mv_size ? v.mv_size : 1);
+    if (!*out)
+        return -ENOMEM;
+    memcpy(*out, v.mv_data, v.mv_size);
+    *len = v.mv_size;
+    return 0;
+}
+
+int ctl_store_bytes_put(struct ctl_txn *t, const char *name, const void *v, size_t len)
+{
+    char key[64];
+    int rv = bytes_key(name, key, sizeof(key));
+
+    return rv < 0 ? rv : rec_put(t, t->s->meta, key, strlen(key), v, len);
+}
+
+int ctl_store_bytes_del(struct ctl_txn *t, const char *name)
+{
+    char key[64];
+    int rv = bytes_key(name, key, sizeof(key));
+
+    if (rv < 0)
+        return rv;
+    rv = rec_del(t, t->s->meta, key, strlen(key));
+    return rv == -ENOENT ? 0 : rv;
+}
+
 static int id_reserve(struct ctl_txn *t, const char *key, uint32_t used)
 {
     uint64_t next;

@@ -165,6 +165,11 @@ int ctl_store_event_trim(struct ctl_txn *t, size_t keep);
  * -EOVERFLOW when the value does not fit in len bytes with its NUL. */
 int ctl_store_text_get(struct ctl_txn *t, const char *name, char *out, size_t len);
 int ctl_store_text_put(struct ctl_txn *t, const char *name, const char *v);
+/* A named binary record in the meta db (the firewall's configuration): _get gives a malloc'd
+ * copy (*len 0 and *out NULL when absent; free()), _del removes it (absent: 0). */
+int ctl_store_bytes_get(struct ctl_txn *t, const char *name, void **out, size_t *len);
+int ctl_store_bytes_put(struct ctl_txn *t, const char *name, const void *v, size_t len);
+int ctl_store_bytes_del(struct ctl_txn *t, const char *name);
 /* Make the ids allocated from now on greater than these (an import keeps its ids). */
 int ctl_store_ids_reserve(struct ctl_txn *t, uint32_t service_id, uint32_t filter_id);
 

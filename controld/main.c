@@ -17,6 +17,7 @@
 #include "controld/ctl_auth.h"
 #include "controld/ctl_compile.h"
 #include "controld/ctl_conffile.h"
+#include "controld/ctl_fw.h"
 #include "controld/ctl_metrics.h"
 #include "controld/ctl_nft.h"
 #include "controld/ctl_rpc.h"
@@ -626,6 +627,7 @@ static void run_loop(struct ctl_ctx *ctx, struct ctl_sup *sup, struct fgx_chan *
             usleep(LOOP_RECV_MS * 1000);
         }
         pending_poll(ctx, ctl, &pend);
+        ctl_fw_tick(ctx->fw, ctx->store);
         ctl_sup_poll(sup, &respawned);
         if (ctx->px_sup) {
             bool px_respawned = false;
@@ -663,6 +665,8 @@ int main(int argc, char **argv)
 {
     struct ctl_ctx ctx = {0};
     struct ctl_nft *nft = NULL;
+    struct ctl_fw *fw = NULL;
+    struct ctl_fw_guard guard;
     struct ctl_sup *sup = NULL, *px_sup = NULL;
     struct ctl_stats *stats = NULL;
     struct ctl_metrics *metrics = NULL;
@@ -759,6 +763,14 @@ int main(int argc, char **argv)
         fgx_err("cannot open nftables: %s", strerror(-rv));
         goto out;
     }
+    /* The firewall's table: its own socket, so it is replaced apart from the services'. */
+    rv = ctl_fw_guard_init(&guard, o.listen, o.allow, o.nallow);
+    if (rv == 0)
+        rv = ctl_fw_new(NULL, &guard, &fw);
+    if (rv < 0) {
+        fgx_err("cannot set up the firewall: %s", strerror(-rv));
+        goto out;
+    }
     rv = ctl_sup_start(&(struct ctl_sup_config){.run_dir = o.run_dir,
                                                 .log_level = o.log_level,
                                                 .threads = o.threads,
@@ -782,6 +794,7 @@ int main(int argc, char **argv)
     if (rv < 0)
         goto out;
     ctx.nft = nft;
+    ctx.fw = fw;
     ctx.sup = sup;
     ctx.px_sup = px_sup;
     ctx.px_port = (uint16_t)o.proxy_port;
@@ -810,6 +823,8 @@ int main(int argc, char **argv)
     /* Worker first, rules second: a restarted controld filters again before anyone asks. */
     if (ctl_apply_full(&ctx, CTL_PUSH_TIMEOUT_MS) < 0)
         fgx_warn("the nfqworker has not confirmed the ruleset yet; it will get it when it is up");
+    if (ctl_fw_start(fw, ctx.store) < 0)
+        fgx_warn("the firewall rules are not in place (see above)");
     fgx_info("controld %s listening on %s (queues from %u, %u threads, %s queue)", CTL_VERSION, url,
              o.queue_base, o.threads, ctl_nft_native_queue(nft) ? "native" : "compat");
     if (ready_fd != -1) {
@@ -838,6 +853,8 @@ out:
     /* Rules first: once nothing is queued, stopping the worker drops no packet in flight. */
     if (nft && ctl_nft_clear(nft) < 0)
         status = 1;
+    /* its table goes with controld, as the services' does */
+    ctl_fw_free(fw);
     ctl_sup_stop(sup);
     ctl_sup_stop(px_sup);
     ctl_nft_close(nft);

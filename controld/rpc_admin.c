@@ -198,6 +198,8 @@ static void do_config_export(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
     if (ctl_rpc_txn_begin(r, false, &t) < 0)
         return;
     rv = ctl_config_export(t, &r->cfg_exp);
+    if (rv == 0)
+        rv = ctl_rpc_fw_export(r, t, &r->cfg_exp.cfg);
     ctl_txn_abort(t);
     if (rv < 0) {
         ctl_rpc_store_fail(r, rv);
@@ -221,6 +223,8 @@ static void do_config_import(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
         return;
     ctl_rpc_import_opts(r, false);
     rv = ctl_config_import_ex(t, cfg, &r->imp, err, sizeof(err));
+    if (rv == 0)
+        rv = ctl_rpc_fw_import(r, t, cfg, err, sizeof(err));
     if (rv < 0) {
         ctl_rpc_fail(r, ctl_rpc_config_code(rv), "%s", err);
         goto out;
@@ -235,6 +239,8 @@ static void do_config_import(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
     ctl_rpc_finish(r, &t, true);
     if (ctl_rpc_failed(r) && r->reply.code != FGX__CTL__CODE__CODE_UNAVAILABLE)
         goto out;
+    if (!r->deferred)
+        ctl_rpc_fw_imported(r);
     if (r->ctx->auth && cfg->has_auth_enabled)
         ctl_auth_enabled_set(r->ctx->auth, cfg->auth_enabled);
     fgx_info("configuration imported: %zu services, %zu filters", cfg->n_services, cfg->n_filters);

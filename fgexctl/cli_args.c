@@ -64,6 +64,9 @@ static const char usage_main[] =
     "                                           set controld's password\n"
     "  auth on|off                              require the password from remote clients\n"
     "  cert                                     controld's certificate fingerprint\n"
+    "  fw rule add|rm|move|enable|disable|list ... the firewall: ordered rules, first\n"
+    "  fw policy|set|enable|disable|import|export|apply|confirm ...   match wins\n"
+    "                                           (`fgexctl fw --help`)\n"
     "  version                                  fgexctl's version and controld's\n"
     "  context add NAME URL [--fingerprint FP] [--ca FILE] [--replace]\n"
     "  context use|show|rm NAME                 named controlds (`context list`)\n"
@@ -581,19 +584,14 @@ static const struct cli_cmd_def *spec_find(char **w, int n, int *nused)
         for (const struct cli_cmd_def *d = g->cmds; d->name; d++) {
             const char *sp = strchr(d->name, ' ');
 
-            /* A command of two words within its group ("service" "addr" "add"). */
-            if (sp) {
-                size_t l = (size_t)(sp - d->name);
-
-                if (n >= 3 && strlen(w[1]) == l && strncmp(d->name, w[1], l) == 0 &&
-                    strcmp(sp + 1, w[2]) == 0) {
-                    *nused = 3;
-                    return d;
-                }
-                continue;
-            }
-            if (strcmp(d->name, w[1]) == 0) {
+            if (!sp && strcmp(d->name, w[1]) == 0) {
                 *nused = 2;
+                return d;
+            }
+            /* "rule add": the group's next two words */
+            if (sp && n >= 3 && strlen(w[1]) == (size_t)(sp - d->name) &&
+                strncmp(d->name, w[1], (size_t)(sp - d->name)) == 0 && strcmp(sp + 1, w[2]) == 0) {
+                *nused = 3;
                 return d;
             }
         }
@@ -703,16 +701,25 @@ int cli_args_parse(int argc, char **argv, const char *env_url, struct cli_cmd *c
             return cli_args_fail(cmd, CLI_EXIT_USAGE,
                                  "%s: missing command (see 'fgexctl %s --help')", argv[i], argv[i]);
         }
-        /* The first word of a two-word command ("service addr"): name the second. */
+        /* the first word of a two-word command ("fw rule") without a known second one */
         for (const struct cli_cmd_def *d = group_find(argv[i])->cmds; d->name; d++) {
             const char *sp = strchr(d->name, ' ');
 
             if (sp && strlen(argv[i + 1]) == (size_t)(sp - d->name) &&
-                strncmp(d->name, argv[i + 1], (size_t)(sp - d->name)) == 0)
+                strncmp(d->name, argv[i + 1], (size_t)(sp - d->name)) == 0) {
+                if (i + 2 >= argc || cli_args_is_help(argv[i + 2])) {
+                    if (i + 2 < argc) {
+                        cmd->help = group_find(argv[i])->usage;
+                        return 0;
+                    }
+                    return cli_args_fail(cmd, CLI_EXIT_USAGE,
+                                         "%s %s: missing command (see 'fgexctl %s --help')",
+                                         argv[i], argv[i + 1], argv[i]);
+                }
                 return cli_args_fail(cmd, CLI_EXIT_USAGE,
-                                     "%s %s: missing or unknown command (see 'fgexctl %s "
-                                     "--help')",
-                                     argv[i], argv[i + 1], argv[i]);
+                                     "%s %s: unknown command '%s' (see 'fgexctl %s --help')",
+                                     argv[i], argv[i + 1], argv[i + 2], argv[i]);
+            }
         }
         return cli_args_fail(cmd, CLI_EXIT_USAGE,
                              "%s: unknown command '%s' (see 'fgexctl %s --help')", argv[i],
@@ -727,9 +734,15 @@ int cli_args_parse(int argc, char **argv, const char *env_url, struct cli_cmd *c
             return 0;
         }
     }
-    rc = scan_args(cmd, spec, argc, argv, i, &raw);
-    if (rc < 0)
-        return rc;
+    if (spec->flags & CLI_CMD_RAW) {
+        memset(&raw, 0, sizeof(raw));
+        raw.rest = argv + i;
+        raw.nrest = argc - i;
+    } else {
+        rc = scan_args(cmd, spec, argc, argv, i, &raw);
+        if (rc < 0)
+            return rc;
+    }
     cmd->version = (spec->flags & CLI_CMD_VERSION) != 0;
     cmd->offline = (spec->flags & CLI_CMD_OFFLINE) != 0;
     return build_request(cmd, spec, &raw);

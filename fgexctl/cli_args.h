@@ -78,6 +78,15 @@ struct cli_cmd {
         Fgx__Ctl__StatsHistoryQuery stats_history;
         Fgx__Ctl__FilterSet filter_set;
         Fgx__Ctl__ServiceAddrChange service_addr;
+        struct {
+            Fgx__Ctl__FwRuleAdd add;
+            Fgx__Ctl__FwRule rule;
+            Fgx__Ctl__FwRuleRef ref;
+            Fgx__Ctl__FwPolicy policy;
+            Fgx__Ctl__FwSet set;
+            Fgx__Ctl__FwSwitch sw;
+            Fgx__Ctl__FwImport imp;
+        } fw; /* cmd_fw.c */
     } m;
     char *addrs[32]; /* service add --addr, pointing into argv (CLI_ADDRS_MAX) */
 };

@@ -15,6 +15,7 @@
 #include "fgx/ruleset.h"
 #include "cmd.h"
 #include "fgx/svcaddr.h"
+#include "cmd_fw.h"
 
 /* ---- names of enumerations ----------------------------------------------------------------- */
 
@@ -137,11 +138,19 @@ int cli_config_write(FILE *f, const Fgx__Ctl__Config *cfg, char *err, size_t err
             svcs = NULL;
         }
     }
-    rc = cli_json_print(f,
-                        json_pack("{s:s, s:I, s:o, s:o}", "format", CLI_CONFIG_FORMAT, "version",
-                                  (json_int_t)CLI_CONFIG_VERSION, "settings", settings, "services",
-                                  svcs),
-                        true);
+    {
+        json_t *doc = json_pack("{s:s, s:I, s:o, s:o}", "format", CLI_CONFIG_FORMAT, "version",
+                                (json_int_t)CLI_CONFIG_VERSION, "settings", settings, "services",
+                                svcs);
+
+        /* the firewall (cmd_fw.c), when controld has one */
+        if (doc && cfg->fw && json_object_set_new(doc, "firewall",
+                                                  cli_fw_config_to_json(cfg->fw)) < 0) {
+            json_decref(doc);
+            doc = NULL;
+        }
+        rc = cli_json_print(f, doc, true);
+    }
     if (rc == 0 && (fflush(f) == EOF || ferror(f)))
         rc = -EIO;
     return rc;
@@ -775,7 +784,8 @@ static int assign_ids(struct rd *r, const json_t *svcs, const bool *svc_has, con
 
 int cli_config_read(const char *text, size_t len, Fgx__Ctl__Config **out, char *err, size_t errlen)
 {
-    static const char *const keys[] = {"format", "version", "settings", "services", NULL};
+    static const char *const keys[] = {"format", "version", "settings", "services", "firewall",
+                                       NULL};
     static const char *const skeys[] = {"auth_enabled", NULL};
     struct rd r = {.err = err, .errlen = errlen};
     json_t *doc = NULL;
@@ -829,6 +839,16 @@ int cli_config_read(const char *text, size_t len, Fgx__Ctl__Config **out, char *
             r.cfg->has_auth_enabled = 1;
             rc = get_bool(&r, v, "auth_enabled", "settings", true, &r.cfg->auth_enabled);
         }
+        if (rc < 0)
+            goto out;
+    }
+    v = json_object_get(doc, "firewall");
+    if (v) {
+        char why[400];
+
+        rc = cli_fw_config_from_json(v, &r.cfg->fw, why, sizeof(why));
+        if (rc == -EINVAL)
+            rc = bad(&r, v, "%s", why);
         if (rc < 0)
             goto out;
     }

@@ -18,6 +18,7 @@
 #include "cli_pin.h"
 #include "cli_ruleset.h"
 #include "cli_session.h"
+#include "cmd_fw.h"
 
 static int lfail(struct cli_local *l, int code, int rc, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -91,6 +92,16 @@ int cli_local_prepare(struct cli_cmd *cmd, struct cli_local *l)
                          rc == -EINVAL ? why : strerror(-rc));
         l->ruleset = true;
         return 0;
+    case FGX__CTL__REQUEST__REQ_FW_IMPORT:
+        rc = read_input(l, cmd->file, &l->fw_text, &len);
+        if (rc < 0)
+            return rc;
+        rc = cli_fw_file_parse(l->fw_text, len, &cmd->m.fw.imp, why, sizeof(why));
+        if (rc < 0)
+            return lfail(l, rc == -EINVAL ? CLI_EXIT_INVALID : CLI_EXIT_ERROR, rc,
+                         "fw import: %s: %s; nothing was changed", cmd->file,
+                         rc == -EINVAL ? why : strerror(-rc));
+        return 0;
     default:
         return 0;
     }
@@ -109,6 +120,8 @@ bool cli_local_prints(const struct cli_cmd *cmd)
     case FGX__CTL__REQUEST__REQ_FILTER_IMPORT:
     case FGX__CTL__REQUEST__REQ_FILTER_EXPORT:
         return true;
+    case FGX__CTL__REQUEST__REQ_FW_LIST: /* fw export FILE */
+        return cmd->file != NULL;
     default:
         return false;
     }
@@ -185,6 +198,47 @@ static int finish_export(struct cli_cmd *cmd, struct cli_local *l, const Fgx__Ct
                       rep->config->n_services, rep->config->n_services == 1 ? "" : "s",
                       rep->config->n_filters, rep->config->n_filters == 1 ? "" : "s", cmd->file);
     }
+    return 0;
+}
+
+/* fw export FILE: the rule list as a rule file. */
+static int finish_fw_export(struct cli_cmd *cmd, struct cli_local *l, const Fgx__Ctl__Reply *rep,
+                            FILE *out, json_t **jdoc)
+{
+    char *doc = NULL;
+    size_t len = 0;
+    FILE *mf;
+    int rc;
+
+    if (!rep->fw)
+        return lfail(l, CLI_EXIT_ERROR, -EPROTO, "fw export: controld sent no rules");
+    mf = open_memstream(&doc, &len);
+    if (!mf)
+        return lfail(l, CLI_EXIT_ERROR, -ENOMEM, "out of memory");
+    rc = cli_fw_file_write(mf, rep->fw);
+    if (fclose(mf) == EOF && rc == 0)
+        rc = -ENOMEM;
+    if (rc < 0) {
+        free(doc);
+        return lfail(l, CLI_EXIT_ERROR, rc, "fw export: %s", strerror(-rc));
+    }
+    if (strcmp(cmd->file, "-") == 0) {
+        (void)fwrite(doc, 1, len, out);
+        free(doc);
+        cmd->json = false; /* the file itself is the output */
+        return 0;
+    }
+    rc = cli_pin_write_file(cmd->file, doc, len);
+    free(doc);
+    if (rc < 0)
+        return lfail(l, CLI_EXIT_ERROR, rc, "fw export: cannot write %s: %s", cmd->file,
+                     strerror(-rc));
+    if (cmd->json)
+        *jdoc = json_pack("{s:o, s:I}", "file", cli_json_str(cmd->file), "rules",
+                          cli_json_int(rep->fw->n_rules));
+    else
+        (void)fprintf(out, "exported %zu firewall rule%s to %s\n", rep->fw->n_rules,
+                      rep->fw->n_rules == 1 ? "" : "s", cmd->file);
     return 0;
 }
 
@@ -298,6 +352,11 @@ int cli_local_finish(struct cli_cmd *cmd, struct cli_local *l, const Fgx__Ctl__R
         if (rc == -EINVAL)
             rc = lfail(l, CLI_EXIT_ERROR, rc, "filter export: %s", why);
         return rc;
+    case FGX__CTL__REQUEST__REQ_FW_LIST:
+        if (!cmd->file)
+            return 0;
+        rc = finish_fw_export(cmd, l, rep, out, &doc);
+        break;
     default:
         return 0;
     }
@@ -327,5 +386,10 @@ void cli_local_release(struct cli_cmd *cmd, struct cli_local *l)
     if (l->ruleset) {
         cli_ruleset_release(&cmd->m.filter_import);
         l->ruleset = false;
+    }
+    if (l->fw_text) {
+        cli_fw_file_release(&cmd->m.fw.imp);
+        free(l->fw_text);
+        l->fw_text = NULL;
     }
 }

@@ -17,6 +17,7 @@ struct cli_local {
     char *password;           /* login/passwd; wiped and freed by cli_local_release */
     Fgx__Ctl__Config *config; /* import: the Config sent */
     bool ruleset;             /* filter import: cmd->m.filter_import.filters are ours */
+    char *fw_text;            /* fw import: the file, which the rules' strings point into */
     int exit_code;            /* after a failure: the exit status */
     char err[1024];           /* after a failure: the reason, one line, without "fgexctl: " */
 };

@@ -57,6 +57,9 @@ struct cli_args_raw {
     const char *val[CLI_NOPTS]; /* NULL: option not given; "" for a flag given without value */
     const char *addrs[CLI_ADDRS_MAX]; /* every --addr, in order (val holds the last) */
     int naddrs;
+    /* CLI_CMD_RAW commands: every word after the command's, unscanned (borrowed from argv) */
+    char **rest;
+    int nrest;
 };
 
 struct cli_cmd_def;
@@ -75,11 +78,14 @@ enum cli_cmd_flags {
     CLI_CMD_VERSION = 1u << 1, /* `fgexctl version`: a status request, printed as versions */
     CLI_CMD_LOCAL = 1u << 2,   /* sends nothing: run on this machine (`context ...`) */
     CLI_CMD_OFFLINE = 1u << 3, /* runs in fgexctl alone, no request (cli_cmd.offline) */
+    /* The builder scans its own arguments (raw->rest): options of the family's own, as the
+     * firewall's rule options, which a rule file shares (cmd_fw.c). */
+    CLI_CMD_RAW = 1u << 4,
 };
 
 struct cli_cmd_def {
     const char *group; /* its family's group word ("service"), or NULL at the top level */
-    const char *name;  /* NULL ends a table */
+    const char *name;  /* NULL ends a table; "rule add": two words after the group */
     Fgx__Ctl__Request__ReqCase req;
     int npos; /* number of positional arguments */
     const char *pos_names[2];
@@ -102,7 +108,7 @@ struct cli_cmd_family {
 };
 
 extern const struct cli_cmd_family cli_cmd_admin, cli_cmd_service, cli_cmd_filter, cli_cmd_worker,
-    cli_cmd_stats, cli_cmd_events, cli_cmd_history;
+    cli_cmd_stats, cli_cmd_events, cli_cmd_history, cli_cmd_fw;
 extern const struct cli_cmd_family cli_cmd_context;
 
 /* Run a CLI_CMD_LOCAL command of the context family (cmd_context.c), printing on out, errors
