@@ -186,13 +186,14 @@ static void do_logout(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
 
 static void do_config_export(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
 {
-    (void)q;
     struct ctl_txn *t;
     int rv;
 
     if (ctl_rpc_txn_begin(r, false, &t) < 0)
         return;
     rv = ctl_config_export(t, &r->cfg_exp);
+    if (rv == 0)
+        rv = ctl_config_export_tls(t, &r->cfg_exp, q->has_with_secrets && q->with_secrets);
     ctl_txn_abort(t);
     if (rv < 0) {
         ctl_rpc_store_fail(r, rv);

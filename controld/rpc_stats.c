@@ -78,6 +78,8 @@ static void do_stats(struct ctl_rpc *r, const Fgx__Ctl__Request *req)
         m->flows_active = c.flows_active;
         m->has_events_lost = 1;
         m->events_lost = c.events_lost;
+        m->has_tls_failed = r->svcs[i].tls || c.tls_failed > 0;
+        m->tls_failed = c.tls_failed;
         for (size_t j = 0; j < nfs; j++) {
             uint64_t b;
 

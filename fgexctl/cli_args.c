@@ -117,6 +117,11 @@ static const struct opt_def opt_defs[CLI_NOPTS] = {
     {"--expire-sessions", CLI_OPT_EXPIRE, ARG_NONE},
     {"--replace", CLI_OPT_REPLACE, ARG_NONE},
     {"--midstream", CLI_OPT_MIDSTREAM, ARG_REQUIRED},
+    {"--tls-cert", CLI_OPT_TLS_CERT, ARG_REQUIRED},
+    {"--tls-key", CLI_OPT_TLS_KEY, ARG_REQUIRED},
+    {"--no-tls", CLI_OPT_NO_TLS, ARG_NONE},
+    {"--upstream", CLI_OPT_UPSTREAM, ARG_REQUIRED},
+    {"--with-secrets", CLI_OPT_WITH_SECRETS, ARG_NONE},
 };
 
 /* ---- helpers ----------------------------------------------------------------------------- */

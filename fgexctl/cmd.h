@@ -34,8 +34,13 @@ enum cli_opt {
     CLI_OPT_EXPIRE = 1u << 13,
     CLI_OPT_REPLACE = 1u << 14,
     CLI_OPT_MIDSTREAM = 1u << 15,
+    CLI_OPT_TLS_CERT = 1u << 16,
+    CLI_OPT_TLS_KEY = 1u << 17,
+    CLI_OPT_NO_TLS = 1u << 18,
+    CLI_OPT_UPSTREAM = 1u << 19,
+    CLI_OPT_WITH_SECRETS = 1u << 20,
 };
-#define CLI_NOPTS 16
+#define CLI_NOPTS 21
 
 /* What the scan of a command's arguments found, before any value is interpreted. */
 struct cli_args_raw {

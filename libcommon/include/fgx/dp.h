@@ -64,6 +64,10 @@ struct fgx_dp_service {
      * are still here, so no partial match of a surviving filter is lost. */
     uint32_t *ids[2];
     size_t nids[2];
+    /* TLS termination (proxy layer): the certificate chain and key as PEM (owned like db; len 0:
+     * a plain TCP service), and whether the proxy speaks plaintext to the service. */
+    struct fgx_blob tls_cert, tls_key;
+    bool tls_upstream_plain;
 };
 
 struct fgx_dp_ruleset {
@@ -81,6 +85,7 @@ struct fgx_dp_service_stat {
     uint32_t service_id;
     uint64_t packets, bytes, accepted, dropped, flows_active;
     uint64_t events_lost; /* blocks whose event the worker's queue refused (cumulative) */
+    uint64_t tls_failed;  /* TLS handshakes failed or timed out (cumulative) */
 };
 
 /* An excerpt: up to FGX_DP_EXCERPT_BEFORE bytes before the match end and up to
