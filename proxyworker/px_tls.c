@@ -360,6 +360,11 @@ static void tls_done(struct px_conn *c)
     c->tls->state = PX_TLS_DONE;
     event_add(c->s[0].rev, NULL);
     event_add(c->s[1].rev, NULL);
+    /* With read-ahead, the records that followed a side's last handshake message (a client's
+     * request right behind its Finished, a service's ticket or greeting) may already sit in
+     * OpenSSL, with no socket event left to announce them. */
+    event_active(c->s[0].rev, EV_READ, 0);
+    event_active(c->s[1].rev, EV_READ, 0);
 }
 
 static bool step_client(struct px_conn *c)
