@@ -351,7 +351,7 @@ static json_t *json_service(const Fgx__Ctl__Service *s)
     /* TLS fields for every service ("tls": false for plain ones); never the key. */
     if (o != NULL &&
         json_object_update_new(
-            o, json_pack("{s:b, s:s?, s:s?, s:o?}", "tls", s->tls, "upstream",
+            o, json_pack("{s:b, s:s*, s:s*, s:o*}", "tls", s->tls, "upstream",
                          !s->tls ? NULL
                          : s->has_upstream && s->upstream == FGX__CTL__UPSTREAM__UPSTREAM_PLAIN
                              ? "plain"
