@@ -177,6 +177,7 @@ struct px_thread {
     struct event *reset_timer;
     struct px_counters ctr;
     struct fgx_evring events;
+    struct px_tls_cache *tls_cache; /* sessions to TLS services (px_tls.c); NULL until one */
 };
 
 struct px_worker {
@@ -270,6 +271,8 @@ int px_tls_load(void *worker, const struct fgx_dp_service *s, struct fgx_wtls *o
  * -ENOMEM; c->tls stays NULL then. */
 int px_tls_conn_start(struct px_conn *c, const struct fgx_wtls *wt);
 void px_tls_conn_free(struct px_conn *c);
+/* The thread's cached sessions to the services, freed (at the thread's end). */
+void px_tls_thread_release(struct px_thread *t);
 /* The upstream connect finished: start with the client's handshake. */
 void px_tls_connected(struct px_conn *c);
 /* c's handshakes are not both done yet. */

@@ -473,6 +473,7 @@ void px_thread_release(struct px_thread *t)
     t->cfg = NULL;
     fgx_reasm_ctx_free(t->reasm);
     t->reasm = NULL;
+    px_tls_thread_release(t);
     free(t->buf);
     t->buf = NULL;
     if (t->base != NULL)

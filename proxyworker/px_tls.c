@@ -44,6 +44,8 @@
 #define PX_TLS_RECORD_MAX 16384
 
 #define PX_TLS_READ_BUF (64u << 10)
+/* Sessions to the services kept per thread: one per service and server name, direct-mapped. */
+#define PX_TLS_CACHE_SLOTS 64
 
 enum { PX_TLS_HELLO, PX_TLS_UPSTREAM, PX_TLS_FINISH, PX_TLS_DONE };
 
@@ -61,10 +63,73 @@ struct px_tls {
     size_t alpn_len;
     const uint8_t *alpn_sel; /* the service's choice (in ssl[1]) */
     unsigned alpn_sel_len;
+    uint64_t ctx_hash; /* the service's certificate generation (fgx_wtls.hash) */
     char sni[256];
 };
 
 static int px_tls_conn_idx = -1;
+
+/* The proxy resumes its own sessions to a service: the service's handshake is then a PSK one,
+ * with no certificate to sign or verify, which is most of what a handshake costs (nginx's
+ * proxy_ssl_session_reuse does the same). Per thread, so no lock: a thread's connections
+ * share its sessions, refreshed by every new ticket the service sends. */
+struct px_tls_slot {
+    uint64_t key; /* service id, the server name's hash and the certificate's */
+    SSL_SESSION *sess;
+};
+
+struct px_tls_cache {
+    struct px_tls_slot slot[PX_TLS_CACHE_SLOTS];
+};
+
+static uint64_t cache_key(const struct px_conn *c)
+{
+    const struct px_tls *x = c->tls;
+    uint64_t h = 1469598103934665603ull ^ c->service_id;
+
+    for (const char *p = x->sni; *p != '\0'; p++)
+        h = (h ^ (uint8_t)*p) * 1099511628211ull;
+    return (h ^ x->ctx_hash) | 1; /* never 0: 0 is a free slot */
+}
+
+static struct px_tls_slot *cache_slot(struct px_conn *c, uint64_t key, bool make)
+{
+    struct px_thread *t = c->t;
+
+    if (t->tls_cache == NULL && (!make || (t->tls_cache = calloc(1, sizeof(*t->tls_cache))) ==
+                                              NULL))
+        return NULL;
+    return &t->tls_cache->slot[key % PX_TLS_CACHE_SLOTS];
+}
+
+void px_tls_thread_release(struct px_thread *t)
+{
+    if (t->tls_cache == NULL)
+        return;
+    for (size_t i = 0; i < PX_TLS_CACHE_SLOTS; i++)
+        SSL_SESSION_free(t->tls_cache->slot[i].sess);
+    free(t->tls_cache);
+    t->tls_cache = NULL;
+}
+
+/* A new session (ticket) from a service: kept for the next connection of this thread. */
+static int on_new_session(SSL *ssl, SSL_SESSION *sess)
+{
+    struct px_conn *c = SSL_get_ex_data(ssl, px_tls_conn_idx);
+    uint64_t key;
+    struct px_tls_slot *s;
+
+    if (c == NULL || c->tls == NULL || !SSL_SESSION_is_resumable(sess))
+        return 0;
+    key = cache_key(c);
+    s = cache_slot(c, key, true);
+    if (s == NULL)
+        return 0;
+    SSL_SESSION_free(s->sess);
+    s->key = key;
+    s->sess = sess;
+    return 1; /* the reference is ours now */
+}
 
 /* The reason of the newest OpenSSL error of this thread, and an empty queue afterwards. */
 static const char *ssl_reason(char *buf, size_t len)
@@ -163,6 +228,7 @@ int px_tls_load(void *worker, const struct fgx_dp_service *s, struct fgx_wtls *o
     SSL_CTX_set_default_read_buffer_len(x->srv, PX_TLS_READ_BUF);
     SSL_CTX_set_verify(x->srv, SSL_VERIFY_NONE, NULL); /* no client certificates */
     SSL_CTX_set_max_early_data(x->srv, 0);             /* no 0-RTT */
+    SSL_CTX_set_num_tickets(x->srv, 1); /* one resumption per client is enough */
     SSL_CTX_set_recv_max_early_data(x->srv, 0);
     SSL_CTX_set_client_hello_cb(x->srv, on_client_hello, NULL);
     SSL_CTX_set_alpn_select_cb(x->srv, on_alpn_select, NULL);
@@ -180,6 +246,9 @@ int px_tls_load(void *worker, const struct fgx_dp_service *s, struct fgx_wtls *o
     /* The service is the team's own, on this box, with whatever certificate it has (often
      * self-signed): it is not verified. */
     SSL_CTX_set_verify(x->cli, SSL_VERIFY_NONE, NULL);
+    SSL_CTX_set_session_cache_mode(x->cli, SSL_SESS_CACHE_CLIENT |
+                                               SSL_SESS_CACHE_NO_INTERNAL_STORE);
+    SSL_CTX_sess_set_new_cb(x->cli, on_new_session);
     return 0;
 }
 
@@ -309,6 +378,7 @@ int px_tls_conn_start(struct px_conn *c, const struct fgx_wtls *wt)
     if (x == NULL)
         return -ENOMEM;
     x->plain_up = wt->upstream_plain || ctx->cli == NULL;
+    x->ctx_hash = wt->hash;
     x->ssl[0] = SSL_new(ctx->srv);
     if (!x->plain_up)
         x->ssl[1] = SSL_new(ctx->cli);
@@ -390,6 +460,13 @@ static bool step_client(struct px_conn *c)
         if (x->alpn != NULL && SSL_set_alpn_protos(x->ssl[1], x->alpn, (unsigned)x->alpn_len)) {
             tls_failed(c, "the client's ALPN offer could not be passed on");
             return false;
+        }
+        {
+            uint64_t key = cache_key(c);
+            struct px_tls_slot *s = cache_slot(c, key, false);
+
+            if (s != NULL && s->key == key && s->sess != NULL)
+                (void)SSL_set_session(x->ssl[1], s->sess);
         }
         event_del(c->s[0].rev);
         x->paused_read = true;
