@@ -17,6 +17,9 @@ build_one() {
     connload)
         $CC $CFLAGS -o "$BUILD/bin/connload" bench/connload.c
         ;;
+    tlsload)
+        $CC $CFLAGS -o "$BUILD/bin/tlsload" bench/tlsload.c -lssl -lcrypto
+        ;;
     scan)
         make --no-print-directory -s BUILD="$BUILD" "$BUILD/libcommon.a"
         $CC $CFLAGS $HS_CFLAGS -Ilibcommon/include -o "$BUILD/bin/scan" bench/scan.c \
@@ -30,5 +33,5 @@ build_one() {
     echo "  built $BUILD/bin/$1"
 }
 
-if [ $# -eq 0 ]; then set -- connload scan; fi
+if [ $# -eq 0 ]; then set -- connload tlsload scan; fi
 for p in "$@"; do build_one "$p"; done
