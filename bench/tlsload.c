@@ -152,10 +152,14 @@ static int run_server(void)
 static int dial(const struct sockaddr_in *a)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+    /* A connection that never answers is an error after this, not a client stuck for good. */
+    struct timeval tmo = {5, 0};
 
     if (fd == -1)
         return -1;
     (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    (void)setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tmo, sizeof(tmo));
+    (void)setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tmo, sizeof(tmo));
     if (connect(fd, (const struct sockaddr *)a, sizeof(*a)) == -1) {
         close(fd);
         return -1;

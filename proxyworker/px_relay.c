@@ -206,7 +206,7 @@ static bool pass_fin(struct px_conn *c, int from)
 
     if (!c->eof[from] || c->shut[to] || c->s[to].pend != NULL)
         return true;
-    if (px_tls_side(c, to))
+    if (c->tls != NULL && px_tls_side(c, to))
         px_tls_shutdown(c, to);
     if (shutdown(c->s[to].fd, SHUT_WR) == -1 && errno != ENOTCONN) {
         px_relay_close(c, true);
@@ -225,7 +225,7 @@ static bool pass_fin(struct px_conn *c, int from)
 static bool forward(struct px_conn *c, int from, const uint8_t *data, size_t len)
 {
     struct px_side *s = &c->s[1 - from];
-    ssize_t n = px_tls_side(c, 1 - from) ? px_tls_send(c, 1 - from, data, len)
+    ssize_t n = c->tls != NULL && px_tls_side(c, 1 - from) ? px_tls_send(c, 1 - from, data, len)
                                           : send(s->fd, data, len, MSG_NOSIGNAL | MSG_DONTWAIT);
 
     if (n == -1) {
@@ -262,11 +262,11 @@ static void on_readable(evutil_socket_t fd, short what, void *arg)
     bool tls = false, tls_eof = false;
     ssize_t n;
 
-    if (px_tls_handshaking(c)) {
+    if (c->tls != NULL && px_tls_handshaking(c)) {
         (void)px_tls_step(c, side);
         return;
     }
-    if ((tls = px_tls_side(c, side)))
+    if ((tls = c->tls != NULL && px_tls_side(c, side)))
         n = px_tls_recv(c, side, t->buf, PX_READ_MAX, &tls_eof);
     else
         n = recv(fd, t->buf, PX_READ_MAX, MSG_DONTWAIT);
@@ -347,13 +347,13 @@ static void on_writable(evutil_socket_t fd, short what, void *arg)
         connected(c);
         return;
     }
-    if (px_tls_handshaking(c)) {
+    if (c->tls != NULL && px_tls_handshaking(c)) {
         (void)px_tls_step(c, side);
         return;
     }
     if (s->pend == NULL)
         return;
-    if (px_tls_side(c, side))
+    if (c->tls != NULL && px_tls_side(c, side))
         n = px_tls_send(c, side, s->pend + s->pend_off, s->pend_len);
     else
         n = send(fd, s->pend + s->pend_off, s->pend_len, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -376,7 +376,7 @@ static void on_writable(evutil_socket_t fd, short what, void *arg)
     if (!c->eof[from]) {
         event_add(c->s[from].rev, NULL);
         /* Plaintext OpenSSL already holds has no socket event to bring it. */
-        if (px_tls_side(c, from))
+        if (c->tls != NULL && px_tls_side(c, from))
             event_active(c->s[from].rev, EV_READ, 0);
     } else
         (void)pass_fin(c, from);
@@ -425,7 +425,7 @@ void px_relay_expire(struct px_thread *t)
             PX_CTR_ADD(&t->ctr.silent_closed, 1);
             ns++;
         }
-        if (px_tls_handshaking(c))
+        if (c->tls != NULL && px_tls_handshaking(c))
             px_tls_timed_out(c);
         px_relay_close(c, true);
         n++;
