@@ -229,6 +229,9 @@ int px_tls_load(void *worker, const struct fgx_dp_service *s, struct fgx_wtls *o
     SSL_CTX_set_verify(x->srv, SSL_VERIFY_NONE, NULL); /* no client certificates */
     SSL_CTX_set_max_early_data(x->srv, 0);             /* no 0-RTT */
     SSL_CTX_set_num_tickets(x->srv, 1); /* one resumption per client is enough */
+    /* Clients resume with stateless tickets; a server-side cache would only cost memory, a
+     * lock per handshake and a walk over it every 255 handshakes (OPENSSL_LH_doall_arg). */
+    SSL_CTX_set_session_cache_mode(x->srv, SSL_SESS_CACHE_OFF);
     SSL_CTX_set_recv_max_early_data(x->srv, 0);
     SSL_CTX_set_client_hello_cb(x->srv, on_client_hello, NULL);
     SSL_CTX_set_alpn_select_cb(x->srv, on_alpn_select, NULL);

@@ -82,6 +82,10 @@ def serve_one(ctx, sock, peer, cid):
         while True:
             d = s.recv(65536)
             if not d:
+                # Python's ssl reads a reset as an end too: the TCP state tells them apart
+                # (CLOSE after a RST, CLOSE_WAIT after a FIN).
+                st = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 1)[0]
+                how = "reset" if st == 7 else "eof"
                 break
             data += d
             emit(event="data", id=cid, data=b64(d))
