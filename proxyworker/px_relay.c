@@ -273,8 +273,10 @@ static void on_readable(evutil_socket_t fd, short what, void *arg)
     if (n == -1) {
         if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
             return;
-        /* A reset (or any error) is passed on as a reset. */
-        px_relay_close(c, true);
+        /* A reset (or any error) is passed on as a reset. A TLS peer that resets after our
+         * close_notify and FIN reached it is a client closing without reading them (most do):
+         * an end, not a reset. */
+        px_relay_close(c, !(tls && c->shut[side]));
         return;
     }
     touch(c);

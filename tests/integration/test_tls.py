@@ -334,7 +334,10 @@ def non_tls_client_is_closed_and_counted(env):
     r = tls_client(env, port, [b"GET / HTTP/1.0\r\n\r\n"], plain=True)
     check(r["received"] == b"" or b"HTTP" not in r["received"],
           "a plaintext client got an answer: %r", r)
-    check(r["how"] in ("eof", "reset"), "not closed: %r", r)
+    # Reset before or after its own shutdown (ENOTCONN, EPIPE: the reset came first).
+    check(r["how"] in ("eof", "reset") or (r["how"] == "error" and ("Errno 107" in r["error"] or
+                                                                   "Errno 32" in r["error"])),
+          "not closed: %r", r)
     wait_tls_failed(env, "t-plain", before + 1)
     check(not h.all("data"), "the service got bytes of a failed handshake")
 
