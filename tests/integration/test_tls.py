@@ -20,7 +20,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fgxit as it  # noqa: E402
-from fgxit import CLI4, SRV4, check, test  # noqa: E402
+from fgxit import CLI4, CLI6, SRV4, SRV6, check, test  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TLSPY = os.path.join(HERE, "fgxtls.py")
@@ -53,9 +53,9 @@ def certs(env):
             for n in ("proxy", "service", "expired")}
 
 
-def tls_server(env, port, alpn="h2,http/1.1"):
+def tls_server(env, port, alpn="h2,http/1.1", host=SRV4):
     c = certs(env)["service"]
-    h = TlsHelper(env.srv, "server", "--host", SRV4, "--port", port, "--cert", c[0], "--key",
+    h = TlsHelper(env.srv, "server", "--host", host, "--port", port, "--cert", c[0], "--key",
                   c[1], "--alpn", alpn)
     env.helpers.append(h)
     if h.wait_event(lambda e: e.get("event") == "listening", 5) is None:
@@ -64,8 +64,8 @@ def tls_server(env, port, alpn="h2,http/1.1"):
 
 
 def tls_client(env, port, chunks=(), sni="", alpn="", tls="", plain=False, until="",
-               pause=0.2, timeout=3.0, hold=False):
-    argv = ["ip", "netns", "exec", env.cli, it.PY, TLSPY, "client", "--host", SRV4, "--port",
+               pause=0.2, timeout=3.0, hold=False, host=SRV4):
+    argv = ["ip", "netns", "exec", env.cli, it.PY, TLSPY, "client", "--host", host, "--port",
             str(port), "--chunks", json.dumps([c.hex() for c in chunks]), "--pause", str(pause),
             "--timeout", str(timeout)]
     for opt, v in (("--sni", sni), ("--alpn", alpn), ("--tls", tls), ("--until", until)):
@@ -214,6 +214,19 @@ def a_new_certificate_applies_to_new_connections(env):
     check("CN=service" in cn.rfc4514_string(), "the client still sees %s", cn.rfc4514_string())
     doc = env.ctl("service", "show", "t-renew")
     check("CN=service" in (doc.get("tls_subject") or ""), "service show: %r", doc)
+
+
+@test
+def ipv6_client_is_terminated_filtered_and_seen(env):
+    sid, port = tls_service(env, "t-v6")
+    env.filter("t-v6", it.REGEX, dir="c2s")
+    h = tls_server(env, port, host=SRV6)
+    r = tls_client(env, port, [b"PING"], until="PONG", host=SRV6)
+    check(b"PONG" in r["received"], "IPv6 harmless request: %r", r)
+    check(h.all("tls") and h.all("tls")[0]["peer"] == CLI6, "the service saw %r, not %s",
+          h.all("tls"), CLI6)
+    r = tls_client(env, port, [it.EVIL + b" PING"], until="PONG", host=SRV6)
+    check(b"PONG" not in r["received"], "IPv6 matching request passed: %r", r)
 
 
 @test
