@@ -326,7 +326,8 @@ static int human_service_table(FILE *f, const Fgx__Ctl__Reply *rep)
         cli_fmt_table_addf(&t, "%s", cli_fmt_proto_name(s->proto));
         cli_fmt_table_add_str(&t, cli_fmt_ip_text(s->ip));
         cli_fmt_table_addf(&t, "%" PRIu32, s->port);
-        cli_fmt_table_addf(&t, "%s", cli_fmt_layer_name(s->layer));
+        /* A TLS service says so where its layer is: the proxy terminates its TLS. */
+        cli_fmt_table_addf(&t, "%s%s", cli_fmt_layer_name(s->layer), s->tls ? "+tls" : "");
         cli_fmt_table_addf(&t, "%s", s->active ? "active" : "stopped");
         cli_fmt_table_addf(&t, "%s", cli_fmt_yesno(s->fail_open));
         cli_fmt_table_addf(&t, "%s", cli_fmt_midstream_name(s));

@@ -58,7 +58,6 @@ struct px_tls {
     SSL *ssl[2]; /* [0] with the client, [1] with the service (NULL: upstream plain) */
     int state;
     bool plain_up;
-    bool paused_read; /* the client's read event is off while the service's handshake runs */
     uint8_t *alpn;    /* the client's ALPN offer, wire format (malloc'd) */
     size_t alpn_len;
     const uint8_t *alpn_sel; /* the service's choice (in ssl[1]) */
@@ -472,7 +471,6 @@ static bool step_client(struct px_conn *c)
                 (void)SSL_set_session(x->ssl[1], s->sess);
         }
         event_del(c->s[0].rev);
-        x->paused_read = true;
         return px_tls_step(c, 1);
     }
     if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
@@ -503,7 +501,6 @@ static bool step_upstream(struct px_conn *c)
     /* The service's bytes (a ticket, a greeting) wait until the client's handshake is done. */
     event_del(c->s[1].rev);
     x->state = PX_TLS_FINISH;
-    x->paused_read = false;
     event_add(c->s[0].rev, NULL);
     return step_client(c);
 }
