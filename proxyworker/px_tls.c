@@ -409,7 +409,11 @@ void px_tls_conn_free(struct px_conn *c)
 
     if (x == NULL)
         return;
-    /* No close_notify: the sockets are closed (or reset) by the relay, never written here. */
+    /* No close_notify: the sockets are closed (or reset) by the relay, never written here.
+     * But the session with the service stays good for the next connection: freed without a
+     * shutdown, OpenSSL would mark it not resumable, and it is shared by the thread's cache. */
+    if (x->ssl[1] != NULL && SSL_is_init_finished(x->ssl[1]))
+        SSL_set_shutdown(x->ssl[1], SSL_SENT_SHUTDOWN | SSL_RECEIVED_SHUTDOWN);
     SSL_free(x->ssl[0]);
     SSL_free(x->ssl[1]);
     free(x->alpn);
