@@ -23,9 +23,10 @@ static const char *ssl_reason(char *buf, size_t len)
     unsigned long e = ERR_peek_last_error();
 
     if (e == 0)
-        snprintf(buf, len, "no PEM data");
+        (void)snprintf(buf, len, "no PEM data");
     else
-        snprintf(buf, len, "%s", ERR_reason_error_string(e) ? ERR_reason_error_string(e) : "?");
+        (void)snprintf(buf, len, "%s",
+                       ERR_reason_error_string(e) ? ERR_reason_error_string(e) : "?");
     ERR_clear_error();
     return buf;
 }
@@ -42,8 +43,8 @@ int ctl_tls_check(const uint8_t *cert, size_t clen, const uint8_t *key, size_t k
     memset(info, 0, sizeof(*info));
     ERR_clear_error();
     if (clen == 0 || clen > CTL_TLS_PEM_MAX || klen == 0 || klen > CTL_TLS_PEM_MAX) {
-        snprintf(err, errlen, "the certificate and the key must each be 1..%u bytes of PEM",
-                 CTL_TLS_PEM_MAX);
+        (void)snprintf(err, errlen, "the certificate and the key must each be 1..%u bytes of PEM",
+                       CTL_TLS_PEM_MAX);
         return -EINVAL;
     }
     b = BIO_new_mem_buf(cert, (int)clen);
@@ -51,8 +52,8 @@ int ctl_tls_check(const uint8_t *cert, size_t clen, const uint8_t *key, size_t k
         goto nomem;
     x = PEM_read_bio_X509(b, NULL, NULL, NULL);
     if (x == NULL) {
-        snprintf(err, errlen, "the certificate is not a PEM certificate (%s)",
-                 ssl_reason(r, sizeof(r)));
+        (void)snprintf(err, errlen, "the certificate is not a PEM certificate (%s)",
+                       ssl_reason(r, sizeof(r)));
         goto out;
     }
     BIO_free(b);
@@ -61,13 +62,13 @@ int ctl_tls_check(const uint8_t *cert, size_t clen, const uint8_t *key, size_t k
         goto nomem;
     k = PEM_read_bio_PrivateKey(b, NULL, NULL, NULL);
     if (k == NULL) {
-        snprintf(err, errlen, "the key is not an unencrypted PEM private key (%s)",
-                 ssl_reason(r, sizeof(r)));
+        (void)snprintf(err, errlen, "the key is not an unencrypted PEM private key (%s)",
+                       ssl_reason(r, sizeof(r)));
         goto out;
     }
     if (X509_check_private_key(x, k) != 1) {
         ERR_clear_error();
-        snprintf(err, errlen, "the key does not match the certificate");
+        (void)snprintf(err, errlen, "the key does not match the certificate");
         goto out;
     }
     X509_NAME_oneline(X509_get_subject_name(x), info->subject, sizeof(info->subject));
@@ -77,7 +78,7 @@ int ctl_tls_check(const uint8_t *cert, size_t clen, const uint8_t *key, size_t k
     rv = 0;
     goto out;
 nomem:
-    snprintf(err, errlen, "out of memory");
+    (void)snprintf(err, errlen, "out of memory");
     rv = -ENOMEM;
 out:
     ERR_clear_error();
@@ -108,14 +109,13 @@ int ctl_rpc_tls_take(struct ctl_rpc *r, const char *name, bool has_cert,
         return -EINVAL;
     }
     if (ctl_tls_check(cert->data, cert->len, key->data, key->len, &info, err, sizeof(err)) < 0) {
-        ctl_rpc_fail(r, FGX__CTL__CODE__CODE_INVALID, "service %s: %s; nothing stored", name,
-                     err);
+        ctl_rpc_fail(r, FGX__CTL__CODE__CODE_INVALID, "service %s: %s; nothing stored", name, err);
         return -EINVAL;
     }
     if (info.expired) {
-        snprintf(r->tls_warn, sizeof(r->tls_warn),
-                 "the certificate (%s) has expired: clients that verify it will refuse it",
-                 info.subject);
+        (void)snprintf(r->tls_warn, sizeof(r->tls_warn),
+                       "the certificate (%s) has expired: clients that verify it will refuse it",
+                       info.subject);
         r->tls_warn_ptr = r->tls_warn;
         r->reply.warnings = &r->tls_warn_ptr;
         r->reply.n_warnings = 1;

@@ -58,7 +58,7 @@ struct px_tls {
     SSL *ssl[2]; /* [0] with the client, [1] with the service (NULL: upstream plain) */
     int state;
     bool plain_up;
-    uint8_t *alpn;    /* the client's ALPN offer, wire format (malloc'd) */
+    uint8_t *alpn; /* the client's ALPN offer, wire format (malloc'd) */
     size_t alpn_len;
     const uint8_t *alpn_sel; /* the service's choice (in ssl[1]) */
     unsigned alpn_sel_len;
@@ -95,8 +95,8 @@ static struct px_tls_slot *cache_slot(struct px_conn *c, uint64_t key, bool make
 {
     struct px_thread *t = c->t;
 
-    if (t->tls_cache == NULL && (!make || (t->tls_cache = calloc(1, sizeof(*t->tls_cache))) ==
-                                              NULL))
+    if (t->tls_cache == NULL &&
+        (!make || (t->tls_cache = calloc(1, sizeof(*t->tls_cache))) == NULL))
         return NULL;
     return &t->tls_cache->slot[key % PX_TLS_CACHE_SLOTS];
 }
@@ -136,7 +136,7 @@ static const char *ssl_reason(char *buf, size_t len)
     unsigned long e = ERR_peek_last_error();
 
     if (e == 0)
-        snprintf(buf, len, "%s", "connection closed or reset");
+        (void)snprintf(buf, len, "%s", "connection closed or reset");
     else
         ERR_error_string_n(e, buf, len);
     ERR_clear_error();
@@ -180,7 +180,7 @@ static int ctx_use_pem(SSL_CTX *ctx, const struct fgx_dp_service *s)
     if (b == NULL)
         return -ENOMEM;
     while ((x = PEM_read_bio_X509(b, NULL, NULL, NULL)) != NULL) {
-        int ok = n == 0 ? SSL_CTX_use_certificate(ctx, x) : SSL_CTX_add0_chain_cert(ctx, x);
+        int ok = n == 0 ? SSL_CTX_use_certificate(ctx, x) : (int)SSL_CTX_add0_chain_cert(ctx, x);
 
         if (n == 0 || !ok)
             X509_free(x);
@@ -227,7 +227,7 @@ int px_tls_load(void *worker, const struct fgx_dp_service *s, struct fgx_wtls *o
     SSL_CTX_set_default_read_buffer_len(x->srv, PX_TLS_READ_BUF);
     SSL_CTX_set_verify(x->srv, SSL_VERIFY_NONE, NULL); /* no client certificates */
     SSL_CTX_set_max_early_data(x->srv, 0);             /* no 0-RTT */
-    SSL_CTX_set_num_tickets(x->srv, 1); /* one resumption per client is enough */
+    SSL_CTX_set_num_tickets(x->srv, 1);                /* one resumption per client is enough */
     /* Clients resume with stateless tickets; a server-side cache would only cost memory, a
      * lock per handshake and a walk over it every 255 handshakes (OPENSSL_LH_doall_arg). */
     SSL_CTX_set_session_cache_mode(x->srv, SSL_SESS_CACHE_OFF);
@@ -248,8 +248,8 @@ int px_tls_load(void *worker, const struct fgx_dp_service *s, struct fgx_wtls *o
     /* The service is the team's own, on this box, with whatever certificate it has (often
      * self-signed): it is not verified. */
     SSL_CTX_set_verify(x->cli, SSL_VERIFY_NONE, NULL);
-    SSL_CTX_set_session_cache_mode(x->cli, SSL_SESS_CACHE_CLIENT |
-                                               SSL_SESS_CACHE_NO_INTERNAL_STORE);
+    SSL_CTX_set_session_cache_mode(x->cli,
+                                   SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE);
     SSL_CTX_sess_set_new_cb(x->cli, on_new_session);
     return 0;
 }
@@ -310,8 +310,7 @@ static int hello_alpn(SSL *ssl, struct px_tls *x)
     const unsigned char *p;
     size_t n, i;
 
-    if (!SSL_client_hello_get0_ext(ssl, TLSEXT_TYPE_application_layer_protocol_negotiation, &p,
-                                   &n))
+    if (!SSL_client_hello_get0_ext(ssl, TLSEXT_TYPE_application_layer_protocol_negotiation, &p, &n))
         return 0;
     if (n < 3 || (size_t)((p[0] << 8) | p[1]) != n - 2)
         return -EINVAL;

@@ -329,9 +329,14 @@ def curl_http11_and_http2_through_the_proxy(env):
         check(all(ln[0] == CLI4 for ln in lines), "nginx saw %r, not %s", lines, CLI4)
         check(all(ln[1] == "svc.test" for ln in lines), "SNI not passed: %r", lines)
         check({ln[3] for ln in lines} == {"HTTP/1.1", "HTTP/2.0"}, "protocols: %r", lines)
-        # The matching POSTs never reached it; the /leak requests did (their answer was cut).
-        check([ln[4] for ln in lines] == ["/", "/leak", "/", "/leak"],
-              "nginx logged %r, want the harmless and the /leak requests only", lines)
+        # Over HTTP/1.1 the matching POST never reached nginx: its head and body travel
+        # together. Over h2 its HEADERS frame may arrive before the DATA frame that matches and
+        # is cut, so nginx may log an aborted request; the client never got an answer (above).
+        h1 = [ln[4] for ln in lines if ln[3] == "HTTP/1.1"]
+        check(h1 == ["/", "/leak"], "nginx logged %r over HTTP/1.1, want / and /leak", h1)
+        h2 = [ln[4] for ln in lines if ln[3] == "HTTP/2.0"]
+        check(h2.count("/leak") == 1 and 1 <= h2.count("/") <= 2, "over h2 nginx logged %r",
+              h2)
     finally:
         p.terminate()
         p.wait(5)

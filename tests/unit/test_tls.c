@@ -69,8 +69,8 @@ static void pair_free(struct pem *p)
 
 static int check(const struct pem *c, const struct pem *k, struct ctl_tls_info *info, char *err)
 {
-    return ctl_tls_check((const uint8_t *)c->cert, c->cert_len, (const uint8_t *)k->key,
-                         k->key_len, info, err, 256);
+    return ctl_tls_check((const uint8_t *)c->cert, c->cert_len, (const uint8_t *)k->key, k->key_len,
+                         info, err, 256);
 }
 
 Test(tls, a_matching_pair_is_accepted_with_its_subject_and_expiry)
@@ -102,8 +102,8 @@ Test(tls, a_key_of_another_certificate_is_refused)
 
 Test(tls, what_is_not_pem_is_refused_naming_which_file)
 {
-    struct pem p = make_pair("a", -60, 86400), junk = {.cert = "hello\n", .key = "hello\n",
-                                                       .cert_len = 6, .key_len = 6};
+    struct pem p = make_pair("a", -60, 86400),
+               junk = {.cert = "hello\n", .key = "hello\n", .cert_len = 6, .key_len = 6};
     struct ctl_tls_info info;
     char err[256] = "";
 
@@ -120,7 +120,7 @@ Test(tls, what_is_not_pem_is_refused_naming_which_file)
 
 Test(tls, an_expired_certificate_passes_marked_expired)
 {
-    struct pem p = make_pair("old", -30 * 86400, -86400);
+    struct pem p = make_pair("old", -30L * 86400, -86400);
     struct ctl_tls_info info;
     char err[256] = "";
 
@@ -137,8 +137,8 @@ Test(tls, empty_and_oversized_input_is_refused)
     char err[256] = "";
     char *big = calloc(1, CTL_TLS_PEM_MAX + 1);
 
-    cr_assert_eq(ctl_tls_check((const uint8_t *)p.cert, 0, (const uint8_t *)p.key, p.key_len,
-                               &info, err, sizeof(err)),
+    cr_assert_eq(ctl_tls_check((const uint8_t *)p.cert, 0, (const uint8_t *)p.key, p.key_len, &info,
+                               err, sizeof(err)),
                  -EINVAL);
     cr_assert_eq(ctl_tls_check((const uint8_t *)big, CTL_TLS_PEM_MAX + 1, (const uint8_t *)p.key,
                                p.key_len, &info, err, sizeof(err)),
