@@ -30,6 +30,7 @@ endif
 LIBS_BASE := $(shell pkg-config --libs libprotobuf-c lmdb 2>/dev/null) -lnng
 LIBS_NET := $(shell pkg-config --libs libnetfilter_queue libnftnl libmnl 2>/dev/null)
 LIBS_EVENT := $(shell pkg-config --libs libevent_core libevent_pthreads 2>/dev/null)
+LIBS_SSL := $(shell pkg-config --libs libssl libcrypto 2>/dev/null)
 LIBS_HS := -lhs
 LIBS_TLS := -lmbedtls -lmbedx509 -lmbedcrypto -lcrypt
 LIBS_HS_RT := -lhs_runtime
@@ -82,7 +83,7 @@ all: $(addprefix $(BUILD)/bin/,$(BINS))
 $(BUILD)/bin/controld: $(call objs,controld/main.c) $(BUILD)/libctl.a $(BUILD)/libcommon.a
 	@mkdir -p $(dir $@)
 	@echo "  LD      $@"
-	$(Q)$(CC) $(FGX_LDFLAGS) -o $@ $^ $(LIBS_HS) $(LIBS_NET) $(LIBS_TLS) $(LIBS_BASE) -lm
+	$(Q)$(CC) $(FGX_LDFLAGS) -o $@ $^ $(LIBS_HS) $(LIBS_NET) $(LIBS_TLS) $(LIBS_SSL) $(LIBS_BASE) -lm
 
 $(BUILD)/bin/nfqworker: $(call objs,nfqworker/main.c) $(BUILD)/libnfq.a $(BUILD)/libcommon.a
 	@mkdir -p $(dir $@)
@@ -92,7 +93,7 @@ $(BUILD)/bin/nfqworker: $(call objs,nfqworker/main.c) $(BUILD)/libnfq.a $(BUILD)
 $(BUILD)/bin/proxyworker: $(call objs,proxyworker/main.c) $(BUILD)/libpx.a $(BUILD)/libcommon.a
 	@mkdir -p $(dir $@)
 	@echo "  LD      $@"
-	$(Q)$(CC) $(FGX_LDFLAGS) -o $@ $^ $(LIBS_HS_RT) $(LIBS_EVENT) $(LIBS_BASE) -lm
+	$(Q)$(CC) $(FGX_LDFLAGS) -o $@ $^ $(LIBS_HS_RT) $(LIBS_EVENT) $(LIBS_SSL) $(LIBS_BASE) -lm
 
 $(BUILD)/bin/fgexctl: $(call objs,fgexctl/main.c) $(BUILD)/libcli.a $(BUILD)/libcommon.a
 	@mkdir -p $(dir $@)
@@ -107,7 +108,7 @@ TEST_ARCHIVES := $(BUILD)/libctl.a $(BUILD)/libnfq.a $(BUILD)/libpx.a $(BUILD)/l
 $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(TEST_ARCHIVES)
 	@mkdir -p $(dir $@)
 	@echo "  LD      $@"
-	$(Q)$(CC) $(FGX_LDFLAGS) -o $@ $< $(TEST_ARCHIVES) $(LIBS_TEST) $(LIBS_HS) $(LIBS_NET) $(LIBS_EVENT) $(LIBS_JSON) $(LIBS_TLS) $(LIBS_BASE) -lm
+	$(Q)$(CC) $(FGX_LDFLAGS) -o $@ $< $(TEST_ARCHIVES) $(LIBS_TEST) $(LIBS_HS) $(LIBS_NET) $(LIBS_EVENT) $(LIBS_JSON) $(LIBS_TLS) $(LIBS_SSL) $(LIBS_BASE) -lm
 
 unit-tests: $(UNIT_BINS)
 

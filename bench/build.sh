@@ -19,6 +19,8 @@ build_one() {
         ;;
     udpflood)
         $CC $CFLAGS -o "$BUILD/bin/udpflood" bench/udpflood.c
+    tlsload)
+        $CC $CFLAGS -o "$BUILD/bin/tlsload" bench/tlsload.c -lssl -lcrypto
         ;;
     scan)
         make --no-print-directory -s BUILD="$BUILD" "$BUILD/libcommon.a"
@@ -33,5 +35,5 @@ build_one() {
     echo "  built $BUILD/bin/$1"
 }
 
-if [ $# -eq 0 ]; then set -- connload scan udpflood; fi
+if [ $# -eq 0 ]; then set -- connload tlsload scan udpflood; fi
 for p in "$@"; do build_one "$p"; done

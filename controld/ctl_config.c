@@ -15,6 +15,7 @@
 
 #include "controld/ctl_compile.h"
 #include "controld/ctl_diff.h"
+#include "controld/ctl_rpc_tls.h"
 #include "controld/ctl_ruleset.h"
 #include "fgx/log.h"
 #include "fgx/ruleset.h"
@@ -280,7 +281,43 @@ void ctl_config_export_release(struct ctl_config_export *e)
     ctl_filters_free(e->flts, e->nflts);
     free(e->flt_msgs);
     free(e->flt_ptrs);
+    for (size_t i = 0; e->pems != NULL && i < e->nsvcs; i++)
+        ctl_tls_pem_release(&e->pems[i]);
+    free(e->pems);
     memset(e, 0, sizeof(*e));
+}
+
+int ctl_config_export_tls(struct ctl_txn *t, struct ctl_config_export *e, bool with_secrets)
+{
+    e->pems = calloc(e->nsvcs ? e->nsvcs : 1, sizeof(*e->pems));
+    if (e->pems == NULL)
+        return -ENOMEM;
+    for (size_t i = 0; i < e->nsvcs; i++) {
+        Fgx__Ctl__Service *m = &e->svc_msgs[i];
+        struct ctl_tls_pem *p = &e->pems[i];
+        int rv;
+
+        if (!e->svcs[i].tls)
+            continue;
+        m->has_tls = m->tls = 1;
+        m->has_upstream = 1;
+        m->upstream = e->svcs[i].upstream_plain ? FGX__CTL__UPSTREAM__UPSTREAM_PLAIN
+                                                : FGX__CTL__UPSTREAM__UPSTREAM_TLS;
+        rv = ctl_store_tls_get(t, e->svcs[i].id, p);
+        if (rv == -ENOENT)
+            continue;
+        if (rv < 0)
+            return rv;
+        m->has_tls_cert = 1;
+        m->tls_cert.data = p->cert;
+        m->tls_cert.len = p->cert_len;
+        if (with_secrets) {
+            m->has_tls_key = 1;
+            m->tls_key.data = p->key;
+            m->tls_key.len = p->key_len;
+        }
+    }
+    return 0;
 }
 
 /* ---- import ---- */
@@ -329,7 +366,68 @@ static int service_from_msg(const Fgx__Ctl__Service *m, struct ctl_service *out,
                          ? FGX_MIDSTREAM_SCAN
                          : FGX_MIDSTREAM_RESET;
     out->created = m->has_created ? m->created : (uint64_t)time(NULL);
+    out->tls = m->has_tls && m->tls;
+    out->upstream_plain = out->tls && m->has_upstream &&
+                          m->upstream == FGX__CTL__UPSTREAM__UPSTREAM_PLAIN;
+    if (out->tls && out->layer != CTL_LAYER_PROXY) {
+        err_set(err, errlen, "service %s: TLS needs the proxy layer", name);
+        return -EINVAL;
+    }
+    if (out->tls && !m->has_tls_cert) {
+        err_set(err, errlen, "service %s: TLS without its certificate (tls_cert_pem)", name);
+        return -EINVAL;
+    }
     return 0;
+}
+
+/* The TLS certificate and key of imported service i (svc): the export's, checked; or, for an
+ * export made without --with-secrets, the key this box holds for the same service id and the
+ * very same certificate. Anything else is refused: a TLS service with no key cannot run, and
+ * an import that quietly dropped its TLS would put the service's plaintext filters in front of
+ * ciphertext. */
+static int import_tls(struct ctl_txn *t, const Fgx__Ctl__Service *m, const struct ctl_service *svc,
+                      struct ctl_tls_pem *out, char *err, size_t errlen)
+{
+    struct ctl_tls_info info;
+    struct ctl_tls_pem have;
+    char why[256];
+    int rv;
+
+    memset(out, 0, sizeof(*out));
+    if (m->has_tls_key) {
+        if (ctl_tls_check(m->tls_cert.data, m->tls_cert.len, m->tls_key.data, m->tls_key.len,
+                          &info, why, sizeof(why)) < 0) {
+            err_set(err, errlen, "service %s: %s", svc->name, why);
+            return -EINVAL;
+        }
+        out->cert = malloc(m->tls_cert.len + 1);
+        out->key = malloc(m->tls_key.len + 1);
+        if (out->cert == NULL || out->key == NULL) {
+            ctl_tls_pem_release(out);
+            return -ENOMEM;
+        }
+        memcpy(out->cert, m->tls_cert.data, m->tls_cert.len);
+        memcpy(out->key, m->tls_key.data, m->tls_key.len);
+        out->cert_len = m->tls_cert.len;
+        out->key_len = m->tls_key.len;
+        return 0;
+    }
+    rv = ctl_store_tls_get(t, svc->id, &have);
+    if (rv == 0 && have.cert_len == m->tls_cert.len &&
+        memcmp(have.cert, m->tls_cert.data, have.cert_len) == 0) {
+        *out = have;
+        return 0;
+    }
+    if (rv == 0)
+        ctl_tls_pem_release(&have);
+    else if (rv != -ENOENT)
+        return rv;
+    err_set(err, errlen,
+            "service %s: the export has no TLS key (made without --with-secrets) and this box "
+            "holds none for that certificate: export with --with-secrets, or import it and "
+            "run service set %s --tls-cert FILE --tls-key FILE after removing its TLS",
+            svc->name, svc->name);
+    return -EINVAL;
 }
 
 /* Check the whole Config against itself: nothing in the store matters, since it is replaced. */
@@ -530,6 +628,7 @@ int ctl_config_import_ex(struct ctl_txn *t, const Fgx__Ctl__Config *cfg,
                          struct ctl_import_opts *o, char *err, size_t errlen)
 {
     struct ctl_service *svcs = NULL, *old = NULL;
+    struct ctl_tls_pem *pems = NULL;
     struct ctl_filter *oldf = NULL;
     size_t nold = 0, noldf = 0;
     uint32_t max_svc = 0, max_flt = 0;
@@ -549,6 +648,20 @@ int ctl_config_import_ex(struct ctl_txn *t, const Fgx__Ctl__Config *cfg,
     rv = config_check(cfg, svcs, err, errlen);
     if (rv < 0)
         goto out;
+    /* Before the old services (and their keys) go. */
+    pems = calloc(cfg->n_services ? cfg->n_services : 1, sizeof(*pems));
+    if (!pems) {
+        rv = -ENOMEM;
+        goto out;
+    }
+    for (size_t i = 0; i < cfg->n_services; i++) {
+        if (!svcs[i].tls)
+            continue;
+        rv = import_tls(t, cfg->services[i], &svcs[i], &pems[i], err, errlen);
+        if (rv < 0)
+            goto out;
+    }
+    /* Out with the old: a service takes its filters and counters with it. */
     rv = ctl_store_service_list(t, &old, &nold);
     if (rv == 0)
         rv = ctl_store_filter_list(t, 0, &oldf, &noldf);
@@ -628,6 +741,8 @@ int ctl_config_import_ex(struct ctl_txn *t, const Fgx__Ctl__Config *cfg,
         char what[160];
 
         rv = ctl_store_service_put(t, &svcs[i]);
+        if (rv == 0 && svcs[i].tls)
+            rv = ctl_store_tls_put(t, svcs[i].id, &pems[i]);
         if (rv < 0) {
             store_fail(rv, svcs[i].name, err, errlen);
             goto out;
@@ -721,6 +836,9 @@ int ctl_config_import_ex(struct ctl_txn *t, const Fgx__Ctl__Config *cfg,
 store_err:
     store_fail(rv, "cannot store the configuration", err, errlen);
 out:
+    for (size_t i = 0; pems != NULL && i < cfg->n_services; i++)
+        ctl_tls_pem_release(&pems[i]);
+    free(pems);
     free(svcs);
     free(old);
     free(radd);

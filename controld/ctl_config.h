@@ -31,12 +31,16 @@ struct ctl_config_export {
     struct ctl_filter *flts;
     size_t nflts;
     Fgx__Ctl__Filter *flt_msgs, **flt_ptrs;
+    struct ctl_tls_pem *pems; /* per service: TLS certificates (keys: with_secrets only) */
 };
 
 /* Every service and filter of t (ids, flags and creation times; no counters), and the password
  * switch as stored. Released with ctl_config_export_release() (also after a failure). */
 int ctl_config_export(struct ctl_txn *t, struct ctl_config_export *out);
 void ctl_config_export_release(struct ctl_config_export *e);
+/* After ctl_config_export() (same t): the TLS services' certificates, and their keys when
+ * with_secrets. A stored key is never exported otherwise. */
+int ctl_config_export_tls(struct ctl_txn *t, struct ctl_config_export *e, bool with_secrets);
 
 /* Replace every service and filter in t by cfg's, with their ids, and store the password switch
  * when cfg has one. Returns 0; -EINVAL (or -EEXIST) with a one-line reason in err, naming the

@@ -63,6 +63,10 @@ int ctl_history_snapshot(struct ctl_txn *t, struct ctl_stats *stats, uint8_t **b
     struct ctl_config_export e;
     int rv = ctl_config_export(t, &e);
 
+    /* TLS services with their certificate and key: an undo that brings back a removed TLS
+     * service needs its key, which went with it (the history is in the same root-only store). */
+    if (rv == 0)
+        rv = ctl_config_export_tls(t, &e, true);
     if (rv < 0)
         goto out;
     e.cfg.has_auth_enabled = 0;

@@ -6,6 +6,7 @@
 #include "controld/ctl_rpc.h"
 
 #include "controld/ctl_rpc_cmd.h"
+#include "controld/ctl_rpc_tls.h"
 #include <ctype.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -52,10 +53,36 @@ bool ctl_rpc_failed(const struct ctl_rpc *r)
     return r->reply.code != FGX__CTL__CODE__CODE_OK;
 }
 
+/* A TLS service's fields of a reply: what its certificate says, never the key. */
+static int ctl_rpc_reply_tls(struct ctl_rpc *r, struct ctl_txn *t, const struct ctl_service *s,
+                             size_t i, size_t n, Fgx__Ctl__Service *m)
+{
+    struct ctl_tls_pem pem;
+    struct ctl_tls_info info;
+
+    if (r->tls_subj == NULL && (r->tls_subj = calloc(n, sizeof(*r->tls_subj))) == NULL)
+        return -ENOMEM;
+    m->has_tls = m->tls = 1;
+    m->has_upstream = 1;
+    m->upstream = s->upstream_plain ? FGX__CTL__UPSTREAM__UPSTREAM_PLAIN
+                                    : FGX__CTL__UPSTREAM__UPSTREAM_TLS;
+    if (ctl_store_tls_get(t, s->id, &pem) < 0)
+        return 0;
+    if (ctl_rpc_tls_info(pem.cert, pem.cert_len, &info) == 0) {
+        snprintf(r->tls_subj[i], sizeof(r->tls_subj[i]), "%s", info.subject);
+        m->tls_subject = r->tls_subj[i];
+        m->has_tls_not_after = 1;
+        m->tls_not_after = info.not_after;
+    }
+    ctl_tls_pem_release(&pem);
+    return 0;
+}
+
 static void rpc_release(struct ctl_rpc *r)
 {
     free(r->svcs);
     free(r->ips);
+    free(r->tls_subj);
     free(r->svc_msgs);
     free(r->svc_ptrs);
     ctl_filters_free(r->flts, r->nflts);
@@ -465,6 +492,10 @@ int ctl_rpc_reply_services(struct ctl_rpc *r, struct ctl_txn *t, const struct ct
         m->blocked = blocked;
         m->has_created = 1;
         m->created = s->created;
+        if (s->tls && ctl_rpc_reply_tls(r, t, s, i, n, m) < 0) {
+            rv = -ENOMEM;
+            goto err;
+        }
         r->svc_ptrs[i] = m;
     }
     r->nsvcs = n;

@@ -80,6 +80,11 @@ struct ctl_rpc {
     size_t nrates;
     struct ctl_rpc_logfil *logfil; /* labels and events --top (rpc_logfil.c), or NULL */
     struct ctl_rpc_fw *fw; /* the firewall family's reply (rpc_fw.c); NULL when unused */
+    /* service add/set: a warning about the TLS certificate (expired), and what service replies
+     * say about stored certificates (subjects) */
+    char tls_warn[384];
+    char *tls_warn_ptr;
+    char (*tls_subj)[256];
 };
 
 typedef void (*ctl_rpc_handler_fn)(struct ctl_rpc *r, const Fgx__Ctl__Request *q);
@@ -165,6 +170,14 @@ int ctl_rpc_check_regex(struct ctl_rpc *r, const char *regex, bool nocase, uint8
                         struct fgx_pattern_warnings *w);
 /* Names unique; (proto, port) unique among services. */
 int ctl_rpc_check_unique(struct ctl_rpc *r, struct ctl_txn *t, const struct ctl_service *svc);
+
+/* ---- TLS services (rpc_tls.c) ---- */
+/* A request's certificate and key for service name on layer: both or neither given, the proxy
+ * layer, PEM that parses, a key that matches (an expired certificate: a warning in the reply).
+ * Fills *out (ctl_tls_pem_release()); a refusal is in the reply. */
+int ctl_rpc_tls_take(struct ctl_rpc *r, const char *name, bool has_cert,
+                     const ProtobufCBinaryData *cert, bool has_key, const ProtobufCBinaryData *key,
+                     enum ctl_layer layer, struct ctl_tls_pem *out);
 
 /* ---- reply contents ---- */
 /* A filter's blocked count: the running total when controld keeps one, else the last saved. */

@@ -161,6 +161,20 @@ int ctl_ruleset_build(struct ctl_txn *t, struct ctl_ruleset *out, char *err, siz
         }
         memcpy(d->addrs, s->addrs, s->naddrs * sizeof(*d->addrs));
         d->naddrs = s->naddrs;
+        if (proxy && s->tls) {
+            struct ctl_tls_pem pem;
+
+            rv = ctl_store_tls_get(t, s->id, &pem);
+            if (rv < 0) {
+                snprintf(err, errlen, "service %s: its TLS certificate and key: %s", s->name,
+                         rv == -ENOENT ? "not in the store" : ctl_store_strerror(rv));
+                goto out;
+            }
+            /* Moved into the ruleset, released with it. */
+            d->tls_cert = (struct fgx_blob){.data = pem.cert, .len = pem.cert_len};
+            d->tls_key = (struct fgx_blob){.data = pem.key, .len = pem.key_len};
+            d->tls_upstream_plain = s->upstream_plain;
+        }
         for (int k = 0; k < 2; k++) {
             enum fgx_dir dir = k == 0 ? FGX_DIR_C2S : FGX_DIR_S2C;
             uint64_t key;
@@ -215,6 +229,10 @@ void ctl_ruleset_release(struct ctl_ruleset *rs)
         free(rs->px_dp.services[i].ids[0]);
         free(rs->px_dp.services[i].ids[1]);
         free(rs->px_dp.services[i].addrs);
+        ctl_tls_pem_release(&(struct ctl_tls_pem){.cert = rs->px_dp.services[i].tls_cert.data,
+                                                  .key = rs->px_dp.services[i].tls_key.data,
+                                                  .cert_len = rs->px_dp.services[i].tls_cert.len,
+                                                  .key_len = rs->px_dp.services[i].tls_key.len});
     }
     free(rs->dp.services);
     free(rs->nft);

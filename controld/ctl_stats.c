@@ -27,6 +27,7 @@ struct svc_slot {
     struct ctl_svc_totals total, last[W_KINDS];
     uint64_t flows_active[W_KINDS];
     uint64_t events_lost, lost_last[W_KINDS];
+    uint64_t tls_failed, tls_last[W_KINDS]; /* since controld started, not persisted */
 };
 
 struct flt_slot {
@@ -281,6 +282,7 @@ static int fold(struct ctl_stats *s, int k, uint64_t instance, const struct fgx_
         for (size_t i = 0; i < s->nsvc; i++) {
             memset(&s->svc[i].last[k], 0, sizeof(s->svc[i].last[k]));
             s->svc[i].lost_last[k] = 0;
+            s->svc[i].tls_last[k] = 0;
         }
         for (size_t i = 0; i < s->nflt; i++)
             s->flt[i].last[k] = s->flt[i].mlast[k] = 0;
@@ -304,6 +306,7 @@ static int fold(struct ctl_stats *s, int k, uint64_t instance, const struct fgx_
         v->total.accepted += grow(&v->last[k].accepted, c->accepted);
         v->total.dropped += grow(&v->last[k].dropped, c->dropped);
         v->flows_active[k] = c->flows_active;
+        v->tls_failed += grow(&v->tls_last[k], c->tls_failed);
         lost = grow(&v->lost_last[k], c->events_lost);
         if (lost > 0) {
             v->events_lost += lost;
@@ -591,6 +594,7 @@ void ctl_stats_service(const struct ctl_stats *s, uint32_t service_id, struct ct
             out->dropped = s->svc[i].total.dropped;
             out->flows_active = s->svc[i].flows_active[W_NFQ] + s->svc[i].flows_active[W_PX];
             out->events_lost = s->svc[i].events_lost;
+            out->tls_failed = s->svc[i].tls_failed;
             return;
         }
     }

@@ -28,6 +28,7 @@
 struct ctl_svc_counters {
     uint64_t packets, bytes, accepted, dropped, flows_active;
     uint64_t events_lost; /* blocks whose event a worker's queue refused (total) */
+    uint64_t tls_failed;  /* TLS handshakes failed or stalled, since controld started */
 };
 
 /* A worker's own numbers from its last STATS (since that worker started), and the totals

@@ -384,6 +384,8 @@ static int service_decode(const MDB_val *v, struct ctl_service *out)
                          ? FGX_MIDSTREAM_SCAN
                          : FGX_MIDSTREAM_RESET;
     out->created = m->has_created ? m->created : 0;
+    out->tls = m->has_tls && m->tls;
+    out->upstream_plain = m->has_upstream && m->upstream == FGX__CTL__UPSTREAM__UPSTREAM_PLAIN;
     rv = 0;
 out:
     if (rv < 0)
@@ -414,6 +416,10 @@ static int service_write(struct ctl_txn *t, const struct ctl_service *svc)
                                                        : FGX__CTL__MIDSTREAM__MIDSTREAM_RESET;
     m.has_created = 1;
     m.created = svc->created;
+    m.has_tls = svc->tls;
+    m.tls = svc->tls;
+    m.has_upstream = svc->tls && svc->upstream_plain;
+    m.upstream = FGX__CTL__UPSTREAM__UPSTREAM_PLAIN;
     len = fgx__ctl__service__get_packed_size(&m);
     if (len > sizeof(buf))
         return -EINVAL;
@@ -590,8 +596,87 @@ int ctl_store_service_del(struct ctl_txn *t, uint32_t id)
         rv = ctl_store_retired_set(t, id, 0);
     if (rv < 0)
         return rv;
+    rv = ctl_store_tls_del(t, id);
+    if (rv < 0)
+        return rv;
     be32_put(key, id);
     return rec_del(t, t->s->services, key, sizeof(key));
+}
+
+/* ---- TLS certificates and keys: "tlsc:" and "tlsk:" + the service id, in meta ---- */
+
+static size_t tls_key_name(char *key, size_t len, char kind, uint32_t id)
+{
+    return (size_t)snprintf(key, len, "tls%c:%u", kind, id);
+}
+
+static int tls_get_one(struct ctl_txn *t, char kind, uint32_t id, uint8_t **out, size_t *len)
+{
+    char key[32];
+    MDB_val v;
+    int rv = rec_get(t, t->s->meta, key, tls_key_name(key, sizeof(key), kind, id), &v);
+
+    if (rv < 0)
+        return rv;
+    *out = malloc(v.mv_size + 1);
+    if (*out == NULL)
+        return -ENOMEM;
+    memcpy(*out, v.mv_data, v.mv_size);
+    (*out)[v.mv_size] = '\0';
+    *len = v.mv_size;
+    return 0;
+}
+
+int ctl_store_tls_get(struct ctl_txn *t, uint32_t service_id, struct ctl_tls_pem *out)
+{
+    int rv;
+
+    memset(out, 0, sizeof(*out));
+    rv = tls_get_one(t, 'c', service_id, &out->cert, &out->cert_len);
+    if (rv == 0)
+        rv = tls_get_one(t, 'k', service_id, &out->key, &out->key_len);
+    if (rv < 0)
+        ctl_tls_pem_release(out);
+    return rv;
+}
+
+int ctl_store_tls_put(struct ctl_txn *t, uint32_t service_id, const struct ctl_tls_pem *p)
+{
+    char key[32];
+    int rv = rec_put(t, t->s->meta, key, tls_key_name(key, sizeof(key), 'c', service_id), p->cert,
+                     p->cert_len);
+
+    if (rv == 0)
+        rv = rec_put(t, t->s->meta, key, tls_key_name(key, sizeof(key), 'k', service_id), p->key,
+                     p->key_len);
+    return rv;
+}
+
+int ctl_store_tls_del(struct ctl_txn *t, uint32_t service_id)
+{
+    char key[32];
+    int rv = rec_del(t, t->s->meta, key, tls_key_name(key, sizeof(key), 'c', service_id));
+
+    if (rv < 0 && rv != -ENOENT)
+        return rv;
+    rv = rec_del(t, t->s->meta, key, tls_key_name(key, sizeof(key), 'k', service_id));
+    return rv == -ENOENT ? 0 : rv;
+}
+
+void ctl_tls_pem_release(struct ctl_tls_pem *p)
+{
+    if (p == NULL)
+        return;
+    if (p->key != NULL) {
+        /* volatile: the wipe must not be optimised away before free() */
+        volatile uint8_t *k = p->key;
+
+        for (size_t i = 0; i < p->key_len; i++)
+            k[i] = 0;
+    }
+    free(p->cert);
+    free(p->key);
+    memset(p, 0, sizeof(*p));
 }
 
 /* ---- filters ---- */

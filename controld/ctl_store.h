@@ -42,6 +42,16 @@ struct ctl_service {
     bool fail_open;
     uint8_t midstream; /* FGX_MIDSTREAM_RESET (also for records stored before it) or _SCAN */
     uint64_t created; /* unix seconds */
+    /* TLS termination (proxy layer): its certificate and key are stored apart
+     * (ctl_store_tls_get()); upstream_plain: plaintext to the service. */
+    bool tls;
+    bool upstream_plain;
+};
+
+/* A TLS service's certificate chain and key, PEM (malloc'd; ctl_tls_pem_release()). */
+struct ctl_tls_pem {
+    uint8_t *cert, *key;
+    size_t cert_len, key_len;
 };
 
 /* port/addr from addrs[0] (after the list changed). */
@@ -102,6 +112,14 @@ int ctl_store_service_list(struct ctl_txn *t, struct ctl_service **out, size_t *
 /* Only the service's record: its filters and counters stay, for a _put of the same id in the
  * same transaction (an import that keeps the service). */
 int ctl_store_service_del_record(struct ctl_txn *t, uint32_t id);
+
+/* A service's TLS certificate and key, kept in the store (a file of mode 0600 in a directory of
+ * mode 0700: root's only). _get: -ENOENT when none. _del: none is not an error. */
+int ctl_store_tls_get(struct ctl_txn *t, uint32_t service_id, struct ctl_tls_pem *out);
+int ctl_store_tls_put(struct ctl_txn *t, uint32_t service_id, const struct ctl_tls_pem *p);
+int ctl_store_tls_del(struct ctl_txn *t, uint32_t service_id);
+/* Frees (the key wiped first); NULL and an empty one are no-ops. */
+void ctl_tls_pem_release(struct ctl_tls_pem *p);
 
 /* Filters. _put with id 0 allocates the next id; the service must exist (-ENOENT). _list with
  * service_id 0 lists every filter; *out released with ctl_filters_free(). */

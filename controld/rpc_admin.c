@@ -191,7 +191,6 @@ static void do_logout(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
 
 static void do_config_export(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
 {
-    (void)q;
     struct ctl_txn *t;
     int rv;
 
@@ -200,6 +199,8 @@ static void do_config_export(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
     rv = ctl_config_export(t, &r->cfg_exp);
     if (rv == 0)
         rv = ctl_rpc_fw_export(r, t, &r->cfg_exp.cfg);
+    if (rv == 0)
+        rv = ctl_config_export_tls(t, &r->cfg_exp, q->has_with_secrets && q->with_secrets);
     ctl_txn_abort(t);
     if (rv < 0) {
         ctl_rpc_store_fail(r, rv);

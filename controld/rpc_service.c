@@ -112,10 +112,46 @@ static int check_to(struct ctl_rpc *r, const char *to, struct ctl_service *svc)
     return 0;
 }
 
+/* --upstream: only with TLS. */
+static int service_upstream(struct ctl_rpc *r, struct ctl_service *svc, bool has,
+                            Fgx__Ctl__Upstream u)
+{
+    if (!has)
+        return 0;
+    if (!svc->tls) {
+        ctl_rpc_fail(r, FGX__CTL__CODE__CODE_INVALID,
+                     "service %s: --upstream is for TLS services (--tls-cert, --tls-key)",
+                     svc->name);
+        return -EINVAL;
+    }
+    if (u != FGX__CTL__UPSTREAM__UPSTREAM_TLS && u != FGX__CTL__UPSTREAM__UPSTREAM_PLAIN) {
+        ctl_rpc_fail(r, FGX__CTL__CODE__CODE_INVALID, "invalid upstream: use tls or plain");
+        return -EINVAL;
+    }
+    svc->upstream_plain = u == FGX__CTL__UPSTREAM__UPSTREAM_PLAIN;
+    return 0;
+}
+
+/* A service's TLS certificate and key into the store; the service gets its id first. */
+static int service_tls_store(struct ctl_rpc *r, struct ctl_txn *t, struct ctl_service *svc,
+                             const struct ctl_tls_pem *pem)
+{
+    int rv = ctl_store_service_put(t, svc);
+
+    if (rv == 0)
+        rv = ctl_store_tls_put(t, svc->id, pem);
+    if (rv < 0) {
+        ctl_rpc_store_fail(r, rv);
+        return -1;
+    }
+    return 0;
+}
+
 static void do_service_add(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
 {
     const Fgx__Ctl__ServiceAdd *a = q->service_add;
     struct ctl_service svc = {.active = true};
+    struct ctl_tls_pem pem = {0};
     struct ctl_txn *t = NULL;
     char first[FGX_SVCADDR_TEXT_MAX];
 
@@ -130,19 +166,30 @@ static void do_service_add(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
     if (check_self(r, &svc) < 0 || check_to(r, a->to, &svc) < 0 ||
         ctl_rpc_check_layer_proto(r, &svc) < 0)
         return;
+    if (a->has_tls_cert || a->has_tls_key) {
+        if (ctl_rpc_tls_take(r, svc.name, a->has_tls_cert, &a->tls_cert, a->has_tls_key,
+                             &a->tls_key, svc.layer, &pem) < 0)
+            return;
+        svc.tls = true;
+    }
+    if (service_upstream(r, &svc, a->has_upstream, a->upstream) < 0)
+        goto out;
     svc.fail_open = a->has_fail_open && a->fail_open;
     if (ctl_rpc_txn_begin(r, true, &t) < 0)
-        return;
+        goto out;
     if (ctl_rpc_check_unique(r, t, &svc) < 0)
+        goto out;
+    if (svc.tls && service_tls_store(r, t, &svc, &pem) < 0)
         goto out;
     if (service_commit(r, &t, &svc, true) < 0)
         goto out;
     (void)fgx_svcaddr_format(&svc.addrs[0], first, sizeof(first));
     if (!ctl_rpc_failed(r) || r->reply.code == FGX__CTL__CODE__CODE_UNAVAILABLE)
-        fgx_info("service %s (id %u) added: %s %s%s", svc.name, svc.id,
+        fgx_info("service %s (id %u) added: %s %s%s%s", svc.name, svc.id,
                  ctl_rpc_proto_name(svc.ipproto), first,
-                 svc.naddrs > 1 ? " and more addresses" : "");
+                 svc.naddrs > 1 ? " and more addresses" : "", svc.tls ? ", TLS" : "");
 out:
+    ctl_tls_pem_release(&pem);
     ctl_txn_abort(t);
 }
 
@@ -258,6 +305,8 @@ static void do_service_set(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
 {
     const Fgx__Ctl__ServiceSet *a = q->service_set;
     struct ctl_filter *fs = NULL;
+    struct ctl_tls_pem pem = {0};
+    bool tls_del = false;
     struct ctl_service svc;
     struct ctl_txn *t = NULL;
     size_t nfs = 0;
@@ -335,11 +384,45 @@ static void do_service_set(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
     }
     if (ctl_rpc_check_layer_proto(r, &svc) < 0 || ctl_rpc_check_unique(r, t, &svc) < 0)
         goto out;
+    if (a->has_no_tls && a->no_tls) {
+        if (a->has_tls_cert || a->has_tls_key || a->has_upstream) {
+            ctl_rpc_fail(r, FGX__CTL__CODE__CODE_INVALID,
+                         "service %s: --no-tls goes alone, without --tls-cert, --tls-key or "
+                         "--upstream",
+                         svc.name);
+            goto out;
+        }
+        tls_del = svc.tls;
+        svc.tls = svc.upstream_plain = false;
+    }
+    if (a->has_tls_cert || a->has_tls_key) {
+        if (ctl_rpc_tls_take(r, svc.name, a->has_tls_cert, &a->tls_cert, a->has_tls_key,
+                             &a->tls_key, svc.layer, &pem) < 0)
+            goto out;
+        svc.tls = true;
+    }
+    if (service_upstream(r, &svc, a->has_upstream, a->upstream) < 0)
+        goto out;
+    if (svc.tls && svc.layer != CTL_LAYER_PROXY) {
+        ctl_rpc_fail(r, FGX__CTL__CODE__CODE_INVALID,
+                     "service %s terminates TLS, which needs the proxy layer: the nfqueue layer "
+                     "cannot hold keys (service set %s --no-tls first)",
+                     svc.name, svc.name);
+        goto out;
+    }
+    if (pem.cert != NULL && service_tls_store(r, t, &svc, &pem) < 0)
+        goto out;
+    if (tls_del && (rv = ctl_store_tls_del(t, svc.id)) < 0) {
+        ctl_rpc_store_fail(r, rv);
+        goto out;
+    }
     if (service_commit(r, &t, &svc, true) < 0)
         goto out;
     if (!ctl_rpc_failed(r))
-        fgx_info("service %s changed", svc.name);
+        fgx_info("service %s changed%s", svc.name,
+                 pem.cert != NULL ? ": new TLS certificate" : tls_del ? ": TLS off" : "");
 out:
+    ctl_tls_pem_release(&pem);
     ctl_filters_free(fs, nfs);
     ctl_txn_abort(t);
 }

@@ -83,6 +83,8 @@ static void do_stats(struct ctl_rpc *r, const Fgx__Ctl__Request *req)
             m->has_blocked_removed = 1;
             m->blocked += m->blocked_removed;
         }
+        m->has_tls_failed = r->svcs[i].tls || c.tls_failed > 0;
+        m->tls_failed = c.tls_failed;
         for (size_t j = 0; j < nfs; j++) {
             uint64_t b;
 

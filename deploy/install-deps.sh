@@ -12,7 +12,7 @@ build=(
   protobuf-c-compiler libprotobuf-c-dev
   libnetfilter-queue-dev libnftnl-dev libmnl-dev
   libhyperscan-dev libevent-dev libnng-dev liblmdb-dev
-  libmbedtls-dev libcrypt-dev libjansson-dev
+  libmbedtls-dev libcrypt-dev libjansson-dev libssl-dev
   scdoc
 )
 # Running: nft to read fgex's rules (iptables provides libxt_NFQUEUE.so, through which nft prints
@@ -20,10 +20,14 @@ build=(
 # man for the pages `make install` puts in place (the unit's Documentation= names them).
 run=(nftables iptables iproute2 man-db)
 # Testing: Criterion, python3 with scapy for crafted packets, openssl for test_remote's
-# certificates, procps, and systemd-analyze for the unit file test.
-test=(libcriterion-dev python3 python3-scapy openssl procps systemd)
-# Benchmarking: traffic and charts.
-bench=(iperf3 gnuplot-nox)
+# certificates, procps, and systemd-analyze for the unit file test; for test_tls: curl (HTTP/1.1
+# and HTTP/2 clients), nginx-light (an HTTP/2 TLS service), python3-cryptography (certificates,
+# an expired one among them).
+test=(libcriterion-dev python3 python3-scapy openssl procps systemd curl nginx-light
+  python3-cryptography)
+# Benchmarking: traffic and charts; bench/tls's nginx stream proxy (libnginx-mod-stream) and
+# its profile (linux-perf).
+bench=(iperf3 gnuplot-nox libnginx-mod-stream linux-perf)
 
 list=0
 if [[ ${1:-} == --list ]]; then

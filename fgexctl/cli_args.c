@@ -150,6 +150,11 @@ static const struct opt_def opt_defs[CLI_NOPTS] = {
     {"--top", CLI_OPT_TOP, ARG_REQUIRED},
     {"--addr", CLI_OPT_ADDR, ARG_REQUIRED},
     {"--to", CLI_OPT_TO, ARG_REQUIRED},
+    {"--tls-cert", CLI_OPT_TLS_CERT, ARG_REQUIRED},
+    {"--tls-key", CLI_OPT_TLS_KEY, ARG_REQUIRED},
+    {"--no-tls", CLI_OPT_NO_TLS, ARG_NONE},
+    {"--upstream", CLI_OPT_UPSTREAM, ARG_REQUIRED},
+    {"--with-secrets", CLI_OPT_WITH_SECRETS, ARG_NONE},
 };
 
 /* ---- helpers ----------------------------------------------------------------------------- */

@@ -58,6 +58,29 @@ static json_t *write_filter(const Fgx__Ctl__Filter *fl)
     return NULL;
 }
 
+/* A TLS service's fields: PEM is text, written as JSON strings. */
+static json_t *write_service_tls(json_t *o, const Fgx__Ctl__Service *s)
+{
+    if (o == NULL || !s->tls)
+        return o;
+    if (json_object_set_new(o, "tls", json_true()) < 0 ||
+        json_object_set_new(o, "upstream",
+                            json_string(s->has_upstream &&
+                                                s->upstream == FGX__CTL__UPSTREAM__UPSTREAM_PLAIN
+                                            ? "plain"
+                                            : "tls")) < 0 ||
+        (s->has_tls_cert &&
+         json_object_set_new(o, "tls_cert_pem",
+                             json_stringn((const char *)s->tls_cert.data, s->tls_cert.len)) < 0) ||
+        (s->has_tls_key &&
+         json_object_set_new(o, "tls_key_pem",
+                             json_stringn((const char *)s->tls_key.data, s->tls_key.len)) < 0)) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
 static json_t *write_service(const Fgx__Ctl__Config *cfg, const Fgx__Ctl__Service *s)
 {
     json_t *fs = json_array();
@@ -104,7 +127,7 @@ static json_t *write_service(const Fgx__Ctl__Config *cfg, const Fgx__Ctl__Servic
         json_decref(o);
         return NULL;
     }
-    return o;
+    return write_service_tls(o, s);
 }
 
 int cli_config_write(FILE *f, const Fgx__Ctl__Config *cfg, char *err, size_t errlen)
@@ -629,9 +652,12 @@ static int read_service(struct rd *r, const json_t *svcs, size_t idx, bool *svc_
                         bool *flt_has_id)
 {
     const json_t *sv = json_array_get(svcs, idx);
-    static const char *const keys[] = {"id",    "name",   "proto",     "ip",        "port",
-                                       "layer", "active", "fail_open", "midstream", "filters",
-                                       "addrs", "to",     NULL};
+    static const char *const keys[] = {"id",        "name",    "proto",  "ip",
+                                       "port",      "layer",   "active", "fail_open",
+                                       "midstream", "filters", "addrs",  "to",
+                                       "tls",       "upstream", "tls_cert_pem", "tls_key_pem", NULL};
+    static const char *const ups[] = {"tls", "plain"};
+    static const int upv[] = {FGX__CTL__UPSTREAM__UPSTREAM_TLS, FGX__CTL__UPSTREAM__UPSTREAM_PLAIN};
     static const char *const protos[] = {"tcp", "udp"};
     static const int protov[] = {FGX__CTL__PROTO__PROTO_TCP, FGX__CTL__PROTO__PROTO_UDP};
     static const char *const layers[] = {"nfqueue", "proxy", "external"};
@@ -699,6 +725,28 @@ static int read_service(struct rd *r, const json_t *svcs, size_t idx, bool *svc_
                       FGX__CTL__MIDSTREAM__MIDSTREAM_RESET, &e);
     s->has_midstream = 1;
     s->midstream = (Fgx__Ctl__Midstream)e;
+    if (rc == 0)
+        rc = get_bool(r, sv, "tls", where, false, &s->tls);
+    s->has_tls = s->tls;
+    e = 0;
+    if (rc == 0 && s->tls)
+        rc = get_enum(r, sv, "upstream", where, ups, upv, 2, FGX__CTL__UPSTREAM__UPSTREAM_TLS, &e);
+    s->has_upstream = s->tls;
+    s->upstream = (Fgx__Ctl__Upstream)e;
+    for (int k = 0; rc == 0 && s->tls && k < 2; k++) {
+        const char *key = k == 0 ? "tls_cert_pem" : "tls_key_pem";
+        ProtobufCBinaryData *b = k == 0 ? &s->tls_cert : &s->tls_key;
+        char *pem = NULL;
+
+        if (!json_object_get(sv, key))
+            continue; /* no key: controld decides (docs/fgexctl.md) */
+        rc = get_str(r, sv, key, where, NULL, &pem);
+        if (rc < 0)
+            break;
+        b->data = (uint8_t *)pem;
+        b->len = strlen(pem);
+        *(k == 0 ? &s->has_tls_cert : &s->has_tls_key) = 1;
+    }
     if (rc < 0)
         return rc;
     fs = json_object_get(sv, "filters");

@@ -45,8 +45,13 @@ enum cli_opt {
     CLI_OPT_TOP = 1u << 23,     /* events --top src */
     CLI_OPT_ADDR = 1u << 24,    /* service add: --addr ADDR[:PORT], repeatable */
     CLI_OPT_TO = 1u << 25,      /* service add|set: --to ADDR:PORT (layer external) */
+    CLI_OPT_TLS_CERT = 1u << 26,
+    CLI_OPT_TLS_KEY = 1u << 27,
+    CLI_OPT_NO_TLS = 1u << 28,
+    CLI_OPT_UPSTREAM = 1u << 29,
+    CLI_OPT_WITH_SECRETS = 1u << 30,
 };
-#define CLI_NOPTS 26
+#define CLI_NOPTS 31
 /* --addr given more than this is refused by fgexctl (controld's bound is the same). */
 #define CLI_ADDRS_MAX 32
 

@@ -26,11 +26,12 @@ static const char usage_version[] =
     "With --json: {client, server}.\n";
 
 static const char usage_export[] =
-    "usage: fgexctl export FILE\n"
+    "usage: fgexctl export FILE [--with-secrets]\n"
     "\n"
     "Save controld's whole configuration (services, their filters, settings; never the\n"
     "password hash or sessions) as one JSON document in FILE (mode 0600), or on stdout\n"
-    "for `-`. `fgexctl import FILE` restores it. The format is in docs/fgexctl.md.\n";
+    "for `-`. `fgexctl import FILE` restores it. The format is in docs/fgexctl.md.\n"
+    "TLS services' certificates are included, their keys only with --with-secrets.\n";
 
 static const char usage_import[] =
     "usage: fgexctl import FILE [--dry-run]\n"
@@ -125,6 +126,9 @@ static int build_export(struct cli_cmd *cmd, const struct cli_cmd_def *def,
     cmd->file = raw->pos[0];
     if (!cmd->file || !*cmd->file)
         return cli_args_fail(cmd, CLI_EXIT_INVALID, "export: the file name is empty");
+    /* TLS keys leave controld only when asked for. */
+    cmd->req.has_with_secrets = cli_args_opt(raw, CLI_OPT_WITH_SECRETS) != NULL;
+    cmd->req.with_secrets = cmd->req.has_with_secrets;
     return 0;
 }
 
@@ -257,6 +261,7 @@ static const struct cli_cmd_def admin_cmds[] = {
      .req = FGX__CTL__REQUEST__REQ_CONFIG_EXPORT,
      .npos = 1,
      .pos_names = {"FILE"},
+     .opts = CLI_OPT_WITH_SECRETS,
      .usage = usage_export,
      .build = build_export},
     {.name = "import",

@@ -3,8 +3,10 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cli_fmt.h"
 #include "cli_json.h"
@@ -30,6 +32,7 @@ static const char usage_service[] =
     "  set SERVICE [--port N] [--ip ADDR|CIDR|any] [--proto tcp|udp]\n"
     "      [--layer nfqueue|proxy|external] [--to ADDR:PORT] [--fail-open on|off]\n"
     "      [--midstream reset|scan]\n"
+    "      [--tls-cert FILE --tls-key FILE] [--upstream tls|plain] [--no-tls]\n"
     "  addr add SERVICE ADDR[:PORT]\n"
     "  addr rm SERVICE ADDR[:PORT]\n"
     "\n" CLI_SERVICE_HELP_NOTE "`fgexctl service COMMAND --help` for one command.\n";
@@ -38,6 +41,7 @@ static const char usage_service_add[] =
     "usage: fgexctl service add NAME --proto tcp|udp --port N [--ip ADDR|CIDR]\n"
     "                           [--addr ADDR[:PORT]]... [--layer nfqueue|proxy|external]\n"
     "                           [--to ADDR:PORT] [--fail-open] [--midstream reset|scan]\n"
+    "                           [--tls-cert FILE --tls-key FILE [--upstream tls|plain]]\n"
     "\n"
     "Define a service (it starts active) and print it.\n"
     "\n"
@@ -61,7 +65,11 @@ static const char usage_service_add[] =
     "  --midstream reset|scan  a connection whose earlier bytes fgex did not see (open\n"
     "                          before the service started, across a worker restart, bytes\n"
     "                          sent while it was stopped): reset it when it next sends\n"
-    "                          (default), or scan it from then on, missing what it sent\n";
+    "                          (default), or scan it from then on, missing what it sent\n"
+    "  --tls-cert FILE --tls-key FILE  terminate TLS (proxy layer only): the proxy completes\n"
+    "                          the client's handshake with this certificate chain and key\n"
+    "                          (PEM), filters the plaintext and speaks TLS to the service\n"
+    "  --upstream tls|plain    what the proxy speaks to the service (default: tls)\n";
 
 static const char usage_service_list[] =
     "usage: fgexctl service list\n"
@@ -101,11 +109,15 @@ static const char usage_service_set[] =
     "usage: fgexctl service set SERVICE [--port N] [--ip ADDR|CIDR|any] [--proto tcp|udp]\n"
     "                               [--layer nfqueue|proxy|external] [--to ADDR:PORT]\n"
     "                               [--fail-open on|off] [--midstream reset|scan]\n"
+    "                               [--tls-cert FILE --tls-key FILE] [--upstream tls|plain]\n"
+    "                               [--no-tls]\n"
     "\n"
     "Change a service's settings; at least one option is needed. `--ip any` (or\n"
     "`--ip ''`) matches every address of both families. --port and --ip change the\n"
     "one address of a service that has one (with more, use `service addr`).\n"
-    "--layer external needs --to (and a service without filters).\n" CLI_SERVICE_HELP_NOTE;
+    "--layer external needs --to (and a service without filters). --tls-cert/--tls-key\n"
+    "give a TLS service a new certificate and key (or make a proxy-layer service a TLS\n"
+    "one); --no-tls stops terminating TLS and deletes the stored key.\n" CLI_SERVICE_HELP_NOTE;
 
 static const char usage_service_addr_add[] =
     "usage: fgexctl service addr add SERVICE ADDR[:PORT]\n"
@@ -126,6 +138,69 @@ static const char usage_service_addr_rm[] =
 /* clang-format on */
 
 /* ---- building the request ---- */
+
+#define TLS_PEM_MAX (64u << 10) /* as controld's limit */
+
+/* The PEM file of --tls-cert or --tls-key, read here: fgexctl may run on a laptop, and
+ * controld checks what it gets. The bytes live as long as the process (the request points at
+ * them). */
+static int read_pem(struct cli_cmd *cmd, const char *opt, const char *path, ProtobufCBinaryData *out)
+{
+    static uint8_t bufs[2][TLS_PEM_MAX + 1];
+    uint8_t *buf = bufs[strcmp(opt, "--tls-key") == 0];
+    FILE *f = fopen(path, "rb");
+    size_t n;
+
+    if (f == NULL)
+        return cli_args_fail(cmd, CLI_EXIT_INVALID, "%s %.200s: cannot read it: %s", opt, path,
+                             strerror(errno));
+    n = fread(buf, 1, TLS_PEM_MAX + 1, f);
+    if (ferror(f)) {
+        int e = errno;
+
+        (void)fclose(f);
+        return cli_args_fail(cmd, CLI_EXIT_INVALID, "%s %.200s: cannot read it: %s", opt, path,
+                             strerror(e));
+    }
+    (void)fclose(f);
+    if (n == 0 || n > TLS_PEM_MAX)
+        return cli_args_fail(cmd, CLI_EXIT_INVALID, "%s %.200s: %s", opt, path,
+                             n == 0 ? "the file is empty" : "larger than 64 KiB: not a PEM file");
+    out->data = buf;
+    out->len = n;
+    return 0;
+}
+
+/* --tls-cert and --tls-key (both or neither) and --upstream. */
+static int build_tls(struct cli_cmd *cmd, const struct cli_cmd_def *spec,
+                     const struct cli_args_raw *raw, protobuf_c_boolean *has_cert,
+                     ProtobufCBinaryData *cert, protobuf_c_boolean *has_key,
+                     ProtobufCBinaryData *key, protobuf_c_boolean *has_up, Fgx__Ctl__Upstream *up)
+{
+    const char *c = cli_args_opt(raw, CLI_OPT_TLS_CERT), *k = cli_args_opt(raw, CLI_OPT_TLS_KEY);
+    const char *u = cli_args_opt(raw, CLI_OPT_UPSTREAM);
+    int rc = 0;
+
+    if ((c == NULL) != (k == NULL))
+        return cli_args_fail_usage(cmd, spec, "--tls-cert and --tls-key go together");
+    if (c != NULL) {
+        rc = read_pem(cmd, "--tls-cert", c, cert);
+        if (rc == 0)
+            rc = read_pem(cmd, "--tls-key", k, key);
+        *has_cert = *has_key = rc == 0;
+    }
+    if (rc == 0 && u != NULL) {
+        if (strcmp(u, "tls") == 0)
+            *up = FGX__CTL__UPSTREAM__UPSTREAM_TLS;
+        else if (strcmp(u, "plain") == 0)
+            *up = FGX__CTL__UPSTREAM__UPSTREAM_PLAIN;
+        else
+            return cli_args_fail(cmd, CLI_EXIT_INVALID,
+                                 "invalid --upstream '%.60s': must be tls or plain", u);
+        *has_up = 1;
+    }
+    return rc;
+}
 
 static int build_service_add(struct cli_cmd *cmd, const struct cli_cmd_def *spec,
                              const struct cli_args_raw *raw)
@@ -178,6 +253,9 @@ static int build_service_add(struct cli_cmd *cmd, const struct cli_cmd_def *spec
         rc = cli_args_parse_midstream(cmd, v, &m->midstream);
         m->has_midstream = 1;
     }
+    if (rc == 0)
+        rc = build_tls(cmd, spec, raw, &m->has_tls_cert, &m->tls_cert, &m->has_tls_key,
+                       &m->tls_key, &m->has_upstream, &m->upstream);
     if (rc < 0)
         return rc;
     cmd->req.service_add = m;
@@ -220,10 +298,15 @@ static int build_service_set(struct cli_cmd *cmd, const struct cli_cmd_def *spec
         rc = cli_args_parse_midstream(cmd, v, &m->midstream);
         m->has_midstream = 1;
     }
+    if (rc == 0)
+        rc = build_tls(cmd, spec, raw, &m->has_tls_cert, &m->tls_cert, &m->has_tls_key,
+                       &m->tls_key, &m->has_upstream, &m->upstream);
+    if (rc == 0 && cli_args_opt(raw, CLI_OPT_NO_TLS))
+        m->has_no_tls = m->no_tls = 1;
     if (rc < 0)
         return rc;
     if (!m->has_port && !m->ip && !m->has_proto && !m->has_layer && !m->has_fail_open &&
-        !m->has_midstream && !m->to)
+        !m->has_midstream && !m->to && !m->has_tls_cert && !m->has_upstream && !m->has_no_tls)
         return cli_args_fail_usage(cmd, spec, "nothing to change");
     cmd->req.service_set = m;
     return 0;
@@ -342,6 +425,20 @@ static void human_service(FILE *f, const Fgx__Ctl__Service *s)
                   s->active ? "active" : "stopped", cli_fmt_paint(CLI_COLOR_OFF));
     cli_fmt_kv(f, "fail-open:", cli_fmt_yesno(s->fail_open));
     cli_fmt_kv(f, "midstream:", cli_fmt_midstream_name(s));
+    if (s->tls) {
+        char when[32] = "?";
+        time_t t = (time_t)s->tls_not_after;
+        struct tm tm;
+
+        if (s->has_tls_not_after && gmtime_r(&t, &tm) != NULL)
+            (void)strftime(when, sizeof(when), "%Y-%m-%d %H:%M UTC", &tm);
+        (void)fprintf(f, "%-11s%s, upstream %s\n", "tls:", "terminated",
+                      s->has_upstream && s->upstream == FGX__CTL__UPSTREAM__UPSTREAM_PLAIN
+                          ? "plain"
+                          : "tls");
+        cli_fmt_kv_str(f, "cert:", s->tls_subject ? s->tls_subject : "?");
+        cli_fmt_kv(f, "expires:", when);
+    }
     cli_fmt_kv_u64(f, "filters:", s->filters);
     cli_fmt_kv_u64(f, "blocked:", s->blocked);
 }
@@ -370,7 +467,8 @@ static int human_service_table(FILE *f, const Fgx__Ctl__Reply *rep)
         else
             cli_fmt_table_add_str(&t, cli_fmt_ip_text(s->ip));
         cli_fmt_table_addf(&t, "%" PRIu32, s->port);
-        cli_fmt_table_addf(&t, "%s", cli_fmt_layer_name(s->layer));
+        /* A TLS service says so where its layer is: the proxy terminates its TLS. */
+        cli_fmt_table_addf(&t, "%s%s", cli_fmt_layer_name(s->layer), s->tls ? "+tls" : "");
         cli_fmt_table_addf(&t, "%s", s->active ? "active" : "stopped");
         cli_fmt_table_addf(&t, "%s", cli_fmt_yesno(s->fail_open));
         cli_fmt_table_addf(&t, "%s", cli_fmt_midstream_name(s));
@@ -414,6 +512,21 @@ static json_t *json_service(const Fgx__Ctl__Service *s)
         json_decref(o);
         return NULL;
     }
+    /* TLS fields for every service ("tls": false for plain ones); never the key. */
+    if (o != NULL &&
+        json_object_update_new(
+            o, json_pack("{s:b, s:s*, s:s*, s:o*}", "tls", s->tls, "upstream",
+                         !s->tls ? NULL
+                         : s->has_upstream && s->upstream == FGX__CTL__UPSTREAM__UPSTREAM_PLAIN
+                             ? "plain"
+                             : "tls",
+                         "tls_subject", s->tls ? s->tls_subject : NULL, "tls_not_after",
+                         s->tls && s->has_tls_not_after
+                             ? json_integer(cli_json_int(s->tls_not_after))
+                             : NULL)) < 0) {
+        json_decref(o);
+        return NULL;
+    }
     return o;
 }
 
@@ -435,8 +548,16 @@ static json_t *json_list(const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *re
 }
 
 /* The commands that print the service concerned. */
+/* A change accepted with a warning (an expired certificate): said on stderr, either format. */
+static void warn_reply(const Fgx__Ctl__Reply *rep)
+{
+    for (size_t i = 0; i < rep->n_warnings; i++)
+        (void)fprintf(stderr, "fgexctl: warning: %s\n", rep->warnings[i]);
+}
+
 static int human_one(FILE *f, const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep)
 {
+    warn_reply(rep);
     if (rep->n_services > 0)
         human_service(f, rep->services[0]);
     /* show: the service's filters too, when controld sends them. */
@@ -450,6 +571,7 @@ static int human_one(FILE *f, const Fgx__Ctl__Request *req, const Fgx__Ctl__Repl
 static json_t *json_one(const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep)
 {
     (void)req;
+    warn_reply(rep);
     return rep->n_services > 0 ? json_service(rep->services[0]) : json_null();
 }
 
@@ -480,7 +602,8 @@ static const struct cli_cmd_def service_cmds[] = {
      .npos = 1,
      .pos_names = {"NAME"},
      .opts = CLI_OPT_PROTO | CLI_OPT_PORT | CLI_OPT_IP | CLI_OPT_LAYER | CLI_OPT_FAIL_OPEN_FLAG |
-             CLI_OPT_MIDSTREAM | CLI_OPT_ADDR | CLI_OPT_TO,
+             CLI_OPT_MIDSTREAM | CLI_OPT_ADDR | CLI_OPT_TO | CLI_OPT_TLS_CERT | CLI_OPT_TLS_KEY |
+             CLI_OPT_UPSTREAM,
      .usage = usage_service_add,
      .build = build_service_add,
      SERVICE_ONE,
@@ -544,7 +667,8 @@ static const struct cli_cmd_def service_cmds[] = {
      .npos = 1,
      .pos_names = {"SERVICE"},
      .opts = CLI_OPT_PORT | CLI_OPT_IP | CLI_OPT_PROTO | CLI_OPT_LAYER | CLI_OPT_FAIL_OPEN_ARG |
-             CLI_OPT_MIDSTREAM | CLI_OPT_TO,
+             CLI_OPT_MIDSTREAM | CLI_OPT_TO | CLI_OPT_TLS_CERT | CLI_OPT_TLS_KEY | CLI_OPT_UPSTREAM |
+             CLI_OPT_NO_TLS,
      .usage = usage_service_set,
      .build = build_service_set,
      SERVICE_ONE,

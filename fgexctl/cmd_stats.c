@@ -123,14 +123,19 @@ static int human_stats_table(FILE *f, const Fgx__Ctl__Reply *rep)
     rc = cli_fmt_table_print(f, &t);
     cli_fmt_table_release(&t);
     cli_fmt_events_lost(f, rep->events_lost);
+    for (size_t i = 0; i < rep->n_service_stats; i++)
+        if (rep->service_stats[i]->has_tls_failed && rep->service_stats[i]->tls_failed > 0)
+            (void)fprintf(f, "%s: %" PRIu64 " TLS handshake(s) failed or timed out\n",
+                          rep->service_stats[i]->name, rep->service_stats[i]->tls_failed);
     return rc;
 }
 
 static json_t *json_stats_one(const void *p)
 {
     const Fgx__Ctl__ServiceStats *st = p;
+    json_t *o;
 
-    return json_pack("{s:I, s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "id",
+    o = json_pack("{s:I, s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "id",
                      cli_json_int(st->service_id), "name", cli_json_str(st->name), "packets",
                      cli_json_int(st->packets), "bytes", cli_json_int(st->bytes), "accepted",
                      cli_json_int(st->accepted), "dropped", cli_json_int(st->dropped),
@@ -138,6 +143,13 @@ static json_t *json_stats_one(const void *p)
                      cli_json_int(st->blocked), "blocked_removed",
                      cli_json_int(st->blocked_removed), "events_lost",
                      cli_json_int(st->events_lost), "matched", cli_json_int(st->matched));
+    /* TLS services only: handshakes failed or stalled. */
+    if (o != NULL && st->has_tls_failed &&
+        json_object_set_new(o, "tls_failed", json_integer(cli_json_int(st->tls_failed))) < 0) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
 }
 
 static const Fgx__Ctl__ServiceStats *stats_find(const Fgx__Ctl__Reply *rep, uint32_t id)

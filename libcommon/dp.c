@@ -164,6 +164,15 @@ static int service_to_pb(const struct fgx_dp_service *s, Fgx__Dp__Service *p)
         p->has_hash_s2c = 1;
         p->hash_s2c = s->db[1].hash;
     }
+    if (s->tls_cert.len > 0) {
+        p->has_tls_cert = p->has_tls_key = 1;
+        p->tls_cert.data = s->tls_cert.data;
+        p->tls_cert.len = s->tls_cert.len;
+        p->tls_key.data = s->tls_key.data;
+        p->tls_key.len = s->tls_key.len;
+        p->has_tls_upstream_plain = s->tls_upstream_plain;
+        p->tls_upstream_plain = s->tls_upstream_plain;
+    }
     if (s->db_known[1]) {
         p->has_db_s2c = 0;
         p->has_db_s2c_known = 1;
@@ -324,6 +333,8 @@ int fgx_dp_encode(const struct fgx_dp_msg *m, void **buf, size_t *len)
                 ss[i].has_events_lost = 1;
                 ss[i].events_lost = v->events_lost;
             }
+            ss[i].has_tls_failed = v->tls_failed > 0;
+            ss[i].tls_failed = v->tls_failed;
             ssp[i] = &ss[i];
         }
         if (s->nevents > 0) {
@@ -569,6 +580,14 @@ static int service_from_pb(Fgx__Dp__Service *p, const struct fgx_dp_ruleset *r, 
     s->db_known[1] = p->has_db_s2c_known && p->db_s2c_known;
     blob_take(p->has_db_c2s, &p->db_c2s, p->has_hash_c2s, p->hash_c2s, &s->db[0]);
     blob_take(p->has_db_s2c, &p->db_s2c, p->has_hash_s2c, p->hash_s2c, &s->db[1]);
+    if (p->has_tls_cert != p->has_tls_key) {
+        fgx_warn("data-path service %u: a TLS certificate without its key, or a key without one",
+                 p->id);
+        return -EINVAL;
+    }
+    blob_take(p->has_tls_cert, &p->tls_cert, 0, 0, &s->tls_cert);
+    blob_take(p->has_tls_key, &p->tls_key, 0, 0, &s->tls_key);
+    s->tls_upstream_plain = p->has_tls_upstream_plain && p->tls_upstream_plain;
     for (d = 0; d < 2; d++) {
         protobuf_c_boolean has_as = d == 0 ? p->has_db_c2s_as : p->has_db_s2c_as;
         uint32_t as = d == 0 ? p->db_c2s_as : p->db_s2c_as;
@@ -703,6 +722,7 @@ static int stats_from_pb(const Fgx__Dp__Stats *p, struct fgx_dp_stats *s)
             s->services[i].dropped = v->dropped;
             s->services[i].flows_active = v->flows_active;
             s->services[i].events_lost = v->has_events_lost ? v->events_lost : 0;
+            s->services[i].tls_failed = v->has_tls_failed ? v->tls_failed : 0;
         }
     }
     s->events_lost = p->has_events_lost ? p->events_lost : 0;
@@ -839,6 +859,8 @@ void fgx_dp_msg_release(struct fgx_dp_msg *m)
             free(m->u.ruleset.services[i].ids[0]);
             free(m->u.ruleset.services[i].ids[1]);
             free(m->u.ruleset.services[i].addrs);
+            blob_free(&m->u.ruleset.services[i].tls_cert, false);
+            blob_free(&m->u.ruleset.services[i].tls_key, false);
         }
         free(m->u.ruleset.services);
         break;

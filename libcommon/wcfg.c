@@ -40,9 +40,63 @@ void fgx_wcfg_unref(struct fgx_wcfg *c)
     for (i = 0; i < c->nservices; i++) {
         fgx_wdb_unref(c->svc[i].db[0]);
         fgx_wdb_unref(c->svc[i].db[1]);
+        fgx_wtls_unref(c->svc[i].tls);
     }
     free(c->addrs);
     free(c);
+}
+
+void fgx_wtls_unref(struct fgx_wtls *t)
+{
+    if (t == NULL || __atomic_sub_fetch(&t->refs, 1, __ATOMIC_ACQ_REL) != 0)
+        return;
+    if (t->ctx_free != NULL)
+        t->ctx_free(t->ctx);
+    free(t);
+}
+
+static uint64_t tls_hash(const struct fgx_dp_service *s)
+{
+    uint64_t h = fgx_hash64(s->tls_cert.data, s->tls_cert.len, FGX_HASH64_SEED);
+
+    h = fgx_hash64(s->tls_key.data, s->tls_key.len, h);
+    return h ^ (s->tls_upstream_plain ? 0x9e3779b97f4a7c15ull : 0);
+}
+
+int fgx_wcfg_tls(struct fgx_wcfg *c, const struct fgx_dp_ruleset *rs, const struct fgx_wcfg *prev,
+                 fgx_wtls_load_fn load, void *arg)
+{
+    size_t i;
+
+    for (i = 0; i < rs->nservices && i < c->nservices; i++) {
+        const struct fgx_dp_service *s = &rs->services[i];
+        const struct fgx_wsvc *p;
+        struct fgx_wtls *t;
+        uint64_t h;
+
+        if (s->tls_cert.len == 0)
+            continue;
+        h = tls_hash(s);
+        p = fgx_wcfg_service(prev, s->id);
+        /* Loading a key pair costs a signature check: a change to the filters must not. */
+        if (p != NULL && p->tls != NULL && p->tls->hash == h && !p->tls->failed) {
+            __atomic_add_fetch(&p->tls->refs, 1, __ATOMIC_RELAXED);
+            c->svc[i].tls = p->tls;
+            continue;
+        }
+        t = calloc(1, sizeof(*t));
+        if (t == NULL) {
+            fgx_err("ruleset: out of memory");
+            return -ENOMEM;
+        }
+        t->refs = 1;
+        t->hash = h;
+        t->upstream_plain = s->tls_upstream_plain;
+        if (load(arg, s, t) != 0)
+            t->failed = true;
+        c->svc[i].tls = t;
+    }
+    return 0;
 }
 
 const struct fgx_wsvc *fgx_wcfg_service(const struct fgx_wcfg *c, uint32_t id)

@@ -274,6 +274,14 @@ int fgx_wctl_apply(const struct fgx_wctl *ctl, const struct fgx_dp_ruleset *rs)
     ret = fgx_wcfg_build(rs, __atomic_load_n(ctl->current, __ATOMIC_ACQUIRE), &c);
     if (ret != 0)
         return ret;
+    if (ctl->tls_load != NULL) {
+        ret = fgx_wcfg_tls(c, rs, __atomic_load_n(ctl->current, __ATOMIC_ACQUIRE), ctl->tls_load,
+                           ctl->worker);
+        if (ret != 0) {
+            fgx_wcfg_unref(c);
+            return ret;
+        }
+    }
     return publish(ctl, c);
 }
 

@@ -139,6 +139,8 @@ int main(int argc, char **argv)
                  "before the limit",
                  worker.max_conns, worker.max_conns * 2, (unsigned long long)nofile);
     fgx_wctl_signals(&worker.stop);
+    if (px_tls_init() != 0)
+        return 1;
 
     if (px_worker_start(&worker) != 0)
         return 1;

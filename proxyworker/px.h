@@ -12,6 +12,7 @@
 
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/types.h>
 
 #include "fgx/dp.h"
 #include "fgx/evring.h"
@@ -55,6 +56,7 @@ struct px_svc_ctr {
     struct fgx_ctr_slot slot;
     /* reads relayed, bytes relayed, connections relayed, connections reset, connections open */
     uint64_t reads, bytes, accepted, reset, open;
+    uint64_t tls_failed; /* TLS handshakes failed or timed out (px_tls.c) */
 };
 
 struct px_counters {
@@ -77,6 +79,8 @@ struct event_base;
 struct event;
 struct evconnlistener;
 struct px_worker;
+struct px_tls;
+struct fgx_wtls;
 
 /* A socket to reset once its peer acknowledged every byte sent to it. */
 struct px_reset {
@@ -105,6 +109,7 @@ struct px_conn {
     struct fgx_reasm dir[2]; /* [0] scans what side 0 sends (c2s), [1] what side 1 sends */
     struct fgx_wdb *dbref[2];
     uint64_t epoch;          /* thread's config epoch the databases were taken from */
+    struct px_tls *tls;      /* a TLS service's connection (px_tls.c); NULL: plain TCP */
     uint64_t last_ms;        /* last activity; until the first byte, when it was accepted */
     uint32_t service_id;
     /* The service is not in the thread's config (stopped, removed, or on the other layer): its
@@ -175,6 +180,7 @@ struct px_thread {
     /* The connection and side being scanned, for a log filter's event (px_match_log()). */
     struct px_conn *scan_conn;
     int scan_side;
+    struct px_tls_cache *tls_cache; /* sessions to TLS services (px_tls.c); NULL until one */
 };
 
 struct px_worker {
@@ -258,6 +264,37 @@ void px_match_presence(struct px_thread *t);
  * caller resets both sides. */
 int px_match_scan(struct px_conn *c, int side, const uint8_t *data, size_t len);
 void px_match_conn_release(struct px_conn *c);
+
+/* ---- px_tls.c ---- */
+/* Once per process, before any thread starts. */
+int px_tls_init(void);
+/* fgx_wtls_load_fn: the service's SSL_CTX pair from its PEM certificate and key. */
+int px_tls_load(void *worker, const struct fgx_dp_service *s, struct fgx_wtls *out);
+/* c (both fds set) terminates TLS with wt's certificate: 0, or -EINVAL (wt failed to load) /
+ * -ENOMEM; c->tls stays NULL then. */
+int px_tls_conn_start(struct px_conn *c, const struct fgx_wtls *wt);
+void px_tls_conn_free(struct px_conn *c);
+/* The thread's cached sessions to the services, freed (at the thread's end). */
+void px_tls_thread_release(struct px_thread *t);
+/* The upstream connect finished: start with the client's handshake. */
+void px_tls_connected(struct px_conn *c);
+/* c's handshakes are not both done yet. */
+bool px_tls_handshaking(const struct px_conn *c);
+/* An event on side during the handshakes: drive them. Returns false when c was closed (a
+ * failure, counted in tls_failed). */
+bool px_tls_step(struct px_conn *c, int side);
+/* The first-byte timeout closes c while handshaking: counted and logged (the caller closes). */
+void px_tls_timed_out(struct px_conn *c);
+/* Side speaks TLS (the client's side of a TLS service; the service's unless upstream plain). */
+bool px_tls_side(const struct px_conn *c, int side);
+/* Plaintext from side: bytes (> 0, *eof may be set too: the side ended after them), 0 with *eof,
+ * or -1 with errno (EAGAIN: nothing yet). */
+ssize_t px_tls_recv(struct px_conn *c, int side, uint8_t *buf, size_t cap, bool *eof);
+/* Plaintext to side: bytes taken (maybe fewer than len: retry the rest with the same bytes
+ * when writable), or -1 with errno. */
+ssize_t px_tls_send(struct px_conn *c, int side, const uint8_t *data, size_t len);
+/* A close_notify to side, before its FIN. */
+void px_tls_shutdown(struct px_conn *c, int side);
 
 /* ---- px_stats.c ---- */
 struct px_svc_ctr *px_stats_svc(struct px_counters *c, uint32_t id);

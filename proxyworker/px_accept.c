@@ -308,6 +308,21 @@ static void on_accept(struct evconnlistener *lis, evutil_socket_t fd, struct soc
     c->s[1].fd = ufd;
     fgx_reasm_init(&c->dir[0]);
     fgx_reasm_init(&c->dir[1]);
+    if (svc->tls != NULL && px_tls_conn_start(c, svc->tls) != 0) {
+        static __thread unsigned long long last_tls;
+
+        fgx_log_ratelimited(&last_tls, FGX_LOG_WARN,
+                            "service %u: TLS not ready (its certificate did not load, or out of "
+                            "memory): connection refused",
+                            svc->id);
+        PX_CTR_ADD(&px_stats_svc(&t->ctr, svc->id)->tls_failed, 1);
+        close(ufd);
+        free(c);
+        px_src_put(&w->src, (const struct sockaddr_storage *)(void *)peer, t->idx);
+        __atomic_sub_fetch(&w->nconns, 1, __ATOMIC_RELAXED);
+        close_reset(fd);
+        return;
+    }
     PX_CTR_ADD(&t->ctr.conns, 1);
     px_match_attach(c);
     px_relay_start(c);
@@ -459,6 +474,7 @@ void px_thread_release(struct px_thread *t)
     t->cfg = NULL;
     fgx_reasm_ctx_free(t->reasm);
     t->reasm = NULL;
+    px_tls_thread_release(t);
     free(t->buf);
     t->buf = NULL;
     if (t->base != NULL)

@@ -50,6 +50,7 @@ static void ctl_init(struct px_worker *w, struct fgx_wctl *out)
     out->uses = uses;
     out->vet = vet;
     out->stats = stats;
+    out->tls_load = px_tls_load;
 }
 
 int px_ctl_apply(struct px_worker *w, const struct fgx_dp_ruleset *rs)

@@ -192,6 +192,7 @@ void px_relay_close(struct px_conn *c, bool reset)
         free(s->pend);
         s->pend = NULL;
     }
+    px_tls_conn_free(c);
     px_match_conn_release(c);
     lru_unlink(c);
     free(c);
@@ -205,6 +206,8 @@ static bool pass_fin(struct px_conn *c, int from)
 
     if (!c->eof[from] || c->shut[to] || c->s[to].pend != NULL)
         return true;
+    if (c->tls != NULL && px_tls_side(c, to))
+        px_tls_shutdown(c, to);
     if (shutdown(c->s[to].fd, SHUT_WR) == -1 && errno != ENOTCONN) {
         px_relay_close(c, true);
         return false;
@@ -222,7 +225,8 @@ static bool pass_fin(struct px_conn *c, int from)
 static bool forward(struct px_conn *c, int from, const uint8_t *data, size_t len)
 {
     struct px_side *s = &c->s[1 - from];
-    ssize_t n = send(s->fd, data, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    ssize_t n = c->tls != NULL && px_tls_side(c, 1 - from) ? px_tls_send(c, 1 - from, data, len)
+                                          : send(s->fd, data, len, MSG_NOSIGNAL | MSG_DONTWAIT);
 
     if (n == -1) {
         if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
@@ -255,14 +259,24 @@ static void on_readable(evutil_socket_t fd, short what, void *arg)
     struct px_thread *t = c->t;
     int side = fd == c->s[0].fd ? 0 : 1;
     struct px_svc_ctr *sc;
+    bool tls = false, tls_eof = false;
     ssize_t n;
 
-    n = recv(fd, t->buf, PX_READ_MAX, MSG_DONTWAIT);
+    if (c->tls != NULL && px_tls_handshaking(c)) {
+        (void)px_tls_step(c, side);
+        return;
+    }
+    if ((tls = c->tls != NULL && px_tls_side(c, side)))
+        n = px_tls_recv(c, side, t->buf, PX_READ_MAX, &tls_eof);
+    else
+        n = recv(fd, t->buf, PX_READ_MAX, MSG_DONTWAIT);
     if (n == -1) {
         if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
             return;
-        /* A reset (or any error) is passed on as a reset. */
-        px_relay_close(c, true);
+        /* A reset (or any error) is passed on as a reset. A TLS peer that resets after our
+         * close_notify and FIN reached it is a client closing without reading them (most do):
+         * an end, not a reset. */
+        px_relay_close(c, !(tls && c->shut[side]));
         return;
     }
     touch(c);
@@ -293,7 +307,7 @@ static void on_readable(evutil_socket_t fd, short what, void *arg)
         return;
     /* The peer's FIN came before this wake-up (EPOLLRDHUP) and the read took all that preceded
      * it: pass the FIN on now rather than after another wake-up and an empty read. */
-    if ((what & EV_CLOSED) && (size_t)n < PX_READ_MAX) {
+    if (tls ? tls_eof : (what & EV_CLOSED) && (size_t)n < PX_READ_MAX) {
         c->eof[side] = true;
         event_del(c->s[side].rev);
         (void)pass_fin(c, side);
@@ -315,6 +329,10 @@ static void connected(struct px_conn *c)
     }
     c->connected = true;
     touch(c);
+    if (c->tls != NULL) {
+        px_tls_connected(c);
+        return;
+    }
     event_add(c->s[0].rev, NULL);
     event_add(c->s[1].rev, NULL);
 }
@@ -331,9 +349,16 @@ static void on_writable(evutil_socket_t fd, short what, void *arg)
         connected(c);
         return;
     }
+    if (c->tls != NULL && px_tls_handshaking(c)) {
+        (void)px_tls_step(c, side);
+        return;
+    }
     if (s->pend == NULL)
         return;
-    n = send(fd, s->pend + s->pend_off, s->pend_len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (c->tls != NULL && px_tls_side(c, side))
+        n = px_tls_send(c, side, s->pend + s->pend_off, s->pend_len);
+    else
+        n = send(fd, s->pend + s->pend_off, s->pend_len, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n == -1) {
         if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
             px_relay_close(c, true);
@@ -350,9 +375,12 @@ static void on_writable(evutil_socket_t fd, short what, void *arg)
     }
     free(s->pend);
     s->pend = NULL;
-    if (!c->eof[from])
+    if (!c->eof[from]) {
         event_add(c->s[from].rev, NULL);
-    else
+        /* Plaintext OpenSSL already holds has no socket event to bring it. */
+        if (c->tls != NULL && px_tls_side(c, from))
+            event_active(c->s[from].rev, EV_READ, 0);
+    } else
         (void)pass_fin(c, from);
 }
 
@@ -399,6 +427,8 @@ void px_relay_expire(struct px_thread *t)
             PX_CTR_ADD(&t->ctr.silent_closed, 1);
             ns++;
         }
+        if (c->tls != NULL && px_tls_handshaking(c))
+            px_tls_timed_out(c);
         px_relay_close(c, true);
         n++;
     }

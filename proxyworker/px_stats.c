@@ -63,6 +63,7 @@ static void add_service(struct fgx_dp_service_stat *ss, const struct fgx_ctr_slo
     ss->accepted += fgx_ctr_load(&sc->accepted);
     ss->dropped += fgx_ctr_load(&sc->reset);
     ss->flows_active += fgx_ctr_load(&sc->open);
+    ss->tls_failed += fgx_ctr_load(&sc->tls_failed);
 }
 
 int px_stats_collect(struct px_worker *w, struct fgx_dp_stats *out)

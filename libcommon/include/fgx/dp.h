@@ -70,6 +70,10 @@ struct fgx_dp_service {
      * interface, and the worker takes it for any address on its port. */
     struct fgx_svcaddr *addrs;
     size_t naddrs;
+    /* TLS termination (proxy layer): the certificate chain and key as PEM (owned like db; len 0:
+     * a plain TCP service), and whether the proxy speaks plaintext to the service. */
+    struct fgx_blob tls_cert, tls_key;
+    bool tls_upstream_plain;
 };
 
 struct fgx_dp_ruleset {
@@ -88,6 +92,7 @@ struct fgx_dp_service_stat {
     uint32_t service_id;
     uint64_t packets, bytes, accepted, dropped, flows_active;
     uint64_t events_lost; /* blocks whose event the worker's queue refused (cumulative) */
+    uint64_t tls_failed;  /* TLS handshakes failed or timed out (cumulative) */
 };
 
 /* An excerpt: up to FGX_DP_EXCERPT_BEFORE bytes before the match end and up to

@@ -25,6 +25,22 @@ struct fgx_wdb {
     size_t nids;
 };
 
+/* A TLS service's certificate and key as the worker loaded them (proxyworker: its SSL_CTX
+ * pair in ctx), shared by the generations that keep them unchanged; freed (ctx_free(ctx)) at
+ * the last fgx_wtls_unref(). */
+struct fgx_wtls {
+    int refs; /* __atomic */
+    uint64_t hash;       /* of the certificate, the key and upstream_plain */
+    bool upstream_plain; /* plaintext to the service */
+    bool failed;         /* the worker could not load them: its connections are refused */
+    void *ctx;
+    void (*ctx_free)(void *ctx);
+};
+
+/* Load a TLS service's certificate and key (s->tls_cert, s->tls_key) into out->ctx and
+ * out->ctx_free; a failure is logged there and leaves out->failed set by the caller. */
+typedef int (*fgx_wtls_load_fn)(void *arg, const struct fgx_dp_service *s, struct fgx_wtls *out);
+
 struct fgx_wsvc {
     uint32_t id;
     uint8_t ipproto;
@@ -33,6 +49,7 @@ struct fgx_wsvc {
     bool fail_open;
     uint8_t midstream; /* FGX_MIDSTREAM_RESET or FGX_MIDSTREAM_SCAN (fgx/dp.h) */
     struct fgx_wdb *db[2]; /* [0] client -> server, [1] server -> client; NULL: nothing to match */
+    struct fgx_wtls *tls;  /* NULL: plain TCP (or the worker has no TLS: fgx_wcfg_tls()) */
 };
 
 /* One address of one service, in the generation's lookup index. */
@@ -59,6 +76,13 @@ struct fgx_wcfg {
  * hyperscan refuses; logged). */
 int fgx_wcfg_build(const struct fgx_dp_ruleset *rs, const struct fgx_wcfg *prev,
                    struct fgx_wcfg **out);
+/* Give c's TLS services their loaded certificates: the one of prev's service with the same id
+ * when its hash is unchanged, else load(arg, ...) on a new one (a failure leaves it marked
+ * failed, never the whole generation refused: the other services go on). Returns 0 or
+ * -ENOMEM. */
+int fgx_wcfg_tls(struct fgx_wcfg *c, const struct fgx_dp_ruleset *rs, const struct fgx_wcfg *prev,
+                 fgx_wtls_load_fn load, void *arg);
+void fgx_wtls_unref(struct fgx_wtls *t);
 /* NULL: no-op for all four. */
 void fgx_wcfg_ref(struct fgx_wcfg *c);
 void fgx_wcfg_unref(struct fgx_wcfg *c);

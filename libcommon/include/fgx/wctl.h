@@ -97,6 +97,9 @@ struct fgx_wctl {
     /* Optional: take the flows of the worker before this one (data is the caller's; copy what
      * is kept), before the first ruleset. */
     int (*flows_import)(void *worker, const void *data, size_t len);
+    /* Optional (proxyworker): load a TLS service's certificate and key, off the data path. A
+     * worker without it ignores them (nfqworker: controld never sends it a TLS service). */
+    fgx_wtls_load_fn tls_load;
 };
 
 /* Load rs (reusing *current's databases), publish it with one pointer store, wake every thread
