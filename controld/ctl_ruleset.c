@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "controld/ctl_compile.h"
+#include "fgx/capture.h"
 #include "fgx/log.h"
 
 static bool dir_has_pattern(const struct fgx_pattern *pats, size_t n, enum fgx_dir dir)
@@ -128,6 +129,10 @@ int ctl_ruleset_build(struct ctl_txn *t, struct ctl_ruleset *out, char *err, siz
         d->addr = s->addr;
         d->fail_open = s->fail_open;
         d->midstream = s->midstream;
+        if (!s->capture_off) {
+            d->capture_conns = s->capture_conns ? s->capture_conns : FGX_CAP_CONNS_DEFAULT;
+            d->capture_bytes = s->capture_bytes ? s->capture_bytes : FGX_CAP_BYTES_DEFAULT;
+        }
         for (int k = 0; k < 2; k++) {
             enum fgx_dir dir = k == 0 ? FGX_DIR_C2S : FGX_DIR_S2C;
             uint64_t key;

@@ -57,6 +57,7 @@ struct opts {
     unsigned compile_timeout; /* seconds */
     unsigned nfq_flows;
     unsigned events_keep;
+    unsigned captures_keep;
     unsigned handshake_s; /* --handshake-timeout */
 };
 
@@ -118,10 +119,14 @@ static void usage(FILE *f)
         "--nfq-flows  TCP flows the nfq worker tracks per thread (default 65536; a quarter\n"
         "          of them at most embryonic: handshakes without data yet).\n"
         "--events-keep  block events kept (in memory and in the state store; default %u,\n"
-        "          1..%u); the oldest go first. An event takes ~300 bytes in each.\n",
+        "          1..%u); the oldest go first. An event takes ~300 bytes in each.\n"
+        "--captures-keep  blocked connections' captures kept in the state store (default\n"
+        "          %u, 0..%u; 0: none); the oldest go first. One takes up to twice its\n"
+        "          service's capture bytes (16 KiB by default) plus ~2 KiB.\n",
         FGX_QUEUE_BASE_DEFAULT, CTL_AUTH_HANDSHAKE_S_DEFAULT, CTL_AUTH_PENDING_PER_PEER,
         PROXY_PORT_DEFAULT, CTL_COMPILE_TIMEOUT_DEFAULT, CTL_COMPILE_TIMEOUT_MAX,
-        (unsigned)CTL_EVENTS_KEEP, (unsigned)CTL_EVENTS_KEEP_MAX);
+        (unsigned)CTL_EVENTS_KEEP, (unsigned)CTL_EVENTS_KEEP_MAX, (unsigned)CTL_CAPTURES_KEEP,
+        (unsigned)CTL_CAPTURES_KEEP_MAX);
 }
 
 static int parse_uint(const char *s, unsigned min, unsigned max, unsigned *out)
@@ -161,6 +166,7 @@ static const struct option longopts[] = {
     {"compile-timeout", required_argument, NULL, 'T'},
     {"nfq-flows", required_argument, NULL, 'F'},
     {"events-keep", required_argument, NULL, 'E'},
+    {"captures-keep", required_argument, NULL, 'k'},
     {"config", required_argument, NULL, 'c'},
     {"version", no_argument, NULL, 'V'},
     {"help", no_argument, NULL, 'h'},
@@ -179,6 +185,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
                        .threads = ncpu > 0 ? (unsigned)ncpu : 1,
                        .queue_base = FGX_QUEUE_BASE_DEFAULT,
                        .events_keep = CTL_EVENTS_KEEP,
+                       .captures_keep = CTL_CAPTURES_KEEP,
                        .proxy_port = PROXY_PORT_DEFAULT,
                        .compile_timeout = CTL_COMPILE_TIMEOUT_DEFAULT,
                        .handshake_s = CTL_AUTH_HANDSHAKE_S_DEFAULT};
@@ -248,6 +255,13 @@ static int parse_opts(int argc, char **argv, struct opts *o)
             if (parse_uint(optarg, 1, CTL_EVENTS_KEEP_MAX, &o->events_keep) < 0) {
                 fprintf(stderr, "controld: --events-keep takes 1..%u, not \"%s\"\n",
                         (unsigned)CTL_EVENTS_KEEP_MAX, optarg);
+                return -EINVAL;
+            }
+            break;
+        case 'k':
+            if (parse_uint(optarg, 0, CTL_CAPTURES_KEEP_MAX, &o->captures_keep) < 0) {
+                fprintf(stderr, "controld: --captures-keep takes 0..%u, not \"%s\"\n",
+                        (unsigned)CTL_CAPTURES_KEEP_MAX, optarg);
                 return -EINVAL;
             }
             break;
@@ -729,6 +743,7 @@ int main(int argc, char **argv)
     rv = ctl_stats_open_keep(ctx.store, o.events_keep, &stats);
     if (rv < 0)
         goto out;
+    ctl_stats_captures_keep(stats, o.captures_keep);
     ctx.stats = stats;
     if (o.metrics_listen) {
         rv = ctl_metrics_start(o.metrics_listen, &metrics);

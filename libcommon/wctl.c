@@ -306,6 +306,14 @@ void fgx_wctl_serve(const struct fgx_wctl *ctl, struct fgx_chan *ch, void *buf, 
             reply.type = FGX_DP_ERROR;
             reply.u.error = strdup("cannot hand the flows over");
         }
+    } else if (req.type == FGX_DP_CAPTURE_REQUEST) {
+        reply.type = FGX_DP_CAPTURES;
+        if (ctl->captures != NULL &&
+            ctl->captures(ctl->worker, req.u.capture_service, &reply.u.captures.caps,
+                          &reply.u.captures.n) != 0) {
+            reply.type = FGX_DP_ERROR;
+            reply.u.error = strdup("cannot collect the captures");
+        }
     } else if (req.type == FGX_DP_FLOWS && ctl->flows_import != NULL) {
         reply.type = FGX_DP_ACK;
         reply.u.ack_generation = 0;

@@ -42,6 +42,8 @@ enum fgx_dp_type {
     FGX_DP_ERROR,
     FGX_DP_FLOWS_REQUEST, /* a planned restart: hand your flows over, then exit */
     FGX_DP_FLOWS,         /* the flows, from the old worker, for the new one */
+    FGX_DP_CAPTURE_REQUEST, /* the captured connections of one service, please */
+    FGX_DP_CAPTURES,        /* them (fgx/capture.h) */
 };
 
 struct fgx_dp_service {
@@ -64,6 +66,9 @@ struct fgx_dp_service {
      * are still here, so no partial match of a surviving filter is lost. */
     uint32_t *ids[2];
     size_t nids[2];
+    /* Capture (fgx/capture.h): connections kept by the whole worker, bytes per direction;
+     * 0: capture off. */
+    uint32_t capture_conns, capture_bytes;
 };
 
 struct fgx_dp_ruleset {
@@ -101,6 +106,13 @@ struct fgx_dp_event {
     uint8_t excerpt_len;
     uint8_t match_end; /* the match ends before excerpt[match_end] (<= excerpt_len) */
     uint8_t excerpt[FGX_DP_EXCERPT_MAX]; /* bytes around the end of the match */
+    /* The worker's own: where the connection's capture waits in its thread's ring (gen 0:
+     * none). Not encoded. */
+    uint32_t cap_slot, cap_gen;
+    /* The connection's capture, an encoded fgx.dp.Capture (malloc'd, released with the
+     * message); NULL: none. Set by the worker's control thread, never in a ring. */
+    uint8_t *capture;
+    size_t capture_len;
 };
 
 struct fgx_dp_stats {
@@ -148,6 +160,11 @@ struct fgx_dp_msg {
             void *data; /* malloc'd */
             size_t len;
         } flows;
+        uint32_t capture_service; /* CAPTURE_REQUEST */
+        struct {
+            struct fgx_blob *caps; /* malloc'd array of malloc'd encoded captures */
+            size_t n;
+        } captures;
     } u;
 };
 

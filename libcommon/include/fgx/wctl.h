@@ -94,6 +94,9 @@ struct fgx_wctl {
     /* Optional: take the flows of the worker before this one (data is the caller's; copy what
      * is kept), before the first ruleset. */
     int (*flows_import)(void *worker, const void *data, size_t len);
+    /* Optional: every capture of a service (fgx/capture.h), each encoded and malloc'd, in a
+     * malloc'd array (*n 0: none). */
+    int (*captures)(void *worker, uint32_t service_id, struct fgx_blob **caps, size_t *n);
 };
 
 /* Load rs (reusing *current's databases), publish it with one pointer store, wake every thread
