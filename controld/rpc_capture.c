@@ -331,6 +331,7 @@ struct test_out {
     Fgx__Ctl__FilterTestHit *hits;
     Fgx__Ctl__FilterTestHit **hitp;
     char (*src)[CTL_ADDR_TEXT_MAX];
+    uint8_t (*ex)[FGX_DP_EXCERPT_MAX]; /* the excerpts, copied: the captures go before the reply */
     char *warn[FGX_PATTERN_WARN_MAX];
 };
 
@@ -451,7 +452,7 @@ static void do_filter_test(struct ctl_rpc *r, const Fgx__Ctl__Request *req)
     if (o && l.n > 0) {
         /* One block holds the hits, their pointers and their texts, freed with cap_extra. */
         size_t sz = sizeof(struct test_out) + l.n * (sizeof(*o->hits) + sizeof(*o->hitp) +
-                                                     sizeof(*o->src));
+                                                     sizeof(*o->src) + sizeof(*o->ex));
         struct test_out *big = realloc(o, sz);
 
         if (big) {
@@ -460,6 +461,7 @@ static void do_filter_test(struct ctl_rpc *r, const Fgx__Ctl__Request *req)
             o->hits = (void *)(o + 1);
             o->hitp = (void *)(o->hits + l.n);
             o->src = (void *)(o->hitp + l.n);
+            o->ex = (void *)(o->src + l.n);
         } else {
             o = NULL;
         }
@@ -491,7 +493,8 @@ static void do_filter_test(struct ctl_rpc *r, const Fgx__Ctl__Request *req)
         lo = end > FGX_DP_EXCERPT_BEFORE ? end - FGX_DP_EXCERPT_BEFORE : 0;
         hi = end + FGX_DP_EXCERPT_AFTER < c->len[d] ? end + FGX_DP_EXCERPT_AFTER : c->len[d];
         h->has_excerpt = h->has_match_end = 1;
-        h->excerpt.data = (uint8_t *)c->data[d] + lo; /* in l, alive until the reply is packed */
+        memcpy(o->ex[nhits], c->data[d] + lo, hi - lo);
+        h->excerpt.data = o->ex[nhits];
         h->excerpt.len = hi - lo;
         h->match_end = (uint32_t)(end - lo);
         if (c->blocked) {
@@ -505,12 +508,6 @@ static void do_filter_test(struct ctl_rpc *r, const Fgx__Ctl__Request *req)
         }
         o->hitp[nhits++] = h;
     }
-    /* The excerpts point into l's buffers: they move to the reply, which frees them. */
-    if (reply_caps(r, &l, NULL) < 0) {
-        ctl_rpc_store_fail(r, -ENOMEM);
-        goto out;
-    }
-    r->reply.n_captures = 0; /* carried for their lifetime only, not sent */
     o->res.n_hits = nhits;
     o->res.hits = o->hitp;
     o->res.total = (uint32_t)l.n;

@@ -117,6 +117,15 @@ static const struct opt_def opt_defs[CLI_NOPTS] = {
     {"--expire-sessions", CLI_OPT_EXPIRE, ARG_NONE},
     {"--replace", CLI_OPT_REPLACE, ARG_NONE},
     {"--midstream", CLI_OPT_MIDSTREAM, ARG_REQUIRED},
+    {"--capture", CLI_OPT_CAPTURE, ARG_REQUIRED},
+    {"--capture-bytes", CLI_OPT_CAPTURE_BYTES, ARG_REQUIRED},
+    {"--capture-conns", CLI_OPT_CAPTURE_CONNS, ARG_REQUIRED},
+    {"--pcap", CLI_OPT_PCAP, ARG_REQUIRED},
+    {"--blocked", CLI_OPT_BLOCKED, ARG_NONE},
+    {"--since", CLI_OPT_SINCE, ARG_REQUIRED},
+    {"--src", CLI_OPT_SRC, ARG_REQUIRED},
+    {"--filter", CLI_OPT_FILTER, ARG_REQUIRED},
+    {"--raw", CLI_OPT_RAW, ARG_NONE},
 };
 
 /* ---- helpers ----------------------------------------------------------------------------- */

@@ -59,6 +59,9 @@ struct cli_cmd {
         Fgx__Ctl__Passwd passwd;
         Fgx__Ctl__AuthSet auth_set;
         Fgx__Ctl__FilterImport filter_import;
+        Fgx__Ctl__CaptureQuery capture;
+        Fgx__Ctl__EventShow event_show;
+        Fgx__Ctl__FilterTest filter_test;
     } m;
 };
 

@@ -34,8 +34,18 @@ enum cli_opt {
     CLI_OPT_EXPIRE = 1u << 13,
     CLI_OPT_REPLACE = 1u << 14,
     CLI_OPT_MIDSTREAM = 1u << 15,
+    /* capture (cmd_capture.c) */
+    CLI_OPT_CAPTURE = 1u << 16,       /* service add/set --capture on|off */
+    CLI_OPT_CAPTURE_BYTES = 1u << 17, /* --capture-bytes N */
+    CLI_OPT_CAPTURE_CONNS = 1u << 18, /* --capture-conns N */
+    CLI_OPT_PCAP = 1u << 19,          /* capture --pcap FILE */
+    CLI_OPT_BLOCKED = 1u << 20,
+    CLI_OPT_SINCE = 1u << 21,
+    CLI_OPT_SRC = 1u << 22,
+    CLI_OPT_FILTER = 1u << 23,
+    CLI_OPT_RAW = 1u << 24,           /* events show SEQ --raw */
 };
-#define CLI_NOPTS 16
+#define CLI_NOPTS 25
 
 /* What the scan of a command's arguments found, before any value is interpreted. */
 struct cli_args_raw {
@@ -82,7 +92,26 @@ struct cli_cmd_family {
 };
 
 extern const struct cli_cmd_family cli_cmd_admin, cli_cmd_service, cli_cmd_filter, cli_cmd_worker,
-    cli_cmd_stats, cli_cmd_events;
+    cli_cmd_stats, cli_cmd_events, cli_cmd_capture;
+
+/* ---- capture (cmd_capture.c) ---- */
+/* service add/set --capture on|off --capture-bytes N --capture-conns N into the message's
+ * capture fields (the same three in ServiceAdd and ServiceSet). Returns 0 or -EINVAL; *any set
+ * when one was given. */
+int cli_cmd_capture_opts(struct cli_cmd *cmd, const struct cli_args_raw *raw, protobuf_c_boolean *has_on,
+                         protobuf_c_boolean *on, protobuf_c_boolean *has_conns, uint32_t *conns,
+                         protobuf_c_boolean *has_bytes, uint32_t *bytes, bool *any);
+/* `events show SEQ`: events' build hands over to it when its first word is "show". */
+int cli_cmd_event_show_build(struct cli_cmd *cmd, const struct cli_cmd_def *spec,
+                             const struct cli_args_raw *raw);
+/* One event as `fgexctl --json events` prints it (cmd_events.c). */
+json_t *cli_cmd_event_json(const Fgx__Ctl__Event *e);
+/* `filter test`, in the filter family's table. */
+extern const char cli_cmd_usage_filter_test[];
+int cli_cmd_filter_test_build(struct cli_cmd *cmd, const struct cli_cmd_def *spec,
+                              const struct cli_args_raw *raw);
+int cli_cmd_filter_test_human(FILE *f, const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep);
+json_t *cli_cmd_filter_test_json(const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep);
 
 /* Every family, NULL-terminated (cmd.c). */
 extern const struct cli_cmd_family *const cli_cmd_families[];

@@ -17,7 +17,7 @@ static const char usage_service[] =
     "\n"
     "Commands:\n"
     "  add NAME --proto tcp|udp --port N [--ip ADDR|CIDR] [--layer nfqueue|proxy] [--fail-open]\n"
-    "      [--midstream reset|scan]\n"
+    "      [--midstream reset|scan] [--capture on|off] [--capture-conns N] [--capture-bytes N]\n"
     "  list\n"
     "  show SERVICE\n"
     "  start SERVICE\n"
@@ -25,13 +25,15 @@ static const char usage_service[] =
     "  rm SERVICE\n"
     "  rename SERVICE NEWNAME\n"
     "  set SERVICE [--port N] [--ip ADDR|CIDR|any] [--proto tcp|udp] [--layer nfqueue|proxy]\n"
-    "      [--fail-open on|off] [--midstream reset|scan]\n"
+    "      [--fail-open on|off] [--midstream reset|scan] [--capture on|off]\n"
+    "      [--capture-conns N] [--capture-bytes N]\n"
     "\n" CLI_SERVICE_HELP_NOTE "`fgexctl service COMMAND --help` for one command.\n";
 
 static const char usage_service_add[] =
     "usage: fgexctl service add NAME --proto tcp|udp --port N [--ip ADDR|CIDR]\n"
     "                           [--layer nfqueue|proxy] [--fail-open]\n"
-    "                           [--midstream reset|scan]\n"
+    "                           [--midstream reset|scan] [--capture on|off]\n"
+    "                           [--capture-conns N] [--capture-bytes N]\n"
     "\n"
     "Define a service (it starts active) and print it.\n"
     "\n"
@@ -45,7 +47,11 @@ static const char usage_service_add[] =
     "  --midstream reset|scan  a connection whose earlier bytes fgex did not see (open\n"
     "                          before the service started, across a worker restart, bytes\n"
     "                          sent while it was stopped): reset it when it next sends\n"
-    "                          (default), or scan it from then on, missing what it sent\n";
+    "                          (default), or scan it from then on, missing what it sent\n"
+    "  --capture on|off        keep the first bytes of each direction of the service's\n"
+    "                          last connections (default on; see fgexctl capture)\n"
+    "  --capture-conns N       how many connections the worker keeps (default 128)\n"
+    "  --capture-bytes N       bytes kept per direction (default 16384)\n";
 
 static const char usage_service_list[] =
     "usage: fgexctl service list\n"
@@ -81,10 +87,12 @@ static const char usage_service_rename[] =
 static const char usage_service_set[] =
     "usage: fgexctl service set SERVICE [--port N] [--ip ADDR|CIDR|any] [--proto tcp|udp]\n"
     "                               [--layer nfqueue|proxy] [--fail-open on|off]\n"
-    "                               [--midstream reset|scan]\n"
+    "                               [--midstream reset|scan] [--capture on|off]\n"
+    "                               [--capture-conns N] [--capture-bytes N]\n"
     "\n"
     "Change a service's settings; at least one option is needed. `--ip any` (or\n"
-    "`--ip ''`) matches every address of both families.\n" CLI_SERVICE_HELP_NOTE;
+    "`--ip ''`) matches every address of both families. The capture options are\n"
+    "those of service add; new bounds start the service's capture afresh.\n" CLI_SERVICE_HELP_NOTE;
 /* clang-format on */
 
 /* ---- building the request ---- */
@@ -93,6 +101,7 @@ static int build_service_add(struct cli_cmd *cmd, const struct cli_cmd_def *spec
                              const struct cli_args_raw *raw)
 {
     Fgx__Ctl__ServiceAdd *m = &cmd->m.service_add;
+    bool cap_any = false;
     const char *v;
     int rc;
 
@@ -124,6 +133,10 @@ static int build_service_add(struct cli_cmd *cmd, const struct cli_cmd_def *spec
         rc = cli_args_parse_midstream(cmd, v, &m->midstream);
         m->has_midstream = 1;
     }
+    if (rc == 0)
+        rc = cli_cmd_capture_opts(cmd, raw, &m->has_capture, &m->capture, &m->has_capture_conns,
+                                  &m->capture_conns, &m->has_capture_bytes, &m->capture_bytes,
+                                  &cap_any);
     if (rc < 0)
         return rc;
     cmd->req.service_add = m;
@@ -134,6 +147,7 @@ static int build_service_set(struct cli_cmd *cmd, const struct cli_cmd_def *spec
                              const struct cli_args_raw *raw)
 {
     Fgx__Ctl__ServiceSet *m = &cmd->m.service_set;
+    bool cap_any = false;
     const char *v;
     int rc;
 
@@ -164,10 +178,14 @@ static int build_service_set(struct cli_cmd *cmd, const struct cli_cmd_def *spec
         rc = cli_args_parse_midstream(cmd, v, &m->midstream);
         m->has_midstream = 1;
     }
+    if (rc == 0)
+        rc = cli_cmd_capture_opts(cmd, raw, &m->has_capture, &m->capture, &m->has_capture_conns,
+                                  &m->capture_conns, &m->has_capture_bytes, &m->capture_bytes,
+                                  &cap_any);
     if (rc < 0)
         return rc;
     if (!m->has_port && !m->ip && !m->has_proto && !m->has_layer && !m->has_fail_open &&
-        !m->has_midstream)
+        !m->has_midstream && !cap_any)
         return cli_args_fail_usage(cmd, spec, "nothing to change");
     cmd->req.service_set = m;
     return 0;
@@ -204,6 +222,16 @@ static void human_service(FILE *f, const Fgx__Ctl__Service *s)
                   s->active ? "active" : "stopped", cli_fmt_paint(CLI_COLOR_OFF));
     cli_fmt_kv(f, "fail-open:", cli_fmt_yesno(s->fail_open));
     cli_fmt_kv(f, "midstream:", cli_fmt_midstream_name(s));
+    if (s->has_capture && !s->capture) {
+        cli_fmt_kv(f, "capture:", "off");
+    } else {
+        char cap[64];
+
+        (void)snprintf(cap, sizeof(cap), "on (%u connections, %u bytes each way)",
+                       s->capture_conns ? s->capture_conns : 128,
+                       s->capture_bytes ? s->capture_bytes : 16384);
+        cli_fmt_kv(f, "capture:", cap);
+    }
     cli_fmt_kv_u64(f, "filters:", s->filters);
     cli_fmt_kv_u64(f, "blocked:", s->blocked);
 }
@@ -243,13 +271,22 @@ static int human_service_table(FILE *f, const Fgx__Ctl__Reply *rep)
 
 static json_t *json_service(const Fgx__Ctl__Service *s)
 {
-    return json_pack("{s:I, s:o, s:s, s:o, s:I, s:s, s:s, s:b, s:s, s:I, s:I}", "id",
+    json_t *o = json_pack("{s:I, s:o, s:s, s:o, s:I, s:s, s:s, s:b, s:s, s:I, s:I}", "id",
                      cli_json_int(s->id), "name", cli_json_str(s->name), "proto",
                      cli_fmt_proto_name(s->proto), "ip", cli_json_str(s->ip), "port",
                      cli_json_int(s->port), "layer", cli_fmt_layer_name(s->layer), "status",
                      s->active ? "active" : "stopped", "fail_open", s->fail_open, "midstream",
                      cli_fmt_midstream_name(s), "filters", cli_json_int(s->filters), "blocked",
                      cli_json_int(s->blocked));
+
+    /* Capture: on unless said off; 0 bounds are controld's defaults. */
+    if (o && (json_object_set_new(o, "capture", json_boolean(!s->has_capture || s->capture)) < 0 ||
+              json_object_set_new(o, "capture_conns", json_integer(s->capture_conns)) < 0 ||
+              json_object_set_new(o, "capture_bytes", json_integer(s->capture_bytes)) < 0)) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
 }
 
 static json_t *json_service_any(const void *s)
@@ -315,7 +352,7 @@ static const struct cli_cmd_def service_cmds[] = {
      .npos = 1,
      .pos_names = {"NAME"},
      .opts = CLI_OPT_PROTO | CLI_OPT_PORT | CLI_OPT_IP | CLI_OPT_LAYER | CLI_OPT_FAIL_OPEN_FLAG |
-             CLI_OPT_MIDSTREAM,
+             CLI_OPT_MIDSTREAM | CLI_OPT_CAPTURE | CLI_OPT_CAPTURE_BYTES | CLI_OPT_CAPTURE_CONNS,
      .usage = usage_service_add,
      .build = build_service_add,
      SERVICE_ONE,
@@ -378,7 +415,7 @@ static const struct cli_cmd_def service_cmds[] = {
      .npos = 1,
      .pos_names = {"SERVICE"},
      .opts = CLI_OPT_PORT | CLI_OPT_IP | CLI_OPT_PROTO | CLI_OPT_LAYER | CLI_OPT_FAIL_OPEN_ARG |
-             CLI_OPT_MIDSTREAM,
+             CLI_OPT_MIDSTREAM | CLI_OPT_CAPTURE | CLI_OPT_CAPTURE_BYTES | CLI_OPT_CAPTURE_CONNS,
      .usage = usage_service_set,
      .build = build_service_set,
      SERVICE_ONE,

@@ -158,8 +158,15 @@ void fgx_wstats_events(struct fgx_wstats *st, struct fgx_evring *r)
 {
     struct fgx_dp_stats *s = st->out;
 
+    size_t from = s->nevents;
+
     s->nevents +=
         fgx_evring_drain(r, s->events + s->nevents, st->ecap - s->nevents, &s->events_lost);
+    /* A ring's events never carry a capture: the worker attaches one afterwards, if any. */
+    for (size_t i = from; i < s->nevents; i++) {
+        s->events[i].capture = NULL;
+        s->events[i].capture_len = 0;
+    }
     /* What the ring refused, by service (cumulative, like the services' other counters). */
     for (size_t i = 0; i < FGX_EVRING_LOST_SLOTS; i++) {
         const struct fgx_evring_lost *l = &r->lost_svc[i];
