@@ -124,11 +124,13 @@ static void cap_write(struct fgx_cap_ring *r, struct fgx_cap_conn *c, int d, uin
                       const uint8_t *data, size_t len, uint64_t now_ns, bool blocked)
 {
     uint8_t *dst = r->area + ((size_t)(c - r->c) * 2 + (size_t)d) * r->bytes;
-    bool again = off + len <= c->seen[d];
+    bool again = off + len <= c->contig[d];
     size_t keep;
 
     if (off + len > c->seen[d])
         c->seen[d] = off + len;
+    if (off <= c->contig[d] && off + len > c->contig[d])
+        c->contig[d] = off + len;
     /* A retransmission of bytes already seen adds nothing (an honest one repeats them; one
      * that differs is dropped before it gets here), unless it is the one blocked. */
     if (off >= r->bytes || len == 0 || (again && !blocked))

@@ -46,6 +46,7 @@ struct fgx_cap_conn {
     bool has_isn[2];
     uint32_t len[2];  /* bytes kept from offset 0 (the highest end written) */
     uint64_t seen[2]; /* the highest end offset seen, kept or not */
+    uint64_t contig[2]; /* bytes from offset 0 seen without a gap */
     uint16_t nseg[2];
     struct fgx_cap_seg seg[2][FGX_CAP_SEGS];
 };
