@@ -222,9 +222,10 @@ static void human_service(FILE *f, const Fgx__Ctl__Service *s)
                   s->active ? "active" : "stopped", cli_fmt_paint(CLI_COLOR_OFF));
     cli_fmt_kv(f, "fail-open:", cli_fmt_yesno(s->fail_open));
     cli_fmt_kv(f, "midstream:", cli_fmt_midstream_name(s));
+    /* controld always says; a reply without it is from a controld before capture. */
     if (s->has_capture && !s->capture) {
         cli_fmt_kv(f, "capture:", "off");
-    } else {
+    } else if (s->has_capture) {
         char cap[64];
 
         (void)snprintf(cap, sizeof(cap), "on (%u connections, %u bytes each way)",
@@ -279,8 +280,8 @@ static json_t *json_service(const Fgx__Ctl__Service *s)
                      cli_fmt_midstream_name(s), "filters", cli_json_int(s->filters), "blocked",
                      cli_json_int(s->blocked));
 
-    /* Capture: on unless said off; 0 bounds are controld's defaults. */
-    if (o && (json_object_set_new(o, "capture", json_boolean(!s->has_capture || s->capture)) < 0 ||
+    /* Capture: 0 bounds are controld's defaults. Absent from a controld before capture. */
+    if (o && s->has_capture && (json_object_set_new(o, "capture", json_boolean(s->capture)) < 0 ||
               json_object_set_new(o, "capture_conns", json_integer(s->capture_conns)) < 0 ||
               json_object_set_new(o, "capture_bytes", json_integer(s->capture_bytes)) < 0)) {
         json_decref(o);
