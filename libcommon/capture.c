@@ -8,6 +8,9 @@
 #include <string.h>
 
 #include "datapath.pb-c.h"
+#include "fgx/dp.h"
+#include "fgx/log.h"
+#include "fgx/wcfg.h"
 
 /* Generations are unique across every ring of the process, so a flow's ref into a ring that was
  * freed and made again (capture bounds changed) can never name another connection. */
@@ -180,7 +183,11 @@ void fgx_cap_append(struct fgx_cap_ring *r, const struct fgx_cap_ref *ref, int d
     pthread_mutex_lock(&r->lock);
     c = ref_conn(r, ref);
     if (c != NULL) {
-        c->has_isn[d] = true;
+        if (!c->has_isn[d]) {
+            /* No wire numbers: a stream starts at 1, so its made-up SYN takes 0. */
+            c->isn[d] = 1;
+            c->has_isn[d] = true;
+        }
         cap_write(r, c, d, c->seen[d], data, len, now_ns, blocked);
     }
     pthread_mutex_unlock(&r->lock);
@@ -265,6 +272,10 @@ static int cap_encode(const struct fgx_cap_ring *r, const struct fgx_cap_conn *c
     m.has_seen_c2s = m.has_seen_s2c = 1;
     m.seen_c2s = c->seen[0];
     m.seen_s2c = c->seen[1];
+    if (r->synth_seq) {
+        m.has_synth_seq = 1;
+        m.synth_seq = 1;
+    }
     if (c->blocked) {
         m.has_blocked = m.has_filter_id = 1;
         m.blocked = 1;
@@ -339,6 +350,141 @@ int fgx_cap_ring_collect(struct fgx_cap_ring *r, fgx_cap_each_fn fn, void *arg)
         if (rv == 0 && buf != NULL)
             rv = fn(arg, buf, len);
     }
+    return rv;
+}
+
+/* ---- a thread's set of rings ---- */
+
+void fgx_cap_set_init(struct fgx_cap_set *s, bool synth_seq)
+{
+    memset(s, 0, sizeof(*s));
+    pthread_mutex_init(&s->lock, NULL);
+    s->synth_seq = synth_seq;
+}
+
+void fgx_cap_set_release(struct fgx_cap_set *s)
+{
+    pthread_mutex_lock(&s->lock);
+    for (size_t i = 0; i < s->n; i++)
+        fgx_cap_ring_free(s->caps[i]);
+    free(s->caps);
+    s->caps = NULL;
+    s->n = 0;
+    pthread_mutex_unlock(&s->lock);
+    pthread_mutex_destroy(&s->lock);
+}
+
+struct fgx_cap_ring *fgx_cap_set_ring(const struct fgx_cap_set *s, uint32_t id)
+{
+    for (size_t i = 0; i < s->n; i++)
+        if (s->caps[i]->service_id == id)
+            return s->caps[i];
+    return NULL;
+}
+
+void fgx_cap_set_switch(struct fgx_cap_set *s, const struct fgx_wcfg *cfg, unsigned nthreads)
+{
+    struct fgx_cap_ring **caps = NULL, **old;
+    size_t n = 0, nold, i, k;
+    unsigned nt = nthreads ? nthreads : 1;
+
+    if (cfg->nservices > 0) {
+        caps = calloc(cfg->nservices, sizeof(*caps));
+        if (caps == NULL) {
+            fgx_err("out of memory for capture rings: capture stays as it was");
+            return;
+        }
+    }
+    for (i = 0; i < cfg->nservices; i++) {
+        const struct fgx_wsvc *v = &cfg->svc[i];
+        uint32_t conns = (v->capture_conns + nt - 1) / nt;
+        struct fgx_cap_ring *r;
+
+        if (v->capture_conns == 0 || v->capture_bytes == 0)
+            continue;
+        r = fgx_cap_set_ring(s, v->id);
+        if (r != NULL && r->conns == conns && r->bytes == v->capture_bytes) {
+            caps[n++] = r;
+            continue;
+        }
+        if (fgx_cap_ring_new(v->id, conns, v->capture_bytes, &r) != 0) {
+            fgx_err("no capture ring for service %u (%u x %u bytes)", v->id, conns,
+                    v->capture_bytes);
+            continue;
+        }
+        r->synth_seq = s->synth_seq;
+        caps[n++] = r;
+    }
+    pthread_mutex_lock(&s->lock);
+    old = s->caps;
+    nold = s->n;
+    s->caps = caps;
+    s->n = n;
+    pthread_mutex_unlock(&s->lock);
+    for (i = 0; i < nold; i++) {
+        for (k = 0; k < n && caps[k] != old[i]; k++)
+            ;
+        if (k == n)
+            fgx_cap_ring_free(old[i]);
+    }
+    free(old);
+}
+
+void fgx_cap_set_events(struct fgx_cap_set *s, struct fgx_dp_stats *out, size_t from, size_t to)
+{
+    pthread_mutex_lock(&s->lock);
+    for (size_t i = from; i < to; i++) {
+        struct fgx_dp_event *e = &out->events[i];
+        struct fgx_cap_ref ref = {e->cap_slot, e->cap_gen};
+        struct fgx_cap_ring *r;
+
+        e->capture = NULL;
+        e->capture_len = 0;
+        if (e->cap_gen == 0)
+            continue;
+        r = fgx_cap_set_ring(s, e->service_id);
+        if (r != NULL && fgx_cap_take(r, &ref, &e->capture, &e->capture_len) != 0)
+            e->capture = NULL;
+    }
+    pthread_mutex_unlock(&s->lock);
+}
+
+struct cap_acc {
+    struct fgx_blob **caps;
+    size_t *n, *cap;
+};
+
+static int cap_acc_add(void *arg, uint8_t *buf, size_t len)
+{
+    struct cap_acc *a = arg;
+
+    if (*a->n == *a->cap) {
+        size_t nc = *a->cap ? *a->cap * 2 : 64;
+        struct fgx_blob *p = realloc(*a->caps, nc * sizeof(*p));
+
+        if (p == NULL) {
+            free(buf);
+            return -ENOMEM;
+        }
+        *a->caps = p;
+        *a->cap = nc;
+    }
+    (*a->caps)[(*a->n)++] = (struct fgx_blob){.data = buf, .len = len};
+    return 0;
+}
+
+int fgx_cap_set_collect(struct fgx_cap_set *s, uint32_t id, struct fgx_blob **caps, size_t *n,
+                        size_t *cap)
+{
+    struct cap_acc a = {caps, n, cap};
+    struct fgx_cap_ring *r;
+    int rv = 0;
+
+    pthread_mutex_lock(&s->lock);
+    r = fgx_cap_set_ring(s, id);
+    if (r != NULL)
+        rv = fgx_cap_ring_collect(r, cap_acc_add, &a);
+    pthread_mutex_unlock(&s->lock);
     return rv;
 }
 

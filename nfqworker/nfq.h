@@ -97,11 +97,8 @@ struct nfq_thread {
     unsigned nresets;
     struct nfq_counters ctr;
     struct fgx_evring events;
-    /* Capture rings of the services with capture on (nfq_capture.c): changed by this thread
-     * at a ruleset switch, under cap_lock, which the control thread holds to read them. */
-    pthread_mutex_t cap_lock;
-    struct fgx_cap_ring **caps;
-    size_t ncaps;
+    /* Capture rings of the services with capture on (fgx/capture.h, nfq_capture.c). */
+    struct fgx_cap_set caps;
     /* A planned restart (nfq_handover.c): the control thread sets hx_req; the thread writes
      * its flows to hx_out, sets hx_done (1, or -1 on failure) and stops. hx_in: the flows of
      * the worker before, for this thread, rebuilt at its first ruleset. */
@@ -172,15 +169,6 @@ int nfq_handover_import(struct nfq_worker *w, const void *data, size_t len);
 void nfq_handover_apply(struct nfq_thread *t);
 
 /* ---- nfq_capture.c ---- */
-struct fgx_cap_ring;
-/* Packet thread, at a switch to cfg: a ring for each service with capture on (kept when its
- * bounds did not change), the others freed. */
-void nfq_cap_switch(struct nfq_thread *t, const struct fgx_wcfg *cfg);
-/* Packet thread: the ring of service id, or NULL (capture off). */
-struct fgx_cap_ring *nfq_cap_ring(const struct nfq_thread *t, uint32_t id);
-void nfq_cap_free(struct nfq_thread *t);
-/* Control thread: the captures of thread t's events [from, to) of out, taken from their rings. */
-void nfq_cap_events(struct nfq_thread *t, struct fgx_dp_stats *out, size_t from, size_t to);
 /* Control thread: every capture of service id, encoded, into *caps (malloc'd array). */
 int nfq_cap_request(struct nfq_worker *w, uint32_t id, struct fgx_blob **caps, size_t *n);
 

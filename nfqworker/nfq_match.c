@@ -90,7 +90,7 @@ void nfq_match_switch(struct nfq_thread *t)
                 (void)fgx_reasm_ctx_scratch(t->reasm, cur->svc[i].db[d]->db);
     t->cfg = cur;
     if (cur != NULL)
-        nfq_cap_switch(t, cur);
+        fgx_cap_set_switch(&t->caps, cur, t->w->nthreads);
     if (cur != NULL && t->hx_in != NULL)
         nfq_handover_apply(t);
     /* The flows of a service that is gone are parked; the others switch at their next packet. */
@@ -520,7 +520,7 @@ static void tcp_packet(struct nfq_thread *t, unsigned queue, uint32_t id, const 
     v = fgx_reasm_segment(t->reasm, r, seq, p->ack, p->payload, p->payload_len,
                           cookie_make(queue, t, sc, id), t->now_ms, &m);
     nfq_norm_passed(t, f, dir, p, v, &m);
-    cr = p->payload_len > 0 ? nfq_cap_ring(t, svc->id) : NULL;
+    cr = p->payload_len > 0 ? fgx_cap_set_ring(&t->caps, svc->id) : NULL;
     if (cr != NULL && (v != FGX_REASM_DROP || m.matched))
         cap_segment(cr, f, dir, seq, p, m.matched);
     if (m.matched)
@@ -579,7 +579,7 @@ void nfq_match_packet(struct nfq_thread *t, unsigned queue, uint32_t id, const u
                                   p.payload_len, &m);
     }
     {
-        struct fgx_cap_ring *cr = p.payload_len > 0 ? nfq_cap_ring(t, svc->id) : NULL;
+        struct fgx_cap_ring *cr = p.payload_len > 0 ? fgx_cap_set_ring(&t->caps, svc->id) : NULL;
         struct fgx_cap_ref ref = {0, 0};
 
         if (cr != NULL) {

@@ -72,7 +72,7 @@ int nfq_stats_collect(struct nfq_worker *w, struct fgx_dp_stats *out)
         size_t from = out->nevents;
 
         fgx_wstats_events(&st, &w->threads[k].events);
-        nfq_cap_events(&w->threads[k], out, from, out->nevents);
+        fgx_cap_set_events(&w->threads[k].caps, out, from, out->nevents);
         out->truncated += fgx_ctr_load(&c->truncated);
         out->malformed += fgx_ctr_load(&c->malformed);
         out->evasion += fgx_ctr_load(&c->evasion);

@@ -198,6 +198,30 @@ def capture_off(env):
 
 
 @test
+def proxy_layer_capture(env):
+    _, port = env.service("cap-px", "tcp", extra=("--layer", "proxy"))
+    env.filter("cap-px")
+    srv = env.tcp_server(port, reply=b"WELCOME\n")
+    c, sport_ok = env.tcp_conn(SRV4, port, [b"HELO\r\n", ("read", 8)])
+    check(c.get("error") is None, "honest proxied connection failed: %r", c)
+    c, sport = env.tcp_conn(SRV4, port, [b"USER x\r\n", 0.2, b"PASS " + EVIL])
+    # the proxy's upstream connection has a port of its own: the server's second connection
+    it.assert_blocked(c, it.server_conn(srv, 2))
+    e = wait_event(env, "cap-px", lambda x: x["sport"] == sport)
+    show = env.ctl("events", "show", e["seq"])
+    check(show["capture"] and show["capture"]["c2s"] == "USER x\r\nPASS " + EVIL.decode(),
+          "proxy capture %r", show.get("capture"))
+    path, doc = write_pcap(env, "cap-px")
+    pkts = rdpcap(path)
+    bad = tcp_payloads(pkts, sport)
+    check([p for _, p, b in bad] == [b"USER x\r\n", b"PASS " + EVIL] and bad[1][2],
+          "the proxied attack in the pcap: %r", bad)
+    check(bad[1][0] - bad[0][0] == 8, "made-up sequence numbers follow the stream: %r", bad)
+    reply = tcp_payloads(pkts, sport_ok, to_server=False)
+    check([p for _, p, _ in reply] == [b"WELCOME\n"], "the proxied reply: %r", reply)
+
+
+@test
 def capture_persisted_across_restart(env):
     _, port = env.service("cap-keep", "tcp")
     env.filter("cap-keep")

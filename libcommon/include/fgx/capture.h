@@ -56,6 +56,7 @@ struct fgx_cap_ring {
     uint32_t conns, bytes; /* slots; bytes kept per direction */
     uint32_t next;         /* the slot the next connection tries first */
     uint32_t last;         /* the slot opened last (UDP runs), conns when none */
+    bool synth_seq;        /* sequence numbers made up (fgx_cap_set.synth_seq) */
     pthread_mutex_t lock;
     struct fgx_cap_conn *c;
     uint8_t *area; /* conns x 2 x bytes: slot i direction d at (2i + d) * bytes */
@@ -105,6 +106,36 @@ int fgx_cap_take(struct fgx_cap_ring *r, const struct fgx_cap_ref *ref, uint8_t 
  * Returns 0 or -ENOMEM (what was handed stays handed). */
 typedef int (*fgx_cap_each_fn)(void *arg, uint8_t *buf, size_t len);
 int fgx_cap_ring_collect(struct fgx_cap_ring *r, fgx_cap_each_fn fn, void *arg);
+
+/* ---- a data-path thread's rings, one per service with capture on ---- */
+
+struct fgx_wcfg;
+struct fgx_dp_stats;
+
+/* Changed by the owning thread at a ruleset switch, under lock, which other threads hold to
+ * read; the owner reads caps without it. */
+struct fgx_cap_set {
+    pthread_mutex_t lock;
+    struct fgx_cap_ring **caps;
+    size_t n;
+    bool synth_seq; /* the rings' sequence numbers are made up (the proxy's byte streams) */
+};
+
+void fgx_cap_set_init(struct fgx_cap_set *s, bool synth_seq);
+void fgx_cap_set_release(struct fgx_cap_set *s);
+/* Owner, at a switch to cfg: a ring for each service with capture on (its share, 1/nthreads,
+ * of the service's connections), kept when its bounds did not change; the others freed.
+ * Allocates (not on a packet). Out of memory: left as it was, logged. */
+void fgx_cap_set_switch(struct fgx_cap_set *s, const struct fgx_wcfg *cfg, unsigned nthreads);
+/* Owner: the ring of service id, or NULL (capture off). */
+struct fgx_cap_ring *fgx_cap_set_ring(const struct fgx_cap_set *s, uint32_t id);
+/* Control thread: the captures of the events [from, to) of out (drained from this thread's
+ * event ring), taken from their pinned slots. */
+void fgx_cap_set_events(struct fgx_cap_set *s, struct fgx_dp_stats *out, size_t from, size_t to);
+/* Control thread: every capture of service id, added to *caps / *n (a malloc'd array grown as
+ * needed, *cap its room). Returns 0 or -ENOMEM. */
+int fgx_cap_set_collect(struct fgx_cap_set *s, uint32_t id, struct fgx_blob **caps, size_t *n,
+                        size_t *cap);
 
 /* ---- a capture, decoded (controld, fgexctl) ---- */
 struct fgx_cap {
