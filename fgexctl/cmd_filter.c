@@ -33,6 +33,7 @@ static const char usage_filter[] =
     "  rm FILTER\n"
     "  import SERVICE FILE [--replace]\n"
     "  export SERVICE\n"
+    "  test SERVICE REGEX [--dir c2s|s2c|both] [--nocase]\n"
     "\n"
     "SERVICE is a service id or name; FILTER is a filter id.\n"
                                    "`fgexctl filter COMMAND --help` for one command.\n";
