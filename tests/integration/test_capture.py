@@ -222,6 +222,31 @@ def proxy_layer_capture(env):
 
 
 @test
+def bounds_hold_end_to_end(env):
+    # 4 connections kept by the worker (2 per thread), 1 KiB each way: 12 connections of 4 KiB
+    # leave the newest few, each cut at 1 KiB with what was seen counted.
+    _, port = env.service("cap-bound", "tcp", extra=("--capture-conns", "4",
+                                                     "--capture-bytes", "1024"))
+    env.tcp_server(port)
+    for i in range(12):
+        c, _ = env.tcp_conn(SRV4, port, [bytes([65 + i]) * 4096])
+        check(c.get("error") is None, "connection %d failed: %r", i, c)
+    path, doc = write_pcap(env, "cap-bound")
+    check(doc["connections"] <= 4, "the worker kept %d connections, bounded at 4",
+          doc["connections"])
+    from scapy.all import TCP  # noqa: PLC0415
+    got = {}
+    for p in rdpcap(path):
+        if TCP in p and bytes(p[TCP].payload):
+            got.setdefault(p[TCP].sport, b"")
+            got[p[TCP].sport] += bytes(p[TCP].payload)
+    check(got and all(len(v) == 1024 for v in got.values()), "bytes kept per connection: %r",
+          {k: len(v) for k, v in got.items()})
+    letters = sorted(set(v[:1] for v in got.values()))
+    check(b"L" in letters, "the newest connection is not kept: %r", letters)
+
+
+@test
 def capture_persisted_across_restart(env):
     _, port = env.service("cap-keep", "tcp")
     env.filter("cap-keep")
