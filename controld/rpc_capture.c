@@ -48,8 +48,8 @@ int ctl_rpc_check_capture(struct ctl_rpc *r, bool has_on, bool on, bool has_conn
 /* ---- gathering a service's captures ---- */
 
 struct cap_list {
-    struct fgx_cap *c;  /* decoded */
-    uint8_t **buf;      /* encoded, with event_seq for stored ones (owned) */
+    struct fgx_cap *c; /* decoded */
+    uint8_t **buf;     /* encoded, with event_seq for stored ones (owned) */
     size_t *len;
     size_t n, cap;
 };
@@ -288,8 +288,10 @@ static void do_event_show(struct ctl_rpc *r, const Fgx__Ctl__Request *req)
     ctl_stats_refresh(r->ctx, CTL_RPC_STATS_TIMEOUT_MS);
     e = r->ctx->stats ? ctl_stats_event_get(r->ctx->stats, seq) : NULL;
     if (!e) {
-        ctl_rpc_fail(r, FGX__CTL__CODE__CODE_NOT_FOUND, "no event %llu (events kept: see "
-                     "fgexctl events)", (unsigned long long)seq);
+        ctl_rpc_fail(r, FGX__CTL__CODE__CODE_NOT_FOUND,
+                     "no event %llu (events kept: see "
+                     "fgexctl events)",
+                     (unsigned long long)seq);
         return;
     }
     r->ev_msgs = calloc(1, sizeof(*r->ev_msgs));
@@ -398,9 +400,9 @@ static void do_filter_test(struct ctl_rpc *r, const Fgx__Ctl__Request *req)
     pat.regex = q->regex;
     pat.nocase = q->has_nocase && q->nocase;
     pat.dir = !q->has_dir || q->dir == FGX__CTL__DIR__DIR_BOTH ? FGX_DIR_BOTH
-              : q->dir == FGX__CTL__DIR__DIR_C2S              ? FGX_DIR_C2S
-              : q->dir == FGX__CTL__DIR__DIR_S2C              ? FGX_DIR_S2C
-                                                              : 0;
+              : q->dir == FGX__CTL__DIR__DIR_C2S               ? FGX_DIR_C2S
+              : q->dir == FGX__CTL__DIR__DIR_S2C               ? FGX_DIR_S2C
+                                                               : 0;
     if (pat.dir == 0) {
         ctl_rpc_fail(r, FGX__CTL__CODE__CODE_INVALID, "invalid direction: use c2s, s2c or both");
         return;
@@ -418,8 +420,8 @@ static void do_filter_test(struct ctl_rpc *r, const Fgx__Ctl__Request *req)
         rv = ctl_ruleset_db_get(t, &pat, 1, k == 0 ? FGX_DIR_C2S : FGX_DIR_S2C, svc.ipproto,
                                 &blob[k], &key, err, sizeof(err));
         if (rv < 0) {
-            ctl_rpc_fail(r, rv == -EINVAL ? FGX__CTL__CODE__CODE_INVALID
-                                          : FGX__CTL__CODE__CODE_ERROR,
+            ctl_rpc_fail(r,
+                         rv == -EINVAL ? FGX__CTL__CODE__CODE_INVALID : FGX__CTL__CODE__CODE_ERROR,
                          "%s", err);
             goto out;
         }
@@ -451,8 +453,8 @@ static void do_filter_test(struct ctl_rpc *r, const Fgx__Ctl__Request *req)
         r->cap_extra = o;
     if (o && l.n > 0) {
         /* One block holds the hits, their pointers and their texts, freed with cap_extra. */
-        size_t sz = sizeof(struct test_out) + l.n * (sizeof(*o->hits) + sizeof(*o->hitp) +
-                                                     sizeof(*o->src) + sizeof(*o->ex));
+        size_t sz = sizeof(struct test_out) +
+                    l.n * (sizeof(*o->hits) + sizeof(*o->hitp) + sizeof(*o->src) + sizeof(*o->ex));
         struct test_out *big = realloc(o, sz);
 
         if (big) {

@@ -84,8 +84,8 @@ static int parse_u32(struct cli_cmd *cmd, const char *opt, const char *v, uint32
     unsigned long n;
 
     if (!cli_args_all_digits(v) || strlen(v) > 9 || (n = strtoul(v, NULL, 10)) < 1 || n > max)
-        return cli_args_fail(cmd, CLI_EXIT_INVALID, "invalid %s '%.60s': expected 1..%" PRIu32,
-                             opt, v, max);
+        return cli_args_fail(cmd, CLI_EXIT_INVALID, "invalid %s '%.60s': expected 1..%" PRIu32, opt,
+                             v, max);
     *out = (uint32_t)n;
     return 0;
 }
@@ -341,8 +341,8 @@ static int cap_packets(struct pkts *ps, const struct fgx_cap *c)
     if (tcp) {
         rv = pkt_make(ps, c, 0, t0 - 3000, c->isn[0] - 1, 0, TCP_SYN, NULL, 0, false);
         if (rv == 0)
-            rv = pkt_make(ps, c, 1, t0 - 2000, c->isn[1] - 1, c->isn[0], TCP_SYN | TCP_ACK, NULL,
-                          0, false);
+            rv = pkt_make(ps, c, 1, t0 - 2000, c->isn[1] - 1, c->isn[0], TCP_SYN | TCP_ACK, NULL, 0,
+                          false);
         if (rv == 0)
             rv = pkt_make(ps, c, 0, t0 - 1000, c->isn[0], c->isn[1], TCP_ACK, NULL, 0, false);
     }
@@ -370,8 +370,7 @@ static int cap_packets(struct pkts *ps, const struct fgx_cap *c)
             rv = pkt_make(ps, c, d, s->time_ns + 1000, c->isn[d] + s->off, 0, TCP_RST, NULL, 0,
                           false);
             if (rv == 0)
-                rv = pkt_make(ps, c, !d, s->time_ns + 1000, upto[!d], 0, TCP_RST, NULL, 0,
-                              false);
+                rv = pkt_make(ps, c, !d, s->time_ns + 1000, upto[!d], 0, TCP_RST, NULL, 0, false);
         }
     }
     return rv;
@@ -558,8 +557,9 @@ static int human_event_show(FILE *f, const Fgx__Ctl__Request *req, const Fgx__Ct
     if (rep->n_captures == 0 ||
         fgx_cap_decode(rep->captures[0].data, rep->captures[0].len, &c) < 0) {
         if (show_raw) {
-            (void)fprintf(stderr, "fgexctl: event %" PRIu64 " has no capture (capture off, or "
-                                  "older than controld's --captures-keep)\n",
+            (void)fprintf(stderr,
+                          "fgexctl: event %" PRIu64 " has no capture (capture off, or "
+                          "older than controld's --captures-keep)\n",
                           e->seq);
             return -ENOENT;
         }
@@ -617,11 +617,10 @@ static json_t *json_cap(const struct fgx_cap *c)
         goto fail;
     for (size_t i = 0; i < c->nseg; i++) {
         const struct fgx_cap_seg *s = &c->seg[i];
-        json_t *j = json_pack("{s:s, s:I, s:I, s:I, s:I, s:b}", "dir",
-                              c->seg_dir[i] ? "s2c" : "c2s", "offset", cli_json_int(s->off), "seq",
-                              cli_json_int(c->isn[c->seg_dir[i]] + s->off), "len",
-                              cli_json_int(s->len), "time_ns", cli_json_int(s->time_ns),
-                              "blocked", s->blocked);
+        json_t *j = json_pack(
+            "{s:s, s:I, s:I, s:I, s:I, s:b}", "dir", c->seg_dir[i] ? "s2c" : "c2s", "offset",
+            cli_json_int(s->off), "seq", cli_json_int(c->isn[c->seg_dir[i]] + s->off), "len",
+            cli_json_int(s->len), "time_ns", cli_json_int(s->time_ns), "blocked", s->blocked);
 
         if (!j || json_array_append_new(segs, j) < 0)
             goto fail;
@@ -767,9 +766,9 @@ json_t *cli_cmd_filter_test_json(const Fgx__Ctl__Request *req, const Fgx__Ctl__R
         if (!j || cli_json_set_bytes(j, "excerpt", h->excerpt.data, h->excerpt.len) < 0 ||
             json_object_set_new(j, "filter_id",
                                 h->has_filter_id ? json_integer(h->filter_id) : json_null()) < 0 ||
-            json_object_set_new(j, "event_seq", h->has_event_seq
-                                                    ? json_integer((json_int_t)h->event_seq)
-                                                    : json_null()) < 0 ||
+            json_object_set_new(j, "event_seq",
+                                h->has_event_seq ? json_integer((json_int_t)h->event_seq)
+                                                 : json_null()) < 0 ||
             json_array_append_new(hits, j) < 0) {
             json_decref(j);
             goto fail;

@@ -25,8 +25,7 @@ static uint32_t cap_gen_next(void)
     return g;
 }
 
-int fgx_cap_ring_new(uint32_t service_id, uint32_t conns, uint32_t bytes,
-                     struct fgx_cap_ring **out)
+int fgx_cap_ring_new(uint32_t service_id, uint32_t conns, uint32_t bytes, struct fgx_cap_ring **out)
 {
     struct fgx_cap_ring *r;
 
@@ -164,10 +163,10 @@ void fgx_cap_add(struct fgx_cap_ring *r, const struct fgx_cap_ref *ref, int d, u
     off = (int32_t)(seq - c->isn[d]);
     if (off < 0) {
         /* Starts before the direction did (a retransmission reaching back): its tail only. */
-        if ((size_t)-(int64_t)off >= len)
+        if ((size_t) - (int64_t)off >= len)
             goto out;
         data += -(int64_t)off;
-        len -= (size_t)-(int64_t)off;
+        len -= (size_t) - (int64_t)off;
         off = 0;
     }
     cap_write(r, c, d, (uint64_t)off, data, len, now_ns, blocked);
@@ -288,10 +287,10 @@ static int cap_encode(const struct fgx_cap_ring *r, const struct fgx_cap_conn *c
         while (k[0] < c->nseg[0] || k[1] < c->nseg[1]) {
             const struct fgx_cap_seg *s;
 
-            d = k[1] >= c->nseg[1] ? 0
-                : k[0] >= c->nseg[0] ? 1
+            d = k[1] >= c->nseg[1]                                   ? 0
+                : k[0] >= c->nseg[0]                                 ? 1
                 : c->seg[0][k[0]].time_ns <= c->seg[1][k[1]].time_ns ? 0
-                                                                      : 1;
+                                                                     : 1;
             s = &c->seg[d][k[d]++];
             fgx__dp__capture_seg__init(&segs[n]);
             segs[n].dir = (uint32_t)d + 1;
@@ -316,8 +315,7 @@ static int cap_encode(const struct fgx_cap_ring *r, const struct fgx_cap_conn *c
     return 0;
 }
 
-int fgx_cap_take(struct fgx_cap_ring *r, const struct fgx_cap_ref *ref, uint8_t **buf,
-                 size_t *len)
+int fgx_cap_take(struct fgx_cap_ring *r, const struct fgx_cap_ref *ref, uint8_t **buf, size_t *len)
 {
     struct fgx_cap_conn *c;
     int rv = -ENOENT;
@@ -539,8 +537,8 @@ int fgx_cap_decode(const void *buf, size_t len, struct fgx_cap *out)
         if (off > out->len[d])
             off = (uint32_t)out->len[d];
         out->seg[out->nseg] = (struct fgx_cap_seg){
-            off, s->len <= out->len[d] - off ? s->len : (uint32_t)(out->len[d] - off),
-            s->time_ns, s->blocked};
+            off, s->len <= out->len[d] - off ? s->len : (uint32_t)(out->len[d] - off), s->time_ns,
+            s->blocked};
         out->seg_dir[out->nseg++] = (uint8_t)d;
     }
     return 0;
@@ -555,8 +553,7 @@ void fgx_cap_release(struct fgx_cap *c)
     memset(c, 0, sizeof(*c));
 }
 
-int fgx_cap_set_event_seq(const void *buf, size_t len, uint64_t seq, uint8_t **out,
-                          size_t *outlen)
+int fgx_cap_set_event_seq(const void *buf, size_t len, uint64_t seq, uint8_t **out, size_t *outlen)
 {
     Fgx__Dp__Capture *m = fgx__dp__capture__unpack(NULL, len, buf);
 

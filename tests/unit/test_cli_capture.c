@@ -28,8 +28,7 @@ static int argc_of(char **v)
 
 static void parse_ok(char **argv, struct cli_cmd *cmd)
 {
-    cr_assert_eq(cli_args_parse(argc_of(argv), argv, NULL, cmd), 0, "parse failed: %s",
-                 cmd->err);
+    cr_assert_eq(cli_args_parse(argc_of(argv), argv, NULL, cmd), 0, "parse failed: %s", cmd->err);
 }
 
 static void parse_fails(char **argv, int code, const char *part)
@@ -45,8 +44,8 @@ Test(cli_capture, capture_request)
 {
     struct cli_cmd cmd;
 
-    parse_ok(ARGV("capture", "web", "--pcap", "/tmp/x.pcap", "--blocked", "--since", "10m",
-                  "--src", "10.0.0.0/8", "--filter", "7"),
+    parse_ok(ARGV("capture", "web", "--pcap", "/tmp/x.pcap", "--blocked", "--since", "10m", "--src",
+                  "10.0.0.0/8", "--filter", "7"),
              &cmd);
     cr_assert_eq(cmd.req.req_case, FGX__CTL__REQUEST__REQ_CAPTURE);
     cr_assert_str_eq(cmd.req.capture->service, "web");

@@ -44,8 +44,8 @@ struct fgx_cap_conn {
     uint64_t start_ns;
     uint32_t isn[2];
     bool has_isn[2];
-    uint32_t len[2];  /* bytes kept from offset 0 (the highest end written) */
-    uint64_t seen[2]; /* the highest end offset seen, kept or not */
+    uint32_t len[2];    /* bytes kept from offset 0 (the highest end written) */
+    uint64_t seen[2];   /* the highest end offset seen, kept or not */
     uint64_t contig[2]; /* bytes from offset 0 seen without a gap */
     uint16_t nseg[2];
     struct fgx_cap_seg seg[2][FGX_CAP_SEGS];
@@ -100,8 +100,7 @@ void fgx_cap_unpin(struct fgx_cap_ring *r, const struct fgx_cap_ref *ref);
 
 /* Reader (any thread): the pinned capture of ref, encoded into *buf (malloc'd, caller's), and
  * the slot freed. -ENOENT when the ref is stale, -ENOMEM. */
-int fgx_cap_take(struct fgx_cap_ring *r, const struct fgx_cap_ref *ref, uint8_t **buf,
-                 size_t *len);
+int fgx_cap_take(struct fgx_cap_ring *r, const struct fgx_cap_ref *ref, uint8_t **buf, size_t *len);
 /* Reader: every connection held now, each encoded and handed to fn (which owns the buffer).
  * Returns 0 or -ENOMEM (what was handed stays handed). */
 typedef int (*fgx_cap_each_fn)(void *arg, uint8_t *buf, size_t len);
@@ -162,7 +161,6 @@ struct fgx_cap {
 int fgx_cap_decode(const void *buf, size_t len, struct fgx_cap *out);
 void fgx_cap_release(struct fgx_cap *c);
 /* Re-encode buf with event_seq set (controld, for what it hands out). *out malloc'd. */
-int fgx_cap_set_event_seq(const void *buf, size_t len, uint64_t seq, uint8_t **out,
-                          size_t *outlen);
+int fgx_cap_set_event_seq(const void *buf, size_t len, uint64_t seq, uint8_t **out, size_t *outlen);
 
 #endif
