@@ -409,20 +409,20 @@ static int write_pcap(const Fgx__Ctl__Reply *rep, const char *path, struct pcap_
         fgx_cap_release(&c);
     }
     if (rv < 0) {
-        snprintf(err, errlen, "out of memory");
+        (void)snprintf(err, errlen, "out of memory");
         goto out;
     }
     if (ps.n > 1)
         qsort(ps.p, ps.n, sizeof(*ps.p), pkt_cmp);
     p = pcap_open_dead_with_tstamp_precision(DLT_EN10MB, PKT_MAX, PCAP_TSTAMP_PRECISION_NANO);
     if (!p) {
-        snprintf(err, errlen, "libpcap: cannot open a pcap handle");
+        (void)snprintf(err, errlen, "libpcap: cannot open a pcap handle");
         rv = -ENOMEM;
         goto out;
     }
     dp = pcap_dump_open(p, strcmp(path, "-") == 0 ? "-" : path);
     if (!dp) {
-        snprintf(err, errlen, "%s: %s", path, pcap_geterr(p));
+        (void)snprintf(err, errlen, "%s: %s", path, pcap_geterr(p));
         rv = -EIO;
         goto out;
     }
@@ -437,7 +437,7 @@ static int write_pcap(const Fgx__Ctl__Reply *rep, const char *path, struct pcap_
     }
     res->packets = ps.n;
     if (pcap_dump_flush(dp) != 0) {
-        snprintf(err, errlen, "%s: write failed", path);
+        (void)snprintf(err, errlen, "%s: write failed", path);
         rv = -EIO;
     }
 out:
