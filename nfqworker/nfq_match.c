@@ -436,6 +436,12 @@ static void cap_segment(struct fgx_cap_ring *cr, struct fgx_flow *f, enum fgx_di
             return; /* every slot holds a blocked capture not collected yet */
         f->cap_slot = ref.slot;
         f->cap_gen = ref.gen;
+        /* Where each direction the SYN-ACK anchored starts, also one that has sent nothing
+         * yet: the pcap's handshake and acknowledgements then carry the real numbers. */
+        for (int e = 0; e < 2; e++)
+            if (f->dir[e].active)
+                fgx_cap_add(cr, &ref, e, f->dir[e].floor_seq, f->dir[e].floor_seq, NULL, 0, now,
+                            false);
     }
     fgx_cap_add(cr, &ref, d, f->dir[d].active ? f->dir[d].floor_seq : seq, seq, p->payload,
                 p->payload_len, now, blocked);

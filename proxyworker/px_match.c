@@ -259,6 +259,9 @@ static void cap_bytes(struct px_conn *c, struct fgx_cap_ring *cr, int side, cons
             return; /* every slot holds a blocked capture not collected yet */
         c->cap_slot = ref.slot;
         c->cap_gen = ref.gen;
+        /* Both made-up streams start at 1, also the one that has sent nothing yet. */
+        fgx_cap_append(cr, &ref, 0, NULL, 0, now, false);
+        fgx_cap_append(cr, &ref, 1, NULL, 0, now, false);
     }
     fgx_cap_append(cr, &ref, side, data, len, now, blocked);
 }

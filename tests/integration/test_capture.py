@@ -79,6 +79,15 @@ def pcap_has_blocked_payload_and_real_flow(env):
     syn = [p for p in flow if p[TCP].flags == "S"]
     check(len(syn) == 1 and syn[0][TCP].seq == bad[0][0] - 1,
           "one SYN one before the stream's first byte: %r", [(p[TCP].flags, p[TCP].seq) for p in flow])
+    # the SYN-ACK carries the server's real first sequence number (the worker's anchor), so
+    # the client's first segment, sent before the server said anything, acknowledges it, and
+    # the blocked one acknowledges the server's 18-byte greeting after it
+    synack = [p for p in pkts if TCP in p and p[TCP].dport == sport_bad and p[TCP].flags == "SA"]
+    data = [p for p in flow if p[TCP].flags == "PA"]
+    check(len(synack) == 1 and synack[0][TCP].ack == bad[0][0] and
+          [p[TCP].ack - synack[0][TCP].seq - 1 for p in data] == [0, 18],
+          "the handshake's numbers: %r", [(p[TCP].flags, p[TCP].seq, p[TCP].ack) for p in pkts
+                                           if TCP in p and sport_bad in (p[TCP].sport, p[TCP].dport)])
     check(abs(float(syn[0].time) * 1e9 - t0) < 5e9, "pcap time %s far from %d", syn[0].time, t0)
     ok = tcp_payloads(pkts, sport_ok)
     check([p for _, p, _ in ok] == [b"GET /honest\r\n"], "the honest request: %r", ok)
