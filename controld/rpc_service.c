@@ -37,9 +37,8 @@ static void do_service_add(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
         ctl_rpc_check_port(r, a->port) < 0 || ctl_rpc_check_ip(r, a->ip, &svc.addr) < 0 ||
         (a->has_layer && ctl_rpc_check_layer(r, a->layer, &svc.layer) < 0) ||
         (a->has_midstream && ctl_rpc_check_midstream(r, a->midstream, &svc.midstream) < 0) ||
-        ctl_rpc_check_capture(r, a->has_capture, a->capture, a->has_capture_conns,
-                              a->capture_conns, a->has_capture_bytes, a->capture_bytes,
-                              &svc) < 0)
+        ctl_rpc_check_capture(r, a->has_capture, a->capture, a->has_capture_conns, a->capture_conns,
+                              a->has_capture_bytes, a->capture_bytes, &svc) < 0)
         return;
     snprintf(svc.name, sizeof(svc.name), "%s", a->name);
     svc.port = (uint16_t)a->port;
@@ -195,9 +194,8 @@ static void do_service_set(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
         svc.fail_open = a->fail_open;
     if (a->has_midstream && ctl_rpc_check_midstream(r, a->midstream, &svc.midstream) < 0)
         goto out;
-    if (ctl_rpc_check_capture(r, a->has_capture, a->capture, a->has_capture_conns,
-                              a->capture_conns, a->has_capture_bytes, a->capture_bytes,
-                              &svc) < 0)
+    if (ctl_rpc_check_capture(r, a->has_capture, a->capture, a->has_capture_conns, a->capture_conns,
+                              a->has_capture_bytes, a->capture_bytes, &svc) < 0)
         goto out;
     if (a->has_proto) {
         uint8_t ipproto;

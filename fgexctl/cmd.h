@@ -43,7 +43,7 @@ enum cli_opt {
     CLI_OPT_SINCE = 1u << 21,
     CLI_OPT_SRC = 1u << 22,
     CLI_OPT_FILTER = 1u << 23,
-    CLI_OPT_RAW = 1u << 24,           /* events show SEQ --raw */
+    CLI_OPT_RAW = 1u << 24, /* events show SEQ --raw */
 };
 #define CLI_NOPTS 25
 
@@ -98,8 +98,9 @@ extern const struct cli_cmd_family cli_cmd_admin, cli_cmd_service, cli_cmd_filte
 /* service add/set --capture on|off --capture-bytes N --capture-conns N into the message's
  * capture fields (the same three in ServiceAdd and ServiceSet). Returns 0 or -EINVAL; *any set
  * when one was given. */
-int cli_cmd_capture_opts(struct cli_cmd *cmd, const struct cli_args_raw *raw, protobuf_c_boolean *has_on,
-                         protobuf_c_boolean *on, protobuf_c_boolean *has_conns, uint32_t *conns,
+int cli_cmd_capture_opts(struct cli_cmd *cmd, const struct cli_args_raw *raw,
+                         protobuf_c_boolean *has_on, protobuf_c_boolean *on,
+                         protobuf_c_boolean *has_conns, uint32_t *conns,
                          protobuf_c_boolean *has_bytes, uint32_t *bytes, bool *any);
 /* `events show SEQ`: events' build hands over to it when its first word is "show". */
 int cli_cmd_event_show_build(struct cli_cmd *cmd, const struct cli_cmd_def *spec,

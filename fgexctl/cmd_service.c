@@ -270,20 +270,26 @@ static int human_service_table(FILE *f, const Fgx__Ctl__Reply *rep)
     return rc;
 }
 
-static json_t *json_service(const Fgx__Ctl__Service *s)
+static json_t *json_service_base(const Fgx__Ctl__Service *s)
 {
-    json_t *o = json_pack("{s:I, s:o, s:s, s:o, s:I, s:s, s:s, s:b, s:s, s:I, s:I}", "id",
+    return json_pack("{s:I, s:o, s:s, s:o, s:I, s:s, s:s, s:b, s:s, s:I, s:I}", "id",
                      cli_json_int(s->id), "name", cli_json_str(s->name), "proto",
                      cli_fmt_proto_name(s->proto), "ip", cli_json_str(s->ip), "port",
                      cli_json_int(s->port), "layer", cli_fmt_layer_name(s->layer), "status",
                      s->active ? "active" : "stopped", "fail_open", s->fail_open, "midstream",
                      cli_fmt_midstream_name(s), "filters", cli_json_int(s->filters), "blocked",
                      cli_json_int(s->blocked));
+}
+
+static json_t *json_service(const Fgx__Ctl__Service *s)
+{
+    json_t *o = json_service_base(s);
 
     /* Capture: 0 bounds are controld's defaults. Absent from a controld before capture. */
-    if (o && s->has_capture && (json_object_set_new(o, "capture", json_boolean(s->capture)) < 0 ||
-              json_object_set_new(o, "capture_conns", json_integer(s->capture_conns)) < 0 ||
-              json_object_set_new(o, "capture_bytes", json_integer(s->capture_bytes)) < 0)) {
+    if (o && s->has_capture &&
+        (json_object_set_new(o, "capture", json_boolean(s->capture)) < 0 ||
+         json_object_set_new(o, "capture_conns", json_integer(s->capture_conns)) < 0 ||
+         json_object_set_new(o, "capture_bytes", json_integer(s->capture_bytes)) < 0)) {
         json_decref(o);
         return NULL;
     }

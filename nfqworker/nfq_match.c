@@ -421,8 +421,8 @@ static uint64_t now_ns(void)
  * waits ahead of a gap (held) and what was blocked (the bytes that never reached the peer). A
  * flow takes its slot at its first payload; where each direction started is its capture's
  * zero. */
-static void cap_segment(struct fgx_cap_ring *cr, struct fgx_flow *f, enum fgx_dir dir,
-                        uint32_t seq, const struct fgx_pkt *p, bool blocked)
+static void cap_segment(struct fgx_cap_ring *cr, struct fgx_flow *f, enum fgx_dir dir, uint32_t seq,
+                        const struct fgx_pkt *p, bool blocked)
 {
     const struct fgx_flow_key *k = &f->key;
     struct fgx_cap_ref ref = {f->cap_slot, f->cap_gen};
@@ -430,8 +430,7 @@ static void cap_segment(struct fgx_cap_ring *cr, struct fgx_flow *f, enum fgx_di
     uint64_t now = now_ns();
 
     if (ref.gen == 0) {
-        fgx_cap_open(cr, k->ipproto, k->family, k->caddr, k->cport, k->saddr, k->sport, now,
-                     &ref);
+        fgx_cap_open(cr, k->ipproto, k->family, k->caddr, k->cport, k->saddr, k->sport, now, &ref);
         if (ref.gen == 0)
             return; /* every slot holds a blocked capture not collected yet */
         f->cap_slot = ref.slot;
@@ -595,13 +594,12 @@ void nfq_match_packet(struct nfq_thread *t, unsigned queue, uint32_t id, const u
             fgx_cap_udp(cr, p.family, c2s ? p.saddr : p.daddr, c2s ? p.sport : p.dport,
                         c2s ? p.daddr : p.saddr, c2s ? p.dport : p.sport, now_ns(), &ref);
             if (ref.gen != 0)
-                fgx_cap_append(cr, &ref, c2s ? 0 : 1, p.payload, p.payload_len, now_ns(),
-                               rc == 1);
+                fgx_cap_append(cr, &ref, c2s ? 0 : 1, p.payload, p.payload_len, now_ns(), rc == 1);
         }
         if (rc == 1) {
             nfq_stats_filter_blocked(&t->ctr, m.filter_id);
-            event_record(t, svc->id, dir, p.ipproto, p.family, p.saddr, p.sport, p.daddr,
-                         p.dport, &m, cr, &ref);
+            event_record(t, svc->id, dir, p.ipproto, p.family, p.saddr, p.sport, p.daddr, p.dport,
+                         &m, cr, &ref);
         }
     }
     verdict(t, queue, id, sc, rc == 0);

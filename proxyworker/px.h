@@ -122,7 +122,7 @@ struct px_conn {
     bool eof[2];             /* side i sent its FIN */
     bool shut[2];            /* we sent side i our FIN */
     uint8_t family;
-    uint32_t cap_slot, cap_gen; /* its capture (fgx/capture.h); gen 0: none */
+    uint32_t cap_slot, cap_gen;             /* its capture (fgx/capture.h); gen 0: none */
     struct sockaddr_storage client, server; /* client's address, service's (original dst) */
     struct px_conn *prev, *next; /* thread's list (silent or active), least recent first */
 };

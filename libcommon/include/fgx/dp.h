@@ -40,8 +40,8 @@ enum fgx_dp_type {
     FGX_DP_STATS_REQUEST,
     FGX_DP_STATS,
     FGX_DP_ERROR,
-    FGX_DP_FLOWS_REQUEST, /* a planned restart: hand your flows over, then exit */
-    FGX_DP_FLOWS,         /* the flows, from the old worker, for the new one */
+    FGX_DP_FLOWS_REQUEST,   /* a planned restart: hand your flows over, then exit */
+    FGX_DP_FLOWS,           /* the flows, from the old worker, for the new one */
     FGX_DP_CAPTURE_REQUEST, /* the captured connections of one service, please */
     FGX_DP_CAPTURES,        /* them (fgx/capture.h) */
 };
