@@ -152,6 +152,12 @@ def udp_datagrams_in_pcap(env):
     check((b"x " + EVIL, True, CLI4, port) in to_srv, "the blocked datagram, marked: %r", dg)
     check(any(d[0] == b"hello udp" and d[2] == SRV4 for d in dg),
           "the server's echo is not in the pcap: %r", dg)
+    # filter test on UDP scans each datagram alone (block mode), as the worker does: '$' is
+    # the end of a datagram there (a TCP service refuses it)
+    doc = env.ctl("filter", "test", "cap-udp", "hello udp$")
+    check(doc["would_block"] == 1, "block-mode filter test on the datagrams: %r", doc)
+    check(env.ctl("filter", "test", "cap-udp", "udpx")["would_block"] == 0, "a match across "
+          "two datagrams")
 
 
 @test
