@@ -167,6 +167,8 @@ static int build_capture(struct cli_cmd *cmd, const struct cli_cmd_def *spec,
     pcap_path = cli_args_opt(raw, CLI_OPT_PCAP);
     if (!pcap_path || !*pcap_path)
         return cli_args_fail_usage(cmd, spec, "missing --pcap FILE");
+    if (cmd->json && strcmp(pcap_path, "-") == 0)
+        return cli_args_fail_usage(cmd, spec, "--pcap - and --json would both write to stdout");
     if (cli_args_opt(raw, CLI_OPT_BLOCKED)) {
         m->has_blocked = 1;
         m->blocked = 1;

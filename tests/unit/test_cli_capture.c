@@ -54,6 +54,7 @@ Test(cli_capture, capture_request)
     cr_assert_str_eq(cmd.req.capture->src, "10.0.0.0/8");
     cr_assert(cmd.req.capture->has_filter_id && cmd.req.capture->filter_id == 7);
     parse_fails(ARGV("capture", "web"), CLI_EXIT_USAGE, "missing --pcap");
+    parse_fails(ARGV("--json", "capture", "web", "--pcap", "-"), CLI_EXIT_USAGE, "stdout");
     parse_fails(ARGV("capture", "web", "--pcap", "f", "--since", "10x"), CLI_EXIT_INVALID,
                 "--since");
     parse_fails(ARGV("capture", "web", "--pcap", "f", "--filter", "-1"), CLI_EXIT_INVALID,
