@@ -36,6 +36,7 @@ LIBS_TLS := -lmbedtls -lmbedx509 -lmbedcrypto -lcrypt
 LIBS_HS_RT := -lhs_runtime
 LIBS_TEST := $(shell pkg-config --libs criterion 2>/dev/null)
 LIBS_JSON := $(shell pkg-config --libs jansson 2>/dev/null)
+LIBS_PCAP := $(shell pkg-config --libs libpcap 2>/dev/null || echo -lpcap)
 
 # ---- generated protobuf-c code (never committed) -------------------------------------------
 PROTOS := $(wildcard proto/*.proto)
@@ -98,7 +99,7 @@ $(BUILD)/bin/proxyworker: $(call objs,proxyworker/main.c) $(BUILD)/libpx.a $(BUI
 $(BUILD)/bin/fgexctl: $(call objs,fgexctl/main.c) $(BUILD)/libcli.a $(BUILD)/libcommon.a
 	@mkdir -p $(dir $@)
 	@echo "  LD      $@"
-	$(Q)$(CC) $(FGX_LDFLAGS) -o $@ $^ $(LIBS_JSON) $(LIBS_TLS) $(LIBS_HS) $(LIBS_BASE) -lm
+	$(Q)$(CC) $(FGX_LDFLAGS) -o $@ $^ $(LIBS_JSON) $(LIBS_PCAP) $(LIBS_TLS) $(LIBS_HS) $(LIBS_BASE) -lm
 
 # ---- unit tests (Criterion): tests/unit/test_<module>.c -> $(BUILD)/tests/test_<module> ---------
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
@@ -108,7 +109,7 @@ TEST_ARCHIVES := $(BUILD)/libctl.a $(BUILD)/libnfq.a $(BUILD)/libpx.a $(BUILD)/l
 $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(TEST_ARCHIVES)
 	@mkdir -p $(dir $@)
 	@echo "  LD      $@"
-	$(Q)$(CC) $(FGX_LDFLAGS) -o $@ $< $(TEST_ARCHIVES) $(LIBS_TEST) $(LIBS_HS) $(LIBS_NET) $(LIBS_EVENT) $(LIBS_JSON) $(LIBS_TLS) $(LIBS_SSL) $(LIBS_BASE) -lm
+	$(Q)$(CC) $(FGX_LDFLAGS) -o $@ $< $(TEST_ARCHIVES) $(LIBS_TEST) $(LIBS_HS) $(LIBS_NET) $(LIBS_EVENT) $(LIBS_JSON) $(LIBS_PCAP) $(LIBS_TLS) $(LIBS_SSL) $(LIBS_BASE) -lm
 
 unit-tests: $(UNIT_BINS)
 

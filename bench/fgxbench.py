@@ -353,8 +353,11 @@ class Fgex:
         return [w["pid"] for w in self.workers(kind) if w.get("pid", 0) > 0]
 
     def service_add(self, name, port, layer="nfqueue", proto="tcp"):
-        # fail_open stays off: every packet must go through the filter.
-        return self.ctl("service", "add", name, "--proto", proto, "--port", port, "--layer", layer)
+        # fail_open stays off: every packet must go through the filter. Capture as --capture
+        # says (on by default, as fgex's own default).
+        extra = ["--capture", CAPTURE] if CAPTURE else []
+        return self.ctl("service", "add", name, "--proto", proto, "--port", port, "--layer", layer,
+                        *extra)
 
     def filters_add(self, svc, patterns, progress=True):
         """Add patterns in one `fgexctl filter import` (a ruleset file; all or nothing). Call it
@@ -655,6 +658,20 @@ class Row:
         self.layer, self.port, self.service = layer, port, service
 
 
+# service add --capture for every service the benches make (None: fgex's default, on).
+CAPTURE = None
+
+
+def add_capture_arg(ap):
+    ap.add_argument("--capture", choices=["on", "off"], default=None,
+                    help="the services' capture (default: fgex's, on); compare the two")
+
+
+def set_capture(a):
+    global CAPTURE
+    CAPTURE = a.capture
+
+
 def add_layer_args(ap, layers_default="nfqueue"):
     ap.add_argument("-t", "--layers", default=layers_default,
                     help="layers measured against the baseline: nfqueue,proxy (or none)")
@@ -667,6 +684,7 @@ def add_layer_args(ap, layers_default="nfqueue"):
     ap.add_argument("-o", "--csv", default=None)
     ap.add_argument("--bin", default=None, help="directory of controld/nfqworker/fgexctl")
     ap.add_argument("--seed", type=int, default=6)
+    add_capture_arg(ap)
 
 
 def layer_rows(a, world, port0, start_server):
@@ -674,6 +692,7 @@ def layer_rows(a, world, port0, start_server):
     controld with one active service per layer holding a.patterns never-matching patterns.
     Returns (fgex or None, rows); rows[0] is the baseline."""
     layers = [x for x in a.layers.split(",") if x and x != "none"]
+    set_capture(a)
     rows = [Row("none", port0)]
     start_server(port0)
     fx = None

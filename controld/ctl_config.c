@@ -17,6 +17,7 @@
 #include "controld/ctl_diff.h"
 #include "controld/ctl_rpc_tls.h"
 #include "controld/ctl_ruleset.h"
+#include "fgx/capture.h"
 #include "fgx/log.h"
 #include "fgx/ruleset.h"
 
@@ -243,6 +244,12 @@ int ctl_config_export(struct ctl_txn *t, struct ctl_config_export *out)
                                                           : FGX__CTL__MIDSTREAM__MIDSTREAM_RESET;
         m->has_created = 1;
         m->created = s->created;
+        m->has_capture = 1;
+        m->capture = !s->capture_off;
+        m->has_capture_conns = s->capture_conns != 0;
+        m->capture_conns = s->capture_conns;
+        m->has_capture_bytes = s->capture_bytes != 0;
+        m->capture_bytes = s->capture_bytes;
         out->svc_ptrs[i] = m;
     }
     for (size_t i = 0; i < nf; i++) {
@@ -375,6 +382,13 @@ static int service_from_msg(const Fgx__Ctl__Service *m, struct ctl_service *out,
     }
     if (out->tls && !m->has_tls_cert) {
         err_set(err, errlen, "service %s: TLS without its certificate (tls_cert_pem)", name);
+        return -EINVAL;
+    }
+    out->capture_off = m->has_capture && !m->capture;
+    out->capture_conns = m->has_capture_conns ? m->capture_conns : 0;
+    out->capture_bytes = m->has_capture_bytes ? m->capture_bytes : 0;
+    if (out->capture_conns > FGX_CAP_CONNS_MAX || out->capture_bytes > FGX_CAP_BYTES_MAX) {
+        err_set(err, errlen, "service %s: capture bounds out of range", name);
         return -EINVAL;
     }
     return 0;

@@ -104,6 +104,7 @@ static void rpc_release(struct ctl_rpc *r)
     ctl_rpc_history_release(r);
     ctl_rpc_logfil_free(r->logfil);
     ctl_rpc_fw_release(r);
+    ctl_rpc_capture_release(r);
     explicit_bzero(r->token, sizeof(r->token));
 }
 
@@ -496,6 +497,12 @@ int ctl_rpc_reply_services(struct ctl_rpc *r, struct ctl_txn *t, const struct ct
             rv = -ENOMEM;
             goto err;
         }
+        m->has_capture = 1;
+        m->capture = !s->capture_off;
+        m->has_capture_conns = s->capture_conns != 0;
+        m->capture_conns = s->capture_conns;
+        m->has_capture_bytes = s->capture_bytes != 0;
+        m->capture_bytes = s->capture_bytes;
         r->svc_ptrs[i] = m;
     }
     r->nsvcs = n;
@@ -681,6 +688,7 @@ Fgx__Ctl__Code ctl_rpc_config_code(int rv)
 static const struct ctl_rpc_cmd *const rpc_families[] = {
     ctl_rpc_admin_cmds,  ctl_rpc_service_cmds, ctl_rpc_filter_cmds,
     ctl_rpc_worker_cmds, ctl_rpc_stats_cmds,   ctl_rpc_history_cmds, ctl_rpc_fw_cmds,
+    ctl_rpc_capture_cmds,
 };
 
 static const struct ctl_rpc_cmd *rpc_cmd_find(Fgx__Ctl__Request__ReqCase req)

@@ -85,7 +85,14 @@ struct ctl_rpc {
     char tls_warn[384];
     char *tls_warn_ptr;
     char (*tls_subj)[256];
+    /* capture, event show, filter test (rpc_capture.c): encoded captures and the test's
+     * result, freed by ctl_rpc_capture_release() */
+    ProtobufCBinaryData *caps;
+    size_t ncaps;
+    void *cap_extra;
 };
+
+void ctl_rpc_capture_release(struct ctl_rpc *r);
 
 typedef void (*ctl_rpc_handler_fn)(struct ctl_rpc *r, const Fgx__Ctl__Request *q);
 
@@ -128,6 +135,7 @@ int ctl_rpc_fw_import(struct ctl_rpc *r, struct ctl_txn *t, const Fgx__Ctl__Conf
                       char *err, size_t len);
 void ctl_rpc_fw_imported(struct ctl_rpc *r);
 void ctl_rpc_fw_release(struct ctl_rpc *r);
+extern const struct ctl_rpc_cmd ctl_rpc_capture_cmds[];
 
 /* The reference a Ref carries, or NULL. */
 static inline const char *ctl_rpc_ref(const Fgx__Ctl__Ref *ref)
@@ -163,6 +171,9 @@ int ctl_rpc_check_port(struct ctl_rpc *r, uint32_t port);
 int ctl_rpc_check_proto(struct ctl_rpc *r, Fgx__Ctl__Proto proto, uint8_t *ipproto);
 int ctl_rpc_check_layer(struct ctl_rpc *r, Fgx__Ctl__Layer layer, enum ctl_layer *out);
 int ctl_rpc_check_midstream(struct ctl_rpc *r, Fgx__Ctl__Midstream m, uint8_t *out);
+/* The capture settings a service add or set carries, into svc (rpc_capture.c). */
+int ctl_rpc_check_capture(struct ctl_rpc *r, bool has_on, bool on, bool has_conns, uint32_t conns,
+                          bool has_bytes, uint32_t bytes, struct ctl_service *svc);
 int ctl_rpc_check_layer_proto(struct ctl_rpc *r, const struct ctl_service *svc);
 int ctl_rpc_check_ip(struct ctl_rpc *r, const char *ip, struct fgx_cidr *out);
 /* w: NULL, or where the warnings of an accepted regex go. */

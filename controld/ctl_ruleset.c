@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "controld/ctl_compile.h"
+#include "fgx/capture.h"
 #include "fgx/log.h"
 
 static bool dir_has_pattern(const struct fgx_pattern *pats, size_t n, enum fgx_dir dir)
@@ -174,6 +175,10 @@ int ctl_ruleset_build(struct ctl_txn *t, struct ctl_ruleset *out, char *err, siz
             d->tls_cert = (struct fgx_blob){.data = pem.cert, .len = pem.cert_len};
             d->tls_key = (struct fgx_blob){.data = pem.key, .len = pem.key_len};
             d->tls_upstream_plain = s->upstream_plain;
+        }
+        if (!s->capture_off) {
+            d->capture_conns = s->capture_conns ? s->capture_conns : FGX_CAP_CONNS_DEFAULT;
+            d->capture_bytes = s->capture_bytes ? s->capture_bytes : FGX_CAP_BYTES_DEFAULT;
         }
         for (int k = 0; k < 2; k++) {
             enum fgx_dir dir = k == 0 ? FGX_DIR_C2S : FGX_DIR_S2C;

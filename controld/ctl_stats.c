@@ -62,7 +62,52 @@ struct ctl_stats {
     uint64_t failed_ms;
     struct ctl_rates_pending rates; /* per-minute growth not yet in LMDB (ctl_rates.h) */
     uint32_t pruned_minute;         /* when old rate series were last pruned */
+    /* Blocked connections' captures that came with their events, not in LMDB yet (at most
+     * caps_keep: the oldest go first if the store cannot keep up). */
+    struct ctl_cap_pending *caps;
+    size_t ncaps;
+    size_t caps_keep;
 };
+
+struct ctl_cap_pending {
+    uint64_t seq;
+    void *data;
+    size_t len;
+};
+
+static void caps_push(struct ctl_stats *s, uint64_t seq, const void *data, size_t len)
+{
+    struct ctl_cap_pending *p;
+    void *copy;
+
+    if (s->caps_keep == 0)
+        return;
+    copy = malloc(len ? len : 1);
+    if (copy == NULL)
+        return;
+    memcpy(copy, data, len);
+    if (s->ncaps == s->caps_keep) {
+        free(s->caps[0].data);
+        memmove(s->caps, s->caps + 1, (s->ncaps - 1) * sizeof(*s->caps));
+        s->ncaps--;
+    }
+    if (s->caps == NULL) {
+        s->caps = calloc(s->caps_keep, sizeof(*s->caps));
+        if (s->caps == NULL) {
+            free(copy);
+            return;
+        }
+    }
+    p = &s->caps[s->ncaps++];
+    p->seq = seq;
+    p->data = copy;
+    p->len = len;
+}
+
+void ctl_stats_captures_keep(struct ctl_stats *s, size_t keep)
+{
+    s->caps_keep = keep;
+}
 
 static struct svc_slot *svc_slot(struct ctl_stats *s, uint32_t id, bool create)
 {
@@ -214,6 +259,7 @@ int ctl_stats_open_keep(struct ctl_store *st, size_t keep, struct ctl_stats **ou
     if (!s)
         goto err;
     s->keep = keep;
+    s->caps_keep = CTL_CAPTURES_KEEP;
     s->ring = calloc(keep, sizeof(*s->ring));
     if (!s->ring)
         goto err;
@@ -233,6 +279,9 @@ void ctl_stats_free(struct ctl_stats *s)
     if (!s)
         return;
     free(s->svc);
+    for (size_t i = 0; i < s->ncaps; i++)
+        free(s->caps[i].data);
+    free(s->caps);
     free(s->flt);
     free(s->ring);
     ctl_rates_pending_release(&s->rates);
@@ -347,6 +396,8 @@ static int fold(struct ctl_stats *s, int k, uint64_t instance, const struct fgx_
 
         event_from_dp(&m->events[i], s->next_seq++, svcs, nsvcs, &e);
         ring_push(s, &e);
+        if (m->events[i].capture != NULL)
+            caps_push(s, e.seq, m->events[i].capture, m->events[i].capture_len);
     }
     if (rv < 0)
         fgx_err("statistics: out of memory; some counters were not kept");
@@ -537,7 +588,7 @@ int ctl_stats_flush(struct ctl_stats *s, struct ctl_store *st, uint64_t now_ms, 
     struct ctl_txn *t = NULL;
     int rv;
 
-    if (s->unsaved == 0 && !counters)
+    if (s->unsaved == 0 && s->ncaps == 0 && !counters)
         return 0;
     if (s->failing && !force && now_ms - s->failed_ms < CTL_STATS_FLUSH_MS)
         return -EAGAIN;
@@ -549,6 +600,12 @@ int ctl_stats_flush(struct ctl_stats *s, struct ctl_store *st, uint64_t now_ms, 
         if (rv < 0)
             goto out;
     }
+    for (size_t i = 0; rv == 0 && i < s->ncaps; i++)
+        rv = ctl_store_capture_put(t, s->caps[i].seq, s->caps[i].data, s->caps[i].len);
+    if (rv == 0 && s->ncaps > 0)
+        rv = ctl_store_capture_trim(t, s->caps_keep);
+    if (rv < 0)
+        goto out;
     if (counters) {
         rv = flush_counters(s, t);
         if (rv < 0)
@@ -563,6 +620,9 @@ int ctl_stats_flush(struct ctl_stats *s, struct ctl_store *st, uint64_t now_ms, 
     else
         s->unpruned += s->unsaved;
     s->unsaved = 0;
+    for (size_t i = 0; i < s->ncaps; i++)
+        free(s->caps[i].data);
+    s->ncaps = 0;
     if (counters)
         s->dirty = false;
 out:
@@ -706,4 +766,17 @@ bool ctl_stats_events_burst(struct ctl_stats *s)
 
     s->burst = false;
     return b;
+}
+
+const struct ctl_event *ctl_stats_event_get(const struct ctl_stats *s, uint64_t seq)
+{
+    for (size_t i = s->count; i-- > 0;) {
+        const struct ctl_event *e = ring_at(s, i);
+
+        if (e->seq == seq)
+            return e;
+        if (e->seq < seq)
+            break;
+    }
+    return NULL;
 }

@@ -45,6 +45,12 @@ struct ctl_worker_counters {
     uint64_t src_refused, evicted, silent_closed, midstream_reset, midstream_rescan; /* proxy */
 };
 
+/* Blocked connections' captures kept in LMDB by default (controld --captures-keep): each at most
+ * 2 x the service's capture bytes (16 KiB by default) and its segment marks, ~35 KiB: 2,000
+ * take at most ~70 MiB of the store's map (1 GiB by default). */
+#define CTL_CAPTURES_KEEP 2000
+#define CTL_CAPTURES_KEEP_MAX 100000
+
 struct ctl_stats;
 
 /* Load the persisted totals, the next event seq and the recent events from st. *out owned by
@@ -53,6 +59,10 @@ int ctl_stats_open(struct ctl_store *st, struct ctl_stats **out);
 /* The same keeping `keep` events (1..CTL_EVENTS_KEEP_MAX) instead of CTL_EVENTS_KEEP. */
 int ctl_stats_open_keep(struct ctl_store *st, size_t keep, struct ctl_stats **out);
 void ctl_stats_free(struct ctl_stats *s);
+/* The event with this seq still kept, or NULL. */
+const struct ctl_event *ctl_stats_event_get(const struct ctl_stats *s, uint64_t seq);
+/* How many blocked connections' captures to keep (0: none are stored). */
+void ctl_stats_captures_keep(struct ctl_stats *s, size_t keep);
 
 /* Fold one STATS from the worker process `instance` (ctl_sup_info.instance: a new value means a
  * new process, counting from zero). svcs names the events' services (borrowed, may be empty).

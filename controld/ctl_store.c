@@ -24,7 +24,7 @@
 
 struct ctl_store {
     MDB_env *env;
-    MDB_dbi services, filters, meta, dbcache, events, history, rates;
+    MDB_dbi services, filters, meta, dbcache, events, history, rates, captures;
     size_t mapsize;
 };
 
@@ -228,6 +228,8 @@ int ctl_store_open(const char *dir, size_t mapsize, struct ctl_store **out)
         rv = store_err(mdb_dbi_open(txn, "history", MDB_CREATE, &s->history), "open history");
     if (rv == 0)
         rv = store_err(mdb_dbi_open(txn, "rates", MDB_CREATE, &s->rates), "open rates");
+    if (rv == 0)
+        rv = store_err(mdb_dbi_open(txn, "captures", MDB_CREATE, &s->captures), "open captures");
     if (rv < 0) {
         mdb_txn_abort(txn);
         goto err;
@@ -386,6 +388,9 @@ static int service_decode(const MDB_val *v, struct ctl_service *out)
     out->created = m->has_created ? m->created : 0;
     out->tls = m->has_tls && m->tls;
     out->upstream_plain = m->has_upstream && m->upstream == FGX__CTL__UPSTREAM__UPSTREAM_PLAIN;
+    out->capture_off = m->has_capture && !m->capture;
+    out->capture_conns = m->has_capture_conns ? m->capture_conns : 0;
+    out->capture_bytes = m->has_capture_bytes ? m->capture_bytes : 0;
     rv = 0;
 out:
     if (rv < 0)
@@ -420,6 +425,12 @@ static int service_write(struct ctl_txn *t, const struct ctl_service *svc)
     m.tls = svc->tls;
     m.has_upstream = svc->tls && svc->upstream_plain;
     m.upstream = FGX__CTL__UPSTREAM__UPSTREAM_PLAIN;
+    m.has_capture = 1;
+    m.capture = !svc->capture_off;
+    m.has_capture_conns = svc->capture_conns != 0;
+    m.capture_conns = svc->capture_conns;
+    m.has_capture_bytes = svc->capture_bytes != 0;
+    m.capture_bytes = svc->capture_bytes;
     len = fgx__ctl__service__get_packed_size(&m);
     if (len > sizeof(buf))
         return -EINVAL;
@@ -1509,4 +1520,84 @@ int ctl_store_rates_keys(struct ctl_txn *t, uint8_t (**out)[CTL_RATES_KEY_LEN], 
     *out = arr;
     *n = cnt;
     return 0;
+}
+
+/* ---- blocked connections' captures, keyed by their event's seq ---- */
+
+int ctl_store_capture_put(struct ctl_txn *t, uint64_t seq, const void *data, size_t len)
+{
+    uint8_t key[8];
+
+    be64_put(key, seq);
+    return rec_put(t, t->s->captures, key, sizeof(key), data, len);
+}
+
+int ctl_store_capture_get(struct ctl_txn *t, uint64_t seq, void **data, size_t *len)
+{
+    uint8_t key[8];
+    MDB_val v;
+    int rv;
+
+    be64_put(key, seq);
+    rv = rec_get(t, t->s->captures, key, sizeof(key), &v);
+    if (rv < 0)
+        return rv;
+    *data = malloc(v.mv_size ? v.mv_size : 1);
+    if (*data == NULL)
+        return -ENOMEM;
+    memcpy(*data, v.mv_data, v.mv_size);
+    *len = v.mv_size;
+    return 0;
+}
+
+int ctl_store_capture_each(struct ctl_txn *t, ctl_store_capture_fn fn, void *arg)
+{
+    MDB_cursor *cur;
+    MDB_val k, v;
+    int rv, rc;
+
+    rv = store_err(mdb_cursor_open(t->txn, t->s->captures, &cur), "cursor");
+    if (rv < 0)
+        return rv;
+    /* Newest first. */
+    for (rc = mdb_cursor_get(cur, &k, &v, MDB_LAST); rc == 0;
+         rc = mdb_cursor_get(cur, &k, &v, MDB_PREV)) {
+        if (k.mv_size != 8)
+            continue;
+        rv = fn(arg, be64_get(k.mv_data), v.mv_data, v.mv_size);
+        if (rv != 0)
+            break;
+    }
+    if (rv == 0 && rc != MDB_NOTFOUND)
+        rv = store_err(rc, "list captures");
+    mdb_cursor_close(cur);
+    return rv > 0 ? 0 : rv;
+}
+
+int ctl_store_capture_trim(struct ctl_txn *t, size_t keep)
+{
+    MDB_cursor *cur;
+    MDB_stat st;
+    MDB_val k, v;
+    size_t drop;
+    int rv, rc;
+
+    rv = store_err(mdb_stat(t->txn, t->s->captures, &st), "count captures");
+    if (rv < 0 || st.ms_entries <= keep)
+        return rv;
+    drop = st.ms_entries - keep;
+    rv = store_err(mdb_cursor_open(t->txn, t->s->captures, &cur), "cursor");
+    if (rv < 0)
+        return rv;
+    for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0 && drop > 0;
+         rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+        rc = mdb_cursor_del(cur, 0);
+        if (rc != 0)
+            break;
+        drop--;
+    }
+    if (rc != 0 && rc != MDB_NOTFOUND)
+        rv = store_err(rc, "trim captures");
+    mdb_cursor_close(cur);
+    return rv;
 }

@@ -46,6 +46,9 @@ struct ctl_service {
      * (ctl_store_tls_get()); upstream_plain: plaintext to the service. */
     bool tls;
     bool upstream_plain;
+    /* Capture (fgx/capture.h): on unless capture_off; 0 bounds: the defaults. */
+    bool capture_off;
+    uint32_t capture_conns, capture_bytes;
 };
 
 /* A TLS service's certificate chain and key, PEM (malloc'd; ctl_tls_pem_release()). */
@@ -178,6 +181,15 @@ struct ctl_event {
 int ctl_store_event_put(struct ctl_txn *t, const struct ctl_event *e);
 int ctl_store_event_list(struct ctl_txn *t, size_t newest, struct ctl_event **out, size_t *n);
 int ctl_store_event_trim(struct ctl_txn *t, size_t keep);
+
+/* Blocked connections' captures (encoded fgx.dp.Capture), by their event's seq. get: *data
+ * malloc'd (caller's), -ENOENT when none. each: newest first; fn's data is valid during the
+ * call only; a nonzero return stops (a positive one is not an error). trim: keep the newest. */
+int ctl_store_capture_put(struct ctl_txn *t, uint64_t seq, const void *data, size_t len);
+int ctl_store_capture_get(struct ctl_txn *t, uint64_t seq, void **data, size_t *len);
+typedef int (*ctl_store_capture_fn)(void *arg, uint64_t seq, const void *data, size_t len);
+int ctl_store_capture_each(struct ctl_txn *t, ctl_store_capture_fn fn, void *arg);
+int ctl_store_capture_trim(struct ctl_txn *t, size_t keep);
 
 /* A named text setting in the meta db (the password hash): _get gives "" when absent and
  * -EOVERFLOW when the value does not fit in len bytes with its NUL. */

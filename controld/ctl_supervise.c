@@ -485,6 +485,23 @@ int ctl_sup_stats(struct ctl_sup *s, int timeout_ms, struct fgx_dp_msg *out)
     return 0;
 }
 
+int ctl_sup_captures(struct ctl_sup *s, uint32_t service_id, int timeout_ms, struct fgx_dp_msg *out)
+{
+    struct fgx_dp_msg req = {.type = FGX_DP_CAPTURE_REQUEST, .u.capture_service = service_id};
+    int rv;
+
+    if (s->pid <= 0 || fgx_chan_peers(s->chan) == 0)
+        return -ENOTCONN;
+    rv = sup_call(s, &req, timeout_ms, out);
+    if (rv < 0)
+        return rv;
+    if (out->type != FGX_DP_CAPTURES) {
+        fgx_dp_msg_release(out);
+        return -EPROTO;
+    }
+    return 0;
+}
+
 void ctl_sup_info(const struct ctl_sup *s, struct ctl_sup_info *out)
 {
     out->pid = s->pid;

@@ -52,6 +52,10 @@ int ctl_sup_push(struct ctl_sup *s, const struct fgx_dp_ruleset *rs, int timeout
 /* Ask for statistics; on success *out is a FGX_DP_STATS message to fgx_dp_msg_release().
  * -ENOTCONN at once when no worker is connected. */
 int ctl_sup_stats(struct ctl_sup *s, int timeout_ms, struct fgx_dp_msg *out);
+/* The captured connections of one service (FGX_DP_CAPTURES into *out, released by the caller);
+ * -ENOTCONN when the worker is not running. */
+int ctl_sup_captures(struct ctl_sup *s, uint32_t service_id, int timeout_ms,
+                     struct fgx_dp_msg *out);
 void ctl_sup_info(const struct ctl_sup *s, struct ctl_sup_info *out);
 /* Ask the worker to stop (SIGTERM; SIGKILL after 2 s) and restart it as soon as it is reaped,
  * without backoff: a requested restart is no crash. ctl_sup_poll() does the rest; a worker that

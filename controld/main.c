@@ -60,6 +60,7 @@ struct opts {
     unsigned nfq_flows;
     unsigned events_keep;
     unsigned history_keep;
+    unsigned captures_keep;
     unsigned handshake_s; /* --handshake-timeout */
 };
 
@@ -124,11 +125,15 @@ static void usage(FILE *f)
         "--events-keep  block events kept (in memory and in the state store; default %u,\n"
         "          1..%u); the oldest go first. An event takes ~300 bytes in each.\n"
         "--history-keep  changes kept in the change history (fgexctl history, undo;\n"
-        "          default %u, 1..%u); each holds the configuration before it.\n",
+        "          default %u, 1..%u); each holds the configuration before it.\n"
+        "--captures-keep  blocked connections' captures kept in the state store (default\n"
+        "          %u, 0..%u; 0: none); the oldest go first. One takes up to twice its\n"
+        "          service's capture bytes (16 KiB by default) plus ~2 KiB.\n",
         FGX_QUEUE_BASE_DEFAULT, CTL_AUTH_HANDSHAKE_S_DEFAULT, CTL_AUTH_PENDING_PER_PEER,
         PROXY_PORT_DEFAULT, CTL_COMPILE_TIMEOUT_DEFAULT, CTL_COMPILE_TIMEOUT_MAX,
         (unsigned)CTL_EVENTS_KEEP, (unsigned)CTL_EVENTS_KEEP_MAX, (unsigned)CTL_HISTORY_KEEP,
-        (unsigned)CTL_HISTORY_KEEP_MAX);
+        (unsigned)CTL_HISTORY_KEEP_MAX, (unsigned)CTL_CAPTURES_KEEP,
+        (unsigned)CTL_CAPTURES_KEEP_MAX);
 }
 
 static int parse_uint(const char *s, unsigned min, unsigned max, unsigned *out)
@@ -169,6 +174,7 @@ static const struct option longopts[] = {
     {"nfq-flows", required_argument, NULL, 'F'},
     {"events-keep", required_argument, NULL, 'E'},
     {"history-keep", required_argument, NULL, 1240}, /* issue 14: numbered apart */
+    {"captures-keep", required_argument, NULL, 'k'},
     {"config", required_argument, NULL, 'c'},
     {"version", no_argument, NULL, 'V'},
     {"help", no_argument, NULL, 'h'},
@@ -188,6 +194,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
                        .queue_base = FGX_QUEUE_BASE_DEFAULT,
                        .events_keep = CTL_EVENTS_KEEP,
                        .history_keep = CTL_HISTORY_KEEP,
+                       .captures_keep = CTL_CAPTURES_KEEP,
                        .proxy_port = PROXY_PORT_DEFAULT,
                        .compile_timeout = CTL_COMPILE_TIMEOUT_DEFAULT,
                        .handshake_s = CTL_AUTH_HANDSHAKE_S_DEFAULT};
@@ -264,6 +271,13 @@ static int parse_opts(int argc, char **argv, struct opts *o)
             if (parse_uint(optarg, 1, CTL_EVENTS_KEEP_MAX, &o->events_keep) < 0) {
                 fprintf(stderr, "controld: --events-keep takes 1..%u, not \"%s\"\n",
                         (unsigned)CTL_EVENTS_KEEP_MAX, optarg);
+                return -EINVAL;
+            }
+            break;
+        case 'k':
+            if (parse_uint(optarg, 0, CTL_CAPTURES_KEEP_MAX, &o->captures_keep) < 0) {
+                fprintf(stderr, "controld: --captures-keep takes 0..%u, not \"%s\"\n",
+                        (unsigned)CTL_CAPTURES_KEEP_MAX, optarg);
                 return -EINVAL;
             }
             break;
@@ -748,6 +762,7 @@ int main(int argc, char **argv)
     rv = ctl_stats_open_keep(ctx.store, o.events_keep, &stats);
     if (rv < 0)
         goto out;
+    ctl_stats_captures_keep(stats, o.captures_keep);
     ctx.stats = stats;
     ctx.history_keep = o.history_keep;
     if (o.metrics_listen) {

@@ -158,7 +158,9 @@ static void do_service_add(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
     if (ctl_rpc_check_name(r, a->name) < 0 || ctl_rpc_check_proto(r, a->proto, &svc.ipproto) < 0 ||
         add_addrs(r, a, &svc) < 0 ||
         (a->has_layer && ctl_rpc_check_layer(r, a->layer, &svc.layer) < 0) ||
-        (a->has_midstream && ctl_rpc_check_midstream(r, a->midstream, &svc.midstream) < 0))
+        (a->has_midstream && ctl_rpc_check_midstream(r, a->midstream, &svc.midstream) < 0) ||
+        ctl_rpc_check_capture(r, a->has_capture, a->capture, a->has_capture_conns, a->capture_conns,
+                              a->has_capture_bytes, a->capture_bytes, &svc) < 0)
         return;
     snprintf(svc.name, sizeof(svc.name), "%s", a->name);
     if (!a->has_layer)
@@ -363,6 +365,9 @@ static void do_service_set(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
     if (a->has_fail_open)
         svc.fail_open = a->fail_open;
     if (a->has_midstream && ctl_rpc_check_midstream(r, a->midstream, &svc.midstream) < 0)
+        goto out;
+    if (ctl_rpc_check_capture(r, a->has_capture, a->capture, a->has_capture_conns, a->capture_conns,
+                              a->has_capture_bytes, a->capture_bytes, &svc) < 0)
         goto out;
     if (a->has_proto) {
         uint8_t ipproto;

@@ -6,13 +6,14 @@
 #   deploy/install-deps.sh --list MODE   print the packages of MODE and stop
 set -euo pipefail
 
-# Building: the compiler, the code generator, the libraries' headers, scdoc for the man pages.
+# Building: the compiler, the code generator, the libraries' headers (libpcap: fgexctl capture
+# writes pcap files with it), scdoc for the man pages.
 build=(
   build-essential pkg-config
   protobuf-c-compiler libprotobuf-c-dev
   libnetfilter-queue-dev libnftnl-dev libmnl-dev
   libhyperscan-dev libevent-dev libnng-dev liblmdb-dev
-  libmbedtls-dev libcrypt-dev libjansson-dev libssl-dev
+  libmbedtls-dev libcrypt-dev libjansson-dev libssl-dev libpcap-dev
   scdoc
 )
 # Running: nft to read fgex's rules (iptables provides libxt_NFQUEUE.so, through which nft prints

@@ -49,6 +49,11 @@ static const char usage_main[] =
     "  events [SERVICE] --top src [--since 30m] blocks per source address and filter\n"
     "  regex test REGEX [--nocase] [--proto tcp|udp] FILE|-\n"
     "                                           try a regex on bytes, offline\n"
+    "  events show SEQ [--raw]                  one block's capture, hex or raw bytes\n"
+    "  capture SERVICE --pcap FILE [--blocked] [--since 10m] [--src ADDR] [--filter ID]\n"
+    "                                           captured connections as a pcap\n"
+    "  filter test SERVICE REGEX [--dir D] [--nocase]\n"
+    "                                           what REGEX would block of the capture\n"
     "  filter import SERVICE FILE [--replace|--sync] [--dry-run]\n"
     "                                           load a ruleset file, all or nothing\n"
     "  filter export SERVICE                    print a service's filters as a ruleset file\n"
@@ -118,7 +123,7 @@ enum opt_arg {
 
 struct opt_def {
     const char *name;
-    unsigned bit;
+    uint64_t bit;
     enum opt_arg arg;
 };
 
@@ -155,6 +160,14 @@ static const struct opt_def opt_defs[CLI_NOPTS] = {
     {"--no-tls", CLI_OPT_NO_TLS, ARG_NONE},
     {"--upstream", CLI_OPT_UPSTREAM, ARG_REQUIRED},
     {"--with-secrets", CLI_OPT_WITH_SECRETS, ARG_NONE},
+    {"--capture", CLI_OPT_CAPTURE, ARG_REQUIRED},
+    {"--capture-bytes", CLI_OPT_CAPTURE_BYTES, ARG_REQUIRED},
+    {"--capture-conns", CLI_OPT_CAPTURE_CONNS, ARG_REQUIRED},
+    {"--pcap", CLI_OPT_PCAP, ARG_REQUIRED},
+    {"--blocked", CLI_OPT_BLOCKED, ARG_NONE},
+    {"--src", CLI_OPT_SRC, ARG_REQUIRED},
+    {"--filter", CLI_OPT_FILTER, ARG_REQUIRED},
+    {"--raw", CLI_OPT_RAW, ARG_NONE},
 };
 
 /* ---- helpers ----------------------------------------------------------------------------- */
@@ -415,7 +428,7 @@ static int scan_connect(struct cli_cmd *cmd, int argc, char **argv, int *i, bool
     return 0;
 }
 
-static const struct opt_def *opt_find(const char *name, size_t namelen, unsigned allowed,
+static const struct opt_def *opt_find(const char *name, size_t namelen, uint64_t allowed,
                                       size_t *slot)
 {
     for (size_t k = 0; k < CLI_NOPTS; k++) {
@@ -508,7 +521,7 @@ static int scan_args(struct cli_cmd *cmd, const struct cli_cmd_def *spec, int ar
     return 0;
 }
 
-const char *cli_args_opt(const struct cli_args_raw *raw, unsigned bit)
+const char *cli_args_opt(const struct cli_args_raw *raw, uint64_t bit)
 {
     for (size_t k = 0; k < CLI_NOPTS; k++)
         if (opt_defs[k].bit == bit)

@@ -87,6 +87,9 @@ struct cli_cmd {
             Fgx__Ctl__FwSwitch sw;
             Fgx__Ctl__FwImport imp;
         } fw; /* cmd_fw.c */
+        Fgx__Ctl__CaptureQuery capture;
+        Fgx__Ctl__EventShow event_show;
+        Fgx__Ctl__FilterTest filter_test;
     } m;
     char *addrs[32]; /* service add --addr, pointing into argv (CLI_ADDRS_MAX) */
 };
@@ -116,8 +119,8 @@ int cli_args_fail(struct cli_cmd *cmd, int code, const char *fmt, ...)
 int cli_args_fail_usage(struct cli_cmd *cmd, const struct cli_cmd_def *spec, const char *what);
 bool cli_args_is_help(const char *a);
 bool cli_args_all_digits(const char *s);
-/* The value of option bit (enum cli_opt) as scanned: NULL when not given, "" for a bare flag. */
-const char *cli_args_opt(const struct cli_args_raw *raw, unsigned bit);
+/* The value of option bit (CLI_OPT_*) as scanned: NULL when not given, "" for a bare flag. */
+const char *cli_args_opt(const struct cli_args_raw *raw, uint64_t bit);
 /* Values as the options and positionals give them; each failure is in cmd->err. */
 int cli_args_parse_ip(struct cli_cmd *cmd, const char *s, char **out);
 int cli_args_parse_port(struct cli_cmd *cmd, const char *s, uint32_t *out);

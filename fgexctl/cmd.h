@@ -17,41 +17,49 @@
 
 #define CLI_SERVICE_HELP_NOTE "SERVICE is a service id or name.\n"
 
-/* The options a command may take (struct cli_cmd_def.opts); cli_args.c knows their names. */
-enum cli_opt {
-    CLI_OPT_PROTO = 1u << 0,
-    CLI_OPT_PORT = 1u << 1,
-    CLI_OPT_IP = 1u << 2,
-    CLI_OPT_LAYER = 1u << 3,
-    CLI_OPT_FAIL_OPEN_FLAG = 1u << 4, /* service add: --fail-open [=on|off] */
-    CLI_OPT_FAIL_OPEN_ARG = 1u << 5,  /* service set: --fail-open on|off */
-    CLI_OPT_DIR = 1u << 6,
-    CLI_OPT_NOCASE = 1u << 7,
-    CLI_OPT_WATCH = 1u << 8,
-    CLI_OPT_INTERVAL = 1u << 9,
-    CLI_OPT_LIMIT = 1u << 10,
-    CLI_OPT_FOLLOW = 1u << 11,
-    CLI_OPT_PASSWORD_FILE = 1u << 12,
-    CLI_OPT_EXPIRE = 1u << 13,
-    CLI_OPT_REPLACE = 1u << 14,
-    CLI_OPT_MIDSTREAM = 1u << 15,
-    CLI_OPT_SYNC = 1u << 16,    /* filter import --sync */
-    CLI_OPT_DRY_RUN = 1u << 17, /* filter import, import: --dry-run */
-    CLI_OPT_SINCE = 1u << 18,   /* history, stats --history, events --top: --since DURATION */
-    CLI_OPT_HISTORY = 1u << 19, /* stats --history */
-    CLI_OPT_LOG = 1u << 20,     /* filter add --log */
-    CLI_OPT_ACTION = 1u << 21,  /* filter set --action block|log */
-    CLI_OPT_LABEL = 1u << 22,   /* filter add|set --label TEXT */
-    CLI_OPT_TOP = 1u << 23,     /* events --top src */
-    CLI_OPT_ADDR = 1u << 24,    /* service add: --addr ADDR[:PORT], repeatable */
-    CLI_OPT_TO = 1u << 25,      /* service add|set: --to ADDR:PORT (layer external) */
-    CLI_OPT_TLS_CERT = 1u << 26,
-    CLI_OPT_TLS_KEY = 1u << 27,
-    CLI_OPT_NO_TLS = 1u << 28,
-    CLI_OPT_UPSTREAM = 1u << 29,
-    CLI_OPT_WITH_SECRETS = 1u << 30,
-};
-#define CLI_NOPTS 31
+/* The options a command may take (struct cli_cmd_def.opts, a mask of these bits);
+ * cli_args.c knows their names. More than 32, so 64-bit. */
+#define CLI_OPT_PROTO (UINT64_C(1) << 0)
+#define CLI_OPT_PORT (UINT64_C(1) << 1)
+#define CLI_OPT_IP (UINT64_C(1) << 2)
+#define CLI_OPT_LAYER (UINT64_C(1) << 3)
+#define CLI_OPT_FAIL_OPEN_FLAG (UINT64_C(1) << 4) /* service add: --fail-open [=on|off] */
+#define CLI_OPT_FAIL_OPEN_ARG (UINT64_C(1) << 5) /* service set: --fail-open on|off */
+#define CLI_OPT_DIR (UINT64_C(1) << 6)
+#define CLI_OPT_NOCASE (UINT64_C(1) << 7)
+#define CLI_OPT_WATCH (UINT64_C(1) << 8)
+#define CLI_OPT_INTERVAL (UINT64_C(1) << 9)
+#define CLI_OPT_LIMIT (UINT64_C(1) << 10)
+#define CLI_OPT_FOLLOW (UINT64_C(1) << 11)
+#define CLI_OPT_PASSWORD_FILE (UINT64_C(1) << 12)
+#define CLI_OPT_EXPIRE (UINT64_C(1) << 13)
+#define CLI_OPT_REPLACE (UINT64_C(1) << 14)
+#define CLI_OPT_MIDSTREAM (UINT64_C(1) << 15)
+#define CLI_OPT_SYNC (UINT64_C(1) << 16) /* filter import --sync */
+#define CLI_OPT_DRY_RUN (UINT64_C(1) << 17) /* filter import, import: --dry-run */
+#define CLI_OPT_SINCE (UINT64_C(1) << 18) /* history, stats --history, events --top: --since DURATION */
+#define CLI_OPT_HISTORY (UINT64_C(1) << 19) /* stats --history */
+#define CLI_OPT_LOG (UINT64_C(1) << 20) /* filter add --log */
+#define CLI_OPT_ACTION (UINT64_C(1) << 21) /* filter set --action block|log */
+#define CLI_OPT_LABEL (UINT64_C(1) << 22) /* filter add|set --label TEXT */
+#define CLI_OPT_TOP (UINT64_C(1) << 23) /* events --top src */
+#define CLI_OPT_ADDR (UINT64_C(1) << 24) /* service add: --addr ADDR[:PORT], repeatable */
+#define CLI_OPT_TO (UINT64_C(1) << 25) /* service add|set: --to ADDR:PORT (layer external) */
+#define CLI_OPT_TLS_CERT (UINT64_C(1) << 26)
+#define CLI_OPT_TLS_KEY (UINT64_C(1) << 27)
+#define CLI_OPT_NO_TLS (UINT64_C(1) << 28)
+#define CLI_OPT_UPSTREAM (UINT64_C(1) << 29)
+#define CLI_OPT_WITH_SECRETS (UINT64_C(1) << 30)
+/* capture (cmd_capture.c) */
+#define CLI_OPT_CAPTURE (UINT64_C(1) << 31) /* service add/set --capture on|off */
+#define CLI_OPT_CAPTURE_BYTES (UINT64_C(1) << 32) /* --capture-bytes N */
+#define CLI_OPT_CAPTURE_CONNS (UINT64_C(1) << 33) /* --capture-conns N */
+#define CLI_OPT_PCAP (UINT64_C(1) << 34) /* capture --pcap FILE */
+#define CLI_OPT_BLOCKED (UINT64_C(1) << 35)
+#define CLI_OPT_SRC (UINT64_C(1) << 36)
+#define CLI_OPT_FILTER (UINT64_C(1) << 37)
+#define CLI_OPT_RAW (UINT64_C(1) << 38) /* events show SEQ --raw */
+#define CLI_NOPTS 39
 /* --addr given more than this is refused by fgexctl (controld's bound is the same). */
 #define CLI_ADDRS_MAX 32
 
@@ -94,7 +102,7 @@ struct cli_cmd_def {
     Fgx__Ctl__Request__ReqCase req;
     int npos; /* number of positional arguments */
     const char *pos_names[2];
-    unsigned opts; /* enum cli_opt */
+    uint64_t opts; /* CLI_OPT_* bits */
     const char *usage;
     bool pos_optional; /* the positionals may be left out ([SERVICE]) */
     cli_cmd_build_fn build;
@@ -113,7 +121,8 @@ struct cli_cmd_family {
 };
 
 extern const struct cli_cmd_family cli_cmd_admin, cli_cmd_service, cli_cmd_filter, cli_cmd_worker,
-    cli_cmd_stats, cli_cmd_events, cli_cmd_history, cli_cmd_fw;
+    cli_cmd_stats, cli_cmd_events, cli_cmd_history, cli_cmd_fw,
+    cli_cmd_capture;
 extern const struct cli_cmd_family cli_cmd_context;
 
 /* Run a CLI_CMD_LOCAL command of the context family (cmd_context.c), printing on out, errors
@@ -129,6 +138,26 @@ int cli_cmd_parse_duration(const char *s, uint64_t *secs);
 /* An offline command (CLI_CMD_OFFLINE: `regex test`): run it, printing to out and err, and
  * return the exit status. (cmd_regex.c) */
 int cli_cmd_offline_run(const struct cli_cmd *cmd, FILE *out, FILE *err);
+
+/* ---- capture (cmd_capture.c) ---- */
+/* service add/set --capture on|off --capture-bytes N --capture-conns N into the message's
+ * capture fields (the same three in ServiceAdd and ServiceSet). Returns 0 or -EINVAL; *any set
+ * when one was given. */
+int cli_cmd_capture_opts(struct cli_cmd *cmd, const struct cli_args_raw *raw,
+                         protobuf_c_boolean *has_on, protobuf_c_boolean *on,
+                         protobuf_c_boolean *has_conns, uint32_t *conns,
+                         protobuf_c_boolean *has_bytes, uint32_t *bytes, bool *any);
+/* `events show SEQ`: events' build hands over to it when its first word is "show". */
+int cli_cmd_event_show_build(struct cli_cmd *cmd, const struct cli_cmd_def *spec,
+                             const struct cli_args_raw *raw);
+/* One event as `fgexctl --json events` prints it (cmd_events.c). */
+json_t *cli_cmd_event_json(const Fgx__Ctl__Event *e);
+/* `filter test`, in the filter family's table. */
+extern const char cli_cmd_usage_filter_test[];
+int cli_cmd_filter_test_build(struct cli_cmd *cmd, const struct cli_cmd_def *spec,
+                              const struct cli_args_raw *raw);
+int cli_cmd_filter_test_human(FILE *f, const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep);
+json_t *cli_cmd_filter_test_json(const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep);
 
 /* Every family, NULL-terminated (cmd.c). */
 extern const struct cli_cmd_family *const cli_cmd_families[];

@@ -18,6 +18,11 @@
 /* clang-format off */
 static const char usage_events[] =
     "usage: fgexctl events [SERVICE] [--limit N] [--follow] [--json]\n"
+    "       fgexctl events show SEQ [--raw [--dir c2s|s2c]] [--json]\n"
+    "\n"
+    "`events show SEQ`: one block with what its connection carried, as hex and\n"
+    "ASCII per direction (the blocked bytes marked); --raw writes the client's bytes\n"
+    "(--dir s2c: the server's) as they are, ready to replay with nc.\n"
     "\n"
     "The latest blocks (of every service, or only SERVICE), oldest first: when, which\n"
     "service and filter, the direction, the flow's addresses, and the bytes around\n"
@@ -60,6 +65,14 @@ static int build_events(struct cli_cmd *cmd, const struct cli_cmd_def *spec,
     int rc;
 
     fgx__ctl__events_query__init(m);
+    /* `events show SEQ`: one block and its capture (cmd_capture.c). A service named "show"
+     * is still `events show` alone. */
+    if (raw->npos == 2 && strcmp(raw->pos[0], "show") == 0)
+        return cli_cmd_event_show_build(cmd, spec, raw);
+    if (raw->npos == 2)
+        return cli_args_fail_usage(cmd, spec, "one SERVICE at most (or: events show SEQ)");
+    if (cli_args_opt(raw, CLI_OPT_RAW) || cli_args_opt(raw, CLI_OPT_DIR))
+        return cli_args_fail_usage(cmd, spec, "--raw and --dir go with events show SEQ");
     if (raw->npos > 0) {
         rc = cli_args_check_ref(cmd, spec, raw->pos[0]);
         if (rc < 0)
@@ -337,9 +350,9 @@ static json_t *json_events(const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *
 static const struct cli_cmd_def events_cmds[] = {
     {.name = "events",
      .req = FGX__CTL__REQUEST__REQ_EVENTS,
-     .npos = 1,
-     .pos_names = {"SERVICE"},
-     .opts = CLI_OPT_LIMIT | CLI_OPT_FOLLOW | CLI_OPT_TOP | CLI_OPT_SINCE,
+     .npos = 2,
+     .pos_names = {"SERVICE", "SEQ"},
+     .opts = CLI_OPT_LIMIT | CLI_OPT_FOLLOW | CLI_OPT_TOP | CLI_OPT_SINCE | CLI_OPT_RAW | CLI_OPT_DIR,
      .usage = usage_events,
      .pos_optional = true,
      .build = build_events,
@@ -349,3 +362,8 @@ static const struct cli_cmd_def events_cmds[] = {
 };
 
 const struct cli_cmd_family cli_cmd_events = {.group = NULL, .usage = NULL, .cmds = events_cmds};
+
+json_t *cli_cmd_event_json(const Fgx__Ctl__Event *e)
+{
+    return json_event(e);
+}

@@ -37,6 +37,7 @@ static const char usage_filter[] =
     "  rm FILTER\n"
     "  import SERVICE FILE [--replace|--sync] [--dry-run]\n"
     "  export SERVICE\n"
+    "  test SERVICE REGEX [--dir c2s|s2c|both] [--nocase]\n"
     "\n"
     "SERVICE is a service id or name; FILTER is a filter id.\n"
                                    "`fgexctl filter COMMAND --help` for one command.\n";
@@ -298,6 +299,18 @@ static int human_rm(FILE *f, const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply
 /* ---- the commands ---- */
 
 static const struct cli_cmd_def filter_cmds[] = {
+    /* filter test lives with the capture it runs on (cmd_capture.c). */
+    {.group = "filter",
+     .name = "test",
+     .req = FGX__CTL__REQUEST__REQ_FILTER_TEST,
+     .npos = 2,
+     .pos_names = {"SERVICE", "REGEX"},
+     .opts = CLI_OPT_DIR | CLI_OPT_NOCASE,
+     .usage = cli_cmd_usage_filter_test,
+     .build = cli_cmd_filter_test_build,
+     .human = cli_cmd_filter_test_human,
+     .json = cli_cmd_filter_test_json,
+     .flags = CLI_CMD_CHANGE},
     {.group = "filter",
      .name = "add",
      .req = FGX__CTL__REQUEST__REQ_FILTER_ADD,

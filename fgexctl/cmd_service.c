@@ -20,7 +20,7 @@ static const char usage_service[] =
     "\n"
     "Commands:\n"
     "  add NAME --proto tcp|udp --port N [--ip ADDR|CIDR] [--layer nfqueue|proxy] [--fail-open]\n"
-    "      [--midstream reset|scan]\n"
+    "      [--midstream reset|scan] [--capture on|off] [--capture-conns N] [--capture-bytes N]\n"
     "  add NAME --proto tcp|udp [--port N] --addr ADDR[:PORT] [--addr ...] ...\n"
     "  add NAME --proto tcp --addr ADDR[:PORT] ... --layer external --to ADDR:PORT\n"
     "  list\n"
@@ -31,7 +31,7 @@ static const char usage_service[] =
     "  rename SERVICE NEWNAME\n"
     "  set SERVICE [--port N] [--ip ADDR|CIDR|any] [--proto tcp|udp]\n"
     "      [--layer nfqueue|proxy|external] [--to ADDR:PORT] [--fail-open on|off]\n"
-    "      [--midstream reset|scan]\n"
+    "      [--midstream reset|scan] [--capture on|off] [--capture-conns N] [--capture-bytes N]\n"
     "      [--tls-cert FILE --tls-key FILE] [--upstream tls|plain] [--no-tls]\n"
     "  addr add SERVICE ADDR[:PORT]\n"
     "  addr rm SERVICE ADDR[:PORT]\n"
@@ -42,6 +42,7 @@ static const char usage_service_add[] =
     "                           [--addr ADDR[:PORT]]... [--layer nfqueue|proxy|external]\n"
     "                           [--to ADDR:PORT] [--fail-open] [--midstream reset|scan]\n"
     "                           [--tls-cert FILE --tls-key FILE [--upstream tls|plain]]\n"
+    "                           [--capture on|off] [--capture-conns N] [--capture-bytes N]\n"
     "\n"
     "Define a service (it starts active) and print it.\n"
     "\n"
@@ -69,7 +70,12 @@ static const char usage_service_add[] =
     "  --tls-cert FILE --tls-key FILE  terminate TLS (proxy layer only): the proxy completes\n"
     "                          the client's handshake with this certificate chain and key\n"
     "                          (PEM), filters the plaintext and speaks TLS to the service\n"
-    "  --upstream tls|plain    what the proxy speaks to the service (default: tls)\n";
+    "  --upstream tls|plain    what the proxy speaks to the service (default: tls)\n"
+
+    "  --capture on|off        keep the first bytes of each direction of the service's\n"
+    "                          last connections (default on; see fgexctl capture)\n"
+    "  --capture-conns N       how many connections the worker keeps (default 128)\n"
+    "  --capture-bytes N       bytes kept per direction (default 16384)\n";
 
 static const char usage_service_list[] =
     "usage: fgexctl service list\n"
@@ -110,14 +116,16 @@ static const char usage_service_set[] =
     "                               [--layer nfqueue|proxy|external] [--to ADDR:PORT]\n"
     "                               [--fail-open on|off] [--midstream reset|scan]\n"
     "                               [--tls-cert FILE --tls-key FILE] [--upstream tls|plain]\n"
-    "                               [--no-tls]\n"
+    "                               [--no-tls] [--capture on|off] [--capture-conns N]\n"
+    "                               [--capture-bytes N]\n"
     "\n"
     "Change a service's settings; at least one option is needed. `--ip any` (or\n"
     "`--ip ''`) matches every address of both families. --port and --ip change the\n"
     "one address of a service that has one (with more, use `service addr`).\n"
     "--layer external needs --to (and a service without filters). --tls-cert/--tls-key\n"
     "give a TLS service a new certificate and key (or make a proxy-layer service a TLS\n"
-    "one); --no-tls stops terminating TLS and deletes the stored key.\n" CLI_SERVICE_HELP_NOTE;
+    "one); --no-tls stops terminating TLS and deletes the stored key. The capture options are those of service add;\n"
+    "new bounds start the service's capture afresh.\n" CLI_SERVICE_HELP_NOTE;
 
 static const char usage_service_addr_add[] =
     "usage: fgexctl service addr add SERVICE ADDR[:PORT]\n"
@@ -206,6 +214,7 @@ static int build_service_add(struct cli_cmd *cmd, const struct cli_cmd_def *spec
                              const struct cli_args_raw *raw)
 {
     Fgx__Ctl__ServiceAdd *m = &cmd->m.service_add;
+    bool cap_any = false;
     const char *v;
     int rc;
 
@@ -256,6 +265,10 @@ static int build_service_add(struct cli_cmd *cmd, const struct cli_cmd_def *spec
     if (rc == 0)
         rc = build_tls(cmd, spec, raw, &m->has_tls_cert, &m->tls_cert, &m->has_tls_key,
                        &m->tls_key, &m->has_upstream, &m->upstream);
+    if (rc == 0)
+        rc = cli_cmd_capture_opts(cmd, raw, &m->has_capture, &m->capture, &m->has_capture_conns,
+                                  &m->capture_conns, &m->has_capture_bytes, &m->capture_bytes,
+                                  &cap_any);
     if (rc < 0)
         return rc;
     cmd->req.service_add = m;
@@ -266,6 +279,7 @@ static int build_service_set(struct cli_cmd *cmd, const struct cli_cmd_def *spec
                              const struct cli_args_raw *raw)
 {
     Fgx__Ctl__ServiceSet *m = &cmd->m.service_set;
+    bool cap_any = false;
     const char *v;
     int rc;
 
@@ -303,10 +317,15 @@ static int build_service_set(struct cli_cmd *cmd, const struct cli_cmd_def *spec
                        &m->tls_key, &m->has_upstream, &m->upstream);
     if (rc == 0 && cli_args_opt(raw, CLI_OPT_NO_TLS))
         m->has_no_tls = m->no_tls = 1;
+    if (rc == 0)
+        rc = cli_cmd_capture_opts(cmd, raw, &m->has_capture, &m->capture, &m->has_capture_conns,
+                                  &m->capture_conns, &m->has_capture_bytes, &m->capture_bytes,
+                                  &cap_any);
     if (rc < 0)
         return rc;
     if (!m->has_port && !m->ip && !m->has_proto && !m->has_layer && !m->has_fail_open &&
-        !m->has_midstream && !m->to && !m->has_tls_cert && !m->has_upstream && !m->has_no_tls)
+        !m->has_midstream && !m->to && !m->has_tls_cert && !m->has_upstream && !m->has_no_tls &&
+        !cap_any)
         return cli_args_fail_usage(cmd, spec, "nothing to change");
     cmd->req.service_set = m;
     return 0;
@@ -439,6 +458,17 @@ static void human_service(FILE *f, const Fgx__Ctl__Service *s)
         cli_fmt_kv_str(f, "cert:", s->tls_subject ? s->tls_subject : "?");
         cli_fmt_kv(f, "expires:", when);
     }
+    /* controld always says; a reply without it is from a controld before capture. */
+    if (s->has_capture && !s->capture) {
+        cli_fmt_kv(f, "capture:", "off");
+    } else if (s->has_capture) {
+        char cap[64];
+
+        (void)snprintf(cap, sizeof(cap), "on (%u connections, %u bytes each way)",
+                       s->capture_conns ? s->capture_conns : 128,
+                       s->capture_bytes ? s->capture_bytes : 16384);
+        cli_fmt_kv(f, "capture:", cap);
+    }
     cli_fmt_kv_u64(f, "filters:", s->filters);
     cli_fmt_kv_u64(f, "blocked:", s->blocked);
 }
@@ -480,7 +510,7 @@ static int human_service_table(FILE *f, const Fgx__Ctl__Reply *rep)
     return rc;
 }
 
-static json_t *json_service(const Fgx__Ctl__Service *s)
+static json_t *json_service_base(const Fgx__Ctl__Service *s)
 {
     Fgx__Ctl__ServiceAddr one, *const *list;
     size_t n = service_addrs(s, &one, &list);
@@ -524,6 +554,21 @@ static json_t *json_service(const Fgx__Ctl__Service *s)
                          s->tls && s->has_tls_not_after
                              ? json_integer(cli_json_int(s->tls_not_after))
                              : NULL)) < 0) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
+static json_t *json_service(const Fgx__Ctl__Service *s)
+{
+    json_t *o = json_service_base(s);
+
+    /* Capture: 0 bounds are controld's defaults. Absent from a controld before capture. */
+    if (o && s->has_capture &&
+        (json_object_set_new(o, "capture", json_boolean(s->capture)) < 0 ||
+         json_object_set_new(o, "capture_conns", json_integer(s->capture_conns)) < 0 ||
+         json_object_set_new(o, "capture_bytes", json_integer(s->capture_bytes)) < 0)) {
         json_decref(o);
         return NULL;
     }
@@ -603,7 +648,7 @@ static const struct cli_cmd_def service_cmds[] = {
      .pos_names = {"NAME"},
      .opts = CLI_OPT_PROTO | CLI_OPT_PORT | CLI_OPT_IP | CLI_OPT_LAYER | CLI_OPT_FAIL_OPEN_FLAG |
              CLI_OPT_MIDSTREAM | CLI_OPT_ADDR | CLI_OPT_TO | CLI_OPT_TLS_CERT | CLI_OPT_TLS_KEY |
-             CLI_OPT_UPSTREAM,
+             CLI_OPT_UPSTREAM | CLI_OPT_CAPTURE | CLI_OPT_CAPTURE_BYTES | CLI_OPT_CAPTURE_CONNS,
      .usage = usage_service_add,
      .build = build_service_add,
      SERVICE_ONE,
@@ -668,7 +713,7 @@ static const struct cli_cmd_def service_cmds[] = {
      .pos_names = {"SERVICE"},
      .opts = CLI_OPT_PORT | CLI_OPT_IP | CLI_OPT_PROTO | CLI_OPT_LAYER | CLI_OPT_FAIL_OPEN_ARG |
              CLI_OPT_MIDSTREAM | CLI_OPT_TO | CLI_OPT_TLS_CERT | CLI_OPT_TLS_KEY | CLI_OPT_UPSTREAM |
-             CLI_OPT_NO_TLS,
+             CLI_OPT_NO_TLS | CLI_OPT_CAPTURE | CLI_OPT_CAPTURE_BYTES | CLI_OPT_CAPTURE_CONNS,
      .usage = usage_service_set,
      .build = build_service_set,
      SERVICE_ONE,

@@ -141,6 +141,11 @@ static int service_to_pb(const struct fgx_dp_service *s, Fgx__Dp__Service *p)
         p->has_midstream = 1;
         p->midstream = s->midstream;
     }
+    if (s->capture_conns > 0 && s->capture_bytes > 0) {
+        p->has_capture_conns = p->has_capture_bytes = 1;
+        p->capture_conns = s->capture_conns;
+        p->capture_bytes = s->capture_bytes;
+    }
     if (s->db[0].len > 0) {
         p->has_db_c2s = 1;
         p->db_c2s.data = s->db[0].data;
@@ -230,6 +235,9 @@ int fgx_dp_encode(const struct fgx_dp_msg *m, void **buf, size_t *len)
     Fgx__Dp__Stats st = FGX__DP__STATS__INIT;
     Fgx__Dp__FlowsRequest freq = FGX__DP__FLOWS_REQUEST__INIT;
     Fgx__Dp__Flows fl = FGX__DP__FLOWS__INIT;
+    Fgx__Dp__CaptureRequest creq = FGX__DP__CAPTURE_REQUEST__INIT;
+    Fgx__Dp__Captures caps = FGX__DP__CAPTURES__INIT;
+    ProtobufCBinaryData *capv = NULL;
     Fgx__Dp__Service *svc = NULL, **svcp = NULL;
     Fgx__Dp__Addr *addrm = NULL, **addrp = NULL;
     Fgx__Dp__FilterStat *fs = NULL, **fsp = NULL;
@@ -376,6 +384,11 @@ int fgx_dp_encode(const struct fgx_dp_msg *m, void **buf, size_t *len)
                 p->has_log = 1;
                 p->log = 1;
             }
+            if (e->capture != NULL) {
+                p->has_capture = 1;
+                p->capture.data = e->capture;
+                p->capture.len = e->capture_len;
+            }
             evp[nev++] = p;
         }
         if (nev < s->nevents)
@@ -440,6 +453,26 @@ int fgx_dp_encode(const struct fgx_dp_msg *m, void **buf, size_t *len)
         msg.msg_case = FGX__DP__MSG__MSG_FLOWS;
         msg.flows = &fl;
         break;
+    case FGX_DP_CAPTURE_REQUEST:
+        creq.service_id = m->u.capture_service;
+        msg.msg_case = FGX__DP__MSG__MSG_CAPTURE_REQUEST;
+        msg.capture_request = &creq;
+        break;
+    case FGX_DP_CAPTURES:
+        if (m->u.captures.n > 0) {
+            capv = calloc(m->u.captures.n, sizeof(*capv));
+            if (capv == NULL)
+                goto nomem;
+        }
+        for (i = 0; i < m->u.captures.n; i++) {
+            capv[i].data = m->u.captures.caps[i].data;
+            capv[i].len = m->u.captures.caps[i].len;
+        }
+        caps.n_captures = m->u.captures.n;
+        caps.captures = capv;
+        msg.msg_case = FGX__DP__MSG__MSG_CAPTURES;
+        msg.captures = &caps;
+        break;
     default:
         ret = -EINVAL;
         goto invalid;
@@ -467,6 +500,7 @@ nomem:
 invalid:
     fgx_err("data-path encode (type %d): invalid message", (int)m->type);
 out:
+    free(capv);
     free(evp);
     free(ev);
     free(ssp);
@@ -565,6 +599,8 @@ static int service_from_pb(Fgx__Dp__Service *p, const struct fgx_dp_ruleset *r, 
         return -EINVAL;
     }
     s->midstream = (uint8_t)(p->has_midstream ? p->midstream : FGX_MIDSTREAM_RESET);
+    s->capture_conns = p->has_capture_conns ? p->capture_conns : 0;
+    s->capture_bytes = p->has_capture_bytes ? p->capture_bytes : 0;
     if ((p->has_db_c2s + p->has_db_c2s_as + (p->has_db_c2s_known && p->db_c2s_known)) > 1 ||
         (p->has_db_s2c + p->has_db_s2c_as + (p->has_db_s2c_known && p->db_s2c_known)) > 1) {
         fgx_warn("data-path service %u: a database given as more than one of bytes, a reference "
@@ -757,6 +793,13 @@ static int stats_from_pb(const Fgx__Dp__Stats *p, struct fgx_dp_stats *s)
             if (exlen > 0)
                 memcpy(e->excerpt, v->excerpt.data, exlen);
             e->log = v->has_log && v->log;
+            if (v->has_capture && v->capture.len > 0) {
+                e->capture = malloc(v->capture.len);
+                if (e->capture == NULL)
+                    goto nomem;
+                memcpy(e->capture, v->capture.data, v->capture.len);
+                e->capture_len = v->capture.len;
+            }
             s->nevents++;
         }
         if (bad > 0) {
@@ -807,6 +850,33 @@ int fgx_dp_decode(const void *buf, size_t len, struct fgx_dp_msg *m)
     case FGX__DP__MSG__MSG_FLOWS_REQUEST:
         m->type = FGX_DP_FLOWS_REQUEST;
         ret = 0;
+        break;
+    case FGX__DP__MSG__MSG_CAPTURE_REQUEST:
+        m->type = FGX_DP_CAPTURE_REQUEST;
+        m->u.capture_service = msg->capture_request->service_id;
+        ret = 0;
+        break;
+    case FGX__DP__MSG__MSG_CAPTURES:
+        m->type = FGX_DP_CAPTURES;
+        ret = 0;
+        if (msg->captures->n_captures > 0) {
+            m->u.captures.caps = calloc(msg->captures->n_captures, sizeof(struct fgx_blob));
+            if (m->u.captures.caps == NULL)
+                ret = -ENOMEM;
+        }
+        for (size_t k = 0; ret == 0 && k < msg->captures->n_captures; k++) {
+            const ProtobufCBinaryData *b = &msg->captures->captures[k];
+            struct fgx_blob *o = &m->u.captures.caps[m->u.captures.n];
+
+            o->data = malloc(b->len > 0 ? b->len : 1);
+            if (o->data == NULL) {
+                ret = -ENOMEM;
+                break;
+            }
+            memcpy(o->data, b->data, b->len);
+            o->len = b->len;
+            m->u.captures.n++;
+        }
         break;
     case FGX__DP__MSG__MSG_FLOWS:
         m->type = FGX_DP_FLOWS;
@@ -867,7 +937,14 @@ void fgx_dp_msg_release(struct fgx_dp_msg *m)
     case FGX_DP_STATS:
         free(m->u.stats.filters);
         free(m->u.stats.services);
+        for (i = 0; i < m->u.stats.nevents; i++)
+            free(m->u.stats.events[i].capture);
         free(m->u.stats.events);
+        break;
+    case FGX_DP_CAPTURES:
+        for (i = 0; i < m->u.captures.n; i++)
+            free(m->u.captures.caps[i].data);
+        free(m->u.captures.caps);
         break;
     case FGX_DP_ERROR:
         free(m->u.error);

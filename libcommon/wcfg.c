@@ -290,6 +290,8 @@ int fgx_wcfg_build(const struct fgx_dp_ruleset *rs, const struct fgx_wcfg *prev,
         n->addr = s->addr;
         n->fail_open = s->fail_open;
         n->midstream = s->midstream;
+        n->capture_conns = s->capture_conns;
+        n->capture_bytes = s->capture_bytes;
         /* Counted before its databases load, so that find_db() sees this service's c2s
          * database too: filters that apply to both directions compile to one database, loaded
          * once (for 10,000 patterns that is ~18 MiB less). */

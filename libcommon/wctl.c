@@ -177,8 +177,15 @@ void fgx_wstats_events(struct fgx_wstats *st, struct fgx_evring *r)
 {
     struct fgx_dp_stats *s = st->out;
 
+    size_t from = s->nevents;
+
     s->nevents +=
         fgx_evring_drain(r, s->events + s->nevents, st->ecap - s->nevents, &s->events_lost);
+    /* A ring's events never carry a capture: the worker attaches one afterwards, if any. */
+    for (size_t i = from; i < s->nevents; i++) {
+        s->events[i].capture = NULL;
+        s->events[i].capture_len = 0;
+    }
     /* What the ring refused, by service (cumulative, like the services' other counters). */
     for (size_t i = 0; i < FGX_EVRING_LOST_SLOTS; i++) {
         const struct fgx_evring_lost *l = &r->lost_svc[i];
@@ -332,6 +339,14 @@ void fgx_wctl_serve(const struct fgx_wctl *ctl, struct fgx_chan *ch, void *buf, 
         if (ctl->flows_export(ctl->worker, &reply.u.flows.data, &reply.u.flows.len) != 0) {
             reply.type = FGX_DP_ERROR;
             reply.u.error = strdup("cannot hand the flows over");
+        }
+    } else if (req.type == FGX_DP_CAPTURE_REQUEST) {
+        reply.type = FGX_DP_CAPTURES;
+        if (ctl->captures != NULL &&
+            ctl->captures(ctl->worker, req.u.capture_service, &reply.u.captures.caps,
+                          &reply.u.captures.n) != 0) {
+            reply.type = FGX_DP_ERROR;
+            reply.u.error = strdup("cannot collect the captures");
         }
     } else if (req.type == FGX_DP_FLOWS && ctl->flows_import != NULL) {
         reply.type = FGX_DP_ACK;

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "fgx/addr.h"
+#include "fgx/capture.h"
 #include "fgx/dp.h"
 #include "fgx/flow.h"
 #include "fgx/reasm.h"
@@ -102,6 +103,8 @@ struct nfq_thread {
     const struct fgx_pkt *scan_pkt;
     uint32_t scan_svc;
     uint8_t scan_dir;
+    /* Capture rings of the services with capture on (fgx/capture.h, nfq_capture.c). */
+    struct fgx_cap_set caps;
     /* A planned restart (nfq_handover.c): the control thread sets hx_req; the thread writes
      * its flows to hx_out, sets hx_done (1, or -1 on failure) and stops. hx_in: the flows of
      * the worker before, for this thread, rebuilt at its first ruleset. */
@@ -176,6 +179,10 @@ int nfq_handover_export(struct nfq_worker *w, void **data, size_t *len);
 int nfq_handover_import(struct nfq_worker *w, const void *data, size_t len);
 /* Packet thread, as it switches to its first ruleset: rebuild the flows kept for it. */
 void nfq_handover_apply(struct nfq_thread *t);
+
+/* ---- nfq_capture.c ---- */
+/* Control thread: every capture of service id, encoded, into *caps (malloc'd array). */
+int nfq_cap_request(struct nfq_worker *w, uint32_t id, struct fgx_blob **caps, size_t *n);
 
 /* ---- nfq_log.c ---- */
 int nfq_log_open(struct nfq_thread *t);

@@ -35,6 +35,11 @@ static int flows_import(void *worker, const void *data, size_t len)
     return nfq_handover_import(worker, data, len);
 }
 
+static int captures(void *worker, uint32_t service_id, struct fgx_blob **caps, size_t *n)
+{
+    return nfq_cap_request(worker, service_id, caps, n);
+}
+
 int nfq_ctl_run(struct nfq_worker *w, const char *url)
 {
     struct fgx_wctl ctl = {
@@ -47,6 +52,7 @@ int nfq_ctl_run(struct nfq_worker *w, const char *url)
         .stats = stats,
         .flows_export = flows_export,
         .flows_import = flows_import,
+        .captures = captures,
     };
 
     return fgx_wctl_run(&ctl, url);

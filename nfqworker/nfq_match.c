@@ -98,6 +98,8 @@ void nfq_match_switch(struct nfq_thread *t)
             if (cur->svc[i].db[d] != NULL)
                 (void)fgx_reasm_ctx_scratch(t->reasm, cur->svc[i].db[d]->db);
     t->cfg = cur;
+    if (cur != NULL)
+        fgx_cap_set_switch(&t->caps, cur, t->w->nthreads);
     if (cur != NULL && t->hx_in != NULL)
         nfq_handover_apply(t);
     /* The flows of a service that is gone are parked; the others switch at their next packet. */
@@ -160,7 +162,8 @@ static void flow_attach(struct nfq_thread *t, struct fgx_flow *f, const struct f
 /* A block becomes an event for controld. src/dst: sender and receiver of the matching bytes. */
 static void event_record(struct nfq_thread *t, uint32_t service_id, enum fgx_dir dir,
                          uint8_t ipproto, uint8_t family, const uint8_t *src, uint16_t sport,
-                         const uint8_t *dst, uint16_t dport, const struct fgx_reasm_match *m)
+                         const uint8_t *dst, uint16_t dport, const struct fgx_reasm_match *m,
+                         struct fgx_cap_ring *cr, const struct fgx_cap_ref *cref)
 {
     struct fgx_dp_event *e = fgx_evring_claim(&t->events, service_id);
     size_t alen = family == 4 ? 4 : 16;
@@ -185,6 +188,15 @@ static void event_record(struct nfq_thread *t, uint32_t service_id, enum fgx_dir
     e->match_end = m->match_end <= e->excerpt_len ? m->match_end : e->excerpt_len;
     memcpy(e->excerpt, m->excerpt, e->excerpt_len);
     e->log = m->log;
+    /* The capture waits in its slot (pinned) until the control thread takes it with the event:
+     * pinned only once the event is sure to be queued, so no slot waits for an event lost. */
+    e->capture = NULL;
+    e->capture_len = 0;
+    e->cap_slot = e->cap_gen = 0;
+    if (cr != NULL && cref != NULL && cref->gen != 0 && fgx_cap_pin(cr, cref, m->filter_id)) {
+        e->cap_slot = cref->slot;
+        e->cap_gen = cref->gen;
+    }
     fgx_evring_commit(&t->events);
 }
 
@@ -202,13 +214,13 @@ void nfq_match_log(void *arg, const struct fgx_reasm_match *m)
 
         if (dir == FGX_DIR_C2S)
             event_record(t, f->service_id, dir, k->ipproto, k->family, k->caddr, k->cport, k->saddr,
-                         k->sport, m);
+                         k->sport, m, NULL, NULL);
         else
             event_record(t, f->service_id, dir, k->ipproto, k->family, k->saddr, k->sport, k->caddr,
-                         k->cport, m);
+                         k->cport, m, NULL, NULL);
     } else if (p != NULL) {
         event_record(t, t->scan_svc, dir, p->ipproto, p->family, p->saddr, p->sport, p->daddr,
-                     p->dport, m);
+                     p->dport, m, NULL, NULL);
     }
 }
 
@@ -245,17 +257,18 @@ static void flow_reset(struct nfq_thread *t, const struct fgx_flow *f, enum fgx_
 }
 
 static void block(struct nfq_thread *t, struct fgx_flow *f, enum fgx_dir dir,
-                  const struct fgx_reasm_match *m)
+                  const struct fgx_reasm_match *m, struct fgx_cap_ring *cr)
 {
     const struct fgx_flow_key *k = &f->key;
+    struct fgx_cap_ref cref = {f->cap_slot, f->cap_gen};
 
     nfq_stats_filter_blocked(&t->ctr, m->filter_id);
     if (dir == FGX_DIR_C2S)
         event_record(t, f->service_id, dir, k->ipproto, k->family, k->caddr, k->cport, k->saddr,
-                     k->sport, m);
+                     k->sport, m, cr, &cref);
     else
         event_record(t, f->service_id, dir, k->ipproto, k->family, k->saddr, k->sport, k->caddr,
-                     k->cport, m);
+                     k->cport, m, cr, &cref);
     /* The side that sent the matching bytes expects them to be at m->seq in its peer's eyes;
      * the other side's next byte is what the dropped segment acknowledged. */
     flow_reset(t, f, dir, m->seq, m->ack);
@@ -445,6 +458,43 @@ static struct fgx_flow *flow_open(struct nfq_thread *t, const struct fgx_flow_ke
     return f;
 }
 
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* A segment's bytes into its flow's capture, at their place in the stream: what passed, what
+ * waits ahead of a gap (held) and what was blocked (the bytes that never reached the peer). A
+ * flow takes its slot at its first payload; where each direction started is its capture's
+ * zero. */
+static void cap_segment(struct fgx_cap_ring *cr, struct fgx_flow *f, enum fgx_dir dir, uint32_t seq,
+                        const struct fgx_pkt *p, bool blocked)
+{
+    const struct fgx_flow_key *k = &f->key;
+    struct fgx_cap_ref ref = {f->cap_slot, f->cap_gen};
+    int d = dir == FGX_DIR_C2S ? 0 : 1;
+    uint64_t now = now_ns();
+
+    if (ref.gen == 0) {
+        fgx_cap_open(cr, k->ipproto, k->family, k->caddr, k->cport, k->saddr, k->sport, now, &ref);
+        if (ref.gen == 0)
+            return; /* every slot holds a blocked capture not collected yet */
+        f->cap_slot = ref.slot;
+        f->cap_gen = ref.gen;
+        /* Where each direction the SYN-ACK anchored starts, also one that has sent nothing
+         * yet: the pcap's handshake and acknowledgements then carry the real numbers. */
+        for (int e = 0; e < 2; e++)
+            if (f->dir[e].active)
+                fgx_cap_add(cr, &ref, e, f->dir[e].floor_seq, f->dir[e].floor_seq, NULL, 0, now,
+                            false);
+    }
+    fgx_cap_add(cr, &ref, d, f->dir[d].active ? f->dir[d].floor_seq : seq, seq, p->payload,
+                p->payload_len, now, blocked);
+}
+
 static void tcp_packet(struct nfq_thread *t, unsigned queue, uint32_t id, const struct fgx_pkt *p,
                        const struct fgx_wsvc *svc, enum fgx_dir dir, struct nfq_svc_ctr *sc)
 {
@@ -453,6 +503,7 @@ static void tcp_packet(struct nfq_thread *t, unsigned queue, uint32_t id, const 
     enum fgx_reasm_verdict v;
     struct fgx_flow_key key;
     struct fgx_flow *f;
+    struct fgx_cap_ring *cr;
     struct fgx_reasm *r;
     uint32_t seq = p->seq;
 
@@ -532,8 +583,11 @@ static void tcp_packet(struct nfq_thread *t, unsigned queue, uint32_t id, const 
     v = fgx_reasm_segment(t->reasm, r, seq, p->ack, p->payload, p->payload_len,
                           cookie_make(queue, t, sc, id), t->now_ms, &m);
     nfq_norm_passed(t, f, dir, p, v, &m);
+    cr = p->payload_len > 0 ? fgx_cap_set_ring(&t->caps, svc->id) : NULL;
+    if (cr != NULL && (v != FGX_REASM_DROP || m.matched))
+        cap_segment(cr, f, dir, seq, p, m.matched);
     if (m.matched)
-        block(t, f, dir, &m);
+        block(t, f, dir, &m, cr);
     /* A FIN the worker sees ends its direction; with both ends done the connection no longer
      * counts as open. (Pure FINs pass the rules and come as NFLOG copies: nfq_match_synack().) */
     if ((p->tcp_flags & FGX_TCP_FIN) && !f->closed) {
@@ -599,10 +653,24 @@ void nfq_match_packet(struct nfq_thread *t, unsigned queue, uint32_t id, const u
                                   p.payload_len, &m);
     }
     t->scan_pkt = NULL;
-    if (rc == 1) {
-        nfq_stats_filter_blocked(&t->ctr, m.filter_id);
-        event_record(t, svc->id, dir, p.ipproto, p.family, p.saddr, p.sport, p.daddr, p.dport,
-                     &m);
+    {
+        struct fgx_cap_ring *cr = p.payload_len > 0 ? fgx_cap_set_ring(&t->caps, svc->id) : NULL;
+        struct fgx_cap_ref ref = {0, 0};
+
+        if (cr != NULL) {
+            /* A run of datagrams of one 4-tuple is one capture, as a TCP connection is. */
+            bool c2s = dir == FGX_DIR_C2S;
+
+            fgx_cap_udp(cr, p.family, c2s ? p.saddr : p.daddr, c2s ? p.sport : p.dport,
+                        c2s ? p.daddr : p.saddr, c2s ? p.dport : p.sport, now_ns(), &ref);
+            if (ref.gen != 0)
+                fgx_cap_append(cr, &ref, c2s ? 0 : 1, p.payload, p.payload_len, now_ns(), rc == 1);
+        }
+        if (rc == 1) {
+            nfq_stats_filter_blocked(&t->ctr, m.filter_id);
+            event_record(t, svc->id, dir, p.ipproto, p.family, p.saddr, p.sport, p.daddr, p.dport,
+                         &m, cr, &ref);
+        }
     }
     verdict(t, queue, id, sc, rc == 0);
 }

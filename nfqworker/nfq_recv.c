@@ -100,6 +100,7 @@ int nfq_thread_init(struct nfq_worker *w, struct nfq_thread *t, unsigned idx)
     t->idx = idx;
     t->efd = -1;
     t->raw4 = t->raw6 = -1;
+    fgx_cap_set_init(&t->caps, false);
     t->queue[0] = fgx_queue_num(w->queue_base, w->nthreads, false, idx);
     t->queue[1] = fgx_queue_num(w->queue_base, w->nthreads, true, idx);
     t->rxbuf = malloc(NFQ_RXBUF);
@@ -178,6 +179,7 @@ void nfq_thread_release(struct nfq_thread *t)
     t->efd = -1;
     fgx_wcfg_unref(t->cfg);
     t->cfg = NULL;
+    fgx_cap_set_release(&t->caps);
     free(t->rxbuf);
     free(t->txbuf);
     t->rxbuf = t->txbuf = NULL;

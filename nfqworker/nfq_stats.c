@@ -74,8 +74,10 @@ int nfq_stats_collect(struct nfq_worker *w, struct fgx_dp_stats *out)
         return ret;
     for (k = 0; k < w->nthreads; k++) {
         struct nfq_counters *c = &w->threads[k].ctr;
+        size_t from = out->nevents;
 
         fgx_wstats_events(&st, &w->threads[k].events);
+        fgx_cap_set_events(&w->threads[k].caps, out, from, out->nevents);
         out->truncated += fgx_ctr_load(&c->truncated);
         out->malformed += fgx_ctr_load(&c->malformed);
         out->evasion += fgx_ctr_load(&c->evasion);

@@ -14,6 +14,7 @@
 #include <sys/socket.h>
 #include <sys/types.h>
 
+#include "fgx/capture.h"
 #include "fgx/dp.h"
 #include "fgx/evring.h"
 #include "fgx/reasm.h"
@@ -126,6 +127,7 @@ struct px_conn {
     bool eof[2];             /* side i sent its FIN */
     bool shut[2];            /* we sent side i our FIN */
     uint8_t family;
+    uint32_t cap_slot, cap_gen;             /* its capture (fgx/capture.h); gen 0: none */
     struct sockaddr_storage client, server; /* client's address, service's (original dst) */
     struct px_conn *prev, *next; /* thread's list (silent or active), least recent first */
 };
@@ -181,6 +183,9 @@ struct px_thread {
     struct px_conn *scan_conn;
     int scan_side;
     struct px_tls_cache *tls_cache; /* sessions to TLS services (px_tls.c); NULL until one */
+    /* Capture rings of the services with capture on (fgx/capture.h); the proxy has no wire
+     * sequence numbers, so its captures' are made up (synth_seq). */
+    struct fgx_cap_set caps;
 };
 
 struct px_worker {
@@ -305,6 +310,8 @@ void px_stats_filter_matched(struct px_counters *c, uint32_t filter_id);
 void px_match_log(void *arg, const struct fgx_reasm_match *m);
 /* Sum every thread's counters into *out (arrays malloc'd; fgx_dp_msg_release() frees them). */
 int px_stats_collect(struct px_worker *w, struct fgx_dp_stats *out);
+/* Control thread: every capture of service id, encoded, into *caps (malloc'd array). */
+int px_stats_captures(struct px_worker *w, uint32_t id, struct fgx_blob **caps, size_t *n);
 
 /* ---- px_ctl.c ---- */
 /* Load rs, publish it and wait until every thread uses it. */

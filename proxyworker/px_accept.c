@@ -393,6 +393,7 @@ int px_thread_init(struct px_worker *w, struct px_thread *t, unsigned idx)
 
     t->w = w;
     t->idx = idx;
+    fgx_cap_set_init(&t->caps, true);
     /* Threads start far apart, and elsewhere after each restart. */
     t->onward_next = (unsigned)px_now_ms() * 7919u + idx * 5003u;
     {
@@ -480,6 +481,7 @@ void px_thread_release(struct px_thread *t)
     if (t->base != NULL)
         event_base_free(t->base);
     t->base = NULL;
+    fgx_cap_set_release(&t->caps);
 }
 
 void *px_thread_main(void *arg)

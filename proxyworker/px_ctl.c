@@ -40,8 +40,15 @@ static int stats(void *worker, struct fgx_dp_stats *out)
     return px_stats_collect(worker, out);
 }
 
+static int captures(void *worker, uint32_t service_id, struct fgx_blob **caps, size_t *n)
+{
+    return px_stats_captures(worker, service_id, caps, n);
+}
+
 static void ctl_init(struct px_worker *w, struct fgx_wctl *out)
 {
+    /* Zeroed first: every optional callback the proxy does not have is NULL. */
+    *out = (struct fgx_wctl){0};
     out->worker = w;
     out->nthreads = w->nthreads;
     out->current = &w->current;
@@ -51,6 +58,7 @@ static void ctl_init(struct px_worker *w, struct fgx_wctl *out)
     out->vet = vet;
     out->stats = stats;
     out->tls_load = px_tls_load;
+    out->captures = captures;
 }
 
 int px_ctl_apply(struct px_worker *w, const struct fgx_dp_ruleset *rs)

@@ -44,6 +44,8 @@ void px_match_switch(struct px_thread *t)
                 (void)fgx_reasm_ctx_scratch(t->reasm, cur->svc[i].db[d]->db);
     t->cfg = cur;
     t->epoch++;
+    if (cur != NULL)
+        fgx_cap_set_switch(&t->caps, cur, t->w->nthreads);
     fgx_wcfg_unref(old);
     /* Before the control thread hears that this thread uses cur: once `service start` returns,
      * no connection relayed unscanned meanwhile moves another byte unless its policy says so. */
@@ -202,7 +204,8 @@ static void sa_split(const struct sockaddr_storage *ss, uint8_t *addr, uint16_t 
     }
 }
 
-static void event_record(struct px_conn *c, int side, const struct fgx_reasm_match *m)
+static void event_record(struct px_conn *c, int side, const struct fgx_reasm_match *m,
+                         struct fgx_cap_ring *cr)
 {
     struct fgx_dp_event *ev = fgx_evring_claim(&c->t->events, c->service_id);
     struct timespec ts;
@@ -223,6 +226,15 @@ static void event_record(struct px_conn *c, int side, const struct fgx_reasm_mat
     ev->match_end = m->match_end <= ev->excerpt_len ? m->match_end : ev->excerpt_len;
     memcpy(ev->excerpt, m->excerpt, ev->excerpt_len);
     ev->log = m->log;
+    /* The capture waits pinned in its slot until the control thread takes it with the event. */
+    if (cr != NULL) {
+        struct fgx_cap_ref ref = {c->cap_slot, c->cap_gen};
+
+        if (ref.gen != 0 && fgx_cap_pin(cr, &ref, m->filter_id)) {
+            ev->cap_slot = ref.slot;
+            ev->cap_gen = ref.gen;
+        }
+    }
     fgx_evring_commit(&c->t->events);
 }
 
@@ -232,7 +244,36 @@ void px_match_log(void *arg, const struct fgx_reasm_match *m)
 
     px_stats_filter_matched(&t->ctr, m->filter_id);
     if (t->scan_conn != NULL)
-        event_record(t->scan_conn, t->scan_side, m);
+        event_record(t->scan_conn, t->scan_side, m, NULL);
+}
+
+/* A read's bytes into the connection's capture, after the others of its side: the proxy sees
+ * byte streams, not segments (a read is a mark). The blocked read never reaches the peer. */
+static void cap_bytes(struct px_conn *c, struct fgx_cap_ring *cr, int side, const uint8_t *data,
+                      size_t len, bool blocked)
+{
+    struct fgx_cap_ref ref = {c->cap_slot, c->cap_gen};
+    struct timespec ts;
+    uint64_t now;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    if (ref.gen == 0) {
+        uint8_t ca[16] = {0}, sa[16] = {0};
+        uint16_t cp, sp;
+
+        sa_split(&c->client, ca, &cp);
+        sa_split(&c->server, sa, &sp);
+        fgx_cap_open(cr, IPPROTO_TCP, c->family, ca, cp, sa, sp, now, &ref);
+        if (ref.gen == 0)
+            return; /* every slot holds a blocked capture not collected yet */
+        c->cap_slot = ref.slot;
+        c->cap_gen = ref.gen;
+        /* Both made-up streams start at 1, also the one that has sent nothing yet. */
+        fgx_cap_append(cr, &ref, 0, NULL, 0, now, false);
+        fgx_cap_append(cr, &ref, 1, NULL, 0, now, false);
+    }
+    fgx_cap_append(cr, &ref, side, data, len, now, blocked);
 }
 
 int px_match_scan(struct px_conn *c, int side, const uint8_t *data, size_t len)
@@ -242,6 +283,7 @@ int px_match_scan(struct px_conn *c, int side, const uint8_t *data, size_t len)
     struct fgx_reasm *r = &c->dir[side];
     struct fgx_reasm_match m;
     enum fgx_reasm_verdict v;
+    struct fgx_cap_ring *cr;
 
     if (c->epoch != t->epoch)
         px_match_attach(c);
@@ -257,9 +299,12 @@ int px_match_scan(struct px_conn *c, int side, const uint8_t *data, size_t len)
     t->scan_side = side;
     v = fgx_reasm_segment(t->reasm, r, r->next_seq, 0, data, len, 0, t->now_ms, &m);
     t->scan_conn = NULL;
+    cr = len > 0 ? fgx_cap_set_ring(&t->caps, c->service_id) : NULL;
+    if (cr != NULL)
+        cap_bytes(c, cr, side, data, len, m.matched);
     if (m.matched) {
         px_stats_filter_blocked(&t->ctr, m.filter_id);
-        event_record(c, side, &m);
+        event_record(c, side, &m, cr);
         return -EACCES;
     }
     if (v != FGX_REASM_ACCEPT) {

@@ -15,6 +15,7 @@
 
 #include "px.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "fgx/wctl.h"
@@ -86,7 +87,10 @@ int px_stats_collect(struct px_worker *w, struct fgx_dp_stats *out)
     for (k = 0; k < w->nthreads; k++) {
         struct px_counters *c = &w->threads[k].ctr;
 
+        size_t from = out->nevents;
+
         fgx_wstats_events(&st, &w->threads[k].events);
+        fgx_cap_set_events(&w->threads[k].caps, out, from, out->nevents);
         out->flows += fgx_ctr_load(&c->conns);
         fgx_wstats_services(&st, c->svc, PX_SVC_SLOTS, sizeof(c->svc[0]), add_service);
         fgx_wstats_filters(&st, c->filter, PX_FILTER_SLOTS);
@@ -103,4 +107,23 @@ int px_stats_collect(struct px_worker *w, struct fgx_dp_stats *out)
     out->midstream_reset = own.midstream_reset;
     out->midstream_rescan = own.midstream_rescan;
     return 0;
+}
+
+int px_stats_captures(struct px_worker *w, uint32_t id, struct fgx_blob **caps, size_t *n)
+{
+    size_t cap = 0;
+    int rv = 0;
+
+    *caps = NULL;
+    *n = 0;
+    for (unsigned k = 0; k < w->nthreads && rv == 0; k++)
+        rv = fgx_cap_set_collect(&w->threads[k].caps, id, caps, n, &cap);
+    if (rv != 0) {
+        for (size_t i = 0; i < *n; i++)
+            free((*caps)[i].data);
+        free(*caps);
+        *caps = NULL;
+        *n = 0;
+    }
+    return rv;
 }

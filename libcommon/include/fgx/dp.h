@@ -41,8 +41,10 @@ enum fgx_dp_type {
     FGX_DP_STATS_REQUEST,
     FGX_DP_STATS,
     FGX_DP_ERROR,
-    FGX_DP_FLOWS_REQUEST, /* a planned restart: hand your flows over, then exit */
-    FGX_DP_FLOWS,         /* the flows, from the old worker, for the new one */
+    FGX_DP_FLOWS_REQUEST,   /* a planned restart: hand your flows over, then exit */
+    FGX_DP_FLOWS,           /* the flows, from the old worker, for the new one */
+    FGX_DP_CAPTURE_REQUEST, /* the captured connections of one service, please */
+    FGX_DP_CAPTURES,        /* them (fgx/capture.h) */
 };
 
 struct fgx_dp_service {
@@ -74,6 +76,9 @@ struct fgx_dp_service {
      * a plain TCP service), and whether the proxy speaks plaintext to the service. */
     struct fgx_blob tls_cert, tls_key;
     bool tls_upstream_plain;
+    /* Capture (fgx/capture.h): connections kept by the whole worker, bytes per direction;
+     * 0: capture off. */
+    uint32_t capture_conns, capture_bytes;
 };
 
 struct fgx_dp_ruleset {
@@ -114,6 +119,13 @@ struct fgx_dp_event {
     uint8_t match_end; /* the match ends before excerpt[match_end] (<= excerpt_len) */
     uint8_t excerpt[FGX_DP_EXCERPT_MAX]; /* bytes around the end of the match */
     bool log;                            /* a log filter's match: nothing was dropped */
+    /* The worker's own: where the connection's capture waits in its thread's ring (gen 0:
+     * none). Not encoded. */
+    uint32_t cap_slot, cap_gen;
+    /* The connection's capture, an encoded fgx.dp.Capture (malloc'd, released with the
+     * message); NULL: none. Set by the worker's control thread, never in a ring. */
+    uint8_t *capture;
+    size_t capture_len;
 };
 
 struct fgx_dp_stats {
@@ -161,6 +173,11 @@ struct fgx_dp_msg {
             void *data; /* malloc'd */
             size_t len;
         } flows;
+        uint32_t capture_service; /* CAPTURE_REQUEST */
+        struct {
+            struct fgx_blob *caps; /* malloc'd array of malloc'd encoded captures */
+            size_t n;
+        } captures;
     } u;
 };
 

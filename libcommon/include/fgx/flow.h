@@ -47,6 +47,7 @@ struct fgx_flow {
      * Cleared by the first one that goes on in order. */
     bool resume[2];
     void *dbref[2];           /* the owner's reference on each direction's database */
+    uint32_t cap_slot, cap_gen; /* the owner's capture of the flow (fgx/capture.h); gen 0: none */
     struct fgx_reasm dir[2];  /* [0] client -> server, [1] server -> client */
     /* table links, private */
     int32_t hnext, lprev, lnext;

@@ -48,6 +48,7 @@ struct fgx_wsvc {
     struct fgx_cidr addr;
     bool fail_open;
     uint8_t midstream; /* FGX_MIDSTREAM_RESET or FGX_MIDSTREAM_SCAN (fgx/dp.h) */
+    uint32_t capture_conns, capture_bytes; /* the whole worker's; 0: capture off */
     struct fgx_wdb *db[2]; /* [0] client -> server, [1] server -> client; NULL: nothing to match */
     struct fgx_wtls *tls;  /* NULL: plain TCP (or the worker has no TLS: fgx_wcfg_tls()) */
 };

@@ -100,6 +100,9 @@ struct fgx_wctl {
     /* Optional (proxyworker): load a TLS service's certificate and key, off the data path. A
      * worker without it ignores them (nfqworker: controld never sends it a TLS service). */
     fgx_wtls_load_fn tls_load;
+    /* Optional: every capture of a service (fgx/capture.h), each encoded and malloc'd, in a
+     * malloc'd array (*n 0: none). */
+    int (*captures)(void *worker, uint32_t service_id, struct fgx_blob **caps, size_t *n);
 };
 
 /* Load rs (reusing *current's databases), publish it with one pointer store, wake every thread
