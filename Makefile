@@ -77,12 +77,22 @@ $(BUILD)/%.a:
 	$(Q)rm -f $@ && ar rcs $@ $^
 
 BINS := controld nfqworker proxyworker fgexctl
-all: $(addprefix $(BUILD)/bin/,$(BINS))
+all: $(addprefix $(BUILD)/bin/,$(BINS)) $(BUILD)/bin/fgex-python/.stamp
+
+# The script filters' Python package (scriptworker/python), next to the binaries that run it.
+PY_SRC := $(shell find scriptworker/python -name '*.py' 2>/dev/null)
+$(BUILD)/bin/fgex-python/.stamp: $(PY_SRC)
+	@mkdir -p $(dir $@)
+	@echo "  PY      $(BUILD)/bin/fgex-python"
+	$(Q)rm -rf $(BUILD)/bin/fgex-python.new && cp -r scriptworker/python $(BUILD)/bin/fgex-python.new && \
+		find $(BUILD)/bin/fgex-python.new -name __pycache__ -prune -exec rm -rf {} + && \
+		rm -rf $(BUILD)/bin/fgex-python && mv $(BUILD)/bin/fgex-python.new $(BUILD)/bin/fgex-python && \
+		touch $@
 
 $(BUILD)/bin/controld: $(call objs,controld/main.c) $(BUILD)/libctl.a $(BUILD)/libcommon.a
 	@mkdir -p $(dir $@)
 	@echo "  LD      $@"
-	$(Q)$(CC) $(FGX_LDFLAGS) -o $@ $^ $(LIBS_HS) $(LIBS_NET) $(LIBS_TLS) $(LIBS_BASE) -lm
+	$(Q)$(CC) $(FGX_LDFLAGS) -o $@ $^ $(LIBS_HS) $(LIBS_NET) $(LIBS_TLS) $(LIBS_JSON) $(LIBS_BASE) -lm
 
 $(BUILD)/bin/nfqworker: $(call objs,nfqworker/main.c) $(BUILD)/libnfq.a $(BUILD)/libcommon.a
 	@mkdir -p $(dir $@)

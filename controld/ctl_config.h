@@ -10,6 +10,7 @@
 #include <stddef.h>
 
 #include "control.pb-c.h"
+#include "controld/ctl_script.h"
 #include "controld/ctl_store.h"
 #include "fgx/ruleset.h"
 
@@ -29,6 +30,7 @@ struct ctl_config_export {
     struct ctl_filter *flts;
     size_t nflts;
     Fgx__Ctl__Filter *flt_msgs, **flt_ptrs;
+    struct ctl_script_export scripts; /* the services' script filter files (ctl_script.c) */
 };
 
 /* Every service and filter of t (ids, flags and creation times; no counters), and the password

@@ -70,6 +70,7 @@ static void rpc_release(struct ctl_rpc *r)
     free(r->imp_warn);
     free(r->imp_text);
     free(r->imp_ptrs);
+    ctl_script_reply_free(r->script);
     explicit_bzero(r->token, sizeof(r->token));
 }
 
@@ -600,7 +601,7 @@ Fgx__Ctl__Code ctl_rpc_config_code(int rv)
  * A new command goes into its family's table; a new family adds its table here. */
 static const struct ctl_rpc_cmd *const rpc_families[] = {
     ctl_rpc_admin_cmds,  ctl_rpc_service_cmds, ctl_rpc_filter_cmds,
-    ctl_rpc_worker_cmds, ctl_rpc_stats_cmds,
+    ctl_rpc_worker_cmds, ctl_rpc_stats_cmds,   ctl_rpc_script_cmds,
 };
 
 static const struct ctl_rpc_cmd *rpc_cmd_find(Fgx__Ctl__Request__ReqCase req)

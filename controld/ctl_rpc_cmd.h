@@ -13,6 +13,7 @@
 #include "controld/ctl_apply.h"
 #include "controld/ctl_auth.h"
 #include "controld/ctl_config.h"
+#include "controld/ctl_script.h"
 #include "controld/ctl_store.h"
 #include "fgx/chan_tls.h"
 #include "fgx/ruleset.h"
@@ -53,6 +54,7 @@ struct ctl_rpc {
     size_t nimp_warn;
     char (*imp_text)[FGX_PATTERN_WARN_LEN + 16];
     char **imp_ptrs;
+    struct ctl_script_reply *script; /* the script family's reply contents (ctl_script.h) */
 };
 
 typedef void (*ctl_rpc_handler_fn)(struct ctl_rpc *r, const Fgx__Ctl__Request *q);
@@ -74,6 +76,7 @@ extern const struct ctl_rpc_cmd ctl_rpc_service_cmds[];
 extern const struct ctl_rpc_cmd ctl_rpc_filter_cmds[];
 extern const struct ctl_rpc_cmd ctl_rpc_worker_cmds[];
 extern const struct ctl_rpc_cmd ctl_rpc_stats_cmds[];
+extern const struct ctl_rpc_cmd ctl_rpc_script_cmds[];
 
 /* The reference a Ref carries, or NULL. */
 static inline const char *ctl_rpc_ref(const Fgx__Ctl__Ref *ref)

@@ -24,6 +24,7 @@
 struct ctl_store {
     MDB_env *env;
     MDB_dbi services, filters, meta, dbcache, events;
+    MDB_dbi scripts; /* service id -> its script filter file (ctl_script.c's record) */
     size_t mapsize;
 };
 
@@ -118,6 +119,11 @@ static void be32_put(uint8_t *p, uint32_t v)
     p[3] = (uint8_t)v;
 }
 
+static uint32_t be32_get(const uint8_t *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
 static void be64_put(uint8_t *p, uint64_t v)
 {
     for (int i = 7; i >= 0; i--) {
@@ -206,7 +212,7 @@ int ctl_store_open(const char *dir, size_t mapsize, struct ctl_store **out)
         goto err;
     rv = store_err(mdb_env_set_mapsize(s->env, s->mapsize), "set map size");
     if (rv == 0)
-        rv = store_err(mdb_env_set_maxdbs(s->env, 8), "set max dbs");
+        rv = store_err(mdb_env_set_maxdbs(s->env, 16), "set max dbs");
     if (rv == 0)
         rv = store_err(mdb_env_open(s->env, dir, 0, 0600), dir);
     if (rv < 0)
@@ -223,6 +229,8 @@ int ctl_store_open(const char *dir, size_t mapsize, struct ctl_store **out)
         rv = store_err(mdb_dbi_open(txn, "dbcache", MDB_CREATE, &s->dbcache), "open dbcache");
     if (rv == 0)
         rv = store_err(mdb_dbi_open(txn, "events", MDB_CREATE, &s->events), "open events");
+    if (rv == 0)
+        rv = store_err(mdb_dbi_open(txn, "scripts", MDB_CREATE, &s->scripts), "open scripts");
     if (rv < 0) {
         mdb_txn_abort(txn);
         goto err;
@@ -562,6 +570,9 @@ int ctl_store_service_del(struct ctl_txn *t, uint32_t id)
         return rv;
     rv = svc_totals_del(t, id);
     if (rv < 0)
+        return rv;
+    rv = ctl_store_script_del(t, id);
+    if (rv < 0 && rv != -ENOENT)
         return rv;
     be32_put(key, id);
     return rec_del(t, t->s->services, key, sizeof(key));
@@ -1124,4 +1135,80 @@ int ctl_store_dbcache_keep(struct ctl_txn *t, const uint64_t *keys, size_t n)
         rv = store_err(rc, "prune dbcache");
     mdb_cursor_close(cur);
     return rv;
+}
+
+/* ---- script filter files (one record per service, opaque here) ---- */
+
+int ctl_store_script_get(struct ctl_txn *t, uint32_t service_id, void **data, size_t *len)
+{
+    uint8_t k[4];
+    MDB_val v;
+    int rv;
+
+    be32_put(k, service_id);
+    rv = rec_get(t, t->s->scripts, k, sizeof(k), &v);
+    if (rv < 0)
+        return rv;
+    *data = malloc(v.mv_size ? v.mv_size : 1);
+    if (!*data)
+        return -ENOMEM;
+    memcpy(*data, v.mv_data, v.mv_size);
+    *len = v.mv_size;
+    return 0;
+}
+
+int ctl_store_script_put(struct ctl_txn *t, uint32_t service_id, const void *data, size_t len)
+{
+    uint8_t k[4];
+
+    be32_put(k, service_id);
+    return rec_put(t, t->s->scripts, k, sizeof(k), data, len);
+}
+
+int ctl_store_script_del(struct ctl_txn *t, uint32_t service_id)
+{
+    uint8_t k[4];
+
+    be32_put(k, service_id);
+    return rec_del(t, t->s->scripts, k, sizeof(k));
+}
+
+int ctl_store_script_ids(struct ctl_txn *t, uint32_t **ids, size_t *n)
+{
+    MDB_cursor *cur;
+    MDB_val k, v;
+    uint32_t *out = NULL, *grown;
+    size_t cnt = 0, cap = 0;
+    int rv, rc;
+
+    *ids = NULL;
+    *n = 0;
+    rv = store_err(mdb_cursor_open(t->txn, t->s->scripts, &cur), "cursor");
+    if (rv < 0)
+        return rv;
+    for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
+         rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+        if (k.mv_size != 4)
+            continue;
+        if (cnt == cap) {
+            cap = cap ? cap * 2 : 8;
+            grown = realloc(out, cap * sizeof(*out));
+            if (!grown) {
+                rv = -ENOMEM;
+                break;
+            }
+            out = grown;
+        }
+        out[cnt++] = be32_get((const uint8_t *)k.mv_data);
+    }
+    if (rv == 0 && rc != MDB_NOTFOUND)
+        rv = store_err(rc, "list scripts");
+    mdb_cursor_close(cur);
+    if (rv < 0) {
+        free(out);
+        return rv;
+    }
+    *ids = out;
+    *n = cnt;
+    return 0;
 }

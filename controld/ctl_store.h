@@ -137,4 +137,12 @@ int ctl_store_dbcache_keep(struct ctl_txn *t, const uint64_t *keys, size_t n);
 /* Text for a store error code, for replies ("state store full: ..."). */
 const char *ctl_store_strerror(int err);
 
+/* Script filter files: one opaque record per service (controld/ctl_script.c encodes it),
+ * removed with the service. _get: *data malloc'd (free()); -ENOENT quietly when the service has
+ * none. _ids: the services that have one, ascending; *ids malloc'd. */
+int ctl_store_script_get(struct ctl_txn *t, uint32_t service_id, void **data, size_t *len);
+int ctl_store_script_put(struct ctl_txn *t, uint32_t service_id, const void *data, size_t len);
+int ctl_store_script_del(struct ctl_txn *t, uint32_t service_id);
+int ctl_store_script_ids(struct ctl_txn *t, uint32_t **ids, size_t *n);
+
 #endif

@@ -44,6 +44,11 @@ static const char usage_main[] =
     "  events [SERVICE] [--limit N] [--follow]  the latest blocks, with an excerpt\n"
     "  filter import SERVICE FILE [--replace]   load a ruleset file, all or nothing\n"
     "  filter export SERVICE                    print a service's filters as a ruleset file\n"
+    "  script set SERVICE FILE.py               a Python filter file (Firegex's API), checked\n"
+    "  script get|rm|list SERVICE\n"
+    "  script enable|disable SERVICE FUNCTION\n"
+    "  script log SERVICE [--follow]            tracebacks, timeouts, what scripts print\n"
+    "  script test FILE.py --pcap FILE          run a filter file offline over a capture\n"
     "  export FILE                              save the whole configuration as JSON\n"
     "  import FILE                              restore it (replaces everything, atomically)\n"
     "  login [--password-file F]                log in to a remote controld\n"
@@ -117,6 +122,8 @@ static const struct opt_def opt_defs[CLI_NOPTS] = {
     {"--expire-sessions", CLI_OPT_EXPIRE, ARG_NONE},
     {"--replace", CLI_OPT_REPLACE, ARG_NONE},
     {"--midstream", CLI_OPT_MIDSTREAM, ARG_REQUIRED},
+    {"--pcap", CLI_OPT_PCAP, ARG_REQUIRED},
+    {"--deadline", CLI_OPT_DEADLINE, ARG_REQUIRED},
 };
 
 /* ---- helpers ----------------------------------------------------------------------------- */
@@ -485,6 +492,7 @@ static int build_request(struct cli_cmd *cmd, const struct cli_cmd_def *spec,
         fgx__ctl__request__init(r);
         cmd->watch = cmd->follow = false;
         cmd->file = cmd->password_file = NULL;
+        cmd->run_local = NULL;
     }
     return rc;
 }

@@ -59,7 +59,15 @@ struct cli_cmd {
         Fgx__Ctl__Passwd passwd;
         Fgx__Ctl__AuthSet auth_set;
         Fgx__Ctl__FilterImport filter_import;
+        Fgx__Ctl__ScriptSet script_set;
+        Fgx__Ctl__ScriptFunctionRef script_fn;
+        Fgx__Ctl__ScriptLogQuery script_log;
     } m;
+    /* script commands: set, the command runs here instead of one request (script test, script
+     * log --follow); returns the exit status. */
+    int (*run_local)(struct cli_cmd *cmd);
+    const char *pcap;        /* script test --pcap FILE */
+    const char *script_port; /* script test --port PORT, or NULL */
 };
 
 /* Parse argv (argv[0] is the program). env_url is $FGEX_URL or NULL (passed in so the parse

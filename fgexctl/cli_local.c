@@ -89,6 +89,13 @@ int cli_local_prepare(struct cli_cmd *cmd, struct cli_local *l)
                          rc == -EINVAL ? why : strerror(-rc));
         l->ruleset = true;
         return 0;
+    case FGX__CTL__REQUEST__REQ_SCRIPT_SET:
+        rc = read_input(l, cmd->file, &l->script, &len);
+        if (rc < 0)
+            return rc;
+        cmd->m.script_set.source.data = (uint8_t *)l->script;
+        cmd->m.script_set.source.len = len;
+        return 0;
     default:
         return 0;
     }
@@ -306,4 +313,6 @@ void cli_local_release(struct cli_cmd *cmd, struct cli_local *l)
         cli_ruleset_release(&cmd->m.filter_import);
         l->ruleset = false;
     }
+    free(l->script);
+    l->script = NULL;
 }

@@ -17,6 +17,7 @@ struct cli_local {
     char *password;           /* login/passwd; wiped and freed by cli_local_release */
     Fgx__Ctl__Config *config; /* import: the Config sent */
     bool ruleset;             /* filter import: cmd->m.filter_import.filters are ours */
+    char *script;             /* script set: the file's bytes, sent as they are */
     int exit_code;            /* after a failure: the exit status */
     char err[1024];           /* after a failure: the reason, one line, without "fgexctl: " */
 };

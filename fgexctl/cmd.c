@@ -11,6 +11,7 @@ const struct cli_cmd_family *const cli_cmd_families[] = {
     &cli_cmd_worker,
     &cli_cmd_stats,
     &cli_cmd_events,
+    &cli_cmd_script,
     NULL,
 };
 

@@ -34,8 +34,10 @@ enum cli_opt {
     CLI_OPT_EXPIRE = 1u << 13,
     CLI_OPT_REPLACE = 1u << 14,
     CLI_OPT_MIDSTREAM = 1u << 15,
+    CLI_OPT_PCAP = 1u << 16,     /* script test --pcap FILE */
+    CLI_OPT_DEADLINE = 1u << 17, /* script set --deadline MS */
 };
-#define CLI_NOPTS 16
+#define CLI_NOPTS 18
 
 /* What the scan of a command's arguments found, before any value is interpreted. */
 struct cli_args_raw {
@@ -82,7 +84,7 @@ struct cli_cmd_family {
 };
 
 extern const struct cli_cmd_family cli_cmd_admin, cli_cmd_service, cli_cmd_filter, cli_cmd_worker,
-    cli_cmd_stats, cli_cmd_events;
+    cli_cmd_stats, cli_cmd_events, cli_cmd_script;
 
 /* Every family, NULL-terminated (cmd.c). */
 extern const struct cli_cmd_family *const cli_cmd_families[];

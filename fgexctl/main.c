@@ -132,6 +132,10 @@ int main(int argc, char **argv)
             goto out;
         }
     }
+    if (cmd.run_local) {
+        status = cmd.run_local(&cmd);
+        goto out;
+    }
     if (cmd.watch || cmd.follow) {
         status = cli_loop_run(&cmd, stdout);
         goto out;

@@ -13,7 +13,7 @@ import dpkt
 from fgex.engine import Conn, Script, ScriptError
 
 
-class _Deadline(Exception):
+class _Deadline(BaseException):  # not caught as a filter's exception
     pass
 
 

@@ -1,0 +1,208 @@
+#!/usr/bin/python3
+"""Integration: script filters (issue 16), Python filter files with Firegex's API: a file is
+checked when it is set (refused with FILE:LINE, nothing stored), stored, listed, kept in
+backups; `script test` runs a file offline over a pcap written with scapy."""
+import base64
+import gzip
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fgxit as it  # noqa: E402
+from fgxit import check, test  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FIREGEX_EXAMPLE = os.path.join(HERE, "scripts", "firegex_http_example.py")
+
+
+def write(text, name="f.py"):
+    d = tempfile.mkdtemp(prefix="fgx-script-")
+    p = os.path.join(d, name)
+    with open(p, "wb") as f:
+        f.write(text.encode() if isinstance(text, str) else text)
+    return p
+
+
+def refused(env, svc, text, line, words):
+    p = write(text, "bad.py")
+    r = env.ctl_raw("script", "set", svc, p, json_out=False)
+    check(r.returncode == 4, "a bad file was accepted (rc %d): %s%s", r.returncode, r.stdout,
+          r.stderr)
+    check("bad.py:%d:" % line in r.stderr, "the refusal does not name bad.py:%d: %r", line,
+          r.stderr)
+    for w in words:
+        check(w in r.stderr, "the refusal does not say %r: %r", w, r.stderr)
+    return r.stderr
+
+
+@test
+def firegex_example_loads_and_lists(env):
+    env.service("fgxex", "tcp")
+    doc = env.ctl("script", "set", "fgxex", FIREGEX_EXAMPLE)
+    fns = doc["functions"]
+    check([f["name"] for f in fns] == ["filter_with_args"], "functions %r", fns)
+    check(fns[0]["line"] == 6 and fns[0]["params"] == ["HttpRequest"] and fns[0]["active"],
+          "function entry %r", fns[0])
+    check(doc["deadline_ms"] == 100, "default deadline %r", doc)
+    lst = env.ctl("script", "list", "fgxex")
+    check(lst["functions"][0]["name"] == "filter_with_args" and
+          lst["functions"][0]["blocked"] == 0, "script list %r", lst)
+    # get gives the file back byte for byte
+    r = env.ctl_raw("script", "get", "fgxex", json_out=False)
+    with open(FIREGEX_EXAMPLE) as f:
+        check(r.stdout == f.read(), "script get is not the file: %r", r.stdout[:200])
+    r = env.ctl_raw("script", "list", "fgxex", json_out=False)
+    check("filter_with_args" in r.stdout and "HttpRequest" in r.stdout, "list: %r", r.stdout)
+
+
+@test
+def bad_files_refused_with_line(env):
+    env.service("badf", "tcp")
+    hdr = "from firegex.nfproxy import pyfilter, ACCEPT, REJECT\n" \
+          "from firegex.nfproxy.models import RawPacket, HttpRequest\n"
+    refused(env, "badf", hdr + "@pyfilter\ndef f(p: RawPacket)\n    return ACCEPT\n", 4,
+            ["syntax error"])
+    refused(env, "badf", hdr + "\n@pyfilter\ndef f(p):\n    return ACCEPT\n", 5,
+            ["no annotation", "p"])
+    refused(env, "badf", hdr + "@pyfilter\ndef f(p: int):\n    return ACCEPT\n", 4,
+            ["unknown annotation", "int"])
+    refused(env, "badf", hdr + "@pyfilter\ndef f(p: RawPacket):\n    pass\n\n"
+            "@pyfilter\ndef f(p: RawPacket):\n    pass\n", 8, ["two functions named f"])
+    refused(env, "badf", hdr + "FGEX_STREAM_MAX_SIZE = 'big'\n@pyfilter\ndef f(p: RawPacket):\n"
+            "    pass\n", 3, ["FGEX_STREAM_MAX_SIZE"])
+    refused(env, "badf", hdr + "from firegex.nfproxy import UNSTABLE_MANGLE\n@pyfilter\n"
+            "def f(p: RawPacket):\n    p.l4_data = b'x'\n    return UNSTABLE_MANGLE\n", 6,
+            ["mangl"])
+    refused(env, "badf", hdr + "import nosuchmodule_fgx\n", 3, ["ModuleNotFoundError"])
+    # nothing was stored by any of them
+    r = env.ctl_raw("script", "list", "badf")
+    check(r.returncode == 3, "a refused file was stored: %s %s", r.stdout, r.stderr)
+    # a module-level endless loop is cut by the check's time limit, and controld answers
+    r = env.ctl_raw("script", "set", "badf", write(hdr + "while True:\n    pass\n"),
+                    json_out=False, timeout=30)
+    check(r.returncode == 4 and "did not finish loading" in r.stderr, "loop: %d %r",
+          r.returncode, r.stderr)
+    env.ctl("status")
+
+
+@test
+def enable_disable_rm_and_backup(env):
+    env.service("ed", "tcp")
+    src = ("from fgex import *\n@pyfilter\ndef one(p: RawPacket):\n    pass\n\n"
+           "@pyfilter\ndef two(s: TCPInputStream):\n    pass\n")
+    p = write(src)
+    env.ctl("script", "set", "ed", p, "--deadline", "250")
+    doc = env.ctl("script", "disable", "ed", "two")
+    check([f["active"] for f in doc["functions"]] == [True, False], "after disable %r", doc)
+    # a new version keeps the switch and the deadline
+    doc = env.ctl("script", "set", "ed", p)
+    check([f["active"] for f in doc["functions"]] == [True, False] and doc["deadline_ms"] == 250,
+          "after set again %r", doc)
+    r = env.ctl_raw("script", "enable", "ed", "three")
+    check(r.returncode == 3, "enable of an unknown function: %d %s", r.returncode, r.stderr)
+    env.ctl("script", "enable", "ed", "two")
+    # export carries the file byte for byte; import brings it back
+    d = tempfile.mkdtemp(prefix="fgx-script-")
+    bk = os.path.join(d, "backup.json")
+    r = env.ctl_raw("export", bk, json_out=False)
+    check(r.returncode == 0, "export: %s", r.stderr)
+    with open(bk) as f:
+        cfg = json.load(f)
+    scripts = [sv["script"] for sv in cfg["services"] if sv["name"] == "ed" and "script" in sv]
+    check(len(scripts) == 1, "the backup has no script for ed: %r", cfg["services"])
+    check([f["active"] for f in scripts[0]["functions"]] == [True, True] and
+          scripts[0]["deadline_ms"] == 250, "the backup's script %r", scripts[0])
+    mine = [s for s in scripts if s.get("source") == src or
+            (s.get("source_b64") and base64.b64decode(s["source_b64"]) == src.encode())]
+    check(mine, "the backup does not hold the file: %r", scripts)
+    env.ctl("script", "rm", "ed")
+    r = env.ctl_raw("script", "get", "ed")
+    check(r.returncode == 3, "script get after rm: %d", r.returncode)
+    r = env.ctl_raw("import", bk, json_out=False)
+    check(r.returncode == 0, "import: %s", r.stderr)
+    r = env.ctl_raw("script", "get", "ed", json_out=False)
+    check(r.stdout == src, "after import the file is %r", r.stdout)
+    udp, _ = env.service("eu", "udp")
+    r = env.ctl_raw("script", "set", "eu", p, json_out=False)
+    check(r.returncode == 4 and "UDP" in r.stderr, "a UDP service took a script: %s", r.stderr)
+
+
+def pcap_conns(path):
+    """Two HTTP connections to port 80 and one to 81, written with scapy's wrpcap."""
+    from scapy.all import IP, TCP, Raw, wrpcap
+    pk = []
+
+    def conn(sport, dport, msgs):
+        c, s = "10.9.0.1", "10.9.0.2"
+        seq, sseq = 1000, 5000
+        pk.append(IP(src=c, dst=s) / TCP(sport=sport, dport=dport, flags="S", seq=seq - 1))
+        pk.append(IP(src=s, dst=c) / TCP(sport=dport, dport=sport, flags="SA", seq=sseq - 1,
+                                          ack=seq))
+        for req, segs in msgs:
+            # the request in segments, the second before the first (held until the gap fills)
+            parts = [req[i:i + segs] for i in range(0, len(req), segs)]
+            offs = [sum(len(x) for x in parts[:i]) for i in range(len(parts))]
+            order = list(range(len(parts)))
+            if len(order) > 1:
+                order[0], order[1] = order[1], order[0]
+            for i in order:
+                pk.append(IP(src=c, dst=s) / TCP(sport=sport, dport=dport, flags="PA",
+                                                  seq=seq + offs[i], ack=sseq) / Raw(parts[i]))
+            seq += len(req)
+            resp = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+            pk.append(IP(src=s, dst=c) / TCP(sport=dport, dport=sport, flags="PA", seq=sseq,
+                                              ack=seq) / Raw(resp))
+            sseq += len(resp)
+
+    ok = b"GET /index HTTP/1.1\r\nHost: a\r\n\r\n"
+    body = gzip.compress(b"this is ILLEGAL")
+    bad = (b"POST /x HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n" +
+           b"%x\r\n" % 5 + b"ILLEG\r\n" + b"2\r\nAL\r\n0\r\n\r\n")
+    conn(40001, 80, [(ok, 1000)])
+    conn(40002, 80, [(ok, 1000), (bad, 20)])   # keep-alive: the second request is chunked
+    conn(40003, 81, [(ok, 1000)])
+    wrpcap(path, pk)
+    return body
+
+
+@test
+def script_test_on_pcap(env):
+    d = tempfile.mkdtemp(prefix="fgx-script-")
+    pcap = os.path.join(d, "t.pcap")
+    pcap_conns(pcap)
+    fgexctl = os.path.join(env.bin, "fgexctl")
+    r = subprocess.run([fgexctl, "--json", "script", "test", FIREGEX_EXAMPLE, "--pcap", pcap],
+                       capture_output=True, text=True, timeout=30)
+    check(r.returncode == 0, "script test: %d %s", r.returncode, r.stderr)
+    res = json.loads(r.stdout)
+    got = [(c["sport"], c["verdict"], c["function"]) for c in res]
+    check(got == [(40001, "accept", ""), (40002, "reject", "filter_with_args"),
+                  (40003, "accept", "")], "verdicts %r", got)
+    r = subprocess.run([fgexctl, "script", "test", FIREGEX_EXAMPLE, "--pcap", pcap, "--port",
+                        "81"], capture_output=True, text=True, timeout=30)
+    lines = r.stdout.splitlines()
+    check(r.returncode == 0 and len(lines) == 2 and "10.9.0.1:40003" in lines[1] and
+          "accept" in lines[1], "--port 81: %r %s", r.stdout, r.stderr)
+    # a gzip body decoded for body_decoded, an exception, an endless loop, each per connection
+    src = ("from firegex.nfproxy import pyfilter, REJECT, DROP\n"
+           "from firegex.nfproxy.models import HttpFullRequest\n"
+           "@pyfilter\ndef boom(r: HttpFullRequest):\n"
+           "    if r.method == b'POST':\n        raise ValueError('no')\n")
+    r = subprocess.run([fgexctl, "script", "test", write(src), "--pcap", pcap],
+                       capture_output=True, text=True, timeout=30)
+    check(r.returncode == 0 and "error" in r.stdout and "ValueError: no" in r.stdout,
+          "exception: %r %s", r.stdout, r.stderr)
+    r = subprocess.run([fgexctl, "script", "test", write(src.replace(
+        "raise ValueError('no')", "while True: pass")), "--pcap", pcap],
+        capture_output=True, text=True, timeout=30)
+    check(r.returncode == 0 and "timeout" in r.stdout, "loop: %r %s", r.stdout, r.stderr)
+    r = subprocess.run([fgexctl, "script", "test", write("def x(:\n"), "--pcap", pcap],
+                       capture_output=True, text=True, timeout=30)
+    check(r.returncode == 4 and ":1:" in r.stderr, "bad file: %d %r", r.returncode, r.stderr)
+
+
+if __name__ == "__main__":
+    sys.exit(it.run_module("scripts"))
