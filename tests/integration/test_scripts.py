@@ -204,5 +204,85 @@ def script_test_on_pcap(env):
     check(r.returncode == 4 and ":1:" in r.stderr, "bad file: %d %r", r.returncode, r.stderr)
 
 
+SW_SRC = """
+from firegex.nfproxy import pyfilter, REJECT, DROP
+from firegex.nfproxy.models import HttpRequest
+seen = 0
+@pyfilter
+def f(r: HttpRequest):
+    global seen
+    seen += 1
+    print("request", seen, r.url)
+    if r.url == "/evil":
+        return REJECT
+    if r.url == "/drop":
+        return DROP
+    if r.url == "/loop":
+        while True:
+            pass
+    if r.url == "/boom":
+        raise ValueError("boom")
+"""
+
+
+@test
+def scriptworker_verdicts_and_isolation(env):
+    """The real scriptworker, driven over nng as a data-path worker drives it: verdicts,
+    per-connection globals, an exception (traceback in the log), an endless loop (timeout,
+    the function named, the interpreter replaced, its connections' state lost), and the
+    other interpreter's connections unharmed."""
+    from swclient import SwClient
+    url = "ipc://%s/sw-test.sock" % tempfile.mkdtemp(prefix="fgx-sw-")
+    p = subprocess.Popen([os.path.join(env.bin, "scriptworker"), "--listen", url,
+                          "--python-dir", os.path.join(env.bin, "fgex-python"), "--procs", "2"],
+                         stderr=subprocess.DEVNULL)
+    c = None
+    try:
+        c = SwClient(url, timeout_ms=10000)
+        check(c.script(7, SW_SRC, deadline_ms=200), "the file was not loaded")
+
+        def req(conn, url_, hash_):
+            return c.data(7, conn, True, b"GET %s HTTP/1.1\r\nHost: a\r\n\r\n" %
+                          url_.encode(), hash_=hash_)
+
+        for conn, h in ((1, 0), (2, 1), (3, 0)):
+            c.open(7, conn, hash_=h)
+        check(req(1, "/ok", 0)[0] == "accept", "accept")
+        check(req(1, "/ok", 0)[0] == "accept", "accept on keep-alive")
+        v = req(1, "/evil", 0)
+        check(v[:2] == ("reject", "f"), "reject: %r", v)
+        check(req(2, "/drop", 1)[:2] == ("drop", "f"), "drop")
+        c.open(7, 4, hash_=1)
+        v = req(4, "/boom", 1)
+        check(v[:2] == ("error", "f"), "an exception is an error verdict: %r", v)
+        check(req(3, "/ok", 0)[0] == "accept", "conn 3")
+        # per-connection globals: conn 3 has seen one request, whatever conn 1 saw
+        prints = [t for (_, k, _, t) in c.logs if k == "print"]
+        check("request 1 /ok\n" in prints and "request 3 /evil\n" in prints, "prints %r",
+              prints)
+        exc = [t for (_, k, fn, t) in c.logs if k == "exception" and fn == "f"]
+        check(exc and "ValueError: boom" in exc[0] and "line 18" in exc[0] and "engine.py" not in exc[0],
+              "traceback %r", exc)
+        c.open(7, 5, hash_=1)
+        c.open(7, 6, hash_=1)
+        req(6, "/ok", 1)
+        t0 = __import__("time").monotonic()
+        v = req(5, "/loop", 1)
+        took = __import__("time").monotonic() - t0
+        check(v[:2] == ("timeout", "f") and 0.15 < took < 2.0, "loop: %r after %.2fs", v, took)
+        check(any(k == "timeout" and fn == "f" for (_, k, fn, _) in c.logs), "no timeout log")
+        # conn 6 lived in the replaced interpreter: its state is gone (fail-open verdict)
+        check(req(6, "/ok", 1)[0] == "error", "state of the replaced interpreter")
+        # the other interpreter never stopped; the new one runs the file too
+        check(req(3, "/evil", 0)[:2] == ("reject", "f"), "interpreter 0 after the loop")
+        c.open(7, 7, hash_=1)
+        check(req(7, "/evil", 1)[:2] == ("reject", "f"), "the new interpreter")
+    finally:
+        if c:
+            c.close()
+        p.terminate()
+        p.wait(timeout=5)
+
+
 if __name__ == "__main__":
     sys.exit(it.run_module("scripts"))

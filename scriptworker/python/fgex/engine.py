@@ -256,8 +256,13 @@ class Conn:
             self.calls += 1
             try:
                 res = func(*c)
-            except Exception:
-                return Verdict("error", name, traceback.format_exc())
+            except Exception as e:
+                # the traceback from the file's own frames: fgex's are noise to its author
+                tb = e.__traceback__
+                while tb is not None and tb.tb_frame.f_code.co_filename != self.script.filename:
+                    tb = tb.tb_next
+                return Verdict("error", name, "".join(traceback.format_exception(
+                    type(e), e, tb if tb is not None else e.__traceback__)))
             if res is None or res is Action.ACCEPT:
                 continue
             if res is Action.REJECT:
