@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "controld/ctl_compile.h"
+#include "controld/ctl_script.h"
 #include "fgx/log.h"
 
 static bool dir_has_pattern(const struct fgx_pattern *pats, size_t n, enum fgx_dir dir)
@@ -128,6 +129,12 @@ int ctl_ruleset_build(struct ctl_txn *t, struct ctl_ruleset *out, char *err, siz
         d->addr = s->addr;
         d->fail_open = s->fail_open;
         d->midstream = s->midstream;
+        rv = ctl_script_payload(t, s->id, &d->script, &d->script_deadline_ms);
+        if (rv < 0 && rv != -ENOENT) {
+            snprintf(err, errlen, "service %s: cannot read its script: %s", s->name,
+                     ctl_store_strerror(rv));
+            goto out;
+        }
         for (int k = 0; k < 2; k++) {
             enum fgx_dir dir = k == 0 ? FGX_DIR_C2S : FGX_DIR_S2C;
             uint64_t key;
@@ -179,12 +186,14 @@ void ctl_ruleset_release(struct ctl_ruleset *rs)
         fgx_blob_release(&rs->dp.services[i].db[1]);
         free(rs->dp.services[i].ids[0]);
         free(rs->dp.services[i].ids[1]);
+        fgx_blob_release(&rs->dp.services[i].script);
     }
     for (size_t i = 0; i < rs->px_dp.nservices; i++) {
         fgx_blob_release(&rs->px_dp.services[i].db[0]);
         fgx_blob_release(&rs->px_dp.services[i].db[1]);
         free(rs->px_dp.services[i].ids[0]);
         free(rs->px_dp.services[i].ids[1]);
+        fgx_blob_release(&rs->px_dp.services[i].script);
     }
     free(rs->dp.services);
     free(rs->nft);

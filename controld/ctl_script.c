@@ -453,3 +453,47 @@ void ctl_script_reply_free(struct ctl_script_reply *sr)
     free(sr->entry_ptrs);
     free(sr);
 }
+
+int ctl_script_payload(struct ctl_txn *t, uint32_t service_id, struct fgx_blob *out,
+                       uint32_t *deadline_ms)
+{
+    Fgx__Ctl__Script *s;
+    size_t len = 2, n = 0;
+    uint8_t *p;
+    int rv;
+
+    memset(out, 0, sizeof(*out));
+    rv = ctl_script_load(t, service_id, &s);
+    if (rv < 0)
+        return rv;
+    for (size_t i = 0; i < s->n_functions; i++)
+        if (s->functions[i]->has_active && !s->functions[i]->active) {
+            len += 2 + strlen(s->functions[i]->name);
+            n++;
+        }
+    len += s->source.len;
+    p = malloc(len);
+    if (!p) {
+        ctl_script_free(s);
+        return -ENOMEM;
+    }
+    out->data = p;
+    out->len = len;
+    out->hash = fgx_hash64(s->source.data, s->source.len, 0);
+    *p++ = (uint8_t)n;
+    *p++ = (uint8_t)(n >> 8);
+    for (size_t i = 0; i < s->n_functions; i++) {
+        size_t k = strlen(s->functions[i]->name);
+
+        if (!s->functions[i]->has_active || s->functions[i]->active)
+            continue;
+        *p++ = (uint8_t)k;
+        *p++ = (uint8_t)(k >> 8);
+        memcpy(p, s->functions[i]->name, k);
+        p += k;
+    }
+    memcpy(p, s->source.data, s->source.len);
+    *deadline_ms = s->has_deadline_ms ? s->deadline_ms : CTL_SCRIPT_DEADLINE_MS;
+    ctl_script_free(s);
+    return 0;
+}

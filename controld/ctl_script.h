@@ -11,6 +11,7 @@
 
 #include "control.pb-c.h"
 #include "controld/ctl_store.h"
+#include "fgx/ruleset.h"
 
 #define CTL_SCRIPT_SOURCE_MAX (1u << 20) /* bytes of one filter file */
 #define CTL_SCRIPT_CHECK_MS 5000         /* the check process's time limit */
@@ -32,6 +33,11 @@ int ctl_script_check(const void *src, size_t len, const char *filename, Fgx__Ctl
  * ctl_script_free(). */
 int ctl_script_load(struct ctl_txn *t, uint32_t service_id, Fgx__Ctl__Script **out);
 int ctl_script_save(struct ctl_txn *t, const Fgx__Ctl__Script *s);
+/* What the data path gives scriptworker for a service (fgx/swproto.h's SCRIPT payload: the
+ * disabled functions, then the source) into *out (malloc'd), and its deadline. -ENOENT
+ * quietly when the service has no script. */
+int ctl_script_payload(struct ctl_txn *t, uint32_t service_id, struct fgx_blob *out,
+                       uint32_t *deadline_ms);
 /* Frees a Script from ctl_script_check() or ctl_script_load(); NULL is a no-op. */
 void ctl_script_free(Fgx__Ctl__Script *s);
 

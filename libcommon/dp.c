@@ -144,6 +144,13 @@ static int service_to_pb(const struct fgx_dp_service *s, Fgx__Dp__Service *p)
     p->ids_c2s = (uint32_t *)s->ids[0];
     p->n_ids_s2c = s->nids[1];
     p->ids_s2c = (uint32_t *)s->ids[1];
+    if (s->script.len > 0) {
+        p->has_script = 1;
+        p->script.data = s->script.data;
+        p->script.len = s->script.len;
+        p->has_script_deadline_ms = 1;
+        p->script_deadline_ms = s->script_deadline_ms;
+    }
     return 0;
 }
 
@@ -544,6 +551,14 @@ static int service_from_pb(Fgx__Dp__Service *p, const struct fgx_dp_ruleset *r, 
         fgx_err("data-path decode: out of memory for the filter ids of service %u", p->id);
         return -ENOMEM;
     }
+    if (p->has_script && p->script.len > 0) {
+        s->script.data = malloc(p->script.len);
+        if (!s->script.data)
+            return -ENOMEM;
+        memcpy(s->script.data, p->script.data, p->script.len);
+        s->script.len = p->script.len;
+        s->script_deadline_ms = p->has_script_deadline_ms ? p->script_deadline_ms : 100;
+    }
     return 0;
 }
 
@@ -752,6 +767,7 @@ void fgx_dp_msg_release(struct fgx_dp_msg *m)
                       m->u.ruleset.services[i].db_shared[1]);
             free(m->u.ruleset.services[i].ids[0]);
             free(m->u.ruleset.services[i].ids[1]);
+            free(m->u.ruleset.services[i].script.data);
         }
         free(m->u.ruleset.services);
         break;

@@ -64,6 +64,10 @@ struct fgx_dp_service {
      * are still here, so no partial match of a surviving filter is lost. */
     uint32_t *ids[2];
     size_t nids[2];
+    /* Script filters: scriptworker's SCRIPT payload (len 0: the service has no script; in a
+     * decoded ruleset malloc'd and owned like db), the per-call deadline in ms. */
+    struct fgx_blob script;
+    uint32_t script_deadline_ms;
 };
 
 struct fgx_dp_ruleset {

@@ -33,6 +33,11 @@ struct fgx_wsvc {
     bool fail_open;
     uint8_t midstream; /* FGX_MIDSTREAM_RESET or FGX_MIDSTREAM_SCAN (fgx/dp.h) */
     struct fgx_wdb *db[2]; /* [0] client -> server, [1] server -> client; NULL: nothing to match */
+    /* Script filters: scriptworker's SCRIPT payload (malloc'd, the generation's own; NULL: no
+     * script, and the service pays nothing for them) and the deadline of a call. */
+    uint8_t *script;
+    size_t script_len;
+    uint32_t script_deadline_ms;
 };
 
 struct fgx_wcfg {
