@@ -9,6 +9,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "fgx/dp.h"
+#include "fgx/log.h"
+
 struct rt_fn {
     uint32_t service_id;
     char name[128];
@@ -181,5 +184,28 @@ void ctl_script_rt_forget(uint32_t service_id)
         free(rt_logs[i]);
         rt_logs[i] = rt_logs[--rt_nlogs];
         break;
+    }
+}
+
+void ctl_script_rt_ingest(const struct fgx_dp_stats *st)
+{
+    for (size_t i = 0; i < st->nscript_logs; i++) {
+        const struct fgx_dp_script_log *e = &st->script_logs[i];
+
+        if (strcmp(e->kind, "block") == 0)
+            ctl_script_rt_count(e->service_id, e->function, CTL_SCRIPT_BLOCKED, 1);
+        else if (strcmp(e->kind, "exception") == 0)
+            ctl_script_rt_count(e->service_id, e->function, CTL_SCRIPT_ERRORS, 1);
+        else if (strcmp(e->kind, "timeout") == 0)
+            ctl_script_rt_count(e->service_id, e->function, CTL_SCRIPT_TIMEOUTS, 1);
+        ctl_script_rt_log_add(e->service_id, e->function, e->kind, e->text, strlen(e->text));
+    }
+    if (st->script_logs_lost > 0) {
+        static uint64_t reported;
+
+        if (st->script_logs_lost > reported)
+            fgx_warn("%llu script log entries lost (the worker's queue was full)",
+                     (unsigned long long)(st->script_logs_lost - reported));
+        reported = st->script_logs_lost;
     }
 }

@@ -27,6 +27,10 @@ void ctl_script_rt_fill(struct ctl_ctx *ctx, Fgx__Ctl__Script *s);
 /* The service's log entries after seq after into out (its entries), the newest seq in *last. */
 int ctl_script_rt_log(struct ctl_ctx *ctx, uint32_t service_id, uint64_t after,
                       struct ctl_script_reply *out, uint64_t *last);
+/* A worker's STATS: its script log entries into the logs, and the counters they stand for
+ * (block: blocked, exception: errors, timeout: timeouts). */
+struct fgx_dp_stats;
+void ctl_script_rt_ingest(const struct fgx_dp_stats *st);
 /* Forget a service's counters and log (its script was removed). */
 void ctl_script_rt_forget(uint32_t service_id);
 

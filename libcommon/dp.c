@@ -198,6 +198,7 @@ int fgx_dp_encode(const struct fgx_dp_msg *m, void **buf, size_t *len)
     Fgx__Dp__Stats st = FGX__DP__STATS__INIT;
     Fgx__Dp__FlowsRequest freq = FGX__DP__FLOWS_REQUEST__INIT;
     Fgx__Dp__Flows fl = FGX__DP__FLOWS__INIT;
+    Fgx__Dp__ScriptLog *sl = NULL, **slp = NULL;
     Fgx__Dp__Service *svc = NULL, **svcp = NULL;
     Fgx__Dp__FilterStat *fs = NULL, **fsp = NULL;
     Fgx__Dp__ServiceStat *ss = NULL, **ssp = NULL;
@@ -370,6 +371,24 @@ int fgx_dp_encode(const struct fgx_dp_msg *m, void **buf, size_t *len)
         st.silent_closed = s->silent_closed;
         st.midstream_reset = s->midstream_reset;
         st.midstream_rescan = s->midstream_rescan;
+        if (s->nscript_logs > 0) {
+            sl = calloc(s->nscript_logs, sizeof(*sl));
+            slp = calloc(s->nscript_logs, sizeof(*slp));
+            if (sl == NULL || slp == NULL)
+                goto nomem;
+            for (size_t k = 0; k < s->nscript_logs; k++) {
+                fgx__dp__script_log__init(&sl[k]);
+                sl[k].service_id = s->script_logs[k].service_id;
+                sl[k].kind = s->script_logs[k].kind ? s->script_logs[k].kind : "";
+                sl[k].function = s->script_logs[k].function;
+                sl[k].text = s->script_logs[k].text;
+                slp[k] = &sl[k];
+            }
+            st.n_script_logs = s->nscript_logs;
+            st.script_logs = slp;
+        }
+        st.has_script_logs_lost = s->script_logs_lost != 0;
+        st.script_logs_lost = s->script_logs_lost;
         msg.msg_case = FGX__DP__MSG__MSG_STATS;
         msg.stats = &st;
         break;
@@ -415,6 +434,8 @@ nomem:
 invalid:
     fgx_err("data-path encode (type %d): invalid message", (int)m->type);
 out:
+    free(sl);
+    free(slp);
     free(evp);
     free(ev);
     free(ssp);
@@ -673,6 +694,23 @@ static int stats_from_pb(const Fgx__Dp__Stats *p, struct fgx_dp_stats *s)
             s->events_lost += bad;
         }
     }
+    s->script_logs_lost = p->has_script_logs_lost ? p->script_logs_lost : 0;
+    if (p->n_script_logs > 0) {
+        s->script_logs = calloc(p->n_script_logs, sizeof(*s->script_logs));
+        if (s->script_logs == NULL)
+            goto nomem;
+        for (i = 0; i < p->n_script_logs; i++) {
+            const Fgx__Dp__ScriptLog *v = p->script_logs[i];
+            struct fgx_dp_script_log *e = &s->script_logs[s->nscript_logs++];
+
+            e->service_id = v->service_id;
+            e->kind = strdup(v->kind ? v->kind : "");
+            e->function = strdup(v->function ? v->function : "");
+            e->text = strdup(v->text ? v->text : "");
+            if (!e->kind || !e->function || !e->text)
+                goto nomem;
+        }
+    }
     return 0;
 nomem:
     fgx_err("data-path decode: out of memory for statistics");
@@ -775,6 +813,12 @@ void fgx_dp_msg_release(struct fgx_dp_msg *m)
         free(m->u.stats.filters);
         free(m->u.stats.services);
         free(m->u.stats.events);
+        for (i = 0; i < m->u.stats.nscript_logs; i++) {
+            free(m->u.stats.script_logs[i].kind);
+            free(m->u.stats.script_logs[i].function);
+            free(m->u.stats.script_logs[i].text);
+        }
+        free(m->u.stats.script_logs);
         break;
     case FGX_DP_ERROR:
         free(m->u.error);

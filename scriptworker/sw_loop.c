@@ -227,6 +227,15 @@ static void on_peer_frame(struct sw *w, uint32_t pipe, struct fgx_sw_hdr *h, con
     case FGX_SW_SCRIPT:
     case FGX_SW_UNSCRIPT:
         if (h->type == FGX_SW_SCRIPT) {
+            const struct sw_script *old = script_find(w, h->service);
+
+            /* each sender gives the same file: the interpreters hear of it once, and the
+             * connections already under it keep their state */
+            if (old && old->len == sizeof(*h) + h->len && old->deadline_ms == (uint32_t)h->conn &&
+                memcmp(old->frame + sizeof(*h), p, h->len) == 0) {
+                peer_send(w, pipe, &ack, NULL);
+                return;
+            }
             if (script_store(w, pipe, h, p) < 0)
                 ack.code = 1;
         } else {

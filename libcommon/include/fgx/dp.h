@@ -107,6 +107,13 @@ struct fgx_dp_event {
     uint8_t excerpt[FGX_DP_EXCERPT_MAX]; /* bytes around the end of the match */
 };
 
+/* A script worker's log entry (issue 16): kind is exception, timeout, print, restart or block.
+ * The strings are malloc'd, owned by the stats that hold it. */
+struct fgx_dp_script_log {
+    uint32_t service_id;
+    char *kind, *function, *text;
+};
+
 struct fgx_dp_stats {
     uint64_t generation;
     size_t nfilters;
@@ -139,6 +146,9 @@ struct fgx_dp_stats {
     size_t nevents;
     struct fgx_dp_event *events; /* blocks since the previous STATS */
     uint64_t events_lost;
+    size_t nscript_logs;
+    struct fgx_dp_script_log *script_logs; /* since the previous STATS */
+    uint64_t script_logs_lost;
 };
 
 struct fgx_dp_msg {

@@ -132,6 +132,7 @@ def main():
             send(T_VERDICT, CODES[v.action], svc, conn, seq,
                  v.function.encode() + b"\0" + v.detail.encode("utf-8", "replace")[:200])
             if v.action in ("reject", "drop"):
+                log(svc, "block", v.function, v.action + (": " + v.detail if v.detail else ""))
                 conns.pop(conn, None)
         elif t == T_CLOSE:
             conns.pop(conn, None)
