@@ -41,7 +41,7 @@ def refused(env, svc, text, line, words):
 
 @test
 def firegex_example_loads_and_lists(env):
-    env.service("fgxex", "tcp")
+    env.service("fgxex", "tcp", extra=("--layer", "proxy"))
     doc = env.ctl("script", "set", "fgxex", FIREGEX_EXAMPLE)
     fns = doc["functions"]
     check([f["name"] for f in fns] == ["filter_with_args"], "functions %r", fns)
@@ -61,7 +61,7 @@ def firegex_example_loads_and_lists(env):
 
 @test
 def bad_files_refused_with_line(env):
-    env.service("badf", "tcp")
+    env.service("badf", "tcp", extra=("--layer", "proxy"))
     hdr = "from firegex.nfproxy import pyfilter, ACCEPT, REJECT\n" \
           "from firegex.nfproxy.models import RawPacket, HttpRequest\n"
     refused(env, "badf", hdr + "@pyfilter\ndef f(p: RawPacket)\n    return ACCEPT\n", 4,
@@ -91,7 +91,7 @@ def bad_files_refused_with_line(env):
 
 @test
 def enable_disable_rm_and_backup(env):
-    env.service("ed", "tcp")
+    env.service("ed", "tcp", extra=("--layer", "proxy"))
     src = ("from fgex import *\n@pyfilter\ndef one(p: RawPacket):\n    pass\n\n"
            "@pyfilter\ndef two(s: TCPInputStream):\n    pass\n")
     p = write(src)
@@ -126,6 +126,16 @@ def enable_disable_rm_and_backup(env):
     check(r.returncode == 0, "import: %s", r.stderr)
     r = env.ctl_raw("script", "get", "ed", json_out=False)
     check(r.stdout == src, "after import the file is %r", r.stdout)
+    # scripts run on the proxy layer: an NFQUEUE service refuses one, and a scripted service
+    # does not move to NFQUEUE (nothing is stored either way)
+    env.service("en", "tcp")
+    r = env.ctl_raw("script", "set", "en", p, json_out=False)
+    check(r.returncode == 4 and "proxy layer" in r.stderr, "nfqueue service took a script: %s",
+          r.stderr)
+    r = env.ctl_raw("service", "set", "ed", "--layer", "nfqueue", json_out=False)
+    check(r.returncode == 4 and "proxy layer" in r.stderr, "layer switch: %d %s", r.returncode,
+          r.stderr)
+    check(env.service_doc("ed")["layer"] == "proxy", "the switch was stored")
     udp, _ = env.service("eu", "udp")
     r = env.ctl_raw("script", "set", "eu", p, json_out=False)
     check(r.returncode == 4 and "UDP" in r.stderr, "a UDP service took a script: %s", r.stderr)
