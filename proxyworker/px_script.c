@@ -22,7 +22,10 @@
 #include "fgx/swproto.h"
 
 #define PX_SW_SLOTS 65536u  /* connections of a thread waiting on or known to scriptworker */
-#define PX_SW_GRACE_MS 1000 /* past the deadline: scriptworker itself is not answering */
+/* scriptworker gives a CPU-starved call up to 20 deadlines (scriptworker/sw.h); past that and
+ * this grace, scriptworker itself is not answering */
+#define PX_SW_STARVED 20
+#define PX_SW_GRACE_MS 1000
 
 struct px_sw_sent {
     uint32_t id;
@@ -338,8 +341,10 @@ int px_script_chunk(struct px_conn *c, int side, const uint8_t *data, size_t len
     if (!c->sw_timer)
         c->sw_timer = evtimer_new(t->base, on_timer, c);
     if (c->sw_timer) {
-        tv.tv_sec = (svc->script_deadline_ms + PX_SW_GRACE_MS) / 1000;
-        tv.tv_usec = ((svc->script_deadline_ms + PX_SW_GRACE_MS) % 1000) * 1000;
+        uint64_t ms = (uint64_t)svc->script_deadline_ms * PX_SW_STARVED + PX_SW_GRACE_MS;
+
+        tv.tv_sec = (time_t)(ms / 1000);
+        tv.tv_usec = (suseconds_t)(ms % 1000) * 1000;
         evtimer_add(c->sw_timer, &tv);
     }
     return 1;

@@ -18,6 +18,7 @@
 #define SW_PROCS_DEFAULT 2
 #define SW_PROCS_MAX 16
 #define SW_QMAX 4096    /* calls waiting for one interpreter; past it: an ERROR verdict */
+#define SW_STARVED_MAX 20 /* deadlines of wall time a CPU-starved call may take */
 #define SW_PAGE 256     /* the shared page where an interpreter names the function it runs */
 
 struct sw_call {
@@ -26,6 +27,8 @@ struct sw_call {
     uint32_t seq, service;
     uint32_t budget_ms; /* the service's deadline */
     uint64_t deadline_ms; /* once it is the interpreter's current call: when it is too late */
+    uint64_t started_ms;  /* when it became the current call */
+    uint64_t cpu0_ms;     /* the interpreter's CPU time then */
 };
 
 struct sw_child {
@@ -70,6 +73,8 @@ int sw_child_flush(struct sw_child *c);
 uint64_t sw_now_ms(void);
 /* The head call's clock starts now (it became the current one, or the interpreter is ready). */
 void sw_child_head_start(struct sw_child *c);
+/* The interpreter's CPU time (user + system) in ms, from /proc; 0 when it cannot be read. */
+uint64_t sw_child_cpu_ms(const struct sw_child *c);
 
 /* sw_loop.c */
 int sw_loop_run(struct sw *w);

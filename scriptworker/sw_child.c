@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -157,6 +158,39 @@ int sw_child_flush(struct sw_child *c)
 
 void sw_child_head_start(struct sw_child *c)
 {
-    if (c->qlen && c->ready)
-        c->q[c->qhead].deadline_ms = sw_now_ms() + c->q[c->qhead].budget_ms;
+    struct sw_call *call;
+
+    if (!c->qlen || !c->ready)
+        return;
+    call = &c->q[c->qhead];
+    call->started_ms = sw_now_ms();
+    call->deadline_ms = call->started_ms + call->budget_ms;
+    call->cpu0_ms = sw_child_cpu_ms(c);
+}
+
+uint64_t sw_child_cpu_ms(const struct sw_child *c)
+{
+    static long tck;
+    char path[64], buf[1024], *p;
+    unsigned long long ut = 0, st = 0;
+    ssize_t n;
+    int fd;
+
+    if (!tck)
+        tck = sysconf(_SC_CLK_TCK);
+    (void)snprintf(path, sizeof(path), "/proc/%d/stat", (int)c->pid);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd == -1)
+        return 0;
+    n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    /* after the command's closing parenthesis: state is field 3, utime 14, stime 15 */
+    p = strrchr(buf, ')');
+    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut,
+                     &st) != 2)
+        return 0;
+    return (ut + st) * 1000 / (unsigned long long)(tck > 0 ? tck : 100);
 }

@@ -341,8 +341,20 @@ int sw_loop_run(struct sw *w)
                     child_replace(w, c, false);
                     continue;
                 }
-                if (c->qlen && c->q[c->qhead].deadline_ms <= now)
+                if (c->qlen && c->q[c->qhead].deadline_ms <= now) {
+                    struct sw_call *call = &c->q[c->qhead];
+                    uint64_t cpu = sw_child_cpu_ms(c) - call->cpu0_ms;
+
+                    /* An interpreter that spent less than half the deadline on the CPU was
+                     * waiting for one (a loaded box), not stuck in a loop: it gets more time,
+                     * up to SW_STARVED_MAX deadlines of wall time. */
+                    if (cpu * 2 < call->budget_ms &&
+                        now < call->started_ms + (uint64_t)call->budget_ms * SW_STARVED_MAX) {
+                        call->deadline_ms = now + call->budget_ms / 2 + 1;
+                        continue;
+                    }
                     child_replace(w, c, true);
+                }
             }
         }
     }

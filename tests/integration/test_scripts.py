@@ -141,6 +141,68 @@ def enable_disable_rm_and_backup(env):
     check(r.returncode == 4 and "UDP" in r.stderr, "a UDP service took a script: %s", r.stderr)
 
 
+def engine(env):
+    """fgex's engine as the build installs it (the Python package next to the binaries)."""
+    d = os.path.join(env.bin, "fgex-python")
+    if d not in sys.path:
+        sys.path.insert(0, d)
+    import fgex.engine
+    return fgex.engine
+
+
+@test
+def engine_models_settings_history(env):
+    """The models' semantics, through the engine directly: headers as sent and get_header,
+    HttpHistory, a HEAD response without body, FGEX_FULL_STREAM_ACTION, invalid HTTP."""
+    e = engine(env)
+    src = ("from firegex.nfproxy import pyfilter, REJECT, DROP, FullStreamAction\n"
+           "from firegex.nfproxy.models import HttpRequest, HttpFullResponse, HttpHistory,"
+           " TCPInputStream\n"
+           "seen = []\n"
+           "@pyfilter\ndef heads(r: HttpRequest):\n"
+           "    seen.append((r.headers.get('X-Mixed'), r.get_header('x-mixed'),"
+           " r.get_header('x-two'), r.body))\n"
+           "@pyfilter\ndef resp(r: HttpFullResponse):\n"
+           "    seen.append((r.status_code, r.body))\n"
+           "@pyfilter\ndef hist(h: HttpHistory):\n"
+           "    if len(h.requests) >= 3 and len(h.responses) >= 1:\n        return DROP\n")
+    s = e.Script(src, "t.py")
+    c = e.Conn(s)
+    v = c.feed(True, b"HEAD / HTTP/1.1\r\nHost: a\r\nX-Mixed: One\r\nx-two: a\r\n"
+                     b"X-Two: b\r\n\r\n")
+    check(v.action == "accept", "first request %r", v)
+    # headers and end in one chunk: one call, with the (empty) body complete
+    check(c.glob["seen"] == [("One", "One", "a, b", b"")], "headers %r", c.glob["seen"])
+    v = c.feed(False, b"HTTP/1.1 200 OK\r\nContent-Length: 99\r\n\r\n")  # HEAD: no body
+    check(v.action == "accept" and c.glob["seen"][-1] == (200, b""), "HEAD response %r %r", v,
+          c.glob["seen"])
+    v = c.feed(True, b"POST /p HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabc")
+    check(v.action == "accept" and c.glob["seen"][-1][3] == b"abc", "second %r %r", v,
+          c.glob["seen"])
+    v = c.feed(True, b"GET /3 HTTP/1.1\r\nHost: a\r\n\r\n")
+    check((v.action, v.function) == ("drop", "hist"), "history-based drop %r", v)
+    full = ("from fgex import *\nFGEX_STREAM_MAX_SIZE = 10\n"
+            "FGEX_FULL_STREAM_ACTION = FullStreamAction.REJECT\n"
+            "@pyfilter\ndef f(s: TCPInputStream):\n    pass\n")
+    c = e.Conn(e.Script(full, "full.py"))
+    check(c.feed(True, b"12345").action == "accept", "under the limit")
+    v = c.feed(True, b"678901")
+    check(v.action == "reject" and "MAX_STREAM" in v.detail, "full stream %r", v)
+    flush = full.replace("FullStreamAction.REJECT", "FullStreamAction.FLUSH").replace(
+        "pass", "return REJECT if s.data == b'678901' else None")
+    c = e.Conn(e.Script(flush, "flush.py"))
+    c.feed(True, b"12345")
+    check(c.feed(True, b"678901").action == "reject", "FLUSH starts again from the chunk")
+    inval = ("from fgex import *\n@pyfilter\ndef f(r: HttpRequest):\n    pass\n")
+    c = e.Conn(e.Script(inval, "inval.py"))
+    check(c.feed(True, b"\x16\x03\x01 not http\r\n\r\n").action == "reject",
+          "invalid HTTP rejects by default")
+    c = e.Conn(e.Script(inval + "FGEX_INVALID_ENCODING_ACTION = ExceptionAction.ACCEPT\n",
+                        "inval2.py"))
+    check(c.feed(True, b"\x16\x03\x01 not http\r\n\r\n").action == "accept",
+          "ExceptionAction.ACCEPT")
+
+
 def pcap_conns(path):
     """Two HTTP connections to port 80 and one to 81, written with scapy's wrpcap."""
     from scapy.all import IP, TCP, Raw, wrpcap
@@ -421,7 +483,7 @@ def proxy_exception_and_loop_leave_regex_filtering_alone(env):
     # a long deadline, so that the regex service is seen filtering while the loop runs
     env.ctl("script", "set", "pxbad", write(FAULTY), "--deadline", "6000")
     env.ctl("script", "set", "pxopen", write(FAULTY))
-    srv = env.tcp_server(port, idle=15.0)
+    srv = env.tcp_server(port, idle=40.0)
     osrv = env.tcp_server(oport)
     rsrv = env.tcp_server(rport)
     boom = http(b"GET", b"/boom")
@@ -433,7 +495,7 @@ def proxy_exception_and_loop_leave_regex_filtering_alone(env):
     # filtering
     loop = http(b"GET", b"/loop")
     t0 = time.monotonic()
-    hl = env.tcp_client(it.SRV4, port, [loop, 9.0], timeout=12.0, wait=False)
+    hl = env.tcp_client(it.SRV4, port, [loop, 25.0], timeout=30.0, wait=False)
     time.sleep(0.2)
     c = env.tcp_client(it.SRV4, rport, [b"clean", 0.1])
     it.assert_passed(c, it.server_conn(rsrv, 1), b"clean")
@@ -441,7 +503,7 @@ def proxy_exception_and_loop_leave_regex_filtering_alone(env):
     it.assert_blocked(c, it.server_conn(rsrv, 2))
     check(hl.wait_event(lambda e: e.get("event") == "result", 0) is None and
           time.monotonic() - t0 < 5.9, "the loop's connection ended before the regex checks")
-    it.assert_blocked(it.client_result(hl, 40), it.server_conn(srv, 2, timeout=20),
+    it.assert_blocked(it.client_result(hl, 60), it.server_conn(srv, 2, timeout=40),
                      forbidden=b"/loop")
     check(time.monotonic() - t0 >= 5.9, "the loop was cut before its deadline")
     c = env.tcp_client(it.SRV4, oport, [loop, 1.0])
