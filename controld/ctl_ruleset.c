@@ -129,7 +129,7 @@ int ctl_ruleset_build(struct ctl_txn *t, struct ctl_ruleset *out, char *err, siz
         d->addr = s->addr;
         d->fail_open = s->fail_open;
         d->midstream = s->midstream;
-        rv = ctl_script_payload(t, s->id, &d->script, &d->script_deadline_ms);
+        rv = ctl_script_payload(t, s->id, &d->script, &d->script_deadline_ms, &d->script_dirs);
         if (rv < 0 && rv != -ENOENT) {
             snprintf(err, errlen, "service %s: cannot read its script: %s", s->name,
                      ctl_store_strerror(rv));

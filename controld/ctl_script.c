@@ -454,8 +454,20 @@ void ctl_script_reply_free(struct ctl_script_reply *sr)
     free(sr);
 }
 
+/* Which directions a model looks at: 1 client->server, 2 server->client, 3 both. */
+static uint8_t model_dirs(const char *m)
+{
+    if (strncmp(m, "HttpRe", 6) == 0)
+        return strncmp(m, "HttpRequest", 11) == 0 ? 1 : 2;
+    if (strcmp(m, "HttpFullRequest") == 0 || strcmp(m, "TCPInputStream") == 0)
+        return 1;
+    if (strcmp(m, "HttpFullResponse") == 0 || strcmp(m, "TCPOutputStream") == 0)
+        return 2;
+    return 3; /* RawPacket, HttpHistory, anything new */
+}
+
 int ctl_script_payload(struct ctl_txn *t, uint32_t service_id, struct fgx_blob *out,
-                       uint32_t *deadline_ms)
+                       uint32_t *deadline_ms, uint8_t *dirs)
 {
     Fgx__Ctl__Script *s;
     size_t len = 2, n = 0;
@@ -494,6 +506,17 @@ int ctl_script_payload(struct ctl_txn *t, uint32_t service_id, struct fgx_blob *
     }
     memcpy(p, s->source.data, s->source.len);
     *deadline_ms = s->has_deadline_ms ? s->deadline_ms : CTL_SCRIPT_DEADLINE_MS;
+    /* A direction no active function looks at never goes to scriptworker. A function of
+     * several parameters is called once all are there: it needs every direction they name. */
+    *dirs = 0;
+    for (size_t i = 0; i < s->n_functions; i++) {
+        if (s->functions[i]->has_active && !s->functions[i]->active)
+            continue;
+        for (size_t j = 0; j < s->functions[i]->n_params; j++)
+            *dirs |= model_dirs(s->functions[i]->params[j]);
+        if (s->functions[i]->n_params == 0)
+            *dirs |= 3; /* called for every chunk */
+    }
     ctl_script_free(s);
     return 0;
 }

@@ -37,7 +37,7 @@ int ctl_script_save(struct ctl_txn *t, const Fgx__Ctl__Script *s);
  * disabled functions, then the source) into *out (malloc'd), and its deadline. -ENOENT
  * quietly when the service has no script. */
 int ctl_script_payload(struct ctl_txn *t, uint32_t service_id, struct fgx_blob *out,
-                       uint32_t *deadline_ms);
+                       uint32_t *deadline_ms, uint8_t *dirs);
 /* Frees a Script from ctl_script_check() or ctl_script_load(); NULL is a no-op. */
 void ctl_script_free(Fgx__Ctl__Script *s);
 

@@ -150,6 +150,8 @@ static int service_to_pb(const struct fgx_dp_service *s, Fgx__Dp__Service *p)
         p->script.len = s->script.len;
         p->has_script_deadline_ms = 1;
         p->script_deadline_ms = s->script_deadline_ms;
+        p->has_script_dirs = 1;
+        p->script_dirs = s->script_dirs;
     }
     return 0;
 }
@@ -579,6 +581,7 @@ static int service_from_pb(Fgx__Dp__Service *p, const struct fgx_dp_ruleset *r, 
         memcpy(s->script.data, p->script.data, p->script.len);
         s->script.len = p->script.len;
         s->script_deadline_ms = p->has_script_deadline_ms ? p->script_deadline_ms : 100;
+        s->script_dirs = (uint8_t)(p->has_script_dirs ? p->script_dirs & 3 : 3);
     }
     return 0;
 }

@@ -182,6 +182,7 @@ int fgx_wcfg_build(const struct fgx_dp_ruleset *rs, const struct fgx_wcfg *prev,
             memcpy(n->script, s->script.data, s->script.len);
             n->script_len = s->script.len;
             n->script_deadline_ms = s->script_deadline_ms;
+            n->script_dirs = s->script_dirs;
         }
         /* Counted before its databases load, so that find_db() sees this service's c2s
          * database too: filters that apply to both directions compile to one database, loaded

@@ -294,7 +294,7 @@ int px_script_chunk(struct px_conn *c, int side, const uint8_t *data, size_t len
     if (c->sw_drop)
         return 1; /* DROP: what either side sends goes nowhere */
     svc = c->absent ? NULL : fgx_wcfg_service(t->cfg, c->service_id);
-    if (!svc || !svc->script)
+    if (!svc || !svc->script || !(svc->script_dirs & (1u << side)))
         return 0;
     if (!sw || !sw->up)
         return svc->fail_open ? 0 : -1;

@@ -54,7 +54,13 @@ static void save(struct ctl_txn *t, uint32_t sid, const char *src, size_t len)
     Fgx__Ctl__ScriptFunction f1 = FGX__CTL__SCRIPT_FUNCTION__INIT, f2 = f1;
     Fgx__Ctl__ScriptFunction *fs[] = {&f1, &f2};
 
+    static char *p1[] = {"HttpRequest"}, *p2[] = {"TCPOutputStream"};
+
     f1.name = "first";
+    f1.n_params = 1;
+    f1.params = p1;
+    f2.n_params = 1;
+    f2.params = p2;
     f1.has_active = f2.has_active = 1;
     f1.active = 1;
     f2.name = "second_one";
@@ -78,11 +84,12 @@ Test(script, record_round_trip_and_payload, .init = setup, .fini = teardown)
     Fgx__Ctl__Script *got;
     struct fgx_blob b;
     uint32_t sid, dl = 0;
+    uint8_t dirs = 0;
 
     cr_assert_eq(ctl_txn_begin(st, true, &t), 0);
     sid = add_service(t, "web", 80);
     cr_assert_eq(ctl_script_load(t, sid, &got), -ENOENT);
-    cr_assert_eq(ctl_script_payload(t, sid, &b, &dl), -ENOENT);
+    cr_assert_eq(ctl_script_payload(t, sid, &b, &dl, &dirs), -ENOENT);
     save(t, sid, src, sizeof(src) - 1);
     cr_assert_eq(ctl_script_load(t, sid, &got), 0);
     cr_assert_eq(got->source.len, sizeof(src) - 1);
@@ -90,8 +97,10 @@ Test(script, record_round_trip_and_payload, .init = setup, .fini = teardown)
     cr_assert_eq(got->n_functions, 2);
     cr_assert_str_eq(got->functions[1]->name, "second_one");
     ctl_script_free(got);
-    cr_assert_eq(ctl_script_payload(t, sid, &b, &dl), 0);
+    cr_assert_eq(ctl_script_payload(t, sid, &b, &dl, &dirs), 0);
     cr_assert_eq(dl, 250);
+    /* first (active) receives HttpRequest: only client->server bytes go to the script */
+    cr_assert_eq(dirs, 1);
     /* u16 count 1, u16 length 10, "second_one", then the source */
     cr_assert_eq(b.len, 2 + 2 + 10 + sizeof(src) - 1);
     cr_assert_eq(((uint8_t *)b.data)[0], 1);

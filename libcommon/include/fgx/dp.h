@@ -68,6 +68,7 @@ struct fgx_dp_service {
      * decoded ruleset malloc'd and owned like db), the per-call deadline in ms. */
     struct fgx_blob script;
     uint32_t script_deadline_ms;
+    uint8_t script_dirs; /* bit 0: client->server, bit 1: server->client */
 };
 
 struct fgx_dp_ruleset {

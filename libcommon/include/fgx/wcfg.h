@@ -38,6 +38,7 @@ struct fgx_wsvc {
     uint8_t *script;
     size_t script_len;
     uint32_t script_deadline_ms;
+    uint8_t script_dirs; /* bit 0: client->server bytes go to the script, bit 1: the others */
 };
 
 struct fgx_wcfg {
