@@ -222,6 +222,7 @@ uninstall:
 		$(DESTDIR)$(MANDIR)/man1/fgexctl.1 $(DESTDIR)$(MANDIR)/man5/fgex-rules.5 \
 		$(DESTDIR)$(MANDIR)/man8/controld.8 $(DESTDIR)$(UNITDIR)/fgex.service \
 		$(DESTDIR)$(BASHCOMPDIR)/fgexctl $(DESTDIR)$(ZSHCOMPDIR)/_fgexctl
+	rm -rf $(DESTDIR)$(WORKERDIR)/python
 	-rmdir $(DESTDIR)$(WORKERDIR) 2>/dev/null
 	if cmp -s deploy/controld.conf $(DESTDIR)$(CONFDIR)/controld.conf; then \
 		rm -f $(DESTDIR)$(CONFDIR)/controld.conf; rmdir $(DESTDIR)$(CONFDIR) 2>/dev/null || true; fi

@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -59,6 +60,10 @@ static int sw_send(struct px_sw *sw, const struct fgx_sw_hdr *h, const void *p)
         memcpy((uint8_t *)nng_msg_body(m) + sizeof(*h), p, h->len);
     rv = nng_sendmsg(sw->sock, m, NNG_FLAG_NONBLOCK);
     if (rv != 0) {
+        static __thread unsigned long long last_log;
+
+        fgx_log_ratelimited(&last_log, FGX_LOG_WARN, "script: cannot send to scriptworker: %s",
+                            nng_strerror(rv));
         nng_msg_free(m);
         return -EAGAIN;
     }
@@ -138,7 +143,11 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
 
     (void)fd;
     (void)what;
+    static __thread unsigned long long last_log;
+
     /* scriptworker did not answer at all (down, restarting): as an error */
+    fgx_log_ratelimited(&last_log, FGX_LOG_WARN,
+                        "script: no verdict from scriptworker in time: fail-open verdict");
     apply(c, -1, FGX_SW_ERROR, "");
 }
 
@@ -168,17 +177,31 @@ static void on_readable(evutil_socket_t fd, short what, void *arg)
             nng_msg_free(m);
             continue;
         }
-        nng_msg_free(m);
-        if (h.type != FGX_SW_VERDICT)
+        if (h.type != FGX_SW_VERDICT) {
+            nng_msg_free(m);
             continue;
+        }
         c = sw->slot[h.conn % PX_SW_SLOTS];
-        if (!c || c->sw_id != h.conn)
+        if (!c || c->sw_id != h.conn) {
+            nng_msg_free(m);
             continue; /* closed meanwhile */
+        }
         side = c->hold[0] && c->hold_seq[0] == h.seq   ? 0
                : c->hold[1] && c->hold_seq[1] == h.seq ? 1
                                                       : -2;
-        if (side == -2)
+        if (side == -2) {
+            nng_msg_free(m);
             continue; /* its timer already decided */
+        }
+        if (h.code == FGX_SW_ERROR && nng_msg_len(m) > sizeof(h)) {
+            static __thread unsigned long long last_log;
+            const char *p = (const char *)nng_msg_body(m) + sizeof(h);
+            size_t n = nng_msg_len(m) - sizeof(h), fl = strnlen(p, n);
+
+            fgx_log_ratelimited(&last_log, FGX_LOG_WARN, "script: error verdict: %.*s",
+                                fl < n ? (int)(n - fl - 1) : 0, fl < n ? p + fl + 1 : "");
+        }
+        nng_msg_free(m);
         apply(c, side, h.code, "");
     }
 }
@@ -202,8 +225,13 @@ int px_script_thread_init(struct px_thread *t, const char *url)
     if (rv == 0)
         rv = nng_socket_set_int(sw->sock, NNG_OPT_RECVBUF, 8192);
     /* non-blocking: nng keeps redialling while scriptworker starts or restarts */
-    if (rv == 0)
-        rv = nng_dial(sw->sock, url, NULL, NNG_FLAG_NONBLOCK);
+    if (rv == 0) {
+        char u[4200];
+
+        /* its own socket there: URL-<thread index> (scriptworker/sw.h) */
+        (void)snprintf(u, sizeof(u), "%s-%u", url, t->idx);
+        rv = nng_dial(sw->sock, u, NULL, NNG_FLAG_NONBLOCK);
+    }
     if (rv == 0)
         rv = nng_socket_get_int(sw->sock, NNG_OPT_RECVFD, &fd);
     if (rv != 0) {
@@ -298,6 +326,8 @@ int px_script_chunk(struct px_conn *c, int side, const uint8_t *data, size_t len
         return 0;
     if (!sw || !sw->up)
         return svc->fail_open ? 0 : -1;
+    uint8_t open = 0;
+
     if (!c->sw_id) {
         uint32_t i;
 
@@ -311,13 +341,8 @@ int px_script_chunk(struct px_conn *c, int side, const uint8_t *data, size_t len
         c->sw_id = (++sw->serial << 16) | sw->cursor;
         sw->slot[sw->cursor] = c;
         c->sw_hash = conn_hash(c);
-        h = (struct fgx_sw_hdr){.type = FGX_SW_OPEN,
-                                .code = c->family == AF_INET6,
-                                .hash = c->sw_hash,
-                                .service = c->service_id,
-                                .conn = c->sw_id};
-        if (sw_send(sw, &h, NULL) < 0)
-            return svc->fail_open ? 0 : -1;
+        /* the first chunk opens the connection there: one frame, not two */
+        open = FGX_SW_DATA_OPEN | (c->family == AF_INET6 ? FGX_SW_DATA_V6 : 0);
     }
     c->hold[side] = malloc(len);
     if (!c->hold[side])
@@ -326,7 +351,7 @@ int px_script_chunk(struct px_conn *c, int side, const uint8_t *data, size_t len
     c->hold_len[side] = len;
     c->hold_seq[side] = ++sw->seq;
     h = (struct fgx_sw_hdr){.type = FGX_SW_DATA,
-                            .code = (uint8_t)side,
+                            .code = (uint8_t)(side | open),
                             .hash = c->sw_hash,
                             .service = c->service_id,
                             .conn = c->sw_id,

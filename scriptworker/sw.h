@@ -19,10 +19,11 @@
 #define SW_PROCS_MAX 16
 #define SW_QMAX 4096    /* calls waiting for one interpreter; past it: an ERROR verdict */
 #define SW_STARVED_MAX 20 /* deadlines of wall time a CPU-starved call may take */
+#define SW_SEND_MS 200 /* how long a frame waits for a peer's queue */
 #define SW_PAGE 256     /* the shared page where an interpreter names the function it runs */
 
 struct sw_call {
-    uint32_t pipe;    /* nng pipe id the DATA came from */
+    uint32_t pipe;    /* the peer (socket index) the DATA came from */
     uint64_t conn;    /* as the sender numbered it */
     uint32_t seq, service;
     uint32_t budget_ms; /* the service's deadline */
@@ -53,15 +54,22 @@ struct sw_script {
     size_t len;
 };
 
+/* One nng pair1 socket per peer (a data-path thread dials URL-N, N its index): a mono pair
+ * applies backpressure where a polyamorous one drops what a pipe's short queue cannot take. */
+#define SW_PEERS_DEFAULT 16
+#define SW_PEERS_MAX 64
+
 struct sw {
-    nng_socket sock;
-    int recv_fd;
+    nng_socket socks[SW_PEERS_MAX];
+    int recv_fds[SW_PEERS_MAX];
+    unsigned npeers;
     const char *pydir;
     unsigned nprocs;
     struct sw_child child[SW_PROCS_MAX];
     struct sw_script *scripts;
     size_t nscripts;
     uint32_t last_pipe;
+    uint64_t send_lost; /* frames a peer did not take within SW_SEND_MS */
     volatile int *stop;
 };
 

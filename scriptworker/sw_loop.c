@@ -16,19 +16,20 @@
 static void peer_send(struct sw *w, uint32_t pipe, const struct fgx_sw_hdr *h, const void *p)
 {
     nng_msg *m;
-    nng_pipe np;
 
-    if (nng_msg_alloc(&m, 0) != 0)
+    if (pipe >= w->npeers || nng_msg_alloc(&m, 0) != 0)
         return;
     if (nng_msg_append(m, h, sizeof(*h)) != 0 || (h->len && nng_msg_append(m, p, h->len) != 0)) {
         nng_msg_free(m);
         return;
     }
-    np.id = pipe;
-    nng_msg_set_pipe(m, np);
-    /* never wait on a peer: a lost verdict ends as the peer's own timeout (fail_open) */
-    if (nng_sendmsg(w->sock, m, NNG_FLAG_NONBLOCK) != 0)
+    /* pair1 in polyamorous mode drops what a pipe's short queue cannot take at once: wait for
+     * it a little (NNG_OPT_SENDTIMEO, SW_SEND_MS) rather than lose a verdict; a peer that does
+     * not read for that long gets its own timeout (fail_open) */
+    if (nng_sendmsg(w->socks[pipe], m, 0) != 0) {
         nng_msg_free(m);
+        w->send_lost++;
+    }
 }
 
 static void verdict(struct sw *w, const struct sw_call *call, uint8_t code, const char *fn,
@@ -277,20 +278,20 @@ static void on_peer_frame(struct sw *w, uint32_t pipe, struct fgx_sw_hdr *h, con
         child_replace(w, c, false);
 }
 
-static void peer_read(struct sw *w)
+static void peer_read(struct sw *w, unsigned peer)
 {
     for (;;) {
         nng_msg *m;
         struct fgx_sw_hdr h;
         size_t len;
 
-        if (nng_recvmsg(w->sock, &m, NNG_FLAG_NONBLOCK) != 0)
+        if (nng_recvmsg(w->socks[peer], &m, NNG_FLAG_NONBLOCK) != 0)
             return;
         len = nng_msg_len(m);
         if (len >= sizeof(h)) {
             memcpy(&h, nng_msg_body(m), sizeof(h));
             if (h.len == len - sizeof(h))
-                on_peer_frame(w, nng_msg_get_pipe(m).id, &h,
+                on_peer_frame(w, peer, &h,
                               (const uint8_t *)nng_msg_body(m) + sizeof(h));
         }
         nng_msg_free(m);
@@ -299,36 +300,42 @@ static void peer_read(struct sw *w)
 
 int sw_loop_run(struct sw *w)
 {
-    struct pollfd pfd[1 + SW_PROCS_MAX];
+    struct pollfd pfd[SW_PEERS_MAX + SW_PROCS_MAX];
+    const unsigned np = w->npeers;
 
     while (!*w->stop) {
         uint64_t now = sw_now_ms(), next = now + 1000;
         int timeout, n;
 
-        pfd[0] = (struct pollfd){.fd = w->recv_fd, .events = POLLIN};
+        bool pending = false;
+
+        for (unsigned i = 0; i < np; i++)
+            pfd[i] = (struct pollfd){.fd = w->recv_fds[i], .events = POLLIN};
         for (unsigned i = 0; i < w->nprocs; i++) {
             struct sw_child *c = &w->child[i];
 
             if (c->pid <= 0 && sw_child_spawn(w, c) < 0) {
-                pfd[1 + i] = (struct pollfd){.fd = -1};
+                pfd[np + i] = (struct pollfd){.fd = -1};
                 continue;
             }
-            pfd[1 + i] = (struct pollfd){.fd = c->out, .events = POLLIN};
+            pfd[np + i] = (struct pollfd){.fd = c->out, .events = POLLIN};
             if (c->wlen)
                 (void)sw_child_flush(c);
+            pending |= c->wlen > 0;
             if (c->qlen && c->q[c->qhead].deadline_ms < next)
                 next = c->q[c->qhead].deadline_ms;
         }
         timeout = next > now ? (int)(next - now) : 0;
-        if (timeout > 0 && w->child[0].wlen)
+        if (timeout > 0 && pending)
             timeout = 1; /* something waits for a pipe to take it */
-        n = poll(pfd, 1 + w->nprocs, timeout);
+        n = poll(pfd, np + w->nprocs, timeout);
         if (n == -1 && errno != EINTR)
             return -errno;
-        if (n > 0 && (pfd[0].revents & POLLIN))
-            peer_read(w);
+        for (unsigned i = 0; n > 0 && i < np; i++)
+            if (pfd[i].revents & POLLIN)
+                peer_read(w, i);
         for (unsigned i = 0; i < w->nprocs; i++)
-            if (pfd[1 + i].fd != -1 && (pfd[1 + i].revents & (POLLIN | POLLHUP | POLLERR)) &&
+            if (pfd[np + i].fd != -1 && (pfd[np + i].revents & (POLLIN | POLLHUP | POLLERR)) &&
                 child_read(w, &w->child[i]) < 0)
                 child_replace(w, &w->child[i], false);
         now = sw_now_ms();

@@ -26,7 +26,7 @@ class SwClient:
             rc = _nng.nng_socket_set_ms(self.s, b"recv-timeout", ctypes.c_int32(timeout_ms))
         deadline = time.monotonic() + 5
         while rc == 0:
-            rc = _nng.nng_dial(self.s, url.encode(), None, 0)
+            rc = _nng.nng_dial(self.s, (url + "-0").encode(), None, 0)
             if rc == 0 or time.monotonic() > deadline:
                 break
             rc = 0

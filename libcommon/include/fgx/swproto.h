@@ -12,8 +12,10 @@ enum fgx_sw_type {
     FGX_SW_SCRIPT = 1,   /* service's file: u16 n, n x (u16 len, disabled name), source */
     FGX_SW_UNSCRIPT = 2, /* service has no file any more */
     FGX_SW_OPEN = 3,     /* a connection of service starts (code: 1 for IPv6) */
-    FGX_SW_DATA = 4,     /* code 0: client->server bytes, 1: server->client; answered by a
-                          * VERDICT with the same conn and seq */
+    FGX_SW_DATA = 4,     /* code bit 0 clear: client->server bytes, set: server->client; bit 1
+                          * (FGX_SW_DATA_OPEN): the connection's first, it opens it (bit 2:
+                          * IPv6), saving an OPEN frame; answered by a VERDICT with the same
+                          * conn and seq */
     FGX_SW_CLOSE = 5,
     FGX_SW_VERDICT = 6, /* code: enum fgx_sw_verdict; payload "function\0detail" */
     FGX_SW_LOG = 7,     /* payload "kind\0function\0text" (kind: exception, timeout, print,
@@ -28,6 +30,9 @@ enum fgx_sw_verdict {
     FGX_SW_ERROR = 3,   /* an exception, a lost state, overload: the service's fail_open */
     FGX_SW_TIMEOUT = 4, /* past the deadline: fail_open, the interpreter was replaced */
 };
+
+#define FGX_SW_DATA_OPEN 2
+#define FGX_SW_DATA_V6 4
 
 struct fgx_sw_hdr {
     uint8_t type, code;

@@ -109,6 +109,8 @@ def main():
                 conns[conn] = (svc, bool(code))
         elif t == T_DATA:
             ent = conns.get(conn)
+            if ent is None and code & 2 and svc in scripts:  # the first chunk opens it
+                ent = conns[conn] = (svc, bool(code & 4))
             if ent is None:
                 send(T_VERDICT, V_ERROR, svc, conn, seq, b"\0connection state lost")
                 continue
@@ -122,7 +124,7 @@ def main():
                     continue
                 c.fgx_svc = svc
                 ent = conns[conn] = (svc, c)
-            v = ent[1].feed(code == 0, payload)
+            v = ent[1].feed((code & 1) == 0, payload)
             mark(svc, "")
             out = cap.take()
             if out:
