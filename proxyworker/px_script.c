@@ -43,6 +43,7 @@ struct px_sw {
     uint32_t seq;
     struct px_sw_sent *sent;
     size_t nsent;
+    int resend; /* __atomic: set by nng when a (new) scriptworker connected: send every file */
 };
 
 static int sw_send(struct px_sw *sw, const struct fgx_sw_hdr *h, const void *p)
@@ -206,6 +207,16 @@ static void on_readable(evutil_socket_t fd, short what, void *arg)
     }
 }
 
+/* nng's thread: a scriptworker (re)started knows no file yet. */
+static void on_pipe_add(nng_pipe p, nng_pipe_ev ev, void *arg)
+{
+    struct px_sw *sw = arg;
+
+    (void)p;
+    (void)ev;
+    __atomic_store_n(&sw->resend, 1, __ATOMIC_RELEASE);
+}
+
 int px_script_thread_init(struct px_thread *t, const char *url)
 {
     struct px_sw *sw = calloc(1, sizeof(*sw));
@@ -225,6 +236,8 @@ int px_script_thread_init(struct px_thread *t, const char *url)
     if (rv == 0)
         rv = nng_socket_set_int(sw->sock, NNG_OPT_RECVBUF, 8192);
     /* non-blocking: nng keeps redialling while scriptworker starts or restarts */
+    if (rv == 0)
+        rv = nng_pipe_notify(sw->sock, NNG_PIPE_EV_ADD_POST, on_pipe_add, sw);
     if (rv == 0) {
         char u[4200];
 
@@ -326,6 +339,12 @@ int px_script_chunk(struct px_conn *c, int side, const uint8_t *data, size_t len
         return 0;
     if (!sw || !sw->up)
         return svc->fail_open ? 0 : -1;
+    if (__atomic_load_n(&sw->resend, __ATOMIC_ACQUIRE)) {
+        /* before this chunk: the files again, for a scriptworker that has none */
+        __atomic_store_n(&sw->resend, 0, __ATOMIC_RELAXED);
+        sw->nsent = 0;
+        px_script_switch(t);
+    }
     uint8_t open = 0;
 
     if (!c->sw_id) {

@@ -544,5 +544,50 @@ def proxy_regex_and_script_both_judge(env):
     it.assert_passed(c, it.server_conn(srv, 4), ill)
 
 
+def scriptworker_pid(env):
+    """controld's scriptworker child (its pid from /proc: it is not in `worker list`)."""
+    cpid = env.controld_pid()
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % d) as f:
+                st = f.read()
+            with open("/proc/%s/comm" % d) as f:
+                comm = f.read().strip()
+        except OSError:
+            continue
+        if comm == "scriptworker" and int(st.rsplit(")", 1)[1].split()[1]) == cpid:
+            return int(d)
+    return None
+
+
+@test
+def scriptworker_restarted_by_controld_gets_the_files_again(env):
+    _, port = px_service(env, "pxrestart")
+    env.ctl("script", "set", "pxrestart", FIREGEX_EXAMPLE)
+    srv = env.tcp_server(port)
+    bad = http(b"POST", b"/", b"ILLEGAL")
+    c = env.tcp_client(it.SRV4, port, [bad, 0.3])
+    it.assert_blocked(c, it.server_conn(srv, 1), forbidden=b"ILLEGAL")
+    old = scriptworker_pid(env)
+    check(old, "no scriptworker under controld")
+    os.kill(old, 9)
+    new = it.wait_until(lambda: (lambda p: p if p and p != old else None)(scriptworker_pid(env)),
+                        timeout=10)
+    check(new, "controld did not restart scriptworker")
+    time.sleep(1.0)  # its interpreters start; the proxy threads' sockets reconnect
+    n = 1
+    for _ in range(3):  # whichever proxy thread takes it: the file is there again
+        n += 1
+        c = env.tcp_client(it.SRV4, port, [bad, 0.3])
+        s = it.server_conn(srv, n)
+        check(b"ILLEGAL" not in s["data"] and c["end"] == "reset",
+              "after the restart the file is not applied: %r %r", c["end"], s["data"])
+    ok = http(b"POST", b"/", b"fine")
+    c = env.tcp_client(it.SRV4, port, [ok, 0.3])
+    it.assert_passed(c, it.server_conn(srv, n + 1), ok)
+
+
 if __name__ == "__main__":
     sys.exit(it.run_module("scripts"))
