@@ -90,8 +90,15 @@ int main(int argc, char **argv)
     }
     fgx_info("listening on %s-0..%u with %u Python interpreter(s)", listen, peers - 1, procs);
     rv = sw_loop_run(&w);
-    for (unsigned i = 0; i < procs; i++)
+    for (unsigned i = 0; i < procs; i++) {
+        /* the buffers outlive an interpreter (kept for the next one): freed here */
         sw_child_kill(&w.child[i]);
+        free(w.child[i].wbuf);
+        free(w.child[i].rbuf);
+    }
+    for (size_t i = 0; i < w.nscripts; i++)
+        free(w.scripts[i].frame);
+    free(w.scripts);
     for (unsigned i = 0; i < peers; i++)
         nng_close(w.socks[i]);
     return rv < 0 ? 1 : 0;
