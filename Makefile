@@ -66,6 +66,7 @@ CTL_SRC := $(filter-out controld/main.c,$(wildcard controld/*.c))
 NFQ_SRC := $(filter-out nfqworker/main.c,$(wildcard nfqworker/*.c))
 PX_SRC := $(filter-out proxyworker/main.c,$(wildcard proxyworker/*.c))
 CLI_SRC := $(filter-out fgexctl/main.c,$(wildcard fgexctl/*.c))
+SW_SRC := $(wildcard scriptworker/*.c)
 
 # One archive per module (its objects minus main.o), so unit tests link what they test.
 $(BUILD)/libcommon.a: $(call objs,$(COMMON_SRC)) $(PROTO_O)
@@ -78,13 +79,23 @@ $(BUILD)/%.a:
 	@echo "  AR      $@"
 	$(Q)rm -f $@ && ar rcs $@ $^
 
-BINS := controld nfqworker proxyworker fgexctl
-all: $(addprefix $(BUILD)/bin/,$(BINS))
+BINS := controld nfqworker proxyworker fgexctl scriptworker
+all: $(addprefix $(BUILD)/bin/,$(BINS)) $(BUILD)/bin/fgex-python/.stamp
+
+# The script filters' Python package (scriptworker/python), next to the binaries that run it.
+PY_SRC := $(shell find scriptworker/python -name '*.py' 2>/dev/null)
+$(BUILD)/bin/fgex-python/.stamp: $(PY_SRC)
+	@mkdir -p $(dir $@)
+	@echo "  PY      $(BUILD)/bin/fgex-python"
+	$(Q)rm -rf $(BUILD)/bin/fgex-python.new && cp -r scriptworker/python $(BUILD)/bin/fgex-python.new && \
+		find $(BUILD)/bin/fgex-python.new -name __pycache__ -prune -exec rm -rf {} + && \
+		rm -rf $(BUILD)/bin/fgex-python && mv $(BUILD)/bin/fgex-python.new $(BUILD)/bin/fgex-python && \
+		touch $@
 
 $(BUILD)/bin/controld: $(call objs,controld/main.c) $(BUILD)/libctl.a $(BUILD)/libcommon.a
 	@mkdir -p $(dir $@)
 	@echo "  LD      $@"
-	$(Q)$(CC) $(FGX_LDFLAGS) -o $@ $^ $(LIBS_HS) $(LIBS_NET) $(LIBS_TLS) $(LIBS_SSL) $(LIBS_BASE) -lm
+	$(Q)$(CC) $(FGX_LDFLAGS) -o $@ $^ $(LIBS_HS) $(LIBS_NET) $(LIBS_TLS) $(LIBS_SSL) $(LIBS_JSON) $(LIBS_BASE) -lm
 
 $(BUILD)/bin/nfqworker: $(call objs,nfqworker/main.c) $(BUILD)/libnfq.a $(BUILD)/libcommon.a
 	@mkdir -p $(dir $@)
@@ -95,6 +106,11 @@ $(BUILD)/bin/proxyworker: $(call objs,proxyworker/main.c) $(BUILD)/libpx.a $(BUI
 	@mkdir -p $(dir $@)
 	@echo "  LD      $@"
 	$(Q)$(CC) $(FGX_LDFLAGS) -o $@ $^ $(LIBS_HS_RT) $(LIBS_EVENT) $(LIBS_SSL) $(LIBS_BASE) -lm
+
+$(BUILD)/bin/scriptworker: $(call objs,$(SW_SRC)) $(BUILD)/libcommon.a
+	@mkdir -p $(dir $@)
+	@echo "  LD      $@"
+	$(Q)$(CC) $(FGX_LDFLAGS) -o $@ $^ $(LIBS_HS_RT) $(LIBS_BASE) -lm
 
 $(BUILD)/bin/fgexctl: $(call objs,fgexctl/main.c) $(BUILD)/libcli.a $(BUILD)/libcommon.a
 	@mkdir -p $(dir $@)
@@ -186,7 +202,9 @@ install: deps
 		$(DESTDIR)$(CONFDIR)
 	$(INSTALL) -m 755 $(BUILD)/bin/controld $(DESTDIR)$(SBINDIR)/controld
 	$(INSTALL) -m 755 $(BUILD)/bin/fgexctl $(DESTDIR)$(BINDIR)/fgexctl
-	$(INSTALL) -m 755 $(BUILD)/bin/nfqworker $(BUILD)/bin/proxyworker $(DESTDIR)$(WORKERDIR)/
+	$(INSTALL) -m 755 $(BUILD)/bin/nfqworker $(BUILD)/bin/proxyworker $(BUILD)/bin/scriptworker \
+		$(DESTDIR)$(WORKERDIR)/
+	rm -rf $(DESTDIR)$(WORKERDIR)/python && cp -r $(BUILD)/bin/fgex-python $(DESTDIR)$(WORKERDIR)/python
 	$(INSTALL) -m 644 $(BUILD)/man/fgexctl.1 $(DESTDIR)$(MANDIR)/man1/
 	$(INSTALL) -m 644 $(BUILD)/man/fgex-rules.5 $(DESTDIR)$(MANDIR)/man5/
 	$(INSTALL) -m 644 $(BUILD)/man/controld.8 $(DESTDIR)$(MANDIR)/man8/
@@ -202,9 +220,11 @@ install: deps
 uninstall:
 	rm -f $(DESTDIR)$(SBINDIR)/controld $(DESTDIR)$(BINDIR)/fgexctl \
 		$(DESTDIR)$(WORKERDIR)/nfqworker $(DESTDIR)$(WORKERDIR)/proxyworker \
+		$(DESTDIR)$(WORKERDIR)/scriptworker \
 		$(DESTDIR)$(MANDIR)/man1/fgexctl.1 $(DESTDIR)$(MANDIR)/man5/fgex-rules.5 \
 		$(DESTDIR)$(MANDIR)/man8/controld.8 $(DESTDIR)$(UNITDIR)/fgex.service \
 		$(DESTDIR)$(BASHCOMPDIR)/fgexctl $(DESTDIR)$(ZSHCOMPDIR)/_fgexctl
+	rm -rf $(DESTDIR)$(WORKERDIR)/python
 	-rmdir $(DESTDIR)$(WORKERDIR) 2>/dev/null
 	if cmp -s deploy/controld.conf $(DESTDIR)$(CONFDIR)/controld.conf; then \
 		rm -f $(DESTDIR)$(CONFDIR)/controld.conf; rmdir $(DESTDIR)$(CONFDIR) 2>/dev/null || true; fi

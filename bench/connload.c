@@ -45,6 +45,7 @@ struct opts {
     const char *to;
     int port, to_port;
     int conns, threads, req;
+    int http; /* --http: the request is an HTTP/1.1 POST of --req bytes in all (bench/scripts) */
     double seconds;
     enum cl_mode mode;
 };
@@ -480,6 +481,22 @@ static int run_client(void)
     if (!ws)
         die("calloc");
     memset(g_req, 'q', sizeof(g_req));
+    if (g_o.http) {
+        /* a header a script checks and a body of the rest: Content-Length says how much */
+        char head[160];
+        int hl = 0, body = g_o.req;
+
+        for (int k = 0; k < 3; k++) {
+            hl = snprintf(head, sizeof(head),
+                          "POST /submit HTTP/1.1\r\nHost: bench\r\nX-Checker: sla-bot\r\n"
+                          "Content-Length: %d\r\n\r\n",
+                          body);
+            body = g_o.req - hl;
+        }
+        if (body < 0 || hl >= g_o.req)
+            die("--req too small for --http");
+        memcpy(g_req, head, (size_t)hl);
+    }
     for (int i = 0; i < g_o.threads; i++) {
         struct worker *w = &ws[i];
 
@@ -562,6 +579,8 @@ int main(int argc, char **argv)
             g_o.req = atoi(v);
         else if (!strcmp(k, "--seconds"))
             g_o.seconds = atof(v);
+        else if (!strcmp(k, "--http"))
+            g_o.http = atoi(v);
         else if (!strcmp(k, "--mode"))
             g_o.mode = !strcmp(v, "echo") ? MODE_ECHO : MODE_CLOSE;
         else

@@ -3,6 +3,7 @@
  * service yet; worker counters -> the statistics stage; requested worker restarts. */
 #include "controld/ctl_apply.h"
 #include "controld/ctl_nft_px.h"
+#include "controld/ctl_script_rt.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -162,6 +163,7 @@ static void stats_refresh_proxy(struct ctl_ctx *ctx, int timeout_ms)
         ctl_txn_abort(t);
     }
     (void)ctl_stats_ingest_proxy(ctx->stats, info.instance, &m.u.stats, svcs, nsvcs);
+    ctl_script_rt_ingest(&m.u.stats);
     free(svcs);
     fgx_dp_msg_release(&m);
     /* Saved before any request can read a new event's seq. */

@@ -274,7 +274,7 @@ int ctl_config_export(struct ctl_txn *t, struct ctl_config_export *out)
     out->cfg.filters = out->flt_ptrs;
     out->cfg.has_auth_enabled = 1;
     out->cfg.auth_enabled = auth;
-    return 0;
+    return ctl_script_export(t, &out->cfg, &out->scripts);
 }
 
 void ctl_config_export_release(struct ctl_config_export *e)
@@ -291,6 +291,7 @@ void ctl_config_export_release(struct ctl_config_export *e)
     for (size_t i = 0; e->pems != NULL && i < e->nsvcs; i++)
         ctl_tls_pem_release(&e->pems[i]);
     free(e->pems);
+    ctl_script_export_release(&e->scripts);
     memset(e, 0, sizeof(*e));
 }
 
@@ -844,8 +845,11 @@ int ctl_config_import_ex(struct ctl_txn *t, const Fgx__Ctl__Config *cfg,
     rv = ctl_store_ids_reserve(t, max_svc, max_flt);
     if (rv == 0 && cfg->has_auth_enabled)
         rv = ctl_config_auth_enabled_put(t, cfg->auth_enabled);
-    if (rv < 0)
+    if (rv < 0) {
         store_fail(rv, "cannot store the configuration", err, errlen);
+        goto out;
+    }
+    rv = ctl_script_import(t, cfg, err, errlen);
     goto out;
 store_err:
     store_fail(rv, "cannot store the configuration", err, errlen);

@@ -11,6 +11,7 @@
 
 #include "control.pb-c.h"
 #include "controld/ctl_diff.h"
+#include "controld/ctl_script.h"
 #include "controld/ctl_store.h"
 #include "controld/ctl_svcaddr.h"
 #include "fgx/ruleset.h"
@@ -32,6 +33,7 @@ struct ctl_config_export {
     size_t nflts;
     Fgx__Ctl__Filter *flt_msgs, **flt_ptrs;
     struct ctl_tls_pem *pems; /* per service: TLS certificates (keys: with_secrets only) */
+    struct ctl_script_export scripts; /* the services' script filter files (ctl_script.c) */
 };
 
 /* Every service and filter of t (ids, flags and creation times; no counters), and the password

@@ -105,6 +105,7 @@ static void rpc_release(struct ctl_rpc *r)
     ctl_rpc_logfil_free(r->logfil);
     ctl_rpc_fw_release(r);
     ctl_rpc_capture_release(r);
+    ctl_script_reply_free(r->script);
     explicit_bzero(r->token, sizeof(r->token));
 }
 
@@ -689,6 +690,7 @@ static const struct ctl_rpc_cmd *const rpc_families[] = {
     ctl_rpc_admin_cmds,  ctl_rpc_service_cmds, ctl_rpc_filter_cmds,
     ctl_rpc_worker_cmds, ctl_rpc_stats_cmds,   ctl_rpc_history_cmds, ctl_rpc_fw_cmds,
     ctl_rpc_capture_cmds,
+    ctl_rpc_script_cmds,
 };
 
 static const struct ctl_rpc_cmd *rpc_cmd_find(Fgx__Ctl__Request__ReqCase req)

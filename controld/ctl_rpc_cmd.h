@@ -15,6 +15,7 @@
 #include "controld/ctl_config.h"
 #include "controld/ctl_diff.h"
 #include "controld/ctl_history.h"
+#include "controld/ctl_script.h"
 #include "controld/ctl_store.h"
 #include "controld/ctl_svcaddr.h"
 #include "fgx/chan_tls.h"
@@ -90,6 +91,7 @@ struct ctl_rpc {
     ProtobufCBinaryData *caps;
     size_t ncaps;
     void *cap_extra;
+    struct ctl_script_reply *script; /* the script family's reply contents (ctl_script.h) */
 };
 
 void ctl_rpc_capture_release(struct ctl_rpc *r);
@@ -136,6 +138,7 @@ int ctl_rpc_fw_import(struct ctl_rpc *r, struct ctl_txn *t, const Fgx__Ctl__Conf
 void ctl_rpc_fw_imported(struct ctl_rpc *r);
 void ctl_rpc_fw_release(struct ctl_rpc *r);
 extern const struct ctl_rpc_cmd ctl_rpc_capture_cmds[];
+extern const struct ctl_rpc_cmd ctl_rpc_script_cmds[];
 
 /* The reference a Ref carries, or NULL. */
 static inline const char *ctl_rpc_ref(const Fgx__Ctl__Ref *ref)

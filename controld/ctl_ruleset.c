@@ -10,6 +10,7 @@
 
 #include "controld/ctl_compile.h"
 #include "fgx/capture.h"
+#include "controld/ctl_script.h"
 #include "fgx/log.h"
 
 static bool dir_has_pattern(const struct fgx_pattern *pats, size_t n, enum fgx_dir dir)
@@ -180,6 +181,24 @@ int ctl_ruleset_build(struct ctl_txn *t, struct ctl_ruleset *out, char *err, siz
             d->capture_conns = s->capture_conns ? s->capture_conns : FGX_CAP_CONNS_DEFAULT;
             d->capture_bytes = s->capture_bytes ? s->capture_bytes : FGX_CAP_BYTES_DEFAULT;
         }
+        rv = ctl_script_payload(t, s->id, &d->script, &d->script_deadline_ms, &d->script_dirs);
+        if (rv < 0 && rv != -ENOENT) {
+            snprintf(err, errlen, "service %s: cannot read its script: %s", s->name,
+                     ctl_store_strerror(rv));
+            goto out;
+        }
+        rv = 0;
+        /* Scripts judge the proxy layer's streams; on NFQUEUE they would be ignored, so such
+         * a state is refused rather than stored (script set, or a layer switch). */
+        if (!proxy && d->script.len > 0) {
+            snprintf(err, errlen,
+                     "service %s has a script, and script filters run on the proxy layer only "
+                     "(so far): move it there (fgexctl service set %s --layer proxy) or remove "
+                     "the script first",
+                     s->name, s->name);
+            rv = -EINVAL;
+            goto out;
+        }
         for (int k = 0; k < 2; k++) {
             enum fgx_dir dir = k == 0 ? FGX_DIR_C2S : FGX_DIR_S2C;
             uint64_t key;
@@ -227,6 +246,7 @@ void ctl_ruleset_release(struct ctl_ruleset *rs)
         free(rs->dp.services[i].ids[0]);
         free(rs->dp.services[i].ids[1]);
         free(rs->dp.services[i].addrs);
+        fgx_blob_release(&rs->dp.services[i].script);
     }
     for (size_t i = 0; i < rs->px_dp.nservices; i++) {
         fgx_blob_release(&rs->px_dp.services[i].db[0]);
@@ -238,6 +258,7 @@ void ctl_ruleset_release(struct ctl_ruleset *rs)
                                                   .key = rs->px_dp.services[i].tls_key.data,
                                                   .cert_len = rs->px_dp.services[i].tls_cert.len,
                                                   .key_len = rs->px_dp.services[i].tls_key.len});
+        fgx_blob_release(&rs->px_dp.services[i].script);
     }
     free(rs->dp.services);
     free(rs->nft);

@@ -25,6 +25,7 @@
 struct ctl_store {
     MDB_env *env;
     MDB_dbi services, filters, meta, dbcache, events, history, rates, captures;
+    MDB_dbi scripts; /* service id -> its script filter file (ctl_script.c's record) */
     size_t mapsize;
 };
 
@@ -117,6 +118,11 @@ static void be32_put(uint8_t *p, uint32_t v)
     p[1] = (uint8_t)(v >> 16);
     p[2] = (uint8_t)(v >> 8);
     p[3] = (uint8_t)v;
+}
+
+static uint32_t be32_get(const uint8_t *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
 }
 
 static void be64_put(uint8_t *p, uint64_t v)
@@ -230,6 +236,8 @@ int ctl_store_open(const char *dir, size_t mapsize, struct ctl_store **out)
         rv = store_err(mdb_dbi_open(txn, "rates", MDB_CREATE, &s->rates), "open rates");
     if (rv == 0)
         rv = store_err(mdb_dbi_open(txn, "captures", MDB_CREATE, &s->captures), "open captures");
+    if (rv == 0)
+        rv = store_err(mdb_dbi_open(txn, "scripts", MDB_CREATE, &s->scripts), "open scripts");
     if (rv < 0) {
         mdb_txn_abort(txn);
         goto err;
@@ -609,6 +617,9 @@ int ctl_store_service_del(struct ctl_txn *t, uint32_t id)
         return rv;
     rv = ctl_store_tls_del(t, id);
     if (rv < 0)
+        return rv;
+    rv = ctl_store_script_del(t, id);
+    if (rv < 0 && rv != -ENOENT)
         return rv;
     be32_put(key, id);
     return rec_del(t, t->s->services, key, sizeof(key));
@@ -1600,4 +1611,80 @@ int ctl_store_capture_trim(struct ctl_txn *t, size_t keep)
         rv = store_err(rc, "trim captures");
     mdb_cursor_close(cur);
     return rv;
+}
+
+/* ---- script filter files (one record per service, opaque here) ---- */
+
+int ctl_store_script_get(struct ctl_txn *t, uint32_t service_id, void **data, size_t *len)
+{
+    uint8_t k[4];
+    MDB_val v;
+    int rv;
+
+    be32_put(k, service_id);
+    rv = rec_get(t, t->s->scripts, k, sizeof(k), &v);
+    if (rv < 0)
+        return rv;
+    *data = malloc(v.mv_size ? v.mv_size : 1);
+    if (!*data)
+        return -ENOMEM;
+    memcpy(*data, v.mv_data, v.mv_size);
+    *len = v.mv_size;
+    return 0;
+}
+
+int ctl_store_script_put(struct ctl_txn *t, uint32_t service_id, const void *data, size_t len)
+{
+    uint8_t k[4];
+
+    be32_put(k, service_id);
+    return rec_put(t, t->s->scripts, k, sizeof(k), data, len);
+}
+
+int ctl_store_script_del(struct ctl_txn *t, uint32_t service_id)
+{
+    uint8_t k[4];
+
+    be32_put(k, service_id);
+    return rec_del(t, t->s->scripts, k, sizeof(k));
+}
+
+int ctl_store_script_ids(struct ctl_txn *t, uint32_t **ids, size_t *n)
+{
+    MDB_cursor *cur;
+    MDB_val k, v;
+    uint32_t *out = NULL, *grown;
+    size_t cnt = 0, cap = 0;
+    int rv, rc;
+
+    *ids = NULL;
+    *n = 0;
+    rv = store_err(mdb_cursor_open(t->txn, t->s->scripts, &cur), "cursor");
+    if (rv < 0)
+        return rv;
+    for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
+         rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+        if (k.mv_size != 4)
+            continue;
+        if (cnt == cap) {
+            cap = cap ? cap * 2 : 8;
+            grown = realloc(out, cap * sizeof(*out));
+            if (!grown) {
+                rv = -ENOMEM;
+                break;
+            }
+            out = grown;
+        }
+        out[cnt++] = be32_get((const uint8_t *)k.mv_data);
+    }
+    if (rv == 0 && rc != MDB_NOTFOUND)
+        rv = store_err(rc, "list scripts");
+    mdb_cursor_close(cur);
+    if (rv < 0) {
+        free(out);
+        return rv;
+    }
+    *ids = out;
+    *n = cnt;
+    return 0;
 }

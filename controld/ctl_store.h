@@ -236,4 +236,12 @@ int ctl_store_rates_keys(struct ctl_txn *t, uint8_t (**out)[CTL_RATES_KEY_LEN], 
 /* Text for a store error code, for replies ("state store full: ..."). */
 const char *ctl_store_strerror(int err);
 
+/* Script filter files: one opaque record per service (controld/ctl_script.c encodes it),
+ * removed with the service. _get: *data malloc'd (free()); -ENOENT quietly when the service has
+ * none. _ids: the services that have one, ascending; *ids malloc'd. */
+int ctl_store_script_get(struct ctl_txn *t, uint32_t service_id, void **data, size_t *len);
+int ctl_store_script_put(struct ctl_txn *t, uint32_t service_id, const void *data, size_t len);
+int ctl_store_script_del(struct ctl_txn *t, uint32_t service_id);
+int ctl_store_script_ids(struct ctl_txn *t, uint32_t **ids, size_t *n);
+
 #endif

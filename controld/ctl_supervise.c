@@ -2,6 +2,7 @@
  * and the req side of the data-path channel it dials. A restarted worker gets the full ruleset
  * from the caller, which learns of the restart from ctl_sup_poll(). */
 #include "controld/ctl_supervise.h"
+#include "controld/ctl_script_sup.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -91,7 +92,7 @@ static int sup_spawn(struct ctl_sup *s)
     char url[PATH_MAX + 16], threads[16], base[16], port[16], conns[16], flows[16];
     char per_src[16], first[16];
     /* spare slots (and the NULL after them) for the options below */
-    char *argv[16] = {s->worker_path, "--control", url,           "--threads",  threads,
+    char *argv[18] = {s->worker_path, "--control", url,           "--threads",  threads,
                       "--queue-base", base,        "--log-level", s->log_level, NULL};
     int argc = 9;
     pid_t parent = getpid(), pid;
@@ -120,6 +121,9 @@ static int sup_spawn(struct ctl_sup *s)
             argv[argc++] = "--first-byte-timeout";
             argv[argc++] = first;
         }
+        /* where the services' scripts run (issue 16) */
+        argv[argc++] = "--script-url";
+        argv[argc++] = (char *)ctl_script_sup_url();
     } else {
         if (s->no_synack_log)
             argv[argc++] = "--no-synack-log";

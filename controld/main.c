@@ -22,6 +22,7 @@
 #include "controld/ctl_nft.h"
 #include "controld/ctl_rpc.h"
 #include "controld/ctl_history.h"
+#include "controld/ctl_script_sup.h"
 #include "controld/ctl_stats.h"
 #include "controld/ctl_store.h"
 #include "controld/ctl_supervise.h"
@@ -642,6 +643,7 @@ static void run_loop(struct ctl_ctx *ctx, struct ctl_sup *sup, struct fgx_chan *
         }
         pending_poll(ctx, ctl, &pend);
         ctl_fw_tick(ctx->fw, ctx->store);
+        ctl_script_sup_poll();
         ctl_sup_poll(sup, &respawned);
         if (ctx->px_sup) {
             bool px_respawned = false;
@@ -795,6 +797,10 @@ int main(int argc, char **argv)
                        &sup);
     if (rv < 0)
         goto out;
+    /* The script worker too (ctl_script_sup.h); the proxy worker dials it. */
+    rv = ctl_script_sup_start(o.run_dir, o.log_level);
+    if (rv < 0)
+        goto out;
     /* The proxy layer's worker runs always, so a service can move to it at any time. */
     rv = ctl_sup_start(&(struct ctl_sup_config){.run_dir = o.run_dir,
                                                 .log_level = o.log_level,
@@ -872,6 +878,7 @@ out:
     ctl_fw_free(fw);
     ctl_sup_stop(sup);
     ctl_sup_stop(px_sup);
+    ctl_script_sup_stop();
     ctl_nft_close(nft);
     ctl_ctx_release(&ctx);
     ctl_stats_free(stats);

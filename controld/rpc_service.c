@@ -356,6 +356,24 @@ static void do_service_set(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
             ctl_filters_free(fs, nfs);
             fs = NULL;
             nfs = 0;
+            {
+                void *sd = NULL;
+                size_t sl = 0;
+
+                rv = ctl_store_script_get(t, svc.id, &sd, &sl);
+                free(sd);
+                if (rv == 0) {
+                    ctl_rpc_fail(r, FGX__CTL__CODE__CODE_INVALID,
+                                 "service %s has a script: on the external layer %s; remove it "
+                                 "first (fgexctl script rm %s)",
+                                 svc.name, CTL_EXTERNAL_NO_FILTER, svc.name);
+                    goto out;
+                }
+                if (rv != -ENOENT) {
+                    ctl_rpc_store_fail(r, rv);
+                    goto out;
+                }
+            }
             if (!a->to || !a->to[0])
                 memset(&svc.ext_to, 0, sizeof(svc.ext_to));
         }

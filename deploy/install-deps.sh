@@ -19,7 +19,9 @@ build=(
 # Running: nft to read fgex's rules (iptables provides libxt_NFQUEUE.so, through which nft prints
 # the compat NFQUEUE target, docs/architecture.md), ip for policy routing and namespaces, and
 # man for the pages `make install` puts in place (the unit's Documentation= names them).
-run=(nftables iptables iproute2 man-db)
+# Script filters (issue 16): Debian's python3 runs the filter files; h11 parses their HTTP/1.1,
+# brotli decodes br bodies, dpkt reads the captures `fgexctl script test` runs a file over.
+run=(nftables iptables iproute2 man-db python3 python3-h11 python3-brotli python3-dpkt)
 # Testing: Criterion, python3 with scapy for crafted packets, openssl for test_remote's
 # certificates, procps, and systemd-analyze for the unit file test; for test_tls: curl (HTTP/1.1
 # and HTTP/2 clients), nginx-light (an HTTP/2 TLS service), python3-cryptography (certificates,

@@ -57,6 +57,11 @@ static const char usage_main[] =
     "  filter import SERVICE FILE [--replace|--sync] [--dry-run]\n"
     "                                           load a ruleset file, all or nothing\n"
     "  filter export SERVICE                    print a service's filters as a ruleset file\n"
+    "  script set SERVICE FILE.py               a Python filter file (Firegex's API), checked\n"
+    "  script get|rm|list SERVICE\n"
+    "  script enable|disable SERVICE FUNCTION\n"
+    "  script log SERVICE [--follow]            tracebacks, timeouts, what scripts print\n"
+    "  script test FILE.py --pcap FILE          run a filter file offline over a capture\n"
     "  export FILE                              save the whole configuration as JSON\n"
     "  import FILE [--dry-run]                  restore it (atomically; what it leaves as it\n"
     "                                           was keeps its ids and counters)\n"
@@ -168,6 +173,7 @@ static const struct opt_def opt_defs[CLI_NOPTS] = {
     {"--src", CLI_OPT_SRC, ARG_REQUIRED},
     {"--filter", CLI_OPT_FILTER, ARG_REQUIRED},
     {"--raw", CLI_OPT_RAW, ARG_NONE},
+    {"--deadline", CLI_OPT_DEADLINE, ARG_REQUIRED},
 };
 
 /* ---- helpers ----------------------------------------------------------------------------- */
@@ -570,6 +576,7 @@ static int build_request(struct cli_cmd *cmd, const struct cli_cmd_def *spec,
         fgx__ctl__request__init(r);
         cmd->watch = cmd->follow = false;
         cmd->file = cmd->password_file = NULL;
+        cmd->run_local = NULL;
     }
     return rc;
 }

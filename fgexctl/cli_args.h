@@ -90,8 +90,16 @@ struct cli_cmd {
         Fgx__Ctl__CaptureQuery capture;
         Fgx__Ctl__EventShow event_show;
         Fgx__Ctl__FilterTest filter_test;
+        Fgx__Ctl__ScriptSet script_set;
+        Fgx__Ctl__ScriptFunctionRef script_fn;
+        Fgx__Ctl__ScriptLogQuery script_log;
     } m;
     char *addrs[32]; /* service add --addr, pointing into argv (CLI_ADDRS_MAX) */
+    /* script commands: set, the command runs here instead of one request (script test, script
+     * log --follow); returns the exit status. */
+    int (*run_local)(struct cli_cmd *cmd);
+    const char *pcap;        /* script test --pcap FILE */
+    const char *script_port; /* script test --port PORT, or NULL */
 };
 
 /* Parse argv (argv[0] is the program). env_url is $FGEX_URL or NULL (passed in so the parse

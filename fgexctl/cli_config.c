@@ -81,9 +81,44 @@ static json_t *write_service_tls(json_t *o, const Fgx__Ctl__Service *s)
     return o;
 }
 
+/* A service's script filter file (issue 16): {filename, deadline_ms, source or source_b64,
+ * functions: [{name, line, active, params}]}. */
+static json_t *write_script(const Fgx__Ctl__Script *sc)
+{
+    json_t *o = json_object(), *fns = json_array();
+
+    if (!o || !fns)
+        goto err;
+    for (size_t i = 0; i < sc->n_functions; i++) {
+        const Fgx__Ctl__ScriptFunction *f = sc->functions[i];
+        json_t *ps = json_array();
+
+        for (size_t j = 0; ps && j < f->n_params; j++)
+            if (json_array_append_new(ps, cli_json_str(f->params[j])) < 0)
+                goto err;
+        if (json_array_append_new(fns, json_pack("{s:o, s:I, s:b, s:o}", "name",
+                                                 cli_json_str(f->name), "line",
+                                                 (json_int_t)f->line, "active",
+                                                 !f->has_active || f->active, "params", ps)) < 0)
+            goto err;
+    }
+    if (json_object_set_new(o, "filename", cli_json_str(sc->filename)) < 0 ||
+        json_object_set_new(o, "deadline_ms",
+                            json_integer(sc->has_deadline_ms ? sc->deadline_ms : 100)) < 0 ||
+        cli_json_set_bytes(o, "source", sc->source.data, sc->source.len) < 0 ||
+        json_object_set_new(o, "functions", fns) < 0)
+        goto err_o;
+    return o;
+err:
+    json_decref(fns);
+err_o:
+    json_decref(o);
+    return NULL;
+}
+
 static json_t *write_service(const Fgx__Ctl__Config *cfg, const Fgx__Ctl__Service *s)
 {
-    json_t *fs = json_array();
+    json_t *fs = json_array(), *o;
 
     for (size_t k = 0; fs && k < cfg->n_filters; k++) {
         if (cfg->filters[k]->service_id == s->id &&
@@ -92,7 +127,7 @@ static json_t *write_service(const Fgx__Ctl__Config *cfg, const Fgx__Ctl__Servic
             fs = NULL;
         }
     }
-    json_t *o = json_pack(
+    o = json_pack(
         "{s:I, s:o, s:s, s:o, s:I, s:s, s:b, s:b, s:s, s:o}", "id", cli_json_int(s->id), "name",
         cli_json_str(s->name), "proto", proto_str(s->proto), "ip", cli_json_str(s->ip), "port",
         cli_json_int(s->port), "layer", layer_str(s->layer), "active", s->active, "fail_open",
@@ -126,6 +161,13 @@ static json_t *write_service(const Fgx__Ctl__Config *cfg, const Fgx__Ctl__Servic
     if (o && s->to && json_object_set_new(o, "to", cli_json_str(s->to)) < 0) {
         json_decref(o);
         return NULL;
+    }
+    for (size_t k = 0; o && k < cfg->n_scripts; k++) {
+        if (cfg->scripts[k]->service_id == s->id &&
+            json_object_set_new(o, "script", write_script(cfg->scripts[k])) < 0) {
+            json_decref(o);
+            o = NULL;
+        }
     }
     return write_service_tls(o, s);
 }
@@ -188,7 +230,7 @@ struct rd {
     const json_t *doc;
     struct cli_json_pos pos;
     Fgx__Ctl__Config *cfg;
-    size_t cap_services, cap_filters;
+    size_t cap_services, cap_filters, cap_scripts;
 };
 
 static int vbad(struct rd *r, unsigned line, unsigned col, const char *fmt, va_list ap)
@@ -648,6 +690,108 @@ static int read_addrs(struct rd *r, const json_t *sv, const char *where, Fgx__Ct
 }
 
 /* Service idx of the array svcs. */
+/* services[idx].script: stored with service_id idx until assign_ids() knows the id. */
+static int read_script(struct rd *r, const json_t *sv, size_t idx)
+{
+    static const char *const keys[] = {"filename", "deadline_ms", "source", "source_b64",
+                                       "functions", NULL};
+    static const char *const fkeys[] = {"name", "line", "active", "params", NULL};
+    const json_t *so = json_object_get(sv, "script"), *src, *fns;
+    Fgx__Ctl__Config *cfg = r->cfg;
+    Fgx__Ctl__Script *sc;
+    char where[64], fwhere[96];
+    bool has;
+    int rc;
+
+    (void)snprintf(where, sizeof(where), "services[%zu].script", idx);
+    rc = want_type(r, sv, "script", 0, "object", where);
+    if (rc == 0)
+        rc = known_keys(r, so, where, keys);
+    if (rc == 0)
+        rc = grow((void ***)&cfg->scripts, &r->cap_scripts, cfg->n_scripts + 1);
+    if (rc < 0)
+        return rc;
+    sc = malloc(sizeof(*sc));
+    if (!sc)
+        return -ENOMEM;
+    fgx__ctl__script__init(sc);
+    cfg->scripts[cfg->n_scripts++] = sc;
+    sc->service_id = (uint32_t)idx;
+    rc = get_str(r, so, "filename", where, "script.py", &sc->filename);
+    if (rc == 0)
+        rc = get_uint(r, so, "deadline_ms", where, 10000, &has, &sc->deadline_ms);
+    sc->has_deadline_ms = has;
+    if (rc < 0)
+        return rc;
+    src = json_object_get(so, "source_b64");
+    sc->has_source = 1;
+    if (src) {
+        const char *t = json_string_value(src);
+        size_t tl = t ? strlen(t) : 0;
+
+        sc->source.data = malloc(tl / 4 * 3 + 1);
+        if (!sc->source.data)
+            return -ENOMEM;
+        if (!t || cli_b64_decode(t, tl, sc->source.data, &sc->source.len) < 0)
+            return bad(r, src, "%s.source_b64 is not base64", where);
+    } else {
+        src = json_object_get(so, "source");
+        if (!src)
+            return bad(r, so, "%s: \"source\" is missing", where);
+        rc = want_type(r, so, "source", 0, "string", where);
+        if (rc < 0)
+            return rc;
+        sc->source.len = json_string_length(src);
+        sc->source.data = malloc(sc->source.len + 1);
+        if (!sc->source.data)
+            return -ENOMEM;
+        memcpy(sc->source.data, json_string_value(src), sc->source.len);
+    }
+    fns = json_object_get(so, "functions");
+    if (!fns || !json_is_array(fns) || json_array_size(fns) == 0)
+        return bad(r, so, "%s.functions must be a non-empty array", where);
+    sc->functions = calloc(json_array_size(fns), sizeof(*sc->functions));
+    if (!sc->functions)
+        return -ENOMEM;
+    for (size_t i = 0; i < json_array_size(fns); i++) {
+        const json_t *fo = json_array_get(fns, i), *ps;
+        Fgx__Ctl__ScriptFunction *f = malloc(sizeof(*f));
+
+        if (!f)
+            return -ENOMEM;
+        fgx__ctl__script_function__init(f);
+        sc->functions[sc->n_functions++] = f;
+        (void)snprintf(fwhere, sizeof(fwhere), "%s.functions[%zu]", where, i);
+        rc = want_type(r, fns, NULL, i, "object", fwhere);
+        if (rc == 0)
+            rc = known_keys(r, fo, fwhere, fkeys);
+        if (rc == 0)
+            rc = get_str(r, fo, "name", fwhere, NULL, &f->name);
+        if (rc == 0)
+            rc = get_uint(r, fo, "line", fwhere, UINT32_MAX, &has, &f->line);
+        f->has_line = has;
+        f->has_active = 1;
+        if (rc == 0)
+            rc = get_bool(r, fo, "active", fwhere, true, &f->active);
+        if (rc < 0)
+            return rc;
+        ps = json_object_get(fo, "params");
+        if (!ps || !json_is_array(ps))
+            continue;
+        f->params = calloc(json_array_size(ps) + 1, sizeof(*f->params));
+        if (!f->params)
+            return -ENOMEM;
+        for (size_t j = 0; j < json_array_size(ps); j++) {
+            const char *p = json_string_value(json_array_get(ps, j));
+
+            f->params[f->n_params] = strdup(p ? p : "");
+            if (!f->params[f->n_params++])
+                return -ENOMEM;
+        }
+    }
+    return 0;
+}
+
 static int read_service(struct rd *r, const json_t *svcs, size_t idx, bool *svc_has_id,
                         bool *flt_has_id)
 {
@@ -655,7 +799,7 @@ static int read_service(struct rd *r, const json_t *svcs, size_t idx, bool *svc_
     static const char *const keys[] = {"id",        "name",    "proto",  "ip",
                                        "port",      "layer",   "active", "fail_open",
                                        "midstream", "filters", "addrs",  "to",
-                                       "tls",       "upstream", "tls_cert_pem", "tls_key_pem", NULL};
+                                       "tls",       "upstream", "tls_cert_pem", "tls_key_pem", "script", NULL};
     static const char *const ups[] = {"tls", "plain"};
     static const int upv[] = {FGX__CTL__UPSTREAM__UPSTREAM_TLS, FGX__CTL__UPSTREAM__UPSTREAM_PLAIN};
     static const char *const protos[] = {"tcp", "udp"};
@@ -747,6 +891,8 @@ static int read_service(struct rd *r, const json_t *svcs, size_t idx, bool *svc_
         b->len = strlen(pem);
         *(k == 0 ? &s->has_tls_cert : &s->has_tls_key) = 1;
     }
+    if (rc == 0 && json_object_get(sv, "script"))
+        rc = read_script(r, sv, idx);
     if (rc < 0)
         return rc;
     fs = json_object_get(sv, "filters");
@@ -799,6 +945,9 @@ static int assign_ids(struct rd *r, const json_t *svcs, const bool *svc_has, con
             cfg->filters[k + f]->service_id = cfg->services[i]->id;
         k += nf;
     }
+    /* read_script() left each script the index of its service */
+    for (size_t i = 0; i < cfg->n_scripts; i++)
+        cfg->scripts[i]->service_id = cfg->services[cfg->scripts[i]->service_id]->id;
     next = 0;
     for (size_t i = 0; i < cfg->n_filters; i++)
         if (flt_has[i] && cfg->filters[i]->id > next)

@@ -102,6 +102,13 @@ int cli_local_prepare(struct cli_cmd *cmd, struct cli_local *l)
                          "fw import: %s: %s; nothing was changed", cmd->file,
                          rc == -EINVAL ? why : strerror(-rc));
         return 0;
+    case FGX__CTL__REQUEST__REQ_SCRIPT_SET:
+        rc = read_input(l, cmd->file, &l->script, &len);
+        if (rc < 0)
+            return rc;
+        cmd->m.script_set.source.data = (uint8_t *)l->script;
+        cmd->m.script_set.source.len = len;
+        return 0;
     default:
         return 0;
     }
@@ -392,4 +399,6 @@ void cli_local_release(struct cli_cmd *cmd, struct cli_local *l)
         free(l->fw_text);
         l->fw_text = NULL;
     }
+    free(l->script);
+    l->script = NULL;
 }

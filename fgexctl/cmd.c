@@ -16,6 +16,7 @@ const struct cli_cmd_family *const cli_cmd_families[] = {
     &cli_cmd_regex,
     &cli_cmd_fw,
     &cli_cmd_capture,
+    &cli_cmd_script,
     NULL,
 };
 

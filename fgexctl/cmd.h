@@ -59,7 +59,8 @@
 #define CLI_OPT_SRC (UINT64_C(1) << 36)
 #define CLI_OPT_FILTER (UINT64_C(1) << 37)
 #define CLI_OPT_RAW (UINT64_C(1) << 38) /* events show SEQ --raw */
-#define CLI_NOPTS 39
+#define CLI_OPT_DEADLINE (UINT64_C(1) << 39) /* script set --deadline MS */
+#define CLI_NOPTS 40
 /* --addr given more than this is refused by fgexctl (controld's bound is the same). */
 #define CLI_ADDRS_MAX 32
 
@@ -122,7 +123,7 @@ struct cli_cmd_family {
 
 extern const struct cli_cmd_family cli_cmd_admin, cli_cmd_service, cli_cmd_filter, cli_cmd_worker,
     cli_cmd_stats, cli_cmd_events, cli_cmd_history, cli_cmd_fw,
-    cli_cmd_capture;
+    cli_cmd_capture, cli_cmd_script;
 extern const struct cli_cmd_family cli_cmd_context;
 
 /* Run a CLI_CMD_LOCAL command of the context family (cmd_context.c), printing on out, errors

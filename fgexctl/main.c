@@ -110,6 +110,11 @@ static int run_one(struct cli_cmd *cmd)
             goto out;
         }
     }
+    if (cmd->run_local) {
+        /* script test, script log --follow: the command runs here, not as one request */
+        status = cmd->run_local(cmd);
+        goto out;
+    }
     if (cmd->watch || cmd->follow) {
         status = cli_loop_run(cmd, stdout);
         goto out;

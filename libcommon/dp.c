@@ -188,6 +188,15 @@ static int service_to_pb(const struct fgx_dp_service *s, Fgx__Dp__Service *p)
     p->ids_c2s = (uint32_t *)s->ids[0];
     p->n_ids_s2c = s->nids[1];
     p->ids_s2c = (uint32_t *)s->ids[1];
+    if (s->script.len > 0) {
+        p->has_script = 1;
+        p->script.data = s->script.data;
+        p->script.len = s->script.len;
+        p->has_script_deadline_ms = 1;
+        p->script_deadline_ms = s->script_deadline_ms;
+        p->has_script_dirs = 1;
+        p->script_dirs = s->script_dirs;
+    }
     return 0;
 }
 
@@ -238,6 +247,7 @@ int fgx_dp_encode(const struct fgx_dp_msg *m, void **buf, size_t *len)
     Fgx__Dp__CaptureRequest creq = FGX__DP__CAPTURE_REQUEST__INIT;
     Fgx__Dp__Captures caps = FGX__DP__CAPTURES__INIT;
     ProtobufCBinaryData *capv = NULL;
+    Fgx__Dp__ScriptLog *sl = NULL, **slp = NULL;
     Fgx__Dp__Service *svc = NULL, **svcp = NULL;
     Fgx__Dp__Addr *addrm = NULL, **addrp = NULL;
     Fgx__Dp__FilterStat *fs = NULL, **fsp = NULL;
@@ -435,6 +445,24 @@ int fgx_dp_encode(const struct fgx_dp_msg *m, void **buf, size_t *len)
         st.silent_closed = s->silent_closed;
         st.midstream_reset = s->midstream_reset;
         st.midstream_rescan = s->midstream_rescan;
+        if (s->nscript_logs > 0) {
+            sl = calloc(s->nscript_logs, sizeof(*sl));
+            slp = calloc(s->nscript_logs, sizeof(*slp));
+            if (sl == NULL || slp == NULL)
+                goto nomem;
+            for (size_t k = 0; k < s->nscript_logs; k++) {
+                fgx__dp__script_log__init(&sl[k]);
+                sl[k].service_id = s->script_logs[k].service_id;
+                sl[k].kind = s->script_logs[k].kind ? s->script_logs[k].kind : "";
+                sl[k].function = s->script_logs[k].function;
+                sl[k].text = s->script_logs[k].text;
+                slp[k] = &sl[k];
+            }
+            st.n_script_logs = s->nscript_logs;
+            st.script_logs = slp;
+        }
+        st.has_script_logs_lost = s->script_logs_lost != 0;
+        st.script_logs_lost = s->script_logs_lost;
         msg.msg_case = FGX__DP__MSG__MSG_STATS;
         msg.stats = &st;
         break;
@@ -501,6 +529,8 @@ invalid:
     fgx_err("data-path encode (type %d): invalid message", (int)m->type);
 out:
     free(capv);
+    free(sl);
+    free(slp);
     free(evp);
     free(ev);
     free(ssp);
@@ -683,6 +713,15 @@ static int service_from_pb(Fgx__Dp__Service *p, const struct fgx_dp_ruleset *r, 
                 memcpy(o->ifname, a->ifname, strlen(a->ifname) + 1);
         }
     }
+    if (p->has_script && p->script.len > 0) {
+        s->script.data = malloc(p->script.len);
+        if (!s->script.data)
+            return -ENOMEM;
+        memcpy(s->script.data, p->script.data, p->script.len);
+        s->script.len = p->script.len;
+        s->script_deadline_ms = p->has_script_deadline_ms ? p->script_deadline_ms : 100;
+        s->script_dirs = (uint8_t)(p->has_script_dirs ? p->script_dirs & 3 : 3);
+    }
     return 0;
 }
 
@@ -805,6 +844,23 @@ static int stats_from_pb(const Fgx__Dp__Stats *p, struct fgx_dp_stats *s)
         if (bad > 0) {
             fgx_warn("data-path decode: %zu invalid event(s) dropped", bad);
             s->events_lost += bad;
+        }
+    }
+    s->script_logs_lost = p->has_script_logs_lost ? p->script_logs_lost : 0;
+    if (p->n_script_logs > 0) {
+        s->script_logs = calloc(p->n_script_logs, sizeof(*s->script_logs));
+        if (s->script_logs == NULL)
+            goto nomem;
+        for (i = 0; i < p->n_script_logs; i++) {
+            const Fgx__Dp__ScriptLog *v = p->script_logs[i];
+            struct fgx_dp_script_log *e = &s->script_logs[s->nscript_logs++];
+
+            e->service_id = v->service_id;
+            e->kind = strdup(v->kind ? v->kind : "");
+            e->function = strdup(v->function ? v->function : "");
+            e->text = strdup(v->text ? v->text : "");
+            if (!e->kind || !e->function || !e->text)
+                goto nomem;
         }
     }
     return 0;
@@ -931,6 +987,7 @@ void fgx_dp_msg_release(struct fgx_dp_msg *m)
             free(m->u.ruleset.services[i].addrs);
             blob_free(&m->u.ruleset.services[i].tls_cert, false);
             blob_free(&m->u.ruleset.services[i].tls_key, false);
+            free(m->u.ruleset.services[i].script.data);
         }
         free(m->u.ruleset.services);
         break;
@@ -940,6 +997,12 @@ void fgx_dp_msg_release(struct fgx_dp_msg *m)
         for (i = 0; i < m->u.stats.nevents; i++)
             free(m->u.stats.events[i].capture);
         free(m->u.stats.events);
+        for (i = 0; i < m->u.stats.nscript_logs; i++) {
+            free(m->u.stats.script_logs[i].kind);
+            free(m->u.stats.script_logs[i].function);
+            free(m->u.stats.script_logs[i].text);
+        }
+        free(m->u.stats.script_logs);
         break;
     case FGX_DP_CAPTURES:
         for (i = 0; i < m->u.captures.n; i++)

@@ -41,6 +41,7 @@ void fgx_wcfg_unref(struct fgx_wcfg *c)
         fgx_wdb_unref(c->svc[i].db[0]);
         fgx_wdb_unref(c->svc[i].db[1]);
         fgx_wtls_unref(c->svc[i].tls);
+        free(c->svc[i].script);
     }
     free(c->addrs);
     free(c);
@@ -292,6 +293,18 @@ int fgx_wcfg_build(const struct fgx_dp_ruleset *rs, const struct fgx_wcfg *prev,
         n->midstream = s->midstream;
         n->capture_conns = s->capture_conns;
         n->capture_bytes = s->capture_bytes;
+        if (s->script.len > 0) {
+            n->script = malloc(s->script.len);
+            if (n->script == NULL) {
+                ret = -ENOMEM;
+                c->nservices = i + 1;
+                goto err;
+            }
+            memcpy(n->script, s->script.data, s->script.len);
+            n->script_len = s->script.len;
+            n->script_deadline_ms = s->script_deadline_ms;
+            n->script_dirs = s->script_dirs;
+        }
         /* Counted before its databases load, so that find_db() sees this service's c2s
          * database too: filters that apply to both directions compile to one database, loaded
          * once (for 10,000 patterns that is ~18 MiB less). */

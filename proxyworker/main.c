@@ -58,6 +58,7 @@ int main(int argc, char **argv)
         {"first-byte-timeout", required_argument, NULL, 'f'},
         {"idle-timeout", required_argument, NULL, 'i'},
         {"log-level", required_argument, NULL, 'l'},
+        {"script-url", required_argument, NULL, 'S'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -74,6 +75,7 @@ int main(int argc, char **argv)
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
         case 'c': url = optarg; break;
+        case 'S': worker.script_url = optarg; break;
         case 't':
             if (fgx_wctl_parse_uint(optarg, 1, 256, &worker.nthreads) != 0) {
                 fprintf(stderr, "proxyworker: --threads: 1..256\n");

@@ -58,6 +58,7 @@ struct px_svc_ctr {
     /* reads relayed, bytes relayed, connections relayed, connections reset, connections open */
     uint64_t reads, bytes, accepted, reset, open;
     uint64_t tls_failed; /* TLS handshakes failed or timed out (px_tls.c) */
+    uint64_t script_blocked; /* connections a script rejected or dropped */
 };
 
 struct px_counters {
@@ -72,6 +73,7 @@ struct px_counters {
     /* relayed unscanned while their service was away, at its return: reset (policy reset), or
      * scanned on with fresh streams (policy scan) */
     uint64_t midstream_reset, midstream_rescan;
+    uint64_t script_errors, script_timeouts; /* fail-open verdicts given for a script */
     struct px_svc_ctr svc[PX_SVC_SLOTS];
     struct fgx_filter_ctr filter[PX_FILTER_SLOTS];
 };
@@ -130,6 +132,15 @@ struct px_conn {
     uint32_t cap_slot, cap_gen;             /* its capture (fgx/capture.h); gen 0: none */
     struct sockaddr_storage client, server; /* client's address, service's (original dst) */
     struct px_conn *prev, *next; /* thread's list (silent or active), least recent first */
+    /* Script filters (px_script.c): scriptworker's number for it (0: never sent), a side's
+     * bytes waiting for their verdict, DROP's black hole. */
+    uint64_t sw_id;
+    uint16_t sw_hash;
+    bool sw_drop;
+    uint8_t *hold[2];
+    size_t hold_len[2];
+    uint32_t hold_seq[2];
+    struct event *sw_timer;
 };
 
 /* A thread's connections: those where no byte moved yet, by accept time (the first-byte timeout
@@ -186,6 +197,7 @@ struct px_thread {
     /* Capture rings of the services with capture on (fgx/capture.h); the proxy has no wire
      * sequence numbers, so its captures' are made up (synth_seq). */
     struct fgx_cap_set caps;
+    struct px_sw *sw; /* its socket to scriptworker (px_script.c) */
 };
 
 struct px_worker {
@@ -199,6 +211,7 @@ struct px_worker {
     unsigned nconns;     /* __atomic: open connections over all threads */
     struct fgx_wcfg *current; /* __atomic: the newest published config */
     struct px_thread *threads;
+    const char *script_url; /* scriptworker (--script-url), or NULL */
     int stop;            /* __atomic */
 };
 
@@ -300,6 +313,23 @@ ssize_t px_tls_recv(struct px_conn *c, int side, uint8_t *buf, size_t cap, bool 
 ssize_t px_tls_send(struct px_conn *c, int side, const uint8_t *data, size_t len);
 /* A close_notify to side, before its FIN. */
 void px_tls_shutdown(struct px_conn *c, int side);
+/* ---- px_script.c ---- */
+int px_script_thread_init(struct px_thread *t, const char *url);
+void px_script_thread_release(struct px_thread *t);
+/* After a config switch: give scriptworker the files that are new or changed, and say which
+ * services lost theirs, before any chunk under the new config. */
+void px_script_switch(struct px_thread *t);
+/* len bytes side sent, scanned: 0 to forward them now (no script), 1 when they are held for
+ * the verdict (or discarded: DROP), -1 to reset the connection. */
+int px_script_chunk(struct px_conn *c, int side, const uint8_t *data, size_t len);
+void px_script_conn_close(struct px_conn *c);
+/* scriptworker's log entries, kept for controld (any thread); taken by the stats. */
+void px_script_log_push(struct px_thread *t, uint32_t service, const char *payload, size_t len);
+int px_script_logs_take(struct fgx_dp_stats *out);
+
+/* ---- px_relay.c (continued) ---- */
+/* Forward bytes a script accepted and read side again. Returns false when c was closed. */
+bool px_relay_forward_held(struct px_conn *c, int side, const uint8_t *data, size_t len);
 
 /* ---- px_stats.c ---- */
 struct px_svc_ctr *px_stats_svc(struct px_counters *c, uint32_t id);

@@ -447,7 +447,7 @@ int px_thread_init(struct px_worker *w, struct px_thread *t, unsigned idx)
         }
         evconnlistener_set_error_cb(t->lis[i], on_accept_error);
     }
-    return 0;
+    return px_script_thread_init(t, w->script_url);
 }
 
 void px_thread_release(struct px_thread *t)
@@ -468,6 +468,7 @@ void px_thread_release(struct px_thread *t)
         event_free(t->tick);
     t->wake = t->tick = NULL;
     px_relay_resets(t, true);
+    px_script_thread_release(t);
     if (t->reset_timer != NULL)
         event_free(t->reset_timer);
     t->reset_timer = NULL;

@@ -50,6 +50,7 @@ void px_match_switch(struct px_thread *t)
     /* Before the control thread hears that this thread uses cur: once `service start` returns,
      * no connection relayed unscanned meanwhile moves another byte unless its policy says so. */
     px_match_presence(t);
+    px_script_switch(t);
     __atomic_store_n(&t->applied, cur, __ATOMIC_RELEASE);
 }
 

@@ -193,6 +193,7 @@ void px_relay_close(struct px_conn *c, bool reset)
         s->pend = NULL;
     }
     px_tls_conn_free(c);
+    px_script_conn_close(c);
     px_match_conn_release(c);
     lru_unlink(c);
     free(c);
@@ -303,6 +304,17 @@ static void on_readable(evutil_socket_t fd, short what, void *arg)
     sc = px_stats_svc(&t->ctr, c->service_id);
     PX_CTR_ADD(&sc->reads, 1);
     PX_CTR_ADD(&sc->bytes, (uint64_t)n);
+    /* A service with a script: the bytes wait for its verdict (px_script.c), the side is not
+     * read meanwhile; the FIN, if it came, is read once the side is read again. */
+    switch (px_script_chunk(c, side, t->buf, (size_t)n)) {
+    case 0:
+        break;
+    case 1:
+        return;
+    default:
+        px_relay_close(c, true);
+        return;
+    }
     if (!forward(c, side, t->buf, (size_t)n))
         return;
     /* The peer's FIN came before this wake-up (EPOLLRDHUP) and the read took all that preceded
@@ -382,6 +394,16 @@ static void on_writable(evutil_socket_t fd, short what, void *arg)
             event_active(c->s[from].rev, EV_READ, 0);
     } else
         (void)pass_fin(c, from);
+}
+
+bool px_relay_forward_held(struct px_conn *c, int side, const uint8_t *data, size_t len)
+{
+    if (!forward(c, side, data, len))
+        return false;
+    /* forward() stopped reading side when the other did not take everything; else read on */
+    if (c->s[1 - side].pend == NULL && !c->eof[side])
+        event_add(c->s[side].rev, NULL);
+    return true;
 }
 
 void px_relay_start(struct px_conn *c)

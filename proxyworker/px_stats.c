@@ -101,6 +101,7 @@ int px_stats_collect(struct px_worker *w, struct fgx_dp_stats *out)
     out->unclassified = own.unclassified;
     out->connect_failed = own.connect_failed;
     out->scan_errors = own.scan_errors;
+    (void)px_script_logs_take(out);
     out->src_refused = own.src_refused;
     out->evicted = own.evicted;
     out->silent_closed = own.silent_closed;

@@ -51,6 +51,8 @@ LAID_DOWN = {
     "usr/local/bin/fgexctl": 0o755,
     "usr/local/lib/fgex/nfqworker": 0o755,
     "usr/local/lib/fgex/proxyworker": 0o755,
+    "usr/local/lib/fgex/scriptworker": 0o755,
+    "usr/local/lib/fgex/python/fgex/engine.py": 0o644,
     "usr/local/lib/systemd/system/fgex.service": 0o644,
     "usr/local/share/man/man8/controld.8": 0o644,
     "usr/local/share/man/man1/fgexctl.1": 0o644,

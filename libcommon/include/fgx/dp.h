@@ -79,6 +79,11 @@ struct fgx_dp_service {
     /* Capture (fgx/capture.h): connections kept by the whole worker, bytes per direction;
      * 0: capture off. */
     uint32_t capture_conns, capture_bytes;
+    /* Script filters: scriptworker's SCRIPT payload (len 0: the service has no script; in a
+     * decoded ruleset malloc'd and owned like db), the per-call deadline in ms. */
+    struct fgx_blob script;
+    uint32_t script_deadline_ms;
+    uint8_t script_dirs; /* bit 0: client->server, bit 1: server->client */
 };
 
 struct fgx_dp_ruleset {
@@ -128,6 +133,13 @@ struct fgx_dp_event {
     size_t capture_len;
 };
 
+/* A script worker's log entry (issue 16): kind is exception, timeout, print, restart or block.
+ * The strings are malloc'd, owned by the stats that hold it. */
+struct fgx_dp_script_log {
+    uint32_t service_id;
+    char *kind, *function, *text;
+};
+
 struct fgx_dp_stats {
     uint64_t generation;
     size_t nfilters;
@@ -160,6 +172,9 @@ struct fgx_dp_stats {
     size_t nevents;
     struct fgx_dp_event *events; /* blocks since the previous STATS */
     uint64_t events_lost;
+    size_t nscript_logs;
+    struct fgx_dp_script_log *script_logs; /* since the previous STATS */
+    uint64_t script_logs_lost;
 };
 
 struct fgx_dp_msg {

@@ -50,6 +50,12 @@ struct fgx_wsvc {
     uint8_t midstream; /* FGX_MIDSTREAM_RESET or FGX_MIDSTREAM_SCAN (fgx/dp.h) */
     uint32_t capture_conns, capture_bytes; /* the whole worker's; 0: capture off */
     struct fgx_wdb *db[2]; /* [0] client -> server, [1] server -> client; NULL: nothing to match */
+    /* Script filters: scriptworker's SCRIPT payload (malloc'd, the generation's own; NULL: no
+     * script, and the service pays nothing for them) and the deadline of a call. */
+    uint8_t *script;
+    size_t script_len;
+    uint32_t script_deadline_ms;
+    uint8_t script_dirs; /* bit 0: client->server bytes go to the script, bit 1: the others */
     struct fgx_wtls *tls;  /* NULL: plain TCP (or the worker has no TLS: fgx_wcfg_tls()) */
 };
 

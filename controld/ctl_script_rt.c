@@ -1,0 +1,211 @@
+/* controld, script filters at run time: counters and logs (ctl_script_rt.h). controld is
+ * single-threaded: plain tables, no locks. */
+#include "controld/ctl_script_rt.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "fgx/dp.h"
+#include "fgx/log.h"
+
+struct rt_fn {
+    uint32_t service_id;
+    char name[128];
+    uint64_t n[3];
+};
+
+struct rt_entry {
+    uint64_t seq, time_ns;
+    char function[128];
+    char kind[16];
+    char *text;
+};
+
+struct rt_log {
+    uint32_t service_id;
+    struct rt_entry ring[CTL_SCRIPT_LOG_MAX];
+    uint64_t next_seq; /* the seq the next entry gets; entries next_seq-N .. next_seq-1 kept */
+};
+
+static struct rt_fn *rt_fns;
+static size_t rt_nfns, rt_capfns;
+static struct rt_log **rt_logs;
+static size_t rt_nlogs;
+
+static struct rt_fn *fn_find(uint32_t service_id, const char *name, bool add)
+{
+    struct rt_fn *grown;
+
+    for (size_t i = 0; i < rt_nfns; i++)
+        if (rt_fns[i].service_id == service_id && strcmp(rt_fns[i].name, name) == 0)
+            return &rt_fns[i];
+    if (!add)
+        return NULL;
+    if (rt_nfns == rt_capfns) {
+        size_t cap = rt_capfns ? rt_capfns * 2 : 16;
+
+        grown = realloc(rt_fns, cap * sizeof(*rt_fns));
+        if (!grown)
+            return NULL;
+        rt_fns = grown;
+        rt_capfns = cap;
+    }
+    memset(&rt_fns[rt_nfns], 0, sizeof(rt_fns[0]));
+    rt_fns[rt_nfns].service_id = service_id;
+    (void)snprintf(rt_fns[rt_nfns].name, sizeof(rt_fns[0].name), "%s", name);
+    return &rt_fns[rt_nfns++];
+}
+
+void ctl_script_rt_count(uint32_t service_id, const char *function, enum ctl_script_count which,
+                         uint64_t delta)
+{
+    struct rt_fn *f = fn_find(service_id, function ? function : "", true);
+
+    if (f)
+        f->n[which] += delta;
+}
+
+static struct rt_log *log_find(uint32_t service_id, bool add)
+{
+    struct rt_log **grown, *l;
+
+    for (size_t i = 0; i < rt_nlogs; i++)
+        if (rt_logs[i]->service_id == service_id)
+            return rt_logs[i];
+    if (!add)
+        return NULL;
+    l = calloc(1, sizeof(*l));
+    grown = l ? realloc(rt_logs, (rt_nlogs + 1) * sizeof(*rt_logs)) : NULL;
+    if (!grown) {
+        free(l);
+        return NULL;
+    }
+    rt_logs = grown;
+    l->service_id = service_id;
+    l->next_seq = 1;
+    rt_logs[rt_nlogs++] = l;
+    return l;
+}
+
+void ctl_script_rt_log_add(uint32_t service_id, const char *function, const char *kind,
+                           const char *text, size_t len)
+{
+    struct rt_log *l = log_find(service_id, true);
+    struct rt_entry *e;
+    struct timespec ts;
+
+    if (!l)
+        return;
+    e = &l->ring[l->next_seq % CTL_SCRIPT_LOG_MAX];
+    free(e->text);
+    memset(e, 0, sizeof(*e));
+    if (len > CTL_SCRIPT_LOG_TEXT)
+        len = CTL_SCRIPT_LOG_TEXT;
+    e->text = malloc(len + 1);
+    if (e->text) {
+        memcpy(e->text, text, len);
+        e->text[len] = '\0';
+    }
+    clock_gettime(CLOCK_REALTIME, &ts);
+    e->time_ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    e->seq = l->next_seq++;
+    (void)snprintf(e->function, sizeof(e->function), "%s", function ? function : "");
+    (void)snprintf(e->kind, sizeof(e->kind), "%s", kind);
+}
+
+void ctl_script_rt_fill(struct ctl_ctx *ctx, Fgx__Ctl__Script *s)
+{
+    (void)ctx;
+    for (size_t i = 0; i < s->n_functions; i++) {
+        Fgx__Ctl__ScriptFunction *m = s->functions[i];
+        struct rt_fn *f = fn_find(s->service_id, m->name, false);
+
+        m->has_blocked = m->has_errors = m->has_timeouts = 1;
+        m->blocked = f ? f->n[CTL_SCRIPT_BLOCKED] : 0;
+        m->errors = f ? f->n[CTL_SCRIPT_ERRORS] : 0;
+        m->timeouts = f ? f->n[CTL_SCRIPT_TIMEOUTS] : 0;
+    }
+}
+
+int ctl_script_rt_log(struct ctl_ctx *ctx, uint32_t service_id, uint64_t after,
+                      struct ctl_script_reply *out, uint64_t *last)
+{
+    struct rt_log *l = log_find(service_id, false);
+    uint64_t first, n;
+
+    (void)ctx;
+    *last = l ? l->next_seq - 1 : 0;
+    if (!l || l->next_seq == 1)
+        return 0;
+    first = l->next_seq > CTL_SCRIPT_LOG_MAX ? l->next_seq - CTL_SCRIPT_LOG_MAX : 1;
+    if (after + 1 > first)
+        first = after + 1;
+    if (first >= l->next_seq)
+        return 0;
+    n = l->next_seq - first;
+    out->entries = calloc(n, sizeof(*out->entries));
+    out->entry_ptrs = calloc(n, sizeof(*out->entry_ptrs));
+    out->texts = calloc(n * 3, sizeof(*out->texts));
+    if (!out->entries || !out->entry_ptrs || !out->texts)
+        return -ENOMEM;
+    for (uint64_t seq = first; seq < l->next_seq; seq++) {
+        const struct rt_entry *e = &l->ring[seq % CTL_SCRIPT_LOG_MAX];
+        Fgx__Ctl__ScriptLogEntry *m = &out->entries[out->nentries];
+
+        fgx__ctl__script_log_entry__init(m);
+        m->seq = e->seq;
+        m->time_ns = e->time_ns;
+        /* the reply's strings are its own: the ring may move on before it leaves */
+        out->texts[out->nentries * 3] = m->function = strdup(e->function);
+        out->texts[out->nentries * 3 + 1] = m->kind = strdup(e->kind);
+        out->texts[out->nentries * 3 + 2] = m->text = strdup(e->text ? e->text : "");
+        out->entry_ptrs[out->nentries++] = m;
+    }
+    return 0;
+}
+
+void ctl_script_rt_forget(uint32_t service_id)
+{
+    size_t j = 0;
+
+    for (size_t i = 0; i < rt_nfns; i++)
+        if (rt_fns[i].service_id != service_id)
+            rt_fns[j++] = rt_fns[i];
+    rt_nfns = j;
+    for (size_t i = 0; i < rt_nlogs; i++) {
+        if (rt_logs[i]->service_id != service_id)
+            continue;
+        for (size_t k = 0; k < CTL_SCRIPT_LOG_MAX; k++)
+            free(rt_logs[i]->ring[k].text);
+        free(rt_logs[i]);
+        rt_logs[i] = rt_logs[--rt_nlogs];
+        break;
+    }
+}
+
+void ctl_script_rt_ingest(const struct fgx_dp_stats *st)
+{
+    for (size_t i = 0; i < st->nscript_logs; i++) {
+        const struct fgx_dp_script_log *e = &st->script_logs[i];
+
+        if (strcmp(e->kind, "block") == 0)
+            ctl_script_rt_count(e->service_id, e->function, CTL_SCRIPT_BLOCKED, 1);
+        else if (strcmp(e->kind, "exception") == 0)
+            ctl_script_rt_count(e->service_id, e->function, CTL_SCRIPT_ERRORS, 1);
+        else if (strcmp(e->kind, "timeout") == 0)
+            ctl_script_rt_count(e->service_id, e->function, CTL_SCRIPT_TIMEOUTS, 1);
+        ctl_script_rt_log_add(e->service_id, e->function, e->kind, e->text, strlen(e->text));
+    }
+    if (st->script_logs_lost > 0) {
+        static uint64_t reported;
+
+        if (st->script_logs_lost > reported)
+            fgx_warn("%llu script log entries lost (the worker's queue was full)",
+                     (unsigned long long)(st->script_logs_lost - reported));
+        reported = st->script_logs_lost;
+    }
+}

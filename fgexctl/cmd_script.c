@@ -1,0 +1,564 @@
+/* fgexctl, the script commands (issue 16): a service's Python filter file (set, get, rm),
+ * its functions (list, enable, disable), its log (tracebacks, timeouts, prints; --follow), and
+ * `script test`, which runs a file over a pcap here, offline, without controld. */
+#include "cmd.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli_fmt.h"
+#include "cli_json.h"
+#include "cli_rpc.h"
+
+#define CLI_SCRIPT_PYTHON "/usr/bin/python3"
+#define CLI_SCRIPT_FOLLOW_MS 500
+
+/* clang-format off */
+static const char usage_script[] =
+    "usage: fgexctl script COMMAND ...\n"
+    "\n"
+    "Commands:\n"
+    "  set SERVICE FILE.py [--deadline MS]\n"
+    "  get SERVICE\n"
+    "  rm SERVICE\n"
+    "  list SERVICE\n"
+    "  enable SERVICE FUNCTION\n"
+    "  disable SERVICE FUNCTION\n"
+    "  log SERVICE [--follow]\n"
+    "  test FILE.py --pcap FILE [--port PORT]\n"
+    "\n"
+    "A script is a Python filter file written for Firegex's Python filters (nfproxy,\n"
+    "pyfilters) or for fgex: @pyfilter functions whose parameters' annotations\n"
+    "(RawPacket, TCPInputStream, HttpRequest, ...) choose what they receive and\n"
+    "which return ACCEPT, REJECT or DROP. See docs/scripts.md.\n"
+    CLI_SERVICE_HELP_NOTE "`fgexctl script COMMAND --help` for one command.\n";
+
+static const char usage_script_set[] =
+    "usage: fgexctl script set SERVICE FILE.py [--deadline MS]\n"
+    "\n"
+    "Set (or replace) a TCP service's Python filter file. The file is checked first,\n"
+    "in a Python process of its own: a syntax error, a parameter without a known\n"
+    "annotation, two functions of one name, a bad setting value or a feature fgex\n"
+    "leaves out (packet mangling) is refused with FILE:LINE and the reason, and\n"
+    "nothing is stored. Functions disabled in the previous file stay disabled.\n"
+    "\n"
+    "  --deadline MS   how long one call may take before its verdict is the\n"
+    "                  service's fail-open choice (default 100, or the previous file's)\n"
+    "\n" CLI_SERVICE_HELP_NOTE;
+
+static const char usage_script_get[] =
+    "usage: fgexctl script get SERVICE\n"
+    "\n"
+    "Print a service's filter file on stdout, byte for byte as it was set (with\n"
+    "--json: an object with its functions and the file as source or source_b64).\n"
+    CLI_SERVICE_HELP_NOTE;
+
+static const char usage_script_rm[] =
+    "usage: fgexctl script rm SERVICE\n"
+    "\n"
+    "Remove a service's filter file: its connections are no longer given to scripts.\n"
+    CLI_SERVICE_HELP_NOTE;
+
+static const char usage_script_list[] =
+    "usage: fgexctl script list SERVICE\n"
+    "\n"
+    "List the filter functions of a service's file: where each is defined, whether it\n"
+    "runs, and its counters: connections it blocked, calls that raised an exception,\n"
+    "calls past the deadline.\n" CLI_SERVICE_HELP_NOTE;
+
+static const char usage_script_enable[] =
+    "usage: fgexctl script enable SERVICE FUNCTION\n"
+    "\n"
+    "Run a disabled filter function again.\n" CLI_SERVICE_HELP_NOTE;
+
+static const char usage_script_disable[] =
+    "usage: fgexctl script disable SERVICE FUNCTION\n"
+    "\n"
+    "Stop calling one filter function of the file, without changing the file.\n"
+    CLI_SERVICE_HELP_NOTE;
+
+static const char usage_script_log[] =
+    "usage: fgexctl script log SERVICE [--follow]\n"
+    "\n"
+    "Print a service's script log: the tracebacks of exceptions, the calls past the\n"
+    "deadline, interpreters replaced, and what the scripts print.\n"
+    "\n"
+    "  --follow   then keep printing new entries as they arrive, until interrupted\n"
+    "\n" CLI_SERVICE_HELP_NOTE;
+
+static const char usage_script_test[] =
+    "usage: fgexctl script test FILE.py --pcap FILE [--port PORT] [--json]\n"
+    "\n"
+    "Run a filter file offline over the TCP connections of a capture (pcap or\n"
+    "pcapng) and print each connection's verdict and the function that gave it:\n"
+    "would this file drop the checker? Nothing is sent to controld. The file is\n"
+    "checked as `script set` checks it. Each direction is put in stream order and\n"
+    "given to the file segment by segment, as on the NFQUEUE layer.\n"
+    "\n"
+    "  --pcap FILE   the capture\n"
+    "  --port PORT   only connections to this server port\n"
+    "  --json        an array of {client, sport, server, dport, verdict, function,\n"
+    "                detail, c2s_bytes, s2c_bytes}\n";
+/* clang-format on */
+
+/* ---- building the requests ---- */
+
+static int build_set(struct cli_cmd *cmd, const struct cli_cmd_def *spec,
+                     const struct cli_args_raw *raw)
+{
+    Fgx__Ctl__ScriptSet *m = &cmd->m.script_set;
+    const char *v;
+    int rc;
+
+    fgx__ctl__script_set__init(m);
+    rc = cli_args_check_ref(cmd, spec, raw->pos[0]);
+    if (rc < 0)
+        return rc;
+    if (!raw->pos[1] || !*raw->pos[1])
+        return cli_args_fail(cmd, CLI_EXIT_INVALID, "script set: the file name is empty");
+    m->service = (char *)raw->pos[0];
+    cmd->file = raw->pos[1];
+    /* the name controld puts in its messages: the file's own, without the directories */
+    m->filename = strrchr(raw->pos[1], '/') ? strrchr(raw->pos[1], '/') + 1 : (char *)raw->pos[1];
+    if ((v = cli_args_opt(raw, CLI_OPT_DEADLINE))) {
+        char *end;
+        unsigned long ms = strtoul(v, &end, 10);
+
+        if (!cli_args_all_digits(v) || *end || ms == 0 || ms > 10000)
+            return cli_args_fail(cmd, CLI_EXIT_INVALID,
+                                 "script set: --deadline takes 1 to 10000 (ms), not '%s'", v);
+        m->has_deadline_ms = 1;
+        m->deadline_ms = (uint32_t)ms;
+    }
+    cmd->req.script_set = m;
+    return 0;
+}
+
+static int build_fn(struct cli_cmd *cmd, const struct cli_cmd_def *spec,
+                    const struct cli_args_raw *raw)
+{
+    Fgx__Ctl__ScriptFunctionRef *m = &cmd->m.script_fn;
+    int rc;
+
+    fgx__ctl__script_function_ref__init(m);
+    rc = cli_args_check_ref(cmd, spec, raw->pos[0]);
+    if (rc < 0)
+        return rc;
+    if (!raw->pos[1] || !*raw->pos[1])
+        return cli_args_fail(cmd, CLI_EXIT_INVALID, "script %s: the function name is empty",
+                             spec->name);
+    m->service = (char *)raw->pos[0];
+    m->function = (char *)raw->pos[1];
+    cmd->req.script_enable = m;
+    return 0;
+}
+
+static int run_follow(struct cli_cmd *cmd);
+static int run_test(struct cli_cmd *cmd);
+
+static int build_log(struct cli_cmd *cmd, const struct cli_cmd_def *spec,
+                     const struct cli_args_raw *raw)
+{
+    Fgx__Ctl__ScriptLogQuery *m = &cmd->m.script_log;
+    int rc;
+
+    fgx__ctl__script_log_query__init(m);
+    rc = cli_args_check_ref(cmd, spec, raw->pos[0]);
+    if (rc < 0)
+        return rc;
+    m->service = (char *)raw->pos[0];
+    cmd->req.script_log = m;
+    if (cli_args_opt(raw, CLI_OPT_FOLLOW))
+        cmd->run_local = run_follow;
+    return 0;
+}
+
+static int build_test(struct cli_cmd *cmd, const struct cli_cmd_def *spec,
+                      const struct cli_args_raw *raw)
+{
+    const char *v;
+
+    (void)spec;
+    if (!raw->pos[0] || !*raw->pos[0])
+        return cli_args_fail(cmd, CLI_EXIT_INVALID, "script test: the file name is empty");
+    cmd->file = raw->pos[0];
+    cmd->pcap = cli_args_opt(raw, CLI_OPT_PCAP);
+    if (!cmd->pcap || !*cmd->pcap)
+        return cli_args_fail(cmd, CLI_EXIT_USAGE,
+                             "script test: give the capture with --pcap FILE (see "
+                             "`fgexctl script test --help`)");
+    cmd->script_port = NULL;
+    if ((v = cli_args_opt(raw, CLI_OPT_PORT))) {
+        unsigned port;
+
+        if (cli_args_port(v, &port) < 0)
+            return cli_args_fail(cmd, CLI_EXIT_INVALID, "invalid port '%s'", v);
+        cmd->script_port = v;
+    }
+    /* nothing goes to controld: an Empty keeps the request well-formed */
+    fgx__ctl__empty__init(&cmd->m.empty);
+    cmd->req.req_case = FGX__CTL__REQUEST__REQ_SCRIPT_LIST;
+    cmd->run_local = run_test;
+    return 0;
+}
+
+/* ---- running here ---- */
+
+/* Where the fgex Python package is, as controld finds it (controld/ctl_script.c). */
+static void pydir(char *dir, size_t len)
+{
+    const char *env = getenv("FGEX_PYTHON_DIR");
+    char exe[PATH_MAX];
+    ssize_t n;
+    char *slash;
+
+    if (env && *env) {
+        (void)snprintf(dir, len, "%s", env);
+        return;
+    }
+    n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (n == -1)
+        n = 0;
+    exe[n] = '\0';
+    slash = strrchr(exe, '/');
+    if (slash)
+        *slash = '\0';
+    (void)snprintf(dir, len, "%.4000s/fgex-python", slash ? exe : ".");
+    if (access(dir, R_OK) == -1)
+        (void)snprintf(dir, len, "%.4000s/../lib/fgex/python", slash ? exe : ".");
+}
+
+/* The engine is Python (scriptworker/python/fgex/offline.py): fgexctl becomes it, so its
+ * output and exit status are the command's. */
+static int run_test(struct cli_cmd *cmd)
+{
+    static const char prog[] = "import sys; sys.path.insert(0, sys.argv[1]); "
+                               "import fgex.offline as o; sys.exit(o.main(sys.argv[2:]))";
+    char dir[PATH_MAX];
+    const char *argv[12];
+    int n = 0;
+
+    pydir(dir, sizeof(dir));
+    argv[n++] = "python3";
+    argv[n++] = "-I";
+    argv[n++] = "-c";
+    argv[n++] = prog;
+    argv[n++] = dir;
+    argv[n++] = cmd->file;
+    argv[n++] = cmd->pcap;
+    if (cmd->script_port) {
+        argv[n++] = "--port";
+        argv[n++] = cmd->script_port;
+    }
+    if (cmd->json)
+        argv[n++] = "--json";
+    argv[n] = NULL;
+    (void)fflush(stdout);
+    execv(CLI_SCRIPT_PYTHON, (char *const *)argv);
+    (void)fprintf(stderr, CLI_PROG ": script test: cannot run %s: %s\n", CLI_SCRIPT_PYTHON,
+                  strerror(errno));
+    return CLI_EXIT_ERROR;
+}
+
+static void print_entry(FILE *f, const Fgx__Ctl__ScriptLogEntry *e, bool json)
+{
+    char when[64];
+
+    if (json) {
+        json_t *o = json_object();
+
+        if (o) {
+            (void)json_object_set_new(o, "seq", json_integer((json_int_t)e->seq));
+            (void)json_object_set_new(o, "time_ns", json_integer((json_int_t)e->time_ns));
+            (void)json_object_set_new(o, "kind", cli_json_str(e->kind));
+            (void)json_object_set_new(o, "function", cli_json_str(e->function));
+            (void)json_object_set_new(o, "text", cli_json_str(e->text));
+        }
+        (void)cli_json_print(f, o, false);
+        return;
+    }
+    cli_fmt_time(e->time_ns, false, when, sizeof(when));
+    (void)fprintf(f, "%s %s%s%s\n", when, e->kind ? e->kind : "",
+                  e->function && *e->function ? " " : "", e->function ? e->function : "");
+    if (e->text && *e->text) {
+        const char *p = e->text;
+
+        while (*p) {
+            const char *nl = strchr(p, '\n');
+            int len = nl ? (int)(nl - p) : (int)strlen(p);
+
+            (void)fprintf(f, "    %.*s\n", len, p);
+            p += len + (nl ? 1 : 0);
+        }
+    }
+}
+
+static int run_follow(struct cli_cmd *cmd)
+{
+    Fgx__Ctl__ScriptLogQuery q = *cmd->req.script_log;
+    Fgx__Ctl__Request req = cmd->req;
+    struct cli_rpc rpc;
+    uint64_t last = 0;
+    int status = CLI_EXIT_OK;
+
+    req.script_log = &q;
+    cli_rpc_init(&rpc, cmd->url);
+    cli_rpc_set_trust(&rpc, cmd->fingerprint, cmd->ca);
+    for (;;) {
+        Fgx__Ctl__Reply *rep = NULL;
+        struct timespec ts = {.tv_sec = 0, .tv_nsec = CLI_SCRIPT_FOLLOW_MS * 1000000L};
+
+        if (cli_rpc_request(&rpc, &req, CLI_RPC_TIMEOUT_MS, &rep) < 0) {
+            (void)fprintf(stderr, CLI_PROG ": %s\n", rpc.err);
+            status = CLI_EXIT_ERROR;
+            break;
+        }
+        if (rep->code != FGX__CTL__CODE__CODE_OK) {
+            cli_fmt_error(stderr, rep);
+            status = cli_fmt_exit_code(rep->code);
+            fgx__ctl__reply__free_unpacked(rep, NULL);
+            break;
+        }
+        if (rep->has_script_log_last && rep->script_log_last < last)
+            last = 0; /* controld restarted: its log starts again */
+        for (size_t i = 0; i < rep->n_script_log; i++)
+            if (rep->script_log[i]->seq > last) {
+                print_entry(stdout, rep->script_log[i], cmd->json);
+                last = rep->script_log[i]->seq;
+            }
+        fgx__ctl__reply__free_unpacked(rep, NULL);
+        if (fflush(stdout) == EOF) {
+            status = CLI_EXIT_ERROR;
+            break;
+        }
+        q.has_after_seq = 1;
+        q.after_seq = last;
+        (void)nanosleep(&ts, NULL);
+    }
+    cli_rpc_release(&rpc);
+    return status;
+}
+
+/* ---- output ---- */
+
+static json_t *json_script(const Fgx__Ctl__Script *s)
+{
+    json_t *o = json_object(), *fns = json_array();
+
+    if (!o || !fns) {
+        json_decref(o);
+        json_decref(fns);
+        return NULL;
+    }
+    (void)json_object_set_new(o, "service_id", json_integer(s->service_id));
+    if (s->service)
+        (void)json_object_set_new(o, "service", cli_json_str(s->service));
+    (void)json_object_set_new(o, "filename", cli_json_str(s->filename));
+    if (s->has_updated)
+        (void)json_object_set_new(o, "updated", json_integer((json_int_t)s->updated));
+    (void)json_object_set_new(o, "deadline_ms",
+                              json_integer(s->has_deadline_ms ? s->deadline_ms : 100));
+    for (size_t i = 0; i < s->n_functions; i++) {
+        const Fgx__Ctl__ScriptFunction *f = s->functions[i];
+        json_t *fo = json_object(), *ps = json_array();
+
+        if (!fo || !ps) {
+            json_decref(fo);
+            json_decref(ps);
+            continue;
+        }
+        (void)json_object_set_new(fo, "name", cli_json_str(f->name));
+        (void)json_object_set_new(fo, "line", json_integer(f->line));
+        (void)json_object_set_new(fo, "active", json_boolean(!f->has_active || f->active));
+        for (size_t j = 0; j < f->n_params; j++)
+            (void)json_array_append_new(ps, cli_json_str(f->params[j]));
+        (void)json_object_set_new(fo, "params", ps);
+        (void)json_object_set_new(fo, "blocked", json_integer((json_int_t)f->blocked));
+        (void)json_object_set_new(fo, "errors", json_integer((json_int_t)f->errors));
+        (void)json_object_set_new(fo, "timeouts", json_integer((json_int_t)f->timeouts));
+        (void)json_array_append_new(fns, fo);
+    }
+    (void)json_object_set_new(o, "functions", fns);
+    if (s->has_source && cli_json_set_bytes(o, "source", s->source.data, s->source.len) < 0) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
+static json_t *json_one(const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep)
+{
+    (void)req;
+    return rep->script ? json_script(rep->script) : json_null();
+}
+
+static int human_list(FILE *f, const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep)
+{
+    static const char *const heads[] = {"FUNCTION", "LINE",   "ACTIVE",  "BLOCKED",
+                                        "ERRORS",   "TIMEOUTS", "RECEIVES"};
+    const Fgx__Ctl__Script *s = rep->script;
+    struct cli_table t;
+    int rc;
+
+    (void)req;
+    if (!s)
+        return 0;
+    (void)fprintf(f, "%s (deadline %" PRIu32 " ms)\n", s->filename ? s->filename : "script",
+                  s->has_deadline_ms ? s->deadline_ms : 100);
+    cli_fmt_table_init(&t, heads, 7, 1u << 1 | 1u << 3 | 1u << 4 | 1u << 5);
+    for (size_t i = 0; i < s->n_functions; i++) {
+        const Fgx__Ctl__ScriptFunction *fn = s->functions[i];
+        char params[256] = "";
+        size_t used = 0;
+
+        for (size_t j = 0; j < fn->n_params && used < sizeof(params); j++)
+            used += (size_t)snprintf(params + used, sizeof(params) - used, "%s%s", j ? "," : "",
+                                     fn->params[j]);
+        cli_fmt_table_add_str(&t, fn->name);
+        cli_fmt_table_addf(&t, "%" PRIu32, fn->line);
+        cli_fmt_table_addf(&t, "%s", cli_fmt_yesno(!fn->has_active || fn->active));
+        cli_fmt_table_addf(&t, "%" PRIu64, fn->blocked);
+        cli_fmt_table_addf(&t, "%" PRIu64, fn->errors);
+        cli_fmt_table_addf(&t, "%" PRIu64, fn->timeouts);
+        cli_fmt_table_add_str(&t, fn->n_params ? params : "-");
+    }
+    rc = cli_fmt_table_print(f, &t);
+    cli_fmt_table_release(&t);
+    return rc;
+}
+
+static int human_get(FILE *f, const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep)
+{
+    (void)req;
+    if (!rep->script || !rep->script->has_source)
+        return 0;
+    return fwrite(rep->script->source.data, 1, rep->script->source.len, f) ==
+                   rep->script->source.len
+               ? 0
+               : -EIO;
+}
+
+static int human_rm(FILE *f, const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep)
+{
+    (void)req;
+    (void)fprintf(f, "removed the script of service %s\n",
+                  rep->script && rep->script->service ? rep->script->service : "");
+    return 0;
+}
+
+static int human_log(FILE *f, const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep)
+{
+    (void)req;
+    if (rep->n_script_log == 0)
+        (void)fputs("the script log is empty\n", f);
+    for (size_t i = 0; i < rep->n_script_log; i++)
+        print_entry(f, rep->script_log[i], false);
+    return 0;
+}
+
+static json_t *json_log(const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep)
+{
+    json_t *a = json_array();
+
+    (void)req;
+    for (size_t i = 0; a && i < rep->n_script_log; i++) {
+        const Fgx__Ctl__ScriptLogEntry *e = rep->script_log[i];
+
+        (void)json_array_append_new(
+            a, json_pack("{s:I,s:I,s:o,s:o,s:o}", "seq", (json_int_t)e->seq, "time_ns",
+                         (json_int_t)e->time_ns, "kind", cli_json_str(e->kind), "function",
+                         cli_json_str(e->function), "text", cli_json_str(e->text)));
+    }
+    return a;
+}
+
+/* ---- the commands ---- */
+
+static const struct cli_cmd_def script_cmds[] = {
+    {.group = "script",
+     .name = "set",
+     .req = FGX__CTL__REQUEST__REQ_SCRIPT_SET,
+     .npos = 2,
+     .pos_names = {"SERVICE", "FILE"},
+     .opts = CLI_OPT_DEADLINE,
+     .usage = usage_script_set,
+     .build = build_set,
+     .human = human_list,
+     .json = json_one,
+     .flags = CLI_CMD_CHANGE},
+    {.group = "script",
+     .name = "get",
+     .req = FGX__CTL__REQUEST__REQ_SCRIPT_GET,
+     .npos = 1,
+     .pos_names = {"SERVICE"},
+     .usage = usage_script_get,
+     .build = cli_args_build_ref,
+     .human = human_get,
+     .json = json_one},
+    {.group = "script",
+     .name = "rm",
+     .req = FGX__CTL__REQUEST__REQ_SCRIPT_RM,
+     .npos = 1,
+     .pos_names = {"SERVICE"},
+     .usage = usage_script_rm,
+     .build = cli_args_build_ref,
+     .human = human_rm,
+     .json = json_one,
+     .flags = CLI_CMD_CHANGE},
+    {.group = "script",
+     .name = "list",
+     .req = FGX__CTL__REQUEST__REQ_SCRIPT_LIST,
+     .npos = 1,
+     .pos_names = {"SERVICE"},
+     .usage = usage_script_list,
+     .build = cli_args_build_ref,
+     .human = human_list,
+     .json = json_one},
+    {.group = "script",
+     .name = "enable",
+     .req = FGX__CTL__REQUEST__REQ_SCRIPT_ENABLE,
+     .npos = 2,
+     .pos_names = {"SERVICE", "FUNCTION"},
+     .usage = usage_script_enable,
+     .build = build_fn,
+     .human = human_list,
+     .json = json_one,
+     .flags = CLI_CMD_CHANGE},
+    {.group = "script",
+     .name = "disable",
+     .req = FGX__CTL__REQUEST__REQ_SCRIPT_DISABLE,
+     .npos = 2,
+     .pos_names = {"SERVICE", "FUNCTION"},
+     .usage = usage_script_disable,
+     .build = build_fn,
+     .human = human_list,
+     .json = json_one,
+     .flags = CLI_CMD_CHANGE},
+    {.group = "script",
+     .name = "log",
+     .req = FGX__CTL__REQUEST__REQ_SCRIPT_LOG,
+     .npos = 1,
+     .pos_names = {"SERVICE"},
+     .opts = CLI_OPT_FOLLOW,
+     .usage = usage_script_log,
+     .build = build_log,
+     .human = human_log,
+     .json = json_log},
+    {.group = "script",
+     .name = "test",
+     .req = FGX__CTL__REQUEST__REQ_SCRIPT_LIST,
+     .npos = 1,
+     .pos_names = {"FILE"},
+     .opts = CLI_OPT_PCAP | CLI_OPT_PORT,
+     .usage = usage_script_test,
+     .build = build_test},
+    {.name = NULL},
+};
+
+const struct cli_cmd_family cli_cmd_script = {
+    .group = "script", .usage = usage_script, .cmds = script_cmds};

@@ -1,0 +1,274 @@
+"""Loading a filter file and running it over connections.
+
+check(source, filename) reads a file the way `fgexctl script set` needs: every refusal with
+its line. Script(source) is a checked file ready to run; Conn(script) is one connection: its
+own globals (the module code runs once per connection, as Firegex does), its stream and HTTP
+state; Conn.feed(is_input, data) judges one chunk of bytes in stream order."""
+import ast
+import builtins
+import inspect
+import traceback
+import typing
+
+import fgex
+from fgex.actions import Action, ExceptionAction, FullStreamAction
+from fgex.errors import NotReady, StreamVerdict
+from fgex.models import MODELS, ConnCtx
+
+DEFAULTS = {
+    "FGEX_STREAM_MAX_SIZE": 1 << 20,
+    "FGEX_FULL_STREAM_ACTION": FullStreamAction.FLUSH,
+    "FGEX_INVALID_ENCODING_ACTION": ExceptionAction.REJECT,
+    "FGEX_MAX_HISTORY_SIZE": 100,
+}
+HTTP_MODELS = {m for m in MODELS if m.__name__.startswith("Http")}
+
+
+class ScriptError(Exception):
+    """A file refused: line (0: the file as a whole) and reason."""
+
+    def __init__(self, line, reason):
+        super().__init__("line %d: %s" % (line, reason))
+        self.line = line
+        self.reason = reason
+
+
+def _is_pyfilter(dec):
+    return (isinstance(dec, ast.Name) and dec.id == "pyfilter") or (
+        isinstance(dec, ast.Attribute) and dec.attr == "pyfilter")
+
+
+def _static_checks(tree):
+    """What is wrong without running the file: duplicate filter names, mangling. Returns the
+    line of each module-level assignment to a name (settings' lines)."""
+    seen = {}
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if any(_is_pyfilter(d) for d in node.decorator_list) or node.name in seen:
+                if node.name in seen:
+                    raise ScriptError(node.lineno, "two functions named %s (the first at line %d)"
+                                      % (node.name, seen[node.name]))
+            seen.setdefault(node.name, node.lineno)
+            if isinstance(node, ast.AsyncFunctionDef) and any(
+                    _is_pyfilter(d) for d in node.decorator_list):
+                raise ScriptError(node.lineno, "filter %s is async: filters are plain functions"
+                                  % node.name)
+    assigns = {}
+    for node in tree.body:
+        targets = []
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
+            targets = [node.target]
+        for t in targets:
+            if isinstance(t, ast.Name):
+                assigns[t.id] = node.lineno
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id == "UNSTABLE_MANGLE" and isinstance(
+                node.ctx, ast.Load):
+            raise ScriptError(node.lineno, "UNSTABLE_MANGLE: fgex does not mangle packets "
+                              "(return ACCEPT, DROP or REJECT)")
+        if isinstance(node, ast.Attribute) and node.attr == "UNSTABLE_MANGLE":
+            raise ScriptError(node.lineno, "UNSTABLE_MANGLE: fgex does not mangle packets "
+                              "(return ACCEPT, DROP or REJECT)")
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) and node.attr in (
+                "l4_data", "raw_packet"):
+            raise ScriptError(node.lineno, "assigning %s mangles the packet, which fgex does not "
+                              "support" % node.attr)
+    return assigns
+
+
+def _exc_line(filename, tb):
+    line = 0
+    for fr in traceback.extract_tb(tb):
+        if fr.filename == filename:
+            line = fr.lineno
+    return line
+
+
+def _settings(glob, assigns):
+    s = dict(DEFAULTS)
+    for name in [k for k in glob if k.startswith("FGEX_")]:
+        line = assigns.get(name, 0)
+        v = glob[name]
+        if name not in DEFAULTS:
+            raise ScriptError(line, "unknown setting %s (known: %s)" % (name, ", ".join(DEFAULTS)))
+        if name in ("FGEX_STREAM_MAX_SIZE", "FGEX_MAX_HISTORY_SIZE"):
+            if not isinstance(v, int) or isinstance(v, bool) or v < (1 if name ==
+                                                                      "FGEX_STREAM_MAX_SIZE" else 0):
+                raise ScriptError(line, "%s must be an integer %s, not %r" % (
+                    name, "above 0" if name == "FGEX_STREAM_MAX_SIZE" else "0 or above", v))
+        elif name == "FGEX_FULL_STREAM_ACTION":
+            if not isinstance(v, FullStreamAction):
+                raise ScriptError(line, "FGEX_FULL_STREAM_ACTION must be a FullStreamAction "
+                                  "(FLUSH, ACCEPT, REJECT, DROP), not %r" % (v,))
+        elif name == "FGEX_INVALID_ENCODING_ACTION":
+            if not isinstance(v, ExceptionAction) and v not in (Action.ACCEPT, Action.DROP,
+                                                                Action.REJECT):
+                raise ScriptError(line, "FGEX_INVALID_ENCODING_ACTION must be an ExceptionAction "
+                                  "(ACCEPT, DROP, REJECT, NOACTION), not %r" % (v,))
+        s[name] = v
+    return s
+
+
+def _run_module(code, filename):
+    glob = {"__name__": "__fgex_script__", "__file__": filename, "__builtins__": builtins}
+    fgex.clear_pyfilter_registry()
+    exec(code, glob, glob)  # noqa: S102 - running the team's own filter file is the point
+    names = fgex.get_pyfilters()
+    fgex.clear_pyfilter_registry()
+    return glob, names
+
+
+def _params(func, glob, name, line):
+    try:
+        hints = typing.get_type_hints(func, globalns=glob)
+    except Exception as e:  # a string annotation naming nothing
+        raise ScriptError(line, "filter %s: cannot resolve its annotations: %s" % (name, e))
+    params = []
+    for pname, p in inspect.signature(func).parameters.items():
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            raise ScriptError(line, "filter %s: *%s has no model: every parameter needs one "
+                              "annotation" % (name, pname))
+        ann = hints.get(pname, inspect.Parameter.empty)
+        if ann is inspect.Parameter.empty:
+            raise ScriptError(line, "filter %s: parameter %s has no annotation (use RawPacket, "
+                              "TCPInputStream, HttpRequest, ...)" % (name, pname))
+        if ann not in MODELS:
+            raise ScriptError(line, "filter %s: parameter %s has an unknown annotation %s" % (
+                name, pname, getattr(ann, "__name__", repr(ann))))
+        params.append(ann)
+    return params
+
+
+class Script:
+    """A filter file, checked. Raises ScriptError with the line of the first problem."""
+
+    def __init__(self, source, filename="<script>", disabled=()):
+        self.filename = filename
+        try:
+            tree = ast.parse(source, filename)
+            self.code = compile(tree, filename, "exec")
+        except SyntaxError as e:
+            raise ScriptError(e.lineno or 0, "syntax error: %s" % e.msg) from None
+        except ValueError as e:  # NUL bytes
+            raise ScriptError(0, str(e)) from None
+        assigns = _static_checks(tree)
+        self.lines = {}
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef):
+                self.lines.setdefault(node.name, node.lineno)
+        try:
+            glob, names = _run_module(self.code, filename)
+        except ScriptError:
+            raise
+        except Exception as e:
+            raise ScriptError(_exc_line(filename, e.__traceback__),
+                              "running the file: %s: %s" % (type(e).__name__, e)) from None
+        self.settings = _settings(glob, assigns)
+        self.functions = []  # [(name, line, [model classes])], in definition order
+        for name in names:
+            line = self.lines.get(name, 0)
+            func = glob.get(name)
+            if not callable(func) or not getattr(func, "__fgex_pyfilter__", False):
+                raise ScriptError(line, "filter %s is not a module-level function" % name)
+            self.functions.append((name, line, _params(inspect.unwrap(func), glob, name, line)))
+        if not self.functions:
+            raise ScriptError(0, "no @pyfilter function in the file")
+        self.disabled = set(disabled)
+        self.uses_http = any(m in HTTP_MODELS for _, _, ps in self.functions for m in ps)
+
+    def info(self):
+        return [{"name": n, "line": ln, "params": [m.__name__ for m in ps]}
+                for n, ln, ps in self.functions]
+
+
+class Verdict:
+    __slots__ = ("action", "function", "detail")
+
+    def __init__(self, action, function="", detail=""):
+        self.action = action    # "accept", "reject", "drop", or "error" (an exception)
+        self.function = function
+        self.detail = detail
+
+    def __repr__(self):
+        return "Verdict(%s, %s)" % (self.action, self.function)
+
+
+ACCEPTED = Verdict("accept")
+
+
+class Conn:
+    """One connection under a script. feed() returns the chunk's Verdict; once a connection
+    is decided (reject, drop, or a setting that stops the filters) it stays decided."""
+
+    def __init__(self, script, is_ipv6=False):
+        self.script = script
+        glob, _ = _run_module(script.code, script.filename)
+        self.glob = glob
+        self.funcs = [(n, glob[n], ps) for n, _, ps in script.functions if n not in script.disabled]
+        self.ctx = ConnCtx(script.settings, is_ipv6)
+        self.final = None
+        self.calls = 0
+
+    def feed(self, is_input, data):
+        if self.final is not None:
+            return self.final
+        ctx = self.ctx
+        ctx.pkt = fgex.RawPacket(data, is_input, ctx.is_ipv6)
+        ctx.call_mem = {}
+        cache = {}
+        try:
+            for name, func, params in self.funcs:
+                args = []
+                for m in params:
+                    if m not in cache:
+                        try:
+                            cache[m] = m._fetch(ctx)
+                        except NotReady:
+                            cache[m] = None
+                    if cache[m] is None:
+                        args = None
+                        break
+                    args.append(cache[m])
+                if args is None:
+                    continue
+                v = self._call_all(name, func, args)
+                if v is not None:
+                    self.final = v
+                    return v
+        except StreamVerdict as sv:
+            if sv.action is None:
+                self.final = ACCEPTED
+                return ACCEPTED
+            self.final = Verdict("reject" if sv.action is Action.REJECT else "drop", "", sv.why)
+            return self.final
+        return ACCEPTED
+
+    def _call_all(self, name, func, args):
+        """Calls func once per combination of the list-valued arguments (several messages in
+        one chunk)."""
+        combos = [[]]
+        for a in args:
+            vals = a if isinstance(a, list) else [a]
+            combos = [c + [v] for c in combos for v in vals]
+        for c in combos:
+            self.calls += 1
+            try:
+                res = func(*c)
+            except Exception as e:
+                # the traceback from the file's own frames: fgex's are noise to its author
+                tb = e.__traceback__
+                while tb is not None and tb.tb_frame.f_code.co_filename != self.script.filename:
+                    tb = tb.tb_next
+                return Verdict("error", name, "".join(traceback.format_exception(
+                    type(e), e, tb if tb is not None else e.__traceback__)))
+            if res is None or res is Action.ACCEPT:
+                continue
+            if res is Action.REJECT:
+                return Verdict("reject", name)
+            if res is Action.DROP:
+                return Verdict("drop", name)
+            return Verdict("error", name, "filter %s returned %r: return ACCEPT, DROP, REJECT "
+                           "or None" % (name, res))
+        return None

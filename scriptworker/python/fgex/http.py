@@ -1,0 +1,245 @@
+"""HTTP/1.1 of one direction of a connection, parsed from its reassembled bytes with h11
+(Debian's python3-h11): keep-alive with several messages, chunked bodies (h11 removes the
+framing), Content-Encoding decoded on demand for body_decoded.
+
+h11 parses a whole conversation; fgex feeds each direction to its own parser and starts a fresh
+h11 connection for each message with the bytes left over from the previous one, so requests
+are parsed without their responses and the other way round. A response parser is told the
+method of the request it answers (a HEAD response has no body)."""
+import zlib
+
+import h11
+
+try:
+    import brotli  # Debian's python3-brotli
+except ImportError:  # pragma: no cover - a run-time dependency, listed in install-deps.sh
+    brotli = None
+try:
+    import zstandard  # optional: python3-zstandard
+except ImportError:
+    zstandard = None
+
+
+class HttpError(Exception):
+    """The bytes are not HTTP/1.x, or break its framing."""
+
+
+class Message:
+    """One request or response as far as it has arrived."""
+
+    __slots__ = ("is_request", "method", "url", "status_code", "reason", "headers", "lheaders",
+                 "http_version", "body", "_body_parts", "_body_len", "headers_complete",
+                 "message_complete", "total_size", "keep_alive", "should_upgrade",
+                 "content_length", "content_encoding", "user_agent", "content_type",
+                 "added_to_history", "_decoded", "stream", "truncated")
+
+    def __init__(self, is_request):
+        self.is_request = is_request
+        self.method = None
+        self.url = None
+        self.status_code = None
+        self.reason = None
+        self.headers = {}
+        self.lheaders = {}
+        self.http_version = None
+        self.body = None
+        self._body_parts = []
+        self._body_len = 0
+        self.headers_complete = False
+        self.message_complete = False
+        self.total_size = 0
+        self.keep_alive = True
+        self.should_upgrade = False
+        self.content_length = None
+        self.content_encoding = ""
+        self.user_agent = ""
+        self.content_type = ""
+        self.added_to_history = False
+        self._decoded = None
+        self.stream = b""
+        self.truncated = False
+
+    def set_head(self, ev, raw_len):
+        for name, value in ev.headers.raw_items():
+            k = name.decode("latin-1")
+            v = value.decode("utf-8", errors="replace")
+            old = self.headers.get(k)
+            if old is None:
+                self.headers[k] = v
+            elif isinstance(old, list):
+                old.append(v)
+            else:
+                self.headers[k] = [old, v]
+            kl = k.lower()
+            self.lheaders[kl] = self.lheaders[kl] + ", " + v if kl in self.lheaders else v
+        self.http_version = ev.http_version.decode("ascii", errors="replace")
+        if self.is_request:
+            self.method = bytes(ev.method)
+            self.url = ev.target.decode("utf-8", errors="replace")
+        else:
+            self.status_code = ev.status_code
+            self.reason = ev.reason.decode("latin-1")
+        conn = self.lheaders.get("connection", "").lower()
+        self.keep_alive = ("close" not in conn) if self.http_version == "1.1" else ("keep-alive" in conn)
+        upgrade = "upgrade" in conn and "upgrade" in self.lheaders
+        self.should_upgrade = upgrade if self.is_request else (upgrade and self.status_code == 101)
+        cl = self.lheaders.get("content-length")
+        try:
+            self.content_length = int(cl) if cl is not None else None
+        except ValueError:
+            self.content_length = None
+        self.content_encoding = self.lheaders.get("content-encoding", "")
+        self.user_agent = self.lheaders.get("user-agent", "")
+        self.content_type = self.lheaders.get("content-type", "")
+        self.headers_complete = True
+        self.total_size += raw_len
+
+    def add_body(self, data, limit):
+        """Returns False when the body went past limit (the bytes beyond are not kept)."""
+        self.total_size += len(data)
+        room = limit - self._body_len
+        if room <= 0:
+            self.truncated = True
+            return False
+        if len(data) > room:
+            data = data[:room]
+            self.truncated = True
+        self._body_parts.append(bytes(data))
+        self._body_len += len(data)
+        return not self.truncated
+
+    def finish(self):
+        self.body = b"".join(self._body_parts)
+        self._body_parts = []
+        self.message_complete = True
+
+    def upgrading_to(self, proto):
+        return self.should_upgrade and proto in self.lheaders.get("upgrade", "").lower()
+
+    def body_decoded(self):
+        """The body with its Content-Encoding undone; None before the body, False when it
+        does not decode."""
+        if self.body is None:
+            return None
+        if self._decoded is None:
+            self._decoded = decode_body(self.body, self.content_encoding)
+        return self._decoded
+
+
+def _decode_one(data, enc):
+    if enc in ("", "identity"):
+        return data
+    if enc in ("gzip", "x-gzip"):
+        return zlib.decompress(data, 16 + zlib.MAX_WBITS)
+    if enc == "deflate":
+        try:
+            return zlib.decompress(data)
+        except zlib.error:  # raw deflate, as some servers send it
+            return zlib.decompress(data, -zlib.MAX_WBITS)
+    if enc == "br" and brotli is not None:
+        return brotli.decompress(data)
+    if enc == "zstd" and zstandard is not None:
+        return zstandard.ZstdDecompressor().decompress(data)
+    raise ValueError("unsupported encoding " + enc)
+
+
+def decode_body(body, content_encoding):
+    encs = [e.strip().lower() for e in content_encoding.split(",") if e.strip()]
+    data = body
+    try:
+        for enc in reversed(encs):  # the last encoding applied comes off first
+            data = _decode_one(data, enc)
+    except Exception:  # zlib.error, brotli.error, ValueError: not decodable
+        return False
+    return data
+
+
+class Parser:
+    """One direction's parser. feed() returns the messages whose headers or whose end arrived
+    with these bytes, as (message, headers_now, complete_now)."""
+
+    def __init__(self, is_request, body_limit):
+        self.is_request = is_request
+        self.body_limit = body_limit
+        self.req_methods = []  # response side: methods of the requests seen, oldest first
+        self.msg = None
+        self.upgraded = False
+        self.conn = None
+        self.head_len = 0
+
+    def _new_conn(self, pending):
+        # made when the message's first byte is there, so that a response parser knows the
+        # method of the request it answers by then
+        self.conn = h11.Connection(h11.SERVER if self.is_request else h11.CLIENT,
+                                   max_incomplete_event_size=16384)
+        if not self.is_request:
+            method = self.req_methods.pop(0) if self.req_methods else b"GET"
+            self.conn.send(h11.Request(method=method, target="/", headers=[("Host", "x")]))
+        self.msg = None
+        self.head_len = len(pending)
+        if pending:
+            self.conn.receive_data(pending)
+
+    def feed(self, data, eof=False):
+        out = []
+        if self.upgraded:
+            if self.msg is not None:
+                self.msg.stream += data
+            return out
+        if self.conn is None:
+            if not data:
+                return out
+            self._new_conn(data)
+        elif data:
+            self.conn.receive_data(data)
+            self.head_len += len(data)
+        if eof:
+            self.conn.receive_data(b"")
+        while True:
+            try:
+                ev = self.conn.next_event()
+            except h11.RemoteProtocolError as e:
+                raise HttpError(str(e)) from None
+            if ev is h11.NEED_DATA or ev is h11.PAUSED or isinstance(ev, h11.ConnectionClosed):
+                if ev is h11.PAUSED and self.msg is not None and self.msg.should_upgrade:
+                    self.upgraded = True
+                    self.msg.stream = bytes(self.conn.trailing_data[0])
+                break
+            if isinstance(ev, h11.InformationalResponse):
+                if ev.status_code == 101:
+                    m = Message(False)
+                    m.set_head(ev, 0)
+                    m.should_upgrade = True
+                    m.finish()
+                    self.msg = m
+                    out.append((m, True, True))
+                    self.upgraded = True
+                    m.stream = bytes(self.conn.trailing_data[0])
+                    break
+                continue
+            if isinstance(ev, (h11.Request, h11.Response)):
+                m = Message(self.is_request)
+                # the head's size: what was fed minus what h11 still buffers
+                m.set_head(ev, max(0, self.head_len - len(self.conn.trailing_data[0])))
+                self.msg = m
+                out.append((m, True, False))
+            elif isinstance(ev, h11.Data):
+                self.msg.add_body(ev.data, self.body_limit)
+            elif isinstance(ev, h11.EndOfMessage):
+                m = self.msg
+                m.finish()
+                if out and out[-1][0] is m:
+                    out[-1] = (m, True, True)
+                else:
+                    out.append((m, False, True))
+                pending = bytes(self.conn.trailing_data[0])
+                if m.should_upgrade and self.is_request:
+                    # h11 pauses after an Upgrade request: what follows is the new protocol
+                    self.upgraded = True
+                    m.stream = pending
+                    break
+                self.conn = None
+                if not pending:
+                    break
+                self._new_conn(pending)
+        return out

@@ -1,0 +1,1 @@
+"""Firegex compatibility: `firegex.nfproxy` and `firegex.pyfilters` are fgex's script API."""

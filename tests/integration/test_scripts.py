@@ -1,0 +1,593 @@
+#!/usr/bin/python3
+"""Integration: script filters (issue 16), Python filter files with Firegex's API: a file is
+checked when it is set (refused with FILE:LINE, nothing stored), stored, listed, kept in
+backups; `script test` runs a file offline over a pcap written with scapy."""
+import base64
+import gzip
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fgxit as it  # noqa: E402
+from fgxit import check, test  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FIREGEX_EXAMPLE = os.path.join(HERE, "scripts", "firegex_http_example.py")
+
+
+def write(text, name="f.py"):
+    d = tempfile.mkdtemp(prefix="fgx-script-")
+    p = os.path.join(d, name)
+    with open(p, "wb") as f:
+        f.write(text.encode() if isinstance(text, str) else text)
+    return p
+
+
+def refused(env, svc, text, line, words):
+    p = write(text, "bad.py")
+    r = env.ctl_raw("script", "set", svc, p, json_out=False)
+    check(r.returncode == 4, "a bad file was accepted (rc %d): %s%s", r.returncode, r.stdout,
+          r.stderr)
+    check("bad.py:%d:" % line in r.stderr, "the refusal does not name bad.py:%d: %r", line,
+          r.stderr)
+    for w in words:
+        check(w in r.stderr, "the refusal does not say %r: %r", w, r.stderr)
+    return r.stderr
+
+
+@test
+def firegex_example_loads_and_lists(env):
+    env.service("fgxex", "tcp", extra=("--layer", "proxy"))
+    doc = env.ctl("script", "set", "fgxex", FIREGEX_EXAMPLE)
+    fns = doc["functions"]
+    check([f["name"] for f in fns] == ["filter_with_args"], "functions %r", fns)
+    check(fns[0]["line"] == 6 and fns[0]["params"] == ["HttpRequest"] and fns[0]["active"],
+          "function entry %r", fns[0])
+    check(doc["deadline_ms"] == 100, "default deadline %r", doc)
+    lst = env.ctl("script", "list", "fgxex")
+    check(lst["functions"][0]["name"] == "filter_with_args" and
+          lst["functions"][0]["blocked"] == 0, "script list %r", lst)
+    # get gives the file back byte for byte
+    r = env.ctl_raw("script", "get", "fgxex", json_out=False)
+    with open(FIREGEX_EXAMPLE) as f:
+        check(r.stdout == f.read(), "script get is not the file: %r", r.stdout[:200])
+    r = env.ctl_raw("script", "list", "fgxex", json_out=False)
+    check("filter_with_args" in r.stdout and "HttpRequest" in r.stdout, "list: %r", r.stdout)
+
+
+@test
+def bad_files_refused_with_line(env):
+    env.service("badf", "tcp", extra=("--layer", "proxy"))
+    hdr = "from firegex.nfproxy import pyfilter, ACCEPT, REJECT\n" \
+          "from firegex.nfproxy.models import RawPacket, HttpRequest\n"
+    refused(env, "badf", hdr + "@pyfilter\ndef f(p: RawPacket)\n    return ACCEPT\n", 4,
+            ["syntax error"])
+    refused(env, "badf", hdr + "\n@pyfilter\ndef f(p):\n    return ACCEPT\n", 5,
+            ["no annotation", "p"])
+    refused(env, "badf", hdr + "@pyfilter\ndef f(p: int):\n    return ACCEPT\n", 4,
+            ["unknown annotation", "int"])
+    refused(env, "badf", hdr + "@pyfilter\ndef f(p: RawPacket):\n    pass\n\n"
+            "@pyfilter\ndef f(p: RawPacket):\n    pass\n", 8, ["two functions named f"])
+    refused(env, "badf", hdr + "FGEX_STREAM_MAX_SIZE = 'big'\n@pyfilter\ndef f(p: RawPacket):\n"
+            "    pass\n", 3, ["FGEX_STREAM_MAX_SIZE"])
+    refused(env, "badf", hdr + "from firegex.nfproxy import UNSTABLE_MANGLE\n@pyfilter\n"
+            "def f(p: RawPacket):\n    p.l4_data = b'x'\n    return UNSTABLE_MANGLE\n", 6,
+            ["mangl"])
+    refused(env, "badf", hdr + "import nosuchmodule_fgx\n", 3, ["ModuleNotFoundError"])
+    # nothing was stored by any of them
+    r = env.ctl_raw("script", "list", "badf")
+    check(r.returncode == 3, "a refused file was stored: %s %s", r.stdout, r.stderr)
+    # a module-level endless loop is cut by the check's time limit, and controld answers
+    r = env.ctl_raw("script", "set", "badf", write(hdr + "while True:\n    pass\n"),
+                    json_out=False, timeout=30)
+    check(r.returncode == 4 and "did not finish loading" in r.stderr, "loop: %d %r",
+          r.returncode, r.stderr)
+    env.ctl("status")
+
+
+@test
+def enable_disable_rm_and_backup(env):
+    env.service("ed", "tcp", extra=("--layer", "proxy"))
+    src = ("from fgex import *\n@pyfilter\ndef one(p: RawPacket):\n    pass\n\n"
+           "@pyfilter\ndef two(s: TCPInputStream):\n    pass\n")
+    p = write(src)
+    env.ctl("script", "set", "ed", p, "--deadline", "250")
+    doc = env.ctl("script", "disable", "ed", "two")
+    check([f["active"] for f in doc["functions"]] == [True, False], "after disable %r", doc)
+    # a new version keeps the switch and the deadline
+    doc = env.ctl("script", "set", "ed", p)
+    check([f["active"] for f in doc["functions"]] == [True, False] and doc["deadline_ms"] == 250,
+          "after set again %r", doc)
+    r = env.ctl_raw("script", "enable", "ed", "three")
+    check(r.returncode == 3, "enable of an unknown function: %d %s", r.returncode, r.stderr)
+    env.ctl("script", "enable", "ed", "two")
+    # export carries the file byte for byte; import brings it back
+    d = tempfile.mkdtemp(prefix="fgx-script-")
+    bk = os.path.join(d, "backup.json")
+    r = env.ctl_raw("export", bk, json_out=False)
+    check(r.returncode == 0, "export: %s", r.stderr)
+    with open(bk) as f:
+        cfg = json.load(f)
+    scripts = [sv["script"] for sv in cfg["services"] if sv["name"] == "ed" and "script" in sv]
+    check(len(scripts) == 1, "the backup has no script for ed: %r", cfg["services"])
+    check([f["active"] for f in scripts[0]["functions"]] == [True, True] and
+          scripts[0]["deadline_ms"] == 250, "the backup's script %r", scripts[0])
+    mine = [s for s in scripts if s.get("source") == src or
+            (s.get("source_b64") and base64.b64decode(s["source_b64"]) == src.encode())]
+    check(mine, "the backup does not hold the file: %r", scripts)
+    env.ctl("script", "rm", "ed")
+    r = env.ctl_raw("script", "get", "ed")
+    check(r.returncode == 3, "script get after rm: %d", r.returncode)
+    r = env.ctl_raw("import", bk, json_out=False)
+    check(r.returncode == 0, "import: %s", r.stderr)
+    r = env.ctl_raw("script", "get", "ed", json_out=False)
+    check(r.stdout == src, "after import the file is %r", r.stdout)
+    # scripts run on the proxy layer: an NFQUEUE service refuses one, and a scripted service
+    # does not move to NFQUEUE (nothing is stored either way)
+    env.service("en", "tcp")
+    r = env.ctl_raw("script", "set", "en", p, json_out=False)
+    check(r.returncode == 4 and "proxy layer" in r.stderr, "nfqueue service took a script: %s",
+          r.stderr)
+    r = env.ctl_raw("service", "set", "ed", "--layer", "nfqueue", json_out=False)
+    check(r.returncode == 4 and "proxy layer" in r.stderr, "layer switch: %d %s", r.returncode,
+          r.stderr)
+    check(env.service_doc("ed")["layer"] == "proxy", "the switch was stored")
+    udp, _ = env.service("eu", "udp")
+    r = env.ctl_raw("script", "set", "eu", p, json_out=False)
+    check(r.returncode == 4 and "UDP" in r.stderr, "a UDP service took a script: %s", r.stderr)
+
+
+def engine(env):
+    """fgex's engine as the build installs it (the Python package next to the binaries)."""
+    d = os.path.join(env.bin, "fgex-python")
+    if d not in sys.path:
+        sys.path.insert(0, d)
+    import fgex.engine
+    return fgex.engine
+
+
+@test
+def engine_models_settings_history(env):
+    """The models' semantics, through the engine directly: headers as sent and get_header,
+    HttpHistory, a HEAD response without body, FGEX_FULL_STREAM_ACTION, invalid HTTP."""
+    e = engine(env)
+    src = ("from firegex.nfproxy import pyfilter, REJECT, DROP, FullStreamAction\n"
+           "from firegex.nfproxy.models import HttpRequest, HttpFullResponse, HttpHistory,"
+           " TCPInputStream\n"
+           "seen = []\n"
+           "@pyfilter\ndef heads(r: HttpRequest):\n"
+           "    seen.append((r.headers.get('X-Mixed'), r.get_header('x-mixed'),"
+           " r.get_header('x-two'), r.body))\n"
+           "@pyfilter\ndef resp(r: HttpFullResponse):\n"
+           "    seen.append((r.status_code, r.body))\n"
+           "@pyfilter\ndef hist(h: HttpHistory):\n"
+           "    if len(h.requests) >= 3 and len(h.responses) >= 1:\n        return DROP\n")
+    s = e.Script(src, "t.py")
+    c = e.Conn(s)
+    v = c.feed(True, b"HEAD / HTTP/1.1\r\nHost: a\r\nX-Mixed: One\r\nx-two: a\r\n"
+                     b"X-Two: b\r\n\r\n")
+    check(v.action == "accept", "first request %r", v)
+    # headers and end in one chunk: one call, with the (empty) body complete
+    check(c.glob["seen"] == [("One", "One", "a, b", b"")], "headers %r", c.glob["seen"])
+    v = c.feed(False, b"HTTP/1.1 200 OK\r\nContent-Length: 99\r\n\r\n")  # HEAD: no body
+    check(v.action == "accept" and c.glob["seen"][-1] == (200, b""), "HEAD response %r %r", v,
+          c.glob["seen"])
+    v = c.feed(True, b"POST /p HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabc")
+    check(v.action == "accept" and c.glob["seen"][-1][3] == b"abc", "second %r %r", v,
+          c.glob["seen"])
+    v = c.feed(True, b"GET /3 HTTP/1.1\r\nHost: a\r\n\r\n")
+    check((v.action, v.function) == ("drop", "hist"), "history-based drop %r", v)
+    full = ("from fgex import *\nFGEX_STREAM_MAX_SIZE = 10\n"
+            "FGEX_FULL_STREAM_ACTION = FullStreamAction.REJECT\n"
+            "@pyfilter\ndef f(s: TCPInputStream):\n    pass\n")
+    c = e.Conn(e.Script(full, "full.py"))
+    check(c.feed(True, b"12345").action == "accept", "under the limit")
+    v = c.feed(True, b"678901")
+    check(v.action == "reject" and "MAX_STREAM" in v.detail, "full stream %r", v)
+    flush = full.replace("FullStreamAction.REJECT", "FullStreamAction.FLUSH").replace(
+        "pass", "return REJECT if s.data == b'678901' else None")
+    c = e.Conn(e.Script(flush, "flush.py"))
+    c.feed(True, b"12345")
+    check(c.feed(True, b"678901").action == "reject", "FLUSH starts again from the chunk")
+    inval = ("from fgex import *\n@pyfilter\ndef f(r: HttpRequest):\n    pass\n")
+    c = e.Conn(e.Script(inval, "inval.py"))
+    check(c.feed(True, b"\x16\x03\x01 not http\r\n\r\n").action == "reject",
+          "invalid HTTP rejects by default")
+    c = e.Conn(e.Script(inval + "FGEX_INVALID_ENCODING_ACTION = ExceptionAction.ACCEPT\n",
+                        "inval2.py"))
+    check(c.feed(True, b"\x16\x03\x01 not http\r\n\r\n").action == "accept",
+          "ExceptionAction.ACCEPT")
+
+
+def pcap_conns(path):
+    """Two HTTP connections to port 80 and one to 81, written with scapy's wrpcap."""
+    from scapy.all import IP, TCP, Raw, wrpcap
+    pk = []
+
+    def conn(sport, dport, msgs):
+        c, s = "10.9.0.1", "10.9.0.2"
+        seq, sseq = 1000, 5000
+        pk.append(IP(src=c, dst=s) / TCP(sport=sport, dport=dport, flags="S", seq=seq - 1))
+        pk.append(IP(src=s, dst=c) / TCP(sport=dport, dport=sport, flags="SA", seq=sseq - 1,
+                                          ack=seq))
+        for req, segs in msgs:
+            # the request in segments, the second before the first (held until the gap fills)
+            parts = [req[i:i + segs] for i in range(0, len(req), segs)]
+            offs = [sum(len(x) for x in parts[:i]) for i in range(len(parts))]
+            order = list(range(len(parts)))
+            if len(order) > 1:
+                order[0], order[1] = order[1], order[0]
+            for i in order:
+                pk.append(IP(src=c, dst=s) / TCP(sport=sport, dport=dport, flags="PA",
+                                                  seq=seq + offs[i], ack=sseq) / Raw(parts[i]))
+            seq += len(req)
+            resp = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+            pk.append(IP(src=s, dst=c) / TCP(sport=dport, dport=sport, flags="PA", seq=sseq,
+                                              ack=seq) / Raw(resp))
+            sseq += len(resp)
+
+    ok = b"GET /index HTTP/1.1\r\nHost: a\r\n\r\n"
+    body = gzip.compress(b"this is ILLEGAL")
+    bad = (b"POST /x HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n" +
+           b"%x\r\n" % 5 + b"ILLEG\r\n" + b"2\r\nAL\r\n0\r\n\r\n")
+    conn(40001, 80, [(ok, 1000)])
+    conn(40002, 80, [(ok, 1000), (bad, 20)])   # keep-alive: the second request is chunked
+    conn(40003, 81, [(ok, 1000)])
+    wrpcap(path, pk)
+    return body
+
+
+@test
+def script_test_on_pcap(env):
+    d = tempfile.mkdtemp(prefix="fgx-script-")
+    pcap = os.path.join(d, "t.pcap")
+    pcap_conns(pcap)
+    fgexctl = os.path.join(env.bin, "fgexctl")
+    r = subprocess.run([fgexctl, "--json", "script", "test", FIREGEX_EXAMPLE, "--pcap", pcap],
+                       capture_output=True, text=True, timeout=30)
+    check(r.returncode == 0, "script test: %d %s", r.returncode, r.stderr)
+    res = json.loads(r.stdout)
+    got = [(c["sport"], c["verdict"], c["function"]) for c in res]
+    check(got == [(40001, "accept", ""), (40002, "reject", "filter_with_args"),
+                  (40003, "accept", "")], "verdicts %r", got)
+    r = subprocess.run([fgexctl, "script", "test", FIREGEX_EXAMPLE, "--pcap", pcap, "--port",
+                        "81"], capture_output=True, text=True, timeout=30)
+    lines = r.stdout.splitlines()
+    check(r.returncode == 0 and len(lines) == 2 and "10.9.0.1:40003" in lines[1] and
+          "accept" in lines[1], "--port 81: %r %s", r.stdout, r.stderr)
+    # a gzip body decoded for body_decoded, an exception, an endless loop, each per connection
+    src = ("from firegex.nfproxy import pyfilter, REJECT, DROP\n"
+           "from firegex.nfproxy.models import HttpFullRequest\n"
+           "@pyfilter\ndef boom(r: HttpFullRequest):\n"
+           "    if r.method == b'POST':\n        raise ValueError('no')\n")
+    r = subprocess.run([fgexctl, "script", "test", write(src), "--pcap", pcap],
+                       capture_output=True, text=True, timeout=30)
+    check(r.returncode == 0 and "error" in r.stdout and "ValueError: no" in r.stdout,
+          "exception: %r %s", r.stdout, r.stderr)
+    r = subprocess.run([fgexctl, "script", "test", write(src.replace(
+        "raise ValueError('no')", "while True: pass")), "--pcap", pcap],
+        capture_output=True, text=True, timeout=30)
+    check(r.returncode == 0 and "timeout" in r.stdout, "loop: %r %s", r.stdout, r.stderr)
+    r = subprocess.run([fgexctl, "script", "test", write("def x(:\n"), "--pcap", pcap],
+                       capture_output=True, text=True, timeout=30)
+    check(r.returncode == 4 and ":1:" in r.stderr, "bad file: %d %r", r.returncode, r.stderr)
+
+
+SW_SRC = """
+from firegex.nfproxy import pyfilter, REJECT, DROP
+from firegex.nfproxy.models import HttpRequest
+seen = 0
+@pyfilter
+def f(r: HttpRequest):
+    global seen
+    seen += 1
+    print("request", seen, r.url)
+    if r.url == "/evil":
+        return REJECT
+    if r.url == "/drop":
+        return DROP
+    if r.url == "/loop":
+        while True:
+            pass
+    if r.url == "/boom":
+        raise ValueError("boom")
+"""
+
+
+@test
+def scriptworker_verdicts_and_isolation(env):
+    """The real scriptworker, driven over nng as a data-path worker drives it: verdicts,
+    per-connection globals, an exception (traceback in the log), an endless loop (timeout,
+    the function named, the interpreter replaced, its connections' state lost), and the
+    other interpreter's connections unharmed."""
+    from swclient import SwClient
+    url = "ipc://%s/sw-test.sock" % tempfile.mkdtemp(prefix="fgx-sw-")
+    p = subprocess.Popen([os.path.join(env.bin, "scriptworker"), "--listen", url,
+                          "--python-dir", os.path.join(env.bin, "fgex-python"), "--procs", "2"],
+                         stderr=subprocess.DEVNULL)
+    c = None
+    try:
+        c = SwClient(url, timeout_ms=10000)
+        check(c.script(7, SW_SRC, deadline_ms=200), "the file was not loaded")
+
+        def req(conn, url_, hash_):
+            return c.data(7, conn, True, b"GET %s HTTP/1.1\r\nHost: a\r\n\r\n" %
+                          url_.encode(), hash_=hash_)
+
+        for conn, h in ((1, 0), (2, 1), (3, 0)):
+            c.open(7, conn, hash_=h)
+        check(req(1, "/ok", 0)[0] == "accept", "accept")
+        check(req(1, "/ok", 0)[0] == "accept", "accept on keep-alive")
+        v = req(1, "/evil", 0)
+        check(v[:2] == ("reject", "f"), "reject: %r", v)
+        check(req(2, "/drop", 1)[:2] == ("drop", "f"), "drop")
+        c.open(7, 4, hash_=1)
+        v = req(4, "/boom", 1)
+        check(v[:2] == ("error", "f"), "an exception is an error verdict: %r", v)
+        check(req(3, "/ok", 0)[0] == "accept", "conn 3")
+        # per-connection globals: conn 3 has seen one request, whatever conn 1 saw
+        prints = [t for (_, k, _, t) in c.logs if k == "print"]
+        check("request 1 /ok\n" in prints and "request 3 /evil\n" in prints, "prints %r",
+              prints)
+        exc = [t for (_, k, fn, t) in c.logs if k == "exception" and fn == "f"]
+        check(exc and "ValueError: boom" in exc[0] and "line 18" in exc[0] and "engine.py" not in exc[0],
+              "traceback %r", exc)
+        c.open(7, 5, hash_=1)
+        c.open(7, 6, hash_=1)
+        req(6, "/ok", 1)
+        t0 = __import__("time").monotonic()
+        v = req(5, "/loop", 1)
+        took = __import__("time").monotonic() - t0
+        check(v[:2] == ("timeout", "f") and 0.15 < took < 2.0, "loop: %r after %.2fs", v, took)
+        check(any(k == "timeout" and fn == "f" for (_, k, fn, _) in c.logs), "no timeout log")
+        # conn 6 lived in the replaced interpreter: its state is gone (fail-open verdict)
+        check(req(6, "/ok", 1)[0] == "error", "state of the replaced interpreter")
+        # the other interpreter never stopped; the new one runs the file too
+        check(req(3, "/evil", 0)[:2] == ("reject", "f"), "interpreter 0 after the loop")
+        c.open(7, 7, hash_=1)
+        check(req(7, "/evil", 1)[:2] == ("reject", "f"), "the new interpreter")
+    finally:
+        if c:
+            c.close()
+        p.terminate()
+        p.wait(timeout=5)
+
+
+# ---- the proxy layer, with real traffic ----
+
+def px_service(env, name, extra=()):
+    sid, port = env.service(name, "tcp", extra=("--layer", "proxy") + tuple(extra))
+    return sid, port
+
+
+def http(method, path, body=b"", headers=()):
+    h = b"".join(b"%s: %s\r\n" % (k, v) for k, v in headers)
+    if body and not any(k.lower() == b"transfer-encoding" for k, _ in headers):
+        h += b"Content-Length: %d\r\n" % len(body)
+    return b"%s %s HTTP/1.1\r\nHost: svc\r\n%s\r\n" % (method, path, h) + body
+
+
+def script_counters(env, svc):
+    doc = env.ctl("script", "list", svc)
+    return {f["name"]: f for f in doc["functions"]}
+
+
+@test
+def proxy_firegex_example_blocks_what_it_should(env):
+    _, port = px_service(env, "pxfg")
+    env.ctl("script", "set", "pxfg", FIREGEX_EXAMPLE)
+    srv = env.tcp_server(port, reply=b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+    ok = http(b"POST", b"/note", b"hello")
+    c = env.tcp_client(it.SRV4, port, [ok, 0.3])
+    it.assert_passed(c, it.server_conn(srv, 1), ok,
+                     b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+    bad = http(b"POST", b"/note", b"an ILLEGAL body")
+    c = env.tcp_client(it.SRV4, port, [bad, 0.3])
+    it.assert_blocked(c, it.server_conn(srv, 2), forbidden=b"ILLEGAL")
+    # IPv6 too, the body in a second segment
+    c = env.tcp_client(it.SRV6, port, [bad[:-10], 0.1, bad[-10:], 0.3])
+    it.assert_blocked(c, it.server_conn(srv, 3), forbidden=b"ILLEGAL")
+    fn = it.wait_until(lambda: script_counters(env, "pxfg")["filter_with_args"]["blocked"] >= 2)
+    check(fn, "blocked counter: %r", script_counters(env, "pxfg"))
+
+
+KEEPALIVE = """
+from firegex.nfproxy import pyfilter, ACCEPT, REJECT, DROP
+from firegex.nfproxy.models import HttpFullRequest, HttpRequestHeader
+requests = 0
+
+@pyfilter
+def third_request(req: HttpFullRequest):
+    global requests
+    requests += 1
+    if requests >= 3:
+        return REJECT
+
+@pyfilter
+def decoded_body(req: HttpFullRequest):
+    if req.body_decoded and b"secret-export" in req.body_decoded:
+        return REJECT
+
+@pyfilter
+def drop_probe(req: HttpRequestHeader):
+    if req.get_header("x-probe") == "1":
+        return DROP
+"""
+
+
+@test
+def proxy_keepalive_chunked_gzip_and_drop(env):
+    _, port = px_service(env, "pxka")
+    env.ctl("script", "set", "pxka", write(KEEPALIVE))
+    srv = env.tcp_server(port, idle=4.0)
+    r1, r2, r3 = (http(b"GET", b"/%d" % i) for i in (1, 2, 3))
+    c = env.tcp_client(it.SRV4, port, [r1, 0.1, r2, 0.1, r3, 0.3])
+    s = it.server_conn(srv, 1)
+    check(s["data"] == r1 + r2, "two requests pass, the third not: %r", s["data"])
+    check(c["end"] == "reset" and s["end"] == "reset", "the third resets: %r %r", c["end"],
+          s["end"])
+    # per-connection globals: a new connection starts counting again
+    c = env.tcp_client(it.SRV4, port, [r1, 0.1, r2, 0.3])
+    it.assert_passed(c, it.server_conn(srv, 2), r1 + r2)
+    # a gzip body, chunked: decoded for body_decoded
+    gz = gzip.compress(b"please do the secret-export now")
+    chunked = (b"%x\r\n" % 10 + gz[:10] + b"\r\n" + b"%x\r\n" % (len(gz) - 10) + gz[10:] +
+               b"\r\n0\r\n\r\n")
+    bad = http(b"POST", b"/x", chunked, headers=((b"Transfer-Encoding", b"chunked"),
+                                                  (b"Content-Encoding", b"gzip")))
+    c = env.tcp_client(it.SRV4, port, [bad[:60], 0.1, bad[60:], 0.3])
+    s = it.server_conn(srv, 3)
+    check(c["end"] == "reset" and gz[10:] not in s["data"], "gzip+chunked: %r %r", c["end"],
+          s["data"][-40:])
+    gz_ok = gzip.compress(b"an honest body")
+    ok = http(b"POST", b"/x", gz_ok, headers=((b"Content-Encoding", b"gzip"),))
+    c = env.tcp_client(it.SRV4, port, [ok, 0.3])
+    it.assert_passed(c, it.server_conn(srv, 4), ok)
+    # DROP: nothing more reaches the server, and nobody is told (no reset)
+    probe = http(b"GET", b"/", headers=((b"X-Probe", b"1"),))
+    c = env.tcp_client(it.SRV4, port, [r1, 0.2, probe, 0.3, b"more", 0.3], timeout=2.0)
+    s = it.server_conn(srv, 5, timeout=10)
+    check(s["data"] == r1, "after DROP the server got %r", s["data"])
+    check(c["end"] != "reset" and s["end"] != "reset", "DROP reset a side: %r %r", c["end"],
+          s["end"])
+    cnt = it.wait_until(lambda: script_counters(env, "pxka"))
+    check(cnt["third_request"]["blocked"] >= 1 and cnt["decoded_body"]["blocked"] >= 1 and
+          cnt["drop_probe"]["blocked"] >= 1, "counters %r", cnt)
+
+
+FAULTY = """
+from firegex.nfproxy import pyfilter, REJECT
+from firegex.nfproxy.models import HttpRequestHeader
+
+@pyfilter
+def faulty(req: HttpRequestHeader):
+    print("checking", req.url)
+    if req.url == "/boom":
+        raise KeyError("no such thing")
+    if req.url == "/loop":
+        while True:
+            pass
+"""
+
+
+@test
+def proxy_exception_and_loop_leave_regex_filtering_alone(env):
+    _, port = px_service(env, "pxbad")               # fail-closed (the default)
+    _, oport = px_service(env, "pxopen", extra=("--fail-open",))
+    _, rport = env.service("regexonly", "tcp")        # NFQUEUE, regexes only
+    env.filter("regexonly")
+    # a long deadline, so that the regex service is seen filtering while the loop runs
+    env.ctl("script", "set", "pxbad", write(FAULTY), "--deadline", "6000")
+    env.ctl("script", "set", "pxopen", write(FAULTY))
+    srv = env.tcp_server(port, idle=40.0)
+    osrv = env.tcp_server(oport)
+    rsrv = env.tcp_server(rport)
+    boom = http(b"GET", b"/boom")
+    c = env.tcp_client(it.SRV4, port, [boom, 0.3])
+    it.assert_blocked(c, it.server_conn(srv, 1), forbidden=b"/boom")
+    c = env.tcp_client(it.SRV4, oport, [boom, 0.3])
+    it.assert_passed(c, it.server_conn(osrv, 1), boom)
+    # an endless loop: past the call's deadline (6 s here), while the regex service keeps
+    # filtering
+    loop = http(b"GET", b"/loop")
+    t0 = time.monotonic()
+    hl = env.tcp_client(it.SRV4, port, [loop, 25.0], timeout=30.0, wait=False)
+    time.sleep(0.2)
+    c = env.tcp_client(it.SRV4, rport, [b"clean", 0.1])
+    it.assert_passed(c, it.server_conn(rsrv, 1), b"clean")
+    c = env.tcp_client(it.SRV4, rport, [it.EVIL, 0.1])
+    it.assert_blocked(c, it.server_conn(rsrv, 2))
+    check(hl.wait_event(lambda e: e.get("event") == "result", 0) is None and
+          time.monotonic() - t0 < 5.9, "the loop's connection ended before the regex checks")
+    it.assert_blocked(it.client_result(hl, 60), it.server_conn(srv, 2, timeout=40),
+                     forbidden=b"/loop")
+    check(time.monotonic() - t0 >= 5.9, "the loop was cut before its deadline")
+    c = env.tcp_client(it.SRV4, oport, [loop, 1.0])
+    it.assert_passed(c, it.server_conn(osrv, 2), loop)
+    # the replaced interpreter works: the next connections are judged again
+    ok = http(b"GET", b"/fine")
+    c = env.tcp_client(it.SRV4, port, [ok, 0.3])
+    it.assert_passed(c, it.server_conn(srv, 3), ok)
+    cnt = it.wait_until(lambda: (lambda d: d if d["faulty"]["errors"] >= 1 and
+                                 d["faulty"]["timeouts"] >= 1 else None)(
+        script_counters(env, "pxbad")), timeout=5)
+    check(cnt, "errors/timeouts counters %r", script_counters(env, "pxbad"))
+    r = env.ctl_raw("script", "log", "pxbad", json_out=False)
+    check("KeyError" in r.stdout and "no such thing" in r.stdout and "timeout" in r.stdout and
+          "checking /fine" in r.stdout, "script log:\n%s", r.stdout)
+    ev = env.ctl("script", "log", "pxbad")
+    check(any(e["kind"] == "exception" and e["function"] == "faulty" for e in ev),
+          "script log --json %r", ev[:3])
+
+
+@test
+def proxy_regex_and_script_both_judge(env):
+    _, port = px_service(env, "pxboth")
+    env.filter("pxboth")                              # the regex of fgxit (EVIL)
+    env.ctl("script", "set", "pxboth", FIREGEX_EXAMPLE)
+    srv = env.tcp_server(port)
+    c = env.tcp_client(it.SRV4, port, [http(b"POST", b"/", it.EVIL), 0.3])
+    it.assert_blocked(c, it.server_conn(srv, 1))
+    c = env.tcp_client(it.SRV4, port, [http(b"POST", b"/", b"ILLEGAL"), 0.3])
+    it.assert_blocked(c, it.server_conn(srv, 2), forbidden=b"ILLEGAL")
+    ok = http(b"POST", b"/", b"fine")
+    c = env.tcp_client(it.SRV4, port, [ok, 0.3])
+    it.assert_passed(c, it.server_conn(srv, 3), ok)
+    # without the script the body passes again: the command returned once the worker had it
+    env.ctl("script", "rm", "pxboth")
+    ill = http(b"POST", b"/", b"ILLEGAL")
+    c = env.tcp_client(it.SRV4, port, [ill, 0.3])
+    it.assert_passed(c, it.server_conn(srv, 4), ill)
+
+
+def scriptworker_pid(env):
+    """controld's scriptworker child (its pid from /proc: it is not in `worker list`)."""
+    cpid = env.controld_pid()
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % d) as f:
+                st = f.read()
+            with open("/proc/%s/comm" % d) as f:
+                comm = f.read().strip()
+        except OSError:
+            continue
+        if comm == "scriptworker" and int(st.rsplit(")", 1)[1].split()[1]) == cpid:
+            return int(d)
+    return None
+
+
+@test
+def scriptworker_restarted_by_controld_gets_the_files_again(env):
+    _, port = px_service(env, "pxrestart")
+    env.ctl("script", "set", "pxrestart", FIREGEX_EXAMPLE)
+    srv = env.tcp_server(port)
+    bad = http(b"POST", b"/", b"ILLEGAL")
+    c = env.tcp_client(it.SRV4, port, [bad, 0.3])
+    it.assert_blocked(c, it.server_conn(srv, 1), forbidden=b"ILLEGAL")
+    old = scriptworker_pid(env)
+    check(old, "no scriptworker under controld")
+    os.kill(old, 9)
+    new = it.wait_until(lambda: (lambda p: p if p and p != old else None)(scriptworker_pid(env)),
+                        timeout=10)
+    check(new, "controld did not restart scriptworker")
+    time.sleep(1.0)  # its interpreters start; the proxy threads' sockets reconnect
+    n = 1
+    for _ in range(3):  # whichever proxy thread takes it: the file is there again
+        n += 1
+        c = env.tcp_client(it.SRV4, port, [bad, 0.3])
+        s = it.server_conn(srv, n)
+        check(b"ILLEGAL" not in s["data"] and c["end"] == "reset",
+              "after the restart the file is not applied: %r %r", c["end"], s["data"])
+    ok = http(b"POST", b"/", b"fine")
+    c = env.tcp_client(it.SRV4, port, [ok, 0.3])
+    it.assert_passed(c, it.server_conn(srv, n + 1), ok)
+
+
+if __name__ == "__main__":
+    sys.exit(it.run_module("scripts"))
