@@ -505,7 +505,7 @@ def fw_lets_fgex_own_connections_out(env):
         # and a port no rule opens stays shut
         expect(env, "tcp", SRV4, env.port(), "timeout")
     finally:
-        env.ctl("service", "rm", "fw-px")
+        env.ctl("service", "rm", "--yes", "fw-px")
         reset(env)
 
 
