@@ -1257,19 +1257,22 @@ err:
     return rv;
 }
 
-int ctl_store_event_trim(struct ctl_txn *t, size_t keep)
+/* Keep the newest keep records of dbi (keys in time order): the oldest go first. */
+static int dbi_trim(struct ctl_txn *t, MDB_dbi dbi, size_t keep, const char *what)
 {
+    char msg[48];
     MDB_cursor *cur;
     MDB_stat st;
     MDB_val k, v;
     size_t drop;
     int rv, rc;
 
-    rv = store_err(mdb_stat(t->txn, t->s->events, &st), "count events");
+    snprintf(msg, sizeof(msg), "count %s", what);
+    rv = store_err(mdb_stat(t->txn, dbi, &st), msg);
     if (rv < 0 || st.ms_entries <= keep)
         return rv;
     drop = st.ms_entries - keep;
-    rv = store_err(mdb_cursor_open(t->txn, t->s->events, &cur), "cursor");
+    rv = store_err(mdb_cursor_open(t->txn, dbi, &cur), "cursor");
     if (rv < 0)
         return rv;
     /* Oldest first; after a delete, MDB_NEXT yields the record that followed it. */
@@ -1280,10 +1283,16 @@ int ctl_store_event_trim(struct ctl_txn *t, size_t keep)
             break;
         drop--;
     }
+    snprintf(msg, sizeof(msg), "trim %s", what);
     if (rc != 0 && rc != MDB_NOTFOUND)
-        rv = store_err(rc, "trim events");
+        rv = store_err(rc, msg);
     mdb_cursor_close(cur);
     return rv;
+}
+
+int ctl_store_event_trim(struct ctl_txn *t, size_t keep)
+{
+    return dbi_trim(t, t->s->events, keep, "events");
 }
 
 int ctl_store_generation_next(struct ctl_txn *t, uint64_t *out)
@@ -1587,30 +1596,7 @@ int ctl_store_capture_each(struct ctl_txn *t, ctl_store_capture_fn fn, void *arg
 
 int ctl_store_capture_trim(struct ctl_txn *t, size_t keep)
 {
-    MDB_cursor *cur;
-    MDB_stat st;
-    MDB_val k, v;
-    size_t drop;
-    int rv, rc;
-
-    rv = store_err(mdb_stat(t->txn, t->s->captures, &st), "count captures");
-    if (rv < 0 || st.ms_entries <= keep)
-        return rv;
-    drop = st.ms_entries - keep;
-    rv = store_err(mdb_cursor_open(t->txn, t->s->captures, &cur), "cursor");
-    if (rv < 0)
-        return rv;
-    for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0 && drop > 0;
-         rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-        rc = mdb_cursor_del(cur, 0);
-        if (rc != 0)
-            break;
-        drop--;
-    }
-    if (rc != 0 && rc != MDB_NOTFOUND)
-        rv = store_err(rc, "trim captures");
-    mdb_cursor_close(cur);
-    return rv;
+    return dbi_trim(t, t->s->captures, keep, "captures");
 }
 
 /* ---- script filter files (one record per service, opaque here) ---- */
