@@ -588,6 +588,43 @@ def scriptworker_restarted_by_controld_gets_the_files_again(env):
     c = env.tcp_client(it.SRV4, port, [ok, 0.3])
     it.assert_passed(c, it.server_conn(srv, n + 1), ok)
 
+# ---- script test over a service's capture ----
+
+@test
+def script_test_on_service_capture(env):
+    """`script test FILE --service SVC` runs the file over what the service captured: real
+    connections, through the same capture request as `capture --pcap`."""
+    _, port = env.service("stcap", "tcp")             # no script, no filter: both pass
+    srv = env.tcp_server(port, reply=b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+    ok = http(b"POST", b"/note", b"hello")
+    bad = http(b"POST", b"/note", b"an ILLEGAL body")
+    c = env.tcp_client(it.SRV4, port, [ok, 0.3])
+    it.assert_passed(c, it.server_conn(srv, 1), ok)
+    c = env.tcp_client(it.SRV4, port, [bad[:-12], 0.1, bad[-12:], 0.3])
+    it.assert_passed(c, it.server_conn(srv, 2), bad)
+    res = it.wait_until(lambda: (lambda r: r if len(r) >= 2 else None)(
+        env.ctl("script", "test", FIREGEX_EXAMPLE, "--service", "stcap")), timeout=5)
+    check(res, "script test --service saw fewer than 2 connections")
+    got = sorted((c["verdict"], c["function"], c["c2s_bytes"]) for c in res)
+    check(got == [("accept", "", len(ok)), ("reject", "filter_with_args", len(bad))],
+          "verdicts over the capture %r", res)
+    check(all(c["server"] == it.SRV4 and c["dport"] == port for c in res), "addresses %r", res)
+    r = env.ctl_raw("script", "test", FIREGEX_EXAMPLE, "--service", "stcap", json_out=False)
+    lines = r.stdout.splitlines()
+    check(r.returncode == 0 and len(lines) == 3 and
+          sum("reject" in ln and "filter_with_args" in ln for ln in lines) == 1,
+          "human output %r %s", r.stdout, r.stderr)
+    # a file that would not have dropped anything says so; an unknown service is an error
+    r = env.ctl_raw("script", "test", write("from fgex import *\n@pyfilter\n"
+                                            "def f(p: RawPacket):\n    pass\n"),
+                    "--service", "stcap")
+    check(r.returncode == 0 and {c["verdict"] for c in json.loads(r.stdout)} == {"accept"},
+          "a pass-all file %r %s", r.stdout, r.stderr)
+    r = env.ctl_raw("script", "test", FIREGEX_EXAMPLE, "--service", "nosuch")
+    check(r.returncode == 3, "unknown service: %d %s", r.returncode, r.stderr)
+    r = env.ctl_raw("script", "test", FIREGEX_EXAMPLE, "--service", "stcap", "--pcap", "x")
+    check(r.returncode == 2, "--service with --pcap: %d %s", r.returncode, r.stderr)
+
 
 if __name__ == "__main__":
     sys.exit(it.run_module("scripts"))
