@@ -625,6 +625,37 @@ def script_test_on_service_capture(env):
     r = env.ctl_raw("script", "test", FIREGEX_EXAMPLE, "--service", "stcap", "--pcap", "x")
     check(r.returncode == 2, "--service with --pcap: %d %s", r.returncode, r.stderr)
 
+@test
+def script_timeout_and_exception_are_events(env):
+    _, port = px_service(env, "pxev", extra=("--fail-open",))
+    env.ctl("script", "set", "pxev", write(FAULTY), "--deadline", "200")
+    srv = env.tcp_server(port)
+    c = env.tcp_client(it.SRV4, port, [http(b"GET", b"/boom"), 0.3])
+    it.assert_passed(c, it.server_conn(srv, 1), http(b"GET", b"/boom"))
+    c = env.tcp_client(it.SRV4, port, [http(b"GET", b"/loop"), 1.5], timeout=10.0)
+    it.assert_passed(c, it.server_conn(srv, 2, timeout=10), http(b"GET", b"/loop"))
+
+    def both():
+        evs = env.ctl("events", "pxev")
+        kinds = {(e["script_kind"], e["script_function"]) for e in evs
+                 if e["action"] == "script"}
+        return evs if {("exception", "faulty"), ("timeout", "faulty")} <= kinds else None
+    evs = it.wait_until(both, timeout=8)
+    check(evs, "no script events: %r", env.ctl("events", "pxev"))
+    check(all(e["filter_id"] == 0 and e["service"] == "pxev" for e in evs), "events %r", evs)
+    r = env.ctl_raw("events", "pxev", json_out=False)
+    check("script timeout faulty" in r.stdout and "script exception faulty" in r.stdout,
+          "events table:\n%s", r.stdout)
+    # the log has them as well
+    ev = env.ctl("script", "log", "pxev")
+    check(any(e["kind"] == "timeout" and e["function"] == "faulty" for e in ev), "log %r", ev)
+    # kept in the store: still there after a controld restart
+    env.stop_controld()
+    env.start_controld()
+    evs = env.ctl("events", "pxev")
+    check({e["script_kind"] for e in evs} >= {"timeout", "exception"},
+          "script events after a restart %r", evs)
+
 
 if __name__ == "__main__":
     sys.exit(it.run_module("scripts"))
