@@ -189,6 +189,9 @@ static void stats_refresh_proxy(struct ctl_ctx *ctx, int timeout_ms)
     (void)ctl_stats_ingest_proxy(ctx->stats, info.instance, &m.u.stats, svcs, nsvcs);
     ctl_script_rt_ingest(&m.u.stats);
     script_events(ctx, &m.u.stats, svcs, nsvcs);
+    if (ctl_script_rt_save(ctx->store) < 0)
+        fgx_warn("state store: cannot save the script counters (tried again at the next "
+                 "report)");
     free(svcs);
     fgx_dp_msg_release(&m);
     /* Saved before any request can read a new event's seq. */

@@ -545,7 +545,7 @@ def proxy_regex_and_script_both_judge(env):
 
 
 def scriptworker_pid(env):
-    """controld's scriptworker child (its pid from /proc: it is not in `worker list`)."""
+    """controld's scriptworker child, from /proc (to check `worker list` against)."""
     cpid = env.controld_pid()
     for d in os.listdir("/proc"):
         if not d.isdigit():
@@ -655,6 +655,62 @@ def script_timeout_and_exception_are_events(env):
     evs = env.ctl("events", "pxev")
     check({e["script_kind"] for e in evs} >= {"timeout", "exception"},
           "script events after a restart %r", evs)
+
+COUNTED = FAULTY + """
+@pyfilter
+def denier(req: HttpRequestHeader):
+    if req.url == "/deny":
+        return REJECT
+"""
+
+
+def sw_entry(env):
+    ws = [w for w in env.ctl("worker", "list") if w["kind"] == "script"]
+    check(len(ws) == 1, "worker list has %d script workers", len(ws))
+    return ws[0]
+
+
+@test
+def script_counters_survive_restart_and_worker_list_shows_scriptworker(env):
+    _, port = px_service(env, "pxkeep")
+    env.ctl("script", "set", "pxkeep", write(COUNTED), "--deadline", "200")
+    srv = env.tcp_server(port)
+    n = 0
+    for path in (b"/deny", b"/boom", b"/loop", b"/deny"):
+        n += 1
+        c = env.tcp_client(it.SRV4, port, [http(b"GET", path), 1.0], timeout=10.0)
+        it.assert_blocked(c, it.server_conn(srv, n, timeout=10), forbidden=path)
+    want = {"faulty": (0, 1, 1), "denier": (2, 0, 0)}
+
+    def counts():
+        d = script_counters(env, "pxkeep")
+        return {k: (f["blocked"], f["errors"], f["timeouts"]) for k, f in d.items()}
+    check(it.wait_until(lambda: counts() == want, timeout=8), "counters %r", counts())
+    # the scriptworker in worker list, as the other workers
+    w = sw_entry(env)
+    check(w["state"] == "running" and w["pid"] == scriptworker_pid(env) and
+          w["restarts"] == 0, "script worker entry %r (pid %r)", w, scriptworker_pid(env))
+    os.kill(w["pid"], 9)
+    w2 = it.wait_until(lambda: (lambda e: e if e["pid"] not in (0, w["pid"]) else None)(
+        sw_entry(env)), timeout=10)
+    check(w2 and w2["state"] == "running" and w2["restarts"] == 1 and
+          w2["pid"] == scriptworker_pid(env), "after a kill %r", w2)
+    r = env.ctl_raw("worker", "list", json_out=False)
+    check(any(ln.split()[:3] == ["script", str(w2["pid"]), "running"]
+              for ln in r.stdout.splitlines()), "worker list table:\n%s", r.stdout)
+    # a controld restart keeps the counters (stored), and they go on counting
+    env.stop_controld()
+    env.start_controld()
+    check(counts() == want, "after a restart %r", counts())
+    time.sleep(1.0)  # the proxy threads dial the new scriptworker
+    n += 1
+    c = env.tcp_client(it.SRV4, port, [http(b"GET", b"/deny"), 1.0], timeout=10.0)
+    it.assert_blocked(c, it.server_conn(srv, n, timeout=10), forbidden=b"/deny")
+    check(it.wait_until(lambda: counts()["denier"][0] == 3, timeout=8),
+          "counting on after the restart %r", counts())
+    env.stop_controld()
+    env.start_controld()
+    check(counts()["denier"] == (3, 0, 0), "after a second restart %r", counts())
 
 
 if __name__ == "__main__":
