@@ -60,7 +60,7 @@
 #define CLI_OPT_FILTER (UINT64_C(1) << 37)
 #define CLI_OPT_RAW (UINT64_C(1) << 38) /* events show SEQ --raw */
 #define CLI_OPT_DEADLINE (UINT64_C(1) << 39) /* script set --deadline MS */
-#define CLI_OPT_SERVICE (UINT64_C(1) << 40) /* script test --service SERVICE */
+#define CLI_OPT_SERVICE (UINT64_C(1) << 40)  /* script test --service SERVICE */
 #define CLI_NOPTS 41
 /* --addr given more than this is refused by fgexctl (controld's bound is the same). */
 #define CLI_ADDRS_MAX 32

@@ -256,10 +256,15 @@ static json_t *json_event(const void *p)
         (e->has_match_end && json_object_set_new(o, "match_end", json_integer(e->match_end)) < 0) ||
         json_object_set_new(o, "action",
                             json_string(e->script_kind && e->script_kind[0] ? "script"
-                                        : e->has_log && e->log                ? "log"
-                                                                              : "block")) < 0 ||
-        json_object_set_new(o, "script_kind", cli_json_str_or_null(e->script_kind && e->script_kind[0] ? e->script_kind : NULL)) < 0 ||
-        json_object_set_new(o, "script_function", cli_json_str_or_null(e->script_kind && e->script_kind[0] ? e->script_function : NULL)) < 0 ||
+                                        : e->has_log && e->log              ? "log"
+                                                                            : "block")) < 0 ||
+        json_object_set_new(o, "script_kind",
+                            cli_json_str_or_null(
+                                e->script_kind && e->script_kind[0] ? e->script_kind : NULL)) < 0 ||
+        json_object_set_new(
+            o, "script_function",
+            cli_json_str_or_null(e->script_kind && e->script_kind[0] ? e->script_function : NULL)) <
+            0 ||
         json_object_set_new(o, "label",
                             cli_json_str_or_null(e->label && e->label[0] ? e->label : NULL)) < 0) {
         json_decref(o);

@@ -9,8 +9,8 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli_fmt.h"
@@ -195,8 +195,9 @@ static int build_test(struct cli_cmd *cmd, const struct cli_cmd_def *spec,
     cmd->pcap = cli_args_opt(raw, CLI_OPT_PCAP);
     v = cli_args_opt(raw, CLI_OPT_SERVICE);
     if (cmd->pcap && v)
-        return cli_args_fail(cmd, CLI_EXIT_USAGE, "script test: give --pcap FILE or --service "
-                                                  "SERVICE, not both");
+        return cli_args_fail(cmd, CLI_EXIT_USAGE,
+                             "script test: give --pcap FILE or --service "
+                             "SERVICE, not both");
     if ((!cmd->pcap || !*cmd->pcap) && !v)
         return cli_args_fail(cmd, CLI_EXIT_USAGE,
                              "script test: give the capture with --pcap FILE or --service "
