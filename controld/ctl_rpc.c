@@ -399,12 +399,15 @@ static size_t reply_px_worker(struct ctl_rpc *r, size_t at)
  * the proxy worker. Returns how many (0 when controld runs without workers). */
 /* The script worker (ctl_script_sup.c) as r->workers[at]: pid, state, restarts. It has no
  * generation (it takes each file as it is set, not the rulesets) and no counters of its own
- * here (the scripts' are in `script list`). Returns 1. */
+ * here (the scripts' are in `script list`). Returns 1, or 0 when controld started none (as
+ * in the unit tests). */
 static size_t reply_sw_worker(struct ctl_rpc *r, size_t at)
 {
     Fgx__Ctl__Worker *w = &r->sw_worker;
     pid_t pid = ctl_script_sup_pid();
 
+    if (!ctl_script_sup_url()[0])
+        return 0;
     fgx__ctl__worker__init(w);
     w->kind = "script";
     w->pid = (int32_t)(pid > 0 ? pid : 0);

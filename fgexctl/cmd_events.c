@@ -42,7 +42,7 @@ static const char usage_events[] =
     "filter id, so that every batch keeps the columns; JSON: \"label\", or null).\n"
     "A script call past its deadline or one that raised is an event too: FILTER\n"
     "shows \"script timeout FUNCTION\" (or exception); JSON: \"action\": \"script\",\n"
-    "script_kind and script_function (null for a filter's match), filter_id 0.\n"
+    "script_kind and script_function (absent from a filter's match), filter_id 0.\n"
     "\n"
     "usage: fgexctl events [SERVICE] --top src [--since DURATION] [--json]\n"
     "\n"
@@ -258,15 +258,15 @@ static json_t *json_event(const void *p)
                             json_string(e->script_kind && e->script_kind[0] ? "script"
                                         : e->has_log && e->log              ? "log"
                                                                             : "block")) < 0 ||
-        json_object_set_new(o, "script_kind",
-                            cli_json_str_or_null(
-                                e->script_kind && e->script_kind[0] ? e->script_kind : NULL)) < 0 ||
-        json_object_set_new(
-            o, "script_function",
-            cli_json_str_or_null(e->script_kind && e->script_kind[0] ? e->script_function : NULL)) <
-            0 ||
         json_object_set_new(o, "label",
                             cli_json_str_or_null(e->label && e->label[0] ? e->label : NULL)) < 0) {
+        json_decref(o);
+        return NULL;
+    }
+    /* a script call's failure: absent from a filter's event, whose shape stays as it was */
+    if (e->script_kind && e->script_kind[0] &&
+        (json_object_set_new(o, "script_kind", json_string(e->script_kind)) < 0 ||
+         json_object_set_new(o, "script_function", cli_json_str(e->script_function)) < 0)) {
         json_decref(o);
         return NULL;
     }
