@@ -139,6 +139,29 @@ static uint64_t mono_ms(void)
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
+/* A script call past its deadline, or one that raised, is an event as well as a log entry:
+ * `fgexctl events` shows it beside the blocks. */
+static void script_events(struct ctl_ctx *ctx, const struct fgx_dp_stats *st,
+                          const struct ctl_service *svcs, size_t nsvcs)
+{
+    struct timespec ts;
+    uint64_t now;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    for (size_t i = 0; i < st->nscript_logs; i++) {
+        const struct fgx_dp_script_log *e = &st->script_logs[i];
+        const char *name = NULL;
+
+        if (!e->kind || (strcmp(e->kind, "timeout") != 0 && strcmp(e->kind, "exception") != 0))
+            continue;
+        for (size_t k = 0; k < nsvcs; k++)
+            if (svcs[k].id == e->service_id)
+                name = svcs[k].name;
+        ctl_stats_event_script(ctx->stats, now, e->service_id, name, e->kind, e->function);
+    }
+}
+
 /* The proxy worker's counters and events into the same statistics. Quiet when it is down. */
 static void stats_refresh_proxy(struct ctl_ctx *ctx, int timeout_ms)
 {
@@ -157,13 +180,18 @@ static void stats_refresh_proxy(struct ctl_ctx *ctx, int timeout_ms)
             ctl_stats_px_worker_down(ctx->stats);
         return;
     }
-    if (m.u.stats.nevents > 0 && ctl_txn_begin(ctx->store, false, &t) == 0) {
+    if ((m.u.stats.nevents > 0 || m.u.stats.nscript_logs > 0) &&
+        ctl_txn_begin(ctx->store, false, &t) == 0) {
         if (ctl_store_service_list(t, &svcs, &nsvcs) < 0)
             nsvcs = 0;
         ctl_txn_abort(t);
     }
     (void)ctl_stats_ingest_proxy(ctx->stats, info.instance, &m.u.stats, svcs, nsvcs);
     ctl_script_rt_ingest(&m.u.stats);
+    script_events(ctx, &m.u.stats, svcs, nsvcs);
+    if (ctl_script_rt_save(ctx->store) < 0)
+        fgx_warn("state store: cannot save the script counters (tried again at the next "
+                 "report)");
     free(svcs);
     fgx_dp_msg_release(&m);
     /* Saved before any request can read a new event's seq. */

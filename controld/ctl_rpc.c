@@ -20,6 +20,7 @@
 #include "controld/ctl_auth.h"
 #include "controld/ctl_compile.h"
 #include "controld/ctl_config.h"
+#include "controld/ctl_script_sup.h"
 #include "fgx/log.h"
 #include "fgx/ruleset.h"
 
@@ -396,14 +397,42 @@ static size_t reply_px_worker(struct ctl_rpc *r, size_t at)
 
 /* The workers as supervised now: the nfq worker, with its counters from its last STATS, then
  * the proxy worker. Returns how many (0 when controld runs without workers). */
+/* The script worker (ctl_script_sup.c) as r->workers[at]: pid, state, restarts. It has no
+ * generation (it takes each file as it is set, not the rulesets) and no counters of its own
+ * here (the scripts' are in `script list`). Returns 1, or 0 when controld started none (as
+ * in the unit tests). */
+static size_t reply_sw_worker(struct ctl_rpc *r, size_t at)
+{
+    Fgx__Ctl__Worker *w = &r->sw_worker;
+    pid_t pid = ctl_script_sup_pid();
+
+    if (!ctl_script_sup_url()[0])
+        return 0;
+    fgx__ctl__worker__init(w);
+    w->kind = "script";
+    w->pid = (int32_t)(pid > 0 ? pid : 0);
+    w->state = pid > 0 ? "running" : "down";
+    w->has_restarts = 1;
+    w->restarts = ctl_script_sup_restarts();
+    if (pid > 0) {
+        w->has_started = 1;
+        w->started = ctl_script_sup_started();
+    }
+    r->workers[at] = w;
+    return 1;
+}
+
 size_t ctl_rpc_reply_workers(struct ctl_rpc *r)
 {
     const struct ctl_worker_counters *c = r->ctx->stats ? ctl_stats_worker(r->ctx->stats) : NULL;
     Fgx__Ctl__Worker *w = &r->worker;
     struct ctl_sup_info info;
+    size_t n;
 
-    if (!r->ctx->sup)
-        return reply_px_worker(r, 0);
+    if (!r->ctx->sup) {
+        n = reply_px_worker(r, 0);
+        return n + reply_sw_worker(r, n);
+    }
     ctl_sup_info(r->ctx->sup, &info);
     worker_fill(w, "nfq", &info);
     if (c && c->valid && c->instance == info.instance && info.pid > 0) {
@@ -421,7 +450,8 @@ size_t ctl_rpc_reply_workers(struct ctl_rpc *r)
         w->flows_evicted = c->flows_evicted;
     }
     r->workers[0] = w;
-    return 1 + reply_px_worker(r, 1);
+    n = 1 + reply_px_worker(r, 1);
+    return n + reply_sw_worker(r, n);
 }
 
 static Fgx__Ctl__Dir dir_to_msg(enum fgx_dir d)

@@ -39,8 +39,8 @@ struct ctl_rpc {
     Fgx__Ctl__Filter **flt_ptrs;
     size_t nflts;
     Fgx__Ctl__Status status;
-    Fgx__Ctl__Worker worker, px_worker;
-    Fgx__Ctl__Worker *workers[2];
+    Fgx__Ctl__Worker worker, px_worker, sw_worker;
+    Fgx__Ctl__Worker *workers[3];
     Fgx__Ctl__ServiceStats *sst_msgs;
     Fgx__Ctl__ServiceStats **sst_ptrs;
     Fgx__Ctl__Event *ev_msgs;

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "controld/ctl_store.h"
 #include "fgx/dp.h"
 #include "fgx/log.h"
 
@@ -35,6 +36,7 @@ static struct rt_fn *rt_fns;
 static size_t rt_nfns, rt_capfns;
 static struct rt_log **rt_logs;
 static size_t rt_nlogs;
+static bool rt_dirty; /* counters changed since they were saved */
 
 static struct rt_fn *fn_find(uint32_t service_id, const char *name, bool add)
 {
@@ -65,8 +67,115 @@ void ctl_script_rt_count(uint32_t service_id, const char *function, enum ctl_scr
 {
     struct rt_fn *f = fn_find(service_id, function ? function : "", true);
 
-    if (f)
+    if (f && delta) {
         f->n[which] += delta;
+        rt_dirty = true;
+    }
+}
+
+/* The record: a version byte (1), then per function: service id (u32), name length (u8), the
+ * name, and the three counters (u64), all little-endian. */
+#define RT_REC_VERSION 1
+
+static void le_put(uint8_t *p, uint64_t v, int n)
+{
+    for (int i = 0; i < n; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t le_get(const uint8_t *p, int n)
+{
+    uint64_t v = 0;
+
+    for (int i = 0; i < n; i++)
+        v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+int ctl_script_rt_save(struct ctl_store *st)
+{
+    struct ctl_txn *t = NULL;
+    size_t len = 1, off = 1;
+    uint8_t *buf;
+    int rv;
+
+    if (!rt_dirty)
+        return 0;
+    for (size_t i = 0; i < rt_nfns; i++)
+        len += 4 + 1 + strlen(rt_fns[i].name) + 3 * 8;
+    buf = malloc(len);
+    if (!buf)
+        return -ENOMEM;
+    buf[0] = RT_REC_VERSION;
+    for (size_t i = 0; i < rt_nfns; i++) {
+        size_t nl = strlen(rt_fns[i].name); /* < 128: fn_find cuts it */
+
+        le_put(buf + off, rt_fns[i].service_id, 4);
+        buf[off + 4] = (uint8_t)nl;
+        memcpy(buf + off + 5, rt_fns[i].name, nl);
+        off += 5 + nl;
+        for (int k = 0; k < 3; k++, off += 8)
+            le_put(buf + off, rt_fns[i].n[k], 8);
+    }
+    rv = ctl_txn_begin(st, true, &t);
+    if (rv == 0)
+        rv = ctl_store_bytes_put(t, CTL_SCRIPT_RT_KEY, buf, len);
+    if (rv == 0) {
+        rv = ctl_txn_commit(t);
+        t = NULL;
+    }
+    if (t)
+        ctl_txn_abort(t);
+    free(buf);
+    if (rv == 0)
+        rt_dirty = false;
+    return rv;
+}
+
+int ctl_script_rt_load(struct ctl_store *st)
+{
+    struct ctl_txn *t;
+    void *data = NULL;
+    size_t len = 0, off = 1;
+    const uint8_t *p;
+    int rv = ctl_txn_begin(st, false, &t);
+
+    if (rv < 0)
+        return rv;
+    rv = ctl_store_bytes_get(t, CTL_SCRIPT_RT_KEY, &data, &len);
+    ctl_txn_abort(t);
+    if (rv < 0 || !data)
+        return rv;
+    p = data;
+    if (len < 1 || p[0] != RT_REC_VERSION) {
+        fgx_warn("state store: the script counters' record is of an unknown version: they "
+                 "start from zero");
+        goto out;
+    }
+    while (off < len) {
+        char name[128];
+        uint32_t sid;
+        size_t nl;
+        struct rt_fn *f;
+
+        if (len - off < 5 || (nl = p[off + 4]) >= sizeof(name) || len - off < 5 + nl + 24) {
+            fgx_warn("state store: the script counters' record is cut short: the rest start "
+                     "from zero");
+            break;
+        }
+        sid = (uint32_t)le_get(p + off, 4);
+        memcpy(name, p + off + 5, nl);
+        name[nl] = '\0';
+        off += 5 + nl;
+        f = fn_find(sid, name, true);
+        for (int k = 0; k < 3; k++, off += 8)
+            if (f)
+                f->n[k] = le_get(p + off, 8);
+    }
+out:
+    free(data);
+    rt_dirty = false;
+    return 0;
 }
 
 static struct rt_log *log_find(uint32_t service_id, bool add)
@@ -175,6 +284,8 @@ void ctl_script_rt_forget(uint32_t service_id)
     for (size_t i = 0; i < rt_nfns; i++)
         if (rt_fns[i].service_id != service_id)
             rt_fns[j++] = rt_fns[i];
+    if (j != rt_nfns)
+        rt_dirty = true;
     rt_nfns = j;
     for (size_t i = 0; i < rt_nlogs; i++) {
         if (rt_logs[i]->service_id != service_id)

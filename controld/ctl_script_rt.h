@@ -1,7 +1,8 @@
 /* controld, script filters at run time: each function's counters (blocked, errors, timeouts)
  * and each service's log (tracebacks, timeouts, what the scripts print), as the workers report
- * them. Kept in memory: a controld restart starts them again from zero (the events of blocks
- * are stored as any other). */
+ * them. The log is kept in memory (a controld restart starts it again); the counters are
+ * saved in the state store's meta db (CTL_SCRIPT_RT_KEY) when they change and read back at
+ * start, so they survive a restart as the filters' counters do. */
 #ifndef CTL_SCRIPT_RT_H
 #define CTL_SCRIPT_RT_H
 
@@ -31,6 +32,14 @@ int ctl_script_rt_log(struct ctl_ctx *ctx, uint32_t service_id, uint64_t after,
  * (block: blocked, exception: errors, timeout: timeouts). */
 struct fgx_dp_stats;
 void ctl_script_rt_ingest(const struct fgx_dp_stats *st);
+/* The counters from the store (at start; an absent record: none). A record that does not
+ * decode is said and ignored: the counters start from zero, nothing else is lost. */
+struct ctl_store;
+#define CTL_SCRIPT_RT_KEY "script_counters"
+int ctl_script_rt_load(struct ctl_store *st);
+/* The counters into the store when they changed since the last save. Returns 0 or -errno
+ * (they stay unsaved, tried again at the next call). */
+int ctl_script_rt_save(struct ctl_store *st);
 /* Forget a service's counters and log (its script was removed). */
 void ctl_script_rt_forget(uint32_t service_id);
 

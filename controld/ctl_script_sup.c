@@ -24,6 +24,7 @@ static struct {
     uint64_t next_ms;    /* when a dead worker may be started again */
     unsigned backoff_ms; /* doubles while it keeps dying young */
     uint64_t started_ms;
+    uint64_t started_unix; /* for `worker list` */
 } sup;
 
 static uint64_t now_ms(void)
@@ -68,6 +69,7 @@ static int spawn(void)
     }
     sup.pid = pid;
     sup.started_ms = now_ms();
+    sup.started_unix = (uint64_t)time(NULL);
     fgx_info("started scriptworker (pid %d, %u Python interpreters)", (int)pid,
              CTL_SCRIPT_PROCS);
     return 0;
@@ -149,4 +151,9 @@ pid_t ctl_script_sup_pid(void)
 unsigned ctl_script_sup_restarts(void)
 {
     return sup.restarts;
+}
+
+uint64_t ctl_script_sup_started(void)
+{
+    return sup.pid > 0 ? sup.started_unix : 0;
 }

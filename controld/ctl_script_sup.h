@@ -18,5 +18,7 @@ void ctl_script_sup_stop(void);
 const char *ctl_script_sup_url(void);
 pid_t ctl_script_sup_pid(void);
 unsigned ctl_script_sup_restarts(void);
+/* When the running worker was started (unix seconds; 0: none runs). */
+uint64_t ctl_script_sup_started(void);
 
 #endif

@@ -447,6 +447,23 @@ int ctl_stats_ingest_proxy(struct ctl_stats *s, uint64_t instance, const struct 
     return rv;
 }
 
+void ctl_stats_event_script(struct ctl_stats *s, uint64_t time_ns, uint32_t service_id,
+                            const char *service, const char *kind, const char *function)
+{
+    struct ctl_event e;
+
+    memset(&e, 0, sizeof(e));
+    e.seq = s->next_seq++;
+    e.time_ns = time_ns;
+    e.service_id = service_id;
+    (void)snprintf(e.service, sizeof(e.service), "%s", service ? service : "");
+    e.dir = FGX_DIR_C2S;
+    e.ipproto = IPPROTO_TCP;
+    (void)snprintf(e.script_kind, sizeof(e.script_kind), "%s", kind);
+    (void)snprintf(e.script_fn, sizeof(e.script_fn), "%s", function ? function : "");
+    ring_push(s, &e);
+}
+
 void ctl_stats_worker_down(struct ctl_stats *s)
 {
     for (size_t i = 0; i < s->nsvc; i++)

@@ -1171,6 +1171,11 @@ static int event_decode(const MDB_val *v, struct ctl_event *out)
         out->match_end = (uint8_t)m->match_end;
     }
     out->log = m->has_log && m->log;
+    if (m->script_kind) {
+        (void)snprintf(out->script_kind, sizeof(out->script_kind), "%s", m->script_kind);
+        (void)snprintf(out->script_fn, sizeof(out->script_fn), "%s",
+                       m->script_function ? m->script_function : "");
+    }
     rv = 0;
 out:
     if (rv < 0)
@@ -1206,6 +1211,10 @@ int ctl_store_event_put(struct ctl_txn *t, const struct ctl_event *e)
     if (e->log) {
         m.has_log = 1;
         m.log = 1;
+    }
+    if (e->script_kind[0]) {
+        m.script_kind = (char *)e->script_kind;
+        m.script_function = (char *)e->script_fn;
     }
     len = fgx__ctl__event__get_packed_size(&m);
     if (len > sizeof(buf))

@@ -174,6 +174,10 @@ struct ctl_event {
     uint8_t match_end; /* the match ends before excerpt[match_end] (<= excerpt_len) */
     uint8_t excerpt[FGX_DP_EXCERPT_MAX];
     bool log; /* a log filter's match: nothing was dropped */
+    /* A script call's failure (filter_id 0): "timeout" or "exception", and the function
+     * (cut at 63 bytes: the ring holds --events-keep of these); "" for a filter's match. */
+    char script_kind[10];
+    char script_fn[64];
 };
 
 /* Events keyed by seq. _list gives the newest `newest` events, oldest first (*out malloc'd,

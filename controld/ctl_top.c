@@ -48,7 +48,7 @@ int ctl_top_src(const struct ctl_event *const *evs, size_t n, uint64_t since_ns,
     if (!v)
         return -ENOMEM;
     for (size_t i = 0; i < n; i++)
-        if (!evs[i]->log && evs[i]->time_ns >= since_ns)
+        if (!evs[i]->log && !evs[i]->script_kind[0] && evs[i]->time_ns >= since_ns)
             v[m++] = evs[i];
     if (m == 0) {
         free(v);

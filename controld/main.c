@@ -18,10 +18,11 @@
 #include "controld/ctl_compile.h"
 #include "controld/ctl_conffile.h"
 #include "controld/ctl_fw.h"
+#include "controld/ctl_history.h"
 #include "controld/ctl_metrics.h"
 #include "controld/ctl_nft.h"
 #include "controld/ctl_rpc.h"
-#include "controld/ctl_history.h"
+#include "controld/ctl_script_rt.h"
 #include "controld/ctl_script_sup.h"
 #include "controld/ctl_stats.h"
 #include "controld/ctl_store.h"
@@ -766,6 +767,11 @@ int main(int argc, char **argv)
         goto out;
     ctl_stats_captures_keep(stats, o.captures_keep);
     ctx.stats = stats;
+    rv = ctl_script_rt_load(ctx.store);
+    if (rv < 0) {
+        fgx_err("cannot read the script counters: %s", strerror(-rv));
+        goto out;
+    }
     ctx.history_keep = o.history_keep;
     if (o.metrics_listen) {
         rv = ctl_metrics_start(o.metrics_listen, &metrics);

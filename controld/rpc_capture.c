@@ -274,6 +274,10 @@ static void event_msg(const struct ctl_event *e, Fgx__Ctl__Event *m)
         m->has_match_end = 1;
         m->match_end = e->match_end;
     }
+    if (e->script_kind[0]) {
+        m->script_kind = (char *)e->script_kind;
+        m->script_function = (char *)e->script_fn;
+    }
 }
 
 static void do_event_show(struct ctl_rpc *r, const Fgx__Ctl__Request *req)

@@ -209,6 +209,11 @@ static void do_events(struct ctl_rpc *r, const Fgx__Ctl__Request *req)
             m->log = 1;
         }
         m->label = (char *)ctl_rpc_filter_label(r, lt, e->filter_id);
+        if (e->script_kind[0]) {
+            m->label = NULL; /* no filter's */
+            m->script_kind = (char *)e->script_kind;
+            m->script_function = (char *)e->script_fn;
+        }
         r->ev_ptrs[i] = m;
     }
     ctl_txn_abort(lt);

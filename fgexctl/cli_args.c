@@ -174,6 +174,7 @@ static const struct opt_def opt_defs[CLI_NOPTS] = {
     {"--filter", CLI_OPT_FILTER, ARG_REQUIRED},
     {"--raw", CLI_OPT_RAW, ARG_NONE},
     {"--deadline", CLI_OPT_DEADLINE, ARG_REQUIRED},
+    {"--service", CLI_OPT_SERVICE, ARG_REQUIRED},
 };
 
 /* ---- helpers ----------------------------------------------------------------------------- */

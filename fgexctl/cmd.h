@@ -60,7 +60,8 @@
 #define CLI_OPT_FILTER (UINT64_C(1) << 37)
 #define CLI_OPT_RAW (UINT64_C(1) << 38) /* events show SEQ --raw */
 #define CLI_OPT_DEADLINE (UINT64_C(1) << 39) /* script set --deadline MS */
-#define CLI_NOPTS 40
+#define CLI_OPT_SERVICE (UINT64_C(1) << 40)  /* script test --service SERVICE */
+#define CLI_NOPTS 41
 /* --addr given more than this is refused by fgexctl (controld's bound is the same). */
 #define CLI_ADDRS_MAX 32
 
@@ -141,6 +142,10 @@ int cli_cmd_parse_duration(const char *s, uint64_t *secs);
 int cli_cmd_offline_run(const struct cli_cmd *cmd, FILE *out, FILE *err);
 
 /* ---- capture (cmd_capture.c) ---- */
+/* A capture reply's connections as a pcap at path, as `capture --pcap` writes it (`script test
+ * --service` runs a file over it). Returns 0 or -errno with err set; *conns: how many. */
+int cli_cmd_capture_write(const Fgx__Ctl__Reply *rep, const char *path, size_t *conns, char *err,
+                          size_t errlen);
 /* service add/set --capture on|off --capture-bytes N --capture-conns N into the message's
  * capture fields (the same three in ServiceAdd and ServiceSet). Returns 0 or -EINVAL; *any set
  * when one was given. */

@@ -453,6 +453,17 @@ out:
     return rv;
 }
 
+int cli_cmd_capture_write(const Fgx__Ctl__Reply *rep, const char *path, size_t *conns, char *err,
+                          size_t errlen)
+{
+    struct pcap_result res;
+    int rv = write_pcap(rep, path, &res, err, errlen);
+
+    if (rv == 0 && conns)
+        *conns = res.conns;
+    return rv;
+}
+
 static int human_capture(FILE *f, const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep)
 {
     struct pcap_result res;

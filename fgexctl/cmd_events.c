@@ -40,6 +40,9 @@ static const char usage_events[] =
     "it as ID/log (JSON: \"action\": \"log\"; a block's is \"block\"). A filter's label\n"
     "(as the filter has it now) is shown in a LABEL column (with --follow beside the\n"
     "filter id, so that every batch keeps the columns; JSON: \"label\", or null).\n"
+    "A script call past its deadline or one that raised is an event too: FILTER\n"
+    "shows \"script timeout FUNCTION\" (or exception); JSON: \"action\": \"script\",\n"
+    "script_kind and script_function (absent from a filter's match), filter_id 0.\n"
     "\n"
     "usage: fgexctl events [SERVICE] --top src [--since DURATION] [--json]\n"
     "\n"
@@ -194,7 +197,13 @@ static int human_events(FILE *f, const Fgx__Ctl__Reply *rep, bool fixed, bool he
             cli_fmt_table_add_str(&t, e->service);
         else
             cli_fmt_table_addf(&t, "%" PRIu32, e->service_id);
-        if (fixed && e->label && e->label[0] && fgx_label_check(e->label, buf, sizeof(buf)) == 0)
+        if (e->script_kind && e->script_kind[0])
+            /* a script call's failure, not a filter's match */
+            cli_fmt_table_addf(&t, "script %s %s", e->script_kind,
+                               e->script_function && e->script_function[0] ? e->script_function
+                                                                           : "-");
+        else if (fixed && e->label && e->label[0] &&
+                 fgx_label_check(e->label, buf, sizeof(buf)) == 0)
             cli_fmt_table_addf(&t, "%" PRIu32 "%s (%s)", e->filter_id,
                                e->has_log && e->log ? "/log" : "", e->label);
         else
@@ -245,9 +254,19 @@ static json_t *json_event(const void *p)
     if (!o || cli_json_set_bytes(o, "excerpt", x, xlen) < 0 ||
         json_object_set_new(o, "excerpt_hex", json_string(h)) < 0 ||
         (e->has_match_end && json_object_set_new(o, "match_end", json_integer(e->match_end)) < 0) ||
-        json_object_set_new(o, "action", json_string(e->has_log && e->log ? "log" : "block")) < 0 ||
+        json_object_set_new(o, "action",
+                            json_string(e->script_kind && e->script_kind[0] ? "script"
+                                        : e->has_log && e->log              ? "log"
+                                                                            : "block")) < 0 ||
         json_object_set_new(o, "label",
                             cli_json_str_or_null(e->label && e->label[0] ? e->label : NULL)) < 0) {
+        json_decref(o);
+        return NULL;
+    }
+    /* a script call's failure: absent from a filter's event, whose shape stays as it was */
+    if (e->script_kind && e->script_kind[0] &&
+        (json_object_set_new(o, "script_kind", json_string(e->script_kind)) < 0 ||
+         json_object_set_new(o, "script_function", cli_json_str(e->script_function)) < 0)) {
         json_decref(o);
         return NULL;
     }

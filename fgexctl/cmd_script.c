@@ -1,6 +1,7 @@
 /* fgexctl, the script commands (issue 16): a service's Python filter file (set, get, rm),
  * its functions (list, enable, disable), its log (tracebacks, timeouts, prints; --follow), and
- * `script test`, which runs a file over a pcap here, offline, without controld. */
+ * `script test`, which runs a file offline over a pcap (without controld) or over a service's
+ * capture (fetched as `capture --pcap` fetches it). */
 #include "cmd.h"
 
 #include <errno.h>
@@ -8,6 +9,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -92,18 +94,22 @@ static const char usage_script_log[] =
     "\n" CLI_SERVICE_HELP_NOTE;
 
 static const char usage_script_test[] =
-    "usage: fgexctl script test FILE.py --pcap FILE [--port PORT] [--json]\n"
+    "usage: fgexctl script test FILE.py (--pcap FILE | --service SERVICE) [--port PORT]\n"
+    "                           [--json]\n"
     "\n"
     "Run a filter file offline over the TCP connections of a capture (pcap or\n"
     "pcapng) and print each connection's verdict and the function that gave it:\n"
-    "would this file drop the checker? Nothing is sent to controld. The file is\n"
-    "checked as `script set` checks it. Each direction is put in stream order and\n"
-    "given to the file segment by segment, as on the NFQUEUE layer.\n"
+    "would this file drop the checker? The file is checked as `script set` checks\n"
+    "it. Each direction is put in stream order and given to the file segment by\n"
+    "segment, as on the NFQUEUE layer. With --pcap nothing is sent to controld;\n"
+    "with --service the file runs here over the service's capture (what `capture\n"
+    "--pcap` writes: the workers' recent connections and the blocked ones kept).\n"
     "\n"
-    "  --pcap FILE   the capture\n"
-    "  --port PORT   only connections to this server port\n"
-    "  --json        an array of {client, sport, server, dport, verdict, function,\n"
-    "                detail, c2s_bytes, s2c_bytes}\n";
+    "  --pcap FILE        the capture\n"
+    "  --service SERVICE  the service's capture, fetched from controld\n"
+    "  --port PORT        only connections to this server port\n"
+    "  --json             an array of {client, sport, server, dport, verdict,\n"
+    "                     function, detail, c2s_bytes, s2c_bytes}\n";
 /* clang-format on */
 
 /* ---- building the requests ---- */
@@ -183,16 +189,36 @@ static int build_test(struct cli_cmd *cmd, const struct cli_cmd_def *spec,
 {
     const char *v;
 
-    (void)spec;
     if (!raw->pos[0] || !*raw->pos[0])
         return cli_args_fail(cmd, CLI_EXIT_INVALID, "script test: the file name is empty");
     cmd->file = raw->pos[0];
     cmd->pcap = cli_args_opt(raw, CLI_OPT_PCAP);
-    if (!cmd->pcap || !*cmd->pcap)
+    v = cli_args_opt(raw, CLI_OPT_SERVICE);
+    if (cmd->pcap && v)
         return cli_args_fail(cmd, CLI_EXIT_USAGE,
-                             "script test: give the capture with --pcap FILE (see "
-                             "`fgexctl script test --help`)");
+                             "script test: give --pcap FILE or --service "
+                             "SERVICE, not both");
+    if ((!cmd->pcap || !*cmd->pcap) && !v)
+        return cli_args_fail(cmd, CLI_EXIT_USAGE,
+                             "script test: give the capture with --pcap FILE or --service "
+                             "SERVICE (see `fgexctl script test --help`)");
     cmd->script_port = NULL;
+    if (v) {
+        Fgx__Ctl__CaptureQuery *m = &cmd->m.capture;
+        int rc = cli_args_check_ref(cmd, spec, v);
+
+        if (rc < 0)
+            return rc;
+        /* the capture `capture --pcap` reads: everything kept, blocked or not */
+        fgx__ctl__capture_query__init(m);
+        m->service = (char *)v;
+        cmd->req.capture = m;
+        cmd->req.req_case = FGX__CTL__REQUEST__REQ_CAPTURE;
+    } else {
+        /* nothing goes to controld: an Empty keeps the request well-formed */
+        fgx__ctl__empty__init(&cmd->m.empty);
+        cmd->req.req_case = FGX__CTL__REQUEST__REQ_SCRIPT_LIST;
+    }
     if ((v = cli_args_opt(raw, CLI_OPT_PORT))) {
         unsigned port;
 
@@ -200,9 +226,6 @@ static int build_test(struct cli_cmd *cmd, const struct cli_cmd_def *spec,
             return cli_args_fail(cmd, CLI_EXIT_INVALID, "invalid port '%s'", v);
         cmd->script_port = v;
     }
-    /* nothing goes to controld: an Empty keeps the request well-formed */
-    fgx__ctl__empty__init(&cmd->m.empty);
-    cmd->req.req_case = FGX__CTL__REQUEST__REQ_SCRIPT_LIST;
     cmd->run_local = run_test;
     return 0;
 }
@@ -233,15 +256,17 @@ static void pydir(char *dir, size_t len)
         (void)snprintf(dir, len, "%.4000s/../lib/fgex/python", slash ? exe : ".");
 }
 
-/* The engine is Python (scriptworker/python/fgex/offline.py): fgexctl becomes it, so its
- * output and exit status are the command's. */
-static int run_test(struct cli_cmd *cmd)
+/* The engine is Python (scriptworker/python/fgex/offline.py), run over pcap; its output is
+ * the command's. With a pcap of the caller's fgexctl becomes it (exec); over a service's
+ * capture it runs as a child, and the temporary pcap goes when it is done. */
+static int run_engine(struct cli_cmd *cmd, const char *pcap, bool child)
 {
     static const char prog[] = "import sys; sys.path.insert(0, sys.argv[1]); "
                                "import fgex.offline as o; sys.exit(o.main(sys.argv[2:]))";
     char dir[PATH_MAX];
     const char *argv[12];
-    int n = 0;
+    int n = 0, st;
+    pid_t pid = 0;
 
     pydir(dir, sizeof(dir));
     argv[n++] = "python3";
@@ -250,7 +275,7 @@ static int run_test(struct cli_cmd *cmd)
     argv[n++] = prog;
     argv[n++] = dir;
     argv[n++] = cmd->file;
-    argv[n++] = cmd->pcap;
+    argv[n++] = pcap;
     if (cmd->script_port) {
         argv[n++] = "--port";
         argv[n++] = cmd->script_port;
@@ -259,10 +284,69 @@ static int run_test(struct cli_cmd *cmd)
         argv[n++] = "--json";
     argv[n] = NULL;
     (void)fflush(stdout);
-    execv(CLI_SCRIPT_PYTHON, (char *const *)argv);
-    (void)fprintf(stderr, CLI_PROG ": script test: cannot run %s: %s\n", CLI_SCRIPT_PYTHON,
-                  strerror(errno));
-    return CLI_EXIT_ERROR;
+    if (child)
+        pid = fork();
+    if (pid == -1) {
+        (void)fprintf(stderr, CLI_PROG ": script test: fork: %s\n", strerror(errno));
+        return CLI_EXIT_ERROR;
+    }
+    if (pid == 0) {
+        execv(CLI_SCRIPT_PYTHON, (char *const *)argv);
+        (void)fprintf(stderr, CLI_PROG ": script test: cannot run %s: %s\n", CLI_SCRIPT_PYTHON,
+                      strerror(errno));
+        if (child)
+            _exit(CLI_EXIT_ERROR);
+        return CLI_EXIT_ERROR;
+    }
+    while (waitpid(pid, &st, 0) == -1)
+        if (errno != EINTR)
+            return CLI_EXIT_ERROR;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : CLI_EXIT_ERROR;
+}
+
+/* --service: the capture reply, as `capture --pcap` has it, into a private temporary pcap. */
+static int run_test_service(struct cli_cmd *cmd)
+{
+    char path[] = "/tmp/fgexctl-script-test-XXXXXX", err[512];
+    Fgx__Ctl__Reply *rep = NULL;
+    struct cli_rpc rpc;
+    int status, fd;
+
+    cli_rpc_init(&rpc, cmd->url);
+    cli_rpc_set_trust(&rpc, cmd->fingerprint, cmd->ca);
+    if (cli_rpc_request(&rpc, &cmd->req, CLI_RPC_TIMEOUT_MS, &rep) < 0) {
+        (void)fprintf(stderr, CLI_PROG ": %s\n", rpc.err);
+        return CLI_EXIT_ERROR;
+    }
+    if (rep->code != FGX__CTL__CODE__CODE_OK) {
+        cli_fmt_error(stderr, rep);
+        status = cli_fmt_exit_code(rep->code);
+        goto out;
+    }
+    fd = mkstemp(path);
+    if (fd == -1) {
+        (void)fprintf(stderr, CLI_PROG ": script test: %s: %s\n", path, strerror(errno));
+        status = CLI_EXIT_ERROR;
+        goto out;
+    }
+    (void)close(fd);
+    if (cli_cmd_capture_write(rep, path, NULL, err, sizeof(err)) < 0) {
+        (void)fprintf(stderr, CLI_PROG ": script test: %s\n", err);
+        status = CLI_EXIT_ERROR;
+    } else {
+        status = run_engine(cmd, path, true);
+    }
+    (void)unlink(path);
+out:
+    fgx__ctl__reply__free_unpacked(rep, NULL);
+    return status;
+}
+
+static int run_test(struct cli_cmd *cmd)
+{
+    if (cmd->req.req_case == FGX__CTL__REQUEST__REQ_CAPTURE)
+        return run_test_service(cmd);
+    return run_engine(cmd, cmd->pcap, false);
 }
 
 static void print_entry(FILE *f, const Fgx__Ctl__ScriptLogEntry *e, bool json)
@@ -554,7 +638,7 @@ static const struct cli_cmd_def script_cmds[] = {
      .req = FGX__CTL__REQUEST__REQ_SCRIPT_LIST,
      .npos = 1,
      .pos_names = {"FILE"},
-     .opts = CLI_OPT_PCAP | CLI_OPT_PORT,
+     .opts = CLI_OPT_PCAP | CLI_OPT_PORT | CLI_OPT_SERVICE,
      .usage = usage_script_test,
      .build = build_test},
     {.name = NULL},

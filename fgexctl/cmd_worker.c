@@ -31,7 +31,8 @@ static const char usage_worker_list[] =
     "flows, rss_bytes, truncated, verdict_errors, malformed}, with evasion,\n"
     "midstream_resets and flows_evicted for kind nfq, and conns_refused, unclassified,\n"
     "connect_failed, scan_errors, src_refused, evicted, silent_closed, midstream_resets,\n"
-    "midstream_rescan for kind proxy.\n";
+    "midstream_rescan for kind proxy. The script worker (kind script, the Python\n"
+    "filters) has pid, state, restarts and started only.\n";
 
 static const char usage_worker_restart[] =
     "usage: fgexctl worker restart nfq|proxy|all\n"

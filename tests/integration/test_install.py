@@ -216,8 +216,7 @@ def installed_controld_reads_its_config_and_finds_its_workers(env):
                 # The file itself, not its name: in a chroot (make check-fresh) the link reads
                 # as seen from the host.
                 exe = "/proc/%d/exe" % int(w["pid"])
-                want = dest("usr/local/lib/fgex/%sworker" % ("nfq" if w["kind"] == "nfq"
-                                                              else "proxy"))
+                want = dest("usr/local/lib/fgex/%sworker" % w["kind"])
                 a, b = os.stat(exe), os.stat(want)
                 check((a.st_dev, a.st_ino) == (b.st_dev, b.st_ino),
                       "worker %s runs %s, not the installed %s", w["kind"], os.readlink(exe),

@@ -545,7 +545,7 @@ def proxy_regex_and_script_both_judge(env):
 
 
 def scriptworker_pid(env):
-    """controld's scriptworker child (its pid from /proc: it is not in `worker list`)."""
+    """controld's scriptworker child, from /proc (to check `worker list` against)."""
     cpid = env.controld_pid()
     for d in os.listdir("/proc"):
         if not d.isdigit():
@@ -587,6 +587,130 @@ def scriptworker_restarted_by_controld_gets_the_files_again(env):
     ok = http(b"POST", b"/", b"fine")
     c = env.tcp_client(it.SRV4, port, [ok, 0.3])
     it.assert_passed(c, it.server_conn(srv, n + 1), ok)
+
+# ---- script test over a service's capture ----
+
+@test
+def script_test_on_service_capture(env):
+    """`script test FILE --service SVC` runs the file over what the service captured: real
+    connections, through the same capture request as `capture --pcap`."""
+    _, port = env.service("stcap", "tcp")             # no script, no filter: both pass
+    srv = env.tcp_server(port, reply=b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+    ok = http(b"POST", b"/note", b"hello")
+    bad = http(b"POST", b"/note", b"an ILLEGAL body")
+    c = env.tcp_client(it.SRV4, port, [ok, 0.3])
+    it.assert_passed(c, it.server_conn(srv, 1), ok)
+    c = env.tcp_client(it.SRV4, port, [bad[:-12], 0.1, bad[-12:], 0.3])
+    it.assert_passed(c, it.server_conn(srv, 2), bad)
+    res = it.wait_until(lambda: (lambda r: r if len(r) >= 2 else None)(
+        env.ctl("script", "test", FIREGEX_EXAMPLE, "--service", "stcap")), timeout=5)
+    check(res, "script test --service saw fewer than 2 connections")
+    got = sorted((c["verdict"], c["function"], c["c2s_bytes"]) for c in res)
+    check(got == [("accept", "", len(ok)), ("reject", "filter_with_args", len(bad))],
+          "verdicts over the capture %r", res)
+    check(all(c["server"] == it.SRV4 and c["dport"] == port for c in res), "addresses %r", res)
+    r = env.ctl_raw("script", "test", FIREGEX_EXAMPLE, "--service", "stcap", json_out=False)
+    lines = r.stdout.splitlines()
+    check(r.returncode == 0 and len(lines) == 3 and
+          sum("reject" in ln and "filter_with_args" in ln for ln in lines) == 1,
+          "human output %r %s", r.stdout, r.stderr)
+    # a file that would not have dropped anything says so; an unknown service is an error
+    r = env.ctl_raw("script", "test", write("from fgex import *\n@pyfilter\n"
+                                            "def f(p: RawPacket):\n    pass\n"),
+                    "--service", "stcap")
+    check(r.returncode == 0 and {c["verdict"] for c in json.loads(r.stdout)} == {"accept"},
+          "a pass-all file %r %s", r.stdout, r.stderr)
+    r = env.ctl_raw("script", "test", FIREGEX_EXAMPLE, "--service", "nosuch")
+    check(r.returncode == 3, "unknown service: %d %s", r.returncode, r.stderr)
+    r = env.ctl_raw("script", "test", FIREGEX_EXAMPLE, "--service", "stcap", "--pcap", "x")
+    check(r.returncode == 2, "--service with --pcap: %d %s", r.returncode, r.stderr)
+
+@test
+def script_timeout_and_exception_are_events(env):
+    _, port = px_service(env, "pxev", extra=("--fail-open",))
+    env.ctl("script", "set", "pxev", write(FAULTY), "--deadline", "200")
+    srv = env.tcp_server(port)
+    c = env.tcp_client(it.SRV4, port, [http(b"GET", b"/boom"), 0.3])
+    it.assert_passed(c, it.server_conn(srv, 1), http(b"GET", b"/boom"))
+    c = env.tcp_client(it.SRV4, port, [http(b"GET", b"/loop"), 1.5], timeout=10.0)
+    it.assert_passed(c, it.server_conn(srv, 2, timeout=10), http(b"GET", b"/loop"))
+
+    def both():
+        evs = env.ctl("events", "pxev")
+        kinds = {(e["script_kind"], e["script_function"]) for e in evs
+                 if e["action"] == "script"}
+        return evs if {("exception", "faulty"), ("timeout", "faulty")} <= kinds else None
+    evs = it.wait_until(both, timeout=8)
+    check(evs, "no script events: %r", env.ctl("events", "pxev"))
+    check(all(e["filter_id"] == 0 and e["service"] == "pxev" for e in evs), "events %r", evs)
+    r = env.ctl_raw("events", "pxev", json_out=False)
+    check("script timeout faulty" in r.stdout and "script exception faulty" in r.stdout,
+          "events table:\n%s", r.stdout)
+    # the log has them as well
+    ev = env.ctl("script", "log", "pxev")
+    check(any(e["kind"] == "timeout" and e["function"] == "faulty" for e in ev), "log %r", ev)
+    # kept in the store: still there after a controld restart
+    env.stop_controld()
+    env.start_controld()
+    evs = env.ctl("events", "pxev")
+    check({e["script_kind"] for e in evs} >= {"timeout", "exception"},
+          "script events after a restart %r", evs)
+
+COUNTED = FAULTY + """
+@pyfilter
+def denier(req: HttpRequestHeader):
+    if req.url == "/deny":
+        return REJECT
+"""
+
+
+def sw_entry(env):
+    ws = [w for w in env.ctl("worker", "list") if w["kind"] == "script"]
+    check(len(ws) == 1, "worker list has %d script workers", len(ws))
+    return ws[0]
+
+
+@test
+def script_counters_survive_restart_and_worker_list_shows_scriptworker(env):
+    _, port = px_service(env, "pxkeep")
+    env.ctl("script", "set", "pxkeep", write(COUNTED), "--deadline", "200")
+    srv = env.tcp_server(port)
+    n = 0
+    for path in (b"/deny", b"/boom", b"/loop", b"/deny"):
+        n += 1
+        c = env.tcp_client(it.SRV4, port, [http(b"GET", path), 1.0], timeout=10.0)
+        it.assert_blocked(c, it.server_conn(srv, n, timeout=10), forbidden=path)
+    want = {"faulty": (0, 1, 1), "denier": (2, 0, 0)}
+
+    def counts():
+        d = script_counters(env, "pxkeep")
+        return {k: (f["blocked"], f["errors"], f["timeouts"]) for k, f in d.items()}
+    check(it.wait_until(lambda: counts() == want, timeout=8), "counters %r", counts())
+    # the scriptworker in worker list, as the other workers
+    w = sw_entry(env)
+    check(w["state"] == "running" and w["pid"] == scriptworker_pid(env) and
+          w["restarts"] == 0, "script worker entry %r (pid %r)", w, scriptworker_pid(env))
+    os.kill(w["pid"], 9)
+    w2 = it.wait_until(lambda: (lambda e: e if e["pid"] not in (0, w["pid"]) else None)(
+        sw_entry(env)), timeout=10)
+    check(w2 and w2["state"] == "running" and w2["restarts"] == 1 and
+          w2["pid"] == scriptworker_pid(env), "after a kill %r", w2)
+    r = env.ctl_raw("worker", "list", json_out=False)
+    check(any(ln.split()[:3] == ["script", str(w2["pid"]), "running"]
+              for ln in r.stdout.splitlines()), "worker list table:\n%s", r.stdout)
+    # a controld restart keeps the counters (stored), and they go on counting
+    env.stop_controld()
+    env.start_controld()
+    check(counts() == want, "after a restart %r", counts())
+    time.sleep(1.0)  # the proxy threads dial the new scriptworker
+    n += 1
+    c = env.tcp_client(it.SRV4, port, [http(b"GET", b"/deny"), 1.0], timeout=10.0)
+    it.assert_blocked(c, it.server_conn(srv, n, timeout=10), forbidden=b"/deny")
+    check(it.wait_until(lambda: counts()["denier"][0] == 3, timeout=8),
+          "counting on after the restart %r", counts())
+    env.stop_controld()
+    env.start_controld()
+    check(counts()["denier"] == (3, 0, 0), "after a second restart %r", counts())
 
 
 if __name__ == "__main__":
