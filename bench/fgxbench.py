@@ -181,9 +181,14 @@ class World:
             sh("ip", "netns", "add", ns)
             self.made.append(ns)
             sh("ip", "-n", ns, "link", "set", "lo", "up")
-            # The namespace's own sysctls, never the host's: short-connection load needs the
-            # whole port range and TIME_WAIT reuse, and deep accept queues.
-            for k, v in (("net.ipv4.ip_local_port_range", "1024 65000"),
+            # The namespace's own sysctls, never the host's: short-connection load needs many
+            # ports and TIME_WAIT reuse, and deep accept queues. The ports stay above the
+            # proxy's onward range (10000-32767, px_accept.c), as a real client's do: a client
+            # port the proxy also takes for an onward connection from that address gives two
+            # sockets with one address pair in the service's namespace, the onward SYN lands on
+            # the proxy's accepted socket and its challenge ACK draws a RST that kills that
+            # socket unseen by the client (which then waits for ever).
+            for k, v in (("net.ipv4.ip_local_port_range", "32768 65000"),
                          ("net.ipv4.tcp_tw_reuse", "1"),
                          ("net.core.somaxconn", "8192"),
                          ("net.ipv4.tcp_max_syn_backlog", "8192")):

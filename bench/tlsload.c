@@ -167,6 +167,21 @@ static int dial(const struct sockaddr_in *a)
     return fd;
 }
 
+/* TLSLOAD_DEBUG: which step of which connection failed, for a reader matching it up with the
+ * proxy's sockets (ss). */
+static void debug_fail(int fd, const char *what)
+{
+    struct sockaddr_in me;
+    socklen_t len = sizeof(me);
+    int e = errno;
+
+    if (getenv("TLSLOAD_DEBUG") == NULL)
+        return;
+    if (getsockname(fd, (struct sockaddr *)&me, &len) == -1)
+        me.sin_port = 0;
+    fprintf(stderr, "tlsload: %s failed: port %u: %s\n", what, ntohs(me.sin_port), strerror(e));
+}
+
 static void *client_loop(void *arg)
 {
     struct result *r = arg;
@@ -190,6 +205,7 @@ static void *client_loop(void *arg)
         s = SSL_new(g_ctx);
         SSL_set_fd(s, fd);
         if (SSL_connect(s) != 1) {
+            debug_fail(fd, "handshake");
             r->errors++;
         } else if (bulk) {
             while (!g_stop) {
@@ -203,6 +219,7 @@ static void *client_loop(void *arg)
             }
             (void)SSL_shutdown(s);
         } else if (SSL_write(s, req, g_req) != g_req || read_full(s, reply, REPLY_LEN) < 0) {
+            debug_fail(fd, "request or reply");
             r->errors++;
         } else {
             r->done++;

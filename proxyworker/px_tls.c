@@ -130,17 +130,25 @@ static int on_new_session(SSL *ssl, SSL_SESSION *sess)
     return 1; /* the reference is ours now */
 }
 
-/* The reason of the newest OpenSSL error of this thread, and an empty queue afterwards. */
-static const char *ssl_reason(char *buf, size_t len)
+/* The reason of the newest OpenSSL error of this thread, or else of the socket's (sys_err, an
+ * errno from SSL_ERROR_SYSCALL; 0: none), and an empty queue afterwards. */
+static const char *ssl_reason_sys(char *buf, size_t len, int sys_err)
 {
     unsigned long e = ERR_peek_last_error();
 
-    if (e == 0)
-        (void)snprintf(buf, len, "%s", "connection closed or reset");
-    else
+    if (e != 0)
         ERR_error_string_n(e, buf, len);
+    else if (sys_err != 0)
+        (void)snprintf(buf, len, "socket: %s", strerror(sys_err));
+    else
+        (void)snprintf(buf, len, "%s", "connection closed");
     ERR_clear_error();
     return buf;
+}
+
+static const char *ssl_reason(char *buf, size_t len)
+{
+    return ssl_reason_sys(buf, len, 0);
 }
 
 /* ---- loading (the control thread) ---- */
@@ -256,7 +264,9 @@ int px_tls_load(void *worker, const struct fgx_dp_service *s, struct fgx_wtls *o
 
 /* ---- a connection's handshakes ---- */
 
-static void tls_failed(struct px_conn *c, const char *what)
+/* sys_err: the errno of an SSL_ERROR_SYSCALL (a reset, say), or 0: it says which socket
+ * failed and how, where OpenSSL's queue is empty. */
+static void tls_failed_sys(struct px_conn *c, const char *what, int sys_err)
 {
     static __thread unsigned long long last_log;
     char a[INET6_ADDRSTRLEN] = "?", r[160];
@@ -267,8 +277,13 @@ static void tls_failed(struct px_conn *c, const char *what)
     PX_CTR_ADD(&px_stats_svc(&c->t->ctr, c->service_id)->tls_failed, 1);
     inet_ntop(c->client.ss_family, ip, a, sizeof(a));
     fgx_log_ratelimited(&last_log, FGX_LOG_INFO, "service %u: client %s: %s: %s (reset)",
-                        c->service_id, a, what, ssl_reason(r, sizeof(r)));
+                        c->service_id, a, what, ssl_reason_sys(r, sizeof(r), sys_err));
     px_relay_close(c, true);
+}
+
+static void tls_failed(struct px_conn *c, const char *what)
+{
+    tls_failed_sys(c, what, 0);
 }
 
 void px_tls_timed_out(struct px_conn *c)
@@ -445,10 +460,12 @@ static void tls_done(struct px_conn *c)
 static bool step_client(struct px_conn *c)
 {
     struct px_tls *x = c->tls;
-    int r, e;
+    int r, e, sys_err;
 
     ERR_clear_error();
+    errno = 0;
     r = SSL_do_handshake(x->ssl[0]);
+    sys_err = errno;
     if (r == 1) {
         tls_done(c);
         return true;
@@ -480,24 +497,30 @@ static bool step_client(struct px_conn *c)
         want(c, 0, e);
         return true;
     }
-    tls_failed(c, "TLS handshake with the client failed");
+    tls_failed_sys(c, x->state == PX_TLS_HELLO ? "TLS handshake with the client failed"
+                                               : "TLS handshake with the client failed after "
+                                                 "the service's",
+                   e == SSL_ERROR_SYSCALL ? sys_err : 0);
     return false;
 }
 
 static bool step_upstream(struct px_conn *c)
 {
     struct px_tls *x = c->tls;
-    int r, e;
+    int r, e, sys_err;
 
     ERR_clear_error();
+    errno = 0;
     r = SSL_do_handshake(x->ssl[1]);
+    sys_err = errno;
     if (r != 1) {
         e = SSL_get_error(x->ssl[1], r);
         if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
             want(c, 1, e);
             return true;
         }
-        tls_failed(c, "TLS handshake with the service failed");
+        tls_failed_sys(c, "TLS handshake with the service failed",
+                       e == SSL_ERROR_SYSCALL ? sys_err : 0);
         return false;
     }
     SSL_get0_alpn_selected(x->ssl[1], &x->alpn_sel, &x->alpn_sel_len);
