@@ -49,33 +49,14 @@ static const char usage_redo[] =
 
 int cli_cmd_parse_since(struct cli_cmd *cmd, const char *s, uint64_t *out)
 {
-    unsigned long long v, mult = 1;
-    uint64_t now = (uint64_t)time(NULL);
-    char *end;
+    uint64_t now = (uint64_t)time(NULL), secs;
 
-    errno = 0;
-    if (!s[0] || s[0] < '0' || s[0] > '9')
-        goto bad;
-    v = strtoull(s, &end, 10);
-    if (errno)
-        goto bad;
-    if (strcmp(end, "") == 0 || strcmp(end, "s") == 0)
-        mult = 1;
-    else if (strcmp(end, "m") == 0)
-        mult = 60;
-    else if (strcmp(end, "h") == 0)
-        mult = 3600;
-    else if (strcmp(end, "d") == 0)
-        mult = 86400;
-    else
-        goto bad;
-    if (v > 3650ull * 86400 / mult)
-        goto bad;
-    *out = v * mult > now ? 0 : now - v * mult;
+    /* the one duration syntax of fgexctl (cmd_events.c), at most ten years back */
+    if (cli_cmd_parse_duration(s, &secs) < 0 || secs > 3650ull * 86400)
+        return cli_args_fail(cmd, CLI_EXIT_INVALID,
+                             "invalid --since '%.60s': a duration such as 90s, 30m, 1h or 2d", s);
+    *out = secs > now ? 0 : now - secs;
     return 0;
-bad:
-    return cli_args_fail(cmd, CLI_EXIT_INVALID,
-                         "invalid --since '%.60s': a duration such as 90s, 30m, 1h or 2d", s);
 }
 
 /* ---- building ---- */
