@@ -158,6 +158,12 @@ int cli_cmd_event_show_build(struct cli_cmd *cmd, const struct cli_cmd_def *spec
                              const struct cli_args_raw *raw);
 /* One event as `fgexctl --json events` prints it (cmd_events.c). */
 json_t *cli_cmd_event_json(const Fgx__Ctl__Event *e);
+/* SERVICE REGEX [--dir D] [--nocase] of filter add and filter test (cmd_filter.c): checked into
+ * the message's fields; what names the command in errors. Returns 0 or -EINVAL. */
+int cli_cmd_regex_args(struct cli_cmd *cmd, const struct cli_cmd_def *spec,
+                       const struct cli_args_raw *raw, const char *what, char **service,
+                       char **regex, protobuf_c_boolean *has_dir, Fgx__Ctl__Dir *dir,
+                       protobuf_c_boolean *has_nocase, protobuf_c_boolean *nocase);
 /* `filter test`, in the filter family's table. */
 extern const char cli_cmd_usage_filter_test[];
 int cli_cmd_filter_test_build(struct cli_cmd *cmd, const struct cli_cmd_def *spec,

@@ -692,27 +692,13 @@ int cli_cmd_filter_test_build(struct cli_cmd *cmd, const struct cli_cmd_def *spe
                               const struct cli_args_raw *raw)
 {
     Fgx__Ctl__FilterTest *m = &cmd->m.filter_test;
-    const char *v;
     int rc;
 
     fgx__ctl__filter_test__init(m);
-    rc = cli_args_check_ref(cmd, spec, raw->pos[0]);
+    rc = cli_cmd_regex_args(cmd, spec, raw, "filter test", &m->service, &m->regex, &m->has_dir,
+                            &m->dir, &m->has_nocase, &m->nocase);
     if (rc < 0)
         return rc;
-    if (!raw->pos[1] || raw->pos[1][0] == '\0')
-        return cli_args_fail(cmd, CLI_EXIT_INVALID, "filter test: the regex is empty");
-    m->service = (char *)raw->pos[0];
-    m->regex = (char *)raw->pos[1];
-    if ((v = cli_args_opt(raw, CLI_OPT_DIR))) {
-        rc = cli_args_parse_dir(cmd, v, &m->dir);
-        if (rc < 0)
-            return rc;
-        m->has_dir = 1;
-    }
-    if (cli_args_opt(raw, CLI_OPT_NOCASE)) {
-        m->has_nocase = 1;
-        m->nocase = 1;
-    }
     cmd->req.filter_test = m;
     return 0;
 }

@@ -132,6 +132,33 @@ static int check_label(struct cli_cmd *cmd, const char *v)
     return 0;
 }
 
+int cli_cmd_regex_args(struct cli_cmd *cmd, const struct cli_cmd_def *spec,
+                       const struct cli_args_raw *raw, const char *what, char **service,
+                       char **regex, protobuf_c_boolean *has_dir, Fgx__Ctl__Dir *dir,
+                       protobuf_c_boolean *has_nocase, protobuf_c_boolean *nocase)
+{
+    const char *v;
+    int rc = cli_args_check_ref(cmd, spec, raw->pos[0]);
+
+    if (rc < 0)
+        return rc;
+    if (!raw->pos[1] || raw->pos[1][0] == '\0')
+        return cli_args_fail(cmd, CLI_EXIT_INVALID, "%s: the regex is empty", what);
+    *service = (char *)raw->pos[0];
+    *regex = (char *)raw->pos[1];
+    if ((v = cli_args_opt(raw, CLI_OPT_DIR))) {
+        rc = cli_args_parse_dir(cmd, v, dir);
+        if (rc < 0)
+            return rc;
+        *has_dir = 1;
+    }
+    if (cli_args_opt(raw, CLI_OPT_NOCASE)) {
+        *has_nocase = 1;
+        *nocase = 1;
+    }
+    return 0;
+}
+
 static int build_filter_add(struct cli_cmd *cmd, const struct cli_cmd_def *spec,
                             const struct cli_args_raw *raw)
 {
@@ -140,23 +167,10 @@ static int build_filter_add(struct cli_cmd *cmd, const struct cli_cmd_def *spec,
     int rc;
 
     fgx__ctl__filter_add__init(m);
-    rc = cli_args_check_ref(cmd, spec, raw->pos[0]);
+    rc = cli_cmd_regex_args(cmd, spec, raw, "filter add", &m->service, &m->regex, &m->has_dir,
+                            &m->dir, &m->has_nocase, &m->nocase);
     if (rc < 0)
         return rc;
-    if (!raw->pos[1] || raw->pos[1][0] == '\0')
-        return cli_args_fail(cmd, CLI_EXIT_INVALID, "filter add: the regex is empty");
-    m->service = (char *)raw->pos[0];
-    m->regex = (char *)raw->pos[1];
-    if ((v = cli_args_opt(raw, CLI_OPT_DIR))) {
-        rc = cli_args_parse_dir(cmd, v, &m->dir);
-        if (rc < 0)
-            return rc;
-        m->has_dir = 1;
-    }
-    if (cli_args_opt(raw, CLI_OPT_NOCASE)) {
-        m->has_nocase = 1;
-        m->nocase = 1;
-    }
     if (cli_args_opt(raw, CLI_OPT_LOG)) {
         m->has_action = 1;
         m->action = FGX__CTL__FILTER_ACTION__FILTER_ACTION_LOG;
