@@ -1,0 +1,104 @@
+// The JSON API (docs/web.md): fgexctl's commands under /api/cmd/, the session, downloads.
+// The CSRF token comes with the session and goes in a header on every request that is not a GET.
+
+let csrf = null;
+const authListeners = new Set();
+
+export class ApiError extends Error {
+  constructor(status, body) {
+    super((body && body.error) || `HTTP ${status}`);
+    this.status = status;
+    this.exit = body && body.exit;
+    this.body = body || {};
+  }
+}
+
+// fn(false) is called when a request finds the session gone (the page shows the login).
+export function onAuthLost(fn) {
+  authListeners.add(fn);
+  return () => authListeners.delete(fn);
+}
+
+async function request(method, path, body) {
+  const headers = { Accept: 'application/json' };
+  if (method !== 'GET') {
+    headers['Content-Type'] = 'application/json';
+    if (csrf) headers['X-CSRF-Token'] = csrf;
+  }
+  const res = await fetch(path, {
+    method,
+    headers,
+    credentials: 'same-origin',
+    body: method === 'GET' ? undefined : JSON.stringify(body || {}),
+  });
+  let data = null;
+  const text = await res.text();
+  if (text) {
+    try {
+      data = JSON.parse(text);
+    } catch {
+      data = { error: text.trim() };
+    }
+  }
+  if (!res.ok) {
+    if (res.status === 401 && path !== '/api/login') {
+      csrf = null;
+      for (const fn of authListeners) fn(false);
+    }
+    throw new ApiError(res.status, data);
+  }
+  return data;
+}
+
+function query(params) {
+  const q = new URLSearchParams();
+  for (const [k, v] of Object.entries(params || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (Array.isArray(v)) v.forEach((x) => q.append(k, String(x)));
+    else q.append(k, String(v));
+  }
+  const s = q.toString();
+  return s ? `?${s}` : '';
+}
+
+// Run the fgexctl command cmd ("service/list", "filter/add") with params (docs/web.md);
+// opts.method 'GET' for a command that changes nothing. Resolves to fgexctl's --json value.
+export function call(cmd, params = {}, opts = {}) {
+  const method = opts.method || 'POST';
+  const path = `/api/cmd/${cmd}`;
+  return method === 'GET' ? request('GET', path + query(params)) : request(method, path, params);
+}
+
+export const get = (cmd, params = {}) => call(cmd, params, { method: 'GET' });
+
+export function downloadUrl(cmd, params = {}) {
+  return `/api/cmd/${cmd}${query(params)}`;
+}
+
+export async function login(password) {
+  const r = await request('POST', '/api/login', { password });
+  csrf = r.csrf;
+  for (const fn of authListeners) fn(true);
+  return r;
+}
+
+export async function logout() {
+  try {
+    await request('POST', '/api/logout', {});
+  } finally {
+    csrf = null;
+    for (const fn of authListeners) fn(false);
+  }
+}
+
+// The current session, or null when there is none (the page then shows the login).
+export async function session() {
+  try {
+    const r = await request('GET', '/api/session');
+    csrf = r.csrf;
+    return r;
+  } catch (e) {
+    if (e instanceof ApiError && e.status === 401) return null;
+    throw e;
+  }
+}
