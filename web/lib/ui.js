@@ -26,14 +26,33 @@ export function clear(el) {
 }
 
 let toasts = null;
-export function toast(text, kind = 'info') {
+// action: optional {label, fn, test} shown as a button in the toast (e.g. "Undo"); the toast
+// then stays longer, and goes when the button is pressed.
+export function toast(text, kind = 'info', action = null) {
   if (!toasts) {
     toasts = h('div', { class: 'toasts', role: 'status', 'aria-live': 'polite' });
     document.body.append(toasts);
   }
   const t = h('div', { class: `toast toast-${kind}`, 'data-test': `toast-${kind}` }, text);
+  if (action) {
+    t.append(
+      ' ',
+      h(
+        'button',
+        {
+          class: 'link',
+          'data-test': action.test || 'toast-action',
+          onclick: () => {
+            t.remove();
+            action.fn();
+          },
+        },
+        action.label,
+      ),
+    );
+  }
   toasts.append(t);
-  setTimeout(() => t.remove(), kind === 'error' ? 8000 : 4000);
+  setTimeout(() => t.remove(), action ? 15000 : kind === 'error' ? 8000 : 4000);
 }
 
 // A modal question; resolves true when confirmed.
