@@ -1,0 +1,169 @@
+#!/usr/bin/python3
+"""Integration: the web dashboard in a real browser (issue 18). controld in the server namespace
+serves the page over HTTPS (--web-listen 10.77.0.1:8443, --allow 10.77.0.2/32, a password);
+Debian's chromium, headless, driven by playwright-core (tests/web/run.mjs), runs in the client
+namespace, as a player's laptop. Each tests/web/scenarios/*.mjs is one test here: 10-core logs
+in, adds a service and a filter, sends real traffic (the commands the scenario runs are given in
+its env), sees the block arrive live, tests a regex on the capture, disables the filter and
+downloads a pcap; 20-views takes screenshots of every view (laptop and phone, light and dark)
+into build/web-shots/; 90-lockout is a wrong password refused and the address locked out.
+After the browser, the state it made is checked with fgexctl.
+
+FGX_WEB_DEVSERVER=/path/devserver.py runs the same scenarios against a stand-in server (it
+answers /api by running fgexctl) instead of controld's own, to develop the page without it.
+playwright-core is installed by deploy/install-deps.sh test (npm ci into build/web-node, or
+FGX_WEB_NODE)."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fgxit as it  # noqa: E402
+from fgxit import CLI4, EVIL, HELPER, PY, SRV4, check, test  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+WEBTESTS = os.path.join(ROOT, "tests", "web")
+WEB_PORT = 8443
+BASE = "https://%s:%d" % (SRV4, WEB_PORT)
+PASSWORD = "web-pw-123456"
+DEVSERVER = os.environ.get("FGX_WEB_DEVSERVER")
+ARGS = [] if DEVSERVER else ["--web-listen", "%s:%d" % (SRV4, WEB_PORT), "--allow", "10.77.0.2/32"]
+S = {}
+
+
+def node_modules():
+    """The directory holding playwright-core: FGX_WEB_NODE, else build/web-node next to FGX_BIN."""
+    d = os.environ.get("FGX_WEB_NODE") or os.path.join(os.path.dirname(it.fgx_bin()), "web-node")
+    return os.path.join(d, "node_modules")
+
+
+def shots_dir():
+    return os.environ.get("FGX_WEB_SHOTS") or os.path.join(os.path.dirname(it.fgx_bin()), "web-shots")
+
+
+def missing():
+    """Why the browser tests cannot run here, or None."""
+    for exe in ("node", "chromium"):
+        if not shutil.which(exe):
+            return "%s is not installed (deploy/install-deps.sh test)" % exe
+    if not os.path.isdir(os.path.join(node_modules(), "playwright-core")):
+        return "playwright-core is not in %s (deploy/install-deps.sh test)" % node_modules()
+    if not DEVSERVER:
+        p = subprocess.run([os.path.join(it.fgx_bin(), "controld"), "--help"], capture_output=True,
+                           text=True)
+        if "--web-listen" not in p.stdout + p.stderr:
+            return "this controld has no --web-listen (the web server is not merged)"
+    return None
+
+
+def wait_https(env, timeout=15):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        p = subprocess.run(["ip", "netns", "exec", env.cli, "curl", "-sk", "-o", "/dev/null", "-w",
+                            "%{http_code}", BASE + "/api/session"], capture_output=True, text=True)
+        if p.stdout.strip() == "401":
+            return
+        time.sleep(0.2)
+    raise RuntimeError("the web server at %s did not answer: %s" % (BASE, env.log_tail(15)))
+
+
+def setup(env):
+    pw = os.path.join(env.tmp, "pw")
+    with open(pw, "w") as f:
+        f.write(PASSWORD + "\n")
+    env.ctl("passwd", "--password-file", pw)
+    if DEVSERVER:
+        log = open(os.path.join(env.tmp, "devserver.log"), "wb")
+        S["dev"] = subprocess.Popen(
+            ["ip", "netns", "exec", env.srv, PY, DEVSERVER, "--web", os.path.join(ROOT, "web"),
+             "--fgexctl", os.path.join(env.bin, "fgexctl"), "-c", env.url, "--bind", SRV4,
+             "--port", str(WEB_PORT), "--password", PASSWORD], stdout=log, stderr=log)
+    wait_https(env)
+    S["port"] = env.port()
+    S["server"] = env.tcp_server(S["port"], reply=b"ok\n", idle=2.0)
+    steps = json.dumps(["send:" + (b"GET /" + EVIL + b" HTTP/1.0\r\n\r\n").hex(), "shut"])
+    envdoc = {
+        "password": PASSWORD,
+        "service": "web",
+        "port": S["port"],
+        "server": SRV4,
+        "client": CLI4,
+        "regex": it.REGEX,
+        "test_regex": "evil13",
+        "evil": EVIL.decode(),
+        "commands": {
+            # run by the node side, which is in the client namespace already
+            "evil": [PY, HELPER, "tcp-client", "--host", SRV4, "--port", str(S["port"]),
+                     "--steps", steps, "--timeout", "3"],
+        },
+    }
+    S["env"] = os.path.join(env.tmp, "web-env.json")
+    with open(S["env"], "w") as f:
+        json.dump(envdoc, f)
+    os.makedirs(shots_dir(), exist_ok=True)
+
+
+def scenario(name, timeout=240):
+    """Run tests/web/scenarios/NAME.mjs in chromium; its screenshots go to build/web-shots."""
+    def run(env):
+        argv = ["ip", "netns", "exec", env.cli, "env", "FGX_WEB_NODE_MODULES=" + node_modules(),
+                "node", os.path.join(WEBTESTS, "run.mjs"), "--base", BASE, "--env", S["env"],
+                "--shots", shots_dir(), "--only", name]
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        res = [json.loads(ln) for ln in p.stdout.splitlines() if ln.startswith("{")]
+        check(res, "run.mjs %s printed no result (exit %d): %s", name, p.returncode,
+              p.stderr[-1500:])
+        r = res[-1]
+        check(r["ok"], "scenario %s failed: %s\n%s", name, r["error"], p.stderr[-800:])
+        check(p.returncode == 0, "run.mjs exit %d", p.returncode)
+    run.__name__ = "scenario_" + name.replace("-", "_")
+    return run
+
+
+def state_after_core(env):
+    """What the browser did is in controld: the service, its filter (disabled), the block."""
+    svc = env.service_doc("web")
+    check(svc["port"] == S["port"] and svc["proto"] == "tcp", "service web: %r", svc)
+    fl = env.filters("web")
+    check(len(fl) == 1 and fl[0]["regex"] == it.REGEX, "filters of web: %r", fl)
+    check(not fl[0]["active"], "the filter the page disabled is active: %r", fl[0])
+    check(fl[0]["blocked"] >= 1, "the filter counted no block: %r", fl[0])
+    evs = env.ctl("events", "web")
+    check(any(e["action"] == "block" and e["src"] == CLI4 for e in evs), "no block event: %r", evs)
+    # the second connection (filter disabled) reached the server whole
+    it.server_conn_starting(S["server"], b"GET /" + EVIL)
+
+
+core = scenario("10-core")
+
+
+@test
+def scenario_10_core(env):
+    core(env)
+    state_after_core(env)
+
+
+# the others, uib's among them, in name order; lockout last (90-)
+for f in sorted(os.listdir(os.path.join(WEBTESTS, "scenarios"))):
+    if f.endswith(".mjs") and f != "10-core.mjs":
+        test(scenario(f[:-4]))
+
+
+if __name__ == "__main__":
+    why = missing()
+    if why and os.geteuid() == 0:
+        sys.stdout.reconfigure(line_buffering=True)
+        for t in it._TESTS:
+            print("  SKIP test_web_ui.%s: %s" % (t.__name__, why))
+        print("RESULT passed=0 failed=0 skipped=%d" % len(it._TESTS))
+        sys.exit(0)
+    try:
+        rc = it.run_module("test_web_ui", setup=setup, controld_args=ARGS)
+    finally:
+        if S.get("dev"):
+            S["dev"].terminate()
+    sys.exit(rc)
