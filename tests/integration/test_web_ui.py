@@ -37,7 +37,11 @@ S = {}
 
 def node_modules():
     """The directory holding playwright-core: FGX_WEB_NODE, else build/web-node next to FGX_BIN."""
-    d = os.environ.get("FGX_WEB_NODE") or os.path.join(os.path.dirname(it.fgx_bin()), "web-node")
+    d = os.environ.get("FGX_WEB_NODE")
+    if not d:
+        d = os.path.join(os.path.dirname(it.fgx_bin()), "web-node")
+        if not os.path.isdir(d):  # a sanitizer build's bin: install-deps' default place
+            d = os.path.join(ROOT, "build", "web-node")
     return os.path.join(d, "node_modules")
 
 

@@ -5,7 +5,7 @@
 // Every scenarios/*.mjs (in name order, or the one --only names) exports an async function
 // receiving {page, context, base, shot(name), env, login(page), log}; it throws to fail. One JSON
 // line per scenario on stdout: {scenario, ok, ms, error}. Exit status 1 when one failed.
-import { readdirSync, readFileSync, mkdirSync } from 'node:fs';
+import { readdirSync, readFileSync, mkdirSync, unlinkSync } from 'node:fs';
 import { execFileSync } from 'node:child_process';
 import { join, dirname, basename } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
@@ -66,6 +66,8 @@ let failed = 0;
 for (const f of files) {
   const name = basename(f, '.mjs');
   const t0 = Date.now();
+  // this scenario's screenshots of an earlier run go: what is there is this run's
+  for (const old of readdirSync(shots)) if (old.startsWith(`${name}-`) && old.endsWith('.png')) unlinkSync(join(shots, old));
   const context = await browser.newContext({
     ignoreHTTPSErrors: true, // controld's own (self-signed) certificate; the fingerprint is checked by the python side
     viewport: { width: 1366, height: 860 },

@@ -63,16 +63,17 @@ export function bucket(points, from, bin, n) {
 export function lineChart(series, opts) {
   const { from, bin } = opts;
   const n = series.length ? series[0].values.length : 0;
-  const W = opts.width || 640;
+  // drawn at about its viewBox size (the cards are 400-700 px wide), so text stays readable
+  const W = opts.width || 520;
   const H = opts.height || 220;
-  const L = 44, R = 10, T = 10, B = 26;
+  const L = 40, R = 12, T = 10, B = 26;
   const pw = W - L - R, ph = H - T - B;
   const max = Math.max(0, ...series.flatMap((x) => x.values));
-  const step = niceStep(max || 1);
+  const step = Math.max(1, niceStep(max || 1)); // counts: whole numbers
   const top = Math.max(step, Math.ceil((max || 1) / step) * step);
   const x = (i) => L + (n > 1 ? (i / (n - 1)) * pw : pw / 2);
   const y = (v) => T + ph - (v / top) * ph;
-  const svg = s('svg', { class: 'chart', viewBox: `0 0 ${W} ${H}`, role: 'img', 'aria-label': opts.label || 'chart', preserveAspectRatio: 'none' });
+  const svg = s('svg', { class: 'chart', viewBox: `0 0 ${W} ${H}`, role: 'img', 'aria-label': opts.label || 'chart' });
   for (let v = 0; v <= top + 1e-9; v += step) {
     svg.append(s('line', { class: v ? 'grid' : 'axis', x1: L, x2: W - R, y1: y(v), y2: y(v) }));
     svg.append(s('text', { x: L - 6, y: y(v) + 4, 'text-anchor': 'end' }, Number.isInteger(v) ? v : v.toFixed(1)));

@@ -104,16 +104,25 @@ export function fmtBytes(n) {
   return `${i ? n.toFixed(n < 10 ? 1 : 0) : n} ${u[i]}`;
 }
 
-// Unix seconds (or milliseconds when huge) as local time.
+// A time as milliseconds: unix seconds, milliseconds when huge, nanoseconds when huger (the
+// *_ns members), or a date string (fgexctl's "time" members).
+export function toMs(t) {
+  if (typeof t === 'string') return Date.parse(t.replace(' ', 'T'));
+  if (t > 1e15) return t / 1e6;
+  return t > 1e12 ? t : t * 1000;
+}
+
 export function fmtTime(t) {
   if (!t) return '-';
-  const ms = t > 1e12 ? t : t * 1000;
-  return new Date(ms).toLocaleString();
+  const ms = toMs(t);
+  return Number.isNaN(ms) ? String(t) : new Date(ms).toLocaleString();
 }
 
 export function fmtAgo(t) {
   if (!t) return '-';
-  const s = Math.max(0, Math.round(Date.now() / 1000 - (t > 1e12 ? t / 1000 : t)));
+  const ms = toMs(t);
+  if (Number.isNaN(ms)) return String(t);
+  const s = Math.max(0, Math.round((Date.now() - ms) / 1000));
   if (s < 60) return `${s}s ago`;
   if (s < 3600) return `${Math.floor(s / 60)}m ago`;
   if (s < 86400) return `${Math.floor(s / 3600)}h ago`;

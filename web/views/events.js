@@ -14,6 +14,7 @@ function captureView(doc) {
   const side = (dir) => {
     const bytes = fieldBytes(c, dir);
     const seen = c[`seen_${dir}`];
+    if (!bytes.length) return h('p', { class: 'muted', 'data-test': `capture-${dir}` }, `${dir === 'c2s' ? 'client → server' : 'server → client'}: nothing sent`);
     return h(
       'div',
       { 'data-test': `capture-${dir}` },
@@ -46,7 +47,7 @@ function eventItem(ev, fresh) {
       ev.label ? h('span', { class: 'badge' }, ev.label) : null,
       h('span', { class: 'mono' }, `${ev.src}:${ev.sport} → ${ev.dst}:${ev.dport}`),
       h('span', { class: 'muted' }, `${ev.proto} ${ev.dir}`),
-      h('span', { class: 'muted', title: fmtTime(ev.time) }, fmtAgo(ev.time)),
+      h('span', { class: 'muted', title: fmtTime(ev.time_ns || ev.time) }, fmtAgo(ev.time_ns || ev.time)),
       h(
         'button',
         {
@@ -108,7 +109,7 @@ export default {
                 h('td', { class: 'mono' }, row.src),
                 h('td', {}, row.service, ' ', h('span', { class: 'muted' }, `#${row.filter_id}`), row.label ? ` ${row.label}` : ''),
                 h('td', { class: 'num' }, row.blocks),
-                h('td', { class: 'muted' }, fmtAgo(row.last)),
+                h('td', { class: 'muted' }, fmtAgo(row.last_ns || row.last)),
               ),
             );
           }

@@ -91,7 +91,7 @@ function testResults(r) {
               h(
                 'div',
                 { class: 'meta' },
-                h('span', {}, fmtTime(x.time)),
+                h('span', {}, fmtTime(x.time_ns || x.time)),
                 h('span', { class: 'mono' }, `${x.src}:${x.sport}`),
                 h('span', { class: 'badge' }, x.dir),
                 x.blocked ? h('span', { class: 'badge block' }, `already blocked by filter ${x.filter_id}`) : null,
