@@ -88,6 +88,10 @@ def setup(env):
              "--port", str(WEB_PORT), "--password", PASSWORD], stdout=log, stderr=log)
     wait_https(env)
     S["port"] = env.port()
+    S["port2"] = env.port() + 100
+    key, cert = os.path.join(env.tmp, "k.pem"), os.path.join(env.tmp, "c.pem")
+    it.sh("openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+          "-nodes", "-keyout", key, "-out", cert, "-days", "2", "-subj", "/CN=tlsweb.test")
     S["server"] = env.tcp_server(S["port"], reply=b"ok\n", idle=2.0)
     steps = json.dumps(["send:" + (b"GET /" + EVIL + b" HTTP/1.0\r\n\r\n").hex(), "shut"])
     envdoc = {
@@ -99,6 +103,9 @@ def setup(env):
         "regex": it.REGEX,
         "test_regex": "evil13",
         "evil": EVIL.decode(),
+        "port2": S["port2"],
+        "tls_cert": open(cert).read(),
+        "tls_key": open(key).read(),
         "commands": {
             # run by the node side, which is in the client namespace already
             "evil": [PY, HELPER, "tcp-client", "--host", SRV4, "--port", str(S["port"]),
@@ -142,19 +149,39 @@ def state_after_core(env):
     it.server_conn_starting(S["server"], b"GET /" + EVIL)
 
 
-core = scenario("10-core")
+def state_after_manage(env):
+    svc = env.service_doc("admin")
+    check(svc["port"] == S["port2"] + 1 and svc["status"] == "active", "service admin: %r", svc)
+    fl = {f.get("regex"): f for f in env.filters("admin")}
+    check(set(fl) == {"sqli[0-9]", "foo[0-9]+", "bar\\x41"}, "filters of admin: %r", list(fl))
+    lf = fl["sqli[0-9]"]
+    check(lf["action"] == "log" and lf["label"] == "team12 sqli" and lf["dir"] == "c2s" and
+          lf["nocase"], "the log filter: %r", lf)
+    check(fl["foo[0-9]+"]["dir"] == "c2s" and fl["bar\\x41"]["nocase"], "imported: %r", fl)
+    tls = env.service_doc("tlsweb")
+    check(tls["tls"] and tls["layer"] == "proxy" and "tlsweb.test" in tls.get("tls_subject", ""),
+          "service tlsweb: %r", tls)
 
 
-@test
-def scenario_10_core(env):
-    core(env)
-    state_after_core(env)
+# what the page did, checked in controld after the scenario
+AFTER = {"10-core": state_after_core, "30-manage": state_after_manage}
 
 
-# the others, uib's among them, in name order; lockout last (90-)
+def scenario_test(name):
+    run = scenario(name)
+
+    def t(env):
+        run(env)
+        if name in AFTER:
+            AFTER[name](env)
+    t.__name__ = run.__name__
+    return t
+
+
+# every scenario (uib's among them) in name order; lockout last (90-)
 for f in sorted(os.listdir(os.path.join(WEBTESTS, "scenarios"))):
-    if f.endswith(".mjs") and f != "10-core.mjs":
-        test(scenario(f[:-4]))
+    if f.endswith(".mjs"):
+        test(scenario_test(f[:-4]))
 
 
 if __name__ == "__main__":

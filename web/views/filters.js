@@ -59,11 +59,18 @@ function download(name, parts, type) {
   setTimeout(() => URL.revokeObjectURL(url), 10000);
 }
 
-function undoToast(text) {
+function undoToast(text, after) {
   toast(text, 'ok', {
     label: 'Undo',
     test: 'undo',
-    fn: () => api.call('undo').then(() => toast('Undone.', 'ok'), (e) => toast(`Undo failed: ${e.message}`, 'error')),
+    fn: () =>
+      api.call('undo').then(
+        () => {
+          toast('Undone.', 'ok');
+          after();
+        },
+        (e) => toast(`Undo failed: ${e.message}`, 'error'),
+      ),
   });
 }
 
@@ -153,7 +160,7 @@ export function filtersPanel(svc) {
                 onclick: async () => {
                   if (!(await confirmBox(`Remove filter ${f.id} /${showBytes(fieldBytes(f, 'regex'))}/?`, 'Remove'))) return;
                   api.call('filter/rm', { filter: String(f.id) }).then(() => {
-                    undoToast(`Filter ${f.id} removed.`);
+                    undoToast(`Filter ${f.id} removed.`, load);
                     load();
                   }, (e) => toast(e.message, 'error'));
                 },

@@ -27,7 +27,8 @@ export function noteStats(stats) {
   }
 }
 
-export async function withUndo(promise, text) {
+// After a removal: a toast offering the undo; after(): what to draw again once undone.
+export async function withUndo(promise, text, after = () => {}) {
   await promise;
   toast(text, 'ok', {
     label: 'Undo',
@@ -36,6 +37,7 @@ export async function withUndo(promise, text) {
       try {
         await api.call('undo');
         toast('Undone.', 'ok');
+        after();
       } catch (e) {
         toast(`Undo failed: ${e.message}`, 'error');
       }
@@ -222,7 +224,7 @@ function serviceRow(s, reload) {
           'data-test': 'svc-rm',
           onclick: async () => {
             if (!(await confirmBox(`Remove the service ${s.name} and its ${s.filters} filters?`, 'Remove'))) return;
-            withUndo(api.call('service/rm', { service: String(s.id) }), `Service ${s.name} removed.`)
+            withUndo(api.call('service/rm', { service: String(s.id) }), `Service ${s.name} removed.`, reload)
               .then(reload)
               .catch(errToast('Remove'));
           },
@@ -357,7 +359,8 @@ function renderOne(root, id) {
           'data-test': 'svc-rm',
           onclick: async () => {
             if (!(await confirmBox(`Remove the service ${svc.name} and its filters?`, 'Remove'))) return;
-            withUndo(api.call('service/rm', { service: String(svc.id) }), `Service ${svc.name} removed.`)
+            const back = () => (location.hash = `#/services/${svc.id}`);
+            withUndo(api.call('service/rm', { service: String(svc.id) }), `Service ${svc.name} removed.`, back)
               .then(() => (location.hash = '#/services'))
               .catch(errToast('Remove'));
           },
