@@ -10,7 +10,9 @@ into build/web-shots/; 90-lockout is a wrong password refused and the address lo
 After the browser, the state it made is checked with fgexctl.
 
 FGX_WEB_DEVSERVER=/path/devserver.py runs the same scenarios against a stand-in server (it
-answers /api by running fgexctl) instead of controld's own, to develop the page without it.
+answers /api by running fgexctl) instead of controld's own, to develop the page without it
+(FGX_WEB_DIR: the page's files it serves, default web/). FGX_WEB_SHOTS: where the screenshots
+go (default build/web-shots).
 playwright-core is installed by deploy/install-deps.sh test (npm ci into build/web-node, or
 FGX_WEB_NODE)."""
 import json
@@ -83,7 +85,8 @@ def setup(env):
     if DEVSERVER:
         log = open(os.path.join(env.tmp, "devserver.log"), "wb")
         S["dev"] = subprocess.Popen(
-            ["ip", "netns", "exec", env.srv, PY, DEVSERVER, "--web", os.path.join(ROOT, "web"),
+            ["ip", "netns", "exec", env.srv, PY, DEVSERVER, "--web",
+             os.environ.get("FGX_WEB_DIR") or os.path.join(ROOT, "web"),
              "--fgexctl", os.path.join(env.bin, "fgexctl"), "-c", env.url, "--bind", SRV4,
              "--port", str(WEB_PORT), "--password", PASSWORD], stdout=log, stderr=log)
     wait_https(env)
@@ -96,6 +99,8 @@ def setup(env):
     steps = json.dumps(["send:" + (b"GET /" + EVIL + b" HTTP/1.0\r\n\r\n").hex(), "shut"])
     envdoc = {
         "password": PASSWORD,
+        # the development stand-in answers for controld: its login is not controld's
+        "stand_in": bool(DEVSERVER),
         "service": "web",
         "port": S["port"],
         "server": SRV4,
