@@ -83,7 +83,7 @@ function testResults(r) {
       'p',
       { 'data-test': 'test-summary' },
       h('strong', {}, `Would have blocked ${r.would_block} of ${r.total} captured connections`),
-      r.spared !== undefined ? ` (${r.spared} already blocked by other filters or spared)` : '',
+      r.spared !== undefined ? `; it spares ${r.spared}` : '',
       '.',
     ),
     (r.warnings || []).map((w) => h('p', { class: 'warn' }, `Warning: ${w}`)),
