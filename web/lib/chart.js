@@ -79,7 +79,7 @@ export function lineChart(series, opts) {
     svg.append(s('text', { x: L - 6, y: y(v) + 4, 'text-anchor': 'end' }, Number.isInteger(v) ? v : v.toFixed(1)));
   }
   const span = n * bin;
-  const ticks = 6;
+  const ticks = span > 86400 ? 4 : 6; // day and time labels are longer
   for (let k = 0; k <= ticks; k++) {
     const i = Math.round((k / ticks) * (n - 1));
     const tx = x(i);

@@ -215,8 +215,7 @@ function serviceRow(s, reload) {
         },
         active ? 'Stop' : 'Start',
       ),
-      h('a', { href: `#/services/${s.id}`, class: 'small', 'data-test': 'svc-edit' }, 'Edit'),
-      ' ',
+      h('a', { href: `#/services/${s.id}`, class: 'button small', 'data-test': 'svc-edit' }, 'Edit'),
       h(
         'button',
         {

@@ -42,13 +42,27 @@ export default async function ({ page, base, shot, env, login, log }) {
   check((await row.first().getAttribute('data-active')) === 'true', 'the new filter is not active');
   await shot('service-with-filter');
 
-  // the events view, then real traffic: the block arrives over /api/live, no reload
-  await page.click('[data-test=nav-events]');
-  await page.waitForSelector('[data-test=feed]', { state: 'attached' });
+  // the services list counts the block live (the /api/live stats), no reload
+  await page.goto(`${base}/#/services`);
+  const blockedCell = page.locator(`[data-test=svc-row-${env.service}] [data-test=svc-blocked]`);
+  await blockedCell.waitFor();
+  check((await blockedCell.textContent()) === '0', `blocks before any traffic: ${await blockedCell.textContent()}`);
   await page.evaluate(() => {
     window.__fgexSamePage = true;
   });
+  const r0 = result(env.run('evil'));
+  check(r0.end === 'reset', `the evil connection was not reset (end ${r0.end})`);
+  await page.waitForFunction((sel) => document.querySelector(sel).textContent === '1', `[data-test=svc-row-${env.service}] [data-test=svc-blocked]`, {
+    timeout: 15000,
+  });
+  check(await page.evaluate(() => window.__fgexSamePage === true), 'the page was reloaded');
+
+  // the events view, then real traffic: the block arrives over /api/live, no reload
+  await page.click('[data-test=nav-events]');
+  await page.waitForSelector('[data-test=feed]', { state: 'attached' });
+  await page.waitForFunction(() => document.querySelector('[data-test=feed-count]').textContent !== '');
   const before = await page.locator('[data-test=event][data-action=block]').count();
+  check(before === 1, `the feed shows ${before} blocks, not the first one`);
   const r = result(env.run('evil'));
   check(r.end === 'reset', `the evil connection was not reset (end ${r.end})`);
   await page.waitForFunction((n) => document.querySelectorAll('[data-test=event][data-action=block]').length > n, before, {
