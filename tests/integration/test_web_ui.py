@@ -95,7 +95,6 @@ def setup(env):
     key, cert = os.path.join(env.tmp, "k.pem"), os.path.join(env.tmp, "c.pem")
     it.sh("openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
           "-nodes", "-keyout", key, "-out", cert, "-days", "2", "-subj", "/CN=tlsweb.test")
-    S["server"] = env.tcp_server(S["port"], reply=b"ok\n", idle=2.0)
     steps = json.dumps(["send:" + (b"GET /" + EVIL + b" HTTP/1.0\r\n\r\n").hex(), "shut"])
     envdoc = {
         "password": PASSWORD,
@@ -115,6 +114,9 @@ def setup(env):
             # run by the node side, which is in the client namespace already
             "evil": [PY, HELPER, "tcp-client", "--host", SRV4, "--port", str(S["port"]),
                      "--steps", steps, "--timeout", "3"],
+            "raw": [PY, HELPER, "tcp-client", "--host", SRV4, "--port", str(S["port"]),
+                    "--steps", json.dumps(["send:" + (b"\x00\x01 \xff\xfezq tail").hex(),
+                                           "shut"]), "--timeout", "3"],
         },
     }
     S["env"] = os.path.join(env.tmp, "web-env.json")
@@ -176,6 +178,8 @@ def scenario_test(name):
     run = scenario(name)
 
     def t(env):
+        # the service's server (the runner stops helpers after each test)
+        S["server"] = env.tcp_server(S["port"], reply=b"ok\n", idle=2.0)
         run(env)
         if name in AFTER:
             AFTER[name](env)
