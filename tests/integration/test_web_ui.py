@@ -17,6 +17,7 @@ playwright-core is installed by deploy/install-deps.sh test (npm ci into build/w
 FGX_WEB_NODE)."""
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -168,6 +169,28 @@ def state_after_manage(env):
     tls = env.service_doc("tlsweb")
     check(tls["tls"] and tls["layer"] == "proxy" and "tlsweb.test" in tls.get("tls_subject", ""),
           "service tlsweb: %r", tls)
+
+
+FP_RE = re.compile(r"TLS certificate SHA-256 fingerprint ((?:[0-9A-F]{2}:){31}[0-9A-F]{2})")
+
+
+def web_certificate_is_controlds(env):
+    """The browser takes any certificate (run.mjs): here the one served is checked to be the
+    one controld logged, as a player compares it with `fgexctl cert`."""
+    with open(env.log_path, "rb") as f:
+        logged = FP_RE.findall(f.read().decode(errors="replace"))
+    check(logged, "controld logged no certificate fingerprint:\n%s", env.log_tail(10))
+    p = subprocess.run(["ip", "netns", "exec", env.cli, "sh", "-c",
+                        "openssl s_client -connect %s:%d </dev/null 2>/dev/null | "
+                        "openssl x509 -noout -fingerprint -sha256" % (SRV4, WEB_PORT)],
+                       capture_output=True, text=True, timeout=20)
+    served = p.stdout.strip().rpartition("=")[2].upper()
+    check(served == logged[-1], "the web listener serves %r, controld logged %s", served,
+          logged[-1])
+
+
+if not DEVSERVER:  # the stand-in has a throwaway certificate of its own
+    test(web_certificate_is_controlds)
 
 
 # what the page did, checked in controld after the scenario

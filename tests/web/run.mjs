@@ -69,7 +69,7 @@ for (const f of files) {
   // this scenario's screenshots of an earlier run go: what is there is this run's
   for (const old of readdirSync(shots)) if (old.startsWith(`${name}-`) && old.endsWith('.png')) unlinkSync(join(shots, old));
   const context = await browser.newContext({
-    ignoreHTTPSErrors: true, // controld's own (self-signed) certificate; the fingerprint is checked by the python side
+    ignoreHTTPSErrors: true, // controld's own certificate: test_web_ui checks its fingerprint apart
     viewport: { width: 1366, height: 860 },
     acceptDownloads: true,
   });
