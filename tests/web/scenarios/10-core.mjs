@@ -113,4 +113,21 @@ export default async function ({ page, base, shot, env, login, log }) {
   const r2 = result(env.run('evil'));
   check(r2.end === 'eof', `with the filter disabled the connection ended by ${r2.end}`);
   await shot('filter-disabled');
+
+  // the charts: the two blocks, per service and per filter, this last hour and the last 48 h
+  for (const range of ['1h', '48h']) {
+    let legend = '';
+    for (let i = 0; i < 20 && !legend.includes(`${env.service} (2)`); i++) {
+      await page.goto(`${base}/#/charts/${range}`);
+      await page.waitForSelector('[data-test=chart-services], [data-test=charts-empty]');
+      legend = await page.textContent('[data-test=charts]');
+      if (!legend.includes(`${env.service} (2)`)) await page.waitForTimeout(500);
+    }
+    check(legend.includes(`${env.service} (2)`), `${range}: the services chart does not count 2 blocks: ${legend}`);
+    const per = await page.textContent(`[data-test=chart-service-${env.service}]`);
+    check(per.includes(`#${filterId} /${env.regex}/ (2)`), `${range}: the filter's chart: ${per}`);
+    const d = await page.getAttribute(`[data-test=chart-services] path.line[data-series=${env.service}]`, 'd');
+    check(d && d.split('L').length === (range === '1h' ? 60 : 96), `${range}: the line has not one point a bin: ${d && d.slice(0, 80)}`);
+    await shot(`charts-${range}`);
+  }
 }
