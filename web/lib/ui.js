@@ -55,16 +55,25 @@ export function toast(text, kind = 'info', action = null) {
   setTimeout(() => t.remove(), action ? 15000 : kind === 'error' ? 8000 : 4000);
 }
 
-// A modal question; resolves true when confirmed.
+// A modal question; resolves true when confirmed. Keyboard: the focus goes into the dialog (on
+// Cancel, the safe answer), Escape cancels, and the focus goes back where it was.
 export function confirmBox(text, ok = 'OK') {
   return new Promise((resolve) => {
+    const before = document.activeElement;
     const close = (v) => {
       back.remove();
+      if (before && before.isConnected && before.focus) before.focus();
       resolve(v);
     };
+    const cancel = h('button', { onclick: () => close(false), 'data-test': 'confirm-cancel' }, 'Cancel');
     const back = h(
       'div',
-      { class: 'modal-back' },
+      {
+        class: 'modal-back',
+        onkeydown: (e) => {
+          if (e.key === 'Escape') close(false);
+        },
+      },
       h(
         'div',
         { class: 'modal', role: 'dialog', 'aria-modal': 'true' },
@@ -72,12 +81,13 @@ export function confirmBox(text, ok = 'OK') {
         h(
           'div',
           { class: 'modal-buttons' },
-          h('button', { onclick: () => close(false), 'data-test': 'confirm-cancel' }, 'Cancel'),
+          cancel,
           h('button', { class: 'danger', onclick: () => close(true), 'data-test': 'confirm-ok' }, ok),
         ),
       ),
     );
     document.body.append(back);
+    cancel.focus();
   });
 }
 

@@ -71,6 +71,11 @@ export default async function ({ page, base, shot, env, login }) {
   await page.click('[data-test=confirm-cancel]');
   check(await row.isVisible(), 'cancel removed the service');
   await row.locator('[data-test=svc-rm]').click();
+  check(await page.evaluate(() => document.activeElement.dataset.test === 'confirm-cancel'), 'the focus is not on Cancel');
+  await page.keyboard.press('Escape');
+  await page.locator('.modal-back').waitFor({ state: 'detached' });
+  check(await row.isVisible(), 'Escape removed the service');
+  await row.locator('[data-test=svc-rm]').click();
   await shot('confirm-remove');
   await page.click('[data-test=confirm-ok]');
   await row.waitFor({ state: 'detached' });
