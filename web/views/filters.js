@@ -282,7 +282,8 @@ export function filtersPanel(svc) {
         'data-test': 'ruleset-export',
         onclick: async () => {
           try {
-            const l = await api.get('filter/export', { service });
+            // POST: every command may be one (docs/web.md), a GET only those it lists
+            const l = await api.call('filter/export', { service });
             download(`${svc.name}.rules`, [enc.encode(`# fgex filters of ${svc.name}\n`), ...l.map(rulesetLine)], 'text/plain');
           } catch (e) {
             toast(`Export: ${e.message}`, 'error');
