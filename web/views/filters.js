@@ -217,8 +217,7 @@ export function filtersPanel(svc) {
           const f = await api.call('filter/add', p);
           toast(`Filter ${f.id} added.`, 'ok');
           for (const w of f.warnings || []) toast(`Filter ${f.id}: ${w}`, 'info');
-          regex.value = '';
-          label.value = '';
+          form.reset();
           clear(results);
           load();
         } catch (x) {
