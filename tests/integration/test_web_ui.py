@@ -15,12 +15,16 @@ answers /api by running fgexctl) instead of controld's own, to develop the page 
 go (default build/web-shots).
 playwright-core is installed by deploy/install-deps.sh test (npm ci into build/web-node, or
 FGX_WEB_NODE)."""
+# fgx-it-timeout: 1200
+# (a browser, every view at two widths in two themes, and the other engineers' scenarios too)
 import json
 import os
+import queue
 import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -128,19 +132,64 @@ def setup(env):
     os.makedirs(shots_dir(), exist_ok=True)
 
 
+class Runner:
+    """One node (tests/web/run.mjs --stdin) and one chromium for every scenario, in the client
+    namespace: each scenario name written is run, its result line read back."""
+
+    def __init__(self, env):
+        self.log = os.path.join(env.tmp, "run-mjs.log")
+        self.err = open(self.log, "w")
+        self.proc = subprocess.Popen(
+            ["ip", "netns", "exec", env.cli, "env", "FGX_WEB_NODE_MODULES=" + node_modules(),
+             "node", os.path.join(WEBTESTS, "run.mjs"), "--base", BASE, "--env", S["env"],
+             "--shots", shots_dir(), "--stdin", "1"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.err, text=True, bufsize=1)
+        self.lines = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for ln in self.proc.stdout:
+            if ln.startswith("{"):
+                self.lines.put(json.loads(ln))
+        self.lines.put(None)
+
+    def log_tail(self, n=1500, since=0):
+        """What run.mjs said on stderr (from offset since), its last n characters."""
+        with open(self.log, errors="replace") as f:
+            f.seek(since)
+            return f.read()[-n:]
+
+    def run(self, name, timeout):
+        mark = os.path.getsize(self.log)
+        self.proc.stdin.write(name + "\n")
+        self.proc.stdin.flush()
+        try:
+            r = self.lines.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError("scenario %s gave no result in %ss: %s" % (name, timeout,
+                                                                          self.log_tail()))
+        check(r is not None, "run.mjs ended (exit %s): %s", self.proc.poll(), self.log_tail())
+        check(r["scenario"] == name, "run.mjs answered %r for %s", r["scenario"], name)
+        return r, mark
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
 def scenario(name, timeout=240):
     """Run tests/web/scenarios/NAME.mjs in chromium; its screenshots go to build/web-shots."""
     def run(env):
-        argv = ["ip", "netns", "exec", env.cli, "env", "FGX_WEB_NODE_MODULES=" + node_modules(),
-                "node", os.path.join(WEBTESTS, "run.mjs"), "--base", BASE, "--env", S["env"],
-                "--shots", shots_dir(), "--only", name]
-        p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
-        res = [json.loads(ln) for ln in p.stdout.splitlines() if ln.startswith("{")]
-        check(res, "run.mjs %s printed no result (exit %d): %s", name, p.returncode,
-              p.stderr[-1500:])
-        r = res[-1]
-        check(r["ok"], "scenario %s failed: %s\n%s", name, r["error"], p.stderr[-800:])
-        check(p.returncode == 0, "run.mjs exit %d", p.returncode)
+        if S.get("runner") is None or S["runner"].proc.poll() is not None:
+            S["runner"] = Runner(env)
+        r, mark = S["runner"].run(name, timeout)
+        if not r["ok"]:
+            said = S["runner"].log_tail(800, since=mark)
+            raise AssertionError("scenario %s failed: %s\n%s" % (name, r["error"], said))
     run.__name__ = "scenario_" + name.replace("-", "_")
     return run
 
@@ -229,6 +278,8 @@ if __name__ == "__main__":
     try:
         rc = it.run_module("test_web_ui", setup=setup, controld_args=ARGS)
     finally:
+        if S.get("runner"):
+            S["runner"].close()
         if S.get("dev"):
             S["dev"].terminate()
     sys.exit(rc)

@@ -1,7 +1,7 @@
 // fgex dashboard end-to-end runner: Debian's chromium, headless, driven by playwright-core.
 // tests/integration/test_web_ui.py starts controld (or the stand-in) and runs this; it can be
 // run by hand too:
-//   node tests/web/run.mjs --base https://10.77.0.1:8443 --env env.json --shots build/web-shots [--only NAME]
+//   node tests/web/run.mjs --base https://10.77.0.1:8443 --env env.json --shots build/web-shots [--only NAME | --stdin 1]
 // Every scenarios/*.mjs (in name order, or the one --only names) exports an async function
 // receiving {page, context, base, shot(name), env, login(page), log}; it throws to fail. One JSON
 // line per scenario on stdout: {scenario, ok, ms, error}. Exit status 1 when one failed.
@@ -52,7 +52,7 @@ async function login(page, password = envDoc.password) {
 
 let files = readdirSync(join(here, 'scenarios')).filter((f) => f.endsWith('.mjs')).sort();
 if (args.only) files = files.filter((f) => basename(f, '.mjs') === args.only || f === args.only);
-if (!files.length) {
+if (!files.length && !args.stdin) {
   console.error(`run.mjs: no scenario ${args.only || ''}`);
   process.exit(2);
 }
@@ -62,9 +62,8 @@ const browser = await chromium.launch({
   // root in a test namespace: chromium's own sandbox needs user namespaces it may not get
   args: ['--no-sandbox', '--disable-dev-shm-usage'],
 });
-let failed = 0;
-for (const f of files) {
-  const name = basename(f, '.mjs');
+
+async function runOne(name) {
   const t0 = Date.now();
   // this scenario's screenshots of an earlier run go: what is there is this run's
   for (const old of readdirSync(shots)) if (old.startsWith(`${name}-`) && old.endsWith('.png')) unlinkSync(join(shots, old));
@@ -85,7 +84,7 @@ for (const f of files) {
   const log = (...a) => console.error(`[${name}]`, ...a);
   let error = null;
   try {
-    const mod = await import(pathToFileURL(join(here, 'scenarios', f)).href);
+    const mod = await import(pathToFileURL(join(here, 'scenarios', `${name}.mjs`)).href);
     await mod.default({ page, context, base, shot, env, login, log });
     if (jsErrors.length) throw new Error(`the page had errors: ${jsErrors.join('; ')}`);
   } catch (e) {
@@ -96,9 +95,22 @@ for (const f of files) {
       /* the page may be gone */
     }
   }
-  await context.close();
-  if (error) failed++;
+  await context.close().catch(() => {});
   console.log(JSON.stringify({ scenario: name, ok: !error, ms: Date.now() - t0, error }));
+  return !error;
+}
+
+let failed = 0;
+if (args.stdin) {
+  // --stdin 1: one browser for many scenarios; each line read names one, its result line is
+  // printed when it ends (test_web_ui runs one test per scenario so)
+  const { createInterface } = await import('node:readline');
+  for await (const line of createInterface({ input: process.stdin })) {
+    const name = line.trim();
+    if (name && !(await runOne(name))) failed++;
+  }
+} else {
+  for (const f of files) if (!(await runOne(basename(f, '.mjs')))) failed++;
 }
 await browser.close();
 process.exit(failed ? 1 : 0);

@@ -322,6 +322,7 @@ function renderOne(root, id) {
   root.append(h('p', {}, h('a', { href: '#/services' }, '← Services')), head, filters, settings);
   let panelCleanup = null;
   let svc = null;
+  let formDirty = false;
   const draw = () => {
     clear(head);
     const active = svc.status === 'active';
@@ -367,13 +368,17 @@ function renderOne(root, id) {
         'Remove',
       ),
     );
+    // a teammate's change redraws the form, unless this user is editing it
+    if (formDirty) return;
     clear(settings);
-    settings.append(
-      serviceForm(svc, (s) => {
-        svc = s;
-        draw();
-      }),
-    );
+    const form = serviceForm(svc, (s) => {
+      svc = s;
+      formDirty = false;
+      draw();
+    });
+    form.addEventListener('input', () => (formDirty = true));
+    form.addEventListener('change', () => (formDirty = true));
+    settings.append(form);
   };
   const load = () =>
     api.get('service/show', { service: String(id) }).then(

@@ -30,8 +30,7 @@ export default async function ({ page, base, shot, login }) {
       for (const [name, hash] of routes) {
         await page.goto(`${base}/${hash}`);
         await page.waitForSelector('main#view > *');
-        await page.waitForLoadState('networkidle', { timeout: 3000 }).catch(() => {});
-        await page.waitForTimeout(300);
+        await page.waitForTimeout(400); // the view's data arrives
         const theme = await page.evaluate(() => getComputedStyle(document.documentElement).colorScheme);
         check(theme.includes(scheme), `${name}: the page is not ${scheme} (${theme})`);
         const over = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
