@@ -211,6 +211,8 @@ def state_after_core(env):
 def state_after_manage(env):
     svc = env.service_doc("admin")
     check(svc["port"] == S["port2"] + 1 and svc["status"] == "active", "service admin: %r", svc)
+    check([a["text"] for a in svc["addrs"]] == ["%s:%d" % (SRV4, S["port2"] + 1)],
+          "the addresses of admin: %r", svc["addrs"])
     fl = {f.get("regex"): f for f in env.filters("admin")}
     check(set(fl) == {"sqli[0-9]", "foo[0-9]+", "bar\\x41"}, "filters of admin: %r", list(fl))
     lf = fl["sqli[0-9]"]

@@ -54,6 +54,14 @@ function addrText(s) {
   return `${s.ip || '*'}:${s.port}`;
 }
 
+// ADDR:PORT as service set takes it (--ip ADDR|CIDR|any --port N), or null (an interface).
+function ipPort(text) {
+  let m = /^\[([0-9a-fA-F:./]+)\]:(\d+)$/.exec(text);
+  if (!m) m = /^([0-9./]+|\*):(\d+)$/.exec(text);
+  if (!m) return null;
+  return { ip: m[1] === '*' ? 'any' : m[1], port: Number(m[2]) };
+}
+
 function readFile(input, b64 = false) {
   const f = input.files && input.files[0];
   if (!f) return Promise.resolve(null);
@@ -109,8 +117,9 @@ function serviceForm(svc, done) {
         try {
           const p = {};
           const addrs = f.addrs.value.split(/[\s,]+/).filter(Boolean);
-          if (f.port.value) p.port = Number(f.port.value);
-          if (f.layer.value === 'external' && f.to.value) p.to = f.to.value;
+          // an edit sends what changed only (service set leaves the rest as it is)
+          if (f.port.value && (!edit || Number(f.port.value) !== svc.port)) p.port = Number(f.port.value);
+          if (f.layer.value === 'external' && f.to.value && (!edit || f.to.value !== svc.to)) p.to = f.to.value;
           const cert = await readFile(f.cert);
           const key = await readFile(f.key);
           if (!!cert !== !!key) throw new Error('a TLS certificate and its key go together');
@@ -118,7 +127,7 @@ function serviceForm(svc, done) {
             p.tls_cert = cert;
             p.tls_key = key;
           }
-          p.capture = f.capture.checked ? 'on' : 'off';
+          if (!edit || f.capture.checked !== (svc.capture !== false)) p.capture = f.capture.checked ? 'on' : 'off';
           let out;
           if (!edit) {
             p.name = f.name.value.trim();
@@ -138,13 +147,29 @@ function serviceForm(svc, done) {
               delete p.tls_key;
               p.no_tls = true;
             }
-            out = await api.call('service/set', p);
-            // the addresses: what was added and what went
             const had = new Set((svc.addrs || []).map((a) => a.text));
             const want = new Set(addrs);
-            if (addrs.length) {
-              for (const a of want) if (!had.has(a)) out = await api.call('service/addr/add', { service: String(svc.id), addr: a });
-              for (const a of had) if (!want.has(a)) out = await api.call('service/addr/rm', { service: String(svc.id), addr: a });
+            const adds = addrs.filter((a) => !had.has(a));
+            const rms = [...had].filter((a) => !want.has(a));
+            // one address for another (*:80 -> 10.0.0.2:80): service set --ip --port, as a
+            // service needs an address and two that overlap cannot be there at once
+            const one = had.size === 1 && adds.length === 1 && rms.length === 1 ? ipPort(adds[0]) : null;
+            if (one) {
+              p.ip = one.ip;
+              p.port = one.port;
+            }
+            // nothing but the name or the addresses changed: no service set (it needs an option)
+            out = Object.keys(p).length > 1 ? await api.call('service/set', p) : svc;
+            if (!one && addrs.length) {
+              // removals first while another address stays, then the additions, then the rest
+              const left = [...rms];
+              let n = had.size;
+              while (left.length && n > 1) {
+                out = await api.call('service/addr/rm', { service: String(svc.id), addr: left.shift() });
+                n--;
+              }
+              for (const a of adds) out = await api.call('service/addr/add', { service: String(svc.id), addr: a });
+              for (const a of left) out = await api.call('service/addr/rm', { service: String(svc.id), addr: a });
             }
             const name = f.name.value.trim();
             if (name && name !== svc.name) out = await api.call('service/rename', { service: String(svc.id), newname: name });

@@ -24,6 +24,10 @@ export default async function ({ page, base, shot, env, login }) {
   await page.fill('[data-test=svc-edit-form] [data-test=svc-port]', String(env.port2 + 1));
   await page.click('[data-test=svc-save]');
   await page.waitForFunction((p) => document.body.textContent.includes(`*:${p}`), env.port2 + 1);
+  // edit: its address, one of the box's only (service addr add, then rm of the old one)
+  await page.fill('[data-test=svc-edit-form] [data-test=svc-addrs]', `${env.server}:${env.port2 + 1}`);
+  await page.click('[data-test=svc-save]');
+  await page.waitForFunction((a) => document.querySelector('[data-test=svc-title]').parentElement.textContent.includes(`tcp ${a} `), `${env.server}:${env.port2 + 1}`);
 
   // stop, start
   await page.click('[data-test=svc-stop]');
