@@ -206,12 +206,34 @@ function serviceForm(svc, done) {
   return form;
 }
 
-function serviceRow(s, reload) {
+// The live cells of a service's row (throughput, connections, blocks), from the latest stats.
+function liveCells(s) {
   const r = rates.get(s.id);
   const st = r && r.last ? r.last.stat : null;
   // stats come only when a counter changed: none for a while means no traffic
   const fresh = r && r.last && performance.now() / 1000 - r.last.t < 3;
   const bps = fresh && r.bps.length ? r.bps[r.bps.length - 1] : 0;
+  return {
+    rate: [`${fmtBytes(bps)}/s`, ' ', sparkline(r ? r.bps : [], { width: 80, height: 18, label: 'throughput' })],
+    conns: st ? fmtCount(st.flows_active) : '-',
+    blocked: fmtCount(st ? st.blocked : s.blocked),
+  };
+}
+
+// Update the live cells in place: the row (and a button focused in it) stays.
+function refreshRow(tr, s) {
+  const c = liveCells(s);
+  for (const k of ['rate', 'conns', 'blocked']) {
+    const td = tr.querySelector(`[data-test=svc-${k}]`);
+    if (td) {
+      clear(td);
+      td.append(...[c[k]].flat());
+    }
+  }
+}
+
+function serviceRow(s, reload) {
+  const c = liveCells(s);
   const active = s.status === 'active';
   return h(
     'tr',
@@ -221,10 +243,10 @@ function serviceRow(s, reload) {
     h('td', { class: 'mono hide-phone' }, addrText(s)),
     h('td', { class: 'hide-phone' }, s.layer, s.tls ? ' + TLS' : ''),
     h('td', {}, h('span', { class: `badge ${active ? 'active' : 'stopped'}`, 'data-test': 'svc-status' }, s.status)),
-    h('td', { class: 'num', 'data-test': 'svc-rate' }, `${fmtBytes(bps)}/s`, ' ', sparkline(r ? r.bps : [], { width: 80, height: 18, label: 'throughput' })),
-    h('td', { class: 'num', 'data-test': 'svc-conns' }, st ? fmtCount(st.flows_active) : '-'),
+    h('td', { class: 'num', 'data-test': 'svc-rate' }, c.rate),
+    h('td', { class: 'num', 'data-test': 'svc-conns' }, c.conns),
     h('td', { class: 'num hide-phone' }, fmtCount(s.filters)),
-    h('td', { class: 'num', 'data-test': 'svc-blocked' }, fmtCount(st ? st.blocked : s.blocked)),
+    h('td', { class: 'num', 'data-test': 'svc-blocked' }, c.blocked),
     h(
       'td',
       { class: 'actions' },
@@ -330,8 +352,10 @@ function renderList(root) {
   const offs = [
     live.on('stats', (st) => {
       noteStats(st);
-      // blocks and filter counts come with the list; a block changes stats only
-      draw();
+      for (const sv of services) {
+        const tr = body.querySelector(`tr[data-id="${sv.id}"]`);
+        if (tr) refreshRow(tr, sv);
+      }
     }),
     live.on('change', (c) => {
       if (c && (c.what === 'services' || c.what === 'filters')) load();

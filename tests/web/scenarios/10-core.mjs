@@ -50,12 +50,14 @@ export default async function ({ page, base, shot, env, login, log }) {
   await page.evaluate(() => {
     window.__fgexSamePage = true;
   });
+  await page.focus(`[data-test=svc-row-${env.service}] [data-test=svc-stop]`);
   const r0 = result(env.run('evil'));
   check(r0.end === 'reset', `the evil connection was not reset (end ${r0.end})`);
   await page.waitForFunction((sel) => document.querySelector(sel).textContent === '1', `[data-test=svc-row-${env.service}] [data-test=svc-blocked]`, {
     timeout: 15000,
   });
   check(await page.evaluate(() => window.__fgexSamePage === true), 'the page was reloaded');
+  check(await page.evaluate(() => document.activeElement.dataset.test === 'svc-stop'), 'the live update took the keyboard focus away');
 
   // the events view, then real traffic: the block arrives over /api/live, no reload
   await page.click('[data-test=nav-events]');
