@@ -133,7 +133,11 @@ function setLiveState(state) {
   shell.liveState.dataset.state = state;
   if (state === 'closed') {
     // the stream gave up (the session may be gone): ask, and show the login if so
-    api.session().then((s) => (s ? live.start(setLiveState) : showLogin('Your session ended.')));
+    // (the server unreachable: try again a little later)
+    api.session().then(
+      (s) => (s ? live.start(setLiveState) : showLogin('Your session ended.')),
+      () => setTimeout(() => shell && setLiveState('closed'), 5000),
+    );
   }
 }
 
