@@ -26,8 +26,12 @@ run=(nftables iptables iproute2 man-db python3 python3-h11 python3-brotli python
 # certificates, procps, and systemd-analyze for the unit file test; for test_tls: curl (HTTP/1.1
 # and HTTP/2 clients), nginx-light (an HTTP/2 TLS service), python3-cryptography (certificates,
 # an expired one among them).
+# The dashboard's browser tests (test_web_ui): Debian's chromium, headless, driven by
+# playwright-core from npm (installed below into build/web-node, never committed) under nodejs.
 test=(libcriterion-dev python3 python3-scapy openssl procps systemd curl nginx-light
-  python3-cryptography)
+  python3-cryptography chromium nodejs)
+# npm: Debian's package, unless a nodejs that carries its own npm (NodeSource's) is installed
+command -v npm >/dev/null 2>&1 || test+=(npm)
 # Benchmarking: traffic and charts; bench/tls's nginx stream proxy (libnginx-mod-stream) and
 # its profile (linux-perf).
 bench=(iperf3 gnuplot-nox libnginx-mod-stream linux-perf)
@@ -52,12 +56,30 @@ if ((list)); then
   exit 0
 fi
 
+# playwright-core for test_web_ui, from tests/web's package.json and lockfile (npm ci), into
+# FGX_WEB_NODE (default build/web-node): done again only when the lockfile changed.
+web_node() {
+  local root dir
+  root=$(cd "$(dirname "$0")/.." && pwd)
+  dir=${FGX_WEB_NODE:-$root/build/web-node}
+  if [[ -d $dir/node_modules/playwright-core ]] && cmp -s "$root/tests/web/package-lock.json" "$dir/package-lock.json"; then
+    return 0
+  fi
+  echo "install-deps ($mode): npm ci of tests/web into $dir"
+  mkdir -p "$dir"
+  cp "$root/tests/web/package.json" "$root/tests/web/package-lock.json" "$dir/"
+  (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
+}
+
 missing=()
 for p in "${pkgs[@]}"; do
   st=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
   [[ $st == "install ok installed" ]] || missing+=("$p")
 done
-((${#missing[@]})) || exit 0
+if ((${#missing[@]} == 0)); then
+  [[ $mode == run ]] || web_node
+  exit 0
+fi
 if [[ $(id -u) -ne 0 ]]; then
   echo "install-deps: missing packages: ${missing[*]} (run as root to install them)" >&2
   exit 1
@@ -66,3 +88,4 @@ echo "install-deps ($mode): installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+[[ $mode == run ]] || web_node

@@ -32,14 +32,18 @@ for mod in "${mods[@]}"; do
   name=$(basename "$mod" .py)
   echo "-- $name"
   out=$(mktemp)
-  timeout -k 10 "$per_module_timeout" "$py" "$mod" 2>&1 | tee "$out"
+  # a module may ask for more time than the default with a line "# fgx-it-timeout: SECONDS"
+  limit=$per_module_timeout
+  own=$(sed -nE 's/^# fgx-it-timeout: ([0-9]+)$/\1/p' "$mod" | head -n1)
+  [[ -n $own && $own -gt $limit ]] && limit=$own
+  timeout -k 10 "$limit" "$py" "$mod" 2>&1 | tee "$out"
   rc=${PIPESTATUS[0]}
   res=$(grep -E '^RESULT passed=[0-9]+ failed=[0-9]+ skipped=[0-9]+' "$out" | tail -n1)
   if [[ -z $res ]]; then
     # died or timed out: what it reported counts, plus one failure for the module itself
     p=$(grep -c '^  PASS ' "$out")
     f=$(grep -c '^  FAIL ' "$out")
-    echo "  FAIL $name: module ended without a result (exit $rc$( ((rc == 124)) && echo ", timed out after ${per_module_timeout}s"))"
+    echo "  FAIL $name: module ended without a result (exit $rc$( ((rc == 124)) && echo ", timed out after ${limit}s"))"
     passed=$((passed + p))
     failed=$((failed + f + 1))
   else

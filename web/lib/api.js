@@ -10,6 +10,8 @@ export class ApiError extends Error {
     this.status = status;
     this.exit = body && body.exit;
     this.body = body || {};
+    // seconds to wait when locked out (429's Retry-After), else null
+    this.retryAfter = null;
   }
 }
 
@@ -45,7 +47,10 @@ async function request(method, path, body) {
       csrf = null;
       for (const fn of authListeners) fn(false);
     }
-    throw new ApiError(res.status, data);
+    const err = new ApiError(res.status, data);
+    const ra = res.headers.get('Retry-After');
+    if (ra !== null && ra !== '') err.retryAfter = Number(ra);
+    throw err;
   }
   return data;
 }

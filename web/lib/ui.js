@@ -26,26 +26,54 @@ export function clear(el) {
 }
 
 let toasts = null;
-export function toast(text, kind = 'info') {
+// action: optional {label, fn, test} shown as a button in the toast (e.g. "Undo"); the toast
+// then stays longer, and goes when the button is pressed.
+export function toast(text, kind = 'info', action = null) {
   if (!toasts) {
     toasts = h('div', { class: 'toasts', role: 'status', 'aria-live': 'polite' });
     document.body.append(toasts);
   }
   const t = h('div', { class: `toast toast-${kind}`, 'data-test': `toast-${kind}` }, text);
+  if (action) {
+    t.append(
+      ' ',
+      h(
+        'button',
+        {
+          class: 'link',
+          'data-test': action.test || 'toast-action',
+          onclick: () => {
+            t.remove();
+            action.fn();
+          },
+        },
+        action.label,
+      ),
+    );
+  }
   toasts.append(t);
-  setTimeout(() => t.remove(), kind === 'error' ? 8000 : 4000);
+  setTimeout(() => t.remove(), action ? 15000 : kind === 'error' ? 8000 : 4000);
 }
 
-// A modal question; resolves true when confirmed.
+// A modal question; resolves true when confirmed. Keyboard: the focus goes into the dialog (on
+// Cancel, the safe answer), Escape cancels, and the focus goes back where it was.
 export function confirmBox(text, ok = 'OK') {
   return new Promise((resolve) => {
+    const before = document.activeElement;
     const close = (v) => {
       back.remove();
+      if (before && before.isConnected && before.focus) before.focus();
       resolve(v);
     };
+    const cancel = h('button', { onclick: () => close(false), 'data-test': 'confirm-cancel' }, 'Cancel');
     const back = h(
       'div',
-      { class: 'modal-back' },
+      {
+        class: 'modal-back',
+        onkeydown: (e) => {
+          if (e.key === 'Escape') close(false);
+        },
+      },
       h(
         'div',
         { class: 'modal', role: 'dialog', 'aria-modal': 'true' },
@@ -53,12 +81,13 @@ export function confirmBox(text, ok = 'OK') {
         h(
           'div',
           { class: 'modal-buttons' },
-          h('button', { onclick: () => close(false), 'data-test': 'confirm-cancel' }, 'Cancel'),
+          cancel,
           h('button', { class: 'danger', onclick: () => close(true), 'data-test': 'confirm-ok' }, ok),
         ),
       ),
     );
     document.body.append(back);
+    cancel.focus();
   });
 }
 
@@ -85,16 +114,25 @@ export function fmtBytes(n) {
   return `${i ? n.toFixed(n < 10 ? 1 : 0) : n} ${u[i]}`;
 }
 
-// Unix seconds (or milliseconds when huge) as local time.
+// A time as milliseconds: unix seconds, milliseconds when huge, nanoseconds when huger (the
+// *_ns members), or a date string (fgexctl's "time" members).
+export function toMs(t) {
+  if (typeof t === 'string') return Date.parse(t.replace(' ', 'T'));
+  if (t > 1e15) return t / 1e6;
+  return t > 1e12 ? t : t * 1000;
+}
+
 export function fmtTime(t) {
   if (!t) return '-';
-  const ms = t > 1e12 ? t : t * 1000;
-  return new Date(ms).toLocaleString();
+  const ms = toMs(t);
+  return Number.isNaN(ms) ? String(t) : new Date(ms).toLocaleString();
 }
 
 export function fmtAgo(t) {
   if (!t) return '-';
-  const s = Math.max(0, Math.round(Date.now() / 1000 - (t > 1e12 ? t / 1000 : t)));
+  const ms = toMs(t);
+  if (Number.isNaN(ms)) return String(t);
+  const s = Math.max(0, Math.round((Date.now() - ms) / 1000));
   if (s < 60) return `${s}s ago`;
   if (s < 3600) return `${Math.floor(s / 60)}m ago`;
   if (s < 86400) return `${Math.floor(s / 3600)}h ago`;
