@@ -78,7 +78,7 @@ function makeEditor() {
   };
   const scroll = () => {
     gutter.style.transform = `translateY(${-ta.scrollTop}px)`;
-    back.style.transform = `translate(${-ta.scrollLeft}px, ${-ta.scrollTop}px)`;
+    back.style.transform = `translateY(${-ta.scrollTop}px)`;
   };
   ta.addEventListener('input', () => {
     paint();
@@ -254,7 +254,10 @@ export default {
       }, 1000);
     };
 
+    const section = h('section', { class: 'uib-view', 'data-test': 'view-scripts' });
+    // data-loaded names the service whose file the editor holds (tests wait for it)
     const load = async () => {
+      delete section.dataset.loaded;
       clearError();
       clear(logList);
       seenSeq = 0;
@@ -278,6 +281,7 @@ export default {
       } catch {
         /* no script, no log */
       }
+      section.dataset.loaded = service;
     };
 
     const save = async () => {
@@ -313,10 +317,7 @@ export default {
     });
 
     clear(root);
-    root.append(
-      h(
-        'section',
-        { class: 'uib-view', 'data-test': 'view-scripts' },
+    section.append(
         h('h2', {}, 'Script filters'),
         h(
           'div',
@@ -347,8 +348,8 @@ export default {
         ),
         h('h3', {}, 'Log ', h('span', { class: 'muted' }, '(live, newest first)')),
         logList,
-      ),
     );
+    root.append(section);
 
     offs.push(
       on('script_log', (x) => {
