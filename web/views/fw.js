@@ -46,6 +46,7 @@ export default {
     const optBox = h('div', { class: 'uib-opts' });
     const rulesBody = h('tbody', {});
     const stateLine = h('p', { class: 'muted', 'data-test': 'fw-state' });
+    const section = h('section', { class: 'uib-view', 'data-test': 'view-fw' });
 
     const withConfirm = (p = {}) => {
       if (confirmOn.checked) p.confirm = Number(confirmSecs.value) || 60;
@@ -117,6 +118,7 @@ export default {
     const show = (r) => {
       if (!r || !alive) return;
       fw = r;
+      section.dataset.loaded = String(Date.now()); // tests: the list was shown at least once
       const st = r.state || {};
       const secs = Number(st.pending_secs || 0);
       deadline = secs > 0 ? Date.now() + secs * 1000 : 0;
@@ -292,10 +294,7 @@ export default {
     };
 
     clear(root);
-    root.append(
-      h(
-        'section',
-        { class: 'uib-view', 'data-test': 'view-fw' },
+    section.append(
         h('h2', {}, 'Firewall'),
         head,
         pending,
@@ -329,8 +328,8 @@ export default {
             h('button', { class: 'primary', 'data-test': 'fw-file-apply', onclick: applyFile }, 'Apply with confirmation'),
           ),
         ),
-      ),
     );
+    root.append(section);
 
     offs.push(on('change', (c) => c && c.what === 'fw' && reload()));
     reload();
