@@ -135,8 +135,7 @@ export default {
             if (expire.checked) p.expire_sessions = true;
             const r = await call('passwd', p);
             pw1.value = pw2.value = '';
-            const n = r.sessions_expired;
-            toast(`password changed${n !== undefined ? `; ${n} other sessions expired` : ''}`, 'ok');
+            toast(`password changed${r.sessions_expired ? '; every other session logged out' : ''}`, 'ok');
           } catch (e) {
             toast(e.message, 'error');
           }

@@ -82,7 +82,7 @@ export default {
         clear(result);
         const c = r.change || {};
         result.append(
-          h('p', {}, h('strong', {}, what === 'undo' ? 'Undone: ' : 'Redone: '), h('code', {}, c.what || ''), h('span', { class: 'muted' }, ` (#${c.target || c.seq})`)),
+          h('p', {}, h('strong', {}, `${what === 'undo' ? 'Undo' : 'Redo'} recorded as #${c.seq}: `), h('code', {}, c.what || '')),
           diffView(r.diff, `${what}-diff`),
         );
         toast(what === 'undo' ? 'change undone' : 'change redone', 'ok');
