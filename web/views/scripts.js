@@ -129,6 +129,7 @@ export default {
   title: 'Scripts',
   render(root, args) {
     let service = argService(args);
+    let serviceId = null;
     let alive = true;
     const offs = [];
     const ed = makeEditor();
@@ -256,6 +257,23 @@ export default {
 
     const section = h('section', { class: 'uib-view', 'data-test': 'view-scripts' });
     // data-loaded names the service whose file the editor holds (tests wait for it)
+    // The log's new entries (seq after the newest shown), at most once a second.
+    let logTimer = null;
+    const logSoon = () => {
+      if (logTimer) return;
+      logTimer = setTimeout(async () => {
+        logTimer = null;
+        if (!alive || !service) return;
+        try {
+          const log = await get('script/log', { service });
+          for (const x of Array.isArray(log) ? log : []) addLog(x);
+        } catch {
+          /* the next entry tries again */
+        }
+        refetchSoon();
+      }, 1000);
+    };
+
     const load = async () => {
       delete section.dataset.loaded;
       clearError();
@@ -264,6 +282,7 @@ export default {
       if (!service) return;
       try {
         const r = await get('script/get', { service });
+        serviceId = r.service_id;
         ed.value = sourceText(r);
         renderInfo(r);
         renderFunctions(r);
@@ -290,6 +309,7 @@ export default {
       if (deadline.value) p.deadline = Number(deadline.value);
       try {
         const r = await call('script/set', p);
+        serviceId = r.service_id;
         clearError();
         renderInfo(r);
         renderFunctions(r);
@@ -353,8 +373,13 @@ export default {
 
     offs.push(
       on('script_log', (x) => {
-        if (!x || !alive) return;
-        if (x.service !== undefined && x.service !== service) return;
+        if (!x || !alive || !service) return;
+        if (x.service === undefined && x.service_id === undefined) {
+          // an entry that does not say its service: ask for this service's log instead
+          logSoon();
+          return;
+        }
+        if (x.service !== undefined ? x.service !== service : x.service_id !== serviceId) return;
         addLog(x);
         if (x.kind === 'block' || x.kind === 'exception' || x.kind === 'timeout') refetchSoon();
       }),
@@ -390,6 +415,7 @@ export default {
     return () => {
       alive = false;
       clearTimeout(refetchTimer);
+      clearTimeout(logTimer);
       offs.forEach((f) => f());
     };
   },
