@@ -313,7 +313,8 @@ export default {
         clearError();
         renderInfo(r);
         renderFunctions(r);
-        toast(`script set: ${(r.functions || []).length} functions`, 'ok');
+        const n = (r.functions || []).length;
+        toast(`script set: ${n} function${n === 1 ? '' : 's'}`, 'ok');
       } catch (e) {
         showError(e);
         toast('script refused: nothing was stored', 'error');
