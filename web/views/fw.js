@@ -15,10 +15,6 @@ const OPTIONS = [
   ['dhcp', 'accept DHCP and DHCPv6'],
 ];
 
-// A choice word of fgexctl's usage (`fw policy accept|drop`, `fw set OPTION on|off`) has no
-// positional name: it goes as a word of the command's path, as fgexctl takes it.
-const cmdPolicy = (action) => `fw/policy/${action}`;
-const cmdSet = (opt, onoff) => `fw/set/${opt}/${onoff ? 'on' : 'off'}`;
 
 export default {
   id: 'fw',
@@ -159,14 +155,16 @@ export default {
           ['accept', 'drop'].map((a) => h('option', { value: a }, a)),
         );
         sel.value = (r.policy && r.policy[d]) || 'accept';
-        sel.addEventListener('change', () => run(cmdPolicy(sel.value), { dir: d }, `policy ${d}: ${sel.value}`));
+        // `fw policy accept|drop --dir D`: the choice is the parameter "policy"
+        sel.addEventListener('change', () => run('fw/policy', { policy: sel.value, dir: d }, `policy ${d}: ${sel.value}`));
         policyBox.append(h('label', {}, `${d} `, sel));
       }
 
       clear(optBox);
       for (const [k, what] of OPTIONS) {
         const cb = h('input', { type: 'checkbox', checked: !!(r.options && r.options[k]), 'data-test': `fw-opt-${k}` });
-        cb.addEventListener('change', () => run(cmdSet(k, cb.checked), {}, `${k} ${cb.checked ? 'on' : 'off'}`));
+        // `fw set OPTION on|off`: "option" and "value"
+        cb.addEventListener('change', () => run('fw/set', { option: k, value: cb.checked ? 'on' : 'off' }, `${k} ${cb.checked ? 'on' : 'off'}`));
         optBox.append(h('label', { title: what }, cb, ` ${k}`));
       }
 

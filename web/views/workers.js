@@ -22,9 +22,6 @@ const LABELS = {
 const RESTARTABLE = new Set(['nfq', 'proxy']);
 const REFRESH_MS = 3000;
 
-// `worker restart nfq|proxy|all`: the kind is a word of the command (no positional name).
-const cmdRestart = (kind) => `worker/restart/${kind}`;
-
 export default {
   id: 'workers',
   title: 'Workers',
@@ -40,7 +37,7 @@ export default {
       const what = kind === 'all' ? 'every data-path worker' : `the ${kind} worker`;
       if (!(await confirmBox(`Restart ${what}? Its connections in flight are cut.`, 'Restart'))) return;
       try {
-        show(await call(cmdRestart(kind), {}));
+        show(await call('worker/restart', { kind }));
         toast(`${kind} restarted`, 'ok');
       } catch (e) {
         toast(e.message, 'error');

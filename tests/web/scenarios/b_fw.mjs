@@ -42,6 +42,26 @@ export default async function ({ page, base, shot, login }) {
   check(pos(fw, 'b_udp') === p0 && pos(fw, 'b_ssh') === p0 + 1, 'moved up', fw.rules);
   await shot('rules');
 
+  // a policy and an option, set from the page and set back
+  const until = async (what, fn) => {
+    for (let i = 0; i < 50; i++) {
+      const x = await fwList(page);
+      if (fn(x)) return x;
+      await page.waitForTimeout(100);
+    }
+    throw new Error(`firewall never showed ${what}`);
+  };
+  await page.selectOption('[data-test=fw-policy-forward]', 'drop');
+  await until('policy forward drop', (x) => x.policy.forward === 'drop' && x.policy.in === 'accept');
+  await page.selectOption('[data-test=fw-policy-forward]', 'accept');
+  await until('policy forward accept', (x) => x.policy.forward === 'accept');
+  const dhcp = (await fwList(page)).options.dhcp;
+  await page.click('[data-test=fw-opt-dhcp]');
+  await until('dhcp switched', (x) => x.options.dhcp === !dhcp);
+  check((await page.isChecked('[data-test=fw-opt-dhcp]')) === !dhcp, 'the box shows the option');
+  await page.click('[data-test=fw-opt-dhcp]');
+  await until('dhcp back', (x) => x.options.dhcp === dhcp);
+
   // with confirmation, kept: the countdown shows, Keep confirms, the change stays
   await page.check('[data-test=fw-confirm-on]');
   await page.fill('[data-test=fw-confirm-secs]', '30');
