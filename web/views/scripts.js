@@ -53,9 +53,14 @@ function makeEditor() {
   const wrap = h('div', { class: 'ed' }, gutter, h('div', { class: 'ed-main' }, back, ta));
   let errLine = 0;
   let errText = '';
+  let painted = ''; // the line count and mark drawn last: a keystroke within a line redraws nothing
 
   const paint = () => {
-    const n = Math.max(1, ta.value.split('\n').length);
+    let n = 1;
+    for (let i = ta.value.indexOf('\n'); i !== -1; i = ta.value.indexOf('\n', i + 1)) n++;
+    const key = `${n}:${errLine}:${errText}`;
+    if (key === painted) return scroll();
+    painted = key;
     clear(gutter);
     clear(back);
     for (let i = 1; i <= n; i++) {
@@ -332,6 +337,16 @@ export default {
       }
     };
 
+    const opener = h('input', { type: 'file', accept: '.py,text/x-python,text/plain', hidden: true, 'data-test': 'script-open-file' });
+    opener.addEventListener('change', async () => {
+      const f = opener.files && opener.files[0];
+      if (!f) return;
+      ed.value = await f.text();
+      ed.mark(0);
+      opener.value = '';
+      toast(`${f.name} loaded into the editor: Set stores it`, 'info');
+    });
+
     pick.addEventListener('change', () => {
       service = pick.value;
       load();
@@ -347,6 +362,8 @@ export default {
           h('label', {}, 'Deadline (ms) ', deadline),
           btn('Set', 'script-save', save, 'primary'),
           btn('Reload', 'script-load', load),
+          btn('Open a file…', 'script-open', () => opener.click()),
+          opener,
           btn('Remove', 'script-rm', remove, 'danger'),
           info,
         ),

@@ -30,6 +30,11 @@ export default async function ({ page, base, shot, login }) {
   await view(page, base, 'scripts', svc);
   await page.waitForSelector(`[data-test=view-scripts][data-loaded=${svc}]`);
 
+  // a local file opened into the editor (not stored until Set)
+  await page.setInputFiles('[data-test=script-open-file]', { name: 'bad.py', mimeType: 'text/plain', buffer: Buffer.from(BAD) });
+  await page.waitForFunction((b) => document.querySelector('[data-test=script-editor]').value === b, BAD);
+  check((await page.locator('[data-test=script-editor] ~ *').count()) === 0 && (await page.locator('.ed-ln').count()) === BAD.split('\n').length, 'a line number per line');
+
   // refused: the error names line 5, the gutter marks it, nothing is stored
   await page.fill('[data-test=script-editor]', BAD);
   await page.click('[data-test=script-save]');
