@@ -1,7 +1,7 @@
 // Administration: controld's status and version, the TLS fingerprint (fgexctl cert), a backup
 // exported (download) and imported (a dry run's diff first, then applied), the password changed
 // with the other sessions expired if asked.
-import { call, get } from '../lib/api.js';
+import { call, get, downloadUrl } from '../lib/api.js';
 import { h, clear, toast, confirmBox } from '../lib/ui.js';
 import { diffView } from './history.js';
 
@@ -63,11 +63,24 @@ export default {
       'The file will hold the TLS services\' private keys: keep it as secret as the box itself.',
     );
     secrets.addEventListener('change', () => (secretsWarn.hidden = !secrets.checked));
+    // The export file's bytes exactly as controld wrote them (not parsed and written again: a
+    // backup keeps every byte), saved under a dated name.
     const doExport = async () => {
       try {
-        const doc = await get('export', secrets.checked ? { with_secrets: true } : {});
+        const res = await fetch(downloadUrl('export', secrets.checked ? { with_secrets: true } : {}), {
+          credentials: 'same-origin',
+          headers: { Accept: 'application/json' },
+        });
+        const text = await res.text();
+        let doc = null;
+        try {
+          doc = JSON.parse(text);
+        } catch {
+          /* said below */
+        }
+        if (!res.ok || !doc) throw new Error((doc && doc.error) || `export: HTTP ${res.status}`);
         const stamp = new Date().toISOString().replace(/[:]/g, '').replace(/\..*$/, '');
-        saveFile(`fgex-backup-${stamp}.json`, JSON.stringify(doc, null, 2) + '\n', 'application/json');
+        saveFile(`fgex-backup-${stamp}.json`, text, 'application/json');
         toast(`exported ${(doc.services || []).length} services`, 'ok');
       } catch (e) {
         toast(e.message, 'error');
@@ -84,6 +97,8 @@ export default {
       const file = fileIn.files && fileIn.files[0];
       if (!file) return;
       const text = await file.text();
+      // emptied, so that choosing the same file again (edited since) reads it again
+      fileIn.value = '';
       try {
         const r = await call('import', { file: text, dry_run: true });
         importText = text;
@@ -97,7 +112,7 @@ export default {
           ),
         );
       } catch (e) {
-        importResult.append(h('p', { class: 'uib-err', 'data-test': 'admin-import-error' }, e.message));
+        importResult.append(h('p', { class: 'uib-err', 'data-test': 'admin-import-error' }, `${file.name}: ${e.message}`));
       }
     };
     const apply = async () => {
@@ -108,7 +123,6 @@ export default {
         clear(importResult);
         importResult.append(h('p', { 'data-test': 'admin-import-done' }, `imported: ${r.services} services, ${r.filters} filters`), diffView(r.diff, 'admin-import-diff'));
         importText = null;
-        fileIn.value = '';
         toast('configuration imported', 'ok');
       } catch (e) {
         toast(e.message, 'error');

@@ -15,7 +15,6 @@ const OPTIONS = [
   ['dhcp', 'accept DHCP and DHCPv6'],
 ];
 
-
 export default {
   id: 'fw',
   title: 'Firewall',
@@ -58,6 +57,7 @@ export default {
         return r;
       } catch (e) {
         toast(e.message, 'error');
+        reload(); // the selects and boxes show what is in force again, not what was refused
         return null;
       }
     };

@@ -22,7 +22,10 @@ export default async function ({ page, base, shot, login }) {
   check(/^fgex-backup-.*\.json$/.test(dl.suggestedFilename()), 'file name', dl.suggestedFilename());
   const file = join(tmpdir(), `b_admin-${process.pid}.json`);
   await dl.saveAs(file);
-  const doc = JSON.parse(readFileSync(file, 'utf8'));
+  const raw = readFileSync(file, 'utf8');
+  const doc = JSON.parse(raw);
+  const direct = await page.evaluate(async () => (await fetch('/api/cmd/export', { credentials: 'same-origin' })).text());
+  check(raw === direct, 'the download is the export file byte for byte');
   const list = await mustApi(page, 'service/list', {}, 'GET');
   check(doc.format === 'fgex-config' && doc.services.length === list.length, 'the export holds every service', doc.services.length, list.length);
   await page.check('[data-test=admin-export-secrets]');
@@ -30,6 +33,13 @@ export default async function ({ page, base, shot, login }) {
   const [dl2] = await Promise.all([page.waitForEvent('download'), page.click('[data-test=admin-export]')]);
   check(JSON.parse(readFileSync(await dl2.path(), 'utf8')).format === 'fgex-config', 'export with secrets');
   await page.uncheck('[data-test=admin-export-secrets]');
+
+  // a malformed file: refused with its line and column, nothing offered to apply
+  writeFileSync(file, '{"services": [\n  {"name": "x",}\n]}\n');
+  await page.setInputFiles('[data-test=admin-import-file]', file);
+  const bad = await page.locator('[data-test=admin-import-error]').innerText();
+  check(/line 2/.test(bad), 'the error names the line', bad);
+  check((await page.locator('[data-test=admin-import-apply]').count()) === 0, 'nothing to apply');
 
   // import: the backup plus one service; the dry run shows it and changes nothing
   const ports = new Set(doc.services.map((s) => s.port));
