@@ -349,6 +349,8 @@ export default {
 
     pick.addEventListener('change', () => {
       service = pick.value;
+      // the address names the service shown (a reload keeps it), without routing anew
+      history.replaceState(null, '', `#/scripts/${encodeURIComponent(service)}`);
       load();
     });
 

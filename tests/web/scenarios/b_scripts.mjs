@@ -84,6 +84,17 @@ export default async function ({ page, base, shot, login }) {
   await page.waitForFunction((g) => document.querySelector('[data-test=script-editor]').value === g, GOOD);
   await shot('view');
 
+  // another service picked: the address follows it, and coming back shows this file again
+  const other = (await mustApi(page, 'service/list', {}, 'GET')).find((s) => s.proto === 'tcp' && s.name !== svc);
+  if (other) {
+    await page.selectOption('[data-test=script-service]', other.name);
+    await page.waitForSelector(`[data-test=view-scripts][data-loaded="${other.name}"]`);
+    check(decodeURIComponent(new URL(page.url()).hash) === `#/scripts/${other.name}`, 'the address names the service', page.url());
+    await page.selectOption('[data-test=script-service]', svc);
+    await page.waitForSelector(`[data-test=view-scripts][data-loaded=${svc}]`);
+    check((await page.inputValue('[data-test=script-editor]')) === GOOD, 'back to the file');
+  }
+
   // remove: confirmed, then the view shows no script
   await page.click('[data-test=script-rm]');
   await page.click('[data-test=confirm-ok]');
