@@ -279,20 +279,25 @@ export default {
       }, 1000);
     };
 
+    let loads = 0; // a load overtaken by a later one (another service picked) shows nothing
     const load = async () => {
+      const mine = ++loads;
       delete section.dataset.loaded;
       clearError();
       clear(logList);
       seenSeq = 0;
+      serviceId = null;
       if (!service) return;
       try {
         const r = await get('script/get', { service });
+        if (mine !== loads) return;
         serviceId = r.service_id;
         ed.value = sourceText(r);
         renderInfo(r);
         renderFunctions(r);
         deadline.value = r.deadline_ms || '';
       } catch (e) {
+        if (mine !== loads) return;
         if (e.status === 404 || e.exit === 3) {
           ed.value = TEMPLATE;
           renderInfo(null);
@@ -301,11 +306,12 @@ export default {
       }
       try {
         const log = await get('script/log', { service });
+        if (mine !== loads) return;
         for (const x of Array.isArray(log) ? log : []) addLog(x);
       } catch {
         /* no script, no log */
       }
-      section.dataset.loaded = service;
+      if (mine === loads) section.dataset.loaded = service;
     };
 
     const save = async () => {
