@@ -3,5 +3,10 @@
 import services from './services.js';
 import events from './events.js';
 import charts from './charts.js';
+import scripts from './scripts.js';
+import fw from './fw.js';
+import workers from './workers.js';
+import history from './history.js';
+import admin from './admin.js';
 
-export default [services, events, charts];
+export default [services, events, charts, scripts, fw, workers, history, admin];

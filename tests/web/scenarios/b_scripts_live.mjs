@@ -1,0 +1,55 @@
+// Scripts view, live: a file set from the editor on the core scenario's service (moved to the
+// proxy layer for it) blocks real traffic (env.commands.evil, a client in the client namespace
+// sending env.evil); the page shows the function's block and its print in the log as they
+// happen, and its blocked counter, without a reload. The service is put back as it was.
+import { check, mustApi, view, toastText } from './b_util.js';
+
+const FILE = `from fgex import *
+
+@pyfilter
+def evil_marker(stream: TCPInputStream):
+    if b"evil" in stream.data:
+        print("evil seen by the script")
+        return REJECT
+`;
+
+export default async function ({ page, base, shot, env, login, log }) {
+  check(env.commands && env.commands.evil && env.service, 'the env gives no traffic to send');
+  await login(page);
+  const svc = env.service;
+  const before = await mustApi(page, 'service/show', { service: svc }, 'GET');
+  const filters = await mustApi(page, 'filter/list', { service: svc }, 'GET');
+  // the core scenario's filters would block first: disabled while the script is judged
+  const active = filters.filter((f) => f.active);
+  for (const f of active) await mustApi(page, 'filter/disable', { filter: f.id });
+  if (before.layer !== 'proxy') await mustApi(page, 'service/set', { service: svc, layer: 'proxy' });
+  try {
+    await view(page, base, 'scripts', svc);
+    await page.waitForSelector(`[data-test=view-scripts][data-loaded=${svc}]`);
+    await page.fill('[data-test=script-editor]', FILE);
+    await page.click('[data-test=script-save]');
+    await page.locator('[data-test=script-fn-evil_marker]').waitFor();
+    await toastText(page, 'ok', /script set/);
+
+    const sent = env.run('evil');
+    log('client:', JSON.stringify(sent));
+    // a stand-in server without script_log events: the log is fetched by hand
+    const live = !process.env.FGX_WEB_DEVSERVER || process.env.FGX_WEB_DEVSERVER_SCRIPT_LOG;
+    if (!live) await page.click('[data-test=script-load]');
+    const logBlock = page.locator('[data-test=script-log-line]', { hasText: 'evil_marker' }).filter({ hasText: 'block' });
+    await logBlock.first().waitFor({ timeout: 15000 });
+    await page.locator('[data-test=script-log-line]', { hasText: 'evil seen by the script' }).first().waitFor({ timeout: 15000 });
+    await page.waitForFunction(
+      () => Number(document.querySelector('[data-test=script-fn-evil_marker] td:nth-child(4)').innerText) >= 1,
+      null,
+      { timeout: 15000 },
+    );
+    const list = await mustApi(page, 'script/list', { service: svc }, 'GET');
+    check(list.functions[0].blocked >= 1, 'controld counted the block', list, sent);
+    await shot('live-log');
+  } finally {
+    await mustApi(page, 'script/rm', { service: svc }).catch(() => {});
+    if (before.layer !== 'proxy') await mustApi(page, 'service/set', { service: svc, layer: before.layer });
+    for (const f of active) await mustApi(page, 'filter/enable', { filter: f.id });
+  }
+}
