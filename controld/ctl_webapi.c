@@ -66,12 +66,13 @@ static bool excluded(const struct cli_cmd_def *d)
     return d->group && strcmp(d->group, "script") == 0 && strcmp(d->name, "test") == 0;
 }
 
-/* A positional's web name: "SERVICE" is "service"; "on|off" is "value". */
+/* A positional's web name: "SERVICE" is "service", "ADDR[:PORT]" is "addr"; "on|off" is
+ * "value". */
 static const char *pos_web_name(const char *n, char *buf, size_t len)
 {
     size_t i;
 
-    for (i = 0; n[i] && i + 1 < len; i++) {
+    for (i = 0; n[i] && n[i] != '[' && i + 1 < len; i++) {
         char ch = n[i];
 
         if (ch >= 'A' && ch <= 'Z')
@@ -115,6 +116,14 @@ static void table_build(void)
             for (char *p = c->path; *p; p++)
                 if (*p == ' ')
                     *p = '/';
+            /* `stats --history` has an entry of its own, after stats's: one path, the first */
+            for (size_t k = 0; k < ntable; k++)
+                if (strcmp(table[k].path, c->path) == 0)
+                    n = 0;
+            if (n == 0) {
+                memset(c, 0, sizeof(*c));
+                continue;
+            }
             if (d->flags & CLI_CMD_RAW) {
                 for (size_t k = 0; k < sizeof(fw_pos) / sizeof(fw_pos[0]); k++) {
                     if (d->group && strcmp(d->group, "fw") == 0 &&
