@@ -1026,3 +1026,48 @@ Test(webapi, live_json_is_fgexctl_s)
     free(a);
     json_decref(j);
 }
+
+/* ---- the documentation ---- */
+
+Test(webapi, every_endpoint_is_in_docs_web_md)
+{
+    char *doc = NULL;
+    size_t len = 0;
+    FILE *f = fopen("docs/web.md", "rb");
+
+    cr_assert_not_null(f, "run from the source tree: docs/web.md");
+    {
+        FILE *m = open_memstream(&doc, &len);
+        char buf[4096];
+        size_t n;
+
+        cr_assert_not_null(m);
+        while ((n = fread(buf, 1, sizeof(buf), f)) > 0)
+            (void)fwrite(buf, 1, n, m);
+        (void)fclose(m);
+    }
+    (void)fclose(f);
+    for (size_t i = 0; ctl_webapi_at(i); i++) {
+        const struct ctl_webapi_cmd *c = ctl_webapi_at(i);
+        char row[128];
+        const char *at;
+
+        (void)snprintf(row, sizeof(row), "| `/api/cmd/%s` | %s |", ctl_webapi_path(c),
+                       ctl_webapi_read_only(c) ? "GET, POST" : "POST");
+        at = strstr(doc, row);
+        cr_assert_not_null(at, "docs/web.md has no row '%s'", row);
+        /* and every positional parameter is named in it */
+        for (int k = 0; k < 2; k++) {
+            const char *pn = ctl_webapi_pos_name(c, k);
+            char want[40];
+            const char *eol = strchr(at, '\n');
+
+            if (!pn || strcmp(pn, "show") == 0)
+                continue;
+            (void)snprintf(want, sizeof(want), "`%s`", pn);
+            cr_assert(memmem(at, (size_t)(eol - at), want, strlen(want)),
+                      "docs/web.md's row of %s lacks %s", ctl_webapi_path(c), want);
+        }
+    }
+    free(doc);
+}
