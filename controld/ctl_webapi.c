@@ -330,7 +330,7 @@ static char *own(struct web_build *wb, char *s)
 
 /* A parameter's value as fgexctl would have read it from argv, bytes when b64 (*len says how
  * many: a file's content may hold NULs). NULL with *absent for false/null (not given), NULL
- * with cmd->err set for a value that cannot be one. "" for true. */
+ * with cmd->err set for a value that cannot be one. "" with *flag for true. */
 static const char *param_text(struct web_build *wb, const char *key, const json_t *v, bool b64,
                               size_t *len, bool *absent, bool *flag)
 {
@@ -357,7 +357,7 @@ static const char *param_text(struct web_build *wb, const char *key, const json_
     }
     if (!json_is_string(v)) {
         (void)cli_args_fail(&wb->cmd, CLI_EXIT_USAGE, "parameter '%.60s': expected %s", key,
-                            b64 ? "a base64 string" : "a string, a number or true");
+                            b64 ? "a base64 string" : "a string, an integer or true");
         return NULL;
     }
     s = json_string_value(v);
@@ -379,11 +379,16 @@ static const char *param_text(struct web_build *wb, const char *key, const json_
         *len = n;
         return (const char *)out;
     }
-    if (strcmp(s, "true") == 0)
-        *flag = true;
-    else if (strcmp(s, "false") == 0)
-        *absent = true;
     return s;
+}
+
+/* A flag given as a string (a GET's query): "true" or "" is given, "false" is not; -1 for
+ * anything else. */
+static int str_bool(const char *s)
+{
+    if (*s == '\0' || strcmp(s, "true") == 0)
+        return 1;
+    return strcmp(s, "false") == 0 ? 0 : -1;
 }
 
 /* Text that goes where a C string goes (a name, a regex): no NUL inside. */
@@ -465,6 +470,12 @@ static int param_option(struct web_build *wb, const struct ctl_webapi_cmd *c, co
     s = param_text(wb, key, v, b64, &len, &absent, &flag);
     if (!s && !absent)
         return -EINVAL;
+    if (!absent && !flag && !b64 && (arg != 1 || bit == CLI_OPT_PCAP)) {
+        int b = str_bool(s);
+
+        absent = b == 0;
+        flag = b == 1;
+    }
     if (absent)
         return 0;
     if (bit & WEB_OPTS_FILE) {
@@ -484,7 +495,7 @@ static int param_option(struct web_build *wb, const struct ctl_webapi_cmd *c, co
     if (check_text(wb, key, s, len) < 0)
         return -EINVAL;
     if (arg == 0) {
-        if (!flag && *s != '\0') {
+        if (!flag) {
             char what[96];
 
             (void)snprintf(what, sizeof(what), "option %s takes no value", name);
@@ -493,7 +504,7 @@ static int param_option(struct web_build *wb, const struct ctl_webapi_cmd *c, co
         wb->raw.val[k] = "";
         return 0;
     }
-    if (arg == 1 && flag && *s == '\0') {
+    if (arg == 1 && flag) {
         char what[96];
 
         (void)snprintf(what, sizeof(what), "option %s needs a value", name);
@@ -533,7 +544,7 @@ static int param_word(struct web_build *wb, const char *key, const char *base, c
     w = own(wb, malloc(n));
     if (!w)
         return cli_args_fail(&wb->cmd, CLI_EXIT_ERROR, "out of memory");
-    if (flag && json_is_true(v))
+    if (flag)
         (void)snprintf(w, n, "--%s", base);
     else
         (void)snprintf(w, n, "--%s=%s", base, s);
@@ -592,6 +603,9 @@ static int params_scan(struct web_build *wb, const struct ctl_webapi_cmd *c, con
                     return -EINVAL;
                 if (absent)
                     continue;
+                if (flag)
+                    return cli_args_fail(&wb->cmd, CLI_EXIT_USAGE,
+                                         "parameter '%.60s' takes a value", key);
                 if (c->file_in && strcmp(c->pos[i], "file") == 0) {
                     /* "-" as `import -` reads stdin: the content came with the request */
                     if (add_blob(wb, fname, s, len) < 0)
@@ -599,9 +613,6 @@ static int params_scan(struct web_build *wb, const struct ctl_webapi_cmd *c, con
                     s = fname;
                 } else if (check_text(wb, key, s, len) < 0) {
                     return -EINVAL;
-                } else if (flag && json_is_true(v)) {
-                    return cli_args_fail(&wb->cmd, CLI_EXIT_USAGE,
-                                         "parameter '%.60s' takes a value", key);
                 }
                 pos[i] = s;
                 continue;

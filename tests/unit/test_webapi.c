@@ -378,6 +378,14 @@ Test(webapi, filter_requests)
     /* bytes that are not UTF-8 go base64: \xff\xfe/ */
     same_request(ARGV("filter", "add", "web", "--", "\xff\xfe/-x"), "filter/add",
                  "{\"service\": \"web\", \"regex_b64\": \"//4vLXg=\"}");
+    /* a GET's strings: "true" for a flag, "false" leaves it out; a value "false" stays one */
+    same_request(ARGV("filter", "add", "web", "true", "--label", "false", "--nocase"), "filter/add",
+                 "{\"service\": \"web\", \"regex\": \"true\", \"label\": \"false\", "
+                 "\"nocase\": \"\", \"log\": \"false\"}");
+    web_refuses("filter/add", "{\"service\": \"web\", \"regex\": true}", CLI_EXIT_USAGE,
+                "takes a value");
+    web_refuses("filter/add", "{\"service\": \"web\", \"regex\": \"x\", \"label\": true}",
+                CLI_EXIT_USAGE, "--label needs a value");
     same_request(ARGV("filter", "list", "web"), "filter/list", "{\"service\": \"web\"}");
     same_request(ARGV("filter", "enable", "7"), "filter/enable", "{\"filter\": 7}");
     same_request(ARGV("filter", "disable", "7"), "filter/disable", "{\"filter\": \"7\"}");
