@@ -781,7 +781,8 @@ static int error_body(const char *msg, int code, int http, int *status, void **b
 }
 
 /* controld's refusal as fgexctl reports it: its line (without "fgexctl: "), its exit status. */
-static int reply_error(const Fgx__Ctl__Reply *rep, int *status, void **body, size_t *bodylen)
+static int reply_error(const Fgx__Ctl__Reply *rep, json_t *result, int *status, void **body,
+                       size_t *bodylen)
 {
     char *line = NULL;
     size_t n = 0;
@@ -808,6 +809,10 @@ static int reply_error(const Fgx__Ctl__Reply *rep, int *status, void **body, siz
     free(line);
     if (o && rep->has_duplicate_of &&
         json_object_set_new(o, "duplicate_of", json_integer(rep->duplicate_of)) < 0) {
+        json_decref(o);
+        o = NULL;
+    }
+    if (o && result && json_object_set(o, "result", result) < 0) {
         json_decref(o);
         o = NULL;
     }
@@ -994,9 +999,24 @@ int ctl_webapi_reply(const struct ctl_webapi_cmd *c, const void *req, size_t req
     if (!rq || !rp) {
         rc = error_body(!rq ? "the request does not parse" : "controld's reply does not parse",
                         CLI_EXIT_ERROR, 500, status, body, bodylen);
+    } else if (rp->code == FGX__CTL__CODE__CODE_UNAVAILABLE) {
+        /* stored, but unconfirmed: an error for a page to show, with what fgexctl prints of
+         * the change stored as "result" */
+        json_t *result = NULL;
+
+        rc = reply_ok(c, rq, rp, status, ctype, body, bodylen, disposition);
+        if (rc == 0 && *status == 200 && strcmp(*ctype, "application/json") == 0)
+            result = json_loadb(*body, *bodylen, JSON_DECODE_ANY, NULL);
+        free(*body);
+        free(*disposition);
+        *body = NULL;
+        *bodylen = 0;
+        *disposition = NULL;
+        *ctype = "application/json";
+        rc = rc == -ENOMEM ? rc : reply_error(rp, result, status, body, bodylen);
+        json_decref(result);
     } else if (rp->code != FGX__CTL__CODE__CODE_OK) {
-        /* UNAVAILABLE too: stored, but unconfirmed is an error for a page to show */
-        rc = reply_error(rp, status, body, bodylen);
+        rc = reply_error(rp, NULL, status, body, bodylen);
     } else {
         rc = reply_ok(c, rq, rp, status, ctype, body, bodylen, disposition);
     }

@@ -779,6 +779,38 @@ Test(webapi, replies_print_as_fgexctl_prints_them)
     free(rules);
 }
 
+Test(webapi, unconfirmed_change_is_504_with_what_was_stored)
+{
+    Fgx__Ctl__Reply rep = FGX__CTL__REPLY__INIT;
+    Fgx__Ctl__Filter f1 = FGX__CTL__FILTER__INIT, *fv[1] = {&f1};
+    struct web_reply w;
+    size_t n;
+    char *a;
+    json_t *o, *want;
+
+    f1.id = 7;
+    f1.service_id = 3;
+    f1.regex = "evil";
+    f1.active = true;
+    rep.n_filters = 1;
+    rep.filters = fv;
+    rep.code = FGX__CTL__CODE__CODE_UNAVAILABLE;
+    a = cli_output(ARGV("filter", "add", "web", "evil"), &rep, &n);
+    want = json_loadb(a, n, 0, NULL);
+    cr_assert_not_null(want);
+    w = web_reply("filter/add", "{\"service\": \"web\", \"regex\": \"evil\"}", &rep);
+    cr_assert_eq(w.status, 504);
+    o = json_loadb(w.body, w.len, 0, NULL);
+    cr_assert_not_null(o, "%.*s", (int)w.len, w.body);
+    cr_assert_eq(json_integer_value(json_object_get(o, "exit")), CLI_EXIT_UNAVAILABLE);
+    cr_assert(json_equal(json_object_get(o, "result"), want), "%.*s", (int)w.len, w.body);
+    cr_assert_null(w.disposition);
+    json_decref(o);
+    json_decref(want);
+    free(a);
+    free(w.body);
+}
+
 Test(webapi, export_is_the_document)
 {
     Fgx__Ctl__Reply rep = FGX__CTL__REPLY__INIT;
@@ -875,6 +907,11 @@ Test(webapi, errors_as_fgexctl_reports_them)
             cr_assert_eq(json_integer_value(json_object_get(o, "duplicate_of")), 12);
         else
             cr_assert_null(json_object_get(o, "duplicate_of"));
+        /* stored but unconfirmed: fgexctl prints the change too, so the error carries it */
+        if (rep.code == FGX__CTL__CODE__CODE_UNAVAILABLE)
+            cr_assert(json_is_null(json_object_get(o, "result")), "filter add's null");
+        else
+            cr_assert_null(json_object_get(o, "result"));
         json_decref(o);
         free(w.body);
         free(line);
