@@ -36,6 +36,7 @@ LIBS_TLS := -lmbedtls -lmbedx509 -lmbedcrypto -lcrypt
 LIBS_HS_RT := -lhs_runtime
 LIBS_TEST := $(shell pkg-config --libs criterion 2>/dev/null)
 LIBS_JSON := $(shell pkg-config --libs jansson 2>/dev/null)
+LIBS_HTTP := $(shell pkg-config --libs libmicrohttpd 2>/dev/null || echo -lmicrohttpd)
 LIBS_PCAP := $(shell pkg-config --libs libpcap 2>/dev/null || echo -lpcap)
 
 # ---- generated protobuf-c code (never committed) -------------------------------------------
@@ -95,7 +96,7 @@ $(BUILD)/bin/fgex-python/.stamp: $(PY_SRC)
 $(BUILD)/bin/controld: $(call objs,controld/main.c) $(BUILD)/libctl.a $(BUILD)/libcommon.a
 	@mkdir -p $(dir $@)
 	@echo "  LD      $@"
-	$(Q)$(CC) $(FGX_LDFLAGS) -o $@ $^ $(LIBS_HS) $(LIBS_NET) $(LIBS_TLS) $(LIBS_SSL) $(LIBS_JSON) $(LIBS_BASE) -lm
+	$(Q)$(CC) $(FGX_LDFLAGS) -o $@ $^ $(LIBS_HS) $(LIBS_NET) $(LIBS_HTTP) $(LIBS_TLS) $(LIBS_SSL) $(LIBS_JSON) $(LIBS_BASE) -lm
 
 $(BUILD)/bin/nfqworker: $(call objs,nfqworker/main.c) $(BUILD)/libnfq.a $(BUILD)/libcommon.a
 	@mkdir -p $(dir $@)
@@ -125,7 +126,7 @@ TEST_ARCHIVES := $(BUILD)/libctl.a $(BUILD)/libnfq.a $(BUILD)/libpx.a $(BUILD)/l
 $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(TEST_ARCHIVES)
 	@mkdir -p $(dir $@)
 	@echo "  LD      $@"
-	$(Q)$(CC) $(FGX_LDFLAGS) -o $@ $< $(TEST_ARCHIVES) $(LIBS_TEST) $(LIBS_HS) $(LIBS_NET) $(LIBS_EVENT) $(LIBS_JSON) $(LIBS_PCAP) $(LIBS_TLS) $(LIBS_SSL) $(LIBS_BASE) -lm
+	$(Q)$(CC) $(FGX_LDFLAGS) -o $@ $< $(TEST_ARCHIVES) $(LIBS_TEST) $(LIBS_HS) $(LIBS_NET) $(LIBS_HTTP) $(LIBS_EVENT) $(LIBS_JSON) $(LIBS_PCAP) $(LIBS_TLS) $(LIBS_SSL) $(LIBS_BASE) -lm
 
 unit-tests: $(UNIT_BINS)
 
