@@ -69,9 +69,34 @@ PX_SRC := $(filter-out proxyworker/main.c,$(wildcard proxyworker/*.c))
 CLI_SRC := $(filter-out fgexctl/main.c,$(wildcard fgexctl/*.c))
 SW_SRC := $(wildcard scriptworker/*.c)
 
+# ---- the dashboard's files (web/), built into controld (never committed) ---------------------
+# tools/web_embed writes them into a C file; the list of files is kept in a file of its own that
+# changes only when a file is added or removed, so that either regenerates it too.
+WEB_FILES := $(sort $(shell find web -type f ! -name '.*' 2>/dev/null))
+WEB_GEN := $(BUILD)/gen/ctl_web_files.c
+$(BUILD)/tools/web_embed: tools/web_embed.c
+	@mkdir -p $(dir $@)
+	@echo "  CC      $<"
+	$(Q)$(CC) -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) -o $@ $<
+
+$(BUILD)/gen/web_files.list: FORCE
+	@mkdir -p $(dir $@)
+	@echo '$(WEB_FILES)' | cmp -s - $@ || echo '$(WEB_FILES)' > $@
+
+$(WEB_GEN): $(BUILD)/tools/web_embed $(BUILD)/gen/web_files.list $(WEB_FILES)
+	@echo "  EMBED   web/ -> $@"
+	$(Q)$(BUILD)/tools/web_embed $@ web $(WEB_FILES)
+
+$(BUILD)/gen/ctl_web_files.o: $(WEB_GEN)
+	@echo "  CC      $<"
+	$(Q)$(CC) $(FGX_CFLAGS) $(CFLAGS) -c -o $@ $<
+
+.PHONY: FORCE
+FORCE:
+
 # One archive per module (its objects minus main.o), so unit tests link what they test.
 $(BUILD)/libcommon.a: $(call objs,$(COMMON_SRC)) $(PROTO_O)
-$(BUILD)/libctl.a: $(call objs,$(CTL_SRC))
+$(BUILD)/libctl.a: $(call objs,$(CTL_SRC)) $(BUILD)/gen/ctl_web_files.o
 $(BUILD)/libnfq.a: $(call objs,$(NFQ_SRC))
 $(BUILD)/libpx.a: $(call objs,$(PX_SRC))
 $(BUILD)/libcli.a: $(call objs,$(CLI_SRC))
