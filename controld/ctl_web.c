@@ -30,6 +30,8 @@
 #include "controld/ctl_rpc.h"
 #include "controld/ctl_compile.h"
 #include "controld/ctl_rpc_cmd.h"
+#include "controld/ctl_script_rt.h"
+#include "controld/ctl_store.h"
 #include "controld/ctl_web_files.h"
 #include "controld/ctl_webapi.h"
 #include "fgx/chan_relay.h"
@@ -157,6 +159,12 @@ struct ctl_web {
     uint64_t last_sent_ms;  /* the loop's own: the last message to every stream */
     void *last_stats;       /* the loop's own: the stats Reply last sent */
     size_t last_stats_len;
+    uint64_t script_count;  /* the loop's own: ctl_script_rt_log_count() last looked at */
+    struct web_script_pos {
+        uint32_t service_id;
+        uint64_t last; /* the newest entry of its log sent */
+    } *script_pos;
+    size_t nscript_pos;
     bool primed;
 };
 
@@ -889,14 +897,16 @@ static Fgx__Ctl__Reply *loop_query(struct ctl_ctx *ctx, Fgx__Ctl__Request *r, vo
     Fgx__Ctl__Reply *rep;
     void *req, *buf = NULL;
     size_t len, blen = 0;
+    int rv;
 
     if (pack_request(r, &req, &len) < 0)
         return NULL;
-    if (ctl_rpc_handle(ctx, req, len, &buf, &blen) < 0) {
-        free(req);
-        return NULL;
-    }
+    ctx->stats_no_refresh = true;
+    rv = ctl_rpc_handle(ctx, req, len, &buf, &blen);
+    ctx->stats_no_refresh = false;
     free(req);
+    if (rv < 0)
+        return NULL;
     rep = fgx__ctl__reply__unpack(NULL, blen, buf);
     if (raw && rep) {
         *raw = buf;
@@ -1036,6 +1046,70 @@ static void tick_stats(struct ctl_web *w, struct ctl_ctx *ctx)
     w->last_stats_len = rawlen;
 }
 
+static struct web_script_pos *script_pos(struct ctl_web *w, uint32_t service_id)
+{
+    struct web_script_pos *grown;
+
+    for (size_t i = 0; i < w->nscript_pos; i++)
+        if (w->script_pos[i].service_id == service_id)
+            return &w->script_pos[i];
+    grown = realloc(w->script_pos, (w->nscript_pos + 1) * sizeof(*grown));
+    if (!grown)
+        return NULL;
+    w->script_pos = grown;
+    grown[w->nscript_pos] = (struct web_script_pos){.service_id = service_id};
+    return &grown[w->nscript_pos++];
+}
+
+/* The services' script log entries since the last look (only when any log grew); send: false
+ * when priming (what was logged before is not news). */
+static void tick_script_log(struct ctl_web *w, struct ctl_ctx *ctx, bool send)
+{
+    struct ctl_service *svcs = NULL;
+    struct ctl_txn *t;
+    size_t n = 0;
+    uint64_t count = ctl_script_rt_log_count();
+
+    if (count == w->script_count)
+        return;
+    w->script_count = count;
+    if (ctl_txn_begin(ctx->store, false, &t) < 0)
+        return;
+    if (ctl_store_service_list(t, &svcs, &n) < 0)
+        n = 0;
+    ctl_txn_abort(t);
+    for (size_t i = 0; i < n; i++) {
+        struct ctl_script_reply sr = {0};
+        struct web_script_pos *pos = script_pos(w, svcs[i].id);
+        uint64_t last = 0;
+
+        if (!pos)
+            break;
+        /* a log removed with its script starts again from 1 */
+        if (ctl_script_rt_log(ctx, svcs[i].id, pos->last, &sr, &last) == 0 && last < pos->last)
+            pos->last = 0;
+        for (size_t k = 0; send && k < sr.nentries; k++) {
+            json_t *o = ctl_webapi_script_log_json(sr.entry_ptrs[k]);
+
+            /* which service's log: the page shows one service's at a time */
+            if (o && !json_object_get(o, "service"))
+                json_object_set_new(o, "service", json_string(svcs[i].name));
+            pthread_mutex_lock(&w->lock);
+            broadcast(w, json_msg(0, "script_log", o));
+            pthread_mutex_unlock(&w->lock);
+        }
+        if (last > pos->last)
+            pos->last = last;
+        /* ctl_script_reply_free() frees the struct too: this one is on the stack */
+        for (size_t k = 0; sr.texts && k < sr.nentries * 3; k++)
+            free(sr.texts[k]);
+        free(sr.texts);
+        free(sr.entries);
+        free(sr.entry_ptrs);
+    }
+    free(svcs);
+}
+
 /* Streams whose connection ended go; those whose session ended get `logout` and close. */
 static void tick_sessions(struct ctl_web *w, struct ctl_ctx *ctx)
 {
@@ -1077,20 +1151,26 @@ void ctl_web_tick(struct ctl_web *w, struct ctl_ctx *ctx)
         /* What happened before start is history, not news. */
         w->last_seq = ctx->stats ? ctl_stats_last_seq(ctx->stats) : 0;
         tick_history(w, ctx);
+        if (ctx->store)
+            tick_script_log(w, ctx, false);
         w->primed = true;
         w->last_sent_ms = web_now_ms();
     }
     if (__atomic_load_n(&w->nstreams, __ATOMIC_ACQUIRE) == 0) {
-        /* Nobody watches: keep only the event position current (for hello). */
+        /* Nobody watches: keep only the positions current (the event seq for hello). */
         if (ctx->stats) {
             pthread_mutex_lock(&w->lock);
             w->last_seq = ctl_stats_last_seq(ctx->stats);
             pthread_mutex_unlock(&w->lock);
         }
+        if (ctx->store)
+            tick_script_log(w, ctx, false);
         return;
     }
     if (ctx->stats)
         tick_events(w, ctx);
+    if (ctx->store)
+        tick_script_log(w, ctx, true);
     now = web_now_ms();
     if (now >= w->next_slow_ms) {
         w->next_slow_ms = now + WEB_SLOW_MS;
@@ -1185,6 +1265,7 @@ void ctl_web_stop(struct ctl_web *w)
     for (unsigned i = 0; i < w->replay_n; i++)
         msg_unref(w->replay[(w->replay_head + i) % WEB_REPLAY]);
     free(w->last_stats);
+    free(w->script_pos);
     pthread_mutex_destroy(&w->lock);
     explicit_bzero(w->secret, sizeof(w->secret));
     free(w);

@@ -9,7 +9,7 @@ without a session (401); login, a wrong password refused (401) then locked out (
 Retry-After); the session cookie's flags; CSRF (a missing or forged token 403) and a foreign
 Origin (403); a GET of a changing command (405); a client outside --allow refused before TLS;
 /api/live delivering the block event of a real connection, a change, resuming with
-Last-Event-ID, and `logout` when the session ends; /metrics on both listeners; controld keeps
+Last-Event-ID, a script's log entry, and `logout` when the session ends; /metrics on both listeners; controld keeps
 answering fgexctl while web requests and live streams are open; logout."""
 import base64
 import json
@@ -375,6 +375,41 @@ def web_logout_ends_session_and_stream(env):
     expect(w.req("GET", "/api/session", cookie=tok2), 401, "session after expire")
     w.op(op="live_close", id="m")
     S["tok"], S["csrf"] = login()[:2]
+
+
+PRINTING = """
+from firegex.nfproxy import pyfilter
+from firegex.nfproxy.models import HttpRequestHeader
+
+@pyfilter
+def shout(req: HttpRequestHeader):
+    print("web saw", req.url)
+"""
+
+
+@test
+def web_live_script_log(env):
+    w, tok = W(), S["tok"]
+    _, port = env.service("wscript", "tcp", extra=("--layer", "proxy"))
+    d = os.path.join(env.tmp, "scripts")
+    os.makedirs(d, exist_ok=True)
+    path = os.path.join(d, "shout.py")
+    with open(path, "w") as f:
+        f.write(PRINTING)
+    env.ctl("script", "set", "wscript", path)
+    r = w.op(op="live_open", id="s", headers={"Cookie": "fgex_session=" + tok})
+    check(r.get("status") == 200, "live: %r", r)
+    live_wait(w, "s", lambda e: e.get("event") == "hello", 5, "hello")
+    srv = env.tcp_server(port)
+    req = b"GET /from-the-web HTTP/1.1\r\nHost: svc\r\n\r\n"
+    c = env.tcp_client(SRV4, port, [req, 0.3])
+    it.assert_passed(c, it.server_conn(srv, 1), req)
+    ev, _ = live_wait(w, "s", lambda e: e.get("event") == "script_log" and
+                      "/from-the-web" in e.get("data", ""), 10, "the script's print")
+    dd = json.loads(ev["data"])
+    check(dd.get("service") == "wscript" and "web saw /from-the-web" in dd.get("text", ""),
+          "script_log %r", dd)
+    w.op(op="live_close", id="s")
 
 
 if __name__ == "__main__":
