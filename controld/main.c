@@ -805,6 +805,8 @@ int main(int argc, char **argv)
     /* The firewall's table: its own socket, so it is replaced apart from the services'. */
     rv = ctl_fw_guard_init(&guard, o.listen, o.allow, o.nallow);
     if (rv == 0)
+        rv = ctl_fw_guard_web(&guard, o.web_listen);
+    if (rv == 0)
         rv = ctl_fw_new(NULL, &guard, &fw);
     if (rv < 0) {
         fgx_err("cannot set up the firewall: %s", strerror(-rv));
