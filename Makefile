@@ -118,10 +118,12 @@ $(BUILD)/bin/fgex-python/.stamp: $(PY_SRC)
 		rm -rf $(BUILD)/bin/fgex-python && mv $(BUILD)/bin/fgex-python.new $(BUILD)/bin/fgex-python && \
 		touch $@
 
-$(BUILD)/bin/controld: $(call objs,controld/main.c) $(BUILD)/libctl.a $(BUILD)/libcommon.a
+# controld links fgexctl's command library (libcli.a: the command table, its builders and
+# printers) for its web API (controld/ctl_webapi.c), so both speak the same JSON.
+$(BUILD)/bin/controld: $(call objs,controld/main.c) $(BUILD)/libctl.a $(BUILD)/libcli.a $(BUILD)/libcommon.a
 	@mkdir -p $(dir $@)
 	@echo "  LD      $@"
-	$(Q)$(CC) $(FGX_LDFLAGS) -o $@ $^ $(LIBS_HS) $(LIBS_NET) $(LIBS_HTTP) $(LIBS_TLS) $(LIBS_SSL) $(LIBS_JSON) $(LIBS_BASE) -lm
+	$(Q)$(CC) $(FGX_LDFLAGS) -o $@ $^ $(LIBS_HS) $(LIBS_NET) $(LIBS_HTTP) $(LIBS_TLS) $(LIBS_SSL) $(LIBS_JSON) $(LIBS_PCAP) $(LIBS_BASE) -lm
 
 $(BUILD)/bin/nfqworker: $(call objs,nfqworker/main.c) $(BUILD)/libnfq.a $(BUILD)/libcommon.a
 	@mkdir -p $(dir $@)

@@ -1,6 +1,9 @@
-/* controld web API: the commands of fgexctl's table as /api/cmd/... endpoints (docs/web.md).
- * Pure functions: no I/O, no threads, no global state but the table. The interface between the
- * web server (ctl_web.c) and the command library (/work/wt/tasks/webapi-iface.md). */
+/* controld's web API: /api/cmd/PATH is fgexctl's command PATH ("filter/add"), run through the
+ * very code fgexctl runs it with (its command table, fgexctl/cmd.h, in build/libcli.a): the
+ * request is built by the command's own builder from a JSON object of parameters instead of
+ * argv, and the reply printed by fgexctl's own --json printer, so the two cannot drift apart
+ * (docs/web.md "Commands"). Pure functions: no I/O, no threads, no state but the table, which
+ * is built once. Files a command reads come from the parameters; nothing is opened. */
 #ifndef CTL_WEBAPI_H
 #define CTL_WEBAPI_H
 
@@ -42,6 +45,15 @@ int ctl_webapi_reply(const struct ctl_webapi_cmd *c, const void *req, size_t req
  * New references, NULL when out of memory. */
 json_t *ctl_webapi_event_json(const void *event /* const Fgx__Ctl__Event * */);
 json_t *ctl_webapi_stats_json(const void *rep, size_t replen);
-json_t *ctl_webapi_script_log_json(const void *entry /* the proto type of a script log entry */);
+json_t *ctl_webapi_script_log_json(const void *entry /* const Fgx__Ctl__ScriptLogEntry * */);
+
+/* ---- for the tests and the documentation ---- */
+/* The i-th command of the API in table order (NULL past the end), its PATH, and the web names
+ * of its positional parameters (NULL past its number). */
+const struct ctl_webapi_cmd *ctl_webapi_at(size_t i);
+const char *ctl_webapi_path(const struct ctl_webapi_cmd *c);
+const char *ctl_webapi_pos_name(const struct ctl_webapi_cmd *c, int i);
+/* The HTTP status for fgexctl's exit status (docs/web.md): busy is an error that says so. */
+int ctl_webapi_http_status(int exit_code, bool busy);
 
 #endif

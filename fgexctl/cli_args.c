@@ -562,8 +562,14 @@ int cli_args_build_ref(struct cli_cmd *cmd, const struct cli_cmd_def *def,
     return rc;
 }
 
-static int build_request(struct cli_cmd *cmd, const struct cli_cmd_def *spec,
-                         const struct cli_args_raw *raw)
+void cli_args_opt_info(size_t k, const char **name, uint64_t *bit, int *arg)
+{
+    *name = opt_defs[k].name;
+    *bit = opt_defs[k].bit;
+    *arg = opt_defs[k].arg == ARG_NONE ? 0 : opt_defs[k].arg == ARG_REQUIRED ? 1 : 2;
+}
+
+int cli_args_build(struct cli_cmd *cmd, const struct cli_cmd_def *spec, struct cli_args_raw *raw)
 {
     Fgx__Ctl__Request *r = &cmd->req;
     int rc;
@@ -771,5 +777,5 @@ int cli_args_parse(int argc, char **argv, const char *env_url, struct cli_cmd *c
     }
     cmd->version = (spec->flags & CLI_CMD_VERSION) != 0;
     cmd->offline = (spec->flags & CLI_CMD_OFFLINE) != 0;
-    return build_request(cmd, spec, &raw);
+    return cli_args_build(cmd, spec, &raw);
 }

@@ -6,6 +6,8 @@
 #define CLI_ARGS_H
 
 #include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 
 #include "control.pb-c.h"
 
@@ -100,7 +102,30 @@ struct cli_cmd {
     int (*run_local)(struct cli_cmd *cmd);
     const char *pcap;        /* script test --pcap FILE */
     const char *script_port; /* script test --port PORT, or NULL */
+    /* Set by controld's web API (controld/ctl_webapi.c), which runs the builders and the
+     * printers with no terminal, stdin or file of its own: every file the command would read
+     * is one of blobs (by the name its argument gives), nothing is opened, and nothing is kept
+     * in this file's process-wide state. Zero in fgexctl. */
+    bool in_memory;
+    const struct cli_blob *blobs;
+    size_t nblobs;
 };
+
+/* A file's bytes handed over in memory (struct cli_cmd.blobs), under the name a command's
+ * argument gives it. */
+struct cli_blob {
+    const char *name;
+    const uint8_t *data;
+    size_t len;
+};
+
+/* The one way the commands read a file (cli_blob.c): path's bytes, "-" standing for stdin, at
+ * most max bytes (-EFBIG beyond), NUL-terminated and malloc'd. With cmd->in_memory, the blob
+ * of that name instead (-ENOENT when there is none): nothing is opened. */
+int cli_args_read_file(const struct cli_cmd *cmd, const char *path, size_t max, char **text,
+                       size_t *len);
+/* The blob named name of an in-memory cmd, or NULL. */
+const struct cli_blob *cli_args_blob(const struct cli_cmd *cmd, const char *name);
 
 /* Parse argv (argv[0] is the program). env_url is $FGEX_URL or NULL (passed in so the parse
  * depends on nothing but its arguments). Returns 0 with cmd->req set or cmd->help set, or
@@ -112,6 +137,17 @@ int cli_args_port(const char *s, unsigned *out);
 
 /* An IPv4 or IPv6 address, or a prefix ADDR/LEN (controld checks host bits). */
 bool cli_args_ip_valid(const char *s);
+
+struct cli_cmd_def;
+struct cli_args_raw;
+
+/* Build cmd's request for the command spec from arguments already sorted into raw (as the
+ * parse does after its scan; the web API fills raw from a JSON object). Returns 0 or -EINVAL
+ * with cmd->err and cmd->exit_code set. */
+int cli_args_build(struct cli_cmd *cmd, const struct cli_cmd_def *spec, struct cli_args_raw *raw);
+/* Option k (0..CLI_NOPTS) of the table the scan reads: its name ("--capture-bytes"), its
+ * CLI_OPT_* bit, and whether it takes a value: 0 never, 1 always, 2 only as --opt=VALUE. */
+void cli_args_opt_info(size_t k, const char **name, uint64_t *bit, int *arg);
 
 /* The top-level usage text. */
 const char *cli_args_usage(void);

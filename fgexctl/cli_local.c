@@ -34,11 +34,11 @@ static int lfail(struct cli_local *l, int code, int rc, const char *fmt, ...)
     return rc;
 }
 
-/* FILE, or stdin for "-". */
-static int read_input(struct cli_local *l, const char *file, char **text, size_t *len)
+/* FILE, or stdin for "-" (or what the web API handed over: cli_args_read_file). */
+static int read_input(const struct cli_cmd *cmd, struct cli_local *l, const char *file,
+                      char **text, size_t *len)
 {
-    int rc =
-        cli_pin_read_file(strcmp(file, "-") == 0 ? "/dev/stdin" : file, CLI_IMPORT_MAX, text, len);
+    int rc = cli_args_read_file(cmd, file, CLI_IMPORT_MAX, text, len);
 
     if (rc < 0)
         return lfail(l, CLI_EXIT_ERROR, rc, "cannot read %s: %s", file,
@@ -58,6 +58,21 @@ int cli_local_prepare(struct cli_cmd *cmd, struct cli_local *l)
     case FGX__CTL__REQUEST__REQ_PASSWD: {
         bool passwd = cmd->req.req_case == FGX__CTL__REQUEST__REQ_PASSWD;
 
+        if (cmd->in_memory) {
+            /* No terminal and no stdin to ask: the password is the blob's first line. */
+            rc = cli_args_read_file(cmd, cmd->password_file ? cmd->password_file : "", CLI_PASSWORD_MAX,
+                                    &l->password, &len);
+            if (rc < 0)
+                return lfail(l, CLI_EXIT_USAGE, rc, "%s: %s", passwd ? "passwd" : "login",
+                             rc == -EFBIG ? "the password is too long"
+                                          : "give the password (password_file)");
+            l->password[strcspn(l->password, "\r\n")] = '\0';
+            if (passwd)
+                cmd->m.passwd.password = l->password;
+            else
+                cmd->m.login.password = l->password;
+            return 0;
+        }
         rc = cli_password_read(cmd->password_file, passwd, &l->password, why, sizeof(why));
         if (rc < 0)
             return lfail(l, rc == -EINVAL ? CLI_EXIT_INVALID : CLI_EXIT_ERROR, rc, "%s: %s",
@@ -69,7 +84,7 @@ int cli_local_prepare(struct cli_cmd *cmd, struct cli_local *l)
         return 0;
     }
     case FGX__CTL__REQUEST__REQ_CONFIG_IMPORT:
-        rc = read_input(l, cmd->file, &text, &len);
+        rc = read_input(cmd, l, cmd->file, &text, &len);
         if (rc < 0)
             return rc;
         rc = cli_config_read(text, len, &l->config, why, sizeof(why));
@@ -81,7 +96,7 @@ int cli_local_prepare(struct cli_cmd *cmd, struct cli_local *l)
         cmd->req.config_import = l->config;
         return 0;
     case FGX__CTL__REQUEST__REQ_FILTER_IMPORT:
-        rc = read_input(l, cmd->file, &text, &len);
+        rc = read_input(cmd, l, cmd->file, &text, &len);
         if (rc < 0)
             return rc;
         rc = cli_ruleset_parse(text, len, &cmd->m.filter_import, why, sizeof(why));
@@ -93,7 +108,7 @@ int cli_local_prepare(struct cli_cmd *cmd, struct cli_local *l)
         l->ruleset = true;
         return 0;
     case FGX__CTL__REQUEST__REQ_FW_IMPORT:
-        rc = read_input(l, cmd->file, &l->fw_text, &len);
+        rc = read_input(cmd, l, cmd->file, &l->fw_text, &len);
         if (rc < 0)
             return rc;
         rc = cli_fw_file_parse(l->fw_text, len, &cmd->m.fw.imp, why, sizeof(why));
@@ -103,7 +118,7 @@ int cli_local_prepare(struct cli_cmd *cmd, struct cli_local *l)
                          rc == -EINVAL ? why : strerror(-rc));
         return 0;
     case FGX__CTL__REQUEST__REQ_SCRIPT_SET:
-        rc = read_input(l, cmd->file, &l->script, &len);
+        rc = read_input(cmd, l, cmd->file, &l->script, &len);
         if (rc < 0)
             return rc;
         cmd->m.script_set.source.data = (uint8_t *)l->script;

@@ -51,7 +51,15 @@
 #define CLI_OPT_UPSTREAM (UINT64_C(1) << 29)
 #define CLI_OPT_WITH_SECRETS (UINT64_C(1) << 30)
 /* capture (cmd_capture.c) */
-#define CLI_OPT_CAPTURE (UINT64_C(1) << 31) /* service add/set --capture on|off */
+#define CLI_OPT_CAPTURE (UINT64_C(1) << 31) /* The same pcap in memory for the web API: *buf malloc'd. Returns 0 or -errno with err set. */
+int cli_cmd_capture_pcap(const Fgx__Ctl__Reply *rep, uint8_t **buf, size_t *len, char *err,
+                         size_t errlen);
+/* `events show SEQ --raw [--dir s2c]`'s bytes in memory: one direction of the event's capture,
+ * *buf malloc'd. Returns 0, -ENOENT (no capture kept) or -ENOMEM. */
+int cli_cmd_event_raw(const Fgx__Ctl__Reply *rep, bool s2c, uint8_t **buf, size_t *len);
+/* One script log entry as `script log --follow --json` prints it (cmd_script.c). */
+json_t *cli_cmd_script_log_entry_json(const Fgx__Ctl__ScriptLogEntry *e);
+/* service add/set --capture on|off */
 #define CLI_OPT_CAPTURE_BYTES (UINT64_C(1) << 32) /* --capture-bytes N */
 #define CLI_OPT_CAPTURE_CONNS (UINT64_C(1) << 33) /* --capture-conns N */
 #define CLI_OPT_PCAP (UINT64_C(1) << 34) /* capture --pcap FILE */
@@ -146,6 +154,14 @@ int cli_cmd_offline_run(const struct cli_cmd *cmd, FILE *out, FILE *err);
  * --service` runs a file over it). Returns 0 or -errno with err set; *conns: how many. */
 int cli_cmd_capture_write(const Fgx__Ctl__Reply *rep, const char *path, size_t *conns, char *err,
                           size_t errlen);
+/* The same pcap in memory for the web API: *buf malloc'd. Returns 0 or -errno with err set. */
+int cli_cmd_capture_pcap(const Fgx__Ctl__Reply *rep, uint8_t **buf, size_t *len, char *err,
+                         size_t errlen);
+/* `events show SEQ --raw [--dir s2c]`'s bytes in memory: one direction of the event's capture,
+ * *buf malloc'd. Returns 0, -ENOENT (no capture kept) or -ENOMEM. */
+int cli_cmd_event_raw(const Fgx__Ctl__Reply *rep, bool s2c, uint8_t **buf, size_t *len);
+/* One script log entry as `script log --follow --json` prints it (cmd_script.c). */
+json_t *cli_cmd_script_log_entry_json(const Fgx__Ctl__ScriptLogEntry *e);
 /* service add/set --capture on|off --capture-bytes N --capture-conns N into the message's
  * capture fields (the same three in ServiceAdd and ServiceSet). Returns 0 or -EINVAL; *any set
  * when one was given. */

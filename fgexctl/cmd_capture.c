@@ -71,10 +71,9 @@ const char cli_cmd_usage_filter_test[] =
     "warnings}.\n"
     "\n" CLI_SERVICE_HELP_NOTE;
 
-/* Options that only shape what fgexctl does with the reply (one command per process). */
+/* Where fgexctl writes the pcap (one command per process); the web API (cmd->in_memory)
+ * leaves it alone and asks for the bytes (cli_cmd_capture_pcap). */
 static const char *pcap_path;
-static bool show_raw;
-static int show_raw_dir;
 
 /* ---- service add/set options ---- */
 
@@ -164,11 +163,13 @@ static int build_capture(struct cli_cmd *cmd, const struct cli_cmd_def *spec,
     if (rc < 0)
         return rc;
     m->service = (char *)raw->pos[0];
-    pcap_path = cli_args_opt(raw, CLI_OPT_PCAP);
-    if (!pcap_path || !*pcap_path)
+    v = cli_args_opt(raw, CLI_OPT_PCAP);
+    if (!v || !*v)
         return cli_args_fail_usage(cmd, spec, "missing --pcap FILE");
-    if (cmd->json && strcmp(pcap_path, "-") == 0)
+    if (cmd->json && strcmp(v, "-") == 0 && !cmd->in_memory)
         return cli_args_fail_usage(cmd, spec, "--pcap - and --json would both write to stdout");
+    if (!cmd->in_memory)
+        pcap_path = v;
     if (cli_args_opt(raw, CLI_OPT_BLOCKED)) {
         m->has_blocked = 1;
         m->blocked = 1;
@@ -391,8 +392,9 @@ struct pcap_result {
     size_t conns, blocked, packets;
 };
 
-static int write_pcap(const Fgx__Ctl__Reply *rep, const char *path, struct pcap_result *res,
-                      char *err, size_t errlen)
+/* To path, or with path NULL to fp (which the dump closes). */
+static int write_pcap(const Fgx__Ctl__Reply *rep, const char *path, FILE *fp,
+                      struct pcap_result *res, char *err, size_t errlen)
 {
     struct pkts ps = {0};
     pcap_t *p = NULL;
@@ -422,9 +424,9 @@ static int write_pcap(const Fgx__Ctl__Reply *rep, const char *path, struct pcap_
         rv = -ENOMEM;
         goto out;
     }
-    dp = pcap_dump_open(p, strcmp(path, "-") == 0 ? "-" : path);
+    dp = path ? pcap_dump_open(p, path) : pcap_dump_fopen(p, fp);
     if (!dp) {
-        (void)snprintf(err, errlen, "%s: %s", path, pcap_geterr(p));
+        (void)snprintf(err, errlen, "%s: %s", path ? path : "pcap", pcap_geterr(p));
         rv = -EIO;
         goto out;
     }
@@ -439,12 +441,14 @@ static int write_pcap(const Fgx__Ctl__Reply *rep, const char *path, struct pcap_
     }
     res->packets = ps.n;
     if (pcap_dump_flush(dp) != 0) {
-        (void)snprintf(err, errlen, "%s: write failed", path);
+        (void)snprintf(err, errlen, "%s: write failed", path ? path : "pcap");
         rv = -EIO;
     }
 out:
     if (dp)
         pcap_dump_close(dp);
+    else if (!path && fp)
+        (void)fclose(fp);
     if (p)
         pcap_close(p);
     for (size_t i = 0; i < ps.n; i++)
@@ -457,11 +461,55 @@ int cli_cmd_capture_write(const Fgx__Ctl__Reply *rep, const char *path, size_t *
                           size_t errlen)
 {
     struct pcap_result res;
-    int rv = write_pcap(rep, path, &res, err, errlen);
+    int rv = write_pcap(rep, path, NULL, &res, err, errlen);
 
     if (rv == 0 && conns)
         *conns = res.conns;
     return rv;
+}
+
+int cli_cmd_capture_pcap(const Fgx__Ctl__Reply *rep, uint8_t **buf, size_t *len, char *err,
+                         size_t errlen)
+{
+    struct pcap_result res;
+    char *data = NULL;
+    size_t n = 0;
+    FILE *mf = open_memstream(&data, &n);
+    int rv;
+
+    if (!mf) {
+        (void)snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    rv = write_pcap(rep, NULL, mf, &res, err, errlen); /* closes mf */
+    if (rv < 0) {
+        free(data);
+        return rv;
+    }
+    *buf = (uint8_t *)data;
+    *len = n;
+    return 0;
+}
+
+int cli_cmd_event_raw(const Fgx__Ctl__Reply *rep, bool s2c, uint8_t **buf, size_t *len)
+{
+    struct fgx_cap c;
+    size_t n;
+
+    if (rep->n_captures == 0 ||
+        fgx_cap_decode(rep->captures[0].data, rep->captures[0].len, &c) < 0)
+        return -ENOENT;
+    n = c.len[s2c ? 1 : 0];
+    *buf = malloc(n ? n : 1);
+    if (!*buf) {
+        fgx_cap_release(&c);
+        return -ENOMEM;
+    }
+    if (n)
+        memcpy(*buf, c.data[s2c ? 1 : 0], n);
+    *len = n;
+    fgx_cap_release(&c);
+    return 0;
 }
 
 static int human_capture(FILE *f, const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep)
@@ -471,7 +519,7 @@ static int human_capture(FILE *f, const Fgx__Ctl__Request *req, const Fgx__Ctl__
     bool out_stdout = strcmp(pcap_path, "-") == 0;
 
     (void)req;
-    if (write_pcap(rep, pcap_path, &res, err, sizeof(err)) < 0) {
+    if (write_pcap(rep, pcap_path, NULL, &res, err, sizeof(err)) < 0) {
         (void)fprintf(stderr, "fgexctl: capture: %s\n", err);
         return -EIO;
     }
@@ -488,7 +536,7 @@ static json_t *json_capture(const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply 
     char err[512];
 
     (void)req;
-    if (write_pcap(rep, pcap_path, &res, err, sizeof(err)) < 0) {
+    if (write_pcap(rep, pcap_path, NULL, &res, err, sizeof(err)) < 0) {
         (void)fprintf(stderr, "fgexctl: capture: %s\n", err);
         return NULL;
     }
@@ -512,14 +560,17 @@ int cli_cmd_event_show_build(struct cli_cmd *cmd, const struct cli_cmd_def *spec
                              "events show: invalid SEQ '%.60s': expected an event's seq number",
                              s ? s : "");
     m->seq = strtoull(s, NULL, 10);
-    show_raw = cli_args_opt(raw, CLI_OPT_RAW) != NULL;
-    show_raw_dir = 0;
+    if (cli_args_opt(raw, CLI_OPT_RAW)) {
+        m->has_raw = 1;
+        m->raw = 1;
+    }
     if ((v = cli_args_opt(raw, CLI_OPT_DIR))) {
-        if (strcmp(v, "c2s") == 0)
-            show_raw_dir = 0;
-        else if (strcmp(v, "s2c") == 0)
-            show_raw_dir = 1;
-        else
+        if (strcmp(v, "c2s") == 0) {
+            m->has_raw_s2c = 0;
+        } else if (strcmp(v, "s2c") == 0) {
+            m->has_raw_s2c = 1;
+            m->raw_s2c = 1;
+        } else
             return cli_args_fail(cmd, CLI_EXIT_INVALID,
                                  "events show: invalid --dir '%.60s': use c2s or s2c", v);
     }
@@ -561,10 +612,11 @@ static void hexdump(FILE *f, const uint8_t *p, size_t from, size_t to)
 static int human_event_show(FILE *f, const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep)
 {
     const Fgx__Ctl__Event *e = rep->n_events ? rep->events[0] : NULL;
+    bool show_raw = req->event_show && req->event_show->raw;
+    int show_raw_dir = req->event_show && req->event_show->raw_s2c ? 1 : 0;
     struct fgx_cap c;
     char t[64], a[INET6_ADDRSTRLEN + 16], b[INET6_ADDRSTRLEN + 16];
 
-    (void)req;
     if (!e)
         return 0;
     if (rep->n_captures == 0 ||
@@ -660,8 +712,7 @@ static json_t *json_event_show(const Fgx__Ctl__Request *req, const Fgx__Ctl__Rep
     json_t *o, *ev;
     struct fgx_cap c;
 
-    (void)req;
-    if (show_raw) {
+    if (req->event_show && req->event_show->raw) {
         /* --raw writes bytes, not JSON. */
         (void)human_event_show(stdout, req, rep);
         return json_null();

@@ -349,21 +349,26 @@ static int run_test(struct cli_cmd *cmd)
     return run_engine(cmd, cmd->pcap, false);
 }
 
+json_t *cli_cmd_script_log_entry_json(const Fgx__Ctl__ScriptLogEntry *e)
+{
+    json_t *o = json_object();
+
+    if (o) {
+        (void)json_object_set_new(o, "seq", json_integer((json_int_t)e->seq));
+        (void)json_object_set_new(o, "time_ns", json_integer((json_int_t)e->time_ns));
+        (void)json_object_set_new(o, "kind", cli_json_str(e->kind));
+        (void)json_object_set_new(o, "function", cli_json_str(e->function));
+        (void)json_object_set_new(o, "text", cli_json_str(e->text));
+    }
+    return o;
+}
+
 static void print_entry(FILE *f, const Fgx__Ctl__ScriptLogEntry *e, bool json)
 {
     char when[64];
 
     if (json) {
-        json_t *o = json_object();
-
-        if (o) {
-            (void)json_object_set_new(o, "seq", json_integer((json_int_t)e->seq));
-            (void)json_object_set_new(o, "time_ns", json_integer((json_int_t)e->time_ns));
-            (void)json_object_set_new(o, "kind", cli_json_str(e->kind));
-            (void)json_object_set_new(o, "function", cli_json_str(e->function));
-            (void)json_object_set_new(o, "text", cli_json_str(e->text));
-        }
-        (void)cli_json_print(f, o, false);
+        (void)cli_json_print(f, cli_cmd_script_log_entry_json(e), false);
         return;
     }
     cli_fmt_time(e->time_ns, false, when, sizeof(when));

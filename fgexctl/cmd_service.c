@@ -156,9 +156,22 @@ static int read_pem(struct cli_cmd *cmd, const char *opt, const char *path, Prot
 {
     static uint8_t bufs[2][TLS_PEM_MAX + 1];
     uint8_t *buf = bufs[strcmp(opt, "--tls-key") == 0];
-    FILE *f = fopen(path, "rb");
+    FILE *f;
     size_t n;
 
+    if (cmd->in_memory) {
+        /* the web API: the PEM came with the request, and the request points at it */
+        const struct cli_blob *b = cli_args_blob(cmd, path);
+
+        if (!b || b->len == 0 || b->len > TLS_PEM_MAX)
+            return cli_args_fail(cmd, CLI_EXIT_INVALID, "%s: %s", opt,
+                                 !b || b->len == 0 ? "the file is empty"
+                                                   : "larger than 64 KiB: not a PEM file");
+        out->data = (uint8_t *)b->data;
+        out->len = b->len;
+        return 0;
+    }
+    f = fopen(path, "rb");
     if (f == NULL)
         return cli_args_fail(cmd, CLI_EXIT_INVALID, "%s %.200s: cannot read it: %s", opt, path,
                              strerror(errno));
