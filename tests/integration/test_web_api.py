@@ -20,6 +20,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fgxit as it  # noqa: E402
+import fgxweb  # noqa: E402
 from fgxit import CLI_IF, EVIL, SRV4, check, test  # noqa: E402
 
 WEB_PORT = 8443
@@ -30,61 +31,7 @@ ARGS = ["--web-listen", "%s:%d" % (SRV4, WEB_PORT), "--allow", "10.77.0.2/32",
 PASSWORD = "web-test-password-1"
 HERE = os.path.dirname(os.path.abspath(__file__))
 S = {}
-
-
-class Web:
-    """webclient.py in a namespace: one request or stream operation per call."""
-
-    def __init__(self, env, ns, host, port):
-        self.p = subprocess.Popen(["ip", "netns", "exec", ns, it.PY,
-                                   os.path.join(HERE, "webclient.py"), host, str(port)],
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        env.helpers.append(self)
-        check(json.loads(self.p.stdout.readline()).get("ready"), "webclient did not start")
-
-    def op(self, **cmd):
-        self.p.stdin.write(json.dumps(cmd) + "\n")
-        self.p.stdin.flush()
-        line = self.p.stdout.readline()
-        check(line, "webclient died")
-        return json.loads(line)
-
-    def req(self, method, path, body=None, headers=None, cookie=None, csrf=None, **kw):
-        h = dict(headers or {})
-        if cookie:
-            h["Cookie"] = "fgex_session=" + cookie
-        if csrf:
-            h["X-CSRF-Token"] = csrf
-        data = None
-        if body is not None:
-            data = body if isinstance(body, bytes) else json.dumps(body).encode()
-            h.setdefault("Content-Type", "application/json")
-        r = self.op(op="req", method=method, path=path, headers=h,
-                    body_b64=base64.b64encode(data).decode() if data is not None else None,
-                    **kw)
-        if "body_b64" in r:
-            r["body"] = base64.b64decode(r["body_b64"])
-            r["hdr"] = {k.lower(): v for k, v in r["headers"]}
-            r["hdrs"] = r["headers"]
-            try:
-                r["json"] = json.loads(r["body"])
-            except ValueError:
-                r["json"] = None
-        return r
-
-    def stop(self):
-        try:
-            self.p.stdin.close()
-        except OSError:
-            pass
-        self.p.kill()
-        self.p.wait()
-
-
-def expect(r, status, what):
-    check(r.get("status") == status, "%s: status %r, expected %d (%s)", what, r.get("status"),
-          status, r.get("error") or r.get("body", b"")[:300])
-    return r
+Web, expect = fgxweb.Web, fgxweb.expect
 
 
 def login(w=None):
@@ -230,7 +177,7 @@ def web_commands_csrf_and_origin(env):
     expect(w.req("POST", "/api/cmd/service/list", b"{not json", cookie=tok, csrf=csrf), 400,
            "a body that is no JSON")
     port = env.port()
-    r = expect(w.req("POST", "/api/cmd/service/add", {"name": "wapi", "port": port}, cookie=tok,
+    r = expect(w.req("POST", "/api/cmd/service/add", {"name": "wapi", "proto": "tcp", "port": port}, cookie=tok,
                      csrf=csrf), 200, "service add")
     names = [s["name"] for s in env.services()]
     check("wapi" in names, "service add through the web did not add: %r", names)
@@ -238,9 +185,9 @@ def web_commands_csrf_and_origin(env):
     rows = hist if isinstance(hist, list) else hist.get("changes", [])
     who = [c.get("who", "") for c in rows if "wapi" in c.get("what", "")]
     check(who and who[-1].startswith("10.77.0.2 session "), "history who %r", who)
-    r = expect(w.req("POST", "/api/cmd/service/add", {"name": "wapi", "port": port}, cookie=tok,
-                     csrf=csrf), 400, "a duplicate service")
-    check(r["json"].get("exit") == 4, "duplicate: %r", r["json"])
+    r = expect(w.req("POST", "/api/cmd/service/add", {"name": "wapi", "proto": "tcp", "port": port}, cookie=tok,
+                     csrf=csrf), 409, "a duplicate service")
+    check(r["json"].get("exit") == 5, "duplicate: %r", r["json"])
 
 
 @test
