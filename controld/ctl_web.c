@@ -144,6 +144,7 @@ struct ctl_web {
     struct ctl_auth *auth;
     struct ctl_metrics *metrics;
     struct fgx_chan *relay;
+    pthread_mutex_t relay_lock; /* a call starting vs. the relay closing (ctl_web_stop) */
     uint8_t secret[32]; /* the CSRF tokens' key, drawn at each start */
     int stopping;
     int waiting; /* requests suspended on the loop */
@@ -364,14 +365,18 @@ static enum MHD_Result relay(struct web_req *q)
     struct ctl_web *w = q->w;
     int rv;
 
-    if (__atomic_load_n(&w->stopping, __ATOMIC_ACQUIRE))
+    pthread_mutex_lock(&w->relay_lock);
+    if (w->stopping) {
+        pthread_mutex_unlock(&w->relay_lock);
         return respond_error(q->conn, MHD_HTTP_SERVICE_UNAVAILABLE, "controld is stopping", 1);
+    }
     q->started = true;
     /* Suspended first: the reply may come back before this function returns. */
     MHD_suspend_connection(q->conn);
     __atomic_add_fetch(&w->waiting, 1, __ATOMIC_RELEASE);
     rv = fgx_chan_call_async(w->relay, &q->peer, q->req, q->reqlen, WEB_CALL_TIMEOUT_MS, call_done,
                              q);
+    pthread_mutex_unlock(&w->relay_lock);
     if (rv < 0) {
         __atomic_sub_fetch(&w->waiting, 1, __ATOMIC_RELEASE);
         q->rv = rv;
@@ -1197,6 +1202,7 @@ int ctl_web_start(const struct ctl_web_config *cfg, struct ctl_web **out)
     if (!w)
         return -ENOMEM;
     pthread_mutex_init(&w->lock, NULL);
+    pthread_mutex_init(&w->relay_lock, NULL);
     w->auth = cfg->auth;
     w->metrics = cfg->metrics;
     if (getrandom(w->secret, sizeof(w->secret), 0) != (ssize_t)sizeof(w->secret)) {
@@ -1241,10 +1247,14 @@ void ctl_web_stop(struct ctl_web *w)
 {
     if (!w)
         return;
-    __atomic_store_n(&w->stopping, 1, __ATOMIC_RELEASE);
-    /* Requests waiting on the loop end with the relay (call_done resumes them), and every
+    /* No call starts after this (relay() checks under the lock); those waiting on the loop end
+     * with the relay (call_done resumes them; the close waits for every callback), and every
      * suspended stream is resumed to see `stopping`: MHD may stop only with none suspended. */
+    pthread_mutex_lock(&w->relay_lock);
+    __atomic_store_n(&w->stopping, 1, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&w->relay_lock);
     fgx_chan_close(w->relay);
+    w->relay = NULL;
     pthread_mutex_lock(&w->lock);
     for (struct web_stream *s = w->streams; s; s = s->next) {
         s->closing = true;
@@ -1267,6 +1277,7 @@ void ctl_web_stop(struct ctl_web *w)
     free(w->last_stats);
     free(w->script_pos);
     pthread_mutex_destroy(&w->lock);
+    pthread_mutex_destroy(&w->relay_lock);
     explicit_bzero(w->secret, sizeof(w->secret));
     free(w);
 }

@@ -14,6 +14,7 @@ answering fgexctl while web requests and live streams are open; logout."""
 import base64
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -357,6 +358,39 @@ def web_live_script_log(env):
     check(dd.get("service") == "wscript" and "web saw /from-the-web" in dd.get("text", ""),
           "script_log %r", dd)
     w.op(op="live_close", id="s")
+
+
+@test
+def web_controld_stops_cleanly_with_open_pages(env):
+    """SIGTERM with live streams open and a change compiling for the page: controld answers
+    the change, ends the streams and exits 0 (libmicrohttpd may stop only with no connection
+    suspended)."""
+    from concurrent.futures import ThreadPoolExecutor
+    w, tok, csrf = W(), S["tok"], S["csrf"]
+    for i in range(3):
+        r = w.op(op="live_open", id="z%d" % i, headers={"Cookie": "fgex_session=" + tok})
+        check(r.get("status") == 200, "live z%d: %r", i, r)
+    env.service("wstop", "tcp")
+    pats = "".join("both /stop%d[a-z]{2,9}x%d(ab|cd){1,4}z/\n" % (i, i) for i in range(600))
+    w2 = Web(env, env.cli, SRV4, WEB_PORT)
+    with ThreadPoolExecutor(1) as ex:
+        fut = ex.submit(w2.req, "POST", "/api/cmd/filter/import",
+                        {"service": "wstop", "file": pats}, None, tok, csrf, timeout=60)
+        time.sleep(0.5)  # its regexes compiling in the loop's children
+        t0 = time.monotonic()
+        rc = env.stop_controld(signal.SIGTERM)
+        check(rc == 0, "controld exited with %r", rc)
+        check(time.monotonic() - t0 < 5, "controld took %.1fs to stop", time.monotonic() - t0)
+        r = fut.result(timeout=20)
+    check(r.get("status") in (500, 503) or "error" in r, "the change waiting in the loop: %r",
+          {k: r.get(k) for k in ("status", "error", "body")})
+    it.wait_until(lambda: all(w.op(op="live_events", id="z%d" % i)["closed"] for i in range(3)),
+                  timeout=5)
+    check(all(w.op(op="live_events", id="z%d" % i)["closed"] for i in range(3)),
+          "streams still open after controld stopped")
+    env.start_controld()
+    expect(W().req("GET", "/"), 200, "the page after the restart")
+    expect(W().req("GET", "/api/session", cookie=tok), 401, "a session across a restart")
 
 
 if __name__ == "__main__":
