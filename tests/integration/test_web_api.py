@@ -218,6 +218,11 @@ def web_metrics_on_both_listeners(env):
     expect(m.req("POST", "/metrics", b"", tls=False), 405, "POST /metrics")
     r = m.req("GET", "/metrics", tls=True)
     check("error" in r, "TLS on the plain metrics listener: %r", r)
+    # and the web listener never speaks plain HTTP
+    r = W().req("GET", "/", tls=False)
+    check("error" in r and "status" not in r, "plain HTTP on the web listener: %r", r)
+    r = W().req("GET", "/metrics", tls=False)
+    check("error" in r and "status" not in r, "plain HTTP /metrics on the web listener: %r", r)
 
 
 def live_wait(w, sid, pred, timeout, what):
