@@ -166,7 +166,11 @@ struct ctl_web {
         uint64_t last; /* the newest entry of its log sent */
     } *script_pos;
     size_t nscript_pos;
+    /* The page's own firewall and script changes, which the history does not record: set by
+     * MHD's thread (under lock), sent by the loop's next tick. */
+    bool changed_fw, changed_script;
     bool primed;
+    bool watched; /* the loop's own: a stream was open at the last tick */
 };
 
 static uint64_t web_now_ms(void)
@@ -767,6 +771,18 @@ static enum MHD_Result api_finish(struct web_req *q)
         if (ctl_webapi_reply(q->cmd, q->req, q->reqlen, q->rep, q->replen, &status, &ctype,
                              &body, &blen, &disp) < 0)
             return MHD_NO;
+        if (status == 200) {
+            const char *what = ctl_webapi_changes(q->cmd);
+
+            if (what && (strcmp(what, "fw") == 0 || strcmp(what, "script") == 0)) {
+                pthread_mutex_lock(&q->w->lock);
+                if (what[0] == 'f')
+                    q->w->changed_fw = true;
+                else
+                    q->w->changed_script = true;
+                pthread_mutex_unlock(&q->w->lock);
+            }
+        }
         rv = respond(conn, (unsigned)status, ctype, body, blen, true, "Content-Disposition", disp,
                      NULL);
         free(body);
@@ -979,21 +995,28 @@ static void tick_events(struct ctl_web *w, struct ctl_ctx *ctx)
         fgx__ctl__reply__free_unpacked(rep, NULL);
 }
 
-/* What a history entry changed, for the page's `change` event. */
-static const char *change_what(const char *what)
+/* What a history entry changed, for the page's `change` event: from the words the history
+ * describes it with (ctl_history_describe()), or for a request it has no words for, from the
+ * request's number (control.proto: 290..300 the firewall's, 340..346 the scripts'). */
+static const char *change_what(const char *kind, const char *what)
 {
     static const struct {
         const char *word, *what;
     } words[] = {{"service ", "services"}, {"filter ", "filters"}, {"fw ", "fw"},
                  {"script ", "script"},    {"passwd", "auth"},      {"auth ", "auth"}};
+    unsigned req;
 
+    if (kind && (strcmp(kind, "undo") == 0 || strcmp(kind, "redo") == 0))
+        return "services";
     for (size_t i = 0; what && i < sizeof(words) / sizeof(words[0]); i++)
         if (strncmp(what, words[i].word, strlen(words[i].word)) == 0)
             return words[i].what;
-    return "services"; /* an import, undo or redo: the whole configuration */
+    if (what && sscanf(what, "request %u", &req) == 1)
+        return req >= 290 && req <= 300 ? "fw" : req >= 340 && req <= 346 ? "script" : "services";
+    return "services"; /* an import: the whole configuration */
 }
 
-static void tick_history(struct ctl_web *w, struct ctl_ctx *ctx)
+static void tick_history(struct ctl_web *w, struct ctl_ctx *ctx, bool send)
 {
     Fgx__Ctl__Request r = FGX__CTL__REQUEST__INIT;
     Fgx__Ctl__HistoryQuery hq = FGX__CTL__HISTORY_QUERY__INIT;
@@ -1009,11 +1032,9 @@ static void tick_history(struct ctl_web *w, struct ctl_ctx *ctx)
         return;
     c = rep->n_changes ? rep->changes[rep->n_changes - 1] : NULL;
     if (c && c->seq > w->last_history) {
-        if (w->primed) {
-            json_t *o = json_pack("{s:s, s:I}", "what",
-                                  change_what(c->kind && strcmp(c->kind, "change") != 0 ? NULL
-                                                                                        : c->what),
-                                  "history", (json_int_t)c->seq);
+        if (send) {
+            json_t *o = json_pack("{s:s, s:I}", "what", change_what(c->kind, c->what), "history",
+                                  (json_int_t)c->seq);
 
             pthread_mutex_lock(&w->lock);
             broadcast(w, json_msg(0, "change", o));
@@ -1155,7 +1176,7 @@ void ctl_web_tick(struct ctl_web *w, struct ctl_ctx *ctx)
     if (!w->primed) {
         /* What happened before start is history, not news. */
         w->last_seq = ctx->stats ? ctl_stats_last_seq(ctx->stats) : 0;
-        tick_history(w, ctx);
+        tick_history(w, ctx, false);
         if (ctx->store)
             tick_script_log(w, ctx, false);
         w->primed = true;
@@ -1170,7 +1191,13 @@ void ctl_web_tick(struct ctl_web *w, struct ctl_ctx *ctx)
         }
         if (ctx->store)
             tick_script_log(w, ctx, false);
+        w->watched = false;
         return;
+    }
+    if (!w->watched) {
+        /* The first page since nobody watched: changes made meanwhile are not news to it. */
+        tick_history(w, ctx, false);
+        w->watched = true;
     }
     if (ctx->stats)
         tick_events(w, ctx);
@@ -1179,11 +1206,23 @@ void ctl_web_tick(struct ctl_web *w, struct ctl_ctx *ctx)
     now = web_now_ms();
     if (now >= w->next_slow_ms) {
         w->next_slow_ms = now + WEB_SLOW_MS;
-        tick_history(w, ctx);
+        tick_history(w, ctx, true);
         if (ctx->stats)
             tick_stats(w, ctx);
         tick_sessions(w, ctx);
     }
+    pthread_mutex_lock(&w->lock);
+    for (int i = 0; i < 2; i++) {
+        bool *flag = i ? &w->changed_script : &w->changed_fw;
+
+        if (*flag) {
+            *flag = false;
+            broadcast(w, json_msg(0, "change",
+                                  json_pack("{s:s, s:I}", "what", i ? "script" : "fw", "history",
+                                            (json_int_t)w->last_history)));
+        }
+    }
+    pthread_mutex_unlock(&w->lock);
     if (now - w->last_sent_ms >= CTL_WEB_KEEPALIVE_MS) {
         /* Nothing for a while: a comment, so that proxies and the page know the stream lives. */
         pthread_mutex_lock(&w->lock);

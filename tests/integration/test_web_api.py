@@ -254,6 +254,9 @@ def web_live_block_event_change_and_resume(env):
     fid = env.filter("wlive")
     live_wait(w, "a", lambda e: e.get("event") == "change" and
               json.loads(e["data"]).get("what") == "filters", 5, "change for filter add")
+    env.ctl("auth", "on")  # a setting: recorded in the history too
+    live_wait(w, "a", lambda e: e.get("event") == "change" and
+              json.loads(e["data"]).get("what") == "auth", 5, "change for auth on")
     srv = env.tcp_server(port)
     c, sport = env.tcp_conn(SRV4, port, [b"x " + EVIL])
     it.assert_blocked(c, it.server_conn_of(srv, sport))
