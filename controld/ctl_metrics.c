@@ -344,8 +344,8 @@ static enum MHD_Result metrics_serve(struct ctl_metrics *m, struct MHD_Connectio
 }
 
 static enum MHD_Result metrics_handler(void *cls, struct MHD_Connection *conn, const char *url,
-                                       const char *method, const char *version,
-                                       const char *upload, size_t *upload_size, void **con_cls)
+                                       const char *method, const char *version, const char *upload,
+                                       size_t *upload_size, void **con_cls)
 {
     (void)version;
     (void)upload;
@@ -383,11 +383,11 @@ int ctl_metrics_start(const char *addr, struct ctl_metrics **out)
             goto err;
         /* One thread polling every connection (no per-connection threads), as the old server
          * had: a scrape is one small copy. */
-        m->httpd = MHD_start_daemon(
-            MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_ERROR_LOG, 0, NULL, NULL, metrics_handler, m,
-            MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_CONNECTION_TIMEOUT,
-            (unsigned)METRICS_IO_TIMEOUT_S, MHD_OPTION_CONNECTION_LIMIT, 64u,
-            MHD_OPTION_EXTERNAL_LOGGER, metrics_log, NULL, MHD_OPTION_END);
+        m->httpd = MHD_start_daemon(MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_ERROR_LOG, 0, NULL, NULL,
+                                    metrics_handler, m, MHD_OPTION_LISTEN_SOCKET, fd,
+                                    MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)METRICS_IO_TIMEOUT_S,
+                                    MHD_OPTION_CONNECTION_LIMIT, 64u, MHD_OPTION_EXTERNAL_LOGGER,
+                                    metrics_log, NULL, MHD_OPTION_END);
         if (!m->httpd) {
             fgx_err("metrics: cannot start the HTTP server on %s", addr);
             close(fd);

@@ -26,9 +26,9 @@
 #include <unistd.h>
 
 #include "control.pb-c.h"
+#include "controld/ctl_compile.h"
 #include "controld/ctl_listen.h"
 #include "controld/ctl_rpc.h"
-#include "controld/ctl_compile.h"
 #include "controld/ctl_rpc_cmd.h"
 #include "controld/ctl_script_rt.h"
 #include "controld/ctl_store.h"
@@ -145,7 +145,7 @@ struct ctl_web {
     struct ctl_metrics *metrics;
     struct fgx_chan *relay;
     pthread_mutex_t relay_lock; /* a call starting vs. the relay closing (ctl_web_stop) */
-    uint8_t secret[32]; /* the CSRF tokens' key, drawn at each start */
+    uint8_t secret[32];         /* the CSRF tokens' key, drawn at each start */
     int stopping;
     int waiting; /* requests suspended on the loop */
     /* live */
@@ -154,17 +154,17 @@ struct ctl_web {
     int nstreams; /* atomic reads from the loop */
     struct web_msg *replay[WEB_REPLAY];
     unsigned replay_head, replay_n;
-    uint64_t last_seq;      /* the newest event sent (under lock: hello) */
-    uint64_t last_history;  /* the loop's own */
-    uint64_t next_slow_ms;  /* the loop's own */
-    uint64_t last_sent_ms;  /* the loop's own: the last message to every stream */
-    void *last_stats;       /* the loop's own: the stats Reply last sent */
+    uint64_t last_seq;     /* the newest event sent (under lock: hello) */
+    uint64_t last_history; /* the loop's own */
+    uint64_t next_slow_ms; /* the loop's own */
+    uint64_t last_sent_ms; /* the loop's own: the last message to every stream */
+    void *last_stats;      /* the loop's own: the stats Reply last sent */
     size_t last_stats_len;
-    uint64_t script_count;  /* the loop's own: ctl_script_rt_log_count() last looked at */
+    uint64_t script_count; /* the loop's own: ctl_script_rt_log_count() last looked at */
     struct web_script_pos {
         uint32_t service_id;
         uint64_t last; /* the newest entry of its log sent */
-    } *script_pos;
+    } * script_pos;
     size_t nscript_pos;
     /* The page's own firewall and script changes, which the history does not record: set by
      * MHD's thread (under lock), sent by the loop's next tick. */
@@ -262,8 +262,7 @@ static enum MHD_Result respond(struct MHD_Connection *conn, unsigned status, con
 
 /* A JSON reply (o is consumed). */
 static enum MHD_Result respond_json(struct MHD_Connection *conn, unsigned status, json_t *o,
-                                    const char *h1, const char *v1, const char *h2,
-                                    const char *v2)
+                                    const char *h1, const char *v1, const char *h2, const char *v2)
 {
     char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
     enum MHD_Result rv;
@@ -276,8 +275,8 @@ static enum MHD_Result respond_json(struct MHD_Connection *conn, unsigned status
     return rv;
 }
 
-static enum MHD_Result respond_error(struct MHD_Connection *conn, unsigned status,
-                                     const char *msg, int exitc)
+static enum MHD_Result respond_error(struct MHD_Connection *conn, unsigned status, const char *msg,
+                                     int exitc)
 {
     return respond_json(conn, status,
                         exitc >= 0 ? json_pack("{s:s, s:i}", "error", msg, "exit", exitc)
@@ -319,7 +318,8 @@ static bool cookie_token(struct MHD_Connection *conn, char out[CTL_AUTH_TOKEN_LE
 {
     const char *v = MHD_lookup_connection_value(conn, MHD_COOKIE_KIND, WEB_COOKIE);
 
-    if (!v || strlen(v) != CTL_AUTH_TOKEN_LEN || strspn(v, "0123456789abcdef") != CTL_AUTH_TOKEN_LEN)
+    if (!v || strlen(v) != CTL_AUTH_TOKEN_LEN ||
+        strspn(v, "0123456789abcdef") != CTL_AUTH_TOKEN_LEN)
         return false;
     memcpy(out, v, CTL_AUTH_TOKEN_LEN + 1);
     return true;
@@ -401,8 +401,7 @@ static int pack_request(Fgx__Ctl__Request *r, void **out, size_t *len)
 }
 
 /* A Request of case c with an Empty body (status, logout). */
-static int simple_request(Fgx__Ctl__Request__ReqCase c, const char *token, void **out,
-                          size_t *len)
+static int simple_request(Fgx__Ctl__Request__ReqCase c, const char *token, void **out, size_t *len)
 {
     Fgx__Ctl__Request r = FGX__CTL__REQUEST__INIT;
     Fgx__Ctl__Empty e = FGX__CTL__EMPTY__INIT;
@@ -563,18 +562,22 @@ static enum MHD_Result serve_static(struct MHD_Connection *conn, const char *url
     static const struct {
         const char *ext, *ctype;
     } types[] = {
-        {".html", "text/html; charset=utf-8"},  {".js", "text/javascript; charset=utf-8"},
-        {".css", "text/css; charset=utf-8"},    {".svg", "image/svg+xml"},
-        {".json", "application/json"},          {".png", "image/png"},
-        {".ico", "image/x-icon"},               {".txt", "text/plain; charset=utf-8"},
+        {".html", "text/html; charset=utf-8"},
+        {".js", "text/javascript; charset=utf-8"},
+        {".css", "text/css; charset=utf-8"},
+        {".svg", "image/svg+xml"},
+        {".json", "application/json"},
+        {".png", "image/png"},
+        {".ico", "image/x-icon"},
+        {".txt", "text/plain; charset=utf-8"},
         {".webmanifest", "application/manifest+json"},
     };
     const char *path = strcmp(url, "/") == 0 ? "/index.html" : url;
     const char *ctype = "application/octet-stream", *dot;
 
     if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0)
-        return respond(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "text/plain", "405 use GET\n", 12,
-                       false, "Allow", "GET, HEAD", NULL);
+        return respond(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "text/plain", "405 use GET\n", 12, false,
+                       "Allow", "GET, HEAD", NULL);
     for (const struct ctl_web_file *f = ctl_web_files; f->path; f++) {
         if (strcmp(f->path, path) != 0)
             continue;
@@ -596,8 +599,8 @@ static enum MHD_Result serve_metrics(struct ctl_web *w, struct MHD_Connection *c
     size_t len;
 
     if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0)
-        return respond(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "text/plain", "405 use GET\n", 12,
-                       false, "Allow", "GET, HEAD", NULL);
+        return respond(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "text/plain", "405 use GET\n", 12, false,
+                       "Allow", "GET, HEAD", NULL);
     if (!w->metrics || ctl_metrics_text(w->metrics, &text, &len) < 0)
         return MHD_NO;
     rv = respond(conn, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8", text, len, false,
@@ -729,8 +732,8 @@ static enum MHD_Result api_begin(struct web_req *q, const char *url, const char 
                        "{\"error\":\"method\"}", 18, true, "Allow", "GET, POST", NULL);
     if (get && !ctl_webapi_read_only(q->cmd))
         return respond(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "application/json",
-                       "{\"error\":\"this command changes the configuration: use POST\"}", 60,
-                       true, "Allow", "POST", NULL);
+                       "{\"error\":\"this command changes the configuration: use POST\"}", 60, true,
+                       "Allow", "POST", NULL);
     params = params_of(q, get, &err);
     if (!params)
         return err ? respond_error(conn, MHD_HTTP_BAD_REQUEST, err, 2) : MHD_NO;
@@ -755,12 +758,10 @@ static enum MHD_Result api_finish(struct web_req *q)
     char cookie[160], retry[16];
 
     if (q->rv < 0)
-        return respond_error(conn,
-                             q->rv == -ETIMEDOUT ? MHD_HTTP_GATEWAY_TIMEOUT
-                                                 : MHD_HTTP_SERVICE_UNAVAILABLE,
-                             q->rv == -ETIMEDOUT ? "controld did not answer in time"
-                                                 : "controld is not answering",
-                             q->rv == -ETIMEDOUT ? 6 : 1);
+        return respond_error(
+            conn, q->rv == -ETIMEDOUT ? MHD_HTTP_GATEWAY_TIMEOUT : MHD_HTTP_SERVICE_UNAVAILABLE,
+            q->rv == -ETIMEDOUT ? "controld did not answer in time" : "controld is not answering",
+            q->rv == -ETIMEDOUT ? 6 : 1);
     if (q->kind == K_CMD) {
         const char *ctype = "application/json";
         char *disp = NULL;
@@ -768,8 +769,8 @@ static enum MHD_Result api_finish(struct web_req *q)
         size_t blen = 0;
         int status = 500;
 
-        if (ctl_webapi_reply(q->cmd, q->req, q->reqlen, q->rep, q->replen, &status, &ctype,
-                             &body, &blen, &disp) < 0)
+        if (ctl_webapi_reply(q->cmd, q->req, q->reqlen, q->rep, q->replen, &status, &ctype, &body,
+                             &blen, &disp) < 0)
             return MHD_NO;
         if (status == 200) {
             const char *what = ctl_webapi_changes(q->cmd);
@@ -796,10 +797,10 @@ static enum MHD_Result api_finish(struct web_req *q)
     if (r->code == FGX__CTL__CODE__CODE_AUTH && q->kind != K_LOGOUT) {
         if (q->kind == K_LOGIN && r->has_retry_after) {
             snprintf(retry, sizeof(retry), "%u", r->retry_after);
-            rv = respond_json(conn, MHD_HTTP_TOO_MANY_REQUESTS,
-                              json_pack("{s:s, s:i}", "error", r->error ? r->error : "locked out",
-                                        "exit", 7),
-                              "Retry-After", retry, NULL, NULL);
+            rv = respond_json(
+                conn, MHD_HTTP_TOO_MANY_REQUESTS,
+                json_pack("{s:s, s:i}", "error", r->error ? r->error : "locked out", "exit", 7),
+                "Retry-After", retry, NULL, NULL);
         } else {
             rv = respond_error(conn, MHD_HTTP_UNAUTHORIZED, r->error ? r->error : "login required",
                                7);
@@ -820,8 +821,7 @@ static enum MHD_Result api_finish(struct web_req *q)
                           WEB_COOKIE "=; Path=/; Max-Age=0; HttpOnly; Secure; SameSite=Strict",
                           NULL, NULL);
     } else if (q->kind == K_SESSION) {
-        rv = respond_json(conn, MHD_HTTP_OK, session_json(q->w, q->token), NULL, NULL, NULL,
-                          NULL);
+        rv = respond_json(conn, MHD_HTTP_OK, session_json(q->w, q->token), NULL, NULL, NULL, NULL);
     } else {
         rv = live_start(q);
     }
@@ -1003,7 +1003,7 @@ static const char *change_what(const char *kind, const char *what)
     static const struct {
         const char *word, *what;
     } words[] = {{"service ", "services"}, {"filter ", "filters"}, {"fw ", "fw"},
-                 {"script ", "script"},    {"passwd", "auth"},      {"auth ", "auth"}};
+                 {"script ", "script"},    {"passwd", "auth"},     {"auth ", "auth"}};
     unsigned req;
 
     if (kind && (strcmp(kind, "undo") == 0 || strcmp(kind, "redo") == 0))

@@ -79,7 +79,7 @@ struct fgx_chan {
     uint32_t relay_id;        /* the relay listener's id (fgx/chan_relay.h); 0: none */
     nng_mtx *calls_mtx;       /* calls_done */
     struct chan_call *calls_done; /* finished async calls, freed outside nng's callbacks */
-    int calls;                /* outstanding async calls */
+    int calls;                    /* outstanding async calls */
 };
 
 /* One received request and the nng context its reply must go back through. */
@@ -529,8 +529,8 @@ static int msg_take(struct fgx_chan *c, nng_msg *msg, void **buf, size_t *len,
         memset(peer, 0, sizeof(*peer));
         peer->family = -1;
     }
-    if (c->relay_id && nng_listener_id(nng_pipe_listener(nng_msg_get_pipe(msg))) ==
-                           (int)c->relay_id) {
+    if (c->relay_id &&
+        nng_listener_id(nng_pipe_listener(nng_msg_get_pipe(msg))) == (int)c->relay_id) {
         /* A relayed request: its first bytes name the real sender, which is never local. */
         if (nlen >= sizeof(*peer)) {
             memcpy(peer, body, sizeof(*peer));

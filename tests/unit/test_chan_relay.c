@@ -44,7 +44,10 @@ static void wait_done(struct done *d)
     pthread_mutex_unlock(&d->mtx);
 }
 
-#define DONE_INIT {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, ""}
+#define DONE_INIT                                                                                  \
+    {                                                                                              \
+        PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, ""                              \
+    }
 
 Test(chan_relay, relayed_requests_carry_their_peer_and_are_answered_out_of_order)
 {
