@@ -170,7 +170,8 @@ struct ctl_web {
      * MHD's thread (under lock), sent by the loop's next tick. */
     bool changed_fw, changed_script;
     bool primed;
-    bool watched; /* the loop's own: a stream was open at the last tick */
+    bool watched;        /* the loop's own: a stream was open at the last tick */
+    uint64_t first_open; /* unix seconds when a stream opened while none was (under lock) */
 };
 
 static uint64_t web_now_ms(void)
@@ -545,6 +546,8 @@ static enum MHD_Result live_start(struct web_req *q)
             if (m->seq > q->last_event_id)
                 stream_push(s, m);
         }
+    if (!w->streams)
+        w->first_open = (uint64_t)time(NULL);
     s->next = w->streams;
     w->streams = s;
     __atomic_add_fetch(&w->nstreams, 1, __ATOMIC_RELEASE);
@@ -1016,7 +1019,9 @@ static const char *change_what(const char *kind, const char *what)
     return "services"; /* an import: the whole configuration */
 }
 
-static void tick_history(struct ctl_web *w, struct ctl_ctx *ctx, bool send)
+/* The newest history entry, sent as `change` when it is new and made at or after since (unix
+ * seconds; UINT64_MAX: never sent, only noted). */
+static void tick_history(struct ctl_web *w, struct ctl_ctx *ctx, uint64_t since)
 {
     Fgx__Ctl__Request r = FGX__CTL__REQUEST__INIT;
     Fgx__Ctl__HistoryQuery hq = FGX__CTL__HISTORY_QUERY__INIT;
@@ -1032,7 +1037,7 @@ static void tick_history(struct ctl_web *w, struct ctl_ctx *ctx, bool send)
         return;
     c = rep->n_changes ? rep->changes[rep->n_changes - 1] : NULL;
     if (c && c->seq > w->last_history) {
-        if (send) {
+        if (c->time >= since) {
             json_t *o = json_pack("{s:s, s:I}", "what", change_what(c->kind, c->what), "history",
                                   (json_int_t)c->seq);
 
@@ -1169,14 +1174,14 @@ static void tick_sessions(struct ctl_web *w, struct ctl_ctx *ctx)
 
 void ctl_web_tick(struct ctl_web *w, struct ctl_ctx *ctx)
 {
-    uint64_t now;
+    uint64_t now, since;
 
     if (!w)
         return;
     if (!w->primed) {
         /* What happened before start is history, not news. */
         w->last_seq = ctx->stats ? ctl_stats_last_seq(ctx->stats) : 0;
-        tick_history(w, ctx, false);
+        tick_history(w, ctx, UINT64_MAX);
         if (ctx->store)
             tick_script_log(w, ctx, false);
         w->primed = true;
@@ -1195,8 +1200,12 @@ void ctl_web_tick(struct ctl_web *w, struct ctl_ctx *ctx)
         return;
     }
     if (!w->watched) {
-        /* The first page since nobody watched: changes made meanwhile are not news to it. */
-        tick_history(w, ctx, false);
+        /* The first page since nobody watched: a change made before it opened is not news to
+         * it (one made since, before this tick, is: the history's seconds tell them apart). */
+        pthread_mutex_lock(&w->lock);
+        since = w->first_open;
+        pthread_mutex_unlock(&w->lock);
+        tick_history(w, ctx, since);
         w->watched = true;
     }
     if (ctx->stats)
@@ -1206,7 +1215,7 @@ void ctl_web_tick(struct ctl_web *w, struct ctl_ctx *ctx)
     now = web_now_ms();
     if (now >= w->next_slow_ms) {
         w->next_slow_ms = now + WEB_SLOW_MS;
-        tick_history(w, ctx, true);
+        tick_history(w, ctx, 0);
         if (ctx->stats)
             tick_stats(w, ctx);
         tick_sessions(w, ctx);
