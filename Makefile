@@ -36,6 +36,7 @@ LIBS_TLS := -lmbedtls -lmbedx509 -lmbedcrypto -lcrypt
 LIBS_HS_RT := -lhs_runtime
 LIBS_TEST := $(shell pkg-config --libs criterion 2>/dev/null)
 LIBS_JSON := $(shell pkg-config --libs jansson 2>/dev/null)
+LIBS_HTTP := $(shell pkg-config --libs libmicrohttpd 2>/dev/null || echo -lmicrohttpd)
 LIBS_PCAP := $(shell pkg-config --libs libpcap 2>/dev/null || echo -lpcap)
 
 # ---- generated protobuf-c code (never committed) -------------------------------------------
@@ -68,9 +69,34 @@ PX_SRC := $(filter-out proxyworker/main.c,$(wildcard proxyworker/*.c))
 CLI_SRC := $(filter-out fgexctl/main.c,$(wildcard fgexctl/*.c))
 SW_SRC := $(wildcard scriptworker/*.c)
 
+# ---- the dashboard's files (web/), built into controld (never committed) ---------------------
+# tools/web_embed writes them into a C file; the list of files is kept in a file of its own that
+# changes only when a file is added or removed, so that either regenerates it too.
+WEB_FILES := $(sort $(shell find web -type f ! -name '.*' 2>/dev/null))
+WEB_GEN := $(BUILD)/gen/ctl_web_files.c
+$(BUILD)/tools/web_embed: tools/web_embed.c
+	@mkdir -p $(dir $@)
+	@echo "  CC      $<"
+	$(Q)$(CC) -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) -o $@ $<
+
+$(BUILD)/gen/web_files.list: FORCE
+	@mkdir -p $(dir $@)
+	@echo '$(WEB_FILES)' | cmp -s - $@ || echo '$(WEB_FILES)' > $@
+
+$(WEB_GEN): $(BUILD)/tools/web_embed $(BUILD)/gen/web_files.list $(WEB_FILES)
+	@echo "  EMBED   web/ -> $@"
+	$(Q)$(BUILD)/tools/web_embed $@ web $(WEB_FILES)
+
+$(BUILD)/gen/ctl_web_files.o: $(WEB_GEN)
+	@echo "  CC      $<"
+	$(Q)$(CC) $(FGX_CFLAGS) $(CFLAGS) -c -o $@ $<
+
+.PHONY: FORCE
+FORCE:
+
 # One archive per module (its objects minus main.o), so unit tests link what they test.
 $(BUILD)/libcommon.a: $(call objs,$(COMMON_SRC)) $(PROTO_O)
-$(BUILD)/libctl.a: $(call objs,$(CTL_SRC))
+$(BUILD)/libctl.a: $(call objs,$(CTL_SRC)) $(BUILD)/gen/ctl_web_files.o
 $(BUILD)/libnfq.a: $(call objs,$(NFQ_SRC))
 $(BUILD)/libpx.a: $(call objs,$(PX_SRC))
 $(BUILD)/libcli.a: $(call objs,$(CLI_SRC))
@@ -97,7 +123,7 @@ $(BUILD)/bin/fgex-python/.stamp: $(PY_SRC)
 $(BUILD)/bin/controld: $(call objs,controld/main.c) $(BUILD)/libctl.a $(BUILD)/libcli.a $(BUILD)/libcommon.a
 	@mkdir -p $(dir $@)
 	@echo "  LD      $@"
-	$(Q)$(CC) $(FGX_LDFLAGS) -o $@ $^ $(LIBS_HS) $(LIBS_NET) $(LIBS_TLS) $(LIBS_SSL) $(LIBS_JSON) $(LIBS_PCAP) $(LIBS_BASE) -lm
+	$(Q)$(CC) $(FGX_LDFLAGS) -o $@ $^ $(LIBS_HS) $(LIBS_NET) $(LIBS_HTTP) $(LIBS_TLS) $(LIBS_SSL) $(LIBS_JSON) $(LIBS_PCAP) $(LIBS_BASE) -lm
 
 $(BUILD)/bin/nfqworker: $(call objs,nfqworker/main.c) $(BUILD)/libnfq.a $(BUILD)/libcommon.a
 	@mkdir -p $(dir $@)
@@ -127,7 +153,7 @@ TEST_ARCHIVES := $(BUILD)/libctl.a $(BUILD)/libnfq.a $(BUILD)/libpx.a $(BUILD)/l
 $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(TEST_ARCHIVES)
 	@mkdir -p $(dir $@)
 	@echo "  LD      $@"
-	$(Q)$(CC) $(FGX_LDFLAGS) -o $@ $< $(TEST_ARCHIVES) $(LIBS_TEST) $(LIBS_HS) $(LIBS_NET) $(LIBS_EVENT) $(LIBS_JSON) $(LIBS_PCAP) $(LIBS_TLS) $(LIBS_SSL) $(LIBS_BASE) -lm
+	$(Q)$(CC) $(FGX_LDFLAGS) -o $@ $< $(TEST_ARCHIVES) $(LIBS_TEST) $(LIBS_HS) $(LIBS_NET) $(LIBS_HTTP) $(LIBS_EVENT) $(LIBS_JSON) $(LIBS_PCAP) $(LIBS_TLS) $(LIBS_SSL) $(LIBS_BASE) -lm
 
 unit-tests: $(UNIT_BINS)
 

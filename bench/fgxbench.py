@@ -293,8 +293,9 @@ class CtlError(RuntimeError):
 class Fgex:
     """One controld in the server namespace, with state and run dirs of its own."""
 
-    def __init__(self, world, bindir=None, threads=1, log_level="warn"):
+    def __init__(self, world, bindir=None, threads=1, log_level="warn", extra=()):
         self.w = world
+        self.extra = [str(a) for a in extra]  # more controld options (bench/web-idle)
         self.bin = fgx_bin(bindir)
         for b in ("controld", "nfqworker", "fgexctl"):
             if not os.access(os.path.join(self.bin, b), os.X_OK):
@@ -312,7 +313,7 @@ class Fgex:
         self.proc = self.w.spawn(self.w.srv, os.path.join(self.bin, "controld"), "--config",
                                  "/dev/null", "--state-dir",
                                  self.state, "--run-dir", self.run, "--threads", self.threads,
-                                 "--foreground", "--log-level", self.log_level,
+                                 "--foreground", "--log-level", self.log_level, *self.extra,
                                  log_name="controld.log")
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -207,7 +207,7 @@ int ctl_stats_refresh(struct ctl_ctx *ctx, int timeout_ms)
     size_t nsvcs = 0;
     int rv;
 
-    if (!ctx->stats)
+    if (!ctx->stats || ctx->stats_no_refresh)
         return 0;
     stats_refresh_proxy(ctx, timeout_ms);
     if (!ctx->sup)

@@ -41,6 +41,9 @@ struct ctl_ctx {
     bool worker_stale; /* the worker has not confirmed the latest generation: resend it */
     size_t history_keep; /* changes kept in the history (0: CTL_HISTORY_KEEP) */
     struct ctl_fw *fw; /* borrowed; the firewall (ctl_fw.c); NULL: none (unit tests) */
+    /* ctl_stats_refresh() returns at once: the web server's live queries (ctl_web.c) read the
+     * counters the loop refreshed at most a second ago, no extra worker round trip. */
+    bool stats_no_refresh;
 };
 
 /* Push rs to the workers and sync nftables, in the safe order (a worker that gains a service

@@ -342,6 +342,13 @@ int ctl_auth_session_check(struct ctl_auth *a, const char *token, uint64_t now_m
     return 0;
 }
 
+bool ctl_auth_session_alive(const struct ctl_auth *a, const char *token, uint64_t now_ms)
+{
+    const struct session *s = session_find((struct ctl_auth *)a, token);
+
+    return s && session_live(s, now_ms);
+}
+
 int ctl_auth_session_drop(struct ctl_auth *a, const char *token)
 {
     struct session *s = session_find(a, token);

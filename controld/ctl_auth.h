@@ -80,6 +80,9 @@ const char *ctl_auth_fingerprint(const struct ctl_auth *a);
 int ctl_auth_session_new(struct ctl_auth *a, uint64_t now_ms, char token[CTL_AUTH_TOKEN_LEN + 1]);
 /* 0 when token names a live session (its idle timer restarts), else -EACCES. */
 int ctl_auth_session_check(struct ctl_auth *a, const char *token, uint64_t now_ms);
+/* Whether token names a live session, without restarting its idle timer (the web server's
+ * live streams ask this: an open page does not keep a session alive by itself). */
+bool ctl_auth_session_alive(const struct ctl_auth *a, const char *token, uint64_t now_ms);
 /* Drop the session of token: 0, or -ENOENT. */
 int ctl_auth_session_drop(struct ctl_auth *a, const char *token);
 /* Drop every session but keep's (keep may be NULL): returns how many went. */

@@ -696,6 +696,7 @@ int ctl_fw_apply(struct ctl_fw *fw, const struct ctl_fw_conf *c, char *err, size
     plan.allow_icmp = c->opt[CTL_FW_OPT_ICMP];
     plan.allow_dhcp = c->opt[CTL_FW_OPT_DHCP];
     plan.ctl_port = fw->guard.ctl_port;
+    plan.web_port = fw->guard.web_port;
     plan.allow = fw->guard.allow;
     plan.nallow = fw->guard.nallow;
     t1 = mono_us();
@@ -736,6 +737,12 @@ int ctl_fw_guard_init(struct ctl_fw_guard *g, const char *listen, const char *co
     unsigned long port;
 
     memset(g, 0, sizeof(*g));
+    /* the peers first: the dashboard's port (ctl_fw_guard_web) has them without --listen */
+    if (nallow > CTL_FW_ALLOW_MAX)
+        return -EINVAL;
+    for (size_t i = 0; i < nallow; i++)
+        if (fgx_cidr_parse(allow[i], &g->allow[g->nallow++]) < 0)
+            return -EINVAL;
     if (!listen)
         return 0;
     colon = strrchr(listen, ':');
@@ -745,11 +752,24 @@ int ctl_fw_guard_init(struct ctl_fw_guard *g, const char *listen, const char *co
         return -EINVAL;
     }
     g->ctl_port = (uint16_t)port;
-    if (nallow > CTL_FW_ALLOW_MAX)
+    return 0;
+}
+
+int ctl_fw_guard_web(struct ctl_fw_guard *g, const char *web_listen)
+{
+    const char *colon;
+    char *end;
+    unsigned long port;
+
+    if (!web_listen)
+        return 0;
+    colon = strrchr(web_listen, ':');
+    port = colon ? strtoul(colon + 1, &end, 10) : 0;
+    if (!colon || colon[1] == '\0' || *end != '\0' || port > 65535) {
+        fgx_err("fw: no port in --web-listen %s", web_listen);
         return -EINVAL;
-    for (size_t i = 0; i < nallow; i++)
-        if (fgx_cidr_parse(allow[i], &g->allow[g->nallow++]) < 0)
-            return -EINVAL;
+    }
+    g->web_port = (uint16_t)port; /* 0 (a port the kernel picks): nothing to keep open */
     return 0;
 }
 

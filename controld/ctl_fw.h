@@ -60,9 +60,14 @@ struct ctl_fw_state {
 
 struct ctl_fw_guard {
     uint16_t ctl_port; /* --listen's port, 0 without --listen */
+    uint16_t web_port; /* --web-listen's port (the dashboard), 0 without */
     struct fgx_cidr allow[CTL_FW_ALLOW_MAX];
     size_t nallow;
 };
+
+/* Keep the dashboard's port (web_listen "ADDR:PORT", NULL: none) reachable too, for the same
+ * peers. -EINVAL for an address without a port. */
+int ctl_fw_guard_web(struct ctl_fw_guard *g, const char *web_listen);
 
 struct ctl_fw;
 

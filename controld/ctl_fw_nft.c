@@ -1017,13 +1017,14 @@ out:
     nftnl_chain_free(c);
 }
 
-static void build_guard(struct fw_tx *tx, const struct ctl_fw_plan *p, enum ctl_fw_hook h)
+static void build_guard_port(struct fw_tx *tx, const struct ctl_fw_plan *p, enum ctl_fw_hook h,
+                             uint16_t hport)
 {
-    uint16_t port = htons(p->ctl_port);
+    uint16_t port = htons(hport);
     bool out = h == CTL_FW_OUT;
     struct fw_rule rl;
 
-    if (p->ctl_port == 0 || h == CTL_FW_FWD)
+    if (hport == 0 || h == CTL_FW_FWD)
         return;
     /* the local CLI over TCP, or a tunnel to it */
     rule_start(tx, hook_chain[h], &rl);
@@ -1043,6 +1044,13 @@ static void build_guard(struct fw_tx *tx, const struct ctl_fw_plan *p, enum ctl_
         e_verdict(&rl, NF_ACCEPT, NULL);
         rule_end(&rl);
     }
+}
+
+static void build_guard(struct fw_tx *tx, const struct ctl_fw_plan *p, enum ctl_fw_hook h)
+{
+    build_guard_port(tx, p, h, p->ctl_port);
+    if (p->web_port != p->ctl_port)
+        build_guard_port(tx, p, h, p->web_port);
 }
 
 static void build_options(struct fw_tx *tx, const struct ctl_fw_plan *p, enum ctl_fw_hook h)

@@ -31,6 +31,7 @@ struct ctl_fw_plan {
     /* The remote control port and who may reach it, before every rule and option: port 0
      * when controld has no --listen; nallow 0: any peer, as controld admits then. */
     uint16_t ctl_port;
+    uint16_t web_port; /* the same for --web-listen's port (the dashboard) */
     const struct fgx_cidr *allow;
     size_t nallow;
 };

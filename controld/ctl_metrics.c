@@ -1,34 +1,27 @@
-/* controld metrics stage: a tiny HTTP/1.0 server for Prometheus. One thread, one request per
- * connection, with socket timeouts so that a client that sends nothing cannot hold it for
- * long; it serves the snapshot the control loop last published and never touches controld's
- * state itself. */
+/* controld metrics stage: the Prometheus text, and its own plain-HTTP listener on
+ * libmicrohttpd (--metrics-listen; the web listener serves the same snapshot, ctl_web.c). The
+ * server's thread serves the snapshot the control loop last published and never touches
+ * controld's state itself. */
 #include "controld/ctl_metrics.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <poll.h>
+#include <microhttpd.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/time.h>
 #include <unistd.h>
 
+#include "controld/ctl_listen.h"
 #include "fgx/log.h"
 
-#define HTTP_REQ_MAX 4096
-#define HTTP_IO_TIMEOUT_S 2
+/* A scraper that sends nothing is dropped after this long. */
+#define METRICS_IO_TIMEOUT_S 5
 
 struct ctl_metrics {
-    int fd;
-    int wake[2]; /* a byte on wake[1] stops the thread */
+    struct MHD_Daemon *httpd; /* NULL: no listener of its own */
     uint16_t port;
-    pthread_t thread;
-    bool running;
     pthread_mutex_t lock;
     char *text; /* under lock */
     size_t len;
@@ -286,241 +279,123 @@ out:
     return rv;
 }
 
-/* ---- the server ---- */
+/* ---- the snapshot and the server ---- */
 
-static void write_all(int fd, const char *p, size_t n)
+int ctl_metrics_text(struct ctl_metrics *m, char **text, size_t *len)
 {
-    while (n > 0) {
-        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+    static const char up[] = "fgex_up 1\n";
+    const char *src = up;
+    size_t n = sizeof(up) - 1;
+    int rv = 0;
 
-        if (w == -1 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return; /* the client went away or stalled past the timeout: its loss */
-        p += w;
-        n -= (size_t)w;
-    }
-}
-
-static void respond(int fd, const char *status, const char *type, const char *body, size_t len)
-{
-    char hdr[256];
-    int n = snprintf(hdr, sizeof(hdr),
-                     "HTTP/1.0 %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
-                     "Connection: close\r\n\r\n",
-                     status, type, len);
-
-    write_all(fd, hdr, (size_t)n);
-    write_all(fd, body, len);
-}
-
-/* Read up to the end of the request head, or what arrived before the timeout. */
-static size_t read_request(int fd, char *buf, size_t cap)
-{
-    size_t n = 0;
-
-    while (n < cap - 1) {
-        ssize_t r = recv(fd, buf + n, cap - 1 - n, 0);
-
-        if (r == -1 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            break;
-        n += (size_t)r;
-        buf[n] = '\0';
-        if (strstr(buf, "\r\n\r\n") || strstr(buf, "\n\n"))
-            break;
-    }
-    buf[n] = '\0';
-    return n;
-}
-
-static void serve(struct ctl_metrics *m, int fd)
-{
-    static const char not_found[] = "404 not found: try /metrics\n";
-    static const char bad[] = "400 bad request\n";
-    static const char no_method[] = "405 method not allowed: use GET\n";
-    struct timeval tv = {.tv_sec = HTTP_IO_TIMEOUT_S};
-    char req[HTTP_REQ_MAX], *sp, *path, *end;
-    char *text = NULL;
-    size_t len = 0;
-
-    if (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) == -1 ||
-        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) == -1)
-        return;
-    if (read_request(fd, req, sizeof(req)) == 0)
-        return;
-    sp = strchr(req, ' ');
-    if (!sp) {
-        respond(fd, "400 Bad Request", "text/plain", bad, sizeof(bad) - 1);
-        return;
-    }
-    *sp = '\0';
-    path = sp + 1;
-    end = path + strcspn(path, " \r\n");
-    *end = '\0';
-    if (strcmp(req, "GET") != 0) {
-        respond(fd, "405 Method Not Allowed", "text/plain", no_method, sizeof(no_method) - 1);
-        return;
-    }
-    path[strcspn(path, "?")] = '\0';
-    if (strcmp(path, "/metrics") != 0) {
-        respond(fd, "404 Not Found", "text/plain", not_found, sizeof(not_found) - 1);
-        return;
-    }
     /* A copy, so that the lock is never held across a write to a slow client. */
     pthread_mutex_lock(&m->lock);
     if (m->text) {
-        text = malloc(m->len ? m->len : 1);
-        if (text) {
-            memcpy(text, m->text, m->len);
-            len = m->len;
-        }
+        src = m->text;
+        n = m->len;
+    }
+    *text = malloc(n ? n : 1);
+    if (*text) {
+        memcpy(*text, src, n);
+        *len = n;
+    } else {
+        rv = -ENOMEM;
     }
     pthread_mutex_unlock(&m->lock);
-    if (!text) {
-        static const char up[] = "fgex_up 1\n";
-        respond(fd, "200 OK", "text/plain; version=0.0.4; charset=utf-8", up, sizeof(up) - 1);
-        return;
-    }
-    respond(fd, "200 OK", "text/plain; version=0.0.4; charset=utf-8", text, len);
-    free(text);
-}
-
-static void *metrics_thread(void *arg)
-{
-    struct ctl_metrics *m = arg;
-    struct pollfd p[2] = {{.fd = m->fd, .events = POLLIN}, {.fd = m->wake[0], .events = POLLIN}};
-
-    for (;;) {
-        int fd;
-
-        if (poll(p, 2, -1) == -1) {
-            if (errno == EINTR)
-                continue;
-            fgx_err("metrics: poll: %s", strerror(errno));
-            break;
-        }
-        if (p[1].revents)
-            break;
-        if (!(p[0].revents & POLLIN))
-            continue;
-        fd = accept4(m->fd, NULL, NULL, SOCK_CLOEXEC);
-        if (fd == -1) {
-            if (errno != EINTR && errno != EAGAIN && errno != ECONNABORTED)
-                fgx_warn("metrics: accept: %s", strerror(errno));
-            if (errno == EMFILE || errno == ENFILE)
-                usleep(100000); /* do not spin while out of descriptors */
-            continue;
-        }
-        serve(m, fd);
-        close(fd);
-    }
-    return NULL;
-}
-
-/* "host:port", "[v6]:port" or ":port" -> host (NULL: any) and port, in buf. */
-static int split_listen(const char *addr, char *buf, size_t cap, const char **host,
-                        const char **port)
-{
-    char *colon;
-
-    if (snprintf(buf, cap, "%s", addr) >= (int)cap)
-        return -EINVAL;
-    colon = strrchr(buf, ':');
-    if (!colon || colon[1] == '\0')
-        return -EINVAL;
-    *colon = '\0';
-    *port = colon + 1;
-    if (buf[0] == '[') {
-        size_t n = strlen(buf);
-        if (n < 2 || buf[n - 1] != ']')
-            return -EINVAL;
-        buf[n - 1] = '\0';
-        *host = buf + 1;
-    } else {
-        if (strchr(buf, ':'))
-            return -EINVAL; /* a bare IPv6 address needs brackets */
-        *host = buf[0] ? buf : NULL;
-    }
-    for (const char *p = *port; *p; p++)
-        if (*p < '0' || *p > '9')
-            return -EINVAL;
-    if (strlen(*port) > 5 || atoi(*port) > 65535)
-        return -EINVAL;
-    return 0;
-}
-
-static int listen_on(const char *addr, int *fd_out, uint16_t *port_out)
-{
-    struct addrinfo hints = {.ai_family = AF_UNSPEC,
-                             .ai_socktype = SOCK_STREAM,
-                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
-    struct addrinfo *res = NULL;
-    union {
-        struct sockaddr sa;
-        struct sockaddr_in in;
-        struct sockaddr_in6 in6;
-        struct sockaddr_storage ss;
-    } bound = {0};
-    socklen_t sl = sizeof(bound);
-    const char *host, *port;
-    char buf[256];
-    int fd = -1, one = 1, rv, gai;
-
-    if (split_listen(addr, buf, sizeof(buf), &host, &port) < 0) {
-        fgx_err("metrics: bad listen address \"%s\": use ADDR:PORT or [ADDR6]:PORT", addr);
-        return -EINVAL;
-    }
-    gai = getaddrinfo(host, port, &hints, &res);
-    if (gai != 0) {
-        fgx_err("metrics: cannot resolve \"%s\": %s", addr, gai_strerror(gai));
-        return -EINVAL;
-    }
-    fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd == -1)
-        goto fail;
-    if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) == -1 ||
-        bind(fd, res->ai_addr, res->ai_addrlen) == -1 || listen(fd, 16) == -1 ||
-        getsockname(fd, &bound.sa, &sl) == -1)
-        goto fail;
-    *port_out = ntohs(bound.sa.sa_family == AF_INET6 ? bound.in6.sin6_port : bound.in.sin_port);
-    *fd_out = fd;
-    freeaddrinfo(res);
-    return 0;
-fail:
-    rv = -errno;
-    fgx_err("metrics: cannot listen on %s: %s", addr, strerror(errno));
-    if (fd != -1)
-        close(fd);
-    freeaddrinfo(res);
     return rv;
+}
+
+static enum MHD_Result plain(struct MHD_Connection *conn, unsigned status, const char *text)
+{
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(strlen(text), (void *)text, MHD_RESPMEM_PERSISTENT);
+    enum MHD_Result rv;
+
+    if (!r)
+        return MHD_NO;
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/plain");
+    rv = MHD_queue_response(conn, status, r);
+    MHD_destroy_response(r);
+    return rv;
+}
+
+static enum MHD_Result metrics_serve(struct ctl_metrics *m, struct MHD_Connection *conn,
+                                     const char *method)
+{
+    struct MHD_Response *r;
+    enum MHD_Result rv;
+    char *text;
+    size_t len;
+
+    if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0)
+        return plain(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "405 method not allowed: use GET\n");
+    if (ctl_metrics_text(m, &text, &len) < 0)
+        return MHD_NO;
+    r = MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(text);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
+                            "text/plain; version=0.0.4; charset=utf-8");
+    rv = MHD_queue_response(conn, MHD_HTTP_OK, r);
+    MHD_destroy_response(r);
+    return rv;
+}
+
+static enum MHD_Result metrics_handler(void *cls, struct MHD_Connection *conn, const char *url,
+                                       const char *method, const char *version, const char *upload,
+                                       size_t *upload_size, void **con_cls)
+{
+    (void)version;
+    (void)upload;
+    (void)con_cls;
+    if (*upload_size) {
+        *upload_size = 0; /* a body is read and ignored */
+        return MHD_YES;
+    }
+    if (strcmp(url, "/metrics") != 0)
+        return plain(conn, MHD_HTTP_NOT_FOUND, "404 not found: try /metrics\n");
+    return metrics_serve(cls, conn, method);
+}
+
+static void metrics_log(void *cls, const char *fmt, va_list ap)
+{
+    char line[512];
+
+    (void)cls;
+    vsnprintf(line, sizeof(line), fmt, ap);
+    line[strcspn(line, "\n")] = '\0';
+    fgx_debug("metrics: %s", line);
 }
 
 int ctl_metrics_start(const char *addr, struct ctl_metrics **out)
 {
     struct ctl_metrics *m = calloc(1, sizeof(*m));
-    int rv;
+    int rv, fd = -1;
 
     if (!m)
         return -ENOMEM;
-    m->fd = m->wake[0] = m->wake[1] = -1;
     pthread_mutex_init(&m->lock, NULL);
-    rv = listen_on(addr, &m->fd, &m->port);
-    if (rv < 0)
-        goto err;
-    if (pipe2(m->wake, O_CLOEXEC) == -1) {
-        rv = -errno;
-        fgx_err("metrics: pipe: %s", strerror(errno));
-        goto err;
+    if (addr) {
+        rv = ctl_listen_tcp("metrics", addr, &fd, &m->port);
+        if (rv < 0)
+            goto err;
+        /* One thread polling every connection (no per-connection threads), as the old server
+         * had: a scrape is one small copy. */
+        m->httpd = MHD_start_daemon(MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_ERROR_LOG, 0, NULL, NULL,
+                                    metrics_handler, m, MHD_OPTION_LISTEN_SOCKET, fd,
+                                    MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)METRICS_IO_TIMEOUT_S,
+                                    MHD_OPTION_CONNECTION_LIMIT, 64u, MHD_OPTION_EXTERNAL_LOGGER,
+                                    metrics_log, NULL, MHD_OPTION_END);
+        if (!m->httpd) {
+            fgx_err("metrics: cannot start the HTTP server on %s", addr);
+            close(fd);
+            rv = -EIO;
+            goto err;
+        }
+        fgx_info("serving Prometheus metrics on http://%s/metrics", addr);
     }
-    rv = -pthread_create(&m->thread, NULL, metrics_thread, m);
-    if (rv < 0) {
-        fgx_err("metrics: cannot start the thread: %s", strerror(-rv));
-        goto err;
-    }
-    m->running = true;
-    fgx_info("serving Prometheus metrics on http://%s/metrics", addr);
     *out = m;
     return 0;
 err:
@@ -549,19 +424,8 @@ void ctl_metrics_stop(struct ctl_metrics *m)
 {
     if (!m)
         return;
-    if (m->running) {
-        char c = 1;
-
-        if (write(m->wake[1], &c, 1) != 1)
-            fgx_warn("metrics: cannot wake the thread: %s", strerror(errno));
-        pthread_join(m->thread, NULL);
-    }
-    if (m->fd != -1)
-        close(m->fd);
-    if (m->wake[0] != -1)
-        close(m->wake[0]);
-    if (m->wake[1] != -1)
-        close(m->wake[1]);
+    if (m->httpd)
+        MHD_stop_daemon(m->httpd); /* closes the listening socket too */
     pthread_mutex_destroy(&m->lock);
     free(m->text);
     free(m);

@@ -34,9 +34,14 @@ int ctl_metrics_render(const struct ctl_service *svcs, size_t nsvcs, const struc
 struct ctl_metrics;
 
 /* Listen on "ADDR:PORT" ("127.0.0.1:9100", "[::1]:9100", ":9100" for every address; PORT 0
- * picks a free one, see ctl_metrics_port()) and start serving. *out owned by the caller
- * (ctl_metrics_stop()). Returns 0, -EINVAL for a bad address, or the socket error. */
+ * picks a free one, see ctl_metrics_port()) and start serving plain HTTP there (libmicrohttpd);
+ * addr NULL: no listener, only the snapshot (for the web listener's /metrics). *out owned by
+ * the caller (ctl_metrics_stop()). Returns 0, -EINVAL for a bad address, or the socket error. */
 int ctl_metrics_start(const char *addr, struct ctl_metrics **out);
+/* A copy of the latest snapshot (malloc'd; "fgex_up 1" before the first): 0 or -ENOMEM.
+ * Thread-safe. */
+int ctl_metrics_text(struct ctl_metrics *m, char **text, size_t *len);
+
 /* The port actually bound. */
 uint16_t ctl_metrics_port(const struct ctl_metrics *m);
 /* Serve text (malloc'd; ownership passes to m) from now on. */

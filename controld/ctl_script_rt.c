@@ -200,6 +200,13 @@ static struct rt_log *log_find(uint32_t service_id, bool add)
     return l;
 }
 
+static uint64_t rt_log_count;
+
+uint64_t ctl_script_rt_log_count(void)
+{
+    return rt_log_count;
+}
+
 void ctl_script_rt_log_add(uint32_t service_id, const char *function, const char *kind,
                            const char *text, size_t len)
 {
@@ -222,6 +229,7 @@ void ctl_script_rt_log_add(uint32_t service_id, const char *function, const char
     clock_gettime(CLOCK_REALTIME, &ts);
     e->time_ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
     e->seq = l->next_seq++;
+    rt_log_count++;
     (void)snprintf(e->function, sizeof(e->function), "%s", function ? function : "");
     (void)snprintf(e->kind, sizeof(e->kind), "%s", kind);
 }

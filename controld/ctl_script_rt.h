@@ -23,6 +23,9 @@ void ctl_script_rt_count(uint32_t service_id, const char *function, enum ctl_scr
 /* Append to a service's log (text is copied, cut at CTL_SCRIPT_LOG_TEXT). */
 void ctl_script_rt_log_add(uint32_t service_id, const char *function, const char *kind,
                            const char *text, size_t len);
+/* Entries ever appended to any service's log: the web server's live stream looks at the logs
+ * only when this moved. */
+uint64_t ctl_script_rt_log_count(void);
 /* Put the counters into s's functions. */
 void ctl_script_rt_fill(struct ctl_ctx *ctx, Fgx__Ctl__Script *s);
 /* The service's log entries after seq after into out (its entries), the newest seq in *last. */

@@ -28,7 +28,9 @@
 #include "controld/ctl_store.h"
 #include "controld/ctl_supervise.h"
 #include "controld/ctl_tls.h"
+#include "controld/ctl_web.h"
 #include "fgx/chan.h"
+#include "fgx/chan_relay.h"
 #include "fgx/chan_tls.h"
 #include "fgx/dp.h"
 #include "fgx/log.h"
@@ -54,6 +56,7 @@ struct opts {
     unsigned proxy_per_src, proxy_first_byte;
     bool foreground;
     const char *listen, *cert, *key; /* remote control: tls+tcp:// */
+    const char *web_listen;          /* the dashboard: HTTPS, ADDR:PORT */
     const char *allow[CTL_AUTH_ALLOW_MAX];
     size_t nallow;
     bool local_auth, init_password;
@@ -83,6 +86,7 @@ static void usage(FILE *f)
         "                [--metrics-listen ADDR:PORT] [--proxy-port P] [--proxy-max-conns N]\n"
         "                [--proxy-max-conns-per-src N] [--proxy-first-byte-timeout SECONDS]\n"
         "                [--listen tls+tcp://ADDR:PORT [--cert FILE --key FILE]]\n"
+        "                [--web-listen ADDR:PORT]\n"
         "                [--allow CIDR]... [--handshake-timeout SEC] [--local-auth]\n"
         "                [--init-password] [--no-synack-log] [--compile-timeout SECONDS]\n"
         "                [--nfq-flows N] [--events-keep N] [--history-keep N]\n"
@@ -100,7 +104,11 @@ static void usage(FILE *f)
         "--listen  also serves fgexctl over TLS (never plain TCP); the certificate is\n"
         "          STATE_DIR/tls-cert.pem, made on first start, unless --cert/--key name one.\n"
         "          Remote clients must log in (fgexctl login) while auth is on (the default).\n"
-        "--allow   only these peers may connect to --listen (repeatable; default: any).\n"
+        "--web-listen  serves the web dashboard and its JSON API over HTTPS at\n"
+        "          https://ADDR:PORT/ (never plain HTTP), with --listen's certificate, password,\n"
+        "          sessions and --allow list; also /metrics. Off by default.\n"
+        "--allow   only these peers may connect to --listen and --web-listen (repeatable;\n"
+        "          default: any).\n"
         "--handshake-timeout  a --listen connection that has not sent its first request this\n"
         "          many seconds after it connected (the TLS handshake included) is closed\n"
         "          (default %u); so are the oldest past %u such connections from one address.\n"
@@ -176,6 +184,7 @@ static const struct option longopts[] = {
     {"nfq-flows", required_argument, NULL, 'F'},
     {"events-keep", required_argument, NULL, 'E'},
     {"history-keep", required_argument, NULL, 1240}, /* issue 14: numbered apart */
+    {"web-listen", required_argument, NULL, 1400},   /* issue 18 */
     {"captures-keep", required_argument, NULL, 'k'},
     {"config", required_argument, NULL, 'c'},
     {"version", no_argument, NULL, 'V'},
@@ -319,6 +328,9 @@ static int parse_opts(int argc, char **argv, struct opts *o)
             }
             o->listen = optarg;
             break;
+        case 1400:
+            o->web_listen = optarg;
+            break;
         case 'C':
             o->cert = optarg;
             break;
@@ -363,8 +375,8 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         fprintf(stderr, "controld: --cert and --key go together\n");
         return -EINVAL;
     }
-    if ((o->cert || o->nallow) && !o->listen) {
-        fprintf(stderr, "controld: --cert, --key and --allow need --listen\n");
+    if ((o->cert || o->nallow) && !o->listen && !o->web_listen) {
+        fprintf(stderr, "controld: --cert, --key and --allow need --listen or --web-listen\n");
         return -EINVAL;
     }
     if (optind < argc) {
@@ -622,7 +634,7 @@ static void pending_poll(struct ctl_ctx *ctx, struct fgx_chan *ctl, struct pendi
 }
 
 static void run_loop(struct ctl_ctx *ctx, struct ctl_sup *sup, struct fgx_chan *ctl,
-                     struct ctl_metrics *metrics)
+                     struct ctl_metrics *metrics, struct ctl_web *web)
 {
     uint64_t next_stats = now_ms() + STATS_PERIOD_MS, next_retry = now_ms() + RETRY_PERIOD_MS;
     struct pending pend = {0};
@@ -643,6 +655,8 @@ static void run_loop(struct ctl_ctx *ctx, struct ctl_sup *sup, struct fgx_chan *
             usleep(LOOP_RECV_MS * 1000);
         }
         pending_poll(ctx, ctl, &pend);
+        /* The web page's live messages: queued for its server's thread, never waited on. */
+        ctl_web_tick(web, ctx);
         ctl_fw_tick(ctx->fw, ctx->store);
         ctl_script_sup_poll();
         ctl_sup_poll(sup, &respawned);
@@ -687,6 +701,7 @@ int main(int argc, char **argv)
     struct ctl_sup *sup = NULL, *px_sup = NULL;
     struct ctl_stats *stats = NULL;
     struct ctl_metrics *metrics = NULL;
+    struct ctl_web *web = NULL;
     struct fgx_chan *ctl = NULL;
     struct ctl_auth *auth = NULL;
     struct ctl_tls tls = {0};
@@ -718,7 +733,7 @@ int main(int argc, char **argv)
         return 1;
     if (o.init_password && read_password(password, sizeof(password)) < 0)
         return 1;
-    if (o.listen) {
+    if (o.listen || o.web_listen) {
         /* Before daemonizing, so that the fingerprint reaches the terminal that started us. */
         if (mkdir_p(o.state_dir, 0700) < 0 || ctl_tls_load(o.state_dir, o.cert, o.key, &tls) < 0)
             return 1;
@@ -773,7 +788,8 @@ int main(int argc, char **argv)
         goto out;
     }
     ctx.history_keep = o.history_keep;
-    if (o.metrics_listen) {
+    if (o.metrics_listen || o.web_listen) {
+        /* the snapshot; its own listener only with --metrics-listen */
         rv = ctl_metrics_start(o.metrics_listen, &metrics);
         if (rv < 0)
             goto out;
@@ -788,6 +804,8 @@ int main(int argc, char **argv)
     }
     /* The firewall's table: its own socket, so it is replaced apart from the services'. */
     rv = ctl_fw_guard_init(&guard, o.listen, o.allow, o.nallow);
+    if (rv == 0)
+        rv = ctl_fw_guard_web(&guard, o.web_listen);
     if (rv == 0)
         rv = ctl_fw_new(NULL, &guard, &fw);
     if (rv < 0) {
@@ -847,6 +865,26 @@ int main(int argc, char **argv)
             fgx_warn("no password is set: remote clients cannot log in until one is (fgexctl "
                      "passwd on this host)");
     }
+    if (o.web_listen) {
+        /* The page's requests come into the loop through the relay, as its browser's own. */
+        rv = fgx_chan_listen_relay(ctl, CTL_WEB_RELAY_URL);
+        if (rv == 0)
+            rv = ctl_web_start(&(struct ctl_web_config){.listen = o.web_listen,
+                                                        .cert_pem = tls.cert_pem,
+                                                        .key_pem = tls.key_pem,
+                                                        .auth = auth,
+                                                        .metrics = metrics,
+                                                        .relay_url = CTL_WEB_RELAY_URL},
+                               &web);
+        if (rv < 0)
+            goto out;
+        fgx_info("web dashboard on https://%s/ (port %u), certificate SHA-256 fingerprint %s%s",
+                 o.web_listen, ctl_web_port(web), tls.fingerprint,
+                 o.nallow ? "" : " (no --allow: any address may connect)");
+        if (!ctl_auth_has_password(auth))
+            fgx_warn("no password is set: nobody can log in to the web dashboard until one is "
+                     "(fgexctl passwd on this host)");
+    }
     /* Worker first, rules second: a restarted controld filters again before anyone asks. */
     if (ctl_apply_full(&ctx, CTL_PUSH_TIMEOUT_MS) < 0)
         fgx_warn("the nfqworker has not confirmed the ruleset yet; it will get it when it is up");
@@ -863,12 +901,14 @@ int main(int argc, char **argv)
     }
     if (metrics)
         ctl_metrics_update(metrics, &ctx);
-    run_loop(&ctx, sup, ctl, metrics);
+    run_loop(&ctx, sup, ctl, metrics, web);
     fgx_info("stopping");
     status = 0;
 out:
     explicit_bzero(password, sizeof(password));
-    /* The channel first: its TLS admission callback reads auth. */
+    /* The web server first (it relays into the channel), then the channel: their admission
+     * callbacks read auth. */
+    ctl_web_stop(web);
     fgx_chan_close(ctl);
     ctl_auth_free(auth);
     ctl_tls_release(&tls);

@@ -78,6 +78,9 @@ static void do_login(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
         ctl_rpc_fail(r, FGX__CTL__CODE__CODE_AUTH,
                      "too many failed logins from %s: try again in %llu s", who,
                      (unsigned long long)(left + 999) / 1000);
+        /* for the web page's 429 Retry-After (ctl_web.c) */
+        r->reply.has_retry_after = true;
+        r->reply.retry_after = (uint32_t)((left + 999) / 1000);
         return;
     }
     if (!l || ctl_auth_verify(l->password, ctl_auth_hash_get(a)) != 0) {

@@ -7,13 +7,15 @@
 set -euo pipefail
 
 # Building: the compiler, the code generator, the libraries' headers (libpcap: fgexctl capture
-# writes pcap files with it), scdoc for the man pages.
+# writes pcap files with it), scdoc for the man pages, libmicrohttpd for controld's HTTP
+# listeners (the web dashboard over HTTPS with GnuTLS, --metrics-listen).
 build=(
   build-essential pkg-config
   protobuf-c-compiler libprotobuf-c-dev
   libnetfilter-queue-dev libnftnl-dev libmnl-dev
   libhyperscan-dev libevent-dev libnng-dev liblmdb-dev
   libmbedtls-dev libcrypt-dev libjansson-dev libssl-dev libpcap-dev
+  libmicrohttpd-dev
   scdoc
 )
 # Running: nft to read fgex's rules (iptables provides libxt_NFQUEUE.so, through which nft prints
@@ -21,7 +23,8 @@ build=(
 # man for the pages `make install` puts in place (the unit's Documentation= names them).
 # Script filters (issue 16): Debian's python3 runs the filter files; h11 parses their HTTP/1.1,
 # brotli decodes br bodies, dpkt reads the captures `fgexctl script test` runs a file over.
-run=(nftables iptables iproute2 man-db python3 python3-h11 python3-brotli python3-dpkt)
+run=(nftables iptables iproute2 man-db python3 python3-h11 python3-brotli python3-dpkt
+  libmicrohttpd12)
 # Testing: Criterion, python3 with scapy for crafted packets, openssl for test_remote's
 # certificates, procps, and systemd-analyze for the unit file test; for test_tls: curl (HTTP/1.1
 # and HTTP/2 clients), nginx-light (an HTTP/2 TLS service), python3-cryptography (certificates,

@@ -1,6 +1,7 @@
 /* Message channels: nng req/rep sockets behind fgx/chan.h, so that nng stays in this file.
  * nng's own error codes are translated here, once, into negative errnos. */
 #include "fgx/chan.h"
+#include "fgx/chan_relay.h"
 #include "fgx/chan_tls.h"
 
 #include <arpa/inet.h>
@@ -75,6 +76,10 @@ struct fgx_chan {
     struct fgx_chan_req *spare; /* the context the next fgx_chan_recv_req() receives on */
     uint16_t tls_port;        /* of the last TLS listener, for the guard */
     struct chan_guard *guard; /* NULL until fgx_chan_tls_guard() */
+    uint32_t relay_id;        /* the relay listener's id (fgx/chan_relay.h); 0: none */
+    nng_mtx *calls_mtx;       /* calls_done */
+    struct chan_call *calls_done; /* finished async calls, freed outside nng's callbacks */
+    int calls;                    /* outstanding async calls */
 };
 
 /* One received request and the nng context its reply must go back through. */
@@ -82,6 +87,8 @@ struct fgx_chan_req {
     nng_ctx ctx;
     nng_aio *aio;
 };
+
+static void calls_reap(struct fgx_chan *c);
 
 static void chan_req_free(struct fgx_chan_req *r)
 {
@@ -402,6 +409,13 @@ void fgx_chan_close(struct fgx_chan *c)
     __atomic_store_n(&c->guard, NULL, __ATOMIC_RELEASE);
     nng_close(c->sock);
     guard_free(g);
+    if (c->calls_mtx) {
+        /* Closing the socket ended every async call: wait for their callbacks. */
+        while (__atomic_load_n(&c->calls, __ATOMIC_ACQUIRE) > 0)
+            nng_msleep(5);
+        calls_reap(c);
+        nng_mtx_free(c->calls_mtx);
+    }
     if (c->refused_mtx)
         nng_mtx_free(c->refused_mtx);
     free(c);
@@ -508,17 +522,34 @@ static int msg_take(struct fgx_chan *c, nng_msg *msg, void **buf, size_t *len,
 {
     size_t nlen = nng_msg_len(msg);
 
+    const uint8_t *body = nng_msg_body(msg);
+
     guard_pipe_active(c->guard, nng_msg_get_pipe(msg));
     if (pipe_peer(nng_msg_get_pipe(msg), peer) < 0) {
         memset(peer, 0, sizeof(*peer));
         peer->family = -1;
+    }
+    if (c->relay_id &&
+        nng_listener_id(nng_pipe_listener(nng_msg_get_pipe(msg))) == (int)c->relay_id) {
+        /* A relayed request: its first bytes name the real sender, which is never local. */
+        if (nlen >= sizeof(*peer)) {
+            memcpy(peer, body, sizeof(*peer));
+            body += sizeof(*peer);
+            nlen -= sizeof(*peer);
+        } else {
+            nlen = 0;
+        }
+        if (peer->family != 4 && peer->family != 6) {
+            memset(peer, 0, sizeof(*peer));
+            peer->family = -1;
+        }
     }
     *buf = malloc(nlen ? nlen : 1);
     if (!*buf) {
         nng_msg_free(msg);
         return -ENOMEM;
     }
-    memcpy(*buf, nng_msg_body(msg), nlen);
+    memcpy(*buf, body, nlen);
     *len = nlen;
     nng_msg_free(msg);
     return 0;
@@ -882,4 +913,147 @@ int fgx_chan_tls_guard(struct fgx_chan *c, int handshake_ms, unsigned per_peer)
         return chan_errno(rv);
     }
     return 0;
+}
+
+/* ---- the relay (fgx/chan_relay.h) ---- */
+
+int fgx_chan_listen_relay(struct fgx_chan *c, const char *url)
+{
+    nng_listener l;
+    int rv;
+
+    if (strncmp(url, "inproc://", 9) != 0)
+        return -EINVAL;
+    rv = nng_listener_create(&l, c->sock, url);
+    if (rv == 0) {
+        c->relay_id = (uint32_t)nng_listener_id(l);
+        rv = nng_listener_start(l, 0);
+    }
+    if (rv != 0) {
+        fgx_err("nng: cannot listen on %s: %s", url, nng_strerror(rv));
+        c->relay_id = 0;
+    }
+    return chan_errno(rv);
+}
+
+struct chan_call {
+    struct chan_call *next; /* in calls_done */
+    struct fgx_chan *c;
+    nng_ctx ctx;
+    nng_aio *aio;
+    bool sent;
+    fgx_chan_done_fn done;
+    void *arg;
+};
+
+/* nng's aio and context may not be freed from their own callback: finished calls wait here. */
+static void calls_reap(struct fgx_chan *c)
+{
+    struct chan_call *k;
+
+    if (!c->calls_mtx)
+        return;
+    nng_mtx_lock(c->calls_mtx);
+    k = c->calls_done;
+    c->calls_done = NULL;
+    nng_mtx_unlock(c->calls_mtx);
+    while (k) {
+        struct chan_call *next = k->next;
+
+        nng_aio_free(k->aio);
+        nng_ctx_close(k->ctx);
+        free(k);
+        k = next;
+    }
+}
+
+static void call_finish(struct chan_call *k, int rv, void *reply, size_t len)
+{
+    struct fgx_chan *c = k->c;
+
+    k->done(k->arg, rv, reply, len);
+    nng_mtx_lock(c->calls_mtx);
+    k->next = c->calls_done;
+    c->calls_done = k;
+    nng_mtx_unlock(c->calls_mtx);
+    __atomic_sub_fetch(&c->calls, 1, __ATOMIC_RELEASE);
+}
+
+static void call_cb(void *arg)
+{
+    struct chan_call *k = arg;
+    int rv = nng_aio_result(k->aio);
+    nng_msg *msg;
+    void *buf;
+    size_t len;
+
+    if (!k->sent) {
+        if (rv != 0) {
+            nng_msg_free(nng_aio_get_msg(k->aio)); /* not sent: still ours */
+            call_finish(k, chan_errno(rv), NULL, 0);
+            return;
+        }
+        k->sent = true;
+        nng_ctx_recv(k->ctx, k->aio);
+        return;
+    }
+    if (rv != 0) {
+        call_finish(k, chan_errno(rv), NULL, 0);
+        return;
+    }
+    msg = nng_aio_get_msg(k->aio);
+    len = nng_msg_len(msg);
+    buf = malloc(len ? len : 1);
+    if (buf)
+        memcpy(buf, nng_msg_body(msg), len);
+    nng_msg_free(msg);
+    call_finish(k, buf ? 0 : -ENOMEM, buf, buf ? len : 0);
+}
+
+int fgx_chan_call_async(struct fgx_chan *c, const struct fgx_peer *peer, const void *req,
+                        size_t len, int timeout_ms, fgx_chan_done_fn done, void *arg)
+{
+    struct chan_call *k;
+    nng_msg *msg = NULL;
+    int rv;
+
+    if (!c->calls_mtx) {
+        /* The first call comes before any other thread uses c for calls. */
+        rv = nng_mtx_alloc(&c->calls_mtx);
+        if (rv != 0)
+            return chan_errno(rv);
+    }
+    calls_reap(c);
+    k = calloc(1, sizeof(*k));
+    if (!k)
+        return -ENOMEM;
+    k->c = c;
+    k->done = done;
+    k->arg = arg;
+    rv = nng_ctx_open(&k->ctx, c->sock);
+    if (rv != 0) {
+        free(k);
+        return chan_errno(rv);
+    }
+    rv = nng_aio_alloc(&k->aio, call_cb, k);
+    if (rv == 0)
+        rv = nng_msg_alloc(&msg, sizeof(*peer) + len);
+    if (rv != 0) {
+        nng_aio_free(k->aio);
+        nng_ctx_close(k->ctx);
+        free(k);
+        return chan_errno(rv);
+    }
+    memcpy(nng_msg_body(msg), peer, sizeof(*peer));
+    memcpy((uint8_t *)nng_msg_body(msg) + sizeof(*peer), req, len);
+    nng_aio_set_msg(k->aio, msg);
+    nng_aio_set_timeout(k->aio, timeout_ms < 0 ? NNG_DURATION_INFINITE : timeout_ms);
+    __atomic_add_fetch(&c->calls, 1, __ATOMIC_RELEASE);
+    nng_ctx_send(k->ctx, k->aio);
+    return 0;
+}
+
+int fgx_chan_calls(struct fgx_chan *c)
+{
+    return __atomic_load_n(&c->calls, __ATOMIC_ACQUIRE);
 }

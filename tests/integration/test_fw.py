@@ -471,17 +471,20 @@ def fw_rules_survive_restart(env):
 @test
 def fw_control_port_stays_reachable(env):
     reset(env)
-    cport = env.port()
+    cport, wport = env.port(), env.port()
     env.stop_controld()
     env.start_controld(extra_args=["--listen", "tls+tcp://0.0.0.0:%d" % cport,
+                                   "--web-listen", "0.0.0.0:%d" % wport,
                                    "--allow", CLI4 + "/32"] + env.controld_args)
     try:
         rule(env, "--proto", "tcp", "--dport", cport, "--action", "drop")
+        rule(env, "--proto", "tcp", "--dport", wport, "--action", "drop")
         fw(env, "policy", "drop")
         fw(env, "set", "loopback", "off")
-        expect(env, "tcp", SRV4, cport, "open", src=CLI4)
-        expect(env, "tcp", SRV4, cport, "timeout", src=CLI4B)  # not an --allow peer
-        expect(env, "tcp", "127.0.0.1", cport, "open", ns=env.srv)
+        for port in (cport, wport):  # the remote control's port and the dashboard's
+            expect(env, "tcp", SRV4, port, "open", src=CLI4)
+            expect(env, "tcp", SRV4, port, "timeout", src=CLI4B)  # not an --allow peer
+            expect(env, "tcp", "127.0.0.1", port, "open", ns=env.srv)
     finally:
         reset(env)
         env.stop_controld()

@@ -132,7 +132,8 @@ VALUES = {"state-dir": "/tmp", "run-dir": "/tmp", "threads": "2", "log-level": "
           "metrics-listen": "127.0.0.1:9100", "listen": "tls+tcp://127.0.0.1:7443",
           "cert": "/tmp/c.pem", "key": "/tmp/k.pem", "allow": "10.0.0.0/8",
           "compile-timeout": "10", "nfq-flows": "65536", "handshake-timeout": "5",
-          "proxy-max-conns-per-src": "64", "proxy-first-byte-timeout": "10"}
+          "proxy-max-conns-per-src": "64", "proxy-first-byte-timeout": "10",
+          "web-listen": "127.0.0.1:8443"}
 
 
 @test

@@ -247,6 +247,16 @@ static char *http(uint16_t port, const char *req)
     return buf;
 }
 
+/* The reply's status is code (libmicrohttpd answers in the request's HTTP version). */
+static bool status_is(const char *resp, int code)
+{
+    char want[8];
+
+    snprintf(want, sizeof(want), " %d ", code);
+    return (strncmp(resp, "HTTP/1.0", 8) == 0 || strncmp(resp, "HTTP/1.1", 8) == 0) &&
+           strncmp(resp + 8, want, 5) == 0;
+}
+
 static struct ctl_metrics *serve_text(const char *text)
 {
     struct ctl_metrics *m = NULL;
@@ -267,7 +277,7 @@ Test(ctl_metrics, http_get_metrics)
     text = render();
     m = serve_text(text);
     resp = http(ctl_metrics_port(m), "GET /metrics HTTP/1.1\r\nHost: x\r\nAccept: */*\r\n\r\n");
-    cr_assert_eq(strncmp(resp, "HTTP/1.0 200 OK\r\n", 17), 0, "%s", resp);
+    cr_assert(status_is(resp, 200), "%s", resp);
     cr_assert_not_null(strstr(resp, "\r\nContent-Type: text/plain; version=0.0.4"));
     snprintf(clen, sizeof(clen), "\r\nContent-Length: %zu\r\n", strlen(text));
     cr_assert_not_null(strstr(resp, clen), "%s", resp);
@@ -294,16 +304,20 @@ Test(ctl_metrics, http_other_paths_and_methods)
     char *resp;
 
     resp = http(port, "GET / HTTP/1.0\r\n\r\n");
-    cr_assert_eq(strncmp(resp, "HTTP/1.0 404 ", 13), 0, "%s", resp);
+    cr_assert(status_is(resp, 404), "%s", resp);
     free(resp);
     resp = http(port, "GET /metricsx HTTP/1.0\r\n\r\n");
-    cr_assert_eq(strncmp(resp, "HTTP/1.0 404 ", 13), 0, "%s", resp);
+    cr_assert(status_is(resp, 404), "%s", resp);
     free(resp);
     resp = http(port, "POST /metrics HTTP/1.0\r\nContent-Length: 0\r\n\r\n");
-    cr_assert_eq(strncmp(resp, "HTTP/1.0 405 ", 13), 0, "%s", resp);
+    cr_assert(status_is(resp, 405), "%s", resp);
     free(resp);
+    /* Not HTTP: refused (libmicrohttpd may just close), and the server goes on. */
     resp = http(port, "garbage\r\n\r\n");
-    cr_assert_eq(strncmp(resp, "HTTP/1.0 400 ", 13), 0, "%s", resp);
+    cr_assert(resp[0] == '\0' || status_is(resp, 400), "%s", resp);
+    free(resp);
+    resp = http(port, "GET /metrics HTTP/1.0\r\n\r\n");
+    cr_assert(status_is(resp, 200), "%s", resp);
     free(resp);
     ctl_metrics_stop(m);
 }
