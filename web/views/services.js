@@ -285,10 +285,19 @@ function renderList(root) {
   const body = h('tbody', { 'data-test': 'svc-rows' });
   const empty = h('p', { class: 'muted', hidden: true }, 'No service yet: add one below.');
   let services = [];
+  // A teammate's change redraws the rows: a control focused in one gets the focus back in
+  // its redrawn row, so a live update never takes the keyboard away.
   const draw = () => {
+    const f = document.activeElement;
+    const row = f && body.contains(f) ? f.closest('tr[data-id]') : null;
+    const keep = row && f.dataset.test ? [row.dataset.id, f.dataset.test] : null;
     clear(body);
     services.forEach((s) => body.append(serviceRow(s, load)));
     empty.hidden = services.length > 0;
+    if (keep) {
+      const again = body.querySelector(`tr[data-id="${keep[0]}"] [data-test="${keep[1]}"]`);
+      if (again) again.focus();
+    }
   };
   const load = () =>
     api.get('service/list').then((l) => {
