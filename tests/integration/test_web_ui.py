@@ -9,10 +9,7 @@ downloads a pcap; 20-views takes screenshots of every view (laptop and phone, li
 into build/web-shots/; 90-lockout is a wrong password refused and the address locked out.
 After the browser, the state it made is checked with fgexctl.
 
-FGX_WEB_DEVSERVER=/path/devserver.py runs the same scenarios against a stand-in server (it
-answers /api by running fgexctl) instead of controld's own, to develop the page without it
-(FGX_WEB_DIR: the page's files it serves, default web/). FGX_WEB_SHOTS: where the screenshots
-go (default build/web-shots).
+FGX_WEB_SHOTS: where the screenshots go (default build/web-shots).
 playwright-core is installed by deploy/install-deps.sh test (npm ci into build/web-node, or
 FGX_WEB_NODE)."""
 # fgx-it-timeout: 1200
@@ -37,8 +34,7 @@ WEBTESTS = os.path.join(ROOT, "tests", "web")
 WEB_PORT = 8443
 BASE = "https://%s:%d" % (SRV4, WEB_PORT)
 PASSWORD = "web-pw-123456"
-DEVSERVER = os.environ.get("FGX_WEB_DEVSERVER")
-ARGS = [] if DEVSERVER else ["--web-listen", "%s:%d" % (SRV4, WEB_PORT), "--allow", "10.77.0.2/32"]
+ARGS = ["--web-listen", "%s:%d" % (SRV4, WEB_PORT), "--allow", "10.77.0.2/32"]
 S = {}
 
 
@@ -54,16 +50,6 @@ def node_modules():
 
 def shots_dir():
     return os.environ.get("FGX_WEB_SHOTS") or os.path.join(os.path.dirname(it.fgx_bin()), "web-shots")
-
-
-def missing():
-    """Why the browser tests cannot run with this controld (skipped), or None."""
-    if not DEVSERVER:
-        p = subprocess.run([os.path.join(it.fgx_bin(), "controld"), "--help"], capture_output=True,
-                           text=True)
-        if "--web-listen" not in p.stdout + p.stderr:
-            return "this controld has no --web-listen (the web server is not merged)"
-    return None
 
 
 def wait_https(env, timeout=15):
@@ -89,13 +75,6 @@ def setup(env):
     with open(pw, "w") as f:
         f.write(PASSWORD + "\n")
     env.ctl("passwd", "--password-file", pw)
-    if DEVSERVER:
-        log = open(os.path.join(env.tmp, "devserver.log"), "wb")
-        S["dev"] = subprocess.Popen(
-            ["ip", "netns", "exec", env.srv, PY, DEVSERVER, "--web",
-             os.environ.get("FGX_WEB_DIR") or os.path.join(ROOT, "web"),
-             "--fgexctl", os.path.join(env.bin, "fgexctl"), "-c", env.url, "--bind", SRV4,
-             "--port", str(WEB_PORT), "--password", PASSWORD], stdout=log, stderr=log)
     wait_https(env)
     S["port"] = env.port()
     S["port2"] = env.port() + 100
@@ -105,8 +84,6 @@ def setup(env):
     steps = json.dumps(["send:" + (b"GET /" + EVIL + b" HTTP/1.0\r\n\r\n").hex(), "shut"])
     envdoc = {
         "password": PASSWORD,
-        # the development stand-in answers for controld: its login is not controld's
-        "stand_in": bool(DEVSERVER),
         "service": "web",
         "port": S["port"],
         "server": SRV4,
@@ -242,8 +219,7 @@ def web_certificate_is_controlds(env):
           logged[-1])
 
 
-if not DEVSERVER:  # the stand-in has a throwaway certificate of its own
-    test(web_certificate_is_controlds)
+test(web_certificate_is_controlds)
 
 
 # what the page did, checked in controld after the scenario
@@ -270,18 +246,9 @@ for f in sorted(os.listdir(os.path.join(WEBTESTS, "scenarios"))):
 
 
 if __name__ == "__main__":
-    why = missing()
-    if why and os.geteuid() == 0:
-        sys.stdout.reconfigure(line_buffering=True)
-        for t in it._TESTS:
-            print("  SKIP test_web_ui.%s: %s" % (t.__name__, why))
-        print("RESULT passed=0 failed=0 skipped=%d" % len(it._TESTS))
-        sys.exit(0)
     try:
         rc = it.run_module("test_web_ui", setup=setup, controld_args=ARGS)
     finally:
         if S.get("runner"):
             S["runner"].close()
-        if S.get("dev"):
-            S["dev"].terminate()
     sys.exit(rc)

@@ -1,5 +1,5 @@
 // fgex dashboard end-to-end runner: Debian's chromium, headless, driven by playwright-core.
-// tests/integration/test_web_ui.py starts controld (or the stand-in) and runs this; it can be
+// tests/integration/test_web_ui.py starts controld and runs this; it can be
 // run by hand too:
 //   node tests/web/run.mjs --base https://10.77.0.1:8443 --env env.json --shots build/web-shots [--only NAME | --stdin 1]
 // Every scenarios/*.mjs (in name order, or the one --only names) exports an async function

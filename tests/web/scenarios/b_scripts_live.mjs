@@ -33,9 +33,6 @@ export default async function ({ page, base, shot, env, login, log }) {
 
     const sent = env.run('evil');
     log('client:', JSON.stringify(sent));
-    // a stand-in server without script_log events: the log is fetched by hand
-    const live = !process.env.FGX_WEB_DEVSERVER || process.env.FGX_WEB_DEVSERVER_SCRIPT_LOG;
-    if (!live) await page.click('[data-test=script-load]');
     const logBlock = page.locator('[data-test=script-log-line]', { hasText: 'evil_marker' }).filter({ hasText: 'block' });
     await logBlock.first().waitFor({ timeout: 15000 });
     await page.locator('[data-test=script-log-line]', { hasText: 'evil seen by the script' }).first().waitFor({ timeout: 15000 });
