@@ -64,7 +64,7 @@ def nfq_firegex_example_blocks_what_it_should(env):
     fn = it.wait_until(lambda: script_counters(env, "nqfg")["filter_with_args"]["blocked"] >= 2)
     check(fn, "blocked counter: %r", script_counters(env, "nqfg"))
     # a big body in many segments passes whole, in order
-    big = http(b"POST", b"/bulk", b"x" * 300000)
+    big = http(b"POST", b"/bulk", b"x" * 40000)
     c = env.tcp_client(it.SRV4, port, [big, 0.5], timeout=10.0)
     it.assert_passed(c, it.server_conn(srv, 4, timeout=10), big, reply)
 
