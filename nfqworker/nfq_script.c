@@ -26,8 +26,10 @@
 #define NFQ_SW_PEER_BASE 32
 #define NFQ_SW_PEERS 64
 #define NFQ_SW_FLOWS 4096u    /* flows of a thread known to scriptworker at once */
-#define NFQ_SW_HELD 8192u     /* packets of a thread waiting on scripts */
-#define NFQ_SW_FLOW_HELD 512u /* of one flow */
+/* Packets of a thread waiting on scripts: they wait in the kernel's queue, so well under its
+ * length (NFQ_QUEUE_MAXLEN), past which a fail-open queue would pass packets unjudged. */
+#define NFQ_SW_HELD 2048u
+#define NFQ_SW_FLOW_HELD 256u /* of one flow */
 #define NFQ_SW_STARVED 20     /* as the proxy: scriptworker's own limit, in deadlines */
 #define NFQ_SW_GRACE_MS 1000
 
@@ -312,10 +314,10 @@ static void judge(struct nfq_thread *t, struct nfq_sw_flow *fs, uint8_t code, in
     if (code == FGX_SW_REJECT && fs->head >= 0) {
         /* The receiver of the first held segment expects its bytes next: that is where both
          * ends are reset, as for a regex block at that segment. */
-        const struct nfq_sw_pkt *p = &t->sw->pkts[fs->head];
+        const struct nfq_sw_pkt p = t->sw->pkts[fs->head];
 
         held_flush(t, fs, false);
-        nfq_match_flow_block(t, f, (enum fgx_dir)p->dir, true, p->seq, p->ack);
+        nfq_match_flow_block(t, f, (enum fgx_dir)p.dir, true, p.seq, p.ack);
         return;
     }
     held_flush(t, fs, false);
