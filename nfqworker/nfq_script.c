@@ -25,7 +25,7 @@
  * here (controld starts it with 64: threads past 32 have none, and fail_open judges) */
 #define NFQ_SW_PEER_BASE 32
 #define NFQ_SW_PEERS 64
-#define NFQ_SW_FLOWS 4096u    /* flows of a thread known to scriptworker at once */
+#define NFQ_SW_FLOWS 4096u /* flows of a thread known to scriptworker at once */
 /* Packets of a thread waiting on scripts: they wait in the kernel's queue, so well under its
  * length (NFQ_QUEUE_MAXLEN), past which a fail-open queue would pass packets unjudged. */
 #define NFQ_SW_HELD 2048u
@@ -48,7 +48,7 @@ struct nfq_sw_flow {
     uint64_t id;        /* slot in the low bits, a serial above: a late answer never meets a
                          * newer flow in the same slot */
     uint16_t hash;
-    bool opened;      /* scriptworker knows the flow */
+    bool opened; /* scriptworker knows the flow */
     int32_t head, tail;
     uint32_t nheld;
     uint64_t deadline_ms; /* of the oldest unanswered frame; 0: none */
@@ -263,9 +263,8 @@ static void held_release(struct nfq_thread *t, struct nfq_sw_flow *fs, uint32_t 
     }
     if (fs->head < 0)
         fs->tail = -1;
-    fs->deadline_ms = fs->head >= 0 ? t->now_ms + (uint64_t)deadline_ms * NFQ_SW_STARVED +
-                                          NFQ_SW_GRACE_MS
-                                    : 0;
+    fs->deadline_ms =
+        fs->head >= 0 ? t->now_ms + (uint64_t)deadline_ms * NFQ_SW_STARVED + NFQ_SW_GRACE_MS : 0;
 }
 
 void nfq_script_flow_end(struct nfq_thread *t, struct fgx_flow *f)
@@ -535,8 +534,8 @@ bool nfq_script_post(struct nfq_thread *t, struct fgx_flow *f, const struct fgx_
             i = sw->free_head;
             p = &sw->pkts[i];
             sw->free_head = p->next;
-            *p = (struct nfq_sw_pkt){.cookie = cookie, .next = -1, .dir = (uint8_t)dir,
-                                     .ready = true};
+            *p = (struct nfq_sw_pkt){
+                .cookie = cookie, .next = -1, .dir = (uint8_t)dir, .ready = true};
         } else {
             fs->opened = true;
             p->swseq = h.seq;
@@ -561,8 +560,8 @@ bool nfq_script_first_held(const struct nfq_thread *t, const struct fgx_flow *f,
                            uint32_t *seq, uint32_t *ack)
 {
     const struct nfq_sw *sw = t->sw;
-    const struct nfq_sw_flow *fs = sw != NULL && f->sw_slot != 0 ? &sw->flows[f->sw_slot - 1]
-                                                                 : NULL;
+    const struct nfq_sw_flow *fs =
+        sw != NULL && f->sw_slot != 0 ? &sw->flows[f->sw_slot - 1] : NULL;
 
     for (int32_t i = fs != NULL ? fs->head : -1; i >= 0; i = sw->pkts[i].next)
         if (sw->pkts[i].dir == (uint8_t)dir && sw->pkts[i].swseq != 0) {
