@@ -4,6 +4,7 @@ packet's verdict waits for the script (held, in stream order); REJECT resets bot
 regex block does, DROP black-holes the connection; keep-alive with several requests; regexes
 and the script both judge; a script's endless loop gets the fail_open verdict while another
 NFQUEUE service keeps filtering."""
+import json
 import os
 import sys
 import tempfile
@@ -193,5 +194,49 @@ def nfq_loop_and_exception_get_fail_open_while_regex_service_filters(env):
     check("KeyError" in r.stdout, "script log:\n%s", r.stdout)
 
 
+def setup(env):
+    # as test_ooo: the client kernel's resets for the connections scapy crafts are dropped
+    ruleset = ("table inet fgxit {\n chain out {\n  type filter hook output priority 0;\n"
+               "  tcp sport 40000-49999 tcp flags & rst == rst drop\n }\n}\n")
+    it.sh("ip", "netns", "exec", env.cli, "nft", "-f", "-", input=ruleset)
+    env.next_sport = 40000
+
+
+def crafted(env, src, dst, dport, segments):
+    env.next_sport += 1
+    h = env.helper(env.cli, "ooo", "--iface", it.CLI_IF, "--src", src, "--dst", dst, "--sport",
+                   env.next_sport, "--dport", dport, "--segments",
+                   json.dumps([[off, data.hex()] for off, data in segments]),
+                   "--pause", 0.3, "--retransmit", 0.5, "--linger", 0.8, "--fin")
+    res = it.client_result(h, 30)
+    check(res.get("handshake"), "crafted handshake %s -> %s failed: %r %s", src, dst, res,
+          h.stderr.decode(errors="replace")[-300:])
+    return res
+
+
+@test
+def nfq_script_out_of_order_segments_judged_in_order(env):
+    """A segment ahead of a gap is not held on a scripted flow (its bytes could not reach the
+    script in order): dropped, and the sender's in-order retransmission is judged."""
+    _, port = nfq_service(env, "nqooo")
+    env.ctl("script", "set", "nqooo", FIREGEX_EXAMPLE)
+    srv = env.tcp_server(port)
+    ok = http(b"POST", b"/", b"a fine body here")
+    cut = len(ok) - 9
+    for n, (src, dst) in enumerate(((it.CLI4, it.SRV4), (it.CLI6, it.SRV6)), start=1):
+        crafted(env, src, dst, port, [(cut, ok[cut:]), (0, ok[:cut])])
+        s = it.server_conn(srv, n)
+        check(s["data"] == ok and s["end"] == "eof",
+              "out-of-order clean request over %s: server got %r, end %s", dst, s["data"],
+              s["end"])
+    bad = http(b"POST", b"/", b"an ILLEGAL body")
+    cut = len(bad) - 6
+    res = crafted(env, it.CLI4, it.SRV4, port, [(cut, bad[cut:]), (0, bad[:cut])])
+    s = it.server_conn(srv, 3)
+    check(b"ILLEGAL" not in s["data"] and s["end"] == "reset" and res["reset"],
+          "out-of-order ILLEGAL: server got %r, end %s, client reset %r", s["data"], s["end"],
+          res["reset"])
+
+
 if __name__ == "__main__":
-    sys.exit(it.run_module("scripts_nfq"))
+    sys.exit(it.run_module("scripts_nfq", setup=setup))
