@@ -611,7 +611,7 @@ static void tcp_packet(struct nfq_thread *t, unsigned queue, uint32_t id, const 
         fgx_flow_promote(t->flows, f);
     t->scan_flow = f;
     t->scan_dir = (uint8_t)dir;
-    old_next = r->next_seq;
+    old_next = r->active ? r->next_seq : seq; /* an inactive direction starts here */
     v = fgx_reasm_segment(t->reasm, r, seq, p->ack, p->payload, p->payload_len,
                           cookie_make(queue, t, sc, id), t->now_ms, &m);
     nfq_norm_passed(t, f, dir, p, v, &m);

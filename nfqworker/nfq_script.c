@@ -466,7 +466,7 @@ bool nfq_script_post(struct nfq_thread *t, struct fgx_flow *f, const struct fgx_
         uint32_t end = seq + (uint32_t)len;
 
         off = (int32_t)(old_next - seq) > 0 ? old_next - seq : 0;
-        if ((int32_t)(r->next_seq - seq) < (int32_t)end - (int32_t)seq)
+        if ((int32_t)(r->next_seq - seq) < (int32_t)len)
             end = r->next_seq;
         fresh = (int32_t)(end - seq) > (int32_t)off ? end - seq - off : 0;
     }
