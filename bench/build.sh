@@ -19,6 +19,7 @@ build_one() {
         ;;
     udpflood)
         $CC $CFLAGS -o "$BUILD/bin/udpflood" bench/udpflood.c
+        ;;
     tlsload)
         $CC $CFLAGS -o "$BUILD/bin/tlsload" bench/tlsload.c -lssl -lcrypto
         ;;
