@@ -131,6 +131,9 @@ static int sup_spawn(struct ctl_sup *s)
             argv[argc++] = "--flows";
             argv[argc++] = flows;
         }
+        /* scripts on nfqueue services (issue 16): the packet threads dial it too */
+        argv[argc++] = "--script-url";
+        argv[argc++] = (char *)ctl_script_sup_url();
     }
     pid = fork();
     if (pid == -1) {

@@ -794,6 +794,10 @@ int main(int argc, char **argv)
         fgx_err("cannot set up the firewall: %s", strerror(-rv));
         goto out;
     }
+    /* The script worker first (ctl_script_sup.h): both workers are given its URL and dial it. */
+    rv = ctl_script_sup_start(o.run_dir, o.log_level);
+    if (rv < 0)
+        goto out;
     rv = ctl_sup_start(&(struct ctl_sup_config){.run_dir = o.run_dir,
                                                 .log_level = o.log_level,
                                                 .threads = o.threads,
@@ -801,10 +805,6 @@ int main(int argc, char **argv)
                                                 .no_synack_log = !ctl_nft_synack_log(nft),
                                                 .nfq_flows = o.nfq_flows},
                        &sup);
-    if (rv < 0)
-        goto out;
-    /* The script worker too (ctl_script_sup.h); the proxy worker dials it. */
-    rv = ctl_script_sup_start(o.run_dir, o.log_level);
     if (rv < 0)
         goto out;
     /* The proxy layer's worker runs always, so a service can move to it at any time. */

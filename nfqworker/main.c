@@ -14,7 +14,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: nfqworker --control URL --threads N --queue-base B [--log-level L]\n"
-            "                 [--no-synack-log] [--flows N]\n"
+            "                 [--no-synack-log] [--flows N] [--script-url URL]\n"
             "--flows  TCP flows tracked per thread (default %u)\n",
             NFQ_FLOWS_PER_THREAD);
 }
@@ -28,6 +28,7 @@ int main(int argc, char **argv)
         {"log-level", required_argument, NULL, 'l'},
         {"no-synack-log", no_argument, NULL, 'S'},
         {"flows", required_argument, NULL, 'F'},
+        {"script-url", required_argument, NULL, 'U'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -63,6 +64,7 @@ int main(int argc, char **argv)
             fgx_log_level_set(level);
             break;
         case 'S': worker.no_synack_log = true; break;
+        case 'U': worker.script_url = optarg; break;
         case 'F':
             if (fgx_wctl_parse_uint(optarg, 16, 1u << 24, &worker.flows) != 0) {
                 fprintf(stderr, "nfqworker: --flows: 16..16777216\n");

@@ -91,5 +91,6 @@ int nfq_stats_collect(struct nfq_worker *w, struct fgx_dp_stats *out)
     }
     fgx_wstats_end(&st);
     out->queue_drops += kernel_queue_drops(w);
+    (void)nfq_script_logs_take(out);
     return 0;
 }

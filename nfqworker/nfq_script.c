@@ -1,0 +1,633 @@
+/* Script stage of nfqworker (issue 16): on a flow of a service with a script, the bytes the
+ * regex scan accepted go to scriptworker (fgx/swproto.h, the frames the proxy sends, over one
+ * nng pair1 socket per packet thread, polled by the thread's loop) and the packet's verdict
+ * waits, as a held out-of-order segment's does, until the script's comes back. Verdicts leave
+ * in stream order: a flow's later packets wait behind its earlier held ones. ACCEPT passes the
+ * held packets; REJECT resets both ends and drops, as a regex block does; DROP drops them and
+ * every later packet of the flow without telling the ends (a black hole, as the proxy's DROP).
+ * An exception, a call past the deadline or no scriptworker: the service's fail_open choice.
+ * A flow of a service without a script never gets here (one pointer test per segment). */
+#include "nfq.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <nng/nng.h>
+#include <nng/protocol/pair1/pair.h>
+
+#include "fgx/log.h"
+#include "fgx/swproto.h"
+
+/* scriptworker's sockets URL-0.. are the proxy threads'; the packet threads take theirs from
+ * here (controld starts it with 64: threads past 32 have none, and fail_open judges) */
+#define NFQ_SW_PEER_BASE 32
+#define NFQ_SW_PEERS 64
+#define NFQ_SW_FLOWS 4096u /* flows of a thread known to scriptworker at once */
+/* Packets of a thread waiting on scripts: they wait in the kernel's queue, so well under its
+ * length (NFQ_QUEUE_MAXLEN), past which a fail-open queue would pass packets unjudged. */
+#define NFQ_SW_HELD 2048u
+#define NFQ_SW_FLOW_HELD 256u /* of one flow */
+#define NFQ_SW_STARVED 20     /* as the proxy: scriptworker's own limit, in deadlines */
+#define NFQ_SW_GRACE_MS 1000
+
+struct nfq_sw_pkt {
+    uint64_t cookie;
+    uint32_t seq, ack; /* the segment's place in its stream, and what it acknowledged */
+    uint32_t end;      /* its stream's position after it */
+    uint32_t swseq;    /* the DATA frame it waits for; 0: none (it waits behind the others) */
+    int32_t next;      /* FIFO / free list; -1: end */
+    uint8_t dir;
+    bool ready; /* its own verdict is ACCEPT: it leaves once those ahead of it left */
+};
+
+struct nfq_sw_flow {
+    struct fgx_flow *f; /* NULL: free */
+    uint64_t id;        /* slot in the low bits, a serial above: a late answer never meets a
+                         * newer flow in the same slot */
+    uint16_t hash;
+    bool opened; /* scriptworker knows the flow */
+    int32_t head, tail;
+    uint32_t nheld;
+    uint64_t deadline_ms; /* of the oldest unanswered frame; 0: none */
+};
+
+struct nfq_sw_sent {
+    uint32_t id;
+    uint64_t hash;
+};
+
+struct nfq_sw {
+    nng_socket sock;
+    bool up;
+    int fd;
+    struct nfq_sw_flow flows[NFQ_SW_FLOWS];
+    struct nfq_sw_pkt pkts[NFQ_SW_HELD];
+    int32_t free_head;
+    uint32_t cursor, nflows;
+    uint64_t serial;
+    uint32_t seq;
+    struct nfq_sw_sent *sent;
+    size_t nsent;
+    int resend; /* __atomic: a (new) scriptworker connected: every file again */
+};
+
+static int sw_send(struct nfq_sw *sw, const struct fgx_sw_hdr *h, const void *p)
+{
+    nng_msg *m;
+    int rv;
+
+    if (!sw->up)
+        return -ENOTCONN;
+    if (nng_msg_alloc(&m, sizeof(*h) + h->len) != 0)
+        return -ENOMEM;
+    memcpy(nng_msg_body(m), h, sizeof(*h));
+    if (h->len)
+        memcpy((uint8_t *)nng_msg_body(m) + sizeof(*h), p, h->len);
+    rv = nng_sendmsg(sw->sock, m, NNG_FLAG_NONBLOCK);
+    if (rv != 0) {
+        static __thread unsigned long long last_log;
+
+        fgx_log_ratelimited(&last_log, FGX_LOG_WARN, "script: cannot send to scriptworker: %s",
+                            nng_strerror(rv));
+        nng_msg_free(m);
+        return -EAGAIN;
+    }
+    return 0;
+}
+
+static void on_pipe_add(nng_pipe p, nng_pipe_ev ev, void *arg)
+{
+    struct nfq_sw *sw = arg;
+
+    (void)p;
+    (void)ev;
+    __atomic_store_n(&sw->resend, 1, __ATOMIC_RELEASE);
+}
+
+int nfq_script_thread_init(struct nfq_thread *t, const char *url)
+{
+    struct nfq_sw *sw;
+    char u[4200];
+    int rv;
+
+    if (url == NULL || *url == '\0')
+        return 0;
+    sw = calloc(1, sizeof(*sw));
+    if (sw == NULL)
+        return -ENOMEM;
+    t->sw = sw;
+    sw->fd = -1;
+    for (uint32_t i = 0; i < NFQ_SW_HELD; i++)
+        sw->pkts[i].next = i + 1 < NFQ_SW_HELD ? (int32_t)(i + 1) : -1;
+    sw->free_head = 0;
+    if (NFQ_SW_PEER_BASE + t->idx >= NFQ_SW_PEERS) {
+        fgx_warn("thread %u: no scriptworker socket left for it: its scripted flows get their "
+                 "service's fail_open verdict",
+                 t->idx);
+        return 0;
+    }
+    rv = nng_pair1_open(&sw->sock);
+    if (rv == 0)
+        rv = nng_socket_set_int(sw->sock, NNG_OPT_SENDBUF, 8192);
+    if (rv == 0)
+        rv = nng_socket_set_int(sw->sock, NNG_OPT_RECVBUF, 8192);
+    if (rv == 0)
+        rv = nng_pipe_notify(sw->sock, NNG_PIPE_EV_ADD_POST, on_pipe_add, sw);
+    if (rv == 0) {
+        (void)snprintf(u, sizeof(u), "%s-%u", url, NFQ_SW_PEER_BASE + t->idx);
+        /* non-blocking: nng keeps redialling while scriptworker starts or restarts */
+        rv = nng_dial(sw->sock, u, NULL, NNG_FLAG_NONBLOCK);
+    }
+    if (rv == 0)
+        rv = nng_socket_get_int(sw->sock, NNG_OPT_RECVFD, &sw->fd);
+    if (rv != 0) {
+        fgx_err("scriptworker at %s: %s", url, nng_strerror(rv));
+        return -EIO;
+    }
+    sw->up = true;
+    return 0;
+}
+
+void nfq_script_thread_release(struct nfq_thread *t)
+{
+    struct nfq_sw *sw = t->sw;
+
+    if (sw == NULL)
+        return;
+    if (sw->up)
+        nng_close(sw->sock);
+    free(sw->sent);
+    free(sw);
+    t->sw = NULL;
+}
+
+int nfq_script_fd(const struct nfq_thread *t)
+{
+    return t->sw != NULL && t->sw->up ? t->sw->fd : -1;
+}
+
+void nfq_script_switch(struct nfq_thread *t)
+{
+    struct nfq_sw *sw = t->sw;
+    const struct fgx_wcfg *cfg = t->cfg;
+    struct nfq_sw_sent *now;
+    size_t n = 0;
+
+    if (sw == NULL || !sw->up)
+        return;
+    now = calloc(cfg != NULL ? cfg->nservices + 1 : 1, sizeof(*now));
+    if (now == NULL)
+        return;
+    for (size_t i = 0; cfg != NULL && i < cfg->nservices; i++) {
+        const struct fgx_wsvc *s = &cfg->svc[i];
+        uint64_t hash;
+        bool known = false;
+
+        if (s->script == NULL)
+            continue;
+        hash = fgx_hash64(s->script, s->script_len, s->script_deadline_ms);
+        for (size_t j = 0; j < sw->nsent && !known; j++)
+            known = sw->sent[j].id == s->id && sw->sent[j].hash == hash;
+        now[n++] = (struct nfq_sw_sent){.id = s->id, .hash = hash};
+        if (!known) {
+            struct fgx_sw_hdr h = {.type = FGX_SW_SCRIPT,
+                                   .service = s->id,
+                                   .conn = s->script_deadline_ms,
+                                   .seq = ++sw->seq,
+                                   .len = (uint32_t)s->script_len};
+
+            /* ahead of any DATA under it, on the same ordered pipe */
+            (void)sw_send(sw, &h, s->script);
+        }
+    }
+    for (size_t j = 0; j < sw->nsent; j++) {
+        bool still = false;
+
+        for (size_t k = 0; k < n && !still; k++)
+            still = now[k].id == sw->sent[j].id;
+        if (!still) {
+            struct fgx_sw_hdr h = {.type = FGX_SW_UNSCRIPT, .service = sw->sent[j].id};
+
+            (void)sw_send(sw, &h, NULL);
+        }
+    }
+    free(sw->sent);
+    sw->sent = now;
+    sw->nsent = n;
+}
+
+static struct nfq_sw_flow *flow_state(struct nfq_sw *sw, const struct fgx_flow *f)
+{
+    return sw != NULL && f->sw_slot != 0 ? &sw->flows[f->sw_slot - 1] : NULL;
+}
+
+static void pkt_free(struct nfq_sw *sw, int32_t i)
+{
+    sw->pkts[i].next = sw->free_head;
+    sw->free_head = i;
+}
+
+/* Every held packet of fs goes with verdict accept (in order), the state stays. */
+static void held_flush(struct nfq_thread *t, struct nfq_sw_flow *fs, bool accept)
+{
+    struct nfq_sw *sw = t->sw;
+
+    while (fs->head >= 0) {
+        int32_t i = fs->head;
+
+        fs->head = sw->pkts[i].next;
+        nfq_match_cookie_verdict(t, sw->pkts[i].cookie, accept);
+        pkt_free(sw, i);
+    }
+    fs->tail = -1;
+    fs->nheld = 0;
+    fs->deadline_ms = 0;
+}
+
+/* The packets at the head whose own verdict is ACCEPT leave; the clock then runs for the
+ * next unanswered one. */
+static void held_release(struct nfq_thread *t, struct nfq_sw_flow *fs, uint32_t deadline_ms)
+{
+    struct nfq_sw *sw = t->sw;
+
+    while (fs->head >= 0 && sw->pkts[fs->head].ready) {
+        int32_t i = fs->head;
+
+        fs->head = sw->pkts[i].next;
+        nfq_match_cookie_verdict(t, sw->pkts[i].cookie, true);
+        pkt_free(sw, i);
+        fs->nheld--;
+    }
+    if (fs->head < 0)
+        fs->tail = -1;
+    fs->deadline_ms =
+        fs->head >= 0 ? t->now_ms + (uint64_t)deadline_ms * NFQ_SW_STARVED + NFQ_SW_GRACE_MS : 0;
+}
+
+void nfq_script_flow_end(struct nfq_thread *t, struct fgx_flow *f)
+{
+    struct nfq_sw *sw = t->sw;
+    struct nfq_sw_flow *fs = flow_state(sw, f);
+
+    if (fs == NULL)
+        return;
+    /* A flow that goes while a script judges it (evicted, expired, blocked): its unjudged
+     * packets never pass. */
+    held_flush(t, fs, false);
+    {
+        struct fgx_sw_hdr h = {
+            .type = FGX_SW_CLOSE, .hash = fs->hash, .service = f->service_id, .conn = fs->id};
+
+        (void)sw_send(sw, &h, NULL);
+    }
+    fs->f = NULL;
+    f->sw_slot = 0;
+    sw->nflows--;
+}
+
+/* What a script (or its failure) decided for fs's flow as a whole. */
+static void judge(struct nfq_thread *t, struct nfq_sw_flow *fs, uint8_t code, int32_t at)
+{
+    struct fgx_flow *f = fs->f;
+    const struct fgx_wsvc *svc = t->cfg != NULL ? fgx_wcfg_service(t->cfg, f->service_id) : NULL;
+    bool fail_open = svc != NULL && svc->fail_open;
+    uint32_t deadline = svc != NULL ? svc->script_deadline_ms : 100;
+
+    if (code == FGX_SW_ERROR || code == FGX_SW_TIMEOUT) {
+        NFQ_CTR_ADD(code == FGX_SW_TIMEOUT ? &t->ctr.script_timeouts : &t->ctr.script_errors, 1);
+        code = fail_open ? FGX_SW_ACCEPT : FGX_SW_REJECT;
+    }
+    if (code == FGX_SW_ACCEPT) {
+        if (at >= 0)
+            t->sw->pkts[at].ready = true;
+        else
+            for (int32_t i = fs->head; i >= 0; i = t->sw->pkts[i].next)
+                t->sw->pkts[i].ready = true;
+        held_release(t, fs, deadline);
+        return;
+    }
+    NFQ_CTR_ADD(&t->ctr.script_blocked, 1);
+    if (code == FGX_SW_REJECT && fs->head >= 0) {
+        /* The receiver of the first held segment expects its bytes next: that is where both
+         * ends are reset, as for a regex block at that segment. */
+        const struct nfq_sw_pkt p = t->sw->pkts[fs->head];
+
+        held_flush(t, fs, false);
+        nfq_match_flow_block(t, f, (enum fgx_dir)p.dir, true, p.seq, p.ack);
+        return;
+    }
+    held_flush(t, fs, false);
+    if (code == FGX_SW_REJECT) {
+        nfq_match_flow_block(t, f, FGX_DIR_C2S, true, f->dir[0].next_seq, f->dir[1].next_seq);
+        return;
+    }
+    /* DROP: the flow stays open in the ends' eyes; nothing of it passes from now on (a
+     * blocked flow's packets are dropped before they reach a stage) */
+    nfq_match_flow_block(t, f, FGX_DIR_C2S, false, 0, 0);
+}
+
+static void log_push(uint32_t service, const char *payload, size_t len);
+
+void nfq_script_recv(struct nfq_thread *t)
+{
+    struct nfq_sw *sw = t->sw;
+
+    if (sw == NULL || !sw->up)
+        return;
+    t->now_ms = nfq_now_ms();
+    for (;;) {
+        struct nfq_sw_flow *fs;
+        struct fgx_sw_hdr h;
+        nng_msg *m;
+        int32_t at;
+
+        if (nng_recvmsg(sw->sock, &m, NNG_FLAG_NONBLOCK) != 0)
+            break;
+        if (nng_msg_len(m) < sizeof(h)) {
+            nng_msg_free(m);
+            continue;
+        }
+        memcpy(&h, nng_msg_body(m), sizeof(h));
+        if (h.type == FGX_SW_LOG)
+            log_push(h.service, (const char *)nng_msg_body(m) + sizeof(h),
+                     nng_msg_len(m) - sizeof(h));
+        nng_msg_free(m);
+        if (h.type != FGX_SW_VERDICT)
+            continue;
+        fs = &sw->flows[h.conn % NFQ_SW_FLOWS];
+        if (fs->f == NULL || fs->id != h.conn)
+            continue; /* gone meanwhile */
+        for (at = fs->head; at >= 0 && sw->pkts[at].swseq != h.seq; at = sw->pkts[at].next)
+            ;
+        if (at < 0)
+            continue; /* the tick already decided */
+        judge(t, fs, h.code, at);
+    }
+    nfq_verdict_flush(t);
+}
+
+void nfq_script_tick(struct nfq_thread *t)
+{
+    struct nfq_sw *sw = t->sw;
+
+    if (sw == NULL || sw->nflows == 0)
+        return;
+    for (uint32_t i = 0; i < NFQ_SW_FLOWS; i++) {
+        struct nfq_sw_flow *fs = &sw->flows[i];
+
+        if (fs->f != NULL && fs->deadline_ms != 0 && fs->deadline_ms <= t->now_ms) {
+            static __thread unsigned long long last_log;
+
+            /* scriptworker did not answer at all (down, restarting): as an error */
+            fgx_log_ratelimited(&last_log, FGX_LOG_WARN,
+                                "script: no verdict from scriptworker in time: fail_open verdict");
+            judge(t, fs, FGX_SW_ERROR, -1);
+        }
+    }
+}
+
+static bool svc_scripted(const struct fgx_wsvc *svc, enum fgx_dir dir)
+{
+    return svc->script != NULL && (svc->script_dirs & (dir == FGX_DIR_C2S ? 1u : 2u));
+}
+
+bool nfq_script_pre(struct nfq_thread *t, struct fgx_flow *f, const struct fgx_wsvc *svc,
+                    enum fgx_dir dir, uint32_t seq, size_t len)
+{
+    struct nfq_sw *sw = t->sw;
+    struct nfq_sw_flow *fs = flow_state(sw, f);
+    const struct fgx_reasm *r = &f->dir[dir == FGX_DIR_C2S ? 0 : 1];
+    bool ok = true;
+
+    if (!svc_scripted(svc, dir) || !r->active || len == 0)
+        return true;
+    /* Ahead of the stream: reassembly would hold it and pass it later, where its bytes can no
+     * longer reach the script in order; the sender sends it again. */
+    if ((int32_t)(seq - r->next_seq) > 0)
+        ok = false;
+    /* Into bytes the regex scan passed that a script still judges: reassembly would pass this
+     * copy as a retransmission, ahead of the script's verdict. */
+    if (ok && fs != NULL && fs->head >= 0 && (int32_t)(seq - r->next_seq) < 0) {
+        for (int32_t i = fs->head; i >= 0 && ok; i = sw->pkts[i].next)
+            if (sw->pkts[i].dir == (uint8_t)dir && sw->pkts[i].swseq != 0)
+                ok = false;
+    }
+    /* No room to wait: dropped before reassembly, so it is never taken as passed. */
+    if (ok && sw != NULL && sw->up &&
+        (sw->free_head < 0 || (fs != NULL && fs->nheld >= NFQ_SW_FLOW_HELD) ||
+         (fs == NULL && sw->nflows >= NFQ_SW_FLOWS)))
+        ok = false;
+    if (!ok)
+        NFQ_CTR_ADD(&t->ctr.script_refused, 1);
+    return ok;
+}
+
+static struct nfq_sw_flow *flow_open(struct nfq_sw *sw, struct fgx_flow *f)
+{
+    uint32_t i;
+    struct nfq_sw_flow *fs;
+    uint64_t a, b;
+
+    for (i = 0; i < NFQ_SW_FLOWS && sw->flows[(sw->cursor + i) % NFQ_SW_FLOWS].f != NULL; i++)
+        ;
+    if (i == NFQ_SW_FLOWS)
+        return NULL;
+    sw->cursor = (sw->cursor + i) % NFQ_SW_FLOWS;
+    fs = &sw->flows[sw->cursor];
+    memset(fs, 0, sizeof(*fs));
+    fs->f = f;
+    fs->id = (++sw->serial * NFQ_SW_FLOWS) | sw->cursor;
+    fs->head = fs->tail = -1;
+    /* symmetric, as the proxy's: client and server hashed apart, then combined */
+    a = fgx_hash64(f->key.caddr, sizeof(f->key.caddr), f->key.cport);
+    b = fgx_hash64(f->key.saddr, sizeof(f->key.saddr), f->key.sport);
+    fs->hash = (uint16_t)((a ^ b) >> 17);
+    f->sw_slot = sw->cursor + 1;
+    sw->nflows++;
+    return fs;
+}
+
+bool nfq_script_post(struct nfq_thread *t, struct fgx_flow *f, const struct fgx_wsvc *svc,
+                     enum fgx_dir dir, uint64_t cookie, uint32_t seq, uint32_t ack,
+                     const uint8_t *payload, size_t len, uint32_t old_next)
+{
+    struct nfq_sw *sw = t->sw;
+    struct nfq_sw_flow *fs = flow_state(sw, f);
+    const struct fgx_reasm *r = &f->dir[dir == FGX_DIR_C2S ? 0 : 1];
+    uint32_t fresh = 0, off = 0;
+    struct nfq_sw_pkt *p;
+    int32_t i;
+
+    if (svc_scripted(svc, dir) && len > 0) {
+        /* the bytes of this segment the stream had not passed before */
+        uint32_t end = seq + (uint32_t)len;
+
+        off = (int32_t)(old_next - seq) > 0 ? old_next - seq : 0;
+        if ((int32_t)(r->next_seq - seq) < (int32_t)len)
+            end = r->next_seq;
+        fresh = (int32_t)(end - seq) > (int32_t)off ? end - seq - off : 0;
+    }
+    if (fresh == 0 && (fs == NULL || fs->head < 0))
+        return false;
+    if (fresh > 0 && (sw == NULL || !sw->up)) {
+        NFQ_CTR_ADD(&t->ctr.script_errors, 1);
+        if (svc->fail_open)
+            return false;
+        nfq_match_cookie_verdict(t, cookie, false);
+        nfq_match_flow_block(t, f, dir, true, seq + off, ack);
+        return true;
+    }
+    if (__atomic_load_n(&sw->resend, __ATOMIC_ACQUIRE)) {
+        /* before this frame: the files again, for a scriptworker that has none */
+        __atomic_store_n(&sw->resend, 0, __ATOMIC_RELAXED);
+        sw->nsent = 0;
+        nfq_script_switch(t);
+    }
+    if (fs == NULL)
+        fs = flow_open(sw, f);
+    /* nfq_script_pre() made sure of the room; a flow that arrived from a handover, or one
+     * whose state could not be had, judges by fail_open */
+    if (fs == NULL || sw->free_head < 0) {
+        NFQ_CTR_ADD(&t->ctr.script_errors, 1);
+        nfq_match_cookie_verdict(t, cookie, svc->fail_open);
+        return true;
+    }
+    i = sw->free_head;
+    p = &sw->pkts[i];
+    sw->free_head = p->next;
+    *p = (struct nfq_sw_pkt){.cookie = cookie,
+                             .seq = seq + off,
+                             .ack = ack,
+                             .end = seq + off + fresh,
+                             .next = -1,
+                             .dir = (uint8_t)dir,
+                             .ready = fresh == 0};
+    if (fresh > 0) {
+        struct fgx_sw_hdr h = {.type = FGX_SW_DATA,
+                               .code = (uint8_t)(dir == FGX_DIR_C2S ? 0 : 1),
+                               .hash = fs->hash,
+                               .service = f->service_id,
+                               .conn = fs->id,
+                               .seq = ++sw->seq,
+                               .len = fresh};
+
+        if (sw->seq == 0)
+            h.seq = ++sw->seq; /* 0 means "no frame" here */
+        if (!fs->opened)
+            /* the flow's first frame opens it there: one frame, not two */
+            h.code |= FGX_SW_DATA_OPEN | (f->key.family == 6 ? FGX_SW_DATA_V6 : 0);
+        if (sw_send(sw, &h, payload + off) < 0) {
+            pkt_free(sw, i);
+            NFQ_CTR_ADD(&t->ctr.script_errors, 1);
+            if (svc->fail_open && fs->head < 0)
+                return false;
+            if (!svc->fail_open) {
+                nfq_match_cookie_verdict(t, cookie, false);
+                held_flush(t, fs, false);
+                nfq_match_flow_block(t, f, dir, true, seq + off, ack);
+                return true;
+            }
+            /* fail open behind held packets: it waits for them, judged as passed */
+            i = sw->free_head;
+            p = &sw->pkts[i];
+            sw->free_head = p->next;
+            *p = (struct nfq_sw_pkt){
+                .cookie = cookie, .next = -1, .dir = (uint8_t)dir, .ready = true};
+        } else {
+            fs->opened = true;
+            p->swseq = h.seq;
+        }
+    }
+    if (fs->tail >= 0)
+        sw->pkts[fs->tail].next = i;
+    else
+        fs->head = i;
+    fs->tail = i;
+    fs->nheld++;
+    if (fs->deadline_ms == 0)
+        fs->deadline_ms =
+            t->now_ms + (uint64_t)svc->script_deadline_ms * NFQ_SW_STARVED + NFQ_SW_GRACE_MS;
+    /* a packet with nothing new, behind held ones that were all judged meanwhile */
+    if (fs->head == i && p->ready)
+        held_release(t, fs, svc->script_deadline_ms);
+    return true;
+}
+
+bool nfq_script_first_held(const struct nfq_thread *t, const struct fgx_flow *f, enum fgx_dir dir,
+                           uint32_t *seq, uint32_t *ack)
+{
+    const struct nfq_sw *sw = t->sw;
+    const struct nfq_sw_flow *fs =
+        sw != NULL && f->sw_slot != 0 ? &sw->flows[f->sw_slot - 1] : NULL;
+
+    for (int32_t i = fs != NULL ? fs->head : -1; i >= 0; i = sw->pkts[i].next)
+        if (sw->pkts[i].dir == (uint8_t)dir && sw->pkts[i].swseq != 0) {
+            *seq = sw->pkts[i].seq;
+            *ack = sw->pkts[i].ack;
+            return true;
+        }
+    return false;
+}
+
+/* ---- scriptworker's log entries, until the next STATS takes them (as the proxy's) ---- */
+
+#define NFQ_SW_LOG_MAX 1024
+
+static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct fgx_dp_script_log log_q[NFQ_SW_LOG_MAX];
+static size_t log_n;
+static uint64_t log_lost;
+
+static void log_push(uint32_t service, const char *payload, size_t len)
+{
+    const char *kind = payload, *fn, *text, *end = payload + len;
+    struct fgx_dp_script_log *e;
+
+    fn = memchr(kind, '\0', len);
+    text = fn != NULL ? memchr(fn + 1, '\0', (size_t)(end - fn - 1)) : NULL;
+    if (fn == NULL || text == NULL)
+        return;
+    fn++;
+    text++;
+    pthread_mutex_lock(&log_lock);
+    if (log_n == NFQ_SW_LOG_MAX) {
+        log_lost++;
+        pthread_mutex_unlock(&log_lock);
+        return;
+    }
+    e = &log_q[log_n];
+    e->service_id = service;
+    e->kind = strdup(kind);
+    e->function = strdup(fn);
+    e->text = strndup(text, (size_t)(end - text));
+    if (e->kind != NULL && e->function != NULL && e->text != NULL) {
+        log_n++;
+    } else {
+        free(e->kind);
+        free(e->function);
+        free(e->text);
+        log_lost++;
+    }
+    pthread_mutex_unlock(&log_lock);
+}
+
+int nfq_script_logs_take(struct fgx_dp_stats *out)
+{
+    pthread_mutex_lock(&log_lock);
+    out->script_logs_lost = log_lost;
+    if (log_n > 0) {
+        out->script_logs = malloc(log_n * sizeof(*out->script_logs));
+        if (out->script_logs == NULL) {
+            pthread_mutex_unlock(&log_lock);
+            return -ENOMEM;
+        }
+        memcpy(out->script_logs, log_q, log_n * sizeof(*out->script_logs));
+        out->nscript_logs = log_n;
+        log_n = 0;
+    }
+    pthread_mutex_unlock(&log_lock);
+    return 0;
+}
