@@ -58,8 +58,11 @@ struct nfq_counters {
     uint64_t midstream_resets; /* connections reset for bytes not scanned before (fgx/dp.h) */
     /* script filters (nfq_script.c): segments dropped on a scripted flow (ahead of a gap, into
      * bytes a script still judges, past the hold bounds); fail-open/closed verdicts given for a
-     * script that failed, timed out or had no scriptworker; flows a script rejected or dropped */
-    uint64_t script_refused, script_errors, script_timeouts, script_blocked;
+     * script that failed, timed out or had no scriptworker; flows a script rejected or dropped;
+     * flows whose script verdict became final (their later packets cost no call); and the
+     * packets that wait for a verdict now (a gauge, up and down) */
+    uint64_t script_refused, script_errors, script_timeouts, script_blocked, script_final;
+    uint64_t script_held, script_flows;
     struct nfq_svc_ctr svc[NFQ_SVC_SLOTS];
     struct fgx_filter_ctr filter[NFQ_FILTER_SLOTS];
 };
@@ -214,6 +217,10 @@ bool nfq_script_post(struct nfq_thread *t, struct fgx_flow *f, const struct fgx_
 /* f's held packets, if any, in direction dir: the first one's seq and ack (for a reset). */
 bool nfq_script_first_held(const struct nfq_thread *t, const struct fgx_flow *f, enum fgx_dir dir,
                            uint32_t *seq, uint32_t *ack);
+/* A FIN of f's direction dir at seq went on (after nfq_script_post() for its bytes): once both
+ * streams ended at their ends and nothing waits, f's script state goes (CLOSE), and any byte
+ * past the ends is dropped. A FIN anywhere else changes nothing. */
+void nfq_script_fin(struct nfq_thread *t, struct fgx_flow *f, enum fgx_dir dir, uint32_t seq);
 /* f leaves (released, blocked): its held packets are dropped, scriptworker told. */
 void nfq_script_flow_end(struct nfq_thread *t, struct fgx_flow *f);
 /* Control thread: scriptworker's log entries since the last call, into out. */

@@ -428,7 +428,12 @@ void nfq_match_synack(struct nfq_thread *t, const uint8_t *data, size_t len)
 
         fgx_flow_key_from_pkt(&p, dir, &key);
         f = fgx_flow_lookup(t->flows, &key, t->now_ms);
-        if (f == NULL || f->service_id != svc->id || f->closed)
+        if (f == NULL || f->service_id != svc->id)
+            return;
+        if (f->sw_slot != 0 && !f->blocked && !(p.tcp_flags & FGX_TCP_RST) &&
+            (p.tcp_flags & FGX_TCP_FIN))
+            nfq_script_fin(t, f, dir, p.seq); /* a script's state may end with the stream */
+        if (f->closed)
             return;
         if (p.tcp_flags & FGX_TCP_RST) {
             nfq_match_flow_close(t, f);
@@ -629,10 +634,16 @@ static void tcp_packet(struct nfq_thread *t, unsigned queue, uint32_t id, const 
     }
     /* Accepted by the regex scan: a script may still have to judge it, or it waits behind
      * packets a script judges. */
-    if (v == FGX_REASM_ACCEPT && !f->blocked && (svc->script != NULL || f->sw_slot != 0) &&
-        nfq_script_post(t, f, svc, dir, cookie_make(queue, t, sc, id), seq, p->ack, p->payload,
-                        p->payload_len, old_next))
-        return;
+    if (v == FGX_REASM_ACCEPT && !f->blocked && (svc->script != NULL || f->sw_slot != 0)) {
+        bool held = nfq_script_post(t, f, svc, dir, cookie_make(queue, t, sc, id), seq, p->ack,
+                                    p->payload, p->payload_len, old_next);
+
+        /* after the bytes it carries went to the script: a FIN at the stream's end */
+        if ((p->tcp_flags & FGX_TCP_FIN) && !f->blocked)
+            nfq_script_fin(t, f, dir, seq + (uint32_t)p->payload_len);
+        if (held)
+            return;
+    }
     if (v != FGX_REASM_HOLD)
         verdict(t, queue, id, sc, v == FGX_REASM_ACCEPT);
 }

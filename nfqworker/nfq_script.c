@@ -25,7 +25,14 @@
  * here (controld starts it with 64: threads past 32 have none, and fail_open judges) */
 #define NFQ_SW_PEER_BASE 32
 #define NFQ_SW_PEERS 64
-#define NFQ_SW_FLOWS 4096u /* flows of a thread known to scriptworker at once */
+/* Flows of a thread known to scriptworker at once. A flow's slot is freed when its script
+ * verdict becomes final, when both its streams ended in order, or (a full table) when it was
+ * closed and nothing of it waits; a table full of live flows gives new ones the fail_open
+ * verdict rather than dropping their segments (that stalled every new connection). */
+#define NFQ_SW_FLOWS 16384u
+/* f->sw_slot past the slots: what became of a flow's script state */
+#define NFQ_SW_FINAL UINT32_MAX      /* a final ACCEPT (or fail-open): no more calls */
+#define NFQ_SW_GONE (UINT32_MAX - 1) /* both streams ended: bytes beyond are dropped */
 /* Packets of a thread waiting on scripts: they wait in the kernel's queue, so well under its
  * length (NFQ_QUEUE_MAXLEN), past which a fail-open queue would pass packets unjudged. */
 #define NFQ_SW_HELD 2048u
@@ -51,6 +58,10 @@ struct nfq_sw_flow {
     bool opened; /* scriptworker knows the flow */
     int32_t head, tail;
     uint32_t nheld;
+    /* bit per direction: a FIN came, at fin_seq (a pure FIN's copy may come before the data
+     * ahead of it, which still goes to the script) */
+    uint8_t fin_ok;
+    uint32_t fin_seq[2];
     uint64_t deadline_ms; /* of the oldest unanswered frame; 0: none */
 };
 
@@ -219,15 +230,66 @@ void nfq_script_switch(struct nfq_thread *t)
     sw->nsent = n;
 }
 
-static struct nfq_sw_flow *flow_state(struct nfq_sw *sw, const struct fgx_flow *f)
+static bool slot_live(const struct fgx_flow *f)
 {
-    return sw != NULL && f->sw_slot != 0 ? &sw->flows[f->sw_slot - 1] : NULL;
+    return f->sw_slot != 0 && f->sw_slot <= NFQ_SW_FLOWS;
 }
 
-static void pkt_free(struct nfq_sw *sw, int32_t i)
+static struct nfq_sw_flow *flow_state(struct nfq_sw *sw, const struct fgx_flow *f)
 {
+    return sw != NULL && slot_live(f) ? &sw->flows[f->sw_slot - 1] : NULL;
+}
+
+/* fs's flow leaves scriptworker (CLOSE) and its slot is free; f->sw_slot becomes mark. */
+static void flow_forget(struct nfq_thread *t, struct nfq_sw_flow *fs, uint32_t mark)
+{
+    struct nfq_sw *sw = t->sw;
+    struct fgx_flow *f = fs->f;
+    struct fgx_sw_hdr h = {
+        .type = FGX_SW_CLOSE, .hash = fs->hash, .service = f->service_id, .conn = fs->id};
+
+    if (fs->opened)
+        (void)sw_send(sw, &h, NULL);
+    fs->f = NULL;
+    f->sw_slot = mark;
+    sw->nflows--;
+    NFQ_CTR_ADD(&t->ctr.script_flows, (uint64_t)-1);
+}
+
+/* Both streams of fs's flow reached their FINs and nothing of it waits: its state goes (no
+ * receiver takes a byte past a FIN; one that comes is dropped, never passed unjudged). */
+static void flow_maybe_done(struct nfq_thread *t, struct nfq_sw_flow *fs)
+{
+    if (fs->head >= 0 || fs->fin_ok != 3)
+        return;
+    for (int d = 0; d < 2; d++) {
+        const struct fgx_reasm *r = &fs->f->dir[d];
+
+        if (r->active && r->next_seq != fs->fin_seq[d])
+            return;
+    }
+    flow_forget(t, fs, NFQ_SW_GONE);
+}
+
+static void pkt_free(struct nfq_thread *t, int32_t i)
+{
+    struct nfq_sw *sw = t->sw;
+
     sw->pkts[i].next = sw->free_head;
     sw->free_head = i;
+    NFQ_CTR_ADD(&t->ctr.script_held, (uint64_t)-1);
+}
+
+static int32_t pkt_alloc(struct nfq_thread *t)
+{
+    struct nfq_sw *sw = t->sw;
+    int32_t i = sw->free_head;
+
+    if (i >= 0) {
+        sw->free_head = sw->pkts[i].next;
+        NFQ_CTR_ADD(&t->ctr.script_held, 1);
+    }
+    return i;
 }
 
 /* Every held packet of fs goes with verdict accept (in order), the state stays. */
@@ -240,7 +302,7 @@ static void held_flush(struct nfq_thread *t, struct nfq_sw_flow *fs, bool accept
 
         fs->head = sw->pkts[i].next;
         nfq_match_cookie_verdict(t, sw->pkts[i].cookie, accept);
-        pkt_free(sw, i);
+        pkt_free(t, i);
     }
     fs->tail = -1;
     fs->nheld = 0;
@@ -258,13 +320,26 @@ static void held_release(struct nfq_thread *t, struct nfq_sw_flow *fs, uint32_t 
 
         fs->head = sw->pkts[i].next;
         nfq_match_cookie_verdict(t, sw->pkts[i].cookie, true);
-        pkt_free(sw, i);
+        pkt_free(t, i);
         fs->nheld--;
     }
     if (fs->head < 0)
         fs->tail = -1;
     fs->deadline_ms =
         fs->head >= 0 ? t->now_ms + (uint64_t)deadline_ms * NFQ_SW_STARVED + NFQ_SW_GRACE_MS : 0;
+}
+
+/* A final ACCEPT (the connection is decided: a setting such as FGEX_FULL_STREAM_ACTION
+ * ACCEPT, or no function can be called on it any more): what waits goes, later packets pass
+ * without a call, as Firegex stops calling the filters. The answers to frames already sent are
+ * ACCEPTs too, and find no flow. */
+static void flow_final(struct nfq_thread *t, struct nfq_sw_flow *fs, uint32_t deadline_ms)
+{
+    for (int32_t i = fs->head; i >= 0; i = t->sw->pkts[i].next)
+        t->sw->pkts[i].ready = true;
+    held_release(t, fs, deadline_ms);
+    NFQ_CTR_ADD(&t->ctr.script_final, 1);
+    flow_forget(t, fs, NFQ_SW_FINAL);
 }
 
 void nfq_script_flow_end(struct nfq_thread *t, struct fgx_flow *f)
@@ -277,15 +352,28 @@ void nfq_script_flow_end(struct nfq_thread *t, struct fgx_flow *f)
     /* A flow that goes while a script judges it (evicted, expired, blocked): its unjudged
      * packets never pass. */
     held_flush(t, fs, false);
-    {
-        struct fgx_sw_hdr h = {
-            .type = FGX_SW_CLOSE, .hash = fs->hash, .service = f->service_id, .conn = fs->id};
+    flow_forget(t, fs, 0);
+}
 
-        (void)sw_send(sw, &h, NULL);
+void nfq_script_fin(struct nfq_thread *t, struct fgx_flow *f, enum fgx_dir dir, uint32_t seq)
+{
+    struct nfq_sw_flow *fs = flow_state(t->sw, f);
+    const struct fgx_reasm *r = &f->dir[dir == FGX_DIR_C2S ? 0 : 1];
+
+    /* Only a FIN at the stream's end counts: one anywhere else (which the receiver would
+     * discard, or a FIN copy nobody checked) must not end the script's state while the stream
+     * goes on. */
+    int d = dir == FGX_DIR_C2S ? 0 : 1;
+
+    if (fs == NULL)
+        return;
+    /* The first FIN of a direction names its end; one before what already passed is not
+     * one the receiver takes (it would have ended the stream earlier). */
+    if (!(fs->fin_ok & (1u << d)) && !(r->active && (int32_t)(seq - r->next_seq) < 0)) {
+        fs->fin_ok |= (uint8_t)(1u << d);
+        fs->fin_seq[d] = seq;
     }
-    fs->f = NULL;
-    f->sw_slot = 0;
-    sw->nflows--;
+    flow_maybe_done(t, fs);
 }
 
 /* What a script (or its failure) decided for fs's flow as a whole. */
@@ -307,6 +395,7 @@ static void judge(struct nfq_thread *t, struct nfq_sw_flow *fs, uint8_t code, in
             for (int32_t i = fs->head; i >= 0; i = t->sw->pkts[i].next)
                 t->sw->pkts[i].ready = true;
         held_release(t, fs, deadline);
+        flow_maybe_done(t, fs);
         return;
     }
     NFQ_CTR_ADD(&t->ctr.script_blocked, 1);
@@ -364,6 +453,13 @@ void nfq_script_recv(struct nfq_thread *t)
             ;
         if (at < 0)
             continue; /* the tick already decided */
+        if (h.code == FGX_SW_ACCEPT && (h.hash & FGX_SW_VERDICT_FINAL)) {
+            const struct fgx_wsvc *svc =
+                t->cfg != NULL ? fgx_wcfg_service(t->cfg, fs->f->service_id) : NULL;
+
+            flow_final(t, fs, svc != NULL ? svc->script_deadline_ms : 100);
+            continue;
+        }
         judge(t, fs, h.code, at);
     }
     nfq_verdict_flush(t);
@@ -402,7 +498,7 @@ bool nfq_script_pre(struct nfq_thread *t, struct fgx_flow *f, const struct fgx_w
     const struct fgx_reasm *r = &f->dir[dir == FGX_DIR_C2S ? 0 : 1];
     bool ok = true;
 
-    if (!svc_scripted(svc, dir) || !r->active || len == 0)
+    if (!svc_scripted(svc, dir) || !r->active || len == 0 || f->sw_slot == NFQ_SW_FINAL)
         return true;
     /* Ahead of the stream: reassembly would hold it and pass it later, where its bytes can no
      * longer reach the script in order; the sender sends it again. */
@@ -415,26 +511,38 @@ bool nfq_script_pre(struct nfq_thread *t, struct fgx_flow *f, const struct fgx_w
             if (sw->pkts[i].dir == (uint8_t)dir && sw->pkts[i].swseq != 0)
                 ok = false;
     }
-    /* No room to wait: dropped before reassembly, so it is never taken as passed. */
+    /* No room to wait: dropped before reassembly, so it is never taken as passed. (A flow
+     * without a slot is not refused here: nfq_script_post() gives it a slot or the fail_open
+     * verdict, never a silent drop that would stall it.) */
     if (ok && sw != NULL && sw->up &&
-        (sw->free_head < 0 || (fs != NULL && fs->nheld >= NFQ_SW_FLOW_HELD) ||
-         (fs == NULL && sw->nflows >= NFQ_SW_FLOWS)))
+        (sw->free_head < 0 || (fs != NULL && fs->nheld >= NFQ_SW_FLOW_HELD)))
         ok = false;
     if (!ok)
         NFQ_CTR_ADD(&t->ctr.script_refused, 1);
     return ok;
 }
 
-static struct nfq_sw_flow *flow_open(struct nfq_sw *sw, struct fgx_flow *f)
+static struct nfq_sw_flow *flow_open(struct nfq_thread *t, struct fgx_flow *f)
 {
+    struct nfq_sw *sw = t->sw;
     uint32_t i;
     struct nfq_sw_flow *fs;
     uint64_t a, b;
 
     for (i = 0; i < NFQ_SW_FLOWS && sw->flows[(sw->cursor + i) % NFQ_SW_FLOWS].f != NULL; i++)
         ;
-    if (i == NFQ_SW_FLOWS)
-        return NULL;
+    if (i == NFQ_SW_FLOWS) {
+        /* Full: a closed flow (a reset, or FINs not checked) with nothing waiting gives its
+         * slot up. Its later bytes, if any, are dropped (GONE), never passed unjudged. */
+        for (i = 0; i < NFQ_SW_FLOWS; i++) {
+            fs = &sw->flows[(sw->cursor + i) % NFQ_SW_FLOWS];
+            if (fs->f->closed && fs->head < 0)
+                break;
+        }
+        if (i == NFQ_SW_FLOWS)
+            return NULL;
+        flow_forget(t, fs, NFQ_SW_GONE);
+    }
     sw->cursor = (sw->cursor + i) % NFQ_SW_FLOWS;
     fs = &sw->flows[sw->cursor];
     memset(fs, 0, sizeof(*fs));
@@ -447,6 +555,7 @@ static struct nfq_sw_flow *flow_open(struct nfq_sw *sw, struct fgx_flow *f)
     fs->hash = (uint16_t)((a ^ b) >> 17);
     f->sw_slot = sw->cursor + 1;
     sw->nflows++;
+    NFQ_CTR_ADD(&t->ctr.script_flows, 1);
     return fs;
 }
 
@@ -470,8 +579,19 @@ bool nfq_script_post(struct nfq_thread *t, struct fgx_flow *f, const struct fgx_
             end = r->next_seq;
         fresh = (int32_t)(end - seq) > (int32_t)off ? end - seq - off : 0;
     }
-    if (fresh == 0 && (fs == NULL || fs->head < 0))
+    if (f->sw_slot == NFQ_SW_FINAL)
         return false;
+    if (fresh == 0 && (fs == NULL || fs->head < 0)) {
+        if (fs != NULL && fs->fin_ok)
+            flow_maybe_done(t, fs); /* the last bytes before a FIN already seen */
+        return false;
+    }
+    if (f->sw_slot == NFQ_SW_GONE) {
+        /* bytes past both ends of the stream: no receiver takes them */
+        NFQ_CTR_ADD(&t->ctr.script_refused, 1);
+        nfq_match_cookie_verdict(t, cookie, false);
+        return true;
+    }
     if (fresh > 0 && (sw == NULL || !sw->up)) {
         NFQ_CTR_ADD(&t->ctr.script_errors, 1);
         if (svc->fail_open)
@@ -487,17 +607,26 @@ bool nfq_script_post(struct nfq_thread *t, struct fgx_flow *f, const struct fgx_
         nfq_script_switch(t);
     }
     if (fs == NULL)
-        fs = flow_open(sw, f);
-    /* nfq_script_pre() made sure of the room; a flow that arrived from a handover, or one
-     * whose state could not be had, judges by fail_open */
-    if (fs == NULL || sw->free_head < 0) {
+        fs = flow_open(t, f);
+    /* No slot for it (every one a live flow's): the fail_open verdict for the flow as a whole,
+     * counted: fail-open passes it without calls, fail-closed resets it. */
+    if (fs == NULL) {
+        NFQ_CTR_ADD(&t->ctr.script_errors, 1);
+        nfq_match_cookie_verdict(t, cookie, svc->fail_open);
+        if (svc->fail_open)
+            f->sw_slot = NFQ_SW_FINAL;
+        else
+            nfq_match_flow_block(t, f, dir, true, seq + off, ack);
+        return true;
+    }
+    /* nfq_script_pre() made sure of the room */
+    if (sw->free_head < 0) {
         NFQ_CTR_ADD(&t->ctr.script_errors, 1);
         nfq_match_cookie_verdict(t, cookie, svc->fail_open);
         return true;
     }
-    i = sw->free_head;
+    i = pkt_alloc(t);
     p = &sw->pkts[i];
-    sw->free_head = p->next;
     *p = (struct nfq_sw_pkt){.cookie = cookie,
                              .seq = seq + off,
                              .ack = ack,
@@ -520,7 +649,7 @@ bool nfq_script_post(struct nfq_thread *t, struct fgx_flow *f, const struct fgx_
             /* the flow's first frame opens it there: one frame, not two */
             h.code |= FGX_SW_DATA_OPEN | (f->key.family == 6 ? FGX_SW_DATA_V6 : 0);
         if (sw_send(sw, &h, payload + off) < 0) {
-            pkt_free(sw, i);
+            pkt_free(t, i);
             NFQ_CTR_ADD(&t->ctr.script_errors, 1);
             if (svc->fail_open && fs->head < 0)
                 return false;
@@ -531,9 +660,8 @@ bool nfq_script_post(struct nfq_thread *t, struct fgx_flow *f, const struct fgx_
                 return true;
             }
             /* fail open behind held packets: it waits for them, judged as passed */
-            i = sw->free_head;
+            i = pkt_alloc(t);
             p = &sw->pkts[i];
-            sw->free_head = p->next;
             *p = (struct nfq_sw_pkt){
                 .cookie = cookie, .next = -1, .dir = (uint8_t)dir, .ready = true};
         } else {
@@ -560,8 +688,7 @@ bool nfq_script_first_held(const struct nfq_thread *t, const struct fgx_flow *f,
                            uint32_t *seq, uint32_t *ack)
 {
     const struct nfq_sw *sw = t->sw;
-    const struct nfq_sw_flow *fs =
-        sw != NULL && f->sw_slot != 0 ? &sw->flows[f->sw_slot - 1] : NULL;
+    const struct nfq_sw_flow *fs = sw != NULL && slot_live(f) ? &sw->flows[f->sw_slot - 1] : NULL;
 
     for (int32_t i = fs != NULL ? fs->head : -1; i >= 0; i = sw->pkts[i].next)
         if (sw->pkts[i].dir == (uint8_t)dir && sw->pkts[i].swseq != 0) {
