@@ -440,6 +440,8 @@ int fgx_dp_encode(const struct fgx_dp_msg *m, void **buf, size_t *len)
         st.script_held = s->script_held;
         st.has_script_flows = s->script_flows != 0;
         st.script_flows = s->script_flows;
+        st.has_script_reclaimed = s->script_reclaimed != 0;
+        st.script_reclaimed = s->script_reclaimed;
         /* Optional: absent (0) from nfqworker costs no bytes. */
         st.has_conns_refused = s->conns_refused != 0;
         st.has_unclassified = s->unclassified != 0;
@@ -783,6 +785,7 @@ static int stats_from_pb(const Fgx__Dp__Stats *p, struct fgx_dp_stats *s)
     s->script_final = p->script_final;
     s->script_held = p->script_held;
     s->script_flows = p->script_flows;
+    s->script_reclaimed = p->script_reclaimed;
     s->conns_refused = p->conns_refused;
     s->unclassified = p->unclassified;
     s->connect_failed = p->connect_failed;

@@ -60,9 +60,10 @@ struct nfq_counters {
      * bytes a script still judges, past the hold bounds); fail-open/closed verdicts given for a
      * script that failed, timed out or had no scriptworker; flows a script rejected or dropped;
      * flows whose script verdict became final (their later packets cost no call); and the
-     * packets that wait for a verdict now (a gauge, up and down) */
+     * packets that wait for a verdict now, flows with script state now (gauges); slots taken
+     * from idle flows for new ones (a full table) */
     uint64_t script_refused, script_errors, script_timeouts, script_blocked, script_final;
-    uint64_t script_held, script_flows;
+    uint64_t script_held, script_flows, script_reclaimed;
     struct nfq_svc_ctr svc[NFQ_SVC_SLOTS];
     struct fgx_filter_ctr filter[NFQ_FILTER_SLOTS];
 };

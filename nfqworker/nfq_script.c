@@ -33,6 +33,8 @@
 /* f->sw_slot past the slots: what became of a flow's script state */
 #define NFQ_SW_FINAL UINT32_MAX      /* a final ACCEPT (or fail-open): no more calls */
 #define NFQ_SW_GONE (UINT32_MAX - 1) /* both streams ended: bytes beyond are dropped */
+#define NFQ_SW_LOST (UINT32_MAX - 2) /* reclaimed while open: later bytes get fail_open */
+#define NFQ_SW_RECLAIM_MS 2000       /* idle this long, a flow's slot may go to a new one */
 /* Packets of a thread waiting on scripts: they wait in the kernel's queue, so well under its
  * length (NFQ_QUEUE_MAXLEN), past which a fail-open queue would pass packets unjudged. */
 #define NFQ_SW_HELD 2048u
@@ -230,6 +232,11 @@ void nfq_script_switch(struct nfq_thread *t)
     sw->nsent = n;
 }
 
+static bool svc_scripted(const struct fgx_wsvc *svc, enum fgx_dir dir)
+{
+    return svc->script != NULL && (svc->script_dirs & (dir == FGX_DIR_C2S ? 1u : 2u));
+}
+
 static bool slot_live(const struct fgx_flow *f)
 {
     return f->sw_slot != 0 && f->sw_slot <= NFQ_SW_FLOWS;
@@ -257,15 +264,21 @@ static void flow_forget(struct nfq_thread *t, struct nfq_sw_flow *fs, uint32_t m
 }
 
 /* Both streams of fs's flow reached their FINs and nothing of it waits: its state goes (no
- * receiver takes a byte past a FIN; one that comes is dropped, never passed unjudged). */
+ * receiver takes a byte past a FIN; one that comes is dropped, never passed unjudged). A
+ * direction the script does not read needs its FIN only: its bytes may not even be queued
+ * (no regex of that direction), so its stream position says nothing. */
 static void flow_maybe_done(struct nfq_thread *t, struct nfq_sw_flow *fs)
 {
-    if (fs->head >= 0 || fs->fin_ok != 3)
+    const struct fgx_wsvc *svc =
+        t->cfg != NULL ? fgx_wcfg_service(t->cfg, fs->f->service_id) : NULL;
+
+    if (fs->head >= 0 || fs->fin_ok != 3 || svc == NULL)
         return;
     for (int d = 0; d < 2; d++) {
         const struct fgx_reasm *r = &fs->f->dir[d];
 
-        if (r->active && r->next_seq != fs->fin_seq[d])
+        if (svc_scripted(svc, d == 0 ? FGX_DIR_C2S : FGX_DIR_S2C) && r->active &&
+            r->next_seq != fs->fin_seq[d])
             return;
     }
     flow_forget(t, fs, NFQ_SW_GONE);
@@ -485,11 +498,6 @@ void nfq_script_tick(struct nfq_thread *t)
     }
 }
 
-static bool svc_scripted(const struct fgx_wsvc *svc, enum fgx_dir dir)
-{
-    return svc->script != NULL && (svc->script_dirs & (dir == FGX_DIR_C2S ? 1u : 2u));
-}
-
 bool nfq_script_pre(struct nfq_thread *t, struct fgx_flow *f, const struct fgx_wsvc *svc,
                     enum fgx_dir dir, uint32_t seq, size_t len)
 {
@@ -532,16 +540,25 @@ static struct nfq_sw_flow *flow_open(struct nfq_thread *t, struct fgx_flow *f)
     for (i = 0; i < NFQ_SW_FLOWS && sw->flows[(sw->cursor + i) % NFQ_SW_FLOWS].f != NULL; i++)
         ;
     if (i == NFQ_SW_FLOWS) {
-        /* Full: a closed flow (a reset, or FINs not checked) with nothing waiting gives its
-         * slot up. Its later bytes, if any, are dropped (GONE), never passed unjudged. */
+        /* Full (FIN copies do not always reach the worker, so ended flows can linger): the
+         * flow idle the longest with nothing waiting gives its slot up, if idle for
+         * NFQ_SW_RECLAIM_MS. A closed one's later bytes are dropped (GONE); a live one's get
+         * the service's fail_open verdict (LOST), as a lost script state does on the proxy
+         * layer. Never passed as judged. */
+        struct nfq_sw_flow *victim = NULL;
+
         for (i = 0; i < NFQ_SW_FLOWS; i++) {
-            fs = &sw->flows[(sw->cursor + i) % NFQ_SW_FLOWS];
-            if (fs->f->closed && fs->head < 0)
-                break;
+            fs = &sw->flows[i];
+            if (fs->head < 0 && (victim == NULL || fs->f->last_ms < victim->f->last_ms))
+                victim = fs;
         }
-        if (i == NFQ_SW_FLOWS)
+        if (victim == NULL || victim->f->last_ms + NFQ_SW_RECLAIM_MS > t->now_ms)
             return NULL;
-        flow_forget(t, fs, NFQ_SW_GONE);
+        NFQ_CTR_ADD(&t->ctr.script_reclaimed, 1);
+        fs = victim;
+        flow_forget(t, fs, fs->f->closed ? NFQ_SW_GONE : NFQ_SW_LOST);
+        i = (uint32_t)(fs - sw->flows);
+        sw->cursor = 0; /* with i: the victim's slot, below */
     }
     sw->cursor = (sw->cursor + i) % NFQ_SW_FLOWS;
     fs = &sw->flows[sw->cursor];
@@ -586,8 +603,19 @@ bool nfq_script_post(struct nfq_thread *t, struct fgx_flow *f, const struct fgx_
             flow_maybe_done(t, fs); /* the last bytes before a FIN already seen */
         return false;
     }
-    if (f->sw_slot == NFQ_SW_GONE) {
+    if (f->sw_slot == NFQ_SW_LOST && fresh > 0) {
+        /* its script state was given up under pressure: as a failed script */
+        NFQ_CTR_ADD(&t->ctr.script_errors, 1);
+        nfq_match_cookie_verdict(t, cookie, svc->fail_open);
+        if (svc->fail_open)
+            f->sw_slot = NFQ_SW_FINAL;
+        else
+            nfq_match_flow_block(t, f, dir, true, seq + off, ack);
+        return true;
+    }
+    if (f->sw_slot == NFQ_SW_GONE && fresh > 0) {
         /* bytes past both ends of the stream: no receiver takes them */
+
         NFQ_CTR_ADD(&t->ctr.script_refused, 1);
         nfq_match_cookie_verdict(t, cookie, false);
         return true;

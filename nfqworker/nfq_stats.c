@@ -89,6 +89,7 @@ int nfq_stats_collect(struct nfq_worker *w, struct fgx_dp_stats *out)
         out->script_final += fgx_ctr_load(&c->script_final);
         out->script_held += fgx_ctr_load(&c->script_held);
         out->script_flows += fgx_ctr_load(&c->script_flows);
+        out->script_reclaimed += fgx_ctr_load(&c->script_reclaimed);
         out->flows_evicted += w->threads[k].flows ? fgx_flow_evicted(w->threads[k].flows) : 0;
         out->verdict_errors += fgx_ctr_load(&c->verdict_errors);
         out->queue_drops += fgx_ctr_load(&c->queue_drops);
