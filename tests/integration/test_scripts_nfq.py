@@ -238,5 +238,180 @@ def nfq_script_out_of_order_segments_judged_in_order(env):
           res["reset"])
 
 
+ACCEPT_RAW = """
+from firegex.nfproxy import pyfilter, ACCEPT
+from firegex.nfproxy.models import RawPacket
+
+@pyfilter
+def accept_all(pkt: RawPacket):
+    return ACCEPT
+"""
+
+# past 256 KiB of client bytes the connection is decided (Firegex: stop calling the filters)
+STREAM_ACCEPT = """
+from firegex.nfproxy import pyfilter, REJECT, FullStreamAction
+from firegex.nfproxy.models import TCPInputStream
+
+FGEX_STREAM_MAX_SIZE = 262144
+FGEX_FULL_STREAM_ACTION = FullStreamAction.ACCEPT
+
+@pyfilter
+def no_flag(s: TCPInputStream):
+    if b"FLAG{" in s.data:
+        return REJECT
+"""
+
+STREAM_REJECT = STREAM_ACCEPT.replace("FullStreamAction.ACCEPT", "FullStreamAction.REJECT")
+
+
+def nfq_worker(env):
+    ws = [w for w in env.ctl("worker", "list") if w.get("kind") == "nfq"]
+    check(len(ws) == 1 and "script_refused" in ws[0], "worker list: %r", ws)
+    return ws[0]
+
+
+FAILS = ("script_errors", "script_timeouts", "script_blocked")
+
+
+def fails_since(env, before):
+    """The worker's failed or blocking script verdicts since before (its counters are the
+    module's, shared by its tests)."""
+    w = nfq_worker(env)
+    return {k: w[k] - before[k] for k in FAILS if w[k] != before[k]}
+
+
+def ns_sh(env, ns, *argv):
+    return it.sh("ip", "netns", "exec", ns, *argv, check=False, timeout=10).stdout
+
+
+def bulk(env, port, size, host=it.SRV4, timeout=60):
+    """size bytes from the client to a sink server through port; both results."""
+    srv = env.tcp_server(port, sink=True, idle=timeout)
+    h = env.helper(env.cli, "bulk-client", "--host", host, "--port", port, "--size", size,
+                   "--timeout", timeout)
+    return srv, h
+
+
+@test
+def nfq_script_bulk_transfer_completes_with_the_senders_bytes(env):
+    """20 MiB through a service whose script judges every segment (RawPacket, ACCEPT): the
+    transfer completes and the server's bytes hash as the client's; a regex-only service on
+    the same worker keeps filtering meanwhile, at its usual speed. Then a script decided past
+    FGEX_STREAM_MAX_SIZE (FullStreamAction.ACCEPT): its flow stops costing calls (script_final)
+    and the bytes still arrive whole."""
+    _, port = nfq_service(env, "nqbulk")
+    _, rport = nfq_service(env, "nqbrx")
+    env.filter("nqbrx")
+    rsrv = env.tcp_server(rport)
+    env.ctl("script", "set", "nqbulk", write(ACCEPT_RAW))
+    before = nfq_worker(env)
+    size = 20 << 20
+    for n, host in enumerate((it.SRV4, it.SRV6), start=1):
+        srv, h = bulk(env, port, size, host)
+        if n == 1:
+            # while the script judges the bulk stream's segments
+            t0 = time.monotonic()
+            c = env.tcp_client(it.SRV4, rport, [b"clean", 0.1])
+            it.assert_passed(c, it.server_conn(rsrv, 1), b"clean")
+            c = env.tcp_client(it.SRV4, rport, [it.EVIL, 0.1])
+            it.assert_blocked(c, it.server_conn(rsrv, 2))
+            check(time.monotonic() - t0 < 5, "the regex service took %.1f s beside the bulk "
+                  "stream", time.monotonic() - t0)
+        c = it.client_result(h, 120)
+        s = it.server_conn(srv, 1, timeout=60)
+        check(c["end"] == "eof" and s["end"] == "eof", "bulk over %s: client %s, server %s",
+              host, c["end"], s["end"])
+        check(s["bytes"] == size and s["sha256"] == c["sha256"], "bulk over %s: the server got "
+              "%d bytes (hash %s), the client sent %d (%s)", host, s["bytes"], s["sha256"][:12],
+              c["sent"], c["sha256"][:12])
+        srv.stop()
+    check(not fails_since(env, before), "script verdicts failed on the bulk streams: %r",
+          fails_since(env, before))
+    check(it.wait_until(lambda: nfq_worker(env)["script_held"] == 0), "packets still held: %r",
+          nfq_worker(env))
+    # decided past the limit: later segments pass without a call
+    env.ctl("script", "set", "nqbulk", write(STREAM_ACCEPT))
+    final0 = nfq_worker(env)["script_final"]
+    srv, h = bulk(env, port, size)
+    c = it.client_result(h, 120)
+    s = it.server_conn(srv, 1, timeout=60)
+    check(s["end"] == "eof" and s["bytes"] == size and s["sha256"] == c["sha256"],
+          "bulk past the stream limit: server got %d bytes (%s), end %s", s["bytes"], s["end"],
+          s["sha256"][:12])
+    check(nfq_worker(env)["script_final"] > final0, "no final verdict counted: %r",
+          nfq_worker(env))
+
+
+@test
+def nfq_script_stream_limit_reject_stops_at_the_limit(env):
+    """FullStreamAction.REJECT past FGEX_STREAM_MAX_SIZE (256 KiB): both ends are reset, and the
+    server never read a byte the script did not judge within the limit."""
+    _, port = nfq_service(env, "nqlim")
+    env.ctl("script", "set", "nqlim", write(STREAM_REJECT))
+    srv, h = bulk(env, port, 4 << 20, timeout=10)
+    c = it.client_result(h, 40)
+    s = it.server_conn(srv, 1, timeout=30)
+    check(c["end"] == "reset" and s["end"] == "reset", "client %s, server %s", c["end"], s["end"])
+    check(0 < s["bytes"] <= 262144, "the server read %d bytes past a 262144-byte limit",
+          s["bytes"])
+
+
+MANY_CLIENT = r"""
+import socket, sys, threading
+host, port, n, par = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+req = b"POST /x HTTP/1.1\r\nHost: svc\r\nX-Checker: sla-bot\r\nContent-Length: 5\r\n\r\nhello"
+ok, bad, lock, it_ = [0], [], threading.Lock(), iter(range(n))
+def one():
+    while True:
+        with lock:
+            i = next(it_, None)
+        if i is None:
+            return
+        try:
+            s = socket.create_connection((host, port), timeout=10)
+            s.sendall(req)
+            s.shutdown(socket.SHUT_WR)
+            got = b""
+            while True:
+                b = s.recv(4096)
+                if not b:
+                    break
+                got += b
+            s.close()
+            with lock:
+                if got.startswith(b"HTTP/1.1 200"):
+                    ok[0] += 1
+                else:
+                    bad.append(repr(got[:40]))
+        except Exception as e:
+            with lock:
+                bad.append(type(e).__name__)
+ts = [threading.Thread(target=one) for _ in range(par)]
+[t.start() for t in ts]
+[t.join() for t in ts]
+print(ok[0], len(bad), " ".join(bad[:5]))
+"""
+
+
+@test
+def nfq_script_many_short_connections_all_complete(env):
+    """200 short HTTP connections, 16 at a time, through an HTTP script: every one completes,
+    nothing stays held, no verdict failed."""
+    _, port = nfq_service(env, "nqmany")
+    env.ctl("script", "set", "nqmany", FIREGEX_EXAMPLE)
+    reply = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+    env.tcp_server(port, reply=reply, idle=10)
+    before = nfq_worker(env)
+    t0 = time.monotonic()
+    out = it.sh("ip", "netns", "exec", env.cli, "python3", "-c", MANY_CLIENT, it.SRV4, str(port),
+                "200", "16", timeout=120).stdout.split()
+    el = time.monotonic() - t0
+    check(out[:2] == ["200", "0"], "of 200 connections: %s in %.1f s", " ".join(out), el)
+    w = it.wait_until(lambda: (lambda w: w if w["script_held"] == 0 else None)(nfq_worker(env)),
+                      timeout=5)
+    check(w, "packets left held: %r", nfq_worker(env))
+    check(not fails_since(env, before), "failed verdicts: %r", fails_since(env, before))
+
+
 if __name__ == "__main__":
     sys.exit(it.run_module("scripts_nfq", setup=setup))
