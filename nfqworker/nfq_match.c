@@ -432,7 +432,8 @@ void nfq_match_synack(struct nfq_thread *t, const uint8_t *data, size_t len)
             return;
         if (f->sw_slot != 0 && !f->blocked && !(p.tcp_flags & FGX_TCP_RST) &&
             (p.tcp_flags & FGX_TCP_FIN))
-            nfq_script_fin(t, f, dir, p.seq); /* a script's state may end with the stream */
+            /* a script's state may end with the stream: the FIN's place is after its bytes */
+            nfq_script_fin(t, f, dir, p.seq + (uint32_t)p.payload_len);
         if (f->closed)
             return;
         if (p.tcp_flags & FGX_TCP_RST) {

@@ -372,16 +372,14 @@ void nfq_script_fin(struct nfq_thread *t, struct fgx_flow *f, enum fgx_dir dir, 
 {
     struct nfq_sw_flow *fs = flow_state(t->sw, f);
     const struct fgx_reasm *r = &f->dir[dir == FGX_DIR_C2S ? 0 : 1];
-
-    /* Only a FIN at the stream's end counts: one anywhere else (which the receiver would
-     * discard, or a FIN copy nobody checked) must not end the script's state while the stream
-     * goes on. */
     int d = dir == FGX_DIR_C2S ? 0 : 1;
 
     if (fs == NULL)
         return;
-    /* The first FIN of a direction names its end; one before what already passed is not
-     * one the receiver takes (it would have ended the stream earlier). */
+    /* The first FIN of a direction names its end (its copy may come before the data ahead of
+     * it, which still goes to the script: the state goes once the stream got there); one
+     * before what already passed is not one the receiver takes. A FIN placed anywhere else
+     * only keeps the state, never ends the judging early. */
     if (!(fs->fin_ok & (1u << d)) && !(r->active && (int32_t)(seq - r->next_seq) < 0)) {
         fs->fin_ok |= (uint8_t)(1u << d);
         fs->fin_seq[d] = seq;
@@ -707,8 +705,10 @@ bool nfq_script_post(struct nfq_thread *t, struct fgx_flow *f, const struct fgx_
         fs->deadline_ms =
             t->now_ms + (uint64_t)svc->script_deadline_ms * NFQ_SW_STARVED + NFQ_SW_GRACE_MS;
     /* a packet with nothing new, behind held ones that were all judged meanwhile */
-    if (fs->head == i && p->ready)
+    if (fs->head == i && p->ready) {
         held_release(t, fs, svc->script_deadline_ms);
+        flow_maybe_done(t, fs);
+    }
     return true;
 }
 
