@@ -413,5 +413,44 @@ def nfq_script_many_short_connections_all_complete(env):
     check(not fails_since(env, before), "failed verdicts: %r", fails_since(env, before))
 
 
+@test
+def engine_done_says_when_no_call_can_change_the_verdict(env):
+    """Conn.done() (the VERDICT's FGX_SW_VERDICT_FINAL): a per-packet function never makes a
+    connection final; FGEX_FULL_STREAM_ACTION ACCEPT past the limit does, and so does an HTTP
+    function on a connection whose HTTP broke off (FGEX_INVALID_ENCODING_ACTION ACCEPT); a
+    well-formed HTTP connection stays open to the functions."""
+    d = os.path.join(env.bin, "fgex-python")
+    if d not in sys.path:
+        sys.path.insert(0, d)
+    import fgex.engine as e
+    c = e.Conn(e.Script(ACCEPT_RAW, "raw.py"))
+    for _ in range(3):
+        check(c.feed(True, b"x" * 1000).action == "accept" and not c.done(), "RawPacket done")
+    c = e.Conn(e.Script(STREAM_ACCEPT, "lim.py"))
+    check(c.feed(True, b"a" * 200000).action == "accept" and not c.done(), "done below the limit")
+    check(c.feed(True, b"a" * 100000).action == "accept" and c.done(), "not done past the limit")
+    check(c.feed(True, b"FLAG{x}").action == "accept", "a decided connection judged again")
+    c = e.Conn(e.Script(STREAM_REJECT, "rej.py"))
+    c.feed(True, b"a" * 200000)
+    v = c.feed(True, b"a" * 100000)
+    check(v.action == "reject" and not c.done(), "REJECT past the limit: %r", v)
+    http_src = """
+from firegex.nfproxy import pyfilter, REJECT, ExceptionAction
+from firegex.nfproxy.models import HttpRequestHeader
+FGEX_INVALID_ENCODING_ACTION = ExceptionAction.ACCEPT
+
+@pyfilter
+def hdr(r: HttpRequestHeader):
+    if r.get_header("x-bad"):
+        return REJECT
+"""
+    c = e.Conn(e.Script(http_src, "h.py"))
+    check(c.feed(True, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n").action == "accept" and
+          not c.done(), "HTTP connection done")
+    c = e.Conn(e.Script(http_src, "h.py"))
+    v = c.feed(True, bytes(range(256)) * 100)
+    check(v.action == "accept" and c.done(), "broken HTTP: %r, done %r", v, c.done())
+
+
 if __name__ == "__main__":
     sys.exit(it.run_module("scripts_nfq", setup=setup))
