@@ -123,9 +123,8 @@ static json_t *json_worker(const void *p)
                          cli_json_int(w->script_errors), "script_timeouts",
                          cli_json_int(w->script_timeouts), "script_blocked",
                          cli_json_int(w->script_blocked), "script_final",
-                         cli_json_int(w->script_final), "script_held",
-                         cli_json_int(w->script_held), "script_flows",
-                         cli_json_int(w->script_flows), "script_reclaimed",
+                         cli_json_int(w->script_final), "script_held", cli_json_int(w->script_held),
+                         "script_flows", cli_json_int(w->script_flows), "script_reclaimed",
                          cli_json_int(w->script_reclaimed)));
     if (rc == 0 && w->has_conns_refused) /* the proxy's own: absent for the nfq worker */
         rc = json_object_update_new(
