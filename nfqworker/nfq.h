@@ -129,6 +129,7 @@ struct nfq_worker {
     unsigned nthreads;
     unsigned queue_base;
     unsigned flows; /* flow table entries per thread */
+    unsigned script_flows; /* flows per thread with script state at most (nfq_script.c) */
     /* The rules queue the server's SYN-ACK instead of copying it (a kernel without the
      * nftables log expression): no NFLOG socket; the queued SYN-ACK anchors the same way. */
     bool no_synack_log;
@@ -191,6 +192,7 @@ void nfq_match_flow_block(struct nfq_thread *t, struct fgx_flow *f, enum fgx_dir
 void nfq_match_cookie_verdict(struct nfq_thread *t, uint64_t cookie, bool accept);
 
 /* ---- nfq_script.c ---- */
+#define NFQ_SW_FLOWS_DEFAULT 16384u /* --script-flows */
 /* Per thread: the socket to scriptworker (URL-<NFQ_SW_PEER_BASE + idx>), dialled without
  * waiting. 0 or -errno; without a URL the scripted services get their fail_open verdict. */
 int nfq_script_thread_init(struct nfq_thread *t, const char *url);

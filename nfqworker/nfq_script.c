@@ -25,12 +25,12 @@
  * here (controld starts it with 64: threads past 32 have none, and fail_open judges) */
 #define NFQ_SW_PEER_BASE 32
 #define NFQ_SW_PEERS 64
-/* Flows of a thread known to scriptworker at once. A flow's slot is freed when its script
- * verdict becomes final, when both its streams ended in order, or (a full table) when it was
- * closed and nothing of it waits; a table full of live flows gives new ones the fail_open
- * verdict rather than dropping their segments (that stalled every new connection). */
-#define NFQ_SW_FLOWS 16384u
-/* f->sw_slot past the slots: what became of a flow's script state */
+/* Flows of a thread known to scriptworker at once: --script-flows (NFQ_SW_FLOWS_DEFAULT). A
+ * flow's slot is freed when its script verdict becomes final, when both its streams reached
+ * their FINs, or (a full table) when it is the one idle longest with nothing waiting; a table
+ * full of live flows gives new ones the fail_open verdict rather than dropping their segments
+ * (that stalled every new connection). f->sw_slot past the slots: what became of a flow's
+ * script state. */
 #define NFQ_SW_FINAL UINT32_MAX      /* a final ACCEPT (or fail-open): no more calls */
 #define NFQ_SW_GONE (UINT32_MAX - 1) /* both streams ended: bytes beyond are dropped */
 #define NFQ_SW_LOST (UINT32_MAX - 2) /* reclaimed while open: later bytes get fail_open */
@@ -54,7 +54,7 @@ struct nfq_sw_pkt {
 
 struct nfq_sw_flow {
     struct fgx_flow *f; /* NULL: free */
-    uint64_t id;        /* slot in the low bits, a serial above: a late answer never meets a
+    uint64_t id;        /* serial x nslots + slot: a late answer never meets a
                          * newer flow in the same slot */
     uint16_t hash;
     bool opened; /* scriptworker knows the flow */
@@ -76,7 +76,8 @@ struct nfq_sw {
     nng_socket sock;
     bool up;
     int fd;
-    struct nfq_sw_flow flows[NFQ_SW_FLOWS];
+    struct nfq_sw_flow *flows; /* nslots (--script-flows) */
+    uint32_t nslots;
     struct nfq_sw_pkt pkts[NFQ_SW_HELD];
     int32_t free_head;
     uint32_t cursor, nflows;
@@ -132,6 +133,10 @@ int nfq_script_thread_init(struct nfq_thread *t, const char *url)
     if (sw == NULL)
         return -ENOMEM;
     t->sw = sw;
+    sw->nslots = t->w->script_flows ? t->w->script_flows : NFQ_SW_FLOWS_DEFAULT;
+    sw->flows = calloc(sw->nslots, sizeof(*sw->flows)); /* pages touched as slots are used */
+    if (sw->flows == NULL)
+        return -ENOMEM;
     sw->fd = -1;
     for (uint32_t i = 0; i < NFQ_SW_HELD; i++)
         sw->pkts[i].next = i + 1 < NFQ_SW_HELD ? (int32_t)(i + 1) : -1;
@@ -173,6 +178,7 @@ void nfq_script_thread_release(struct nfq_thread *t)
     if (sw->up)
         nng_close(sw->sock);
     free(sw->sent);
+    free(sw->flows);
     free(sw);
     t->sw = NULL;
 }
@@ -239,7 +245,7 @@ static bool svc_scripted(const struct fgx_wsvc *svc, enum fgx_dir dir)
 
 static bool slot_live(const struct fgx_flow *f)
 {
-    return f->sw_slot != 0 && f->sw_slot <= NFQ_SW_FLOWS;
+    return f->sw_slot != 0 && f->sw_slot < NFQ_SW_LOST;
 }
 
 static struct nfq_sw_flow *flow_state(struct nfq_sw *sw, const struct fgx_flow *f)
@@ -457,7 +463,7 @@ void nfq_script_recv(struct nfq_thread *t)
         nng_msg_free(m);
         if (h.type != FGX_SW_VERDICT)
             continue;
-        fs = &sw->flows[h.conn % NFQ_SW_FLOWS];
+        fs = &sw->flows[h.conn % sw->nslots];
         if (fs->f == NULL || fs->id != h.conn)
             continue; /* gone meanwhile */
         for (at = fs->head; at >= 0 && sw->pkts[at].swseq != h.seq; at = sw->pkts[at].next)
@@ -482,7 +488,7 @@ void nfq_script_tick(struct nfq_thread *t)
 
     if (sw == NULL || sw->nflows == 0)
         return;
-    for (uint32_t i = 0; i < NFQ_SW_FLOWS; i++) {
+    for (uint32_t i = 0; i < sw->nslots; i++) {
         struct nfq_sw_flow *fs = &sw->flows[i];
 
         if (fs->f != NULL && fs->deadline_ms != 0 && fs->deadline_ms <= t->now_ms) {
@@ -535,9 +541,9 @@ static struct nfq_sw_flow *flow_open(struct nfq_thread *t, struct fgx_flow *f)
     struct nfq_sw_flow *fs;
     uint64_t a, b;
 
-    for (i = 0; i < NFQ_SW_FLOWS && sw->flows[(sw->cursor + i) % NFQ_SW_FLOWS].f != NULL; i++)
+    for (i = 0; i < sw->nslots && sw->flows[(sw->cursor + i) % sw->nslots].f != NULL; i++)
         ;
-    if (i == NFQ_SW_FLOWS) {
+    if (i == sw->nslots) {
         /* Full (FIN copies do not always reach the worker, so ended flows can linger): the
          * flow idle the longest with nothing waiting gives its slot up, if idle for
          * NFQ_SW_RECLAIM_MS. A closed one's later bytes are dropped (GONE); a live one's get
@@ -545,7 +551,7 @@ static struct nfq_sw_flow *flow_open(struct nfq_thread *t, struct fgx_flow *f)
          * layer. Never passed as judged. */
         struct nfq_sw_flow *victim = NULL;
 
-        for (i = 0; i < NFQ_SW_FLOWS; i++) {
+        for (i = 0; i < sw->nslots; i++) {
             fs = &sw->flows[i];
             if (fs->head < 0 && (victim == NULL || fs->f->last_ms < victim->f->last_ms))
                 victim = fs;
@@ -558,11 +564,11 @@ static struct nfq_sw_flow *flow_open(struct nfq_thread *t, struct fgx_flow *f)
         i = (uint32_t)(fs - sw->flows);
         sw->cursor = 0; /* with i: the victim's slot, below */
     }
-    sw->cursor = (sw->cursor + i) % NFQ_SW_FLOWS;
+    sw->cursor = (sw->cursor + i) % sw->nslots;
     fs = &sw->flows[sw->cursor];
     memset(fs, 0, sizeof(*fs));
     fs->f = f;
-    fs->id = (++sw->serial * NFQ_SW_FLOWS) | sw->cursor;
+    fs->id = ++sw->serial * sw->nslots + sw->cursor;
     fs->head = fs->tail = -1;
     /* symmetric, as the proxy's: client and server hashed apart, then combined */
     a = fgx_hash64(f->key.caddr, sizeof(f->key.caddr), f->key.cport);

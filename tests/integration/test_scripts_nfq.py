@@ -5,6 +5,7 @@ regex block does, DROP black-holes the connection; keep-alive with several reque
 and the script both judge; a script's endless loop gets the fail_open verdict while another
 NFQUEUE service keeps filtering."""
 import json
+import subprocess
 import os
 import sys
 import tempfile
@@ -261,6 +262,17 @@ def no_flag(s: TCPInputStream):
         return REJECT
 """
 
+# one HTTP function: every request of a connection is judged (its state matters)
+HTTP_ONE = """
+from firegex.nfproxy import pyfilter, REJECT
+from firegex.nfproxy.models import HttpRequestHeader
+
+@pyfilter
+def no_admin(r: HttpRequestHeader):
+    if r.url.startswith("/admin"):
+        return REJECT
+"""
+
 STREAM_REJECT = STREAM_ACCEPT.replace("FullStreamAction.ACCEPT", "FullStreamAction.REJECT")
 
 
@@ -450,6 +462,77 @@ def hdr(r: HttpRequestHeader):
     c = e.Conn(e.Script(http_src, "h.py"))
     v = c.feed(True, bytes(range(256)) * 100)
     check(v.action == "accept" and c.done(), "broken HTTP: %r, done %r", v, c.done())
+
+
+HOLD_CLIENT = r"""
+import errno, socket, sys, threading, time
+host, port, n, idle = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+ends = [None] * n
+def one(i):
+    try:
+        s = socket.create_connection((host, port), timeout=15)
+        s.sendall(b"GET /a HTTP/1.1\r\nHost: svc\r\n\r\n")
+        time.sleep(idle)
+        s.sendall(b"GET /later HTTP/1.1\r\nHost: svc\r\n\r\n")
+        time.sleep(0.5)
+        s.shutdown(socket.SHUT_WR)
+        while s.recv(4096):
+            pass
+        ends[i] = "eof"
+    except OSError as e:  # a reset shows as ECONNRESET, EPIPE, or ENOTCONN at the shutdown
+        ends[i] = "reset" if e.errno in (errno.ECONNRESET, errno.EPIPE, errno.ENOTCONN) \
+            else type(e).__name__
+ts = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+[t.start() for t in ts]
+[t.join() for t in ts]
+print(" ".join(ends))
+"""
+
+
+@test
+def nfq_script_full_table_reclaims_idle_flows_and_never_stalls(env):
+    """A worker with room for 16 scripted flows per thread (--nfq-script-flows 16, 2 threads):
+    60 connections held open after a request fill it; those that found no slot get the
+    service's fail-open choice at once (fail-closed here: reset), not a silent stall. A new
+    connection once the old ones idled 2 s takes the slot of one (script_reclaimed) and
+    completes; the old one, speaking again without its script state, is reset: its bytes never
+    pass unjudged. Every other old connection's second request reaches the server."""
+    env.stop_controld()
+    env.start_controld(extra_args=["--nfq-script-flows", "16"])
+    try:
+        full_table(env)
+    finally:  # the module's later tests get the default table again
+        env.stop_controld(check=False)
+        env.start_controld()
+
+
+def full_table(env):
+    _, port = nfq_service(env, "nqfull")
+    env.ctl("script", "set", "nqfull", write(HTTP_ONE))
+    srv = env.tcp_server(port, idle=30)
+    start = nfq_worker(env)
+    n = 60
+    p = subprocess.Popen(["ip", "netns", "exec", env.cli, "python3", "-c", HOLD_CLIENT, it.SRV4,
+                          str(port), str(n), "6"], stdout=subprocess.PIPE, text=True)
+    time.sleep(3.5)  # every old one sent its first request and idles
+    before = nfq_worker(env)
+    unslotted = before["script_errors"] - start["script_errors"]
+    check(before["script_flows"] == 32 and unslotted == n - 32,
+          "the table should be full (2 x 16) and %d refused a slot: %r", n - 32, before)
+    for k in range(5):
+        c = env.tcp_client(it.SRV4, port, [http(b"GET", b"/new"), 0.3])
+        check(c["end"] == "eof", "new connection %d: %r", k, c)
+    reclaimed = nfq_worker(env)["script_reclaimed"] - before["script_reclaimed"]
+    check(reclaimed >= 1, "no slot reclaimed: %r", nfq_worker(env))
+    out, _ = p.communicate(timeout=60)
+    ends = out.split()
+    check(len(ends) == n and ends.count("reset") == unslotted + reclaimed and
+          ends.count("eof") == n - unslotted - reclaimed,
+          "old connections ended %r (%d without a slot, %d reclaimed)", ends, unslotted,
+          reclaimed)
+    later = [e for e in srv.all("conn") if b"/later" in it.d64(e["data"])]
+    check(len(later) == n - unslotted - reclaimed, "%d second requests reached the server, "
+          "expected %d", len(later), n - unslotted - reclaimed)
 
 
 if __name__ == "__main__":
