@@ -180,7 +180,8 @@ static const struct option longopts[] = {
     {"nfq-flows", required_argument, NULL, 'F'},
     {"events-keep", required_argument, NULL, 'E'},
     {"history-keep", required_argument, NULL, 1240}, /* issue 14: numbered apart */
-    {"nfq-script-flows", required_argument, NULL, 1380}, /* issue 16 */
+    /* issue 16, numbered in its range */
+    {"nfq-script-flows", required_argument, NULL, 1380},
     {"captures-keep", required_argument, NULL, 'k'},
     {"config", required_argument, NULL, 'c'},
     {"version", no_argument, NULL, 'V'},
