@@ -226,6 +226,8 @@ int ctl_stats_refresh(struct ctl_ctx *ctx, int timeout_ms)
         ctl_txn_abort(t);
     }
     rv = ctl_stats_ingest(ctx->stats, info.instance, &m.u.stats, svcs, nsvcs);
+    /* scriptworker's log entries for the NFQUEUE layer's scripted flows (nfq_script.c) */
+    ctl_script_rt_ingest(&m.u.stats);
     free(svcs);
     fgx_dp_msg_release(&m);
     /* Saved before any request can read a new event's seq. */

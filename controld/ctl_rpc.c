@@ -448,6 +448,17 @@ size_t ctl_rpc_reply_workers(struct ctl_rpc *r)
         w->has_midstream_resets = w->has_flows_evicted = 1;
         w->midstream_resets = c->midstream_resets;
         w->flows_evicted = c->flows_evicted;
+        w->has_script_refused = w->has_script_errors = w->has_script_timeouts = 1;
+        w->has_script_blocked = w->has_script_final = w->has_script_held = 1;
+        w->has_script_flows = w->has_script_reclaimed = 1;
+        w->script_refused = c->script_refused;
+        w->script_errors = c->script_errors;
+        w->script_timeouts = c->script_timeouts;
+        w->script_blocked = c->script_blocked;
+        w->script_final = c->script_final;
+        w->script_held = c->script_held;
+        w->script_flows = c->script_flows;
+        w->script_reclaimed = c->script_reclaimed;
     }
     r->workers[0] = w;
     n = 1 + reply_px_worker(r, 1);

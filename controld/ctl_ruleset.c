@@ -188,17 +188,6 @@ int ctl_ruleset_build(struct ctl_txn *t, struct ctl_ruleset *out, char *err, siz
             goto out;
         }
         rv = 0;
-        /* Scripts judge the proxy layer's streams; on NFQUEUE they would be ignored, so such
-         * a state is refused rather than stored (script set, or a layer switch). */
-        if (!proxy && d->script.len > 0) {
-            snprintf(err, errlen,
-                     "service %s has a script, and script filters run on the proxy layer only "
-                     "(so far): move it there (fgexctl service set %s --layer proxy) or remove "
-                     "the script first",
-                     s->name, s->name);
-            rv = -EINVAL;
-            goto out;
-        }
         for (int k = 0; k < 2; k++) {
             enum fgx_dir dir = k == 0 ? FGX_DIR_C2S : FGX_DIR_S2C;
             uint64_t key;

@@ -421,6 +421,14 @@ int ctl_stats_ingest(struct ctl_stats *s, uint64_t instance, const struct fgx_dp
     w->evasion = m->evasion;
     w->midstream_resets = m->midstream_resets;
     w->flows_evicted = m->flows_evicted;
+    w->script_refused = m->script_refused;
+    w->script_errors = m->script_errors;
+    w->script_timeouts = m->script_timeouts;
+    w->script_blocked = m->script_blocked;
+    w->script_final = m->script_final;
+    w->script_held = m->script_held;
+    w->script_flows = m->script_flows;
+    w->script_reclaimed = m->script_reclaimed;
     w->queue_drops_total += grow(&s->queue_drops_last, m->queue_drops);
     return rv;
 }
@@ -473,6 +481,9 @@ void ctl_stats_worker_down(struct ctl_stats *s)
     s->worker.truncated = s->worker.verdict_errors = s->worker.malformed = 0;
     s->worker.evasion = 0;
     s->worker.midstream_resets = s->worker.flows_evicted = 0;
+    s->worker.script_refused = s->worker.script_errors = s->worker.script_timeouts = 0;
+    s->worker.script_blocked = s->worker.script_final = s->worker.script_held = 0;
+    s->worker.script_flows = s->worker.script_reclaimed = 0;
 }
 
 void ctl_stats_px_worker_down(struct ctl_stats *s)

@@ -40,6 +40,8 @@ struct ctl_worker_counters {
     uint64_t instance; /* compare with ctl_sup_info.instance: stale once a new process runs */
     uint64_t queue_drops, flows, rss_bytes, truncated, verdict_errors, malformed, evasion;
     uint64_t midstream_resets, flows_evicted;
+    uint64_t script_refused, script_errors, script_timeouts, script_blocked, script_final;
+    uint64_t script_held, script_flows, script_reclaimed;
     uint64_t queue_drops_total, events_lost_total;
     uint64_t conns_refused, unclassified, connect_failed, scan_errors; /* proxy */
     uint64_t src_refused, evicted, silent_closed, midstream_reset, midstream_rescan; /* proxy */

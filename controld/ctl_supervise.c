@@ -29,7 +29,7 @@
 
 struct ctl_sup {
     char *run_dir, *worker_path, *log_level;
-    unsigned threads, queue_base, proxy_port, max_conns, nfq_flows;
+    unsigned threads, queue_base, proxy_port, max_conns, nfq_flows, nfq_script_flows;
     bool has_max_per_src, has_first_byte;
     unsigned max_per_src, first_byte_s;
     bool no_synack_log;
@@ -90,7 +90,7 @@ static int worker_path_default(const char *name, char **out)
 static int sup_spawn(struct ctl_sup *s)
 {
     char url[PATH_MAX + 16], threads[16], base[16], port[16], conns[16], flows[16];
-    char per_src[16], first[16];
+    char per_src[16], first[16], sflows[16];
     /* spare slots (and the NULL after them) for the options below */
     char *argv[18] = {s->worker_path, "--control", url,           "--threads",  threads,
                       "--queue-base", base,        "--log-level", s->log_level, NULL};
@@ -103,6 +103,7 @@ static int sup_spawn(struct ctl_sup *s)
     snprintf(port, sizeof(port), "%u", s->proxy_port);
     snprintf(conns, sizeof(conns), "%u", s->max_conns);
     snprintf(flows, sizeof(flows), "%u", s->nfq_flows);
+    snprintf(sflows, sizeof(sflows), "%u", s->nfq_script_flows);
     snprintf(per_src, sizeof(per_src), "%u", s->max_per_src);
     snprintf(first, sizeof(first), "%u", s->first_byte_s);
     if (s->proxy_port) {
@@ -131,6 +132,13 @@ static int sup_spawn(struct ctl_sup *s)
             argv[argc++] = "--flows";
             argv[argc++] = flows;
         }
+        if (s->nfq_script_flows) {
+            argv[argc++] = "--script-flows";
+            argv[argc++] = sflows;
+        }
+        /* scripts on nfqueue services (issue 16): the packet threads dial it too */
+        argv[argc++] = "--script-url";
+        argv[argc++] = (char *)ctl_script_sup_url();
     }
     pid = fork();
     if (pid == -1) {
@@ -202,6 +210,7 @@ int ctl_sup_start(const struct ctl_sup_config *cfg, struct ctl_sup **out)
     s->first_byte_s = cfg->first_byte_s;
     s->no_synack_log = cfg->no_synack_log;
     s->nfq_flows = cfg->nfq_flows;
+    s->nfq_script_flows = cfg->nfq_script_flows;
     s->name = cfg->proxy_port ? "proxyworker" : "nfqworker";
     s->backoff_ms = SUP_BACKOFF_MIN_MS;
     snprintf(url, sizeof(url), "ipc://%s/%s.sock", s->run_dir, s->proxy_port ? "proxy" : "nfq");

@@ -25,8 +25,9 @@ struct ctl_sup_config {
      * value: no limit, no timeout) */
     bool has_max_per_src, has_first_byte;
     unsigned max_per_src, first_byte_s;
-    bool no_synack_log; /* nfqworker --no-synack-log (the rules queue SYNs, ctl_nft.h) */
-    unsigned nfq_flows; /* nfqworker --flows (per thread); 0: its default */
+    bool no_synack_log;        /* nfqworker --no-synack-log (the rules queue SYNs, ctl_nft.h) */
+    unsigned nfq_flows;        /* nfqworker --flows (per thread); 0: its default */
+    unsigned nfq_script_flows; /* nfqworker --script-flows (per thread); 0: its default */
 };
 
 struct ctl_sup_info {

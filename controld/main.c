@@ -63,6 +63,7 @@ struct opts {
     bool no_synack_log;
     unsigned compile_timeout; /* seconds */
     unsigned nfq_flows;
+    unsigned nfq_script_flows; /* 0: the worker's default */
     unsigned events_keep;
     unsigned history_keep;
     unsigned captures_keep;
@@ -89,7 +90,8 @@ static void usage(FILE *f)
         "                [--web-listen ADDR:PORT]\n"
         "                [--allow CIDR]... [--handshake-timeout SEC] [--local-auth]\n"
         "                [--init-password] [--no-synack-log] [--compile-timeout SECONDS]\n"
-        "                [--nfq-flows N] [--events-keep N] [--history-keep N]\n"
+        "                [--nfq-flows N] [--nfq-script-flows N] [--events-keep N]\n"
+        "                [--history-keep N]\n"
         "                [--config FILE] [--version]\n"
         "                [--help]\n"
         "defaults: --state-dir /var/lib/fgex --run-dir /run/fgex --threads <online CPUs>\n"
@@ -132,6 +134,8 @@ static void usage(FILE *f)
         "          in child processes, so controld keeps answering meanwhile.\n"
         "--nfq-flows  TCP flows the nfq worker tracks per thread (default 65536; a quarter\n"
         "          of them at most embryonic: handshakes without data yet).\n"
+        "--nfq-script-flows  connections per nfq worker thread a script filter keeps\n"
+        "          state for at once (default 16384, 16..1048576; docs/scripts.md).\n"
         "--events-keep  block events kept (in memory and in the state store; default %u,\n"
         "          1..%u); the oldest go first. An event takes ~300 bytes in each.\n"
         "--history-keep  changes kept in the change history (fgexctl history, undo;\n"
@@ -185,6 +189,8 @@ static const struct option longopts[] = {
     {"events-keep", required_argument, NULL, 'E'},
     {"history-keep", required_argument, NULL, 1240}, /* issue 14: numbered apart */
     {"web-listen", required_argument, NULL, 1400},   /* issue 18 */
+    /* issue 16, numbered in its range */
+    {"nfq-script-flows", required_argument, NULL, 1380},
     {"captures-keep", required_argument, NULL, 'k'},
     {"config", required_argument, NULL, 'c'},
     {"version", no_argument, NULL, 'V'},
@@ -268,6 +274,13 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         case 'F':
             if (parse_uint(optarg, 16, 1u << 24, &o->nfq_flows) < 0) {
                 fprintf(stderr, "controld: --nfq-flows takes 16..16777216, not \"%s\"\n", optarg);
+                return -EINVAL;
+            }
+            break;
+        case 1380:
+            if (parse_uint(optarg, 16, 1u << 20, &o->nfq_script_flows) < 0) {
+                fprintf(stderr, "controld: --nfq-script-flows takes 16..1048576, not \"%s\"\n",
+                        optarg);
                 return -EINVAL;
             }
             break;
@@ -812,17 +825,18 @@ int main(int argc, char **argv)
         fgx_err("cannot set up the firewall: %s", strerror(-rv));
         goto out;
     }
+    /* The script worker first (ctl_script_sup.h): both workers are given its URL and dial it. */
+    rv = ctl_script_sup_start(o.run_dir, o.log_level);
+    if (rv < 0)
+        goto out;
     rv = ctl_sup_start(&(struct ctl_sup_config){.run_dir = o.run_dir,
                                                 .log_level = o.log_level,
                                                 .threads = o.threads,
                                                 .queue_base = o.queue_base,
                                                 .no_synack_log = !ctl_nft_synack_log(nft),
-                                                .nfq_flows = o.nfq_flows},
+                                                .nfq_flows = o.nfq_flows,
+                                                .nfq_script_flows = o.nfq_script_flows},
                        &sup);
-    if (rv < 0)
-        goto out;
-    /* The script worker too (ctl_script_sup.h); the proxy worker dials it. */
-    rv = ctl_script_sup_start(o.run_dir, o.log_level);
     if (rv < 0)
         goto out;
     /* The proxy layer's worker runs always, so a service can move to it at any time. */

@@ -29,7 +29,8 @@ static const char usage_worker_list[] =
     "packets the kernel dropped from its queues, and its memory (RSS).\n"
     "With --json: an array of {kind, pid, state, generation, restarts, queue_drops,\n"
     "flows, rss_bytes, truncated, verdict_errors, malformed}, with evasion,\n"
-    "midstream_resets and flows_evicted for kind nfq, and conns_refused, unclassified,\n"
+    "midstream_resets, flows_evicted and script_{refused,errors,timeouts,blocked,final,held,\n"
+    "flows,reclaimed} for kind nfq, and conns_refused, unclassified,\n"
     "connect_failed, scan_errors, src_refused, evicted, silent_closed, midstream_resets,\n"
     "midstream_rescan for kind proxy. The script worker (kind script, the Python\n"
     "filters) has pid, state, restarts and started only.\n";
@@ -115,6 +116,16 @@ static json_t *json_worker(const void *p)
         rc = json_object_update_new(o, json_pack("{s:I, s:I}", "midstream_resets",
                                                  cli_json_int(w->midstream_resets), "flows_evicted",
                                                  cli_json_int(w->flows_evicted)));
+    if (rc == 0 && w->has_script_refused) /* the nfq worker's script filters */
+        rc = json_object_update_new(
+            o, json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "script_refused",
+                         cli_json_int(w->script_refused), "script_errors",
+                         cli_json_int(w->script_errors), "script_timeouts",
+                         cli_json_int(w->script_timeouts), "script_blocked",
+                         cli_json_int(w->script_blocked), "script_final",
+                         cli_json_int(w->script_final), "script_held", cli_json_int(w->script_held),
+                         "script_flows", cli_json_int(w->script_flows), "script_reclaimed",
+                         cli_json_int(w->script_reclaimed)));
     if (rc == 0 && w->has_conns_refused) /* the proxy's own: absent for the nfq worker */
         rc = json_object_update_new(
             o,

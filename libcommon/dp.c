@@ -426,6 +426,22 @@ int fgx_dp_encode(const struct fgx_dp_msg *m, void **buf, size_t *len)
         st.midstream_resets = s->midstream_resets;
         st.has_flows_evicted = s->flows_evicted != 0;
         st.flows_evicted = s->flows_evicted;
+        st.has_script_refused = s->script_refused != 0;
+        st.script_refused = s->script_refused;
+        st.has_script_errors = s->script_errors != 0;
+        st.script_errors = s->script_errors;
+        st.has_script_timeouts = s->script_timeouts != 0;
+        st.script_timeouts = s->script_timeouts;
+        st.has_script_blocked = s->script_blocked != 0;
+        st.script_blocked = s->script_blocked;
+        st.has_script_final = s->script_final != 0;
+        st.script_final = s->script_final;
+        st.has_script_held = s->script_held != 0;
+        st.script_held = s->script_held;
+        st.has_script_flows = s->script_flows != 0;
+        st.script_flows = s->script_flows;
+        st.has_script_reclaimed = s->script_reclaimed != 0;
+        st.script_reclaimed = s->script_reclaimed;
         /* Optional: absent (0) from nfqworker costs no bytes. */
         st.has_conns_refused = s->conns_refused != 0;
         st.has_unclassified = s->unclassified != 0;
@@ -762,6 +778,14 @@ static int stats_from_pb(const Fgx__Dp__Stats *p, struct fgx_dp_stats *s)
     s->evasion = p->evasion;
     s->midstream_resets = p->midstream_resets;
     s->flows_evicted = p->flows_evicted;
+    s->script_refused = p->script_refused;
+    s->script_errors = p->script_errors;
+    s->script_timeouts = p->script_timeouts;
+    s->script_blocked = p->script_blocked;
+    s->script_final = p->script_final;
+    s->script_held = p->script_held;
+    s->script_flows = p->script_flows;
+    s->script_reclaimed = p->script_reclaimed;
     s->conns_refused = p->conns_refused;
     s->unclassified = p->unclassified;
     s->connect_failed = p->connect_failed;

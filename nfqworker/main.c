@@ -14,9 +14,11 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: nfqworker --control URL --threads N --queue-base B [--log-level L]\n"
-            "                 [--no-synack-log] [--flows N]\n"
-            "--flows  TCP flows tracked per thread (default %u)\n",
-            NFQ_FLOWS_PER_THREAD);
+            "                 [--no-synack-log] [--flows N] [--script-url URL]\n"
+            "                 [--script-flows N]\n"
+            "--flows  TCP flows tracked per thread (default %u)\n"
+            "--script-flows  flows per thread a script keeps state for (default %u)\n",
+            NFQ_FLOWS_PER_THREAD, NFQ_SW_FLOWS_DEFAULT);
 }
 
 int main(int argc, char **argv)
@@ -28,6 +30,8 @@ int main(int argc, char **argv)
         {"log-level", required_argument, NULL, 'l'},
         {"no-synack-log", no_argument, NULL, 'S'},
         {"flows", required_argument, NULL, 'F'},
+        {"script-url", required_argument, NULL, 'U'},
+        {"script-flows", required_argument, NULL, 'W'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -40,6 +44,7 @@ int main(int argc, char **argv)
     worker.nthreads = 1;
     worker.queue_base = FGX_QUEUE_BASE_DEFAULT;
     worker.flows = NFQ_FLOWS_PER_THREAD;
+    worker.script_flows = NFQ_SW_FLOWS_DEFAULT;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
         case 'c': url = optarg; break;
@@ -63,9 +68,16 @@ int main(int argc, char **argv)
             fgx_log_level_set(level);
             break;
         case 'S': worker.no_synack_log = true; break;
+        case 'U': worker.script_url = optarg; break;
         case 'F':
             if (fgx_wctl_parse_uint(optarg, 16, 1u << 24, &worker.flows) != 0) {
                 fprintf(stderr, "nfqworker: --flows: 16..16777216\n");
+                return 2;
+            }
+            break;
+        case 'W':
+            if (fgx_wctl_parse_uint(optarg, 16, 1u << 20, &worker.script_flows) != 0) {
+                fprintf(stderr, "nfqworker: --script-flows: 16..1048576\n");
                 return 2;
             }
             break;

@@ -56,12 +56,21 @@ struct nfq_counters {
     uint64_t truncated, malformed, verdict_errors, queue_drops, unclassified, flows;
     uint64_t evasion; /* segments the receiver would discard (fgx/dp.h) */
     uint64_t midstream_resets; /* connections reset for bytes not scanned before (fgx/dp.h) */
+    /* script filters (nfq_script.c): segments dropped on a scripted flow (ahead of a gap, into
+     * bytes a script still judges, past the hold bounds); fail-open/closed verdicts given for a
+     * script that failed, timed out or had no scriptworker; flows a script rejected or dropped;
+     * flows whose script verdict became final (their later packets cost no call); and the
+     * packets that wait for a verdict now, flows with script state now (gauges); slots taken
+     * from idle flows for new ones (a full table) */
+    uint64_t script_refused, script_errors, script_timeouts, script_blocked, script_final;
+    uint64_t script_held, script_flows, script_reclaimed;
     struct nfq_svc_ctr svc[NFQ_SVC_SLOTS];
     struct fgx_filter_ctr filter[NFQ_FILTER_SLOTS];
 };
 
 struct nfq_worker;
 struct mnl_socket;
+struct nfq_sw;
 
 #define NFQ_RESET_PENDING 32
 
@@ -111,15 +120,20 @@ struct nfq_thread {
     int hx_req, hx_done; /* __atomic */
     uint8_t *hx_out, *hx_in;
     size_t hx_out_len, hx_in_len;
+    /* Script filters (nfq_script.c): the thread's socket to scriptworker and the packets that
+     * wait for a script's verdict; NULL without --script-url. */
+    struct nfq_sw *sw;
 };
 
 struct nfq_worker {
     unsigned nthreads;
     unsigned queue_base;
     unsigned flows; /* flow table entries per thread */
+    unsigned script_flows; /* flows per thread with script state at most (nfq_script.c) */
     /* The rules queue the server's SYN-ACK instead of copying it (a kernel without the
      * nftables log expression): no NFLOG socket; the queued SYN-ACK anchors the same way. */
     bool no_synack_log;
+    const char *script_url; /* scriptworker's (nfq_script.c); NULL: none */
     struct fgx_wcfg *current; /* __atomic: the newest published config */
     struct nfq_thread *threads;
     int stop;                   /* __atomic */
@@ -169,6 +183,51 @@ void nfq_match_flow_close(struct nfq_thread *t, struct fgx_flow *f);
 struct fgx_flow *nfq_match_adopt(struct nfq_thread *t, const struct fgx_flow_key *key,
                                  const struct fgx_wsvc *svc, bool embryonic);
 void nfq_match_attach(struct nfq_thread *t, struct fgx_flow *f, const struct fgx_wsvc *svc);
+
+/* Stop scanning f for good (the rest of it is dropped); reset both ends first when reset is
+ * set, as a block does: the sender in dir at seq (its peer's next byte), the other at ack. */
+void nfq_match_flow_block(struct nfq_thread *t, struct fgx_flow *f, enum fgx_dir dir, bool reset,
+                          uint32_t seq, uint32_t ack);
+/* Counted verdict for a held packet's cookie (nfq_match_held_verdict()'s, without the arg). */
+void nfq_match_cookie_verdict(struct nfq_thread *t, uint64_t cookie, bool accept);
+
+/* ---- nfq_script.c ---- */
+#define NFQ_SW_FLOWS_DEFAULT 16384u /* --script-flows */
+/* Per thread: the socket to scriptworker (URL-<NFQ_SW_PEER_BASE + idx>), dialled without
+ * waiting. 0 or -errno; without a URL the scripted services get their fail_open verdict. */
+int nfq_script_thread_init(struct nfq_thread *t, const char *url);
+void nfq_script_thread_release(struct nfq_thread *t);
+/* The descriptor to poll for scriptworker's answers; -1: none. */
+int nfq_script_fd(const struct nfq_thread *t);
+/* Packet thread: take every answer waiting (verdicts of held packets), without blocking. */
+void nfq_script_recv(struct nfq_thread *t);
+/* Packet thread, at each tick: held packets whose scriptworker does not answer get the
+ * service's fail_open verdict. */
+void nfq_script_tick(struct nfq_thread *t);
+/* Packet thread, after a config switch: send the files that changed. */
+void nfq_script_switch(struct nfq_thread *t);
+/* Whether segment [seq, seq+len) of f's direction dir may go on to reassembly: false (drop
+ * it) when it lies ahead of the stream (not held on a scripted flow: its bytes could not reach
+ * the script in order), reaches into bytes a script still judges, or finds no room to wait. */
+bool nfq_script_pre(struct nfq_thread *t, struct fgx_flow *f, const struct fgx_wsvc *svc,
+                    enum fgx_dir dir, uint32_t seq, size_t len);
+/* The regex scan accepted the segment (cookie), whose stream went from old_next to r's
+ * next_seq: its new bytes go to the script and its verdict waits (true), or it waits behind
+ * held ones (true), or nothing waits and the caller gives the verdict (false). */
+bool nfq_script_post(struct nfq_thread *t, struct fgx_flow *f, const struct fgx_wsvc *svc,
+                     enum fgx_dir dir, uint64_t cookie, uint32_t seq, uint32_t ack,
+                     const uint8_t *payload, size_t len, uint32_t old_next);
+/* f's held packets, if any, in direction dir: the first one's seq and ack (for a reset). */
+bool nfq_script_first_held(const struct nfq_thread *t, const struct fgx_flow *f, enum fgx_dir dir,
+                           uint32_t *seq, uint32_t *ack);
+/* A FIN of f's direction dir at seq went on (after nfq_script_post() for its bytes): once both
+ * streams ended at their ends and nothing waits, f's script state goes (CLOSE), and any byte
+ * past the ends is dropped. A FIN anywhere else changes nothing. */
+void nfq_script_fin(struct nfq_thread *t, struct fgx_flow *f, enum fgx_dir dir, uint32_t seq);
+/* f leaves (released, blocked): its held packets are dropped, scriptworker told. */
+void nfq_script_flow_end(struct nfq_thread *t, struct fgx_flow *f);
+/* Control thread: scriptworker's log entries since the last call, into out. */
+int nfq_script_logs_take(struct fgx_dp_stats *out);
 
 /* ---- nfq_handover.c ---- */
 /* Packet thread, between batches: true once it has written its flows out and must stop. */

@@ -76,6 +76,7 @@ static void put(struct hx_buf *b, const void *data, size_t n)
 struct hx_export {
     struct hx_buf *b;
     uint32_t n;
+    const struct nfq_thread *t;
 };
 
 /* One flow out. A direction that still keeps an earlier database's stream beside its own
@@ -87,8 +88,15 @@ static bool export_flow(void *arg, struct fgx_flow *f)
     struct hx_flow rec;
     size_t sz[2] = {0, 0};
     char *st[2] = {NULL, NULL};
+    uint32_t hs, ha;
     int d;
 
+    /* Bytes the scan passed but a script still judges (nfq_script.c) never reached the peer;
+     * the new worker would take their retransmission as passed. Not taken over: the flow
+     * meets the policy there. */
+    if (f->sw_slot != 0 && (nfq_script_first_held(x->t, f, FGX_DIR_C2S, &hs, &ha) ||
+                            nfq_script_first_held(x->t, f, FGX_DIR_S2C, &hs, &ha)))
+        return true;
     memset(&rec, 0, sizeof(rec));
     rec.key = f->key;
     rec.service_id = f->service_id;
@@ -133,7 +141,7 @@ skip:
 bool nfq_handover_poll(struct nfq_thread *t)
 {
     struct hx_buf b = {0};
-    struct hx_export x = {.b = &b};
+    struct hx_export x = {.b = &b, .t = t};
     uint32_t idx = t->idx, zero = 0;
     size_t at;
 

@@ -38,8 +38,11 @@ static void verdict(struct nfq_thread *t, unsigned queue, uint32_t id, struct nf
 
 void nfq_match_held_verdict(void *arg, uint64_t cookie, bool accept)
 {
-    struct nfq_thread *t = arg;
+    nfq_match_cookie_verdict(arg, cookie, accept);
+}
 
+void nfq_match_cookie_verdict(struct nfq_thread *t, uint64_t cookie, bool accept)
+{
     verdict(t, (unsigned)(cookie >> 48), (uint32_t)cookie,
             &t->ctr.svc[(cookie >> 32) & 0xffff], accept);
 }
@@ -49,6 +52,8 @@ void nfq_match_flow_release(void *arg, struct fgx_flow *f)
     struct nfq_thread *t = arg;
     int d;
 
+    if (f->sw_slot != 0)
+        nfq_script_flow_end(t, f);
     for (d = 0; d < 2; d++) {
         fgx_reasm_release(t->reasm, &f->dir[d]);
         fgx_wdb_unref(f->dbref[d]);
@@ -232,6 +237,8 @@ static void flow_blocked(struct nfq_thread *t, struct fgx_flow *f)
 
     f->blocked = true;
     nfq_match_flow_close(t, f); /* both ends are reset: not open any more */
+    if (f->sw_slot != 0)
+        nfq_script_flow_end(t, f); /* what a script still judged is dropped with it */
     for (d = 0; d < 2; d++) {
         fgx_reasm_release(t->reasm, &f->dir[d]);
         f->dir[d].db = NULL;
@@ -270,8 +277,26 @@ static void block(struct nfq_thread *t, struct fgx_flow *f, enum fgx_dir dir,
         event_record(t, f->service_id, dir, k->ipproto, k->family, k->saddr, k->sport, k->caddr,
                      k->cport, m, cr, &cref);
     /* The side that sent the matching bytes expects them to be at m->seq in its peer's eyes;
-     * the other side's next byte is what the dropped segment acknowledged. */
-    flow_reset(t, f, dir, m->seq, m->ack);
+     * the other side's next byte is what the dropped segment acknowledged. Bytes that passed
+     * the scan but wait for a script never reached the peer: its next byte is the first of
+     * them. */
+    {
+        uint32_t seq = m->seq, ack = m->ack;
+
+        if (f->sw_slot != 0)
+            (void)nfq_script_first_held(t, f, dir, &seq, &ack);
+        flow_reset(t, f, dir, seq, ack);
+    }
+    flow_blocked(t, f);
+}
+
+void nfq_match_flow_block(struct nfq_thread *t, struct fgx_flow *f, enum fgx_dir dir, bool reset,
+                          uint32_t seq, uint32_t ack)
+{
+    if (f->blocked)
+        return;
+    if (reset)
+        flow_reset(t, f, dir, seq, ack);
     flow_blocked(t, f);
 }
 
@@ -403,7 +428,13 @@ void nfq_match_synack(struct nfq_thread *t, const uint8_t *data, size_t len)
 
         fgx_flow_key_from_pkt(&p, dir, &key);
         f = fgx_flow_lookup(t->flows, &key, t->now_ms);
-        if (f == NULL || f->service_id != svc->id || f->closed)
+        if (f == NULL || f->service_id != svc->id)
+            return;
+        if (f->sw_slot != 0 && !f->blocked && !(p.tcp_flags & FGX_TCP_RST) &&
+            (p.tcp_flags & FGX_TCP_FIN))
+            /* a script's state may end with the stream: the FIN's place is after its bytes */
+            nfq_script_fin(t, f, dir, p.seq + (uint32_t)p.payload_len);
+        if (f->closed)
             return;
         if (p.tcp_flags & FGX_TCP_RST) {
             nfq_match_flow_close(t, f);
@@ -505,7 +536,7 @@ static void tcp_packet(struct nfq_thread *t, unsigned queue, uint32_t id, const 
     struct fgx_flow *f;
     struct fgx_cap_ring *cr;
     struct fgx_reasm *r;
-    uint32_t seq = p->seq;
+    uint32_t seq = p->seq, old_next;
 
     /* What the receiver would discard, passed as scanned, would make the real bytes, sent
      * later at the same sequence numbers, look already passed: dropped before it touches any
@@ -576,10 +607,17 @@ static void tcp_packet(struct nfq_thread *t, unsigned queue, uint32_t id, const 
         verdict(t, queue, id, sc, false);
         return;
     }
+    /* A scripted flow takes its segments in order only (nfq_script.c). */
+    if ((svc->script != NULL || f->sw_slot != 0) &&
+        !nfq_script_pre(t, f, svc, dir, seq, p->payload_len)) {
+        verdict(t, queue, id, sc, false);
+        return;
+    }
     if (p->payload_len > 0)
         fgx_flow_promote(t->flows, f);
     t->scan_flow = f;
     t->scan_dir = (uint8_t)dir;
+    old_next = r->active ? r->next_seq : seq; /* an inactive direction starts here */
     v = fgx_reasm_segment(t->reasm, r, seq, p->ack, p->payload, p->payload_len,
                           cookie_make(queue, t, sc, id), t->now_ms, &m);
     nfq_norm_passed(t, f, dir, p, v, &m);
@@ -594,6 +632,18 @@ static void tcp_packet(struct nfq_thread *t, unsigned queue, uint32_t id, const 
         f->fin[dir == FGX_DIR_C2S ? 0 : 1] = true;
         if (f->fin[0] && f->fin[1])
             nfq_match_flow_close(t, f);
+    }
+    /* Accepted by the regex scan: a script may still have to judge it, or it waits behind
+     * packets a script judges. */
+    if (v == FGX_REASM_ACCEPT && !f->blocked && (svc->script != NULL || f->sw_slot != 0)) {
+        bool held = nfq_script_post(t, f, svc, dir, cookie_make(queue, t, sc, id), seq, p->ack,
+                                    p->payload, p->payload_len, old_next);
+
+        /* after the bytes it carries went to the script: a FIN at the stream's end */
+        if ((p->tcp_flags & FGX_TCP_FIN) && !f->blocked)
+            nfq_script_fin(t, f, dir, seq + (uint32_t)p->payload_len);
+        if (held)
+            return;
     }
     if (v != FGX_REASM_HOLD)
         verdict(t, queue, id, sc, v == FGX_REASM_ACCEPT);

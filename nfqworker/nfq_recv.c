@@ -148,6 +148,8 @@ int nfq_thread_init(struct nfq_worker *w, struct nfq_thread *t, unsigned idx)
     if (ret != 0)
         goto err;
     ret = queue_bind(t, t->queue[1], true);
+    if (ret == 0)
+        ret = nfq_script_thread_init(t, w->script_url);
     if (ret != 0)
         goto err;
     return 0;
@@ -169,6 +171,7 @@ void nfq_thread_release(struct nfq_thread *t)
         nfq_verdict_flush(t);
     fgx_reasm_ctx_free(t->reasm);
     t->reasm = NULL;
+    nfq_script_thread_release(t);
     if (t->nl != NULL)
         mnl_socket_close(t->nl);
     t->nl = NULL;
@@ -314,14 +317,22 @@ static void recv_batch(struct nfq_thread *t)
 void *nfq_thread_main(void *arg)
 {
     struct nfq_thread *t = arg;
-    struct pollfd pfd[2];
+    struct pollfd pfd[3];
     uint64_t next_tick = nfq_now_ms() + NFQ_TICK_MS;
+    nfds_t npfd = 2;
 
     pfd[0].fd = mnl_socket_get_fd(t->nl);
     pfd[0].events = POLLIN;
     pfd[1].fd = t->efd;
     pfd[1].events = POLLIN;
+    pfd[2].revents = 0;
+    /* scriptworker's answers: verdicts of packets held for a script (nfq_script.c) */
+    pfd[2].fd = nfq_script_fd(t);
+    pfd[2].events = POLLIN;
+    if (pfd[2].fd >= 0)
+        npfd = 3;
     nfq_match_switch(t);
+    nfq_script_switch(t);
     while (!__atomic_load_n(&t->w->stop, __ATOMIC_ACQUIRE)) {
         uint64_t now = nfq_now_ms();
         int timeout = next_tick > now ? (int)(next_tick - now) : 0;
@@ -331,7 +342,7 @@ void *nfq_thread_main(void *arg)
          * NFQ_LOG_DRAIN_MS, so that handshakes without data never fill it. */
         if (timeout > NFQ_LOG_DRAIN_MS)
             timeout = NFQ_LOG_DRAIN_MS;
-        if (poll(pfd, 2, timeout) == -1 && errno != EINTR) {
+        if (poll(pfd, npfd, timeout) == -1 && errno != EINTR) {
             fgx_err("thread %u: poll: %s", t->idx, strerror(errno));
             break;
         }
@@ -345,7 +356,12 @@ void *nfq_thread_main(void *arg)
         if (nfq_handover_poll(t))
             break;
         /* Between packets: a new generation is picked up before the next batch. */
-        nfq_match_switch(t);
+        if (__atomic_load_n(&t->w->current, __ATOMIC_ACQUIRE) != t->cfg) {
+            nfq_match_switch(t);
+            nfq_script_switch(t);
+        }
+        if (npfd == 3 && (pfd[2].revents & POLLIN))
+            nfq_script_recv(t);
         if (pfd[0].revents & (POLLIN | POLLERR)) {
             recv_batch(t);
         } else {
@@ -357,6 +373,7 @@ void *nfq_thread_main(void *arg)
             t->now_ms = now;
             fgx_reasm_expire(t->reasm, now, NFQ_HOLD_MAX_MS);
             fgx_flow_expire(t->flows, now, NFQ_FLOW_IDLE_MS);
+            nfq_script_tick(t);
             nfq_verdict_flush(t);
             next_tick = now + NFQ_TICK_MS;
         }

@@ -82,6 +82,14 @@ int nfq_stats_collect(struct nfq_worker *w, struct fgx_dp_stats *out)
         out->malformed += fgx_ctr_load(&c->malformed);
         out->evasion += fgx_ctr_load(&c->evasion);
         out->midstream_resets += fgx_ctr_load(&c->midstream_resets);
+        out->script_refused += fgx_ctr_load(&c->script_refused);
+        out->script_errors += fgx_ctr_load(&c->script_errors);
+        out->script_timeouts += fgx_ctr_load(&c->script_timeouts);
+        out->script_blocked += fgx_ctr_load(&c->script_blocked);
+        out->script_final += fgx_ctr_load(&c->script_final);
+        out->script_held += fgx_ctr_load(&c->script_held);
+        out->script_flows += fgx_ctr_load(&c->script_flows);
+        out->script_reclaimed += fgx_ctr_load(&c->script_reclaimed);
         out->flows_evicted += w->threads[k].flows ? fgx_flow_evicted(w->threads[k].flows) : 0;
         out->verdict_errors += fgx_ctr_load(&c->verdict_errors);
         out->queue_drops += fgx_ctr_load(&c->queue_drops);
@@ -91,5 +99,6 @@ int nfq_stats_collect(struct nfq_worker *w, struct fgx_dp_stats *out)
     }
     fgx_wstats_end(&st);
     out->queue_drops += kernel_queue_drops(w);
+    (void)nfq_script_logs_take(out);
     return 0;
 }

@@ -32,13 +32,14 @@ static void peer_send(struct sw *w, uint32_t pipe, const struct fgx_sw_hdr *h, c
     }
 }
 
-static void verdict(struct sw *w, const struct sw_call *call, uint8_t code, const char *fn,
-                    const char *detail)
+static void verdict(struct sw *w, const struct sw_call *call, uint8_t code, uint16_t flags,
+                    const char *fn, const char *detail)
 {
     char buf[512];
     int n = snprintf(buf, sizeof(buf), "%s%c%s", fn ? fn : "", 0, detail ? detail : "");
     struct fgx_sw_hdr h = {.type = FGX_SW_VERDICT,
                            .code = code,
+                           .hash = flags,
                            .service = call->service,
                            .conn = call->conn,
                            .seq = call->seq,
@@ -90,9 +91,9 @@ static void child_replace(struct sw *w, struct sw_child *c, bool timeout)
             log_send(w, call->pipe, call->service, "timeout", fn,
                      "the call did not return within the deadline: its verdict is the "
                      "service's fail-open choice; the interpreter was replaced");
-            verdict(w, call, FGX_SW_TIMEOUT, fn, "past the deadline");
+            verdict(w, call, FGX_SW_TIMEOUT, 0, fn, "past the deadline");
         } else {
-            verdict(w, call, FGX_SW_ERROR, "", "interpreter replaced");
+            verdict(w, call, FGX_SW_ERROR, 0, "", "interpreter replaced");
         }
         if (i == 0 && !timeout)
             log_send(w, call->pipe, call->service, "restart", fn,
@@ -123,7 +124,8 @@ static void on_child_frame(struct sw *w, struct sw_child *c, const struct fgx_sw
         (void)snprintf(fname, sizeof(fname), "%.*s", (int)fl, fn);
         (void)snprintf(detail, sizeof(detail), "%.*s", fl < h->len ? (int)(h->len - fl - 1) : 0,
                        fl < h->len ? fn + fl + 1 : "");
-        verdict(w, &call, h->code, fname, detail);
+        /* the interpreter's flags (FGX_SW_VERDICT_FINAL) go on as they are */
+        verdict(w, &call, h->code, h->hash, fname, detail);
     } else if (h->type == FGX_SW_LOG) {
         struct fgx_sw_hdr out = *h;
         const struct sw_script *s = script_find(w, h->service);
@@ -264,7 +266,7 @@ static void on_peer_frame(struct sw *w, uint32_t pipe, struct fgx_sw_hdr *h, con
         struct sw_call call = {.pipe = pipe, .conn = conn, .seq = h->seq, .service = h->service};
 
         if (c->pid <= 0 || c->qlen == SW_QMAX || !s) {
-            verdict(w, &call, FGX_SW_ERROR, "", c->qlen == SW_QMAX ? "overload" : "no script");
+            verdict(w, &call, FGX_SW_ERROR, 0, "", c->qlen == SW_QMAX ? "overload" : "no script");
             return;
         }
         call.budget_ms = s->deadline_ms;

@@ -71,6 +71,14 @@ static void make_stats(struct fgx_dp_msg *m)
         .evasion = 21,
         .midstream_resets = 22,
         .flows_evicted = 23,
+        .script_refused = 380,
+        .script_errors = 381,
+        .script_timeouts = 382,
+        .script_blocked = 383,
+        .script_final = 384,
+        .script_held = 385,
+        .script_flows = 386,
+        .script_reclaimed = 387,
         .conns_refused = 17,
         .unclassified = 18,
         .connect_failed = 19,
@@ -209,6 +217,15 @@ Test(dp, stats_round_trip)
     cr_assert_eq(b->evasion, 21);
     cr_assert_eq(b->midstream_resets, 22);
     cr_assert_eq(b->flows_evicted, 23);
+    /* the NFQUEUE worker's script counters */
+    cr_assert_eq(b->script_refused, 380);
+    cr_assert_eq(b->script_errors, 381);
+    cr_assert_eq(b->script_timeouts, 382);
+    cr_assert_eq(b->script_blocked, 383);
+    cr_assert_eq(b->script_final, 384);
+    cr_assert_eq(b->script_held, 385);
+    cr_assert_eq(b->script_flows, 386);
+    cr_assert_eq(b->script_reclaimed, 387);
     cr_assert_eq(b->conns_refused, 17);
     cr_assert_eq(b->unclassified, 18);
     cr_assert_eq(b->connect_failed, 19);

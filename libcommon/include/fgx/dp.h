@@ -159,6 +159,11 @@ struct fgx_dp_stats {
      * with stream state pushed out of a full flow table */
     uint64_t midstream_resets;
     uint64_t flows_evicted;
+    /* nfqworker, script filters: segments dropped on a scripted flow, fail_open verdicts for a
+     * failed/late/absent script, flows blocked by one, flows whose verdict became final; and
+     * packets waiting for a verdict now (a gauge) */
+    uint64_t script_refused, script_errors, script_timeouts, script_blocked, script_final;
+    uint64_t script_held, script_flows, script_reclaimed;
     /* proxyworker's own (0 from nfqworker): connections it reset itself, since it started */
     uint64_t conns_refused;  /* at its connection limit */
     uint64_t unclassified;   /* for no running proxy-layer service */

@@ -48,6 +48,7 @@ struct fgx_flow {
     bool resume[2];
     void *dbref[2];           /* the owner's reference on each direction's database */
     uint32_t cap_slot, cap_gen; /* the owner's capture of the flow (fgx/capture.h); gen 0: none */
+    uint32_t sw_slot; /* the owner's script state of the flow (nfq_script.c), index + 1; 0: none */
     struct fgx_reasm dir[2];  /* [0] client -> server, [1] server -> client */
     /* table links, private */
     int32_t hnext, lprev, lnext;

@@ -17,7 +17,8 @@ enum fgx_sw_type {
                           * IPv6), saving an OPEN frame; answered by a VERDICT with the same
                           * conn and seq */
     FGX_SW_CLOSE = 5,
-    FGX_SW_VERDICT = 6, /* code: enum fgx_sw_verdict; payload "function\0detail" */
+    FGX_SW_VERDICT = 6, /* code: enum fgx_sw_verdict; payload "function\0detail"; hash:
+                         * flags (FGX_SW_VERDICT_FINAL), 0 from a sender that has none */
     FGX_SW_LOG = 7,     /* payload "kind\0function\0text" (kind: exception, timeout, print,
                          * restart) */
     FGX_SW_ACK = 8,     /* SCRIPT / UNSCRIPT loaded (code 0) or refused (1), seq echoed */
@@ -30,6 +31,12 @@ enum fgx_sw_verdict {
     FGX_SW_ERROR = 3,   /* an exception, a lost state, overload: the service's fail_open */
     FGX_SW_TIMEOUT = 4, /* past the deadline: fail_open, the interpreter was replaced */
 };
+
+/* VERDICT flag, with ACCEPT: the connection is decided for good (FGEX_FULL_STREAM_ACTION
+ * ACCEPT past FGEX_STREAM_MAX_SIZE, NOACTION on invalid HTTP, or no function can be called on
+ * it any more): every later chunk would be accepted without a call, so the sender may stop
+ * sending them (and CLOSE it). A sender that ignores it loses nothing but speed. */
+#define FGX_SW_VERDICT_FINAL 1
 
 #define FGX_SW_DATA_OPEN 2
 #define FGX_SW_DATA_V6 4

@@ -245,6 +245,18 @@ class Conn:
             return self.final
         return ACCEPTED
 
+    def done(self):
+        """True once every later chunk would be accepted without a call: a setting decided the
+        connection (FGEX_FULL_STREAM_ACTION ACCEPT, FGEX_INVALID_ENCODING_ACTION NOACTION), or
+        no function can be called on it any more (none enabled, or each takes an HTTP model and
+        the connection's HTTP broke off). The worker may then stop sending its chunks."""
+        if self.final is not None:
+            return self.final.action == "accept"
+        if not self.funcs:
+            return True
+        return bool(self.ctx.http_broken) and all(
+            any(m in HTTP_MODELS for m in ps) for _, _, ps in self.funcs)
+
     def _call_all(self, name, func, args):
         """Calls func once per combination of the list-valued arguments (several messages in
         one chunk)."""

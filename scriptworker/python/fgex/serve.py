@@ -15,6 +15,7 @@ import traceback
 HDR = struct.Struct("<BBHIQII")
 (T_SCRIPT, T_UNSCRIPT, T_OPEN, T_DATA, T_CLOSE, T_VERDICT, T_LOG, T_ACK) = range(1, 9)
 V_ACCEPT, V_REJECT, V_DROP, V_ERROR, V_TIMEOUT = range(5)
+F_FINAL = 1  # VERDICT flag (fgx/swproto.h FGX_SW_VERDICT_FINAL): later chunks need no call
 CODES = {"accept": V_ACCEPT, "reject": V_REJECT, "drop": V_DROP, "error": V_ERROR}
 
 
@@ -53,8 +54,8 @@ def main():
     scripts = {}  # service id -> Script
     conns = {}    # conn id -> (service id, Conn)
 
-    def send(t, code, svc, conn, seq, payload=b""):
-        wfd.write(HDR.pack(t, code, 0, svc, conn, seq, len(payload)) + payload)
+    def send(t, code, svc, conn, seq, payload=b"", flags=0):
+        wfd.write(HDR.pack(t, code, flags, svc, conn, seq, len(payload)) + payload)
 
     def log(svc, kind, fn, text):
         send(T_LOG, 0, svc, 0, 0, b"%s\0%s\0%s" % (kind.encode(), fn.encode(),
@@ -132,7 +133,8 @@ def main():
             if v.action == "error":
                 log(svc, "exception", v.function, v.detail)
             send(T_VERDICT, CODES[v.action], svc, conn, seq,
-                 v.function.encode() + b"\0" + v.detail.encode("utf-8", "replace")[:200])
+                 v.function.encode() + b"\0" + v.detail.encode("utf-8", "replace")[:200],
+                 F_FINAL if v.action == "accept" and ent[1].done() else 0)
             if v.action in ("reject", "drop"):
                 log(svc, "block", v.function, v.action + (": " + v.detail if v.detail else ""))
                 conns.pop(conn, None)

@@ -1,0 +1,794 @@
+/* Script stage of nfqworker (issue 16): on a flow of a service with a script, the bytes the
+ * regex scan accepted go to scriptworker (fgx/swproto.h, the frames the proxy sends, over one
+ * nng pair1 socket per packet thread, polled by the thread's loop) and the packet's verdict
+ * waits, as a held out-of-order segment's does, until the script's comes back. Verdicts leave
+ * in stream order: a flow's later packets wait behind its earlier held ones. ACCEPT passes the
+ * held packets; REJECT resets both ends and drops, as a regex block does; DROP drops them and
+ * every later packet of the flow without telling the ends (a black hole, as the proxy's DROP).
+ * An exception, a call past the deadline or no scriptworker: the service's fail_open choice.
+ * A flow of a service without a script never gets here (one pointer test per segment). */
+#include "nfq.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <nng/nng.h>
+#include <nng/protocol/pair1/pair.h>
+
+#include "fgx/log.h"
+#include "fgx/swproto.h"
+
+/* scriptworker's sockets URL-0.. are the proxy threads'; the packet threads take theirs from
+ * here (controld starts it with 64: threads past 32 have none, and fail_open judges) */
+#define NFQ_SW_PEER_BASE 32
+#define NFQ_SW_PEERS 64
+/* Flows of a thread known to scriptworker at once: --script-flows (NFQ_SW_FLOWS_DEFAULT). A
+ * flow's slot is freed when its script verdict becomes final, when both its streams reached
+ * their FINs, or (a full table) when it is the one idle longest with nothing waiting; a table
+ * full of live flows gives new ones the fail_open verdict rather than dropping their segments
+ * (that stalled every new connection). f->sw_slot past the slots: what became of a flow's
+ * script state. */
+#define NFQ_SW_FINAL UINT32_MAX      /* a final ACCEPT (or fail-open): no more calls */
+#define NFQ_SW_GONE (UINT32_MAX - 1) /* both streams ended: bytes beyond are dropped */
+#define NFQ_SW_LOST (UINT32_MAX - 2) /* reclaimed while open: later bytes get fail_open */
+#define NFQ_SW_RECLAIM_MS 2000       /* idle this long, a flow's slot may go to a new one */
+/* Packets of a thread waiting on scripts: they wait in the kernel's queue, so well under its
+ * length (NFQ_QUEUE_MAXLEN), past which a fail-open queue would pass packets unjudged. */
+#define NFQ_SW_HELD 2048u
+#define NFQ_SW_FLOW_HELD 256u /* of one flow */
+#define NFQ_SW_STARVED 20     /* as the proxy: scriptworker's own limit, in deadlines */
+#define NFQ_SW_GRACE_MS 1000
+
+struct nfq_sw_pkt {
+    uint64_t cookie;
+    uint32_t seq, ack; /* the segment's place in its stream, and what it acknowledged */
+    uint32_t end;      /* its stream's position after it */
+    uint32_t swseq;    /* the DATA frame it waits for; 0: none (it waits behind the others) */
+    int32_t next;      /* FIFO / free list; -1: end */
+    uint8_t dir;
+    bool ready; /* its own verdict is ACCEPT: it leaves once those ahead of it left */
+};
+
+struct nfq_sw_flow {
+    struct fgx_flow *f; /* NULL: free */
+    uint64_t id;        /* serial x nslots + slot: a late answer never meets a
+                         * newer flow in the same slot */
+    uint16_t hash;
+    bool opened; /* scriptworker knows the flow */
+    int32_t head, tail;
+    uint32_t nheld;
+    /* bit per direction: a FIN came, at fin_seq (a pure FIN's copy may come before the data
+     * ahead of it, which still goes to the script) */
+    uint8_t fin_ok;
+    uint32_t fin_seq[2];
+    uint64_t deadline_ms; /* of the oldest unanswered frame; 0: none */
+};
+
+struct nfq_sw_sent {
+    uint32_t id;
+    uint64_t hash;
+};
+
+struct nfq_sw {
+    nng_socket sock;
+    bool up;
+    int fd;
+    struct nfq_sw_flow *flows; /* nslots (--script-flows) */
+    uint32_t nslots;
+    struct nfq_sw_pkt pkts[NFQ_SW_HELD];
+    int32_t free_head;
+    uint32_t cursor, nflows;
+    uint64_t serial;
+    uint32_t seq;
+    struct nfq_sw_sent *sent;
+    size_t nsent;
+    int resend; /* __atomic: a (new) scriptworker connected: every file again */
+};
+
+static int sw_send(struct nfq_sw *sw, const struct fgx_sw_hdr *h, const void *p)
+{
+    nng_msg *m;
+    int rv;
+
+    if (!sw->up)
+        return -ENOTCONN;
+    if (nng_msg_alloc(&m, sizeof(*h) + h->len) != 0)
+        return -ENOMEM;
+    memcpy(nng_msg_body(m), h, sizeof(*h));
+    if (h->len)
+        memcpy((uint8_t *)nng_msg_body(m) + sizeof(*h), p, h->len);
+    rv = nng_sendmsg(sw->sock, m, NNG_FLAG_NONBLOCK);
+    if (rv != 0) {
+        static __thread unsigned long long last_log;
+
+        fgx_log_ratelimited(&last_log, FGX_LOG_WARN, "script: cannot send to scriptworker: %s",
+                            nng_strerror(rv));
+        nng_msg_free(m);
+        return -EAGAIN;
+    }
+    return 0;
+}
+
+static void on_pipe_add(nng_pipe p, nng_pipe_ev ev, void *arg)
+{
+    struct nfq_sw *sw = arg;
+
+    (void)p;
+    (void)ev;
+    __atomic_store_n(&sw->resend, 1, __ATOMIC_RELEASE);
+}
+
+int nfq_script_thread_init(struct nfq_thread *t, const char *url)
+{
+    struct nfq_sw *sw;
+    char u[4200];
+    int rv;
+
+    if (url == NULL || *url == '\0')
+        return 0;
+    sw = calloc(1, sizeof(*sw));
+    if (sw == NULL)
+        return -ENOMEM;
+    t->sw = sw;
+    sw->nslots = t->w->script_flows ? t->w->script_flows : NFQ_SW_FLOWS_DEFAULT;
+    sw->flows = calloc(sw->nslots, sizeof(*sw->flows)); /* pages touched as slots are used */
+    if (sw->flows == NULL)
+        return -ENOMEM;
+    sw->fd = -1;
+    for (uint32_t i = 0; i < NFQ_SW_HELD; i++)
+        sw->pkts[i].next = i + 1 < NFQ_SW_HELD ? (int32_t)(i + 1) : -1;
+    sw->free_head = 0;
+    if (NFQ_SW_PEER_BASE + t->idx >= NFQ_SW_PEERS) {
+        fgx_warn("thread %u: no scriptworker socket left for it: its scripted flows get their "
+                 "service's fail_open verdict",
+                 t->idx);
+        return 0;
+    }
+    rv = nng_pair1_open(&sw->sock);
+    if (rv == 0)
+        rv = nng_socket_set_int(sw->sock, NNG_OPT_SENDBUF, 8192);
+    if (rv == 0)
+        rv = nng_socket_set_int(sw->sock, NNG_OPT_RECVBUF, 8192);
+    if (rv == 0)
+        rv = nng_pipe_notify(sw->sock, NNG_PIPE_EV_ADD_POST, on_pipe_add, sw);
+    if (rv == 0) {
+        (void)snprintf(u, sizeof(u), "%s-%u", url, NFQ_SW_PEER_BASE + t->idx);
+        /* non-blocking: nng keeps redialling while scriptworker starts or restarts */
+        rv = nng_dial(sw->sock, u, NULL, NNG_FLAG_NONBLOCK);
+    }
+    if (rv == 0)
+        rv = nng_socket_get_int(sw->sock, NNG_OPT_RECVFD, &sw->fd);
+    if (rv != 0) {
+        fgx_err("scriptworker at %s: %s", url, nng_strerror(rv));
+        return -EIO;
+    }
+    sw->up = true;
+    return 0;
+}
+
+void nfq_script_thread_release(struct nfq_thread *t)
+{
+    struct nfq_sw *sw = t->sw;
+
+    if (sw == NULL)
+        return;
+    if (sw->up)
+        nng_close(sw->sock);
+    free(sw->sent);
+    free(sw->flows);
+    free(sw);
+    t->sw = NULL;
+}
+
+int nfq_script_fd(const struct nfq_thread *t)
+{
+    return t->sw != NULL && t->sw->up ? t->sw->fd : -1;
+}
+
+void nfq_script_switch(struct nfq_thread *t)
+{
+    struct nfq_sw *sw = t->sw;
+    const struct fgx_wcfg *cfg = t->cfg;
+    struct nfq_sw_sent *now;
+    size_t n = 0;
+
+    if (sw == NULL || !sw->up)
+        return;
+    now = calloc(cfg != NULL ? cfg->nservices + 1 : 1, sizeof(*now));
+    if (now == NULL)
+        return;
+    for (size_t i = 0; cfg != NULL && i < cfg->nservices; i++) {
+        const struct fgx_wsvc *s = &cfg->svc[i];
+        uint64_t hash;
+        bool known = false;
+
+        if (s->script == NULL)
+            continue;
+        hash = fgx_hash64(s->script, s->script_len, s->script_deadline_ms);
+        for (size_t j = 0; j < sw->nsent && !known; j++)
+            known = sw->sent[j].id == s->id && sw->sent[j].hash == hash;
+        now[n++] = (struct nfq_sw_sent){.id = s->id, .hash = hash};
+        if (!known) {
+            struct fgx_sw_hdr h = {.type = FGX_SW_SCRIPT,
+                                   .service = s->id,
+                                   .conn = s->script_deadline_ms,
+                                   .seq = ++sw->seq,
+                                   .len = (uint32_t)s->script_len};
+
+            /* ahead of any DATA under it, on the same ordered pipe */
+            (void)sw_send(sw, &h, s->script);
+        }
+    }
+    for (size_t j = 0; j < sw->nsent; j++) {
+        bool still = false;
+
+        for (size_t k = 0; k < n && !still; k++)
+            still = now[k].id == sw->sent[j].id;
+        if (!still) {
+            struct fgx_sw_hdr h = {.type = FGX_SW_UNSCRIPT, .service = sw->sent[j].id};
+
+            (void)sw_send(sw, &h, NULL);
+        }
+    }
+    free(sw->sent);
+    sw->sent = now;
+    sw->nsent = n;
+}
+
+static bool svc_scripted(const struct fgx_wsvc *svc, enum fgx_dir dir)
+{
+    return svc->script != NULL && (svc->script_dirs & (dir == FGX_DIR_C2S ? 1u : 2u));
+}
+
+static bool slot_live(const struct fgx_flow *f)
+{
+    return f->sw_slot != 0 && f->sw_slot < NFQ_SW_LOST;
+}
+
+static struct nfq_sw_flow *flow_state(struct nfq_sw *sw, const struct fgx_flow *f)
+{
+    return sw != NULL && slot_live(f) ? &sw->flows[f->sw_slot - 1] : NULL;
+}
+
+/* fs's flow leaves scriptworker (CLOSE) and its slot is free; f->sw_slot becomes mark. */
+static void flow_forget(struct nfq_thread *t, struct nfq_sw_flow *fs, uint32_t mark)
+{
+    struct nfq_sw *sw = t->sw;
+    struct fgx_flow *f = fs->f;
+    struct fgx_sw_hdr h = {
+        .type = FGX_SW_CLOSE, .hash = fs->hash, .service = f->service_id, .conn = fs->id};
+
+    if (fs->opened)
+        (void)sw_send(sw, &h, NULL);
+    fs->f = NULL;
+    f->sw_slot = mark;
+    sw->nflows--;
+    NFQ_CTR_ADD(&t->ctr.script_flows, (uint64_t)-1);
+}
+
+/* Both streams of fs's flow reached their FINs and nothing of it waits: its state goes (no
+ * receiver takes a byte past a FIN; one that comes is dropped, never passed unjudged). A
+ * direction the script does not read needs its FIN only: its bytes may not even be queued
+ * (no regex of that direction), so its stream position says nothing. */
+static void flow_maybe_done(struct nfq_thread *t, struct nfq_sw_flow *fs)
+{
+    const struct fgx_wsvc *svc =
+        t->cfg != NULL ? fgx_wcfg_service(t->cfg, fs->f->service_id) : NULL;
+
+    if (fs->head >= 0 || fs->fin_ok != 3 || svc == NULL)
+        return;
+    for (int d = 0; d < 2; d++) {
+        const struct fgx_reasm *r = &fs->f->dir[d];
+
+        if (svc_scripted(svc, d == 0 ? FGX_DIR_C2S : FGX_DIR_S2C) && r->active &&
+            r->next_seq != fs->fin_seq[d])
+            return;
+    }
+    flow_forget(t, fs, NFQ_SW_GONE);
+}
+
+static void pkt_free(struct nfq_thread *t, int32_t i)
+{
+    struct nfq_sw *sw = t->sw;
+
+    sw->pkts[i].next = sw->free_head;
+    sw->free_head = i;
+    NFQ_CTR_ADD(&t->ctr.script_held, (uint64_t)-1);
+}
+
+static int32_t pkt_alloc(struct nfq_thread *t)
+{
+    struct nfq_sw *sw = t->sw;
+    int32_t i = sw->free_head;
+
+    if (i >= 0) {
+        sw->free_head = sw->pkts[i].next;
+        NFQ_CTR_ADD(&t->ctr.script_held, 1);
+    }
+    return i;
+}
+
+/* Every held packet of fs goes with verdict accept (in order), the state stays. */
+static void held_flush(struct nfq_thread *t, struct nfq_sw_flow *fs, bool accept)
+{
+    struct nfq_sw *sw = t->sw;
+
+    while (fs->head >= 0) {
+        int32_t i = fs->head;
+
+        fs->head = sw->pkts[i].next;
+        nfq_match_cookie_verdict(t, sw->pkts[i].cookie, accept);
+        pkt_free(t, i);
+    }
+    fs->tail = -1;
+    fs->nheld = 0;
+    fs->deadline_ms = 0;
+}
+
+/* The packets at the head whose own verdict is ACCEPT leave; the clock then runs for the
+ * next unanswered one. */
+static void held_release(struct nfq_thread *t, struct nfq_sw_flow *fs, uint32_t deadline_ms)
+{
+    struct nfq_sw *sw = t->sw;
+
+    while (fs->head >= 0 && sw->pkts[fs->head].ready) {
+        int32_t i = fs->head;
+
+        fs->head = sw->pkts[i].next;
+        nfq_match_cookie_verdict(t, sw->pkts[i].cookie, true);
+        pkt_free(t, i);
+        fs->nheld--;
+    }
+    if (fs->head < 0)
+        fs->tail = -1;
+    fs->deadline_ms =
+        fs->head >= 0 ? t->now_ms + (uint64_t)deadline_ms * NFQ_SW_STARVED + NFQ_SW_GRACE_MS : 0;
+}
+
+/* A final ACCEPT (the connection is decided: a setting such as FGEX_FULL_STREAM_ACTION
+ * ACCEPT, or no function can be called on it any more): what waits goes, later packets pass
+ * without a call, as Firegex stops calling the filters. The answers to frames already sent are
+ * ACCEPTs too, and find no flow. */
+static void flow_final(struct nfq_thread *t, struct nfq_sw_flow *fs, uint32_t deadline_ms)
+{
+    for (int32_t i = fs->head; i >= 0; i = t->sw->pkts[i].next)
+        t->sw->pkts[i].ready = true;
+    held_release(t, fs, deadline_ms);
+    NFQ_CTR_ADD(&t->ctr.script_final, 1);
+    flow_forget(t, fs, NFQ_SW_FINAL);
+}
+
+void nfq_script_flow_end(struct nfq_thread *t, struct fgx_flow *f)
+{
+    struct nfq_sw *sw = t->sw;
+    struct nfq_sw_flow *fs = flow_state(sw, f);
+
+    if (fs == NULL)
+        return;
+    /* A flow that goes while a script judges it (evicted, expired, blocked): its unjudged
+     * packets never pass. */
+    held_flush(t, fs, false);
+    flow_forget(t, fs, 0);
+}
+
+void nfq_script_fin(struct nfq_thread *t, struct fgx_flow *f, enum fgx_dir dir, uint32_t seq)
+{
+    struct nfq_sw_flow *fs = flow_state(t->sw, f);
+    const struct fgx_reasm *r = &f->dir[dir == FGX_DIR_C2S ? 0 : 1];
+    int d = dir == FGX_DIR_C2S ? 0 : 1;
+
+    if (fs == NULL)
+        return;
+    /* The first FIN of a direction names its end (its copy may come before the data ahead of
+     * it, which still goes to the script: the state goes once the stream got there); one
+     * before what already passed is not one the receiver takes. A FIN placed anywhere else
+     * only keeps the state, never ends the judging early. */
+    if (!(fs->fin_ok & (1u << d)) && !(r->active && (int32_t)(seq - r->next_seq) < 0)) {
+        fs->fin_ok |= (uint8_t)(1u << d);
+        fs->fin_seq[d] = seq;
+    }
+    flow_maybe_done(t, fs);
+}
+
+/* What a script (or its failure) decided for fs's flow as a whole. */
+static void judge(struct nfq_thread *t, struct nfq_sw_flow *fs, uint8_t code, int32_t at)
+{
+    struct fgx_flow *f = fs->f;
+    const struct fgx_wsvc *svc = t->cfg != NULL ? fgx_wcfg_service(t->cfg, f->service_id) : NULL;
+    bool fail_open = svc != NULL && svc->fail_open;
+    uint32_t deadline = svc != NULL ? svc->script_deadline_ms : 100;
+
+    if (code == FGX_SW_ERROR || code == FGX_SW_TIMEOUT) {
+        NFQ_CTR_ADD(code == FGX_SW_TIMEOUT ? &t->ctr.script_timeouts : &t->ctr.script_errors, 1);
+        code = fail_open ? FGX_SW_ACCEPT : FGX_SW_REJECT;
+    }
+    if (code == FGX_SW_ACCEPT) {
+        if (at >= 0)
+            t->sw->pkts[at].ready = true;
+        else
+            for (int32_t i = fs->head; i >= 0; i = t->sw->pkts[i].next)
+                t->sw->pkts[i].ready = true;
+        held_release(t, fs, deadline);
+        flow_maybe_done(t, fs);
+        return;
+    }
+    NFQ_CTR_ADD(&t->ctr.script_blocked, 1);
+    if (code == FGX_SW_REJECT && fs->head >= 0) {
+        /* The receiver of the first held segment expects its bytes next: that is where both
+         * ends are reset, as for a regex block at that segment. */
+        const struct nfq_sw_pkt p = t->sw->pkts[fs->head];
+
+        held_flush(t, fs, false);
+        nfq_match_flow_block(t, f, (enum fgx_dir)p.dir, true, p.seq, p.ack);
+        return;
+    }
+    held_flush(t, fs, false);
+    if (code == FGX_SW_REJECT) {
+        nfq_match_flow_block(t, f, FGX_DIR_C2S, true, f->dir[0].next_seq, f->dir[1].next_seq);
+        return;
+    }
+    /* DROP: the flow stays open in the ends' eyes; nothing of it passes from now on (a
+     * blocked flow's packets are dropped before they reach a stage) */
+    nfq_match_flow_block(t, f, FGX_DIR_C2S, false, 0, 0);
+}
+
+static void log_push(uint32_t service, const char *payload, size_t len);
+
+void nfq_script_recv(struct nfq_thread *t)
+{
+    struct nfq_sw *sw = t->sw;
+
+    if (sw == NULL || !sw->up)
+        return;
+    t->now_ms = nfq_now_ms();
+    for (;;) {
+        struct nfq_sw_flow *fs;
+        struct fgx_sw_hdr h;
+        nng_msg *m;
+        int32_t at;
+
+        if (nng_recvmsg(sw->sock, &m, NNG_FLAG_NONBLOCK) != 0)
+            break;
+        if (nng_msg_len(m) < sizeof(h)) {
+            nng_msg_free(m);
+            continue;
+        }
+        memcpy(&h, nng_msg_body(m), sizeof(h));
+        if (h.type == FGX_SW_LOG)
+            log_push(h.service, (const char *)nng_msg_body(m) + sizeof(h),
+                     nng_msg_len(m) - sizeof(h));
+        nng_msg_free(m);
+        if (h.type != FGX_SW_VERDICT)
+            continue;
+        fs = &sw->flows[h.conn % sw->nslots];
+        if (fs->f == NULL || fs->id != h.conn)
+            continue; /* gone meanwhile */
+        for (at = fs->head; at >= 0 && sw->pkts[at].swseq != h.seq; at = sw->pkts[at].next)
+            ;
+        if (at < 0)
+            continue; /* the tick already decided */
+        if (h.code == FGX_SW_ACCEPT && (h.hash & FGX_SW_VERDICT_FINAL)) {
+            const struct fgx_wsvc *svc =
+                t->cfg != NULL ? fgx_wcfg_service(t->cfg, fs->f->service_id) : NULL;
+
+            flow_final(t, fs, svc != NULL ? svc->script_deadline_ms : 100);
+            continue;
+        }
+        judge(t, fs, h.code, at);
+    }
+    nfq_verdict_flush(t);
+}
+
+void nfq_script_tick(struct nfq_thread *t)
+{
+    struct nfq_sw *sw = t->sw;
+
+    if (sw == NULL || sw->nflows == 0)
+        return;
+    for (uint32_t i = 0; i < sw->nslots; i++) {
+        struct nfq_sw_flow *fs = &sw->flows[i];
+
+        if (fs->f != NULL && fs->deadline_ms != 0 && fs->deadline_ms <= t->now_ms) {
+            static __thread unsigned long long last_log;
+
+            /* scriptworker did not answer at all (down, restarting): as an error */
+            fgx_log_ratelimited(&last_log, FGX_LOG_WARN,
+                                "script: no verdict from scriptworker in time: fail_open verdict");
+            judge(t, fs, FGX_SW_ERROR, -1);
+        }
+    }
+}
+
+bool nfq_script_pre(struct nfq_thread *t, struct fgx_flow *f, const struct fgx_wsvc *svc,
+                    enum fgx_dir dir, uint32_t seq, size_t len)
+{
+    struct nfq_sw *sw = t->sw;
+    struct nfq_sw_flow *fs = flow_state(sw, f);
+    const struct fgx_reasm *r = &f->dir[dir == FGX_DIR_C2S ? 0 : 1];
+    bool ok = true;
+
+    if (!svc_scripted(svc, dir) || !r->active || len == 0 || f->sw_slot == NFQ_SW_FINAL)
+        return true;
+    /* Ahead of the stream: reassembly would hold it and pass it later, where its bytes can no
+     * longer reach the script in order; the sender sends it again. */
+    if ((int32_t)(seq - r->next_seq) > 0)
+        ok = false;
+    /* Into bytes the regex scan passed that a script still judges: reassembly would pass this
+     * copy as a retransmission, ahead of the script's verdict. */
+    if (ok && fs != NULL && fs->head >= 0 && (int32_t)(seq - r->next_seq) < 0) {
+        for (int32_t i = fs->head; i >= 0 && ok; i = sw->pkts[i].next)
+            if (sw->pkts[i].dir == (uint8_t)dir && sw->pkts[i].swseq != 0)
+                ok = false;
+    }
+    /* No room to wait: dropped before reassembly, so it is never taken as passed. (A flow
+     * without a slot is not refused here: nfq_script_post() gives it a slot or the fail_open
+     * verdict, never a silent drop that would stall it.) */
+    if (ok && sw != NULL && sw->up &&
+        (sw->free_head < 0 || (fs != NULL && fs->nheld >= NFQ_SW_FLOW_HELD)))
+        ok = false;
+    if (!ok)
+        NFQ_CTR_ADD(&t->ctr.script_refused, 1);
+    return ok;
+}
+
+static struct nfq_sw_flow *flow_open(struct nfq_thread *t, struct fgx_flow *f)
+{
+    struct nfq_sw *sw = t->sw;
+    uint32_t i;
+    struct nfq_sw_flow *fs;
+    uint64_t a, b;
+
+    for (i = 0; i < sw->nslots && sw->flows[(sw->cursor + i) % sw->nslots].f != NULL; i++)
+        ;
+    if (i == sw->nslots) {
+        /* Full (FIN copies do not always reach the worker, so ended flows can linger): the
+         * flow idle the longest with nothing waiting gives its slot up, if idle for
+         * NFQ_SW_RECLAIM_MS. A closed one's later bytes are dropped (GONE); a live one's get
+         * the service's fail_open verdict (LOST), as a lost script state does on the proxy
+         * layer. Never passed as judged. */
+        struct nfq_sw_flow *victim = NULL;
+
+        for (i = 0; i < sw->nslots; i++) {
+            fs = &sw->flows[i];
+            if (fs->head < 0 && (victim == NULL || fs->f->last_ms < victim->f->last_ms))
+                victim = fs;
+        }
+        if (victim == NULL || victim->f->last_ms + NFQ_SW_RECLAIM_MS > t->now_ms)
+            return NULL;
+        NFQ_CTR_ADD(&t->ctr.script_reclaimed, 1);
+        fs = victim;
+        flow_forget(t, fs, fs->f->closed ? NFQ_SW_GONE : NFQ_SW_LOST);
+        i = (uint32_t)(fs - sw->flows);
+        sw->cursor = 0; /* with i: the victim's slot, below */
+    }
+    sw->cursor = (sw->cursor + i) % sw->nslots;
+    fs = &sw->flows[sw->cursor];
+    memset(fs, 0, sizeof(*fs));
+    fs->f = f;
+    fs->id = ++sw->serial * sw->nslots + sw->cursor;
+    fs->head = fs->tail = -1;
+    /* symmetric, as the proxy's: client and server hashed apart, then combined */
+    a = fgx_hash64(f->key.caddr, sizeof(f->key.caddr), f->key.cport);
+    b = fgx_hash64(f->key.saddr, sizeof(f->key.saddr), f->key.sport);
+    fs->hash = (uint16_t)((a ^ b) >> 17);
+    f->sw_slot = sw->cursor + 1;
+    sw->nflows++;
+    NFQ_CTR_ADD(&t->ctr.script_flows, 1);
+    return fs;
+}
+
+bool nfq_script_post(struct nfq_thread *t, struct fgx_flow *f, const struct fgx_wsvc *svc,
+                     enum fgx_dir dir, uint64_t cookie, uint32_t seq, uint32_t ack,
+                     const uint8_t *payload, size_t len, uint32_t old_next)
+{
+    struct nfq_sw *sw = t->sw;
+    struct nfq_sw_flow *fs = flow_state(sw, f);
+    const struct fgx_reasm *r = &f->dir[dir == FGX_DIR_C2S ? 0 : 1];
+    uint32_t fresh = 0, off = 0;
+    struct nfq_sw_pkt *p;
+    int32_t i;
+
+    if (svc_scripted(svc, dir) && len > 0) {
+        /* the bytes of this segment the stream had not passed before */
+        uint32_t end = seq + (uint32_t)len;
+
+        off = (int32_t)(old_next - seq) > 0 ? old_next - seq : 0;
+        if ((int32_t)(r->next_seq - seq) < (int32_t)len)
+            end = r->next_seq;
+        fresh = (int32_t)(end - seq) > (int32_t)off ? end - seq - off : 0;
+    }
+    if (f->sw_slot == NFQ_SW_FINAL)
+        return false;
+    if (fresh == 0 && (fs == NULL || fs->head < 0)) {
+        if (fs != NULL && fs->fin_ok)
+            flow_maybe_done(t, fs); /* the last bytes before a FIN already seen */
+        return false;
+    }
+    if (f->sw_slot == NFQ_SW_LOST && fresh > 0) {
+        /* its script state was given up under pressure: as a failed script */
+        NFQ_CTR_ADD(&t->ctr.script_errors, 1);
+        nfq_match_cookie_verdict(t, cookie, svc->fail_open);
+        if (svc->fail_open)
+            f->sw_slot = NFQ_SW_FINAL;
+        else
+            nfq_match_flow_block(t, f, dir, true, seq + off, ack);
+        return true;
+    }
+    if (f->sw_slot == NFQ_SW_GONE && fresh > 0) {
+        /* bytes past both ends of the stream: no receiver takes them */
+
+        NFQ_CTR_ADD(&t->ctr.script_refused, 1);
+        nfq_match_cookie_verdict(t, cookie, false);
+        return true;
+    }
+    if (fresh > 0 && (sw == NULL || !sw->up)) {
+        NFQ_CTR_ADD(&t->ctr.script_errors, 1);
+        if (svc->fail_open)
+            return false;
+        nfq_match_cookie_verdict(t, cookie, false);
+        nfq_match_flow_block(t, f, dir, true, seq + off, ack);
+        return true;
+    }
+    if (__atomic_load_n(&sw->resend, __ATOMIC_ACQUIRE)) {
+        /* before this frame: the files again, for a scriptworker that has none */
+        __atomic_store_n(&sw->resend, 0, __ATOMIC_RELAXED);
+        sw->nsent = 0;
+        nfq_script_switch(t);
+    }
+    if (fs == NULL)
+        fs = flow_open(t, f);
+    /* No slot for it (every one a live flow's): the fail_open verdict for the flow as a whole,
+     * counted: fail-open passes it without calls, fail-closed resets it. */
+    if (fs == NULL) {
+        NFQ_CTR_ADD(&t->ctr.script_errors, 1);
+        nfq_match_cookie_verdict(t, cookie, svc->fail_open);
+        if (svc->fail_open)
+            f->sw_slot = NFQ_SW_FINAL;
+        else
+            nfq_match_flow_block(t, f, dir, true, seq + off, ack);
+        return true;
+    }
+    /* nfq_script_pre() made sure of the room */
+    if (sw->free_head < 0) {
+        NFQ_CTR_ADD(&t->ctr.script_errors, 1);
+        nfq_match_cookie_verdict(t, cookie, svc->fail_open);
+        return true;
+    }
+    i = pkt_alloc(t);
+    p = &sw->pkts[i];
+    *p = (struct nfq_sw_pkt){.cookie = cookie,
+                             .seq = seq + off,
+                             .ack = ack,
+                             .end = seq + off + fresh,
+                             .next = -1,
+                             .dir = (uint8_t)dir,
+                             .ready = fresh == 0};
+    if (fresh > 0) {
+        struct fgx_sw_hdr h = {.type = FGX_SW_DATA,
+                               .code = (uint8_t)(dir == FGX_DIR_C2S ? 0 : 1),
+                               .hash = fs->hash,
+                               .service = f->service_id,
+                               .conn = fs->id,
+                               .seq = ++sw->seq,
+                               .len = fresh};
+
+        if (sw->seq == 0)
+            h.seq = ++sw->seq; /* 0 means "no frame" here */
+        if (!fs->opened)
+            /* the flow's first frame opens it there: one frame, not two */
+            h.code |= FGX_SW_DATA_OPEN | (f->key.family == 6 ? FGX_SW_DATA_V6 : 0);
+        if (sw_send(sw, &h, payload + off) < 0) {
+            pkt_free(t, i);
+            NFQ_CTR_ADD(&t->ctr.script_errors, 1);
+            if (svc->fail_open && fs->head < 0)
+                return false;
+            if (!svc->fail_open) {
+                nfq_match_cookie_verdict(t, cookie, false);
+                held_flush(t, fs, false);
+                nfq_match_flow_block(t, f, dir, true, seq + off, ack);
+                return true;
+            }
+            /* fail open behind held packets: it waits for them, judged as passed */
+            i = pkt_alloc(t);
+            p = &sw->pkts[i];
+            *p = (struct nfq_sw_pkt){
+                .cookie = cookie, .next = -1, .dir = (uint8_t)dir, .ready = true};
+        } else {
+            fs->opened = true;
+            p->swseq = h.seq;
+        }
+    }
+    if (fs->tail >= 0)
+        sw->pkts[fs->tail].next = i;
+    else
+        fs->head = i;
+    fs->tail = i;
+    fs->nheld++;
+    if (fs->deadline_ms == 0)
+        fs->deadline_ms =
+            t->now_ms + (uint64_t)svc->script_deadline_ms * NFQ_SW_STARVED + NFQ_SW_GRACE_MS;
+    /* a packet with nothing new, behind held ones that were all judged meanwhile */
+    if (fs->head == i && p->ready) {
+        held_release(t, fs, svc->script_deadline_ms);
+        flow_maybe_done(t, fs);
+    }
+    return true;
+}
+
+bool nfq_script_first_held(const struct nfq_thread *t, const struct fgx_flow *f, enum fgx_dir dir,
+                           uint32_t *seq, uint32_t *ack)
+{
+    const struct nfq_sw *sw = t->sw;
+    const struct nfq_sw_flow *fs = sw != NULL && slot_live(f) ? &sw->flows[f->sw_slot - 1] : NULL;
+
+    for (int32_t i = fs != NULL ? fs->head : -1; i >= 0; i = sw->pkts[i].next)
+        if (sw->pkts[i].dir == (uint8_t)dir && sw->pkts[i].swseq != 0) {
+            *seq = sw->pkts[i].seq;
+            *ack = sw->pkts[i].ack;
+            return true;
+        }
+    return false;
+}
+
+/* ---- scriptworker's log entries, until the next STATS takes them (as the proxy's) ---- */
+
+#define NFQ_SW_LOG_MAX 1024
+
+static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct fgx_dp_script_log log_q[NFQ_SW_LOG_MAX];
+static size_t log_n;
+static uint64_t log_lost;
+
+static void log_push(uint32_t service, const char *payload, size_t len)
+{
+    const char *kind = payload, *fn, *text, *end = payload + len;
+    struct fgx_dp_script_log *e;
+
+    fn = memchr(kind, '\0', len);
+    text = fn != NULL ? memchr(fn + 1, '\0', (size_t)(end - fn - 1)) : NULL;
+    if (fn == NULL || text == NULL)
+        return;
+    fn++;
+    text++;
+    pthread_mutex_lock(&log_lock);
+    if (log_n == NFQ_SW_LOG_MAX) {
+        log_lost++;
+        pthread_mutex_unlock(&log_lock);
+        return;
+    }
+    e = &log_q[log_n];
+    e->service_id = service;
+    e->kind = strdup(kind);
+    e->function = strdup(fn);
+    e->text = strndup(text, (size_t)(end - text));
+    if (e->kind != NULL && e->function != NULL && e->text != NULL) {
+        log_n++;
+    } else {
+        free(e->kind);
+        free(e->function);
+        free(e->text);
+        log_lost++;
+    }
+    pthread_mutex_unlock(&log_lock);
+}
+
+int nfq_script_logs_take(struct fgx_dp_stats *out)
+{
+    pthread_mutex_lock(&log_lock);
+    out->script_logs_lost = log_lost;
+    if (log_n > 0) {
+        out->script_logs = malloc(log_n * sizeof(*out->script_logs));
+        if (out->script_logs == NULL) {
+            pthread_mutex_unlock(&log_lock);
+            return -ENOMEM;
+        }
+        memcpy(out->script_logs, log_q, log_n * sizeof(*out->script_logs));
+        out->nscript_logs = log_n;
+        log_n = 0;
+    }
+    pthread_mutex_unlock(&log_lock);
+    return 0;
+}
