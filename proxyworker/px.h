@@ -55,8 +55,9 @@
 
 struct px_svc_ctr {
     struct fgx_ctr_slot slot;
-    /* reads relayed, bytes relayed, connections relayed, connections reset, connections open */
-    uint64_t reads, bytes, accepted, reset, open;
+    /* reads relayed, connections relayed, connections reset, connections open */
+    uint64_t reads, accepted, reset, open;
+    uint64_t bytes[2]; /* relayed, by the side that sent them: [0] the client's, [1] the server's */
     uint64_t tls_failed; /* TLS handshakes failed or timed out (px_tls.c) */
     uint64_t script_blocked; /* connections a script rejected or dropped */
 };

@@ -303,7 +303,7 @@ static void on_readable(evutil_socket_t fd, short what, void *arg)
         speak(c);
     sc = px_stats_svc(&t->ctr, c->service_id);
     PX_CTR_ADD(&sc->reads, 1);
-    PX_CTR_ADD(&sc->bytes, (uint64_t)n);
+    PX_CTR_ADD(&sc->bytes[side != 0], (uint64_t)n);
     /* A service with a script: the bytes wait for its verdict (px_script.c), the side is not
      * read meanwhile; the FIN, if it came, is read once the side is read again. */
     switch (px_script_chunk(c, side, t->buf, (size_t)n)) {
