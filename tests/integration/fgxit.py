@@ -393,7 +393,7 @@ class Env:
             raise RuntimeError("udp server on %d did not start: %s" % (port, h.stderr))
         return h
 
-    def tcp_client(self, host, port, steps, timeout=3.0, ns=None, wait=True):
+    def tcp_client(self, host, port, steps, timeout=3.0, ns=None, wait=True, sport=None):
         """steps: list of bytes (send), float (sleep), "wait", ("read", S), "shut" (added last
         unless present). Returns the client's result event (or the Helper when wait=False)."""
         enc = []
@@ -409,7 +409,8 @@ class Env:
         if "shut" not in enc:
             enc.append("shut")
         h = self.helper(ns or self.cli, "tcp-client", "--host", host, "--port", port,
-                        "--steps", json.dumps(enc), "--timeout", timeout)
+                        "--steps", json.dumps(enc), "--timeout", timeout,
+                        *(["--sport", sport] if sport else []))
         if not wait:
             return h
         return client_result(h, timeout * 3 + 5)
