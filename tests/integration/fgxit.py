@@ -88,11 +88,13 @@ class CtlError(Exception):
 # ---- helper processes ---------------------------------------------------------------------------
 
 class Helper:
-    """One fgxhelper.py process in a namespace; its JSON-line events are collected by a thread."""
+    """One fgxhelper.py process (or another helper script printing JSON lines: script) in a
+    namespace; its JSON-line events are collected by a thread."""
 
-    def __init__(self, ns, *argv):
+    def __init__(self, ns, *argv, script=None):
         self.argv = [str(a) for a in argv]
-        self.proc = subprocess.Popen(["ip", "netns", "exec", ns, PY, HELPER] + self.argv,
+        self.proc = subprocess.Popen(["ip", "netns", "exec", ns, PY, script or HELPER] +
+                                     self.argv,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE)
         self.events = []

@@ -17,7 +17,6 @@ import os
 import random
 import subprocess
 import sys
-import threading
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fgxit as it  # noqa: E402
@@ -116,24 +115,6 @@ def ipv6_clients_from_any_port(env):
 TLSPY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fgxtls.py")
 
 
-class TlsServer(it.Helper):
-    """fgxtls.py's TLS server in a namespace (answers PING with PONG), events collected as
-    fgxit.Helper does."""
-
-    def __init__(self, ns, *argv):  # noqa: super().__init__ would start fgxhelper.py
-        self.argv = [str(a) for a in argv]
-        self.proc = subprocess.Popen(["ip", "netns", "exec", ns, it.PY, TLSPY] + self.argv,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE)
-        self.events = []
-        self.cond = threading.Condition()
-        self.stderr = b""
-        self.t_out = threading.Thread(target=self._read, daemon=True)
-        self.t_out.start()
-        self.t_err = threading.Thread(target=self._read_err, daemon=True)
-        self.t_err.start()
-
-
 def tls_from(env, port, sport, chunks):
     p = subprocess.run(["ip", "netns", "exec", env.cli, it.PY, TLSPY, "client", "--host", SRV4,
                         "--port", str(port), "--chunks", json.dumps([c.hex() for c in chunks]),
@@ -155,8 +136,9 @@ def tls_clients_from_any_port(env):
     sid, port = env.service("pxtls", "tcp", None,
                             ("--layer", "proxy", "--tls-cert", os.path.join(d, "proxy.pem"),
                              "--tls-key", os.path.join(d, "proxy.key")))
-    srv = TlsServer(env.srv, "server", "--host", SRV4, "--port", port, "--cert",
-                    os.path.join(d, "service.pem"), "--key", os.path.join(d, "service.key"))
+    srv = it.Helper(env.srv, "server", "--host", SRV4, "--port", port, "--cert",
+                    os.path.join(d, "service.pem"), "--key", os.path.join(d, "service.key"),
+                    script=TLSPY)
     env.helpers.append(srv)
     check(srv.wait_event(lambda e: e.get("event") == "listening", 5), "no TLS server")
     env.filter("pxtls", "evil[0-9]+")
