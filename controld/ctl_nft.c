@@ -30,8 +30,8 @@
  *                              through lo (to the proxy).
  * A change of addresses alone is a batch of element adds and deletes (build_delta). */
 #include "ctl_nft.h"
-#include "ctl_nft_px.h"
 #include "controld/ctl_nftx.h"
+#include "ctl_nft_px.h"
 
 /* glibc's first, so that the linux/ headers defer to its definitions */
 #include <netinet/in.h>
@@ -457,8 +457,7 @@ static void tx_elem(struct ctl_nftx *tx, uint16_t type, enum nft_map m, const st
 
     (void)snprintf(label, sizeof(label), "%s element of %s",
                    type == NFT_MSG_NEWSETELEM ? "add" : "delete", d->name);
-    nlh = ctl_nftx_hdr(tx, type, type == NFT_MSG_NEWSETELEM ? NLM_F_CREATE : 0, NFT_MSG_MAX,
-                       label);
+    nlh = ctl_nftx_hdr(tx, type, type == NFT_MSG_NEWSETELEM ? NLM_F_CREATE : 0, NFT_MSG_MAX, label);
     if (!nlh)
         return;
     s = nftnl_set_alloc();
@@ -641,30 +640,6 @@ static void build_service_delta(struct ctl_nftx *tx, const struct ctl_nft_servic
     }
 }
 
-static void e_load(struct ctl_nftx_rule *rl, uint32_t base, uint32_t offset, uint32_t len, uint32_t dreg)
-{
-    struct nftnl_expr *e = ctl_nftx_expr(rl, "payload");
-
-    if (!e)
-        return;
-    nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_BASE, base);
-    nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_OFFSET, offset);
-    nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_LEN, len);
-    nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_DREG, dreg);
-}
-
-static void e_meta_to(struct ctl_nftx_rule *rl, uint32_t key, uint32_t dreg)
-{
-    struct nftnl_expr *e = ctl_nftx_expr(rl, "meta");
-
-    if (!e)
-        return;
-    nftnl_expr_set_u32(e, NFTNL_EXPR_META_KEY, key);
-    nftnl_expr_set_u32(e, NFTNL_EXPR_META_DREG, dreg);
-}
-
-/* "meta l4proto . ip daddr . th dport vmap @c2s_4" and its kin: the key of map m, looked up
- * (a verdict map jumps to the service's chain; a set only matches). */
 static void m_map(struct ctl_nftx_rule *rl, enum nft_map m)
 {
     const struct nft_map_def *d = &nft_maps[m];
@@ -676,26 +651,26 @@ static void m_map(struct ctl_nftx_rule *rl, enum nft_map m)
     else if (d->key == K_V6)
         ctl_nftx_meta_u8(rl, NFT_META_NFPROTO, NFPROTO_IPV6);
     if (d->l4proto) {
-        e_meta_to(rl, NFT_META_L4PROTO, reg);
+        ctl_nftx_meta_to(rl, NFT_META_L4PROTO, reg);
         reg++;
     }
     switch (d->key) {
     case K_V4:
-        e_load(rl, NFT_PAYLOAD_NETWORK_HEADER, d->dst ? 16 : 12, 4, reg);
+        ctl_nftx_payload_to(rl, NFT_PAYLOAD_NETWORK_HEADER, d->dst ? 16 : 12, 4, reg);
         reg += 1;
         break;
     case K_V6:
-        e_load(rl, NFT_PAYLOAD_NETWORK_HEADER, d->dst ? 24 : 8, 16, reg);
+        ctl_nftx_payload_to(rl, NFT_PAYLOAD_NETWORK_HEADER, d->dst ? 24 : 8, 16, reg);
         reg += 4;
         break;
     case K_IF:
-        e_meta_to(rl, d->dst ? NFT_META_IIFNAME : NFT_META_OIFNAME, reg);
+        ctl_nftx_meta_to(rl, d->dst ? NFT_META_IIFNAME : NFT_META_OIFNAME, reg);
         reg += 4;
         break;
     case K_PORT:
         break;
     }
-    e_load(rl, NFT_PAYLOAD_TRANSPORT_HEADER, port_off, 2, reg);
+    ctl_nftx_payload_to(rl, NFT_PAYLOAD_TRANSPORT_HEADER, port_off, 2, reg);
     e = ctl_nftx_expr(rl, "lookup");
     if (!e)
         return;
@@ -971,7 +946,8 @@ static void build_px_chain(struct ctl_nftx *tx, const struct ctl_nft_service *s,
     tx_chain(tx, chain, -1, 0);
     ctl_nftx_rule_start(tx, chain, &rl);
     if (s->external) {
-        ctl_nftx_meta_u8(&rl, NFT_META_NFPROTO, s->to.cidr.family == 4 ? NFPROTO_IPV4 : NFPROTO_IPV6);
+        ctl_nftx_meta_u8(&rl, NFT_META_NFPROTO,
+                         s->to.cidr.family == 4 ? NFPROTO_IPV4 : NFPROTO_IPV6);
         e_tproxy_to(&rl, &s->to);
     } else {
         e_tproxy(&rl, px_port);

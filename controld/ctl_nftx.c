@@ -25,7 +25,7 @@
 
 #define NFTX_RX_TIMEOUT_MS 10000
 #define NFTX_RCVBUF (1 << 20)
-#define NFTX_SLACK 64          /* room for the batch end after any message */
+#define NFTX_SLACK 64             /* room for the batch end after any message */
 #define NFTX_BATCH_MAX (1u << 30) /* a batch is one datagram */
 
 /* ---- the socket ---- */
@@ -285,8 +285,7 @@ int ctl_nftx_commit(struct ctl_nftx *tx, struct ctl_nftx_sock *s, bool quiet)
     if (last)
         last->nlmsg_flags |= NLM_F_ACK;
     /* the slack reserved with every message holds the end */
-    tx->len +=
-        NLMSG_ALIGN(nftnl_batch_end(tx->buf + tx->len, tx->seq0 + tx->nmsgs + 1)->nlmsg_len);
+    tx->len += NLMSG_ALIGN(nftnl_batch_end(tx->buf + tx->len, tx->seq0 + tx->nmsgs + 1)->nlmsg_len);
     s->seq = tx->seq0 + tx->nmsgs + 2;
     rc = sndbuf(s, tx->len);
     if (rc < 0)
@@ -380,8 +379,8 @@ void ctl_nftx_rule_end(struct ctl_nftx_rule *rl)
 
     if (rl->r && !rl->tx->err) {
         (void)snprintf(label, sizeof(label), "add rule to chain %s", rl->chain);
-        nlh = ctl_nftx_hdr(rl->tx, NFT_MSG_NEWRULE, NLM_F_CREATE | NLM_F_APPEND,
-                           CTL_NFTX_MSG_MAX, label);
+        nlh = ctl_nftx_hdr(rl->tx, NFT_MSG_NEWRULE, NLM_F_CREATE | NLM_F_APPEND, CTL_NFTX_MSG_MAX,
+                           label);
     }
     if (nlh) {
         nftnl_rule_nlmsg_build_payload(nlh, rl->r);
@@ -406,17 +405,23 @@ struct nftnl_expr *ctl_nftx_expr(struct ctl_nftx_rule *rl, const char *name)
     return e;
 }
 
-void ctl_nftx_meta(struct ctl_nftx_rule *rl, uint32_t key)
+void ctl_nftx_meta_to(struct ctl_nftx_rule *rl, uint32_t key, uint32_t dreg)
 {
     struct nftnl_expr *e = ctl_nftx_expr(rl, "meta");
 
     if (!e)
         return;
     nftnl_expr_set_u32(e, NFTNL_EXPR_META_KEY, key);
-    nftnl_expr_set_u32(e, NFTNL_EXPR_META_DREG, NFT_REG_1);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_META_DREG, dreg);
 }
 
-void ctl_nftx_payload(struct ctl_nftx_rule *rl, uint32_t base, uint32_t offset, uint32_t len)
+void ctl_nftx_meta(struct ctl_nftx_rule *rl, uint32_t key)
+{
+    ctl_nftx_meta_to(rl, key, NFT_REG_1);
+}
+
+void ctl_nftx_payload_to(struct ctl_nftx_rule *rl, uint32_t base, uint32_t offset, uint32_t len,
+                         uint32_t dreg)
 {
     struct nftnl_expr *e = ctl_nftx_expr(rl, "payload");
 
@@ -425,7 +430,12 @@ void ctl_nftx_payload(struct ctl_nftx_rule *rl, uint32_t base, uint32_t offset, 
     nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_BASE, base);
     nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_OFFSET, offset);
     nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_LEN, len);
-    nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_DREG, NFT_REG_1);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_DREG, dreg);
+}
+
+void ctl_nftx_payload(struct ctl_nftx_rule *rl, uint32_t base, uint32_t offset, uint32_t len)
+{
+    ctl_nftx_payload_to(rl, base, offset, len, NFT_REG_1);
 }
 
 void ctl_nftx_and(struct ctl_nftx_rule *rl, const void *mask, uint32_t len)

@@ -92,6 +92,10 @@ struct nftnl_expr *ctl_nftx_expr(struct ctl_nftx_rule *rl, const char *name);
 
 void ctl_nftx_meta(struct ctl_nftx_rule *rl, uint32_t key);
 void ctl_nftx_payload(struct ctl_nftx_rule *rl, uint32_t base, uint32_t offset, uint32_t len);
+/* The same into register dreg (NFT_REG32_xx: a concatenation's later parts). */
+void ctl_nftx_meta_to(struct ctl_nftx_rule *rl, uint32_t key, uint32_t dreg);
+void ctl_nftx_payload_to(struct ctl_nftx_rule *rl, uint32_t base, uint32_t offset, uint32_t len,
+                         uint32_t dreg);
 void ctl_nftx_and(struct ctl_nftx_rule *rl, const void *mask, uint32_t len); /* len <= 16 */
 void ctl_nftx_cmp(struct ctl_nftx_rule *rl, uint32_t op, const void *data, uint32_t len);
 void ctl_nftx_cmp_u8(struct ctl_nftx_rule *rl, uint8_t v);

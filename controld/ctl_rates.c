@@ -240,8 +240,8 @@ int ctl_rates_prune(struct ctl_txn *t, uint32_t now_minute)
 
         rv = ctl_store_rates_get(t, keys[i], &rec, &len);
         if (rv == 0)
-            rv = ctl_rates_merge((enum ctl_rate_kind)keys[i][0], rec, len, 0, 0, now_minute,
-                                 &nrec, &nlen);
+            rv = ctl_rates_merge((enum ctl_rate_kind)keys[i][0], rec, len, 0, 0, now_minute, &nrec,
+                                 &nlen);
         if (rv == -EINVAL) {
             nlen = 0; /* corrupt: dropped */
             rv = 0;

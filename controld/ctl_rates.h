@@ -3,8 +3,8 @@
  * LMDB so they survive restarts; and each service's traffic (bytes each way, connections) per
  * minute the same way. A series is one record of (minute, count) pairs for the minutes that had
  * any, oldest first: a filter that fired once costs 8 bytes, one firing every minute for two
- * days 23 KiB (a service's bytes of one direction, every minute: 34 KiB). ctl_stats notes growth as it folds worker reports and writes it
- * with its counters (CTL_STATS_FLUSH_MS). */
+ * days 23 KiB (a service's bytes of one direction, every minute: 34 KiB). ctl_stats notes growth as
+ * it folds worker reports and writes it with its counters (CTL_STATS_FLUSH_MS). */
 #ifndef CTL_RATES_H
 #define CTL_RATES_H
 

@@ -410,8 +410,8 @@ static int human_stats_history(FILE *f, const Fgx__Ctl__Request *req, const Fgx_
         per = 1;
     if (!gmtime_r(&ts, &tm) || strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", &tm) == 0)
         (void)snprintf(when, sizeof(when), "%" PRIu64, since);
-    (void)fprintf(f, "per minute since %s UTC, %" PRIu32 " min a column, now at the right\n",
-                  when, per);
+    (void)fprintf(f, "per minute since %s UTC, %" PRIu32 " min a column, now at the right\n", when,
+                  per);
     if (rep->n_rates == 0) {
         (void)fputs("no blocks and no traffic in that time\n", f);
         return ferror(f) ? -EIO : 0;

@@ -308,7 +308,8 @@ static void on_accept(struct evconnlistener *lis, evutil_socket_t fd, struct soc
                             w->max_conns);
     }
     c = px_conn_new();
-    if (c == NULL || px_accept_onward(t, (const struct sockaddr_storage *)(void *)peer, false, &ufd) != 0) {
+    if (c == NULL ||
+        px_accept_onward(t, (const struct sockaddr_storage *)(void *)peer, false, &ufd) != 0) {
         if (c == NULL)
             fgx_log_ratelimited(&last_oom, FGX_LOG_ERROR, "connection: out of memory");
         free(c);

@@ -50,7 +50,8 @@ static void make_ruleset(struct fgx_dp_msg *m)
 }
 
 static struct fgx_dp_filter_stat sample_filters[] = {{1, 10, 0}, {0xffffffffu, UINT64_MAX, 3}};
-static struct fgx_dp_service_stat sample_svc_stats[] = {{7, 1, 2, 3, 4, 5, 9, 11, 1ull << 40, 13, 17}};
+static struct fgx_dp_service_stat sample_svc_stats[] = {
+    {7, 1, 2, 3, 4, 5, 9, 11, 1ull << 40, 13, 17}};
 
 static void make_stats(struct fgx_dp_msg *m)
 {

@@ -200,7 +200,8 @@ Test(rates, merge_keeps_nonzero_minutes_in_order_within_48_hours)
     free(rec);
     rec = next;
     len = nlen;
-    cr_assert_eq(ctl_rates_merge(CTL_RATE_BLOCKED, rec, len, now - 3, 4, now, &next, &nlen), 0, "in between");
+    cr_assert_eq(ctl_rates_merge(CTL_RATE_BLOCKED, rec, len, now - 3, 4, now, &next, &nlen), 0,
+                 "in between");
     free(rec);
     rec = next;
     len = nlen;
@@ -211,14 +212,19 @@ Test(rates, merge_keeps_nonzero_minutes_in_order_within_48_hours)
     cr_assert(p[2].minute == now && p[2].count == 3);
     free(p);
     /* 48 hours later the old minutes are gone; an empty series is no record at all */
-    cr_assert_eq(ctl_rates_merge(CTL_RATE_BLOCKED, rec, len, 0, 0, now + CTL_RATES_MINUTES - 1, &next, &nlen), 0);
+    cr_assert_eq(ctl_rates_merge(CTL_RATE_BLOCKED, rec, len, 0, 0, now + CTL_RATES_MINUTES - 1,
+                                 &next, &nlen),
+                 0);
     cr_assert_eq(nlen, 8, "only the newest minute is still inside the window");
     free(next);
-    cr_assert_eq(ctl_rates_merge(CTL_RATE_BLOCKED, rec, len, 0, 0, now + CTL_RATES_MINUTES + 10, &next, &nlen), 0);
+    cr_assert_eq(ctl_rates_merge(CTL_RATE_BLOCKED, rec, len, 0, 0, now + CTL_RATES_MINUTES + 10,
+                                 &next, &nlen),
+                 0);
     cr_assert_eq(nlen, 0);
     cr_assert_null(next);
     free(rec);
-    cr_assert_eq(ctl_rates_decode(CTL_RATE_BLOCKED, "abc", 3, &p, &n), -EINVAL, "a torn record is refused");
+    cr_assert_eq(ctl_rates_decode(CTL_RATE_BLOCKED, "abc", 3, &p, &n), -EINVAL,
+                 "a torn record is refused");
 }
 
 Test(rates, flush_writes_filter_and_service_series)
