@@ -135,8 +135,15 @@ def cmd_client(a):
            "how": None, "error": None}
     got = b""
     try:
-        raw = socket.create_connection((a.host, a.port), timeout=a.timeout,
-                                       source_address=("", a.sport) if a.sport else None)
+        if a.sport:
+            # this very source port; SO_REUSEADDR: one this namespace left in TIME_WAIT too
+            raw = socket.socket(socket.AF_INET6 if ":" in a.host else socket.AF_INET)
+            raw.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            raw.bind(("", a.sport))
+            raw.settimeout(a.timeout)
+            raw.connect((a.host, a.port))
+        else:
+            raw = socket.create_connection((a.host, a.port), timeout=a.timeout)
         raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if a.plain:
             s = raw
