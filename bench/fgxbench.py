@@ -182,12 +182,9 @@ class World:
             self.made.append(ns)
             sh("ip", "-n", ns, "link", "set", "lo", "up")
             # The namespace's own sysctls, never the host's: short-connection load needs many
-            # ports and TIME_WAIT reuse, and deep accept queues. The ports stay above the
-            # proxy's onward range (10000-32767, px_accept.c), as a real client's do: a client
-            # port the proxy also takes for an onward connection from that address gives two
-            # sockets with one address pair in the service's namespace, the onward SYN lands on
-            # the proxy's accepted socket and its challenge ACK draws a RST that kills that
-            # socket unseen by the client (which then waits for ever).
+            # ports and TIME_WAIT reuse, and deep accept queues. (The proxy's onward ports are
+            # privileged now, 1-1023, px_accept.c: any client port range works; this one is
+            # kept so that results compare with earlier runs.)
             for k, v in (("net.ipv4.ip_local_port_range", "32768 65000"),
                          ("net.ipv4.tcp_tw_reuse", "1"),
                          ("net.core.somaxconn", "8192"),

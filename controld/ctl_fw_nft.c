@@ -15,6 +15,7 @@
  *   reject : "meta l4proto tcp reject with tcp reset; reject" (ICMP port unreachable), the
  *     target of every reject verdict. */
 #include "controld/ctl_fw_nft.h"
+#include "controld/ctl_nftx.h"
 
 /* glibc's first, so that the linux/ headers defer to its definitions */
 #include <netinet/in.h>
@@ -25,20 +26,16 @@
 #include <linux/netfilter/nf_tables.h>
 #include <linux/netfilter/nfnetlink.h>
 #include <linux/netlink.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <time.h>
 
-#include <libmnl/libmnl.h>
 #include <libnftnl/chain.h>
 #include <libnftnl/common.h>
 #include <libnftnl/expr.h>
 #include <libnftnl/rule.h>
 #include <libnftnl/set.h>
-#include <libnftnl/table.h>
 
 #include "fgx/dp.h"
 #include "fgx/log.h"
@@ -48,9 +45,6 @@
 #define FW_MSG_MAX 4096          /* a table, chain, set or rule message */
 #define FW_ELEMS_PER_MSG 512     /* set elements per NEWSETELEM message */
 #define FW_ELEM_BYTES 160        /* upper bound of one element in a message */
-#define FW_RX_TIMEOUT_MS 10000
-#define FW_RX_BUF 16384
-#define FW_RCVBUF (1 << 20)
 /* nft's datatype ids, so that `nft list` prints the keys as what they are */
 #define FW_TYPE_IPV4 7
 #define FW_TYPE_IPV6 8
@@ -61,246 +55,60 @@
 struct fw_view;
 
 struct ctl_fw_nft {
-    struct mnl_socket *nl;
+    struct ctl_nftx_sock sock; /* the netlink socket and its sequence numbers (ctl_nftx.h) */
     char *table;
-    uint32_t seq;
-    int sndbuf;
     struct fw_view *cur; /* what the kernel holds; NULL: unknown, rebuild it whole */
-    _Alignas(struct nlmsghdr) char rx[FW_RX_BUF];
 };
 
-/* One batch being built in a growing buffer. */
-struct fw_tx {
-    struct ctl_fw_nft *n;
-    char *buf;
-    size_t len, cap;
-    uint32_t seq0, nmsgs;
+/* What a batch of the firewall counts besides its messages (the transaction's arg). */
+struct fw_state {
     uint32_t set_id;
     size_t elems_added, elems_removed;
-    int err;
 };
+
+static struct fw_state *fw_of(const struct ctl_nftx *tx)
+{
+    return tx->arg;
+}
 
 static const char *hook_chain[CTL_FW_NHOOKS] = {"input", "output", "forward"};
 static const int hook_num[CTL_FW_NHOOKS] = {NF_INET_LOCAL_IN, NF_INET_LOCAL_OUT, NF_INET_FORWARD};
 static const char hook_letter[CTL_FW_NHOOKS] = {'i', 'o', 'f'};
 
-static void tx_fail(struct fw_tx *tx, int err)
+/* The label of a message of the firewall's batch, for the log. */
+static const char *fw_label(uint16_t type)
 {
-    if (tx->err == 0)
-        tx->err = err;
-}
+    static const char *const names[] = {
+        [NFT_MSG_NEWTABLE] = "add table",      [NFT_MSG_DELTABLE] = "delete table",
+        [NFT_MSG_NEWCHAIN] = "add chain",      [NFT_MSG_DELCHAIN] = "delete chain",
+        [NFT_MSG_NEWRULE] = "add rule",        [NFT_MSG_DELRULE] = "flush chain",
+        [NFT_MSG_NEWSET] = "add map",          [NFT_MSG_DELSET] = "delete map",
+        [NFT_MSG_NEWSETELEM] = "add elements", [NFT_MSG_DELSETELEM] = "delete elements",
+    };
 
-/* Room for need more bytes in the buffer. */
-static int tx_reserve(struct fw_tx *tx, size_t need)
-{
-    size_t ncap = tx->cap ? tx->cap : 65536;
-    char *nb;
-
-    if (tx->err)
-        return tx->err;
-    if (tx->len + need + 64 <= tx->cap)
-        return 0;
-    while (tx->len + need + 64 > ncap)
-        ncap *= 2;
-    nb = realloc(tx->buf, ncap);
-    if (!nb) {
-        tx_fail(tx, -ENOMEM);
-        return -ENOMEM;
-    }
-    tx->buf = nb;
-    tx->cap = ncap;
-    return 0;
-}
-
-/* The next message, of up to need bytes (libnftnl's builders do not check room): its header,
- * or NULL after an error. */
-static struct nlmsghdr *tx_hdr(struct fw_tx *tx, uint16_t type, uint16_t flags, size_t need)
-{
-    if (tx_reserve(tx, need) < 0)
-        return NULL;
-    tx->nmsgs++;
-    return nftnl_nlmsg_build_hdr(tx->buf + tx->len, type, NFPROTO_INET, flags,
-                                 tx->seq0 + tx->nmsgs);
-}
-
-static void tx_next(struct fw_tx *tx, struct nlmsghdr *nlh)
-{
-    tx->len += NLMSG_ALIGN(nlh->nlmsg_len);
-}
-
-static void tx_table(struct fw_tx *tx, uint16_t type)
-{
-    struct nftnl_table *t = nftnl_table_alloc();
-    struct nlmsghdr *nlh;
-
-    if (!t || nftnl_table_set_str(t, NFTNL_TABLE_NAME, tx->n->table) != 0) {
-        tx_fail(tx, -ENOMEM);
-        goto out;
-    }
-    nftnl_table_set_u32(t, NFTNL_TABLE_FAMILY, NFPROTO_INET);
-    nlh = tx_hdr(tx, type, type == NFT_MSG_NEWTABLE ? NLM_F_CREATE : 0, FW_MSG_MAX);
-    if (!nlh)
-        goto out;
-    nftnl_table_nlmsg_build_payload(nlh, t);
-    tx_next(tx, nlh);
-out:
-    nftnl_table_free(t);
+    return type < sizeof(names) / sizeof(names[0]) && names[type] ? names[type] : "?";
 }
 
 /* hook < 0: a regular chain. */
-static void tx_chain(struct fw_tx *tx, const char *name, int hook, bool drop)
+static void tx_chain(struct ctl_nftx *tx, const char *name, int hook, bool drop)
 {
-    struct nftnl_chain *c = nftnl_chain_alloc();
-    struct nlmsghdr *nlh;
-
-    if (!c || nftnl_chain_set_str(c, NFTNL_CHAIN_TABLE, tx->n->table) != 0 ||
-        nftnl_chain_set_str(c, NFTNL_CHAIN_NAME, name) != 0 ||
-        (hook >= 0 && nftnl_chain_set_str(c, NFTNL_CHAIN_TYPE, "filter") != 0)) {
-        tx_fail(tx, -ENOMEM);
-        goto out;
-    }
-    nftnl_chain_set_u32(c, NFTNL_CHAIN_FAMILY, NFPROTO_INET);
-    if (hook >= 0) {
-        nftnl_chain_set_u32(c, NFTNL_CHAIN_HOOKNUM, (uint32_t)hook);
-        nftnl_chain_set_s32(c, NFTNL_CHAIN_PRIO, 0);
-        nftnl_chain_set_u32(c, NFTNL_CHAIN_POLICY, drop ? NF_DROP : NF_ACCEPT);
-    }
-    nlh = tx_hdr(tx, NFT_MSG_NEWCHAIN, NLM_F_CREATE, FW_MSG_MAX);
-    if (!nlh)
-        goto out;
-    nftnl_chain_nlmsg_build_payload(nlh, c);
-    tx_next(tx, nlh);
-out:
-    nftnl_chain_free(c);
+    ctl_nftx_chain(tx, name, "filter", hook, 0, drop ? NF_DROP : NF_ACCEPT);
 }
 
-/* ---- rules ---- */
-
-struct fw_rule {
-    struct fw_tx *tx;
-    struct nftnl_rule *r;
-};
-
-static void rule_start(struct fw_tx *tx, const char *chain, struct fw_rule *rl)
-{
-    rl->tx = tx;
-    rl->r = tx->err ? NULL : nftnl_rule_alloc();
-    if (!rl->r) {
-        tx_fail(tx, -ENOMEM);
-        return;
-    }
-    if (nftnl_rule_set_str(rl->r, NFTNL_RULE_TABLE, tx->n->table) != 0 ||
-        nftnl_rule_set_str(rl->r, NFTNL_RULE_CHAIN, chain) != 0)
-        tx_fail(tx, -ENOMEM);
-    nftnl_rule_set_u32(rl->r, NFTNL_RULE_FAMILY, NFPROTO_INET);
-}
-
-static void rule_end(struct fw_rule *rl)
-{
-    struct nlmsghdr *nlh;
-
-    if (rl->r && !rl->tx->err) {
-        nlh = tx_hdr(rl->tx, NFT_MSG_NEWRULE, NLM_F_CREATE | NLM_F_APPEND, FW_MSG_MAX);
-        if (nlh) {
-            nftnl_rule_nlmsg_build_payload(nlh, rl->r);
-            tx_next(rl->tx, nlh);
-        }
-    }
-    nftnl_rule_free(rl->r);
-    rl->r = NULL;
-}
-
-static struct nftnl_expr *rule_expr(struct fw_rule *rl, const char *name)
-{
-    struct nftnl_expr *e;
-
-    if (!rl->r || rl->tx->err)
-        return NULL;
-    e = nftnl_expr_alloc(name);
-    if (!e) {
-        tx_fail(rl->tx, -ENOMEM);
-        return NULL;
-    }
-    nftnl_rule_add_expr(rl->r, e);
-    return e;
-}
-
-static void e_meta(struct fw_rule *rl, uint32_t key)
-{
-    struct nftnl_expr *e = rule_expr(rl, "meta");
-
-    if (!e)
-        return;
-    nftnl_expr_set_u32(e, NFTNL_EXPR_META_KEY, key);
-    nftnl_expr_set_u32(e, NFTNL_EXPR_META_DREG, NFT_REG_1);
-}
-
-static void e_payload(struct fw_rule *rl, uint32_t base, uint32_t offset, uint32_t len)
-{
-    struct nftnl_expr *e = rule_expr(rl, "payload");
-
-    if (!e)
-        return;
-    nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_BASE, base);
-    nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_OFFSET, offset);
-    nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_LEN, len);
-    nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_DREG, NFT_REG_1);
-}
-
-static void e_and(struct fw_rule *rl, const void *mask, uint32_t len)
-{
-    static const uint8_t zero[16];
-    struct nftnl_expr *e = rule_expr(rl, "bitwise");
-
-    if (!e)
-        return;
-    nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_SREG, NFT_REG_1);
-    nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_DREG, NFT_REG_1);
-    nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_LEN, len);
-    nftnl_expr_set(e, NFTNL_EXPR_BITWISE_MASK, mask, len);
-    nftnl_expr_set(e, NFTNL_EXPR_BITWISE_XOR, zero, len);
-}
-
-static void e_cmp(struct fw_rule *rl, uint32_t op, const void *data, uint32_t len)
-{
-    struct nftnl_expr *e = rule_expr(rl, "cmp");
-
-    if (!e)
-        return;
-    nftnl_expr_set_u32(e, NFTNL_EXPR_CMP_SREG, NFT_REG_1);
-    nftnl_expr_set_u32(e, NFTNL_EXPR_CMP_OP, op);
-    nftnl_expr_set(e, NFTNL_EXPR_CMP_DATA, data, len);
-}
-
-static void e_cmp_u8(struct fw_rule *rl, uint8_t v)
-{
-    e_cmp(rl, NFT_CMP_EQ, &v, 1);
-}
-
-static void e_verdict(struct fw_rule *rl, int verdict, const char *chain)
-{
-    struct nftnl_expr *e = rule_expr(rl, "immediate");
-
-    if (!e)
-        return;
-    nftnl_expr_set_u32(e, NFTNL_EXPR_IMM_DREG, NFT_REG_VERDICT);
-    nftnl_expr_set_u32(e, NFTNL_EXPR_IMM_VERDICT, (uint32_t)verdict);
-    if (chain && nftnl_expr_set_str(e, NFTNL_EXPR_IMM_CHAIN, chain) != 0)
-        tx_fail(rl->tx, -ENOMEM);
-}
+/* ---- rules (ctl_nftx.h builds the common expressions) ---- */
 
 /* A verdict of the compiled list as an nftables verdict. */
-static void e_fw_verdict(struct fw_rule *rl, uint32_t v)
+static void e_fw_verdict(struct ctl_nftx_rule *rl, uint32_t v)
 {
     if (v == CTL_FW_REJECT)
-        e_verdict(rl, NFT_GOTO, "reject");
+        ctl_nftx_verdict(rl, NFT_GOTO, "reject");
     else
-        e_verdict(rl, v == CTL_FW_DROP ? NF_DROP : NF_ACCEPT, NULL);
+        ctl_nftx_verdict(rl, v == CTL_FW_DROP ? NF_DROP : NF_ACCEPT, NULL);
 }
 
-static void e_lookup(struct fw_rule *rl, const char *set, uint32_t set_id)
+static void e_lookup(struct ctl_nftx_rule *rl, const char *set, uint32_t set_id)
 {
-    struct nftnl_expr *e = rule_expr(rl, "lookup");
+    struct nftnl_expr *e = ctl_nftx_expr(rl, "lookup");
 
     if (!e)
         return;
@@ -310,9 +118,9 @@ static void e_lookup(struct fw_rule *rl, const char *set, uint32_t set_id)
     nftnl_expr_set_u32(e, NFTNL_EXPR_LOOKUP_SET_ID, set_id);
 }
 
-static void e_reject(struct fw_rule *rl, uint32_t type, uint8_t code)
+static void e_reject(struct ctl_nftx_rule *rl, uint32_t type, uint8_t code)
 {
-    struct nftnl_expr *e = rule_expr(rl, "reject");
+    struct nftnl_expr *e = ctl_nftx_expr(rl, "reject");
 
     if (!e)
         return;
@@ -320,38 +128,26 @@ static void e_reject(struct fw_rule *rl, uint32_t type, uint8_t code)
     nftnl_expr_set_u8(e, NFTNL_EXPR_REJECT_CODE, code);
 }
 
-static void m_l4proto(struct fw_rule *rl, uint8_t p)
-{
-    e_meta(rl, NFT_META_L4PROTO);
-    e_cmp_u8(rl, p);
-}
-
-static void m_nfproto(struct fw_rule *rl, uint8_t p)
-{
-    e_meta(rl, NFT_META_NFPROTO);
-    e_cmp_u8(rl, p);
-}
-
-static void m_ifname(struct fw_rule *rl, bool out, const char *name)
+static void m_ifname(struct ctl_nftx_rule *rl, bool out, const char *name)
 {
     char key[16] = {0};
 
     (void)snprintf(key, sizeof(key), "%s", name);
-    e_meta(rl, out ? NFT_META_OIFNAME : NFT_META_IIFNAME);
-    e_cmp(rl, NFT_CMP_EQ, key, sizeof(key));
+    ctl_nftx_meta(rl, out ? NFT_META_OIFNAME : NFT_META_IIFNAME);
+    ctl_nftx_cmp(rl, NFT_CMP_EQ, key, sizeof(key));
 }
 
-static void m_port_range(struct fw_rule *rl, bool dst, uint16_t lo, uint16_t hi)
+static void m_port_range(struct ctl_nftx_rule *rl, bool dst, uint16_t lo, uint16_t hi)
 {
     uint16_t l = htons(lo), h = htons(hi);
     struct nftnl_expr *e;
 
-    e_payload(rl, NFT_PAYLOAD_TRANSPORT_HEADER, dst ? 2 : 0, 2);
+    ctl_nftx_payload(rl, NFT_PAYLOAD_TRANSPORT_HEADER, dst ? 2 : 0, 2);
     if (lo == hi) {
-        e_cmp(rl, NFT_CMP_EQ, &l, 2);
+        ctl_nftx_cmp(rl, NFT_CMP_EQ, &l, 2);
         return;
     }
-    e = rule_expr(rl, "range");
+    e = ctl_nftx_expr(rl, "range");
     if (!e)
         return;
     nftnl_expr_set_u32(e, NFTNL_EXPR_RANGE_SREG, NFT_REG_1);
@@ -360,35 +156,35 @@ static void m_port_range(struct fw_rule *rl, bool dst, uint16_t lo, uint16_t hi)
     nftnl_expr_set(e, NFTNL_EXPR_RANGE_TO_DATA, &h, 2);
 }
 
-static void m_cidr(struct fw_rule *rl, const struct fgx_cidr *c, bool dst)
+static void m_cidr(struct ctl_nftx_rule *rl, const struct fgx_cidr *c, bool dst)
 {
     uint8_t mask[16] = {0}, addr[16];
     uint32_t alen = c->family == 4 ? 4 : 16, off;
 
-    m_nfproto(rl, c->family == 4 ? NFPROTO_IPV4 : NFPROTO_IPV6);
+    ctl_nftx_meta_u8(rl, NFT_META_NFPROTO, c->family == 4 ? NFPROTO_IPV4 : NFPROTO_IPV6);
     if (c->prefix == 0)
         return;
     off = c->family == 4 ? (dst ? 16 : 12) : (dst ? 24 : 8);
-    e_payload(rl, NFT_PAYLOAD_NETWORK_HEADER, off, alen);
+    ctl_nftx_payload(rl, NFT_PAYLOAD_NETWORK_HEADER, off, alen);
     memset(mask, 0xff, c->prefix / 8u);
     if (c->prefix % 8u)
         mask[c->prefix / 8u] = (uint8_t)(0xff00u >> (c->prefix % 8u));
-    e_and(rl, mask, alen);
+    ctl_nftx_and(rl, mask, alen);
     memcpy(addr, c->addr, alen);
-    e_cmp(rl, NFT_CMP_EQ, addr, alen);
+    ctl_nftx_cmp(rl, NFT_CMP_EQ, addr, alen);
 }
 
-static void m_ct_state(struct fw_rule *rl, uint32_t bits)
+static void m_ct_state(struct ctl_nftx_rule *rl, uint32_t bits)
 {
-    struct nftnl_expr *e = rule_expr(rl, "ct");
+    struct nftnl_expr *e = ctl_nftx_expr(rl, "ct");
     uint32_t zero = 0;
 
     if (!e)
         return;
     nftnl_expr_set_u32(e, NFTNL_EXPR_CT_KEY, NFT_CT_STATE);
     nftnl_expr_set_u32(e, NFTNL_EXPR_CT_DREG, NFT_REG_1);
-    e_and(rl, &bits, sizeof(bits));
-    e_cmp(rl, NFT_CMP_NEQ, &zero, sizeof(zero));
+    ctl_nftx_and(rl, &bits, sizeof(bits));
+    ctl_nftx_cmp(rl, NFT_CMP_NEQ, &zero, sizeof(zero));
 }
 
 /* ---- the compiled DAGs as maps ---- */
@@ -707,29 +503,29 @@ static int view_build(const struct ctl_fw_plan *p, struct fw_view *v)
 /* ---- the messages for the maps ---- */
 
 /* The field a node looks up, into register 1. */
-static void e_field(struct fw_rule *rl, uint8_t dim, int fam)
+static void e_field(struct ctl_nftx_rule *rl, uint8_t dim, int fam)
 {
     switch (dim) {
     case FGX_FWC_IIF:
-        e_meta(rl, NFT_META_IIFNAME);
+        ctl_nftx_meta(rl, NFT_META_IIFNAME);
         break;
     case FGX_FWC_OIF:
-        e_meta(rl, NFT_META_OIFNAME);
+        ctl_nftx_meta(rl, NFT_META_OIFNAME);
         break;
     case FGX_FWC_PROTO:
-        e_meta(rl, NFT_META_L4PROTO);
+        ctl_nftx_meta(rl, NFT_META_L4PROTO);
         break;
     case FGX_FWC_DPORT:
-        e_payload(rl, NFT_PAYLOAD_TRANSPORT_HEADER, 2, 2);
+        ctl_nftx_payload(rl, NFT_PAYLOAD_TRANSPORT_HEADER, 2, 2);
         break;
     case FGX_FWC_SPORT:
-        e_payload(rl, NFT_PAYLOAD_TRANSPORT_HEADER, 0, 2);
+        ctl_nftx_payload(rl, NFT_PAYLOAD_TRANSPORT_HEADER, 0, 2);
         break;
     case FGX_FWC_DADDR:
-        e_payload(rl, NFT_PAYLOAD_NETWORK_HEADER, fam == 0 ? 16 : 24, fam == 0 ? 4 : 16);
+        ctl_nftx_payload(rl, NFT_PAYLOAD_NETWORK_HEADER, fam == 0 ? 16 : 24, fam == 0 ? 4 : 16);
         break;
     default: /* FGX_FWC_SADDR */
-        e_payload(rl, NFT_PAYLOAD_NETWORK_HEADER, fam == 0 ? 12 : 8, fam == 0 ? 4 : 16);
+        ctl_nftx_payload(rl, NFT_PAYLOAD_NETWORK_HEADER, fam == 0 ? 12 : 8, fam == 0 ? 4 : 16);
         break;
     }
 }
@@ -750,14 +546,14 @@ static uint32_t field_type(uint8_t dim, int fam)
     }
 }
 
-static struct nftnl_set *set_new(struct fw_tx *tx, const char *name, uint32_t id)
+static struct nftnl_set *set_new(struct ctl_nftx *tx, const char *name, uint32_t id)
 {
     struct nftnl_set *s = nftnl_set_alloc();
 
-    if (!s || nftnl_set_set_str(s, NFTNL_SET_TABLE, tx->n->table) != 0 ||
+    if (!s || nftnl_set_set_str(s, NFTNL_SET_TABLE, tx->table) != 0 ||
         nftnl_set_set_str(s, NFTNL_SET_NAME, name) != 0) {
         nftnl_set_free(s);
-        tx_fail(tx, -ENOMEM);
+        ctl_nftx_fail(tx, -ENOMEM);
         return NULL;
     }
     nftnl_set_set_u32(s, NFTNL_SET_FAMILY, NFPROTO_INET);
@@ -768,7 +564,7 @@ static struct nftnl_set *set_new(struct fw_tx *tx, const char *name, uint32_t id
 
 /* Elements of map m going in (NEWSETELEM) or out (DELSETELEM), FW_ELEMS_PER_MSG a message. */
 struct fw_elem_batch {
-    struct fw_tx *tx;
+    struct ctl_nftx *tx;
     const struct fw_map *m;
     uint16_t type;
     uint32_t set_id;
@@ -783,23 +579,23 @@ static void batch_flush(struct fw_elem_batch *b)
 
     if (b->count == 0 || !b->s)
         return;
-    nlh = tx_hdr(b->tx, b->type, b->type == NFT_MSG_NEWSETELEM ? NLM_F_CREATE : 0,
-                 FW_MSG_MAX + b->count * FW_ELEM_BYTES);
+    nlh = ctl_nftx_hdr(b->tx, b->type, b->type == NFT_MSG_NEWSETELEM ? NLM_F_CREATE : 0,
+                       FW_MSG_MAX + b->count * FW_ELEM_BYTES, fw_label(b->type));
     if (nlh) {
         nftnl_set_elems_nlmsg_build_payload(nlh, b->s);
-        tx_next(b->tx, nlh);
+        ctl_nftx_next(b->tx, nlh);
     }
     if (b->type == NFT_MSG_NEWSETELEM)
-        b->tx->elems_added += b->count;
+        fw_of(b->tx)->elems_added += b->count;
     else
-        b->tx->elems_removed += b->count;
+        fw_of(b->tx)->elems_removed += b->count;
     nftnl_set_free(b->s);
     (void)snprintf(set, sizeof(set), "m%s", b->m->name);
     b->s = set_new(b->tx, set, b->set_id);
     b->count = 0;
 }
 
-static void batch_start(struct fw_elem_batch *b, struct fw_tx *tx, const struct fw_map *m,
+static void batch_start(struct fw_elem_batch *b, struct ctl_nftx *tx, const struct fw_map *m,
                         uint16_t type, uint32_t set_id)
 {
     char set[FW_NAME_LEN + 1];
@@ -821,7 +617,7 @@ static void batch_add(struct fw_elem_batch *b, const struct fw_elem *el)
         return;
     e = nftnl_set_elem_alloc();
     if (!e) {
-        tx_fail(b->tx, -ENOMEM);
+        ctl_nftx_fail(b->tx, -ENOMEM);
         return;
     }
     nftnl_set_elem_set(e, NFTNL_SET_ELEM_KEY, el->key, b->m->klen);
@@ -849,14 +645,14 @@ static void batch_end(struct fw_elem_batch *b)
 }
 
 /* A new map: its set with every element, then its chain's lookup (the chain exists). */
-static void map_create(struct fw_tx *tx, const struct fw_map *m)
+static void map_create(struct ctl_nftx *tx, const struct fw_map *m)
 {
     char set[FW_NAME_LEN + 1];
     struct fw_elem_batch b;
     struct nftnl_set *s;
     struct nlmsghdr *nlh;
-    struct fw_rule rl;
-    uint32_t id = ++tx->set_id;
+    struct ctl_nftx_rule rl;
+    uint32_t id = ++fw_of(tx)->set_id;
 
     (void)snprintf(set, sizeof(set), "m%s", m->name);
     s = set_new(tx, set, id);
@@ -867,20 +663,20 @@ static void map_create(struct fw_tx *tx, const struct fw_map *m)
     nftnl_set_set_u32(s, NFTNL_SET_KEY_LEN, m->klen);
     nftnl_set_set_u32(s, NFTNL_SET_DATA_TYPE, NFT_DATA_VERDICT);
     nftnl_set_set_u32(s, NFTNL_SET_DATA_LEN, 0);
-    nlh = tx_hdr(tx, NFT_MSG_NEWSET, NLM_F_CREATE, FW_MSG_MAX);
+    nlh = ctl_nftx_hdr(tx, NFT_MSG_NEWSET, NLM_F_CREATE, FW_MSG_MAX, fw_label(NFT_MSG_NEWSET));
     if (nlh) {
         nftnl_set_nlmsg_build_payload(nlh, s);
-        tx_next(tx, nlh);
+        ctl_nftx_next(tx, nlh);
     }
     nftnl_set_free(s);
     batch_start(&b, tx, m, NFT_MSG_NEWSETELEM, id);
     for (size_t i = 0; i < m->n; i++)
         batch_add(&b, &m->elems[i]);
     batch_end(&b);
-    rule_start(tx, m->name, &rl);
+    ctl_nftx_rule_start(tx, m->name, &rl);
     e_field(&rl, m->dim, m->fam);
     e_lookup(&rl, set, id);
-    rule_end(&rl);
+    ctl_nftx_rule_end(&rl);
 }
 
 static bool elem_same(const struct fw_elem *a, const struct fw_elem *b)
@@ -904,7 +700,7 @@ static bool map_same(const struct fw_map *old, const struct fw_map *m)
  * interval set refuses a bound added inside an interval it still holds (a split interval),
  * so its elements cannot be patched one by one. The big maps of long lists are hash maps
  * (ports, protocols, host addresses); interval maps hold ranges, and there are few of them. */
-static void map_update(struct fw_tx *tx, const struct fw_map *old, const struct fw_map *m)
+static void map_update(struct ctl_nftx *tx, const struct fw_map *old, const struct fw_map *m)
 {
     struct fw_elem_batch del, add;
     size_t i = 0, j = 0;
@@ -921,13 +717,13 @@ static void map_update(struct fw_tx *tx, const struct fw_map *old, const struct 
         if (!s)
             return;
         /* DELSETELEM without elements: every element goes */
-        nlh = tx_hdr(tx, NFT_MSG_DELSETELEM, 0, FW_MSG_MAX);
+        nlh = ctl_nftx_hdr(tx, NFT_MSG_DELSETELEM, 0, FW_MSG_MAX, fw_label(NFT_MSG_DELSETELEM));
         if (nlh) {
             nftnl_set_elems_nlmsg_build_payload(nlh, s);
-            tx_next(tx, nlh);
+            ctl_nftx_next(tx, nlh);
         }
         nftnl_set_free(s);
-        tx->elems_removed += old->n;
+        fw_of(tx)->elems_removed += old->n;
         batch_start(&add, tx, m, NFT_MSG_NEWSETELEM, 0);
         for (size_t k = 0; k < m->n; k++)
             batch_add(&add, &m->elems[k]);
@@ -959,27 +755,27 @@ static void map_update(struct fw_tx *tx, const struct fw_map *old, const struct 
 }
 
 /* A table-level message for a chain or set by name: delete it, or flush a chain's rules. */
-static void tx_del_chain_rules(struct fw_tx *tx, const char *chain)
+static void tx_del_chain_rules(struct ctl_nftx *tx, const char *chain)
 {
     struct nftnl_rule *r = nftnl_rule_alloc();
     struct nlmsghdr *nlh;
 
-    if (!r || nftnl_rule_set_str(r, NFTNL_RULE_TABLE, tx->n->table) != 0 ||
+    if (!r || nftnl_rule_set_str(r, NFTNL_RULE_TABLE, tx->table) != 0 ||
         nftnl_rule_set_str(r, NFTNL_RULE_CHAIN, chain) != 0) {
-        tx_fail(tx, -ENOMEM);
+        ctl_nftx_fail(tx, -ENOMEM);
         goto out;
     }
     nftnl_rule_set_u32(r, NFTNL_RULE_FAMILY, NFPROTO_INET);
-    nlh = tx_hdr(tx, NFT_MSG_DELRULE, 0, FW_MSG_MAX);
+    nlh = ctl_nftx_hdr(tx, NFT_MSG_DELRULE, 0, FW_MSG_MAX, fw_label(NFT_MSG_DELRULE));
     if (nlh) {
         nftnl_rule_nlmsg_build_payload(nlh, r);
-        tx_next(tx, nlh);
+        ctl_nftx_next(tx, nlh);
     }
 out:
     nftnl_rule_free(r);
 }
 
-static void tx_del_set(struct fw_tx *tx, const char *name)
+static void tx_del_set(struct ctl_nftx *tx, const char *name)
 {
     char set[FW_NAME_LEN + 1];
     struct nftnl_set *s;
@@ -989,143 +785,143 @@ static void tx_del_set(struct fw_tx *tx, const char *name)
     s = set_new(tx, set, 0);
     if (!s)
         return;
-    nlh = tx_hdr(tx, NFT_MSG_DELSET, 0, FW_MSG_MAX);
+    nlh = ctl_nftx_hdr(tx, NFT_MSG_DELSET, 0, FW_MSG_MAX, fw_label(NFT_MSG_DELSET));
     if (nlh) {
         nftnl_set_nlmsg_build_payload(nlh, s);
-        tx_next(tx, nlh);
+        ctl_nftx_next(tx, nlh);
     }
     nftnl_set_free(s);
 }
 
-static void tx_del_chain(struct fw_tx *tx, const char *name)
+static void tx_del_chain(struct ctl_nftx *tx, const char *name)
 {
     struct nftnl_chain *c = nftnl_chain_alloc();
     struct nlmsghdr *nlh;
 
-    if (!c || nftnl_chain_set_str(c, NFTNL_CHAIN_TABLE, tx->n->table) != 0 ||
+    if (!c || nftnl_chain_set_str(c, NFTNL_CHAIN_TABLE, tx->table) != 0 ||
         nftnl_chain_set_str(c, NFTNL_CHAIN_NAME, name) != 0) {
-        tx_fail(tx, -ENOMEM);
+        ctl_nftx_fail(tx, -ENOMEM);
         goto out;
     }
     nftnl_chain_set_u32(c, NFTNL_CHAIN_FAMILY, NFPROTO_INET);
-    nlh = tx_hdr(tx, NFT_MSG_DELCHAIN, 0, FW_MSG_MAX);
+    nlh = ctl_nftx_hdr(tx, NFT_MSG_DELCHAIN, 0, FW_MSG_MAX, fw_label(NFT_MSG_DELCHAIN));
     if (nlh) {
         nftnl_chain_nlmsg_build_payload(nlh, c);
-        tx_next(tx, nlh);
+        ctl_nftx_next(tx, nlh);
     }
 out:
     nftnl_chain_free(c);
 }
 
-static void build_guard_port(struct fw_tx *tx, const struct ctl_fw_plan *p, enum ctl_fw_hook h,
+static void build_guard_port(struct ctl_nftx *tx, const struct ctl_fw_plan *p, enum ctl_fw_hook h,
                              uint16_t hport)
 {
     uint16_t port = htons(hport);
     bool out = h == CTL_FW_OUT;
-    struct fw_rule rl;
+    struct ctl_nftx_rule rl;
 
     if (hport == 0 || h == CTL_FW_FWD)
         return;
     /* the local CLI over TCP, or a tunnel to it */
-    rule_start(tx, hook_chain[h], &rl);
+    ctl_nftx_rule_start(tx, hook_chain[h], &rl);
     m_ifname(&rl, out, "lo");
-    m_l4proto(&rl, IPPROTO_TCP);
-    e_payload(&rl, NFT_PAYLOAD_TRANSPORT_HEADER, out ? 0 : 2, 2);
-    e_cmp(&rl, NFT_CMP_EQ, &port, 2);
-    e_verdict(&rl, NF_ACCEPT, NULL);
-    rule_end(&rl);
+    ctl_nftx_meta_u8(&rl, NFT_META_L4PROTO, IPPROTO_TCP);
+    ctl_nftx_payload(&rl, NFT_PAYLOAD_TRANSPORT_HEADER, out ? 0 : 2, 2);
+    ctl_nftx_cmp(&rl, NFT_CMP_EQ, &port, 2);
+    ctl_nftx_verdict(&rl, NF_ACCEPT, NULL);
+    ctl_nftx_rule_end(&rl);
     for (size_t i = 0; i < (p->nallow ? p->nallow : 1); i++) {
-        rule_start(tx, hook_chain[h], &rl);
+        ctl_nftx_rule_start(tx, hook_chain[h], &rl);
         if (p->nallow)
             m_cidr(&rl, &p->allow[i], out);
-        m_l4proto(&rl, IPPROTO_TCP);
-        e_payload(&rl, NFT_PAYLOAD_TRANSPORT_HEADER, out ? 0 : 2, 2);
-        e_cmp(&rl, NFT_CMP_EQ, &port, 2);
-        e_verdict(&rl, NF_ACCEPT, NULL);
-        rule_end(&rl);
+        ctl_nftx_meta_u8(&rl, NFT_META_L4PROTO, IPPROTO_TCP);
+        ctl_nftx_payload(&rl, NFT_PAYLOAD_TRANSPORT_HEADER, out ? 0 : 2, 2);
+        ctl_nftx_cmp(&rl, NFT_CMP_EQ, &port, 2);
+        ctl_nftx_verdict(&rl, NF_ACCEPT, NULL);
+        ctl_nftx_rule_end(&rl);
     }
 }
 
-static void build_guard(struct fw_tx *tx, const struct ctl_fw_plan *p, enum ctl_fw_hook h)
+static void build_guard(struct ctl_nftx *tx, const struct ctl_fw_plan *p, enum ctl_fw_hook h)
 {
     build_guard_port(tx, p, h, p->ctl_port);
     if (p->web_port != p->ctl_port)
         build_guard_port(tx, p, h, p->web_port);
 }
 
-static void build_options(struct fw_tx *tx, const struct ctl_fw_plan *p, enum ctl_fw_hook h)
+static void build_options(struct ctl_nftx *tx, const struct ctl_fw_plan *p, enum ctl_fw_hook h)
 {
     const char *c = hook_chain[h];
-    struct fw_rule rl;
+    struct ctl_nftx_rule rl;
 
     /* fgex's own packets (the workers' resets, the proxy's connections to the services)
      * carry its mark: the rules are for the traffic it filters, not for fgex itself */
     if (h == CTL_FW_OUT) {
         uint32_t mask = FGX_MARK_MASK, mark = FGX_MARK;
 
-        rule_start(tx, c, &rl);
-        e_meta(&rl, NFT_META_MARK);
-        e_and(&rl, &mask, sizeof(mask));
-        e_cmp(&rl, NFT_CMP_EQ, &mark, sizeof(mark));
-        e_verdict(&rl, NF_ACCEPT, NULL);
-        rule_end(&rl);
+        ctl_nftx_rule_start(tx, c, &rl);
+        ctl_nftx_meta(&rl, NFT_META_MARK);
+        ctl_nftx_and(&rl, &mask, sizeof(mask));
+        ctl_nftx_cmp(&rl, NFT_CMP_EQ, &mark, sizeof(mark));
+        ctl_nftx_verdict(&rl, NF_ACCEPT, NULL);
+        ctl_nftx_rule_end(&rl);
     }
 
     if (p->drop_invalid) {
-        rule_start(tx, c, &rl);
+        ctl_nftx_rule_start(tx, c, &rl);
         m_ct_state(&rl, NF_CT_STATE_INVALID_BIT);
-        e_verdict(&rl, NF_DROP, NULL);
-        rule_end(&rl);
+        ctl_nftx_verdict(&rl, NF_DROP, NULL);
+        ctl_nftx_rule_end(&rl);
     }
     if (p->allow_loopback && h != CTL_FW_FWD) {
-        rule_start(tx, c, &rl);
+        ctl_nftx_rule_start(tx, c, &rl);
         m_ifname(&rl, h == CTL_FW_OUT, "lo");
-        e_verdict(&rl, NF_ACCEPT, NULL);
-        rule_end(&rl);
+        ctl_nftx_verdict(&rl, NF_ACCEPT, NULL);
+        ctl_nftx_rule_end(&rl);
     }
     if (p->allow_established) {
-        rule_start(tx, c, &rl);
+        ctl_nftx_rule_start(tx, c, &rl);
         m_ct_state(&rl, NF_CT_STATE_BIT(IP_CT_ESTABLISHED) | NF_CT_STATE_BIT(IP_CT_RELATED));
-        e_verdict(&rl, NF_ACCEPT, NULL);
-        rule_end(&rl);
+        ctl_nftx_verdict(&rl, NF_ACCEPT, NULL);
+        ctl_nftx_rule_end(&rl);
     }
     if (p->allow_icmp) {
-        rule_start(tx, c, &rl);
-        m_l4proto(&rl, IPPROTO_ICMP);
-        e_verdict(&rl, NF_ACCEPT, NULL);
-        rule_end(&rl);
-        rule_start(tx, c, &rl);
-        m_l4proto(&rl, IPPROTO_ICMPV6);
-        e_verdict(&rl, NF_ACCEPT, NULL);
-        rule_end(&rl);
+        ctl_nftx_rule_start(tx, c, &rl);
+        ctl_nftx_meta_u8(&rl, NFT_META_L4PROTO, IPPROTO_ICMP);
+        ctl_nftx_verdict(&rl, NF_ACCEPT, NULL);
+        ctl_nftx_rule_end(&rl);
+        ctl_nftx_rule_start(tx, c, &rl);
+        ctl_nftx_meta_u8(&rl, NFT_META_L4PROTO, IPPROTO_ICMPV6);
+        ctl_nftx_verdict(&rl, NF_ACCEPT, NULL);
+        ctl_nftx_rule_end(&rl);
     }
     if (p->allow_dhcp) {
         /* DHCP (67-68) and DHCPv6 (546-547), as client or server of the box */
-        rule_start(tx, c, &rl);
-        m_l4proto(&rl, IPPROTO_UDP);
+        ctl_nftx_rule_start(tx, c, &rl);
+        ctl_nftx_meta_u8(&rl, NFT_META_L4PROTO, IPPROTO_UDP);
         m_port_range(&rl, true, 67, 68);
-        e_verdict(&rl, NF_ACCEPT, NULL);
-        rule_end(&rl);
-        rule_start(tx, c, &rl);
-        m_l4proto(&rl, IPPROTO_UDP);
+        ctl_nftx_verdict(&rl, NF_ACCEPT, NULL);
+        ctl_nftx_rule_end(&rl);
+        ctl_nftx_rule_start(tx, c, &rl);
+        ctl_nftx_meta_u8(&rl, NFT_META_L4PROTO, IPPROTO_UDP);
         m_port_range(&rl, true, 546, 547);
-        e_verdict(&rl, NF_ACCEPT, NULL);
-        rule_end(&rl);
+        ctl_nftx_verdict(&rl, NF_ACCEPT, NULL);
+        ctl_nftx_rule_end(&rl);
     }
 }
 
-static void build_reject(struct fw_tx *tx)
+static void build_reject(struct ctl_nftx *tx)
 {
-    struct fw_rule rl;
+    struct ctl_nftx_rule rl;
 
     tx_chain(tx, "reject", -1, false);
-    rule_start(tx, "reject", &rl);
-    m_l4proto(&rl, IPPROTO_TCP);
+    ctl_nftx_rule_start(tx, "reject", &rl);
+    ctl_nftx_meta_u8(&rl, NFT_META_L4PROTO, IPPROTO_TCP);
     e_reject(&rl, NFT_REJECT_TCP_RST, 0);
-    rule_end(&rl);
-    rule_start(tx, "reject", &rl);
+    ctl_nftx_rule_end(&rl);
+    ctl_nftx_rule_start(tx, "reject", &rl);
     e_reject(&rl, NFT_REJECT_ICMPX_UNREACH, NFT_REJECT_ICMPX_PORT_UNREACH);
-    rule_end(&rl);
+    ctl_nftx_rule_end(&rl);
 }
 
 /* The whole change as one transaction, from the view the kernel has (old; none: the table
@@ -1134,26 +930,26 @@ static void build_reject(struct fw_tx *tx)
  *   the surviving maps' changed elements (so no element still names a chain that goes);
  *   the base chains: policy, then flushed and written again;
  *   the maps that went: their lookups, sets, then chains. */
-static void build_change(struct fw_tx *tx, const struct ctl_fw_plan *p, const struct fw_view *old,
-                         const struct fw_view *v)
+static void build_change(struct ctl_nftx *tx, const struct ctl_fw_plan *p,
+                         const struct fw_view *old, const struct fw_view *v)
 {
     static const uint8_t nfp[3] = {NFPROTO_IPV4, NFPROTO_IPV6, 0};
-    struct fw_rule rl;
+    struct ctl_nftx_rule rl;
 
     if (!old) {
         /* Adding first makes the delete valid whether or not the table existed. */
-        tx_table(tx, NFT_MSG_NEWTABLE);
-        tx_table(tx, NFT_MSG_DELTABLE);
+        ctl_nftx_table(tx, NFT_MSG_NEWTABLE, tx->table);
+        ctl_nftx_table(tx, NFT_MSG_DELTABLE, tx->table);
     }
     if (!p->present) {
         if (old) {
-            tx_table(tx, NFT_MSG_NEWTABLE);
-            tx_table(tx, NFT_MSG_DELTABLE);
+            ctl_nftx_table(tx, NFT_MSG_NEWTABLE, tx->table);
+            ctl_nftx_table(tx, NFT_MSG_DELTABLE, tx->table);
         }
         return;
     }
     if (!old) {
-        tx_table(tx, NFT_MSG_NEWTABLE);
+        ctl_nftx_table(tx, NFT_MSG_NEWTABLE, tx->table);
         build_reject(tx);
     }
     for (size_t i = 0; i < v->n; i++)
@@ -1182,14 +978,14 @@ static void build_change(struct fw_tx *tx, const struct ctl_fw_plan *p, const st
 
                 if (rt->verdict < 0 && rt->chain[0] == '\0')
                     continue;
-                rule_start(tx, hook_chain[h], &rl);
+                ctl_nftx_rule_start(tx, hook_chain[h], &rl);
                 if (fs < 2)
-                    m_nfproto(&rl, nfp[fs]);
+                    ctl_nftx_meta_u8(&rl, NFT_META_NFPROTO, nfp[fs]);
                 if (rt->verdict < 0)
-                    e_verdict(&rl, NFT_JUMP, rt->chain);
+                    ctl_nftx_verdict(&rl, NFT_JUMP, rt->chain);
                 else
                     e_fw_verdict(&rl, (uint32_t)rt->verdict);
-                rule_end(&rl);
+                ctl_nftx_rule_end(&rl);
             }
         }
     }
@@ -1204,148 +1000,12 @@ static void build_change(struct fw_tx *tx, const struct ctl_fw_plan *p, const st
             tx_del_chain(tx, old->maps[i].name);
 }
 
-/* ---- sending ---- */
-
-static const char *extack_msg(const struct nlmsghdr *nlh)
-{
-    const struct nlmsgerr *e = mnl_nlmsg_get_payload(nlh);
-    const struct nlattr *attr;
-    size_t off = sizeof(*e);
-
-    if (!(nlh->nlmsg_flags & NLM_F_ACK_TLVS))
-        return NULL;
-    if (!(nlh->nlmsg_flags & NLM_F_CAPPED))
-        off += e->msg.nlmsg_len - sizeof(struct nlmsghdr);
-    mnl_attr_for_each(attr, nlh, off)
-    {
-        if (mnl_attr_get_type(attr) == NLMSGERR_ATTR_MSG &&
-            mnl_attr_validate(attr, MNL_TYPE_NUL_STRING) == 0)
-            return mnl_attr_get_str(attr);
-    }
-    return NULL;
-}
-
-/* What the batch's message with this sequence number does, for the log. */
-static const char *msg_kind(const struct fw_tx *tx, uint32_t seq)
-{
-    static const char *const names[] = {
-        [NFT_MSG_NEWTABLE] = "add table",       [NFT_MSG_DELTABLE] = "delete table",
-        [NFT_MSG_NEWCHAIN] = "add chain",       [NFT_MSG_DELCHAIN] = "delete chain",
-        [NFT_MSG_NEWRULE] = "add rule",         [NFT_MSG_DELRULE] = "flush chain",
-        [NFT_MSG_NEWSET] = "add map",           [NFT_MSG_DELSET] = "delete map",
-        [NFT_MSG_NEWSETELEM] = "add elements",  [NFT_MSG_DELSETELEM] = "delete elements",
-    };
-    size_t off = 0;
-
-    while (off + sizeof(struct nlmsghdr) <= tx->len) {
-        const struct nlmsghdr *h = (const struct nlmsghdr *)(tx->buf + off);
-        unsigned type = h->nlmsg_type & 0xff;
-
-        if (h->nlmsg_seq == seq)
-            return type < sizeof(names) / sizeof(names[0]) && names[type] ? names[type] : "?";
-        if (h->nlmsg_len < sizeof(*h))
-            break;
-        off += NLMSG_ALIGN(h->nlmsg_len);
-    }
-    return "?";
-}
-
-/* The kernel's answers: done on the ack of the last message or an error for the batch. The
- * first error is kept and logged. */
-static void tx_replies(struct fw_tx *tx, const void *buf, size_t len, bool *done, int *kerr)
-{
-    const struct nlmsghdr *nlh = buf;
-    int left = (int)len;
-
-    for (; mnl_nlmsg_ok(nlh, left); nlh = mnl_nlmsg_next(nlh, &left)) {
-        const struct nlmsgerr *e;
-        const char *msg;
-        uint32_t rel = nlh->nlmsg_seq - tx->seq0;
-
-        if (nlh->nlmsg_type != NLMSG_ERROR || rel > tx->nmsgs ||
-            mnl_nlmsg_get_payload_len(nlh) < sizeof(*e))
-            continue;
-        e = mnl_nlmsg_get_payload(nlh);
-        if (rel == tx->nmsgs || (rel == 0 && e->error != 0))
-            *done = true;
-        if (e->error == 0 || *kerr != 0)
-            continue;
-        *kerr = e->error;
-        msg = extack_msg(nlh);
-        fgx_err("nft: the kernel refused the firewall table (message %u of %u, %s): %s%s%s",
-                (unsigned)rel, (unsigned)tx->nmsgs, msg_kind(tx, nlh->nlmsg_seq),
-                strerror(-e->error), msg ? ": " : "", msg ? msg : "");
-    }
-}
-
-static int tx_send(struct ctl_fw_nft *n, struct fw_tx *tx)
-{
-    int fd = mnl_socket_get_fd(n->nl), kerr = 0, rc;
-    struct nlmsghdr *last = NULL;
-    bool done = false;
-    size_t off = 0;
-    ssize_t len;
-
-    /* only the last message asks for an ack: errors come regardless */
-    while (off < tx->len) {
-        struct nlmsghdr *h = (struct nlmsghdr *)(tx->buf + off);
-
-        if (off > 0)
-            last = h;
-        off += NLMSG_ALIGN(h->nlmsg_len);
-    }
-    if (last)
-        last->nlmsg_flags |= NLM_F_ACK;
-    if (tx_reserve(tx, 64) < 0)
-        return tx->err;
-    tx->len += NLMSG_ALIGN(nftnl_batch_end(tx->buf + tx->len, tx->seq0 + tx->nmsgs + 1)->nlmsg_len);
-    if (tx->len + 4096 > (size_t)n->sndbuf) {
-        int want = (int)tx->len + 4096;
-
-        if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &want, sizeof(want)) == -1 &&
-            setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &want, sizeof(want)) == -1) {
-            rc = -errno;
-            fgx_err("nft: netlink send buffer of %d bytes: %s", want, strerror(errno));
-            return rc;
-        }
-        n->sndbuf = want;
-    }
-    if (mnl_socket_sendto(n->nl, tx->buf, tx->len) == -1) {
-        rc = -errno;
-        fgx_err("nft: sending the firewall table (%zu bytes): %s", tx->len, strerror(errno));
-        return rc;
-    }
-    while (!done) {
-        struct pollfd pfd = {.fd = fd, .events = POLLIN};
-
-        rc = poll(&pfd, 1, FW_RX_TIMEOUT_MS);
-        if (rc == -1 && errno == EINTR)
-            continue;
-        if (rc <= 0) {
-            rc = rc == 0 ? -ETIMEDOUT : -errno;
-            fgx_err("nft: no answer from the kernel for the firewall table: %s", strerror(-rc));
-            return rc;
-        }
-        len = recv(fd, n->rx, sizeof(n->rx), 0);
-        if (len == -1) {
-            if (errno == EINTR)
-                continue;
-            rc = -errno;
-            fgx_err("nft: reading the kernel's answer: %s", strerror(errno));
-            return rc;
-        }
-        tx_replies(tx, n->rx, (size_t)len, &done, &kerr);
-    }
-    while ((len = recv(fd, n->rx, sizeof(n->rx), MSG_DONTWAIT)) > 0)
-        tx_replies(tx, n->rx, (size_t)len, &done, &kerr);
-    return kerr;
-}
-
 int ctl_fw_nft_apply(struct ctl_fw_nft *n, const struct ctl_fw_plan *p,
                      struct ctl_fw_nft_stats *st)
 {
-    struct fw_tx tx = {.n = n};
+    struct fw_state fs = {0};
     struct fw_view *v = calloc(1, sizeof(*v));
+    struct ctl_nftx tx;
     int rc;
 
     if (!v)
@@ -1358,23 +1018,17 @@ int ctl_fw_nft_apply(struct ctl_fw_nft *n, const struct ctl_fw_plan *p,
         n->cur = NULL;
         rc = 0;
     }
+    ctl_nftx_begin(&tx, &n->sock, n->table, "the firewall table", &fs);
     if (rc < 0)
         goto out;
 again:
-    tx.seq0 = n->seq;
-    if (tx_reserve(&tx, 64) < 0) {
-        rc = tx.err;
-        goto out;
-    }
-    tx.len = NLMSG_ALIGN(nftnl_batch_begin(tx.buf, tx.seq0)->nlmsg_len);
     build_change(&tx, p, n->cur, v);
     if (tx.err) {
         rc = tx.err;
         fgx_err("nft: building the firewall table: %s", strerror(-rc));
         goto out;
     }
-    rc = tx_send(n, &tx);
-    n->seq += tx.nmsgs + 2;
+    rc = ctl_nftx_commit(&tx, &n->sock, false);
     if (rc < 0 && n->cur && rc != -ETIMEDOUT) {
         /* A refused difference changed nothing: write the table whole instead, once (what
          * the kernel refuses then is refused for the plan itself). */
@@ -1382,11 +1036,8 @@ again:
         view_release(n->cur);
         free(n->cur);
         n->cur = NULL;
-        tx.len = 0;
-        tx.nmsgs = 0;
-        tx.set_id = 0;
-        tx.elems_added = tx.elems_removed = 0;
-        tx.err = 0;
+        ctl_nftx_restart(&tx, &n->sock);
+        fs = (struct fw_state){0};
         goto again;
     }
     if (rc < 0) {
@@ -1406,8 +1057,8 @@ again:
             total += v->maps[i].n;
         st->maps = v->n;
         st->elements = total;
-        st->added = tx.elems_added;
-        st->removed = tx.elems_removed;
+        st->added = fs.elems_added;
+        st->removed = fs.elems_removed;
         st->messages = tx.nmsgs;
     }
     if (n->cur)
@@ -1423,35 +1074,22 @@ out:
     if (v)
         view_release(v);
     free(v);
-    free(tx.buf);
+    ctl_nftx_release(&tx);
     return rc;
 }
 
 int ctl_fw_nft_open(const char *table, struct ctl_fw_nft **out)
 {
     struct ctl_fw_nft *n = calloc(1, sizeof(*n));
-    int one = 1, rcvbuf = FW_RCVBUF, rc;
-    socklen_t sl = sizeof(int);
+    int rc;
 
     if (!n || !(n->table = strdup(table ? table : FW_DEFAULT_TABLE))) {
         rc = -ENOMEM;
         goto err;
     }
-    n->seq = (uint32_t)time(NULL) ^ 0x5a5a0000u;
-    n->nl = mnl_socket_open(NETLINK_NETFILTER);
-    if (!n->nl || mnl_socket_bind(n->nl, 0, MNL_SOCKET_AUTOPID) == -1) {
-        rc = -errno;
-        fgx_err("nft: netlink socket for the firewall: %s", strerror(errno));
+    rc = ctl_nftx_sock_open(&n->sock, (uint32_t)time(NULL) ^ 0x5a5a0000u);
+    if (rc < 0)
         goto err;
-    }
-    (void)mnl_socket_setsockopt(n->nl, NETLINK_EXT_ACK, &one, sizeof(one));
-    (void)mnl_socket_setsockopt(n->nl, NETLINK_CAP_ACK, &one, sizeof(one));
-    if (setsockopt(mnl_socket_get_fd(n->nl), SOL_SOCKET, SO_RCVBUFFORCE, &rcvbuf,
-                   sizeof(rcvbuf)) == -1)
-        (void)setsockopt(mnl_socket_get_fd(n->nl), SOL_SOCKET, SO_RCVBUF, &rcvbuf,
-                         sizeof(rcvbuf));
-    if (getsockopt(mnl_socket_get_fd(n->nl), SOL_SOCKET, SO_SNDBUF, &n->sndbuf, &sl) == -1)
-        n->sndbuf = 0;
     *out = n;
     return 0;
 err:
@@ -1466,8 +1104,7 @@ void ctl_fw_nft_close(struct ctl_fw_nft *n)
     if (n->cur)
         view_release(n->cur);
     free(n->cur);
-    if (n->nl)
-        mnl_socket_close(n->nl);
+    ctl_nftx_sock_close(&n->sock);
     free(n->table);
     free(n);
 }

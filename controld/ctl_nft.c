@@ -30,6 +30,7 @@
  *                              through lo (to the proxy).
  * A change of addresses alone is a batch of element adds and deletes (build_delta). */
 #include "ctl_nft.h"
+#include "controld/ctl_nftx.h"
 #include "ctl_nft_px.h"
 
 /* glibc's first, so that the linux/ headers defer to its definitions */
@@ -42,20 +43,15 @@
 #include <linux/netfilter/x_tables.h>
 #include <linux/netfilter/xt_NFQUEUE.h>
 #include <linux/netlink.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <time.h>
 
-#include <libmnl/libmnl.h>
-#include <libnftnl/chain.h>
 #include <libnftnl/common.h>
 #include <libnftnl/expr.h>
 #include <libnftnl/rule.h>
 #include <libnftnl/set.h>
-#include <libnftnl/table.h>
 
 #include "controld/ctl_route.h"
 #include "fgx/dp.h"
@@ -69,285 +65,55 @@
 /* The NFQUEUE copy range is 65531 bytes; a SYN's MSS above this would let the peer send
  * segments the worker receives cut short. */
 #define NFT_MSS_MAX 65000
-/* Upper bound on one encoded message (a rule with an IPv6 prefix and a 255-byte table name is
- * well under 1 KiB); the batch buffer is sized from it. */
+/* Upper bound on one encoded set or element message (a rule with an IPv6 prefix and a 255-byte
+ * table name is well under 1 KiB): the room reserved for it in the batch. */
 #define NFT_MSG_MAX 2048
-#define NFT_LABEL_LEN 64
-#define NFT_RX_TIMEOUT_MS 5000
-#define NFT_RCVBUF (1 << 20)
-#define NFT_RX_BUF 16384
+#define NFT_LABEL_LEN CTL_NFTX_LABEL_LEN
 /* Conntrack mark of the proxy's upstream connections: their replies must reach the proxy. */
 #define CT_PX (FGX_MARK | 2u)
 
 struct ctl_nft {
-    struct mnl_socket *nl;
+    struct ctl_nftx_sock sock; /* the netlink socket and its sequence numbers (ctl_nftx.h) */
     char *table;
     unsigned queue_base;
     unsigned nthreads;
     bool native;
     bool synack_log; /* the kernel has the log expression: SYN-ACKs are copied, not queued */
-    uint32_t seq;
-    int sndbuf;
     bool applied; /* the table holds exactly nfq and px (a change of addresses alone is a delta) */
     /* The last lists applied, so that either layer can be changed alone. */
     struct ctl_nft_service *nfq, *px;
     size_t nnfq, npx;
     uint16_t px_port;
-    _Alignas(struct nlmsghdr) char rx[NFT_RX_BUF]; /* netlink replies are parsed in place */
 };
 
-/* One transaction being built. It is built twice: a first pass with b == NULL only counts the
- * messages so that the second pass can size the batch buffer exactly once. */
-struct nft_tx {
-    struct ctl_nft *n;
-    const char *table;
-    struct mnl_nlmsg_batch *b;
-    size_t nmsgs;
-    size_t cap;    /* messages the second pass has room for: what the first pass counted */
-    uint32_t seq0; /* the batch-begin message; messages are seq0 + 1 .. seq0 + nmsgs */
-    char (*labels)[NFT_LABEL_LEN];
-    int err;  /* first error while building (-ENOMEM, -EMSGSIZE); later calls do nothing */
-    int kerr; /* first error the kernel answered; only that one is logged */
-};
+typedef void (*nft_build_fn)(struct ctl_nftx *tx, const void *arg);
 
-typedef void (*nft_build_fn)(struct nft_tx *tx, const void *arg);
-
-/* A rule under construction: expressions are appended as long as no allocation failed. */
-struct nft_rule {
-    struct nft_tx *tx;
-    struct nftnl_rule *r;
-    const char *chain;
-};
-
-/* ---- messages ------------------------------------------------------------------------- */
-
-static void tx_fail(struct nft_tx *tx, int err)
+/* The services' table a builder writes (the transaction's arg). */
+static struct ctl_nft *nft_of(const struct ctl_nftx *tx)
 {
-    if (tx->err == 0)
-        tx->err = err;
+    return tx->arg;
 }
 
-/* Reserve the next message of the batch; NULL in the counting pass or after an error. */
-static struct nlmsghdr *tx_hdr(struct nft_tx *tx, uint16_t type, uint16_t flags, const char *label)
-{
-    uint32_t seq = tx->seq0 + 1 + (uint32_t)tx->nmsgs;
-    struct nlmsghdr *nlh;
+/* ---- messages (ctl_nftx.h builds them) ------------------------------------------------- */
 
-    if (tx->err)
-        return NULL;
-    if (!tx->b) {
-        tx->nmsgs++;
-        return NULL;
-    }
-    if (tx->nmsgs >= tx->cap) {
-        fgx_err("nft: transaction grew between its two passes");
-        tx_fail(tx, -EMSGSIZE);
-        return NULL;
-    }
-    nlh = nftnl_nlmsg_build_hdr(mnl_nlmsg_batch_current(tx->b), type, NFPROTO_INET, flags, seq);
-    (void)snprintf(tx->labels[tx->nmsgs], NFT_LABEL_LEN, "%s", label);
-    tx->nmsgs++;
-    return nlh;
+static void tx_chain(struct ctl_nftx *tx, const char *name, int hook, int prio)
+{
+    ctl_nftx_chain(tx, name, "filter", hook, prio, NF_ACCEPT);
 }
 
-static void tx_next(struct nft_tx *tx, struct nlmsghdr *nlh)
-{
-    /* The buffer holds nmsgs * NFT_MSG_MAX bytes; a larger message would break that bound. */
-    if (nlh->nlmsg_len > NFT_MSG_MAX || !mnl_nlmsg_batch_next(tx->b)) {
-        fgx_err("nft: message for %s too large (%u bytes)", tx->labels[tx->nmsgs - 1],
-                nlh->nlmsg_len);
-        tx_fail(tx, -EMSGSIZE);
-    }
-}
+/* ---- expressions (all through register 1; the common ones in ctl_nftx.h) ------------- */
 
-static void tx_table(struct nft_tx *tx, uint16_t type, const char *name)
-{
-    struct nftnl_table *t = NULL;
-    struct nlmsghdr *nlh;
-    char label[NFT_LABEL_LEN];
-
-    (void)snprintf(label, sizeof(label), "%s table %s", type == NFT_MSG_DELTABLE ? "delete" : "add",
-                   name);
-    nlh = tx_hdr(tx, type, type == NFT_MSG_NEWTABLE ? NLM_F_CREATE : 0, label);
-    if (!nlh)
-        return;
-    t = nftnl_table_alloc();
-    if (!t || nftnl_table_set_str(t, NFTNL_TABLE_NAME, name) != 0) {
-        tx_fail(tx, -ENOMEM);
-        goto out;
-    }
-    nftnl_table_set_u32(t, NFTNL_TABLE_FAMILY, NFPROTO_INET);
-    nftnl_table_nlmsg_build_payload(nlh, t);
-    tx_next(tx, nlh);
-out:
-    nftnl_table_free(t);
-}
-
-/* hook < 0: a regular chain; type "filter" or "route" for a base chain. */
-static void tx_chain_type(struct nft_tx *tx, const char *name, const char *type, int hook,
-                          int prio)
-{
-    struct nftnl_chain *c = NULL;
-    struct nlmsghdr *nlh;
-    char label[NFT_LABEL_LEN];
-
-    (void)snprintf(label, sizeof(label), "add chain %s", name);
-    nlh = tx_hdr(tx, NFT_MSG_NEWCHAIN, NLM_F_CREATE, label);
-    if (!nlh)
-        return;
-    c = nftnl_chain_alloc();
-    if (!c || nftnl_chain_set_str(c, NFTNL_CHAIN_TABLE, tx->table) != 0 ||
-        nftnl_chain_set_str(c, NFTNL_CHAIN_NAME, name) != 0) {
-        tx_fail(tx, -ENOMEM);
-        goto out;
-    }
-    nftnl_chain_set_u32(c, NFTNL_CHAIN_FAMILY, NFPROTO_INET);
-    if (hook >= 0) {
-        if (nftnl_chain_set_str(c, NFTNL_CHAIN_TYPE, type) != 0) {
-            tx_fail(tx, -ENOMEM);
-            goto out;
-        }
-        nftnl_chain_set_u32(c, NFTNL_CHAIN_HOOKNUM, (uint32_t)hook);
-        nftnl_chain_set_s32(c, NFTNL_CHAIN_PRIO, prio);
-        nftnl_chain_set_u32(c, NFTNL_CHAIN_POLICY, NF_ACCEPT);
-    }
-    nftnl_chain_nlmsg_build_payload(nlh, c);
-    tx_next(tx, nlh);
-out:
-    nftnl_chain_free(c);
-}
-
-static void tx_chain(struct nft_tx *tx, const char *name, int hook, int prio)
-{
-    tx_chain_type(tx, name, "filter", hook, prio);
-}
-
-/* Rules are allocated even in the counting pass: the cost is small and the builders stay
- * free of pass checks. */
-static void rule_start(struct nft_tx *tx, const char *chain, struct nft_rule *out)
-{
-    out->tx = tx;
-    out->chain = chain;
-    out->r = NULL;
-    if (tx->err)
-        return;
-    out->r = nftnl_rule_alloc();
-    if (!out->r || nftnl_rule_set_str(out->r, NFTNL_RULE_TABLE, tx->table) != 0 ||
-        nftnl_rule_set_str(out->r, NFTNL_RULE_CHAIN, chain) != 0) {
-        tx_fail(tx, -ENOMEM);
-        return;
-    }
-    nftnl_rule_set_u32(out->r, NFTNL_RULE_FAMILY, NFPROTO_INET);
-}
-
-static void rule_end(struct nft_rule *rl)
-{
-    struct nlmsghdr *nlh;
-    char label[NFT_LABEL_LEN];
-
-    (void)snprintf(label, sizeof(label), "add rule to chain %s", rl->chain);
-    nlh = rl->r ? tx_hdr(rl->tx, NFT_MSG_NEWRULE, NLM_F_CREATE | NLM_F_APPEND, label) : NULL;
-    if (nlh) {
-        nftnl_rule_nlmsg_build_payload(nlh, rl->r);
-        tx_next(rl->tx, nlh);
-    }
-    nftnl_rule_free(rl->r);
-    rl->r = NULL;
-}
-
-/* ---- expressions (all through register 1) -------------------------------------------- */
-
-static struct nftnl_expr *rule_expr(struct nft_rule *rl, const char *name)
-{
-    struct nftnl_expr *e;
-
-    if (!rl->r || rl->tx->err)
-        return NULL;
-    e = nftnl_expr_alloc(name);
-    if (!e) {
-        tx_fail(rl->tx, -ENOMEM);
-        return NULL;
-    }
-    nftnl_rule_add_expr(rl->r, e);
-    return e;
-}
-
-static void e_meta(struct nft_rule *rl, uint32_t key)
-{
-    struct nftnl_expr *e = rule_expr(rl, "meta");
-
-    if (!e)
-        return;
-    nftnl_expr_set_u32(e, NFTNL_EXPR_META_KEY, key);
-    nftnl_expr_set_u32(e, NFTNL_EXPR_META_DREG, NFT_REG_1);
-}
-
-static void e_payload(struct nft_rule *rl, uint32_t base, uint32_t offset, uint32_t len)
-{
-    struct nftnl_expr *e = rule_expr(rl, "payload");
-
-    if (!e)
-        return;
-    nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_BASE, base);
-    nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_OFFSET, offset);
-    nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_LEN, len);
-    nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_DREG, NFT_REG_1);
-}
-
-static void e_and(struct nft_rule *rl, const void *mask, uint32_t len)
-{
-    static const uint8_t zero[16];
-    struct nftnl_expr *e = rule_expr(rl, "bitwise");
-
-    if (!e)
-        return;
-    nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_SREG, NFT_REG_1);
-    nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_DREG, NFT_REG_1);
-    nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_LEN, len);
-    nftnl_expr_set(e, NFTNL_EXPR_BITWISE_MASK, mask, len);
-    nftnl_expr_set(e, NFTNL_EXPR_BITWISE_XOR, zero, len);
-}
-
-static void e_cmp(struct nft_rule *rl, uint32_t op, const void *data, uint32_t len)
-{
-    struct nftnl_expr *e = rule_expr(rl, "cmp");
-
-    if (!e)
-        return;
-    nftnl_expr_set_u32(e, NFTNL_EXPR_CMP_SREG, NFT_REG_1);
-    nftnl_expr_set_u32(e, NFTNL_EXPR_CMP_OP, op);
-    nftnl_expr_set(e, NFTNL_EXPR_CMP_DATA, data, len);
-}
-
-static void e_cmp_u8(struct nft_rule *rl, uint8_t v)
-{
-    e_cmp(rl, NFT_CMP_EQ, &v, sizeof(v));
-}
-
-static void e_cmp_be16(struct nft_rule *rl, uint32_t op, uint16_t v)
+static void e_cmp_be16(struct ctl_nftx_rule *rl, uint32_t op, uint16_t v)
 {
     uint16_t be = htons(v);
 
-    e_cmp(rl, op, &be, sizeof(be));
-}
-
-/* chain: target of a jump or goto, NULL otherwise. */
-static void e_verdict(struct nft_rule *rl, int verdict, const char *chain)
-{
-    struct nftnl_expr *e = rule_expr(rl, "immediate");
-
-    if (!e)
-        return;
-    nftnl_expr_set_u32(e, NFTNL_EXPR_IMM_DREG, NFT_REG_VERDICT);
-    nftnl_expr_set_u32(e, NFTNL_EXPR_IMM_VERDICT, (uint32_t)verdict);
-    if (chain && nftnl_expr_set_str(e, NFTNL_EXPR_IMM_CHAIN, chain) != 0)
-        tx_fail(rl->tx, -ENOMEM);
+    ctl_nftx_cmp(rl, op, &be, sizeof(be));
 }
 
 /* The MSS option's value: TCP option kind 2, 2 bytes at offset 2. */
-static void e_mss(struct nft_rule *rl, bool write)
+static void e_mss(struct ctl_nftx_rule *rl, bool write)
 {
-    struct nftnl_expr *e = rule_expr(rl, "exthdr");
+    struct nftnl_expr *e = ctl_nftx_expr(rl, "exthdr");
 
     if (!e)
         return;
@@ -358,10 +124,10 @@ static void e_mss(struct nft_rule *rl, bool write)
     nftnl_expr_set_u32(e, write ? NFTNL_EXPR_EXTHDR_SREG : NFTNL_EXPR_EXTHDR_DREG, NFT_REG_1);
 }
 
-static void e_set_be16(struct nft_rule *rl, uint16_t v)
+static void e_set_be16(struct ctl_nftx_rule *rl, uint16_t v)
 {
     uint16_t be = htons(v);
-    struct nftnl_expr *e = rule_expr(rl, "immediate");
+    struct nftnl_expr *e = ctl_nftx_expr(rl, "immediate");
 
     if (!e)
         return;
@@ -371,9 +137,9 @@ static void e_set_be16(struct nft_rule *rl, uint16_t v)
 
 /* Write register 1 (len bytes) into the transport header at offset, the TCP checksum updated
  * (the kernel leaves a partial checksum alone: it is computed later, over the new bytes). */
-static void e_payload_write_th(struct nft_rule *rl, uint32_t offset, uint32_t len)
+static void e_payload_write_th(struct ctl_nftx_rule *rl, uint32_t offset, uint32_t len)
 {
-    struct nftnl_expr *e = rule_expr(rl, "payload");
+    struct nftnl_expr *e = ctl_nftx_expr(rl, "payload");
 
     if (!e)
         return;
@@ -386,9 +152,9 @@ static void e_payload_write_th(struct nft_rule *rl, uint32_t offset, uint32_t le
     nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_FLAGS, 0);
 }
 
-static void e_symhash(struct nft_rule *rl, uint32_t modulus)
+static void e_symhash(struct ctl_nftx_rule *rl, uint32_t modulus)
 {
-    struct nftnl_expr *e = rule_expr(rl, "hash");
+    struct nftnl_expr *e = ctl_nftx_expr(rl, "hash");
 
     if (!e)
         return;
@@ -398,9 +164,9 @@ static void e_symhash(struct nft_rule *rl, uint32_t modulus)
     nftnl_expr_set_u32(e, NFTNL_EXPR_HASH_DREG, NFT_REG_1);
 }
 
-static void e_set_u32(struct nft_rule *rl, uint32_t v)
+static void e_set_u32(struct ctl_nftx_rule *rl, uint32_t v)
 {
-    struct nftnl_expr *e = rule_expr(rl, "immediate");
+    struct nftnl_expr *e = ctl_nftx_expr(rl, "immediate");
 
     if (!e)
         return;
@@ -409,12 +175,12 @@ static void e_set_u32(struct nft_rule *rl, uint32_t v)
 }
 
 /* meta mark set v */
-static void e_mark_set(struct nft_rule *rl, uint32_t v)
+static void e_mark_set(struct ctl_nftx_rule *rl, uint32_t v)
 {
     struct nftnl_expr *e;
 
     e_set_u32(rl, v);
-    e = rule_expr(rl, "meta");
+    e = ctl_nftx_expr(rl, "meta");
     if (!e)
         return;
     nftnl_expr_set_u32(e, NFTNL_EXPR_META_KEY, NFT_META_MARK);
@@ -422,9 +188,9 @@ static void e_mark_set(struct nft_rule *rl, uint32_t v)
 }
 
 /* ct mark (load) or ct mark set (store register 1) */
-static void e_ct_mark(struct nft_rule *rl, bool write)
+static void e_ct_mark(struct ctl_nftx_rule *rl, bool write)
 {
-    struct nftnl_expr *e = rule_expr(rl, "ct");
+    struct nftnl_expr *e = ctl_nftx_expr(rl, "ct");
 
     if (!e)
         return;
@@ -433,9 +199,9 @@ static void e_ct_mark(struct nft_rule *rl, bool write)
 }
 
 /* socket transparent (1 byte into register 1) */
-static void e_socket_transparent(struct nft_rule *rl)
+static void e_socket_transparent(struct ctl_nftx_rule *rl)
 {
-    struct nftnl_expr *e = rule_expr(rl, "socket");
+    struct nftnl_expr *e = ctl_nftx_expr(rl, "socket");
 
     if (!e)
         return;
@@ -444,12 +210,12 @@ static void e_socket_transparent(struct nft_rule *rl)
 }
 
 /* tproxy to :port, for both families (no address: the socket lookup uses the packet's) */
-static void e_tproxy(struct nft_rule *rl, uint16_t port)
+static void e_tproxy(struct ctl_nftx_rule *rl, uint16_t port)
 {
     struct nftnl_expr *e;
 
     e_set_be16(rl, port);
-    e = rule_expr(rl, "tproxy");
+    e = ctl_nftx_expr(rl, "tproxy");
     if (!e)
         return;
     nftnl_expr_set_u32(e, NFTNL_EXPR_TPROXY_FAMILY, NFPROTO_UNSPEC);
@@ -457,9 +223,9 @@ static void e_tproxy(struct nft_rule *rl, uint16_t port)
 }
 
 /* The native queue expression (CONFIG_NFT_QUEUE). */
-static void e_queue(struct nft_rule *rl, uint16_t num, bool bypass)
+static void e_queue(struct ctl_nftx_rule *rl, uint16_t num, bool bypass)
 {
-    struct nftnl_expr *e = rule_expr(rl, "queue");
+    struct nftnl_expr *e = ctl_nftx_expr(rl, "queue");
 
     if (!e)
         return;
@@ -471,17 +237,17 @@ static void e_queue(struct nft_rule *rl, uint16_t num, bool bypass)
 /* The xtables NFQUEUE target through nft_compat, as iptables-nft builds it. The analyzer cannot
  * see that libnftnl takes ownership of the info block. */
 // NOLINTBEGIN(clang-analyzer-unix.Malloc)
-static void e_nfqueue_target(struct nft_rule *rl, uint16_t num, bool bypass)
+static void e_nfqueue_target(struct ctl_nftx_rule *rl, uint16_t num, bool bypass)
 {
     struct xt_NFQ_info_v3 *info;
-    struct nftnl_expr *e = rule_expr(rl, "target");
+    struct nftnl_expr *e = ctl_nftx_expr(rl, "target");
 
     if (!e)
         return;
     /* nft_compat wants the info padded to XT_ALIGN(targetsize); libnftnl takes ownership. */
     info = calloc(1, XT_ALIGN(sizeof(*info)));
     if (!info) {
-        tx_fail(rl->tx, -ENOMEM);
+        ctl_nftx_fail(rl->tx, -ENOMEM);
         return;
     }
     info->queuenum = num;
@@ -495,9 +261,9 @@ static void e_nfqueue_target(struct nft_rule *rl, uint16_t num, bool bypass)
 
 /* log group G queue-threshold 1: a copy of the packet to the NFLOG group's reader, sent at once
  * (not batched), while the packet itself goes on. */
-static void e_log_group(struct nft_rule *rl, uint16_t group)
+static void e_log_group(struct ctl_nftx_rule *rl, uint16_t group)
 {
-    struct nftnl_expr *e = rule_expr(rl, "log");
+    struct nftnl_expr *e = ctl_nftx_expr(rl, "log");
 
     if (!e)
         return;
@@ -507,43 +273,31 @@ static void e_log_group(struct nft_rule *rl, uint16_t group)
 
 /* ---- matches ------------------------------------------------------------------------------ */
 
-static void m_nfproto(struct nft_rule *rl, uint8_t nfproto)
+static void m_mark_eq(struct ctl_nftx_rule *rl, uint32_t op, uint32_t v)
 {
-    e_meta(rl, NFT_META_NFPROTO);
-    e_cmp_u8(rl, nfproto);
+    ctl_nftx_meta(rl, NFT_META_MARK);
+    ctl_nftx_cmp(rl, op, &v, sizeof(v));
 }
 
-static void m_l4proto(struct nft_rule *rl, uint8_t proto)
-{
-    e_meta(rl, NFT_META_L4PROTO);
-    e_cmp_u8(rl, proto);
-}
-
-static void m_mark_eq(struct nft_rule *rl, uint32_t op, uint32_t v)
-{
-    e_meta(rl, NFT_META_MARK);
-    e_cmp(rl, op, &v, sizeof(v));
-}
-
-static void m_tcp_syn(struct nft_rule *rl)
+static void m_tcp_syn(struct ctl_nftx_rule *rl)
 {
     static const uint8_t syn = 0x02;
 
-    m_l4proto(rl, IPPROTO_TCP);
-    e_payload(rl, NFT_PAYLOAD_TRANSPORT_HEADER, 13, 1);
-    e_and(rl, &syn, 1);
-    e_cmp_u8(rl, syn);
+    ctl_nftx_meta_u8(rl, NFT_META_L4PROTO, IPPROTO_TCP);
+    ctl_nftx_payload(rl, NFT_PAYLOAD_TRANSPORT_HEADER, 13, 1);
+    ctl_nftx_and(rl, &syn, 1);
+    ctl_nftx_cmp_u8(rl, syn);
 }
 
 /* tcp doff D */
-static void m_tcp_doff(struct nft_rule *rl, unsigned doff)
+static void m_tcp_doff(struct ctl_nftx_rule *rl, unsigned doff)
 {
     static const uint8_t hi = 0xf0;
 
-    m_l4proto(rl, IPPROTO_TCP);
-    e_payload(rl, NFT_PAYLOAD_TRANSPORT_HEADER, 12, 1);
-    e_and(rl, &hi, 1);
-    e_cmp_u8(rl, (uint8_t)(doff << 4));
+    ctl_nftx_meta_u8(rl, NFT_META_L4PROTO, IPPROTO_TCP);
+    ctl_nftx_payload(rl, NFT_PAYLOAD_TRANSPORT_HEADER, 12, 1);
+    ctl_nftx_and(rl, &hi, 1);
+    ctl_nftx_cmp_u8(rl, (uint8_t)(doff << 4));
 }
 
 /* ---- the services' address maps ---------------------------------------------------------- */
@@ -640,7 +394,7 @@ static uint32_t map_key_len(const struct nft_map_def *d)
     return (d->l4proto ? 4 : 0) + key_addr_len(d->key) + 4;
 }
 
-static void tx_map(struct nft_tx *tx, enum nft_map m)
+static void tx_map(struct ctl_nftx *tx, enum nft_map m)
 {
     const struct nft_map_def *d = &nft_maps[m];
     static const uint32_t addr_type[] = {NFT_TYPE_IPADDR, NFT_TYPE_IP6ADDR, NFT_TYPE_IFNAME, 0};
@@ -652,7 +406,7 @@ static void tx_map(struct nft_tx *tx, enum nft_map m)
     char label[NFT_LABEL_LEN];
 
     (void)snprintf(label, sizeof(label), "add %s %s", d->verdict ? "map" : "set", d->name);
-    nlh = tx_hdr(tx, NFT_MSG_NEWSET, NLM_F_CREATE, label);
+    nlh = ctl_nftx_hdr(tx, NFT_MSG_NEWSET, NLM_F_CREATE, NFT_MSG_MAX, label);
     if (!nlh)
         return;
     if (d->l4proto) {
@@ -668,7 +422,7 @@ static void tx_map(struct nft_tx *tx, enum nft_map m)
     s = nftnl_set_alloc();
     if (!s || nftnl_set_set_str(s, NFTNL_SET_TABLE, tx->table) != 0 ||
         nftnl_set_set_str(s, NFTNL_SET_NAME, d->name) != 0) {
-        tx_fail(tx, -ENOMEM);
+        ctl_nftx_fail(tx, -ENOMEM);
         goto out;
     }
     nftnl_set_set_u32(s, NFTNL_SET_FAMILY, NFPROTO_INET);
@@ -679,7 +433,7 @@ static void tx_map(struct nft_tx *tx, enum nft_map m)
         nftnl_set_set_u32(s, NFTNL_SET_FLAGS,
                           NFT_SET_INTERVAL | NFT_SET_CONCAT | (d->verdict ? NFT_SET_MAP : 0));
         if (nftnl_set_set_data(s, NFTNL_SET_DESC_CONCAT, fields, (uint32_t)nf) != 0) {
-            tx_fail(tx, -ENOMEM);
+            ctl_nftx_fail(tx, -ENOMEM);
             goto out;
         }
     } else {
@@ -688,12 +442,12 @@ static void tx_map(struct nft_tx *tx, enum nft_map m)
     if (d->verdict)
         nftnl_set_set_u32(s, NFTNL_SET_DATA_TYPE, NFT_DATA_VERDICT);
     nftnl_set_nlmsg_build_payload(nlh, s);
-    tx_next(tx, nlh);
+    ctl_nftx_next(tx, nlh);
 out:
     nftnl_set_free(s);
 }
 
-static void tx_elem(struct nft_tx *tx, uint16_t type, enum nft_map m, const struct nft_elem *el)
+static void tx_elem(struct ctl_nftx *tx, uint16_t type, enum nft_map m, const struct nft_elem *el)
 {
     const struct nft_map_def *d = &nft_maps[m];
     struct nftnl_set *s = NULL;
@@ -703,7 +457,7 @@ static void tx_elem(struct nft_tx *tx, uint16_t type, enum nft_map m, const stru
 
     (void)snprintf(label, sizeof(label), "%s element of %s",
                    type == NFT_MSG_NEWSETELEM ? "add" : "delete", d->name);
-    nlh = tx_hdr(tx, type, type == NFT_MSG_NEWSETELEM ? NLM_F_CREATE : 0, label);
+    nlh = ctl_nftx_hdr(tx, type, type == NFT_MSG_NEWSETELEM ? NLM_F_CREATE : 0, NFT_MSG_MAX, label);
     if (!nlh)
         return;
     s = nftnl_set_alloc();
@@ -711,7 +465,7 @@ static void tx_elem(struct nft_tx *tx, uint16_t type, enum nft_map m, const stru
     if (!s || !e || nftnl_set_set_str(s, NFTNL_SET_TABLE, tx->table) != 0 ||
         nftnl_set_set_str(s, NFTNL_SET_NAME, d->name) != 0) {
         nftnl_set_elem_free(e);
-        tx_fail(tx, -ENOMEM);
+        ctl_nftx_fail(tx, -ENOMEM);
         goto out;
     }
     nftnl_set_set_u32(s, NFTNL_SET_FAMILY, NFPROTO_INET);
@@ -725,7 +479,7 @@ static void tx_elem(struct nft_tx *tx, uint16_t type, enum nft_map m, const stru
     }
     nftnl_set_elem_add(s, e);
     nftnl_set_elems_nlmsg_build_payload(nlh, s);
-    tx_next(tx, nlh);
+    ctl_nftx_next(tx, nlh);
 out:
     nftnl_set_free(s);
 }
@@ -851,7 +605,7 @@ static bool list_has_ifname(const struct ctl_nft_service *svcs, size_t n)
     return false;
 }
 
-static void build_service_elems(struct nft_tx *tx, const struct ctl_nft_service *s, bool proxy)
+static void build_service_elems(struct ctl_nftx *tx, const struct ctl_nft_service *s, bool proxy)
 {
     struct nft_elem el[CTL_NFT_ADDRS_MAX];
 
@@ -865,7 +619,7 @@ static void build_service_elems(struct nft_tx *tx, const struct ctl_nft_service 
 
 /* What changes between old and cur (the same service, the same layer), element by element:
  * deletions first, so that a replacement never meets itself. pass 0 deletes, pass 1 adds. */
-static void build_service_delta(struct nft_tx *tx, const struct ctl_nft_service *old,
+static void build_service_delta(struct ctl_nftx *tx, const struct ctl_nft_service *old,
                                 const struct ctl_nft_service *cur, bool proxy, int pass)
 {
     struct nft_elem a[CTL_NFT_ADDRS_MAX], b[CTL_NFT_ADDRS_MAX];
@@ -886,62 +640,38 @@ static void build_service_delta(struct nft_tx *tx, const struct ctl_nft_service 
     }
 }
 
-static void e_load(struct nft_rule *rl, uint32_t base, uint32_t offset, uint32_t len, uint32_t dreg)
-{
-    struct nftnl_expr *e = rule_expr(rl, "payload");
-
-    if (!e)
-        return;
-    nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_BASE, base);
-    nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_OFFSET, offset);
-    nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_LEN, len);
-    nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_DREG, dreg);
-}
-
-static void e_meta_to(struct nft_rule *rl, uint32_t key, uint32_t dreg)
-{
-    struct nftnl_expr *e = rule_expr(rl, "meta");
-
-    if (!e)
-        return;
-    nftnl_expr_set_u32(e, NFTNL_EXPR_META_KEY, key);
-    nftnl_expr_set_u32(e, NFTNL_EXPR_META_DREG, dreg);
-}
-
-/* "meta l4proto . ip daddr . th dport vmap @c2s_4" and its kin: the key of map m, looked up
- * (a verdict map jumps to the service's chain; a set only matches). */
-static void m_map(struct nft_rule *rl, enum nft_map m)
+static void m_map(struct ctl_nftx_rule *rl, enum nft_map m)
 {
     const struct nft_map_def *d = &nft_maps[m];
     uint32_t reg = NFT_REG32_00, port_off = d->dst ? 2 : 0;
     struct nftnl_expr *e;
 
     if (d->key == K_V4)
-        m_nfproto(rl, NFPROTO_IPV4);
+        ctl_nftx_meta_u8(rl, NFT_META_NFPROTO, NFPROTO_IPV4);
     else if (d->key == K_V6)
-        m_nfproto(rl, NFPROTO_IPV6);
+        ctl_nftx_meta_u8(rl, NFT_META_NFPROTO, NFPROTO_IPV6);
     if (d->l4proto) {
-        e_meta_to(rl, NFT_META_L4PROTO, reg);
+        ctl_nftx_meta_to(rl, NFT_META_L4PROTO, reg);
         reg++;
     }
     switch (d->key) {
     case K_V4:
-        e_load(rl, NFT_PAYLOAD_NETWORK_HEADER, d->dst ? 16 : 12, 4, reg);
+        ctl_nftx_payload_to(rl, NFT_PAYLOAD_NETWORK_HEADER, d->dst ? 16 : 12, 4, reg);
         reg += 1;
         break;
     case K_V6:
-        e_load(rl, NFT_PAYLOAD_NETWORK_HEADER, d->dst ? 24 : 8, 16, reg);
+        ctl_nftx_payload_to(rl, NFT_PAYLOAD_NETWORK_HEADER, d->dst ? 24 : 8, 16, reg);
         reg += 4;
         break;
     case K_IF:
-        e_meta_to(rl, d->dst ? NFT_META_IIFNAME : NFT_META_OIFNAME, reg);
+        ctl_nftx_meta_to(rl, d->dst ? NFT_META_IIFNAME : NFT_META_OIFNAME, reg);
         reg += 4;
         break;
     case K_PORT:
         break;
     }
-    e_load(rl, NFT_PAYLOAD_TRANSPORT_HEADER, port_off, 2, reg);
-    e = rule_expr(rl, "lookup");
+    ctl_nftx_payload_to(rl, NFT_PAYLOAD_TRANSPORT_HEADER, port_off, 2, reg);
+    e = ctl_nftx_expr(rl, "lookup");
     if (!e)
         return;
     nftnl_expr_set_u32(e, NFTNL_EXPR_LOOKUP_SREG, NFT_REG32_00);
@@ -966,7 +696,7 @@ static const char *queue_chain(bool fail_open)
     return fail_open ? "qfo" : "qfc";
 }
 
-static void rule_queue(struct nft_rule *rl, bool native, uint16_t num, bool bypass)
+static void rule_queue(struct ctl_nftx_rule *rl, bool native, uint16_t num, bool bypass)
 {
     if (native)
         e_queue(rl, num, bypass);
@@ -974,42 +704,42 @@ static void rule_queue(struct nft_rule *rl, bool native, uint16_t num, bool bypa
         e_nfqueue_target(rl, num, bypass);
 }
 
-static void build_queue_chain(struct nft_tx *tx, bool fail_open)
+static void build_queue_chain(struct ctl_nftx *tx, bool fail_open)
 {
-    struct ctl_nft *n = tx->n;
+    struct ctl_nft *n = nft_of(tx);
     const char *chain = queue_chain(fail_open);
-    struct nft_rule rl;
+    struct ctl_nftx_rule rl;
 
     tx_chain(tx, chain, -1, 0);
     for (unsigned t = 0; t < n->nthreads; t++) {
-        rule_start(tx, chain, &rl);
+        ctl_nftx_rule_start(tx, chain, &rl);
         if (n->nthreads > 1) {
             e_symhash(&rl, n->nthreads);
-            e_cmp(&rl, NFT_CMP_EQ, &t, sizeof(t));
+            ctl_nftx_cmp(&rl, NFT_CMP_EQ, &t, sizeof(t));
         }
         rule_queue(&rl, n->native,
                    (uint16_t)fgx_queue_num(n->queue_base, n->nthreads, fail_open, t), fail_open);
-        rule_end(&rl);
+        ctl_nftx_rule_end(&rl);
     }
 }
 
 /* The SYN-ACKs of TCP services go to the NFLOG group of the thread that reads the flow's
  * queue (the same symmetric hash, so the same thread; group numbers are the fail-closed queue
  * numbers), and the chain returns. */
-static void build_synack_chain(struct nft_tx *tx)
+static void build_synack_chain(struct ctl_nftx *tx)
 {
-    struct ctl_nft *n = tx->n;
-    struct nft_rule rl;
+    struct ctl_nft *n = nft_of(tx);
+    struct ctl_nftx_rule rl;
 
     tx_chain(tx, NFT_SYNACK_CHAIN, -1, 0);
     for (unsigned t = 0; t < n->nthreads; t++) {
-        rule_start(tx, NFT_SYNACK_CHAIN, &rl);
+        ctl_nftx_rule_start(tx, NFT_SYNACK_CHAIN, &rl);
         if (n->nthreads > 1) {
             e_symhash(&rl, n->nthreads);
-            e_cmp(&rl, NFT_CMP_EQ, &t, sizeof(t));
+            ctl_nftx_cmp(&rl, NFT_CMP_EQ, &t, sizeof(t));
         }
         e_log_group(&rl, (uint16_t)fgx_queue_num(n->queue_base, n->nthreads, false, t));
-        rule_end(&rl);
+        ctl_nftx_rule_end(&rl);
     }
 }
 
@@ -1018,22 +748,22 @@ static void build_synack_chain(struct nft_tx *tx)
 static const uint8_t nft_doff_order[] = {8, 5, 6, 7, 9, 10, 11, 12, 13, 14, 15};
 
 /* The body of a service chain, for either direction (c2s: client -> server). */
-static void build_service_chain(struct nft_tx *tx, const struct ctl_nft_service *s,
+static void build_service_chain(struct ctl_nftx *tx, const struct ctl_nft_service *s,
                                 const char *chain, bool c2s)
 {
     static const uint8_t frag_mask[2] = {0x3f, 0xff}; /* IPv4 MF and fragment offset */
     const char *q = queue_chain(s->fail_open);
-    struct nft_rule rl;
+    struct ctl_nftx_rule rl;
 
     tx_chain(tx, chain, -1, 0);
     if (s->ipproto == IPPROTO_TCP) {
-        rule_start(tx, chain, &rl);
+        ctl_nftx_rule_start(tx, chain, &rl);
         m_tcp_syn(&rl);
         e_mss(&rl, false);
         e_cmp_be16(&rl, NFT_CMP_GT, NFT_MSS_MAX);
         e_set_be16(&rl, NFT_MSS_MAX);
         e_mss(&rl, true);
-        rule_end(&rl);
+        ctl_nftx_rule_end(&rl);
 
         /* Urgent data is made ordinary data, as inline normalisers do: a receiver without
          * SO_OOBINLINE takes the byte the urgent pointer names out of the stream it reads
@@ -1046,17 +776,17 @@ static void build_service_chain(struct nft_tx *tx, const struct ctl_nft_service 
             static const uint8_t urg = 0x20;
             static const uint8_t keep_all_but_urg[2] = {0xff, 0xdf};
 
-            rule_start(tx, chain, &rl);
-            m_l4proto(&rl, IPPROTO_TCP);
-            e_payload(&rl, NFT_PAYLOAD_TRANSPORT_HEADER, 13, 1);
-            e_and(&rl, &urg, 1);
-            e_cmp_u8(&rl, urg);
-            e_payload(&rl, NFT_PAYLOAD_TRANSPORT_HEADER, 12, 2);
-            e_and(&rl, keep_all_but_urg, 2);
+            ctl_nftx_rule_start(tx, chain, &rl);
+            ctl_nftx_meta_u8(&rl, NFT_META_L4PROTO, IPPROTO_TCP);
+            ctl_nftx_payload(&rl, NFT_PAYLOAD_TRANSPORT_HEADER, 13, 1);
+            ctl_nftx_and(&rl, &urg, 1);
+            ctl_nftx_cmp_u8(&rl, urg);
+            ctl_nftx_payload(&rl, NFT_PAYLOAD_TRANSPORT_HEADER, 12, 2);
+            ctl_nftx_and(&rl, keep_all_but_urg, 2);
             e_payload_write_th(&rl, 12, 2);
             e_set_be16(&rl, 0);
             e_payload_write_th(&rl, 18, 2);
-            rule_end(&rl);
+            ctl_nftx_rule_end(&rl);
         }
 
         /* No handshake packet is queued. The server's SYN-ACK is logged to the worker
@@ -1070,49 +800,49 @@ static void build_service_chain(struct nft_tx *tx, const struct ctl_nft_service 
         if (!c2s) {
             static const uint8_t syn_ack = 0x12; /* TCP flag bits SYN|ACK */
 
-            rule_start(tx, chain, &rl);
-            m_l4proto(&rl, IPPROTO_TCP);
-            e_payload(&rl, NFT_PAYLOAD_TRANSPORT_HEADER, 13, 1);
-            e_and(&rl, &syn_ack, 1);
-            e_cmp_u8(&rl, syn_ack);
-            if (tx->n->synack_log)
-                e_verdict(&rl, NFT_JUMP, NFT_SYNACK_CHAIN);
+            ctl_nftx_rule_start(tx, chain, &rl);
+            ctl_nftx_meta_u8(&rl, NFT_META_L4PROTO, IPPROTO_TCP);
+            ctl_nftx_payload(&rl, NFT_PAYLOAD_TRANSPORT_HEADER, 13, 1);
+            ctl_nftx_and(&rl, &syn_ack, 1);
+            ctl_nftx_cmp_u8(&rl, syn_ack);
+            if (nft_of(tx)->synack_log)
+                ctl_nftx_verdict(&rl, NFT_JUMP, NFT_SYNACK_CHAIN);
             else
-                e_verdict(&rl, NFT_GOTO, q);
-            rule_end(&rl);
+                ctl_nftx_verdict(&rl, NFT_GOTO, q);
+            ctl_nftx_rule_end(&rl);
         }
 
         /* A FIN or RST is copied to the worker the same way (NFLOG, the packet goes on, never
          * held): it sees connections close, so that flows_active counts open ones only. */
-        if (tx->n->synack_log) {
+        if (nft_of(tx)->synack_log) {
             static const uint8_t fin_rst = 0x05; /* TCP flag bits FIN|RST */
             static const uint8_t none = 0;
 
-            rule_start(tx, chain, &rl);
-            m_l4proto(&rl, IPPROTO_TCP);
-            e_payload(&rl, NFT_PAYLOAD_TRANSPORT_HEADER, 13, 1);
-            e_and(&rl, &fin_rst, 1);
-            e_cmp(&rl, NFT_CMP_NEQ, &none, 1);
-            e_verdict(&rl, NFT_JUMP, NFT_SYNACK_CHAIN);
-            rule_end(&rl);
+            ctl_nftx_rule_start(tx, chain, &rl);
+            ctl_nftx_meta_u8(&rl, NFT_META_L4PROTO, IPPROTO_TCP);
+            ctl_nftx_payload(&rl, NFT_PAYLOAD_TRANSPORT_HEADER, 13, 1);
+            ctl_nftx_and(&rl, &fin_rst, 1);
+            ctl_nftx_cmp(&rl, NFT_CMP_NEQ, &none, 1);
+            ctl_nftx_verdict(&rl, NFT_JUMP, NFT_SYNACK_CHAIN);
+            ctl_nftx_rule_end(&rl);
         }
 
         /* Longer than any header the exact rules below accept (IPv4: 20 + 60 bytes, IPv6:
          * 60 after the fixed header), a packet carries payload, IP options or extension
          * headers: queued whichever. Bulk data then skips those 22 rules (measured on veth:
          * the walk was ~2% of all CPU in a bulk transfer). */
-        rule_start(tx, chain, &rl);
-        m_nfproto(&rl, NFPROTO_IPV4);
-        e_payload(&rl, NFT_PAYLOAD_NETWORK_HEADER, 2, 2);
+        ctl_nftx_rule_start(tx, chain, &rl);
+        ctl_nftx_meta_u8(&rl, NFT_META_NFPROTO, NFPROTO_IPV4);
+        ctl_nftx_payload(&rl, NFT_PAYLOAD_NETWORK_HEADER, 2, 2);
         e_cmp_be16(&rl, NFT_CMP_GT, 20 + 4 * 15);
-        e_verdict(&rl, NFT_GOTO, q);
-        rule_end(&rl);
-        rule_start(tx, chain, &rl);
-        m_nfproto(&rl, NFPROTO_IPV6);
-        e_payload(&rl, NFT_PAYLOAD_NETWORK_HEADER, 4, 2);
+        ctl_nftx_verdict(&rl, NFT_GOTO, q);
+        ctl_nftx_rule_end(&rl);
+        ctl_nftx_rule_start(tx, chain, &rl);
+        ctl_nftx_meta_u8(&rl, NFT_META_NFPROTO, NFPROTO_IPV6);
+        ctl_nftx_payload(&rl, NFT_PAYLOAD_NETWORK_HEADER, 4, 2);
         e_cmp_be16(&rl, NFT_CMP_GT, 4 * 15);
-        e_verdict(&rl, NFT_GOTO, q);
-        rule_end(&rl);
+        ctl_nftx_verdict(&rl, NFT_GOTO, q);
+        ctl_nftx_rule_end(&rl);
 
         /* An IPv4 fragment goes to the worker (which drops it) whatever its length. Where
          * nothing reassembles before these rules (no conntrack or tproxy user in the
@@ -1120,13 +850,13 @@ static void build_service_chain(struct nft_tx *tx, const struct ctl_nft_service 
          * rules below as a segment with no payload, and the later fragments, which carry no
          * ports, match no service rule: the receiver would reassemble a payload nobody
          * scanned. (An IPv6 fragment header fails "ip6 nexthdr tcp" below.) */
-        rule_start(tx, chain, &rl);
-        m_nfproto(&rl, NFPROTO_IPV4);
-        e_payload(&rl, NFT_PAYLOAD_NETWORK_HEADER, 6, 2);
-        e_and(&rl, &frag_mask, 2);
+        ctl_nftx_rule_start(tx, chain, &rl);
+        ctl_nftx_meta_u8(&rl, NFT_META_NFPROTO, NFPROTO_IPV4);
+        ctl_nftx_payload(&rl, NFT_PAYLOAD_NETWORK_HEADER, 6, 2);
+        ctl_nftx_and(&rl, &frag_mask, 2);
         e_cmp_be16(&rl, NFT_CMP_NEQ, 0);
-        e_verdict(&rl, NFT_GOTO, q);
-        rule_end(&rl);
+        ctl_nftx_verdict(&rl, NFT_GOTO, q);
+        ctl_nftx_rule_end(&rl);
 
         /* A segment with no payload has nothing to scan. Only an exact header-length match
          * counts: IP options or IPv6 extension headers fall through to the worker. */
@@ -1134,67 +864,67 @@ static void build_service_chain(struct nft_tx *tx, const struct ctl_nft_service 
             static const uint8_t ihl_mask = 0x0f;
             unsigned d = nft_doff_order[i];
 
-            rule_start(tx, chain, &rl);
-            m_nfproto(&rl, NFPROTO_IPV4);
-            e_payload(&rl, NFT_PAYLOAD_NETWORK_HEADER, 0, 1);
-            e_and(&rl, &ihl_mask, 1);
-            e_cmp_u8(&rl, 5);
+            ctl_nftx_rule_start(tx, chain, &rl);
+            ctl_nftx_meta_u8(&rl, NFT_META_NFPROTO, NFPROTO_IPV4);
+            ctl_nftx_payload(&rl, NFT_PAYLOAD_NETWORK_HEADER, 0, 1);
+            ctl_nftx_and(&rl, &ihl_mask, 1);
+            ctl_nftx_cmp_u8(&rl, 5);
             m_tcp_doff(&rl, d);
-            e_payload(&rl, NFT_PAYLOAD_NETWORK_HEADER, 2, 2);
+            ctl_nftx_payload(&rl, NFT_PAYLOAD_NETWORK_HEADER, 2, 2);
             e_cmp_be16(&rl, NFT_CMP_EQ, (uint16_t)(20 + 4 * d));
-            e_verdict(&rl, NF_ACCEPT, NULL);
-            rule_end(&rl);
+            ctl_nftx_verdict(&rl, NF_ACCEPT, NULL);
+            ctl_nftx_rule_end(&rl);
         }
         for (unsigned i = 0; i < sizeof(nft_doff_order); i++) {
             unsigned d = nft_doff_order[i];
 
-            rule_start(tx, chain, &rl);
-            m_nfproto(&rl, NFPROTO_IPV6);
-            e_payload(&rl, NFT_PAYLOAD_NETWORK_HEADER, 6, 1);
-            e_cmp_u8(&rl, IPPROTO_TCP);
+            ctl_nftx_rule_start(tx, chain, &rl);
+            ctl_nftx_meta_u8(&rl, NFT_META_NFPROTO, NFPROTO_IPV6);
+            ctl_nftx_payload(&rl, NFT_PAYLOAD_NETWORK_HEADER, 6, 1);
+            ctl_nftx_cmp_u8(&rl, IPPROTO_TCP);
             m_tcp_doff(&rl, d);
-            e_payload(&rl, NFT_PAYLOAD_NETWORK_HEADER, 4, 2);
+            ctl_nftx_payload(&rl, NFT_PAYLOAD_NETWORK_HEADER, 4, 2);
             e_cmp_be16(&rl, NFT_CMP_EQ, (uint16_t)(4 * d));
-            e_verdict(&rl, NF_ACCEPT, NULL);
-            rule_end(&rl);
+            ctl_nftx_verdict(&rl, NF_ACCEPT, NULL);
+            ctl_nftx_rule_end(&rl);
         }
     }
-    rule_start(tx, chain, &rl);
-    e_verdict(&rl, NFT_GOTO, q);
-    rule_end(&rl);
+    ctl_nftx_rule_start(tx, chain, &rl);
+    ctl_nftx_verdict(&rl, NFT_GOTO, q);
+    ctl_nftx_rule_end(&rl);
 }
 
-static void build_own_packets(struct nft_tx *tx, const char *chain)
+static void build_own_packets(struct ctl_nftx *tx, const char *chain)
 {
     uint32_t mask = FGX_MARK_MASK, mark = FGX_MARK;
-    struct nft_rule rl;
+    struct ctl_nftx_rule rl;
 
-    rule_start(tx, chain, &rl);
-    e_meta(&rl, NFT_META_MARK);
-    e_and(&rl, &mask, sizeof(mask));
-    e_cmp(&rl, NFT_CMP_EQ, &mark, sizeof(mark));
-    e_verdict(&rl, NF_ACCEPT, NULL);
-    rule_end(&rl);
+    ctl_nftx_rule_start(tx, chain, &rl);
+    ctl_nftx_meta(&rl, NFT_META_MARK);
+    ctl_nftx_and(&rl, &mask, sizeof(mask));
+    ctl_nftx_cmp(&rl, NFT_CMP_EQ, &mark, sizeof(mark));
+    ctl_nftx_verdict(&rl, NF_ACCEPT, NULL);
+    ctl_nftx_rule_end(&rl);
 }
 
 /* tproxy to addr:port (the team's own proxy), for that address's family only. */
-static void e_tproxy_to(struct nft_rule *rl, const struct fgx_svcaddr *to)
+static void e_tproxy_to(struct ctl_nftx_rule *rl, const struct fgx_svcaddr *to)
 {
     struct nftnl_expr *e;
     uint16_t port = htons(to->port);
     uint32_t alen = to->cidr.family == 4 ? 4 : 16;
 
-    e = rule_expr(rl, "immediate");
+    e = ctl_nftx_expr(rl, "immediate");
     if (e) {
         nftnl_expr_set_u32(e, NFTNL_EXPR_IMM_DREG, NFT_REG_1);
         nftnl_expr_set(e, NFTNL_EXPR_IMM_DATA, to->cidr.addr, alen);
     }
-    e = rule_expr(rl, "immediate");
+    e = ctl_nftx_expr(rl, "immediate");
     if (e) {
         nftnl_expr_set_u32(e, NFTNL_EXPR_IMM_DREG, NFT_REG_2);
         nftnl_expr_set(e, NFTNL_EXPR_IMM_DATA, &port, sizeof(port));
     }
-    e = rule_expr(rl, "tproxy");
+    e = ctl_nftx_expr(rl, "tproxy");
     if (!e)
         return;
     nftnl_expr_set_u32(e, NFTNL_EXPR_TPROXY_FAMILY,
@@ -1207,41 +937,42 @@ static void e_tproxy_to(struct nft_rule *rl, const struct fgx_svcaddr *to)
  * the packet's own destination. The external layer: the team's proxy at `to` (its family
  * only). Either way marked, so the policy route delivers it locally; a fail-closed service
  * drops what tproxy could not take (no listener, or the other family). */
-static void build_px_chain(struct nft_tx *tx, const struct ctl_nft_service *s, uint16_t px_port)
+static void build_px_chain(struct ctl_nftx *tx, const struct ctl_nft_service *s, uint16_t px_port)
 {
     char chain[NFT_LABEL_LEN];
-    struct nft_rule rl;
+    struct ctl_nftx_rule rl;
 
     (void)snprintf(chain, sizeof(chain), "px%u", (unsigned)s->id);
     tx_chain(tx, chain, -1, 0);
-    rule_start(tx, chain, &rl);
+    ctl_nftx_rule_start(tx, chain, &rl);
     if (s->external) {
-        m_nfproto(&rl, s->to.cidr.family == 4 ? NFPROTO_IPV4 : NFPROTO_IPV6);
+        ctl_nftx_meta_u8(&rl, NFT_META_NFPROTO,
+                         s->to.cidr.family == 4 ? NFPROTO_IPV4 : NFPROTO_IPV6);
         e_tproxy_to(&rl, &s->to);
     } else {
         e_tproxy(&rl, px_port);
     }
     e_mark_set(&rl, CTL_ROUTE_MARK);
-    e_verdict(&rl, NF_ACCEPT, NULL);
-    rule_end(&rl);
+    ctl_nftx_verdict(&rl, NF_ACCEPT, NULL);
+    ctl_nftx_rule_end(&rl);
     if (!s->fail_open) {
-        rule_start(tx, chain, &rl);
-        e_verdict(&rl, NF_DROP, NULL);
-        rule_end(&rl);
+        ctl_nftx_rule_start(tx, chain, &rl);
+        ctl_nftx_verdict(&rl, NF_DROP, NULL);
+        ctl_nftx_rule_end(&rl);
     }
 }
 
-static void build_proxy(struct nft_tx *tx, const struct nft_sync_arg *a)
+static void build_proxy(struct ctl_nftx *tx, const struct nft_sync_arg *a)
 {
     static const uint8_t syn = 0x02, syn_ack = 0x12; /* TCP flag bits SYN, SYN|ACK */
     static const enum nft_map px_maps[] = {M_PX_4, M_PX_6, M_PX_IF};
     static const enum nft_map pxo_sets[] = {S_PXO_4, S_PXO_6, S_PXO_IP};
-    struct nft_rule rl;
+    struct ctl_nftx_rule rl;
     uint8_t one = 1;
     size_t i;
 
     tx_chain(tx, "pxpre", NF_INET_PRE_ROUTING, NFT_PRIO_PRE);
-    tx_chain_type(tx, "pxout", "route", NF_INET_LOCAL_OUT, NFT_PRIO_PRE);
+    ctl_nftx_chain(tx, "pxout", "route", NF_INET_LOCAL_OUT, NFT_PRIO_PRE, NF_ACCEPT);
     for (i = 0; i < a->npx; i++)
         build_px_chain(tx, &a->px[i], a->px_port);
     for (i = 0; i < sizeof(px_maps) / sizeof(px_maps[0]); i++)
@@ -1252,10 +983,10 @@ static void build_proxy(struct nft_tx *tx, const struct nft_sync_arg *a)
         build_service_elems(tx, &a->px[i], true);
 
     /* The proxy's own connections to the services: never diverted again. */
-    rule_start(tx, "pxpre", &rl);
+    ctl_nftx_rule_start(tx, "pxpre", &rl);
     m_mark_eq(&rl, NFT_CMP_EQ, FGX_MARK);
-    e_verdict(&rl, NF_ACCEPT, NULL);
-    rule_end(&rl);
+    ctl_nftx_verdict(&rl, NF_ACCEPT, NULL);
+    ctl_nftx_rule_end(&rl);
     /* Packets of a connection the proxy holds (either leg): to it, locally. Not a SYN without
      * ACK: it opens a new connection, and the lookup would also find the proxy's TIME_WAIT
      * socket of a client tuple being reused (transparent too). Accepted here, such a SYN skips
@@ -1263,79 +994,79 @@ static void build_proxy(struct nft_tx *tx, const struct nft_sync_arg *a)
      * that non-transparent request socket in tproxy, falls to the fail-closed drop, and the
      * handshake stalls in SYN-RECV. tproxy below reopens a TIME_WAIT to the proxy itself.
      * The team's own proxy of an external-layer service holds transparent sockets too. */
-    rule_start(tx, "pxpre", &rl);
-    m_l4proto(&rl, IPPROTO_TCP);
-    e_payload(&rl, NFT_PAYLOAD_TRANSPORT_HEADER, 13, 1);
-    e_and(&rl, &syn_ack, sizeof(syn_ack));
-    e_cmp(&rl, NFT_CMP_NEQ, &syn, sizeof(syn));
+    ctl_nftx_rule_start(tx, "pxpre", &rl);
+    ctl_nftx_meta_u8(&rl, NFT_META_L4PROTO, IPPROTO_TCP);
+    ctl_nftx_payload(&rl, NFT_PAYLOAD_TRANSPORT_HEADER, 13, 1);
+    ctl_nftx_and(&rl, &syn_ack, sizeof(syn_ack));
+    ctl_nftx_cmp(&rl, NFT_CMP_NEQ, &syn, sizeof(syn));
     e_socket_transparent(&rl);
-    e_cmp(&rl, NFT_CMP_EQ, &one, sizeof(one));
+    ctl_nftx_cmp(&rl, NFT_CMP_EQ, &one, sizeof(one));
     e_mark_set(&rl, CTL_ROUTE_MARK);
-    e_verdict(&rl, NF_ACCEPT, NULL);
-    rule_end(&rl);
+    ctl_nftx_verdict(&rl, NF_ACCEPT, NULL);
+    ctl_nftx_rule_end(&rl);
     /* New connections to a service: one lookup per address kind, to its px<id> chain. */
     for (i = 0; i < sizeof(px_maps) / sizeof(px_maps[0]); i++) {
         if (px_maps[i] == M_PX_IF && !list_has_ifname(a->px, a->npx))
             continue;
-        rule_start(tx, "pxpre", &rl);
-        m_l4proto(&rl, IPPROTO_TCP);
+        ctl_nftx_rule_start(tx, "pxpre", &rl);
+        ctl_nftx_meta_u8(&rl, NFT_META_L4PROTO, IPPROTO_TCP);
         m_map(&rl, px_maps[i]);
-        rule_end(&rl);
+        ctl_nftx_rule_end(&rl);
     }
     /* The services' replies on the proxy's upstream connections (conntrack marked below),
      * addressed to the client: to the proxy. For any such connection, not per service: one
      * the proxy still holds after its service stopped or moved to the other layer must keep
      * its way back, or the service's next reply goes to the real client, whose reset kills
      * the service's end. */
-    rule_start(tx, "pxout", &rl);
+    ctl_nftx_rule_start(tx, "pxout", &rl);
     m_mark_eq(&rl, NFT_CMP_NEQ, FGX_MARK); /* not the proxy's own packets on that entry */
-    m_l4proto(&rl, IPPROTO_TCP);
+    ctl_nftx_meta_u8(&rl, NFT_META_L4PROTO, IPPROTO_TCP);
     e_ct_mark(&rl, false);
-    e_cmp(&rl, NFT_CMP_EQ, &(uint32_t){CT_PX}, sizeof(uint32_t));
+    ctl_nftx_cmp(&rl, NFT_CMP_EQ, &(uint32_t){CT_PX}, sizeof(uint32_t));
     e_mark_set(&rl, CTL_ROUTE_MARK);
-    rule_end(&rl);
+    ctl_nftx_rule_end(&rl);
     /* The proxy's upstream connection to a service of this box: remember it in conntrack so
      * the service's replies, addressed to the client, are rerouted to the proxy (the rule
      * above). An interface's service is known by its port (pxo_ip). */
     for (i = 0; i < sizeof(pxo_sets) / sizeof(pxo_sets[0]); i++) {
         if (pxo_sets[i] == S_PXO_IP && !list_has_ifname(a->px, a->npx))
             continue;
-        rule_start(tx, "pxout", &rl);
+        ctl_nftx_rule_start(tx, "pxout", &rl);
         m_mark_eq(&rl, NFT_CMP_EQ, FGX_MARK);
-        m_l4proto(&rl, IPPROTO_TCP);
+        ctl_nftx_meta_u8(&rl, NFT_META_L4PROTO, IPPROTO_TCP);
         m_map(&rl, pxo_sets[i]);
         e_set_u32(&rl, CT_PX);
         e_ct_mark(&rl, true);
-        e_verdict(&rl, NF_ACCEPT, NULL);
-        rule_end(&rl);
+        ctl_nftx_verdict(&rl, NF_ACCEPT, NULL);
+        ctl_nftx_rule_end(&rl);
     }
     /* The box's own clients: through lo, where the tproxy rule sees them (an interface's
      * service is reached from outside only; the external layer takes outside clients). */
     for (i = 0; i < 2; i++) {
-        rule_start(tx, "pxout", &rl);
+        ctl_nftx_rule_start(tx, "pxout", &rl);
         m_mark_eq(&rl, NFT_CMP_NEQ, FGX_MARK);
-        m_l4proto(&rl, IPPROTO_TCP);
+        ctl_nftx_meta_u8(&rl, NFT_META_L4PROTO, IPPROTO_TCP);
         m_map(&rl, pxo_sets[i]);
         e_mark_set(&rl, CTL_ROUTE_MARK);
-        rule_end(&rl);
+        ctl_nftx_rule_end(&rl);
     }
 }
 
-static void build_sync(struct nft_tx *tx, const void *arg)
+static void build_sync(struct ctl_nftx *tx, const void *arg)
 {
     static const enum nft_map c2s_maps[] = {M_C2S_4, M_C2S_6, M_C2S_IF};
     static const enum nft_map s2c_maps[] = {M_S2C_4, M_S2C_6, M_S2C_IF};
     const struct nft_sync_arg *a = arg;
     bool used[2] = {false, false};
     char c2s[NFT_LABEL_LEN], s2c[NFT_LABEL_LEN];
-    struct nft_rule rl;
+    struct ctl_nftx_rule rl;
 
     /* Adding first makes the delete valid whether or not the table existed. */
-    tx_table(tx, NFT_MSG_NEWTABLE, tx->table);
-    tx_table(tx, NFT_MSG_DELTABLE, tx->table);
+    ctl_nftx_table(tx, NFT_MSG_NEWTABLE, tx->table);
+    ctl_nftx_table(tx, NFT_MSG_DELTABLE, tx->table);
     if (a->nsvcs == 0 && a->npx == 0)
         return;
-    tx_table(tx, NFT_MSG_NEWTABLE, tx->table);
+    ctl_nftx_table(tx, NFT_MSG_NEWTABLE, tx->table);
     if (a->npx > 0)
         build_proxy(tx, a);
     if (a->nsvcs == 0)
@@ -1350,7 +1081,7 @@ static void build_sync(struct nft_tx *tx, const void *arg)
     }
     for (size_t i = 0; i < a->nsvcs; i++) {
         if (a->svcs[i].ipproto == IPPROTO_TCP) {
-            if (tx->n->synack_log)
+            if (nft_of(tx)->synack_log)
                 build_synack_chain(tx);
             break;
         }
@@ -1374,12 +1105,12 @@ static void build_sync(struct nft_tx *tx, const void *arg)
     for (size_t i = 0; i < 3; i++) {
         if (c2s_maps[i] == M_C2S_IF && !list_has_ifname(a->svcs, a->nsvcs))
             continue;
-        rule_start(tx, "pre", &rl);
+        ctl_nftx_rule_start(tx, "pre", &rl);
         m_map(&rl, c2s_maps[i]);
-        rule_end(&rl);
-        rule_start(tx, "post", &rl);
+        ctl_nftx_rule_end(&rl);
+        ctl_nftx_rule_start(tx, "post", &rl);
         m_map(&rl, s2c_maps[i]);
-        rule_end(&rl);
+        ctl_nftx_rule_end(&rl);
     }
 }
 
@@ -1390,7 +1121,7 @@ struct nft_delta_arg {
     size_t nnfq, npx;
 };
 
-static void build_delta(struct nft_tx *tx, const void *arg)
+static void build_delta(struct ctl_nftx *tx, const void *arg)
 {
     const struct nft_delta_arg *a = arg;
 
@@ -1419,216 +1150,47 @@ static bool same_but_addrs(const struct ctl_nft_service *old, size_t nold,
 
 /* A throwaway table with one rule that queues the way n->native says; deleted in the same
  * transaction, so nothing stays behind whatever the outcome. */
-static void build_probe(struct nft_tx *tx, const void *arg)
+static void build_probe(struct ctl_nftx *tx, const void *arg)
 {
-    struct nft_rule rl;
+    struct ctl_nftx_rule rl;
 
     (void)arg;
-    tx_table(tx, NFT_MSG_NEWTABLE, tx->table);
+    ctl_nftx_table(tx, NFT_MSG_NEWTABLE, tx->table);
     tx_chain(tx, "probe", -1, 0);
-    rule_start(tx, "probe", &rl);
-    rule_queue(&rl, tx->n->native, (uint16_t)tx->n->queue_base, true);
-    rule_end(&rl);
-    tx_table(tx, NFT_MSG_DELTABLE, tx->table);
+    ctl_nftx_rule_start(tx, "probe", &rl);
+    rule_queue(&rl, nft_of(tx)->native, (uint16_t)nft_of(tx)->queue_base, true);
+    ctl_nftx_rule_end(&rl);
+    ctl_nftx_table(tx, NFT_MSG_DELTABLE, tx->table);
 }
 
 /* The same for the log expression the SYN-ACK copies use. */
-static void build_probe_log(struct nft_tx *tx, const void *arg)
+static void build_probe_log(struct ctl_nftx *tx, const void *arg)
 {
-    struct nft_rule rl;
+    struct ctl_nftx_rule rl;
 
     (void)arg;
-    tx_table(tx, NFT_MSG_NEWTABLE, tx->table);
+    ctl_nftx_table(tx, NFT_MSG_NEWTABLE, tx->table);
     tx_chain(tx, "probe", -1, 0);
-    rule_start(tx, "probe", &rl);
-    e_log_group(&rl, (uint16_t)tx->n->queue_base);
-    rule_end(&rl);
-    tx_table(tx, NFT_MSG_DELTABLE, tx->table);
+    ctl_nftx_rule_start(tx, "probe", &rl);
+    e_log_group(&rl, (uint16_t)nft_of(tx)->queue_base);
+    ctl_nftx_rule_end(&rl);
+    ctl_nftx_table(tx, NFT_MSG_DELTABLE, tx->table);
 }
 
-/* ---- sending a transaction and reading the kernel's answer ------------------------------- */
-
-static const char *extack_msg(const struct nlmsghdr *nlh)
-{
-    const struct nlmsgerr *e = mnl_nlmsg_get_payload(nlh);
-    const struct nlattr *attr;
-    size_t off = sizeof(*e);
-
-    if (!(nlh->nlmsg_flags & NLM_F_ACK_TLVS))
-        return NULL;
-    if (!(nlh->nlmsg_flags & NLM_F_CAPPED))
-        off += e->msg.nlmsg_len - sizeof(struct nlmsghdr);
-    mnl_attr_for_each(attr, nlh, off)
-    {
-        if (mnl_attr_get_type(attr) == NLMSGERR_ATTR_MSG &&
-            mnl_attr_validate(attr, MNL_TYPE_NUL_STRING) == 0)
-            return mnl_attr_get_str(attr);
-    }
-    return NULL;
-}
-
-/* Go through one buffer of replies. Sets *done on the reply that ends the transaction: the ack
- * of its last message, or an error for the batch as a whole. Keeps the first error in tx->kerr
- * and logs it; the rest are consequences of the same refusal. */
-static void tx_replies(struct nft_tx *tx, const void *buf, size_t len, bool quiet, bool *done)
-{
-    const struct nlmsghdr *nlh = buf;
-    int left = (int)len;
-
-    for (; mnl_nlmsg_ok(nlh, left); nlh = mnl_nlmsg_next(nlh, &left)) {
-        const struct nlmsgerr *e;
-        const char *what, *msg;
-        uint32_t rel = nlh->nlmsg_seq - tx->seq0; /* 0: batch begin; wraps safely */
-
-        /* Replies to an earlier transaction that gave up early are not ours. */
-        if (nlh->nlmsg_type != NLMSG_ERROR || rel > tx->nmsgs)
-            continue;
-        if (mnl_nlmsg_get_payload_len(nlh) < sizeof(*e))
-            continue;
-        e = mnl_nlmsg_get_payload(nlh);
-        if (rel == tx->nmsgs || (rel == 0 && e->error != 0))
-            *done = true;
-        if (e->error == 0 || tx->kerr != 0)
-            continue;
-        tx->kerr = e->error;
-        what = rel == 0 ? "the transaction" : tx->labels[rel - 1];
-        msg = extack_msg(nlh);
-        fgx_log(quiet ? FGX_LOG_DEBUG : FGX_LOG_ERROR, "nft: kernel refused %s: %s%s%s", what,
-                strerror(-e->error), msg ? ": " : "", msg ? msg : "");
-    }
-}
-
-static int tx_recv(struct ctl_nft *n, struct nft_tx *tx, bool quiet)
-{
-    int fd = mnl_socket_get_fd(n->nl), rc;
-    bool done = false;
-    ssize_t len;
-
-    while (!done) {
-        struct pollfd pfd = {.fd = fd, .events = POLLIN};
-
-        rc = poll(&pfd, 1, NFT_RX_TIMEOUT_MS);
-        if (rc == -1) {
-            if (errno == EINTR)
-                continue;
-            rc = -errno;
-            fgx_err("nft: poll: %s", strerror(errno));
-            goto out;
-        }
-        if (rc == 0) {
-            rc = -ETIMEDOUT;
-            fgx_err("nft: no answer from the kernel in %d ms", NFT_RX_TIMEOUT_MS);
-            goto out;
-        }
-        len = recv(fd, n->rx, sizeof(n->rx), 0);
-        if (len == -1) {
-            if (errno == EINTR)
-                continue;
-            rc = -errno;
-            fgx_err("nft: reading the kernel's answer: %s", strerror(errno));
-            goto out;
-        }
-        tx_replies(tx, n->rx, (size_t)len, quiet, &done);
-    }
-    /* The kernel answers the whole batch before sendmsg returns: anything left (the other
-     * errors of a failed batch) is already queued. */
-    while ((len = recv(fd, n->rx, sizeof(n->rx), MSG_DONTWAIT)) > 0)
-        tx_replies(tx, n->rx, (size_t)len, quiet, &done);
-    rc = tx->kerr;
-out:
-    return rc;
-}
-
-/* Make room in the socket's send buffer for a whole batch: a batch is one datagram. */
-static int nft_sndbuf(struct ctl_nft *n, size_t len)
-{
-    int fd = mnl_socket_get_fd(n->nl), want;
-
-    if (len + 4096 <= (size_t)n->sndbuf)
-        return 0;
-    if (len > (size_t)(1 << 30)) {
-        fgx_err("nft: batch of %zu bytes is too large", len);
-        return -EMSGSIZE;
-    }
-    want = (int)len + 4096;
-    if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &want, sizeof(want)) == -1 &&
-        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &want, sizeof(want)) == -1) {
-        int rc = -errno;
-
-        fgx_err("nft: setting the netlink send buffer to %d bytes: %s", want, strerror(-rc));
-        return rc;
-    }
-    n->sndbuf = want;
-    return 0;
-}
+/* ---- running a transaction ------------------------------------------------------------- */
 
 /* Build with fn and run it as one transaction. quiet: the caller expects that it may fail
  * (the probe), so the kernel's refusal is logged at debug level only. */
 static int tx_run(struct ctl_nft *n, const char *table, nft_build_fn fn, const void *arg,
                   bool quiet)
 {
-    struct nft_tx tx = {.n = n, .table = table};
-    struct mnl_nlmsg_batch *b = NULL;
-    char *buf = NULL;
-    size_t limit;
+    struct ctl_nftx tx;
     int rc;
 
+    ctl_nftx_begin(&tx, &n->sock, table, "the transaction", n);
     fn(&tx, arg);
-    if (tx.err) {
-        rc = tx.err;
-        fgx_err("nft: building the transaction: %s", strerror(-rc));
-        goto out;
-    }
-    /* mnl_nlmsg_batch wants a buffer of twice its limit. */
-    limit = (tx.nmsgs + 2) * NFT_MSG_MAX;
-    buf = malloc(2 * limit);
-    tx.labels = calloc(tx.nmsgs, sizeof(*tx.labels));
-    b = buf ? mnl_nlmsg_batch_start(buf, limit) : NULL;
-    if (!b || !tx.labels) {
-        rc = -ENOMEM;
-        fgx_err("nft: no memory for a batch of %zu messages", tx.nmsgs);
-        goto out;
-    }
-    tx.seq0 = n->seq;
-    n->seq += (uint32_t)tx.nmsgs + 2;
-    nftnl_batch_begin(mnl_nlmsg_batch_current(b), tx.seq0);
-    mnl_nlmsg_batch_next(b);
-    tx.b = b;
-    tx.cap = tx.nmsgs;
-    tx.nmsgs = 0;
-    fn(&tx, arg);
-    if (tx.err) {
-        rc = tx.err;
-        fgx_err("nft: building the transaction: %s", strerror(-rc));
-        goto out;
-    }
-    /* Only the last message asks for an ack: errors come regardless, and the ack says the
-     * kernel is done with the batch. */
-    if (tx.nmsgs > 0) {
-        struct nlmsghdr *last = mnl_nlmsg_batch_head(b);
-        int left = (int)mnl_nlmsg_batch_size(b);
-        struct nlmsghdr *prev = last;
-
-        for (; mnl_nlmsg_ok(last, left); last = mnl_nlmsg_next(last, &left))
-            prev = last;
-        prev->nlmsg_flags |= NLM_F_ACK;
-    }
-    nftnl_batch_end(mnl_nlmsg_batch_current(b), n->seq - 1);
-    mnl_nlmsg_batch_next(b);
-    rc = nft_sndbuf(n, mnl_nlmsg_batch_size(b));
-    if (rc < 0)
-        goto out;
-    if (mnl_socket_sendto(n->nl, mnl_nlmsg_batch_head(b), mnl_nlmsg_batch_size(b)) == -1) {
-        rc = -errno;
-        fgx_err("nft: sending a batch of %zu bytes: %s", mnl_nlmsg_batch_size(b), strerror(errno));
-        goto out;
-    }
-    rc = tx_recv(n, &tx, quiet);
-out:
-    if (b)
-        mnl_nlmsg_batch_stop(b);
-    free(tx.labels);
-    free(buf);
+    rc = ctl_nftx_commit(&tx, &n->sock, quiet);
+    ctl_nftx_release(&tx);
     return rc;
 }
 
@@ -1638,8 +1200,7 @@ int ctl_nft_open(const struct ctl_nft_config *cfg, struct ctl_nft **out)
 {
     struct ctl_nft *n = NULL;
     const char *table = cfg->table ? cfg->table : NFT_DEFAULT_TABLE;
-    int one = 1, rcvbuf = NFT_RCVBUF, rc;
-    socklen_t sl = sizeof(n->sndbuf);
+    int rc;
 
     if (table[0] == '\0' || cfg->nthreads == 0 ||
         cfg->queue_base + 2ul * cfg->nthreads - 1 > UINT16_MAX) {
@@ -1655,26 +1216,9 @@ int ctl_nft_open(const struct ctl_nft_config *cfg, struct ctl_nft **out)
     }
     n->queue_base = cfg->queue_base;
     n->nthreads = cfg->nthreads;
-    n->seq = (uint32_t)time(NULL);
-    n->nl = mnl_socket_open(NETLINK_NETFILTER);
-    if (!n->nl) {
-        rc = -errno;
-        fgx_err("nft: netlink socket: %s", strerror(errno));
+    rc = ctl_nftx_sock_open(&n->sock, (uint32_t)time(NULL));
+    if (rc < 0)
         goto err;
-    }
-    if (mnl_socket_bind(n->nl, 0, MNL_SOCKET_AUTOPID) == -1) {
-        rc = -errno;
-        fgx_err("nft: netlink bind: %s", strerror(errno));
-        goto err;
-    }
-    /* Best effort: the kernel's error text, and acks without a copy of our message. */
-    (void)mnl_socket_setsockopt(n->nl, NETLINK_EXT_ACK, &one, sizeof(one));
-    (void)mnl_socket_setsockopt(n->nl, NETLINK_CAP_ACK, &one, sizeof(one));
-    if (setsockopt(mnl_socket_get_fd(n->nl), SOL_SOCKET, SO_RCVBUFFORCE, &rcvbuf, sizeof(rcvbuf)) ==
-        -1)
-        (void)setsockopt(mnl_socket_get_fd(n->nl), SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
-    if (getsockopt(mnl_socket_get_fd(n->nl), SOL_SOCKET, SO_SNDBUF, &n->sndbuf, &sl) == -1)
-        n->sndbuf = 0;
 
     n->native = true;
     rc = tx_run(n, NFT_PROBE_TABLE, build_probe, NULL, true);
@@ -1833,14 +1377,16 @@ int ctl_nft_sync_layers(struct ctl_nft *n, const struct ctl_nft_service *nfq, si
         same_but_addrs(n->nfq, n->nnfq, nfq, nnfq) && same_but_addrs(n->px, n->npx, px, npx)) {
         struct nft_delta_arg d = {
             .old_nfq = n->nfq, .nfq = nfq, .nnfq = nnfq, .old_px = n->px, .px = px, .npx = npx};
-        struct nft_tx count = {.n = n, .table = n->table};
+        struct ctl_nftx tx;
+        uint32_t nmsgs;
 
-        build_delta(&count, &d);
-        rc = count.err;
-        if (rc == 0 && count.nmsgs > 0)
-            rc = tx_run(n, n->table, build_delta, &d, false);
+        ctl_nftx_begin(&tx, &n->sock, n->table, "the transaction", n);
+        build_delta(&tx, &d);
+        nmsgs = tx.nmsgs;
+        rc = tx.nmsgs > 0 || tx.err ? ctl_nftx_commit(&tx, &n->sock, false) : 0;
+        ctl_nftx_release(&tx);
         if (rc == 0) {
-            fgx_debug("nft: %zu address element(s) changed in table inet %s", count.nmsgs,
+            fgx_debug("nft: %u address element(s) changed in table inet %s", (unsigned)nmsgs,
                       n->table);
             goto keep;
         }
@@ -1892,8 +1438,7 @@ void ctl_nft_close(struct ctl_nft *n)
 {
     if (!n)
         return;
-    if (n->nl)
-        mnl_socket_close(n->nl);
+    ctl_nftx_sock_close(&n->sock);
     free(n->nfq);
     free(n->px);
     free(n->table);

@@ -1,6 +1,7 @@
 /* controld statistics stage, per-minute rates (ctl_rates.h). A record is big-endian
- * (minute u32, count u32) pairs, ascending by minute; a minute's count saturates at
- * UINT32_MAX. */
+ * (minute u32, count u32) pairs, ascending by minute, or (minute u32, count u64) for the byte
+ * kinds (ctl_rates_point_len()); a minute's count saturates. The kind is the key's first byte,
+ * so a record's width is known from its key. */
 #include "controld/ctl_rates.h"
 
 #include <errno.h>
@@ -20,6 +21,22 @@ static uint32_t get32(const uint8_t *p)
     return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
 }
 
+/* A point's count: 4 or 8 bytes (w: the point's length, 8 or 12). */
+static void put_count(uint8_t *p, size_t w, uint64_t v)
+{
+    if (w == 12) {
+        put32(p, (uint32_t)(v >> 32));
+        put32(p + 4, (uint32_t)v);
+    } else {
+        put32(p, (uint32_t)v);
+    }
+}
+
+static uint64_t get_count(const uint8_t *p, size_t w)
+{
+    return w == 12 ? (uint64_t)get32(p) << 32 | get32(p + 4) : get32(p);
+}
+
 void ctl_rates_key(uint8_t key[CTL_RATES_KEY_LEN], enum ctl_rate_kind kind, enum ctl_rate_obj obj,
                    uint32_t id)
 {
@@ -28,14 +45,15 @@ void ctl_rates_key(uint8_t key[CTL_RATES_KEY_LEN], enum ctl_rate_kind kind, enum
     put32(key + 2, id);
 }
 
-int ctl_rates_decode(const void *rec, size_t len, struct ctl_rate_point **out, size_t *n)
+int ctl_rates_decode(enum ctl_rate_kind kind, const void *rec, size_t len,
+                     struct ctl_rate_point **out, size_t *n)
 {
+    size_t w = ctl_rates_point_len(kind), cnt = len / w;
     const uint8_t *p = rec;
-    size_t cnt = len / 8;
 
     *out = NULL;
     *n = 0;
-    if (len % 8 != 0)
+    if (len % w != 0)
         return -EINVAL;
     if (cnt == 0)
         return 0;
@@ -43,26 +61,29 @@ int ctl_rates_decode(const void *rec, size_t len, struct ctl_rate_point **out, s
     if (!*out)
         return -ENOMEM;
     for (size_t i = 0; i < cnt; i++) {
-        (*out)[i].minute = get32(p + 8 * i);
-        (*out)[i].count = get32(p + 8 * i + 4);
+        (*out)[i].minute = get32(p + w * i);
+        (*out)[i].count = get_count(p + w * i + 4, w);
     }
     *n = cnt;
     return 0;
 }
 
-/* Append a point unless it is out of the window or empty. */
-static void emit(uint8_t *buf, size_t *k, uint32_t minute, uint32_t count, uint32_t oldest)
+/* Append a point of w bytes unless it is out of the window or empty. */
+static void emit(uint8_t *buf, size_t w, size_t *k, uint32_t minute, uint64_t count,
+                 uint32_t oldest)
 {
     if (minute < oldest || count == 0)
         return;
-    put32(buf + 8 * *k, minute);
-    put32(buf + 8 * *k + 4, count);
+    put32(buf + w * *k, minute);
+    put_count(buf + w * *k + 4, w, count);
     (*k)++;
 }
 
-int ctl_rates_merge(const void *rec, size_t len, uint32_t minute, uint64_t count,
-                    uint32_t now_minute, void **out, size_t *outlen)
+int ctl_rates_merge(enum ctl_rate_kind kind, const void *rec, size_t len, uint32_t minute,
+                    uint64_t count, uint32_t now_minute, void **out, size_t *outlen)
 {
+    size_t w = ctl_rates_point_len(kind);
+    uint64_t max = w == 12 ? UINT64_MAX : UINT32_MAX;
     uint32_t oldest = now_minute >= CTL_RATES_MINUTES ? now_minute - CTL_RATES_MINUTES + 1 : 0;
     struct ctl_rate_point *pts = NULL;
     size_t n = 0, k = 0, i = 0;
@@ -72,28 +93,32 @@ int ctl_rates_merge(const void *rec, size_t len, uint32_t minute, uint64_t count
 
     *out = NULL;
     *outlen = 0;
-    rv = ctl_rates_decode(rec, len, &pts, &n);
+    rv = ctl_rates_decode(kind, rec, len, &pts, &n);
     if (rv < 0)
         return rv;
-    buf = malloc((n + 1) * 8);
+    buf = malloc((n + 1) * w);
     if (!buf) {
         free(pts);
         return -ENOMEM;
     }
+    if (c > max)
+        c = max;
     for (; i < n && pts[i].minute < minute; i++)
-        emit(buf, &k, pts[i].minute, pts[i].count, oldest);
-    if (i < n && pts[i].minute == minute)
-        c += pts[i++].count;
-    emit(buf, &k, minute, c > UINT32_MAX ? UINT32_MAX : (uint32_t)c, oldest);
+        emit(buf, w, &k, pts[i].minute, pts[i].count, oldest);
+    if (i < n && pts[i].minute == minute) {
+        c = pts[i].count > max - c ? max : c + pts[i].count;
+        i++;
+    }
+    emit(buf, w, &k, minute, c, oldest);
     for (; i < n; i++)
-        emit(buf, &k, pts[i].minute, pts[i].count, oldest);
+        emit(buf, w, &k, pts[i].minute, pts[i].count, oldest);
     free(pts);
     if (k == 0) {
         free(buf);
         return 0;
     }
     *out = buf;
-    *outlen = k * 8;
+    *outlen = k * w;
     return 0;
 }
 
@@ -103,7 +128,9 @@ int ctl_rates_note(struct ctl_rates_pending *p, enum ctl_rate_kind kind, uint32_
     for (size_t i = 0; i < p->n; i++) {
         struct ctl_rates_entry *e = &p->v[i];
 
-        if (e->kind == kind && e->filter_id == filter_id && e->minute == minute) {
+        /* filter_id 0: a service's traffic, one entry per service */
+        if (e->kind == kind && e->filter_id == filter_id && e->minute == minute &&
+            (filter_id != 0 || e->service_id == service_id)) {
             e->count += count;
             if (service_id)
                 e->service_id = service_id;
@@ -127,6 +154,14 @@ int ctl_rates_note(struct ctl_rates_pending *p, enum ctl_rate_kind kind, uint32_
     return 0;
 }
 
+int ctl_rates_note_service(struct ctl_rates_pending *p, enum ctl_rate_kind kind,
+                           uint32_t service_id, uint32_t minute, uint64_t count)
+{
+    if (service_id == 0)
+        return 0;
+    return ctl_rates_note(p, kind, 0, service_id, minute, count);
+}
+
 static int series_add(struct ctl_txn *t, enum ctl_rate_kind kind, enum ctl_rate_obj obj,
                       uint32_t id, uint32_t minute, uint64_t count, uint32_t now_minute)
 {
@@ -141,9 +176,9 @@ static int series_add(struct ctl_txn *t, enum ctl_rate_kind kind, enum ctl_rate_
         rv = 0;
     if (rv < 0)
         return rv;
-    rv = ctl_rates_merge(rec, len, minute, count, now_minute, &nrec, &nlen);
+    rv = ctl_rates_merge(kind, rec, len, minute, count, now_minute, &nrec, &nlen);
     if (rv == -EINVAL) /* a corrupt series starts again rather than stop the counters' flush */
-        rv = ctl_rates_merge(NULL, 0, minute, count, now_minute, &nrec, &nlen);
+        rv = ctl_rates_merge(kind, NULL, 0, minute, count, now_minute, &nrec, &nlen);
     if (rv == 0)
         rv = ctl_store_rates_put(t, key, nrec, nlen);
     free(rec);
@@ -151,15 +186,24 @@ static int series_add(struct ctl_txn *t, enum ctl_rate_kind kind, enum ctl_rate_
     return rv;
 }
 
-int ctl_rates_flush(struct ctl_rates_pending *p, struct ctl_txn *t, uint32_t now_minute,
+int ctl_rates_flush(struct ctl_rates_pending *p, struct ctl_txn *t, uint32_t now_minute, bool all,
                     uint32_t (*svc_of)(void *arg, uint32_t filter_id), void *arg)
 {
+    size_t keep = 0;
     int rv = 0;
 
     for (size_t i = 0; rv == 0 && i < p->n; i++) {
         struct ctl_rates_entry *e = &p->v[i];
+        enum ctl_rate_kind kind = (enum ctl_rate_kind)e->kind;
         uint32_t sid = e->service_id;
 
+        if (ctl_rates_traffic(kind)) {
+            /* Its minute still grows: one write when it is over, not one per flush. */
+            if (!all && e->minute >= now_minute)
+                continue;
+            rv = series_add(t, kind, CTL_RATE_SERVICE, sid, e->minute, e->count, now_minute);
+            continue;
+        }
         if (sid == 0) {
             struct ctl_filter f;
 
@@ -170,15 +214,18 @@ int ctl_rates_flush(struct ctl_rates_pending *p, struct ctl_txn *t, uint32_t now
                 sid = svc_of(arg, e->filter_id);
             }
         }
-        rv = series_add(t, (enum ctl_rate_kind)e->kind, CTL_RATE_FILTER, e->filter_id, e->minute,
-                        e->count, now_minute);
+        rv = series_add(t, kind, CTL_RATE_FILTER, e->filter_id, e->minute, e->count, now_minute);
         if (rv == 0 && sid)
-            rv = series_add(t, (enum ctl_rate_kind)e->kind, CTL_RATE_SERVICE, sid, e->minute,
-                            e->count, now_minute);
+            rv = series_add(t, kind, CTL_RATE_SERVICE, sid, e->minute, e->count, now_minute);
     }
-    if (rv == 0)
-        p->n = 0;
-    return rv;
+    if (rv < 0)
+        return rv; /* the caller's transaction is aborted: everything stays pending */
+    for (size_t i = 0; i < p->n; i++)
+        if (!all && ctl_rates_traffic((enum ctl_rate_kind)p->v[i].kind) &&
+            p->v[i].minute >= now_minute)
+            p->v[keep++] = p->v[i];
+    p->n = keep;
+    return 0;
 }
 
 int ctl_rates_prune(struct ctl_txn *t, uint32_t now_minute)
@@ -193,7 +240,8 @@ int ctl_rates_prune(struct ctl_txn *t, uint32_t now_minute)
 
         rv = ctl_store_rates_get(t, keys[i], &rec, &len);
         if (rv == 0)
-            rv = ctl_rates_merge(rec, len, 0, 0, now_minute, &nrec, &nlen);
+            rv = ctl_rates_merge((enum ctl_rate_kind)keys[i][0], rec, len, 0, 0, now_minute, &nrec,
+                                 &nlen);
         if (rv == -EINVAL) {
             nlen = 0; /* corrupt: dropped */
             rv = 0;
@@ -225,7 +273,7 @@ int ctl_rates_get(struct ctl_txn *t, enum ctl_rate_kind kind, enum ctl_rate_obj 
         return 0;
     if (rv < 0)
         return rv;
-    rv = ctl_rates_decode(rec, len, &pts, &np);
+    rv = ctl_rates_decode(kind, rec, len, &pts, &np);
     free(rec);
     if (rv < 0)
         return rv;

@@ -28,6 +28,8 @@ struct svc_slot {
     uint64_t flows_active[W_KINDS];
     uint64_t events_lost, lost_last[W_KINDS];
     uint64_t tls_failed, tls_last[W_KINDS]; /* since controld started, not persisted */
+    /* the traffic history's bases (ctl_rates.h): bytes each way, connections seen */
+    uint64_t c2s_last[W_KINDS], s2c_last[W_KINDS], flows_last[W_KINDS];
 };
 
 struct flt_slot {
@@ -332,6 +334,7 @@ static int fold(struct ctl_stats *s, int k, uint64_t instance, const struct fgx_
             memset(&s->svc[i].last[k], 0, sizeof(s->svc[i].last[k]));
             s->svc[i].lost_last[k] = 0;
             s->svc[i].tls_last[k] = 0;
+            s->svc[i].c2s_last[k] = s->svc[i].s2c_last[k] = s->svc[i].flows_last[k] = 0;
         }
         for (size_t i = 0; i < s->nflt; i++)
             s->flt[i].last[k] = s->flt[i].mlast[k] = 0;
@@ -356,6 +359,16 @@ static int fold(struct ctl_stats *s, int k, uint64_t instance, const struct fgx_
         v->total.dropped += grow(&v->last[k].dropped, c->dropped);
         v->flows_active[k] = c->flows_active;
         v->tls_failed += grow(&v->tls_last[k], c->tls_failed);
+        /* Traffic over time, per minute (ctl_rates.h): three entries a service a minute. */
+        d = grow(&v->c2s_last[k], c->bytes_c2s);
+        if (d > 0 && ctl_rates_note_service(&s->rates, CTL_RATE_BYTES_C2S, v->id, minute, d) < 0)
+            rv = -ENOMEM;
+        d = grow(&v->s2c_last[k], c->bytes_s2c);
+        if (d > 0 && ctl_rates_note_service(&s->rates, CTL_RATE_BYTES_S2C, v->id, minute, d) < 0)
+            rv = -ENOMEM;
+        d = grow(&v->flows_last[k], c->flows_new);
+        if (d > 0 && ctl_rates_note_service(&s->rates, CTL_RATE_FLOWS, v->id, minute, d) < 0)
+            rv = -ENOMEM;
         lost = grow(&v->lost_last[k], c->events_lost);
         if (lost > 0) {
             v->events_lost += lost;
@@ -533,14 +546,15 @@ static uint32_t slot_service(void *arg, uint32_t filter_id)
     return f ? f->service_id : 0;
 }
 
-/* Pending per-minute growth into LMDB; old series pruned once an hour, not at every flush. */
-static int flush_rates(struct ctl_stats *s, struct ctl_txn *t)
+/* Pending per-minute growth into LMDB; old series pruned once an hour, not at every flush.
+ * The traffic of the current minute waits for its end, unless force. */
+static int flush_rates(struct ctl_stats *s, struct ctl_txn *t, bool force)
 {
     uint32_t now = (uint32_t)(time(NULL) / 60);
     int rv = 0;
 
     if (s->rates.n > 0)
-        rv = ctl_rates_flush(&s->rates, t, now, slot_service, s);
+        rv = ctl_rates_flush(&s->rates, t, now, force, slot_service, s);
     if (rv == 0 && now - s->pruned_minute >= 60) {
         rv = ctl_rates_prune(t, now);
         if (rv == 0)
@@ -553,7 +567,7 @@ static int flush_rates(struct ctl_stats *s, struct ctl_txn *t)
  * a worker keeps reporting a removed filter's count (its slots are never freed), and `last`
  * must stay its base, so that an undo that brings the filter back (ctl_stats_blocked_set())
  * does not count its old blocks again. */
-static int flush_counters(struct ctl_stats *s, struct ctl_txn *t)
+static int flush_counters(struct ctl_stats *s, struct ctl_txn *t, bool force)
 {
     size_t keep = 0;
     int rv = 0;
@@ -606,7 +620,7 @@ static int flush_counters(struct ctl_stats *s, struct ctl_txn *t)
     if (rv == 0)
         rv = ctl_store_u64_put(t, key_events_lost, s->worker.events_lost_total);
     if (rv == 0)
-        rv = flush_rates(s, t);
+        rv = flush_rates(s, t, force);
     return rv;
 }
 
@@ -635,7 +649,7 @@ int ctl_stats_flush(struct ctl_stats *s, struct ctl_store *st, uint64_t now_ms, 
     if (rv < 0)
         goto out;
     if (counters) {
-        rv = flush_counters(s, t);
+        rv = flush_counters(s, t, force);
         if (rv < 0)
             goto out;
     }

@@ -381,14 +381,35 @@ static void do_redo(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
 
 /* ---- hit rates over time (`fgexctl stats --history`) ---- */
 
+/* The kind's name in RateSeries.kind (control.proto). */
+static const char *rate_kind_name(enum ctl_rate_kind kind)
+{
+    switch (kind) {
+    case CTL_RATE_MATCHED:
+        return "matched";
+    case CTL_RATE_BYTES_C2S:
+        return "bytes_c2s";
+    case CTL_RATE_BYTES_S2C:
+        return "bytes_s2c";
+    case CTL_RATE_FLOWS:
+        return "flows";
+    case CTL_RATE_BLOCKED:
+        break;
+    }
+    return "blocked";
+}
+
 /* One series into the reply (nothing when it has no point in the window). */
 static int rate_add(struct ctl_rpc *r, struct ctl_txn *t, enum ctl_rate_kind kind,
                     enum ctl_rate_obj obj, uint32_t id, uint32_t service_id, uint32_t since,
                     size_t cap)
 {
+    bool wide = ctl_rates_point_len(kind) == 12; /* counts64 */
     struct ctl_rate_point *pts = NULL;
     Fgx__Ctl__RateSeries *m;
-    uint32_t *buf;
+    uint32_t *mins, *cnts = NULL;
+    uint64_t *cnts64 = NULL;
+    void *buf;
     size_t n = 0;
     int rv = ctl_rates_get(t, kind, obj, id, since, &pts, &n);
 
@@ -398,28 +419,45 @@ static int rate_add(struct ctl_rpc *r, struct ctl_txn *t, enum ctl_rate_kind kin
         free(pts);
         return -ENOSPC;
     }
-    buf = malloc(2 * n * sizeof(*buf));
+    /* One buffer: the 64-bit counts first (aligned), then the minutes, then 32-bit counts. */
+    buf = malloc(n * (wide ? sizeof(uint64_t) + sizeof(uint32_t) : 2 * sizeof(uint32_t)));
     if (!buf) {
         free(pts);
         return -ENOMEM;
     }
+    if (wide) {
+        cnts64 = buf;
+        mins = (uint32_t *)(cnts64 + n);
+    } else {
+        mins = buf;
+        cnts = mins + n;
+    }
     for (size_t i = 0; i < n; i++) {
-        buf[i] = pts[i].minute;
-        buf[n + i] = pts[i].count;
+        mins[i] = pts[i].minute;
+        if (wide)
+            cnts64[i] = pts[i].count;
+        else
+            cnts[i] = (uint32_t)pts[i].count;
     }
     free(pts);
     m = &r->rate_msgs[r->nrates];
     fgx__ctl__rate_series__init(m);
-    m->kind = kind == CTL_RATE_MATCHED ? "matched" : "blocked";
+    m->kind = (char *)rate_kind_name(kind);
     m->obj = obj == CTL_RATE_SERVICE ? "service" : "filter";
     m->id = id;
     if (obj == CTL_RATE_FILTER) {
         m->has_service_id = 1;
         m->service_id = service_id;
     }
-    m->n_minutes = m->n_counts = n;
-    m->minutes = buf;
-    m->counts = buf + n;
+    m->n_minutes = n;
+    m->minutes = mins;
+    if (wide) {
+        m->n_counts64 = n;
+        m->counts64 = cnts64;
+    } else {
+        m->n_counts = n;
+        m->counts = cnts;
+    }
     r->rate_bufs[r->nrates] = buf;
     r->rate_ptrs[r->nrates] = m;
     r->nrates++;
@@ -429,6 +467,8 @@ static int rate_add(struct ctl_rpc *r, struct ctl_txn *t, enum ctl_rate_kind kin
 static void do_stats_history(struct ctl_rpc *r, const Fgx__Ctl__Request *req)
 {
     static const enum ctl_rate_kind kinds[] = {CTL_RATE_BLOCKED, CTL_RATE_MATCHED};
+    static const enum ctl_rate_kind traffic[] = {CTL_RATE_BYTES_C2S, CTL_RATE_BYTES_S2C,
+                                                 CTL_RATE_FLOWS};
     const Fgx__Ctl__StatsHistoryQuery *q = req->stats_history;
     uint32_t now = (uint32_t)(time(NULL) / 60), since;
     struct ctl_service *svcs = NULL, one;
@@ -463,7 +503,7 @@ static void do_stats_history(struct ctl_rpc *r, const Fgx__Ctl__Request *req)
                                &nfs);
     if (rv < 0)
         goto fail;
-    cap = 2 * (n + nfs);
+    cap = 2 * (n + nfs) + 3 * n; /* blocked and matched of each, three traffic series a service */
     r->rate_msgs = calloc(cap ? cap : 1, sizeof(*r->rate_msgs));
     r->rate_ptrs = calloc(cap ? cap : 1, sizeof(*r->rate_ptrs));
     r->rate_bufs = calloc(cap ? cap : 1, sizeof(*r->rate_bufs));
@@ -478,6 +518,14 @@ static void do_stats_history(struct ctl_rpc *r, const Fgx__Ctl__Request *req)
                 if (fs[j].service_id == svcs[i].id)
                     rv =
                         rate_add(r, t, kinds[k], CTL_RATE_FILTER, fs[j].id, svcs[i].id, since, cap);
+            if (rv < 0)
+                goto fail;
+        }
+    }
+    /* Each service's traffic, after its blocks. */
+    for (size_t k = 0; k < sizeof(traffic) / sizeof(traffic[0]); k++) {
+        for (size_t i = 0; i < n; i++) {
+            rv = rate_add(r, t, traffic[k], CTL_RATE_SERVICE, svcs[i].id, 0, since, cap);
             if (rv < 0)
                 goto fail;
         }

@@ -1,11 +1,17 @@
 /* fgexctl, the stats command: traffic counters per service, once or redrawn with rates
- * (--watch, driven by cli_loop.c). */
+ * (--watch, driven by cli_loop.c), and `stats --history`'s renderers: blocks and log matches
+ * per minute per service and filter, and each service's traffic (bytes each way, connections)
+ * per minute. */
 #include "cmd.h"
 
 #include <errno.h>
 #include <inttypes.h>
+#include <langinfo.h>
+#include <locale.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "cli_fmt.h"
 #include "cli_json.h"
@@ -25,9 +31,11 @@ static const char usage_stats[] =
     "                    total, until interrupted (Ctrl-C); with --json, print one JSON\n"
     "                    document per line per refresh instead\n"
     "  --interval SEC    the refresh period for --watch (default: 1; e.g. 0.5)\n"
-    "  --history         blocks per minute, per service and per filter, over the last\n"
-    "                    48 hours (kept across restarts): one sparkline a row, its\n"
-    "                    total and its peak; --json gives every minute that had any\n"
+    "  --history         per minute over the last 48 hours (kept across restarts): blocks\n"
+    "                    (and log matches) per service and per filter, and each\n"
+    "                    service's traffic: bytes client->server, bytes server->client\n"
+    "                    and connections; one sparkline a row, its total and its peak;\n"
+    "                    --json gives every minute that had any\n"
     "  --since DURATION  --history from this long ago (90s, 30m, 1h, 2d; default 48h)\n"
     "\n"
     "The table shows bytes in binary units (KiB, MiB, ...); --json gives exact numbers:\n"
@@ -234,6 +242,236 @@ static json_t *json_stats(const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *r
                              json_stats_one);
 }
 
+/* ---- stats --history ---- */
+
+#define SPARK_COLS 60
+
+static const Fgx__Ctl__Service *hist_svc(const Fgx__Ctl__Reply *rep, uint32_t id)
+{
+    for (size_t i = 0; i < rep->n_services; i++)
+        if (rep->services[i]->id == id)
+            return rep->services[i];
+    return NULL;
+}
+
+static const Fgx__Ctl__Filter *hist_flt(const Fgx__Ctl__Reply *rep, uint32_t id)
+{
+    for (size_t i = 0; i < rep->n_filters; i++)
+        if (rep->filters[i]->id == id)
+            return rep->filters[i];
+    return NULL;
+}
+
+/* The byte kinds carry 64-bit counts (counts64), the others 32-bit ones. */
+static size_t hist_npoints(const Fgx__Ctl__RateSeries *s)
+{
+    size_t nc = s->n_counts64 > 0 ? s->n_counts64 : s->n_counts;
+
+    return s->n_minutes < nc ? s->n_minutes : nc;
+}
+
+static uint64_t hist_count(const Fgx__Ctl__RateSeries *s, size_t i)
+{
+    return s->n_counts64 > 0 ? s->counts64[i] : s->counts[i];
+}
+
+static bool hist_bytes(const Fgx__Ctl__RateSeries *s)
+{
+    return strncmp(s->kind, "bytes_", 6) == 0;
+}
+
+/* The service a series belongs to. */
+static uint32_t hist_service_of(const Fgx__Ctl__RateSeries *s)
+{
+    return strcmp(s->obj, "filter") == 0 ? s->service_id : s->id;
+}
+
+static uint64_t hist_since(const Fgx__Ctl__Request *req, uint64_t now)
+{
+    const Fgx__Ctl__StatsHistoryQuery *q = req->stats_history;
+    uint64_t def = now - 2880 * 60 + 60;
+
+    return q && q->has_since && q->since > def ? q->since : def;
+}
+
+static bool hist_utf8(FILE *f)
+{
+    const char *cs;
+
+    if (!isatty(fileno(f)))
+        return false;
+    (void)setlocale(LC_CTYPE, "");
+    cs = nl_langinfo(CODESET);
+    return cs && strcmp(cs, "UTF-8") == 0;
+}
+
+/* One row: the series' points binned into SPARK_COLS columns of per minutes each. */
+static void hist_spark(FILE *f, const Fgx__Ctl__RateSeries *s, uint32_t first, uint32_t per,
+                       bool utf8)
+{
+    static const char *const blocks[] = {"\u2581", "\u2582", "\u2583", "\u2584",
+                                         "\u2585", "\u2586", "\u2587", "\u2588"};
+    static const char ramp[] = ".:-=+*#@";
+    uint64_t bins[SPARK_COLS] = {0}, max = 0;
+    size_t n = hist_npoints(s);
+
+    for (size_t i = 0; i < n; i++) {
+        uint64_t v = hist_count(s, i);
+        size_t c;
+
+        if (s->minutes[i] < first)
+            continue;
+        c = (s->minutes[i] - first) / per;
+        if (c >= SPARK_COLS)
+            c = SPARK_COLS - 1;
+        bins[c] = v > UINT64_MAX - bins[c] ? UINT64_MAX : bins[c] + v;
+    }
+    for (size_t c = 0; c < SPARK_COLS; c++)
+        if (bins[c] > max)
+            max = bins[c];
+    for (size_t c = 0; c < SPARK_COLS; c++) {
+        double x;
+        size_t lvl;
+
+        if (bins[c] == 0) {
+            (void)fputc(' ', f);
+            continue;
+        }
+        /* 0..7 (in doubles: byte counts times 8 could pass 64 bits); any count shows */
+        x = (double)bins[c] * 8 / (double)max;
+        lvl = x <= 1 ? 0 : x >= 8 ? 7 : (size_t)(x + 0.999999) - 1;
+        if (utf8)
+            (void)fputs(blocks[lvl], f);
+        else
+            (void)fputc(ramp[lvl], f);
+    }
+}
+
+/* A total or peak: bytes in binary units for the byte kinds. */
+static void hist_num(const Fgx__Ctl__RateSeries *s, uint64_t v, char *buf, size_t len)
+{
+    if (hist_bytes(s))
+        cli_fmt_bytes(v, buf, len);
+    else
+        (void)snprintf(buf, len, "%" PRIu64, v);
+}
+
+static void hist_row(FILE *f, const Fgx__Ctl__Reply *rep, const Fgx__Ctl__RateSeries *s,
+                     uint32_t first, uint32_t per, bool utf8)
+{
+    char label[96], rx[64], tot[32], pk[32];
+    uint64_t total = 0, peak = 0;
+    size_t n = hist_npoints(s);
+
+    for (size_t k = 0; k < n; k++) {
+        uint64_t v = hist_count(s, k);
+
+        total = v > UINT64_MAX - total ? UINT64_MAX : total + v;
+        if (v > peak)
+            peak = v;
+    }
+    if (strcmp(s->obj, "filter") == 0) {
+        const Fgx__Ctl__Filter *fl = hist_flt(rep, s->id);
+
+        cli_fmt_escape(fl && fl->regex ? fl->regex : "", rx, sizeof(rx));
+        (void)snprintf(label, sizeof(label), "  #%" PRIu32 " /%.20s/", s->id, rx);
+    } else {
+        const Fgx__Ctl__Service *sv = hist_svc(rep, s->id);
+
+        cli_fmt_escape(sv ? sv->name : "?", rx, sizeof(rx));
+        (void)snprintf(label, sizeof(label), "%s", rx);
+    }
+    if (strcmp(s->kind, "bytes_c2s") == 0)
+        (void)snprintf(label + strlen(label), sizeof(label) - strlen(label), " bytes c->s");
+    else if (strcmp(s->kind, "bytes_s2c") == 0)
+        (void)snprintf(label + strlen(label), sizeof(label) - strlen(label), " bytes s->c");
+    else if (strcmp(s->kind, "flows") == 0)
+        (void)snprintf(label + strlen(label), sizeof(label) - strlen(label), " connections");
+    else if (strcmp(s->kind, "blocked") != 0)
+        (void)snprintf(label + strlen(label), sizeof(label) - strlen(label), " (%s)", s->kind);
+    hist_num(s, total, tot, sizeof(tot));
+    hist_num(s, peak, pk, sizeof(pk));
+    (void)fprintf(f, "%-28.28s %10s %10s  |", label, tot, pk);
+    hist_spark(f, s, first, per, utf8);
+    (void)fputs("|\n", f);
+}
+
+static int human_stats_history(FILE *f, const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep)
+{
+    uint64_t now = (uint64_t)time(NULL), since = hist_since(req, now);
+    uint32_t first = (uint32_t)(since / 60), last = (uint32_t)(now / 60);
+    uint32_t span = last - first + 1, per = (span + SPARK_COLS - 1) / SPARK_COLS;
+    bool utf8 = hist_utf8(f);
+    time_t ts = (time_t)since;
+    char when[32];
+    struct tm tm;
+
+    if (per == 0)
+        per = 1;
+    if (!gmtime_r(&ts, &tm) || strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", &tm) == 0)
+        (void)snprintf(when, sizeof(when), "%" PRIu64, since);
+    (void)fprintf(f, "per minute since %s UTC, %" PRIu32 " min a column, now at the right\n", when,
+                  per);
+    if (rep->n_rates == 0) {
+        (void)fputs("no blocks and no traffic in that time\n", f);
+        return ferror(f) ? -EIO : 0;
+    }
+    (void)fprintf(f, "%-28s %10s %10s  |%-*s|\n", "SERVICE / FILTER", "TOTAL", "PEAK/MIN",
+                  SPARK_COLS, "");
+    /* A service's rows together: its blocks, its filters', its traffic. */
+    for (size_t v = 0; v < rep->n_services; v++)
+        for (size_t i = 0; i < rep->n_rates; i++)
+            if (hist_service_of(rep->rates[i]) == rep->services[v]->id)
+                hist_row(f, rep, rep->rates[i], first, per, utf8);
+    for (size_t i = 0; i < rep->n_rates; i++)
+        if (!hist_svc(rep, hist_service_of(rep->rates[i])))
+            hist_row(f, rep, rep->rates[i], first, per, utf8);
+    return ferror(f) ? -EIO : 0;
+}
+
+static json_t *json_stats_history(const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep)
+{
+    uint64_t now = (uint64_t)time(NULL);
+    json_t *arr = json_array(), *doc;
+
+    if (!arr)
+        return NULL;
+    for (size_t i = 0; i < rep->n_rates; i++) {
+        const Fgx__Ctl__RateSeries *s = rep->rates[i];
+        json_t *pts = json_array(), *o;
+        size_t n = hist_npoints(s);
+        uint64_t total = 0;
+
+        for (size_t k = 0; k < n; k++) {
+            (void)json_array_append_new(pts, json_pack("{s:I, s:I}", "time",
+                                                       cli_json_int((uint64_t)s->minutes[k] * 60),
+                                                       "count", cli_json_int(hist_count(s, k))));
+            total += hist_count(s, k);
+        }
+        o = json_pack("{s:s, s:s, s:I, s:I, s:o}", "kind", s->kind, "obj", s->obj, "id",
+                      cli_json_int(s->id), "total", cli_json_int(total), "minutes", pts);
+        if (!o) {
+            json_decref(arr);
+            return NULL;
+        }
+        if (strcmp(s->obj, "filter") == 0) {
+            const Fgx__Ctl__Filter *fl = hist_flt(rep, s->id);
+
+            (void)json_object_set_new(o, "service_id", json_integer(cli_json_int(s->service_id)));
+            if (fl)
+                (void)cli_json_set_bytes(o, "regex", fl->regex, strlen(fl->regex));
+        } else {
+            const Fgx__Ctl__Service *sv = hist_svc(rep, s->id);
+
+            (void)json_object_set_new(o, "name", cli_json_str_or_null(sv ? sv->name : NULL));
+        }
+        (void)json_array_append_new(arr, o);
+    }
+    doc = json_pack("{s:I, s:I, s:o}", "since", cli_json_int(hist_since(req, now) / 60 * 60),
+                    "until", cli_json_int(now), "series", arr);
+    return doc;
+}
+
 /* ---- the commands ---- */
 
 static const struct cli_cmd_def stats_cmds[] = {
@@ -247,6 +485,18 @@ static const struct cli_cmd_def stats_cmds[] = {
      .build = build_stats,
      .human = human_stats,
      .json = json_stats},
+    /* `stats --history`: parsed as `stats` above (cli_cmd_stats_history_build), rendered from
+     * here; this family comes before cmd_history.c's, so these renderers are the ones used. */
+    {.name = "stats",
+     .req = FGX__CTL__REQUEST__REQ_STATS_HISTORY,
+     .npos = 1,
+     .pos_names = {"SERVICE"},
+     .opts = CLI_OPT_HISTORY | CLI_OPT_SINCE,
+     .usage = NULL,
+     .pos_optional = true,
+     .build = cli_cmd_stats_history_build,
+     .human = human_stats_history,
+     .json = json_stats_history},
     {.name = NULL},
 };
 

@@ -353,6 +353,10 @@ int fgx_dp_encode(const struct fgx_dp_msg *m, void **buf, size_t *len)
             }
             ss[i].has_tls_failed = v->tls_failed > 0;
             ss[i].tls_failed = v->tls_failed;
+            ss[i].has_bytes_c2s = ss[i].has_bytes_s2c = ss[i].has_flows_new = 1;
+            ss[i].bytes_c2s = v->bytes_c2s;
+            ss[i].bytes_s2c = v->bytes_s2c;
+            ss[i].flows_new = v->flows_new;
             ssp[i] = &ss[i];
         }
         if (s->nevents > 0) {
@@ -822,6 +826,9 @@ static int stats_from_pb(const Fgx__Dp__Stats *p, struct fgx_dp_stats *s)
             s->services[i].flows_active = v->flows_active;
             s->services[i].events_lost = v->has_events_lost ? v->events_lost : 0;
             s->services[i].tls_failed = v->has_tls_failed ? v->tls_failed : 0;
+            s->services[i].bytes_c2s = v->has_bytes_c2s ? v->bytes_c2s : 0;
+            s->services[i].bytes_s2c = v->has_bytes_s2c ? v->bytes_s2c : 0;
+            s->services[i].flows_new = v->has_flows_new ? v->flows_new : 0;
         }
     }
     s->events_lost = p->has_events_lost ? p->events_lost : 0;

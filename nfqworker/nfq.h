@@ -49,7 +49,9 @@
 
 struct nfq_svc_ctr {
     struct fgx_ctr_slot slot;
-    uint64_t packets, bytes, accepted, dropped, flows_active;
+    uint64_t packets, accepted, dropped, flows_active;
+    uint64_t bytes[2];  /* [0] client->server, [1] server->client: one add a packet, as one total */
+    uint64_t flows_new; /* TCP flows tracked (one add a flow, not a packet) */
 };
 
 struct nfq_counters {

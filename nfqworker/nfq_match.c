@@ -351,6 +351,7 @@ static struct fgx_flow *flow_new(struct nfq_thread *t, const struct fgx_flow_key
         return NULL;
     f->service_id = svc->id;
     NFQ_CTR_ADD(&sc->flows_active, 1);
+    NFQ_CTR_ADD(&sc->flows_new, 1);
     NFQ_CTR_ADD(&t->ctr.flows, 1);
     return f;
 }
@@ -687,7 +688,7 @@ void nfq_match_packet(struct nfq_thread *t, unsigned queue, uint32_t id, const u
     }
     sc = nfq_stats_svc(&t->ctr, svc->id);
     NFQ_CTR_ADD(&sc->packets, 1);
-    NFQ_CTR_ADD(&sc->bytes, p.l3_len);
+    NFQ_CTR_ADD(&sc->bytes[dir == FGX_DIR_S2C], p.l3_len);
     if (p.ipproto == IPPROTO_TCP) {
         tcp_packet(t, queue, id, &p, svc, dir, sc);
         return;

@@ -50,7 +50,10 @@ static void add_service(struct fgx_dp_service_stat *ss, const struct fgx_ctr_slo
     const struct nfq_svc_ctr *sc = (const void *)slot;
 
     ss->packets += fgx_ctr_load(&sc->packets);
-    ss->bytes += fgx_ctr_load(&sc->bytes);
+    ss->bytes_c2s += fgx_ctr_load(&sc->bytes[0]);
+    ss->bytes_s2c += fgx_ctr_load(&sc->bytes[1]);
+    ss->bytes += fgx_ctr_load(&sc->bytes[0]) + fgx_ctr_load(&sc->bytes[1]);
+    ss->flows_new += fgx_ctr_load(&sc->flows_new);
     ss->accepted += fgx_ctr_load(&sc->accepted);
     ss->dropped += fgx_ctr_load(&sc->dropped);
     ss->flows_active += fgx_ctr_load(&sc->flows_active);

@@ -45,6 +45,8 @@
 #define PX_PRIO_NORMAL 1 /* libevent's default with PX_PRIO_COUNT priorities */
 #define PX_PRIO_HEAVY 2
 #define PX_HEAVY_READ (64u << 10)
+/* Onward sockets tried for one connection whose onward 4-tuple was still in use (px_relay.c) */
+#define PX_ONWARD_RETRIES 8
 
 #define PX_SVC_SLOTS 256     /* per-thread service counters (open addressing) */
 #define PX_FILTER_SLOTS 4096 /* per-thread filter counters (open addressing) */
@@ -55,8 +57,9 @@
 
 struct px_svc_ctr {
     struct fgx_ctr_slot slot;
-    /* reads relayed, bytes relayed, connections relayed, connections reset, connections open */
-    uint64_t reads, bytes, accepted, reset, open;
+    /* reads relayed, connections relayed, connections reset, connections open */
+    uint64_t reads, accepted, reset, open;
+    uint64_t bytes[2]; /* relayed, by the side that sent them: [0] the client's, [1] the server's */
     uint64_t tls_failed; /* TLS handshakes failed or timed out (px_tls.c) */
     uint64_t script_blocked; /* connections a script rejected or dropped */
 };
@@ -332,6 +335,11 @@ int px_script_logs_take(struct fgx_dp_stats *out);
 bool px_relay_forward_held(struct px_conn *c, int side, const uint8_t *data, size_t len);
 
 /* ---- px_stats.c ---- */
+/* The onward socket of a connection from client: transparent, bound to the client's address
+ * and an onward port (px_accept.c: below 1024, where no client's is; kernel_port: the kernel's
+ * choice), SO_REUSEADDR, marked FGX_MARK so the rules leave it alone. Returns 0 or -errno. */
+int px_accept_onward(struct px_thread *t, const struct sockaddr_storage *client, bool kernel_port,
+                     int *out);
 struct px_svc_ctr *px_stats_svc(struct px_counters *c, uint32_t id);
 void px_stats_filter_blocked(struct px_counters *c, uint32_t filter_id);
 void px_stats_filter_matched(struct px_counters *c, uint32_t filter_id);

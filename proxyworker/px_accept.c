@@ -20,16 +20,22 @@
 
 #include "fgx/log.h"
 
-/* The onward connection speaks from the client's address, so its port must never be one the
- * client itself uses: the service (in this namespace) would then see the same address and port
- * pair as a connection the proxy accepted, and its handshake would land on the proxy's socket.
- * Clients pick their source ports from 32768-60999 (Linux) or 49152-65535 (Windows, macOS), so
- * onward ports come from below both. The kernel does not choose there itself (a per-socket
- * IP_LOCAL_PORT_RANGE only narrows the namespace's ip_local_port_range, 32768-60999 by default):
- * bind_onward() picks the port. */
-#define PX_ONWARD_PORT_LO 10000
-#define PX_ONWARD_PORT_HI 32767
-#define PX_ONWARD_TRIES 8
+/* The onward connection speaks from the client's address, so its 4-tuple (client address,
+ * onward port, service address, service port) must never be a client's: in this namespace the
+ * service's socket of the onward leg and the proxy's accepted socket of a client from that port
+ * would share one address pair. Either way round it fails: an onward port equal to a connected
+ * client's lands the onward SYN on the accepted socket (its challenge ACK makes the onward
+ * socket reset it); a client connecting from a port an onward connection holds meets the
+ * service's own socket of that leg in tproxy's established lookup, which is not transparent,
+ * so tproxy passes and the SYN never reaches the proxy. Clients behind a NAT come from any
+ * unprivileged port (1024-65535; Linux NAT maps an unprivileged port to an unprivileged one),
+ * so onward ports are the privileged ones, which only a client running as root binds on
+ * purpose. The kernel does not choose there itself (a per-socket IP_LOCAL_PORT_RANGE only
+ * narrows the namespace's ip_local_port_range, 32768-60999 by default): bind_onward() picks
+ * the port; a port a service of this box listens on (22, 80, ...) is skipped as taken. */
+#define PX_ONWARD_PORT_LO 1
+#define PX_ONWARD_PORT_HI 1023
+#define PX_ONWARD_TRIES 32
 
 uint64_t px_now_ms(void)
 {
@@ -126,17 +132,23 @@ static uint16_t sa_port(const struct sockaddr_storage *ss)
 }
 
 /* Bind fd to the client's address and a port of PX_ONWARD_PORT_LO..HI, taken in turn from the
- * thread's cursor: the kernel will not choose below its ip_local_port_range itself (above). A
- * port still bound (a live onward connection from that address, or one in TIME_WAIT) is skipped;
- * after PX_ONWARD_TRIES of them the kernel chooses (from the clients' range). Returns 0, or a
- * negative errno when even that fails. */
-static int bind_onward(struct px_thread *t, int fd, struct sockaddr_storage *b, socklen_t len)
+ * thread's cursor: the kernel will not choose below its ip_local_port_range itself (above).
+ * The socket has SO_REUSEADDR, so a port is shared by the onward connections to different
+ * services and one left in TIME_WAIT can be bound again; a port the same 4-tuple still holds
+ * fails at connect() (EADDRNOTAVAIL), and px_relay_start() asks again. A port bound without
+ * SO_REUSEADDR (a listener of the box) is skipped here; after PX_ONWARD_TRIES of them, or when
+ * kernel_port (px_relay_start()'s last try), the kernel chooses, from the clients' range, where
+ * a clash is possible again: said, rate-limited. Returns 0, or a negative errno when even that
+ * fails. */
+static int bind_onward(struct px_thread *t, int fd, struct sockaddr_storage *b, socklen_t len,
+                       bool kernel_port)
 {
     static __thread unsigned long long last_log;
     const unsigned span = PX_ONWARD_PORT_HI - PX_ONWARD_PORT_LO + 1;
     int i, ret;
 
-    for (i = 0; i < PX_ONWARD_TRIES; i++) {
+    errno = EADDRINUSE;
+    for (i = 0; !kernel_port && i < PX_ONWARD_TRIES; i++) {
         uint16_t port = (uint16_t)(PX_ONWARD_PORT_LO + t->onward_next++ % span);
 
         if (b->ss_family == AF_INET)
@@ -150,6 +162,12 @@ static int bind_onward(struct px_thread *t, int fd, struct sockaddr_storage *b, 
     }
     /* Many ports of this client address taken, or a bind refused: skip ahead, and let the
      * kernel choose this time. */
+    if (errno == EADDRINUSE)
+        fgx_log_ratelimited(&last_log, FGX_LOG_WARN,
+                            "onward ports %u-%u of a client address all taken (open or in "
+                            "TIME_WAIT): the kernel chose one from the clients' range, which a "
+                            "client's may clash with",
+                            PX_ONWARD_PORT_LO, PX_ONWARD_PORT_HI);
     t->onward_next += span / 7;
     if (b->ss_family == AF_INET)
         ((struct sockaddr_in *)b)->sin_port = 0;
@@ -166,9 +184,8 @@ static int bind_onward(struct px_thread *t, int fd, struct sockaddr_storage *b, 
     return 0;
 }
 
-/* The upstream socket: bound to the client's address (port: bind_onward()), transparent so
- * that address need not be ours, and marked so the rules leave it alone. */
-static int upstream_socket(struct px_thread *t, const struct sockaddr_storage *client, int *out)
+int px_accept_onward(struct px_thread *t, const struct sockaddr_storage *client, bool kernel_port,
+                     int *out)
 {
     struct sockaddr_storage b = *client;
     socklen_t len;
@@ -192,7 +209,9 @@ static int upstream_socket(struct px_thread *t, const struct sockaddr_storage *c
     if (ret == 0)
         (void)set_int(fd, IPPROTO_TCP, TCP_NODELAY, 1, "TCP_NODELAY");
     if (ret == 0)
-        ret = bind_onward(t, fd, &b, len);
+        ret = set_int(fd, SOL_SOCKET, SO_REUSEADDR, 1, "SO_REUSEADDR");
+    if (ret == 0)
+        ret = bind_onward(t, fd, &b, len, kernel_port);
     if (ret != 0) {
         close(fd);
         return ret;
@@ -289,7 +308,8 @@ static void on_accept(struct evconnlistener *lis, evutil_socket_t fd, struct soc
                             w->max_conns);
     }
     c = px_conn_new();
-    if (c == NULL || upstream_socket(t, (const struct sockaddr_storage *)(void *)peer, &ufd) != 0) {
+    if (c == NULL ||
+        px_accept_onward(t, (const struct sockaddr_storage *)(void *)peer, false, &ufd) != 0) {
         if (c == NULL)
             fgx_log_ratelimited(&last_oom, FGX_LOG_ERROR, "connection: out of memory");
         free(c);

@@ -303,7 +303,7 @@ static void on_readable(evutil_socket_t fd, short what, void *arg)
         speak(c);
     sc = px_stats_svc(&t->ctr, c->service_id);
     PX_CTR_ADD(&sc->reads, 1);
-    PX_CTR_ADD(&sc->bytes, (uint64_t)n);
+    PX_CTR_ADD(&sc->bytes[side != 0], (uint64_t)n);
     /* A service with a script: the bytes wait for its verdict (px_script.c), the side is not
      * read meanwhile; the FIN, if it came, is read once the side is read again. */
     switch (px_script_chunk(c, side, t->buf, (size_t)n)) {
@@ -422,10 +422,24 @@ void px_relay_start(struct px_conn *c)
         event_assign(c->s[i].wev, t->base, c->s[i].fd, EV_WRITE, on_writable, c);
     }
     c->assigned = true;
-    /* The client is not read before the service answers: nothing waits in the proxy for it. */
-    if (connect(c->s[1].fd, (struct sockaddr *)&c->server, len) == 0) {
-        connected(c);
-        return;
+    /* The client is not read before the service answers: nothing waits in the proxy for it.
+     * EADDRNOTAVAIL: the onward port's 4-tuple is still in use (a connection to this service
+     * from that client address and port, open or in TIME_WAIT): another port, the kernel's
+     * choice the last time. */
+    for (i = 0;; i++) {
+        int fd;
+
+        if (connect(c->s[1].fd, (struct sockaddr *)&c->server, len) == 0) {
+            connected(c);
+            return;
+        }
+        if (errno != EADDRNOTAVAIL || i == PX_ONWARD_RETRIES ||
+            px_accept_onward(t, &c->client, i + 1 == PX_ONWARD_RETRIES, &fd) != 0)
+            break;
+        close(c->s[1].fd);
+        c->s[1].fd = fd;
+        event_assign(c->s[1].rev, t->base, fd, EV_READ | EV_CLOSED | EV_PERSIST, on_readable, c);
+        event_assign(c->s[1].wev, t->base, fd, EV_WRITE, on_writable, c);
     }
     if (errno != EINPROGRESS) {
         PX_CTR_ADD(&t->ctr.connect_failed, 1);

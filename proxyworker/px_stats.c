@@ -60,7 +60,10 @@ static void add_service(struct fgx_dp_service_stat *ss, const struct fgx_ctr_slo
     const struct px_svc_ctr *sc = (const void *)slot;
 
     ss->packets += fgx_ctr_load(&sc->reads);
-    ss->bytes += fgx_ctr_load(&sc->bytes);
+    ss->bytes_c2s += fgx_ctr_load(&sc->bytes[0]);
+    ss->bytes_s2c += fgx_ctr_load(&sc->bytes[1]);
+    ss->bytes += fgx_ctr_load(&sc->bytes[0]) + fgx_ctr_load(&sc->bytes[1]);
+    ss->flows_new += fgx_ctr_load(&sc->accepted); /* connections relayed */
     ss->accepted += fgx_ctr_load(&sc->accepted);
     ss->dropped += fgx_ctr_load(&sc->reset);
     ss->flows_active += fgx_ctr_load(&sc->open);

@@ -159,6 +159,11 @@ def run_tcp_client(args):
     received = bytearray()
     res = {"connected": False, "end": None, "sent": 0}
     try:
+        if args.sport:
+            # this very source port (a NAT's choice, say); SO_REUSEADDR so that a port this
+            # namespace left in TIME_WAIT a moment ago can be taken again
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind(("::" if fam == socket.AF_INET6 else "0.0.0.0", args.sport))
         s.connect((args.host, args.port))
         res["connected"] = True
         emit(event="connected", sport=s.getsockname()[1])
@@ -796,6 +801,7 @@ def main():
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--steps", required=True)
     p.add_argument("--timeout", type=float, default=3.0)
+    p.add_argument("--sport", type=int, default=0, help="bind this source port first")
     p = sub.add_parser("bulk-client")
     p.add_argument("--host", required=True)
     p.add_argument("--port", type=int, required=True)

@@ -88,11 +88,13 @@ class CtlError(Exception):
 # ---- helper processes ---------------------------------------------------------------------------
 
 class Helper:
-    """One fgxhelper.py process in a namespace; its JSON-line events are collected by a thread."""
+    """One fgxhelper.py process (or another helper script printing JSON lines: script) in a
+    namespace; its JSON-line events are collected by a thread."""
 
-    def __init__(self, ns, *argv):
+    def __init__(self, ns, *argv, script=None):
         self.argv = [str(a) for a in argv]
-        self.proc = subprocess.Popen(["ip", "netns", "exec", ns, PY, HELPER] + self.argv,
+        self.proc = subprocess.Popen(["ip", "netns", "exec", ns, PY, script or HELPER] +
+                                     self.argv,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE)
         self.events = []
@@ -393,7 +395,7 @@ class Env:
             raise RuntimeError("udp server on %d did not start: %s" % (port, h.stderr))
         return h
 
-    def tcp_client(self, host, port, steps, timeout=3.0, ns=None, wait=True):
+    def tcp_client(self, host, port, steps, timeout=3.0, ns=None, wait=True, sport=None):
         """steps: list of bytes (send), float (sleep), "wait", ("read", S), "shut" (added last
         unless present). Returns the client's result event (or the Helper when wait=False)."""
         enc = []
@@ -409,7 +411,8 @@ class Env:
         if "shut" not in enc:
             enc.append("shut")
         h = self.helper(ns or self.cli, "tcp-client", "--host", host, "--port", port,
-                        "--steps", json.dumps(enc), "--timeout", timeout)
+                        "--steps", json.dumps(enc), "--timeout", timeout,
+                        *(["--sport", sport] if sport else []))
         if not wait:
             return h
         return client_result(h, timeout * 3 + 5)

@@ -11,7 +11,7 @@ OpenSSL). One JSON object per line on stdout.
       bytes, b64),"how":"eof"|"reset"|"error"}. It answers b"PING" with b"PONG\\n" and b"LEAK"
       with b"FLAG{leaked-secret}\\n".
   fgxtls.py client --host H --port P [--sni NAME] [--alpn LIST] [--tls 1.2|1.3]
-                   [--chunks JSON] [--pause S] [--plain] [--timeout S]
+                   [--chunks JSON] [--pause S] [--plain] [--timeout S] [--sport PORT]
       Connect, handshake (not with --plain), send each hex chunk of JSON as its own TLS record
       (its own write), pausing between them, shut the write side, read until the end. Prints
       {"event":"result","ok","version","alpn","received"(b64),"how","error"}.
@@ -135,7 +135,15 @@ def cmd_client(a):
            "how": None, "error": None}
     got = b""
     try:
-        raw = socket.create_connection((a.host, a.port), timeout=a.timeout)
+        if a.sport:
+            # this very source port; SO_REUSEADDR: one this namespace left in TIME_WAIT too
+            raw = socket.socket(socket.AF_INET6 if ":" in a.host else socket.AF_INET)
+            raw.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            raw.bind(("", a.sport))
+            raw.settimeout(a.timeout)
+            raw.connect((a.host, a.port))
+        else:
+            raw = socket.create_connection((a.host, a.port), timeout=a.timeout)
         raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if a.plain:
             s = raw
@@ -213,6 +221,7 @@ def main():
     k.add_argument("--hold", action="store_true", help="--plain: never shut the write side")
     k.add_argument("--until", default="")
     k.add_argument("--timeout", type=float, default=3.0)
+    k.add_argument("--sport", type=int, default=0, help="bind this source port first")
     a = p.parse_args()
     {"certs": cmd_certs, "server": cmd_server, "client": cmd_client}[a.cmd](a)
 

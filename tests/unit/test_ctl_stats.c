@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "controld/ctl_rates.h"
 #include "controld/ctl_stats.h"
 #include "controld/ctl_store.h"
 
@@ -533,4 +534,59 @@ Test(ctl_stats, match_end_kept_through_the_store)
     cr_assert_eq(out[0]->excerpt_len, 10);
     cr_assert_eq(out[0]->match_end, 4);
     cr_assert_eq(memcmp(out[0]->excerpt, "evilTAIL\0x", 10), 0);
+}
+
+/* One report of a service's traffic, cumulative as a worker sends it (no filter). */
+static void feed_traffic(int proxy, uint64_t instance, uint64_t c2s, uint64_t s2c, uint64_t flows)
+{
+    struct fgx_dp_service_stat ss = {.service_id = svc_id,
+                                     .packets = 1,
+                                     .bytes = c2s + s2c,
+                                     .bytes_c2s = c2s,
+                                     .bytes_s2c = s2c,
+                                     .flows_new = flows};
+    struct fgx_dp_stats m = {.nservices = 1, .services = &ss};
+
+    if (proxy)
+        cr_assert_eq(ctl_stats_ingest_proxy(stats, instance, &m, NULL, 0), 0);
+    else
+        cr_assert_eq(ctl_stats_ingest(stats, instance, &m, NULL, 0), 0);
+}
+
+static uint64_t series_total(enum ctl_rate_kind kind)
+{
+    struct ctl_rate_point *pts;
+    struct ctl_txn *t;
+    uint64_t sum = 0;
+    size_t n;
+
+    cr_assert_eq(ctl_txn_begin(st, false, &t), 0);
+    cr_assert_eq(ctl_rates_get(t, kind, CTL_RATE_SERVICE, svc_id, 0, &pts, &n), 0);
+    ctl_txn_abort(t);
+    for (size_t i = 0; i < n; i++)
+        sum += pts[i].count;
+    free(pts);
+    return sum;
+}
+
+/* The traffic history folds the growth of the workers' cumulative counters: both workers add
+ * up, a worker's new process counts from zero, and what is written survives a controld
+ * restart. */
+Test(ctl_stats, traffic_history_folds_both_workers_and_restarts)
+{
+    feed_traffic(0, 1, 100, 1000, 2);
+    feed_traffic(0, 1, 300, 1500, 3); /* +200, +500, +1 */
+    feed_traffic(1, 7, 10, 20, 1);    /* the proxy worker's own */
+    feed_traffic(0, 2, 50, 60, 1);    /* a new nfqworker: all of it is new */
+    cr_assert_eq(ctl_stats_flush(stats, st, 1, true), 0);
+    cr_assert_eq(series_total(CTL_RATE_BYTES_C2S), 300 + 10 + 50);
+    cr_assert_eq(series_total(CTL_RATE_BYTES_S2C), 1500 + 20 + 60);
+    cr_assert_eq(series_total(CTL_RATE_FLOWS), 3 + 1 + 1);
+    reopen(); /* its workers start again too */
+    cr_assert_eq(series_total(CTL_RATE_BYTES_C2S), 360, "kept across a restart");
+    feed_traffic(0, 1, 5, 6, 1);
+    cr_assert_eq(ctl_stats_flush(stats, st, 100000, true), 0);
+    cr_assert_eq(series_total(CTL_RATE_BYTES_C2S), 365, "added to: %llu",
+                 (unsigned long long)series_total(CTL_RATE_BYTES_C2S));
+    cr_assert_eq(series_total(CTL_RATE_FLOWS), 6);
 }

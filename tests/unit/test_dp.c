@@ -50,7 +50,8 @@ static void make_ruleset(struct fgx_dp_msg *m)
 }
 
 static struct fgx_dp_filter_stat sample_filters[] = {{1, 10, 0}, {0xffffffffu, UINT64_MAX, 3}};
-static struct fgx_dp_service_stat sample_svc_stats[] = {{7, 1, 2, 3, 4, 5, 9, 11}};
+static struct fgx_dp_service_stat sample_svc_stats[] = {
+    {7, 1, 2, 3, 4, 5, 9, 11, 1ull << 40, 13, 17}};
 
 static void make_stats(struct fgx_dp_msg *m)
 {
@@ -208,6 +209,9 @@ Test(dp, stats_round_trip)
     cr_assert_eq(b->services[0].flows_active, 5);
     cr_assert_eq(b->services[0].events_lost, 9);
     cr_assert_eq(b->services[0].tls_failed, 11, "a TLS service's failed handshakes travel");
+    cr_assert_eq(b->services[0].bytes_c2s, 1ull << 40, "the bytes of each way travel, 64 bits");
+    cr_assert_eq(b->services[0].bytes_s2c, 13);
+    cr_assert_eq(b->services[0].flows_new, 17, "the connections seen travel");
     cr_assert_eq(b->queue_drops, 11);
     cr_assert_eq(b->flows, 12);
     cr_assert_eq(b->rss_bytes, 13);

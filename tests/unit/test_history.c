@@ -188,37 +188,43 @@ Test(rates, merge_keeps_nonzero_minutes_in_order_within_48_hours)
     size_t len = 0, nlen, n;
     uint32_t now = 30000000;
 
-    cr_assert_eq(ctl_rates_merge(rec, len, now - 5, 2, now, &next, &nlen), 0);
+    cr_assert_eq(ctl_rates_merge(CTL_RATE_BLOCKED, rec, len, now - 5, 2, now, &next, &nlen), 0);
     rec = next;
     len = nlen;
     cr_assert_eq(len, 8, "one minute: 8 bytes");
-    cr_assert_eq(ctl_rates_merge(rec, len, now, 3, now, &next, &nlen), 0);
+    cr_assert_eq(ctl_rates_merge(CTL_RATE_BLOCKED, rec, len, now, 3, now, &next, &nlen), 0);
     free(rec);
     rec = next;
     len = nlen;
-    cr_assert_eq(ctl_rates_merge(rec, len, now - 5, 1, now, &next, &nlen), 0);
+    cr_assert_eq(ctl_rates_merge(CTL_RATE_BLOCKED, rec, len, now - 5, 1, now, &next, &nlen), 0);
     free(rec);
     rec = next;
     len = nlen;
-    cr_assert_eq(ctl_rates_merge(rec, len, now - 3, 4, now, &next, &nlen), 0, "in between");
+    cr_assert_eq(ctl_rates_merge(CTL_RATE_BLOCKED, rec, len, now - 3, 4, now, &next, &nlen), 0,
+                 "in between");
     free(rec);
     rec = next;
     len = nlen;
-    cr_assert_eq(ctl_rates_decode(rec, len, &p, &n), 0);
+    cr_assert_eq(ctl_rates_decode(CTL_RATE_BLOCKED, rec, len, &p, &n), 0);
     cr_assert_eq(n, 3);
     cr_assert(p[0].minute == now - 5 && p[0].count == 3);
     cr_assert(p[1].minute == now - 3 && p[1].count == 4);
     cr_assert(p[2].minute == now && p[2].count == 3);
     free(p);
     /* 48 hours later the old minutes are gone; an empty series is no record at all */
-    cr_assert_eq(ctl_rates_merge(rec, len, 0, 0, now + CTL_RATES_MINUTES - 1, &next, &nlen), 0);
+    cr_assert_eq(ctl_rates_merge(CTL_RATE_BLOCKED, rec, len, 0, 0, now + CTL_RATES_MINUTES - 1,
+                                 &next, &nlen),
+                 0);
     cr_assert_eq(nlen, 8, "only the newest minute is still inside the window");
     free(next);
-    cr_assert_eq(ctl_rates_merge(rec, len, 0, 0, now + CTL_RATES_MINUTES + 10, &next, &nlen), 0);
+    cr_assert_eq(ctl_rates_merge(CTL_RATE_BLOCKED, rec, len, 0, 0, now + CTL_RATES_MINUTES + 10,
+                                 &next, &nlen),
+                 0);
     cr_assert_eq(nlen, 0);
     cr_assert_null(next);
     free(rec);
-    cr_assert_eq(ctl_rates_decode("abc", 3, &p, &n), -EINVAL, "a torn record is refused");
+    cr_assert_eq(ctl_rates_decode(CTL_RATE_BLOCKED, "abc", 3, &p, &n), -EINVAL,
+                 "a torn record is refused");
 }
 
 Test(rates, flush_writes_filter_and_service_series)
@@ -240,7 +246,7 @@ Test(rates, flush_writes_filter_and_service_series)
     cr_assert_eq(ctl_rates_note(&p, CTL_RATE_BLOCKED, f.id, 0, now - 1, 1), 0);
     cr_assert_eq(ctl_rates_note(&p, CTL_RATE_BLOCKED, f.id, 0, now, 5), 0);
     cr_assert_eq(p.n, 2, "one entry per minute");
-    cr_assert_eq(ctl_rates_flush(&p, t, now, NULL, NULL), 0);
+    cr_assert_eq(ctl_rates_flush(&p, t, now, false, NULL, NULL), 0);
     cr_assert_eq(p.n, 0);
     cr_assert_eq(ctl_rates_get(t, CTL_RATE_BLOCKED, CTL_RATE_SERVICE, s.id, 0, &pts, &n), 0);
     cr_assert_eq(n, 2, "the service's series, from the filter's record");
@@ -253,6 +259,112 @@ Test(rates, flush_writes_filter_and_service_series)
     cr_assert_eq(n, 0, "no log matches recorded");
     cr_assert_eq(ctl_rates_prune(t, now + CTL_RATES_MINUTES + 1), 0);
     cr_assert_eq(ctl_rates_get(t, CTL_RATE_BLOCKED, CTL_RATE_FILTER, f.id, 0, &pts, &n), 0);
+    cr_assert_eq(n, 0, "pruned after 48 hours");
+    ctl_rates_pending_release(&p);
+    ctl_txn_abort(t);
+}
+
+/* A service's bytes: 12-byte points with 64-bit counts, saturating at UINT64_MAX, not at the
+ * 32 bits of the block counts (those saturate there). */
+Test(rates, byte_series_count_past_32_bits)
+{
+    struct ctl_rate_point *p;
+    void *rec = NULL, *next;
+    size_t nlen, n;
+    uint32_t now = 30000000;
+    uint64_t big = 5ull << 30; /* 5 GiB in one minute */
+
+    cr_assert_eq(ctl_rates_point_len(CTL_RATE_BYTES_C2S), 12);
+    cr_assert_eq(ctl_rates_point_len(CTL_RATE_FLOWS), 8);
+    cr_assert_eq(ctl_rates_merge(CTL_RATE_BYTES_C2S, NULL, 0, now, big, now, &rec, &nlen), 0);
+    cr_assert_eq(nlen, 12);
+    cr_assert_eq(ctl_rates_merge(CTL_RATE_BYTES_C2S, rec, nlen, now, big, now, &next, &nlen), 0);
+    free(rec);
+    rec = next;
+    cr_assert_eq(ctl_rates_decode(CTL_RATE_BYTES_C2S, rec, nlen, &p, &n), 0);
+    cr_assert(n == 1 && p[0].minute == now && p[0].count == 2 * big, "%zu %llu", n,
+              (unsigned long long)(n ? p[0].count : 0));
+    free(p);
+    cr_assert_eq(ctl_rates_decode(CTL_RATE_BYTES_C2S, rec, 8, &p, &n), -EINVAL,
+                 "a record of 8-byte points is not one of 12-byte points");
+    cr_assert_eq(ctl_rates_merge(CTL_RATE_BYTES_C2S, rec, 12, now, UINT64_MAX, now, &next, &nlen),
+                 0);
+    free(rec);
+    rec = next;
+    cr_assert_eq(ctl_rates_decode(CTL_RATE_BYTES_C2S, rec, nlen, &p, &n), 0);
+    cr_assert(n == 1 && p[0].count == UINT64_MAX, "saturates");
+    free(p);
+    free(rec);
+    cr_assert_eq(ctl_rates_merge(CTL_RATE_FLOWS, NULL, 0, now, big, now, &rec, &nlen), 0);
+    cr_assert_eq(ctl_rates_decode(CTL_RATE_FLOWS, rec, nlen, &p, &n), 0);
+    cr_assert(n == 1 && p[0].count == UINT32_MAX, "connections: 32 bits, saturating");
+    free(p);
+    free(rec);
+}
+
+/* A service's traffic: one entry a kind a minute whatever the reports, written only once its
+ * minute is over (or when forced), to the service's series only; a filter's blocks in the same
+ * pending set are written at once. Pruned after 48 hours like the others. */
+Test(rates, traffic_waits_for_its_minute_then_goes_to_the_service)
+{
+    struct ctl_service s = {.ipproto = 6, .port = 82, .active = true};
+    struct ctl_filter f = {.regex = "x", .dir = FGX_DIR_BOTH, .active = true};
+    struct ctl_rates_pending p = {0};
+    struct ctl_rate_point *pts;
+    struct ctl_txn *t;
+    uint32_t now = 29000000;
+    size_t n;
+
+    snprintf(s.name, sizeof(s.name), "web");
+    cr_assert_eq(ctl_txn_begin(st, true, &t), 0);
+    cr_assert_eq(ctl_store_service_put(t, &s), 0);
+    f.service_id = s.id;
+    cr_assert_eq(ctl_store_filter_put(t, &f), 0);
+    cr_assert_eq(ctl_rates_note_service(&p, CTL_RATE_BYTES_C2S, s.id, now - 1, 1000), 0);
+    cr_assert_eq(ctl_rates_note_service(&p, CTL_RATE_BYTES_C2S, s.id, now - 1, 500), 0);
+    cr_assert_eq(ctl_rates_note_service(&p, CTL_RATE_BYTES_C2S, s.id + 1, now - 1, 7), 0);
+    cr_assert_eq(ctl_rates_note_service(&p, CTL_RATE_BYTES_S2C, s.id, now - 1, 9000), 0);
+    cr_assert_eq(ctl_rates_note_service(&p, CTL_RATE_FLOWS, s.id, now, 3), 0);
+    cr_assert_eq(ctl_rates_note_service(&p, CTL_RATE_BYTES_C2S, s.id, now, 40), 0);
+    cr_assert_eq(ctl_rates_note(&p, CTL_RATE_BLOCKED, f.id, 0, now, 1), 0);
+    cr_assert_eq(p.n, 6, "one entry a service, kind and minute: %zu", p.n);
+    cr_assert_eq(ctl_rates_flush(&p, t, now, false, NULL, NULL), 0);
+    cr_assert_eq(p.n, 2, "the current minute's traffic waits: %zu left", p.n);
+    cr_assert_eq(ctl_rates_get(t, CTL_RATE_BYTES_C2S, CTL_RATE_SERVICE, s.id, 0, &pts, &n), 0);
+    cr_assert(n == 1 && pts[0].minute == now - 1 && pts[0].count == 1500, "c2s: %zu", n);
+    free(pts);
+    cr_assert_eq(ctl_rates_get(t, CTL_RATE_BYTES_C2S, CTL_RATE_SERVICE, s.id + 1, 0, &pts, &n), 0);
+    cr_assert(n == 1 && pts[0].count == 7, "the other service's bytes apart");
+    free(pts);
+    cr_assert_eq(ctl_rates_get(t, CTL_RATE_BYTES_S2C, CTL_RATE_SERVICE, s.id, 0, &pts, &n), 0);
+    cr_assert(n == 1 && pts[0].count == 9000);
+    free(pts);
+    cr_assert_eq(ctl_rates_get(t, CTL_RATE_FLOWS, CTL_RATE_SERVICE, s.id, 0, &pts, &n), 0);
+    cr_assert_eq(n, 0, "this minute's connections not written yet");
+    cr_assert_eq(ctl_rates_get(t, CTL_RATE_BLOCKED, CTL_RATE_SERVICE, s.id, 0, &pts, &n), 0);
+    cr_assert(n == 1 && pts[0].count == 1, "the blocks written at once");
+    free(pts);
+    cr_assert_eq(ctl_rates_get(t, CTL_RATE_BYTES_C2S, CTL_RATE_FILTER, 0, 0, &pts, &n), 0);
+    cr_assert_eq(n, 0, "no filter series for traffic");
+    /* the next minute: what waited is written, once */
+    cr_assert_eq(ctl_rates_note_service(&p, CTL_RATE_FLOWS, s.id, now, 2), 0);
+    cr_assert_eq(ctl_rates_flush(&p, t, now + 1, false, NULL, NULL), 0);
+    cr_assert_eq(p.n, 0);
+    cr_assert_eq(ctl_rates_get(t, CTL_RATE_FLOWS, CTL_RATE_SERVICE, s.id, 0, &pts, &n), 0);
+    cr_assert(n == 1 && pts[0].minute == now && pts[0].count == 5, "flows: %zu", n);
+    free(pts);
+    cr_assert_eq(ctl_rates_get(t, CTL_RATE_BYTES_C2S, CTL_RATE_SERVICE, s.id, 0, &pts, &n), 0);
+    cr_assert(n == 2 && pts[1].minute == now && pts[1].count == 40);
+    free(pts);
+    /* forced (a reader wants the current minute, or controld exits): written at once */
+    cr_assert_eq(ctl_rates_note_service(&p, CTL_RATE_FLOWS, s.id, now + 1, 4), 0);
+    cr_assert_eq(ctl_rates_flush(&p, t, now + 1, true, NULL, NULL), 0);
+    cr_assert_eq(p.n, 0);
+    cr_assert_eq(ctl_rates_get(t, CTL_RATE_FLOWS, CTL_RATE_SERVICE, s.id, now + 1, &pts, &n), 0);
+    cr_assert(n == 1 && pts[0].count == 4);
+    free(pts);
+    cr_assert_eq(ctl_rates_prune(t, now + CTL_RATES_MINUTES + 2), 0);
+    cr_assert_eq(ctl_rates_get(t, CTL_RATE_BYTES_S2C, CTL_RATE_SERVICE, s.id, 0, &pts, &n), 0);
     cr_assert_eq(n, 0, "pruned after 48 hours");
     ctl_rates_pending_release(&p);
     ctl_txn_abort(t);

@@ -395,6 +395,12 @@ Test(nfq_swap, stopped_service_parks_its_flows_and_counters_balance)
     cr_assert_eq(verdict_of(tcp(true, 0x18, C2S_SEQ + 1, "ev")), NF_ACCEPT);
     sc = nfq_stats_svc(&t.ctr, SVC_TCP);
     cr_assert_eq(sc->flows_active, 1);
+    cr_assert_eq(sc->flows_new, 1, "one flow seen, whatever its packets");
+    /* the bytes by direction (IPv4 + TCP headers, 40 bytes, and the payload): SYN, ACK and
+     * "ev" from the client, the SYN-ACK from the server */
+    cr_assert_eq(sc->bytes[0], 40 + 40 + 42, "client->server bytes: %llu",
+                 (unsigned long long)sc->bytes[0]);
+    cr_assert_eq(sc->bytes[1], 40, "server->client bytes: %llu", (unsigned long long)sc->bytes[1]);
     cr_assert_eq(t.ctr.flows, 1);
     publish(2, &other, 1);
     cr_assert_eq(fgx_flow_count(t.flows), 1, "parked");

@@ -277,13 +277,13 @@ static void relay_echo(int family, const char *srv, const char *cli)
         cr_assert_eq(memcmp(&((struct sockaddr_in6 *)&peer)->sin6_addr,
                             &((struct sockaddr_in6 *)&want)->sin6_addr, 16),
                      0);
-    /* ... from a port below the range clients take theirs from (32768-60999 here), so never
-     * the client's own. */
+    /* ... from a privileged port, below every port a client (or a NAT for it) takes, so never
+     * a client's own. */
     {
         unsigned port = ntohs(family == AF_INET ? ((struct sockaddr_in *)&peer)->sin_port
                                                 : ((struct sockaddr_in6 *)&peer)->sin6_port);
 
-        cr_assert(port >= 10000 && port <= 32767, "onward port %u", port);
+        cr_assert(port >= 1 && port <= 1023, "onward port %u", port);
     }
     send_all(cfd, "hello", 5);
     recv_exact(sfd, buf, 5);
@@ -304,6 +304,98 @@ Test(px_relay, relays_ipv4_with_the_client_address)
 Test(px_relay, relays_ipv6_with_the_client_address)
 {
     relay_echo(AF_INET6, "fd66::1", "fd66::2");
+}
+
+/* Every privileged port of the client's address taken by a connection to the service (the
+ * 4-tuples an onward connection would need: connect() says EADDRNOTAVAIL for each): the proxy
+ * tries other ports, then takes the kernel's choice, and the connection gets through. */
+Test(px_relay, onward_ports_all_taken_falls_back_to_the_kernel)
+{
+    static int squat[1024];
+    struct sockaddr_storage d, b, peer;
+    socklen_t dl = sa_make(AF_INET, "10.66.0.1", SVC_PORT, &d), bl;
+    int lfd, cfd, sfd = -1, one = 1, mark = 0x0fe40000;
+    char buf[8];
+
+    start();
+    apply(1, 1, &P_EVIL);
+    lfd = socket(AF_INET, SOCK_STREAM, 0);
+    cr_assert_neq(lfd, -1);
+    setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    cr_assert_eq(bind(lfd, (struct sockaddr *)&d, dl), 0);
+    cr_assert_eq(listen(lfd, 2048), 0);
+    for (int p = 1; p <= 1023; p++) {
+        bl = sa_make(AF_INET, "10.66.0.2", (uint16_t)p, &b);
+        squat[p] = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+        cr_assert_neq(squat[p], -1);
+        setsockopt(squat[p], SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        /* the proxy's mark: straight to the service, not through tproxy */
+        setsockopt(squat[p], SOL_SOCKET, SO_MARK, &mark, sizeof(mark));
+        cr_assert_eq(bind(squat[p], (struct sockaddr *)&b, bl), 0, "port %d: %s", p,
+                     strerror(errno));
+        cr_assert(connect(squat[p], (struct sockaddr *)&d, dl) == 0 || errno == EINPROGRESS);
+    }
+    cfd = client_connect(AF_INET, "10.66.0.2", "10.66.0.1");
+    set_timeout(cfd, 5000);
+    send_all(cfd, "hello", 5);
+    set_timeout(lfd, 5000);
+    for (int i = 0; i < 1100 && sfd < 0; i++) {
+        int fd = accept_peer(lfd, &peer);
+        unsigned port = ntohs(((struct sockaddr_in *)&peer)->sin_port);
+
+        if (port > 1023)
+            sfd = fd; /* not a squatter: the proxied connection */
+        else
+            close(fd);
+    }
+    cr_assert_geq(sfd, 0, "the proxied connection never reached the service");
+    set_timeout(sfd, 5000);
+    recv_exact(sfd, buf, 5);
+    cr_assert_eq(memcmp(buf, "hello", 5), 0);
+    send_all(sfd, "ok", 2);
+    recv_exact(cfd, buf, 2);
+    cr_assert_eq(memcmp(buf, "ok", 2), 0);
+    close(sfd);
+    close(cfd);
+    for (int p = 1; p <= 1023; p++)
+        close(squat[p]);
+    close(lfd);
+}
+
+/* Onward ports are privileged (1-1023) and SO_REUSEADDR: the onward leg closes first here, so
+ * each port it used stays in TIME_WAIT to this service, and a port bound again connects over
+ * its TIME_WAIT (bind then connect, with timestamps: the kernel reuses it). 1100 connections
+ * one after the other, every one from a privileged port. */
+Test(px_relay, onward_ports_privileged_and_reused_past_time_wait)
+{
+    enum { N = 1100 };
+    unsigned privileged = 0;
+    int lfd;
+
+    start();
+    apply(1, 1, &P_EVIL);
+    lfd = server_listen(AF_INET, "10.66.0.1");
+    for (int i = 0; i < N; i++) {
+        struct sockaddr_storage peer;
+        int cfd = client_connect(AF_INET, "10.66.0.2", "10.66.0.1"), sfd;
+        unsigned port;
+        char b[4];
+
+        set_timeout(cfd, 5000);
+        sfd = accept_peer(lfd, &peer);
+        set_timeout(sfd, 5000);
+        port = ntohs(((struct sockaddr_in *)&peer)->sin_port);
+        privileged += port >= 1 && port <= 1023;
+        send_all(cfd, "x", 1);
+        recv_exact(sfd, b, 1);
+        cr_assert_eq(shutdown(cfd, SHUT_WR), 0);
+        cr_assert_eq(recv(sfd, b, sizeof(b), 0), 0, "connection %d: the client's FIN", i);
+        close(sfd); /* after the onward leg's FIN: that leg is the one in TIME_WAIT */
+        cr_assert_eq(recv(cfd, b, sizeof(b), 0), 0, "connection %d: the service's FIN", i);
+        close(cfd);
+    }
+    cr_assert_eq(privileged, N, "onward ports below 1024: %u of %d", privileged, N);
+    close(lfd);
 }
 
 Test(px_relay, match_resets_both_sides_and_records_the_event)

@@ -245,10 +245,10 @@ Test(px_stats, collect_sums_threads_and_merges_events_in_time_order)
 
     cr_assert_eq(px_stats_svc(&w->threads[0].ctr, SVC), a, "one slot per service");
     a->accepted = 3;
-    a->bytes = 300;
+    a->bytes[0] = 300;
     a->open = 1;
     b->accepted = 4;
-    b->bytes = 400;
+    b->bytes[1] = 400;
     b->open = 2;
     px_stats_filter_blocked(&w->threads[0].ctr, FLT);
     px_stats_filter_blocked(&w->threads[1].ctr, FLT);
@@ -261,6 +261,9 @@ Test(px_stats, collect_sums_threads_and_merges_events_in_time_order)
     cr_assert_eq(s->services[0].service_id, SVC);
     cr_assert_eq(s->services[0].accepted, 7);
     cr_assert_eq(s->services[0].bytes, 700);
+    cr_assert_eq(s->services[0].bytes_c2s, 300, "the clients' bytes");
+    cr_assert_eq(s->services[0].bytes_s2c, 400, "the servers' bytes");
+    cr_assert_eq(s->services[0].flows_new, 7, "every connection relayed");
     cr_assert_eq(s->services[0].flows_active, 3);
     cr_assert_eq(s->nfilters, 1);
     cr_assert_eq(s->filters[0].blocked, 3);

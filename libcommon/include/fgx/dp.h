@@ -103,6 +103,9 @@ struct fgx_dp_service_stat {
     uint64_t packets, bytes, accepted, dropped, flows_active;
     uint64_t events_lost; /* blocks whose event the worker's queue refused (cumulative) */
     uint64_t tls_failed;  /* TLS handshakes failed or timed out (cumulative) */
+    /* bytes of each direction (bytes is their sum) and connections seen (cumulative): nfqworker
+     * counts the TCP flows it tracked, proxyworker the connections it relayed */
+    uint64_t bytes_c2s, bytes_s2c, flows_new;
 };
 
 /* An excerpt: up to FGX_DP_EXCERPT_BEFORE bytes before the match end and up to
