@@ -179,6 +179,13 @@ def engine_connection_globals_without_rerunning_the_module(env):
     check(a.glob["seen"] == [b"1", b"2"] and b.glob["seen"] == [b"1"] and
           copied.template["seen"] == [] and copied.template["n"] == 0,
           "globals shared across connections: %r %r", a.glob["seen"], b.glob["seen"])
+    # an attribute set on the file's own function: each connection has its own function
+    attr = e.Script(pre + fn + "    f.n = getattr(f, 'n', 0) + 1\n"
+                    "    return REJECT if f.n >= 2 else None\n", "d.py")
+    check(attr.plan == set(), "plan %r", attr.plan)
+    a, b = e.Conn(attr), e.Conn(attr)
+    check(a.feed(True, b"1").action == "accept" and a.feed(True, b"2").action == "reject" and
+          b.feed(True, b"1").action == "accept", "a function's attribute shared")
     # a module-level call: run again per connection, as Firegex does
     rerun = e.Script(pre + "import itertools\nids = itertools.count()\nmine = next(ids)\n" +
                      fn + "    return None\n", "c.py")

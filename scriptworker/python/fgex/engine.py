@@ -157,9 +157,26 @@ def _module_plan(tree):
                 mutable.update(t.id for t in targets)
             continue
         return None
+    defined = set(mutable)
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef):
+            defined.add(node.name)
+        elif isinstance(node, ast.Assign):
+            defined.update(t.id for t in node.targets)
+        elif isinstance(node, ast.AnnAssign):
+            defined.add(node.target.id)
     for node in ast.walk(tree):
         if isinstance(node, (ast.Global, ast.Nonlocal)):
             return mutable
+        # f.calls = ... on one of the file's own functions (or objects): each connection's
+        # run would make its own function, so the copy plan (functions rebuilt) it is
+        if isinstance(node, (ast.Attribute, ast.Subscript)) and isinstance(
+                node.ctx, (ast.Store, ast.Del)):
+            root = node
+            while isinstance(root, (ast.Attribute, ast.Subscript)):
+                root = root.value
+            if isinstance(root, ast.Name) and root.id in defined:
+                return mutable
     return "shared" if not mutable else mutable
 
 
