@@ -20,6 +20,7 @@
 #include "controld/ctl_auth.h"
 #include "controld/ctl_compile.h"
 #include "controld/ctl_config.h"
+#include "controld/ctl_script_rt.h"
 #include "controld/ctl_script_sup.h"
 #include "fgx/log.h"
 #include "fgx/ruleset.h"
@@ -515,6 +516,7 @@ int ctl_rpc_reply_services(struct ctl_rpc *r, struct ctl_txn *t, const struct ct
             if (rv < 0)
                 goto err;
             blocked += removed; /* a total never goes down when a filter goes */
+            blocked += ctl_script_rt_blocked(s->id); /* and a script's blocks are blocks */
             fgx__ctl__service__init(m);
             if (ctl_svcmsg_fill(&r->ips[i], s, m) < 0)
                 goto err;

@@ -285,6 +285,16 @@ int ctl_script_rt_log(struct ctl_ctx *ctx, uint32_t service_id, uint64_t after,
     return 0;
 }
 
+uint64_t ctl_script_rt_blocked(uint32_t service_id)
+{
+    uint64_t n = 0;
+
+    for (size_t i = 0; i < rt_nfns; i++)
+        if (rt_fns[i].service_id == service_id)
+            n += rt_fns[i].n[CTL_SCRIPT_BLOCKED];
+    return n;
+}
+
 void ctl_script_rt_forget(uint32_t service_id)
 {
     size_t j = 0;

@@ -43,6 +43,9 @@ int ctl_script_rt_load(struct ctl_store *st);
 /* The counters into the store when they changed since the last save. Returns 0 or -errno
  * (they stay unsaved, tried again at the next call). */
 int ctl_script_rt_save(struct ctl_store *st);
+/* The blocks of a service's script functions (their blocked counters summed): part of the
+ * service's blocked total, as its filters' are. */
+uint64_t ctl_script_rt_blocked(uint32_t service_id);
 /* Forget a service's counters and log (its script was removed). */
 void ctl_script_rt_forget(uint32_t service_id);
 

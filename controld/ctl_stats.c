@@ -317,6 +317,12 @@ static void event_from_dp(const struct fgx_dp_event *d, uint64_t seq,
     e->match_end = d->match_end <= e->excerpt_len ? d->match_end : e->excerpt_len;
     memcpy(e->excerpt, d->excerpt, e->excerpt_len);
     e->log = d->log;
+    if (d->script_verdict != 0) {
+        /* a script's block: the verdict as its kind, the function where a filter's id would be */
+        (void)snprintf(e->script_kind, sizeof(e->script_kind), "%s",
+                       d->script_verdict == FGX_DP_SCRIPT_DROP ? "drop" : "reject");
+        (void)snprintf(e->script_fn, sizeof(e->script_fn), "%s", d->script_fn);
+    }
 }
 
 /* Fold what one worker reported (cumulative since its process `instance` started) into the

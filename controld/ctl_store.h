@@ -174,8 +174,10 @@ struct ctl_event {
     uint8_t match_end; /* the match ends before excerpt[match_end] (<= excerpt_len) */
     uint8_t excerpt[FGX_DP_EXCERPT_MAX];
     bool log; /* a log filter's match: nothing was dropped */
-    /* A script call's failure (filter_id 0): "timeout" or "exception", and the function
-     * (cut at 63 bytes: the ring holds --events-keep of these); "" for a filter's match. */
+    /* A script's event (filter_id 0): a call's failure, "timeout" or "exception", or a block
+     * by a function, "reject" or "drop" (a block like a filter's: in --top and in the
+     * service's blocked total), and the function (cut at 63 bytes: the ring holds
+     * --events-keep of these); "" for a filter's match. */
     char script_kind[10];
     char script_fn[64];
 };

@@ -4,8 +4,15 @@
 #include "controld/ctl_top.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* A script's block: "reject" or "drop" (its failures, "timeout" and "exception", are not). */
+static bool script_block(const struct ctl_event *e)
+{
+    return strcmp(e->script_kind, "reject") == 0 || strcmp(e->script_kind, "drop") == 0;
+}
 
 static int key_cmp(const void *a, const void *b)
 {
@@ -15,7 +22,14 @@ static int key_cmp(const void *a, const void *b)
 
     if (c != 0)
         return c;
-    return x->filter_id < y->filter_id ? -1 : x->filter_id > y->filter_id;
+    if (x->filter_id != y->filter_id)
+        return x->filter_id < y->filter_id ? -1 : 1;
+    if (x->filter_id != 0)
+        return 0;
+    /* a script's blocks: a function's name is its file's, so per service */
+    if (x->service_id != y->service_id)
+        return x->service_id < y->service_id ? -1 : 1;
+    return strcmp(x->script_fn, y->script_fn);
 }
 
 static int row_cmp(const void *a, const void *b)
@@ -30,7 +44,9 @@ static int row_cmp(const void *a, const void *b)
     c = strcmp(x->src, y->src);
     if (c != 0)
         return c;
-    return x->filter_id < y->filter_id ? -1 : x->filter_id > y->filter_id;
+    if (x->filter_id != y->filter_id)
+        return x->filter_id < y->filter_id ? -1 : 1;
+    return strcmp(x->script_fn, y->script_fn);
 }
 
 int ctl_top_src(const struct ctl_event *const *evs, size_t n, uint64_t since_ns,
@@ -48,7 +64,8 @@ int ctl_top_src(const struct ctl_event *const *evs, size_t n, uint64_t since_ns,
     if (!v)
         return -ENOMEM;
     for (size_t i = 0; i < n; i++)
-        if (!evs[i]->log && !evs[i]->script_kind[0] && evs[i]->time_ns >= since_ns)
+        if (!evs[i]->log && (!evs[i]->script_kind[0] || script_block(evs[i])) &&
+            evs[i]->time_ns >= since_ns)
             v[m++] = evs[i];
     if (m == 0) {
         free(v);
@@ -72,6 +89,7 @@ int ctl_top_src(const struct ctl_event *const *evs, size_t n, uint64_t since_ns,
             memcpy(r->src, e->src, sizeof(r->src));
             r->filter_id = e->filter_id;
             r->first_ns = e->time_ns;
+            memcpy(r->script_fn, e->script_fn, sizeof(r->script_fn));
         }
         r->blocks++;
         if (e->time_ns < r->first_ns)

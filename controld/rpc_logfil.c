@@ -138,6 +138,8 @@ void ctl_rpc_events_top(struct ctl_rpc *r, const Fgx__Ctl__EventsQuery *q, uint3
         m->has_first_ns = 1;
         m->first_ns = row->first_ns;
         m->label = (char *)ctl_rpc_filter_label(r, t, row->filter_id);
+        if (row->script_fn[0])
+            m->script_function = (char *)row->script_fn;
         lf->ptrs[i] = m;
     }
     r->reply.n_top = lf->nrows;

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "controld/ctl_script_rt.h"
 #include "fgx/log.h"
 
 /* Per-service counters (and the filters behind their blocked sums, and the worker) for one
@@ -83,6 +84,8 @@ static void do_stats(struct ctl_rpc *r, const Fgx__Ctl__Request *req)
             m->has_blocked_removed = 1;
             m->blocked += m->blocked_removed;
         }
+        /* a script's blocks count as its filters' do */
+        m->blocked += ctl_script_rt_blocked(r->svcs[i].id);
         m->has_tls_failed = r->svcs[i].tls || c.tls_failed > 0;
         m->tls_failed = c.tls_failed;
         for (size_t j = 0; j < nfs; j++) {

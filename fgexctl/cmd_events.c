@@ -43,18 +43,22 @@ static const char usage_events[] =
     "A script call past its deadline or one that raised is an event too: FILTER\n"
     "shows \"script timeout FUNCTION\" (or exception); JSON: \"action\": \"script\",\n"
     "script_kind and script_function (absent from a filter's match), filter_id 0.\n"
+    "A connection a script rejected or dropped is a block: FILTER shows \"script\n"
+    "reject FUNCTION\" (or drop), the excerpt is the start of the bytes it judged;\n"
+    "JSON: \"action\": \"block\", script_kind \"reject\" or \"drop\", script_function.\n"
     "\n"
     "usage: fgexctl events [SERVICE] --top src [--since DURATION] [--json]\n"
     "\n"
     "Who is attacking: the blocks of the event store (every service, or SERVICE) per\n"
-    "source address and filter, the most recent first: SRC, FILTER, LABEL, SERVICE,\n"
+    "source address and filter (a script's: \"script FUNCTION\"), the most recent first: SRC, FILTER, LABEL, SERVICE,\n"
     "BLOCKS, FIRST, LAST. controld folds the events it keeps (--events-keep, 100,000 by\n"
     "default) in one request; log matches are not blocks and are not counted.\n"
     "\n"
     "  --since D    only blocks of the last D: 90s, 30m, 2h, 1d (a number alone: seconds)\n"
     "\n"
     "--json prints {events, rows: [{src, filter_id, label, service_id, service, blocks,\n"
-    "first, first_ns, last, last_ns}]}: events is how many stored events were read.\n"
+    "first, first_ns, last, last_ns}]}: events is how many stored events were read; a\n"
+    "script's row has filter_id 0 and script_function.\n"
     "\n" CLI_SERVICE_HELP_NOTE;
 /* clang-format on */
 
@@ -228,6 +232,14 @@ static int human_events(FILE *f, const Fgx__Ctl__Reply *rep, bool fixed, bool he
 /* Excerpts are at most ~64 bytes (control.proto); a longer one is cut in the hex form only. */
 #define EXCERPT_HEX_MAX 1024
 
+/* A script call's failure (timeout, exception): an event, not a block. A script's block has
+ * script_kind "reject" or "drop". */
+static bool script_failure(const Fgx__Ctl__Event *e)
+{
+    return e->script_kind && e->script_kind[0] && strcmp(e->script_kind, "reject") != 0 &&
+           strcmp(e->script_kind, "drop") != 0;
+}
+
 static json_t *json_event(const void *p)
 {
     static const char hex[] = "0123456789abcdef";
@@ -255,15 +267,15 @@ static json_t *json_event(const void *p)
         json_object_set_new(o, "excerpt_hex", json_string(h)) < 0 ||
         (e->has_match_end && json_object_set_new(o, "match_end", json_integer(e->match_end)) < 0) ||
         json_object_set_new(o, "action",
-                            json_string(e->script_kind && e->script_kind[0] ? "script"
-                                        : e->has_log && e->log              ? "log"
-                                                                            : "block")) < 0 ||
+                            json_string(script_failure(e)      ? "script"
+                                        : e->has_log && e->log ? "log"
+                                                               : "block")) < 0 ||
         json_object_set_new(o, "label",
                             cli_json_str_or_null(e->label && e->label[0] ? e->label : NULL)) < 0) {
         json_decref(o);
         return NULL;
     }
-    /* a script call's failure: absent from a filter's event, whose shape stays as it was */
+    /* a script's event: absent from a filter's event, whose shape stays as it was */
     if (e->script_kind && e->script_kind[0] &&
         (json_object_set_new(o, "script_kind", json_string(e->script_kind)) < 0 ||
          json_object_set_new(o, "script_function", cli_json_str(e->script_function)) < 0)) {
@@ -305,7 +317,10 @@ static int human_top(FILE *f, const Fgx__Ctl__Reply *rep)
         const Fgx__Ctl__TopRow *r = rep->top[i];
 
         cli_fmt_table_add_str(&t, r->src);
-        cli_fmt_table_addf(&t, "%" PRIu32, r->filter_id);
+        if (r->script_function && r->script_function[0])
+            cli_fmt_table_addf(&t, "script %s", r->script_function);
+        else
+            cli_fmt_table_addf(&t, "%" PRIu32, r->filter_id);
         cli_fmt_table_add_label(&t, r->label);
         if (r->service && r->service[0])
             cli_fmt_table_add_str(&t, r->service);
@@ -327,14 +342,23 @@ static json_t *json_top_row(const void *p)
     const Fgx__Ctl__TopRow *r = p;
     char first[64], last[64];
 
+    json_t *o;
+
     cli_fmt_time(r->first_ns, true, first, sizeof(first));
     cli_fmt_time(r->last_ns, true, last, sizeof(last));
-    return json_pack("{s:o, s:I, s:o, s:I, s:o, s:I, s:s, s:I, s:s, s:I}", "src",
-                     cli_json_str(r->src), "filter_id", cli_json_int(r->filter_id), "label",
-                     cli_json_str_or_null(r->label && r->label[0] ? r->label : NULL), "service_id",
-                     cli_json_int(r->service_id), "service", cli_json_str_or_null(r->service),
-                     "blocks", cli_json_int(r->blocks), "first", first, "first_ns",
-                     cli_json_int(r->first_ns), "last", last, "last_ns", cli_json_int(r->last_ns));
+    o = json_pack("{s:o, s:I, s:o, s:I, s:o, s:I, s:s, s:I, s:s, s:I}", "src", cli_json_str(r->src),
+                  "filter_id", cli_json_int(r->filter_id), "label",
+                  cli_json_str_or_null(r->label && r->label[0] ? r->label : NULL), "service_id",
+                  cli_json_int(r->service_id), "service", cli_json_str_or_null(r->service),
+                  "blocks", cli_json_int(r->blocks), "first", first, "first_ns",
+                  cli_json_int(r->first_ns), "last", last, "last_ns", cli_json_int(r->last_ns));
+    /* a script's blocks (filter_id 0): the function; absent from a filter's row */
+    if (o && r->script_function && r->script_function[0] &&
+        json_object_set_new(o, "script_function", json_string(r->script_function)) < 0) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
 }
 
 static int human_events_reply(FILE *f, const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep)

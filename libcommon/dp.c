@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <netinet/in.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -397,6 +398,12 @@ int fgx_dp_encode(const struct fgx_dp_msg *m, void **buf, size_t *len)
             if (e->log) {
                 p->has_log = 1;
                 p->log = 1;
+            }
+            if (e->script_verdict != 0) {
+                p->has_script_verdict = 1;
+                p->script_verdict = e->script_verdict;
+                /* the ring's copy is NUL-terminated by its writer; the stats own it meanwhile */
+                p->script_function = (char *)e->script_fn;
             }
             if (e->capture != NULL) {
                 p->has_capture = 1;
@@ -863,6 +870,12 @@ static int stats_from_pb(const Fgx__Dp__Stats *p, struct fgx_dp_stats *s)
             if (exlen > 0)
                 memcpy(e->excerpt, v->excerpt.data, exlen);
             e->log = v->has_log && v->log;
+            if (v->has_script_verdict && (v->script_verdict == FGX_DP_SCRIPT_REJECT ||
+                                          v->script_verdict == FGX_DP_SCRIPT_DROP)) {
+                e->script_verdict = (uint8_t)v->script_verdict;
+                (void)snprintf(e->script_fn, sizeof(e->script_fn), "%s",
+                               v->script_function ? v->script_function : "");
+            }
             if (v->has_capture && v->capture.len > 0) {
                 e->capture = malloc(v->capture.len);
                 if (e->capture == NULL)

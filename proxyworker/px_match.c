@@ -22,6 +22,7 @@
 #include "px.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 
@@ -206,7 +207,7 @@ static void sa_split(const struct sockaddr_storage *ss, uint8_t *addr, uint16_t 
 }
 
 static void event_record(struct px_conn *c, int side, const struct fgx_reasm_match *m,
-                         struct fgx_cap_ring *cr)
+                         struct fgx_cap_ring *cr, uint8_t script_verdict, const char *script_fn)
 {
     struct fgx_dp_event *ev = fgx_evring_claim(&c->t->events, c->service_id);
     struct timespec ts;
@@ -227,6 +228,9 @@ static void event_record(struct px_conn *c, int side, const struct fgx_reasm_mat
     ev->match_end = m->match_end <= ev->excerpt_len ? m->match_end : ev->excerpt_len;
     memcpy(ev->excerpt, m->excerpt, ev->excerpt_len);
     ev->log = m->log;
+    ev->script_verdict = script_verdict;
+    if (script_fn)
+        (void)snprintf(ev->script_fn, sizeof(ev->script_fn), "%s", script_fn);
     /* The capture waits pinned in its slot until the control thread takes it with the event. */
     if (cr != NULL) {
         struct fgx_cap_ref ref = {c->cap_slot, c->cap_gen};
@@ -239,13 +243,29 @@ static void event_record(struct px_conn *c, int side, const struct fgx_reasm_mat
     fgx_evring_commit(&c->t->events);
 }
 
+void px_match_event_script(struct px_conn *c, int side, uint8_t verdict, const char *fn,
+                           const uint8_t *data, size_t len)
+{
+    struct fgx_cap_ring *cr = fgx_cap_set_ring(&c->t->caps, c->service_id);
+    struct fgx_reasm_match m = {0};
+
+    /* the excerpt is the judged bytes' start: a request line, a header, what the file saw */
+    size_t room = sizeof(m.excerpt) < FGX_DP_EXCERPT_MAX ? sizeof(m.excerpt) : FGX_DP_EXCERPT_MAX;
+
+    m.excerpt_len = (uint8_t)(len < room ? len : room);
+    m.match_end = m.excerpt_len;
+    if (data && m.excerpt_len)
+        memcpy(m.excerpt, data, m.excerpt_len);
+    event_record(c, side, &m, cr, verdict, fn);
+}
+
 void px_match_log(void *arg, const struct fgx_reasm_match *m)
 {
     struct px_thread *t = arg;
 
     px_stats_filter_matched(&t->ctr, m->filter_id);
     if (t->scan_conn != NULL)
-        event_record(t->scan_conn, t->scan_side, m, NULL);
+        event_record(t->scan_conn, t->scan_side, m, NULL, 0, NULL);
 }
 
 /* A read's bytes into the connection's capture, after the others of its side: the proxy sees
@@ -305,7 +325,7 @@ int px_match_scan(struct px_conn *c, int side, const uint8_t *data, size_t len)
         cap_bytes(c, cr, side, data, len, m.matched);
     if (m.matched) {
         px_stats_filter_blocked(&t->ctr, m.filter_id);
-        event_record(c, side, &m, cr);
+        event_record(c, side, &m, cr, 0, NULL);
         return -EACCES;
     }
     if (v != FGX_REASM_ACCEPT) {

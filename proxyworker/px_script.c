@@ -98,11 +98,15 @@ static void apply(struct px_conn *c, int side, uint8_t code, const char *fn)
     bool fail_open = svc ? svc->fail_open : false;
     struct px_svc_ctr *sc = px_stats_svc(&c->t->ctr, c->service_id);
 
-    (void)fn;
     if (code == FGX_SW_ERROR || code == FGX_SW_TIMEOUT) {
         PX_CTR_ADD(code == FGX_SW_TIMEOUT ? &c->t->ctr.script_timeouts : &c->t->ctr.script_errors,
                    1);
         code = fail_open ? FGX_SW_ACCEPT : FGX_SW_REJECT;
+        /* the failure is its own event (scriptworker's log entry), not a block by a function */
+    } else if ((code == FGX_SW_REJECT || code == FGX_SW_DROP) && side >= 0) {
+        px_match_event_script(c, side,
+                              code == FGX_SW_REJECT ? FGX_DP_SCRIPT_REJECT : FGX_DP_SCRIPT_DROP, fn,
+                              c->hold[side], c->hold_len[side]);
     }
     if (code == FGX_SW_REJECT) {
         PX_CTR_ADD(&sc->script_blocked, 1);
@@ -202,8 +206,19 @@ static void on_readable(evutil_socket_t fd, short what, void *arg)
             fgx_log_ratelimited(&last_log, FGX_LOG_WARN, "script: error verdict: %.*s",
                                 fl < n ? (int)(n - fl - 1) : 0, fl < n ? p + fl + 1 : "");
         }
-        nng_msg_free(m);
-        apply(c, side, h.code, "");
+        {
+            /* the verdict's payload: "function\0detail" */
+            char fn[FGX_DP_SCRIPT_FN_MAX];
+            const char *p = (const char *)nng_msg_body(m) + sizeof(h);
+            size_t n = nng_msg_len(m) - sizeof(h), fl = strnlen(p, n);
+
+            if (fl >= sizeof(fn))
+                fl = sizeof(fn) - 1;
+            memcpy(fn, p, fl);
+            fn[fl] = '\0';
+            nng_msg_free(m);
+            apply(c, side, h.code, fn);
+        }
     }
 }
 

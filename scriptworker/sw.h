@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <time.h>
 
 #include <nng/nng.h>
 
@@ -44,6 +45,8 @@ struct sw_child {
     struct sw_call q[SW_QMAX];
     size_t qhead, qlen;
     bool ready;        /* it finished starting (imports): the head call's clock runs */
+    clockid_t cpu_clock; /* its CPU time (clock_getcpuclockid) */
+    bool cpu_clock_ok;
     unsigned restarts;
 };
 

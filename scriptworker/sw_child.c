@@ -64,6 +64,7 @@ int sw_child_spawn(struct sw *w, struct sw_child *c)
     close(to[0]);
     close(from[1]);
     c->pid = pid;
+    c->cpu_clock_ok = clock_getcpuclockid(pid, &c->cpu_clock) == 0;
     c->in = to[1];
     c->out = from[0];
     (void)fcntl(c->in, F_SETFL, O_NONBLOCK);
@@ -170,27 +171,11 @@ void sw_child_head_start(struct sw_child *c)
 
 uint64_t sw_child_cpu_ms(const struct sw_child *c)
 {
-    static long tck;
-    char path[64], buf[1024], *p;
-    unsigned long long ut = 0, st = 0;
-    ssize_t n;
-    int fd;
+    struct timespec ts;
 
-    if (!tck)
-        tck = sysconf(_SC_CLK_TCK);
-    (void)snprintf(path, sizeof(path), "/proc/%d/stat", (int)c->pid);
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd == -1)
-        return 0;
-    n = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
-    if (n <= 0)
-        return 0;
-    buf[n] = '\0';
-    /* after the command's closing parenthesis: state is field 3, utime 14, stime 15 */
-    p = strrchr(buf, ')');
-    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut,
-                     &st) != 2)
-        return 0;
-    return (ut + st) * 1000 / (unsigned long long)(tck > 0 ? tck : 100);
+    /* Read at every call's start: one clock_gettime() on the interpreter's CPU clock (Linux
+     * lets a process read another's), not an open, read, parse and close of /proc/PID/stat. */
+    if (c->cpu_clock_ok && clock_gettime(c->cpu_clock, &ts) == 0)
+        return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+    return 0;
 }

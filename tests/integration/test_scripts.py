@@ -151,6 +151,50 @@ def engine(env):
 
 
 @test
+def engine_connection_globals_without_rerunning_the_module(env):
+    """Each connection has its own globals, as if the module code ran again for it: a plain
+    file (imports, @pyfilter functions, literals) gets them from its first run (shared when
+    nothing can change them, copied with its functions rebuilt when a function may), any
+    other file runs its module code again."""
+    e = engine(env)
+    pre = ("from firegex.nfproxy import pyfilter, REJECT, ExceptionAction\n"
+           "from firegex.nfproxy.models import RawPacket\n")
+    fn = "@pyfilter\ndef f(p: RawPacket):\n"
+    shared = e.Script(pre + "LIMIT = 3\nMODE = ExceptionAction.ACCEPT\n" + fn +
+                      "    return REJECT if len(p.data) > LIMIT else None\n", "a.py")
+    check(shared.plan == "shared", "plan %r", shared.plan)
+    a, b = e.Conn(shared), e.Conn(shared)
+    check(a.feed(True, b"ab").action == "accept" and b.feed(True, b"abcd").action == "reject",
+          "shared verdicts")
+    # a counter with `global`, a list mutated without it, a helper reading them
+    copied = e.Script(pre + "n = 0\nseen = []\ndef total():\n    return n + len(seen)\n" +
+                      fn + "    global n\n    n += 1\n    seen.append(p.data)\n"
+                      "    return REJECT if total() >= 4 else None\n", "b.py")
+    check(copied.plan == {"seen"}, "plan %r", copied.plan)
+    a, b = e.Conn(copied), e.Conn(copied)
+    check(a.feed(True, b"1").action == "accept" and a.feed(True, b"2").action == "reject",
+          "a's own counter")
+    check(b.feed(True, b"1").action == "accept", "b starts from zero: %r %r", b.glob["n"],
+          b.glob["seen"])
+    check(a.glob["seen"] == [b"1", b"2"] and b.glob["seen"] == [b"1"] and
+          copied.template["seen"] == [] and copied.template["n"] == 0,
+          "globals shared across connections: %r %r", a.glob["seen"], b.glob["seen"])
+    # an attribute set on the file's own function: each connection has its own function
+    attr = e.Script(pre + fn + "    f.n = getattr(f, 'n', 0) + 1\n"
+                    "    return REJECT if f.n >= 2 else None\n", "d.py")
+    check(attr.plan == set(), "plan %r", attr.plan)
+    a, b = e.Conn(attr), e.Conn(attr)
+    check(a.feed(True, b"1").action == "accept" and a.feed(True, b"2").action == "reject" and
+          b.feed(True, b"1").action == "accept", "a function's attribute shared")
+    # a module-level call: run again per connection, as Firegex does
+    rerun = e.Script(pre + "import itertools\nids = itertools.count()\nmine = next(ids)\n" +
+                     fn + "    return None\n", "c.py")
+    check(rerun.plan is None, "plan %r", rerun.plan)
+    check(e.Conn(rerun).glob["mine"] == 0 and e.Conn(rerun).glob["mine"] == 0,
+          "the module code ran again")
+
+
+@test
 def engine_models_settings_history(env):
     """The models' semantics, through the engine directly: headers as sent and get_header,
     HttpHistory, a HEAD response without body, FGEX_FULL_STREAM_ACTION, invalid HTTP."""

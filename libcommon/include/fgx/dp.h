@@ -113,6 +113,9 @@ struct fgx_dp_service_stat {
 #define FGX_DP_EXCERPT_BEFORE 64
 #define FGX_DP_EXCERPT_AFTER 32
 #define FGX_DP_EXCERPT_MAX (FGX_DP_EXCERPT_BEFORE + FGX_DP_EXCERPT_AFTER)
+#define FGX_DP_SCRIPT_FN_MAX 64 /* as controld keeps it (ctl_event.script_fn) */
+#define FGX_DP_SCRIPT_REJECT 1
+#define FGX_DP_SCRIPT_DROP 2
 
 struct fgx_dp_event {
     uint64_t time_ns; /* CLOCK_REALTIME */
@@ -127,6 +130,11 @@ struct fgx_dp_event {
     uint8_t match_end; /* the match ends before excerpt[match_end] (<= excerpt_len) */
     uint8_t excerpt[FGX_DP_EXCERPT_MAX]; /* bytes around the end of the match */
     bool log;                            /* a log filter's match: nothing was dropped */
+    /* A script's block (issue 16; filter_id 0): FGX_DP_SCRIPT_REJECT or _DROP, the function
+     * that judged (cut at FGX_DP_SCRIPT_FN_MAX - 1 bytes), and the excerpt is the start of the
+     * bytes it judged (match_end = excerpt_len). 0: a filter's match. */
+    uint8_t script_verdict;
+    char script_fn[FGX_DP_SCRIPT_FN_MAX];
     /* The worker's own: where the connection's capture waits in its thread's ring (gen 0:
      * none). Not encoded. */
     uint32_t cap_slot, cap_gen;

@@ -10,7 +10,7 @@
 
 #include "fgx/dp.h"
 
-/* A power of two. An event is ~180 bytes, so a thread's ring is ~1.5 MiB: a burst of 8,192
+/* A power of two. An event is ~250 bytes, so a thread's ring is ~2 MiB: a burst of 8,192
  * blocks by one thread between two collections (controld collects every second, and every
  * FGX_EVRING_FAST_MS while events keep coming) is kept whole. */
 #define FGX_EVRING_SIZE 8192

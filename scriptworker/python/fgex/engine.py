@@ -6,8 +6,10 @@ own globals (the module code runs once per connection, as Firegex does), its str
 state; Conn.feed(is_input, data) judges one chunk of bytes in stream order."""
 import ast
 import builtins
+import copy
 import inspect
 import traceback
+import types
 import typing
 
 import fgex
@@ -76,6 +78,106 @@ def _static_checks(tree):
             raise ScriptError(node.lineno, "assigning %s mangles the packet, which fgex does not "
                               "support" % node.attr)
     return assigns
+
+
+def _literal(node, imported=frozenset()):
+    """Whether node is a literal ast.literal_eval would take (what a setting or a counter's
+    start is), or a name the file imported or an attribute of one (ExceptionAction.ACCEPT:
+    every run of the module code finds the same object), and whether it is a mutable one (a
+    list, dict or set somewhere in it)."""
+    if isinstance(node, ast.Constant):
+        return True, False
+    root = node
+    while isinstance(root, ast.Attribute):
+        root = root.value
+    if isinstance(root, ast.Name) and root.id in imported:
+        return True, False
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        return _literal(node.operand, imported)
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        mut = not isinstance(node, ast.Tuple)
+        for e in node.elts:
+            ok, m = _literal(e, imported)
+            if not ok:
+                return False, False
+            mut = mut or m
+        return True, mut
+    if isinstance(node, ast.Dict):
+        for k in node.keys + node.values:
+            if k is None:
+                return False, False
+            ok, _ = _literal(k, imported)
+            if not ok:
+                return False, False
+        return True, True
+    return False, False
+
+
+def _module_plan(tree):
+    """How a connection gets its own globals without running the module code again.
+
+    Firegex runs a file's module code once per connection, so that its globals are that
+    connection's. Running it costs more than the rest of a short connection's calls (an exec,
+    the imports looked up, every decorator applied again). When the module code only imports,
+    defines @pyfilter functions and plain functions, and assigns literals (the common file),
+    running it again gives the same globals every time: they are built from the first run
+    instead. Returns None (run it per connection: classes, calls, other decorators, anything
+    else at module level), "shared" (nothing in the file can change its globals: no `global`
+    statement and no mutable literal, so every connection may use the same ones) or a set of
+    the names whose values are mutable literals (copied per connection, with every function
+    rebuilt on the connection's globals)."""
+    mutable, imported = set(), set()
+    for node in tree.body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            if any(a.name == "*" for a in node.names):
+                return None
+            imported.update((a.asname or a.name).split(".")[0] for a in node.names)
+            continue
+        if isinstance(node, ast.Pass):
+            continue
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            continue  # a docstring
+        if isinstance(node, ast.FunctionDef):
+            if any(not _is_pyfilter(d) for d in node.decorator_list):
+                return None
+            a = node.args
+            for d in a.defaults + [d for d in a.kw_defaults if d is not None]:
+                ok, m = _literal(d, imported)
+                if not ok or m:
+                    return None  # a default evaluated at each run, or a shared mutable one
+            continue
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if node.value is None or not all(isinstance(t, ast.Name) for t in targets):
+                return None
+            ok, m = _literal(node.value, imported)
+            if not ok:
+                return None
+            if m:
+                mutable.update(t.id for t in targets)
+            continue
+        return None
+    defined = set(mutable)
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef):
+            defined.add(node.name)
+        elif isinstance(node, ast.Assign):
+            defined.update(t.id for t in node.targets)
+        elif isinstance(node, ast.AnnAssign):
+            defined.add(node.target.id)
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Global, ast.Nonlocal)):
+            return mutable
+        # f.calls = ... on one of the file's own functions (or objects): each connection's
+        # run would make its own function, so the copy plan (functions rebuilt) it is
+        if isinstance(node, (ast.Attribute, ast.Subscript)) and isinstance(
+                node.ctx, (ast.Store, ast.Del)):
+            root = node
+            while isinstance(root, (ast.Attribute, ast.Subscript)):
+                root = root.value
+            if isinstance(root, ast.Name) and root.id in defined:
+                return mutable
+    return "shared" if not mutable else mutable
 
 
 def _exc_line(filename, tb):
@@ -154,6 +256,7 @@ class Script:
         except ValueError as e:  # NUL bytes
             raise ScriptError(0, str(e)) from None
         assigns = _static_checks(tree)
+        plan = _module_plan(tree)
         self.lines = {}
         for node in tree.body:
             if isinstance(node, ast.FunctionDef):
@@ -177,6 +280,36 @@ class Script:
             raise ScriptError(0, "no @pyfilter function in the file")
         self.disabled = set(disabled)
         self.uses_http = any(m in HTTP_MODELS for _, _, ps in self.functions for m in ps)
+        # the first run's globals, for connections that need not run the module code again
+        self.plan = plan
+        self.template = glob if plan is not None else None
+        self.own_funcs = set()
+        if plan is not None:
+            for name, v in glob.items():
+                f = inspect.unwrap(v) if callable(v) else v
+                if isinstance(f, types.FunctionType) and f.__code__.co_filename == filename:
+                    self.own_funcs.add(name)
+
+    def globals_for_conn(self):
+        """A connection's globals: as running the module code again would give them."""
+        if self.plan is None:
+            glob, _ = _run_module(self.code, self.filename)
+            return glob
+        if self.plan == "shared":
+            return self.template
+        glob = dict(self.template)
+        for name in self.plan:
+            glob[name] = copy.deepcopy(self.template[name])
+        for name in self.own_funcs:
+            # the function itself, not @pyfilter's wrapper (which only calls it), on these
+            # globals; a literal default is immutable (_module_plan), so it is shared
+            f = inspect.unwrap(self.template[name])
+            g = types.FunctionType(f.__code__, glob, f.__name__, f.__defaults__, f.__closure__)
+            g.__kwdefaults__ = f.__kwdefaults__
+            g.__qualname__ = f.__qualname__
+            g.__dict__.update(f.__dict__)
+            glob[name] = g
+        return glob
 
     def info(self):
         return [{"name": n, "line": ln, "params": [m.__name__ for m in ps]}
@@ -204,9 +337,11 @@ class Conn:
 
     def __init__(self, script, is_ipv6=False):
         self.script = script
-        glob, _ = _run_module(script.code, script.filename)
+        glob = script.globals_for_conn()
         self.glob = glob
-        self.funcs = [(n, glob[n], ps) for n, _, ps in script.functions if n not in script.disabled]
+        # the function itself where its wrapper only calls it (one call less per call)
+        self.funcs = [(n, inspect.unwrap(glob[n]) if script.plan is not None else glob[n], ps)
+                      for n, _, ps in script.functions if n not in script.disabled]
         self.ctx = ConnCtx(script.settings, is_ipv6)
         self.final = None
         self.calls = 0

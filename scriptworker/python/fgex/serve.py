@@ -54,8 +54,13 @@ def main():
     scripts = {}  # service id -> Script
     conns = {}    # conn id -> (service id, Conn)
 
+    pending = []  # frames of one call's answer: written together, one write, one wake-up
+
     def send(t, code, svc, conn, seq, payload=b"", flags=0):
-        wfd.write(HDR.pack(t, code, flags, svc, conn, seq, len(payload)) + payload)
+        pending.append(HDR.pack(t, code, flags, svc, conn, seq, len(payload)) + payload)
+        if t != T_LOG:  # a verdict or an ack ends an answer (its logs went first)
+            wfd.write(b"".join(pending))
+            del pending[:]
 
     def log(svc, kind, fn, text):
         send(T_LOG, 0, svc, 0, 0, b"%s\0%s\0%s" % (kind.encode(), fn.encode(),
@@ -132,12 +137,13 @@ def main():
                 log(svc, "print", v.function, out)
             if v.action == "error":
                 log(svc, "exception", v.function, v.detail)
+            if v.action in ("reject", "drop"):
+                # before its verdict, in the same write: who waits for the verdict finds it
+                log(svc, "block", v.function, v.action + (": " + v.detail if v.detail else ""))
+                conns.pop(conn, None)
             send(T_VERDICT, CODES[v.action], svc, conn, seq,
                  v.function.encode() + b"\0" + v.detail.encode("utf-8", "replace")[:200],
                  F_FINAL if v.action == "accept" and ent[1].done() else 0)
-            if v.action in ("reject", "drop"):
-                log(svc, "block", v.function, v.action + (": " + v.detail if v.detail else ""))
-                conns.pop(conn, None)
         elif t == T_CLOSE:
             conns.pop(conn, None)
 

@@ -1,0 +1,178 @@
+#!/usr/bin/python3
+"""Integration: a connection a script rejects or drops is an event (issue 16), as a regex
+block is: in `fgexctl events` (service, addresses, direction, the start of the bytes the
+script judged, the function where a filter's id would be), counted in the service's blocked
+total and in `events --top src`, kept across a controld restart, and shown with its capture by
+`events show SEQ`. Real connections through the proxy layer between namespaces."""
+import os
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fgxit as it  # noqa: E402
+from fgxit import CLI4, CLI6, SRV4, SRV6, check, test  # noqa: E402
+
+JUDGE = """
+from firegex.nfproxy import pyfilter, REJECT, DROP
+from firegex.nfproxy.models import HttpRequestHeader, TCPOutputStream
+
+@pyfilter
+def export_without_checker(req: HttpRequestHeader):
+    if req.url.startswith("/api/export") and req.get_header("x-checker") != "sla":
+        return REJECT
+
+@pyfilter
+def probe(req: HttpRequestHeader):
+    if req.get_header("x-probe") == "1":
+        return DROP
+
+@pyfilter
+def leaky_reply(out: TCPOutputStream):
+    if b"FLAG{" in out.data:
+        return REJECT
+"""
+
+
+def write(text):
+    d = tempfile.mkdtemp(prefix="fgx-script-ev-")
+    p = os.path.join(d, "judge.py")
+    with open(p, "w") as f:
+        f.write(text)
+    return p
+
+
+def req(path, headers=b""):
+    return b"GET %s HTTP/1.1\r\nHost: svc\r\n%s\r\n" % (path, headers)
+
+
+def script_events(env, svc):
+    return [e for e in env.ctl("events", svc) if e.get("script_kind") in ("reject", "drop")]
+
+
+def wait_script_event(env, svc, sport):
+    got = it.wait_until(lambda: [e for e in script_events(env, svc) if e["sport"] == sport or
+                                 e["dport"] == sport], timeout=5)
+    check(got, "no script event for port %d: %r", sport, env.ctl("events", svc))
+    check(len(got) == 1, "one block gave %d events: %r", len(got), got)
+    return got[0]
+
+
+def excerpt(e):
+    return bytes.fromhex(e["excerpt_hex"])
+
+
+@test
+def script_block_is_an_event(env):
+    sid, port = env.service("sev", "tcp", extra=("--layer", "proxy"))
+    env.ctl("script", "set", "sev", write(JUDGE))
+    srv = env.tcp_server(port, reply=b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+    # an honest request passes and is no event
+    # (the proxy's onward connection has a port of its own: server records by their order)
+    ok = req(b"/api/export", b"x-checker: sla\r\n")
+    c = env.tcp_client(SRV4, port, [ok, 0.3])
+    it.assert_passed(c, it.server_conn(srv, 1), ok,
+                     b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+    check(script_events(env, "sev") == [], "an accepted connection is an event")
+
+    bad = req(b"/api/export?all=1")
+    c, sport_rej = env.tcp_conn(SRV4, port, [bad, 0.3])
+    it.assert_blocked(c, it.server_conn(srv, 2), forbidden=b"/api/export")
+    e = wait_script_event(env, "sev", sport_rej)
+    check(e["action"] == "block" and e["script_kind"] == "reject" and
+          e["script_function"] == "export_without_checker" and e["filter_id"] == 0,
+          "the reject's event %r", e)
+    check(e["service"] == "sev" and e["service_id"] == sid and e["dir"] == "c2s" and
+          e["proto"] == "tcp", "service/dir %r", e)
+    check(e["src"] == CLI4 and e["dst"] == SRV4 and e["dport"] == port,
+          "flow %s:%s -> %s:%s", e["src"], e["sport"], e["dst"], e["dport"])
+    check(excerpt(e) == bad, "the excerpt is not the judged request: %r", excerpt(e))
+
+    # DROP over IPv6: a black hole, and an event of kind drop
+    probe = req(b"/", b"x-probe: 1\r\n")
+    c, sport_drop = env.tcp_conn(SRV6, port, [probe, 0.5])
+    check(c["connected"] and not c.get("received"), "a dropped connection got bytes: %r", c)
+    e6 = wait_script_event(env, "sev", sport_drop)
+    check(e6["script_kind"] == "drop" and e6["script_function"] == "probe" and
+          e6["src"] == CLI6 and e6["dst"] == SRV6 and e6["dir"] == "c2s",
+          "the drop's event %r", e6)
+    check(excerpt(e6) == probe, "drop excerpt %r", excerpt(e6))
+
+    # the server's reply judged: an s2c event, sender the server
+    _, port2 = env.service("sev2", "tcp", extra=("--layer", "proxy"))
+    env.tcp_server(port2, reply=b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nFLAG{abc}")
+    env.ctl("script", "set", "sev2", write(JUDGE))
+    c, sport_s2c = env.tcp_conn(SRV4, port2, [req(b"/"), 0.5])
+    check(b"FLAG{" not in c.get("received", b""), "the leaking reply reached the client: %r", c)
+    es = wait_script_event(env, "sev2", sport_s2c)
+    check(es["dir"] == "s2c" and es["src"] == SRV4 and es["sport"] == port2 and
+          es["dst"] == CLI4 and es["dport"] == sport_s2c and es["script_function"] == "leaky_reply",
+          "the reply's event %r", es)
+    check(b"FLAG{abc}" in excerpt(es), "s2c excerpt %r", excerpt(es))
+
+    # the human table names the function where a filter's id would be
+    r = env.ctl_raw("events", "sev", json_out=False)
+    check("script reject export_without_checker" in r.stdout and "script drop probe" in r.stdout,
+          "events table:\n%s", r.stdout)
+
+    # counted: the service's blocked total, the function's counter, --top src
+    def stats():
+        s = env.ctl("stats", "sev")
+        return s[0] if s and s[0]["blocked"] >= 2 else None
+    st = it.wait_until(stats, timeout=5)
+    check(st and st["blocked"] == 2, "the service's blocked total %r", st)
+    svc = [s for s in env.ctl("service", "list") if s["name"] == "sev"][0]
+    check(svc["blocked"] == 2, "service list blocked %r", svc)
+    top = env.ctl("events", "sev", "--top", "src")
+    rows = {(r["src"], r.get("script_function")): r for r in top["rows"]}
+    check((CLI4, "export_without_checker") in rows and (CLI6, "probe") in rows,
+          "--top src rows %r", top)
+    check(rows[(CLI4, "export_without_checker")]["blocks"] == 1 and
+          rows[(CLI4, "export_without_checker")]["filter_id"] == 0, "--top row %r", rows)
+    r = env.ctl_raw("events", "sev", "--top", "src", json_out=False)
+    check("script export_without_checker" in r.stdout, "--top table:\n%s", r.stdout)
+
+    # events show: the event with its connection's capture
+    show = env.ctl("events", "show", e["seq"])
+    check(show["event"]["seq"] == e["seq"] and show["event"]["script_kind"] == "reject",
+          "events show event %r", show["event"])
+    check(show["capture"] is not None and show["capture"].get("c2s") == bad.decode(),
+          "events show capture %r", show.get("capture"))
+
+    # kept in the store: the same after a controld restart
+    env.stop_controld()
+    env.start_controld()
+    after = {x["seq"]: x for x in script_events(env, "sev")}
+    check(e["seq"] in after and after[e["seq"]]["script_function"] == "export_without_checker"
+          and excerpt(after[e["seq"]]) == bad and e6["seq"] in after,
+          "script events after a restart %r", after)
+    show = env.ctl("events", "show", e["seq"])
+    check(show["capture"] is not None and show["capture"].get("c2s") == bad.decode(),
+          "events show capture after a restart %r", show.get("capture"))
+
+
+@test
+def failures_stay_apart_from_blocks(env):
+    """A call that raised is an event of its own (action script), not a block: not in --top,
+    not in the blocked total; with fail-open its connection passes."""
+    _, port = env.service("sevx", "tcp", extra=("--layer", "proxy", "--fail-open"))
+    env.ctl("script", "set", "sevx", write("""
+from firegex.nfproxy import pyfilter
+from firegex.nfproxy.models import HttpRequestHeader
+
+@pyfilter
+def broken(req: HttpRequestHeader):
+    raise ValueError("no")
+"""))
+    srv = env.tcp_server(port)
+    c = env.tcp_client(SRV4, port, [req(b"/"), 0.3])
+    it.assert_passed(c, it.server_conn(srv, 1), req(b"/"))
+    evs = it.wait_until(lambda: [e for e in env.ctl("events", "sevx")
+                                 if e.get("script_kind") == "exception"], timeout=5)
+    check(evs and evs[0]["action"] == "script", "the exception's event %r", evs)
+    check(env.ctl("events", "sevx", "--top", "src")["rows"] == [], "a failure in --top")
+    st = env.ctl("stats", "sevx")[0]
+    check(st["blocked"] == 0, "a failure counted as a block %r", st)
+
+
+if __name__ == "__main__":
+    sys.exit(it.run_module("script_events"))
