@@ -1,9 +1,11 @@
 #!/usr/bin/python3
 """Integration: script filters (issue 16) on NFQUEUE-layer TCP services, with real traffic: a
 packet's verdict waits for the script (held, in stream order); REJECT resets both ends as a
-regex block does, DROP black-holes the connection; keep-alive with several requests; regexes
+regex block does, DROP black-holes the connection; keep-alive with several requests; chunked
+and gzip bodies decoded for body_decoded; regexes
 and the script both judge; a script's endless loop gets the fail_open verdict while another
 NFQUEUE service keeps filtering."""
+import gzip
 import json
 import subprocess
 import os
@@ -115,6 +117,44 @@ def nfq_keepalive_reject_and_drop(env):
                                  d["drop_probe"]["blocked"] >= 1 else None)(
         script_counters(env, "nqka")))
     check(cnt, "counters %r", script_counters(env, "nqka"))
+
+
+DECODED = """
+from firegex.nfproxy import pyfilter, REJECT
+from firegex.nfproxy.models import HttpFullRequest
+
+@pyfilter
+def decoded_body(req: HttpFullRequest):
+    if req.body_decoded and b"secret-export" in req.body_decoded:
+        return REJECT
+"""
+
+
+@test
+def nfq_chunked_gzip_bodies_decoded(env):
+    _, port = nfq_service(env, "nqgz")
+    env.ctl("script", "set", "nqgz", write(DECODED))
+    srv = env.tcp_server(port, idle=4.0)
+    # a gzip body, chunked, split across segments: decoded for body_decoded, rejected before
+    # the segment that completes it reaches the server
+    gz = gzip.compress(b"please do the secret-export now")
+    chunked = (b"%x\r\n" % 10 + gz[:10] + b"\r\n" + b"%x\r\n" % (len(gz) - 10) + gz[10:] +
+               b"\r\n0\r\n\r\n")
+    bad = http(b"POST", b"/x", chunked, headers=((b"Transfer-Encoding", b"chunked"),
+                                                  (b"Content-Encoding", b"gzip")))
+    c = env.tcp_client(it.SRV4, port, [bad[:60], 0.2, bad[60:], 0.3])
+    s = it.server_conn(srv, 1)
+    check(c["end"] == "reset" and gz[10:] not in s["data"], "gzip+chunked: %r %r", c["end"],
+          s["data"][-40:])
+    # honest bodies pass whole: a gzip one, then a chunked one, on one keep-alive connection
+    ok1 = http(b"POST", b"/x", gzip.compress(b"an honest body"),
+               headers=((b"Content-Encoding", b"gzip"),))
+    ok2 = http(b"POST", b"/y", b"5\r\nhello\r\n0\r\n\r\n",
+               headers=((b"Transfer-Encoding", b"chunked"),))
+    c = env.tcp_client(it.SRV4, port, [ok1, 0.2, ok2, 0.3])
+    it.assert_passed(c, it.server_conn(srv, 2), ok1 + ok2)
+    cnt = it.wait_until(lambda: script_counters(env, "nqgz")["decoded_body"]["blocked"] >= 1)
+    check(cnt, "counters %r", script_counters(env, "nqgz"))
 
 
 @test
