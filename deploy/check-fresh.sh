@@ -102,6 +102,13 @@ echo "== check-fresh: copying the tracked files to /src/fgex"
 mkdir -p "$root/src/fgex"
 (cd "$src" && git ls-files -z | tar --null -T - -cf -) | tar -xf - -C "$root/src/fgex"
 cp -L /etc/resolv.conf "$root/etc/resolv.conf"
+# The host's network, as resolv.conf is: the CAs its administrator added (a TLS proxy between
+# this host and the registries, as on the build machines), which ca-certificates takes into the
+# root's store when make test installs it. Nothing else of the host's.
+if compgen -G '/usr/local/share/ca-certificates/*.crt' >/dev/null; then
+  mkdir -p "$root/usr/local/share/ca-certificates"
+  cp -L /usr/local/share/ca-certificates/*.crt "$root/usr/local/share/ca-certificates/"
+fi
 # As in any chroot: package scripts must not start services.
 printf '#!/bin/sh\nexit 101\n' >"$root/usr/sbin/policy-rc.d"
 chmod 755 "$root/usr/sbin/policy-rc.d"

@@ -31,8 +31,9 @@ run=(nftables iptables iproute2 man-db python3 python3-h11 python3-brotli python
 # an expired one among them).
 # The dashboard's browser tests (test_web_ui): Debian's chromium, headless, driven by
 # playwright-core from npm (installed below into build/web-node, never committed) under nodejs.
+# ca-certificates: the system's CA store, which npm is told to trust (below) for the download.
 test=(libcriterion-dev python3 python3-scapy openssl procps systemd curl nginx-light
-  python3-cryptography chromium nodejs)
+  python3-cryptography chromium nodejs ca-certificates)
 # npm: Debian's package, unless a nodejs that carries its own npm (NodeSource's) is installed
 command -v npm >/dev/null 2>&1 || test+=(npm)
 # Benchmarking: traffic and charts; bench/tls's nginx stream proxy (libnginx-mod-stream) and
@@ -71,6 +72,11 @@ web_node() {
   echo "install-deps ($mode): npm ci of tests/web into $dir"
   mkdir -p "$dir"
   cp "$root/tests/web/package.json" "$root/tests/web/package-lock.json" "$dir/"
+  # node trusts only its own built-in roots; add the system's store, so that a registry reached
+  # through a site's TLS proxy, whose CA the administrator installed, works as apt and curl do
+  if [[ -z ${NODE_EXTRA_CA_CERTS:-} && -f /etc/ssl/certs/ca-certificates.crt ]]; then
+    export NODE_EXTRA_CA_CERTS=/etc/ssl/certs/ca-certificates.crt
+  fi
   (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
 }
 
