@@ -217,11 +217,14 @@ def nfq_script_block_is_an_event(env):
     check(st and st["blocked"] == 2, "the service's blocked total %r", env.ctl("stats", "nqev"))
     st2 = env.ctl("stats", "nqev2")[0]
     check(st2["blocked"] == 2, "the s2c service's blocked total %r", st2)
-    top = env.ctl("events", "--top", "src")
+    top = env.ctl("events", "nqev", "--top", "src")
     rows = {(r["src"], r.get("script_function")): r for r in top["rows"]}
-    check((CLI4, "export_without_checker") in rows and (CLI6, "probe") in rows and
-          (SRV4, "leaky_reply") in rows and (SRV6, "leaky_reply") in rows,
+    check(set(rows) == {(CLI4, "export_without_checker"), (CLI6, "probe")},
           "--top src rows %r", top)
+    top2 = env.ctl("events", "nqev2", "--top", "src")
+    rows2 = {(r["src"], r.get("script_function")): r for r in top2["rows"]}
+    check(set(rows2) == {(SRV4, "leaky_reply"), (SRV6, "leaky_reply")},
+          "--top src rows of the s2c service %r", top2)
     check(rows[(CLI4, "export_without_checker")]["blocks"] == 1 and
           rows[(CLI4, "export_without_checker")]["filter_id"] == 0 and
           rows[(CLI4, "export_without_checker")]["service"] == "nqev", "--top row %r", rows)
@@ -271,6 +274,33 @@ def broken(req: HttpRequestHeader):
     st = env.ctl("stats", "sevx")[0]
     check(st["blocked"] == 0, "a failure counted as a block %r", st)
 
+
+
+@test
+def nfq_fail_closed_failure_is_no_block_event(env):
+    """On NFQUEUE, a call that raised on a fail-closed service resets the flow, yet it is the
+    failure's event (action script), not a block: no reject event, not in --top, not in the
+    blocked total."""
+    _, port = env.service("nqevx", "tcp")
+    env.ctl("script", "set", "nqevx", write("""
+from firegex.nfproxy import pyfilter
+from firegex.nfproxy.models import HttpRequestHeader
+
+@pyfilter
+def broken(req: HttpRequestHeader):
+    raise ValueError("no")
+"""))
+    srv = env.tcp_server(port)
+    c, sport = env.tcp_conn(SRV4, port, [req(b"/"), 0.3])
+    it.assert_blocked(c, it.server_conn_of(srv, sport), forbidden=b"GET /")
+    evs = it.wait_until(lambda: [e for e in env.ctl("events", "nqevx")
+                                 if e.get("script_kind") == "exception"], timeout=5)
+    check(evs and evs[0]["action"] == "script", "the exception's event %r", evs)
+    check(script_events(env, "nqevx") == [], "a failure made a block event: %r",
+          env.ctl("events", "nqevx"))
+    check(env.ctl("events", "nqevx", "--top", "src")["rows"] == [], "a failure in --top")
+    st = env.ctl("stats", "nqevx")[0]
+    check(st["blocked"] == 0, "a failure counted as a block %r", st)
 
 if __name__ == "__main__":
     sys.exit(it.run_module("script_events"))
