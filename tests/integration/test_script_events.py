@@ -207,6 +207,26 @@ def nfq_script_block_is_an_event(env):
         check(excerpt(es).startswith(b"HTTP/1.1 200 OK") and b"FLAG{abc}" in excerpt(es),
               "s2c excerpt %r", excerpt(es))
 
+    # DROP of the server's reply (IPv6): nobody told, the event s2c
+    _, port3 = env.service("nqev3", "tcp")
+    env.tcp_server(port3, reply=b"SECRET reply")
+    env.ctl("script", "set", "nqev3", write("""
+from firegex.nfproxy import pyfilter, DROP
+from firegex.nfproxy.models import TCPOutputStream
+
+@pyfilter
+def hush(out: TCPOutputStream):
+    if b"SECRET" in out.data:
+        return DROP
+"""))
+    c, sport3 = env.tcp_conn(SRV6, port3, [b"hello", 0.5], timeout=2.0)
+    check(c["connected"] and b"SECRET" not in c.get("received", b"") and
+          c.get("end") != "reset", "the dropped reply reached the client or reset it: %r", c)
+    ed = wait_script_event(env, "nqev3", sport3)
+    check(ed["dir"] == "s2c" and ed["script_kind"] == "drop" and ed["script_function"] == "hush"
+          and ed["src"] == SRV6 and ed["sport"] == port3 and ed["dst"] == CLI6 and
+          ed["dport"] == sport3 and excerpt(ed) == b"SECRET reply", "the s2c drop's event %r", ed)
+
     r = env.ctl_raw("events", "nqev", json_out=False)
     check("script reject export_without_checker" in r.stdout and "script drop probe" in r.stdout,
           "events table:\n%s", r.stdout)
