@@ -219,15 +219,21 @@ int ctl_stats_refresh(struct ctl_ctx *ctx, int timeout_ms)
             ctl_stats_worker_down(ctx->stats);
         return rv;
     }
-    /* Events carry the service's name as it is now. */
-    if (m.u.stats.nevents > 0 && ctl_txn_begin(ctx->store, false, &t) == 0) {
+    /* Events carry the service's name as it is now (a script call's failure too). */
+    if ((m.u.stats.nevents > 0 || m.u.stats.nscript_logs > 0) &&
+        ctl_txn_begin(ctx->store, false, &t) == 0) {
         if (ctl_store_service_list(t, &svcs, &nsvcs) < 0)
             nsvcs = 0;
         ctl_txn_abort(t);
     }
     rv = ctl_stats_ingest(ctx->stats, info.instance, &m.u.stats, svcs, nsvcs);
-    /* scriptworker's log entries for the NFQUEUE layer's scripted flows (nfq_script.c) */
+    /* scriptworker's log entries for the NFQUEUE layer's scripted flows (nfq_script.c): the
+     * functions' counters, and a call's timeout or exception an event, as the proxy's are */
     ctl_script_rt_ingest(&m.u.stats);
+    script_events(ctx, &m.u.stats, svcs, nsvcs);
+    if (m.u.stats.nscript_logs > 0 && ctl_script_rt_save(ctx->store) < 0)
+        fgx_warn("state store: cannot save the script counters (tried again at the next "
+                 "report)");
     free(svcs);
     fgx_dp_msg_release(&m);
     /* Saved before any request can read a new event's seq. */

@@ -6,6 +6,7 @@
 #include "nfq.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 
@@ -168,7 +169,8 @@ static void flow_attach(struct nfq_thread *t, struct fgx_flow *f, const struct f
 static void event_record(struct nfq_thread *t, uint32_t service_id, enum fgx_dir dir,
                          uint8_t ipproto, uint8_t family, const uint8_t *src, uint16_t sport,
                          const uint8_t *dst, uint16_t dport, const struct fgx_reasm_match *m,
-                         struct fgx_cap_ring *cr, const struct fgx_cap_ref *cref)
+                         struct fgx_cap_ring *cr, const struct fgx_cap_ref *cref,
+                         uint8_t script_verdict, const char *script_fn)
 {
     struct fgx_dp_event *e = fgx_evring_claim(&t->events, service_id);
     size_t alen = family == 4 ? 4 : 16;
@@ -193,6 +195,10 @@ static void event_record(struct nfq_thread *t, uint32_t service_id, enum fgx_dir
     e->match_end = m->match_end <= e->excerpt_len ? m->match_end : e->excerpt_len;
     memcpy(e->excerpt, m->excerpt, e->excerpt_len);
     e->log = m->log;
+    /* a ring slot is reused: a filter's event says it is none of a script's */
+    e->script_verdict = script_verdict;
+    if (script_fn != NULL)
+        (void)snprintf(e->script_fn, sizeof(e->script_fn), "%s", script_fn);
     /* The capture waits in its slot (pinned) until the control thread takes it with the event:
      * pinned only once the event is sure to be queued, so no slot waits for an event lost. */
     e->capture = NULL;
@@ -219,13 +225,13 @@ void nfq_match_log(void *arg, const struct fgx_reasm_match *m)
 
         if (dir == FGX_DIR_C2S)
             event_record(t, f->service_id, dir, k->ipproto, k->family, k->caddr, k->cport, k->saddr,
-                         k->sport, m, NULL, NULL);
+                         k->sport, m, NULL, NULL, 0, NULL);
         else
             event_record(t, f->service_id, dir, k->ipproto, k->family, k->saddr, k->sport, k->caddr,
-                         k->cport, m, NULL, NULL);
+                         k->cport, m, NULL, NULL, 0, NULL);
     } else if (p != NULL) {
         event_record(t, t->scan_svc, dir, p->ipproto, p->family, p->saddr, p->sport, p->daddr,
-                     p->dport, m, NULL, NULL);
+                     p->dport, m, NULL, NULL, 0, NULL);
     }
 }
 
@@ -272,10 +278,10 @@ static void block(struct nfq_thread *t, struct fgx_flow *f, enum fgx_dir dir,
     nfq_stats_filter_blocked(&t->ctr, m->filter_id);
     if (dir == FGX_DIR_C2S)
         event_record(t, f->service_id, dir, k->ipproto, k->family, k->caddr, k->cport, k->saddr,
-                     k->sport, m, cr, &cref);
+                     k->sport, m, cr, &cref, 0, NULL);
     else
         event_record(t, f->service_id, dir, k->ipproto, k->family, k->saddr, k->sport, k->caddr,
-                     k->cport, m, cr, &cref);
+                     k->cport, m, cr, &cref, 0, NULL);
     /* The side that sent the matching bytes expects them to be at m->seq in its peer's eyes;
      * the other side's next byte is what the dropped segment acknowledged. Bytes that passed
      * the scan but wait for a script never reached the peer: its next byte is the first of
@@ -288,6 +294,28 @@ static void block(struct nfq_thread *t, struct fgx_flow *f, enum fgx_dir dir,
         flow_reset(t, f, dir, seq, ack);
     }
     flow_blocked(t, f);
+}
+
+void nfq_match_event_script(struct nfq_thread *t, const struct fgx_flow *f, enum fgx_dir dir,
+                            uint8_t verdict, const char *fn, const uint8_t *data, size_t len)
+{
+    const struct fgx_flow_key *k = &f->key;
+    struct fgx_cap_ring *cr = fgx_cap_set_ring(&t->caps, f->service_id);
+    struct fgx_cap_ref cref = {f->cap_slot, f->cap_gen};
+    struct fgx_reasm_match m = {0};
+    size_t room = sizeof(m.excerpt) < FGX_DP_EXCERPT_MAX ? sizeof(m.excerpt) : FGX_DP_EXCERPT_MAX;
+
+    /* the excerpt is the judged bytes' start, as on the proxy layer (filter_id 0) */
+    m.excerpt_len = (uint8_t)(len < room ? len : room);
+    m.match_end = m.excerpt_len;
+    if (data != NULL && m.excerpt_len > 0)
+        memcpy(m.excerpt, data, m.excerpt_len);
+    if (dir == FGX_DIR_C2S)
+        event_record(t, f->service_id, dir, k->ipproto, k->family, k->caddr, k->cport, k->saddr,
+                     k->sport, &m, cr, &cref, verdict, fn);
+    else
+        event_record(t, f->service_id, dir, k->ipproto, k->family, k->saddr, k->sport, k->caddr,
+                     k->cport, &m, cr, &cref, verdict, fn);
 }
 
 void nfq_match_flow_block(struct nfq_thread *t, struct fgx_flow *f, enum fgx_dir dir, bool reset,
@@ -720,7 +748,7 @@ void nfq_match_packet(struct nfq_thread *t, unsigned queue, uint32_t id, const u
         if (rc == 1) {
             nfq_stats_filter_blocked(&t->ctr, m.filter_id);
             event_record(t, svc->id, dir, p.ipproto, p.family, p.saddr, p.sport, p.daddr, p.dport,
-                         &m, cr, &ref);
+                         &m, cr, &ref, 0, NULL);
         }
     }
     verdict(t, queue, id, sc, rc == 0);

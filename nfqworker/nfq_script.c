@@ -50,6 +50,10 @@ struct nfq_sw_pkt {
     int32_t next;      /* FIFO / free list; -1: end */
     uint8_t dir;
     bool ready; /* its own verdict is ACCEPT: it leaves once those ahead of it left */
+    /* the start of the bytes its frame took to the script: a block's event shows them (the
+     * packet's own buffer is the kernel's, gone once the recv loop moves on) */
+    uint8_t exlen;
+    uint8_t ex[FGX_DP_EXCERPT_MAX];
 };
 
 struct nfq_sw_flow {
@@ -393,8 +397,10 @@ void nfq_script_fin(struct nfq_thread *t, struct fgx_flow *f, enum fgx_dir dir, 
     flow_maybe_done(t, fs);
 }
 
-/* What a script (or its failure) decided for fs's flow as a whole. */
-static void judge(struct nfq_thread *t, struct nfq_sw_flow *fs, uint8_t code, int32_t at)
+/* What a script (or its failure) decided for fs's flow as a whole; fn: the function that
+ * judged (the verdict frame's, at >= 0), NULL for a verdict given here. */
+static void judge(struct nfq_thread *t, struct nfq_sw_flow *fs, uint8_t code, int32_t at,
+                  const char *fn)
 {
     struct fgx_flow *f = fs->f;
     const struct fgx_wsvc *svc = t->cfg != NULL ? fgx_wcfg_service(t->cfg, f->service_id) : NULL;
@@ -404,6 +410,9 @@ static void judge(struct nfq_thread *t, struct nfq_sw_flow *fs, uint8_t code, in
     if (code == FGX_SW_ERROR || code == FGX_SW_TIMEOUT) {
         NFQ_CTR_ADD(code == FGX_SW_TIMEOUT ? &t->ctr.script_timeouts : &t->ctr.script_errors, 1);
         code = fail_open ? FGX_SW_ACCEPT : FGX_SW_REJECT;
+        fn = NULL;
+    } else if (code != FGX_SW_ACCEPT && code != FGX_SW_REJECT && code != FGX_SW_DROP) {
+        fn = NULL; /* a code this worker does not know: blocked, as before, but no function's */
     }
     if (code == FGX_SW_ACCEPT) {
         if (at >= 0)
@@ -416,6 +425,16 @@ static void judge(struct nfq_thread *t, struct nfq_sw_flow *fs, uint8_t code, in
         return;
     }
     NFQ_CTR_ADD(&t->ctr.script_blocked, 1);
+    if (fn != NULL && at >= 0) {
+        /* A function's block (a failure's fail-closed verdict is its own event, scriptworker's
+         * log entry): an event like a regex block, the bytes its frame took as the excerpt.
+         * Only here, on a block: nothing per packet but the copy into the held slot. */
+        const struct nfq_sw_pkt *p = &t->sw->pkts[at];
+
+        nfq_match_event_script(t, f, (enum fgx_dir)p->dir,
+                               code == FGX_SW_REJECT ? FGX_DP_SCRIPT_REJECT : FGX_DP_SCRIPT_DROP,
+                               fn, p->ex, p->exlen);
+    }
     if (code == FGX_SW_REJECT && fs->head >= 0) {
         /* The receiver of the first held segment expects its bytes next: that is where both
          * ends are reset, as for a regex block at that segment. */
@@ -447,6 +466,7 @@ void nfq_script_recv(struct nfq_thread *t)
     for (;;) {
         struct nfq_sw_flow *fs;
         struct fgx_sw_hdr h;
+        char fn[FGX_DP_SCRIPT_FN_MAX];
         nng_msg *m;
         int32_t at;
 
@@ -457,9 +477,23 @@ void nfq_script_recv(struct nfq_thread *t)
             continue;
         }
         memcpy(&h, nng_msg_body(m), sizeof(h));
+        /* A block's "block" entry comes before its verdict: queued now, it is taken with (or
+         * before) the verdict's event, since the stats take the events first, then the log
+         * (nfq_stats_collect()): a block's event is never seen before its count. */
         if (h.type == FGX_SW_LOG)
             log_push(h.service, (const char *)nng_msg_body(m) + sizeof(h),
                      nng_msg_len(m) - sizeof(h));
+        fn[0] = '\0';
+        if (h.type == FGX_SW_VERDICT) {
+            /* the verdict's payload: "function\0detail" */
+            const char *p = (const char *)nng_msg_body(m) + sizeof(h);
+            size_t n = nng_msg_len(m) - sizeof(h), fl = strnlen(p, n);
+
+            if (fl >= sizeof(fn))
+                fl = sizeof(fn) - 1;
+            memcpy(fn, p, fl);
+            fn[fl] = '\0';
+        }
         nng_msg_free(m);
         if (h.type != FGX_SW_VERDICT)
             continue;
@@ -477,7 +511,7 @@ void nfq_script_recv(struct nfq_thread *t)
             flow_final(t, fs, svc != NULL ? svc->script_deadline_ms : 100);
             continue;
         }
-        judge(t, fs, h.code, at);
+        judge(t, fs, h.code, at, fn);
     }
     nfq_verdict_flush(t);
 }
@@ -497,7 +531,7 @@ void nfq_script_tick(struct nfq_thread *t)
             /* scriptworker did not answer at all (down, restarting): as an error */
             fgx_log_ratelimited(&last_log, FGX_LOG_WARN,
                                 "script: no verdict from scriptworker in time: fail_open verdict");
-            judge(t, fs, FGX_SW_ERROR, -1);
+            judge(t, fs, FGX_SW_ERROR, -1, NULL);
         }
     }
 }
@@ -699,6 +733,8 @@ bool nfq_script_post(struct nfq_thread *t, struct fgx_flow *f, const struct fgx_
         } else {
             fs->opened = true;
             p->swseq = h.seq;
+            p->exlen = (uint8_t)(fresh < sizeof(p->ex) ? fresh : sizeof(p->ex));
+            memcpy(p->ex, payload + off, p->exlen);
         }
     }
     if (fs->tail >= 0)

@@ -3,7 +3,8 @@
 block is: in `fgexctl events` (service, addresses, direction, the start of the bytes the
 script judged, the function where a filter's id would be), counted in the service's blocked
 total and in `events --top src`, kept across a controld restart, and shown with its capture by
-`events show SEQ`. Real connections through the proxy layer between namespaces."""
+`events show SEQ`. Real connections through the proxy layer and the NFQUEUE layer between
+namespaces."""
 import os
 import sys
 import tempfile
@@ -151,6 +152,126 @@ def script_block_is_an_event(env):
 
 
 @test
+def nfq_script_block_is_an_event(env):
+    """The same on the NFQUEUE layer: the held packets' verdict is the script's, and its block
+    is an event from nfqworker's regex-block path (addresses, direction, the start of the bytes
+    the judged segment carried, the function), with the flow's capture."""
+    sid, port = env.service("nqev", "tcp")
+    check(env.service_doc("nqev")["layer"] == "nfqueue", "nqev is not on NFQUEUE")
+    env.ctl("script", "set", "nqev", write(JUDGE))
+    srv = env.tcp_server(port, reply=b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+    ok = req(b"/api/export", b"x-checker: sla\r\n")
+    c, sport_ok = env.tcp_conn(SRV4, port, [ok, 0.3])
+    it.assert_passed(c, it.server_conn_of(srv, sport_ok), ok,
+                     b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+    check(script_events(env, "nqev") == [], "an accepted connection is an event")
+
+    # REJECT over IPv4: both ends reset, the event c2s
+    bad = req(b"/api/export?all=1")
+    c, sport_rej = env.tcp_conn(SRV4, port, [bad, 0.3])
+    it.assert_blocked(c, it.server_conn_of(srv, sport_rej), forbidden=b"/api/export")
+    e = wait_script_event(env, "nqev", sport_rej)
+    check(e["action"] == "block" and e["script_kind"] == "reject" and
+          e["script_function"] == "export_without_checker" and e["filter_id"] == 0,
+          "the reject's event %r", e)
+    check(e["service"] == "nqev" and e["service_id"] == sid and e["dir"] == "c2s" and
+          e["proto"] == "tcp", "service/dir %r", e)
+    check(e["src"] == CLI4 and e["sport"] == sport_rej and e["dst"] == SRV4 and
+          e["dport"] == port, "flow %s:%s -> %s:%s", e["src"], e["sport"], e["dst"], e["dport"])
+    check(excerpt(e) == bad, "the excerpt is not the judged request: %r", excerpt(e))
+
+    # DROP over IPv6: a black hole (nobody reset), an event of kind drop
+    probe = req(b"/", b"x-probe: 1\r\n")
+    c, sport_drop = env.tcp_conn(SRV6, port, [probe, 0.5], timeout=2.0)
+    check(c["connected"] and not c.get("received") and c.get("end") != "reset",
+          "a dropped connection got bytes or a reset: %r", c)
+    e6 = wait_script_event(env, "nqev", sport_drop)
+    check(e6["script_kind"] == "drop" and e6["script_function"] == "probe" and
+          e6["src"] == CLI6 and e6["dst"] == SRV6 and e6["dport"] == port and
+          e6["dir"] == "c2s", "the drop's event %r", e6)
+    check(excerpt(e6) == probe, "drop excerpt %r", excerpt(e6))
+
+    # the server's reply judged, over both families: s2c events, the server the sender
+    _, port2 = env.service("nqev2", "tcp")
+    env.tcp_server(port2, reply=b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nFLAG{abc}")
+    env.ctl("script", "set", "nqev2", write(JUDGE))
+    for cli, srvaddr in ((CLI6, SRV6), (CLI4, SRV4)):
+        c, sport_s2c = env.tcp_conn(srvaddr, port2, [req(b"/"), 0.5])
+        check(b"FLAG{" not in c.get("received", b""), "the leaking reply reached the client: %r",
+              c)
+        es = wait_script_event(env, "nqev2", sport_s2c)
+        check(es["dir"] == "s2c" and es["src"] == srvaddr and es["sport"] == port2 and
+              es["dst"] == cli and es["dport"] == sport_s2c and
+              es["script_kind"] == "reject" and es["script_function"] == "leaky_reply",
+              "the reply's event %r", es)
+        check(excerpt(es).startswith(b"HTTP/1.1 200 OK") and b"FLAG{abc}" in excerpt(es),
+              "s2c excerpt %r", excerpt(es))
+
+    # DROP of the server's reply (IPv6): nobody told, the event s2c
+    _, port3 = env.service("nqev3", "tcp")
+    env.tcp_server(port3, reply=b"SECRET reply")
+    env.ctl("script", "set", "nqev3", write("""
+from firegex.nfproxy import pyfilter, DROP
+from firegex.nfproxy.models import TCPOutputStream
+
+@pyfilter
+def hush(out: TCPOutputStream):
+    if b"SECRET" in out.data:
+        return DROP
+"""))
+    c, sport3 = env.tcp_conn(SRV6, port3, [b"hello", 0.5], timeout=2.0)
+    check(c["connected"] and b"SECRET" not in c.get("received", b"") and
+          c.get("end") != "reset", "the dropped reply reached the client or reset it: %r", c)
+    ed = wait_script_event(env, "nqev3", sport3)
+    check(ed["dir"] == "s2c" and ed["script_kind"] == "drop" and ed["script_function"] == "hush"
+          and ed["src"] == SRV6 and ed["sport"] == port3 and ed["dst"] == CLI6 and
+          ed["dport"] == sport3 and excerpt(ed) == b"SECRET reply", "the s2c drop's event %r", ed)
+
+    r = env.ctl_raw("events", "nqev", json_out=False)
+    check("script reject export_without_checker" in r.stdout and "script drop probe" in r.stdout,
+          "events table:\n%s", r.stdout)
+
+    # counted: the service's blocked total, --top src
+    st = it.wait_until(lambda: (lambda s: s[0] if s and s[0]["blocked"] >= 2 else None)(
+        env.ctl("stats", "nqev")), timeout=5)
+    check(st and st["blocked"] == 2, "the service's blocked total %r", env.ctl("stats", "nqev"))
+    st2 = env.ctl("stats", "nqev2")[0]
+    check(st2["blocked"] == 2, "the s2c service's blocked total %r", st2)
+    top = env.ctl("events", "nqev", "--top", "src")
+    rows = {(r["src"], r.get("script_function")): r for r in top["rows"]}
+    check(set(rows) == {(CLI4, "export_without_checker"), (CLI6, "probe")},
+          "--top src rows %r", top)
+    top2 = env.ctl("events", "nqev2", "--top", "src")
+    rows2 = {(r["src"], r.get("script_function")): r for r in top2["rows"]}
+    check(set(rows2) == {(SRV4, "leaky_reply"), (SRV6, "leaky_reply")},
+          "--top src rows of the s2c service %r", top2)
+    check(rows[(CLI4, "export_without_checker")]["blocks"] == 1 and
+          rows[(CLI4, "export_without_checker")]["filter_id"] == 0 and
+          rows[(CLI4, "export_without_checker")]["service"] == "nqev", "--top row %r", rows)
+
+    # events show: the event with its connection's capture
+    show = env.ctl("events", "show", e["seq"])
+    check(show["event"]["seq"] == e["seq"] and show["event"]["script_kind"] == "reject",
+          "events show event %r", show["event"])
+    check(show["capture"] is not None and show["capture"].get("c2s") == bad.decode(),
+          "events show capture %r", show.get("capture"))
+    show6 = env.ctl("events", "show", e6["seq"])
+    check(show6["capture"] is not None and show6["capture"].get("c2s") == probe.decode(),
+          "events show capture of the drop %r", show6.get("capture"))
+
+    # kept in the store: the same after a controld restart
+    env.stop_controld()
+    env.start_controld()
+    after = {x["seq"]: x for x in script_events(env, "nqev")}
+    check(e["seq"] in after and after[e["seq"]]["script_function"] == "export_without_checker"
+          and excerpt(after[e["seq"]]) == bad and e6["seq"] in after and
+          after[e6["seq"]]["script_kind"] == "drop", "script events after a restart %r", after)
+    show = env.ctl("events", "show", e["seq"])
+    check(show["capture"] is not None and show["capture"].get("c2s") == bad.decode(),
+          "events show capture after a restart %r", show.get("capture"))
+
+
+@test
 def failures_stay_apart_from_blocks(env):
     """A call that raised is an event of its own (action script), not a block: not in --top,
     not in the blocked total; with fail-open its connection passes."""
@@ -173,6 +294,33 @@ def broken(req: HttpRequestHeader):
     st = env.ctl("stats", "sevx")[0]
     check(st["blocked"] == 0, "a failure counted as a block %r", st)
 
+
+
+@test
+def nfq_fail_closed_failure_is_no_block_event(env):
+    """On NFQUEUE, a call that raised on a fail-closed service resets the flow, yet it is the
+    failure's event (action script), not a block: no reject event, not in --top, not in the
+    blocked total."""
+    _, port = env.service("nqevx", "tcp")
+    env.ctl("script", "set", "nqevx", write("""
+from firegex.nfproxy import pyfilter
+from firegex.nfproxy.models import HttpRequestHeader
+
+@pyfilter
+def broken(req: HttpRequestHeader):
+    raise ValueError("no")
+"""))
+    srv = env.tcp_server(port)
+    c, sport = env.tcp_conn(SRV4, port, [req(b"/"), 0.3])
+    it.assert_blocked(c, it.server_conn_of(srv, sport), forbidden=b"GET /")
+    evs = it.wait_until(lambda: [e for e in env.ctl("events", "nqevx")
+                                 if e.get("script_kind") == "exception"], timeout=5)
+    check(evs and evs[0]["action"] == "script", "the exception's event %r", evs)
+    check(script_events(env, "nqevx") == [], "a failure made a block event: %r",
+          env.ctl("events", "nqevx"))
+    check(env.ctl("events", "nqevx", "--top", "src")["rows"] == [], "a failure in --top")
+    st = env.ctl("stats", "nqevx")[0]
+    check(st["blocked"] == 0, "a failure counted as a block %r", st)
 
 if __name__ == "__main__":
     sys.exit(it.run_module("script_events"))
