@@ -11,6 +11,8 @@ const C2S = 'client → server';
 const S2C = 'server → client';
 
 async function totals(page, base, range, name) {
+  // a goto to the URL the page is at changes no hash: no new render; another view first
+  await page.goto(`${base}/#/history`);
   await page.goto(`${base}/#/charts/${range}`);
   await page.waitForSelector('[data-test=charts] > *');
   const card = `[data-test=chart-traffic-${name}]`;
