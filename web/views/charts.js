@@ -11,8 +11,10 @@ const RANGES = {
   '48h': { span: 48 * 3600, bin: 1800, unit: '30 minutes' },
 };
 
+const TRAFFIC = ['bytes_c2s', 'bytes_s2c', 'flows'];
+
 // Each service's traffic series (bytes_c2s, bytes_s2c, flows), by service, in name order.
-export function trafficOf(series) {
+function trafficOf(series) {
   const by = new Map();
   for (const s of series) {
     if (s.obj !== 'service' || !TRAFFIC.includes(s.kind)) continue;
@@ -21,8 +23,6 @@ export function trafficOf(series) {
   }
   return [...by.values()].sort((a, b) => a.name.localeCompare(b.name));
 }
-
-const TRAFFIC = ['bytes_c2s', 'bytes_s2c', 'flows'];
 
 // One service's traffic: bytes each way (binary units), then connections, in the same bins.
 function trafficCard(t, from, R, n) {
