@@ -1,16 +1,14 @@
-/* fgexctl, issue 14's commands: `history`, `undo`, `redo`, the renderers of `stats --history`
- * (hit rates per minute) and of an import's diff (`filter import --sync`, `import`,
- * `--dry-run`), which cli_local.c prints for the imports. */
+/* fgexctl, issue 14's commands: `history`, `undo`, `redo`, the request of `stats --history`
+ * (cli_cmd_stats_history_build; cmd_stats.c renders its reply) and the renderers of an import's
+ * diff (`filter import --sync`, `import`, `--dry-run`), which cli_local.c prints for the
+ * imports. */
 #include "cmd.h"
 
 #include <errno.h>
 #include <inttypes.h>
-#include <langinfo.h>
-#include <locale.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "cli_fmt.h"
 #include "cli_json.h"
@@ -274,172 +272,6 @@ static json_t *json_undo(const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *re
                      cli_cmd_diff_json(rep));
 }
 
-/* ---- stats --history ---- */
-
-#define SPARK_COLS 60
-
-static const Fgx__Ctl__Service *svc_of(const Fgx__Ctl__Reply *rep, uint32_t id)
-{
-    for (size_t i = 0; i < rep->n_services; i++)
-        if (rep->services[i]->id == id)
-            return rep->services[i];
-    return NULL;
-}
-
-static const Fgx__Ctl__Filter *flt_of(const Fgx__Ctl__Reply *rep, uint32_t id)
-{
-    for (size_t i = 0; i < rep->n_filters; i++)
-        if (rep->filters[i]->id == id)
-            return rep->filters[i];
-    return NULL;
-}
-
-static uint64_t since_of(const Fgx__Ctl__Request *req, uint64_t now)
-{
-    const Fgx__Ctl__StatsHistoryQuery *q = req->stats_history;
-    uint64_t def = now - 2880 * 60 + 60;
-
-    return q && q->has_since && q->since > def ? q->since : def;
-}
-
-static bool utf8_terminal(FILE *f)
-{
-    const char *cs;
-
-    if (!isatty(fileno(f)))
-        return false;
-    (void)setlocale(LC_CTYPE, "");
-    cs = nl_langinfo(CODESET);
-    return cs && strcmp(cs, "UTF-8") == 0;
-}
-
-/* One row: the series' points binned into SPARK_COLS columns of per minutes each. */
-static void spark(FILE *f, const Fgx__Ctl__RateSeries *s, uint32_t first, uint32_t per, bool utf8)
-{
-    static const char *const blocks[] = {"\u2581", "\u2582", "\u2583", "\u2584",
-                                         "\u2585", "\u2586", "\u2587", "\u2588"};
-    static const char ramp[] = ".:-=+*#@";
-    uint64_t bins[SPARK_COLS] = {0}, max = 0;
-
-    for (size_t i = 0; i < s->n_minutes && i < s->n_counts; i++) {
-        size_t c;
-
-        if (s->minutes[i] < first)
-            continue;
-        c = (s->minutes[i] - first) / per;
-        if (c >= SPARK_COLS)
-            c = SPARK_COLS - 1;
-        bins[c] += s->counts[i];
-    }
-    for (size_t c = 0; c < SPARK_COLS; c++)
-        if (bins[c] > max)
-            max = bins[c];
-    for (size_t c = 0; c < SPARK_COLS; c++) {
-        size_t lvl;
-
-        if (bins[c] == 0) {
-            (void)fputc(' ', f);
-            continue;
-        }
-        lvl = (size_t)((bins[c] * 8 - 1) / max); /* 0..7: any block shows */
-        if (utf8)
-            (void)fputs(blocks[lvl], f);
-        else
-            (void)fputc(ramp[lvl], f);
-    }
-}
-
-static int human_stats_history(FILE *f, const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep)
-{
-    uint64_t now = (uint64_t)time(NULL), since = since_of(req, now);
-    uint32_t first = (uint32_t)(since / 60), last = (uint32_t)(now / 60);
-    uint32_t span = last - first + 1, per = (span + SPARK_COLS - 1) / SPARK_COLS;
-    bool utf8 = utf8_terminal(f);
-    char when[32], label[96], rx[64];
-
-    if (per == 0)
-        per = 1;
-    utc_time(since, when, sizeof(when));
-    (void)fprintf(f, "blocks per minute since %s UTC, %" PRIu32 " min a column, now at the right\n",
-                  when, per);
-    if (rep->n_rates == 0) {
-        (void)fputs("no blocks in that time\n", f);
-        return ferror(f) ? -EIO : 0;
-    }
-    (void)fprintf(f, "%-28s %8s %8s  |%-*s|\n", "SERVICE / FILTER", "TOTAL", "PEAK/MIN", SPARK_COLS,
-                  "");
-    for (size_t i = 0; i < rep->n_rates; i++) {
-        const Fgx__Ctl__RateSeries *s = rep->rates[i];
-        bool filter = strcmp(s->obj, "filter") == 0;
-        uint64_t total = 0, peak = 0;
-
-        for (size_t k = 0; k < s->n_counts; k++) {
-            total += s->counts[k];
-            if (s->counts[k] > peak)
-                peak = s->counts[k];
-        }
-        if (filter) {
-            const Fgx__Ctl__Filter *fl = flt_of(rep, s->id);
-
-            cli_fmt_escape(fl && fl->regex ? fl->regex : "", rx, sizeof(rx));
-            (void)snprintf(label, sizeof(label), "  #%" PRIu32 " /%.20s/", s->id, rx);
-        } else {
-            const Fgx__Ctl__Service *sv = svc_of(rep, s->id);
-
-            cli_fmt_escape(sv ? sv->name : "?", rx, sizeof(rx));
-            (void)snprintf(label, sizeof(label), "%s", rx);
-        }
-        if (strcmp(s->kind, "blocked") != 0)
-            (void)snprintf(label + strlen(label), sizeof(label) - strlen(label), " (%s)", s->kind);
-        (void)fprintf(f, "%-28.28s %8" PRIu64 " %8" PRIu64 "  |", label, total, peak);
-        spark(f, s, first, per, utf8);
-        (void)fputs("|\n", f);
-    }
-    return ferror(f) ? -EIO : 0;
-}
-
-static json_t *json_stats_history(const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep)
-{
-    uint64_t now = (uint64_t)time(NULL);
-    json_t *arr = json_array(), *doc;
-
-    if (!arr)
-        return NULL;
-    for (size_t i = 0; i < rep->n_rates; i++) {
-        const Fgx__Ctl__RateSeries *s = rep->rates[i];
-        json_t *pts = json_array(), *o;
-        uint64_t total = 0;
-
-        for (size_t k = 0; k < s->n_minutes && k < s->n_counts; k++) {
-            (void)json_array_append_new(pts, json_pack("{s:I, s:I}", "time",
-                                                       cli_json_int((uint64_t)s->minutes[k] * 60),
-                                                       "count", cli_json_int(s->counts[k])));
-            total += s->counts[k];
-        }
-        o = json_pack("{s:s, s:s, s:I, s:I, s:o}", "kind", s->kind, "obj", s->obj, "id",
-                      cli_json_int(s->id), "total", cli_json_int(total), "minutes", pts);
-        if (!o) {
-            json_decref(arr);
-            return NULL;
-        }
-        if (strcmp(s->obj, "filter") == 0) {
-            const Fgx__Ctl__Filter *fl = flt_of(rep, s->id);
-
-            (void)json_object_set_new(o, "service_id", json_integer(cli_json_int(s->service_id)));
-            if (fl)
-                (void)cli_json_set_bytes(o, "regex", fl->regex, strlen(fl->regex));
-        } else {
-            const Fgx__Ctl__Service *sv = svc_of(rep, s->id);
-
-            (void)json_object_set_new(o, "name", cli_json_str_or_null(sv ? sv->name : NULL));
-        }
-        (void)json_array_append_new(arr, o);
-    }
-    doc = json_pack("{s:I, s:I, s:o}", "since", cli_json_int(since_of(req, now) / 60 * 60), "until",
-                    cli_json_int(now), "series", arr);
-    return doc;
-}
-
 /* ---- the commands ---- */
 
 static const struct cli_cmd_def history_cmds[] = {
@@ -464,17 +296,6 @@ static const struct cli_cmd_def history_cmds[] = {
      .human = human_undo,
      .json = json_undo,
      .flags = CLI_CMD_CHANGE},
-    /* `stats --history`: parsed as `stats` (cmd_stats.c comes first), rendered from here. */
-    {.name = "stats",
-     .req = FGX__CTL__REQUEST__REQ_STATS_HISTORY,
-     .npos = 1,
-     .pos_names = {"SERVICE"},
-     .opts = CLI_OPT_HISTORY | CLI_OPT_SINCE,
-     .usage = NULL,
-     .pos_optional = true,
-     .build = cli_cmd_stats_history_build,
-     .human = human_stats_history,
-     .json = json_stats_history},
     {.name = NULL},
 };
 

@@ -485,8 +485,8 @@ static const struct cli_cmd_def stats_cmds[] = {
      .build = build_stats,
      .human = human_stats,
      .json = json_stats},
-    /* `stats --history`: parsed as `stats` above (cli_cmd_stats_history_build), rendered from
-     * here; this family comes before cmd_history.c's, so these renderers are the ones used. */
+    /* `stats --history`: parsed as `stats` above (cli_cmd_stats_history_build in cmd_history.c
+     * switches the request), rendered from here (cli_cmd_of_req finds this entry). */
     {.name = "stats",
      .req = FGX__CTL__REQUEST__REQ_STATS_HISTORY,
      .npos = 1,

@@ -34,6 +34,8 @@ WEBTESTS = os.path.join(ROOT, "tests", "web")
 WEB_PORT = 8443
 BASE = "https://%s:%d" % (SRV4, WEB_PORT)
 PASSWORD = "web-pw-123456"
+# 15-traffic's payload: 60 000 bytes of every value but no "evil" (a few dozen packets)
+BULK = bytes(i % 251 for i in range(60000))
 ARGS = ["--web-listen", "%s:%d" % (SRV4, WEB_PORT), "--allow", "10.77.0.2/32"]
 S = {}
 
@@ -92,12 +94,16 @@ def setup(env):
         "test_regex": "evil13",
         "evil": EVIL.decode(),
         "port2": S["port2"],
+        "bulk_bytes": len(BULK),
         "tls_cert": open(cert).read(),
         "tls_key": open(key).read(),
         "commands": {
             # run by the node side, which is in the client namespace already
             "evil": [PY, HELPER, "tcp-client", "--host", SRV4, "--port", str(S["port"]),
                      "--steps", steps, "--timeout", "3"],
+            # 15-traffic: BULK bytes that no filter matches, one connection ("ok\n" back)
+            "bulk": [PY, HELPER, "tcp-client", "--host", SRV4, "--port", str(S["port"]),
+                     "--steps", json.dumps(["send:" + BULK.hex(), "shut"]), "--timeout", "5"],
             "raw": [PY, HELPER, "tcp-client", "--host", SRV4, "--port", str(S["port"]),
                     "--steps", json.dumps(["send:" + (b"\x00\x01 \xff\xfezq tail").hex(),
                                            "shut"]), "--timeout", "3"],

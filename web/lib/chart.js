@@ -31,7 +31,8 @@ export function niceStep(max, n = 4) {
 export function sparkline(values, opts = {}) {
   const w = opts.width || 120;
   const ht = opts.height || 24;
-  const svg = s('svg', { class: 'sparkline', width: w, height: ht, viewBox: `0 0 ${w} ${ht}`, role: 'img', 'aria-label': opts.label || 'trend' });
+  const svg = s('svg', { class: 'sparkline', width: w, height: ht, viewBox: `0 0 ${w} ${ht}`, role: 'img', 'aria-label': opts.label || 'trend', 'data-total': opts.total });
+  if (opts.title) svg.append(s('title', {}, opts.title));
   if (!values.length) return svg;
   const max = Math.max(1e-9, ...values);
   const dx = values.length > 1 ? w / (values.length - 1) : 0;
@@ -58,25 +59,36 @@ export function bucket(points, from, bin, n) {
   return out;
 }
 
+// A step for a byte axis: 1, 2 or 5 times a power of ten of the binary unit (KiB, MiB, ...)
+// that max is in, so that the ticks read 20 KiB, 40 KiB, not 19.5 KiB, 39.1 KiB.
+export function niceByteStep(max, n = 4) {
+  if (!(max > 0)) return 1;
+  const u = 1024 ** Math.max(0, Math.min(4, Math.floor(Math.log(max) / Math.log(1024))));
+  return niceStep(max / u, n) * u;
+}
+
 // series: [{name, values: [n bins]}], from: unix seconds of bin 0, bin: seconds a bin.
 // (Colours are classes s1..s8: the CSP allows no inline style.) Returns a <figure> with the <svg> and its legend; values per bin on the y axis.
+// opts.bytes: the values are bytes, the axis and the totals in binary units (opts.fmt formats
+// them); each line and legend entry carries its total in data-total.
 export function lineChart(series, opts) {
   const { from, bin } = opts;
+  const fmt = opts.fmt || String;
   const n = series.length ? series[0].values.length : 0;
   // drawn at about its viewBox size (the cards are 400-700 px wide), so text stays readable
   const W = opts.width || 520;
   const H = opts.height || 220;
-  const L = 40, R = 12, T = 10, B = 26;
+  const L = opts.bytes ? 64 : 40, R = 12, T = 10, B = 26;
   const pw = W - L - R, ph = H - T - B;
   const max = Math.max(0, ...series.flatMap((x) => x.values));
-  const step = Math.max(1, niceStep(max || 1)); // counts: whole numbers
+  const step = Math.max(1, opts.bytes ? niceByteStep(max || 1) : niceStep(max || 1)); // counts: whole numbers
   const top = Math.max(step, Math.ceil((max || 1) / step) * step);
   const x = (i) => L + (n > 1 ? (i / (n - 1)) * pw : pw / 2);
   const y = (v) => T + ph - (v / top) * ph;
   const svg = s('svg', { class: 'chart', viewBox: `0 0 ${W} ${H}`, role: 'img', 'aria-label': opts.label || 'chart' });
   for (let v = 0; v <= top + 1e-9; v += step) {
     svg.append(s('line', { class: v ? 'grid' : 'axis', x1: L, x2: W - R, y1: y(v), y2: y(v) }));
-    svg.append(s('text', { x: L - 6, y: y(v) + 4, 'text-anchor': 'end' }, Number.isInteger(v) ? v : v.toFixed(1)));
+    svg.append(s('text', { x: L - 6, y: y(v) + 4, 'text-anchor': 'end' }, opts.fmt ? fmt(v) : Number.isInteger(v) ? v : v.toFixed(1)));
   }
   const span = n * bin;
   const ticks = span > 86400 ? 4 : 6; // day and time labels are longer
@@ -86,14 +98,15 @@ export function lineChart(series, opts) {
     svg.append(s('line', { class: 'axis', x1: tx, x2: tx, y1: T + ph, y2: T + ph + 4 }));
     svg.append(s('text', { x: tx, y: H - 8, 'text-anchor': k === 0 ? 'start' : k === ticks ? 'end' : 'middle' }, fmtTick(from + i * bin, span)));
   }
+  const totals = series.map((ser) => ser.values.reduce((a, b) => a + b, 0));
   series.forEach((ser, si) => {
     const c = `s${(si % 8) + 1}`;
     const d = ser.values.map((v, i) => `${i ? 'L' : 'M'}${x(i).toFixed(1)},${y(v).toFixed(1)}`).join('');
     if (si === 0 && opts.area !== false) {
       svg.append(s('path', { class: `area ${c}`, d: `${d}L${x(n - 1)},${y(0)}L${x(0)},${y(0)}Z` }));
     }
-    const path = s('path', { class: `line ${c}`, d, 'data-series': ser.name });
-    path.append(s('title', {}, `${ser.name}: ${ser.values.reduce((a, b) => a + b, 0)}`));
+    const path = s('path', { class: `line ${c}`, d, 'data-series': ser.name, 'data-total': totals[si] });
+    path.append(s('title', {}, `${ser.name}: ${fmt(totals[si])}`));
     svg.append(path);
   });
   const legend = h(
@@ -102,9 +115,9 @@ export function lineChart(series, opts) {
     series.map((ser, si) =>
       h(
         'span',
-        {},
+        { 'data-series': ser.name, 'data-total': totals[si] },
         h('span', { class: `swatch s${(si % 8) + 1}` }),
-        `${ser.name} (${ser.values.reduce((a, b) => a + b, 0)})`,
+        `${ser.name} (${fmt(totals[si])})`,
       ),
     ),
   );

@@ -1,8 +1,8 @@
 // Charts (#/charts, #/charts/48h): blocks per minute of each service and each of its filters
-// over the last hour (or blocks per half hour over 48 hours), from stats --history, drawn by
-// lib/chart.js.
+// over the last hour (or per half hour over 48 hours), and each service's traffic in the same
+// bins (bytes each way, connections), from stats --history, drawn by lib/chart.js.
 import * as api from '../lib/api.js';
-import { h, clear, toast, fieldBytes } from '../lib/ui.js';
+import { h, clear, toast, fieldBytes, fmtBytes, fmtCount } from '../lib/ui.js';
 import { lineChart, bucket } from '../lib/chart.js';
 import { showBytes } from './filters.js';
 
@@ -10,6 +10,44 @@ const RANGES = {
   '1h': { span: 3600, bin: 60, unit: 'minute' },
   '48h': { span: 48 * 3600, bin: 1800, unit: '30 minutes' },
 };
+
+const TRAFFIC = ['bytes_c2s', 'bytes_s2c', 'flows'];
+
+// Each service's traffic series (bytes_c2s, bytes_s2c, flows), by service, in name order.
+function trafficOf(series) {
+  const by = new Map();
+  for (const s of series) {
+    if (s.obj !== 'service' || !TRAFFIC.includes(s.kind)) continue;
+    if (!by.has(s.id)) by.set(s.id, { id: s.id, name: s.name || `#${s.id}` });
+    by.get(s.id)[s.kind] = s;
+  }
+  return [...by.values()].sort((a, b) => a.name.localeCompare(b.name));
+}
+
+// One service's traffic: bytes each way (binary units), then connections, in the same bins.
+function trafficCard(t, from, R, n) {
+  const pts = (k) => bucket(t[k] ? t[k].minutes : [], from, R.bin, n);
+  const bytes = [
+    { name: 'client → server', values: pts('bytes_c2s') },
+    { name: 'server → client', values: pts('bytes_s2c') },
+  ];
+  const conns = [{ name: 'connections', values: pts('flows') }];
+  return h(
+    'section',
+    { class: 'card', 'data-test': `chart-traffic-${t.name}` },
+    h('h2', {}, `${t.name}: traffic per ${R.unit}`),
+    h(
+      'div',
+      { 'data-test': 'chart-bytes' },
+      lineChart(bytes, { from, bin: R.bin, label: `${t.name} bytes per ${R.unit}`, bytes: true, fmt: fmtBytes, area: false }),
+    ),
+    h(
+      'div',
+      { class: 'chart-sub', 'data-test': 'chart-flows' },
+      lineChart(conns, { from, bin: R.bin, label: `${t.name} connections per ${R.unit}`, fmt: fmtCount, height: 150 }),
+    ),
+  );
+}
 
 export default {
   id: 'charts',
@@ -23,7 +61,7 @@ export default {
         'div',
         { class: 'toolbar' },
         h('h1', {}, 'Charts'),
-        h('span', { class: 'muted' }, `blocks per ${R.unit}`),
+        h('span', { class: 'muted' }, `blocks and traffic per ${R.unit}`),
         h('span', { class: 'spacer' }),
         Object.keys(RANGES).map((k) =>
           h('a', { href: `#/charts/${k}`, class: 'badge', 'aria-current': k === key ? 'page' : null, 'data-test': `range-${k}` }, `last ${k}`),
@@ -41,8 +79,9 @@ export default {
           const series = doc.series || [];
           const blocked = series.filter((s) => s.kind === 'blocked' || s.kind === 'matched');
           const svcs = blocked.filter((s) => s.obj === 'service');
-          if (!svcs.length) {
-            body.append(h('p', { class: 'muted card', 'data-test': 'charts-empty' }, 'No block in this period.'));
+          const traffic = trafficOf(series);
+          if (!svcs.length && !traffic.length) {
+            body.append(h('p', { class: 'muted card', 'data-test': 'charts-empty' }, 'No block and no traffic in this period.'));
             return;
           }
           const all = svcs.filter((s) => s.kind === 'blocked').map((s) => ({ name: s.name, values: bucket(s.minutes, from, R.bin, n) }));
@@ -63,6 +102,7 @@ export default {
               ),
             );
           }
+          for (const t of traffic) grid.append(trafficCard(t, from, R, n));
           body.append(grid);
         },
         (e) => toast(`Charts: ${e.message}`, 'error'),

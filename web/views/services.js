@@ -1,10 +1,11 @@
 // Services (#/services): the list with live throughput, connections and blocks (the /api/live
-// stats), add, start/stop, remove with undo; #/services/ID: one service's settings (edit) and
+// stats), each service's traffic over the last hour (stats --history, so it shows what came
+// before the page was opened), add, start/stop, remove with undo; #/services/ID: one service's settings (edit) and
 // its filters (views/filters.js).
 import * as api from '../lib/api.js';
 import * as live from '../lib/live.js';
 import { h, clear, toast, confirmBox, fmtBytes, fmtCount } from '../lib/ui.js';
-import { sparkline } from '../lib/chart.js';
+import { sparkline, bucket } from '../lib/chart.js';
 import { filtersPanel } from './filters.js';
 
 const HISTORY = 60; // samples of throughput kept for a sparkline (one a second at most)
@@ -25,6 +26,32 @@ export function noteStats(stats) {
     }
     r.last = { t: now, bytes: st.bytes, packets: st.packets, stat: st };
   }
+}
+
+// Bytes per minute (both ways) of each service over the last hour, from stats --history:
+// id -> [60 counts], oldest first. Fetched when the list is drawn and once a minute.
+const hour = new Map();
+
+async function loadHour() {
+  const doc = await api.get('stats', { history: true, since: '1h' });
+  const until = Math.ceil((doc.until || Date.now() / 1000) / 60) * 60;
+  const from = until - 3600;
+  hour.clear();
+  for (const s of doc.series || []) {
+    if (s.obj !== 'service' || (s.kind !== 'bytes_c2s' && s.kind !== 'bytes_s2c')) continue;
+    const v = bucket(s.minutes, from, 60, 60);
+    const had = hour.get(s.id);
+    hour.set(s.id, had ? had.map((x, i) => x + v[i]) : v);
+  }
+}
+
+function hourCell(s) {
+  const v = hour.get(s.id) || [];
+  const total = v.reduce((a, b) => a + b, 0);
+  return [
+    `${fmtBytes(total)} `,
+    sparkline(v, { width: 80, height: 18, label: 'bytes per minute, last hour', total, title: `${fmtBytes(total)} in the last hour, per minute` }),
+  ];
 }
 
 // After a removal: a toast offering the undo; after(): what to draw again once undone.
@@ -245,6 +272,7 @@ function serviceRow(s, reload) {
     h('td', {}, h('span', { class: `badge ${active ? 'active' : 'stopped'}`, 'data-test': 'svc-status' }, s.status)),
     h('td', { class: 'num', 'data-test': 'svc-rate' }, c.rate),
     h('td', { class: 'num', 'data-test': 'svc-conns' }, c.conns),
+    h('td', { class: 'num hide-phone', 'data-test': 'svc-hour' }, hourCell(s)),
     h('td', { class: 'num hide-phone' }, fmtCount(s.filters)),
     h('td', { class: 'num', 'data-test': 'svc-blocked' }, c.blocked),
     h(
@@ -300,7 +328,7 @@ function renderList(root) {
     }
   };
   const load = () =>
-    api.get('service/list').then((l) => {
+    Promise.all([api.get('service/list'), loadHour().catch(() => {})]).then(([l]) => {
       services = l;
       draw();
     }, errToast('Services'));
@@ -347,6 +375,7 @@ function renderList(root) {
             h('th', {}, 'Status'),
             h('th', { class: 'num' }, 'Throughput'),
             h('th', { class: 'num' }, 'Conns'),
+            h('th', { class: 'num hide-phone' }, 'Last hour'),
             h('th', { class: 'num hide-phone' }, 'Filters'),
             h('th', { class: 'num' }, 'Blocks'),
             h('th', {}, ''),
@@ -358,6 +387,20 @@ function renderList(root) {
     ),
   );
   load();
+  // the last hour's traffic moves on a minute at a time
+  const hourTimer = setInterval(
+    () =>
+      loadHour().then(() => {
+        for (const sv of services) {
+          const td = body.querySelector(`tr[data-id="${sv.id}"] [data-test=svc-hour]`);
+          if (td) {
+            clear(td);
+            td.append(...hourCell(sv));
+          }
+        }
+      }, () => {}),
+    60000,
+  );
   const offs = [
     live.on('stats', (st) => {
       noteStats(st);
@@ -370,7 +413,10 @@ function renderList(root) {
       if (c && (c.what === 'services' || c.what === 'filters')) load();
     }),
   ];
-  return () => offs.forEach((o) => o());
+  return () => {
+    clearInterval(hourTimer);
+    offs.forEach((o) => o());
+  };
 }
 
 function renderOne(root, id) {
