@@ -73,6 +73,7 @@ struct nfq_sw {
     uint64_t serial;
 };
 
+/* The link's sender under this file's name for it: the verdict and flow paths call it. */
 static int sw_send(struct nfq_sw *sw, const struct fgx_sw_hdr *h, const void *p)
 {
     return fgx_swlink_send(&sw->link, h, p);
