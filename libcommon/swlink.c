@@ -183,6 +183,16 @@ int fgx_swlink_recv(struct fgx_swlink *l, struct fgx_sw_hdr *h, const uint8_t **
     }
 }
 
+void fgx_swlink_verdict_fn(const uint8_t *payload, size_t len, char *fn, size_t cap)
+{
+    size_t fl = strnlen((const char *)payload, len);
+
+    if (fl >= cap)
+        fl = cap - 1;
+    memcpy(fn, payload, fl);
+    fn[fl] = '\0';
+}
+
 /* ---- scriptworker's log entries, until the next STATS takes them ---- */
 
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;

@@ -152,14 +152,9 @@ static void on_readable(evutil_socket_t fd, short what, void *arg)
                                 fl < n ? (int)(n - fl - 1) : 0, fl < n ? p + fl + 1 : "");
         }
         {
-            /* the verdict's payload: "function\0detail" */
             char fn[FGX_DP_SCRIPT_FN_MAX];
-            size_t fl = strnlen((const char *)pl, pl_len);
 
-            if (fl >= sizeof(fn))
-                fl = sizeof(fn) - 1;
-            memcpy(fn, pl, fl);
-            fn[fl] = '\0';
+            fgx_swlink_verdict_fn(pl, pl_len, fn, sizeof(fn));
             apply(c, side, h.code, fn);
         }
     }

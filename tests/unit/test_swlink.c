@@ -205,6 +205,14 @@ Test(swlink, recv_returns_verdicts_and_queues_logs)
     cr_assert_eq(h.seq, 9);
     cr_assert_eq(len, 9);
     cr_assert_arr_eq(pl, "filt\0why!", 9);
+    {
+        char fn[4];
+
+        fgx_swlink_verdict_fn(pl, len, fn, sizeof(fn));
+        cr_assert_str_eq(fn, "fil"); /* cut to its buffer */
+        fgx_swlink_verdict_fn((const uint8_t *)"ab", 2, fn, sizeof(fn));
+        cr_assert_str_eq(fn, "ab"); /* no NUL in the payload */
+    }
     cr_assert_eq(fgx_swlink_recv(&link, &h, NULL, NULL), -EAGAIN);
 
     cr_assert_eq(fgx_swlink_logs_take(&st), 0);

@@ -70,6 +70,10 @@ static inline void fgx_swlink_resend(struct fgx_swlink *l, const struct fgx_wcfg
 int fgx_swlink_recv(struct fgx_swlink *l, struct fgx_sw_hdr *h, const uint8_t **payload,
                     size_t *len);
 
+/* A VERDICT's function name (its payload up to the first NUL) into fn, cut to cap - 1 bytes
+ * and NUL-terminated (cap > 0): the name a block's event carries. */
+void fgx_swlink_verdict_fn(const uint8_t *payload, size_t len, char *fn, size_t cap);
+
 /* A LOG frame's payload "kind\0function\0text" into the process's queue (every thread's link,
  * FGX_SWLINK_LOG_MAX entries: past that, or out of memory, counted as lost; one without both
  * separators is ignored). */
