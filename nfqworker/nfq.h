@@ -234,8 +234,6 @@ bool nfq_script_first_held(const struct nfq_thread *t, const struct fgx_flow *f,
 void nfq_script_fin(struct nfq_thread *t, struct fgx_flow *f, enum fgx_dir dir, uint32_t seq);
 /* f leaves (released, blocked): its held packets are dropped, scriptworker told. */
 void nfq_script_flow_end(struct nfq_thread *t, struct fgx_flow *f);
-/* Control thread: scriptworker's log entries since the last call, into out. */
-int nfq_script_logs_take(struct fgx_dp_stats *out);
 
 /* ---- nfq_handover.c ---- */
 /* Packet thread, between batches: true once it has written its flows out and must stop. */

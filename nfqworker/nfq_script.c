@@ -10,15 +10,11 @@
 #include "nfq.h"
 
 #include <errno.h>
-#include <pthread.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <nng/nng.h>
-#include <nng/protocol/pair1/pair.h>
-
 #include "fgx/log.h"
+#include "fgx/swlink.h"
 #include "fgx/swproto.h"
 
 /* scriptworker's sockets URL-0.. are the proxy threads'; the packet threads take theirs from
@@ -71,65 +67,25 @@ struct nfq_sw_flow {
     uint64_t deadline_ms; /* of the oldest unanswered frame; 0: none */
 };
 
-struct nfq_sw_sent {
-    uint32_t id;
-    uint64_t hash;
-};
-
 struct nfq_sw {
-    nng_socket sock;
-    bool up;
-    int fd;
+    struct fgx_swlink link; /* the socket, the frames' seq, the files sent */
     struct nfq_sw_flow *flows; /* nslots (--script-flows) */
     uint32_t nslots;
     struct nfq_sw_pkt pkts[NFQ_SW_HELD];
     int32_t free_head;
     uint32_t cursor, nflows;
     uint64_t serial;
-    uint32_t seq;
-    struct nfq_sw_sent *sent;
-    size_t nsent;
-    int resend; /* __atomic: a (new) scriptworker connected: every file again */
 };
 
+/* The link's sender under this file's name for it: the verdict and flow paths call it. */
 static int sw_send(struct nfq_sw *sw, const struct fgx_sw_hdr *h, const void *p)
 {
-    nng_msg *m;
-    int rv;
-
-    if (!sw->up)
-        return -ENOTCONN;
-    if (nng_msg_alloc(&m, sizeof(*h) + h->len) != 0)
-        return -ENOMEM;
-    memcpy(nng_msg_body(m), h, sizeof(*h));
-    if (h->len)
-        memcpy((uint8_t *)nng_msg_body(m) + sizeof(*h), p, h->len);
-    rv = nng_sendmsg(sw->sock, m, NNG_FLAG_NONBLOCK);
-    if (rv != 0) {
-        static __thread unsigned long long last_log;
-
-        fgx_log_ratelimited(&last_log, FGX_LOG_WARN, "script: cannot send to scriptworker: %s",
-                            nng_strerror(rv));
-        nng_msg_free(m);
-        return -EAGAIN;
-    }
-    return 0;
-}
-
-static void on_pipe_add(nng_pipe p, nng_pipe_ev ev, void *arg)
-{
-    struct nfq_sw *sw = arg;
-
-    (void)p;
-    (void)ev;
-    __atomic_store_n(&sw->resend, 1, __ATOMIC_RELEASE);
+    return fgx_swlink_send(&sw->link, h, p);
 }
 
 int nfq_script_thread_init(struct nfq_thread *t, const char *url)
 {
     struct nfq_sw *sw;
-    char u[4200];
-    int rv;
 
     if (url == NULL || *url == '\0')
         return 0;
@@ -141,7 +97,7 @@ int nfq_script_thread_init(struct nfq_thread *t, const char *url)
     sw->flows = calloc(sw->nslots, sizeof(*sw->flows)); /* pages touched as slots are used */
     if (sw->flows == NULL)
         return -ENOMEM;
-    sw->fd = -1;
+    sw->link.fd = -1;
     for (uint32_t i = 0; i < NFQ_SW_HELD; i++)
         sw->pkts[i].next = i + 1 < NFQ_SW_HELD ? (int32_t)(i + 1) : -1;
     sw->free_head = 0;
@@ -151,26 +107,8 @@ int nfq_script_thread_init(struct nfq_thread *t, const char *url)
                  t->idx);
         return 0;
     }
-    rv = nng_pair1_open(&sw->sock);
-    if (rv == 0)
-        rv = nng_socket_set_int(sw->sock, NNG_OPT_SENDBUF, 8192);
-    if (rv == 0)
-        rv = nng_socket_set_int(sw->sock, NNG_OPT_RECVBUF, 8192);
-    if (rv == 0)
-        rv = nng_pipe_notify(sw->sock, NNG_PIPE_EV_ADD_POST, on_pipe_add, sw);
-    if (rv == 0) {
-        (void)snprintf(u, sizeof(u), "%s-%u", url, NFQ_SW_PEER_BASE + t->idx);
-        /* non-blocking: nng keeps redialling while scriptworker starts or restarts */
-        rv = nng_dial(sw->sock, u, NULL, NNG_FLAG_NONBLOCK);
-    }
-    if (rv == 0)
-        rv = nng_socket_get_int(sw->sock, NNG_OPT_RECVFD, &sw->fd);
-    if (rv != 0) {
-        fgx_err("scriptworker at %s: %s", url, nng_strerror(rv));
-        return -EIO;
-    }
-    sw->up = true;
-    return 0;
+    /* scriptworker's socket URL-<NFQ_SW_PEER_BASE + thread index> */
+    return fgx_swlink_init(&sw->link, url, NFQ_SW_PEER_BASE + t->idx);
 }
 
 void nfq_script_thread_release(struct nfq_thread *t)
@@ -179,9 +117,7 @@ void nfq_script_thread_release(struct nfq_thread *t)
 
     if (sw == NULL)
         return;
-    if (sw->up)
-        nng_close(sw->sock);
-    free(sw->sent);
+    fgx_swlink_release(&sw->link);
     free(sw->flows);
     free(sw);
     t->sw = NULL;
@@ -189,57 +125,13 @@ void nfq_script_thread_release(struct nfq_thread *t)
 
 int nfq_script_fd(const struct nfq_thread *t)
 {
-    return t->sw != NULL && t->sw->up ? t->sw->fd : -1;
+    return t->sw != NULL ? t->sw->link.fd : -1;
 }
 
 void nfq_script_switch(struct nfq_thread *t)
 {
-    struct nfq_sw *sw = t->sw;
-    const struct fgx_wcfg *cfg = t->cfg;
-    struct nfq_sw_sent *now;
-    size_t n = 0;
-
-    if (sw == NULL || !sw->up)
-        return;
-    now = calloc(cfg != NULL ? cfg->nservices + 1 : 1, sizeof(*now));
-    if (now == NULL)
-        return;
-    for (size_t i = 0; cfg != NULL && i < cfg->nservices; i++) {
-        const struct fgx_wsvc *s = &cfg->svc[i];
-        uint64_t hash;
-        bool known = false;
-
-        if (s->script == NULL)
-            continue;
-        hash = fgx_hash64(s->script, s->script_len, s->script_deadline_ms);
-        for (size_t j = 0; j < sw->nsent && !known; j++)
-            known = sw->sent[j].id == s->id && sw->sent[j].hash == hash;
-        now[n++] = (struct nfq_sw_sent){.id = s->id, .hash = hash};
-        if (!known) {
-            struct fgx_sw_hdr h = {.type = FGX_SW_SCRIPT,
-                                   .service = s->id,
-                                   .conn = s->script_deadline_ms,
-                                   .seq = ++sw->seq,
-                                   .len = (uint32_t)s->script_len};
-
-            /* ahead of any DATA under it, on the same ordered pipe */
-            (void)sw_send(sw, &h, s->script);
-        }
-    }
-    for (size_t j = 0; j < sw->nsent; j++) {
-        bool still = false;
-
-        for (size_t k = 0; k < n && !still; k++)
-            still = now[k].id == sw->sent[j].id;
-        if (!still) {
-            struct fgx_sw_hdr h = {.type = FGX_SW_UNSCRIPT, .service = sw->sent[j].id};
-
-            (void)sw_send(sw, &h, NULL);
-        }
-    }
-    free(sw->sent);
-    sw->sent = now;
-    sw->nsent = n;
+    if (t->sw != NULL)
+        fgx_swlink_switch(&t->sw->link, t->cfg);
 }
 
 static bool svc_scripted(const struct fgx_wsvc *svc, enum fgx_dir dir)
@@ -454,49 +346,27 @@ static void judge(struct nfq_thread *t, struct nfq_sw_flow *fs, uint8_t code, in
     nfq_match_flow_block(t, f, FGX_DIR_C2S, false, 0, 0);
 }
 
-static void log_push(uint32_t service, const char *payload, size_t len);
-
 void nfq_script_recv(struct nfq_thread *t)
 {
     struct nfq_sw *sw = t->sw;
 
-    if (sw == NULL || !sw->up)
+    if (sw == NULL || !sw->link.up)
         return;
     t->now_ms = nfq_now_ms();
     for (;;) {
         struct nfq_sw_flow *fs;
         struct fgx_sw_hdr h;
         char fn[FGX_DP_SCRIPT_FN_MAX];
-        nng_msg *m;
+        const uint8_t *pl;
+        size_t pl_len;
         int32_t at;
 
-        if (nng_recvmsg(sw->sock, &m, NNG_FLAG_NONBLOCK) != 0)
+        /* A VERDICT. LOG frames went to the log queue on the way: a block's "block" entry,
+         * before its verdict, is taken with (or before) the verdict's event, since the stats
+         * take the events first, then the log (nfq_stats_collect()). */
+        if (fgx_swlink_recv(&sw->link, &h, &pl, &pl_len) != 0)
             break;
-        if (nng_msg_len(m) < sizeof(h)) {
-            nng_msg_free(m);
-            continue;
-        }
-        memcpy(&h, nng_msg_body(m), sizeof(h));
-        /* A block's "block" entry comes before its verdict: queued now, it is taken with (or
-         * before) the verdict's event, since the stats take the events first, then the log
-         * (nfq_stats_collect()): a block's event is never seen before its count. */
-        if (h.type == FGX_SW_LOG)
-            log_push(h.service, (const char *)nng_msg_body(m) + sizeof(h),
-                     nng_msg_len(m) - sizeof(h));
-        fn[0] = '\0';
-        if (h.type == FGX_SW_VERDICT) {
-            /* the verdict's payload: "function\0detail" */
-            const char *p = (const char *)nng_msg_body(m) + sizeof(h);
-            size_t n = nng_msg_len(m) - sizeof(h), fl = strnlen(p, n);
-
-            if (fl >= sizeof(fn))
-                fl = sizeof(fn) - 1;
-            memcpy(fn, p, fl);
-            fn[fl] = '\0';
-        }
-        nng_msg_free(m);
-        if (h.type != FGX_SW_VERDICT)
-            continue;
+        fgx_swlink_verdict_fn(pl, pl_len, fn, sizeof(fn));
         fs = &sw->flows[h.conn % sw->nslots];
         if (fs->f == NULL || fs->id != h.conn)
             continue; /* gone meanwhile */
@@ -560,7 +430,7 @@ bool nfq_script_pre(struct nfq_thread *t, struct fgx_flow *f, const struct fgx_w
     /* No room to wait: dropped before reassembly, so it is never taken as passed. (A flow
      * without a slot is not refused here: nfq_script_post() gives it a slot or the fail_open
      * verdict, never a silent drop that would stall it.) */
-    if (ok && sw != NULL && sw->up &&
+    if (ok && sw != NULL && sw->link.up &&
         (sw->free_head < 0 || (fs != NULL && fs->nheld >= NFQ_SW_FLOW_HELD)))
         ok = false;
     if (!ok)
@@ -658,7 +528,7 @@ bool nfq_script_post(struct nfq_thread *t, struct fgx_flow *f, const struct fgx_
         nfq_match_cookie_verdict(t, cookie, false);
         return true;
     }
-    if (fresh > 0 && (sw == NULL || !sw->up)) {
+    if (fresh > 0 && (sw == NULL || !sw->link.up)) {
         NFQ_CTR_ADD(&t->ctr.script_errors, 1);
         if (svc->fail_open)
             return false;
@@ -666,12 +536,8 @@ bool nfq_script_post(struct nfq_thread *t, struct fgx_flow *f, const struct fgx_
         nfq_match_flow_block(t, f, dir, true, seq + off, ack);
         return true;
     }
-    if (__atomic_load_n(&sw->resend, __ATOMIC_ACQUIRE)) {
-        /* before this frame: the files again, for a scriptworker that has none */
-        __atomic_store_n(&sw->resend, 0, __ATOMIC_RELAXED);
-        sw->nsent = 0;
-        nfq_script_switch(t);
-    }
+    /* before this frame: the files again, for a scriptworker that (re)connected */
+    fgx_swlink_resend(&sw->link, t->cfg);
     if (fs == NULL)
         fs = flow_open(t, f);
     /* No slot for it (every one a live flow's): the fail_open verdict for the flow as a whole,
@@ -706,11 +572,11 @@ bool nfq_script_post(struct nfq_thread *t, struct fgx_flow *f, const struct fgx_
                                .hash = fs->hash,
                                .service = f->service_id,
                                .conn = fs->id,
-                               .seq = ++sw->seq,
+                               .seq = ++sw->link.seq,
                                .len = fresh};
 
-        if (sw->seq == 0)
-            h.seq = ++sw->seq; /* 0 means "no frame" here */
+        if (sw->link.seq == 0)
+            h.seq = ++sw->link.seq; /* 0 means "no frame" here */
         if (!fs->opened)
             /* the flow's first frame opens it there: one frame, not two */
             h.code |= FGX_SW_DATA_OPEN | (f->key.family == 6 ? FGX_SW_DATA_V6 : 0);
@@ -767,64 +633,4 @@ bool nfq_script_first_held(const struct nfq_thread *t, const struct fgx_flow *f,
             return true;
         }
     return false;
-}
-
-/* ---- scriptworker's log entries, until the next STATS takes them (as the proxy's) ---- */
-
-#define NFQ_SW_LOG_MAX 1024
-
-static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct fgx_dp_script_log log_q[NFQ_SW_LOG_MAX];
-static size_t log_n;
-static uint64_t log_lost;
-
-static void log_push(uint32_t service, const char *payload, size_t len)
-{
-    const char *kind = payload, *fn, *text, *end = payload + len;
-    struct fgx_dp_script_log *e;
-
-    fn = memchr(kind, '\0', len);
-    text = fn != NULL ? memchr(fn + 1, '\0', (size_t)(end - fn - 1)) : NULL;
-    if (fn == NULL || text == NULL)
-        return;
-    fn++;
-    text++;
-    pthread_mutex_lock(&log_lock);
-    if (log_n == NFQ_SW_LOG_MAX) {
-        log_lost++;
-        pthread_mutex_unlock(&log_lock);
-        return;
-    }
-    e = &log_q[log_n];
-    e->service_id = service;
-    e->kind = strdup(kind);
-    e->function = strdup(fn);
-    e->text = strndup(text, (size_t)(end - text));
-    if (e->kind != NULL && e->function != NULL && e->text != NULL) {
-        log_n++;
-    } else {
-        free(e->kind);
-        free(e->function);
-        free(e->text);
-        log_lost++;
-    }
-    pthread_mutex_unlock(&log_lock);
-}
-
-int nfq_script_logs_take(struct fgx_dp_stats *out)
-{
-    pthread_mutex_lock(&log_lock);
-    out->script_logs_lost = log_lost;
-    if (log_n > 0) {
-        out->script_logs = malloc(log_n * sizeof(*out->script_logs));
-        if (out->script_logs == NULL) {
-            pthread_mutex_unlock(&log_lock);
-            return -ENOMEM;
-        }
-        memcpy(out->script_logs, log_q, log_n * sizeof(*out->script_logs));
-        out->nscript_logs = log_n;
-        log_n = 0;
-    }
-    pthread_mutex_unlock(&log_lock);
-    return 0;
 }

@@ -5,6 +5,7 @@
 
 #include <stdio.h>
 
+#include "fgx/swlink.h"
 #include "fgx/wctl.h"
 
 struct nfq_svc_ctr *nfq_stats_svc(struct nfq_counters *c, uint32_t id)
@@ -102,6 +103,6 @@ int nfq_stats_collect(struct nfq_worker *w, struct fgx_dp_stats *out)
     }
     fgx_wstats_end(&st);
     out->queue_drops += kernel_queue_drops(w);
-    (void)nfq_script_logs_take(out);
+    (void)fgx_swlink_logs_take(out); /* scriptworker's log entries (fgx/swlink.h) */
     return 0;
 }

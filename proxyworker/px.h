@@ -326,9 +326,6 @@ void px_script_switch(struct px_thread *t);
  * the verdict (or discarded: DROP), -1 to reset the connection. */
 int px_script_chunk(struct px_conn *c, int side, const uint8_t *data, size_t len);
 void px_script_conn_close(struct px_conn *c);
-/* scriptworker's log entries, kept for controld (any thread); taken by the stats. */
-void px_script_log_push(struct px_thread *t, uint32_t service, const char *payload, size_t len);
-int px_script_logs_take(struct fgx_dp_stats *out);
 
 /* ---- px_relay.c (continued) ---- */
 /* Forward bytes a script accepted and read side again. Returns false when c was closed. */

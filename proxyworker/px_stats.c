@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fgx/swlink.h"
 #include "fgx/wctl.h"
 
 struct px_svc_ctr *px_stats_svc(struct px_counters *c, uint32_t id)
@@ -104,7 +105,7 @@ int px_stats_collect(struct px_worker *w, struct fgx_dp_stats *out)
     out->unclassified = own.unclassified;
     out->connect_failed = own.connect_failed;
     out->scan_errors = own.scan_errors;
-    (void)px_script_logs_take(out);
+    (void)fgx_swlink_logs_take(out); /* scriptworker's log entries (fgx/swlink.h) */
     out->src_refused = own.src_refused;
     out->evicted = own.evicted;
     out->silent_closed = own.silent_closed;

@@ -14,17 +14,9 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fgxit as it  # noqa: E402
 from fgxit import check, test  # noqa: E402
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-FIREGEX_EXAMPLE = os.path.join(HERE, "scripts", "firegex_http_example.py")
-
-
-def write(text, name="f.py"):
-    d = tempfile.mkdtemp(prefix="fgx-script-")
-    p = os.path.join(d, name)
-    with open(p, "wb") as f:
-        f.write(text.encode() if isinstance(text, str) else text)
-    return p
+from scriptfiles import (FAULTY, FIREGEX_EXAMPLE, firegex_example_judges, http,  # noqa: E402
+                         keepalive_probe_dropped, keepalive_third_rejected, loop_started,
+                         regex_and_script_judge, regex_service_filters, script_counters, write)
 
 
 def refused(env, svc, text, line, words):
@@ -408,75 +400,16 @@ def px_service(env, name, extra=()):
     return sid, port
 
 
-def http(method, path, body=b"", headers=()):
-    h = b"".join(b"%s: %s\r\n" % (k, v) for k, v in headers)
-    if body and not any(k.lower() == b"transfer-encoding" for k, _ in headers):
-        h += b"Content-Length: %d\r\n" % len(body)
-    return b"%s %s HTTP/1.1\r\nHost: svc\r\n%s\r\n" % (method, path, h) + body
-
-
-def script_counters(env, svc):
-    doc = env.ctl("script", "list", svc)
-    return {f["name"]: f for f in doc["functions"]}
-
-
 @test
 def proxy_firegex_example_blocks_what_it_should(env):
     _, port = px_service(env, "pxfg")
-    env.ctl("script", "set", "pxfg", FIREGEX_EXAMPLE)
-    srv = env.tcp_server(port, reply=b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-    ok = http(b"POST", b"/note", b"hello")
-    c = env.tcp_client(it.SRV4, port, [ok, 0.3])
-    it.assert_passed(c, it.server_conn(srv, 1), ok,
-                     b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-    bad = http(b"POST", b"/note", b"an ILLEGAL body")
-    c = env.tcp_client(it.SRV4, port, [bad, 0.3])
-    it.assert_blocked(c, it.server_conn(srv, 2), forbidden=b"ILLEGAL")
-    # IPv6 too, the body in a second segment
-    c = env.tcp_client(it.SRV6, port, [bad[:-10], 0.1, bad[-10:], 0.3])
-    it.assert_blocked(c, it.server_conn(srv, 3), forbidden=b"ILLEGAL")
-    fn = it.wait_until(lambda: script_counters(env, "pxfg")["filter_with_args"]["blocked"] >= 2)
-    check(fn, "blocked counter: %r", script_counters(env, "pxfg"))
-
-
-KEEPALIVE = """
-from firegex.nfproxy import pyfilter, ACCEPT, REJECT, DROP
-from firegex.nfproxy.models import HttpFullRequest, HttpRequestHeader
-requests = 0
-
-@pyfilter
-def third_request(req: HttpFullRequest):
-    global requests
-    requests += 1
-    if requests >= 3:
-        return REJECT
-
-@pyfilter
-def decoded_body(req: HttpFullRequest):
-    if req.body_decoded and b"secret-export" in req.body_decoded:
-        return REJECT
-
-@pyfilter
-def drop_probe(req: HttpRequestHeader):
-    if req.get_header("x-probe") == "1":
-        return DROP
-"""
+    firegex_example_judges(env, "pxfg", port, 0.1)
 
 
 @test
 def proxy_keepalive_chunked_gzip_and_drop(env):
     _, port = px_service(env, "pxka")
-    env.ctl("script", "set", "pxka", write(KEEPALIVE))
-    srv = env.tcp_server(port, idle=4.0)
-    r1, r2, r3 = (http(b"GET", b"/%d" % i) for i in (1, 2, 3))
-    c = env.tcp_client(it.SRV4, port, [r1, 0.1, r2, 0.1, r3, 0.3])
-    s = it.server_conn(srv, 1)
-    check(s["data"] == r1 + r2, "two requests pass, the third not: %r", s["data"])
-    check(c["end"] == "reset" and s["end"] == "reset", "the third resets: %r %r", c["end"],
-          s["end"])
-    # per-connection globals: a new connection starts counting again
-    c = env.tcp_client(it.SRV4, port, [r1, 0.1, r2, 0.3])
-    it.assert_passed(c, it.server_conn(srv, 2), r1 + r2)
+    srv = keepalive_third_rejected(env, "pxka", port, 0.1)
     # a gzip body, chunked: decoded for body_decoded
     gz = gzip.compress(b"please do the secret-export now")
     chunked = (b"%x\r\n" % 10 + gz[:10] + b"\r\n" + b"%x\r\n" % (len(gz) - 10) + gz[10:] +
@@ -491,31 +424,10 @@ def proxy_keepalive_chunked_gzip_and_drop(env):
     ok = http(b"POST", b"/x", gz_ok, headers=((b"Content-Encoding", b"gzip"),))
     c = env.tcp_client(it.SRV4, port, [ok, 0.3])
     it.assert_passed(c, it.server_conn(srv, 4), ok)
-    # DROP: nothing more reaches the server, and nobody is told (no reset)
-    probe = http(b"GET", b"/", headers=((b"X-Probe", b"1"),))
-    c = env.tcp_client(it.SRV4, port, [r1, 0.2, probe, 0.3, b"more", 0.3], timeout=2.0)
-    s = it.server_conn(srv, 5, timeout=10)
-    check(s["data"] == r1, "after DROP the server got %r", s["data"])
-    check(c["end"] != "reset" and s["end"] != "reset", "DROP reset a side: %r %r", c["end"],
-          s["end"])
+    keepalive_probe_dropped(env, srv, port, 5)
     cnt = it.wait_until(lambda: script_counters(env, "pxka"))
     check(cnt["third_request"]["blocked"] >= 1 and cnt["decoded_body"]["blocked"] >= 1 and
           cnt["drop_probe"]["blocked"] >= 1, "counters %r", cnt)
-
-
-FAULTY = """
-from firegex.nfproxy import pyfilter, REJECT
-from firegex.nfproxy.models import HttpRequestHeader
-
-@pyfilter
-def faulty(req: HttpRequestHeader):
-    print("checking", req.url)
-    if req.url == "/boom":
-        raise KeyError("no such thing")
-    if req.url == "/loop":
-        while True:
-            pass
-"""
 
 
 @test
@@ -537,14 +449,8 @@ def proxy_exception_and_loop_leave_regex_filtering_alone(env):
     it.assert_passed(c, it.server_conn(osrv, 1), boom)
     # an endless loop: past the call's deadline (6 s here), while the regex service keeps
     # filtering
-    loop = http(b"GET", b"/loop")
-    t0 = time.monotonic()
-    hl = env.tcp_client(it.SRV4, port, [loop, 25.0], timeout=30.0, wait=False)
-    time.sleep(0.2)
-    c = env.tcp_client(it.SRV4, rport, [b"clean", 0.1])
-    it.assert_passed(c, it.server_conn(rsrv, 1), b"clean")
-    c = env.tcp_client(it.SRV4, rport, [it.EVIL, 0.1])
-    it.assert_blocked(c, it.server_conn(rsrv, 2))
+    hl, t0, loop = loop_started(env, port, 25.0, 30.0, 0.2)
+    regex_service_filters(env, rsrv, rport)
     check(hl.wait_event(lambda e: e.get("event") == "result", 0) is None and
           time.monotonic() - t0 < 5.9, "the loop's connection ended before the regex checks")
     it.assert_blocked(it.client_result(hl, 60), it.server_conn(srv, 2, timeout=40),
@@ -571,16 +477,7 @@ def proxy_exception_and_loop_leave_regex_filtering_alone(env):
 @test
 def proxy_regex_and_script_both_judge(env):
     _, port = px_service(env, "pxboth")
-    env.filter("pxboth")                              # the regex of fgxit (EVIL)
-    env.ctl("script", "set", "pxboth", FIREGEX_EXAMPLE)
-    srv = env.tcp_server(port)
-    c = env.tcp_client(it.SRV4, port, [http(b"POST", b"/", it.EVIL), 0.3])
-    it.assert_blocked(c, it.server_conn(srv, 1))
-    c = env.tcp_client(it.SRV4, port, [http(b"POST", b"/", b"ILLEGAL"), 0.3])
-    it.assert_blocked(c, it.server_conn(srv, 2), forbidden=b"ILLEGAL")
-    ok = http(b"POST", b"/", b"fine")
-    c = env.tcp_client(it.SRV4, port, [ok, 0.3])
-    it.assert_passed(c, it.server_conn(srv, 3), ok)
+    srv = regex_and_script_judge(env, "pxboth", port)
     # without the script the body passes again: the command returned once the worker had it
     env.ctl("script", "rm", "pxboth")
     ill = http(b"POST", b"/", b"ILLEGAL")
