@@ -1,6 +1,7 @@
 """Script filter files and checks that the script tests of both layers share (test_scripts.py
 on the proxy layer, test_scripts_nfq.py on NFQUEUE): the same files, judging the same traffic,
 must give the same verdicts whichever layer holds the bytes."""
+import gzip
 import os
 import sys
 import tempfile
@@ -137,6 +138,27 @@ def keepalive_third_rejected(env, svc, port, gap):
     c = env.tcp_client(it.SRV4, port, [r1, gap, r2, 0.3])
     it.assert_passed(c, it.server_conn(srv, 2), r1 + r2)
     return srv
+
+
+def keepalive_gzip_judged(env, srv, port, n, gap):
+    """KEEPALIVE's decoded_body on srv's connections n and n+1: a chunked gzip body split over
+    two segments (gap seconds apart) is decoded and rejected before its second segment reaches
+    the server; honest bodies, a gzip one then a chunked one on one connection, pass whole."""
+    gz = gzip.compress(b"please do the secret-export now")
+    chunked = (b"%x\r\n" % 10 + gz[:10] + b"\r\n" + b"%x\r\n" % (len(gz) - 10) + gz[10:] +
+               b"\r\n0\r\n\r\n")
+    bad = http(b"POST", b"/x", chunked, headers=((b"Transfer-Encoding", b"chunked"),
+                                                  (b"Content-Encoding", b"gzip")))
+    c = env.tcp_client(it.SRV4, port, [bad[:60], gap, bad[60:], 0.3])
+    s = it.server_conn(srv, n)
+    check(c["end"] == "reset" and gz[10:] not in s["data"], "gzip+chunked: %r %r", c["end"],
+          s["data"][-40:])
+    ok1 = http(b"POST", b"/x", gzip.compress(b"an honest body"),
+               headers=((b"Content-Encoding", b"gzip"),))
+    ok2 = http(b"POST", b"/y", b"5\r\nhello\r\n0\r\n\r\n",
+               headers=((b"Transfer-Encoding", b"chunked"),))
+    c = env.tcp_client(it.SRV4, port, [ok1, gap, ok2, 0.3])
+    it.assert_passed(c, it.server_conn(srv, n + 1), ok1 + ok2)
 
 
 def keepalive_probe_dropped(env, srv, port, n):

@@ -5,7 +5,6 @@ regex block does, DROP black-holes the connection; keep-alive with several reque
 and gzip bodies decoded for body_decoded; regexes
 and the script both judge; a script's endless loop gets the fail_open verdict while another
 NFQUEUE service keeps filtering."""
-import gzip
 import json
 import subprocess
 import os
@@ -16,7 +15,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fgxit as it  # noqa: E402
 from fgxit import check, test  # noqa: E402
 from scriptfiles import (FAULTY, FIREGEX_EXAMPLE, REPLY, firegex_example_judges,  # noqa: E402
-                         http, keepalive_probe_dropped, keepalive_third_rejected, loop_started,
+                         http, keepalive_gzip_judged, keepalive_probe_dropped,
+                         keepalive_third_rejected, loop_started,
                          regex_and_script_judge, regex_service_filters, script_counters, write)
 
 
@@ -40,52 +40,16 @@ def nfq_firegex_example_blocks_what_it_should(env):
 
 
 @test
-def nfq_keepalive_reject_and_drop(env):
+def nfq_keepalive_chunked_gzip_reject_and_drop(env):
     _, port = nfq_service(env, "nqka")
     srv = keepalive_third_rejected(env, "nqka", port, 0.2)
-    keepalive_probe_dropped(env, srv, port, 3)
+    keepalive_gzip_judged(env, srv, port, 3, 0.2)
+    keepalive_probe_dropped(env, srv, port, 5)
     cnt = it.wait_until(lambda: (lambda d: d if d["third_request"]["blocked"] >= 1 and
+                                 d["decoded_body"]["blocked"] >= 1 and
                                  d["drop_probe"]["blocked"] >= 1 else None)(
         script_counters(env, "nqka")))
     check(cnt, "counters %r", script_counters(env, "nqka"))
-
-
-DECODED = """
-from firegex.nfproxy import pyfilter, REJECT
-from firegex.nfproxy.models import HttpFullRequest
-
-@pyfilter
-def decoded_body(req: HttpFullRequest):
-    if req.body_decoded and b"secret-export" in req.body_decoded:
-        return REJECT
-"""
-
-
-@test
-def nfq_chunked_gzip_bodies_decoded(env):
-    _, port = nfq_service(env, "nqgz")
-    env.ctl("script", "set", "nqgz", write(DECODED))
-    srv = env.tcp_server(port, idle=4.0)
-    # a gzip body, chunked, split across segments: decoded for body_decoded, rejected before
-    # the segment that completes it reaches the server
-    gz = gzip.compress(b"please do the secret-export now")
-    chunked = (b"%x\r\n" % 10 + gz[:10] + b"\r\n" + b"%x\r\n" % (len(gz) - 10) + gz[10:] +
-               b"\r\n0\r\n\r\n")
-    bad = http(b"POST", b"/x", chunked, headers=((b"Transfer-Encoding", b"chunked"),
-                                                  (b"Content-Encoding", b"gzip")))
-    c = env.tcp_client(it.SRV4, port, [bad[:60], 0.2, bad[60:], 0.3])
-    s = it.server_conn(srv, 1)
-    check(c["end"] == "reset" and gz[10:] not in s["data"], "gzip+chunked: %r %r", c["end"],
-          s["data"][-40:])
-    # honest bodies pass whole: a gzip one, then a chunked one, on one keep-alive connection
-    ok1 = http(b"POST", b"/x", gzip.compress(b"an honest body"),
-               headers=((b"Content-Encoding", b"gzip"),))
-    ok2 = http(b"POST", b"/y", b"5\r\nhello\r\n0\r\n\r\n",
-               headers=((b"Transfer-Encoding", b"chunked"),))
-    c = env.tcp_client(it.SRV4, port, [ok1, 0.2, ok2, 0.3])
-    it.assert_passed(c, it.server_conn(srv, 2), ok1 + ok2)
-    cnt = it.wait_until(lambda: script_counters(env, "nqgz")["decoded_body"]["blocked"] >= 1)
-    check(cnt, "counters %r", script_counters(env, "nqgz"))
 
 
 @test
