@@ -43,14 +43,16 @@ const env = {
 };
 
 // The first load in a fresh browser may see chromium notice the test namespace's network
-// come up (net::ERR_NETWORK_CHANGED): that one error, and only on the page's first load, is
-// retried; any other error fails the scenario.
+// come up (its addresses settling): net::ERR_NETWORK_CHANGED, or the navigation replaced by
+// chromium's own error page. That, and only on the page's first load, is retried after a
+// moment; any other error fails the scenario.
 async function gotoFirst(page, url) {
   for (let i = 0; ; i++) {
     try {
       return await page.goto(url);
     } catch (e) {
-      if (i >= 2 || !/ERR_NETWORK_CHANGED/.test(String(e))) throw e;
+      if (i >= 4 || !/ERR_NETWORK_CHANGED|chrome-error:\/\/chromewebdata/.test(String(e))) throw e;
+      await page.waitForTimeout(300);
     }
   }
 }
