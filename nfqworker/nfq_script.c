@@ -484,6 +484,20 @@ static struct nfq_sw_flow *flow_open(struct nfq_thread *t, struct fgx_flow *f)
     return fs;
 }
 
+/* A flow whose script can no longer judge it (its state given up, or no slot for it): counted as
+ * a failed script, and the service's fail_open choice for the flow as a whole: fail-open passes
+ * it from here on without calls, fail-closed resets it. */
+static void flow_fail_whole(struct nfq_thread *t, struct fgx_flow *f, const struct fgx_wsvc *svc,
+                            enum fgx_dir dir, uint64_t cookie, uint32_t seq, uint32_t ack)
+{
+    NFQ_CTR_ADD(&t->ctr.script_errors, 1);
+    nfq_match_cookie_verdict(t, cookie, svc->fail_open);
+    if (svc->fail_open)
+        f->sw_slot = NFQ_SW_FINAL;
+    else
+        nfq_match_flow_block(t, f, dir, true, seq, ack);
+}
+
 bool nfq_script_post(struct nfq_thread *t, struct fgx_flow *f, const struct fgx_wsvc *svc,
                      enum fgx_dir dir, uint64_t cookie, uint32_t seq, uint32_t ack,
                      const uint8_t *payload, size_t len, uint32_t old_next)
@@ -513,12 +527,7 @@ bool nfq_script_post(struct nfq_thread *t, struct fgx_flow *f, const struct fgx_
     }
     if (f->sw_slot == NFQ_SW_LOST && fresh > 0) {
         /* its script state was given up under pressure: as a failed script */
-        NFQ_CTR_ADD(&t->ctr.script_errors, 1);
-        nfq_match_cookie_verdict(t, cookie, svc->fail_open);
-        if (svc->fail_open)
-            f->sw_slot = NFQ_SW_FINAL;
-        else
-            nfq_match_flow_block(t, f, dir, true, seq + off, ack);
+        flow_fail_whole(t, f, svc, dir, cookie, seq + off, ack);
         return true;
     }
     if (f->sw_slot == NFQ_SW_GONE && fresh > 0) {
@@ -540,15 +549,9 @@ bool nfq_script_post(struct nfq_thread *t, struct fgx_flow *f, const struct fgx_
     fgx_swlink_resend(&sw->link, t->cfg);
     if (fs == NULL)
         fs = flow_open(t, f);
-    /* No slot for it (every one a live flow's): the fail_open verdict for the flow as a whole,
-     * counted: fail-open passes it without calls, fail-closed resets it. */
+    /* no slot for it: every one is a live flow's */
     if (fs == NULL) {
-        NFQ_CTR_ADD(&t->ctr.script_errors, 1);
-        nfq_match_cookie_verdict(t, cookie, svc->fail_open);
-        if (svc->fail_open)
-            f->sw_slot = NFQ_SW_FINAL;
-        else
-            nfq_match_flow_block(t, f, dir, true, seq + off, ack);
+        flow_fail_whole(t, f, svc, dir, cookie, seq + off, ack);
         return true;
     }
     /* nfq_script_pre() made sure of the room */
