@@ -123,7 +123,8 @@ def malformed_packets_get_a_safe_verdict(env):
 
 class Crafter(it.Helper):
     """it.Helper running this file's `craft` mode (below) instead of fgxhelper.py: one process
-    in the client namespace serves every crafted flow of a test, one after another."""
+    in the client namespace serves every crafted flow of a test (evade: one at a time;
+    evade_start: several at once)."""
 
     def __init__(self, ns, *argv):  # pylint: disable=super-init-not-called
         self.argv = [str(a) for a in argv]
