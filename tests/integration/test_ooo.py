@@ -106,8 +106,8 @@ def malformed_packets_get_a_safe_verdict(env):
           for src, dst in FAMS for port in (tport, uport)]
     for h in hs:
         res = it.client_result(h, 20)
-        check(res.get("sent") == 3 * res.get("kinds", -1), "malformed packets not all sent: %r %s", res,
-              h.stderr.decode(errors="replace")[-300:])
+        check(res.get("sent") == 3 * res.get("kinds", -1), "malformed packets not all sent: %r %s",
+              res, h.stderr.decode(errors="replace")[-300:])
     pid2, w = env.worker_pid()
     check(pid2 == pid and it.pid_alive(pid) and w.get("state") == "running",
           "the worker did not survive malformed packets: pid %d -> %d, %r", pid, pid2, w)
