@@ -15,7 +15,10 @@
 #include "fgx/chan.h"
 #include "fgx/log.h"
 
-#define RECV_TIMEOUT_MS 500
+/* How often the control loop looks at the stop flag while no request comes: SIGTERM does not
+ * interrupt nng's receive, so this is how long a stopping worker keeps its parent waiting
+ * (controld stops its workers one after another). An idle wake-up off the packet path. */
+#define RECV_TIMEOUT_MS 100
 #define SEND_TIMEOUT_MS 5000
 
 /* ---- counters ---- */

@@ -373,7 +373,13 @@ def run_ooo(args):
         if args.fin:
             send(ip() / TCP(sport=args.sport, dport=args.dport, flags="FA", seq=isn + 1 + end,
                             ack=ack, window=65535))
-        time.sleep(args.linger)
+        # up to --linger for a reset to come back; one that came ends the wait (no later
+        # packet takes it back)
+        deadline = time.monotonic() + args.linger
+        while time.monotonic() < deadline:
+            if any(p.getlayer(TCP).flags & 0x04 for p in list(seen)):
+                break
+            time.sleep(0.02)
     finally:
         sniffer.stop()
         for p in seen:
@@ -597,8 +603,24 @@ def run_frag(args):
             sniffer = AsyncSniffer(iface=args.iface, lfilter=ours, prn=seen.append, store=False)
             sniffer.start()
             time.sleep(0.3)
-        for i, case in enumerate(cases):
-            results.append(one(args.sport + i, case))
+        if args.parallel:
+            # every case on a connection of its own at once: they share nothing (own port,
+            # own fragment id)
+            results = [None] * len(cases)
+
+            def run(i, case):
+                results[i] = one(args.sport + i, case)
+
+            threads = [threading.Thread(target=run, args=(i, c)) for i, c in enumerate(cases)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            results = [r if r is not None else {"handshake": False, "error": "case died"}
+                       for r in results]
+        else:
+            for i, case in enumerate(cases):
+                results.append(one(args.sport + i, case))
         time.sleep(args.linger)
     finally:
         if sniffer is not None:
@@ -850,6 +872,7 @@ def main():
     p.add_argument("--proto", choices=("tcp", "udp"), default="tcp")
     p.add_argument("--lead", default="", help="hex: one ordinary segment first (TCP)")
     p.add_argument("--cases", required=True)
+    p.add_argument("--parallel", action="store_true", help="send every case at once")
     p.add_argument("--pause", type=float, default=0.05)
     p.add_argument("--fin", action="store_true")
     p.add_argument("--linger", type=float, default=0.5)

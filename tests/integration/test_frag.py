@@ -41,19 +41,39 @@ def setup(env):
 
 def send_frags(env, src, dst, dport, cases, proto="tcp"):
     """cases: [(payload, fragments, tcp_opts)], one connection (or datagram) each, in order."""
+    return send_frags_result(send_frags_start(env, src, dst, dport, cases, proto))
+
+
+def send_frags_start(env, src, dst, dport, cases, proto="tcp", parallel=False):
+    """send_frags' first half: the helper starts. parallel: its cases go at once, each on a
+    connection of its own; helpers started together run at once too."""
     sport = env.next_sport + 1
     env.next_sport += len(cases)
     doc = [{"payload": p.hex(), "alt": ALT.hex(), "tcp_opts": o, "frags": f}
            for p, f, o in cases]
     h = env.helper(env.cli, "frag", "--iface", CLI_IF, "--src", src, "--dst", dst, "--sport",
                    sport, "--dport", dport, "--proto", proto, "--lead",
-                   LEAD.hex() if proto == "tcp" else "", "--cases", json.dumps(doc), "--fin")
-    res = it.client_result(h, 10 + 3 * len(cases))
+                   LEAD.hex() if proto == "tcp" else "", "--cases", json.dumps(doc), "--fin",
+                   *(["--parallel"] if parallel else []))
+    return h, src, dst, sport, len(cases)
+
+
+def send_frags_result(started):
+    """send_frags' second half: the result; "sports" lists each case's client port."""
+    h, src, dst, sport, count = started
+    res = it.client_result(h, 10 + 3 * count)
     if not res.get("handshake"):
         time.sleep(0.5)  # the traceback, if any, follows the result
     check(res.get("handshake"), "crafted handshakes %s -> %s failed: %r %s", src, dst, res,
           h.stderr.decode(errors="replace")[-2000:])
-    return res
+    return dict(res, sports=list(range(sport, sport + count)))
+
+
+def send_frags_all(env, dport, cases, fams=None):
+    """Every case over each family, all at once (TCP); [(fam, result)] in FAMS' order."""
+    started = [(fam, send_frags_start(env, src, dst, dport, cases, parallel=True))
+               for fam, src, dst in (fams or FAMS)]
+    return [(fam, send_frags_result(st)) for fam, st in started]
 
 
 def tcp_cases():
@@ -110,18 +130,13 @@ def nfqueue_only_fragments_reach_fgex_unreassembled(env):
     port = env.port()
     srv = env.tcp_server(port)
     plan = [(b"harmless", [[0, 24, None, None], [24, 8, None, None]], 0)]
-    n = 0
-    for fam, src, dst in FAMS:
-        n += 1
-        send_frags(env, src, dst, port, plan)
-        s = it.server_conn(srv, n)
+    for fam, res in send_frags_all(env, port, plan):
+        s = it.server_conn_of(srv, res["sports"][0])
         check(s["data"] == LEAD + b"harmless", "%s: no service: server got %r", fam, s["data"])
     env.service("frag-clean", "tcp", port=port)
     env.filter("frag-clean")
-    for fam, src, dst in FAMS:
-        n += 1
-        send_frags(env, src, dst, port, plan)
-        s = it.server_conn(srv, n)
+    for fam, res in send_frags_all(env, port, plan):
+        s = it.server_conn_of(srv, res["sports"][0])
         check(s["data"] == LEAD, "%s: a fragmented segment passed fgex (server got %r): were "
               "the fragments reassembled before the rules?", fam, s["data"])
     env.ctl("service", "rm", "--yes", "--yes", "frag-clean")
@@ -132,13 +147,10 @@ def tcp_fragments_never_deliver_the_match(env):
     _, port = env.service("frag-tcp", "tcp")
     env.filter("frag-tcp")
     srv = env.tcp_server(port)
-    n = 0
     bad = []
-    for fam, src, dst in FAMS:
-        send_frags(env, src, dst, port, tcp_cases())
-        for name, _, _ in TCP_PLANS:
-            n += 1
-            s = it.server_conn(srv, n)
+    for fam, res in send_frags_all(env, port, tcp_cases()):
+        for (name, _, _), sport in zip(TCP_PLANS, res["sports"]):
+            s = it.server_conn_of(srv, sport)
             if EVIL in s["data"]:
                 bad.append("%s %s: server read %r" % (fam, name, s["data"]))
             elif s["data"] != LEAD:
@@ -154,13 +166,10 @@ def tcp_fragment_plans_deliver_without_fgex(env):
     # a first fragment without the whole TCP header) deliver evil1337.
     port = env.port()
     srv = env.tcp_server(port)
-    n = 0
     missing = []
-    for fam, src, dst in FAMS:
-        send_frags(env, src, dst, port, tcp_cases())
-        for name, opts, plan in TCP_PLANS:
-            n += 1
-            s = it.server_conn(srv, n)
+    for fam, res in send_frags_all(env, port, tcp_cases()):
+        for (name, opts, plan), sport in zip(TCP_PLANS, res["sports"]):
+            s = it.server_conn_of(srv, sport)
             want = not name.startswith("overlap, evil") and (fam == "v4" or v6_keeps(opts, plan))
             if want and s["data"] != LEAD + EVIL:
                 missing.append("%s %s: %r" % (fam, name, s["data"]))

@@ -91,6 +91,35 @@ def expect(env, kind, host, port, want, **kw):
     check(got == want, "%s to %s port %s (%r): %s, expected %s", kind, host, port, kw, got, want)
 
 
+def E(kind, host, port, want, **kw):
+    """One probe of expect_all: expect's arguments."""
+    return kind, host, port, want, kw
+
+
+def expect_all(env, *cases):
+    """expect for every case (E(...)), the probes at once: each has its own socket and port,
+    so a "timeout" costs its wait once for the lot, not once each."""
+    procs = []
+    for kind, host, port, want, kw in cases:
+        t = kw.get("t", 1.0)
+        procs.append(subprocess.Popen(
+            ["ip", "netns", "exec", kw.get("ns") or env.cli, it.PY, "-c", PROBE, kind, host,
+             str(port), kw.get("src") or "-", str(kw.get("sport", 0)), str(t)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    bad = []
+    for (kind, host, port, want, kw), pr in zip(cases, procs):
+        try:
+            so, se = pr.communicate(timeout=kw.get("t", 1.0) + 10)
+        except subprocess.TimeoutExpired:
+            pr.kill()
+            so, se = pr.communicate()
+        got = so.strip() or ("error:" + se.strip()[-200:])
+        if got != want:
+            bad.append("%s to %s port %s (%r): %s, expected %s" % (kind, host, port, kw, got,
+                                                                   want))
+    check(not bad, "%s", "; ".join(bad))
+
+
 def ports(env, n):
     return [env.port() for _ in range(n)]
 
@@ -132,22 +161,25 @@ def fw_dport_and_proto(env):
     (ta, tb, _, _), (ua, _) = servers(env)
     rule(env, "--proto", "tcp", "--dport", ta, "--action", "drop")
     rule(env, "--proto", "udp", "--dport", ua, "--action", "drop")
-    expect(env, "tcp", SRV4, ta, "timeout")
-    expect(env, "tcp", SRV6, ta, "timeout")
-    expect(env, "tcp", SRV4, tb, "open")
-    expect(env, "udp", SRV4, ua, "timeout")
+    expect_all(env,
+               E("tcp", SRV4, ta, "timeout"),
+               E("tcp", SRV6, ta, "timeout"),
+               E("tcp", SRV4, tb, "open"),
+               E("udp", SRV4, ua, "timeout"))
     # a TCP rule says nothing about UDP on the same port, and the other way round
     reset(env)
     rule(env, "--proto", "udp", "--dport", ta, "--action", "drop")
     rule(env, "--proto", "tcp", "--dport", ua, "--action", "drop")
-    expect(env, "tcp", SRV4, ta, "open")
-    expect(env, "udp", SRV4, ua, "reply")
+    expect_all(env,
+               E("tcp", SRV4, ta, "open"),
+               E("udp", SRV4, ua, "reply"))
     # a port range, and "both" (the default with a port)
     reset(env)
     rule(env, "--dport", "%d-%d" % (min(ta, tb), max(ta, tb)), "--action", "drop")
-    expect(env, "tcp", SRV4, ta, "timeout")
-    expect(env, "tcp", SRV4, tb, "timeout")
-    expect(env, "udp", SRV4, ua, "reply")
+    expect_all(env,
+               E("tcp", SRV4, ta, "timeout"),
+               E("tcp", SRV4, tb, "timeout"),
+               E("udp", SRV4, ua, "reply"))
 
 
 @test
@@ -155,21 +187,25 @@ def fw_source_and_destination_addresses(env):
     reset(env)
     (ta, _, _, _), _ = servers(env)
     rule(env, "--src", CLI4B, "--action", "drop")
-    expect(env, "tcp", SRV4, ta, "open", src=CLI4)
-    expect(env, "tcp", SRV4, ta, "timeout", src=CLI4B)
-    expect(env, "tcp", SRV6, ta, "open")  # an IPv4 rule leaves IPv6 alone
+    expect_all(env,
+               E("tcp", SRV4, ta, "open", src=CLI4),
+               E("tcp", SRV4, ta, "timeout", src=CLI4B),
+               E("tcp", SRV6, ta, "open"))  # an IPv4 rule leaves IPv6 alone
     reset(env)
     rule(env, "--src", "10.77.0.2/31", "--action", "drop")  # .2 and .3
-    expect(env, "tcp", SRV4, ta, "timeout", src=CLI4)
-    expect(env, "tcp", SRV4, ta, "timeout", src=CLI4B)
+    expect_all(env,
+               E("tcp", SRV4, ta, "timeout", src=CLI4),
+               E("tcp", SRV4, ta, "timeout", src=CLI4B))
     reset(env)
     rule(env, "--dst", SRV4B, "--proto", "tcp", "--dport", ta, "--action", "drop")
-    expect(env, "tcp", SRV4B, ta, "timeout")
-    expect(env, "tcp", SRV4, ta, "open")
+    expect_all(env,
+               E("tcp", SRV4B, ta, "timeout"),
+               E("tcp", SRV4, ta, "open"))
     reset(env)
     rule(env, "--src", CLI6, "--action", "drop")
-    expect(env, "tcp", SRV6, ta, "timeout")
-    expect(env, "tcp", SRV4, ta, "open")
+    expect_all(env,
+               E("tcp", SRV6, ta, "timeout"),
+               E("tcp", SRV4, ta, "open"))
 
 
 @test
@@ -177,10 +213,11 @@ def fw_source_port(env):
     reset(env)
     (ta, _, _, _), _ = servers(env)
     rule(env, "--proto", "tcp", "--sport", "41000-41099", "--action", "drop")
-    expect(env, "tcp", SRV4, ta, "timeout", sport=41050)
-    expect(env, "tcp", SRV4, ta, "open", sport=41100)
-    expect(env, "tcp", SRV4, ta, "timeout", sport=41000)
-    expect(env, "tcp", SRV4, ta, "open", sport=40999)
+    expect_all(env,
+               E("tcp", SRV4, ta, "timeout", sport=41050),
+               E("tcp", SRV4, ta, "open", sport=41100),
+               E("tcp", SRV4, ta, "timeout", sport=41000),
+               E("tcp", SRV4, ta, "open", sport=40999))
 
 
 @test
@@ -188,8 +225,9 @@ def fw_interface_names(env):
     reset(env)
     (ta, _, _, _), _ = servers(env)
     rule(env, "--src", SRV_IF, "--proto", "tcp", "--dport", ta, "--action", "drop")
-    expect(env, "tcp", SRV4, ta, "timeout")
-    expect(env, "tcp", SRV6, ta, "timeout")
+    expect_all(env,
+               E("tcp", SRV4, ta, "timeout"),
+               E("tcp", SRV6, ta, "timeout"))
     reset(env)
     rule(env, "--src", "nope0", "--action", "drop")
     expect(env, "tcp", SRV4, ta, "open")
@@ -254,6 +292,7 @@ def fw_reject_answers_rst_and_icmp(env):
     rule(env, "--dport", ta, "--proto", "tcp", "--action", "reject")
     rule(env, "--dport", ua, "--proto", "udp", "--action", "reject")
     t0 = time.monotonic()
+    # one after another: together they answer within 2.5 s
     expect(env, "tcp", SRV4, ta, "refused", t=3.0)
     expect(env, "tcp", SRV6, ta, "refused", t=3.0)
     expect(env, "udp", SRV4, ua, "refused", t=3.0)
@@ -272,8 +311,9 @@ def fw_first_match_order(env):
     expect(env, "tcp", SRV4, ta, "timeout")  # the drop comes first
     doc = fw(env, "rule", "move", "web", "1")
     check([r["name"] for r in doc["rules"]] == ["web", "all"], "after move: %r", doc["rules"])
-    expect(env, "tcp", SRV4, ta, "open")
-    expect(env, "tcp", SRV4, tb, "timeout")
+    expect_all(env,
+               E("tcp", SRV4, ta, "open"),
+               E("tcp", SRV4, tb, "timeout"))
     # --at puts a rule before the others
     rule(env, "--name", "rej", "--proto", "tcp", "--dport", ta, "--action", "reject", "--at", "1")
     expect(env, "tcp", SRV4, ta, "refused")
@@ -293,11 +333,12 @@ def fw_policy_drop_with_an_allowed_port(env):
     rule(env, "--proto", "tcp", "--dport", ta, "--action", "accept")
     rule(env, "--proto", "udp", "--dport", ua, "--action", "accept")
     fw(env, "policy", "drop")
-    expect(env, "tcp", SRV4, ta, "open")
-    expect(env, "tcp", SRV6, ta, "open")
-    expect(env, "udp", SRV4, ua, "reply")
-    expect(env, "tcp", SRV4, tb, "timeout")
-    expect(env, "udp", SRV4, ub, "timeout")
+    expect_all(env,
+               E("tcp", SRV4, ta, "open"),
+               E("tcp", SRV6, ta, "open"),
+               E("udp", SRV4, ua, "reply"),
+               E("tcp", SRV4, tb, "timeout"),
+               E("udp", SRV4, ub, "timeout"))
     fw(env, "policy", "accept")
     expect(env, "tcp", SRV4, tb, "open")
 
@@ -344,18 +385,28 @@ def fw_option_icmp(env):
     fw(env, "policy", "drop")
     ident = [7000]
 
-    def ping(host):
-        ident[0] += 1
-        p = subprocess.run(["ip", "netns", "exec", env.cli, it.PY, "-c", ECHO, host,
-                            str(ident[0])], capture_output=True, text=True, timeout=20)
-        out = p.stdout.strip()
-        check(out in ("answer", "none"), "the echo probe failed: %s", p.stderr[-300:])
-        return out == "answer"
-    check(not ping(SRV4), "ping passed a drop policy")
-    check(not ping(SRV6), "ping6 passed a drop policy")
+    def ping(*hosts):
+        """Whether each host answered an echo request; the probes (own ids) go at once."""
+        procs = []
+        for host in hosts:
+            ident[0] += 1
+            procs.append(subprocess.Popen(["ip", "netns", "exec", env.cli, it.PY, "-c", ECHO,
+                                           host, str(ident[0])], stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE, text=True))
+        answered = []
+        for p in procs:
+            so, se = p.communicate(timeout=20)
+            out = so.strip()
+            check(out in ("answer", "none"), "the echo probe failed: %s", se[-300:])
+            answered.append(out == "answer")
+        return answered
+    v4, v6 = ping(SRV4, SRV6)
+    check(not v4, "ping passed a drop policy")
+    check(not v6, "ping6 passed a drop policy")
     fw(env, "set", "icmp", "on")
-    check(ping(SRV4), "ping did not pass with icmp on")
-    check(ping(SRV6), "ping6 did not pass with icmp on")
+    v4, v6 = ping(SRV4, SRV6)
+    check(v4, "ping did not pass with icmp on")
+    check(v6, "ping6 did not pass with icmp on")
 
 
 @test
@@ -425,10 +476,11 @@ def fw_confirm_or_revert(env):
     check(doc["policy"]["in"] == "accept" and doc["state"]["pending_secs"] == 0,
           "not reverted: %r", doc)
     expect(env, "tcp", SRV4, tb, "open")
-    # confirmed in time, it stays
-    fw(env, "policy", "drop", "--confirm", "3")
+    # confirmed in time (the shortest deadline: the very next command confirms), it stays
+    # past its deadline
+    fw(env, "policy", "drop", "--confirm", "1")
     fw(env, "confirm")
-    time.sleep(3.5)
+    time.sleep(1.5)
     check(fw(env, "list")["policy"]["in"] == "drop", "a confirmed change was reverted")
     expect(env, "tcp", SRV4, tb, "timeout")
     fw_fails(env, "confirm")  # nothing waits any more
@@ -481,10 +533,11 @@ def fw_control_port_stays_reachable(env):
         rule(env, "--proto", "tcp", "--dport", wport, "--action", "drop")
         fw(env, "policy", "drop")
         fw(env, "set", "loopback", "off")
-        for port in (cport, wport):  # the remote control's port and the dashboard's
-            expect(env, "tcp", SRV4, port, "open", src=CLI4)
-            expect(env, "tcp", SRV4, port, "timeout", src=CLI4B)  # not an --allow peer
-            expect(env, "tcp", "127.0.0.1", port, "open", ns=env.srv)
+        # the remote control's port and the dashboard's
+        expect_all(env, *[p for port in (cport, wport) for p in (
+            E("tcp", SRV4, port, "open", src=CLI4),
+            E("tcp", SRV4, port, "timeout", src=CLI4B),  # not an --allow peer
+            E("tcp", "127.0.0.1", port, "open", ns=env.srv))])
     finally:
         reset(env)
         env.stop_controld()
@@ -605,10 +658,11 @@ def fw_ten_thousand_rules_last_one_matches(env):
     import_compile_ms = st["compile_us"] / 1000.0
     check(st["lookups"] <= 3, "a packet costs %d lookups", st["lookups"])
     check(st["compile_us"] < 1000000, "compiling took %d us", st["compile_us"])
-    expect(env, "tcp", SRV4, ta, "refused")   # matched by the last rule
-    expect(env, "tcp", SRV4, tb, "open")      # matched by none
-    expect(env, "udp", SRV4, ua, "reply")
-    expect(env, "tcp", SRV4, 33000 + 2 * 17, "timeout", t=0.5)  # a drop rule, no listener
+    expect_all(env,
+               E("tcp", SRV4, ta, "refused"),   # matched by the last rule
+               E("tcp", SRV4, tb, "open"),      # matched by none
+               E("udp", SRV4, ua, "reply"),
+               E("tcp", SRV4, 33000 + 2 * 17, "timeout", t=0.5))  # a drop rule, no listener
     # one more rule: a few elements, not the list again
     doc = rule(env, "--proto", "tcp", "--dport", tb, "--action", "drop", "--at", "1")
     st = doc["state"]

@@ -27,16 +27,27 @@ def setup(env):
 
 
 def crafted(env, src, dst, dport, segments, fin=True, retransmit=0.5):
+    return crafted_result(crafted_start(env, src, dst, dport, segments, fin, retransmit))
+
+
+def crafted_start(env, src, dst, dport, segments, fin=True, retransmit=0.5):
+    """crafted's first half: the helper starts; flows started together run at once."""
     env.next_sport += 1
     h = env.helper(env.cli, "ooo", "--iface", CLI_IF, "--src", src, "--dst", dst, "--sport",
                    env.next_sport, "--dport", dport, "--segments",
                    json.dumps([[off, data.hex()] for off, data in segments]),
                    "--pause", 0.2, "--retransmit", retransmit, "--linger", 0.5,
                    *(["--fin"] if fin else []))
+    return h, src, dst, env.next_sport
+
+
+def crafted_result(started):
+    """crafted's second half: the helper's result (adds "sport")."""
+    h, src, dst, sport = started
     res = it.client_result(h, 30)
     check(res.get("handshake"), "crafted handshake %s -> %s failed: %r %s", src, dst, res,
           h.stderr.decode(errors="replace")[-300:])
-    return res
+    return dict(res, sport=sport)
 
 
 @test
@@ -44,11 +55,14 @@ def ooo_clean_payload_delivered_whole(env):
     _, port = env.service("ooo-clean", "tcp")
     env.filter("ooo-clean")
     srv = env.tcp_server(port)
-    for n, (src, dst) in enumerate(FAMS, start=1):
-        crafted(env, src, dst, port, [(2, b"xx1337"), (0, b"ev")])
-        s = it.server_conn(srv, n)
+    # both families at once, each on its own client port
+    started = [crafted_start(env, src, dst, port, [(2, b"xx1337"), (0, b"ev")])
+               for src, dst in FAMS]
+    for st in started:
+        res = crafted_result(st)
+        s = it.server_conn_of(srv, res["sport"])
         check(s["data"] == b"evxx1337" and s["end"] == "eof",
-              "clean out-of-order payload over %s: server got %r, end %s", dst, s["data"],
+              "clean out-of-order payload over %s: server got %r, end %s", st[2], s["data"],
               s["end"])
 
 
@@ -57,9 +71,12 @@ def ooo_match_blocked(env):
     _, port = env.service("ooo-evil", "tcp")
     env.filter("ooo-evil")
     srv = env.tcp_server(port)
-    for n, (src, dst) in enumerate(FAMS, start=1):
-        res = crafted(env, src, dst, port, [(2, b"il1337"), (0, b"ev")])
-        s = it.server_conn(srv, n)
+    started = [crafted_start(env, src, dst, port, [(2, b"il1337"), (0, b"ev")])
+               for src, dst in FAMS]
+    for st in started:
+        dst = st[2]
+        res = crafted_result(st)
+        s = it.server_conn_of(srv, res["sport"])
         check(b"evil1337" not in s["data"], "server received %r over %s", s["data"], dst)
         check(s["end"] == "reset", "matching bytes held back (server got only %r), but the server "
               "connection ended by %s over %s, expected reset", s["data"], s["end"], dst)
@@ -84,12 +101,13 @@ def malformed_packets_get_a_safe_verdict(env):
     _, uport = env.service("bad-udp", "udp")
     env.filter("bad-udp")
     pid, _ = env.worker_pid()
-    for src, dst in FAMS:
-        for port in (tport, uport):
-            h = env.helper(env.cli, "malformed", "--src", src, "--dst", dst, "--dport", port)
-            res = it.client_result(h, 20)
-            check(res.get("sent") == 3 * res.get("kinds", -1), "malformed packets not all sent: %r %s", res,
-                  h.stderr.decode(errors="replace")[-300:])
+    # the four batteries at once: each its own family and port, none waits for an answer
+    hs = [env.helper(env.cli, "malformed", "--src", src, "--dst", dst, "--dport", port)
+          for src, dst in FAMS for port in (tport, uport)]
+    for h in hs:
+        res = it.client_result(h, 20)
+        check(res.get("sent") == 3 * res.get("kinds", -1), "malformed packets not all sent: %r %s",
+              res, h.stderr.decode(errors="replace")[-300:])
     pid2, w = env.worker_pid()
     check(pid2 == pid and it.pid_alive(pid) and w.get("state") == "running",
           "the worker did not survive malformed packets: pid %d -> %d, %r", pid, pid2, w)
@@ -104,7 +122,9 @@ def malformed_packets_get_a_safe_verdict(env):
 # ---- evasion: bytes the receiver discards must not make the real ones look already passed ----
 
 class Crafter(it.Helper):
-    """it.Helper running this file's `craft` mode (below) instead of fgxhelper.py."""
+    """it.Helper running this file's `craft` mode (below) instead of fgxhelper.py: one process
+    in the client namespace serves every crafted flow of a test (evade: one at a time;
+    evade_start: several at once)."""
 
     def __init__(self, ns, *argv):  # pylint: disable=super-init-not-called
         self.argv = [str(a) for a in argv]
@@ -119,6 +139,18 @@ class Crafter(it.Helper):
         self.t_out.start()
         self.t_err = it.threading.Thread(target=self._read_err, daemon=True)
         self.t_err.start()
+        self.flows = 0
+
+
+def crafter(env):
+    """This test's Crafter, started at its first flow (the runner stops env.helpers after each
+    test)."""
+    h = getattr(env, "crafter", None)
+    if h is None or h not in env.helpers or h.proc.poll() is not None:
+        h = Crafter(env.cli, "--iface", CLI_IF)
+        env.helpers.append(h)
+        env.crafter = h
+    return h
 
 
 def evade(env, src, dst, dport, segments, timestamps=False, sport=None, close=False):
@@ -135,18 +167,34 @@ def evade(env, src, dst, dport, segments, timestamps=False, sport=None, close=Fa
     pure ACK at offset with URG and urgent pointer N). sport: reuse that client port (default: a new one);
     close: wait for the server's FIN and acknowledge it, so that the server forgets the
     connection and the 4-tuple can be used again at once."""
+    return evade_result(env, evade_start(env, src, dst, dport, segments, timestamps, sport,
+                                         close))
+
+
+def evade_start(env, src, dst, dport, segments, timestamps=False, sport=None, close=False):
+    """evade's first half: the flow starts; returns what evade_result waits for. Flows
+    started together run at once (each on its own client port)."""
     if sport is None:
         env.next_sport += 1
         sport = env.next_sport
-    h = Crafter(env.cli, "--iface", CLI_IF, "--src", src, "--dst", dst, "--sport",
-                sport, "--dport", dport, "--segments",
-                json.dumps([[off, data.hex(), kind] for off, data, kind in segments]),
-                *(["--timestamps"] if timestamps else []), *(["--close"] if close else []))
-    env.helpers.append(h)
-    res = it.client_result(h, 30)
+    h = crafter(env)
+    h.flows += 1
+    seq = h.flows
+    h.tell(json.dumps({"seq": seq, "src": src, "dst": dst, "sport": sport, "dport": dport,
+                       "segments": [[off, data.hex(), kind] for off, data, kind in segments],
+                       "timestamps": timestamps, "close": close}))
+    return h, seq, src, dst, sport
+
+
+def evade_result(env, started):
+    """evade's second half: the flow's result, once it ended (adds "sport")."""
+    h, seq, src, dst, sport = started
+    res = h.wait_event(lambda e: e.get("event") == "result" and e.get("seq") == seq, 30)
+    check(res is not None, "the crafter gave no result for %s -> %s: %s", src, dst,
+          h.stderr.decode(errors="replace")[-500:])
     check(res.get("handshake"), "crafted handshake %s -> %s failed: %r %s", src, dst, res,
           h.stderr.decode(errors="replace")[-300:])
-    return res
+    return dict(res, sport=sport)
 
 
 def evasion_count(env):
@@ -160,7 +208,7 @@ def wait_evasion(env, before, want):
     deadline = it.time.monotonic() + 4
     got = evasion_count(env) - before
     while got < want and it.time.monotonic() < deadline:
-        it.time.sleep(0.25)
+        it.time.sleep(0.05)
         got = evasion_count(env) - before
     check(got >= want, "the worker counted %d dropped evasion segment(s), expected %d", got, want)
 
@@ -221,6 +269,7 @@ def decoy_case(env, name, kind, blocked, fams=FAMS, timestamps=False):
     env.filter(name)
     srv = env.tcp_server(port, idle=1.5)
     n = 0
+    sent = []
     for src, dst in fams:
         for size in DECOY_SIZES:
             n += 1
@@ -229,15 +278,20 @@ def decoy_case(env, name, kind, blocked, fams=FAMS, timestamps=False):
             before = evasion_count(env)
             res = evade(env, src, dst, port, [(0, b"hello", ""), (5, decoy, kind),
                                               (5, real, "")], timestamps)
-            s = it.server_conn(srv, n)
-            check(b"evil1337" not in s["data"], "%s, %d bytes: server received %r over %s",
-                  kind, size, s["data"][:40], dst)
-            check(s["data"] == b"hello", "%s, %d bytes, over %s: server got %r, expected only "
-                  "the honest \"hello\" (its kernel should discard the decoy)", kind, size, dst,
-                  s["data"][:40])
             check(res["reset"] == blocked, "%s, %d bytes, over %s: reset %s, expected %s", kind,
                   size, dst, res["reset"], blocked)
             wait_evasion(env, before, 1)
+            sent.append((n, size, dst))
+    # The server's side of each connection, once it ended: unless a reset ended them, they end
+    # when the server has waited idle (1.5 s) for more, and those waits run side by side
+    # rather than one after another; the flows themselves went one at a time, as above.
+    for n, size, dst in sent:
+        s = it.server_conn(srv, n)
+        check(b"evil1337" not in s["data"], "%s, %d bytes: server received %r over %s",
+              kind, size, s["data"][:40], dst)
+        check(s["data"] == b"hello", "%s, %d bytes, over %s: server got %r, expected only "
+              "the honest \"hello\" (its kernel should discard the decoy)", kind, size, dst,
+              s["data"][:40])
 
 
 @test
@@ -307,16 +361,20 @@ def honest_retransmissions_pass(env):
     env.filter("retx")
     srv = env.tcp_server(port, idle=1.5)
     a = bytes(0x61 + i % 23 for i in range(3000))
-    n = 0
-    for src, dst in FAMS:
-        n += 1
-        before = evasion_count(env)
-        res = evade(env, src, dst, port, [(0, a, ""), (0, a, ""), (100, a[100:2000], ""),
-                                          (2900, a[2900:] + b"tail", "")])
-        s = it.server_conn(srv, n)
+    # both families at once: neither may count an evasion, so the count over both must stay
+    before = evasion_count(env)
+    started = [(dst, evade_start(env, src, dst, port, [(0, a, ""), (0, a, ""),
+                                                       (100, a[100:2000], ""),
+                                                       (2900, a[2900:] + b"tail", "")]))
+               for src, dst in FAMS]
+    for dst, st in started:
+        res = evade_result(env, st)
+        s = it.server_conn_of(srv, res["sport"])
         check(s["data"] == a + b"tail" and not res["reset"], "duplicates over %s: server got %d "
               "bytes (%r...), reset %s", dst, len(s["data"]), s["data"][:20], res["reset"])
-        check(evasion_count(env) == before, "honest duplicates counted as evasion over %s", dst)
+    check(evasion_count(env) == before, "honest duplicates counted as evasion (IPv4 and IPv6): "
+          "%d", evasion_count(env) - before)
+    n = 2
     srv.stop()
     srv = env.tcp_server(port, sink=True, idle=5)
     rules = ("table inet fgxit {\n chain in {\n  type filter hook input priority 0;\n"
@@ -368,22 +426,23 @@ def urgent_byte_stays_in_the_stream(env):
     _, port = env.service("urg", "tcp")
     env.filter("urg")
     srv = env.tcp_server(port, idle=1.5)
-    n = 0
     bad = []
     for src, dst in FAMS:
-        for segs, whole in URG_CASES:
-            n += 1
-            res = evade(env, src, dst, port, segs)
-            s = it.server_conn(srv, n)
+        # every case of a family on a connection of its own, all at once
+        started = [(segs, whole, evade_start(env, src, dst, port, segs))
+                   for segs, whole in URG_CASES]
+        # the match itself still blocks when a byte of it is sent urgent
+        match = evade_start(env, src, dst, port, [(0, b"ev", ""), (2, b"il1337", "urg:2")])
+        for segs, whole, st in started:
+            res = evade_result(env, st)
+            s = it.server_conn_of(srv, res["sport"])
             if s["data"] != whole or res["reset"]:
                 bad.append("%r over %s: server read %r, reset %s" % (segs, dst, s["data"],
                                                                       res["reset"]))
         check(not bad, "urgent data not read as sent (expected every byte, in order): %s",
               "; ".join(bad))
-        # the match itself still blocks when a byte of it is sent urgent
-        n += 1
-        res = evade(env, src, dst, port, [(0, b"ev", ""), (2, b"il1337", "urg:2")])
-        s = it.server_conn(srv, n)
+        res = evade_result(env, match)
+        s = it.server_conn_of(srv, res["sport"])
         check(b"evil1337" not in s["data"] and res["reset"], "urgent match over %s: server read "
               "%r, reset %s", dst, s["data"], res["reset"])
 
@@ -430,12 +489,30 @@ def syn_inside_case(env, name):
     _, port = env.service(name, "tcp")
     env.filter(name)
     srv = env.tcp_server(port, idle=1.5)
-    for n, (src, dst) in enumerate(FAMS, start=1):
-        res = evade(env, src, dst, port, [(0, b"ev", ""), (2, b"", "syn"), (2, b"il1337", "")])
-        s = it.server_conn(srv, n)
+    # both families at once, each found on the server by its client port
+    started = [(dst, evade_start(env, src, dst, port, [(0, b"ev", ""), (2, b"", "syn"),
+                                                       (2, b"il1337", "")]))
+               for src, dst in FAMS]
+    for dst, st in started:
+        res = evade_result(env, st)
+        s = it.server_conn_of(srv, res["sport"])
         check(b"evil1337" not in s["data"], "server received %r over %s", s["data"], dst)
         check(s["data"] == b"ev" and res["reset"], "over %s: server got %r, reset %s; expected "
               "\"ev\" and a reset", dst, s["data"], res["reset"])
+
+
+def server_conn_nth_of(srv, sport, k, timeout=6.0):
+    """The k-th (from 1) connection the server accepted from client port sport, once it
+    ended."""
+    suffix = ":%d" % sport
+
+    def accepted(e):
+        return e.get("event") == "accept" and e.get("peer", "").endswith(suffix)
+    check(it.wait_until(lambda: len([e for e in srv.all("accept") if accepted(e)]) >= k,
+                        timeout=timeout, step=0.05),
+          "the server accepted fewer than %d connections from port %d", k, sport)
+    acc = [e for e in srv.all("accept") if accepted(e)][k - 1]
+    return it.server_conn(srv, acc["id"], timeout)
 
 
 def reused_port_case(env, name):
@@ -446,15 +523,24 @@ def reused_port_case(env, name):
     _, port = env.service(name, "tcp")
     env.filter(name)
     srv = env.tcp_server(port, idle=1.5)
-    for n, (src, dst) in enumerate(FAMS):
+    # the two families side by side (a port of their own each); in each, the second
+    # connection starts once the first one ended on the server
+    fams = []
+    for src, dst in FAMS:
         env.next_sport += 1
-        sport = env.next_sport
-        evade(env, src, dst, port, [(0, b"a" * 300, "")], sport=sport, close=True)
-        s = it.server_conn(srv, 2 * n + 1)
+        fams.append((src, dst, env.next_sport))
+    firsts = [evade_start(env, src, dst, port, [(0, b"a" * 300, "")], sport=sport, close=True)
+              for src, dst, sport in fams]
+    for (_, dst, sport), st in zip(fams, firsts):
+        evade_result(env, st)
+        s = server_conn_nth_of(srv, sport, 1)
         check(s["data"] == b"a" * 300 and s["end"] == "eof", "first connection over %s: server "
               "got %d bytes, end %s", dst, len(s["data"]), s["end"])
-        res = evade(env, src, dst, port, [(0, b"evil1337", "")], sport=sport)
-        s = it.server_conn(srv, 2 * n + 2)
+    seconds = [evade_start(env, src, dst, port, [(0, b"evil1337", "")], sport=sport)
+               for src, dst, sport in fams]
+    for (_, dst, sport), st in zip(fams, seconds):
+        res = evade_result(env, st)
+        s = server_conn_nth_of(srv, sport, 2)
         check(b"evil1337" not in s["data"], "reused port over %s: server received %r", dst,
               s["data"])
         check(res["reset"], "reused port over %s: no reset", dst)
@@ -485,11 +571,15 @@ def without_the_log_expression_syn_and_reused_port_are_the_same(env):
 
 
 def craft_main(argv):
-    """Client side of the evasion tests, in the client namespace: handshake, then each segment
-    as its kind says. Reports like fgxhelper's ooo mode."""
+    """Client side of the evasion tests, in the client namespace: one process per test serves
+    every crafted flow of it (scapy's import and the sniffer's start are paid once). Each line
+    on stdin is a flow, {"seq", "src", "dst", "sport", "dport", "segments", "timestamps",
+    "close"}: handshake, then each segment as its kind says; then a "result" event of that seq
+    (like fgxhelper's ooo mode)."""
     import argparse
     import logging
     import socket
+    import threading
     import time
     logging.getLogger("scapy.runtime").setLevel(logging.ERROR)
     from scapy.all import (IP, IPv6, TCP, AsyncSniffer, HBHOptUnknown, IPOption_LSRR,  # noqa: E402
@@ -497,138 +587,174 @@ def craft_main(argv):
     from fgxhelper import emit  # noqa: E402
 
     ap = argparse.ArgumentParser()
-    for a in ("--iface", "--src", "--dst", "--segments"):
-        ap.add_argument(a, required=True)
-    ap.add_argument("--sport", type=int, required=True)
-    ap.add_argument("--dport", type=int, required=True)
-    ap.add_argument("--timestamps", action="store_true")
-    ap.add_argument("--close", action="store_true")
+    ap.add_argument("--iface", required=True)
     args = ap.parse_args(argv)
     conf.verb = 0
-    v6 = ":" in args.dst
-    out = socket.socket(socket.AF_INET6 if v6 else socket.AF_INET, socket.SOCK_RAW,
-                        socket.IPPROTO_RAW)
-    tsval = [100000]
-
-    def ip(kind=""):
-        if v6:
-            base = IPv6(src=args.src, dst=args.dst)
-            if kind == "dstopt":
-                return base / IPv6ExtHdrDestOpt(options=[HBHOptUnknown(otype=0x7e,
-                                                                       optdata=b"\0" * 4)])
-            if kind == "rh0":
-                return base / IPv6ExtHdrRouting(type=0, addresses=[args.dst], segleft=1)
-            return base
-        if kind == "lsrr":
-            return IP(src=args.src, dst=args.dst, options=[IPOption_LSRR(routers=[args.dst])])
-        if kind == "ssrr":
-            return IP(src=args.src, dst=args.dst, options=[IPOption_SSRR(routers=[args.dst])])
-        return IP(src=args.src, dst=args.dst)
-
-    def tcp(flags, seq, ack=0, ts=None, ecr=0, md5=False, urg=0, window=65535):
-        opts = []
-        if args.timestamps:
-            if ts is None:
-                tsval[0] += 10
-                ts = tsval[0]
-            opts = [("NOP", None), ("NOP", None), ("Timestamp", (ts, ecr))]
-        if md5:
-            opts += [("MD5", b"\0" * 16), ("NOP", None), ("NOP", None)]
-        return TCP(sport=args.sport, dport=args.dport, flags=flags, seq=seq, ack=ack,
-                   window=window, options=opts, urgptr=urg)
-
-    def send(pkt):
-        out.sendto(raw(pkt), (args.dst, 0))
-
-    def ours(p):
-        t = p.getlayer(TCP)
-        return t is not None and t.sport == args.dport and t.dport == args.sport
-
+    socks = {}
+    # every TCP packet to a crafted port (40000-49999), in arrival order; a flow reads only
+    # those that came after it started (a reused 4-tuple must not see the old connection's)
     seen = []
-    sniffer = AsyncSniffer(iface=args.iface, lfilter=ours, prn=seen.append, store=False)
+    arrived = threading.Condition()
+
+    def keep(p):
+        with arrived:
+            seen.append(p)
+            arrived.notify_all()
+
+    def crafted_port(p):
+        t = p.getlayer(TCP)
+        return t is not None and 40000 <= t.dport <= 49999
+
+    sniffer = AsyncSniffer(iface=args.iface, lfilter=crafted_port, prn=keep, store=False)
     sniffer.start()
     time.sleep(0.3)
-    res = {"handshake": False, "reset": False}
-    isn = 2000000
+
+    def flow(f):
+        v6 = ":" in f["dst"]
+        fam = socket.AF_INET6 if v6 else socket.AF_INET
+        if fam not in socks:
+            socks[fam] = socket.socket(fam, socket.SOCK_RAW, socket.IPPROTO_RAW)
+        out = socks[fam]
+        src, dst, sport, dport = f["src"], f["dst"], f["sport"], f["dport"]
+        timestamps = f.get("timestamps", False)
+        tsval = [100000]
+        first = len(seen)
+
+        def ours():
+            with arrived:
+                pkts = seen[first:]
+            return [t for t in (p.getlayer(TCP) for p in pkts)
+                    if t.sport == dport and t.dport == sport]
+
+        def wait_for(pred, timeout):
+            """The first packet of this flow pred accepts, waiting up to timeout."""
+            deadline = time.monotonic() + timeout
+            while True:
+                for t in ours():
+                    if pred(t):
+                        return t
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                with arrived:
+                    arrived.wait(min(left, 0.05))
+
+        def ip(kind=""):
+            if v6:
+                base = IPv6(src=src, dst=dst)
+                if kind == "dstopt":
+                    return base / IPv6ExtHdrDestOpt(options=[HBHOptUnknown(otype=0x7e,
+                                                                           optdata=b"\0" * 4)])
+                if kind == "rh0":
+                    return base / IPv6ExtHdrRouting(type=0, addresses=[dst], segleft=1)
+                return base
+            if kind == "lsrr":
+                return IP(src=src, dst=dst, options=[IPOption_LSRR(routers=[dst])])
+            if kind == "ssrr":
+                return IP(src=src, dst=dst, options=[IPOption_SSRR(routers=[dst])])
+            return IP(src=src, dst=dst)
+
+        def tcp(flags, seq, ack=0, ts=None, ecr=0, md5=False, urg=0, window=65535):
+            opts = []
+            if timestamps:
+                if ts is None:
+                    tsval[0] += 10
+                    ts = tsval[0]
+                opts = [("NOP", None), ("NOP", None), ("Timestamp", (ts, ecr))]
+            if md5:
+                opts += [("MD5", b"\0" * 16), ("NOP", None), ("NOP", None)]
+            return TCP(sport=sport, dport=dport, flags=flags, seq=seq, ack=ack,
+                       window=window, options=opts, urgptr=urg)
+
+        def send(pkt):
+            out.sendto(raw(pkt), (dst, 0))
+
+        def is_reset(t):
+            return bool(t.flags & 0x04)
+
+        res = {"seq": f["seq"], "handshake": False, "reset": False}
+        isn = 2000000
+        try:
+            send(ip() / tcp("S", isn))
+            synack = wait_for(lambda t: (t.flags & 0x12) == 0x12, 3)
+            if synack is None:
+                res["error"] = "no SYN-ACK"
+                return res
+            res["handshake"] = True
+            ack = synack.seq + 1
+            ecr = dict(synack.options).get("Timestamp", (0, 0))[0]
+            send(ip() / tcp("A", isn + 1, ack, ecr=ecr))
+            time.sleep(0.1)
+            end = 0
+            for off, hx, kind in f["segments"]:
+                payload = bytes.fromhex(hx)
+                end = max(end, off + len(payload))
+                if kind == "syn":
+                    send(ip() / tcp("S", isn + off))
+                    time.sleep(0.2)
+                    continue
+                kname, _, karg = kind.partition(":")
+                if kname == "urgack":
+                    send(ip() / tcp("AU", isn + 1 + off, ack, ecr=ecr, urg=int(karg)))
+                    time.sleep(0.2)
+                    continue
+                ts = 1 if kind == "paws" else None
+                if kind == "pawsunseen":
+                    tsval[0] += 100
+                    send(ip() / tcp("A", isn + 1 + off, ack, ecr=ecr))
+                    time.sleep(0.1)
+                    ts = tsval[0] - 50
+                segack = ack
+                if kind == "ackunsent":
+                    segack = (ack + 100000) & 0xffffffff
+                elif kind == "oldack":
+                    segack = (ack - 1000) & 0xffffffff
+                # a window of its own keeps the old-ACK decoy off Linux's fast path, which
+                # queues data before it looks at the ACK
+                seg = tcp("P" if kind == "noack" else ("PAU" if kname == "urg" else "PA"),
+                          isn + 1 + off, segack, ts=ts, ecr=ecr, md5=kind == "md5",
+                          urg=int(karg) if kname == "urg" else 0,
+                          window=1000 if kind == "oldack" else 65535)
+                pkt = ip(kind) / seg / payload
+                if kind == "badsum":
+                    seg.chksum = (IPv6 if v6 else IP)(raw(pkt))[TCP].chksum ^ 0x5555
+                    pkt = ip() / seg / payload
+                if kind == "pawsunseen":
+                    tsval[0] += 100
+                send(pkt)
+                time.sleep(0.2)
+            send(ip() / tcp("FA", isn + 1 + end, ack, ecr=ecr))
+            if f.get("close"):
+                fin = wait_for(lambda t: bool(t.flags & 0x01), 4)
+                if fin is None:
+                    res["error"] = "no FIN from the server"
+                    return res
+                send(ip() / tcp("A", isn + 2 + end, fin.seq + len(fin.payload) + 1, ecr=ecr))
+                time.sleep(0.2)
+            else:
+                # half a second for a reset to come back; one that came ends the wait (a
+                # later packet cannot take it back)
+                wait_for(is_reset, 0.5)
+            return res
+        finally:
+            res["reset"] = any(is_reset(t) for t in ours())
+
+    def run(f):
+        emit(event="result", **flow(f))
+
+    # each flow in a thread of its own: the test decides whether it waits for one flow's
+    # result before it sends the next (evade) or lets independent flows run at once
+    threads = []
     try:
-        send(ip() / tcp("S", isn))
-        synack = None
-        deadline = time.monotonic() + 3
-        while time.monotonic() < deadline and synack is None:
-            time.sleep(0.05)
-            for p in list(seen):
-                t = p.getlayer(TCP)
-                if t is not None and (t.flags & 0x12) == 0x12:
-                    synack = t
-                    break
-        if synack is None:
-            res["error"] = "no SYN-ACK"
-            return
-        res["handshake"] = True
-        ack = synack.seq + 1
-        ecr = dict(synack.options).get("Timestamp", (0, 0))[0]
-        send(ip() / tcp("A", isn + 1, ack, ecr=ecr))
-        time.sleep(0.1)
-        end = 0
-        for off, hx, kind in json.loads(args.segments):
-            payload = bytes.fromhex(hx)
-            end = max(end, off + len(payload))
-            if kind == "syn":
-                send(ip() / tcp("S", isn + off))
-                time.sleep(0.2)
-                continue
-            kname, _, karg = kind.partition(":")
-            if kname == "urgack":
-                send(ip() / tcp("AU", isn + 1 + off, ack, ecr=ecr, urg=int(karg)))
-                time.sleep(0.2)
-                continue
-            ts = 1 if kind == "paws" else None
-            if kind == "pawsunseen":
-                tsval[0] += 100
-                send(ip() / tcp("A", isn + 1 + off, ack, ecr=ecr))
-                time.sleep(0.1)
-                ts = tsval[0] - 50
-            segack = ack
-            if kind == "ackunsent":
-                segack = (ack + 100000) & 0xffffffff
-            elif kind == "oldack":
-                segack = (ack - 1000) & 0xffffffff
-            # a window of its own keeps the old-ACK decoy off Linux's fast path, which queues
-            # data before it looks at the ACK
-            seg = tcp("P" if kind == "noack" else ("PAU" if kname == "urg" else "PA"),
-                      isn + 1 + off, segack, ts=ts, ecr=ecr, md5=kind == "md5",
-                      urg=int(karg) if kname == "urg" else 0,
-                      window=1000 if kind == "oldack" else 65535)
-            pkt = ip(kind) / seg / payload
-            if kind == "badsum":
-                seg.chksum = (IPv6 if v6 else IP)(raw(pkt))[TCP].chksum ^ 0x5555
-                pkt = ip() / seg / payload
-            if kind == "pawsunseen":
-                tsval[0] += 100
-            send(pkt)
-            time.sleep(0.2)
-        send(ip() / tcp("FA", isn + 1 + end, ack, ecr=ecr))
-        time.sleep(0.5)
-        if args.close:
-            fin = None
-            deadline = time.monotonic() + 4
-            while time.monotonic() < deadline and fin is None:
-                for p in list(seen):
-                    t = p.getlayer(TCP)
-                    if t is not None and t.flags & 0x01:
-                        fin = t
-                        break
-                time.sleep(0.05)
-            if fin is None:
-                res["error"] = "no FIN from the server"
-                return
-            send(ip() / tcp("A", isn + 2 + end, fin.seq + len(fin.payload) + 1, ecr=ecr))
-            time.sleep(0.2)
+        for line in sys.stdin:
+            if line.strip():
+                t = threading.Thread(target=run, args=(json.loads(line),), daemon=True)
+                t.start()
+                threads.append(t)
+        for t in threads:
+            t.join(30)
     finally:
         sniffer.stop()
-        res["reset"] = any(p.getlayer(TCP) is not None and p.getlayer(TCP).flags & 0x04
-                           for p in seen)
-        emit(event="result", **res)
 
 
 if __name__ == "__main__":

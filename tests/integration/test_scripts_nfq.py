@@ -109,16 +109,23 @@ def setup(env):
     env.next_sport = 40000
 
 
-def crafted(env, src, dst, dport, segments):
+def crafted_start(env, src, dst, dport, segments):
+    """A crafted flow starts (fgxhelper's ooo mode); flows started together run at once."""
     env.next_sport += 1
     h = env.helper(env.cli, "ooo", "--iface", it.CLI_IF, "--src", src, "--dst", dst, "--sport",
                    env.next_sport, "--dport", dport, "--segments",
                    json.dumps([[off, data.hex()] for off, data in segments]),
                    "--pause", 0.3, "--retransmit", 0.5, "--linger", 0.8, "--fin")
+    return h, src, dst, env.next_sport
+
+
+def crafted_result(started):
+    """The crafted flow's result, once it ended (adds "sport")."""
+    h, src, dst, sport = started
     res = it.client_result(h, 30)
     check(res.get("handshake"), "crafted handshake %s -> %s failed: %r %s", src, dst, res,
           h.stderr.decode(errors="replace")[-300:])
-    return res
+    return dict(res, sport=sport)
 
 
 @test
@@ -130,16 +137,19 @@ def nfq_script_out_of_order_segments_judged_in_order(env):
     srv = env.tcp_server(port)
     ok = http(b"POST", b"/", b"a fine body here")
     cut = len(ok) - 9
-    for n, (src, dst) in enumerate(((it.CLI4, it.SRV4), (it.CLI6, it.SRV6)), start=1):
-        crafted(env, src, dst, port, [(cut, ok[cut:]), (0, ok[:cut])])
-        s = it.server_conn(srv, n)
-        check(s["data"] == ok and s["end"] == "eof",
-              "out-of-order clean request over %s: server got %r, end %s", dst, s["data"],
-              s["end"])
     bad = http(b"POST", b"/", b"an ILLEGAL body")
-    cut = len(bad) - 6
-    res = crafted(env, it.CLI4, it.SRV4, port, [(cut, bad[cut:]), (0, bad[:cut])])
-    s = it.server_conn(srv, 3)
+    bcut = len(bad) - 6
+    # the three flows at once, each on its own client port
+    started = [crafted_start(env, src, dst, port, [(cut, ok[cut:]), (0, ok[:cut])])
+               for src, dst in ((it.CLI4, it.SRV4), (it.CLI6, it.SRV6))]
+    evil = crafted_start(env, it.CLI4, it.SRV4, port, [(bcut, bad[bcut:]), (0, bad[:bcut])])
+    for st in started:
+        s = it.server_conn_of(srv, crafted_result(st)["sport"])
+        check(s["data"] == ok and s["end"] == "eof",
+              "out-of-order clean request over %s: server got %r, end %s", st[2], s["data"],
+              s["end"])
+    res = crafted_result(evil)
+    s = it.server_conn_of(srv, res["sport"])
     check(b"ILLEGAL" not in s["data"] and s["end"] == "reset" and res["reset"],
           "out-of-order ILLEGAL: server got %r, end %s, client reset %r", s["data"], s["end"],
           res["reset"])

@@ -1,12 +1,13 @@
 #!/usr/bin/python3
 """Integration: UDP services on the nfqueue layer, IPv4 and IPv6. A UDP block drops only the
 matching datagram; the ones around it pass."""
+import json
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fgxit as it  # noqa: E402
-from fgxit import EVIL, SRV4, SRV6, check, test  # noqa: E402
+from fgxit import CLI4, CLI6, EVIL, SRV4, SRV6, check, test  # noqa: E402
 
 HOSTS = (("v4", SRV4), ("v6", SRV6))
 
@@ -23,27 +24,51 @@ def exchange(env, srv, host, port, dgrams, settle=0.3):
     return new_dgrams(srv, before), c["replies"]
 
 
+def exchange_all(env, srv, cases, settle=0.3):
+    """exchange for each (host, dgrams) at once (IPv4 and IPv6 clients: the server tells them
+    apart by their address); [(datagrams the server got from that client, its replies)]."""
+    before = len(it.dgrams(srv))
+    hs = [env.helper(env.cli, "udp-client", "--host", host, "--port", srv.port, "--dgrams",
+                     json.dumps([d.hex() for d in dgrams]), "--pause", 0.1, "--wait", 0.5)
+          for host, dgrams in cases]
+    res = [it.client_result(h, len(dgrams) * 0.1 + 0.5 + 5) for h, (_, dgrams) in zip(hs, cases)]
+    client = {SRV4: CLI4, SRV6: CLI6}
+
+    def got(host):
+        return [it.d64(e["data"]) for e in srv.all("dgram")[before:]
+                if e["peer"].rpartition(":")[0] == client[host]]
+    it.wait_until(lambda: all(len(got(host)) >= len(dgrams) for host, dgrams in cases),
+                  timeout=settle)
+    return [(got(host), r["replies"]) for (host, _), r in zip(cases, res)]
+
+
+def server(env, port, **kw):
+    srv = env.udp_server(port, **kw)
+    srv.port = port
+    return srv
+
+
 @test
 def udp_no_filter_passes(env):
     _, port = env.service("u-none", "udp")
-    srv = env.udp_server(port, echo=True)
-    for fam, host in HOSTS:
-        d = [b"one " + fam.encode(), b"two " + EVIL]
-        got, replies = exchange(env, srv, host, port, d)
-        check(got == d, "server got %r, expected %r", got, d)
-        check(replies == d, "client got replies %r, expected %r", replies, d)
+    srv = server(env, port, echo=True)
+    sent = [(host, [b"one " + fam.encode(), b"two " + EVIL]) for fam, host in HOSTS]
+    for (host, d), (got, replies) in zip(sent, exchange_all(env, srv, sent)):
+        check(got == d, "server got %r from %s, expected %r", got, host, d)
+        check(replies == d, "client got replies %r from %s, expected %r", replies, host, d)
 
 
 @test
 def udp_only_matching_datagram_dropped(env):
     _, port = env.service("u-block", "udp")
     env.filter("u-block")
-    srv = env.udp_server(port, echo=True)
-    for fam, host in HOSTS:
-        d = [b"before " + fam.encode(), b"x " + EVIL + b" y", b"after " + fam.encode()]
-        got, replies = exchange(env, srv, host, port, d, settle=1.0)
-        check(got == [d[0], d[2]], "server got %r, expected only the clean datagrams", got)
-        check(replies == [d[0], d[2]], "client replies %r", replies)
+    srv = server(env, port, echo=True)
+    sent = [(host, [b"before " + fam.encode(), b"x " + EVIL + b" y", b"after " + fam.encode()])
+            for fam, host in HOSTS]
+    for (host, d), (got, replies) in zip(sent, exchange_all(env, srv, sent, settle=1.0)):
+        check(got == [d[0], d[2]], "server got %r over %s, expected only the clean datagrams",
+              got, host)
+        check(replies == [d[0], d[2]], "client replies %r over %s", replies, host)
 
 
 @test
@@ -51,11 +76,12 @@ def udp_end_anchor_is_the_datagram_end(env):
     # refused on TCP streams, '$' works in block mode: the end of each datagram
     _, port = env.service("u-eod", "udp")
     env.filter("u-eod", "evil[0-9]+$")
-    srv = env.udp_server(port, echo=True)
-    for fam, host in HOSTS:
-        d = [b"x " + EVIL, EVIL + b" y " + fam.encode(), b"z " + EVIL + b"\n!"]
-        got, _ = exchange(env, srv, host, port, d, settle=1.0)
-        check(got == d[1:], "server got %r, expected all but the one ending in the match", got)
+    srv = server(env, port, echo=True)
+    sent = [(host, [b"x " + EVIL, EVIL + b" y " + fam.encode(), b"z " + EVIL + b"\n!"])
+            for fam, host in HOSTS]
+    for (host, d), (got, _) in zip(sent, exchange_all(env, srv, sent, settle=1.0)):
+        check(got == d[1:], "server got %r over %s, expected all but the one ending in the "
+              "match", got, host)
 
 
 @test
@@ -88,12 +114,12 @@ def udp_nocase_and_case_sensitive(env):
 def udp_dir_s2c_drops_reply_only(env):
     _, port = env.service("u-s2c", "udp")
     env.filter("u-s2c", dir="s2c")
-    srv = env.udp_server(port, echo=True)
-    for _, host in HOSTS:
-        d = [b"a " + EVIL, b"clean"]
-        got, replies = exchange(env, srv, host, port, d, settle=1.0)
-        check(got == d, "s2c filter dropped client data: server got %r", got)
-        check(replies == [b"clean"], "client replies %r, expected only the clean echo", replies)
+    srv = server(env, port, echo=True)
+    sent = [(host, [b"a " + EVIL, b"clean"]) for _, host in HOSTS]
+    for (host, d), (got, replies) in zip(sent, exchange_all(env, srv, sent, settle=1.0)):
+        check(got == d, "s2c filter dropped client data over %s: server got %r", host, got)
+        check(replies == [b"clean"], "client replies %r over %s, expected only the clean echo",
+              replies, host)
 
 
 @test

@@ -35,7 +35,10 @@ export default {
       'data-test': 'fw-confirm-secs',
       'aria-label': 'seconds to confirm',
     });
-    const head = h('div', { class: 'uib-bar' });
+    // The confirmation box stays in the page while the rest of the bar is redrawn: a redraw
+    // (every reply, every live change) that took it out and back would drop what is typed in it.
+    const headState = h('span', { class: 'uib-bar' });
+    const head = h('div', { class: 'uib-bar' }, headState, h('label', {}, confirmOn, ' confirm changes within ', confirmSecs, ' s'));
     const pending = h('div', { class: 'uib-pending', hidden: true, 'data-test': 'fw-pending' });
     const policyBox = h('div', { class: 'uib-bar' });
     const optBox = h('div', { class: 'uib-opts' });
@@ -121,8 +124,8 @@ export default {
       if (deadline && !tick) tick = setInterval(showPending, 250);
       showPending();
 
-      clear(head);
-      head.append(
+      clear(headState);
+      headState.append(
         h(
           'span',
           { class: r.enabled ? 'pill pill-ok' : 'pill pill-bad', 'data-test': 'fw-enabled' },
@@ -137,7 +140,6 @@ export default {
           },
           r.enabled ? 'Disable firewall' : 'Enable firewall',
         ),
-        h('label', {}, confirmOn, ' confirm changes within ', confirmSecs, ' s'),
       );
       stateLine.textContent =
         `kernel: ${st.mode || '-'}` +

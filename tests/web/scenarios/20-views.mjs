@@ -11,7 +11,29 @@ const SIZES = {
   phone: { width: 390, height: 844 },
 };
 
+// Until the view's data arrived and is drawn: no /api/cmd/ call in flight for 150 ms (a view
+// that loads in steps starts its next call within that), then two frames; at most 5 s (a view
+// that keeps asking is taken as it is then).
+function settler(page) {
+  let inflight = 0;
+  const cmd = (r) => r.url().includes('/api/cmd/');
+  page.on('request', (r) => cmd(r) && inflight++);
+  page.on('requestfinished', (r) => cmd(r) && inflight--);
+  page.on('requestfailed', (r) => cmd(r) && inflight--);
+  return async () => {
+    const deadline = Date.now() + 5000;
+    let quiet = Date.now();
+    while (Date.now() < deadline) {
+      if (inflight > 0) quiet = Date.now();
+      else if (Date.now() - quiet >= 150) break;
+      await page.waitForTimeout(25);
+    }
+    await page.evaluate(() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r))));
+  };
+}
+
 export default async function ({ page, base, shot, login }) {
+  const settled = settler(page);
   await login(page);
   const views = await page.$$eval('[data-test=menu] a', (as) => as.map((a) => a.dataset.view));
   check(views.includes('services') && views.includes('events') && views.includes('charts'), `menu: ${views}`);
@@ -30,7 +52,7 @@ export default async function ({ page, base, shot, login }) {
       for (const [name, hash] of routes) {
         await page.goto(`${base}/${hash}`);
         await page.waitForSelector('main#view > *');
-        await page.waitForTimeout(400); // the view's data arrives
+        await settled(); // the view's data arrives
         const theme = await page.evaluate(() => getComputedStyle(document.documentElement).colorScheme);
         check(theme.includes(scheme), `${name}: the page is not ${scheme} (${theme})`);
         const over = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);

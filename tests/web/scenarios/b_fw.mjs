@@ -78,7 +78,7 @@ export default async function ({ page, base, shot, login }) {
   check(fw.state.pending_secs === 0 && rule(fw, 'b_ssh').active === false, 'kept', fw.state);
 
   // with confirmation, not kept: controld reverts it when the countdown ends, the page shows it
-  await page.fill('[data-test=fw-confirm-secs]', '3');
+  await page.fill('[data-test=fw-confirm-secs]', '2');
   await page.click('[data-test=fw-rule-b_ssh] [data-test=fw-rule-toggle]');
   await page.locator('[data-test=fw-pending]').waitFor();
   fw = await fwList(page);
