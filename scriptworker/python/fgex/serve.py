@@ -79,6 +79,7 @@ def main():
     import fgex.engine as engine
 
     scripts = {}   # service id -> (Script, payload it came from, deadline ms)
+    refused = {}   # service id -> (payload, deadline ms) of a file that did not load
     conns = {}     # (link no << 48) ^ conn -> (service id, Conn or is_ipv6 until its first chunk)
     links = {}     # fd -> Link
     buf = bytearray(MSG_MAX)
@@ -144,6 +145,10 @@ def main():
         if old is not None and old[1] == payload and old[2] == deadline:
             put(link, T_ACK, 0, svc, 0, seq)
             return
+        if refused.get(svc) == (payload, deadline):
+            put(link, T_ACK, 1, svc, 0, seq)  # said once, to the thread that sent it first
+            return
+        refused.pop(svc, None)
         # payload: u16 count of disabled names, each u16 len + name, then the source
         n = struct.unpack_from("<H", payload, 0)[0]
         off, off_names = 2, []
@@ -159,6 +164,7 @@ def main():
             log(link, svc, "exception", "", "the file did not load: line %d: %s" % (e.line,
                                                                                    e.reason))
             scripts.pop(svc, None)
+            refused[svc] = (payload, deadline)
             put(link, T_ACK, 1, svc, 0, seq)
         set_nscripts()
         for cid in [k for k, (s_, _) in conns.items() if s_ == svc]:
@@ -229,6 +235,7 @@ def main():
                 on_script(link, svc, seq, conn, bytes(view[off:off + ln]))
             elif t == T_UNSCRIPT:
                 scripts.pop(svc, None)
+                refused.pop(svc, None)
                 set_nscripts()
                 put(link, T_ACK, 0, svc, 0, seq)
             elif t == T_HELLO:
