@@ -1,6 +1,6 @@
 /* Script stage of nfqworker (issue 16): on a flow of a service with a script, the bytes the
- * regex scan accepted go to scriptworker (fgx/swproto.h, the frames the proxy sends, over one
- * nng pair1 socket per packet thread, polled by the thread's loop) and the packet's verdict
+ * regex scan accepted go to scriptworker's interpreters (fgx/swproto.h, the frames the proxy
+ * sends, over the packet thread's own sockets, polled by its loop) and the packet's verdict
  * waits, as a held out-of-order segment's does, until the script's comes back. Verdicts leave
  * in stream order: a flow's later packets wait behind its earlier held ones. ACCEPT passes the
  * held packets; REJECT resets both ends and drops, as a regex block does; DROP drops them and
