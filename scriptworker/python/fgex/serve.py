@@ -32,7 +32,7 @@ OFF_NSCRIPTS, OFF_FN = 36, 40
 MSG_MAX = (1 << 21) + 65536  # FGX_SW_MSG_MAX
 REPLY_MAX = 65536  # FGX_SW_REPLY_MAX: a thread reads no longer message
 LOG_TEXT_MAX = 8192
-BATCH = 64  # messages read from one thread before its answers go and the others get a turn
+BATCH = 64  # messages read before the answers waiting go, even if more are there
 
 
 class _Out:
@@ -243,6 +243,7 @@ def main():
             off += ln
 
     def drop(link):
+        waiting.discard(link)
         ep.unregister(link.sock.fileno())
         del links[link.sock.fileno()]
         for k in [k for k in conns if k >> 48 == link.no]:
@@ -250,28 +251,48 @@ def main():
         link.sock.close()
 
     def serve(link):
-        for _ in range(BATCH):
-            try:
-                n = link.sock.recv_into(buf, MSG_MAX, socket.MSG_DONTWAIT)
-            except BlockingIOError:
-                break
-            except OSError:
-                n = 0
-            if n == 0:
-                drop(link)
-                return
-            on_message(link, n)
-        flush(link)
-
-    while True:
+        """One message: epoll is level-triggered, so the next waits for the next round. A
+        socket read to its end raises no BlockingIOError this way (an exception, with its
+        strerror, per batch cost more than the poll)."""
         try:
-            events = ep.poll()
+            n = link.sock.recv_into(buf, MSG_MAX)
+        except BlockingIOError:
+            return
+        except OSError:
+            n = 0
+        if n == 0:
+            drop(link)
+            return
+        on_message(link, n)
+        if link.out:
+            waiting.add(link)
+
+    waiting = set()  # links with answers not yet sent
+    lfd = lsock.fileno()
+    since = 0  # messages read since the answers last went
+    while True:
+        # answers go once nothing more is there to read (one message per thread for a batch),
+        # or after BATCH messages: a thread that keeps sending still hears back
+        try:
+            events = ep.poll(0 if waiting else -1)
         except InterruptedError:
             continue
+        if not events or since >= BATCH:
+            for link in waiting:
+                if link.sock.fileno() >= 0:
+                    flush(link)
+            waiting.clear()
+            since = 0
+            if not events:
+                continue
         for fd, _ev in events:
-            if fd == 0:
+            link = links.get(fd)
+            if link is not None:
+                serve(link)
+                since += 1
+            elif fd == 0:
                 return 0  # the parent went
-            if fd == lsock.fileno():
+            elif fd == lfd:
                 while True:
                     try:
                         s, _ = lsock.accept()
@@ -281,11 +302,6 @@ def main():
                     serial[0] = (serial[0] + 1) & 0x7fff
                     links[s.fileno()] = Link(s, serial[0])
                     ep.register(s.fileno(), select.EPOLLIN)
-                continue
-            link = links.get(fd)
-            if link is not None:
-                serve(link)
-
 
 if __name__ == "__main__":
     sys.exit(main())
