@@ -215,7 +215,7 @@ void fgx_swlink_reconnect(struct fgx_swlink *l, const struct fgx_wcfg *cfg)
     l->need = false;
     now = now_ms();
     if (l->ctl < 0) {
-        char p[sizeof(l->path) + 8];
+        char p[sizeof(l->path) + 16];
         unsigned n = 0;
         int fd;
 

@@ -34,7 +34,7 @@ int main(int argc, char **argv)
     struct sw w;
     const char *listen = NULL, *level = "info";
     unsigned procs = SW_PROCS_DEFAULT;
-    char p[sizeof(w.path) + 8];
+    char p[sizeof(w.path) + 16];
     int rv;
 
     memset(&w, 0, sizeof(w));
