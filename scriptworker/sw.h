@@ -20,7 +20,9 @@
 #define SW_PROCS_MAX FGX_SW_PROCS_MAX
 #define SW_STARVED_MAX 20 /* deadlines of wall time a CPU-starved call may take */
 #define SW_LINKS_MAX 1024 /* data-path threads' sockets to the parent */
-#define SW_TICK_MS 10     /* how often the pages are read while files are loaded */
+#define SW_TICK_MS 10       /* how often the pages are read while calls are made */
+#define SW_TICK_IDLE_MS 50  /* ... while files are loaded but nothing was called for a second */
+#define SW_IDLE_AFTER_MS 1000
 #define SW_BACKLOG 256
 
 struct sw_child {
@@ -36,6 +38,8 @@ struct sw_child {
     uint64_t deadline_ms;   /* when that call is too late */
     uint64_t seen_ms, cpu0_ms; /* when it was first seen, and the interpreter's CPU then */
     uint32_t budget_ms;
+    uint32_t calls;         /* the page's counter when last read */
+    uint64_t active_ms;     /* when a call was last seen starting or running */
     uint64_t spawned_ms;
     unsigned restarts;
 };

@@ -75,16 +75,26 @@ static void child_replace(struct sw *w, struct sw_child *c, bool timeout)
         fgx_err("cannot replace an interpreter: its connections get fail-open verdicts");
 }
 
-/* c's page: a call past its deadline replaces c. Returns whether files are loaded there. */
-static bool child_watch(struct sw *w, struct sw_child *c, uint64_t now)
+/* c's page: a call past its deadline replaces c. Returns the tick c needs: SW_TICK_MS while
+ * it is called, SW_TICK_IDLE_MS while it has files, 1000 ms without. An idle box pays
+ * 20 wake-ups a second for a loaded file, not 100; a call that starts while the parent sleeps
+ * is seen within SW_TICK_IDLE_MS, well inside any deadline's check. */
+static int child_watch(struct sw *w, struct sw_child *c, uint64_t now)
 {
     uint64_t start = c->page->start_ns, start_ms;
-    bool loaded = c->page->nscripts > 0;
+    uint32_t calls = c->page->calls;
+    int tick = c->page->nscripts > 0 ? SW_TICK_IDLE_MS : 1000;
     uint64_t cpu;
 
+    if (calls != c->calls || start != 0) {
+        c->calls = calls;
+        c->active_ms = now;
+    }
+    if (now < c->active_ms + SW_IDLE_AFTER_MS)
+        tick = SW_TICK_MS;
     if (start == 0) {
         c->seen_start_ns = 0;
-        return loaded;
+        return tick;
     }
     start_ms = start / 1000000;
     if (start != c->seen_start_ns) {
@@ -95,7 +105,7 @@ static bool child_watch(struct sw *w, struct sw_child *c, uint64_t now)
         c->cpu0_ms = sw_child_cpu_ms(c);
     }
     if (now < c->deadline_ms)
-        return loaded;
+        return tick;
     cpu = sw_child_cpu_ms(c) - c->cpu0_ms;
     /* An interpreter that spent less than half the deadline on the CPU (since this parent saw
      * the call) was waiting for one (a loaded box), not stuck in a loop: it gets more time, up
@@ -103,10 +113,10 @@ static bool child_watch(struct sw *w, struct sw_child *c, uint64_t now)
     if ((cpu * 2 < c->budget_ms || now - c->seen_ms < c->budget_ms / 2) &&
         now < start_ms + (uint64_t)c->budget_ms * SW_STARVED_MAX) {
         c->deadline_ms = now + c->budget_ms / 2 + 1;
-        return loaded;
+        return tick;
     }
     child_replace(w, c, true);
-    return loaded;
+    return SW_TICK_MS;
 }
 
 static void link_close(struct sw *w, unsigned i)
@@ -157,7 +167,7 @@ static void link_read(struct sw *w, unsigned i)
 int sw_loop_run(struct sw *w)
 {
     struct pollfd pfd[1 + SW_LINKS_MAX + SW_PROCS_MAX];
-    bool loaded = false;
+    int tick = 1000;
 
     while (!*w->stop) {
         unsigned nl = w->nlinks, n = 0;
@@ -174,8 +184,8 @@ int sw_loop_run(struct sw *w)
                 c->spawned_ms = sw_now_ms(); /* tried again in a while */
             pfd[n++] = (struct pollfd){.fd = c->pid > 0 ? c->out : -1, .events = POLLIN};
         }
-        /* the pages are read often only while a file is loaded somewhere */
-        rv = poll(pfd, n, loaded ? SW_TICK_MS : 1000);
+        /* the pages are read often only while calls are made (child_watch()) */
+        rv = poll(pfd, n, tick);
         if (rv == -1 && errno != EINTR)
             return -errno;
         if (rv > 0) {
@@ -195,10 +205,13 @@ int sw_loop_run(struct sw *w)
             }
         }
         now = sw_now_ms();
-        loaded = false;
+        tick = 1000;
         for (unsigned i = 0; i < w->nprocs; i++)
-            if (w->child[i].pid > 0)
-                loaded |= child_watch(w, &w->child[i], now);
+            if (w->child[i].pid > 0) {
+                int t = child_watch(w, &w->child[i], now);
+
+                tick = t < tick ? t : tick;
+            }
     }
     return 0;
 }

@@ -80,7 +80,8 @@ struct fgx_sw_page {
     uint64_t link;     /* the waiting thread's link id (its HELLO) */
     uint64_t conn;     /* as that thread numbers it */
     uint32_t seq, service, deadline_ms;
-    uint32_t nscripts; /* files loaded: the parent watches closely only when there are */
+    uint32_t calls;    /* calls started, wrapping: the parent watches closely while it moves */
+    uint32_t nscripts; /* files loaded: the parent reads the page at all only when there are */
     char function[128];
 } __attribute__((packed));
 

@@ -24,11 +24,11 @@ V_ACCEPT, V_REJECT, V_DROP, V_ERROR, V_TIMEOUT = range(5)
 F_FINAL = 1  # VERDICT flag (fgx/swproto.h FGX_SW_VERDICT_FINAL): later chunks need no call
 CODES = {"accept": V_ACCEPT, "reject": V_REJECT, "drop": V_DROP, "error": V_ERROR}
 # fgx_sw_page: start_ns u64, link u64, conn u64, seq u32, service u32, deadline_ms u32,
-# nscripts u32, function char[128]
-PAGE_CALL = struct.Struct("<QQIII")  # link, conn, seq, service, deadline_ms: at offset 8
+# calls u32, nscripts u32, function char[128]
+PAGE_CALL = struct.Struct("<QQIIII")  # link, conn, seq, service, deadline_ms, calls: at 8
 PAGE_START = struct.Struct("<Q")
 PAGE_NSCRIPTS = struct.Struct("<I")
-OFF_NSCRIPTS, OFF_FN = 36, 40
+OFF_NSCRIPTS, OFF_FN = 40, 44
 MSG_MAX = (1 << 21) + 65536  # FGX_SW_MSG_MAX
 REPLY_MAX = 65536  # FGX_SW_REPLY_MAX: a thread reads no longer message
 LOG_TEXT_MAX = 8192
@@ -88,6 +88,7 @@ def main():
     ep.register(lsock.fileno(), select.EPOLLIN)
     ep.register(0, select.EPOLLIN)
     serial = [0]
+    ncalls = [0]
 
     def put(link, t, code, svc, conn, seq, payload=b"", flags=0):
         b = HDR.pack(t, code, flags, svc, conn, seq, len(payload)) + payload
@@ -184,7 +185,8 @@ def main():
             put(link, T_VERDICT, V_ERROR, svc, conn, seq, b"\0no script")
             return
         if page is not None:
-            PAGE_CALL.pack_into(page, 8, link.id, conn, seq, svc, sc[2])
+            ncalls[0] = (ncalls[0] + 1) & 0xffffffff
+            PAGE_CALL.pack_into(page, 8, link.id, conn, seq, svc, sc[2], ncalls[0])
             PAGE_START.pack_into(page, 0, time.monotonic_ns())  # last: the call is named
         try:
             c = ent[1]
