@@ -623,6 +623,10 @@ Test(swlink, verdicts_are_matched_to_their_calls)
     expect_data(py[0], &a);
     expect_data(py[0], &b);
     expect_data(py[1], &c);
+    /* a's verdict from the interpreter that does not judge it: skipped */
+    v[0] = verdict_hdr(&a, FGX_SW_REJECT, 2);
+    peer_sendv(py[1], v, p, 1);
+    cr_assert_eq(fgx_swlink_recv(&lk, &v[0], NULL, NULL), -EAGAIN);
     /* interpreter 0, all in one message: a verdict for a call it never had, a log entry, a's
      * verdict, a's again (answered already), b's */
     unknown = (struct fgx_sw_hdr){.conn = 99, .seq = 12345, .service = 12};
@@ -917,6 +921,80 @@ Test(swlink, scriptworker_gone_every_call_errs_until_it_is_back)
     h = recv_ok(NULL, NULL);
     cr_assert_eq(h.conn, 6);
     cr_assert_eq(h.code, FGX_SW_DROP);
+}
+
+/* The largest frame is one message, with the CLOSEs queued ahead of it; a full socket refuses
+ * a DATA frame (-EAGAIN) without counting it as a call. */
+Test(swlink, the_largest_frame_goes_whole_and_a_full_socket_refuses)
+{
+    static uint8_t big[FGX_SW_MSG_MAX + 1];
+    struct fgx_sw_hdr h, f, calls[64];
+    unsigned n = 0, k, closes = 0;
+    uint8_t *pl = malloc(FGX_SW_MAX_PAYLOAD);
+    size_t off = 0;
+    ssize_t got;
+    int rv;
+
+    cr_assert_not_null(pl);
+    for (size_t i = 0; i < FGX_SW_MAX_PAYLOAD; i++)
+        pl[i] = (uint8_t)(i * 7 + i / 251);
+    ready();
+    /* CLOSEs past the out queue's 16 KiB: the first ones go alone when it is full */
+    for (k = 0; k < 700; k++) {
+        h = (struct fgx_sw_hdr){.type = FGX_SW_CLOSE, .service = 12, .conn = 5000 + k};
+        cr_assert_eq(fgx_swlink_send(&lk, &h, NULL), 0);
+    }
+    h = (struct fgx_sw_hdr){.type = FGX_SW_DATA, .service = 12, .conn = 1, .seq = ++lk.seq,
+                            .len = FGX_SW_MAX_PAYLOAD};
+    cr_assert_eq(fgx_swlink_send(&lk, &h, pl), 0);
+    /* the queue that filled, then the rest and the DATA */
+    for (unsigned m = 0; m < 2; m++) {
+        got = recv(py[0], big, sizeof(big), 0);
+        cr_assert_gt(got, 0);
+        for (off = 0; off < (size_t)got; off += sizeof(f) + f.len) {
+            cr_assert_geq((size_t)got - off, sizeof(f));
+            memcpy(&f, big + off, sizeof(f));
+            if (f.type == FGX_SW_CLOSE) {
+                cr_assert_eq(f.conn, 5000 + closes, "CLOSE out of order");
+                closes++;
+                continue;
+            }
+            cr_assert_eq(m, 1, "the DATA frame in the first message");
+            cr_assert_eq(f.type, FGX_SW_DATA);
+            cr_assert_eq(f.len, FGX_SW_MAX_PAYLOAD);
+            cr_assert_eq(off + sizeof(f) + f.len, (size_t)got, "the DATA frame is not last");
+            cr_assert(memcmp(big + off + sizeof(f), pl, FGX_SW_MAX_PAYLOAD) == 0);
+        }
+        if (m == 0)
+            cr_assert_lt(closes, 700, "all the CLOSEs alone");
+    }
+    cr_assert_eq(closes, 700);
+    peer_none_all();
+    /* nobody reads interpreter 0: its socket fills */
+    for (k = 0; k < 64; k++) {
+        h = (struct fgx_sw_hdr){.type = FGX_SW_DATA, .service = 12, .conn = 10 + k,
+                                .seq = ++lk.seq, .len = FGX_SW_MAX_PAYLOAD};
+        rv = fgx_swlink_send(&lk, &h, pl);
+        if (rv == -EAGAIN)
+            break;
+        cr_assert_eq(rv, 0);
+        calls[n++] = h;
+    }
+    cr_assert_lt(k, 64, "the socket never filled");
+    cr_assert_gt(n, 0);
+    cr_assert_eq(lk.py[0].ncalls, n + 1, "a refused frame counted as a call");
+    /* what went arrives; the refused one does not */
+    for (k = 0; k < n; k++) {
+        got = recv(py[0], big, sizeof(big), 0);
+        cr_assert_eq(got, (ssize_t)(sizeof(f) + FGX_SW_MAX_PAYLOAD));
+        memcpy(&f, big, sizeof(f));
+        cr_assert_eq(f.conn, calls[k].conn);
+    }
+    peer_none(py[0]);
+    /* room again */
+    h = send_data(99, 0);
+    expect_data(py[0], &h);
+    free(pl);
 }
 
 Test(swlink, a_full_calls_ring_refuses_data)
