@@ -28,12 +28,12 @@
 static const char replaced[] = "\0interpreter replaced";
 
 static char dir[64], path[96];
-static unsigned npy;                     /* fake interpreters listening */
-static int lst[FGX_SW_PROCS_MAX], lctl;  /* the listeners PATH.i, PATH */
-static int py[FGX_SW_PROCS_MAX], ctl;    /* the link's connections, accepted */
+static unsigned npy;                    /* fake interpreters listening */
+static int lst[FGX_SW_PROCS_MAX], lctl; /* the listeners PATH.i, PATH */
+static int py[FGX_SW_PROCS_MAX], ctl;   /* the link's connections, accepted */
 static struct fgx_swlink lk;
 static struct fgx_wcfg *cfg;
-static uint8_t mbuf[FGX_SW_REPLY_MAX];  /* the last message a fake peer got */
+static uint8_t mbuf[FGX_SW_REPLY_MAX]; /* the last message a fake peer got */
 
 struct frame {
     struct fgx_sw_hdr h;
@@ -55,8 +55,7 @@ static int listen_at(const char *p)
     cr_assert_geq(fd, 0);
     cr_assert_lt(strlen(p), sizeof(a.sun_path));
     strcpy(a.sun_path, p);
-    cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0, "bind %s: %s", p,
-                 strerror(errno));
+    cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0, "bind %s: %s", p, strerror(errno));
     cr_assert_eq(listen(fd, 8), 0);
     return fd;
 }
@@ -273,10 +272,10 @@ static void make_cfg(void)
     cfg = calloc(1, sizeof(*cfg) + 3 * sizeof(cfg->svc[0]));
     cr_assert_not_null(cfg);
     cfg->nservices = 3;
-    cfg->svc[0] = (struct fgx_wsvc){.id = 11, .script = (uint8_t *)"aa", .script_len = 2,
-                                    .script_deadline_ms = 100};
-    cfg->svc[1] = (struct fgx_wsvc){.id = 12, .script = (uint8_t *)"b\0b", .script_len = 3,
-                                    .script_deadline_ms = 50};
+    cfg->svc[0] = (struct fgx_wsvc){
+        .id = 11, .script = (uint8_t *)"aa", .script_len = 2, .script_deadline_ms = 100};
+    cfg->svc[1] = (struct fgx_wsvc){
+        .id = 12, .script = (uint8_t *)"b\0b", .script_len = 3, .script_deadline_ms = 50};
     cfg->svc[2] = (struct fgx_wsvc){.id = 13}; /* no script */
 }
 
@@ -315,8 +314,8 @@ TestSuite(swlink_procs, .init = setup_cfg_only, .fini = teardown);
 /* A DATA frame of the link: conn, hash, payload "x" */
 static struct fgx_sw_hdr data_hdr(uint64_t conn, uint16_t hash)
 {
-    return (struct fgx_sw_hdr){.type = FGX_SW_DATA, .hash = hash, .service = 12, .conn = conn,
-                               .seq = ++lk.seq, .len = 1};
+    return (struct fgx_sw_hdr){
+        .type = FGX_SW_DATA, .hash = hash, .service = 12, .conn = conn, .seq = ++lk.seq, .len = 1};
 }
 
 static struct fgx_sw_hdr send_data(uint64_t conn, uint16_t hash)
@@ -341,8 +340,12 @@ static void expect_data(int fd, const struct fgx_sw_hdr *h)
 
 static struct fgx_sw_hdr verdict_hdr(const struct fgx_sw_hdr *call, uint8_t code, uint32_t len)
 {
-    return (struct fgx_sw_hdr){.type = FGX_SW_VERDICT, .code = code, .service = call->service,
-                               .conn = call->conn, .seq = call->seq, .len = len};
+    return (struct fgx_sw_hdr){.type = FGX_SW_VERDICT,
+                               .code = code,
+                               .service = call->service,
+                               .conn = call->conn,
+                               .seq = call->seq,
+                               .len = len};
 }
 
 /* The next verdict recv returns must be there already. */
@@ -581,7 +584,7 @@ Test(swlink, recv_returns_verdicts_and_queues_logs)
     h = (struct fgx_sw_hdr){.type = FGX_SW_ACK, .seq = 3};
     peer_send(py[0], &h, NULL); /* an ACK: skipped */
     h = (struct fgx_sw_hdr){.type = FGX_SW_HELLO, .conn = 5};
-    peer_send(py[0], &h, NULL); /* skipped */
+    peer_send(py[0], &h, NULL);                       /* skipped */
     peer_send_raw(py[0], shortmsg, sizeof(shortmsg)); /* shorter than a header: skipped */
     h = verdict_hdr(&call, FGX_SW_REJECT, 9);
     peer_send(py[0], &h, "filt\0why!");
@@ -944,8 +947,8 @@ Test(swlink, the_largest_frame_goes_whole_and_a_full_socket_refuses)
         h = (struct fgx_sw_hdr){.type = FGX_SW_CLOSE, .service = 12, .conn = 5000 + k};
         cr_assert_eq(fgx_swlink_send(&lk, &h, NULL), 0);
     }
-    h = (struct fgx_sw_hdr){.type = FGX_SW_DATA, .service = 12, .conn = 1, .seq = ++lk.seq,
-                            .len = FGX_SW_MAX_PAYLOAD};
+    h = (struct fgx_sw_hdr){
+        .type = FGX_SW_DATA, .service = 12, .conn = 1, .seq = ++lk.seq, .len = FGX_SW_MAX_PAYLOAD};
     cr_assert_eq(fgx_swlink_send(&lk, &h, pl), 0);
     /* the queue that filled, then the rest and the DATA */
     for (unsigned m = 0; m < 2; m++) {
@@ -972,8 +975,11 @@ Test(swlink, the_largest_frame_goes_whole_and_a_full_socket_refuses)
     peer_none_all();
     /* nobody reads interpreter 0: its socket fills */
     for (k = 0; k < 64; k++) {
-        h = (struct fgx_sw_hdr){.type = FGX_SW_DATA, .service = 12, .conn = 10 + k,
-                                .seq = ++lk.seq, .len = FGX_SW_MAX_PAYLOAD};
+        h = (struct fgx_sw_hdr){.type = FGX_SW_DATA,
+                                .service = 12,
+                                .conn = 10 + k,
+                                .seq = ++lk.seq,
+                                .len = FGX_SW_MAX_PAYLOAD};
         rv = fgx_swlink_send(&lk, &h, pl);
         if (rv == -EAGAIN)
             break;
