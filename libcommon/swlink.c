@@ -421,16 +421,22 @@ static bool verdict_take(struct fgx_swlink *l, int from, const struct fgx_sw_hdr
         return false;
     }
     y = &l->py[from];
-    while (y->ncalls > 0) {
-        struct fgx_swlink_call c = y->calls[y->head];
+    /* the oldest call first: an interpreter answers in order, so it is the one */
+    for (uint32_t k = 0; k < y->ncalls; k++) {
+        const struct fgx_swlink_call *c = &y->calls[(y->head + k) % FGX_SWLINK_CALLS];
 
-        y->head = (y->head + 1) % FGX_SWLINK_CALLS;
-        y->ncalls--;
-        if (c.conn == h->conn && c.seq == h->seq)
-            return !c.answered;
-        /* an earlier call never answered: an interpreter answers each in order, so this does
-         * not happen; its sender's own timer decides it */
+        if (c->conn == h->conn && c->seq == h->seq) {
+            bool fresh = !c->answered;
+
+            /* the k calls ahead of it were never answered (this does not happen): their
+             * sender's own timer decides them */
+            y->head = (y->head + k + 1) % FGX_SWLINK_CALLS;
+            y->ncalls -= k + 1;
+            return fresh;
+        }
     }
+    /* a verdict for no call waiting here (a stray, one answered twice): skipped, and the
+     * calls waiting stay, for their own verdicts or the ERROR of a replaced interpreter */
     return false;
 }
 
