@@ -36,7 +36,6 @@ struct fgx_swlink_call {
 struct fgx_swlink_py {
     int fd;     /* -1: down */
     bool fresh; /* connected, not yet sent the files */
-    bool timed_out; /* the parent replaced it past a deadline: no "restart" entry */
     struct fgx_swlink_call *calls; /* FGX_SWLINK_CALLS, a ring */
     uint32_t head, ncalls;
     uint8_t *out; /* frames that need no answer (CLOSE): they go ahead of the next message */
@@ -100,8 +99,9 @@ static inline void fgx_swlink_resend(struct fgx_swlink *l, const struct fgx_wcfg
  * at *payload (*len of them; both may be NULL), valid until the next call or
  * fgx_swlink_release(). On the way, LOG frames go to the process's log queue; ACK, HELLO and
  * short frames are skipped. The calls of an interpreter that went away are answered here, as
- * FGX_SW_ERROR "interpreter replaced" (with a "restart" log entry for the first, unless the
- * parent's TIMEOUT came for it). Returns 0 or -EAGAIN (none waits, or down). */
+ * FGX_SW_ERROR "interpreter replaced", once the parent's socket was read to its end (its
+ * TIMEOUT for the call the interpreter was stuck in, and the log entries: a "timeout" or a
+ * "restart", come from there). Returns 0 or -EAGAIN (none waits, or down). */
 int fgx_swlink_recv(struct fgx_swlink *l, struct fgx_sw_hdr *h, const uint8_t **payload,
                     size_t *len);
 
