@@ -59,9 +59,7 @@ static int spawn(void)
         signal(SIGINT, SIG_DFL);
         signal(SIGCHLD, SIG_DFL);
         close_range(3, ~0u, 0);
-        /* one socket per proxy thread (proxyworker --threads is at most 256, scriptworker
-         * serves 64; threads beyond get fail-open verdicts) */
-        execl(sup.path, sup.path, "--listen", sup.url, "--peers", "64", "--python-dir",
+        execl(sup.path, sup.path, "--listen", sup.url, "--python-dir",
               ctl_script_pydir(), "--procs", procs, "--log-level", sup.log_level,
               (char *)NULL);
         fgx_err("cannot run %s: %s", sup.path, strerror(errno));

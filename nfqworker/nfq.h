@@ -201,7 +201,7 @@ void nfq_match_cookie_verdict(struct nfq_thread *t, uint64_t cookie, bool accept
 
 /* ---- nfq_script.c ---- */
 #define NFQ_SW_FLOWS_DEFAULT 16384u /* --script-flows */
-/* Per thread: the socket to scriptworker (URL-<NFQ_SW_PEER_BASE + idx>), dialled without
+/* Per thread: the sockets to scriptworker's interpreters (fgx/swlink.h), connected without
  * waiting. 0 or -errno; without a URL the scripted services get their fail_open verdict. */
 int nfq_script_thread_init(struct nfq_thread *t, const char *url);
 void nfq_script_thread_release(struct nfq_thread *t);

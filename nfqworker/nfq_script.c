@@ -1,6 +1,6 @@
 /* Script stage of nfqworker (issue 16): on a flow of a service with a script, the bytes the
- * regex scan accepted go to scriptworker (fgx/swproto.h, the frames the proxy sends, over one
- * nng pair1 socket per packet thread, polled by the thread's loop) and the packet's verdict
+ * regex scan accepted go to scriptworker's interpreters (fgx/swproto.h, the frames the proxy
+ * sends, over the packet thread's own sockets, polled by its loop) and the packet's verdict
  * waits, as a held out-of-order segment's does, until the script's comes back. Verdicts leave
  * in stream order: a flow's later packets wait behind its earlier held ones. ACCEPT passes the
  * held packets; REJECT resets both ends and drops, as a regex block does; DROP drops them and
@@ -12,15 +12,12 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "fgx/log.h"
 #include "fgx/swlink.h"
 #include "fgx/swproto.h"
 
-/* scriptworker's sockets URL-0.. are the proxy threads'; the packet threads take theirs from
- * here (controld starts it with 64: threads past 32 have none, and fail_open judges) */
-#define NFQ_SW_PEER_BASE 32
-#define NFQ_SW_PEERS 64
 /* Flows of a thread known to scriptworker at once: --script-flows (NFQ_SW_FLOWS_DEFAULT). A
  * flow's slot is freed when its script verdict becomes final, when both its streams reached
  * their FINs, or (a full table) when it is the one idle longest with nothing waiting; a table
@@ -101,14 +98,8 @@ int nfq_script_thread_init(struct nfq_thread *t, const char *url)
     for (uint32_t i = 0; i < NFQ_SW_HELD; i++)
         sw->pkts[i].next = i + 1 < NFQ_SW_HELD ? (int32_t)(i + 1) : -1;
     sw->free_head = 0;
-    if (NFQ_SW_PEER_BASE + t->idx >= NFQ_SW_PEERS) {
-        fgx_warn("thread %u: no scriptworker socket left for it: its scripted flows get their "
-                 "service's fail_open verdict",
-                 t->idx);
-        return 0;
-    }
-    /* scriptworker's socket URL-<NFQ_SW_PEER_BASE + thread index> */
-    return fgx_swlink_init(&sw->link, url, NFQ_SW_PEER_BASE + t->idx);
+    /* its own sockets to the interpreters (fgx/swproto.h), named by pid and thread */
+    return fgx_swlink_init(&sw->link, url, ((uint64_t)getpid() << 16) | t->idx);
 }
 
 void nfq_script_thread_release(struct nfq_thread *t)

@@ -1,6 +1,6 @@
 /* proxyworker, script filters (issue 16): a side's bytes, for a service with a script, go to
- * scriptworker (fgx/swproto.h, over one nng pair1 socket per thread, read from the thread's
- * event loop) before they are forwarded; the side is not read again until the verdict is
+ * scriptworker's interpreters (fgx/swproto.h, fgx/swlink.h: a socket per thread and
+ * interpreter, read from the thread's event loop) before they are forwarded; the side is not read again until the verdict is
  * back. ACCEPT forwards them; REJECT resets both sides as a regex block does; DROP keeps the
  * connection open and discards everything either side sends from then on (a black hole, as
  * Firegex's DROP: nothing tells the peers); an exception, a call past the deadline or no
@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <event2/event.h>
 
@@ -171,9 +172,9 @@ int px_script_thread_init(struct px_thread *t, const char *url)
     sw->slot = calloc(PX_SW_SLOTS, sizeof(*sw->slot));
     if (!sw->slot)
         return -ENOMEM;
-    /* its own socket there: URL-<thread index> (scriptworker/sw.h); no URL: no scriptworker,
-     * scripted services get their fail-open verdict */
-    rv = fgx_swlink_init(&sw->link, url, t->idx);
+    /* its own sockets to the interpreters (fgx/swproto.h); no URL: no scriptworker, scripted
+     * services get their fail-open verdict */
+    rv = fgx_swlink_init(&sw->link, url, ((uint64_t)getpid() << 16) | t->idx);
     if (rv != 0 || !sw->link.up)
         return rv;
     sw->rev = event_new(t->base, sw->link.fd, EV_READ | EV_PERSIST, on_readable, t);

@@ -1,20 +1,20 @@
 /* scriptworker: runs the services' Python filter files (sw.h). Options:
- *   --listen URL        where data-path workers dial it: URL-0 .. URL-(N-1), one nng pair1
- *                       socket per data-path thread
- *   --peers N           how many (default 16)
+ *   --listen ipc://PATH its sockets (fgx/swproto.h): PATH.0 .. PATH.(N-1), one per
+ *                       interpreter, and PATH, its own
  *   --procs N           Python interpreters (default 2)
  *   --python-dir DIR    the fgex package (scriptworker/python)
  *   --log-level LEVEL */
 #include "sw.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <nng/protocol/pair1/pair.h>
 #include <stdbool.h>
+#include <unistd.h>
 
 #include "fgx/log.h"
 #include "fgx/wctl.h"
@@ -23,7 +23,7 @@ static int stop_flag;
 
 static int usage(void)
 {
-    (void)fputs("usage: scriptworker --listen URL --python-dir DIR [--procs N] [--peers N] "
+    (void)fputs("usage: scriptworker --listen ipc://PATH --python-dir DIR [--procs N] "
                 "[--log-level LEVEL]\n",
                 stderr);
     return 2;
@@ -33,7 +33,8 @@ int main(int argc, char **argv)
 {
     struct sw w;
     const char *listen = NULL, *level = "info";
-    unsigned procs = SW_PROCS_DEFAULT, peers = SW_PEERS_DEFAULT;
+    unsigned procs = SW_PROCS_DEFAULT;
+    char p[sizeof(w.path) + 16];
     int rv;
 
     memset(&w, 0, sizeof(w));
@@ -44,10 +45,7 @@ int main(int argc, char **argv)
             w.pydir = argv[++i];
         else if (i + 1 < argc && strcmp(argv[i], "--log-level") == 0)
             level = argv[++i];
-        else if (i + 1 < argc && strcmp(argv[i], "--peers") == 0) {
-            if (fgx_wctl_parse_uint(argv[++i], 1, SW_PEERS_MAX, &peers) < 0)
-                return usage();
-        } else if (i + 1 < argc && strcmp(argv[i], "--procs") == 0) {
+        else if (i + 1 < argc && strcmp(argv[i], "--procs") == 0) {
             if (fgx_wctl_parse_uint(argv[++i], 1, SW_PROCS_MAX, &procs) < 0)
                 return usage();
         } else
@@ -67,39 +65,48 @@ int main(int argc, char **argv)
     w.nprocs = procs;
     for (unsigned i = 0; i < procs; i++)
         w.child[i].in = w.child[i].out = w.child[i].page_fd = -1;
-    w.npeers = peers;
-    for (unsigned i = 0; i < peers; i++) {
-        char url[4200];
-
-        (void)snprintf(url, sizeof(url), "%s-%u", listen, i);
-        rv = nng_pair1_open(&w.socks[i]);
-        if (rv == 0)
-            rv = nng_socket_set_int(w.socks[i], NNG_OPT_SENDBUF, 8192);
-        if (rv == 0)
-            rv = nng_socket_set_int(w.socks[i], NNG_OPT_RECVBUF, 8192);
-        if (rv == 0)
-            rv = nng_socket_set_ms(w.socks[i], NNG_OPT_SENDTIMEO, SW_SEND_MS);
-        if (rv == 0)
-            rv = nng_listen(w.socks[i], url, NULL, 0);
-        if (rv == 0)
-            rv = nng_socket_get_int(w.socks[i], NNG_OPT_RECVFD, &w.recv_fds[i]);
-        if (rv != 0) {
-            fgx_err("cannot listen on %s: %s", url, nng_strerror(rv));
+    w.ctl = -1;
+    if (strncmp(listen, "ipc://", 6) == 0)
+        listen += 6;
+    if (strlen(listen) + 4 > sizeof(w.path)) {
+        fgx_err("%s: too long for a socket path", listen);
+        return 1;
+    }
+    (void)snprintf(w.path, sizeof(w.path), "%s", listen);
+    /* a thread that finds PATH counts the interpreters' sockets: PATH goes last, and what an
+     * earlier scriptworker left is removed first */
+    (void)unlink(w.path);
+    for (unsigned i = 0; i < SW_PROCS_MAX; i++) {
+        (void)snprintf(p, sizeof(p), "%s.%u", w.path, i);
+        (void)unlink(p);
+    }
+    for (unsigned i = 0; i < procs; i++) {
+        (void)snprintf(p, sizeof(p), "%s.%u", w.path, i);
+        w.child[i].lfd = sw_listen(p);
+        if (w.child[i].lfd < 0) {
+            fgx_err("cannot listen on %s: %s", p, strerror(-w.child[i].lfd));
             return 1;
         }
+        if (sw_child_spawn(&w, &w.child[i]) < 0)
+            w.child[i].spawned_ms = sw_now_ms(); /* the loop tries again */
     }
-    fgx_info("listening on %s-0..%u with %u Python interpreter(s)", listen, peers - 1, procs);
+    w.ctl = sw_listen(w.path);
+    if (w.ctl < 0) {
+        fgx_err("cannot listen on %s: %s", w.path, strerror(-w.ctl));
+        return 1;
+    }
+    (void)fcntl(w.ctl, F_SETFL, O_NONBLOCK);
+    fgx_info("listening on %s with %u Python interpreter(s)", w.path, procs);
     rv = sw_loop_run(&w);
     for (unsigned i = 0; i < procs; i++) {
-        /* the buffers outlive an interpreter (kept for the next one): freed here */
         sw_child_kill(&w.child[i]);
-        free(w.child[i].wbuf);
-        free(w.child[i].rbuf);
+        close(w.child[i].lfd);
+        (void)snprintf(p, sizeof(p), "%s.%u", w.path, i);
+        (void)unlink(p);
     }
-    for (size_t i = 0; i < w.nscripts; i++)
-        free(w.scripts[i].frame);
-    free(w.scripts);
-    for (unsigned i = 0; i < peers; i++)
-        nng_close(w.socks[i]);
+    for (unsigned i = 0; i < w.nlinks; i++)
+        close(w.links[i].fd);
+    close(w.ctl);
+    (void)unlink(w.path);
     return rv < 0 ? 1 : 0;
 }

@@ -1,5 +1,4 @@
-/* scriptworker, its Python interpreters: start one, write frames to it without ever blocking
- * (a stuck interpreter must not stop the parent from noticing), kill it. */
+/* scriptworker, its Python interpreters: start one on its listening socket, kill it. */
 #include "sw.h"
 
 #include <errno.h>
@@ -9,6 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -16,6 +18,8 @@
 #include "fgx/log.h"
 
 #define SW_PYTHON "/usr/bin/python3"
+
+_Static_assert(sizeof(struct fgx_sw_page) <= FGX_SW_PAGE, "the page holds its fields");
 
 uint64_t sw_now_ms(void)
 {
@@ -25,39 +29,64 @@ uint64_t sw_now_ms(void)
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
+int sw_listen(const char *path)
+{
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    int fd, e;
+
+    if (strlen(path) >= sizeof(a.sun_path))
+        return -ENAMETOOLONG;
+    memcpy(a.sun_path, path, strlen(path) + 1);
+    fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    if (fd == -1)
+        return -errno;
+    (void)unlink(path);
+    if (bind(fd, (struct sockaddr *)&a, sizeof(a)) == -1 || listen(fd, SW_BACKLOG) == -1) {
+        e = -errno;
+        close(fd);
+        return e;
+    }
+    return fd;
+}
+
 int sw_child_spawn(struct sw *w, struct sw_child *c)
 {
     static const char prog[] = "import sys; sys.path.insert(0, sys.argv[1]); "
                                "import fgex.serve as s; sys.exit(s.main())";
     int to[2] = {-1, -1}, from[2] = {-1, -1}, rv;
-    pid_t pid;
+    pid_t parent = getpid(), pid;
+    void *page;
 
     c->page_fd = memfd_create("fgex-sw-page", MFD_CLOEXEC);
-    if (c->page_fd == -1 || ftruncate(c->page_fd, SW_PAGE) == -1)
+    if (c->page_fd == -1 || ftruncate(c->page_fd, FGX_SW_PAGE) == -1)
         goto err;
-    c->page = mmap(NULL, SW_PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, c->page_fd, 0);
-    if (c->page == MAP_FAILED) {
-        c->page = NULL;
+    page = mmap(NULL, FGX_SW_PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, c->page_fd, 0);
+    if (page == MAP_FAILED)
         goto err;
-    }
-    memset(c->page, 0, SW_PAGE);
+    memset(page, 0, FGX_SW_PAGE);
+    c->page = page;
     if (pipe2(to, O_CLOEXEC) == -1 || pipe2(from, O_CLOEXEC) == -1)
         goto err;
-    /* room for many frames before a slow interpreter makes us buffer */
-    (void)fcntl(to[1], F_SETPIPE_SZ, 1 << 20);
-    (void)fcntl(from[1], F_SETPIPE_SZ, 1 << 20);
     pid = fork();
     if (pid == -1)
         goto err;
     if (pid == 0) {
         sigset_t none;
 
+        /* an interpreter stuck in a loop reads no stdin: it goes with us all the same */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent)
+            _exit(1);
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);
         signal(SIGPIPE, SIG_DFL);
+        /* out of the way first: either may be 3 or 4 itself */
+        int pg = fcntl(c->page_fd, F_DUPFD_CLOEXEC, 10), ls = fcntl(c->lfd, F_DUPFD_CLOEXEC, 10);
+
         (void)dup2(to[0], 0);
         (void)dup2(from[1], 1);
-        (void)dup2(c->page_fd, 3);
+        (void)dup2(pg, 3);
+        (void)dup2(ls, 4);
         execl(SW_PYTHON, "python3", "-I", "-c", prog, w->pydir, (char *)NULL);
         _exit(127);
     }
@@ -67,21 +96,10 @@ int sw_child_spawn(struct sw *w, struct sw_child *c)
     c->cpu_clock_ok = clock_getcpuclockid(pid, &c->cpu_clock) == 0;
     c->in = to[1];
     c->out = from[0];
-    (void)fcntl(c->in, F_SETFL, O_NONBLOCK);
     (void)fcntl(c->out, F_SETFL, O_NONBLOCK);
-    c->wlen = c->rlen = 0;
-    c->qhead = c->qlen = 0;
-    c->ready = false;
-    /* every file it must know, before any connection */
-    for (size_t i = 0; i < w->nscripts; i++) {
-        const struct sw_script *s = &w->scripts[i];
-
-        rv = sw_child_queue(c, (const struct fgx_sw_hdr *)s->frame,
-                            s->frame + sizeof(struct fgx_sw_hdr));
-        if (rv < 0)
-            return rv;
-    }
-    return sw_child_flush(c);
+    c->seen_start_ns = 0;
+    c->spawned_ms = sw_now_ms();
+    return 0;
 err:
     rv = -errno;
     fgx_err("cannot start a Python interpreter: %s", strerror(errno));
@@ -91,6 +109,7 @@ err:
         if (from[i] != -1)
             close(from[i]);
     }
+    sw_child_kill(c);
     return rv ? rv : -EIO;
 }
 
@@ -108,73 +127,19 @@ void sw_child_kill(struct sw_child *c)
         close(c->out);
     c->in = c->out = -1;
     if (c->page)
-        munmap(c->page, SW_PAGE);
+        munmap((void *)c->page, FGX_SW_PAGE);
     c->page = NULL;
     if (c->page_fd != -1)
         close(c->page_fd);
     c->page_fd = -1;
-    c->wlen = c->rlen = 0;
-}
-
-int sw_child_queue(struct sw_child *c, const struct fgx_sw_hdr *h, const void *payload)
-{
-    size_t need = c->wlen + sizeof(*h) + h->len;
-
-    if (need > c->wcap) {
-        size_t cap = c->wcap ? c->wcap : 65536;
-        uint8_t *grown;
-
-        while (cap < need)
-            cap *= 2;
-        if (cap > (64u << 20))
-            return -ENOBUFS; /* an interpreter this far behind is as good as stuck */
-        grown = realloc(c->wbuf, cap);
-        if (!grown)
-            return -ENOMEM;
-        c->wbuf = grown;
-        c->wcap = cap;
-    }
-    memcpy(c->wbuf + c->wlen, h, sizeof(*h));
-    if (h->len)
-        memcpy(c->wbuf + c->wlen + sizeof(*h), payload, h->len);
-    c->wlen = need;
-    return 0;
-}
-
-int sw_child_flush(struct sw_child *c)
-{
-    while (c->wlen > 0) {
-        ssize_t n = write(c->in, c->wbuf, c->wlen);
-
-        if (n == -1) {
-            if (errno == EAGAIN || errno == EINTR)
-                return 0;
-            return -errno;
-        }
-        memmove(c->wbuf, c->wbuf + n, c->wlen - (size_t)n);
-        c->wlen -= (size_t)n;
-    }
-    return 0;
-}
-
-void sw_child_head_start(struct sw_child *c)
-{
-    struct sw_call *call;
-
-    if (!c->qlen || !c->ready)
-        return;
-    call = &c->q[c->qhead];
-    call->started_ms = sw_now_ms();
-    call->deadline_ms = call->started_ms + call->budget_ms;
-    call->cpu0_ms = sw_child_cpu_ms(c);
 }
 
 uint64_t sw_child_cpu_ms(const struct sw_child *c)
 {
     struct timespec ts;
 
-    /* Read at every call's start: one clock_gettime() on the interpreter's CPU clock (Linux
-     * lets a process read another's), not an open, read, parse and close of /proc/PID/stat. */
+    /* one clock_gettime() on the interpreter's CPU clock (Linux lets a process read
+     * another's), not an open, read, parse and close of /proc/PID/stat */
     if (c->cpu_clock_ok && clock_gettime(c->cpu_clock, &ts) == 0)
         return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
     return 0;

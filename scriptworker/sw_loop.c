@@ -1,7 +1,7 @@
-/* scriptworker, the loop: frames from the data-path workers (nng) to the interpreters, their
- * verdicts and logs back, each call's deadline watched; an interpreter past it, or dead, is
- * replaced, and the calls it held are answered (TIMEOUT for the one it was running, ERROR for
- * those behind it: their connections' state went with it). */
+/* scriptworker, the loop: the data-path threads' sockets to this parent (they say who they
+ * are, and hear of a call that went past its deadline), the interpreters' pages watched for
+ * such a call, and an interpreter past it, or dead, replaced. The frames of the data path
+ * never pass through here. */
 #include "sw.h"
 
 #include <errno.h>
@@ -9,363 +9,209 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "fgx/log.h"
 
-static void peer_send(struct sw *w, uint32_t pipe, const struct fgx_sw_hdr *h, const void *p)
+/* To the thread whose link id is id, without waiting (a few hundred bytes: its socket has
+ * room, or it is not reading and its own timer decides). */
+static void link_send(struct sw *w, uint64_t id, const struct fgx_sw_hdr *h1, const void *p1,
+                      const struct fgx_sw_hdr *h2, const void *p2)
 {
-    nng_msg *m;
+    struct iovec iov[4] = {{(void *)h1, sizeof(*h1)}, {(void *)p1, h1->len}};
+    struct msghdr mh = {.msg_iov = iov, .msg_iovlen = 2};
 
-    if (pipe >= w->npeers || nng_msg_alloc(&m, 0) != 0)
-        return;
-    if (nng_msg_append(m, h, sizeof(*h)) != 0 || (h->len && nng_msg_append(m, p, h->len) != 0)) {
-        nng_msg_free(m);
-        return;
+    if (h2 != NULL) {
+        iov[2] = (struct iovec){(void *)h2, sizeof(*h2)};
+        iov[3] = (struct iovec){(void *)p2, h2->len};
+        mh.msg_iovlen = 4;
     }
-    /* pair1 in polyamorous mode drops what a pipe's short queue cannot take at once: wait for
-     * it a little (NNG_OPT_SENDTIMEO, SW_SEND_MS) rather than lose a verdict; a peer that does
-     * not read for that long gets its own timeout (fail_open) */
-    if (nng_sendmsg(w->socks[pipe], m, 0) != 0) {
-        nng_msg_free(m);
-        w->send_lost++;
-    }
+    for (unsigned i = 0; i < w->nlinks; i++)
+        if (w->links[i].id == id) {
+            if (sendmsg(w->links[i].fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL) == -1)
+                fgx_warn("cannot tell a data-path thread of a replaced interpreter: %s",
+                         strerror(errno));
+            return;
+        }
 }
 
-static void verdict(struct sw *w, const struct sw_call *call, uint8_t code, uint16_t flags,
-                    const char *fn, const char *detail)
-{
-    char buf[512];
-    int n = snprintf(buf, sizeof(buf), "%s%c%s", fn ? fn : "", 0, detail ? detail : "");
-    struct fgx_sw_hdr h = {.type = FGX_SW_VERDICT,
-                           .code = code,
-                           .hash = flags,
-                           .service = call->service,
-                           .conn = call->conn,
-                           .seq = call->seq,
-                           .len = (uint32_t)(n < (int)sizeof(buf) ? n : (int)sizeof(buf) - 1)};
-
-    peer_send(w, call->pipe, &h, buf);
-}
-
-static void log_send(struct sw *w, uint32_t pipe, uint32_t service, const char *kind,
-                     const char *fn, const char *text)
-{
-    char buf[1024];
-    int n = snprintf(buf, sizeof(buf), "%s%c%s%c%s", kind, 0, fn ? fn : "", 0, text);
-    struct fgx_sw_hdr h = {.type = FGX_SW_LOG,
-                           .service = service,
-                           .len = (uint32_t)(n < (int)sizeof(buf) ? n : (int)sizeof(buf) - 1)};
-
-    peer_send(w, pipe, &h, buf);
-}
-
-static struct sw_script *script_find(struct sw *w, uint32_t service)
-{
-    for (size_t i = 0; i < w->nscripts; i++)
-        if (w->scripts[i].service == service)
-            return &w->scripts[i];
-    return NULL;
-}
-
-/* Kill c, answer what it held, start a new one. why: "timeout" or "died". */
+/* Kill c, tell the thread whose call it was running, start a new one. The thread answers
+ * its other calls to c itself (ERROR) when c's socket ends. */
 static void child_replace(struct sw *w, struct sw_child *c, bool timeout)
 {
-    char fn[128] = "";
-    uint32_t svc = 0;
+    struct fgx_sw_page pg = {0};
+    char fn[sizeof(pg.function) + 1], logb[512], vb[sizeof(fn) + 32];
 
-    if (c->page) {
-        char page[SW_PAGE];
+    if (c->page != NULL)
+        memcpy(&pg, (const void *)c->page, sizeof(pg));
+    (void)snprintf(fn, sizeof(fn), "%.*s", (int)sizeof(pg.function), pg.function);
+    if (pg.start_ns != 0) {
+        const char *text = timeout ? "the call did not return within the deadline: its verdict "
+                                     "is the service's fail-open choice; the interpreter was "
+                                     "replaced"
+                                   : "the Python interpreter died; it was replaced";
+        int ln = snprintf(logb, sizeof(logb), "%s%c%s%c%s", timeout ? "timeout" : "restart", 0, fn,
+                          0, text);
+        int vn = snprintf(vb, sizeof(vb), "%s%c%s", fn, 0, "past the deadline");
+        struct fgx_sw_hdr lh = {.type = FGX_SW_LOG,
+                                .service = pg.service,
+                                .len = (uint32_t)(ln < (int)sizeof(logb) ? ln : 0)};
+        struct fgx_sw_hdr vh = {.type = FGX_SW_VERDICT,
+                                .code = FGX_SW_TIMEOUT,
+                                .service = pg.service,
+                                .conn = pg.conn,
+                                .seq = pg.seq,
+                                .len = (uint32_t)(vn < (int)sizeof(vb) ? vn : 0)};
 
-        memcpy(page, c->page, SW_PAGE);
-        page[SW_PAGE - 1] = '\0';
-        svc = (uint32_t)strtoul(page, NULL, 10);
-        (void)snprintf(fn, sizeof(fn), "%s", page + strlen(page) + 1);
+        /* the log first: whoever waits for the verdict finds the reason already there; both
+         * before the kill, so the thread reads them before its socket to c ends */
+        link_send(w, pg.link, &lh, logb, timeout ? &vh : NULL, vb);
     }
     sw_child_kill(c);
-    for (size_t i = 0; i < c->qlen; i++) {
-        const struct sw_call *call = &c->q[(c->qhead + i) % SW_QMAX];
-
-        if (i == 0 && timeout) {
-            /* the log first: whoever waits for the verdict finds the reason already there */
-            log_send(w, call->pipe, call->service, "timeout", fn,
-                     "the call did not return within the deadline: its verdict is the "
-                     "service's fail-open choice; the interpreter was replaced");
-            verdict(w, call, FGX_SW_TIMEOUT, 0, fn, "past the deadline");
-        } else {
-            verdict(w, call, FGX_SW_ERROR, 0, "", "interpreter replaced");
-        }
-        if (i == 0 && !timeout)
-            log_send(w, call->pipe, call->service, "restart", fn,
-                     "the Python interpreter died; it was replaced");
-    }
-    (void)svc;
-    c->qlen = c->qhead = 0;
     c->restarts++;
     if (sw_child_spawn(w, c) < 0)
         fgx_err("cannot replace an interpreter: its connections get fail-open verdicts");
 }
 
-static void on_child_frame(struct sw *w, struct sw_child *c, const struct fgx_sw_hdr *h,
-                           const uint8_t *p)
+/* c's page: a call past its deadline replaces c. Returns the tick c needs: SW_TICK_MS while
+ * it is called, SW_TICK_IDLE_MS while it has files, 1000 ms without. An idle box pays
+ * 20 wake-ups a second for a loaded file, not 100; a call that starts while the parent sleeps
+ * is seen within SW_TICK_IDLE_MS, well inside any deadline's check. */
+static int child_watch(struct sw *w, struct sw_child *c, uint64_t now)
 {
-    if (h->type == FGX_SW_VERDICT) {
-        struct sw_call call;
-        const char *fn = (const char *)p;
-        size_t fl = strnlen(fn, h->len);
-        char fname[128], detail[256];
+    uint64_t start = c->page->start_ns, start_ms;
+    uint32_t calls = c->page->calls;
+    int tick = c->page->nscripts > 0 ? SW_TICK_IDLE_MS : 1000;
+    uint64_t cpu;
 
-        if (c->qlen == 0)
-            return;
-        call = c->q[c->qhead];
-        c->qhead = (c->qhead + 1) % SW_QMAX;
-        c->qlen--;
-        sw_child_head_start(c);
-        (void)snprintf(fname, sizeof(fname), "%.*s", (int)fl, fn);
-        (void)snprintf(detail, sizeof(detail), "%.*s", fl < h->len ? (int)(h->len - fl - 1) : 0,
-                       fl < h->len ? fn + fl + 1 : "");
-        /* the interpreter's flags (FGX_SW_VERDICT_FINAL) go on as they are */
-        verdict(w, &call, h->code, h->hash, fname, detail);
-    } else if (h->type == FGX_SW_LOG) {
-        struct fgx_sw_hdr out = *h;
-        const struct sw_script *s = script_find(w, h->service);
-        uint32_t pipe = c->qlen ? c->q[c->qhead].pipe : s ? s->pipe : w->last_pipe;
-
-        out.conn = 0;
-        peer_send(w, pipe, &out, p);
+    if (calls != c->calls || start != 0) {
+        c->calls = calls;
+        c->active_ms = now;
     }
-    /* ACK of seq 0: the interpreter is ready. Of a file: the parent acknowledged it when it
-     * gave it to every interpreter. */
-    if (h->type == FGX_SW_ACK && h->seq == 0 && h->service == 0 && !c->ready) {
-        c->ready = true;
-        sw_child_head_start(c);
+    if (now < c->active_ms + SW_IDLE_AFTER_MS)
+        tick = SW_TICK_MS;
+    if (start == 0) {
+        c->seen_start_ns = 0;
+        return tick;
     }
+    start_ms = start / 1000000;
+    if (start != c->seen_start_ns) {
+        c->seen_start_ns = start;
+        c->seen_ms = now;
+        c->budget_ms = c->page->deadline_ms ? c->page->deadline_ms : 100;
+        c->deadline_ms = start_ms + c->budget_ms;
+        c->cpu0_ms = sw_child_cpu_ms(c);
+    }
+    if (now < c->deadline_ms)
+        return tick;
+    cpu = sw_child_cpu_ms(c) - c->cpu0_ms;
+    /* An interpreter that spent less than half the deadline on the CPU (since this parent saw
+     * the call) was waiting for one (a loaded box), not stuck in a loop: it gets more time, up
+     * to SW_STARVED_MAX deadlines of wall time. */
+    if ((cpu * 2 < c->budget_ms || now - c->seen_ms < c->budget_ms / 2) &&
+        now < start_ms + (uint64_t)c->budget_ms * SW_STARVED_MAX) {
+        c->deadline_ms = now + c->budget_ms / 2 + 1;
+        return tick;
+    }
+    child_replace(w, c, true);
+    return SW_TICK_MS;
 }
 
-/* Read what c wrote; whole frames are handled. Returns -1 when c is gone (EOF, error). */
-static int child_read(struct sw *w, struct sw_child *c)
+static void link_close(struct sw *w, unsigned i)
+{
+    close(w->links[i].fd);
+    w->links[i] = w->links[--w->nlinks];
+}
+
+static void links_accept(struct sw *w)
 {
     for (;;) {
-        ssize_t n;
+        int fd = accept4(w->ctl, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 
-        if (c->rcap - c->rlen < 65536) {
-            size_t cap = c->rcap ? c->rcap * 2 : 131072;
-            uint8_t *g = realloc(c->rbuf, cap);
-
-            if (!g)
-                return -1;
-            c->rbuf = g;
-            c->rcap = cap;
-        }
-        n = read(c->out, c->rbuf + c->rlen, c->rcap - c->rlen);
-        if (n == 0)
-            return -1;
-        if (n == -1)
-            return errno == EAGAIN || errno == EINTR ? 0 : -1;
-        c->rlen += (size_t)n;
-        for (;;) {
-            struct fgx_sw_hdr h;
-
-            if (c->rlen < sizeof(h))
-                break;
-            memcpy(&h, c->rbuf, sizeof(h));
-            if (h.len > FGX_SW_MAX_PAYLOAD)
-                return -1;
-            if (c->rlen < sizeof(h) + h.len)
-                break;
-            on_child_frame(w, c, &h, c->rbuf + sizeof(h));
-            memmove(c->rbuf, c->rbuf + sizeof(h) + h.len, c->rlen - sizeof(h) - h.len);
-            c->rlen -= sizeof(h) + h.len;
-        }
-    }
-}
-
-static int script_store(struct sw *w, uint32_t pipe, const struct fgx_sw_hdr *h, const void *p)
-{
-    struct sw_script *s = script_find(w, h->service);
-    uint8_t *frame = malloc(sizeof(*h) + h->len);
-
-    if (!frame)
-        return -ENOMEM;
-    memcpy(frame, h, sizeof(*h));
-    memcpy(frame + sizeof(*h), p, h->len);
-    if (!s) {
-        struct sw_script *g = realloc(w->scripts, (w->nscripts + 1) * sizeof(*g));
-
-        if (!g) {
-            free(frame);
-            return -ENOMEM;
-        }
-        w->scripts = g;
-        s = &w->scripts[w->nscripts++];
-        memset(s, 0, sizeof(*s));
-    }
-    free(s->frame);
-    s->service = h->service;
-    s->deadline_ms = h->conn ? (uint32_t)h->conn : 100;
-    s->pipe = pipe;
-    s->frame = frame;
-    s->len = sizeof(*h) + h->len;
-    return 0;
-}
-
-static void script_drop(struct sw *w, uint32_t service)
-{
-    struct sw_script *s = script_find(w, service);
-
-    if (!s)
-        return;
-    free(s->frame);
-    *s = w->scripts[--w->nscripts];
-}
-
-static void on_peer_frame(struct sw *w, uint32_t pipe, struct fgx_sw_hdr *h, const uint8_t *p)
-{
-    struct fgx_sw_hdr ack = {.type = FGX_SW_ACK, .service = h->service, .seq = h->seq};
-    struct sw_child *c = &w->child[h->hash % w->nprocs];
-    uint64_t conn = h->conn;
-
-    w->last_pipe = pipe;
-    switch (h->type) {
-    case FGX_SW_SCRIPT:
-    case FGX_SW_UNSCRIPT:
-        if (h->type == FGX_SW_SCRIPT) {
-            const struct sw_script *old = script_find(w, h->service);
-
-            /* each sender gives the same file: the interpreters hear of it once, and the
-             * connections already under it keep their state */
-            if (old && old->len == sizeof(*h) + h->len && old->deadline_ms == (uint32_t)h->conn &&
-                memcmp(old->frame + sizeof(*h), p, h->len) == 0) {
-                peer_send(w, pipe, &ack, NULL);
-                return;
-            }
-            if (script_store(w, pipe, h, p) < 0)
-                ack.code = 1;
-        } else {
-            script_drop(w, h->service);
-        }
-        /* every interpreter reads its frames in order: once this is in every queue, no
-         * later connection can meet the old file */
-        for (unsigned i = 0; i < w->nprocs; i++)
-            if (w->child[i].pid > 0 && (sw_child_queue(&w->child[i], h, p) < 0 ||
-                                        sw_child_flush(&w->child[i]) < 0))
-                child_replace(w, &w->child[i], false);
-        peer_send(w, pipe, &ack, NULL);
-        return;
-    case FGX_SW_OPEN:
-    case FGX_SW_CLOSE:
-    case FGX_SW_DATA:
-        break;
-    default:
-        return;
-    }
-    /* connections of two senders never share a number in the interpreters */
-    h->conn = conn ^ ((uint64_t)pipe << 48);
-    if (h->type == FGX_SW_DATA) {
-        const struct sw_script *s = script_find(w, h->service);
-        struct sw_call call = {.pipe = pipe, .conn = conn, .seq = h->seq, .service = h->service};
-
-        if (c->pid <= 0 || c->qlen == SW_QMAX || !s) {
-            verdict(w, &call, FGX_SW_ERROR, 0, "", c->qlen == SW_QMAX ? "overload" : "no script");
+        if (fd == -1)
             return;
+        if (w->nlinks == SW_LINKS_MAX) {
+            fgx_warn("more than %d data-path threads: one is not told of timeouts",
+                     SW_LINKS_MAX);
+            close(fd);
+            continue;
         }
-        call.budget_ms = s->deadline_ms;
-        call.deadline_ms = UINT64_MAX;
-        c->q[(c->qhead + c->qlen) % SW_QMAX] = call;
-        c->qlen++;
-        if (c->qlen == 1)
-            sw_child_head_start(c);
+        w->links[w->nlinks++] = (struct sw_link){.fd = fd};
     }
-    if (c->pid > 0 && (sw_child_queue(c, h, p) < 0 || sw_child_flush(c) < 0))
-        child_replace(w, c, false);
 }
 
-static void peer_read(struct sw *w, unsigned peer)
+/* What a thread says here: its HELLO, or that it went. */
+static void link_read(struct sw *w, unsigned i)
 {
     for (;;) {
-        nng_msg *m;
+        uint8_t buf[256];
         struct fgx_sw_hdr h;
-        size_t len;
+        ssize_t n = recv(w->links[i].fd, buf, sizeof(buf), MSG_DONTWAIT);
 
-        if (nng_recvmsg(w->socks[peer], &m, NNG_FLAG_NONBLOCK) != 0)
+        if (n == -1 && (errno == EAGAIN || errno == EINTR))
             return;
-        len = nng_msg_len(m);
-        if (len >= sizeof(h)) {
-            memcpy(&h, nng_msg_body(m), sizeof(h));
-            if (h.len == len - sizeof(h))
-                on_peer_frame(w, peer, &h,
-                              (const uint8_t *)nng_msg_body(m) + sizeof(h));
+        if (n <= 0) {
+            link_close(w, i);
+            return;
         }
-        nng_msg_free(m);
+        if ((size_t)n >= sizeof(h)) {
+            memcpy(&h, buf, sizeof(h));
+            if (h.type == FGX_SW_HELLO)
+                w->links[i].id = h.conn;
+        }
     }
 }
 
 int sw_loop_run(struct sw *w)
 {
-    struct pollfd pfd[SW_PEERS_MAX + SW_PROCS_MAX];
-    const unsigned np = w->npeers;
+    struct pollfd pfd[1 + SW_LINKS_MAX + SW_PROCS_MAX];
+    int tick = 1000;
 
     while (!*w->stop) {
-        uint64_t now = sw_now_ms(), next = now + 1000;
-        int timeout, n;
+        unsigned nl = w->nlinks, n = 0;
+        uint64_t now;
+        int rv;
 
-        bool pending = false;
-
-        for (unsigned i = 0; i < np; i++)
-            pfd[i] = (struct pollfd){.fd = w->recv_fds[i], .events = POLLIN};
+        pfd[n++] = (struct pollfd){.fd = w->ctl, .events = POLLIN};
+        for (unsigned i = 0; i < nl; i++)
+            pfd[n++] = (struct pollfd){.fd = w->links[i].fd, .events = POLLIN};
         for (unsigned i = 0; i < w->nprocs; i++) {
             struct sw_child *c = &w->child[i];
 
-            if (c->pid <= 0 && sw_child_spawn(w, c) < 0) {
-                pfd[np + i] = (struct pollfd){.fd = -1};
-                continue;
-            }
-            pfd[np + i] = (struct pollfd){.fd = c->out, .events = POLLIN};
-            if (c->wlen)
-                (void)sw_child_flush(c);
-            pending |= c->wlen > 0;
-            if (c->qlen && c->q[c->qhead].deadline_ms < next)
-                next = c->q[c->qhead].deadline_ms;
+            if (c->pid <= 0 && sw_now_ms() >= c->spawned_ms + 100 && sw_child_spawn(w, c) < 0)
+                c->spawned_ms = sw_now_ms(); /* tried again in a while */
+            pfd[n++] = (struct pollfd){.fd = c->pid > 0 ? c->out : -1, .events = POLLIN};
         }
-        timeout = next > now ? (int)(next - now) : 0;
-        if (timeout > 0 && pending)
-            timeout = 1; /* something waits for a pipe to take it */
-        n = poll(pfd, np + w->nprocs, timeout);
-        if (n == -1 && errno != EINTR)
+        /* the pages are read often only while calls are made (child_watch()) */
+        rv = poll(pfd, n, tick);
+        if (rv == -1 && errno != EINTR)
             return -errno;
-        for (unsigned i = 0; n > 0 && i < np; i++)
-            if (pfd[i].revents & POLLIN)
-                peer_read(w, i);
-        for (unsigned i = 0; i < w->nprocs; i++)
-            if (pfd[np + i].fd != -1 && (pfd[np + i].revents & (POLLIN | POLLHUP | POLLERR)) &&
-                child_read(w, &w->child[i]) < 0)
-                child_replace(w, &w->child[i], false);
-        now = sw_now_ms();
-        for (unsigned i = 0; i < w->nprocs; i++) {
-            struct sw_child *c = &w->child[i];
+        if (rv > 0) {
+            for (unsigned i = nl; i-- > 0;)
+                if (pfd[1 + i].revents)
+                    link_read(w, i);
+            if (pfd[0].revents & POLLIN)
+                links_accept(w);
+            for (unsigned i = 0; i < w->nprocs; i++) {
+                struct sw_child *c = &w->child[i];
+                uint8_t b[64];
 
-            if (c->pid > 0 && c->qlen && c->q[c->qhead].deadline_ms <= now) {
-                /* its answer may be on the way: read once more before the verdict */
-                if (child_read(w, c) < 0) {
+                /* it writes nothing: readable means it ended */
+                if (c->pid > 0 && pfd[1 + nl + i].revents &&
+                    (read(c->out, b, sizeof(b)) == 0 || (errno != EAGAIN && errno != EINTR)))
                     child_replace(w, c, false);
-                    continue;
-                }
-                if (c->qlen && c->q[c->qhead].deadline_ms <= now) {
-                    struct sw_call *call = &c->q[c->qhead];
-                    uint64_t cpu = sw_child_cpu_ms(c) - call->cpu0_ms;
-
-                    /* An interpreter that spent less than half the deadline on the CPU was
-                     * waiting for one (a loaded box), not stuck in a loop: it gets more time,
-                     * up to SW_STARVED_MAX deadlines of wall time. */
-                    if (cpu * 2 < call->budget_ms &&
-                        now < call->started_ms + (uint64_t)call->budget_ms * SW_STARVED_MAX) {
-                        call->deadline_ms = now + call->budget_ms / 2 + 1;
-                        continue;
-                    }
-                    child_replace(w, c, true);
-                }
             }
         }
+        now = sw_now_ms();
+        tick = 1000;
+        for (unsigned i = 0; i < w->nprocs; i++)
+            if (w->child[i].pid > 0) {
+                int t = child_watch(w, &w->child[i], now);
+
+                tick = t < tick ? t : tick;
+            }
     }
     return 0;
 }

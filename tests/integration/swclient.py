@@ -1,58 +1,111 @@
-"""A data-path worker's side of scriptworker's frames (fgx/swproto.h), for tests: nng pair1
-through ctypes on Debian's libnng, so a test drives the real scriptworker without a proxy."""
-import ctypes
+"""A data-path thread's side of scriptworker's frames (fgx/swproto.h), for tests: its
+sockets straight to each interpreter (PATH.i) and to the parent (PATH), as libcommon/swlink.c
+has them, so a test drives the real scriptworker without a proxy."""
+import os
+import select
+import socket
 import struct
 import time
 
 HDR = struct.Struct("<BBHIQII")
-(T_SCRIPT, T_UNSCRIPT, T_OPEN, T_DATA, T_CLOSE, T_VERDICT, T_LOG, T_ACK) = range(1, 9)
+(T_SCRIPT, T_UNSCRIPT, T_OPEN, T_DATA, T_CLOSE, T_VERDICT, T_LOG, T_ACK, T_HELLO) = range(1, 10)
 VERDICTS = {0: "accept", 1: "reject", 2: "drop", 3: "error", 4: "timeout"}
-
-_nng = ctypes.CDLL("libnng.so.1")
-
-
-class _Sock(ctypes.Structure):
-    _fields_ = [("id", ctypes.c_uint32)]
-
-
-_nng.nng_strerror.restype = ctypes.c_char_p
 
 
 class SwClient:
-    def __init__(self, url, timeout_ms=5000):
-        self.s = _Sock()
+    def __init__(self, url, timeout_ms=5000, link_id=0x5157):
+        self.path = url[6:] if url.startswith("ipc://") else url
         self.timeout_ms = timeout_ms
-        rc = _nng.nng_pair1_open(ctypes.byref(self.s))
-        if rc == 0:
-            rc = _nng.nng_socket_set_ms(self.s, b"recv-timeout", ctypes.c_int32(timeout_ms))
+        self.id = link_id
         deadline = time.monotonic() + 5
-        while rc == 0:
-            rc = _nng.nng_dial(self.s, (url + "-0").encode(), None, 0)
-            if rc == 0 or time.monotonic() > deadline:
+        while True:
+            try:
+                self.ctl = self._connect(self.path)
                 break
-            rc = 0
-            time.sleep(0.05)
-        if rc != 0:
-            raise OSError("nng: %s" % _nng.nng_strerror(rc).decode())
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+        n = 0
+        while os.path.exists("%s.%d" % (self.path, n)):
+            n += 1
+        self.py = [self._connect("%s.%d" % (self.path, i)) for i in range(n)]
         self.seq = 0
         self.logs = []
+        self.files = []  # SCRIPT payloads, for an interpreter connected again
+        self.frames = []  # read, not yet taken
+        self.pending = [[] for _ in self.py]  # DATA sent to each, not yet answered
+
+    def _connect(self, path):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        s.connect(path)
+        s.send(HDR.pack(T_HELLO, 0, 0, 0, self.id, 0, 0))
+        return s
+
+    def _py(self, hash_):
+        i = hash_ % len(self.py)
+        if self.py[i] is None:
+            # it was replaced: a new socket, and every file again first
+            self.py[i] = self._connect("%s.%d" % (self.path, i))
+            for svc, conn, seq, payload in self.files:
+                self.py[i].send(HDR.pack(T_SCRIPT, 0, 0, svc, conn, seq, len(payload)) + payload)
+        return self.py[i]
 
     def send(self, t, service, conn=0, code=0, hash_=0, seq=0, payload=b""):
         b = HDR.pack(t, code, hash_, service, conn, seq, len(payload)) + payload
-        rc = _nng.nng_send(self.s, ctypes.c_char_p(b), ctypes.c_size_t(len(b)), 0)
-        if rc != 0:
-            raise OSError("nng send: %s" % _nng.nng_strerror(rc).decode())
+        if t in (T_SCRIPT, T_UNSCRIPT):
+            for i in range(len(self.py)):
+                self._py(i).send(b)
+        else:
+            i = hash_ % len(self.py)
+            try:
+                self._py(hash_).send(b)
+            except OSError:
+                pass  # replaced meanwhile: answered below, as a data-path thread does
+            if t == T_DATA:
+                self.pending[i].append((service, conn, seq))
 
-    def recv(self):
-        buf = ctypes.c_void_p()
-        sz = ctypes.c_size_t()
-        rc = _nng.nng_recv(self.s, ctypes.byref(buf), ctypes.byref(sz), 1)  # NNG_FLAG_ALLOC
-        if rc != 0:
-            raise TimeoutError("nng recv: %s" % _nng.nng_strerror(rc).decode())
-        data = ctypes.string_at(buf, sz.value)
-        _nng.nng_free(buf, sz)
-        h = HDR.unpack(data[:HDR.size])
-        return h, data[HDR.size:]
+    def recv(self, timeout_ms=None):
+        """The next frame from any socket: ((type, code, flags, service, conn, seq, len),
+        payload)."""
+        deadline = time.monotonic() + (timeout_ms or self.timeout_ms) / 1000.0
+        while not self.frames:
+            socks = [self.ctl] + [s for s in self.py if s is not None]
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("no frame from scriptworker")
+            r, _, _ = select.select(socks, [], [], left)
+            # the parent's socket first: its TIMEOUT comes before an interpreter's end
+            for s in sorted(r, key=lambda x: x is not self.ctl):
+                try:
+                    m = s.recv(1 << 22)
+                except ConnectionResetError:
+                    m = b""
+                if not m:
+                    if s is self.ctl:
+                        raise OSError("scriptworker went")
+                    # an interpreter replaced: its unanswered calls are errors (libcommon/swlink.c)
+                    i = self.py.index(s)
+                    self.py[i] = None
+                    s.close()
+                    for svc, conn, seq in self.pending[i]:
+                        if not any(f[0][0] == T_VERDICT and f[0][4] == conn and f[0][5] == seq
+                                   for f in self.frames):
+                            self.frames.append(((T_VERDICT, 3, 0, svc, conn, seq, 21),
+                                                b"\0interpreter replaced"))
+                    self.pending[i] = []
+                    continue
+                src = self.py.index(s) if s in self.py else -1
+                off = 0
+                while off + HDR.size <= len(m):
+                    h = HDR.unpack_from(m, off)
+                    self.frames.append((h, m[off + HDR.size:off + HDR.size + h[6]]))
+                    off += HDR.size + h[6]
+                    if h[0] == T_VERDICT:  # from the parent: a TIMEOUT of any of them
+                        for k in ([src] if src >= 0 else range(len(self.py))):
+                            self.pending[k] = [x for x in self.pending[k]
+                                               if (x[1], x[2]) != (h[4], h[5])]
+        return self.frames.pop(0)
 
     def wait(self, t, seq=None):
         """The next frame of type t (and seq); logs met on the way are kept in self.logs."""
@@ -72,10 +125,14 @@ class SwClient:
         for d in disabled:
             pl += struct.pack("<H", len(d)) + d.encode()
         self.seq += 1
-        self.send(T_SCRIPT, service, conn=deadline_ms, seq=self.seq,
-                  payload=pl + source.encode())
-        h, _ = self.wait(T_ACK, self.seq)
-        return h[1] == 0
+        payload = pl + source.encode()
+        self.files.append((service, deadline_ms, self.seq, payload))
+        self.send(T_SCRIPT, service, conn=deadline_ms, seq=self.seq, payload=payload)
+        ok = True
+        for _ in self.py:  # each interpreter loads it
+            h, _ = self.wait(T_ACK, self.seq)
+            ok = ok and h[1] == 0
+        return ok
 
     def open(self, service, conn, hash_=0):
         self.send(T_OPEN, service, conn=conn, hash_=hash_)
@@ -91,26 +148,16 @@ class SwClient:
 
     def drain(self, quiet_ms=300):
         """Take every frame still coming (logs are kept) until none came for quiet_ms."""
-        _nng.nng_socket_set_ms(self.s, b"recv-timeout", ctypes.c_int32(quiet_ms))
-        try:
-            while True:
-                try:
-                    h, p = self.recv()
-                except TimeoutError:
-                    return
-                if h[0] == T_LOG:
-                    kind, fn, text = p.split(b"\0", 2)
-                    self.logs.append((h[3], kind.decode(), fn.decode(), text.decode()))
-        finally:
-            _nng.nng_socket_set_ms(self.s, b"recv-timeout", ctypes.c_int32(self.timeout_ms))
+        while True:
+            try:
+                h, p = self.recv(quiet_ms)
+            except TimeoutError:
+                return
+            if h[0] == T_LOG:
+                kind, fn, text = p.split(b"\0", 2)
+                self.logs.append((h[3], kind.decode(), fn.decode(), text.decode()))
 
     def close(self):
-        # Debian 12's libnng (1.5.2) can hang in nng_close() for good when it closes an ipc
-        # pipe while a message is arriving on it: the pipe's receive callback, having read a
-        # frame's length, posts the read of its body after the close began, that read never
-        # completes and the pipe is never reaped (the race nng fixed for its tcp transport
-        # after 1.5.2, #1636). scriptworker sends a "block" log entry after a REJECT's verdict,
-        # so a test that closes right after reading that verdict can meet it in flight (the
-        # sanitizer build, slower, met it most). Closing once nothing comes any more cannot.
-        self.drain()
-        _nng.nng_close(self.s)
+        for s in [self.ctl] + self.py:
+            if s is not None:
+                s.close()

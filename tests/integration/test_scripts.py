@@ -337,7 +337,7 @@ def f(r: HttpRequest):
 
 @test
 def scriptworker_verdicts_and_isolation(env):
-    """The real scriptworker, driven over nng as a data-path worker drives it: verdicts,
+    """The real scriptworker, driven over its sockets as a data-path thread drives it: verdicts,
     per-connection globals, an exception (traceback in the log), an endless loop (timeout,
     the function named, the interpreter replaced, its connections' state lost), and the
     other interpreter's connections unharmed."""

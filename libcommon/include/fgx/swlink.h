@@ -1,9 +1,11 @@
-/* A data-path worker's link to scriptworker (issue 16): the one nng pair1 socket a packet or
- * proxy thread has to it, the frames of fgx/swproto.h over it, the service files it was sent
- * and scriptworker's log entries until STATS takes them. nfqworker and proxyworker share it;
- * what a verdict does to a packet or a connection stays in each worker. Embedded in the
- * thread's script state (_init/_release): sending is one call, no allocation beyond nng's
- * message. */
+/* A data-path thread's link to scriptworker (issue 16): its sockets straight to each Python
+ * interpreter and to scriptworker's parent (fgx/swproto.h), the frames over them, the service
+ * files the interpreters were sent and their log entries until STATS takes them. nfqworker and
+ * proxyworker share it; what a verdict does to a packet or a connection stays in each worker.
+ * Embedded in the thread's script state (_init/_release). No thread of its own and no
+ * allocation per frame: a DATA frame is one send(2) to the interpreter that judges its
+ * connection, its VERDICT one recv(2) from the thread's own event loop (fd: an epoll set of
+ * the sockets). */
 #ifndef FGX_SWLINK_H
 #define FGX_SWLINK_H
 
@@ -11,62 +13,95 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include <nng/nng.h>
-
 #include "fgx/dp.h"
 #include "fgx/swproto.h"
 #include "fgx/wcfg.h"
 
-/* A service's file as scriptworker has it: sent again only when this changes. */
+/* A service's file as the interpreters have it: sent again only when this changes. */
 struct fgx_swlink_sent {
     uint32_t id;
     uint64_t hash; /* of the file and its deadline */
 };
 
-struct fgx_swlink {
-    nng_socket sock;
-    bool up; /* dialled: false without a URL (or a socket), every send is then -ENOTCONN */
-    int fd;  /* readable while a frame waits: the thread's loop polls it; -1 when not up */
-    /* the last frame's seq: SCRIPT and DATA frames number on one counter, so a verdict's seq
-     * names one frame of this link */
-    uint32_t seq;
-    struct fgx_swlink_sent *sent;
-    size_t nsent;
-    int resend;   /* __atomic: set on nng's thread when a (new) scriptworker connected */
-    nng_msg *msg; /* the frame fgx_swlink_recv() returned last, freed by the next call */
+/* A DATA frame sent, its VERDICT not yet read: an interpreter answers in order, so the oldest
+ * is at the head; what a replaced interpreter leaves unanswered gets an ERROR from here. */
+struct fgx_swlink_call {
+    uint64_t conn;
+    uint32_t seq, service;
+    bool answered; /* the parent's TIMEOUT came for it first */
 };
 
-/* Dial URL-peer (scriptworker listens on one socket per sender: scriptworker/sw.h) without
- * blocking: nng redials while scriptworker starts or restarts. url NULL or empty: l stays down
- * and 0. Returns 0 or -errno (-EIO: nng refused, logged); fgx_swlink_release() either way. */
-int fgx_swlink_init(struct fgx_swlink *l, const char *url, unsigned peer);
+#define FGX_SWLINK_CALLS 4096 /* per interpreter: past it a DATA frame is refused (-EAGAIN) */
+
+struct fgx_swlink_py {
+    int fd;     /* -1: down */
+    bool fresh; /* connected, not yet sent the files */
+    struct fgx_swlink_call *calls; /* FGX_SWLINK_CALLS, a ring */
+    uint32_t head, ncalls;
+    uint8_t *out; /* frames that need no answer (CLOSE): they go ahead of the next message */
+    size_t outlen;
+};
+
+struct fgx_swlink {
+    bool up; /* configured (a URL): false, every send is -ENOTCONN */
+    int fd;  /* epoll set of the sockets: readable while a frame waits; -1 when not up */
+    uint32_t seq; /* SCRIPT and DATA frames number on one counter */
+    char path[108];
+    uint64_t id;   /* this thread's link id (HELLO) */
+    int ctl;       /* scriptworker's parent; -1: down */
+    unsigned nprocs; /* interpreters, counted when ctl connected */
+    struct fgx_swlink_py py[FGX_SW_PROCS_MAX];
+    bool need;        /* something is down or fresh: fgx_swlink_resend() has work */
+    uint64_t retry_ms; /* the next connection attempt */
+    struct fgx_swlink_sent *sent;
+    size_t nsent;
+    /* receiving: the message being read, from which socket (-1: ctl), where in it */
+    uint8_t *rbuf;
+    size_t rlen, roff;
+    int rfrom;
+    int dying;  /* an interpreter whose socket ended: its calls are answered ERROR, -1: none */
+    bool ctl_drained; /* ... once the parent's socket was read to the end (its TIMEOUT first) */
+    int ready[FGX_SW_PROCS_MAX + 1]; /* sockets epoll said are readable (-1: ctl) */
+    unsigned nready;
+    uint8_t synth[sizeof(struct fgx_sw_hdr) + 32]; /* a verdict made here */
+};
+
+/* Connect to scriptworker at URL (ipc://PATH, fgx/swproto.h) without waiting; while it is not
+ * there, sending is refused and the connection is tried again (at most every 100 ms) before
+ * later DATA frames. id: the thread's link id (unique among the threads of all workers). url
+ * NULL or empty: l stays down and 0. Returns 0 or -errno; fgx_swlink_release() either way. */
+int fgx_swlink_init(struct fgx_swlink *l, const char *url, uint64_t id);
 void fgx_swlink_release(struct fgx_swlink *l);
 
-/* One frame, the header then h->len bytes of p, without waiting. 0, -ENOTCONN (down), -ENOMEM,
- * or -EAGAIN (nng's queue full or no peer: logged, rate-limited). */
+/* One frame, without waiting: DATA, OPEN, CLOSE to the interpreter of h->hash; SCRIPT and
+ * UNSCRIPT to every interpreter. A CLOSE waits for the next message to that interpreter. 0,
+ * -ENOTCONN (down), -ENOMEM, or -EAGAIN (its socket or its calls full: logged, rate-limited). */
 int fgx_swlink_send(struct fgx_swlink *l, const struct fgx_sw_hdr *h, const void *p);
 
-/* A new ruleset generation: SCRIPT for every service whose file (or deadline) scriptworker
- * does not have, UNSCRIPT for those that have none any more. Ahead of any DATA under it, on the
- * same ordered pipe. One allocation per generation, none when down. */
+/* A new ruleset generation: SCRIPT for every service whose file (or deadline) the interpreters
+ * do not have, UNSCRIPT for those that have none any more. Ahead of any DATA under it, on the
+ * same ordered sockets. One allocation per generation, none when down. */
 void fgx_swlink_switch(struct fgx_swlink *l, const struct fgx_wcfg *cfg);
 
-/* Before a DATA frame: a scriptworker that (re)connected has no file, it gets them all again.
- * Inline: the common case on the packet path is one atomic load. */
+/* fgx_swlink_resend()'s slow path. */
+void fgx_swlink_reconnect(struct fgx_swlink *l, const struct fgx_wcfg *cfg);
+
+/* Before a DATA frame: a socket down is connected again (rate-limited), and an interpreter
+ * newly connected (a replaced one, a restarted scriptworker) gets every file first. Inline:
+ * the common case on the packet path is one test. */
 static inline void fgx_swlink_resend(struct fgx_swlink *l, const struct fgx_wcfg *cfg)
 {
-    if (__atomic_load_n(&l->resend, __ATOMIC_ACQUIRE)) {
-        __atomic_store_n(&l->resend, 0, __ATOMIC_RELAXED);
-        l->nsent = 0;
-        fgx_swlink_switch(l, cfg);
-    }
+    if (l->need)
+        fgx_swlink_reconnect(l, cfg);
 }
 
-/* The next VERDICT frame from scriptworker, without waiting: its header in *h, the bytes after
- * it ("function\0detail") at *payload (*len of them; both may be NULL), valid until the next
- * call or fgx_swlink_release() (the message is kept rather than copied). On the way, LOG
- * frames go to the process's log queue; other frames (ACK) and ones shorter than a header are
- * skipped: no sender acts on them. Returns 0 or -EAGAIN (none waits, or down). */
+/* The next VERDICT, without waiting: its header in *h, the bytes after it ("function\0detail")
+ * at *payload (*len of them; both may be NULL), valid until the next call or
+ * fgx_swlink_release(). On the way, LOG frames go to the process's log queue; ACK, HELLO and
+ * short frames are skipped. The calls of an interpreter that went away are answered here, as
+ * FGX_SW_ERROR "interpreter replaced", once the parent's socket was read to its end (its
+ * TIMEOUT for the call the interpreter was stuck in, and the log entries: a "timeout" or a
+ * "restart", come from there). Returns 0 or -EAGAIN (none waits, or down). */
 int fgx_swlink_recv(struct fgx_swlink *l, struct fgx_sw_hdr *h, const uint8_t **payload,
                     size_t *len);
 

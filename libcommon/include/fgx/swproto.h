@@ -1,8 +1,20 @@
-/* The script worker's frames (issue 16): what a data-path worker (proxyworker, nfqworker)
- * sends scriptworker over nng (pair1; scriptworker listens polyamorous and answers the pipe a
- * frame came from) and what scriptworker's C parent sends its Python children over a pipe
- * (scriptworker/python/fgex/serve.py reads the same header). Little-endian, packed: the
- * header, then len bytes. Plain bytes rather than protobuf: one frame per chunk of a stream. */
+/* The script worker's frames (issue 16), between a data-path thread (proxyworker, nfqworker:
+ * libcommon/swlink.c) and scriptworker's Python interpreters (scriptworker/python/fgex/serve.py)
+ * directly, with no process in between: plain AF_UNIX SOCK_SEQPACKET sockets, one per thread
+ * and interpreter, read from the thread's own event loop. A message holds one or more frames;
+ * a frame is the header, little-endian and packed, then len bytes. Plain bytes rather than
+ * protobuf: one frame per chunk of a stream.
+ *
+ * The sockets, for scriptworker --listen ipc://PATH:
+ *   PATH.0 .. PATH.(N-1)  one listener per interpreter (N: scriptworker --procs), made by the
+ *                         C parent and kept across the interpreters it replaces; a connection
+ *                         is judged there by the interpreter, in the order its frames came
+ *   PATH                  the C parent itself, bound last (so once it answers every PATH.i
+ *                         exists): it sends a thread nothing but what a replaced interpreter
+ *                         can no longer say (a TIMEOUT verdict and its log entry)
+ * A thread's first frame on each of its sockets is HELLO with its link id in conn: what the
+ * parent's TIMEOUT is addressed by. On one interpreter socket, VERDICTs come in the order of
+ * the DATA frames they answer. */
 #ifndef FGX_SWPROTO_H
 #define FGX_SWPROTO_H
 
@@ -22,6 +34,7 @@ enum fgx_sw_type {
     FGX_SW_LOG = 7,     /* payload "kind\0function\0text" (kind: exception, timeout, print,
                          * restart) */
     FGX_SW_ACK = 8,     /* SCRIPT / UNSCRIPT loaded (code 0) or refused (1), seq echoed */
+    FGX_SW_HELLO = 9,   /* a thread's first frame on a socket: conn its link id */
 };
 
 enum fgx_sw_verdict {
@@ -51,5 +64,25 @@ struct fgx_sw_hdr {
 } __attribute__((packed));
 
 #define FGX_SW_MAX_PAYLOAD (1u << 21)
+/* one message from a thread: a frame of the largest payload, and the small frames queued
+ * ahead of it (CLOSE); the interpreters' messages are far shorter (FGX_SW_REPLY_MAX) */
+#define FGX_SW_MSG_MAX (FGX_SW_MAX_PAYLOAD + 65536)
+#define FGX_SW_REPLY_MAX 65536
+#define FGX_SW_PROCS_MAX 16
+
+/* The page an interpreter shares with scriptworker's parent (a memfd of FGX_SW_PAGE bytes):
+ * what it is running, so that the parent can see a call past its deadline, replace the
+ * interpreter and address the TIMEOUT to the thread that waits. The interpreter writes start_ns
+ * last when a call starts, and zero when it ends. */
+#define FGX_SW_PAGE 256
+struct fgx_sw_page {
+    uint64_t start_ns; /* CLOCK_MONOTONIC of the call's start; 0: no call runs */
+    uint64_t link;     /* the waiting thread's link id (its HELLO) */
+    uint64_t conn;     /* as that thread numbers it */
+    uint32_t seq, service, deadline_ms;
+    uint32_t calls;    /* calls started, wrapping: the parent watches closely while it moves */
+    uint32_t nscripts; /* files loaded: the parent reads the page at all only when there are */
+    char function[128];
+} __attribute__((packed));
 
 #endif

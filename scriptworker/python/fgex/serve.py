@@ -1,22 +1,38 @@
-"""The interpreter side of scriptworker: one Python process, fed by its C parent over a pipe.
-stdin carries frames from the parent, stdout frames back; fd 3 is a small shared page where
-the function being called is written before each call, so that a parent that had to kill this
-process past the deadline knows whose timeout it was.
+"""The interpreter side of scriptworker: one Python process, its C parent's child. The
+data-path threads connect to it directly (fgx/swproto.h): fd 4 is its listening
+SOCK_SEQPACKET socket (the parent's, kept across the interpreters it replaces), each thread a
+socket of its own, read as messages of one or more frames and answered in order, one message
+per batch. fd 3 is a small shared page (fgx_sw_page) naming the call being run, so that a
+parent that has to kill this process past the deadline knows whose call it was. stdin is the
+parent's life: it ends, this ends.
 
-A frame is a header (scriptworker/sw_proto.h: type u8, code u8, flags u16, service u32,
-conn u64, seq u32, len u32, little-endian) and len bytes."""
+A frame is a header (type u8, code u8, flags u16, service u32, conn u64, seq u32, len u32,
+little-endian) and len bytes."""
 import io
 import mmap
 import os
+import select
+import socket
 import struct
 import sys
+import time
 import traceback
 
 HDR = struct.Struct("<BBHIQII")
-(T_SCRIPT, T_UNSCRIPT, T_OPEN, T_DATA, T_CLOSE, T_VERDICT, T_LOG, T_ACK) = range(1, 9)
+(T_SCRIPT, T_UNSCRIPT, T_OPEN, T_DATA, T_CLOSE, T_VERDICT, T_LOG, T_ACK, T_HELLO) = range(1, 10)
 V_ACCEPT, V_REJECT, V_DROP, V_ERROR, V_TIMEOUT = range(5)
 F_FINAL = 1  # VERDICT flag (fgx/swproto.h FGX_SW_VERDICT_FINAL): later chunks need no call
 CODES = {"accept": V_ACCEPT, "reject": V_REJECT, "drop": V_DROP, "error": V_ERROR}
+# fgx_sw_page: start_ns u64, link u64, conn u64, seq u32, service u32, deadline_ms u32,
+# calls u32, nscripts u32, function char[128]
+PAGE_CALL = struct.Struct("<QQIIII")  # link, conn, seq, service, deadline_ms, calls: at 8
+PAGE_START = struct.Struct("<Q")
+PAGE_NSCRIPTS = struct.Struct("<I")
+OFF_NSCRIPTS, OFF_FN = 40, 44
+MSG_MAX = (1 << 21) + 65536  # FGX_SW_MSG_MAX
+REPLY_MAX = 65536  # FGX_SW_REPLY_MAX: a thread reads no longer message
+LOG_TEXT_MAX = 8192
+BATCH = 64  # messages read before the answers waiting go, even if more are there
 
 
 class _Out:
@@ -39,114 +55,255 @@ class _Out:
         return v
 
 
+class Link:
+    """One data-path thread's socket: its id (HELLO), its number here, what goes back."""
+
+    def __init__(self, sock, no):
+        self.sock = sock
+        self.no = no
+        self.id = 0
+        self.out = []
+        self.outlen = 0
+
+
 def main():
-    rfd = sys.stdin.buffer
-    wfd = os.fdopen(os.dup(1), "wb", buffering=0)
     cap = _Out()
     sys.stdout = sys.stderr = cap  # a script's prints become log entries, never frames
     try:
-        cur = mmap.mmap(3, 256)
+        page = mmap.mmap(3, 256)
     except (OSError, ValueError):
-        cur = None
+        page = None
+    lsock = socket.socket(fileno=4)
+    lsock.setblocking(False)
     from fgex.engine import Conn, Script, ScriptError
     import fgex.engine as engine
 
-    scripts = {}  # service id -> Script
-    conns = {}    # conn id -> (service id, Conn)
+    scripts = {}   # service id -> (Script, payload it came from, deadline ms)
+    refused = {}   # service id -> (payload, deadline ms) of a file that did not load
+    conns = {}     # (link no << 48) ^ conn -> (service id, Conn or is_ipv6 until its first chunk)
+    links = {}     # fd -> Link
+    buf = bytearray(MSG_MAX)
+    view = memoryview(buf)
+    ep = select.epoll()
+    ep.register(lsock.fileno(), select.EPOLLIN)
+    ep.register(0, select.EPOLLIN)
+    serial = [0]
+    ncalls = [0]
 
-    pending = []  # frames of one call's answer: written together, one write, one wake-up
+    def put(link, t, code, svc, conn, seq, payload=b"", flags=0):
+        b = HDR.pack(t, code, flags, svc, conn, seq, len(payload)) + payload
+        if link.outlen + len(b) > REPLY_MAX:
+            flush(link)
+        link.out.append(b)
+        link.outlen += len(b)
 
-    def send(t, code, svc, conn, seq, payload=b"", flags=0):
-        pending.append(HDR.pack(t, code, flags, svc, conn, seq, len(payload)) + payload)
-        if t != T_LOG:  # a verdict or an ack ends an answer (its logs went first)
-            wfd.write(b"".join(pending))
-            del pending[:]
+    def flush(link):
+        if not link.out:
+            return
+        data = b"".join(link.out)
+        link.out = []
+        link.outlen = 0
+        try:
+            link.sock.send(data)
+        except BlockingIOError:
+            # a thread that lags: a little wait, then its own timers decide
+            select.select([], [link.sock], [], 0.2)
+            try:
+                link.sock.send(data)
+            except OSError:
+                pass
+        except OSError:
+            pass  # it went: its socket's end is read next
 
-    def log(svc, kind, fn, text):
-        send(T_LOG, 0, svc, 0, 0, b"%s\0%s\0%s" % (kind.encode(), fn.encode(),
-                                                   text.encode("utf-8", "replace")))
+    def log(link, svc, kind, fn, text):
+        t = text.encode("utf-8", "replace")
+        if len(t) > LOG_TEXT_MAX:
+            t = t[:LOG_TEXT_MAX // 2] + b"\n...\n" + t[-LOG_TEXT_MAX // 2:]
+        put(link, T_LOG, 0, svc, 0, 0, b"%s\0%s\0%s" % (kind.encode(), fn.encode(), t))
 
-    def mark(svc, fn):
-        if cur is not None:
-            b = ("%d\0%s\0" % (svc, fn)).encode()[:255]
-            cur[0:len(b)] = b
+    def mark_fn(fn):
+        if page is not None:
+            b = fn.encode()[:126] + b"\0"
+            page[OFF_FN:OFF_FN + len(b)] = b
 
     # the engine calls each function through here, so the page names it while it runs
     orig_call_all = engine.Conn._call_all
 
     def call_all(self, name, func, args):
-        mark(self.fgx_svc, name)
+        mark_fn(name)
         return orig_call_all(self, name, func, args)
 
     engine.Conn._call_all = call_all
-    send(T_ACK, 0, 0, 0, 0)  # ready: the parent starts its calls' clocks from now
 
-    while True:
-        h = rfd.read(HDR.size)
-        if len(h) < HDR.size:
-            return 0
-        t, code, _fl, svc, conn, seq, ln = HDR.unpack(h)
-        payload = rfd.read(ln) if ln else b""
-        if t == T_SCRIPT:
-            # payload: u16 count of disabled names, each u16 len + name, then the source
-            n = struct.unpack_from("<H", payload, 0)[0]
-            off, off_names = 2, []
-            for _ in range(n):
-                k = struct.unpack_from("<H", payload, off)[0]
-                off_names.append(payload[off + 2:off + 2 + k].decode())
-                off += 2 + k
-            try:
-                scripts[svc] = Script(payload[off:].decode("utf-8", "replace"),
-                                      "service-%d.py" % svc, off_names)
-                send(T_ACK, 0, svc, 0, seq)
-            except ScriptError as e:
-                log(svc, "exception", "", "the file did not load: line %d: %s" % (e.line,
-                                                                                  e.reason))
-                scripts.pop(svc, None)
-                send(T_ACK, 1, svc, 0, seq)
-            for cid in [k for k, (s_, _) in conns.items() if s_ == svc]:
-                del conns[cid]  # open connections keep no state of the old file
-        elif t == T_UNSCRIPT:
+    def set_nscripts():
+        if page is not None:
+            PAGE_NSCRIPTS.pack_into(page, OFF_NSCRIPTS, len(scripts))
+
+    def on_script(link, svc, seq, deadline, payload):
+        old = scripts.get(svc)
+        # every thread sends the same file: it is loaded once, and the connections already
+        # under it keep their state
+        if old is not None and old[1] == payload and old[2] == deadline:
+            put(link, T_ACK, 0, svc, 0, seq)
+            return
+        if refused.get(svc) == (payload, deadline):
+            put(link, T_ACK, 1, svc, 0, seq)  # said once, to the thread that sent it first
+            return
+        refused.pop(svc, None)
+        # payload: u16 count of disabled names, each u16 len + name, then the source
+        n = struct.unpack_from("<H", payload, 0)[0]
+        off, off_names = 2, []
+        for _ in range(n):
+            k = struct.unpack_from("<H", payload, off)[0]
+            off_names.append(payload[off + 2:off + 2 + k].decode())
+            off += 2 + k
+        try:
+            scripts[svc] = (Script(payload[off:].decode("utf-8", "replace"),
+                                   "service-%d.py" % svc, off_names), payload, deadline)
+            put(link, T_ACK, 0, svc, 0, seq)
+        except ScriptError as e:
+            log(link, svc, "exception", "", "the file did not load: line %d: %s" % (e.line,
+                                                                                   e.reason))
             scripts.pop(svc, None)
-            send(T_ACK, 0, svc, 0, seq)
-        elif t == T_OPEN:
-            # its module code runs with its first chunk, inside that call's deadline
-            if svc in scripts:
-                conns[conn] = (svc, bool(code))
-        elif t == T_DATA:
-            ent = conns.get(conn)
-            if ent is None and code & 2 and svc in scripts:  # the first chunk opens it
-                ent = conns[conn] = (svc, bool(code & 4))
-            if ent is None:
-                send(T_VERDICT, V_ERROR, svc, conn, seq, b"\0connection state lost")
-                continue
-            if not isinstance(ent[1], Conn):
-                try:
-                    c = Conn(scripts[svc], is_ipv6=ent[1])
-                except Exception:
-                    log(svc, "exception", "", traceback.format_exc())
-                    conns.pop(conn, None)
-                    send(T_VERDICT, V_ERROR, svc, conn, seq, b"\0the file's module code failed")
-                    continue
-                c.fgx_svc = svc
-                ent = conns[conn] = (svc, c)
-            v = ent[1].feed((code & 1) == 0, payload)
-            mark(svc, "")
-            out = cap.take()
-            if out:
-                log(svc, "print", v.function, out)
-            if v.action == "error":
-                log(svc, "exception", v.function, v.detail)
-            if v.action in ("reject", "drop"):
-                # before its verdict, in the same write: who waits for the verdict finds it
-                log(svc, "block", v.function, v.action + (": " + v.detail if v.detail else ""))
-                conns.pop(conn, None)
-            send(T_VERDICT, CODES[v.action], svc, conn, seq,
-                 v.function.encode() + b"\0" + v.detail.encode("utf-8", "replace")[:200],
-                 F_FINAL if v.action == "accept" and ent[1].done() else 0)
-        elif t == T_CLOSE:
-            conns.pop(conn, None)
+            refused[svc] = (payload, deadline)
+            put(link, T_ACK, 1, svc, 0, seq)
+        set_nscripts()
+        for cid in [k for k, (s_, _) in conns.items() if s_ == svc]:
+            del conns[cid]  # open connections keep no state of the old file
 
+    def on_data(link, code, svc, conn, seq, payload):
+        key = (link.no << 48) ^ conn
+        ent = conns.get(key)
+        if ent is None and code & 2 and svc in scripts:  # the first chunk opens it
+            ent = conns[key] = (svc, bool(code & 4))
+        if ent is None:
+            put(link, T_VERDICT, V_ERROR, svc, conn, seq, b"\0connection state lost")
+            return
+        sc = scripts.get(svc)
+        if sc is None:
+            conns.pop(key, None)
+            put(link, T_VERDICT, V_ERROR, svc, conn, seq, b"\0no script")
+            return
+        if page is not None:
+            ncalls[0] = (ncalls[0] + 1) & 0xffffffff
+            PAGE_CALL.pack_into(page, 8, link.id, conn, seq, svc, sc[2], ncalls[0])
+            PAGE_START.pack_into(page, 0, time.monotonic_ns())  # last: the call is named
+        try:
+            c = ent[1]
+            if not isinstance(c, Conn):
+                try:
+                    c = Conn(sc[0], is_ipv6=ent[1])
+                except Exception:
+                    log(link, svc, "exception", "", traceback.format_exc())
+                    conns.pop(key, None)
+                    put(link, T_VERDICT, V_ERROR, svc, conn, seq,
+                        b"\0the file's module code failed")
+                    return
+                c.fgx_svc = svc
+                conns[key] = (svc, c)
+            v = c.feed((code & 1) == 0, payload)
+        finally:
+            if page is not None:
+                PAGE_START.pack_into(page, 0, 0)
+        out = cap.take()
+        if out:
+            log(link, svc, "print", v.function, out)
+        if v.action == "error":
+            log(link, svc, "exception", v.function, v.detail)
+        if v.action in ("reject", "drop"):
+            # before its verdict, in the same message: who waits for the verdict finds it
+            log(link, svc, "block", v.function, v.action + (": " + v.detail if v.detail else ""))
+            conns.pop(key, None)
+        put(link, T_VERDICT, CODES[v.action], svc, conn, seq,
+            v.function.encode() + b"\0" + v.detail.encode("utf-8", "replace")[:200],
+            F_FINAL if v.action == "accept" and c.done() else 0)
+
+    def on_message(link, n):
+        off = 0
+        while off + HDR.size <= n:
+            t, code, _fl, svc, conn, seq, ln = HDR.unpack_from(buf, off)
+            off += HDR.size
+            if off + ln > n:
+                return
+            if t == T_DATA:
+                on_data(link, code, svc, conn, seq, bytes(view[off:off + ln]))
+            elif t == T_CLOSE:
+                conns.pop((link.no << 48) ^ conn, None)
+            elif t == T_OPEN:
+                # its module code runs with its first chunk, inside that call's deadline
+                if svc in scripts:
+                    conns[(link.no << 48) ^ conn] = (svc, bool(code))
+            elif t == T_SCRIPT:
+                on_script(link, svc, seq, conn, bytes(view[off:off + ln]))
+            elif t == T_UNSCRIPT:
+                scripts.pop(svc, None)
+                refused.pop(svc, None)
+                set_nscripts()
+                put(link, T_ACK, 0, svc, 0, seq)
+            elif t == T_HELLO:
+                link.id = conn
+            off += ln
+
+    def drop(link):
+        waiting.discard(link)
+        ep.unregister(link.sock.fileno())
+        del links[link.sock.fileno()]
+        for k in [k for k in conns if k >> 48 == link.no]:
+            del conns[k]
+        link.sock.close()
+
+    def serve(link):
+        """One message: epoll is level-triggered, so the next waits for the next round. A
+        socket read to its end raises no BlockingIOError this way (an exception, with its
+        strerror, per batch cost more than the poll)."""
+        try:
+            n = link.sock.recv_into(buf, MSG_MAX)
+        except BlockingIOError:
+            return
+        except OSError:
+            n = 0
+        if n == 0:
+            drop(link)
+            return
+        on_message(link, n)
+        if link.out:
+            waiting.add(link)
+
+    waiting = set()  # links with answers not yet sent
+    lfd = lsock.fileno()
+    since = 0  # messages read since the answers last went
+    while True:
+        # answers go once nothing more is there to read (one message per thread for a batch),
+        # or after BATCH messages: a thread that keeps sending still hears back
+        try:
+            events = ep.poll(0 if waiting else -1)
+        except InterruptedError:
+            continue
+        if not events or since >= BATCH:
+            for link in waiting:
+                if link.sock.fileno() >= 0:
+                    flush(link)
+            waiting.clear()
+            since = 0
+            if not events:
+                continue
+        for fd, _ev in events:
+            link = links.get(fd)
+            if link is not None:
+                serve(link)
+                since += 1
+            elif fd == 0:
+                return 0  # the parent went
+            elif fd == lfd:
+                while True:
+                    try:
+                        s, _ = lsock.accept()
+                    except (BlockingIOError, InterruptedError):
+                        break
+                    s.setblocking(False)
+                    serial[0] = (serial[0] + 1) & 0x7fff
+                    links[s.fileno()] = Link(s, serial[0])
+                    ep.register(s.fileno(), select.EPOLLIN)
 
 if __name__ == "__main__":
     sys.exit(main())
