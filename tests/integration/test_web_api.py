@@ -320,9 +320,27 @@ def web_live_fw_change_by_fgexctl(env):
     check([x["name"] for x in doc["rules"]] == ["wlivefw"], "not reverted: %r", doc["rules"])
     it.wait_until(lambda: len(fw_changes(w, "f")) >= 3, 3)
     check(len(fw_changes(w, "f")) == 3, "fw change after the revert: %r", fw_changes(w, "f"))
-    env.ctl("fw", "rule", "rm", "wlivefw")
+    # a change with a deadline, then kept: both heard (an option this time)
+    env.ctl("fw", "set", "icmp", "on", "--confirm", "30")
     it.wait_until(lambda: len(fw_changes(w, "f")) >= 4, 3)
-    check(len(fw_changes(w, "f")) == 4, "fw change after rule rm: %r", fw_changes(w, "f"))
+    check(len(fw_changes(w, "f")) == 4, "fw change after set --confirm: %r", fw_changes(w, "f"))
+    check(env.ctl("fw", "confirm")["state"]["pending_secs"] == 0, "not kept")
+    it.wait_until(lambda: len(fw_changes(w, "f")) >= 5, 3)
+    check(len(fw_changes(w, "f")) == 5, "fw change after confirm: %r", fw_changes(w, "f"))
+    # a burst: the first at once, then one a second at most
+    time.sleep(1.2)
+    t0 = time.monotonic()
+    env.ctl("fw", "set", "icmp", "off")
+    env.ctl("fw", "rule", "rm", "wlivefw")
+    env.ctl("fw", "policy", "accept")
+    took = time.monotonic() - t0
+    it.wait_until(lambda: len(fw_changes(w, "f")) >= 6, 3)
+    time.sleep(2.2)  # whatever the burst left is sent by now
+    n = len(fw_changes(w, "f")) - 5
+    check(1 <= n <= 1 + int(took) + 1, "%d fw changes for a burst of 3 in %.2fs", n, took)
+    time.sleep(1.5)
+    check(len(fw_changes(w, "f")) == 5 + n, "fw change after the burst ended: %r",
+          fw_changes(w, "f"))
     w.op(op="live_close", id="f")
 
 
