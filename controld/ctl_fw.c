@@ -25,6 +25,7 @@ struct ctl_fw {
     struct ctl_fw_state state;
     bool pending;
     uint64_t deadline_ms; /* monotonic */
+    uint64_t gen;         /* bumped by every change the kernel or the pending state saw */
 };
 
 static const char *const opt_names[CTL_FW_NOPTS] = {"loopback", "established", "invalid",
@@ -713,6 +714,7 @@ int ctl_fw_apply(struct ctl_fw *fw, const struct ctl_fw_conf *c, char *err, size
     fw->state.changed = (uint32_t)(ns.added + ns.removed);
     fw->state.compile_us = t1 - t0;
     fw->state.apply_us = mono_us() - t1;
+    fw->gen++;
     fgx_debug("fw: %zu rules -> %u maps, %u elements (%u sent), %u pieces, at most %u lookups "
               "(compile %llu us, kernel %llu us)",
               c->n, fw->state.maps, fw->state.elements, fw->state.changed, npc, lookups,
@@ -727,6 +729,11 @@ out:
 const struct ctl_fw_state *ctl_fw_state(const struct ctl_fw *fw)
 {
     return &fw->state;
+}
+
+uint64_t ctl_fw_gen(const struct ctl_fw *fw)
+{
+    return fw ? fw->gen : 0;
 }
 
 int ctl_fw_guard_init(struct ctl_fw_guard *g, const char *listen, const char *const *allow,
@@ -836,6 +843,7 @@ void ctl_fw_pending_arm(struct ctl_fw *fw, uint32_t secs)
 {
     fw->pending = true;
     fw->deadline_ms = mono_ms() + (uint64_t)secs * 1000u;
+    fw->gen++;
 }
 
 int ctl_fw_pending_confirm(struct ctl_fw *fw, struct ctl_txn *t)
@@ -847,6 +855,8 @@ int ctl_fw_pending_confirm(struct ctl_fw *fw, struct ctl_txn *t)
 
 void ctl_fw_pending_clear(struct ctl_fw *fw)
 {
+    if (fw->pending)
+        fw->gen++; /* kept, or about to be reverted */
     fw->pending = false;
     fw->deadline_ms = 0;
 }

@@ -115,6 +115,10 @@ void ctl_fw_free(struct ctl_fw *fw);
  * errno with the reason in err (nothing changed in the kernel). */
 int ctl_fw_apply(struct ctl_fw *fw, const struct ctl_fw_conf *c, char *err, size_t len);
 const struct ctl_fw_state *ctl_fw_state(const struct ctl_fw *fw);
+/* Counts the changes applied (ctl_fw_apply()) and the confirm deadlines set, kept or run out:
+ * the dashboard compares it to announce a change whoever made it. The loop's own, as is every
+ * call here. 0 for fw NULL. */
+uint64_t ctl_fw_gen(const struct ctl_fw *fw);
 
 /* ---- confirm or revert ---- */
 /* Seconds left before an unconfirmed change is reverted (0: none waits). */

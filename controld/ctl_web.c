@@ -27,6 +27,7 @@
 
 #include "control.pb-c.h"
 #include "controld/ctl_compile.h"
+#include "controld/ctl_fw.h"
 #include "controld/ctl_listen.h"
 #include "controld/ctl_rpc.h"
 #include "controld/ctl_rpc_cmd.h"
@@ -166,9 +167,13 @@ struct ctl_web {
         uint64_t last; /* the newest entry of its log sent */
     } * script_pos;
     size_t nscript_pos;
-    /* The page's own firewall and script changes, which the history does not record: set by
-     * MHD's thread (under lock), sent by the loop's next tick. */
-    bool changed_fw, changed_script;
+    /* The page's own script changes, which the history does not record: set by MHD's thread
+     * (under lock), sent by the loop's next tick. */
+    bool changed_script;
+    /* Firewall changes, which the history does not record either, whoever made them: the
+     * loop's own. */
+    uint64_t fw_gen;     /* ctl_fw_gen() when the last was announced (or looked at) */
+    uint64_t next_fw_ms; /* none announced before: one a second at most */
     bool primed;
     bool watched;        /* the loop's own: a stream was open at the last tick */
     uint64_t first_open; /* unix seconds when a stream opened while none was (under lock) */
@@ -778,12 +783,10 @@ static enum MHD_Result api_finish(struct web_req *q)
         if (status == 200) {
             const char *what = ctl_webapi_changes(q->cmd);
 
-            if (what && (strcmp(what, "fw") == 0 || strcmp(what, "script") == 0)) {
+            /* (a firewall change is seen by the loop: ctl_fw_gen()) */
+            if (what && strcmp(what, "script") == 0) {
                 pthread_mutex_lock(&q->w->lock);
-                if (what[0] == 'f')
-                    q->w->changed_fw = true;
-                else
-                    q->w->changed_script = true;
+                q->w->changed_script = true;
                 pthread_mutex_unlock(&q->w->lock);
             }
         }
@@ -1175,6 +1178,7 @@ static void tick_sessions(struct ctl_web *w, struct ctl_ctx *ctx)
 void ctl_web_tick(struct ctl_web *w, struct ctl_ctx *ctx)
 {
     uint64_t now, since;
+    bool changed_fw = false;
 
     if (!w)
         return;
@@ -1182,6 +1186,7 @@ void ctl_web_tick(struct ctl_web *w, struct ctl_ctx *ctx)
         /* What happened before start is history, not news. */
         w->last_seq = ctx->stats ? ctl_stats_last_seq(ctx->stats) : 0;
         tick_history(w, ctx, UINT64_MAX);
+        w->fw_gen = ctl_fw_gen(ctx->fw);
         if (ctx->store)
             tick_script_log(w, ctx, false);
         w->primed = true;
@@ -1196,6 +1201,7 @@ void ctl_web_tick(struct ctl_web *w, struct ctl_ctx *ctx)
         }
         if (ctx->store)
             tick_script_log(w, ctx, false);
+        w->fw_gen = ctl_fw_gen(ctx->fw);
         w->watched = false;
         return;
     }
@@ -1220,9 +1226,17 @@ void ctl_web_tick(struct ctl_web *w, struct ctl_ctx *ctx)
             tick_stats(w, ctx);
         tick_sessions(w, ctx);
     }
+    /* Any client's firewall change (rules, policy, options, on/off, a deadline set, kept or run
+     * out): the first at once, then one a second at most, so that a burst is one or two. A
+     * counter compared: nothing to do while nothing changes. */
+    if (ctl_fw_gen(ctx->fw) != w->fw_gen && now >= w->next_fw_ms) {
+        w->fw_gen = ctl_fw_gen(ctx->fw);
+        w->next_fw_ms = now + WEB_SLOW_MS;
+        changed_fw = true;
+    }
     pthread_mutex_lock(&w->lock);
     for (int i = 0; i < 2; i++) {
-        bool *flag = i ? &w->changed_script : &w->changed_fw;
+        bool *flag = i ? &w->changed_script : &changed_fw;
 
         if (*flag) {
             *flag = false;

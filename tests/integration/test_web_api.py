@@ -9,7 +9,7 @@ without a session (401); login, a wrong password refused (401) then locked out (
 Retry-After); the session cookie's flags; CSRF (a missing or forged token 403) and a foreign
 Origin (403); a GET of a changing command (405); a client outside --allow refused before TLS;
 /api/live delivering the block event of a real connection, a change, resuming with
-Last-Event-ID, a script's log entry, and `logout` when the session ends; /metrics on both listeners; controld keeps
+Last-Event-ID, a firewall change made with fgexctl and its revert, a script's log entry, and `logout` when the session ends; /metrics on both listeners; controld keeps
 answering fgexctl while web requests and live streams are open; logout."""
 import base64
 import json
@@ -282,6 +282,66 @@ def web_live_block_event_change_and_resume(env):
           evs)
     for sid in ("a", "b", "c"):
         w.op(op="live_close", id=sid)
+
+
+def fw_changes(w, sid):
+    return [e for e in w.op(op="live_events", id=sid)["events"]
+            if e.get("event") == "change" and json.loads(e["data"]).get("what") == "fw"]
+
+
+@test
+def web_live_fw_change_by_fgexctl(env):
+    """The history does not record firewall changes: one made with fgexctl reaches open pages
+    all the same, its automatic revert too, and nothing comes while nothing changes."""
+    w, tok = W(), S["tok"]
+    r = w.op(op="live_open", id="f", headers={"Cookie": "fgex_session=" + tok})
+    check(r.get("status") == 200, "live: %r", r)
+    live_wait(w, "f", lambda e: e.get("event") == "hello", 5, "hello")
+    time.sleep(3)
+    evs = w.op(op="live_events", id="f")["events"]
+    check(not [e for e in evs if e.get("event") == "change"], "a change while none was made: %r",
+          evs)
+    check(not [e for e in evs if e.get("event") not in ("hello", "stats")],
+          "quiet stream: %r", evs)
+    t0 = time.monotonic()
+    env.ctl("fw", "rule", "add", "--name", "wlivefw", "--proto", "tcp", "--dport", "9",
+            "--action", "drop")
+    it.wait_until(lambda: fw_changes(w, "f"), 3)
+    check(len(fw_changes(w, "f")) == 1, "fw change after rule add: %r (%.1fs)",
+          w.op(op="live_events", id="f")["events"], time.monotonic() - t0)
+    # a change with a deadline left to run out: announced, then its revert
+    doc = env.ctl("fw", "rule", "rm", "wlivefw", "--confirm", "1")
+    check(doc["state"]["pending_secs"] == 1, "pending: %r", doc["state"])
+    it.wait_until(lambda: len(fw_changes(w, "f")) >= 2, 3)
+    check(len(fw_changes(w, "f")) == 2, "fw change after rule rm --confirm: %r",
+          fw_changes(w, "f"))
+    it.wait_until(lambda: env.ctl("fw", "list")["state"]["pending_secs"] == 0, 4)
+    doc = env.ctl("fw", "list")
+    check([x["name"] for x in doc["rules"]] == ["wlivefw"], "not reverted: %r", doc["rules"])
+    it.wait_until(lambda: len(fw_changes(w, "f")) >= 3, 3)
+    check(len(fw_changes(w, "f")) == 3, "fw change after the revert: %r", fw_changes(w, "f"))
+    # a change with a deadline, then kept: both heard (an option this time)
+    env.ctl("fw", "set", "icmp", "on", "--confirm", "30")
+    it.wait_until(lambda: len(fw_changes(w, "f")) >= 4, 3)
+    check(len(fw_changes(w, "f")) == 4, "fw change after set --confirm: %r", fw_changes(w, "f"))
+    check(env.ctl("fw", "confirm")["state"]["pending_secs"] == 0, "not kept")
+    it.wait_until(lambda: len(fw_changes(w, "f")) >= 5, 3)
+    check(len(fw_changes(w, "f")) == 5, "fw change after confirm: %r", fw_changes(w, "f"))
+    # a burst: the first at once, then one a second at most
+    time.sleep(1.2)
+    t0 = time.monotonic()
+    env.ctl("fw", "set", "icmp", "off")
+    env.ctl("fw", "rule", "rm", "wlivefw")
+    env.ctl("fw", "policy", "accept")
+    took = time.monotonic() - t0
+    it.wait_until(lambda: len(fw_changes(w, "f")) >= 6, 3)
+    time.sleep(2.2)  # whatever the burst left is sent by now
+    n = len(fw_changes(w, "f")) - 5
+    check(1 <= n <= 1 + int(took) + 1, "%d fw changes for a burst of 3 in %.2fs", n, took)
+    time.sleep(1.5)
+    check(len(fw_changes(w, "f")) == 5 + n, "fw change after the burst ended: %r",
+          fw_changes(w, "f"))
+    w.op(op="live_close", id="f")
 
 
 @test
