@@ -367,9 +367,10 @@ static int cap_packets(struct pkts *ps, const struct fgx_cap *c)
             if (!s->blocked && (int32_t)(seq + (uint32_t)n - upto[d]) > 0)
                 upto[d] = seq + (uint32_t)n;
         }
-        if (rv == 0 && s->blocked) {
+        if (rv == 0 && s->blocked && !c->silent) {
             /* fgex reset both ends where they stood: the blocked bytes' receiver expected
-             * them, their sender what it had been acknowledged. */
+             * them, their sender what it had been acknowledged. A script's DROP told
+             * nobody (silent): no reset. */
             rv = pkt_make(ps, c, d, s->time_ns + 1000, c->isn[d] + s->off, 0, TCP_RST, NULL, 0,
                           false);
             if (rv == 0)
