@@ -778,7 +778,9 @@ int cli_cmd_filter_test_human(FILE *f, const Fgx__Ctl__Request *req, const Fgx__
             cli_fmt_addr_port(h->src, h->sport, buf, sizeof(buf));
             cli_fmt_table_addf(&t, "%s", buf);
             cli_fmt_table_addf(&t, "%s", cli_fmt_dir_name(h->dir));
-            if (h->blocked)
+            if (h->blocked && h->filter_id == 0)
+                cli_fmt_table_addf(&t, "script"); /* a script's block names no filter */
+            else if (h->blocked)
                 cli_fmt_table_addf(&t, "filter %" PRIu32, h->filter_id);
             else
                 cli_fmt_table_addf(&t, "-");
