@@ -89,6 +89,13 @@ def assert_capture_blocked(env, svc, e, judged, sport, reset):
     passed = [data[s["offset"]:s["offset"] + s["len"]] for s in segs if not s["blocked"]]
     check(all(judged not in p for p in passed), "the judged bytes also passed: %r",
           cap["segments"])
+    # filter test over the capture: the connection already blocked, by no filter (a script)
+    hits = [h for h in env.ctl("filter", "test", svc, "x", "--dir", "c2s")["hits"]
+            if h["sport"] == sport]
+    check(hits and all(h["blocked"] and h["filter_id"] == 0 and h["event_seq"] == e["seq"]
+                       for h in hits), "filter test's hits of the connection %r", hits)
+    r = env.ctl_raw("filter", "test", svc, "x", "--dir", "c2s", json_out=False)
+    check("script" in r.stdout, "filter test's table does not name the script:\n%s", r.stdout)
 
     from scapy.all import TCP, Ether, rdpcap  # noqa: PLC0415 - scapy is slow to import
     fd, path = tempfile.mkstemp(suffix=".pcap")
