@@ -698,6 +698,7 @@ static json_t *json_cap(const struct fgx_cap *c)
         json_object_set_new(o, "isn_c2s", json_integer(c->isn[0])) < 0 ||
         json_object_set_new(o, "isn_s2c", json_integer(c->isn[1])) < 0 ||
         json_object_set_new(o, "blocked", json_boolean(c->blocked)) < 0 ||
+        json_object_set_new(o, "silent", json_boolean(c->silent)) < 0 ||
         json_object_set_new(o, "segments", segs) < 0)
         goto fail_obj;
     return o;

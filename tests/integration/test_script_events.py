@@ -80,6 +80,8 @@ def assert_capture_blocked(env, svc, e, judged, sport, reset):
     of a REJECT, none for a DROP (it tells nobody)."""
     cap = env.ctl("events", "show", e["seq"])["capture"]
     check(cap is not None and cap["blocked"] is True, "the capture is not blocked: %r", cap)
+    check(cap["silent"] is (not reset), "a %s's capture silent %r", e["script_kind"],
+          cap["silent"])
     d = e["dir"]
     data = cap_bytes(cap, d)
     segs = [s for s in cap["segments"] if s["dir"] == d and s["len"] > 0]
