@@ -367,9 +367,10 @@ static int cap_packets(struct pkts *ps, const struct fgx_cap *c)
             if (!s->blocked && (int32_t)(seq + (uint32_t)n - upto[d]) > 0)
                 upto[d] = seq + (uint32_t)n;
         }
-        if (rv == 0 && s->blocked) {
+        if (rv == 0 && s->blocked && !c->silent) {
             /* fgex reset both ends where they stood: the blocked bytes' receiver expected
-             * them, their sender what it had been acknowledged. */
+             * them, their sender what it had been acknowledged. A script's DROP told
+             * nobody (silent): no reset. */
             rv = pkt_make(ps, c, d, s->time_ns + 1000, c->isn[d] + s->off, 0, TCP_RST, NULL, 0,
                           false);
             if (rv == 0)
@@ -697,6 +698,7 @@ static json_t *json_cap(const struct fgx_cap *c)
         json_object_set_new(o, "isn_c2s", json_integer(c->isn[0])) < 0 ||
         json_object_set_new(o, "isn_s2c", json_integer(c->isn[1])) < 0 ||
         json_object_set_new(o, "blocked", json_boolean(c->blocked)) < 0 ||
+        json_object_set_new(o, "silent", json_boolean(c->silent)) < 0 ||
         json_object_set_new(o, "segments", segs) < 0)
         goto fail_obj;
     return o;
@@ -777,7 +779,9 @@ int cli_cmd_filter_test_human(FILE *f, const Fgx__Ctl__Request *req, const Fgx__
             cli_fmt_addr_port(h->src, h->sport, buf, sizeof(buf));
             cli_fmt_table_addf(&t, "%s", buf);
             cli_fmt_table_addf(&t, "%s", cli_fmt_dir_name(h->dir));
-            if (h->blocked)
+            if (h->blocked && h->filter_id == 0)
+                cli_fmt_table_addf(&t, "script"); /* a script's block names no filter */
+            else if (h->blocked)
                 cli_fmt_table_addf(&t, "filter %" PRIu32, h->filter_id);
             else
                 cli_fmt_table_addf(&t, "-");

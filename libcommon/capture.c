@@ -230,6 +230,61 @@ bool fgx_cap_pin(struct fgx_cap_ring *r, const struct fgx_cap_ref *ref, uint32_t
     return ok;
 }
 
+/* Every mark of d holding any of [off, end) blocked, and the connection (under the lock). Bytes
+ * past the bound have no mark: the connection alone says it. */
+static void cap_block_range(struct fgx_cap_conn *c, int d, uint64_t off, uint64_t end,
+                            bool silent)
+{
+    for (unsigned i = 0; i < c->nseg[d]; i++) {
+        struct fgx_cap_seg *s = &c->seg[d][i];
+
+        if (s->len > 0 && s->off < end && (uint64_t)s->off + s->len > off)
+            s->blocked = true;
+    }
+    c->blocked = true;
+    c->silent = silent;
+}
+
+bool fgx_cap_block_seq(struct fgx_cap_ring *r, const struct fgx_cap_ref *ref, int d, uint32_t seq,
+                       uint32_t len, bool silent)
+{
+    struct fgx_cap_conn *c;
+    bool ok = false;
+
+    pthread_mutex_lock(&r->lock);
+    c = ref_conn(r, ref);
+    if (c != NULL) {
+        ok = true;
+        if (c->has_isn[d]) {
+            /* as fgx_cap_add(): bytes before the direction's start are none of its */
+            int64_t off = (int32_t)(seq - c->isn[d]), end = off + (int64_t)len;
+
+            if (end > 0)
+                cap_block_range(c, d, off > 0 ? (uint64_t)off : 0, (uint64_t)end, silent);
+        }
+        c->blocked = true;
+        c->silent = silent;
+    }
+    pthread_mutex_unlock(&r->lock);
+    return ok;
+}
+
+bool fgx_cap_block_tail(struct fgx_cap_ring *r, const struct fgx_cap_ref *ref, int d, size_t len,
+                        bool silent)
+{
+    struct fgx_cap_conn *c;
+    bool ok = false;
+
+    pthread_mutex_lock(&r->lock);
+    c = ref_conn(r, ref);
+    if (c != NULL) {
+        ok = true;
+        cap_block_range(c, d, c->seen[d] > len ? c->seen[d] - len : 0, c->seen[d], silent);
+    }
+    pthread_mutex_unlock(&r->lock);
+    return ok;
+}
+
 void fgx_cap_unpin(struct fgx_cap_ring *r, const struct fgx_cap_ref *ref)
 {
     struct fgx_cap_conn *c;
@@ -279,6 +334,10 @@ static int cap_encode(const struct fgx_cap_ring *r, const struct fgx_cap_conn *c
         m.has_blocked = m.has_filter_id = 1;
         m.blocked = 1;
         m.filter_id = c->filter_id;
+        if (c->silent) {
+            m.has_silent = 1;
+            m.silent = 1;
+        }
     }
     /* Both directions' marks in time order, as a pcap wants them. */
     {
@@ -520,6 +579,7 @@ int fgx_cap_decode(const void *buf, size_t len, struct fgx_cap *out)
     out->filter_id = m->filter_id;
     out->event_seq = m->event_seq;
     out->synth_seq = m->synth_seq;
+    out->silent = m->has_silent && m->silent;
     if (m->n_segs > 0) {
         out->seg = calloc(m->n_segs, sizeof(*out->seg));
         out->seg_dir = calloc(m->n_segs, 1);

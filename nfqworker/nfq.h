@@ -189,9 +189,12 @@ void nfq_match_attach(struct nfq_thread *t, struct fgx_flow *f, const struct fgx
 /* A script rejected or dropped f (issue 16): an event like a regex block, filter_id 0, with
  * verdict (FGX_DP_SCRIPT_REJECT or _DROP), the function's name, the start of the bytes it
  * judged (sent in dir: data/len) as the excerpt, and the flow's capture pinned for it (the
- * judged bytes are already in it). Before nfq_match_flow_block(), which lets the flow go. */
+ * judged bytes, [seq, seq + seq_len) of dir, are already in it, recorded as passed by the regex
+ * stage: they are marked blocked, as a regex block's are). Before nfq_match_flow_block(), which
+ * lets the flow go. */
 void nfq_match_event_script(struct nfq_thread *t, const struct fgx_flow *f, enum fgx_dir dir,
-                            uint8_t verdict, const char *fn, const uint8_t *data, size_t len);
+                            uint8_t verdict, const char *fn, const uint8_t *data, size_t len,
+                            uint32_t seq, uint32_t seq_len);
 /* Stop scanning f for good (the rest of it is dropped); reset both ends first when reset is
  * set, as a block does: the sender in dir at seq (its peer's next byte), the other at ack. */
 void nfq_match_flow_block(struct nfq_thread *t, struct fgx_flow *f, enum fgx_dir dir, bool reset,

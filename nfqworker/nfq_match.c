@@ -297,7 +297,8 @@ static void block(struct nfq_thread *t, struct fgx_flow *f, enum fgx_dir dir,
 }
 
 void nfq_match_event_script(struct nfq_thread *t, const struct fgx_flow *f, enum fgx_dir dir,
-                            uint8_t verdict, const char *fn, const uint8_t *data, size_t len)
+                            uint8_t verdict, const char *fn, const uint8_t *data, size_t len,
+                            uint32_t seq, uint32_t seq_len)
 {
     const struct fgx_flow_key *k = &f->key;
     struct fgx_cap_ring *cr = fgx_cap_set_ring(&t->caps, f->service_id);
@@ -310,6 +311,11 @@ void nfq_match_event_script(struct nfq_thread *t, const struct fgx_flow *f, enum
     m.match_end = m.excerpt_len;
     if (data != NULL && m.excerpt_len > 0)
         memcpy(m.excerpt, data, m.excerpt_len);
+    /* The judged segment never reached the peer: blocked in the capture, before the pin hands
+     * it to the event. */
+    if (cr != NULL && cref.gen != 0)
+        (void)fgx_cap_block_seq(cr, &cref, dir == FGX_DIR_C2S ? 0 : 1, seq, seq_len,
+                                verdict == FGX_DP_SCRIPT_DROP);
     if (dir == FGX_DIR_C2S)
         event_record(t, f->service_id, dir, k->ipproto, k->family, k->caddr, k->cport, k->saddr,
                      k->sport, &m, cr, &cref, verdict, fn);

@@ -316,7 +316,7 @@ static void judge(struct nfq_thread *t, struct nfq_sw_flow *fs, uint8_t code, in
 
         nfq_match_event_script(t, f, (enum fgx_dir)p->dir,
                                code == FGX_SW_REJECT ? FGX_DP_SCRIPT_REJECT : FGX_DP_SCRIPT_DROP,
-                               fn, p->ex, p->exlen);
+                               fn, p->ex, p->exlen, p->seq, p->end - p->seq);
     }
     if (code == FGX_SW_REJECT && fs->head >= 0) {
         /* The receiver of the first held segment expects its bytes next: that is where both

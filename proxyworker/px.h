@@ -345,7 +345,8 @@ void px_stats_filter_matched(struct px_counters *c, uint32_t filter_id);
 void px_match_log(void *arg, const struct fgx_reasm_match *m);
 /* A script rejected or dropped c (issue 16): an event like a filter's block, filter_id 0, with
  * the function's name, the start of the bytes it judged (side's, data/len) as the excerpt, and
- * the connection's capture pinned for it (its judged bytes are already in it). */
+ * the connection's capture pinned for it (its judged bytes are already in it, recorded as
+ * passed by the regex stage: they are marked blocked, as a regex block's are). */
 void px_match_event_script(struct px_conn *c, int side, uint8_t verdict, const char *fn,
                            const uint8_t *data, size_t len);
 /* Sum every thread's counters into *out (arrays malloc'd; fgx_dp_msg_release() frees them). */

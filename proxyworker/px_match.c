@@ -256,6 +256,14 @@ void px_match_event_script(struct px_conn *c, int side, uint8_t verdict, const c
     m.match_end = m.excerpt_len;
     if (data && m.excerpt_len)
         memcpy(m.excerpt, data, m.excerpt_len);
+    /* The regex stage recorded the judged read as passed; it never reached the peer. It is the
+     * side's last read (the side is not read while its verdict is awaited): blocked now, before
+     * the pin hands the capture to the event. */
+    if (cr != NULL && c->cap_gen != 0) {
+        struct fgx_cap_ref ref = {c->cap_slot, c->cap_gen};
+
+        (void)fgx_cap_block_tail(cr, &ref, side, len, verdict == FGX_DP_SCRIPT_DROP);
+    }
     event_record(c, side, &m, cr, verdict, fn);
 }
 
@@ -321,8 +329,9 @@ int px_match_scan(struct px_conn *c, int side, const uint8_t *data, size_t len)
     v = fgx_reasm_segment(t->reasm, r, r->next_seq, 0, data, len, 0, t->now_ms, &m);
     t->scan_conn = NULL;
     cr = len > 0 ? fgx_cap_set_ring(&t->caps, c->service_id) : NULL;
+    /* after a script's DROP nothing read reaches the peer (px_script_chunk()): blocked too */
     if (cr != NULL)
-        cap_bytes(c, cr, side, data, len, m.matched);
+        cap_bytes(c, cr, side, data, len, m.matched || c->sw_drop);
     if (m.matched) {
         px_stats_filter_blocked(&t->ctr, m.filter_id);
         event_record(c, side, &m, cr, 0, NULL);

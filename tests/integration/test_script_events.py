@@ -3,8 +3,10 @@
 block is: in `fgexctl events` (service, addresses, direction, the start of the bytes the
 script judged, the function where a filter's id would be), counted in the service's blocked
 total and in `events --top src`, kept across a controld restart, and shown with its capture by
-`events show SEQ`. Real connections through the proxy layer and the NFQUEUE layer between
+`events show SEQ`, and blocked in the capture as a regex block is (the connection and the
+judged bytes' segment, in `events show` and in `capture --pcap --blocked`). Real connections through the proxy layer and the NFQUEUE layer between
 namespaces."""
+import base64
 import os
 import sys
 import tempfile
@@ -62,6 +64,63 @@ def excerpt(e):
     return bytes.fromhex(e["excerpt_hex"])
 
 
+BLOCK_MAC = "02:42:4c:4f:43:4b"  # the pcap's mark of a blocked payload (test_capture.py)
+
+
+def cap_bytes(cap, d):
+    if d in cap:
+        return cap[d].encode()
+    return base64.b64decode(cap[d + "_b64"])
+
+
+def assert_capture_blocked(env, svc, e, judged, sport, reset):
+    """The script's block shows in the capture as a regex block does: `events show` has the
+    connection blocked and exactly the judged bytes' segment(s) blocked, and `capture --pcap
+    --blocked` lists the connection with that payload marked blocked, followed by the resets
+    of a REJECT, none for a DROP (it tells nobody)."""
+    cap = env.ctl("events", "show", e["seq"])["capture"]
+    check(cap is not None and cap["blocked"] is True, "the capture is not blocked: %r", cap)
+    check(cap["silent"] is (not reset), "a %s's capture silent %r", e["script_kind"],
+          cap["silent"])
+    d = e["dir"]
+    data = cap_bytes(cap, d)
+    segs = [s for s in cap["segments"] if s["dir"] == d and s["len"] > 0]
+    got = b"".join(data[s["offset"]:s["offset"] + s["len"]] for s in segs if s["blocked"])
+    check(got == judged, "the blocked segments hold %r, not the judged %r: %r", got, judged,
+          cap["segments"])
+    passed = [data[s["offset"]:s["offset"] + s["len"]] for s in segs if not s["blocked"]]
+    check(all(judged not in p for p in passed), "the judged bytes also passed: %r",
+          cap["segments"])
+    # filter test over the capture: the connection already blocked, by no filter (a script)
+    hits = [h for h in env.ctl("filter", "test", svc, "x", "--dir", "c2s")["hits"]
+            if h["sport"] == sport]
+    check(hits and all(h["blocked"] and h["filter_id"] == 0 and h["event_seq"] == e["seq"]
+                       for h in hits), "filter test's hits of the connection %r", hits)
+    r = env.ctl_raw("filter", "test", svc, "x", "--dir", "c2s", json_out=False)
+    check("script" in r.stdout, "filter test's table does not name the script:\n%s", r.stdout)
+
+    from scapy.all import TCP, Ether, rdpcap  # noqa: PLC0415 - scapy is slow to import
+    fd, path = tempfile.mkstemp(suffix=".pcap")
+    os.close(fd)
+    doc = env.ctl("capture", svc, "--pcap", path, "--blocked")
+    check(doc["blocked"] >= 1 and doc["connections"] == doc["blocked"],
+          "capture --blocked summary %r", doc)
+    to_srv = d == "c2s"
+    pkts = [p for p in rdpcap(path) if TCP in p and
+            (p[TCP].sport if to_srv else p[TCP].dport) == sport or
+            TCP in p and (p[TCP].dport if to_srv else p[TCP].sport) == sport]
+    os.unlink(path)
+    pl = [(bytes(p[TCP].payload), p[Ether].src == BLOCK_MAC) for p in pkts
+          if bytes(p[TCP].payload) and (p[TCP].sport if to_srv else p[TCP].dport) == sport]
+    rst = [p for p in pkts if p[TCP].flags & 0x04]
+    check(len(rst) == (2 if reset else 0), "%d resets in the pcap of a %s: %r", len(rst),
+          e["script_kind"], [p.summary() for p in pkts])
+    check(pl, "capture --blocked does not list the connection from %d", sport)
+    check(b"".join(b for b, blk in pl if blk) == judged and
+          all(judged not in b for b, blk in pl if not blk),
+          "the pcap's blocked payload of the connection: %r", pl)
+
+
 @test
 def script_block_is_an_event(env):
     sid, port = env.service("sev", "tcp", extra=("--layer", "proxy"))
@@ -90,13 +149,17 @@ def script_block_is_an_event(env):
 
     # DROP over IPv6: a black hole, and an event of kind drop
     probe = req(b"/", b"x-probe: 1\r\n")
-    c, sport_drop = env.tcp_conn(SRV6, port, [probe, 0.5])
+    c, sport_drop = env.tcp_conn(SRV6, port, [probe, 0.5, b"after", 0.3])
     check(c["connected"] and not c.get("received"), "a dropped connection got bytes: %r", c)
     e6 = wait_script_event(env, "sev", sport_drop)
     check(e6["script_kind"] == "drop" and e6["script_function"] == "probe" and
           e6["src"] == CLI6 and e6["dst"] == SRV6 and e6["dir"] == "c2s",
           "the drop's event %r", e6)
     check(excerpt(e6) == probe, "drop excerpt %r", excerpt(e6))
+    # in the capture, blocked as a regex block is: the connection and the judged read
+    # (the proxy reads on after a DROP: what it read goes nowhere, blocked too)
+    assert_capture_blocked(env, "sev", e, bad, sport_rej, reset=True)
+    assert_capture_blocked(env, "sev", e6, probe + b"after", sport_drop, reset=False)
 
     # the server's reply judged: an s2c event, sender the server
     _, port2 = env.service("sev2", "tcp", extra=("--layer", "proxy"))
@@ -190,6 +253,9 @@ def nfq_script_block_is_an_event(env):
           e6["src"] == CLI6 and e6["dst"] == SRV6 and e6["dport"] == port and
           e6["dir"] == "c2s", "the drop's event %r", e6)
     check(excerpt(e6) == probe, "drop excerpt %r", excerpt(e6))
+    # in the capture, blocked as a regex block is: the flow and the judged segment
+    assert_capture_blocked(env, "nqev", e, bad, sport_rej, reset=True)
+    assert_capture_blocked(env, "nqev", e6, probe, sport_drop, reset=False)
 
     # the server's reply judged, over both families: s2c events, the server the sender
     _, port2 = env.service("nqev2", "tcp")
@@ -321,6 +387,15 @@ def broken(req: HttpRequestHeader):
     check(env.ctl("events", "nqevx", "--top", "src")["rows"] == [], "a failure in --top")
     st = env.ctl("stats", "nqevx")[0]
     check(st["blocked"] == 0, "a failure counted as a block %r", st)
+    # nor a block in the capture: the flow is there, not marked blocked
+    fd, path = tempfile.mkstemp(suffix=".pcap")
+    os.close(fd)
+    doc = env.ctl("capture", "nqevx", "--pcap", path)
+    check(doc["connections"] >= 1 and doc["blocked"] == 0, "the failure's capture %r", doc)
+    doc = env.ctl("capture", "nqevx", "--pcap", path, "--blocked")
+    os.unlink(path)
+    check(doc["connections"] == 0, "a failure's capture listed as blocked %r", doc)
+
 
 if __name__ == "__main__":
     sys.exit(it.run_module("script_events"))

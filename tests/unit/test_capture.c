@@ -206,3 +206,78 @@ Test(capture, decode_refuses_garbage)
     cr_assert_eq(fgx_cap_decode(junk, sizeof(junk), &c), -EINVAL);
     cr_assert_null(c.msg);
 }
+
+/* A script's verdict comes after the regex stage recorded its bytes as passed: the marks that
+ * hold the judged bytes turn blocked (by sequence number, and as a stream's last bytes), the
+ * others and the other direction stay as they were, a DROP's block is silent (no reset in a
+ * pcap) and survives the encoding, and a stale ref changes nothing. */
+Test(capture, judged_bytes_blocked_after_the_fact)
+{
+    struct fgx_cap_ring *r;
+    struct fgx_cap_ref ref, ref2, stale;
+    struct fgx_cap c;
+    uint8_t *buf;
+    size_t len;
+
+    cr_assert_eq(fgx_cap_ring_new(1, 2, 64, &r), 0);
+    ref = open_conn(r, 1000);
+    fgx_cap_add(r, &ref, 0, 5000, 5000, (const uint8_t *)"GET / ", 6, 1, false);
+    fgx_cap_add(r, &ref, 1, 9000, 9000, (const uint8_t *)"hi", 2, 2, false);
+    fgx_cap_add(r, &ref, 0, 5000, 5006, (const uint8_t *)"evil", 4, 3, false);
+    fgx_cap_add(r, &ref, 0, 5000, 5010, (const uint8_t *)"more", 4, 4, false);
+    /* the judged segment is the second c2s one, [5006, 5010); a range reaching back before
+     * the direction's start marks nothing there */
+    cr_assert(fgx_cap_block_seq(r, &ref, 0, 5006, 4, false));
+    cr_assert(fgx_cap_block_seq(r, &ref, 1, 8990, 5, false));
+    cr_assert(fgx_cap_pin(r, &ref, 0));
+    cr_assert_eq(fgx_cap_take(r, &ref, &buf, &len), 0);
+    cr_assert_eq(fgx_cap_decode(buf, len, &c), 0);
+    cr_assert(c.blocked && !c.silent);
+    cr_assert_eq(c.nseg, 4);
+    /* time order: c2s [0,6), s2c [0,2), c2s [6,10), c2s [10,14) */
+    cr_assert(!c.seg[0].blocked, "a passed segment before the judged one marked blocked");
+    cr_assert(!c.seg[1].blocked, "a range before the direction's start marked its bytes");
+    cr_assert(c.seg[2].blocked && c.seg[2].off == 6 && c.seg_dir[2] == 0,
+              "the judged segment is not blocked");
+    cr_assert(!c.seg[3].blocked, "a segment after the judged one marked blocked");
+    fgx_cap_release(&c);
+    free(buf);
+
+    /* a stream (the proxy's): its last read judged; a range that overlaps two marks marks both */
+    ref2 = open_conn(r, 1001);
+    fgx_cap_append(r, &ref2, 0, (const uint8_t *)"abc", 3, 1, false);
+    fgx_cap_append(r, &ref2, 1, (const uint8_t *)"reply", 5, 2, false);
+    fgx_cap_append(r, &ref2, 0, (const uint8_t *)"defgh", 5, 3, false);
+    cr_assert(fgx_cap_block_tail(r, &ref2, 0, 5, true));
+    cr_assert(fgx_cap_pin(r, &ref2, 0));
+    cr_assert_eq(fgx_cap_take(r, &ref2, &buf, &len), 0);
+    cr_assert_eq(fgx_cap_decode(buf, len, &c), 0);
+    cr_assert(c.blocked && c.silent, "a silent block (a DROP) lost its mark");
+    cr_assert_eq(c.nseg, 3);
+    cr_assert(!c.seg[0].blocked && !c.seg[1].blocked && c.seg[2].blocked &&
+              c.seg[2].len == 5 && c.seg_dir[2] == 0, "the last read of c2s is not the one blocked");
+    fgx_cap_release(&c);
+    free(buf);
+
+    /* two marks overlapped by one range; the stale ref of a reused slot touches nothing */
+    stale = ref;
+    ref = open_conn(r, 1002);
+    cr_assert_eq(ref.slot, stale.slot, "the ring did not reuse the oldest slot");
+    fgx_cap_append(r, &ref, 0, (const uint8_t *)"12", 2, 1, false);
+    fgx_cap_append(r, &ref, 0, (const uint8_t *)"34", 2, 2, false);
+    fgx_cap_append(r, &ref, 0, (const uint8_t *)"56", 2, 3, false);
+    cr_assert(!fgx_cap_block_seq(r, &stale, 0, 1, 6, false));
+    cr_assert(!fgx_cap_block_tail(r, &stale, 0, 6, false));
+    cr_assert(fgx_cap_block_seq(r, &ref, 0, 2, 2, false)); /* stream offsets [1, 3): isn 1 */
+    cr_assert(fgx_cap_pin(r, &ref, 0));
+    cr_assert_eq(fgx_cap_take(r, &ref, &buf, &len), 0);
+    cr_assert_eq(fgx_cap_decode(buf, len, &c), 0);
+    cr_assert_eq(c.nseg, 3);
+    cr_assert(!c.silent, "a reused slot kept the last one's silent mark");
+    cr_assert(c.seg[0].blocked && c.seg[1].blocked && !c.seg[2].blocked,
+              "a range across two marks: %d %d %d", c.seg[0].blocked, c.seg[1].blocked,
+              c.seg[2].blocked);
+    fgx_cap_release(&c);
+    free(buf);
+    fgx_cap_ring_free(r);
+}

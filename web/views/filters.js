@@ -101,7 +101,9 @@ function testResults(r) {
                 h('span', {}, fmtTime(x.time_ns || x.time)),
                 h('span', { class: 'mono' }, `${x.src}:${x.sport}`),
                 h('span', { class: 'badge' }, x.dir),
-                x.blocked ? h('span', { class: 'badge block' }, `already blocked by filter ${x.filter_id}`) : null,
+                x.blocked
+                  ? h('span', { class: 'badge block' }, x.filter_id ? `already blocked by filter ${x.filter_id}` : 'already blocked by a script')
+                  : null,
               ),
               excerptView(x),
             ),

@@ -37,6 +37,7 @@ struct fgx_cap_conn {
     uint32_t gen; /* 0: free; else the connection that holds it */
     bool pinned;  /* blocked: waits for the control thread */
     bool blocked;
+    bool silent; /* blocked without a reset to the ends (a script's DROP) */
     uint8_t ipproto, family;
     uint8_t caddr[16], saddr[16];
     uint16_t cport, sport;
@@ -95,6 +96,18 @@ void fgx_cap_udp(struct fgx_cap_ring *r, uint8_t family, const uint8_t *caddr, u
 /* Writer: the connection was blocked by filter_id; its slot is kept until fgx_cap_take(). Returns
  * false when the ref is stale (its slot was reused). */
 bool fgx_cap_pin(struct fgx_cap_ring *r, const struct fgx_cap_ref *ref, uint32_t filter_id);
+/* Writer: bytes already recorded were judged after the fact (a script's REJECT or DROP, which
+ * comes after the regex stage recorded them as passed): the connection is marked blocked and
+ * so is every mark of direction d that holds any of the bytes [seq, seq + len), seq a sequence
+ * number as fgx_cap_add() takes it (relative to where the direction started). Call it before
+ * fgx_cap_pin(), so the capture the event takes carries the marks. silent: the ends were not
+ * told (a DROP), so a pcap of it shows no reset. Returns false when the ref is stale. */
+bool fgx_cap_block_seq(struct fgx_cap_ring *r, const struct fgx_cap_ref *ref, int d, uint32_t seq,
+                       uint32_t len, bool silent);
+/* Writer: the same for the last len bytes direction d was given (fgx_cap_append()'s streams,
+ * the proxy's: its judged read is the last one of its side). */
+bool fgx_cap_block_tail(struct fgx_cap_ring *r, const struct fgx_cap_ref *ref, int d, size_t len,
+                        bool silent);
 /* Writer: undo a pin whose event could not be queued. */
 void fgx_cap_unpin(struct fgx_cap_ring *r, const struct fgx_cap_ref *ref);
 
@@ -151,6 +164,7 @@ struct fgx_cap {
     struct fgx_cap_seg *seg; /* malloc'd; dir in seg_dir */
     uint8_t *seg_dir;        /* malloc'd: 0 or 1 per segment */
     bool blocked, synth_seq;
+    bool silent; /* blocked without a reset (fgx_cap_block_seq()) */
     uint32_t filter_id;
     uint64_t event_seq;
     void *msg; /* the decoded message, owned */

@@ -1,7 +1,8 @@
 // Scripts view, live: a file set from the editor on the core scenario's service (moved to the
 // proxy layer for it) blocks real traffic (env.commands.evil, a client in the client namespace
 // sending env.evil); the page shows the function's block and its print in the log as they
-// happen, and its blocked counter, without a reload. The service is put back as it was.
+// happen, and its blocked counter, without a reload; a regex tried on the capture then finds
+// the connection already blocked, by a script. The service is put back as it was.
 import { check, mustApi, view, toastText } from './b_util.js';
 
 const FILE = `from fgex import *
@@ -44,6 +45,17 @@ export default async function ({ page, base, shot, env, login, log }) {
     const list = await mustApi(page, 'script/list', { service: svc }, 'GET');
     check(list.functions[0].blocked >= 1, 'controld counted the block', list, sent);
     await shot('live-log');
+
+    // the capture's view of it: a regex tried on the capture finds the connection the script
+    // blocked, already blocked, by a script (no filter id)
+    check(/^\d+$/.test(String(before.id)), 'service/show gives no id', before);
+    await page.goto(`${base}/#/services/${before.id}`);
+    await page.fill('[data-test=filter-regex-input]', env.test_regex);
+    await page.click('[data-test=filter-test]');
+    await page.waitForSelector('[data-test=test-results]');
+    const byScript = page.locator('[data-test=test-hit]', { hasText: 'already blocked by a script' });
+    check((await byScript.count()) >= 1, 'no filter test hit says a script blocked it',
+      await page.textContent('[data-test=test-results]'));
   } finally {
     await mustApi(page, 'script/rm', { service: svc }).catch(() => {});
     if (before.layer !== 'proxy') await mustApi(page, 'service/set', { service: svc, layer: before.layer });
