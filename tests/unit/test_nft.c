@@ -891,6 +891,10 @@ static bool wait_fd(int fd, short events, int ms)
 }
 
 /* Start a connection from the client namespace; true when it completed within ms. */
+/* A fresh veth pair can lose the first SYN (or the neighbour solicitation before it); TCP
+ * sends it again after 1 s, then 3 s: a connect gets until the second one. */
+#define CONNECT_MS 5000
+
 static bool tcp_connect(struct pair *p, int family, const char *ip, uint16_t port, int ms, int *out)
 {
     struct sockaddr_storage ss;
@@ -939,7 +943,7 @@ Test(nft, fail_closed_service_drops_without_reader)
 
     /* Another prefix: this traffic is not the service's and passes. */
     sync_one(n, svc(1, IPPROTO_TCP, PORT_TCP, "10.98.0.0/16", false));
-    cr_assert(tcp_connect(&p, AF_INET, "10.99.0.2", PORT_TCP, 2000, &cfd));
+    cr_assert(tcp_connect(&p, AF_INET, "10.99.0.2", PORT_TCP, CONNECT_MS, &cfd));
     afd = tcp_accept(lfd, 2000);
     cr_assert_geq(afd, 0);
     close(afd);
@@ -949,7 +953,7 @@ Test(nft, fail_closed_service_drops_without_reader)
      * segment with payload is queued, and with nobody reading the queue and no bypass the
      * kernel drops it. */
     sync_one(n, svc(1, IPPROTO_TCP, PORT_TCP, "10.99.0.0/24", false));
-    cr_assert(tcp_connect(&p, AF_INET, "10.99.0.2", PORT_TCP, 2000, &cfd));
+    cr_assert(tcp_connect(&p, AF_INET, "10.99.0.2", PORT_TCP, CONNECT_MS, &cfd));
     afd = tcp_accept(lfd, 2000);
     cr_assert_geq(afd, 0);
     cr_assert_eq(send(cfd, "x", 1, MSG_NOSIGNAL), 1);
@@ -974,7 +978,7 @@ Test(nft, fail_open_service_passes_without_reader)
     lfd = tcp_listen(AF_INET, "10.99.0.2", PORT_TCP);
     n = nft_open(2);
     sync_one(n, svc(1, IPPROTO_TCP, PORT_TCP, "10.99.0.2", true));
-    cr_assert(tcp_connect(&p, AF_INET, "10.99.0.2", PORT_TCP, 2000, &cfd));
+    cr_assert(tcp_connect(&p, AF_INET, "10.99.0.2", PORT_TCP, CONNECT_MS, &cfd));
     afd = tcp_accept(lfd, 2000);
     cr_assert_geq(afd, 0);
     cr_assert_eq(send(cfd, "hello", 5, MSG_NOSIGNAL), 5);
@@ -1002,7 +1006,7 @@ static void payloadless_pass(int family, const char *srv_ip)
     lfd = tcp_listen(family, srv_ip, PORT_TCP);
     n = nft_open(2);
     for (int i = 0; i < 3; i++) {
-        cr_assert(tcp_connect(&p, family, srv_ip, PORT_TCP, 2000, &cfd[i]));
+        cr_assert(tcp_connect(&p, family, srv_ip, PORT_TCP, CONNECT_MS, &cfd[i]));
         afd[i] = tcp_accept(lfd, 2000);
         cr_assert_geq(afd[i], 0);
     }
@@ -1246,7 +1250,7 @@ Test(nft, synack_copy_goes_to_the_thread_of_the_flows_queue)
         int lg, q;
 
         /* The handshake is not queued: it completes with nobody giving verdicts. */
-        cr_assert(tcp_connect(&p, AF_INET, "10.99.0.2", PORT_TCP, 2000, &cfd));
+        cr_assert(tcp_connect(&p, AF_INET, "10.99.0.2", PORT_TCP, CONNECT_MS, &cfd));
         afd = tcp_accept(lfd, 2000);
         cr_assert_geq(afd, 0);
         lg = nfnl_which(logs, NFNL_SUBSYS_ULOG, 2000);
