@@ -52,8 +52,13 @@ def run_connections(env, srv, port, n, payload=UP, reply=DOWN):
     """n connections one after the other; the server's record of each found by its order, not
     by the client's port (the proxy layer's onward connection has a port of its own)."""
     for _ in range(n):
+        before = len(srv.all("accept"))
         c, _sport = env.tcp_conn(SRV4, port, [payload])
-        it.assert_passed(c, it.server_conn(srv, len(srv.all("accept"))), payload, reply)
+        # the server's record of this one: the next accept, once the server has told of it
+        # (the client can be done before that event is in)
+        check(it.wait_until(lambda: len(srv.all("accept")) > before, timeout=6),
+              "the server never accepted connection %d", before + 1)
+        it.assert_passed(c, it.server_conn(srv, before + 1), payload, reply)
 
 
 def restart(env):
