@@ -386,6 +386,20 @@ static void free_logs(struct fgx_dp_stats *st)
     *st = (struct fgx_dp_stats){0};
 }
 
+/* The log queue holds exactly one entry, this one; it is taken. */
+static void expect_one_log(uint32_t service, const char *kind, const char *fn, const char *text)
+{
+    struct fgx_dp_stats st = {0};
+
+    cr_assert_eq(fgx_swlink_logs_take(&st), 0);
+    cr_assert_eq(st.nscript_logs, 1);
+    cr_assert_eq(st.script_logs[0].service_id, service);
+    cr_assert_str_eq(st.script_logs[0].kind, kind);
+    cr_assert_str_eq(st.script_logs[0].function, fn);
+    cr_assert_str_eq(st.script_logs[0].text, text);
+    free_logs(&st);
+}
+
 Test(swlink, hello_is_first_on_every_socket_and_files_come_before_data)
 {
     struct fgx_sw_hdr h = data_hdr(1, 0);
@@ -570,7 +584,6 @@ Test(swlink, every_file_once_after_a_connect)
 Test(swlink, recv_returns_verdicts_and_queues_logs)
 {
     static const uint8_t shortmsg[3] = {FGX_SW_VERDICT, 0, 0};
-    struct fgx_dp_stats st = {0};
     struct fgx_sw_hdr h, call;
     const uint8_t *pl = NULL;
     size_t len = 0;
@@ -601,13 +614,7 @@ Test(swlink, recv_returns_verdicts_and_queues_logs)
     cr_assert_str_eq(fn, "ab"); /* no NUL in the payload */
     cr_assert_eq(fgx_swlink_recv(&lk, &h, NULL, NULL), -EAGAIN);
 
-    cr_assert_eq(fgx_swlink_logs_take(&st), 0);
-    cr_assert_eq(st.nscript_logs, 1);
-    cr_assert_eq(st.script_logs[0].service_id, 12);
-    cr_assert_str_eq(st.script_logs[0].kind, "print");
-    cr_assert_str_eq(st.script_logs[0].function, "fn");
-    cr_assert_str_eq(st.script_logs[0].text, "hello!");
-    free_logs(&st);
+    expect_one_log(12, "print", "fn", "hello!");
 }
 
 Test(swlink, verdicts_are_matched_to_their_calls)
@@ -742,7 +749,6 @@ Test(swlink, the_parents_timeout_comes_first_and_only_once)
 {
     struct fgx_sw_hdr a, b, c, h, v[2];
     const void *p[2] = {"timeout\0slow\0past its deadline", "slow\0past the deadline"};
-    struct fgx_dp_stats st = {0};
     const uint8_t *pl;
     size_t len;
 
@@ -767,13 +773,7 @@ Test(swlink, the_parents_timeout_comes_first_and_only_once)
     expect_replaced(&a);
     expect_replaced(&c);
     cr_assert_eq(fgx_swlink_recv(&lk, &h, NULL, NULL), -EAGAIN);
-    cr_assert_eq(fgx_swlink_logs_take(&st), 0);
-    cr_assert_eq(st.nscript_logs, 1);
-    cr_assert_eq(st.script_logs[0].service_id, 12);
-    cr_assert_str_eq(st.script_logs[0].kind, "timeout");
-    cr_assert_str_eq(st.script_logs[0].function, "slow");
-    cr_assert_str_eq(st.script_logs[0].text, "past its deadline");
-    free_logs(&st);
+    expect_one_log(12, "timeout", "slow", "past its deadline");
 }
 
 /* The interpreter answered just as the parent gave up on it: one verdict all the same. */
