@@ -59,11 +59,11 @@ struct fgx_swlink {
     uint8_t *rbuf;
     size_t rlen, roff;
     int rfrom;
-    int dying;  /* an interpreter whose socket ended: its calls are answered ERROR, -1: none */
-    bool ctl_drained; /* ... once the parent's socket was read to the end (its TIMEOUT first) */
+    /* false once an interpreter's socket ended: the parent's is read to its end (a TIMEOUT)
+     * before that interpreter's calls are answered ERROR */
+    bool ctl_drained;
     int ready[FGX_SW_PROCS_MAX + 1]; /* sockets epoll said are readable (-1: ctl) */
     unsigned nready;
-    uint8_t synth[sizeof(struct fgx_sw_hdr) + 32]; /* a verdict made here */
 };
 
 /* Connect to scriptworker at URL (ipc://PATH, fgx/swproto.h) without waiting; while it is not
