@@ -1,0 +1,49 @@
+/* controld's health log: what happens to fgex itself rather than to the traffic. A worker that
+ * is restarted and why, nftables rules put back after someone removed them, a layer switch, a
+ * limit hit, traffic let through unfiltered, the store out of space. Each entry names the
+ * service it concerns, or service 0 for the whole box (every service's log shows those too).
+ *
+ * One process-wide ring, so any stage of controld (the loop, the supervisor, the web thread)
+ * notes an entry with one call and no context to carry; readers (the control API's
+ * `service log`, the page) list entries after a sequence number. Thread-safe. */
+#ifndef CTL_HEALTH_H
+#define CTL_HEALTH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define CTL_HEALTH_KIND_MAX 24
+#define CTL_HEALTH_TEXT_MAX 240
+#define CTL_HEALTH_RING 4096 /* entries kept; older ones are overwritten */
+
+enum ctl_health_level {
+    CTL_HEALTH_INFO = 0, /* a change made on purpose: started, stopped, layer switched */
+    CTL_HEALTH_WARN = 1, /* fgex recovered by itself: a worker replaced, rules restored */
+    CTL_HEALTH_ERROR = 2 /* protection or data was lost: traffic passed unfiltered, events lost */
+};
+
+struct ctl_health_entry {
+    uint64_t seq;     /* increasing from 1, never reused while controld runs */
+    uint64_t time_ns; /* unix time */
+    uint32_t service_id; /* 0: the whole box */
+    enum ctl_health_level level;
+    char kind[CTL_HEALTH_KIND_MAX];  /* short, stable, e.g. "worker-restart", "rules-restored" */
+    char text[CTL_HEALTH_TEXT_MAX];  /* what a player reads */
+    uint64_t count; /* what the entry counts (packets passed unfiltered, ...), 0 if nothing */
+};
+
+/* Note one entry (also logged at the level's log level). kind and the formatted text are
+ * copied, cut to their sizes. */
+void ctl_health_note(uint32_t service_id, enum ctl_health_level level, const char *kind,
+                     uint64_t count, const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+
+/* Copy up to max entries with seq > after_seq, oldest first, of service service_id (and the
+ * box's own, service 0) or of every service when service_id is UINT32_MAX. Returns how many. */
+size_t ctl_health_list(uint64_t after_seq, uint32_t service_id, struct ctl_health_entry *out,
+                       size_t max);
+/* The newest seq noted so far (0: none), so that a follower can tell when to list. */
+uint64_t ctl_health_last_seq(void);
+/* Forget every entry (unit tests). */
+void ctl_health_reset(void);
+
+#endif
