@@ -33,6 +33,7 @@
 #include "controld/ctl_rpc_cmd.h"
 #include "controld/ctl_script_rt.h"
 #include "controld/ctl_store.h"
+#include "controld/ctl_web_conn.h"
 #include "controld/ctl_web_files.h"
 #include "controld/ctl_webapi.h"
 #include "fgx/chan_relay.h"
@@ -42,8 +43,8 @@
 /* A relayed request waits at most this long: a change may compile for --compile-timeout. */
 #define WEB_CALL_TIMEOUT_MS ((CTL_COMPILE_TIMEOUT_MAX + 60) * 1000)
 #define WEB_CONN_TIMEOUT_S 60 /* an idle keep-alive connection (a live stream is never idle) */
-#define WEB_CONN_MAX 256
-#define WEB_CONN_PER_IP 32
+/* A page past a cap of live streams is told why and when to try again (429, 503). */
+#define WEB_STREAMS_RETRY_S "30"
 #define WEB_STREAM_QUEUE 1024 /* messages a slow page may lag behind before it is cut */
 #define WEB_REPLAY 512        /* event messages kept for Last-Event-ID */
 #define WEB_EVENTS_BATCH 1000
@@ -106,6 +107,7 @@ struct web_stream {
     struct ctl_web *w;
     struct MHD_Connection *conn;
     char token[CTL_AUTH_TOKEN_LEN + 1];
+    struct fgx_peer src;
     struct web_msg *q[WEB_STREAM_QUEUE];
     unsigned head, n; /* ring */
     size_t off;       /* of q[head] already sent */
@@ -141,6 +143,8 @@ struct web_req {
 
 struct ctl_web {
     struct MHD_Daemon *httpd;
+    struct ctl_web_conns *conns; /* the connections' limits (ctl_web_conn.h) */
+    unsigned streams_max;
     uint16_t port;
     struct ctl_auth *auth;
     struct ctl_metrics *metrics;
@@ -225,7 +229,9 @@ static enum MHD_Result web_admit(void *cls, const struct sockaddr *addr, socklen
     peer_from_sockaddr(addr, &peer);
     if (peer.family != 4 && peer.family != 6)
         return MHD_NO;
-    return ctl_auth_admit(&peer, w->auth) ? MHD_YES : MHD_NO;
+    if (!ctl_auth_admit(&peer, w->auth))
+        return MHD_NO;
+    return ctl_web_conns_admit(w->conns, &peer) ? MHD_YES : MHD_NO;
 }
 
 /* ---- replies ---- */
@@ -516,6 +522,50 @@ static void stream_free(struct web_stream *s)
     free(s);
 }
 
+/* Past a cap of live streams (per session, per address, in all): *rv is the answer, 429 or
+ * 503 with why and when to try again; the streams already open are left alone. */
+static bool live_refuse(struct web_req *q, enum MHD_Result *rv)
+{
+    struct ctl_web *w = q->w;
+    unsigned session = 0, src = 0, all = 0;
+    enum ctl_limit_hit hit = CTL_HIT_N;
+    char msg[160];
+
+    pthread_mutex_lock(&w->lock);
+    for (const struct web_stream *s = w->streams; s; s = s->next) {
+        if (s->closing || __atomic_load_n(&s->gone, __ATOMIC_ACQUIRE))
+            continue;
+        all++;
+        session += strcmp(s->token, q->token) == 0;
+        src += fgx_conn_same_src(&s->src, &q->peer);
+    }
+    pthread_mutex_unlock(&w->lock);
+    if (session >= CTL_WEB_STREAMS_PER_SESSION) {
+        hit = CTL_HIT_STREAM_SESSION;
+        snprintf(msg, sizeof(msg),
+                 "too many live streams for this session (%u open): close a tab of the page",
+                 session);
+    } else if (src >= CTL_WEB_STREAMS_PER_SRC) {
+        hit = CTL_HIT_STREAM_SRC;
+        snprintf(msg, sizeof(msg),
+                 "too many live streams from this address (%u open): close a tab of the page",
+                 src);
+    } else if (all >= w->streams_max) {
+        hit = CTL_HIT_STREAM_FULL;
+        snprintf(msg, sizeof(msg), "the server holds its most live streams (%u)", all);
+    }
+    if (hit == CTL_HIT_N)
+        return false;
+    ctl_listen_hit(CTL_LISTENER_WEB, hit, &q->peer, 1);
+    *rv = respond_json(q->conn,
+                       hit == CTL_HIT_STREAM_FULL ? MHD_HTTP_SERVICE_UNAVAILABLE
+                                                  : MHD_HTTP_TOO_MANY_REQUESTS,
+                       json_pack("{s:s, s:i, s:i}", "error", msg, "exit", 1, "retry_after",
+                                 atoi(WEB_STREAMS_RETRY_S)),
+                       "Retry-After", WEB_STREAMS_RETRY_S, NULL, NULL);
+    return true;
+}
+
 /* The session is good: answer with the stream, its hello and what Last-Event-ID missed. */
 static enum MHD_Result live_start(struct web_req *q)
 {
@@ -527,8 +577,13 @@ static enum MHD_Result live_start(struct web_req *q)
 
     if (!s)
         return MHD_NO;
+    if (live_refuse(q, &rv)) {
+        free(s);
+        return rv;
+    }
     s->w = w;
     s->conn = q->conn;
+    s->src = q->peer;
     memcpy(s->token, q->token, sizeof(s->token));
     r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_read, s, stream_gone);
     if (!r) {
@@ -845,6 +900,7 @@ static enum MHD_Result web_handler(void *cls, struct MHD_Connection *conn, const
 
     (void)version;
     if (!q) {
+        ctl_web_conns_busy(w->conns, conn);
         q = calloc(1, sizeof(*q));
         if (!q)
             return MHD_NO;
@@ -891,11 +947,11 @@ static enum MHD_Result web_handler(void *cls, struct MHD_Connection *conn, const
 static void web_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                           enum MHD_RequestTerminationCode toe)
 {
+    struct ctl_web *w = cls;
     struct web_req *q = *con_cls;
 
-    (void)cls;
-    (void)conn;
     (void)toe;
+    ctl_web_conns_idle(w->conns, conn);
     if (!q)
         return;
     free(q->body);
@@ -1182,6 +1238,7 @@ void ctl_web_tick(struct ctl_web *w, struct ctl_ctx *ctx)
 
     if (!w)
         return;
+    ctl_web_conns_sweep(w->conns, (unsigned)__atomic_load_n(&w->nstreams, __ATOMIC_ACQUIRE));
     if (!w->primed) {
         /* What happened before start is history, not news. */
         w->last_seq = ctx->stats ? ctl_stats_last_seq(ctx->stats) : 0;
@@ -1277,6 +1334,16 @@ int ctl_web_start(const struct ctl_web_config *cfg, struct ctl_web **out)
         fgx_err("web: cannot reach the control channel: %s", strerror(-rv));
         goto err;
     }
+    rv = ctl_web_conns_new(cfg->max_conns ? cfg->max_conns : CTL_WEB_MAX_CONNS,
+                           cfg->max_per_src ? cfg->max_per_src : CTL_WEB_MAX_PER_SRC,
+                           cfg->handshake_s ? cfg->handshake_s : CTL_AUTH_HANDSHAKE_S_DEFAULT,
+                           &w->conns);
+    if (rv < 0)
+        goto err;
+    w->streams_max = (cfg->max_conns ? cfg->max_conns : CTL_WEB_MAX_CONNS) / 4;
+    if (w->streams_max < CTL_WEB_STREAMS_PER_SRC)
+        w->streams_max = CTL_WEB_STREAMS_PER_SRC;
+    ctl_listen_stream_limits(CTL_WEB_STREAMS_PER_SESSION, CTL_WEB_STREAMS_PER_SRC, w->streams_max);
     rv = ctl_listen_tcp("web", cfg->listen, &fd, &w->port);
     if (rv < 0)
         goto err;
@@ -1284,9 +1351,10 @@ int ctl_web_start(const struct ctl_web_config *cfg, struct ctl_web **out)
         MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_TLS | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG,
         0, web_admit, w, web_handler, w, MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_HTTPS_MEM_KEY,
         cfg->key_pem, MHD_OPTION_HTTPS_MEM_CERT, cfg->cert_pem, MHD_OPTION_NOTIFY_COMPLETED,
-        web_completed, w, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)WEB_CONN_TIMEOUT_S,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)WEB_CONN_MAX, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
-        (unsigned)WEB_CONN_PER_IP, MHD_OPTION_EXTERNAL_LOGGER, web_log, NULL, MHD_OPTION_END);
+        web_completed, w, MHD_OPTION_NOTIFY_CONNECTION, ctl_web_conns_notify, w->conns,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)WEB_CONN_TIMEOUT_S, MHD_OPTION_CONNECTION_LIMIT,
+        ctl_web_conns_mhd_limit(w->conns), MHD_OPTION_EXTERNAL_LOGGER, web_log, NULL,
+        MHD_OPTION_END);
     if (!w->httpd) {
         fgx_err("web: cannot start the HTTPS server on %s", cfg->listen);
         close(fd);
@@ -1338,6 +1406,7 @@ void ctl_web_stop(struct ctl_web *w)
         msg_unref(w->replay[(w->replay_head + i) % WEB_REPLAY]);
     free(w->last_stats);
     free(w->script_pos);
+    ctl_web_conns_free(w->conns);
     pthread_mutex_destroy(&w->lock);
     pthread_mutex_destroy(&w->relay_lock);
     explicit_bzero(w->secret, sizeof(w->secret));

@@ -24,6 +24,7 @@
 #include <nng/supplemental/tls/tls.h>
 #include <nng/supplemental/util/platform.h>
 
+#include "fgx/connlimit.h"
 #include "fgx/log.h"
 
 #define CHAN_REFUSED_RING 64
@@ -52,7 +53,10 @@ struct chan_guard {
     nng_thread *thr;
     int stop;
     int handshake_ms;
-    unsigned per_peer;
+    struct fgx_connlimit lim;
+    fgx_chan_guard_fn cut_fn;
+    fgx_chan_guard_gauge_fn gauge_fn;
+    void *arg;
     uint16_t port; /* the listener's TCP port */
     nng_mtx *mtx;  /* live[] */
     struct chan_live live[CHAN_GUARD_MAX];
@@ -704,6 +708,7 @@ struct guard_cand {
     ino_t ino;
     uint64_t first_ms;
     struct fgx_peer peer;
+    bool silent; /* not one byte received */
 };
 
 static struct chan_seen *guard_seen(struct chan_guard *g, ino_t ino, uint64_t now)
@@ -786,20 +791,24 @@ static bool guard_pending(struct chan_guard *g, int fd, const struct fgx_peer *p
     return pending;
 }
 
-/* By address, then oldest first. */
-static int cand_cmp(const void *a, const void *b)
+static bool fd_silent(int fd)
 {
-    const struct guard_cand *x = a, *y = b;
-    int d = x->peer.family - y->peer.family;
+    struct tcp_info ti;
+    socklen_t tl = sizeof(ti);
 
-    if (d == 0)
-        d = memcmp(x->peer.addr, y->peer.addr, sizeof(x->peer.addr));
-    if (d == 0)
-        d = x->first_ms < y->first_ms ? -1 : x->first_ms > y->first_ms;
-    return d;
+    memset(&ti, 0, sizeof(ti));
+    return getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &tl) == 0 &&
+           tl >= offsetof(struct tcp_info, tcpi_bytes_received) + sizeof(ti.tcpi_bytes_received) &&
+           ti.tcpi_bytes_received == 0;
 }
 
-static void guard_sweep(struct chan_guard *g, struct guard_cand *cand)
+static void guard_report(struct chan_guard *g, const struct fgx_peer *peer, int why, unsigned n)
+{
+    if (n && g->cut_fn)
+        g->cut_fn(peer, why, n, g->arg);
+}
+
+static void guard_sweep(struct chan_guard *g, struct guard_cand *cand, struct fgx_conn_cand *pick)
 {
     static unsigned long long last_ns;
     unsigned cut_late = 0, cut_many = 0;
@@ -828,19 +837,34 @@ static void guard_sweep(struct chan_guard *g, struct guard_cand *cand)
         k->fd = (int)fd;
         k->first_ms = seen ? seen->first_ms : 0; /* no room to track it: as if expired */
         if (now - k->first_ms >= (uint64_t)g->handshake_ms * (seen && seen->sent ? 3 : 1)) {
-            cut_late += guard_cut(k->fd, k->ino);
+            if (guard_cut(k->fd, k->ino)) {
+                cut_late++;
+                guard_report(g, &k->peer, FGX_GUARD_LATE, 1);
+            }
             continue;
         }
+        k->silent = fd_silent(k->fd);
         n++;
     }
-    /* Past per_peer pending connections from one address, the oldest go: a new client from a
-     * busy address (a team behind one NAT) gets its turn. */
-    qsort(cand, n, sizeof(*cand), cand_cmp);
-    for (size_t i = 0, j; i < n; i = j) {
-        for (j = i + 1; j < n && peer_same_host(&cand[i].peer, &cand[j].peer); j++)
-            ;
-        for (size_t k = i; j - k > g->per_peer; k++)
-            cut_many += guard_cut(cand[k].fd, cand[k].ino);
+    /* Past per_peer pending connections from one address (those that sent nothing first,
+     * then the oldest: a real client from a busy address, a team behind one NAT, has sent its
+     * hello and keeps its turn), and past max in all (from the address holding the most,
+     * never an address's only one). */
+    for (size_t i = 0; i < n; i++)
+        pick[i] = (struct fgx_conn_cand){.src = cand[i].peer,
+                                         .since_ms = cand[i].first_ms,
+                                         .tag = (uint32_t)i,
+                                         .kind = FGX_CONN_PENDING,
+                                         .silent = cand[i].silent};
+    fgx_connlimit_pick(&g->lim, pick, n);
+    for (size_t i = 0; i < n; i++) {
+        const struct guard_cand *k = &cand[pick[i].tag];
+
+        if (pick[i].cut && guard_cut(k->fd, k->ino)) {
+            cut_many++;
+            guard_report(g, &k->peer,
+                         pick[i].cut == FGX_CUT_PER_SRC ? FGX_GUARD_PER_PEER : FGX_GUARD_FULL, 1);
+        }
     }
     closedir(d);
     /* Forget the connections no longer there. */
@@ -848,27 +872,33 @@ static void guard_sweep(struct chan_guard *g, struct guard_cand *cand)
         if (g->seen[i].sweep == g->sweep)
             g->seen[keep++] = g->seen[i];
     g->nseen = keep;
+    if (g->gauge_fn)
+        g->gauge_fn((unsigned)(n - cut_many), g->arg);
     if (cut_late || cut_many)
         fgx_log_ratelimited(&last_ns, FGX_LOG_WARN,
                             "control: closed %u connection(s) that sent no request within %d "
-                            "ms, and %u past %u pending from one address",
-                            cut_late, g->handshake_ms, cut_many, g->per_peer);
+                            "ms, and %u past %u pending from one address or %u in all",
+                            cut_late, g->handshake_ms, cut_many, g->lim.per_src, g->lim.max);
 }
 
 static void guard_main(void *arg)
 {
     struct chan_guard *g = arg;
     struct guard_cand *cand = calloc(CHAN_GUARD_MAX, sizeof(*cand));
+    struct fgx_conn_cand *pick = calloc(CHAN_GUARD_MAX, sizeof(*pick));
 
-    if (!cand) {
+    if (!cand || !pick) {
         fgx_err("control: no memory for the TLS connection guard");
+        free(cand);
+        free(pick);
         return;
     }
     while (!__atomic_load_n(&g->stop, __ATOMIC_ACQUIRE)) {
         nng_msleep(CHAN_GUARD_PERIOD_MS);
-        guard_sweep(g, cand);
+        guard_sweep(g, cand, pick);
     }
     free(cand);
+    free(pick);
 }
 
 static void guard_free(struct chan_guard *g)
@@ -883,18 +913,21 @@ static void guard_free(struct chan_guard *g)
     free(g);
 }
 
-int fgx_chan_tls_guard(struct fgx_chan *c, int handshake_ms, unsigned per_peer)
+int fgx_chan_tls_guard(struct fgx_chan *c, const struct fgx_chan_guard_config *cfg)
 {
     struct chan_guard *g;
     int rv;
 
-    if (c->guard || c->tls_port == 0 || handshake_ms <= 0 || per_peer == 0)
+    if (c->guard || c->tls_port == 0 || cfg->handshake_ms <= 0 || cfg->per_peer == 0)
         return -EINVAL;
     g = calloc(1, sizeof(*g));
     if (!g)
         return -ENOMEM;
-    g->handshake_ms = handshake_ms;
-    g->per_peer = per_peer;
+    g->handshake_ms = cfg->handshake_ms;
+    g->lim = (struct fgx_connlimit){.max = cfg->max, .per_src = cfg->per_peer};
+    g->cut_fn = cfg->cut;
+    g->gauge_fn = cfg->gauge;
+    g->arg = cfg->arg;
     g->port = c->tls_port;
     rv = nng_mtx_alloc(&g->mtx);
     if (rv != 0) {
