@@ -17,7 +17,7 @@
 #include "controld/ctl_health.h"
 #include "fgx/log.h"
 
-/* Sources remembered for the one-note-a-minute rule; past that, the least recent is forgotten
+/* Sources remembered for the one-note-a-minute rule (per listener); past that, the least recent is forgotten
  * (a flood from more addresses than this notes at most this many a minute). */
 #define LISTEN_NOTED 256
 #define LISTEN_NOTE_NS (60ull * 1000000000ull)
@@ -26,6 +26,7 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct ctl_listen_view views[CTL_LISTENER_N];
 static struct {
     struct fgx_peer src;
+    enum ctl_listener l;
     uint64_t at_ns; /* 0: free */
 } noted[LISTEN_NOTED];
 
@@ -72,13 +73,13 @@ void ctl_listen_gauge(enum ctl_listener l, unsigned open, unsigned pending, unsi
     pthread_mutex_unlock(&lock);
 }
 
-/* Whether src may have a note now (under lock): one a minute per source. */
-static bool note_due(const struct fgx_peer *src, uint64_t now)
+/* Whether src may have a note of listener l now (under lock): one a minute per source. */
+static bool note_due(enum ctl_listener l, const struct fgx_peer *src, uint64_t now)
 {
     size_t oldest = 0;
 
     for (size_t i = 0; i < LISTEN_NOTED; i++) {
-        if (noted[i].at_ns && fgx_conn_same_src(&noted[i].src, src)) {
+        if (noted[i].at_ns && noted[i].l == l && fgx_conn_same_src(&noted[i].src, src)) {
             if (now - noted[i].at_ns < LISTEN_NOTE_NS)
                 return false;
             noted[i].at_ns = now;
@@ -88,6 +89,7 @@ static bool note_due(const struct fgx_peer *src, uint64_t now)
             oldest = i;
     }
     noted[oldest].src = *src;
+    noted[oldest].l = l;
     noted[oldest].at_ns = now;
     return true;
 }
@@ -103,7 +105,7 @@ void ctl_listen_hit(enum ctl_listener l, enum ctl_limit_hit hit, const struct fg
         return;
     pthread_mutex_lock(&lock);
     views[l].hits[hit] += n;
-    due = note_due(src, mono_ns() | 1);
+    due = note_due(l, src, mono_ns() | 1);
     v = views[l];
     pthread_mutex_unlock(&lock);
     if (!due)

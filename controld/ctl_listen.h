@@ -1,7 +1,8 @@
 /* controld's listeners: the listening socket for "ADDR:PORT" of the HTTP ones (metrics, web),
  * made here so that both bind alike (libmicrohttpd is handed the socket); and what the guards
  * of the two TLS listeners (web: ctl_web_conn.c, control: chan.c's guard) closed or refused,
- * counted for `status` and noted in the health log, one entry per source a minute at most. */
+ * counted for `status` and noted in the health log, one entry per source and listener a minute
+ * at most. */
 #ifndef CTL_LISTEN_H
 #define CTL_LISTEN_H
 
@@ -42,7 +43,7 @@ void ctl_listen_stream_limits(unsigned per_session, unsigned per_src, unsigned m
 /* Its connections open now (any thread). */
 void ctl_listen_gauge(enum ctl_listener l, unsigned open, unsigned pending, unsigned streams);
 /* n connections from src closed or refused for hit (any thread): counted, and noted in the
- * health log unless src had an entry within the last minute. */
+ * health log unless src had an entry of this listener within the last minute. */
 void ctl_listen_hit(enum ctl_listener l, enum ctl_limit_hit hit, const struct fgx_peer *src,
                     unsigned n);
 void ctl_listen_view_get(enum ctl_listener l, struct ctl_listen_view *out);

@@ -16,6 +16,7 @@
 #include <mbedtls/md.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -522,6 +523,20 @@ static void stream_free(struct web_stream *s)
     free(s);
 }
 
+/* A suspended stream is not read by libmicrohttpd, so a page that closed is seen only at the
+ * next message (a keepalive: 25 s); a cap looks at the socket itself. */
+static bool stream_dead(const struct web_stream *s)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(s->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    struct pollfd p;
+
+    if (!ci)
+        return false;
+    p = (struct pollfd){.fd = ci->connect_fd, .events = POLLRDHUP};
+    return poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
 /* Past a cap of live streams (per session, per address, in all): *rv is the answer, 429 or
  * 503 with why and when to try again; the streams already open are left alone. */
 static bool live_refuse(struct web_req *q, enum MHD_Result *rv)
@@ -532,9 +547,18 @@ static bool live_refuse(struct web_req *q, enum MHD_Result *rv)
     char msg[160];
 
     pthread_mutex_lock(&w->lock);
-    for (const struct web_stream *s = w->streams; s; s = s->next) {
+    for (struct web_stream *s = w->streams; s; s = s->next) {
         if (s->closing || __atomic_load_n(&s->gone, __ATOMIC_ACQUIRE))
             continue;
+        if (stream_dead(s)) {
+            /* its page went while it waited: ended now, not counted */
+            s->closing = true;
+            if (s->suspended) {
+                s->suspended = false;
+                MHD_resume_connection(s->conn);
+            }
+            continue;
+        }
         all++;
         session += strcmp(s->token, q->token) == 0;
         src += fgx_conn_same_src(&s->src, &q->peer);

@@ -32,6 +32,10 @@
  * how often it looks. */
 #define CHAN_GUARD_MAX 4096
 #define CHAN_GUARD_PERIOD_MS 200
+/* nng listens with a backlog of its own (128) and has no option for it: a burst of idle
+ * connections past it left real clients' handshakes in SYN-RECV for seconds. The guard sets
+ * this one on the listening socket (listen(2) again changes it). */
+#define CHAN_LISTEN_BACKLOG 4096
 
 /* A TLS pipe that completed nng's negotiation, and whether it has sent a request yet. */
 struct chan_live {
@@ -913,6 +917,37 @@ static void guard_free(struct chan_guard *g)
     free(g);
 }
 
+/* The TLS listener's own socket: the one bound to its port that has no peer. */
+static void guard_backlog(uint16_t port)
+{
+    struct dirent *de;
+    DIR *d = opendir("/proc/self/fd");
+
+    if (!d)
+        return;
+    while ((de = readdir(d)) != NULL) {
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof(ss);
+        char *end;
+        long fd = strtol(de->d_name, &end, 10);
+        int type;
+        socklen_t tl = sizeof(type);
+
+        if (*end != '\0' || end == de->d_name || fd == dirfd(d))
+            continue;
+        if (getsockopt((int)fd, SOL_SOCKET, SO_TYPE, &type, &tl) == -1 || type != SOCK_STREAM)
+            continue;
+        if (getsockname((int)fd, (struct sockaddr *)&ss, &sl) == -1 || sockaddr_port(&ss) != port)
+            continue;
+        sl = sizeof(ss);
+        if (getpeername((int)fd, (struct sockaddr *)&ss, &sl) == 0 || errno != ENOTCONN)
+            continue;
+        if (listen((int)fd, CHAN_LISTEN_BACKLOG) == -1)
+            fgx_warn("control: cannot raise the TLS listener's backlog: %s", strerror(errno));
+    }
+    closedir(d);
+}
+
 int fgx_chan_tls_guard(struct fgx_chan *c, const struct fgx_chan_guard_config *cfg)
 {
     struct chan_guard *g;
@@ -934,6 +969,7 @@ int fgx_chan_tls_guard(struct fgx_chan *c, const struct fgx_chan_guard_config *c
         free(g);
         return chan_errno(rv);
     }
+    guard_backlog(g->port);
     /* Pipes that negotiated before now are not tracked: the guard starts right after the
      * listener, before the loop serves anything, so there are none worth keeping. */
     __atomic_store_n(&c->guard, g, __ATOMIC_RELEASE);
