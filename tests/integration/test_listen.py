@@ -243,6 +243,9 @@ def live_streams_capped_per_session_and_address(env):
         check(r.get("status") == 200, "live stream %d of a second session: %r", i + 1, r)
     r = live(cookies[2])
     check(r.get("status") == 429, "the 17th live stream from one address: %r", r)
+    # the page of a third session from this address says why it has no live updates
+    b = Browser(env)
+    b.run("refused", 120)
     st = listener(env, "web")
     check(st["streams_refused"] >= 2 and st["streams_per_session"] == 8 and
           st["streams_per_src"] == 16, "web listener's stream counts: %r", st)

@@ -8,4 +8,9 @@ export default async function ({ page, login, env, log }) {
   const ms = Date.now() - t0;
   log(`logged in, page loaded and live in ${ms} ms`);
   if (ms > env.budget_ms) throw new Error(`the login and the page took ${ms} ms, over ${env.budget_ms}`);
+  // the admin view shows what the listener's limits closed
+  await page.click('[data-test=nav-admin]');
+  await page.waitForFunction(() => /web listener/.test(document.querySelector('[data-test=admin-status]')?.textContent || ''));
+  const text = await page.textContent('[data-test=admin-status]');
+  if (!/web listener\d* open.*past 64 per address/.test(text)) throw new Error(`the admin view's listener line: ${text}`);
 }
