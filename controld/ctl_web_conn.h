@@ -24,8 +24,8 @@
 #define CTL_WEB_CONN_SLACK 64
 /* Live streams (/api/live) at most: per session (a player's tabs), per address (a team behind
  * one address); in all, a quarter of the connections. */
-#define CTL_WEB_STREAMS_PER_SESSION 8
-#define CTL_WEB_STREAMS_PER_SRC 16 /* shut down, not yet closed by libmicrohttpd: room for them */
+#define CTL_WEB_STREAMS_PER_SESSION 16
+#define CTL_WEB_STREAMS_PER_SRC 32 /* shut down, not yet closed by libmicrohttpd: room for them */
 
 struct ctl_web_conns;
 

@@ -230,25 +230,25 @@ def live_streams_capped_per_session_and_address(env):
         n += 1
         return web.op(op="live_open", id="s%d" % n, headers={"Cookie": "fgex_session=" + cookie})
 
-    for i in range(8):
+    for i in range(16):
         r = live(cookies[0])
         check(r.get("status") == 200, "live stream %d of one session: %r", i + 1, r)
     r = live(cookies[0])
     hdr = {k.lower(): v for k, v in r.get("headers", [])}
     check(r.get("status") == 429 and hdr.get("retry-after") == "30",
-          "the 9th live stream of one session: %r", r)
-    # another session from this address: up to 16 streams from the address
-    for i in range(8):
+          "the 17th live stream of one session: %r", r)
+    # another session from this address: up to 32 streams from the address
+    for i in range(16):
         r = live(cookies[1])
         check(r.get("status") == 200, "live stream %d of a second session: %r", i + 1, r)
     r = live(cookies[2])
-    check(r.get("status") == 429, "the 17th live stream from one address: %r", r)
+    check(r.get("status") == 429, "the 33rd live stream from one address: %r", r)
     # the page of a third session from this address says why it has no live updates
     b = Browser(env)
     b.run("refused", 120)
     st = listener(env, "web")
-    check(st["streams_refused"] >= 2 and st["streams_per_session"] == 8 and
-          st["streams_per_src"] == 16, "web listener's stream counts: %r", st)
+    check(st["streams_refused"] >= 2 and st["streams_per_session"] == 16 and
+          st["streams_per_src"] == 32, "web listener's stream counts: %r", st)
     # the streams already open still live: one gets the next message (a keepalive or an event)
     ev = web.op(op="live_events", id="s1")
     check(not ev.get("closed"), "a stream open before the refusals was closed: %r", ev)
