@@ -192,34 +192,6 @@ static uint64_t web_now_ms(void)
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-static void peer_from_sockaddr(const struct sockaddr *sa, struct fgx_peer *p)
-{
-    static const uint8_t v4mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-
-    memset(p, 0, sizeof(*p));
-    p->family = -1;
-    if (!sa)
-        return;
-    if (sa->sa_family == AF_INET) {
-        const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
-
-        p->family = 4;
-        memcpy(p->addr, &in->sin_addr, 4);
-        p->port = ntohs(in->sin_port);
-    } else if (sa->sa_family == AF_INET6) {
-        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)sa;
-
-        if (memcmp(&in6->sin6_addr, v4mapped, sizeof(v4mapped)) == 0) {
-            p->family = 4;
-            memcpy(p->addr, (const uint8_t *)&in6->sin6_addr + 12, 4);
-        } else {
-            p->family = 6;
-            memcpy(p->addr, &in6->sin6_addr, 16);
-        }
-        p->port = ntohs(in6->sin6_port);
-    }
-}
-
 /* Before TLS: a peer outside --allow is closed at once (ctl_auth_admit logs it). */
 static enum MHD_Result web_admit(void *cls, const struct sockaddr *addr, socklen_t addrlen)
 {
@@ -227,7 +199,7 @@ static enum MHD_Result web_admit(void *cls, const struct sockaddr *addr, socklen
     struct fgx_peer peer;
 
     (void)addrlen;
-    peer_from_sockaddr(addr, &peer);
+    ctl_web_peer_of(addr, &peer);
     if (peer.family != 4 && peer.family != 6)
         return MHD_NO;
     if (!ctl_auth_admit(&peer, w->auth))
@@ -931,7 +903,7 @@ static enum MHD_Result web_handler(void *cls, struct MHD_Connection *conn, const
         q->w = w;
         q->conn = conn;
         ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-        peer_from_sockaddr(ci ? ci->client_addr : NULL, &q->peer);
+        ctl_web_peer_of(ci ? ci->client_addr : NULL, &q->peer);
         *con_cls = q;
         return MHD_YES;
     }

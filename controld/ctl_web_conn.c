@@ -3,6 +3,7 @@
 #include "controld/ctl_web_conn.h"
 
 #include <errno.h>
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stddef.h>
@@ -190,7 +191,7 @@ bool ctl_web_conns_admit(struct ctl_web_conns *wc, const struct fgx_peer *src)
     return keep;
 }
 
-static void peer_of(const struct sockaddr *sa, struct fgx_peer *p)
+void ctl_web_peer_of(const struct sockaddr *sa, struct fgx_peer *p)
 {
     static const uint8_t v4mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
 
@@ -198,6 +199,7 @@ static void peer_of(const struct sockaddr *sa, struct fgx_peer *p)
     if (sa && sa->sa_family == AF_INET) {
         p->family = 4;
         memcpy(p->addr, &((const struct sockaddr_in *)sa)->sin_addr, 4);
+        p->port = ntohs(((const struct sockaddr_in *)sa)->sin_port);
     } else if (sa && sa->sa_family == AF_INET6) {
         const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)sa;
 
@@ -208,6 +210,7 @@ static void peer_of(const struct sockaddr *sa, struct fgx_peer *p)
             p->family = 6;
             memcpy(p->addr, &in6->sin6_addr, 16);
         }
+        p->port = ntohs(in6->sin6_port);
     }
 }
 
@@ -251,7 +254,7 @@ void ctl_web_conns_notify(void *cls, struct MHD_Connection *conn, void **socket_
                                    .since_ms = now_ms(),
                                    .kind = FGX_CONN_PENDING,
                                    .next_free = -1};
-            peer_of(ad ? ad->client_addr : NULL, &c->src);
+            ctl_web_peer_of(ad ? ad->client_addr : NULL, &c->src);
             *socket_context = c;
         }
         pthread_mutex_unlock(&wc->lock);
