@@ -17,8 +17,8 @@
 #include "controld/ctl_health.h"
 #include "fgx/log.h"
 
-/* Sources remembered for the one-note-a-minute rule (per listener); past that, the least recent is forgotten
- * (a flood from more addresses than this notes at most this many a minute). */
+/* Sources remembered for the one-note-a-minute rule (per listener); past that, the least recent is
+ * forgotten (a flood from more addresses than this notes at most this many a minute). */
 #define LISTEN_NOTED 256
 #define LISTEN_NOTE_NS (60ull * 1000000000ull)
 

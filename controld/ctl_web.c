@@ -544,8 +544,7 @@ static bool live_refuse(struct web_req *q, enum MHD_Result *rv)
     } else if (src >= CTL_WEB_STREAMS_PER_SRC) {
         hit = CTL_HIT_STREAM_SRC;
         snprintf(msg, sizeof(msg),
-                 "too many live streams from this address (%u open): close a tab of the page",
-                 src);
+                 "too many live streams from this address (%u open): close a tab of the page", src);
     } else if (all >= w->streams_max) {
         hit = CTL_HIT_STREAM_FULL;
         snprintf(msg, sizeof(msg), "the server holds its most live streams (%u)", all);

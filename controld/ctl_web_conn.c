@@ -2,8 +2,9 @@
  * listener, its address, state and age, under one lock, weighed by fgx_connlimit_pick(). */
 #include "controld/ctl_web_conn.h"
 
-#include <errno.h>
 #include <arpa/inet.h>
+#include <errno.h>
+#include <linux/tcp.h> /* struct tcp_info with tcpi_bytes_received */
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stddef.h>
@@ -12,7 +13,6 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
-#include <linux/tcp.h> /* struct tcp_info with tcpi_bytes_received */
 
 #include "controld/ctl_listen.h"
 #include "fgx/connlimit.h"
@@ -172,8 +172,8 @@ bool ctl_web_conns_admit(struct ctl_web_conns *wc, const struct fgx_peer *src)
                                                .kind = c->kind,
                                                .silent = conn_silent(c)};
     }
-    wc->cand[n++] = (struct fgx_conn_cand){
-        .src = *src, .since_ms = now, .tag = UINT32_MAX, .arrival = true};
+    wc->cand[n++] =
+        (struct fgx_conn_cand){.src = *src, .since_ms = now, .tag = UINT32_MAX, .arrival = true};
     fgx_connlimit_pick(&wc->lim, wc->cand, n);
     for (size_t k = 0; k < n; k++) {
         const struct fgx_conn_cand *x = &wc->cand[k];

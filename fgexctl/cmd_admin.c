@@ -160,8 +160,9 @@ static void human_status_listeners(FILE *f, const Fgx__Ctl__Status *st)
         (void)snprintf(key, sizeof(key), "%s listener:", l->name);
         k = snprintf(line, sizeof(line),
                      "%" PRIu32 " open (%" PRIu32 " before a request), limits %" PRIu32
-                     " in all, %" PRIu32 " per address, %" PRIu32 " s to a request; closed: %"
-                     PRIu64 " late, %" PRIu64 " per address, %" PRIu64 " full",
+                     " in all, %" PRIu32 " per address, %" PRIu32
+                     " s to a request; closed: %" PRIu64 " late, %" PRIu64 " per address, %" PRIu64
+                     " full",
                      l->open, l->pending, l->max, l->per_src, l->handshake_s, l->closed_timeout,
                      l->closed_per_src, l->closed_full);
         if (l->has_streams && k > 0 && (size_t)k < sizeof(line))
@@ -242,12 +243,11 @@ static json_t *json_status_worker(const void *p)
 static json_t *json_status(const Fgx__Ctl__Status *st)
 {
     return json_pack(
-        "{s:o, s:I, s:I, s:I, s:o, s:o, s:o, s:o}", "version", cli_json_str(st->version),
-        "uptime", cli_json_int(st->uptime), "services", cli_json_int(st->services),
-        "services_active", cli_json_int(st->services_active), "queue_mode",
-        cli_json_str_or_null(st->queue_mode), "threads",
-        st->has_threads ? json_integer(cli_json_int(st->threads)) : json_null(), "workers",
-        cli_fmt_json_list((void *const *)st->workers, st->n_workers, json_status_worker),
+        "{s:o, s:I, s:I, s:I, s:o, s:o, s:o, s:o}", "version", cli_json_str(st->version), "uptime",
+        cli_json_int(st->uptime), "services", cli_json_int(st->services), "services_active",
+        cli_json_int(st->services_active), "queue_mode", cli_json_str_or_null(st->queue_mode),
+        "threads", st->has_threads ? json_integer(cli_json_int(st->threads)) : json_null(),
+        "workers", cli_fmt_json_list((void *const *)st->workers, st->n_workers, json_status_worker),
         "listeners",
         cli_fmt_json_list((void *const *)st->listeners, st->n_listeners, json_status_listener));
 }

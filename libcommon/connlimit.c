@@ -73,8 +73,7 @@ static size_t full_victim(const struct fgx_conn_cand *c, size_t n)
         }
         if (count < 2 || first == SIZE_MAX)
             continue;
-        if (count > best_count ||
-            (count == best_count && c[first].since_ms < c[best].since_ms)) {
+        if (count > best_count || (count == best_count && c[first].since_ms < c[best].since_ms)) {
             best = first;
             best_count = count;
         }

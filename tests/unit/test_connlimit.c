@@ -18,8 +18,8 @@ static struct fgx_conn_cand cand(uint8_t last, uint64_t since, uint8_t kind, boo
     return c;
 }
 
-static struct fgx_conn_cand *add(struct fgx_conn_cand *c, size_t *n, uint8_t last,
-                                  uint64_t since, uint8_t kind, bool silent)
+static struct fgx_conn_cand *add(struct fgx_conn_cand *c, size_t *n, uint8_t last, uint64_t since,
+                                 uint8_t kind, bool silent)
 {
     c[*n] = cand(last, since, kind, silent, (uint32_t)*n);
     return &c[(*n)++];
@@ -45,10 +45,9 @@ static size_t cuts_of_src(const struct fgx_conn_cand *c, size_t n, uint8_t last)
 
 Test(connlimit, under_the_limits_nothing_goes)
 {
-    struct fgx_conn_cand c[4] = {cand(1, 10, FGX_CONN_PENDING, true, 1),
-                                 cand(1, 20, FGX_CONN_IDLE, false, 2),
-                                 cand(2, 5, FGX_CONN_BUSY, false, 3),
-                                 cand(3, 30, FGX_CONN_PENDING, false, 4)};
+    struct fgx_conn_cand c[4] = {
+        cand(1, 10, FGX_CONN_PENDING, true, 1), cand(1, 20, FGX_CONN_IDLE, false, 2),
+        cand(2, 5, FGX_CONN_BUSY, false, 3), cand(3, 30, FGX_CONN_PENDING, false, 4)};
     struct fgx_connlimit lim = {.max = 4, .per_src = 2, .reserve = 1};
 
     cr_assert_eq(fgx_connlimit_pick(&lim, c, 4), 0);

@@ -49,9 +49,9 @@ typedef void (*fgx_chan_guard_fn)(const struct fgx_peer *peer, int why, unsigned
 typedef void (*fgx_chan_guard_gauge_fn)(unsigned pending, void *arg);
 
 struct fgx_chan_guard_config {
-    int handshake_ms;  /* > 0 */
-    unsigned per_peer; /* > 0; an IPv6 peer is its /64 */
-    unsigned max;      /* 0: no limit in all */
+    int handshake_ms;              /* > 0 */
+    unsigned per_peer;             /* > 0; an IPv6 peer is its /64 */
+    unsigned max;                  /* 0: no limit in all */
     fgx_chan_guard_fn cut;         /* may be NULL */
     fgx_chan_guard_gauge_fn gauge; /* may be NULL */
     void *arg;

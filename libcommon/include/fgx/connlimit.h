@@ -37,12 +37,12 @@ enum fgx_conn_cut {
 
 struct fgx_conn_cand {
     struct fgx_peer src;
-    uint64_t since_ms;  /* when it became what kind says: accepted, or its last request ended */
-    uint32_t tag;       /* the caller's */
-    uint8_t kind;       /* enum fgx_conn_kind */
-    bool silent;        /* pending, and not one byte received yet */
-    bool arrival;       /* the connection being admitted (at most one) */
-    uint8_t cut;        /* out: enum fgx_conn_cut */
+    uint64_t since_ms; /* when it became what kind says: accepted, or its last request ended */
+    uint32_t tag;      /* the caller's */
+    uint8_t kind;      /* enum fgx_conn_kind */
+    bool silent;       /* pending, and not one byte received yet */
+    bool arrival;      /* the connection being admitted (at most one) */
+    uint8_t cut;       /* out: enum fgx_conn_cut */
 };
 
 struct fgx_connlimit {
