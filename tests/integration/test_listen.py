@@ -175,10 +175,14 @@ def web_login_while_flooded(env):
     h, ev = flood(env, WEB_PORT)
     t0 = time.monotonic()
     r, said = b.run("login", 60)
-    took = time.monotonic() - t0
-    print("    with the flood: %s" % (re.findall(r"in \d+ ms", said) or ["?"])[-1])
-    check(took < HS, "the browser's login ended %.1f s after the flood opened, not while it "
-          "held the listener (handshake timeout %d s): %s", took, HS, said)
+    login_ms = int(re.findall(r"in (\d+) ms", said)[-1])
+    print("    with the flood: in %d ms" % login_ms)
+    # the login (the scenario's own measure, from its first request) was done while the flood
+    # held the listener: before its connections' handshake timeout
+    started = time.monotonic() - t0 - r["ms"] / 1000  # from the flood's connect to the scenario
+    check(started + login_ms / 1000 < HS, "the browser's login ended %.1f s after the flood "
+          "opened, not while it held the listener (handshake timeout %d s): %s",
+          started + login_ms / 1000, HS, said)
     st = listener(env, "web")
     check(st["closed_full"] >= 1, "the flood (%d connections) was past --web-max-conns %d but "
           "nothing was counted as full: %r", ev["n"], WEB_MAX, st)
