@@ -199,7 +199,7 @@ static enum MHD_Result web_admit(void *cls, const struct sockaddr *addr, socklen
     struct fgx_peer peer;
 
     (void)addrlen;
-    ctl_web_peer_of(addr, &peer);
+    (void)fgx_peer_from_sockaddr(addr, &peer);
     if (peer.family != 4 && peer.family != 6)
         return MHD_NO;
     if (!ctl_auth_admit(&peer, w->auth))
@@ -902,7 +902,7 @@ static enum MHD_Result web_handler(void *cls, struct MHD_Connection *conn, const
         q->w = w;
         q->conn = conn;
         ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-        ctl_web_peer_of(ci ? ci->client_addr : NULL, &q->peer);
+        (void)fgx_peer_from_sockaddr(ci ? ci->client_addr : NULL, &q->peer);
         *con_cls = q;
         return MHD_YES;
     }

@@ -2,7 +2,6 @@
  * listener, its address, state and age, under one lock, weighed by fgx_connlimit_pick(). */
 #include "controld/ctl_web_conn.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <linux/tcp.h> /* struct tcp_info with tcpi_bytes_received */
 #include <netinet/in.h>
@@ -191,29 +190,6 @@ bool ctl_web_conns_admit(struct ctl_web_conns *wc, const struct fgx_peer *src)
     return keep;
 }
 
-void ctl_web_peer_of(const struct sockaddr *sa, struct fgx_peer *p)
-{
-    static const uint8_t v4mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-
-    memset(p, 0, sizeof(*p));
-    if (sa && sa->sa_family == AF_INET) {
-        p->family = 4;
-        memcpy(p->addr, &((const struct sockaddr_in *)sa)->sin_addr, 4);
-        p->port = ntohs(((const struct sockaddr_in *)sa)->sin_port);
-    } else if (sa && sa->sa_family == AF_INET6) {
-        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)sa;
-
-        if (memcmp(&in6->sin6_addr, v4mapped, sizeof(v4mapped)) == 0) {
-            p->family = 4;
-            memcpy(p->addr, (const uint8_t *)&in6->sin6_addr + 12, 4);
-        } else {
-            p->family = 6;
-            memcpy(p->addr, &in6->sin6_addr, 16);
-        }
-        p->port = ntohs(in6->sin6_port);
-    }
-}
-
 void ctl_web_conns_notify(void *cls, struct MHD_Connection *conn, void **socket_context,
                           enum MHD_ConnectionNotificationCode code)
 {
@@ -254,7 +230,7 @@ void ctl_web_conns_notify(void *cls, struct MHD_Connection *conn, void **socket_
                                    .since_ms = now_ms(),
                                    .kind = FGX_CONN_PENDING,
                                    .next_free = -1};
-            ctl_web_peer_of(ad ? ad->client_addr : NULL, &c->src);
+            (void)fgx_peer_from_sockaddr(ad ? ad->client_addr : NULL, &c->src);
             *socket_context = c;
         }
         pthread_mutex_unlock(&wc->lock);

@@ -15,7 +15,6 @@
 
 #include <microhttpd.h>
 #include <stdbool.h>
-#include <sys/socket.h>
 
 #include "fgx/chan_tls.h"
 
@@ -47,9 +46,6 @@ void ctl_web_conns_notify(void *cls, struct MHD_Connection *conn, void **socket_
 /* A request began on conn; one ended (it is idle until the next). */
 void ctl_web_conns_busy(struct ctl_web_conns *wc, struct MHD_Connection *conn);
 void ctl_web_conns_idle(struct ctl_web_conns *wc, struct MHD_Connection *conn);
-
-/* A socket address as a peer (IPv4-mapped IPv6 as IPv4; family 0: neither, or sa NULL). */
-void ctl_web_peer_of(const struct sockaddr *sa, struct fgx_peer *p);
 
 /* Any thread (the control loop's tick): shut down the pending connections past the handshake
  * timeout, and update the listener's gauges for `status`. streams: the live streams open. */

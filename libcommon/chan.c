@@ -663,21 +663,23 @@ static uint64_t guard_now_ms(void)
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-static bool sockaddr_peer(const struct sockaddr_storage *ss, struct fgx_peer *peer)
+bool fgx_peer_from_sockaddr(const struct sockaddr *sa, struct fgx_peer *peer)
 {
     static const uint8_t v4mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
 
     memset(peer, 0, sizeof(*peer));
-    if (ss->ss_family == AF_INET) {
-        const struct sockaddr_in *in = (const struct sockaddr_in *)ss;
+    if (!sa)
+        return false;
+    if (sa->sa_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
 
         peer->family = 4;
         memcpy(peer->addr, &in->sin_addr, 4);
         peer->port = ntohs(in->sin_port);
         return true;
     }
-    if (ss->ss_family == AF_INET6) {
-        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)ss;
+    if (sa->sa_family == AF_INET6) {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)sa;
 
         if (memcmp(&in6->sin6_addr, v4mapped, sizeof(v4mapped)) == 0) {
             peer->family = 4;
@@ -748,7 +750,7 @@ static bool guard_conn(const struct chan_guard *g, int fd, ino_t *ino, struct fg
     if (getpeername(fd, (struct sockaddr *)&ss, &sl) == -1) /* the listener itself */
         return false;
     *ino = st.st_ino;
-    return sockaddr_peer(&ss, peer);
+    return fgx_peer_from_sockaddr((const struct sockaddr *)&ss, peer);
 }
 
 /* Shut the connection down if fd still is the socket that was looked at. */

@@ -26,6 +26,11 @@ struct fgx_peer {
     uint16_t port;
 };
 
+/* A socket address as a peer (an IPv4-mapped IPv6 address as IPv4). false, *peer zeroed: sa
+ * is NULL or neither IPv4 nor IPv6. */
+struct sockaddr;
+bool fgx_peer_from_sockaddr(const struct sockaddr *sa, struct fgx_peer *peer);
+
 /* Called from an nng thread for each new connection of a TLS listener, before its first
  * message: false closes the connection. arg is the one given to fgx_chan_listen_tls(). */
 typedef bool (*fgx_chan_admit_fn)(const struct fgx_peer *peer, void *arg);
