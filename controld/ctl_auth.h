@@ -20,12 +20,14 @@
 #define CTL_AUTH_PASSWORD_MAX 1024
 #define CTL_AUTH_HASH_MAX 256
 #define CTL_AUTH_ALLOW_MAX 64
-/* A remote connection must send its first request this soon after it is accepted (the TLS
- * handshake included), or it is closed (--handshake-timeout, seconds). */
-#define CTL_AUTH_HANDSHAKE_S_DEFAULT 10
-/* Connections from one address that have not sent a request yet: past this many, the oldest
- * are closed. */
+/* A remote connection (--listen or --web-listen) must send its first request this soon after
+ * it is accepted (the TLS handshake included), or it is closed (--handshake-timeout, seconds). */
+#define CTL_AUTH_HANDSHAKE_S_DEFAULT 5
+/* --listen's connections that have not sent a request yet: past this many from one address,
+ * those that sent nothing go first, then the oldest; past CTL_AUTH_PENDING_MAX in all, those
+ * of the address holding the most. */
 #define CTL_AUTH_PENDING_PER_PEER 16
+#define CTL_AUTH_PENDING_MAX 512
 #define CTL_AUTH_DELAY_FIRST_MS 1000 /* lockout after the first failed login from an address */
 #define CTL_AUTH_DELAY_MAX_MS 60000
 #define CTL_AUTH_PEERS_MAX 256 /* addresses whose failures are remembered */

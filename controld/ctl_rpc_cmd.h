@@ -41,6 +41,8 @@ struct ctl_rpc {
     Fgx__Ctl__Status status;
     Fgx__Ctl__Worker worker, px_worker, sw_worker;
     Fgx__Ctl__Worker *workers[3];
+    Fgx__Ctl__Listener listeners[2]; /* status: the TLS listeners (ctl_listen.h) */
+    Fgx__Ctl__Listener *listener_ptrs[2];
     Fgx__Ctl__ServiceStats *sst_msgs;
     Fgx__Ctl__ServiceStats **sst_ptrs;
     Fgx__Ctl__Event *ev_msgs;

@@ -16,6 +16,7 @@
 #include <mbedtls/md.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -33,6 +34,7 @@
 #include "controld/ctl_rpc_cmd.h"
 #include "controld/ctl_script_rt.h"
 #include "controld/ctl_store.h"
+#include "controld/ctl_web_conn.h"
 #include "controld/ctl_web_files.h"
 #include "controld/ctl_webapi.h"
 #include "fgx/chan_relay.h"
@@ -42,8 +44,8 @@
 /* A relayed request waits at most this long: a change may compile for --compile-timeout. */
 #define WEB_CALL_TIMEOUT_MS ((CTL_COMPILE_TIMEOUT_MAX + 60) * 1000)
 #define WEB_CONN_TIMEOUT_S 60 /* an idle keep-alive connection (a live stream is never idle) */
-#define WEB_CONN_MAX 256
-#define WEB_CONN_PER_IP 32
+/* A page past a cap of live streams is told why and when to try again (429, 503). */
+#define WEB_STREAMS_RETRY_S "30"
 #define WEB_STREAM_QUEUE 1024 /* messages a slow page may lag behind before it is cut */
 #define WEB_REPLAY 512        /* event messages kept for Last-Event-ID */
 #define WEB_EVENTS_BATCH 1000
@@ -106,6 +108,7 @@ struct web_stream {
     struct ctl_web *w;
     struct MHD_Connection *conn;
     char token[CTL_AUTH_TOKEN_LEN + 1];
+    struct fgx_peer src;
     struct web_msg *q[WEB_STREAM_QUEUE];
     unsigned head, n; /* ring */
     size_t off;       /* of q[head] already sent */
@@ -141,6 +144,8 @@ struct web_req {
 
 struct ctl_web {
     struct MHD_Daemon *httpd;
+    struct ctl_web_conns *conns; /* the connections' limits (ctl_web_conn.h) */
+    unsigned streams_max;
     uint16_t port;
     struct ctl_auth *auth;
     struct ctl_metrics *metrics;
@@ -187,34 +192,6 @@ static uint64_t web_now_ms(void)
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-static void peer_from_sockaddr(const struct sockaddr *sa, struct fgx_peer *p)
-{
-    static const uint8_t v4mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-
-    memset(p, 0, sizeof(*p));
-    p->family = -1;
-    if (!sa)
-        return;
-    if (sa->sa_family == AF_INET) {
-        const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
-
-        p->family = 4;
-        memcpy(p->addr, &in->sin_addr, 4);
-        p->port = ntohs(in->sin_port);
-    } else if (sa->sa_family == AF_INET6) {
-        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)sa;
-
-        if (memcmp(&in6->sin6_addr, v4mapped, sizeof(v4mapped)) == 0) {
-            p->family = 4;
-            memcpy(p->addr, (const uint8_t *)&in6->sin6_addr + 12, 4);
-        } else {
-            p->family = 6;
-            memcpy(p->addr, &in6->sin6_addr, 16);
-        }
-        p->port = ntohs(in6->sin6_port);
-    }
-}
-
 /* Before TLS: a peer outside --allow is closed at once (ctl_auth_admit logs it). */
 static enum MHD_Result web_admit(void *cls, const struct sockaddr *addr, socklen_t addrlen)
 {
@@ -222,10 +199,12 @@ static enum MHD_Result web_admit(void *cls, const struct sockaddr *addr, socklen
     struct fgx_peer peer;
 
     (void)addrlen;
-    peer_from_sockaddr(addr, &peer);
+    (void)fgx_peer_from_sockaddr(addr, &peer);
     if (peer.family != 4 && peer.family != 6)
         return MHD_NO;
-    return ctl_auth_admit(&peer, w->auth) ? MHD_YES : MHD_NO;
+    if (!ctl_auth_admit(&peer, w->auth))
+        return MHD_NO;
+    return ctl_web_conns_admit(w->conns, &peer) ? MHD_YES : MHD_NO;
 }
 
 /* ---- replies ---- */
@@ -516,6 +495,72 @@ static void stream_free(struct web_stream *s)
     free(s);
 }
 
+/* A suspended stream is not read by libmicrohttpd, so a page that closed is seen only at the
+ * next message (a keepalive: 25 s); a cap looks at the socket itself. */
+static bool stream_dead(const struct web_stream *s)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(s->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    struct pollfd p;
+
+    if (!ci)
+        return false;
+    p = (struct pollfd){.fd = ci->connect_fd, .events = POLLRDHUP};
+    return poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
+/* Past a cap of live streams (per session, per address, in all): *rv is the answer, 429 or
+ * 503 with why and when to try again; the streams already open are left alone. */
+static bool live_refuse(struct web_req *q, enum MHD_Result *rv)
+{
+    struct ctl_web *w = q->w;
+    unsigned session = 0, src = 0, all = 0;
+    enum ctl_limit_hit hit = CTL_HIT_N;
+    char msg[160];
+
+    pthread_mutex_lock(&w->lock);
+    for (struct web_stream *s = w->streams; s; s = s->next) {
+        if (s->closing || __atomic_load_n(&s->gone, __ATOMIC_ACQUIRE))
+            continue;
+        if (stream_dead(s)) {
+            /* its page went while it waited: ended now, not counted */
+            s->closing = true;
+            if (s->suspended) {
+                s->suspended = false;
+                MHD_resume_connection(s->conn);
+            }
+            continue;
+        }
+        all++;
+        session += strcmp(s->token, q->token) == 0;
+        src += fgx_conn_same_src(&s->src, &q->peer);
+    }
+    pthread_mutex_unlock(&w->lock);
+    if (session >= CTL_WEB_STREAMS_PER_SESSION) {
+        hit = CTL_HIT_STREAM_SESSION;
+        snprintf(msg, sizeof(msg),
+                 "too many live streams for this session (%u open): close a tab of the page",
+                 session);
+    } else if (src >= CTL_WEB_STREAMS_PER_SRC) {
+        hit = CTL_HIT_STREAM_SRC;
+        snprintf(msg, sizeof(msg),
+                 "too many live streams from this address (%u open): close a tab of the page", src);
+    } else if (all >= w->streams_max) {
+        hit = CTL_HIT_STREAM_FULL;
+        snprintf(msg, sizeof(msg), "the server holds its most live streams (%u)", all);
+    }
+    if (hit == CTL_HIT_N)
+        return false;
+    ctl_listen_hit(CTL_LISTENER_WEB, hit, &q->peer, 1);
+    *rv = respond_json(q->conn,
+                       hit == CTL_HIT_STREAM_FULL ? MHD_HTTP_SERVICE_UNAVAILABLE
+                                                  : MHD_HTTP_TOO_MANY_REQUESTS,
+                       json_pack("{s:s, s:i, s:i}", "error", msg, "exit", 1, "retry_after",
+                                 atoi(WEB_STREAMS_RETRY_S)),
+                       "Retry-After", WEB_STREAMS_RETRY_S, NULL, NULL);
+    return true;
+}
+
 /* The session is good: answer with the stream, its hello and what Last-Event-ID missed. */
 static enum MHD_Result live_start(struct web_req *q)
 {
@@ -527,8 +572,13 @@ static enum MHD_Result live_start(struct web_req *q)
 
     if (!s)
         return MHD_NO;
+    if (live_refuse(q, &rv)) {
+        free(s);
+        return rv;
+    }
     s->w = w;
     s->conn = q->conn;
+    s->src = q->peer;
     memcpy(s->token, q->token, sizeof(s->token));
     r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_read, s, stream_gone);
     if (!r) {
@@ -845,13 +895,14 @@ static enum MHD_Result web_handler(void *cls, struct MHD_Connection *conn, const
 
     (void)version;
     if (!q) {
+        ctl_web_conns_busy(w->conns, conn);
         q = calloc(1, sizeof(*q));
         if (!q)
             return MHD_NO;
         q->w = w;
         q->conn = conn;
         ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-        peer_from_sockaddr(ci ? ci->client_addr : NULL, &q->peer);
+        (void)fgx_peer_from_sockaddr(ci ? ci->client_addr : NULL, &q->peer);
         *con_cls = q;
         return MHD_YES;
     }
@@ -891,11 +942,11 @@ static enum MHD_Result web_handler(void *cls, struct MHD_Connection *conn, const
 static void web_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                           enum MHD_RequestTerminationCode toe)
 {
+    struct ctl_web *w = cls;
     struct web_req *q = *con_cls;
 
-    (void)cls;
-    (void)conn;
     (void)toe;
+    ctl_web_conns_idle(w->conns, conn);
     if (!q)
         return;
     free(q->body);
@@ -1182,6 +1233,7 @@ void ctl_web_tick(struct ctl_web *w, struct ctl_ctx *ctx)
 
     if (!w)
         return;
+    ctl_web_conns_sweep(w->conns, (unsigned)__atomic_load_n(&w->nstreams, __ATOMIC_ACQUIRE));
     if (!w->primed) {
         /* What happened before start is history, not news. */
         w->last_seq = ctx->stats ? ctl_stats_last_seq(ctx->stats) : 0;
@@ -1277,6 +1329,16 @@ int ctl_web_start(const struct ctl_web_config *cfg, struct ctl_web **out)
         fgx_err("web: cannot reach the control channel: %s", strerror(-rv));
         goto err;
     }
+    rv = ctl_web_conns_new(cfg->max_conns ? cfg->max_conns : CTL_WEB_MAX_CONNS,
+                           cfg->max_per_src ? cfg->max_per_src : CTL_WEB_MAX_PER_SRC,
+                           cfg->handshake_s ? cfg->handshake_s : CTL_AUTH_HANDSHAKE_S_DEFAULT,
+                           &w->conns);
+    if (rv < 0)
+        goto err;
+    w->streams_max = (cfg->max_conns ? cfg->max_conns : CTL_WEB_MAX_CONNS) / 4;
+    if (w->streams_max < CTL_WEB_STREAMS_PER_SRC)
+        w->streams_max = CTL_WEB_STREAMS_PER_SRC;
+    ctl_listen_stream_limits(CTL_WEB_STREAMS_PER_SESSION, CTL_WEB_STREAMS_PER_SRC, w->streams_max);
     rv = ctl_listen_tcp("web", cfg->listen, &fd, &w->port);
     if (rv < 0)
         goto err;
@@ -1284,9 +1346,10 @@ int ctl_web_start(const struct ctl_web_config *cfg, struct ctl_web **out)
         MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_TLS | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG,
         0, web_admit, w, web_handler, w, MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_HTTPS_MEM_KEY,
         cfg->key_pem, MHD_OPTION_HTTPS_MEM_CERT, cfg->cert_pem, MHD_OPTION_NOTIFY_COMPLETED,
-        web_completed, w, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)WEB_CONN_TIMEOUT_S,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)WEB_CONN_MAX, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
-        (unsigned)WEB_CONN_PER_IP, MHD_OPTION_EXTERNAL_LOGGER, web_log, NULL, MHD_OPTION_END);
+        web_completed, w, MHD_OPTION_NOTIFY_CONNECTION, ctl_web_conns_notify, w->conns,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)WEB_CONN_TIMEOUT_S, MHD_OPTION_CONNECTION_LIMIT,
+        ctl_web_conns_mhd_limit(w->conns), MHD_OPTION_EXTERNAL_LOGGER, web_log, NULL,
+        MHD_OPTION_END);
     if (!w->httpd) {
         fgx_err("web: cannot start the HTTPS server on %s", cfg->listen);
         close(fd);
@@ -1338,6 +1401,7 @@ void ctl_web_stop(struct ctl_web *w)
         msg_unref(w->replay[(w->replay_head + i) % WEB_REPLAY]);
     free(w->last_stats);
     free(w->script_pos);
+    ctl_web_conns_free(w->conns);
     pthread_mutex_destroy(&w->lock);
     pthread_mutex_destroy(&w->relay_lock);
     explicit_bzero(w->secret, sizeof(w->secret));

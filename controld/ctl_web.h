@@ -23,6 +23,8 @@ struct ctl_web_config {
     struct ctl_auth *auth;          /* --allow, from the server's thread (ctl_auth_admit) */
     struct ctl_metrics *metrics;    /* /metrics */
     const char *relay_url;          /* the control channel's relay listener */
+    /* --web-max-conns, --web-max-per-src, --handshake-timeout (0: the defaults) */
+    unsigned max_conns, max_per_src, handshake_s;
 };
 
 struct ctl_web;

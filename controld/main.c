@@ -19,6 +19,7 @@
 #include "controld/ctl_conffile.h"
 #include "controld/ctl_fw.h"
 #include "controld/ctl_history.h"
+#include "controld/ctl_listen.h"
 #include "controld/ctl_metrics.h"
 #include "controld/ctl_nft.h"
 #include "controld/ctl_rpc.h"
@@ -29,6 +30,7 @@
 #include "controld/ctl_supervise.h"
 #include "controld/ctl_tls.h"
 #include "controld/ctl_web.h"
+#include "controld/ctl_web_conn.h"
 #include "fgx/chan.h"
 #include "fgx/chan_relay.h"
 #include "fgx/chan_tls.h"
@@ -68,6 +70,7 @@ struct opts {
     unsigned history_keep;
     unsigned captures_keep;
     unsigned handshake_s; /* --handshake-timeout */
+    unsigned web_max_conns, web_max_per_src; /* issue 24 */
 };
 
 static volatile sig_atomic_t stop_requested;
@@ -87,7 +90,7 @@ static void usage(FILE *f)
         "                [--metrics-listen ADDR:PORT] [--proxy-port P] [--proxy-max-conns N]\n"
         "                [--proxy-max-conns-per-src N] [--proxy-first-byte-timeout SECONDS]\n"
         "                [--listen tls+tcp://ADDR:PORT [--cert FILE --key FILE]]\n"
-        "                [--web-listen ADDR:PORT]\n"
+        "                [--web-listen ADDR:PORT [--web-max-conns N] [--web-max-per-src N]]\n"
         "                [--allow CIDR]... [--handshake-timeout SEC] [--local-auth]\n"
         "                [--init-password] [--no-synack-log] [--compile-timeout SECONDS]\n"
         "                [--nfq-flows N] [--nfq-script-flows N] [--events-keep N]\n"
@@ -111,9 +114,17 @@ static void usage(FILE *f)
         "          sessions and --allow list; also /metrics. Off by default.\n"
         "--allow   only these peers may connect to --listen and --web-listen (repeatable;\n"
         "          default: any).\n"
-        "--handshake-timeout  a --listen connection that has not sent its first request this\n"
-        "          many seconds after it connected (the TLS handshake included) is closed\n"
-        "          (default %u); so are the oldest past %u such connections from one address.\n"
+        "--web-max-conns  the dashboard's connections at most (default %u, 64..1000000, within\n"
+        "          the open-files limit); --web-max-per-src from one address (IPv6: a /64;\n"
+        "          default %u). Past either, that address's (or the one holding the most's)\n"
+        "          idle or silent connections are closed for the new one; an address with none\n"
+        "          open always gets in (an eighth is kept for such). Live streams: %u per\n"
+        "          session, %u per address, a quarter of --web-max-conns in all (then 429/503).\n"
+        "--handshake-timeout  a --listen or --web-listen connection that has not sent its\n"
+        "          first request this many seconds after it connected (the TLS handshake\n"
+        "          included) is closed (default %u); so are, past %u such --listen\n"
+        "          connections from one address, those that sent nothing, then the oldest,\n"
+        "          and past %u in all, those of the address holding the most.\n"
         "--local-auth  the local socket needs a login too.\n"
         "--init-password  set the password from the first line of stdin, then start.\n"
         "--proxy-port  where proxyworker listens for the proxy layer's connections (default\n"
@@ -143,7 +154,9 @@ static void usage(FILE *f)
         "--captures-keep  blocked connections' captures kept in the state store (default\n"
         "          %u, 0..%u; 0: none); the oldest go first. One takes up to twice its\n"
         "          service's capture bytes (16 KiB by default) plus ~2 KiB.\n",
-        FGX_QUEUE_BASE_DEFAULT, CTL_AUTH_HANDSHAKE_S_DEFAULT, CTL_AUTH_PENDING_PER_PEER,
+        FGX_QUEUE_BASE_DEFAULT, CTL_WEB_MAX_CONNS, CTL_WEB_MAX_PER_SRC, CTL_WEB_STREAMS_PER_SESSION,
+        CTL_WEB_STREAMS_PER_SRC, CTL_AUTH_HANDSHAKE_S_DEFAULT, CTL_AUTH_PENDING_PER_PEER,
+        CTL_AUTH_PENDING_MAX,
         PROXY_PORT_DEFAULT, CTL_COMPILE_TIMEOUT_DEFAULT, CTL_COMPILE_TIMEOUT_MAX,
         (unsigned)CTL_EVENTS_KEEP, (unsigned)CTL_EVENTS_KEEP_MAX, (unsigned)CTL_HISTORY_KEEP,
         (unsigned)CTL_HISTORY_KEEP_MAX, (unsigned)CTL_CAPTURES_KEEP,
@@ -189,6 +202,8 @@ static const struct option longopts[] = {
     {"events-keep", required_argument, NULL, 'E'},
     {"history-keep", required_argument, NULL, 1240}, /* issue 14: numbered apart */
     {"web-listen", required_argument, NULL, 1400},   /* issue 18 */
+    {"web-max-conns", required_argument, NULL, 2410}, /* issue 24 */
+    {"web-max-per-src", required_argument, NULL, 2411},
     /* issue 16, numbered in its range */
     {"nfq-script-flows", required_argument, NULL, 1380},
     {"captures-keep", required_argument, NULL, 'k'},
@@ -214,7 +229,9 @@ static int parse_opts(int argc, char **argv, struct opts *o)
                        .captures_keep = CTL_CAPTURES_KEEP,
                        .proxy_port = PROXY_PORT_DEFAULT,
                        .compile_timeout = CTL_COMPILE_TIMEOUT_DEFAULT,
-                       .handshake_s = CTL_AUTH_HANDSHAKE_S_DEFAULT};
+                       .handshake_s = CTL_AUTH_HANDSHAKE_S_DEFAULT,
+                       .web_max_conns = CTL_WEB_MAX_CONNS,
+                       .web_max_per_src = CTL_WEB_MAX_PER_SRC};
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (c) {
         case 's':
@@ -343,6 +360,20 @@ static int parse_opts(int argc, char **argv, struct opts *o)
             break;
         case 1400:
             o->web_listen = optarg;
+            break;
+        case 2410:
+            if (parse_uint(optarg, 64, 1000000, &o->web_max_conns) < 0) {
+                fprintf(stderr, "controld: --web-max-conns takes 64..1000000, not \"%s\"\n",
+                        optarg);
+                return -EINVAL;
+            }
+            break;
+        case 2411:
+            if (parse_uint(optarg, 1, 1000000, &o->web_max_per_src) < 0) {
+                fprintf(stderr, "controld: --web-max-per-src takes 1..1000000, not \"%s\"\n",
+                        optarg);
+                return -EINVAL;
+            }
             break;
         case 'C':
             o->cert = optarg;
@@ -801,6 +832,22 @@ int main(int argc, char **argv)
         goto out;
     }
     ctx.history_keep = o.history_keep;
+    if (o.listen || o.web_listen) {
+        /* Each connection a listener holds is a descriptor: a flood of idle ones must meet
+         * the listeners' own limits, not the process's (1024 by default under systemd). */
+        unsigned long nofile = ctl_listen_raise_nofile();
+        unsigned long need = 512ul + (o.listen ? CTL_AUTH_PENDING_MAX + 64 : 0);
+
+        if (o.web_listen && nofile < need + o.web_max_conns + CTL_WEB_CONN_SLACK + 16) {
+            unsigned long fit = nofile > need + 64 + CTL_WEB_CONN_SLACK + 16
+                                    ? nofile - need - CTL_WEB_CONN_SLACK - 16
+                                    : 64;
+
+            fgx_warn("--web-max-conns %u does not fit the open-files limit %lu: %lu instead",
+                     o.web_max_conns, nofile, fit);
+            o.web_max_conns = (unsigned)fit;
+        }
+    }
     if (o.metrics_listen || o.web_listen) {
         /* the snapshot; its own listener only with --metrics-listen */
         rv = ctl_metrics_start(o.metrics_listen, &metrics);
@@ -866,7 +913,15 @@ int main(int argc, char **argv)
     if (o.listen) {
         rv = fgx_chan_listen_tls(ctl, o.listen, tls.cert_pem, tls.key_pem, ctl_auth_admit, auth);
         if (rv == 0)
-            rv = fgx_chan_tls_guard(ctl, (int)o.handshake_s * 1000, CTL_AUTH_PENDING_PER_PEER);
+            rv = fgx_chan_tls_guard(ctl, &(struct fgx_chan_guard_config){
+                                             .handshake_ms = (int)o.handshake_s * 1000,
+                                             .per_peer = CTL_AUTH_PENDING_PER_PEER,
+                                             .max = CTL_AUTH_PENDING_MAX,
+                                             .cut = ctl_listen_control_cut,
+                                             .gauge = ctl_listen_control_gauge});
+        if (rv == 0)
+            ctl_listen_limits(CTL_LISTENER_CONTROL, CTL_AUTH_PENDING_MAX,
+                              CTL_AUTH_PENDING_PER_PEER, o.handshake_s);
         if (rv < 0)
             goto out;
         fgx_info("listening on %s, certificate SHA-256 fingerprint %s%s", o.listen, tls.fingerprint,
@@ -888,7 +943,10 @@ int main(int argc, char **argv)
                                                         .key_pem = tls.key_pem,
                                                         .auth = auth,
                                                         .metrics = metrics,
-                                                        .relay_url = CTL_WEB_RELAY_URL},
+                                                        .relay_url = CTL_WEB_RELAY_URL,
+                                                        .max_conns = o.web_max_conns,
+                                                        .max_per_src = o.web_max_per_src,
+                                                        .handshake_s = o.handshake_s},
                                &web);
         if (rv < 0)
             goto out;

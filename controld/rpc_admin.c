@@ -5,6 +5,8 @@
 
 #include "controld/ctl_rpc.h"
 
+#include "controld/ctl_listen.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +14,45 @@
 #include <time.h>
 
 #include "fgx/log.h"
+
+/* The TLS listeners that are on, into r->listeners (ctl_listen.h). */
+static void status_listeners(struct ctl_rpc *r)
+{
+    size_t n = 0;
+
+    for (int l = 0; l < CTL_LISTENER_N; l++) {
+        Fgx__Ctl__Listener *o = &r->listeners[n];
+        struct ctl_listen_view v;
+
+        ctl_listen_view_get((enum ctl_listener)l, &v);
+        if (!v.on)
+            continue;
+        fgx__ctl__listener__init(o);
+        o->name = (char *)ctl_listener_name((enum ctl_listener)l);
+#define SET(f, x) (o->has_##f = 1, o->f = (x))
+        SET(open, v.open);
+        SET(pending, v.pending);
+        SET(max, v.max);
+        SET(per_src, v.per_src);
+        SET(handshake_s, v.handshake_s);
+        SET(closed_timeout, v.hits[CTL_HIT_TIMEOUT]);
+        SET(closed_per_src, v.hits[CTL_HIT_PER_SRC]);
+        SET(closed_full, v.hits[CTL_HIT_FULL]);
+        if (l == CTL_LISTENER_WEB) {
+            SET(streams, v.streams);
+            SET(streams_per_session, v.streams_per_session);
+            SET(streams_per_src, v.streams_per_src);
+            SET(streams_max, v.streams_max);
+            SET(streams_refused, v.hits[CTL_HIT_STREAM_SESSION] + v.hits[CTL_HIT_STREAM_SRC] +
+                                     v.hits[CTL_HIT_STREAM_FULL]);
+        }
+#undef SET
+        r->listener_ptrs[n] = o;
+        n++;
+    }
+    r->status.n_listeners = n;
+    r->status.listeners = r->listener_ptrs;
+}
 
 static void do_status(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
 {
@@ -45,6 +86,7 @@ static void do_status(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
         r->status.queue_mode = ctl_nft_native_queue(r->ctx->nft) ? "native" : "compat";
     r->status.n_workers = ctl_rpc_reply_workers(r);
     r->status.workers = r->workers;
+    status_listeners(r);
     r->reply.status = &r->status;
 }
 

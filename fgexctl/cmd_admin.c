@@ -149,6 +149,30 @@ static int build_import(struct cli_cmd *cmd, const struct cli_cmd_def *def,
 
 /* ---- output ---- */
 
+/* The TLS listeners' limits and what they closed (issue 24). */
+static void human_status_listeners(FILE *f, const Fgx__Ctl__Status *st)
+{
+    for (size_t i = 0; i < st->n_listeners; i++) {
+        const Fgx__Ctl__Listener *l = st->listeners[i];
+        char key[32], line[400];
+        int k;
+
+        (void)snprintf(key, sizeof(key), "%s listener:", l->name);
+        k = snprintf(line, sizeof(line),
+                     "%" PRIu32 " open (%" PRIu32 " before a request), limits %" PRIu32
+                     " in all, %" PRIu32 " per address, %" PRIu32
+                     " s to a request; closed: %" PRIu64 " late, %" PRIu64 " per address, %" PRIu64
+                     " full",
+                     l->open, l->pending, l->max, l->per_src, l->handshake_s, l->closed_timeout,
+                     l->closed_per_src, l->closed_full);
+        if (l->has_streams && k > 0 && (size_t)k < sizeof(line))
+            (void)snprintf(line + k, sizeof(line) - (size_t)k,
+                           "; live streams %" PRIu32 " open, %" PRIu64 " refused", l->streams,
+                           l->streams_refused);
+        cli_fmt_kv(f, key, line);
+    }
+}
+
 static int human_status(FILE *f, const Fgx__Ctl__Status *st)
 {
     static const char *const heads[] = {"KIND", "PID", "STATE", "GENERATION", "RESTARTS"};
@@ -166,6 +190,7 @@ static int human_status(FILE *f, const Fgx__Ctl__Status *st)
         cli_fmt_kv_str(f, "queue:", st->queue_mode);
     if (st->has_threads)
         cli_fmt_kv_u64(f, "threads:", st->threads);
+    human_status_listeners(f, st);
     if (st->n_workers == 0) {
         cli_fmt_kv(f, "workers:", "none");
         return 0;
@@ -186,6 +211,26 @@ static int human_status(FILE *f, const Fgx__Ctl__Status *st)
     return rc;
 }
 
+static json_t *json_status_listener(const void *p)
+{
+    const Fgx__Ctl__Listener *l = p;
+    json_t *o = json_pack(
+        "{s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "name", cli_json_str(l->name), "open",
+        (json_int_t)l->open, "pending", (json_int_t)l->pending, "max", (json_int_t)l->max,
+        "per_src", (json_int_t)l->per_src, "handshake_s", (json_int_t)l->handshake_s,
+        "closed_timeout", cli_json_int(l->closed_timeout), "closed_per_src",
+        cli_json_int(l->closed_per_src), "closed_full", cli_json_int(l->closed_full));
+
+    if (o && l->has_streams) {
+        json_object_set_new(o, "streams", json_integer(l->streams));
+        json_object_set_new(o, "streams_per_session", json_integer(l->streams_per_session));
+        json_object_set_new(o, "streams_per_src", json_integer(l->streams_per_src));
+        json_object_set_new(o, "streams_max", json_integer(l->streams_max));
+        json_object_set_new(o, "streams_refused", json_integer(cli_json_int(l->streams_refused)));
+    }
+    return o;
+}
+
 static json_t *json_status_worker(const void *p)
 {
     const Fgx__Ctl__Worker *w = p;
@@ -198,12 +243,13 @@ static json_t *json_status_worker(const void *p)
 static json_t *json_status(const Fgx__Ctl__Status *st)
 {
     return json_pack(
-        "{s:o, s:I, s:I, s:I, s:o, s:o, s:o}", "version", cli_json_str(st->version), "uptime",
+        "{s:o, s:I, s:I, s:I, s:o, s:o, s:o, s:o}", "version", cli_json_str(st->version), "uptime",
         cli_json_int(st->uptime), "services", cli_json_int(st->services), "services_active",
         cli_json_int(st->services_active), "queue_mode", cli_json_str_or_null(st->queue_mode),
         "threads", st->has_threads ? json_integer(cli_json_int(st->threads)) : json_null(),
-        "workers",
-        cli_fmt_json_list((void *const *)st->workers, st->n_workers, json_status_worker));
+        "workers", cli_fmt_json_list((void *const *)st->workers, st->n_workers, json_status_worker),
+        "listeners",
+        cli_fmt_json_list((void *const *)st->listeners, st->n_listeners, json_status_listener));
 }
 
 static int human_status_reply(FILE *f, const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep)

@@ -24,6 +24,7 @@
 #include <nng/supplemental/tls/tls.h>
 #include <nng/supplemental/util/platform.h>
 
+#include "fgx/connlimit.h"
 #include "fgx/log.h"
 
 #define CHAN_REFUSED_RING 64
@@ -31,6 +32,10 @@
  * how often it looks. */
 #define CHAN_GUARD_MAX 4096
 #define CHAN_GUARD_PERIOD_MS 200
+/* nng listens with a backlog of its own (128) and has no option for it: a burst of idle
+ * connections past it left real clients' handshakes in SYN-RECV for seconds. The guard sets
+ * this one on the listening socket (listen(2) again changes it). */
+#define CHAN_LISTEN_BACKLOG 4096
 
 /* A TLS pipe that completed nng's negotiation, and whether it has sent a request yet. */
 struct chan_live {
@@ -52,7 +57,10 @@ struct chan_guard {
     nng_thread *thr;
     int stop;
     int handshake_ms;
-    unsigned per_peer;
+    struct fgx_connlimit lim;
+    fgx_chan_guard_fn cut_fn;
+    fgx_chan_guard_gauge_fn gauge_fn;
+    void *arg;
     uint16_t port; /* the listener's TCP port */
     nng_mtx *mtx;  /* live[] */
     struct chan_live live[CHAN_GUARD_MAX];
@@ -655,21 +663,23 @@ static uint64_t guard_now_ms(void)
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-static bool sockaddr_peer(const struct sockaddr_storage *ss, struct fgx_peer *peer)
+bool fgx_peer_from_sockaddr(const struct sockaddr *sa, struct fgx_peer *peer)
 {
     static const uint8_t v4mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
 
     memset(peer, 0, sizeof(*peer));
-    if (ss->ss_family == AF_INET) {
-        const struct sockaddr_in *in = (const struct sockaddr_in *)ss;
+    if (!sa)
+        return false;
+    if (sa->sa_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
 
         peer->family = 4;
         memcpy(peer->addr, &in->sin_addr, 4);
         peer->port = ntohs(in->sin_port);
         return true;
     }
-    if (ss->ss_family == AF_INET6) {
-        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)ss;
+    if (sa->sa_family == AF_INET6) {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)sa;
 
         if (memcmp(&in6->sin6_addr, v4mapped, sizeof(v4mapped)) == 0) {
             peer->family = 4;
@@ -704,6 +714,7 @@ struct guard_cand {
     ino_t ino;
     uint64_t first_ms;
     struct fgx_peer peer;
+    bool silent; /* not one byte received */
 };
 
 static struct chan_seen *guard_seen(struct chan_guard *g, ino_t ino, uint64_t now)
@@ -739,7 +750,7 @@ static bool guard_conn(const struct chan_guard *g, int fd, ino_t *ino, struct fg
     if (getpeername(fd, (struct sockaddr *)&ss, &sl) == -1) /* the listener itself */
         return false;
     *ino = st.st_ino;
-    return sockaddr_peer(&ss, peer);
+    return fgx_peer_from_sockaddr((const struct sockaddr *)&ss, peer);
 }
 
 /* Shut the connection down if fd still is the socket that was looked at. */
@@ -786,20 +797,24 @@ static bool guard_pending(struct chan_guard *g, int fd, const struct fgx_peer *p
     return pending;
 }
 
-/* By address, then oldest first. */
-static int cand_cmp(const void *a, const void *b)
+static bool fd_silent(int fd)
 {
-    const struct guard_cand *x = a, *y = b;
-    int d = x->peer.family - y->peer.family;
+    struct tcp_info ti;
+    socklen_t tl = sizeof(ti);
 
-    if (d == 0)
-        d = memcmp(x->peer.addr, y->peer.addr, sizeof(x->peer.addr));
-    if (d == 0)
-        d = x->first_ms < y->first_ms ? -1 : x->first_ms > y->first_ms;
-    return d;
+    memset(&ti, 0, sizeof(ti));
+    return getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &tl) == 0 &&
+           tl >= offsetof(struct tcp_info, tcpi_bytes_received) + sizeof(ti.tcpi_bytes_received) &&
+           ti.tcpi_bytes_received == 0;
 }
 
-static void guard_sweep(struct chan_guard *g, struct guard_cand *cand)
+static void guard_report(struct chan_guard *g, const struct fgx_peer *peer, int why, unsigned n)
+{
+    if (n && g->cut_fn)
+        g->cut_fn(peer, why, n, g->arg);
+}
+
+static void guard_sweep(struct chan_guard *g, struct guard_cand *cand, struct fgx_conn_cand *pick)
 {
     static unsigned long long last_ns;
     unsigned cut_late = 0, cut_many = 0;
@@ -828,19 +843,34 @@ static void guard_sweep(struct chan_guard *g, struct guard_cand *cand)
         k->fd = (int)fd;
         k->first_ms = seen ? seen->first_ms : 0; /* no room to track it: as if expired */
         if (now - k->first_ms >= (uint64_t)g->handshake_ms * (seen && seen->sent ? 3 : 1)) {
-            cut_late += guard_cut(k->fd, k->ino);
+            if (guard_cut(k->fd, k->ino)) {
+                cut_late++;
+                guard_report(g, &k->peer, FGX_GUARD_LATE, 1);
+            }
             continue;
         }
+        k->silent = fd_silent(k->fd);
         n++;
     }
-    /* Past per_peer pending connections from one address, the oldest go: a new client from a
-     * busy address (a team behind one NAT) gets its turn. */
-    qsort(cand, n, sizeof(*cand), cand_cmp);
-    for (size_t i = 0, j; i < n; i = j) {
-        for (j = i + 1; j < n && peer_same_host(&cand[i].peer, &cand[j].peer); j++)
-            ;
-        for (size_t k = i; j - k > g->per_peer; k++)
-            cut_many += guard_cut(cand[k].fd, cand[k].ino);
+    /* Past per_peer pending connections from one address (those that sent nothing first,
+     * then the oldest: a real client from a busy address, a team behind one NAT, has sent its
+     * hello and keeps its turn), and past max in all (from the address holding the most,
+     * never an address's only one). */
+    for (size_t i = 0; i < n; i++)
+        pick[i] = (struct fgx_conn_cand){.src = cand[i].peer,
+                                         .since_ms = cand[i].first_ms,
+                                         .tag = (uint32_t)i,
+                                         .kind = FGX_CONN_PENDING,
+                                         .silent = cand[i].silent};
+    fgx_connlimit_pick(&g->lim, pick, n);
+    for (size_t i = 0; i < n; i++) {
+        const struct guard_cand *k = &cand[pick[i].tag];
+
+        if (pick[i].cut && guard_cut(k->fd, k->ino)) {
+            cut_many++;
+            guard_report(g, &k->peer,
+                         pick[i].cut == FGX_CUT_PER_SRC ? FGX_GUARD_PER_PEER : FGX_GUARD_FULL, 1);
+        }
     }
     closedir(d);
     /* Forget the connections no longer there. */
@@ -848,27 +878,33 @@ static void guard_sweep(struct chan_guard *g, struct guard_cand *cand)
         if (g->seen[i].sweep == g->sweep)
             g->seen[keep++] = g->seen[i];
     g->nseen = keep;
+    if (g->gauge_fn)
+        g->gauge_fn((unsigned)(n - cut_many), g->arg);
     if (cut_late || cut_many)
         fgx_log_ratelimited(&last_ns, FGX_LOG_WARN,
                             "control: closed %u connection(s) that sent no request within %d "
-                            "ms, and %u past %u pending from one address",
-                            cut_late, g->handshake_ms, cut_many, g->per_peer);
+                            "ms, and %u past %u pending from one address or %u in all",
+                            cut_late, g->handshake_ms, cut_many, g->lim.per_src, g->lim.max);
 }
 
 static void guard_main(void *arg)
 {
     struct chan_guard *g = arg;
     struct guard_cand *cand = calloc(CHAN_GUARD_MAX, sizeof(*cand));
+    struct fgx_conn_cand *pick = calloc(CHAN_GUARD_MAX, sizeof(*pick));
 
-    if (!cand) {
+    if (!cand || !pick) {
         fgx_err("control: no memory for the TLS connection guard");
+        free(cand);
+        free(pick);
         return;
     }
     while (!__atomic_load_n(&g->stop, __ATOMIC_ACQUIRE)) {
         nng_msleep(CHAN_GUARD_PERIOD_MS);
-        guard_sweep(g, cand);
+        guard_sweep(g, cand, pick);
     }
     free(cand);
+    free(pick);
 }
 
 static void guard_free(struct chan_guard *g)
@@ -883,24 +919,59 @@ static void guard_free(struct chan_guard *g)
     free(g);
 }
 
-int fgx_chan_tls_guard(struct fgx_chan *c, int handshake_ms, unsigned per_peer)
+/* The TLS listener's own socket: the one bound to its port that has no peer. */
+static void guard_backlog(uint16_t port)
+{
+    struct dirent *de;
+    DIR *d = opendir("/proc/self/fd");
+
+    if (!d)
+        return;
+    while ((de = readdir(d)) != NULL) {
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof(ss);
+        char *end;
+        long fd = strtol(de->d_name, &end, 10);
+        int type;
+        socklen_t tl = sizeof(type);
+
+        if (*end != '\0' || end == de->d_name || fd == dirfd(d))
+            continue;
+        if (getsockopt((int)fd, SOL_SOCKET, SO_TYPE, &type, &tl) == -1 || type != SOCK_STREAM)
+            continue;
+        if (getsockname((int)fd, (struct sockaddr *)&ss, &sl) == -1 || sockaddr_port(&ss) != port)
+            continue;
+        sl = sizeof(ss);
+        if (getpeername((int)fd, (struct sockaddr *)&ss, &sl) == 0 || errno != ENOTCONN)
+            continue;
+        if (listen((int)fd, CHAN_LISTEN_BACKLOG) == -1)
+            fgx_warn("control: cannot raise the TLS listener's backlog: %s", strerror(errno));
+    }
+    closedir(d);
+}
+
+int fgx_chan_tls_guard(struct fgx_chan *c, const struct fgx_chan_guard_config *cfg)
 {
     struct chan_guard *g;
     int rv;
 
-    if (c->guard || c->tls_port == 0 || handshake_ms <= 0 || per_peer == 0)
+    if (c->guard || c->tls_port == 0 || cfg->handshake_ms <= 0 || cfg->per_peer == 0)
         return -EINVAL;
     g = calloc(1, sizeof(*g));
     if (!g)
         return -ENOMEM;
-    g->handshake_ms = handshake_ms;
-    g->per_peer = per_peer;
+    g->handshake_ms = cfg->handshake_ms;
+    g->lim = (struct fgx_connlimit){.max = cfg->max, .per_src = cfg->per_peer};
+    g->cut_fn = cfg->cut;
+    g->gauge_fn = cfg->gauge;
+    g->arg = cfg->arg;
     g->port = c->tls_port;
     rv = nng_mtx_alloc(&g->mtx);
     if (rv != 0) {
         free(g);
         return chan_errno(rv);
     }
+    guard_backlog(g->port);
     /* Pipes that negotiated before now are not tracked: the guard starts right after the
      * listener, before the loop serves anything, so there are none worth keeping. */
     __atomic_store_n(&c->guard, g, __ATOMIC_RELEASE);

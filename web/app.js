@@ -134,8 +134,17 @@ function setLiveState(state) {
   if (state === 'closed') {
     // the stream gave up (the session may be gone): ask, and show the login if so
     // (the server unreachable: try again a little later)
+    // (too many live streams open: say so, and try again when the server says)
     api.session().then(
-      (s) => (s ? live.start(setLiveState) : showLogin('Your session ended.')),
+      async (s) => {
+        if (!s) return showLogin('Your session ended.');
+        const refused = await live.probe();
+        if (!shell) return;
+        if (!refused) return live.start(setLiveState);
+        shell.liveState.textContent = `no live updates: ${refused.error} (again in ${refused.retryAfter} s)`;
+        shell.liveState.dataset.state = 'refused';
+        setTimeout(() => shell && live.start(setLiveState), refused.retryAfter * 1000);
+      },
       () => setTimeout(() => shell && setLiveState('closed'), 5000),
     );
   }

@@ -493,6 +493,87 @@ def run_idle_conns(args):
     emit(event="result", closed=closed, errors=errors[:5])
 
 
+def run_flood_conns(args):
+    """Idle TCP connections from several source addresses at once (issue 24's flood): --from
+    ADDR:COUNT,... connections bound to each ADDR, opened non-blocking all together, sending
+    nothing. Report "connected" (per source: how many connected, and errors) once every connect
+    finished, then watch them for --wait seconds: when each was closed by the other end (EOF or
+    reset), in seconds since its connect; null if still open."""
+    import resource
+    import selectors
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    sel = selectors.DefaultSelector()
+    conns = []  # [src, sock, t0, state]: "connecting", "open", "closed"
+    errors = []
+    fam = socket.AF_INET6 if ":" in args.host else socket.AF_INET
+    for part in args.sources.split(","):
+        src, _, count = part.rpartition(":")
+        for _ in range(int(count)):
+            s = socket.socket(fam, socket.SOCK_STREAM)
+            s.setblocking(False)
+            try:
+                s.bind((src, 0))
+                rc = s.connect_ex((args.host, args.port))
+            except OSError as e:
+                errors.append("%s: %s" % (src, e))
+                s.close()
+                continue
+            c = [src, s, time.monotonic(), "connecting", None]
+            if rc not in (0, errno.EINPROGRESS):
+                errors.append("%s: connect: %s" % (src, os.strerror(rc)))
+                s.close()
+                continue
+            conns.append(c)
+            sel.register(s, selectors.EVENT_WRITE, c)
+    connected = {}
+    deadline = time.monotonic() + 15
+    waiting = len(conns)
+    closed_early = []
+    while waiting and time.monotonic() < deadline:
+        for key, ev in sel.select(0.2):
+            c = key.data
+            if c[3] != "connecting":
+                continue
+            err = c[1].getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+            waiting -= 1
+            if err:
+                errors.append("%s: %s" % (c[0], os.strerror(err)))
+                c[3] = "failed"
+                sel.unregister(c[1])
+                continue
+            c[3] = "open"
+            connected[c[0]] = connected.get(c[0], 0) + 1
+            sel.modify(c[1], selectors.EVENT_READ, c)
+    emit(event="connected", n=sum(connected.values()), per_src=connected,
+         pending=waiting, errors=errors[:5], nerrors=len(errors))
+    deadline = time.monotonic() + args.wait
+    live = sum(1 for c in conns if c[3] == "open")
+    while live and time.monotonic() < deadline:
+        for key, ev in sel.select(0.1):
+            c = key.data
+            if c[3] != "open":
+                continue
+            try:
+                data = c[1].recv(65536)
+            except (ConnectionResetError, BrokenPipeError):
+                data = b""
+            except BlockingIOError:
+                continue
+            if not data:
+                c[3] = "closed"
+                c[4] = round(time.monotonic() - c[2], 2)
+                sel.unregister(c[1])
+                live -= 1
+    closed = {}
+    for c in conns:
+        if c[3] in ("open", "closed"):
+            closed.setdefault(c[0], []).append(c[4])
+        c[1].close()
+    emit(event="result", closed=closed, errors=errors[:5])
+
+
 # ---- IP fragments (scapy) ----------------------------------------------------------------------
 
 def run_frag(args):
@@ -863,6 +944,11 @@ def main():
     p.add_argument("--send", default="", help="hex, sent once by the first --send-count")
     p.add_argument("--send-count", type=int, default=0)
     p.add_argument("--wait", type=float, required=True)
+    p = sub.add_parser("flood-conns")
+    p.add_argument("--host", required=True)
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--sources", required=True, help="ADDR:COUNT,...")
+    p.add_argument("--wait", type=float, required=True)
     p = sub.add_parser("frag")
     p.add_argument("--iface", required=True)
     p.add_argument("--src", required=True)
@@ -905,6 +991,7 @@ def main():
         "udp-client": run_udp_client,
         "ooo": run_ooo,
         "idle-conns": run_idle_conns,
+        "flood-conns": run_flood_conns,
         "frag": run_frag,
         "malformed": run_malformed,
         "synflood": run_synflood,

@@ -1,4 +1,4 @@
-"""The web API tests' client (test_web_api, test_web_cmds): webclient.py run in a test
+"""The web API tests' client (test_web_api, test_web_cmds, test_listen): webclient.py run in a test
 namespace, one request or live-stream operation per call."""
 import base64
 import json
@@ -9,6 +9,17 @@ import fgxit as it
 from fgxit import check
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+
+
+def node_modules():
+    """The directory holding playwright-core: FGX_WEB_NODE, else build/web-node next to FGX_BIN."""
+    d = os.environ.get("FGX_WEB_NODE")
+    if not d:
+        d = os.path.join(os.path.dirname(it.fgx_bin()), "web-node")
+        if not os.path.isdir(d):  # a sanitizer build's bin: install-deps' default place
+            d = os.path.join(ROOT, "build", "web-node")
+    return os.path.join(d, "node_modules")
 
 
 class Web:

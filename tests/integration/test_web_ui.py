@@ -26,7 +26,10 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fgxit as it  # noqa: E402
+import fgxweb  # noqa: E402
 from fgxit import CLI4, EVIL, HELPER, PY, SRV4, check, test  # noqa: E402
+
+node_modules = fgxweb.node_modules
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
@@ -38,16 +41,6 @@ PASSWORD = "web-pw-123456"
 BULK = bytes(i % 251 for i in range(60000))
 ARGS = ["--web-listen", "%s:%d" % (SRV4, WEB_PORT), "--allow", "10.77.0.2/32"]
 S = {}
-
-
-def node_modules():
-    """The directory holding playwright-core: FGX_WEB_NODE, else build/web-node next to FGX_BIN."""
-    d = os.environ.get("FGX_WEB_NODE")
-    if not d:
-        d = os.path.join(os.path.dirname(it.fgx_bin()), "web-node")
-        if not os.path.isdir(d):  # a sanitizer build's bin: install-deps' default place
-            d = os.path.join(ROOT, "build", "web-node")
-    return os.path.join(d, "node_modules")
 
 
 def shots_dir():

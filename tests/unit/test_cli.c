@@ -798,7 +798,7 @@ Test(cli, json_status_exact)
     cr_assert_str_eq(out, "{\"version\":\"0.1.0\",\"uptime\":93784,\"services\":3,"
                           "\"services_active\":2,\"queue_mode\":\"compat\",\"threads\":2,"
                           "\"workers\":[{\"kind\":\"nfq\",\"pid\":4242,\"state\":\"running\","
-                          "\"generation\":9,\"restarts\":0}]}\n");
+                          "\"generation\":9,\"restarts\":0}],\"listeners\":[]}\n");
     cr_assert(json_parse(out, "state", &j));
     cr_assert_str_eq(j.got, "running");
     free(out);
@@ -808,6 +808,46 @@ Test(cli, json_status_exact)
     cr_assert(strstr(out, "services:  3 (2 active)\n"), "%s", out);
     cr_assert(strstr(out, "\nKIND   PID  STATE    GENERATION  RESTARTS\n"
                           "nfq   4242  running           9         0\n"),
+              "%s", out);
+    free(out);
+}
+
+Test(cli, status_shows_the_listeners)
+{
+    Fgx__Ctl__Listener l = FGX__CTL__LISTENER__INIT, *lv[1] = {&l};
+    Fgx__Ctl__Status st = FGX__CTL__STATUS__INIT;
+    Fgx__Ctl__Reply rep = FGX__CTL__REPLY__INIT;
+    Fgx__Ctl__Request req = request_of(FGX__CTL__REQUEST__REQ_STATUS, NULL);
+    char *out;
+
+    l.name = "web";
+    l.open = 3;
+    l.max = 1024;
+    l.per_src = 64;
+    l.handshake_s = 5;
+    l.closed_timeout = 7;
+    l.closed_per_src = 436;
+    l.closed_full = 2;
+    l.has_streams = 1;
+    l.streams = 1;
+    l.streams_refused = 4;
+    st.version = "0.1.0";
+    st.n_listeners = 1;
+    st.listeners = lv;
+    rep.status = &st;
+    out = render(&req, &rep, true);
+    cr_assert(strstr(out, "\"listeners\":[{\"name\":\"web\",\"open\":3,\"pending\":0,"
+                          "\"max\":1024,\"per_src\":64,\"handshake_s\":5,"
+                          "\"closed_timeout\":7,\"closed_per_src\":436,\"closed_full\":2,"
+                          "\"streams\":1,") &&
+                  strstr(out, "\"streams_refused\":4}]"),
+              "%s", out);
+    free(out);
+    out = render(&req, &rep, false);
+    cr_assert(strstr(out, "web listener:") &&
+                  strstr(out, "3 open (0 before a request), limits 1024 in all, 64 per address, "
+                              "5 s to a request; closed: 7 late, 436 per address, 2 full; live "
+                              "streams 1 open, 4 refused"),
               "%s", out);
     free(out);
 }

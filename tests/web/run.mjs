@@ -2,6 +2,7 @@
 // tests/integration/test_web_ui.py starts controld and runs this; it can be
 // run by hand too:
 //   node tests/web/run.mjs --base https://10.77.0.1:8443 --env env.json --shots build/web-shots [--only NAME | --stdin 1]
+// (--scenarios DIR: the scenarios of another directory, e.g. tests/web/flood for test_listen).
 // Every scenarios/*.mjs (in name order, or the one --only names) exports an async function
 // receiving {page, context, base, shot(name), env, login(page), log}; it throws to fail. One JSON
 // line per scenario on stdout: {scenario, ok, ms, error}. Exit status 1 when one failed.
@@ -19,6 +20,7 @@ const { chromium } = await import(pathToFileURL(join(nodeModules, 'playwright-co
 const base = args.base;
 const envDoc = args.env ? JSON.parse(readFileSync(args.env, 'utf8')) : {};
 const shots = args.shots || 'web-shots';
+const scenDir = args.scenarios || join(here, 'scenarios');
 mkdirSync(shots, { recursive: true });
 
 // env.run(name, ...extra): runs the command the python side named (env.commands[name], an argv),
@@ -65,7 +67,7 @@ async function login(page, password = envDoc.password) {
   await page.waitForSelector('[data-test=live-state][data-state=open]', { timeout: 10000 });
 }
 
-let files = readdirSync(join(here, 'scenarios')).filter((f) => f.endsWith('.mjs')).sort();
+let files = readdirSync(scenDir).filter((f) => f.endsWith('.mjs')).sort();
 if (args.only) files = files.filter((f) => basename(f, '.mjs') === args.only || f === args.only);
 if (!files.length && !args.stdin) {
   console.error(`run.mjs: no scenario ${args.only || ''}`);
@@ -99,7 +101,7 @@ async function runOne(name) {
   const log = (...a) => console.error(`[${name}]`, ...a);
   let error = null;
   try {
-    const mod = await import(pathToFileURL(join(here, 'scenarios', `${name}.mjs`)).href);
+    const mod = await import(pathToFileURL(join(scenDir, `${name}.mjs`)).href);
     await mod.default({ page, context, base, shot, env, login, log });
     if (jsErrors.length) throw new Error(`the page had errors: ${jsErrors.join('; ')}`);
   } catch (e) {

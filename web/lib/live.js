@@ -30,6 +30,29 @@ export function start(onState) {
   for (const type of handlers.keys()) attach(type);
 }
 
+// After the stream gave up: whether the server refuses a new one (too many open: 429/503, with
+// why and when to try again, docs/web.md). null: it would open (the probe's own is dropped).
+export async function probe() {
+  const ctl = new AbortController();
+  try {
+    const res = await fetch('/api/live', { signal: ctl.signal, credentials: 'same-origin' });
+    if (res.ok) {
+      ctl.abort();
+      return null;
+    }
+    let body = {};
+    try {
+      body = await res.json();
+    } catch {
+      /* not JSON: the status says enough */
+    }
+    const ra = Number(res.headers.get('Retry-After') || body.retry_after || 0);
+    return { status: res.status, error: body.error || `HTTP ${res.status}`, retryAfter: ra > 0 ? ra : 30 };
+  } catch {
+    return null;
+  }
+}
+
 export function stop() {
   if (source) source.close();
   source = null;

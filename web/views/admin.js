@@ -42,6 +42,12 @@ export default {
           ['queue mode', s.queue_mode],
           ['threads', s.threads],
           ['workers', (s.workers || []).map((w) => `${w.kind} ${w.state}`).join(', ')],
+          // the TLS listeners' limits and what they closed (idle connections, floods)
+          ...(s.listeners || []).map((l) => [
+            `${l.name} listener`,
+            `${l.open} open (${l.pending} before a request); closed: ${l.closed_timeout} late, ${l.closed_per_src} past ${l.per_src} per address, ${l.closed_full} full (${l.max})` +
+              (l.streams !== undefined ? `; live streams ${l.streams} open, ${l.streams_refused} refused` : ''),
+          ]),
         ];
         for (const [k, val] of kv) if (val !== undefined && val !== null) statusBox.append(h('dt', {}, k), h('dd', {}, String(val)));
       } catch (e) {

@@ -26,6 +26,11 @@ struct fgx_peer {
     uint16_t port;
 };
 
+/* A socket address as a peer (an IPv4-mapped IPv6 address as IPv4). false, *peer zeroed: sa
+ * is NULL or neither IPv4 nor IPv6. */
+struct sockaddr;
+bool fgx_peer_from_sockaddr(const struct sockaddr *sa, struct fgx_peer *peer);
+
 /* Called from an nng thread for each new connection of a TLS listener, before its first
  * message: false closes the connection. arg is the one given to fgx_chan_listen_tls(). */
 typedef bool (*fgx_chan_admit_fn)(const struct fgx_peer *peer, void *arg);
@@ -37,13 +42,35 @@ typedef bool (*fgx_chan_admit_fn)(const struct fgx_peer *peer, void *arg);
 int fgx_chan_listen_tls(struct fgx_chan *c, const char *url, const char *cert_pem,
                         const char *key_pem, fgx_chan_admit_fn admit, void *arg);
 
+/* Why the guard closed connections (fgx_chan_guard_fn). */
+enum fgx_chan_guard_why {
+    FGX_GUARD_LATE = 0,     /* no first request within handshake_ms */
+    FGX_GUARD_PER_PEER = 1, /* past per_peer pending from its address */
+    FGX_GUARD_FULL = 2      /* past max pending in all: from the address holding the most */
+};
+/* Called from the guard's thread: n connections of peer closed for why (enum
+ * fgx_chan_guard_why); and after each look, the pending connections left. */
+typedef void (*fgx_chan_guard_fn)(const struct fgx_peer *peer, int why, unsigned n, void *arg);
+typedef void (*fgx_chan_guard_gauge_fn)(unsigned pending, void *arg);
+
+struct fgx_chan_guard_config {
+    int handshake_ms;              /* > 0 */
+    unsigned per_peer;             /* > 0; an IPv6 peer is its /64 */
+    unsigned max;                  /* 0: no limit in all */
+    fgx_chan_guard_fn cut;         /* may be NULL */
+    fgx_chan_guard_gauge_fn gauge; /* may be NULL */
+    void *arg;
+};
+
 /* Guard c's TLS listener (the last one added): a connection to it that has not sent its first
  * request within handshake_ms of being accepted (the TLS handshake and nng's negotiation
  * included) is closed (one that received more since the negotiation, e.g. a request the loop
- * has not read yet, after 3 * handshake_ms), and of more than per_peer such pending
- * connections from one address the oldest are closed. A thread of its
- * own looks every 200 ms, until fgx_chan_close(). Returns 0 or a negative errno. */
-int fgx_chan_tls_guard(struct fgx_chan *c, int handshake_ms, unsigned per_peer);
+ * has not read yet, after 3 * handshake_ms); of more than per_peer such pending connections
+ * from one address, those that sent nothing go first, then the oldest (fgx/connlimit.h); of
+ * more than max in all, those of the address holding the most, never an address's only one.
+ * A thread of its own looks every 200 ms, until fgx_chan_close(). Returns 0 or a negative
+ * errno. */
+int fgx_chan_tls_guard(struct fgx_chan *c, const struct fgx_chan_guard_config *cfg);
 
 /* fgx_chan_recv(), and the sender in *peer. */
 int fgx_chan_recv_peer(struct fgx_chan *c, void **buf, size_t *len, int timeout_ms,
