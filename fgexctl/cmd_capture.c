@@ -645,11 +645,25 @@ static int human_event_show(FILE *f, const Fgx__Ctl__Request *req, const Fgx__Ct
     cli_fmt_kv_u64(f, "seq:", e->seq);
     cli_fmt_kv(f, "time:", t);
     cli_fmt_kv_str(f, "service:", e->service && *e->service ? e->service : "?");
-    cli_fmt_kv_u64(f, "filter:", e->filter_id);
+    if (e->script_kind && e->script_kind[0]) {
+        /* a script's block or failure: named by its function, never "filter 0" */
+        char who[200];
+
+        (void)snprintf(who, sizeof(who), "script %s %s", e->script_kind,
+                       e->script_function && e->script_function[0] ? e->script_function : "-");
+        cli_fmt_kv(f, "filter:", who);
+    } else {
+        cli_fmt_kv_u64(f, "filter:", e->filter_id);
+    }
     cli_fmt_kv(f, "dir:", cli_fmt_dir_name(e->dir));
-    cli_fmt_addr_port(e->src, e->sport, a, sizeof(a));
-    cli_fmt_addr_port(e->dst, e->dport, b, sizeof(b));
-    (void)fprintf(f, "%-11s%s -> %s (%s)\n", "flow:", a, b, cli_fmt_proto_name(e->proto));
+    if (e->src && e->src[0]) {
+        cli_fmt_addr_port(e->src, e->sport, a, sizeof(a));
+        cli_fmt_addr_port(e->dst, e->dport, b, sizeof(b));
+        (void)fprintf(f, "%-11s%s -> %s (%s)\n", "flow:", a, b, cli_fmt_proto_name(e->proto));
+    } else {
+        /* a script call's failure: its log entry does not name the connection */
+        cli_fmt_kv(f, "flow:", "- (not recorded for a script call's failure)");
+    }
     if (!c.msg) {
         (void)fputs("no capture kept for this event (capture off, or older than controld's "
                     "--captures-keep)\n",

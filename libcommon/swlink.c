@@ -203,6 +203,20 @@ static void py_files(struct fgx_swlink *l, unsigned i, const struct fgx_wcfg *cf
         (void)py_send(l, i, &h, s->script);
     }
     l->py[i].fresh = false;
+    l->py[i].files_seq = l->seq;
+}
+
+/* Interpreter i said it has no file for a service this thread sent (FGX_SW_VERDICT_NOFILE,
+ * to a DATA frame numbered seq): it gets every file again before the next DATA frame, once
+ * for all the calls sent before the files went. */
+static void py_refile(struct fgx_swlink *l, unsigned i, uint32_t seq)
+{
+    struct fgx_swlink_py *y = &l->py[i];
+
+    if (y->fd < 0 || y->fresh || (int32_t)(seq - y->files_seq) <= 0)
+        return;
+    y->fresh = true;
+    l->need = true;
 }
 
 void fgx_swlink_reconnect(struct fgx_swlink *l, const struct fgx_wcfg *cfg)
@@ -482,6 +496,9 @@ int fgx_swlink_recv(struct fgx_swlink *l, struct fgx_sw_hdr *h, const uint8_t **
             l->roff += sizeof(fh) + fh.len;
             if (fh.type == FGX_SW_LOG)
                 fgx_swlink_log_push(fh.service, (const char *)p, fh.len);
+            if (fh.type == FGX_SW_VERDICT && fh.code == FGX_SW_ERROR &&
+                (fh.hash & FGX_SW_VERDICT_NOFILE) && l->rfrom != SWL_CTL)
+                py_refile(l, (unsigned)l->rfrom, fh.seq);
             if (fh.type != FGX_SW_VERDICT || !verdict_take(l, l->rfrom, &fh))
                 continue;
             *h = fh;

@@ -36,6 +36,7 @@ struct fgx_swlink_call {
 struct fgx_swlink_py {
     int fd;     /* -1: down */
     bool fresh; /* connected, not yet sent the files */
+    uint32_t files_seq; /* the seq counter when the files were last sent to it */
     struct fgx_swlink_call *calls; /* FGX_SWLINK_CALLS, a ring */
     uint32_t head, ncalls;
     uint8_t *out; /* frames that need no answer (CLOSE): they go ahead of the next message */

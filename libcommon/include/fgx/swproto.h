@@ -51,6 +51,12 @@ enum fgx_sw_verdict {
  * sending them (and CLOSE it). A sender that ignores it loses nothing but speed. */
 #define FGX_SW_VERDICT_FINAL 1
 
+/* VERDICT flag, with ERROR: the interpreter has no file for the service (its table is shared
+ * by every thread of both workers, and it lost track of what this thread sent): the sender
+ * sends that interpreter its files again (fgx_swlink_recv() does). Without it (a file that
+ * did not load) sending again would not help. */
+#define FGX_SW_VERDICT_NOFILE 2
+
 #define FGX_SW_DATA_OPEN 2
 #define FGX_SW_DATA_V6 4
 

@@ -22,6 +22,8 @@ HDR = struct.Struct("<BBHIQII")
 (T_SCRIPT, T_UNSCRIPT, T_OPEN, T_DATA, T_CLOSE, T_VERDICT, T_LOG, T_ACK, T_HELLO) = range(1, 10)
 V_ACCEPT, V_REJECT, V_DROP, V_ERROR, V_TIMEOUT = range(5)
 F_FINAL = 1  # VERDICT flag (fgx/swproto.h FGX_SW_VERDICT_FINAL): later chunks need no call
+F_NOFILE = 2  # VERDICT flag (FGX_SW_VERDICT_NOFILE): ERROR because the service has no file here
+NOFILE_LOG_S = 5.0  # a service's "no file here" log entry: at most one per interval
 CODES = {"accept": V_ACCEPT, "reject": V_REJECT, "drop": V_DROP, "error": V_ERROR}
 # fgx_sw_page: start_ns u64, link u64, conn u64, seq u32, service u32, deadline_ms u32,
 # calls u32, nscripts u32, function char[128]
@@ -80,6 +82,14 @@ def main():
 
     scripts = {}   # service id -> (Script, payload it came from, deadline ms)
     refused = {}   # service id -> (payload, deadline ms) of a file that did not load
+    # service id -> {link number here: (payload, deadline) it sent last}, for the links that
+    # sent the service's file and no UNSCRIPT since. The tables above are this interpreter's,
+    # shared by every thread of both workers: a service moved from one layer to the other is
+    # UNSCRIPTed by the old layer's threads while the new layer's have sent it (in either
+    # order), so a file goes only when the last link that sent it takes it back (or goes),
+    # and a link whose file is not the one loaded here is told so (F_NOFILE) and sends it again.
+    holders = {}
+    nofile_logged = {}  # service id -> when its last "no file here" entry was logged
     conns = {}     # (link no << 48) ^ conn -> (service id, Conn or is_ipv6 until its first chunk)
     links = {}     # fd -> Link
     buf = bytearray(MSG_MAX)
@@ -139,13 +149,48 @@ def main():
         if page is not None:
             PAGE_NSCRIPTS.pack_into(page, OFF_NSCRIPTS, len(scripts))
 
+    def forget(svc):
+        scripts.pop(svc, None)
+        refused.pop(svc, None)
+        holders.pop(svc, None)
+        set_nscripts()
+        for cid in [k for k, (s_, _) in conns.items() if s_ == svc]:
+            del conns[cid]
+
+    def let_go(link, svc):
+        h = holders.get(svc)
+        if h is not None:
+            h.pop(link.no, None)
+        if not h:
+            forget(svc)
+
+    def no_file(link, svc, conn, seq):
+        """A call for a service without a loaded file: it fails for every connection of the
+        service, so it is said (a log entry, "error": controld notes it and `script list`
+        shows it), at most once per NOFILE_LOG_S per service, and the thread is asked to send
+        its files again (F_NOFILE) unless this one did not load."""
+        mine = holders.get(svc, {}).get(link.no)
+        bad = mine is not None and refused.get(svc) == mine
+        why = ("the service's file did not load in the script interpreter" if bad else
+               "the service's file is not loaded in the script interpreter")
+        now = time.monotonic()
+        if now - nofile_logged.get(svc, -NOFILE_LOG_S) >= NOFILE_LOG_S:
+            nofile_logged[svc] = now
+            log(link, svc, "error", "", why + ": its connections get the service's fail-open "
+                "choice" + ("" if bad else "; the worker sends the file again"))
+        put(link, T_VERDICT, V_ERROR, svc, conn, seq, b"\0" + why.encode(),
+            0 if bad else F_NOFILE)
+
     def on_script(link, svc, seq, deadline, payload):
+        mine = holders.setdefault(svc, {})
         old = scripts.get(svc)
         # every thread sends the same file: it is loaded once, and the connections already
         # under it keep their state
         if old is not None and old[1] == payload and old[2] == deadline:
+            mine[link.no] = (old[1], old[2])  # the loaded object: on_data compares by identity
             put(link, T_ACK, 0, svc, 0, seq)
             return
+        mine[link.no] = (payload, deadline)
         if refused.get(svc) == (payload, deadline):
             put(link, T_ACK, 1, svc, 0, seq)  # said once, to the thread that sent it first
             return
@@ -174,15 +219,17 @@ def main():
     def on_data(link, code, svc, conn, seq, payload):
         key = (link.no << 48) ^ conn
         ent = conns.get(key)
-        if ent is None and code & 2 and svc in scripts:  # the first chunk opens it
+        sc = scripts.get(svc)
+        mine = holders.get(svc, {}).get(link.no)
+        if sc is None or mine is None or mine[0] is not sc[1] and mine != (sc[1], sc[2]):
+            # not the file this link sent (none, another one, or one that did not load)
+            conns.pop(key, None)
+            no_file(link, svc, conn, seq)
+            return
+        if ent is None and code & 2:  # the first chunk opens it
             ent = conns[key] = (svc, bool(code & 4))
         if ent is None:
             put(link, T_VERDICT, V_ERROR, svc, conn, seq, b"\0connection state lost")
-            return
-        sc = scripts.get(svc)
-        if sc is None:
-            conns.pop(key, None)
-            put(link, T_VERDICT, V_ERROR, svc, conn, seq, b"\0no script")
             return
         if page is not None:
             ncalls[0] = (ncalls[0] + 1) & 0xffffffff
@@ -236,9 +283,7 @@ def main():
             elif t == T_SCRIPT:
                 on_script(link, svc, seq, conn, bytes(view[off:off + ln]))
             elif t == T_UNSCRIPT:
-                scripts.pop(svc, None)
-                refused.pop(svc, None)
-                set_nscripts()
+                let_go(link, svc)
                 put(link, T_ACK, 0, svc, 0, seq)
             elif t == T_HELLO:
                 link.id = conn
@@ -250,6 +295,8 @@ def main():
         del links[link.sock.fileno()]
         for k in [k for k in conns if k >> 48 == link.no]:
             del conns[k]
+        for svc in [s_ for s_, h in holders.items() if link.no in h]:
+            let_go(link, svc)
         link.sock.close()
 
     def serve(link):

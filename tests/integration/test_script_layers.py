@@ -1,0 +1,155 @@
+#!/usr/bin/python3
+"""Integration: a scripted service moved between the NFQUEUE and proxy layers (issue 24, item
+1) keeps its script working after every switch, whatever the sequence and with connections
+open across it: honest requests pass, the script's REJECT and DROP still block, each
+connection's globals start afresh. A script call that fails for a whole service (its file not
+loaded where the call went) is never silent: a `script log` entry, a health note and `script
+list` say so. And after a switch, `filter test` and `script test --service` read the captures
+made on both layers (item 9)."""
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fgxit as it  # noqa: E402
+from fgxit import check, test  # noqa: E402
+from scriptfiles import http, script_counters, write  # noqa: E402
+
+# REJECT on an evil url, DROP on a probe, and per-connection state: the third request of a
+# connection is rejected.
+SCRIPT = """
+from firegex.nfproxy import pyfilter, REJECT, DROP
+from firegex.nfproxy.models import HttpRequestHeader
+requests = 0
+
+@pyfilter
+def no_evil(req: HttpRequestHeader):
+    if "evil" in req.url:
+        return REJECT
+
+@pyfilter
+def drop_probe(req: HttpRequestHeader):
+    if req.get_header("x-probe") == "1":
+        return DROP
+
+@pyfilter
+def third_request(req: HttpRequestHeader):
+    global requests
+    requests += 1
+    if requests >= 3:
+        return REJECT
+"""
+
+REPLY = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+_n = [0]
+
+
+def req(path, headers=()):
+    """A request of its own (a number in its path): the server's connection is found by its
+    first bytes, as the proxy layer does not keep the client's port."""
+    _n[0] += 1
+    return http(b"GET", b"%s?n=%d" % (path, _n[0]), headers=headers)
+
+
+def scripted(env, name, layer="nfqueue"):
+    sid, port = env.service(name, "tcp", extra=("--layer", layer))
+    env.ctl("script", "set", name, write(SCRIPT))
+    srv = env.tcp_server(port, reply=REPLY, idle=4.0)
+    return sid, port, srv
+
+
+def switch(env, name, layer):
+    r = env.ctl_raw("service", "set", name, "--layer", layer, json_out=False)
+    check(r.returncode == 0, "switch to %s: %d %s", layer, r.returncode, r.stderr)
+    check(env.service_doc(name)["layer"] == layer, "%s is not on %s", name, layer)
+
+
+def never_received(srv, what):
+    return not any(what in it.d64(e["data"]) for e in srv.all("data"))
+
+
+def judged(env, port, srv, layer, full=True):
+    """The script judges port's connections: an honest request passes with its reply, an evil
+    one resets the client and never reaches the server, and (full) a probe is dropped without
+    a reset and the third request of a connection is rejected while the first two pass."""
+    ok, evil = req(b"/fine"), req(b"/evil1337")
+    hs = [env.tcp_client(it.SRV4, port, [ok, 0.4], wait=False),
+          env.tcp_client(it.SRV4, port, [evil, 0.4], wait=False)]
+    if full:
+        p1, probe = req(b"/p"), req(b"/", headers=((b"X-Probe", b"1"),))
+        t1, t2, t3 = req(b"/t"), req(b"/t"), req(b"/t")
+        hs.append(env.tcp_client(it.SRV4, port, [p1, 0.2, probe, 0.3, b"more", 0.3],
+                                 timeout=2.0, wait=False))
+        hs.append(env.tcp_client(it.SRV4, port, [t1, 0.2, t2, 0.2, t3, 0.4], wait=False))
+    res = [it.client_result(h, 15) for h in hs]
+    c, s = res[0], it.server_conn_starting(srv, ok, timeout=10)
+    check(c["end"] == "eof" and s["data"] == ok and c["received"] == REPLY,
+          "on %s an honest request did not pass: client %s %r, server %s %r", layer, c["end"],
+          c.get("received"), s["end"], s["data"])
+    check(res[1]["end"] == "reset" and never_received(srv, evil.split(b"\r\n")[0]),
+          "on %s the script's REJECT did not block: client %s", layer, res[1]["end"])
+    if full:
+        cp, sp = res[2], it.server_conn_starting(srv, p1, timeout=10)
+        check(sp["data"] == p1 and cp["end"] != "reset" and sp["end"] != "reset",
+              "on %s the script's DROP did not black-hole: client %s, server %s %r", layer,
+              cp["end"], sp["end"], sp["data"])
+        ct, st = res[3], it.server_conn_starting(srv, t1, timeout=10)
+        check(st["data"] == t1 + t2 and ct["end"] == "reset",
+              "on %s the connection's globals: server got %r, client %s", layer, st["data"],
+              ct["end"])
+
+
+def no_silent_error(env, name):
+    """Nothing said the script failed for the whole service during the test."""
+    text = env.log_tail(2000)
+    check("connection state lost" not in text and "script-error" not in text,
+          "a script call failed for %s:\n%s", name, text[-1500:])
+    doc = env.ctl("script", "list", name)
+    check(not doc.get("error"), "script list shows an error: %r", doc.get("error"))
+
+
+def sequence(env, name, first, layers, open_across=False):
+    _, port, srv = scripted(env, name, first)
+    judged(env, port, srv, first, full=False)
+    for i, layer in enumerate(layers):
+        held = None
+        if open_across:
+            # a connection open across the switch: an honest request before it, an evil one
+            # after
+            hold = req(b"/held")
+            held = env.tcp_client(it.SRV4, port, [hold, 1.2, req(b"/evil1337"), 0.4],
+                                  timeout=4.0, wait=False)
+            time.sleep(0.5)
+        switch(env, name, layer)
+        judged(env, port, srv, layer, full=(i < 2 or i == len(layers) - 1))
+        if held is not None:
+            c = it.client_result(held, 15)
+            s = it.server_conn_starting(srv, hold, timeout=10)
+            check(b"evil" not in s["data"], "the evil request on a connection open across "
+                  "the switch to %s reached the server: %r (client %s)", layer, s["data"],
+                  c["end"])
+    no_silent_error(env, name)
+
+
+@test
+def nfq_to_proxy_keeps_script(env):
+    sequence(env, "slnp", "nfqueue", ["proxy"])
+
+
+@test
+def proxy_to_nfq_keeps_script(env):
+    sequence(env, "slpn", "proxy", ["nfqueue"])
+
+
+@test
+def nfq_proxy_nfq_repeated_keeps_script(env):
+    sequence(env, "slrep", "nfqueue", ["proxy", "nfqueue", "proxy", "nfqueue"])
+
+
+@test
+def switches_with_connections_open_keep_script(env):
+    sequence(env, "slopen", "proxy", ["nfqueue", "proxy", "nfqueue"], open_across=True)
+
+
+if __name__ == "__main__":
+    sys.exit(it.run_module("test_script_layers"))
