@@ -7,6 +7,8 @@ loaded where the call went) is never silent: a `script log` entry, a health note
 list` say so. And after a switch, `filter test` and `script test --service` read the captures
 made on both layers (item 9)."""
 import os
+import socket
+import struct
 import sys
 import time
 
@@ -40,6 +42,7 @@ def third_request(req: HttpRequestHeader):
         return REJECT
 """
 
+HDR = struct.Struct("<BBHIQII")  # fgx/swproto.h's frame header
 REPLY = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
 _n = [0]
 
@@ -149,6 +152,62 @@ def nfq_proxy_nfq_repeated_keeps_script(env):
 @test
 def switches_with_connections_open_keep_script(env):
     sequence(env, "slopen", "proxy", ["nfqueue", "proxy", "nfqueue"], open_across=True)
+
+
+def interpreters_lose(env, sid):
+    """Fault injection: a link of our own to each script interpreter (as a data-path thread
+    connects) sends a file for service sid that does not load, so the interpreters no longer
+    have the file the workers' threads sent them. The sockets (kept open, as a thread's)."""
+    bad = struct.pack("<H", 0) + b"def broken(:\n"
+    socks = []
+    for i in range(8):
+        path = os.path.join(env.run_dir, "script.sock.%d" % i)
+        if not os.path.exists(path):
+            break
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        s.connect(path)
+        s.send(HDR.pack(9, 0, 0, 0, 0x7777000 + i, 0, 0))  # HELLO
+        s.send(HDR.pack(1, 0, 0, sid, 100, 1, len(bad)) + bad)  # SCRIPT
+        s.settimeout(5)
+        got = s.recv(65536)
+        check(len(got) >= HDR.size, "interpreter %d did not answer the file", i)
+        socks.append(s)
+    check(socks, "no interpreter socket in %s", env.run_dir)
+    return socks
+
+
+@test
+def lost_file_is_said_and_mended(env):
+    """When the interpreters lose a service's file, the failure is said within a second (a
+    `script log` entry, a health note, `script list`'s error) and the file the worker sent is
+    loaded again: the very next connection is judged by the script."""
+    for name, layer in (("slbrokep", "proxy"), ("slbroken", "nfqueue")):
+        sid, port, srv = scripted(env, name, layer)
+        judged(env, port, srv, layer, full=False)
+        socks = interpreters_lose(env, sid)
+        t0 = time.monotonic()
+        ok = req(b"/first")
+        c = env.tcp_client(it.SRV4, port, [ok, 0.3])
+        it.assert_passed(c, it.server_conn_starting(srv, ok), ok, REPLY)
+        log = it.wait_until(lambda: [e for e in env.ctl("script", "log", name)
+                                     if e.get("kind") == "error"], timeout=3)
+        check(log and "loaded again" in log[0]["text"], "no script log entry: %r",
+              env.ctl("script", "log", name))
+        err = it.wait_until(lambda: env.ctl("script", "list", name).get("error"), timeout=3)
+        check(err and err["count"] >= 1 and "loaded again" in err["text"],
+              "script list shows no error: %r", err)
+        note = it.wait_until(lambda: "health: service %d script-error" % sid in
+                             env.log_tail(3000), timeout=3)
+        check(note, "no health note:\n%s", env.log_tail(20))
+        check(time.monotonic() - t0 < 4, "said only after %.1fs", time.monotonic() - t0)
+        judged(env, port, srv, layer, full=False)
+        for s_ in socks:
+            s_.close()
+        time.sleep(1.5)  # every entry of the calls above reported
+        # the error is history once the file is set again
+        env.ctl("script", "set", name, write(SCRIPT))
+        e2 = env.ctl("script", "list", name).get("error")
+        check(not e2, "the error stayed: %r (was %r)", e2, err)
 
 
 if __name__ == "__main__":

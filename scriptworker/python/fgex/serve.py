@@ -86,8 +86,9 @@ def main():
     # sent the service's file and no UNSCRIPT since. The tables above are this interpreter's,
     # shared by every thread of both workers: a service moved from one layer to the other is
     # UNSCRIPTed by the old layer's threads while the new layer's have sent it (in either
-    # order), so a file goes only when the last link that sent it takes it back (or goes),
-    # and a link whose file is not the one loaded here is told so (F_NOFILE) and sends it again.
+    # order), so a file goes only when the last link that sent it takes it back (or goes).
+    # A call for a service with no file loaded loads the one its link sent again (said: it
+    # should not happen), or asks the link for it (F_NOFILE).
     holders = {}
     nofile_logged = {}  # service id -> when its last "no file here" entry was logged
     conns = {}     # (link no << 48) ^ conn -> (service id, Conn or is_ipv6 until its first chunk)
@@ -164,36 +165,17 @@ def main():
         if not h:
             forget(svc)
 
-    def no_file(link, svc, conn, seq):
-        """A call for a service without a loaded file: it fails for every connection of the
-        service, so it is said (a log entry, "error": controld notes it and `script list`
-        shows it), at most once per NOFILE_LOG_S per service, and the thread is asked to send
-        its files again (F_NOFILE) unless this one did not load."""
-        mine = holders.get(svc, {}).get(link.no)
-        bad = mine is not None and refused.get(svc) == mine
-        why = ("the service's file did not load in the script interpreter" if bad else
-               "the service's file is not loaded in the script interpreter")
+    def say_error(link, svc, text):
+        """A call failed for every connection of the service: said (a log entry, "error":
+        controld notes it and `script list` shows it), at most once per NOFILE_LOG_S."""
         now = time.monotonic()
         if now - nofile_logged.get(svc, -NOFILE_LOG_S) >= NOFILE_LOG_S:
             nofile_logged[svc] = now
-            log(link, svc, "error", "", why + ": its connections get the service's fail-open "
-                "choice" + ("" if bad else "; the worker sends the file again"))
-        put(link, T_VERDICT, V_ERROR, svc, conn, seq, b"\0" + why.encode(),
-            0 if bad else F_NOFILE)
+            log(link, svc, "error", "", text)
 
-    def on_script(link, svc, seq, deadline, payload):
-        mine = holders.setdefault(svc, {})
-        old = scripts.get(svc)
-        # every thread sends the same file: it is loaded once, and the connections already
-        # under it keep their state
-        if old is not None and old[1] == payload and old[2] == deadline:
-            mine[link.no] = (old[1], old[2])  # the loaded object: on_data compares by identity
-            put(link, T_ACK, 0, svc, 0, seq)
-            return
-        mine[link.no] = (payload, deadline)
-        if refused.get(svc) == (payload, deadline):
-            put(link, T_ACK, 1, svc, 0, seq)  # said once, to the thread that sent it first
-            return
+    def load(link, svc, payload, deadline):
+        """payload (the SCRIPT frame's) as svc's file; False (logged) when it does not load.
+        Open connections keep no state of the old file."""
         refused.pop(svc, None)
         # payload: u16 count of disabled names, each u16 len + name, then the source
         n = struct.unpack_from("<H", payload, 0)[0]
@@ -202,30 +184,62 @@ def main():
             k = struct.unpack_from("<H", payload, off)[0]
             off_names.append(payload[off + 2:off + 2 + k].decode())
             off += 2 + k
+        ok = True
         try:
             scripts[svc] = (Script(payload[off:].decode("utf-8", "replace"),
                                    "service-%d.py" % svc, off_names), payload, deadline)
-            put(link, T_ACK, 0, svc, 0, seq)
         except ScriptError as e:
             log(link, svc, "exception", "", "the file did not load: line %d: %s" % (e.line,
                                                                                    e.reason))
             scripts.pop(svc, None)
             refused[svc] = (payload, deadline)
-            put(link, T_ACK, 1, svc, 0, seq)
+            ok = False
         set_nscripts()
         for cid in [k for k, (s_, _) in conns.items() if s_ == svc]:
-            del conns[cid]  # open connections keep no state of the old file
+            del conns[cid]
+        return ok
+
+    def on_script(link, svc, seq, deadline, payload):
+        mine = holders.setdefault(svc, {})
+        old = scripts.get(svc)
+        # every thread sends the same file: it is loaded once, and the connections already
+        # under it keep their state
+        if old is not None and old[1] == payload and old[2] == deadline:
+            mine[link.no] = (old[1], old[2])
+            put(link, T_ACK, 0, svc, 0, seq)
+            return
+        mine[link.no] = (payload, deadline)
+        if refused.get(svc) == (payload, deadline):
+            put(link, T_ACK, 1, svc, 0, seq)  # said once, to the thread that sent it first
+            return
+        put(link, T_ACK, 0 if load(link, svc, payload, deadline) else 1, svc, 0, seq)
+
+    def file_back(link, svc, conn, seq):
+        """A call for a service with no file loaded here: the file this link sent is loaded
+        again (True), or the call fails (said, and with F_NOFILE when the link sent none
+        here: it sends its files again)."""
+        mine = holders.get(svc, {}).get(link.no)
+        if mine is not None and refused.get(svc) != mine and load(link, svc, *mine):
+            say_error(link, svc, "the service's file was not loaded in the script interpreter "
+                      "(lost track of): loaded again from what the worker had sent")
+            return True
+        bad = mine is not None
+        why = ("the service's file did not load in the script interpreter" if bad else
+               "the service's file is not loaded in the script interpreter")
+        say_error(link, svc, why + ": its connections get the service's fail-open choice" +
+                  ("" if bad else "; the worker sends the file again"))
+        put(link, T_VERDICT, V_ERROR, svc, conn, seq, b"\0" + why.encode(),
+            0 if bad else F_NOFILE)
+        return False
 
     def on_data(link, code, svc, conn, seq, payload):
         key = (link.no << 48) ^ conn
-        ent = conns.get(key)
-        sc = scripts.get(svc)
-        mine = holders.get(svc, {}).get(link.no)
-        if sc is None or mine is None or mine[0] is not sc[1] and mine != (sc[1], sc[2]):
-            # not the file this link sent (none, another one, or one that did not load)
+        if svc not in scripts:
             conns.pop(key, None)
-            no_file(link, svc, conn, seq)
-            return
+            if not file_back(link, svc, conn, seq):
+                return
+        sc = scripts[svc]
+        ent = conns.get(key)
         if ent is None and code & 2:  # the first chunk opens it
             ent = conns[key] = (svc, bool(code & 4))
         if ent is None:
