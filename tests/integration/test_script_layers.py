@@ -154,6 +154,51 @@ def switches_with_connections_open_keep_script(env):
     sequence(env, "slopen", "proxy", ["nfqueue", "proxy", "nfqueue"], open_across=True)
 
 
+# Rejects a request whose path has "mark": script test --service's verdicts over a capture.
+MARKS = """
+from firegex.nfproxy import pyfilter, REJECT
+from firegex.nfproxy.models import HttpRequestHeader
+
+@pyfilter
+def marked(req: HttpRequestHeader):
+    if "/mark" in req.url:
+        return REJECT
+"""
+
+
+@test
+def filter_and_script_test_read_both_layers_captures(env):
+    """After a switch, and after a switch back, `filter test` and `script test --service`
+    see the connections captured on both layers (the old layer's worker keeps its ring)."""
+    _, port = env.service("slcap", "tcp")
+    srv = env.tcp_server(port, reply=REPLY)
+    marks = []
+
+    def send(n):
+        for _ in range(n):
+            r = req(b"/mark")
+            marks.append(r.split(b" ")[1].decode())
+            it.assert_passed(env.tcp_client(it.SRV4, port, [r, 0.3]),
+                             it.server_conn_starting(srv, r), r, REPLY)
+
+    def seen(what):
+        ft = env.ctl("filter", "test", "slcap", "mark\\?n=[0-9]+", "--dir", "c2s")
+        st = env.ctl("script", "test", write(MARKS), "--service", "slcap")
+        rejected = [c for c in st if c["verdict"] == "reject" and c["function"] == "marked"]
+        check(ft["would_block"] == len(marks) and len(rejected) == len(marks),
+              "%s: filter test saw %d, script test %d of the %d connections sent",
+              what, ft["would_block"], len(rejected), len(marks))
+
+    send(2)
+    seen("on nfqueue")
+    switch(env, "slcap", "proxy")
+    send(1)
+    seen("after the switch to proxy")
+    switch(env, "slcap", "nfqueue")
+    send(1)
+    seen("after the switch back to nfqueue")
+
+
 def interpreters_lose(env, sid):
     """Fault injection: a link of our own to each script interpreter (as a data-path thread
     connects) sends a file for service sid that does not load, so the interpreters no longer
