@@ -56,6 +56,15 @@ export default async function ({ page, base, shot, env, login, log }) {
     const byScript = page.locator('[data-test=test-hit]', { hasText: 'already blocked by a script' });
     check((await byScript.count()) >= 1, 'no filter test hit says a script blocked it',
       await page.textContent('[data-test=test-results]'));
+
+    // the events view names the script's block by its function (the feed and the top
+    // attackers), never "#0"
+    await page.goto(`${base}/#/events`);
+    await page.locator('[data-test=event] [data-test=event-judge]', { hasText: 'script reject evil_marker' }).first().waitFor({ timeout: 15000 });
+    await page.locator('[data-test=top-judge]', { hasText: 'script evil_marker' }).first().waitFor({ timeout: 15000 });
+    const judges = await page.locator('[data-test=top-judge]').allInnerTexts();
+    check(!judges.some((t) => /#0\b/.test(t)), 'a top attackers row says #0', judges);
+    await shot('events-script');
   } finally {
     await mustApi(page, 'script/rm', { service: svc }).catch(() => {});
     if (before.layer !== 'proxy') await mustApi(page, 'service/set', { service: svc, layer: before.layer });
