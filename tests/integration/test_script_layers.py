@@ -199,42 +199,52 @@ def filter_and_script_test_read_both_layers_captures(env):
     seen("after the switch back to nfqueue")
 
 
-@test
-def script_events_named_by_function(env):
-    """A script's block is named by its function in the events table, `events show` and
-    --top; a call's failure shows no addresses (the CLI never prints ":0")."""
-    _, port = env.service("slev", "tcp", extra=("--layer", "proxy", "--fail-open"))
-    env.ctl("script", "set", "slev", write(SCRIPT + """
+BOOM = SCRIPT + """
 @pyfilter
 def boom(req: HttpRequestHeader):
     if "boom" in req.url:
         raise KeyError("no")
-"""))
-    srv = env.tcp_server(port, reply=REPLY)
-    evil = req(b"/evil1337")
-    c = env.tcp_client(it.SRV4, port, [evil, 0.3])
-    check(c["end"] == "reset", "the evil request passed: %r", c)
-    boom = req(b"/boom")
-    it.assert_passed(env.tcp_client(it.SRV4, port, [boom, 0.3]),
-                     it.server_conn_starting(srv, boom), boom, REPLY)
-    evs = it.wait_until(lambda: (lambda l: l if len(l) >= 2 else None)(
-        [e for e in env.ctl("events", "slev") if e.get("script_kind")]), timeout=5)
-    check(evs, "no script events: %r", env.ctl("events", "slev"))
-    blk = [e for e in evs if e["script_kind"] == "reject"][0]
-    exc = [e for e in evs if e["script_kind"] == "exception"][0]
-    check(blk["script_function"] == "no_evil" and blk["filter_id"] == 0 and
-          exc["script_function"] == "boom", "JSON %r", evs)
-    table = env.ctl_raw("events", "slev", json_out=False).stdout
-    check("script reject no_evil" in table and "script exception boom" in table and
-          ":0 " not in table and not table.rstrip().endswith(":0"), "events table:\n%s", table)
-    show = env.ctl_raw("events", "show", str(blk["seq"]), json_out=False).stdout
-    check("script reject no_evil" in show and "filter:     0" not in show,
-          "events show of the block:\n%s", show)
-    show = env.ctl_raw("events", "show", str(exc["seq"]), json_out=False).stdout
-    check("script exception boom" in show and ":0 -> :0" not in show and
-          "flow:" in show, "events show of the failure:\n%s", show)
-    top = env.ctl_raw("events", "slev", "--top", "src", json_out=False).stdout
-    check("script no_evil" in top, "events --top src:\n%s", top)
+"""
+
+
+@test
+def script_events_named_by_function(env):
+    """A script's block is named by its function in the events table, `events show` and
+    --top; a call's failure (an exception) carries its connection's addresses, on both
+    layers."""
+    for name, layer in (("slev", "proxy"), ("slevn", "nfqueue")):
+        _, port = env.service(name, "tcp", extra=("--layer", layer, "--fail-open"))
+        env.ctl("script", "set", name, write(BOOM))
+        srv = env.tcp_server(port, reply=REPLY)
+        evil = req(b"/evil1337")
+        c = env.tcp_client(it.SRV4, port, [evil, 0.3])
+        check(c["end"] == "reset", "the evil request passed: %r", c)
+        boom = req(b"/boom")
+        c, sport = env.tcp_conn(it.SRV4, port, [boom, 0.3])
+        it.assert_passed(c, it.server_conn_starting(srv, boom), boom, REPLY)
+        evs = it.wait_until(lambda: (lambda l: l if len(l) >= 2 else None)(
+            [e for e in env.ctl("events", name) if e.get("script_kind")]), timeout=5)
+        check(evs, "no script events: %r", env.ctl("events", name))
+        blk = [e for e in evs if e["script_kind"] == "reject"][0]
+        exc = [e for e in evs if e["script_kind"] == "exception"][0]
+        check(blk["script_function"] == "no_evil" and blk["filter_id"] == 0 and
+              exc["script_function"] == "boom", "JSON %r", evs)
+        check(exc["src"] == it.CLI4 and exc["sport"] == sport and exc["dst"] == it.SRV4 and
+              exc["dport"] == port, "on %s the exception's event has no connection: %r",
+              layer, exc)
+        table = env.ctl_raw("events", name, json_out=False).stdout
+        check("script reject no_evil" in table and "script exception boom" in table and
+              "%s:%d" % (it.CLI4, sport) in table and " :0 " not in table,
+              "events table:\n%s", table)
+        show = env.ctl_raw("events", "show", str(blk["seq"]), json_out=False).stdout
+        check("script reject no_evil" in show and "filter:     0" not in show,
+              "events show of the block:\n%s", show)
+        show = env.ctl_raw("events", "show", str(exc["seq"]), json_out=False).stdout
+        check("script exception boom" in show and
+              "%s:%d -> %s:%d" % (it.CLI4, sport, it.SRV4, port) in show,
+              "events show of the failure:\n%s", show)
+        top = env.ctl_raw("events", name, "--top", "src", json_out=False).stdout
+        check("script no_evil" in top and "boom" not in top, "events --top src:\n%s", top)
 
 
 def interpreters_lose(env, sid):

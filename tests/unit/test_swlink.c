@@ -1043,9 +1043,9 @@ Test(swlink, log_queue_is_bounded_and_counts_losses)
 
     cr_assert_eq(fgx_swlink_logs_take(&st), 0);
     lost0 = st.script_logs_lost;
-    fgx_swlink_log_push(1, "print\0fn", 8); /* no second separator: ignored */
+    fgx_swlink_log_push(1, "print\0fn", 8, NULL); /* no second separator: ignored */
     for (int i = 0; i < FGX_SWLINK_LOG_MAX + 3; i++)
-        fgx_swlink_log_push(1, "print\0f\0x", 9);
+        fgx_swlink_log_push(1, "print\0f\0x", 9, NULL);
     st = (struct fgx_dp_stats){0};
     cr_assert_eq(fgx_swlink_logs_take(&st), 0);
     cr_assert_eq(st.nscript_logs, FGX_SWLINK_LOG_MAX);

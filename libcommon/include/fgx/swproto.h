@@ -32,7 +32,7 @@ enum fgx_sw_type {
     FGX_SW_VERDICT = 6, /* code: enum fgx_sw_verdict; payload "function\0detail"; hash:
                          * flags (FGX_SW_VERDICT_FINAL), 0 from a sender that has none */
     FGX_SW_LOG = 7,     /* payload "kind\0function\0text" (kind: exception, timeout, print,
-                         * restart) */
+                         * restart, block, error); conn: the call's connection, or 0 */
     FGX_SW_ACK = 8,     /* SCRIPT / UNSCRIPT loaded (code 0) or refused (1), seq echoed */
     FGX_SW_HELLO = 9,   /* a thread's first frame on a socket: conn its link id */
 };

@@ -126,11 +126,12 @@ def main():
         except OSError:
             pass  # it went: its socket's end is read next
 
-    def log(link, svc, kind, fn, text):
+    def log(link, svc, kind, fn, text, conn=0):
+        """conn: the call's connection (the thread adds its addresses to the entry)."""
         t = text.encode("utf-8", "replace")
         if len(t) > LOG_TEXT_MAX:
             t = t[:LOG_TEXT_MAX // 2] + b"\n...\n" + t[-LOG_TEXT_MAX // 2:]
-        put(link, T_LOG, 0, svc, 0, 0, b"%s\0%s\0%s" % (kind.encode(), fn.encode(), t))
+        put(link, T_LOG, 0, svc, conn, 0, b"%s\0%s\0%s" % (kind.encode(), fn.encode(), t))
 
     def mark_fn(fn):
         if page is not None:
@@ -255,7 +256,7 @@ def main():
                 try:
                     c = Conn(sc[0], is_ipv6=ent[1])
                 except Exception:
-                    log(link, svc, "exception", "", traceback.format_exc())
+                    log(link, svc, "exception", "", traceback.format_exc(), conn)
                     conns.pop(key, None)
                     put(link, T_VERDICT, V_ERROR, svc, conn, seq,
                         b"\0the file's module code failed")
@@ -270,7 +271,7 @@ def main():
         if out:
             log(link, svc, "print", v.function, out)
         if v.action == "error":
-            log(link, svc, "exception", v.function, v.detail)
+            log(link, svc, "exception", v.function, v.detail, conn)
         if v.action in ("reject", "drop"):
             # before its verdict, in the same message: who waits for the verdict finds it
             log(link, svc, "block", v.function, v.action + (": " + v.detail if v.detail else ""))
