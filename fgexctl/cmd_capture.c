@@ -67,8 +67,8 @@ const char cli_cmd_usage_filter_test[] =
     "the match end) and how many of those captured it spares. Nothing is stored.\n"
     "\n"
     "--json prints {hits: [{time, time_ns, src, sport, dir, excerpt (or excerpt_b64),\n"
-    "match_end, blocked, filter_id, event_seq}], total, would_block, spared,\n"
-    "warnings}.\n"
+    "match_end, blocked, filter_id, event_seq, script_function (a script's block)}],\n"
+    "total, would_block, spared, warnings}.\n"
     "\n" CLI_SERVICE_HELP_NOTE;
 
 /* Where fgexctl writes the pcap (one command per process); the web API (cmd->in_memory)
@@ -794,7 +794,10 @@ int cli_cmd_filter_test_human(FILE *f, const Fgx__Ctl__Request *req, const Fgx__
             cli_fmt_table_addf(&t, "%s", buf);
             cli_fmt_table_addf(&t, "%s", cli_fmt_dir_name(h->dir));
             if (h->blocked && h->filter_id == 0)
-                cli_fmt_table_addf(&t, "script"); /* a script's block names no filter */
+                /* a script's block: its function (when its event is still in memory) */
+                cli_fmt_table_addf(&t, "script %s",
+                                   h->script_function && *h->script_function ? h->script_function
+                                                                              : "-");
             else if (h->blocked)
                 cli_fmt_table_addf(&t, "filter %" PRIu32, h->filter_id);
             else
@@ -837,6 +840,8 @@ json_t *cli_cmd_filter_test_json(const Fgx__Ctl__Request *req, const Fgx__Ctl__R
             json_object_set_new(j, "event_seq",
                                 h->has_event_seq ? json_integer((json_int_t)h->event_seq)
                                                  : json_null()) < 0 ||
+            (h->script_function && *h->script_function &&
+             json_object_set_new(j, "script_function", json_string(h->script_function)) < 0) ||
             json_array_append_new(hits, j) < 0) {
             json_decref(j);
             goto fail;

@@ -245,6 +245,13 @@ def script_events_named_by_function(env):
               "events show of the failure:\n%s", show)
         top = env.ctl_raw("events", name, "--top", "src", json_out=False).stdout
         check("script no_evil" in top and "boom" not in top, "events --top src:\n%s", top)
+        # filter test names the function that already blocked a connection
+        hits = it.wait_until(lambda: [x for x in env.ctl("filter", "test", name, "evil1337")[
+            "hits"] if x["blocked"]], timeout=5)
+        check(hits and hits[0].get("script_function") == "no_evil" and
+              hits[0]["filter_id"] == 0, "filter test hits %r", hits)
+        ft = env.ctl_raw("filter", "test", name, "evil1337", json_out=False).stdout
+        check("script no_evil" in ft, "filter test's table:\n%s", ft)
 
 
 def interpreters_lose(env, sid):

@@ -53,8 +53,8 @@ export default async function ({ page, base, shot, env, login, log }) {
     await page.fill('[data-test=filter-regex-input]', env.test_regex);
     await page.click('[data-test=filter-test]');
     await page.waitForSelector('[data-test=test-results]');
-    const byScript = page.locator('[data-test=test-hit]', { hasText: 'already blocked by a script' });
-    check((await byScript.count()) >= 1, 'no filter test hit says a script blocked it',
+    const byScript = page.locator('[data-test=test-hit]', { hasText: 'already blocked by script evil_marker' });
+    check((await byScript.count()) >= 1, 'no filter test hit says the script\'s function blocked it',
       await page.textContent('[data-test=test-results]'));
 
     // the events view names the script's block by its function (the feed and the top
