@@ -338,7 +338,7 @@ struct test_out {
     Fgx__Ctl__FilterTestHit **hitp;
     char (*src)[CTL_ADDR_TEXT_MAX];
     uint8_t (*ex)[FGX_DP_EXCERPT_MAX]; /* the excerpts, copied: the captures go before the reply */
-    char (*fn)[64]; /* the function of a script's block, copied from its event */
+    char (*fn)[64];                    /* the function of a script's block, copied from its event */
     char *warn[FGX_PATTERN_WARN_MAX];
 };
 
@@ -458,9 +458,9 @@ static void do_filter_test(struct ctl_rpc *r, const Fgx__Ctl__Request *req)
         r->cap_extra = o;
     if (o && l.n > 0) {
         /* One block holds the hits, their pointers and their texts, freed with cap_extra. */
-        size_t sz = sizeof(struct test_out) +
-                    l.n * (sizeof(*o->hits) + sizeof(*o->hitp) + sizeof(*o->src) + sizeof(*o->ex) +
-                           sizeof(*o->fn));
+        size_t sz =
+            sizeof(struct test_out) + l.n * (sizeof(*o->hits) + sizeof(*o->hitp) + sizeof(*o->src) +
+                                             sizeof(*o->ex) + sizeof(*o->fn));
         struct test_out *big = realloc(o, sz);
 
         if (big) {

@@ -797,7 +797,7 @@ int cli_cmd_filter_test_human(FILE *f, const Fgx__Ctl__Request *req, const Fgx__
                 /* a script's block: its function (when its event is still in memory) */
                 cli_fmt_table_addf(&t, "script %s",
                                    h->script_function && *h->script_function ? h->script_function
-                                                                              : "-");
+                                                                             : "-");
             else if (h->blocked)
                 cli_fmt_table_addf(&t, "filter %" PRIu32, h->filter_id);
             else

@@ -517,8 +517,8 @@ static int human_list(FILE *f, const Fgx__Ctl__Request *req, const Fgx__Ctl__Rep
 
         if (!localtime_r(&sec, &tm) || !strftime(when, sizeof(when), "%H:%M:%S", &tm))
             (void)snprintf(when, sizeof(when), "?");
-        (void)fprintf(f, "ERROR: %s (%" PRIu64 " time%s, last at %s)\n", s->error,
-                      s->error_count, s->error_count == 1 ? "" : "s", when);
+        (void)fprintf(f, "ERROR: %s (%" PRIu64 " time%s, last at %s)\n", s->error, s->error_count,
+                      s->error_count == 1 ? "" : "s", when);
     }
     cli_fmt_table_init(&t, heads, 7, 1u << 1 | 1u << 3 | 1u << 4 | 1u << 5);
     for (size_t i = 0; i < s->n_functions; i++) {

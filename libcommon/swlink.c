@@ -498,8 +498,8 @@ int fgx_swlink_recv(struct fgx_swlink *l, struct fgx_sw_hdr *h, const uint8_t **
                 /* a call's entry names its connection (conn): its addresses, while the
                  * connection is still there (its verdict comes after) */
                 struct fgx_dp_script_log where = {0};
-                bool known = fh.conn != 0 && l->conn_fn != NULL &&
-                             l->conn_fn(l->conn_arg, fh.conn, &where);
+                bool known =
+                    fh.conn != 0 && l->conn_fn != NULL && l->conn_fn(l->conn_arg, fh.conn, &where);
 
                 fgx_swlink_log_push(fh.service, (const char *)p, fh.len, known ? &where : NULL);
             }
