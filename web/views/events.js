@@ -64,7 +64,11 @@ function eventItem(ev, fresh) {
           onclick: async () => {
             clear(more);
             try {
-              more.append(captureView(await api.get('events/show', { seq: ev.seq })));
+              const judge = eventJudge(ev);
+              more.append(
+                judge ? h('p', { class: 'muted', 'data-test': 'event-detail-judge' }, `${ev.action === 'block' ? 'blocked by' : 'from'} ${judge}`) : '',
+                captureView(await api.get('events/show', { seq: ev.seq })),
+              );
             } catch (e) {
               more.append(h('p', { class: 'error' }, e.message));
             }
@@ -72,7 +76,7 @@ function eventItem(ev, fresh) {
         },
         'Capture',
       ),
-      ev.src ? h('a', { href: pcap, download: `fgex-${ev.service}-${ev.seq}.pcap`, 'data-test': 'event-pcap' }, 'pcap') : null,
+      ev.src ? h('a', { href: pcap, download: `fgex-${ev.service}-${ev.seq}.pcap`, title: `pcap of this connection${eventJudge(ev) ? ` (${eventJudge(ev)})` : ''}`, 'data-test': 'event-pcap' }, 'pcap') : null,
     ),
     excerptView(ev),
     more,

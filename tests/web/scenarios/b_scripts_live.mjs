@@ -64,6 +64,9 @@ export default async function ({ page, base, shot, env, login, log }) {
     await page.locator('[data-test=top-judge]', { hasText: 'script evil_marker' }).first().waitFor({ timeout: 15000 });
     const judges = await page.locator('[data-test=top-judge]').allInnerTexts();
     check(!judges.some((t) => /#0\b/.test(t)), 'a top attackers row says #0', judges);
+    const evItem = page.locator('[data-test=event]', { has: page.locator('[data-test=event-judge]', { hasText: 'script reject evil_marker' }) }).first();
+    await evItem.locator('[data-test=event-show]').click();
+    await evItem.locator('[data-test=event-detail-judge]', { hasText: 'blocked by script reject evil_marker' }).waitFor({ timeout: 15000 });
     await shot('events-script');
   } finally {
     await mustApi(page, 'script/rm', { service: svc }).catch(() => {});
