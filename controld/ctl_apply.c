@@ -158,7 +158,7 @@ static void script_events(struct ctl_ctx *ctx, const struct fgx_dp_stats *st,
         for (size_t k = 0; k < nsvcs; k++)
             if (svcs[k].id == e->service_id)
                 name = svcs[k].name;
-        ctl_stats_event_script(ctx->stats, now, e->service_id, name, e->kind, e->function);
+        ctl_stats_event_script(ctx->stats, now, e, name);
     }
 }
 

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "controld/ctl_health.h"
 #include "controld/ctl_store.h"
 #include "fgx/dp.h"
 #include "fgx/log.h"
@@ -32,6 +33,19 @@ struct rt_log {
     uint64_t next_seq; /* the seq the next entry gets; entries next_seq-N .. next_seq-1 kept */
 };
 
+/* A call that failed for the whole service (the interpreter had no file for it): the last one,
+ * until the file is set again. */
+struct rt_svcerr {
+    uint32_t service_id;
+    char text[256];
+    uint64_t time_ns, count;
+    uint64_t noted_ns; /* the last health note about it */
+};
+
+#define RT_SVCERR_NOTE_NS (10ull * 1000000000u) /* one health note per service per 10 s */
+
+static struct rt_svcerr *rt_errs;
+static size_t rt_nerrs;
 static struct rt_fn *rt_fns;
 static size_t rt_nfns, rt_capfns;
 static struct rt_log **rt_logs;
@@ -234,9 +248,61 @@ void ctl_script_rt_log_add(uint32_t service_id, const char *function, const char
     (void)snprintf(e->kind, sizeof(e->kind), "%s", kind);
 }
 
+static struct rt_svcerr *err_find(uint32_t service_id, bool add)
+{
+    struct rt_svcerr *grown;
+
+    for (size_t i = 0; i < rt_nerrs; i++)
+        if (rt_errs[i].service_id == service_id)
+            return &rt_errs[i];
+    if (!add || !(grown = realloc(rt_errs, (rt_nerrs + 1) * sizeof(*rt_errs))))
+        return NULL;
+    rt_errs = grown;
+    memset(&rt_errs[rt_nerrs], 0, sizeof(rt_errs[0]));
+    rt_errs[rt_nerrs].service_id = service_id;
+    return &rt_errs[rt_nerrs++];
+}
+
+/* A whole-service failure reported by an interpreter: kept for `script list`, and a health note
+ * (the interpreter says it at most every 5 s; this notes it at most every 10 s). */
+static void err_add(uint32_t service_id, const char *text)
+{
+    struct rt_svcerr *e = err_find(service_id, true);
+    struct timespec ts;
+    uint64_t now;
+
+    if (!e)
+        return;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    (void)snprintf(e->text, sizeof(e->text), "%s", text);
+    e->time_ns = now;
+    e->count++;
+    if (e->noted_ns == 0 || now - e->noted_ns >= RT_SVCERR_NOTE_NS) {
+        e->noted_ns = now;
+        ctl_health_note(service_id, CTL_HEALTH_ERROR, "script-error", e->count,
+                        "the script failed for every connection: %s", text);
+    }
+}
+
+void ctl_script_rt_error_clear(uint32_t service_id)
+{
+    struct rt_svcerr *e = err_find(service_id, false);
+
+    if (e)
+        *e = rt_errs[--rt_nerrs];
+}
+
 void ctl_script_rt_fill(struct ctl_ctx *ctx, Fgx__Ctl__Script *s)
 {
+    const struct rt_svcerr *e = err_find(s->service_id, false);
+
     (void)ctx;
+    if (e && e->count > 0 && (s->error = strdup(e->text)) != NULL) {
+        s->has_error_time_ns = s->has_error_count = 1;
+        s->error_time_ns = e->time_ns;
+        s->error_count = e->count;
+    }
     for (size_t i = 0; i < s->n_functions; i++) {
         Fgx__Ctl__ScriptFunction *m = s->functions[i];
         struct rt_fn *f = fn_find(s->service_id, m->name, false);
@@ -305,6 +371,7 @@ void ctl_script_rt_forget(uint32_t service_id)
     if (j != rt_nfns)
         rt_dirty = true;
     rt_nfns = j;
+    ctl_script_rt_error_clear(service_id);
     for (size_t i = 0; i < rt_nlogs; i++) {
         if (rt_logs[i]->service_id != service_id)
             continue;
@@ -327,6 +394,8 @@ void ctl_script_rt_ingest(const struct fgx_dp_stats *st)
             ctl_script_rt_count(e->service_id, e->function, CTL_SCRIPT_ERRORS, 1);
         else if (strcmp(e->kind, "timeout") == 0)
             ctl_script_rt_count(e->service_id, e->function, CTL_SCRIPT_TIMEOUTS, 1);
+        else if (strcmp(e->kind, "error") == 0)
+            err_add(e->service_id, e->text);
         ctl_script_rt_log_add(e->service_id, e->function, e->kind, e->text, strlen(e->text));
     }
     if (st->script_logs_lost > 0) {

@@ -46,6 +46,9 @@ int ctl_script_rt_save(struct ctl_store *st);
 /* The blocks of a service's script functions (their blocked counters summed): part of the
  * service's blocked total, as its filters' are. */
 uint64_t ctl_script_rt_blocked(uint32_t service_id);
+/* Forget a service's whole-service script failure (`script list`'s error): its file was set
+ * again. */
+void ctl_script_rt_error_clear(uint32_t service_id);
 /* Forget a service's counters and log (its script was removed). */
 void ctl_script_rt_forget(uint32_t service_id);
 

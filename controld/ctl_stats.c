@@ -474,20 +474,28 @@ int ctl_stats_ingest_proxy(struct ctl_stats *s, uint64_t instance, const struct 
     return rv;
 }
 
-void ctl_stats_event_script(struct ctl_stats *s, uint64_t time_ns, uint32_t service_id,
-                            const char *service, const char *kind, const char *function)
+void ctl_stats_event_script(struct ctl_stats *s, uint64_t time_ns,
+                            const struct fgx_dp_script_log *le, const char *service)
 {
     struct ctl_event e;
 
     memset(&e, 0, sizeof(e));
     e.seq = s->next_seq++;
     e.time_ns = time_ns;
-    e.service_id = service_id;
+    e.service_id = le->service_id;
     (void)snprintf(e.service, sizeof(e.service), "%s", service ? service : "");
     e.dir = FGX_DIR_C2S;
     e.ipproto = IPPROTO_TCP;
-    (void)snprintf(e.script_kind, sizeof(e.script_kind), "%s", kind);
-    (void)snprintf(e.script_fn, sizeof(e.script_fn), "%s", function ? function : "");
+    if ((le->family == 4 || le->family == 6) &&
+        inet_ntop(le->family == 4 ? AF_INET : AF_INET6, le->caddr, e.src, sizeof(e.src)) &&
+        inet_ntop(le->family == 4 ? AF_INET : AF_INET6, le->saddr, e.dst, sizeof(e.dst))) {
+        e.sport = le->cport;
+        e.dport = le->sport;
+    } else {
+        e.src[0] = e.dst[0] = '\0';
+    }
+    (void)snprintf(e.script_kind, sizeof(e.script_kind), "%s", le->kind ? le->kind : "");
+    (void)snprintf(e.script_fn, sizeof(e.script_fn), "%s", le->function ? le->function : "");
     ring_push(s, &e);
 }
 

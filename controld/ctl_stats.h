@@ -83,10 +83,11 @@ void ctl_stats_px_worker_down(struct ctl_stats *s);
 /* Write to LMDB what changed: events at once, counters when force or CTL_STATS_FLUSH_MS have
  * passed since the last write. Totals of services and filters no longer in the store are
  * forgotten. now_ms is a monotonic clock. */
-/* A script call's failure as an event (kind "timeout" or "exception"; filter 0, no addresses),
+/* A script call's failure as an event (the log entry le of kind "timeout" or "exception";
+ * filter 0; the call's connection when le carries it, client to server, else no addresses),
  * numbered and kept as a worker's event; service: its name or NULL. */
-void ctl_stats_event_script(struct ctl_stats *s, uint64_t time_ns, uint32_t service_id,
-                            const char *service, const char *kind, const char *function);
+void ctl_stats_event_script(struct ctl_stats *s, uint64_t time_ns,
+                            const struct fgx_dp_script_log *le, const char *service);
 int ctl_stats_flush(struct ctl_stats *s, struct ctl_store *st, uint64_t now_ms, bool force);
 
 /* The configuration was replaced (import): every service and filter counts from zero again,

@@ -338,6 +338,7 @@ struct test_out {
     Fgx__Ctl__FilterTestHit **hitp;
     char (*src)[CTL_ADDR_TEXT_MAX];
     uint8_t (*ex)[FGX_DP_EXCERPT_MAX]; /* the excerpts, copied: the captures go before the reply */
+    char (*fn)[64];                    /* the function of a script's block, copied from its event */
     char *warn[FGX_PATTERN_WARN_MAX];
 };
 
@@ -457,8 +458,9 @@ static void do_filter_test(struct ctl_rpc *r, const Fgx__Ctl__Request *req)
         r->cap_extra = o;
     if (o && l.n > 0) {
         /* One block holds the hits, their pointers and their texts, freed with cap_extra. */
-        size_t sz = sizeof(struct test_out) +
-                    l.n * (sizeof(*o->hits) + sizeof(*o->hitp) + sizeof(*o->src) + sizeof(*o->ex));
+        size_t sz =
+            sizeof(struct test_out) + l.n * (sizeof(*o->hits) + sizeof(*o->hitp) + sizeof(*o->src) +
+                                             sizeof(*o->ex) + sizeof(*o->fn));
         struct test_out *big = realloc(o, sz);
 
         if (big) {
@@ -468,6 +470,7 @@ static void do_filter_test(struct ctl_rpc *r, const Fgx__Ctl__Request *req)
             o->hitp = (void *)(o->hits + l.n);
             o->src = (void *)(o->hitp + l.n);
             o->ex = (void *)(o->src + l.n);
+            o->fn = (void *)(o->ex + l.n);
         } else {
             o = NULL;
         }
@@ -509,8 +512,17 @@ static void do_filter_test(struct ctl_rpc *r, const Fgx__Ctl__Request *req)
             h->filter_id = c->filter_id;
         }
         if (c->event_seq) {
+            const struct ctl_event *ev = c->blocked && c->filter_id == 0 && r->ctx->stats
+                                             ? ctl_stats_event_get(r->ctx->stats, c->event_seq)
+                                             : NULL;
+
             h->has_event_seq = 1;
             h->event_seq = c->event_seq;
+            /* a script's block: named by its function, as its event is */
+            if (ev && ev->script_fn[0]) {
+                (void)snprintf(o->fn[nhits], sizeof(o->fn[nhits]), "%s", ev->script_fn);
+                h->script_function = o->fn[nhits];
+            }
         }
         o->hitp[nhits++] = h;
     }

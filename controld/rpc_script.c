@@ -123,6 +123,7 @@ static void do_script_set(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
     if (ctl_rpc_failed(r) && r->reply.code != FGX__CTL__CODE__CODE_UNAVAILABLE)
         goto out;
     fgx_info("script %s set on service %s: %zu function(s)", fname, svc.name, s->n_functions);
+    ctl_script_rt_error_clear(svc.id); /* a failure of the file before is history */
     if (reply_script(r, s, &svc, false) == 0)
         s = NULL;
 out:

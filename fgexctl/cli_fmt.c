@@ -210,6 +210,11 @@ void cli_fmt_addr_port(const char *ip, uint32_t port, char *buf, size_t len)
 {
     char esc[INET6_ADDRSTRLEN * 4 + 1];
 
+    if (!ip || !*ip) {
+        /* no address known (a script call's failure): "-", never ":0" */
+        (void)snprintf(buf, len, "-");
+        return;
+    }
     cli_fmt_escape(ip, esc, sizeof(esc));
     (void)snprintf(buf, len, strchr(esc, ':') ? "[%s]:%" PRIu32 : "%s:%" PRIu32, esc, port);
 }

@@ -67,8 +67,8 @@ const char cli_cmd_usage_filter_test[] =
     "the match end) and how many of those captured it spares. Nothing is stored.\n"
     "\n"
     "--json prints {hits: [{time, time_ns, src, sport, dir, excerpt (or excerpt_b64),\n"
-    "match_end, blocked, filter_id, event_seq}], total, would_block, spared,\n"
-    "warnings}.\n"
+    "match_end, blocked, filter_id, event_seq, script_function (a script's block)}],\n"
+    "total, would_block, spared, warnings}.\n"
     "\n" CLI_SERVICE_HELP_NOTE;
 
 /* Where fgexctl writes the pcap (one command per process); the web API (cmd->in_memory)
@@ -645,11 +645,25 @@ static int human_event_show(FILE *f, const Fgx__Ctl__Request *req, const Fgx__Ct
     cli_fmt_kv_u64(f, "seq:", e->seq);
     cli_fmt_kv(f, "time:", t);
     cli_fmt_kv_str(f, "service:", e->service && *e->service ? e->service : "?");
-    cli_fmt_kv_u64(f, "filter:", e->filter_id);
+    if (e->script_kind && e->script_kind[0]) {
+        /* a script's block or failure: named by its function, never "filter 0" */
+        char who[200];
+
+        (void)snprintf(who, sizeof(who), "script %s %s", e->script_kind,
+                       e->script_function && e->script_function[0] ? e->script_function : "-");
+        cli_fmt_kv(f, "filter:", who);
+    } else {
+        cli_fmt_kv_u64(f, "filter:", e->filter_id);
+    }
     cli_fmt_kv(f, "dir:", cli_fmt_dir_name(e->dir));
-    cli_fmt_addr_port(e->src, e->sport, a, sizeof(a));
-    cli_fmt_addr_port(e->dst, e->dport, b, sizeof(b));
-    (void)fprintf(f, "%-11s%s -> %s (%s)\n", "flow:", a, b, cli_fmt_proto_name(e->proto));
+    if (e->src && e->src[0]) {
+        cli_fmt_addr_port(e->src, e->sport, a, sizeof(a));
+        cli_fmt_addr_port(e->dst, e->dport, b, sizeof(b));
+        (void)fprintf(f, "%-11s%s -> %s (%s)\n", "flow:", a, b, cli_fmt_proto_name(e->proto));
+    } else {
+        /* a script call's failure: its log entry does not name the connection */
+        cli_fmt_kv(f, "flow:", "- (not recorded for a script call's failure)");
+    }
     if (!c.msg) {
         (void)fputs("no capture kept for this event (capture off, or older than controld's "
                     "--captures-keep)\n",
@@ -780,7 +794,10 @@ int cli_cmd_filter_test_human(FILE *f, const Fgx__Ctl__Request *req, const Fgx__
             cli_fmt_table_addf(&t, "%s", buf);
             cli_fmt_table_addf(&t, "%s", cli_fmt_dir_name(h->dir));
             if (h->blocked && h->filter_id == 0)
-                cli_fmt_table_addf(&t, "script"); /* a script's block names no filter */
+                /* a script's block: its function (when its event is still in memory) */
+                cli_fmt_table_addf(&t, "script %s",
+                                   h->script_function && *h->script_function ? h->script_function
+                                                                             : "-");
             else if (h->blocked)
                 cli_fmt_table_addf(&t, "filter %" PRIu32, h->filter_id);
             else
@@ -823,6 +840,8 @@ json_t *cli_cmd_filter_test_json(const Fgx__Ctl__Request *req, const Fgx__Ctl__R
             json_object_set_new(j, "event_seq",
                                 h->has_event_seq ? json_integer((json_int_t)h->event_seq)
                                                  : json_null()) < 0 ||
+            (h->script_function && *h->script_function &&
+             json_object_set_new(j, "script_function", json_string(h->script_function)) < 0) ||
             json_array_append_new(hits, j) < 0) {
             json_decref(j);
             goto fail;

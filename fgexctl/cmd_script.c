@@ -71,7 +71,10 @@ static const char usage_script_list[] =
     "\n"
     "List the filter functions of a service's file: where each is defined, whether it\n"
     "runs, and its counters: connections it blocked, calls that raised an exception,\n"
-    "calls past the deadline.\n" CLI_SERVICE_HELP_NOTE;
+    "calls past the deadline. A call that failed for every connection of the\n"
+    "service (its file not loaded where the call went) is shown above the table as\n"
+    "ERROR, with how often and when last (--json: error {text, time_ns, count}).\n"
+    CLI_SERVICE_HELP_NOTE;
 
 static const char usage_script_enable[] =
     "usage: fgexctl script enable SERVICE FUNCTION\n"
@@ -452,6 +455,14 @@ static json_t *json_script(const Fgx__Ctl__Script *s)
         (void)json_object_set_new(o, "updated", json_integer((json_int_t)s->updated));
     (void)json_object_set_new(o, "deadline_ms",
                               json_integer(s->has_deadline_ms ? s->deadline_ms : 100));
+    /* a call that failed for every connection of the service, since the file was set */
+    if (s->error && s->error[0]) {
+        json_t *e = json_pack("{s:s, s:I, s:I}", "text", s->error, "time_ns",
+                              (json_int_t)s->error_time_ns, "count", (json_int_t)s->error_count);
+
+        if (e)
+            (void)json_object_set_new(o, "error", e);
+    }
     for (size_t i = 0; i < s->n_functions; i++) {
         const Fgx__Ctl__ScriptFunction *f = s->functions[i];
         json_t *fo = json_object(), *ps = json_array();
@@ -499,6 +510,16 @@ static int human_list(FILE *f, const Fgx__Ctl__Request *req, const Fgx__Ctl__Rep
         return 0;
     (void)fprintf(f, "%s (deadline %" PRIu32 " ms)\n", s->filename ? s->filename : "script",
                   s->has_deadline_ms ? s->deadline_ms : 100);
+    if (s->error && s->error[0]) {
+        char when[64];
+        time_t sec = (time_t)(s->error_time_ns / 1000000000u);
+        struct tm tm;
+
+        if (!localtime_r(&sec, &tm) || !strftime(when, sizeof(when), "%H:%M:%S", &tm))
+            (void)snprintf(when, sizeof(when), "?");
+        (void)fprintf(f, "ERROR: %s (%" PRIu64 " time%s, last at %s)\n", s->error, s->error_count,
+                      s->error_count == 1 ? "" : "s", when);
+    }
     cli_fmt_table_init(&t, heads, 7, 1u << 1 | 1u << 3 | 1u << 4 | 1u << 5);
     for (size_t i = 0; i < s->n_functions; i++) {
         const Fgx__Ctl__ScriptFunction *fn = s->functions[i];

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "datapath.pb-c.h"
 #include "fgx/dp.h"
@@ -427,6 +428,9 @@ void fgx_cap_set_release(struct fgx_cap_set *s)
     free(s->caps);
     s->caps = NULL;
     s->n = 0;
+    for (size_t i = 0; i < s->nretired; i++)
+        fgx_cap_ring_free(s->retired[i]);
+    s->nretired = 0;
     pthread_mutex_unlock(&s->lock);
     pthread_mutex_destroy(&s->lock);
 }
@@ -439,11 +443,49 @@ struct fgx_cap_ring *fgx_cap_set_ring(const struct fgx_cap_set *s, uint32_t id)
     return NULL;
 }
 
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Under s->lock: retired ring i out of the list (not freed). */
+static struct fgx_cap_ring *retired_take(struct fgx_cap_set *s, size_t i)
+{
+    struct fgx_cap_ring *r = s->retired[i];
+
+    memmove(&s->retired[i], &s->retired[i + 1], (s->nretired - i - 1) * sizeof(s->retired[0]));
+    memmove(&s->retired_ns[i], &s->retired_ns[i + 1],
+            (s->nretired - i - 1) * sizeof(s->retired_ns[0]));
+    s->nretired--;
+    return r;
+}
+
+/* Under s->lock: r retired at now (the oldest freed to make room). */
+static void retired_add(struct fgx_cap_set *s, struct fgx_cap_ring *r, uint64_t now)
+{
+    if (s->nretired == FGX_CAP_RETIRED_MAX)
+        fgx_cap_ring_free(retired_take(s, 0));
+    s->retired[s->nretired] = r;
+    s->retired_ns[s->nretired++] = now;
+}
+
+static bool cfg_has(const struct fgx_wcfg *cfg, uint32_t id)
+{
+    for (size_t i = 0; i < cfg->nservices; i++)
+        if (cfg->svc[i].id == id)
+            return true;
+    return false;
+}
+
 void fgx_cap_set_switch(struct fgx_cap_set *s, const struct fgx_wcfg *cfg, unsigned nthreads)
 {
-    struct fgx_cap_ring **caps = NULL, **old;
-    size_t n = 0, nold, i, k;
+    struct fgx_cap_ring **caps = NULL, **old, *back[FGX_CAP_RETIRED_MAX];
+    size_t n = 0, nold, nback = 0, i, k;
     unsigned nt = nthreads ? nthreads : 1;
+    uint64_t now = mono_ns();
 
     if (cfg->nservices > 0) {
         caps = calloc(cfg->nservices, sizeof(*caps));
@@ -464,6 +506,19 @@ void fgx_cap_set_switch(struct fgx_cap_set *s, const struct fgx_wcfg *cfg, unsig
             caps[n++] = r;
             continue;
         }
+        if (r == NULL) {
+            bool took = false;
+
+            /* back from the other layer: its ring again, with what it captured before */
+            for (k = 0; k < s->nretired && !took; k++)
+                if (s->retired[k]->service_id == v->id && s->retired[k]->conns == conns &&
+                    s->retired[k]->bytes == v->capture_bytes) {
+                    caps[n++] = back[nback++] = s->retired[k];
+                    took = true;
+                }
+            if (took)
+                continue;
+        }
         if (fgx_cap_ring_new(v->id, conns, v->capture_bytes, &r) != 0) {
             fgx_err("no capture ring for service %u (%u x %u bytes)", v->id, conns,
                     v->capture_bytes);
@@ -477,13 +532,28 @@ void fgx_cap_set_switch(struct fgx_cap_set *s, const struct fgx_wcfg *cfg, unsig
     nold = s->n;
     s->caps = caps;
     s->n = n;
-    pthread_mutex_unlock(&s->lock);
+    /* the retired rings taken back leave the list; those past their time, or of a service
+     * back with other bounds, are freed */
+    for (i = s->nretired; i-- > 0;) {
+        for (k = 0; k < nback && back[k] != s->retired[i]; k++)
+            ;
+        if (k < nback)
+            (void)retired_take(s, i);
+        else if (now - s->retired_ns[i] > FGX_CAP_RETIRED_NS ||
+                 cfg_has(cfg, s->retired[i]->service_id))
+            fgx_cap_ring_free(retired_take(s, i));
+    }
     for (i = 0; i < nold; i++) {
         for (k = 0; k < n && caps[k] != old[i]; k++)
             ;
-        if (k == n)
+        if (k < n)
+            continue;
+        if (!cfg_has(cfg, old[i]->service_id))
+            retired_add(s, old[i], now);
+        else
             fgx_cap_ring_free(old[i]);
     }
+    pthread_mutex_unlock(&s->lock);
     free(old);
 }
 
@@ -541,6 +611,10 @@ int fgx_cap_set_collect(struct fgx_cap_set *s, uint32_t id, struct fgx_blob **ca
     r = fgx_cap_set_ring(s, id);
     if (r != NULL)
         rv = fgx_cap_ring_collect(r, cap_acc_add, &a);
+    /* and what it captured before it left this worker (a layer switch) */
+    for (size_t i = 0; rv == 0 && i < s->nretired; i++)
+        if (s->retired[i]->service_id == id)
+            rv = fgx_cap_ring_collect(s->retired[i], cap_acc_add, &a);
     pthread_mutex_unlock(&s->lock);
     return rv;
 }

@@ -483,6 +483,16 @@ int fgx_dp_encode(const struct fgx_dp_msg *m, void **buf, size_t *len)
                 sl[k].kind = s->script_logs[k].kind ? s->script_logs[k].kind : "";
                 sl[k].function = s->script_logs[k].function;
                 sl[k].text = s->script_logs[k].text;
+                if (s->script_logs[k].family == 4 || s->script_logs[k].family == 6) {
+                    size_t al = s->script_logs[k].family == 4 ? 4 : 16;
+
+                    sl[k].has_client = sl[k].has_server = 1;
+                    sl[k].client = (ProtobufCBinaryData){al, s->script_logs[k].caddr};
+                    sl[k].server = (ProtobufCBinaryData){al, s->script_logs[k].saddr};
+                    sl[k].has_cport = sl[k].has_sport = 1;
+                    sl[k].cport = s->script_logs[k].cport;
+                    sl[k].sport = s->script_logs[k].sport;
+                }
                 slp[k] = &sl[k];
             }
             st.n_script_logs = s->nscript_logs;
@@ -905,6 +915,15 @@ static int stats_from_pb(const Fgx__Dp__Stats *p, struct fgx_dp_stats *s)
             e->text = strdup(v->text ? v->text : "");
             if (!e->kind || !e->function || !e->text)
                 goto nomem;
+            /* the call's connection: both addresses of one family, or none */
+            if (v->has_client && v->has_server && v->client.len == v->server.len &&
+                (v->client.len == 4 || v->client.len == 16)) {
+                e->family = v->client.len == 4 ? 4 : 6;
+                memcpy(e->caddr, v->client.data, v->client.len);
+                memcpy(e->saddr, v->server.data, v->server.len);
+                e->cport = (uint16_t)(v->has_cport ? v->cport : 0);
+                e->sport = (uint16_t)(v->has_sport ? v->sport : 0);
+            }
         }
     }
     return 0;

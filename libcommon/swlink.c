@@ -203,6 +203,20 @@ static void py_files(struct fgx_swlink *l, unsigned i, const struct fgx_wcfg *cf
         (void)py_send(l, i, &h, s->script);
     }
     l->py[i].fresh = false;
+    l->py[i].files_seq = l->seq;
+}
+
+/* Interpreter i said it has no file for a service this thread sent (FGX_SW_VERDICT_NOFILE,
+ * to a DATA frame numbered seq): it gets every file again before the next DATA frame, once
+ * for all the calls sent before the files went. */
+static void py_refile(struct fgx_swlink *l, unsigned i, uint32_t seq)
+{
+    struct fgx_swlink_py *y = &l->py[i];
+
+    if (y->fd < 0 || y->fresh || (int32_t)(seq - y->files_seq) <= 0)
+        return;
+    y->fresh = true;
+    l->need = true;
 }
 
 void fgx_swlink_reconnect(struct fgx_swlink *l, const struct fgx_wcfg *cfg)
@@ -480,8 +494,18 @@ int fgx_swlink_recv(struct fgx_swlink *l, struct fgx_sw_hdr *h, const uint8_t **
                 continue;
             }
             l->roff += sizeof(fh) + fh.len;
-            if (fh.type == FGX_SW_LOG)
-                fgx_swlink_log_push(fh.service, (const char *)p, fh.len);
+            if (fh.type == FGX_SW_LOG) {
+                /* a call's entry names its connection (conn): its addresses, while the
+                 * connection is still there (its verdict comes after) */
+                struct fgx_dp_script_log where = {0};
+                bool known =
+                    fh.conn != 0 && l->conn_fn != NULL && l->conn_fn(l->conn_arg, fh.conn, &where);
+
+                fgx_swlink_log_push(fh.service, (const char *)p, fh.len, known ? &where : NULL);
+            }
+            if (fh.type == FGX_SW_VERDICT && fh.code == FGX_SW_ERROR &&
+                (fh.hash & FGX_SW_VERDICT_NOFILE) && l->rfrom != SWL_CTL)
+                py_refile(l, (unsigned)l->rfrom, fh.seq);
             if (fh.type != FGX_SW_VERDICT || !verdict_take(l, l->rfrom, &fh))
                 continue;
             *h = fh;
@@ -539,7 +563,8 @@ static struct fgx_dp_script_log log_q[FGX_SWLINK_LOG_MAX];
 static size_t log_n;
 static uint64_t log_lost;
 
-void fgx_swlink_log_push(uint32_t service, const char *payload, size_t len)
+void fgx_swlink_log_push(uint32_t service, const char *payload, size_t len,
+                         const struct fgx_dp_script_log *where)
 {
     const char *kind = payload, *fn, *text, *end = payload + len;
     struct fgx_dp_script_log *e;
@@ -557,6 +582,14 @@ void fgx_swlink_log_push(uint32_t service, const char *payload, size_t len)
         return;
     }
     e = &log_q[log_n];
+    memset(e, 0, sizeof(*e));
+    if (where != NULL) {
+        e->family = where->family;
+        memcpy(e->caddr, where->caddr, sizeof(e->caddr));
+        memcpy(e->saddr, where->saddr, sizeof(e->saddr));
+        e->cport = where->cport;
+        e->sport = where->sport;
+    }
     e->service_id = service;
     e->kind = strdup(kind);
     e->function = strdup(fn);

@@ -80,9 +80,29 @@ static int sw_send(struct nfq_sw *sw, const struct fgx_sw_hdr *h, const void *p)
     return fgx_swlink_send(&sw->link, h, p);
 }
 
+/* The link's lookup: a call's log entry (an exception, a timeout) gets its flow's addresses,
+ * so its event names the client. */
+static bool conn_where(void *arg, uint64_t conn, struct fgx_dp_script_log *e)
+{
+    struct nfq_sw *sw = arg;
+    const struct nfq_sw_flow *fs = &sw->flows[conn % sw->nslots];
+    size_t al;
+
+    if (fs->f == NULL || fs->id != conn || (fs->f->key.family != 4 && fs->f->key.family != 6))
+        return false;
+    al = fs->f->key.family == 4 ? 4 : 16;
+    e->family = fs->f->key.family;
+    memcpy(e->caddr, fs->f->key.caddr, al);
+    memcpy(e->saddr, fs->f->key.saddr, al);
+    e->cport = fs->f->key.cport;
+    e->sport = fs->f->key.sport;
+    return true;
+}
+
 int nfq_script_thread_init(struct nfq_thread *t, const char *url)
 {
     struct nfq_sw *sw;
+    int rv;
 
     if (url == NULL || *url == '\0')
         return 0;
@@ -99,7 +119,10 @@ int nfq_script_thread_init(struct nfq_thread *t, const char *url)
         sw->pkts[i].next = i + 1 < NFQ_SW_HELD ? (int32_t)(i + 1) : -1;
     sw->free_head = 0;
     /* its own sockets to the interpreters (fgx/swproto.h), named by pid and thread */
-    return fgx_swlink_init(&sw->link, url, ((uint64_t)getpid() << 16) | t->idx);
+    rv = fgx_swlink_init(&sw->link, url, ((uint64_t)getpid() << 16) | t->idx);
+    sw->link.conn_fn = conn_where;
+    sw->link.conn_arg = sw;
+    return rv;
 }
 
 void nfq_script_thread_release(struct nfq_thread *t)

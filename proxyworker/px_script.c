@@ -161,6 +161,46 @@ static void on_readable(evutil_socket_t fd, short what, void *arg)
     }
 }
 
+/* One sockaddr's address and port into a log entry's family-sized fields. */
+static bool ss_copy(const struct sockaddr_storage *ss, uint8_t *addr, uint16_t *port,
+                    uint8_t *family)
+{
+    if (ss->ss_family == AF_INET) {
+        const struct sockaddr_in *a = (const struct sockaddr_in *)ss;
+
+        memcpy(addr, &a->sin_addr, 4);
+        *port = ntohs(a->sin_port);
+        *family = 4;
+        return true;
+    }
+    if (ss->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)ss;
+
+        memcpy(addr, &a->sin6_addr, 16);
+        *port = ntohs(a->sin6_port);
+        *family = 6;
+        return true;
+    }
+    return false;
+}
+
+/* The link's lookup: a call's log entry (an exception, a timeout) gets its connection's
+ * addresses, so its event names the client. */
+static bool conn_where(void *arg, uint64_t conn, struct fgx_dp_script_log *e)
+{
+    struct px_sw *sw = arg;
+    const struct px_conn *c = sw->slot[conn % PX_SW_SLOTS];
+    uint8_t fc = 0, fs = 0;
+
+    if (!c || c->sw_id != conn || !ss_copy(&c->client, e->caddr, &e->cport, &fc) ||
+        !ss_copy(&c->server, e->saddr, &e->sport, &fs) || fc != fs) {
+        e->family = 0;
+        return false;
+    }
+    e->family = fc;
+    return true;
+}
+
 int px_script_thread_init(struct px_thread *t, const char *url)
 {
     struct px_sw *sw = calloc(1, sizeof(*sw));
@@ -177,6 +217,8 @@ int px_script_thread_init(struct px_thread *t, const char *url)
     rv = fgx_swlink_init(&sw->link, url, ((uint64_t)getpid() << 16) | t->idx);
     if (rv != 0 || !sw->link.up)
         return rv;
+    sw->link.conn_fn = conn_where;
+    sw->link.conn_arg = sw;
     sw->rev = event_new(t->base, sw->link.fd, EV_READ | EV_PERSIST, on_readable, t);
     if (!sw->rev || event_add(sw->rev, NULL) != 0)
         return -ENOMEM;

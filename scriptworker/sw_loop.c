@@ -57,6 +57,7 @@ static void child_replace(struct sw *w, struct sw_child *c, bool timeout)
         int vn = snprintf(vb, sizeof(vb), "%s%c%s", fn, 0, "past the deadline");
         struct fgx_sw_hdr lh = {.type = FGX_SW_LOG,
                                 .service = pg.service,
+                                .conn = pg.conn, /* the thread adds its addresses */
                                 .len = (uint32_t)(ln < (int)sizeof(logb) ? ln : 0)};
         struct fgx_sw_hdr vh = {.type = FGX_SW_VERDICT,
                                 .code = FGX_SW_TIMEOUT,

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "fgx/capture.h"
+#include "fgx/wcfg.h"
 
 static const uint8_t cli[4] = {10, 0, 0, 2}, srv[4] = {10, 0, 0, 1};
 
@@ -280,4 +281,63 @@ Test(capture, judged_bytes_blocked_after_the_fact)
     fgx_cap_release(&c);
     free(buf);
     fgx_cap_ring_free(r);
+}
+
+/* A service's ring kept across its absence from the ruleset (a layer switch): collected while
+ * away, taken back (with its captures) when it returns with the same bounds, freed when it
+ * returns with other bounds; a set keeps at most FGX_CAP_RETIRED_MAX. */
+Test(capture, set_keeps_rings_of_services_that_left)
+{
+    size_t nsvc = FGX_CAP_RETIRED_MAX + 2;
+    struct fgx_wcfg *c = calloc(1, sizeof(*c) + nsvc * sizeof(c->svc[0])), none = {0};
+    struct fgx_wsvc *svc = c->svc;
+    struct fgx_cap_set s;
+    struct fgx_cap_ring *r;
+    struct fgx_blob *caps = NULL;
+    size_t n = 0, cap = 0;
+    struct fgx_cap_ref ref;
+
+    for (size_t i = 0; i < nsvc; i++) {
+        svc[i].id = (uint32_t)i + 1;
+        svc[i].capture_conns = 4;
+        svc[i].capture_bytes = 64;
+    }
+    c->nservices = 1;
+    fgx_cap_set_init(&s, false);
+    fgx_cap_set_switch(&s, c, 1);
+    r = fgx_cap_set_ring(&s, 1);
+    cr_assert_not_null(r);
+    ref = open_conn(r, 40001);
+    fgx_cap_add(r, &ref, 0, 5000, 5000, (const uint8_t *)"GET /", 5, 1, false);
+    /* service 1 leaves: no ring to write to, its captures still collected */
+    fgx_cap_set_switch(&s, &none, 1);
+    cr_assert_null(fgx_cap_set_ring(&s, 1));
+    cr_assert_eq(s.nretired, 1);
+    cr_assert_eq(fgx_cap_set_collect(&s, 1, &caps, &n, &cap), 0);
+    cr_assert_eq(n, 1);
+    free(caps[0].data);
+    /* back with the same bounds: the same ring */
+    fgx_cap_set_switch(&s, c, 1);
+    cr_assert_eq(fgx_cap_set_ring(&s, 1), r);
+    cr_assert_eq(s.nretired, 0);
+    n = 0;
+    cr_assert_eq(fgx_cap_set_collect(&s, 1, &caps, &n, &cap), 0);
+    cr_assert_eq(n, 1);
+    free(caps[0].data);
+    /* away, then back with other bounds: a new, empty ring */
+    fgx_cap_set_switch(&s, &none, 1);
+    svc[0].capture_conns = 8;
+    fgx_cap_set_switch(&s, c, 1);
+    cr_assert_eq(s.nretired, 0);
+    n = 0;
+    cr_assert_eq(fgx_cap_set_collect(&s, 1, &caps, &n, &cap), 0);
+    cr_assert_eq(n, 0);
+    /* more services leave than are kept: the oldest go */
+    c->nservices = nsvc;
+    fgx_cap_set_switch(&s, c, 1);
+    fgx_cap_set_switch(&s, &none, 1);
+    cr_assert_eq(s.nretired, FGX_CAP_RETIRED_MAX);
+    free(caps);
+    fgx_cap_set_release(&s);
+    free(c);
 }

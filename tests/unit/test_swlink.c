@@ -1043,9 +1043,9 @@ Test(swlink, log_queue_is_bounded_and_counts_losses)
 
     cr_assert_eq(fgx_swlink_logs_take(&st), 0);
     lost0 = st.script_logs_lost;
-    fgx_swlink_log_push(1, "print\0fn", 8); /* no second separator: ignored */
+    fgx_swlink_log_push(1, "print\0fn", 8, NULL); /* no second separator: ignored */
     for (int i = 0; i < FGX_SWLINK_LOG_MAX + 3; i++)
-        fgx_swlink_log_push(1, "print\0f\0x", 9);
+        fgx_swlink_log_push(1, "print\0f\0x", 9, NULL);
     st = (struct fgx_dp_stats){0};
     cr_assert_eq(fgx_swlink_logs_take(&st), 0);
     cr_assert_eq(st.nscript_logs, FGX_SWLINK_LOG_MAX);
@@ -1116,4 +1116,82 @@ Test(swlink_procs, connects_when_scriptworker_comes)
     h = send_data(2, 1);
     expect_data(py[1], &h);
     peer_none_all();
+}
+
+/* An interpreter that answers ERROR with FGX_SW_VERDICT_NOFILE (it has no file this link sent)
+ * gets every file again before the link's next DATA frame to it, once for the calls sent before
+ * the files went; the other interpreter is not sent them. */
+Test(swlink, nofile_verdict_sends_the_files_again)
+{
+    struct fgx_sw_hdr call1, call2, h, next;
+
+    ready();
+    call1 = send_data(1, 0);
+    call2 = send_data(2, 0);
+    expect_data(py[0], &call1);
+    expect_data(py[0], &call2);
+    h = verdict_hdr(&call1, FGX_SW_ERROR, 0);
+    h.hash = FGX_SW_VERDICT_NOFILE;
+    peer_send(py[0], &h, NULL);
+    h = verdict_hdr(&call2, FGX_SW_ERROR, 0);
+    h.hash = FGX_SW_VERDICT_NOFILE;
+    peer_send(py[0], &h, NULL);
+    h = recv_ok(NULL, NULL);
+    cr_assert_eq(h.code, FGX_SW_ERROR);
+    h = recv_ok(NULL, NULL);
+    cr_assert_eq(h.conn, 2);
+    /* both were sent before the files went again: they go once */
+    fgx_swlink_resend(&lk, cfg);
+    expect_files(py[0]);
+    next = send_data(3, 0);
+    expect_data(py[0], &next);
+    peer_none_all();
+    /* an ERROR without the flag (a file that did not load) sends nothing again */
+    h = verdict_hdr(&next, FGX_SW_ERROR, 0);
+    peer_send(py[0], &h, NULL);
+    (void)recv_ok(NULL, NULL);
+    fgx_swlink_resend(&lk, cfg);
+    peer_none_all();
+}
+
+static bool where_fn(void *arg, uint64_t conn, struct fgx_dp_script_log *e)
+{
+    (void)arg;
+    if (conn != 42)
+        return false;
+    e->family = 4;
+    memcpy(e->caddr, "\x0a\x00\x00\x02", 4);
+    memcpy(e->saddr, "\x0a\x00\x00\x01", 4);
+    e->cport = 40001;
+    e->sport = 80;
+    return true;
+}
+
+/* A LOG frame naming a connection (conn) gets its addresses from the owner's lookup; one for a
+ * connection the owner no longer has, or naming none, carries none. */
+Test(swlink, a_calls_log_entry_carries_its_connection)
+{
+    struct fgx_sw_hdr h;
+    struct fgx_dp_stats st = {0};
+
+    ready();
+    lk.conn_fn = where_fn;
+    h = (struct fgx_sw_hdr){.type = FGX_SW_LOG, .service = 12, .conn = 42, .len = 14};
+    peer_send(py[0], &h, "exception\0f\0x");
+    h.conn = 43;
+    peer_send(py[0], &h, "exception\0f\0x");
+    h.conn = 0;
+    peer_send(py[0], &h, "exception\0f\0x");
+    sleep_ms(50);
+    cr_assert_eq(fgx_swlink_recv(&lk, &h, NULL, NULL), -EAGAIN);
+    cr_assert_eq(fgx_swlink_logs_take(&st), 0);
+    cr_assert_eq(st.nscript_logs, 3);
+    cr_assert_eq(st.script_logs[0].family, 4);
+    cr_assert_arr_eq(st.script_logs[0].caddr, "\x0a\x00\x00\x02", 4);
+    cr_assert_arr_eq(st.script_logs[0].saddr, "\x0a\x00\x00\x01", 4);
+    cr_assert_eq(st.script_logs[0].cport, 40001);
+    cr_assert_eq(st.script_logs[0].sport, 80);
+    cr_assert_eq(st.script_logs[1].family, 0);
+    cr_assert_eq(st.script_logs[2].family, 0);
+    free_logs(&st);
 }

@@ -25,6 +25,13 @@ function captureView(doc) {
   return h('div', { class: 'capture', 'data-test': 'capture' }, side('c2s'), side('s2c'));
 }
 
+// What judged the event: a filter by its id, a script's block or failure by its function.
+export function eventJudge(ev) {
+  if (ev.filter_id) return `filter ${ev.filter_id}`;
+  if (ev.script_function || ev.script_kind) return `script ${ev.script_kind ? `${ev.script_kind} ` : ''}${ev.script_function || ''}`.trim();
+  return '';
+}
+
 function eventItem(ev, fresh) {
   const more = h('div');
   const blocked = ev.action === 'block';
@@ -43,9 +50,10 @@ function eventItem(ev, fresh) {
       { class: 'meta' },
       h('span', { class: `badge ${ev.action}` }, ev.action),
       h('strong', {}, ev.service),
-      h('span', {}, ev.filter_id ? `filter ${ev.filter_id}` : ev.script_function ? `script ${ev.script_function}` : ''),
+      h('span', { 'data-test': 'event-judge' }, eventJudge(ev)),
       ev.label ? h('span', { class: 'badge' }, ev.label) : null,
-      h('span', { class: 'mono' }, `${ev.src}:${ev.sport} → ${ev.dst}:${ev.dport}`),
+      // a script call's failure carries no connection: no addresses rather than ":0 → :0"
+      ev.src ? h('span', { class: 'mono', 'data-test': 'event-flow' }, `${ev.src}:${ev.sport} → ${ev.dst}:${ev.dport}`) : null,
       h('span', { class: 'muted' }, `${ev.proto} ${ev.dir}`),
       h('span', { class: 'muted', title: fmtTime(ev.time_ns || ev.time) }, fmtAgo(ev.time_ns || ev.time)),
       h(
@@ -56,7 +64,11 @@ function eventItem(ev, fresh) {
           onclick: async () => {
             clear(more);
             try {
-              more.append(captureView(await api.get('events/show', { seq: ev.seq })));
+              const judge = eventJudge(ev);
+              more.append(
+                judge ? h('p', { class: 'muted', 'data-test': 'event-detail-judge' }, `${ev.action === 'block' ? 'blocked by' : 'from'} ${judge}`) : '',
+                captureView(await api.get('events/show', { seq: ev.seq })),
+              );
             } catch (e) {
               more.append(h('p', { class: 'error' }, e.message));
             }
@@ -64,7 +76,7 @@ function eventItem(ev, fresh) {
         },
         'Capture',
       ),
-      h('a', { href: pcap, download: `fgex-${ev.service}-${ev.seq}.pcap`, 'data-test': 'event-pcap' }, 'pcap'),
+      ev.src ? h('a', { href: pcap, download: `fgex-${ev.service}-${ev.seq}.pcap`, title: `pcap of this connection${eventJudge(ev) ? ` (${eventJudge(ev)})` : ''}`, 'data-test': 'event-pcap' }, 'pcap') : null,
     ),
     excerptView(ev),
     more,
@@ -107,7 +119,7 @@ export default {
                 'tr',
                 { 'data-test': 'top-row' },
                 h('td', { class: 'mono' }, row.src),
-                h('td', {}, row.service, ' ', h('span', { class: 'muted' }, `#${row.filter_id}`), row.label ? ` ${row.label}` : ''),
+                h('td', { 'data-test': 'top-judge' }, row.service, ' ', h('span', { class: 'muted' }, row.filter_id ? `#${row.filter_id}` : row.script_function ? `script ${row.script_function}` : 'script'), row.label ? ` ${row.label}` : ''),
                 h('td', { class: 'num' }, row.blocks),
                 h('td', { class: 'muted' }, fmtAgo(row.last_ns || row.last)),
               ),

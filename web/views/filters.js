@@ -102,7 +102,7 @@ function testResults(r) {
                 h('span', { class: 'mono' }, `${x.src}:${x.sport}`),
                 h('span', { class: 'badge' }, x.dir),
                 x.blocked
-                  ? h('span', { class: 'badge block' }, x.filter_id ? `already blocked by filter ${x.filter_id}` : 'already blocked by a script')
+                  ? h('span', { class: 'badge block' }, x.filter_id ? `already blocked by filter ${x.filter_id}` : x.script_function ? `already blocked by script ${x.script_function}` : 'already blocked by a script')
                   : null,
               ),
               excerptView(x),

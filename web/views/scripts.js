@@ -189,6 +189,14 @@ export default {
         fnBody.append(h('tr', {}, h('td', { colspan: 8, class: 'muted' }, 'no script on this service')));
         return;
       }
+      // a call that failed for every connection of the service (its file not loaded where the
+      // call went): said above the functions until the file is set again
+      if (r.error) {
+        const e = r.error;
+        fnBody.append(
+          h('tr', { 'data-test': 'script-error' }, h('td', { colspan: 8, class: 'error' }, `ERROR: ${e.text} (${e.count} time${e.count === 1 ? '' : 's'}, last ${fmtTime(Math.floor(e.time_ns / 1e6))})`)),
+        );
+      }
       for (const f of fns) {
         fnBody.append(
           h(
@@ -407,7 +415,7 @@ export default {
         }
         if (x.service !== undefined ? x.service !== service : x.service_id !== serviceId) return;
         addLog(x);
-        if (x.kind === 'block' || x.kind === 'exception' || x.kind === 'timeout') refetchSoon();
+        if (x.kind === 'block' || x.kind === 'exception' || x.kind === 'timeout' || x.kind === 'error') refetchSoon();
       }),
     );
     offs.push(

@@ -126,17 +126,29 @@ struct fgx_dp_stats;
 
 /* Changed by the owning thread at a ruleset switch, under lock, which other threads hold to
  * read; the owner reads caps without it. */
+/* Rings of services that left this worker's ruleset (a layer switch moved them to the other
+ * worker, or they were removed): kept for reading, so that `filter test` and `script test
+ * --service` still see the captures made before a switch; taken back when the service comes
+ * back with the same bounds. At most FGX_CAP_RETIRED_MAX (the oldest go first), none kept
+ * past FGX_CAP_RETIRED_NS. */
+#define FGX_CAP_RETIRED_MAX 8
+#define FGX_CAP_RETIRED_NS (3600ull * 1000000000u)
+
 struct fgx_cap_set {
     pthread_mutex_t lock;
     struct fgx_cap_ring **caps;
     size_t n;
     bool synth_seq; /* the rings' sequence numbers are made up (the proxy's byte streams) */
+    struct fgx_cap_ring *retired[FGX_CAP_RETIRED_MAX]; /* oldest first; never written */
+    uint64_t retired_ns[FGX_CAP_RETIRED_MAX];          /* CLOCK_MONOTONIC, when it left */
+    size_t nretired;
 };
 
 void fgx_cap_set_init(struct fgx_cap_set *s, bool synth_seq);
 void fgx_cap_set_release(struct fgx_cap_set *s);
 /* Owner, at a switch to cfg: a ring for each service with capture on (its share, 1/nthreads,
- * of the service's connections), kept when its bounds did not change; the others freed.
+ * of the service's connections), kept when its bounds did not change (or taken back from the
+ * retired ones); the ring of a service no longer in cfg is retired, the others freed.
  * Allocates (not on a packet). Out of memory: left as it was, logged. */
 void fgx_cap_set_switch(struct fgx_cap_set *s, const struct fgx_wcfg *cfg, unsigned nthreads);
 /* Owner: the ring of service id, or NULL (capture off). */

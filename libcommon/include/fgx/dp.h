@@ -149,6 +149,11 @@ struct fgx_dp_event {
 struct fgx_dp_script_log {
     uint32_t service_id;
     char *kind, *function, *text;
+    /* the call's connection, when the entry is a call's and the thread still had it (an
+     * exception, a timeout): family 4 or 6, else 0 and no addresses */
+    uint8_t family;
+    uint8_t caddr[16], saddr[16];
+    uint16_t cport, sport;
 };
 
 struct fgx_dp_stats {

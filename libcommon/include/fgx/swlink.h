@@ -17,6 +17,11 @@
 #include "fgx/swproto.h"
 #include "fgx/wcfg.h"
 
+/* The owner's lookup of a connection by its link conn id: true with e's family, addresses and
+ * ports filled, false when the connection is gone. Called on the owner's thread, inside
+ * fgx_swlink_recv(). */
+typedef bool (*fgx_swlink_conn_fn)(void *arg, uint64_t conn, struct fgx_dp_script_log *e);
+
 /* A service's file as the interpreters have it: sent again only when this changes. */
 struct fgx_swlink_sent {
     uint32_t id;
@@ -36,6 +41,7 @@ struct fgx_swlink_call {
 struct fgx_swlink_py {
     int fd;     /* -1: down */
     bool fresh; /* connected, not yet sent the files */
+    uint32_t files_seq; /* the seq counter when the files were last sent to it */
     struct fgx_swlink_call *calls; /* FGX_SWLINK_CALLS, a ring */
     uint32_t head, ncalls;
     uint8_t *out; /* frames that need no answer (CLOSE): they go ahead of the next message */
@@ -64,6 +70,10 @@ struct fgx_swlink {
     bool ctl_drained;
     int ready[FGX_SW_PROCS_MAX + 1]; /* sockets epoll said are readable (-1: ctl) */
     unsigned nready;
+    /* the owner's: fills a log entry's connection (family, addresses) from the conn id of a
+     * LOG frame that names one; NULL: entries carry none */
+    fgx_swlink_conn_fn conn_fn;
+    void *conn_arg;
 };
 
 /* Connect to scriptworker at URL (ipc://PATH, fgx/swproto.h) without waiting; while it is not
@@ -111,8 +121,9 @@ void fgx_swlink_verdict_fn(const uint8_t *payload, size_t len, char *fn, size_t 
 
 /* A LOG frame's payload "kind\0function\0text" into the process's queue (every thread's link,
  * FGX_SWLINK_LOG_MAX entries: past that, or out of memory, counted as lost; one without both
- * separators is ignored). */
-void fgx_swlink_log_push(uint32_t service, const char *payload, size_t len);
+ * separators is ignored). where: the call's connection (its family and addresses), or NULL. */
+void fgx_swlink_log_push(uint32_t service, const char *payload, size_t len,
+                         const struct fgx_dp_script_log *where);
 
 /* The queued entries move into out (script_logs, malloc'd; the strings out's), with the count
  * of lost ones so far. 0 or -ENOMEM (the entries stay queued). */

@@ -32,7 +32,7 @@ enum fgx_sw_type {
     FGX_SW_VERDICT = 6, /* code: enum fgx_sw_verdict; payload "function\0detail"; hash:
                          * flags (FGX_SW_VERDICT_FINAL), 0 from a sender that has none */
     FGX_SW_LOG = 7,     /* payload "kind\0function\0text" (kind: exception, timeout, print,
-                         * restart) */
+                         * restart, block, error); conn: the call's connection, or 0 */
     FGX_SW_ACK = 8,     /* SCRIPT / UNSCRIPT loaded (code 0) or refused (1), seq echoed */
     FGX_SW_HELLO = 9,   /* a thread's first frame on a socket: conn its link id */
 };
@@ -50,6 +50,12 @@ enum fgx_sw_verdict {
  * it any more): every later chunk would be accepted without a call, so the sender may stop
  * sending them (and CLOSE it). A sender that ignores it loses nothing but speed. */
 #define FGX_SW_VERDICT_FINAL 1
+
+/* VERDICT flag, with ERROR: the interpreter has no file for the service (its table is shared
+ * by every thread of both workers, and it lost track of what this thread sent): the sender
+ * sends that interpreter its files again (fgx_swlink_recv() does). Without it (a file that
+ * did not load) sending again would not help. */
+#define FGX_SW_VERDICT_NOFILE 2
 
 #define FGX_SW_DATA_OPEN 2
 #define FGX_SW_DATA_V6 4

@@ -22,6 +22,8 @@ HDR = struct.Struct("<BBHIQII")
 (T_SCRIPT, T_UNSCRIPT, T_OPEN, T_DATA, T_CLOSE, T_VERDICT, T_LOG, T_ACK, T_HELLO) = range(1, 10)
 V_ACCEPT, V_REJECT, V_DROP, V_ERROR, V_TIMEOUT = range(5)
 F_FINAL = 1  # VERDICT flag (fgx/swproto.h FGX_SW_VERDICT_FINAL): later chunks need no call
+F_NOFILE = 2  # VERDICT flag (FGX_SW_VERDICT_NOFILE): ERROR because the service has no file here
+NOFILE_LOG_S = 5.0  # a service's "no file here" log entry: at most one per interval
 CODES = {"accept": V_ACCEPT, "reject": V_REJECT, "drop": V_DROP, "error": V_ERROR}
 # fgx_sw_page: start_ns u64, link u64, conn u64, seq u32, service u32, deadline_ms u32,
 # calls u32, nscripts u32, function char[128]
@@ -80,6 +82,15 @@ def main():
 
     scripts = {}   # service id -> (Script, payload it came from, deadline ms)
     refused = {}   # service id -> (payload, deadline ms) of a file that did not load
+    # service id -> {link number here: (payload, deadline) it sent last}, for the links that
+    # sent the service's file and no UNSCRIPT since. The tables above are this interpreter's,
+    # shared by every thread of both workers: a service moved from one layer to the other is
+    # UNSCRIPTed by the old layer's threads while the new layer's have sent it (in either
+    # order), so a file goes only when the last link that sent it takes it back (or goes).
+    # A call for a service with no file loaded loads the one its link sent again (said: it
+    # should not happen), or asks the link for it (F_NOFILE).
+    holders = {}
+    nofile_logged = {}  # service id -> when its last "no file here" entry was logged
     conns = {}     # (link no << 48) ^ conn -> (service id, Conn or is_ipv6 until its first chunk)
     links = {}     # fd -> Link
     buf = bytearray(MSG_MAX)
@@ -115,11 +126,12 @@ def main():
         except OSError:
             pass  # it went: its socket's end is read next
 
-    def log(link, svc, kind, fn, text):
+    def log(link, svc, kind, fn, text, conn=0):
+        """conn: the call's connection (the thread adds its addresses to the entry)."""
         t = text.encode("utf-8", "replace")
         if len(t) > LOG_TEXT_MAX:
             t = t[:LOG_TEXT_MAX // 2] + b"\n...\n" + t[-LOG_TEXT_MAX // 2:]
-        put(link, T_LOG, 0, svc, 0, 0, b"%s\0%s\0%s" % (kind.encode(), fn.encode(), t))
+        put(link, T_LOG, 0, svc, conn, 0, b"%s\0%s\0%s" % (kind.encode(), fn.encode(), t))
 
     def mark_fn(fn):
         if page is not None:
@@ -139,16 +151,32 @@ def main():
         if page is not None:
             PAGE_NSCRIPTS.pack_into(page, OFF_NSCRIPTS, len(scripts))
 
-    def on_script(link, svc, seq, deadline, payload):
-        old = scripts.get(svc)
-        # every thread sends the same file: it is loaded once, and the connections already
-        # under it keep their state
-        if old is not None and old[1] == payload and old[2] == deadline:
-            put(link, T_ACK, 0, svc, 0, seq)
-            return
-        if refused.get(svc) == (payload, deadline):
-            put(link, T_ACK, 1, svc, 0, seq)  # said once, to the thread that sent it first
-            return
+    def forget(svc):
+        scripts.pop(svc, None)
+        refused.pop(svc, None)
+        holders.pop(svc, None)
+        set_nscripts()
+        for cid in [k for k, (s_, _) in conns.items() if s_ == svc]:
+            del conns[cid]
+
+    def let_go(link, svc):
+        h = holders.get(svc)
+        if h is not None:
+            h.pop(link.no, None)
+        if not h:
+            forget(svc)
+
+    def say_error(link, svc, text):
+        """A call failed for every connection of the service: said (a log entry, "error":
+        controld notes it and `script list` shows it), at most once per NOFILE_LOG_S."""
+        now = time.monotonic()
+        if now - nofile_logged.get(svc, -NOFILE_LOG_S) >= NOFILE_LOG_S:
+            nofile_logged[svc] = now
+            log(link, svc, "error", "", text)
+
+    def load(link, svc, payload, deadline):
+        """payload (the SCRIPT frame's) as svc's file; False (logged) when it does not load.
+        Open connections keep no state of the old file."""
         refused.pop(svc, None)
         # payload: u16 count of disabled names, each u16 len + name, then the source
         n = struct.unpack_from("<H", payload, 0)[0]
@@ -157,32 +185,66 @@ def main():
             k = struct.unpack_from("<H", payload, off)[0]
             off_names.append(payload[off + 2:off + 2 + k].decode())
             off += 2 + k
+        ok = True
         try:
             scripts[svc] = (Script(payload[off:].decode("utf-8", "replace"),
                                    "service-%d.py" % svc, off_names), payload, deadline)
-            put(link, T_ACK, 0, svc, 0, seq)
         except ScriptError as e:
             log(link, svc, "exception", "", "the file did not load: line %d: %s" % (e.line,
                                                                                    e.reason))
             scripts.pop(svc, None)
             refused[svc] = (payload, deadline)
-            put(link, T_ACK, 1, svc, 0, seq)
+            ok = False
         set_nscripts()
         for cid in [k for k, (s_, _) in conns.items() if s_ == svc]:
-            del conns[cid]  # open connections keep no state of the old file
+            del conns[cid]
+        return ok
+
+    def on_script(link, svc, seq, deadline, payload):
+        mine = holders.setdefault(svc, {})
+        old = scripts.get(svc)
+        # every thread sends the same file: it is loaded once, and the connections already
+        # under it keep their state
+        if old is not None and old[1] == payload and old[2] == deadline:
+            mine[link.no] = (old[1], old[2])
+            put(link, T_ACK, 0, svc, 0, seq)
+            return
+        mine[link.no] = (payload, deadline)
+        if refused.get(svc) == (payload, deadline):
+            put(link, T_ACK, 1, svc, 0, seq)  # said once, to the thread that sent it first
+            return
+        put(link, T_ACK, 0 if load(link, svc, payload, deadline) else 1, svc, 0, seq)
+
+    def file_back(link, svc, conn, seq):
+        """A call for a service with no file loaded here: the file this link sent is loaded
+        again (True), or the call fails (said, and with F_NOFILE when the link sent none
+        here: it sends its files again)."""
+        mine = holders.get(svc, {}).get(link.no)
+        if mine is not None and refused.get(svc) != mine and load(link, svc, *mine):
+            say_error(link, svc, "the service's file was not loaded in the script interpreter "
+                      "(lost track of): loaded again from what the worker had sent")
+            return True
+        bad = mine is not None
+        why = ("the service's file did not load in the script interpreter" if bad else
+               "the service's file is not loaded in the script interpreter")
+        say_error(link, svc, why + ": its connections get the service's fail-open choice" +
+                  ("" if bad else "; the worker sends the file again"))
+        put(link, T_VERDICT, V_ERROR, svc, conn, seq, b"\0" + why.encode(),
+            0 if bad else F_NOFILE)
+        return False
 
     def on_data(link, code, svc, conn, seq, payload):
         key = (link.no << 48) ^ conn
+        if svc not in scripts:
+            conns.pop(key, None)
+            if not file_back(link, svc, conn, seq):
+                return
+        sc = scripts[svc]
         ent = conns.get(key)
-        if ent is None and code & 2 and svc in scripts:  # the first chunk opens it
+        if ent is None and code & 2:  # the first chunk opens it
             ent = conns[key] = (svc, bool(code & 4))
         if ent is None:
             put(link, T_VERDICT, V_ERROR, svc, conn, seq, b"\0connection state lost")
-            return
-        sc = scripts.get(svc)
-        if sc is None:
-            conns.pop(key, None)
-            put(link, T_VERDICT, V_ERROR, svc, conn, seq, b"\0no script")
             return
         if page is not None:
             ncalls[0] = (ncalls[0] + 1) & 0xffffffff
@@ -194,7 +256,7 @@ def main():
                 try:
                     c = Conn(sc[0], is_ipv6=ent[1])
                 except Exception:
-                    log(link, svc, "exception", "", traceback.format_exc())
+                    log(link, svc, "exception", "", traceback.format_exc(), conn)
                     conns.pop(key, None)
                     put(link, T_VERDICT, V_ERROR, svc, conn, seq,
                         b"\0the file's module code failed")
@@ -209,7 +271,7 @@ def main():
         if out:
             log(link, svc, "print", v.function, out)
         if v.action == "error":
-            log(link, svc, "exception", v.function, v.detail)
+            log(link, svc, "exception", v.function, v.detail, conn)
         if v.action in ("reject", "drop"):
             # before its verdict, in the same message: who waits for the verdict finds it
             log(link, svc, "block", v.function, v.action + (": " + v.detail if v.detail else ""))
@@ -236,9 +298,7 @@ def main():
             elif t == T_SCRIPT:
                 on_script(link, svc, seq, conn, bytes(view[off:off + ln]))
             elif t == T_UNSCRIPT:
-                scripts.pop(svc, None)
-                refused.pop(svc, None)
-                set_nscripts()
+                let_go(link, svc)
                 put(link, T_ACK, 0, svc, 0, seq)
             elif t == T_HELLO:
                 link.id = conn
@@ -250,6 +310,8 @@ def main():
         del links[link.sock.fileno()]
         for k in [k for k in conns if k >> 48 == link.no]:
             del conns[k]
+        for svc in [s_ for s_, h in holders.items() if link.no in h]:
+            let_go(link, svc)
         link.sock.close()
 
     def serve(link):

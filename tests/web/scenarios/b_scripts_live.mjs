@@ -53,9 +53,21 @@ export default async function ({ page, base, shot, env, login, log }) {
     await page.fill('[data-test=filter-regex-input]', env.test_regex);
     await page.click('[data-test=filter-test]');
     await page.waitForSelector('[data-test=test-results]');
-    const byScript = page.locator('[data-test=test-hit]', { hasText: 'already blocked by a script' });
-    check((await byScript.count()) >= 1, 'no filter test hit says a script blocked it',
+    const byScript = page.locator('[data-test=test-hit]', { hasText: 'already blocked by script evil_marker' });
+    check((await byScript.count()) >= 1, 'no filter test hit says the script\'s function blocked it',
       await page.textContent('[data-test=test-results]'));
+
+    // the events view names the script's block by its function (the feed and the top
+    // attackers), never "#0"
+    await page.goto(`${base}/#/events`);
+    await page.locator('[data-test=event] [data-test=event-judge]', { hasText: 'script reject evil_marker' }).first().waitFor({ timeout: 15000 });
+    await page.locator('[data-test=top-judge]', { hasText: 'script evil_marker' }).first().waitFor({ timeout: 15000 });
+    const judges = await page.locator('[data-test=top-judge]').allInnerTexts();
+    check(!judges.some((t) => /#0\b/.test(t)), 'a top attackers row says #0', judges);
+    const evItem = page.locator('[data-test=event]', { has: page.locator('[data-test=event-judge]', { hasText: 'script reject evil_marker' }) }).first();
+    await evItem.locator('[data-test=event-show]').click();
+    await evItem.locator('[data-test=event-detail-judge]', { hasText: 'blocked by script reject evil_marker' }).waitFor({ timeout: 15000 });
+    await shot('events-script');
   } finally {
     await mustApi(page, 'script/rm', { service: svc }).catch(() => {});
     if (before.layer !== 'proxy') await mustApi(page, 'service/set', { service: svc, layer: before.layer });
