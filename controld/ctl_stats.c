@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "controld/ctl_health.h"
 #include "controld/ctl_rates.h"
 #include "fgx/log.h"
 #include <time.h>
@@ -423,11 +424,79 @@ static int fold(struct ctl_stats *s, int k, uint64_t instance, const struct fgx_
     return rv;
 }
 
+/* Growth of a worker's own counter since its last report (all of it from a new process). */
+static uint64_t rise(const struct ctl_worker_counters *w, uint64_t instance, uint64_t was,
+                     uint64_t cur)
+{
+    if (!w->valid || w->instance != instance || cur < was)
+        return cur;
+    return cur - was;
+}
+
+/* The limits hit and the traffic let through unscanned, in the health log (the box's: the
+ * workers count them for all their services), one entry per kind every few seconds at most. */
+static void health_nfq(const struct ctl_worker_counters *w, uint64_t instance,
+                       const struct fgx_dp_stats *m)
+{
+    uint64_t now = ctl_health_mono_ms();
+
+    ctl_health_count(0, CTL_HEALTH_WARN, "queue-full",
+                     "packets dropped at the nfq worker's full queues (fail_open services' "
+                     "pass unfiltered there, uncounted)",
+                     rise(w, instance, w->queue_drops, m->queue_drops), now);
+    ctl_health_count(0, CTL_HEALTH_WARN, "flow-table-full",
+                     "flows pushed out of the nfq worker's full flow table (--nfq-flows), "
+                     "met as midstream when they next send",
+                     rise(w, instance, w->flows_evicted, m->flows_evicted), now);
+    ctl_health_count(0, CTL_HEALTH_WARN, "midstream",
+                     "connections picked up midstream (their start unseen) reset",
+                     rise(w, instance, w->midstream_resets, m->midstream_resets), now);
+    ctl_health_count(0, CTL_HEALTH_WARN, "script-fail-open",
+                     "script calls failed or late: the service's fail_open choice was "
+                     "their verdict",
+                     rise(w, instance, w->script_errors, m->script_errors) +
+                         rise(w, instance, w->script_timeouts, m->script_timeouts),
+                     now);
+    ctl_health_count(0, CTL_HEALTH_WARN, "script-flows-full",
+                     "scripted flows given up for room (--nfq-script-flows): the service's "
+                     "fail_open choice was their verdict",
+                     rise(w, instance, w->script_reclaimed, m->script_reclaimed), now);
+    ctl_health_count(0, CTL_HEALTH_WARN, "script-full",
+                     "segments of scripted flows dropped: no room to wait for the script",
+                     rise(w, instance, w->script_refused, m->script_refused), now);
+}
+
+static void health_px(const struct ctl_worker_counters *w, uint64_t instance,
+                      const struct fgx_dp_stats *m)
+{
+    uint64_t now = ctl_health_mono_ms();
+
+    ctl_health_count(0, CTL_HEALTH_WARN, "limit-conns",
+                     "connections refused at the proxy's connection limit (--proxy-max-conns)",
+                     rise(w, instance, w->conns_refused, m->conns_refused), now);
+    ctl_health_count(0, CTL_HEALTH_WARN, "limit-per-src",
+                     "connections refused: their source had its limit open "
+                     "(--proxy-max-conns-per-src)",
+                     rise(w, instance, w->src_refused, m->src_refused), now);
+    ctl_health_count(0, CTL_HEALTH_WARN, "limit-evicted",
+                     "idle connections closed to make room at the proxy's connection limits",
+                     rise(w, instance, w->evicted, m->evicted), now);
+    ctl_health_count(0, CTL_HEALTH_WARN, "midstream",
+                     "connections relayed unscanned while their service was away, then reset",
+                     rise(w, instance, w->midstream_reset, m->midstream_reset), now);
+    ctl_health_count(0, CTL_HEALTH_ERROR, "midstream-unscanned",
+                     "connections passed unfiltered while their service was away (midstream), "
+                     "scanned from then on",
+                     rise(w, instance, w->midstream_rescan, m->midstream_rescan), now);
+}
+
 int ctl_stats_ingest(struct ctl_stats *s, uint64_t instance, const struct fgx_dp_stats *m,
                      const struct ctl_service *svcs, size_t nsvcs)
 {
     struct ctl_worker_counters *w = &s->worker;
     int rv = fold(s, W_NFQ, instance, m, svcs, nsvcs);
+
+    health_nfq(w, instance, m);
 
     w->valid = true;
     w->instance = instance;
@@ -457,6 +526,8 @@ int ctl_stats_ingest_proxy(struct ctl_stats *s, uint64_t instance, const struct 
 {
     struct ctl_worker_counters *w = &s->px_worker;
     int rv = fold(s, W_PX, instance, m, svcs, nsvcs);
+
+    health_px(w, instance, m);
 
     w->valid = true;
     w->instance = instance;
