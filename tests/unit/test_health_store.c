@@ -27,8 +27,6 @@ static void rm_dir(void)
     unlink(path);
     snprintf(path, sizeof(path), "%s/lock.mdb", dir);
     unlink(path);
-    snprintf(path, sizeof(path), "%s/fgex.lock", dir);
-    unlink(path);
     rmdir(dir);
 }
 
