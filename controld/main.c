@@ -18,6 +18,7 @@
 #include "controld/ctl_compile.h"
 #include "controld/ctl_conffile.h"
 #include "controld/ctl_fw.h"
+#include "controld/ctl_health_gap.h"
 #include "controld/ctl_health_store.h"
 #include "controld/ctl_history.h"
 #include "controld/ctl_metrics.h"
@@ -684,6 +685,8 @@ static void run_loop(struct ctl_ctx *ctx, struct ctl_sup *sup, struct fgx_chan *
         }
         if (respawned && ctl_apply_full(ctx, CTL_PUSH_TIMEOUT_MS) < 0)
             fgx_warn("the restarted nfqworker did not take the ruleset yet");
+        /* a worker down: its services' logs say whether their traffic passes or stops */
+        ctl_health_gap_poll(ctx, now_ms());
         if (ctx->worker_stale && now_ms() >= next_retry) {
             /* A worker that missed a generation would filter by an old set: resend it all. */
             if (ctl_apply_full(ctx, RETRY_TIMEOUT_MS) == 0)

@@ -5,7 +5,8 @@ log in order, as a table and as JSON; the box's own entries (controld started, a
 restarted) show in every service's log, marked; the log survives a controld restart in its
 order and continues its numbering; --follow prints a new entry within 1 s; a limit the proxy
 worker hits (its per-source limit, real connections between namespaces) shows with its count,
-and the counts add up to the worker's own counter."""
+and the counts add up to the worker's own counter; a dead worker's gap says, per service,
+whether its traffic passed unfiltered (fail_open) or was not served, and when it ended."""
 import os
 import signal
 import subprocess
@@ -173,6 +174,31 @@ def follow_prints_a_new_entry_within_a_second(env):
     finally:
         p.kill()
         p.wait(5)
+
+
+@test
+def a_worker_gap_says_whether_traffic_passed_unfiltered(env):
+    op, _ = env.service("sl-open", "tcp", extra=("--fail-open",))
+    cl, _ = env.service("sl-closed", "udp")
+    seq0 = max(e["seq"] for e in log(env))
+    nfq = next(w for w in env.ctl("status").get("workers", []) if w.get("kind") == "nfq")
+    os.kill(nfq["pid"], signal.SIGKILL)
+
+    def new(name, kind):
+        return [e for e in log(env, name) if e["seq"] > seq0 and e["kind"] == kind]
+    back = it.wait_until(lambda: new("sl-open", "filtered-again") and
+                         new("sl-closed", "filtered-again"), timeout=8)
+    check(back, "no end of the gap: %r", [(e["kind"], e["text"]) for e in log(env)
+                                          if e["seq"] > seq0])
+    u, n = new("sl-open", "unfiltered"), new("sl-closed", "not-served")
+    check(len(u) == 1 and u[0]["level"] == "error" and u[0]["service_id"] == op and
+          "passes unfiltered" in u[0]["text"], "the fail_open service's gap: %r", u)
+    check(len(n) == 1 and n[0]["level"] == "warn" and n[0]["service_id"] == cl and
+          "not served" in n[0]["text"], "the fail-closed service's gap: %r", n)
+    check(not new("sl-open", "not-served") and not new("sl-closed", "unfiltered"),
+          "a service got the other's entry")
+    a = new("sl-open", "filtered-again")[0]
+    check(a["seq"] > u[0]["seq"] and " ms" in a["text"], "the gap's end: %r", a)
 
 
 FLOOD = r"""
