@@ -144,6 +144,8 @@ extern const struct cli_cmd_family cli_cmd_regex;
 /* A duration as --since takes it: digits with an optional unit s, m, h or d (seconds without).
  * Returns 0 or -EINVAL. (cmd_events.c) */
 int cli_cmd_parse_duration(const char *s, uint64_t *secs);
+/* --limit N: 1..999999999, else a usage error naming what is counted ("events"). (cmd_events.c) */
+int cli_cmd_parse_limit(struct cli_cmd *cmd, const char *v, const char *what, uint32_t *out);
 
 /* An offline command (CLI_CMD_OFFLINE: `regex test`): run it, printing to out and err, and
  * return the exit status. (cmd_regex.c) */

@@ -4,15 +4,12 @@
  * Without SERVICE, the box's whole log. */
 #include "cmd.h"
 
-#include <errno.h>
 #include <inttypes.h>
-#include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cli_fmt.h"
 #include "cli_json.h"
-#include "cli_rpc.h"
+#include "cli_loop.h"
 
 #define CLI_SVCLOG_FOLLOW_MS 250
 
@@ -55,29 +52,19 @@ int cli_cmd_service_log_build(struct cli_cmd *cmd, const struct cli_cmd_def *spe
         m->service = (char *)raw->pos[0];
     }
     if ((v = cli_args_opt(raw, CLI_OPT_LIMIT))) {
-        unsigned long n;
-
-        if (!cli_args_all_digits(v) || strlen(v) > 9 || (n = strtoul(v, NULL, 10)) < 1)
-            return cli_args_fail(cmd, CLI_EXIT_INVALID,
-                                 "invalid --limit '%.60s': expected a number of entries, at "
-                                 "least 1",
-                                 v);
+        rc = cli_cmd_parse_limit(cmd, v, "entries", &m->limit);
+        if (rc < 0)
+            return rc;
         m->has_limit = 1;
-        m->limit = (uint32_t)n;
     }
     if ((v = cli_args_opt(raw, CLI_OPT_SINCE))) {
-        uint64_t secs, now;
-        struct timespec ts;
+        uint64_t since;
 
-        if (cli_cmd_parse_duration(v, &secs) < 0)
-            return cli_args_fail(cmd, CLI_EXIT_INVALID,
-                                 "invalid --since '%.60s': expected a duration such as 90s, 30m, "
-                                 "2h or 1d",
-                                 v);
-        clock_gettime(CLOCK_REALTIME, &ts);
-        now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+        rc = cli_cmd_parse_since(cmd, v, &since);
+        if (rc < 0)
+            return rc;
         m->has_since_ns = 1;
-        m->since_ns = secs * 1000000000ull >= now ? 0 : now - secs * 1000000000ull;
+        m->since_ns = since * 1000000000ull;
     }
     cmd->req.service_log = m;
     if (cli_args_opt(raw, CLI_OPT_FOLLOW))
@@ -162,59 +149,46 @@ json_t *cli_cmd_health_entry_json(const Fgx__Ctl__HealthEntry *e)
     return entry_json(e);
 }
 
+/* --limit of a follower: the first answer's newest N (0: all). The later ones all. */
+static uint32_t follow_first_limit;
+
+/* The first reply's entries under the table's header, then each new one. */
+static uint64_t follow_print(const struct cli_cmd *cmd, const Fgx__Ctl__Reply *rep, uint64_t last)
+{
+    static bool headed;
+    size_t from = 0;
+
+    if (!headed) {
+        if (!cmd->json)
+            print_header(stdout, true);
+        if (follow_first_limit > 0 && rep->n_health_log > follow_first_limit)
+            from = rep->n_health_log - follow_first_limit;
+    }
+    headed = true;
+    if (rep->has_health_last && rep->health_last < last)
+        last = 0; /* a controld with another store: its log starts again */
+    for (size_t i = from; i < rep->n_health_log; i++)
+        if (rep->health_log[i]->seq > last) {
+            if (cmd->json)
+                (void)cli_json_print(stdout, entry_json(rep->health_log[i]), false);
+            else
+                print_entry(stdout, rep->health_log[i], true);
+            last = rep->health_log[i]->seq;
+        }
+    return last;
+}
+
 /* As `script log --follow`: ask again every CLI_SVCLOG_FOLLOW_MS for what came after the
- * newest entry printed. */
+ * newest entry printed; --limit and --since are for the first answer only. */
 static int run_follow(struct cli_cmd *cmd)
 {
     Fgx__Ctl__HealthLogQuery q = *cmd->req.service_log;
     Fgx__Ctl__Request req = cmd->req;
-    struct cli_rpc rpc;
-    uint64_t last = 0;
-    bool first = true;
-    int status = CLI_EXIT_OK;
 
     req.service_log = &q;
-    cli_rpc_init(&rpc, cmd->url);
-    cli_rpc_set_trust(&rpc, cmd->fingerprint, cmd->ca);
-    for (;;) {
-        Fgx__Ctl__Reply *rep = NULL;
-        struct timespec ts = {.tv_sec = 0, .tv_nsec = CLI_SVCLOG_FOLLOW_MS * 1000000L};
-
-        if (cli_rpc_request(&rpc, &req, CLI_RPC_TIMEOUT_MS, &rep) < 0) {
-            (void)fprintf(stderr, CLI_PROG ": %s\n", rpc.err);
-            status = CLI_EXIT_ERROR;
-            break;
-        }
-        if (rep->code != FGX__CTL__CODE__CODE_OK) {
-            cli_fmt_error(stderr, rep);
-            status = cli_fmt_exit_code(rep->code);
-            fgx__ctl__reply__free_unpacked(rep, NULL);
-            break;
-        }
-        if (rep->has_health_last && rep->health_last < last)
-            last = 0; /* a controld with another store: its log starts again */
-        if (first && !cmd->json)
-            print_header(stdout, true);
-        first = false;
-        for (size_t i = 0; i < rep->n_health_log; i++)
-            if (rep->health_log[i]->seq > last) {
-                if (cmd->json)
-                    (void)cli_json_print(stdout, entry_json(rep->health_log[i]), false);
-                else
-                    print_entry(stdout, rep->health_log[i], true);
-                last = rep->health_log[i]->seq;
-            }
-        fgx__ctl__reply__free_unpacked(rep, NULL);
-        if (fflush(stdout) == EOF) {
-            status = CLI_EXIT_ERROR;
-            break;
-        }
-        /* from now on only what is new; --limit and --since were for the first batch */
-        q.has_limit = 0;
-        q.has_after_seq = 1;
-        q.after_seq = last;
-        (void)nanosleep(&ts, NULL);
-    }
-    cli_rpc_release(&rpc);
-    return status;
+    /* a limit on every poll could leave out some of a burst: cut the first answer here */
+    follow_first_limit = q.has_limit ? q.limit : 0;
+    q.has_limit = 0;
+    return cli_loop_follow(cmd, &req, &q.has_after_seq, &q.after_seq, CLI_SVCLOG_FOLLOW_MS,
+                           follow_print);
 }

@@ -19,9 +19,9 @@ export function healthPanel(svc) {
       { class: `health-${e.level}`, 'data-test': 'health-row', 'data-kind': e.kind, 'data-level': e.level, 'data-seq': String(e.seq) },
       h('td', { class: 'muted nowrap' }, fmtTime(e.time_ns)),
       h('td', {}, h('span', { class: `badge health-${e.level}` }, e.level)),
-      h('td', { class: 'mono' }, e.box ? h('span', { class: 'muted', title: 'the whole box: every service\'s log shows it' }, 'box · ') : null, e.kind),
-      h('td', { class: 'num' }, e.count ? fmtCount(e.count) : ''),
-      h('td', { 'data-test': 'health-text' }, e.text),
+      h('td', { class: 'mono hide-phone' }, e.box ? h('span', { class: 'muted', title: 'the whole box: every service\'s log shows it' }, 'box · ') : null, e.kind),
+      h('td', { class: 'num hide-phone' }, e.count ? fmtCount(e.count) : ''),
+      h('td', { 'data-test': 'health-text' }, e.box ? h('span', { class: 'muted show-phone' }, 'box · ') : null, e.text),
     );
   const draw = () => {
     clear(body);
@@ -62,8 +62,12 @@ export function healthPanel(svc) {
     ),
     h(
       'table',
-      { class: 'health' },
-      h('thead', {}, h('tr', {}, h('th', {}, 'Time'), h('th', {}, 'Level'), h('th', {}, 'Kind'), h('th', { class: 'num' }, 'Count'), h('th', {}, 'Text'))),
+      { class: 'health stack-phone' },
+      h(
+        'thead',
+        {},
+        h('tr', {}, h('th', {}, 'Time'), h('th', {}, 'Level'), h('th', { class: 'hide-phone' }, 'Kind'), h('th', { class: 'num hide-phone' }, 'Count'), h('th', {}, 'Text')),
+      ),
       body,
     ),
   );
