@@ -133,6 +133,21 @@ uint64_t ctl_health_last_seq(void)
     return s;
 }
 
+static const char *const level_names[] = {"info", "warn", "error"};
+
+const char *ctl_health_level_name(enum ctl_health_level level)
+{
+    return level_names[level <= CTL_HEALTH_ERROR ? level : CTL_HEALTH_ERROR];
+}
+
+enum ctl_health_level ctl_health_level_of(const char *name)
+{
+    for (int i = 0; name && i < 3; i++)
+        if (strcmp(name, level_names[i]) == 0)
+            return (enum ctl_health_level)i;
+    return CTL_HEALTH_INFO;
+}
+
 void ctl_health_reset(void)
 {
     pthread_mutex_lock(&lock);

@@ -46,6 +46,10 @@ size_t ctl_health_list(uint64_t after_seq, uint32_t service_id, struct ctl_healt
                        size_t max);
 /* The newest seq noted so far (0: none), so that a follower can tell when to list. */
 uint64_t ctl_health_last_seq(void);
+/* "info", "warn" or "error": a level as the control API and the store name it. */
+const char *ctl_health_level_name(enum ctl_health_level level);
+/* The level of such a name (an unknown one or NULL: info). */
+enum ctl_health_level ctl_health_level_of(const char *name);
 /* Forget every entry (unit tests). */
 void ctl_health_reset(void);
 

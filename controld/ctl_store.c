@@ -1689,8 +1689,6 @@ int ctl_store_script_ids(struct ctl_txn *t, uint32_t **ids, size_t *n)
 
 /* ---- the health log (ctl_health.h) ---- */
 
-static const char *const health_levels[] = {"info", "warn", "error"};
-
 int ctl_store_health_put(struct ctl_txn *t, const struct ctl_health_entry *e)
 {
     Fgx__Ctl__HealthEntry m = FGX__CTL__HEALTH_ENTRY__INIT;
@@ -1701,7 +1699,7 @@ int ctl_store_health_put(struct ctl_txn *t, const struct ctl_health_entry *e)
     m.time_ns = e->time_ns;
     m.has_service_id = 1;
     m.service_id = e->service_id;
-    m.level = (char *)health_levels[e->level <= CTL_HEALTH_ERROR ? e->level : CTL_HEALTH_ERROR];
+    m.level = (char *)ctl_health_level_name(e->level);
     m.kind = (char *)e->kind;
     m.text = (char *)e->text;
     if (e->count > 0) {
@@ -1729,10 +1727,7 @@ static int health_decode(const MDB_val *v, struct ctl_health_entry *out)
     out->seq = m->seq;
     out->time_ns = m->time_ns;
     out->service_id = m->service_id;
-    out->level = CTL_HEALTH_INFO;
-    for (int i = 0; m->level && i < 3; i++)
-        if (strcmp(m->level, health_levels[i]) == 0)
-            out->level = (enum ctl_health_level)i;
+    out->level = ctl_health_level_of(m->level);
     snprintf(out->kind, sizeof(out->kind), "%s", m->kind ? m->kind : "");
     snprintf(out->text, sizeof(out->text), "%s", m->text ? m->text : "");
     out->count = m->count;

@@ -17,8 +17,6 @@ struct ctl_rpc_health {
     char (*names)[CTL_NAME_MAX + 1];
 };
 
-static const char *const level_names[] = {"info", "warn", "error"};
-
 void ctl_rpc_health_free(struct ctl_rpc_health *h)
 {
     if (!h)
@@ -105,7 +103,7 @@ static void do_service_log(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
             service_name(svcs, nsvcs, e->service_id, h->names[i], sizeof(h->names[i]));
             m->service = h->names[i];
         }
-        m->level = (char *)level_names[e->level <= CTL_HEALTH_ERROR ? e->level : CTL_HEALTH_ERROR];
+        m->level = (char *)ctl_health_level_name(e->level);
         m->kind = (char *)e->kind;
         m->text = (char *)e->text;
         if (e->count > 0) {
