@@ -7,6 +7,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -424,70 +425,72 @@ static int fold(struct ctl_stats *s, int k, uint64_t instance, const struct fgx_
     return rv;
 }
 
-/* Growth of a worker's own counter since its last report (all of it from a new process). */
-static uint64_t rise(const struct ctl_worker_counters *w, uint64_t instance, uint64_t was,
-                     uint64_t cur)
-{
-    if (!w->valid || w->instance != instance || cur < was)
-        return cur;
-    return cur - was;
-}
-
 /* The limits hit and the traffic let through unscanned, in the health log (the box's: the
- * workers count them for all their services), one entry per kind every few seconds at most. */
-static void health_nfq(const struct ctl_worker_counters *w, uint64_t instance,
-                       const struct fgx_dp_stats *m)
+ * workers count them for all their services), one entry per kind every few seconds at most.
+ * Each counter has the same name in the worker's report and in its ctl_worker_counters. */
+struct health_ctr {
+    const char *kind;
+    enum ctl_health_level level;
+    const char *what; /* after the count: "16 <what> in the last 5 s" */
+    size_t report, kept; /* offsets in struct fgx_dp_stats and struct ctl_worker_counters */
+};
+
+#define HEALTH_CTR(field, kind, level, what)                                                     \
+    {kind, level, what, offsetof(struct fgx_dp_stats, field),                                    \
+     offsetof(struct ctl_worker_counters, field)}
+
+static const struct health_ctr health_nfq_ctrs[] = {
+    HEALTH_CTR(queue_drops, "queue-full", CTL_HEALTH_WARN,
+               "packets dropped at the nfq worker's full queues"),
+    HEALTH_CTR(flows_evicted, "flow-table-full", CTL_HEALTH_WARN,
+               "flows pushed out of the nfq worker's full flow table (--nfq-flows), met as "
+               "midstream when they next send"),
+    HEALTH_CTR(midstream_resets, "midstream", CTL_HEALTH_WARN,
+               "connections picked up midstream (their start unseen) reset"),
+    HEALTH_CTR(script_errors, "script-error", CTL_HEALTH_WARN,
+               "script calls failed: the service's fail_open choice was their verdict"),
+    HEALTH_CTR(script_timeouts, "script-late", CTL_HEALTH_WARN,
+               "script calls past their deadline: the service's fail_open choice was their "
+               "verdict"),
+    HEALTH_CTR(script_reclaimed, "script-flows-full", CTL_HEALTH_WARN,
+               "scripted flows given up for room (--nfq-script-flows): the service's fail_open "
+               "choice was their verdict"),
+    HEALTH_CTR(script_refused, "script-full", CTL_HEALTH_WARN,
+               "segments of scripted flows dropped: no room to wait for the script"),
+};
+
+static const struct health_ctr health_px_ctrs[] = {
+    HEALTH_CTR(conns_refused, "limit-conns", CTL_HEALTH_WARN,
+               "connections refused at the proxy's connection limit (--proxy-max-conns)"),
+    HEALTH_CTR(src_refused, "limit-per-src", CTL_HEALTH_WARN,
+               "connections refused: their source had its limit open "
+               "(--proxy-max-conns-per-src)"),
+    HEALTH_CTR(evicted, "limit-evicted", CTL_HEALTH_WARN,
+               "idle connections closed to make room at the proxy's connection limits"),
+    HEALTH_CTR(midstream_reset, "midstream", CTL_HEALTH_WARN,
+               "connections relayed unscanned while their service was away, then reset"),
+    HEALTH_CTR(midstream_rescan, "midstream-unscanned", CTL_HEALTH_ERROR,
+               "connections passed unfiltered while their service was away (midstream), "
+               "scanned from then on"),
+};
+
+/* Before w takes m's numbers: what rose since the last report (all of it from a new
+ * process) goes to the health log. */
+static void health_rises(const struct health_ctr *c, size_t n,
+                         const struct ctl_worker_counters *w, uint64_t instance,
+                         const struct fgx_dp_stats *m)
 {
     uint64_t now = ctl_health_mono_ms();
 
-    ctl_health_count(0, CTL_HEALTH_WARN, "queue-full",
-                     "packets dropped at the nfq worker's full queues (fail_open services' "
-                     "pass unfiltered there, uncounted)",
-                     rise(w, instance, w->queue_drops, m->queue_drops), now);
-    ctl_health_count(0, CTL_HEALTH_WARN, "flow-table-full",
-                     "flows pushed out of the nfq worker's full flow table (--nfq-flows), "
-                     "met as midstream when they next send",
-                     rise(w, instance, w->flows_evicted, m->flows_evicted), now);
-    ctl_health_count(0, CTL_HEALTH_WARN, "midstream",
-                     "connections picked up midstream (their start unseen) reset",
-                     rise(w, instance, w->midstream_resets, m->midstream_resets), now);
-    ctl_health_count(0, CTL_HEALTH_WARN, "script-fail-open",
-                     "script calls failed or late: the service's fail_open choice was "
-                     "their verdict",
-                     rise(w, instance, w->script_errors, m->script_errors) +
-                         rise(w, instance, w->script_timeouts, m->script_timeouts),
-                     now);
-    ctl_health_count(0, CTL_HEALTH_WARN, "script-flows-full",
-                     "scripted flows given up for room (--nfq-script-flows): the service's "
-                     "fail_open choice was their verdict",
-                     rise(w, instance, w->script_reclaimed, m->script_reclaimed), now);
-    ctl_health_count(0, CTL_HEALTH_WARN, "script-full",
-                     "segments of scripted flows dropped: no room to wait for the script",
-                     rise(w, instance, w->script_refused, m->script_refused), now);
-}
+    for (size_t i = 0; i < n; i++) {
+        uint64_t cur, was;
 
-static void health_px(const struct ctl_worker_counters *w, uint64_t instance,
-                      const struct fgx_dp_stats *m)
-{
-    uint64_t now = ctl_health_mono_ms();
-
-    ctl_health_count(0, CTL_HEALTH_WARN, "limit-conns",
-                     "connections refused at the proxy's connection limit (--proxy-max-conns)",
-                     rise(w, instance, w->conns_refused, m->conns_refused), now);
-    ctl_health_count(0, CTL_HEALTH_WARN, "limit-per-src",
-                     "connections refused: their source had its limit open "
-                     "(--proxy-max-conns-per-src)",
-                     rise(w, instance, w->src_refused, m->src_refused), now);
-    ctl_health_count(0, CTL_HEALTH_WARN, "limit-evicted",
-                     "idle connections closed to make room at the proxy's connection limits",
-                     rise(w, instance, w->evicted, m->evicted), now);
-    ctl_health_count(0, CTL_HEALTH_WARN, "midstream",
-                     "connections relayed unscanned while their service was away, then reset",
-                     rise(w, instance, w->midstream_reset, m->midstream_reset), now);
-    ctl_health_count(0, CTL_HEALTH_ERROR, "midstream-unscanned",
-                     "connections passed unfiltered while their service was away (midstream), "
-                     "scanned from then on",
-                     rise(w, instance, w->midstream_rescan, m->midstream_rescan), now);
+        memcpy(&cur, (const char *)m + c[i].report, sizeof(cur));
+        memcpy(&was, (const char *)w + c[i].kept, sizeof(was));
+        if (w->valid && w->instance == instance && cur >= was)
+            cur -= was;
+        ctl_health_count(0, c[i].level, c[i].kind, c[i].what, cur, now);
+    }
 }
 
 int ctl_stats_ingest(struct ctl_stats *s, uint64_t instance, const struct fgx_dp_stats *m,
@@ -496,7 +499,8 @@ int ctl_stats_ingest(struct ctl_stats *s, uint64_t instance, const struct fgx_dp
     struct ctl_worker_counters *w = &s->worker;
     int rv = fold(s, W_NFQ, instance, m, svcs, nsvcs);
 
-    health_nfq(w, instance, m);
+    health_rises(health_nfq_ctrs, sizeof(health_nfq_ctrs) / sizeof(health_nfq_ctrs[0]), w,
+                 instance, m);
 
     w->valid = true;
     w->instance = instance;
@@ -527,7 +531,8 @@ int ctl_stats_ingest_proxy(struct ctl_stats *s, uint64_t instance, const struct 
     struct ctl_worker_counters *w = &s->px_worker;
     int rv = fold(s, W_PX, instance, m, svcs, nsvcs);
 
-    health_px(w, instance, m);
+    health_rises(health_px_ctrs, sizeof(health_px_ctrs) / sizeof(health_px_ctrs[0]), w,
+                 instance, m);
 
     w->valid = true;
     w->instance = instance;
