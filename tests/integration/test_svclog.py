@@ -201,6 +201,28 @@ def a_worker_gap_says_whether_traffic_passed_unfiltered(env):
     check(a["seq"] > u[0]["seq"] and " ms" in a["text"], "the gap's end: %r", a)
 
 
+@test
+def a_connection_picked_up_midstream_shows_with_its_count(env):
+    """nfqueue layer: a connection open before its service was added is reset when it next
+    sends (--midstream reset); the nfq worker counts it, and the box's log says so."""
+    port = env.port()
+    srv = env.tcp_server(port, idle=15)
+    seq0 = max(e["seq"] for e in log(env))
+    h = env.tcp_client(SRV4, port, [b"zz", "wait", b"z123", ("read", 1.0)], timeout=4,
+                       wait=False)
+    check(h.wait_event(lambda e: e.get("event") == "connected", 5), "the client did not connect")
+    check(it.wait_until(lambda: srv.all("data"), 5), "the server read nothing before the add")
+    env.service("sl-mid", "tcp", port=port)
+    h.tell()
+    c = it.client_result(h, 20)
+    check(c["end"] == "reset", "the midstream connection was not reset: %r", c)
+    got = it.wait_until(lambda: [e for e in log(env, "sl-mid")
+                                 if e["seq"] > seq0 and e["kind"] == "midstream"], timeout=5)
+    check(got and got[0]["box"] and got[0]["count"] >= 1 and
+          "picked up midstream" in got[0]["text"], "no midstream entry: %r",
+          [(e["kind"], e["text"]) for e in log(env, "sl-mid") if e["seq"] > seq0])
+
+
 FLOOD = r"""
 import socket, sys
 host, port, n, src = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
