@@ -24,17 +24,17 @@ struct health_count {
     enum ctl_health_level level;
     char kind[CTL_HEALTH_KIND_MAX];
     char what[HEALTH_WHAT_MAX];
-    uint64_t pending;    /* counted since the last entry, not noted yet */
-    uint64_t since_ms;   /* when pending started (0: nothing pending) */
-    uint64_t noted_ms;   /* the last entry (0: none yet) */
+    uint64_t pending;  /* counted since the last entry, not noted yet */
+    uint64_t since_ms; /* when pending started (0: nothing pending) */
+    uint64_t noted_ms; /* the last entry (0: none yet) */
     bool used;
 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct ctl_health_entry ring[CTL_HEALTH_RING];
-static size_t head, count;  /* ring[head] is the oldest of count entries */
-static uint64_t last_seq;   /* the newest seq given */
-static uint64_t saved_seq;  /* entries up to it are in the store */
+static size_t head, count; /* ring[head] is the oldest of count entries */
+static uint64_t last_seq;  /* the newest seq given */
+static uint64_t saved_seq; /* entries up to it are in the store */
 static struct health_count counts[HEALTH_COUNT_SLOTS];
 
 static uint64_t now_ns(void)
@@ -77,8 +77,8 @@ static void health_vnote(uint32_t service_id, enum ctl_health_level level, const
 static void health_vnote(uint32_t service_id, enum ctl_health_level level, const char *kind,
                          uint64_t cnt, const char *fmt, va_list ap)
 {
-    struct ctl_health_entry e = {.time_ns = now_ns(), .service_id = service_id,
-                                 .level = level, .count = cnt};
+    struct ctl_health_entry e = {
+        .time_ns = now_ns(), .service_id = service_id, .level = level, .count = cnt};
 
     snprintf(e.kind, sizeof(e.kind), "%s", kind);
     vsnprintf(e.text, sizeof(e.text), fmt, ap);
@@ -178,8 +178,7 @@ void ctl_health_restore(const struct ctl_health_entry *stored, size_t n)
     head = count = 0;
     base = 0;
     /* The newest CTL_HEALTH_RING - nearly stored ones fit beside what was noted early. */
-    for (size_t i = n > CTL_HEALTH_RING - nearly ? n - (CTL_HEALTH_RING - nearly) : 0; i < n;
-         i++) {
+    for (size_t i = n > CTL_HEALTH_RING - nearly ? n - (CTL_HEALTH_RING - nearly) : 0; i < n; i++) {
         ring_push(&stored[i]);
     }
     for (size_t i = 0; i < n; i++)
@@ -266,8 +265,8 @@ static bool count_due(struct health_count *c, uint64_t now_ms, struct count_note
     secs = (now_ms - c->since_ms + 999) / 1000;
     if (secs < CTL_HEALTH_COALESCE_MS / 1000)
         secs = CTL_HEALTH_COALESCE_MS / 1000;
-    *out = (struct count_note){.service_id = c->service_id, .level = c->level, .n = c->pending,
-                               .secs = secs};
+    *out = (struct count_note){
+        .service_id = c->service_id, .level = c->level, .n = c->pending, .secs = secs};
     memcpy(out->kind, c->kind, sizeof(out->kind));
     memcpy(out->what, c->what, sizeof(out->what));
     c->pending = 0;
@@ -304,8 +303,7 @@ void ctl_health_count(uint32_t service_id, enum ctl_health_level level, const ch
     }
     pthread_mutex_unlock(&lock);
     if (!c) {
-        ctl_health_note(service_id, level, kind, delta, "%llu %s", (unsigned long long)delta,
-                        what);
+        ctl_health_note(service_id, level, kind, delta, "%llu %s", (unsigned long long)delta, what);
         return;
     }
     if (emit)

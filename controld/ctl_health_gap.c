@@ -14,9 +14,9 @@
 #define GAP_SERVICES_MAX 256
 
 struct gap {
-    const char *worker;       /* "nfq worker", "proxy worker" */
-    bool ran;                 /* it ran once: a later "not running" is a gap */
-    bool open;                /* in a gap now */
+    const char *worker; /* "nfq worker", "proxy worker" */
+    bool ran;           /* it ran once: a later "not running" is a gap */
+    bool open;          /* in a gap now */
     uint64_t since_ms;
     uint32_t ids[GAP_SERVICES_MAX]; /* the services the gap concerns */
     char names[GAP_SERVICES_MAX][CTL_NAME_MAX + 1];
@@ -69,8 +69,8 @@ static void gap_open(struct ctl_ctx *ctx, int k, struct gap *g, uint64_t now_ms)
                             svcs[i].name, g->worker);
         else
             ctl_health_note(svcs[i].id, CTL_HEALTH_WARN, "not-served", 0,
-                            "service %s is not served (fail-closed): the %s is down",
-                            svcs[i].name, g->worker);
+                            "service %s is not served (fail-closed): the %s is down", svcs[i].name,
+                            g->worker);
     }
     free(svcs);
 }

@@ -157,14 +157,13 @@ void ctl_rpc_health_service_changed(const struct ctl_service *before,
                         "service %s switched from the %s layer to the %s layer", after->name,
                         layer_name(before->layer), layer_name(after->layer));
     if (before->fail_open != after->fail_open)
-        ctl_health_note(after->id, after->fail_open ? CTL_HEALTH_WARN : CTL_HEALTH_INFO,
-                        "fail-open", 0,
-                        after->fail_open
-                            ? "service %s: fail_open on (traffic passes unfiltered when the "
-                              "worker cannot take it)"
-                            : "service %s: fail_open off (traffic is dropped when the worker "
-                              "cannot take it)",
-                        after->name);
+        ctl_health_note(
+            after->id, after->fail_open ? CTL_HEALTH_WARN : CTL_HEALTH_INFO, "fail-open", 0,
+            after->fail_open ? "service %s: fail_open on (traffic passes unfiltered when the "
+                               "worker cannot take it)"
+                             : "service %s: fail_open off (traffic is dropped when the worker "
+                               "cannot take it)",
+            after->name);
     for (size_t i = 0; addrs_same && i < after->naddrs; i++)
         addrs_same = fgx_svcaddr_equal(&before->addrs[i], &after->addrs[i]);
     if (!addrs_same) {

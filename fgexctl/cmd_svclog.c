@@ -85,11 +85,11 @@ static json_t *entry_json(const Fgx__Ctl__HealthEntry *e)
     json_t *o;
 
     cli_fmt_time(e->time_ns, true, t, sizeof(t));
-    o = json_pack("{s:I, s:s, s:I, s:I, s:o, s:b, s:o, s:o, s:o, s:I}", "seq",
-                  cli_json_int(e->seq), "time", t, "time_ns", cli_json_int(e->time_ns),
-                  "service_id", cli_json_int(e->service_id), "service",
-                  cli_json_str_or_null(is_box(e) ? NULL : e->service), "box", is_box(e),
-                  "level", cli_json_str(e->level), "kind", cli_json_str(e->kind), "text",
+    o = json_pack("{s:I, s:s, s:I, s:I, s:o, s:b, s:o, s:o, s:o, s:I}", "seq", cli_json_int(e->seq),
+                  "time", t, "time_ns", cli_json_int(e->time_ns), "service_id",
+                  cli_json_int(e->service_id), "service",
+                  cli_json_str_or_null(is_box(e) ? NULL : e->service), "box", is_box(e), "level",
+                  cli_json_str(e->level), "kind", cli_json_str(e->kind), "text",
                   cli_json_str(e->text), "count", cli_json_int(e->count));
     return o;
 }
@@ -113,12 +113,14 @@ static void print_entry(FILE *f, const Fgx__Ctl__HealthEntry *e, bool count)
     }
     /* warnings and errors stand out: upper case, as a terminal without colour shows them */
     (void)fprintf(f, "%-23s %-5s %-12s %-19s %s%s\n", when,
-                  !e->level                         ? "info"
+                  !e->level                        ? "info"
                   : strcmp(e->level, "error") == 0 ? "ERROR"
                   : strcmp(e->level, "warn") == 0  ? "WARN"
                                                    : e->level,
-                  is_box(e) ? "(box)" : e->service ? e->service : "-", e->kind ? e->kind : "",
-                  n, e->text ? e->text : "");
+                  is_box(e)    ? "(box)"
+                  : e->service ? e->service
+                               : "-",
+                  e->kind ? e->kind : "", n, e->text ? e->text : "");
 }
 
 int cli_cmd_service_log_human(FILE *f, const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep)
