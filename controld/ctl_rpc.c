@@ -108,6 +108,7 @@ static void rpc_release(struct ctl_rpc *r)
     ctl_rpc_fw_release(r);
     ctl_rpc_capture_release(r);
     ctl_script_reply_free(r->script);
+    ctl_rpc_health_free(r->health);
     explicit_bzero(r->token, sizeof(r->token));
 }
 
@@ -734,6 +735,7 @@ static const struct ctl_rpc_cmd *const rpc_families[] = {
     ctl_rpc_worker_cmds, ctl_rpc_stats_cmds,   ctl_rpc_history_cmds, ctl_rpc_fw_cmds,
     ctl_rpc_capture_cmds,
     ctl_rpc_script_cmds,
+    ctl_rpc_health_cmds,
 };
 
 static const struct ctl_rpc_cmd *rpc_cmd_find(Fgx__Ctl__Request__ReqCase req)

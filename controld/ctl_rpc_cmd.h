@@ -94,6 +94,7 @@ struct ctl_rpc {
     size_t ncaps;
     void *cap_extra;
     struct ctl_script_reply *script; /* the script family's reply contents (ctl_script.h) */
+    struct ctl_rpc_health *health;   /* service log (rpc_health.c), or NULL */
 };
 
 void ctl_rpc_capture_release(struct ctl_rpc *r);
@@ -141,6 +142,15 @@ void ctl_rpc_fw_imported(struct ctl_rpc *r);
 void ctl_rpc_fw_release(struct ctl_rpc *r);
 extern const struct ctl_rpc_cmd ctl_rpc_capture_cmds[];
 extern const struct ctl_rpc_cmd ctl_rpc_script_cmds[];
+
+/* ---- the health log (rpc_health.c) ---- */
+extern const struct ctl_rpc_cmd ctl_rpc_health_cmds[];
+struct ctl_rpc_health;
+void ctl_rpc_health_free(struct ctl_rpc_health *h);
+/* A service set committed: its health log says what changed that a player must know of (the
+ * layer, fail_open, the addresses). */
+void ctl_rpc_health_service_changed(const struct ctl_service *before,
+                                    const struct ctl_service *after);
 
 /* The reference a Ref carries, or NULL. */
 static inline const char *ctl_rpc_ref(const Fgx__Ctl__Ref *ref)

@@ -7,10 +7,12 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "controld/ctl_health.h"
 #include "controld/ctl_rates.h"
 #include "fgx/log.h"
 #include <time.h>
@@ -423,11 +425,82 @@ static int fold(struct ctl_stats *s, int k, uint64_t instance, const struct fgx_
     return rv;
 }
 
+/* The limits hit and the traffic let through unscanned, in the health log (the box's: the
+ * workers count them for all their services), one entry per kind every few seconds at most.
+ * Each counter has the same name in the worker's report and in its ctl_worker_counters. */
+struct health_ctr {
+    const char *kind;
+    enum ctl_health_level level;
+    const char *what; /* after the count: "16 <what> in the last 5 s" */
+    size_t report, kept; /* offsets in struct fgx_dp_stats and struct ctl_worker_counters */
+};
+
+#define HEALTH_CTR(field, kind, level, what)                                                     \
+    {kind, level, what, offsetof(struct fgx_dp_stats, field),                                    \
+     offsetof(struct ctl_worker_counters, field)}
+
+static const struct health_ctr health_nfq_ctrs[] = {
+    HEALTH_CTR(queue_drops, "queue-full", CTL_HEALTH_WARN,
+               "packets dropped at the nfq worker's full queues"),
+    HEALTH_CTR(flows_evicted, "flow-table-full", CTL_HEALTH_WARN,
+               "flows pushed out of the nfq worker's full flow table (--nfq-flows), met as "
+               "midstream when they next send"),
+    HEALTH_CTR(midstream_resets, "midstream", CTL_HEALTH_WARN,
+               "connections picked up midstream (their start unseen) reset"),
+    HEALTH_CTR(script_errors, "script-error", CTL_HEALTH_WARN,
+               "script calls failed: the service's fail_open choice was their verdict"),
+    HEALTH_CTR(script_timeouts, "script-late", CTL_HEALTH_WARN,
+               "script calls past their deadline: the service's fail_open choice was their "
+               "verdict"),
+    HEALTH_CTR(script_reclaimed, "script-flows-full", CTL_HEALTH_WARN,
+               "scripted flows given up for room (--nfq-script-flows): the service's fail_open "
+               "choice was their verdict"),
+    HEALTH_CTR(script_refused, "script-full", CTL_HEALTH_WARN,
+               "segments of scripted flows dropped: no room to wait for the script"),
+};
+
+static const struct health_ctr health_px_ctrs[] = {
+    HEALTH_CTR(conns_refused, "limit-conns", CTL_HEALTH_WARN,
+               "connections refused at the proxy's connection limit (--proxy-max-conns)"),
+    HEALTH_CTR(src_refused, "limit-per-src", CTL_HEALTH_WARN,
+               "connections refused: their source had its limit open "
+               "(--proxy-max-conns-per-src)"),
+    HEALTH_CTR(evicted, "limit-evicted", CTL_HEALTH_WARN,
+               "idle connections closed to make room at the proxy's connection limits"),
+    HEALTH_CTR(midstream_reset, "midstream", CTL_HEALTH_WARN,
+               "connections relayed unscanned while their service was away, then reset"),
+    HEALTH_CTR(midstream_rescan, "midstream-unscanned", CTL_HEALTH_ERROR,
+               "connections passed unfiltered while their service was away (midstream), "
+               "scanned from then on"),
+};
+
+/* Before w takes m's numbers: what rose since the last report (all of it from a new
+ * process) goes to the health log. */
+static void health_rises(const struct health_ctr *c, size_t n,
+                         const struct ctl_worker_counters *w, uint64_t instance,
+                         const struct fgx_dp_stats *m)
+{
+    uint64_t now = ctl_health_mono_ms();
+
+    for (size_t i = 0; i < n; i++) {
+        uint64_t cur, was;
+
+        memcpy(&cur, (const char *)m + c[i].report, sizeof(cur));
+        memcpy(&was, (const char *)w + c[i].kept, sizeof(was));
+        if (w->valid && w->instance == instance && cur >= was)
+            cur -= was;
+        ctl_health_count(0, c[i].level, c[i].kind, c[i].what, cur, now);
+    }
+}
+
 int ctl_stats_ingest(struct ctl_stats *s, uint64_t instance, const struct fgx_dp_stats *m,
                      const struct ctl_service *svcs, size_t nsvcs)
 {
     struct ctl_worker_counters *w = &s->worker;
     int rv = fold(s, W_NFQ, instance, m, svcs, nsvcs);
+
+    health_rises(health_nfq_ctrs, sizeof(health_nfq_ctrs) / sizeof(health_nfq_ctrs[0]), w,
+                 instance, m);
 
     w->valid = true;
     w->instance = instance;
@@ -457,6 +530,9 @@ int ctl_stats_ingest_proxy(struct ctl_stats *s, uint64_t instance, const struct 
 {
     struct ctl_worker_counters *w = &s->px_worker;
     int rv = fold(s, W_PX, instance, m, svcs, nsvcs);
+
+    health_rises(health_px_ctrs, sizeof(health_px_ctrs) / sizeof(health_px_ctrs[0]), w,
+                 instance, m);
 
     w->valid = true;
     w->instance = instance;

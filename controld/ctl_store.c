@@ -26,6 +26,7 @@ struct ctl_store {
     MDB_env *env;
     MDB_dbi services, filters, meta, dbcache, events, history, rates, captures;
     MDB_dbi scripts; /* service id -> its script filter file (ctl_script.c's record) */
+    MDB_dbi health;  /* (service id, seq) -> a health log entry (control.proto HealthEntry) */
     size_t mapsize;
 };
 
@@ -238,6 +239,8 @@ int ctl_store_open(const char *dir, size_t mapsize, struct ctl_store **out)
         rv = store_err(mdb_dbi_open(txn, "captures", MDB_CREATE, &s->captures), "open captures");
     if (rv == 0)
         rv = store_err(mdb_dbi_open(txn, "scripts", MDB_CREATE, &s->scripts), "open scripts");
+    if (rv == 0)
+        rv = store_err(mdb_dbi_open(txn, "health", MDB_CREATE, &s->health), "open health");
     if (rv < 0) {
         mdb_txn_abort(txn);
         goto err;
@@ -1682,4 +1685,144 @@ int ctl_store_script_ids(struct ctl_txn *t, uint32_t **ids, size_t *n)
     *ids = out;
     *n = cnt;
     return 0;
+}
+
+/* ---- the health log (ctl_health.h) ---- */
+
+int ctl_store_health_put(struct ctl_txn *t, const struct ctl_health_entry *e)
+{
+    Fgx__Ctl__HealthEntry m = FGX__CTL__HEALTH_ENTRY__INIT;
+    uint8_t key[12], buf[CTL_HEALTH_TEXT_MAX + CTL_HEALTH_KIND_MAX + 64];
+    size_t len;
+
+    m.seq = e->seq;
+    m.time_ns = e->time_ns;
+    m.has_service_id = 1;
+    m.service_id = e->service_id;
+    m.level = (char *)ctl_health_level_name(e->level);
+    m.kind = (char *)e->kind;
+    m.text = (char *)e->text;
+    if (e->count > 0) {
+        m.has_count = 1;
+        m.count = e->count;
+    }
+    len = fgx__ctl__health_entry__get_packed_size(&m);
+    if (len > sizeof(buf))
+        return -EINVAL;
+    fgx__ctl__health_entry__pack(&m, buf);
+    be32_put(key, e->service_id);
+    be64_put(key + 4, e->seq);
+    return rec_put(t, t->s->health, key, sizeof(key), buf, len);
+}
+
+static int health_decode(const MDB_val *v, struct ctl_health_entry *out)
+{
+    Fgx__Ctl__HealthEntry *m = fgx__ctl__health_entry__unpack(NULL, v->mv_size, v->mv_data);
+
+    if (!m) {
+        fgx_err("state store: a corrupt health log record");
+        return -EINVAL;
+    }
+    memset(out, 0, sizeof(*out));
+    out->seq = m->seq;
+    out->time_ns = m->time_ns;
+    out->service_id = m->service_id;
+    out->level = ctl_health_level_of(m->level);
+    snprintf(out->kind, sizeof(out->kind), "%s", m->kind ? m->kind : "");
+    snprintf(out->text, sizeof(out->text), "%s", m->text ? m->text : "");
+    out->count = m->count;
+    fgx__ctl__health_entry__free_unpacked(m, NULL);
+    return 0;
+}
+
+static int health_seq_cmp(const void *a, const void *b)
+{
+    const struct ctl_health_entry *x = a, *y = b;
+
+    return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+int ctl_store_health_list(struct ctl_txn *t, struct ctl_health_entry **out, size_t *n)
+{
+    struct ctl_health_entry *arr = NULL, *grown;
+    size_t cnt = 0, cap = 0;
+    MDB_cursor *cur = NULL;
+    MDB_val k, v;
+    int rv, rc;
+
+    *out = NULL;
+    *n = 0;
+    rv = store_err(mdb_cursor_open(t->txn, t->s->health, &cur), "cursor");
+    if (rv < 0)
+        return rv;
+    for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
+         rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+        if (cnt == cap) {
+            cap = cap ? cap * 2 : 64;
+            grown = realloc(arr, cap * sizeof(*arr));
+            if (!grown) {
+                rv = -ENOMEM;
+                goto err;
+            }
+            arr = grown;
+        }
+        /* a corrupt record is skipped (and logged): the others still count */
+        if (health_decode(&v, &arr[cnt]) == 0)
+            cnt++;
+    }
+    if (rc != MDB_NOTFOUND) {
+        rv = store_err(rc, "list the health log");
+        goto err;
+    }
+    mdb_cursor_close(cur);
+    qsort(arr, cnt, sizeof(*arr), health_seq_cmp);
+    *out = arr;
+    *n = cnt;
+    return 0;
+err:
+    mdb_cursor_close(cur);
+    free(arr);
+    return rv;
+}
+
+int ctl_store_health_trim(struct ctl_txn *t, uint32_t service_id, size_t keep)
+{
+    uint8_t key[12] = {0};
+    MDB_cursor *cur;
+    MDB_val k = {.mv_size = sizeof(key), .mv_data = key}, v;
+    size_t have = 0, drop;
+    int rv, rc;
+
+    be32_put(key, service_id);
+    rv = store_err(mdb_cursor_open(t->txn, t->s->health, &cur), "cursor");
+    if (rv < 0)
+        return rv;
+    /* The service's records are one run of keys, oldest first: count them, then drop the
+     * oldest beyond keep. */
+    for (rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+         rc == 0 && k.mv_size == sizeof(key) && be32_get(k.mv_data) == service_id;
+         rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT))
+        have++;
+    if (rc != 0 && rc != MDB_NOTFOUND) {
+        rv = store_err(rc, "count the health log");
+        goto out;
+    }
+    if (have <= keep)
+        goto out;
+    drop = have - keep;
+    k.mv_size = sizeof(key);
+    k.mv_data = key;
+    for (rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+         rc == 0 && drop > 0 && k.mv_size == sizeof(key) && be32_get(k.mv_data) == service_id;
+         rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+        rc = mdb_cursor_del(cur, 0);
+        if (rc != 0)
+            break;
+        drop--;
+    }
+    if (rc != 0 && rc != MDB_NOTFOUND)
+        rv = store_err(rc, "trim the health log");
+out:
+    mdb_cursor_close(cur);
+    return rv;
 }

@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "controld/ctl_health.h"
 #include "fgx/addr.h"
 #include "fgx/dp.h"
 #include "fgx/ruleset.h"
@@ -249,5 +250,12 @@ int ctl_store_script_get(struct ctl_txn *t, uint32_t service_id, void **data, si
 int ctl_store_script_put(struct ctl_txn *t, uint32_t service_id, const void *data, size_t len);
 int ctl_store_script_del(struct ctl_txn *t, uint32_t service_id);
 int ctl_store_script_ids(struct ctl_txn *t, uint32_t **ids, size_t *n);
+
+/* The health log (ctl_health.h), keyed by (service id, seq) so that each service's entries, and
+ * the box's (service 0), are bounded apart. _list: every entry, seq ascending (*out malloc'd,
+ * free()); _trim: keep the newest `keep` of one service. */
+int ctl_store_health_put(struct ctl_txn *t, const struct ctl_health_entry *e);
+int ctl_store_health_list(struct ctl_txn *t, struct ctl_health_entry **out, size_t *n);
+int ctl_store_health_trim(struct ctl_txn *t, uint32_t service_id, size_t keep);
 
 #endif

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "fgx/chan.h"
+#include "controld/ctl_health.h"
 #include "fgx/log.h"
 
 /* A dead worker is a gap in filtering (fail-closed: an outage of the service), so the backoff
@@ -248,6 +249,13 @@ static void sup_reaped(struct ctl_sup *s, pid_t r, int status, uint64_t now)
         /* A death hands nothing over: a handover kept from a planned restart would be stale. */
         fgx_dp_msg_release(&s->handover);
         fgx_info("restarting %s in %llu ms", s->name, (unsigned long long)s->backoff_ms);
+        ctl_health_note(0, CTL_HEALTH_WARN, "worker-restart", 0,
+                        "%s (pid %d) %s %d; restarting it in %llu ms (meanwhile fail_open "
+                        "services pass unfiltered, the others are not served)",
+                        s->name, (int)s->pid,
+                        r != -1 && WIFSIGNALED(status) ? "was killed by signal" : "exited with",
+                        r == -1 ? -1 : WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status),
+                        (unsigned long long)s->backoff_ms);
         s->backoff_ms =
             s->backoff_ms * 2 > SUP_BACKOFF_MAX_MS ? SUP_BACKOFF_MAX_MS : s->backoff_ms * 2;
     }

@@ -29,6 +29,7 @@
 #include "control.pb-c.h"
 #include "controld/ctl_compile.h"
 #include "controld/ctl_fw.h"
+#include "controld/ctl_health.h"
 #include "controld/ctl_listen.h"
 #include "controld/ctl_rpc.h"
 #include "controld/ctl_rpc_cmd.h"
@@ -161,6 +162,7 @@ struct ctl_web {
     struct web_msg *replay[WEB_REPLAY];
     unsigned replay_head, replay_n;
     uint64_t last_seq;     /* the newest event sent (under lock: hello) */
+    uint64_t health_seq;   /* the loop's own: the newest health log entry sent */
     uint64_t last_history; /* the loop's own */
     uint64_t next_slow_ms; /* the loop's own */
     uint64_t last_sent_ms; /* the loop's own: the last message to every stream */
@@ -1052,6 +1054,38 @@ static void tick_events(struct ctl_web *w, struct ctl_ctx *ctx)
         fgx__ctl__reply__free_unpacked(rep, NULL);
 }
 
+/* The health log's new entries (service log), each as a `health` message: the page shows the
+ * service's own and the box's in the service's view. */
+static void tick_health(struct ctl_web *w, struct ctl_ctx *ctx)
+{
+    Fgx__Ctl__Request r = FGX__CTL__REQUEST__INIT;
+    Fgx__Ctl__HealthLogQuery q = FGX__CTL__HEALTH_LOG_QUERY__INIT;
+    Fgx__Ctl__Reply *rep;
+    uint64_t last = ctl_health_last_seq();
+
+    if (last == w->health_seq)
+        return;
+    if (last < w->health_seq) { /* a reset (unit tests): start again */
+        w->health_seq = last;
+        return;
+    }
+    q.has_after_seq = true;
+    q.after_seq = w->health_seq;
+    q.has_limit = true;
+    q.limit = WEB_EVENTS_BATCH;
+    r.req_case = FGX__CTL__REQUEST__REQ_SERVICE_LOG;
+    r.service_log = &q;
+    rep = loop_query(ctx, &r, NULL, NULL);
+    pthread_mutex_lock(&w->lock);
+    for (size_t i = 0; rep && i < rep->n_health_log; i++)
+        broadcast(w, json_msg(0, "health", ctl_webapi_health_json(rep->health_log[i])));
+    pthread_mutex_unlock(&w->lock);
+    /* what the batch did not reach is old news by the next one: not looked for again */
+    w->health_seq = rep && rep->has_health_last ? rep->health_last : last;
+    if (rep)
+        fgx__ctl__reply__free_unpacked(rep, NULL);
+}
+
 /* What a history entry changed, for the page's `change` event: from the words the history
  * describes it with (ctl_history_describe()), or for a request it has no words for, from the
  * request's number (control.proto: 290..300 the firewall's, 340..346 the scripts'). */
@@ -1241,6 +1275,7 @@ void ctl_web_tick(struct ctl_web *w, struct ctl_ctx *ctx)
         w->fw_gen = ctl_fw_gen(ctx->fw);
         if (ctx->store)
             tick_script_log(w, ctx, false);
+        w->health_seq = ctl_health_last_seq();
         w->primed = true;
         w->last_sent_ms = web_now_ms();
     }
@@ -1254,6 +1289,7 @@ void ctl_web_tick(struct ctl_web *w, struct ctl_ctx *ctx)
         if (ctx->store)
             tick_script_log(w, ctx, false);
         w->fw_gen = ctl_fw_gen(ctx->fw);
+        w->health_seq = ctl_health_last_seq();
         w->watched = false;
         return;
     }
@@ -1268,8 +1304,10 @@ void ctl_web_tick(struct ctl_web *w, struct ctl_ctx *ctx)
     }
     if (ctx->stats)
         tick_events(w, ctx);
-    if (ctx->store)
+    if (ctx->store) {
         tick_script_log(w, ctx, true);
+        tick_health(w, ctx);
+    }
     now = web_now_ms();
     if (now >= w->next_slow_ms) {
         w->next_slow_ms = now + WEB_SLOW_MS;

@@ -220,6 +220,7 @@ bool ctl_webapi_read_only(const struct ctl_webapi_cmd *c)
     case FGX__CTL__REQUEST__REQ_SCRIPT_GET:
     case FGX__CTL__REQUEST__REQ_SCRIPT_LIST:
     case FGX__CTL__REQUEST__REQ_SCRIPT_LOG:
+    case FGX__CTL__REQUEST__REQ_SERVICE_LOG:
     case FGX__CTL__REQUEST__REQ_FW_LIST:
     case FGX__CTL__REQUEST__REQ_CERT:
         return true;
@@ -1066,4 +1067,9 @@ json_t *ctl_webapi_stats_json(const void *rep, size_t replen)
 json_t *ctl_webapi_script_log_json(const void *entry)
 {
     return cli_cmd_script_log_entry_json(entry);
+}
+
+json_t *ctl_webapi_health_json(const void *entry)
+{
+    return cli_cmd_health_entry_json(entry);
 }

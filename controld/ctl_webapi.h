@@ -46,6 +46,8 @@ int ctl_webapi_reply(const struct ctl_webapi_cmd *c, const void *req, size_t req
 json_t *ctl_webapi_event_json(const void *event /* const Fgx__Ctl__Event * */);
 json_t *ctl_webapi_stats_json(const void *rep, size_t replen);
 json_t *ctl_webapi_script_log_json(const void *entry /* const Fgx__Ctl__ScriptLogEntry * */);
+/* One health log entry as `service log --follow --json` prints it (the page's `health`). */
+json_t *ctl_webapi_health_json(const void *entry /* const Fgx__Ctl__HealthEntry * */);
 
 /* ---- for the tests and the documentation ---- */
 /* The i-th command of the API in table order (NULL past the end), its PATH, and the web names

@@ -18,6 +18,8 @@
 #include "controld/ctl_compile.h"
 #include "controld/ctl_conffile.h"
 #include "controld/ctl_fw.h"
+#include "controld/ctl_health_gap.h"
+#include "controld/ctl_health_store.h"
 #include "controld/ctl_history.h"
 #include "controld/ctl_listen.h"
 #include "controld/ctl_metrics.h"
@@ -699,6 +701,8 @@ static void run_loop(struct ctl_ctx *ctx, struct ctl_sup *sup, struct fgx_chan *
             usleep(LOOP_RECV_MS * 1000);
         }
         pending_poll(ctx, ctl, &pend);
+        /* The health log's new entries, in the turn they were noted (as events are). */
+        ctl_health_save(ctx->store, now_ms(), false);
         /* The web page's live messages: queued for its server's thread, never waited on. */
         ctl_web_tick(web, ctx);
         ctl_fw_tick(ctx->fw, ctx->store);
@@ -712,6 +716,8 @@ static void run_loop(struct ctl_ctx *ctx, struct ctl_sup *sup, struct fgx_chan *
         }
         if (respawned && ctl_apply_full(ctx, CTL_PUSH_TIMEOUT_MS) < 0)
             fgx_warn("the restarted nfqworker did not take the ruleset yet");
+        /* a worker down: its services' logs say whether their traffic passes or stops */
+        ctl_health_gap_poll(ctx, now_ms());
         if (ctx->worker_stale && now_ms() >= next_retry) {
             /* A worker that missed a generation would filter by an old set: resend it all. */
             if (ctl_apply_full(ctx, RETRY_TIMEOUT_MS) == 0)
@@ -800,6 +806,10 @@ int main(int argc, char **argv)
     rv = ctl_store_open(o.state_dir, 0, &ctx.store);
     if (rv < 0)
         goto out;
+    /* an unreadable log is said and starts empty: no reason not to filter */
+    (void)ctl_health_load(ctx.store);
+    ctl_health_note(0, CTL_HEALTH_INFO, "controld-started", 0, "controld %s started",
+                    FGX_VERSION);
     rv = ctl_auth_new(&auth);
     for (size_t i = 0; rv == 0 && i < o.nallow; i++)
         rv = ctl_auth_allow_add(auth, o.allow[i]);
@@ -989,6 +999,11 @@ out:
     ctl_stats_refresh(&ctx, STATS_TIMEOUT_MS);
     if (stats && ctl_stats_flush(stats, ctx.store, now_ms(), true) < 0)
         status = 1;
+    if (ctx.store) {
+        ctl_health_note(0, CTL_HEALTH_INFO, "controld-stopped", 0, "controld stopped");
+        if (ctl_health_save(ctx.store, now_ms(), true) < 0)
+            status = 1;
+    }
     /* Rules first: once nothing is queued, stopping the worker drops no packet in flight. */
     if (nft && ctl_nft_clear(nft) < 0)
         status = 1;

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "controld/ctl_health.h"
 #include "fgx/log.h"
 
 /* Store svc, put it in the reply and commit (apply: push to the workers and the rules too).
@@ -187,9 +188,9 @@ static void do_service_add(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
         goto out;
     (void)fgx_svcaddr_format(&svc.addrs[0], first, sizeof(first));
     if (!ctl_rpc_failed(r) || r->reply.code == FGX__CTL__CODE__CODE_UNAVAILABLE)
-        fgx_info("service %s (id %u) added: %s %s%s%s", svc.name, svc.id,
-                 ctl_rpc_proto_name(svc.ipproto), first,
-                 svc.naddrs > 1 ? " and more addresses" : "", svc.tls ? ", TLS" : "");
+        ctl_health_note(svc.id, CTL_HEALTH_INFO, "added", 0, "service %s added: %s %s%s%s",
+                        svc.name, ctl_rpc_proto_name(svc.ipproto), first,
+                        svc.naddrs > 1 ? " and more addresses" : "", svc.tls ? ", TLS" : "");
 out:
     ctl_tls_pem_release(&pem);
     ctl_txn_abort(t);
@@ -254,7 +255,8 @@ static void do_service_active(struct ctl_rpc *r, const char *ref, bool active)
     /* Even when nothing changed, applying again repairs a worker or rules gone astray. */
     ctl_rpc_finish(r, &t, true);
     if (changed && !ctl_rpc_failed(r))
-        fgx_info("service %s %s", svc.name, active ? "started" : "stopped");
+        ctl_health_note(svc.id, CTL_HEALTH_INFO, active ? "started" : "stopped", 0,
+                        "service %s %s", svc.name, active ? "started" : "stopped");
 out:
     ctl_txn_abort(t);
 }
@@ -279,7 +281,8 @@ static void do_service_rm(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
     }
     ctl_rpc_finish(r, &t, true);
     if (!ctl_rpc_failed(r))
-        fgx_info("service %s (id %u) removed", svc.name, svc.id);
+        ctl_health_note(svc.id, CTL_HEALTH_INFO, "removed", 0, "service %s (id %u) removed",
+                        svc.name, svc.id);
 out:
     ctl_txn_abort(t);
 }
@@ -309,7 +312,7 @@ static void do_service_set(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
     struct ctl_filter *fs = NULL;
     struct ctl_tls_pem pem = {0};
     bool tls_del = false;
-    struct ctl_service svc;
+    struct ctl_service svc, before;
     struct ctl_txn *t = NULL;
     size_t nfs = 0;
     int rv;
@@ -318,6 +321,7 @@ static void do_service_set(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
         return;
     if (ctl_rpc_service_resolve(r, t, a->ref, &svc) < 0)
         goto out;
+    before = svc;
     if ((a->has_port || a->ip) && svc.naddrs > 1) {
         ctl_rpc_fail(r, FGX__CTL__CODE__CODE_INVALID,
                      "service %s has %zu addresses: change them with service addr add|rm", svc.name,
@@ -441,9 +445,11 @@ static void do_service_set(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
     }
     if (service_commit(r, &t, &svc, true) < 0)
         goto out;
-    if (!ctl_rpc_failed(r))
+    if (!ctl_rpc_failed(r)) {
         fgx_info("service %s changed%s", svc.name,
                  pem.cert != NULL ? ": new TLS certificate" : tls_del ? ": TLS off" : "");
+        ctl_rpc_health_service_changed(&before, &svc);
+    }
 out:
     ctl_tls_pem_release(&pem);
     ctl_filters_free(fs, nfs);
@@ -514,7 +520,8 @@ static void do_service_addr(struct ctl_rpc *r, const Fgx__Ctl__ServiceAddrChange
     if (service_commit(r, &t, &svc, true) < 0)
         goto out;
     if (!ctl_rpc_failed(r) || r->reply.code == FGX__CTL__CODE__CODE_UNAVAILABLE)
-        fgx_info("service %s: address %s %s", svc.name, text, add ? "added" : "removed");
+        ctl_health_note(svc.id, CTL_HEALTH_INFO, "addresses", 0, "service %s: address %s %s",
+                        svc.name, text, add ? "added" : "removed");
 out:
     ctl_txn_abort(t);
 }

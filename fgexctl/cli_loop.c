@@ -256,3 +256,42 @@ int cli_loop_run(const struct cli_cmd *cmd, FILE *out)
     cli_rpc_release(&l.rpc);
     return status;
 }
+
+int cli_loop_follow(const struct cli_cmd *cmd, Fgx__Ctl__Request *req, protobuf_c_boolean *has_after,
+                    uint64_t *after_seq, unsigned period_ms, cli_loop_follow_fn print)
+{
+    struct cli_rpc rpc;
+    uint64_t last = 0;
+    int status = CLI_EXIT_OK;
+
+    cli_rpc_init(&rpc, cmd->url);
+    cli_rpc_set_trust(&rpc, cmd->fingerprint, cmd->ca);
+    for (;;) {
+        Fgx__Ctl__Reply *rep = NULL;
+        struct timespec ts = {.tv_sec = period_ms / 1000,
+                              .tv_nsec = (long)(period_ms % 1000) * 1000000L};
+
+        if (cli_rpc_request(&rpc, req, CLI_RPC_TIMEOUT_MS, &rep) < 0) {
+            (void)fprintf(stderr, CLI_PROG ": %s\n", rpc.err);
+            status = CLI_EXIT_ERROR;
+            break;
+        }
+        if (rep->code != FGX__CTL__CODE__CODE_OK) {
+            cli_fmt_error(stderr, rep);
+            status = cli_fmt_exit_code(rep->code);
+            fgx__ctl__reply__free_unpacked(rep, NULL);
+            break;
+        }
+        last = print(cmd, rep, last);
+        fgx__ctl__reply__free_unpacked(rep, NULL);
+        if (fflush(stdout) == EOF) {
+            status = CLI_EXIT_ERROR;
+            break;
+        }
+        *has_after = 1;
+        *after_seq = last;
+        (void)nanosleep(&ts, NULL);
+    }
+    cli_rpc_release(&rpc);
+    return status;
+}

@@ -4,6 +4,7 @@
 #ifndef CLI_LOOP_H
 #define CLI_LOOP_H
 
+#include <stdint.h>
 #include <stdio.h>
 
 #include "cli_args.h"
@@ -17,5 +18,15 @@
  * that nng's threads, created later, inherit the mask and the signal waits for the loop.
  * Returns fgexctl's exit status: 0 when interrupted, else why it stopped (enum cli_exit). */
 int cli_loop_run(const struct cli_cmd *cmd, FILE *out);
+
+/* The log followers (`script log --follow`, `service log --follow`): print one reply's
+ * entries newer than last on stdout; return the newest seq printed (last when none, 0 when the
+ * log started again: a controld with another store). */
+typedef uint64_t (*cli_loop_follow_fn)(const struct cli_cmd *cmd, const Fgx__Ctl__Reply *rep,
+                                       uint64_t last);
+/* Send req every period_ms until an error or a failed write, each time with *after_seq (and
+ * *has_after set) at the newest seq printed. Returns fgexctl's exit status. */
+int cli_loop_follow(const struct cli_cmd *cmd, Fgx__Ctl__Request *req, protobuf_c_boolean *has_after,
+                    uint64_t *after_seq, unsigned period_ms, cli_loop_follow_fn print);
 
 #endif

@@ -144,6 +144,8 @@ extern const struct cli_cmd_family cli_cmd_regex;
 /* A duration as --since takes it: digits with an optional unit s, m, h or d (seconds without).
  * Returns 0 or -EINVAL. (cmd_events.c) */
 int cli_cmd_parse_duration(const char *s, uint64_t *secs);
+/* --limit N: 1..999999999, else a usage error naming what is counted ("events"). (cmd_events.c) */
+int cli_cmd_parse_limit(struct cli_cmd *cmd, const char *v, const char *what, uint32_t *out);
 
 /* An offline command (CLI_CMD_OFFLINE: `regex test`): run it, printing to out and err, and
  * return the exit status. (cmd_regex.c) */
@@ -186,6 +188,15 @@ int cli_cmd_filter_test_build(struct cli_cmd *cmd, const struct cli_cmd_def *spe
                               const struct cli_args_raw *raw);
 int cli_cmd_filter_test_human(FILE *f, const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep);
 json_t *cli_cmd_filter_test_json(const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep);
+
+/* `service log` (cmd_svclog.c), in the service family's table; one entry as its --follow
+ * --json prints it (the page's live messages too). */
+extern const char cli_cmd_usage_service_log[];
+int cli_cmd_service_log_build(struct cli_cmd *cmd, const struct cli_cmd_def *spec,
+                              const struct cli_args_raw *raw);
+int cli_cmd_service_log_human(FILE *f, const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep);
+json_t *cli_cmd_service_log_json(const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep);
+json_t *cli_cmd_health_entry_json(const Fgx__Ctl__HealthEntry *e);
 
 /* Every family, NULL-terminated (cmd.c). */
 extern const struct cli_cmd_family *const cli_cmd_families[];

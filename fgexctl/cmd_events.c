@@ -87,15 +87,10 @@ static int build_events(struct cli_cmd *cmd, const struct cli_cmd_def *spec,
         m->service = (char *)raw->pos[0];
     }
     if ((v = cli_args_opt(raw, CLI_OPT_LIMIT))) {
-        unsigned long n;
-
-        /* Same digit-only rule as ports: strtoul would take "-1" as a huge number. */
-        if (!cli_args_all_digits(v) || strlen(v) > 9 || (n = strtoul(v, NULL, 10)) < 1)
-            return cli_args_fail(cmd, CLI_EXIT_INVALID,
-                                 "invalid --limit '%.60s': expected a number of events, at least 1",
-                                 v);
+        rc = cli_cmd_parse_limit(cmd, v, "events", &m->limit);
+        if (rc < 0)
+            return rc;
         m->has_limit = 1;
-        m->limit = (uint32_t)n;
     }
     cmd->follow = cli_args_opt(raw, CLI_OPT_FOLLOW) != NULL;
     if ((v = cli_args_opt(raw, CLI_OPT_TOP))) {
@@ -123,6 +118,19 @@ static int build_events(struct cli_cmd *cmd, const struct cli_cmd_def *spec,
         m->since_ns = secs * 1000000000ull >= m->since_ns ? 0 : m->since_ns - secs * 1000000000ull;
     }
     cmd->req.events = m;
+    return 0;
+}
+
+int cli_cmd_parse_limit(struct cli_cmd *cmd, const char *v, const char *what, uint32_t *out)
+{
+    unsigned long n;
+
+    /* Same digit-only rule as ports: strtoul would take "-1" as a huge number. */
+    if (!cli_args_all_digits(v) || strlen(v) > 9 || (n = strtoul(v, NULL, 10)) < 1)
+        return cli_args_fail(cmd, CLI_EXIT_INVALID,
+                             "invalid --limit '%.60s': expected a number of %s, at least 1", v,
+                             what);
+    *out = (uint32_t)n;
     return 0;
 }
 

@@ -15,6 +15,7 @@
 
 #include "cli_fmt.h"
 #include "cli_json.h"
+#include "cli_loop.h"
 #include "cli_rpc.h"
 
 #define CLI_SCRIPT_PYTHON "/usr/bin/python3"
@@ -390,50 +391,26 @@ static void print_entry(FILE *f, const Fgx__Ctl__ScriptLogEntry *e, bool json)
     }
 }
 
+static uint64_t follow_print(const struct cli_cmd *cmd, const Fgx__Ctl__Reply *rep, uint64_t last)
+{
+    if (rep->has_script_log_last && rep->script_log_last < last)
+        last = 0; /* controld restarted: its log starts again */
+    for (size_t i = 0; i < rep->n_script_log; i++)
+        if (rep->script_log[i]->seq > last) {
+            print_entry(stdout, rep->script_log[i], cmd->json);
+            last = rep->script_log[i]->seq;
+        }
+    return last;
+}
+
 static int run_follow(struct cli_cmd *cmd)
 {
     Fgx__Ctl__ScriptLogQuery q = *cmd->req.script_log;
     Fgx__Ctl__Request req = cmd->req;
-    struct cli_rpc rpc;
-    uint64_t last = 0;
-    int status = CLI_EXIT_OK;
 
     req.script_log = &q;
-    cli_rpc_init(&rpc, cmd->url);
-    cli_rpc_set_trust(&rpc, cmd->fingerprint, cmd->ca);
-    for (;;) {
-        Fgx__Ctl__Reply *rep = NULL;
-        struct timespec ts = {.tv_sec = 0, .tv_nsec = CLI_SCRIPT_FOLLOW_MS * 1000000L};
-
-        if (cli_rpc_request(&rpc, &req, CLI_RPC_TIMEOUT_MS, &rep) < 0) {
-            (void)fprintf(stderr, CLI_PROG ": %s\n", rpc.err);
-            status = CLI_EXIT_ERROR;
-            break;
-        }
-        if (rep->code != FGX__CTL__CODE__CODE_OK) {
-            cli_fmt_error(stderr, rep);
-            status = cli_fmt_exit_code(rep->code);
-            fgx__ctl__reply__free_unpacked(rep, NULL);
-            break;
-        }
-        if (rep->has_script_log_last && rep->script_log_last < last)
-            last = 0; /* controld restarted: its log starts again */
-        for (size_t i = 0; i < rep->n_script_log; i++)
-            if (rep->script_log[i]->seq > last) {
-                print_entry(stdout, rep->script_log[i], cmd->json);
-                last = rep->script_log[i]->seq;
-            }
-        fgx__ctl__reply__free_unpacked(rep, NULL);
-        if (fflush(stdout) == EOF) {
-            status = CLI_EXIT_ERROR;
-            break;
-        }
-        q.has_after_seq = 1;
-        q.after_seq = last;
-        (void)nanosleep(&ts, NULL);
-    }
-    cli_rpc_release(&rpc);
-    return status;
+    return cli_loop_follow(cmd, &req, &q.has_after_seq, &q.after_seq, CLI_SCRIPT_FOLLOW_MS,
+                           follow_print);
 }
 
 /* ---- output ---- */

@@ -1,4 +1,5 @@
-/* fgexctl, the service commands: add, list, show, start, stop, rm, rename, set, addr add|rm. */
+/* fgexctl, the service commands: add, list, show, start, stop, rm, rename, set, addr add|rm,
+ * and log (its builder and renderers in cmd_svclog.c). */
 #include "cmd.h"
 
 #include <errno.h>
@@ -35,6 +36,7 @@ static const char usage_service[] =
     "      [--tls-cert FILE --tls-key FILE] [--upstream tls|plain] [--no-tls]\n"
     "  addr add SERVICE ADDR[:PORT]\n"
     "  addr rm SERVICE ADDR[:PORT]\n"
+    "  log [SERVICE] [--follow] [--since DURATION] [--limit N]\n"
     "\n" CLI_SERVICE_HELP_NOTE "`fgexctl service COMMAND --help` for one command.\n";
 
 static const char usage_service_add[] =
@@ -749,6 +751,17 @@ static const struct cli_cmd_def service_cmds[] = {
      .build = build_service_addr,
      SERVICE_ONE,
      .flags = CLI_CMD_CHANGE},
+    {.group = "service",
+     .name = "log",
+     .req = FGX__CTL__REQUEST__REQ_SERVICE_LOG,
+     .npos = 1,
+     .pos_names = {"SERVICE"},
+     .pos_optional = true,
+     .opts = CLI_OPT_FOLLOW | CLI_OPT_SINCE | CLI_OPT_LIMIT,
+     .usage = cli_cmd_usage_service_log,
+     .build = cli_cmd_service_log_build,
+     .human = cli_cmd_service_log_human,
+     .json = cli_cmd_service_log_json},
     {.name = NULL},
 };
 

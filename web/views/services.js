@@ -1,12 +1,13 @@
 // Services (#/services): the list with live throughput, connections and blocks (the /api/live
 // stats), each service's traffic over the last hour (stats --history, so it shows what came
-// before the page was opened), add, start/stop, remove with undo; #/services/ID: one service's settings (edit) and
-// its filters (views/filters.js).
+// before the page was opened), add, start/stop, remove with undo; #/services/ID: one service's settings (edit),
+// its filters (views/filters.js) and its health log (views/svclog.js).
 import * as api from '../lib/api.js';
 import * as live from '../lib/live.js';
 import { h, clear, toast, confirmBox, fmtBytes, fmtCount } from '../lib/ui.js';
 import { sparkline, bucket } from '../lib/chart.js';
 import { filtersPanel } from './filters.js';
+import { healthPanel } from './svclog.js';
 
 const HISTORY = 60; // samples of throughput kept for a sparkline (one a second at most)
 
@@ -423,8 +424,10 @@ function renderOne(root, id) {
   const head = h('div', { class: 'toolbar' });
   const settings = h('div');
   const filters = h('div');
-  root.append(h('p', {}, h('a', { href: '#/services' }, '← Services')), head, filters, settings);
+  const health = h('div');
+  root.append(h('p', {}, h('a', { href: '#/services' }, '← Services')), head, filters, health, settings);
   let panelCleanup = null;
+  let healthCleanup = null;
   let svc = null;
   let formDirty = false;
   const draw = () => {
@@ -494,6 +497,9 @@ function renderOne(root, id) {
           const p = filtersPanel(svc);
           filters.append(p.el);
           panelCleanup = p.cleanup;
+          const hp = healthPanel(svc);
+          health.append(hp.el);
+          healthCleanup = hp.cleanup;
         }
       },
       (e) => {
@@ -508,6 +514,7 @@ function renderOne(root, id) {
   return () => {
     off();
     if (panelCleanup) panelCleanup();
+    if (healthCleanup) healthCleanup();
   };
 }
 
