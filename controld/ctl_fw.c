@@ -937,6 +937,34 @@ int ctl_fw_start(struct ctl_fw *fw, struct ctl_store *s)
     return rc;
 }
 
+struct ctl_fw_nft *ctl_fw_nft_of(struct ctl_fw *fw)
+{
+    return fw ? fw->nft : NULL;
+}
+
+int ctl_fw_restore(struct ctl_fw *fw, struct ctl_store *s)
+{
+    struct ctl_fw_conf c;
+    struct ctl_txn *t = NULL;
+    char err[512];
+    int rc;
+
+    rc = ctl_txn_begin(s, false, &t);
+    if (rc < 0)
+        return rc;
+    rc = ctl_fw_conf_load(t, &c);
+    ctl_txn_abort(t);
+    if (rc < 0)
+        return rc;
+    /* what the kernel holds is unknown now: the whole table, not a difference */
+    ctl_fw_nft_forget(fw->nft);
+    rc = ctl_fw_apply(fw, &c, err, sizeof(err));
+    if (rc < 0)
+        fgx_err("fw: restoring the firewall table: %s", err);
+    ctl_fw_conf_release(&c);
+    return rc;
+}
+
 void ctl_fw_tick(struct ctl_fw *fw, struct ctl_store *s)
 {
     if (!fw || !fw->pending || mono_ms() < fw->deadline_ms)
