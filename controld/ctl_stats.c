@@ -789,6 +789,16 @@ size_t ctl_stats_events(const struct ctl_stats *s, uint64_t after_seq, uint32_t 
     return n;
 }
 
+size_t ctl_stats_captures_drop(struct ctl_stats *s)
+{
+    size_t n = s->ncaps;
+
+    for (size_t i = 0; i < s->ncaps; i++)
+        free(s->caps[i].data);
+    s->ncaps = 0;
+    return n;
+}
+
 size_t ctl_stats_events_unsaved(const struct ctl_stats *s)
 {
     return s->unsaved;

@@ -264,6 +264,20 @@ bool ctl_store_reserve_held(const struct ctl_store *s)
     return s->reserve;
 }
 
+const char *ctl_store_space_text(int err)
+{
+    switch (err) {
+    case -EFBIG:
+        return "the state store's LMDB map is full";
+    case -EDQUOT:
+        return "the state store's disk quota is exceeded";
+    case -ENOSPC:
+        return "no space left on the state store's disk";
+    default:
+        return ctl_store_strerror(err);
+    }
+}
+
 void ctl_store_health_get(const struct ctl_store *s, struct ctl_store_health *out)
 {
     *out = s->health;
@@ -294,7 +308,7 @@ static void health_fail(struct ctl_store *s, const struct ctl_txn *t, int rv)
     ctl_health_note(0, CTL_HEALTH_ERROR, "store-full", 0,
                     "the state store cannot write (%s): %s was refused; events and counters wait "
                     "in memory and are written when there is room again",
-                    ctl_store_strerror(rv), what);
+                    ctl_store_space_text(rv), what);
 }
 
 /* A write committed: the spell ends, unless the background writer still cannot write. */

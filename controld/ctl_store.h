@@ -117,6 +117,8 @@ struct ctl_store_health {
     char what[64];     /* what the last refused write was */
 };
 void ctl_store_health_get(const struct ctl_store *s, struct ctl_store_health *out);
+/* A refusal for want of room in a few words: "the disk is full", "the LMDB map is full". */
+const char *ctl_store_space_text(int err);
 /* What the write transaction t does, for the health record (what is borrowed, a literal;
  * default "a change"); background: the events' and counters' flush. */
 void ctl_txn_label(struct ctl_txn *t, const char *what, bool background);

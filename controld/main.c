@@ -657,6 +657,18 @@ static int stop_flush(struct ctl_stats *stats, struct ctl_store *store)
 
     if ((rv == -ENOSPC || rv == -EDQUOT) && ctl_store_reserve_release(store))
         rv = ctl_stats_flush(stats, store, now_ms(), true);
+    if (rv == -ENOSPC || rv == -EDQUOT || rv == -EFBIG) {
+        /* still no room: the events before the blocked connections' captures */
+        size_t ncaps = ctl_stats_captures_drop(stats);
+
+        if (ncaps > 0) {
+            ctl_health_note(0, CTL_HEALTH_ERROR, "captures-lost", ncaps,
+                            "controld stopped on a full store: %zu blocked connections' captures "
+                            "were not written, to make room for their events",
+                            ncaps);
+            rv = ctl_stats_flush(stats, store, now_ms(), true);
+        }
+    }
     if (rv == 0) {
         if (unsaved > 0)
             fgx_info("%zu events that waited in memory were written at the stop", unsaved);

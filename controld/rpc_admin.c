@@ -47,7 +47,7 @@ static void status_health(struct ctl_rpc *r)
     st->store_degraded = sh.degraded;
     if (sh.degraded) {
         (void)snprintf(store_what, sizeof(store_what), "%s", sh.what);
-        st->store_error = (char *)ctl_store_strerror(sh.err);
+        st->store_error = (char *)ctl_store_space_text(sh.err);
         st->store_failed = store_what;
         st->has_store_since = 1;
         st->store_since = sh.since;
