@@ -32,6 +32,7 @@ struct ctl_store {
     struct ctl_store_health health;
     bool bg_failing; /* the background writer's last commit was refused */
     bool reserve;    /* the reserve file is in place */
+    bool reserve_on; /* controld keeps one (ctl_store_reserve_start()) */
 };
 
 struct ctl_txn {
@@ -223,7 +224,7 @@ static void reserve_make(struct ctl_store *s)
     char path[4200];
     int fd, rc;
 
-    if (s->reserve || !s->dir)
+    if (s->reserve || !s->reserve_on)
         return;
     reserve_path(s, path, sizeof(path));
     fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
@@ -241,6 +242,12 @@ static void reserve_make(struct ctl_store *s)
         return;
     }
     s->reserve = true;
+}
+
+void ctl_store_reserve_start(struct ctl_store *s)
+{
+    s->reserve_on = true;
+    reserve_make(s);
 }
 
 bool ctl_store_reserve_release(struct ctl_store *s)
@@ -384,7 +391,6 @@ int ctl_store_open(const char *dir, size_t mapsize, struct ctl_store **out)
     rv = commit_err(s, mdb_txn_commit(txn), "commit");
     if (rv < 0)
         goto err;
-    reserve_make(s);
     *out = s;
     return 0;
 err:

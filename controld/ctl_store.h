@@ -122,11 +122,13 @@ const char *ctl_store_space_text(int err);
 /* What the write transaction t does, for the health record (what is borrowed, a literal;
  * default "a change"); background: the events' and counters' flush. */
 void ctl_txn_label(struct ctl_txn *t, const char *what, bool background);
-/* The reserve: a file of CTL_STORE_RESERVE bytes beside the store, made when the store opens
- * (and again when a spell ends), so that at a stop on a full disk the events and counters still
+/* The reserve: a file of CTL_STORE_RESERVE bytes beside the store, made by
+ * ctl_store_reserve_start() (controld calls it once the store is open; again when a spell ends,
+ * if it could not be made), so that at a stop on a full disk the events and counters still
  * in memory have room: ctl_store_reserve_release() deletes it. Returns true when there was one.
  * ctl_store_reserve_held(): whether one is in place now. */
 #define CTL_STORE_RESERVE (1u << 20)
+void ctl_store_reserve_start(struct ctl_store *s);
 bool ctl_store_reserve_release(struct ctl_store *s);
 bool ctl_store_reserve_held(const struct ctl_store *s);
 

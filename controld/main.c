@@ -806,6 +806,8 @@ int main(int argc, char **argv)
     rv = ctl_store_open(o.state_dir, 0, &ctx.store);
     if (rv < 0)
         goto out;
+    /* room for the events in memory at a stop on a full disk */
+    ctl_store_reserve_start(ctx.store);
     rv = ctl_auth_new(&auth);
     for (size_t i = 0; rv == 0 && i < o.nallow; i++)
         rv = ctl_auth_allow_add(auth, o.allow[i]);

@@ -18,7 +18,10 @@
 static const char usage_status[] =
     "usage: fgexctl status\n"
     "\n"
-    "Show controld's version and uptime, the number of services, and its workers.\n";
+    "Show controld's version and uptime, the number of services, and its workers;\n"
+    "rules: how often controld put its nftables rules back after another program\n"
+    "removed them (the last gap, what was removed); store: ok, or DEGRADED while\n"
+    "the state store cannot write for want of room (events wait in memory).\n";
 
 static const char usage_version[] =
     "usage: fgexctl version\n"
@@ -269,10 +272,11 @@ static json_t *json_status(const Fgx__Ctl__Status *st)
 {
     json_t *o = json_status_base(st);
 
-    if (o) {
+    /* only from a controld that reports them */
+    if (o && st->has_rules_restored)
         json_object_set_new(o, "rules", json_status_rules(st));
+    if (o && st->has_store_degraded)
         json_object_set_new(o, "store", json_status_store(st));
-    }
     return o;
 }
 
