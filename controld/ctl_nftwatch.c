@@ -219,6 +219,31 @@ static bool own_port(const struct ctl_nftwatch *w, uint32_t portid)
     return portid == ctl_nft_portid(w->nft) || (fn && portid == ctl_fw_nft_portid(fn));
 }
 
+/* The changes that concern a table, how serious each is (the most serious one seen describes a
+ * restore), the attribute of the object's name (0: none) and the description: %1$s is the
+ * table, %2$s the object (or "" when it has none). */
+static const struct {
+    uint8_t msg;
+    int rank;
+    uint16_t name_type;
+    const char *fmt;
+} nf_kinds[] = {
+    {NFT_MSG_DELTABLE, 6, 0, "table inet %s%s deleted"},
+    {NFT_MSG_DELCHAIN, 5, 3, "chain %2$s of table inet %1$s deleted"},
+    {NFT_MSG_DELSET, 4, 2, "set %2$s of table inet %1$s deleted"},
+    {NFT_MSG_DELRULE, 3, 2, "a rule of chain %2$s (table inet %1$s) deleted"},
+    {NFT_MSG_DELSETELEM, 3, 2, "elements of set %2$s (table inet %1$s) deleted"},
+    {NFT_MSG_NEWRULE, 2, 2, "a rule added to chain %2$s (table inet %1$s)"},
+    {NFT_MSG_NEWCHAIN, 2, 3, "chain %2$s of table inet %1$s added or changed"},
+    {NFT_MSG_NEWTABLE, 1, 0, "table inet %s%s changed"},
+    {NFT_MSG_NEWSET, 1, 0, "table inet %s%s changed"},
+    {NFT_MSG_NEWSETELEM, 1, 0, "table inet %s%s changed"},
+    {NFT_MSG_NEWOBJ, 1, 0, "table inet %s%s changed"},
+    {NFT_MSG_DELOBJ, 1, 0, "table inet %s%s changed"},
+    {NFT_MSG_NEWFLOWTABLE, 1, 0, "table inet %s%s changed"},
+    {NFT_MSG_DELFLOWTABLE, 1, 0, "table inet %s%s changed"},
+};
+
 static void on_nf_msg(struct ctl_nftwatch *w, const struct nlmsghdr *nlh)
 {
     const struct nfgenmsg *g;
@@ -226,8 +251,9 @@ static void on_nf_msg(struct ctl_nftwatch *w, const struct nlmsghdr *nlh)
     struct nf_attrs a;
     uint8_t msg;
     int p, rank;
-    uint16_t name_type = 2;
+    uint16_t name_type;
     const char *fmt;
+    size_t k;
 
     if (NFNL_SUBSYS_ID(nlh->nlmsg_type) != NFNL_SUBSYS_NFTABLES ||
         mnl_nlmsg_get_payload_len(nlh) < sizeof(*g) || own_port(w, nlh->nlmsg_pid))
@@ -245,40 +271,14 @@ static void on_nf_msg(struct ctl_nftwatch *w, const struct nlmsghdr *nlh)
         }
         return;
     }
-    switch (msg) {
-    case NFT_MSG_DELTABLE:
-        rank = 6, name_type = 0, fmt = "table inet %s%s deleted";
-        break;
-    case NFT_MSG_DELCHAIN:
-        rank = 5, name_type = 3, fmt = "chain %2$s of table inet %1$s deleted";
-        break;
-    case NFT_MSG_DELSET:
-        rank = 4, fmt = "set %2$s of table inet %1$s deleted";
-        break;
-    case NFT_MSG_DELRULE:
-        rank = 3, fmt = "a rule of chain %2$s (table inet %1$s) deleted";
-        break;
-    case NFT_MSG_DELSETELEM:
-        rank = 3, fmt = "elements of set %2$s (table inet %1$s) deleted";
-        break;
-    case NFT_MSG_NEWRULE:
-        rank = 2, fmt = "a rule added to chain %2$s (table inet %1$s)";
-        break;
-    case NFT_MSG_NEWCHAIN:
-        rank = 2, name_type = 3, fmt = "chain %2$s of table inet %1$s added or changed";
-        break;
-    case NFT_MSG_NEWTABLE:
-    case NFT_MSG_NEWSET:
-    case NFT_MSG_NEWSETELEM:
-    case NFT_MSG_NEWOBJ:
-    case NFT_MSG_DELOBJ:
-    case NFT_MSG_NEWFLOWTABLE:
-    case NFT_MSG_DELFLOWTABLE:
-        rank = 1, name_type = 0, fmt = "table inet %s%s changed";
-        break;
-    default:
+    for (k = 0; k < sizeof(nf_kinds) / sizeof(nf_kinds[0]); k++)
+        if (nf_kinds[k].msg == msg)
+            break;
+    if (k == sizeof(nf_kinds) / sizeof(nf_kinds[0]))
         return;
-    }
+    rank = nf_kinds[k].rank;
+    name_type = nf_kinds[k].name_type;
+    fmt = nf_kinds[k].fmt;
     g = mnl_nlmsg_get_payload(nlh);
     if (g->nfgen_family != NFPROTO_INET)
         return;

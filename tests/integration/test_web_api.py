@@ -480,7 +480,7 @@ def web_status_shows_rules_restored_and_the_store(env):
     check(j, "the page's status never showed the restore")
     check("table inet fgex deleted" in j["rules"]["removed"], "removed: %r", j["rules"])
     check(j["rules"]["gap_ms"] < 1000, "gap %r", j["rules"]["gap_ms"])
-    env.ctl("service", "rm", "web-nw")
+    env.ctl("service", "rm", "--yes", "web-nw")
 
 if __name__ == "__main__":
     sys.exit(it.run_module("web_api", setup=setup, controld_args=ARGS))
