@@ -6,7 +6,6 @@ Each test puts controld's state directory on a small tmpfs it mounts under its o
 directory and unmounts at the end, fills it with a file, and makes blocks (events) with a burst
 of connections that each send the evil bytes.
 """
-import errno
 import os
 import signal
 import sys
@@ -16,19 +15,7 @@ import fgxit as it
 from fgxit import EVIL, SRV4, check, test
 
 
-def _fill(path):
-    """Write path until the file system says it is full."""
-    chunk = b"\0" * 65536
-    with open(path, "wb", buffering=0) as f:
-        while True:
-            try:
-                f.write(chunk)
-            except OSError as e:
-                if e.errno != errno.ENOSPC:
-                    raise
-                chunk = chunk[:len(chunk) // 2]
-                if not chunk:
-                    return
+_fill = it.fill_disk
 
 
 class SmallDisk:
