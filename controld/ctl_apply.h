@@ -44,6 +44,8 @@ struct ctl_ctx {
     /* ctl_stats_refresh() returns at once: the web server's live queries (ctl_web.c) read the
      * counters the loop refreshed at most a second ago, no extra worker round trip. */
     bool stats_no_refresh;
+    /* borrowed; the watch over fgex's tables (ctl_nftwatch.c); NULL: none (unit tests) */
+    struct ctl_nftwatch *watch;
 };
 
 /* Push rs to the workers and sync nftables, in the safe order (a worker that gains a service

@@ -910,17 +910,14 @@ out:
     return rc;
 }
 
-int ctl_fw_start(struct ctl_fw *fw, struct ctl_store *s)
+/* Apply the stored configuration (what: for the log, "" at start). */
+static int apply_stored(struct ctl_fw *fw, struct ctl_store *s, const char *what)
 {
     struct ctl_fw_conf c;
     struct ctl_txn *t = NULL;
     char err[512];
     int rc;
 
-    /* A change that waited for confirmation when controld stopped cannot be confirmed any
-     * more: it goes, as it would have at its deadline. */
-    if (revert(fw, s) < 0)
-        fgx_warn("fw: an unconfirmed firewall change could not be reverted");
     rc = ctl_txn_begin(s, false, &t);
     if (rc < 0)
         return rc;
@@ -930,11 +927,32 @@ int ctl_fw_start(struct ctl_fw *fw, struct ctl_store *s)
         return rc;
     rc = ctl_fw_apply(fw, &c, err, sizeof(err));
     if (rc < 0)
-        fgx_err("fw: %s", err);
+        fgx_err("fw: %s%s", what, err);
     else if (c.enabled && c.n > 0)
         fgx_info("fw: %zu firewall rules in place", c.n);
     ctl_fw_conf_release(&c);
     return rc;
+}
+
+int ctl_fw_start(struct ctl_fw *fw, struct ctl_store *s)
+{
+    /* A change that waited for confirmation when controld stopped cannot be confirmed any
+     * more: it goes, as it would have at its deadline. */
+    if (revert(fw, s) < 0)
+        fgx_warn("fw: an unconfirmed firewall change could not be reverted");
+    return apply_stored(fw, s, "");
+}
+
+struct ctl_fw_nft *ctl_fw_nft_of(struct ctl_fw *fw)
+{
+    return fw ? fw->nft : NULL;
+}
+
+int ctl_fw_restore(struct ctl_fw *fw, struct ctl_store *s)
+{
+    /* what the kernel holds is unknown now: the whole table, not a difference */
+    ctl_fw_nft_forget(fw->nft);
+    return apply_stored(fw, s, "restoring the firewall table: ");
 }
 
 void ctl_fw_tick(struct ctl_fw *fw, struct ctl_store *s)

@@ -136,5 +136,10 @@ void ctl_fw_pending_clear(struct ctl_fw *fw);
  * From the loop: revert once the deadline passed. */
 int ctl_fw_start(struct ctl_fw *fw, struct ctl_store *s);
 void ctl_fw_tick(struct ctl_fw *fw, struct ctl_store *s);
+/* The firewall's nftables table, for the watch (ctl_nftwatch.c): NULL when fw is. */
+struct ctl_fw_nft *ctl_fw_nft_of(struct ctl_fw *fw);
+/* Someone else changed or removed the table: write the stored configuration whole again.
+ * 0, or a negative errno (logged). */
+int ctl_fw_restore(struct ctl_fw *fw, struct ctl_store *s);
 
 #endif

@@ -1097,6 +1097,29 @@ err:
     return rc;
 }
 
+const char *ctl_fw_nft_table(const struct ctl_fw_nft *n)
+{
+    return n->table;
+}
+
+uint32_t ctl_fw_nft_portid(const struct ctl_fw_nft *n)
+{
+    return ctl_nftx_sock_portid(&n->sock);
+}
+
+bool ctl_fw_nft_present(const struct ctl_fw_nft *n)
+{
+    return n->cur != NULL;
+}
+
+void ctl_fw_nft_forget(struct ctl_fw_nft *n)
+{
+    if (n->cur)
+        view_release(n->cur);
+    free(n->cur);
+    n->cur = NULL;
+}
+
 void ctl_fw_nft_close(struct ctl_fw_nft *n)
 {
     if (!n)

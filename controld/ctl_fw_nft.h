@@ -54,5 +54,12 @@ struct ctl_fw_nft_stats {
 int ctl_fw_nft_apply(struct ctl_fw_nft *n, const struct ctl_fw_plan *p,
                      struct ctl_fw_nft_stats *st);
 void ctl_fw_nft_close(struct ctl_fw_nft *n);
+/* For the watch (ctl_nftwatch.c): the table's name, the port id its changes carry, whether the
+ * table exists as far as controld knows (the last apply made one), and forgetting what it holds
+ * so that the next apply writes it whole. */
+const char *ctl_fw_nft_table(const struct ctl_fw_nft *n);
+uint32_t ctl_fw_nft_portid(const struct ctl_fw_nft *n);
+bool ctl_fw_nft_present(const struct ctl_fw_nft *n);
+void ctl_fw_nft_forget(struct ctl_fw_nft *n);
 
 #endif

@@ -1424,6 +1424,43 @@ int ctl_nft_sync(struct ctl_nft *n, const struct ctl_nft_service *svcs, size_t n
     return ctl_nft_sync_layers(n, svcs, nsvcs, n->px, n->npx, n->px_port);
 }
 
+const char *ctl_nft_table(const struct ctl_nft *n)
+{
+    return n->table;
+}
+
+uint32_t ctl_nft_portid(const struct ctl_nft *n)
+{
+    return ctl_nftx_sock_portid(&n->sock);
+}
+
+bool ctl_nft_wanted(const struct ctl_nft *n)
+{
+    return n->nnfq + n->npx > 0;
+}
+
+bool ctl_nft_route_wanted(const struct ctl_nft *n)
+{
+    return n->npx > 0;
+}
+
+int ctl_nft_restore(struct ctl_nft *n)
+{
+    struct nft_sync_arg arg = {
+        .svcs = n->nfq, .nsvcs = n->nnfq, .px = n->px, .npx = n->npx, .px_port = n->px_port};
+    int rc;
+
+    if (!ctl_nft_wanted(n))
+        return 0;
+    if (n->npx > 0 && (rc = ctl_route_setup()) < 0)
+        return rc;
+    n->applied = false;
+    rc = tx_run(n, n->table, build_sync, &arg, false);
+    if (rc == 0)
+        n->applied = true;
+    return rc;
+}
+
 int ctl_nft_clear(struct ctl_nft *n)
 {
     int rc = ctl_nft_sync_layers(n, NULL, 0, NULL, 0, 0);

@@ -57,6 +57,18 @@ bool ctl_nft_synack_log(const struct ctl_nft *n);
  * the kernel's reason logged. */
 int ctl_nft_sync(struct ctl_nft *n, const struct ctl_nft_service *svcs, size_t nsvcs);
 
+/* For the watch (ctl_nftwatch.c): the table's name, the port id its changes carry, whether
+ * the table should exist now (services run on either layer) and whether the proxy layer's
+ * policy routing should (proxy-layer services run). */
+const char *ctl_nft_table(const struct ctl_nft *n);
+uint32_t ctl_nft_portid(const struct ctl_nft *n);
+bool ctl_nft_wanted(const struct ctl_nft *n);
+bool ctl_nft_route_wanted(const struct ctl_nft *n);
+/* Someone else changed or removed the table: write it whole again from the last lists applied,
+ * in one transaction, and the policy routing when the proxy layer needs it. Returns 0 or a
+ * negative errno (the kernel's reason logged). */
+int ctl_nft_restore(struct ctl_nft *n);
+
 /* Remove the fgex table if it exists. */
 int ctl_nft_clear(struct ctl_nft *n);
 

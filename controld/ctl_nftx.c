@@ -55,6 +55,11 @@ int ctl_nftx_sock_open(struct ctl_nftx_sock *s, uint32_t seq0)
     return 0;
 }
 
+uint32_t ctl_nftx_sock_portid(const struct ctl_nftx_sock *s)
+{
+    return s->nl ? mnl_socket_get_portid(s->nl) : 0;
+}
+
 void ctl_nftx_sock_close(struct ctl_nftx_sock *s)
 {
     if (s->nl)

@@ -34,6 +34,9 @@ struct ctl_nftx_sock {
  * seq0. Returns 0 or -errno (logged). */
 int ctl_nftx_sock_open(struct ctl_nftx_sock *s, uint32_t seq0);
 void ctl_nftx_sock_close(struct ctl_nftx_sock *s);
+/* The socket's netlink port id: the kernel's notifications of its changes carry it (the
+ * nftables watch, ctl_nftwatch.c, tells its own changes from others' by it). */
+uint32_t ctl_nftx_sock_portid(const struct ctl_nftx_sock *s);
 
 /* One transaction being built. */
 struct ctl_nftx {

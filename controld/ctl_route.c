@@ -72,7 +72,8 @@ static void route_msg(struct nlmsghdr *nlh, int family)
 }
 
 /* add: create (an existing one is fine); otherwise delete (a missing one is fine). */
-static int rt_one(struct mnl_socket *nl, uint32_t *seq, bool add, bool rule, int family)
+static int rt_one(struct mnl_socket *nl, uint32_t *seq, bool add, bool rule, int family,
+                  unsigned *created)
 {
     char buf[MNL_SOCKET_BUFFER_SIZE];
     struct nlmsghdr *nlh = mnl_nlmsg_put_header(buf);
@@ -89,6 +90,8 @@ static int rt_one(struct mnl_socket *nl, uint32_t *seq, bool add, bool rule, int
     else
         route_msg(nlh, family);
     rc = rt_call(nl, nlh);
+    if (add && rc == 0 && created)
+        (*created)++;
     if (add && rc == -EEXIST)
         rc = 0;
     if (!add && (rc == -ENOENT || rc == -ESRCH))
@@ -96,7 +99,7 @@ static int rt_one(struct mnl_socket *nl, uint32_t *seq, bool add, bool rule, int
     return rc;
 }
 
-static int rt_all(bool add)
+static int rt_all(bool add, unsigned *created)
 {
     static const int families[2] = {AF_INET, AF_INET6};
     struct mnl_socket *nl;
@@ -121,11 +124,11 @@ static int rt_all(bool add)
         /* Route before rule when adding, rule before route when removing: the rule never
          * points at an empty table. */
         if (add) {
-            r1 = rt_one(nl, &seq, true, false, families[i]);
-            r2 = r1 == 0 ? rt_one(nl, &seq, true, true, families[i]) : 0;
+            r1 = rt_one(nl, &seq, true, false, families[i], created);
+            r2 = r1 == 0 ? rt_one(nl, &seq, true, true, families[i], created) : 0;
         } else {
-            r2 = rt_one(nl, &seq, false, true, families[i]);
-            r1 = rt_one(nl, &seq, false, false, families[i]);
+            r2 = rt_one(nl, &seq, false, true, families[i], NULL);
+            r1 = rt_one(nl, &seq, false, false, families[i], NULL);
         }
         if (r1 == 0 && r2 == 0)
             continue;
@@ -146,10 +149,16 @@ out:
 
 int ctl_route_setup(void)
 {
-    return rt_all(true);
+    return rt_all(true, NULL);
+}
+
+int ctl_route_restore(unsigned *created)
+{
+    *created = 0;
+    return rt_all(true, created);
 }
 
 int ctl_route_teardown(void)
 {
-    return rt_all(false);
+    return rt_all(false, NULL);
 }

@@ -19,6 +19,9 @@
  * IPv6 gets the IPv4 half (logged). Returns 0 or a negative errno with the kernel's reason
  * logged. */
 int ctl_route_setup(void);
+/* The same, counting in *created the rules and routes that were missing (someone else removed
+ * them: the watch, ctl_nftwatch.c, puts them back). */
+int ctl_route_restore(unsigned *created);
 /* Remove both; what is already gone is fine. Returns 0 or a negative errno. */
 int ctl_route_teardown(void);
 

@@ -727,6 +727,7 @@ int ctl_stats_flush(struct ctl_stats *s, struct ctl_store *st, uint64_t now_ms, 
     rv = ctl_txn_begin(st, true, &t);
     if (rv < 0)
         goto out;
+    ctl_txn_label(t, "saving events and counters", true);
     if (s->unsaved > 0) {
         rv = flush_events(s, t);
         if (rv < 0)
@@ -870,6 +871,21 @@ size_t ctl_stats_events(const struct ctl_stats *s, uint64_t after_seq, uint32_t 
         out[n - 1 - i] = x;
     }
     return n;
+}
+
+size_t ctl_stats_captures_drop(struct ctl_stats *s)
+{
+    size_t n = s->ncaps;
+
+    for (size_t i = 0; i < s->ncaps; i++)
+        free(s->caps[i].data);
+    s->ncaps = 0;
+    return n;
+}
+
+size_t ctl_stats_events_unsaved(const struct ctl_stats *s)
+{
+    return s->unsaved;
 }
 
 size_t ctl_stats_events_kept(const struct ctl_stats *s)

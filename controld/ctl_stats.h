@@ -117,6 +117,11 @@ const struct ctl_worker_counters *ctl_stats_px_worker(const struct ctl_stats *s)
  * `limit` pointers; they point into s and stay valid until the next ingest. Returns the count. */
 size_t ctl_stats_events(const struct ctl_stats *s, uint64_t after_seq, uint32_t service_id,
                         const char *service, size_t limit, const struct ctl_event **out);
+/* The captures waiting to be written are given up (a stop on a full disk: the events come
+ * first). Returns how many. */
+size_t ctl_stats_captures_drop(struct ctl_stats *s);
+/* How many of them are in memory only (not written yet: the store refused). */
+size_t ctl_stats_events_unsaved(const struct ctl_stats *s);
 /* How many events are kept now (in memory, the newest). */
 size_t ctl_stats_events_kept(const struct ctl_stats *s);
 /* The newest seq assigned (0 before the first event). */

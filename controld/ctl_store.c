@@ -20,19 +20,28 @@
 #include <lmdb.h>
 
 #include "control.pb-c.h"
+#include "controld/ctl_health.h"
 #include "fgx/log.h"
 
 struct ctl_store {
     MDB_env *env;
     MDB_dbi services, filters, meta, dbcache, events, history, rates, captures;
     MDB_dbi scripts; /* service id -> its script filter file (ctl_script.c's record) */
-    MDB_dbi health;  /* (service id, seq) -> a health log entry (control.proto HealthEntry) */
+    MDB_dbi health_log; /* (service id, seq) -> a health log entry (control.proto HealthEntry) */
     size_t mapsize;
+    char *dir;
+    struct ctl_store_health health;
+    bool bg_failing; /* the background writer's last commit was refused */
+    bool reserve;    /* the reserve file is in place */
+    bool reserve_on; /* controld keeps one (ctl_store_reserve_start()) */
 };
 
 struct ctl_txn {
     struct ctl_store *s;
     MDB_txn *txn;
+    bool write, background;
+    const char *what;
+    int space_err; /* a put or delete refused for want of room (the map full) */
 };
 
 static const char meta_next_service[] = "next_service";
@@ -195,6 +204,138 @@ static int lock_file_reserve(const char *dir)
     return 0;
 }
 
+static bool space_err(int rv)
+{
+    return rv == -EFBIG || rv == -ENOSPC || rv == -EDQUOT;
+}
+
+static uint64_t unix_s(void)
+{
+    return (uint64_t)time(NULL);
+}
+
+static void reserve_path(const struct ctl_store *s, char *buf, size_t len)
+{
+    (void)snprintf(buf, len, "%s/reserve", s->dir);
+}
+
+/* Best effort: without room the store works, with less margin at a stop (logged). */
+static void reserve_make(struct ctl_store *s)
+{
+    char path[4200];
+    int fd, rc;
+
+    if (s->reserve || !s->reserve_on)
+        return;
+    reserve_path(s, path, sizeof(path));
+    fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd == -1) {
+        fgx_warn("state store: cannot make the reserve %s: %s", path, strerror(errno));
+        return;
+    }
+    rc = posix_fallocate(fd, 0, CTL_STORE_RESERVE);
+    close(fd);
+    if (rc != 0) {
+        fgx_warn("state store: no room for the reserve %s (%s): a stop on a full disk may "
+                 "lose the events still in memory",
+                 path, strerror(rc));
+        (void)unlink(path);
+        return;
+    }
+    s->reserve = true;
+}
+
+void ctl_store_reserve_start(struct ctl_store *s)
+{
+    s->reserve_on = true;
+    reserve_make(s);
+}
+
+bool ctl_store_reserve_release(struct ctl_store *s)
+{
+    char path[4200];
+
+    if (!s->reserve)
+        return false;
+    reserve_path(s, path, sizeof(path));
+    if (unlink(path) == -1 && errno != ENOENT) {
+        fgx_err("state store: cannot delete the reserve %s: %s", path, strerror(errno));
+        return false;
+    }
+    s->reserve = false;
+    fgx_info("state store: the reserve (%u KiB) was given up to make room", CTL_STORE_RESERVE >> 10);
+    return true;
+}
+
+bool ctl_store_reserve_held(const struct ctl_store *s)
+{
+    return s->reserve;
+}
+
+const char *ctl_store_space_text(int err)
+{
+    switch (err) {
+    case -EFBIG:
+        return "the state store's LMDB map is full";
+    case -EDQUOT:
+        return "the state store's disk quota is exceeded";
+    case -ENOSPC:
+        return "no space left on the state store's disk";
+    default:
+        return ctl_store_strerror(err);
+    }
+}
+
+void ctl_store_health_get(const struct ctl_store *s, struct ctl_store_health *out)
+{
+    *out = s->health;
+}
+
+void ctl_txn_label(struct ctl_txn *t, const char *what, bool background)
+{
+    t->what = what;
+    t->background = background;
+}
+
+/* A write refused for want of room: a spell starts (noted once) or goes on. */
+static void health_fail(struct ctl_store *s, const struct ctl_txn *t, int rv)
+{
+    struct ctl_store_health *h = &s->health;
+    const char *what = t->what ? t->what : "a change";
+
+    if (t->background)
+        s->bg_failing = true;
+    h->err = rv;
+    h->failures++;
+    (void)snprintf(h->what, sizeof(h->what), "%s", what);
+    if (h->degraded)
+        return;
+    h->degraded = true;
+    h->since = unix_s();
+    h->failures = 1;
+    ctl_health_note(0, CTL_HEALTH_ERROR, "store-full", 0,
+                    "the state store cannot write (%s): %s was refused; events and counters wait "
+                    "in memory and are written when there is room again",
+                    ctl_store_space_text(rv), what);
+}
+
+/* A write committed: the spell ends, unless the background writer still cannot write. */
+static void health_ok(struct ctl_store *s, const struct ctl_txn *t)
+{
+    struct ctl_store_health *h = &s->health;
+
+    if (t->background)
+        s->bg_failing = false;
+    if (!h->degraded || s->bg_failing)
+        return;
+    ctl_health_note(0, CTL_HEALTH_INFO, "store-ok", h->failures,
+                    "the state store writes again, after %llu s and %llu refused writes; what "
+                    "waited in memory is written",
+                    (unsigned long long)(unix_s() - h->since), (unsigned long long)h->failures);
+    *h = (struct ctl_store_health){0};
+    reserve_make(s);
+}
+
 int ctl_store_open(const char *dir, size_t mapsize, struct ctl_store **out)
 {
     struct ctl_store *s = calloc(1, sizeof(*s));
@@ -204,6 +345,11 @@ int ctl_store_open(const char *dir, size_t mapsize, struct ctl_store **out)
     if (!s)
         return -ENOMEM;
     s->mapsize = mapsize ? mapsize : CTL_STORE_MAPSIZE_DEFAULT;
+    s->dir = strdup(dir);
+    if (!s->dir) {
+        free(s);
+        return -ENOMEM;
+    }
     rv = mkdir_p(dir);
     if (rv == 0)
         rv = lock_file_reserve(dir);
@@ -240,7 +386,7 @@ int ctl_store_open(const char *dir, size_t mapsize, struct ctl_store **out)
     if (rv == 0)
         rv = store_err(mdb_dbi_open(txn, "scripts", MDB_CREATE, &s->scripts), "open scripts");
     if (rv == 0)
-        rv = store_err(mdb_dbi_open(txn, "health", MDB_CREATE, &s->health), "open health");
+        rv = store_err(mdb_dbi_open(txn, "health", MDB_CREATE, &s->health_log), "open health");
     if (rv < 0) {
         mdb_txn_abort(txn);
         goto err;
@@ -261,6 +407,7 @@ void ctl_store_close(struct ctl_store *s)
         return;
     if (s->env)
         mdb_env_close(s->env);
+    free(s->dir);
     free(s);
 }
 
@@ -272,6 +419,7 @@ int ctl_txn_begin(struct ctl_store *s, bool write, struct ctl_txn **out)
     if (!t)
         return -ENOMEM;
     t->s = s;
+    t->write = write;
     rv = store_err(mdb_txn_begin(s->env, NULL, write ? 0 : MDB_RDONLY, &t->txn), "begin");
     if (rv < 0) {
         free(t);
@@ -285,6 +433,10 @@ int ctl_txn_commit(struct ctl_txn *t)
 {
     int rv = commit_err(t->s, mdb_txn_commit(t->txn), "commit");
 
+    if (t->write && space_err(rv))
+        health_fail(t->s, t, rv);
+    else if (t->write && rv == 0)
+        health_ok(t->s, t);
     free(t);
     return rv;
 }
@@ -293,6 +445,9 @@ void ctl_txn_abort(struct ctl_txn *t)
 {
     if (!t)
         return;
+    /* a put refused for want of room ends here: its caller gave up the change */
+    if (t->write && t->space_err)
+        health_fail(t->s, t, t->space_err);
     mdb_txn_abort(t->txn);
     free(t);
 }
@@ -315,7 +470,11 @@ static int rec_put(struct ctl_txn *t, MDB_dbi dbi, const void *key, size_t klen,
     MDB_val k = {.mv_size = klen, .mv_data = (void *)key};
     MDB_val v = {.mv_size = dlen, .mv_data = (void *)data};
 
-    return store_err(mdb_put(t->txn, dbi, &k, &v, 0), "put");
+    int rv = store_err(mdb_put(t->txn, dbi, &k, &v, 0), "put");
+
+    if (space_err(rv))
+        t->space_err = rv;
+    return rv;
 }
 
 static int rec_del(struct ctl_txn *t, MDB_dbi dbi, const void *key, size_t klen)
@@ -325,7 +484,10 @@ static int rec_del(struct ctl_txn *t, MDB_dbi dbi, const void *key, size_t klen)
 
     if (rc == MDB_NOTFOUND)
         return -ENOENT;
-    return store_err(rc, "delete");
+    rc = store_err(rc, "delete");
+    if (space_err(rc))
+        t->space_err = rc;
+    return rc;
 }
 
 static int meta_u64_get(struct ctl_txn *t, const void *key, size_t klen, uint64_t *out)
@@ -1712,7 +1874,7 @@ int ctl_store_health_put(struct ctl_txn *t, const struct ctl_health_entry *e)
     fgx__ctl__health_entry__pack(&m, buf);
     be32_put(key, e->service_id);
     be64_put(key + 4, e->seq);
-    return rec_put(t, t->s->health, key, sizeof(key), buf, len);
+    return rec_put(t, t->s->health_log, key, sizeof(key), buf, len);
 }
 
 static int health_decode(const MDB_val *v, struct ctl_health_entry *out)
@@ -1752,7 +1914,7 @@ int ctl_store_health_list(struct ctl_txn *t, struct ctl_health_entry **out, size
 
     *out = NULL;
     *n = 0;
-    rv = store_err(mdb_cursor_open(t->txn, t->s->health, &cur), "cursor");
+    rv = store_err(mdb_cursor_open(t->txn, t->s->health_log, &cur), "cursor");
     if (rv < 0)
         return rv;
     for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
@@ -1794,7 +1956,7 @@ int ctl_store_health_trim(struct ctl_txn *t, uint32_t service_id, size_t keep)
     int rv, rc;
 
     be32_put(key, service_id);
-    rv = store_err(mdb_cursor_open(t->txn, t->s->health, &cur), "cursor");
+    rv = store_err(mdb_cursor_open(t->txn, t->s->health_log, &cur), "cursor");
     if (rv < 0)
         return rv;
     /* The service's records are one run of keys, oldest first: count them, then drop the

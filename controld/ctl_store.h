@@ -105,6 +105,34 @@ int ctl_txn_begin(struct ctl_store *s, bool write, struct ctl_txn **out);
 int ctl_txn_commit(struct ctl_txn *t);
 void ctl_txn_abort(struct ctl_txn *t);
 
+/* ---- a store short of room (issue 24) ----
+ * A write refused for want of room (the LMDB map or the disk full: -EFBIG, -ENOSPC, -EDQUOT)
+ * starts a spell of degraded health, noted in the health log (ctl_health.h) and shown by
+ * status; the next write that succeeds ends it, but a spell the background writer began (the
+ * events' and counters' flush, which retries by itself) ends only with its own success. */
+struct ctl_store_health {
+    bool degraded;
+    int err;           /* the last refusal's negative errno */
+    uint64_t since;    /* unix seconds of the spell's first refusal */
+    uint64_t failures; /* writes refused in the spell */
+    char what[64];     /* what the last refused write was */
+};
+void ctl_store_health_get(const struct ctl_store *s, struct ctl_store_health *out);
+/* A refusal for want of room in a few words: "the disk is full", "the LMDB map is full". */
+const char *ctl_store_space_text(int err);
+/* What the write transaction t does, for the health record (what is borrowed, a literal;
+ * default "a change"); background: the events' and counters' flush. */
+void ctl_txn_label(struct ctl_txn *t, const char *what, bool background);
+/* The reserve: a file of CTL_STORE_RESERVE bytes beside the store, made by
+ * ctl_store_reserve_start() (controld calls it once the store is open; again when a spell ends,
+ * if it could not be made), so that at a stop on a full disk the events and counters still
+ * in memory have room: ctl_store_reserve_release() deletes it. Returns true when there was one.
+ * ctl_store_reserve_held(): whether one is in place now. */
+#define CTL_STORE_RESERVE (1u << 20)
+void ctl_store_reserve_start(struct ctl_store *s);
+bool ctl_store_reserve_release(struct ctl_store *s);
+bool ctl_store_reserve_held(const struct ctl_store *s);
+
 /* Services. _put with id 0 allocates the next id (and sets created); names and (proto, port)
  * must be unique: -EEXIST otherwise. Lookups return -ENOENT quietly. _del removes the
  * service's filters and their counters too. _list: *out malloc'd (free()), ordered by id. */

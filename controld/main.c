@@ -20,10 +20,12 @@
 #include "controld/ctl_fw.h"
 #include "controld/ctl_health_gap.h"
 #include "controld/ctl_health_store.h"
+#include "controld/ctl_health.h"
 #include "controld/ctl_history.h"
 #include "controld/ctl_listen.h"
 #include "controld/ctl_metrics.h"
 #include "controld/ctl_nft.h"
+#include "controld/ctl_nftwatch.h"
 #include "controld/ctl_rpc.h"
 #include "controld/ctl_script_rt.h"
 #include "controld/ctl_script_sup.h"
@@ -679,6 +681,38 @@ static void pending_poll(struct ctl_ctx *ctx, struct fgx_chan *ctl, struct pendi
     serve_one(ctx, ctl, p, p->req, &p->peer, p->buf, p->len);
 }
 
+/* The last write at a stop: on a full disk, the reserve beside the store (ctl_store.h) is given
+ * up so that the events and counters still in memory fit; what does not fit is counted. */
+static int stop_flush(struct ctl_stats *stats, struct ctl_store *store)
+{
+    size_t unsaved = ctl_stats_events_unsaved(stats);
+    int rv = ctl_stats_flush(stats, store, now_ms(), true);
+
+    if ((rv == -ENOSPC || rv == -EDQUOT) && ctl_store_reserve_release(store))
+        rv = ctl_stats_flush(stats, store, now_ms(), true);
+    if (rv == -ENOSPC || rv == -EDQUOT || rv == -EFBIG) {
+        /* still no room: the events before the blocked connections' captures */
+        size_t ncaps = ctl_stats_captures_drop(stats);
+
+        if (ncaps > 0) {
+            ctl_health_note(0, CTL_HEALTH_ERROR, "captures-lost", ncaps,
+                            "controld stopped on a full store: %zu blocked connections' captures "
+                            "were not written, to make room for their events",
+                            ncaps);
+            rv = ctl_stats_flush(stats, store, now_ms(), true);
+        }
+    }
+    if (rv == 0) {
+        if (unsaved > 0)
+            fgx_info("%zu events that waited in memory were written at the stop", unsaved);
+        return 0;
+    }
+    ctl_health_note(0, CTL_HEALTH_ERROR, "events-lost", ctl_stats_events_unsaved(stats),
+                    "controld stopped with %zu events it could not write (%s): they are lost",
+                    ctl_stats_events_unsaved(stats), ctl_store_strerror(rv));
+    return rv;
+}
+
 static void run_loop(struct ctl_ctx *ctx, struct ctl_sup *sup, struct fgx_chan *ctl,
                      struct ctl_metrics *metrics, struct ctl_web *web)
 {
@@ -706,6 +740,8 @@ static void run_loop(struct ctl_ctx *ctx, struct ctl_sup *sup, struct fgx_chan *
         /* The web page's live messages: queued for its server's thread, never waited on. */
         ctl_web_tick(web, ctx);
         ctl_fw_tick(ctx->fw, ctx->store);
+        /* fgex's tables removed by another program come back within a turn or two */
+        ctl_nftwatch_tick(ctx->watch, ctx->store, now_ms());
         ctl_script_sup_poll();
         ctl_sup_poll(sup, &respawned);
         if (ctx->px_sup) {
@@ -747,6 +783,7 @@ int main(int argc, char **argv)
     struct ctl_ctx ctx = {0};
     struct ctl_nft *nft = NULL;
     struct ctl_fw *fw = NULL;
+    struct ctl_nftwatch *watch = NULL;
     struct ctl_fw_guard guard;
     struct ctl_sup *sup = NULL, *px_sup = NULL;
     struct ctl_stats *stats = NULL;
@@ -810,6 +847,8 @@ int main(int argc, char **argv)
     (void)ctl_health_load(ctx.store);
     ctl_health_note(0, CTL_HEALTH_INFO, "controld-started", 0, "controld %s started",
                     FGX_VERSION);
+    /* room for the events in memory at a stop on a full disk */
+    ctl_store_reserve_start(ctx.store);
     rv = ctl_auth_new(&auth);
     for (size_t i = 0; rv == 0 && i < o.nallow; i++)
         rv = ctl_auth_allow_add(auth, o.allow[i]);
@@ -972,6 +1011,12 @@ int main(int argc, char **argv)
         fgx_warn("the nfqworker has not confirmed the ruleset yet; it will get it when it is up");
     if (ctl_fw_start(fw, ctx.store) < 0)
         fgx_warn("the firewall rules are not in place (see above)");
+    /* From now on a table someone else removes is put back (ctl_nftwatch.h). */
+    if (ctl_nftwatch_open(nft, fw, &watch) < 0)
+        ctl_health_note(0, CTL_HEALTH_ERROR, "rules-unwatched", 0,
+                        "controld cannot watch its nftables tables: if another program removes "
+                        "them, traffic passes unfiltered until controld restarts");
+    ctx.watch = watch;
     fgx_info("controld %s listening on %s (queues from %u, %u threads, %s queue)", CTL_VERSION, url,
              o.queue_base, o.threads, ctl_nft_native_queue(nft) ? "native" : "compat");
     if (ready_fd != -1) {
@@ -992,12 +1037,15 @@ out:
      * callbacks read auth. */
     ctl_web_stop(web);
     fgx_chan_close(ctl);
+    /* controld's own removal of its rules below is not someone else's */
+    ctl_nftwatch_free(watch);
+    ctx.watch = NULL;
     ctl_auth_free(auth);
     ctl_tls_release(&tls);
     ctl_metrics_stop(metrics);
     /* The worker's counts since its last report, then everything to disk. */
     ctl_stats_refresh(&ctx, STATS_TIMEOUT_MS);
-    if (stats && ctl_stats_flush(stats, ctx.store, now_ms(), true) < 0)
+    if (stats && stop_flush(stats, ctx.store) < 0)
         status = 1;
     if (ctx.store) {
         ctl_health_note(0, CTL_HEALTH_INFO, "controld-stopped", 0, "controld stopped");

@@ -13,6 +13,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "controld/ctl_nftwatch.h"
+#include "controld/ctl_stats.h"
 #include "fgx/log.h"
 
 /* The TLS listeners that are on, into r->listeners (ctl_listen.h). */
@@ -54,6 +56,51 @@ static void status_listeners(struct ctl_rpc *r)
     r->status.listeners = r->listener_ptrs;
 }
 
+/* What fgex had to put right by itself (issue 24): rules restored, a store short of room. The
+ * strings are copies that live until the next status (the loop packs a reply before it serves
+ * the next request). */
+static void status_health(struct ctl_rpc *r)
+{
+    static char rules_what[sizeof(((struct ctl_nftwatch_info *)0)->last_what)];
+    static char store_what[sizeof(((struct ctl_store_health *)0)->what)];
+    struct ctl_nftwatch_info wi;
+    struct ctl_store_health sh;
+    Fgx__Ctl__Status *st = &r->status;
+
+    ctl_nftwatch_get(r->ctx->watch, &wi);
+    st->has_rules_restored = 1;
+    st->rules_restored = wi.restores;
+    st->has_rules_restored_last = 1;
+    st->rules_restored_last = wi.last_ns / 1000000000u;
+    st->has_rules_gap_ms = 1;
+    st->rules_gap_ms = wi.last_gap_ms;
+    st->has_rules_gap_max_ms = 1;
+    st->rules_gap_max_ms = wi.max_gap_ms;
+    st->has_rules_fight = 1;
+    st->rules_fight = wi.fighting;
+    if (wi.restores > 0) {
+        /* the reply is packed before the next request: a static copy is enough */
+        (void)snprintf(rules_what, sizeof(rules_what), "%s", wi.last_what);
+        st->rules_removed = rules_what;
+    }
+    ctl_store_health_get(r->ctx->store, &sh);
+    st->has_store_degraded = 1;
+    st->store_degraded = sh.degraded;
+    if (sh.degraded) {
+        (void)snprintf(store_what, sizeof(store_what), "%s", sh.what);
+        st->store_error = (char *)ctl_store_space_text(sh.err);
+        st->store_failed = store_what;
+        st->has_store_since = 1;
+        st->store_since = sh.since;
+        st->has_store_failures = 1;
+        st->store_failures = sh.failures;
+    }
+    if (r->ctx->stats) {
+        st->has_events_unsaved = 1;
+        st->events_unsaved = ctl_stats_events_unsaved(r->ctx->stats);
+    }
+}
+
 static void do_status(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
 {
     (void)q;
@@ -87,6 +134,7 @@ static void do_status(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
     r->status.n_workers = ctl_rpc_reply_workers(r);
     r->status.workers = r->workers;
     status_listeners(r);
+    status_health(r);
     r->reply.status = &r->status;
 }
 

@@ -76,7 +76,8 @@ host_mirror() {
       END { if (!done && uri != "" && ok) print uri }' "$f"
   done
 }
-mirror=${FRESH_MIRROR:-$(host_mirror | head -n1)}
+# sed -n 1p, not head: it reads to the end, so the writer never dies of SIGPIPE under pipefail
+mirror=${FRESH_MIRROR:-$(host_mirror | sed -n 1p)}
 [[ -n $mirror ]] || die "no $suite mirror in /etc/apt/sources.list*: set FRESH_MIRROR"
 
 if ! command -v debootstrap >/dev/null; then
@@ -86,7 +87,8 @@ if ! command -v debootstrap >/dev/null; then
 fi
 
 # Never delete a root something is still mounted in (its /dev would be the host's).
-if findmnt -rn -o TARGET | grep -q "^$root/"; then
+# (grep without -q reads to the end: findmnt never dies of SIGPIPE under pipefail)
+if findmnt -rn -o TARGET | grep "^$root/" >/dev/null; then
   die "something is still mounted under $root: unmount it first"
 fi
 rm -rf "$root"

@@ -18,7 +18,9 @@ fi
 # controld's options, from the synopsis of its --help: "[--name ARG]" takes a value,
 # "[--name]" is a flag. Generic, so that a new option is a setting at once.
 declare -A takes_value=()
-synopsis=$("$bin/controld" --help | sed -n '/^defaults:/q;p')
+# (sed reads its input to the end: a reader that quits early would kill --help with SIGPIPE,
+# which pipefail turns into a failed `make run`, issue 24)
+synopsis=$("$bin/controld" --help | sed '/^defaults:/,$d')
 while read -r name rest; do
   if [[ $rest == \]* ]]; then takes_value[$name]=0; else takes_value[$name]=1; fi
 done < <(grep -oE -- '--[a-z][a-z-]*(\]| [^-[])' <<<"$synopsis" | sed -E 's/^--//; s/(\]| .)$/ \1/')

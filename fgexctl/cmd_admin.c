@@ -7,6 +7,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cli_fmt.h"
 #include "cli_json.h"
@@ -17,7 +18,10 @@
 static const char usage_status[] =
     "usage: fgexctl status\n"
     "\n"
-    "Show controld's version and uptime, the number of services, and its workers.\n";
+    "Show controld's version and uptime, the number of services, and its workers;\n"
+    "rules: how often controld put its nftables rules back after another program\n"
+    "removed them (the last gap, what was removed); store: ok, or DEGRADED while\n"
+    "the state store cannot write for want of room (events wait in memory).\n";
 
 static const char usage_version[] =
     "usage: fgexctl version\n"
@@ -173,6 +177,50 @@ static void human_status_listeners(FILE *f, const Fgx__Ctl__Status *st)
     }
 }
 
+/* What fgex put right by itself, and a store short of room (issue 24). */
+static void human_status_health(FILE *f, const Fgx__Ctl__Status *st)
+{
+    char line[512], when[64], dur[64];
+
+    if (st->has_rules_restored) {
+        if (st->rules_restored == 0) {
+            cli_fmt_kv(f, "rules:", "in place (never restored)");
+        } else {
+            cli_fmt_time(st->rules_restored_last * 1000000000ull, false, when, sizeof(when));
+            (void)snprintf(line, sizeof(line),
+                           "restored %" PRIu64 " times, last at %s after a gap of %" PRIu64
+                           " ms (longest %" PRIu64 " ms)%s",
+                           st->rules_restored, when, st->rules_gap_ms, st->rules_gap_max_ms,
+                           st->rules_fight ? "; another program keeps removing them: restored "
+                                             "at most once a second"
+                                           : "");
+            cli_fmt_kv(f, "rules:", line);
+            if (st->rules_removed && *st->rules_removed)
+                cli_fmt_kv_str(f, "removed:", st->rules_removed);
+        }
+    }
+    if (st->has_store_degraded && st->store_degraded) {
+        cli_fmt_time(st->store_since * 1000000000ull, false, when, sizeof(when));
+        cli_fmt_duration((uint64_t)time(NULL) > st->store_since
+                             ? (uint64_t)time(NULL) - st->store_since
+                             : 0,
+                         dur, sizeof(dur));
+        (void)snprintf(line, sizeof(line),
+                       "DEGRADED since %s (%s): %s; last refused: %s (%" PRIu64 " refused)",
+                       when, dur, st->store_error ? st->store_error : "writes fail",
+                       st->store_failed ? st->store_failed : "a write", st->store_failures);
+        cli_fmt_kv(f, "store:", line);
+    } else if (st->has_store_degraded) {
+        cli_fmt_kv(f, "store:", "ok");
+    }
+    if (st->has_events_unsaved && st->events_unsaved > 0) {
+        (void)snprintf(line, sizeof(line),
+                       "%" PRIu64 " in memory only, written when the store has room again",
+                       st->events_unsaved);
+        cli_fmt_kv(f, "events:", line);
+    }
+}
+
 static int human_status(FILE *f, const Fgx__Ctl__Status *st)
 {
     static const char *const heads[] = {"KIND", "PID", "STATE", "GENERATION", "RESTARTS"};
@@ -191,6 +239,7 @@ static int human_status(FILE *f, const Fgx__Ctl__Status *st)
     if (st->has_threads)
         cli_fmt_kv_u64(f, "threads:", st->threads);
     human_status_listeners(f, st);
+    human_status_health(f, st);
     if (st->n_workers == 0) {
         cli_fmt_kv(f, "workers:", "none");
         return 0;
@@ -240,7 +289,43 @@ static json_t *json_status_worker(const void *p)
                      cli_json_int(w->generation), "restarts", cli_json_int(w->restarts));
 }
 
+static json_t *json_status_base(const Fgx__Ctl__Status *st);
+
+static json_t *json_status_rules(const Fgx__Ctl__Status *st)
+{
+    if (!st->has_rules_restored)
+        return json_null();
+    return json_pack("{s:I, s:I, s:I, s:I, s:o, s:b}", "restored", cli_json_int(st->rules_restored),
+                     "last", cli_json_int(st->rules_restored_last), "gap_ms",
+                     cli_json_int(st->rules_gap_ms), "gap_max_ms",
+                     cli_json_int(st->rules_gap_max_ms), "removed",
+                     cli_json_str_or_null(st->rules_removed), "fight", st->rules_fight);
+}
+
+static json_t *json_status_store(const Fgx__Ctl__Status *st)
+{
+    if (!st->has_store_degraded)
+        return json_null();
+    return json_pack("{s:b, s:o, s:o, s:I, s:I, s:I}", "degraded", st->store_degraded, "error",
+                     cli_json_str_or_null(st->store_error), "failed",
+                     cli_json_str_or_null(st->store_failed), "since",
+                     cli_json_int(st->store_since), "failures", cli_json_int(st->store_failures),
+                     "events_unsaved", cli_json_int(st->events_unsaved));
+}
+
 static json_t *json_status(const Fgx__Ctl__Status *st)
+{
+    json_t *o = json_status_base(st);
+
+    /* only from a controld that reports them */
+    if (o && st->has_rules_restored)
+        json_object_set_new(o, "rules", json_status_rules(st));
+    if (o && st->has_store_degraded)
+        json_object_set_new(o, "store", json_status_store(st));
+    return o;
+}
+
+static json_t *json_status_base(const Fgx__Ctl__Status *st)
 {
     return json_pack(
         "{s:o, s:I, s:I, s:I, s:o, s:o, s:o, s:o}", "version", cli_json_str(st->version), "uptime",

@@ -32,7 +32,7 @@ for bin in "${bins[@]}"; do
   failed=$((failed + t - p))
   if ((t != p)) || ((rc != 0)); then
     echo "FAIL $name: $t tested, $p passing (exit $rc)"
-    sed 's/\x1b\[[0-9;]*m//g' <<<"$out" | grep -E '^\[(----|FAIL)\]' | sed 's/^/    | /' | head -n 60
+    sed 's/\x1b\[[0-9;]*m//g' <<<"$out" | grep -E '^\[(----|FAIL)\]' | sed 's/^/    | /' | sed -n 1,60p
     # a non-zero exit with every test passing (e.g. a leak report) is a failure too
     ((t == p)) && failed=$((failed + 1))
   else

@@ -174,6 +174,8 @@ function showShell() {
   );
   const liveState = h('span', { class: 'live-state', 'data-test': 'live-state', 'data-state': 'connecting' }, 'connecting…');
   const version = h('span', { 'data-test': 'version' }, 'controld …');
+  // what fgex put right by itself or cannot (issue 24): empty while all is well
+  const health = h('span', { class: 'health-state', 'data-test': 'status-health' }, '');
   const main = h('main', { id: 'view', tabindex: '-1' });
   root.append(
     h(
@@ -204,16 +206,28 @@ function showShell() {
       ),
     ),
     main,
-    h('footer', { class: 'status', 'data-test': 'status-bar' }, version, ' · ', liveState),
+    h('footer', { class: 'status', 'data-test': 'status-bar' }, version, ' · ', liveState, health),
   );
   shell = { nav, main, liveState, version, menuButton };
-  api
-    .get('status')
-    .then((s) => {
-      version.textContent = `controld ${s.version}`;
-      version.title = `${s.services} services, ${s.services_active} active, up ${s.uptime} s`;
-    })
-    .catch(() => {});
+  const showStatus = () =>
+    api
+      .get('status')
+      .then((s) => {
+        version.textContent = `controld ${s.version}`;
+        version.title = `${s.services} services, ${s.services_active} active, up ${s.uptime} s`;
+        const bad = [];
+        if (s.store && s.store.degraded) bad.push(`store degraded: ${s.store.error}`);
+        if (s.rules && s.rules.fight) bad.push('another program keeps removing the rules');
+        else if (s.rules && s.rules.restored) bad.push(`rules restored ${s.rules.restored}×`);
+        health.textContent = bad.length ? ` · ${bad.join(' · ')}` : '';
+        health.dataset.state = s.store && s.store.degraded ? 'error' : bad.length ? 'warn' : 'ok';
+      })
+      .catch(() => {});
+  showStatus();
+  const statusTimer = setInterval(() => {
+    if (shell) showStatus();
+  }, 5000);
+  unsubs.push(() => clearInterval(statusTimer));
   unsubs.push(live.on('logout', () => showLogin('Your session ended.')));
   live.start(setLiveState);
   route();

@@ -11,6 +11,7 @@ and a closing `RESULT passed=N failed=N skipped=N` that run.sh adds up.
 """
 import atexit
 import base64
+import errno
 import json
 import os
 import queue
@@ -499,6 +500,21 @@ def proc_state(pid):
 
 def dgrams(h):
     return [d64(e["data"]) for e in h.all("dgram")]
+
+
+def fill_disk(path):
+    """Write path until its file system says it is full (the full-disk tests)."""
+    chunk = b"\0" * 65536
+    with open(path, "wb", buffering=0) as f:
+        while True:
+            try:
+                f.write(chunk)
+            except OSError as e:
+                if e.errno != errno.ENOSPC:
+                    raise
+                chunk = chunk[:len(chunk) // 2]
+                if not chunk:
+                    return
 
 
 # ---- assertions -----------------------------------------------------------------------------------

@@ -34,7 +34,7 @@ for mod in "${mods[@]}"; do
   out=$(mktemp)
   # a module may ask for more time than the default with a line "# fgx-it-timeout: SECONDS"
   limit=$per_module_timeout
-  own=$(sed -nE 's/^# fgx-it-timeout: ([0-9]+)$/\1/p' "$mod" | head -n1)
+  own=$(sed -nE 's/^# fgx-it-timeout: ([0-9]+)$/\1/p' "$mod" | sed -n 1p)
   [[ -n $own && $own -gt $limit ]] && limit=$own
   timeout -k 10 "$limit" "$py" "$mod" 2>&1 | tee "$out"
   rc=${PIPESTATUS[0]}

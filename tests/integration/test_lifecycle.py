@@ -3,7 +3,6 @@
 service, a killed worker is restarted with the full state, and controld restarted from the same
 state directory filters again with no command from anyone (and removed its rules meanwhile). A
 full disk under the state directory refuses changes clearly and loses nothing."""
-import errno
 import os
 import signal
 import sys
@@ -131,19 +130,7 @@ def controld_restart_keeps_filtering(env):
           p.stdout + p.stderr)
 
 
-def _fill(path):
-    """Write path until the file system says it is full."""
-    chunk = b"\0" * 65536
-    with open(path, "wb", buffering=0) as f:
-        while True:
-            try:
-                f.write(chunk)
-            except OSError as e:
-                if e.errno != errno.ENOSPC:
-                    raise
-                chunk = chunk[:len(chunk) // 2]
-                if not chunk:
-                    return
+_fill = it.fill_disk
 
 
 @test

@@ -461,5 +461,26 @@ def web_controld_stops_cleanly_with_open_pages(env):
     expect(W().req("GET", "/api/session", cookie=tok), 401, "a session across a restart")
 
 
+
+@test
+def web_status_shows_rules_restored_and_the_store(env):
+    # issue 24: what the page's status bar and admin view read
+    _, port = env.service("web-nw", "tcp")
+    env.filter("web-nw")
+    tok, _, _ = login()
+    r = expect(W().req("GET", "/api/cmd/status", cookie=tok), 200, "GET status")
+    before = r["json"]["rules"]["restored"]
+    check(r["json"]["store"]["degraded"] is False, "store: %r", r["json"]["store"])
+    it.sh("ip", "netns", "exec", env.srv, "nft", "flush", "ruleset")
+
+    def restored():
+        j = expect(W().req("GET", "/api/cmd/status", cookie=tok), 200, "GET status")["json"]
+        return j if j["rules"]["restored"] > before else None
+    j = it.wait_until(restored, timeout=3)
+    check(j, "the page's status never showed the restore")
+    check("table inet fgex deleted" in j["rules"]["removed"], "removed: %r", j["rules"])
+    check(j["rules"]["gap_ms"] < 1000, "gap %r", j["rules"]["gap_ms"])
+    env.ctl("service", "rm", "--yes", "web-nw")
+
 if __name__ == "__main__":
     sys.exit(it.run_module("web_api", setup=setup, controld_args=ARGS))

@@ -852,6 +852,58 @@ Test(cli, status_shows_the_listeners)
     free(out);
 }
 
+/* issue 24: rules restored and a degraded store, in both renderings */
+Test(cli, status_rules_and_store)
+{
+    Fgx__Ctl__Status st = FGX__CTL__STATUS__INIT;
+    Fgx__Ctl__Reply rep = FGX__CTL__REPLY__INIT;
+    Fgx__Ctl__Request req = request_of(FGX__CTL__REQUEST__REQ_STATUS, NULL);
+    char *out;
+
+    st.version = "0.1.0";
+    st.has_rules_restored = st.has_rules_restored_last = st.has_rules_gap_ms = 1;
+    st.has_rules_gap_max_ms = st.has_rules_fight = 1;
+    st.rules_restored = 3;
+    st.rules_restored_last = 1796169726;
+    st.rules_gap_ms = 104;
+    st.rules_gap_max_ms = 250;
+    st.rules_removed = "table inet fgex deleted by nft (pid 42)";
+    st.has_store_degraded = st.has_store_since = st.has_store_failures = 1;
+    st.store_degraded = 1;
+    st.store_error = "no space left on the state store's disk";
+    st.store_failed = "saving events and counters";
+    st.store_since = 1796169000;
+    st.store_failures = 7;
+    st.has_events_unsaved = 1;
+    st.events_unsaved = 86;
+    rep.status = &st;
+    out = render(&req, &rep, true);
+    cr_assert(strstr(out, "\"rules\":{\"restored\":3,\"last\":1796169726,\"gap_ms\":104,"
+                          "\"gap_max_ms\":250,\"removed\":\"table inet fgex deleted by nft "
+                          "(pid 42)\",\"fight\":false}") != NULL, "%s", out);
+    cr_assert(strstr(out, "\"store\":{\"degraded\":true,\"error\":\"no space left on the "
+                          "state store's disk\",\"failed\":\"saving events and counters\","
+                          "\"since\":1796169000,\"failures\":7,\"events_unsaved\":86}") != NULL,
+              "%s", out);
+    free(out);
+    out = render(&req, &rep, false);
+    cr_assert(strstr(out, "rules:     restored 3 times, last at ") != NULL, "%s", out);
+    cr_assert(strstr(out, "after a gap of 104 ms (longest 250 ms)\n") != NULL, "%s", out);
+    cr_assert(strstr(out, "removed:   table inet fgex deleted by nft (pid 42)\n") != NULL, "%s",
+              out);
+    cr_assert(strstr(out, "store:     DEGRADED since ") != NULL, "%s", out);
+    cr_assert(strstr(out, "no space left on the state store's disk; last refused: saving events "
+                          "and counters (7 refused)\n") != NULL, "%s", out);
+    cr_assert(strstr(out, "events:    86 in memory only") != NULL, "%s", out);
+    free(out);
+    st.store_degraded = 0;
+    st.rules_restored = 0;
+    out = render(&req, &rep, false);
+    cr_assert(strstr(out, "rules:     in place (never restored)\nstore:     ok\n") != NULL, "%s",
+              out);
+    free(out);
+}
+
 Test(cli, json_removed)
 {
     Fgx__Ctl__Service s = FGX__CTL__SERVICE__INIT, *sv[1] = {&s};

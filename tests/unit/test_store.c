@@ -12,6 +12,7 @@
 #include <lmdb.h>
 
 #include "control.pb-c.h"
+#include "controld/ctl_health.h"
 #include "controld/ctl_rpc.h"
 #include "controld/ctl_store.h"
 
@@ -25,6 +26,8 @@ static void rm_dir(void)
     snprintf(path, sizeof(path), "%s/data.mdb", dir);
     unlink(path);
     snprintf(path, sizeof(path), "%s/lock.mdb", dir);
+    unlink(path);
+    snprintf(path, sizeof(path), "%s/reserve", dir);
     unlink(path);
     rmdir(dir);
 }
@@ -597,4 +600,66 @@ Test(store, midstream_absent_in_old_record_is_reset)
     cr_assert_str_eq(got.name, "old");
     cr_assert_eq(got.midstream, FGX_MIDSTREAM_RESET);
     ctl_txn_abort(t);
+}
+
+/* issue 24: a write refused for want of room starts a degraded spell; one the background
+ * writer began ends only with its own success. */
+Test(store, health_degrades_on_a_full_map_and_clears)
+{
+    static char big[200000];
+    struct fgx_blob b = {.data = big, .len = sizeof(big)};
+    struct ctl_store_health h;
+    struct ctl_health_entry e[8];
+    struct ctl_txn *t;
+    uint64_t seq;
+    size_t n;
+    int rv;
+
+    ctl_health_reset();
+    reopen_tiny();
+    cr_assert(!ctl_store_reserve_held(st), "a reserve nobody asked for");
+    ctl_store_reserve_start(st);
+    cr_assert(ctl_store_reserve_held(st), "no reserve file beside the store");
+    ctl_store_health_get(st, &h);
+    cr_assert(!h.degraded);
+    fill_map();
+    ctl_store_health_get(st, &h);
+    cr_assert(h.degraded);
+    cr_assert_eq(h.err, -EFBIG);
+    cr_assert_str_eq(h.what, "a change");
+    cr_assert_gt(h.since, 0);
+    seq = ctl_health_last_seq();
+    n = ctl_health_list(seq - 1, UINT32_MAX, e, 8);
+    cr_assert_eq(n, 1);
+    cr_assert_str_eq(e[0].kind, "store-full");
+    cr_assert(strstr(e[0].text, "LMDB map is full") != NULL, "%s", e[0].text);
+
+    cr_assert_eq(ctl_txn_begin(st, true, &t), 0);
+    ctl_txn_label(t, "saving events and counters", true);
+    rv = ctl_store_dbcache_put(t, 999999, &b);
+    cr_assert_eq(rv, -EFBIG);
+    ctl_txn_abort(t);
+    ctl_store_health_get(st, &h);
+    cr_assert_str_eq(h.what, "saving events and counters");
+    cr_assert_geq(h.failures, 2);
+
+    /* a change that fits does not end the background writer's spell */
+    cr_assert_eq(ctl_txn_begin(st, true, &t), 0);
+    cr_assert_eq(ctl_txn_commit(t), 0);
+    ctl_store_health_get(st, &h);
+    cr_assert(h.degraded);
+    /* its own success does */
+    cr_assert_eq(ctl_txn_begin(st, true, &t), 0);
+    ctl_txn_label(t, "saving events and counters", true);
+    cr_assert_eq(ctl_txn_commit(t), 0);
+    ctl_store_health_get(st, &h);
+    cr_assert(!h.degraded);
+
+    /* the background refusal went on the same spell; its end is noted once */
+    n = ctl_health_list(seq, UINT32_MAX, e, 8);
+    cr_assert_eq(n, 1, "%zu health entries", n);
+    cr_assert_str_eq(e[0].kind, "store-ok");
+    cr_assert(ctl_store_reserve_release(st));
+    cr_assert(!ctl_store_reserve_held(st));
+    cr_assert(!ctl_store_reserve_release(st));
 }

@@ -13,6 +13,22 @@ function fmtUptime(s) {
   return d ? `${d}d ${hh}h` : hh ? `${hh}h ${mm}m` : `${mm}m ${s % 60}s`;
 }
 
+// What fgex had to put right by itself (issue 24): its rules restored, a store short of room.
+export function rulesText(r) {
+  if (!r) return null;
+  if (!r.restored) return 'in place (never restored)';
+  const when = new Date(r.last * 1000).toLocaleString();
+  const fight = r.fight ? '; another program keeps removing them: restored at most once a second' : '';
+  return `restored ${r.restored} times, last ${when} after a gap of ${r.gap_ms} ms at most${fight}: ${r.removed || ''}`;
+}
+
+export function storeText(st) {
+  if (!st) return null;
+  if (!st.degraded) return st.events_unsaved ? `ok (${st.events_unsaved} events not written yet)` : 'ok';
+  const since = new Date(st.since * 1000).toLocaleString();
+  return `DEGRADED since ${since}: ${st.error}; ${st.failed} refused (${st.failures} times); ${st.events_unsaved} events wait in memory`;
+}
+
 function saveFile(name, text, type) {
   const url = URL.createObjectURL(new Blob([text], { type }));
   const a = h('a', { href: url, download: name, hidden: true });
@@ -48,8 +64,13 @@ export default {
             `${l.open} open (${l.pending} before a request); closed: ${l.closed_timeout} late, ${l.closed_per_src} past ${l.per_src} per address, ${l.closed_full} full (${l.max})` +
               (l.streams !== undefined ? `; live streams ${l.streams} open, ${l.streams_refused} refused` : ''),
           ]),
+          ['rules', rulesText(s.rules), 'admin-rules'],
+          ['store', storeText(s.store), 'admin-store'],
         ];
-        for (const [k, val] of kv) if (val !== undefined && val !== null) statusBox.append(h('dt', {}, k), h('dd', {}, String(val)));
+        for (const [k, val, test] of kv) {
+          if (val === undefined || val === null) continue;
+          statusBox.append(h('dt', {}, k), h('dd', test ? { 'data-test': test } : {}, String(val)));
+        }
       } catch (e) {
         toast(e.message, 'error');
       }
@@ -191,8 +212,13 @@ export default {
       ),
     );
     loadStatus();
+    // a store that fills or rules put back show here within seconds
+    const timer = setInterval(() => {
+      if (alive) loadStatus();
+    }, 2000);
     return () => {
       alive = false;
+      clearInterval(timer);
     };
   },
 };

@@ -12,6 +12,12 @@ export default async function ({ page, base, shot, login }) {
   await view(page, base, 'admin');
   const status = await mustApi(page, 'status', {}, 'GET');
   await page.waitForFunction((v) => document.querySelector('[data-test=admin-status]').innerText.includes(v), status.version);
+  // issue 24: the rules and the store as status has them
+  const rules = await page.locator('[data-test=admin-rules]').innerText();
+  check(status.rules.restored ? rules.startsWith(`restored ${status.rules.restored} times`) : rules === 'in place (never restored)', 'admin rules', rules);
+  const store = await page.locator('[data-test=admin-store]').innerText();
+  check(status.store.degraded ? store.startsWith('DEGRADED since') : store.startsWith('ok'), 'admin store', store);
+  check((await page.locator('[data-test=status-health]').count()) === 1, 'no health part in the status bar');
   const cert = await api(page, 'cert', {}, 'GET');
   if (cert.ok) await page.waitForFunction((f) => document.querySelector('[data-test=admin-cert]').innerText === f, cert.value.fingerprint);
   await shot('view');
