@@ -1,7 +1,16 @@
 /* controld supervision stage: the nfq worker's life cycle (spawn, reap, restart with backoff)
  * and the req side of the data-path channel it dials. A restarted worker gets the full ruleset
- * from the caller, which learns of the restart from ctl_sup_poll(). */
+ * from the caller, which learns of the restart from ctl_sup_poll().
+ *
+ * Liveness (issue 24): a heartbeat every SUP_HB_PERIOD_MS, on a context of its own beside the
+ * pushes; a worker that leaves one unanswered for SUP_HB_MISS_MS, or whose answer shows a
+ * data-path thread that has not turned its loop for SUP_HB_MISS_MS, is killed (SIGKILL) and
+ * replaced at once. Workers outlive an unclean death of controld (no PDEATHSIG); the next
+ * controld finds the one named in RUN_DIR/NAME.pid, and adopts it when it answers a heartbeat
+ * on the same channel address, instead of starting another. */
 #include "controld/ctl_supervise.h"
+#include "controld/ctl_health.h"
+#include "controld/ctl_proc.h"
 #include "controld/ctl_script_sup.h"
 
 #include <errno.h>
@@ -10,7 +19,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -26,6 +34,15 @@
 #define SUP_STABLE_MS 5000
 #define SUP_STOP_GRACE_MS 2000
 #define SUP_HANDOVER_MS 5000
+#define SUP_HB_PERIOD_MS 200
+#define SUP_HB_MISS_MS 1000
+/* A new worker's first answer may take this long (it dials, then loads nothing yet). */
+#define SUP_HB_FIRST_MS 5000
+/* Unanswered that long, the worker is not asked anything else (a push, stats): the loop does
+ * not wait on a worker that is about to be replaced. */
+#define SUP_HB_SLOW_MS 400
+/* A restarted controld waits that long for the worker its predecessor left to say hello. */
+#define SUP_ADOPT_WAIT_MS 3000
 
 struct ctl_sup {
     char *run_dir, *worker_path, *log_level;
@@ -35,7 +52,8 @@ struct ctl_sup {
     bool no_synack_log;
     const char *name; /* "nfqworker" or "proxyworker", for paths and logs */
     struct fgx_chan *chan;
-    pid_t pid;
+    struct ctl_proc proc;
+    pid_t pid; /* proc.pid, kept beside it for the many readers */
     bool acked; /* the current worker acknowledged a ruleset: it is running */
     /* The database hashes of the ruleset the current worker acknowledged last: sent as their
      * hash only next time (a rule change then ships only what changed). Emptied whenever it
@@ -53,6 +71,14 @@ struct ctl_sup {
     /* A planned restart of the nfq worker: the old worker's flows, for the next one before its
      * first ruleset (FGX_DP_FLOWS). NULL: nothing to hand over (a crash, or it failed). */
     struct fgx_dp_msg handover;
+    /* Liveness: the heartbeat in flight (NULL: none), when it left, the last answer */
+    struct fgx_chan_pending *hb;
+    uint64_t hb_sent_ms, hb_ok_ms;
+    bool hb_ever; /* the current process answered one */
+    uint64_t worker_id; /* from its answers; 0: not known yet */
+    uint64_t spawn_seq;
+    bool replacing; /* killed as hung: restart at once when it is gone */
+    char reason[96]; /* why the last one was replaced ("" none) */
 };
 
 static uint64_t now_ms(void)
@@ -95,7 +121,7 @@ static int sup_spawn(struct ctl_sup *s)
     char *argv[18] = {s->worker_path, "--control", url,           "--threads",  threads,
                       "--queue-base", base,        "--log-level", s->log_level, NULL};
     int argc = 9;
-    pid_t parent = getpid(), pid;
+    pid_t pid;
 
     snprintf(url, sizeof(url), "ipc://%s/%s.sock", s->run_dir, s->proxy_port ? "proxy" : "nfq");
     snprintf(threads, sizeof(threads), "%u", s->threads);
@@ -149,11 +175,8 @@ static int sup_spawn(struct ctl_sup *s)
     if (pid == 0) {
         sigset_t all;
 
-        /* A worker must not outlive controld: a new controld spawns its own, and two workers
-         * cannot bind the same queues. */
-        prctl(PR_SET_PDEATHSIG, SIGTERM);
-        if (getppid() != parent)
-            _exit(1);
+        /* No PR_SET_PDEATHSIG: a worker outlives controld's unclean death and keeps filtering
+         * until the next controld adopts it (RUN_DIR/NAME.pid); a clean stop stops it. */
         sigemptyset(&all);
         sigprocmask(SIG_SETMASK, &all, NULL);
         signal(SIGPIPE, SIG_DFL);
@@ -166,17 +189,67 @@ static int sup_spawn(struct ctl_sup *s)
         fgx_err("cannot run %s: %s", s->worker_path, strerror(errno));
         _exit(127);
     }
+    ctl_proc_child(&s->proc, pid);
     s->pid = pid;
     s->acked = false;
     s->nknown = 0;
-    s->instance++;
+    /* told apart from every worker id (which the process itself draws) by the top bit */
+    s->instance = (1ull << 63) | ++s->spawn_seq;
+    s->worker_id = 0;
+    s->hb_ever = false;
     s->started_ms = now_ms();
+    s->hb_ok_ms = s->started_ms;
+    (void)ctl_proc_pidfile_write(s->run_dir, s->name, pid);
     s->started_unix = (uint64_t)time(NULL);
     if (s->spawned_once)
         s->restarts++;
     s->spawned_once = true;
     fgx_info("started %s (pid %d, %u threads)", s->name, (int)pid, s->threads);
     return 0;
+}
+
+static int sup_call(struct ctl_sup *s, const struct fgx_dp_msg *req, int timeout_ms,
+                    struct fgx_dp_msg *reply);
+
+/* The worker a controld before this one left running (RUN_DIR/NAME.pid): adopted when it
+ * answers a heartbeat on the channel within SUP_ADOPT_WAIT_MS, so that it goes on filtering
+ * with every connection it carries; else killed, since it holds the queues (or the proxy's
+ * port) a new one needs. Returns whether it was adopted. */
+static bool sup_adopt(struct ctl_sup *s)
+{
+    struct fgx_dp_msg req = {.type = FGX_DP_HEARTBEAT_REQUEST}, reply = {0};
+    struct ctl_proc old = CTL_PROC_INIT;
+    pid_t pid = ctl_proc_pidfile_read(s->run_dir, s->name);
+    int rv;
+
+    if (pid <= 0 || ctl_proc_adopt(&old, pid) < 0)
+        return false;
+    rv = sup_call(s, &req, SUP_ADOPT_WAIT_MS, &reply);
+    if (rv == 0 && reply.type == FGX_DP_HEARTBEAT && (pid_t)reply.u.heartbeat.pid == pid) {
+        s->proc = old;
+        s->pid = pid;
+        s->worker_id = s->instance = reply.u.heartbeat.worker_id;
+        s->generation = reply.u.heartbeat.generation;
+        s->acked = s->generation != 0;
+        s->hb_ever = true;
+        s->started_ms = s->hb_ok_ms = now_ms();
+        s->started_unix = (uint64_t)time(NULL);
+        s->spawned_once = true;
+        ctl_health_note(0, CTL_HEALTH_INFO, "worker-adopted", 0,
+                        "adopted %s pid %d (generation %llu): it kept filtering while controld "
+                        "was away",
+                        s->name, (int)pid, (unsigned long long)s->generation);
+        fgx_dp_msg_release(&reply);
+        return true;
+    }
+    if (rv == 0)
+        fgx_dp_msg_release(&reply);
+    ctl_health_note(0, CTL_HEALTH_WARN, "worker-stale", 0,
+                    "%s pid %d, left by the previous controld, did not answer within %d s: "
+                    "killed, a new one starts",
+                    s->name, (int)pid, SUP_ADOPT_WAIT_MS / 1000);
+    ctl_proc_stop(&old, 0, s->name);
+    return false;
 }
 
 int ctl_sup_start(const struct ctl_sup_config *cfg, struct ctl_sup **out)
@@ -217,6 +290,10 @@ int ctl_sup_start(const struct ctl_sup_config *cfg, struct ctl_sup **out)
     rv = fgx_chan_listen(url, FGX_CHAN_REQ, &s->chan);
     if (rv < 0)
         goto err;
+    if (sup_adopt(s)) {
+        *out = s;
+        return 0;
+    }
     rv = sup_spawn(s);
     if (rv < 0)
         s->restart_at_ms = now_ms() + s->backoff_ms;
@@ -227,16 +304,20 @@ err:
     return rv;
 }
 
-/* The worker is gone (r and status from waitpid()): schedule its restart. */
-static void sup_reaped(struct ctl_sup *s, pid_t r, int status, uint64_t now)
+/* The worker is gone (status from waitpid(), -1 unknown: an adopted one): schedule its
+ * restart. */
+static void sup_reaped(struct ctl_sup *s, int status, uint64_t now)
 {
-    if (s->restart_requested) {
-        /* Asked for: restart at once, and leave the crash backoff as it was. */
-        fgx_info("%s (pid %d) stopped for a requested restart", s->name, (int)s->pid);
+    if (s->restart_requested || s->replacing) {
+        /* Asked for, or killed as hung: restart at once, and leave the crash backoff as it
+         * was. */
+        fgx_info("%s (pid %d) stopped for a %s restart", s->name, (int)s->pid,
+                 s->replacing ? "hung worker's" : "requested");
         s->restart_at_ms = now;
     } else {
-        if (r == -1)
-            fgx_warn("%s (pid %d) lost: %s", s->name, (int)s->pid, strerror(errno));
+        if (status == -1)
+            fgx_warn("%s (pid %d) ended (not controld's child: its status is not known)",
+                     s->name, (int)s->pid);
         else if (WIFSIGNALED(status))
             fgx_warn("%s (pid %d) killed by signal %d", s->name, (int)s->pid, WTERMSIG(status));
         else
@@ -255,7 +336,102 @@ static void sup_reaped(struct ctl_sup *s, pid_t r, int status, uint64_t now)
     s->acked = false;
     s->started_unix = 0;
     s->restart_requested = false;
+    s->replacing = false;
     s->kill_at_ms = 0;
+    fgx_chan_call_cancel(s->hb);
+    s->hb = NULL;
+}
+
+/* Kill the worker as hung (why: for the health log) and replace it at once: SIGKILL, since a
+ * stopped or deadlocked process handles no SIGTERM. */
+static void sup_replace(struct ctl_sup *s, const char *why)
+{
+    (void)snprintf(s->reason, sizeof(s->reason), "%s", why);
+    ctl_health_note(0, CTL_HEALTH_WARN, "worker-hung", 0, "%s pid %d replaced: %s", s->name,
+                    (int)s->pid, why);
+    fgx_chan_call_cancel(s->hb);
+    s->hb = NULL;
+    fgx_dp_msg_release(&s->handover);
+    s->nknown = 0;
+    (void)ctl_proc_signal(&s->proc, SIGKILL);
+    s->replacing = true;
+}
+
+/* What one heartbeat answer says: a data-path thread that has not turned its loop. */
+static void sup_hb_judge(struct ctl_sup *s, const struct fgx_dp_heartbeat *h, uint64_t now)
+{
+    char why[96];
+
+    s->hb_ok_ms = now;
+    s->hb_ever = true;
+    if (h->worker_id != 0)
+        s->worker_id = s->instance = h->worker_id;
+    for (uint32_t i = 0; i < h->nthreads; i++) {
+        if (h->stale_ms[i] >= SUP_HB_MISS_MS) {
+            (void)snprintf(why, sizeof(why), "thread %u made no progress for %.1f s", i,
+                           h->stale_ms[i] / 1000.0);
+            sup_replace(s, why);
+            return;
+        }
+    }
+}
+
+/* Liveness: look at the heartbeat in flight, judge, send the next. Never blocks. */
+static void sup_hb_poll(struct ctl_sup *s, uint64_t now)
+{
+    struct fgx_dp_msg req = {.type = FGX_DP_HEARTBEAT_REQUEST}, reply;
+    void *buf = NULL;
+    size_t len = 0;
+    char why[96];
+    int rv;
+
+    if (s->pid <= 0 || s->restart_requested || s->replacing)
+        return;
+    if (s->hb) {
+        rv = fgx_chan_call_end(s->hb, &buf, &len);
+        if (rv == -EINPROGRESS) {
+            /* Judged by how long this one waits, not by the last answer's age: a loop of
+             * controld's that was busy a while sent none meanwhile, through no fault of the
+             * worker's. */
+            uint64_t limit = s->hb_ever ? SUP_HB_MISS_MS : SUP_HB_FIRST_MS;
+
+            if (now - s->hb_sent_ms < limit)
+                return;
+            if (s->hb_ever)
+                (void)snprintf(why, sizeof(why), "no heartbeat for %.1f s",
+                               (now - s->hb_ok_ms) / 1000.0);
+            else
+                (void)snprintf(why, sizeof(why), "no heartbeat within %.1f s of its start",
+                               (now - s->started_ms) / 1000.0);
+            sup_replace(s, why);
+            return;
+        }
+        s->hb = NULL;
+        if (rv == 0 && fgx_dp_decode(buf, len, &reply) == 0) {
+            if (reply.type == FGX_DP_HEARTBEAT)
+                sup_hb_judge(s, &reply.u.heartbeat, now);
+            fgx_dp_msg_release(&reply);
+            if (s->replacing)
+                goto out;
+        }
+    }
+    if (now - s->hb_sent_ms >= SUP_HB_PERIOD_MS && fgx_dp_encode(&req, &buf, &len) == 0) {
+        if (fgx_chan_call_begin(s->chan, buf, len, 2 * SUP_HB_MISS_MS, &s->hb) < 0)
+            s->hb = NULL;
+        s->hb_sent_ms = now;
+        free(buf);
+        return;
+    }
+out:
+    free(buf);
+}
+
+/* A heartbeat has waited long enough that the worker is not asked anything else: it is about
+ * to be replaced, and the loop must not wait on it. */
+static bool sup_unresponsive(const struct ctl_sup *s)
+{
+    return s->replacing ||
+           (s->hb != NULL && s->hb_ever && now_ms() - s->hb_sent_ms >= SUP_HB_SLOW_MS);
 }
 
 int ctl_sup_poll(struct ctl_sup *s, bool *respawned)
@@ -265,17 +441,16 @@ int ctl_sup_poll(struct ctl_sup *s, bool *respawned)
 
     *respawned = false;
     if (s->pid > 0) {
-        pid_t r = waitpid(s->pid, &status, WNOHANG);
-
-        if (r == 0 || (r == -1 && errno == EINTR)) {
+        if (ctl_proc_reap(&s->proc, &status) == 0) {
             if (s->restart_requested && s->kill_at_ms != 0 && now >= s->kill_at_ms) {
                 fgx_warn("%s (pid %d) ignored SIGTERM; killing it", s->name, (int)s->pid);
-                kill(s->pid, SIGKILL);
+                (void)ctl_proc_signal(&s->proc, SIGKILL);
                 s->kill_at_ms = 0;
             }
+            sup_hb_poll(s, now);
             return 0;
         }
-        sup_reaped(s, r, status, now);
+        sup_reaped(s, status, now);
         if (now < s->restart_at_ms)
             return 0;
     }
@@ -291,16 +466,44 @@ int ctl_sup_poll(struct ctl_sup *s, bool *respawned)
 
 static void sup_take_flows(struct ctl_sup *s);
 
+/* One heartbeat, waited for (a requested restart asks first whether the worker can hand its
+ * flows over at all). */
+static bool sup_answers(struct ctl_sup *s)
+{
+    struct fgx_dp_msg req = {.type = FGX_DP_HEARTBEAT_REQUEST}, reply = {0};
+    bool ok;
+
+    if (sup_unresponsive(s))
+        return false;
+    ok = sup_call(s, &req, SUP_HB_MISS_MS, &reply) == 0 && reply.type == FGX_DP_HEARTBEAT;
+    if (ok) {
+        sup_hb_judge(s, &reply.u.heartbeat, now_ms());
+        ok = !s->replacing;
+    }
+    fgx_dp_msg_release(&reply);
+    return ok;
+}
+
 int ctl_sup_restart(struct ctl_sup *s)
 {
+    int rv;
+
     if (s->pid <= 0) {
         s->restart_at_ms = 0; /* down, waiting out a backoff: now is a fine time */
         return 0;
     }
+    if (s->replacing)
+        return 0; /* already on its way out */
+    if (!sup_answers(s)) {
+        /* A hung worker hands nothing over and handles no SIGTERM. */
+        if (!s->replacing)
+            sup_replace(s, "it did not answer a requested restart's heartbeat within 1 s");
+        return 0;
+    }
     sup_take_flows(s);
-    if (kill(s->pid, SIGTERM) == -1 && errno != ESRCH) {
-        int rv = -errno;
-        fgx_err("cannot stop %s (pid %d): %s", s->name, (int)s->pid, strerror(errno));
+    rv = ctl_proc_signal(&s->proc, SIGTERM);
+    if (rv < 0 && rv != -ESRCH) {
+        fgx_err("cannot stop %s (pid %d): %s", s->name, (int)s->pid, strerror(-rv));
         return rv;
     }
     s->restart_requested = true;
@@ -433,6 +636,12 @@ int ctl_sup_push(struct ctl_sup *s, const struct fgx_dp_ruleset *rs, int timeout
                  (unsigned long long)rs->generation);
         return -ENOTCONN;
     }
+    if (sup_unresponsive(s)) {
+        /* about to be replaced: its successor gets the full ruleset */
+        fgx_warn("%s does not answer; generation %llu goes to its successor", s->name,
+                 (unsigned long long)rs->generation);
+        return -ETIMEDOUT;
+    }
     if (s->handover.type == FGX_DP_FLOWS && !s->restart_requested) {
         /* The new worker takes the old one's flows before its first ruleset. */
         rv = sup_call(s, &s->handover, timeout_ms, &reply);
@@ -488,6 +697,8 @@ int ctl_sup_stats(struct ctl_sup *s, int timeout_ms, struct fgx_dp_msg *out)
 
     if (s->pid <= 0 || fgx_chan_peers(s->chan) == 0)
         return -ENOTCONN;
+    if (sup_unresponsive(s))
+        return -ETIMEDOUT;
     rv = sup_call(s, &req, timeout_ms, out);
     if (rv < 0)
         return rv;
@@ -505,6 +716,8 @@ int ctl_sup_captures(struct ctl_sup *s, uint32_t service_id, int timeout_ms, str
 
     if (s->pid <= 0 || fgx_chan_peers(s->chan) == 0)
         return -ENOTCONN;
+    if (sup_unresponsive(s))
+        return -ETIMEDOUT;
     rv = sup_call(s, &req, timeout_ms, out);
     if (rv < 0)
         return rv;
@@ -523,25 +736,24 @@ void ctl_sup_info(const struct ctl_sup *s, struct ctl_sup_info *out)
     out->restarts = s->restarts;
     out->instance = s->instance;
     out->started = s->pid > 0 ? s->started_unix : 0;
+    out->hb_age_ms = s->pid > 0 && s->hb_ever ? (int64_t)(now_ms() - s->hb_ok_ms) : -1;
+    out->adopted = s->proc.adopted;
+    out->replaced_why = s->reason;
+    if (s->replacing)
+        out->state = "replacing";
 }
 
 void ctl_sup_stop(struct ctl_sup *s)
 {
     if (!s)
         return;
+    fgx_chan_call_cancel(s->hb);
+    s->hb = NULL;
     if (s->pid > 0) {
-        uint64_t deadline = now_ms() + SUP_STOP_GRACE_MS;
-        pid_t r = 0;
-
-        kill(s->pid, SIGTERM);
-        while ((r = waitpid(s->pid, NULL, WNOHANG)) == 0 && now_ms() < deadline)
-            usleep(20000);
-        if (r == 0) {
-            fgx_warn("%s (pid %d) ignored SIGTERM; killing it", s->name, (int)s->pid);
-            kill(s->pid, SIGKILL);
-            waitpid(s->pid, NULL, 0);
-        }
+        /* a clean stop: the worker goes with controld (an unclean death leaves it running) */
+        ctl_proc_stop(&s->proc, SUP_STOP_GRACE_MS, s->name);
         s->pid = 0;
+        ctl_proc_pidfile_remove(s->run_dir, s->name);
     }
     fgx_chan_close(s->chan);
     fgx_dp_msg_release(&s->handover);

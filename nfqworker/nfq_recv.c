@@ -346,6 +346,8 @@ void *nfq_thread_main(void *arg)
             fgx_err("thread %u: poll: %s", t->idx, strerror(errno));
             break;
         }
+        /* Every wait above is bounded (NFQ_LOG_DRAIN_MS): an idle thread stamps too. */
+        fgx_wctl_stamp(&t->alive_ms, fgx_wctl_now_ms());
         if (pfd[1].revents & POLLIN) {
             uint64_t v;
 
