@@ -393,9 +393,8 @@ static void sup_hb_poll(struct ctl_sup *s, uint64_t now)
             /* Judged by how long this one waits, not by the last answer's age: a loop of
              * controld's that was busy a while sent none meanwhile, through no fault of the
              * worker's. */
-            uint64_t limit = s->hb_ever ? SUP_HB_MISS_MS : SUP_HB_FIRST_MS;
-
-            if (now - s->hb_sent_ms < limit)
+            if (s->hb_ever ? now - s->hb_sent_ms < SUP_HB_MISS_MS
+                           : now - s->started_ms < SUP_HB_FIRST_MS)
                 return;
             if (s->hb_ever)
                 (void)snprintf(why, sizeof(why), "no heartbeat for %.1f s",
