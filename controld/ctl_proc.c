@@ -143,7 +143,20 @@ static unsigned long long proc_starttime(pid_t pid)
     return v;
 }
 
-int ctl_proc_pidfile_write(const char *run_dir, const char *name, pid_t pid)
+uint64_t ctl_proc_config(char *const *argv)
+{
+    uint64_t h = 1469598103934665603ull;
+
+    for (; *argv; argv++)
+        for (const unsigned char *c = (const unsigned char *)*argv;; c++) {
+            h = (h ^ *c) * 1099511628211ull;
+            if (*c == '\0')
+                break;
+        }
+    return h;
+}
+
+int ctl_proc_pidfile_write(const char *run_dir, const char *name, pid_t pid, uint64_t config)
 {
     char path[PATH_MAX], tmp[PATH_MAX];
     FILE *f;
@@ -158,7 +171,7 @@ int ctl_proc_pidfile_write(const char *run_dir, const char *name, pid_t pid)
         fgx_warn("cannot write %s: %s", tmp, strerror(errno));
         return rv;
     }
-    (void)fprintf(f, "%d %llu\n", (int)pid, proc_starttime(pid));
+    (void)fprintf(f, "%d %llu %llx\n", (int)pid, proc_starttime(pid), (unsigned long long)config);
     if (fclose(f) != 0 || rename(tmp, path) == -1) {
         rv = -errno;
         fgx_warn("cannot write %s: %s", path, strerror(errno));
@@ -168,10 +181,10 @@ int ctl_proc_pidfile_write(const char *run_dir, const char *name, pid_t pid)
     return 0;
 }
 
-pid_t ctl_proc_pidfile_read(const char *run_dir, const char *name)
+pid_t ctl_proc_pidfile_read(const char *run_dir, const char *name, uint64_t config)
 {
     char path[PATH_MAX];
-    unsigned long long start = 0;
+    unsigned long long start = 0, cfg = 0;
     int pid = 0;
     FILE *f;
 
@@ -180,12 +193,12 @@ pid_t ctl_proc_pidfile_read(const char *run_dir, const char *name)
     f = fopen(path, "re");
     if (f == NULL)
         return 0;
-    if (fscanf(f, "%d %llu", &pid, &start) != 2)
+    if (fscanf(f, "%d %llu %llx", &pid, &start, &cfg) != 3)
         pid = 0;
     fclose(f);
     if (pid <= 0 || start == 0 || proc_starttime(pid) != start)
         return 0;
-    return pid;
+    return cfg == config ? pid : -pid;
 }
 
 void ctl_proc_pidfile_remove(const char *run_dir, const char *name)

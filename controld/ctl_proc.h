@@ -6,6 +6,7 @@
 #define CTL_PROC_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 struct ctl_proc {
@@ -27,12 +28,15 @@ int ctl_proc_signal(const struct ctl_proc *p, int sig);
 /* SIGTERM, SIGKILL after grace_ms, wait until it is gone; p is empty after. */
 void ctl_proc_stop(struct ctl_proc *p, int grace_ms, const char *name);
 
-/* RUN_DIR/NAME.pid: the worker's pid and its start time (field 22 of /proc/PID/stat), written
- * at its spawn and removed when controld stops it. Written atomically (rename). */
-int ctl_proc_pidfile_write(const char *run_dir, const char *name, pid_t pid);
+/* RUN_DIR/NAME.pid: the worker's pid, its start time (field 22 of /proc/PID/stat) and config
+ * (a hash of its command line), written at its spawn and removed when controld stops it.
+ * Written atomically (rename). */
+int ctl_proc_pidfile_write(const char *run_dir, const char *name, pid_t pid, uint64_t config);
 /* The pid the file names when that very process still runs (same start time: not a reused
- * pid), else 0. */
-pid_t ctl_proc_pidfile_read(const char *run_dir, const char *name);
+ * pid) with the same config; minus that pid when it runs with another config; else 0. */
+pid_t ctl_proc_pidfile_read(const char *run_dir, const char *name, uint64_t config);
+/* A config value for the pid file: FNV-1a over the NULL-terminated argv. */
+uint64_t ctl_proc_config(char *const *argv);
 void ctl_proc_pidfile_remove(const char *run_dir, const char *name);
 
 #endif

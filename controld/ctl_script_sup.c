@@ -118,6 +118,17 @@ static int hb_read(void)
     }
 }
 
+/* What the pid file records of the options (ctl_proc_config()). */
+static uint64_t sup_config(void)
+{
+    char procs[16];
+    char *argv[] = {sup.path,  "--listen", sup.url,     "--python-dir", (char *)ctl_script_pydir(),
+                    "--procs", procs,      "--log-level", sup.log_level, NULL};
+
+    (void)snprintf(procs, sizeof(procs), "%u", CTL_SCRIPT_PROCS);
+    return ctl_proc_config(argv);
+}
+
 static int spawn(void)
 {
     char procs[16];
@@ -151,7 +162,7 @@ static int spawn(void)
     sup.hb_ever = false;
     sup.started_ms = sup.hb_ok_ms = sup.hb_sent_ms = now_ms();
     sup.started_unix = (uint64_t)time(NULL);
-    (void)ctl_proc_pidfile_write(sup.run_dir, SSUP_NAME, pid);
+    (void)ctl_proc_pidfile_write(sup.run_dir, SSUP_NAME, pid, sup_config());
     fgx_info("started scriptworker (pid %d, %u Python interpreters)", (int)pid,
              CTL_SCRIPT_PROCS);
     return 0;
@@ -161,12 +172,16 @@ static int spawn(void)
  * pid and it answers a PING within SSUP_ADOPT_WAIT_MS; else killed. */
 static bool adopt(void)
 {
-    pid_t pid = ctl_proc_pidfile_read(sup.run_dir, SSUP_NAME);
+    pid_t pid = ctl_proc_pidfile_read(sup.run_dir, SSUP_NAME, sup_config());
     struct ctl_proc old = CTL_PROC_INIT;
     uint64_t deadline = now_ms() + SSUP_ADOPT_WAIT_MS;
     struct ucred cr;
     socklen_t crlen = sizeof(cr);
 
+    if (pid < 0 && ctl_proc_adopt(&old, -pid) == 0) {
+        ctl_proc_stop(&old, SSUP_STOP_GRACE_MS, SSUP_NAME); /* other options */
+        return false;
+    }
     if (pid <= 0 || ctl_proc_adopt(&old, pid) < 0)
         return false;
     while ((sup.hb_fd = hb_connect()) == -1 && now_ms() < deadline)

@@ -74,7 +74,9 @@ struct ctl_sup {
     /* Liveness: the heartbeat in flight (NULL: none), when it left, the last answer */
     struct fgx_chan_pending *hb;
     uint64_t hb_sent_ms, hb_ok_ms;
+    uint64_t polled_ms; /* the last heartbeat poll: a long gap means controld itself stalled */
     bool hb_ever; /* the current process answered one */
+    uint64_t config; /* hash of the worker's command line, in its pid file */
     uint64_t worker_id; /* from its answers; 0: not known yet */
     uint64_t spawn_seq;
     bool replacing; /* killed as hung: restart at once when it is gone */
@@ -113,40 +115,53 @@ static int worker_path_default(const char *name, char **out)
     return *out ? 0 : -ENOMEM;
 }
 
-static int sup_spawn(struct ctl_sup *s)
-{
+/* A worker's command line, in buffers of its own. */
+struct sup_argv {
     char url[PATH_MAX + 16], threads[16], base[16], port[16], conns[16], flows[16];
     char per_src[16], first[16], sflows[16];
-    /* spare slots (and the NULL after them) for the options below */
-    char *argv[18] = {s->worker_path, "--control", url,           "--threads",  threads,
-                      "--queue-base", base,        "--log-level", s->log_level, NULL};
-    int argc = 9;
-    pid_t pid;
+    char *argv[18]; /* spare slots (and the NULL after them) for the options */
+};
 
-    snprintf(url, sizeof(url), "ipc://%s/%s.sock", s->run_dir, s->proxy_port ? "proxy" : "nfq");
-    snprintf(threads, sizeof(threads), "%u", s->threads);
-    snprintf(base, sizeof(base), "%u", s->queue_base);
-    snprintf(port, sizeof(port), "%u", s->proxy_port);
-    snprintf(conns, sizeof(conns), "%u", s->max_conns);
-    snprintf(flows, sizeof(flows), "%u", s->nfq_flows);
-    snprintf(sflows, sizeof(sflows), "%u", s->nfq_script_flows);
-    snprintf(per_src, sizeof(per_src), "%u", s->max_per_src);
-    snprintf(first, sizeof(first), "%u", s->first_byte_s);
+static void sup_argv_build(const struct ctl_sup *s, struct sup_argv *a)
+{
+    char **argv = a->argv;
+    int argc = 9;
+
+    memset(a->argv, 0, sizeof(a->argv));
+    argv[0] = s->worker_path;
+    argv[1] = "--control";
+    argv[2] = a->url;
+    argv[3] = "--threads";
+    argv[4] = a->threads;
+    argv[5] = "--queue-base";
+    argv[6] = a->base;
+    argv[7] = "--log-level";
+    argv[8] = s->log_level;
+    snprintf(a->url, sizeof(a->url), "ipc://%s/%s.sock", s->run_dir,
+             s->proxy_port ? "proxy" : "nfq");
+    snprintf(a->threads, sizeof(a->threads), "%u", s->threads);
+    snprintf(a->base, sizeof(a->base), "%u", s->queue_base);
+    snprintf(a->port, sizeof(a->port), "%u", s->proxy_port);
+    snprintf(a->conns, sizeof(a->conns), "%u", s->max_conns);
+    snprintf(a->flows, sizeof(a->flows), "%u", s->nfq_flows);
+    snprintf(a->sflows, sizeof(a->sflows), "%u", s->nfq_script_flows);
+    snprintf(a->per_src, sizeof(a->per_src), "%u", s->max_per_src);
+    snprintf(a->first, sizeof(a->first), "%u", s->first_byte_s);
     if (s->proxy_port) {
         /* proxyworker: --listen-port instead of --queue-base, and its limits when set */
         argv[5] = "--listen-port";
-        argv[6] = port;
+        argv[6] = a->port;
         if (s->max_conns) {
             argv[argc++] = "--max-conns";
-            argv[argc++] = conns;
+            argv[argc++] = a->conns;
         }
         if (s->has_max_per_src) {
             argv[argc++] = "--max-conns-per-src";
-            argv[argc++] = per_src;
+            argv[argc++] = a->per_src;
         }
         if (s->has_first_byte) {
             argv[argc++] = "--first-byte-timeout";
-            argv[argc++] = first;
+            argv[argc++] = a->first;
         }
         /* where the services' scripts run (issue 16) */
         argv[argc++] = "--script-url";
@@ -156,16 +171,25 @@ static int sup_spawn(struct ctl_sup *s)
             argv[argc++] = "--no-synack-log";
         if (s->nfq_flows) {
             argv[argc++] = "--flows";
-            argv[argc++] = flows;
+            argv[argc++] = a->flows;
         }
         if (s->nfq_script_flows) {
             argv[argc++] = "--script-flows";
-            argv[argc++] = sflows;
+            argv[argc++] = a->sflows;
         }
         /* scripts on nfqueue services (issue 16): the packet threads dial it too */
         argv[argc++] = "--script-url";
         argv[argc++] = (char *)ctl_script_sup_url();
     }
+}
+
+static int sup_spawn(struct ctl_sup *s)
+{
+    struct sup_argv a;
+    char **argv = a.argv;
+    pid_t pid;
+
+    sup_argv_build(s, &a);
     pid = fork();
     if (pid == -1) {
         int rv = -errno;
@@ -199,7 +223,7 @@ static int sup_spawn(struct ctl_sup *s)
     s->hb_ever = false;
     s->started_ms = now_ms();
     s->hb_ok_ms = s->started_ms;
-    (void)ctl_proc_pidfile_write(s->run_dir, s->name, pid);
+    (void)ctl_proc_pidfile_write(s->run_dir, s->name, pid, s->config);
     s->started_unix = (uint64_t)time(NULL);
     if (s->spawned_once)
         s->restarts++;
@@ -219,10 +243,23 @@ static bool sup_adopt(struct ctl_sup *s)
 {
     struct fgx_dp_msg req = {.type = FGX_DP_HEARTBEAT_REQUEST}, reply = {0};
     struct ctl_proc old = CTL_PROC_INIT;
-    pid_t pid = ctl_proc_pidfile_read(s->run_dir, s->name);
+    pid_t pid = ctl_proc_pidfile_read(s->run_dir, s->name, s->config);
     int rv;
 
-    if (pid <= 0 || ctl_proc_adopt(&old, pid) < 0)
+    if (pid < 0) {
+        /* started with other options (threads, queues, port, limits): it cannot serve
+         * this controld's rules */
+        pid = -pid;
+        if (ctl_proc_adopt(&old, pid) == 0) {
+            ctl_health_note(0, CTL_HEALTH_INFO, "worker-stale", 0,
+                            "%s pid %d, left by the previous controld, runs with other options: "
+                            "replaced",
+                            s->name, (int)pid);
+            ctl_proc_stop(&old, SUP_STOP_GRACE_MS, s->name);
+        }
+        return false;
+    }
+    if (pid == 0 || ctl_proc_adopt(&old, pid) < 0)
         return false;
     rv = sup_call(s, &req, SUP_ADOPT_WAIT_MS, &reply);
     if (rv == 0 && reply.type == FGX_DP_HEARTBEAT && (pid_t)reply.u.heartbeat.pid == pid) {
@@ -290,6 +327,12 @@ int ctl_sup_start(const struct ctl_sup_config *cfg, struct ctl_sup **out)
     rv = fgx_chan_listen(url, FGX_CHAN_REQ, &s->chan);
     if (rv < 0)
         goto err;
+    {
+        struct sup_argv a;
+
+        sup_argv_build(s, &a);
+        s->config = ctl_proc_config(a.argv);
+    }
     if (sup_adopt(s)) {
         *out = s;
         return 0;
@@ -387,6 +430,11 @@ static void sup_hb_poll(struct ctl_sup *s, uint64_t now)
 
     if (s->pid <= 0 || s->restart_requested || s->replacing)
         return;
+    /* controld itself was away (stopped, or its loop busy in a long call): the answer may be
+     * waiting to be delivered, so the worker's second starts again now */
+    if (now - s->polled_ms > 2 * SUP_HB_PERIOD_MS)
+        s->hb_sent_ms = now;
+    s->polled_ms = now;
     if (s->hb) {
         rv = fgx_chan_call_end(s->hb, &buf, &len);
         if (rv == -EINPROGRESS) {
