@@ -426,18 +426,20 @@ static void sup_hb_poll(struct ctl_sup *s, uint64_t now)
     void *buf = NULL;
     size_t len = 0;
     char why[96];
+    bool away;
     int rv;
 
     if (s->pid <= 0 || s->restart_requested || s->replacing)
         return;
-    /* controld itself was away (stopped, or its loop busy in a long call): the answer may be
-     * waiting to be delivered, so the worker's second starts again now */
-    if (now - s->polled_ms > 2 * SUP_HB_PERIOD_MS)
-        s->hb_sent_ms = now;
+    /* After a long gap since the last look (controld itself stopped, say) an answer may
+     * still be on its way in: judged at the next look, not this one. */
+    away = now - s->polled_ms > 2 * SUP_HB_PERIOD_MS;
     s->polled_ms = now;
     if (s->hb) {
         rv = fgx_chan_call_end(s->hb, &buf, &len);
         if (rv == -EINPROGRESS) {
+            if (away)
+                return;
             /* Judged by how long this one waits, not by the last answer's age: a loop of
              * controld's that was busy a while sent none meanwhile, through no fault of the
              * worker's. */
@@ -473,10 +475,34 @@ out:
     free(buf);
 }
 
+/* Take in the heartbeat in flight if its answer came (the loop may not have looked for a
+ * while: a long request, a restart that polls another worker). */
+static void sup_hb_collect(struct ctl_sup *s)
+{
+    struct fgx_dp_msg reply;
+    void *buf = NULL;
+    size_t len = 0;
+    int rv;
+
+    if (s->hb == NULL || s->replacing)
+        return;
+    rv = fgx_chan_call_end(s->hb, &buf, &len);
+    if (rv == -EINPROGRESS)
+        return;
+    s->hb = NULL;
+    if (rv == 0 && fgx_dp_decode(buf, len, &reply) == 0) {
+        if (reply.type == FGX_DP_HEARTBEAT)
+            sup_hb_judge(s, &reply.u.heartbeat, now_ms());
+        fgx_dp_msg_release(&reply);
+    }
+    free(buf);
+}
+
 /* A heartbeat has waited long enough that the worker is not asked anything else: it is about
  * to be replaced, and the loop must not wait on it. */
-static bool sup_unresponsive(const struct ctl_sup *s)
+static bool sup_unresponsive(struct ctl_sup *s)
 {
+    sup_hb_collect(s);
     return s->replacing ||
            (s->hb != NULL && s->hb_ever && now_ms() - s->hb_sent_ms >= SUP_HB_SLOW_MS);
 }
@@ -775,8 +801,13 @@ int ctl_sup_captures(struct ctl_sup *s, uint32_t service_id, int timeout_ms, str
     return 0;
 }
 
-void ctl_sup_info(const struct ctl_sup *s, struct ctl_sup_info *out)
+void ctl_sup_info(const struct ctl_sup *cs, struct ctl_sup_info *out)
 {
+    /* A heartbeat answer that came meanwhile is taken in first, so the age shown is true:
+     * the supervisor's own state, not the caller's (hence the cast). */
+    struct ctl_sup *s = (struct ctl_sup *)cs;
+
+    sup_hb_collect(s);
     out->pid = s->pid;
     out->state = s->pid <= 0 ? "down" : s->acked ? "running" : "starting";
     out->generation = s->generation;

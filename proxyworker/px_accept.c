@@ -525,7 +525,11 @@ void px_thread_release(struct px_thread *t)
 void *px_thread_main(void *arg)
 {
     struct px_thread *t = arg;
+    char name[16];
 
+    /* named, so that ps, gdb and the liveness test find the event loops */
+    (void)snprintf(name, sizeof(name), "px-loop-%u", t->idx);
+    (void)pthread_setname_np(pthread_self(), name);
     t->now_ms = px_now_ms();
     fgx_wctl_stamp(&t->alive_ms, fgx_wctl_now_ms());
     px_match_switch(t);
