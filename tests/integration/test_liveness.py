@@ -11,7 +11,6 @@ import os
 import re
 import signal
 import sys
-import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -20,47 +19,6 @@ from fgxit import EVIL, SRV4, check, test  # noqa: E402
 
 REPLY = b"ok"
 BACK_S = 3.0  # the checker passes again within this of the stop (1 s to notice, 2 s to replace)
-
-
-class Checker:
-    """A new honest connection every `every` seconds through port; records (start, end, ok)."""
-
-    def __init__(self, env, port, every=0.3, timeout=1.0):
-        self.env, self.port, self.every, self.timeout = env, port, every, timeout
-        self.runs = []
-        self.stop_ev = threading.Event()
-        self.t = threading.Thread(target=self._run, daemon=True)
-        self.t.start()
-
-    def _run(self):
-        n = 0
-        while not self.stop_ev.is_set():
-            n += 1
-            payload = b"honest %d" % n
-            t0 = time.monotonic()
-            try:
-                c = self.env.tcp_client(SRV4, self.port, [payload, ("read", 0.3)],
-                                        timeout=self.timeout)
-                ok = c["connected"] and c["received"] == REPLY
-            except Exception:  # noqa: BLE001 - a failed probe is a failed probe
-                ok = False
-            self.runs.append((t0, time.monotonic(), ok))
-            time.sleep(max(0.0, self.every - (time.monotonic() - t0)))
-
-    def stop(self):
-        self.stop_ev.set()
-        self.t.join(10)
-
-    def back_after(self, t_stop):
-        """Seconds from t_stop to the end of the first probe that passed and started after
-        it (None: none did)."""
-        for t0, t1, ok in self.runs:
-            if t0 >= t_stop and ok:
-                return t1 - t_stop
-        return None
-
-    def failures_before(self, t):
-        return [r for r in self.runs if r[1] < t and not r[2]]
 
 
 def workers(env):
@@ -114,7 +72,7 @@ def stop_and_replace(env, kind, name, layer):
     srv = env.tcp_server(port, idle=5, reply=REPLY)
     check(blocked(env, port), "evil passed before the stop")
     before = workers(env)[kind]
-    chk = Checker(env, port)
+    chk = it.Checker(env, port, REPLY)
     try:
         it.wait_until(lambda: len(chk.runs) >= 2 and all(r[2] for r in chk.runs), timeout=3)
         check(chk.runs and all(r[2] for r in chk.runs), "checker failed before the stop: %r",
