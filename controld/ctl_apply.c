@@ -186,7 +186,9 @@ static void stats_refresh_proxy(struct ctl_ctx *ctx, int timeout_ms)
             nsvcs = 0;
         ctl_txn_abort(t);
     }
-    (void)ctl_stats_ingest_proxy(ctx->stats, info.instance, &m.u.stats, svcs, nsvcs);
+    /* the process says who it is: an adopted worker's counts go on from its stored bases */
+    (void)ctl_stats_ingest_proxy(ctx->stats, m.u.stats.worker_id ? m.u.stats.worker_id : info.instance,
+                                 &m.u.stats, svcs, nsvcs);
     ctl_script_rt_ingest(&m.u.stats);
     script_events(ctx, &m.u.stats, svcs, nsvcs);
     if (ctl_script_rt_save(ctx->store) < 0)
@@ -226,7 +228,8 @@ int ctl_stats_refresh(struct ctl_ctx *ctx, int timeout_ms)
             nsvcs = 0;
         ctl_txn_abort(t);
     }
-    rv = ctl_stats_ingest(ctx->stats, info.instance, &m.u.stats, svcs, nsvcs);
+    rv = ctl_stats_ingest(ctx->stats, m.u.stats.worker_id ? m.u.stats.worker_id : info.instance,
+                          &m.u.stats, svcs, nsvcs);
     /* scriptworker's log entries for the NFQUEUE layer's scripted flows (nfq_script.c): the
      * functions' counters, and a call's timeout or exception an event, as the proxy's are */
     ctl_script_rt_ingest(&m.u.stats);
@@ -243,7 +246,7 @@ int ctl_stats_refresh(struct ctl_ctx *ctx, int timeout_ms)
 
 int ctl_worker_restart(struct ctl_ctx *ctx, int timeout_ms)
 {
-    uint64_t deadline = mono_ms() + (uint64_t)timeout_ms;
+    uint64_t deadline;
     int rv;
 
     if (!ctx->sup)
@@ -253,6 +256,9 @@ int ctl_worker_restart(struct ctl_ctx *ctx, int timeout_ms)
     rv = ctl_sup_restart(ctx->sup);
     if (rv < 0)
         return rv;
+    /* From here: the old worker's handover (or its kill, when it was hung) is behind us, and
+     * the time is the new one's to come up in. */
+    deadline = mono_ms() + (uint64_t)timeout_ms;
     while (mono_ms() < deadline) {
         bool respawned = false;
 
@@ -275,7 +281,7 @@ int ctl_worker_restart(struct ctl_ctx *ctx, int timeout_ms)
 
 int ctl_px_worker_restart(struct ctl_ctx *ctx, int timeout_ms)
 {
-    uint64_t deadline = mono_ms() + (uint64_t)timeout_ms, next_push = 0;
+    uint64_t deadline, next_push = 0;
     bool respawned_once = false;
     struct ctl_sup_info info;
     int rv;
@@ -287,6 +293,7 @@ int ctl_px_worker_restart(struct ctl_ctx *ctx, int timeout_ms)
     rv = ctl_sup_restart(ctx->px_sup);
     if (rv < 0)
         return rv;
+    deadline = mono_ms() + (uint64_t)timeout_ms;
     while (mono_ms() < deadline) {
         bool respawned = false;
 

@@ -344,6 +344,20 @@ int ctl_rpc_blocked_of(struct ctl_rpc *r, struct ctl_txn *t, uint32_t filter_id,
     return ctl_store_blocked_get(t, filter_id, out);
 }
 
+/* Liveness, the same for every kind (issue 24). */
+static void worker_fill_liveness(Fgx__Ctl__Worker *w, int64_t hb_age_ms, bool adopted,
+                                 const char *why)
+{
+    if (hb_age_ms >= 0) {
+        w->has_heartbeat_age_ms = 1;
+        w->heartbeat_age_ms = (uint64_t)hb_age_ms;
+    }
+    w->has_adopted = adopted;
+    w->adopted = adopted;
+    if (why && why[0])
+        w->replaced_why = (char *)why;
+}
+
 /* What the supervisor knows of a worker, whatever its kind. */
 static void worker_fill(Fgx__Ctl__Worker *w, const char *kind, const struct ctl_sup_info *info)
 {
@@ -359,6 +373,7 @@ static void worker_fill(Fgx__Ctl__Worker *w, const char *kind, const struct ctl_
         w->has_started = 1;
         w->started = info->started;
     }
+    worker_fill_liveness(w, info->hb_age_ms, info->adopted, info->replaced_why);
 }
 
 /* The proxy worker as supervised now, as r->workers[at], with its proxied connections open
@@ -406,20 +421,22 @@ static size_t reply_px_worker(struct ctl_rpc *r, size_t at)
 static size_t reply_sw_worker(struct ctl_rpc *r, size_t at)
 {
     Fgx__Ctl__Worker *w = &r->sw_worker;
-    pid_t pid = ctl_script_sup_pid();
+    struct ctl_script_sup_info info;
 
     if (!ctl_script_sup_url()[0])
         return 0;
+    ctl_script_sup_info(&info);
     fgx__ctl__worker__init(w);
     w->kind = "script";
-    w->pid = (int32_t)(pid > 0 ? pid : 0);
-    w->state = pid > 0 ? "running" : "down";
+    w->pid = (int32_t)(info.pid > 0 ? info.pid : 0);
+    w->state = (char *)info.state;
     w->has_restarts = 1;
-    w->restarts = ctl_script_sup_restarts();
-    if (pid > 0) {
+    w->restarts = info.restarts;
+    if (info.pid > 0) {
         w->has_started = 1;
-        w->started = ctl_script_sup_started();
+        w->started = info.started;
     }
+    worker_fill_liveness(w, info.hb_age_ms, info.adopted, info.replaced_why);
     r->workers[at] = w;
     return 1;
 }

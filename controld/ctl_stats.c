@@ -20,6 +20,27 @@
 static const char key_event_seq[] = "event_seq";
 static const char key_queue_drops[] = "nfq_queue_drops";
 static const char key_events_lost[] = "nfq_events_lost";
+/* Each worker's own cumulative counts as of the totals last written (issue 24), with its
+ * worker id: a controld that adopts that very process after a restart goes on from them, so
+ * the totals neither fall back nor count anything twice. */
+static const char *const key_bases[] = {"worker_bases_nfq", "worker_bases_px"};
+#define BASES_MAGIC 0x42584746u /* "FGXB" */
+
+struct bases_head {
+    uint32_t magic, nsvc, nflt, pad;
+    uint64_t worker_id, queue_drops_last;
+};
+
+struct bases_svc {
+    uint32_t id, pad;
+    struct ctl_svc_totals last;
+    uint64_t lost, tls, c2s, s2c, flows;
+};
+
+struct bases_flt {
+    uint32_t id, pad;
+    uint64_t last, mlast;
+};
 
 /* The two workers count apart, each since its own process started: [W_NFQ] and [W_PX]. */
 enum { W_NFQ, W_PX, W_KINDS };
@@ -71,6 +92,10 @@ struct ctl_stats {
     struct ctl_cap_pending *caps;
     size_t ncaps;
     size_t caps_keep;
+    /* the stored bases of each kind (key_bases), until the first report of a process; NULL:
+     * none */
+    void *bases[W_KINDS];
+    size_t bases_len[W_KINDS];
 };
 
 struct ctl_cap_pending {
@@ -223,6 +248,8 @@ static int stats_load(struct ctl_stats *s, struct ctl_store *st)
         rv = ctl_store_u64_get(t, key_queue_drops, &s->worker.queue_drops_total);
     if (rv == 0)
         rv = ctl_store_u64_get(t, key_events_lost, &s->worker.events_lost_total);
+    for (int k = 0; rv == 0 && k < W_KINDS; k++)
+        rv = ctl_store_bytes_get(t, key_bases[k], &s->bases[k], &s->bases_len[k]);
     if (rv == 0)
         rv = ctl_store_event_list(t, s->keep, &evs, &nevs);
     ctl_txn_abort(t);
@@ -288,6 +315,8 @@ void ctl_stats_free(struct ctl_stats *s)
     free(s->caps);
     free(s->flt);
     free(s->ring);
+    for (int k = 0; k < W_KINDS; k++)
+        free(s->bases[k]);
     ctl_rates_pending_release(&s->rates);
     free(s);
 }
@@ -327,6 +356,87 @@ static void event_from_dp(const struct fgx_dp_event *d, uint64_t seq,
     }
 }
 
+/* A new process of kind k reports: when it is the one whose bases were stored (an adopted
+ * worker), its counts so far go on from them; otherwise it counts from zero. The stored bases
+ * are used once. */
+static void bases_apply(struct ctl_stats *s, int k, uint64_t instance)
+{
+    const struct bases_head *h = s->bases[k];
+    const struct bases_svc *bs;
+    const struct bases_flt *bf;
+
+    if (h == NULL || s->bases_len[k] < sizeof(*h) || h->magic != BASES_MAGIC ||
+        h->worker_id != instance ||
+        s->bases_len[k] != sizeof(*h) + h->nsvc * sizeof(*bs) + h->nflt * sizeof(*bf))
+        goto out;
+    bs = (const void *)(h + 1);
+    bf = (const void *)(bs + h->nsvc);
+    for (uint32_t i = 0; i < h->nsvc; i++) {
+        struct svc_slot *v = svc_slot(s, bs[i].id, true);
+
+        if (!v)
+            continue;
+        v->last[k] = bs[i].last;
+        v->lost_last[k] = bs[i].lost;
+        v->tls_last[k] = bs[i].tls;
+        v->c2s_last[k] = bs[i].c2s;
+        v->s2c_last[k] = bs[i].s2c;
+        v->flows_last[k] = bs[i].flows;
+    }
+    for (uint32_t i = 0; i < h->nflt; i++) {
+        struct flt_slot *f = flt_slot(s, bf[i].id, true);
+
+        if (!f)
+            continue;
+        f->last[k] = bf[i].last;
+        f->mlast[k] = bf[i].mlast;
+    }
+    if (k == W_NFQ)
+        s->queue_drops_last = h->queue_drops_last;
+out:
+    free(s->bases[k]);
+    s->bases[k] = NULL;
+    s->bases_len[k] = 0;
+}
+
+/* The bases of kind k as they are now, beside the totals written in the same transaction. */
+static int bases_put(struct ctl_stats *s, struct ctl_txn *t, int k)
+{
+    size_t len = sizeof(struct bases_head) + s->nsvc * sizeof(struct bases_svc) +
+                 s->nflt * sizeof(struct bases_flt);
+    struct bases_head *h;
+    struct bases_svc *bs;
+    struct bases_flt *bf;
+    int rv;
+
+    if (!s->have_instance[k])
+        return 0;
+    h = calloc(1, len);
+    if (!h)
+        return -ENOMEM;
+    *h = (struct bases_head){.magic = BASES_MAGIC,
+                             .nsvc = (uint32_t)s->nsvc,
+                             .nflt = (uint32_t)s->nflt,
+                             .worker_id = s->instance[k],
+                             .queue_drops_last = k == W_NFQ ? s->queue_drops_last : 0};
+    bs = (void *)(h + 1);
+    bf = (void *)(bs + s->nsvc);
+    for (size_t i = 0; i < s->nsvc; i++)
+        bs[i] = (struct bases_svc){.id = s->svc[i].id,
+                                   .last = s->svc[i].last[k],
+                                   .lost = s->svc[i].lost_last[k],
+                                   .tls = s->svc[i].tls_last[k],
+                                   .c2s = s->svc[i].c2s_last[k],
+                                   .s2c = s->svc[i].s2c_last[k],
+                                   .flows = s->svc[i].flows_last[k]};
+    for (size_t i = 0; i < s->nflt; i++)
+        bf[i] = (struct bases_flt){
+            .id = s->flt[i].id, .last = s->flt[i].last[k], .mlast = s->flt[i].mlast[k]};
+    rv = ctl_store_bytes_put(t, key_bases[k], h, len);
+    free(h);
+    return rv;
+}
+
 /* Fold what one worker reported (cumulative since its process `instance` started) into the
  * totals, and number its events. Returns 0 or -ENOMEM (what was folded stays). */
 static int fold(struct ctl_stats *s, int k, uint64_t instance, const struct fgx_dp_stats *m,
@@ -350,6 +460,7 @@ static int fold(struct ctl_stats *s, int k, uint64_t instance, const struct fgx_
             s->queue_drops_last = 0;
         s->have_instance[k] = true;
         s->instance[k] = instance;
+        bases_apply(s, k, instance);
     }
     for (size_t i = 0; i < s->nsvc; i++)
         s->svc[i].flows_active[k] = 0; /* a service the worker no longer reports has no flow */
@@ -709,6 +820,8 @@ static int flush_counters(struct ctl_stats *s, struct ctl_txn *t, bool force)
     rv = ctl_store_u64_put(t, key_queue_drops, s->worker.queue_drops_total);
     if (rv == 0)
         rv = ctl_store_u64_put(t, key_events_lost, s->worker.events_lost_total);
+    for (int k = 0; rv == 0 && k < W_KINDS; k++)
+        rv = bases_put(s, t, k);
     if (rv == 0)
         rv = flush_rates(s, t, force);
     return rv;

@@ -1,7 +1,16 @@
 /* controld supervision stage: the nfq worker's life cycle (spawn, reap, restart with backoff)
  * and the req side of the data-path channel it dials. A restarted worker gets the full ruleset
- * from the caller, which learns of the restart from ctl_sup_poll(). */
+ * from the caller, which learns of the restart from ctl_sup_poll().
+ *
+ * Liveness (issue 24): a heartbeat every SUP_HB_PERIOD_MS, on a context of its own beside the
+ * pushes; a worker that leaves one unanswered for SUP_HB_MISS_MS, or whose answer shows a
+ * data-path thread that has not turned its loop for SUP_HB_MISS_MS, is killed (SIGKILL) and
+ * replaced at once. Workers outlive an unclean death of controld (no PDEATHSIG); the next
+ * controld finds the one named in RUN_DIR/NAME.pid, and adopts it when it answers a heartbeat
+ * on the same channel address, instead of starting another. */
 #include "controld/ctl_supervise.h"
+#include "controld/ctl_health.h"
+#include "controld/ctl_proc.h"
 #include "controld/ctl_script_sup.h"
 
 #include <errno.h>
@@ -10,7 +19,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -27,6 +35,15 @@
 #define SUP_STABLE_MS 5000
 #define SUP_STOP_GRACE_MS 2000
 #define SUP_HANDOVER_MS 5000
+#define SUP_HB_PERIOD_MS 200
+#define SUP_HB_MISS_MS 1000
+/* A new worker's first answer may take this long (it dials, then loads nothing yet). */
+#define SUP_HB_FIRST_MS 5000
+/* Unanswered that long, the worker is not asked anything else (a push, stats): the loop does
+ * not wait on a worker that is about to be replaced. */
+#define SUP_HB_SLOW_MS 400
+/* A restarted controld waits that long for the worker its predecessor left to say hello. */
+#define SUP_ADOPT_WAIT_MS 3000
 
 struct ctl_sup {
     char *run_dir, *worker_path, *log_level;
@@ -36,7 +53,8 @@ struct ctl_sup {
     bool no_synack_log;
     const char *name; /* "nfqworker" or "proxyworker", for paths and logs */
     struct fgx_chan *chan;
-    pid_t pid;
+    struct ctl_proc proc;
+    pid_t pid; /* proc.pid, kept beside it for the many readers */
     bool acked; /* the current worker acknowledged a ruleset: it is running */
     /* The database hashes of the ruleset the current worker acknowledged last: sent as their
      * hash only next time (a rule change then ships only what changed). Emptied whenever it
@@ -54,6 +72,16 @@ struct ctl_sup {
     /* A planned restart of the nfq worker: the old worker's flows, for the next one before its
      * first ruleset (FGX_DP_FLOWS). NULL: nothing to hand over (a crash, or it failed). */
     struct fgx_dp_msg handover;
+    /* Liveness: the heartbeat in flight (NULL: none), when it left, the last answer */
+    struct fgx_chan_pending *hb;
+    uint64_t hb_sent_ms, hb_ok_ms;
+    uint64_t polled_ms; /* the last heartbeat poll: a long gap means controld itself stalled */
+    bool hb_ever; /* the current process answered one */
+    uint64_t config; /* hash of the worker's command line, in its pid file */
+    uint64_t worker_id; /* from its answers; 0: not known yet */
+    uint64_t spawn_seq;
+    bool replacing; /* killed as hung: restart at once when it is gone */
+    char reason[96]; /* why the last one was replaced ("" none) */
 };
 
 static uint64_t now_ms(void)
@@ -88,40 +116,53 @@ static int worker_path_default(const char *name, char **out)
     return *out ? 0 : -ENOMEM;
 }
 
-static int sup_spawn(struct ctl_sup *s)
-{
+/* A worker's command line, in buffers of its own. */
+struct sup_argv {
     char url[PATH_MAX + 16], threads[16], base[16], port[16], conns[16], flows[16];
     char per_src[16], first[16], sflows[16];
-    /* spare slots (and the NULL after them) for the options below */
-    char *argv[18] = {s->worker_path, "--control", url,           "--threads",  threads,
-                      "--queue-base", base,        "--log-level", s->log_level, NULL};
-    int argc = 9;
-    pid_t parent = getpid(), pid;
+    char *argv[18]; /* spare slots (and the NULL after them) for the options */
+};
 
-    snprintf(url, sizeof(url), "ipc://%s/%s.sock", s->run_dir, s->proxy_port ? "proxy" : "nfq");
-    snprintf(threads, sizeof(threads), "%u", s->threads);
-    snprintf(base, sizeof(base), "%u", s->queue_base);
-    snprintf(port, sizeof(port), "%u", s->proxy_port);
-    snprintf(conns, sizeof(conns), "%u", s->max_conns);
-    snprintf(flows, sizeof(flows), "%u", s->nfq_flows);
-    snprintf(sflows, sizeof(sflows), "%u", s->nfq_script_flows);
-    snprintf(per_src, sizeof(per_src), "%u", s->max_per_src);
-    snprintf(first, sizeof(first), "%u", s->first_byte_s);
+static void sup_argv_build(const struct ctl_sup *s, struct sup_argv *a)
+{
+    char **argv = a->argv;
+    int argc = 9;
+
+    memset(a->argv, 0, sizeof(a->argv));
+    argv[0] = s->worker_path;
+    argv[1] = "--control";
+    argv[2] = a->url;
+    argv[3] = "--threads";
+    argv[4] = a->threads;
+    argv[5] = "--queue-base";
+    argv[6] = a->base;
+    argv[7] = "--log-level";
+    argv[8] = s->log_level;
+    snprintf(a->url, sizeof(a->url), "ipc://%s/%s.sock", s->run_dir,
+             s->proxy_port ? "proxy" : "nfq");
+    snprintf(a->threads, sizeof(a->threads), "%u", s->threads);
+    snprintf(a->base, sizeof(a->base), "%u", s->queue_base);
+    snprintf(a->port, sizeof(a->port), "%u", s->proxy_port);
+    snprintf(a->conns, sizeof(a->conns), "%u", s->max_conns);
+    snprintf(a->flows, sizeof(a->flows), "%u", s->nfq_flows);
+    snprintf(a->sflows, sizeof(a->sflows), "%u", s->nfq_script_flows);
+    snprintf(a->per_src, sizeof(a->per_src), "%u", s->max_per_src);
+    snprintf(a->first, sizeof(a->first), "%u", s->first_byte_s);
     if (s->proxy_port) {
         /* proxyworker: --listen-port instead of --queue-base, and its limits when set */
         argv[5] = "--listen-port";
-        argv[6] = port;
+        argv[6] = a->port;
         if (s->max_conns) {
             argv[argc++] = "--max-conns";
-            argv[argc++] = conns;
+            argv[argc++] = a->conns;
         }
         if (s->has_max_per_src) {
             argv[argc++] = "--max-conns-per-src";
-            argv[argc++] = per_src;
+            argv[argc++] = a->per_src;
         }
         if (s->has_first_byte) {
             argv[argc++] = "--first-byte-timeout";
-            argv[argc++] = first;
+            argv[argc++] = a->first;
         }
         /* where the services' scripts run (issue 16) */
         argv[argc++] = "--script-url";
@@ -131,16 +172,25 @@ static int sup_spawn(struct ctl_sup *s)
             argv[argc++] = "--no-synack-log";
         if (s->nfq_flows) {
             argv[argc++] = "--flows";
-            argv[argc++] = flows;
+            argv[argc++] = a->flows;
         }
         if (s->nfq_script_flows) {
             argv[argc++] = "--script-flows";
-            argv[argc++] = sflows;
+            argv[argc++] = a->sflows;
         }
         /* scripts on nfqueue services (issue 16): the packet threads dial it too */
         argv[argc++] = "--script-url";
         argv[argc++] = (char *)ctl_script_sup_url();
     }
+}
+
+static int sup_spawn(struct ctl_sup *s)
+{
+    struct sup_argv a;
+    char **argv = a.argv;
+    pid_t pid;
+
+    sup_argv_build(s, &a);
     pid = fork();
     if (pid == -1) {
         int rv = -errno;
@@ -150,11 +200,8 @@ static int sup_spawn(struct ctl_sup *s)
     if (pid == 0) {
         sigset_t all;
 
-        /* A worker must not outlive controld: a new controld spawns its own, and two workers
-         * cannot bind the same queues. */
-        prctl(PR_SET_PDEATHSIG, SIGTERM);
-        if (getppid() != parent)
-            _exit(1);
+        /* No PR_SET_PDEATHSIG: a worker outlives controld's unclean death and keeps filtering
+         * until the next controld adopts it (RUN_DIR/NAME.pid); a clean stop stops it. */
         sigemptyset(&all);
         sigprocmask(SIG_SETMASK, &all, NULL);
         signal(SIGPIPE, SIG_DFL);
@@ -167,17 +214,80 @@ static int sup_spawn(struct ctl_sup *s)
         fgx_err("cannot run %s: %s", s->worker_path, strerror(errno));
         _exit(127);
     }
+    ctl_proc_child(&s->proc, pid);
     s->pid = pid;
     s->acked = false;
     s->nknown = 0;
-    s->instance++;
+    /* told apart from every worker id (which the process itself draws) by the top bit */
+    s->instance = (1ull << 63) | ++s->spawn_seq;
+    s->worker_id = 0;
+    s->hb_ever = false;
     s->started_ms = now_ms();
+    s->hb_ok_ms = s->started_ms;
+    (void)ctl_proc_pidfile_write(s->run_dir, s->name, pid, s->config);
     s->started_unix = (uint64_t)time(NULL);
     if (s->spawned_once)
         s->restarts++;
     s->spawned_once = true;
     fgx_info("started %s (pid %d, %u threads)", s->name, (int)pid, s->threads);
     return 0;
+}
+
+static int sup_call(struct ctl_sup *s, const struct fgx_dp_msg *req, int timeout_ms,
+                    struct fgx_dp_msg *reply);
+
+/* The worker a controld before this one left running (RUN_DIR/NAME.pid): adopted when it
+ * answers a heartbeat on the channel within SUP_ADOPT_WAIT_MS, so that it goes on filtering
+ * with every connection it carries; else killed, since it holds the queues (or the proxy's
+ * port) a new one needs. Returns whether it was adopted. */
+static bool sup_adopt(struct ctl_sup *s)
+{
+    struct fgx_dp_msg req = {.type = FGX_DP_HEARTBEAT_REQUEST}, reply = {0};
+    struct ctl_proc old = CTL_PROC_INIT;
+    pid_t pid = ctl_proc_pidfile_read(s->run_dir, s->name, s->config);
+    int rv;
+
+    if (pid < 0) {
+        /* started with other options (threads, queues, port, limits): it cannot serve
+         * this controld's rules */
+        pid = -pid;
+        if (ctl_proc_adopt(&old, pid) == 0) {
+            ctl_health_note(0, CTL_HEALTH_INFO, "worker-stale", 0,
+                            "%s pid %d, left by the previous controld, runs with other options: "
+                            "replaced",
+                            s->name, (int)pid);
+            ctl_proc_stop(&old, SUP_STOP_GRACE_MS, s->name);
+        }
+        return false;
+    }
+    if (pid == 0 || ctl_proc_adopt(&old, pid) < 0)
+        return false;
+    rv = sup_call(s, &req, SUP_ADOPT_WAIT_MS, &reply);
+    if (rv == 0 && reply.type == FGX_DP_HEARTBEAT && (pid_t)reply.u.heartbeat.pid == pid) {
+        s->proc = old;
+        s->pid = pid;
+        s->worker_id = s->instance = reply.u.heartbeat.worker_id;
+        s->generation = reply.u.heartbeat.generation;
+        s->acked = s->generation != 0;
+        s->hb_ever = true;
+        s->started_ms = s->hb_ok_ms = now_ms();
+        s->started_unix = (uint64_t)time(NULL);
+        s->spawned_once = true;
+        ctl_health_note(0, CTL_HEALTH_INFO, "worker-adopted", 0,
+                        "adopted %s pid %d (generation %llu): it kept filtering while controld "
+                        "was away",
+                        s->name, (int)pid, (unsigned long long)s->generation);
+        fgx_dp_msg_release(&reply);
+        return true;
+    }
+    if (rv == 0)
+        fgx_dp_msg_release(&reply);
+    ctl_health_note(0, CTL_HEALTH_WARN, "worker-stale", 0,
+                    "%s pid %d, left by the previous controld, did not answer within %d s: "
+                    "killed, a new one starts",
+                    s->name, (int)pid, SUP_ADOPT_WAIT_MS / 1000);
+    ctl_proc_stop(&old, 0, s->name);
+    return false;
 }
 
 int ctl_sup_start(const struct ctl_sup_config *cfg, struct ctl_sup **out)
@@ -218,6 +328,16 @@ int ctl_sup_start(const struct ctl_sup_config *cfg, struct ctl_sup **out)
     rv = fgx_chan_listen(url, FGX_CHAN_REQ, &s->chan);
     if (rv < 0)
         goto err;
+    {
+        struct sup_argv a;
+
+        sup_argv_build(s, &a);
+        s->config = ctl_proc_config(a.argv);
+    }
+    if (sup_adopt(s)) {
+        *out = s;
+        return 0;
+    }
     rv = sup_spawn(s);
     if (rv < 0)
         s->restart_at_ms = now_ms() + s->backoff_ms;
@@ -228,16 +348,20 @@ err:
     return rv;
 }
 
-/* The worker is gone (r and status from waitpid()): schedule its restart. */
-static void sup_reaped(struct ctl_sup *s, pid_t r, int status, uint64_t now)
+/* The worker is gone (status from waitpid(), -1 unknown: an adopted one): schedule its
+ * restart. */
+static void sup_reaped(struct ctl_sup *s, int status, uint64_t now)
 {
-    if (s->restart_requested) {
-        /* Asked for: restart at once, and leave the crash backoff as it was. */
-        fgx_info("%s (pid %d) stopped for a requested restart", s->name, (int)s->pid);
+    if (s->restart_requested || s->replacing) {
+        /* Asked for, or killed as hung: restart at once, and leave the crash backoff as it
+         * was. */
+        fgx_info("%s (pid %d) stopped for a %s restart", s->name, (int)s->pid,
+                 s->replacing ? "hung worker's" : "requested");
         s->restart_at_ms = now;
     } else {
-        if (r == -1)
-            fgx_warn("%s (pid %d) lost: %s", s->name, (int)s->pid, strerror(errno));
+        if (status == -1)
+            fgx_warn("%s (pid %d) ended (not controld's child: its status is not known)",
+                     s->name, (int)s->pid);
         else if (WIFSIGNALED(status))
             fgx_warn("%s (pid %d) killed by signal %d", s->name, (int)s->pid, WTERMSIG(status));
         else
@@ -249,13 +373,19 @@ static void sup_reaped(struct ctl_sup *s, pid_t r, int status, uint64_t now)
         /* A death hands nothing over: a handover kept from a planned restart would be stale. */
         fgx_dp_msg_release(&s->handover);
         fgx_info("restarting %s in %llu ms", s->name, (unsigned long long)s->backoff_ms);
-        ctl_health_note(0, CTL_HEALTH_WARN, "worker-restart", 0,
-                        "%s (pid %d) %s %d; restarting it in %llu ms (meanwhile fail_open "
-                        "services pass unfiltered, the others are not served)",
-                        s->name, (int)s->pid,
-                        r != -1 && WIFSIGNALED(status) ? "was killed by signal" : "exited with",
-                        r == -1 ? -1 : WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status),
-                        (unsigned long long)s->backoff_ms);
+        if (status == -1)
+            ctl_health_note(0, CTL_HEALTH_WARN, "worker-restart", 0,
+                            "%s (pid %d) ended; restarting it in %llu ms (meanwhile fail_open "
+                            "services pass unfiltered, the others are not served)",
+                            s->name, (int)s->pid, (unsigned long long)s->backoff_ms);
+        else
+            ctl_health_note(0, CTL_HEALTH_WARN, "worker-restart", 0,
+                            "%s (pid %d) %s %d; restarting it in %llu ms (meanwhile fail_open "
+                            "services pass unfiltered, the others are not served)",
+                            s->name, (int)s->pid,
+                            WIFSIGNALED(status) ? "was killed by signal" : "exited with",
+                            WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status),
+                            (unsigned long long)s->backoff_ms);
         s->backoff_ms =
             s->backoff_ms * 2 > SUP_BACKOFF_MAX_MS ? SUP_BACKOFF_MAX_MS : s->backoff_ms * 2;
     }
@@ -263,7 +393,132 @@ static void sup_reaped(struct ctl_sup *s, pid_t r, int status, uint64_t now)
     s->acked = false;
     s->started_unix = 0;
     s->restart_requested = false;
+    s->replacing = false;
     s->kill_at_ms = 0;
+    fgx_chan_call_cancel(s->hb);
+    s->hb = NULL;
+}
+
+/* Kill the worker as hung (why: for the health log) and replace it at once: SIGKILL, since a
+ * stopped or deadlocked process handles no SIGTERM. */
+static void sup_replace(struct ctl_sup *s, const char *why)
+{
+    (void)snprintf(s->reason, sizeof(s->reason), "%s", why);
+    ctl_health_note(0, CTL_HEALTH_WARN, "worker-hung", 0, "%s pid %d replaced: %s", s->name,
+                    (int)s->pid, why);
+    fgx_chan_call_cancel(s->hb);
+    s->hb = NULL;
+    fgx_dp_msg_release(&s->handover);
+    s->nknown = 0;
+    (void)ctl_proc_signal(&s->proc, SIGKILL);
+    s->replacing = true;
+}
+
+/* What one heartbeat answer says: a data-path thread that has not turned its loop. */
+static void sup_hb_judge(struct ctl_sup *s, const struct fgx_dp_heartbeat *h, uint64_t now)
+{
+    char why[96];
+
+    s->hb_ok_ms = now;
+    s->hb_ever = true;
+    if (h->worker_id != 0)
+        s->worker_id = s->instance = h->worker_id;
+    for (uint32_t i = 0; i < h->nthreads; i++) {
+        if (h->stale_ms[i] >= SUP_HB_MISS_MS) {
+            (void)snprintf(why, sizeof(why), "thread %u made no progress for %.1f s", i,
+                           h->stale_ms[i] / 1000.0);
+            sup_replace(s, why);
+            return;
+        }
+    }
+}
+
+/* Liveness: look at the heartbeat in flight, judge, send the next. Never blocks. */
+static void sup_hb_poll(struct ctl_sup *s, uint64_t now)
+{
+    struct fgx_dp_msg req = {.type = FGX_DP_HEARTBEAT_REQUEST}, reply;
+    void *buf = NULL;
+    size_t len = 0;
+    char why[96];
+    bool away;
+    int rv;
+
+    if (s->pid <= 0 || s->restart_requested || s->replacing)
+        return;
+    /* After a long gap since the last look (controld itself stopped, say) an answer may
+     * still be on its way in: judged at the next look, not this one. */
+    away = now - s->polled_ms > 2 * SUP_HB_PERIOD_MS;
+    s->polled_ms = now;
+    if (s->hb) {
+        rv = fgx_chan_call_end(s->hb, &buf, &len);
+        if (rv == -EINPROGRESS) {
+            if (away)
+                return;
+            /* Judged by how long this one waits, not by the last answer's age: a loop of
+             * controld's that was busy a while sent none meanwhile, through no fault of the
+             * worker's. */
+            if (s->hb_ever ? now - s->hb_sent_ms < SUP_HB_MISS_MS
+                           : now - s->started_ms < SUP_HB_FIRST_MS)
+                return;
+            if (s->hb_ever)
+                (void)snprintf(why, sizeof(why), "no heartbeat for %.1f s",
+                               (now - s->hb_ok_ms) / 1000.0);
+            else
+                (void)snprintf(why, sizeof(why), "no heartbeat within %.1f s of its start",
+                               (now - s->started_ms) / 1000.0);
+            sup_replace(s, why);
+            return;
+        }
+        s->hb = NULL;
+        if (rv == 0 && fgx_dp_decode(buf, len, &reply) == 0) {
+            if (reply.type == FGX_DP_HEARTBEAT)
+                sup_hb_judge(s, &reply.u.heartbeat, now);
+            fgx_dp_msg_release(&reply);
+            if (s->replacing)
+                goto out;
+        }
+    }
+    if (now - s->hb_sent_ms >= SUP_HB_PERIOD_MS && fgx_dp_encode(&req, &buf, &len) == 0) {
+        if (fgx_chan_call_begin(s->chan, buf, len, 2 * SUP_HB_MISS_MS, &s->hb) < 0)
+            s->hb = NULL;
+        s->hb_sent_ms = now;
+        free(buf);
+        return;
+    }
+out:
+    free(buf);
+}
+
+/* Take in the heartbeat in flight if its answer came (the loop may not have looked for a
+ * while: a long request, a restart that polls another worker). */
+static void sup_hb_collect(struct ctl_sup *s)
+{
+    struct fgx_dp_msg reply;
+    void *buf = NULL;
+    size_t len = 0;
+    int rv;
+
+    if (s->hb == NULL || s->replacing)
+        return;
+    rv = fgx_chan_call_end(s->hb, &buf, &len);
+    if (rv == -EINPROGRESS)
+        return;
+    s->hb = NULL;
+    if (rv == 0 && fgx_dp_decode(buf, len, &reply) == 0) {
+        if (reply.type == FGX_DP_HEARTBEAT)
+            sup_hb_judge(s, &reply.u.heartbeat, now_ms());
+        fgx_dp_msg_release(&reply);
+    }
+    free(buf);
+}
+
+/* A heartbeat has waited long enough that the worker is not asked anything else: it is about
+ * to be replaced, and the loop must not wait on it. */
+static bool sup_unresponsive(struct ctl_sup *s)
+{
+    sup_hb_collect(s);
+    return s->replacing ||
+           (s->hb != NULL && s->hb_ever && now_ms() - s->hb_sent_ms >= SUP_HB_SLOW_MS);
 }
 
 int ctl_sup_poll(struct ctl_sup *s, bool *respawned)
@@ -273,17 +528,16 @@ int ctl_sup_poll(struct ctl_sup *s, bool *respawned)
 
     *respawned = false;
     if (s->pid > 0) {
-        pid_t r = waitpid(s->pid, &status, WNOHANG);
-
-        if (r == 0 || (r == -1 && errno == EINTR)) {
+        if (ctl_proc_reap(&s->proc, &status) == 0) {
             if (s->restart_requested && s->kill_at_ms != 0 && now >= s->kill_at_ms) {
                 fgx_warn("%s (pid %d) ignored SIGTERM; killing it", s->name, (int)s->pid);
-                kill(s->pid, SIGKILL);
+                (void)ctl_proc_signal(&s->proc, SIGKILL);
                 s->kill_at_ms = 0;
             }
+            sup_hb_poll(s, now);
             return 0;
         }
-        sup_reaped(s, r, status, now);
+        sup_reaped(s, status, now);
         if (now < s->restart_at_ms)
             return 0;
     }
@@ -299,16 +553,44 @@ int ctl_sup_poll(struct ctl_sup *s, bool *respawned)
 
 static void sup_take_flows(struct ctl_sup *s);
 
+/* One heartbeat, waited for (a requested restart asks first whether the worker can hand its
+ * flows over at all). */
+static bool sup_answers(struct ctl_sup *s)
+{
+    struct fgx_dp_msg req = {.type = FGX_DP_HEARTBEAT_REQUEST}, reply = {0};
+    bool ok;
+
+    if (sup_unresponsive(s))
+        return false;
+    ok = sup_call(s, &req, SUP_HB_MISS_MS, &reply) == 0 && reply.type == FGX_DP_HEARTBEAT;
+    if (ok) {
+        sup_hb_judge(s, &reply.u.heartbeat, now_ms());
+        ok = !s->replacing;
+    }
+    fgx_dp_msg_release(&reply);
+    return ok;
+}
+
 int ctl_sup_restart(struct ctl_sup *s)
 {
+    int rv;
+
     if (s->pid <= 0) {
         s->restart_at_ms = 0; /* down, waiting out a backoff: now is a fine time */
         return 0;
     }
+    if (s->replacing)
+        return 0; /* already on its way out */
+    if (!sup_answers(s)) {
+        /* A hung worker hands nothing over and handles no SIGTERM. */
+        if (!s->replacing)
+            sup_replace(s, "it did not answer a requested restart's heartbeat within 1 s");
+        return 0;
+    }
     sup_take_flows(s);
-    if (kill(s->pid, SIGTERM) == -1 && errno != ESRCH) {
-        int rv = -errno;
-        fgx_err("cannot stop %s (pid %d): %s", s->name, (int)s->pid, strerror(errno));
+    rv = ctl_proc_signal(&s->proc, SIGTERM);
+    if (rv < 0 && rv != -ESRCH) {
+        fgx_err("cannot stop %s (pid %d): %s", s->name, (int)s->pid, strerror(-rv));
         return rv;
     }
     s->restart_requested = true;
@@ -441,6 +723,12 @@ int ctl_sup_push(struct ctl_sup *s, const struct fgx_dp_ruleset *rs, int timeout
                  (unsigned long long)rs->generation);
         return -ENOTCONN;
     }
+    if (sup_unresponsive(s)) {
+        /* about to be replaced: its successor gets the full ruleset */
+        fgx_warn("%s does not answer; generation %llu goes to its successor", s->name,
+                 (unsigned long long)rs->generation);
+        return -ETIMEDOUT;
+    }
     if (s->handover.type == FGX_DP_FLOWS && !s->restart_requested) {
         /* The new worker takes the old one's flows before its first ruleset. */
         rv = sup_call(s, &s->handover, timeout_ms, &reply);
@@ -496,6 +784,8 @@ int ctl_sup_stats(struct ctl_sup *s, int timeout_ms, struct fgx_dp_msg *out)
 
     if (s->pid <= 0 || fgx_chan_peers(s->chan) == 0)
         return -ENOTCONN;
+    if (sup_unresponsive(s))
+        return -ETIMEDOUT;
     rv = sup_call(s, &req, timeout_ms, out);
     if (rv < 0)
         return rv;
@@ -513,6 +803,8 @@ int ctl_sup_captures(struct ctl_sup *s, uint32_t service_id, int timeout_ms, str
 
     if (s->pid <= 0 || fgx_chan_peers(s->chan) == 0)
         return -ENOTCONN;
+    if (sup_unresponsive(s))
+        return -ETIMEDOUT;
     rv = sup_call(s, &req, timeout_ms, out);
     if (rv < 0)
         return rv;
@@ -523,33 +815,37 @@ int ctl_sup_captures(struct ctl_sup *s, uint32_t service_id, int timeout_ms, str
     return 0;
 }
 
-void ctl_sup_info(const struct ctl_sup *s, struct ctl_sup_info *out)
+void ctl_sup_info(const struct ctl_sup *cs, struct ctl_sup_info *out)
 {
+    /* A heartbeat answer that came meanwhile is taken in first, so the age shown is true:
+     * the supervisor's own state, not the caller's (hence the cast). */
+    struct ctl_sup *s = (struct ctl_sup *)cs;
+
+    sup_hb_collect(s);
     out->pid = s->pid;
     out->state = s->pid <= 0 ? "down" : s->acked ? "running" : "starting";
     out->generation = s->generation;
     out->restarts = s->restarts;
     out->instance = s->instance;
     out->started = s->pid > 0 ? s->started_unix : 0;
+    out->hb_age_ms = s->pid > 0 && s->hb_ever ? (int64_t)(now_ms() - s->hb_ok_ms) : -1;
+    out->adopted = s->proc.adopted;
+    out->replaced_why = s->reason;
+    if (s->replacing)
+        out->state = "replacing";
 }
 
 void ctl_sup_stop(struct ctl_sup *s)
 {
     if (!s)
         return;
+    fgx_chan_call_cancel(s->hb);
+    s->hb = NULL;
     if (s->pid > 0) {
-        uint64_t deadline = now_ms() + SUP_STOP_GRACE_MS;
-        pid_t r = 0;
-
-        kill(s->pid, SIGTERM);
-        while ((r = waitpid(s->pid, NULL, WNOHANG)) == 0 && now_ms() < deadline)
-            usleep(20000);
-        if (r == 0) {
-            fgx_warn("%s (pid %d) ignored SIGTERM; killing it", s->name, (int)s->pid);
-            kill(s->pid, SIGKILL);
-            waitpid(s->pid, NULL, 0);
-        }
+        /* a clean stop: the worker goes with controld (an unclean death leaves it running) */
+        ctl_proc_stop(&s->proc, SUP_STOP_GRACE_MS, s->name);
         s->pid = 0;
+        ctl_proc_pidfile_remove(s->run_dir, s->name);
     }
     fgx_chan_close(s->chan);
     fgx_dp_msg_release(&s->handover);

@@ -32,19 +32,27 @@ struct ctl_sup_config {
 
 struct ctl_sup_info {
     pid_t pid;           /* 0 when no worker runs */
-    const char *state;   /* "running", "starting" or "down" (static strings) */
+    /* "running", "starting", "replacing" (killed as hung) or "down" (static strings) */
+    const char *state;
     uint64_t generation; /* last generation the worker acknowledged */
     uint32_t restarts;
     uint64_t instance; /* changes each time a new worker process is spawned */
     uint64_t started;  /* unix seconds the current process was spawned; 0 when none runs */
+    int64_t hb_age_ms; /* since its last heartbeat answer; -1: none yet (or none runs) */
+    bool adopted;      /* taken over from an earlier controld (not controld's child) */
+    const char *replaced_why; /* why the last one was replaced as hung ("" never; borrowed) */
 };
 
 struct ctl_sup;
 
-/* Listen on the worker channel and spawn the first worker. The config is copied. */
+/* Listen on the worker channel and spawn the first worker, or adopt the one an earlier
+ * controld left running (RUN_DIR/NAME.pid) when it answers there within 3 s. The config is
+ * copied. */
 int ctl_sup_start(const struct ctl_sup_config *cfg, struct ctl_sup **out);
-/* Periodic work: reap a dead worker, restart it once its backoff has passed. *respawned is set
- * when a new worker was started: it needs the full ruleset. Never blocks. */
+/* Periodic work: reap a dead worker, restart it once its backoff has passed; heartbeats (a
+ * worker that misses one for 1 s, or one of whose data-path threads has not moved for 1 s, is
+ * killed and replaced, with a health note saying why). *respawned is set when a new worker
+ * was started: it needs the full ruleset. Never blocks. */
 int ctl_sup_poll(struct ctl_sup *s, bool *respawned);
 /* Push a ruleset and wait for the worker's ACK of its generation. Returns 0, -ETIMEDOUT,
  * -ENOTCONN at once when no worker runs, or -EPROTO when the worker refused it (its reason
@@ -59,10 +67,12 @@ int ctl_sup_captures(struct ctl_sup *s, uint32_t service_id, int timeout_ms,
                      struct fgx_dp_msg *out);
 void ctl_sup_info(const struct ctl_sup *s, struct ctl_sup_info *out);
 /* Ask the worker to stop (SIGTERM; SIGKILL after 2 s) and restart it as soon as it is reaped,
- * without backoff: a requested restart is no crash. ctl_sup_poll() does the rest; a worker that
- * is down is restarted at the next poll. */
+ * without backoff: a requested restart is no crash. A worker that does not answer a heartbeat
+ * within 1 s is killed at once instead (SIGKILL: hung, it hands nothing over). ctl_sup_poll()
+ * does the rest; a worker that is down is restarted at the next poll. */
 int ctl_sup_restart(struct ctl_sup *s);
-/* Stop the worker (SIGTERM, then SIGKILL after 2 s), close the channel, free. NULL: no-op. */
+/* Stop the worker (SIGTERM, then SIGKILL after 2 s), adopted or not, close the channel, free.
+ * NULL: no-op. */
 void ctl_sup_stop(struct ctl_sup *s);
 
 #endif

@@ -41,7 +41,7 @@ static const char usage_main[] =
     "  filter set FILTER [--action block|log] [--label TEXT]\n"
     "                                           switch a filter to log-only and back\n"
     "  worker list                              the data-path workers and their counters\n"
-    "  worker restart nfq|proxy|all\n"
+    "  worker restart nfq|proxy|script|all\n"
     "  stats [SERVICE] [--watch [--interval SEC]]\n"
     "                                           traffic counters per service\n"
     "  events [SERVICE] [--limit N] [--follow]  the latest blocks, with an excerpt\n"

@@ -17,7 +17,7 @@ static const char usage_worker[] =
     "\n"
     "Commands:\n"
     "  list\n"
-    "  restart nfq|proxy|all\n"
+    "  restart nfq|proxy|script|all\n"
     "\n"
     "`fgexctl worker COMMAND --help` for one command.\n";
 
@@ -26,20 +26,28 @@ static const char usage_worker_list[] =
     "\n"
     "List controld's data-path workers: kind, pid, state, the last generation of the\n"
     "rules each acknowledged, how often it was restarted, the flows it tracks, the\n"
-    "packets the kernel dropped from its queues, and its memory (RSS).\n"
+    "packets the kernel dropped from its queues, its memory (RSS), and how long ago it\n"
+    "last answered controld's heartbeat (HEARTBEAT; a worker that misses it for 1 s, or\n"
+    "whose packet threads stop moving for 1 s, is replaced: state `replacing`). A worker\n"
+    "taken over from an earlier controld (controld restarted while it ran) is marked\n"
+    "`adopted` in NOTE; a worker replaced as hung says why there.\n"
     "With --json: an array of {kind, pid, state, generation, restarts, queue_drops,\n"
     "flows, rss_bytes, truncated, verdict_errors, malformed}, with evasion,\n"
     "midstream_resets, flows_evicted and script_{refused,errors,timeouts,blocked,final,held,\n"
     "flows,reclaimed} for kind nfq, and conns_refused, unclassified,\n"
     "connect_failed, scan_errors, src_refused, evicted, silent_closed, midstream_resets,\n"
     "midstream_rescan for kind proxy. The script worker (kind script, the Python\n"
-    "filters) has pid, state, restarts and started only.\n";
+    "filters) has pid, state, restarts and started only. Every kind has heartbeat_age_ms\n"
+    "(null: no answer yet), adopted and replaced_why.\n";
 
 static const char usage_worker_restart[] =
-    "usage: fgexctl worker restart nfq|proxy|all\n"
+    "usage: fgexctl worker restart nfq|proxy|script|all\n"
     "\n"
-    "Restart the NFQUEUE worker, the proxy worker, or both. Returns once each is back\n"
-    "and has applied the current rules, then lists the workers as `worker list` does.\n";
+    "Restart the NFQUEUE worker, the proxy worker, both (all), or the script worker.\n"
+    "A worker that does not answer a heartbeat within 1 s (stopped, hung) is killed and\n"
+    "replaced at once. Returns once each is back and has applied the current rules,\n"
+    "says which pid it replaced with which, then lists the workers as `worker list`\n"
+    "does. Exit status 0 when every worker asked for was replaced and is running.\n";
 /* clang-format on */
 
 /* ---- building the request ---- */
@@ -51,9 +59,11 @@ static int build_worker_restart(struct cli_cmd *cmd, const struct cli_cmd_def *d
 
     (void)def;
     fgx__ctl__worker_restart__init(&cmd->m.worker_restart);
-    if (strcmp(kind, "nfq") != 0 && strcmp(kind, "proxy") != 0 && strcmp(kind, "all") != 0)
+    if (strcmp(kind, "nfq") != 0 && strcmp(kind, "proxy") != 0 && strcmp(kind, "script") != 0 &&
+        strcmp(kind, "all") != 0)
         return cli_args_fail(cmd, CLI_EXIT_INVALID,
-                             "invalid worker kind '%.60s': must be nfq, proxy or all", kind);
+                             "invalid worker kind '%.60s': must be nfq, proxy, script or all",
+                             kind);
     cmd->m.worker_restart.kind = (char *)kind;
     cmd->req.worker_restart = &cmd->m.worker_restart;
     return 0;
@@ -64,7 +74,8 @@ static int build_worker_restart(struct cli_cmd *cmd, const struct cli_cmd_def *d
 static int human_worker_table(FILE *f, const Fgx__Ctl__Reply *rep)
 {
     static const char *const heads[] = {"KIND",  "PID",    "STATE", "GENERATION", "RESTARTS",
-                                        "FLOWS", "QDROPS", "RSS",   "REFUSED"};
+                                        "FLOWS", "QDROPS", "RSS",   "REFUSED",    "HEARTBEAT",
+                                        "NOTE"};
     struct cli_table t;
     char rss[32];
     int rc;
@@ -73,8 +84,9 @@ static int human_worker_table(FILE *f, const Fgx__Ctl__Reply *rep)
         (void)fputs("no workers\n", f);
         return 0;
     }
-    cli_fmt_table_init(&t, heads, 9,
-                       1u << 1 | 1u << 3 | 1u << 4 | 1u << 5 | 1u << 6 | 1u << 7 | 1u << 8);
+    cli_fmt_table_init(&t, heads, 11,
+                       1u << 1 | 1u << 3 | 1u << 4 | 1u << 5 | 1u << 6 | 1u << 7 | 1u << 8 |
+                           1u << 9);
     for (size_t i = 0; i < rep->n_workers; i++) {
         const Fgx__Ctl__Worker *w = rep->workers[i];
 
@@ -92,6 +104,16 @@ static int human_worker_table(FILE *f, const Fgx__Ctl__Reply *rep)
             cli_fmt_table_addf(&t, "-");
         }
         cli_fmt_table_add_opt(&t, w->has_conns_refused, w->conns_refused);
+        if (w->has_heartbeat_age_ms)
+            cli_fmt_table_addf(&t, "%.1fs ago", (double)w->heartbeat_age_ms / 1000.0);
+        else
+            cli_fmt_table_addf(&t, "-");
+        if (w->adopted)
+            cli_fmt_table_addf(&t, "adopted");
+        else if (w->replaced_why && w->replaced_why[0])
+            cli_fmt_table_addf(&t, "last replaced: %s", w->replaced_why);
+        else
+            cli_fmt_table_addf(&t, "-");
     }
     rc = cli_fmt_table_print(f, &t);
     cli_fmt_table_release(&t);
@@ -137,6 +159,15 @@ static json_t *json_worker(const void *p)
                       cli_json_int(w->silent_closed), "midstream_resets",
                       cli_json_int(w->midstream_reset), "midstream_rescan",
                       cli_json_int(w->midstream_rescan)));
+    if (rc == 0) /* liveness (issue 24), every kind */
+        rc = json_object_update_new(
+            o, json_pack("{s:o, s:b, s:o}", "heartbeat_age_ms",
+                         w->has_heartbeat_age_ms ? json_integer(cli_json_int(w->heartbeat_age_ms))
+                                                 : json_null(),
+                         "adopted", (int)w->adopted, "replaced_why",
+                         w->replaced_why ? cli_json_str(w->replaced_why) : json_null()));
+    if (rc == 0 && w->has_old_pid)
+        rc = json_object_set_new(o, "old_pid", json_integer(w->old_pid));
     if (rc < 0) {
         json_decref(o);
         return NULL;
@@ -148,6 +179,22 @@ static int human_list(FILE *f, const Fgx__Ctl__Request *req, const Fgx__Ctl__Rep
 {
     (void)req;
     return human_worker_table(f, rep);
+}
+
+/* worker restart: which pid became which, then the table */
+static int human_restart(FILE *f, const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep)
+{
+    for (size_t i = 0; i < rep->n_workers; i++) {
+        const Fgx__Ctl__Worker *w = rep->workers[i];
+
+        if (w->has_old_pid && w->pid > 0 && w->pid != w->old_pid)
+            (void)fprintf(f, "%s: replaced pid %" PRId32 " with pid %" PRId32 " (%s)\n", w->kind,
+                          w->old_pid, w->pid, w->state);
+        else if (w->has_old_pid)
+            (void)fprintf(f, "%s: pid %" PRId32 " not replaced yet (%s)\n", w->kind, w->old_pid,
+                          w->state);
+    }
+    return human_list(f, req, rep);
 }
 
 static json_t *json_list(const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep)
@@ -174,7 +221,7 @@ static const struct cli_cmd_def worker_cmds[] = {
      .pos_names = {"KIND"},
      .usage = usage_worker_restart,
      .build = build_worker_restart,
-     .human = human_list,
+     .human = human_restart,
      .json = json_list},
     {.name = NULL},
 };

@@ -396,6 +396,180 @@ int fgx_chan_call(struct fgx_chan *c, const void *req, size_t reqlen, void **rep
     return fgx_chan_recv(c, reply, replylen, timeout_ms);
 }
 
+struct fgx_chan_ctx {
+    nng_ctx ctx;
+    nng_aio *aio;
+};
+
+int fgx_chan_ctx_open(struct fgx_chan *c, struct fgx_chan_ctx **out)
+{
+    struct fgx_chan_ctx *x = calloc(1, sizeof(*x));
+    int rv;
+
+    if (!x)
+        return -ENOMEM;
+    rv = nng_ctx_open(&x->ctx, c->sock);
+    if (rv == 0 && (rv = nng_aio_alloc(&x->aio, NULL, NULL)) != 0)
+        nng_ctx_close(x->ctx);
+    if (rv != 0) {
+        fgx_err("nng: cannot open a context: %s", nng_strerror(rv));
+        free(x);
+        return chan_errno(rv);
+    }
+    *out = x;
+    return 0;
+}
+
+int fgx_chan_ctx_recv(struct fgx_chan_ctx *x, void **buf, size_t *len, int timeout_ms)
+{
+    nng_msg *msg;
+    int rv;
+
+    nng_aio_set_timeout(x->aio, timeout_ms < 0 ? NNG_DURATION_INFINITE : timeout_ms);
+    nng_ctx_recv(x->ctx, x->aio);
+    nng_aio_wait(x->aio);
+    rv = nng_aio_result(x->aio);
+    if (rv != 0)
+        return chan_errno(rv);
+    msg = nng_aio_get_msg(x->aio);
+    *len = nng_msg_len(msg);
+    *buf = malloc(*len ? *len : 1);
+    if (*buf)
+        memcpy(*buf, nng_msg_body(msg), *len);
+    nng_msg_free(msg);
+    return *buf ? 0 : -ENOMEM;
+}
+
+int fgx_chan_ctx_send(struct fgx_chan_ctx *x, const void *buf, size_t len, int timeout_ms)
+{
+    nng_msg *msg = NULL;
+    int rv = nng_msg_alloc(&msg, len);
+
+    if (rv != 0)
+        return chan_errno(rv);
+    memcpy(nng_msg_body(msg), buf, len);
+    nng_aio_set_msg(x->aio, msg);
+    nng_aio_set_timeout(x->aio, timeout_ms < 0 ? NNG_DURATION_INFINITE : timeout_ms);
+    nng_ctx_send(x->ctx, x->aio);
+    nng_aio_wait(x->aio);
+    rv = nng_aio_result(x->aio);
+    if (rv != 0)
+        nng_msg_free(msg); /* not sent: still ours */
+    return chan_errno(rv);
+}
+
+void fgx_chan_ctx_close(struct fgx_chan_ctx *x)
+{
+    if (!x)
+        return;
+    nng_aio_stop(x->aio);
+    nng_aio_free(x->aio);
+    nng_ctx_close(x->ctx);
+    free(x);
+}
+
+/* A call in flight on its own context: sent, then received, by nng's callbacks. state is
+ * __atomic: 0 running, 1 done (rv, reply and rlen set). */
+struct fgx_chan_pending {
+    nng_ctx ctx;
+    nng_aio *aio;
+    bool sent;
+    int state;
+    int rv;
+    void *reply;
+    size_t rlen;
+};
+
+static void pending_cb(void *arg)
+{
+    struct fgx_chan_pending *p = arg;
+    int rv = nng_aio_result(p->aio);
+    nng_msg *msg;
+
+    if (!p->sent && rv == 0) {
+        p->sent = true;
+        nng_ctx_recv(p->ctx, p->aio);
+        return;
+    }
+    if (!p->sent)
+        nng_msg_free(nng_aio_get_msg(p->aio)); /* not sent: still ours */
+    p->rv = chan_errno(rv);
+    if (rv == 0) {
+        msg = nng_aio_get_msg(p->aio);
+        p->rlen = nng_msg_len(msg);
+        p->reply = malloc(p->rlen ? p->rlen : 1);
+        if (p->reply)
+            memcpy(p->reply, nng_msg_body(msg), p->rlen);
+        else
+            p->rv = -ENOMEM;
+        nng_msg_free(msg);
+    }
+    __atomic_store_n(&p->state, 1, __ATOMIC_RELEASE);
+}
+
+int fgx_chan_call_begin(struct fgx_chan *c, const void *req, size_t len, int timeout_ms,
+                        struct fgx_chan_pending **out)
+{
+    struct fgx_chan_pending *p = calloc(1, sizeof(*p));
+    nng_msg *msg = NULL;
+    int rv;
+
+    if (!p)
+        return -ENOMEM;
+    rv = nng_ctx_open(&p->ctx, c->sock);
+    if (rv != 0) {
+        free(p);
+        return chan_errno(rv);
+    }
+    rv = nng_aio_alloc(&p->aio, pending_cb, p);
+    if (rv == 0)
+        rv = nng_msg_alloc(&msg, len);
+    if (rv != 0) {
+        nng_aio_free(p->aio);
+        nng_ctx_close(p->ctx);
+        free(p);
+        return chan_errno(rv);
+    }
+    memcpy(nng_msg_body(msg), req, len);
+    nng_aio_set_msg(p->aio, msg);
+    nng_aio_set_timeout(p->aio, timeout_ms < 0 ? NNG_DURATION_INFINITE : timeout_ms);
+    nng_ctx_send(p->ctx, p->aio);
+    *out = p;
+    return 0;
+}
+
+static void pending_free(struct fgx_chan_pending *p)
+{
+    /* nng_aio_stop waits for the callback: after it nothing touches p */
+    nng_aio_stop(p->aio);
+    nng_aio_free(p->aio);
+    nng_ctx_close(p->ctx);
+    free(p->reply);
+    free(p);
+}
+
+int fgx_chan_call_end(struct fgx_chan_pending *p, void **reply, size_t *len)
+{
+    int rv;
+
+    if (!__atomic_load_n(&p->state, __ATOMIC_ACQUIRE))
+        return -EINPROGRESS;
+    rv = p->rv;
+    if (rv == 0) {
+        *reply = p->reply;
+        *len = p->rlen;
+        p->reply = NULL;
+    }
+    pending_free(p);
+    return rv;
+}
+
+void fgx_chan_call_cancel(struct fgx_chan_pending *p)
+{
+    if (p)
+        pending_free(p);
+}
+
 int fgx_chan_peers(struct fgx_chan *c)
 {
     return __atomic_load_n(&c->peers, __ATOMIC_RELAXED);

@@ -247,6 +247,9 @@ int fgx_dp_encode(const struct fgx_dp_msg *m, void **buf, size_t *len)
     Fgx__Dp__Flows fl = FGX__DP__FLOWS__INIT;
     Fgx__Dp__CaptureRequest creq = FGX__DP__CAPTURE_REQUEST__INIT;
     Fgx__Dp__Captures caps = FGX__DP__CAPTURES__INIT;
+    Fgx__Dp__HeartbeatRequest hreq = FGX__DP__HEARTBEAT_REQUEST__INIT;
+    Fgx__Dp__Heartbeat hb = FGX__DP__HEARTBEAT__INIT;
+    uint32_t stale[FGX_DP_HB_THREADS_MAX];
     ProtobufCBinaryData *capv = NULL;
     Fgx__Dp__ScriptLog *sl = NULL, **slp = NULL;
     Fgx__Dp__Service *svc = NULL, **svcp = NULL;
@@ -500,6 +503,8 @@ int fgx_dp_encode(const struct fgx_dp_msg *m, void **buf, size_t *len)
         }
         st.has_script_logs_lost = s->script_logs_lost != 0;
         st.script_logs_lost = s->script_logs_lost;
+        st.has_worker_id = s->worker_id != 0;
+        st.worker_id = s->worker_id;
         msg.msg_case = FGX__DP__MSG__MSG_STATS;
         msg.stats = &st;
         break;
@@ -537,6 +542,24 @@ int fgx_dp_encode(const struct fgx_dp_msg *m, void **buf, size_t *len)
         caps.captures = capv;
         msg.msg_case = FGX__DP__MSG__MSG_CAPTURES;
         msg.captures = &caps;
+        break;
+    case FGX_DP_HEARTBEAT_REQUEST:
+        msg.msg_case = FGX__DP__MSG__MSG_HEARTBEAT_REQUEST;
+        msg.heartbeat_request = &hreq;
+        break;
+    case FGX_DP_HEARTBEAT:
+        if (m->u.heartbeat.nthreads > FGX_DP_HB_THREADS_MAX) {
+            ret = -EINVAL;
+            goto invalid;
+        }
+        hb.pid = m->u.heartbeat.pid;
+        hb.worker_id = m->u.heartbeat.worker_id;
+        hb.generation = m->u.heartbeat.generation;
+        memcpy(stale, m->u.heartbeat.stale_ms, m->u.heartbeat.nthreads * sizeof(*stale));
+        hb.n_stale_ms = m->u.heartbeat.nthreads;
+        hb.stale_ms = stale;
+        msg.msg_case = FGX__DP__MSG__MSG_HEARTBEAT;
+        msg.heartbeat = &hb;
         break;
     default:
         ret = -EINVAL;
@@ -901,6 +924,7 @@ static int stats_from_pb(const Fgx__Dp__Stats *p, struct fgx_dp_stats *s)
         }
     }
     s->script_logs_lost = p->has_script_logs_lost ? p->script_logs_lost : 0;
+    s->worker_id = p->has_worker_id ? p->worker_id : 0;
     if (p->n_script_logs > 0) {
         s->script_logs = calloc(p->n_script_logs, sizeof(*s->script_logs));
         if (s->script_logs == NULL)
@@ -969,6 +993,22 @@ int fgx_dp_decode(const void *buf, size_t len, struct fgx_dp_msg *m)
     case FGX__DP__MSG__MSG_FLOWS_REQUEST:
         m->type = FGX_DP_FLOWS_REQUEST;
         ret = 0;
+        break;
+    case FGX__DP__MSG__MSG_HEARTBEAT_REQUEST:
+        m->type = FGX_DP_HEARTBEAT_REQUEST;
+        ret = 0;
+        break;
+    case FGX__DP__MSG__MSG_HEARTBEAT:
+        m->type = FGX_DP_HEARTBEAT;
+        ret = msg->heartbeat->n_stale_ms > FGX_DP_HB_THREADS_MAX ? -EINVAL : 0;
+        if (ret < 0)
+            break;
+        m->u.heartbeat.pid = msg->heartbeat->pid;
+        m->u.heartbeat.worker_id = msg->heartbeat->worker_id;
+        m->u.heartbeat.generation = msg->heartbeat->generation;
+        m->u.heartbeat.nthreads = (uint32_t)msg->heartbeat->n_stale_ms;
+        for (size_t k = 0; k < msg->heartbeat->n_stale_ms; k++)
+            m->u.heartbeat.stale_ms[k] = msg->heartbeat->stale_ms[k];
         break;
     case FGX__DP__MSG__MSG_CAPTURE_REQUEST:
         m->type = FGX_DP_CAPTURE_REQUEST;

@@ -5,10 +5,12 @@
 #include "fgx/wctl.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -20,6 +22,19 @@
  * (controld stops its workers one after another). An idle wake-up off the packet path. */
 #define RECV_TIMEOUT_MS 100
 #define SEND_TIMEOUT_MS 5000
+
+/* The process's identity for controld (struct fgx_dp_heartbeat), drawn once; the generation
+ * every thread uses now, for heartbeats (read without the serving lock). */
+static uint64_t worker_id;
+static uint64_t applied_generation; /* __atomic */
+
+uint64_t fgx_wctl_now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
 
 /* ---- counters ---- */
 
@@ -271,6 +286,8 @@ static int publish(const struct fgx_wctl *ctl, struct fgx_wcfg *c)
         sleep_ms(1);
     }
     fgx_wcfg_unref(old);
+    if (ret == 0)
+        __atomic_store_n(&applied_generation, c->generation, __ATOMIC_RELEASE);
     return ret;
 }
 
@@ -316,16 +333,48 @@ static void on_ruleset(const struct fgx_wctl *ctl, const struct fgx_dp_ruleset *
     reply->u.error = err;
 }
 
-void fgx_wctl_serve(const struct fgx_wctl *ctl, struct fgx_chan *ch, void *buf, size_t len)
+static void on_heartbeat(const struct fgx_wctl *ctl, struct fgx_dp_msg *reply)
+{
+    struct fgx_dp_heartbeat *h = &reply->u.heartbeat;
+    uint64_t now = fgx_wctl_now_ms();
+    unsigned i;
+
+    reply->type = FGX_DP_HEARTBEAT;
+    h->pid = (uint32_t)getpid();
+    h->worker_id = worker_id;
+    h->generation = __atomic_load_n(&applied_generation, __ATOMIC_ACQUIRE);
+    h->nthreads = 0;
+    for (i = 0; ctl->alive != NULL && i < ctl->nthreads && i < FGX_DP_HB_THREADS_MAX; i++) {
+        uint64_t t = ctl->alive(ctl->worker, i);
+
+        h->stale_ms[h->nthreads++] = t == 0 || t >= now ? 0
+                                     : now - t > UINT32_MAX ? UINT32_MAX
+                                                            : (uint32_t)(now - t);
+    }
+}
+
+/* Serialises the requests that are not heartbeats: each thread of fgx_wctl_run() may receive
+ * any request, and a ruleset is applied by one at a time. */
+static pthread_mutex_t serve_mtx = PTHREAD_MUTEX_INITIALIZER;
+
+/* The encoded answer to one request (buf consumed); *out malloc'd, NULL when none can be
+ * made (logged). */
+static void answer(const struct fgx_wctl *ctl, void *buf, size_t len, void **out, size_t *outlen)
 {
     struct fgx_dp_msg req = {0}, reply = {0};
-    void *out = NULL;
-    size_t outlen = 0;
+    bool locked = false;
     int ret;
 
+    *out = NULL;
     ret = fgx_dp_decode(buf, len, &req);
     free(buf);
-    if (ret != 0) {
+    if (ret == 0 && req.type != FGX_DP_HEARTBEAT_REQUEST) {
+        pthread_mutex_lock(&serve_mtx);
+        locked = true;
+    }
+    if (ret == 0 && req.type == FGX_DP_HEARTBEAT_REQUEST) {
+        on_heartbeat(ctl, &reply); /* never waits for the lock */
+    } else if (ret != 0) {
         fgx_warn("control: undecodable message of %zu bytes", len);
         reply.type = FGX_DP_ERROR;
         reply.u.error = strdup("undecodable message");
@@ -336,6 +385,8 @@ void fgx_wctl_serve(const struct fgx_wctl *ctl, struct fgx_chan *ch, void *buf, 
         if (ctl->stats(ctl->worker, &reply.u.stats) != 0) {
             reply.type = FGX_DP_ERROR;
             reply.u.error = strdup("out of memory");
+        } else {
+            reply.u.stats.worker_id = worker_id;
         }
     } else if (req.type == FGX_DP_FLOWS_REQUEST && ctl->flows_export != NULL) {
         reply.type = FGX_DP_FLOWS;
@@ -362,28 +413,86 @@ void fgx_wctl_serve(const struct fgx_wctl *ctl, struct fgx_chan *ch, void *buf, 
         reply.type = FGX_DP_ERROR;
         reply.u.error = strdup("unexpected message type");
     }
+    if (locked)
+        pthread_mutex_unlock(&serve_mtx);
     fgx_dp_msg_release(&req);
-    ret = fgx_dp_encode(&reply, &out, &outlen);
+    ret = fgx_dp_encode(&reply, out, outlen);
     fgx_dp_msg_release(&reply);
     if (ret != 0) {
         fgx_err("control: cannot encode a reply: %s", strerror(-ret));
-        return;
+        *out = NULL;
     }
+}
+
+void fgx_wctl_serve(const struct fgx_wctl *ctl, struct fgx_chan *ch, void *buf, size_t len)
+{
+    void *out = NULL;
+    size_t outlen = 0;
+    int ret;
+
+    answer(ctl, buf, len, &out, &outlen);
+    if (out == NULL)
+        return;
     ret = fgx_chan_send(ch, out, outlen, SEND_TIMEOUT_MS);
     if (ret != 0)
         fgx_warn("control: reply not sent: %s", strerror(-ret));
     free(out);
 }
 
+struct second {
+    const struct fgx_wctl *ctl;
+    struct fgx_chan_ctx *x;
+};
+
+/* The second receiver: the same service on a context of its own. */
+static void *second_main(void *arg)
+{
+    struct second *sd = arg;
+
+    while (!__atomic_load_n(sd->ctl->stop, __ATOMIC_ACQUIRE)) {
+        void *buf = NULL, *out = NULL;
+        size_t len = 0, outlen = 0;
+        int ret = fgx_chan_ctx_recv(sd->x, &buf, &len, RECV_TIMEOUT_MS);
+
+        if (ret == -ETIMEDOUT)
+            continue;
+        if (ret != 0) {
+            sleep_ms(100);
+            continue;
+        }
+        answer(sd->ctl, buf, len, &out, &outlen);
+        if (out == NULL)
+            continue;
+        ret = fgx_chan_ctx_send(sd->x, out, outlen, SEND_TIMEOUT_MS);
+        if (ret != 0)
+            fgx_warn("control: reply not sent: %s", strerror(-ret));
+        free(out);
+    }
+    return NULL;
+}
+
 int fgx_wctl_run(const struct fgx_wctl *ctl, const char *url)
 {
     struct fgx_chan *ch = NULL;
+    struct second sd = {.ctl = ctl};
+    pthread_t tid;
+    bool second = false;
     int ret;
 
+    if (getrandom(&worker_id, sizeof(worker_id), 0) != sizeof(worker_id) || worker_id == 0)
+        worker_id = ((uint64_t)getpid() << 32) ^ (uint64_t)time(NULL);
     ret = fgx_chan_dial(url, FGX_CHAN_REP, 0, &ch);
     if (ret != 0) {
         fgx_err("control: cannot dial %s: %s", url, strerror(-ret));
         return ret;
+    }
+    /* Without the second receiver the worker still works; its heartbeats then wait for a
+     * ruleset being loaded. */
+    if (fgx_chan_ctx_open(ch, &sd.x) == 0) {
+        ret = pthread_create(&tid, NULL, second_main, &sd);
+        second = ret == 0;
+        if (ret != 0)
+            fgx_warn("control: no second receiver: %s", strerror(ret));
     }
     /* Serve until told to stop. A vanished controld is only silence: the data path goes on
      * with the last ruleset and nng dials again in the background. */
@@ -400,6 +509,9 @@ int fgx_wctl_run(const struct fgx_wctl *ctl, const char *url)
         }
         fgx_wctl_serve(ctl, ch, buf, len);
     }
+    if (second)
+        pthread_join(tid, NULL);
+    fgx_chan_ctx_close(sd.x);
     fgx_chan_close(ch);
     return 0;
 }

@@ -93,6 +93,7 @@ struct nfq_thread {
     struct mnl_socket *lg; /* NFLOG group queue[0]: the services' SYN-ACKs (nfq_log.c) */
     char *lgbuf;
     int efd; /* eventfd: the control thread's "look at the config" */
+    uint64_t alive_ms; /* __atomic: the loop's last turn (fgx_wctl_stamp(); heartbeat) */
     int raw4, raw6;
     struct fgx_wcfg *cfg;     /* in use, referenced */
     struct fgx_wcfg *applied; /* __atomic: cfg, as the control thread may compare it */

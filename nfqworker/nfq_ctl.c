@@ -40,6 +40,13 @@ static int captures(void *worker, uint32_t service_id, struct fgx_blob **caps, s
     return nfq_cap_request(worker, service_id, caps, n);
 }
 
+static uint64_t alive(void *worker, unsigned i)
+{
+    struct nfq_worker *w = worker;
+
+    return __atomic_load_n(&w->threads[i].alive_ms, __ATOMIC_RELAXED);
+}
+
 int nfq_ctl_run(struct nfq_worker *w, const char *url)
 {
     struct fgx_wctl ctl = {
@@ -53,6 +60,7 @@ int nfq_ctl_run(struct nfq_worker *w, const char *url)
         .flows_export = flows_export,
         .flows_import = flows_import,
         .captures = captures,
+        .alive = alive,
     };
 
     return fgx_wctl_run(&ctl, url);

@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -321,6 +322,11 @@ void *nfq_thread_main(void *arg)
     uint64_t next_tick = nfq_now_ms() + NFQ_TICK_MS;
     nfds_t npfd = 2;
 
+    char name[16];
+
+    /* named, so that ps, gdb and the liveness test find the packet threads */
+    (void)snprintf(name, sizeof(name), "nfq-pkt-%u", t->idx);
+    (void)pthread_setname_np(pthread_self(), name);
     pfd[0].fd = mnl_socket_get_fd(t->nl);
     pfd[0].events = POLLIN;
     pfd[1].fd = t->efd;
@@ -346,6 +352,8 @@ void *nfq_thread_main(void *arg)
             fgx_err("thread %u: poll: %s", t->idx, strerror(errno));
             break;
         }
+        /* Every wait above is bounded (NFQ_LOG_DRAIN_MS): an idle thread stamps too. */
+        fgx_wctl_stamp(&t->alive_ms, fgx_wctl_now_ms());
         if (pfd[1].revents & POLLIN) {
             uint64_t v;
 

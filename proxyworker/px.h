@@ -35,6 +35,7 @@
 #define PX_EVICT_SCAN 1024 /* connections of a list looked at for one of a source's */
 #define PX_IDLE_S_DEFAULT 600
 #define PX_TICK_MS 1000
+#define PX_ALIVE_MS 200 /* the liveness stamp's timer (well under controld's 1 s) */
 #define PX_RESET_WAIT_MS 200 /* longest a reset waits for the peer to acknowledge what it got */
 #define PX_BACKLOG 1024
 /* Event priorities. A read that filled PX_HEAVY_READ or more moves its side's read event to
@@ -180,6 +181,8 @@ struct px_thread {
     struct event_base *base;
     struct event *wake; /* activated by the control thread: look at the config, or stop */
     struct event *tick;
+    struct event *alive; /* stamps alive_ms every PX_ALIVE_MS */
+    uint64_t alive_ms;   /* __atomic: the loop's last stamp (fgx_wctl_stamp()) */
     struct evconnlistener *lis[2]; /* IPv4, IPv6 (either may be NULL) */
     struct fgx_wcfg *cfg;          /* in use, referenced */
     struct fgx_wcfg *applied;      /* __atomic: cfg, as the control thread compares it */

@@ -380,6 +380,17 @@ static void on_reset_timer(evutil_socket_t fd, short what, void *arg)
     px_relay_resets(arg, false);
 }
 
+/* Liveness (issue 24): a timer every PX_ALIVE_MS stamps the loop, so an idle loop in epoll
+ * stays fresh and one stuck inside a callback goes stale (heartbeat, fgx/wctl.h). */
+static void on_alive(evutil_socket_t fd, short what, void *arg)
+{
+    struct px_thread *t = arg;
+
+    (void)fd;
+    (void)what;
+    fgx_wctl_stamp(&t->alive_ms, fgx_wctl_now_ms());
+}
+
 static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
     struct px_thread *t = arg;
@@ -409,6 +420,8 @@ int px_thread_init(struct px_worker *w, struct px_thread *t, unsigned idx)
 {
     static const int families[2] = {AF_INET, AF_INET6};
     struct timeval tv = {PX_TICK_MS / 1000, (PX_TICK_MS % 1000) * 1000};
+    /* priority 0: a loop busy with bulk reads still stamps; only a stuck callback stops it */
+    struct timeval alive_tv = {0, PX_ALIVE_MS * 1000};
     int i, fd, ret;
 
     t->w = w;
@@ -441,9 +454,11 @@ int px_thread_init(struct px_worker *w, struct px_thread *t, unsigned idx)
     }
     t->wake = event_new(t->base, -1, 0, on_wake, t);
     t->tick = event_new(t->base, -1, EV_PERSIST, on_tick, t);
+    t->alive = event_new(t->base, -1, EV_PERSIST, on_alive, t);
     t->reset_timer = evtimer_new(t->base, on_reset_timer, t);
-    if (t->wake == NULL || t->tick == NULL || t->reset_timer == NULL ||
-        event_add(t->tick, &tv) != 0) {
+    if (t->wake == NULL || t->tick == NULL || t->reset_timer == NULL || t->alive == NULL ||
+        event_add(t->tick, &tv) != 0 || event_priority_set(t->alive, 0) != 0 ||
+        event_add(t->alive, &alive_tv) != 0) {
         fgx_err("thread %u: cannot create its events", idx);
         return -ENOMEM;
     }
@@ -486,7 +501,9 @@ void px_thread_release(struct px_thread *t)
         event_free(t->wake);
     if (t->tick != NULL)
         event_free(t->tick);
-    t->wake = t->tick = NULL;
+    if (t->alive != NULL)
+        event_free(t->alive);
+    t->wake = t->tick = t->alive = NULL;
     px_relay_resets(t, true);
     px_script_thread_release(t);
     if (t->reset_timer != NULL)
@@ -508,8 +525,13 @@ void px_thread_release(struct px_thread *t)
 void *px_thread_main(void *arg)
 {
     struct px_thread *t = arg;
+    char name[16];
 
+    /* named, so that ps, gdb and the liveness test find the event loops */
+    (void)snprintf(name, sizeof(name), "px-loop-%u", t->idx);
+    (void)pthread_setname_np(pthread_self(), name);
     t->now_ms = px_now_ms();
+    fgx_wctl_stamp(&t->alive_ms, fgx_wctl_now_ms());
     px_match_switch(t);
     event_base_dispatch(t->base);
     return NULL;

@@ -45,6 +45,13 @@ static int captures(void *worker, uint32_t service_id, struct fgx_blob **caps, s
     return px_stats_captures(worker, service_id, caps, n);
 }
 
+static uint64_t alive(void *worker, unsigned i)
+{
+    struct px_worker *w = worker;
+
+    return __atomic_load_n(&w->threads[i].alive_ms, __ATOMIC_RELAXED);
+}
+
 static void ctl_init(struct px_worker *w, struct fgx_wctl *out)
 {
     /* Zeroed first: every optional callback the proxy does not have is NULL. */
@@ -59,6 +66,7 @@ static void ctl_init(struct px_worker *w, struct fgx_wctl *out)
     out->stats = stats;
     out->tls_load = px_tls_load;
     out->captures = captures;
+    out->alive = alive;
 }
 
 int px_ctl_apply(struct px_worker *w, const struct fgx_dp_ruleset *rs)

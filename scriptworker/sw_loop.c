@@ -161,6 +161,9 @@ static void link_read(struct sw *w, unsigned i)
             memcpy(&h, buf, sizeof(h));
             if (h.type == FGX_SW_HELLO)
                 w->links[i].id = h.conn;
+            /* controld's heartbeat: answered from this loop, so the answer says it turns */
+            if (h.type == FGX_SW_PING)
+                (void)send(w->links[i].fd, &h, sizeof(h), MSG_DONTWAIT | MSG_NOSIGNAL);
         }
     }
 }

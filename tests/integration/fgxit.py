@@ -440,6 +440,50 @@ class Env:
         return client_result(h, len(dgrams) * pause + wait_s + 5)
 
 
+class Checker:
+    """A periodic TCP checker, as a game's: a new honest connection every `every` seconds to
+    port in srv, expecting the server's reply; records (start, end, ok) of each."""
+
+    def __init__(self, env, port, reply, every=0.3, timeout=1.0):
+        self.env, self.port, self.reply = env, port, reply
+        self.every, self.timeout = every, timeout
+        self.runs = []
+        self.stop_ev = threading.Event()
+        self.t = threading.Thread(target=self._run, daemon=True)
+        self.t.start()
+
+    def _run(self):
+        n = 0
+        while not self.stop_ev.is_set():
+            n += 1
+            payload = b"honest %d" % n
+            t0 = time.monotonic()
+            try:
+                c = self.env.tcp_client(SRV4, self.port, [payload, ("read", 0.3)],
+                                        timeout=self.timeout)
+                ok = c["connected"] and c["received"] == self.reply
+            except Exception:  # noqa: BLE001 - a failed probe is a failed probe
+                ok = False
+            self.runs.append((t0, time.monotonic(), ok))
+            time.sleep(max(0.0, self.every - (time.monotonic() - t0)))
+
+    def stop(self):
+        self.stop_ev.set()
+        self.t.join(10)
+
+    def back_after(self, t_stop):
+        """Seconds from t_stop to the end of the first probe that passed and started after
+        it (None: none did)."""
+        for t0, t1, ok in self.runs:
+            if t0 >= t_stop and ok:
+                return t1 - t_stop
+        return None
+
+    def failures_before(self, t):
+        return [r for r in self.runs if r[1] < t and not r[2]]
+
+
+
 def client_result(h, timeout):
     ev = h.wait_event(lambda e: e.get("event") == "result", timeout)
     if ev is None:

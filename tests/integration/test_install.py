@@ -79,10 +79,16 @@ def install_lays_down_everything(env):
     for line in (r"ExecStart=%s/sbin/controld --foreground" % PREFIX, r"StateDirectory=fgex",
                  r"RuntimeDirectory=fgex", r"Restart=on-failure",
                  r"After=(.* )?network-online\.target( .*)?", r"Wants=network-online\.target",
-                 r"KillMode=mixed"):
+                 r"KillMode=process", r"RuntimeDirectoryPreserve=restart"):
         check(re.search("^%s$" % line, unit, re.M), "the unit lacks %r:\n%s", line, unit)
     check(re.search(r"^ExecStopPost=.*nft delete table inet fgex", unit, re.M),
           "the unit does not remove a table left behind:\n%s", unit)
+    # Issue 24: after an unclean death the workers and the table stay for the next controld to
+    # adopt; after a stop that timed out, the workers it left are killed too.
+    check(re.search(r"^ExecStopPost=.*SERVICE_RESULT.*signal\|core-dump\|exit-code.*exit 0", unit,
+                    re.M), "the unit's stop-post does not leave an unclean death alone:\n%s", unit)
+    check(re.search(r"^ExecStopPost=.*nfqworker\.pid.*kill -9", unit, re.M),
+          "the unit's stop-post does not kill workers left behind:\n%s", unit)
     # Man pages built from scdoc, and readable by man.
     for page in ("man8/controld.8", "man1/fgexctl.1", "man5/fgex-rules.5"):
         text = open(dest("usr/local/share/man/" + page)).read()

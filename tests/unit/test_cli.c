@@ -1213,7 +1213,7 @@ Test(cli, worker_commands_to_request)
         cr_assert_str_eq(r->worker_restart->kind, kinds[i]);
         fgx__ctl__request__free_unpacked(r, NULL);
     }
-    parse_fails(ARGV("worker", "restart", "nfqueue"), CLI_EXIT_INVALID, "nfq, proxy or all");
+    parse_fails(ARGV("worker", "restart", "nfqueue"), CLI_EXIT_INVALID, "nfq, proxy, script or all");
     parse_fails(ARGV("worker", "restart"), CLI_EXIT_USAGE, "missing KIND");
     parse_fails(ARGV("worker", "list", "nfq"), CLI_EXIT_USAGE, "unexpected argument 'nfq'");
     parse_fails(ARGV("worker"), CLI_EXIT_USAGE, "missing command");
@@ -1296,7 +1296,7 @@ Test(cli, help_for_issue3_commands)
 {
     static const char *const lines[][4] = {
         {"worker", "list", "--help", "usage: fgexctl worker list"},
-        {"worker", "restart", "-h", "usage: fgexctl worker restart nfq|proxy|all"},
+        {"worker", "restart", "-h", "usage: fgexctl worker restart nfq|proxy|script|all"},
         {"worker", "--help", NULL, "usage: fgexctl worker COMMAND"},
         {"help", "worker", NULL, "usage: fgexctl worker COMMAND"},
         {"help", "stats", NULL, "usage: fgexctl stats [SERVICE]"},
@@ -1316,7 +1316,7 @@ Test(cli, help_for_issue3_commands)
         cr_assert_not(cmd.watch);
     }
     parse_ok(ARGV("--help"), &cmd);
-    cr_assert(strstr(cmd.help, "worker restart nfq|proxy|all"));
+    cr_assert(strstr(cmd.help, "worker restart nfq|proxy|script|all"));
     cr_assert(strstr(cmd.help, "events [SERVICE] [--limit N] [--follow]"));
 }
 
@@ -1359,10 +1359,11 @@ Test(cli, worker_list_rendering)
     static const char want_json[] =
         "[{\"kind\":\"nfq\",\"pid\":1234,\"state\":\"running\",\"generation\":5,\"restarts\":1,"
         "\"queue_drops\":3,\"flows\":42,\"rss_bytes\":12345678,\"truncated\":2,"
-        "\"verdict_errors\":1,\"malformed\":0},"
+        "\"verdict_errors\":1,\"malformed\":0,\"heartbeat_age_ms\":null,\"adopted\":false,"
+        "\"replaced_why\":null},"
         "{\"kind\":\"proxy\",\"pid\":0,\"state\":\"down\",\"generation\":0,\"restarts\":0,"
         "\"queue_drops\":0,\"flows\":0,\"rss_bytes\":0,\"truncated\":0,\"verdict_errors\":0,"
-        "\"malformed\":0}]\n";
+        "\"malformed\":0,\"heartbeat_age_ms\":null,\"adopted\":false,\"replaced_why\":null}]\n";
     struct jp j;
     char *out;
 
@@ -1370,9 +1371,9 @@ Test(cli, worker_list_rendering)
     out = render(&req, &rep, false);
     /* What the down worker has not reported is "-", not a made-up 0. */
     cr_assert_str_eq(
-        out, "KIND    PID  STATE    GENERATION  RESTARTS  FLOWS  QDROPS       RSS  REFUSED\n"
-             "nfq    1234  running           5         1     42       3  11.8 MiB        -\n"
-             "proxy     0  down              -         0      -       -         -        -\n");
+        out, "KIND    PID  STATE    GENERATION  RESTARTS  FLOWS  QDROPS       RSS  REFUSED  HEARTBEAT  NOTE\n"
+             "nfq    1234  running           5         1     42       3  11.8 MiB        -          -  -\n"
+             "proxy     0  down              -         0      -       -         -        -          -  -\n");
     free(out);
     out = render(&req, &rep, true);
     cr_assert_str_eq(out, want_json);

@@ -553,6 +553,6 @@ Test(ctl_rpc, worker_requests_without_worker)
     cr_assert_eq(restart_req("all"), 0, "all: what exists, here nothing");
     cr_assert_eq(reply->n_workers, 0);
     cr_assert_eq(restart_req("bogus"), FGX__CTL__CODE__CODE_INVALID);
-    cr_assert_not_null(strstr(reply->error, "nfq, proxy or all"), "%s", reply->error);
+    cr_assert_not_null(strstr(reply->error, "nfq, proxy, script or all"), "%s", reply->error);
     done();
 }

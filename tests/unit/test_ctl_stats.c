@@ -169,10 +169,62 @@ Test(ctl_stats, totals_survive_controld_restart)
     cr_assert_eq(packets_of(stats), 10);
     cr_assert_eq(ctl_stats_blocked(stats, flt_id), 2);
     cr_assert_eq(ctl_stats_worker(stats)->queue_drops_total, 5);
-    /* The new controld runs a new worker, counting from zero. */
-    feed(1, 3, 1, 0, 0);
+    /* The new controld runs a new worker (another id), counting from zero. */
+    feed(2, 3, 1, 0, 0);
     cr_assert_eq(packets_of(stats), 13);
     cr_assert_eq(ctl_stats_blocked(stats, flt_id), 3);
+}
+
+/* Issue 24: a controld that dies uncleanly leaves its workers running; the next one adopts
+ * them, and they report counts since their own start. The totals go on from what was stored
+ * with the worker's counts at that moment: nothing falls back, nothing counts twice. */
+Test(ctl_stats, adopted_worker_continues_from_the_stored_bases)
+{
+    const uint64_t wid = 0x1234abcd5678ull;
+
+    feed(wid, 10, 4, 1, 2);
+    cr_assert_eq(ctl_stats_flush(stats, st, 100000, true), 0);
+    /* more comes after the last flush, then controld dies (nothing more is written) */
+    feed(wid, 12, 6, 1, 2);
+    cr_assert_eq(ctl_stats_blocked(stats, flt_id), 6);
+    reopen();
+    cr_assert_eq(ctl_stats_blocked(stats, flt_id), 4, "the store has the flushed total");
+    /* the same process, adopted: 9 blocks since its start, 3 of them while controld was away */
+    feed(wid, 20, 9, 1, 3);
+    cr_assert_eq(ctl_stats_blocked(stats, flt_id), 9,
+                 "total after = total seen before (6) + blocks meanwhile (3)");
+    cr_assert_eq(packets_of(stats), 20);
+    cr_assert_eq(ctl_stats_worker(stats)->queue_drops_total, 3);
+    /* and it keeps growing from there */
+    feed(wid, 21, 10, 1, 3);
+    cr_assert_eq(ctl_stats_blocked(stats, flt_id), 10);
+}
+
+Test(ctl_stats, new_worker_after_restart_counts_from_zero_on_the_totals)
+{
+    feed(0x1111, 10, 4, 1, 0);
+    cr_assert_eq(ctl_stats_flush(stats, st, 100000, true), 0);
+    reopen();
+    /* another process: the stored bases are not its own */
+    feed(0x2222, 5, 2, 1, 0);
+    cr_assert_eq(ctl_stats_blocked(stats, flt_id), 6);
+    cr_assert_eq(packets_of(stats), 15);
+    /* bases are used once: a later report of the first id is a new process too */
+    feed(0x1111, 1, 1, 1, 0);
+    cr_assert_eq(ctl_stats_blocked(stats, flt_id), 7);
+}
+
+Test(ctl_stats, bases_are_saved_with_each_flush)
+{
+    feed(0x77, 10, 4, 1, 0);
+    cr_assert_eq(ctl_stats_flush(stats, st, 100000, true), 0);
+    feed(0x77, 30, 8, 1, 0);
+    cr_assert_eq(ctl_stats_flush(stats, st, 200000, true), 0);
+    reopen();
+    cr_assert_eq(ctl_stats_blocked(stats, flt_id), 8);
+    feed(0x77, 31, 9, 1, 0);
+    cr_assert_eq(ctl_stats_blocked(stats, flt_id), 9, "the second flush's bases, not the first's");
+    cr_assert_eq(packets_of(stats), 31);
 }
 
 Test(ctl_stats, counters_written_at_a_bounded_rate)

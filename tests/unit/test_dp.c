@@ -818,3 +818,36 @@ Test(dp, bad_known_databases_refused)
     s.db_c2s.len = sizeof(db);
     cr_assert_eq(decode_service(&s), -EINVAL, "bytes and known");
 }
+
+Test(dp, heartbeat_round_trip)
+{
+    struct fgx_dp_msg in = {.type = FGX_DP_HEARTBEAT}, out;
+
+    in.u.heartbeat.pid = 4242;
+    in.u.heartbeat.worker_id = 0xfeedfacecafebeefull;
+    in.u.heartbeat.generation = 17;
+    in.u.heartbeat.nthreads = 3;
+    in.u.heartbeat.stale_ms[0] = 1;
+    in.u.heartbeat.stale_ms[1] = 0;
+    in.u.heartbeat.stale_ms[2] = 1500;
+    encode_decode(&in, &out);
+    cr_assert_eq(out.type, FGX_DP_HEARTBEAT);
+    cr_assert_eq(out.u.heartbeat.pid, 4242);
+    cr_assert_eq(out.u.heartbeat.worker_id, 0xfeedfacecafebeefull);
+    cr_assert_eq(out.u.heartbeat.generation, 17);
+    cr_assert_eq(out.u.heartbeat.nthreads, 3);
+    cr_assert_eq(out.u.heartbeat.stale_ms[2], 1500);
+    fgx_dp_msg_release(&out);
+
+    in.type = FGX_DP_HEARTBEAT_REQUEST;
+    encode_decode(&in, &out);
+    cr_assert_eq(out.type, FGX_DP_HEARTBEAT_REQUEST);
+    in.type = FGX_DP_HEARTBEAT;
+    in.u.heartbeat.nthreads = FGX_DP_HB_THREADS_MAX + 1;
+    {
+        void *buf = NULL;
+        size_t len = 0;
+
+        cr_assert_eq(fgx_dp_encode(&in, &buf, &len), -EINVAL, "more threads than it can carry");
+    }
+}

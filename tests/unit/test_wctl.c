@@ -389,3 +389,109 @@ Test(wctl, serves_ruleset_stats_and_garbage, .init = fake_start, .fini = fake_st
     unlink(url + 6);
     fgx_blob_release(&evil);
 }
+
+/* ---- liveness (issue 24): the heartbeat, answered while a ruleset is being applied ---- */
+
+static uint64_t alive_at[NTHREADS];
+
+static uint64_t fake_alive(void *worker, unsigned i)
+{
+    (void)worker;
+    return alive_at[i];
+}
+
+static const struct fgx_wctl hb_ctl = {
+    .worker = &fk,
+    .nthreads = NTHREADS,
+    .current = &fk.current,
+    .stop = &fk.stop,
+    .wake = fake_wake,
+    .uses = fake_uses,
+    .stats = fake_stats,
+    .alive = fake_alive,
+};
+
+static void *run_main(void *arg)
+{
+    (void)arg;
+    fgx_wctl_run(&hb_ctl, (const char *)arg);
+    return NULL;
+}
+
+/* A heartbeat's reply: decoded from a call started with fgx_chan_call_begin(). */
+static int hb_wait(struct fgx_chan *req, int within_ms, struct fgx_dp_msg *r)
+{
+    struct fgx_dp_msg m = {.type = FGX_DP_HEARTBEAT_REQUEST};
+    struct fgx_chan_pending *p = NULL;
+    void *buf = NULL, *out = NULL;
+    size_t len = 0, outlen = 0;
+    int rv, waited;
+
+    cr_assert_eq(fgx_dp_encode(&m, &buf, &len), 0);
+    cr_assert_eq(fgx_chan_call_begin(req, buf, len, 5000, &p), 0);
+    free(buf);
+    for (waited = 0; (rv = fgx_chan_call_end(p, &out, &outlen)) == -EINPROGRESS; waited++) {
+        if (waited >= within_ms) {
+            fgx_chan_call_cancel(p);
+            return -ETIMEDOUT;
+        }
+        usleep(1000);
+    }
+    cr_assert_eq(rv, 0);
+    cr_assert_eq(fgx_dp_decode(out, outlen, r), 0);
+    free(out);
+    return 0;
+}
+
+Test(wctl, heartbeat_names_stale_threads_and_is_answered_during_an_apply, .init = fake_start,
+     .fini = fake_stop, .timeout = 20)
+{
+    struct fgx_dp_service s;
+    struct fgx_dp_ruleset rs;
+    struct fgx_dp_msg m = {0}, r = {0};
+    struct fgx_chan *req = NULL;
+    pthread_t tid;
+    char url[96];
+    void *buf = NULL;
+    size_t len = 0;
+    uint64_t now = fgx_wctl_now_ms();
+
+    alive_at[0] = now;        /* turned its loop just now */
+    alive_at[1] = now - 1500; /* stuck for 1.5 s */
+    alive_at[2] = 0;          /* not running */
+    snprintf(url, sizeof(url), "ipc:///tmp/fgx-test-wctl-hb-%d.sock", (int)getpid());
+    cr_assert_eq(fgx_chan_listen(url, FGX_CHAN_REQ, &req), 0);
+    cr_assert_eq(pthread_create(&tid, NULL, run_main, url), 0);
+
+    cr_assert_eq(hb_wait(req, 3000, &r), 0, "no heartbeat answer");
+    cr_assert_eq(r.type, FGX_DP_HEARTBEAT);
+    cr_assert_eq(r.u.heartbeat.pid, (uint32_t)getpid());
+    cr_assert_neq(r.u.heartbeat.worker_id, 0);
+    cr_assert_eq(r.u.heartbeat.nthreads, NTHREADS);
+    cr_assert_lt(r.u.heartbeat.stale_ms[0], 500);
+    cr_assert_geq(r.u.heartbeat.stale_ms[1], 1400);
+    cr_assert_eq(r.u.heartbeat.stale_ms[2], 0, "a thread that does not run is not stale");
+    fgx_dp_msg_release(&r);
+
+    /* A ruleset that cannot complete (the threads never switch): the control thread waits in
+     * it, and a heartbeat is still answered at once by the other receiver. */
+    compile_evil();
+    __atomic_store_n(&fk.frozen, true, __ATOMIC_RELEASE);
+    ruleset(5, &evil, &s, &rs);
+    m.type = FGX_DP_RULESET;
+    m.u.ruleset = rs;
+    cr_assert_eq(fgx_dp_encode(&m, &buf, &len), 0);
+    cr_assert_eq(fgx_chan_send(req, buf, len, 2000), 0);
+    free(buf);
+    usleep(100000);
+    cr_assert_eq(hb_wait(req, 1000, &r), 0, "the heartbeat waited for the ruleset");
+    cr_assert_eq(r.type, FGX_DP_HEARTBEAT);
+    cr_assert_eq(r.u.heartbeat.generation, 0, "generation 5 is not applied yet");
+    fgx_dp_msg_release(&r);
+
+    __atomic_store_n(&fk.stop, 1, __ATOMIC_RELEASE);
+    pthread_join(tid, NULL);
+    fgx_chan_close(req);
+    unlink(url + 6);
+    fgx_blob_release(&evil);
+}

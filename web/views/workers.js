@@ -1,5 +1,6 @@
 // controld's workers (fgexctl worker list): kind, pid, state, restarts and each one's figures;
-// restart one (fgexctl worker restart nfq|proxy|all). The figures are fetched again when the
+// restart one (fgexctl worker restart nfq|proxy|script|all); each one's last heartbeat, whether
+// it was adopted from an earlier controld and why the last one was replaced (issue 24). The figures are fetched again when the
 // live stats say counters moved, at most every few seconds.
 import { call, get } from '../lib/api.js';
 import { on } from '../lib/live.js';
@@ -19,7 +20,8 @@ const LABELS = {
   src_refused: 'sources refused',
   silent_closed: 'closed silently',
 };
-const RESTARTABLE = new Set(['nfq', 'proxy']);
+const RESTARTABLE = new Set(['nfq', 'proxy', 'script']);
+const OWN_ROWS = new Set(['heartbeat_age_ms', 'old_pid']);
 const REFRESH_MS = 3000;
 
 export default {
@@ -58,8 +60,14 @@ export default {
           rows.push([LABELS[k] || k, k === 'rss_bytes' ? fmtBytes(w[k]) : fmtCount(w[k])]);
         }
         if (w.started) rows.push(['started', fmtAgo(w.started)]);
+        rows.push([
+          'heartbeat',
+          typeof w.heartbeat_age_ms === 'number' ? `${(w.heartbeat_age_ms / 1000).toFixed(1)} s ago` : 'none yet',
+        ]);
+        if (w.adopted) rows.push(['adopted', 'from an earlier controld']);
+        if (w.replaced_why) rows.push(['last replaced', w.replaced_why]);
         for (const [k, v] of Object.entries(w)) {
-          if (MAIN.includes(k) || k === 'started' || typeof v !== 'number') continue;
+          if (MAIN.includes(k) || OWN_ROWS.has(k) || k === 'started' || typeof v !== 'number') continue;
           rows.push([LABELS[k] || k.replace(/_/g, ' '), fmtCount(v)]);
         }
         cards.append(

@@ -30,6 +30,27 @@ int fgx_chan_recv(struct fgx_chan *c, void **buf, size_t *len, int timeout_ms);
 int fgx_chan_call(struct fgx_chan *c, const void *req, size_t reqlen, void **reply, size_t *replylen,
                   int timeout_ms);
 
+/* A second receiver on a REP channel, for another thread: its own nng context, so that one
+ * thread can answer while another is busy with a long request (a worker's heartbeat while its
+ * control thread loads a ruleset). Receive, then send the reply, on the same context. */
+struct fgx_chan_ctx;
+int fgx_chan_ctx_open(struct fgx_chan *c, struct fgx_chan_ctx **out);
+int fgx_chan_ctx_recv(struct fgx_chan_ctx *x, void **buf, size_t *len, int timeout_ms);
+int fgx_chan_ctx_send(struct fgx_chan_ctx *x, const void *buf, size_t len, int timeout_ms);
+/* Before the channel is closed; NULL is a no-op. */
+void fgx_chan_ctx_close(struct fgx_chan_ctx *x);
+
+/* One request on a REQ channel, on a context of its own, that the caller looks at later without
+ * blocking (controld's heartbeats go beside a ruleset push). Its reply as for fgx_chan_recv(). */
+struct fgx_chan_pending;
+int fgx_chan_call_begin(struct fgx_chan *c, const void *req, size_t len, int timeout_ms,
+                        struct fgx_chan_pending **out);
+/* -EINPROGRESS while it runs; else its result (0 with *reply, or a negative errno), and p is
+ * freed. */
+int fgx_chan_call_end(struct fgx_chan_pending *p, void **reply, size_t *len);
+/* Give up on it (freed); NULL is a no-op. */
+void fgx_chan_call_cancel(struct fgx_chan_pending *p);
+
 /* Number of connected peers (pipes) right now. */
 int fgx_chan_peers(struct fgx_chan *c);
 

@@ -45,6 +45,21 @@ enum fgx_dp_type {
     FGX_DP_FLOWS,           /* the flows, from the old worker, for the new one */
     FGX_DP_CAPTURE_REQUEST, /* the captured connections of one service, please */
     FGX_DP_CAPTURES,        /* them (fgx/capture.h) */
+    FGX_DP_HEARTBEAT_REQUEST, /* are you alive, and who are you? */
+    FGX_DP_HEARTBEAT,         /* struct fgx_dp_heartbeat */
+};
+
+/* The answer to a HEARTBEAT_REQUEST (issue 24): who the worker is and how long ago each of its
+ * data-path threads last turned its loop. Every wait in a data-path loop is bounded (well under
+ * a second), so an idle thread turns too: a large stale_ms means stopped, deadlocked or
+ * spinning inside one turn. */
+#define FGX_DP_HB_THREADS_MAX 256
+struct fgx_dp_heartbeat {
+    uint32_t pid;
+    uint64_t worker_id; /* random, fixed for the process's life */
+    uint64_t generation;
+    uint32_t nthreads;
+    uint32_t stale_ms[FGX_DP_HB_THREADS_MAX];
 };
 
 struct fgx_dp_service {
@@ -196,6 +211,7 @@ struct fgx_dp_stats {
     size_t nscript_logs;
     struct fgx_dp_script_log *script_logs; /* since the previous STATS */
     uint64_t script_logs_lost;
+    uint64_t worker_id; /* the process's (struct fgx_dp_heartbeat); 0: not said */
 };
 
 struct fgx_dp_msg {
@@ -214,6 +230,7 @@ struct fgx_dp_msg {
             struct fgx_blob *caps; /* malloc'd array of malloc'd encoded captures */
             size_t n;
         } captures;
+        struct fgx_dp_heartbeat heartbeat;
     } u;
 };
 

@@ -35,6 +35,7 @@ enum fgx_sw_type {
                          * restart, block, error); conn: the call's connection, or 0 */
     FGX_SW_ACK = 8,     /* SCRIPT / UNSCRIPT loaded (code 0) or refused (1), seq echoed */
     FGX_SW_HELLO = 9,   /* a thread's first frame on a socket: conn its link id */
+    FGX_SW_PING = 10,   /* controld's heartbeat on PATH (issue 24): the parent sends it back */
 };
 
 enum fgx_sw_verdict {

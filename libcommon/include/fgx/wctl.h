@@ -103,7 +103,19 @@ struct fgx_wctl {
     /* Optional: every capture of a service (fgx/capture.h), each encoded and malloc'd, in a
      * malloc'd array (*n 0: none). */
     int (*captures)(void *worker, uint32_t service_id, struct fgx_blob **caps, size_t *n);
+    /* Liveness (issue 24): when data-path thread i last turned its loop (fgx_wctl_now_ms());
+     * 0: not running. Optional: without it a heartbeat names no thread. */
+    uint64_t (*alive)(void *worker, unsigned i);
 };
+
+/* The clock of the data path's loop stamps (CLOCK_MONOTONIC_COARSE, in ms: a few ns a read). */
+uint64_t fgx_wctl_now_ms(void);
+/* A data-path thread's stamp at each turn of its loop (owner thread only; read with
+ * __atomic loads by the control side). */
+static inline void fgx_wctl_stamp(uint64_t *alive_ms, uint64_t now_ms)
+{
+    __atomic_store_n(alive_ms, now_ms, __ATOMIC_RELAXED);
+}
 
 /* Load rs (reusing *current's databases), publish it with one pointer store, wake every thread
  * and return once all use it; the previous generation's reference is dropped only then. Returns
@@ -112,7 +124,8 @@ int fgx_wctl_apply(const struct fgx_wctl *ctl, const struct fgx_dp_ruleset *rs);
 /* Answer one request (encoded, malloc'd: freed here as soon as it is decoded, so a ruleset's
  * databases are not held twice while they load) on ch. */
 void fgx_wctl_serve(const struct fgx_wctl *ctl, struct fgx_chan *ch, void *buf, size_t len);
-/* Dial url as FGX_CHAN_REP and serve until stop is set. */
+/* Dial url as FGX_CHAN_REP and serve until stop is set: two threads receive, so that a
+ * heartbeat is answered while the other loads a ruleset; other requests take turns. */
 int fgx_wctl_run(const struct fgx_wctl *ctl, const char *url);
 
 /* ---- the worker process ---- */
