@@ -7,6 +7,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -383,6 +384,105 @@ static size_t scan_dir(const struct fgx_cap *c, int d, hs_database_t *db, hs_scr
         (void)hs_close_stream(st, scr, NULL, NULL);
     }
     return (size_t)end;
+}
+
+/* ---- a filter's breadth: what --force is for ---- */
+
+static void fail_force(struct ctl_rpc *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void fail_force(struct ctl_rpc *r, const char *fmt, ...)
+{
+    char msg[900];
+    va_list ap;
+
+    va_start(ap, fmt);
+    (void)vsnprintf(msg, sizeof(msg), fmt, ap); /* a cut message still says why */
+    va_end(ap);
+    ctl_rpc_fail(r, FGX__CTL__CODE__CODE_INVALID, "%s", msg);
+    r->reply.has_needs_force = 1;
+    r->reply.needs_force = 1;
+}
+
+int ctl_rpc_filter_breadth(struct ctl_rpc *r, struct ctl_txn *t, const struct ctl_service *svc,
+                           const struct ctl_filter *f, const char *what, const char *verb)
+{
+    struct fgx_pattern pat = {.filter_id = 1, .regex = f->regex, .dir = f->dir, .nocase = f->nocase};
+    struct fgx_blob blob[2] = {{0}, {0}};
+    hs_database_t *db[2] = {NULL, NULL};
+    struct fgx_pattern_warnings w;
+    hs_scratch_t *scr = NULL;
+    struct cap_list l = {0};
+    uint32_t total = 0, hits = 0;
+    char err[768];
+    int rv = 0;
+
+    if (r->req && r->req->has_force && r->req->force)
+        return 0;
+    if (f->log || !f->active)
+        return 0; /* blocks nothing */
+    rv = ctl_rpc_check_regex(r, f->regex, f->nocase, svc->ipproto, &w);
+    if (rv < 0)
+        return rv;
+    if (w.any_stream) {
+        fail_force(r, "%s on service %s: %s. Nothing was stored; give --force to %s anyway",
+                   what, svc->name, w.text[0], verb);
+        return -EPERM;
+    }
+    for (int k = 0; k < 2; k++) {
+        uint64_t key;
+
+        rv = ctl_ruleset_db_get(t, &pat, 1, k == 0 ? FGX_DIR_C2S : FGX_DIR_S2C, svc->ipproto,
+                                &blob[k], &key, err, sizeof(err));
+        if (rv < 0) {
+            ctl_rpc_fail(r, rv == -EINVAL ? FGX__CTL__CODE__CODE_INVALID : FGX__CTL__CODE__CODE_ERROR,
+                         "%s", err);
+            goto out;
+        }
+    }
+    /* Still to compile: the request runs again once it is, and is judged then. */
+    if (ctl_compile_collecting() && ctl_compile_pending() > 0)
+        goto out;
+    for (int k = 0; k < 2; k++) {
+        if (blob[k].len == 0)
+            continue;
+        if (fgx_hsdb_load(blob[k].data, blob[k].len, &db[k]) < 0 ||
+            hs_alloc_scratch(db[k], &scr) != HS_SUCCESS) {
+            ctl_rpc_fail(r, FGX__CTL__CODE__CODE_ERROR, "cannot load the compiled regex");
+            rv = -EIO;
+            goto out;
+        }
+    }
+    /* The traffic to spare: the workers' rings (a blocked connection there is skipped). */
+    live_from(r->ctx->sup, svc->id, &l);
+    live_from(r->ctx->px_sup, svc->id, &l);
+    for (size_t i = 0; i < l.n; i++) {
+        const struct fgx_cap *c = &l.c[i];
+        size_t end = 0;
+
+        if (c->len[0] == 0 && c->len[1] == 0)
+            continue; /* nothing sent: no filter can block it */
+        total++;
+        for (int d = 0; d < 2 && end == 0; d++)
+            if (db[d])
+                end = scan_dir(c, d, db[d], scr, c->ipproto == IPPROTO_UDP);
+        hits += end > 0;
+    }
+    if (ctl_config_reach_too_wide(hits, total)) {
+        fail_force(r,
+                   "%s would have blocked %u of the %u connections captured on service %s "
+                   "(%u%%), likely the game's checker too (see `fgexctl filter test %s REGEX`). "
+                   "Nothing was stored; give --force to %s anyway",
+                   what, hits, total, svc->name, (unsigned)((uint64_t)hits * 100 / total),
+                   svc->name, verb);
+        rv = -EPERM;
+    }
+out:
+    hs_free_scratch(scr);
+    fgx_hsdb_free(db[0]);
+    fgx_hsdb_free(db[1]);
+    fgx_blob_release(&blob[0]);
+    fgx_blob_release(&blob[1]);
+    cap_list_free(&l);
+    return rv;
 }
 
 static void do_filter_test(struct ctl_rpc *r, const Fgx__Ctl__Request *req)
