@@ -578,7 +578,8 @@ Test(cli, help_everywhere)
     parse_ok(ARGV("--json", "-h"), &cmd);
     cr_assert_eq(cmd.help, cli_args_usage());
     cr_assert(strstr(cmd.help, "service add NAME --proto tcp|udp --port N"));
-    cr_assert(strstr(cmd.help, "filter enable|disable|rm FILTER"));
+    cr_assert(strstr(cmd.help, "filter enable FILTER [--force]"));
+    cr_assert(strstr(cmd.help, "filter disable|rm FILTER"));
 
     parse_ok(ARGV("service", "add", "--help"), &cmd);
     cr_assert(strstr(cmd.help, "usage: fgexctl service add NAME"), "%s", cmd.help);
