@@ -324,8 +324,9 @@ def regex_that_cannot_work_on_a_stream_refused(env):
                   p.returncode, p.stdout)
             check("end of the data" in p.stderr and len(p.stderr.strip().splitlines()) == 1,
                   "%r: reason %r", bad, p.stderr)
-        # on UDP a datagram is scanned whole: there '$' is its end and works
-        env.filter("eod-u", bad)
+        # on UDP a datagram is scanned whole: there '$' is its end and works ('$' alone matches
+        # every datagram: it needs --force)
+        env.ctl("filter", "add", "eod-u", bad, *(["--force"] if bad == "$" else []))
     check(env.filters("eod") == before, "a refused filter was stored: %r", env.filters("eod"))
     # the empty-match refusal speaks of what it would do, not of a hyperscan flag
     p = env.ctl_raw("filter", "add", "eod", ".*")
