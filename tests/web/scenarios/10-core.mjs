@@ -72,6 +72,9 @@ export default async function ({ page, base, shot, env, login, log }) {
   });
   check(await page.evaluate(() => window.__fgexSamePage === true), 'the page was reloaded');
   const ev = page.locator('[data-test=event][data-action=block]').first();
+  // its SEQ, what `events show SEQ` takes
+  const seqText = await ev.locator('[data-test=event-seq]').textContent();
+  check(seqText === `#${await ev.getAttribute('data-seq')}` && /^#\d+$/.test(seqText), `the event shows no SEQ: ${seqText}`);
   // the excerpt, with the match's end marked: hyperscan reports evil[0-9]+ after its first digit
   const ascii = await ev.locator('[data-test=excerpt-ascii]').textContent();
   const [pre, post] = ascii.split('|');
