@@ -386,6 +386,43 @@ static size_t scan_dir(const struct fgx_cap *c, int d, hs_database_t *db, hs_scr
     return (size_t)end;
 }
 
+/* One pattern's two databases (c2s, s2c: db[d] NULL where it applies to no direction), as a
+ * filter compiles them, loaded with one scratch for both. 1: still to compile (the compile
+ * session's probe: the request runs again once it is); 0: loaded; < 0: failed, the reply says
+ * why. The caller releases blob, db and *scr whatever this returns. */
+static int pattern_dbs(struct ctl_rpc *r, struct ctl_txn *t, const struct fgx_pattern *pat,
+                       uint8_t ipproto, struct fgx_blob blob[2], hs_database_t *db[2],
+                       hs_scratch_t **scr)
+{
+    char err[768];
+    int rv;
+
+    for (int k = 0; k < 2; k++) {
+        uint64_t key;
+
+        rv = ctl_ruleset_db_get(t, pat, 1, k == 0 ? FGX_DIR_C2S : FGX_DIR_S2C, ipproto, &blob[k],
+                                &key, err, sizeof(err));
+        if (rv < 0) {
+            ctl_rpc_fail(r,
+                         rv == -EINVAL ? FGX__CTL__CODE__CODE_INVALID : FGX__CTL__CODE__CODE_ERROR,
+                         "%s", err);
+            return rv;
+        }
+    }
+    if (ctl_compile_collecting() && ctl_compile_pending() > 0)
+        return 1;
+    for (int k = 0; k < 2; k++) {
+        if (blob[k].len == 0)
+            continue;
+        if (fgx_hsdb_load(blob[k].data, blob[k].len, &db[k]) < 0 ||
+            hs_alloc_scratch(db[k], scr) != HS_SUCCESS) {
+            ctl_rpc_fail(r, FGX__CTL__CODE__CODE_ERROR, "cannot load the compiled regex");
+            return -EIO;
+        }
+    }
+    return 0;
+}
+
 /* ---- a filter's breadth: what --force is for ---- */
 
 static void fail_force(struct ctl_rpc *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -412,7 +449,6 @@ int ctl_rpc_filter_breadth(struct ctl_rpc *r, struct ctl_txn *t, const struct ct
     hs_scratch_t *scr = NULL;
     struct cap_list l = {0};
     uint32_t total = 0, hits = 0;
-    char err[768];
     int rv = 0;
 
     if (r->req && r->req->has_force && r->req->force)
@@ -427,29 +463,11 @@ int ctl_rpc_filter_breadth(struct ctl_rpc *r, struct ctl_txn *t, const struct ct
                    what, svc->name, w.text[0], verb);
         return -EPERM;
     }
-    for (int k = 0; k < 2; k++) {
-        uint64_t key;
-
-        rv = ctl_ruleset_db_get(t, &pat, 1, k == 0 ? FGX_DIR_C2S : FGX_DIR_S2C, svc->ipproto,
-                                &blob[k], &key, err, sizeof(err));
-        if (rv < 0) {
-            ctl_rpc_fail(r, rv == -EINVAL ? FGX__CTL__CODE__CODE_INVALID : FGX__CTL__CODE__CODE_ERROR,
-                         "%s", err);
-            goto out;
-        }
-    }
     /* Still to compile: the request runs again once it is, and is judged then. */
-    if (ctl_compile_collecting() && ctl_compile_pending() > 0)
+    rv = pattern_dbs(r, t, &pat, svc->ipproto, blob, db, &scr);
+    if (rv != 0) {
+        rv = rv > 0 ? 0 : rv;
         goto out;
-    for (int k = 0; k < 2; k++) {
-        if (blob[k].len == 0)
-            continue;
-        if (fgx_hsdb_load(blob[k].data, blob[k].len, &db[k]) < 0 ||
-            hs_alloc_scratch(db[k], &scr) != HS_SUCCESS) {
-            ctl_rpc_fail(r, FGX__CTL__CODE__CODE_ERROR, "cannot load the compiled regex");
-            rv = -EIO;
-            goto out;
-        }
     }
     /* The traffic to spare: the workers' rings (a blocked connection there is skipped). */
     live_from(r->ctx->sup, svc->id, &l);
@@ -496,7 +514,6 @@ static void do_filter_test(struct ctl_rpc *r, const Fgx__Ctl__Request *req)
     struct ctl_service svc;
     struct ctl_txn *t = NULL;
     struct test_out *o = NULL;
-    char err[768];
     size_t nhits = 0;
     int rv;
 
@@ -518,33 +535,14 @@ static void do_filter_test(struct ctl_rpc *r, const Fgx__Ctl__Request *req)
         goto out;
     if (ctl_rpc_check_regex(r, q->regex, pat.nocase, svc.ipproto, &r->add_warn) < 0)
         goto out;
-    for (int k = 0; k < 2; k++) {
-        uint64_t key;
-
-        rv = ctl_ruleset_db_get(t, &pat, 1, k == 0 ? FGX_DIR_C2S : FGX_DIR_S2C, svc.ipproto,
-                                &blob[k], &key, err, sizeof(err));
-        if (rv < 0) {
-            ctl_rpc_fail(r,
-                         rv == -EINVAL ? FGX__CTL__CODE__CODE_INVALID : FGX__CTL__CODE__CODE_ERROR,
-                         "%s", err);
-            goto out;
-        }
-    }
-    /* A probe: the compile children build the database; the request runs again then. */
-    if (ctl_compile_collecting() && ctl_compile_pending() > 0) {
+    rv = pattern_dbs(r, t, &pat, svc.ipproto, blob, db, &scr);
+    if (rv > 0) {
+        /* A probe: the compile children build the database; the request runs again then. */
         r->deferred = true;
         ctl_rpc_fail(r, FGX__CTL__CODE__CODE_ERROR, "compiling");
+    }
+    if (rv != 0)
         goto out;
-    }
-    for (int k = 0; k < 2; k++) {
-        if (blob[k].len == 0)
-            continue;
-        if (fgx_hsdb_load(blob[k].data, blob[k].len, &db[k]) < 0 ||
-            hs_alloc_scratch(db[k], &scr) != HS_SUCCESS) {
-            ctl_rpc_fail(r, FGX__CTL__CODE__CODE_ERROR, "cannot load the compiled regex");
-            goto out;
-        }
-    }
     ctl_txn_abort(t);
     t = NULL;
     ctl_stats_refresh(r->ctx, CTL_RPC_STATS_TIMEOUT_MS);
