@@ -189,6 +189,11 @@ int ctl_rpc_check_ip(struct ctl_rpc *r, const char *ip, struct fgx_cidr *out);
  * Reply.needs_force set. t is the request's (write) transaction. */
 int ctl_rpc_filter_breadth(struct ctl_rpc *r, struct ctl_txn *t, const struct ctl_service *svc,
                            const struct ctl_filter *f, const char *what, const char *verb);
+/* The same for fs[n] at once (an import: one compile of them all and one look at the
+ * captures), naming the first that needs --force by whats[i]. */
+int ctl_rpc_filters_breadth(struct ctl_rpc *r, struct ctl_txn *t, const struct ctl_service *svc,
+                            const struct ctl_filter *fs, size_t n, const char *const *whats,
+                            const char *verb);
 int ctl_rpc_check_regex(struct ctl_rpc *r, const char *regex, bool nocase, uint8_t ipproto,
                         struct fgx_pattern_warnings *w);
 /* Names unique; (proto, port) unique among services. */

@@ -330,18 +330,20 @@ static int reply_import_warnings(struct ctl_rpc *r)
 }
 
 /* Every line of a ruleset that would become a block filter the service does not have blocking
- * already is judged as `filter add` judges one (ctl_rpc_filter_breadth()): one that needs
- * --force refuses the whole file, naming its line. Lines the import refuses for another reason
- * are left to it. */
+ * already is judged as `filter add` judges one (ctl_rpc_filters_breadth(), all at once): one
+ * that needs --force refuses the whole file, naming its line. Lines the import refuses for
+ * another reason are left to it. */
 static int import_breadth(struct ctl_rpc *r, struct ctl_txn *t, const Fgx__Ctl__FilterImport *imp)
 {
     bool sync = imp->has_sync && imp->sync, replace = imp->has_replace && imp->replace;
-    struct ctl_filter *old = NULL;
+    struct ctl_filter *old = NULL, *fs = NULL;
+    char (*what)[96] = NULL;
+    const char **whats = NULL;
     struct ctl_service svc;
-    size_t nold = 0;
+    size_t nold = 0, n = 0;
     int rv;
 
-    if (r->req && r->req->has_force && r->req->force)
+    if ((r->req && r->req->has_force && r->req->force) || imp->n_filters == 0)
         return 0;
     if (ctl_rpc_service_resolve(r, t, imp->service, &svc) < 0)
         return -ENOENT;
@@ -352,7 +354,15 @@ static int import_breadth(struct ctl_rpc *r, struct ctl_txn *t, const Fgx__Ctl__
         ctl_rpc_store_fail(r, rv);
         return rv;
     }
-    for (size_t i = 0; i < imp->n_filters && rv == 0; i++) {
+    fs = calloc(imp->n_filters, sizeof(*fs));
+    what = calloc(imp->n_filters, sizeof(*what));
+    whats = calloc(imp->n_filters, sizeof(*whats));
+    if (!fs || !what || !whats) {
+        ctl_rpc_store_fail(r, -ENOMEM);
+        rv = -ENOMEM;
+        goto out;
+    }
+    for (size_t i = 0; i < imp->n_filters; i++) {
         const Fgx__Ctl__FilterSpec *s = imp->filters[i];
         struct ctl_filter f = {.service_id = svc.id, .regex = s->regex,
                                .nocase = s->has_nocase && s->nocase,
@@ -363,8 +373,8 @@ static int import_breadth(struct ctl_rpc *r, struct ctl_txn *t, const Fgx__Ctl__
                                           ? FGX_DIR_BOTH
                                       : s->dir == FGX__CTL__DIR__DIR_C2S ? FGX_DIR_C2S
                                                                          : FGX_DIR_S2C};
+        char why[768];
         long same;
-        char what[96], why[768];
 
         if (!s->regex || !*s->regex || f.log || !f.active ||
             ctl_config_regex_lint_cached(s->regex, f.nocase, svc.ipproto, NULL, why,
@@ -374,11 +384,17 @@ static int import_breadth(struct ctl_rpc *r, struct ctl_txn *t, const Fgx__Ctl__
         /* kept as it is: --sync keeps the service's enabled state, --replace takes the line's */
         if (same >= 0 && (old[same].active || sync || !replace))
             continue;
-        (void)snprintf(what, sizeof(what), "line %u (/%.40s%s/)",
+        (void)snprintf(what[n], sizeof(what[n]), "line %u (/%.40s%s/)",
                        s->has_line ? s->line : (uint32_t)(i + 1), s->regex,
                        strlen(s->regex) > 40 ? "..." : "");
-        rv = ctl_rpc_filter_breadth(r, t, &svc, &f, what, "import the file");
+        whats[n] = what[n];
+        fs[n++] = f;
     }
+    rv = ctl_rpc_filters_breadth(r, t, &svc, fs, n, whats, "import the file");
+out:
+    free(fs); /* its strings are the request's */
+    free(what);
+    free(whats);
     ctl_filters_free(old, nold);
     return rv;
 }

@@ -102,6 +102,14 @@ def filter_matching_every_captured_connection_needs_force(env):
     added(env, "filter", "add", "fcap", "200 OK", "--dir", "c2s")
     # a filter matching few connections needs nothing
     added(env, "filter", "add", "fcap", "GET /admin")
+    # an import is judged line by line against the same capture, in one look
+    path = os.path.join(env.tmp, "fcap.rules")
+    with open(path, "w") as f:
+        f.write("c2s /GET \\/adm/\nc2s /Host: box/\n")
+    err = refused(env, "filter", "import", "fcap", path)
+    check("line 2 (/Host: box/) would have blocked 12 of the 13 connections" in err,
+          "import: %r", err)
+    check(len(env.filters("fcap")) == 2, "a refused import changed: %r", env.filters("fcap"))
     # forced, stored and blocking
     doc = added(env, "filter", "add", "fcap", "GET /index", "--force")
     c, sport = env.tcp_conn(SRV4, port, [HONEST])
