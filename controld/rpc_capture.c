@@ -423,6 +423,15 @@ static int pattern_dbs(struct ctl_rpc *r, struct ctl_txn *t, const struct fgx_pa
     return 0;
 }
 
+static void pattern_dbs_release(struct fgx_blob blob[2], hs_database_t *db[2], hs_scratch_t *scr)
+{
+    hs_free_scratch(scr);
+    for (int k = 0; k < 2; k++) {
+        fgx_hsdb_free(db[k]);
+        fgx_blob_release(&blob[k]);
+    }
+}
+
 /* ---- a filter's breadth: what --force is for ---- */
 
 static void fail_force(struct ctl_rpc *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -558,11 +567,7 @@ int ctl_rpc_filters_breadth(struct ctl_rpc *r, struct ctl_txn *t, const struct c
         break;
     }
 out:
-    hs_free_scratch(scr);
-    fgx_hsdb_free(db[0]);
-    fgx_hsdb_free(db[1]);
-    fgx_blob_release(&blob[0]);
-    fgx_blob_release(&blob[1]);
+    pattern_dbs_release(blob, db, scr);
     cap_list_free(&l);
     free(pats);
     free(b.hits);
@@ -695,11 +700,7 @@ static void do_filter_test(struct ctl_rpc *r, const Fgx__Ctl__Request *req)
     o->res.warnings = o->warn;
     r->reply.filter_test = &o->res;
 out:
-    hs_free_scratch(scr);
-    fgx_hsdb_free(db[0]);
-    fgx_hsdb_free(db[1]);
-    fgx_blob_release(&blob[0]);
-    fgx_blob_release(&blob[1]);
+    pattern_dbs_release(blob, db, scr);
     cap_list_free(&l);
     ctl_txn_abort(t);
 }
