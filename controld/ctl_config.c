@@ -149,7 +149,14 @@ int ctl_config_regex_lint_text(const char *regex, bool nocase, uint8_t ipproto, 
             break;
         off += (size_t)n < errlen - off ? (size_t)n : errlen - off - 1;
     }
-    return 0;
+    return w.any_stream ? 1 : 0;
+}
+
+bool ctl_config_reach_too_wide(uint32_t hits, uint32_t total)
+{
+    if (total >= CTL_FORCE_MIN_CONNS && (uint64_t)hits * 100 >= (uint64_t)total * CTL_FORCE_SHARE_PCT)
+        return true;
+    return total >= CTL_FORCE_ALL_MIN && hits == total;
 }
 
 int ctl_config_regex_lint_cached(const char *regex, bool nocase, uint8_t ipproto,
@@ -166,6 +173,8 @@ int ctl_config_regex_lint_cached(const char *regex, bool nocase, uint8_t ipproto
         err_set(err, errlen, "%s", msg);
         return rv;
     }
+    if (w)
+        w->any_stream = rv > 0;
     /* The child's text: the warnings, one a line. */
     for (char *line = msg, *nl; w && *line && w->n < FGX_PATTERN_WARN_MAX; line = nl + 1) {
         nl = strchr(line, '\n');

@@ -139,8 +139,18 @@ void ctl_config_filter_extra_to_msg(const struct ctl_filter *f, Fgx__Ctl__Filter
 
 int ctl_config_regex_lint(const char *regex, bool nocase, uint8_t ipproto,
                           struct fgx_pattern_warnings *w, char *err, size_t errlen);
+
+/* A block filter that would block (nearly) every captured connection needs --force: at least
+ * CTL_FORCE_SHARE_PCT percent of at least CTL_FORCE_MIN_CONNS of the service's captured
+ * connections, or all of at least CTL_FORCE_ALL_MIN. Fewer captures prove nothing. */
+#define CTL_FORCE_MIN_CONNS 10
+#define CTL_FORCE_SHARE_PCT 90
+#define CTL_FORCE_ALL_MIN 3
+/* Whether a filter that matches hits of the total captured connections needs --force. */
+bool ctl_config_reach_too_wide(uint32_t hits, uint32_t total);
 /* ctl_config_regex_lint(), with the warnings as text in err, one a line ("" when none): what
- * a compile child records for ctl_config_regex_lint_cached(). */
+ * a compile child records for ctl_config_regex_lint_cached(). Returns 1 (not 0) for a regex
+ * that matches any stream (fgx_pattern_warnings.any_stream, its reason the first line). */
 int ctl_config_regex_lint_text(const char *regex, bool nocase, uint8_t ipproto, char *err,
                                size_t errlen);
 

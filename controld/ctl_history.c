@@ -266,6 +266,113 @@ static const char *ref_of(const Fgx__Ctl__Ref *r)
     return r && r->ref ? r->ref : "?";
 }
 
+/* Every request's command, by its member of Request's oneof: a request with no row here would be
+ * recorded as a number (tests/unit/test_history.c walks the descriptor so none is missed). */
+static const struct {
+    Fgx__Ctl__Request__ReqCase req;
+    const char *name;
+} req_names[] = {
+    {FGX__CTL__REQUEST__REQ_STATUS, "status"},
+    {FGX__CTL__REQUEST__REQ_SERVICE_ADD, "service add"},
+    {FGX__CTL__REQUEST__REQ_SERVICE_LIST, "service list"},
+    {FGX__CTL__REQUEST__REQ_SERVICE_SHOW, "service show"},
+    {FGX__CTL__REQUEST__REQ_SERVICE_START, "service start"},
+    {FGX__CTL__REQUEST__REQ_SERVICE_STOP, "service stop"},
+    {FGX__CTL__REQUEST__REQ_SERVICE_RM, "service rm"},
+    {FGX__CTL__REQUEST__REQ_SERVICE_RENAME, "service rename"},
+    {FGX__CTL__REQUEST__REQ_SERVICE_SET, "service set"},
+    {FGX__CTL__REQUEST__REQ_SERVICE_ADDR_ADD, "service addr add"},
+    {FGX__CTL__REQUEST__REQ_SERVICE_ADDR_RM, "service addr rm"},
+    {FGX__CTL__REQUEST__REQ_FILTER_ADD, "filter add"},
+    {FGX__CTL__REQUEST__REQ_FILTER_LIST, "filter list"},
+    {FGX__CTL__REQUEST__REQ_FILTER_ENABLE, "filter enable"},
+    {FGX__CTL__REQUEST__REQ_FILTER_DISABLE, "filter disable"},
+    {FGX__CTL__REQUEST__REQ_FILTER_RM, "filter rm"},
+    {FGX__CTL__REQUEST__REQ_FILTER_SET, "filter set"},
+    {FGX__CTL__REQUEST__REQ_FILTER_IMPORT, "filter import"},
+    {FGX__CTL__REQUEST__REQ_FILTER_EXPORT, "filter export"},
+    {FGX__CTL__REQUEST__REQ_FILTER_TEST, "filter test"},
+    {FGX__CTL__REQUEST__REQ_WORKER_LIST, "worker list"},
+    {FGX__CTL__REQUEST__REQ_WORKER_RESTART, "worker restart"},
+    {FGX__CTL__REQUEST__REQ_STATS, "stats"},
+    {FGX__CTL__REQUEST__REQ_STATS_HISTORY, "stats --history"},
+    {FGX__CTL__REQUEST__REQ_EVENTS, "events"},
+    {FGX__CTL__REQUEST__REQ_EVENT_SHOW, "events show"},
+    {FGX__CTL__REQUEST__REQ_CAPTURE, "capture"},
+    {FGX__CTL__REQUEST__REQ_LOGIN, "login"},
+    {FGX__CTL__REQUEST__REQ_LOGOUT, "logout"},
+    {FGX__CTL__REQUEST__REQ_PASSWD, "passwd"},
+    {FGX__CTL__REQUEST__REQ_AUTH_SET, "auth"},
+    {FGX__CTL__REQUEST__REQ_CERT, "cert"},
+    {FGX__CTL__REQUEST__REQ_CONFIG_EXPORT, "export"},
+    {FGX__CTL__REQUEST__REQ_CONFIG_IMPORT, "import"},
+    {FGX__CTL__REQUEST__REQ_HISTORY, "history"},
+    {FGX__CTL__REQUEST__REQ_UNDO, "undo"},
+    {FGX__CTL__REQUEST__REQ_REDO, "redo"},
+    {FGX__CTL__REQUEST__REQ_FW_RULE_ADD, "fw rule add"},
+    {FGX__CTL__REQUEST__REQ_FW_RULE_RM, "fw rule rm"},
+    {FGX__CTL__REQUEST__REQ_FW_RULE_MOVE, "fw rule move"},
+    {FGX__CTL__REQUEST__REQ_FW_RULE_ENABLE, "fw rule enable"},
+    {FGX__CTL__REQUEST__REQ_FW_RULE_DISABLE, "fw rule disable"},
+    {FGX__CTL__REQUEST__REQ_FW_LIST, "fw list"},
+    {FGX__CTL__REQUEST__REQ_FW_POLICY, "fw policy"},
+    {FGX__CTL__REQUEST__REQ_FW_SET, "fw set"},
+    {FGX__CTL__REQUEST__REQ_FW_SWITCH, "fw enable|disable"},
+    {FGX__CTL__REQUEST__REQ_FW_IMPORT, "fw import"},
+    {FGX__CTL__REQUEST__REQ_FW_CONFIRM, "fw confirm"},
+    {FGX__CTL__REQUEST__REQ_SCRIPT_SET, "script set"},
+    {FGX__CTL__REQUEST__REQ_SCRIPT_GET, "script get"},
+    {FGX__CTL__REQUEST__REQ_SCRIPT_RM, "script rm"},
+    {FGX__CTL__REQUEST__REQ_SCRIPT_LIST, "script list"},
+    {FGX__CTL__REQUEST__REQ_SCRIPT_ENABLE, "script enable"},
+    {FGX__CTL__REQUEST__REQ_SCRIPT_DISABLE, "script disable"},
+    {FGX__CTL__REQUEST__REQ_SCRIPT_LOG, "script log"},
+};
+
+const char *ctl_history_req_name(int req_case)
+{
+    for (size_t i = 0; i < sizeof(req_names) / sizeof(req_names[0]); i++)
+        if ((int)req_names[i].req == req_case)
+            return req_names[i].name;
+    return NULL;
+}
+
+/* The words after a command's name: its member's plain text fields that name what it acts on
+ * (never a password, a token or a script's source), in the message's order. */
+static void describe_args(const Fgx__Ctl__Request *q, char *buf, size_t len)
+{
+    static const char *const named[] = {"ref",  "service", "name",    "function",
+                                        "addr", "kind",    "option", "filename"};
+    const ProtobufCFieldDescriptor *fd =
+        protobuf_c_message_descriptor_get_field(&fgx__ctl__request__descriptor, q->req_case);
+    const ProtobufCMessage *m;
+    size_t off = strlen(buf);
+
+    if (!fd || fd->type != PROTOBUF_C_TYPE_MESSAGE)
+        return;
+    m = *(const ProtobufCMessage *const *)((const char *)q + fd->offset);
+    if (!m)
+        return;
+    for (unsigned i = 0; i < m->descriptor->n_fields && off + 1 < len; i++) {
+        const ProtobufCFieldDescriptor *f = &m->descriptor->fields[i];
+        const char *v;
+        bool want = false;
+        int n;
+
+        if (f->type != PROTOBUF_C_TYPE_STRING || f->label == PROTOBUF_C_LABEL_REPEATED)
+            continue;
+        for (size_t k = 0; k < sizeof(named) / sizeof(named[0]); k++)
+            want |= strcmp(f->name, named[k]) == 0;
+        v = *(const char *const *)((const char *)m + f->offset);
+        if (!want || !v || !*v)
+            continue;
+        n = snprintf(buf + off, len - off, " %.64s", v);
+        if (n < 0)
+            break;
+        off += (size_t)n < len - off ? (size_t)n : len - off - 1;
+    }
+}
+
 void ctl_history_describe(const Fgx__Ctl__Request *q, char *buf, size_t len)
 {
     switch (q->req_case) {
@@ -342,7 +449,12 @@ void ctl_history_describe(const Fgx__Ctl__Request *q, char *buf, size_t len)
         snprintf(buf, len, "redo");
         break;
     default:
-        snprintf(buf, len, "request %d", (int)q->req_case);
+        if (ctl_history_req_name(q->req_case)) {
+            snprintf(buf, len, "%s", ctl_history_req_name(q->req_case));
+            describe_args(q, buf, len);
+        } else {
+            snprintf(buf, len, "request %d", (int)q->req_case);
+        }
         break;
     }
 }

@@ -64,5 +64,8 @@ int ctl_history_mark(struct ctl_txn *t, uint64_t seq, bool reverted);
 
 /* The request in words ("filter rm 3", "service add web tcp/80"), into buf. */
 void ctl_history_describe(const Fgx__Ctl__Request *q, char *buf, size_t len);
+/* The command of a request kind (Request's oneof member number): "script set"; NULL when the
+ * table lacks it (a new request kind nobody named). */
+const char *ctl_history_req_name(int req_case);
 
 #endif

@@ -192,6 +192,20 @@ int ctl_rpc_check_capture(struct ctl_rpc *r, bool has_on, bool on, bool has_conn
 int ctl_rpc_check_layer_proto(struct ctl_rpc *r, const struct ctl_service *svc);
 int ctl_rpc_check_ip(struct ctl_rpc *r, const char *ip, struct fgx_cidr *out);
 /* w: NULL, or where the warnings of an accepted regex go. */
+/* Whether the block filter f of svc may be stored without the request's --force (rpc_capture.c):
+ * refused when its regex matches any stream, or when it matches nearly all of svc's captured
+ * connections (ctl_config_reach_too_wide(), over the workers' rings: connections already
+ * blocked are the attacks, not the traffic to spare). 0: fine (or forced, or its database is
+ * still to compile: the request is then deferred and this runs again); else the reply says why,
+ * naming the filter as `what` ("line 3") and what --force would do (`verb`: "add it"), with
+ * Reply.needs_force set. t is the request's (write) transaction. */
+int ctl_rpc_filter_breadth(struct ctl_rpc *r, struct ctl_txn *t, const struct ctl_service *svc,
+                           const struct ctl_filter *f, const char *what, const char *verb);
+/* The same for fs[n] at once (an import: one compile of them all and one look at the
+ * captures), naming the first that needs --force by whats[i]. */
+int ctl_rpc_filters_breadth(struct ctl_rpc *r, struct ctl_txn *t, const struct ctl_service *svc,
+                            const struct ctl_filter *fs, size_t n, const char *const *whats,
+                            const char *verb);
 int ctl_rpc_check_regex(struct ctl_rpc *r, const char *regex, bool nocase, uint8_t ipproto,
                         struct fgx_pattern_warnings *w);
 /* Names unique; (proto, port) unique among services. */

@@ -339,11 +339,18 @@ static void event_from_dp(const struct fgx_dp_event *d, uint64_t seq,
     }
     e->dir = d->dir;
     e->ipproto = d->ipproto;
-    /* fgx_dp_decode() checked the family; inet_ntop() cannot fail on these buffers. */
-    inet_ntop(af, d->src, e->src, sizeof(e->src));
-    inet_ntop(af, d->dst, e->dst, sizeof(e->dst));
-    e->sport = d->sport;
-    e->dport = d->dport;
+    /* A worker names the sender of the matching bytes; an event names the connection's client
+     * (the attacker, whichever way the bytes went) as src and the service as dst, so that --top
+     * src and a pcap asked by src find the attacker, never the vulnbox. fgx_dp_decode() checked
+     * the family; inet_ntop() cannot fail on these buffers. */
+    {
+        bool s2c = d->dir == FGX_DIR_S2C;
+
+        inet_ntop(af, s2c ? d->dst : d->src, e->src, sizeof(e->src));
+        inet_ntop(af, s2c ? d->src : d->dst, e->dst, sizeof(e->dst));
+        e->sport = s2c ? d->dport : d->sport;
+        e->dport = s2c ? d->sport : d->dport;
+    }
     e->excerpt_len = d->excerpt_len <= FGX_DP_EXCERPT_MAX ? d->excerpt_len : FGX_DP_EXCERPT_MAX;
     e->match_end = d->match_end <= e->excerpt_len ? d->match_end : e->excerpt_len;
     memcpy(e->excerpt, d->excerpt, e->excerpt_len);

@@ -813,6 +813,12 @@ static int reply_error(const Fgx__Ctl__Reply *rep, json_t *result, int *status, 
         json_decref(o);
         o = NULL;
     }
+    /* the page asks, then sends the same command with force */
+    if (o && rep->has_needs_force && rep->needs_force &&
+        json_object_set_new(o, "needs_force", json_true()) < 0) {
+        json_decref(o);
+        o = NULL;
+    }
     if (o && result && json_object_set(o, "result", result) < 0) {
         json_decref(o);
         o = NULL;

@@ -7,6 +7,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -386,6 +387,201 @@ static size_t scan_dir(const struct fgx_cap *c, int d, hs_database_t *db, hs_scr
     return (size_t)end;
 }
 
+/* The two databases (c2s, s2c: db[d] NULL where no pattern applies) of pats[n], as filters
+ * compile them, loaded with one scratch for both. 1: still to compile (the compile session's
+ * probe: the request runs again once it is); 0: loaded; < 0: failed, the reply says why. The
+ * caller releases blob, db and *scr whatever this returns. */
+static int pattern_dbs(struct ctl_rpc *r, struct ctl_txn *t, const struct fgx_pattern *pats,
+                       size_t n, uint8_t ipproto, struct fgx_blob blob[2], hs_database_t *db[2],
+                       hs_scratch_t **scr)
+{
+    char err[768];
+    int rv;
+
+    for (int k = 0; k < 2; k++) {
+        uint64_t key;
+
+        rv = ctl_ruleset_db_get(t, pats, n, k == 0 ? FGX_DIR_C2S : FGX_DIR_S2C, ipproto, &blob[k],
+                                &key, err, sizeof(err));
+        if (rv < 0) {
+            ctl_rpc_fail(r,
+                         rv == -EINVAL ? FGX__CTL__CODE__CODE_INVALID : FGX__CTL__CODE__CODE_ERROR,
+                         "%s", err);
+            return rv;
+        }
+    }
+    if (ctl_compile_collecting() && ctl_compile_pending() > 0)
+        return 1;
+    for (int k = 0; k < 2; k++) {
+        if (blob[k].len == 0)
+            continue;
+        if (fgx_hsdb_load(blob[k].data, blob[k].len, &db[k]) < 0 ||
+            hs_alloc_scratch(db[k], scr) != HS_SUCCESS) {
+            ctl_rpc_fail(r, FGX__CTL__CODE__CODE_ERROR, "cannot load the compiled regex");
+            return -EIO;
+        }
+    }
+    return 0;
+}
+
+static void pattern_dbs_release(struct fgx_blob blob[2], hs_database_t *db[2], hs_scratch_t *scr)
+{
+    hs_free_scratch(scr);
+    for (int k = 0; k < 2; k++) {
+        fgx_hsdb_free(db[k]);
+        fgx_blob_release(&blob[k]);
+    }
+}
+
+/* ---- a filter's breadth: what --force is for ---- */
+
+static void fail_force(struct ctl_rpc *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void fail_force(struct ctl_rpc *r, const char *fmt, ...)
+{
+    char msg[900];
+    va_list ap;
+
+    va_start(ap, fmt);
+    (void)vsnprintf(msg, sizeof(msg), fmt, ap); /* a cut message still says why */
+    va_end(ap);
+    ctl_rpc_fail(r, FGX__CTL__CODE__CODE_INVALID, "%s", msg);
+    r->reply.has_needs_force = 1;
+    r->reply.needs_force = 1;
+}
+
+/* Each capture's hits of the batch's patterns (ids 1..n), counted once per connection. */
+struct breadth_scan {
+    uint32_t *hits;   /* per pattern */
+    uint32_t *last;   /* per pattern: the capture (from 1) it last counted */
+    uint32_t cap, n;
+};
+
+static int breadth_hit(unsigned id, unsigned long long from, unsigned long long to,
+                       unsigned flags, void *ctx)
+{
+    struct breadth_scan *b = ctx;
+
+    (void)from;
+    (void)to;
+    (void)flags;
+    if (id >= 1 && id <= b->n && b->last[id - 1] != b->cap) {
+        b->last[id - 1] = b->cap;
+        b->hits[id - 1]++;
+    }
+    return 0; /* every pattern of the batch: each reports once per stream (SINGLEMATCH) */
+}
+
+/* Every pattern of db over direction d of c, as the worker scans it. */
+static void breadth_dir(const struct fgx_cap *c, int d, hs_database_t *db, hs_scratch_t *scr,
+                        struct breadth_scan *b)
+{
+    hs_stream_t *st = NULL;
+
+    if (c->len[d] == 0)
+        return;
+    if (c->ipproto == IPPROTO_UDP) {
+        for (size_t i = 0; i < c->nseg; i++)
+            if (c->seg_dir[i] == d && c->seg[i].len > 0)
+                (void)hs_scan(db, (const char *)c->data[d] + c->seg[i].off, c->seg[i].len, 0,
+                              scr, breadth_hit, b);
+        return;
+    }
+    if (hs_open_stream(db, 0, &st) != HS_SUCCESS)
+        return;
+    (void)hs_scan_stream(st, (const char *)c->data[d], c->len[d], 0, scr, breadth_hit, b);
+    (void)hs_close_stream(st, scr, NULL, NULL);
+}
+
+int ctl_rpc_filters_breadth(struct ctl_rpc *r, struct ctl_txn *t, const struct ctl_service *svc,
+                            const struct ctl_filter *fs, size_t n, const char *const *whats,
+                            const char *verb)
+{
+    struct fgx_blob blob[2] = {{0}, {0}};
+    hs_database_t *db[2] = {NULL, NULL};
+    struct fgx_pattern *pats = NULL;
+    struct breadth_scan b = {0};
+    struct fgx_pattern_warnings w;
+    hs_scratch_t *scr = NULL;
+    struct cap_list l = {0};
+    uint32_t total = 0;
+    size_t np = 0;
+    int rv = 0;
+
+    if ((r->req && r->req->has_force && r->req->force) || n == 0)
+        return 0;
+    pats = calloc(n, sizeof(*pats));
+    b.hits = calloc(n, sizeof(*b.hits));
+    b.last = calloc(n, sizeof(*b.last));
+    if (!pats || !b.hits || !b.last) {
+        ctl_rpc_store_fail(r, -ENOMEM);
+        rv = -ENOMEM;
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (fs[i].log || !fs[i].active)
+            continue; /* blocks nothing */
+        rv = ctl_rpc_check_regex(r, fs[i].regex, fs[i].nocase, svc->ipproto, &w);
+        if (rv < 0)
+            goto out;
+        if (w.any_stream) {
+            fail_force(r, "%s on service %s: %s. Nothing was stored; give --force to %s anyway",
+                       whats[i], svc->name, w.text[0], verb);
+            rv = -EPERM;
+            goto out;
+        }
+        pats[np++] = (struct fgx_pattern){.filter_id = (uint32_t)i + 1, .regex = fs[i].regex,
+                                          .dir = fs[i].dir, .nocase = fs[i].nocase};
+    }
+    if (np == 0)
+        goto out;
+    /* Still to compile: the request runs again once it is, and is judged then. */
+    rv = pattern_dbs(r, t, pats, np, svc->ipproto, blob, db, &scr);
+    if (rv != 0) {
+        rv = rv > 0 ? 0 : rv;
+        goto out;
+    }
+    /* The traffic to spare: the workers' rings (a blocked connection there is skipped). */
+    live_from(r->ctx->sup, svc->id, &l);
+    live_from(r->ctx->px_sup, svc->id, &l);
+    b.n = (uint32_t)n;
+    for (size_t i = 0; i < l.n; i++) {
+        const struct fgx_cap *c = &l.c[i];
+
+        if (c->len[0] == 0 && c->len[1] == 0)
+            continue; /* nothing sent: no filter can block it */
+        total++;
+        b.cap = (uint32_t)i + 1;
+        for (int d = 0; d < 2; d++)
+            if (db[d])
+                breadth_dir(c, d, db[d], scr, &b);
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (!ctl_config_reach_too_wide(b.hits[i], total))
+            continue;
+        fail_force(r,
+                   "%s would have blocked %u of the %u connections captured on service %s "
+                   "(%u%%), likely the game's checker too (see `fgexctl filter test %s REGEX`). "
+                   "Nothing was stored; give --force to %s anyway",
+                   whats[i], b.hits[i], total, svc->name,
+                   (unsigned)((uint64_t)b.hits[i] * 100 / total), svc->name, verb);
+        rv = -EPERM;
+        break;
+    }
+out:
+    pattern_dbs_release(blob, db, scr);
+    cap_list_free(&l);
+    free(pats);
+    free(b.hits);
+    free(b.last);
+    return rv;
+}
+
+int ctl_rpc_filter_breadth(struct ctl_rpc *r, struct ctl_txn *t, const struct ctl_service *svc,
+                           const struct ctl_filter *f, const char *what, const char *verb)
+{
+    return ctl_rpc_filters_breadth(r, t, svc, f, 1, &what, verb);
+}
+
 static void do_filter_test(struct ctl_rpc *r, const Fgx__Ctl__Request *req)
 {
     const Fgx__Ctl__FilterTest *q = req->filter_test;
@@ -397,7 +593,6 @@ static void do_filter_test(struct ctl_rpc *r, const Fgx__Ctl__Request *req)
     struct ctl_service svc;
     struct ctl_txn *t = NULL;
     struct test_out *o = NULL;
-    char err[768];
     size_t nhits = 0;
     int rv;
 
@@ -419,33 +614,14 @@ static void do_filter_test(struct ctl_rpc *r, const Fgx__Ctl__Request *req)
         goto out;
     if (ctl_rpc_check_regex(r, q->regex, pat.nocase, svc.ipproto, &r->add_warn) < 0)
         goto out;
-    for (int k = 0; k < 2; k++) {
-        uint64_t key;
-
-        rv = ctl_ruleset_db_get(t, &pat, 1, k == 0 ? FGX_DIR_C2S : FGX_DIR_S2C, svc.ipproto,
-                                &blob[k], &key, err, sizeof(err));
-        if (rv < 0) {
-            ctl_rpc_fail(r,
-                         rv == -EINVAL ? FGX__CTL__CODE__CODE_INVALID : FGX__CTL__CODE__CODE_ERROR,
-                         "%s", err);
-            goto out;
-        }
-    }
-    /* A probe: the compile children build the database; the request runs again then. */
-    if (ctl_compile_collecting() && ctl_compile_pending() > 0) {
+    rv = pattern_dbs(r, t, &pat, 1, svc.ipproto, blob, db, &scr);
+    if (rv > 0) {
+        /* A probe: the compile children build the database; the request runs again then. */
         r->deferred = true;
         ctl_rpc_fail(r, FGX__CTL__CODE__CODE_ERROR, "compiling");
+    }
+    if (rv != 0)
         goto out;
-    }
-    for (int k = 0; k < 2; k++) {
-        if (blob[k].len == 0)
-            continue;
-        if (fgx_hsdb_load(blob[k].data, blob[k].len, &db[k]) < 0 ||
-            hs_alloc_scratch(db[k], &scr) != HS_SUCCESS) {
-            ctl_rpc_fail(r, FGX__CTL__CODE__CODE_ERROR, "cannot load the compiled regex");
-            goto out;
-        }
-    }
     ctl_txn_abort(t);
     t = NULL;
     ctl_stats_refresh(r->ctx, CTL_RPC_STATS_TIMEOUT_MS);
@@ -536,11 +712,7 @@ static void do_filter_test(struct ctl_rpc *r, const Fgx__Ctl__Request *req)
     o->res.warnings = o->warn;
     r->reply.filter_test = &o->res;
 out:
-    hs_free_scratch(scr);
-    fgx_hsdb_free(db[0]);
-    fgx_hsdb_free(db[1]);
-    fgx_blob_release(&blob[0]);
-    fgx_blob_release(&blob[1]);
+    pattern_dbs_release(blob, db, scr);
     cap_list_free(&l);
     ctl_txn_abort(t);
 }

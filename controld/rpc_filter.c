@@ -47,6 +47,22 @@ static int extra_check(struct ctl_rpc *r, bool has_action, int action, const cha
     return 0;
 }
 
+/* ctl_rpc_filter_breadth() of a stored filter, named by its id. */
+static int filter_breadth(struct ctl_rpc *r, struct ctl_txn *t, const struct ctl_filter *f,
+                          const char *verb)
+{
+    struct ctl_service svc;
+    char what[32];
+    int rv = ctl_store_service_get(t, f->service_id, &svc);
+
+    if (rv < 0) {
+        ctl_rpc_store_fail(r, rv);
+        return rv;
+    }
+    (void)snprintf(what, sizeof(what), "filter %u", f->id);
+    return ctl_rpc_filter_breadth(r, t, &svc, f, what, verb);
+}
+
 static void do_filter_add(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
 {
     const Fgx__Ctl__FilterAdd *a = q->filter_add;
@@ -94,6 +110,8 @@ static void do_filter_add(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
         goto out;
     }
     if (refuse_duplicate(r, t, &f, svc.name) < 0)
+        goto out;
+    if (ctl_rpc_filter_breadth(r, t, &svc, &f, "the filter", "add it") < 0)
         goto out;
     rv = ctl_store_filter_put(t, &f);
     if (rv < 0) {
@@ -170,6 +188,9 @@ static void do_filter_set(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
 
         changed |= f.log != log;
         f.log = log;
+        /* A log filter that starts blocking is judged as a new block filter. */
+        if (changed && !log && filter_breadth(r, t, &f, "make it block") < 0)
+            goto out;
     }
     if (a->label) {
         const char *old = f.label ? f.label : "";
@@ -214,6 +235,8 @@ static void do_filter_active(struct ctl_rpc *r, const char *ref, bool active)
         goto out;
     if (f.active != active) {
         f.active = active;
+        if (active && filter_breadth(r, t, &f, "enable it") < 0)
+            goto out;
         rv = ctl_store_filter_put(t, &f);
         if (rv < 0) {
             ctl_rpc_store_fail(r, rv);
@@ -306,6 +329,76 @@ static int reply_import_warnings(struct ctl_rpc *r)
     return 0;
 }
 
+/* Every line of a ruleset that would become a block filter the service does not have blocking
+ * already is judged as `filter add` judges one (ctl_rpc_filters_breadth(), all at once): one
+ * that needs --force refuses the whole file, naming its line. Lines the import refuses for
+ * another reason are left to it. */
+static int import_breadth(struct ctl_rpc *r, struct ctl_txn *t, const Fgx__Ctl__FilterImport *imp)
+{
+    bool sync = imp->has_sync && imp->sync, replace = imp->has_replace && imp->replace;
+    struct ctl_filter *old = NULL, *fs = NULL;
+    char (*what)[96] = NULL;
+    const char **whats = NULL;
+    struct ctl_service svc;
+    size_t nold = 0, n = 0;
+    int rv;
+
+    if ((r->req && r->req->has_force && r->req->force) || imp->n_filters == 0)
+        return 0;
+    if (ctl_rpc_service_resolve(r, t, imp->service, &svc) < 0)
+        return -ENOENT;
+    if (svc.layer == CTL_LAYER_EXTERNAL)
+        return 0; /* no filters at all: the import says so */
+    rv = ctl_store_filter_list(t, svc.id, &old, &nold);
+    if (rv < 0) {
+        ctl_rpc_store_fail(r, rv);
+        return rv;
+    }
+    fs = calloc(imp->n_filters, sizeof(*fs));
+    what = calloc(imp->n_filters, sizeof(*what));
+    whats = calloc(imp->n_filters, sizeof(*whats));
+    if (!fs || !what || !whats) {
+        ctl_rpc_store_fail(r, -ENOMEM);
+        rv = -ENOMEM;
+        goto out;
+    }
+    for (size_t i = 0; i < imp->n_filters; i++) {
+        const Fgx__Ctl__FilterSpec *s = imp->filters[i];
+        struct ctl_filter f = {.service_id = svc.id, .regex = s->regex,
+                               .nocase = s->has_nocase && s->nocase,
+                               .active = !s->has_active || s->active,
+                               .log = s->has_action &&
+                                      s->action == FGX__CTL__FILTER_ACTION__FILTER_ACTION_LOG,
+                               .dir = !s->has_dir || s->dir == FGX__CTL__DIR__DIR_BOTH
+                                          ? FGX_DIR_BOTH
+                                      : s->dir == FGX__CTL__DIR__DIR_C2S ? FGX_DIR_C2S
+                                                                         : FGX_DIR_S2C};
+        char why[768];
+        long same;
+
+        if (!s->regex || !*s->regex || f.log || !f.active ||
+            ctl_config_regex_lint_cached(s->regex, f.nocase, svc.ipproto, NULL, why,
+                                         sizeof(why)) < 0)
+            continue; /* a refused regex: the import names its line */
+        same = ctl_diff_find_same(old, nold, &f);
+        /* kept as it is: --sync keeps the service's enabled state, --replace takes the line's */
+        if (same >= 0 && (old[same].active || sync || !replace))
+            continue;
+        (void)snprintf(what[n], sizeof(what[n]), "line %u (/%.40s%s/)",
+                       s->has_line ? s->line : (uint32_t)(i + 1), s->regex,
+                       strlen(s->regex) > 40 ? "..." : "");
+        whats[n] = what[n];
+        fs[n++] = f;
+    }
+    rv = ctl_rpc_filters_breadth(r, t, &svc, fs, n, whats, "import the file");
+out:
+    free(fs); /* its strings are the request's */
+    free(what);
+    free(whats);
+    ctl_filters_free(old, nold);
+    return rv;
+}
+
 static void do_filter_import(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
 {
     const Fgx__Ctl__FilterImport *imp = q->filter_import;
@@ -323,6 +416,8 @@ static void do_filter_import(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
     if (ctl_rpc_txn_begin(r, true, &t) < 0)
         return;
     ctl_rpc_import_opts(r, false);
+    if (import_breadth(r, t, imp) < 0)
+        goto out;
     rv = ctl_config_filter_import_ex(t, imp, &r->imp, &sid, &r->imp_warn, &r->nimp_warn, err,
                                      sizeof(err));
     if (rv < 0) {

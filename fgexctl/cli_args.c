@@ -36,9 +36,11 @@ static const char usage_main[] =
     "  service set SERVICE [--port N] [--ip ADDR|CIDR|any] [--proto tcp|udp]\n"
     "              [--layer nfqueue|proxy] [--fail-open on|off] [--midstream reset|scan]\n"
     "  filter add SERVICE REGEX [--dir c2s|s2c|both] [--nocase] [--log] [--label TEXT]\n"
+    "             [--force]\n"
     "  filter list SERVICE\n"
-    "  filter enable|disable|rm FILTER\n"
-    "  filter set FILTER [--action block|log] [--label TEXT]\n"
+    "  filter enable FILTER [--force]\n"
+    "  filter disable|rm FILTER\n"
+    "  filter set FILTER [--action block|log] [--label TEXT] [--force]\n"
     "                                           switch a filter to log-only and back\n"
     "  worker list                              the data-path workers and their counters\n"
     "  worker restart nfq|proxy|script|all\n"
@@ -54,7 +56,7 @@ static const char usage_main[] =
     "                                           captured connections as a pcap\n"
     "  filter test SERVICE REGEX [--dir D] [--nocase]\n"
     "                                           what REGEX would block of the capture\n"
-    "  filter import SERVICE FILE [--replace|--sync] [--dry-run]\n"
+    "  filter import SERVICE FILE [--replace|--sync] [--dry-run] [--force]\n"
     "                                           load a ruleset file, all or nothing\n"
     "  filter export SERVICE                    print a service's filters as a ruleset file\n"
     "  script set SERVICE FILE.py               a Python filter file (Firegex's API), checked\n"
@@ -175,6 +177,7 @@ static const struct opt_def opt_defs[CLI_NOPTS] = {
     {"--raw", CLI_OPT_RAW, ARG_NONE},
     {"--deadline", CLI_OPT_DEADLINE, ARG_REQUIRED},
     {"--service", CLI_OPT_SERVICE, ARG_REQUIRED},
+    {"--force", CLI_OPT_FORCE, ARG_NONE},
 };
 
 /* ---- helpers ----------------------------------------------------------------------------- */

@@ -24,9 +24,11 @@ static const char usage_events[] =
     "ASCII per direction (the blocked bytes marked); --raw writes the client's bytes\n"
     "(--dir s2c: the server's) as they are, ready to replay with nc.\n"
     "\n"
-    "The latest blocks (of every service, or only SERVICE), oldest first: when, which\n"
-    "service and filter, the direction, the flow's addresses, and the bytes around\n"
-    "the end of the match (printable ASCII as is, other bytes as \\xNN).\n"
+    "The latest blocks (of every service, or only SERVICE), oldest first: the event's\n"
+    "SEQ (for `events show SEQ`), when, which service and filter, the direction of\n"
+    "the matching bytes, the connection's client (SRC: the attacker, whichever way\n"
+    "the bytes went) and service (DST), and the bytes around the end of the match\n"
+    "(printable ASCII as is, other bytes as \\xNN).\n"
     "\n"
     "  --limit N    show the newest N events (default: controld's, 100)\n"
     "  --follow     then keep printing new events as they arrive, until interrupted\n"
@@ -50,7 +52,8 @@ static const char usage_events[] =
     "usage: fgexctl events [SERVICE] --top src [--since DURATION] [--json]\n"
     "\n"
     "Who is attacking: the blocks of the event store (every service, or SERVICE) per\n"
-    "source address and filter (a script's: \"script FUNCTION\"), the most recent first: SRC, FILTER, LABEL, SERVICE,\n"
+    "client address (the attacker, of an s2c block too) and filter (a script's:\n"
+    "\"script FUNCTION\"), the most recent first: SRC, FILTER, LABEL, SERVICE,\n"
     "BLOCKS, FIRST, LAST. controld folds the events it keeps (--events-keep, 100,000 by\n"
     "default) in one request; log matches are not blocks and are not counted.\n"
     "\n"
@@ -177,14 +180,15 @@ static const char *event_dir(Fgx__Ctl__Dir d)
 }
 
 /* Widths that fit most rows, so batches printed apart by --follow line up. */
-static const size_t event_minw[] = {23, 10, 6, 3, 21, 21, 0};
+static const size_t event_minw[] = {5, 23, 10, 6, 3, 21, 21, 0};
 
 static int human_events(FILE *f, const Fgx__Ctl__Reply *rep, bool fixed, bool head)
 {
-    static const char *const heads[] = {"TIME", "SERVICE", "FILTER", "DIR",
-                                        "SRC",  "DST",     "EXCERPT"};
-    static const char *const lheads[] = {"TIME", "SERVICE", "FILTER", "DIR",
-                                         "SRC",  "DST",     "LABEL",  "EXCERPT"};
+    /* SEQ first: what `events show SEQ` takes. */
+    static const char *const heads[] = {"SEQ", "TIME", "SERVICE", "FILTER",
+                                        "DIR", "SRC",  "DST",     "EXCERPT"};
+    static const char *const lheads[] = {"SEQ", "TIME", "SERVICE", "FILTER", "DIR",
+                                         "SRC", "DST",  "LABEL",   "EXCERPT"};
     struct cli_table t;
     char buf[INET6_ADDRSTRLEN * 4 + 16];
     bool labels = false;
@@ -195,14 +199,15 @@ static int human_events(FILE *f, const Fgx__Ctl__Reply *rep, bool fixed, bool he
     for (size_t i = 0; i < rep->n_events && !fixed; i++)
         labels |= rep->events[i]->label && rep->events[i]->label[0];
     if (labels)
-        cli_fmt_table_init(&t, lheads, 8, 1u << 2);
+        cli_fmt_table_init(&t, lheads, 9, 1u << 0 | 1u << 3);
     else
-        cli_fmt_table_init(&t, heads, 7, 1u << 2);
+        cli_fmt_table_init(&t, heads, 8, 1u << 0 | 1u << 3);
     t.minw = fixed ? event_minw : NULL;
     t.headless = !head;
     for (size_t i = 0; i < rep->n_events; i++) {
         const Fgx__Ctl__Event *e = rep->events[i];
 
+        cli_fmt_table_addf(&t, "%" PRIu64, e->seq);
         cli_fmt_time(e->time_ns, false, buf, sizeof(buf));
         cli_fmt_table_addf(&t, "%s", buf);
         if (e->service && *e->service)

@@ -25,17 +25,25 @@
     "inside for a quote and a backslash). Blank lines and lines starting with '#'\n" \
     "are ignored.\n"
 
+#define FORCE_HELP \
+    "  --force     store it even if it would block (nearly) every connection: a block\n" \
+    "              filter whose regex matches any stream (\\b, ^, ., [^x] ...), or\n" \
+    "              that matches at least 90% of at least 10 of the service's captured\n" \
+    "              connections (or all of at least 3), is refused without it, saying\n" \
+    "              why\n"
+
 static const char usage_filter[] =
     "usage: fgexctl filter COMMAND ...\n"
     "\n"
     "Commands:\n"
     "  add SERVICE REGEX [--dir c2s|s2c|both] [--nocase] [--log] [--label TEXT]\n"
+    "      [--force]\n"
     "  list SERVICE\n"
-    "  enable FILTER\n"
+    "  enable FILTER [--force]\n"
     "  disable FILTER\n"
-    "  set FILTER [--action block|log] [--label TEXT]\n"
+    "  set FILTER [--action block|log] [--label TEXT] [--force]\n"
     "  rm FILTER\n"
-    "  import SERVICE FILE [--replace|--sync] [--dry-run]\n"
+    "  import SERVICE FILE [--replace|--sync] [--dry-run] [--force]\n"
     "  export SERVICE\n"
     "  test SERVICE REGEX [--dir c2s|s2c|both] [--nocase]\n"
     "\n"
@@ -44,7 +52,7 @@ static const char usage_filter[] =
 
 static const char usage_filter_add[] =
     "usage: fgexctl filter add SERVICE REGEX [--dir c2s|s2c|both] [--nocase] [--log]\n"
-    "                          [--label TEXT]\n"
+    "                          [--label TEXT] [--force]\n"
     "\n"
     "Add a regex to a service: from the moment this returns, a TCP connection whose\n"
     "stream matches is reset, a UDP datagram that matches is dropped. An invalid\n"
@@ -61,6 +69,7 @@ static const char usage_filter_add[] =
     "                       `filter set FILTER --action block` makes it block\n"
     "  --label TEXT         a label shown in lists and events (\"team12 sqli\"):\n"
     "                       UTF-8, at most 64 bytes, no control characters\n"
+    FORCE_HELP
     "\n"
     "Put `--` before a regex that starts with '-'. " CLI_SERVICE_HELP_NOTE;
 
@@ -70,9 +79,10 @@ static const char usage_filter_list[] =
     "List a service's filters with their blocked counts.\n" CLI_SERVICE_HELP_NOTE;
 
 static const char usage_filter_enable[] =
-    "usage: fgexctl filter enable FILTER\n"
+    "usage: fgexctl filter enable FILTER [--force]\n"
     "\n"
-    "Enable a disabled filter. FILTER is a filter id.\n";
+    "Enable a disabled filter. FILTER is a filter id.\n"
+    "\n" FORCE_HELP;
 
 static const char usage_filter_disable[] =
     "usage: fgexctl filter disable FILTER\n"
@@ -80,13 +90,14 @@ static const char usage_filter_disable[] =
     "Disable a filter without removing it. FILTER is a filter id.\n";
 
 static const char usage_filter_set[] =
-    "usage: fgexctl filter set FILTER [--action block|log] [--label TEXT]\n"
+    "usage: fgexctl filter set FILTER [--action block|log] [--label TEXT] [--force]\n"
     "\n"
     "Change a filter in place: its id, counters and enabled state stay. The action\n"
     "switches live, as enable and disable do: once this returns, new connections are\n"
     "judged by the new action, and open ones from their next packet on (also one that\n"
     "the filter already logged: its next occurrence there is blocked). --label \"\"\n"
-    "removes the label.\n"
+    "removes the label. A log filter made to block is judged as a new block filter:\n"
+    "\n" FORCE_HELP "\n"
     "FILTER is a filter id.\n";
 
 static const char usage_filter_rm[] =
@@ -95,7 +106,7 @@ static const char usage_filter_rm[] =
     "Remove a filter. FILTER is a filter id.\n";
 
 static const char usage_filter_import[] =
-    "usage: fgexctl filter import SERVICE FILE [--replace|--sync] [--dry-run]\n"
+    "usage: fgexctl filter import SERVICE FILE [--replace|--sync] [--dry-run] [--force]\n"
     "\n"
     "Add the filters of a ruleset file (FILE, or - for stdin) to a service, all or\n"
     "nothing: one bad line (its syntax here, its regex in controld) refuses the whole\n"
@@ -109,6 +120,9 @@ static const char usage_filter_import[] =
     "              again changes nothing (rules kept in git, loaded as often as wanted)\n"
     "  --replace   the same, but each filter takes the file's enabled state\n"
     "  --dry-run   print the diff and change nothing\n"
+    "  --force     import it even if a line would block (nearly) every connection\n"
+    "              (see `filter add --help`): without it such a line refuses the\n"
+    "              whole file, naming the line and why\n"
     "\n"
     "A removed filter's blocks stay in its service's total.\n"
     "\n" RULESET_FORMAT_HELP CLI_SERVICE_HELP_NOTE;
@@ -130,6 +144,15 @@ static int check_label(struct cli_cmd *cmd, const char *v)
     if (fgx_label_check(v, why, sizeof(why)) < 0)
         return cli_args_fail(cmd, CLI_EXIT_INVALID, "invalid --label: %s", why);
     return 0;
+}
+
+/* --force: a filter that would block (nearly) everything is stored anyway. */
+static void build_force(struct cli_cmd *cmd, const struct cli_args_raw *raw)
+{
+    if (cli_args_opt(raw, CLI_OPT_FORCE)) {
+        cmd->req.has_force = 1;
+        cmd->req.force = 1;
+    }
 }
 
 int cli_cmd_regex_args(struct cli_cmd *cmd, const struct cli_cmd_def *spec,
@@ -182,6 +205,7 @@ static int build_filter_add(struct cli_cmd *cmd, const struct cli_cmd_def *spec,
         m->label = (char *)v;
     }
     cmd->req.filter_add = m;
+    build_force(cmd, raw);
     return 0;
 }
 
@@ -216,6 +240,7 @@ static int build_filter_set(struct cli_cmd *cmd, const struct cli_cmd_def *spec,
     if (!m->has_action && !m->label)
         return cli_args_fail_usage(cmd, spec, "nothing to set: give --action or --label");
     cmd->req.filter_set = m;
+    build_force(cmd, raw);
     return 0;
 }
 
@@ -245,6 +270,17 @@ static int build_filter_import(struct cli_cmd *cmd, const struct cli_cmd_def *sp
         cmd->req.dry_run = 1;
     }
     cmd->req.filter_import = &cmd->m.filter_import;
+    build_force(cmd, raw);
+    return rc;
+}
+
+static int build_filter_enable(struct cli_cmd *cmd, const struct cli_cmd_def *spec,
+                               const struct cli_args_raw *raw)
+{
+    int rc = cli_args_build_ref(cmd, spec, raw);
+
+    if (rc == 0)
+        build_force(cmd, raw);
     return rc;
 }
 
@@ -330,7 +366,7 @@ static const struct cli_cmd_def filter_cmds[] = {
      .req = FGX__CTL__REQUEST__REQ_FILTER_ADD,
      .npos = 2,
      .pos_names = {"SERVICE", "REGEX"},
-     .opts = CLI_OPT_DIR | CLI_OPT_NOCASE | CLI_OPT_LOG | CLI_OPT_LABEL,
+     .opts = CLI_OPT_DIR | CLI_OPT_NOCASE | CLI_OPT_LOG | CLI_OPT_LABEL | CLI_OPT_FORCE,
      .usage = usage_filter_add,
      .build = build_filter_add,
      .human = human_one,
@@ -350,8 +386,9 @@ static const struct cli_cmd_def filter_cmds[] = {
      .req = FGX__CTL__REQUEST__REQ_FILTER_ENABLE,
      .npos = 1,
      .pos_names = {"FILTER"},
+     .opts = CLI_OPT_FORCE,
      .usage = usage_filter_enable,
-     .build = cli_args_build_ref,
+     .build = build_filter_enable,
      .human = human_one,
      .json = json_one,
      .flags = CLI_CMD_CHANGE},
@@ -370,7 +407,7 @@ static const struct cli_cmd_def filter_cmds[] = {
      .req = FGX__CTL__REQUEST__REQ_FILTER_SET,
      .npos = 1,
      .pos_names = {"FILTER"},
-     .opts = CLI_OPT_ACTION | CLI_OPT_LABEL,
+     .opts = CLI_OPT_ACTION | CLI_OPT_LABEL | CLI_OPT_FORCE,
      .usage = usage_filter_set,
      .build = build_filter_set,
      .human = human_one,
@@ -391,7 +428,7 @@ static const struct cli_cmd_def filter_cmds[] = {
      .req = FGX__CTL__REQUEST__REQ_FILTER_IMPORT,
      .npos = 2,
      .pos_names = {"SERVICE", "FILE"},
-     .opts = CLI_OPT_REPLACE | CLI_OPT_SYNC | CLI_OPT_DRY_RUN,
+     .opts = CLI_OPT_REPLACE | CLI_OPT_SYNC | CLI_OPT_DRY_RUN | CLI_OPT_FORCE,
      .usage = usage_filter_import,
      .build = build_filter_import,
      .flags = CLI_CMD_CHANGE},

@@ -152,12 +152,66 @@ static void warn_add(struct fgx_pattern_warnings *w, const char *fmt, ...)
     va_end(ap);
 }
 
+static int probe_hit(unsigned int id, unsigned long long from, unsigned long long to,
+                     unsigned int flags, void *arg)
+{
+    (void)id;
+    (void)from;
+    (void)to;
+    (void)flags;
+    *(bool *)arg = true;
+    return 1;
+}
+
+static bool probe_text_byte(unsigned b)
+{
+    return (b >= 0x20 && b <= 0x7e) || b == '\t' || b == '\r' || b == '\n';
+}
+
+/* How many of the probe's streams (FGX_PATTERN_PROBE_LEN times one byte value) db matches, of
+ * all 256 (*all) and of the text bytes (*text, of *ntext). -1: hyperscan could not scan. */
+static int probe_first_bytes(const hs_database_t *db, bool stream, unsigned *all, unsigned *text,
+                             unsigned *ntext)
+{
+    hs_scratch_t *scr = NULL;
+    char buf[FGX_PATTERN_PROBE_LEN];
+
+    *all = *text = *ntext = 0;
+    if (hs_alloc_scratch(db, &scr) != HS_SUCCESS)
+        return -1;
+    for (unsigned b = 0; b < 256; b++) {
+        bool hit = false;
+
+        memset(buf, (int)b, sizeof(buf));
+        if (stream) {
+            hs_stream_t *st = NULL;
+
+            if (hs_open_stream(db, 0, &st) != HS_SUCCESS)
+                break;
+            (void)hs_scan_stream(st, buf, sizeof(buf), 0, scr, probe_hit, &hit);
+            /* no end-of-data matches: the workers never ask for them */
+            (void)hs_close_stream(st, scr, NULL, NULL);
+        } else {
+            (void)hs_scan(db, buf, sizeof(buf), 0, scr, probe_hit, &hit);
+        }
+        *all += hit;
+        if (probe_text_byte(b)) {
+            (*ntext)++;
+            *text += hit;
+        }
+    }
+    hs_free_scratch(scr);
+    return 0;
+}
+
 /* Refuse, in err, what can never match where it is used, and say in w what is likely to match
- * honest traffic. info is hyperscan's analysis of the pattern with fgex's flags. */
-static int pattern_judge(const char *regex, const hs_expr_info_t *info, bool stream,
-                         struct fgx_pattern_warnings *w, char *err, size_t errlen)
+ * honest traffic. info is hyperscan's analysis of the pattern with fgex's flags, db the pattern
+ * compiled alone in the mode of its use. */
+static int pattern_judge(const char *regex, const hs_expr_info_t *info, const hs_database_t *db,
+                         bool stream, struct fgx_pattern_warnings *w, char *err, size_t errlen)
 {
     const char *unit = stream ? "connection" : "datagram";
+    unsigned all = 0, text = 0, ntext = 1;
     struct regex_marks m;
 
     regex_marks_scan(regex, &m);
@@ -170,12 +224,23 @@ static int pattern_judge(const char *regex, const hs_expr_info_t *info, bool str
                 "(on a TCP service '$' is not the end of a line: match the line break, \\n)");
         return -EINVAL;
     }
-    if (info->min_width == 0)
+    if (info->min_width == 0) {
         warn_add(w,
-                 "it can match without consuming a byte (e.g. at a word boundary, \\b): it "
-                 "would block almost every %s",
-                 unit);
-    else if (info->min_width <= FGX_PATTERN_SHORT)
+                 "it matches any %s: it can match without consuming a byte (at a word "
+                 "boundary \\b, the start of the stream ^ or \\A, a line's start or end with "
+                 "(?m)), a place nearly every %s has, so it would block nearly all of them",
+                 unit, unit);
+        if (w)
+            w->any_stream = true;
+    } else if (w && probe_first_bytes(db, stream, &all, &text, &ntext) == 0 &&
+               (all * 100 >= 256u * FGX_PATTERN_ANY_PCT ||
+                text * 100 >= ntext * FGX_PATTERN_ANY_PCT)) {
+        warn_add(w,
+                 "it matches any %s within its first %d bytes: %d equal bytes match it for "
+                 "%u of the 256 byte values (%u of the %u text characters)",
+                 unit, FGX_PATTERN_PROBE_LEN, FGX_PATTERN_PROBE_LEN, all, text, ntext);
+        w->any_stream = true;
+    } else if (info->min_width <= FGX_PATTERN_SHORT)
         warn_add(w,
                  "it matches as few as %u byte%s: likely to block honest traffic too (the "
                  "game's checker included)",
@@ -232,7 +297,7 @@ int fgx_pattern_lint(const char *regex, bool nocase, int ipproto, struct fgx_pat
         ret = cerr != NULL && strstr(cerr->message, "allocate") != NULL ? -ENOMEM : -EINVAL;
         goto out;
     }
-    ret = pattern_judge(regex, info, mode == HS_MODE_STREAM, w, err, errlen);
+    ret = pattern_judge(regex, info, db, mode == HS_MODE_STREAM, w, err, errlen);
 out:
     if (ret < 0 && w != NULL)
         memset(w, 0, sizeof(*w));

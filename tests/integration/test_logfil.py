@@ -141,7 +141,8 @@ def switching_log_to_block_live_blocks_the_next_connection(env):
     # occurrence is blocked (the stream is reopened on the new database)
     h = env.tcp_client(SRV4, port, [b"four " + EVIL, 1.5, b" again " + EVIL + b"X"], wait=False)
     time.sleep(0.5)
-    env.ctl("filter", "set", str(fid), "--action", "block")
+    # every connection of the capture matched it (3 of 3): making it block needs --force
+    env.ctl("filter", "set", str(fid), "--action", "block", "--force")
     c = it.client_result(h, 10)
     check(c["end"] == "reset", "an open connection was not blocked after the switch: %r", c)
     got = b"".join(it.d64(e["data"]) for e in srv.all("data"))

@@ -164,15 +164,15 @@ def script_block_is_an_event(env):
     assert_capture_blocked(env, "sev", e, bad, sport_rej, reset=True)
     assert_capture_blocked(env, "sev", e6, probe, sport_drop, reset=False, later=b"after")
 
-    # the server's reply judged: an s2c event, sender the server
+    # the server's reply judged: an s2c event, its attacker (src) the client
     _, port2 = env.service("sev2", "tcp", extra=("--layer", "proxy"))
     env.tcp_server(port2, reply=b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nFLAG{abc}")
     env.ctl("script", "set", "sev2", write(JUDGE))
     c, sport_s2c = env.tcp_conn(SRV4, port2, [req(b"/"), 0.5])
     check(b"FLAG{" not in c.get("received", b""), "the leaking reply reached the client: %r", c)
     es = wait_script_event(env, "sev2", sport_s2c)
-    check(es["dir"] == "s2c" and es["src"] == SRV4 and es["sport"] == port2 and
-          es["dst"] == CLI4 and es["dport"] == sport_s2c and es["script_function"] == "leaky_reply",
+    check(es["dir"] == "s2c" and es["src"] == CLI4 and es["sport"] == sport_s2c and
+          es["dst"] == SRV4 and es["dport"] == port2 and es["script_function"] == "leaky_reply",
           "the reply's event %r", es)
     check(b"FLAG{abc}" in excerpt(es), "s2c excerpt %r", excerpt(es))
 
@@ -260,7 +260,7 @@ def nfq_script_block_is_an_event(env):
     assert_capture_blocked(env, "nqev", e, bad, sport_rej, reset=True)
     assert_capture_blocked(env, "nqev", e6, probe, sport_drop, reset=False)
 
-    # the server's reply judged, over both families: s2c events, the server the sender
+    # the server's reply judged, over both families: s2c events, the client their src
     _, port2 = env.service("nqev2", "tcp")
     env.tcp_server(port2, reply=b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nFLAG{abc}")
     env.ctl("script", "set", "nqev2", write(JUDGE))
@@ -269,8 +269,8 @@ def nfq_script_block_is_an_event(env):
         check(b"FLAG{" not in c.get("received", b""), "the leaking reply reached the client: %r",
               c)
         es = wait_script_event(env, "nqev2", sport_s2c)
-        check(es["dir"] == "s2c" and es["src"] == srvaddr and es["sport"] == port2 and
-              es["dst"] == cli and es["dport"] == sport_s2c and
+        check(es["dir"] == "s2c" and es["src"] == cli and es["sport"] == sport_s2c and
+              es["dst"] == srvaddr and es["dport"] == port2 and
               es["script_kind"] == "reject" and es["script_function"] == "leaky_reply",
               "the reply's event %r", es)
         check(excerpt(es).startswith(b"HTTP/1.1 200 OK") and b"FLAG{abc}" in excerpt(es),
@@ -293,8 +293,8 @@ def hush(out: TCPOutputStream):
           c.get("end") != "reset", "the dropped reply reached the client or reset it: %r", c)
     ed = wait_script_event(env, "nqev3", sport3)
     check(ed["dir"] == "s2c" and ed["script_kind"] == "drop" and ed["script_function"] == "hush"
-          and ed["src"] == SRV6 and ed["sport"] == port3 and ed["dst"] == CLI6 and
-          ed["dport"] == sport3 and excerpt(ed) == b"SECRET reply", "the s2c drop's event %r", ed)
+          and ed["src"] == CLI6 and ed["sport"] == sport3 and ed["dst"] == SRV6 and
+          ed["dport"] == port3 and excerpt(ed) == b"SECRET reply", "the s2c drop's event %r", ed)
 
     r = env.ctl_raw("events", "nqev", json_out=False)
     check("script reject export_without_checker" in r.stdout and "script drop probe" in r.stdout,
@@ -312,7 +312,7 @@ def hush(out: TCPOutputStream):
           "--top src rows %r", top)
     top2 = env.ctl("events", "nqev2", "--top", "src")
     rows2 = {(r["src"], r.get("script_function")): r for r in top2["rows"]}
-    check(set(rows2) == {(SRV4, "leaky_reply"), (SRV6, "leaky_reply")},
+    check(set(rows2) == {(CLI4, "leaky_reply"), (CLI6, "leaky_reply")},
           "--top src rows of the s2c service %r", top2)
     check(rows[(CLI4, "export_without_checker")]["blocks"] == 1 and
           rows[(CLI4, "export_without_checker")]["filter_id"] == 0 and

@@ -324,8 +324,9 @@ def regex_that_cannot_work_on_a_stream_refused(env):
                   p.returncode, p.stdout)
             check("end of the data" in p.stderr and len(p.stderr.strip().splitlines()) == 1,
                   "%r: reason %r", bad, p.stderr)
-        # on UDP a datagram is scanned whole: there '$' is its end and works
-        env.filter("eod-u", bad)
+        # on UDP a datagram is scanned whole: there '$' is its end and works ('$' alone matches
+        # every datagram: it needs --force)
+        env.ctl("filter", "add", "eod-u", bad, *(["--force"] if bad == "$" else []))
     check(env.filters("eod") == before, "a refused filter was stored: %r", env.filters("eod"))
     # the empty-match refusal speaks of what it would do, not of a hyperscan flag
     p = env.ctl_raw("filter", "add", "eod", ".*")
@@ -342,11 +343,12 @@ def regex_that_cannot_work_on_a_stream_refused(env):
 @test
 def regex_likely_to_block_honest_traffic_warned(env):
     _, port = env.service("lint", "tcp")
-    cases = (("\\b", "almost every connection"), (".", "as few as 1 byte"),
+    # (\\b and . need --force now: test_force.py)
+    cases = (("\\b", "it matches any connection", "--force"), ("a", "as few as 1 byte"),
              ("ab", "as few as 2 bytes"), ("^GET /flag", "start of the connection's stream"),
              ("evil[0-9]+(\\n|$)", "never match on a TCP stream"))
-    for regex, why in cases:
-        p = env.ctl_raw("filter", "add", "lint", regex)
+    for regex, why, *force in cases:
+        p = env.ctl_raw("filter", "add", "lint", regex, *force)
         check(p.returncode == 0, "%r refused: %r", regex, p.stderr)
         doc = json.loads(p.stdout)
         check(any(why in w for w in doc.get("warnings", [])), "%r: --json warnings %r", regex,
@@ -355,7 +357,7 @@ def regex_likely_to_block_honest_traffic_warned(env):
         check(p.stderr.count("\n") == len(doc["warnings"]), "one line per warning: %r",
               p.stderr)
         env.ctl("filter", "rm", doc["id"])
-        p = env.ctl_raw("filter", "add", "lint", regex, json_out=False)
+        p = env.ctl_raw("filter", "add", "lint", regex, *force, json_out=False)
         check(p.returncode == 0 and why in p.stderr and "id:" in p.stdout,
               "%r without --json: rc %d out %r err %r", regex, p.returncode, p.stdout, p.stderr)
         env.ctl("filter", "rm", p.stdout.split("id:")[1].split()[0])
@@ -364,7 +366,7 @@ def regex_likely_to_block_honest_traffic_warned(env):
     check(p.returncode == 0 and p.stderr == "" and "warnings" not in json.loads(p.stdout),
           "a plain filter warned: %r %r", p.stdout, p.stderr)
     # what the warning is about: \b blocks an honest request
-    fid = json.loads(env.ctl_raw("filter", "add", "lint", "\\b").stdout)["id"]
+    fid = json.loads(env.ctl_raw("filter", "add", "lint", "\\b", "--force").stdout)["id"]
     conv = Conv(env, port)
     c, s = conv.run(SRV4, [b"hello world"])
     it.assert_blocked(c, s, forbidden=b"hello world")
@@ -372,7 +374,7 @@ def regex_likely_to_block_honest_traffic_warned(env):
     # a ruleset file: each line's warnings, named by line, on the filter it became
     path = os.path.join(env.tmp, "lint.rules")
     with open(path, "w") as f:
-        f.write("# game start\nc2s /evil[0-9]+x/\n\nboth /^PUT /\ns2c /./\n")
+        f.write("# game start\nc2s /evil[0-9]+x/\n\nboth /^PUT /\ns2c /a/\n")
     p = env.ctl_raw("filter", "import", "lint", path)
     check(p.returncode == 0, "import refused: %r", p.stderr)
     doc = json.loads(p.stdout)
@@ -380,8 +382,8 @@ def regex_likely_to_block_honest_traffic_warned(env):
     check(byre.get("evil[0-9]+x") == [], "clean line warned: %r", byre)
     check(len(byre.get("^PUT ", [])) == 1 and byre["^PUT "][0].startswith("line 4: "),
           "line 4: %r", byre)
-    check(len(byre.get(".", [])) == 1 and byre["."][0].startswith("line 5: ")
-          and "1 byte" in byre["."][0], "line 5: %r", byre)
+    check(len(byre.get("a", [])) == 1 and byre["a"][0].startswith("line 5: ")
+          and "1 byte" in byre["a"][0], "line 5: %r", byre)
     check(p.stderr.count("warning") == 2 and "line 4" in p.stderr and "line 5" in p.stderr,
           "import stderr %r", p.stderr)
     p = env.ctl_raw("filter", "import", "lint", path, "--replace", json_out=False)

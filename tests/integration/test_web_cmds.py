@@ -168,6 +168,47 @@ def web_cmd_events_capture_and_pcap(env):
 
 
 @test
+def web_cmd_filter_force_and_s2c_pcap_link(env):
+    """A filter that matches any stream is refused with needs_force (the page asks, then sends
+    force); an s2c block's event names the client, and the page's pcap link for it (built as
+    web/views/events.js builds it) is a pcap of that very connection."""
+    from urllib.parse import urlencode
+    _, port = env.service("wfrc", "tcp")
+    r = post("filter/add", {"service": "wfrc", "regex": "\\b"}, status=400)
+    check(r["json"].get("needs_force") is True and "--force" in r["json"].get("error", ""),
+          "no needs_force: %r", r["json"])
+    check(env.filters("wfrc") == [], "refused, yet stored: %r", env.filters("wfrc"))
+    r = post("filter/add", {"service": "wfrc", "regex": "\\b", "force": True})
+    env.ctl("filter", "rm", r["json"]["id"])
+    fid = post("filter/add", {"service": "wfrc", "regex": it.REGEX, "dir": "s2c"})["json"]["id"]
+    srv = env.tcp_server(port, reply=b"flag=" + EVIL)
+    c, sport = env.tcp_conn(SRV4, port, [b"hello", ("read", 0.5)])
+    check(EVIL not in c.get("received", b""), "the leak reached the client: %r", c)
+    ev = it.wait_until(lambda: [e for e in get("events", service="wfrc")["json"]
+                                if e["filter_id"] == fid], timeout=5)
+    check(ev and ev[0]["src"] == it.CLI4 and ev[0]["sport"] == sport, "the event %r", ev)
+    e = ev[0]
+    q = {"service": str(e["service_id"]), "pcap": "true", "src": e["src"]}
+    if e["action"] == "block":
+        q["blocked"] = "true"
+    if e["filter_id"]:
+        q["filter"] = str(e["filter_id"])
+    r = W().req("GET", "/api/cmd/capture?" + urlencode(q), cookie=S["tok"])
+    wa.expect(r, 200, "the event's pcap link")
+    path = os.path.join(env.tmp, "wfrc.pcap")
+    with open(path, "wb") as f:
+        f.write(r["body"])
+    from scapy.all import IP, TCP, Raw, rdpcap  # noqa: PLC0415
+    pk = [p for p in rdpcap(path) if IP in p and TCP in p]
+    mine = [p for p in pk if {(p[IP].src, p[TCP].sport), (p[IP].dst, p[TCP].dport)} ==
+            {(it.CLI4, sport), (SRV4, port)}]
+    check(mine and len(mine) == len(pk), "the pcap holds %d packets, %d of the connection",
+          len(pk), len(mine))
+    down = b"".join(bytes(p[Raw].load) for p in mine if Raw in p and p[IP].src == SRV4)
+    check(EVIL in down, "the blocked reply is not in the pcap: %r", down)
+
+
+@test
 def web_cmd_stats_and_history(env):
     _, port = env.service("wst", "tcp")
     env.filter("wst")

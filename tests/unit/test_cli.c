@@ -578,7 +578,8 @@ Test(cli, help_everywhere)
     parse_ok(ARGV("--json", "-h"), &cmd);
     cr_assert_eq(cmd.help, cli_args_usage());
     cr_assert(strstr(cmd.help, "service add NAME --proto tcp|udp --port N"));
-    cr_assert(strstr(cmd.help, "filter enable|disable|rm FILTER"));
+    cr_assert(strstr(cmd.help, "filter enable FILTER [--force]"));
+    cr_assert(strstr(cmd.help, "filter disable|rm FILTER"));
 
     parse_ok(ARGV("service", "add", "--help"), &cmd);
     cr_assert(strstr(cmd.help, "usage: fgexctl service add NAME"), "%s", cmd.help);
@@ -1597,10 +1598,10 @@ Test(cli, events_rendering)
     out = render(&req, &rep, false);
     cr_assert_str_eq(
         out,
-        "TIME                     SERVICE  FILTER  DIR  SRC             DST             EXCERPT\n"
-        "2024-05-01T12:34:56.789  web           3  c2s  10.0.0.5:40000  10.0.0.1:80     "
+        "SEQ  TIME                     SERVICE  FILTER  DIR  SRC             DST             EXCERPT\n"
+        "  7  2024-05-01T12:34:56.789  web           3  c2s  10.0.0.5:40000  10.0.0.1:80     "
         "a\"b\\\\x00\\xff\\xc3\\xa9\\x0d\\x0a\n"
-        "2024-05-01T12:34:58.289  2            11  s2c  [fd00::1]:53    [fd00::2]:5353  \n");
+        "  8  2024-05-01T12:34:58.289  2            11  s2c  [fd00::1]:53    [fd00::2]:5353  \n");
     free(out);
 
     out = render(&req, &rep, true);
@@ -1640,11 +1641,11 @@ Test(cli, events_follow_batches_line_up)
     (void)fclose(f);
     /* Fixed minimum widths: the header and rows printed apart share their columns. */
     cr_assert_str_eq(
-        out, "TIME                     SERVICE     FILTER  DIR  SRC                    DST  "
+        out, "  SEQ  TIME                     SERVICE     FILTER  DIR  SRC                    DST  "
              "                  EXCERPT\n"
-             "2024-05-01T13:34:56.789  web              3  c2s  10.0.0.5:40000         "
+             "    7  2024-05-01T13:34:56.789  web              3  c2s  10.0.0.5:40000         "
              "10.0.0.1:80            a\"b\\\\x00\\xff\\xc3\\xa9\\x0d\\x0a\n"
-             "2024-05-01T13:34:58.289  2               11  s2c  [fd00::1]:53           "
+             "    8  2024-05-01T13:34:58.289  2               11  s2c  [fd00::1]:53           "
              "[fd00::2]:5353         \n");
     free(out);
 

@@ -439,3 +439,35 @@ Test(config, import_without_midstream_is_reset)
     ctl_txn_abort(t);
     fgx__ctl__config__free_unpacked(cfg, NULL);
 }
+
+/* When a block filter needs --force by what it matches of the captured connections: 90% of at
+ * least 10, or all of at least 3; fewer captures never. */
+Test(config_force, reach_thresholds)
+{
+    cr_assert(!ctl_config_reach_too_wide(0, 0));
+    cr_assert(!ctl_config_reach_too_wide(1, 1), "one connection proves nothing");
+    cr_assert(!ctl_config_reach_too_wide(2, 2));
+    cr_assert(ctl_config_reach_too_wide(3, 3), "all of 3");
+    cr_assert(!ctl_config_reach_too_wide(2, 3));
+    cr_assert(!ctl_config_reach_too_wide(8, 9), "89% of fewer than 10");
+    cr_assert(ctl_config_reach_too_wide(9, 10), "90% of 10");
+    cr_assert(!ctl_config_reach_too_wide(8, 10));
+    cr_assert(ctl_config_reach_too_wide(116, 128));
+    cr_assert(!ctl_config_reach_too_wide(115, 128), "89.8%%");
+    cr_assert(!ctl_config_reach_too_wide(1, 128), "a filter matching few never needs force");
+    cr_assert(ctl_config_reach_too_wide(4000000000u, 4000000000u), "no overflow");
+    cr_assert(!ctl_config_reach_too_wide(3000000000u, 4000000000u));
+}
+
+/* The compile child's record of an any-stream regex (rv 1) reaches the warnings' flag. */
+Test(config_force, lint_text_marks_any_stream)
+{
+    char msg[1024];
+
+    cr_assert_eq(ctl_config_regex_lint_text("\\b", false, IPPROTO_TCP, msg, sizeof(msg)), 1);
+    cr_assert(strncmp(msg, "it matches any connection", 25) == 0, "%s", msg);
+    cr_assert_eq(ctl_config_regex_lint_text("evil[0-9]+", false, IPPROTO_TCP, msg, sizeof(msg)),
+                 0);
+    cr_assert_str_eq(msg, "");
+    cr_assert_lt(ctl_config_regex_lint_text("a(", false, IPPROTO_TCP, msg, sizeof(msg)), 0);
+}

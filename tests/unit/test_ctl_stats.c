@@ -327,8 +327,12 @@ Test(ctl_stats, events_numbered_bounded_and_queried)
     cr_assert_eq(n, 2, "by the name the event was reported under");
     cr_assert_eq(out[1]->seq, 1005);
     cr_assert_eq(out[1]->service_id, 2);
-    cr_assert_str_eq(out[1]->src, "10.0.0.1");
-    cr_assert_eq(out[1]->sport, 8080);
+    /* An s2c block's bytes came from the server (10.0.0.1:8080): the event names the client,
+     * the attacker, as src, and the service as dst. */
+    cr_assert_str_eq(out[1]->src, "10.0.0.2");
+    cr_assert_eq(out[1]->sport, 40000);
+    cr_assert_str_eq(out[1]->dst, "10.0.0.1");
+    cr_assert_eq(out[1]->dport, 8080);
     cr_assert_eq(out[1]->dir, FGX_DIR_S2C);
     cr_assert_eq(out[1]->excerpt_len, 4);
     cr_assert_eq(memcmp(out[1]->excerpt, "fl\0g", 4), 0);

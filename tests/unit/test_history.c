@@ -369,3 +369,45 @@ Test(rates, traffic_waits_for_its_minute_then_goes_to_the_service)
     ctl_rates_pending_release(&p);
     ctl_txn_abort(t);
 }
+
+/* Every member of Request's oneof has a command name: none is ever recorded as a number. */
+Test(history_names, every_request_kind_is_named)
+{
+    const ProtobufCMessageDescriptor *d = &fgx__ctl__request__descriptor;
+    size_t members = 0;
+
+    for (unsigned i = 0; i < d->n_fields; i++) {
+        const ProtobufCFieldDescriptor *f = &d->fields[i];
+
+        if (!(f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF))
+            continue;
+        members++;
+        cr_expect_not_null(ctl_history_req_name((int)f->id), "request member %s (%u) has no name",
+                           f->name, f->id);
+    }
+    cr_assert_gt(members, 50);
+    cr_assert_null(ctl_history_req_name(99999));
+}
+
+Test(history_names, script_set_is_named_with_its_service)
+{
+    Fgx__Ctl__Request q = FGX__CTL__REQUEST__INIT;
+    Fgx__Ctl__ScriptSet s = FGX__CTL__SCRIPT_SET__INIT;
+    Fgx__Ctl__Passwd p = FGX__CTL__PASSWD__INIT;
+    char buf[256];
+
+    s.service = "web";
+    s.filename = "web.py";
+    s.source.data = (uint8_t *)"secret source";
+    s.source.len = 13;
+    q.req_case = FGX__CTL__REQUEST__REQ_SCRIPT_SET;
+    q.script_set = &s;
+    ctl_history_describe(&q, buf, sizeof(buf));
+    cr_assert_str_eq(buf, "script set web web.py");
+    /* a password is never part of the words */
+    p.password = "hunter2";
+    q.req_case = FGX__CTL__REQUEST__REQ_PASSWD;
+    q.passwd = &p;
+    ctl_history_describe(&q, buf, sizeof(buf));
+    cr_assert_str_eq(buf, "passwd");
+}

@@ -275,12 +275,12 @@ Test(ruleset, warns_on_what_blocks_honest_traffic)
     struct fgx_pattern_warnings w;
     char err[512];
 
-    /* Matches without a byte, or with one or two: almost everything. */
+    /* Matches without a byte: any stream (tests below); with one or two: almost everything. */
     cr_assert_eq(fgx_pattern_lint("\\b", false, IPPROTO_TCP, &w, err, sizeof(err)), 0, "%s", err);
-    cr_assert(warned(&w, "almost every connection"), "n=%zu %s", w.n, w.text[0]);
+    cr_assert(warned(&w, "it matches any connection"), "n=%zu %s", w.n, w.text[0]);
     cr_assert_eq(fgx_pattern_lint("\\b", false, IPPROTO_UDP, &w, err, sizeof(err)), 0);
-    cr_assert(warned(&w, "almost every datagram"));
-    cr_assert_eq(fgx_pattern_lint(".", false, IPPROTO_TCP, &w, err, sizeof(err)), 0);
+    cr_assert(warned(&w, "it matches any datagram"));
+    cr_assert_eq(fgx_pattern_lint("\\w", false, IPPROTO_TCP, &w, err, sizeof(err)), 0);
     cr_assert(warned(&w, "as few as 1 byte:"));
     cr_assert_eq(fgx_pattern_lint("a", true, IPPROTO_UDP, &w, err, sizeof(err)), 0);
     cr_assert(warned(&w, "as few as 1 byte:"));
@@ -313,6 +313,44 @@ Test(ruleset, warns_on_what_blocks_honest_traffic)
     cr_assert_eq(w.n, 0);
     cr_assert_eq(fgx_pattern_lint("a(", false, IPPROTO_TCP, &w, err, sizeof(err)), -EINVAL);
     cr_assert_eq(w.n, 0);
+}
+
+/* What matches any stream: at a place every stream has (zero width), or within its first
+ * FGX_PATTERN_PROBE_LEN bytes whatever they are. Hyperscan refuses what matches the empty string
+ * (a*, \\x00*, x?) outright. */
+Test(ruleset, any_stream_patterns)
+{
+    static const char *const any[] = {"\\b",  "\\B",     "^",     "\\A",  "(?m)^", "(?m)$", "^a*",
+                                      ".",   "(?s).",  "^.",    "[^x]", "\\S",   "..",    ".{4}",
+                                      "[ -~]", "[\\x00-\\x7f]", "\\b|x"};
+    static const char *const not_any[] = {"\\w",  "\\W",  "a",      "GET",   ".{5}",
+                                          "evil[0-9]+", "FLAG\\{", "^GET /", "\\x00\\x00"};
+    static const char *const empty[] = {"a*", "\\x00*", "x?", ".*", "(a|b)*c?"};
+    struct fgx_pattern_warnings w;
+    char err[512];
+
+    for (int proto = 0; proto < 2; proto++) {
+        int ipp = proto ? IPPROTO_UDP : IPPROTO_TCP;
+
+        for (size_t i = 0; i < sizeof(any) / sizeof(any[0]); i++) {
+            cr_assert_eq(fgx_pattern_lint(any[i], false, ipp, &w, err, sizeof(err)), 0, "%s: %s",
+                         any[i], err);
+            cr_assert(w.any_stream, "%s (%d) does not match any stream", any[i], ipp);
+            cr_assert(w.n >= 1 && strncmp(w.text[0], "it matches any ", 15) == 0, "%s: %s",
+                      any[i], w.text[0]);
+        }
+        for (size_t i = 0; i < sizeof(not_any) / sizeof(not_any[0]); i++) {
+            cr_assert_eq(fgx_pattern_lint(not_any[i], false, ipp, &w, err, sizeof(err)), 0,
+                         "%s: %s", not_any[i], err);
+            cr_assert(!w.any_stream, "%s (%d) matches any stream: %s", not_any[i], ipp, w.text[0]);
+        }
+        for (size_t i = 0; i < sizeof(empty) / sizeof(empty[0]); i++)
+            cr_assert_eq(fgx_pattern_lint(empty[i], false, ipp, &w, err, sizeof(err)), -EINVAL,
+                         "%s accepted", empty[i]);
+    }
+    /* nocase counts: [a-z] alone is a quarter of the text bytes, with case still not 90% */
+    cr_assert_eq(fgx_pattern_lint("[a-z]", true, IPPROTO_TCP, &w, err, sizeof(err)), 0);
+    cr_assert(!w.any_stream);
 }
 
 Test(ruleset, compile_error_names_filter)

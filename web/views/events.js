@@ -35,6 +35,7 @@ export function eventJudge(ev) {
 function eventItem(ev, fresh) {
   const more = h('div');
   const blocked = ev.action === 'block';
+  // src is the connection's client, of an s2c block too: the capture is found by it
   const pcap = api.downloadUrl('capture', {
     service: String(ev.service_id),
     pcap: true,
@@ -48,6 +49,7 @@ function eventItem(ev, fresh) {
     h(
       'div',
       { class: 'meta' },
+      h('span', { class: 'mono muted', 'data-test': 'event-seq', title: 'events show SEQ' }, `#${ev.seq}`),
       h('span', { class: `badge ${ev.action}` }, ev.action),
       h('strong', {}, ev.service),
       h('span', { 'data-test': 'event-judge' }, eventJudge(ev)),

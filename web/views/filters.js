@@ -113,6 +113,22 @@ function testResults(r) {
   );
 }
 
+// A change controld refuses because the filter would block (nearly) every connection
+// (needs_force): the reason is shown in a confirm, and only a yes sends it again with force. A
+// no rejects with the refusal, marked declined.
+async function callForcing(cmd, params) {
+  try {
+    return await api.call(cmd, params);
+  } catch (x) {
+    if (!(x.body && x.body.needs_force)) throw x;
+    if (!(await confirmBox(`${x.message.replace(/ give --force to .*$/, '')} Do it anyway?`, 'Do it anyway'))) {
+      x.declined = true;
+      throw x;
+    }
+    return api.call(cmd, { ...params, force: true });
+  }
+}
+
 export function filtersPanel(svc) {
   const service = String(svc.id);
   const body = h('tbody', { 'data-test': 'filter-rows' });
@@ -150,7 +166,9 @@ export function filtersPanel(svc) {
                 class: 'small',
                 'data-test': f.active ? 'filter-disable' : 'filter-enable',
                 onclick: () =>
-                  api.call(f.active ? 'filter/disable' : 'filter/enable', { filter: String(f.id) }).then(load, (e) => toast(e.message, 'error')),
+                  (f.active ? api.call('filter/disable', { filter: String(f.id) }) : callForcing('filter/enable', { filter: String(f.id) })).then(load, (e) => {
+                    if (!e.declined) toast(e.message, 'error');
+                  }),
               },
               f.active ? 'Disable' : 'Enable',
             ),
@@ -216,7 +234,7 @@ export function filtersPanel(svc) {
         if (logOnly.checked) p.log = true;
         if (label.value) p.label = label.value;
         try {
-          const f = await api.call('filter/add', p);
+          const f = await callForcing('filter/add', p);
           toast(`Filter ${f.id} added.`, 'ok');
           for (const w of f.warnings || []) toast(`Filter ${f.id}: ${w}`, 'info');
           form.reset();
@@ -224,6 +242,7 @@ export function filtersPanel(svc) {
           load();
         } catch (x) {
           err.textContent = x.body && x.body.duplicate_of ? `${x.message} (filter ${x.body.duplicate_of})` : x.message;
+          if (x.declined) err.textContent = `Not added: ${x.message}`;
         }
       },
     },
@@ -267,11 +286,11 @@ export function filtersPanel(svc) {
           const p = { service, file_b64: btoa(bin) };
           if (mode.value !== 'add') p[mode.value] = true;
           try {
-            await api.call('filter/import', p);
+            await callForcing('filter/import', p);
             toast(`Imported ${f.name}.`, 'ok');
             load();
           } catch (e) {
-            toast(`Import: ${e.message}`, 'error');
+            toast(`Import${e.declined ? ' not done' : ''}: ${e.message}`, 'error');
           }
         },
       },

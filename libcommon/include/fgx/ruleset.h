@@ -56,9 +56,20 @@ struct fgx_blob {
 /* A pattern that can match this few bytes (or none) is warned about. */
 #define FGX_PATTERN_SHORT 2
 
+/* The probe of "matches any stream": a stream (or datagram) of FGX_PATTERN_PROBE_LEN equal
+ * bytes, for each of the 256 byte values; a pattern that matches at least FGX_PATTERN_ANY_PCT
+ * percent of them, or of the 98 text ones (printable ASCII, tab, CR, LF), matches at the very
+ * first bytes of nearly any stream. */
+#define FGX_PATTERN_PROBE_LEN 4
+#define FGX_PATTERN_ANY_PCT 90
+
 struct fgx_pattern_warnings {
     size_t n;
     char text[FGX_PATTERN_WARN_MAX][FGX_PATTERN_WARN_LEN];
+    /* It would block (nearly) every connection whatever it carries: it can match without
+     * consuming a byte (\b, ^, (?m)^ ...: every stream has such a place), or it matches the
+     * probe above. text[0] says which; controld refuses it as a block filter without --force. */
+    bool any_stream;
 };
 
 /* Check one pattern as it would be compiled for a service of this IP protocol (IPPROTO_TCP or
@@ -66,8 +77,8 @@ struct fgx_pattern_warnings {
  * own for what hyperscan accepts but cannot work where fgex uses it (on a TCP stream, a pattern
  * that matches only at the end of the data: the stream never ends while it can be blocked).
  * When w is not NULL it receives the warnings of an accepted pattern (none when refused): it
- * can match nothing or at most FGX_PATTERN_SHORT bytes, it is anchored at the start of a TCP
- * stream, or part of it needs the end of a TCP stream. */
+ * matches any stream (w->any_stream), it can match at most FGX_PATTERN_SHORT bytes, it is
+ * anchored at the start of a TCP stream, or part of it needs the end of a TCP stream. */
 int fgx_pattern_lint(const char *regex, bool nocase, int ipproto, struct fgx_pattern_warnings *w,
                      char *err, size_t errlen);
 /* fgx_pattern_lint() as `filter add` judges a regex, with the message controld replies:

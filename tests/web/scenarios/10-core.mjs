@@ -72,6 +72,9 @@ export default async function ({ page, base, shot, env, login, log }) {
   });
   check(await page.evaluate(() => window.__fgexSamePage === true), 'the page was reloaded');
   const ev = page.locator('[data-test=event][data-action=block]').first();
+  // its SEQ, what `events show SEQ` takes
+  const seqText = await ev.locator('[data-test=event-seq]').textContent();
+  check(seqText === `#${await ev.getAttribute('data-seq')}` && /^#\d+$/.test(seqText), `the event shows no SEQ: ${seqText}`);
   // the excerpt, with the match's end marked: hyperscan reports evil[0-9]+ after its first digit
   const ascii = await ev.locator('[data-test=excerpt-ascii]').textContent();
   const [pre, post] = ascii.split('|');
@@ -115,6 +118,26 @@ export default async function ({ page, base, shot, env, login, log }) {
   const r2 = result(env.run('evil'));
   check(r2.end === 'eof', `with the filter disabled the connection ended by ${r2.end}`);
   await shot('filter-disabled');
+
+  // a filter that would block every connection: the page shows controld's reason in a dialog;
+  // cancelled, nothing is stored; confirmed, it is sent again with force and stored
+  await page.fill('[data-test=filter-regex-input]', '\\b');
+  await page.click('[data-test=filter-add]');
+  await page.waitForSelector('[data-test=confirm-ok]');
+  const why = await page.textContent('[role=dialog], dialog, .modal');
+  check(/matches any connection/.test(why) && /anyway/.test(why), `the force dialog does not say why: ${why}`);
+  await shot('filter-force-ask');
+  await page.click('[data-test=confirm-cancel]');
+  await page.waitForFunction(() => /Not added/.test(document.querySelector('[data-test=filter-error]').textContent));
+  check((await row.count()) === 1, 'a cancelled forced filter was stored');
+  await page.click('[data-test=filter-add]');
+  await page.click('[data-test=confirm-ok]');
+  await page.waitForFunction(() => document.querySelectorAll('[data-test^=filter-row-]').length === 2);
+  const forced = page.locator(`[data-test^=filter-row-]:not([data-test=filter-row-${filterId}])`);
+  check((await forced.locator('[data-test=filter-regex]').textContent()) === '/\\b/', 'the forced filter is not \\b');
+  await forced.locator('[data-test=filter-rm]').click();
+  await page.click('[data-test=confirm-ok]');
+  await page.waitForFunction(() => document.querySelectorAll('[data-test^=filter-row-]').length === 1);
 
   // the charts: the two blocks, per service and per filter, this last hour and the last 48 h
   for (const range of ['1h', '48h']) {
