@@ -209,8 +209,8 @@ def big_import_keeps_controld_answering_and_supervising(env):
             p, dt = timed_ctl(env, *args)
             check(p.returncode == 0 and dt < 1.0, "fgexctl %s during the compile: exit %d "
                   "after %.2f s (%r)", " ".join(args), p.returncode, dt, p.stderr.strip())
-        # a second change while one compiles is refused at once, and says why
-        p, dt = timed_ctl(env, "filter", "add", "live", "other[0-9]+")
+        # a second change while one compiles is refused at once with --wait 0, and says why
+        p, dt = timed_ctl(env, "--wait", "0", "filter", "add", "live", "other[0-9]+")
         check(p.returncode == 1 and "busy" in p.stderr and dt < 1.0,
               "a change during the compile: exit %d after %.2f s (%r)", p.returncode, dt,
               p.stderr.strip())
