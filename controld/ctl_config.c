@@ -842,9 +842,9 @@ int ctl_config_import_ex(struct ctl_txn *t, const Fgx__Ctl__Config *cfg,
             goto store_err;
     }
     /* Ids are never reused: the next ones allocated come after every imported one. */
+    /* Whether a password is asked for is the box's, never a backup's: a backup taken while
+     * auth was off must not open the box it is restored on (issue 24). */
     rv = ctl_store_ids_reserve(t, max_svc, max_flt);
-    if (rv == 0 && cfg->has_auth_enabled)
-        rv = ctl_config_auth_enabled_put(t, cfg->auth_enabled);
     if (rv < 0) {
         store_fail(rv, "cannot store the configuration", err, errlen);
         goto out;
