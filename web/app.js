@@ -165,6 +165,8 @@ function showShell() {
   );
   const liveState = h('span', { class: 'live-state', 'data-test': 'live-state', 'data-state': 'connecting' }, 'connecting…');
   const version = h('span', { 'data-test': 'version' }, 'controld …');
+  // a change waiting for its turn while controld compiles another (api.js onBusy)
+  const busy = h('span', { class: 'busy-state', 'data-test': 'busy-state', hidden: true }, '');
   const main = h('main', { id: 'view', tabindex: '-1' });
   root.append(
     h(
@@ -195,9 +197,15 @@ function showShell() {
       ),
     ),
     main,
-    h('footer', { class: 'status', 'data-test': 'status-bar' }, version, ' · ', liveState),
+    h('footer', { class: 'status', 'data-test': 'status-bar' }, version, ' · ', liveState, busy),
   );
   shell = { nav, main, liveState, version, menuButton };
+  unsubs.push(
+    api.onBusy((b) => {
+      busy.hidden = !b;
+      busy.textContent = b ? ` · waiting for controld: compiling ${b.what} (${b.secs} s)` : '';
+    }),
+  );
   api
     .get('status')
     .then((s) => {
