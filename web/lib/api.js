@@ -21,7 +21,9 @@ export function onAuthLost(fn) {
   return () => authListeners.delete(fn);
 }
 
-async function request(method, path, body) {
+// A session outlives a restart of controld, its CSRF key does not (a fresh one each start): a
+// change refused 403 "csrf" fetches the session's new token once and is sent again.
+async function request(method, path, body, retried = false) {
   const headers = { Accept: 'application/json' };
   if (method !== 'GET') {
     headers['Content-Type'] = 'application/json';
@@ -43,6 +45,13 @@ async function request(method, path, body) {
     }
   }
   if (!res.ok) {
+    if (res.status === 403 && data && data.error === 'csrf' && !retried && method !== 'GET') {
+      const sess = await fetch('/api/session', { headers: { Accept: 'application/json' }, credentials: 'same-origin' });
+      if (sess.ok) {
+        csrf = (await sess.json()).csrf;
+        return request(method, path, body, true);
+      }
+    }
     if (res.status === 401 && path !== '/api/login') {
       csrf = null;
       for (const fn of authListeners) fn(false);
