@@ -560,9 +560,16 @@ static int diff_filter_what(struct ctl_import_opts *o, enum ctl_diff_op op,
                             const struct ctl_filter *f, const char *service, uint64_t blocked,
                             const char *what)
 {
-    struct ctl_diff_line l = {.op = op, .filter = true, .id = f->id, .regex = f->regex,
-                              .dir = f->dir, .nocase = f->nocase, .active = f->active,
-                              .log = f->log, .label = f->label, .blocked = blocked};
+    struct ctl_diff_line l = {.op = op,
+                              .filter = true,
+                              .id = f->id,
+                              .regex = f->regex,
+                              .dir = f->dir,
+                              .nocase = f->nocase,
+                              .active = f->active,
+                              .log = f->log,
+                              .label = f->label,
+                              .blocked = blocked};
 
     if (!o || !o->diff)
         return 0;
@@ -709,8 +716,7 @@ int ctl_config_import_ex(struct ctl_txn *t, const Fgx__Ctl__Config *cfg,
 
             dir_from_msg(true, m->dir, &nf.dir);
             /* the same bytes matched: the same filter, whatever it does on a match */
-            if (m->id == f->id && m->service_id == f->service_id &&
-                ctl_filter_same_pattern(f, &nf))
+            if (m->id == f->id && m->service_id == f->service_id && ctl_filter_same_pattern(f, &nf))
                 keep = (long)i;
         }
         if (keep >= 0) {
@@ -1150,8 +1156,8 @@ int ctl_config_filter_import_ex(struct ctl_txn *t, const Fgx__Ctl__FilterImport 
                 }
             }
             if (kept[j]) {
-                rv = diff_filter_what(o, changed_active ? CTL_DIFF_CHANGE : CTL_DIFF_KEEP,
-                                      &old[j], svc.name, live_blocked(t, o, old[j].id),
+                rv = diff_filter_what(o, changed_active ? CTL_DIFF_CHANGE : CTL_DIFF_KEEP, &old[j],
+                                      svc.name, live_blocked(t, o, old[j].id),
                                       changed_active ? what : NULL);
                 changed_active = false;
                 if (rv < 0)

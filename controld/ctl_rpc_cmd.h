@@ -92,7 +92,7 @@ struct ctl_rpc {
     size_t ncaps;
     void *cap_extra;
     struct ctl_script_reply *script; /* the script family's reply contents (ctl_script.h) */
-    char busy_what[256]; /* a change refused as busy: what compiles meanwhile */
+    char busy_what[256];             /* a change refused as busy: what compiles meanwhile */
 };
 
 void ctl_rpc_capture_release(struct ctl_rpc *r);

@@ -12,7 +12,7 @@
 #include "control.pb-c.h"
 
 #define CLI_DEFAULT_URL "ipc:///run/fgex/control.sock"
-#define CLI_WAIT_DEFAULT_S 30  /* --wait: how long a change waits for a busy controld */
+#define CLI_WAIT_DEFAULT_S 30 /* --wait: how long a change waits for a busy controld */
 #define CLI_WAIT_MAX_S 86400
 #define CLI_PROG "fgexctl"
 #define CLI_WATCH_MS 1000         /* stats --watch: default refresh */
