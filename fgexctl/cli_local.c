@@ -153,7 +153,7 @@ void cli_local_auth_failed(const struct cli_cmd *cmd)
 {
     char path[4096];
 
-    if (cli_session_path(cmd->url, path, sizeof(path)) == 0)
+    if (cli_session_find(cmd->url, path, sizeof(path)) == 0)
         (void)cli_session_remove(path);
 }
 
@@ -277,7 +277,7 @@ int cli_local_finish(struct cli_cmd *cmd, struct cli_local *l, const Fgx__Ctl__R
         rc = finish_login(cmd, l, rep, out, &doc);
         break;
     case FGX__CTL__REQUEST__REQ_LOGOUT:
-        if (cli_session_path(cmd->url, path, sizeof(path)) == 0)
+        if (cli_session_find(cmd->url, path, sizeof(path)) == 0)
             (void)cli_session_remove(path);
         if (cmd->json) {
             doc = json_pack("{s:b}", "logged_out", true);

@@ -55,7 +55,7 @@ static void rpc_load_token(struct cli_rpc *r)
 
     r->token_loaded = true;
     /* No session is the normal case (local socket, or not logged in yet). */
-    if (cli_session_path(r->url, path, sizeof(path)) == 0 && cli_session_load(path, &r->token) < 0)
+    if (cli_session_find(r->url, path, sizeof(path)) == 0 && cli_session_load(path, &r->token) < 0)
         r->token = NULL;
 }
 

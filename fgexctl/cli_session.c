@@ -63,6 +63,21 @@ int cli_session_path(const char *url, char *buf, size_t len)
     return cli_session_path_in(url, dir, buf, len);
 }
 
+int cli_session_find(const char *url, char *buf, size_t len)
+{
+    char other[4096];
+    int rc = cli_session_path(url, buf, len);
+
+    if (rc < 0 || access(buf, F_OK) == 0)
+        return rc;
+    /* A login made with --ca pinned nothing: its file has the address alone, and a later
+     * command that pinned the (CA-checked) certificate on first use still finds it. */
+    if (cli_session_path_in(url, NULL, other, sizeof(other)) == 0 && access(other, F_OK) == 0 &&
+        snprintf(buf, len, "%s", other) < (int)len)
+        return 0;
+    return cli_session_path(url, buf, len);
+}
+
 int cli_session_load(const char *path, char **token)
 {
     size_t len;

@@ -18,8 +18,12 @@ void cli_session_key(const char *url, const char *fp, char *buf, size_t len);
  * keyed with the pin that pin_dir/known_hosts holds for url (pin_dir may be NULL: none).
  * Returns 0 or a negative errno. */
 int cli_session_path_in(const char *url, const char *pin_dir, char *buf, size_t len);
-/* cli_session_path_in() with the pins of the context in use (cli_pin_dir). */
+/* cli_session_path_in() with the pins of the context in use (cli_pin_dir): where a login
+ * stores its token. */
 int cli_session_path(const char *url, char *buf, size_t len);
+/* The token file to read (or remove) for url: cli_session_path(), else the one of the address
+ * alone when only that exists (a login with --ca, before anything was pinned). */
+int cli_session_find(const char *url, char *buf, size_t len);
 
 /* The token stored at path (malloc'd, the caller's). Returns 0, -ENOENT or a negative errno. */
 int cli_session_load(const char *path, char **token);

@@ -864,6 +864,18 @@ Test(cli_session, one_box_one_session_key, .init = tmp_setup, .fini = tmp_teardo
     /* no pin (--ca): the address alone */
     cr_assert_eq(cli_session_path_in("tls+tcp://10.9.9.9:1", ctxdir, b, sizeof(b)), 0);
     cr_assert_str_eq(b + strlen(tmpdir), "/sessions/10.9.9.9_1");
+    /* a login with --ca stored that one; a later command that pinned on first use finds it */
+    cr_assert_eq(cli_session_store(b, "t0k3n"), 0);
+    cr_assert_eq(cli_pin_store(tmp_path("known_hosts"), "10.9.9.9:1", FP_A), 0);
+    cr_assert_eq(cli_session_path("tls+tcp://10.9.9.9:1", a, sizeof(a)), 0);
+    cr_assert_str_neq(a, b);
+    cr_assert_eq(cli_session_find("tls+tcp://10.9.9.9:1", a, sizeof(a)), 0);
+    cr_assert_str_eq(a, b);
+    /* once the pinned one exists, it is the one */
+    cr_assert_eq(cli_session_path("tls+tcp://10.9.9.9:1", a, sizeof(a)), 0);
+    cr_assert_eq(cli_session_store(a, "n3w"), 0);
+    cr_assert_eq(cli_session_find("tls+tcp://10.9.9.9:1", b, sizeof(b)), 0);
+    cr_assert_str_eq(a, b);
     cr_assert_eq(unsetenv("FGEX_CONFIG_DIR"), 0);
 }
 
