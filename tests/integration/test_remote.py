@@ -344,8 +344,8 @@ def passwd_with_and_without_expiring_sessions(env):
     a.expect(0, "status")
     # the old password no longer logs in, the new one does
     c = Client(env, "c2")
-    t_fail = time.monotonic()
     c.login(S["pw"], 7)
+    t_fail = time.monotonic()  # after the reply: the lockout began before it (a loaded box)
     wait_lockout(t_fail)
     c.login(pw2)
     c.expect(0, "status")
