@@ -332,15 +332,16 @@ def web_change_while_busy_says_what_compiles(env):
             else:
                 time.sleep(0.05)
     finally:
-        if imp.poll() is None:
-            imp.wait(timeout=600)
+        _, ierr = imp.communicate(timeout=700)
     check(seen is not None, "no busy refusal while the import compiled")
     j = seen["json"]
     check(j.get("busy") is True and j.get("exit") == 1 and
           j.get("busy_what") == "filter import wbig (1500 filters)" and
           isinstance(j.get("busy_secs"), int) and "busy" in j.get("error", ""),
           "the busy refusal: %r", j)
-    check(imp.returncode == 0, "the import failed: %d", imp.returncode)
+    # on a loaded machine the import itself may run past controld's --compile-timeout (60 s)
+    check(imp.returncode == 0 or (imp.returncode == 4 and b"--compile-timeout" in ierr),
+          "the import failed: %d (%r)", imp.returncode, ierr)
     env.ctl("service", "rm", "--yes", "wbig")
     env.ctl("service", "rm", "--yes", "wbusy")
 
