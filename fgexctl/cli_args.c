@@ -23,7 +23,8 @@
 /* clang-format off */
 
 static const char usage_main[] =
-    "usage: fgexctl [-c URL | -C CONTEXT[,CONTEXT...] | -C all] [--json] COMMAND [ARGS...]\n"
+    "usage: fgexctl [-c URL | -C CONTEXT[,CONTEXT...] | -C all] [--json] [--wait SECS]\n"
+    "               COMMAND [ARGS...]\n"
     "\n"
     "Commands:\n"
     "  status                                   version, uptime, services and workers\n"
