@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <time.h>
 
 #include <mbedtls/sha256.h>
 
@@ -20,9 +21,19 @@
 #define TOKEN_BYTES 32
 #define HASH_KEY "password_hash"
 
+/* The sessions as the store keeps them (ctl_auth_sessions_encode()): only the tokens' hashes
+ * and when each was last used (unix ms), so that a copy of the store logs nobody in. */
+#define SESSIONS_KEY "sessions"
+#define SESSIONS_VERSION 1
+#define SESSION_REC (32 + 8)
+/* An idle timer restarted by a request is written back at most this often: the expiry of a
+ * session that outlives a restart is off by no more. */
+#define SESSION_SAVE_MS 60000
+
 struct session {
     uint8_t hash[32]; /* SHA-256 of the token: a memory dump gives no usable token */
     uint64_t last_use_ms;
+    uint64_t saved_use_ms; /* last_use_ms as the store has it */
     bool used;
 };
 
@@ -44,6 +55,7 @@ struct ctl_auth {
     struct fgx_cidr allow[CTL_AUTH_ALLOW_MAX];
     size_t nallow;
     char fingerprint[128];
+    struct ctl_store *st; /* where sessions are kept across restarts (ctl_auth_load), or NULL */
 };
 
 int ctl_auth_new(struct ctl_auth **out)
@@ -187,6 +199,8 @@ bool ctl_auth_required(const struct ctl_auth *a, const struct fgx_peer *peer)
 
 /* ---- persistence ---- */
 
+static void sessions_load(struct ctl_auth *a);
+
 int ctl_auth_load(struct ctl_auth *a, struct ctl_store *st)
 {
     struct ctl_txn *t;
@@ -205,6 +219,8 @@ int ctl_auth_load(struct ctl_auth *a, struct ctl_store *st)
         return rv;
     }
     a->enabled = enabled;
+    a->st = st;
+    sessions_load(a);
     return 0;
 }
 
@@ -268,6 +284,147 @@ const char *ctl_auth_fingerprint(const struct ctl_auth *a)
 
 /* ---- sessions ---- */
 
+static uint64_t real_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static bool session_live(const struct session *s, uint64_t now_ms);
+
+static void be64_write(uint8_t *p, uint64_t v)
+{
+    for (int i = 7; i >= 0; i--, v >>= 8)
+        p[i] = (uint8_t)v;
+}
+
+static uint64_t be64_read(const uint8_t *p)
+{
+    uint64_t v = 0;
+
+    for (int i = 0; i < 8; i++)
+        v = v << 8 | p[i];
+    return v;
+}
+
+size_t ctl_auth_sessions_encode(struct ctl_auth *a, uint64_t now_ms, uint64_t now_real_ms,
+                                uint8_t *buf, size_t len)
+{
+    size_t n = 0, at = 3;
+
+    if (len < CTL_AUTH_SESSIONS_REC_MAX)
+        return 0;
+    for (size_t i = 0; i < CTL_AUTH_SESSIONS_MAX; i++) {
+        struct session *s = &a->sessions[i];
+        uint64_t idle;
+
+        if (!session_live(s, now_ms))
+            continue;
+        idle = now_ms - s->last_use_ms;
+        memcpy(buf + at, s->hash, sizeof(s->hash));
+        be64_write(buf + at + 32, now_real_ms > idle ? now_real_ms - idle : 0);
+        s->saved_use_ms = s->last_use_ms;
+        at += SESSION_REC;
+        n++;
+    }
+    buf[0] = SESSIONS_VERSION;
+    buf[1] = (uint8_t)(n >> 8);
+    buf[2] = (uint8_t)n;
+    return at;
+}
+
+int ctl_auth_sessions_decode(struct ctl_auth *a, const uint8_t *buf, size_t len, uint64_t now_ms,
+                             uint64_t now_real_ms)
+{
+    size_t n, k = 0;
+
+    if (len < 3 || buf[0] != SESSIONS_VERSION)
+        return -EINVAL;
+    n = (size_t)buf[1] << 8 | buf[2];
+    if (n > CTL_AUTH_SESSIONS_MAX || len != 3 + n * SESSION_REC)
+        return -EINVAL;
+    memset(a->sessions, 0, sizeof(a->sessions));
+    for (size_t i = 0; i < n; i++) {
+        const uint8_t *p = buf + 3 + i * SESSION_REC;
+        uint64_t used = be64_read(p + 32);
+        /* A clock set back since: the session counts as used now, not in the future. */
+        uint64_t idle = now_real_ms > used ? now_real_ms - used : 0;
+        struct session *s = &a->sessions[k];
+
+        /* Expired meanwhile (the idle time ran on while controld was down): gone. */
+        if (idle >= CTL_AUTH_SESSION_IDLE_MS)
+            continue;
+        memcpy(s->hash, p, sizeof(s->hash));
+        s->last_use_ms = now_ms - idle; /* modular: now_ms - last_use_ms is idle again */
+        s->saved_use_ms = s->last_use_ms;
+        s->used = true;
+        k++;
+    }
+    return (int)k;
+}
+
+/* Write the live sessions to the store. A failure is logged and the sessions stay good in
+ * memory: only a restart would lose them. */
+static void sessions_save(struct ctl_auth *a, uint64_t now_ms)
+{
+    uint8_t buf[CTL_AUTH_SESSIONS_REC_MAX];
+    struct ctl_txn *t = NULL;
+    size_t len;
+    int rv;
+
+    if (!a->st)
+        return;
+    len = ctl_auth_sessions_encode(a, now_ms, real_ms(), buf, sizeof(buf));
+    rv = ctl_txn_begin(a->st, true, &t);
+    if (rv == 0)
+        rv = ctl_store_bytes_put(t, SESSIONS_KEY, buf, len);
+    if (rv == 0) {
+        rv = ctl_txn_commit(t);
+        t = NULL;
+    }
+    ctl_txn_abort(t);
+    explicit_bzero(buf, sizeof(buf));
+    if (rv < 0)
+        fgx_warn("auth: cannot store the sessions (a restart would log them out): %s",
+                 ctl_store_strerror(rv));
+}
+
+static uint64_t mono_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void sessions_load(struct ctl_auth *a)
+{
+    struct ctl_txn *t = NULL;
+    void *buf = NULL;
+    size_t len = 0;
+    int rv = ctl_txn_begin(a->st, false, &t);
+
+    if (rv == 0)
+        rv = ctl_store_bytes_get(t, SESSIONS_KEY, &buf, &len);
+    ctl_txn_abort(t);
+    if (rv < 0) {
+        fgx_warn("auth: cannot read the stored sessions (everyone logs in again): %s",
+                 ctl_store_strerror(rv));
+        return;
+    }
+    if (!buf)
+        return;
+    rv = ctl_auth_sessions_decode(a, buf, len, mono_ms(), real_ms());
+    if (rv < 0)
+        fgx_warn("auth: the stored sessions do not decode; everyone logs in again");
+    else if (rv > 0)
+        fgx_info("auth: %d session(s) kept from before the restart", rv);
+    explicit_bzero(buf, len);
+    free(buf);
+}
+
 static void token_hash(const char *token, uint8_t out[32])
 {
     mbedtls_sha256_ret((const unsigned char *)token, strlen(token), out, 0);
@@ -310,6 +467,7 @@ int ctl_auth_session_new(struct ctl_auth *a, uint64_t now_ms, char token[CTL_AUT
     token_hash(token, slot->hash);
     slot->last_use_ms = now_ms;
     slot->used = true;
+    sessions_save(a, now_ms);
     return 0;
 }
 
@@ -336,9 +494,12 @@ int ctl_auth_session_check(struct ctl_auth *a, const char *token, uint64_t now_m
         return -EACCES;
     if (!session_live(s, now_ms)) {
         memset(s, 0, sizeof(*s));
+        sessions_save(a, now_ms);
         return -EACCES;
     }
     s->last_use_ms = now_ms;
+    if (now_ms - s->saved_use_ms >= SESSION_SAVE_MS)
+        sessions_save(a, now_ms);
     return 0;
 }
 
@@ -356,6 +517,7 @@ int ctl_auth_session_drop(struct ctl_auth *a, const char *token)
     if (!s)
         return -ENOENT;
     memset(s, 0, sizeof(*s));
+    sessions_save(a, mono_ms());
     return 0;
 }
 
@@ -371,6 +533,8 @@ size_t ctl_auth_session_drop_others(struct ctl_auth *a, const char *keep)
             n++;
         }
     }
+    if (n > 0)
+        sessions_save(a, mono_ms());
     return n;
 }
 

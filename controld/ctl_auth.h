@@ -1,8 +1,9 @@
 /* controld access stage: who may send control requests. Remote peers are first checked against
  * the --allow list (before nng hands over any request), then must present a session token
  * obtained by logging in with the password. The password is kept only as a yescrypt hash in the
- * store; session tokens only as SHA-256 hashes in memory, so a controld restart logs everyone
- * out. Failed logins lock the peer address out for a delay that doubles with each failure. */
+ * store; session tokens only as SHA-256 hashes, in memory and in the store (with when each was
+ * last used), so that sessions outlive a controld restart and a copy of the store logs nobody
+ * in. Failed logins lock the peer address out for a delay that doubles with each failure. */
 #ifndef CTL_AUTH_H
 #define CTL_AUTH_H
 
@@ -90,6 +91,17 @@ int ctl_auth_session_drop(struct ctl_auth *a, const char *token);
 /* Drop every session but keep's (keep may be NULL): returns how many went. */
 size_t ctl_auth_session_drop_others(struct ctl_auth *a, const char *keep);
 size_t ctl_auth_session_count(const struct ctl_auth *a, uint64_t now_ms);
+
+/* The live sessions as the store keeps them: a version byte, a count, then per session the
+ * SHA-256 of its token and its last use in unix ms (now_real_ms is the wall clock at now_ms).
+ * Returns the length written (0 when len < CTL_AUTH_SESSIONS_REC_MAX). */
+#define CTL_AUTH_SESSIONS_REC_MAX (3 + CTL_AUTH_SESSIONS_MAX * 40)
+size_t ctl_auth_sessions_encode(struct ctl_auth *a, uint64_t now_ms, uint64_t now_real_ms,
+                                uint8_t *buf, size_t len);
+/* Replace a's sessions with those of buf that have not been idle for
+ * CTL_AUTH_SESSION_IDLE_MS by now_real_ms. Returns how many, or -EINVAL (not such a record). */
+int ctl_auth_sessions_decode(struct ctl_auth *a, const uint8_t *buf, size_t len, uint64_t now_ms,
+                             uint64_t now_real_ms);
 
 /* ---- failed logins ---- */
 

@@ -65,6 +65,10 @@ static struct {
     struct cc_kid kids[CTL_COMPILE_KIDS_MAX];
     size_t nkids;
     uint64_t started_ms, deadline_ms;
+    /* the change this session compiles for, in words, and when its first compile started:
+     * what a refused second change is told (ctl_compile_busy()) */
+    char what[256];
+    uint64_t first_ms;
 } cc = {.timeout_ms = CTL_COMPILE_TIMEOUT_DEFAULT * 1000u};
 
 static uint64_t now_ms(void)
@@ -666,4 +670,23 @@ void ctl_compile_reset(void)
     cc.index = NULL;
     cc.nchecks = cc.cap_checks = cc.ndbs = cc.cap_dbs = cc.index_cap = 0;
     cc.collecting = false;
+    cc.what[0] = '\0';
+    cc.first_ms = 0;
+}
+
+void ctl_compile_what_set(const char *what)
+{
+    if (cc.what[0])
+        return;
+    snprintf(cc.what, sizeof(cc.what), "%s", what && *what ? what : "a change");
+    cc.first_ms = now_ms();
+}
+
+bool ctl_compile_busy(char *what, size_t len, unsigned *secs)
+{
+    if (!cc.what[0])
+        return false;
+    snprintf(what, len, "%s", cc.what);
+    *secs = (unsigned)((now_ms() - cc.first_ms) / 1000);
+    return true;
 }

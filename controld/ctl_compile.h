@@ -54,8 +54,15 @@ bool ctl_compile_running(void);
  * (the limit passed: the children were killed) or -ECHILD (a child died or failed), with a
  * one-line reason for the user in err. */
 int ctl_compile_poll(bool *done, char *err, size_t errlen);
-/* Kill what still runs and forget every job and result. */
+/* Kill what still runs and forget every job and result (and the change's words). */
 void ctl_compile_reset(void);
+
+/* The change whose compile this session is for, in words ("filter import web (2000
+ * filters)"): set once, by its first probe (later rounds keep the first words and time). */
+void ctl_compile_what_set(const char *what);
+/* While a change's compile is under way: true, its words and the whole seconds since its
+ * first compile started. */
+bool ctl_compile_busy(char *what, size_t len, unsigned *secs);
 
 /* ---- for unit tests: how the jobs are shared out ---- */
 

@@ -565,17 +565,32 @@ static uint64_t live_blocked(struct ctl_txn *t, const struct ctl_import_opts *o,
     return v;
 }
 
-static int diff_filter(struct ctl_import_opts *o, enum ctl_diff_op op, const struct ctl_filter *f,
-                       const char *service, uint64_t blocked)
+static int diff_filter_what(struct ctl_import_opts *o, enum ctl_diff_op op,
+                            const struct ctl_filter *f, const char *service, uint64_t blocked,
+                            const char *what)
 {
-    struct ctl_diff_line l = {.op = op, .filter = true, .id = f->id, .regex = f->regex,
-                              .dir = f->dir, .nocase = f->nocase, .active = f->active,
+    struct ctl_diff_line l = {.op = op,
+                              .filter = true,
+                              .id = f->id,
+                              .regex = f->regex,
+                              .dir = f->dir,
+                              .nocase = f->nocase,
+                              .active = f->active,
+                              .log = f->log,
+                              .label = f->label,
                               .blocked = blocked};
 
     if (!o || !o->diff)
         return 0;
     snprintf(l.service, sizeof(l.service), "%s", service);
+    snprintf(l.what, sizeof(l.what), "%s", what ? what : "");
     return ctl_diff_push(o->diff, &l);
+}
+
+static int diff_filter(struct ctl_import_opts *o, enum ctl_diff_op op, const struct ctl_filter *f,
+                       const char *service, uint64_t blocked)
+{
+    return diff_filter_what(o, op, f, service, blocked, NULL);
 }
 
 static int diff_service(struct ctl_import_opts *o, enum ctl_diff_op op,
@@ -644,8 +659,9 @@ static const struct ctl_service *svc_by_id(const struct ctl_service *v, size_t n
 }
 
 /* A change, not a replacement: a service whose id the file has stays the same service (its
- * counters stay, whatever of its settings changed); a filter whose id, service and identity
- * (ctl_filter_same()) are the file's stays too, with its counters. What goes takes its blocks
+ * counters stay, whatever of its settings changed); a filter whose id, service, regex,
+ * direction and case (ctl_filter_same_pattern()) are the file's stays too, with its counters,
+ * and takes the file's action, label and enabled state. What goes takes its blocks
  * to its service's blocked_removed (a total never goes down); what the file brings back with a
  * count (a history snapshot, o->counters) takes them from there again. */
 int ctl_config_import_ex(struct ctl_txn *t, const Fgx__Ctl__Config *cfg,
@@ -708,27 +724,27 @@ int ctl_config_import_ex(struct ctl_txn *t, const Fgx__Ctl__Config *cfg,
                 .log = m->has_action && m->action == FGX__CTL__FILTER_ACTION__FILTER_ACTION_LOG};
 
             dir_from_msg(true, m->dir, &nf.dir);
-            if (m->id == f->id && m->service_id == f->service_id && ctl_filter_same(f, &nf))
+            /* the same bytes matched: the same filter, whatever it does on a match */
+            if (m->id == f->id && m->service_id == f->service_id && ctl_filter_same_pattern(f, &nf))
                 keep = (long)i;
         }
         if (keep >= 0) {
             const Fgx__Ctl__Filter *m = cfg->filters[keep];
             struct ctl_filter nf = *f;
+            char what[160];
 
             fkept[keep] = true;
             nf.active = m->active;
+            nf.log = m->has_action && m->action == FGX__CTL__FILTER_ACTION__FILTER_ACTION_LOG;
             if (m->has_created)
                 nf.created = m->created;
             /* the backup's label (a name, not part of the identity); nf borrows it */
             nf.label = m->label && m->label[0] ? m->label : NULL;
+            ctl_diff_filter(f, &nf, true, what, sizeof(what));
             rv = ctl_store_filter_put(t, &nf);
             if (rv == 0)
-                rv = diff_filter(o,
-                                 nf.active != f->active || !label_eq(nf.label, f->label)
-                                     ? CTL_DIFF_CHANGE
-                                     : CTL_DIFF_KEEP,
-                                 &nf,
-                                 os ? os->name : "", live_blocked(t, o, f->id));
+                rv = diff_filter_what(o, what[0] ? CTL_DIFF_CHANGE : CTL_DIFF_KEEP, &nf,
+                                      os ? os->name : "", live_blocked(t, o, f->id), what);
             if (rv < 0)
                 goto store_err;
             continue;
@@ -851,9 +867,9 @@ int ctl_config_import_ex(struct ctl_txn *t, const Fgx__Ctl__Config *cfg,
             goto store_err;
     }
     /* Ids are never reused: the next ones allocated come after every imported one. */
+    /* Whether a password is asked for is the box's, never a backup's: a backup taken while
+     * auth was off must not open the box it is restored on (issue 24). */
     rv = ctl_store_ids_reserve(t, max_svc, max_flt);
-    if (rv == 0 && cfg->has_auth_enabled)
-        rv = ctl_config_auth_enabled_put(t, cfg->auth_enabled);
     if (rv < 0) {
         store_fail(rv, "cannot store the configuration", err, errlen);
         goto out;
@@ -980,6 +996,7 @@ int ctl_config_filter_import_ex(struct ctl_txn *t, const Fgx__Ctl__FilterImport 
     bool whole = (imp->has_replace && imp->replace) || (imp->has_sync && imp->sync);
     struct ctl_filter *want = NULL;
     bool *kept = NULL, changed_active = false;
+    char what[160] = "";
     long *match = NULL;
     uint64_t retired = 0;
     struct ctl_config_warning *w = NULL;
@@ -1080,9 +1097,17 @@ int ctl_config_filter_import_ex(struct ctl_txn *t, const Fgx__Ctl__FilterImport 
     {
         size_t da, db;
 
-        if (ctl_diff_filters(old, nold, want, imp->n_filters, match, kept, &da, &db) < 0) {
-            err_set(err, errlen, "line %u: identical to line %u", spec_line(imp, db),
-                    spec_line(imp, da));
+        /* A whole file (--replace, --sync) keeps a filter whose regex, direction and case it
+         * has, whatever its action or label says now: those are changes of that filter. */
+        if (ctl_diff_filters(old, nold, want, imp->n_filters, whole, match, kept, &da, &db) < 0) {
+            if (ctl_filter_same(&want[da], &want[db]) && label_eq(want[da].label, want[db].label))
+                err_set(err, errlen, "line %u: identical to line %u", spec_line(imp, db),
+                        spec_line(imp, da));
+            else
+                err_set(err, errlen,
+                        "line %u: the same regex, direction and case as line %u (one filter: "
+                        "give it one action and label)",
+                        spec_line(imp, db), spec_line(imp, da));
             rv = -EEXIST;
             goto out;
         }
@@ -1105,16 +1130,21 @@ int ctl_config_filter_import_ex(struct ctl_txn *t, const Fgx__Ctl__FilterImport 
         if (kept[j] || !whole) {
             if (kept[j]) {
                 /* --replace takes the file's enabled state; --sync keeps the service's. Both
-                 * take the file's label: it names the filter, it does not make another one. */
+                 * take the file's action and label: what the filter does on a match and its
+                 * name, not another filter (issue 24: its id and counters stay). */
                 bool sync = imp->has_sync && imp->sync;
 
                 for (size_t i = 0; i < imp->n_filters; i++) {
                     bool act = !sync && old[j].active != want[i].active;
                     bool lab = !label_eq(old[j].label, want[i].label);
+                    bool log = old[j].log != want[i].log;
 
-                    if (match[i] == (long)j && (act || lab)) {
+                    if (match[i] == (long)j && (act || lab || log)) {
+                        /* in words before old[j] takes the file's action and label */
+                        ctl_diff_filter(&old[j], &want[i], !sync, what, sizeof(what));
                         if (act)
                             old[j].active = want[i].active;
+                        old[j].log = want[i].log;
                         if (lab) {
                             char *l = want[i].label ? strdup(want[i].label) : NULL;
 
@@ -1135,8 +1165,9 @@ int ctl_config_filter_import_ex(struct ctl_txn *t, const Fgx__Ctl__FilterImport 
                 }
             }
             if (kept[j]) {
-                rv = diff_filter(o, changed_active ? CTL_DIFF_CHANGE : CTL_DIFF_KEEP, &old[j],
-                                 svc.name, live_blocked(t, o, old[j].id));
+                rv = diff_filter_what(o, changed_active ? CTL_DIFF_CHANGE : CTL_DIFF_KEEP, &old[j],
+                                      svc.name, live_blocked(t, o, old[j].id),
+                                      changed_active ? what : NULL);
                 changed_active = false;
                 if (rv < 0)
                     goto out;

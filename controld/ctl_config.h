@@ -100,9 +100,11 @@ int ctl_config_filter_import_warn(struct ctl_txn *t, const Fgx__Ctl__FilterImpor
                                   uint32_t *svc_id, struct ctl_config_warning **warns,
                                   size_t *nwarns, char *err, size_t errlen);
 
-/* ctl_config_filter_import_warn() with options: the file's lines identical to filters the
- * service has keep those (id, counters; --sync: enabled state too) under replace or sync, and
- * are refused (-EEXIST, o->duplicate_of) otherwise; two identical lines are refused too. */
+/* ctl_config_filter_import_warn() with options: under replace or sync, the file's lines with
+ * the regex, direction and case of a filter the service has keep that filter (id, counters;
+ * --sync: enabled state too) and give it their action and label, a "change" in the diff; two
+ * such lines are refused. Otherwise a line identical to a filter the service has is refused
+ * (-EEXIST, o->duplicate_of), as are two identical lines. */
 int ctl_config_filter_import_ex(struct ctl_txn *t, const Fgx__Ctl__FilterImport *imp,
                                 struct ctl_import_opts *o, uint32_t *svc_id,
                                 struct ctl_config_warning **warns, size_t *nwarns, char *err,

@@ -16,6 +16,17 @@ bool ctl_filter_same(const struct ctl_filter *a, const struct ctl_filter *b)
            strcmp(a->regex, b->regex) == 0;
 }
 
+bool ctl_filter_same_pattern(const struct ctl_filter *a, const struct ctl_filter *b)
+{
+    return a->dir == b->dir && a->nocase == b->nocase && a->regex && b->regex &&
+           strcmp(a->regex, b->regex) == 0;
+}
+
+static bool same_by(const struct ctl_filter *a, const struct ctl_filter *b, bool by_pattern)
+{
+    return by_pattern ? ctl_filter_same_pattern(a, b) : ctl_filter_same(a, b);
+}
+
 long ctl_diff_find_same(const struct ctl_filter *fs, size_t n, const struct ctl_filter *f)
 {
     for (size_t i = 0; i < n; i++)
@@ -25,11 +36,12 @@ long ctl_diff_find_same(const struct ctl_filter *fs, size_t n, const struct ctl_
 }
 
 int ctl_diff_filters(const struct ctl_filter *cur, size_t ncur, const struct ctl_filter *want,
-                     size_t nwant, long *match, bool *kept, size_t *dup_a, size_t *dup_b)
+                     size_t nwant, bool by_pattern, long *match, bool *kept, size_t *dup_a,
+                     size_t *dup_b)
 {
     for (size_t i = 0; i < nwant; i++) {
         for (size_t j = 0; j < i; j++) {
-            if (ctl_filter_same(&want[i], &want[j])) {
+            if (same_by(&want[i], &want[j], by_pattern)) {
                 *dup_a = j;
                 *dup_b = i;
                 return -EEXIST;
@@ -43,7 +55,7 @@ int ctl_diff_filters(const struct ctl_filter *cur, size_t ncur, const struct ctl
         /* The lowest id first: of two identical filters already there (stored before the
          * refusal existed), the older one stays. */
         for (size_t j = 0; j < ncur; j++) {
-            if (!kept[j] && ctl_filter_same(&cur[j], &want[i])) {
+            if (!kept[j] && same_by(&cur[j], &want[i], by_pattern)) {
                 kept[j] = true;
                 match[i] = (long)j;
                 break;
@@ -69,10 +81,18 @@ int ctl_diff_push(struct ctl_diff *d, const struct ctl_diff_line *l)
     x = &d->v[d->n];
     *x = *l;
     x->regex = NULL;
+    x->label = NULL;
     if (l->regex) {
         x->regex = strdup(l->regex);
         if (!x->regex)
             return -ENOMEM;
+    }
+    if (l->label) {
+        x->label = strdup(l->label);
+        if (!x->label) {
+            free(x->regex);
+            return -ENOMEM;
+        }
     }
     d->n++;
     return 0;
@@ -91,8 +111,10 @@ void ctl_diff_release(struct ctl_diff *d)
 {
     if (!d)
         return;
-    for (size_t i = 0; i < d->n; i++)
+    for (size_t i = 0; i < d->n; i++) {
         free(d->v[i].regex);
+        free(d->v[i].label);
+    }
     free(d->v);
     memset(d, 0, sizeof(*d));
 }
@@ -155,4 +177,34 @@ void ctl_diff_service(const struct ctl_service *a, const struct ctl_service *b, 
     if (a->midstream != b->midstream)
         say(buf, len, &at,
             b->midstream == FGX_MIDSTREAM_SCAN ? "midstream scan" : "midstream reset");
+}
+
+static void label_words(const char *l, char *buf, size_t len)
+{
+    if (l && *l)
+        snprintf(buf, len, "'%.60s'", l);
+    else
+        snprintf(buf, len, "none");
+}
+
+void ctl_diff_filter(const struct ctl_filter *a, const struct ctl_filter *b, bool with_active,
+                     char *buf, size_t len)
+{
+    char x[72], y[72], piece[160];
+    size_t at = 0;
+
+    buf[0] = '\0';
+    if (a->log != b->log) {
+        snprintf(piece, sizeof(piece), "action %s -> %s", a->log ? "log" : "block",
+                 b->log ? "log" : "block");
+        say(buf, len, &at, piece);
+    }
+    if (strcmp(a->label ? a->label : "", b->label ? b->label : "") != 0) {
+        label_words(a->label, x, sizeof(x));
+        label_words(b->label, y, sizeof(y));
+        snprintf(piece, sizeof(piece), "label %s -> %s", x, y);
+        say(buf, len, &at, piece);
+    }
+    if (with_active && a->active != b->active)
+        say(buf, len, &at, b->active ? "enabled" : "disabled");
 }

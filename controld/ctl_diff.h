@@ -15,12 +15,26 @@
  * what a filter does (its action, block or log) is compared here too. */
 bool ctl_filter_same(const struct ctl_filter *a, const struct ctl_filter *b);
 
+/* Whether a and b match the same bytes: the same regex bytes, direction and case, whatever
+ * they do on a match (block or log) and whatever their labels. What a sync, a --replace and a
+ * config import keep a filter by (its id and counters stay; its action or label is a change),
+ * so that switching a line of a ruleset file to log does not make a new filter of it. */
+bool ctl_filter_same_pattern(const struct ctl_filter *a, const struct ctl_filter *b);
+
 /* Map want[] (a file's filters) onto cur[] (a service's): match[i] is the index in cur of the
- * filter want[i] is identical to, or -1 (to add); kept[j] says whether cur[j] was matched (else
- * it goes). Each cur filter matches at most one want line. Returns 0, or -EEXIST when two lines
- * of want are identical: *dup_a < *dup_b are their indexes. */
+ * filter want[i] is the same as (ctl_filter_same_pattern() when by_pattern, else
+ * ctl_filter_same()), or -1 (to add); kept[j] says whether cur[j] was matched (else it goes).
+ * Each cur filter matches at most one want line. Returns 0, or -EEXIST when two lines of want
+ * are the same by that test: *dup_a < *dup_b are their indexes. */
 int ctl_diff_filters(const struct ctl_filter *cur, size_t ncur, const struct ctl_filter *want,
-                     size_t nwant, long *match, bool *kept, size_t *dup_a, size_t *dup_b);
+                     size_t nwant, bool by_pattern, long *match, bool *kept, size_t *dup_a,
+                     size_t *dup_b);
+
+/* What differs between two versions of one filter (a and b the same by
+ * ctl_filter_same_pattern()), in words ("action block -> log, label 'x' -> none, disabled"),
+ * into buf; "" when nothing does. The enabled state is compared only when with_active. */
+void ctl_diff_filter(const struct ctl_filter *a, const struct ctl_filter *b, bool with_active,
+                     char *buf, size_t len);
 
 /* The first filter of fs[] (n) identical to f, other than f->id itself: its index, or -1. */
 long ctl_diff_find_same(const struct ctl_filter *fs, size_t n, const struct ctl_filter *f);
@@ -36,8 +50,10 @@ struct ctl_diff_line {
     char *regex; /* filters: malloc'd, owned by the diff */
     enum fgx_dir dir;
     bool nocase, active;
+    bool log;    /* filters: the log action (else block) */
+    char *label; /* filters: malloc'd, owned by the diff; NULL for none */
     uint64_t blocked;
-    char what[160]; /* services, CTL_DIFF_CHANGE: what differs */
+    char what[160]; /* CTL_DIFF_CHANGE: what differs */
 };
 
 struct ctl_diff {
@@ -45,7 +61,7 @@ struct ctl_diff {
     size_t n, cap;
 };
 
-/* Append a copy of l (its regex copied too). Returns 0 or -ENOMEM. */
+/* Append a copy of l (its regex and label copied too). Returns 0 or -ENOMEM. */
 int ctl_diff_push(struct ctl_diff *d, const struct ctl_diff_line *l);
 /* How many lines change something (all but CTL_DIFF_KEEP). */
 size_t ctl_diff_changes(const struct ctl_diff *d);

@@ -327,6 +327,7 @@ static const struct {
     {FGX__CTL__REQUEST__REQ_SCRIPT_ENABLE, "script enable"},
     {FGX__CTL__REQUEST__REQ_SCRIPT_DISABLE, "script disable"},
     {FGX__CTL__REQUEST__REQ_SCRIPT_LOG, "script log"},
+    {FGX__CTL__REQUEST__REQ_SERVICE_LOG, "service log"},
 };
 
 const char *ctl_history_req_name(int req_case)

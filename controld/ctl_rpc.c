@@ -818,6 +818,26 @@ int ctl_rpc_error_reply(Fgx__Ctl__Code code, const char *msg, void **reply, size
     return rv;
 }
 
+/* Another change compiles: refused, with what it is and how long it has run. */
+static void rpc_busy_fail(struct ctl_rpc *r)
+{
+    char what[sizeof(r->busy_what)];
+    unsigned secs = 0;
+
+    if (!ctl_compile_busy(what, sizeof(what), &secs))
+        snprintf(what, sizeof(what), "another change");
+    snprintf(r->busy_what, sizeof(r->busy_what), "%s", what);
+    ctl_rpc_fail(r, FGX__CTL__CODE__CODE_ERROR,
+                 "busy: controld is compiling another change (%s, for %u s so far); nothing was "
+                 "changed, try again when it is done",
+                 what, secs);
+    r->reply.has_busy = 1;
+    r->reply.busy = 1;
+    r->reply.busy_what = r->busy_what;
+    r->reply.has_busy_secs = 1;
+    r->reply.busy_secs = secs;
+}
+
 int ctl_rpc_handle_try(struct ctl_ctx *ctx, const struct fgx_peer *peer, const void *req,
                        size_t len, bool busy, void **reply, size_t *replylen, bool *deferred)
 {
@@ -836,15 +856,19 @@ int ctl_rpc_handle_try(struct ctl_ctx *ctx, const struct fgx_peer *peer, const v
         if (!rpc_is_change(q)) {
             rpc_dispatch(&r, q);
         } else if (busy) {
-            /* One change compiles at a time; queueing would hide how long the wait is. */
-            ctl_rpc_fail(&r, FGX__CTL__CODE__CODE_ERROR,
-                         "busy: controld is compiling another change; nothing was changed, try "
-                         "again when it is done");
+            /* One change compiles at a time. Queueing here would hide how long the wait is:
+             * the refusal says what compiles and for how long, and fgexctl (and the page)
+             * send the change again while it lasts (--wait). */
+            rpc_busy_fail(&r);
         } else {
             ctl_compile_collect(true);
             rpc_dispatch(&r, q);
             ctl_compile_collect(false);
             if (r.deferred) {
+                char what[256];
+
+                ctl_history_describe(q, what, sizeof(what));
+                ctl_compile_what_set(what);
                 *deferred = true;
                 rpc_release(&r);
                 fgx__ctl__request__free_unpacked(q, NULL);

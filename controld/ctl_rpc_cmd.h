@@ -95,6 +95,7 @@ struct ctl_rpc {
     void *cap_extra;
     struct ctl_script_reply *script; /* the script family's reply contents (ctl_script.h) */
     struct ctl_rpc_health *health;   /* service log (rpc_health.c), or NULL */
+    char busy_what[256];             /* a change refused as busy: what compiles meanwhile */
 };
 
 void ctl_rpc_capture_release(struct ctl_rpc *r);

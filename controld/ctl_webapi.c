@@ -789,8 +789,7 @@ static int reply_error(const Fgx__Ctl__Reply *rep, json_t *result, int *status, 
     size_t n = 0;
     FILE *mf = open_memstream(&line, &n);
     int code = cli_fmt_exit_code(rep->code);
-    bool busy = rep->code == FGX__CTL__CODE__CODE_ERROR && rep->error &&
-                strstr(rep->error, "busy") != NULL;
+    bool busy = rep->has_busy && rep->busy;
     const char *msg;
     json_t *o;
 
@@ -816,6 +815,14 @@ static int reply_error(const Fgx__Ctl__Reply *rep, json_t *result, int *status, 
     /* the page asks, then sends the same command with force */
     if (o && rep->has_needs_force && rep->needs_force &&
         json_object_set_new(o, "needs_force", json_true()) < 0) {
+        json_decref(o);
+        o = NULL;
+    }
+    /* for the page: it sends the change again while another one compiles (app.js) */
+    if (o && busy &&
+        (json_object_set_new(o, "busy", json_true()) < 0 ||
+         json_object_set_new(o, "busy_what", cli_json_str_or_null(rep->busy_what)) < 0 ||
+         json_object_set_new(o, "busy_secs", json_integer(rep->busy_secs)) < 0)) {
         json_decref(o);
         o = NULL;
     }

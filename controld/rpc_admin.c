@@ -190,6 +190,22 @@ static void do_login(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
     fgx_info("login from %s", who);
 }
 
+/* While auth is off anyone the --allow list lets in may send anything: setting a password or
+ * turning auth on from there would lock the team out of its own box. So both need the local
+ * socket then; once auth is on, a logged-in remote client may do them. */
+static bool rpc_auth_change_allowed(struct ctl_rpc *r, const char *what)
+{
+    if (ctl_auth_enabled(r->ctx->auth) || r->peer == NULL || r->peer->family == 0)
+        return true;
+    /* INVALID, not AUTH: the caller's session (if any) is fine, and the page must not take it
+     * for a lost login. */
+    ctl_rpc_fail(r, FGX__CTL__CODE__CODE_INVALID,
+                 "%s: refused over the network while auth is off (anyone allowed to connect "
+                 "could lock the team out): run it on the vulnbox, over the local socket",
+                 what);
+    return false;
+}
+
 static void do_passwd(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
 {
     const Fgx__Ctl__Passwd *p = q->passwd;
@@ -205,6 +221,8 @@ static void do_passwd(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
         ctl_rpc_fail(r, FGX__CTL__CODE__CODE_INVALID, "no password given");
         return;
     }
+    if (!rpc_auth_change_allowed(r, "passwd"))
+        return;
     ctl_auth_peer_format(r->peer, who, sizeof(who));
     rv = ctl_auth_password_save(a, r->ctx->store, p->password, err, sizeof(err));
     if (rv < 0) {
@@ -239,6 +257,8 @@ static void do_auth_set(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
         ctl_rpc_fail(r, FGX__CTL__CODE__CODE_INVALID, "auth: say on or off");
         return;
     }
+    if (s->enabled && !rpc_auth_change_allowed(r, "auth on"))
+        return;
     if (s->enabled && !ctl_auth_has_password(a)) {
         ctl_rpc_fail(
             r, FGX__CTL__CODE__CODE_INVALID,
@@ -325,6 +345,10 @@ static void do_config_import(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
     }
     if (ctl_rpc_reply_diff(r) < 0)
         goto out;
+    /* The auth switch (and the password) stay as they are, dry run or not: the reply says so. */
+    ctl_rpc_reply_auth_state(r);
+    r->reply.has_auth_not_imported = cfg->has_auth_enabled;
+    r->reply.auth_not_imported = cfg->has_auth_enabled;
     if (q->has_dry_run && q->dry_run) {
         ctl_rpc_dry_finish(r, &t);
         goto out;
@@ -335,8 +359,6 @@ static void do_config_import(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
         goto out;
     if (!r->deferred)
         ctl_rpc_fw_imported(r);
-    if (r->ctx->auth && cfg->has_auth_enabled)
-        ctl_auth_enabled_set(r->ctx->auth, cfg->auth_enabled);
     fgx_info("configuration imported: %zu services, %zu filters", cfg->n_services, cfg->n_filters);
 out:
     ctl_txn_abort(t);

@@ -79,6 +79,12 @@ int ctl_rpc_reply_diff(struct ctl_rpc *r)
             m->nocase = l->nocase;
             m->active = l->active;
             m->blocked = l->blocked;
+            m->has_action = 1;
+            m->action = l->log ? FGX__CTL__FILTER_ACTION__FILTER_ACTION_LOG
+                               : FGX__CTL__FILTER_ACTION__FILTER_ACTION_BLOCK;
+            m->label = l->label;
+            if (l->what[0])
+                m->what = (char *)l->what;
         } else {
             m->has_active = 1;
             m->active = l->active;

@@ -23,7 +23,8 @@
 /* clang-format off */
 
 static const char usage_main[] =
-    "usage: fgexctl [-c URL | -C CONTEXT[,CONTEXT...] | -C all] [--json] COMMAND [ARGS...]\n"
+    "usage: fgexctl [-c URL | -C CONTEXT[,CONTEXT...] | -C all] [--json] [--wait SECS]\n"
+    "               COMMAND [ARGS...]\n"
     "\n"
     "Commands:\n"
     "  status                                   version, uptime, services and workers\n"
@@ -93,6 +94,8 @@ static const char usage_main[] =
     "  -C, --context NAME run on the context NAME (`fgexctl context list`); with\n"
     "                     NAME,NAME... or `all`, on each of them in parallel\n"
     "  --json             print one JSON document on stdout\n"
+    "  --wait SECS        a change that finds controld compiling another one waits\n"
+    "                     for its turn this long (default 30; 0: fail at once)\n"
     "  -y, --yes          do not ask before removing (`service rm`)\n"
     "  -h, --help         this help; `fgexctl COMMAND --help` for one command\n"
     "  --version          fgexctl's version (`fgexctl version`: controld's too)\n"
@@ -426,6 +429,21 @@ static int scan_connect(struct cli_cmd *cmd, int argc, char **argv, int *i, bool
         cmd->ca = a + 5;
         return 1;
     }
+    if (strcmp(a, "--wait") == 0 || strncmp(a, "--wait=", 7) == 0) {
+        const char *v = a[6] == '=' ? a + 7 : NULL;
+
+        if (!v && *i + 1 >= argc)
+            return cli_args_fail(cmd, CLI_EXIT_USAGE,
+                                 "option --wait needs a number of seconds (see 'fgexctl --help')");
+        if (!v)
+            v = argv[++*i];
+        if (!cli_args_all_digits(v) || strlen(v) > 5 || atoi(v) > CLI_WAIT_MAX_S)
+            return cli_args_fail(cmd, CLI_EXIT_INVALID,
+                                 "invalid --wait '%.60s': expected seconds, 0 to %d", v,
+                                 CLI_WAIT_MAX_S);
+        cmd->wait_s = (unsigned)atoi(v);
+        return 1;
+    }
     if (glued && strncmp(a, "-c", 2) == 0 && a[2] != '\0') {
         cmd->url = a + 2;
         cmd->url_given = true;
@@ -682,6 +700,7 @@ int cli_args_parse(int argc, char **argv, const char *env_url, struct cli_cmd *c
     memset(cmd, 0, sizeof(*cmd));
     fgx__ctl__request__init(&cmd->req);
     cmd->url = (env_url && *env_url) ? env_url : CLI_DEFAULT_URL;
+    cmd->wait_s = CLI_WAIT_DEFAULT_S;
 
     /* Global options, up to the command word. */
     for (i = 1; i < argc; i++) {

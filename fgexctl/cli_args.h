@@ -12,6 +12,8 @@
 #include "control.pb-c.h"
 
 #define CLI_DEFAULT_URL "ipc:///run/fgex/control.sock"
+#define CLI_WAIT_DEFAULT_S 30 /* --wait: how long a change waits for a busy controld */
+#define CLI_WAIT_MAX_S 86400
 #define CLI_PROG "fgexctl"
 #define CLI_WATCH_MS 1000         /* stats --watch: default refresh */
 #define CLI_WATCH_MIN_MS 100      /* --interval below this would only load controld */
@@ -37,6 +39,7 @@ struct cli_cmd {
     const char *file;          /* export/import FILE, filter import SERVICE FILE ("-": stdio) */
     const char *password_file; /* login/passwd --password-file F */
     bool json;                 /* --json */
+    unsigned wait_s;           /* --wait SECS: how long a change waits for a busy controld */
     const char *help;          /* set: print this on stdout and exit 0; req is not set */
     bool version;              /* `fgexctl version`: req is a status request, printed as versions */
     bool watch;                /* stats --watch: refresh until interrupted (cli_loop.c) */

@@ -1,7 +1,8 @@
 /* fgexctl contexts stage: named controlds ("box1" -> tls+tcp://10.60.1.1:7443), as kubectl's
  * contexts. They are kept in ~/.config/fgex/contexts.json (mode 0600), one of them current; each
  * stored context has a directory of its own, ~/.config/fgex/contexts/NAME/, where its
- * known_hosts, certs/ and sessions/ live, so that its pin and its login are its own. Chosen
+ * known_hosts and certs/ live, so that its pin is its own; its login is its box's, shared with
+ * -c URL (cli_session.h). Chosen
  * before anything is dialled: main.c applies one (cli_ctx_apply) or hands several to
  * cli_fanout.c. */
 #ifndef CLI_CTX_H

@@ -153,7 +153,7 @@ void cli_local_auth_failed(const struct cli_cmd *cmd)
 {
     char path[4096];
 
-    if (cli_session_path(cmd->url, path, sizeof(path)) == 0)
+    if (cli_session_find(cmd->url, path, sizeof(path)) == 0)
         (void)cli_session_remove(path);
 }
 
@@ -277,7 +277,7 @@ int cli_local_finish(struct cli_cmd *cmd, struct cli_local *l, const Fgx__Ctl__R
         rc = finish_login(cmd, l, rep, out, &doc);
         break;
     case FGX__CTL__REQUEST__REQ_LOGOUT:
-        if (cli_session_path(cmd->url, path, sizeof(path)) == 0)
+        if (cli_session_find(cmd->url, path, sizeof(path)) == 0)
             (void)cli_session_remove(path);
         if (cmd->json) {
             doc = json_pack("{s:b}", "logged_out", true);
@@ -328,6 +328,8 @@ int cli_local_finish(struct cli_cmd *cmd, struct cli_local *l, const Fgx__Ctl__R
                             "services", cli_json_int(l->config ? l->config->n_services : 0),
                             "filters", cli_json_int(l->config ? l->config->n_filters : 0),
                             "dry_run", dry, "diff", cli_cmd_diff_json(rep));
+            if (doc && rep->has_auth_enabled)
+                (void)json_object_set_new(doc, "auth_enabled", json_boolean(rep->auth_enabled));
         } else {
             size_t ns = l->config ? l->config->n_services : 0;
             size_t nf = l->config ? l->config->n_filters : 0;
@@ -336,6 +338,10 @@ int cli_local_finish(struct cli_cmd *cmd, struct cli_local *l, const Fgx__Ctl__R
             if (!dry)
                 (void)fprintf(out, "imported %zu service%s and %zu filter%s from %s\n", ns,
                               ns == 1 ? "" : "s", nf, nf == 1 ? "" : "s", cmd->file);
+            /* An import never opens (or closes) the box: say so, the backup may differ. */
+            if (rep->has_auth_enabled)
+                (void)fprintf(out, "auth settings are not imported: auth stays %s\n",
+                              rep->auth_enabled ? "on" : "off");
         }
         break;
     }

@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "cli_args.h"
 #include "cli_pin.h"
@@ -21,6 +23,7 @@ void cli_rpc_init(struct cli_rpc *r, const char *url)
 {
     memset(r, 0, sizeof(*r));
     r->url = url;
+    r->wait_s = CLI_WAIT_DEFAULT_S;
 }
 
 void cli_rpc_set_trust(struct cli_rpc *r, const char *fingerprint, const char *ca)
@@ -52,7 +55,7 @@ static void rpc_load_token(struct cli_rpc *r)
 
     r->token_loaded = true;
     /* No session is the normal case (local socket, or not logged in yet). */
-    if (cli_session_path(r->url, path, sizeof(path)) == 0 && cli_session_load(path, &r->token) < 0)
+    if (cli_session_find(r->url, path, sizeof(path)) == 0 && cli_session_load(path, &r->token) < 0)
         r->token = NULL;
 }
 
@@ -105,8 +108,8 @@ static int rpc_dial_chan(struct cli_rpc *r)
     return rc;
 }
 
-int cli_rpc_request(struct cli_rpc *r, const Fgx__Ctl__Request *req, int timeout_ms,
-                    Fgx__Ctl__Reply **out)
+static int rpc_request_once(struct cli_rpc *r, const Fgx__Ctl__Request *req, int timeout_ms,
+                            Fgx__Ctl__Reply **out)
 {
     uint8_t *buf = NULL;
     void *rbuf = NULL;
@@ -115,6 +118,15 @@ int cli_rpc_request(struct cli_rpc *r, const Fgx__Ctl__Request *req, int timeout
     Fgx__Ctl__Request q = *req;
     int rc;
 
+    if (!r->chan) {
+        rc = rpc_dial(r);
+        if (rc < 0) {
+            r->chan = NULL;
+            goto out;
+        }
+    }
+    /* After the dial: a session is keyed by the certificate pinned for the URL
+     * (cli_session.c), which the first dial may just have pinned. */
     if (!r->token_loaded)
         rpc_load_token(r);
     if (r->token && !q.token)
@@ -128,14 +140,6 @@ int cli_rpc_request(struct cli_rpc *r, const Fgx__Ctl__Request *req, int timeout
         goto out;
     }
     fgx__ctl__request__pack(req, buf);
-
-    if (!r->chan) {
-        rc = rpc_dial(r);
-        if (rc < 0) {
-            r->chan = NULL;
-            goto out;
-        }
-    }
     rc = fgx_chan_call(r->chan, buf, len, &rbuf, &rlen, timeout_ms);
     if (rc == -ETIMEDOUT) {
         /* controld closes a connection from outside its --allow list before reading a
@@ -172,6 +176,73 @@ out:
     free(rbuf);
     free(buf);
     return rc;
+}
+
+static uint64_t mono_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* controld compiles one change at a time and refuses another meanwhile, saying what compiles
+ * (Reply.busy): the change is sent again every WAIT_STEP_MS until it gets its turn or --wait
+ * runs out, with a line on stderr once the wait is noticeable. */
+#define WAIT_STEP_MS 200
+#define WAIT_NOTE_MS 1000
+
+int cli_rpc_request(struct cli_rpc *r, const Fgx__Ctl__Request *req, int timeout_ms,
+                    Fgx__Ctl__Reply **out)
+{
+    uint64_t t0 = mono_ms(), note_at = t0 + WAIT_NOTE_MS, limit = (uint64_t)r->wait_s * 1000;
+    bool tty = isatty(STDERR_FILENO) == 1, noted = false;
+    int rc;
+
+    for (;;) {
+        Fgx__Ctl__Reply *rep = NULL;
+        uint64_t now, left;
+
+        rc = rpc_request_once(r, req, timeout_ms, &rep);
+        if (rc < 0 || !rep->has_busy || !rep->busy || limit == 0) {
+            if (rc == 0)
+                *out = rep;
+            break;
+        }
+        now = mono_ms();
+        if (now - t0 >= limit) {
+            (void)snprintf(r->err, sizeof(r->err),
+                           "controld at %.300s is still compiling another change (%.200s, for %u "
+                           "s); gave up after --wait %u s: nothing was changed, send it again "
+                           "(or wait longer with --wait SECS)",
+                           r->url, rep->busy_what ? rep->busy_what : "?", rep->busy_secs,
+                           r->wait_s);
+            fgx__ctl__reply__free_unpacked(rep, NULL);
+            rc = -EBUSY;
+            break;
+        }
+        if (now >= note_at) {
+            /* On a terminal one line counts up; in a log, a line every few seconds. */
+            (void)fprintf(stderr, "%s" CLI_PROG ": waiting for controld: compiling %.200s (%u s)%s",
+                          tty && noted ? "\r\033[K" : "",
+                          rep->busy_what ? rep->busy_what : "another change", rep->busy_secs,
+                          tty ? "" : "\n");
+            (void)fflush(stderr);
+            noted = true;
+            note_at = now + (tty ? WAIT_NOTE_MS : 5 * WAIT_NOTE_MS);
+        }
+        fgx__ctl__reply__free_unpacked(rep, NULL);
+        left = limit - (now - t0);
+        (void)usleep((useconds_t)(left < WAIT_STEP_MS ? left : WAIT_STEP_MS) * 1000);
+    }
+    if (noted && tty)
+        (void)fputc('\n', stderr);
+    return rc;
+}
+
+void cli_rpc_set_wait(struct cli_rpc *r, unsigned secs)
+{
+    r->wait_s = secs;
 }
 
 int cli_rpc_call(const char *url, const Fgx__Ctl__Request *req, int timeout_ms,

@@ -22,6 +22,7 @@ struct cli_rpc {
     struct fgx_chan *chan;   /* open between calls; NULL before the first and after a failure */
     char *token;             /* the session token of url (cli_session.c), or NULL */
     bool token_loaded;       /* token was looked for */
+    unsigned wait_s;         /* how long a change waits for a busy controld (--wait; 0: not) */
     char err[1024];          /* after a failed call: the reason, one line, without "fgexctl: " */
 };
 
@@ -37,6 +38,10 @@ void cli_rpc_set_trust(struct cli_rpc *r, const char *fingerprint, const char *c
 int cli_rpc_request(struct cli_rpc *r, const Fgx__Ctl__Request *req, int timeout_ms,
                     Fgx__Ctl__Reply **out);
 void cli_rpc_release(struct cli_rpc *r);
+/* How long cli_rpc_request() sends a change again while controld is busy compiling another
+ * (Reply.busy), with a progress line on stderr after a second; past it, -EBUSY with r->err
+ * saying so. 0: the busy reply is returned at once. Default CLI_WAIT_DEFAULT_S. */
+void cli_rpc_set_wait(struct cli_rpc *r, unsigned secs);
 
 /* One call on a connection of its own. On failure the reason has been printed on stderr as one
  * "fgexctl: ..." line. Otherwise as cli_rpc_request(). */

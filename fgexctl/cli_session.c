@@ -1,7 +1,10 @@
 /* fgexctl login stage: session tokens on disk and passwords from a file or the terminal.
- * A token is as good as the password for its lifetime, so its file is 0600 like an ssh key. */
+ * A token is as good as the password for its lifetime, so its file is 0600 like an ssh key.
+ * Sessions belong to the box, not to how it was named: a context and -c URL of the same box
+ * (the same host and port, the same pinned certificate) share one, in the base directory. */
 #include "cli_session.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,17 +14,68 @@
 
 #include "cli_pin.h"
 
+void cli_session_key(const char *url, const char *fp, char *buf, size_t len)
+{
+    size_t n;
+
+    cli_pin_url_key(url, buf, len);
+    /* Host names are not case-sensitive: one box, one key. */
+    if (cli_pin_is_tls(url))
+        for (char *c = buf; *c; c++)
+            *c = (char)tolower((unsigned char)*c);
+    if (!fp || !*fp)
+        return;
+    n = strlen(buf);
+    if (n + 1 < len)
+        buf[n++] = '@';
+    for (; *fp && n + 1 < len; fp++)
+        if (*fp != ':')
+            buf[n++] = (char)tolower((unsigned char)*fp);
+    buf[n < len ? n : len - 1] = '\0';
+}
+
+int cli_session_path_in(const char *url, const char *pin_dir, char *buf, size_t len)
+{
+    char base[3072], key[512], kh[3100], fp[CLI_FP_SIZE] = "";
+    struct cli_pin_target t;
+    unsigned line;
+    int rc = cli_pin_base_dir(base, sizeof(base));
+
+    if (rc < 0)
+        return rc;
+    if (cli_pin_is_tls(url) && cli_pin_target(url, &t) == 0 && pin_dir &&
+        snprintf(kh, sizeof(kh), "%s/known_hosts", pin_dir) < (int)sizeof(kh) &&
+        cli_pin_lookup(kh, t.hostport, fp, &line) < 0)
+        fp[0] = '\0';
+    cli_session_key(url, fp, key, sizeof(key));
+    if (snprintf(buf, len, "%s/sessions/%s", base, key) >= (int)len)
+        return -ENAMETOOLONG;
+    return 0;
+}
+
 int cli_session_path(const char *url, char *buf, size_t len)
 {
-    char dir[3072], key[512];
+    char dir[3072];
     int rc = cli_pin_dir(dir, sizeof(dir));
 
     if (rc < 0)
         return rc;
-    cli_pin_url_key(url, key, sizeof(key));
-    if (snprintf(buf, len, "%s/sessions/%s", dir, key) >= (int)len)
-        return -ENAMETOOLONG;
-    return 0;
+    return cli_session_path_in(url, dir, buf, len);
+}
+
+int cli_session_find(const char *url, char *buf, size_t len)
+{
+    char other[4096];
+    int rc = cli_session_path(url, buf, len);
+
+    if (rc < 0 || access(buf, F_OK) == 0)
+        return rc;
+    /* A login made with --ca pinned nothing: its file has the address alone, and a later
+     * command that pinned the (CA-checked) certificate on first use still finds it. */
+    if (cli_session_path_in(url, NULL, other, sizeof(other)) == 0 && access(other, F_OK) == 0 &&
+        snprintf(buf, len, "%s", other) < (int)len)
+        return 0;
+    return cli_session_path(url, buf, len);
 }
 
 int cli_session_load(const char *path, char **token)

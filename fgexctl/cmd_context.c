@@ -1,5 +1,5 @@
 /* fgexctl, the context commands: add, use, list, rm, show. They send nothing: they edit the
- * store of named controlds (cli_ctx.c) and the per-context pins and sessions on this machine. */
+ * store of named controlds (cli_ctx.c), the per-context pins and the boxes' sessions. */
 #include "cmd.h"
 
 #include <errno.h>
@@ -40,8 +40,9 @@ static const char usage_context_add[] =
     "Name a controld: URL is tls+tcp://HOST:PORT (a remote one) or ipc://PATH (a local\n"
     "socket). NAME: letters, digits, '.', '_', '-'; `all` and `local` are reserved (`local`\n"
     "is built in: " CLI_DEFAULT_URL ").\n"
-    "Each context keeps its own certificate pin and login in\n"
-    "~/.config/fgex/contexts/NAME/ (known_hosts, certs/, sessions/).\n"
+    "Each context keeps its own certificate pin in ~/.config/fgex/contexts/NAME/\n"
+    "(known_hosts, certs/). Its login is the box's: -c URL of the same HOST:PORT with\n"
+    "the same pinned certificate uses it too (~/.config/fgex/sessions/).\n"
     "\n"
     "  --fingerprint FP   pin this SHA-256 now (else the first connection pins what the\n"
     "                     server presents, or a pin ~/.config/fgex/known_hosts already\n"
@@ -69,7 +70,7 @@ static const char usage_context_show[] =
 static const char usage_context_rm[] =
     "usage: fgexctl context rm NAME\n"
     "\n"
-    "Forget a context, with its pin and session.\n";
+    "Forget a context, with its pin. Its box's login stays for -c URL (`logout` ends it).\n";
 /* clang-format on */
 
 static int build_context(struct cli_cmd *cmd, const struct cli_cmd_def *def,
@@ -124,16 +125,16 @@ static void ctx_pin(const struct cli_ctx *c, char fp[CLI_FP_SIZE])
         fp[0] = '\0';
 }
 
-/* The session file of a context, when one is stored. */
+/* The session file of a context's box (shared with -c URL: cli_session.h), when one is
+ * stored. */
 static bool ctx_session(const struct cli_ctx *c, char *path, size_t len)
 {
-    char dir[PATH_MAX], key[512];
+    char dir[PATH_MAX];
 
     if ((c->builtin ? cli_pin_base_dir(dir, sizeof(dir))
                     : cli_ctx_dir_path(c->name, dir, sizeof(dir))) < 0)
         return false;
-    cli_pin_url_key(c->url, key, sizeof(key));
-    if (snprintf(path, len, "%s/sessions/%s", dir, key) >= (int)len)
+    if (cli_session_path_in(c->url, dir, path, len) < 0)
         return false;
     return access(path, F_OK) == 0;
 }

@@ -149,6 +149,12 @@ int cli_cmd_diff_print(FILE *f, const Fgx__Ctl__Reply *rep)
             (void)fprintf(f, "%s filter (new) %s %s%s%s /%s/", op_mark(d->op), name,
                           cli_fmt_dir_name(d->dir), d->nocase ? " nocase" : "",
                           d->active ? "" : " disabled", rx);
+        if (d->has_action && d->action == FGX__CTL__FILTER_ACTION__FILTER_ACTION_LOG)
+            (void)fputs(" log", f);
+        if (d->what) {
+            cli_fmt_escape(d->what, rx, sizeof(rx));
+            (void)fprintf(f, ": %s", rx);
+        }
         if (strcmp(d->op, "rm") == 0 && d->blocked > 0)
             (void)fprintf(f, " (its %" PRIu64 " block%s stay%s in %s's total)", d->blocked,
                           d->blocked == 1 ? "" : "s", d->blocked == 1 ? "s" : "", name);
@@ -180,6 +186,13 @@ static json_t *diff_entry_json(const void *p)
         (void)json_object_set_new(o, "nocase", json_boolean(d->nocase));
         (void)json_object_set_new(o, "active", json_boolean(d->active));
         (void)json_object_set_new(o, "blocked", json_integer(cli_json_int(d->blocked)));
+        (void)json_object_set_new(
+            o, "action",
+            json_string(d->has_action && d->action == FGX__CTL__FILTER_ACTION__FILTER_ACTION_LOG
+                            ? "log"
+                            : "block"));
+        (void)json_object_set_new(o, "label", cli_json_str_or_null(d->label));
+        (void)json_object_set_new(o, "what", cli_json_str_or_null(d->what));
     } else {
         (void)json_object_set_new(o, "active", json_boolean(d->active));
         (void)json_object_set_new(o, "what", cli_json_str_or_null(d->what));

@@ -130,6 +130,7 @@ static int run_one(struct cli_cmd *cmd)
         (void)printf(CLI_PROG " %s\n", FGX_VERSION);
     cli_rpc_init(&rpc, cmd->url);
     cli_rpc_set_trust(&rpc, cmd->fingerprint, cmd->ca);
+    cli_rpc_set_wait(&rpc, cmd->wait_s);
     rc = cli_rpc_request(&rpc, &cmd->req, request_timeout_ms(&cmd->req), &rep);
     if (rc < 0) {
         print_err(rpc.err);

@@ -176,6 +176,8 @@ function showShell() {
   const version = h('span', { 'data-test': 'version' }, 'controld …');
   // what fgex put right by itself or cannot (issue 24): empty while all is well
   const health = h('span', { class: 'health-state', 'data-test': 'status-health' }, '');
+  // a change waiting for its turn while controld compiles another (api.js onBusy)
+  const busy = h('span', { class: 'busy-state', 'data-test': 'busy-state', hidden: true }, '');
   const main = h('main', { id: 'view', tabindex: '-1' });
   root.append(
     h(
@@ -206,9 +208,15 @@ function showShell() {
       ),
     ),
     main,
-    h('footer', { class: 'status', 'data-test': 'status-bar' }, version, ' · ', liveState, health),
+    h('footer', { class: 'status', 'data-test': 'status-bar' }, version, ' · ', liveState, health, busy),
   );
   shell = { nav, main, liveState, version, menuButton };
+  unsubs.push(
+    api.onBusy((b) => {
+      busy.hidden = !b;
+      busy.textContent = b ? ` · waiting for controld: compiling ${b.what} (${b.secs} s)` : '';
+    }),
+  );
   const showStatus = () =>
     api
       .get('status')

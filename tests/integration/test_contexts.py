@@ -9,8 +9,8 @@ namespaces this module adds, each joined to the client namespace by a veth pair 
 player's laptop does. Each box has a service named after it, so that a reply says which box it
 came from.
 
-Covers: context add/use/list/show/rm (the file and the per-context pins and sessions, mode
-0600); -C NAME; -C a,b,c with one box failing (exit status, one line per box, which failed);
+Covers: context add/use/list/show/rm (the file, the per-context pins, mode 0600, and the
+sessions a context shares with -c URL of the same box); -C NAME; -C a,b,c with one box failing (exit status, one line per box, which failed);
 -C all, text and --json; running in parallel (four silent servers cost one timeout, not four);
 a changed certificate on one box refused for that box only, and re-pinned for it only; the
 commands that need a terminal refused on several contexts; a local ipc:// context; service rm
@@ -263,16 +263,19 @@ def add_use_list_show(env):
     a.expect(0, "login", "--password-file", S["pw"])
     names = [s["name"] for s in a.doc(0, "service", "list")]
     check(names == ["svc-box2"], "the current context box2 answered %r", names)
-    # its pin and its session are its own: nothing in the base known_hosts or sessions/
+    # its pin is its own (nothing in the base known_hosts); its session is the box's, in the
+    # base sessions/, keyed by the address and the pinned certificate (issue 24)
     b2 = S["by"]["box2"]
     check(a.known_hosts("box2") == [[hostport(b2.url), b2.fingerprint()]],
           "box2's known_hosts %r", a.known_hosts("box2"))
     check(a.known_hosts() == [], "the base known_hosts got %r", a.known_hosts())
-    check(not os.path.exists(os.path.join(a.cfg, "sessions")), "a session outside the context")
-    sess = os.listdir(os.path.join(a.cfg, "contexts", "box2", "sessions"))
-    check(len(sess) == 1, "box2 sessions %r", sess)
-    mode = stat.S_IMODE(os.stat(os.path.join(a.cfg, "contexts", "box2", "sessions",
-                                             sess[0])).st_mode)
+    check(not os.path.exists(os.path.join(a.cfg, "contexts", "box2", "sessions")),
+          "a session in the context's directory")
+    sess = os.listdir(os.path.join(a.cfg, "sessions"))
+    want = "%s@%s" % (hostport(b2.url).replace(":", "_"),
+                      b2.fingerprint().replace(":", "").lower())
+    check(sess == [want], "sessions %r, expected [%r]", sess, want)
+    mode = stat.S_IMODE(os.stat(os.path.join(a.cfg, "sessions", sess[0])).st_mode)
     check(mode == 0o600, "session mode %o", mode)
     d = a.doc(0, "context", "show")
     check(d["name"] == "box2" and d["current"] and d["session"] is True and
@@ -555,6 +558,40 @@ def service_rm_confirmation(env):
           out, err)
     for b in S["boxes"][:2]:
         check("rm-both" not in b.service_names(), "%s kept rm-both", b.name)
+
+
+@test
+def a_context_and_c_url_share_one_login(env):
+    """Issue 24: a context's login is the login of -c URL of the same box, both ways."""
+    c = Client(env, "share")
+    b1 = S["by"]["box1"]
+    c.expect(0, "context", "add", "sb1", b1.url)
+    c.expect(7, "-C", "sb1", "status")
+    c.expect(7, "-c", b1.url, "status")
+    c.expect(0, "-c", b1.url, "login", "--password-file", S["pw"])
+    c.expect(0, "-c", b1.url, "status")
+    c.expect(0, "-C", "sb1", "status")
+    check([x["name"] for x in c.doc(0, "-C", "sb1", "service", "list")] ==
+          [x["name"] for x in c.doc(0, "-c", b1.url, "service", "list")],
+          "the context and -c URL reached different boxes")
+    check(len(os.listdir(os.path.join(c.cfg, "sessions"))) == 1, "more than one session: %r",
+          os.listdir(os.path.join(c.cfg, "sessions")))
+    # a logout through the context logs -c URL out too; a login through it logs it in
+    c.expect(0, "-C", "sb1", "logout")
+    c.expect(7, "-c", b1.url, "status")
+    c.expect(0, "-C", "sb1", "login", "--password-file", S["pw"])
+    c.expect(0, "-c", b1.url, "status")
+    d = c.doc(0, "context", "show", "sb1")
+    check(d["session"] is True, "context show: %r", d)
+    # a context pinned to another certificate for that address is another box: its own login
+    other = "AB:" * 31 + "AB"
+    c.expect(0, "context", "add", "imposter", b1.url, "--fingerprint", other)
+    d = c.doc(0, "context", "show", "imposter")
+    check(d["session"] is False, "a context with another pin shares the session: %r", d)
+    c.expect(8, "-C", "imposter", "status")
+    # removing the context leaves the box's login to -c URL
+    c.expect(0, "context", "rm", "sb1")
+    c.expect(0, "-c", b1.url, "status")
 
 
 @test

@@ -248,6 +248,47 @@ def sync_twice_changes_nothing(env):
 
 
 @test
+def sync_of_only_an_action_keeps_the_filter(env):
+    """Issue 24: a --sync that only switches a line to log (or gives it a label) keeps the
+    filter (its id, its BLOCKED count) and reports one change, in words."""
+    sid, port = env.service("syncact")
+    srv = env.tcp_server(port)
+    env.ctl("filter", "import", "syncact", write(env, "act1.rules", "c2s /evil[0-9]+/\n"),
+            "--sync")
+    fs = env.filters("syncact")
+    check(len(fs) == 1, "after the first sync: %r", fs)
+    fid = fs[0]["id"]
+    block(env, srv, port, EVIL, 2)
+    wait_blocked(env, "syncact", 2)
+    rules = write(env, "act2.rules", 'c2s log label="watch it" /evil[0-9]+/\n')
+    p = env.ctl_raw("filter", "import", "syncact", rules, "--sync", json_out=False)
+    check(p.returncode == 0, "sync: %r", p.stderr)
+    check("0 added, 0 removed, 1 changed, 0 unchanged" in p.stdout, "the summary: %r", p.stdout)
+    check("~ filter %d syncact c2s /evil[0-9]+/ log: action block -> log, label none -> "
+          "'watch it'" % fid in p.stdout, "the change line: %r", p.stdout)
+    check("+ filter" not in p.stdout and "- filter" not in p.stdout,
+          "the action change shows as a removal and an addition: %r", p.stdout)
+    fs = env.filters("syncact")
+    check(len(fs) == 1 and fs[0]["id"] == fid, "the filter got a new id: %d -> %r", fid, fs)
+    check(fs[0]["blocked"] == 2, "its BLOCKED count was not kept: %r", fs[0])
+    check(fs[0].get("action") == "log" and fs[0].get("label") == "watch it",
+          "the action or label was not taken: %r", fs[0])
+    # it really is log-only now: the exploit passes (and is counted as matched)
+    passes(env, srv, port, b"y " + EVIL)
+    # and back, in JSON: one change, the same id again
+    doc = env.ctl("filter", "import", "syncact", write(env, "act3.rules", "c2s /evil[0-9]+/\n"),
+                  "--sync")
+    ch = [d for d in doc["diff"] if d["op"] != "keep"]
+    check(len(ch) == 1 and ch[0]["op"] == "change" and ch[0]["id"] == fid and
+          ch[0]["action"] == "block" and "action log -> block" in ch[0]["what"],
+          "the way back: %r", doc["diff"])
+    block(env, srv, port, EVIL, 1)
+    it.wait_until(lambda: env.filters("syncact")[0]["blocked"] >= 3, timeout=5)
+    check(env.filters("syncact")[0]["blocked"] == 3, "counts: %r", env.filters("syncact"))
+    env.ctl("service", "rm", "--yes", sid)
+
+
+@test
 def dry_run_changes_nothing(env):
     sid, port = env.service("dry")
     srv = env.tcp_server(port)

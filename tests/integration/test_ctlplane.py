@@ -209,8 +209,8 @@ def big_import_keeps_controld_answering_and_supervising(env):
             p, dt = timed_ctl(env, *args)
             check(p.returncode == 0 and dt < 1.0, "fgexctl %s during the compile: exit %d "
                   "after %.2f s (%r)", " ".join(args), p.returncode, dt, p.stderr.strip())
-        # a second change while one compiles is refused at once, and says why
-        p, dt = timed_ctl(env, "filter", "add", "live", "other[0-9]+")
+        # a second change while one compiles is refused at once with --wait 0, and says why
+        p, dt = timed_ctl(env, "--wait", "0", "filter", "add", "live", "other[0-9]+")
         check(p.returncode == 1 and "busy" in p.stderr and dt < 1.0,
               "a change during the compile: exit %d after %.2f s (%r)", p.returncode, dt,
               p.stderr.strip())
@@ -243,6 +243,74 @@ def big_import_keeps_controld_answering_and_supervising(env):
           "a compile process is left: %r", controld_children(env))
     env.ctl("service", "rm", "--yes", "--yes", "big")
     env.ctl("service", "rm", "--yes", "--yes", "live")
+
+
+@test
+def a_second_change_waits_its_turn(env):
+    """Issue 24: a change sent while another compiles waits for its turn (a progress line on
+    stderr after 1 s, up to --wait SECS, default 30) and is then made; --wait 0 fails at once
+    as before; --wait 2 gives up after about 2 s and says so."""
+    # 2,000 of these compile for 8 s on an idle machine, and for minutes on a loaded one: the
+    # bounds below are on --wait alone, never on how long the compile takes
+    env.stop_controld()
+    env.start_controld(extra_args=["--compile-timeout", "600"])
+    env.service("turn", "tcp")
+    env.filter("turn")
+    env.service("bigturn", "tcp")
+    rules = big_rules(env, 2000, "turn.rules")
+    base = [os.path.join(env.bin, "fgexctl"), "-c", env.url]
+    imp = subprocess.Popen(base + ["filter", "import", "bigturn", rules],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    late = None
+    try:
+        it.wait_until(lambda: any(c == "controld" for _, c in controld_children(env)),
+                      timeout=5, step=0.05)
+        p, dt = timed_ctl(env, "--wait", "0", "filter", "add", "turn", "zero[0-9]+")
+        check(p.returncode == 1 and "busy" in p.stderr and dt < 1.0,
+              "--wait 0 during a compile: exit %d after %.2f s (%r)", p.returncode, dt,
+              p.stderr.strip())
+        check("filter import bigturn (2000 filters)" in p.stderr,
+              "the refusal does not say what compiles: %r", p.stderr)
+        # waits its turn (the default --wait is 30 s: longer here, for a loaded machine),
+        # started now, checked at the end
+        t_late = time.monotonic()
+        late = subprocess.Popen(base + ["--wait", "600", "filter", "add", "turn", "late[0-9]+"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        t0 = time.monotonic()
+        p = env.ctl_raw("--wait", "2", "filter", "add", "turn", "two[0-9]+", timeout=30)
+        dt = time.monotonic() - t0
+        check(p.returncode == 1 and 1.8 <= dt <= 4.0,
+              "--wait 2 during a compile: exit %d after %.2f s (%r)", p.returncode, dt,
+              p.stderr.strip())
+        check("still compiling another change (filter import bigturn (2000 filters)" in p.stderr
+              and "gave up after --wait 2 s" in p.stderr and "nothing was changed" in p.stderr,
+              "--wait 2: not a clear error: %r", p.stderr)
+        check("waiting for controld: compiling filter import bigturn (2000 filters)" in p.stderr,
+              "--wait 2: no progress line: %r", p.stderr)
+        check(imp.poll() is None and late.poll() is None,
+              "the import finished before the checks were made: make it bigger")
+        out, err = late.communicate(timeout=700)
+        dt_late = time.monotonic() - t_late
+        check(late.returncode == 0, "the waiting change failed: exit %d (%r)", late.returncode,
+              err.strip())
+        check("waiting for controld: compiling filter import bigturn (2000 filters) (" in err,
+              "no progress line while it waited: %r", err)
+        check(dt_late > 2.0, "it did not wait (%.2f s)", dt_late)
+        # it was made after the import, not before or instead of it
+        check(len(env.filters("bigturn")) == 2000, "the import was not made first")
+    finally:
+        for proc in (imp, late):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    _, err = imp.communicate(timeout=700)
+    check(imp.returncode == 0, "the import failed: %d (%r)", imp.returncode, err)
+    regs = sorted(f["regex"] for f in env.filters("turn"))
+    check(regs == sorted([it.REGEX, "late[0-9]+"]), "turn's filters: %r", regs)
+    env.ctl("service", "rm", "--yes", "bigturn")
+    env.ctl("service", "rm", "--yes", "turn")
+    env.stop_controld()
+    env.start_controld()
 
 
 @test

@@ -223,7 +223,7 @@ def silent_connections_closed_after_handshake_timeout(env):
     a.doc("service", "list")
     # --handshake-timeout sets it; fewer than the limit: all wait for the timeout
     restart_controld(env, ["--handshake-timeout", "2"])
-    a.login(S["pw"])  # sessions do not survive a restart
+    a.expect(0, "status")  # sessions survive a restart (issue 24)
     h = hold_idle(env, 12, 6)
     check(isinstance(a.doc("service", "list"), list), "service list failed")
     closed = idle_closed(h, 6)
@@ -325,7 +325,7 @@ def peer_outside_allow_refused(env):
             e.expect(1, "login", "--password-file", S["pw"])
             check(not e.sessions(), "a refused peer got a session")
     finally:
-        a.doc("auth", "on")
+        env.ctl("auth", "on")  # while auth is off, only the local socket turns it on
     check("refused a control connection from 10.77.0.3: not in --allow" in log_text(env),
           "controld did not log the refusal:\n%s", env.log_tail(10))
     check(all(s["name"] != "allowx" for s in env.services()),
@@ -358,8 +358,8 @@ def passwd_with_and_without_expiring_sessions(env):
     a.expect(0, "status")
     # the old password no longer logs in, the new one does
     c = Client(env, "c2")
-    t_fail = time.monotonic()
     c.login(S["pw"], 7)
+    t_fail = time.monotonic()  # after the reply: the lockout began before it (a loaded box)
     wait_lockout(t_fail)
     c.login(pw2)
     c.expect(0, "status")
@@ -391,7 +391,7 @@ def auth_off_and_on(env):
         check(isinstance(n.doc("service", "list"), list), "service list without a login")
         check("password requirement turned off" in log_text(env), "auth off was not logged")
     finally:
-        d = a.doc("auth", "on")
+        d = env.ctl("auth", "on")
     check(d.get("auth_enabled") is True, "auth on --json: %r", d)
     n.expect(7, "status")
     a.expect(0, "status")
@@ -399,7 +399,128 @@ def auth_off_and_on(env):
     a.doc("auth", "off")
     restart_controld(env)
     n.expect(0, "status")
-    n.doc("auth", "on")
+    env.ctl("auth", "on")
+    n.expect(7, "status")
+    if a.rc("status") != 0:
+        a.login(S["pw"])
+
+
+@test
+def auth_on_or_passwd_over_tls_refused_while_auth_off(env):
+    """Issue 24: while auth is off any peer --allow lets in may send anything; it must not be
+    able to set a password or turn auth on and so lock the team out. Over ipc both work."""
+    a = S["a"]
+    n = Client(env, "lockout")
+    a.doc("auth", "off")
+    try:
+        p = n.expect(4, "auth", "on")
+        check("refused over the network while auth is off" in p.stderr and
+              "local socket" in p.stderr, "the refusal does not say why: %r", p.stderr)
+        evil = pwfile(env, "evil", "the-other-team-pw")
+        p = n.expect(4, "passwd", "--password-file", evil)
+        check("passwd: refused over the network" in p.stderr, "passwd refusal: %r", p.stderr)
+        # the logged-in player is refused too: it is the state, not the client
+        a.expect(4, "auth", "on")
+        n.expect(0, "status")  # still off: nothing changed
+        # the team's password still logs in once auth is back on; the intruder's does not
+        check(env.ctl("auth", "on").get("auth_enabled") is True, "auth on over ipc failed")
+    finally:
+        env.ctl("auth", "on")
+    n.expect(7, "status")
+    wait_lockout(time.monotonic())
+    n.login(evil, 7)
+    a.expect(0, "status")
+    # once auth is on, a logged-in remote player may change the password (and put it back)
+    pw2 = pwfile(env, "tmp2", "temporary-pw-99")
+    a.expect(0, "passwd", "--password-file", pw2)
+    a.expect(0, "passwd", "--password-file", S["pw"])
+    # and over ipc, while auth is off, the password can be set
+    env.ctl("auth", "off")
+    try:
+        env.ctl("passwd", "--password-file", S["pw"])
+    finally:
+        env.ctl("auth", "on")
+    a.expect(0, "status")
+
+
+def store_bytes(env):
+    out = b""
+    for name in ("data.mdb", "lock.mdb"):
+        path = os.path.join(env.state_dir, name)
+        if os.path.exists(path):
+            with open(path, "rb") as f:
+                out += f.read()
+    return out
+
+
+@test
+def remote_login_survives_controld_restart(env):
+    """Issue 24: a controld restart logs nobody out; the store keeps only a hash of each
+    token."""
+    a = S["a"]
+    b = Client(env, "restart")
+    b.login(S["pw"])
+    sess = b.sessions()
+    check(len(sess) == 1, "sessions %r", sess)
+    with open(sess[0]) as f:
+        token = f.read().strip()
+    check(len(token) == 64, "token %r", token)
+    b.expect(0, "status")
+    restart_controld(env)
+    check(b.sessions() == sess, "the session file changed: %r", b.sessions())
+    p = b.expect(0, "status")
+    check(isinstance(b.doc("service", "list"), list), "service list after the restart")
+    check("session(s) kept from before the restart" in log_text(env),
+          "controld did not say it kept sessions:\n%s", env.log_tail(10))
+    # twice: a second restart right after still has it (a kill -9 too: it was stored at login)
+    env.stop_controld(signal.SIGKILL)
+    env.start_controld(extra_args=ARGS)
+    b.expect(0, "status")
+    data = store_bytes(env)
+    check(len(data) > 0, "no LMDB files in %s", env.state_dir)
+    check(token.encode() not in data, "the store holds the token in hex")
+    check(bytes.fromhex(token) not in data and bytes.fromhex(token)[:12] not in data,
+          "the store holds the token's bytes")
+    # a logout is kept too
+    b.expect(0, "logout")
+    check(not b.sessions(), "logout left the file")
+    with open(sess[0], "w") as f:
+        f.write(token + "\n")
+    os.chmod(sess[0], 0o600)
+    restart_controld(env)
+    p = b.expect(7, "status")
+    check("logged out" in p.stderr or "expired" in p.stderr, "%r", p.stderr)
+    if a.rc("status") != 0:
+        a.login(S["pw"])
+
+
+@test
+def import_of_a_backup_without_auth_leaves_auth_on(env):
+    """Issue 24: a backup exported while auth was off, imported over TLS on a box with auth
+    on, leaves auth on (and the password), and the import says so."""
+    a = S["a"]
+    n = Client(env, "nologin")
+    backup = os.path.join(env.tmp, "noauth-backup.json")
+    env.ctl("auth", "off")
+    try:
+        a.expect(0, "export", backup, json_out=False)
+    finally:
+        env.ctl("auth", "on")
+    import json
+    with open(backup) as f:
+        doc = json.load(f)
+    check(doc.get("settings", {}).get("auth_enabled") is False,
+          "the backup does not hold auth off: %r", doc.get("settings"))
+    n.expect(7, "status")
+    p = a.expect(0, "import", backup, json_out=False)
+    check("auth settings are not imported: auth stays on" in p.stdout,
+          "the import does not say auth stays on: %r", p.stdout)
+    d = a.doc("import", backup)
+    check(d.get("auth_enabled") is True, "import --json: %r", d)
+    n.expect(7, "status")
+    a.expect(0, "status")
+    # after a restart too (the store was not changed)
+    restart_controld(env)
     n.expect(7, "status")
     if a.rc("status") != 0:
         a.login(S["pw"])

@@ -349,6 +349,45 @@ def web_cmd_compile_does_not_hold_other_requests(env):
 
 
 @test
+def web_change_while_busy_says_what_compiles(env):
+    """Issue 24: a change the page sends while another compiles is refused 503 with busy,
+    what compiles and for how long, which the page (api.js) waits on and shows."""
+    env.service("wbusy", "tcp")
+    env.service("wbig", "tcp")
+    rules = os.path.join(env.tmp, "wbig.rules")
+    with open(rules, "w") as f:
+        for i in range(1500):
+            f.write("both /pat%05d[0-9]+x/\n" % i)
+    imp = subprocess.Popen([os.path.join(env.bin, "fgexctl"), "-c", env.url, "filter", "import",
+                            "wbig", rules], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    seen = None
+    try:
+        n = 0
+        while imp.poll() is None and seen is None and n < 400:
+            r = W().req("POST", "/api/cmd/filter/add",
+                        {"service": "wbusy", "regex": "webwait%d[0-9]+" % n},
+                        cookie=S["tok"], csrf=S["csrf"])
+            n += 1
+            if r.get("status") == 503:
+                seen = r
+            else:
+                time.sleep(0.05)
+    finally:
+        _, ierr = imp.communicate(timeout=700)
+    check(seen is not None, "no busy refusal while the import compiled")
+    j = seen["json"]
+    check(j.get("busy") is True and j.get("exit") == 1 and
+          j.get("busy_what") == "filter import wbig (1500 filters)" and
+          isinstance(j.get("busy_secs"), int) and "busy" in j.get("error", ""),
+          "the busy refusal: %r", j)
+    # on a loaded machine the import itself may run past controld's --compile-timeout (60 s)
+    check(imp.returncode == 0 or (imp.returncode == 4 and b"--compile-timeout" in ierr),
+          "the import failed: %d (%r)", imp.returncode, ierr)
+    env.ctl("service", "rm", "--yes", "wbig")
+    env.ctl("service", "rm", "--yes", "wbusy")
+
+
+@test
 def web_cmd_password_change_and_expire_sessions(env):
     other_tok = S["tok"]
     login()  # this session changes the password; other_tok is another page's

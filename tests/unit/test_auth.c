@@ -500,8 +500,17 @@ Test(auth_rpc, auth_off_and_on_persists_and_logout)
     cr_assert_eq(ctl_auth_load(fresh, ctx.store), 0);
     cr_assert_not(ctl_auth_enabled(fresh), "the switch survives a restart");
     ctl_auth_free(fresh);
-    cr_assert_eq(passwd_as(&remote, NULL, "remote-set-pw", false), 0);
-    cr_assert_eq(auth_set_as(&remote, NULL, true), 0);
+    /* While auth is off, a remote peer can neither set a password nor turn auth on: it could
+     * lock the team out (issue 24). The local socket can. */
+    cr_assert_eq(passwd_as(&remote, NULL, "remote-set-pw", false), FGX__CTL__CODE__CODE_INVALID);
+    cr_assert_not_null(strstr(reply->error, "local socket"), "%s", reply->error);
+    cr_assert_eq(passwd_as(&local, NULL, "remote-set-pw", false), 0);
+    cr_assert_eq(auth_set_as(&remote, NULL, true), FGX__CTL__CODE__CODE_INVALID);
+    cr_assert_not_null(strstr(reply->error, "auth on: refused over the network while auth is off"),
+                       "%s", reply->error);
+    cr_assert_eq(status_as(&remote, NULL), 0, "the refusal left auth off");
+    cr_assert_eq(auth_set_as(&remote, NULL, false), 0, "turning it off again is harmless");
+    cr_assert_eq(auth_set_as(&local, NULL, true), 0);
     cr_assert_eq(status_as(&remote, NULL), FGX__CTL__CODE__CODE_AUTH);
     cr_assert_eq(login_as(&remote, "remote-set-pw", tok), 0);
     cr_assert_eq(status_as(&remote, tok), 0);
@@ -510,6 +519,84 @@ Test(auth_rpc, auth_off_and_on_persists_and_logout)
     q.token = tok;
     cr_assert_eq(call_from(&remote, &q), 0);
     cr_assert_eq(status_as(&remote, tok), FGX__CTL__CODE__CODE_AUTH);
+    /* Once on, a logged-in remote client may change the password. */
+    cr_assert_eq(login_as(&remote, "remote-set-pw", tok), 0);
+    cr_assert_eq(passwd_as(&remote, tok, "remote-set-pw2", false), 0);
+}
+
+Test(auth_rpc, sessions_outlive_a_restart_stored_hashed)
+{
+    char tok[CTL_AUTH_TOKEN_LEN + 1], gone[CTL_AUTH_TOKEN_LEN + 1];
+    Fgx__Ctl__Request q = FGX__CTL__REQUEST__INIT;
+    Fgx__Ctl__Empty e = FGX__CTL__EMPTY__INIT;
+    struct ctl_auth *fresh;
+    struct ctl_txn *t;
+    void *rec = NULL;
+    size_t len = 0;
+
+    cr_assert_eq(passwd_as(&local, NULL, "restart-pass", false), 0);
+    cr_assert_eq(login_as(&remote, "restart-pass", tok), 0);
+    cr_assert_eq(login_as(&remote, "restart-pass", gone), 0);
+    q.req_case = FGX__CTL__REQUEST__REQ_LOGOUT;
+    q.logout = &e;
+    q.token = gone;
+    cr_assert_eq(call_from(&remote, &q), 0);
+    /* What the store holds: hashes, never a token (in hex or in bytes). */
+    cr_assert_eq(ctl_txn_begin(ctx.store, false, &t), 0);
+    cr_assert_eq(ctl_store_bytes_get(t, "sessions", &rec, &len), 0);
+    ctl_txn_abort(t);
+    cr_assert_eq(len, 3 + 40, "one live session stored: %zu bytes", len);
+    cr_assert_null(memmem(rec, len, tok, 16));
+    {
+        uint8_t raw[8];
+        for (int i = 0; i < 8; i++)
+            sscanf(tok + 2 * i, "%2hhx", &raw[i]);
+        cr_assert_null(memmem(rec, len, raw, sizeof(raw)));
+    }
+    free(rec);
+    /* A restart: a new auth loaded from the same store knows the session, not the logout. */
+    cr_assert_eq(ctl_auth_new(&fresh), 0);
+    cr_assert_eq(ctl_auth_load(fresh, ctx.store), 0);
+    ctl_auth_free(ctx.auth);
+    ctx.auth = fresh;
+    cr_assert_eq(status_as(&remote, tok), 0, "the session outlived the restart");
+    cr_assert_eq(status_as(&remote, gone), FGX__CTL__CODE__CODE_AUTH, "a logout stays");
+}
+
+Test(auth, stored_sessions_keep_their_expiry)
+{
+    struct ctl_auth *sa, *b;
+    char t1[CTL_AUTH_TOKEN_LEN + 1], t2[CTL_AUTH_TOKEN_LEN + 1];
+    uint8_t buf[CTL_AUTH_SESSIONS_REC_MAX];
+    const uint64_t hour = 3600ull * 1000, real = 1800000000000ull;
+    size_t len;
+
+    cr_assert_eq(ctl_auth_new(&sa), 0);
+    cr_assert_eq(ctl_auth_new(&b), 0);
+    cr_assert_eq(ctl_auth_session_new(sa, 1000, t1), 0);
+    cr_assert_eq(ctl_auth_session_new(sa, 1000 + 10 * hour, t2), 0);
+    cr_assert_eq(ctl_auth_sessions_encode(sa, 1000 + 10 * hour, real, buf, 10), 0, "too small");
+    len = ctl_auth_sessions_encode(sa, 1000 + 10 * hour, real, buf, sizeof(buf));
+    cr_assert_eq(len, 3 + 2 * 40);
+    cr_assert_null(memmem(buf, len, t1, CTL_AUTH_TOKEN_LEN));
+    /* Read back one hour later by the wall clock, on another monotonic clock (a reboot):
+     * t1 was idle 10 h then, 11 h now, so it has an hour left; t2 has eleven. */
+    cr_assert_eq(ctl_auth_sessions_decode(b, buf, len, 5, real + hour), 2);
+    cr_assert(ctl_auth_session_alive(b, t1, 5));
+    cr_assert(ctl_auth_session_alive(b, t2, 5));
+    cr_assert_not(ctl_auth_session_alive(b, t1, 5 + hour + 1000), "t1's 12 h ran out");
+    cr_assert(ctl_auth_session_alive(b, t2, 5 + hour + 1000));
+    /* Two hours later by the wall clock: t1 expired while controld was down. */
+    cr_assert_eq(ctl_auth_sessions_decode(b, buf, len, 5, real + 2 * hour + 1), 1);
+    cr_assert_not(ctl_auth_session_alive(b, t1, 5));
+    cr_assert(ctl_auth_session_alive(b, t2, 5));
+    /* Not such a record: refused, nothing half-read. */
+    buf[0] = 99;
+    cr_assert_eq(ctl_auth_sessions_decode(b, buf, len, 5, real), -EINVAL);
+    buf[0] = 1;
+    cr_assert_eq(ctl_auth_sessions_decode(b, buf, len - 1, 5, real), -EINVAL);
+    ctl_auth_free(sa);
+    ctl_auth_free(b);
 }
 
 Test(auth_rpc, cert_needs_no_session)
@@ -556,7 +643,10 @@ Test(auth_rpc, config_import_with_bad_regex_changes_nothing)
     cr_assert(ctl_auth_enabled(ctx.auth), "a refused import leaves the switch alone");
     f.regex = "fine";
     cr_assert_eq(call_from(&local, &q), 0, "%s", reply->error ? reply->error : "");
-    cr_assert_not(ctl_auth_enabled(ctx.auth));
+    /* A backup taken with auth off does not turn it off here, and the reply says so. */
+    cr_assert(ctl_auth_enabled(ctx.auth), "an import changed the auth switch");
+    cr_assert(reply->has_auth_not_imported && reply->auth_not_imported);
+    cr_assert(reply->has_auth_enabled && reply->auth_enabled);
     q.req_case = FGX__CTL__REQUEST__REQ_CONFIG_EXPORT;
     q.config_export = &e;
     cr_assert_eq(call_from(&local, &q), 0);
@@ -565,5 +655,5 @@ Test(auth_rpc, config_import_with_bad_regex_changes_nothing)
     cr_assert_eq(reply->config->services[0]->id, 4);
     cr_assert_eq(reply->config->n_filters, 1);
     cr_assert_str_eq(reply->config->filters[0]->regex, "fine");
-    cr_assert(reply->config->has_auth_enabled && !reply->config->auth_enabled);
+    cr_assert(reply->config->has_auth_enabled && reply->config->auth_enabled);
 }

@@ -283,6 +283,25 @@ Test(cli, status_and_default_url)
     cr_assert_null(cmd.help);
 }
 
+/* Issue 24: how long a change waits for a busy controld: 30 s unless --wait says. */
+Test(cli, wait_for_a_busy_controld)
+{
+    struct cli_cmd cmd;
+
+    parse_ok(ARGV("filter", "add", "web", "x"), &cmd);
+    cr_assert_eq(cmd.wait_s, 30);
+    parse_ok(ARGV("--wait", "0", "filter", "add", "web", "x"), &cmd);
+    cr_assert_eq(cmd.wait_s, 0);
+    parse_ok(ARGV("filter", "add", "web", "x", "--wait=120"), &cmd);
+    cr_assert_eq(cmd.wait_s, 120);
+    parse_ok(ARGV("filter", "import", "web", "f.rules", "--wait", "5", "--sync"), &cmd);
+    cr_assert_eq(cmd.wait_s, 5);
+    parse_fails(ARGV("--wait", "soon", "status"), 4, "invalid --wait 'soon'");
+    parse_fails(ARGV("--wait", "-1", "status"), 4, "invalid --wait");
+    parse_fails(ARGV("--wait", "999999", "status"), 4, "invalid --wait");
+    parse_fails(ARGV("status", "--wait"), 2, "--wait needs a number of seconds");
+}
+
 Test(cli, url_from_env_then_dash_c_wins)
 {
     struct cli_cmd cmd;

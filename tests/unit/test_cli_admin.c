@@ -829,6 +829,56 @@ Test(cli_session, token_file_is_private, .init = tmp_setup, .fini = tmp_teardown
     cr_assert_eq(unsetenv("FGEX_CONFIG_DIR"), 0);
 }
 
+/* Issue 24: a context and -c URL of one box share a session: keyed by the box (host, port,
+ * pinned certificate), in the base directory whatever the context. */
+Test(cli_session, one_box_one_session_key, .init = tmp_setup, .fini = tmp_teardown)
+{
+    char key[512], a[512], b[512], ctxdir[512];
+
+    cli_session_key("tls+tcp://Box.Example:7443", NULL, key, sizeof(key));
+    cr_assert_str_eq(key, "box.example_7443");
+    cli_session_key("tls+tcp4://box.example:7443", FP_A, key, sizeof(key));
+    cr_assert_str_eq(key, "box.example_7443@"
+                          "e1bbf94275a38d812872e08e9bcb731b609486e58fa3b9b483766c11803cb948");
+    cli_session_key("ipc:///run/fgex/control.sock", FP_A, key, sizeof(key));
+    cr_assert_str_eq(key, "ipc____run_fgex_control.sock@"
+                          "e1bbf94275a38d812872e08e9bcb731b609486e58fa3b9b483766c11803cb948");
+
+    cr_assert_eq(setenv("FGEX_CONFIG_DIR", tmpdir, 1), 0);
+    (void)snprintf(ctxdir, sizeof(ctxdir), "%s/contexts/box1", tmpdir);
+    /* the base pin and the context's pin are the same certificate: one file */
+    cr_assert_eq(cli_pin_store(tmp_path("known_hosts"), "10.1.2.3:4433", FP_A), 0);
+    cr_assert_eq(cli_pin_store(tmp_path("contexts/box1/known_hosts"), "10.1.2.3:4433", FP_A), 0);
+    cr_assert_eq(cli_session_path_in("tls+tcp://10.1.2.3:4433", tmpdir, a, sizeof(a)), 0);
+    cr_assert_eq(cli_session_path_in("tls+tcp://10.1.2.3:4433", ctxdir, b, sizeof(b)), 0);
+    cr_assert_str_eq(a, b);
+    cr_assert_str_eq(a + strlen(tmpdir), "/sessions/10.1.2.3_4433@e1bbf94275a38d812872e08e9bcb7"
+                                         "31b609486e58fa3b9b483766c11803cb948");
+    /* another certificate at that address (another box, another game): another session */
+    cr_assert_eq(cli_pin_store(tmp_path("contexts/box1/known_hosts"), "10.1.2.3:4433",
+                               "BA:78:16:BF:8F:01:CF:EA:41:41:40:DE:5D:AE:22:23:B0:03:61:A3:96:17:"
+                               "7A:9C:B4:10:FF:61:F2:00:15:AD"),
+                 0);
+    cr_assert_eq(cli_session_path_in("tls+tcp://10.1.2.3:4433", ctxdir, b, sizeof(b)), 0);
+    cr_assert_str_neq(a, b);
+    /* no pin (--ca): the address alone */
+    cr_assert_eq(cli_session_path_in("tls+tcp://10.9.9.9:1", ctxdir, b, sizeof(b)), 0);
+    cr_assert_str_eq(b + strlen(tmpdir), "/sessions/10.9.9.9_1");
+    /* a login with --ca stored that one; a later command that pinned on first use finds it */
+    cr_assert_eq(cli_session_store(b, "t0k3n"), 0);
+    cr_assert_eq(cli_pin_store(tmp_path("known_hosts"), "10.9.9.9:1", FP_A), 0);
+    cr_assert_eq(cli_session_path("tls+tcp://10.9.9.9:1", a, sizeof(a)), 0);
+    cr_assert_str_neq(a, b);
+    cr_assert_eq(cli_session_find("tls+tcp://10.9.9.9:1", a, sizeof(a)), 0);
+    cr_assert_str_eq(a, b);
+    /* once the pinned one exists, it is the one */
+    cr_assert_eq(cli_session_path("tls+tcp://10.9.9.9:1", a, sizeof(a)), 0);
+    cr_assert_eq(cli_session_store(a, "n3w"), 0);
+    cr_assert_eq(cli_session_find("tls+tcp://10.9.9.9:1", b, sizeof(b)), 0);
+    cr_assert_str_eq(a, b);
+    cr_assert_eq(unsetenv("FGEX_CONFIG_DIR"), 0);
+}
+
 Test(cli_session, password_from_file, .init = tmp_setup, .fini = tmp_teardown)
 {
     char *pw = NULL, err[256], *p = strdup(tmp_path("pw"));

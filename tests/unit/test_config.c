@@ -192,6 +192,10 @@ Test(config, export_import_round_trip)
     cr_assert_eq(import(sb, cfg, err, sizeof(err)), 0, "%s", err);
     da = dump(sa);
     db = dump(sb);
+    /* Everything but the auth switch: a backup taken with auth off leaves it on (issue 24). */
+    cr_assert_not_null(strstr(da, "auth 0\n"));
+    cr_assert_not_null(strstr(db, "auth 1\n"));
+    strstr(db, "auth 1\n")[5] = '0';
     cr_assert_str_eq(da, db);
     free(da);
     free(db);

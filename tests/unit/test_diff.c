@@ -61,7 +61,7 @@ Test(diff, sync_keeps_identical_adds_and_removes_the_rest)
     bool kept[3];
     size_t a, b;
 
-    cr_assert_eq(ctl_diff_filters(cur, 3, want, 3, match, kept, &a, &b), 0);
+    cr_assert_eq(ctl_diff_filters(cur, 3, want, 3, false, match, kept, &a, &b), 0);
     cr_assert_eq(match[0], 2, "keep2 is filter 8");
     cr_assert_eq(match[1], -1, "new is added");
     cr_assert_eq(match[2], 0, "keep is filter 3");
@@ -76,7 +76,7 @@ Test(diff, the_same_file_twice_maps_every_line)
     bool kept[2];
     size_t a, b;
 
-    cr_assert_eq(ctl_diff_filters(cur, 2, want, 2, match, kept, &a, &b), 0);
+    cr_assert_eq(ctl_diff_filters(cur, 2, want, 2, false, match, kept, &a, &b), 0);
     cr_assert(match[0] == 0 && match[1] == 1 && kept[0] && kept[1],
               "a second load changes nothing");
 }
@@ -89,7 +89,7 @@ Test(diff, two_identical_lines_are_refused)
     bool kept[1];
     size_t a = 99, b = 99;
 
-    cr_assert_eq(ctl_diff_filters(NULL, 0, want, 3, match, kept, &a, &b), -EEXIST);
+    cr_assert_eq(ctl_diff_filters(NULL, 0, want, 3, false, match, kept, &a, &b), -EEXIST);
     cr_assert(a == 0 && b == 2, "lines %zu and %zu", a, b);
 }
 
@@ -102,7 +102,7 @@ Test(diff, old_duplicates_keep_the_lowest_id)
     bool kept[2];
     size_t a, b;
 
-    cr_assert_eq(ctl_diff_filters(cur, 2, want, 1, match, kept, &a, &b), 0);
+    cr_assert_eq(ctl_diff_filters(cur, 2, want, 1, false, match, kept, &a, &b), 0);
     cr_assert(match[0] == 0 && kept[0] && !kept[1]);
 }
 
@@ -142,4 +142,51 @@ Test(diff, service_changes_in_words)
     snprintf(b.name, sizeof(b.name), "web2");
     ctl_diff_service(&a, &b, buf, sizeof(buf));
     cr_assert_str_eq(buf, "name web -> web2, port 80 -> 8080, stopped");
+}
+
+/* Issue 24: a sync keeps a filter whose regex, direction and case a line has, whatever the
+ * line's action says; what changed is said in words. */
+Test(diff, a_sync_maps_by_pattern_not_action)
+{
+    struct ctl_filter cur[] = {flt(4, "x", FGX_DIR_BOTH, false), flt(9, "y", FGX_DIR_C2S, false)};
+    struct ctl_filter want[] = {flt(0, "x", FGX_DIR_BOTH, false), flt(0, "y", FGX_DIR_C2S, true)};
+    long match[2];
+    bool kept[2];
+    size_t a, b;
+
+    want[0].log = true;
+    cr_assert_not(ctl_filter_same(&cur[0], &want[0]), "block and log are two filters to add");
+    cr_assert(ctl_filter_same_pattern(&cur[0], &want[0]));
+    cr_assert_eq(ctl_diff_filters(cur, 2, want, 2, false, match, kept, &a, &b), 0);
+    cr_assert_eq(match[0], -1, "by identity the log line is another filter");
+    cr_assert_eq(ctl_diff_filters(cur, 2, want, 2, true, match, kept, &a, &b), 0);
+    cr_assert(match[0] == 0 && kept[0], "by pattern it is filter 4");
+    cr_assert_eq(match[1], -1, "y with nocase is another pattern");
+    cr_assert_not(kept[1]);
+    /* two lines of one pattern are one filter: refused by pattern, not by identity */
+    want[1] = flt(0, "x", FGX_DIR_BOTH, false);
+    cr_assert_eq(ctl_diff_filters(cur, 2, want, 2, false, match, kept, &a, &b), 0);
+    cr_assert_eq(ctl_diff_filters(cur, 2, want, 2, true, match, kept, &a, &b), -EEXIST);
+    cr_assert(a == 0 && b == 1);
+}
+
+Test(diff, a_filter_change_in_words)
+{
+    struct ctl_filter x = flt(4, "x", FGX_DIR_BOTH, false), y = x;
+    char buf[160];
+
+    ctl_diff_filter(&x, &y, true, buf, sizeof(buf));
+    cr_assert_str_eq(buf, "");
+    y.log = true;
+    ctl_diff_filter(&x, &y, true, buf, sizeof(buf));
+    cr_assert_str_eq(buf, "action block -> log");
+    y.label = "sqli";
+    y.active = !x.active;
+    ctl_diff_filter(&x, &y, true, buf, sizeof(buf));
+    cr_assert_str_eq(buf, x.active ? "action block -> log, label none -> 'sqli', disabled"
+                                   : "action block -> log, label none -> 'sqli', enabled");
+    ctl_diff_filter(&x, &y, false, buf, sizeof(buf));
+    cr_assert_str_eq(buf, "action block -> log, label none -> 'sqli'", "a sync keeps the state");
+    ctl_diff_filter(&y, &x, false, buf, sizeof(buf));
+    cr_assert_str_eq(buf, "action log -> block, label 'sqli' -> none");
 }

@@ -891,6 +891,12 @@ Test(webapi, errors_as_fgexctl_reports_them)
             rep.has_duplicate_of = 1;
             rep.duplicate_of = 12;
         }
+        if (i == 5) { /* controld marks the refusal, and says what compiles (issue 24) */
+            rep.has_busy = rep.busy = 1;
+            rep.busy_what = "filter import web (2000 filters)";
+            rep.has_busy_secs = 1;
+            rep.busy_secs = 3;
+        }
         cli_fmt_error(f, &rep);
         (void)fclose(f);
         line[n - 1] = '\0';
@@ -903,6 +909,12 @@ Test(webapi, errors_as_fgexctl_reports_them)
         cr_assert_str_eq(json_string_value(json_object_get(o, "error")), want);
         cr_assert_eq(json_integer_value(json_object_get(o, "exit")), cases[i].exit_code);
         cr_assert_eq(cli_fmt_exit_code(rep.code), cases[i].exit_code);
+        cr_assert_eq(json_is_true(json_object_get(o, "busy")), i == 5, "case %zu", i);
+        if (i == 5) {
+            cr_assert_str_eq(json_string_value(json_object_get(o, "busy_what")),
+                             "filter import web (2000 filters)");
+            cr_assert_eq(json_integer_value(json_object_get(o, "busy_secs")), 3);
+        }
         if (i == 2)
             cr_assert_eq(json_integer_value(json_object_get(o, "duplicate_of")), 12);
         else

@@ -21,7 +21,9 @@ export function onAuthLost(fn) {
   return () => authListeners.delete(fn);
 }
 
-async function request(method, path, body) {
+// A session outlives a restart of controld, its CSRF key does not (a fresh one each start): a
+// change refused 403 "csrf" fetches the session's new token once and is sent again.
+async function request(method, path, body, retried = false) {
   const headers = { Accept: 'application/json' };
   if (method !== 'GET') {
     headers['Content-Type'] = 'application/json';
@@ -43,6 +45,13 @@ async function request(method, path, body) {
     }
   }
   if (!res.ok) {
+    if (res.status === 403 && data && data.error === 'csrf' && !retried && method !== 'GET') {
+      const sess = await fetch('/api/session', { headers: { Accept: 'application/json' }, credentials: 'same-origin' });
+      if (sess.ok) {
+        csrf = (await sess.json()).csrf;
+        return request(method, path, body, true);
+      }
+    }
     if (res.status === 401 && path !== '/api/login') {
       csrf = null;
       for (const fn of authListeners) fn(false);
@@ -66,12 +75,52 @@ function query(params) {
   return s ? `?${s}` : '';
 }
 
+// While controld compiles one change it refuses another as busy (503, body.busy): a change
+// is sent again until it gets its turn, for up to BUSY_WAIT_MS, as fgexctl's --wait does.
+// fn({what, secs}) is told once a change has waited BUSY_NOTE_MS, and fn(null) when it is over.
+const BUSY_WAIT_MS = 30000;
+const BUSY_STEP_MS = 500;
+const BUSY_NOTE_MS = 1000;
+const busyListeners = new Set();
+
+export function onBusy(fn) {
+  busyListeners.add(fn);
+  return () => busyListeners.delete(fn);
+}
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+async function requestWaiting(method, path, body) {
+  const t0 = Date.now();
+  let noted = false;
+  try {
+    for (;;) {
+      try {
+        return await request(method, path, body);
+      } catch (e) {
+        if (!(e instanceof ApiError) || e.status !== 503 || !e.body.busy) throw e;
+        if (Date.now() - t0 + BUSY_STEP_MS > BUSY_WAIT_MS) {
+          e.message = `${e.message} (waited ${Math.round((Date.now() - t0) / 1000)} s for its turn)`;
+          throw e;
+        }
+        if (Date.now() - t0 >= BUSY_NOTE_MS) {
+          noted = true;
+          for (const fn of busyListeners) fn({ what: e.body.busy_what || 'another change', secs: e.body.busy_secs || 0 });
+        }
+        await sleep(BUSY_STEP_MS);
+      }
+    }
+  } finally {
+    if (noted) for (const fn of busyListeners) fn(null);
+  }
+}
+
 // Run the fgexctl command cmd ("service/list", "filter/add") with params (docs/web.md);
 // opts.method 'GET' for a command that changes nothing. Resolves to fgexctl's --json value.
 export function call(cmd, params = {}, opts = {}) {
   const method = opts.method || 'POST';
   const path = `/api/cmd/${cmd}`;
-  return method === 'GET' ? request('GET', path + query(params)) : request(method, path, params);
+  return method === 'GET' ? request('GET', path + query(params)) : requestWaiting(method, path, params);
 }
 
 export const get = (cmd, params = {}) => call(cmd, params, { method: 'GET' });
