@@ -19,6 +19,7 @@
 #include <jansson.h>
 
 #include "fgx/log.h"
+#include "fgx/python.h"
 
 static void err_set(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -118,8 +119,11 @@ static int check_run(const void *src, size_t len, const char *filename, char **o
             (void)dup2(devnull, 2);
         /* its own process group, so that a timeout kills whatever the file started */
         (void)setpgid(0, 0);
-        execl(CTL_SCRIPT_PYTHON, "python3", "-I", "-c", prog, ctl_script_pydir(), filename,
-              (char *)NULL);
+        {
+            const char *args[] = {"-c", prog, ctl_script_pydir(), filename, NULL};
+
+            (void)fgx_python_exec(args);
+        }
         _exit(127);
     }
     close(pfd[1]);
@@ -184,7 +188,7 @@ static int check_run(const void *src, size_t len, const char *filename, char **o
         err_set(err, errlen,
                 "the script check did not run (%s %s: exit %d): is python3 with fgex's "
                 "package installed?",
-                CTL_SCRIPT_PYTHON, ctl_script_pydir(),
+                FGX_PYTHON, ctl_script_pydir(),
                 WIFEXITED(status) ? WEXITSTATUS(status) : -1);
         goto out;
     }

@@ -16,8 +16,7 @@
 #include <unistd.h>
 
 #include "fgx/log.h"
-
-#define SW_PYTHON "/usr/bin/python3"
+#include "fgx/python.h"
 
 _Static_assert(sizeof(struct fgx_sw_page) <= FGX_SW_PAGE, "the page holds its fields");
 
@@ -87,7 +86,11 @@ int sw_child_spawn(struct sw *w, struct sw_child *c)
         (void)dup2(from[1], 1);
         (void)dup2(pg, 3);
         (void)dup2(ls, 4);
-        execl(SW_PYTHON, "python3", "-I", "-c", prog, w->pydir, (char *)NULL);
+        {
+            const char *args[] = {"-c", prog, w->pydir, NULL};
+
+            (void)fgx_python_exec(args);
+        }
         _exit(127);
     }
     close(to[0]);
