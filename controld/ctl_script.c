@@ -18,6 +18,7 @@
 
 #include <jansson.h>
 
+#include "controld/ctl_priv.h"
 #include "fgx/log.h"
 #include "fgx/python.h"
 
@@ -77,6 +78,8 @@ static int check_run(const void *src, size_t len, const char *filename, char **o
     int in = -1, pfd[2] = {-1, -1}, status, rv = 0;
     size_t cap = 4096, used = 0;
     char *buf = NULL;
+    struct fgx_sandbox sb;
+    const char *pydir;
     uint64_t end;
     pid_t pid;
 
@@ -104,10 +107,13 @@ static int check_run(const void *src, size_t len, const char *filename, char **o
         rv = -ENOMEM;
         goto out;
     }
-    pid = fork();
-    if (pid == -1) {
-        rv = -errno;
-        err_set(err, errlen, "cannot start the script check: %s", strerror(errno));
+    /* a file's module code runs here: in the sandbox the interpreters have, uid its own */
+    ctl_priv_check_sandbox(&sb);
+    pydir = ctl_script_pydir(); /* before the fork: the child must not allocate */
+    pid = fgx_sandbox_fork();
+    if (pid < 0) {
+        rv = pid;
+        err_set(err, errlen, "cannot start the script check: %s", strerror(-pid));
         goto out;
     }
     if (pid == 0) {
@@ -117,10 +123,11 @@ static int check_run(const void *src, size_t len, const char *filename, char **o
         (void)dup2(pfd[1], 1);
         if (devnull != -1)
             (void)dup2(devnull, 2);
-        /* its own process group, so that a timeout kills whatever the file started */
-        (void)setpgid(0, 0);
+        /* pid 1 of its own namespace: a timeout's kill takes whatever the file started */
+        if (fgx_sandbox_enter(&sb) < 0)
+            _exit(126);
         {
-            const char *args[] = {"-c", prog, ctl_script_pydir(), filename, NULL};
+            const char *args[] = {"-c", prog, pydir, filename, NULL};
 
             (void)fgx_python_exec(args);
         }
@@ -169,7 +176,7 @@ static int check_run(const void *src, size_t len, const char *filename, char **o
         used += (size_t)r;
     }
     if (rv < 0)
-        (void)kill(-pid, SIGKILL);
+        (void)kill(pid, SIGKILL);
     while (waitpid(pid, &status, 0) == -1 && errno == EINTR)
         ;
     if (rv == -ETIMEDOUT) {

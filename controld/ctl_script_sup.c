@@ -12,8 +12,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "controld/ctl_priv.h"
 #include "controld/ctl_script.h"
 #include "fgx/log.h"
+#include "fgx/priv.h"
 
 static struct {
     char path[PATH_MAX];
@@ -37,10 +39,15 @@ static uint64_t now_ms(void)
 
 static int spawn(void)
 {
-    char procs[16];
+    const struct ctl_priv *pv = ctl_priv_get();
+    char procs[16], suid[16], smem[16];
     pid_t parent = getpid(), pid;
 
     (void)snprintf(procs, sizeof(procs), "%u", CTL_SCRIPT_PROCS);
+    (void)snprintf(suid, sizeof(suid), "%u",
+                   pv ? pv->script_uid : CTL_PRIV_SCRIPT_UID_DEFAULT);
+    (void)snprintf(smem, sizeof(smem), "%u",
+                   pv ? pv->script_mem_mib : CTL_PRIV_SCRIPT_MEM_MIB_DEFAULT);
     pid = fork();
     if (pid == -1) {
         fgx_err("cannot fork scriptworker: %s", strerror(errno));
@@ -60,8 +67,10 @@ static int spawn(void)
         signal(SIGCHLD, SIG_DFL);
         close_range(3, ~0u, 0);
         execl(sup.path, sup.path, "--listen", sup.url, "--python-dir",
-              ctl_script_pydir(), "--procs", procs, "--log-level", sup.log_level,
-              (char *)NULL);
+              ctl_script_pydir(), "--procs", procs, "--log-level", sup.log_level, "--user",
+              pv ? pv->user : FGX_PRIV_USER_DEFAULT, "--script-uid", suid, "--script-memory",
+              smem, "--hide", pv ? pv->state_dir : "/var/lib/fgex", "--hide",
+              pv ? pv->run_dir : "/run/fgex", (char *)NULL);
         fgx_err("cannot run %s: %s", sup.path, strerror(errno));
         _exit(127);
     }

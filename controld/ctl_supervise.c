@@ -2,6 +2,8 @@
  * and the req side of the data-path channel it dials. A restarted worker gets the full ruleset
  * from the caller, which learns of the restart from ctl_sup_poll(). */
 #include "controld/ctl_supervise.h"
+#include "controld/ctl_health.h"
+#include "controld/ctl_priv.h"
 #include "controld/ctl_script_sup.h"
 
 #include <errno.h>
@@ -17,6 +19,7 @@
 
 #include "fgx/chan.h"
 #include "fgx/log.h"
+#include "fgx/priv.h"
 
 /* A dead worker is a gap in filtering (fail-closed: an outage of the service), so the backoff
  * stays short: it only keeps a worker that crashes at once from spinning, and is capped so that
@@ -28,7 +31,7 @@
 #define SUP_HANDOVER_MS 5000
 
 struct ctl_sup {
-    char *run_dir, *worker_path, *log_level;
+    char *run_dir, *worker_path, *log_level, *user;
     unsigned threads, queue_base, proxy_port, max_conns, nfq_flows, nfq_script_flows;
     bool has_max_per_src, has_first_byte;
     unsigned max_per_src, first_byte_s;
@@ -45,6 +48,7 @@ struct ctl_sup {
     bool spawned_once;
     uint64_t generation;
     uint32_t restarts;
+    uint32_t seccomp_kills; /* deaths by a system call outside its allow-list (SIGSYS) */
     uint64_t instance;
     uint64_t started_ms, restart_at_ms, backoff_ms;
     uint64_t started_unix;
@@ -92,9 +96,10 @@ static int sup_spawn(struct ctl_sup *s)
     char url[PATH_MAX + 16], threads[16], base[16], port[16], conns[16], flows[16];
     char per_src[16], first[16], sflows[16];
     /* spare slots (and the NULL after them) for the options below */
-    char *argv[18] = {s->worker_path, "--control", url,           "--threads",  threads,
-                      "--queue-base", base,        "--log-level", s->log_level, NULL};
-    int argc = 9;
+    char *argv[20] = {s->worker_path, "--control", url,         "--threads", threads,
+                      "--queue-base", base,        "--log-level", s->log_level, "--user",
+                      s->user,        NULL};
+    int argc = 11;
     pid_t parent = getpid(), pid;
 
     snprintf(url, sizeof(url), "ipc://%s/%s.sock", s->run_dir, s->proxy_port ? "proxy" : "nfq");
@@ -189,7 +194,8 @@ int ctl_sup_start(const struct ctl_sup_config *cfg, struct ctl_sup **out)
         return -ENOMEM;
     s->run_dir = strdup(cfg->run_dir);
     s->log_level = strdup(cfg->log_level ? cfg->log_level : "info");
-    if (!s->run_dir || !s->log_level)
+    s->user = strdup(ctl_priv_get() ? ctl_priv_get()->user : FGX_PRIV_USER_DEFAULT);
+    if (!s->run_dir || !s->log_level || !s->user)
         goto err;
     if (cfg->worker_path) {
         s->worker_path = strdup(cfg->worker_path);
@@ -217,6 +223,10 @@ int ctl_sup_start(const struct ctl_sup_config *cfg, struct ctl_sup **out)
     rv = fgx_chan_listen(url, FGX_CHAN_REQ, &s->chan);
     if (rv < 0)
         goto err;
+    /* the worker dials it as its user (after its drop, again when the channel breaks) */
+    rv = ctl_priv_socket_share(url + strlen("ipc://"));
+    if (rv < 0)
+        goto err;
     rv = sup_spawn(s);
     if (rv < 0)
         s->restart_at_ms = now_ms() + s->backoff_ms;
@@ -237,7 +247,14 @@ static void sup_reaped(struct ctl_sup *s, pid_t r, int status, uint64_t now)
     } else {
         if (r == -1)
             fgx_warn("%s (pid %d) lost: %s", s->name, (int)s->pid, strerror(errno));
-        else if (WIFSIGNALED(status))
+        else if (WIFSIGNALED(status) && WTERMSIG(status) == SIGSYS) {
+            /* SECCOMP_RET_KILL_PROCESS: the worker tried a system call outside its list
+             * (fgx/priv.h), an exploit's or a bug's; it is replaced as after a crash */
+            s->seccomp_kills++;
+            ctl_health_note(0, CTL_HEALTH_ERROR, "worker-seccomp", s->seccomp_kills,
+                            "%s killed by seccomp (%s); restarting it", s->name,
+                            ctl_priv_seccomp_syscall(s->pid));
+        } else if (WIFSIGNALED(status))
             fgx_warn("%s (pid %d) killed by signal %d", s->name, (int)s->pid, WTERMSIG(status));
         else
             fgx_warn("%s (pid %d) exited with status %d", s->name, (int)s->pid,
@@ -549,5 +566,6 @@ void ctl_sup_stop(struct ctl_sup *s)
     free(s->run_dir);
     free(s->worker_path);
     free(s->log_level);
+    free(s->user);
     free(s);
 }

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -28,7 +29,7 @@ uint64_t sw_now_ms(void)
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-int sw_listen(const char *path)
+int sw_listen(const char *path, gid_t gid)
 {
     struct sockaddr_un a = {.sun_family = AF_UNIX};
     int fd, e;
@@ -40,7 +41,8 @@ int sw_listen(const char *path)
     if (fd == -1)
         return -errno;
     (void)unlink(path);
-    if (bind(fd, (struct sockaddr *)&a, sizeof(a)) == -1 || listen(fd, SW_BACKLOG) == -1) {
+    if (bind(fd, (struct sockaddr *)&a, sizeof(a)) == -1 || chown(path, 0, gid) == -1 ||
+        chmod(path, 0660) == -1 || listen(fd, SW_BACKLOG) == -1) {
         e = -errno;
         close(fd);
         return e;
@@ -53,7 +55,7 @@ int sw_child_spawn(struct sw *w, struct sw_child *c)
     static const char prog[] = "import sys; sys.path.insert(0, sys.argv[1]); "
                                "import fgex.serve as s; sys.exit(s.main())";
     int to[2] = {-1, -1}, from[2] = {-1, -1}, rv;
-    pid_t parent = getpid(), pid;
+    pid_t pid;
     void *page;
 
     c->page_fd = memfd_create("fgex-sw-page", MFD_CLOEXEC);
@@ -66,16 +68,18 @@ int sw_child_spawn(struct sw *w, struct sw_child *c)
     c->page = page;
     if (pipe2(to, O_CLOEXEC) == -1 || pipe2(from, O_CLOEXEC) == -1)
         goto err;
-    pid = fork();
-    if (pid == -1)
+    w->sandbox.uid = (uid_t)(w->script_uid + (unsigned)(c - w->child));
+    pid = fgx_sandbox_fork();
+    if (pid < 0) {
+        errno = -pid;
         goto err;
+    }
     if (pid == 0) {
         sigset_t none;
 
-        /* an interpreter stuck in a loop reads no stdin: it goes with us all the same */
+        /* an interpreter stuck in a loop reads no stdin: it goes with us all the same (pid 1
+         * of its own namespace, it cannot see us: had we died already, its stdin is at EOF) */
         prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent)
-            _exit(1);
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);
         signal(SIGPIPE, SIG_DFL);
@@ -86,6 +90,8 @@ int sw_child_spawn(struct sw *w, struct sw_child *c)
         (void)dup2(from[1], 1);
         (void)dup2(pg, 3);
         (void)dup2(ls, 4);
+        if (fgx_sandbox_enter(&w->sandbox) < 0)
+            _exit(126);
         {
             const char *args[] = {"-c", prog, w->pydir, NULL};
 

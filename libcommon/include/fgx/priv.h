@@ -1,0 +1,32 @@
+/* Least privilege for the data-path workers: after a worker has opened what needs root (its
+ * queues, transparent listeners, raw sockets), one call drops it to an unprivileged user with
+ * only the capabilities it still uses, sets no_new_privs and installs its seccomp allow-list
+ * (any other system call kills the process: SECCOMP_RET_KILL_PROCESS, which its supervisor sees
+ * as SIGSYS). Every worker drops the same way; the lists live beside each worker's main.c. */
+#ifndef FGX_PRIV_H
+#define FGX_PRIV_H
+
+#include <stddef.h>
+
+#define FGX_PRIV_USER_DEFAULT "fgex"
+
+/* Set in a worker's environment by the tests only: SIGUSR2 then makes a system call outside
+ * every allow-list, to prove that it kills the worker. */
+#define FGX_PRIV_TEST_TRIGGER_ENV "FGEX_TEST_SECCOMP_SIGUSR2"
+
+struct fgx_priv {
+    const char *user;     /* the user to run as (its uid and primary gid) */
+    const int *caps;      /* CAP_* kept effective and permitted (the bounding set: only these) */
+    size_t ncaps;
+    /* the allow-list beyond what every threaded glibc program makes (priv.c's base list):
+     * SCMP_SYS numbers of this architecture */
+    const int *syscalls;
+    size_t nsyscalls;
+};
+
+/* Drop as p says, for every thread: call it before the process starts threads of its own
+ * (capabilities are per thread). Returns 0, or a negative error code (logged): the caller must
+ * then exit rather than run with root. */
+int fgx_priv_drop(const struct fgx_priv *p);
+
+#endif
