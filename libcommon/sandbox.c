@@ -89,7 +89,7 @@ int fgx_sandbox_enter(const struct fgx_sandbox *sb)
     if ((rv = rlimit_set(RLIMIT_AS, (rlim_t)sb->mem_mib << 20, "RLIMIT_AS")) < 0 ||
         (rv = rlimit_set(RLIMIT_NPROC, FGX_SANDBOX_NPROC, "RLIMIT_NPROC")) < 0 ||
         (rv = rlimit_set(RLIMIT_NOFILE, FGX_SANDBOX_NOFILE, "RLIMIT_NOFILE")) < 0 ||
-        (rv = rlimit_set(RLIMIT_FSIZE, (rlim_t)FGX_SANDBOX_SCRATCH_MIB << 20, "RLIMIT_FSIZE")) <
+        (rv = rlimit_set(RLIMIT_FSIZE, (rlim_t)FGX_SANDBOX_FSIZE_MIB << 20, "RLIMIT_FSIZE")) <
             0 ||
         (rv = rlimit_set(RLIMIT_CORE, 0, "RLIMIT_CORE")) < 0)
         return rv;

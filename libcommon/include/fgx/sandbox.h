@@ -12,6 +12,7 @@
 #define FGX_SANDBOX_SCRATCH_MIB 16
 #define FGX_SANDBOX_NPROC 32     /* processes of its uid (RLIMIT_NPROC) */
 #define FGX_SANDBOX_NOFILE 256
+#define FGX_SANDBOX_FSIZE_MIB 64 /* any one file (RLIMIT_FSIZE); the scratch fills first */
 #define FGX_SANDBOX_HIDE_MAX 8
 
 struct fgx_sandbox {
