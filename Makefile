@@ -245,6 +245,9 @@ install: deps
 	$(INSTALL) -m 644 deploy/fgexctl.zsh-completion $(DESTDIR)$(ZSHCOMPDIR)/_fgexctl
 	[ -e $(DESTDIR)$(CONFDIR)/controld.conf ] || \
 		$(INSTALL) -m 644 deploy/controld.conf $(DESTDIR)$(CONFDIR)/controld.conf
+	# the workers' user (controld --user; the unit's /etc is read-only, so made here)
+	[ -n "$(DESTDIR)" ] || getent passwd fgex >/dev/null || useradd --system --no-create-home \
+		--user-group --home-dir /nonexistent --shell /usr/sbin/nologin --comment "fgex workers" fgex
 
 # Removes what install laid down; the configuration file only if it is still the sample, and
 # never the state in /var/lib/fgex.
