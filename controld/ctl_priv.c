@@ -7,11 +7,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "fgx/log.h"
+#include "fgx/priv.h"
 
 static struct ctl_priv cur;
 static int cur_set;
@@ -97,13 +97,11 @@ int ctl_priv_socket_share(const char *path)
 {
     if (!cur_set)
         return 0;
-    if (chown(path, 0, cur.gid) == -1 || chmod(path, 0660) == -1) {
-        int rv = -errno;
+    int rv = fgx_sock_share(path, cur.gid);
 
-        fgx_err("cannot give %s to group %s: %s", path, cur.user, strerror(errno));
-        return rv;
-    }
-    return 0;
+    if (rv < 0)
+        fgx_err("cannot give %s to group %s: %s", path, cur.user, strerror(-rv));
+    return rv;
 }
 
 const char *ctl_priv_seccomp_syscall(pid_t pid)

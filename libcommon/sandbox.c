@@ -21,8 +21,7 @@ static const char *const hidden[] = {"/var/lib/fgex", "/run", "/etc/fgex", "/roo
 pid_t fgx_sandbox_fork(void)
 {
     long pid = syscall(SYS_clone,
-                       CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS |
-                           SIGCHLD,
+                       CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID | SIGCHLD,
                        NULL, NULL, NULL, NULL);
 
     return pid == -1 ? -errno : (pid_t)pid;

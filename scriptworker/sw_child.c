@@ -8,7 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -17,6 +16,7 @@
 #include <unistd.h>
 
 #include "fgx/log.h"
+#include "fgx/priv.h"
 #include "fgx/python.h"
 
 _Static_assert(sizeof(struct fgx_sw_page) <= FGX_SW_PAGE, "the page holds its fields");
@@ -41,9 +41,14 @@ int sw_listen(const char *path, gid_t gid)
     if (fd == -1)
         return -errno;
     (void)unlink(path);
-    if (bind(fd, (struct sockaddr *)&a, sizeof(a)) == -1 || chown(path, 0, gid) == -1 ||
-        chmod(path, 0660) == -1 || listen(fd, SW_BACKLOG) == -1) {
+    if (bind(fd, (struct sockaddr *)&a, sizeof(a)) == -1 || listen(fd, SW_BACKLOG) == -1) {
         e = -errno;
+        close(fd);
+        return e;
+    }
+    /* the data-path threads dial it as the workers' user */
+    e = fgx_sock_share(path, gid);
+    if (e < 0) {
         close(fd);
         return e;
     }

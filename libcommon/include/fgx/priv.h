@@ -7,6 +7,7 @@
 #define FGX_PRIV_H
 
 #include <stddef.h>
+#include <sys/types.h>
 
 #define FGX_PRIV_USER_DEFAULT "fgex"
 
@@ -28,5 +29,10 @@ struct fgx_priv {
  * (capabilities are per thread). Returns 0, or a negative error code (logged): the caller must
  * then exit rather than run with root. */
 int fgx_priv_drop(const struct fgx_priv *p);
+
+/* A socket the workers dial after their drop (path, bound by root): group gid, mode 0660.
+ * chown only when its group is another (under systemd's Group=fgex it is fgex already, and
+ * the unit has no CAP_CHOWN). Returns 0 or -errno. (libcommon/sock_share.c: no libseccomp.) */
+int fgx_sock_share(const char *path, gid_t gid);
 
 #endif

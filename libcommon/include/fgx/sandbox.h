@@ -1,9 +1,11 @@
 /* The sandbox of every process that runs a filter file's code (scriptworker's interpreters,
- * controld's check at `script set`): its own mount, network, PID, IPC and UTS namespaces, an
- * unprivileged uid of its own, a read-only file system with a private scratch /tmp (tmpfs,
- * FGX_SANDBOX_SCRATCH_MIB), fgex's state, run and key directories and /root hidden, no
- * network (a new namespace's loopback, down), and rlimits on memory, processes, open files and
- * file size. It talks to the rest of fgex only over the descriptors it is given. */
+ * controld's check at `script set`): its own mount, network and PID namespaces (no IPC or UTS
+ * one: its uid owns no IPC object and may not set the host name, and the unit's
+ * RestrictNamespaces allows these three only), an unprivileged uid of its own, a read-only file
+ * system with a private scratch /tmp (tmpfs, FGX_SANDBOX_SCRATCH_MIB), fgex's state, run and key
+ * directories and /root hidden, no network (a new namespace's loopback, down), and rlimits on
+ * memory, processes, open files and file size. It talks to the rest of fgex only over the
+ * descriptors it is given. */
 #ifndef FGX_SANDBOX_H
 #define FGX_SANDBOX_H
 
