@@ -104,27 +104,37 @@ int ctl_priv_socket_share(const char *path)
     return rv;
 }
 
+long ctl_priv_audit_syscall(const char *rec, pid_t pid)
+{
+    char want[32];
+    const char *sc;
+
+    (void)snprintf(want, sizeof(want), " pid=%d ", (int)pid);
+    if (!strstr(rec, "type=1326") || !strstr(rec, want) || !(sc = strstr(rec, " syscall=")))
+        return -1;
+    return strtol(sc + 9, NULL, 10);
+}
+
 const char *ctl_priv_seccomp_syscall(pid_t pid)
 {
     static char out[64];
-    char rec[2048], want[32];
+    char rec[2048];
     int fd = open("/dev/kmsg", O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     long nr = -1;
 
-    (void)snprintf(want, sizeof(want), " pid=%d ", (int)pid);
     if (fd != -1) {
         /* one record per read(); the whole ring, newest last: the last match wins */
         for (int i = 0; i < 100000; i++) {
             ssize_t n = read(fd, rec, sizeof(rec) - 1);
-            const char *sc;
+            long got;
 
             if (n == -1 && errno == EPIPE)
                 continue; /* overwritten while read */
             if (n <= 0)
                 break;
             rec[n] = '\0';
-            if (strstr(rec, "type=1326") && strstr(rec, want) && (sc = strstr(rec, " syscall=")))
-                nr = strtol(sc + 9, NULL, 10);
+            if ((got = ctl_priv_audit_syscall(rec, pid)) >= 0)
+                nr = got;
         }
         close(fd);
     }

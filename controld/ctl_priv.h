@@ -35,5 +35,8 @@ void ctl_priv_check_sandbox(struct fgx_sandbox *out);
  * line in /dev/kmsg: SIGSYS in a wait status does not say), else a sentence without the
  * number. Returns a static string, valid until the next call. */
 const char *ctl_priv_seccomp_syscall(pid_t pid);
+/* One kernel log record: the system call of pid's seccomp kill it reports (an audit
+ * type=1326 line), or -1 when it is not one. */
+long ctl_priv_audit_syscall(const char *rec, pid_t pid);
 
 #endif
