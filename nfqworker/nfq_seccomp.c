@@ -26,13 +26,7 @@ static const int nfq_syscalls[] = {
 
 int nfq_priv_drop(const char *user)
 {
-    struct fgx_priv p = {
-        .user = user,
-        .caps = nfq_caps,
-        .ncaps = sizeof(nfq_caps) / sizeof(nfq_caps[0]),
-        .syscalls = nfq_syscalls,
-        .nsyscalls = sizeof(nfq_syscalls) / sizeof(nfq_syscalls[0]),
-    };
-
-    return fgx_priv_drop(&p);
+    return fgx_priv_drop(&(struct fgx_priv){.user = user,
+                                            FGX_PRIV_CAPS(nfq_caps),
+                                            FGX_PRIV_SYSCALLS(nfq_syscalls)});
 }

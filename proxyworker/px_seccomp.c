@@ -28,13 +28,7 @@ static const int px_syscalls[] = {
 
 int px_priv_drop(const char *user)
 {
-    struct fgx_priv p = {
-        .user = user,
-        .caps = px_caps,
-        .ncaps = sizeof(px_caps) / sizeof(px_caps[0]),
-        .syscalls = px_syscalls,
-        .nsyscalls = sizeof(px_syscalls) / sizeof(px_syscalls[0]),
-    };
-
-    return fgx_priv_drop(&p);
+    return fgx_priv_drop(&(struct fgx_priv){.user = user,
+                                            FGX_PRIV_CAPS(px_caps),
+                                            FGX_PRIV_SYSCALLS(px_syscalls)});
 }

@@ -25,6 +25,10 @@ struct fgx_priv {
     size_t nsyscalls;
 };
 
+/* The designated initializers of a static array of each. */
+#define FGX_PRIV_CAPS(a) .caps = (a), .ncaps = sizeof(a) / sizeof((a)[0])
+#define FGX_PRIV_SYSCALLS(a) .syscalls = (a), .nsyscalls = sizeof(a) / sizeof((a)[0])
+
 /* Drop as p says, for every thread: call it before the process starts threads of its own
  * (capabilities are per thread). Returns 0, or a negative error code (logged): the caller must
  * then exit rather than run with root. */
