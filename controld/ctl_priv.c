@@ -85,6 +85,7 @@ void ctl_priv_check_sandbox(struct fgx_sandbox *out)
         .uid = (uid_t)((cur_set ? cur.script_uid : CTL_PRIV_SCRIPT_UID_DEFAULT) + 16),
         .mem_mib = cur_set ? cur.script_mem_mib : CTL_PRIV_SCRIPT_MEM_MIB_DEFAULT,
         .hide = {cur_set ? cur.state_dir : NULL, cur_set ? cur.run_dir : NULL, NULL},
+        .pydir_fd = -1,
     };
 }
 

@@ -78,7 +78,7 @@ static int check_run(const void *src, size_t len, const char *filename, char **o
     int in = -1, pfd[2] = {-1, -1}, status, rv = 0;
     size_t cap = 4096, used = 0;
     char *buf = NULL;
-    struct fgx_sandbox sb;
+    struct fgx_sandbox sb = {.pydir_fd = -1};
     const char *pydir;
     uint64_t end;
     pid_t pid;
@@ -109,7 +109,13 @@ static int check_run(const void *src, size_t len, const char *filename, char **o
     }
     /* a file's module code runs here: in the sandbox the interpreters have, uid its own */
     ctl_priv_check_sandbox(&sb);
-    pydir = ctl_script_pydir(); /* before the fork: the child must not allocate */
+    pydir = ctl_script_pydir();
+    sb.pydir_fd = fgx_sandbox_pydir_open(pydir);
+    if (sb.pydir_fd < 0) {
+        rv = sb.pydir_fd;
+        err_set(err, errlen, "cannot open %s: %s", pydir, strerror(-rv));
+        goto out;
+    }
     pid = fgx_sandbox_fork();
     if (pid < 0) {
         rv = pid;
@@ -127,7 +133,7 @@ static int check_run(const void *src, size_t len, const char *filename, char **o
         if (fgx_sandbox_enter(&sb) < 0)
             _exit(126);
         {
-            const char *args[] = {"-c", prog, pydir, filename, NULL};
+            const char *args[] = {"-c", prog, FGX_SANDBOX_PYDIR, filename, NULL};
 
             (void)fgx_python_exec(args);
         }
@@ -204,6 +210,8 @@ static int check_run(const void *src, size_t len, const char *filename, char **o
     buf = NULL;
 out:
     free(buf);
+    if (sb.pydir_fd >= 0)
+        close(sb.pydir_fd);
     if (in != -1)
         close(in);
     if (pfd[0] != -1)

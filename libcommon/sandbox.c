@@ -27,6 +27,18 @@ pid_t fgx_sandbox_fork(void)
     return pid == -1 ? -errno : (pid_t)pid;
 }
 
+int fgx_sandbox_pydir_open(const char *dir)
+{
+    int fd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC), high;
+
+    if (fd == -1)
+        return -errno;
+    /* above the descriptors a child sets up (0..4) and FGX_SANDBOX_PYDIR_FD itself */
+    high = fcntl(fd, F_DUPFD_CLOEXEC, FGX_SANDBOX_PYDIR_FD + 1);
+    close(fd);
+    return high == -1 ? -errno : high;
+}
+
 static int fail(const char *what, const char *path)
 {
     int e = errno;
@@ -65,6 +77,9 @@ int fgx_sandbox_enter(const struct fgx_sandbox *sb)
     char opts[96];
     int rv;
 
+    /* the package through its descriptor: no path to it needs to stay visible */
+    if (dup2(sb->pydir_fd, FGX_SANDBOX_PYDIR_FD) == -1)
+        return fail("cannot pass the Python package", NULL);
     /* nothing mounted here reaches the box's own mount table */
     if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) == -1)
         return fail("cannot make the mounts private", NULL);

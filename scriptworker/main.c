@@ -91,6 +91,11 @@ int main(int argc, char **argv)
         return 1;
     }
     w.sock_gid = pw->pw_gid;
+    w.sandbox.pydir_fd = fgx_sandbox_pydir_open(w.pydir);
+    if (w.sandbox.pydir_fd < 0) {
+        fgx_err("cannot open %s: %s", w.pydir, strerror(-w.sandbox.pydir_fd));
+        return 1;
+    }
     w.script_uid = suid;
     fgx_wctl_signals(&stop_flag);
     w.stop = &stop_flag;

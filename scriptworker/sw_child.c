@@ -98,7 +98,7 @@ int sw_child_spawn(struct sw *w, struct sw_child *c)
         if (fgx_sandbox_enter(&w->sandbox) < 0)
             _exit(126);
         {
-            const char *args[] = {"-c", prog, w->pydir, NULL};
+            const char *args[] = {"-c", prog, FGX_SANDBOX_PYDIR, NULL};
 
             (void)fgx_python_exec(args);
         }

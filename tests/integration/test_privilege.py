@@ -10,6 +10,7 @@ in a worker's environment (set here for controld, which passes its environment o
 makes the worker call acct(2), which no list allows."""
 import os
 import pwd
+import shutil
 import signal
 import sys
 import tempfile
@@ -19,7 +20,8 @@ os.environ["FGEX_TEST_SECCOMP_SIGUSR2"] = "1"
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fgxit as it  # noqa: E402
 from fgxit import check, test  # noqa: E402
-from scriptfiles import http, regex_service_filters, write  # noqa: E402
+from scriptfiles import (firegex_example_judges, http, regex_service_filters,  # noqa: E402
+                         write)
 
 CAP_NET_BIND_SERVICE, CAP_NET_ADMIN, CAP_NET_RAW = 10, 12, 13
 WORKER_CAPS = {"nfq": 1 << CAP_NET_ADMIN,
@@ -182,6 +184,28 @@ def a_filter_file_cannot_reach_the_box(env):
     ok = http(b"GET", b"/fine")
     c = env.tcp_client(it.SRV4, port, [ok, 0.3])
     it.assert_passed(c, it.server_conn(srv, len(ATTEMPTS) + 1), ok)
+
+
+@test
+def fgex_python_package_under_root_still_serves_scripts(env):
+    """fgex run from a checkout under /root (hidden in the sandbox, and 0700): the sandboxed
+    check and interpreters still load fgex's package (given as a directory descriptor)."""
+    d = tempfile.mkdtemp(prefix="fgx-py-", dir="/root")
+    pkg = os.path.join(d, "fgex-python")
+    shutil.copytree(os.path.join(env.bin, "fgex-python"), pkg)
+    env.stop_controld()
+    os.environ["FGEX_PYTHON_DIR"] = pkg
+    try:
+        env.start_controld()
+    finally:
+        del os.environ["FGEX_PYTHON_DIR"]
+    try:
+        _, port = env.service("rootpy", "tcp", extra=("--layer", "proxy"))
+        firegex_example_judges(env, "rootpy", port, 0.3)
+    finally:
+        env.stop_controld()
+        env.start_controld()
+        shutil.rmtree(d, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -17,13 +17,24 @@
 #define FGX_SANDBOX_FSIZE_MIB 64 /* any one file (RLIMIT_FSIZE); the scratch fills first */
 #define FGX_SANDBOX_HIDE_MAX 8
 
+/* fgex's Python package as the sandboxed code sees it: a directory descriptor (it may lie under
+ * a hidden directory, /root or /home, when fgex runs from a checkout there) */
+#define FGX_SANDBOX_PYDIR_FD 9
+#define FGX_SANDBOX_PYDIR "/proc/self/fd/9"
+
 struct fgx_sandbox {
     uid_t uid;        /* uid and gid of the file's code: one no user owns */
     unsigned mem_mib; /* RLIMIT_AS */
     /* directories besides the built-in ones (/var/lib/fgex, /run, /etc/fgex, /root, /home)
      * made empty and unreadable: e.g. a --state-dir elsewhere; NULL-terminated, borrowed */
     const char *hide[FGX_SANDBOX_HIDE_MAX + 1];
+    int pydir_fd; /* fgx_sandbox_pydir_open()'s: FGX_SANDBOX_PYDIR in the sandbox */
 };
+
+/* Open dir (fgex's Python package) for FGX_SANDBOX_PYDIR, before the fork: a descriptor
+ * (O_PATH, close-on-exec, above FGX_SANDBOX_PYDIR_FD: a child's dup2 to 0..4 leaves it) or
+ * -errno. */
+int fgx_sandbox_pydir_open(const char *dir);
 
 /* fork() into new namespaces (clone with CLONE_NEW*): the child is pid 1 of its own PID
  * namespace, and everything it starts dies with it. Returns the child's pid in the parent, 0 in
