@@ -149,9 +149,16 @@ ATTEMPTS = [("/state", "FileNotFoundError"), ("/varlib", "/var/lib/fgex"),
 
 @test
 def a_filter_file_cannot_reach_the_box(env):
+    # outside /tmp (the sandbox's own scratch there would take the write): beside the binaries
     mdir = tempfile.mkdtemp(prefix="fgx-sandbox-marker-", dir=os.path.dirname(env.bin))
     os.chmod(mdir, 0o777)  # only the sandbox's read-only file system stands in the way
-    marker = os.path.join(mdir, "marker")
+    try:
+        cannot_reach(env, os.path.join(mdir, "marker"))
+    finally:
+        shutil.rmtree(mdir, ignore_errors=True)
+
+
+def cannot_reach(env, marker):
     _, port = env.service("sbx", "tcp", extra=("--layer", "proxy"))
     _, lport = env.service("sbxlisten", "tcp")
     _, rport = env.service("sbxregex", "tcp")
