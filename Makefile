@@ -14,7 +14,8 @@ endif
 CC ?= cc
 Q := $(if $(V),,@)
 
-PKGS := libprotobuf-c libnetfilter_queue libnftnl libmnl lmdb libevent_core libevent_pthreads jansson
+PKGS := libprotobuf-c libnetfilter_queue libnftnl libmnl lmdb libevent_core libevent_pthreads jansson \
+	libseccomp libcap-ng
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) libhs 2>/dev/null)
 HS_CFLAGS := $(shell pkg-config --cflags libhs 2>/dev/null)
 
@@ -23,11 +24,13 @@ CFLAGS ?= -O2 -g
 FGX_CFLAGS := -std=c11 -D_GNU_SOURCE $(WARN) -pthread -Ilibcommon/include -I$(BUILD)/proto -I. $(PKG_CFLAGS) -MMD -MP
 FGX_LDFLAGS := -pthread
 ifneq ($(SANITIZE),)
-FGX_CFLAGS += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
+FGX_CFLAGS += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all -DFGX_SANITIZE
 FGX_LDFLAGS += -fsanitize=$(SANITIZE)
 endif
 
 LIBS_BASE := $(shell pkg-config --libs libprotobuf-c lmdb 2>/dev/null) -lnng
+# the workers' drop of privileges (libcommon/priv.c)
+LIBS_PRIV := $(shell pkg-config --libs libseccomp libcap-ng 2>/dev/null)
 LIBS_NET := $(shell pkg-config --libs libnetfilter_queue libnftnl libmnl 2>/dev/null)
 LIBS_EVENT := $(shell pkg-config --libs libevent_core libevent_pthreads 2>/dev/null)
 LIBS_SSL := $(shell pkg-config --libs libssl libcrypto 2>/dev/null)
@@ -128,12 +131,12 @@ $(BUILD)/bin/controld: $(call objs,controld/main.c) $(BUILD)/libctl.a $(BUILD)/l
 $(BUILD)/bin/nfqworker: $(call objs,nfqworker/main.c) $(BUILD)/libnfq.a $(BUILD)/libcommon.a
 	@mkdir -p $(dir $@)
 	@echo "  LD      $@"
-	$(Q)$(CC) $(FGX_LDFLAGS) -o $@ $^ $(LIBS_HS_RT) $(LIBS_NET) $(LIBS_BASE) -lm
+	$(Q)$(CC) $(FGX_LDFLAGS) -o $@ $^ $(LIBS_HS_RT) $(LIBS_NET) $(LIBS_PRIV) $(LIBS_BASE) -lm
 
 $(BUILD)/bin/proxyworker: $(call objs,proxyworker/main.c) $(BUILD)/libpx.a $(BUILD)/libcommon.a
 	@mkdir -p $(dir $@)
 	@echo "  LD      $@"
-	$(Q)$(CC) $(FGX_LDFLAGS) -o $@ $^ $(LIBS_HS_RT) $(LIBS_EVENT) $(LIBS_SSL) $(LIBS_BASE) -lm
+	$(Q)$(CC) $(FGX_LDFLAGS) -o $@ $^ $(LIBS_HS_RT) $(LIBS_EVENT) $(LIBS_SSL) $(LIBS_PRIV) $(LIBS_BASE) -lm
 
 $(BUILD)/bin/scriptworker: $(call objs,$(SW_SRC)) $(BUILD)/libcommon.a
 	@mkdir -p $(dir $@)
@@ -153,7 +156,7 @@ TEST_ARCHIVES := $(BUILD)/libctl.a $(BUILD)/libnfq.a $(BUILD)/libpx.a $(BUILD)/l
 $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(TEST_ARCHIVES)
 	@mkdir -p $(dir $@)
 	@echo "  LD      $@"
-	$(Q)$(CC) $(FGX_LDFLAGS) -o $@ $< $(TEST_ARCHIVES) $(LIBS_TEST) $(LIBS_HS) $(LIBS_NET) $(LIBS_HTTP) $(LIBS_EVENT) $(LIBS_JSON) $(LIBS_PCAP) $(LIBS_TLS) $(LIBS_SSL) $(LIBS_BASE) -lm
+	$(Q)$(CC) $(FGX_LDFLAGS) -o $@ $< $(TEST_ARCHIVES) $(LIBS_TEST) $(LIBS_HS) $(LIBS_NET) $(LIBS_HTTP) $(LIBS_EVENT) $(LIBS_JSON) $(LIBS_PCAP) $(LIBS_TLS) $(LIBS_SSL) $(LIBS_PRIV) $(LIBS_BASE) -lm
 
 unit-tests: $(UNIT_BINS)
 
@@ -242,6 +245,9 @@ install: deps
 	$(INSTALL) -m 644 deploy/fgexctl.zsh-completion $(DESTDIR)$(ZSHCOMPDIR)/_fgexctl
 	[ -e $(DESTDIR)$(CONFDIR)/controld.conf ] || \
 		$(INSTALL) -m 644 deploy/controld.conf $(DESTDIR)$(CONFDIR)/controld.conf
+	# the workers' user (controld --user; the unit's /etc is read-only, so made here)
+	[ -n "$(DESTDIR)" ] || getent passwd fgex >/dev/null || useradd --system --no-create-home \
+		--user-group --home-dir /nonexistent --shell /usr/sbin/nologin --comment "fgex workers" fgex
 
 # Removes what install laid down; the configuration file only if it is still the sample, and
 # never the state in /var/lib/fgex.

@@ -18,7 +18,9 @@
 
 #include <jansson.h>
 
+#include "controld/ctl_priv.h"
 #include "fgx/log.h"
+#include "fgx/python.h"
 
 static void err_set(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -76,6 +78,8 @@ static int check_run(const void *src, size_t len, const char *filename, char **o
     int in = -1, pfd[2] = {-1, -1}, status, rv = 0;
     size_t cap = 4096, used = 0;
     char *buf = NULL;
+    struct fgx_sandbox sb = {.pydir_fd = -1};
+    const char *pydir;
     uint64_t end;
     pid_t pid;
 
@@ -103,10 +107,19 @@ static int check_run(const void *src, size_t len, const char *filename, char **o
         rv = -ENOMEM;
         goto out;
     }
-    pid = fork();
-    if (pid == -1) {
-        rv = -errno;
-        err_set(err, errlen, "cannot start the script check: %s", strerror(errno));
+    /* a file's module code runs here: in the sandbox the interpreters have, uid its own */
+    ctl_priv_check_sandbox(&sb);
+    pydir = ctl_script_pydir();
+    sb.pydir_fd = fgx_sandbox_pydir_open(pydir);
+    if (sb.pydir_fd < 0) {
+        rv = sb.pydir_fd;
+        err_set(err, errlen, "cannot open %s: %s", pydir, strerror(-rv));
+        goto out;
+    }
+    pid = fgx_sandbox_fork();
+    if (pid < 0) {
+        rv = pid;
+        err_set(err, errlen, "cannot start the script check: %s", strerror(-pid));
         goto out;
     }
     if (pid == 0) {
@@ -116,10 +129,14 @@ static int check_run(const void *src, size_t len, const char *filename, char **o
         (void)dup2(pfd[1], 1);
         if (devnull != -1)
             (void)dup2(devnull, 2);
-        /* its own process group, so that a timeout kills whatever the file started */
-        (void)setpgid(0, 0);
-        execl(CTL_SCRIPT_PYTHON, "python3", "-I", "-c", prog, ctl_script_pydir(), filename,
-              (char *)NULL);
+        /* pid 1 of its own namespace: a timeout's kill takes whatever the file started */
+        if (fgx_sandbox_enter(&sb) < 0)
+            _exit(126);
+        {
+            const char *args[] = {"-c", prog, FGX_SANDBOX_PYDIR, filename, NULL};
+
+            (void)fgx_python_exec(args);
+        }
         _exit(127);
     }
     close(pfd[1]);
@@ -165,7 +182,7 @@ static int check_run(const void *src, size_t len, const char *filename, char **o
         used += (size_t)r;
     }
     if (rv < 0)
-        (void)kill(-pid, SIGKILL);
+        (void)kill(pid, SIGKILL);
     while (waitpid(pid, &status, 0) == -1 && errno == EINTR)
         ;
     if (rv == -ETIMEDOUT) {
@@ -184,7 +201,7 @@ static int check_run(const void *src, size_t len, const char *filename, char **o
         err_set(err, errlen,
                 "the script check did not run (%s %s: exit %d): is python3 with fgex's "
                 "package installed?",
-                CTL_SCRIPT_PYTHON, ctl_script_pydir(),
+                FGX_PYTHON, ctl_script_pydir(),
                 WIFEXITED(status) ? WEXITSTATUS(status) : -1);
         goto out;
     }
@@ -193,6 +210,8 @@ static int check_run(const void *src, size_t len, const char *filename, char **o
     buf = NULL;
 out:
     free(buf);
+    if (sb.pydir_fd >= 0)
+        close(sb.pydir_fd);
     if (in != -1)
         close(in);
     if (pfd[0] != -1)

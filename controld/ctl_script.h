@@ -17,7 +17,6 @@
 #define CTL_SCRIPT_CHECK_MS 5000         /* the check process's time limit */
 #define CTL_SCRIPT_DEADLINE_MS 100       /* per call, unless the service sets another */
 #define CTL_SCRIPT_DEADLINE_MAX 10000
-#define CTL_SCRIPT_PYTHON "/usr/bin/python3" /* Debian's: its dist-packages hold h11, brotli */
 
 /* Where the fgex Python package is: $FGEX_PYTHON_DIR, else next to controld's binary
  * (build/bin/fgex-python), else PREFIX/lib/fgex/python. Returns a static string. */

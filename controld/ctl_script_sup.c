@@ -21,9 +21,11 @@
 #include <unistd.h>
 
 #include "controld/ctl_health.h"
+#include "controld/ctl_priv.h"
 #include "controld/ctl_proc.h"
 #include "controld/ctl_script.h"
 #include "fgx/log.h"
+#include "fgx/priv.h"
 #include "fgx/swproto.h"
 
 #define SSUP_NAME "scriptworker"
@@ -118,23 +120,60 @@ static int hb_read(void)
     }
 }
 
-/* What the pid file records of the options (ctl_proc_config()). */
+/* scriptworker's command line, in buffers of its own: what spawn() runs and what the pid file
+ * records of it (ctl_proc_config()), so that a controld started with other options replaces
+ * the scriptworker it finds rather than adopting it. */
+struct ssup_argv {
+    char procs[16], suid[16], smem[16];
+    char *argv[24];
+};
+
+static void ssup_argv_build(struct ssup_argv *a)
+{
+    const struct ctl_priv *pv = ctl_priv_get();
+    char *const argv[] = {sup.path,
+                          "--listen",
+                          sup.url,
+                          "--python-dir",
+                          (char *)ctl_script_pydir(),
+                          "--procs",
+                          a->procs,
+                          "--log-level",
+                          sup.log_level,
+                          "--user",
+                          (char *)(pv ? pv->user : FGX_PRIV_USER_DEFAULT),
+                          "--script-uid",
+                          a->suid,
+                          "--script-memory",
+                          a->smem,
+                          "--hide",
+                          (char *)(pv ? pv->state_dir : "/var/lib/fgex"),
+                          "--hide",
+                          (char *)(pv ? pv->run_dir : "/run/fgex"),
+                          NULL};
+
+    (void)snprintf(a->procs, sizeof(a->procs), "%u", CTL_SCRIPT_PROCS);
+    (void)snprintf(a->suid, sizeof(a->suid), "%u",
+                   pv ? pv->script_uid : CTL_PRIV_SCRIPT_UID_DEFAULT);
+    (void)snprintf(a->smem, sizeof(a->smem), "%u",
+                   pv ? pv->script_mem_mib : CTL_PRIV_SCRIPT_MEM_MIB_DEFAULT);
+    memcpy(a->argv, argv, sizeof(argv));
+}
+
 static uint64_t sup_config(void)
 {
-    char procs[16];
-    char *argv[] = {sup.path,  "--listen", sup.url,     "--python-dir", (char *)ctl_script_pydir(),
-                    "--procs", procs,      "--log-level", sup.log_level, NULL};
+    struct ssup_argv a;
 
-    (void)snprintf(procs, sizeof(procs), "%u", CTL_SCRIPT_PROCS);
-    return ctl_proc_config(argv);
+    ssup_argv_build(&a);
+    return ctl_proc_config(a.argv);
 }
 
 static int spawn(void)
 {
-    char procs[16];
+    struct ssup_argv a;
     pid_t pid;
 
-    (void)snprintf(procs, sizeof(procs), "%u", CTL_SCRIPT_PROCS);
+    ssup_argv_build(&a);
     pid = fork();
     if (pid == -1) {
         fgx_err("cannot fork scriptworker: %s", strerror(errno));
@@ -151,9 +190,7 @@ static int spawn(void)
         signal(SIGINT, SIG_DFL);
         signal(SIGCHLD, SIG_DFL);
         close_range(3, ~0u, 0);
-        execl(sup.path, sup.path, "--listen", sup.url, "--python-dir",
-              ctl_script_pydir(), "--procs", procs, "--log-level", sup.log_level,
-              (char *)NULL);
+        execv(sup.path, a.argv);
         fgx_err("cannot run %s: %s", sup.path, strerror(errno));
         _exit(127);
     }

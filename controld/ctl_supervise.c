@@ -10,6 +10,7 @@
  * on the same channel address, instead of starting another. */
 #include "controld/ctl_supervise.h"
 #include "controld/ctl_health.h"
+#include "controld/ctl_priv.h"
 #include "controld/ctl_proc.h"
 #include "controld/ctl_script_sup.h"
 
@@ -26,6 +27,7 @@
 #include "fgx/chan.h"
 #include "controld/ctl_health.h"
 #include "fgx/log.h"
+#include "fgx/priv.h"
 
 /* A dead worker is a gap in filtering (fail-closed: an outage of the service), so the backoff
  * stays short: it only keeps a worker that crashes at once from spinning, and is capped so that
@@ -46,7 +48,7 @@
 #define SUP_ADOPT_WAIT_MS 3000
 
 struct ctl_sup {
-    char *run_dir, *worker_path, *log_level;
+    char *run_dir, *worker_path, *log_level, *user;
     unsigned threads, queue_base, proxy_port, max_conns, nfq_flows, nfq_script_flows;
     bool has_max_per_src, has_first_byte;
     unsigned max_per_src, first_byte_s;
@@ -64,6 +66,7 @@ struct ctl_sup {
     bool spawned_once;
     uint64_t generation;
     uint32_t restarts;
+    uint32_t seccomp_kills; /* deaths by a system call outside its allow-list (SIGSYS) */
     uint64_t instance;
     uint64_t started_ms, restart_at_ms, backoff_ms;
     uint64_t started_unix;
@@ -120,13 +123,13 @@ static int worker_path_default(const char *name, char **out)
 struct sup_argv {
     char url[PATH_MAX + 16], threads[16], base[16], port[16], conns[16], flows[16];
     char per_src[16], first[16], sflows[16];
-    char *argv[18]; /* spare slots (and the NULL after them) for the options */
+    char *argv[20]; /* spare slots (and the NULL after them) for the options */
 };
 
 static void sup_argv_build(const struct ctl_sup *s, struct sup_argv *a)
 {
     char **argv = a->argv;
-    int argc = 9;
+    int argc = 11;
 
     memset(a->argv, 0, sizeof(a->argv));
     argv[0] = s->worker_path;
@@ -138,6 +141,8 @@ static void sup_argv_build(const struct ctl_sup *s, struct sup_argv *a)
     argv[6] = a->base;
     argv[7] = "--log-level";
     argv[8] = s->log_level;
+    argv[9] = "--user";
+    argv[10] = s->user;
     snprintf(a->url, sizeof(a->url), "ipc://%s/%s.sock", s->run_dir,
              s->proxy_port ? "proxy" : "nfq");
     snprintf(a->threads, sizeof(a->threads), "%u", s->threads);
@@ -300,7 +305,8 @@ int ctl_sup_start(const struct ctl_sup_config *cfg, struct ctl_sup **out)
         return -ENOMEM;
     s->run_dir = strdup(cfg->run_dir);
     s->log_level = strdup(cfg->log_level ? cfg->log_level : "info");
-    if (!s->run_dir || !s->log_level)
+    s->user = strdup(ctl_priv_get() ? ctl_priv_get()->user : FGX_PRIV_USER_DEFAULT);
+    if (!s->run_dir || !s->log_level || !s->user)
         goto err;
     if (cfg->worker_path) {
         s->worker_path = strdup(cfg->worker_path);
@@ -326,6 +332,10 @@ int ctl_sup_start(const struct ctl_sup_config *cfg, struct ctl_sup **out)
     s->backoff_ms = SUP_BACKOFF_MIN_MS;
     snprintf(url, sizeof(url), "ipc://%s/%s.sock", s->run_dir, s->proxy_port ? "proxy" : "nfq");
     rv = fgx_chan_listen(url, FGX_CHAN_REQ, &s->chan);
+    if (rv < 0)
+        goto err;
+    /* the worker dials it as its user (after its drop, again when the channel breaks) */
+    rv = ctl_priv_socket_share(url + strlen("ipc://"));
     if (rv < 0)
         goto err;
     {
@@ -362,7 +372,14 @@ static void sup_reaped(struct ctl_sup *s, int status, uint64_t now)
         if (status == -1)
             fgx_warn("%s (pid %d) ended (not controld's child: its status is not known)",
                      s->name, (int)s->pid);
-        else if (WIFSIGNALED(status))
+        else if (WIFSIGNALED(status) && WTERMSIG(status) == SIGSYS) {
+            /* SECCOMP_RET_KILL_PROCESS: the worker tried a system call outside its list
+             * (fgx/priv.h), an exploit's or a bug's; it is replaced as after a crash */
+            s->seccomp_kills++;
+            ctl_health_note(0, CTL_HEALTH_ERROR, "worker-seccomp", s->seccomp_kills,
+                            "%s killed by seccomp (%s); restarting it", s->name,
+                            ctl_priv_seccomp_syscall(s->pid));
+        } else if (WIFSIGNALED(status))
             fgx_warn("%s (pid %d) killed by signal %d", s->name, (int)s->pid, WTERMSIG(status));
         else
             fgx_warn("%s (pid %d) exited with status %d", s->name, (int)s->pid,
@@ -853,5 +870,6 @@ void ctl_sup_stop(struct ctl_sup *s)
     free(s->run_dir);
     free(s->worker_path);
     free(s->log_level);
+    free(s->user);
     free(s);
 }

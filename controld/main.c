@@ -17,6 +17,7 @@
 #include "controld/ctl_auth.h"
 #include "controld/ctl_compile.h"
 #include "controld/ctl_conffile.h"
+#include "controld/ctl_priv.h"
 #include "controld/ctl_fw.h"
 #include "controld/ctl_health_gap.h"
 #include "controld/ctl_health_store.h"
@@ -40,6 +41,7 @@
 #include "fgx/chan_tls.h"
 #include "fgx/dp.h"
 #include "fgx/log.h"
+#include "fgx/priv.h"
 #include "fgx/version.h"
 
 #define LOOP_RECV_MS 100
@@ -75,6 +77,8 @@ struct opts {
     unsigned captures_keep;
     unsigned handshake_s; /* --handshake-timeout */
     unsigned web_max_conns, web_max_per_src; /* issue 24 */
+    const char *user;     /* --user: the workers' (ctl_priv.h) */
+    unsigned script_uid, script_mem_mib;
 };
 
 static volatile sig_atomic_t stop_requested;
@@ -98,7 +102,8 @@ static void usage(FILE *f)
         "                [--allow CIDR]... [--handshake-timeout SEC] [--local-auth]\n"
         "                [--init-password] [--no-synack-log] [--compile-timeout SECONDS]\n"
         "                [--nfq-flows N] [--nfq-script-flows N] [--events-keep N]\n"
-        "                [--history-keep N]\n"
+        "                [--history-keep N] [--user NAME] [--script-uid UID]\n"
+        "                [--script-memory MIB]\n"
         "                [--config FILE] [--version]\n"
         "                [--help]\n"
         "defaults: --state-dir /var/lib/fgex --run-dir /run/fgex --threads <online CPUs>\n"
@@ -129,6 +134,11 @@ static void usage(FILE *f)
         "          included) is closed (default %u); so are, past %u such --listen\n"
         "          connections from one address, those that sent nothing, then the oldest,\n"
         "          and past %u in all, those of the address holding the most.\n"
+        "--user    the workers run as NAME once their sockets are open (default fgex,\n"
+        "          created as a system user at start when missing).\n"
+        "--script-uid  the filter files run as UID+0.. (an interpreter each) and UID+16 (the\n"
+        "          check at `script set`): ids no user has (default %u).\n"
+        "--script-memory  the address-space limit of each, MiB (default %u).\n"
         "--local-auth  the local socket needs a login too.\n"
         "--init-password  set the password from the first line of stdin, then start.\n"
         "--proxy-port  where proxyworker listens for the proxy layer's connections (default\n"
@@ -161,6 +171,7 @@ static void usage(FILE *f)
         FGX_QUEUE_BASE_DEFAULT, CTL_WEB_MAX_CONNS, CTL_WEB_MAX_PER_SRC, CTL_WEB_STREAMS_PER_SESSION,
         CTL_WEB_STREAMS_PER_SRC, CTL_AUTH_HANDSHAKE_S_DEFAULT, CTL_AUTH_PENDING_PER_PEER,
         CTL_AUTH_PENDING_MAX,
+        CTL_PRIV_SCRIPT_UID_DEFAULT, CTL_PRIV_SCRIPT_MEM_MIB_DEFAULT,
         PROXY_PORT_DEFAULT, CTL_COMPILE_TIMEOUT_DEFAULT, CTL_COMPILE_TIMEOUT_MAX,
         (unsigned)CTL_EVENTS_KEEP, (unsigned)CTL_EVENTS_KEEP_MAX, (unsigned)CTL_HISTORY_KEEP,
         (unsigned)CTL_HISTORY_KEEP_MAX, (unsigned)CTL_CAPTURES_KEEP,
@@ -211,6 +222,10 @@ static const struct option longopts[] = {
     /* issue 16, numbered in its range */
     {"nfq-script-flows", required_argument, NULL, 1380},
     {"captures-keep", required_argument, NULL, 'k'},
+    /* issue 25, numbered in its range */
+    {"user", required_argument, NULL, 1500},
+    {"script-uid", required_argument, NULL, 1501},
+    {"script-memory", required_argument, NULL, 1502},
     {"config", required_argument, NULL, 'c'},
     {"version", no_argument, NULL, 'V'},
     {"help", no_argument, NULL, 'h'},
@@ -235,7 +250,10 @@ static int parse_opts(int argc, char **argv, struct opts *o)
                        .compile_timeout = CTL_COMPILE_TIMEOUT_DEFAULT,
                        .handshake_s = CTL_AUTH_HANDSHAKE_S_DEFAULT,
                        .web_max_conns = CTL_WEB_MAX_CONNS,
-                       .web_max_per_src = CTL_WEB_MAX_PER_SRC};
+                       .web_max_per_src = CTL_WEB_MAX_PER_SRC,
+                       .user = FGX_PRIV_USER_DEFAULT,
+                       .script_uid = CTL_PRIV_SCRIPT_UID_DEFAULT,
+                       .script_mem_mib = CTL_PRIV_SCRIPT_MEM_MIB_DEFAULT};
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (c) {
         case 's':
@@ -277,6 +295,23 @@ static int parse_opts(int argc, char **argv, struct opts *o)
             break;
         case 'S':
             o->no_synack_log = true;
+            break;
+        case 1500:
+            o->user = optarg;
+            break;
+        case 1501:
+            if (parse_uint(optarg, 1000, 4294967000u, &o->script_uid) < 0) {
+                fprintf(stderr, "controld: --script-uid takes 1000..4294967000, not \"%s\"\n",
+                        optarg);
+                return -EINVAL;
+            }
+            break;
+        case 1502:
+            if (parse_uint(optarg, 64, 1u << 20, &o->script_mem_mib) < 0) {
+                fprintf(stderr, "controld: --script-memory takes 64..1048576 MiB, not \"%s\"\n",
+                        optarg);
+                return -EINVAL;
+            }
             break;
         case 'H':
             if (parse_uint(optarg, 1, 3600, &o->handshake_s) < 0) {
@@ -921,6 +956,14 @@ int main(int argc, char **argv)
         fgx_err("cannot set up the firewall: %s", strerror(-rv));
         goto out;
     }
+    /* The workers' user, before the first worker (ctl_priv.h). */
+    rv = ctl_priv_init(&(struct ctl_priv){.user = o.user,
+                                          .script_uid = o.script_uid,
+                                          .script_mem_mib = o.script_mem_mib,
+                                          .state_dir = o.state_dir,
+                                          .run_dir = o.run_dir});
+    if (rv < 0)
+        goto out;
     /* The script worker first (ctl_script_sup.h): both workers are given its URL and dial it. */
     rv = ctl_script_sup_start(o.run_dir, o.log_level);
     if (rv < 0)

@@ -6,6 +6,7 @@
 #   deploy/install-deps.sh --list MODE   print the packages of MODE and stop
 set -euo pipefail
 
+# libseccomp and libcap-ng: the workers' drop of privileges (libcommon/priv.c).
 # Building: the compiler, the code generator, the libraries' headers (libpcap: fgexctl capture
 # writes pcap files with it), scdoc for the man pages, libmicrohttpd for controld's HTTP
 # listeners (the web dashboard over HTTPS with GnuTLS, --metrics-listen).
@@ -16,6 +17,7 @@ build=(
   libhyperscan-dev libevent-dev libnng-dev liblmdb-dev
   libmbedtls-dev libcrypt-dev libjansson-dev libssl-dev libpcap-dev
   libmicrohttpd-dev
+  libseccomp-dev libcap-ng-dev
   scdoc
 )
 # Running: nft to read fgex's rules (iptables provides libxt_NFQUEUE.so, through which nft prints
@@ -24,7 +26,7 @@ build=(
 # Script filters (issue 16): Debian's python3 runs the filter files; h11 parses their HTTP/1.1,
 # brotli decodes br bodies, dpkt reads the captures `fgexctl script test` runs a file over.
 run=(nftables iptables iproute2 man-db python3 python3-h11 python3-brotli python3-dpkt
-  libmicrohttpd12)
+  libmicrohttpd12 libseccomp2 libcap-ng0 passwd)
 # Testing: Criterion, python3 with scapy for crafted packets, openssl for test_remote's
 # certificates, procps, and systemd-analyze for the unit file test; for test_tls: curl (HTTP/1.1
 # and HTTP/2 clients), nginx-light (an HTTP/2 TLS service), python3-cryptography (certificates,

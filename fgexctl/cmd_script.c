@@ -17,8 +17,8 @@
 #include "cli_json.h"
 #include "cli_loop.h"
 #include "cli_rpc.h"
+#include "fgx/python.h"
 
-#define CLI_SCRIPT_PYTHON "/usr/bin/python3"
 #define CLI_SCRIPT_FOLLOW_MS 500
 
 /* clang-format off */
@@ -273,8 +273,6 @@ static int run_engine(struct cli_cmd *cmd, const char *pcap, bool child)
     pid_t pid = 0;
 
     pydir(dir, sizeof(dir));
-    argv[n++] = "python3";
-    argv[n++] = "-I";
     argv[n++] = "-c";
     argv[n++] = prog;
     argv[n++] = dir;
@@ -295,9 +293,10 @@ static int run_engine(struct cli_cmd *cmd, const char *pcap, bool child)
         return CLI_EXIT_ERROR;
     }
     if (pid == 0) {
-        execv(CLI_SCRIPT_PYTHON, (char *const *)argv);
-        (void)fprintf(stderr, CLI_PROG ": script test: cannot run %s: %s\n", CLI_SCRIPT_PYTHON,
-                      strerror(errno));
+        int e = fgx_python_exec(argv);
+
+        (void)fprintf(stderr, CLI_PROG ": script test: cannot run %s: %s\n", FGX_PYTHON,
+                      strerror(-e));
         if (child)
             _exit(CLI_EXIT_ERROR);
         return CLI_EXIT_ERROR;

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "fgx/log.h"
+#include "fgx/priv.h"
 #include "fgx/wctl.h"
 #include "nfq.h"
 
@@ -15,10 +16,11 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: nfqworker --control URL --threads N --queue-base B [--log-level L]\n"
             "                 [--no-synack-log] [--flows N] [--script-url URL]\n"
-            "                 [--script-flows N]\n"
+            "                 [--script-flows N] [--user NAME]\n"
             "--flows  TCP flows tracked per thread (default %u)\n"
-            "--script-flows  flows per thread a script keeps state for (default %u)\n",
-            NFQ_FLOWS_PER_THREAD, NFQ_SW_FLOWS_DEFAULT);
+            "--script-flows  flows per thread a script keeps state for (default %u)\n"
+            "--user  the user it runs as once its queues are open (default %s)\n",
+            NFQ_FLOWS_PER_THREAD, NFQ_SW_FLOWS_DEFAULT, FGX_PRIV_USER_DEFAULT);
 }
 
 int main(int argc, char **argv)
@@ -32,11 +34,12 @@ int main(int argc, char **argv)
         {"flows", required_argument, NULL, 'F'},
         {"script-url", required_argument, NULL, 'U'},
         {"script-flows", required_argument, NULL, 'W'},
+        {"user", required_argument, NULL, 'u'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     enum fgx_log_level level = FGX_LOG_INFO;
-    const char *url = NULL;
+    const char *url = NULL, *user = FGX_PRIV_USER_DEFAULT;
     unsigned i, ninit = 0;
     int c, ret = 1;
 
@@ -69,6 +72,7 @@ int main(int argc, char **argv)
             break;
         case 'S': worker.no_synack_log = true; break;
         case 'U': worker.script_url = optarg; break;
+        case 'u': user = optarg; break;
         case 'F':
             if (fgx_wctl_parse_uint(optarg, 16, 1u << 24, &worker.flows) != 0) {
                 fprintf(stderr, "nfqworker: --flows: 16..16777216\n");
@@ -99,6 +103,8 @@ int main(int argc, char **argv)
     for (ninit = 0; ninit < worker.nthreads; ninit++)
         if (nfq_thread_init(&worker, &worker.threads[ninit], ninit) != 0)
             goto out;
+    if (nfq_priv_drop(user) != 0)
+        goto out;
     for (i = 0; i < worker.nthreads; i++) {
         ret = pthread_create(&worker.threads[i].tid, NULL, nfq_thread_main, &worker.threads[i]);
         if (ret != 0) {

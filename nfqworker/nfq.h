@@ -298,4 +298,8 @@ int nfq_stats_collect(struct nfq_worker *w, struct fgx_dp_stats *out);
 /* Serve the control channel at url until stop is set. */
 int nfq_ctl_run(struct nfq_worker *w, const char *url);
 
+/* nfq_seccomp.c: run as user with what the threads still need (fgx/priv.h), after the
+ * queues are open and before the threads start. */
+int nfq_priv_drop(const char *user);
+
 #endif

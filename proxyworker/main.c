@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "fgx/log.h"
+#include "fgx/priv.h"
 #include "fgx/wctl.h"
 #include "px.h"
 
@@ -17,7 +18,8 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: proxyworker --control URL --listen-port P [--threads N] [--max-conns N]\n"
             "                   [--max-conns-per-src N] [--first-byte-timeout SECONDS]\n"
-            "                   [--idle-timeout SECONDS] [--log-level L]\n"
+            "                   [--idle-timeout SECONDS] [--log-level L] [--user NAME]\n"
+            "--user  the user it runs as once its listeners are open (default %s)\n"
             "--max-conns  open connections at most (default: 1/%u of memory at %u KiB each,\n"
             "          within %u..%u and the descriptor limit); at the limit the most idle\n"
             "          connection is closed for a new one.\n"
@@ -25,7 +27,7 @@ static void usage(FILE *f)
             "          %u; 0: no limit); at the limit its most idle one is closed for a new one.\n"
             "--first-byte-timeout  close a connection where neither side sent a byte (default\n"
             "          %us; 0: only the idle timeout, default %us).\n",
-            PX_MEM_SHARE, PX_CONN_COST >> 10, PX_MAX_CONNS_MIN, PX_MAX_CONNS_MAX,
+            FGX_PRIV_USER_DEFAULT, PX_MEM_SHARE, PX_CONN_COST >> 10, PX_MAX_CONNS_MIN, PX_MAX_CONNS_MAX,
             PX_MAX_PER_SRC_DEFAULT, PX_FIRST_BYTE_S_DEFAULT, PX_IDLE_S_DEFAULT);
 }
 
@@ -59,6 +61,7 @@ int main(int argc, char **argv)
         {"idle-timeout", required_argument, NULL, 'i'},
         {"log-level", required_argument, NULL, 'l'},
         {"script-url", required_argument, NULL, 'S'},
+        {"user", required_argument, NULL, 'u'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -66,7 +69,7 @@ int main(int argc, char **argv)
     unsigned port = 0, idle_s = PX_IDLE_S_DEFAULT, first_s = PX_FIRST_BYTE_S_DEFAULT;
     uint64_t nofile;
     long pages, page;
-    const char *url = NULL;
+    const char *url = NULL, *user = FGX_PRIV_USER_DEFAULT;
     int c, ret;
 
     fgx_log_init("proxyworker", level);
@@ -76,6 +79,7 @@ int main(int argc, char **argv)
         switch (c) {
         case 'c': url = optarg; break;
         case 'S': worker.script_url = optarg; break;
+        case 'u': user = optarg; break;
         case 't':
             if (fgx_wctl_parse_uint(optarg, 1, 256, &worker.nthreads) != 0) {
                 fprintf(stderr, "proxyworker: --threads: 1..256\n");
@@ -144,8 +148,12 @@ int main(int argc, char **argv)
     if (px_tls_init() != 0)
         return 1;
 
-    if (px_worker_start(&worker) != 0)
+    if (px_worker_open(&worker) != 0)
         return 1;
+    if (px_priv_drop(user) != 0 || px_worker_start(&worker) != 0) {
+        px_worker_stop(&worker);
+        return 1;
+    }
     fgx_info("%u thread(s), port %u, at most %u connections (%u per source), first-byte "
              "timeout %us, idle timeout %us, control %s",
              worker.nthreads, port, worker.max_conns, worker.max_per_src, first_s, idle_s, url);

@@ -224,7 +224,12 @@ struct px_worker {
 /* ---- px_accept.c ---- */
 /* Create w->nthreads threads (w->port, max_conns, idle_ms set), listening and looping; on
  * failure everything is released. px_worker_stop() stops and releases them (no-op when none). */
+/* The listeners and each thread's loop (what needs root), then the threads (after the worker
+ * dropped its privileges, px_seccomp.c). A failed start stops what was opened. */
+int px_worker_open(struct px_worker *w);
 int px_worker_start(struct px_worker *w);
+/* px_seccomp.c: run as user with what the threads still need (fgx/priv.h). */
+int px_priv_drop(const char *user);
 void px_worker_stop(struct px_worker *w);
 /* Open the thread's event base, listeners, timers and scratch. */
 int px_thread_init(struct px_worker *w, struct px_thread *t, unsigned idx);

@@ -537,7 +537,7 @@ void *px_thread_main(void *arg)
     return NULL;
 }
 
-int px_worker_start(struct px_worker *w)
+int px_worker_open(struct px_worker *w)
 {
     unsigned i;
     int ret;
@@ -562,6 +562,17 @@ int px_worker_start(struct px_worker *w)
         if (ret != 0)
             goto err;
     }
+    return 0;
+err:
+    px_worker_stop(w);
+    return ret;
+}
+
+int px_worker_start(struct px_worker *w)
+{
+    unsigned i;
+    int ret;
+
     for (i = 0; i < w->nthreads; i++) {
         ret = pthread_create(&w->threads[i].tid, NULL, px_thread_main, &w->threads[i]);
         if (ret != 0) {

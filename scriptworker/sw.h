@@ -14,6 +14,7 @@
 #include <sys/types.h>
 #include <time.h>
 
+#include "fgx/sandbox.h"
 #include "fgx/swproto.h"
 
 #define SW_PROCS_DEFAULT 2
@@ -24,6 +25,8 @@
 #define SW_TICK_IDLE_MS 50  /* ... while files are loaded but nothing was called for a second */
 #define SW_IDLE_AFTER_MS 1000
 #define SW_BACKLOG 256
+#define SW_SCRIPT_UID_DEFAULT 2147352576u /* controld's --script-uid default (ctl_priv.h) */
+#define SW_SCRIPT_MEM_MIB_DEFAULT 512u
 
 struct sw_child {
     pid_t pid;
@@ -54,6 +57,9 @@ struct sw {
     int ctl; /* our own listening socket (PATH) */
     const char *pydir;
     unsigned nprocs;
+    gid_t sock_gid;          /* our sockets' group: the data-path workers' user */
+    unsigned script_uid;     /* interpreter i runs as script_uid + i */
+    struct fgx_sandbox sandbox; /* its uid set per interpreter */
     struct sw_child child[SW_PROCS_MAX];
     struct sw_link links[SW_LINKS_MAX];
     unsigned nlinks;
@@ -66,8 +72,9 @@ void sw_child_kill(struct sw_child *c);
 uint64_t sw_now_ms(void);
 /* The interpreter's CPU time (user + system) in ms; 0 when it cannot be read. */
 uint64_t sw_child_cpu_ms(const struct sw_child *c);
-/* A listening SOCK_SEQPACKET socket at path (an old one there is removed first): fd or -errno. */
-int sw_listen(const char *path);
+/* A listening SOCK_SEQPACKET socket at path (an old one there is removed first), group gid and
+ * mode 0660: fd or -errno. */
+int sw_listen(const char *path, gid_t gid);
 
 /* sw_loop.c */
 int sw_loop_run(struct sw *w);

@@ -16,8 +16,8 @@
 #include <unistd.h>
 
 #include "fgx/log.h"
-
-#define SW_PYTHON "/usr/bin/python3"
+#include "fgx/priv.h"
+#include "fgx/python.h"
 
 _Static_assert(sizeof(struct fgx_sw_page) <= FGX_SW_PAGE, "the page holds its fields");
 
@@ -29,7 +29,7 @@ uint64_t sw_now_ms(void)
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-int sw_listen(const char *path)
+int sw_listen(const char *path, gid_t gid)
 {
     struct sockaddr_un a = {.sun_family = AF_UNIX};
     int fd, e;
@@ -46,6 +46,12 @@ int sw_listen(const char *path)
         close(fd);
         return e;
     }
+    /* the data-path threads dial it as the workers' user */
+    e = fgx_sock_share(path, gid);
+    if (e < 0) {
+        close(fd);
+        return e;
+    }
     return fd;
 }
 
@@ -54,7 +60,7 @@ int sw_child_spawn(struct sw *w, struct sw_child *c)
     static const char prog[] = "import sys; sys.path.insert(0, sys.argv[1]); "
                                "import fgex.serve as s; sys.exit(s.main())";
     int to[2] = {-1, -1}, from[2] = {-1, -1}, rv;
-    pid_t parent = getpid(), pid;
+    pid_t pid;
     void *page;
 
     c->page_fd = memfd_create("fgex-sw-page", MFD_CLOEXEC);
@@ -67,16 +73,18 @@ int sw_child_spawn(struct sw *w, struct sw_child *c)
     c->page = page;
     if (pipe2(to, O_CLOEXEC) == -1 || pipe2(from, O_CLOEXEC) == -1)
         goto err;
-    pid = fork();
-    if (pid == -1)
+    w->sandbox.uid = (uid_t)(w->script_uid + (unsigned)(c - w->child));
+    pid = fgx_sandbox_fork();
+    if (pid < 0) {
+        errno = -pid;
         goto err;
+    }
     if (pid == 0) {
         sigset_t none;
 
-        /* an interpreter stuck in a loop reads no stdin: it goes with us all the same */
+        /* an interpreter stuck in a loop reads no stdin: it goes with us all the same (pid 1
+         * of its own namespace, it cannot see us: had we died already, its stdin is at EOF) */
         prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent)
-            _exit(1);
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);
         signal(SIGPIPE, SIG_DFL);
@@ -87,7 +95,13 @@ int sw_child_spawn(struct sw *w, struct sw_child *c)
         (void)dup2(from[1], 1);
         (void)dup2(pg, 3);
         (void)dup2(ls, 4);
-        execl(SW_PYTHON, "python3", "-I", "-c", prog, w->pydir, (char *)NULL);
+        if (fgx_sandbox_enter(&w->sandbox) < 0)
+            _exit(126);
+        {
+            const char *args[] = {"-c", prog, FGX_SANDBOX_PYDIR, NULL};
+
+            (void)fgx_python_exec(args);
+        }
         _exit(127);
     }
     close(to[0]);

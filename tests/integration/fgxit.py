@@ -171,8 +171,11 @@ class Env:
         self.tmp = tempfile.mkdtemp(prefix="fgx-it-%s-" % module)
         self.state_dir = os.path.join(self.tmp, "state")
         self.run_dir = os.path.join(self.tmp, "run")
-        os.makedirs(self.state_dir)
+        os.makedirs(self.state_dir, mode=0o700)
         os.makedirs(self.run_dir)
+        # the workers run as the fgex user (issue 25) and dial their sockets in run_dir:
+        # the world's directory lets them through, the state stays controld's
+        os.chmod(self.tmp, 0o711)
         self.url = "ipc://" + os.path.join(self.run_dir, "control.sock")
         self.log_path = os.path.join(self.tmp, "controld.log")
         self.controld = None

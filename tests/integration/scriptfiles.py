@@ -187,3 +187,41 @@ def regex_and_script_judge(env, svc, port):
     c = env.tcp_client(it.SRV4, port, [ok, 0.3])
     it.assert_passed(c, it.server_conn(srv, 3), ok)
     return srv
+
+
+def pcap_conns(path):
+    """Two HTTP connections to port 80 and one to 81, written with scapy's wrpcap."""
+    from scapy.all import IP, TCP, Raw, wrpcap
+    pk = []
+
+    def conn(sport, dport, msgs):
+        c, s = "10.9.0.1", "10.9.0.2"
+        seq, sseq = 1000, 5000
+        pk.append(IP(src=c, dst=s) / TCP(sport=sport, dport=dport, flags="S", seq=seq - 1))
+        pk.append(IP(src=s, dst=c) / TCP(sport=dport, dport=sport, flags="SA", seq=sseq - 1,
+                                          ack=seq))
+        for req, segs in msgs:
+            # the request in segments, the second before the first (held until the gap fills)
+            parts = [req[i:i + segs] for i in range(0, len(req), segs)]
+            offs = [sum(len(x) for x in parts[:i]) for i in range(len(parts))]
+            order = list(range(len(parts)))
+            if len(order) > 1:
+                order[0], order[1] = order[1], order[0]
+            for i in order:
+                pk.append(IP(src=c, dst=s) / TCP(sport=sport, dport=dport, flags="PA",
+                                                  seq=seq + offs[i], ack=sseq) / Raw(parts[i]))
+            seq += len(req)
+            resp = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+            pk.append(IP(src=s, dst=c) / TCP(sport=dport, dport=sport, flags="PA", seq=sseq,
+                                              ack=seq) / Raw(resp))
+            sseq += len(resp)
+
+    ok = b"GET /index HTTP/1.1\r\nHost: a\r\n\r\n"
+    body = gzip.compress(b"this is ILLEGAL")
+    bad = (b"POST /x HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n" +
+           b"%x\r\n" % 5 + b"ILLEG\r\n" + b"2\r\nAL\r\n0\r\n\r\n")
+    conn(40001, 80, [(ok, 1000)])
+    conn(40002, 80, [(ok, 1000), (bad, 20)])   # keep-alive: the second request is chunked
+    conn(40003, 81, [(ok, 1000)])
+    wrpcap(path, pk)
+    return body

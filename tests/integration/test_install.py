@@ -124,6 +124,29 @@ def unit_passes_systemd_analyze_verify(env):
           "systemd-analyze verify -> %d:\n%s%s", p.returncode, p.stdout, p.stderr)
 
 
+@test
+def unit_is_hardened(env):
+    """The unit's systemd hardening (issue 25): the options docs/install.md lists are there, and
+    systemd-analyze's offline exposure is the 3.2 recorded there (9.6 before)."""
+    unit = open(dest("usr/local/lib/systemd/system/fgex.service")).read()
+    for line in ("ProtectSystem=strict", "ReadWritePaths=/var/lib/fgex /run/fgex",
+                 "ProtectHome=yes", "PrivateTmp=yes", "NoNewPrivileges=yes", "Group=fgex",
+                 "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK",
+                 "RestrictNamespaces=mnt net pid", "MemoryDenyWriteExecute=yes",
+                 "ProtectKernelTunables=yes", "LockPersonality=yes",
+                 "CapabilityBoundingSet=CAP_NET_ADMIN CAP_NET_RAW CAP_NET_BIND_SERVICE "
+                 "CAP_SETUID CAP_SETGID CAP_SETPCAP CAP_SYS_ADMIN CAP_KILL"):
+        check(re.search("^%s$" % re.escape(line), unit, re.M), "the unit lacks %r", line)
+    d = tempfile.mkdtemp(prefix="security-", dir=env.tmp)
+    with open(os.path.join(d, "fgex.service"), "w") as f:
+        f.write(unit)
+    p = run("systemd-analyze", "security", "--offline=true", os.path.join(d, "fgex.service"),
+            timeout=30)
+    m = re.search(r"Overall exposure level for fgex\.service: (\d+\.\d)", p.stdout)
+    check(m and float(m.group(1)) <= 3.2, "exposure %s:\n%s", m and m.group(1),
+          p.stdout[-500:] + p.stderr[-500:])
+
+
 def controld_keys(exe):
     """The long options controld --help lists: every one is a configuration key."""
     p = run(exe, "--help")
@@ -139,7 +162,8 @@ VALUES = {"state-dir": "/tmp", "run-dir": "/tmp", "threads": "2", "log-level": "
           "cert": "/tmp/c.pem", "key": "/tmp/k.pem", "allow": "10.0.0.0/8",
           "compile-timeout": "10", "nfq-flows": "65536", "handshake-timeout": "5",
           "proxy-max-conns-per-src": "64", "proxy-first-byte-timeout": "10",
-          "web-listen": "127.0.0.1:8443"}
+          "web-listen": "127.0.0.1:8443", "user": "fgex", "script-uid": "2147352576",
+          "script-memory": "512"}
 
 
 @test

@@ -16,7 +16,7 @@ import fgxit as it  # noqa: E402
 from fgxit import check, test  # noqa: E402
 from scriptfiles import (FAULTY, FIREGEX_EXAMPLE, firegex_example_judges, http,  # noqa: E402
                          keepalive_gzip_judged, keepalive_probe_dropped, keepalive_third_rejected,
-                         loop_started,
+                         loop_started, pcap_conns,
                          regex_and_script_judge, regex_service_filters, script_counters, write)
 
 
@@ -238,44 +238,6 @@ def engine_models_settings_history(env):
                         "inval2.py"))
     check(c.feed(True, b"\x16\x03\x01 not http\r\n\r\n").action == "accept",
           "ExceptionAction.ACCEPT")
-
-
-def pcap_conns(path):
-    """Two HTTP connections to port 80 and one to 81, written with scapy's wrpcap."""
-    from scapy.all import IP, TCP, Raw, wrpcap
-    pk = []
-
-    def conn(sport, dport, msgs):
-        c, s = "10.9.0.1", "10.9.0.2"
-        seq, sseq = 1000, 5000
-        pk.append(IP(src=c, dst=s) / TCP(sport=sport, dport=dport, flags="S", seq=seq - 1))
-        pk.append(IP(src=s, dst=c) / TCP(sport=dport, dport=sport, flags="SA", seq=sseq - 1,
-                                          ack=seq))
-        for req, segs in msgs:
-            # the request in segments, the second before the first (held until the gap fills)
-            parts = [req[i:i + segs] for i in range(0, len(req), segs)]
-            offs = [sum(len(x) for x in parts[:i]) for i in range(len(parts))]
-            order = list(range(len(parts)))
-            if len(order) > 1:
-                order[0], order[1] = order[1], order[0]
-            for i in order:
-                pk.append(IP(src=c, dst=s) / TCP(sport=sport, dport=dport, flags="PA",
-                                                  seq=seq + offs[i], ack=sseq) / Raw(parts[i]))
-            seq += len(req)
-            resp = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
-            pk.append(IP(src=s, dst=c) / TCP(sport=dport, dport=sport, flags="PA", seq=sseq,
-                                              ack=seq) / Raw(resp))
-            sseq += len(resp)
-
-    ok = b"GET /index HTTP/1.1\r\nHost: a\r\n\r\n"
-    body = gzip.compress(b"this is ILLEGAL")
-    bad = (b"POST /x HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n" +
-           b"%x\r\n" % 5 + b"ILLEG\r\n" + b"2\r\nAL\r\n0\r\n\r\n")
-    conn(40001, 80, [(ok, 1000)])
-    conn(40002, 80, [(ok, 1000), (bad, 20)])   # keep-alive: the second request is chunked
-    conn(40003, 81, [(ok, 1000)])
-    wrpcap(path, pk)
-    return body
 
 
 @test

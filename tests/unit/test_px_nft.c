@@ -104,6 +104,7 @@ static void proxy_start(void)
     char err[256];
     int d;
 
+    cr_assert_eq(px_worker_open(&w), 0);
     cr_assert_eq(px_worker_start(&w), 0);
     for (d = 0; d < 2; d++)
         cr_assert_eq(fgx_ruleset_compile(&evil, 1, d == 0 ? FGX_DIR_C2S : FGX_DIR_S2C,

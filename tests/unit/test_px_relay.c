@@ -86,6 +86,7 @@ TestSuite(px_relay, .init = setup, .fini = teardown, .timeout = 30);
 
 static void start(void)
 {
+    cr_assert_eq(px_worker_open(&w), 0);
     cr_assert_eq(px_worker_start(&w), 0);
 }
 
