@@ -907,6 +907,7 @@ static void web_completed(void *cls, struct MHD_Connection *conn, void **con_cls
     *con_cls = NULL;
 }
 
+__attribute__((format(printf, 2, 0)))
 static void web_log(void *cls, const char *fmt, va_list ap)
 {
     char line[512];
