@@ -160,6 +160,72 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(TEST_ARCHIVES)
 
 unit-tests: $(UNIT_BINS)
 
+# ---- fuzzing (libFuzzer, Debian's clang): tests/fuzz/fuzz_<parser>.c -> $(FUZZ)/fuzz_<parser> --
+# Every object is compiled again with clang, coverage and ASan/UBSan, into $(FUZZ) (build/fuzz),
+# beside the gcc build. `make fuzz` runs each harness for FUZZ_S seconds on its seed corpus
+# (tests/fuzz/corpus/<name>, committed) plus what earlier runs found ($(FUZZ)/corpus/<name>,
+# never committed); a crash is written to $(FUZZ)/crashes/. `make fuzz-replay` runs every seed
+# once (seconds; part of `make test`). FUZZ_ONLY=NAME picks one harness.
+FUZZ := build/fuzz
+FUZZ_CC ?= clang
+FUZZ_S ?= 60
+FUZZ_SAN := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE $(WARN) -pthread -Ilibcommon/include -I$(BUILD)/proto -I. \
+	$(PKG_CFLAGS) -MMD -MP -O1 -g $(FUZZ_SAN) -fsanitize=fuzzer-no-link
+FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
+FUZZ_BINS := $(patsubst tests/fuzz/%.c,$(FUZZ)/%,$(FUZZ_SRC))
+FUZZ_NAMES := $(if $(FUZZ_ONLY),$(FUZZ_ONLY),$(patsubst tests/fuzz/%.c,%,$(FUZZ_SRC)))
+
+$(FUZZ)/obj/%.o: %.c | $(PROTO_H)
+	@mkdir -p $(dir $@)
+	@echo "  FUZZCC  $<"
+	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -c -o $@ $<
+
+$(FUZZ)/obj/proto/%.pb-c.o: $(BUILD)/proto/%.pb-c.c $(PROTO_H)
+	@mkdir -p $(dir $@)
+	@echo "  FUZZCC  $<"
+	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -Wno-error -c -o $@ $<
+
+$(FUZZ)/obj/gen/ctl_web_files.o: $(WEB_GEN)
+	@mkdir -p $(dir $@)
+	@echo "  FUZZCC  $<"
+	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -c -o $@ $<
+
+fuzz_objs = $(patsubst %.c,$(FUZZ)/obj/%.o,$(1))
+$(FUZZ)/libcommon.a: $(call fuzz_objs,$(COMMON_SRC)) $(patsubst $(BUILD)/proto/%.pb-c.c,$(FUZZ)/obj/proto/%.pb-c.o,$(PROTO_C))
+$(FUZZ)/libctl.a: $(call fuzz_objs,$(CTL_SRC)) $(FUZZ)/obj/gen/ctl_web_files.o
+$(FUZZ)/libcli.a: $(call fuzz_objs,$(CLI_SRC))
+$(FUZZ)/libpx.a: $(call fuzz_objs,$(PX_SRC))
+FUZZ_ARCHIVES := $(FUZZ)/libctl.a $(FUZZ)/libcli.a $(FUZZ)/libpx.a $(FUZZ)/libcommon.a
+$(FUZZ)/%.a:
+	@mkdir -p $(dir $@)
+	@echo "  AR      $@"
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+$(FUZZ)/fuzz_%: $(FUZZ)/obj/tests/fuzz/fuzz_%.o $(FUZZ_ARCHIVES)
+	@echo "  LD      $@"
+	$(Q)$(FUZZ_CC) $(FUZZ_SAN) -fsanitize=fuzzer -pthread -o $@ $< $(FUZZ_ARCHIVES) $(LIBS_HS) \
+		$(LIBS_NET) $(LIBS_HTTP) $(LIBS_EVENT) $(LIBS_JSON) $(LIBS_PCAP) $(LIBS_TLS) $(LIBS_SSL) \
+		$(LIBS_BASE) -lm
+
+# The binary seeds, made with fgex's own encoders (tests/fuzz/mkseeds.c), never committed.
+$(FUZZ)/mkseeds: $(BUILD)/obj/tests/fuzz/mkseeds.o $(BUILD)/libcommon.a
+	@mkdir -p $(dir $@)
+	@echo "  LD      $@"
+	$(Q)$(CC) $(FGX_LDFLAGS) -o $@ $^ $(LIBS_HS) $(LIBS_BASE) -lm
+
+$(FUZZ)/seeds/.stamp: $(FUZZ)/mkseeds
+	$(Q)rm -rf $(FUZZ)/seeds && $(FUZZ)/mkseeds $(FUZZ)/seeds && touch $@
+
+.PHONY: fuzz fuzz-bins fuzz-replay
+fuzz-bins: $(FUZZ_BINS) $(FUZZ)/seeds/.stamp
+
+fuzz: fuzz-bins
+	$(Q)tests/fuzz/run.sh run $(FUZZ) $(FUZZ_S) $(FUZZ_NAMES)
+
+fuzz-replay: fuzz-bins
+	$(Q)tests/fuzz/run.sh replay $(FUZZ) 0 $(FUZZ_NAMES)
+
 # ---- the two commands ---------------------------------------------------------------------
 .PHONY: all deps deps-test deps-bench run stop test unit integration unit-tests clean bench \
 	check-fresh man install uninstall
@@ -180,8 +246,8 @@ stop:
 	$(Q)deploy/stop.sh $(MAKEOVERRIDES)
 
 test: deps-test
-	$(Q)$(MAKE) --no-print-directory all unit-tests
-	$(Q)tests/run-all.sh $(BUILD)
+	$(Q)$(MAKE) --no-print-directory all unit-tests fuzz-bins
+	$(Q)tests/run-all.sh $(BUILD) $(FUZZ)
 
 unit: all unit-tests
 	$(Q)tests/run-unit.sh $(BUILD)
@@ -269,4 +335,4 @@ clean:
 .DEFAULT_GOAL := all
 # Keep generated sources and objects: they are inputs of later steps, not throwaway files.
 .SECONDARY:
--include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD)/obj $(FUZZ)/obj -name '*.d' 2>/dev/null)

@@ -359,6 +359,7 @@ static enum MHD_Result metrics_handler(void *cls, struct MHD_Connection *conn, c
     return metrics_serve(cls, conn, method);
 }
 
+__attribute__((format(printf, 2, 0)))
 static void metrics_log(void *cls, const char *fmt, va_list ap)
 {
     char line[512];

@@ -220,9 +220,11 @@ static void sec_headers(struct MHD_Response *r, bool api)
         MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
 }
 
-/* Queue body (copied) with status; extra: NULL-terminated name/value pairs. */
+/* Queue body (copied) with status; extra: NULL-terminated name/value pairs. api (non-zero: an
+ * API reply) is an int, not a bool: va_start after a parameter that undergoes promotion is
+ * undefined behaviour. */
 static enum MHD_Result respond(struct MHD_Connection *conn, unsigned status, const char *ctype,
-                               const void *body, size_t len, bool api, ...)
+                               const void *body, size_t len, int api, ...)
 {
     struct MHD_Response *r =
         MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
@@ -958,6 +960,7 @@ static void web_completed(void *cls, struct MHD_Connection *conn, void **con_cls
     *con_cls = NULL;
 }
 
+__attribute__((format(printf, 2, 0)))
 static void web_log(void *cls, const char *fmt, va_list ap)
 {
     char line[512];

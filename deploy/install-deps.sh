@@ -34,8 +34,10 @@ run=(nftables iptables iproute2 man-db python3 python3-h11 python3-brotli python
 # The dashboard's browser tests (test_web_ui): Debian's chromium, headless, driven by
 # playwright-core from npm (installed below into build/web-node, never committed) under nodejs.
 # ca-certificates: the system's CA store, which npm is told to trust (below) for the download.
+# The fuzzing harnesses (tests/fuzz, replayed by `make test`, run by `make fuzz`): clang with
+# libFuzzer and the sanitizers' runtimes (libclang-rt-14-dev).
 test=(libcriterion-dev python3 python3-scapy openssl procps systemd curl nginx-light
-  python3-cryptography chromium nodejs ca-certificates)
+  python3-cryptography chromium nodejs ca-certificates clang libclang-rt-14-dev)
 # npm: Debian's package, unless a nodejs that carries its own npm (NodeSource's) is installed
 command -v npm >/dev/null 2>&1 || test+=(npm)
 # Benchmarking: traffic and charts; bench/tls's nginx stream proxy (libnginx-mod-stream) and

@@ -700,7 +700,7 @@ static int read_script(struct rd *r, const json_t *sv, size_t idx)
     Fgx__Ctl__Config *cfg = r->cfg;
     Fgx__Ctl__Script *sc;
     char where[64], fwhere[96];
-    bool has;
+    bool has = false;
     int rc;
 
     (void)snprintf(where, sizeof(where), "services[%zu].script", idx);

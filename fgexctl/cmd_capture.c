@@ -352,7 +352,8 @@ static int cap_packets(struct pkts *ps, const struct fgx_cap *c)
     for (size_t i = 0; rv == 0 && i < c->nseg; i++) {
         const struct fgx_cap_seg *s = &c->seg[i];
         int d = c->seg_dir[i];
-        const uint8_t *data = c->data[d] + s->off;
+        /* a direction with no bytes has no data (its segments are empty) */
+        const uint8_t *data = c->data[d] != NULL ? c->data[d] + s->off : NULL;
 
         if (!tcp) {
             rv = pkt_make(ps, c, d, s->time_ns, 0, 0, 0, data, s->len, s->blocked);

@@ -46,6 +46,7 @@ int fgx_log_level_parse(const char *name, enum fgx_log_level *out)
     return -EINVAL;
 }
 
+__attribute__((format(printf, 2, 0)))
 static void log_v(enum fgx_log_level level, const char *fmt, va_list ap)
 {
     char line[1024];

@@ -37,6 +37,7 @@
 #include <openssl/x509.h>
 
 #include "fgx/log.h"
+#include "px_tls_hello.h"
 
 /* A read stops once fewer than this many bytes of the scratch buffer are left (each SSL_read
  * then has room for a whole record); what OpenSSL still holds then is read at once after
@@ -301,42 +302,35 @@ bool px_tls_handshaking(const struct px_conn *c)
     return c->tls != NULL && c->tls->state != PX_TLS_DONE;
 }
 
-/* The server_name extension's host name (RFC 6066 3), or "" when absent or malformed. */
+/* The server_name extension's host name, or "" (px_tls_hello.c). */
 static void hello_sni(SSL *ssl, char *out, size_t len)
 {
     const unsigned char *p;
-    size_t n, l;
+    size_t n;
 
     out[0] = '\0';
-    if (!SSL_client_hello_get0_ext(ssl, TLSEXT_TYPE_server_name, &p, &n) || n < 5)
-        return;
-    if ((size_t)((p[0] << 8) | p[1]) != n - 2 || p[2] != TLSEXT_NAMETYPE_host_name)
-        return;
-    l = (size_t)((p[3] << 8) | p[4]);
-    if (l == 0 || l > n - 5 || l >= len || memchr(p + 5, '\0', l) != NULL)
-        return;
-    memcpy(out, p + 5, l);
-    out[l] = '\0';
+    if (SSL_client_hello_get0_ext(ssl, TLSEXT_TYPE_server_name, &p, &n))
+        px_tls_hello_sni(p, n, out, len);
 }
 
-/* The ALPN extension's protocol list (RFC 7301 3.1), as SSL_set_alpn_protos() takes it. */
+/* The ALPN extension's protocol list, kept for the service's handshake (px_tls_hello.c). */
 static int hello_alpn(SSL *ssl, struct px_tls *x)
 {
     const unsigned char *p;
-    size_t n, i;
+    const uint8_t *list;
+    size_t n, len;
+    int rc;
 
     if (!SSL_client_hello_get0_ext(ssl, TLSEXT_TYPE_application_layer_protocol_negotiation, &p, &n))
         return 0;
-    if (n < 3 || (size_t)((p[0] << 8) | p[1]) != n - 2)
-        return -EINVAL;
-    for (i = 2; i < n; i += 1 + (size_t)p[i])
-        if (p[i] == 0 || i + 1 + p[i] > n)
-            return -EINVAL;
-    x->alpn = malloc(n - 2);
+    rc = px_tls_hello_alpn(p, n, &list, &len);
+    if (rc != 0)
+        return rc;
+    x->alpn = malloc(len);
     if (x->alpn == NULL)
         return -ENOMEM;
-    memcpy(x->alpn, p + 2, n - 2);
-    x->alpn_len = n - 2;
+    memcpy(x->alpn, list, len);
+    x->alpn_len = len;
     return 0;
 }
 

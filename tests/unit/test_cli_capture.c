@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "control.pb-c.h"
+#include "datapath.pb-c.h"
 #include "fgexctl/cli_args.h"
 #include "fgexctl/cli_fmt.h"
 #include "fgexctl/cmd.h"
@@ -152,5 +153,47 @@ Test(cli_capture, events_show_text_marks_blocked_bytes)
         cr_assert(mark && evil && mark < evil, "the blocked bytes follow the marker:\n%s", out);
     }
     free(out);
+    free(capb.data);
+}
+
+/* Found by tests/fuzz/fuzz_capture (its seed udp-empty-direction-segment): a capture whose
+ * direction holds no bytes but lists a segment of it (a corrupt or hostile capture) gives a
+ * pcap with that datagram empty, and no pointer arithmetic on the direction's missing data. */
+Test(cli_capture, pcap_of_a_segment_in_an_empty_direction)
+{
+    static uint8_t cli4[4] = {10, 0, 0, 2}, srv4[4] = {10, 0, 0, 1};
+    Fgx__Dp__Capture c = FGX__DP__CAPTURE__INIT;
+    Fgx__Dp__CaptureSeg seg = FGX__DP__CAPTURE_SEG__INIT, *segp = &seg;
+    Fgx__Ctl__Reply rep = FGX__CTL__REPLY__INIT;
+    ProtobufCBinaryData capb;
+    uint8_t *pcap = NULL;
+    size_t len = 0;
+    char err[256] = "";
+
+    c.service_id = 1;
+    c.ipproto = 17;
+    c.caddr = (ProtobufCBinaryData){4, cli4};
+    c.saddr = (ProtobufCBinaryData){4, srv4};
+    c.cport = 40000;
+    c.sport = 53;
+    c.start_ns = 1000;
+    seg.dir = 2; /* server->client, which has no bytes */
+    seg.seq = 0;
+    seg.len = 6;
+    seg.time_ns = 1001;
+    c.n_segs = 1;
+    c.segs = &segp;
+    capb.len = fgx__dp__capture__get_packed_size(&c);
+    capb.data = malloc(capb.len);
+    cr_assert_not_null(capb.data);
+    fgx__dp__capture__pack(&c, capb.data);
+    rep.n_captures = 1;
+    rep.captures = &capb;
+
+    cr_assert_eq(cli_cmd_capture_pcap(&rep, &pcap, &len, err, sizeof(err)), 0, "%s", err);
+    /* the global header, then one record: 16 bytes of record header, the frame with an empty
+     * UDP payload (Ethernet 14 + IPv4 20 + UDP 8) */
+    cr_assert_eq(len, 24 + 16 + 14 + 20 + 8);
+    free(pcap);
     free(capb.data);
 }
