@@ -40,6 +40,10 @@ static const int base_syscalls[] = {
     SCMP_SYS(epoll_create1),  SCMP_SYS(epoll_ctl),      SCMP_SYS(epoll_wait),
     SCMP_SYS(epoll_pwait),    SCMP_SYS(getrusage),      SCMP_SYS(exit),
     SCMP_SYS(exit_group),
+    /* the statistics' resident memory, from a file opened before the drop (fgx_wstats_open());
+     * glibc's qsort() of a large array (the events of a burst) first asks sysinfo() how much
+     * memory there is */
+    SCMP_SYS(pread64),        SCMP_SYS(sysinfo),
     /* the scriptworker link looks for its sockets before it dials (libcommon/swlink.c) */
     SCMP_SYS(access),         SCMP_SYS(faccessat),      SCMP_SYS(faccessat2),
 };

@@ -5,6 +5,7 @@
 #include "fgx/wctl.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -224,19 +225,31 @@ static int event_cmp(const void *a, const void *b)
     return x->time_ns < y->time_ns ? -1 : x->time_ns > y->time_ns;
 }
 
+static int statm_fd = -1; /* /proc/self/statm, opened before the privileges go */
+
+int fgx_wstats_open(void)
+{
+    if (statm_fd != -1)
+        return 0;
+    statm_fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+    return statm_fd == -1 ? -errno : 0;
+}
+
 static uint64_t rss_bytes(void)
 {
     unsigned long size, rss;
-    uint64_t ret = 0;
-    FILE *f;
+    char buf[128];
+    ssize_t n;
 
-    f = fopen("/proc/self/statm", "re");
-    if (f == NULL)
+    if (statm_fd == -1 && fgx_wstats_open() != 0)
         return 0;
-    if (fscanf(f, "%lu %lu", &size, &rss) == 2)
-        ret = (uint64_t)rss * (uint64_t)sysconf(_SC_PAGESIZE);
-    fclose(f);
-    return ret;
+    n = pread(statm_fd, buf, sizeof(buf) - 1, 0);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    if (sscanf(buf, "%lu %lu", &size, &rss) != 2)
+        return 0;
+    return (uint64_t)rss * (uint64_t)sysconf(_SC_PAGESIZE);
 }
 
 void fgx_wstats_end(struct fgx_wstats *st)

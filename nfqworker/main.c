@@ -103,7 +103,8 @@ int main(int argc, char **argv)
     for (ninit = 0; ninit < worker.nthreads; ninit++)
         if (nfq_thread_init(&worker, &worker.threads[ninit], ninit) != 0)
             goto out;
-    if (nfq_priv_drop(user) != 0)
+    /* the statistics' memory figure is read through a file opened now, before the drop */
+    if (fgx_wstats_open() != 0 || nfq_priv_drop(user) != 0)
         goto out;
     for (i = 0; i < worker.nthreads; i++) {
         ret = pthread_create(&worker.threads[i].tid, NULL, nfq_thread_main, &worker.threads[i]);

@@ -150,7 +150,8 @@ int main(int argc, char **argv)
 
     if (px_worker_open(&worker) != 0)
         return 1;
-    if (px_priv_drop(user) != 0 || px_worker_start(&worker) != 0) {
+    /* the statistics' memory figure is read through a file opened now, before the drop */
+    if (fgx_wstats_open() != 0 || px_priv_drop(user) != 0 || px_worker_start(&worker) != 0) {
         px_worker_stop(&worker);
         return 1;
     }

@@ -74,6 +74,10 @@ void fgx_wstats_filters(struct fgx_wstats *st, const struct fgx_filter_ctr *tabl
 void fgx_wstats_events(struct fgx_wstats *st, struct fgx_evring *r);
 /* Finish: events in time order (controld numbers them as they come), the resident memory. */
 void fgx_wstats_end(struct fgx_wstats *st);
+/* Open what the resident memory is read from (/proc/self/statm), once, while the worker may
+ * still open files: call it before the worker drops its privileges (fgx/priv.h), whose filter
+ * refuses every later open. Returns 0 or -errno (the memory then reads 0). */
+int fgx_wstats_open(void);
 
 /* ---- ruleset publishing and the control loop ---- */
 
