@@ -1937,7 +1937,8 @@ int ctl_store_health_list(struct ctl_txn *t, struct ctl_health_entry **out, size
         goto err;
     }
     mdb_cursor_close(cur);
-    qsort(arr, cnt, sizeof(*arr), health_seq_cmp);
+    if (cnt > 1) /* qsort of NULL, even of none, is undefined */
+        qsort(arr, cnt, sizeof(*arr), health_seq_cmp);
     *out = arr;
     *n = cnt;
     return 0;
