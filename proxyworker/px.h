@@ -280,6 +280,9 @@ bool px_relay_evict_src(struct px_thread *t, const struct sockaddr_storage *src)
 void px_relay_resets(struct px_thread *t, bool now);
 
 /* ---- px_match.c ---- */
+/* A connection end's address (4 or 16 bytes into addr) and port; returns its family, 4 or 6,
+ * or 0 for neither (nothing written). */
+uint8_t px_sa_split(const struct sockaddr_storage *ss, uint8_t *addr, uint16_t *port);
 /* Pick up the published config if it is newer (between events). */
 void px_match_switch(struct px_thread *t);
 /* Bring c to its service's databases of the thread's config. */

@@ -191,19 +191,23 @@ void px_match_conn_release(struct px_conn *c)
     }
 }
 
-static void sa_split(const struct sockaddr_storage *ss, uint8_t *addr, uint16_t *port)
+uint8_t px_sa_split(const struct sockaddr_storage *ss, uint8_t *addr, uint16_t *port)
 {
     if (ss->ss_family == AF_INET) {
         const struct sockaddr_in *a = (const struct sockaddr_in *)ss;
 
         memcpy(addr, &a->sin_addr, 4);
         *port = ntohs(a->sin_port);
-    } else {
+        return 4;
+    }
+    if (ss->ss_family == AF_INET6) {
         const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)ss;
 
         memcpy(addr, &a->sin6_addr, 16);
         *port = ntohs(a->sin6_port);
+        return 6;
     }
+    return 0;
 }
 
 static void event_record(struct px_conn *c, int side, const struct fgx_reasm_match *m,
@@ -222,8 +226,8 @@ static void event_record(struct px_conn *c, int side, const struct fgx_reasm_mat
     ev->dir = side == 0 ? FGX_DIR_C2S : FGX_DIR_S2C;
     ev->ipproto = IPPROTO_TCP;
     ev->family = c->family;
-    sa_split(side == 0 ? &c->client : &c->server, ev->src, &ev->sport);
-    sa_split(side == 0 ? &c->server : &c->client, ev->dst, &ev->dport);
+    (void)px_sa_split(side == 0 ? &c->client : &c->server, ev->src, &ev->sport);
+    (void)px_sa_split(side == 0 ? &c->server : &c->client, ev->dst, &ev->dport);
     ev->excerpt_len = m->excerpt_len > FGX_DP_EXCERPT_MAX ? FGX_DP_EXCERPT_MAX : m->excerpt_len;
     ev->match_end = m->match_end <= ev->excerpt_len ? m->match_end : ev->excerpt_len;
     memcpy(ev->excerpt, m->excerpt, ev->excerpt_len);
@@ -289,10 +293,10 @@ static void cap_bytes(struct px_conn *c, struct fgx_cap_ring *cr, int side, cons
     now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
     if (ref.gen == 0) {
         uint8_t ca[16] = {0}, sa[16] = {0};
-        uint16_t cp, sp;
+        uint16_t cp = 0, sp = 0;
 
-        sa_split(&c->client, ca, &cp);
-        sa_split(&c->server, sa, &sp);
+        (void)px_sa_split(&c->client, ca, &cp);
+        (void)px_sa_split(&c->server, sa, &sp);
         fgx_cap_open(cr, IPPROTO_TCP, c->family, ca, cp, sa, sp, now, &ref);
         if (ref.gen == 0)
             return; /* every slot holds a blocked capture not collected yet */

@@ -161,39 +161,19 @@ static void on_readable(evutil_socket_t fd, short what, void *arg)
     }
 }
 
-/* One sockaddr's address and port into a log entry's family-sized fields. */
-static bool ss_copy(const struct sockaddr_storage *ss, uint8_t *addr, uint16_t *port,
-                    uint8_t *family)
-{
-    if (ss->ss_family == AF_INET) {
-        const struct sockaddr_in *a = (const struct sockaddr_in *)ss;
-
-        memcpy(addr, &a->sin_addr, 4);
-        *port = ntohs(a->sin_port);
-        *family = 4;
-        return true;
-    }
-    if (ss->ss_family == AF_INET6) {
-        const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)ss;
-
-        memcpy(addr, &a->sin6_addr, 16);
-        *port = ntohs(a->sin6_port);
-        *family = 6;
-        return true;
-    }
-    return false;
-}
-
 /* The link's lookup: a call's log entry (an exception, a timeout) gets its connection's
  * addresses, so its event names the client. */
 static bool conn_where(void *arg, uint64_t conn, struct fgx_dp_script_log *e)
 {
     struct px_sw *sw = arg;
     const struct px_conn *c = sw->slot[conn % PX_SW_SLOTS];
-    uint8_t fc = 0, fs = 0;
+    uint8_t fc, fs;
 
-    if (!c || c->sw_id != conn || !ss_copy(&c->client, e->caddr, &e->cport, &fc) ||
-        !ss_copy(&c->server, e->saddr, &e->sport, &fs) || fc != fs) {
+    if (!c || c->sw_id != conn)
+        return false;
+    fc = px_sa_split(&c->client, e->caddr, &e->cport);
+    fs = px_sa_split(&c->server, e->saddr, &e->sport);
+    if (fc == 0 || fc != fs) {
         e->family = 0;
         return false;
     }
