@@ -164,6 +164,8 @@ class World:
             self.addr = SRV4
         self.made = []
         self.tmp = tempfile.mkdtemp(prefix="%s%d-" % (NS_PREFIX, os.getpid()))
+        # searchable by the workers' user (fgex), who dial controld in run/ after their drop
+        os.chmod(self.tmp, 0o711)
         on_teardown(lambda: shutil.rmtree(self.tmp, ignore_errors=True))
 
     def __enter__(self):

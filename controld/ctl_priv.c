@@ -3,6 +3,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
+#include <stdbool.h>
 #include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,6 +55,25 @@ static int useradd(const char *name)
     return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -EIO;
 }
 
+/* Whether uid:gid can search dir, every directory on the way included: asked in a child
+ * that takes those ids, since the kernel's own check is the only exact one (ACLs, modes). */
+static bool reachable(const char *dir, uid_t uid, gid_t gid)
+{
+    int status;
+    pid_t pid = fork();
+
+    if (pid == -1)
+        return true; /* cannot tell: the workers' own failure will say it */
+    if (pid == 0)
+        _exit(setgroups(0, NULL) == 0 && setgid(gid) == 0 && setuid(uid) == 0 &&
+                      access(dir, X_OK) == 0
+                  ? 0
+                  : 1);
+    if (waitpid(pid, &status, 0) != pid)
+        return true;
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
 int ctl_priv_init(struct ctl_priv *p)
 {
     int rv = lookup(p->user, &p->uid, &p->gid);
@@ -73,6 +94,13 @@ int ctl_priv_init(struct ctl_priv *p)
     if (p->uid == 0) {
         fgx_err("--user %s is root: the workers must run as an unprivileged user", p->user);
         return -EINVAL;
+    }
+    if (p->run_dir && !reachable(p->run_dir, p->uid, p->gid)) {
+        fgx_err("the workers' user %s cannot reach the run directory %s (a directory on its way "
+                "is not searchable by uid %u): the workers could not dial controld after "
+                "their drop; give --run-dir a path it can reach (the default is /run/fgex)",
+                p->user, p->run_dir, (unsigned)p->uid);
+        return -EACCES;
     }
     cur = *p;
     cur_set = 1;

@@ -194,6 +194,21 @@ def cannot_reach(env, marker):
 
 
 @test
+def run_dir_the_workers_cannot_reach_is_refused_at_start(env):
+    """A --run-dir under a directory the fgex user cannot search: the workers could never dial
+    controld after their drop (they stayed "starting" for ever, silently). controld refuses to
+    start and says why."""
+    top = tempfile.mkdtemp(dir=env.tmp)  # mode 0700: root's alone
+    os.makedirs(os.path.join(top, "run"))
+    os.makedirs(os.path.join(top, "state"))
+    p = it.sh("ip", "netns", "exec", env.srv, os.path.join(it.fgx_bin(), "controld"),
+              "--config", "/dev/null", "--state-dir", os.path.join(top, "state"),
+              "--run-dir", os.path.join(top, "run"), "--foreground", check=False, timeout=20)
+    check(p.returncode != 0, "controld started with an unreachable run dir")
+    check("cannot reach the run directory" in p.stderr, "no reason given: %s", p.stderr[-500:])
+
+
+@test
 def fgex_python_package_under_root_still_serves_scripts(env):
     """fgex run from a checkout under /root (hidden in the sandbox, and 0700): the sandboxed
     check and interpreters still load fgex's package (given as a directory descriptor)."""
