@@ -202,9 +202,12 @@ $(FUZZ)/%.a:
 	@echo "  AR      $@"
 	$(Q)rm -f $@ && ar rcs $@ $^
 
+# fuzz_norm takes nfqworker's normalise stage, which no archive holds.
+$(FUZZ)/fuzz_norm: $(FUZZ)/obj/nfqworker/nfq_normalize.o
+
 $(FUZZ)/fuzz_%: $(FUZZ)/obj/tests/fuzz/fuzz_%.o $(FUZZ_ARCHIVES)
 	@echo "  LD      $@"
-	$(Q)$(FUZZ_CC) $(FUZZ_SAN) -fsanitize=fuzzer -pthread -o $@ $< $(FUZZ_ARCHIVES) $(LIBS_HS) \
+	$(Q)$(FUZZ_CC) $(FUZZ_SAN) -fsanitize=fuzzer -pthread -o $@ $(filter %.o,$^) $(FUZZ_ARCHIVES) $(LIBS_HS) \
 		$(LIBS_NET) $(LIBS_HTTP) $(LIBS_EVENT) $(LIBS_JSON) $(LIBS_PCAP) $(LIBS_TLS) $(LIBS_SSL) \
 		$(LIBS_BASE) -lm
 

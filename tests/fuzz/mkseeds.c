@@ -1,6 +1,6 @@
 /* Writes the fuzzing harnesses' binary seeds into DIR/<harness>/ (make fuzz-bins runs it into
  * build/fuzz/seeds): packets, worker-channel messages, control requests, captures and segment
- * sequences made with fgex's own encoders, so that each harness starts from inputs that reach
+ * sequences made with fgex's own encoders (and fuzz_norm's packet records), so that each harness starts from inputs that reach
  * deep into its parser. Text seeds (rule files, backups, config files) are committed under
  * tests/fuzz/corpus/ instead. A seed is a few hundred bytes at most. */
 #include <arpa/inet.h>
@@ -383,6 +383,75 @@ static void seeds_reasm(void)
     put_reasm("before-start", 6, (struct rec[]){{3, 0xfffc, "evil"}, {0, 0, "ok"}}, 2);
 }
 
+/* ---- packet sequences of both directions (fuzz_norm): set-up byte, then ctl, flags, seq
+ * (LE), ack (LE), tsval offset, length, bytes (tests/fuzz/fuzz_norm.c) ---------------------- */
+
+#define N_S2C 0x01
+#define N_TS 0x02
+#define N_MD5 0x04
+#define N_LSRR 0x10
+#define N_RAWACK 0x20
+#define N_ACK 0x10 /* TCP flags */
+#define N_URG 0x20
+
+struct nrec {
+    uint8_t ctl, flags;
+    int16_t seq, ack;
+    int8_t ts;
+    const char *data;
+};
+
+static void put_norm(const char *name, uint8_t setup, const struct nrec *recs, size_t n)
+{
+    uint8_t buf[1024];
+    size_t at = 0;
+
+    buf[at++] = setup;
+    for (size_t i = 0; i < n; i++) {
+        size_t len = recs[i].data ? strlen(recs[i].data) : 0;
+
+        buf[at++] = recs[i].ctl;
+        buf[at++] = recs[i].flags;
+        buf[at++] = (uint8_t)recs[i].seq;
+        buf[at++] = (uint8_t)((uint16_t)recs[i].seq >> 8);
+        buf[at++] = (uint8_t)recs[i].ack;
+        buf[at++] = (uint8_t)((uint16_t)recs[i].ack >> 8);
+        buf[at++] = (uint8_t)recs[i].ts;
+        buf[at++] = (uint8_t)len;
+        memcpy(buf + at, recs[i].data ? recs[i].data : "", len);
+        at += len;
+    }
+    put("fuzz_norm", name, buf, at);
+}
+
+static void seeds_norm(void)
+{
+    /* a request, the server's ack and answer, the client's ack */
+    put_norm("exchange", 0,
+             (struct nrec[]){{N_TS, N_ACK, 0, 0, 1, "GET / HTTP/1.0\r\n\r\n"},
+                             {N_S2C | N_TS, N_ACK, 0, 18, 1, "HTTP/1.0 200 OK\r\n\r\n"},
+                             {N_TS, N_ACK, 18, 19, 2, NULL}},
+             3);
+    /* bytes the receiver discards (an MD5 option, an old timestamp, a source route, no ACK,
+     * urgent data, an ack of unsent bytes), then the evil ones at the same place */
+    put_norm("md5-then-evil", 0,
+             (struct nrec[]){{N_MD5, N_ACK, 0, 0, 0, "good"}, {0, N_ACK, 0, 0, 0, "evil"}}, 2);
+    put_norm("paws-then-evil", 2,
+             (struct nrec[]){{N_TS, N_ACK, 0, 0, 10, "ab"}, {N_TS, N_ACK, 2, 0, 0, "good"},
+                             {N_TS, N_ACK, 2, 0, 11, "evil"}},
+             3);
+    put_norm("lsrr-then-evil", 4,
+             (struct nrec[]){{N_LSRR, N_ACK, 0, 0, 0, "good"}, {0, N_ACK, 0, 0, 0, "evil"}}, 2);
+    put_norm("noack-urg", 8,
+             (struct nrec[]){{0, 0, 0, 0, 0, "good"}, {N_RAWACK, N_ACK | N_URG, 0, 0, 0, "ev"},
+                             {0, N_ACK, 0, 0, 0, "evil"}},
+             3);
+    put_norm("ack-unsent", 1,
+             (struct nrec[]){{N_RAWACK, N_ACK, 0, 4000, 0, "good"},
+                             {N_S2C, N_ACK, 0, 4, 0, "ok"}, {0, N_ACK, 0, 2, 0, "evil"}},
+             3);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -399,5 +468,6 @@ int main(int argc, char **argv)
     seeds_rpc();
     seeds_capture();
     seeds_reasm();
+    seeds_norm();
     return nfail ? 1 : 0;
 }
