@@ -35,13 +35,12 @@
 
 #include "fgx/pkt.h"
 #include "fgx/reasm.h"
+#include "fuzz_reasm_ctx.h"
 #include "nfqworker/nfq.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define PATTERN "evil"
-#define MAXSEG 2048
 #define SPAN 65536 /* positions the model follows in each direction */
 
 struct seg {
@@ -49,12 +48,6 @@ struct seg {
     size_t pkt_len;
     struct fgx_pkt p;
     int d;
-};
-
-struct verdicts {
-    size_t n;
-    uint64_t cookie[MAXSEG];
-    bool accept[MAXSEG];
 };
 
 /* The receiver of one direction. */
@@ -68,43 +61,18 @@ struct rcv {
     bool lied; /* an ack of this direction's bytes the receiver never read was sent for it */
 };
 
-static hs_database_t *db;
-static const size_t keep_pool[4] = {1 << 20, 4096, 512, 64};
-static struct fgx_reasm_ctx *ctxs[4];
 static struct seg segs[MAXSEG];
-static struct verdicts vs;
 static struct nfq_thread thr;
 static struct fgx_flow flow;
 static struct rcv rcv[2];
 static uint8_t byte[2][SPAN];
 static bool seen[2][SPAN], amb[2][SPAN];
 
-static void on_verdict(void *arg, uint64_t cookie, bool accept)
-{
-    struct verdicts *v = arg;
-
-    assert(v->n < MAXSEG);
-    v->cookie[v->n] = cookie;
-    v->accept[v->n++] = accept;
-}
-
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
-    hs_compile_error_t *err = NULL;
-
     (void)argc;
     (void)argv;
-    if (hs_compile(PATTERN, HS_FLAG_DOTALL | HS_FLAG_SINGLEMATCH, HS_MODE_STREAM, NULL, &db,
-                   &err) != HS_SUCCESS) {
-        fprintf(stderr, "fuzz_norm: %s\n", err ? err->message : "hs_compile failed");
-        abort();
-    }
-    for (int i = 0; i < 4; i++) {
-        if (fgx_reasm_ctx_new(8192, 4096, on_verdict, &vs, &ctxs[i]) != 0 ||
-            fgx_reasm_ctx_keep(ctxs[i], keep_pool[i], keep_pool[i] / 2) != 0 ||
-            fgx_reasm_ctx_scratch(ctxs[i], db) != 0)
-            abort();
-    }
+    reasm_ctx_setup("fuzz_norm");
     return 0;
 }
 

@@ -27,12 +27,11 @@
 #include <hs/hs.h>
 
 #include "fgx/reasm.h"
+#include "fuzz_reasm_ctx.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define PATTERN "evil"
-#define MAXSEG 4096
 #define STREAM_MAX (1u << 17)
 
 struct seg {
@@ -41,48 +40,14 @@ struct seg {
     uint8_t data[255];
 };
 
-struct verdicts {
-    size_t n;
-    uint64_t cookie[MAXSEG];
-    bool accept[MAXSEG];
-};
-
-static hs_database_t *db;
-/* One context per keep pool size, made once: each input's direction is released at its end,
- * and the context must then hold and keep nothing (checked), so inputs never leak into each
- * other and the harness runs at a useful speed. */
-static const size_t keep_pool[4] = {1 << 20, 4096, 512, 64};
-static struct fgx_reasm_ctx *ctxs[4];
 static struct seg segs[MAXSEG];
-static struct verdicts vs;
 static uint8_t stream[STREAM_MAX]; /* what the receiver read, in order */
-
-static void on_verdict(void *arg, uint64_t cookie, bool accept)
-{
-    struct verdicts *v = arg;
-
-    assert(v->n < MAXSEG);
-    v->cookie[v->n] = cookie;
-    v->accept[v->n++] = accept;
-}
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
-    hs_compile_error_t *err = NULL;
-
     (void)argc;
     (void)argv;
-    if (hs_compile(PATTERN, HS_FLAG_DOTALL | HS_FLAG_SINGLEMATCH, HS_MODE_STREAM, NULL, &db,
-                   &err) != HS_SUCCESS) {
-        fprintf(stderr, "fuzz_reasm: %s\n", err ? err->message : "hs_compile failed");
-        abort();
-    }
-    for (int i = 0; i < 4; i++) {
-        if (fgx_reasm_ctx_new(8192, 4096, on_verdict, &vs, &ctxs[i]) != 0 ||
-            fgx_reasm_ctx_keep(ctxs[i], keep_pool[i], keep_pool[i] / 2) != 0 ||
-            fgx_reasm_ctx_scratch(ctxs[i], db) != 0)
-            abort();
-    }
+    reasm_ctx_setup("fuzz_reasm");
     return 0;
 }
 
