@@ -23,6 +23,7 @@ TLSPY = os.path.join(HERE, "fgxtls.py")
 # coded, and has no request line at all.
 HDR_REGEX = r"X-Pwn: evil[0-9]+"
 LINE_REGEX = r"GET /evil[0-9]+ HTTP/1\.1"
+BODY_REGEX = r"q=evil[0-9]+"
 RESP_REGEX = r"HTTP/1\.1 200 OK\r\n(.*\r\n)*\r\nFLAG\{"
 
 
@@ -47,7 +48,10 @@ def nginx(env, tls_port, h2c_port, h1_port):
     locs = """
     location / { return 200 "hello from nginx\\n"; }
     location /leak { return 200 "FLAG{from-nginx}\\n"; }
-"""
+    # answered once the whole body is in (proxy_request_buffering): a `return` could answer
+    # from the HEADERS frame before the DATA frame that matches is even sent
+    location /post { proxy_pass http://127.0.0.1:%d/; }
+""" % (h1_port + 1000)
     with open(conf, "w") as f:
         f.write("""daemon off; worker_processes 1; pid %(d)s/nginx.pid; error_log %(d)s/error.log;
 events { worker_connections 64; }
@@ -60,8 +64,10 @@ http {
            ssl_certificate_key %(key)s; %(locs)s }
   server { listen %(ip)s:%(h2c)d http2; %(locs)s }
   server { listen %(ip)s:%(h1)d; %(locs)s }
+  server { listen 127.0.0.1:%(inner)d; access_log off;
+           location / { return 200 "hello from nginx\\n"; } }
 }
-""" % {"d": d, "ip": SRV4, "tls": tls_port, "h2c": h2c_port, "h1": h1_port, "cert": c[0],
+""" % {"d": d, "ip": SRV4, "tls": tls_port, "h2c": h2c_port, "h1": h1_port, "inner": h1_port + 1000, "cert": c[0],
             "key": c[1], "locs": locs})
     p = subprocess.Popen(["ip", "netns", "exec", env.srv, "nginx", "-c", conf, "-p", d],
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -73,9 +79,11 @@ http {
     return os.path.join(d, "access.log"), p
 
 
-def curl(env, url, mode, headers=()):
+def curl(env, url, mode, headers=(), body=None):
     argv = ["ip", "netns", "exec", env.cli, "curl", "-sk", "--max-time", "5", "-w",
             "\n%{http_version}", mode, url]
+    if body is not None:
+        argv += ["--data-binary", body]
     for h in headers:
         argv += ["-H", h]
     p = subprocess.run(argv, capture_output=True, text=True, timeout=15)
@@ -110,6 +118,7 @@ def http_service(env, name, port, tls=False):
     sid, _ = env.service(name, "http", port, extra)
     env.filter(name, HDR_REGEX, dir="c2s")
     env.filter(name, LINE_REGEX, dir="c2s")
+    env.filter(name, BODY_REGEX, dir="c2s")
     env.filter(name, RESP_REGEX, dir="s2c")
     return sid
 
@@ -146,6 +155,11 @@ def one_regex_blocks_http11_h2_and_h2c(env):
             rc, out = curl(env, base + "/evil1337", mode)
             check(rc != 0 and "hello" not in out, "request line match passed %s %s: %r", base,
                   mode, out)
+            rc, out = curl(env, base + "/post", mode, body="a=1&q=harmless")
+            check(rc == 0 and "hello from nginx" in out, "innocent POST %s %s: rc %d %r", base,
+                  mode, rc, out)
+            rc, out = curl(env, base + "/post", mode, body="a=1&q=evil1337")
+            check(rc != 0 and "hello" not in out, "body match passed %s %s: %r", base, mode, out)
             rc, out = curl(env, base + "/leak", mode)
             check(rc != 0 and "FLAG{" not in out, "the flag left %s %s: %r", base, mode, out)
         lines = access(log)
