@@ -214,6 +214,76 @@ def a_block_resets_one_stream_and_the_others_complete(env):
         p.wait(5)
 
 
+def h2_frame(ftype, flags, sid, payload):
+    return len(payload).to_bytes(3, "big") + bytes([ftype, flags]) + sid.to_bytes(4, "big") + payload
+
+
+def h2_get(path):
+    """A client preface, an empty SETTINGS and stream 1's GET (HPACK by hand: static-table
+    indexes, literals without Huffman), END_STREAM."""
+    hdrs = b"\x82\x86"  # :method GET, :scheme http
+    hdrs += b"\x84" if path == "/" else b"\x44" + bytes([len(path)]) + path.encode()
+    hdrs += b"\x41\x01x"  # :authority x
+    return (b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + h2_frame(4, 0, 0, b"") +
+            h2_frame(1, 5, 1, hdrs))
+
+
+@test
+def first_bytes_split_anywhere_are_judged(env):
+    tls_port, h2c_port, h1_port = env.port(), env.port(), env.port()
+    http_service(env, "s-h2c", h2c_port)
+    http_service(env, "s-h1", h1_port)
+    log, p = nginx(env, tls_port, h2c_port, h1_port)
+    try:
+        # HTTP/1.1 whose first read ("P") could still be the HTTP/2 preface: kept, then judged
+        # with what follows
+        for xpwn, passes in (("harmless", True), ("evil1337", False)):
+            c = env.tcp_client(SRV4, h1_port, [b"P", 0.3, ("OST /post HTTP/1.1\r\nHost: x\r\n"
+                                                         "X-Pwn: %s\r\nContent-Length: 0\r\n"
+                                                         "Connection: close\r\n\r\n" % xpwn)
+                                               .encode(), ("read", 1.5)])
+            got = b"hello from nginx" in c.get("received", b"")
+            check(got == passes, "split HTTP/1.1 with X-Pwn %s: %r", xpwn, c)
+        # the HTTP/2 preface itself split over two reads
+        for path, passes in (("/", True), ("/evil1337", False)):
+            req = h2_get(path)
+            c = env.tcp_client(SRV4, h2c_port, [req[:9], 0.3, req[9:], ("read", 1.5)])
+            rx = c.get("received", b"")
+            check((b"hello from nginx" in rx) == passes, "split preface, GET %s: %r", path, rx)
+            if not passes:
+                check(h2_frame(3, 0, 1, (8).to_bytes(4, "big")) in rx,
+                      "no RST_STREAM(CANCEL) for stream 1: %r", rx)
+        uris = [ln[2] for ln in access(log)]
+        check("/evil1337" not in uris and uris.count("/") == 1, "nginx log %r", uris)
+    finally:
+        p.terminate()
+        p.wait(5)
+
+
+@test
+def tls_with_plain_upstream_speaks_h2c_to_the_service(env):
+    tls_port, h2c_port, h1_port = env.port(), env.port(), env.port()
+    # the fgex service is TLS on nginx's cleartext h2c port: the proxy chooses h2 by ALPN
+    c = certs(env)["proxy"]
+    env.service("p-up", "http", h2c_port, ("--layer", "proxy", "--tls-cert", c[0], "--tls-key",
+                                           c[1], "--upstream", "plain"))
+    env.filter("p-up", LINE_REGEX, dir="c2s")
+    log, p = nginx(env, tls_port, h2c_port, h1_port)
+    try:
+        base = "https://%s:%d" % (SRV4, h2c_port)
+        rc, out = curl(env, base + "/", "--http2")
+        check(rc == 0 and "hello from nginx" in out and out.strip().endswith("2"),
+              "h2 over TLS to an h2c service: rc %d %r", rc, out)
+        rc, out = curl(env, base + "/evil1337", "--http2")
+        check(rc != 0 and "hello" not in out, "the evil request passed: %r", out)
+        lines = access(log)
+        check([ln[2] for ln in lines] == ["/"] and lines[0][1] == "HTTP/2.0", "nginx log %r",
+              lines)
+    finally:
+        p.terminate()
+        p.wait(5)
+
+
 @test
 def http_kind_needs_the_proxy_layer_and_is_kept(env):
     port = env.port()
