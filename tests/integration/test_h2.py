@@ -285,6 +285,33 @@ def tls_with_plain_upstream_speaks_h2c_to_the_service(env):
 
 
 @test
+def h2_to_a_service_with_a_filter_file_is_refused_not_passed(env):
+    """Filter files are not shown h2 streams yet: such a connection is reset (never passed
+    unjudged); HTTP/1.1 is judged by the file as before."""
+    tls_port, h2c_port, h1_port = env.port(), env.port(), env.port()
+    env.service("f-h2c", "http", h2c_port, ("--layer", "proxy"))
+    env.service("f-h1", "http", h1_port, ("--layer", "proxy"))
+    example = os.path.join(HERE, "scripts", "firegex_http_example.py")
+    for name in ("f-h2c", "f-h1"):
+        r = env.ctl_raw("script", "set", name, example, json_out=False)
+        check(r.returncode == 0, "script set %s: %r", name, r.stderr)
+    log, p = nginx(env, tls_port, h2c_port, h1_port)
+    try:
+        rc, out = curl(env, "http://%s:%d/" % (SRV4, h2c_port), "--http2-prior-knowledge")
+        check(rc != 0 and "hello" not in out, "h2c passed a scripted service: %r", out)
+        base = "http://%s:%d/post" % (SRV4, h1_port)
+        rc, out = curl(env, base, "--http1.1", body="fine")
+        check(rc == 0 and "hello from nginx" in out, "HTTP/1.1 innocent: rc %d %r", rc, out)
+        rc, out = curl(env, base, "--http1.1", body="ILLEGAL")
+        check("hello" not in out, "the file did not judge HTTP/1.1: %r", out)
+        check(not [ln for ln in access(log) if ln[0] == str(h2c_port)],
+              "the h2c request reached nginx")
+    finally:
+        p.terminate()
+        p.wait(5)
+
+
+@test
 def http_kind_needs_the_proxy_layer_and_is_kept(env):
     port = env.port()
     r = env.ctl_raw("service", "add", "bad-h", "--proto", "http", "--port", port,
