@@ -220,8 +220,14 @@ static int stream_scan(struct px_conn *c, struct px_h2_stream *st, int side, con
 {
     int rc;
 
-    if (c->absent || len == 0)
+    if (len == 0)
         return 0;
+    /* the service is away, its traffic unfiltered (px_match.c): the midstream policy applies
+     * at its return */
+    if (c->absent) {
+        c->unscanned = true;
+        return 0;
+    }
     rc = px_match_scan_h2(c, &st->dir[side], side, (uint32_t)st->id[0], data, len);
     if (rc != -EACCES)
         return rc;
