@@ -24,6 +24,7 @@ TLSPY = os.path.join(HERE, "fgxtls.py")
 HDR_REGEX = r"X-Pwn: evil[0-9]+"
 LINE_REGEX = r"GET /evil[0-9]+ HTTP/1\.1"
 BODY_REGEX = r"q=evil[0-9]+"
+BIG = bytes(range(256)) * (6 << 12)  # 6 MiB, no match in it
 RESP_REGEX = r"HTTP/1\.1 200 OK\r\n(.*\r\n)*\r\nFLAG\{"
 
 
@@ -51,13 +52,16 @@ def nginx(env, tls_port, h2c_port, h1_port):
     # answered once the whole body is in (proxy_request_buffering): a `return` could answer
     # from the HEADERS frame before the DATA frame that matches is even sent
     location /post { proxy_pass http://127.0.0.1:%d/; }
-""" % (h1_port + 1000)
+    location /big { alias %s/big.bin; }
+""" % (h1_port + 1000, d)
+    with open(os.path.join(d, "big.bin"), "wb") as f:
+        f.write(BIG)
     with open(conf, "w") as f:
         f.write("""daemon off; worker_processes 1; pid %(d)s/nginx.pid; error_log %(d)s/error.log;
 events { worker_connections 64; }
 http {
   log_format t '$server_port|$server_protocol|$request_uri|$status';
-  access_log %(d)s/access.log t;
+  access_log %(d)s/access.log t; client_max_body_size 64m;
   client_body_temp_path %(d)s; proxy_temp_path %(d)s; fastcgi_temp_path %(d)s;
   uwsgi_temp_path %(d)s; scgi_temp_path %(d)s;
   server { listen %(ip)s:%(tls)d ssl http2; ssl_certificate %(cert)s;
@@ -226,6 +230,37 @@ def h2_get(path):
     hdrs += b"\x41\x01x"  # :authority x
     return (b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + h2_frame(4, 0, 0, b"") +
             h2_frame(1, 5, 1, hdrs))
+
+
+@test
+def bulk_both_ways_over_h2_and_h2c(env):
+    """6 MiB down and up through one stream: flow control, the queues' pause and resume, and
+    writes the socket does not take at once."""
+    import hashlib
+    tls_port, h2c_port, h1_port = env.port(), env.port(), env.port()
+    http_service(env, "b-tls", tls_port, tls=True)
+    http_service(env, "b-h2c", h2c_port)
+    log, p = nginx(env, tls_port, h2c_port, h1_port)
+    up = os.path.join(env.tmp, "up.bin")
+    with open(up, "wb") as f:
+        f.write(BIG)
+    try:
+        for base, mode in (("https://%s:%d" % (SRV4, tls_port), "--http2"),
+                           ("http://%s:%d" % (SRV4, h2c_port), "--http2-prior-knowledge")):
+            r = subprocess.run(["ip", "netns", "exec", env.cli, "curl", "-sk", "--max-time", "20",
+                                mode, base + "/big"], capture_output=True, timeout=40)
+            check(r.returncode == 0 and hashlib.sha256(r.stdout).digest() ==
+                  hashlib.sha256(BIG).digest(), "download %s: rc %d, %d bytes", base,
+                  r.returncode, len(r.stdout))
+            r = subprocess.run(["ip", "netns", "exec", env.cli, "curl", "-sk", "--max-time", "20",
+                                mode, "--data-binary", "@" + up, "-w", "%{size_upload}",
+                                base + "/post"], capture_output=True, text=True, timeout=40)
+            check(r.returncode == 0 and "hello from nginx" in r.stdout and
+                  r.stdout.endswith(str(len(BIG))), "upload %s: rc %d %r", base, r.returncode,
+                  r.stdout[-200:])
+    finally:
+        p.terminate()
+        p.wait(5)
 
 
 @test
