@@ -392,14 +392,11 @@ static int headers_done(struct px_conn *c, struct px_h2_stream *st, int side, bo
         } else
             st->id[1] = id;
     } else {
-        const uint8_t *status = hd[0].value;
         bool interim = false;
 
         for (size_t i = 0; i < fl->n; i++)
-            if (hd[i].namelen == 7 && memcmp(hd[i].name, ":status", 7) == 0) {
-                status = hd[i].value;
-                interim = hd[i].valuelen == 3 && status[0] == '1';
-            }
+            if (hd[i].namelen == 7 && memcmp(hd[i].name, ":status", 7) == 0)
+                interim = hd[i].valuelen == 3 && hd[i].value[0] == '1';
         if (interim)
             (void)nghttp2_submit_headers(h->sess[0], NGHTTP2_FLAG_NONE, st->id[0], NULL, nv,
                                          fl->n, NULL);
