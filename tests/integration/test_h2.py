@@ -213,6 +213,9 @@ def a_block_resets_one_stream_and_the_others_complete(env):
         check(len(evs) >= 2, "events: %r", evs)
         check({e.get("h2_stream") for e in evs} == evil_ids, "the events name streams %r, want %r",
               [e.get("h2_stream") for e in evs], evil_ids)
+        txt = env.ctl_raw("events", json_out=False).stdout
+        check(any("h2#%d" % i in txt for i in evil_ids), "events does not name the stream: %s",
+              txt[-800:])
     finally:
         p.terminate()
         p.wait(5)
