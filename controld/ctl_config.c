@@ -390,6 +390,10 @@ static int service_from_msg(const Fgx__Ctl__Service *m, struct ctl_service *out,
         err_set(err, errlen, "service %s: TLS needs the proxy layer", name);
         return -EINVAL;
     }
+    if (out->http && (out->layer != CTL_LAYER_PROXY || out->ipproto != IPPROTO_TCP)) {
+        err_set(err, errlen, "service %s: the HTTP kind needs the proxy layer and TCP", name);
+        return -EINVAL;
+    }
     if (out->tls && !m->has_tls_cert) {
         err_set(err, errlen, "service %s: TLS without its certificate (tls_cert_pem)", name);
         return -EINVAL;

@@ -177,6 +177,8 @@ void ctl_diff_service(const struct ctl_service *a, const struct ctl_service *b, 
     if (a->midstream != b->midstream)
         say(buf, len, &at,
             b->midstream == FGX_MIDSTREAM_SCAN ? "midstream scan" : "midstream reset");
+    if (a->http != b->http)
+        say(buf, len, &at, b->http ? "proto http" : "proto tcp");
 }
 
 static void label_words(const char *l, char *buf, size_t len)

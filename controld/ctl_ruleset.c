@@ -177,6 +177,7 @@ int ctl_ruleset_build(struct ctl_txn *t, struct ctl_ruleset *out, char *err, siz
             d->tls_key = (struct fgx_blob){.data = pem.key, .len = pem.key_len};
             d->tls_upstream_plain = s->upstream_plain;
         }
+        d->http = proxy && s->http;
         if (!s->capture_off) {
             d->capture_conns = s->capture_conns ? s->capture_conns : FGX_CAP_CONNS_DEFAULT;
             d->capture_bytes = s->capture_bytes ? s->capture_bytes : FGX_CAP_BYTES_DEFAULT;

@@ -47,6 +47,9 @@ struct ctl_service {
      * (ctl_store_tls_get()); upstream_plain: plaintext to the service. */
     bool tls;
     bool upstream_plain;
+    /* The HTTP service kind (--proto http; proxy layer, TCP): HTTP/2 terminated by the proxy,
+     * each stream filtered as HTTP/1.1 (issue 26). */
+    bool http;
     /* Capture (fgx/capture.h): on unless capture_off; 0 bounds: the defaults. */
     bool capture_off;
     uint32_t capture_conns, capture_bytes;
@@ -209,6 +212,7 @@ struct ctl_event {
      * --events-keep of these); "" for a filter's match. */
     char script_kind[10];
     char script_fn[64];
+    uint32_t h2_stream; /* the HTTP/2 stream whose rendering matched; 0: not one */
 };
 
 /* Events keyed by seq. _list gives the newest `newest` events, oldest first (*out malloc'd,

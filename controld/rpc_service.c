@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <netinet/in.h>
+
 #include "controld/ctl_health.h"
 #include "fgx/log.h"
 
@@ -134,6 +136,44 @@ static int service_upstream(struct ctl_rpc *r, struct ctl_service *svc, bool has
 }
 
 /* A service's TLS certificate and key into the store; the service gets its id first. */
+/* The HTTP kind lives in the proxy: only it terminates HTTP/2 (and TLS). */
+static int service_http_check(struct ctl_rpc *r, const struct ctl_service *svc)
+{
+    if (!svc->http || (svc->layer == CTL_LAYER_PROXY && svc->ipproto == IPPROTO_TCP))
+        return 0;
+    ctl_rpc_fail(r, FGX__CTL__CODE__CODE_INVALID,
+                 "service %s: --proto http needs --layer proxy (the proxy terminates HTTP/2; the "
+                 "%s layer sees %s)",
+                 svc->name, svc->layer == CTL_LAYER_NFQUEUE ? "nfqueue" : "external",
+                 svc->layer == CTL_LAYER_NFQUEUE ? "packets" : "nothing");
+    return -EINVAL;
+}
+
+/* A TCP service added to the nfqueue layer on a port web services use: its HTTP/2 and TLS
+ * reach the regexes as they are on the wire (HPACK, records), which a regex written for
+ * HTTP/1.1 does not match. Said, not refused. */
+static void service_http_hint(struct ctl_rpc *r, const struct ctl_service *svc)
+{
+    static const uint16_t web[] = {80, 443, 8000, 8080, 8443};
+
+    if (svc->layer != CTL_LAYER_NFQUEUE || svc->ipproto != IPPROTO_TCP || r->reply.n_warnings)
+        return;
+    for (size_t i = 0; i < svc->naddrs; i++)
+        for (size_t k = 0; k < sizeof(web) / sizeof(web[0]); k++) {
+            if (svc->addrs[i].port != web[k])
+                continue;
+            (void)snprintf(r->tls_warn, sizeof(r->tls_warn),
+                           "port %u looks like HTTP: the nfqueue layer scans raw bytes, so "
+                           "HTTP/2 (HPACK) and TLS hide requests from the filters; "
+                           "--layer proxy --proto http shows every request as HTTP/1.1",
+                           svc->addrs[i].port);
+            r->tls_warn_ptr = r->tls_warn;
+            r->reply.warnings = &r->tls_warn_ptr;
+            r->reply.n_warnings = 1;
+            return;
+        }
+}
+
 static int service_tls_store(struct ctl_rpc *r, struct ctl_txn *t, struct ctl_service *svc,
                              const struct ctl_tls_pem *pem)
 {
@@ -177,6 +217,10 @@ static void do_service_add(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
     }
     if (service_upstream(r, &svc, a->has_upstream, a->upstream) < 0)
         goto out;
+    svc.http = a->has_http && a->http;
+    if (service_http_check(r, &svc) < 0)
+        goto out;
+    service_http_hint(r, &svc);
     svc.fail_open = a->has_fail_open && a->fail_open;
     if (ctl_rpc_txn_begin(r, true, &t) < 0)
         goto out;
@@ -437,6 +481,10 @@ static void do_service_set(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
                      svc.name, svc.name);
         goto out;
     }
+    if (a->has_http)
+        svc.http = a->http;
+    if (service_http_check(r, &svc) < 0)
+        goto out;
     if (pem.cert != NULL && service_tls_store(r, t, &svc, &pem) < 0)
         goto out;
     if (tls_del && (rv = ctl_store_tls_del(t, svc.id)) < 0) {

@@ -212,6 +212,8 @@ static void do_events(struct ctl_rpc *r, const Fgx__Ctl__Request *req)
             m->log = 1;
         }
         m->label = (char *)ctl_rpc_filter_label(r, lt, e->filter_id);
+        m->has_h2_stream = e->h2_stream != 0;
+        m->h2_stream = e->h2_stream;
         if (e->script_kind[0]) {
             m->label = NULL; /* no filter's */
             m->script_kind = (char *)e->script_kind;

@@ -9,7 +9,8 @@ set -euo pipefail
 # libseccomp and libcap-ng: the workers' drop of privileges (libcommon/priv.c).
 # Building: the compiler, the code generator, the libraries' headers (libpcap: fgexctl capture
 # writes pcap files with it), scdoc for the man pages, libmicrohttpd for controld's HTTP
-# listeners (the web dashboard over HTTPS with GnuTLS, --metrics-listen).
+# listeners (the web dashboard over HTTPS with GnuTLS, --metrics-listen), libnghttp2 for the
+# proxy's HTTP service kind (HTTP/2 and h2c terminated, proxyworker/px_h2.c).
 build=(
   build-essential pkg-config
   protobuf-c-compiler libprotobuf-c-dev
@@ -18,6 +19,7 @@ build=(
   libmbedtls-dev libcrypt-dev libjansson-dev libssl-dev libpcap-dev
   libmicrohttpd-dev
   libseccomp-dev libcap-ng-dev
+  libnghttp2-dev
   scdoc
 )
 # Running: nft to read fgex's rules (iptables provides libxt_NFQUEUE.so, through which nft prints
@@ -26,17 +28,19 @@ build=(
 # Script filters (issue 16): Debian's python3 runs the filter files; h11 parses their HTTP/1.1,
 # brotli decodes br bodies, dpkt reads the captures `fgexctl script test` runs a file over.
 run=(nftables iptables iproute2 man-db python3 python3-h11 python3-brotli python3-dpkt
-  libmicrohttpd12 libseccomp2 libcap-ng0 passwd)
+  libmicrohttpd12 libseccomp2 libcap-ng0 libnghttp2-14 passwd)
 # Testing: Criterion, python3 with scapy for crafted packets, openssl for test_remote's
 # certificates, procps, and systemd-analyze for the unit file test; for test_tls: curl (HTTP/1.1
 # and HTTP/2 clients), nginx-light (an HTTP/2 TLS service), python3-cryptography (certificates,
-# an expired one among them).
+# an expired one among them); for test_h2: nghttp2-client (nghttp, several streams on one
+# connection) and nghttp2-server (nghttpd, an h2 and h2c service).
 # The dashboard's browser tests (test_web_ui): Debian's chromium, headless, driven by
 # playwright-core from npm (installed below into build/web-node, never committed) under nodejs.
 # ca-certificates: the system's CA store, which npm is told to trust (below) for the download.
 # The fuzzing harnesses (tests/fuzz, replayed by `make test`, run by `make fuzz`): clang with
 # libFuzzer and the sanitizers' runtimes (libclang-rt-14-dev).
 test=(libcriterion-dev python3 python3-scapy openssl procps systemd curl nginx-light
+  nghttp2-client nghttp2-server
   python3-cryptography chromium nodejs ca-certificates clang libclang-rt-14-dev)
 # npm: Debian's package, unless a nodejs that carries its own npm (NodeSource's) is installed
 command -v npm >/dev/null 2>&1 || test+=(npm)

@@ -129,7 +129,7 @@ static json_t *write_service(const Fgx__Ctl__Config *cfg, const Fgx__Ctl__Servic
     }
     o = json_pack(
         "{s:I, s:o, s:s, s:o, s:I, s:s, s:b, s:b, s:s, s:o}", "id", cli_json_int(s->id), "name",
-        cli_json_str(s->name), "proto", proto_str(s->proto), "ip", cli_json_str(s->ip), "port",
+        cli_json_str(s->name), "proto", s->has_http && s->http ? "http" : proto_str(s->proto), "ip", cli_json_str(s->ip), "port",
         cli_json_int(s->port), "layer", layer_str(s->layer), "active", s->active, "fail_open",
         s->fail_open, "midstream",
         s->has_midstream && s->midstream == FGX__CTL__MIDSTREAM__MIDSTREAM_SCAN ? "scan" : "reset",
@@ -802,8 +802,9 @@ static int read_service(struct rd *r, const json_t *svcs, size_t idx, bool *svc_
                                        "tls",       "upstream", "tls_cert_pem", "tls_key_pem", "script", NULL};
     static const char *const ups[] = {"tls", "plain"};
     static const int upv[] = {FGX__CTL__UPSTREAM__UPSTREAM_TLS, FGX__CTL__UPSTREAM__UPSTREAM_PLAIN};
-    static const char *const protos[] = {"tcp", "udp"};
-    static const int protov[] = {FGX__CTL__PROTO__PROTO_TCP, FGX__CTL__PROTO__PROTO_UDP};
+    /* "http": TCP, the HTTP service kind (issue 26); the third value stands for it */
+    static const char *const protos[] = {"tcp", "udp", "http"};
+    static const int protov[] = {FGX__CTL__PROTO__PROTO_TCP, FGX__CTL__PROTO__PROTO_UDP, 3};
     static const char *const layers[] = {"nfqueue", "proxy", "external"};
     static const int layerv[] = {FGX__CTL__LAYER__LAYER_NFQUEUE, FGX__CTL__LAYER__LAYER_PROXY,
                                  FGX__CTL__LAYER__LAYER_EXTERNAL};
@@ -840,8 +841,9 @@ static int read_service(struct rd *r, const json_t *svcs, size_t idx, bool *svc_
     if (rc == 0 && !json_object_get(sv, "proto"))
         rc = bad(r, sv, "%s: \"proto\" is missing", where);
     if (rc == 0)
-        rc = get_enum(r, sv, "proto", where, protos, protov, 2, 0, &e);
-    s->proto = (Fgx__Ctl__Proto)e;
+        rc = get_enum(r, sv, "proto", where, protos, protov, 3, 0, &e);
+    s->has_http = s->http = e == 3;
+    s->proto = e == 3 ? FGX__CTL__PROTO__PROTO_TCP : (Fgx__Ctl__Proto)e;
     if (rc == 0)
         rc = get_str(r, sv, "ip", where, "", &s->ip);
     if (rc == 0 && s->ip[0] != '\0' && !cli_args_ip_valid(s->ip))

@@ -226,7 +226,10 @@ static int human_events(FILE *f, const Fgx__Ctl__Reply *rep, bool fixed, bool he
         else
             cli_fmt_table_addf(&t, "%" PRIu32 "%s", e->filter_id,
                                e->has_log && e->log ? "/log" : "");
-        cli_fmt_table_addf(&t, "%s", event_dir(e->dir));
+        if (e->has_h2_stream)
+            cli_fmt_table_addf(&t, "%s h2#%" PRIu32, event_dir(e->dir), e->h2_stream);
+        else
+            cli_fmt_table_addf(&t, "%s", event_dir(e->dir));
         cli_fmt_addr_port(e->src, e->sport, buf, sizeof(buf));
         cli_fmt_table_addf(&t, "%s", buf);
         cli_fmt_addr_port(e->dst, e->dport, buf, sizeof(buf));
@@ -285,6 +288,11 @@ static json_t *json_event(const void *p)
                                                                : "block")) < 0 ||
         json_object_set_new(o, "label",
                             cli_json_str_or_null(e->label && e->label[0] ? e->label : NULL)) < 0) {
+        json_decref(o);
+        return NULL;
+    }
+    /* the HTTP/2 stream of a match in an HTTP service's rendering (absent otherwise) */
+    if (e->has_h2_stream && json_object_set_new(o, "h2_stream", json_integer(e->h2_stream)) < 0) {
         json_decref(o);
         return NULL;
     }

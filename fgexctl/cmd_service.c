@@ -20,7 +20,7 @@ static const char usage_service[] =
     "usage: fgexctl service COMMAND ...\n"
     "\n"
     "Commands:\n"
-    "  add NAME --proto tcp|udp --port N [--ip ADDR|CIDR] [--layer nfqueue|proxy] [--fail-open]\n"
+    "  add NAME --proto tcp|udp|http --port N [--ip ADDR|CIDR] [--layer nfqueue|proxy] [--fail-open]\n"
     "      [--midstream reset|scan] [--capture on|off] [--capture-conns N] [--capture-bytes N]\n"
     "  add NAME --proto tcp|udp [--port N] --addr ADDR[:PORT] [--addr ...] ...\n"
     "  add NAME --proto tcp --addr ADDR[:PORT] ... --layer external --to ADDR:PORT\n"
@@ -30,7 +30,7 @@ static const char usage_service[] =
     "  stop SERVICE\n"
     "  rm SERVICE [--yes]\n"
     "  rename SERVICE NEWNAME\n"
-    "  set SERVICE [--port N] [--ip ADDR|CIDR|any] [--proto tcp|udp]\n"
+    "  set SERVICE [--port N] [--ip ADDR|CIDR|any] [--proto tcp|udp|http]\n"
     "      [--layer nfqueue|proxy|external] [--to ADDR:PORT] [--fail-open on|off]\n"
     "      [--midstream reset|scan] [--capture on|off] [--capture-conns N] [--capture-bytes N]\n"
     "      [--tls-cert FILE --tls-key FILE] [--upstream tls|plain] [--no-tls]\n"
@@ -40,7 +40,7 @@ static const char usage_service[] =
     "\n" CLI_SERVICE_HELP_NOTE "`fgexctl service COMMAND --help` for one command.\n";
 
 static const char usage_service_add[] =
-    "usage: fgexctl service add NAME --proto tcp|udp --port N [--ip ADDR|CIDR]\n"
+    "usage: fgexctl service add NAME --proto tcp|udp|http --port N [--ip ADDR|CIDR]\n"
     "                           [--addr ADDR[:PORT]]... [--layer nfqueue|proxy|external]\n"
     "                           [--to ADDR:PORT] [--fail-open] [--midstream reset|scan]\n"
     "                           [--tls-cert FILE --tls-key FILE [--upstream tls|plain]]\n"
@@ -48,7 +48,10 @@ static const char usage_service_add[] =
     "\n"
     "Define a service (it starts active) and print it.\n"
     "\n"
-    "  --proto tcp|udp         the service's transport protocol (required)\n"
+    "  --proto tcp|udp|http    the service's protocol (required); http: TCP carrying HTTP\n"
+    "                          (proxy layer only): each connection's HTTP/2 (h2 over TLS,\n"
+    "                          h2c) is terminated and each stream filtered as the HTTP/1.1\n"
+    "                          exchange it would have been; HTTP/1.1 passes as it is\n"
     "  --port N                its port, 1..65535 (required without --addr; with --addr,\n"
     "                          the port of each --addr that names none)\n"
     "  --ip ADDR|CIDR          only this address or prefix (default: every address of\n"
@@ -114,7 +117,8 @@ static const char usage_service_rename[] =
     "Rename a service.\n" CLI_SERVICE_HELP_NOTE;
 
 static const char usage_service_set[] =
-    "usage: fgexctl service set SERVICE [--port N] [--ip ADDR|CIDR|any] [--proto tcp|udp]\n"
+    "usage: fgexctl service set SERVICE [--port N] [--ip ADDR|CIDR|any]\n"
+    "                               [--proto tcp|udp|http]\n"
     "                               [--layer nfqueue|proxy|external] [--to ADDR:PORT]\n"
     "                               [--fail-open on|off] [--midstream reset|scan]\n"
     "                               [--tls-cert FILE --tls-key FILE] [--upstream tls|plain]\n"
@@ -194,6 +198,32 @@ static int read_pem(struct cli_cmd *cmd, const char *opt, const char *path, Prot
     return 0;
 }
 
+/* --proto: tcp or udp, or http (TCP, the HTTP service kind). set says http either way, so
+ * --proto tcp turns the kind off again. */
+static int parse_proto_kind(struct cli_cmd *cmd, const char *v, bool set, Fgx__Ctl__Proto *proto,
+                            protobuf_c_boolean *has_http, protobuf_c_boolean *http)
+{
+    if (strcmp(v, "http") == 0) {
+        *proto = FGX__CTL__PROTO__PROTO_TCP;
+        *has_http = *http = 1;
+        return 0;
+    }
+    if (strcmp(v, "tcp") != 0 && strcmp(v, "udp") != 0)
+        return cli_args_fail(cmd, CLI_EXIT_INVALID, "invalid --proto '%s': must be tcp, udp or http",
+                             v);
+    if (cli_args_parse_proto(cmd, v, proto) < 0)
+        return -EINVAL;
+    *has_http = set;
+    *http = 0;
+    return 0;
+}
+
+/* The protocol as the user named it: http for the HTTP kind. */
+static const char *svc_proto_name(const Fgx__Ctl__Service *s)
+{
+    return s->has_http && s->http ? "http" : cli_fmt_proto_name(s->proto);
+}
+
 /* --tls-cert and --tls-key (both or neither) and --upstream. */
 static int build_tls(struct cli_cmd *cmd, const struct cli_cmd_def *spec,
                      const struct cli_args_raw *raw, protobuf_c_boolean *has_cert,
@@ -239,12 +269,13 @@ static int build_service_add(struct cli_cmd *cmd, const struct cli_cmd_def *spec
         return rc;
     m->name = (char *)raw->pos[0];
     if (!cli_args_opt(raw, CLI_OPT_PROTO))
-        return cli_args_fail_usage(cmd, spec, "missing --proto tcp|udp");
+        return cli_args_fail_usage(cmd, spec, "missing --proto tcp|udp|http");
     if (!cli_args_opt(raw, CLI_OPT_PORT) && raw->naddrs == 0)
         return cli_args_fail_usage(cmd, spec, "missing --port N (or --addr ADDR:PORT)");
     if (raw->naddrs > 0 && cli_args_opt(raw, CLI_OPT_IP))
         return cli_args_fail_usage(cmd, spec, "--ip is the one-address form: use --addr only");
-    rc = cli_args_parse_proto(cmd, cli_args_opt(raw, CLI_OPT_PROTO), &m->proto);
+    rc = parse_proto_kind(cmd, cli_args_opt(raw, CLI_OPT_PROTO), false, &m->proto, &m->has_http,
+                          &m->http);
     if (rc == 0 && cli_args_opt(raw, CLI_OPT_PORT))
         rc = cli_args_parse_port(cmd, cli_args_opt(raw, CLI_OPT_PORT), &m->port);
     for (int k = 0; rc == 0 && k < raw->naddrs; k++) {
@@ -310,7 +341,7 @@ static int build_service_set(struct cli_cmd *cmd, const struct cli_cmd_def *spec
     if (rc == 0 && (v = cli_args_opt(raw, CLI_OPT_IP)))
         rc = cli_args_parse_ip(cmd, v, &m->ip);
     if (rc == 0 && (v = cli_args_opt(raw, CLI_OPT_PROTO))) {
-        rc = cli_args_parse_proto(cmd, v, &m->proto);
+        rc = parse_proto_kind(cmd, v, true, &m->proto, &m->has_http, &m->http);
         m->has_proto = 1;
     }
     if (rc == 0 && (v = cli_args_opt(raw, CLI_OPT_LAYER))) {
@@ -437,7 +468,7 @@ static void human_service(FILE *f, const Fgx__Ctl__Service *s)
 
     cli_fmt_kv_u64(f, "id:", s->id);
     cli_fmt_kv_str(f, "name:", s->name);
-    cli_fmt_kv(f, "proto:", cli_fmt_proto_name(s->proto));
+    cli_fmt_kv(f, "proto:", svc_proto_name(s));
     cli_fmt_kv_str(f, "ip:", cli_fmt_ip_text(s->ip));
     cli_fmt_kv_u64(f, "port:", s->port);
     /* ip/port say it all for one address (an interface is not an ip: listed). */
@@ -506,7 +537,7 @@ static int human_service_table(FILE *f, const Fgx__Ctl__Reply *rep)
 
         cli_fmt_table_addf(&t, "%" PRIu32, s->id);
         cli_fmt_table_add_str(&t, s->name);
-        cli_fmt_table_addf(&t, "%s", cli_fmt_proto_name(s->proto));
+        cli_fmt_table_addf(&t, "%s", svc_proto_name(s));
         if (s->n_addrs > 1)
             cli_fmt_table_addf(&t, "%s (+%zu)", cli_fmt_ip_text(s->ip), s->n_addrs - 1);
         else
@@ -547,7 +578,7 @@ static json_t *json_service_base(const Fgx__Ctl__Service *s)
         return NULL;
     o = json_pack("{s:I, s:o, s:s, s:o, s:I, s:o, s:s, s:s, s:b, s:s, s:I, s:I, s:I}", "id",
                   cli_json_int(s->id), "name", cli_json_str(s->name), "proto",
-                  cli_fmt_proto_name(s->proto), "ip", cli_json_str(s->ip), "port",
+                  svc_proto_name(s), "ip", cli_json_str(s->ip), "port",
                   cli_json_int(s->port), "addrs", addrs, "layer", cli_fmt_layer_name(s->layer),
                   "status", s->active ? "active" : "stopped", "fail_open", s->fail_open,
                   "midstream", cli_fmt_midstream_name(s), "filters", cli_json_int(s->filters),

@@ -179,6 +179,8 @@ static int service_to_pb(const struct fgx_dp_service *s, Fgx__Dp__Service *p)
         p->has_tls_upstream_plain = s->tls_upstream_plain;
         p->tls_upstream_plain = s->tls_upstream_plain;
     }
+    p->has_http = s->http;
+    p->http = s->http;
     if (s->db_known[1]) {
         p->has_db_s2c = 0;
         p->has_db_s2c_known = 1;
@@ -402,6 +404,8 @@ int fgx_dp_encode(const struct fgx_dp_msg *m, void **buf, size_t *len)
                 p->has_log = 1;
                 p->log = 1;
             }
+            p->has_h2_stream = e->h2_stream != 0;
+            p->h2_stream = e->h2_stream;
             if (e->script_verdict != 0) {
                 p->has_script_verdict = 1;
                 p->script_verdict = e->script_verdict;
@@ -714,6 +718,7 @@ static int service_from_pb(Fgx__Dp__Service *p, const struct fgx_dp_ruleset *r, 
     blob_take(p->has_tls_cert, &p->tls_cert, 0, 0, &s->tls_cert);
     blob_take(p->has_tls_key, &p->tls_key, 0, 0, &s->tls_key);
     s->tls_upstream_plain = p->has_tls_upstream_plain && p->tls_upstream_plain;
+    s->http = p->has_http && p->http;
     for (d = 0; d < 2; d++) {
         protobuf_c_boolean has_as = d == 0 ? p->has_db_c2s_as : p->has_db_s2c_as;
         uint32_t as = d == 0 ? p->db_c2s_as : p->db_s2c_as;
@@ -903,6 +908,7 @@ static int stats_from_pb(const Fgx__Dp__Stats *p, struct fgx_dp_stats *s)
             if (exlen > 0)
                 memcpy(e->excerpt, v->excerpt.data, exlen);
             e->log = v->has_log && v->log;
+            e->h2_stream = v->has_h2_stream ? v->h2_stream : 0;
             if (v->has_script_verdict && (v->script_verdict == FGX_DP_SCRIPT_REJECT ||
                                           v->script_verdict == FGX_DP_SCRIPT_DROP)) {
                 e->script_verdict = (uint8_t)v->script_verdict;

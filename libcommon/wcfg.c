@@ -291,6 +291,7 @@ int fgx_wcfg_build(const struct fgx_dp_ruleset *rs, const struct fgx_wcfg *prev,
         n->addr = s->addr;
         n->fail_open = s->fail_open;
         n->midstream = s->midstream;
+        n->http = s->http;
         n->capture_conns = s->capture_conns;
         n->capture_bytes = s->capture_bytes;
         if (s->script.len > 0) {

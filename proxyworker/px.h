@@ -49,6 +49,8 @@
 /* Onward sockets tried for one connection whose onward 4-tuple was still in use (px_relay.c) */
 #define PX_ONWARD_RETRIES 8
 
+#define PX_H2_PREFACE_LEN 24 /* the HTTP/2 client preface, "PRI * HTTP/2.0..." */
+
 #define PX_SVC_SLOTS 256     /* per-thread service counters (open addressing) */
 #define PX_FILTER_SLOTS 4096 /* per-thread filter counters (open addressing) */
 
@@ -117,6 +119,11 @@ struct px_conn {
     struct fgx_wdb *dbref[2];
     uint64_t epoch;          /* thread's config epoch the databases were taken from */
     struct px_tls *tls;      /* a TLS service's connection (px_tls.c); NULL: plain TCP */
+    /* The HTTP service kind (px_h2.c): http set for its connections; http1 once the client's
+     * first bytes were not the HTTP/2 preface (the plain relay from then on); h2on once both
+     * HTTP/2 sessions run (h2: their state, or the preface's first bytes while it arrives). */
+    struct px_h2 *h2;
+    bool http, http1, h2on;
     uint64_t last_ms;        /* last activity; until the first byte, when it was accepted */
     uint32_t service_id;
     /* The service is not in the thread's config (stopped, removed, or on the other layer): its
@@ -199,6 +206,7 @@ struct px_thread {
     /* The connection and side being scanned, for a log filter's event (px_match_log()). */
     struct px_conn *scan_conn;
     int scan_side;
+    uint32_t scan_stream; /* and the HTTP/2 stream (0: none), for the event */
     struct px_tls_cache *tls_cache; /* sessions to TLS services (px_tls.c); NULL until one */
     /* Capture rings of the services with capture on (fgx/capture.h); the proxy has no wire
      * sequence numbers, so its captures' are made up (synth_seq). */
@@ -295,6 +303,10 @@ void px_match_presence(struct px_thread *t);
  * -EACCES when a filter matched (counted, event recorded) or -EIO when the scan failed: the
  * caller resets both sides. */
 int px_match_scan(struct px_conn *c, int side, const uint8_t *data, size_t len);
+/* The same for the rendering of one HTTP/2 stream (px_h2.c), scanned with its own stream r:
+ * 0, -EACCES (counted, an event naming the stream) or -EIO. Nothing is closed here. */
+int px_match_scan_h2(struct px_conn *c, struct fgx_reasm *r, int side, uint32_t stream,
+                     const uint8_t *data, size_t len);
 void px_match_conn_release(struct px_conn *c);
 
 /* ---- px_tls.c ---- */
@@ -327,6 +339,17 @@ ssize_t px_tls_recv(struct px_conn *c, int side, uint8_t *buf, size_t cap, bool 
 ssize_t px_tls_send(struct px_conn *c, int side, const uint8_t *data, size_t len);
 /* A close_notify to side, before its FIN. */
 void px_tls_shutdown(struct px_conn *c, int side);
+/* ---- px_h2.c ---- */
+/* len bytes side sent on a connection of the HTTP kind that is not known to be HTTP/1.1 (in
+ * buf, which has PX_H2_PREFACE_LEN bytes of room after PX_READ_MAX). 1: taken by HTTP/2 (or
+ * kept while the preface may still come); 0: not HTTP/2: buf and *len (the kept bytes put in
+ * front) go the plain relay's way; -1: c was closed. */
+int px_h2_read(struct px_conn *c, int side, uint8_t *buf, size_t *len);
+/* Write what the sessions have to send (the rest of a write in the side's pend). Returns false
+ * when c was closed. */
+bool px_h2_flush(struct px_conn *c);
+void px_h2_conn_free(struct px_conn *c);
+
 /* ---- px_script.c ---- */
 int px_script_thread_init(struct px_thread *t, const char *url);
 void px_script_thread_release(struct px_thread *t);

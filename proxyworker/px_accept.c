@@ -323,6 +323,7 @@ static void on_accept(struct evconnlistener *lis, evutil_socket_t fd, struct soc
     memcpy(&c->client, peer, (size_t)peerlen);
     c->server = local;
     c->service_id = svc->id;
+    c->http = svc->http;
     c->last_ms = t->now_ms;
     c->s[0].fd = fd;
     c->s[1].fd = ufd;
@@ -447,7 +448,7 @@ int px_thread_init(struct px_worker *w, struct px_thread *t, unsigned idx)
     if (ret != 0)
         return ret;
     fgx_reasm_ctx_set_log(t->reasm, px_match_log, t);
-    t->buf = malloc(PX_READ_MAX);
+    t->buf = malloc(PX_READ_MAX + PX_H2_PREFACE_LEN); /* px_h2_read() may put bytes in front */
     if (t->buf == NULL) {
         fgx_err("thread %u: out of memory", idx);
         return -ENOMEM;

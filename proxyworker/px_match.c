@@ -232,6 +232,7 @@ static void event_record(struct px_conn *c, int side, const struct fgx_reasm_mat
     ev->match_end = m->match_end <= ev->excerpt_len ? m->match_end : ev->excerpt_len;
     memcpy(ev->excerpt, m->excerpt, ev->excerpt_len);
     ev->log = m->log;
+    ev->h2_stream = c->t->scan_stream;
     ev->script_verdict = script_verdict;
     if (script_fn)
         (void)snprintf(ev->script_fn, sizeof(ev->script_fn), "%s", script_fn);
@@ -345,6 +346,37 @@ int px_match_scan(struct px_conn *c, int side, const uint8_t *data, size_t len)
         PX_CTR_ADD(&t->ctr.scan_errors, 1);
         fgx_log_ratelimited(&last_log, FGX_LOG_WARN,
                             "service %u: a stream could not be scanned: connection reset",
+                            c->service_id);
+        return -EIO;
+    }
+    return 0;
+}
+
+int px_match_scan_h2(struct px_conn *c, struct fgx_reasm *r, int side, uint32_t stream,
+                     const uint8_t *data, size_t len)
+{
+    static __thread unsigned long long last_log;
+    struct px_thread *t = c->t;
+    struct fgx_reasm_match m;
+    enum fgx_reasm_verdict v;
+
+    /* a log filter's event (px_match_log()) names the stream too */
+    t->scan_conn = c;
+    t->scan_side = side;
+    t->scan_stream = stream;
+    v = fgx_reasm_segment(t->reasm, r, r->next_seq, 0, data, len, 0, t->now_ms, &m);
+    t->scan_conn = NULL;
+    if (m.matched) {
+        px_stats_filter_blocked(&t->ctr, m.filter_id);
+        event_record(c, side, &m, NULL, 0, NULL);
+        t->scan_stream = 0;
+        return -EACCES;
+    }
+    t->scan_stream = 0;
+    if (v != FGX_REASM_ACCEPT) {
+        PX_CTR_ADD(&t->ctr.scan_errors, 1);
+        fgx_log_ratelimited(&last_log, FGX_LOG_WARN,
+                            "service %u: an HTTP/2 stream could not be scanned: connection reset",
                             c->service_id);
         return -EIO;
     }

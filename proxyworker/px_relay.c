@@ -192,6 +192,7 @@ void px_relay_close(struct px_conn *c, bool reset)
         free(s->pend);
         s->pend = NULL;
     }
+    px_h2_conn_free(c);
     px_tls_conn_free(c);
     px_script_conn_close(c);
     px_match_conn_release(c);
@@ -260,7 +261,7 @@ static void on_readable(evutil_socket_t fd, short what, void *arg)
     struct px_thread *t = c->t;
     int side = fd == c->s[0].fd ? 0 : 1;
     struct px_svc_ctr *sc;
-    bool tls = false, tls_eof = false;
+    bool tls = false, tls_eof = false, counted = false;
     ssize_t n;
 
     if (c->tls != NULL && px_tls_handshaking(c)) {
@@ -281,11 +282,34 @@ static void on_readable(evutil_socket_t fd, short what, void *arg)
         return;
     }
     touch(c);
+    if (n == 0 && c->h2 != NULL) {
+        /* HTTP/2 has no half-close: either side's end is the connection's */
+        px_relay_close(c, false);
+        return;
+    }
     if (n == 0) {
         c->eof[side] = true;
         event_del(c->s[side].rev);
         (void)pass_fin(c, side);
         return;
+    }
+    /* The HTTP kind: HTTP/2 is terminated (px_h2.c); anything else goes on below. */
+    if (c->http && !c->http1) {
+        size_t len = (size_t)n;
+        int r;
+
+        if (c->silent)
+            speak(c);
+        sc = px_stats_svc(&t->ctr, c->service_id);
+        PX_CTR_ADD(&sc->reads, 1);
+        PX_CTR_ADD(&sc->bytes[side != 0], (uint64_t)n);
+        counted = true;
+        r = px_h2_read(c, side, t->buf, &len);
+        if (r == 1 && tls_eof)
+            px_relay_close(c, false);
+        if (r != 0)
+            return;
+        n = (ssize_t)len;
     }
     if (px_match_scan(c, side, t->buf, (size_t)n) != 0) {
         px_relay_close(c, true);
@@ -299,11 +323,13 @@ static void on_readable(evutil_socket_t fd, short what, void *arg)
         if (event_get_priority(c->s[side].rev) != prio)
             (void)event_priority_set(c->s[side].rev, prio);
     }
-    if (c->silent)
-        speak(c);
-    sc = px_stats_svc(&t->ctr, c->service_id);
-    PX_CTR_ADD(&sc->reads, 1);
-    PX_CTR_ADD(&sc->bytes[side != 0], (uint64_t)n);
+    if (!counted) {
+        if (c->silent)
+            speak(c);
+        sc = px_stats_svc(&t->ctr, c->service_id);
+        PX_CTR_ADD(&sc->reads, 1);
+        PX_CTR_ADD(&sc->bytes[side != 0], (uint64_t)n);
+    }
     /* A service with a script: the bytes wait for its verdict (px_script.c), the side is not
      * read meanwhile; the FIN, if it came, is read once the side is read again. */
     switch (px_script_chunk(c, side, t->buf, (size_t)n)) {
@@ -346,7 +372,10 @@ static void connected(struct px_conn *c)
         return;
     }
     event_add(c->s[0].rev, NULL);
-    event_add(c->s[1].rev, NULL);
+    /* The HTTP kind: the service is heard once the client's first bytes said what it speaks
+     * (px_h2_read()); an h2 service's SETTINGS must not make the connection look HTTP/1.1. */
+    if (!c->http)
+        event_add(c->s[1].rev, NULL);
 }
 
 static void on_writable(evutil_socket_t fd, short what, void *arg)
@@ -387,6 +416,10 @@ static void on_writable(evutil_socket_t fd, short what, void *arg)
     }
     free(s->pend);
     s->pend = NULL;
+    if (c->h2on) {
+        (void)px_h2_flush(c);
+        return;
+    }
     if (!c->eof[from]) {
         event_add(c->s[from].rev, NULL);
         /* Plaintext OpenSSL already holds has no socket event to bring it. */

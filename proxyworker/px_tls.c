@@ -354,27 +354,41 @@ static int on_client_hello(SSL *ssl, int *al, void *arg)
     return SSL_CLIENT_HELLO_RETRY;
 }
 
+/* sel (sel_len bytes) found in the client's list in: *out points into in. */
+static bool alpn_pick(const unsigned char **out, unsigned char *outlen, const unsigned char *in,
+                      unsigned int inlen, const uint8_t *sel, unsigned sel_len)
+{
+    for (unsigned i = 0; i < inlen; i += 1u + in[i]) {
+        if (i + 1u + in[i] > inlen)
+            break;
+        if (in[i] == sel_len && memcmp(in + i + 1, sel, sel_len) == 0) {
+            *out = in + i + 1;
+            *outlen = in[i];
+            return true;
+        }
+    }
+    return false;
+}
+
 static int on_alpn_select(SSL *ssl, const unsigned char **out, unsigned char *outlen,
                           const unsigned char *in, unsigned int inlen, void *arg)
 {
     struct px_conn *c = SSL_get_ex_data(ssl, px_tls_conn_idx);
     struct px_tls *x = c->tls;
-    unsigned i;
 
     (void)arg;
+    /* The HTTP kind speaking plaintext to its service chooses itself: h2 (then h2c upstream,
+     * px_h2.c), else http/1.1. */
+    if (c->http && x->plain_up)
+        return alpn_pick(out, outlen, in, inlen, (const uint8_t *)"h2", 2) ||
+                       alpn_pick(out, outlen, in, inlen, (const uint8_t *)"http/1.1", 8)
+                   ? SSL_TLSEXT_ERR_OK
+                   : SSL_TLSEXT_ERR_NOACK;
     /* The service's choice, found in the client's own list (it was offered that list). */
     if (x->alpn_sel == NULL || x->alpn_sel_len == 0)
         return SSL_TLSEXT_ERR_NOACK;
-    for (i = 0; i < inlen; i += 1u + in[i]) {
-        if (i + 1u + in[i] > inlen)
-            break;
-        if (in[i] == x->alpn_sel_len && memcmp(in + i + 1, x->alpn_sel, x->alpn_sel_len) == 0) {
-            *out = in + i + 1;
-            *outlen = in[i];
-            return SSL_TLSEXT_ERR_OK;
-        }
-    }
-    return SSL_TLSEXT_ERR_NOACK;
+    return alpn_pick(out, outlen, in, inlen, x->alpn_sel, x->alpn_sel_len) ? SSL_TLSEXT_ERR_OK
+                                                                           : SSL_TLSEXT_ERR_NOACK;
 }
 
 int px_tls_conn_start(struct px_conn *c, const struct fgx_wtls *wt)
@@ -443,11 +457,14 @@ static void tls_done(struct px_conn *c)
 {
     c->tls->state = PX_TLS_DONE;
     event_add(c->s[0].rev, NULL);
+    event_active(c->s[0].rev, EV_READ, 0);
+    /* The HTTP kind: the service is heard once the client said what it speaks (px_h2.c). */
+    if (c->http)
+        return;
     event_add(c->s[1].rev, NULL);
     /* With read-ahead, the records that followed a side's last handshake message (a client's
      * request right behind its Finished, a service's ticket or greeting) may already sit in
      * OpenSSL, with no socket event left to announce them. */
-    event_active(c->s[0].rev, EV_READ, 0);
     event_active(c->s[1].rev, EV_READ, 0);
 }
 

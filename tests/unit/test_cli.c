@@ -533,7 +533,7 @@ Test(cli, invalid_values_exit_4)
     parse_fails(ARGV("service", "add", "w", "--proto", "tcp", "--port", "80x"), CLI_EXIT_INVALID,
                 "invalid port");
     parse_fails(ARGV("service", "add", "w", "--proto", "sctp", "--port", "80"), CLI_EXIT_INVALID,
-                "tcp or udp");
+                "tcp, udp or http");
     parse_fails(ARGV("service", "add", "w", "--proto", "tcp", "--port", "80", "--layer", "ebpf"),
                 CLI_EXIT_INVALID, "nfqueue, proxy or external");
     parse_fails(ARGV("service", "add", "w", "--proto", "tcp", "--port", "80", "--ip", "10.0.0"),

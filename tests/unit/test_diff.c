@@ -142,6 +142,10 @@ Test(diff, service_changes_in_words)
     snprintf(b.name, sizeof(b.name), "web2");
     ctl_diff_service(&a, &b, buf, sizeof(buf));
     cr_assert_str_eq(buf, "name web -> web2, port 80 -> 8080, stopped");
+    a = b;
+    b.http = true;
+    ctl_diff_service(&a, &b, buf, sizeof(buf));
+    cr_assert_str_eq(buf, "proto http", "the HTTP kind is a change said in words");
 }
 
 /* Issue 24: a sync keeps a filter whose regex, direction and case a line has, whatever the

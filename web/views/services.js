@@ -110,7 +110,7 @@ function serviceForm(svc, done) {
     proto: h(
       'select',
       { name: 'proto', 'data-test': 'svc-proto' },
-      ['tcp', 'udp'].map((p) => h('option', { value: p, selected: svc && svc.proto === p }, p)),
+      ['tcp', 'udp', 'http'].map((p) => h('option', { value: p, selected: svc && svc.proto === p }, p)),
     ),
     port: h('input', { name: 'port', type: 'number', min: 1, max: 65535, value: svc ? svc.port || '' : '', 'data-test': 'svc-port' }),
     addrs: h('input', {

@@ -91,6 +91,9 @@ struct fgx_dp_service {
      * a plain TCP service), and whether the proxy speaks plaintext to the service. */
     struct fgx_blob tls_cert, tls_key;
     bool tls_upstream_plain;
+    /* The HTTP service kind (proxy layer): HTTP/2 terminated, each stream filtered as the
+     * HTTP/1.1 exchange it would have been (proxyworker/px_h2.c). */
+    bool http;
     /* Capture (fgx/capture.h): connections kept by the whole worker, bytes per direction;
      * 0: capture off. */
     uint32_t capture_conns, capture_bytes;
@@ -150,6 +153,8 @@ struct fgx_dp_event {
      * bytes it judged (match_end = excerpt_len). 0: a filter's match. */
     uint8_t script_verdict;
     char script_fn[FGX_DP_SCRIPT_FN_MAX];
+    /* The HTTP/2 stream whose rendering matched (proxy, HTTP kind); 0: not one. */
+    uint32_t h2_stream;
     /* The worker's own: where the connection's capture waits in its thread's ring (gen 0:
      * none). Not encoded. */
     uint32_t cap_slot, cap_gen;
