@@ -2,6 +2,7 @@
 #include "controld/ctl_proc.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
 #include <stdint.h>
@@ -45,6 +46,15 @@ int ctl_proc_adopt(struct ctl_proc *p, pid_t pid)
     p->pidfd = fd;
     p->adopted = true;
     return 0;
+}
+
+int ctl_proc_watch_fd(const struct ctl_proc *p)
+{
+    if (p->pid <= 0) {
+        errno = ESRCH;
+        return -1;
+    }
+    return p->pidfd != -1 ? fcntl(p->pidfd, F_DUPFD_CLOEXEC, 0) : pidfd_open(p->pid, 0);
 }
 
 static void proc_clear(struct ctl_proc *p)

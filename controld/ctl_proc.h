@@ -25,6 +25,9 @@ int ctl_proc_adopt(struct ctl_proc *p, pid_t pid);
  * waitpid() status of a child, or -1 when it is not known: an adopted one). */
 int ctl_proc_reap(struct ctl_proc *p, int *status);
 int ctl_proc_signal(const struct ctl_proc *p, int sig);
+/* A pidfd that polls readable once p's process has ended (a child's too, reaped or not), for a
+ * wait that must end with it; the caller closes it. -1 (errno set) when there is none. */
+int ctl_proc_watch_fd(const struct ctl_proc *p);
 /* SIGTERM, SIGKILL after grace_ms, wait until it is gone; p is empty after. */
 void ctl_proc_stop(struct ctl_proc *p, int grace_ms, const char *name);
 

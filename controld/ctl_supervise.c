@@ -16,6 +16,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -645,6 +646,55 @@ static void sup_take_flows(struct ctl_sup *s)
 }
 
 /* One request, one decoded reply. */
+/* How long an answer may still take after its worker ended. */
+#define SUP_CALL_GRACE_MS 200
+
+/* One call on the worker's channel that ends when the worker does: a worker killed while
+ * controld waits for its answer (a ruleset push, a handover) is seen within milliseconds, not
+ * at the call's timeout, which left its services unserved for seconds more (bench/soak). The
+ * reply as for fgx_chan_call(); -ECONNRESET when the worker ended first. */
+static int sup_call_wait(struct ctl_sup *s, const void *req, size_t len, int timeout_ms,
+                         void **rbuf, size_t *rlen)
+{
+    struct fgx_chan_pending *p;
+    struct pollfd pfd[2];
+    int rv, wfd;
+
+    rv = fgx_chan_call_begin(s->chan, req, len, timeout_ms, &p);
+    if (rv < 0)
+        return rv;
+    wfd = ctl_proc_watch_fd(&s->proc); /* -1: none to watch (an adoption's first call) */
+    pfd[0] = (struct pollfd){.fd = fgx_chan_call_fd(p), .events = POLLIN};
+    pfd[1] = (struct pollfd){.fd = wfd, .events = POLLIN};
+    for (;;) {
+        rv = fgx_chan_call_end(p, rbuf, rlen);
+        if (rv != -EINPROGRESS)
+            break;
+        /* nng ends the call at its timeout; the poll waits for that or the worker's end */
+        if (poll(pfd, wfd != -1 ? 2 : 1, -1) == -1 && errno != EINTR) {
+            rv = -errno;
+            fgx_chan_call_cancel(p);
+            break;
+        }
+        if (wfd != -1 && (pfd[1].revents & (POLLIN | POLLHUP | POLLERR))) {
+            /* an answer sent just before the end (a handover's worker exits after it) may
+             * still be on its way through nng */
+            (void)poll(pfd, 1, SUP_CALL_GRACE_MS);
+            rv = fgx_chan_call_end(p, rbuf, rlen);
+            if (rv != -EINPROGRESS)
+                break;
+            fgx_chan_call_cancel(p);
+            fgx_warn("%s (pid %d) ended while controld waited for its answer", s->name,
+                     (int)s->pid);
+            rv = -ECONNRESET;
+            break;
+        }
+    }
+    if (wfd != -1)
+        close(wfd);
+    return rv;
+}
+
 static int sup_call(struct ctl_sup *s, const struct fgx_dp_msg *req, int timeout_ms,
                     struct fgx_dp_msg *reply)
 {
@@ -657,7 +707,7 @@ static int sup_call(struct ctl_sup *s, const struct fgx_dp_msg *req, int timeout
         fgx_err("cannot encode a message for %s: %s", s->name, strerror(-rv));
         return rv;
     }
-    rv = fgx_chan_call(s->chan, buf, len, &rbuf, &rlen, timeout_ms);
+    rv = sup_call_wait(s, buf, len, timeout_ms, &rbuf, &rlen);
     free(buf);
     if (rv < 0)
         return rv;

@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -469,12 +470,14 @@ void fgx_chan_ctx_close(struct fgx_chan_ctx *x)
 }
 
 /* A call in flight on its own context: sent, then received, by nng's callbacks. state is
- * __atomic: 0 running, 1 done (rv, reply and rlen set). */
+ * __atomic: 0 running, 1 done (rv, reply and rlen set); efd (an eventfd) is readable from then
+ * on, for a caller that waits on it beside other things (fgx_chan_call_fd()). */
 struct fgx_chan_pending {
     nng_ctx ctx;
     nng_aio *aio;
     bool sent;
     int state;
+    int efd;
     int rv;
     void *reply;
     size_t rlen;
@@ -505,6 +508,7 @@ static void pending_cb(void *arg)
         nng_msg_free(msg);
     }
     __atomic_store_n(&p->state, 1, __ATOMIC_RELEASE);
+    (void)eventfd_write(p->efd, 1);
 }
 
 int fgx_chan_call_begin(struct fgx_chan *c, const void *req, size_t len, int timeout_ms,
@@ -516,8 +520,15 @@ int fgx_chan_call_begin(struct fgx_chan *c, const void *req, size_t len, int tim
 
     if (!p)
         return -ENOMEM;
+    p->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (p->efd == -1) {
+        rv = -errno;
+        free(p);
+        return rv;
+    }
     rv = nng_ctx_open(&p->ctx, c->sock);
     if (rv != 0) {
+        close(p->efd);
         free(p);
         return chan_errno(rv);
     }
@@ -527,6 +538,7 @@ int fgx_chan_call_begin(struct fgx_chan *c, const void *req, size_t len, int tim
     if (rv != 0) {
         nng_aio_free(p->aio);
         nng_ctx_close(p->ctx);
+        close(p->efd);
         free(p);
         return chan_errno(rv);
     }
@@ -544,8 +556,14 @@ static void pending_free(struct fgx_chan_pending *p)
     nng_aio_stop(p->aio);
     nng_aio_free(p->aio);
     nng_ctx_close(p->ctx);
+    close(p->efd);
     free(p->reply);
     free(p);
+}
+
+int fgx_chan_call_fd(const struct fgx_chan_pending *p)
+{
+    return p->efd;
 }
 
 int fgx_chan_call_end(struct fgx_chan_pending *p, void **reply, size_t *len)

@@ -48,6 +48,9 @@ int fgx_chan_call_begin(struct fgx_chan *c, const void *req, size_t len, int tim
 /* -EINPROGRESS while it runs; else its result (0 with *reply, or a negative errno), and p is
  * freed. */
 int fgx_chan_call_end(struct fgx_chan_pending *p, void **reply, size_t *len);
+/* A descriptor that polls readable once the call is done (fgx_chan_call_end() then returns its
+ * result), for a caller that waits on it beside something else; p's, closed with it. */
+int fgx_chan_call_fd(const struct fgx_chan_pending *p);
 /* Give up on it (freed); NULL is a no-op. */
 void fgx_chan_call_cancel(struct fgx_chan_pending *p);
 
