@@ -14,7 +14,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "controld/ctl_priv.h"
 #include "fgx/log.h"
+#include "fgx/priv.h"
 
 static uint64_t now_ms(void)
 {
@@ -82,13 +84,13 @@ int ctl_proc_reap(struct ctl_proc *p, int *status)
 
 int ctl_proc_signal(const struct ctl_proc *p, int sig)
 {
-    int rv;
+    const struct ctl_priv *pv = ctl_priv_get();
 
     if (p->pid <= 0)
         return -ESRCH;
-    /* an adopted process's pid may be reaped and reused by someone else: its pidfd is not */
-    rv = p->adopted ? pidfd_send_signal(p->pidfd, sig, NULL, 0) : kill(p->pid, sig);
-    return rv == -1 ? -errno : 0;
+    /* an adopted process's pid may be reaped and reused by someone else: its pidfd is not. A
+     * worker that dropped runs as the workers' user: signalled as that uid (no CAP_KILL) */
+    return fgx_signal_as(p->pid, p->adopted ? p->pidfd : -1, pv ? pv->uid : 0, sig);
 }
 
 void ctl_proc_stop(struct ctl_proc *p, int grace_ms, const char *name)
