@@ -151,24 +151,24 @@ ATTEMPTS = [("/state", "FileNotFoundError"), ("/varlib", "/var/lib/fgex"),
 
 
 @test
-def a_filter_file_cannot_reach_the_box(env):
+def a_filter_file_cannot_reach_the_box(env, name="sbx"):
     # outside /tmp (the sandbox's own scratch there would take the write): beside the binaries
     mdir = tempfile.mkdtemp(prefix="fgx-sandbox-marker-", dir=os.path.dirname(env.bin))
     os.chmod(mdir, 0o777)  # only the sandbox's read-only file system stands in the way
     try:
-        cannot_reach(env, os.path.join(mdir, "marker"))
+        cannot_reach(env, os.path.join(mdir, "marker"), name)
     finally:
         shutil.rmtree(mdir, ignore_errors=True)
 
 
-def cannot_reach(env, marker):
-    _, port = env.service("sbx", "tcp", extra=("--layer", "proxy"))
-    _, lport = env.service("sbxlisten", "tcp")
-    _, rport = env.service("sbxregex", "tcp")
-    env.filter("sbxregex")
+def cannot_reach(env, marker, name):
+    _, port = env.service(name, "tcp", extra=("--layer", "proxy"))
+    _, lport = env.service(name + "listen", "tcp")
+    _, rport = env.service(name + "regex", "tcp")
+    env.filter(name + "regex")
     src = EVILFILE.replace("MARKER", repr(marker)).replace("STATE", repr(env.state_dir)) \
         .replace("SRV", repr(it.SRV4)).replace("PORT", str(lport))
-    env.ctl("script", "set", "sbx", write(src), "--deadline", "5000")
+    env.ctl("script", "set", name, write(src), "--deadline", "5000")
     check(not os.path.exists(marker), "the module code at script set wrote %s", marker)
     srv = env.tcp_server(port)
     lsrv = env.tcp_server(lport)
@@ -181,8 +181,8 @@ def cannot_reach(env, marker):
     regex_service_filters(env, rsrv, rport)
     check(lsrv.all("conn") == [], "the script reached the box's listener: %r", lsrv.all("conn"))
     log = it.wait_until(lambda: (lambda t: t if all(w in t for _, w in ATTEMPTS) else None)(
-        env.ctl_raw("script", "log", "sbx", json_out=False).stdout), timeout=5)
-    text = env.ctl_raw("script", "log", "sbx", json_out=False).stdout
+        env.ctl_raw("script", "log", name, json_out=False).stdout), timeout=5)
+    text = env.ctl_raw("script", "log", name, json_out=False).stdout
     check("attempt" in text and text.count("exception attempt") >= len(ATTEMPTS),
           "not every attempt is an exception in script log:\n%s", text[-3000:])
     for path, word in ATTEMPTS:
@@ -267,7 +267,7 @@ def fgex_works_under_the_units_restrictions(env):
               "controld not filtered: %r %r", st["NoNewPrivs"], st["Seccomp"])
         it.wait_until(lambda: workers(env)["proxy"]["state"] == "running", timeout=5)
         workers_run_as_fgex_with_their_capabilities_only(env)
-        a_filter_file_cannot_reach_the_box(env)
+        a_filter_file_cannot_reach_the_box(env, "unitsbx")
         before = workers(env)["proxy"]
         os.kill(before["pid"], signal.SIGSTOP)
         p = env.ctl_raw("worker", "restart", "proxy", json_out=False, timeout=20)
