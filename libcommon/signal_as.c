@@ -32,7 +32,7 @@ int fgx_signal_as(pid_t pid, int pidfd, uid_t uid, int sig)
     if (syscall(SYS_setresuid, (uid_t)-1, (uid_t)0, (uid_t)-1) == -1)
         abort();
     /* the kernel clears the dumpable flag at every change of euid: a core of ours is still
-     * wanted */
+     * wanted (it clears PR_SET_PDEATHSIG too, which neither controld nor scriptworker sets) */
     if (dumpable == 1)
         (void)prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
     return rv;
