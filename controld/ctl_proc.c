@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/pidfd.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -119,6 +120,34 @@ static int pidfile_path(const char *run_dir, const char *name, const char *ext, 
     return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
 }
 
+/* /proc/PID/stat of a worker after its drop. Under the unit's ProtectProc=invisible (hidepid)
+ * a process this one may not ptrace-read is not in /proc at all, and root without
+ * CAP_SYS_PTRACE may not read one of another uid: the file is opened again with this thread's
+ * fs uid and effective gid the workers' (raw calls: this thread alone; setfsuid keeps the
+ * network capabilities effective, which the kernel wants to cover the worker's). The workers
+ * stay dumpable after their drop for it (fgx_priv_drop()). */
+static FILE *stat_open_as_workers(const char *path)
+{
+    const struct ctl_priv *pv = ctl_priv_get();
+    gid_t egid = getegid();
+    FILE *f;
+    int e;
+
+    if (pv == NULL || geteuid() != 0)
+        return NULL;
+    if (egid != pv->gid && syscall(SYS_setresgid, (gid_t)-1, pv->gid, (gid_t)-1) == -1)
+        return NULL;
+    (void)syscall(SYS_setfsuid, pv->uid);
+    f = fopen(path, "re");
+    e = errno;
+    (void)syscall(SYS_setfsuid, (uid_t)0);
+    /* back to our own: refused, this thread would go on with another group's access */
+    if (egid != pv->gid && syscall(SYS_setresgid, (gid_t)-1, egid, (gid_t)-1) == -1)
+        abort();
+    errno = e;
+    return f;
+}
+
 /* Field 22 of /proc/PID/stat (clock ticks since boot), or 0. */
 static unsigned long long proc_starttime(pid_t pid)
 {
@@ -129,6 +158,8 @@ static unsigned long long proc_starttime(pid_t pid)
 
     (void)snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
     f = fopen(path, "re");
+    if (f == NULL && errno == ENOENT)
+        f = stat_open_as_workers(path);
     if (f == NULL)
         return 0;
     n = fread(buf, 1, sizeof(buf) - 1, f);
