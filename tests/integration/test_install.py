@@ -182,7 +182,8 @@ def unit_stop_post_kills_a_worker_left_behind_without_cap_kill(env):
         with open("/proc/%d/stat" % p.pid) as f:
             real = f.read().rsplit(")", 1)[1].split()[19]
         with open(os.path.join(rdir, name + ".pid"), "w") as f:
-            f.write("%d %s\n" % (p.pid, start or real))
+            # controld's format (ctl_proc_pidfile_write): pid, start time, config hash
+            f.write("%d %s 1234abcd\n" % (p.pid, start or real))
 
     def stop_post(result):
         e = dict(os.environ, SERVICE_RESULT=result)
