@@ -11,11 +11,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/pidfd.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "controld/ctl_priv.h"
 #include "fgx/log.h"
+#include "fgx/priv.h"
 
 static uint64_t now_ms(void)
 {
@@ -92,13 +95,13 @@ int ctl_proc_reap(struct ctl_proc *p, int *status)
 
 int ctl_proc_signal(const struct ctl_proc *p, int sig)
 {
-    int rv;
+    const struct ctl_priv *pv = ctl_priv_get();
 
     if (p->pid <= 0)
         return -ESRCH;
-    /* an adopted process's pid may be reaped and reused by someone else: its pidfd is not */
-    rv = p->adopted ? pidfd_send_signal(p->pidfd, sig, NULL, 0) : kill(p->pid, sig);
-    return rv == -1 ? -errno : 0;
+    /* an adopted process's pid may be reaped and reused by someone else: its pidfd is not. A
+     * worker that dropped runs as the workers' user: signalled as that uid (no CAP_KILL) */
+    return fgx_signal_as(p->pid, p->adopted ? p->pidfd : -1, pv ? pv->uid : 0, sig);
 }
 
 void ctl_proc_stop(struct ctl_proc *p, int grace_ms, const char *name)
@@ -127,6 +130,34 @@ static int pidfile_path(const char *run_dir, const char *name, const char *ext, 
     return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
 }
 
+/* /proc/PID/stat of a worker after its drop. Under the unit's ProtectProc=invisible (hidepid)
+ * a process this one may not ptrace-read is not in /proc at all, and root without
+ * CAP_SYS_PTRACE may not read one of another uid: the file is opened again with this thread's
+ * fs uid and effective gid the workers' (raw calls: this thread alone; setfsuid keeps the
+ * network capabilities effective, which the kernel wants to cover the worker's). The workers
+ * stay dumpable after their drop for it (fgx_priv_drop()). */
+static FILE *stat_open_as_workers(const char *path)
+{
+    const struct ctl_priv *pv = ctl_priv_get();
+    gid_t egid = getegid();
+    FILE *f;
+    int e;
+
+    if (pv == NULL || geteuid() != 0)
+        return NULL;
+    if (egid != pv->gid && syscall(SYS_setresgid, (gid_t)-1, pv->gid, (gid_t)-1) == -1)
+        return NULL;
+    (void)syscall(SYS_setfsuid, pv->uid);
+    f = fopen(path, "re");
+    e = errno;
+    (void)syscall(SYS_setfsuid, (uid_t)0);
+    /* back to our own: refused, this thread would go on with another group's access */
+    if (egid != pv->gid && syscall(SYS_setresgid, (gid_t)-1, egid, (gid_t)-1) == -1)
+        abort();
+    errno = e;
+    return f;
+}
+
 /* Field 22 of /proc/PID/stat (clock ticks since boot), or 0. */
 static unsigned long long proc_starttime(pid_t pid)
 {
@@ -137,6 +168,8 @@ static unsigned long long proc_starttime(pid_t pid)
 
     (void)snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
     f = fopen(path, "re");
+    if (f == NULL && errno == ENOENT)
+        f = stat_open_as_workers(path);
     if (f == NULL)
         return 0;
     n = fread(buf, 1, sizeof(buf) - 1, f);

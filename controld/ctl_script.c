@@ -20,6 +20,7 @@
 
 #include "controld/ctl_priv.h"
 #include "fgx/log.h"
+#include "fgx/priv.h"
 #include "fgx/python.h"
 
 static void err_set(char *err, size_t errlen, const char *fmt, ...)
@@ -182,7 +183,7 @@ static int check_run(const void *src, size_t len, const char *filename, char **o
         used += (size_t)r;
     }
     if (rv < 0)
-        (void)kill(pid, SIGKILL);
+        (void)fgx_signal_as(pid, -1, sb.uid, SIGKILL); /* its script uid: no CAP_KILL */
     while (waitpid(pid, &status, 0) == -1 && errno == EINTR)
         ;
     if (rv == -ETIMEDOUT) {

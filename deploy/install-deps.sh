@@ -30,7 +30,8 @@ build=(
 run=(nftables iptables iproute2 man-db python3 python3-h11 python3-brotli python3-dpkt
   libmicrohttpd12 libseccomp2 libcap-ng0 libnghttp2-14 passwd)
 # Testing: Criterion, python3 with scapy for crafted packets, openssl for test_remote's
-# certificates, procps, and systemd-analyze for the unit file test; for test_tls: curl (HTTP/1.1
+# certificates, procps, and systemd-analyze for the unit file test (with dbus-daemon, the
+# session bus of the systemd user manager test_unit_systemd runs the unit in); for test_tls: curl (HTTP/1.1
 # and HTTP/2 clients), nginx-light (an HTTP/2 TLS service), python3-cryptography (certificates,
 # an expired one among them); for test_h2: nghttp2-client (nghttp, several streams on one
 # connection) and nghttp2-server (nghttpd, an h2 and h2c service).
@@ -39,7 +40,7 @@ run=(nftables iptables iproute2 man-db python3 python3-h11 python3-brotli python
 # ca-certificates: the system's CA store, which npm is told to trust (below) for the download.
 # The fuzzing harnesses (tests/fuzz, replayed by `make test`, run by `make fuzz`): clang with
 # libFuzzer and the sanitizers' runtimes (libclang-rt-14-dev).
-test=(libcriterion-dev python3 python3-scapy openssl procps systemd curl nginx-light
+test=(libcriterion-dev python3 python3-scapy openssl procps systemd dbus-daemon curl nginx-light
   nghttp2-client nghttp2-server
   python3-cryptography chromium nodejs ca-certificates clang libclang-rt-14-dev)
 # npm: Debian's package, unless a nodejs that carries its own npm (NodeSource's) is installed

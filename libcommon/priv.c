@@ -169,6 +169,17 @@ int fgx_priv_drop(const struct fgx_priv *p)
     rv = caps_drop(p, uid, gid);
     if (rv < 0)
         return rv;
+    /* The uid change made us non-dumpable, and then no process of another uid without
+     * CAP_SYS_PTRACE sees us in a /proc mounted with hidepid (the unit's
+     * ProtectProc=invisible): controld, finding the workers a previous controld left
+     * (RUN_DIR/NAME.pid, their start time), could not adopt us. Dumpable again: our /proc
+     * files are readable by our own uid, which only the workers have, and whose seccomp lists
+     * allow no open() and no ptrace(). */
+    if (prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) == -1) {
+        rv = -errno;
+        fgx_err("privileges: PR_SET_DUMPABLE: %s", strerror(errno));
+        return rv;
+    }
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == -1) {
         rv = -errno;
         fgx_err("privileges: PR_SET_NO_NEW_PRIVS: %s", strerror(errno));

@@ -30,6 +30,7 @@
 
 struct sw_child {
     pid_t pid;
+    uid_t uid;   /* its script uid (what it is signalled as) */
     int lfd;     /* its listening socket (PATH.i): ours, kept across the interpreters */
     int in, out; /* our ends of its stdin (its parent's life) and stdout (its end) */
     int page_fd;

@@ -73,7 +73,7 @@ int sw_child_spawn(struct sw *w, struct sw_child *c)
     c->page = page;
     if (pipe2(to, O_CLOEXEC) == -1 || pipe2(from, O_CLOEXEC) == -1)
         goto err;
-    w->sandbox.uid = (uid_t)(w->script_uid + (unsigned)(c - w->child));
+    w->sandbox.uid = c->uid = (uid_t)(w->script_uid + (unsigned)(c - w->child));
     pid = fgx_sandbox_fork();
     if (pid < 0) {
         errno = -pid;
@@ -130,7 +130,7 @@ err:
 void sw_child_kill(struct sw_child *c)
 {
     if (c->pid > 0) {
-        (void)kill(c->pid, SIGKILL);
+        (void)fgx_signal_as(c->pid, -1, c->uid, SIGKILL); /* its script uid: no CAP_KILL */
         while (waitpid(c->pid, NULL, 0) == -1 && errno == EINTR)
             ;
     }

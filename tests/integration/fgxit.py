@@ -187,6 +187,11 @@ class Env:
         # options every start of controld adds (run_module's controld_args), e.g.
         # ["--metrics-listen", "127.0.0.1:9100"]: the runner's restarts keep them too
         self.controld_args = []
+        # a systemd unit file whose process restrictions controld starts under
+        # (tests/integration/unitexec.py: bounding set, no_new_privs, system call filter,
+        # namespaces, address families), as under systemd; FGX_IT_UNIT=deploy/fgex.service
+        # runs a whole module so
+        self.controld_unit = os.environ.get("FGX_IT_UNIT") or None
 
     # -- namespaces
     def up(self):
@@ -245,9 +250,11 @@ class Env:
             raise RuntimeError("no controld binary at %s" % exe)
         log = open(self.log_path, "ab")
         self.log_offset = os.path.getsize(self.log_path)
+        wrap = ([sys.executable, os.path.join(HERE, "unitexec.py"),
+                 os.path.abspath(self.controld_unit), "--"] if self.controld_unit else [])
         self.controld = subprocess.Popen(
             # --config /dev/null: an installed /etc/fgex/controld.conf is not the test's
-            ["ip", "netns", "exec", self.srv, exe, "--config", "/dev/null", "--state-dir",
+            ["ip", "netns", "exec", self.srv] + wrap + [exe, "--config", "/dev/null", "--state-dir",
              self.state_dir, "--run-dir", self.run_dir, "--threads", str(threads), "--foreground", "--log-level", "debug"]
             + extra,
             stdin=subprocess.DEVNULL, stdout=log, stderr=log)

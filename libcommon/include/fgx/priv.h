@@ -39,4 +39,14 @@ int fgx_priv_drop(const struct fgx_priv *p);
  * the unit has no CAP_CHOWN). Returns 0 or -errno. (libcommon/sock_share.c: no libseccomp.) */
 int fgx_sock_share(const char *path, gid_t gid);
 
+/* Send sig to pid (through pidfd when it is >= 0: an adopted process) without CAP_KILL, which
+ * the unit's bounding set does not hold: root may signal a process of another uid only with it.
+ * A target still root (a worker before its drop), or of our own uid, is signalled directly; on
+ * EPERM this thread alone takes uid as its effective uid for the one call (a raw setresuid:
+ * glibc's would change every thread; the real and saved uids stay 0, so nothing but this call
+ * runs as uid, and the effective capabilities come back with euid 0). uid: the target's real
+ * uid (the workers' user, an interpreter's script uid). Needs CAP_SETUID, which controld and
+ * scriptworker hold for the drop. Returns 0 or -errno. */
+int fgx_signal_as(pid_t pid, int pidfd, uid_t uid, int sig);
+
 #endif
