@@ -80,6 +80,9 @@ struct ctl_stats {
     size_t unsaved; /* the newest `unsaved` events are not in LMDB yet */
     uint64_t next_seq;
     bool dirty;
+    /* A worker process was replaced: what the gone one counted since the last flush is in
+     * memory only (no process holds it to be adopted), so the next flush is due at once. */
+    bool flush_now;
     uint64_t flushed_ms;
     /* The last flush failed (a full disk, say): the next tries wait CTL_STATS_FLUSH_MS each,
      * events included, and the warning is given once, not per try. */
@@ -455,7 +458,11 @@ static int fold(struct ctl_stats *s, int k, uint64_t instance, const struct fgx_
     int rv = 0;
 
     if (!s->have_instance[k] || instance != s->instance[k]) {
-        /* A new process counts from zero; what the old one reported is in the totals. */
+        /* A new process counts from zero; what the old one reported is in the totals, and
+         * only there until they are written: should controld die before its next flush, the
+         * adopted new process could not give it back (soak, issue 25: blocked went down). */
+        if (s->have_instance[k])
+            s->flush_now = true;
         for (size_t i = 0; i < s->nsvc; i++) {
             memset(&s->svc[i].last[k], 0, sizeof(s->svc[i].last[k]));
             s->svc[i].lost_last[k] = 0;
@@ -837,7 +844,8 @@ static int flush_counters(struct ctl_stats *s, struct ctl_txn *t, bool force)
 
 int ctl_stats_flush(struct ctl_stats *s, struct ctl_store *st, uint64_t now_ms, bool force)
 {
-    bool counters = s->dirty && (force || now_ms - s->flushed_ms >= CTL_STATS_FLUSH_MS);
+    bool counters =
+        s->dirty && (force || s->flush_now || now_ms - s->flushed_ms >= CTL_STATS_FLUSH_MS);
     struct ctl_txn *t = NULL;
     int rv;
 
@@ -878,7 +886,7 @@ int ctl_stats_flush(struct ctl_stats *s, struct ctl_store *st, uint64_t now_ms, 
         free(s->caps[i].data);
     s->ncaps = 0;
     if (counters)
-        s->dirty = false;
+        s->dirty = s->flush_now = false;
 out:
     ctl_txn_abort(t);
     if (counters)

@@ -40,6 +40,8 @@ run=(nftables iptables iproute2 man-db python3 python3-h11 python3-brotli python
 # ca-certificates: the system's CA store, which npm is told to trust (below) for the download.
 # The fuzzing harnesses (tests/fuzz, replayed by `make test`, run by `make fuzz`): clang with
 # libFuzzer and the sanitizers' runtimes (libclang-rt-14-dev).
+# The 2-minute soak (test_soak runs bench/soak) needs nothing more: scapy for its out-of-order
+# segments, python3-cryptography for its TLS certificates; its plot needs gnuplot-nox (bench).
 test=(libcriterion-dev python3 python3-scapy openssl procps systemd dbus-daemon curl nginx-light
   nghttp2-client nghttp2-server
   python3-cryptography chromium nodejs ca-certificates clang libclang-rt-14-dev)

@@ -227,6 +227,32 @@ Test(ctl_stats, bases_are_saved_with_each_flush)
     cr_assert_eq(packets_of(stats), 31);
 }
 
+/* Issue 25's soak: a worker killed, its successor's first report folded, then controld killed
+ * before its next periodic flush. What the killed worker counted since the last flush was in
+ * controld's memory only; the adopted successor cannot give it back, so the totals fell (blocked
+ * 46 -> 45). A new process makes the next flush due at once, whatever the write rate. */
+Test(ctl_stats, replaced_worker_counts_flushed_at_once)
+{
+    feed(0x1, 10, 4, 1, 0);
+    cr_assert_eq(ctl_stats_flush(stats, st, 100000, true), 0);
+    feed(0x1, 12, 6, 1, 0); /* then that worker is killed */
+    feed(0x2, 1, 1, 1, 0);  /* its successor's first report */
+    cr_assert_eq(ctl_stats_blocked(stats, flt_id), 7);
+    cr_assert_eq(ctl_stats_flush(stats, st, 100001, false), 0);
+    reopen(); /* controld killed, started again: it adopts the successor */
+    cr_assert_eq(ctl_stats_blocked(stats, flt_id), 7, "the gone worker's blocks were written");
+    cr_assert_eq(packets_of(stats), 13);
+    feed(0x2, 3, 2, 1, 0);
+    cr_assert_eq(ctl_stats_blocked(stats, flt_id), 8, "and the adopted one goes on from its base");
+    cr_assert_eq(packets_of(stats), 15);
+    /* the same process goes on: the rate bound holds again */
+    cr_assert_eq(ctl_stats_flush(stats, st, 200000, false), 0);
+    feed(0x2, 4, 2, 1, 0);
+    cr_assert_eq(ctl_stats_flush(stats, st, 200001, false), 0);
+    reopen();
+    cr_assert_eq(packets_of(stats), 15, "not written again before CTL_STATS_FLUSH_MS");
+}
+
 Test(ctl_stats, counters_written_at_a_bounded_rate)
 {
     struct ctl_stats *other;
