@@ -40,6 +40,9 @@ static const int base_syscalls[] = {
     SCMP_SYS(epoll_create1),  SCMP_SYS(epoll_ctl),      SCMP_SYS(epoll_wait),
     SCMP_SYS(epoll_pwait),    SCMP_SYS(getrusage),      SCMP_SYS(exit),
     SCMP_SYS(exit_group),
+    /* the kernel's own: a sleep or a poll stopped by SIGSTOP (or a debugger) and continued is
+     * taken up again through restart_syscall; without it a continued worker died of SIGSYS */
+    SCMP_SYS(restart_syscall),
     /* the statistics' resident memory, from a file opened before the drop (fgx_wstats_open());
      * glibc's qsort() of a large array (the events of a burst) first asks sysinfo() how much
      * memory there is */
