@@ -45,6 +45,7 @@ int main(int argc, char **argv)
 
     fgx_log_init("nfqworker", level);
     worker.nthreads = 1;
+    worker.queue_fd = -1;
     worker.queue_base = FGX_QUEUE_BASE_DEFAULT;
     worker.flows = NFQ_FLOWS_PER_THREAD;
     worker.script_flows = NFQ_SW_FLOWS_DEFAULT;
@@ -103,7 +104,9 @@ int main(int argc, char **argv)
     for (ninit = 0; ninit < worker.nthreads; ninit++)
         if (nfq_thread_init(&worker, &worker.threads[ninit], ninit) != 0)
             goto out;
-    /* the statistics' memory figure is read through a file opened now, before the drop */
+    /* the statistics' memory figure and the kernel's queue drops are read through files
+     * opened now, before the drop */
+    nfq_stats_open(&worker);
     if (fgx_wstats_open() != 0 || nfq_priv_drop(user) != 0)
         goto out;
     for (i = 0; i < worker.nthreads; i++) {

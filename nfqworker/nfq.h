@@ -140,6 +140,7 @@ struct nfq_worker {
     struct fgx_wcfg *current; /* __atomic: the newest published config */
     struct nfq_thread *threads;
     int stop;                   /* __atomic */
+    int queue_fd; /* /proc/net/netfilter/nfnetlink_queue, opened before the drop; -1: none */
 };
 
 /* ---- nfq_recv.c ---- */
@@ -291,6 +292,9 @@ void nfq_reset_send(struct nfq_thread *t, int family, const uint8_t *saddr, uint
 struct nfq_svc_ctr *nfq_stats_svc(struct nfq_counters *c, uint32_t id);
 void nfq_stats_filter_blocked(struct nfq_counters *c, uint32_t filter_id);
 void nfq_stats_filter_matched(struct nfq_counters *c, uint32_t filter_id);
+/* Open the kernel's queue table for the drop counts, as root, before the privilege drop (the
+ * seccomp filter refuses open() after it). A failure is logged: the counts then read 0. */
+void nfq_stats_open(struct nfq_worker *w);
 /* Sum every thread's counters into *out (arrays malloc'd; fgx_dp_msg_release() frees them). */
 int nfq_stats_collect(struct nfq_worker *w, struct fgx_dp_stats *out);
 

@@ -3,8 +3,13 @@
  * kernel's own view of the queues. */
 #include "nfq.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
+#include <string.h>
+#include <unistd.h>
 
+#include "fgx/log.h"
 #include "fgx/swlink.h"
 #include "fgx/wctl.h"
 
@@ -23,26 +28,39 @@ void nfq_stats_filter_matched(struct nfq_counters *c, uint32_t id)
     fgx_ctr_filter_matched(c->filter, NFQ_FILTER_SLOTS, id);
 }
 
+void nfq_stats_open(struct nfq_worker *w)
+{
+    w->queue_fd = open("/proc/net/netfilter/nfnetlink_queue", O_RDONLY | O_CLOEXEC);
+    if (w->queue_fd == -1)
+        fgx_warn("cannot open /proc/net/netfilter/nfnetlink_queue (%s): the kernel's drops on "
+                 "the queues will read 0",
+                 strerror(errno));
+}
+
 /* Kernel drops on our queues: /proc/net/netfilter/nfnetlink_queue has one line per queue,
- * "queue portid waiting copy_mode copy_range queue_dropped user_dropped id_sequence 1". */
+ * "queue portid waiting copy_mode copy_range queue_dropped user_dropped id_sequence 1", read
+ * from its start each time through the descriptor opened before the drop. */
 static uint64_t kernel_queue_drops(const struct nfq_worker *w)
 {
     unsigned q, portid, waiting, mode, range, qdrop, udrop;
     unsigned lo = w->queue_base, hi = w->queue_base + 2 * w->nthreads;
     uint64_t sum = 0;
-    char line[256];
-    FILE *f;
+    char buf[16384], *line, *save = NULL;
+    ssize_t n = 0, r;
 
-    f = fopen("/proc/net/netfilter/nfnetlink_queue", "re");
-    if (f == NULL)
+    if (w->queue_fd == -1)
         return 0;
-    while (fgets(line, sizeof(line), f) != NULL) {
+    /* a seq_file gives a page a read: read on until it ends or the buffer is full */
+    while ((size_t)n < sizeof(buf) - 1 &&
+           (r = pread(w->queue_fd, buf + n, sizeof(buf) - 1 - (size_t)n, n)) > 0)
+        n += r;
+    buf[n] = '\0';
+    for (line = strtok_r(buf, "\n", &save); line != NULL; line = strtok_r(NULL, "\n", &save)) {
         if (sscanf(line, "%u %u %u %u %u %u %u", &q, &portid, &waiting, &mode, &range, &qdrop,
                    &udrop) == 7 &&
             q >= lo && q < hi)
             sum += (uint64_t)qdrop + udrop;
     }
-    fclose(f);
     return sum;
 }
 

@@ -36,6 +36,7 @@ static void setup(void)
     memset(&w, 0, sizeof(w));
     memset(&t, 0, sizeof(t));
     w.nthreads = 1;
+    w.queue_fd = -1;
     w.queue_base = QB;
     w.threads = &t;
     t.w = &w;
