@@ -31,7 +31,7 @@ class Message:
                  "http_version", "body", "_body_parts", "_body_len", "headers_complete",
                  "message_complete", "total_size", "keep_alive", "should_upgrade",
                  "content_length", "content_encoding", "user_agent", "content_type",
-                 "added_to_history", "_decoded", "stream", "truncated")
+                 "added_to_history", "_decoded", "stream", "truncated", "fg_size")
 
     def __init__(self, is_request):
         self.is_request = is_request
@@ -47,7 +47,8 @@ class Message:
         self._body_len = 0
         self.headers_complete = False
         self.message_complete = False
-        self.total_size = 0
+        self.total_size = 0  # raw bytes: start line, headers, framing, body
+        self.fg_size = 0     # Firegex's count: url or reason, each header's name and value, body
         self.keep_alive = True
         self.should_upgrade = False
         self.content_length = None
@@ -61,6 +62,7 @@ class Message:
 
     def set_head(self, ev, raw_len):
         for name, value in ev.headers.raw_items():
+            self.fg_size += len(name) + len(value)
             k = name.decode("latin-1")
             v = value.decode("utf-8", errors="replace")
             old = self.headers.get(k)
@@ -76,9 +78,11 @@ class Message:
         if self.is_request:
             self.method = bytes(ev.method)
             self.url = ev.target.decode("utf-8", errors="replace")
+            self.fg_size += len(ev.target)
         else:
             self.status_code = ev.status_code
             self.reason = ev.reason.decode("latin-1")
+            self.fg_size += len(ev.reason)
         conn = self.lheaders.get("connection", "").lower()
         self.keep_alive = ("close" not in conn) if self.http_version == "1.1" else ("keep-alive" in conn)
         upgrade = "upgrade" in conn and "upgrade" in self.lheaders
@@ -97,6 +101,7 @@ class Message:
     def add_body(self, data, limit):
         """Returns False when the body went past limit (the bytes beyond are not kept)."""
         self.total_size += len(data)
+        self.fg_size += len(data)
         room = limit - self._body_len
         if room <= 0:
             self.truncated = True

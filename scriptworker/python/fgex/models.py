@@ -23,30 +23,87 @@ def _full(ctx, what):
 
 class RawPacket:
     """One chunk of a connection's bytes as fgex received it: on the NFQUEUE layer one TCP
-    segment's payload in stream order, on the proxy layer one read. fgex does not mangle
-    packets: l4_data and raw_packet are read-only and raw_packet holds the payload only."""
+    segment's payload in stream order, on the proxy layer one read. fgex hands no IP or TCP
+    header to a filter: raw_packet is the payload (raw_packet_header_len 0), as l4_data is.
 
-    def __init__(self, data, is_input, is_ipv6, is_tcp=True):
+    Editing (Firegex's mangling): assign l4_data (or raw_packet) and return UNSTABLE_MANGLE
+    (4.0.2), or assign data (5.0.0); the chunk goes on as the new bytes, of any length, unless
+    a later function refuses it. The proxy layer sends them; the NFQUEUE layer cannot (see
+    docs/scripts.md) and gives the chunk the service's fail policy, said in the script log."""
+
+    def __init__(self, data, is_input, is_ipv6, is_tcp=True, src_ip="", dst_ip="", src_port=0,
+                 dst_port=0, l4=None):
         self._data = bytes(data)
         self._is_input = bool(is_input)
         self._is_ipv6 = bool(is_ipv6)
-        self._is_tcp = bool(is_tcp)
+        self._l4 = str(l4) if l4 else ("tcp" if is_tcp else "udp")
+        self._src = (str(src_ip), int(src_port))
+        self._dst = (str(dst_ip), int(dst_port))
+        self._edited = False   # l4_data / raw_packet / data assigned
+        self._data_by = None   # the function that assigned data (5.0.0: that is the edit)
+        self._current = None   # the function being called (the engine sets it)
 
     is_input = property(lambda self: self._is_input)
+    is_output = property(lambda self: not self._is_input)
     is_ipv6 = property(lambda self: self._is_ipv6)
-    is_tcp = property(lambda self: self._is_tcp)
-    data = property(lambda self: self._data)
-    l4_data = property(lambda self: self._data)
-    raw_packet = property(lambda self: self._data)
+    is_tcp = property(lambda self: self._l4 == "tcp")
+    l4 = property(lambda self: self._l4)
+    is_stream = property(lambda self: self._l4 in ("tcp", "quic"))
+    src_ip = property(lambda self: self._src[0])
+    src_port = property(lambda self: self._src[1])
+    dst_ip = property(lambda self: self._dst[0])
+    dst_port = property(lambda self: self._dst[1])
+    client_ip = property(lambda self: (self._src if self._is_input else self._dst)[0])
+    client_port = property(lambda self: (self._src if self._is_input else self._dst)[1])
+    server_ip = property(lambda self: (self._dst if self._is_input else self._src)[0])
+    server_port = property(lambda self: (self._dst if self._is_input else self._src)[1])
+    data_size = property(lambda self: len(self._data))
     l4_size = property(lambda self: len(self._data))
     raw_packet_header_len = property(lambda self: 0)
+
+    def _set(self, v, what):
+        if not isinstance(v, (bytes, bytearray, memoryview)):
+            raise TypeError("%s must be bytes, not %s" % (what, type(v).__name__))
+        v = bytes(v)
+        if len(v) > 1 << 16:
+            raise ValueError("%s: %d bytes, more than the 65536 a packet can carry" % (
+                what, len(v)))
+        self._data = v
+        self._edited = True
+
+    @property
+    def data(self):
+        return self._data
+
+    @data.setter
+    def data(self, v):
+        self._set(v, "data")
+        self._data_by = self._current
+
+    @property
+    def l4_data(self):
+        return self._data
+
+    @l4_data.setter
+    def l4_data(self, v):
+        self._set(v, "l4_data")
+
+    @property
+    def raw_packet(self):
+        return self._data
+
+    @raw_packet.setter
+    def raw_packet(self, v):
+        self._set(v, "raw_packet")
 
     @classmethod
     def _fetch(cls, ctx):
         return ctx.pkt
 
     def __repr__(self):
-        return "RawPacket(data=%r, is_input=%r)" % (self._data, self._is_input)
+        return "RawPacket(data=%r, is_input=%r, %s:%d -> %s:%d, %s)" % (
+            self._data, self._is_input, self._src[0], self._src[1], self._dst[0],
+            self._dst[1], self._l4)
 
 
 class _TCPStream:
@@ -111,6 +168,16 @@ class HttpHistory:
 
     @classmethod
     def _fetch(cls, ctx):
+        """The history before the message being given to the function (Firegex's: the
+        message's own snapshot), whichever order the parameters come in."""
+        if not ctx.http_broken:
+            try:
+                evs = _http_events(ctx)
+            except NotReady:
+                evs = []
+            snaps = [snap for m, head, done, snap in evs if head or done]
+            if snaps:
+                return snaps[0] if len(snaps) == 1 else snaps
         return cls(ctx.hist_req, ctx.hist_resp)
 
     def __repr__(self):
@@ -187,7 +254,10 @@ class _HttpBase:
     upgrading_to_h2 = property(lambda self: self._message.upgrading_to("h2c"))
     upgrading_to_ws = property(lambda self: self._message.upgrading_to("websocket"))
     stream = property(lambda self: self._message.stream)
-    total_size = property(lambda self: self._message.total_size)
+    # Firegex's count: the url (a response: its reason phrase), each header's name and value,
+    # the body and what streamed after the head; raw_size: every byte on the wire for it
+    total_size = property(lambda self: self._message.fg_size + len(self._message.stream))
+    raw_size = property(lambda self: self._message.total_size)
     # fgex does not decode WebSocket frames: the raw bytes are in stream
     ws_stream = property(lambda self: [])
 
@@ -241,7 +311,10 @@ class HttpFullRequest(HttpRequest):
 class HttpResponse(_HttpBase):
     """The current response, called as HttpRequest is."""
     _request = False
-    status_code = property(lambda self: self._message.status_code)
+    # Firegex's status_code is what its parser gives as the status: the reason phrase ("OK",
+    # "Not Found"); the number is status_number
+    status_code = property(lambda self: self._message.reason)
+    status_number = property(lambda self: self._message.status_code)
 
 
 class HttpResponseHeader(HttpResponse):
