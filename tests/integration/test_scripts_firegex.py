@@ -181,6 +181,38 @@ def engine_firegex_http_semantics(env):
 
 
 @test
+def engine_status_and_method_compare_as_both_versions(env):
+    """4.0.2 gives the reason phrase as status_code and method as a str; 5.0.0 documents
+    status_code as the number (status_phrase the phrase); fgex documented method as bytes. A
+    file written for any of them decides the same."""
+    e = engine(env)
+    src = """\
+from fgex import *
+seen = []
+
+@pyfilter
+def r(q: HttpFullRequest):
+    seen.append((q.method == 'POST', q.method == b'POST', q.method != 'GET', q.method.lower()))
+
+@pyfilter
+def s(p: HttpFullResponse):
+    c = p.status_code
+    seen.append((c == 404, c == 'Not Found', c >= 400, c < 500, c != 200, int(c),
+                 p.status_phrase, p.status_number, {c: 1}.get('Not Found')))
+    if c == 404:
+        return REJECT
+"""
+    c = e.Conn(e.Script(src, "st.py"))
+    check(c.feed(True, b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n").action ==
+          "accept", "request")
+    v = c.feed(False, b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+    check(v.action == "reject", "status_code == 404 did not reject: %r", v)
+    check(c.glob["seen"] == [(True, True, True, "post"),
+                             (True, True, True, True, True, 404, "Not Found", 404, 1)],
+          "seen %r", c.glob["seen"])
+
+
+@test
 def engine_rawpacket_members_and_edits(env):
     e = engine(env)
     src = ("from fgex import *\nseen = []\n"

@@ -287,7 +287,8 @@ class HttpRequest(_HttpBase):
     """The current request: called when its headers are complete and again when its body is
     (once when both arrive together)."""
     _request = True
-    method = property(lambda self: self._message.method)
+    method = property(lambda self: None if self._message.method is None else Method(
+        self._message.method.decode("latin-1")))
 
 
 class HttpRequestHeader(HttpRequest):
@@ -311,9 +312,10 @@ class HttpFullRequest(HttpRequest):
 class HttpResponse(_HttpBase):
     """The current response, called as HttpRequest is."""
     _request = False
-    # Firegex's status_code is what its parser gives as the status: the reason phrase ("OK",
-    # "Not Found"); the number is status_number
-    status_code = property(lambda self: self._message.reason)
+    # the reason phrase equal to its number too (StatusCode); the two apart
+    status_code = property(lambda self: None if self._message.status_code is None else
+                           StatusCode(self._message.reason, self._message.status_code))
+    status_phrase = property(lambda self: self._message.reason)
     status_number = property(lambda self: self._message.status_code)
 
 
@@ -330,6 +332,62 @@ class HttpFullResponse(HttpResponse):
     @classmethod
     def _want(cls, head, done):
         return done
+
+
+class StatusCode(str):
+    """HttpResponse.status_code. Firegex 4.0.2's code (and the tests of both versions) give
+    the reason phrase, "OK", as the status; 5.0.0's documentation gives the number, 404, with
+    the phrase as status_phrase. A file written for either compares right: this is the phrase
+    (a str) that also equals, orders against and converts to its number."""
+
+    def __new__(cls, phrase, number):
+        self = super().__new__(cls, phrase or "")
+        self.number = number
+        return self
+
+    def _num(self, other):
+        return isinstance(other, int) and not isinstance(other, bool) and self.number is not None
+
+    def __eq__(self, other):
+        return self.number == other if self._num(other) else str.__eq__(self, other)
+
+    def __ne__(self, other):
+        return not self.__eq__(other)
+
+    def __lt__(self, other):
+        return self.number < other if self._num(other) else str.__lt__(self, other)
+
+    def __le__(self, other):
+        return self.number <= other if self._num(other) else str.__le__(self, other)
+
+    def __gt__(self, other):
+        return self.number > other if self._num(other) else str.__gt__(self, other)
+
+    def __ge__(self, other):
+        return self.number >= other if self._num(other) else str.__ge__(self, other)
+
+    __hash__ = str.__hash__
+
+    def __int__(self):
+        return self.number
+
+    def __index__(self):
+        return self.number
+
+
+class Method(str):
+    """HttpRequest.method: a str as Firegex gives it ("GET"); it also equals the same bytes
+    (b"GET"), as fgex documented it before."""
+
+    def __eq__(self, other):
+        if isinstance(other, (bytes, bytearray)):
+            return self.encode("latin-1") == other
+        return str.__eq__(self, other)
+
+    def __ne__(self, other):
+        return not self.__eq__(other)
+
+    __hash__ = str.__hash__
 
 
 class ConnCtx:
