@@ -247,6 +247,84 @@ def engine_rawpacket_members_and_edits(env):
     check(c.feed(False, b"five").action == "reject", "a later function refuses the edit")
 
 
+WS = """\
+from firegex.nfproxy import pyfilter, REJECT
+from firegex.nfproxy.models import HttpRequest, HttpResponse
+seen = []
+
+@pyfilter
+def client_frames(req: HttpRequest):
+    seen.append(("c", [(f.opcode.name, f.data) for f in req.ws_stream]))
+    if any(b"rm -rf" in f.data for f in req.ws_stream):
+        return REJECT
+
+@pyfilter
+def server_frames(resp: HttpResponse):
+    seen.append(("s", resp.status_code, [f.data for f in resp.ws_stream]))
+"""
+
+
+@test
+def engine_websocket_messages_decoded(env):
+    """ws_stream: each direction's frames after the upgrade, masked from the client,
+    permessage-deflate undone; HttpRequest / HttpResponse called again for each chunk of the
+    stream, as Firegex does."""
+    e = engine(env)
+    from websockets.extensions.permessage_deflate import PerMessageDeflate
+    from websockets.frames import OP_TEXT, Frame
+    c = e.Conn(e.Script(WS, "ws.py"))
+    c.feed(True, b"GET /chat HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\n"
+                 b"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                 b"Sec-WebSocket-Version: 13\r\n"
+                 b"Sec-WebSocket-Extensions: permessage-deflate\r\n\r\n")
+    c.feed(False, b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+                  b"Connection: Upgrade\r\n"
+                  b"Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n"
+                  b"Sec-WebSocket-Extensions: permessage-deflate\r\n\r\n")
+    cli = [PerMessageDeflate(False, False, 15, 15)]  # the client's own encoder
+    hello = Frame(OP_TEXT, b"hello hello hello").serialize(mask=True, extensions=cli)
+    bad = Frame(OP_TEXT, b"please rm -rf /").serialize(mask=True, extensions=cli)
+    # a frame split across two chunks, then a second one
+    check(c.feed(True, hello[:5]).action == "accept", "a half frame")
+    check(c.feed(True, hello[5:]).action == "accept", "hello")
+    check(c.feed(False, Frame(OP_TEXT, b"hi").serialize(mask=False)).action == "accept", "hi")
+    v = c.feed(True, bad)
+    check((v.action, v.function) == ("reject", "client_frames"), "the command: %r", v)
+    seen = c.glob["seen"]
+    check(("c", [("TEXT", b"hello hello hello")]) in seen and ("c", []) in seen and
+          ("s", "Switching Protocols", [b"hi"]) in seen and
+          seen[-1] == ("c", [("TEXT", b"hello hello hello"), ("TEXT", b"please rm -rf /")]),
+          "seen %r", seen)
+
+
+WS_REQ = (b"GET /chat HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+          b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+WS_101 = (b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+          b"Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n")
+
+
+@test
+def websocket_message_judged_live(env):
+    """On both layers: a WebSocket message the script refuses resets the connection before
+    the service gets it; the handshake and an earlier message pass (the frames are masked:
+    the service receiving exactly the handshake and the first frame is the check)."""
+    engine(env)
+    from websockets.frames import OP_TEXT, Frame
+    ok = Frame(OP_TEXT, b"ls").serialize(mask=True)
+    bad = Frame(OP_TEXT, b"please rm -rf /").serialize(mask=True)
+    for svc, extra in (("fgwsp", ("--layer", "proxy")), ("fgwsn", ())):
+        _, port = env.service(svc, "tcp", extra=extra)
+        env.ctl("script", "set", svc, write(WS, "ws.py"))
+        srv = env.tcp_server(port, reply=WS_101)
+        c = env.tcp_client(it.SRV4, port, [WS_REQ, ("read", 0.5), ok, 0.3, bad, 0.5])
+        s = it.server_conn(srv, 1)
+        check(s["data"] == WS_REQ + ok, "%s: the service got %r", svc, s["data"])
+        check(c["received"] == WS_101, "%s: the client got %r", svc, c["received"])
+        it.assert_blocked(c, s, forbidden=b"rm -rf")
+        cnt = it.wait_until(lambda: script_counters(env, svc)["client_frames"]["blocked"] >= 1)
+        check(cnt, "%s: counters %r", svc, script_counters(env, svc))
+
+
 @test
 def script_test_counts_edits(env):
     d = tempfile.mkdtemp(prefix="fgx-fg-")

@@ -18,6 +18,78 @@ try:
     import zstandard  # optional: python3-zstandard
 except ImportError:
     zstandard = None
+try:
+    # Debian's python3-websockets: its frame parser and permessage-deflate, for ws_stream
+    from websockets.exceptions import WebSocketException
+    from websockets.extensions.permessage_deflate import PerMessageDeflate
+    from websockets.frames import Frame
+    from websockets.streams import StreamReader
+except ImportError:  # pragma: no cover - a run-time dependency, listed in install-deps.sh
+    Frame = None
+
+
+def ws_deflate_params(value):
+    """The permessage-deflate parameters a 101 response's Sec-WebSocket-Extensions agreed on,
+    or None: {name: value or True}."""
+    for ext in (value or "").split(","):
+        parts = [p.strip() for p in ext.split(";")]
+        if parts[0].lower() != "permessage-deflate":
+            continue
+        params = {}
+        for p in parts[1:]:
+            k, _, v = p.partition("=")
+            params[k.strip().lower()] = v.strip().strip('"') or True
+        return params
+    return None
+
+
+class WsDecoder:
+    """One direction's WebSocket frames (RFC 6455), decoded with websockets' parser as they
+    arrive; masked from the client; permessage-deflate undone when the handshake agreed on it.
+    A frame it cannot parse stops it (error says why); the raw bytes stay in stream."""
+
+    def __init__(self, from_client, deflate):
+        self.error = None
+        self.frames = []
+        self.reader = StreamReader()
+        self.exts = []
+        if deflate is not None:
+            side = "client" if from_client else "server"
+
+            def bits(k):
+                v = deflate.get(k)
+                return int(v) if isinstance(v, str) and v.isdigit() else 15
+            # decoding as the receiver: the remote end is the sender
+            other = "server" if from_client else "client"
+            self.exts = [PerMessageDeflate(
+                remote_no_context_takeover=side + "_no_context_takeover" in deflate,
+                local_no_context_takeover=other + "_no_context_takeover" in deflate,
+                remote_max_window_bits=bits(side + "_max_window_bits"),
+                local_max_window_bits=bits(other + "_max_window_bits"))]
+        self.mask = from_client
+        self.gen = None
+
+    def feed(self, data):
+        """The frames completed by data, in order."""
+        if self.error is not None or Frame is None:
+            return []
+        out = []
+        self.reader.feed_data(data)
+        try:
+            while True:
+                if self.gen is None:
+                    self.gen = Frame.parse(self.reader.read_exact, mask=self.mask,
+                                           extensions=self.exts)
+                try:
+                    next(self.gen)
+                    break  # it waits for more bytes
+                except StopIteration as done:
+                    self.gen = None
+                    out.append(done.value)
+        except (WebSocketException, ValueError, EOFError) as e:
+            self.error = "%s: %s" % (type(e).__name__, e)
+        self.frames.extend(out)
+        return out
 
 
 class HttpError(Exception):
@@ -31,7 +103,7 @@ class Message:
                  "http_version", "body", "_body_parts", "_body_len", "headers_complete",
                  "message_complete", "total_size", "keep_alive", "should_upgrade",
                  "content_length", "content_encoding", "user_agent", "content_type",
-                 "added_to_history", "_decoded", "stream", "truncated", "fg_size")
+                 "added_to_history", "_decoded", "stream", "truncated", "fg_size", "ws")
 
     def __init__(self, is_request):
         self.is_request = is_request
@@ -49,6 +121,7 @@ class Message:
         self.message_complete = False
         self.total_size = 0  # raw bytes: start line, headers, framing, body
         self.fg_size = 0     # Firegex's count: url or reason, each header's name and value, body
+        self.ws = None       # after a WebSocket upgrade: this direction's WsDecoder
         self.keep_alive = True
         self.should_upgrade = False
         self.content_length = None
@@ -171,6 +244,7 @@ class Parser:
         self.upgraded = False
         self.conn = None
         self.head_len = 0
+        self.ws_deflate = None  # what the handshake agreed on (the connection's models set it)
 
     def _new_conn(self, pending):
         # made when the message's first byte is there, so that a response parser knows the
@@ -179,18 +253,38 @@ class Parser:
                                    max_incomplete_event_size=16384)
         if not self.is_request:
             method = self.req_methods.pop(0) if self.req_methods else b"GET"
-            self.conn.send(h11.Request(method=method, target="/", headers=[("Host", "x")]))
+            headers = [("Host", "x")]
+            if isinstance(method, tuple):
+                # (method, Upgrade): h11 takes a 101 only for a request that proposed it
+                method, up = method
+                if up:
+                    headers += [("Connection", "Upgrade"), ("Upgrade", up)]
+            self.conn.send(h11.Request(method=method, target="/", headers=headers))
         self.msg = None
         self.head_len = len(pending)
         if pending:
             self.conn.receive_data(pending)
+
+    def _ws(self, data):
+        """Bytes after the upgrade: into the message's stream (and its WebSocket frames, when
+        it was a WebSocket upgrade). Returns the event that calls HttpRequest / HttpResponse
+        again (neither headers nor end: a stream chunk), as Firegex does while a stream goes
+        on."""
+        m = self.msg
+        if m is None or not data:
+            return []
+        if m.upgrading_to("websocket") and Frame is not None:  # no python3-websockets: []
+            if m.ws is None:
+                m.ws = WsDecoder(self.is_request, self.ws_deflate)
+            m.ws.feed(data)
+        return [(m, False, False)]
 
     def feed(self, data, eof=False):
         out = []
         if self.upgraded:
             if self.msg is not None:
                 self.msg.stream += data
-            return out
+            return self._ws(data)
         if self.conn is None:
             if not data:
                 return out
@@ -209,6 +303,7 @@ class Parser:
                 if ev is h11.PAUSED and self.msg is not None and self.msg.should_upgrade:
                     self.upgraded = True
                     self.msg.stream = bytes(self.conn.trailing_data[0])
+                    out += self._ws(self.msg.stream)
                 break
             if isinstance(ev, h11.InformationalResponse):
                 if ev.status_code == 101:
@@ -220,6 +315,8 @@ class Parser:
                     out.append((m, True, True))
                     self.upgraded = True
                     m.stream = bytes(self.conn.trailing_data[0])
+                    self.ws_deflate = ws_deflate_params(m.lheaders.get("sec-websocket-extensions"))
+                    self._ws(m.stream)  # the 101 itself is this chunk's event
                     break
                 continue
             if isinstance(ev, (h11.Request, h11.Response)):
@@ -242,6 +339,7 @@ class Parser:
                     # h11 pauses after an Upgrade request: what follows is the new protocol
                     self.upgraded = True
                     m.stream = pending
+                    self._ws(pending)  # the request's end is this chunk's event
                     break
                 self.conn = None
                 if not pending:

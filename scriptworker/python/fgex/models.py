@@ -209,12 +209,16 @@ def _http_events(ctx):
         if a is ExceptionAction.NOACTION:
             raise StreamVerdict(None, "invalid HTTP: %s" % e) from None
         raise NotReady() from None  # ACCEPT: this chunk passes, the HTTP models stop
+    if not inp and p.ws_deflate is not None:
+        # the client's frames are compressed as the server's 101 agreed
+        ctx.http_parser(True).ws_deflate = p.ws_deflate
     evs = []
     for m, head, done in got:
         if inp and head and not done:
             pass
         if inp and head and m.method is not None:
-            ctx.resp_methods_push(m.method)
+            ctx.resp_methods_push((m.method, m.lheaders.get("upgrade") if m.should_upgrade
+                                   else None))
         if done and m.truncated:
             _full(ctx, "a body")
         snap = HttpHistory(ctx.hist_req, ctx.hist_resp)
@@ -258,15 +262,17 @@ class _HttpBase:
     # the body and what streamed after the head; raw_size: every byte on the wire for it
     total_size = property(lambda self: self._message.fg_size + len(self._message.stream))
     raw_size = property(lambda self: self._message.total_size)
-    # fgex does not decode WebSocket frames: the raw bytes are in stream
-    ws_stream = property(lambda self: [])
+    # after a WebSocket upgrade: this direction's frames so far (websockets' Frame: opcode,
+    # data, fin), permessage-deflate undone; ws_error: why decoding stopped, if it did
+    ws_stream = property(lambda self: list(self._message.ws.frames) if self._message.ws else [])
+    ws_error = property(lambda self: self._message.ws.error if self._message.ws else None)
 
     def get_header(self, header, default=None):
         return self._message.lheaders.get(header.lower(), default)
 
     @classmethod
     def _want(cls, head, done):
-        return head or done
+        return True  # the headers, the end, and each chunk of a stream after an upgrade
 
     @classmethod
     def _fetch(cls, ctx):
