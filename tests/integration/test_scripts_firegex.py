@@ -295,6 +295,18 @@ def engine_websocket_messages_decoded(env):
           ("s", "Switching Protocols", [b"hi"]) in seen and
           seen[-1] == ("c", [("TEXT", b"hello hello hello"), ("TEXT", b"please rm -rf /")]),
           "seen %r", seen)
+    # a file with response models only: its requests are parsed by no one, and the 101 and
+    # the server's compressed frames are still read
+    only = WS[:WS.index("@pyfilter")] + WS[WS.index("@pyfilter\ndef server_frames"):]
+    c = e.Conn(e.Script(only, "ws2.py"))
+    check(c.feed(True, b"GET /chat HTTP/1.1\r\nHost: a\r\n\r\n").action == "accept", "req")
+    srv = [PerMessageDeflate(False, False, 15, 15)]
+    v = c.feed(False, b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+                      b"Connection: Upgrade\r\nSec-WebSocket-Extensions: permessage-deflate\r\n\r\n" +
+               Frame(OP_TEXT, b"compressed hi").serialize(mask=False, extensions=srv))
+    check(v.action == "accept" and c.glob["seen"][-1] == ("s", "Switching Protocols",
+                                                          [b"compressed hi"]),
+          "response-only file: %r %r", v, c.glob["seen"])
 
 
 WS_REQ = (b"GET /chat HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"

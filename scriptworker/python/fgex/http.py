@@ -253,13 +253,15 @@ class Parser:
                                    max_incomplete_event_size=16384)
         if not self.is_request:
             method = self.req_methods.pop(0) if self.req_methods else b"GET"
-            headers = [("Host", "x")]
+            # h11 takes a 101 only for a request that proposed an upgrade: the request's own
+            # Upgrade when it was parsed ((method, Upgrade)), else a proposal all the same (a
+            # file with response models only has its requests parsed by no one); a response
+            # that is not a 101 reads the same either way
+            up = "websocket"
             if isinstance(method, tuple):
-                # (method, Upgrade): h11 takes a 101 only for a request that proposed it
-                method, up = method
-                if up:
-                    headers += [("Connection", "Upgrade"), ("Upgrade", up)]
-            self.conn.send(h11.Request(method=method, target="/", headers=headers))
+                method, up = method[0], method[1] or "websocket"
+            self.conn.send(h11.Request(method=method, target="/", headers=[
+                ("Host", "x"), ("Connection", "Upgrade"), ("Upgrade", up)]))
         self.msg = None
         self.head_len = len(pending)
         if pending:
