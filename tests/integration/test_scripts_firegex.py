@@ -245,6 +245,10 @@ def engine_rawpacket_members_and_edits(env):
     check(v.action == "error" and "l4_data must be bytes" in v.detail, "%r", v)
     c = e.Conn(e.Script(src, "m.py"))
     check(c.feed(False, b"five").action == "reject", "a later function refuses the edit")
+    c = e.Conn(e.Script("from fgex import *\n@pyfilter\ndef f(p: RawPacket):\n    exit(3)\n",
+                        "x.py"))
+    v = c.feed(True, b"x")
+    check(v.action == "error" and "SystemExit" in v.detail, "exit() in a filter: %r", v)
 
 
 WS = """\

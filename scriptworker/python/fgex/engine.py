@@ -474,7 +474,7 @@ class Conn:
             self.ctx.pkt._current = name
             try:
                 res = func(*c)
-            except Exception as e:
+            except (Exception, SystemExit) as e:  # exit() in a filter: its error, not ours
                 # the traceback from the file's own frames: fgex's are noise to its author
                 tb = e.__traceback__
                 while tb is not None and tb.tb_frame.f_code.co_filename != self.script.filename:
