@@ -17,7 +17,7 @@
 struct rt_fn {
     uint32_t service_id;
     char name[128];
-    uint64_t n[3];
+    uint64_t n[CTL_SCRIPT_NCOUNTS];
 };
 
 struct rt_entry {
@@ -89,7 +89,8 @@ void ctl_script_rt_count(uint32_t service_id, const char *function, enum ctl_scr
 
 /* The record: a version byte (1), then per function: service id (u32), name length (u8), the
  * name, and the three counters (u64), all little-endian. */
-#define RT_REC_VERSION 1
+/* 1: blocked, errors, timeouts per function; 2: and edited */
+#define RT_REC_VERSION 2
 
 static void le_put(uint8_t *p, uint64_t v, int n)
 {
@@ -116,7 +117,7 @@ int ctl_script_rt_save(struct ctl_store *st)
     if (!rt_dirty)
         return 0;
     for (size_t i = 0; i < rt_nfns; i++)
-        len += 4 + 1 + strlen(rt_fns[i].name) + 3 * 8;
+        len += 4 + 1 + strlen(rt_fns[i].name) + CTL_SCRIPT_NCOUNTS * 8;
     buf = malloc(len);
     if (!buf)
         return -ENOMEM;
@@ -128,7 +129,7 @@ int ctl_script_rt_save(struct ctl_store *st)
         buf[off + 4] = (uint8_t)nl;
         memcpy(buf + off + 5, rt_fns[i].name, nl);
         off += 5 + nl;
-        for (int k = 0; k < 3; k++, off += 8)
+        for (int k = 0; k < CTL_SCRIPT_NCOUNTS; k++, off += 8)
             le_put(buf + off, rt_fns[i].n[k], 8);
     }
     rv = ctl_txn_begin(st, true, &t);
@@ -150,7 +151,7 @@ int ctl_script_rt_load(struct ctl_store *st)
 {
     struct ctl_txn *t;
     void *data = NULL;
-    size_t len = 0, off = 1;
+    size_t len = 0, off = 1, ncounts;
     const uint8_t *p;
     int rv = ctl_txn_begin(st, false, &t);
 
@@ -161,18 +162,20 @@ int ctl_script_rt_load(struct ctl_store *st)
     if (rv < 0 || !data)
         return rv;
     p = data;
-    if (len < 1 || p[0] != RT_REC_VERSION) {
+    if (len < 1 || (p[0] != 1 && p[0] != RT_REC_VERSION)) {
         fgx_warn("state store: the script counters' record is of an unknown version: they "
                  "start from zero");
         goto out;
     }
+    /* a version 1 record (before edited was counted): its three counters, edited from 0 */
+    ncounts = p[0] == 1 ? 3 : CTL_SCRIPT_NCOUNTS;
     while (off < len) {
         char name[128];
         uint32_t sid;
         size_t nl;
         struct rt_fn *f;
 
-        if (len - off < 5 || (nl = p[off + 4]) >= sizeof(name) || len - off < 5 + nl + 24) {
+        if (len - off < 5 || (nl = p[off + 4]) >= sizeof(name) || len - off < 5 + nl + ncounts * 8) {
             fgx_warn("state store: the script counters' record is cut short: the rest start "
                      "from zero");
             break;
@@ -182,7 +185,7 @@ int ctl_script_rt_load(struct ctl_store *st)
         name[nl] = '\0';
         off += 5 + nl;
         f = fn_find(sid, name, true);
-        for (int k = 0; k < 3; k++, off += 8)
+        for (size_t k = 0; k < ncounts; k++, off += 8)
             if (f)
                 f->n[k] = le_get(p + off, 8);
     }
@@ -307,7 +310,8 @@ void ctl_script_rt_fill(struct ctl_ctx *ctx, Fgx__Ctl__Script *s)
         Fgx__Ctl__ScriptFunction *m = s->functions[i];
         struct rt_fn *f = fn_find(s->service_id, m->name, false);
 
-        m->has_blocked = m->has_errors = m->has_timeouts = 1;
+        m->has_blocked = m->has_errors = m->has_timeouts = m->has_edited = 1;
+        m->edited = f ? f->n[CTL_SCRIPT_EDITED] : 0;
         m->blocked = f ? f->n[CTL_SCRIPT_BLOCKED] : 0;
         m->errors = f ? f->n[CTL_SCRIPT_ERRORS] : 0;
         m->timeouts = f ? f->n[CTL_SCRIPT_TIMEOUTS] : 0;
@@ -394,6 +398,8 @@ void ctl_script_rt_ingest(const struct fgx_dp_stats *st)
             ctl_script_rt_count(e->service_id, e->function, CTL_SCRIPT_ERRORS, 1);
         else if (strcmp(e->kind, "timeout") == 0)
             ctl_script_rt_count(e->service_id, e->function, CTL_SCRIPT_TIMEOUTS, 1);
+        else if (strcmp(e->kind, "edit") == 0)
+            ctl_script_rt_count(e->service_id, e->function, CTL_SCRIPT_EDITED, 1);
         else if (strcmp(e->kind, "error") == 0)
             err_add(e->service_id, e->text);
         ctl_script_rt_log_add(e->service_id, e->function, e->kind, e->text, strlen(e->text));

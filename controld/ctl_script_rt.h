@@ -15,7 +15,13 @@
 #define CTL_SCRIPT_LOG_MAX 256   /* entries kept per service, the oldest dropped first */
 #define CTL_SCRIPT_LOG_TEXT 8192 /* bytes of one entry's text */
 
-enum ctl_script_count { CTL_SCRIPT_BLOCKED, CTL_SCRIPT_ERRORS, CTL_SCRIPT_TIMEOUTS };
+enum ctl_script_count {
+    CTL_SCRIPT_BLOCKED,
+    CTL_SCRIPT_ERRORS,
+    CTL_SCRIPT_TIMEOUTS,
+    CTL_SCRIPT_EDITED,
+    CTL_SCRIPT_NCOUNTS
+};
 
 /* Add delta to a function's counter. */
 void ctl_script_rt_count(uint32_t service_id, const char *function, enum ctl_script_count which,

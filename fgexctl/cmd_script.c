@@ -457,6 +457,7 @@ static json_t *json_script(const Fgx__Ctl__Script *s)
         (void)json_object_set_new(fo, "blocked", json_integer((json_int_t)f->blocked));
         (void)json_object_set_new(fo, "errors", json_integer((json_int_t)f->errors));
         (void)json_object_set_new(fo, "timeouts", json_integer((json_int_t)f->timeouts));
+        (void)json_object_set_new(fo, "edited", json_integer((json_int_t)f->edited));
         (void)json_array_append_new(fns, fo);
     }
     (void)json_object_set_new(o, "functions", fns);
@@ -475,8 +476,8 @@ static json_t *json_one(const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep
 
 static int human_list(FILE *f, const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep)
 {
-    static const char *const heads[] = {"FUNCTION", "LINE",   "ACTIVE",  "BLOCKED",
-                                        "ERRORS",   "TIMEOUTS", "RECEIVES"};
+    static const char *const heads[] = {"FUNCTION", "LINE",     "ACTIVE",  "BLOCKED",
+                                        "EDITED",   "ERRORS",   "TIMEOUTS", "RECEIVES"};
     const Fgx__Ctl__Script *s = rep->script;
     struct cli_table t;
     int rc;
@@ -496,7 +497,7 @@ static int human_list(FILE *f, const Fgx__Ctl__Request *req, const Fgx__Ctl__Rep
         (void)fprintf(f, "ERROR: %s (%" PRIu64 " time%s, last at %s)\n", s->error, s->error_count,
                       s->error_count == 1 ? "" : "s", when);
     }
-    cli_fmt_table_init(&t, heads, 7, 1u << 1 | 1u << 3 | 1u << 4 | 1u << 5);
+    cli_fmt_table_init(&t, heads, 8, 1u << 1 | 1u << 3 | 1u << 4 | 1u << 5 | 1u << 6);
     for (size_t i = 0; i < s->n_functions; i++) {
         const Fgx__Ctl__ScriptFunction *fn = s->functions[i];
         char params[256] = "";
@@ -509,6 +510,7 @@ static int human_list(FILE *f, const Fgx__Ctl__Request *req, const Fgx__Ctl__Rep
         cli_fmt_table_addf(&t, "%" PRIu32, fn->line);
         cli_fmt_table_addf(&t, "%s", cli_fmt_yesno(!fn->has_active || fn->active));
         cli_fmt_table_addf(&t, "%" PRIu64, fn->blocked);
+        cli_fmt_table_addf(&t, "%" PRIu64, fn->edited);
         cli_fmt_table_addf(&t, "%" PRIu64, fn->errors);
         cli_fmt_table_addf(&t, "%" PRIu64, fn->timeouts);
         cli_fmt_table_add_str(&t, fn->n_params ? params : "-");

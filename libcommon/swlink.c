@@ -546,6 +546,25 @@ int fgx_swlink_recv(struct fgx_swlink *l, struct fgx_sw_hdr *h, const uint8_t **
     }
 }
 
+int fgx_swlink_send_addr(struct fgx_swlink *l, const struct fgx_sw_hdr *h,
+                         const struct fgx_sw_addr *a, const void *p)
+{
+    struct fgx_sw_hdr h2 = *h;
+    uint8_t *buf = malloc(sizeof(*a) + h->len);
+    int rv;
+
+    if (buf == NULL)
+        return -ENOMEM;
+    memcpy(buf, a, sizeof(*a));
+    if (h->len > 0)
+        memcpy(buf + sizeof(*a), p, h->len);
+    h2.code |= FGX_SW_DATA_ADDR;
+    h2.len = (uint32_t)(sizeof(*a) + h->len);
+    rv = fgx_swlink_send(l, &h2, buf);
+    free(buf);
+    return rv;
+}
+
 void fgx_swlink_verdict_fn(const uint8_t *payload, size_t len, char *fn, size_t cap)
 {
     size_t fl = strnlen((const char *)payload, len);

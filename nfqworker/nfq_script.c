@@ -594,10 +594,22 @@ bool nfq_script_post(struct nfq_thread *t, struct fgx_flow *f, const struct fgx_
 
         if (sw->link.seq == 0)
             h.seq = ++sw->link.seq; /* 0 means "no frame" here */
-        if (!fs->opened)
-            /* the flow's first frame opens it there: one frame, not two */
+        int rv;
+
+        /* this layer cannot send edited bytes: the interpreter refuses an edit, said */
+        h.code |= FGX_SW_DATA_NOEDIT;
+        if (!fs->opened) {
+            /* the flow's first frame opens it there (one frame, not two), with its addresses */
+            struct fgx_sw_addr a = {.cport = f->key.cport, .sport = f->key.sport};
+
+            memcpy(a.caddr, f->key.caddr, sizeof(a.caddr));
+            memcpy(a.saddr, f->key.saddr, sizeof(a.saddr));
             h.code |= FGX_SW_DATA_OPEN | (f->key.family == 6 ? FGX_SW_DATA_V6 : 0);
-        if (sw_send(sw, &h, payload + off) < 0) {
+            rv = fgx_swlink_send_addr(&sw->link, &h, &a, payload + off);
+        } else {
+            rv = sw_send(sw, &h, payload + off);
+        }
+        if (rv < 0) {
             pkt_free(t, i);
             NFQ_CTR_ADD(&t->ctr.script_errors, 1);
             if (svc->fail_open && fs->head < 0)

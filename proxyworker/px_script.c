@@ -156,6 +156,24 @@ static void on_readable(evutil_socket_t fd, short what, void *arg)
             char fn[FGX_DP_SCRIPT_FN_MAX];
 
             fgx_swlink_verdict_fn(pl, pl_len, fn, sizeof(fn));
+            if (h.code == FGX_SW_EDIT) {
+                /* a function edited the held bytes: what it gave goes instead, of any length
+                 * (the interpreter logged the edit, for the function's "edited" count) */
+                size_t fl = strnlen((const char *)pl, pl_len);
+                size_t n = fl < pl_len ? pl_len - fl - 1 : 0;
+                uint8_t *nb = malloc(n ? n : 1);
+
+                if (!nb) {
+                    apply(c, side, FGX_SW_ERROR, fn);
+                    continue;
+                }
+                if (n)
+                    memcpy(nb, pl + fl + 1, n);
+                free(c->hold[side]);
+                c->hold[side] = nb;
+                c->hold_len[side] = n;
+                h.code = FGX_SW_ACCEPT;
+            }
             apply(c, side, h.code, fn);
         }
     }
@@ -232,6 +250,7 @@ int px_script_chunk(struct px_conn *c, int side, const uint8_t *data, size_t len
     const struct fgx_wsvc *svc;
     struct fgx_sw_hdr h = {0};
     struct timeval tv;
+    int rv;
 
     if (c->sw_drop)
         return 1; /* DROP: what either side sends goes nowhere */
@@ -273,7 +292,21 @@ int px_script_chunk(struct px_conn *c, int side, const uint8_t *data, size_t len
                             .conn = c->sw_id,
                             .seq = c->hold_seq[side],
                             .len = (uint32_t)len};
-    if (fgx_swlink_send(&sw->link, &h, data) < 0) {
+    if (open) {
+        /* the addresses, for RawPacket's client_ip, server_port, ... */
+        struct fgx_sw_addr a = {0};
+        uint16_t cp = 0, sp = 0;
+        uint8_t fc = px_sa_split(&c->client, a.caddr, &cp);
+        uint8_t fs = px_sa_split(&c->server, a.saddr, &sp);
+        a.cport = cp;
+        a.sport = sp;
+        rv = fc != 0 && fc == fs && (fc == 6) == (c->family == AF_INET6)
+                 ? fgx_swlink_send_addr(&sw->link, &h, &a, data)
+                 : fgx_swlink_send(&sw->link, &h, data);
+    } else {
+        rv = fgx_swlink_send(&sw->link, &h, data);
+    }
+    if (rv < 0) {
         free(c->hold[side]);
         c->hold[side] = NULL;
         return svc->fail_open ? 0 : -1;

@@ -106,6 +106,37 @@ Test(script_rt, counters_saved_and_read_back)
     cr_assert_eq(c[0], 5);
 }
 
+Test(script_rt, edited_saved_and_a_version_1_record_read_with_none)
+{
+    Fgx__Ctl__Script s = FGX__CTL__SCRIPT__INIT;
+    Fgx__Ctl__ScriptFunction f = FGX__CTL__SCRIPT_FUNCTION__INIT, *fp = &f;
+    /* version 1 (before edited was counted): service 5 "v1" blocked 2, errors 0, timeouts 1 */
+    uint8_t rec[1 + 4 + 1 + 2 + 24] = {1, 5, 0, 0, 0, 2, 'v', '1', 2};
+
+    s.service_id = 6;
+    s.n_functions = 1;
+    s.functions = &fp;
+    f.name = "swap";
+    ctl_script_rt_count(6, "swap", CTL_SCRIPT_EDITED, 3);
+    ctl_script_rt_count(6, "swap", CTL_SCRIPT_BLOCKED, 1);
+    cr_assert_eq(ctl_script_rt_save(st), 0);
+    ctl_script_rt_forget(6);
+    cr_assert_eq(ctl_script_rt_load(st), 0);
+    ctl_script_rt_fill(NULL, &s);
+    cr_assert(f.has_edited && f.edited == 3 && f.blocked == 1, "edited %llu blocked %llu",
+              (unsigned long long)f.edited, (unsigned long long)f.blocked);
+    rec[1 + 4 + 1 + 2 + 16] = 1;
+    put_record(rec, sizeof(rec));
+    ctl_script_rt_forget(6);
+    cr_assert_eq(ctl_script_rt_load(st), 0);
+    s.service_id = 5;
+    f.name = "v1";
+    ctl_script_rt_fill(NULL, &s);
+    cr_assert(f.blocked == 2 && f.timeouts == 1 && f.edited == 0, "v1: %llu %llu %llu",
+              (unsigned long long)f.blocked, (unsigned long long)f.timeouts,
+              (unsigned long long)f.edited);
+}
+
 Test(script_rt, no_record_means_zero)
 {
     uint64_t c[3];

@@ -186,7 +186,7 @@ export default {
       clear(fnBody);
       const fns = (r && r.functions) || [];
       if (!fns.length) {
-        fnBody.append(h('tr', {}, h('td', { colspan: 8, class: 'muted' }, 'no script on this service')));
+        fnBody.append(h('tr', {}, h('td', { colspan: 9, class: 'muted' }, 'no script on this service')));
         return;
       }
       // a call that failed for every connection of the service (its file not loaded where the
@@ -194,7 +194,7 @@ export default {
       if (r.error) {
         const e = r.error;
         fnBody.append(
-          h('tr', { 'data-test': 'script-error' }, h('td', { colspan: 8, class: 'error' }, `ERROR: ${e.text} (${e.count} time${e.count === 1 ? '' : 's'}, last ${fmtTime(Math.floor(e.time_ns / 1e6))})`)),
+          h('tr', { 'data-test': 'script-error' }, h('td', { colspan: 9, class: 'error' }, `ERROR: ${e.text} (${e.count} time${e.count === 1 ? '' : 's'}, last ${fmtTime(Math.floor(e.time_ns / 1e6))})`)),
         );
       }
       for (const f of fns) {
@@ -206,6 +206,7 @@ export default {
             h('td', {}, h('a', { href: '#', onclick: (ev) => (ev.preventDefault(), ed.goto(f.line)) }, String(f.line))),
             h('td', {}, (f.params || []).join(', ')),
             h('td', { class: 'num' }, fmtCount(f.blocked)),
+            h('td', { class: 'num' }, fmtCount(f.edited || 0)),
             h('td', { class: 'num' }, fmtCount(f.errors)),
             h('td', { class: 'num' }, fmtCount(f.timeouts)),
             h('td', {}, h('span', { class: f.active ? 'pill pill-ok' : 'pill' }, f.active ? 'on' : 'off')),
@@ -395,7 +396,7 @@ export default {
             h(
               'thead',
               {},
-              h('tr', {}, ['Function', 'Line', 'Receives', 'Blocked', 'Errors', 'Timeouts', 'State', ''].map((t) => h('th', {}, t))),
+              h('tr', {}, ['Function', 'Line', 'Receives', 'Blocked', 'Edited', 'Errors', 'Timeouts', 'State', ''].map((t) => h('th', {}, t))),
             ),
             fnBody,
           ),

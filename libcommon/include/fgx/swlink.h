@@ -87,6 +87,9 @@ void fgx_swlink_release(struct fgx_swlink *l);
  * UNSCRIPT to every interpreter. A CLOSE waits for the next message to that interpreter. 0,
  * -ENOTCONN (down), -ENOMEM, or -EAGAIN (its socket or its calls full: logged, rate-limited). */
 int fgx_swlink_send(struct fgx_swlink *l, const struct fgx_sw_hdr *h, const void *p);
+/* A DATA frame with a's addresses ahead of its h->len bytes at p (FGX_SW_DATA_ADDR). */
+int fgx_swlink_send_addr(struct fgx_swlink *l, const struct fgx_sw_hdr *h,
+                         const struct fgx_sw_addr *a, const void *p);
 
 /* A new ruleset generation: SCRIPT for every service whose file (or deadline) the interpreters
  * do not have, UNSCRIPT for those that have none any more. Ahead of any DATA under it, on the

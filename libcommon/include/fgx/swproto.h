@@ -44,6 +44,9 @@ enum fgx_sw_verdict {
     FGX_SW_DROP = 2,
     FGX_SW_ERROR = 3,   /* an exception, a lost state, overload: the service's fail_open */
     FGX_SW_TIMEOUT = 4, /* past the deadline: fail_open, the interpreter was replaced */
+    FGX_SW_EDIT = 5,    /* a function edited the chunk (Firegex's UNSTABLE_MANGLE, l4_data):
+                         * payload "function\0" then the bytes to send instead, of any length
+                         * up to about 60000; never to a sender that set FGX_SW_DATA_NOEDIT */
 };
 
 /* VERDICT flag, with ACCEPT: the connection is decided for good (FGEX_FULL_STREAM_ACTION
@@ -60,6 +63,17 @@ enum fgx_sw_verdict {
 
 #define FGX_SW_DATA_OPEN 2
 #define FGX_SW_DATA_V6 4
+/* DATA code bit: the payload starts with a struct fgx_sw_addr (the connection's addresses,
+ * for RawPacket's client_ip, server_port, ...), then the bytes; sent on the opening frame */
+#define FGX_SW_DATA_ADDR 8
+/* DATA code bit: the sender cannot send edited bytes (the NFQUEUE layer): a function's edit
+ * is answered ERROR (the service's fail policy), said in the script log by the interpreter */
+#define FGX_SW_DATA_NOEDIT 16
+
+struct fgx_sw_addr {
+    uint8_t caddr[16], saddr[16]; /* an IPv4 address in the first 4 bytes */
+    uint16_t cport, sport;        /* host order (little-endian, as the header) */
+} __attribute__((packed));
 
 struct fgx_sw_hdr {
     uint8_t type, code;

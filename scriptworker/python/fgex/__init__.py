@@ -32,7 +32,8 @@ from fgex.models import (
 ACCEPT = Action.ACCEPT
 DROP = Action.DROP
 REJECT = Action.REJECT
-# Packet mangling is not supported by fgex: a file that uses this name is refused when set.
+# Returned after assigning packet.l4_data: the chunk goes on edited (the proxy layer; the
+# NFQUEUE layer gives it the service's fail policy, said in the script log)
 UNSTABLE_MANGLE = Action.MANGLE
 
 # The names of the functions decorated by @pyfilter while a file runs, in definition order. The
@@ -41,15 +42,18 @@ _registry = []
 
 
 def pyfilter(func):
-    """Marks a function as a filter of the file."""
+    """Marks a function as a filter of the file, and returns the function itself (as Firegex
+    5.0.0 does: no wrapper frame in a traceback)."""
     _registry.append(func.__name__)
+    func.__fgex_pyfilter__ = True
+    return func
 
-    @functools.wraps(func)
-    def wrapper(*args, **kwargs):
-        return func(*args, **kwargs)
 
-    wrapper.__fgex_pyfilter__ = True
-    return wrapper
+def collect_pyfilters(namespace):
+    """The names of the filters a module's globals define, in the order the file defines
+    them (Firegex 5.0.0's collect_pyfilters)."""
+    return [n for n, v in namespace.items()
+            if callable(v) and getattr(v, "__fgex_pyfilter__", False)]
 
 
 def get_pyfilters():
@@ -62,7 +66,7 @@ def clear_pyfilter_registry():
 
 __all__ = [
     "ACCEPT", "DROP", "REJECT", "UNSTABLE_MANGLE",
-    "Action", "FullStreamAction", "ExceptionAction", "pyfilter",
+    "Action", "FullStreamAction", "ExceptionAction", "pyfilter", "collect_pyfilters",
     "RawPacket", "TCPInputStream", "TCPOutputStream", "TCPClientStream", "TCPServerStream",
     "HttpRequest", "HttpResponse", "HttpRequestHeader", "HttpResponseHeader",
     "HttpFullRequest", "HttpFullResponse", "HttpHistory", "HttpStreamHistory",

@@ -40,17 +40,18 @@ def _is_pyfilter(dec):
         isinstance(dec, ast.Attribute) and dec.attr == "pyfilter")
 
 
-def _static_checks(tree):
-    """What is wrong without running the file: duplicate filter names, mangling. Returns the
-    line of each module-level assignment to a name (settings' lines)."""
+def _static_checks(tree, warnings):
+    """What can be said without running the file. Two module-level functions of one name: the
+    last one wins, as in Python and in Firegex, and a warning says so. Returns the line of
+    each module-level assignment to a name (settings' lines)."""
     seen = {}
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            if any(_is_pyfilter(d) for d in node.decorator_list) or node.name in seen:
-                if node.name in seen:
-                    raise ScriptError(node.lineno, "two functions named %s (the first at line %d)"
-                                      % (node.name, seen[node.name]))
-            seen.setdefault(node.name, node.lineno)
+            if node.name in seen and (any(_is_pyfilter(d) for d in node.decorator_list) or
+                                      seen[node.name][1]):
+                warnings.append((node.lineno, "two functions named %s (the first at line %d): "
+                                 "the last one is used" % (node.name, seen[node.name][0])))
+            seen[node.name] = (node.lineno, any(_is_pyfilter(d) for d in node.decorator_list))
             if isinstance(node, ast.AsyncFunctionDef) and any(
                     _is_pyfilter(d) for d in node.decorator_list):
                 raise ScriptError(node.lineno, "filter %s is async: filters are plain functions"
@@ -65,18 +66,6 @@ def _static_checks(tree):
         for t in targets:
             if isinstance(t, ast.Name):
                 assigns[t.id] = node.lineno
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and node.id == "UNSTABLE_MANGLE" and isinstance(
-                node.ctx, ast.Load):
-            raise ScriptError(node.lineno, "UNSTABLE_MANGLE: fgex does not mangle packets "
-                              "(return ACCEPT, DROP or REJECT)")
-        if isinstance(node, ast.Attribute) and node.attr == "UNSTABLE_MANGLE":
-            raise ScriptError(node.lineno, "UNSTABLE_MANGLE: fgex does not mangle packets "
-                              "(return ACCEPT, DROP or REJECT)")
-        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) and node.attr in (
-                "l4_data", "raw_packet"):
-            raise ScriptError(node.lineno, "assigning %s mangles the packet, which fgex does not "
-                              "support" % node.attr)
     return assigns
 
 
@@ -188,27 +177,58 @@ def _exc_line(filename, tb):
     return line
 
 
-def _settings(glob, assigns):
+def _size(v):
+    """A size setting read as Firegex reads it: anything int() takes; None when it does not."""
+    try:
+        return int(v)
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+def _settings(glob, assigns, warnings):
+    """The file's settings. A bad value is not a refusal (Firegex ignores it): a warning, and
+    the value Firegex would use. FGEX_STREAM_MAX_SIZE: int(v) above 0, else the default;
+    FGEX_MAX_HISTORY_SIZE: max(0, int(v)), else the default; the two actions: a member of
+    their enum (Action.ACCEPT/DROP/REJECT too for the encoding one, as 4.0.2 took), else the
+    default."""
     s = dict(DEFAULTS)
+
+    def bad(name, v, why):
+        d = DEFAULTS[name]
+        warnings.append((assigns.get(name, 0), "%s = %r: %s; %s used instead" % (
+            name, v, why, getattr(d, "name", d) if not isinstance(d, int) else d)))
+
     for name in [k for k in glob if k.startswith("FGEX_")]:
-        line = assigns.get(name, 0)
         v = glob[name]
         if name not in DEFAULTS:
-            raise ScriptError(line, "unknown setting %s (known: %s)" % (name, ", ".join(DEFAULTS)))
-        if name in ("FGEX_STREAM_MAX_SIZE", "FGEX_MAX_HISTORY_SIZE"):
-            if not isinstance(v, int) or isinstance(v, bool) or v < (1 if name ==
-                                                                      "FGEX_STREAM_MAX_SIZE" else 0):
-                raise ScriptError(line, "%s must be an integer %s, not %r" % (
-                    name, "above 0" if name == "FGEX_STREAM_MAX_SIZE" else "0 or above", v))
+            warnings.append((assigns.get(name, 0), "unknown setting %s, ignored (known: %s)" % (
+                name, ", ".join(DEFAULTS))))
+            continue
+        if name == "FGEX_STREAM_MAX_SIZE":
+            n = _size(v)
+            if n is None or n <= 0:
+                bad(name, v, "not a size above 0")
+                continue
+            v = n
+        elif name == "FGEX_MAX_HISTORY_SIZE":
+            n = _size(v)
+            if n is None:
+                bad(name, v, "not a number")
+                continue
+            if n < 0:
+                warnings.append((assigns.get(name, 0), "%s = %r: below 0, taken as 0 (no "
+                                 "history kept), as Firegex does" % (name, v)))
+                n = 0
+            v = n
         elif name == "FGEX_FULL_STREAM_ACTION":
             if not isinstance(v, FullStreamAction):
-                raise ScriptError(line, "FGEX_FULL_STREAM_ACTION must be a FullStreamAction "
-                                  "(FLUSH, ACCEPT, REJECT, DROP), not %r" % (v,))
+                bad(name, v, "not a FullStreamAction (FLUSH, ACCEPT, REJECT, DROP)")
+                continue
         elif name == "FGEX_INVALID_ENCODING_ACTION":
             if not isinstance(v, ExceptionAction) and v not in (Action.ACCEPT, Action.DROP,
                                                                 Action.REJECT):
-                raise ScriptError(line, "FGEX_INVALID_ENCODING_ACTION must be an ExceptionAction "
-                                  "(ACCEPT, DROP, REJECT, NOACTION), not %r" % (v,))
+                bad(name, v, "not an ExceptionAction (ACCEPT, DROP, REJECT, NOACTION)")
+                continue
         s[name] = v
     return s
 
@@ -255,12 +275,14 @@ class Script:
             raise ScriptError(e.lineno or 0, "syntax error: %s" % e.msg) from None
         except ValueError as e:  # NUL bytes
             raise ScriptError(0, str(e)) from None
-        assigns = _static_checks(tree)
+        # (line, text): what loads but is not what its author may think; logged at load
+        self.warnings = []
+        assigns = _static_checks(tree, self.warnings)
         plan = _module_plan(tree)
         self.lines = {}
         for node in tree.body:
             if isinstance(node, ast.FunctionDef):
-                self.lines.setdefault(node.name, node.lineno)
+                self.lines[node.name] = node.lineno  # the last one of a name is the one used
         try:
             glob, names = _run_module(self.code, filename)
         except ScriptError:
@@ -268,12 +290,14 @@ class Script:
         except Exception as e:
             raise ScriptError(_exc_line(filename, e.__traceback__),
                               "running the file: %s: %s" % (type(e).__name__, e)) from None
-        self.settings = _settings(glob, assigns)
+        self.settings = _settings(glob, assigns, self.warnings)
         self.functions = []  # [(name, line, [model classes])], in definition order
         for name in names:
             line = self.lines.get(name, 0)
             func = glob.get(name)
-            if not callable(func) or not getattr(func, "__fgex_pyfilter__", False):
+            # (a later function of the name without @pyfilter is still the one called, as in
+            # Firegex, where the registry holds names: the duplicate's warning says so)
+            if not callable(func):
                 raise ScriptError(line, "filter %s is not a module-level function" % name)
             self.functions.append((name, line, _params(inspect.unwrap(func), glob, name, line)))
         if not self.functions:
@@ -289,6 +313,32 @@ class Script:
                 f = inspect.unwrap(v) if callable(v) else v
                 if isinstance(f, types.FunctionType) and f.__code__.co_filename == filename:
                     self.own_funcs.add(name)
+
+    @classmethod
+    def from_globals(cls, glob, names, filename="<script>"):
+        """A Script over module globals someone else ran the file into (Firegex's
+        internals.compile(glob)): names are the filters to run; every connection shares
+        glob, as Firegex's caller gives each connection its own."""
+        self = cls.__new__(cls)
+        self.filename = filename
+        self.code = None
+        self.warnings = []
+        self.lines = {}
+        self.settings = _settings(glob, {}, self.warnings)
+        self.functions = []
+        for name in names:
+            func = glob.get(name)
+            if not callable(func):
+                raise ScriptError(0, "filter %s not found" % name)
+            code = getattr(inspect.unwrap(func), "__code__", None)
+            line = code.co_firstlineno if code is not None else 0
+            self.functions.append((name, line, _params(inspect.unwrap(func), glob, name, line)))
+        self.disabled = set()
+        self.uses_http = any(m in HTTP_MODELS for _, _, ps in self.functions for m in ps)
+        self.plan = "shared"
+        self.template = glob
+        self.own_funcs = set()
+        return self
 
     def globals_for_conn(self):
         """A connection's globals: as running the module code again would give them."""
@@ -317,12 +367,15 @@ class Script:
 
 
 class Verdict:
-    __slots__ = ("action", "function", "detail")
+    __slots__ = ("action", "function", "detail", "data")
 
-    def __init__(self, action, function="", detail=""):
-        self.action = action    # "accept", "reject", "drop", or "error" (an exception)
+    def __init__(self, action, function="", detail="", data=None):
+        # "accept", "reject", "drop", "error" (an exception), or "mangle": the chunk passes
+        # as data (the bytes a function gave packet.l4_data / data) instead of as it came
+        self.action = action
         self.function = function
         self.detail = detail
+        self.data = data
 
     def __repr__(self):
         return "Verdict(%s, %s)" % (self.action, self.function)
@@ -335,7 +388,8 @@ class Conn:
     """One connection under a script. feed() returns the chunk's Verdict; once a connection
     is decided (reject, drop, or a setting that stops the filters) it stays decided."""
 
-    def __init__(self, script, is_ipv6=False):
+    def __init__(self, script, is_ipv6=False, addrs=None):
+        """addrs: (client ip, client port, server ip, server port) when the worker said."""
         self.script = script
         glob = script.globals_for_conn()
         self.glob = glob
@@ -343,16 +397,24 @@ class Conn:
         self.funcs = [(n, inspect.unwrap(glob[n]) if script.plan is not None else glob[n], ps)
                       for n, _, ps in script.functions if n not in script.disabled]
         self.ctx = ConnCtx(script.settings, is_ipv6)
+        self.addrs = addrs or ("", 0, "", 0)
         self.final = None
         self.calls = 0
+        self.edits = 0
+        self._mangled_by = None
 
     def feed(self, is_input, data):
         if self.final is not None:
             return self.final
         ctx = self.ctx
-        ctx.pkt = fgex.RawPacket(data, is_input, ctx.is_ipv6)
+        a = self.addrs
+        if is_input:
+            ctx.pkt = fgex.RawPacket(data, True, ctx.is_ipv6, True, a[0], a[2], a[1], a[3])
+        else:
+            ctx.pkt = fgex.RawPacket(data, False, ctx.is_ipv6, True, a[2], a[0], a[3], a[1])
         ctx.call_mem = {}
         cache = {}
+        self._mangled_by = None
         try:
             for name, func, params in self.funcs:
                 args = []
@@ -372,6 +434,14 @@ class Conn:
                 if v is not None:
                     self.final = v
                     return v
+            pkt = ctx.pkt
+            by = self._mangled_by or pkt._data_by
+            if by is not None and pkt._edited and pkt.l4_data != data:
+                # Firegex 4.0.2: a function returned UNSTABLE_MANGLE after assigning
+                # l4_data / raw_packet; 5.0.0: a function assigned data. No later function
+                # refused the chunk: it goes on as the new bytes.
+                self.edits += 1
+                return Verdict("mangle", by, "", pkt.l4_data)
         except StreamVerdict as sv:
             if sv.action is None:
                 self.final = ACCEPTED
@@ -401,9 +471,10 @@ class Conn:
             combos = [c + [v] for c in combos for v in vals]
         for c in combos:
             self.calls += 1
+            self.ctx.pkt._current = name
             try:
                 res = func(*c)
-            except Exception as e:
+            except (Exception, SystemExit) as e:  # exit() in a filter: its error, not ours
                 # the traceback from the file's own frames: fgex's are noise to its author
                 tb = e.__traceback__
                 while tb is not None and tb.tb_frame.f_code.co_filename != self.script.filename:
@@ -412,10 +483,14 @@ class Conn:
                     type(e), e, tb if tb is not None else e.__traceback__)))
             if res is None or res is Action.ACCEPT:
                 continue
+            if res is Action.MANGLE:
+                # as Firegex: the packet as the function left it, unless a later one refuses
+                self._mangled_by = name
+                continue
             if res is Action.REJECT:
                 return Verdict("reject", name)
             if res is Action.DROP:
                 return Verdict("drop", name)
-            return Verdict("error", name, "filter %s returned %r: return ACCEPT, DROP, REJECT "
-                           "or None" % (name, res))
+            return Verdict("error", name, "filter %s returned %r: return ACCEPT, DROP, REJECT, "
+                           "UNSTABLE_MANGLE or None" % (name, res))
         return None

@@ -18,6 +18,78 @@ try:
     import zstandard  # optional: python3-zstandard
 except ImportError:
     zstandard = None
+try:
+    # Debian's python3-websockets: its frame parser and permessage-deflate, for ws_stream
+    from websockets.exceptions import WebSocketException
+    from websockets.extensions.permessage_deflate import PerMessageDeflate
+    from websockets.frames import Frame
+    from websockets.streams import StreamReader
+except ImportError:  # pragma: no cover - a run-time dependency, listed in install-deps.sh
+    Frame = None
+
+
+def ws_deflate_params(value):
+    """The permessage-deflate parameters a 101 response's Sec-WebSocket-Extensions agreed on,
+    or None: {name: value or True}."""
+    for ext in (value or "").split(","):
+        parts = [p.strip() for p in ext.split(";")]
+        if parts[0].lower() != "permessage-deflate":
+            continue
+        params = {}
+        for p in parts[1:]:
+            k, _, v = p.partition("=")
+            params[k.strip().lower()] = v.strip().strip('"') or True
+        return params
+    return None
+
+
+class WsDecoder:
+    """One direction's WebSocket frames (RFC 6455), decoded with websockets' parser as they
+    arrive; masked from the client; permessage-deflate undone when the handshake agreed on it.
+    A frame it cannot parse stops it (error says why); the raw bytes stay in stream."""
+
+    def __init__(self, from_client, deflate):
+        self.error = None
+        self.frames = []
+        self.reader = StreamReader()
+        self.exts = []
+        if deflate is not None:
+            side = "client" if from_client else "server"
+
+            def bits(k):
+                v = deflate.get(k)
+                return int(v) if isinstance(v, str) and v.isdigit() else 15
+            # decoding as the receiver: the remote end is the sender
+            other = "server" if from_client else "client"
+            self.exts = [PerMessageDeflate(
+                remote_no_context_takeover=side + "_no_context_takeover" in deflate,
+                local_no_context_takeover=other + "_no_context_takeover" in deflate,
+                remote_max_window_bits=bits(side + "_max_window_bits"),
+                local_max_window_bits=bits(other + "_max_window_bits"))]
+        self.mask = from_client
+        self.gen = None
+
+    def feed(self, data):
+        """The frames completed by data, in order."""
+        if self.error is not None or Frame is None:
+            return []
+        out = []
+        self.reader.feed_data(data)
+        try:
+            while True:
+                if self.gen is None:
+                    self.gen = Frame.parse(self.reader.read_exact, mask=self.mask,
+                                           extensions=self.exts)
+                try:
+                    next(self.gen)
+                    break  # it waits for more bytes
+                except StopIteration as done:
+                    self.gen = None
+                    out.append(done.value)
+        except (WebSocketException, ValueError, EOFError) as e:
+            self.error = "%s: %s" % (type(e).__name__, e)
+        self.frames.extend(out)
+        return out
 
 
 class HttpError(Exception):
@@ -31,7 +103,7 @@ class Message:
                  "http_version", "body", "_body_parts", "_body_len", "headers_complete",
                  "message_complete", "total_size", "keep_alive", "should_upgrade",
                  "content_length", "content_encoding", "user_agent", "content_type",
-                 "added_to_history", "_decoded", "stream", "truncated")
+                 "added_to_history", "_decoded", "stream", "truncated", "fg_size", "ws")
 
     def __init__(self, is_request):
         self.is_request = is_request
@@ -47,7 +119,9 @@ class Message:
         self._body_len = 0
         self.headers_complete = False
         self.message_complete = False
-        self.total_size = 0
+        self.total_size = 0  # raw bytes: start line, headers, framing, body
+        self.fg_size = 0     # Firegex's count: url or reason, each header's name and value, body
+        self.ws = None       # after a WebSocket upgrade: this direction's WsDecoder
         self.keep_alive = True
         self.should_upgrade = False
         self.content_length = None
@@ -61,6 +135,7 @@ class Message:
 
     def set_head(self, ev, raw_len):
         for name, value in ev.headers.raw_items():
+            self.fg_size += len(name) + len(value)
             k = name.decode("latin-1")
             v = value.decode("utf-8", errors="replace")
             old = self.headers.get(k)
@@ -76,9 +151,11 @@ class Message:
         if self.is_request:
             self.method = bytes(ev.method)
             self.url = ev.target.decode("utf-8", errors="replace")
+            self.fg_size += len(ev.target)
         else:
             self.status_code = ev.status_code
             self.reason = ev.reason.decode("latin-1")
+            self.fg_size += len(ev.reason)
         conn = self.lheaders.get("connection", "").lower()
         self.keep_alive = ("close" not in conn) if self.http_version == "1.1" else ("keep-alive" in conn)
         upgrade = "upgrade" in conn and "upgrade" in self.lheaders
@@ -97,6 +174,7 @@ class Message:
     def add_body(self, data, limit):
         """Returns False when the body went past limit (the bytes beyond are not kept)."""
         self.total_size += len(data)
+        self.fg_size += len(data)
         room = limit - self._body_len
         if room <= 0:
             self.truncated = True
@@ -166,6 +244,7 @@ class Parser:
         self.upgraded = False
         self.conn = None
         self.head_len = 0
+        self.ws_deflate = None  # what the handshake agreed on (the connection's models set it)
 
     def _new_conn(self, pending):
         # made when the message's first byte is there, so that a response parser knows the
@@ -174,18 +253,40 @@ class Parser:
                                    max_incomplete_event_size=16384)
         if not self.is_request:
             method = self.req_methods.pop(0) if self.req_methods else b"GET"
-            self.conn.send(h11.Request(method=method, target="/", headers=[("Host", "x")]))
+            # h11 takes a 101 only for a request that proposed an upgrade: the request's own
+            # Upgrade when it was parsed ((method, Upgrade)), else a proposal all the same (a
+            # file with response models only has its requests parsed by no one); a response
+            # that is not a 101 reads the same either way
+            up = "websocket"
+            if isinstance(method, tuple):
+                method, up = method[0], method[1] or "websocket"
+            self.conn.send(h11.Request(method=method, target="/", headers=[
+                ("Host", "x"), ("Connection", "Upgrade"), ("Upgrade", up)]))
         self.msg = None
         self.head_len = len(pending)
         if pending:
             self.conn.receive_data(pending)
+
+    def _ws(self, data):
+        """Bytes after the upgrade: into the message's stream (and its WebSocket frames, when
+        it was a WebSocket upgrade). Returns the event that calls HttpRequest / HttpResponse
+        again (neither headers nor end: a stream chunk), as Firegex does while a stream goes
+        on."""
+        m = self.msg
+        if m is None or not data:
+            return []
+        if m.upgrading_to("websocket") and Frame is not None:  # no python3-websockets: []
+            if m.ws is None:
+                m.ws = WsDecoder(self.is_request, self.ws_deflate)
+            m.ws.feed(data)
+        return [(m, False, False)]
 
     def feed(self, data, eof=False):
         out = []
         if self.upgraded:
             if self.msg is not None:
                 self.msg.stream += data
-            return out
+            return self._ws(data)
         if self.conn is None:
             if not data:
                 return out
@@ -204,6 +305,7 @@ class Parser:
                 if ev is h11.PAUSED and self.msg is not None and self.msg.should_upgrade:
                     self.upgraded = True
                     self.msg.stream = bytes(self.conn.trailing_data[0])
+                    out += self._ws(self.msg.stream)
                 break
             if isinstance(ev, h11.InformationalResponse):
                 if ev.status_code == 101:
@@ -215,6 +317,8 @@ class Parser:
                     out.append((m, True, True))
                     self.upgraded = True
                     m.stream = bytes(self.conn.trailing_data[0])
+                    self.ws_deflate = ws_deflate_params(m.lheaders.get("sec-websocket-extensions"))
+                    self._ws(m.stream)  # the 101 itself is this chunk's event
                     break
                 continue
             if isinstance(ev, (h11.Request, h11.Response)):
@@ -237,6 +341,7 @@ class Parser:
                     # h11 pauses after an Upgrade request: what follows is the new protocol
                     self.upgraded = True
                     m.stream = pending
+                    self._ws(pending)  # the request's end is this chunk's event
                     break
                 self.conn = None
                 if not pending:

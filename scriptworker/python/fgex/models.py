@@ -23,30 +23,87 @@ def _full(ctx, what):
 
 class RawPacket:
     """One chunk of a connection's bytes as fgex received it: on the NFQUEUE layer one TCP
-    segment's payload in stream order, on the proxy layer one read. fgex does not mangle
-    packets: l4_data and raw_packet are read-only and raw_packet holds the payload only."""
+    segment's payload in stream order, on the proxy layer one read. fgex hands no IP or TCP
+    header to a filter: raw_packet is the payload (raw_packet_header_len 0), as l4_data is.
 
-    def __init__(self, data, is_input, is_ipv6, is_tcp=True):
+    Editing (Firegex's mangling): assign l4_data (or raw_packet) and return UNSTABLE_MANGLE
+    (4.0.2), or assign data (5.0.0); the chunk goes on as the new bytes, of any length, unless
+    a later function refuses it. The proxy layer sends them; the NFQUEUE layer cannot (see
+    docs/scripts.md) and gives the chunk the service's fail policy, said in the script log."""
+
+    def __init__(self, data, is_input, is_ipv6, is_tcp=True, src_ip="", dst_ip="", src_port=0,
+                 dst_port=0, l4=None):
         self._data = bytes(data)
         self._is_input = bool(is_input)
         self._is_ipv6 = bool(is_ipv6)
-        self._is_tcp = bool(is_tcp)
+        self._l4 = str(l4) if l4 else ("tcp" if is_tcp else "udp")
+        self._src = (str(src_ip), int(src_port))
+        self._dst = (str(dst_ip), int(dst_port))
+        self._edited = False   # l4_data / raw_packet / data assigned
+        self._data_by = None   # the function that assigned data (5.0.0: that is the edit)
+        self._current = None   # the function being called (the engine sets it)
 
     is_input = property(lambda self: self._is_input)
+    is_output = property(lambda self: not self._is_input)
     is_ipv6 = property(lambda self: self._is_ipv6)
-    is_tcp = property(lambda self: self._is_tcp)
-    data = property(lambda self: self._data)
-    l4_data = property(lambda self: self._data)
-    raw_packet = property(lambda self: self._data)
+    is_tcp = property(lambda self: self._l4 == "tcp")
+    l4 = property(lambda self: self._l4)
+    is_stream = property(lambda self: self._l4 in ("tcp", "quic"))
+    src_ip = property(lambda self: self._src[0])
+    src_port = property(lambda self: self._src[1])
+    dst_ip = property(lambda self: self._dst[0])
+    dst_port = property(lambda self: self._dst[1])
+    client_ip = property(lambda self: (self._src if self._is_input else self._dst)[0])
+    client_port = property(lambda self: (self._src if self._is_input else self._dst)[1])
+    server_ip = property(lambda self: (self._dst if self._is_input else self._src)[0])
+    server_port = property(lambda self: (self._dst if self._is_input else self._src)[1])
+    data_size = property(lambda self: len(self._data))
     l4_size = property(lambda self: len(self._data))
     raw_packet_header_len = property(lambda self: 0)
+
+    def _set(self, v, what):
+        if not isinstance(v, (bytes, bytearray, memoryview)):
+            raise TypeError("%s must be bytes, not %s" % (what, type(v).__name__))
+        v = bytes(v)
+        if len(v) > 1 << 16:
+            raise ValueError("%s: %d bytes, more than the 65536 a packet can carry" % (
+                what, len(v)))
+        self._data = v
+        self._edited = True
+
+    @property
+    def data(self):
+        return self._data
+
+    @data.setter
+    def data(self, v):
+        self._set(v, "data")
+        self._data_by = self._current
+
+    @property
+    def l4_data(self):
+        return self._data
+
+    @l4_data.setter
+    def l4_data(self, v):
+        self._set(v, "l4_data")
+
+    @property
+    def raw_packet(self):
+        return self._data
+
+    @raw_packet.setter
+    def raw_packet(self, v):
+        self._set(v, "raw_packet")
 
     @classmethod
     def _fetch(cls, ctx):
         return ctx.pkt
 
     def __repr__(self):
-        return "RawPacket(data=%r, is_input=%r)" % (self._data, self._is_input)
+        return "RawPacket(data=%r, is_input=%r, %s:%d -> %s:%d, %s)" % (
+            self._data, self._is_input, self._src[0], self._src[1], self._dst[0],
+            self._dst[1], self._l4)
 
 
 class _TCPStream:
@@ -111,6 +168,16 @@ class HttpHistory:
 
     @classmethod
     def _fetch(cls, ctx):
+        """The history before the message being given to the function (Firegex's: the
+        message's own snapshot), whichever order the parameters come in."""
+        if not ctx.http_broken:
+            try:
+                evs = _http_events(ctx)
+            except NotReady:
+                evs = []
+            snaps = [snap for m, head, done, snap in evs if head or done]
+            if snaps:
+                return snaps[0] if len(snaps) == 1 else snaps
         return cls(ctx.hist_req, ctx.hist_resp)
 
     def __repr__(self):
@@ -142,12 +209,16 @@ def _http_events(ctx):
         if a is ExceptionAction.NOACTION:
             raise StreamVerdict(None, "invalid HTTP: %s" % e) from None
         raise NotReady() from None  # ACCEPT: this chunk passes, the HTTP models stop
+    if not inp and p.ws_deflate is not None:
+        # the client's frames are compressed as the server's 101 agreed
+        ctx.http_parser(True).ws_deflate = p.ws_deflate
     evs = []
     for m, head, done in got:
         if inp and head and not done:
             pass
         if inp and head and m.method is not None:
-            ctx.resp_methods_push(m.method)
+            ctx.resp_methods_push((m.method, m.lheaders.get("upgrade") if m.should_upgrade
+                                   else None))
         if done and m.truncated:
             _full(ctx, "a body")
         snap = HttpHistory(ctx.hist_req, ctx.hist_resp)
@@ -187,16 +258,21 @@ class _HttpBase:
     upgrading_to_h2 = property(lambda self: self._message.upgrading_to("h2c"))
     upgrading_to_ws = property(lambda self: self._message.upgrading_to("websocket"))
     stream = property(lambda self: self._message.stream)
-    total_size = property(lambda self: self._message.total_size)
-    # fgex does not decode WebSocket frames: the raw bytes are in stream
-    ws_stream = property(lambda self: [])
+    # Firegex's count: the url (a response: its reason phrase), each header's name and value,
+    # the body and what streamed after the head; raw_size: every byte on the wire for it
+    total_size = property(lambda self: self._message.fg_size + len(self._message.stream))
+    raw_size = property(lambda self: self._message.total_size)
+    # after a WebSocket upgrade: this direction's frames so far (websockets' Frame: opcode,
+    # data, fin), permessage-deflate undone; ws_error: why decoding stopped, if it did
+    ws_stream = property(lambda self: list(self._message.ws.frames) if self._message.ws else [])
+    ws_error = property(lambda self: self._message.ws.error if self._message.ws else None)
 
     def get_header(self, header, default=None):
         return self._message.lheaders.get(header.lower(), default)
 
     @classmethod
     def _want(cls, head, done):
-        return head or done
+        return True  # the headers, the end, and each chunk of a stream after an upgrade
 
     @classmethod
     def _fetch(cls, ctx):
@@ -217,7 +293,8 @@ class HttpRequest(_HttpBase):
     """The current request: called when its headers are complete and again when its body is
     (once when both arrive together)."""
     _request = True
-    method = property(lambda self: self._message.method)
+    method = property(lambda self: None if self._message.method is None else Method(
+        self._message.method.decode("latin-1")))
 
 
 class HttpRequestHeader(HttpRequest):
@@ -241,7 +318,11 @@ class HttpFullRequest(HttpRequest):
 class HttpResponse(_HttpBase):
     """The current response, called as HttpRequest is."""
     _request = False
-    status_code = property(lambda self: self._message.status_code)
+    # the reason phrase equal to its number too (StatusCode); the two apart
+    status_code = property(lambda self: None if self._message.status_code is None else
+                           StatusCode(self._message.reason, self._message.status_code))
+    status_phrase = property(lambda self: self._message.reason)
+    status_number = property(lambda self: self._message.status_code)
 
 
 class HttpResponseHeader(HttpResponse):
@@ -257,6 +338,62 @@ class HttpFullResponse(HttpResponse):
     @classmethod
     def _want(cls, head, done):
         return done
+
+
+class StatusCode(str):
+    """HttpResponse.status_code. Firegex 4.0.2's code (and the tests of both versions) give
+    the reason phrase, "OK", as the status; 5.0.0's documentation gives the number, 404, with
+    the phrase as status_phrase. A file written for either compares right: this is the phrase
+    (a str) that also equals, orders against and converts to its number."""
+
+    def __new__(cls, phrase, number):
+        self = super().__new__(cls, phrase or "")
+        self.number = number
+        return self
+
+    def _num(self, other):
+        return isinstance(other, int) and not isinstance(other, bool) and self.number is not None
+
+    def __eq__(self, other):
+        return self.number == other if self._num(other) else str.__eq__(self, other)
+
+    def __ne__(self, other):
+        return not self.__eq__(other)
+
+    def __lt__(self, other):
+        return self.number < other if self._num(other) else str.__lt__(self, other)
+
+    def __le__(self, other):
+        return self.number <= other if self._num(other) else str.__le__(self, other)
+
+    def __gt__(self, other):
+        return self.number > other if self._num(other) else str.__gt__(self, other)
+
+    def __ge__(self, other):
+        return self.number >= other if self._num(other) else str.__ge__(self, other)
+
+    __hash__ = str.__hash__
+
+    def __int__(self):
+        return self.number
+
+    def __index__(self):
+        return self.number
+
+
+class Method(str):
+    """HttpRequest.method: a str as Firegex gives it ("GET"); it also equals the same bytes
+    (b"GET"), as fgex documented it before."""
+
+    def __eq__(self, other):
+        if isinstance(other, (bytes, bytearray)):
+            return self.encode("latin-1") == other
+        return str.__eq__(self, other)
+
+    def __ne__(self, other):
+        return not self.__eq__(other)
+
+    __hash__ = str.__hash__
 
 
 class ConnCtx:

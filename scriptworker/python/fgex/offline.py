@@ -55,7 +55,8 @@ class _Dir:
 class _Flow:
     def __init__(self, script, client, server, v6):
         self.client, self.server = client, server
-        self.conn = Conn(script, v6)
+        self.conn = Conn(script, v6, (_addr(client[0], v6), client[1], _addr(server[0], v6),
+                                      server[1]))
         self.dirs = {True: _Dir(), False: _Dir()}
         self.verdict = None
         self.bytes = {True: 0, False: 0}
@@ -118,6 +119,8 @@ def run(script, pcap_path, port=None, deadline_ms=100):
                 continue
             finally:
                 signal.setitimer(signal.ITIMER_REAL, 0)
+            if v.action == "mangle":
+                continue  # counted by the Conn (edits): the capture's next bytes are as sent
             if v.action != "accept":
                 fl.verdict = (v.action, v.function, v.detail)
     out = []
@@ -128,6 +131,7 @@ def run(script, pcap_path, port=None, deadline_ms=100):
             "server": _addr(fl.server[0], fl.conn.ctx.is_ipv6), "dport": fl.server[1],
             "verdict": act, "function": fn, "detail": detail,
             "c2s_bytes": fl.bytes[True], "s2c_bytes": fl.bytes[False],
+            "edited": fl.conn.edits,
         })
     return out
 
@@ -156,6 +160,8 @@ def main(argv):
         except ScriptError as e:
             print("fgexctl: %s:%d: %s" % (path, e.line, e.reason), file=sys.stderr)
             return 4
+        for line, text in s.warnings:
+            print("fgexctl: %s:%d: warning: %s" % (path, line, text), file=sys.stderr)
         try:
             res = run(s, pcap, port, deadline)
         except (OSError, ValueError, dpkt.NeedData) as e:
@@ -175,6 +181,10 @@ def main(argv):
         if r["verdict"] in ("error", "timeout") and r["detail"]:
             for ln in r["detail"].rstrip().splitlines():
                 print("    " + ln)
+        if r["edited"]:
+            print("    %d chunk%s edited by the file: sent edited on the proxy layer; on the "
+                  "NFQUEUE layer each gets the service's fail policy" % (
+                      r["edited"], "" if r["edited"] == 1 else "s"))
     return 0
 
 

@@ -20,7 +20,10 @@ import traceback
 
 HDR = struct.Struct("<BBHIQII")
 (T_SCRIPT, T_UNSCRIPT, T_OPEN, T_DATA, T_CLOSE, T_VERDICT, T_LOG, T_ACK, T_HELLO) = range(1, 10)
-V_ACCEPT, V_REJECT, V_DROP, V_ERROR, V_TIMEOUT = range(5)
+V_ACCEPT, V_REJECT, V_DROP, V_ERROR, V_TIMEOUT, V_EDIT = range(6)
+D_OPEN, D_V6, D_ADDR, D_NOEDIT = 2, 4, 8, 16  # DATA code bits (fgx/swproto.h)
+ADDR = struct.Struct("<16s16sHH")  # FGX_SW_DATA_ADDR: client, server addresses and ports
+EDIT_MAX = 60000  # an EDIT verdict's bytes: its frame fits in FGX_SW_REPLY_MAX
 F_FINAL = 1  # VERDICT flag (fgx/swproto.h FGX_SW_VERDICT_FINAL): later chunks need no call
 F_NOFILE = 2  # VERDICT flag (FGX_SW_VERDICT_NOFILE): ERROR because the service has no file here
 NOFILE_LOG_S = 5.0  # a service's "no file here" log entry: at most one per interval
@@ -189,6 +192,8 @@ def main():
         try:
             scripts[svc] = (Script(payload[off:].decode("utf-8", "replace"),
                                    "service-%d.py" % svc, off_names), payload, deadline)
+            for line, text in scripts[svc][0].warnings:
+                log(link, svc, "warning", "", "line %d: %s" % (line, text))
         except ScriptError as e:
             log(link, svc, "exception", "", "the file did not load: line %d: %s" % (e.line,
                                                                                    e.reason))
@@ -241,8 +246,14 @@ def main():
                 return
         sc = scripts[svc]
         ent = conns.get(key)
-        if ent is None and code & 2:  # the first chunk opens it
-            ent = conns[key] = (svc, bool(code & 4))
+        addrs = None
+        if code & D_ADDR and len(payload) >= ADDR.size:
+            ca, sa, cp, sp = ADDR.unpack_from(payload, 0)
+            payload = payload[ADDR.size:]
+            fam, n = (socket.AF_INET6, 16) if code & D_V6 else (socket.AF_INET, 4)
+            addrs = (socket.inet_ntop(fam, ca[:n]), cp, socket.inet_ntop(fam, sa[:n]), sp)
+        if ent is None and code & D_OPEN:  # the first chunk opens it
+            ent = conns[key] = (svc, (bool(code & D_V6), addrs))
         if ent is None:
             put(link, T_VERDICT, V_ERROR, svc, conn, seq, b"\0connection state lost")
             return
@@ -254,7 +265,7 @@ def main():
             c = ent[1]
             if not isinstance(c, Conn):
                 try:
-                    c = Conn(sc[0], is_ipv6=ent[1])
+                    c = Conn(sc[0], is_ipv6=c[0], addrs=c[1] or addrs)
                 except Exception:
                     log(link, svc, "exception", "", traceback.format_exc(), conn)
                     conns.pop(key, None)
@@ -270,8 +281,24 @@ def main():
         out = cap.take()
         if out:
             log(link, svc, "print", v.function, out)
+        if v.action == "mangle":
+            if code & D_NOEDIT:
+                v = engine.Verdict("error", v.function, "%s edited the chunk (UNSTABLE_MANGLE / "
+                                   "l4_data): the NFQUEUE layer cannot rewrite a TCP segment "
+                                   "(the sequence numbers of the rest of the flow would need "
+                                   "adjusting): the chunk gets the service's fail policy; "
+                                   "put the service on the proxy layer to edit" % v.function)
+            elif len(v.data) > EDIT_MAX:
+                v = engine.Verdict("error", v.function, "%s edited a chunk to %d bytes: at most "
+                                   "%d go back per chunk: the chunk gets the service's fail "
+                                   "policy" % (v.function, len(v.data), EDIT_MAX))
         if v.action == "error":
             log(link, svc, "exception", v.function, v.detail, conn)
+        if v.action == "mangle":
+            log(link, svc, "edit", v.function, "%d bytes in, %d out" % (len(payload),
+                                                                         len(v.data)), conn)
+            put(link, T_VERDICT, V_EDIT, svc, conn, seq, v.function.encode() + b"\0" + v.data)
+            return
         if v.action in ("reject", "drop"):
             # before its verdict, in the same message: who waits for the verdict finds it
             log(link, svc, "block", v.function, v.action + (": " + v.detail if v.detail else ""))
@@ -294,7 +321,7 @@ def main():
             elif t == T_OPEN:
                 # its module code runs with its first chunk, inside that call's deadline
                 if svc in scripts:
-                    conns[(link.no << 48) ^ conn] = (svc, bool(code))
+                    conns[(link.no << 48) ^ conn] = (svc, (bool(code), None))
             elif t == T_SCRIPT:
                 on_script(link, svc, seq, conn, bytes(view[off:off + ln]))
             elif t == T_UNSCRIPT:
