@@ -26,9 +26,10 @@ build=(
 # the compat NFQUEUE target, docs/architecture.md), ip for policy routing and namespaces, and
 # man for the pages `make install` puts in place (the unit's Documentation= names them).
 # Script filters (issue 16): Debian's python3 runs the filter files; h11 parses their HTTP/1.1,
-# brotli decodes br bodies, dpkt reads the captures `fgexctl script test` runs a file over.
+# brotli decodes br bodies, dpkt reads the captures `fgexctl script test` runs a file over,
+# websockets parses the frames (and permessage-deflate) of ws_stream.
 run=(nftables iptables iproute2 man-db python3 python3-h11 python3-brotli python3-dpkt
-  libmicrohttpd12 libseccomp2 libcap-ng0 libnghttp2-14 passwd)
+  python3-websockets libmicrohttpd12 libseccomp2 libcap-ng0 libnghttp2-14 passwd)
 # Testing: Criterion, python3 with scapy for crafted packets, openssl for test_remote's
 # certificates, procps, and systemd-analyze for the unit file test (with dbus-daemon, the
 # session bus of the systemd user manager test_unit_systemd runs the unit in); for test_tls: curl (HTTP/1.1
