@@ -195,12 +195,22 @@ def web_commands_csrf_and_origin(env):
 def web_client_outside_allow_refused(env):
     it.sh("ip", "-n", env.cli, "addr", "add", OTHER4 + "/32", "dev", CLI_IF)
     try:
-        r = W().req("GET", "/", source=OTHER4)
-        check("error" in r and "status" not in r, "a client outside --allow got %r", r)
+        # refused before TLS: the connection is accepted by the kernel, then closed without
+        # one byte of ServerHello, whatever the ClientHello said
+        r = W().op(op="hello", source=OTHER4)
+        got = base64.b64decode(r.get("received_b64", ""))
+        check(r.get("connected") and r.get("end") in ("eof", "reset") and got == b"",
+              "a client outside --allow was not closed before TLS: %r (received %r)",
+              {k: r.get(k) for k in ("connected", "end", "error")}, got[:40])
         r = W().req("GET", "/metrics", source=OTHER4)
-        check("error" in r, "/metrics outside --allow got %r", r)
+        check("error" in r and "status" not in r, "/metrics outside --allow got %r", r)
     finally:
         it.sh("ip", "-n", env.cli, "addr", "del", OTHER4 + "/32", "dev", CLI_IF, check=False)
+    # the same probe from the allowed address gets a ServerHello (a handshake record, 0x16)
+    r = W().op(op="hello")
+    got = base64.b64decode(r.get("received_b64", ""))
+    check(r.get("connected") and got[:1] == b"\x16", "the allowed client's ClientHello got %r",
+          {k: r.get(k) for k in ("connected", "end", "error")} | {"received": got[:40]})
     expect(W().req("GET", "/"), 200, "the allowed client afterwards")
 
 
