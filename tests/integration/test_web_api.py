@@ -43,10 +43,6 @@ def login(w=None):
     return tok, r["json"]["csrf"], cookie
 
 
-def wait_lockout_over():
-    time.sleep(it.CTL_AUTH_DELAY_MAX_S if hasattr(it, "CTL_AUTH_DELAY_MAX_S") else 2.2)
-
-
 def setup(env):
     pw = os.path.join(env.tmp, "pw")
     with open(pw, "w") as f:

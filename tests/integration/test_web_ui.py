@@ -251,7 +251,9 @@ def scenario_test(name):
     return t
 
 
-# every scenario (uib's among them) in name order; lockout last (90-)
+# every scenario (uib's among them) in name order: the numbered ones, then the b_ ones (digits
+# sort first); 90-lockout waits its lockout out and logs in again, so the b_ ones that follow
+# find the address free
 for f in sorted(os.listdir(os.path.join(WEBTESTS, "scenarios"))):
     if f.endswith(".mjs"):
         test(scenario_test(f[:-4]))
