@@ -21,7 +21,7 @@ export default async function ({ page, base, shot, login }) {
   // the page is served over controld's TLS: there is always a certificate to show
   const cert = await mustApi(page, 'cert', {}, 'GET');
   check(/^([0-9A-F]{2}:){31}[0-9A-F]{2}$/.test(cert.fingerprint), 'cert fingerprint', cert);
-  await page.waitForFunction((f) => document.querySelector('[data-test=admin-cert]').innerText === f, cert.fingerprint, { timeout: 5000 });
+  await page.waitForFunction((f) => document.querySelector('[data-test=admin-cert]').innerText === f, cert.fingerprint);
   await shot('view');
 
   // export: the download is the configuration
