@@ -167,9 +167,12 @@ def udp_datagrams_in_pcap(env):
 def filter_test_finds_and_spares(env):
     _, port = env.service("cap-ft", "tcp")
     srv = env.tcp_server(port)
-    c, s1 = env.tcp_conn(SRV4, port, [b"GET /flag?id=../../etc/passwd\r\n"])
-    c, s2 = env.tcp_conn(SRV4, port, [b"GET /index.html\r\n"])
-    it.wait_until(lambda: len(srv.all("conn")) >= 2 if hasattr(srv, "all") else True, timeout=2)
+    # both connections passed and ended on the server's side before the capture is tested
+    bad, good = b"GET /flag?id=../../etc/passwd\r\n", b"GET /index.html\r\n"
+    c, s1 = env.tcp_conn(SRV4, port, [bad])
+    it.assert_passed(c, it.server_conn_of(srv, s1), bad)
+    c, s2 = env.tcp_conn(SRV4, port, [good])
+    it.assert_passed(c, it.server_conn_of(srv, s2), good)
     doc = env.ctl("filter", "test", "cap-ft", r"\.\./\.\./", "--dir", "c2s")
     check(doc["total"] >= 2, "filter test looked at %r", doc)
     hits = doc["hits"]
