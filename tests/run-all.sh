@@ -37,7 +37,8 @@ ip=$(num "$iline" passed); if_=$(num "$iline" failed); is=$(num "$iline" skipped
 fp=$(num "$fline" passed); ff=$(num "$fline" failed)
 passed=$((${up:-0} + ${ip:-0} + ${fp:-0}))
 failed=$((${uf:-0} + ${if_:-0} + ${ff:-0}))
-skipped=${is:-0}
+us=$(num "$uline" skipped)
+skipped=$((${is:-0} + ${us:-0}))
 # a runner that died without its summary line counts as one failure
 [[ -z $uline ]] && failed=$((failed + 1))
 [[ -z $iline ]] && failed=$((failed + 1))

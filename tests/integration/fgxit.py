@@ -580,8 +580,8 @@ def check(cond, msg, *fmt):
 
 def assert_passed(c, s, sent, reply=b""):
     check(c["connected"], "client could not connect: %r", c)
-    check(s["data"] == sent, "server received %r, expected %r (end %s)", s["data"][:200], sent,
-          s["end"])
+    check(s["data"] == sent, "server received %r, expected %r (end %s)", s["data"][:200],
+          sent[:200], s["end"])
     check(s["end"] == "eof", "server connection ended by %s, expected eof", s["end"])
     check(c["end"] == "eof", "client connection ended by %s, expected eof", c["end"])
     if reply:

@@ -56,8 +56,11 @@ def pcap_has_blocked_payload_and_real_flow(env):
     fid = env.filter("cap-tcp")
     srv = env.tcp_server(port, reply=b"HELLO-FROM-SERVER\n")
     # An honest connection (request, reply) and an attack whose second segment is blocked.
-    c, sport_ok = env.tcp_conn(SRV4, port, [b"GET /honest\r\n", ("read", 18)])
-    check(c.get("error") is None, "honest connection failed: %r", c)
+    # read half a second for the reply, then shut: the server sees the end at once (its idle
+    # timeout would end a longer read)
+    c, sport_ok = env.tcp_conn(SRV4, port, [b"GET /honest\r\n", ("read", 0.5)])
+    it.assert_passed(c, it.server_conn_of(srv, sport_ok), b"GET /honest\r\n",
+                     b"HELLO-FROM-SERVER\n")
     t0 = time.time_ns()
     c, sport_bad = env.tcp_conn(SRV4, port, [b"LOGIN admin\r\n", 0.2, b"x " + EVIL + b" payload"])
     it.assert_blocked(c, it.server_conn_of(srv, sport_bad))
@@ -164,9 +167,12 @@ def udp_datagrams_in_pcap(env):
 def filter_test_finds_and_spares(env):
     _, port = env.service("cap-ft", "tcp")
     srv = env.tcp_server(port)
-    c, s1 = env.tcp_conn(SRV4, port, [b"GET /flag?id=../../etc/passwd\r\n"])
-    c, s2 = env.tcp_conn(SRV4, port, [b"GET /index.html\r\n"])
-    it.wait_until(lambda: len(srv.all("conn")) >= 2 if hasattr(srv, "all") else True, timeout=2)
+    # both connections passed and ended on the server's side before the capture is tested
+    bad, good = b"GET /flag?id=../../etc/passwd\r\n", b"GET /index.html\r\n"
+    c, s1 = env.tcp_conn(SRV4, port, [bad])
+    it.assert_passed(c, it.server_conn_of(srv, s1), bad)
+    c, s2 = env.tcp_conn(SRV4, port, [good])
+    it.assert_passed(c, it.server_conn_of(srv, s2), good)
     doc = env.ctl("filter", "test", "cap-ft", r"\.\./\.\./", "--dir", "c2s")
     check(doc["total"] >= 2, "filter test looked at %r", doc)
     hits = doc["hits"]
@@ -217,8 +223,9 @@ def proxy_layer_capture(env):
     _, port = env.service("cap-px", "tcp", extra=("--layer", "proxy"))
     env.filter("cap-px")
     srv = env.tcp_server(port, reply=b"WELCOME\n")
-    c, sport_ok = env.tcp_conn(SRV4, port, [b"HELO\r\n", ("read", 8)])
-    check(c.get("error") is None, "honest proxied connection failed: %r", c)
+    c, sport_ok = env.tcp_conn(SRV4, port, [b"HELO\r\n", ("read", 0.5)])
+    # the proxy's upstream connection has a port of its own: the server's first connection
+    it.assert_passed(c, it.server_conn(srv, 1), b"HELO\r\n", b"WELCOME\n")
     c, sport = env.tcp_conn(SRV4, port, [b"USER x\r\n", 0.2, b"PASS " + EVIL])
     # the proxy's upstream connection has a port of its own: the server's second connection
     it.assert_blocked(c, it.server_conn(srv, 2))
@@ -242,10 +249,11 @@ def bounds_hold_end_to_end(env):
     # leave the newest few, each cut at 1 KiB with what was seen counted.
     _, port = env.service("cap-bound", "tcp", extra=("--capture-conns", "4",
                                                      "--capture-bytes", "1024"))
-    env.tcp_server(port)
+    srv = env.tcp_server(port)
     for i in range(12):
-        c, _ = env.tcp_conn(SRV4, port, [bytes([65 + i]) * 4096])
-        check(c.get("error") is None, "connection %d failed: %r", i, c)
+        sent = bytes([65 + i]) * 4096
+        c, sport = env.tcp_conn(SRV4, port, [sent])
+        it.assert_passed(c, it.server_conn_of(srv, sport), sent)
     path, doc = write_pcap(env, "cap-bound")
     check(doc["connections"] <= 4, "the worker kept %d connections, bounded at 4",
           doc["connections"])

@@ -301,7 +301,11 @@ def one_context_with_C(env):
     a = S["a"]
     a.expect(7, "-C", "box3", "status")
     p = a.expect(0, "-C", "box3", "login", "--password-file", S["pw"])
-    check("box3" not in p.stdout or "10.78.3.1" in p.stdout, "%r", p.stdout)
+    b3 = S["by"]["box3"]
+    sess = os.path.join(a.cfg, "sessions", "%s@%s" % (hostport(b3.url).replace(":", "_"),
+                                                      b3.fingerprint().replace(":", "").lower()))
+    check(p.stdout == "logged in to %s (session kept in %s)\n" % (b3.url, sess),
+          "-C box3 login did not log in to box3's URL with its session: %r", p.stdout)
     check([s["name"] for s in a.doc(0, "-C", "box3", "service", "list")] == ["svc-box3"],
           "-C box3 did not reach box3")
     # -C after the command works too; the current context (box2) is untouched

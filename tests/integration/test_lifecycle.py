@@ -53,7 +53,8 @@ def killed_worker_restarted_with_state(env):
     env.filter("lc-kill-u")
     srv = env.tcp_server(port)
     usrv = env.udp_server(uport)
-    old, _ = env.worker_pid()
+    old, before = env.worker_pid()
+    check("restarts" in before, "status has no worker restarts: %r", before)
     os.kill(old, signal.SIGKILL)
 
     def restarted():
@@ -68,7 +69,8 @@ def killed_worker_restarted_with_state(env):
 
     w = it.wait_until(restarted, timeout=8, step=0.2)
     check(w, "no new running nfq worker 8 s after killing pid %d", old)
-    check(w.get("restarts", 1) >= 1, "restarts not counted: %r", w)
+    check(w.get("restarts") == before["restarts"] + 1, "restarts not counted: %r, %r before",
+          w.get("restarts"), before["restarts"])
     c, s = tcp_once(env, srv, 1, SRV4, port, b"x " + EVIL)
     it.assert_blocked(c, s)
     c, s = tcp_once(env, srv, 2, SRV6, port, b"clean")

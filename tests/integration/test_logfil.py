@@ -116,11 +116,24 @@ def log_filter_passes_traffic_and_records_the_match(env):
           and ue["proto"] == "udp", "udp log event %r", ue)
 
 
+def arrived(env, srv, h, logged_in, first):
+    """Wait until the open connection of client h delivered `first` to the server (the worker
+    passed it) and, with logged_in, its log event is in that service's events."""
+    conn = h.wait_event(lambda e: e.get("event") == "connected", 5)
+    check(conn, "the client did not connect: %s", h.stderr.decode(errors="replace")[-300:])
+    got = srv.wait_event(lambda e: e.get("event") == "data" and
+                         it.d64(e["data"]).startswith(first), 5)
+    check(got, "the server did not receive %r", first)
+    if logged_in:
+        wait_events(env, logged_in, lambda x: x["sport"] == conn["sport"])
+
+
 @test
 def switching_log_to_block_live_blocks_the_next_connection(env):
     _, port = env.service("sw", "tcp")
     fid = add(env, "sw", "evil[0-9]+", "--log")["id"]
-    srv = env.tcp_server(port)
+    # idle connections wait here while the filter changes, however long that takes
+    srv = env.tcp_server(port, idle=15.0)
     c, sport = env.tcp_conn(SRV4, port, [b"one " + EVIL])
     it.assert_passed(c, it.server_conn_of(srv, sport), b"one " + EVIL)
     doc = env.ctl("filter", "set", str(fid), "--action", "block")
@@ -139,18 +152,22 @@ def switching_log_to_block_live_blocks_the_next_connection(env):
     it.assert_passed(c, it.server_conn_of(srv, sport3), b"three " + EVIL)
     # an open connection that the log filter already logged: switched to block, its next
     # occurrence is blocked (the stream is reopened on the new database)
-    h = env.tcp_client(SRV4, port, [b"four " + EVIL, 1.5, b" again " + EVIL + b"X"], wait=False)
-    time.sleep(0.5)
+    # (the client holds its second send until the test says go: "wait")
+    h = env.tcp_client(SRV4, port, [b"four " + EVIL, "wait", b" again " + EVIL + b"X"],
+                       wait=False)
+    arrived(env, srv, h, "sw", b"four ")
     # every connection of the capture matched it (3 of 3): making it block needs --force
     env.ctl("filter", "set", str(fid), "--action", "block", "--force")
+    h.tell()
     c = it.client_result(h, 10)
     check(c["end"] == "reset", "an open connection was not blocked after the switch: %r", c)
     got = b"".join(it.d64(e["data"]) for e in srv.all("data"))
     check(b"four " + EVIL in got and b"again" not in got, "server got %r", got[-80:])
     # and an open connection switched block -> log is not dropped at its next match
-    h = env.tcp_client(SRV4, port, [b"hello ", 1.5, b"five " + EVIL], wait=False)
-    time.sleep(0.5)
+    h = env.tcp_client(SRV4, port, [b"hello ", "wait", b"five " + EVIL], wait=False)
+    arrived(env, srv, h, None, b"hello ")
     env.ctl("filter", "set", str(fid), "--action", "log")
+    h.tell()
     c = it.client_result(h, 10)
     check(c["end"] == "eof", "an open connection was cut after the switch to log: %r", c)
     # bad values are refused, nothing changes

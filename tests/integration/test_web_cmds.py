@@ -103,7 +103,10 @@ def web_cmd_filters_test_import_export(env):
     it.assert_passed(c, it.server_conn_of(srv, sport), b"hello " + EVIL + b" tail")
     r = get("filter/test", service="wflt", regex=it.REGEX)
     same(r["json"], env.ctl("filter", "test", "wflt", it.REGEX), "filter test")
-    check(json.dumps(r["json"]).count("evil1337") or r["json"], "filter test %r", r["json"])
+    hits = r["json"].get("hits") or []
+    check(r["json"].get("would_block") == 1 and len(hits) == 1 and hits[0]["sport"] == sport
+          and "evil1337" in hits[0]["excerpt"],
+          "the web's filter test did not find the one connection with the hit: %r", r["json"])
     r = post("filter/add", {"service": "wflt", "regex": it.REGEX, "dir": "c2s",
                             "label": "from the web"})
     fid = r["json"]["id"]

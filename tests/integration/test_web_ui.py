@@ -221,8 +221,21 @@ def web_certificate_is_controlds(env):
 test(web_certificate_is_controlds)
 
 
+def state_after_scripts_live(env):
+    """The script's block held on the service's side: once every connection the server took
+    ended, none of them carried the client's bytes (the scenario saw the client reset)."""
+    srv = S["server"]
+    it.wait_until(lambda: len(srv.all("conn")) == len(srv.all("accept")), timeout=5)
+    conns = [(e["id"], it.d64(e["data"]), e["end"]) for e in srv.all("conn")]
+    check(len(conns) == len(srv.all("accept")), "server connections still open: %d accepted, "
+          "%d ended", len(srv.all("accept")), len(conns))
+    check(not any(EVIL in d for _, d, _ in conns), "the script's block let bytes through: %r",
+          conns)
+
+
 # what the page did, checked in controld after the scenario
-AFTER = {"10-core": state_after_core, "30-manage": state_after_manage}
+AFTER = {"10-core": state_after_core, "30-manage": state_after_manage,
+         "b_scripts_live": state_after_scripts_live}
 
 
 def scenario_test(name):
@@ -238,7 +251,9 @@ def scenario_test(name):
     return t
 
 
-# every scenario (uib's among them) in name order; lockout last (90-)
+# every scenario (uib's among them) in name order: the numbered ones, then the b_ ones (digits
+# sort first); 90-lockout waits its lockout out and logs in again, so the b_ ones that follow
+# find the address free
 for f in sorted(os.listdir(os.path.join(WEBTESTS, "scenarios"))):
     if f.endswith(".mjs"):
         test(scenario_test(f[:-4]))

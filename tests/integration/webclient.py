@@ -9,6 +9,9 @@ ssl and http.client: TLS for real, the server's certificate returned for the tes
      -> {"status", "headers"} or {"error"}
   {"op": "live_events", "id"} -> {"events": [{"event", "data", "id"}...], "comments", "closed"}
   {"op": "live_close", "id"} -> {}
+  {"op": "hello", "source", "timeout"}  a plain TCP connection that sends a TLS ClientHello
+     (python's own, through a memory BIO) and reads the first answer
+     -> {"connected", "received_b64", "end": "data"/"eof"/"reset"/"timeout"} or {"error"}
 """
 import base64
 import hashlib
@@ -61,6 +64,44 @@ def do_req(cmd):
         return {"error": "%s: %s" % (type(e).__name__, e)}
     finally:
         conn.close()
+
+
+def client_hello():
+    """The first flight python's TLS client sends: a real ClientHello record."""
+    out = ssl.MemoryBIO()
+    obj = ctx().wrap_bio(ssl.MemoryBIO(), out)
+    try:
+        obj.do_handshake()
+    except ssl.SSLWantReadError:
+        pass
+    return out.read()
+
+
+def do_hello(cmd):
+    s = socket.socket(socket.AF_INET6 if ":" in cmd.get("host", HOST) else socket.AF_INET)
+    s.settimeout(cmd.get("timeout", 3))
+    got = b""
+    res = {"connected": False}
+    try:
+        if cmd.get("source"):
+            s.bind((cmd["source"], 0))
+        s.connect((cmd.get("host", HOST), cmd.get("port", PORT)))
+        res["connected"] = True
+        s.sendall(client_hello())
+        # the first answer tells: bytes (a ServerHello), or the end of the connection
+        chunk = s.recv(65536)
+        got += chunk
+        res["end"] = "data" if chunk else "eof"
+    except socket.timeout:
+        res["end"] = "timeout"
+    except (ConnectionResetError, BrokenPipeError):
+        res["end"] = "reset"
+    except OSError as e:
+        res["error"] = "%s: %s" % (type(e).__name__, e)
+    finally:
+        s.close()
+    res["received_b64"] = base64.b64encode(got).decode()
+    return res
 
 
 def live_reader(st):
@@ -132,7 +173,7 @@ def main():
     global HOST, PORT
     HOST, PORT = sys.argv[1], int(sys.argv[2])
     ops = {"req": do_req, "live_open": live_open, "live_events": live_events,
-           "live_close": live_close}
+           "live_close": live_close, "hello": do_hello}
     print(json.dumps({"ready": True}), flush=True)
     for line in sys.stdin:
         cmd = json.loads(line)

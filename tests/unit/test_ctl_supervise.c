@@ -96,6 +96,31 @@ static uint64_t wait_respawn(uint64_t max_ms)
     }
 }
 
+/* Poll /proc/PID/status until the process ignores SIGTERM (its SigIgn mask), or fail after
+ * max_ms: a shell's trap is in place only once it ran that far. */
+static void wait_ignores_term(pid_t pid, uint64_t max_ms)
+{
+    uint64_t t0 = now_ms();
+    char path[64], line[128];
+
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    for (;;) {
+        unsigned long long ign = 0;
+        FILE *f = fopen(path, "r");
+
+        cr_assert_not_null(f, "%s: %s", path, strerror(errno));
+        while (fgets(line, sizeof(line), f))
+            if (sscanf(line, "SigIgn: %llx", &ign) == 1)
+                break;
+        cr_assert_eq(fclose(f), 0);
+        if (ign & (1ull << (SIGTERM - 1)))
+            return;
+        cr_assert_lt(now_ms() - t0, max_ms, "pid %d does not ignore SIGTERM after %llu ms",
+                     (int)pid, (unsigned long long)max_ms);
+        usleep(5000);
+    }
+}
+
 static void kill9(void)
 {
     struct ctl_sup_info info;
@@ -150,8 +175,9 @@ Test(ctl_supervise, restart_kills_a_worker_that_does_not_answer, .timeout = 30)
     uint64_t ms;
 
     start("trap '' TERM\nwhile :; do sleep 0.05; done");
-    usleep(200000); /* let the shell install its trap */
     ctl_sup_info(sup, &a);
+    /* the trap in place, or a SIGTERM alone would end it and prove nothing */
+    wait_ignores_term(a.pid, 5000);
     cr_assert_eq(ctl_sup_restart(sup), 0);
     ms = wait_respawn(6000);
     cr_assert_lt(ms, 1500, "killed without waiting for a SIGTERM grace (%llu ms)",

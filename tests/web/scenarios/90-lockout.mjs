@@ -1,6 +1,7 @@
 // A wrong password is refused, a second try at once finds the address locked out (with the
-// wait shown), and the right password works once the wait is over. Last of the scenarios: the
-// lockout is per address.
+// wait shown), and the right password works once the wait is over. The lockout is per address:
+// the scenario ends logged in, so the ones after it (b_*, sorted after the numbered ones) are
+// not locked out.
 function check(cond, msg) {
   if (!cond) throw new Error(msg);
 }

@@ -18,8 +18,10 @@ export default async function ({ page, base, shot, login }) {
   const store = await page.locator('[data-test=admin-store]').innerText();
   check(status.store.degraded ? store.startsWith('DEGRADED since') : store.startsWith('ok'), 'admin store', store);
   check((await page.locator('[data-test=status-health]').count()) === 1, 'no health part in the status bar');
-  const cert = await api(page, 'cert', {}, 'GET');
-  if (cert.ok) await page.waitForFunction((f) => document.querySelector('[data-test=admin-cert]').innerText === f, cert.value.fingerprint);
+  // the page is served over controld's TLS: there is always a certificate to show
+  const cert = await mustApi(page, 'cert', {}, 'GET');
+  check(/^([0-9A-F]{2}:){31}[0-9A-F]{2}$/.test(cert.fingerprint), 'cert fingerprint', cert);
+  await page.waitForFunction((f) => document.querySelector('[data-test=admin-cert]').innerText === f, cert.fingerprint);
   await shot('view');
 
   // export: the download is the configuration

@@ -1,6 +1,7 @@
 // Scripts view, live: a file set from the editor on the core scenario's service (moved to the
 // proxy layer for it) blocks real traffic (env.commands.evil, a client in the client namespace
-// sending env.evil); the page shows the function's block and its print in the log as they
+// sending env.evil: reset, and none of its bytes reach the service, which test_web_ui checks
+// on the server's side); the page shows the function's block and its print in the log as they
 // happen, and its blocked counter, without a reload; a regex tried on the capture then finds
 // the connection already blocked, by a script. The service is put back as it was.
 import { check, mustApi, view, toastText } from './b_util.js';
@@ -34,6 +35,11 @@ export default async function ({ page, base, shot, env, login, log }) {
 
     const sent = env.run('evil');
     log('client:', JSON.stringify(sent));
+    // the client was cut off, with nothing back from the service; that none of its bytes
+    // reached the service, test_web_ui checks on the server's side after the scenario
+    const res = sent.find((e) => e.event === 'result');
+    check(res && res.connected && res.end === 'reset' && Buffer.from(res.received || '', 'base64').length === 0,
+      'the blocked client was not reset before any reply', sent);
     const logBlock = page.locator('[data-test=script-log-line]', { hasText: 'evil_marker' }).filter({ hasText: 'block' });
     await logBlock.first().waitFor({ timeout: 15000 });
     await page.locator('[data-test=script-log-line]', { hasText: 'evil seen by the script' }).first().waitFor({ timeout: 15000 });
