@@ -103,6 +103,16 @@ def engine_partial_body_judged_as_it_comes(env):
         check(c.feed(True, chunk).action == "accept", "honest body")
     check(c.glob["seen"] == [(False, b"ab"), (False, b"abcd"), (True, b"abcdef"),
                              ("full", b"abcdef")], "seen %r", c.glob["seen"])
+    # past FGEX_STREAM_MAX_SIZE with FLUSH (the default) the body starts again from the
+    # chunk, as a stream does: every body byte is in the body of a call
+    small = EVIL_FILTER + "FGEX_STREAM_MAX_SIZE = 16\n"
+    body = b"a" * 30 + b"evil1337" + b"zz"
+    chunks = [(True, CL_HEAD % b"40")] + [(True, body[i:i + 10]) for i in range(0, 40, 10)]
+    v = verdicts(e, chunks, small)
+    check([x.action for x in v] == ["accept"] * 4 + ["reject"], "past the limit: %r", v)
+    v = verdicts(e, [(True, CL_HEAD % b"40")] + [(True, b"b" * 10)] * 4 +
+                 [(True, b"GET /next HTTP/1.1\r\nHost: a\r\n\r\n")], small)
+    check([x.action for x in v] == ["accept"] * 6, "an honest body past the limit: %r", v)
 
 
 @test

@@ -134,7 +134,8 @@ class Message:
                  "http_version", "body", "_body_parts", "_body_len", "headers_complete",
                  "message_complete", "total_size", "keep_alive", "should_upgrade",
                  "content_length", "content_encoding", "user_agent", "content_type",
-                 "added_to_history", "_decoded", "stream", "truncated", "fg_size", "ws")
+                 "added_to_history", "_decoded", "stream", "truncated", "fg_size", "ws",
+                 "chunk_mark")
 
     def __init__(self, is_request):
         self.is_request = is_request
@@ -163,6 +164,7 @@ class Message:
         self._decoded = None
         self.stream = b""
         self.truncated = False
+        self.chunk_mark = 0  # _body_parts[chunk_mark:] arrived with the chunk being parsed
 
     def set_head(self, ev, raw_len):
         for name, value in ev.headers.raw_items():
@@ -202,10 +204,18 @@ class Message:
         self.headers_complete = True
         self.total_size += raw_len
 
-    def add_body(self, data, limit):
-        """Returns False when the body went past limit (the bytes beyond are not kept)."""
+    def add_body(self, data, limit, flush=False):
+        """Returns False when the body went past limit: with flush (FullStreamAction.FLUSH)
+        the body starts again from the chunk being parsed, as a stream does, so that every
+        body byte is in the body of a call; otherwise the bytes beyond are not kept."""
         self.total_size += len(data)
         self.fg_size += len(data)
+        if flush and self._body_len + len(data) > limit:
+            self.truncated = True
+            self._body_parts = self._body_parts[self.chunk_mark:] + [bytes(data)]
+            self.chunk_mark = 0
+            self._body_len = sum(len(p) for p in self._body_parts)
+            return False
         room = limit - self._body_len
         if room <= 0:
             self.truncated = True
@@ -275,9 +285,10 @@ class Parser:
     """One direction's parser. feed() returns the messages whose headers or whose end arrived
     with these bytes, as (message, headers_now, complete_now)."""
 
-    def __init__(self, is_request, body_limit):
+    def __init__(self, is_request, body_limit, flush=False):
         self.is_request = is_request
         self.body_limit = body_limit
+        self.flush = flush  # FGEX_FULL_STREAM_ACTION is FLUSH: see Message.add_body
         self.req_methods = []  # response side: methods of the requests seen, oldest first
         self.msg = None
         self.upgraded = False
@@ -340,6 +351,8 @@ class Parser:
 
     def feed(self, data, eof=False):
         out = []
+        if self.msg is not None:
+            self.msg.chunk_mark = len(self.msg._body_parts)
         if self.upgraded:
             if self.msg is not None:
                 self.msg.stream += data
@@ -393,7 +406,7 @@ class Parser:
                 self.msg = m
                 out.append((m, True, False))
             elif isinstance(ev, h11.Data):
-                self.msg.add_body(ev.data, self.body_limit)
+                self.msg.add_body(ev.data, self.body_limit, self.flush)
                 if not out or out[-1][0] is not self.msg:
                     out.append((self.msg, False, False))  # body bytes: the partial body
             elif isinstance(ev, h11.EndOfMessage):

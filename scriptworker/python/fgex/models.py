@@ -435,7 +435,8 @@ class ConnCtx:
     def http_parser(self, is_input):
         i = 0 if is_input else 1
         if self._parsers[i] is None:
-            self._parsers[i] = Parser(is_input, self.stream_max_size)
+            self._parsers[i] = Parser(is_input, self.stream_max_size,
+                                      self.full_stream_action is FullStreamAction.FLUSH)
         return self._parsers[i]
 
     def resp_methods_push(self, method):
