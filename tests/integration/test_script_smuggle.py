@@ -71,6 +71,12 @@ def engine_upgrade_waits_for_the_101(env):
     # a request-only file still learns of the 101: the frames are the stream, not requests
     v = verdicts(e, [(True, UP_WS), (False, WS_101), (True, ws_frame(b"hello evil1337"))])
     check([x.action for x in v] == ["accept"] * 3, "frames after a 101: %r", v)
+    # an honest h2c upgrade: after the 101 the client's preface and frames are the stream
+    h2c_101 = b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n"
+    preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+    v = verdicts(e, [(True, UP_H2C), (False, h2c_101 + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"),
+                     (True, preface)])
+    check([x.action for x in v] == ["accept"] * 3, "h2c after its 101: %r", v)
     # frames after a 200 are no request: the invalid-encoding action (REJECT by default)
     v = verdicts(e, [(True, UP_WS), (False, REPLY), (True, ws_frame(b"hi"))])
     check(v[2].action == "reject" and "start no request" in v[2].detail, "frames after a 200: "

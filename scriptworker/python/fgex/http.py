@@ -93,7 +93,8 @@ class WsDecoder:
 
 
 MAX_CONTENT_LENGTH = (1 << 63) - 1
-_TCHARS = frozenset(b"!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+_TCHARS = frozenset(b"!#$%&'*+-.^_`|~0123456789"
+                    b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")  # RFC 9110 tchar
 _VERSION = b"HTTP/1.1"
 
 
