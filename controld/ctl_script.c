@@ -484,12 +484,17 @@ void ctl_script_reply_free(struct ctl_script_reply *sr)
     free(sr);
 }
 
-/* Which directions a model looks at: 1 client->server, 2 server->client, 3 both. */
+/* Which directions a model looks at: 1 client->server, 2 server->client, 3 both. A request
+ * model reads the server's side too: only its 101 turns the client's bytes from requests into
+ * the new protocol's stream (an Upgrade request the server answers 200 is followed by more
+ * requests, which must not pass unjudged). */
 static uint8_t model_dirs(const char *m)
 {
     if (strncmp(m, "HttpRe", 6) == 0)
-        return strncmp(m, "HttpRequest", 11) == 0 ? 1 : 2;
-    if (strcmp(m, "HttpFullRequest") == 0 || strcmp(m, "TCPInputStream") == 0)
+        return strncmp(m, "HttpRequest", 11) == 0 ? 3 : 2;
+    if (strcmp(m, "HttpFullRequest") == 0)
+        return 3;
+    if (strcmp(m, "TCPInputStream") == 0)
         return 1;
     if (strcmp(m, "HttpFullResponse") == 0 || strcmp(m, "TCPOutputStream") == 0)
         return 2;

@@ -99,8 +99,9 @@ Test(script, record_round_trip_and_payload, .init = setup, .fini = teardown)
     ctl_script_free(got);
     cr_assert_eq(ctl_script_payload(t, sid, &b, &dl, &dirs), 0);
     cr_assert_eq(dl, 250);
-    /* first (active) receives HttpRequest: only client->server bytes go to the script */
-    cr_assert_eq(dirs, 1);
+    /* first (active) receives HttpRequest: both directions go to the script (the server's
+     * 101 is what switches the client's bytes from requests to the upgraded stream) */
+    cr_assert_eq(dirs, 3);
     /* u16 count 1, u16 length 10, "second_one", then the source */
     cr_assert_eq(b.len, 2 + 2 + 10 + sizeof(src) - 1);
     cr_assert_eq(((uint8_t *)b.data)[0], 1);

@@ -92,6 +92,38 @@ class WsDecoder:
         return out
 
 
+MAX_CONTENT_LENGTH = (1 << 63) - 1
+_TCHARS = frozenset(b"!#$%&'*+-.^_`|~0123456789"
+                    b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")  # RFC 9110 tchar
+_VERSION = b"HTTP/1.1"
+
+
+def could_start_request(buf):
+    """Whether buf, the bytes a request parser holds while it waits for a request's head, can
+    still become a request line (`METHOD TARGET HTTP/d.d`): h11 judges a head only once it is
+    whole, and what waits meanwhile would pass the filters unjudged (a WebSocket frame after a
+    200, a body HTTP/1.x does not frame)."""
+    line, nl, _ = buf.partition(b"\n")
+    if nl:
+        line = line[:-1] if line.endswith(b"\r") else line
+    parts = line.split(b" ")
+    if len(parts) > 3 or not all(c in _TCHARS for c in parts[0]) or (nl and len(parts) < 3):
+        return False
+    if parts[0] == b"" and (nl or len(parts) > 1):
+        return False
+    if len(parts) > 1 and any(c <= 0x20 or c == 0x7f for c in parts[1]):
+        return False
+    if len(parts) > 2:
+        v = parts[2]
+        if nl and len(v) != len(_VERSION):
+            return False
+        for i, c in enumerate(v[:len(_VERSION) + 1]):
+            if i >= len(_VERSION) or (chr(c).isdigit() if i in (5, 7) else c == _VERSION[i]) \
+                    is False:
+                return False
+    return True
+
+
 class HttpError(Exception):
     """The bytes are not HTTP/1.x, or break its framing."""
 
@@ -103,7 +135,8 @@ class Message:
                  "http_version", "body", "_body_parts", "_body_len", "headers_complete",
                  "message_complete", "total_size", "keep_alive", "should_upgrade",
                  "content_length", "content_encoding", "user_agent", "content_type",
-                 "added_to_history", "_decoded", "stream", "truncated", "fg_size", "ws")
+                 "added_to_history", "_decoded", "stream", "truncated", "fg_size", "ws",
+                 "chunk_mark")
 
     def __init__(self, is_request):
         self.is_request = is_request
@@ -132,6 +165,7 @@ class Message:
         self._decoded = None
         self.stream = b""
         self.truncated = False
+        self.chunk_mark = 0  # _body_parts[chunk_mark:] arrived with the chunk being parsed
 
     def set_head(self, ev, raw_len):
         for name, value in ev.headers.raw_items():
@@ -171,10 +205,18 @@ class Message:
         self.headers_complete = True
         self.total_size += raw_len
 
-    def add_body(self, data, limit):
-        """Returns False when the body went past limit (the bytes beyond are not kept)."""
+    def add_body(self, data, limit, flush=False):
+        """Returns False when the body went past limit: with flush (FullStreamAction.FLUSH)
+        the body starts again from the chunk being parsed, as a stream does, so that every
+        body byte is in the body of a call; otherwise the bytes beyond are not kept."""
         self.total_size += len(data)
         self.fg_size += len(data)
+        if flush and self._body_len + len(data) > limit:
+            self.truncated = True
+            self._body_parts = self._body_parts[self.chunk_mark:] + [bytes(data)]
+            self.chunk_mark = 0
+            self._body_len = sum(len(p) for p in self._body_parts)
+            return False
         room = limit - self._body_len
         if room <= 0:
             self.truncated = True
@@ -186,9 +228,17 @@ class Message:
         self._body_len += len(data)
         return not self.truncated
 
+    def partial_body(self):
+        """body as far as it arrived, for the call on a chunk that carries some of it: no
+        body byte is forwarded before a filter that reads bodies saw it."""
+        self.body = b"".join(self._body_parts)
+        self._body_parts = [self.body]
+        self._decoded = None
+
     def finish(self):
         self.body = b"".join(self._body_parts)
         self._body_parts = []
+        self._decoded = None
         self.message_complete = True
 
     def upgrading_to(self, proto):
@@ -236,15 +286,20 @@ class Parser:
     """One direction's parser. feed() returns the messages whose headers or whose end arrived
     with these bytes, as (message, headers_now, complete_now)."""
 
-    def __init__(self, is_request, body_limit):
+    def __init__(self, is_request, body_limit, flush=False):
         self.is_request = is_request
         self.body_limit = body_limit
+        self.flush = flush  # FGEX_FULL_STREAM_ACTION is FLUSH: see Message.add_body
         self.req_methods = []  # response side: methods of the requests seen, oldest first
         self.msg = None
         self.upgraded = False
         self.conn = None
         self.head_len = 0
         self.ws_deflate = None  # what the handshake agreed on (the connection's models set it)
+        # request side: the last request that proposed an upgrade; until the server's 101
+        # confirms it (confirm_upgrade) what follows is parsed as requests
+        self.proposed = None
+        self.closing = None  # request side: why no request may follow (HTTP/1.0, close)
 
     def _new_conn(self, pending):
         # made when the message's first byte is there, so that a response parser knows the
@@ -267,6 +322,20 @@ class Parser:
         if pending:
             self.conn.receive_data(pending)
 
+    def confirm_upgrade(self):
+        """Request side: the server answered 101. The client's bytes from now on, and those
+        not yet placed in a request, are the new protocol's: the proposing request's stream
+        (its WebSocket frames, when it asked for one)."""
+        if self.upgraded:
+            return
+        m = self.proposed or self.msg or Message(True)
+        self.msg = m
+        self.upgraded = True
+        if self.conn is not None:
+            m.stream = bytes(self.conn.trailing_data[0])
+            self.conn = None
+            self._ws(m.stream)
+
     def _ws(self, data):
         """Bytes after the upgrade: into the message's stream (and its WebSocket frames, when
         it was a WebSocket upgrade). Returns the event that calls HttpRequest / HttpResponse
@@ -283,6 +352,8 @@ class Parser:
 
     def feed(self, data, eof=False):
         out = []
+        if self.msg is not None:
+            self.msg.chunk_mark = len(self.msg._body_parts)
         if self.upgraded:
             if self.msg is not None:
                 self.msg.stream += data
@@ -290,6 +361,9 @@ class Parser:
         if self.conn is None:
             if not data:
                 return out
+            if self.closing is not None:
+                raise HttpError("bytes after a request that ends the connection (%s): no "
+                                "request can hold them" % self.closing)
             self._new_conn(data)
         elif data:
             self.conn.receive_data(data)
@@ -302,7 +376,8 @@ class Parser:
             except h11.RemoteProtocolError as e:
                 raise HttpError(str(e)) from None
             if ev is h11.NEED_DATA or ev is h11.PAUSED or isinstance(ev, h11.ConnectionClosed):
-                if ev is h11.PAUSED and self.msg is not None and self.msg.should_upgrade:
+                if ev is h11.PAUSED and not self.is_request and self.msg is not None and \
+                        self.msg.should_upgrade:
                     self.upgraded = True
                     self.msg.stream = bytes(self.conn.trailing_data[0])
                     out += self._ws(self.msg.stream)
@@ -325,10 +400,16 @@ class Parser:
                 m = Message(self.is_request)
                 # the head's size: what was fed minus what h11 still buffers
                 m.set_head(ev, max(0, self.head_len - len(self.conn.trailing_data[0])))
+                if m.content_length is not None and m.content_length > MAX_CONTENT_LENGTH:
+                    # past what any server's integer holds: each reads its own number of
+                    # body bytes out of it (or none), so no request can be placed after it
+                    raise HttpError("Content-Length %d past 2^63 - 1" % m.content_length)
                 self.msg = m
                 out.append((m, True, False))
             elif isinstance(ev, h11.Data):
-                self.msg.add_body(ev.data, self.body_limit)
+                self.msg.add_body(ev.data, self.body_limit, self.flush)
+                if not out or out[-1][0] is not self.msg:
+                    out.append((self.msg, False, False))  # body bytes: the partial body
             elif isinstance(ev, h11.EndOfMessage):
                 m = self.msg
                 m.finish()
@@ -337,14 +418,27 @@ class Parser:
                 else:
                     out.append((m, False, True))
                 pending = bytes(self.conn.trailing_data[0])
-                if m.should_upgrade and self.is_request:
-                    # h11 pauses after an Upgrade request: what follows is the new protocol
-                    self.upgraded = True
-                    m.stream = pending
-                    self._ws(pending)  # the request's end is this chunk's event
-                    break
+                if self.is_request:
+                    if m.should_upgrade:
+                        # h11 pauses after an Upgrade request; fgex does not take it as a
+                        # switch: the server may answer 200 and read what follows as
+                        # requests, so it is parsed as requests until the 101 comes
+                        self.proposed = m
+                    elif not m.keep_alive:
+                        self.closing = "HTTP/%s%s" % (m.http_version, ", Connection: close"
+                                                       if m.http_version == "1.1" else "")
+                        if pending:
+                            raise HttpError("bytes after a request that ends the connection "
+                                            "(%s): no request can hold them" % self.closing)
                 self.conn = None
                 if not pending:
                     break
                 self._new_conn(pending)
+        if self.is_request and self.conn is not None and self.msg is None and \
+                not could_start_request(bytes(self.conn.trailing_data[0][:8192])):
+            raise HttpError("bytes that start no request: %r" % bytes(
+                self.conn.trailing_data[0][:40]))
+        for m, _, done in out:
+            if not done and m._body_parts:
+                m.partial_body()
         return out

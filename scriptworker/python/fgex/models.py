@@ -187,9 +187,11 @@ class HttpHistory:
 HttpStreamHistory = HttpHistory
 
 
-def _http_events(ctx):
+def _http_events(ctx, quiet=False):
     """Parse this chunk once, whichever HTTP models ask: [(message, headers_now, complete_now,
-    history snapshot)]."""
+    history snapshot)]. quiet: a request model's look at a server chunk (only to learn of a
+    101): bytes that are not HTTP stop the response parser without a verdict, which a
+    response model asking for the same chunk still gives."""
     evs = ctx.call_mem.get("http")
     if evs is not None:
         return evs
@@ -198,8 +200,17 @@ def _http_events(ctx):
     inp = ctx.pkt.is_input
     p = ctx.http_parser(inp)
     try:
+        e = ctx.call_mem.get("http_err")
+        if e is not None:
+            raise e
+        if not inp and ctx.resp_broken:
+            raise NotReady()
         got = p.feed(ctx.pkt.data)
     except HttpError as e:
+        if quiet:
+            ctx.call_mem["http_err"] = e
+            ctx.resp_broken = True
+            raise NotReady() from None
         ctx.http_broken = True
         a = ctx.invalid_encoding_action
         if a in (ExceptionAction.REJECT, Action.REJECT):
@@ -212,6 +223,9 @@ def _http_events(ctx):
     if not inp and p.ws_deflate is not None:
         # the client's frames are compressed as the server's 101 agreed
         ctx.http_parser(True).ws_deflate = p.ws_deflate
+    if not inp and p.upgraded:
+        # only the server's 101 switches the client's side to the new protocol
+        ctx.http_parser(True).confirm_upgrade()
     evs = []
     for m, head, done in got:
         if inp and head and not done:
@@ -219,8 +233,8 @@ def _http_events(ctx):
         if inp and head and m.method is not None:
             ctx.resp_methods_push((m.method, m.lheaders.get("upgrade") if m.should_upgrade
                                    else None))
-        if done and m.truncated:
-            _full(ctx, "a body")
+        if m.truncated and not (m.message_complete and not done):
+            _full(ctx, "a body")  # at its end, and at each chunk of it past the limit
         snap = HttpHistory(ctx.hist_req, ctx.hist_resp)
         evs.append((m, head, done, snap))
         if done and not m.added_to_history:
@@ -277,6 +291,8 @@ class _HttpBase:
     @classmethod
     def _fetch(cls, ctx):
         if ctx.pkt.is_input != cls._request:
+            if cls._request and not ctx.pkt.is_input:
+                _http_events(ctx, quiet=True)  # a 101 switches the requests' side
             raise NotReady()
         out = [cls(m, snap) for m, head, done, snap in _http_events(ctx) if cls._want(head, done)]
         if not out:
@@ -412,13 +428,15 @@ class ConnCtx:
         self.out_buf = bytearray()
         self._parsers = [None, None]
         self.http_broken = False
+        self.resp_broken = False  # the server's bytes stopped parsing (see _http_events)
         self.pkt = None
         self.call_mem = {}
 
     def http_parser(self, is_input):
         i = 0 if is_input else 1
         if self._parsers[i] is None:
-            self._parsers[i] = Parser(is_input, self.stream_max_size)
+            self._parsers[i] = Parser(is_input, self.stream_max_size,
+                                      self.full_stream_action is FullStreamAction.FLUSH)
         return self._parsers[i]
 
     def resp_methods_push(self, method):
