@@ -282,6 +282,13 @@ static void on_readable(evutil_socket_t fd, short what, void *arg)
         return;
     }
     touch(c);
+    if (n == 0 && side == 1 && c->h2on && c->h1up) {
+        /* an HTTP/1.1 service's end: what it answered still reaches the client (px_h2.c) */
+        c->eof[1] = true;
+        event_del(c->s[1].rev);
+        (void)px_h2_upstream_eof(c);
+        return;
+    }
     if (n == 0 && c->h2 != NULL) {
         /* HTTP/2 has no half-close: either side's end is the connection's */
         px_relay_close(c, false);
