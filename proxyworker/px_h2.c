@@ -182,6 +182,7 @@ static bool fields_has(const struct px_h2_fields *f, const char *name)
 /* ---- streams ---- */
 
 static void h1_unlink(struct px_h1up *u, struct px_h2_stream *st);
+static bool h1_needs_client(const struct px_h2 *h);
 static void h1_drop(struct px_conn *c, struct px_h2_stream *st);
 static int h1_request(struct px_conn *c, struct px_h2_stream *st, const struct px_h2_fields *fl,
                       bool end);
@@ -519,7 +520,18 @@ static int body_in(struct px_conn *c, struct px_h2_stream *st, int side, const u
         st->qh[to] = k;
     st->qt[to] = k;
     h->queued[to] += len;
-    if (h->queued[to] > PX_H2_QUEUE_MAX && !h->paused[side]) {
+    if (h->queued[to] > PX_H2_QUEUE_MAX && side == 0 && h1_needs_client(h)) {
+        /* The request being written needs more of the client's body: not reading the client
+         * would stall it. A stream waiting its turn that brings more is refused instead (the
+         * client may send it again), which bounds what waits. */
+        if (st != h->h1->qh) {
+            (void)nghttp2_submit_rst_stream(h->sess[0], NGHTTP2_FLAG_NONE, st->id[0],
+                                            NGHTTP2_REFUSED_STREAM);
+            st->blocked = true;
+            h1_drop(c, st);
+            queue_drop(h, st, 1);
+        }
+    } else if (h->queued[to] > PX_H2_QUEUE_MAX && !h->paused[side]) {
         h->paused[side] = true;
         event_del(c->s[side].rev);
     }
@@ -691,6 +703,14 @@ static int h1_request(struct px_conn *c, struct px_h2_stream *st, const struct p
     return 0;
 }
 
+/* The request being written waits for more of its body from the client. */
+static bool h1_needs_client(const struct px_h2 *h)
+{
+    const struct px_h2_stream *st = h->h1 != NULL ? h->h1->qh : NULL;
+
+    return st != NULL && !h->h1->req_done && st->qh[1] == NULL && !st->eof[0];
+}
+
 /* Frames what the request at the head of the line has to send next into u->out. */
 static void h1_pump(struct px_conn *c)
 {
@@ -728,6 +748,13 @@ static void h1_pump(struct px_conn *c)
         free(k);
     }
     resume_from(c, 1);
+    /* what waits behind it must not keep the client unread while it needs the client */
+    if (h->paused[0] && h1_needs_client(h)) {
+        h->paused[0] = false;
+        event_add(c->s[0].rev, NULL);
+        if (c->tls != NULL && px_tls_side(c, 0))
+            event_active(c->s[0].rev, EV_READ, 0);
+    }
     if (st->qh[1] != NULL || !st->eof[0])
         return;
     if (st->h1chunked) {

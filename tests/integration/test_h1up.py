@@ -247,6 +247,42 @@ def bulk_both_ways(env):
 
 
 @test
+def two_large_uploads_on_one_connection_do_not_stall(env):
+    """The second upload waits its turn while the first is written; the first needs the client
+    read all along: the waiting one is refused (REFUSED_STREAM) once too much of it waits,
+    rather than the client left unread (a stall). What completes is whole."""
+    h2c_port = env.port()
+    http1_service(env, "l-h2c", h2c_port, filters=False)
+    log, p = h1_service(env, h2c_port)
+    up = os.path.join(env.tmp, "up2.bin")
+    with open(up, "wb") as f:
+        f.write(BIG)
+    try:
+        base = "http://%s:%d" % (SRV4, h2c_port)
+        t0 = time.monotonic()
+        argv = ["ip", "netns", "exec", env.cli, "nghttp", "-nv", "-t", "20", "-d", up,
+                base + "/post", base + "/post?2"]
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        out = r.stdout + r.stderr
+        took = time.monotonic() - t0
+        ids = stream_ids(out)
+        check(set(ids) == {"/post", "/post?2"}, "nghttp sent %r: %s", ids, out[-1500:])
+        check(took < 15, "the uploads stalled (%.1f s): %s", took, out[-1500:])
+        check("recv (stream_id=%d) :status: 200" % ids["/post"] in out,
+              "the first upload did not complete: %s", out[-2000:])
+        second_ok = "recv (stream_id=%d) :status: 200" % ids["/post?2"] in out
+        second_refused = re.search(r"recv RST_STREAM frame <[^>]*stream_id=%d>\s*"
+                                   r"\(error_code=REFUSED_STREAM" % ids["/post?2"], out)
+        check(second_ok or second_refused, "the second upload neither completed nor was "
+              "refused: %s", out[-2000:])
+        whole = [q for q in seen(log) if q["len"] == len(BIG) and
+                 q["sha"] == hashlib.sha256(BIG).hexdigest()]
+        check(len(whole) == (2 if second_ok else 1), "the service got %r", seen(log))
+    finally:
+        stop(p)
+
+
+@test
 def upstream_http1_is_shown_kept_and_checked(env):
     port = env.port()
     r = env.ctl_raw("service", "add", "t-tcp", "--proto", "tcp", "--port", port, "--layer",
