@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -244,6 +245,56 @@ def bulk_both_ways(env):
                       "upload %s %r: rc %d %r", base, framing, r.returncode, r.stdout[-200:])
     finally:
         stop(p)
+
+
+@test
+def tls_both_ways_to_an_http11_tls_service(env):
+    """--upstream http1 on a TLS service (upstream TLS): nginx-light, TLS without http2, is
+    offered ALPN http/1.1 alone and sent HTTP/1.1; the client gets h2 from the proxy."""
+    if shutil.which("nginx") is None:
+        raise AssertionError("nginx is not installed (deploy/install-deps.sh test)")
+    port = env.port()
+    c = certs(env)
+    env.service("n-tls", "http", port, ("--layer", "proxy", "--tls-cert", c["proxy"][0],
+                                        "--tls-key", c["proxy"][1], "--upstream", "tls,http1"))
+    env.filter("n-tls", LINE_REGEX, dir="c2s")
+    d = os.path.join(env.tmp, "nginx-h1-%d" % port)
+    os.makedirs(d, exist_ok=True)
+    conf = os.path.join(d, "nginx.conf")
+    with open(conf, "w") as f:
+        f.write("""daemon off; worker_processes 1; pid %(d)s/nginx.pid; error_log %(d)s/error.log;
+events { worker_connections 64; }
+http {
+  log_format t '$server_protocol|$request_uri|$ssl_protocol';
+  access_log %(d)s/access.log t;
+  client_body_temp_path %(d)s; proxy_temp_path %(d)s; fastcgi_temp_path %(d)s;
+  uwsgi_temp_path %(d)s; scgi_temp_path %(d)s;
+  server { listen %(ip)s:%(port)d ssl; ssl_certificate %(cert)s; ssl_certificate_key %(key)s;
+           location / { return 200 "hello from nginx h1\\n"; } }
+}
+""" % {"d": d, "ip": SRV4, "port": port, "cert": c["service"][0], "key": c["service"][1]})
+    p = subprocess.Popen(["ip", "netns", "exec", env.srv, "nginx", "-c", conf, "-p", d],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        check(it.wait_until(lambda: subprocess.run(
+            ["ip", "netns", "exec", env.srv, "ss", "-Htln", "sport = :%d" % port],
+            capture_output=True, text=True).stdout.strip() != "", timeout=5),
+            "nginx did not start")
+        base = "https://%s:%d" % (SRV4, port)
+        for _ in range(2):
+            rc, out = curl(env, base + "/x", "--http2")
+            check(rc == 0 and out == b"hello from nginx h1\n\n2", "h2 to nginx h1: rc %d %r",
+                  rc, out)
+        rc, out = curl(env, base + "/evil1337", "--http2")
+        check(rc != 0 and b"hello" not in out, "the evil request passed: %r", out)
+        time.sleep(0.3)
+        with open(os.path.join(d, "access.log")) as f:
+            lines = [ln.strip().split("|") for ln in f if ln.strip()]
+        check([ln[:2] for ln in lines] == [["HTTP/1.1", "/x"]] * 2 and
+              all(ln[2].startswith("TLS") for ln in lines), "nginx log %r", lines)
+    finally:
+        p.terminate()
+        p.wait(5)
 
 
 @test
