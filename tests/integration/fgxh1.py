@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """An HTTP/1.1-only service for test_h1up (python's http.server, keep-alive): fgxh1.py LOG
-PORT... Each request is one JSON line in LOG: what the service saw (its request line's version,
+PORT[:1.0]... (:1.0: that port answers HTTP/1.0 and closes after each answer). Each request is one JSON line in LOG: what the service saw (its request line's version,
 Host, Content-Length, Transfer-Encoding, the body's length and sha256). It speaks no HTTP/2: a
 client preface is a bad request line.
   /           "hello from h1"
@@ -86,7 +86,13 @@ class S(http.server.ThreadingHTTPServer):
     daemon_threads = True
 
 
-servers = [S(("0.0.0.0", int(p)), H) for p in sys.argv[2:]]
+class H10(H):
+    """PORT:1.0: an HTTP/1.0 service, which closes the connection after each answer."""
+    protocol_version = "HTTP/1.0"
+
+
+servers = [S(("0.0.0.0", int(p.split(":")[0])), H10 if p.endswith(":1.0") else H)
+           for p in sys.argv[2:]]
 for s in servers[1:]:
     threading.Thread(target=s.serve_forever, daemon=True).start()
 print("ready", flush=True)
