@@ -353,6 +353,9 @@ void px_h2_conn_free(struct px_conn *c);
 /* Toward an HTTP/1.1 service (c->h1up, HTTP/2 running): the service closed its connection.
  * false: c is closed. */
 bool px_h2_upstream_eof(struct px_conn *c);
+/* The same (px_relay.c): the service's connection replaced by a new one (the old closed). 0:
+ * connected or connecting (px_h2_flush() once it is); -errno: none (the old fd still held). */
+int px_relay_reopen(struct px_conn *c);
 
 /* ---- px_script.c ---- */
 int px_script_thread_init(struct px_thread *t, const char *url);

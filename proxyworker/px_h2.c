@@ -23,8 +23,9 @@
  * (Debian's libhttp-parser) and submitted on their stream as HTTP/2 responses, minus the
  * hop-by-hop fields, chunked trailers as HTTP/2 trailers. When that connection ends (the
  * service closed it, or a request blocked halfway through its body leaves it unusable), the
- * streams not answered are refused (REFUSED_STREAM: a client may retry them) and a GOAWAY ends
- * the client's connection once what was answered is sent. */
+ * next request goes on a new one (plaintext services); when none can be had, the streams not
+ * answered are refused (REFUSED_STREAM: a client may retry them) and a GOAWAY ends the
+ * client's connection once what was answered is sent. */
 #include "px.h"
 
 #include <errno.h>
@@ -43,6 +44,7 @@
 #define PX_H2_HDR_MAX (64u << 10)  /* one header block, names and values */
 #define PX_H2_STREAMS 100          /* concurrent streams a client may open */
 #define PX_H1_PUMP (64u << 10)     /* request bytes framed toward an HTTP/1.1 service at once */
+#define PX_H1_REOPENS 3            /* new connections to it in a row without an answer */
 
 static const uint8_t preface[PX_H2_PREFACE_LEN] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
@@ -82,6 +84,7 @@ struct px_h2_stream {
     size_t h1req_len;
     struct px_h2_stream *h1next;
     bool h1q, h1chunked, h1head;
+    bool h1again; /* GET or HEAD without body: may be sent again if no answer began */
 };
 
 /* The one connection to an HTTP/1.1 service (c->h1up): the line of requests (head: the one
@@ -89,10 +92,13 @@ struct px_h2_stream {
 struct px_h1up {
     struct px_h2_stream *qh, *qt;
     bool head_sent, req_done; /* of qh's request */
-    bool dead;                /* no more requests: refuse the rest (h1_end()) */
-    bool ended;               /* h1_end() ran */
+    bool dead;                /* no more requests on this connection (h1_end()) */
+    bool ended;               /* h1_end() ran: no more at all */
+    bool down;                /* the connection closed: a new one for the next request */
+    unsigned reopens;         /* new connections since the last answer */
     http_parser p;
     bool in_value, in_trailers;
+    bool answering; /* a byte of qh's answer came */
     uint8_t *hn, *hv; /* the header field arriving (http-parser may hand it in pieces) */
     size_t hnl, hvl, hncap, hvcap;
     uint8_t *out; /* framed request bytes to write */
@@ -674,8 +680,12 @@ static int h1_request(struct px_conn *c, struct px_h2_stream *st, const struct p
             continue;
         if (nl == 14 && memcmp(nm, "content-length", 14) == 0)
             has_cl = true;
-        if (nl == 7 && memcmp(nm, ":method", 7) == 0)
-            st->h1head = fl->f[i].vl == 4 && memcmp(fl->arena + fl->f[i].vo, "HEAD", 4) == 0;
+        if (nl == 7 && memcmp(nm, ":method", 7) == 0) {
+            const uint8_t *v = fl->arena + fl->f[i].vo;
+
+            st->h1head = fl->f[i].vl == 4 && memcmp(v, "HEAD", 4) == 0;
+            st->h1again = end && (st->h1head || (fl->f[i].vl == 3 && memcmp(v, "GET", 3) == 0));
+        }
         h[n++] = (struct px_h2_hdr){nm, fl->arena + fl->f[i].vo, nl, fl->f[i].vl};
     }
     /* No length and a body to come: chunked, as an HTTP/1.1 client without one sends it. */
@@ -726,9 +736,13 @@ static void h1_pump(struct px_conn *c)
             u->dead = true;
             return;
         }
-        free(st->h1req);
-        st->h1req = NULL;
+        /* kept while it may be sent again (h1_down()) */
+        if (!st->h1again) {
+            free(st->h1req);
+            st->h1req = NULL;
+        }
         u->head_sent = true;
+        u->answering = false;
     }
     while (st->qh[1] != NULL && u->out_len < PX_H1_PUMP) {
         struct px_h2_chunk *k = st->qh[1];
@@ -783,6 +797,37 @@ static void h1_pump(struct px_conn *c)
 /* The connection to the service is over or unusable: the streams not answered are refused (or
  * reset, one answered halfway) and the client is told no more (GOAWAY); what was answered is
  * still sent, then the connection ends (px_h2_flush()). */
+/* The same, when a new connection can take the next requests (plaintext to the service, not
+ * too many new ones in a row): the one written or answered is reset if it was not answered
+ * whole (it may have had its effect: never sent twice), the others wait for the new one. */
+static void h1_down(struct px_conn *c)
+{
+    struct px_h2 *h = c->h2;
+    struct px_h1up *u = h->h1;
+    struct px_h2_stream *st = u->qh;
+
+    /* A GET or HEAD the service closed on before a byte of answer (a keep-alive connection it
+     * closed meanwhile, as servers do when idle) is sent again on the new connection. */
+    if (st != NULL && u->head_sent && !u->answering && st->h1again && !st->blocked &&
+        st->h1req != NULL)
+        u->head_sent = u->req_done = false;
+    if (st != NULL && u->head_sent) {
+        if (!st->blocked && !st->closed[0])
+            (void)nghttp2_submit_rst_stream(h->sess[0], NGHTTP2_FLAG_NONE, st->id[0],
+                                            NGHTTP2_INTERNAL_ERROR);
+        h1_unlink(u, st);
+        st->closed[1] = true;
+        queue_drop(h, st, 0);
+        stream_maybe_free(c, st);
+    }
+    http_parser_init(&u->p, HTTP_RESPONSE);
+    u->p.data = c;
+    u->head_sent = u->req_done = u->dead = false;
+    u->out_len = 0;
+    u->down = true;
+    event_del(c->s[1].rev);
+}
+
 static void h1_end(struct px_conn *c, const char *why)
 {
     static __thread unsigned long long last_log;
@@ -792,6 +837,10 @@ static void h1_end(struct px_conn *c, const char *why)
 
     if (u->ended)
         return;
+    if (!(c->tls != NULL && px_tls_side(c, 1)) && u->reopens < PX_H1_REOPENS) {
+        h1_down(c);
+        return;
+    }
     u->ended = u->dead = true;
     while (u->qh != NULL) {
         struct px_h2_stream *st = u->qh;
@@ -855,6 +904,7 @@ static int h1_on_begin(http_parser *p)
     /* an answer to no request written: the service is out of step */
     if (st == NULL || !u->head_sent)
         return -1;
+    u->answering = true;
     st->hf[1].used = st->hf[1].n = 0;
     u->hnl = u->hvl = 0;
     u->in_value = u->in_trailers = false;
@@ -946,6 +996,7 @@ static int h1_on_complete(http_parser *p)
             (void)nghttp2_session_resume_data(h->sess[0], st->id[0]);
     }
     /* Answered: the next request may go (unless the service said it closes). */
+    u->reopens = 0;
     if (!http_should_keep_alive(p))
         u->dead = true;
     h1_unlink(u, st);
@@ -1064,7 +1115,18 @@ static bool h1_flush(struct px_conn *c)
     struct px_h1up *u = c->h2->h1;
     struct px_side *s = &c->s[1];
 
-    while (s->pend == NULL && !u->ended) {
+    if (u->dead && !u->ended)
+        h1_end(c, "is closing");
+    /* a request waits and the connection closed: a new one */
+    if (u->down && u->qh != NULL && !u->ended) {
+        u->down = false;
+        u->reopens++;
+        if (px_relay_reopen(c) != 0) {
+            u->reopens = PX_H1_REOPENS;
+            h1_end(c, "could not be opened again");
+        }
+    }
+    while (s->pend == NULL && !u->ended && !u->down && c->connected) {
         ssize_t w;
 
         h1_pump(c);
@@ -1232,8 +1294,9 @@ bool px_h2_upstream_eof(struct px_conn *c)
     struct px_h1up *u = c->h2->h1;
 
     /* an answer that ends with the connection (no length, not chunked) is complete now */
-    if (!u->ended)
+    if (!u->ended && !u->down)
         (void)http_parser_execute(&u->p, &h1_settings, NULL, 0);
-    h1_end(c, "was closed by the service");
+    if (!u->down)
+        h1_end(c, "was closed by the service");
     return px_h2_flush(c);
 }
