@@ -354,6 +354,23 @@ def a_service_that_closes_after_each_answer(env):
               "a stream reset or the connection ended: %s", out[-2000:])
         check(sorted(q["path"] for q in seen(log)) == ["/a", "/b", "/c", "/chunked"],
               "the service got %r", seen(log))
+        # a POST written when the service closes without a byte of answer (after a chunked
+        # answer, which does not say it closes) is reset, never sent twice
+        body = os.path.join(env.tmp, "small.bin")
+        with open(body, "wb") as f:
+            f.write(b"x=1")
+        r = subprocess.run(["ip", "netns", "exec", env.cli, "nghttp", "-nv", "-t", "5", "-d",
+                            body, base + "/chunked", base + "/post"], capture_output=True,
+                           text=True, timeout=20)
+        out = r.stdout + r.stderr
+        ids = stream_ids(out)
+        check("recv (stream_id=%d) :status: 200" % ids["/chunked"] in out, "/chunked: %s",
+              out[-2000:])
+        check(re.search(r"recv RST_STREAM frame <[^>]*stream_id=%d>\s*"
+                        r"\(error_code=INTERNAL_ERROR" % ids["/post"], out),
+              "the POST in flight was not reset: %s", out[-2000:])
+        check([q["path"] for q in seen(log)].count("/post") <= 1, "the POST was sent twice: %r",
+              seen(log))
     finally:
         stop(p)
 
