@@ -179,6 +179,8 @@ void ctl_diff_service(const struct ctl_service *a, const struct ctl_service *b, 
             b->midstream == FGX_MIDSTREAM_SCAN ? "midstream scan" : "midstream reset");
     if (a->http != b->http)
         say(buf, len, &at, b->http ? "proto http" : "proto tcp");
+    if (a->upstream_http1 != b->upstream_http1)
+        say(buf, len, &at, b->upstream_http1 ? "upstream http1" : "upstream h2");
 }
 
 static void label_words(const char *l, char *buf, size_t len)

@@ -178,6 +178,7 @@ int ctl_ruleset_build(struct ctl_txn *t, struct ctl_ruleset *out, char *err, siz
             d->tls_upstream_plain = s->upstream_plain;
         }
         d->http = proxy && s->http;
+        d->http_upstream_http1 = d->http && s->upstream_http1;
         if (!s->capture_off) {
             d->capture_conns = s->capture_conns ? s->capture_conns : FGX_CAP_CONNS_DEFAULT;
             d->capture_bytes = s->capture_bytes ? s->capture_bytes : FGX_CAP_BYTES_DEFAULT;

@@ -50,6 +50,9 @@ struct ctl_service {
     /* The HTTP service kind (--proto http; proxy layer, TCP): HTTP/2 terminated by the proxy,
      * each stream filtered as HTTP/1.1 (issue 26). */
     bool http;
+    /* ... toward a service that speaks HTTP/1.1 only (--upstream http1): each stream sent
+     * to it as an HTTP/1.1 request (proxyworker/px_h2.c). */
+    bool upstream_http1;
     /* Capture (fgx/capture.h): on unless capture_off; 0 bounds: the defaults. */
     bool capture_off;
     uint32_t capture_conns, capture_bytes;

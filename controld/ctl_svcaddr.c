@@ -57,6 +57,8 @@ int ctl_svcmsg_fill(struct ctl_svcmsg *st, const struct ctl_service *s, Fgx__Ctl
     m->addrs = st->ptrs;
     m->has_http = s->http;
     m->http = s->http;
+    m->has_upstream_http1 = s->http && s->upstream_http1;
+    m->upstream_http1 = s->http && s->upstream_http1;
     m->to = NULL;
     if (s->layer == CTL_LAYER_EXTERNAL) {
         if (fgx_svcaddr_format(&s->ext_to, st->to, sizeof(st->to)) < 0)
@@ -93,6 +95,7 @@ int ctl_svcmsg_parse(const Fgx__Ctl__Service *m, struct ctl_service *out, char *
     }
     out->port = (uint16_t)m->port;
     out->http = m->has_http && m->http;
+    out->upstream_http1 = out->http && m->has_upstream_http1 && m->upstream_http1;
     if (fgx_cidr_parse(m->ip, &out->addr) < 0) {
         err_set(err, errlen, "service %s: invalid address \"%s\"", name, m->ip ? m->ip : "");
         return -EINVAL;

@@ -139,6 +139,12 @@ static int service_upstream(struct ctl_rpc *r, struct ctl_service *svc, bool has
 /* The HTTP kind lives in the proxy: only it terminates HTTP/2 (and TLS). */
 static int service_http_check(struct ctl_rpc *r, const struct ctl_service *svc)
 {
+    if (svc->upstream_http1 && !svc->http) {
+        ctl_rpc_fail(r, FGX__CTL__CODE__CODE_INVALID,
+                     "service %s: --upstream http1 is for HTTP services (--proto http)",
+                     svc->name);
+        return -EINVAL;
+    }
     if (!svc->http || (svc->layer == CTL_LAYER_PROXY && svc->ipproto == IPPROTO_TCP))
         return 0;
     ctl_rpc_fail(r, FGX__CTL__CODE__CODE_INVALID,
@@ -218,6 +224,7 @@ static void do_service_add(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
     if (service_upstream(r, &svc, a->has_upstream, a->upstream) < 0)
         goto out;
     svc.http = a->has_http && a->http;
+    svc.upstream_http1 = a->has_upstream_http1 && a->upstream_http1;
     if (service_http_check(r, &svc) < 0)
         goto out;
     service_http_hint(r, &svc);
@@ -483,6 +490,10 @@ static void do_service_set(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
     }
     if (a->has_http)
         svc.http = a->http;
+    if (a->has_upstream_http1)
+        svc.upstream_http1 = a->upstream_http1;
+    else if (!svc.http)
+        svc.upstream_http1 = false; /* --proto tcp: the kind and its upstream go */
     if (service_http_check(r, &svc) < 0)
         goto out;
     if (pem.cert != NULL && service_tls_store(r, t, &svc, &pem) < 0)

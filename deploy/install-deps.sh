@@ -10,7 +10,8 @@ set -euo pipefail
 # Building: the compiler, the code generator, the libraries' headers (libpcap: fgexctl capture
 # writes pcap files with it), scdoc for the man pages, libmicrohttpd for controld's HTTP
 # listeners (the web dashboard over HTTPS with GnuTLS, --metrics-listen), libnghttp2 for the
-# proxy's HTTP service kind (HTTP/2 and h2c terminated, proxyworker/px_h2.c).
+# proxy's HTTP service kind (HTTP/2 and h2c terminated, proxyworker/px_h2.c), libhttp-parser for
+# its HTTP/1.1-only services (--upstream http1: their answers parsed, px_h2.c).
 build=(
   build-essential pkg-config
   protobuf-c-compiler libprotobuf-c-dev
@@ -19,7 +20,7 @@ build=(
   libmbedtls-dev libcrypt-dev libjansson-dev libssl-dev libpcap-dev
   libmicrohttpd-dev
   libseccomp-dev libcap-ng-dev
-  libnghttp2-dev
+  libnghttp2-dev libhttp-parser-dev
   scdoc
 )
 # Running: nft to read fgex's rules (iptables provides libxt_NFQUEUE.so, through which nft prints
@@ -29,7 +30,7 @@ build=(
 # brotli decodes br bodies, dpkt reads the captures `fgexctl script test` runs a file over,
 # websockets parses the frames (and permessage-deflate) of ws_stream.
 run=(nftables iptables iproute2 man-db python3 python3-h11 python3-brotli python3-dpkt
-  python3-websockets libmicrohttpd12 libseccomp2 libcap-ng0 libnghttp2-14 passwd)
+  python3-websockets libmicrohttpd12 libseccomp2 libcap-ng0 libnghttp2-14 libhttp-parser2.9 passwd)
 # Testing: Criterion, python3 with scapy for crafted packets, openssl for test_remote's
 # certificates, procps, and systemd-analyze for the unit file test (with dbus-daemon, the
 # session bus of the systemd user manager test_unit_systemd runs the unit in); for test_tls: curl (HTTP/1.1

@@ -134,6 +134,12 @@ static json_t *write_service(const Fgx__Ctl__Config *cfg, const Fgx__Ctl__Servic
         s->fail_open, "midstream",
         s->has_midstream && s->midstream == FGX__CTL__MIDSTREAM__MIDSTREAM_SCAN ? "scan" : "reset",
         "filters", fs);
+    /* An HTTP service toward an HTTP/1.1-only one; absent: what the client spoke. */
+    if (o && s->has_upstream_http1 && s->upstream_http1 &&
+        json_object_set_new(o, "upstream_http", json_string("http1")) < 0) {
+        json_decref(o);
+        return NULL;
+    }
 
     /* The addresses as `--addr` writes them, when ip/port cannot say them (several, or one
      * interface); else ip/port alone, as before the list. */
@@ -799,7 +805,10 @@ static int read_service(struct rd *r, const json_t *svcs, size_t idx, bool *svc_
     static const char *const keys[] = {"id",        "name",    "proto",  "ip",
                                        "port",      "layer",   "active", "fail_open",
                                        "midstream", "filters", "addrs",  "to",
-                                       "tls",       "upstream", "tls_cert_pem", "tls_key_pem", "script", NULL};
+                                       "tls",       "upstream", "tls_cert_pem", "tls_key_pem", "script",
+                                       "upstream_http", NULL};
+    static const char *const uph[] = {"h2", "http1"};
+    static const int uphv[] = {0, 1};
     static const char *const ups[] = {"tls", "plain"};
     static const int upv[] = {FGX__CTL__UPSTREAM__UPSTREAM_TLS, FGX__CTL__UPSTREAM__UPSTREAM_PLAIN};
     /* "http": TCP, the HTTP service kind (issue 26); the third value stands for it */
@@ -879,6 +888,15 @@ static int read_service(struct rd *r, const json_t *svcs, size_t idx, bool *svc_
         rc = get_enum(r, sv, "upstream", where, ups, upv, 2, FGX__CTL__UPSTREAM__UPSTREAM_TLS, &e);
     s->has_upstream = s->tls;
     s->upstream = (Fgx__Ctl__Upstream)e;
+    e = 0;
+    if (rc == 0 && json_object_get(sv, "upstream_http")) {
+        if (!s->http)
+            rc = bad(r, json_object_get(sv, "upstream_http"),
+                     "%s.upstream_http is for HTTP services (\"proto\": \"http\")", where);
+        else
+            rc = get_enum(r, sv, "upstream_http", where, uph, uphv, 2, 0, &e);
+    }
+    s->has_upstream_http1 = s->upstream_http1 = e == 1;
     for (int k = 0; rc == 0 && s->tls && k < 2; k++) {
         const char *key = k == 0 ? "tls_cert_pem" : "tls_key_pem";
         ProtobufCBinaryData *b = k == 0 ? &s->tls_cert : &s->tls_key;

@@ -33,7 +33,7 @@ static const char usage_service[] =
     "  set SERVICE [--port N] [--ip ADDR|CIDR|any] [--proto tcp|udp|http]\n"
     "      [--layer nfqueue|proxy|external] [--to ADDR:PORT] [--fail-open on|off]\n"
     "      [--midstream reset|scan] [--capture on|off] [--capture-conns N] [--capture-bytes N]\n"
-    "      [--tls-cert FILE --tls-key FILE] [--upstream tls|plain] [--no-tls]\n"
+    "      [--tls-cert FILE --tls-key FILE] [--upstream UP] [--no-tls]\n"
     "  addr add SERVICE ADDR[:PORT]\n"
     "  addr rm SERVICE ADDR[:PORT]\n"
     "  log [SERVICE] [--follow] [--since DURATION] [--limit N]\n"
@@ -43,7 +43,7 @@ static const char usage_service_add[] =
     "usage: fgexctl service add NAME --proto tcp|udp|http --port N [--ip ADDR|CIDR]\n"
     "                           [--addr ADDR[:PORT]]... [--layer nfqueue|proxy|external]\n"
     "                           [--to ADDR:PORT] [--fail-open] [--midstream reset|scan]\n"
-    "                           [--tls-cert FILE --tls-key FILE [--upstream tls|plain]]\n"
+    "                           [--tls-cert FILE --tls-key FILE] [--upstream UP]\n"
     "                           [--capture on|off] [--capture-conns N] [--capture-bytes N]\n"
     "\n"
     "Define a service (it starts active) and print it.\n"
@@ -75,7 +75,11 @@ static const char usage_service_add[] =
     "  --tls-cert FILE --tls-key FILE  terminate TLS (proxy layer only): the proxy completes\n"
     "                          the client's handshake with this certificate chain and key\n"
     "                          (PEM), filters the plaintext and speaks TLS to the service\n"
-    "  --upstream tls|plain    what the proxy speaks to the service (default: tls)\n"
+    "  --upstream UP           what the proxy speaks to the service, comma-separated:\n"
+    "                          tls|plain for a TLS service (default: tls); http1|h2 for\n"
+    "                          an HTTP one (default h2: what the client spoke; http1:\n"
+    "                          each HTTP/2 stream sent as an HTTP/1.1 request, for a\n"
+    "                          service that speaks HTTP/1.1 only)\n"
 
     "  --capture on|off        keep the first bytes of each direction of the service's\n"
     "                          last connections (default on; see fgexctl capture)\n"
@@ -121,7 +125,7 @@ static const char usage_service_set[] =
     "                               [--proto tcp|udp|http]\n"
     "                               [--layer nfqueue|proxy|external] [--to ADDR:PORT]\n"
     "                               [--fail-open on|off] [--midstream reset|scan]\n"
-    "                               [--tls-cert FILE --tls-key FILE] [--upstream tls|plain]\n"
+    "                               [--tls-cert FILE --tls-key FILE] [--upstream UP]\n"
     "                               [--no-tls] [--capture on|off] [--capture-conns N]\n"
     "                               [--capture-bytes N]\n"
     "\n"
@@ -224,11 +228,47 @@ static const char *svc_proto_name(const Fgx__Ctl__Service *s)
     return s->has_http && s->http ? "http" : cli_fmt_proto_name(s->proto);
 }
 
+/* --upstream: a comma-separated list of what the proxy speaks to the service, tls|plain (a TLS
+ * service's transport) and http1|h2 (an HTTP service's protocol; h2: what the client spoke). */
+static int parse_upstream(struct cli_cmd *cmd, const char *u, protobuf_c_boolean *has_up,
+                          Fgx__Ctl__Upstream *up, protobuf_c_boolean *has_h1,
+                          protobuf_c_boolean *h1)
+{
+    const char *p = u;
+
+    while (*p != '\0') {
+        size_t n = strcspn(p, ",");
+
+        if (n == 3 && memcmp(p, "tls", 3) == 0) {
+            *up = FGX__CTL__UPSTREAM__UPSTREAM_TLS;
+            *has_up = 1;
+        } else if (n == 5 && memcmp(p, "plain", 5) == 0) {
+            *up = FGX__CTL__UPSTREAM__UPSTREAM_PLAIN;
+            *has_up = 1;
+        } else if (n == 5 && memcmp(p, "http1", 5) == 0) {
+            *has_h1 = *h1 = 1;
+        } else if (n == 2 && memcmp(p, "h2", 2) == 0) {
+            *has_h1 = 1;
+            *h1 = 0;
+        } else {
+            return cli_args_fail(cmd, CLI_EXIT_INVALID,
+                                 "invalid --upstream '%.60s': must be tls or plain (a TLS service), "
+                                 "http1 or h2 (an HTTP one), or both, comma-separated",
+                                 u);
+        }
+        p += n;
+        if (*p == ',')
+            p++;
+    }
+    return 0;
+}
+
 /* --tls-cert and --tls-key (both or neither) and --upstream. */
 static int build_tls(struct cli_cmd *cmd, const struct cli_cmd_def *spec,
                      const struct cli_args_raw *raw, protobuf_c_boolean *has_cert,
                      ProtobufCBinaryData *cert, protobuf_c_boolean *has_key,
-                     ProtobufCBinaryData *key, protobuf_c_boolean *has_up, Fgx__Ctl__Upstream *up)
+                     ProtobufCBinaryData *key, protobuf_c_boolean *has_up, Fgx__Ctl__Upstream *up,
+                     protobuf_c_boolean *has_h1, protobuf_c_boolean *h1)
 {
     const char *c = cli_args_opt(raw, CLI_OPT_TLS_CERT), *k = cli_args_opt(raw, CLI_OPT_TLS_KEY);
     const char *u = cli_args_opt(raw, CLI_OPT_UPSTREAM);
@@ -242,16 +282,8 @@ static int build_tls(struct cli_cmd *cmd, const struct cli_cmd_def *spec,
             rc = read_pem(cmd, "--tls-key", k, key);
         *has_cert = *has_key = rc == 0;
     }
-    if (rc == 0 && u != NULL) {
-        if (strcmp(u, "tls") == 0)
-            *up = FGX__CTL__UPSTREAM__UPSTREAM_TLS;
-        else if (strcmp(u, "plain") == 0)
-            *up = FGX__CTL__UPSTREAM__UPSTREAM_PLAIN;
-        else
-            return cli_args_fail(cmd, CLI_EXIT_INVALID,
-                                 "invalid --upstream '%.60s': must be tls or plain", u);
-        *has_up = 1;
-    }
+    if (rc == 0 && u != NULL)
+        rc = parse_upstream(cmd, u, has_up, up, has_h1, h1);
     return rc;
 }
 
@@ -310,7 +342,8 @@ static int build_service_add(struct cli_cmd *cmd, const struct cli_cmd_def *spec
     }
     if (rc == 0)
         rc = build_tls(cmd, spec, raw, &m->has_tls_cert, &m->tls_cert, &m->has_tls_key,
-                       &m->tls_key, &m->has_upstream, &m->upstream);
+                       &m->tls_key, &m->has_upstream, &m->upstream, &m->has_upstream_http1,
+                       &m->upstream_http1);
     if (rc == 0)
         rc = cli_cmd_capture_opts(cmd, raw, &m->has_capture, &m->capture, &m->has_capture_conns,
                                   &m->capture_conns, &m->has_capture_bytes, &m->capture_bytes,
@@ -360,7 +393,8 @@ static int build_service_set(struct cli_cmd *cmd, const struct cli_cmd_def *spec
     }
     if (rc == 0)
         rc = build_tls(cmd, spec, raw, &m->has_tls_cert, &m->tls_cert, &m->has_tls_key,
-                       &m->tls_key, &m->has_upstream, &m->upstream);
+                       &m->tls_key, &m->has_upstream, &m->upstream, &m->has_upstream_http1,
+                       &m->upstream_http1);
     if (rc == 0 && cli_args_opt(raw, CLI_OPT_NO_TLS))
         m->has_no_tls = m->no_tls = 1;
     if (rc == 0)
@@ -371,6 +405,7 @@ static int build_service_set(struct cli_cmd *cmd, const struct cli_cmd_def *spec
         return rc;
     if (!m->has_port && !m->ip && !m->has_proto && !m->has_layer && !m->has_fail_open &&
         !m->has_midstream && !m->to && !m->has_tls_cert && !m->has_upstream && !m->has_no_tls &&
+        !m->has_upstream_http1 &&
         !cap_any)
         return cli_args_fail_usage(cmd, spec, "nothing to change");
     cmd->req.service_set = m;
@@ -504,6 +539,11 @@ static void human_service(FILE *f, const Fgx__Ctl__Service *s)
         cli_fmt_kv_str(f, "cert:", s->tls_subject ? s->tls_subject : "?");
         cli_fmt_kv(f, "expires:", when);
     }
+    if (s->has_http && s->http)
+        cli_fmt_kv(f, "http:",
+                   s->has_upstream_http1 && s->upstream_http1
+                       ? "HTTP/2 terminated, upstream http1 (streams sent as HTTP/1.1)"
+                       : "HTTP/2 terminated, upstream h2 (as the client spoke)");
     /* controld always says; a reply without it is from a controld before capture. */
     if (s->has_capture && !s->capture) {
         cli_fmt_kv(f, "capture:", "off");
@@ -584,6 +624,13 @@ static json_t *json_service_base(const Fgx__Ctl__Service *s)
                   "midstream", cli_fmt_midstream_name(s), "filters", cli_json_int(s->filters),
                   "blocked", cli_json_int(s->blocked), "blocked_removed",
                   cli_json_int(s->blocked_removed));
+    if (o && s->has_http && s->http &&
+        json_object_set_new(o, "upstream_http",
+                            json_string(s->has_upstream_http1 && s->upstream_http1 ? "http1"
+                                                                                   : "h2")) < 0) {
+        json_decref(o);
+        return NULL;
+    }
     if (o && s->to && json_object_set_new(o, "to", cli_json_str(s->to)) < 0) {
         json_decref(o);
         return NULL;

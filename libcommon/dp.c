@@ -181,6 +181,8 @@ static int service_to_pb(const struct fgx_dp_service *s, Fgx__Dp__Service *p)
     }
     p->has_http = s->http;
     p->http = s->http;
+    p->has_http_upstream_http1 = s->http_upstream_http1;
+    p->http_upstream_http1 = s->http_upstream_http1;
     if (s->db_known[1]) {
         p->has_db_s2c = 0;
         p->has_db_s2c_known = 1;
@@ -719,6 +721,7 @@ static int service_from_pb(Fgx__Dp__Service *p, const struct fgx_dp_ruleset *r, 
     blob_take(p->has_tls_key, &p->tls_key, 0, 0, &s->tls_key);
     s->tls_upstream_plain = p->has_tls_upstream_plain && p->tls_upstream_plain;
     s->http = p->has_http && p->http;
+    s->http_upstream_http1 = p->has_http_upstream_http1 && p->http_upstream_http1;
     for (d = 0; d < 2; d++) {
         protobuf_c_boolean has_as = d == 0 ? p->has_db_c2s_as : p->has_db_s2c_as;
         uint32_t as = d == 0 ? p->db_c2s_as : p->db_s2c_as;

@@ -292,6 +292,7 @@ int fgx_wcfg_build(const struct fgx_dp_ruleset *rs, const struct fgx_wcfg *prev,
         n->fail_open = s->fail_open;
         n->midstream = s->midstream;
         n->http = s->http;
+        n->http_upstream_http1 = s->http_upstream_http1;
         n->capture_conns = s->capture_conns;
         n->capture_bytes = s->capture_bytes;
         if (s->script.len > 0) {

@@ -124,6 +124,7 @@ struct px_conn {
      * HTTP/2 sessions run (h2: their state, or the preface's first bytes while it arrives). */
     struct px_h2 *h2;
     bool http, http1, h2on;
+    bool h1up; /* the service speaks HTTP/1.1 only: streams sent to it as HTTP/1.1 */
     uint64_t last_ms;        /* last activity; until the first byte, when it was accepted */
     uint32_t service_id;
     /* The service is not in the thread's config (stopped, removed, or on the other layer): its
@@ -349,6 +350,12 @@ int px_h2_read(struct px_conn *c, int side, uint8_t *buf, size_t *len);
  * when c was closed. */
 bool px_h2_flush(struct px_conn *c);
 void px_h2_conn_free(struct px_conn *c);
+/* Toward an HTTP/1.1 service (c->h1up, HTTP/2 running): the service closed its connection.
+ * false: c is closed. */
+bool px_h2_upstream_eof(struct px_conn *c);
+/* The same (px_relay.c): the service's connection replaced by a new one (the old closed). 0:
+ * connected or connecting (px_h2_flush() once it is); -errno: none (the old fd still held). */
+int px_relay_reopen(struct px_conn *c);
 
 /* ---- px_script.c ---- */
 int px_script_thread_init(struct px_thread *t, const char *url);

@@ -324,6 +324,7 @@ static void on_accept(struct evconnlistener *lis, evutil_socket_t fd, struct soc
     c->server = local;
     c->service_id = svc->id;
     c->http = svc->http;
+    c->h1up = svc->http && svc->http_upstream_http1;
     c->last_ms = t->now_ms;
     c->s[0].fd = fd;
     c->s[1].fd = ufd;

@@ -13,7 +13,19 @@
  * side's pend as the relay does. Bodies wait in per-stream queues until the other session
  * sends them (flow control is nghttp2's); when more than PX_H2_QUEUE_MAX waits toward a side, the
  * side they come from is not read until it drains. libnghttp2 (Debian's) does all framing,
- * HPACK and flow control: none of it is written here. */
+ * HPACK and flow control: none of it is written here.
+ *
+ * Toward a service that speaks HTTP/1.1 only (--upstream http1, c->h1up) there is no client
+ * session: each stream's request is rendered as HTTP/1.1 (Host from :authority, the body as it
+ * came with its Content-Length, else chunked) and written on the one upstream connection, one
+ * request at a time in the order the streams' headers came (the next waits for the answer
+ * before it: keep-alive, no pipelining); the service's responses are parsed with http-parser
+ * (Debian's libhttp-parser) and submitted on their stream as HTTP/2 responses, minus the
+ * hop-by-hop fields, chunked trailers as HTTP/2 trailers. When that connection ends (the
+ * service closed it, or a request blocked halfway through its body leaves it unusable), the
+ * next request goes on a new one (plaintext services); when none can be had, the streams not
+ * answered are refused (REFUSED_STREAM: a client may retry them) and a GOAWAY ends the
+ * client's connection once what was answered is sent. */
 #include "px.h"
 
 #include <errno.h>
@@ -21,7 +33,9 @@
 #include <string.h>
 
 #include <event2/event.h>
+#include <http_parser.h>
 #include <nghttp2/nghttp2.h>
+#include <sys/socket.h>
 
 #include "fgx/log.h"
 #include "px_h2_render.h"
@@ -29,6 +43,8 @@
 #define PX_H2_QUEUE_MAX (1u << 20) /* body bytes waiting toward one side */
 #define PX_H2_HDR_MAX (64u << 10)  /* one header block, names and values */
 #define PX_H2_STREAMS 100          /* concurrent streams a client may open */
+#define PX_H1_PUMP (64u << 10)     /* request bytes framed toward an HTTP/1.1 service at once */
+#define PX_H1_REOPENS 3            /* new connections to it in a row without an answer */
 
 static const uint8_t preface[PX_H2_PREFACE_LEN] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
@@ -62,6 +78,31 @@ struct px_h2_stream {
     struct px_h2_chunk *qh[2], *qt[2]; /* body bytes toward side i */
     struct px_h2_fields tr[2];   /* trailers toward side i, sent after the body */
     bool has_tr[2];
+    /* toward an HTTP/1.1 service: the request's head as written to it, its place in the line of
+     * requests, whether its body goes chunked and whether it asked HEAD (an answer without body) */
+    uint8_t *h1req;
+    size_t h1req_len;
+    struct px_h2_stream *h1next;
+    bool h1q, h1chunked, h1head;
+    bool h1again; /* GET or HEAD without body: may be sent again if no answer began */
+};
+
+/* The one connection to an HTTP/1.1 service (c->h1up): the line of requests (head: the one
+ * being written or answered), what is written of it, the response's parser. */
+struct px_h1up {
+    struct px_h2_stream *qh, *qt;
+    bool head_sent, req_done; /* of qh's request */
+    bool dead;                /* no more requests on this connection (h1_end()) */
+    bool ended;               /* h1_end() ran: no more at all */
+    bool down;                /* the connection closed: a new one for the next request */
+    unsigned reopens;         /* new connections since the last answer */
+    http_parser p;
+    bool in_value, in_trailers;
+    bool answering; /* a byte of qh's answer came */
+    uint8_t *hn, *hv; /* the header field arriving (http-parser may hand it in pieces) */
+    size_t hnl, hvl, hncap, hvcap;
+    uint8_t *out; /* framed request bytes to write */
+    size_t out_len, out_cap;
 };
 
 struct px_h2 {
@@ -71,6 +112,7 @@ struct px_h2 {
     bool paused[2];   /* side i is not read while the other's queue drains */
     uint8_t sniff[PX_H2_PREFACE_LEN];
     size_t sniff_len;
+    struct px_h1up *h1; /* toward an HTTP/1.1 service (sess[1] NULL then) */
 };
 
 static void fields_free(struct px_h2_fields *f)
@@ -145,6 +187,12 @@ static bool fields_has(const struct px_h2_fields *f, const char *name)
 
 /* ---- streams ---- */
 
+static void h1_unlink(struct px_h1up *u, struct px_h2_stream *st);
+static bool h1_needs_client(const struct px_h2 *h);
+static void h1_drop(struct px_conn *c, struct px_h2_stream *st);
+static int h1_request(struct px_conn *c, struct px_h2_stream *st, const struct px_h2_fields *fl,
+                      bool end);
+
 static struct px_h2_stream *stream_new(struct px_conn *c, int32_t id)
 {
     struct px_thread *t = c->t;
@@ -204,6 +252,9 @@ static void stream_free(struct px_conn *c, struct px_h2_stream *st)
         fgx_reasm_release(c->t->reasm, &st->dir[d]);
         fgx_wdb_unref(st->db[d]);
     }
+    if (st->h1q)
+        h1_unlink(h->h1, st);
+    free(st->h1req);
     free(st);
 }
 
@@ -234,7 +285,9 @@ static int stream_scan(struct px_conn *c, struct px_h2_stream *st, int side, con
     st->blocked = true;
     for (int d = 0; d < 2; d++) {
         queue_drop(c->h2, st, d);
-        if (st->id[d] > 0 && !st->closed[d])
+        if (d == 1 && c->h2->h1 != NULL)
+            h1_drop(c, st);
+        else if (st->id[d] > 0 && !st->closed[d])
             (void)nghttp2_submit_rst_stream(c->h2->sess[d], NGHTTP2_FLAG_NONE, st->id[d],
                                             NGHTTP2_CANCEL);
     }
@@ -382,6 +435,12 @@ static int headers_done(struct px_conn *c, struct px_h2_stream *st, int side, bo
         st->tr[1 - side] = *fl;
         st->has_tr[1 - side] = true;
         memset(fl, 0, sizeof(*fl));
+    } else if (kind == PX_H2_REQUEST && h->h1 != NULL) {
+        if (h1_request(c, st, fl, end) != 0) {
+            (void)nghttp2_submit_rst_stream(h->sess[0], NGHTTP2_FLAG_NONE, st->id[0],
+                                            NGHTTP2_REFUSED_STREAM);
+            st->blocked = true;
+        }
     } else if (kind == PX_H2_REQUEST) {
         int32_t id = nghttp2_submit_request(h->sess[1], NULL, nv, fl->n, end ? NULL : &prd, st);
 
@@ -400,9 +459,14 @@ static int headers_done(struct px_conn *c, struct px_h2_stream *st, int side, bo
         if (interim)
             (void)nghttp2_submit_headers(h->sess[0], NGHTTP2_FLAG_NONE, st->id[0], NULL, nv,
                                          fl->n, NULL);
-        else if (nghttp2_submit_response(h->sess[0], st->id[0], nv, fl->n, end ? NULL : &prd) != 0)
-            (void)nghttp2_submit_rst_stream(h->sess[1], NGHTTP2_FLAG_NONE, st->id[1],
-                                            NGHTTP2_CANCEL);
+        else if (nghttp2_submit_response(h->sess[0], st->id[0], nv, fl->n, end ? NULL : &prd) !=
+                 0) {
+            if (h->h1 != NULL)
+                st->blocked = true; /* its answer is read and dropped */
+            else
+                (void)nghttp2_submit_rst_stream(h->sess[1], NGHTTP2_FLAG_NONE, st->id[1],
+                                                NGHTTP2_CANCEL);
+        }
     }
 out:
     free(nv);
@@ -430,31 +494,28 @@ static int on_frame_recv(nghttp2_session *s, const nghttp2_frame *f, void *ud)
         if (rc != 0 || st->blocked)
             return rc;
     }
-    if (end && st->id[1 - side] > 0)
+    if (end && st->id[1 - side] > 0 && c->h2->sess[1 - side] != NULL)
         (void)nghttp2_session_resume_data(c->h2->sess[1 - side], st->id[1 - side]);
     return 0;
 }
 
-static int on_data_chunk(nghttp2_session *s, uint8_t flags, int32_t sid, const uint8_t *data,
-                         size_t len, void *ud)
+/* Body bytes of side's on st: scanned, then queued toward the other side. 0, or -EIO (the
+ * connection goes). */
+static int body_in(struct px_conn *c, struct px_h2_stream *st, int side, const uint8_t *data,
+                   size_t len)
 {
-    struct px_conn *c = ud;
     struct px_h2 *h = c->h2;
-    int side = side_of(c, s), to = 1 - side;
-    struct px_h2_stream *st = nghttp2_session_get_stream_user_data(s, sid);
+    int to = 1 - side;
     struct px_h2_chunk *k;
     int rc;
 
-    (void)flags;
-    if (st == NULL || st->blocked)
-        return 0;
     rc = stream_scan(c, st, side, data, len);
     if (rc == -EACCES)
         return 0;
     if (rc != 0)
-        return NGHTTP2_ERR_CALLBACK_FAILURE;
+        return -EIO;
     if ((k = malloc(sizeof(*k) + len)) == NULL)
-        return NGHTTP2_ERR_CALLBACK_FAILURE;
+        return -EIO;
     k->next = NULL;
     k->len = len;
     k->off = 0;
@@ -465,13 +526,36 @@ static int on_data_chunk(nghttp2_session *s, uint8_t flags, int32_t sid, const u
         st->qh[to] = k;
     st->qt[to] = k;
     h->queued[to] += len;
-    if (h->queued[to] > PX_H2_QUEUE_MAX && !h->paused[side]) {
+    if (h->queued[to] > PX_H2_QUEUE_MAX && side == 0 && h1_needs_client(h)) {
+        /* The request being written needs more of the client's body: not reading the client
+         * would stall it. A stream waiting its turn that brings more is refused instead (the
+         * client may send it again), which bounds what waits. */
+        if (st != h->h1->qh) {
+            (void)nghttp2_submit_rst_stream(h->sess[0], NGHTTP2_FLAG_NONE, st->id[0],
+                                            NGHTTP2_REFUSED_STREAM);
+            st->blocked = true;
+            h1_drop(c, st);
+            queue_drop(h, st, 1);
+        }
+    } else if (h->queued[to] > PX_H2_QUEUE_MAX && !h->paused[side]) {
         h->paused[side] = true;
         event_del(c->s[side].rev);
     }
-    if (st->id[to] > 0)
+    if (st->id[to] > 0 && h->sess[to] != NULL)
         (void)nghttp2_session_resume_data(h->sess[to], st->id[to]);
     return 0;
+}
+
+static int on_data_chunk(nghttp2_session *s, uint8_t flags, int32_t sid, const uint8_t *data,
+                         size_t len, void *ud)
+{
+    struct px_conn *c = ud;
+    struct px_h2_stream *st = nghttp2_session_get_stream_user_data(s, sid);
+
+    (void)flags;
+    if (st == NULL || st->blocked)
+        return 0;
+    return body_in(c, st, side_of(c, s), data, len) != 0 ? NGHTTP2_ERR_CALLBACK_FAILURE : 0;
 }
 
 static int on_stream_close(nghttp2_session *s, int32_t sid, uint32_t err, void *ud)
@@ -484,11 +568,490 @@ static int on_stream_close(nghttp2_session *s, int32_t sid, uint32_t err, void *
         return 0;
     st->closed[side] = true;
     /* A reset (or the client's end) on one side ends the other's stream too. */
-    if (!st->blocked && st->id[o] > 0 && !st->closed[o] && (err != 0 || side == 0))
+    if (c->h2->h1 != NULL)
+        h1_drop(c, st);
+    else if (!st->blocked && st->id[o] > 0 && !st->closed[o] && (err != 0 || side == 0))
         (void)nghttp2_submit_rst_stream(c->h2->sess[o], NGHTTP2_FLAG_NONE, st->id[o],
                                         err != 0 ? err : NGHTTP2_CANCEL);
     stream_maybe_free(c, st);
     return 0;
+}
+
+/* ---- toward an HTTP/1.1 service (c->h1up) ---- */
+
+static int buf_add(uint8_t **b, size_t *len, size_t *cap, const void *p, size_t n, size_t max)
+{
+    if (*len + n > max)
+        return -E2BIG;
+    if (*len + n > *cap) {
+        size_t nc = *cap ? *cap : 256;
+        uint8_t *a;
+
+        while (nc < *len + n)
+            nc *= 2;
+        if ((a = realloc(*b, nc)) == NULL)
+            return -ENOMEM;
+        *b = a;
+        *cap = nc;
+    }
+    if (n > 0)
+        memcpy(*b + *len, p, n);
+    *len += n;
+    return 0;
+}
+
+static int out_add(struct px_h1up *u, const void *p, size_t n)
+{
+    return buf_add(&u->out, &u->out_len, &u->out_cap, p, n, SIZE_MAX / 2);
+}
+
+static void h1_unlink(struct px_h1up *u, struct px_h2_stream *st)
+{
+    struct px_h2_stream **pp = &u->qh, *prev = NULL;
+
+    while (*pp != NULL && *pp != st) {
+        prev = *pp;
+        pp = &(*pp)->h1next;
+    }
+    if (*pp == NULL)
+        return;
+    if (st == u->qh)
+        u->head_sent = u->req_done = false;
+    *pp = st->h1next;
+    if (u->qt == st)
+        u->qt = prev;
+    st->h1next = NULL;
+    st->h1q = false;
+}
+
+/* st will not be answered to its client (blocked, reset, or its stream closed). Not yet
+ * written: it leaves the line. Written: its answer is still read, and dropped, so that the
+ * connection stays in step; written halfway (a request body cut): the connection is unusable. */
+static void h1_drop(struct px_conn *c, struct px_h2_stream *st)
+{
+    struct px_h1up *u = c->h2->h1;
+
+    if (!st->h1q)
+        return;
+    if (st != u->qh || !u->head_sent) {
+        h1_unlink(u, st);
+        st->closed[1] = true;
+        return;
+    }
+    st->blocked = true;
+    queue_drop(c->h2, st, 1);
+    if (!u->req_done)
+        u->dead = true;
+}
+
+/* Hop-by-hop fields (RFC 9110 7.6.1) and those HTTP/1.1 frames itself: not passed on. */
+static bool hop_by_hop(const uint8_t *n, size_t nl)
+{
+    static const char *const names[] = {"connection", "keep-alive", "proxy-connection",
+                                        "transfer-encoding", "upgrade", "te", "host"};
+
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (strlen(names[i]) == nl && memcmp(names[i], n, nl) == 0)
+            return true;
+    return false;
+}
+
+/* st's request (its header block fl, which ended the stream if end) as the HTTP/1.1 head to
+ * write, into the line. 0, or -errno (the stream is refused). */
+static int h1_request(struct px_conn *c, struct px_h2_stream *st, const struct px_h2_fields *fl,
+                      bool end)
+{
+    struct px_h1up *u = c->h2->h1;
+    struct px_h2_hdr *h = malloc((fl->n ? fl->n : 1) * sizeof(*h));
+    size_t n = 0, len;
+    bool has_cl = false, has_auth = fields_has(fl, ":authority");
+    static const char te[] = "Transfer-Encoding: chunked\r\n\r\n";
+
+    if (u->dead || h == NULL) {
+        free(h);
+        return -EPIPE;
+    }
+    for (size_t i = 0; i < fl->n; i++) {
+        const uint8_t *nm = fl->arena + fl->f[i].no;
+        size_t nl = fl->f[i].nl;
+
+        /* Host: from :authority when there is one (RFC 9113 8.3.1), else the client's own */
+        if (hop_by_hop(nm, nl) && !(nl == 4 && !has_auth))
+            continue;
+        if (nl == 14 && memcmp(nm, "content-length", 14) == 0)
+            has_cl = true;
+        if (nl == 7 && memcmp(nm, ":method", 7) == 0) {
+            const uint8_t *v = fl->arena + fl->f[i].vo;
+
+            st->h1head = fl->f[i].vl == 4 && memcmp(v, "HEAD", 4) == 0;
+            st->h1again = end && (st->h1head || (fl->f[i].vl == 3 && memcmp(v, "GET", 3) == 0));
+        }
+        h[n++] = (struct px_h2_hdr){nm, fl->arena + fl->f[i].vo, nl, fl->f[i].vl};
+    }
+    /* No length and a body to come: chunked, as an HTTP/1.1 client without one sends it. */
+    st->h1chunked = !end && !has_cl;
+    len = px_h2_render_head(PX_H2_REQUEST, h, n, NULL, 0);
+    st->h1req = malloc(len + sizeof(te));
+    if (st->h1req == NULL) {
+        free(h);
+        return -ENOMEM;
+    }
+    (void)px_h2_render_head(PX_H2_REQUEST, h, n, st->h1req, len);
+    free(h);
+    if (st->h1chunked) {
+        memcpy(st->h1req + len - 2, te, sizeof(te) - 1);
+        len += sizeof(te) - 1 - 2;
+    }
+    st->h1req_len = len;
+    st->id[1] = 1; /* it has a service side: freed once that is over too (closed[1]) */
+    st->h1q = true;
+    if (u->qt != NULL)
+        u->qt->h1next = st;
+    else
+        u->qh = st;
+    u->qt = st;
+    return 0;
+}
+
+/* The request being written waits for more of its body from the client. */
+static bool h1_needs_client(const struct px_h2 *h)
+{
+    const struct px_h2_stream *st = h->h1 != NULL ? h->h1->qh : NULL;
+
+    return st != NULL && !h->h1->req_done && st->qh[1] == NULL && !st->eof[0];
+}
+
+/* Frames what the request at the head of the line has to send next into u->out. */
+static void h1_pump(struct px_conn *c)
+{
+    struct px_h2 *h = c->h2;
+    struct px_h1up *u = h->h1;
+    struct px_h2_stream *st = u->qh;
+    char sz[24];
+
+    if (st == NULL || u->dead || u->req_done)
+        return;
+    if (!u->head_sent) {
+        if (out_add(u, st->h1req, st->h1req_len) != 0) {
+            u->dead = true;
+            return;
+        }
+        /* kept while it may be sent again (h1_down()) */
+        if (!st->h1again) {
+            free(st->h1req);
+            st->h1req = NULL;
+        }
+        u->head_sent = true;
+        u->answering = false;
+    }
+    while (st->qh[1] != NULL && u->out_len < PX_H1_PUMP) {
+        struct px_h2_chunk *k = st->qh[1];
+        size_t n = k->len - k->off;
+        int l = snprintf(sz, sizeof(sz), "%zx\r\n", n);
+
+        if ((st->h1chunked && out_add(u, sz, (size_t)l) != 0) ||
+            out_add(u, k->data + k->off, n) != 0 ||
+            (st->h1chunked && out_add(u, "\r\n", 2) != 0)) {
+            u->dead = true;
+            return;
+        }
+        st->qh[1] = k->next;
+        if (st->qh[1] == NULL)
+            st->qt[1] = NULL;
+        h->queued[1] -= n;
+        free(k);
+    }
+    resume_from(c, 1);
+    /* what waits behind it must not keep the client unread while it needs the client */
+    if (h->paused[0] && h1_needs_client(h)) {
+        h->paused[0] = false;
+        event_add(c->s[0].rev, NULL);
+        if (c->tls != NULL && px_tls_side(c, 0))
+            event_active(c->s[0].rev, EV_READ, 0);
+    }
+    if (st->qh[1] != NULL || !st->eof[0])
+        return;
+    if (st->h1chunked) {
+        int rc = out_add(u, "0\r\n", 3);
+
+        /* the client's trailers, as a chunked body's trailer section */
+        for (size_t i = 0; rc == 0 && st->has_tr[1] && i < st->tr[1].n; i++) {
+            const struct px_h2_field *f = &st->tr[1].f[i];
+
+            rc = out_add(u, st->tr[1].arena + f->no, f->nl);
+            if (rc == 0)
+                rc = out_add(u, ": ", 2);
+            if (rc == 0)
+                rc = out_add(u, st->tr[1].arena + f->vo, f->vl);
+            if (rc == 0)
+                rc = out_add(u, "\r\n", 2);
+        }
+        if (rc != 0 || out_add(u, "\r\n", 2) != 0) {
+            u->dead = true;
+            return;
+        }
+    }
+    u->req_done = true;
+}
+
+/* The connection to the service is over or unusable: the streams not answered are refused (or
+ * reset, one answered halfway) and the client is told no more (GOAWAY); what was answered is
+ * still sent, then the connection ends (px_h2_flush()). */
+/* The same, when a new connection can take the next requests (plaintext to the service, not
+ * too many new ones in a row): the one written or answered is reset if it was not answered
+ * whole (it may have had its effect: never sent twice), the others wait for the new one. */
+static void h1_down(struct px_conn *c)
+{
+    struct px_h2 *h = c->h2;
+    struct px_h1up *u = h->h1;
+    struct px_h2_stream *st = u->qh;
+
+    /* A GET or HEAD the service closed on before a byte of answer (a keep-alive connection it
+     * closed meanwhile, as servers do when idle) is sent again on the new connection. */
+    if (st != NULL && u->head_sent && !u->answering && st->h1again && !st->blocked &&
+        st->h1req != NULL)
+        u->head_sent = u->req_done = false;
+    if (st != NULL && u->head_sent) {
+        if (!st->blocked && !st->closed[0])
+            (void)nghttp2_submit_rst_stream(h->sess[0], NGHTTP2_FLAG_NONE, st->id[0],
+                                            NGHTTP2_INTERNAL_ERROR);
+        h1_unlink(u, st);
+        st->closed[1] = true;
+        queue_drop(h, st, 0);
+        stream_maybe_free(c, st);
+    }
+    http_parser_init(&u->p, HTTP_RESPONSE);
+    u->p.data = c;
+    u->head_sent = u->req_done = u->dead = false;
+    u->out_len = 0;
+    u->down = true;
+    event_del(c->s[1].rev);
+}
+
+static void h1_end(struct px_conn *c, const char *why)
+{
+    static __thread unsigned long long last_log;
+    struct px_h2 *h = c->h2;
+    struct px_h1up *u = h->h1;
+    bool lost = false;
+
+    if (u->ended)
+        return;
+    if (!(c->tls != NULL && px_tls_side(c, 1)) && u->reopens < PX_H1_REOPENS) {
+        h1_down(c);
+        return;
+    }
+    u->ended = u->dead = true;
+    while (u->qh != NULL) {
+        struct px_h2_stream *st = u->qh;
+
+        if (!st->blocked && !st->closed[0]) {
+            (void)nghttp2_submit_rst_stream(h->sess[0], NGHTTP2_FLAG_NONE, st->id[0],
+                                            u->head_sent ? NGHTTP2_INTERNAL_ERROR
+                                                         : NGHTTP2_REFUSED_STREAM);
+            lost = true;
+        }
+        h1_unlink(u, st);
+        st->closed[1] = true;
+        queue_drop(h, st, 0);
+        stream_maybe_free(c, st);
+    }
+    (void)nghttp2_submit_goaway(h->sess[0], NGHTTP2_FLAG_NONE,
+                                nghttp2_session_get_last_proc_stream_id(h->sess[0]),
+                                NGHTTP2_NO_ERROR, NULL, 0);
+    event_del(c->s[1].rev);
+    if (lost)
+        fgx_log_ratelimited(&last_log, FGX_LOG_INFO,
+                            "service %u: its HTTP/1.1 connection %s: the client's streams not "
+                            "answered are refused",
+                            c->service_id, why);
+}
+
+static struct px_h2_stream *h1_cur(http_parser *p)
+{
+    struct px_conn *c = p->data;
+
+    return c->h2->h1->qh;
+}
+
+/* The header field that arrived (name and value complete) onto st's block. */
+static int h1_field_done(struct px_conn *c, struct px_h2_stream *st)
+{
+    struct px_h1up *u = c->h2->h1;
+    int rc = 0;
+
+    if (u->hnl == 0)
+        return 0;
+    for (size_t i = 0; i < u->hnl; i++)
+        if (u->hn[i] >= 'A' && u->hn[i] <= 'Z')
+            u->hn[i] = (uint8_t)(u->hn[i] - 'A' + 'a');
+    while (u->hvl > 0 && (u->hv[u->hvl - 1] == ' ' || u->hv[u->hvl - 1] == '\t'))
+        u->hvl--;
+    if (!hop_by_hop(u->hn, u->hnl) || (u->hnl == 4 && memcmp(u->hn, "host", 4) == 0))
+        rc = fields_add(&st->hf[1], u->hn, u->hnl, u->hv != NULL ? u->hv : (const uint8_t *)"",
+                        u->hvl);
+    u->hnl = u->hvl = 0;
+    u->in_value = false;
+    return rc;
+}
+
+static int h1_on_begin(http_parser *p)
+{
+    struct px_conn *c = p->data;
+    struct px_h1up *u = c->h2->h1;
+    struct px_h2_stream *st = h1_cur(p);
+
+    /* an answer to no request written: the service is out of step */
+    if (st == NULL || !u->head_sent)
+        return -1;
+    u->answering = true;
+    st->hf[1].used = st->hf[1].n = 0;
+    u->hnl = u->hvl = 0;
+    u->in_value = u->in_trailers = false;
+    return 0;
+}
+
+static int h1_on_field(http_parser *p, const char *at, size_t len)
+{
+    struct px_conn *c = p->data;
+    struct px_h1up *u = c->h2->h1;
+
+    if (u->in_value && h1_field_done(c, h1_cur(p)) != 0)
+        return -1;
+    return buf_add(&u->hn, &u->hnl, &u->hncap, at, len, PX_H2_HDR_MAX) != 0 ? -1 : 0;
+}
+
+static int h1_on_value(http_parser *p, const char *at, size_t len)
+{
+    struct px_conn *c = p->data;
+    struct px_h1up *u = c->h2->h1;
+
+    u->in_value = true;
+    return buf_add(&u->hv, &u->hvl, &u->hvcap, at, len, PX_H2_HDR_MAX) != 0 ? -1 : 0;
+}
+
+static int h1_on_headers(http_parser *p)
+{
+    struct px_conn *c = p->data;
+    struct px_h1up *u = c->h2->h1;
+    struct px_h2_stream *st = h1_cur(p);
+    struct px_h2_fields fl = {0};
+    char status[8];
+    int n = snprintf(status, sizeof(status), "%u", p->status_code % 1000);
+
+    if (h1_field_done(c, st) != 0)
+        return -1;
+    u->in_trailers = true;
+    if (p->status_code == 101)
+        return -1; /* an upgrade no HTTP/2 request asked for */
+    if (st->blocked)
+        return st->h1head ? 1 : 0;
+    /* :status first, as HTTP/2 wants pseudo-fields */
+    if (fields_add(&fl, (const uint8_t *)":status", 7, (const uint8_t *)status, (size_t)n) != 0)
+        return -1;
+    for (size_t i = 0; i < st->hf[1].n; i++) {
+        const struct px_h2_field *f = &st->hf[1].f[i];
+
+        if (fields_add(&fl, st->hf[1].arena + f->no, f->nl, st->hf[1].arena + f->vo, f->vl) !=
+            0) {
+            fields_free(&fl);
+            return -1;
+        }
+    }
+    fields_free(&st->hf[1]);
+    st->hf[1] = fl;
+    if (headers_done(c, st, 1, false) != 0)
+        return -1;
+    st->hf[1].used = st->hf[1].n = 0; /* from here: trailers */
+    return st->h1head ? 1 : 0;
+}
+
+static int h1_on_body(http_parser *p, const char *at, size_t len)
+{
+    struct px_conn *c = p->data;
+    struct px_h2_stream *st = h1_cur(p);
+
+    if (st->blocked)
+        return 0;
+    return body_in(c, st, 1, (const uint8_t *)at, len) != 0 ? -1 : 0;
+}
+
+static int h1_on_complete(http_parser *p)
+{
+    struct px_conn *c = p->data;
+    struct px_h2 *h = c->h2;
+    struct px_h1up *u = h->h1;
+    struct px_h2_stream *st = h1_cur(p);
+
+    if (h1_field_done(c, st) != 0)
+        return -1;
+    /* an interim answer (100 Continue, 103): passed on by headers_done(); the real one follows */
+    if (p->status_code / 100 == 1)
+        return 0;
+    if (!st->blocked && st->hf[1].n > 0 && headers_done(c, st, 1, true) != 0)
+        return -1;
+    if (!st->blocked) {
+        st->eof[1] = true;
+        if (!st->closed[0])
+            (void)nghttp2_session_resume_data(h->sess[0], st->id[0]);
+    }
+    /* Answered: the next request may go (unless the service said it closes). */
+    u->reopens = 0;
+    if (!http_should_keep_alive(p))
+        u->dead = true;
+    h1_unlink(u, st);
+    st->closed[1] = true;
+    stream_maybe_free(c, st);
+    return 0;
+}
+
+static const http_parser_settings h1_settings = {
+    .on_message_begin = h1_on_begin,
+    .on_header_field = h1_on_field,
+    .on_header_value = h1_on_value,
+    .on_headers_complete = h1_on_headers,
+    .on_body = h1_on_body,
+    .on_message_complete = h1_on_complete,
+};
+
+static int h1_start(struct px_conn *c)
+{
+    struct px_h1up *u = calloc(1, sizeof(*u));
+
+    if (u == NULL)
+        return -ENOMEM;
+    http_parser_init(&u->p, HTTP_RESPONSE);
+    u->p.data = c;
+    c->h2->h1 = u;
+    return 0;
+}
+
+static void h1_free(struct px_h1up *u)
+{
+    if (u == NULL)
+        return;
+    free(u->hn);
+    free(u->hv);
+    free(u->out);
+    free(u);
+}
+
+/* The service's bytes: parsed. false: they were not HTTP/1.1 answers (the connection goes). */
+static bool h1_recv(struct px_conn *c, const uint8_t *buf, size_t n)
+{
+    static __thread unsigned long long last_log;
+    struct px_h1up *u = c->h2->h1;
+    size_t got;
+
+    if (u->ended)
+        return true;
+    got = http_parser_execute(&u->p, &h1_settings, (const char *)buf, n);
+    if (HTTP_PARSER_ERRNO(&u->p) == HPE_OK && got == n)
+        return true;
+    fgx_log_ratelimited(&last_log, FGX_LOG_INFO,
+                        "service %u: HTTP/1.1 from the service: %s (connection reset)",
+                        c->service_id, http_errno_description(HTTP_PARSER_ERRNO(&u->p)));
+    return false;
 }
 
 /* ---- the connection ---- */
@@ -509,10 +1072,10 @@ static int h2_start(struct px_conn *c)
     nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, on_data_chunk);
     nghttp2_session_callbacks_set_on_stream_close_callback(cb, on_stream_close);
     if (nghttp2_session_server_new(&h->sess[0], cb, c) != 0 ||
-        nghttp2_session_client_new(&h->sess[1], cb, c) != 0)
+        (c->h1up ? h1_start(c) != 0 : nghttp2_session_client_new(&h->sess[1], cb, c) != 0))
         goto out;
     if (nghttp2_submit_settings(h->sess[0], NGHTTP2_FLAG_NONE, srv, 1) != 0 ||
-        nghttp2_submit_settings(h->sess[1], NGHTTP2_FLAG_NONE, cli, 1) != 0)
+        (h->sess[1] != NULL && nghttp2_submit_settings(h->sess[1], NGHTTP2_FLAG_NONE, cli, 1) != 0))
         goto out;
     rc = 0;
 out:
@@ -530,6 +1093,7 @@ void px_h2_conn_free(struct px_conn *c)
         stream_free(c, h->streams);
     nghttp2_session_del(h->sess[0]);
     nghttp2_session_del(h->sess[1]);
+    h1_free(h->h1);
     free(h);
     c->h2 = NULL;
 }
@@ -545,14 +1109,65 @@ static ssize_t side_send(struct px_conn *c, int side, const uint8_t *p, size_t n
     return w;
 }
 
+/* Toward an HTTP/1.1 service: the requests' bytes, as the socket takes them. false: c closed. */
+static bool h1_flush(struct px_conn *c)
+{
+    struct px_h1up *u = c->h2->h1;
+    struct px_side *s = &c->s[1];
+
+    if (u->dead && !u->ended)
+        h1_end(c, "is closing");
+    /* a request waits and the connection closed: a new one */
+    if (u->down && u->qh != NULL && !u->ended) {
+        u->down = false;
+        u->reopens++;
+        if (px_relay_reopen(c) != 0) {
+            u->reopens = PX_H1_REOPENS;
+            h1_end(c, "could not be opened again");
+        }
+    }
+    while (s->pend == NULL && !u->ended && !u->down && c->connected) {
+        ssize_t w;
+
+        h1_pump(c);
+        if (u->out_len == 0)
+            break;
+        w = side_send(c, 1, u->out, u->out_len);
+        if (w < 0) {
+            h1_end(c, "failed");
+            break;
+        }
+        if ((size_t)w < u->out_len) {
+            /* the rest waits in pend, written when the side is writable (px_relay.c) */
+            s->pend = malloc(u->out_len - (size_t)w);
+            if (s->pend == NULL) {
+                px_relay_close(c, true);
+                return false;
+            }
+            memcpy(s->pend, u->out + w, u->out_len - (size_t)w);
+            s->pend_off = 0;
+            s->pend_len = u->out_len - (size_t)w;
+            event_add(s->wev, NULL);
+        }
+        u->out_len = 0;
+    }
+    if (u->dead && !u->ended)
+        h1_end(c, u->qh != NULL && u->head_sent && !u->req_done
+                      ? "is unusable (a request cut short)"
+                      : "is closing");
+    return true;
+}
+
 bool px_h2_flush(struct px_conn *c)
 {
     struct px_h2 *h = c->h2;
 
+    if (h->h1 != NULL && !h1_flush(c))
+        return false;
     for (int d = 0; d < 2; d++) {
         struct px_side *s = &c->s[d];
 
-        while (s->pend == NULL) {
+        while (h->sess[d] != NULL && s->pend == NULL) {
             const uint8_t *p;
             ssize_t n = nghttp2_session_mem_send(h->sess[d], &p), w;
 
@@ -583,7 +1198,7 @@ bool px_h2_flush(struct px_conn *c)
     }
     /* Either session done (a GOAWAY and its streams over): the connection ends. */
     for (int d = 0; d < 2; d++)
-        if (c->s[d].pend == NULL && !nghttp2_session_want_read(h->sess[d]) &&
+        if (h->sess[d] != NULL && c->s[d].pend == NULL && !nghttp2_session_want_read(h->sess[d]) &&
             !nghttp2_session_want_write(h->sess[d])) {
             px_relay_close(c, false);
             return false;
@@ -607,6 +1222,13 @@ int px_h2_read(struct px_conn *c, int side, uint8_t *buf, size_t *len)
     size_t n = *len, cmp;
     const struct fgx_wsvc *svc;
 
+    if (c->h2on && side == 1 && h->h1 != NULL) {
+        if (!h1_recv(c, buf, n)) {
+            px_relay_close(c, true);
+            return -1;
+        }
+        return px_h2_flush(c) ? 1 : -1;
+    }
     if (c->h2on) {
         ssize_t r = nghttp2_session_mem_recv(h->sess[side], buf, n);
 
@@ -665,4 +1287,16 @@ int px_h2_read(struct px_conn *c, int side, uint8_t *buf, size_t *len)
     c->h2on = true;
     hear_service(c);
     return px_h2_read(c, side, buf, len);
+}
+
+bool px_h2_upstream_eof(struct px_conn *c)
+{
+    struct px_h1up *u = c->h2->h1;
+
+    /* an answer that ends with the connection (no length, not chunked) is complete now */
+    if (!u->ended && !u->down)
+        (void)http_parser_execute(&u->p, &h1_settings, NULL, 0);
+    if (!u->down)
+        h1_end(c, "was closed by the service");
+    return px_h2_flush(c);
 }

@@ -282,6 +282,13 @@ static void on_readable(evutil_socket_t fd, short what, void *arg)
         return;
     }
     touch(c);
+    if (n == 0 && side == 1 && c->h2on && c->h1up) {
+        /* an HTTP/1.1 service's end: what it answered still reaches the client (px_h2.c) */
+        c->eof[1] = true;
+        event_del(c->s[1].rev);
+        (void)px_h2_upstream_eof(c);
+        return;
+    }
     if (n == 0 && c->h2 != NULL) {
         /* HTTP/2 has no half-close: either side's end is the connection's */
         px_relay_close(c, false);
@@ -378,6 +385,62 @@ static void connected(struct px_conn *c)
         event_add(c->s[1].rev, NULL);
 }
 
+static void on_writable(evutil_socket_t fd, short what, void *arg);
+
+/* A new connection to the service for an HTTP/1.1-only one (px_h2.c) is up, or failed. */
+static void reconnected(struct px_conn *c)
+{
+    int err = 0;
+    socklen_t len = sizeof(err);
+
+    if (getsockopt(c->s[1].fd, SOL_SOCKET, SO_ERROR, &err, &len) == -1)
+        err = errno;
+    c->connected = true;
+    touch(c);
+    if (err != 0) {
+        PX_CTR_ADD(&c->t->ctr.connect_failed, 1);
+        (void)px_h2_upstream_eof(c);
+        return;
+    }
+    event_add(c->s[1].rev, NULL);
+    (void)px_h2_flush(c);
+}
+
+int px_relay_reopen(struct px_conn *c)
+{
+    struct px_thread *t = c->t;
+    socklen_t len = c->family == 4 ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
+    int fd;
+
+    for (int i = 0;; i++) {
+        if (px_accept_onward(t, &c->client, i + 1 == PX_ONWARD_RETRIES, &fd) != 0)
+            return -EIO;
+        event_del(c->s[1].rev);
+        event_del(c->s[1].wev);
+        close(c->s[1].fd);
+        c->s[1].fd = fd;
+        event_assign(c->s[1].rev, t->base, fd, EV_READ | EV_CLOSED | EV_PERSIST, on_readable, c);
+        event_assign(c->s[1].wev, t->base, fd, EV_WRITE, on_writable, c);
+        free(c->s[1].pend);
+        c->s[1].pend = NULL;
+        c->eof[1] = c->shut[1] = false;
+        if (connect(fd, (struct sockaddr *)&c->server, len) == 0) {
+            c->connected = true;
+            event_add(c->s[1].rev, NULL);
+            return 0;
+        }
+        if (errno != EADDRNOTAVAIL || i + 1 == PX_ONWARD_RETRIES)
+            break;
+    }
+    if (errno != EINPROGRESS) {
+        PX_CTR_ADD(&t->ctr.connect_failed, 1);
+        return -errno;
+    }
+    c->connected = false;
+    event_add(c->s[1].wev, NULL);
+    return 0;
+}
+
 static void on_writable(evutil_socket_t fd, short what, void *arg)
 {
     struct px_conn *c = arg;
@@ -387,7 +450,10 @@ static void on_writable(evutil_socket_t fd, short what, void *arg)
 
     (void)what;
     if (side == 1 && !c->connected) {
-        connected(c);
+        if (c->h2on)
+            reconnected(c);
+        else
+            connected(c);
         return;
     }
     if (c->tls != NULL && px_tls_handshaking(c)) {

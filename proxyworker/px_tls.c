@@ -378,8 +378,8 @@ static int on_alpn_select(SSL *ssl, const unsigned char **out, unsigned char *ou
 
     (void)arg;
     /* The HTTP kind speaking plaintext to its service chooses itself: h2 (then h2c upstream,
-     * px_h2.c), else http/1.1. */
-    if (c->http && x->plain_up)
+     * px_h2.c), else http/1.1; toward an HTTP/1.1-only service too (it is offered that alone). */
+    if (c->http && (x->plain_up || c->h1up))
         return alpn_pick(out, outlen, in, inlen, (const uint8_t *)"h2", 2) ||
                        alpn_pick(out, outlen, in, inlen, (const uint8_t *)"http/1.1", 8)
                    ? SSL_TLSEXT_ERR_OK
@@ -490,7 +490,13 @@ static bool step_client(struct px_conn *c)
             tls_failed(c, "the client's server name could not be passed on");
             return false;
         }
-        if (x->alpn != NULL && SSL_set_alpn_protos(x->ssl[1], x->alpn, (unsigned)x->alpn_len)) {
+        /* an HTTP/1.1-only service is offered http/1.1 alone: the proxy speaks h2 itself */
+        if (c->h1up && SSL_set_alpn_protos(x->ssl[1], (const uint8_t *)"\x08http/1.1", 9)) {
+            tls_failed(c, "ALPN http/1.1 could not be offered to the service");
+            return false;
+        }
+        if (!c->h1up && x->alpn != NULL &&
+            SSL_set_alpn_protos(x->ssl[1], x->alpn, (unsigned)x->alpn_len)) {
             tls_failed(c, "the client's ALPN offer could not be passed on");
             return false;
         }

@@ -497,6 +497,39 @@ Test(cli, service_rename_and_set)
     fgx__ctl__request__free_unpacked(r, NULL);
 }
 
+/* --upstream: a comma-separated list, a TLS service's transport and an HTTP one's protocol. */
+Test(cli, upstream_list)
+{
+    struct cli_cmd cmd;
+    Fgx__Ctl__Request *r;
+
+    parse_ok(ARGV("service", "add", "web", "--proto", "http", "--port", "80", "--layer", "proxy",
+                  "--upstream", "http1"),
+             &cmd);
+    r = wire(&cmd);
+    cr_assert(r->service_add->has_http && r->service_add->http);
+    cr_assert(r->service_add->has_upstream_http1 && r->service_add->upstream_http1);
+    cr_assert_not(r->service_add->has_upstream, "http1 alone says nothing of TLS");
+    fgx__ctl__request__free_unpacked(r, NULL);
+    parse_ok(ARGV("service", "set", "web", "--upstream", "plain,h2"), &cmd);
+    r = wire(&cmd);
+    cr_assert(r->service_set->has_upstream);
+    cr_assert_eq(r->service_set->upstream, FGX__CTL__UPSTREAM__UPSTREAM_PLAIN);
+    cr_assert(r->service_set->has_upstream_http1);
+    cr_assert_not(r->service_set->upstream_http1);
+    fgx__ctl__request__free_unpacked(r, NULL);
+    parse_ok(ARGV("service", "set", "web", "--upstream", "tls"), &cmd);
+    r = wire(&cmd);
+    cr_assert(r->service_set->has_upstream);
+    cr_assert_eq(r->service_set->upstream, FGX__CTL__UPSTREAM__UPSTREAM_TLS);
+    cr_assert_not(r->service_set->has_upstream_http1, "tls alone leaves the protocol");
+    fgx__ctl__request__free_unpacked(r, NULL);
+    parse_fails(ARGV("service", "set", "web", "--upstream", "http2"), CLI_EXIT_INVALID,
+                "http1 or h2");
+    parse_fails(ARGV("service", "set", "web", "--upstream", "plain,,x"), CLI_EXIT_INVALID,
+                "tls or plain");
+}
+
 Test(cli, usage_errors_exit_2)
 {
     parse_fails(ARGV("frobnicate"), CLI_EXIT_USAGE, "unknown command 'frobnicate'");

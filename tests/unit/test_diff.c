@@ -146,6 +146,10 @@ Test(diff, service_changes_in_words)
     b.http = true;
     ctl_diff_service(&a, &b, buf, sizeof(buf));
     cr_assert_str_eq(buf, "proto http", "the HTTP kind is a change said in words");
+    a = b;
+    b.upstream_http1 = true;
+    ctl_diff_service(&a, &b, buf, sizeof(buf));
+    cr_assert_str_eq(buf, "upstream http1");
 }
 
 /* Issue 24: a sync keeps a filter whose regex, direction and case a line has, whatever the

@@ -94,6 +94,8 @@ struct fgx_dp_service {
     /* The HTTP service kind (proxy layer): HTTP/2 terminated, each stream filtered as the
      * HTTP/1.1 exchange it would have been (proxyworker/px_h2.c). */
     bool http;
+    /* ... toward a service that speaks HTTP/1.1 only (proxyworker/px_h2.c). */
+    bool http_upstream_http1;
     /* Capture (fgx/capture.h): connections kept by the whole worker, bytes per direction;
      * 0: capture off. */
     uint32_t capture_conns, capture_bytes;

@@ -48,6 +48,7 @@ struct fgx_wsvc {
     struct fgx_cidr addr;
     bool fail_open;
     bool http; /* the HTTP service kind (fgx/dp.h) */
+    bool http_upstream_http1; /* its streams sent to the service as HTTP/1.1 */
     uint8_t midstream; /* FGX_MIDSTREAM_RESET or FGX_MIDSTREAM_SCAN (fgx/dp.h) */
     uint32_t capture_conns, capture_bytes; /* the whole worker's; 0: capture off */
     struct fgx_wdb *db[2]; /* [0] client -> server, [1] server -> client; NULL: nothing to match */
