@@ -1041,7 +1041,8 @@ int fgx_dp_decode(const void *buf, size_t len, struct fgx_dp_msg *m)
                 ret = -ENOMEM;
                 break;
             }
-            memcpy(o->data, b->data, b->len);
+            if (b->len > 0) /* an empty one may carry no data pointer */
+                memcpy(o->data, b->data, b->len);
             o->len = b->len;
             m->u.captures.n++;
         }

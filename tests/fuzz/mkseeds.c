@@ -220,6 +220,9 @@ static void seeds_dp(void)
     m.type = FGX_DP_CAPTURE_REQUEST;
     m.u.capture_service = 1;
     put_dp("capture-request", &m);
+    /* what fuzz_dp found (UBSan: a copy from the null data of an empty capture), kept as a
+     * regression seed; tests/unit/test_dp.c decodes it too */
+    put("fuzz_dp", "captures-empty", "\xca\x0c\x00\xca\x0c\x03\xc2\x0c\x00", 9);
 }
 
 /* ---- control requests (fuzz_ctl_rpc) ------------------------------------------------------ */

@@ -175,6 +175,20 @@ Test(dp, ack_round_trip)
     fgx_dp_msg_release(&out);
 }
 
+/* fuzz_dp's input: a captures message whose captures are empty (protobuf gives them no data
+ * pointer, and the decoder copied from it: undefined behaviour, UBSan). */
+Test(dp, captures_that_are_empty_decode)
+{
+    static const uint8_t in[] = {0xca, 0x0c, 0x00, 0xca, 0x0c, 0x03, 0xc2, 0x0c, 0x00};
+    struct fgx_dp_msg out;
+
+    cr_assert_eq(fgx_dp_decode(in, sizeof(in), &out), 0);
+    cr_assert_eq(out.type, FGX_DP_CAPTURES);
+    cr_assert_eq(out.u.captures.n, 1);
+    cr_assert_eq(out.u.captures.caps[0].len, 0);
+    fgx_dp_msg_release(&out);
+}
+
 Test(dp, stats_request_round_trip)
 {
     struct fgx_dp_msg in = {.type = FGX_DP_STATS_REQUEST}, out;
