@@ -17,6 +17,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fgxit as it  # noqa: E402
+from h2util import nghttp, stream_ids  # noqa: E402
 from fgxit import SRV4, check, test  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -37,26 +38,6 @@ def certs(env):
         it.sh(it.PY, os.path.join(HERE, "fgxtls.py"), "certs", d)
     return {n: (os.path.join(d, n + ".pem"), os.path.join(d, n + ".key"))
             for n in ("proxy", "service")}
-
-
-def nghttp(env, urls):
-    """Every URI on one connection (nghttp multiplexes them); its frame log."""
-    argv = ["ip", "netns", "exec", env.cli, "nghttp", "-nv", "-t", "5"] + list(urls)
-    p = subprocess.run(argv, capture_output=True, text=True, timeout=20)
-    return p.returncode, p.stdout + p.stderr
-
-
-def stream_ids(out):
-    """{path: stream id} of the requests in nghttp -v's frame log."""
-    ids, last = {}, None
-    for ln in out.splitlines():
-        m = re.search(r"send HEADERS frame <.*stream_id=(\d+)>", ln)
-        if m:
-            last = int(m.group(1))
-        m = re.match(r"\s+:path: (\S+)", ln)
-        if m and last is not None:
-            ids[m.group(1)] = last
-    return ids
 
 
 def h1_service(env, *ports):

@@ -6,7 +6,6 @@ http2 and HTTP/1.1, cleartext h2c, cleartext HTTP/1.1). One regex, written for H
 the same request over HTTP/1.1, h2 over TLS and h2c, while the innocent request passes on each;
 a block resets that stream only, and another stream on the same connection completes."""
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -14,6 +13,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fgxit as it  # noqa: E402
+from h2util import nghttp, stream_ids  # noqa: E402
 from fgxit import SRV4, check, test  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -92,26 +92,6 @@ def curl(env, url, mode, headers=(), body=None):
         argv += ["-H", h]
     p = subprocess.run(argv, capture_output=True, text=True, timeout=15)
     return p.returncode, p.stdout
-
-
-def nghttp(env, urls):
-    """Every URI on one connection (nghttp multiplexes them); its frame log."""
-    argv = ["ip", "netns", "exec", env.cli, "nghttp", "-nv", "-t", "5"] + list(urls)
-    p = subprocess.run(argv, capture_output=True, text=True, timeout=20)
-    return p.returncode, p.stdout + p.stderr
-
-
-def stream_ids(out):
-    """{path: stream id} of the requests in nghttp -v's frame log."""
-    ids, last = {}, None
-    for ln in out.splitlines():
-        m = re.search(r"send HEADERS frame <.*stream_id=(\d+)>", ln)
-        if m:
-            last = int(m.group(1))
-        m = re.match(r"\s+:path: (\S+)", ln)
-        if m and last is not None:
-            ids[m.group(1)] = last
-    return ids
 
 
 def http_service(env, name, port, tls=False):
