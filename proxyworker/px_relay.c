@@ -255,12 +255,22 @@ static bool forward(struct px_conn *c, int from, const uint8_t *data, size_t len
     return true;
 }
 
+/* A read of n bytes from side: the connection spoke; its service's counters. */
+static void count_read(struct px_conn *c, int side, size_t n)
+{
+    struct px_svc_ctr *sc = px_stats_svc(&c->t->ctr, c->service_id);
+
+    if (c->silent)
+        speak(c);
+    PX_CTR_ADD(&sc->reads, 1);
+    PX_CTR_ADD(&sc->bytes[side != 0], (uint64_t)n);
+}
+
 static void on_readable(evutil_socket_t fd, short what, void *arg)
 {
     struct px_conn *c = arg;
     struct px_thread *t = c->t;
     int side = fd == c->s[0].fd ? 0 : 1;
-    struct px_svc_ctr *sc;
     bool tls = false, tls_eof = false, counted = false;
     ssize_t n;
 
@@ -305,11 +315,7 @@ static void on_readable(evutil_socket_t fd, short what, void *arg)
         size_t len = (size_t)n;
         int r;
 
-        if (c->silent)
-            speak(c);
-        sc = px_stats_svc(&t->ctr, c->service_id);
-        PX_CTR_ADD(&sc->reads, 1);
-        PX_CTR_ADD(&sc->bytes[side != 0], (uint64_t)n);
+        count_read(c, side, (size_t)n); /* the bytes on the wire, before the rendering */
         counted = true;
         r = px_h2_read(c, side, t->buf, &len);
         if (r == 1 && tls_eof)
@@ -330,13 +336,8 @@ static void on_readable(evutil_socket_t fd, short what, void *arg)
         if (event_get_priority(c->s[side].rev) != prio)
             (void)event_priority_set(c->s[side].rev, prio);
     }
-    if (!counted) {
-        if (c->silent)
-            speak(c);
-        sc = px_stats_svc(&t->ctr, c->service_id);
-        PX_CTR_ADD(&sc->reads, 1);
-        PX_CTR_ADD(&sc->bytes[side != 0], (uint64_t)n);
-    }
+    if (!counted)
+        count_read(c, side, (size_t)n);
     /* A service with a script: the bytes wait for its verdict (px_script.c), the side is not
      * read meanwhile; the FIN, if it came, is read once the side is read again. */
     switch (px_script_chunk(c, side, t->buf, (size_t)n)) {
