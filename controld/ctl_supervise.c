@@ -492,9 +492,12 @@ static void sup_hb_poll(struct ctl_sup *s, uint64_t now)
             if (reply.type == FGX_DP_HEARTBEAT)
                 sup_hb_judge(s, &reply.u.heartbeat, now);
             fgx_dp_msg_release(&reply);
-            if (s->replacing)
-                goto out;
         }
+        /* the answer's buffer, before buf holds the next request */
+        free(buf);
+        buf = NULL;
+        if (s->replacing)
+            return;
     }
     if (now - s->hb_sent_ms >= SUP_HB_PERIOD_MS && fgx_dp_encode(&req, &buf, &len) == 0) {
         if (fgx_chan_call_begin(s->chan, buf, len, 2 * SUP_HB_MISS_MS, &s->hb) < 0)
@@ -503,8 +506,6 @@ static void sup_hb_poll(struct ctl_sup *s, uint64_t now)
         free(buf);
         return;
     }
-out:
-    free(buf);
 }
 
 /* Take in the heartbeat in flight if its answer came (the loop may not have looked for a
