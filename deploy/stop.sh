@@ -17,9 +17,9 @@ if ! kill -0 "$pid" 2>/dev/null; then
   exit 0
 fi
 kill -TERM "$pid"
-for _ in $(seq 1 50); do
+for _ in $(seq 1 150); do
   kill -0 "$pid" 2>/dev/null || { echo "controld stopped"; exit 0; }
   sleep 0.1
 done
-echo "controld ($pid) did not stop within 5 s" >&2
+echo "controld ($pid) did not stop within 15 s" >&2
 exit 1
