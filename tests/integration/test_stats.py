@@ -231,15 +231,17 @@ def kernel_queue_drops_reach_the_workers_counters(env):
           "no datagram reached the worker: %r", stats_of(env, "st-qdrop"))
     w = {x["kind"]: x for x in env.ctl("worker", "list")}["nfq"]
     check(w.get("queue_drops") == 0, "queue_drops before: %r", w)
-    # Stopped for well under the heartbeat's 1 s (about 0.3 s), while more datagrams than the
-    # queue holds (8192) arrive: the kernel drops the rest. The sender is started first and
+    # Stopped for well under the heartbeat's 1 s (12,000 datagrams, at most 0.6 s on a loaded
+    # machine), while more datagrams than the queue holds (8192) arrive: the kernel drops the rest. The sender is started first and
     # sends when told, so that its start is not inside the stop.
     send = ("import socket,sys,time\n"
             "s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n"
             "print('ready',flush=True); sys.stdin.readline()\n"
             "t=time.monotonic()\n"
-            "while time.monotonic()-t<0.25:\n"
-            "    for i in range(200): s.sendto(b'x'*16,('%s',%d))\n" % (SRV4, port))
+            "n=0\n"
+            "while n<12000 and time.monotonic()-t<0.6:\n"
+            "    for i in range(200): s.sendto(b'x'*16,('%s',%d))\n"
+            "    n+=200\n" % (SRV4, port))
     p = subprocess.Popen(["ip", "netns", "exec", env.cli, "python3", "-c", send],
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     check(p.stdout.readline().strip() == "ready", "the sender did not start")
@@ -251,7 +253,7 @@ def kernel_queue_drops_reach_the_workers_counters(env):
     finally:
         os.kill(w["pid"], signal.SIGCONT)
     kernel = proc_queue_drops(env)
-    check(kernel > 0, "the kernel dropped nothing: the test sent too little: %s %s",
+    check(kernel > 0, "the kernel dropped nothing: the test sent too little: %s %s\n%s",
           it.sh("ip", "netns", "exec", env.srv, "cat", "/proc/net/netfilter/nfnetlink_queue").stdout,
           stats_of(env, "st-qdrop"), env.log_tail(20))
 
