@@ -36,6 +36,8 @@ if [[ ${1:-} == --chroot ]]; then
   mnt --bind "$root" "$root"
   mnt -t proc proc "$root/proc"
   mnt -t sysfs sysfs "$root/sys"
+  # the cgroup2 tree a booted box has (test_unit_systemd runs a systemd --user manager)
+  mnt -t cgroup2 cgroup2 "$root/sys/fs/cgroup"
   mnt --bind /dev "$root/dev"
   mnt --bind /dev/pts "$root/dev/pts"
   # A /run of its own: `ip netns` keeps its namespaces in /run/netns, and the host's /run would
