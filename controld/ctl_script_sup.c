@@ -373,6 +373,12 @@ int ctl_script_sup_restart(void)
     return 0;
 }
 
+void ctl_script_sup_stop_begin(void)
+{
+    if (sup.proc.pid > 0)
+        (void)ctl_proc_signal(&sup.proc, SIGTERM);
+}
+
 void ctl_script_sup_stop(void)
 {
     hb_close();

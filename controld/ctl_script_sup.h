@@ -30,6 +30,8 @@ void ctl_script_sup_poll(void);
  * one. */
 int ctl_script_sup_restart(void);
 void ctl_script_sup_info(struct ctl_script_sup_info *out);
+/* As ctl_sup_stop_begin(). */
+void ctl_script_sup_stop_begin(void);
 void ctl_script_sup_stop(void);
 /* "ipc://RUN_DIR/script.sock" (after start; "" before). */
 const char *ctl_script_sup_url(void);

@@ -903,6 +903,12 @@ void ctl_sup_info(const struct ctl_sup *cs, struct ctl_sup_info *out)
         out->state = "replacing";
 }
 
+void ctl_sup_stop_begin(struct ctl_sup *s)
+{
+    if (s && s->pid > 0)
+        (void)ctl_proc_signal(&s->proc, SIGTERM);
+}
+
 void ctl_sup_stop(struct ctl_sup *s)
 {
     if (!s)

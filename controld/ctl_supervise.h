@@ -71,8 +71,11 @@ void ctl_sup_info(const struct ctl_sup *s, struct ctl_sup_info *out);
  * within 1 s is killed at once instead (SIGKILL: hung, it hands nothing over). ctl_sup_poll()
  * does the rest; a worker that is down is restarted at the next poll. */
 int ctl_sup_restart(struct ctl_sup *s);
-/* Stop the worker (SIGTERM, then SIGKILL after 2 s), adopted or not, close the channel, free.
- * NULL: no-op. */
+/* Send the worker SIGTERM now, so that the stops of several workers run side by side and
+ * controld's own stop waits for the slowest, not their sum. NULL: no-op. */
+void ctl_sup_stop_begin(struct ctl_sup *s);
+/* Stop the worker (SIGTERM, then SIGKILL after 2 s more), adopted or not, close
+ * the channel, free. NULL: no-op. */
 void ctl_sup_stop(struct ctl_sup *s);
 
 #endif

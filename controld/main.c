@@ -1100,6 +1100,10 @@ out:
         status = 1;
     /* its table goes with controld, as the services' does */
     ctl_fw_free(fw);
+    /* all three told at once: the stop takes the slowest worker's time, not the sum */
+    ctl_sup_stop_begin(sup);
+    ctl_sup_stop_begin(px_sup);
+    ctl_script_sup_stop_begin();
     ctl_sup_stop(sup);
     ctl_sup_stop(px_sup);
     ctl_script_sup_stop();
