@@ -867,6 +867,28 @@ static void build_options(struct ctl_nftx *tx, const struct ctl_fw_plan *p, enum
         ctl_nftx_rule_end(&rl);
     }
 
+    /* IPv6 neighbour discovery (router and neighbour solicitations and advertisements,
+     * ICMPv6 133-136) whatever the rules, the policy and the icmp option: without it an IPv6
+     * peer, the guarded ports' --allow peers included, is unreachable once the neighbour cache
+     * forgets it. First: conntrack calls these invalid (they open no connection). ARP needs
+     * nothing here: an inet table never sees it. */
+    if (h != CTL_FW_FWD) {
+        static const uint8_t nd_lo = 133, nd_hi = 136;
+        struct nftnl_expr *e;
+
+        ctl_nftx_rule_start(tx, c, &rl);
+        ctl_nftx_meta_u8(&rl, NFT_META_L4PROTO, IPPROTO_ICMPV6);
+        ctl_nftx_payload(&rl, NFT_PAYLOAD_TRANSPORT_HEADER, 0, 1);
+        e = ctl_nftx_expr(&rl, "range");
+        if (e) {
+            nftnl_expr_set_u32(e, NFTNL_EXPR_RANGE_SREG, NFT_REG_1);
+            nftnl_expr_set_u32(e, NFTNL_EXPR_RANGE_OP, NFT_RANGE_EQ);
+            nftnl_expr_set(e, NFTNL_EXPR_RANGE_FROM_DATA, &nd_lo, 1);
+            nftnl_expr_set(e, NFTNL_EXPR_RANGE_TO_DATA, &nd_hi, 1);
+        }
+        ctl_nftx_verdict(&rl, NF_ACCEPT, NULL);
+        ctl_nftx_rule_end(&rl);
+    }
     if (p->drop_invalid) {
         ctl_nftx_rule_start(tx, c, &rl);
         m_ct_state(&rl, NF_CT_STATE_INVALID_BIT);

@@ -544,6 +544,61 @@ def fw_control_port_stays_reachable(env):
         env.start_controld()
 
 
+def forget_neighbours(env):
+    """Both namespaces' neighbour caches empty (the static entries Env makes go too): the next
+    packet each way needs neighbour discovery (IPv6) or ARP (IPv4) first."""
+    for ns, ifn, peers in ((env.srv, SRV_IF, (CLI4, CLI6)), (env.cli, CLI_IF, (SRV4, SRV6))):
+        for a in peers:
+            it.sh("ip", "-n", ns, "neigh", "del", a, "dev", ifn, check=False)
+        it.sh("ip", "-n", ns, "neigh", "flush", "dev", ifn)
+        out = it.sh("ip", "-n", ns, "neigh", "show", "dev", ifn).stdout
+        check("lladdr" not in out, "a neighbour is still known in %s: %r", ns, out)
+
+
+def static_neighbours(env):
+    """Env's static neighbour entries back."""
+    mac = {ns: json.loads(it.sh("ip", "-n", ns, "-j", "link", "show", ifn).stdout)[0]["address"]
+           for ns, ifn in ((env.srv, SRV_IF), (env.cli, CLI_IF))}
+    for ns, ifn, peers, other in ((env.srv, SRV_IF, (CLI4, CLI6), env.cli),
+                                  (env.cli, CLI_IF, (SRV4, SRV6), env.srv)):
+        for a in peers:
+            it.sh("ip", "-n", ns, "neigh", "replace", a, "lladdr", mac[other], "dev", ifn, "nud",
+                  "permanent")
+
+
+@test
+def fw_guard_holds_on_ipv6_after_a_neighbour_flush(env):
+    """Under a drop policy with icmp off, an IPv6 --allow peer still reaches the control port
+    once both neighbour caches are flushed: neighbour discovery (ICMPv6 133-136) passes, before
+    the rules; so does ARP for an IPv4 peer (an inet table never sees ARP)."""
+    reset(env)
+    cport = env.port()
+    env.stop_controld()
+    env.start_controld(extra_args=["--listen", "tls+tcp://[::]:%d" % cport,
+                                   "--allow", CLI6 + "/128", "--allow", CLI4 + "/32"] +
+                       env.controld_args)
+    try:
+        fw(env, "policy", "drop")
+        fw(env, "set", "loopback", "off")
+        forget_neighbours(env)
+        expect_all(env,
+                   E("tcp", SRV6, cport, "open", t=4.0),
+                   E("tcp", SRV4, cport, "open", src=CLI4, t=4.0))
+        # the rule list cannot take it away either
+        rule(env, "--src", CLI6, "--action", "drop")
+        rule(env, "--proto", "any", "--action", "drop")
+        forget_neighbours(env)
+        expect_all(env,
+                   E("tcp", SRV6, cport, "open", t=4.0),
+                   E("tcp", SRV4, cport, "open", src=CLI4, t=4.0),
+                   E("tcp", SRV4, cport, "timeout", src=CLI4B))  # not an --allow peer
+    finally:
+        static_neighbours(env)
+        reset(env)
+        env.stop_controld()
+        env.start_controld()
+
+
 @test
 def fw_lets_fgex_own_connections_out(env):
     """A drop policy on what the box sends: the proxy's own connection to the service (marked by
