@@ -769,6 +769,14 @@ def fw_bad_line_refuses_the_file(env):
             f.write("--dport 22 --action accept\n--src 10.0.0.1/8 --action drop\n")
         p = env.ctl_raw("fw", "import", path, json_out=False)
         check(p.returncode == 4 and "line 2" in p.stderr, "exit %d: %s", p.returncode, p.stderr)
+        # an option given twice, whichever value comes last
+        for dup in ("--action drop --action accept", "--dport 25 --dport=26 --action drop",
+                    "--action drop --disabled --disabled"):
+            with open(path, "w") as f:
+                f.write("--dport 22 --action accept\n# two\n%s\n" % dup)
+            p = env.ctl_raw("fw", "import", path, json_out=False)
+            check(p.returncode != 0 and "line 3" in p.stderr and "twice" in p.stderr,
+                  "%r: exit %d: %s", dup, p.returncode, p.stderr)
     check([r["name"] for r in fw(env, "list")["rules"]] == ["stays"], "the list changed")
 
 
@@ -800,7 +808,9 @@ def fw_bad_rules_refused(env):
                        (["--src", "10.0.0.300", "--action", "drop"], "address"),
                        (["--src", "10.0.0.1", "--dst", "fd00::1", "--action", "drop"], "famil"),
                        (["--dir", "out", "--src", "eth0", "--action", "drop"], "input"),
-                       (["--name", "123", "--action", "drop"], "number")):
+                       (["--name", "123", "--action", "drop"], "number"),
+                       (["--action", "drop", "--action", "accept"], "--action given twice"),
+                       (["--src", CLI4, "--src", CLI4B, "--action", "drop"], "--src given twice")):
         p = fw_fails(env, "rule", "add", *args)
         check(what in p.stderr, "%r: %r", args, p.stderr)
     rule(env, "--name", "dup", "--action", "accept")
