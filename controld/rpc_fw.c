@@ -130,6 +130,17 @@ static void fw_change(struct ctl_rpc *r, const Fgx__Ctl__Request *q, fw_edit_fn 
                      CTL_FW_CONFIRM_MAX);
         return;
     }
+    /* The window's revert goes back to the configuration before it: a change made without
+     * --confirm meanwhile would be undone with it, unasked. It is refused instead; one with
+     * --confirm joins the window (its deadline the new one) and goes or stays with it. */
+    if (secs == 0 && ctl_fw_pending_secs(r->ctx->fw) > 0) {
+        ctl_rpc_fail(r, FGX__CTL__CODE__CODE_INVALID,
+                     "a firewall change waits for confirmation (%u s left) and its revert would "
+                     "undo this one: run `fgexctl fw confirm` first, or give this change "
+                     "--confirm too; nothing was changed",
+                     (unsigned)ctl_fw_pending_secs(r->ctx->fw));
+        return;
+    }
     if (ctl_rpc_txn_begin(r, true, &t) < 0)
         return;
     rv = ctl_fw_conf_load(t, &old);
@@ -443,6 +454,13 @@ int ctl_rpc_fw_import(struct ctl_rpc *r, struct ctl_txn *t, const Fgx__Ctl__Conf
 
     if (!cfg->fw)
         return 0; /* an older backup: the firewall stays as it is */
+    if (r->ctx->fw && ctl_fw_pending_secs(r->ctx->fw) > 0) {
+        (void)snprintf(err, len,
+                       "a firewall change waits for confirmation (%u s left) and its revert "
+                       "would undo the backup's firewall: run `fgexctl fw confirm` first",
+                       (unsigned)ctl_fw_pending_secs(r->ctx->fw));
+        return -EBUSY;
+    }
     f = rpc_fw(r);
     if (!f)
         return -ENOMEM;

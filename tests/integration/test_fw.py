@@ -509,6 +509,38 @@ def fw_unconfirmed_change_reverted_at_restart(env):
 
 
 @test
+def fw_change_in_a_window_is_refused_not_undone(env):
+    """A change without --confirm while another change's window is open is refused, saying
+    so (its revert would undo it); one with --confirm joins the window; once the window is
+    confirmed, the change goes in and outlives the old deadline."""
+    reset(env)
+    (ta, tb, _, _), _ = servers(env)
+    rule(env, "--proto", "tcp", "--dport", tb, "--action", "drop", "--confirm", "3")
+    p = fw_fails(env, "rule", "add", "--src", CLI4B, "--action", "drop")
+    check("waits for confirmation" in p.stderr and "fw confirm" in p.stderr,
+          "the refusal does not say a window is open: %r", p.stderr)
+    check(len(fw(env, "list")["rules"]) == 1, "the refused change was stored")
+    expect(env, "tcp", SRV4, ta, "open", src=CLI4B)
+    fw(env, "confirm")
+    rule(env, "--src", CLI4B, "--action", "drop")
+    time.sleep(3.5)  # past the first change's deadline
+    doc = fw(env, "list")
+    check(len(doc["rules"]) == 2, "a change made after the confirm went: %r", doc["rules"])
+    expect_all(env,
+               E("tcp", SRV4, ta, "timeout", src=CLI4B),
+               E("tcp", SRV4, ta, "open", src=CLI4),
+               E("tcp", SRV4, tb, "timeout", src=CLI4, t=0.5))
+    # a change with --confirm in the window joins it: both go at its deadline
+    reset(env)
+    fw(env, "policy", "drop", "--confirm", "2")
+    rule(env, "--src", CLI4B, "--action", "drop", "--confirm", "2")
+    it.wait_until(lambda: fw(env, "list")["state"]["pending_secs"] == 0, timeout=5)
+    doc = fw(env, "list")
+    check(doc["policy"]["in"] == "accept" and doc["rules"] == [], "not both reverted: %r", doc)
+    expect(env, "tcp", SRV4, ta, "open", src=CLI4B)
+
+
+@test
 def fw_rules_survive_restart(env):
     reset(env)
     (ta, _, _, _), _ = servers(env)
