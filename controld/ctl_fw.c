@@ -801,12 +801,13 @@ int ctl_fw_new(const char *table, const struct ctl_fw_guard *g, struct ctl_fw **
 
 void ctl_fw_free(struct ctl_fw *fw)
 {
-    struct ctl_fw_plan none = {0};
-
     if (!fw)
         return;
-    if (ctl_fw_nft_apply(fw->nft, &none, NULL) < 0)
-        fgx_warn("fw: the firewall table could not be removed");
+    /* The table stays in force while controld is stopped, as it does when controld dies: a
+     * firewall that opens the box whenever its daemon stops is none. The next controld writes
+     * it whole from the store (`fgexctl fw disable` takes it away). */
+    if (ctl_fw_nft_present(fw->nft))
+        fgx_info("fw: the firewall table stays in force while controld is stopped");
     ctl_fw_nft_close(fw->nft);
     free(fw);
 }

@@ -109,7 +109,7 @@ int ctl_fw_conf_save(struct ctl_txn *t, const struct ctl_fw_conf *c);
 
 /* table NULL: "fgex_fw". *out owned by the caller (ctl_fw_free()). */
 int ctl_fw_new(const char *table, const struct ctl_fw_guard *g, struct ctl_fw **out);
-/* Removes the table, closes. NULL: no-op. */
+/* Closes; the table stays in the kernel, in force while controld is stopped. NULL: no-op. */
 void ctl_fw_free(struct ctl_fw *fw);
 /* Compile c and replace the kernel's table with it in one transaction. 0, or a negative
  * errno with the reason in err (nothing changed in the kernel). */

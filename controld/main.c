@@ -1098,7 +1098,8 @@ out:
     /* Rules first: once nothing is queued, stopping the worker drops no packet in flight. */
     if (nft && ctl_nft_clear(nft) < 0)
         status = 1;
-    /* its table goes with controld, as the services' does */
+    /* its table stays in force while controld is stopped (ctl_fw_free()): the box stays
+     * guarded; the services' table goes, each service failing open or closed by its setting */
     ctl_fw_free(fw);
     ctl_sup_stop(sup);
     ctl_sup_stop(px_sup);

@@ -6,6 +6,7 @@ through srv, confirm-or-revert, 10,000 rules, rule files, backups and restarts."
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 import tempfile
@@ -538,6 +539,33 @@ def fw_change_in_a_window_is_refused_not_undone(env):
     doc = fw(env, "list")
     check(doc["policy"]["in"] == "accept" and doc["rules"] == [], "not both reverted: %r", doc)
     expect(env, "tcp", SRV4, ta, "open", src=CLI4B)
+
+
+@test
+def fw_stays_in_force_while_controld_is_stopped(env):
+    """SIGTERM (make stop, systemctl stop) and a crash alike leave the firewall table in
+    force until controld starts again; the services' table goes (they fail open or closed by
+    their own setting)."""
+    reset(env)
+    (ta, tb, _, _), _ = servers(env)
+    rule(env, "--proto", "tcp", "--dport", ta, "--action", "drop")
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        env.stop_controld(sig)
+        r = subprocess.run(["ip", "netns", "exec", env.srv, "nft", "list", "table", "inet",
+                            "fgex_fw"], capture_output=True, text=True)
+        check(r.returncode == 0, "signal %d: the firewall table went with controld: %s", sig,
+              r.stderr)
+        expect_all(env,
+                   E("tcp", SRV4, ta, "timeout", t=0.5),
+                   E("tcp", SRV4, tb, "open"))
+        env.start_controld()
+        expect_all(env,
+                   E("tcp", SRV4, ta, "timeout", t=0.5),
+                   E("tcp", SRV4, tb, "open"))
+    # `fw disable` is how it goes
+    fw(env, "disable")
+    expect(env, "tcp", SRV4, ta, "open")
+    reset(env)
 
 
 @test
