@@ -31,6 +31,7 @@
 #include <string.h>
 #include <time.h>
 
+#include <libmnl/libmnl.h>
 #include <libnftnl/chain.h>
 #include <libnftnl/common.h>
 #include <libnftnl/expr.h>
@@ -1127,6 +1128,11 @@ const char *ctl_fw_nft_table(const struct ctl_fw_nft *n)
 uint32_t ctl_fw_nft_portid(const struct ctl_fw_nft *n)
 {
     return ctl_nftx_sock_portid(&n->sock);
+}
+
+int ctl_fw_nft_fd(const struct ctl_fw_nft *n)
+{
+    return n->sock.nl ? mnl_socket_get_fd(n->sock.nl) : -1;
 }
 
 bool ctl_fw_nft_present(const struct ctl_fw_nft *n)

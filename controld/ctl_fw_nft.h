@@ -59,6 +59,8 @@ void ctl_fw_nft_close(struct ctl_fw_nft *n);
  * so that the next apply writes it whole. */
 const char *ctl_fw_nft_table(const struct ctl_fw_nft *n);
 uint32_t ctl_fw_nft_portid(const struct ctl_fw_nft *n);
+/* The netlink socket's descriptor (a forked process keeps it, ctl_fw.c's watchdog). */
+int ctl_fw_nft_fd(const struct ctl_fw_nft *n);
 bool ctl_fw_nft_present(const struct ctl_fw_nft *n);
 void ctl_fw_nft_forget(struct ctl_fw_nft *n);
 

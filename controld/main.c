@@ -952,6 +952,8 @@ int main(int argc, char **argv)
         rv = ctl_fw_guard_web(&guard, o.web_listen);
     if (rv == 0)
         rv = ctl_fw_new(NULL, &guard, &fw);
+    if (rv == 0)
+        rv = ctl_fw_set_run_dir(fw, o.run_dir);
     if (rv < 0) {
         fgx_err("cannot set up the firewall: %s", strerror(-rv));
         goto out;

@@ -95,21 +95,6 @@ static bool fw_available(struct ctl_rpc *r)
     return false;
 }
 
-static int conf_copy(const struct ctl_fw_conf *src, struct ctl_fw_conf *dst)
-{
-    *dst = *src;
-    dst->rules = NULL;
-    dst->cap = 0;
-    if (src->n == 0)
-        return 0;
-    dst->rules = malloc(src->n * sizeof(*dst->rules));
-    if (!dst->rules)
-        return -ENOMEM;
-    memcpy(dst->rules, src->rules, src->n * sizeof(*dst->rules));
-    dst->cap = src->n;
-    return 0;
-}
-
 typedef int (*fw_edit_fn)(struct ctl_rpc *r, const Fgx__Ctl__Request *q, struct ctl_fw_conf *c);
 
 /* The common path of every change: edit a copy, install it, commit it. */
@@ -145,7 +130,7 @@ static void fw_change(struct ctl_rpc *r, const Fgx__Ctl__Request *q, fw_edit_fn 
         return;
     rv = ctl_fw_conf_load(t, &old);
     if (rv == 0)
-        rv = conf_copy(&old, &c);
+        rv = ctl_fw_conf_copy(&old, &c);
     if (rv < 0) {
         ctl_rpc_store_fail(r, rv);
         goto out;
@@ -185,7 +170,7 @@ static void fw_change(struct ctl_rpc *r, const Fgx__Ctl__Request *q, fw_edit_fn 
         goto out;
     }
     if (secs > 0) {
-        ctl_fw_pending_arm(r->ctx->fw, secs);
+        ctl_fw_pending_arm(r->ctx->fw, &old, secs);
         fgx_info("fw: change applied; reverted in %u s unless confirmed (fgexctl fw confirm)",
                  (unsigned)secs);
     }

@@ -498,6 +498,63 @@ def fw_confirm_or_revert(env):
         os.unlink(f.name)
 
 
+def chain_policy(env, chain="input"):
+    """The policy of the firewall's base chain as the kernel holds it (None: no table)."""
+    r = subprocess.run(["ip", "netns", "exec", env.srv, "nft", "list", "chain", "inet", "fgex_fw",
+                        chain], capture_output=True, text=True)
+    if r.returncode:
+        return None
+    return "drop" if "policy drop;" in r.stdout else "accept"
+
+
+@test
+def fw_confirm_reverts_on_time_without_controld(env):
+    """The revert of an unconfirmed change fires on time when controld is SIGKILLed in the
+    window, and when it is stopped (hung) through the deadline: the window's watchdog writes
+    the old rules; the peer reaches the port again."""
+    reset(env)
+    (ta, tb, _, _), _ = servers(env)
+    rule(env, "--proto", "tcp", "--dport", ta, "--action", "accept")
+    for how in ("kill", "hang"):
+        t0 = time.monotonic()
+        fw(env, "policy", "drop", "--confirm", "3")
+        check(chain_policy(env) == "drop", "%s: the change is not in force", how)
+        expect(env, "tcp", SRV4, tb, "timeout", t=0.5)
+        pid = env.controld.pid
+        if how == "kill":
+            env.stop_controld(signal.SIGKILL)
+        else:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            back = it.wait_until(lambda: chain_policy(env) == "accept", timeout=8, step=0.1)
+            took = time.monotonic() - t0
+            check(back, "%s: the chain still says policy drop %.1f s after --confirm 3", how,
+                  took)
+            check(took < 4.5, "%s: reverted %.1f s after --confirm 3", how, took)
+            expect_all(env,
+                       E("tcp", SRV4, tb, "open"),
+                       E("tcp", SRV4, ta, "open"))
+        finally:
+            if how == "hang":
+                os.kill(pid, signal.SIGCONT)
+        if how == "kill":
+            env.start_controld()
+        # controld (restarted, or woken) agrees: the change is gone from the store too
+        it.wait_until(lambda: fw(env, "list")["state"]["pending_secs"] == 0, timeout=5)
+        doc = fw(env, "list")
+        check(doc["policy"]["in"] == "accept" and doc["state"]["pending_secs"] == 0,
+              "%s: controld still holds the change: %r", how, doc["policy"])
+        expect(env, "tcp", SRV4, tb, "open")
+    # a confirmed window's watchdog stands down: the change outlives its deadline
+    fw(env, "policy", "drop", "--confirm", "1")
+    fw(env, "confirm")
+    time.sleep(2.0)
+    check(chain_policy(env) == "drop", "a confirmed change was reverted in the kernel")
+    left = [f for f in os.listdir(env.run_dir) if f.startswith("fw-watchdog")]
+    check(not left, "the watchdog's pid file stayed: %r", left)
+    reset(env)
+
+
 @test
 def fw_unconfirmed_change_reverted_at_restart(env):
     reset(env)
