@@ -847,6 +847,109 @@ def fw_ten_thousand_rules_last_one_matches(env):
                                             st["apply_us"] / 1000.0))
 
 
+FLOOD = r"""
+import socket, sys, time
+hosts, port, n, secs = sys.argv[1].split(","), int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+socks = []
+for h in hosts:
+    for _ in range(n):
+        s = socket.socket(socket.AF_INET6 if ":" in h else socket.AF_INET, socket.SOCK_DGRAM)
+        s.setblocking(False)
+        s.connect((h, port))
+        socks.append(s)
+sent, end = 0, time.monotonic() + secs
+while time.monotonic() < end:
+    for s in socks:
+        try:
+            s.send(b"flood")
+            sent += 1
+        except OSError:
+            pass
+print(sent)
+"""
+
+
+def switch_files(port, rnd):
+    """Two rule files that both drop UDP to port, at different places among other rules (ports,
+    ranges, prefixes, IPv6; one with an accept for a checker's address before the drop)."""
+    def others(k):
+        out = []
+        for _ in range(k):
+            c = rnd.random()
+            if c < 0.35:
+                out.append("--proto udp --dport %d --action drop" % rnd.randint(20000, 29999))
+            elif c < 0.6:
+                lo = rnd.randint(30000, 39000)
+                out.append("--proto tcp --dport %d-%d --action %s" %
+                           (lo, lo + rnd.randint(1, 50), rnd.choice(["accept", "drop"])))
+            elif c < 0.8:
+                out.append("--src 10.%d.%d.0/24 --action %s" % (rnd.randint(100, 200),
+                                                               rnd.randint(0, 255),
+                                                               rnd.choice(["accept", "reject"])))
+            else:
+                out.append("--proto udp --src fd%02x::%x --dport %d --action accept" %
+                           (rnd.randint(0, 99), rnd.randint(1, 999), rnd.randint(1, 9999)))
+        return out
+    drop = "--proto udp --dport %d --action drop" % port
+    # after the drop, accepts that cover the port too (ranges and prefixes cut differently in
+    # each file): the drop must win at every moment of a switch
+    after_a = ["--proto udp --dport %d-%d --action accept" % (port - 5, port + 5),
+               "--src 10.77.0.0/24 --action accept", "--src fd77::/64 --action accept"]
+    after_b = ["--proto udp --dport %d-%d --action accept" % (port - 2, port + 9),
+               "--proto both --src 10.77.0.0/16 --action accept", "--src fd77::/48 --action accept"]
+    a = others(20) + [drop] + others(10) + after_a + others(20)
+    b = others(45) + ["--proto udp --src 10.99.0.7 --dport %d --action accept" % port, drop] + \
+        after_b + others(10)
+    return "\n".join(a) + "\n", "\n".join(b) + "\n"
+
+
+@test
+def fw_switching_rule_files_lets_no_packet_through(env):
+    """A UDP flood (v4 and v6, many flows) to a port both rule files drop, while fw apply
+    switches between the two again and again (confirmed each time), under an accept and a drop
+    policy: no datagram reaches the port. Every packet meets the whole old list or the whole new
+    one."""
+    reset(env)
+    port = env.port()
+    usrv = env.udp_server(port)
+    rnd = random.Random(33)
+    with tempfile.TemporaryDirectory() as d:
+        paths = []
+        for k, text in enumerate(switch_files(port, rnd)):
+            paths.append(os.path.join(d, "%s.rules" % "ab"[k]))
+            with open(paths[-1], "w") as f:
+                f.write(text)
+        for policy in ("accept", "drop"):
+            fw(env, "import", paths[1])
+            fw(env, "policy", policy)
+            flood = subprocess.Popen(["ip", "netns", "exec", env.cli, it.PY, "-c", FLOOD,
+                                      SRV4 + "," + SRV6, str(port), "150", "10"],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            try:
+                for i in range(5):
+                    for path in paths:
+                        fw(env, "apply", path, "--confirm", "60")
+                        fw(env, "confirm")
+                    # and the single changes: a rule added before the drop, moved, removed;
+                    # an import; the policy there and back
+                    doc = rule(env, "--proto", "udp", "--dport", "%d-%d" % (port - 1, port + 1),
+                               "--src", "10.99.%d.0/24" % i, "--action", "accept", "--at", "1")
+                    fw(env, "rule", "move", doc["rules"][0]["id"], len(doc["rules"]))
+                    fw(env, "rule", "rm", doc["rules"][-1]["id"])
+                    fw(env, "import", paths[i % 2])
+                    fw(env, "policy", "drop" if policy == "accept" else "accept")
+                    fw(env, "policy", policy)
+            finally:
+                so, se = flood.communicate(timeout=30)
+            check(so.strip().isdigit() and int(so) > 1000, "the flood did not run: %r %r", so,
+                  se[-300:])
+            time.sleep(0.3)
+            got = len(it.dgrams(usrv))
+            check(got == 0, "policy %s: %d of %s datagrams reached the dropped port during the "
+                  "switches", policy, got, so.strip())
+    reset(env)
+
+
 @test
 def fw_import_export_round_trip(env):
     reset(env)
