@@ -736,6 +736,14 @@ int ctl_fw_apply(struct ctl_fw *fw, const struct ctl_fw_conf *c, char *err, size
     plan.nallow = fw->guard.nallow;
     t1 = mono_us();
     rc = ctl_fw_nft_apply(fw->nft, &plan, &ns);
+    if (rc == -E2BIG) {
+        errf(err, len,
+             "the rules compile into %zu maps, more than the %d a change may write (rules that "
+             "each name their own source and port need one map each: join sources into "
+             "prefixes or ports into ranges, or split the list)",
+             ns.maps, CTL_FW_MAPS_MAX);
+        goto out;
+    }
     if (rc < 0) {
         errf(err, len, "the kernel refused the firewall table: %s", strerror(-rc));
         goto out;

@@ -18,6 +18,10 @@
 #define CTL_FW_ADDR_MAX 64
 #define CTL_FW_ALLOW_MAX 64
 #define CTL_FW_CONFIRM_MAX (24u * 3600u)
+/* The longest rule list a change may make: refused before anything is compiled or stored, so
+ * that controld answers its other clients meanwhile (compiling 100,000 rules of one source and
+ * one port each takes ~1.5 s, and they would need one map each: CTL_FW_MAPS_MAX). */
+#define CTL_FW_RULES_MAX 65536
 
 enum ctl_fw_proto { CTL_FW_ANY = 0, CTL_FW_TCP = 1, CTL_FW_UDP = 2, CTL_FW_BOTH = 3 };
 enum ctl_fw_opt {

@@ -1034,6 +1034,13 @@ int ctl_fw_nft_apply(struct ctl_fw_nft *n, const struct ctl_fw_plan *p,
     if (!v)
         return -ENOMEM;
     rc = view_build(p, v);
+    if (rc == 0 && v->n > CTL_FW_MAPS_MAX) {
+        /* refused before the kernel sees it (CTL_FW_MAPS_MAX): nothing changes */
+        if (st)
+            st->maps = v->n;
+        rc = -E2BIG;
+        goto out_view;
+    }
     if (rc == -EEXIST && n->cur) {
         /* names that collide cannot be diffed: rebuild (the next compile names alike) */
         view_release(n->cur);
@@ -1094,10 +1101,11 @@ again:
         v = NULL;
     }
 out:
+    ctl_nftx_release(&tx);
+out_view:
     if (v)
         view_release(v);
     free(v);
-    ctl_nftx_release(&tx);
     return rc;
 }
 

@@ -137,6 +137,12 @@ static void fw_change(struct ctl_rpc *r, const Fgx__Ctl__Request *q, fw_edit_fn 
     }
     if (edit(r, q, &c) < 0)
         goto out;
+    if (c.n > CTL_FW_RULES_MAX) {
+        ctl_rpc_fail(r, FGX__CTL__CODE__CODE_INVALID,
+                     "%zu firewall rules: a list holds at most %d; nothing was changed", c.n,
+                     CTL_FW_RULES_MAX);
+        goto out;
+    }
     rv = ctl_fw_conf_check_names(&c, err, sizeof(err));
     if (rv < 0) {
         ctl_rpc_fail(r, rv == -EEXIST ? FGX__CTL__CODE__CODE_EXISTS : FGX__CTL__CODE__CODE_ERROR,
@@ -155,7 +161,9 @@ static void fw_change(struct ctl_rpc *r, const Fgx__Ctl__Request *q, fw_edit_fn 
     /* The kernel first: a table it refuses leaves everything as it was. */
     rv = ctl_fw_apply(r->ctx->fw, &c, err, sizeof(err));
     if (rv < 0) {
-        ctl_rpc_fail(r, rv == -EINVAL ? FGX__CTL__CODE__CODE_INVALID : FGX__CTL__CODE__CODE_ERROR,
+        ctl_rpc_fail(r,
+                     rv == -EINVAL || rv == -E2BIG ? FGX__CTL__CODE__CODE_INVALID
+                                                   : FGX__CTL__CODE__CODE_ERROR,
                      "%s; nothing was changed", err);
         goto out;
     }
@@ -444,7 +452,12 @@ int ctl_rpc_fw_import(struct ctl_rpc *r, struct ctl_txn *t, const Fgx__Ctl__Conf
                        "a firewall change waits for confirmation (%u s left) and its revert "
                        "would undo the backup's firewall: run `fgexctl fw confirm` first",
                        (unsigned)ctl_fw_pending_secs(r->ctx->fw));
-        return -EBUSY;
+        return -EINVAL; /* exit 4, as fw_change()'s refusal */
+    }
+    if (cfg->fw->n_rules > CTL_FW_RULES_MAX) {
+        (void)snprintf(err, len, "%zu firewall rules: a list holds at most %d", cfg->fw->n_rules,
+                       CTL_FW_RULES_MAX);
+        return -EINVAL;
     }
     f = rpc_fw(r);
     if (!f)

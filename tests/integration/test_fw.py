@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -947,6 +948,74 @@ def fw_switching_rule_files_lets_no_packet_through(env):
             got = len(it.dgrams(usrv))
             check(got == 0, "policy %s: %d of %s datagrams reached the dropped port during the "
                   "switches", policy, got, so.strip())
+    reset(env)
+
+
+def one_map_each(path, n, last_port=None):
+    """n rules that each name their own source and port (one map per rule): the last one's port
+    last_port when given."""
+    with open(path, "w") as f:
+        for i in range(n):
+            port = last_port if last_port and i == n - 1 else 1024 + i % 60000
+            f.write("--proto tcp --src 10.%d.%d.%d --dport %d --action drop\n" %
+                    (100 + i // 65536, i // 256 % 256, i % 256, port))
+
+
+@test
+def fw_a_list_of_one_map_per_rule_is_refused_above_the_limit(env):
+    """100,000 rules of one source and one port each: past the rule limit, refused at once with
+    the number and the limit, controld answering another client all along; 6,000 would be
+    6,000 maps (the kernel's cost grows with their square): refused by the map limit; the rules
+    in force kept; 2,000 of them go in."""
+    reset(env)
+    (ta, tb, _, _), _ = servers(env)
+    rule(env, "--proto", "tcp", "--dport", ta, "--action", "drop")
+    slow, stop = [], [False]
+
+    def poll_status():
+        while not stop[0]:
+            t = time.monotonic()
+            env.ctl("status")
+            slow.append(time.monotonic() - t)
+            time.sleep(0.1)
+    th = threading.Thread(target=poll_status)
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "big.rules")
+        one_map_each(path, 100000)
+        th.start()
+        try:
+            t0 = time.monotonic()
+            p = env.ctl_raw("fw", "import", path, json_out=False)
+            took = time.monotonic() - t0
+        finally:
+            time.sleep(0.3)
+            stop[0] = True
+            th.join()
+        check(p.returncode == 4 and "at most 65536" in p.stderr, "exit %d: %s", p.returncode,
+              p.stderr[-400:])
+        check(took < 10, "the refusal took %.1f s", took)
+        check(slow and max(slow) < 1.0, "status took up to %.2f s meanwhile", max(slow or [0]))
+        # under the rule limit, the map limit: 6,000 of them would be 6,000 maps
+        one_map_each(path, 6000)
+        p = env.ctl_raw("fw", "import", path, json_out=False)
+        check(p.returncode == 4 and "maps" in p.stderr and "4096" in p.stderr,
+              "exit %d: %s", p.returncode, p.stderr[-400:])
+        check(len(fw(env, "list")["rules"]) == 1, "a refused list was stored")
+        expect_all(env,
+                   E("tcp", SRV4, ta, "timeout", t=0.5),
+                   E("tcp", SRV4, tb, "open"))
+        # below the limit the same shape goes in, and its last rule matches
+        one_map_each(path, 2000, last_port=tb)
+        t0 = time.monotonic()
+        doc = fw(env, "import", path)
+        took2 = time.monotonic() - t0
+        check(doc["state"]["maps"] <= 4096, "maps: %r", doc["state"])
+        expect_all(env,
+                   E("tcp", SRV4, tb, "open"),  # 10.100.7.207 is not the client
+                   E("tcp", SRV4, ta, "open"))
+    sys.stdout.write("    (100,000 one-map rules refused in %.2f s, status at most %.2f s; "
+                     "2,000 applied in %.2f s, %d maps)\n" % (took, max(slow), took2,
+                                                              doc["state"]["maps"]))
     reset(env)
 
 
