@@ -25,9 +25,9 @@
 
 #define FW_KEY "fw"
 #define FW_KEY_PENDING "fw_pending"
-#define FW_WD_NAME "fw-watchdog"  /* RUN_DIR/fw-watchdog.pid */
-#define FW_WD_GRACE_MS 500        /* past the deadline: controld's own revert comes first */
-#define FW_WD_FIRED 1             /* the watchdog's exit status when it wrote the table */
+#define FW_WD_NAME "fw-watchdog" /* RUN_DIR/fw-watchdog.pid */
+#define FW_WD_GRACE_MS 500       /* past the deadline: controld's own revert comes first */
+#define FW_WD_FIRED 1            /* the watchdog's exit status when it wrote the table */
 
 struct ctl_fw {
     struct ctl_fw_nft *nft;
