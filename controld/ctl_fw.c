@@ -7,17 +7,27 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
+#include "controld/ctl_proc.h"
 #include "fgx/fwc.h"
 #include "fgx/log.h"
 
 #define FW_KEY "fw"
 #define FW_KEY_PENDING "fw_pending"
+#define FW_WD_NAME "fw-watchdog" /* RUN_DIR/fw-watchdog.pid */
+#define FW_WD_GRACE_MS 500       /* past the deadline: controld's own revert comes first */
+#define FW_WD_FIRED 1            /* the watchdog's exit status when it wrote the table */
 
 struct ctl_fw {
     struct ctl_fw_nft *nft;
@@ -26,6 +36,15 @@ struct ctl_fw {
     bool pending;
     uint64_t deadline_ms; /* monotonic */
     uint64_t gen;         /* bumped by every change the kernel or the pending state saw */
+    /* the window's watchdog (ctl_fw_pending_arm()): the configuration it goes back to, the
+     * process, the pipe's write end ('c': stand down; closed: controld is gone, the deadline
+     * holds) and its socket's port id */
+    struct ctl_fw_conf window_prev;
+    bool has_window_prev;
+    pid_t wd_pid;
+    int wd_fd;
+    uint32_t wd_portid;
+    char *run_dir;
 };
 
 static const char *const opt_names[CTL_FW_NOPTS] = {"loopback", "established", "invalid",
@@ -133,6 +152,21 @@ int ctl_fw_conf_insert(struct ctl_fw_conf *c, const struct ctl_fw_rule *r, size_
     memmove(&c->rules[pos + 1], &c->rules[pos], (c->n - pos) * sizeof(*r));
     c->rules[pos] = *r;
     c->n++;
+    return 0;
+}
+
+int ctl_fw_conf_copy(const struct ctl_fw_conf *src, struct ctl_fw_conf *dst)
+{
+    *dst = *src;
+    dst->rules = NULL;
+    dst->cap = 0;
+    if (src->n == 0)
+        return 0;
+    dst->rules = malloc(src->n * sizeof(*dst->rules));
+    if (!dst->rules)
+        return -ENOMEM;
+    memcpy(dst->rules, src->rules, src->n * sizeof(*dst->rules));
+    dst->cap = src->n;
     return 0;
 }
 
@@ -702,6 +736,14 @@ int ctl_fw_apply(struct ctl_fw *fw, const struct ctl_fw_conf *c, char *err, size
     plan.nallow = fw->guard.nallow;
     t1 = mono_us();
     rc = ctl_fw_nft_apply(fw->nft, &plan, &ns);
+    if (rc == -E2BIG) {
+        errf(err, len,
+             "the rules compile into %zu maps, more than the %d a change may write (rules that "
+             "each name their own source and port need one map each: join sources into "
+             "prefixes or ports into ranges, or split the list)",
+             ns.maps, CTL_FW_MAPS_MAX);
+        goto out;
+    }
     if (rc < 0) {
         errf(err, len, "the kernel refused the firewall table: %s", strerror(-rc));
         goto out;
@@ -790,6 +832,8 @@ int ctl_fw_new(const char *table, const struct ctl_fw_guard *g, struct ctl_fw **
     if (g)
         fw->guard = *g;
     fw->state.mode = "off";
+    fw->wd_fd = -1;
+    ctl_fw_conf_init(&fw->window_prev);
     rc = ctl_fw_nft_open(table, &fw->nft);
     if (rc < 0) {
         free(fw);
@@ -801,12 +845,22 @@ int ctl_fw_new(const char *table, const struct ctl_fw_guard *g, struct ctl_fw **
 
 void ctl_fw_free(struct ctl_fw *fw)
 {
-    struct ctl_fw_plan none = {0};
-
     if (!fw)
         return;
-    if (ctl_fw_nft_apply(fw->nft, &none, NULL) < 0)
-        fgx_warn("fw: the firewall table could not be removed");
+    /* The table stays in force while controld is stopped, as it does when controld dies: a
+     * firewall that opens the box whenever its daemon stops is none. The next controld writes
+     * it whole from the store (`fgexctl fw disable` takes it away). */
+    if (ctl_fw_nft_present(fw->nft))
+        fgx_info("fw: the firewall table stays in force while controld is stopped");
+    /* A window's watchdog outlives controld: the change cannot be confirmed any more, and it
+     * goes at its deadline (the next controld's start reverts it at once, ending the watchdog). */
+    if (fw->wd_pid > 0)
+        fgx_warn("fw: an unconfirmed firewall change is reverted in %u s by its watchdog (pid %d)",
+                 (unsigned)ctl_fw_pending_secs(fw), (int)fw->wd_pid);
+    if (fw->wd_fd >= 0)
+        (void)close(fw->wd_fd);
+    ctl_fw_conf_release(&fw->window_prev);
+    free(fw->run_dir);
     ctl_fw_nft_close(fw->nft);
     free(fw);
 }
@@ -839,11 +893,195 @@ int ctl_fw_pending_begin(struct ctl_fw *fw, struct ctl_txn *t, const struct ctl_
     return rc;
 }
 
-void ctl_fw_pending_arm(struct ctl_fw *fw, uint32_t secs)
+int ctl_fw_set_run_dir(struct ctl_fw *fw, const char *run_dir)
 {
+    free(fw->run_dir);
+    fw->run_dir = run_dir ? strdup(run_dir) : NULL;
+    return !run_dir || fw->run_dir ? 0 : -ENOMEM;
+}
+
+uint32_t ctl_fw_watchdog_portid(const struct ctl_fw *fw)
+{
+    return fw ? fw->wd_portid : 0;
+}
+
+/* Every descriptor from 3 up but keep_a and keep_b: the watchdog holds no listening socket, no
+ * store and no lock of controld's, so that the next controld starts while it waits. */
+static void close_others(int keep_a, int keep_b)
+{
+    int a = keep_a < keep_b ? keep_a : keep_b, b = keep_a < keep_b ? keep_b : keep_a;
+
+    if (a > 3)
+        (void)close_range(3, (unsigned)a - 1, 0);
+    if (b > a + 1)
+        (void)close_range((unsigned)a + 1, (unsigned)b - 1, 0);
+    (void)close_range((unsigned)b + 1, ~0u, 0);
+}
+
+/* The watchdog: wait for the deadline or a word from controld; at the deadline, write the
+ * window's previous configuration through its own socket, whole, in one transaction. */
+static _Noreturn void wd_main(struct ctl_fw *fw, struct ctl_fw_nft *nft, int rfd,
+                              uint64_t deadline_ms)
+{
+    struct ctl_fw self = {.nft = nft, .guard = fw->guard, .wd_fd = -1};
+    sigset_t none;
+    char err[512];
+
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGINT, SIG_DFL);
+    signal(SIGCHLD, SIG_DFL);
+    signal(SIGPIPE, SIG_IGN);
+    (void)prctl(PR_SET_NAME, "fgx-fwwatch", 0, 0, 0);
+    for (;;) {
+        uint64_t now = mono_ms();
+        struct pollfd pf = {.fd = rfd, .events = POLLIN};
+        uint64_t left = deadline_ms > now ? deadline_ms - now : 0;
+        int n;
+
+        if (left == 0)
+            break;
+        n = poll(&pf, rfd >= 0 ? 1 : 0, left > 60000 ? 60000 : (int)left);
+        if (n > 0) {
+            char c;
+            ssize_t r = read(rfd, &c, 1);
+
+            if (r == 1)
+                _exit(0); /* confirmed, or controld reverts it itself */
+            if (r == 0 || (r < 0 && errno != EINTR && errno != EAGAIN)) {
+                (void)close(rfd); /* controld is gone: the deadline still holds */
+                rfd = -1;
+            }
+        }
+    }
+    if (ctl_fw_apply(&self, &fw->window_prev, err, sizeof(err)) < 0) {
+        fgx_err("fw watchdog: the unconfirmed firewall change could not be reverted: %s", err);
+        _exit(2);
+    }
+    fgx_warn("fw watchdog: the firewall change was not confirmed in time and controld did not "
+             "revert it: the previous rules (%zu) are back in the kernel",
+             fw->window_prev.n);
+    _exit(FW_WD_FIRED);
+}
+
+/* A watchdog that ended (reaped): when it wrote the table, controld's view of the kernel is
+ * stale and the next write is whole. */
+static void wd_reaped(struct ctl_fw *fw, int status)
+{
+    if (WIFEXITED(status) && WEXITSTATUS(status) == FW_WD_FIRED) {
+        ctl_fw_nft_forget(fw->nft);
+        fgx_warn("fw: the confirm window's watchdog reverted the firewall change (controld's "
+                 "loop was late)");
+    }
+    fw->wd_pid = 0;
+    if (fw->run_dir)
+        ctl_proc_pidfile_remove(fw->run_dir, FW_WD_NAME);
+}
+
+/* Tell the watchdog to stand down and wait for it (a watchdog writing the table finishes). */
+static void wd_stop(struct ctl_fw *fw)
+{
+    int status = 0;
+
+    if (fw->wd_fd >= 0) {
+        (void)!write(fw->wd_fd, "c", 1);
+        (void)close(fw->wd_fd);
+        fw->wd_fd = -1;
+    }
+    if (fw->wd_pid <= 0)
+        return;
+    while (waitpid(fw->wd_pid, &status, 0) == -1 && errno == EINTR)
+        ;
+    wd_reaped(fw, status);
+}
+
+/* Whether the watchdog ended by itself (it wrote the table, or failed to). */
+static bool wd_ended(struct ctl_fw *fw)
+{
+    int status;
+
+    if (fw->wd_pid <= 0 || waitpid(fw->wd_pid, &status, WNOHANG) != fw->wd_pid)
+        return false;
+    if (fw->wd_fd >= 0) {
+        (void)close(fw->wd_fd);
+        fw->wd_fd = -1;
+    }
+    wd_reaped(fw, status);
+    return true;
+}
+
+static void wd_start(struct ctl_fw *fw)
+{
+    struct ctl_fw_nft *nft = NULL;
+    int p[2] = {-1, -1}, rc;
+    pid_t pid;
+
+    rc = ctl_fw_nft_open(ctl_fw_nft_table(fw->nft), &nft);
+    if (rc == 0 && pipe2(p, O_CLOEXEC) == -1)
+        rc = -errno;
+    if (rc == 0) {
+        pid = fork();
+        if (pid == 0) {
+            (void)close(p[1]);
+            close_others(p[0], ctl_fw_nft_fd(nft));
+            wd_main(fw, nft, p[0], fw->deadline_ms + FW_WD_GRACE_MS);
+        }
+        if (pid == -1)
+            rc = -errno;
+        (void)close(p[0]);
+    }
+    if (rc < 0) {
+        fgx_err("fw: no watchdog for the confirm window (%s): the revert waits for controld's "
+                "loop",
+                strerror(-rc));
+        if (p[1] >= 0)
+            (void)close(p[1]);
+        ctl_fw_nft_close(nft);
+        return;
+    }
+    fw->wd_pid = pid;
+    fw->wd_fd = p[1];
+    fw->wd_portid = ctl_fw_nft_portid(nft);
+    ctl_fw_nft_close(nft); /* the watchdog's copy keeps the socket */
+    if (fw->run_dir && ctl_proc_pidfile_write(fw->run_dir, FW_WD_NAME, pid, 0) < 0)
+        fgx_warn("fw: cannot write %s/%s.pid", fw->run_dir, FW_WD_NAME);
+}
+
+/* A watchdog a previous controld left (it was stopped or died in a window): this start
+ * reverts the change itself, now. */
+static void wd_end_stale(struct ctl_fw *fw)
+{
+    struct ctl_proc p = CTL_PROC_INIT;
+    pid_t pid;
+
+    if (!fw->run_dir)
+        return;
+    pid = ctl_proc_pidfile_read(fw->run_dir, FW_WD_NAME, 0);
+    if (pid > 0 && ctl_proc_adopt(&p, pid) == 0) {
+        fgx_info("fw: ending the confirm window's watchdog a previous controld left (pid %d)",
+                 (int)pid);
+        ctl_proc_stop(&p, 0, "the firewall's watchdog");
+    }
+    ctl_proc_pidfile_remove(fw->run_dir, FW_WD_NAME);
+}
+
+void ctl_fw_pending_arm(struct ctl_fw *fw, const struct ctl_fw_conf *prev, uint32_t secs)
+{
+    if (!fw->pending) {
+        ctl_fw_conf_release(&fw->window_prev);
+        ctl_fw_conf_init(&fw->window_prev);
+        fw->has_window_prev = ctl_fw_conf_copy(prev, &fw->window_prev) == 0;
+    }
     fw->pending = true;
     fw->deadline_ms = mono_ms() + (uint64_t)secs * 1000u;
     fw->gen++;
+    wd_stop(fw);
+    if (fw->has_window_prev)
+        wd_start(fw);
+    else
+        fgx_err("fw: no memory for the confirm window's watchdog: the revert waits for "
+                "controld's loop");
 }
 
 int ctl_fw_pending_confirm(struct ctl_fw *fw, struct ctl_txn *t)
@@ -859,6 +1097,9 @@ void ctl_fw_pending_clear(struct ctl_fw *fw)
         fw->gen++; /* kept, or about to be reverted */
     fw->pending = false;
     fw->deadline_ms = 0;
+    wd_stop(fw);
+    ctl_fw_conf_release(&fw->window_prev);
+    fw->has_window_prev = false;
 }
 
 /* Put the saved configuration back, in the store and the kernel. */
@@ -937,7 +1178,9 @@ static int apply_stored(struct ctl_fw *fw, struct ctl_store *s, const char *what
 int ctl_fw_start(struct ctl_fw *fw, struct ctl_store *s)
 {
     /* A change that waited for confirmation when controld stopped cannot be confirmed any
-     * more: it goes, as it would have at its deadline. */
+     * more: it goes, as it would have at its deadline (and its watchdog, if it still waits,
+     * ends first). */
+    wd_end_stale(fw);
     if (revert(fw, s) < 0)
         fgx_warn("fw: an unconfirmed firewall change could not be reverted");
     return apply_stored(fw, s, "");
@@ -957,7 +1200,7 @@ int ctl_fw_restore(struct ctl_fw *fw, struct ctl_store *s)
 
 void ctl_fw_tick(struct ctl_fw *fw, struct ctl_store *s)
 {
-    if (!fw || !fw->pending || mono_ms() < fw->deadline_ms)
+    if (!fw || !fw->pending || (mono_ms() < fw->deadline_ms && !wd_ended(fw)))
         return;
     ctl_fw_pending_clear(fw);
     if (revert(fw, s) < 0)

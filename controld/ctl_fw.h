@@ -18,6 +18,10 @@
 #define CTL_FW_ADDR_MAX 64
 #define CTL_FW_ALLOW_MAX 64
 #define CTL_FW_CONFIRM_MAX (24u * 3600u)
+/* The longest rule list a change may make: refused before anything is compiled or stored, so
+ * that controld answers its other clients meanwhile (compiling 100,000 rules of one source and
+ * one port each takes ~1.5 s, and they would need one map each: CTL_FW_MAPS_MAX). */
+#define CTL_FW_RULES_MAX 65536
 
 enum ctl_fw_proto { CTL_FW_ANY = 0, CTL_FW_TCP = 1, CTL_FW_UDP = 2, CTL_FW_BOTH = 3 };
 enum ctl_fw_opt {
@@ -106,10 +110,12 @@ int ctl_fw_conf_from_msg(const Fgx__Ctl__FwConfig *m, struct ctl_fw_conf *out, c
 /* The stored configuration (the defaults when none is stored), and its replacement. */
 int ctl_fw_conf_load(struct ctl_txn *t, struct ctl_fw_conf *out);
 int ctl_fw_conf_save(struct ctl_txn *t, const struct ctl_fw_conf *c);
+/* dst: a copy of src with rules of its own. 0 or -ENOMEM. */
+int ctl_fw_conf_copy(const struct ctl_fw_conf *src, struct ctl_fw_conf *dst);
 
 /* table NULL: "fgex_fw". *out owned by the caller (ctl_fw_free()). */
 int ctl_fw_new(const char *table, const struct ctl_fw_guard *g, struct ctl_fw **out);
-/* Removes the table, closes. NULL: no-op. */
+/* Closes; the table stays in the kernel, in force while controld is stopped. NULL: no-op. */
 void ctl_fw_free(struct ctl_fw *fw);
 /* Compile c and replace the kernel's table with it in one transaction. 0, or a negative
  * errno with the reason in err (nothing changed in the kernel). */
@@ -127,8 +133,17 @@ uint32_t ctl_fw_pending_secs(const struct ctl_fw *fw);
  * configuration to go back to) in t, later ones keep it and move the deadline. */
 int ctl_fw_pending_begin(struct ctl_fw *fw, struct ctl_txn *t, const struct ctl_fw_conf *prev,
                          uint32_t secs);
-/* The caller committed t: the deadline counts from now. */
-void ctl_fw_pending_arm(struct ctl_fw *fw, uint32_t secs);
+/* The caller committed t: the deadline counts from now. prev: the configuration the change
+ * replaced (the first change of a window: what the window goes back to). Forks the window's
+ * watchdog: a process of its own that holds that configuration and writes it to the kernel
+ * 500 ms past the deadline unless told the window closed (confirmed, or reverted by controld),
+ * so the revert does not wait for controld's loop, nor for controld being alive. */
+void ctl_fw_pending_arm(struct ctl_fw *fw, const struct ctl_fw_conf *prev, uint32_t secs);
+/* Where the watchdog's pid file goes (RUN_DIR/fw-watchdog.pid), so that the next controld ends
+ * one its predecessor left; NULL: none. Before ctl_fw_start(). */
+int ctl_fw_set_run_dir(struct ctl_fw *fw, const char *run_dir);
+/* The netlink port id of the watchdog's socket (0: none yet): its change is fgex's own. */
+uint32_t ctl_fw_watchdog_portid(const struct ctl_fw *fw);
 /* fw confirm, inside t: -ENOENT when nothing waits. ctl_fw_pending_clear() once committed. */
 int ctl_fw_pending_confirm(struct ctl_fw *fw, struct ctl_txn *t);
 void ctl_fw_pending_clear(struct ctl_fw *fw);

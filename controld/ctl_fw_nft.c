@@ -31,6 +31,7 @@
 #include <string.h>
 #include <time.h>
 
+#include <libmnl/libmnl.h>
 #include <libnftnl/chain.h>
 #include <libnftnl/common.h>
 #include <libnftnl/expr.h>
@@ -867,6 +868,28 @@ static void build_options(struct ctl_nftx *tx, const struct ctl_fw_plan *p, enum
         ctl_nftx_rule_end(&rl);
     }
 
+    /* IPv6 neighbour discovery (router and neighbour solicitations and advertisements,
+     * ICMPv6 133-136) whatever the rules, the policy and the icmp option: without it an IPv6
+     * peer, the guarded ports' --allow peers included, is unreachable once the neighbour cache
+     * forgets it. First: conntrack calls these invalid (they open no connection). ARP needs
+     * nothing here: an inet table never sees it. */
+    if (h != CTL_FW_FWD) {
+        static const uint8_t nd_lo = 133, nd_hi = 136;
+        struct nftnl_expr *e;
+
+        ctl_nftx_rule_start(tx, c, &rl);
+        ctl_nftx_meta_u8(&rl, NFT_META_L4PROTO, IPPROTO_ICMPV6);
+        ctl_nftx_payload(&rl, NFT_PAYLOAD_TRANSPORT_HEADER, 0, 1);
+        e = ctl_nftx_expr(&rl, "range");
+        if (e) {
+            nftnl_expr_set_u32(e, NFTNL_EXPR_RANGE_SREG, NFT_REG_1);
+            nftnl_expr_set_u32(e, NFTNL_EXPR_RANGE_OP, NFT_RANGE_EQ);
+            nftnl_expr_set(e, NFTNL_EXPR_RANGE_FROM_DATA, &nd_lo, 1);
+            nftnl_expr_set(e, NFTNL_EXPR_RANGE_TO_DATA, &nd_hi, 1);
+        }
+        ctl_nftx_verdict(&rl, NF_ACCEPT, NULL);
+        ctl_nftx_rule_end(&rl);
+    }
     if (p->drop_invalid) {
         ctl_nftx_rule_start(tx, c, &rl);
         m_ct_state(&rl, NF_CT_STATE_INVALID_BIT);
@@ -1011,6 +1034,13 @@ int ctl_fw_nft_apply(struct ctl_fw_nft *n, const struct ctl_fw_plan *p,
     if (!v)
         return -ENOMEM;
     rc = view_build(p, v);
+    if (rc == 0 && v->n > CTL_FW_MAPS_MAX) {
+        /* refused before the kernel sees it (CTL_FW_MAPS_MAX): nothing changes */
+        if (st)
+            st->maps = v->n;
+        rc = -E2BIG;
+        goto out_view;
+    }
     if (rc == -EEXIST && n->cur) {
         /* names that collide cannot be diffed: rebuild (the next compile names alike) */
         view_release(n->cur);
@@ -1071,10 +1101,11 @@ again:
         v = NULL;
     }
 out:
+    ctl_nftx_release(&tx);
+out_view:
     if (v)
         view_release(v);
     free(v);
-    ctl_nftx_release(&tx);
     return rc;
 }
 
@@ -1105,6 +1136,11 @@ const char *ctl_fw_nft_table(const struct ctl_fw_nft *n)
 uint32_t ctl_fw_nft_portid(const struct ctl_fw_nft *n)
 {
     return ctl_nftx_sock_portid(&n->sock);
+}
+
+int ctl_fw_nft_fd(const struct ctl_fw_nft *n)
+{
+    return n->sock.nl ? mnl_socket_get_fd(n->sock.nl) : -1;
 }
 
 bool ctl_fw_nft_present(const struct ctl_fw_nft *n)

@@ -40,6 +40,12 @@ struct ctl_fw_nft;
 
 /* table: NULL gives "fgex_fw". *out owned by the caller (ctl_fw_nft_close()). */
 int ctl_fw_nft_open(const char *table, struct ctl_fw_nft **out);
+/* The most maps (DAG nodes) a table may hold. The kernel finds a set by name on a list, so a
+ * batch of n new maps costs ~n^2: 2,000 maps take ~0.15 s, 9,000 ~12 s, during which controld
+ * answers no one. Lists of the common shapes (many ports, many sources, ranges) need a few maps
+ * whatever their length; rules that each name their own source and port need one map each. */
+#define CTL_FW_MAPS_MAX 4096
+
 struct ctl_fw_nft_stats {
     size_t maps, elements;  /* what the table holds now */
     size_t added, removed;  /* elements the change sent */
@@ -59,6 +65,8 @@ void ctl_fw_nft_close(struct ctl_fw_nft *n);
  * so that the next apply writes it whole. */
 const char *ctl_fw_nft_table(const struct ctl_fw_nft *n);
 uint32_t ctl_fw_nft_portid(const struct ctl_fw_nft *n);
+/* The netlink socket's descriptor (a forked process keeps it, ctl_fw.c's watchdog). */
+int ctl_fw_nft_fd(const struct ctl_fw_nft *n);
 bool ctl_fw_nft_present(const struct ctl_fw_nft *n);
 void ctl_fw_nft_forget(struct ctl_fw_nft *n);
 

@@ -216,7 +216,9 @@ static bool own_port(const struct ctl_nftwatch *w, uint32_t portid)
 {
     struct ctl_fw_nft *fn = ctl_fw_nft_of(w->fw);
 
-    return portid == ctl_nft_portid(w->nft) || (fn && portid == ctl_fw_nft_portid(fn));
+    /* the firewall's confirm watchdog writes the table through a socket of its own */
+    return portid == ctl_nft_portid(w->nft) || (fn && portid == ctl_fw_nft_portid(fn)) ||
+           (w->fw && portid == ctl_fw_watchdog_portid(w->fw));
 }
 
 /* The changes that concern a table, how serious each is (the most serious one seen describes a

@@ -952,6 +952,8 @@ int main(int argc, char **argv)
         rv = ctl_fw_guard_web(&guard, o.web_listen);
     if (rv == 0)
         rv = ctl_fw_new(NULL, &guard, &fw);
+    if (rv == 0)
+        rv = ctl_fw_set_run_dir(fw, o.run_dir);
     if (rv < 0) {
         fgx_err("cannot set up the firewall: %s", strerror(-rv));
         goto out;
@@ -1098,7 +1100,8 @@ out:
     /* Rules first: once nothing is queued, stopping the worker drops no packet in flight. */
     if (nft && ctl_nft_clear(nft) < 0)
         status = 1;
-    /* its table goes with controld, as the services' does */
+    /* its table stays in force while controld is stopped (ctl_fw_free()): the box stays
+     * guarded; the services' table goes, each service failing open or closed by its setting */
     ctl_fw_free(fw);
     /* all three told at once: the stop takes the slowest worker's time, not the sum */
     ctl_sup_stop_begin(sup);

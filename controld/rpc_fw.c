@@ -95,21 +95,6 @@ static bool fw_available(struct ctl_rpc *r)
     return false;
 }
 
-static int conf_copy(const struct ctl_fw_conf *src, struct ctl_fw_conf *dst)
-{
-    *dst = *src;
-    dst->rules = NULL;
-    dst->cap = 0;
-    if (src->n == 0)
-        return 0;
-    dst->rules = malloc(src->n * sizeof(*dst->rules));
-    if (!dst->rules)
-        return -ENOMEM;
-    memcpy(dst->rules, src->rules, src->n * sizeof(*dst->rules));
-    dst->cap = src->n;
-    return 0;
-}
-
 typedef int (*fw_edit_fn)(struct ctl_rpc *r, const Fgx__Ctl__Request *q, struct ctl_fw_conf *c);
 
 /* The common path of every change: edit a copy, install it, commit it. */
@@ -130,17 +115,34 @@ static void fw_change(struct ctl_rpc *r, const Fgx__Ctl__Request *q, fw_edit_fn 
                      CTL_FW_CONFIRM_MAX);
         return;
     }
+    /* The window's revert goes back to the configuration before it: a change made without
+     * --confirm meanwhile would be undone with it, unasked. It is refused instead; one with
+     * --confirm joins the window (its deadline the new one) and goes or stays with it. */
+    if (secs == 0 && ctl_fw_pending_secs(r->ctx->fw) > 0) {
+        ctl_rpc_fail(r, FGX__CTL__CODE__CODE_INVALID,
+                     "a firewall change waits for confirmation (%u s left) and its revert would "
+                     "undo this one: run `fgexctl fw confirm` first, or give this change "
+                     "--confirm too; nothing was changed",
+                     (unsigned)ctl_fw_pending_secs(r->ctx->fw));
+        return;
+    }
     if (ctl_rpc_txn_begin(r, true, &t) < 0)
         return;
     rv = ctl_fw_conf_load(t, &old);
     if (rv == 0)
-        rv = conf_copy(&old, &c);
+        rv = ctl_fw_conf_copy(&old, &c);
     if (rv < 0) {
         ctl_rpc_store_fail(r, rv);
         goto out;
     }
     if (edit(r, q, &c) < 0)
         goto out;
+    if (c.n > CTL_FW_RULES_MAX) {
+        ctl_rpc_fail(r, FGX__CTL__CODE__CODE_INVALID,
+                     "%zu firewall rules: a list holds at most %d; nothing was changed", c.n,
+                     CTL_FW_RULES_MAX);
+        goto out;
+    }
     rv = ctl_fw_conf_check_names(&c, err, sizeof(err));
     if (rv < 0) {
         ctl_rpc_fail(r, rv == -EEXIST ? FGX__CTL__CODE__CODE_EXISTS : FGX__CTL__CODE__CODE_ERROR,
@@ -159,7 +161,9 @@ static void fw_change(struct ctl_rpc *r, const Fgx__Ctl__Request *q, fw_edit_fn 
     /* The kernel first: a table it refuses leaves everything as it was. */
     rv = ctl_fw_apply(r->ctx->fw, &c, err, sizeof(err));
     if (rv < 0) {
-        ctl_rpc_fail(r, rv == -EINVAL ? FGX__CTL__CODE__CODE_INVALID : FGX__CTL__CODE__CODE_ERROR,
+        ctl_rpc_fail(r,
+                     rv == -EINVAL || rv == -E2BIG ? FGX__CTL__CODE__CODE_INVALID
+                                                   : FGX__CTL__CODE__CODE_ERROR,
                      "%s; nothing was changed", err);
         goto out;
     }
@@ -174,7 +178,7 @@ static void fw_change(struct ctl_rpc *r, const Fgx__Ctl__Request *q, fw_edit_fn 
         goto out;
     }
     if (secs > 0) {
-        ctl_fw_pending_arm(r->ctx->fw, secs);
+        ctl_fw_pending_arm(r->ctx->fw, &old, secs);
         fgx_info("fw: change applied; reverted in %u s unless confirmed (fgexctl fw confirm)",
                  (unsigned)secs);
     }
@@ -443,6 +447,18 @@ int ctl_rpc_fw_import(struct ctl_rpc *r, struct ctl_txn *t, const Fgx__Ctl__Conf
 
     if (!cfg->fw)
         return 0; /* an older backup: the firewall stays as it is */
+    if (r->ctx->fw && ctl_fw_pending_secs(r->ctx->fw) > 0) {
+        (void)snprintf(err, len,
+                       "a firewall change waits for confirmation (%u s left) and its revert "
+                       "would undo the backup's firewall: run `fgexctl fw confirm` first",
+                       (unsigned)ctl_fw_pending_secs(r->ctx->fw));
+        return -EINVAL; /* exit 4, as fw_change()'s refusal */
+    }
+    if (cfg->fw->n_rules > CTL_FW_RULES_MAX) {
+        (void)snprintf(err, len, "%zu firewall rules: a list holds at most %d", cfg->fw->n_rules,
+                       CTL_FW_RULES_MAX);
+        return -EINVAL;
+    }
     f = rpc_fw(r);
     if (!f)
         return -ENOMEM;

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `make stop [RUN_DIR=DIR]`: stop the controld that `make run` started; it stops its workers and
-# removes its nftables rules on the way out.
+# removes the services' nftables rules on the way out. The firewall's table (fgexctl fw) stays in
+# force until `fgexctl fw disable`.
 set -euo pipefail
 run_dir=/run/fgex
 for kv in "$@"; do

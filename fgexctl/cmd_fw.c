@@ -221,6 +221,11 @@ static int rule_parse(struct cli_cmd *cmd, char **w, int n, Fgx__Ctl__FwRule *r,
     static const char *const opts[] = {"--name", "--proto",  "--src",    "--dst",   "--sport",
                                        "--dport", "--dir",   "--action", "--at",    "--confirm"};
 
+    /* an option given twice is refused, not taken with its last value: "--action drop
+     * --action accept" is a typo or a merge gone wrong, and either reading opens or shuts a
+     * port the author did not mean to (bit k: opts[k], the last bit: --disabled) */
+    unsigned seen = 0;
+
     fgx__ctl__fw_rule__init(r);
     for (int i = 0; i < n; i++) {
         const char *v = NULL;
@@ -232,6 +237,9 @@ static int rule_parse(struct cli_cmd *cmd, char **w, int n, Fgx__Ctl__FwRule *r,
             continue;
         }
         if (strcmp(w[i], "--disabled") == 0) {
+            if (seen & 1u << 15)
+                return fw_fail(cmd, CLI_EXIT_USAGE, err, len, "option --disabled given twice");
+            seen |= 1u << 15;
             r->has_active = true;
             r->active = false;
             continue;
@@ -245,6 +253,9 @@ static int rule_parse(struct cli_cmd *cmd, char **w, int n, Fgx__Ctl__FwRule *r,
             return fw_fail(cmd, CLI_EXIT_USAGE, err, len, "option %s needs a value", opts[k]);
         if (!v)
             return fw_fail(cmd, CLI_EXIT_USAGE, err, len, "unexpected '%.60s'", w[i]);
+        if (seen & 1u << k)
+            return fw_fail(cmd, CLI_EXIT_USAGE, err, len, "option %s given twice", opts[k]);
+        seen |= 1u << k;
         switch (k) {
         case 0:
             r->name = (char *)v;

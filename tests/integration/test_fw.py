@@ -6,9 +6,11 @@ through srv, confirm-or-revert, 10,000 rules, rule files, backups and restarts."
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -497,6 +499,63 @@ def fw_confirm_or_revert(env):
         os.unlink(f.name)
 
 
+def chain_policy(env, chain="input"):
+    """The policy of the firewall's base chain as the kernel holds it (None: no table)."""
+    r = subprocess.run(["ip", "netns", "exec", env.srv, "nft", "list", "chain", "inet", "fgex_fw",
+                        chain], capture_output=True, text=True)
+    if r.returncode:
+        return None
+    return "drop" if "policy drop;" in r.stdout else "accept"
+
+
+@test
+def fw_confirm_reverts_on_time_without_controld(env):
+    """The revert of an unconfirmed change fires on time when controld is SIGKILLed in the
+    window, and when it is stopped (hung) through the deadline: the window's watchdog writes
+    the old rules; the peer reaches the port again."""
+    reset(env)
+    (ta, tb, _, _), _ = servers(env)
+    rule(env, "--proto", "tcp", "--dport", ta, "--action", "accept")
+    for how in ("kill", "hang"):
+        t0 = time.monotonic()
+        fw(env, "policy", "drop", "--confirm", "3")
+        check(chain_policy(env) == "drop", "%s: the change is not in force", how)
+        expect(env, "tcp", SRV4, tb, "timeout", t=0.5)
+        pid = env.controld.pid
+        if how == "kill":
+            env.stop_controld(signal.SIGKILL)
+        else:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            back = it.wait_until(lambda: chain_policy(env) == "accept", timeout=8, step=0.1)
+            took = time.monotonic() - t0
+            check(back, "%s: the chain still says policy drop %.1f s after --confirm 3", how,
+                  took)
+            check(took < 4.5, "%s: reverted %.1f s after --confirm 3", how, took)
+            expect_all(env,
+                       E("tcp", SRV4, tb, "open"),
+                       E("tcp", SRV4, ta, "open"))
+        finally:
+            if how == "hang":
+                os.kill(pid, signal.SIGCONT)
+        if how == "kill":
+            env.start_controld()
+        # controld (restarted, or woken) agrees: the change is gone from the store too
+        it.wait_until(lambda: fw(env, "list")["state"]["pending_secs"] == 0, timeout=5)
+        doc = fw(env, "list")
+        check(doc["policy"]["in"] == "accept" and doc["state"]["pending_secs"] == 0,
+              "%s: controld still holds the change: %r", how, doc["policy"])
+        expect(env, "tcp", SRV4, tb, "open")
+    # a confirmed window's watchdog stands down: the change outlives its deadline
+    fw(env, "policy", "drop", "--confirm", "1")
+    fw(env, "confirm")
+    time.sleep(2.0)
+    check(chain_policy(env) == "drop", "a confirmed change was reverted in the kernel")
+    left = [f for f in os.listdir(env.run_dir) if f.startswith("fw-watchdog")]
+    check(not left, "the watchdog's pid file stayed: %r", left)
+    reset(env)
+
+
 @test
 def fw_unconfirmed_change_reverted_at_restart(env):
     reset(env)
@@ -506,6 +565,65 @@ def fw_unconfirmed_change_reverted_at_restart(env):
     doc = fw(env, "list")
     check(doc["policy"]["in"] == "accept", "an unconfirmed change survived a restart: %r",
           doc["policy"])
+
+
+@test
+def fw_change_in_a_window_is_refused_not_undone(env):
+    """A change without --confirm while another change's window is open is refused, saying
+    so (its revert would undo it); one with --confirm joins the window; once the window is
+    confirmed, the change goes in and outlives the old deadline."""
+    reset(env)
+    (ta, tb, _, _), _ = servers(env)
+    rule(env, "--proto", "tcp", "--dport", tb, "--action", "drop", "--confirm", "3")
+    p = fw_fails(env, "rule", "add", "--src", CLI4B, "--action", "drop")
+    check("waits for confirmation" in p.stderr and "fw confirm" in p.stderr,
+          "the refusal does not say a window is open: %r", p.stderr)
+    check(len(fw(env, "list")["rules"]) == 1, "the refused change was stored")
+    expect(env, "tcp", SRV4, ta, "open", src=CLI4B)
+    fw(env, "confirm")
+    rule(env, "--src", CLI4B, "--action", "drop")
+    time.sleep(3.5)  # past the first change's deadline
+    doc = fw(env, "list")
+    check(len(doc["rules"]) == 2, "a change made after the confirm went: %r", doc["rules"])
+    expect_all(env,
+               E("tcp", SRV4, ta, "timeout", src=CLI4B),
+               E("tcp", SRV4, ta, "open", src=CLI4),
+               E("tcp", SRV4, tb, "timeout", src=CLI4, t=0.5))
+    # a change with --confirm in the window joins it: both go at its deadline
+    reset(env)
+    fw(env, "policy", "drop", "--confirm", "2")
+    rule(env, "--src", CLI4B, "--action", "drop", "--confirm", "2")
+    it.wait_until(lambda: fw(env, "list")["state"]["pending_secs"] == 0, timeout=5)
+    doc = fw(env, "list")
+    check(doc["policy"]["in"] == "accept" and doc["rules"] == [], "not both reverted: %r", doc)
+    expect(env, "tcp", SRV4, ta, "open", src=CLI4B)
+
+
+@test
+def fw_stays_in_force_while_controld_is_stopped(env):
+    """SIGTERM (make stop, systemctl stop) and a crash alike leave the firewall table in
+    force until controld starts again; the services' table goes (they fail open or closed by
+    their own setting)."""
+    reset(env)
+    (ta, tb, _, _), _ = servers(env)
+    rule(env, "--proto", "tcp", "--dport", ta, "--action", "drop")
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        env.stop_controld(sig)
+        r = subprocess.run(["ip", "netns", "exec", env.srv, "nft", "list", "table", "inet",
+                            "fgex_fw"], capture_output=True, text=True)
+        check(r.returncode == 0, "signal %d: the firewall table went with controld: %s", sig,
+              r.stderr)
+        expect_all(env,
+                   E("tcp", SRV4, ta, "timeout", t=0.5),
+                   E("tcp", SRV4, tb, "open"))
+        env.start_controld()
+        expect_all(env,
+                   E("tcp", SRV4, ta, "timeout", t=0.5),
+                   E("tcp", SRV4, tb, "open"))
+    # `fw disable` is how it goes
+    fw(env, "disable")
+    expect(env, "tcp", SRV4, ta, "open")
+    reset(env)
 
 
 @test
@@ -539,6 +657,61 @@ def fw_control_port_stays_reachable(env):
             E("tcp", SRV4, port, "timeout", src=CLI4B),  # not an --allow peer
             E("tcp", "127.0.0.1", port, "open", ns=env.srv))])
     finally:
+        reset(env)
+        env.stop_controld()
+        env.start_controld()
+
+
+def forget_neighbours(env):
+    """Both namespaces' neighbour caches empty (the static entries Env makes go too): the next
+    packet each way needs neighbour discovery (IPv6) or ARP (IPv4) first."""
+    for ns, ifn, peers in ((env.srv, SRV_IF, (CLI4, CLI6)), (env.cli, CLI_IF, (SRV4, SRV6))):
+        for a in peers:
+            it.sh("ip", "-n", ns, "neigh", "del", a, "dev", ifn, check=False)
+        it.sh("ip", "-n", ns, "neigh", "flush", "dev", ifn)
+        out = it.sh("ip", "-n", ns, "neigh", "show", "dev", ifn).stdout
+        check("lladdr" not in out, "a neighbour is still known in %s: %r", ns, out)
+
+
+def static_neighbours(env):
+    """Env's static neighbour entries back."""
+    mac = {ns: json.loads(it.sh("ip", "-n", ns, "-j", "link", "show", ifn).stdout)[0]["address"]
+           for ns, ifn in ((env.srv, SRV_IF), (env.cli, CLI_IF))}
+    for ns, ifn, peers, other in ((env.srv, SRV_IF, (CLI4, CLI6), env.cli),
+                                  (env.cli, CLI_IF, (SRV4, SRV6), env.srv)):
+        for a in peers:
+            it.sh("ip", "-n", ns, "neigh", "replace", a, "lladdr", mac[other], "dev", ifn, "nud",
+                  "permanent")
+
+
+@test
+def fw_guard_holds_on_ipv6_after_a_neighbour_flush(env):
+    """Under a drop policy with icmp off, an IPv6 --allow peer still reaches the control port
+    once both neighbour caches are flushed: neighbour discovery (ICMPv6 133-136) passes, before
+    the rules; so does ARP for an IPv4 peer (an inet table never sees ARP)."""
+    reset(env)
+    cport = env.port()
+    env.stop_controld()
+    env.start_controld(extra_args=["--listen", "tls+tcp://[::]:%d" % cport,
+                                   "--allow", CLI6 + "/128", "--allow", CLI4 + "/32"] +
+                       env.controld_args)
+    try:
+        fw(env, "policy", "drop")
+        fw(env, "set", "loopback", "off")
+        forget_neighbours(env)
+        expect_all(env,
+                   E("tcp", SRV6, cport, "open", t=4.0),
+                   E("tcp", SRV4, cport, "open", src=CLI4, t=4.0))
+        # the rule list cannot take it away either
+        rule(env, "--src", CLI6, "--action", "drop")
+        rule(env, "--proto", "any", "--action", "drop")
+        forget_neighbours(env)
+        expect_all(env,
+                   E("tcp", SRV6, cport, "open", t=4.0),
+                   E("tcp", SRV4, cport, "open", src=CLI4, t=4.0),
+                   E("tcp", SRV4, cport, "timeout", src=CLI4B))  # not an --allow peer
+    finally:
+        static_neighbours(env)
         reset(env)
         env.stop_controld()
         env.start_controld()
@@ -675,6 +848,177 @@ def fw_ten_thousand_rules_last_one_matches(env):
                                             st["apply_us"] / 1000.0))
 
 
+FLOOD = r"""
+import socket, sys, time
+hosts, port, n, secs = sys.argv[1].split(","), int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+socks = []
+for h in hosts:
+    for _ in range(n):
+        s = socket.socket(socket.AF_INET6 if ":" in h else socket.AF_INET, socket.SOCK_DGRAM)
+        s.setblocking(False)
+        s.connect((h, port))
+        socks.append(s)
+sent, end = 0, time.monotonic() + secs
+while time.monotonic() < end:
+    for s in socks:
+        try:
+            s.send(b"flood")
+            sent += 1
+        except OSError:
+            pass
+print(sent)
+"""
+
+
+def switch_files(port, rnd):
+    """Two rule files that both drop UDP to port, at different places among other rules (ports,
+    ranges, prefixes, IPv6; one with an accept for a checker's address before the drop)."""
+    def others(k):
+        out = []
+        for _ in range(k):
+            c = rnd.random()
+            if c < 0.35:
+                out.append("--proto udp --dport %d --action drop" % rnd.randint(20000, 29999))
+            elif c < 0.6:
+                lo = rnd.randint(30000, 39000)
+                out.append("--proto tcp --dport %d-%d --action %s" %
+                           (lo, lo + rnd.randint(1, 50), rnd.choice(["accept", "drop"])))
+            elif c < 0.8:
+                out.append("--src 10.%d.%d.0/24 --action %s" % (rnd.randint(100, 200),
+                                                               rnd.randint(0, 255),
+                                                               rnd.choice(["accept", "reject"])))
+            else:
+                out.append("--proto udp --src fd%02x::%x --dport %d --action accept" %
+                           (rnd.randint(0, 99), rnd.randint(1, 999), rnd.randint(1, 9999)))
+        return out
+    drop = "--proto udp --dport %d --action drop" % port
+    # after the drop, accepts that cover the port too (ranges and prefixes cut differently in
+    # each file): the drop must win at every moment of a switch
+    after_a = ["--proto udp --dport %d-%d --action accept" % (port - 5, port + 5),
+               "--src 10.77.0.0/24 --action accept", "--src fd77::/64 --action accept"]
+    after_b = ["--proto udp --dport %d-%d --action accept" % (port - 2, port + 9),
+               "--proto both --src 10.77.0.0/16 --action accept", "--src fd77::/48 --action accept"]
+    a = others(20) + [drop] + others(10) + after_a + others(20)
+    b = others(45) + ["--proto udp --src 10.99.0.7 --dport %d --action accept" % port, drop] + \
+        after_b + others(10)
+    return "\n".join(a) + "\n", "\n".join(b) + "\n"
+
+
+@test
+def fw_switching_rule_files_lets_no_packet_through(env):
+    """A UDP flood (v4 and v6, many flows) to a port both rule files drop, while fw apply
+    switches between the two again and again (confirmed each time), under an accept and a drop
+    policy: no datagram reaches the port. Every packet meets the whole old list or the whole new
+    one."""
+    reset(env)
+    port = env.port()
+    usrv = env.udp_server(port)
+    rnd = random.Random(33)
+    with tempfile.TemporaryDirectory() as d:
+        paths = []
+        for k, text in enumerate(switch_files(port, rnd)):
+            paths.append(os.path.join(d, "%s.rules" % "ab"[k]))
+            with open(paths[-1], "w") as f:
+                f.write(text)
+        for policy in ("accept", "drop"):
+            fw(env, "import", paths[1])
+            fw(env, "policy", policy)
+            flood = subprocess.Popen(["ip", "netns", "exec", env.cli, it.PY, "-c", FLOOD,
+                                      SRV4 + "," + SRV6, str(port), "150", "10"],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            try:
+                for i in range(5):
+                    for path in paths:
+                        fw(env, "apply", path, "--confirm", "60")
+                        fw(env, "confirm")
+                    # and the single changes: a rule added before the drop, moved, removed;
+                    # an import; the policy there and back
+                    doc = rule(env, "--proto", "udp", "--dport", "%d-%d" % (port - 1, port + 1),
+                               "--src", "10.99.%d.0/24" % i, "--action", "accept", "--at", "1")
+                    fw(env, "rule", "move", doc["rules"][0]["id"], len(doc["rules"]))
+                    fw(env, "rule", "rm", doc["rules"][-1]["id"])
+                    fw(env, "import", paths[i % 2])
+                    fw(env, "policy", "drop" if policy == "accept" else "accept")
+                    fw(env, "policy", policy)
+            finally:
+                so, se = flood.communicate(timeout=30)
+            check(so.strip().isdigit() and int(so) > 1000, "the flood did not run: %r %r", so,
+                  se[-300:])
+            time.sleep(0.3)
+            got = len(it.dgrams(usrv))
+            check(got == 0, "policy %s: %d of %s datagrams reached the dropped port during the "
+                  "switches", policy, got, so.strip())
+    reset(env)
+
+
+def one_map_each(path, n, last_port=None):
+    """n rules that each name their own source and port (one map per rule): the last one's port
+    last_port when given."""
+    with open(path, "w") as f:
+        for i in range(n):
+            port = last_port if last_port and i == n - 1 else 1024 + i % 60000
+            f.write("--proto tcp --src 10.%d.%d.%d --dport %d --action drop\n" %
+                    (100 + i // 65536, i // 256 % 256, i % 256, port))
+
+
+@test
+def fw_a_list_of_one_map_per_rule_is_refused_above_the_limit(env):
+    """100,000 rules of one source and one port each: past the rule limit, refused at once with
+    the number and the limit, controld answering another client all along; 6,000 would be
+    6,000 maps (the kernel's cost grows with their square): refused by the map limit; the rules
+    in force kept; 2,000 of them go in."""
+    reset(env)
+    (ta, tb, _, _), _ = servers(env)
+    rule(env, "--proto", "tcp", "--dport", ta, "--action", "drop")
+    slow, stop = [], [False]
+
+    def poll_status():
+        while not stop[0]:
+            t = time.monotonic()
+            env.ctl("status")
+            slow.append(time.monotonic() - t)
+            time.sleep(0.1)
+    th = threading.Thread(target=poll_status)
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "big.rules")
+        one_map_each(path, 100000)
+        th.start()
+        try:
+            t0 = time.monotonic()
+            p = env.ctl_raw("fw", "import", path, json_out=False)
+            took = time.monotonic() - t0
+        finally:
+            time.sleep(0.3)
+            stop[0] = True
+            th.join()
+        check(p.returncode == 4 and "at most 65536" in p.stderr, "exit %d: %s", p.returncode,
+              p.stderr[-400:])
+        check(took < 10, "the refusal took %.1f s", took)
+        check(slow and max(slow) < 1.0, "status took up to %.2f s meanwhile", max(slow or [0]))
+        # under the rule limit, the map limit: 6,000 of them would be 6,000 maps
+        one_map_each(path, 6000)
+        p = env.ctl_raw("fw", "import", path, json_out=False)
+        check(p.returncode == 4 and "maps" in p.stderr and "4096" in p.stderr,
+              "exit %d: %s", p.returncode, p.stderr[-400:])
+        check(len(fw(env, "list")["rules"]) == 1, "a refused list was stored")
+        expect_all(env,
+                   E("tcp", SRV4, ta, "timeout", t=0.5),
+                   E("tcp", SRV4, tb, "open"))
+        # below the limit the same shape goes in, and its last rule matches
+        one_map_each(path, 2000, last_port=tb)
+        t0 = time.monotonic()
+        doc = fw(env, "import", path)
+        took2 = time.monotonic() - t0
+        check(doc["state"]["maps"] <= 4096, "maps: %r", doc["state"])
+        expect_all(env,
+                   E("tcp", SRV4, tb, "open"),  # 10.100.7.207 is not the client
+                   E("tcp", SRV4, ta, "open"))
+    sys.stdout.write("    (100,000 one-map rules refused in %.2f s, status at most %.2f s; "
+                     "2,000 applied in %.2f s, %d maps)\n" % (took, max(slow), took2,
+                                                              doc["state"]["maps"]))
+    reset(env)
+
+
 @test
 def fw_import_export_round_trip(env):
     reset(env)
@@ -714,6 +1058,14 @@ def fw_bad_line_refuses_the_file(env):
             f.write("--dport 22 --action accept\n--src 10.0.0.1/8 --action drop\n")
         p = env.ctl_raw("fw", "import", path, json_out=False)
         check(p.returncode == 4 and "line 2" in p.stderr, "exit %d: %s", p.returncode, p.stderr)
+        # an option given twice, whichever value comes last
+        for dup in ("--action drop --action accept", "--dport 25 --dport=26 --action drop",
+                    "--action drop --disabled --disabled"):
+            with open(path, "w") as f:
+                f.write("--dport 22 --action accept\n# two\n%s\n" % dup)
+            p = env.ctl_raw("fw", "import", path, json_out=False)
+            check(p.returncode != 0 and "line 3" in p.stderr and "twice" in p.stderr,
+                  "%r: exit %d: %s", dup, p.returncode, p.stderr)
     check([r["name"] for r in fw(env, "list")["rules"]] == ["stays"], "the list changed")
 
 
@@ -745,7 +1097,9 @@ def fw_bad_rules_refused(env):
                        (["--src", "10.0.0.300", "--action", "drop"], "address"),
                        (["--src", "10.0.0.1", "--dst", "fd00::1", "--action", "drop"], "famil"),
                        (["--dir", "out", "--src", "eth0", "--action", "drop"], "input"),
-                       (["--name", "123", "--action", "drop"], "number")):
+                       (["--name", "123", "--action", "drop"], "number"),
+                       (["--action", "drop", "--action", "accept"], "--action given twice"),
+                       (["--src", CLI4, "--src", CLI4B, "--action", "drop"], "--src given twice")):
         p = fw_fails(env, "rule", "add", *args)
         check(what in p.stderr, "%r: %r", args, p.stderr)
     rule(env, "--name", "dup", "--action", "accept")

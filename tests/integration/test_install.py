@@ -85,6 +85,9 @@ def install_lays_down_everything(env):
         check(re.search("^%s$" % line, unit, re.M), "the unit lacks %r:\n%s", line, unit)
     check(re.search(r"^ExecStopPost=.*nft delete table inet fgex", unit, re.M),
           "the unit does not remove a table left behind:\n%s", unit)
+    # the firewall's table stays in force however controld stopped (docs/install.md)
+    check(not re.search(r"^Exec.*fgex_fw", unit, re.M),
+          "the unit touches the firewall's table inet fgex_fw:\n%s", unit)
     # Issue 24: after an unclean death the workers and the table stay for the next controld to
     # adopt; after a stop that timed out, the workers it left are killed too.
     check(re.search(r"^ExecStopPost=.*SERVICE_RESULT.*signal\|core-dump\|exit-code.*exit 0", unit,

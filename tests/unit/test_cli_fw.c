@@ -62,6 +62,11 @@ Test(cli_fw, bad_line_is_named)
         {"--dport 9-3 --action drop\n", "line 1: --dport"},
         {"--action drop extra\n", "line 1: unexpected 'extra'"},
         {"--action drop --name\n", "line 1: option --name needs a value"},
+        {"--dport 1 --action drop\n--action drop --action accept\n",
+         "line 2: option --action given twice"},
+        {"--dport 25 --dport=26 --action drop\n", "line 1: option --dport given twice"},
+        {"--src a0 --action drop --src=a1\n", "line 1: option --src given twice"},
+        {"--disabled --action drop --disabled\n", "line 1: option --disabled given twice"},
     };
 
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
