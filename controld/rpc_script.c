@@ -40,21 +40,36 @@ static int reply_script(struct ctl_rpc *r, Fgx__Ctl__Script *s, const struct ctl
     return 0;
 }
 
-static int resolve_tcp(struct ctl_rpc *r, struct ctl_txn *t, const char *ref,
-                       struct ctl_service *svc)
+static int resolve_scriptable(struct ctl_rpc *r, struct ctl_txn *t, const char *ref,
+                              struct ctl_service *svc)
 {
     if (ctl_rpc_service_resolve(r, t, ref, svc) < 0)
         return -ENOENT;
-    if (svc->ipproto != IPPROTO_TCP) {
-        ctl_rpc_fail(r, FGX__CTL__CODE__CODE_INVALID,
-                     "service %s is UDP: script filters judge TCP connections", svc->name);
-        return -EINVAL;
-    }
     if (svc->layer == CTL_LAYER_EXTERNAL) {
         ctl_rpc_fail(r, FGX__CTL__CODE__CODE_INVALID, "service %s is on the external layer: %s",
                      svc->name, CTL_EXTERNAL_NO_FILTER);
         return -EINVAL;
     }
+    return 0;
+}
+
+/* A UDP service's datagrams build RawPacket only (Firegex 5.0.0 refuses the same): a function
+ * that takes a stream model would never be called there, so the file is refused, naming both. */
+static int check_udp_models(struct ctl_rpc *r, const struct ctl_service *svc,
+                            const Fgx__Ctl__Script *s)
+{
+    if (svc->ipproto != IPPROTO_UDP)
+        return 0;
+    for (size_t i = 0; i < s->n_functions; i++)
+        for (size_t j = 0; j < s->functions[i]->n_params; j++)
+            if (strcmp(s->functions[i]->params[j], "RawPacket") != 0) {
+                ctl_rpc_fail(r, FGX__CTL__CODE__CODE_INVALID,
+                             "service %s is UDP: function %s (line %u) takes %s, which needs a "
+                             "TCP stream; on UDP a function takes RawPacket only (one datagram)",
+                             svc->name, s->functions[i]->name, s->functions[i]->line,
+                             s->functions[i]->params[j]);
+                return -EINVAL;
+            }
     return 0;
 }
 
@@ -87,7 +102,7 @@ static void do_script_set(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
     }
     if (ctl_rpc_txn_begin(r, true, &t) < 0)
         return;
-    if (resolve_tcp(r, t, a->service, &svc) < 0)
+    if (resolve_scriptable(r, t, a->service, &svc) < 0)
         goto out;
     rv = ctl_script_check(a->source.data, a->source.len, fname, &s, err, sizeof(err));
     if (rv < 0) {
@@ -95,6 +110,8 @@ static void do_script_set(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
                      "%s", err);
         goto out;
     }
+    if (check_udp_models(r, &svc, s) < 0)
+        goto out;
     s->service_id = svc.id;
     s->has_updated = 1;
     s->updated = (uint64_t)time(NULL);

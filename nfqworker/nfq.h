@@ -206,6 +206,8 @@ void nfq_match_cookie_verdict(struct nfq_thread *t, uint64_t cookie, bool accept
 
 /* ---- nfq_script.c ---- */
 #define NFQ_SW_FLOWS_DEFAULT 16384u /* --script-flows */
+/* A UDP flow has no end to see: its script state (and its flow) goes after this long idle */
+#define NFQ_UDP_IDLE_MS 30000
 /* Per thread: the sockets to scriptworker's interpreters (fgx/swlink.h), connected without
  * waiting. 0 or -errno; without a URL the scripted services get their fail_open verdict. */
 int nfq_script_thread_init(struct nfq_thread *t, const char *url);
@@ -230,6 +232,12 @@ bool nfq_script_pre(struct nfq_thread *t, struct fgx_flow *f, const struct fgx_w
 bool nfq_script_post(struct nfq_thread *t, struct fgx_flow *f, const struct fgx_wsvc *svc,
                      enum fgx_dir dir, uint64_t cookie, uint32_t seq, uint32_t ack,
                      const uint8_t *payload, size_t len, uint32_t old_next);
+/* A UDP datagram (cookie) of flow f the regex scan accepted: it goes to the script as one
+ * chunk and its verdict waits (true), or the caller gives it (false: no script reads dir, or
+ * the flow is decided). Each datagram is judged alone; a flow's state goes after
+ * NFQ_UDP_IDLE_MS without a datagram. */
+bool nfq_script_datagram(struct nfq_thread *t, struct fgx_flow *f, const struct fgx_wsvc *svc,
+                         enum fgx_dir dir, uint64_t cookie, const uint8_t *payload, size_t len);
 /* f's held packets, if any, in direction dir: the first one's seq and ack (for a reset). */
 bool nfq_script_first_held(const struct nfq_thread *t, const struct fgx_flow *f, enum fgx_dir dir,
                            uint32_t *seq, uint32_t *ack);

@@ -6,13 +6,18 @@
  * held packets; REJECT resets both ends and drops, as a regex block does; DROP drops them and
  * every later packet of the flow without telling the ends (a black hole, as the proxy's DROP).
  * An exception, a call past the deadline or no scriptworker: the service's fail_open choice.
- * A flow of a service without a script never gets here (one pointer test per segment). */
+ * A flow of a service without a script never gets here (one pointer test per segment).
+ * UDP (issue 27): each datagram is one chunk, judged alone (REJECT and DROP refuse that
+ * datagram, the flow's state goes on), in a flow per 4-tuple that ends after NFQ_UDP_IDLE_MS
+ * without a datagram. */
 #include "nfq.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include <netinet/in.h>
 
 #include "fgx/log.h"
 #include "fgx/swlink.h"
@@ -42,7 +47,8 @@ struct nfq_sw_pkt {
     uint32_t swseq;    /* the DATA frame it waits for; 0: none (it waits behind the others) */
     int32_t next;      /* FIFO / free list; -1: end */
     uint8_t dir;
-    bool ready; /* its own verdict is ACCEPT: it leaves once those ahead of it left */
+    bool ready; /* its own verdict is given: it leaves once those ahead of it left */
+    bool drop;  /* that verdict is DROP (a refused datagram); a TCP segment's is ACCEPT */
     /* the start of the bytes its frame took to the script: a block's event shows them (the
      * packet's own buffer is the kernel's, gone once the recv loop moves on) */
     uint8_t exlen;
@@ -248,7 +254,7 @@ static void held_release(struct nfq_thread *t, struct nfq_sw_flow *fs, uint32_t 
         int32_t i = fs->head;
 
         fs->head = sw->pkts[i].next;
-        nfq_match_cookie_verdict(t, sw->pkts[i].cookie, true);
+        nfq_match_cookie_verdict(t, sw->pkts[i].cookie, !sw->pkts[i].drop);
         pkt_free(t, i);
         fs->nheld--;
     }
@@ -303,6 +309,45 @@ void nfq_script_fin(struct nfq_thread *t, struct fgx_flow *f, enum fgx_dir dir, 
     flow_maybe_done(t, fs);
 }
 
+static bool flow_udp(const struct fgx_flow *f)
+{
+    return f->key.ipproto == IPPROTO_UDP;
+}
+
+/* What a script (or its failure) decided for the datagram held at at (at < 0: every one
+ * held, for a scriptworker that did not answer): it passes or is dropped, in its turn; the
+ * flow goes on either way, as Firegex's does (a datagram closes nothing). */
+static void judge_datagram(struct nfq_thread *t, struct nfq_sw_flow *fs, uint8_t code,
+                           int32_t at, const char *fn)
+{
+    struct fgx_flow *f = fs->f;
+    const struct fgx_wsvc *svc = t->cfg != NULL ? fgx_wcfg_service(t->cfg, f->service_id) : NULL;
+    uint32_t deadline = svc != NULL ? svc->script_deadline_ms : 100;
+    bool pass;
+
+    if (code == FGX_SW_ERROR || code == FGX_SW_TIMEOUT) {
+        NFQ_CTR_ADD(code == FGX_SW_TIMEOUT ? &t->ctr.script_timeouts : &t->ctr.script_errors, 1);
+        pass = svc != NULL && svc->fail_open;
+    } else {
+        pass = code == FGX_SW_ACCEPT;
+        if (!pass)
+            NFQ_CTR_ADD(&t->ctr.script_blocked, 1);
+        if (!pass && fn != NULL && at >= 0 && (code == FGX_SW_REJECT || code == FGX_SW_DROP)) {
+            const struct nfq_sw_pkt *p = &t->sw->pkts[at];
+
+            nfq_match_event_script(t, f, (enum fgx_dir)p->dir,
+                                   code == FGX_SW_REJECT ? FGX_DP_SCRIPT_REJECT
+                                                         : FGX_DP_SCRIPT_DROP,
+                                   fn, p->ex, p->exlen, 0, p->end - p->seq);
+        }
+    }
+    for (int32_t i = at >= 0 ? at : fs->head; i >= 0; i = at >= 0 ? -1 : t->sw->pkts[i].next) {
+        t->sw->pkts[i].ready = true;
+        t->sw->pkts[i].drop = !pass;
+    }
+    held_release(t, fs, deadline);
+}
+
 /* What a script (or its failure) decided for fs's flow as a whole; fn: the function that
  * judged (the verdict frame's, at >= 0), NULL for a verdict given here. */
 static void judge(struct nfq_thread *t, struct nfq_sw_flow *fs, uint8_t code, int32_t at,
@@ -313,6 +358,10 @@ static void judge(struct nfq_thread *t, struct nfq_sw_flow *fs, uint8_t code, in
     bool fail_open = svc != NULL && svc->fail_open;
     uint32_t deadline = svc != NULL ? svc->script_deadline_ms : 100;
 
+    if (flow_udp(f)) {
+        judge_datagram(t, fs, code, at, fn);
+        return;
+    }
     if (code == FGX_SW_ERROR || code == FGX_SW_TIMEOUT) {
         NFQ_CTR_ADD(code == FGX_SW_TIMEOUT ? &t->ctr.script_timeouts : &t->ctr.script_errors, 1);
         code = fail_open ? FGX_SW_ACCEPT : FGX_SW_REJECT;
@@ -417,6 +466,11 @@ void nfq_script_tick(struct nfq_thread *t)
                                 "script: no verdict from scriptworker in time: fail_open verdict");
             judge(t, fs, FGX_SW_ERROR, -1, NULL);
         }
+        /* A UDP flow has no end but silence: the flow goes, its state with it (CLOSE), and
+         * its next datagram starts a new one (fresh globals for the file) */
+        if (fs->f != NULL && flow_udp(fs->f) && fs->head < 0 &&
+            fs->f->last_ms + NFQ_UDP_IDLE_MS <= t->now_ms)
+            fgx_flow_remove(t->flows, fs->f);
     }
 }
 
@@ -478,7 +532,12 @@ static struct nfq_sw_flow *flow_open(struct nfq_thread *t, struct fgx_flow *f)
             return NULL;
         NFQ_CTR_ADD(&t->ctr.script_reclaimed, 1);
         fs = victim;
-        flow_forget(t, fs, fs->f->closed ? NFQ_SW_GONE : NFQ_SW_LOST);
+        if (flow_udp(fs->f) && fs->f != f)
+            /* a UDP flow starts over (its next datagram, a new state) rather than getting
+             * the fail policy for good: it has no end that would free it sooner */
+            fgx_flow_remove(t->flows, fs->f);
+        else
+            flow_forget(t, fs, fs->f->closed ? NFQ_SW_GONE : NFQ_SW_LOST);
         i = (uint32_t)(fs - sw->flows);
         sw->cursor = 0; /* with i: the victim's slot, below */
     }
@@ -662,4 +721,81 @@ bool nfq_script_first_held(const struct nfq_thread *t, const struct fgx_flow *f,
             return true;
         }
     return false;
+}
+
+bool nfq_script_datagram(struct nfq_thread *t, struct fgx_flow *f, const struct fgx_wsvc *svc,
+                         enum fgx_dir dir, uint64_t cookie, const uint8_t *payload, size_t len)
+{
+    struct nfq_sw *sw = t->sw;
+    struct nfq_sw_flow *fs;
+    struct fgx_sw_hdr h;
+    struct nfq_sw_pkt *p;
+    int32_t i;
+    int rv;
+
+    if (!svc_scripted(svc, dir) || len == 0 || f->sw_slot == NFQ_SW_FINAL)
+        return false;
+    if (sw == NULL || !sw->link.up) {
+        NFQ_CTR_ADD(&t->ctr.script_errors, 1);
+        if (svc->fail_open)
+            return false;
+        nfq_match_cookie_verdict(t, cookie, false);
+        return true;
+    }
+    /* before this frame: the files again, for a scriptworker that (re)connected */
+    fgx_swlink_resend(&sw->link, t->cfg);
+    fs = flow_state(sw, f);
+    if (fs == NULL)
+        fs = flow_open(t, f);
+    /* no slot (every one a live flow's) or no room to wait: this datagram gets the fail
+     * policy, the next one tries again */
+    if (fs == NULL || sw->free_head < 0 || fs->nheld >= NFQ_SW_FLOW_HELD) {
+        NFQ_CTR_ADD(fs == NULL ? &t->ctr.script_errors : &t->ctr.script_refused, 1);
+        nfq_match_cookie_verdict(t, cookie, svc->fail_open);
+        return true;
+    }
+    i = pkt_alloc(t);
+    p = &sw->pkts[i];
+    *p = (struct nfq_sw_pkt){
+        .cookie = cookie, .end = (uint32_t)len, .next = -1, .dir = (uint8_t)dir};
+    h = (struct fgx_sw_hdr){.type = FGX_SW_DATA,
+                            .code = (uint8_t)((dir == FGX_DIR_C2S ? 0 : 1) | FGX_SW_DATA_UDP |
+                                              FGX_SW_DATA_NOEDIT),
+                            .hash = fs->hash,
+                            .service = f->service_id,
+                            .conn = fs->id,
+                            .seq = ++sw->link.seq,
+                            .len = (uint32_t)len};
+    if (sw->link.seq == 0)
+        h.seq = ++sw->link.seq; /* 0 means "no frame" here */
+    if (!fs->opened) {
+        struct fgx_sw_addr a = {.cport = f->key.cport, .sport = f->key.sport};
+
+        memcpy(a.caddr, f->key.caddr, sizeof(a.caddr));
+        memcpy(a.saddr, f->key.saddr, sizeof(a.saddr));
+        h.code |= FGX_SW_DATA_OPEN | (f->key.family == 6 ? FGX_SW_DATA_V6 : 0);
+        rv = fgx_swlink_send_addr(&sw->link, &h, &a, payload);
+    } else {
+        rv = sw_send(sw, &h, payload);
+    }
+    if (rv < 0) {
+        pkt_free(t, i);
+        NFQ_CTR_ADD(&t->ctr.script_errors, 1);
+        nfq_match_cookie_verdict(t, cookie, svc->fail_open);
+        return true;
+    }
+    fs->opened = true;
+    p->swseq = h.seq;
+    p->exlen = (uint8_t)(len < sizeof(p->ex) ? len : sizeof(p->ex));
+    memcpy(p->ex, payload, p->exlen);
+    if (fs->tail >= 0)
+        sw->pkts[fs->tail].next = i;
+    else
+        fs->head = i;
+    fs->tail = i;
+    fs->nheld++;
+    if (fs->deadline_ms == 0)
+        fs->deadline_ms =
+            t->now_ms + (uint64_t)svc->script_deadline_ms * NFQ_SW_STARVED + NFQ_SW_GRACE_MS;
+    return true;
 }
