@@ -259,14 +259,16 @@ static Fgx__Ctl__Midstream midstream_msg(uint8_t m)
                                    : FGX__CTL__MIDSTREAM__MIDSTREAM_RESET;
 }
 
-/* The proxy is a TCP proxy: a UDP service stays on the nfqueue layer. */
+/* The proxy relays TCP and UDP (px_udp.c); the external layer hands TCP to the team's proxy
+ * only. */
 int ctl_rpc_check_layer_proto(struct ctl_rpc *r, const struct ctl_service *svc)
 {
-    if (svc->layer == CTL_LAYER_NFQUEUE || svc->ipproto == IPPROTO_TCP)
+    if (svc->layer != CTL_LAYER_EXTERNAL || svc->ipproto == IPPROTO_TCP)
         return 0;
     ctl_rpc_fail(r, FGX__CTL__CODE__CODE_INVALID,
-                 "service %s: the %s layer carries TCP only; a UDP service uses --layer nfqueue",
-                 svc->name, svc->layer == CTL_LAYER_PROXY ? "proxy" : "external");
+                 "service %s: the external layer carries TCP only; a UDP service uses --layer "
+                 "nfqueue or proxy",
+                 svc->name);
     return -EINVAL;
 }
 

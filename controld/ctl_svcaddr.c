@@ -127,11 +127,12 @@ int ctl_svcmsg_parse(const Fgx__Ctl__Service *m, struct ctl_service *out, char *
         break;
     case FGX__CTL__LAYER__LAYER_PROXY:
     case FGX__CTL__LAYER__LAYER_EXTERNAL:
-        if (out->ipproto != IPPROTO_TCP) {
+        /* the proxy relays UDP too (px_udp.c); the external layer hands TCP on only */
+        if (out->ipproto != IPPROTO_TCP && m->layer == FGX__CTL__LAYER__LAYER_EXTERNAL) {
             err_set(err, errlen,
-                    "service %s: the %s layer carries TCP only; a UDP service uses "
-                    "nfqueue",
-                    name, m->layer == FGX__CTL__LAYER__LAYER_PROXY ? "proxy" : "external");
+                    "service %s: the external layer carries TCP only; a UDP service uses "
+                    "nfqueue or proxy",
+                    name);
             return -EINVAL;
         }
         out->layer =

@@ -317,8 +317,8 @@ static bool flow_udp(const struct fgx_flow *f)
 /* What a script (or its failure) decided for the datagram held at at (at < 0: every one
  * held, for a scriptworker that did not answer): it passes or is dropped, in its turn; the
  * flow goes on either way, as Firegex's does (a datagram closes nothing). */
-static void judge_datagram(struct nfq_thread *t, struct nfq_sw_flow *fs, uint8_t code,
-                           int32_t at, const char *fn)
+static void judge_datagram(struct nfq_thread *t, struct nfq_sw_flow *fs, uint8_t code, int32_t at,
+                           const char *fn)
 {
     struct fgx_flow *f = fs->f;
     const struct fgx_wsvc *svc = t->cfg != NULL ? fgx_wcfg_service(t->cfg, f->service_id) : NULL;

@@ -149,6 +149,9 @@ struct px_conn {
     uint64_t sw_id;
     uint16_t sw_hash;
     bool sw_drop;
+    /* A UDP flow (px_udp.c): s[1] its upstream socket, s[0] unused (the thread's listener
+     * takes the client's datagrams); not on the thread's lists */
+    bool udp;
     uint8_t *hold[2];
     size_t hold_len[2];
     uint32_t hold_seq[2];
@@ -213,6 +216,7 @@ struct px_thread {
      * sequence numbers, so its captures' are made up (synth_seq). */
     struct fgx_cap_set caps;
     struct px_sw *sw; /* its socket to scriptworker (px_script.c) */
+    struct px_udp *udp; /* its UDP listeners and flows (px_udp.c) */
 };
 
 struct px_worker {
@@ -309,6 +313,20 @@ int px_match_scan(struct px_conn *c, int side, const uint8_t *data, size_t len);
 int px_match_scan_h2(struct px_conn *c, struct fgx_reasm *r, int side, uint32_t stream,
                      const uint8_t *data, size_t len);
 void px_match_conn_release(struct px_conn *c);
+
+/* The same for one UDP datagram of c (block mode, its direction's database): 0, or -EACCES
+ * (counted, an event) or -EIO; the caller drops the datagram alone. */
+int px_match_scan_dgram(struct px_conn *c, int side, const uint8_t *data, size_t len);
+
+/* ---- px_udp.c ---- */
+/* The thread's UDP listeners on w->port (IPv4; IPv6 when the host has it) and raw sockets. */
+int px_udp_thread_init(struct px_thread *t);
+void px_udp_thread_release(struct px_thread *t);
+/* The tick: flows idle PX_UDP_IDLE_MS, or whose service left, go. */
+void px_udp_expire(struct px_thread *t);
+/* A datagram of UDP flow c judged: on to the service (side 0) or back to the client from the
+ * service's address (side 1). Always true (c stays). */
+bool px_udp_forward(struct px_conn *c, int side, const uint8_t *data, size_t len);
 
 /* ---- px_tls.c ---- */
 /* Once per process, before any thread starts. */

@@ -155,14 +155,15 @@ def half_close_passes_through(env):
 
 
 @test
-def udp_service_refused_on_the_proxy_layer(env):
+def udp_service_refused_on_the_external_layer(env):
+    # the proxy layer relays UDP (test_udp_proxy); the team's own proxy takes TCP only
     try:
-        env.ctl("service", "add", "px-udp", "--proto", "udp", "--port", env.port(), "--layer",
-                "proxy")
+        env.ctl("service", "add", "ext-udp", "--proto", "udp", "--port", env.port(), "--layer",
+                "external", "--to", "127.0.0.1:%d" % env.port())
     except it.CtlError as e:
-        check("tcp" in str(e).lower() or "udp" in str(e).lower(), "unclear refusal: %s", e)
+        check("external layer carries TCP only" in str(e), "unclear refusal: %s", e)
         return
-    raise AssertionError("a UDP service was accepted on the proxy layer")
+    raise AssertionError("a UDP service was accepted on the external layer")
 
 
 @test

@@ -379,11 +379,22 @@ Test(px_nft, no_proxy_service_removes_rules_and_routing)
     cr_assert_eq(n, 0);
 }
 
-Test(px_nft, a_udp_service_is_refused_on_the_proxy_layer)
+/* The proxy relays UDP (px_udp.c); the team's own proxy of the external layer takes TCP only. */
+Test(px_nft, a_udp_service_is_refused_on_the_external_layer_only)
 {
-    struct ctl_nft_service s = {.id = SVC_ID, .ipproto = IPPROTO_UDP, .port = SVC_PORT};
+    struct ctl_nft_service s = {.id = SVC_ID, .ipproto = IPPROTO_UDP, .port = SVC_PORT,
+                                .external = true};
 
+    s.to.cidr.family = 4;
+    s.to.cidr.prefix = 32;
+    memcpy(s.to.cidr.addr, (uint8_t[]){127, 0, 0, 1}, 4);
+    s.to.port = 9000;
     cr_assert_eq(ctl_nft_sync_layers(nft, NULL, 0, &s, 1, PX_PORT), -EINVAL);
+    s.external = false;
+    cr_assert_eq(ctl_nft_sync_layers(nft, NULL, 0, &s, 1, PX_PORT), 0);
+    s.ipproto = IPPROTO_TCP;
+    s.external = true;
+    cr_assert_eq(ctl_nft_sync_layers(nft, NULL, 0, &s, 1, PX_PORT), 0);
 }
 
 struct sender {
