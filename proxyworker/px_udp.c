@@ -4,7 +4,8 @@
  * hash of the thread's own) -> the regexes of its direction, each datagram alone (block mode)
  * -> the script stage (px_script.c: each datagram a RawPacket) -> on to the service from the
  * flow's upstream socket, bound to the client's own address and port (IP_TRANSPARENT +
- * IP_FREEBIND: the service sees the client), or back to the client from the service's
+ * IP_FREEBIND: the service sees the client; a client of the box itself, whose own socket holds
+ * that port, gets another port of its address), or back to the client from the service's
  * address and port through a raw socket (no socket of the box can be bound there when the
  * service itself is bound on it). A flow goes after PX_UDP_IDLE_MS without a datagram. A
  * blocked datagram is dropped alone; the flow goes on. */
@@ -167,9 +168,13 @@ static void on_upstream(evutil_socket_t fd, short what, void *arg)
     }
 }
 
-/* The flow's upstream socket: the client's own address and port, towards the service. */
+/* The flow's upstream socket: the client's own address and port, towards the service. A
+ * client of the box itself holds that port with its own socket (EADDRINUSE: a remote
+ * client's port is taken only by its other flows, which share it with SO_REUSEADDR): its
+ * address and a port the kernel chooses. */
 static int upstream_open(const struct px_conn *c, int *out)
 {
+    struct sockaddr_storage b = c->client;
     int fd = socket(c->client.ss_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     int ret;
 
@@ -186,8 +191,16 @@ static int upstream_open(const struct px_conn *c, int *out)
         ret = set_int(fd, SOL_SOCKET, SO_REUSEADDR, 1);
     if (ret == 0)
         ret = set_int(fd, SOL_SOCKET, SO_MARK, FGX_MARK);
-    if (ret == 0 && bind(fd, (const struct sockaddr *)&c->client, sa_len(&c->client)) == -1)
+    if (ret == 0 && bind(fd, (const struct sockaddr *)&b, sa_len(&b)) == -1) {
         ret = -errno;
+        if (ret == -EADDRINUSE) {
+            if (b.ss_family == AF_INET)
+                ((struct sockaddr_in *)&b)->sin_port = 0;
+            else
+                ((struct sockaddr_in6 *)&b)->sin6_port = 0;
+            ret = bind(fd, (const struct sockaddr *)&b, sa_len(&b)) == -1 ? -errno : 0;
+        }
+    }
     if (ret == 0 && connect(fd, (const struct sockaddr *)&c->server, sa_len(&c->server)) == -1)
         ret = -errno;
     if (ret != 0) {

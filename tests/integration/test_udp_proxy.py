@@ -105,5 +105,29 @@ def udp_proxy_script_judges_datagrams_with_flow_state_and_edits(env):
     check(cnt and cnt["blocked"] == 2, "counters %r", script_counters(env, "pus"))
 
 
+@test
+def udp_proxy_filters_the_boxs_own_clients(env):
+    """A client on the box itself (the service's namespace) goes through the proxy too: its
+    blocked datagram never arrives, the honest ones and their replies do, from its address."""
+    port = px_udp(env, "pub")
+    env.filter("pub")
+    srv = env.udp_server(port, echo=True)
+    for host in (SRV4, SRV6):
+        before = len(srv.all("dgram"))
+        d = [b"local one", b"local " + EVIL, b"local two"]
+        c = env.udp_client(host, port, d, pause=0.1, wait_s=0.6, ns=env.srv)
+        it.wait_until(lambda: len(srv.all("dgram")) - before >= 2, timeout=1.0)
+        got = [(e["peer"], it.d64(e["data"])) for e in srv.all("dgram")[before:]]
+        check([x for _, x in got] == [d[0], d[2]], "over %s the server got %r", host, got)
+        check(all(p.rpartition(":")[0].strip("[]") == host for p, _ in got),
+              "over %s the server saw %r", host, got)
+        check(c["replies"] == [d[0], d[2]], "over %s the local client got %r", host,
+              c["replies"])
+    ev = it.wait_until(lambda: (lambda e: e if len(e) >= 2 else None)(env.ctl("events", "pub")),
+                       timeout=5)
+    check(ev and len(ev) == 2, "the local clients' blocks are not events: %r",
+          env.ctl("events", "pub"))
+
+
 if __name__ == "__main__":
     sys.exit(it.run_module("udp_proxy"))
