@@ -4,7 +4,6 @@
 #include "controld/ctl_rpc_cmd.h"
 
 #include <errno.h>
-#include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -53,26 +52,6 @@ static int resolve_scriptable(struct ctl_rpc *r, struct ctl_txn *t, const char *
     return 0;
 }
 
-/* A UDP service's datagrams build RawPacket only (Firegex 5.0.0 refuses the same): a function
- * that takes a stream model would never be called there, so the file is refused, naming both. */
-static int check_udp_models(struct ctl_rpc *r, const struct ctl_service *svc,
-                            const Fgx__Ctl__Script *s)
-{
-    if (svc->ipproto != IPPROTO_UDP)
-        return 0;
-    for (size_t i = 0; i < s->n_functions; i++)
-        for (size_t j = 0; j < s->functions[i]->n_params; j++)
-            if (strcmp(s->functions[i]->params[j], "RawPacket") != 0) {
-                ctl_rpc_fail(r, FGX__CTL__CODE__CODE_INVALID,
-                             "service %s is UDP: function %s (line %u) takes %s, which needs a "
-                             "TCP stream; on UDP a function takes RawPacket only (one datagram)",
-                             svc->name, s->functions[i]->name, s->functions[i]->line,
-                             s->functions[i]->params[j]);
-                return -EINVAL;
-            }
-    return 0;
-}
-
 static int load_or_fail(struct ctl_rpc *r, struct ctl_txn *t, const struct ctl_service *svc,
                         Fgx__Ctl__Script **s)
 {
@@ -110,8 +89,10 @@ static void do_script_set(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
                      "%s", err);
         goto out;
     }
-    if (check_udp_models(r, &svc, s) < 0)
+    if (ctl_script_check_proto(s, &svc, err, sizeof(err)) < 0) {
+        ctl_rpc_fail(r, FGX__CTL__CODE__CODE_INVALID, "%s", err);
         goto out;
+    }
     s->service_id = svc.id;
     s->has_updated = 1;
     s->updated = (uint64_t)time(NULL);
