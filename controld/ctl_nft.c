@@ -1300,7 +1300,7 @@ static int check_service(const struct ctl_nft_service *s)
     return 0;
 }
 
-static int check_list(const struct ctl_nft_service *svcs, size_t nsvcs, bool tcp_only)
+static int check_list(const struct ctl_nft_service *svcs, size_t nsvcs)
 {
     int rc;
 
@@ -1308,10 +1308,6 @@ static int check_list(const struct ctl_nft_service *svcs, size_t nsvcs, bool tcp
         rc = check_service(&svcs[i]);
         if (rc < 0)
             return rc;
-        if (tcp_only && svcs[i].external && svcs[i].ipproto != IPPROTO_TCP) {
-            fgx_err("nft: service %u: the external layer carries TCP only", (unsigned)svcs[i].id);
-            return -EINVAL;
-        }
         for (size_t j = 0; j < i; j++) {
             if (svcs[j].id == svcs[i].id) {
                 fgx_err("nft: service %u given twice", (unsigned)svcs[i].id);
@@ -1351,9 +1347,9 @@ int ctl_nft_sync_layers(struct ctl_nft *n, const struct ctl_nft_service *nfq, si
     size_t nkeep_nfq = 0, nkeep_px = 0;
     int rc;
 
-    rc = check_list(nfq, nnfq, false);
+    rc = check_list(nfq, nnfq);
     if (rc == 0)
-        rc = check_list(px, npx, true);
+        rc = check_list(px, npx);
     for (size_t i = 0; rc == 0 && i < npx; i++) {
         if (!px[i].external && px_port == 0) {
             fgx_err("nft: proxy-layer services but no proxy port");

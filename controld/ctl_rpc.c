@@ -259,19 +259,6 @@ static Fgx__Ctl__Midstream midstream_msg(uint8_t m)
                                    : FGX__CTL__MIDSTREAM__MIDSTREAM_RESET;
 }
 
-/* The proxy relays TCP and UDP (px_udp.c); the external layer hands TCP to the team's proxy
- * only. */
-int ctl_rpc_check_layer_proto(struct ctl_rpc *r, const struct ctl_service *svc)
-{
-    if (svc->layer != CTL_LAYER_EXTERNAL || svc->ipproto == IPPROTO_TCP)
-        return 0;
-    ctl_rpc_fail(r, FGX__CTL__CODE__CODE_INVALID,
-                 "service %s: the external layer carries TCP only; a UDP service uses --layer "
-                 "nfqueue or proxy",
-                 svc->name);
-    return -EINVAL;
-}
-
 int ctl_rpc_check_ip(struct ctl_rpc *r, const char *ip, struct fgx_cidr *out)
 {
     if (fgx_cidr_parse(ip, out) < 0) {

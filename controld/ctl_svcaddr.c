@@ -127,14 +127,7 @@ int ctl_svcmsg_parse(const Fgx__Ctl__Service *m, struct ctl_service *out, char *
         break;
     case FGX__CTL__LAYER__LAYER_PROXY:
     case FGX__CTL__LAYER__LAYER_EXTERNAL:
-        /* the proxy relays UDP too (px_udp.c); the external layer hands TCP on only */
-        if (out->ipproto != IPPROTO_TCP && m->layer == FGX__CTL__LAYER__LAYER_EXTERNAL) {
-            err_set(err, errlen,
-                    "service %s: the external layer carries TCP only; a UDP service uses "
-                    "nfqueue or proxy",
-                    name);
-            return -EINVAL;
-        }
+        /* both carry UDP too: the proxy relays it (px_udp.c), the external layer hands it on */
         out->layer =
             m->layer == FGX__CTL__LAYER__LAYER_PROXY ? CTL_LAYER_PROXY : CTL_LAYER_EXTERNAL;
         break;

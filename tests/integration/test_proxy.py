@@ -155,18 +155,6 @@ def half_close_passes_through(env):
 
 
 @test
-def udp_service_refused_on_the_external_layer(env):
-    # the proxy layer relays UDP (test_udp_proxy); the team's own proxy takes TCP only
-    try:
-        env.ctl("service", "add", "ext-udp", "--proto", "udp", "--port", env.port(), "--layer",
-                "external", "--to", "127.0.0.1:%d" % env.port())
-    except it.CtlError as e:
-        check("external layer carries TCP only" in str(e), "unclear refusal: %s", e)
-        return
-    raise AssertionError("a UDP service was accepted on the external layer")
-
-
-@test
 def switch_layers_of_a_running_service(env):
     _, port = env.service("px-switch", "tcp", extra=("--layer", "nfqueue"))
     env.filter("px-switch")
