@@ -71,6 +71,7 @@ struct nfq_counters {
 };
 
 struct nfq_worker;
+struct fgx_pkt;
 struct mnl_socket;
 struct nfq_sw;
 
@@ -203,6 +204,10 @@ void nfq_match_flow_block(struct nfq_thread *t, struct fgx_flow *f, enum fgx_dir
                           uint32_t seq, uint32_t ack);
 /* Counted verdict for a held packet's cookie (nfq_match_held_verdict()'s, without the arg). */
 void nfq_match_cookie_verdict(struct nfq_thread *t, uint64_t cookie, bool accept);
+/* The same, an ACCEPT of the packet rewritten as pkt (an edited datagram); false when it could
+ * not be sent so (the caller gives another verdict). */
+bool nfq_match_cookie_verdict_edit(struct nfq_thread *t, uint64_t cookie, const uint8_t *pkt,
+                                   size_t len);
 
 /* ---- nfq_script.c ---- */
 #define NFQ_SW_FLOWS_DEFAULT 16384u /* --script-flows */
@@ -237,7 +242,7 @@ bool nfq_script_post(struct nfq_thread *t, struct fgx_flow *f, const struct fgx_
  * the flow is decided). Each datagram is judged alone; a flow's state goes after
  * NFQ_UDP_IDLE_MS without a datagram. */
 bool nfq_script_datagram(struct nfq_thread *t, struct fgx_flow *f, const struct fgx_wsvc *svc,
-                         enum fgx_dir dir, uint64_t cookie, const uint8_t *payload, size_t len);
+                         enum fgx_dir dir, uint64_t cookie, const struct fgx_pkt *p);
 /* f's held packets, if any, in direction dir: the first one's seq and ack (for a reset). */
 bool nfq_script_first_held(const struct nfq_thread *t, const struct fgx_flow *f, enum fgx_dir dir,
                            uint32_t *seq, uint32_t *ack);
@@ -285,6 +290,10 @@ void nfq_norm_passed(struct nfq_thread *t, struct fgx_flow *f, enum fgx_dir dir,
 
 /* ---- nfq_verdict.c ---- */
 void nfq_verdict_add(struct nfq_thread *t, unsigned queue, uint32_t id, bool accept);
+/* ACCEPT with the packet replaced by pkt (len bytes, copied): 0, or -EMSGSIZE when it cannot
+ * fit one verdict message. */
+int nfq_verdict_add_payload(struct nfq_thread *t, unsigned queue, uint32_t id, const void *pkt,
+                            size_t len);
 void nfq_verdict_flush(struct nfq_thread *t);
 
 /* ---- nfq_reset.c ---- */

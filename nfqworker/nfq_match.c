@@ -48,6 +48,17 @@ void nfq_match_cookie_verdict(struct nfq_thread *t, uint64_t cookie, bool accept
             &t->ctr.svc[(cookie >> 32) & 0xffff], accept);
 }
 
+bool nfq_match_cookie_verdict_edit(struct nfq_thread *t, uint64_t cookie, const uint8_t *pkt,
+                                   size_t len)
+{
+    struct nfq_svc_ctr *sc = &t->ctr.svc[(cookie >> 32) & 0xffff];
+
+    if (nfq_verdict_add_payload(t, (unsigned)(cookie >> 48), (uint32_t)cookie, pkt, len) != 0)
+        return false;
+    NFQ_CTR_ADD(&sc->accepted, 1);
+    return true;
+}
+
 void nfq_match_flow_release(void *arg, struct fgx_flow *f)
 {
     struct nfq_thread *t = arg;
@@ -782,8 +793,7 @@ void nfq_match_packet(struct nfq_thread *t, unsigned queue, uint32_t id, const u
     if (rc == 0 && svc->script != NULL && p.payload_len > 0) {
         struct fgx_flow *f = udp_flow(t, &p, svc, dir, sc);
 
-        if (f != NULL && nfq_script_datagram(t, f, svc, dir, cookie_make(queue, t, sc, id),
-                                             p.payload, p.payload_len))
+        if (f != NULL && nfq_script_datagram(t, f, svc, dir, cookie_make(queue, t, sc, id), &p))
             return;
     }
     verdict(t, queue, id, sc, rc == 0);

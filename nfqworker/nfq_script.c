@@ -9,7 +9,8 @@
  * A flow of a service without a script never gets here (one pointer test per segment).
  * UDP (issue 27): each datagram is one chunk, judged alone (REJECT and DROP refuse that
  * datagram, the flow's state goes on), in a flow per 4-tuple that ends after NFQ_UDP_IDLE_MS
- * without a datagram. */
+ * without a datagram. A function's edit of a datagram (data =, l4_data) goes on as the new bytes:
+ * the held datagram's IP and UDP headers are kept, its lengths and checksums made anew. */
 #include "nfq.h"
 
 #include <errno.h>
@@ -20,6 +21,7 @@
 #include <netinet/in.h>
 
 #include "fgx/log.h"
+#include "fgx/pkt.h"
 #include "fgx/swlink.h"
 #include "fgx/swproto.h"
 
@@ -39,6 +41,7 @@
 #define NFQ_SW_FLOW_HELD 256u /* of one flow */
 #define NFQ_SW_STARVED 20     /* as the proxy: scriptworker's own limit, in deadlines */
 #define NFQ_SW_GRACE_MS 1000
+#define NFQ_SW_HDR_MAX 128 /* a datagram's IP and UDP headers kept for an edit; longer: no edit */
 
 struct nfq_sw_pkt {
     uint64_t cookie;
@@ -53,6 +56,12 @@ struct nfq_sw_pkt {
      * packet's own buffer is the kernel's, gone once the recv loop moves on) */
     uint8_t exlen;
     uint8_t ex[FGX_DP_EXCERPT_MAX];
+    /* a UDP datagram's IP and UDP headers (hdrlen bytes; 0: none kept), and the packet its
+     * edit made (malloc'd, at the edit only), sent instead at its turn */
+    uint8_t hdrlen, family;
+    uint8_t hdr[NFQ_SW_HDR_MAX];
+    uint8_t *edit;
+    uint32_t edit_len;
 };
 
 struct nfq_sw_flow {
@@ -210,6 +219,8 @@ static void pkt_free(struct nfq_thread *t, int32_t i)
 {
     struct nfq_sw *sw = t->sw;
 
+    free(sw->pkts[i].edit);
+    sw->pkts[i].edit = NULL;
     sw->pkts[i].next = sw->free_head;
     sw->free_head = i;
     NFQ_CTR_ADD(&t->ctr.script_held, (uint64_t)-1);
@@ -254,7 +265,10 @@ static void held_release(struct nfq_thread *t, struct nfq_sw_flow *fs, uint32_t 
         int32_t i = fs->head;
 
         fs->head = sw->pkts[i].next;
-        nfq_match_cookie_verdict(t, sw->pkts[i].cookie, !sw->pkts[i].drop);
+        if (sw->pkts[i].edit == NULL || sw->pkts[i].drop ||
+            !nfq_match_cookie_verdict_edit(t, sw->pkts[i].cookie, sw->pkts[i].edit,
+                                           sw->pkts[i].edit_len))
+            nfq_match_cookie_verdict(t, sw->pkts[i].cookie, !sw->pkts[i].drop);
         pkt_free(t, i);
         fs->nheld--;
     }
@@ -409,6 +423,69 @@ static void judge(struct nfq_thread *t, struct nfq_sw_flow *fs, uint8_t code, in
     nfq_match_flow_block(t, f, FGX_DIR_C2S, false, 0, 0);
 }
 
+static void put16(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)(v >> 8);
+    p[1] = (uint8_t)v;
+}
+
+static uint32_t csum_add(uint32_t sum, const uint8_t *p, size_t len)
+{
+    for (size_t i = 0; i + 1 < len; i += 2)
+        sum += (uint32_t)((p[i] << 8) | p[i + 1]);
+    if (len & 1)
+        sum += (uint32_t)(p[len - 1] << 8);
+    return sum;
+}
+
+static uint16_t csum_fold(uint32_t sum)
+{
+    while (sum >> 16)
+        sum = (sum & 0xffff) + (sum >> 16);
+    return (uint16_t)~sum;
+}
+
+/* The edited datagram for held packet p: its own IP and UDP headers, then data (n bytes), the
+ * IP and UDP lengths and both checksums made anew (IPv4: header and UDP; IPv6: UDP). 0, or
+ * -EMSGSIZE (no headers kept, or too long for a packet), -ENOMEM. */
+static int datagram_edit(struct nfq_sw_pkt *p, const uint8_t *data, size_t n)
+{
+    size_t hl = p->hdrlen, tot = hl + n, alen = p->family == 4 ? 4 : 16;
+    uint8_t *b, *udp;
+    uint32_t sum;
+    uint16_t ck;
+
+    if (hl == 0 || tot > 65535 || (p->family == 6 && tot - 40 > 65535))
+        return -EMSGSIZE;
+    b = malloc(tot);
+    if (b == NULL)
+        return -ENOMEM;
+    memcpy(b, p->hdr, hl);
+    memcpy(b + hl, data, n);
+    udp = b + hl - 8;
+    if (p->family == 4) {
+        size_t ihl = (size_t)(b[0] & 0x0f) * 4;
+
+        put16(b + 2, (uint16_t)tot);
+        put16(b + 10, 0);
+        put16(b + 10, csum_fold(csum_add(0, b, ihl)));
+    } else {
+        put16(b + 4, (uint16_t)(tot - 40));
+    }
+    put16(udp + 4, (uint16_t)(8 + n));
+    put16(udp + 6, 0);
+    sum = csum_add(0, b + (p->family == 4 ? 12 : 8), alen);
+    sum = csum_add(sum, b + (p->family == 4 ? 16 : 24), alen);
+    sum += IPPROTO_UDP + (uint32_t)(8 + n);
+    sum = csum_add(sum, udp, 8 + n);
+    ck = csum_fold(sum);
+    put16(udp + 6, ck == 0 ? 0xffff : ck);
+    free(p->edit);
+    p->edit = b;
+    p->edit_len = (uint32_t)tot;
+    return 0;
+}
+
 void nfq_script_recv(struct nfq_thread *t)
 {
     struct nfq_sw *sw = t->sw;
@@ -437,6 +514,23 @@ void nfq_script_recv(struct nfq_thread *t)
             ;
         if (at < 0)
             continue; /* the tick already decided */
+        if (h.code == FGX_SW_EDIT && flow_udp(fs->f)) {
+            /* a function edited the datagram: the new bytes go instead, in its turn */
+            size_t fl = strnlen((const char *)pl, pl_len);
+            size_t n = fl < pl_len ? pl_len - fl - 1 : 0;
+
+            h.code = datagram_edit(&sw->pkts[at], pl + fl + (fl < pl_len ? 1 : 0), n) == 0
+                         ? FGX_SW_ACCEPT
+                         : FGX_SW_ERROR;
+            if (h.code == FGX_SW_ERROR) {
+                static __thread unsigned long long last_log;
+
+                fgx_log_ratelimited(&last_log, FGX_LOG_WARN,
+                                    "script: an edited datagram of %zu bytes could not be "
+                                    "built: the service's fail policy",
+                                    n);
+            }
+        }
         if (h.code == FGX_SW_ACCEPT && (h.hash & FGX_SW_VERDICT_FINAL)) {
             const struct fgx_wsvc *svc =
                 t->cfg != NULL ? fgx_wcfg_service(t->cfg, fs->f->service_id) : NULL;
@@ -724,8 +818,10 @@ bool nfq_script_first_held(const struct nfq_thread *t, const struct fgx_flow *f,
 }
 
 bool nfq_script_datagram(struct nfq_thread *t, struct fgx_flow *f, const struct fgx_wsvc *svc,
-                         enum fgx_dir dir, uint64_t cookie, const uint8_t *payload, size_t len)
+                         enum fgx_dir dir, uint64_t cookie, const struct fgx_pkt *dg)
 {
+    const uint8_t *payload = dg->payload;
+    size_t len = dg->payload_len, hlen = dg->l4_off + 8;
     struct nfq_sw *sw = t->sw;
     struct nfq_sw_flow *fs;
     struct fgx_sw_hdr h;
@@ -760,7 +856,7 @@ bool nfq_script_datagram(struct nfq_thread *t, struct fgx_flow *f, const struct 
         .cookie = cookie, .end = (uint32_t)len, .next = -1, .dir = (uint8_t)dir};
     h = (struct fgx_sw_hdr){.type = FGX_SW_DATA,
                             .code = (uint8_t)((dir == FGX_DIR_C2S ? 0 : 1) | FGX_SW_DATA_UDP |
-                                              FGX_SW_DATA_NOEDIT),
+                                              (hlen > NFQ_SW_HDR_MAX ? FGX_SW_DATA_NOEDIT : 0)),
                             .hash = fs->hash,
                             .service = f->service_id,
                             .conn = fs->id,
@@ -788,6 +884,11 @@ bool nfq_script_datagram(struct nfq_thread *t, struct fgx_flow *f, const struct 
     p->swseq = h.seq;
     p->exlen = (uint8_t)(len < sizeof(p->ex) ? len : sizeof(p->ex));
     memcpy(p->ex, payload, p->exlen);
+    p->family = dg->family;
+    if (hlen <= NFQ_SW_HDR_MAX) {
+        p->hdrlen = (uint8_t)hlen;
+        memcpy(p->hdr, dg->l3, hlen);
+    }
     if (fs->tail >= 0)
         sw->pkts[fs->tail].next = i;
     else

@@ -285,9 +285,10 @@ def main():
         if v.action == "mangle":
             if code & D_NOEDIT and code & D_UDP:
                 v = engine.Verdict("error", v.function, "%s edited the datagram (UNSTABLE_MANGLE "
-                                   "/ l4_data / data): the NFQUEUE layer does not rewrite UDP "
-                                   "datagrams: it gets the service's fail policy; put the "
-                                   "service on the proxy layer to edit" % v.function)
+                                   "/ l4_data / data): its IP and UDP headers pass what the "
+                                   "NFQUEUE layer keeps to rewrite it (IP options, IPv6 "
+                                   "extension headers): it gets the service's fail policy; put "
+                                   "the service on the proxy layer to edit" % v.function)
             elif code & D_NOEDIT:
                 v = engine.Verdict("error", v.function, "%s edited the chunk (UNSTABLE_MANGLE / "
                                    "l4_data): the NFQUEUE layer cannot rewrite a TCP segment "
