@@ -129,5 +129,22 @@ def udp_proxy_filters_the_boxs_own_clients(env):
           env.ctl("events", "pub"))
 
 
+@test
+def udp_proxy_tcp_and_udp_services_share_a_port(env):
+    """The proxy's maps key the protocol: a TCP and a UDP service on one port are two
+    services, each filtered on its own."""
+    p = env.port()
+    env.service("sh-tcp", "tcp", port=p, extra=("--layer", "proxy"))
+    env.service("sh-udp", "udp", port=p, extra=("--layer", "proxy"))
+    env.filter("sh-udp")
+    tsrv = env.tcp_server(p)
+    usrv = env.udp_server(p, echo=True)
+    c = env.tcp_client(SRV4, p, [b"over tcp " + EVIL])
+    it.assert_passed(c, it.server_conn(tsrv, 1), b"over tcp " + EVIL)
+    got, replies = send(env, usrv, SRV4, p, [b"over udp", b"udp " + EVIL])
+    check([x for _, x in got] == [b"over udp"] and replies == [b"over udp"],
+          "the UDP service got %r, replies %r", got, replies)
+
+
 if __name__ == "__main__":
     sys.exit(it.run_module("udp_proxy"))
