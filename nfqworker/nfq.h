@@ -134,6 +134,7 @@ struct nfq_worker {
     unsigned queue_base;
     unsigned flows; /* flow table entries per thread */
     unsigned script_flows; /* flows per thread with script state at most (nfq_script.c) */
+    unsigned udp_idle_ms;  /* a scripted UDP flow's life without a datagram (--udp-idle) */
     /* The rules queue the server's SYN-ACK instead of copying it (a kernel without the
      * nftables log expression): no NFLOG socket; the queued SYN-ACK anchors the same way. */
     bool no_synack_log;
@@ -211,7 +212,8 @@ bool nfq_match_cookie_verdict_edit(struct nfq_thread *t, uint64_t cookie, const 
 
 /* ---- nfq_script.c ---- */
 #define NFQ_SW_FLOWS_DEFAULT 16384u /* --script-flows */
-/* A UDP flow has no end to see: its script state (and its flow) goes after this long idle */
+/* A UDP flow has no end to see: its script state (and its flow) goes after this long idle
+ * (--udp-idle) */
 #define NFQ_UDP_IDLE_MS 30000
 /* Per thread: the sockets to scriptworker's interpreters (fgx/swlink.h), connected without
  * waiting. 0 or -errno; without a URL the scripted services get their fail_open verdict. */

@@ -563,7 +563,7 @@ void nfq_script_tick(struct nfq_thread *t)
         /* A UDP flow has no end but silence: the flow goes, its state with it (CLOSE), and
          * its next datagram starts a new one (fresh globals for the file) */
         if (fs->f != NULL && flow_udp(fs->f) && fs->head < 0 &&
-            fs->f->last_ms + NFQ_UDP_IDLE_MS <= t->now_ms)
+            fs->f->last_ms + t->w->udp_idle_ms <= t->now_ms)
             fgx_flow_remove(t->flows, fs->f);
     }
 }

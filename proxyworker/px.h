@@ -34,6 +34,7 @@
 #define PX_FIRST_BYTE_S_DEFAULT 10 /* a connection where neither side sent a byte is closed */
 #define PX_EVICT_SCAN 1024 /* connections of a list looked at for one of a source's */
 #define PX_IDLE_S_DEFAULT 600
+#define PX_UDP_IDLE_S_DEFAULT 30 /* a UDP flow without a datagram (px_udp.c, --udp-idle) */
 #define PX_TICK_MS 1000
 #define PX_ALIVE_MS 200 /* the liveness stamp's timer (well under controld's 1 s) */
 #define PX_RESET_WAIT_MS 200 /* longest a reset waits for the peer to acknowledge what it got */
@@ -226,6 +227,7 @@ struct px_worker {
     unsigned max_per_src; /* per client source (0: no limit) */
     unsigned idle_ms;
     unsigned first_byte_ms; /* 0: no first-byte timeout */
+    unsigned udp_idle_ms;   /* a UDP flow's life without a datagram (px_udp.c) */
     struct px_src_table src;
     unsigned nconns;     /* __atomic: open connections over all threads */
     struct fgx_wcfg *current; /* __atomic: the newest published config */
@@ -322,7 +324,7 @@ int px_match_scan_dgram(struct px_conn *c, int side, const uint8_t *data, size_t
 /* The thread's UDP listeners on w->port (IPv4; IPv6 when the host has it) and raw sockets. */
 int px_udp_thread_init(struct px_thread *t);
 void px_udp_thread_release(struct px_thread *t);
-/* The tick: flows idle PX_UDP_IDLE_MS, or whose service left, go. */
+/* The tick: flows idle w->udp_idle_ms, or whose service left, go. */
 void px_udp_expire(struct px_thread *t);
 /* A datagram of UDP flow c judged: on to the service (side 0) or back to the client from the
  * service's address (side 1). Always true (c stays). */

@@ -7,7 +7,7 @@
  * IP_FREEBIND: the service sees the client; a client of the box itself, whose own socket holds
  * that port, gets another port of its address), or back to the client from the service's
  * address and port through a raw socket (no socket of the box can be bound there when the
- * service itself is bound on it). A flow goes after PX_UDP_IDLE_MS without a datagram. A
+ * service itself is bound on it). A flow goes after --udp-idle without a datagram. A
  * blocked datagram is dropped alone; the flow goes on. */
 #include "px.h"
 
@@ -24,7 +24,6 @@
 
 #define PX_UDP_BUCKETS 4096u
 #define PX_UDP_FLOWS_MAX 16384u /* per thread: past it the flow idle longest goes */
-#define PX_UDP_IDLE_MS 30000
 #define PX_UDP_BURST 64 /* datagrams taken from a socket per callback */
 
 struct px_udp {
@@ -518,7 +517,8 @@ void px_udp_expire(struct px_thread *t)
             bool gone = t->cfg == NULL || fgx_wcfg_service(t->cfg, c->service_id) == NULL;
 
             /* idle, or its service stopped (its datagrams are no longer sent here) */
-            if ((gone || c->last_ms + PX_UDP_IDLE_MS <= t->now_ms) && !c->hold[0] && !c->hold[1])
+            if ((gone || c->last_ms + t->w->udp_idle_ms <= t->now_ms) && !c->hold[0] &&
+                !c->hold[1])
                 flow_free(t, c);
             c = next;
         }
