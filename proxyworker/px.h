@@ -151,8 +151,11 @@ struct px_conn {
     uint16_t sw_hash;
     bool sw_drop;
     /* A UDP flow (px_udp.c): s[1] its upstream socket, s[0] unused (the thread's listener
-     * takes the client's datagrams); not on the thread's lists */
+     * takes the client's datagrams); not on the thread's lists. A side's datagrams that came
+     * while one of them waits for its script verdict wait behind it, in order. */
     bool udp;
+    struct px_dgram *uq_head[2], *uq_tail[2];
+    unsigned uq_n[2];
     uint8_t *hold[2];
     size_t hold_len[2];
     uint32_t hold_seq[2];
@@ -329,6 +332,9 @@ void px_udp_expire(struct px_thread *t);
 /* A datagram of UDP flow c judged: on to the service (side 0) or back to the client from the
  * service's address (side 1). Always true (c stays). */
 bool px_udp_forward(struct px_conn *c, int side, const uint8_t *data, size_t len);
+/* After a script verdict on UDP flow c: the datagrams of each side that waited behind it go
+ * on to the script (or on their way), until one waits again. */
+void px_udp_next(struct px_conn *c);
 
 /* ---- px_tls.c ---- */
 /* Once per process, before any thread starts. */

@@ -82,6 +82,7 @@ static void apply(struct px_conn *c, int side, uint8_t code, const char *fn)
             }
         if (c->sw_timer && !c->hold[0] && !c->hold[1])
             evtimer_del(c->sw_timer);
+        px_udp_next(c); /* those that waited behind it */
         return;
     }
     if (code == FGX_SW_REJECT) {
@@ -116,6 +117,8 @@ static void apply(struct px_conn *c, int side, uint8_t code, const char *fn)
     }
     if (c->sw_timer && !c->hold[0] && !c->hold[1])
         evtimer_del(c->sw_timer);
+    if (c->udp)
+        px_udp_next(c); /* those that waited behind it */
 }
 
 static void on_timer(evutil_socket_t fd, short what, void *arg)
@@ -272,16 +275,8 @@ int px_script_chunk(struct px_conn *c, int side, const uint8_t *data, size_t len
         return 0;
     if (!sw || !sw->link.up)
         return svc->fail_open ? 0 : -1;
-    if (c->udp && c->hold[side]) {
-        static __thread unsigned long long last_log;
-
-        /* one datagram a direction waits for its verdict; one that comes meanwhile is
-         * dropped, said (never passed unjudged) */
-        fgx_log_ratelimited(&last_log, FGX_LOG_WARN,
-                            "service %u: a UDP datagram came while the flow's last one waited "
-                            "for its script verdict: dropped", c->service_id);
-        return -1;
-    }
+    if (c->udp && c->hold[side])
+        return -1; /* px_udp.c queues behind a held datagram: not reached */
     /* before this chunk: the files again, for a scriptworker that (re)connected */
     fgx_swlink_resend(&sw->link, t->cfg);
     uint8_t open = 0;

@@ -25,6 +25,13 @@
 #define PX_UDP_BUCKETS 4096u
 #define PX_UDP_FLOWS_MAX 16384u /* per thread: past it the flow idle longest goes */
 #define PX_UDP_BURST 64 /* datagrams taken from a socket per callback */
+#define PX_UDP_QUEUE 256 /* a side's datagrams waiting behind one a script judges */
+
+struct px_dgram {
+    struct px_dgram *next;
+    size_t len;
+    uint8_t data[];
+};
 
 struct px_udp {
     int lfd[2];
@@ -131,6 +138,13 @@ static void flow_free(struct px_thread *t, struct px_conn *c)
     struct px_svc_ctr *sc = px_stats_svc(&t->ctr, c->service_id);
 
     px_script_conn_close(c);
+    for (int s = 0; s < 2; s++)
+        while (c->uq_head[s]) {
+            struct px_dgram *d = c->uq_head[s];
+
+            c->uq_head[s] = d->next;
+            free(d);
+        }
     if (c->prev)
         c->prev->next = c->next;
     else
@@ -385,16 +399,59 @@ bool px_udp_forward(struct px_conn *c, int side, const uint8_t *data, size_t len
     return true;
 }
 
+/* Past the regexes: the script judges it (or it goes on now). */
+static void judged(struct px_conn *c, int side, const uint8_t *data, size_t len)
+{
+    if (px_script_chunk(c, side, data, len) == 0)
+        (void)px_udp_forward(c, side, data, len);
+    /* 1: it waits for its verdict (px_script.c forwards it); -1: the fail policy dropped it */
+}
+
+void px_udp_next(struct px_conn *c)
+{
+    for (int side = 0; side < 2; side++)
+        while (!c->hold[side] && c->uq_head[side]) {
+            struct px_dgram *d = c->uq_head[side];
+
+            c->uq_head[side] = d->next;
+            if (!c->uq_head[side])
+                c->uq_tail[side] = NULL;
+            c->uq_n[side]--;
+            judged(c, side, d->data, d->len);
+            free(d);
+        }
+}
+
 static void dgram(struct px_conn *c, int side, const uint8_t *data, size_t len)
 {
-    int rv;
+    static __thread unsigned long long last_log;
+    struct px_dgram *d;
 
     if (px_match_scan_dgram(c, side, data, len) != 0)
         return; /* blocked (counted, an event) or unscannable: this datagram alone */
-    rv = px_script_chunk(c, side, data, len);
-    if (rv == 0)
-        (void)px_udp_forward(c, side, data, len);
-    /* 1: it waits for its verdict (px_script.c forwards it); -1: the fail policy dropped it */
+    if (!c->hold[side] && !c->uq_head[side]) {
+        judged(c, side, data, len);
+        return;
+    }
+    /* one of this side waits for its script verdict: this one waits behind it, in order */
+    d = c->uq_n[side] < PX_UDP_QUEUE ? malloc(sizeof(*d) + len) : NULL;
+    if (!d) {
+        PX_CTR_ADD(&c->t->ctr.script_errors, 1);
+        fgx_log_ratelimited(&last_log, FGX_LOG_WARN,
+                            "service %u: %u UDP datagrams of a flow wait for a script verdict: "
+                            "one more dropped",
+                            c->service_id, c->uq_n[side]);
+        return;
+    }
+    d->next = NULL;
+    d->len = len;
+    memcpy(d->data, data, len);
+    if (c->uq_tail[side])
+        c->uq_tail[side]->next = d;
+    else
+        c->uq_head[side] = d;
+    c->uq_tail[side] = d;
+    c->uq_n[side]++;
 }
 
 static void on_listen(evutil_socket_t fd, short what, void *arg)

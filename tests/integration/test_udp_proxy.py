@@ -43,11 +43,11 @@ def px_udp(env, name, extra=()):
     return port
 
 
-def send(env, srv, host, port, dgrams, sport=0, settle=1.0):
+def send(env, srv, host, port, dgrams, sport=0, settle=1.0, pause=0.1):
     """dgrams from one client socket; (what the server got from it with the peer it saw, the
     replies the client got)."""
     before = len(srv.all("dgram"))
-    c = env.udp_client(host, port, dgrams, pause=0.1, wait_s=0.6, sport=sport)
+    c = env.udp_client(host, port, dgrams, pause=pause, wait_s=0.6, sport=sport)
 
     def got():
         return [(e["peer"], it.d64(e["data"])) for e in srv.all("dgram")[before:]]
@@ -100,9 +100,16 @@ def udp_proxy_script_judges_datagrams_with_flow_state_and_edits(env):
     got, _ = send(env, srv, SRV6, port, [b"after, another flow"], sport=42012)
     check([x for _, x in got] == [b"after, another flow"], "a new flow met another's state: %r",
           got)
-    cnt = it.wait_until(lambda: (lambda f: f if f["blocked"] >= 2 else None)(
+    # a burst: the datagrams that come while one waits for its verdict wait behind it
+    burst = [b"b%d" % i for i in range(12)]
+    burst[5] = b"b5 DENY"
+    got, replies = send(env, srv, SRV4, port, burst, sport=42013, pause=0.0, settle=2.0)
+    want = burst[:5] + burst[6:]
+    check([x for _, x in got] == want, "a burst: the server got %r, expected %r", got, want)
+    check(replies == want, "a burst: the replies were %r", replies)
+    cnt = it.wait_until(lambda: (lambda f: f if f["blocked"] >= 3 else None)(
         script_counters(env, "pus")["datagrams"]), timeout=5)
-    check(cnt and cnt["blocked"] == 2, "counters %r", script_counters(env, "pus"))
+    check(cnt and cnt["blocked"] == 3, "counters %r", script_counters(env, "pus"))
 
 
 @test
