@@ -40,7 +40,7 @@ static int worker_of(const struct ctl_service *s)
 {
     if (!s->active || s->layer == CTL_LAYER_EXTERNAL)
         return -1;
-    return s->layer == CTL_LAYER_PROXY && s->ipproto != IPPROTO_UDP ? 1 : 0;
+    return s->layer == CTL_LAYER_PROXY ? 1 : 0;
 }
 
 static void gap_open(struct ctl_ctx *ctx, int k, struct gap *g, uint64_t now_ms)

@@ -309,8 +309,9 @@ static void m_tcp_doff(struct ctl_nftx_rule *rl, unsigned doff)
  * addresses' connections.
  *   c2s_4, c2s_6, c2s_if : verdict maps, l4proto . daddr|iifname . dport -> jump s<id>_c2s
  *   s2c_4, s2c_6, s2c_if : the same by saddr|oifname . sport -> jump s<id>_s2c
- *   px_4, px_6, px_if    : proxy and external layers, daddr|iifname . dport -> jump px<id>
- *   pxo_4, pxo_6         : sets, the proxy layer's addresses . ports (its upstream
+ *   px_4, px_6, px_if    : proxy and external layers, l4proto . daddr|iifname . dport -> jump
+ *                          px<id> (the proxy relays TCP and UDP, px_udp.c)
+ *   pxo_4, pxo_6         : sets, the proxy layer's l4proto . addresses . ports (its upstream
  *                          connections and the box's own clients, in the output hook)
  *   pxo_ip               : set, the ports of the proxy layer's interfaces (an upstream
  *                          connection to an interface's service is known by its port alone)
@@ -349,11 +350,11 @@ static const struct nft_map_def nft_maps[NFT_MAPS] = {
     [M_S2C_4] = {"s2c_4", K_V4, true, true, false},
     [M_S2C_6] = {"s2c_6", K_V6, true, true, false},
     [M_S2C_IF] = {"s2c_if", K_IF, true, true, false},
-    [M_PX_4] = {"px_4", K_V4, false, true, true},
-    [M_PX_6] = {"px_6", K_V6, false, true, true},
-    [M_PX_IF] = {"px_if", K_IF, false, true, true},
-    [S_PXO_4] = {"pxo_4", K_V4, false, false, true},
-    [S_PXO_6] = {"pxo_6", K_V6, false, false, true},
+    [M_PX_4] = {"px_4", K_V4, true, true, true},
+    [M_PX_6] = {"px_6", K_V6, true, true, true},
+    [M_PX_IF] = {"px_if", K_IF, true, true, true},
+    [S_PXO_4] = {"pxo_4", K_V4, true, false, true},
+    [S_PXO_6] = {"pxo_6", K_V6, true, false, true},
     [S_PXO_IP] = {"pxo_ip", K_PORT, false, false, true},
 };
 
@@ -1004,12 +1005,22 @@ static void build_proxy(struct ctl_nftx *tx, const struct nft_sync_arg *a)
     e_mark_set(&rl, CTL_ROUTE_MARK);
     ctl_nftx_verdict(&rl, NF_ACCEPT, NULL);
     ctl_nftx_rule_end(&rl);
-    /* New connections to a service: one lookup per address kind, to its px<id> chain. */
+    /* A service's datagram to a UDP flow's upstream socket (bound to the client's address and
+     * port, transparent: px_udp.c): to it, locally. A client's datagram to the service finds
+     * no transparent socket of that address there and goes on to tproxy. */
+    ctl_nftx_rule_start(tx, "pxpre", &rl);
+    ctl_nftx_meta_u8(&rl, NFT_META_L4PROTO, IPPROTO_UDP);
+    e_socket_transparent(&rl);
+    ctl_nftx_cmp(&rl, NFT_CMP_EQ, &one, sizeof(one));
+    e_mark_set(&rl, CTL_ROUTE_MARK);
+    ctl_nftx_verdict(&rl, NF_ACCEPT, NULL);
+    ctl_nftx_rule_end(&rl);
+    /* New connections and datagrams to a service: one lookup per address kind (the protocol
+     * in the key), to its px<id> chain. */
     for (i = 0; i < sizeof(px_maps) / sizeof(px_maps[0]); i++) {
         if (px_maps[i] == M_PX_IF && !list_has_ifname(a->px, a->npx))
             continue;
         ctl_nftx_rule_start(tx, "pxpre", &rl);
-        ctl_nftx_meta_u8(&rl, NFT_META_L4PROTO, IPPROTO_TCP);
         m_map(&rl, px_maps[i]);
         ctl_nftx_rule_end(&rl);
     }
@@ -1020,7 +1031,6 @@ static void build_proxy(struct ctl_nftx *tx, const struct nft_sync_arg *a)
      * the service's end. */
     ctl_nftx_rule_start(tx, "pxout", &rl);
     m_mark_eq(&rl, NFT_CMP_NEQ, FGX_MARK); /* not the proxy's own packets on that entry */
-    ctl_nftx_meta_u8(&rl, NFT_META_L4PROTO, IPPROTO_TCP);
     e_ct_mark(&rl, false);
     ctl_nftx_cmp(&rl, NFT_CMP_EQ, &(uint32_t){CT_PX}, sizeof(uint32_t));
     e_mark_set(&rl, CTL_ROUTE_MARK);
@@ -1033,7 +1043,8 @@ static void build_proxy(struct ctl_nftx *tx, const struct nft_sync_arg *a)
             continue;
         ctl_nftx_rule_start(tx, "pxout", &rl);
         m_mark_eq(&rl, NFT_CMP_EQ, FGX_MARK);
-        ctl_nftx_meta_u8(&rl, NFT_META_L4PROTO, IPPROTO_TCP);
+        if (pxo_sets[i] == S_PXO_IP) /* a port alone: TCP's (the other sets key the protocol) */
+            ctl_nftx_meta_u8(&rl, NFT_META_L4PROTO, IPPROTO_TCP);
         m_map(&rl, pxo_sets[i]);
         e_set_u32(&rl, CT_PX);
         e_ct_mark(&rl, true);
@@ -1045,7 +1056,6 @@ static void build_proxy(struct ctl_nftx *tx, const struct nft_sync_arg *a)
     for (i = 0; i < 2; i++) {
         ctl_nftx_rule_start(tx, "pxout", &rl);
         m_mark_eq(&rl, NFT_CMP_NEQ, FGX_MARK);
-        ctl_nftx_meta_u8(&rl, NFT_META_L4PROTO, IPPROTO_TCP);
         m_map(&rl, pxo_sets[i]);
         e_mark_set(&rl, CTL_ROUTE_MARK);
         ctl_nftx_rule_end(&rl);
@@ -1290,7 +1300,7 @@ static int check_service(const struct ctl_nft_service *s)
     return 0;
 }
 
-static int check_list(const struct ctl_nft_service *svcs, size_t nsvcs, bool tcp_only)
+static int check_list(const struct ctl_nft_service *svcs, size_t nsvcs)
 {
     int rc;
 
@@ -1298,10 +1308,6 @@ static int check_list(const struct ctl_nft_service *svcs, size_t nsvcs, bool tcp
         rc = check_service(&svcs[i]);
         if (rc < 0)
             return rc;
-        if (tcp_only && svcs[i].ipproto != IPPROTO_TCP) {
-            fgx_err("nft: service %u: the proxy layer carries TCP only", (unsigned)svcs[i].id);
-            return -EINVAL;
-        }
         for (size_t j = 0; j < i; j++) {
             if (svcs[j].id == svcs[i].id) {
                 fgx_err("nft: service %u given twice", (unsigned)svcs[i].id);
@@ -1341,9 +1347,9 @@ int ctl_nft_sync_layers(struct ctl_nft *n, const struct ctl_nft_service *nfq, si
     size_t nkeep_nfq = 0, nkeep_px = 0;
     int rc;
 
-    rc = check_list(nfq, nnfq, false);
+    rc = check_list(nfq, nnfq);
     if (rc == 0)
-        rc = check_list(px, npx, true);
+        rc = check_list(px, npx);
     for (size_t i = 0; rc == 0 && i < npx; i++) {
         if (!px[i].external && px_port == 0) {
             fgx_err("nft: proxy-layer services but no proxy port");

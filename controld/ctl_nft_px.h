@@ -20,8 +20,8 @@
 #include "controld/ctl_nft.h"
 
 /* Replace the fgex table with the rules of both layers in one transaction: nfq the running
- * nfqueue-layer services, px the running proxy-layer ones (TCP only: -EINVAL otherwise) sent to
- * proxyworker's port px_port. Sets up the policy routing (ctl_route.c) when px is not empty
+ * nfqueue-layer services, px the running proxy-layer and external-layer ones (TCP or UDP) sent
+ * to proxyworker's port px_port (external: to their own). Sets up the policy routing (ctl_route.c) when px is not empty
  * and removes it when it is. Both lists are copied; ctl_nft_sync() keeps the proxy list of the
  * last call, ctl_nft_clear() drops both. Returns 0 or a negative errno (the kernel's reason
  * logged). */

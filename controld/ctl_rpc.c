@@ -259,17 +259,6 @@ static Fgx__Ctl__Midstream midstream_msg(uint8_t m)
                                    : FGX__CTL__MIDSTREAM__MIDSTREAM_RESET;
 }
 
-/* The proxy is a TCP proxy: a UDP service stays on the nfqueue layer. */
-int ctl_rpc_check_layer_proto(struct ctl_rpc *r, const struct ctl_service *svc)
-{
-    if (svc->layer == CTL_LAYER_NFQUEUE || svc->ipproto == IPPROTO_TCP)
-        return 0;
-    ctl_rpc_fail(r, FGX__CTL__CODE__CODE_INVALID,
-                 "service %s: the %s layer carries TCP only; a UDP service uses --layer nfqueue",
-                 svc->name, svc->layer == CTL_LAYER_PROXY ? "proxy" : "external");
-    return -EINVAL;
-}
-
 int ctl_rpc_check_ip(struct ctl_rpc *r, const char *ip, struct fgx_cidr *out)
 {
     if (fgx_cidr_parse(ip, out) < 0) {

@@ -190,7 +190,6 @@ int ctl_rpc_check_midstream(struct ctl_rpc *r, Fgx__Ctl__Midstream m, uint8_t *o
 /* The capture settings a service add or set carries, into svc (rpc_capture.c). */
 int ctl_rpc_check_capture(struct ctl_rpc *r, bool has_on, bool on, bool has_conns, uint32_t conns,
                           bool has_bytes, uint32_t bytes, struct ctl_service *svc);
-int ctl_rpc_check_layer_proto(struct ctl_rpc *r, const struct ctl_service *svc);
 int ctl_rpc_check_ip(struct ctl_rpc *r, const char *ip, struct fgx_cidr *out);
 /* w: NULL, or where the warnings of an accepted regex go. */
 /* Whether the block filter f of svc may be stored without the request's --force (rpc_capture.c):

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -433,6 +434,24 @@ void ctl_script_export_release(struct ctl_script_export *keep)
     memset(keep, 0, sizeof(*keep));
 }
 
+int ctl_script_check_proto(const Fgx__Ctl__Script *s, const struct ctl_service *svc, char *err,
+                           size_t errlen)
+{
+    if (svc->ipproto != IPPROTO_UDP)
+        return 0;
+    for (size_t i = 0; i < s->n_functions; i++)
+        for (size_t j = 0; j < s->functions[i]->n_params; j++)
+            if (strcmp(s->functions[i]->params[j], "RawPacket") != 0) {
+                err_set(err, errlen,
+                        "service %s is UDP: function %s (line %u) takes %s, which needs a TCP "
+                        "stream; on UDP a function takes RawPacket only (one datagram)",
+                        svc->name, s->functions[i]->name, s->functions[i]->line,
+                        s->functions[i]->params[j]);
+                return -EINVAL;
+            }
+    return 0;
+}
+
 int ctl_script_import(struct ctl_txn *t, const Fgx__Ctl__Config *cfg, char *err, size_t errlen)
 {
     int rv;
@@ -461,6 +480,9 @@ int ctl_script_import(struct ctl_txn *t, const Fgx__Ctl__Config *cfg, char *err,
                     s->service_id);
             return -EINVAL;
         }
+        rv = ctl_script_check_proto(s, &svc, err, errlen);
+        if (rv < 0)
+            return rv;
         rv = ctl_script_save(t, s);
         if (rv < 0) {
             err_set(err, errlen, "script of service %u: %s", s->service_id,

@@ -48,6 +48,11 @@ struct ctl_script_export {
 };
 int ctl_script_export(struct ctl_txn *t, Fgx__Ctl__Config *cfg, struct ctl_script_export *keep);
 void ctl_script_export_release(struct ctl_script_export *keep);
+/* A UDP service's datagrams build RawPacket only (Firegex 5.0.0 refuses the same): a function
+ * of s that takes a stream model would never be called on svc, so -EINVAL with err naming the
+ * function, its line and the model. 0 for a TCP service. (script set and import) */
+int ctl_script_check_proto(const Fgx__Ctl__Script *s, const struct ctl_service *svc, char *err,
+                           size_t errlen);
 int ctl_script_import(struct ctl_txn *t, const Fgx__Ctl__Config *cfg, char *err, size_t errlen);
 
 /* What a script reply points into, freed with the reply (struct ctl_rpc.script). */

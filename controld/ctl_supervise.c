@@ -51,6 +51,7 @@
 struct ctl_sup {
     char *run_dir, *worker_path, *log_level, *user;
     unsigned threads, queue_base, proxy_port, max_conns, nfq_flows, nfq_script_flows;
+    unsigned udp_idle_s;
     bool has_max_per_src, has_first_byte;
     unsigned max_per_src, first_byte_s;
     bool no_synack_log;
@@ -123,7 +124,7 @@ static int worker_path_default(const char *name, char **out)
 /* A worker's command line, in buffers of its own. */
 struct sup_argv {
     char url[PATH_MAX + 16], threads[16], base[16], port[16], conns[16], flows[16];
-    char per_src[16], first[16], sflows[16];
+    char per_src[16], first[16], sflows[16], uidle[16];
     char *argv[20]; /* spare slots (and the NULL after them) for the options */
 };
 
@@ -154,6 +155,11 @@ static void sup_argv_build(const struct ctl_sup *s, struct sup_argv *a)
     snprintf(a->sflows, sizeof(a->sflows), "%u", s->nfq_script_flows);
     snprintf(a->per_src, sizeof(a->per_src), "%u", s->max_per_src);
     snprintf(a->first, sizeof(a->first), "%u", s->first_byte_s);
+    snprintf(a->uidle, sizeof(a->uidle), "%u", s->udp_idle_s);
+    if (s->udp_idle_s) {
+        argv[argc++] = "--udp-idle";
+        argv[argc++] = a->uidle;
+    }
     if (s->proxy_port) {
         /* proxyworker: --listen-port instead of --queue-base, and its limits when set */
         argv[5] = "--listen-port";
@@ -329,6 +335,7 @@ int ctl_sup_start(const struct ctl_sup_config *cfg, struct ctl_sup **out)
     s->no_synack_log = cfg->no_synack_log;
     s->nfq_flows = cfg->nfq_flows;
     s->nfq_script_flows = cfg->nfq_script_flows;
+    s->udp_idle_s = cfg->udp_idle_s;
     s->name = cfg->proxy_port ? "proxyworker" : "nfqworker";
     s->backoff_ms = SUP_BACKOFF_MIN_MS;
     snprintf(url, sizeof(url), "ipc://%s/%s.sock", s->run_dir, s->proxy_port ? "proxy" : "nfq");

@@ -28,6 +28,7 @@ struct ctl_sup_config {
     bool no_synack_log;        /* nfqworker --no-synack-log (the rules queue SYNs, ctl_nft.h) */
     unsigned nfq_flows;        /* nfqworker --flows (per thread); 0: its default */
     unsigned nfq_script_flows; /* nfqworker --script-flows (per thread); 0: its default */
+    unsigned udp_idle_s;       /* both workers' --udp-idle (a UDP flow's); 0: their default */
 };
 
 struct ctl_sup_info {

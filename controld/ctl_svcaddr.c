@@ -127,13 +127,7 @@ int ctl_svcmsg_parse(const Fgx__Ctl__Service *m, struct ctl_service *out, char *
         break;
     case FGX__CTL__LAYER__LAYER_PROXY:
     case FGX__CTL__LAYER__LAYER_EXTERNAL:
-        if (out->ipproto != IPPROTO_TCP) {
-            err_set(err, errlen,
-                    "service %s: the %s layer carries TCP only; a UDP service uses "
-                    "nfqueue",
-                    name, m->layer == FGX__CTL__LAYER__LAYER_PROXY ? "proxy" : "external");
-            return -EINVAL;
-        }
+        /* both carry UDP too: the proxy relays it (px_udp.c), the external layer hands it on */
         out->layer =
             m->layer == FGX__CTL__LAYER__LAYER_PROXY ? CTL_LAYER_PROXY : CTL_LAYER_EXTERNAL;
         break;

@@ -72,6 +72,7 @@ struct opts {
     unsigned compile_timeout; /* seconds */
     unsigned nfq_flows;
     unsigned nfq_script_flows; /* 0: the worker's default */
+    unsigned udp_idle;         /* seconds; 0: the workers' default */
     unsigned events_keep;
     unsigned history_keep;
     unsigned captures_keep;
@@ -161,6 +162,8 @@ static void usage(FILE *f)
         "          of them at most embryonic: handshakes without data yet).\n"
         "--nfq-script-flows  connections per nfq worker thread a script filter keeps\n"
         "          state for at once (default 16384, 16..1048576; docs/scripts.md).\n"
+        "--udp-idle  seconds a UDP flow's state (a script's, the proxy's relay) lasts without\n"
+        "          a datagram (default 30, 1..3600).\n"
         "--events-keep  block events kept (in memory and in the state store; default %u,\n"
         "          1..%u); the oldest go first. An event takes ~300 bytes in each.\n"
         "--history-keep  changes kept in the change history (fgexctl history, undo;\n"
@@ -221,6 +224,7 @@ static const struct option longopts[] = {
     {"web-max-per-src", required_argument, NULL, 2411},
     /* issue 16, numbered in its range */
     {"nfq-script-flows", required_argument, NULL, 1380},
+    {"udp-idle", required_argument, NULL, 2700}, /* issue 27 */
     {"captures-keep", required_argument, NULL, 'k'},
     /* issue 25, numbered in its range */
     {"user", required_argument, NULL, 1500},
@@ -336,6 +340,13 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         case 1380:
             if (parse_uint(optarg, 16, 1u << 20, &o->nfq_script_flows) < 0) {
                 fprintf(stderr, "controld: --nfq-script-flows takes 16..1048576, not \"%s\"\n",
+                        optarg);
+                return -EINVAL;
+            }
+            break;
+        case 2700:
+            if (parse_uint(optarg, 1, 3600, &o->udp_idle) < 0) {
+                fprintf(stderr, "controld: --udp-idle takes 1..3600 seconds, not \"%s\"\n",
                         optarg);
                 return -EINVAL;
             }
@@ -976,7 +987,8 @@ int main(int argc, char **argv)
                                                 .queue_base = o.queue_base,
                                                 .no_synack_log = !ctl_nft_synack_log(nft),
                                                 .nfq_flows = o.nfq_flows,
-                                                .nfq_script_flows = o.nfq_script_flows},
+                                                .nfq_script_flows = o.nfq_script_flows,
+                                                .udp_idle_s = o.udp_idle},
                        &sup);
     if (rv < 0)
         goto out;
@@ -989,7 +1001,8 @@ int main(int argc, char **argv)
                                                 .has_max_per_src = o.has_proxy_per_src,
                                                 .max_per_src = o.proxy_per_src,
                                                 .has_first_byte = o.has_proxy_first_byte,
-                                                .first_byte_s = o.proxy_first_byte},
+                                                .first_byte_s = o.proxy_first_byte,
+                                                .udp_idle_s = o.udp_idle},
                        &px_sup);
     if (rv < 0)
         goto out;

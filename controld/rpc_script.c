@@ -4,7 +4,6 @@
 #include "controld/ctl_rpc_cmd.h"
 
 #include <errno.h>
-#include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -40,16 +39,11 @@ static int reply_script(struct ctl_rpc *r, Fgx__Ctl__Script *s, const struct ctl
     return 0;
 }
 
-static int resolve_tcp(struct ctl_rpc *r, struct ctl_txn *t, const char *ref,
-                       struct ctl_service *svc)
+static int resolve_scriptable(struct ctl_rpc *r, struct ctl_txn *t, const char *ref,
+                              struct ctl_service *svc)
 {
     if (ctl_rpc_service_resolve(r, t, ref, svc) < 0)
         return -ENOENT;
-    if (svc->ipproto != IPPROTO_TCP) {
-        ctl_rpc_fail(r, FGX__CTL__CODE__CODE_INVALID,
-                     "service %s is UDP: script filters judge TCP connections", svc->name);
-        return -EINVAL;
-    }
     if (svc->layer == CTL_LAYER_EXTERNAL) {
         ctl_rpc_fail(r, FGX__CTL__CODE__CODE_INVALID, "service %s is on the external layer: %s",
                      svc->name, CTL_EXTERNAL_NO_FILTER);
@@ -87,12 +81,16 @@ static void do_script_set(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
     }
     if (ctl_rpc_txn_begin(r, true, &t) < 0)
         return;
-    if (resolve_tcp(r, t, a->service, &svc) < 0)
+    if (resolve_scriptable(r, t, a->service, &svc) < 0)
         goto out;
     rv = ctl_script_check(a->source.data, a->source.len, fname, &s, err, sizeof(err));
     if (rv < 0) {
         ctl_rpc_fail(r, rv == -EINVAL ? FGX__CTL__CODE__CODE_INVALID : FGX__CTL__CODE__CODE_ERROR,
                      "%s", err);
+        goto out;
+    }
+    if (ctl_script_check_proto(s, &svc, err, sizeof(err)) < 0) {
+        ctl_rpc_fail(r, FGX__CTL__CODE__CODE_INVALID, "%s", err);
         goto out;
     }
     s->service_id = svc.id;

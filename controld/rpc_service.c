@@ -212,8 +212,7 @@ static void do_service_add(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
     snprintf(svc.name, sizeof(svc.name), "%s", a->name);
     if (!a->has_layer)
         svc.layer = CTL_LAYER_NFQUEUE;
-    if (check_self(r, &svc) < 0 || check_to(r, a->to, &svc) < 0 ||
-        ctl_rpc_check_layer_proto(r, &svc) < 0)
+    if (check_self(r, &svc) < 0 || check_to(r, a->to, &svc) < 0)
         return;
     if (a->has_tls_cert || a->has_tls_key) {
         if (ctl_rpc_tls_take(r, svc.name, a->has_tls_cert, &a->tls_cert, a->has_tls_key,
@@ -460,7 +459,7 @@ static void do_service_set(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
         }
         svc.ipproto = ipproto;
     }
-    if (ctl_rpc_check_layer_proto(r, &svc) < 0 || ctl_rpc_check_unique(r, t, &svc) < 0)
+    if (ctl_rpc_check_unique(r, t, &svc) < 0)
         goto out;
     if (a->has_no_tls && a->no_tls) {
         if (a->has_tls_cert || a->has_tls_key || a->has_upstream) {

@@ -16,11 +16,13 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: nfqworker --control URL --threads N --queue-base B [--log-level L]\n"
             "                 [--no-synack-log] [--flows N] [--script-url URL]\n"
-            "                 [--script-flows N] [--user NAME]\n"
+            "                 [--script-flows N] [--udp-idle S] [--user NAME]\n"
             "--flows  TCP flows tracked per thread (default %u)\n"
             "--script-flows  flows per thread a script keeps state for (default %u)\n"
+            "--udp-idle  seconds a scripted UDP flow lasts without a datagram (default %u)\n"
             "--user  the user it runs as once its queues are open (default %s)\n",
-            NFQ_FLOWS_PER_THREAD, NFQ_SW_FLOWS_DEFAULT, FGX_PRIV_USER_DEFAULT);
+            NFQ_FLOWS_PER_THREAD, NFQ_SW_FLOWS_DEFAULT, NFQ_UDP_IDLE_MS / 1000,
+            FGX_PRIV_USER_DEFAULT);
 }
 
 int main(int argc, char **argv)
@@ -34,6 +36,7 @@ int main(int argc, char **argv)
         {"flows", required_argument, NULL, 'F'},
         {"script-url", required_argument, NULL, 'U'},
         {"script-flows", required_argument, NULL, 'W'},
+        {"udp-idle", required_argument, NULL, 'I'},
         {"user", required_argument, NULL, 'u'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -49,6 +52,7 @@ int main(int argc, char **argv)
     worker.queue_base = FGX_QUEUE_BASE_DEFAULT;
     worker.flows = NFQ_FLOWS_PER_THREAD;
     worker.script_flows = NFQ_SW_FLOWS_DEFAULT;
+    worker.udp_idle_ms = NFQ_UDP_IDLE_MS;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
         case 'c': url = optarg; break;
@@ -86,6 +90,16 @@ int main(int argc, char **argv)
                 return 2;
             }
             break;
+        case 'I': {
+            unsigned sec;
+
+            if (fgx_wctl_parse_uint(optarg, 1, 3600, &sec) != 0) {
+                fprintf(stderr, "nfqworker: --udp-idle: 1..3600 seconds\n");
+                return 2;
+            }
+            worker.udp_idle_ms = sec * 1000u;
+            break;
+        }
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }

@@ -71,6 +71,7 @@ struct nfq_counters {
 };
 
 struct nfq_worker;
+struct fgx_pkt;
 struct mnl_socket;
 struct nfq_sw;
 
@@ -133,6 +134,7 @@ struct nfq_worker {
     unsigned queue_base;
     unsigned flows; /* flow table entries per thread */
     unsigned script_flows; /* flows per thread with script state at most (nfq_script.c) */
+    unsigned udp_idle_ms;  /* a scripted UDP flow's life without a datagram (--udp-idle) */
     /* The rules queue the server's SYN-ACK instead of copying it (a kernel without the
      * nftables log expression): no NFLOG socket; the queued SYN-ACK anchors the same way. */
     bool no_synack_log;
@@ -203,9 +205,16 @@ void nfq_match_flow_block(struct nfq_thread *t, struct fgx_flow *f, enum fgx_dir
                           uint32_t seq, uint32_t ack);
 /* Counted verdict for a held packet's cookie (nfq_match_held_verdict()'s, without the arg). */
 void nfq_match_cookie_verdict(struct nfq_thread *t, uint64_t cookie, bool accept);
+/* The same, an ACCEPT of the packet rewritten as pkt (an edited datagram); false when it could
+ * not be sent so (the caller gives another verdict). */
+bool nfq_match_cookie_verdict_edit(struct nfq_thread *t, uint64_t cookie, const uint8_t *pkt,
+                                   size_t len);
 
 /* ---- nfq_script.c ---- */
 #define NFQ_SW_FLOWS_DEFAULT 16384u /* --script-flows */
+/* A UDP flow has no end to see: its script state (and its flow) goes after this long idle
+ * (--udp-idle) */
+#define NFQ_UDP_IDLE_MS 30000
 /* Per thread: the sockets to scriptworker's interpreters (fgx/swlink.h), connected without
  * waiting. 0 or -errno; without a URL the scripted services get their fail_open verdict. */
 int nfq_script_thread_init(struct nfq_thread *t, const char *url);
@@ -230,6 +239,12 @@ bool nfq_script_pre(struct nfq_thread *t, struct fgx_flow *f, const struct fgx_w
 bool nfq_script_post(struct nfq_thread *t, struct fgx_flow *f, const struct fgx_wsvc *svc,
                      enum fgx_dir dir, uint64_t cookie, uint32_t seq, uint32_t ack,
                      const uint8_t *payload, size_t len, uint32_t old_next);
+/* A UDP datagram (cookie) of flow f the regex scan accepted: it goes to the script as one
+ * chunk and its verdict waits (true), or the caller gives it (false: no script reads dir, or
+ * the flow is decided). Each datagram is judged alone; a flow's state goes after
+ * NFQ_UDP_IDLE_MS without a datagram. */
+bool nfq_script_datagram(struct nfq_thread *t, struct fgx_flow *f, const struct fgx_wsvc *svc,
+                         enum fgx_dir dir, uint64_t cookie, const struct fgx_pkt *p);
 /* f's held packets, if any, in direction dir: the first one's seq and ack (for a reset). */
 bool nfq_script_first_held(const struct nfq_thread *t, const struct fgx_flow *f, enum fgx_dir dir,
                            uint32_t *seq, uint32_t *ack);
@@ -277,6 +292,10 @@ void nfq_norm_passed(struct nfq_thread *t, struct fgx_flow *f, enum fgx_dir dir,
 
 /* ---- nfq_verdict.c ---- */
 void nfq_verdict_add(struct nfq_thread *t, unsigned queue, uint32_t id, bool accept);
+/* ACCEPT with the packet replaced by pkt (len bytes, copied): 0, or -EMSGSIZE when it cannot
+ * fit one verdict message. */
+int nfq_verdict_add_payload(struct nfq_thread *t, unsigned queue, uint32_t id, const void *pkt,
+                            size_t len);
 void nfq_verdict_flush(struct nfq_thread *t);
 
 /* ---- nfq_reset.c ---- */

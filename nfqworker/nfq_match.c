@@ -48,6 +48,17 @@ void nfq_match_cookie_verdict(struct nfq_thread *t, uint64_t cookie, bool accept
             &t->ctr.svc[(cookie >> 32) & 0xffff], accept);
 }
 
+bool nfq_match_cookie_verdict_edit(struct nfq_thread *t, uint64_t cookie, const uint8_t *pkt,
+                                   size_t len)
+{
+    struct nfq_svc_ctr *sc = &t->ctr.svc[(cookie >> 32) & 0xffff];
+
+    if (nfq_verdict_add_payload(t, (unsigned)(cookie >> 48), (uint32_t)cookie, pkt, len) != 0)
+        return false;
+    NFQ_CTR_ADD(&sc->accepted, 1);
+    return true;
+}
+
 void nfq_match_flow_release(void *arg, struct fgx_flow *f)
 {
     struct nfq_thread *t = arg;
@@ -684,6 +695,26 @@ static void tcp_packet(struct nfq_thread *t, unsigned queue, uint32_t id, const 
         verdict(t, queue, id, sc, v == FGX_REASM_ACCEPT);
 }
 
+/* The flow of UDP datagram p's 4-tuple (for its script state), made at its first datagram;
+ * one of another service on the same 4-tuple (a service removed and added) starts over. */
+static struct fgx_flow *udp_flow(struct nfq_thread *t, const struct fgx_pkt *p,
+                                 const struct fgx_wsvc *svc, enum fgx_dir dir,
+                                 struct nfq_svc_ctr *sc)
+{
+    struct fgx_flow_key key;
+    struct fgx_flow *f;
+
+    fgx_flow_key_from_pkt(p, dir, &key);
+    f = fgx_flow_lookup(t->flows, &key, t->now_ms);
+    if (f != NULL && f->service_id != svc->id) {
+        fgx_flow_remove(t->flows, f);
+        f = NULL;
+    }
+    if (f == NULL)
+        f = flow_new(t, &key, svc, sc, false);
+    return f;
+}
+
 void nfq_match_packet(struct nfq_thread *t, unsigned queue, uint32_t id, const uint8_t *data,
                       size_t len, uint32_t cap_len)
 {
@@ -756,6 +787,14 @@ void nfq_match_packet(struct nfq_thread *t, unsigned queue, uint32_t id, const u
             event_record(t, svc->id, dir, p.ipproto, p.family, p.saddr, p.sport, p.daddr, p.dport,
                          &m, cr, &ref, 0, NULL);
         }
+    }
+    /* Passed the regexes: a script judges it, in the state of its 4-tuple's flow (issue 27).
+     * Only a scripted service's datagrams have flows. */
+    if (rc == 0 && svc->script != NULL && p.payload_len > 0) {
+        struct fgx_flow *f = udp_flow(t, &p, svc, dir, sc);
+
+        if (f != NULL && nfq_script_datagram(t, f, svc, dir, cookie_make(queue, t, sc, id), &p))
+            return;
     }
     verdict(t, queue, id, sc, rc == 0);
 }

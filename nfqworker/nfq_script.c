@@ -6,7 +6,11 @@
  * held packets; REJECT resets both ends and drops, as a regex block does; DROP drops them and
  * every later packet of the flow without telling the ends (a black hole, as the proxy's DROP).
  * An exception, a call past the deadline or no scriptworker: the service's fail_open choice.
- * A flow of a service without a script never gets here (one pointer test per segment). */
+ * A flow of a service without a script never gets here (one pointer test per segment).
+ * UDP (issue 27): each datagram is one chunk, judged alone (REJECT and DROP refuse that
+ * datagram, the flow's state goes on), in a flow per 4-tuple that ends after NFQ_UDP_IDLE_MS
+ * without a datagram. A function's edit of a datagram (data =, l4_data) goes on as the new bytes:
+ * the held datagram's IP and UDP headers are kept, its lengths and checksums made anew. */
 #include "nfq.h"
 
 #include <errno.h>
@@ -14,7 +18,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <netinet/in.h>
+
 #include "fgx/log.h"
+#include "fgx/pkt.h"
 #include "fgx/swlink.h"
 #include "fgx/swproto.h"
 
@@ -34,6 +41,7 @@
 #define NFQ_SW_FLOW_HELD 256u /* of one flow */
 #define NFQ_SW_STARVED 20     /* as the proxy: scriptworker's own limit, in deadlines */
 #define NFQ_SW_GRACE_MS 1000
+#define NFQ_SW_HDR_MAX 128 /* a datagram's IP and UDP headers kept for an edit; longer: no edit */
 
 struct nfq_sw_pkt {
     uint64_t cookie;
@@ -42,11 +50,18 @@ struct nfq_sw_pkt {
     uint32_t swseq;    /* the DATA frame it waits for; 0: none (it waits behind the others) */
     int32_t next;      /* FIFO / free list; -1: end */
     uint8_t dir;
-    bool ready; /* its own verdict is ACCEPT: it leaves once those ahead of it left */
+    bool ready; /* its own verdict is given: it leaves once those ahead of it left */
+    bool drop;  /* that verdict is DROP (a refused datagram); a TCP segment's is ACCEPT */
     /* the start of the bytes its frame took to the script: a block's event shows them (the
      * packet's own buffer is the kernel's, gone once the recv loop moves on) */
     uint8_t exlen;
     uint8_t ex[FGX_DP_EXCERPT_MAX];
+    /* a UDP datagram's IP and UDP headers (hdrlen bytes; 0: none kept), and the packet its
+     * edit made (malloc'd, at the edit only), sent instead at its turn */
+    uint8_t hdrlen, family;
+    uint8_t hdr[NFQ_SW_HDR_MAX];
+    uint8_t *edit;
+    uint32_t edit_len;
 };
 
 struct nfq_sw_flow {
@@ -204,6 +219,8 @@ static void pkt_free(struct nfq_thread *t, int32_t i)
 {
     struct nfq_sw *sw = t->sw;
 
+    free(sw->pkts[i].edit);
+    sw->pkts[i].edit = NULL;
     sw->pkts[i].next = sw->free_head;
     sw->free_head = i;
     NFQ_CTR_ADD(&t->ctr.script_held, (uint64_t)-1);
@@ -248,7 +265,10 @@ static void held_release(struct nfq_thread *t, struct nfq_sw_flow *fs, uint32_t 
         int32_t i = fs->head;
 
         fs->head = sw->pkts[i].next;
-        nfq_match_cookie_verdict(t, sw->pkts[i].cookie, true);
+        if (sw->pkts[i].edit == NULL || sw->pkts[i].drop ||
+            !nfq_match_cookie_verdict_edit(t, sw->pkts[i].cookie, sw->pkts[i].edit,
+                                           sw->pkts[i].edit_len))
+            nfq_match_cookie_verdict(t, sw->pkts[i].cookie, !sw->pkts[i].drop);
         pkt_free(t, i);
         fs->nheld--;
     }
@@ -303,6 +323,45 @@ void nfq_script_fin(struct nfq_thread *t, struct fgx_flow *f, enum fgx_dir dir, 
     flow_maybe_done(t, fs);
 }
 
+static bool flow_udp(const struct fgx_flow *f)
+{
+    return f->key.ipproto == IPPROTO_UDP;
+}
+
+/* What a script (or its failure) decided for the datagram held at at (at < 0: every one
+ * held, for a scriptworker that did not answer): it passes or is dropped, in its turn; the
+ * flow goes on either way, as Firegex's does (a datagram closes nothing). */
+static void judge_datagram(struct nfq_thread *t, struct nfq_sw_flow *fs, uint8_t code, int32_t at,
+                           const char *fn)
+{
+    struct fgx_flow *f = fs->f;
+    const struct fgx_wsvc *svc = t->cfg != NULL ? fgx_wcfg_service(t->cfg, f->service_id) : NULL;
+    uint32_t deadline = svc != NULL ? svc->script_deadline_ms : 100;
+    bool pass;
+
+    if (code == FGX_SW_ERROR || code == FGX_SW_TIMEOUT) {
+        NFQ_CTR_ADD(code == FGX_SW_TIMEOUT ? &t->ctr.script_timeouts : &t->ctr.script_errors, 1);
+        pass = svc != NULL && svc->fail_open;
+    } else {
+        pass = code == FGX_SW_ACCEPT;
+        if (!pass)
+            NFQ_CTR_ADD(&t->ctr.script_blocked, 1);
+        if (!pass && fn != NULL && at >= 0 && (code == FGX_SW_REJECT || code == FGX_SW_DROP)) {
+            const struct nfq_sw_pkt *p = &t->sw->pkts[at];
+
+            nfq_match_event_script(t, f, (enum fgx_dir)p->dir,
+                                   code == FGX_SW_REJECT ? FGX_DP_SCRIPT_REJECT
+                                                         : FGX_DP_SCRIPT_DROP,
+                                   fn, p->ex, p->exlen, 0, p->end - p->seq);
+        }
+    }
+    for (int32_t i = at >= 0 ? at : fs->head; i >= 0; i = at >= 0 ? -1 : t->sw->pkts[i].next) {
+        t->sw->pkts[i].ready = true;
+        t->sw->pkts[i].drop = !pass;
+    }
+    held_release(t, fs, deadline);
+}
+
 /* What a script (or its failure) decided for fs's flow as a whole; fn: the function that
  * judged (the verdict frame's, at >= 0), NULL for a verdict given here. */
 static void judge(struct nfq_thread *t, struct nfq_sw_flow *fs, uint8_t code, int32_t at,
@@ -313,6 +372,10 @@ static void judge(struct nfq_thread *t, struct nfq_sw_flow *fs, uint8_t code, in
     bool fail_open = svc != NULL && svc->fail_open;
     uint32_t deadline = svc != NULL ? svc->script_deadline_ms : 100;
 
+    if (flow_udp(f)) {
+        judge_datagram(t, fs, code, at, fn);
+        return;
+    }
     if (code == FGX_SW_ERROR || code == FGX_SW_TIMEOUT) {
         NFQ_CTR_ADD(code == FGX_SW_TIMEOUT ? &t->ctr.script_timeouts : &t->ctr.script_errors, 1);
         code = fail_open ? FGX_SW_ACCEPT : FGX_SW_REJECT;
@@ -360,6 +423,69 @@ static void judge(struct nfq_thread *t, struct nfq_sw_flow *fs, uint8_t code, in
     nfq_match_flow_block(t, f, FGX_DIR_C2S, false, 0, 0);
 }
 
+static void put16(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)(v >> 8);
+    p[1] = (uint8_t)v;
+}
+
+static uint32_t csum_add(uint32_t sum, const uint8_t *p, size_t len)
+{
+    for (size_t i = 0; i + 1 < len; i += 2)
+        sum += (uint32_t)((p[i] << 8) | p[i + 1]);
+    if (len & 1)
+        sum += (uint32_t)(p[len - 1] << 8);
+    return sum;
+}
+
+static uint16_t csum_fold(uint32_t sum)
+{
+    while (sum >> 16)
+        sum = (sum & 0xffff) + (sum >> 16);
+    return (uint16_t)~sum;
+}
+
+/* The edited datagram for held packet p: its own IP and UDP headers, then data (n bytes), the
+ * IP and UDP lengths and both checksums made anew (IPv4: header and UDP; IPv6: UDP). 0, or
+ * -EMSGSIZE (no headers kept, or too long for a packet), -ENOMEM. */
+static int datagram_edit(struct nfq_sw_pkt *p, const uint8_t *data, size_t n)
+{
+    size_t hl = p->hdrlen, tot = hl + n, alen = p->family == 4 ? 4 : 16;
+    uint8_t *b, *udp;
+    uint32_t sum;
+    uint16_t ck;
+
+    if (hl == 0 || tot > 65535 || (p->family == 6 && tot - 40 > 65535))
+        return -EMSGSIZE;
+    b = malloc(tot);
+    if (b == NULL)
+        return -ENOMEM;
+    memcpy(b, p->hdr, hl);
+    memcpy(b + hl, data, n);
+    udp = b + hl - 8;
+    if (p->family == 4) {
+        size_t ihl = (size_t)(b[0] & 0x0f) * 4;
+
+        put16(b + 2, (uint16_t)tot);
+        put16(b + 10, 0);
+        put16(b + 10, csum_fold(csum_add(0, b, ihl)));
+    } else {
+        put16(b + 4, (uint16_t)(tot - 40));
+    }
+    put16(udp + 4, (uint16_t)(8 + n));
+    put16(udp + 6, 0);
+    sum = csum_add(0, b + (p->family == 4 ? 12 : 8), alen);
+    sum = csum_add(sum, b + (p->family == 4 ? 16 : 24), alen);
+    sum += IPPROTO_UDP + (uint32_t)(8 + n);
+    sum = csum_add(sum, udp, 8 + n);
+    ck = csum_fold(sum);
+    put16(udp + 6, ck == 0 ? 0xffff : ck);
+    free(p->edit);
+    p->edit = b;
+    p->edit_len = (uint32_t)tot;
+    return 0;
+}
+
 void nfq_script_recv(struct nfq_thread *t)
 {
     struct nfq_sw *sw = t->sw;
@@ -388,6 +514,23 @@ void nfq_script_recv(struct nfq_thread *t)
             ;
         if (at < 0)
             continue; /* the tick already decided */
+        if (h.code == FGX_SW_EDIT && flow_udp(fs->f)) {
+            /* a function edited the datagram: the new bytes go instead, in its turn */
+            size_t fl = strnlen((const char *)pl, pl_len);
+            size_t n = fl < pl_len ? pl_len - fl - 1 : 0;
+
+            h.code = datagram_edit(&sw->pkts[at], pl + fl + (fl < pl_len ? 1 : 0), n) == 0
+                         ? FGX_SW_ACCEPT
+                         : FGX_SW_ERROR;
+            if (h.code == FGX_SW_ERROR) {
+                static __thread unsigned long long last_log;
+
+                fgx_log_ratelimited(&last_log, FGX_LOG_WARN,
+                                    "script: an edited datagram of %zu bytes could not be "
+                                    "built: the service's fail policy",
+                                    n);
+            }
+        }
         if (h.code == FGX_SW_ACCEPT && (h.hash & FGX_SW_VERDICT_FINAL)) {
             const struct fgx_wsvc *svc =
                 t->cfg != NULL ? fgx_wcfg_service(t->cfg, fs->f->service_id) : NULL;
@@ -417,6 +560,11 @@ void nfq_script_tick(struct nfq_thread *t)
                                 "script: no verdict from scriptworker in time: fail_open verdict");
             judge(t, fs, FGX_SW_ERROR, -1, NULL);
         }
+        /* A UDP flow has no end but silence: the flow goes, its state with it (CLOSE), and
+         * its next datagram starts a new one (fresh globals for the file) */
+        if (fs->f != NULL && flow_udp(fs->f) && fs->head < 0 &&
+            fs->f->last_ms + t->w->udp_idle_ms <= t->now_ms)
+            fgx_flow_remove(t->flows, fs->f);
     }
 }
 
@@ -478,7 +626,12 @@ static struct nfq_sw_flow *flow_open(struct nfq_thread *t, struct fgx_flow *f)
             return NULL;
         NFQ_CTR_ADD(&t->ctr.script_reclaimed, 1);
         fs = victim;
-        flow_forget(t, fs, fs->f->closed ? NFQ_SW_GONE : NFQ_SW_LOST);
+        if (flow_udp(fs->f) && fs->f != f)
+            /* a UDP flow starts over (its next datagram, a new state) rather than getting
+             * the fail policy for good: it has no end that would free it sooner */
+            fgx_flow_remove(t->flows, fs->f);
+        else
+            flow_forget(t, fs, fs->f->closed ? NFQ_SW_GONE : NFQ_SW_LOST);
         i = (uint32_t)(fs - sw->flows);
         sw->cursor = 0; /* with i: the victim's slot, below */
     }
@@ -662,4 +815,88 @@ bool nfq_script_first_held(const struct nfq_thread *t, const struct fgx_flow *f,
             return true;
         }
     return false;
+}
+
+bool nfq_script_datagram(struct nfq_thread *t, struct fgx_flow *f, const struct fgx_wsvc *svc,
+                         enum fgx_dir dir, uint64_t cookie, const struct fgx_pkt *dg)
+{
+    const uint8_t *payload = dg->payload;
+    size_t len = dg->payload_len, hlen = dg->l4_off + 8;
+    struct nfq_sw *sw = t->sw;
+    struct nfq_sw_flow *fs;
+    struct fgx_sw_hdr h;
+    struct nfq_sw_pkt *p;
+    int32_t i;
+    int rv;
+
+    if (!svc_scripted(svc, dir) || len == 0 || f->sw_slot == NFQ_SW_FINAL)
+        return false;
+    if (sw == NULL || !sw->link.up) {
+        NFQ_CTR_ADD(&t->ctr.script_errors, 1);
+        if (svc->fail_open)
+            return false;
+        nfq_match_cookie_verdict(t, cookie, false);
+        return true;
+    }
+    /* before this frame: the files again, for a scriptworker that (re)connected */
+    fgx_swlink_resend(&sw->link, t->cfg);
+    fs = flow_state(sw, f);
+    if (fs == NULL)
+        fs = flow_open(t, f);
+    /* no slot (every one a live flow's) or no room to wait: this datagram gets the fail
+     * policy, the next one tries again */
+    if (fs == NULL || sw->free_head < 0 || fs->nheld >= NFQ_SW_FLOW_HELD) {
+        NFQ_CTR_ADD(fs == NULL ? &t->ctr.script_errors : &t->ctr.script_refused, 1);
+        nfq_match_cookie_verdict(t, cookie, svc->fail_open);
+        return true;
+    }
+    i = pkt_alloc(t);
+    p = &sw->pkts[i];
+    *p = (struct nfq_sw_pkt){
+        .cookie = cookie, .end = (uint32_t)len, .next = -1, .dir = (uint8_t)dir};
+    h = (struct fgx_sw_hdr){.type = FGX_SW_DATA,
+                            .code = (uint8_t)((dir == FGX_DIR_C2S ? 0 : 1) | FGX_SW_DATA_UDP |
+                                              (hlen > NFQ_SW_HDR_MAX ? FGX_SW_DATA_NOEDIT : 0)),
+                            .hash = fs->hash,
+                            .service = f->service_id,
+                            .conn = fs->id,
+                            .seq = ++sw->link.seq,
+                            .len = (uint32_t)len};
+    if (sw->link.seq == 0)
+        h.seq = ++sw->link.seq; /* 0 means "no frame" here */
+    if (!fs->opened) {
+        struct fgx_sw_addr a = {.cport = f->key.cport, .sport = f->key.sport};
+
+        memcpy(a.caddr, f->key.caddr, sizeof(a.caddr));
+        memcpy(a.saddr, f->key.saddr, sizeof(a.saddr));
+        h.code |= FGX_SW_DATA_OPEN | (f->key.family == 6 ? FGX_SW_DATA_V6 : 0);
+        rv = fgx_swlink_send_addr(&sw->link, &h, &a, payload);
+    } else {
+        rv = sw_send(sw, &h, payload);
+    }
+    if (rv < 0) {
+        pkt_free(t, i);
+        NFQ_CTR_ADD(&t->ctr.script_errors, 1);
+        nfq_match_cookie_verdict(t, cookie, svc->fail_open);
+        return true;
+    }
+    fs->opened = true;
+    p->swseq = h.seq;
+    p->exlen = (uint8_t)(len < sizeof(p->ex) ? len : sizeof(p->ex));
+    memcpy(p->ex, payload, p->exlen);
+    p->family = dg->family;
+    if (hlen <= NFQ_SW_HDR_MAX) {
+        p->hdrlen = (uint8_t)hlen;
+        memcpy(p->hdr, dg->l3, hlen);
+    }
+    if (fs->tail >= 0)
+        sw->pkts[fs->tail].next = i;
+    else
+        fs->head = i;
+    fs->tail = i;
+    fs->nheld++;
+    if (fs->deadline_ms == 0)
+        fs->deadline_ms =
+            t->now_ms + (uint64_t)svc->script_deadline_ms * NFQ_SW_STARVED + NFQ_SW_GRACE_MS;
+    return true;
 }

@@ -25,6 +25,23 @@ void nfq_verdict_add(struct nfq_thread *t, unsigned queue, uint32_t id, bool acc
     t->txlen += MNL_ALIGN(nlh->nlmsg_len);
 }
 
+int nfq_verdict_add_payload(struct nfq_thread *t, unsigned queue, uint32_t id, const void *pkt,
+                            size_t len)
+{
+    struct nlmsghdr *nlh;
+    size_t need = VERDICT_MSG_MAX + MNL_ALIGN(len) + MNL_ATTR_HDRLEN;
+
+    if (need > NFQ_TXBUF)
+        return -EMSGSIZE;
+    if (t->txlen + need > NFQ_TXBUF)
+        nfq_verdict_flush(t);
+    nlh = nfq_nlmsg_put(t->txbuf + t->txlen, NFQNL_MSG_VERDICT, queue);
+    nfq_nlmsg_verdict_put(nlh, (int)id, NF_ACCEPT);
+    nfq_nlmsg_verdict_put_pkt(nlh, pkt, (uint32_t)len);
+    t->txlen += MNL_ALIGN(nlh->nlmsg_len);
+    return 0;
+}
+
 void nfq_verdict_flush(struct nfq_thread *t)
 {
     static __thread unsigned long long last_log;

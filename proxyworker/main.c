@@ -18,7 +18,8 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: proxyworker --control URL --listen-port P [--threads N] [--max-conns N]\n"
             "                   [--max-conns-per-src N] [--first-byte-timeout SECONDS]\n"
-            "                   [--idle-timeout SECONDS] [--log-level L] [--user NAME]\n"
+            "                   [--idle-timeout SECONDS] [--udp-idle SECONDS] [--log-level L]\n"
+            "                   [--user NAME]\n"
             "--user  the user it runs as once its listeners are open (default %s)\n"
             "--max-conns  open connections at most (default: 1/%u of memory at %u KiB each,\n"
             "          within %u..%u and the descriptor limit); at the limit the most idle\n"
@@ -26,9 +27,11 @@ static void usage(FILE *f)
             "--max-conns-per-src  open connections per client address, IPv6 per /64 (default\n"
             "          %u; 0: no limit); at the limit its most idle one is closed for a new one.\n"
             "--first-byte-timeout  close a connection where neither side sent a byte (default\n"
-            "          %us; 0: only the idle timeout, default %us).\n",
+            "          %us; 0: only the idle timeout, default %us).\n"
+            "--udp-idle  a UDP flow goes after this long without a datagram (default %us).\n",
             FGX_PRIV_USER_DEFAULT, PX_MEM_SHARE, PX_CONN_COST >> 10, PX_MAX_CONNS_MIN, PX_MAX_CONNS_MAX,
-            PX_MAX_PER_SRC_DEFAULT, PX_FIRST_BYTE_S_DEFAULT, PX_IDLE_S_DEFAULT);
+            PX_MAX_PER_SRC_DEFAULT, PX_FIRST_BYTE_S_DEFAULT, PX_IDLE_S_DEFAULT,
+            PX_UDP_IDLE_S_DEFAULT);
 }
 
 /* Two descriptors per connection: take all the hard limit allows, and the default connection
@@ -59,6 +62,7 @@ int main(int argc, char **argv)
         {"max-conns-per-src", required_argument, NULL, 's'},
         {"first-byte-timeout", required_argument, NULL, 'f'},
         {"idle-timeout", required_argument, NULL, 'i'},
+        {"udp-idle", required_argument, NULL, 'I'},
         {"log-level", required_argument, NULL, 'l'},
         {"script-url", required_argument, NULL, 'S'},
         {"user", required_argument, NULL, 'u'},
@@ -67,6 +71,7 @@ int main(int argc, char **argv)
     };
     enum fgx_log_level level = FGX_LOG_INFO;
     unsigned port = 0, idle_s = PX_IDLE_S_DEFAULT, first_s = PX_FIRST_BYTE_S_DEFAULT;
+    unsigned udp_idle_s = PX_UDP_IDLE_S_DEFAULT;
     uint64_t nofile;
     long pages, page;
     const char *url = NULL, *user = FGX_PRIV_USER_DEFAULT;
@@ -110,6 +115,12 @@ int main(int argc, char **argv)
                 return 2;
             }
             break;
+        case 'I':
+            if (fgx_wctl_parse_uint(optarg, 1, 3600, &udp_idle_s) != 0) {
+                fprintf(stderr, "proxyworker: --udp-idle: 1..3600 seconds\n");
+                return 2;
+            }
+            break;
         case 'i':
             if (fgx_wctl_parse_uint(optarg, 1, 86400, &idle_s) != 0) {
                 fprintf(stderr, "proxyworker: --idle-timeout: 1..86400 seconds\n");
@@ -133,6 +144,7 @@ int main(int argc, char **argv)
     }
     worker.port = (uint16_t)port;
     worker.idle_ms = idle_s * 1000u;
+    worker.udp_idle_ms = udp_idle_s * 1000u;
     worker.first_byte_ms = first_s * 1000u;
     nofile = raise_nofile();
     pages = sysconf(_SC_PHYS_PAGES);

@@ -34,6 +34,7 @@
 #define PX_FIRST_BYTE_S_DEFAULT 10 /* a connection where neither side sent a byte is closed */
 #define PX_EVICT_SCAN 1024 /* connections of a list looked at for one of a source's */
 #define PX_IDLE_S_DEFAULT 600
+#define PX_UDP_IDLE_S_DEFAULT 30 /* a UDP flow without a datagram (px_udp.c, --udp-idle) */
 #define PX_TICK_MS 1000
 #define PX_ALIVE_MS 200 /* the liveness stamp's timer (well under controld's 1 s) */
 #define PX_RESET_WAIT_MS 200 /* longest a reset waits for the peer to acknowledge what it got */
@@ -149,6 +150,12 @@ struct px_conn {
     uint64_t sw_id;
     uint16_t sw_hash;
     bool sw_drop;
+    /* A UDP flow (px_udp.c): s[1] its upstream socket, s[0] unused (the thread's listener
+     * takes the client's datagrams); not on the thread's lists. A side's datagrams that came
+     * while one of them waits for its script verdict wait behind it, in order. */
+    bool udp;
+    struct px_dgram *uq_head[2], *uq_tail[2];
+    unsigned uq_n[2];
     uint8_t *hold[2];
     size_t hold_len[2];
     uint32_t hold_seq[2];
@@ -213,6 +220,7 @@ struct px_thread {
      * sequence numbers, so its captures' are made up (synth_seq). */
     struct fgx_cap_set caps;
     struct px_sw *sw; /* its socket to scriptworker (px_script.c) */
+    struct px_udp *udp; /* its UDP listeners and flows (px_udp.c) */
 };
 
 struct px_worker {
@@ -222,6 +230,7 @@ struct px_worker {
     unsigned max_per_src; /* per client source (0: no limit) */
     unsigned idle_ms;
     unsigned first_byte_ms; /* 0: no first-byte timeout */
+    unsigned udp_idle_ms;   /* a UDP flow's life without a datagram (px_udp.c) */
     struct px_src_table src;
     unsigned nconns;     /* __atomic: open connections over all threads */
     struct fgx_wcfg *current; /* __atomic: the newest published config */
@@ -309,6 +318,23 @@ int px_match_scan(struct px_conn *c, int side, const uint8_t *data, size_t len);
 int px_match_scan_h2(struct px_conn *c, struct fgx_reasm *r, int side, uint32_t stream,
                      const uint8_t *data, size_t len);
 void px_match_conn_release(struct px_conn *c);
+
+/* The same for one UDP datagram of c (block mode, its direction's database): 0, or -EACCES
+ * (counted, an event) or -EIO; the caller drops the datagram alone. */
+int px_match_scan_dgram(struct px_conn *c, int side, const uint8_t *data, size_t len);
+
+/* ---- px_udp.c ---- */
+/* The thread's UDP listeners on w->port (IPv4; IPv6 when the host has it) and raw sockets. */
+int px_udp_thread_init(struct px_thread *t);
+void px_udp_thread_release(struct px_thread *t);
+/* The tick: flows idle w->udp_idle_ms, or whose service left, go. */
+void px_udp_expire(struct px_thread *t);
+/* A datagram of UDP flow c judged: on to the service (side 0) or back to the client from the
+ * service's address (side 1). Always true (c stays). */
+bool px_udp_forward(struct px_conn *c, int side, const uint8_t *data, size_t len);
+/* After a script verdict on UDP flow c: the datagrams of each side that waited behind it go
+ * on to the script (or on their way), until one waits again. */
+void px_udp_next(struct px_conn *c);
 
 /* ---- px_tls.c ---- */
 /* Once per process, before any thread starts. */

@@ -402,6 +402,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     t->now_ms = px_now_ms();
     px_match_switch(t);
     px_relay_expire(t);
+    px_udp_expire(t);
 }
 
 /* The proxy feeds its streams in order, so nothing is ever held for a later verdict. */
@@ -484,6 +485,9 @@ int px_thread_init(struct px_worker *w, struct px_thread *t, unsigned idx)
         }
         evconnlistener_set_error_cb(t->lis[i], on_accept_error);
     }
+    ret = px_udp_thread_init(t);
+    if (ret != 0)
+        return ret;
     return px_script_thread_init(t, w->script_url);
 }
 
@@ -507,6 +511,7 @@ void px_thread_release(struct px_thread *t)
         event_free(t->alive);
     t->wake = t->tick = t->alive = NULL;
     px_relay_resets(t, true);
+    px_udp_thread_release(t); /* its flows' script states, before the script link goes */
     px_script_thread_release(t);
     if (t->reset_timer != NULL)
         event_free(t->reset_timer);

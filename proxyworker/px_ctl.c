@@ -22,17 +22,18 @@ static bool uses(void *worker, unsigned i, const struct fgx_wcfg *c)
     return !w->threads[i].started || __atomic_load_n(&w->threads[i].applied, __ATOMIC_ACQUIRE) == c;
 }
 
-/* The proxy carries TCP only (controld refuses a UDP service on this layer): a UDP one here is a
- * controld bug, said once and otherwise ignored by the lookups. */
+/* The proxy carries TCP and UDP (px_udp.c): another protocol here is a controld bug, said once
+ * and otherwise ignored by the lookups. */
 static void vet(void *worker, const struct fgx_dp_ruleset *rs)
 {
     size_t i;
 
     (void)worker;
     for (i = 0; i < rs->nservices; i++)
-        if (rs->services[i].ipproto != IPPROTO_TCP)
-            fgx_warn("generation %llu: service %u is not TCP and is ignored by the proxy",
-                     (unsigned long long)rs->generation, rs->services[i].id);
+        if (rs->services[i].ipproto != IPPROTO_TCP && rs->services[i].ipproto != IPPROTO_UDP)
+            fgx_warn(
+                "generation %llu: service %u is neither TCP nor UDP and is ignored by the proxy",
+                (unsigned long long)rs->generation, rs->services[i].id);
 }
 
 static int stats(void *worker, struct fgx_dp_stats *out)

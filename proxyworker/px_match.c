@@ -224,7 +224,7 @@ static void event_record(struct px_conn *c, int side, const struct fgx_reasm_mat
     ev->service_id = c->service_id;
     ev->filter_id = m->filter_id;
     ev->dir = side == 0 ? FGX_DIR_C2S : FGX_DIR_S2C;
-    ev->ipproto = IPPROTO_TCP;
+    ev->ipproto = c->udp ? IPPROTO_UDP : IPPROTO_TCP;
     ev->family = c->family;
     (void)px_sa_split(side == 0 ? &c->client : &c->server, ev->src, &ev->sport);
     (void)px_sa_split(side == 0 ? &c->server : &c->client, ev->dst, &ev->dport);
@@ -347,6 +347,33 @@ int px_match_scan(struct px_conn *c, int side, const uint8_t *data, size_t len)
         fgx_log_ratelimited(&last_log, FGX_LOG_WARN,
                             "service %u: a stream could not be scanned: connection reset",
                             c->service_id);
+        return -EIO;
+    }
+    return 0;
+}
+
+int px_match_scan_dgram(struct px_conn *c, int side, const uint8_t *data, size_t len)
+{
+    static __thread unsigned long long last_log;
+    struct px_thread *t = c->t;
+    const struct fgx_wsvc *svc = t->cfg ? fgx_wcfg_service(t->cfg, c->service_id) : NULL;
+    const struct fgx_wdb *db = svc ? svc->db[side] : NULL;
+    struct fgx_reasm_match m;
+    int rc;
+
+    t->scan_conn = c;
+    t->scan_side = side;
+    rc = fgx_reasm_scan_block(t->reasm, db ? db->db : NULL, data, len, &m);
+    t->scan_conn = NULL;
+    if (rc == 1) {
+        px_stats_filter_blocked(&t->ctr, m.filter_id);
+        event_record(c, side, &m, NULL, 0, NULL);
+        return -EACCES;
+    }
+    if (rc < 0) {
+        PX_CTR_ADD(&t->ctr.scan_errors, 1);
+        fgx_log_ratelimited(&last_log, FGX_LOG_WARN,
+                            "service %u: a datagram could not be scanned: dropped", c->service_id);
         return -EIO;
     }
     return 0;

@@ -498,6 +498,8 @@ static void on_writable(evutil_socket_t fd, short what, void *arg)
 
 bool px_relay_forward_held(struct px_conn *c, int side, const uint8_t *data, size_t len)
 {
+    if (c->udp)
+        return px_udp_forward(c, side, data, len);
     if (!forward(c, side, data, len))
         return false;
     /* forward() stopped reading side when the other did not take everything; else read on */

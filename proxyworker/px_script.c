@@ -71,6 +71,20 @@ static void apply(struct px_conn *c, int side, uint8_t code, const char *fn)
                               code == FGX_SW_REJECT ? FGX_DP_SCRIPT_REJECT : FGX_DP_SCRIPT_DROP, fn,
                               c->hold[side], c->hold_len[side]);
     }
+    if (c->udp && (code == FGX_SW_REJECT || code == FGX_SW_DROP)) {
+        /* a datagram: refused alone, the flow and its state go on (px_udp.c) */
+        PX_CTR_ADD(&sc->script_blocked, side >= 0 ? 1 : 0);
+        for (int i = 0; i < 2; i++)
+            if (side < 0 || i == side) {
+                free(c->hold[i]);
+                c->hold[i] = NULL;
+                c->hold_len[i] = 0;
+            }
+        if (c->sw_timer && !c->hold[0] && !c->hold[1])
+            evtimer_del(c->sw_timer);
+        px_udp_next(c); /* those that waited behind it */
+        return;
+    }
     if (code == FGX_SW_REJECT) {
         PX_CTR_ADD(&sc->script_blocked, 1);
         px_relay_close(c, true);
@@ -103,6 +117,8 @@ static void apply(struct px_conn *c, int side, uint8_t code, const char *fn)
     }
     if (c->sw_timer && !c->hold[0] && !c->hold[1])
         evtimer_del(c->sw_timer);
+    if (c->udp)
+        px_udp_next(c); /* those that waited behind it */
 }
 
 static void on_timer(evutil_socket_t fd, short what, void *arg)
@@ -259,6 +275,8 @@ int px_script_chunk(struct px_conn *c, int side, const uint8_t *data, size_t len
         return 0;
     if (!sw || !sw->link.up)
         return svc->fail_open ? 0 : -1;
+    if (c->udp && c->hold[side])
+        return -1; /* px_udp.c queues behind a held datagram: not reached */
     /* before this chunk: the files again, for a scriptworker that (re)connected */
     fgx_swlink_resend(&sw->link, t->cfg);
     uint8_t open = 0;
@@ -277,8 +295,10 @@ int px_script_chunk(struct px_conn *c, int side, const uint8_t *data, size_t len
         sw->slot[sw->cursor] = c;
         c->sw_hash = conn_hash(c);
         /* the first chunk opens the connection there: one frame, not two */
-        open = FGX_SW_DATA_OPEN | (c->family == AF_INET6 ? FGX_SW_DATA_V6 : 0);
+        open = FGX_SW_DATA_OPEN | (c->family == 6 ? FGX_SW_DATA_V6 : 0);
     }
+    if (c->udp)
+        open |= FGX_SW_DATA_UDP; /* each frame one datagram (RawPacket's l4 "udp") */
     c->hold[side] = malloc(len);
     if (!c->hold[side])
         return -1;
@@ -300,7 +320,7 @@ int px_script_chunk(struct px_conn *c, int side, const uint8_t *data, size_t len
         uint8_t fs = px_sa_split(&c->server, a.saddr, &sp);
         a.cport = cp;
         a.sport = sp;
-        rv = fc != 0 && fc == fs && (fc == 6) == (c->family == AF_INET6)
+        rv = fc != 0 && fc == fs && fc == c->family
                  ? fgx_swlink_send_addr(&sw->link, &h, &a, data)
                  : fgx_swlink_send(&sw->link, &h, data);
     } else {
@@ -311,7 +331,8 @@ int px_script_chunk(struct px_conn *c, int side, const uint8_t *data, size_t len
         c->hold[side] = NULL;
         return svc->fail_open ? 0 : -1;
     }
-    event_del(c->s[side].rev);
+    if (!c->udp) /* UDP: the listener is every flow's, never stopped for one */
+        event_del(c->s[side].rev);
     if (!c->sw_timer)
         c->sw_timer = evtimer_new(t->base, on_timer, c);
     if (c->sw_timer) {

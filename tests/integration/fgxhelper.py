@@ -277,6 +277,10 @@ def run_udp_client(args):
     replies that arrive within --wait seconds."""
     fam = socket.AF_INET6 if ":" in args.host else socket.AF_INET
     s = socket.socket(fam, socket.SOCK_DGRAM)
+    if args.sport:
+        # the same 4-tuple as an earlier client's: one flow for the firewall
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("::" if fam == socket.AF_INET6 else "0.0.0.0", args.sport))
     s.connect((args.host, args.port))
     replies = []
     for i, d in enumerate(json.loads(args.dgrams)):
@@ -918,6 +922,7 @@ def main():
     p.add_argument("--dgrams", required=True)
     p.add_argument("--pause", type=float, default=0.1)
     p.add_argument("--wait", type=float, default=0.5)
+    p.add_argument("--sport", type=int, default=0, help="bind this source port first")
     p = sub.add_parser("ooo")
     p.add_argument("--iface", required=True)
     p.add_argument("--src", required=True)

@@ -444,9 +444,10 @@ class Env:
         check(comm == "controld", "pid %d is %r, not controld", self.controld.pid, comm)
         return self.controld.pid
 
-    def udp_client(self, host, port, dgrams, pause=0.1, wait_s=0.5, ns=None):
+    def udp_client(self, host, port, dgrams, pause=0.1, wait_s=0.5, ns=None, sport=0):
         h = self.helper(ns or self.cli, "udp-client", "--host", host, "--port", port, "--dgrams",
-                        json.dumps([d.hex() for d in dgrams]), "--pause", pause, "--wait", wait_s)
+                        json.dumps([d.hex() for d in dgrams]), "--pause", pause, "--wait", wait_s,
+                        "--sport", sport)
         return client_result(h, len(dgrams) * pause + wait_s + 5)
 
 

@@ -331,6 +331,68 @@ def external_layer_hands_connections_to_the_teams_proxy(env):
         lis.stop()
 
 
+# The team's own UDP tool: a transparent socket that records each datagram's client and the
+# address it was sent to (IP_ORIGDSTADDR), and answers from the service's address and port.
+TPROXY_UDP = r"""
+import json, socket, struct, sys
+IP_TRANSPARENT, IP_RECVORIGDSTADDR = 19, 20
+host, port = sys.argv[1], int(sys.argv[2])
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.SOL_IP, IP_TRANSPARENT, 1)
+s.setsockopt(socket.SOL_IP, IP_RECVORIGDSTADDR, 1)
+s.bind((host, port))
+print(json.dumps({"event": "listening"}), flush=True)
+while True:
+    data, anc, _, peer = s.recvmsg(65535, 256)
+    dst = None
+    for lvl, typ, val in anc:
+        if lvl == socket.SOL_IP and typ == IP_RECVORIGDSTADDR:
+            dport = struct.unpack("!H", val[2:4])[0]
+            dst = "%s:%d" % (socket.inet_ntoa(val[4:8]), dport)
+    r = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    r.setsockopt(socket.SOL_IP, IP_TRANSPARENT, 1)
+    r.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        a, p = dst.rsplit(":", 1)
+        r.bind((a, int(p)))
+        r.sendto(b"seen by the team's proxy", peer)
+    except OSError as e:
+        print(json.dumps({"event": "error", "why": str(e)}), flush=True)
+    r.close()
+    print(json.dumps({"event": "dgram", "peer": "%s:%d" % peer[:2], "dst": dst,
+                      "data": data.decode(errors="replace")}), flush=True)
+"""
+
+
+@test
+def external_layer_hands_udp_datagrams_to_the_teams_tool(env):
+    p, q = env.port(), env.port()
+    lis = subprocess.Popen(["ip", "netns", "exec", env.srv, it.PY, "-c", TPROXY_UDP, "127.0.0.1",
+                            str(q)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        check("listening" in lis.stdout.readline(), "the team's UDP tool did not start")
+        env.ctl("service", "add", "extu", "--proto", "udp", "--addr", "%s:%d" % (A1, p),
+                "--layer", "external", "--to", "127.0.0.1:%d" % q)
+        # the service is there too, bound on every address: it must get nothing
+        srv = env.udp_server(p)
+        c = env.udp_client(A1, p, [b"hello " + EVIL], wait_s=1.0)
+        got = json.loads(lis.stdout.readline())
+        check(got["peer"].rpartition(":")[0] == CLI4, "the team's tool saw %r, not the client %s",
+              got["peer"], CLI4)
+        check(got["dst"] == "%s:%d" % (A1, p), "original destination %r", got["dst"])
+        check(got["data"] == "hello evil1337", "the tool received %r", got["data"])
+        check(c["replies"] == [b"seen by the team's proxy"], "the client got %r", c["replies"])
+        check(not srv.all("dgram"), "the real service was reached: %r", srv.all("dgram"))
+        env.ctl("service", "stop", "extu")
+        c = env.udp_client(A1, p, [b"direct"], wait_s=0.5)
+        it.wait_until(lambda: srv.all("dgram"), timeout=2)
+        check([it.d64(e["data"]) for e in srv.all("dgram")] == [b"direct"],
+              "stopped: the service got %r", srv.all("dgram"))
+    finally:
+        lis.kill()
+        lis.wait()
+
+
 @test
 def external_layer_over_ipv6(env):
     p, q = env.port(), env.port()
@@ -381,9 +443,6 @@ def switching_a_filtered_service_to_external_is_refused(env):
     rc, err = ctl_fails(env, "service", "add", "noto", "--proto", "tcp", "--port", env.port(),
                         "--layer", "external")
     check("--to" in err, "external without --to: %r", err)
-    rc, err = ctl_fails(env, "service", "add", "udpx", "--proto", "udp", "--port", env.port(),
-                        "--layer", "external", "--to", "127.0.0.1:9")
-    check("TCP only" in err, "udp on external: %r", err)
     rc, err = ctl_fails(env, "service", "add", "tox", "--proto", "tcp", "--port", env.port(),
                         "--to", "127.0.0.1:9")
     check("external" in err, "--to without the external layer: %r", err)

@@ -155,17 +155,6 @@ def half_close_passes_through(env):
 
 
 @test
-def udp_service_refused_on_the_proxy_layer(env):
-    try:
-        env.ctl("service", "add", "px-udp", "--proto", "udp", "--port", env.port(), "--layer",
-                "proxy")
-    except it.CtlError as e:
-        check("tcp" in str(e).lower() or "udp" in str(e).lower(), "unclear refusal: %s", e)
-        return
-    raise AssertionError("a UDP service was accepted on the proxy layer")
-
-
-@test
 def switch_layers_of_a_running_service(env):
     _, port = env.service("px-switch", "tcp", extra=("--layer", "nfqueue"))
     env.filter("px-switch")

@@ -125,7 +125,9 @@ def enable_disable_rm_and_backup(env):
     env.ctl("service", "set", "ed", "--layer", "proxy")
     udp, _ = env.service("eu", "udp")
     r = env.ctl_raw("script", "set", "eu", p, json_out=False)
-    check(r.returncode == 4 and "UDP" in r.stderr, "a UDP service took a script: %s", r.stderr)
+    # (UDP takes scripts of RawPacket only: test_udp_scripts; this file reads HTTP)
+    check(r.returncode == 4 and "UDP" in r.stderr and "RawPacket only" in r.stderr,
+          "a UDP service took a file of stream models: %s", r.stderr)
 
 
 def engine(env):

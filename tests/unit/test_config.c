@@ -312,9 +312,17 @@ Test(config, bad_name_changes_nothing)
 {
     expect_refused(bad_name, "invalid service name");
 }
-Test(config, udp_on_the_proxy_layer_changes_nothing)
+/* The proxy relays UDP (px_udp.c): a backup with a UDP service on it imports. */
+Test(config, udp_on_the_proxy_layer_imports)
 {
-    expect_refused(udp_proxy, "TCP only");
+    char err[512] = "";
+    Fgx__Ctl__Config *cfg;
+
+    fill_a();
+    cfg = export_packed(sa);
+    udp_proxy(cfg);
+    cr_assert_eq(import(sb, cfg, err, sizeof(err)), 0, "refused: %s", err);
+    fgx__ctl__config__free_unpacked(cfg, NULL);
 }
 Test(config, bad_address_changes_nothing)
 {

@@ -162,20 +162,6 @@ Test(ctl_rpc, service_add_refusals)
                  "an all-digit name would read as an id");
     cr_assert_eq(svc_add("a b", FGX__CTL__PROTO__PROTO_TCP, 1, NULL), FGX__CTL__CODE__CODE_INVALID);
 
-    Fgx__Ctl__Request q = FGX__CTL__REQUEST__INIT;
-    Fgx__Ctl__ServiceAdd a = FGX__CTL__SERVICE_ADD__INIT;
-    q.req_case = FGX__CTL__REQUEST__REQ_SERVICE_ADD;
-    q.service_add = &a;
-    a.name = "px";
-    a.proto = FGX__CTL__PROTO__PROTO_UDP;
-    a.port = 7;
-    a.has_layer = 1;
-    a.layer = FGX__CTL__LAYER__LAYER_PROXY;
-    cr_assert_eq(call(&q), FGX__CTL__CODE__CODE_INVALID);
-    cr_assert_str_eq(reply->error,
-                     "service px: the proxy layer carries TCP only; a UDP service uses --layer "
-                     "nfqueue");
-
     cr_assert_eq(empty_req(FGX__CTL__REQUEST__REQ_SERVICE_LIST), 0);
     cr_assert_eq(reply->n_services, 1, "no refused service was stored");
     done();

@@ -379,11 +379,23 @@ Test(px_nft, no_proxy_service_removes_rules_and_routing)
     cr_assert_eq(n, 0);
 }
 
-Test(px_nft, a_udp_service_is_refused_on_the_proxy_layer)
+/* The proxy relays UDP (px_udp.c) and the external layer hands it on: a UDP and a TCP service
+ * on one address and port are two elements (the maps key the protocol); only TCP and UDP. */
+Test(px_nft, udp_services_on_the_proxy_and_external_layers)
 {
-    struct ctl_nft_service s = {.id = SVC_ID, .ipproto = IPPROTO_UDP, .port = SVC_PORT};
+    struct ctl_nft_service s[2] = {
+        {.id = SVC_ID, .ipproto = IPPROTO_UDP, .port = SVC_PORT, .external = true},
+        {.id = SVC_ID + 1, .ipproto = IPPROTO_TCP, .port = SVC_PORT}};
 
-    cr_assert_eq(ctl_nft_sync_layers(nft, NULL, 0, &s, 1, PX_PORT), -EINVAL);
+    s[0].to.cidr.family = 4;
+    s[0].to.cidr.prefix = 32;
+    memcpy(s[0].to.cidr.addr, (uint8_t[]){127, 0, 0, 1}, 4);
+    s[0].to.port = 9000;
+    cr_assert_eq(ctl_nft_sync_layers(nft, NULL, 0, s, 2, PX_PORT), 0);
+    s[0].external = false;
+    cr_assert_eq(ctl_nft_sync_layers(nft, NULL, 0, s, 2, PX_PORT), 0);
+    s[0].ipproto = IPPROTO_ICMP;
+    cr_assert_eq(ctl_nft_sync_layers(nft, NULL, 0, s, 2, PX_PORT), -EINVAL);
 }
 
 struct sender {

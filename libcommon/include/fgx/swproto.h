@@ -69,6 +69,10 @@ enum fgx_sw_verdict {
 /* DATA code bit: the sender cannot send edited bytes (the NFQUEUE layer): a function's edit
  * is answered ERROR (the service's fail policy), said in the script log by the interpreter */
 #define FGX_SW_DATA_NOEDIT 16
+/* DATA code bit: the connection is a UDP flow (its 4-tuple) and each frame one datagram, judged
+ * alone: RawPacket's l4 is "udp", a REJECT or DROP refuses that datagram and the flow's state
+ * goes on (issue 27) */
+#define FGX_SW_DATA_UDP 32
 
 struct fgx_sw_addr {
     uint8_t caddr[16], saddr[16]; /* an IPv4 address in the first 4 bytes */

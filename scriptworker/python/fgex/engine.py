@@ -388,14 +388,21 @@ class Conn:
     """One connection under a script. feed() returns the chunk's Verdict; once a connection
     is decided (reject, drop, or a setting that stops the filters) it stays decided."""
 
-    def __init__(self, script, is_ipv6=False, addrs=None):
-        """addrs: (client ip, client port, server ip, server port) when the worker said."""
+    def __init__(self, script, is_ipv6=False, addrs=None, l4="tcp"):
+        """addrs: (client ip, client port, server ip, server port) when the worker said; l4
+        "udp": a UDP flow, each chunk one datagram judged alone (a refused one closes
+        nothing: the flow and its globals go on), and only RawPacket can be built."""
         self.script = script
         glob = script.globals_for_conn()
         self.glob = glob
         # the function itself where its wrapper only calls it (one call less per call)
         self.funcs = [(n, inspect.unwrap(glob[n]) if script.plan is not None else glob[n], ps)
                       for n, _, ps in script.functions if n not in script.disabled]
+        self.udp = l4 == "udp"
+        if self.udp:
+            # a stream model (TCPInputStream, HttpRequest, ...) is never built from datagrams;
+            # controld refuses such a file on a UDP service, this keeps an old one harmless
+            self.funcs = [f for f in self.funcs if all(m is fgex.RawPacket for m in f[2])]
         self.ctx = ConnCtx(script.settings, is_ipv6)
         self.addrs = addrs or ("", 0, "", 0)
         self.final = None
@@ -409,9 +416,11 @@ class Conn:
         ctx = self.ctx
         a = self.addrs
         if is_input:
-            ctx.pkt = fgex.RawPacket(data, True, ctx.is_ipv6, True, a[0], a[2], a[1], a[3])
+            ctx.pkt = fgex.RawPacket(data, True, ctx.is_ipv6, not self.udp, a[0], a[2], a[1],
+                                     a[3])
         else:
-            ctx.pkt = fgex.RawPacket(data, False, ctx.is_ipv6, True, a[2], a[0], a[3], a[1])
+            ctx.pkt = fgex.RawPacket(data, False, ctx.is_ipv6, not self.udp, a[2], a[0], a[3],
+                                     a[1])
         ctx.call_mem = {}
         cache = {}
         self._mangled_by = None
@@ -432,7 +441,8 @@ class Conn:
                     continue
                 v = self._call_all(name, func, args)
                 if v is not None:
-                    self.final = v
+                    if not self.udp:
+                        self.final = v
                     return v
             pkt = ctx.pkt
             by = self._mangled_by or pkt._data_by

@@ -21,7 +21,7 @@ import traceback
 HDR = struct.Struct("<BBHIQII")
 (T_SCRIPT, T_UNSCRIPT, T_OPEN, T_DATA, T_CLOSE, T_VERDICT, T_LOG, T_ACK, T_HELLO) = range(1, 10)
 V_ACCEPT, V_REJECT, V_DROP, V_ERROR, V_TIMEOUT, V_EDIT = range(6)
-D_OPEN, D_V6, D_ADDR, D_NOEDIT = 2, 4, 8, 16  # DATA code bits (fgx/swproto.h)
+D_OPEN, D_V6, D_ADDR, D_NOEDIT, D_UDP = 2, 4, 8, 16, 32  # DATA code bits (fgx/swproto.h)
 ADDR = struct.Struct("<16s16sHH")  # FGX_SW_DATA_ADDR: client, server addresses and ports
 EDIT_MAX = 60000  # an EDIT verdict's bytes: its frame fits in FGX_SW_REPLY_MAX
 F_FINAL = 1  # VERDICT flag (fgx/swproto.h FGX_SW_VERDICT_FINAL): later chunks need no call
@@ -265,7 +265,8 @@ def main():
             c = ent[1]
             if not isinstance(c, Conn):
                 try:
-                    c = Conn(sc[0], is_ipv6=c[0], addrs=c[1] or addrs)
+                    c = Conn(sc[0], is_ipv6=c[0], addrs=c[1] or addrs,
+                             l4="udp" if code & D_UDP else "tcp")
                 except Exception:
                     log(link, svc, "exception", "", traceback.format_exc(), conn)
                     conns.pop(key, None)
@@ -282,7 +283,13 @@ def main():
         if out:
             log(link, svc, "print", v.function, out)
         if v.action == "mangle":
-            if code & D_NOEDIT:
+            if code & D_NOEDIT and code & D_UDP:
+                v = engine.Verdict("error", v.function, "%s edited the datagram (UNSTABLE_MANGLE "
+                                   "/ l4_data / data): its IP and UDP headers pass what the "
+                                   "NFQUEUE layer keeps to rewrite it (IP options, IPv6 "
+                                   "extension headers): it gets the service's fail policy; put "
+                                   "the service on the proxy layer to edit" % v.function)
+            elif code & D_NOEDIT:
                 v = engine.Verdict("error", v.function, "%s edited the chunk (UNSTABLE_MANGLE / "
                                    "l4_data): the NFQUEUE layer cannot rewrite a TCP segment "
                                    "(the sequence numbers of the rest of the flow would need "
@@ -302,7 +309,8 @@ def main():
         if v.action in ("reject", "drop"):
             # before its verdict, in the same message: who waits for the verdict finds it
             log(link, svc, "block", v.function, v.action + (": " + v.detail if v.detail else ""))
-            conns.pop(key, None)
+            if not c.udp:  # a refused datagram ends nothing: the flow's state goes on
+                conns.pop(key, None)
         put(link, T_VERDICT, CODES[v.action], svc, conn, seq,
             v.function.encode() + b"\0" + v.detail.encode("utf-8", "replace")[:200],
             F_FINAL if v.action == "accept" and c.done() else 0)
