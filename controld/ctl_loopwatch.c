@@ -28,6 +28,7 @@ static struct {
     pid_t tid;           /* the control thread's */
     uint64_t turn_ms;    /* __atomic: the control thread's last turn */
     const char *step;    /* __atomic: the step it is in */
+    const char *request; /* __atomic: in the step "a request", which one */
     int stop;            /* __atomic */
     pthread_mutex_t mtx; /* the report below, between the two threads */
     bool reported;       /* a stall was logged and is not over yet for the control thread */
@@ -132,6 +133,7 @@ static void task_stack(char *buf, size_t len)
 static void describe(char *buf, size_t len)
 {
     const char *step = __atomic_load_n(&w.step, __ATOMIC_ACQUIRE);
+    const char *req = __atomic_load_n(&w.request, __ATOMIC_ACQUIRE);
     char sc[128], wchan[64], stat[512], stack[160], call[48];
     const char *st = "?", *name;
     char *p;
@@ -159,7 +161,8 @@ static void describe(char *buf, size_t len)
         else
             snprintf(call, sizeof(call), "system call %ld", nr);
     }
-    snprintf(buf, len, "in %s; the control thread is %s, %s%s%s%s%s", step ? step : "?", st, call,
+    snprintf(buf, len, "in %s%s%s%s; the control thread is %s, %s%s%s%s%s", step ? step : "?",
+             req ? " (" : "", req ? req : "", req ? ")" : "", st, call,
              wchan[0] && strcmp(wchan, "0") != 0 ? ", waiting in " : "",
              wchan[0] && strcmp(wchan, "0") != 0 ? wchan : "", stack[0] ? ", kernel stack " : "",
              stack);
@@ -263,7 +266,13 @@ void ctl_loopwatch_step(const char *step)
 {
     /* a step entered is progress too: a block that ended is over for the thread at once */
     __atomic_store_n(&w.turn_ms, mono_ms(), __ATOMIC_RELEASE);
+    __atomic_store_n(&w.request, NULL, __ATOMIC_RELEASE);
     __atomic_store_n(&w.step, step, __ATOMIC_RELEASE);
+}
+
+void ctl_loopwatch_request(const char *name)
+{
+    __atomic_store_n(&w.request, name, __ATOMIC_RELEASE);
 }
 
 void ctl_loopwatch_turn(uint64_t now_ms)

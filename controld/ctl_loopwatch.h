@@ -28,6 +28,8 @@ void ctl_loopwatch_turn(uint64_t now_ms);
 /* The step of the loop the control thread enters (a string literal, named in the reports):
  * progress, as a turn is. */
 void ctl_loopwatch_step(const char *step);
+/* Inside the step "a request": which one (its command's name, static storage; NULL none). */
+void ctl_loopwatch_request(const char *name);
 /* Stop and join the thread; a no-op when it was not started. */
 void ctl_loopwatch_stop(void);
 

@@ -314,8 +314,9 @@ def blocked_control_loop_is_said_and_answers(env):
                                    "add", "lv-blk", "blk-never[0-9]"], stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True)
         line = it.wait_until(lambda: re.search(
-            r"control loop has not turned for [0-9.]+ s \(in a request; the control thread is "
-            r"[a-z ]+, system call (futex|[0-9]+)", env.log_tail(50)), timeout=4.0, step=0.1)
+            r"control loop has not turned for [0-9.]+ s \(in a request \(filter add\); the "
+            r"control thread is [a-z ]+, system call (futex|[0-9]+)", env.log_tail(50)),
+            timeout=4.0, step=0.1)
         check(line, "no report of the blocked loop in controld's log:\n%s", env.log_tail(30))
         # the data path goes on meanwhile
         check(blocked(env, port), "evil passes while the control loop is blocked")
@@ -339,7 +340,7 @@ def blocked_control_loop_is_said_and_answers(env):
     check(st.get("version"), "status after the block: %r", st)
     secs = float(re.search(r"blocked for ([0-9.]+) s", m.group(1)).group(1))
     check(4.5 <= secs <= 8.0, "blocked for %.1f s, not ~5: %s", secs, m.group(1))
-    check("in a request" in m.group(1) and "answered with an error" in m.group(1), "%s",
+    check("in a request (filter add)" in m.group(1) and "answered with an error" in m.group(1), "%s",
           m.group(1))
     check(int(re.search(r", (\d+) request", m.group(1)).group(1)) >= 3, "%s", m.group(1))
     del srv
