@@ -199,7 +199,7 @@ static void answer(struct fgx_chan_ctx *x, uint64_t from_ms)
 static void *watch_main(void *arg)
 {
     struct fgx_chan_ctx *x = NULL;
-    uint64_t logged_ms = 0;
+    uint64_t logged_ms = 0, seen = 0;
 
     (void)arg;
     while (!__atomic_load_n(&w.stop, __ATOMIC_ACQUIRE)) {
@@ -211,6 +211,14 @@ static void *watch_main(void *arg)
             /* the loop turns: its own receive takes every request again */
             fgx_chan_ctx_close(x);
             x = NULL;
+            usleep(WATCH_TICK_MS * 1000);
+            continue;
+        }
+        if (seen != turn) {
+            /* Stale at one look only: a process stopped as a whole (SIGSTOP) wakes with this
+             * thread and the loop together, and the loop turns at once. Stale at the next look
+             * too, it is the loop that is blocked. */
+            seen = turn;
             usleep(WATCH_TICK_MS * 1000);
             continue;
         }
