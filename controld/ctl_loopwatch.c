@@ -168,28 +168,29 @@ static void describe(char *buf, size_t len)
              stack);
 }
 
+/* The reply to a request that came while the loop was blocked. It says for how long and no
+ * more (where it waits is in the log): the sender may be a remote peer not logged in yet. */
 static void answer(struct fgx_chan_ctx *x, uint64_t from_ms)
 {
     uint64_t turn = __atomic_load_n(&w.turn_ms, __ATOMIC_ACQUIRE), now = mono_ms();
     bool over = now < turn + CTL_LOOPWATCH_STALL_MS;
-    char msg[512], where[320];
     void *reply = NULL;
     size_t rlen = 0;
+    char msg[256];
 
     pthread_mutex_lock(&w.mtx);
-    snprintf(where, sizeof(where), "%s", w.where);
     w.answered++;
     pthread_mutex_unlock(&w.mtx);
     if (over)
         snprintf(msg, sizeof(msg),
-                 "controld's control loop was blocked for %.1f s (%s) and has just gone on: "
-                 "this request was not run, try again",
-                 (turn - from_ms) / 1000.0, where);
+                 "controld's control loop was blocked for %.1f s and has just gone on (its log "
+                 "says where it waited): this request was not run, try again",
+                 (turn - from_ms) / 1000.0);
     else
         snprintf(msg, sizeof(msg),
                  "controld is not answering for now: its control loop has been blocked for "
-                 "%.1f s (%s); this request was not run, try again",
-                 (now - from_ms) / 1000.0, where);
+                 "%.1f s (its log says where it waits); this request was not run, try again",
+                 (now - from_ms) / 1000.0);
     if (ctl_rpc_error_reply(FGX__CTL__CODE__CODE_ERROR, msg, &reply, &rlen) == 0 &&
         fgx_chan_ctx_send(x, reply, rlen, WATCH_REPLY_MS) < 0)
         fgx_debug("loop watch: a reply was not sent");
