@@ -89,7 +89,7 @@ static void task_read(const char *name, char *buf, size_t len)
     FILE *f;
 
     buf[0] = '\0';
-    snprintf(path, sizeof(path), "/proc/self/task/%d/%s", (int)w.tid, name);
+    (void)snprintf(path, sizeof(path), "/proc/self/task/%d/%s", (int)w.tid, name);
     f = fopen(path, "re");
     if (!f)
         return;
@@ -108,7 +108,7 @@ static void task_stack(char *buf, size_t len)
     int n = 0;
 
     buf[0] = '\0';
-    snprintf(path, sizeof(path), "/proc/self/task/%d/stack", (int)w.tid);
+    (void)snprintf(path, sizeof(path), "/proc/self/task/%d/stack", (int)w.tid);
     f = fopen(path, "re");
     if (!f)
         return;
@@ -152,20 +152,20 @@ static void describe(char *buf, size_t len)
              : p[2] == 'T' ? "stopped"
                            : "?";
     if (sc[0] == '\0' || strcmp(sc, "running") == 0) {
-        snprintf(call, sizeof(call), "no system call");
+        (void)snprintf(call, sizeof(call), "no system call");
     } else {
         nr = strtol(sc, NULL, 10);
         name = syscall_name(nr);
         if (name)
-            snprintf(call, sizeof(call), "system call %s", name);
+            (void)snprintf(call, sizeof(call), "system call %s", name);
         else
-            snprintf(call, sizeof(call), "system call %ld", nr);
+            (void)snprintf(call, sizeof(call), "system call %ld", nr);
     }
-    snprintf(buf, len, "in %s%s%s%s; the control thread is %s, %s%s%s%s%s", step ? step : "?",
-             req ? " (" : "", req ? req : "", req ? ")" : "", st, call,
-             wchan[0] && strcmp(wchan, "0") != 0 ? ", waiting in " : "",
-             wchan[0] && strcmp(wchan, "0") != 0 ? wchan : "", stack[0] ? ", kernel stack " : "",
-             stack);
+    (void)snprintf(buf, len, "in %s%s%s%s; the control thread is %s, %s%s%s%s%s", step ? step : "?",
+                   req ? " (" : "", req ? req : "", req ? ")" : "", st, call,
+                   wchan[0] && strcmp(wchan, "0") != 0 ? ", waiting in " : "",
+                   wchan[0] && strcmp(wchan, "0") != 0 ? wchan : "",
+                   stack[0] ? ", kernel stack " : "", stack);
 }
 
 /* The reply to a request that came while the loop was blocked. It says for how long and no
@@ -182,15 +182,16 @@ static void answer(struct fgx_chan_ctx *x, uint64_t from_ms)
     w.answered++;
     pthread_mutex_unlock(&w.mtx);
     if (over)
-        snprintf(msg, sizeof(msg),
-                 "controld's control loop was blocked for %.1f s and has just gone on (its log "
-                 "says where it waited): this request was not run, try again",
-                 (turn - from_ms) / 1000.0);
+        (void)snprintf(
+            msg, sizeof(msg),
+            "controld's control loop was blocked for %.1f s and has just gone on (its log "
+            "says where it waited): this request was not run, try again",
+            (double)(turn - from_ms) / 1000.0);
     else
-        snprintf(msg, sizeof(msg),
-                 "controld is not answering for now: its control loop has been blocked for "
-                 "%.1f s (its log says where it waits); this request was not run, try again",
-                 (now - from_ms) / 1000.0);
+        (void)snprintf(msg, sizeof(msg),
+                       "controld is not answering for now: its control loop has been blocked for "
+                       "%.1f s (its log says where it waits); this request was not run, try again",
+                       (double)(now - from_ms) / 1000.0);
     if (ctl_rpc_error_reply(FGX__CTL__CODE__CODE_ERROR, msg, &reply, &rlen) == 0 &&
         fgx_chan_ctx_send(x, reply, rlen, WATCH_REPLY_MS) < 0)
         fgx_debug("loop watch: a reply was not sent");
@@ -232,12 +233,12 @@ static void *watch_main(void *arg)
                 w.reported = true;
                 w.from_ms = turn;
                 w.answered = 0;
-                snprintf(w.where, sizeof(w.where), "%s", where);
+                (void)snprintf(w.where, sizeof(w.where), "%s", where);
             }
             logged_ms = now;
             fgx_warn("controld's control loop has not turned for %.1f s (%s): requests are "
                      "answered with an error meanwhile",
-                     (now - turn) / 1000.0, where);
+                     (double)(now - turn) / 1000.0, where);
         }
         pthread_mutex_unlock(&w.mtx);
         if (!x && fgx_chan_ctx_open(w.ctl, &x) < 0) {
@@ -301,12 +302,12 @@ void ctl_loopwatch_turn(uint64_t now_ms)
     w.reported = false;
     from = w.from_ms;
     answered = w.answered;
-    snprintf(where, sizeof(where), "%s", w.where);
+    (void)snprintf(where, sizeof(where), "%s", w.where);
     pthread_mutex_unlock(&w.mtx);
     ctl_health_note(0, CTL_HEALTH_WARN, "control-blocked", 0,
                     "controld's control loop was blocked for %.1f s, %u request(s) answered "
                     "with an error meanwhile (%s)",
-                    (now_ms - from) / 1000.0, answered, where);
+                    (double)(now_ms - from) / 1000.0, answered, where);
 }
 
 void ctl_loopwatch_stop(void)
