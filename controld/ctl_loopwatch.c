@@ -208,6 +208,7 @@ static void *watch_main(void *arg)
         uint64_t turn = __atomic_load_n(&w.turn_ms, __ATOMIC_ACQUIRE), now = mono_ms();
         void *buf = NULL;
         size_t len = 0;
+        int rv;
 
         if (now < turn + CTL_LOOPWATCH_STALL_MS) {
             /* the loop turns: its own receive takes every request again */
@@ -246,9 +247,12 @@ static void *watch_main(void *arg)
             usleep(WATCH_TICK_MS * 1000);
             continue;
         }
-        if (fgx_chan_ctx_recv(x, &buf, &len, WATCH_RECV_MS) == 0) {
+        rv = fgx_chan_ctx_recv(x, &buf, &len, WATCH_RECV_MS);
+        if (rv == 0) {
             answer(x, turn);
             free(buf);
+        } else if (rv != -ETIMEDOUT) {
+            usleep(WATCH_RECV_MS * 1000); /* no spinning on a channel that fails */
         }
     }
     fgx_chan_ctx_close(x);
