@@ -20,6 +20,8 @@
 #include "controld/ctl_auth.h"
 #include "controld/ctl_compile.h"
 #include "controld/ctl_config.h"
+#include "controld/ctl_history.h"
+#include "controld/ctl_loopwatch.h"
 #include "controld/ctl_script_rt.h"
 #include "controld/ctl_script_sup.h"
 #include "fgx/log.h"
@@ -839,6 +841,8 @@ int ctl_rpc_handle_try(struct ctl_ctx *ctx, const struct fgx_peer *peer, const v
     *replylen = 0;
     fgx__ctl__reply__init(&r.reply);
     q = fgx__ctl__request__unpack(NULL, len, req);
+    if (q) /* named if the loop blocks in it (ctl_loopwatch.h) */
+        ctl_loopwatch_request(ctl_history_req_name((int)q->req_case));
     if (!q) {
         ctl_rpc_fail(&r, FGX__CTL__CODE__CODE_INVALID, "undecodable request");
     } else if (rpc_admit(&r, q)) {

@@ -24,6 +24,7 @@
 #include "controld/ctl_health.h"
 #include "controld/ctl_history.h"
 #include "controld/ctl_listen.h"
+#include "controld/ctl_loopwatch.h"
 #include "controld/ctl_metrics.h"
 #include "controld/ctl_nft.h"
 #include "controld/ctl_nftwatch.h"
@@ -771,23 +772,34 @@ static void run_loop(struct ctl_ctx *ctx, struct ctl_sup *sup, struct fgx_chan *
         bool respawned = false;
         struct fgx_peer peer;
         struct fgx_chan_req *slot = NULL;
-        int rv = fgx_chan_recv_req(ctl, &req, &len, pend.req ? LOOP_COMPILE_MS : LOOP_RECV_MS,
-                                   &peer, &slot);
+        int rv;
 
+        /* the loop turned: a stall the watch reported is over (ctl_loopwatch.h) */
+        ctl_loopwatch_turn(now_ms());
+        ctl_loopwatch_step("waiting for a request");
+        rv = fgx_chan_recv_req(ctl, &req, &len, pend.req ? LOOP_COMPILE_MS : LOOP_RECV_MS, &peer,
+                               &slot);
         if (rv == 0) {
+            ctl_loopwatch_step("a request");
             serve_one(ctx, ctl, &pend, slot, &peer, req, len);
         } else if (rv != -ETIMEDOUT) {
             fgx_warn("control channel: %s", strerror(-rv));
             usleep(LOOP_RECV_MS * 1000);
         }
+        ctl_loopwatch_step("the pending change");
         pending_poll(ctx, ctl, &pend);
         /* The health log's new entries, in the turn they were noted (as events are). */
+        ctl_loopwatch_step("saving the health log");
         ctl_health_save(ctx->store, now_ms(), false);
         /* The web page's live messages: queued for its server's thread, never waited on. */
+        ctl_loopwatch_step("the web page's messages");
         ctl_web_tick(web, ctx);
+        ctl_loopwatch_step("the firewall's confirm deadline");
         ctl_fw_tick(ctx->fw, ctx->store);
         /* fgex's tables removed by another program come back within a turn or two */
+        ctl_loopwatch_step("the nftables watch");
         ctl_nftwatch_tick(ctx->watch, ctx->store, now_ms());
+        ctl_loopwatch_step("the workers' supervision");
         ctl_script_sup_poll();
         ctl_sup_poll(sup, &respawned);
         if (ctx->px_sup) {
@@ -796,17 +808,21 @@ static void run_loop(struct ctl_ctx *ctx, struct ctl_sup *sup, struct fgx_chan *
             ctl_sup_poll(ctx->px_sup, &px_respawned);
             respawned |= px_respawned;
         }
+        ctl_loopwatch_step("the ruleset push to a restarted worker");
         if (respawned && ctl_apply_full(ctx, CTL_PUSH_TIMEOUT_MS) < 0)
             fgx_warn("the restarted nfqworker did not take the ruleset yet");
         /* a worker down: its services' logs say whether their traffic passes or stops */
+        ctl_loopwatch_step("the services' gaps");
         ctl_health_gap_poll(ctx, now_ms());
         if (ctx->worker_stale && now_ms() >= next_retry) {
             /* A worker that missed a generation would filter by an old set: resend it all. */
+            ctl_loopwatch_step("resending the ruleset to a worker that missed it");
             if (ctl_apply_full(ctx, RETRY_TIMEOUT_MS) == 0)
                 fgx_info("the nfqworker confirmed the current ruleset");
             next_retry = now_ms() + RETRY_PERIOD_MS;
         }
         if (now_ms() >= next_stats) {
+            ctl_loopwatch_step("the workers' statistics");
             ctl_stats_refresh(ctx, STATS_TIMEOUT_MS);
             /* Counters are due every few seconds even while no worker answers. */
             ctl_stats_flush(ctx->stats, ctx->store, now_ms(), false);
@@ -1086,7 +1102,10 @@ int main(int argc, char **argv)
     }
     if (metrics)
         ctl_metrics_update(metrics, &ctx);
+    /* From here on a blocked loop is said, and requests meanwhile answered (ctl_loopwatch.h). */
+    (void)ctl_loopwatch_start(ctl);
     run_loop(&ctx, sup, ctl, metrics, web);
+    ctl_loopwatch_stop();
     fgx_info("stopping");
     status = 0;
 out:

@@ -10,6 +10,7 @@ import ctypes
 import os
 import re
 import signal
+import subprocess
 import sys
 import time
 
@@ -268,6 +269,80 @@ def worker_killed_while_a_change_waits_is_seen_at_once(env):
 
     check(it.wait_until(second_blocked, timeout=3), "the change is not in force after the kill")
     check(blocked(env, port), "evil passes after the replacement")
+    del srv
+
+
+class StoreWriter:
+    """Another process's write transaction on controld's own state store (liblmdb through
+    ctypes, as controld opens it): while it is open, controld's next write waits in the kernel
+    (a futex) as long as it lasts: a real block of the control thread in a system call, the
+    data path going on, the shape of the soak's 41 s of silence."""
+
+    def __init__(self, state_dir):
+        self.lib = ctypes.CDLL("liblmdb.so.0", use_errno=True)
+        self.env, self.txn = ctypes.c_void_p(), ctypes.c_void_p()
+        check(self.lib.mdb_env_create(ctypes.byref(self.env)) == 0, "mdb_env_create")
+        self.lib.mdb_env_set_maxdbs(self.env, 16)
+        rc = self.lib.mdb_env_open(self.env, state_dir.encode(), 0, 0o600)
+        check(rc == 0, "mdb_env_open %s: %d", state_dir, rc)
+
+    def __enter__(self):
+        rc = self.lib.mdb_txn_begin(self.env, None, 0, ctypes.byref(self.txn))
+        check(rc == 0, "mdb_txn_begin: %d", rc)
+        return self
+
+    def __exit__(self, *exc):
+        self.lib.mdb_txn_abort(self.txn)
+        self.lib.mdb_env_close(self.env)
+
+
+@test
+def blocked_control_loop_is_said_and_answers(env):
+    """controld's control thread blocked in a system call for 5 s (its store's write lock held
+    by another process while a change waits for it): the data path goes on; within ~2 s the
+    log says the loop does not turn and where the thread waits; every request meanwhile gets
+    an answer at once (an error saying so; nothing done), not fgexctl's timeout as in the soak;
+    afterwards the change completes, requests are served again and the health log says how
+    long the loop was blocked."""
+    _, port = env.service("lv-blk", "tcp")
+    env.filter("lv-blk")
+    srv = env.tcp_server(port, reply=REPLY)
+    w = StoreWriter(env.state_dir)
+    with w:
+        t0 = time.monotonic()
+        change = subprocess.Popen([os.path.join(env.bin, "fgexctl"), "-c", env.url, "filter",
+                                   "add", "lv-blk", "blk-never[0-9]"], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)
+        line = it.wait_until(lambda: re.search(
+            r"control loop has not turned for [0-9.]+ s \(in a request \(filter add\); the "
+            r"control thread is [a-z ]+, system call (futex|[0-9]+)", env.log_tail(50)),
+            timeout=4.0, step=0.1)
+        check(line, "no report of the blocked loop in controld's log:\n%s", env.log_tail(30))
+        # the data path goes on meanwhile
+        check(blocked(env, port), "evil passes while the control loop is blocked")
+        c, sport = env.tcp_conn(SRV4, port, [b"honest"])
+        it.assert_passed(c, it.server_conn_of(srv, sport), b"honest")
+        for _ in range(3):
+            t = time.monotonic()
+            p = env.ctl_raw("status", timeout=15)
+            took = time.monotonic() - t
+            check(took < 1.5, "status took %.1f s while the loop was blocked (no answer)", took)
+            check(p.returncode != 0 and "control loop has been blocked for" in p.stderr and
+                  "was not run" in p.stderr, "status while blocked: exit %d %r", p.returncode,
+                  p.stderr)
+        held = time.monotonic() - t0
+        time.sleep(max(0.0, 5.0 - held))
+    out, err = change.communicate(timeout=15)
+    check(change.returncode == 0, "the change that waited: exit %d %s", change.returncode, err)
+    m = health_entry(env, "control-blocked", r"was blocked for")
+    time.sleep(0.2)  # past the watch's last receive (10 ms) once the loop went on
+    st = env.ctl("status")
+    check(st.get("version"), "status after the block: %r", st)
+    secs = float(re.search(r"blocked for ([0-9.]+) s", m.group(1)).group(1))
+    check(4.5 <= secs <= 8.0, "blocked for %.1f s, not ~5: %s", secs, m.group(1))
+    check("in a request (filter add)" in m.group(1) and "answered with an error" in m.group(1), "%s",
+          m.group(1))
+    check(int(re.search(r", (\d+) request", m.group(1)).group(1)) >= 3, "%s", m.group(1))
     del srv
 
 

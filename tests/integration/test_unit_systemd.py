@@ -64,7 +64,9 @@ up() {
   done; return 1
 }
 status() { for p in "$@"; do echo "STATUS_$p=$(grep -E '^(Uid|CapEff|CapBnd|NoNewPrivs|Seccomp):' \
-  /proc/$p/status | tr -s '\t\n' '  ')"; done; }
+  /proc/$p/status | tr -s '\t\n' '  ')"; \
+  echo "CORE_$p=$(sed -n 's/^Max core file size *\([^ ]*\) *\([^ ]*\).*/\1:\2/p' \
+  /proc/$p/limits)"; done; }
 trap 'timeout 30 systemctl --user stop fgex.service >/dev/null 2>&1; \
   kill $(cat $T/manager.pid); kill $(cat $T/dbus.pid)' EXIT
 '''
@@ -153,8 +155,9 @@ def unit_caps():
 @test
 def the_unit_runs_fgex_under_systemd(env):
     """Up under the unit: controld with the unit's bounding set, no_new_privs and its filter;
-    the workers as fgex with their own; the loaded unit's exposure is the offline one (at most
-    3.0); a clean stop leaves no worker."""
+    the workers as fgex with their own; no process may write a core file (soft and hard limit
+    0); the loaded unit's exposure is the offline one (at most 3.0); a clean stop leaves no
+    worker."""
     log = os.path.join(env.tmp, "unit-controld.log")
     kv, out, _ = session(env, r'''
 timeout 30 systemctl --user start fgex.service; echo START=$?
@@ -175,6 +178,9 @@ L=""; for w in $W; do [ -d /proc/$w ] && L="$L $w"; done; echo LEFT=$L
           "CapBnd: %016x" % want in ctl and "NoNewPrivs: 1" in ctl and "Seccomp: 2" in ctl,
           "controld under the unit: %s (the unit's set %x)", ctl, want)
     check(not want & (1 << CAP_NAMES.index("kill")), "the unit keeps CAP_KILL")
+    # the workers are dumpable (libcommon/priv.c): no core file, soft or hard, from any of them
+    cores = {p: kv.get("CORE_" + p) for p in [kv["CONTROLD"]] + kv["WORKERS"].split()}
+    check(all(c == "0:0" for c in cores.values()), "core file limits (soft:hard): %r", cores)
     fgex = pwd.getpwnam("fgex").pw_uid
     dropped = [kv["STATUS_" + w] for w in kv["WORKERS"].split()
                if "Uid: %d " % fgex in kv["STATUS_" + w]]
