@@ -15,6 +15,12 @@
  * side they come from is not read until it drains. libnghttp2 (Debian's) does all framing,
  * HPACK and flow control: none of it is written here.
  *
+ * gRPC: a side whose head says content-type application/grpc has its body deframed
+ * (px_grpc.c): each length-prefixed message is scanned on its own (the side's reasm started
+ * again for it), inflated where it was compressed, and its raw bytes forwarded once it is whole
+ * and passed; a match resets the stream as above, and a message that cannot be judged resets it
+ * too (logged, a scan error).
+ *
  * Toward a service that speaks HTTP/1.1 only (--upstream http1, c->h1up) there is no client
  * session: each stream's request is rendered as HTTP/1.1 (Host from :authority, the body as it
  * came with its Content-Length, else chunked) and written on the one upstream connection, one
@@ -38,6 +44,7 @@
 #include <sys/socket.h>
 
 #include "fgx/log.h"
+#include "px_grpc.h"
 #include "px_h2_render.h"
 
 #define PX_H2_QUEUE_MAX (1u << 20) /* body bytes waiting toward one side */
@@ -45,6 +52,7 @@
 #define PX_H2_STREAMS 100          /* concurrent streams a client may open */
 #define PX_H1_PUMP (64u << 10)     /* request bytes framed toward an HTTP/1.1 service at once */
 #define PX_H1_REOPENS 3            /* new connections to it in a row without an answer */
+#define PX_H2_GRPC_HELD (8u << 20) /* gRPC bytes of messages not complete, all streams together */
 
 static const uint8_t preface[PX_H2_PREFACE_LEN] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
@@ -85,6 +93,10 @@ struct px_h2_stream {
     struct px_h2_stream *h1next;
     bool h1q, h1chunked, h1head;
     bool h1again; /* GET or HEAD without body: may be sent again if no answer began */
+    /* a gRPC stream (content-type application/grpc on side i's head): side i's body deframed,
+     * each message scanned on its own and forwarded once it passed (px_grpc.c) */
+    bool grpc_on[2];
+    struct px_grpc grpc[2];
 };
 
 /* The one connection to an HTTP/1.1 service (c->h1up): the line of requests (head: the one
@@ -113,6 +125,7 @@ struct px_h2 {
     uint8_t sniff[PX_H2_PREFACE_LEN];
     size_t sniff_len;
     struct px_h1up *h1; /* toward an HTTP/1.1 service (sess[1] NULL then) */
+    size_t grpc_held;   /* bytes of gRPC messages not complete yet, over the streams */
 };
 
 static void fields_free(struct px_h2_fields *f)
@@ -251,6 +264,8 @@ static void stream_free(struct px_conn *c, struct px_h2_stream *st)
         fields_free(&st->tr[d]);
         fgx_reasm_release(c->t->reasm, &st->dir[d]);
         fgx_wdb_unref(st->db[d]);
+        h->grpc_held -= st->grpc[d].len;
+        px_grpc_release(&st->grpc[d]);
     }
     if (st->h1q)
         h1_unlink(h->h1, st);
@@ -262,6 +277,20 @@ static void stream_maybe_free(struct px_conn *c, struct px_h2_stream *st)
 {
     if (st->closed[0] && (st->id[1] <= 0 || st->closed[1]))
         stream_free(c, st);
+}
+
+/* st ends here: reset on both sides, nothing more of it passed on. */
+static void stream_block(struct px_conn *c, struct px_h2_stream *st)
+{
+    st->blocked = true;
+    for (int d = 0; d < 2; d++) {
+        queue_drop(c->h2, st, d);
+        if (d == 1 && c->h2->h1 != NULL)
+            h1_drop(c, st);
+        else if (st->id[d] > 0 && !st->closed[d])
+            (void)nghttp2_submit_rst_stream(c->h2->sess[d], NGHTTP2_FLAG_NONE, st->id[d],
+                                            NGHTTP2_CANCEL);
+    }
 }
 
 /* Scan the rendering of side's part of st. 0: pass; -EACCES: st is blocked (reset on both
@@ -282,15 +311,7 @@ static int stream_scan(struct px_conn *c, struct px_h2_stream *st, int side, con
     rc = px_match_scan_h2(c, &st->dir[side], side, (uint32_t)st->id[0], data, len);
     if (rc != -EACCES)
         return rc;
-    st->blocked = true;
-    for (int d = 0; d < 2; d++) {
-        queue_drop(c->h2, st, d);
-        if (d == 1 && c->h2->h1 != NULL)
-            h1_drop(c, st);
-        else if (st->id[d] > 0 && !st->closed[d])
-            (void)nghttp2_submit_rst_stream(c->h2->sess[d], NGHTTP2_FLAG_NONE, st->id[d],
-                                            NGHTTP2_CANCEL);
-    }
+    stream_block(c, st);
     return -EACCES;
 }
 
@@ -307,6 +328,77 @@ static int scan_head(struct px_conn *c, struct px_h2_stream *st, int side, enum 
     rc = stream_scan(c, st, side, buf, len);
     free(buf);
     return rc;
+}
+
+/* ---- gRPC streams ---- */
+
+/* The field of that name in f (the last one), or NULL. */
+static const struct px_h2_field *fields_get(const struct px_h2_fields *f, const char *name)
+{
+    size_t n = strlen(name);
+    const struct px_h2_field *r = NULL;
+
+    for (size_t i = 0; i < f->n; i++)
+        if (f->f[i].nl == n && memcmp(f->arena + f->f[i].no, name, n) == 0)
+            r = &f->f[i];
+    return r;
+}
+
+/* side's head fl says whether its body is gRPC messages, and how they are compressed. */
+static void grpc_detect(struct px_h2_stream *st, int side, const struct px_h2_fields *fl)
+{
+    const struct px_h2_field *ct = fields_get(fl, "content-type");
+    const struct px_h2_field *enc = fields_get(fl, "grpc-encoding");
+
+    if (ct == NULL || !px_grpc_content_type(fl->arena + ct->vo, ct->vl))
+        return;
+    px_grpc_init(&st->grpc[side],
+                 enc != NULL ? px_grpc_encoding(fl->arena + enc->vo, enc->vl) : PX_GRPC_IDENTITY);
+    st->grpc_on[side] = true;
+}
+
+static const char *grpc_why(int err)
+{
+    switch (err) {
+    case -EPROTO: return "a flag not 0 or 1, or compressed with no encoding zlib undoes";
+    case -EMSGSIZE: return "longer than 4 MiB, as sent or decompressed";
+    case -EBADMSG: return "it does not decompress";
+    case -EPIPE: return "the stream ended inside it";
+    case -ENOBUFS: return "the connection's incomplete messages past 8 MiB";
+    default: return "no memory";
+    }
+}
+
+/* A message of side's that cannot be judged: the stream is reset, never passed unjudged. */
+static void grpc_refuse(struct px_conn *c, struct px_h2_stream *st, int side, int err)
+{
+    static __thread unsigned long long last_log;
+    struct px_grpc *g = &st->grpc[side];
+
+    PX_CTR_ADD(&c->t->ctr.scan_errors, 1);
+    fgx_log_ratelimited(&last_log, FGX_LOG_WARN,
+                        "service %u: h2#%d: a gRPC message from the %s cannot be judged (%s): "
+                        "stream reset",
+                        c->service_id, st->id[0], side == 0 ? "client" : "service", grpc_why(err));
+    stream_block(c, st);
+    c->h2->grpc_held -= g->len;
+    px_grpc_release(g);
+}
+
+struct grpc_scan {
+    struct px_conn *c;
+    struct px_h2_stream *st;
+    int side;
+};
+
+static int grpc_msg(void *arg, const uint8_t *msg, size_t len)
+{
+    struct grpc_scan *a = arg;
+
+    /* each message a scan of its own: its first byte is a start (^), and no pattern matches
+     * across two messages, or across the head and a message */
+    (void)fgx_reasm_start(a->c->t->reasm, &a->st->dir[a->side], 0);
+    return stream_scan(a->c, a->st, a->side, msg, len);
 }
 
 /* ---- sessions' callbacks ---- */
@@ -421,6 +513,9 @@ static int headers_done(struct px_conn *c, struct px_h2_stream *st, int side, bo
 
     if (fields_arrays(fl, &nv, &hd) != 0)
         return NGHTTP2_ERR_CALLBACK_FAILURE;
+    /* a gRPC side's trailers (grpc-status, grpc-message) are scanned on their own as well */
+    if (st->grpc_on[side])
+        (void)fgx_reasm_start(c->t->reasm, &st->dir[side], 0);
     rc = scan_head(c, st, side, kind, hd, fl->n);
     if (rc == -EIO) {
         rc = NGHTTP2_ERR_CALLBACK_FAILURE;
@@ -429,6 +524,8 @@ static int headers_done(struct px_conn *c, struct px_h2_stream *st, int side, bo
     rc = 0;
     if (st->blocked)
         goto out;
+    if (kind != PX_H2_TRAILERS && !st->grpc_on[side])
+        grpc_detect(st, side, fl);
     if (kind == PX_H2_TRAILERS) {
         /* sent after the body that precedes them (on_read_data()) */
         fields_free(&st->tr[1 - side]);
@@ -494,26 +591,24 @@ static int on_frame_recv(nghttp2_session *s, const nghttp2_frame *f, void *ud)
         if (rc != 0 || st->blocked)
             return rc;
     }
+    if (end && st->grpc_on[side] && px_grpc_pending(&st->grpc[side]) > 0) {
+        grpc_refuse(c, st, side, -EPIPE);
+        return 0;
+    }
     if (end && st->id[1 - side] > 0 && c->h2->sess[1 - side] != NULL)
         (void)nghttp2_session_resume_data(c->h2->sess[1 - side], st->id[1 - side]);
     return 0;
 }
 
-/* Body bytes of side's on st: scanned, then queued toward the other side. 0, or -EIO (the
+/* Body bytes of side's on st, judged: queued toward the other side. 0, or -EIO (the
  * connection goes). */
-static int body_in(struct px_conn *c, struct px_h2_stream *st, int side, const uint8_t *data,
-                   size_t len)
+static int body_queue(struct px_conn *c, struct px_h2_stream *st, int side, const uint8_t *data,
+                      size_t len)
 {
     struct px_h2 *h = c->h2;
     int to = 1 - side;
     struct px_h2_chunk *k;
-    int rc;
 
-    rc = stream_scan(c, st, side, data, len);
-    if (rc == -EACCES)
-        return 0;
-    if (rc != 0)
-        return -EIO;
     if ((k = malloc(sizeof(*k) + len)) == NULL)
         return -EIO;
     k->next = NULL;
@@ -544,6 +639,54 @@ static int body_in(struct px_conn *c, struct px_h2_stream *st, int side, const u
     if (st->id[to] > 0 && h->sess[to] != NULL)
         (void)nghttp2_session_resume_data(h->sess[to], st->id[to]);
     return 0;
+}
+
+/* The same on a gRPC side: the bytes wait until their message is complete; each message that
+ * completes is scanned, and what passed goes on. */
+static int grpc_in(struct px_conn *c, struct px_h2_stream *st, int side, const uint8_t *data,
+                   size_t len)
+{
+    struct px_h2 *h = c->h2;
+    struct px_grpc *g = &st->grpc[side];
+    struct grpc_scan a = {c, st, side};
+    size_t before = g->len;
+    int rc = px_grpc_feed(g, data, len, grpc_msg, &a);
+
+    if (rc == 0 && g->ready > 0)
+        rc = body_queue(c, st, side, g->buf, g->ready);
+    px_grpc_consume(g);
+    h->grpc_held += g->len;
+    h->grpc_held -= before;
+    if (st->blocked) {
+        /* matched (an event), or refused on its way */
+        h->grpc_held -= g->len;
+        px_grpc_release(g);
+        return 0;
+    }
+    if (rc == -EIO)
+        return -EIO;
+    if (rc == 0 && h->grpc_held > PX_H2_GRPC_HELD)
+        rc = -ENOBUFS;
+    if (rc != 0)
+        grpc_refuse(c, st, side, rc);
+    return 0;
+}
+
+/* Body bytes of side's on st: scanned, then queued toward the other side. 0, or -EIO (the
+ * connection goes). */
+static int body_in(struct px_conn *c, struct px_h2_stream *st, int side, const uint8_t *data,
+                   size_t len)
+{
+    int rc;
+
+    if (st->grpc_on[side])
+        return grpc_in(c, st, side, data, len);
+    rc = stream_scan(c, st, side, data, len);
+    if (rc == -EACCES)
+        return 0;
+    if (rc != 0)
+        return -EIO;
+    return body_queue(c, st, side, data, len);
 }
 
 static int on_data_chunk(nghttp2_session *s, uint8_t flags, int32_t sid, const uint8_t *data,
@@ -990,6 +1133,8 @@ static int h1_on_complete(http_parser *p)
         return 0;
     if (!st->blocked && st->hf[1].n > 0 && headers_done(c, st, 1, true) != 0)
         return -1;
+    if (!st->blocked && st->grpc_on[1] && px_grpc_pending(&st->grpc[1]) > 0)
+        grpc_refuse(c, st, 1, -EPIPE);
     if (!st->blocked) {
         st->eof[1] = true;
         if (!st->closed[0])
