@@ -5,7 +5,9 @@ namespace, in the clear (h2c, prior knowledge) and over TLS (ALPN h2, --upstream
 server-streaming and bidirectional calls. The method is the rendered request line; each
 length-prefixed message is scanned on its own, without its 5-byte prefix (a pattern anchored
 with ^ matches its first byte) and inflated where the client compressed it with gzip; a
-streaming call is judged message by message, and a match resets that stream only."""
+streaming call is judged message by message, and a match resets that stream only. A filter
+file's GrpcRequest / GrpcResponse (Firegex 5.0.0's GrpcMessage) is called message by message
+too."""
 import json
 import os
 import subprocess
@@ -134,6 +136,64 @@ def grpc_methods_and_messages_are_judged_on_h2c_and_tls(env):
     evs = [e for e in env.ctl("events") if e.get("service") in ("g-h2c", "g-tls")]
     check(len(evs) >= 14, "%d events: %r", len(evs), evs)
     check(all(e.get("h2_stream") for e in evs), "events without their stream: %r", evs)
+
+
+@test
+def a_grpc_filter_file_judges_message_by_message(env):
+    """A filter file with GrpcRequest / GrpcResponse (Firegex 5.0.0's model) and an
+    HttpRequest: called for each message as it completes, without its prefix; a refusal
+    resets that stream only."""
+    script = os.path.join(HERE, "scripts", "grpc_filter.py")
+    for tls in (False, True):
+        port = env.port()
+        name = "gf-tls" if tls else "gf-h2c"
+        extra = ("--layer", "proxy")
+        if tls:
+            c = proxy_cert(env)
+            extra += ("--tls-cert", c[0], "--tls-key", c[1], "--upstream", "plain")
+        env.service(name, "http", port, extra)
+        r = env.ctl_raw("script", "set", name, script, json_out=False)
+        check(r.returncode == 0, "script set %s: %r", name, r.stderr)
+        p, log = grpc_server(env, port)
+        try:
+            def run(method, kind, msgs, gzip=False):
+                return call(env, port, method, kind, msgs, gzip=gzip, tls=tls)
+
+            for method, kind, msgs, want, gz in (
+                    ("Echo", "unary", ["harmless"], ["you sent harmless"], False),
+                    ("Echo", "unary", ["harmless"], ["you sent harmless"], True),
+                    ("Echo", "unary", ["a NOT-THIS-ONE"], ["you sent a NOT-THIS-ONE"], False),
+                    ("Chunks", "stream", ["x"], ["chunk 0 for x", "chunk 1 for x",
+                                                 "chunk 2 for x"], False),
+                    ("Chat", "bidi", ["one", "two"], ["re: one", "re: two"], False)):
+                r = run(method, kind, msgs, gz)
+                check(r["ok"] and r["answers"] == want, "%s: innocent %s %r (gzip %s): %r",
+                      name, method, msgs, gz, r)
+            for method, kind, msgs, gz in (("Echo", "unary", ["NOT-THIS-ONE"], False),
+                                           ("Echo", "unary", ["NOT-THIS-ONE"], True),
+                                           ("Secret", "unary", ["hello"], False),
+                                           ("Leak", "unary", ["hello"], False)):
+                r = run(method, kind, msgs, gz)
+                check(not r["ok"] and r["code"] == "StatusCode.CANCELLED",
+                      "%s: %s %r (gzip %s) passed the file: %r", name, method, msgs, gz, r)
+            # the needle in the third message: the first two answered while the stream runs
+            r = run("Chat", "bidi", ["one", "two", "NOT-THIS-ONE", "four"])
+            check(not r["ok"] and r["answers"] == ["re: one", "re: two"],
+                  "%s: the bidi call with the needle third: %r", name, r)
+            r = run("Echo", "unary2", ["NOT-THIS-ONE", "harmless"])
+            check(r["answers"][0].startswith("ERR") and r["answers"][1] == "you sent harmless",
+                  "%s: the call after the refused one on its connection: %r", name, r)
+            got = received(log)
+            check("Echo NOT-THIS-ONE" not in got and "Chat NOT-THIS-ONE" not in got and
+                  "Secret hello" not in got and "Chat four" not in got,
+                  "%s: what the file refused reached the service: %r", name, got)
+        finally:
+            p.kill()
+            p.wait(5)
+    evs = [e for e in env.ctl("events") if e.get("service") in ("gf-h2c", "gf-tls")]
+    check({e.get("script_function") for e in evs} == {"no_secret_method", "no_needle",
+                                                       "no_flag"} and
+          all(e.get("h2_stream") for e in evs), "events: %r", evs)
 
 
 @test
