@@ -715,11 +715,12 @@ static int sw_head(struct px_conn *c, struct px_h2_stream *st, int side, enum px
                    struct px_h2_fields *fl, const struct px_h2_hdr *hd, bool end)
 {
     static const char te[] = "Transfer-Encoding: chunked\r\n\r\n";
+    static const char cl0[] = "Content-Length: 0\r\n\r\n";
     size_t len = px_h2_render_head(kind, hd, fl->n, NULL, 0);
     const struct px_h2_field *f = fields_get(fl, kind == PX_H2_REQUEST ? ":method" : ":status");
     bool interim = kind == PX_H2_RESPONSE && f != NULL && f->vl == 3 && fl->arena[f->vo] == '1';
     struct px_h2_act *a = calloc(1, sizeof(*a));
-    uint8_t *buf = malloc(len + sizeof(te));
+    uint8_t *buf = malloc(len + sizeof(te) + sizeof(cl0));
 
     if (a == NULL || buf == NULL) {
         free(a);
@@ -735,6 +736,15 @@ static int sw_head(struct px_conn *c, struct px_h2_stream *st, int side, enum px
     if (st->sw_chunked[side]) {
         memcpy(buf + len - 2, te, sizeof(te) - 1);
         len += sizeof(te) - 1 - 2;
+    } else if (kind == PX_H2_RESPONSE && end && !interim && !st->head_req &&
+               !fields_has(fl, "content-length") &&
+               !(f != NULL && f->vl == 3 &&
+                 (memcmp(fl->arena + f->vo, "204", 3) == 0 ||
+                  memcmp(fl->arena + f->vo, "304", 3) == 0))) {
+        /* an answer that ends with its head (gRPC's trailers-only status): without a length
+         * HTTP/1.1 would read its body up to the connection's end */
+        memcpy(buf + len - 2, cl0, sizeof(cl0) - 1);
+        len += sizeof(cl0) - 1 - 2;
     }
     a->head = true;
     a->end = end;

@@ -11,7 +11,8 @@ namespaces. Messages are raw bytes (no .proto: generic handlers, no serializers)
                                   a call that failed)
 
 Methods: /fgx.Test/Echo (unary: "you sent " + msg), /fgx.Test/Secret (unary), /fgx.Test/Leak
-(unary: a flag in the answer), /fgx.Test/Chunks (three answers), /fgx.Test/Chat (bidi: an answer
+(unary: a flag in the answer), /fgx.Test/Denied (unary: PERMISSION_DENIED, trailers-only),
+/fgx.Test/Chunks (three answers), /fgx.Test/Chat (bidi: an answer
 to each message as it arrives). Bytes travel as latin-1 in the JSON."""
 import json
 import sys
@@ -40,6 +41,11 @@ def serve(port, log):
         note("Leak", req)
         return b"FLAG{grpc-leak}"
 
+    def denied(req, ctx):
+        note("Denied", req)
+        # before any answer: a trailers-only response (HEADERS with the status, END_STREAM)
+        ctx.abort(grpc.StatusCode.PERMISSION_DENIED, "denied " + req.decode("latin-1"))
+
     def chunks(req, ctx):
         note("Chunks", req)
         for i in range(3):
@@ -54,6 +60,7 @@ def serve(port, log):
         "Echo": grpc.unary_unary_rpc_method_handler(echo),
         "Secret": grpc.unary_unary_rpc_method_handler(secret),
         "Leak": grpc.unary_unary_rpc_method_handler(leak),
+        "Denied": grpc.unary_unary_rpc_method_handler(denied),
         "Chunks": grpc.unary_stream_rpc_method_handler(chunks),
         "Chat": grpc.stream_stream_rpc_method_handler(chat),
     })

@@ -106,6 +106,10 @@ def grpc_methods_and_messages_are_judged_on_h2c_and_tls(env):
             # in the message, not at its start: ^ is the message's first byte
             ok("Echo", "unary", ["not evil1337"], ["you sent not evil1337"])
             ok("Chunks", "stream", ["x"], ["chunk 0 for x", "chunk 1 for x", "chunk 2 for x"])
+            # a trailers-only status survives the proxy as the service sent it
+            r = call(env, port, "Denied", "unary", ["x"], tls=tls)
+            check(not r["ok"] and r["code"] == "StatusCode.PERMISSION_DENIED" and
+                  r["details"] == "denied x", "%s: trailers-only status: %r", name, r)
             ok("Chat", "bidi", ["one", "two", "three"], ["re: one", "re: two", "re: three"])
             blocked("Secret", "unary", ["hello"])
             blocked("Echo", "unary", ["evil1337"])
@@ -176,6 +180,12 @@ def a_grpc_filter_file_judges_message_by_message(env):
                 r = run(method, kind, msgs, gz)
                 check(not r["ok"] and r["code"] == "StatusCode.CANCELLED",
                       "%s: %s %r (gzip %s) passed the file: %r", name, method, msgs, gz, r)
+            # a trailers-only answer reaches HttpFullResponse (its status in its head)
+            r = run("Denied", "unary", ["x"])
+            check(not r["ok"] and r["code"] == "StatusCode.PERMISSION_DENIED", "%s: %r", name, r)
+            r = run("Denied", "unary", ["secret"])
+            check(not r["ok"] and r["code"] == "StatusCode.CANCELLED",
+                  "%s: the trailers-only answer passed the file: %r", name, r)
             # the needle in the third message: the first two answered while the stream runs
             r = run("Chat", "bidi", ["one", "two", "NOT-THIS-ONE", "four"])
             check(not r["ok"] and r["answers"] == ["re: one", "re: two"],
@@ -192,7 +202,7 @@ def a_grpc_filter_file_judges_message_by_message(env):
             p.wait(5)
     evs = [e for e in env.ctl("events") if e.get("service") in ("gf-h2c", "gf-tls")]
     check({e.get("script_function") for e in evs} == {"no_secret_method", "no_needle",
-                                                       "no_flag"} and
+                                                       "no_flag", "no_denied_secret"} and
           all(e.get("h2_stream") for e in evs), "events: %r", evs)
 
 

@@ -1,7 +1,7 @@
 # test_grpc: a gRPC filter file (Firegex 5.0.0's GrpcRequest / GrpcResponse, and an
 # HttpRequest for the method), run on the rendered h2 streams.
 from firegex.pyfilters import pyfilter, REJECT
-from firegex.pyfilters.models import GrpcRequest, GrpcResponse, HttpRequest
+from firegex.pyfilters.models import GrpcRequest, GrpcResponse, HttpFullResponse, HttpRequest
 
 
 @pyfilter
@@ -22,4 +22,11 @@ def no_needle(msg: GrpcRequest):
 @pyfilter
 def no_flag(msg: GrpcResponse):
     if b"FLAG{" in msg.payload:
+        return REJECT
+
+
+@pyfilter
+def no_denied_secret(resp: HttpFullResponse):
+    # a trailers-only answer: the status is in its head
+    if "denied secret" in resp.get_header("grpc-message", ""):
         return REJECT
