@@ -629,7 +629,6 @@ static void sw_pass(struct px_conn *c, struct px_h2_stream *st, int side, uint32
 {
     struct px_h2 *h = c->h2;
     int to = 1 - side;
-    bool body = false;
 
     while (st->ah[side] != NULL && st->ah[side]->seq == seq && !st->blocked) {
         struct px_h2_act *a = st->ah[side];
@@ -648,12 +647,10 @@ static void sw_pass(struct px_conn *c, struct px_h2_stream *st, int side, uint32
                 st->qh[to] = a->k;
             st->qt[to] = a->k;
             a->k = NULL;
-            body = true;
         }
         fields_free(&a->f);
         free(a);
     }
-    (void)body;
     if (!st->blocked && st->id[to] > 0 && h->sess[to] != NULL)
         (void)nghttp2_session_resume_data(h->sess[to], st->id[to]);
 }

@@ -105,7 +105,7 @@ Test(px_grpc, messages_without_their_prefix_at_any_split)
         if (cut <= n) {
             cr_assert_eq(px_grpc_feed(&g, body, cut, collect, &s), 0);
             fwd += g.ready;
-            cr_assert(memcmp(g.buf, body, g.ready) == 0, "the raw bytes kept as they came");
+            cr_assert(g.ready == 0 || memcmp(g.buf, body, g.ready) == 0, "the raw bytes kept");
             px_grpc_consume(&g);
             cr_assert_eq(px_grpc_feed(&g, body + cut, n - cut, collect, &s), 0);
             fwd += g.ready;
