@@ -21,6 +21,11 @@
  * and passed; a match resets the stream as above, and a message that cannot be judged resets it
  * too (logged, a scan error).
  *
+ * Filter files (px_script.c): on a service with a script each stream is a connection of its own
+ * to the interpreters, shown its rendering (chunked where the head has no length, so that an
+ * HTTP/1.1 parser frames it); a side's head, body bytes and end wait for the verdict on the
+ * frame that carried them (struct px_h2_act), a REJECT resets the stream.
+ *
  * Toward a service that speaks HTTP/1.1 only (--upstream http1, c->h1up) there is no client
  * session: each stream's request is rendered as HTTP/1.1 (Host from :authority, the body as it
  * came with its Content-Length, else chunked) and written on the one upstream connection, one

@@ -5,7 +5,8 @@
  * connection open and discards everything either side sends from then on (a black hole, as
  * Firegex's DROP: nothing tells the peers); an exception, a call past the deadline or no
  * scriptworker at all: the service's fail_open choice. Services without a script never get
- * here (one pointer test per read). */
+ * here (one pointer test per read). An HTTP/2 stream of an HTTP service is a connection of its
+ * own there (px_script_stream_chunk(), its verdicts to px_h2_script_verdict()). */
 #include "px.h"
 
 #include <errno.h>
