@@ -324,9 +324,7 @@ int px_script_chunk(struct px_conn *c, int side, const uint8_t *data, size_t len
     c->hold_len[side] = len;
     c->hold_seq[side] = ++sw->link.seq;
     rv = data_send(c, &c->sw_id, side, 0, c->hold_seq[side], data, len);
-    if (rv == -ENOSPC)
-        return svc->fail_open ? 0 : -1;
-    if (rv < 0) {
+    if (rv < 0) { /* no free slot, or the send failed */
         free(c->hold[side]);
         c->hold[side] = NULL;
         return svc->fail_open ? 0 : -1;
