@@ -362,9 +362,9 @@ def a_filter_file_judges_the_streams_toward_an_http11_service(env):
     HTTP/1.1 service: the same requests and answer refused, the innocent ones (a chunked
     upload and a chunked answer with its trailer among them) pass."""
     tls_port, h2c_port = env.port(), env.port()
-    http1_service(env, "s-tls", tls_port, tls=True, filters=False)
-    http1_service(env, "s-h2c", h2c_port, filters=False)
-    for name in ("s-tls", "s-h2c"):
+    http1_service(env, "fs-tls", tls_port, tls=True, filters=False)
+    http1_service(env, "fs-h2c", h2c_port, filters=False)
+    for name in ("fs-tls", "fs-h2c"):
         r = env.ctl_raw("script", "set", name, os.path.join(HERE, "scripts", "h2_http_filter.py"),
                         json_out=False)
         check(r.returncode == 0, "script set %s: %r", name, r.stderr)
