@@ -35,6 +35,8 @@ LIBS_NET := $(shell pkg-config --libs libnetfilter_queue libnftnl libmnl 2>/dev/
 LIBS_EVENT := $(shell pkg-config --libs libevent_core libevent_pthreads 2>/dev/null)
 LIBS_SSL := $(shell pkg-config --libs libssl libcrypto 2>/dev/null)
 LIBS_H2 := $(shell pkg-config --libs libnghttp2 2>/dev/null || echo -lnghttp2)
+# gRPC messages compressed with gzip or deflate, inflated for the filters (px_grpc.c)
+LIBS_Z := $(shell pkg-config --libs zlib 2>/dev/null || echo -lz)
 # the HTTP kind toward an HTTP/1.1-only service (px_h2.c): http-parser has no .pc
 LIBS_H1 := -lhttp_parser
 LIBS_HS := -lhs
@@ -139,7 +141,7 @@ $(BUILD)/bin/nfqworker: $(call objs,nfqworker/main.c) $(BUILD)/libnfq.a $(BUILD)
 $(BUILD)/bin/proxyworker: $(call objs,proxyworker/main.c) $(BUILD)/libpx.a $(BUILD)/libcommon.a
 	@mkdir -p $(dir $@)
 	@echo "  LD      $@"
-	$(Q)$(CC) $(FGX_LDFLAGS) -o $@ $^ $(LIBS_HS_RT) $(LIBS_EVENT) $(LIBS_SSL) $(LIBS_H2) $(LIBS_H1) $(LIBS_PRIV) $(LIBS_BASE) -lm
+	$(Q)$(CC) $(FGX_LDFLAGS) -o $@ $^ $(LIBS_HS_RT) $(LIBS_EVENT) $(LIBS_SSL) $(LIBS_H2) $(LIBS_Z) $(LIBS_H1) $(LIBS_PRIV) $(LIBS_BASE) -lm
 
 $(BUILD)/bin/scriptworker: $(call objs,$(SW_SRC)) $(BUILD)/libcommon.a
 	@mkdir -p $(dir $@)
@@ -159,7 +161,7 @@ TEST_ARCHIVES := $(BUILD)/libctl.a $(BUILD)/libnfq.a $(BUILD)/libpx.a $(BUILD)/l
 $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(TEST_ARCHIVES)
 	@mkdir -p $(dir $@)
 	@echo "  LD      $@"
-	$(Q)$(CC) $(FGX_LDFLAGS) -o $@ $< $(TEST_ARCHIVES) $(LIBS_TEST) $(LIBS_HS) $(LIBS_NET) $(LIBS_HTTP) $(LIBS_EVENT) $(LIBS_JSON) $(LIBS_PCAP) $(LIBS_TLS) $(LIBS_SSL) $(LIBS_H2) $(LIBS_H1) $(LIBS_PRIV) $(LIBS_BASE) -lm
+	$(Q)$(CC) $(FGX_LDFLAGS) -o $@ $< $(TEST_ARCHIVES) $(LIBS_TEST) $(LIBS_HS) $(LIBS_NET) $(LIBS_HTTP) $(LIBS_EVENT) $(LIBS_JSON) $(LIBS_PCAP) $(LIBS_TLS) $(LIBS_SSL) $(LIBS_H2) $(LIBS_Z) $(LIBS_H1) $(LIBS_PRIV) $(LIBS_BASE) -lm
 
 unit-tests: $(UNIT_BINS)
 
@@ -212,7 +214,7 @@ $(FUZZ)/fuzz_%: $(FUZZ)/obj/tests/fuzz/fuzz_%.o $(FUZZ_ARCHIVES)
 	@echo "  LD      $@"
 	$(Q)$(FUZZ_CC) $(FUZZ_SAN) -fsanitize=fuzzer -pthread -o $@ $(filter %.o,$^) $(FUZZ_ARCHIVES) $(LIBS_HS) \
 		$(LIBS_NET) $(LIBS_HTTP) $(LIBS_EVENT) $(LIBS_JSON) $(LIBS_PCAP) $(LIBS_TLS) $(LIBS_SSL) \
-		$(LIBS_H2) $(LIBS_H1) $(LIBS_BASE) -lm
+		$(LIBS_H2) $(LIBS_Z) $(LIBS_H1) $(LIBS_BASE) -lm
 
 # The binary seeds, made with fgex's own encoders (tests/fuzz/mkseeds.c), never committed.
 $(FUZZ)/mkseeds: $(BUILD)/obj/tests/fuzz/mkseeds.o $(BUILD)/libcommon.a

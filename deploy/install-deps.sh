@@ -11,7 +11,8 @@ set -euo pipefail
 # writes pcap files with it), scdoc for the man pages, libmicrohttpd for controld's HTTP
 # listeners (the web dashboard over HTTPS with GnuTLS, --metrics-listen), libnghttp2 for the
 # proxy's HTTP service kind (HTTP/2 and h2c terminated, proxyworker/px_h2.c), libhttp-parser for
-# its HTTP/1.1-only services (--upstream http1: their answers parsed, px_h2.c).
+# its HTTP/1.1-only services (--upstream http1: their answers parsed, px_h2.c), zlib for the
+# gRPC messages a client compressed (gzip, deflate: inflated for the filters, px_grpc.c).
 build=(
   build-essential pkg-config
   protobuf-c-compiler libprotobuf-c-dev
@@ -20,7 +21,7 @@ build=(
   libmbedtls-dev libcrypt-dev libjansson-dev libssl-dev libpcap-dev
   libmicrohttpd-dev
   libseccomp-dev libcap-ng-dev
-  libnghttp2-dev libhttp-parser-dev
+  libnghttp2-dev libhttp-parser-dev zlib1g-dev
   scdoc
 )
 # Running: nft to read fgex's rules (iptables provides libxt_NFQUEUE.so, through which nft prints
@@ -36,7 +37,8 @@ run=(nftables iptables iproute2 man-db python3 python3-h11 python3-brotli python
 # session bus of the systemd user manager test_unit_systemd runs the unit in); for test_tls: curl (HTTP/1.1
 # and HTTP/2 clients), nginx-light (an HTTP/2 TLS service), python3-cryptography (certificates,
 # an expired one among them); for test_h2: nghttp2-client (nghttp, several streams on one
-# connection) and nghttp2-server (nghttpd, an h2 and h2c service).
+# connection) and nghttp2-server (nghttpd, an h2 and h2c service); for test_grpc: python3-grpcio
+# (a real gRPC client and server).
 # The dashboard's browser tests (test_web_ui): Debian's chromium, headless, driven by
 # playwright-core from npm (installed below into build/web-node, never committed) under nodejs.
 # ca-certificates: the system's CA store, which npm is told to trust (below) for the download.
@@ -45,7 +47,7 @@ run=(nftables iptables iproute2 man-db python3 python3-h11 python3-brotli python
 # The 2-minute soak (test_soak runs bench/soak) needs nothing more: scapy for its out-of-order
 # segments, python3-cryptography for its TLS certificates; its plot needs gnuplot-nox (bench).
 test=(libcriterion-dev python3 python3-scapy openssl procps systemd dbus-daemon curl nginx-light
-  nghttp2-client nghttp2-server
+  nghttp2-client nghttp2-server python3-grpcio
   python3-cryptography chromium nodejs ca-certificates clang libclang-rt-14-dev)
 # npm: Debian's package, unless a nodejs that carries its own npm (NodeSource's) is installed
 command -v npm >/dev/null 2>&1 || test+=(npm)

@@ -379,6 +379,10 @@ void px_h2_conn_free(struct px_conn *c);
 /* Toward an HTTP/1.1 service (c->h1up, HTTP/2 running): the service closed its connection.
  * false: c is closed. */
 bool px_h2_upstream_eof(struct px_conn *c);
+/* The interpreters' verdict (enum fgx_sw_verdict code, from function fn) on frame seq of the
+ * stream they know as sw_id (px_script.c's px_script_stream_chunk()). */
+void px_h2_script_verdict(struct px_conn *c, uint64_t sw_id, uint32_t seq, uint8_t code,
+                          const char *fn);
 /* The same (px_relay.c): the service's connection replaced by a new one (the old closed). 0:
  * connected or connecting (px_h2_flush() once it is); -errno: none (the old fd still held). */
 int px_relay_reopen(struct px_conn *c);
@@ -393,6 +397,15 @@ void px_script_switch(struct px_thread *t);
  * the verdict (or discarded: DROP), -1 to reset the connection. */
 int px_script_chunk(struct px_conn *c, int side, const uint8_t *data, size_t len);
 void px_script_conn_close(struct px_conn *c);
+/* The same for one HTTP/2 stream of c (px_h2.c), a connection of its own to the interpreters
+ * (*sw_id: its number there, 0 until the first chunk opens it), its HTTP/1.1 rendering as the
+ * bytes: 1, sent as frame *seq, the verdict due within *deadline_ms (then
+ * px_h2_script_verdict()); 0: not judged on this side (or no scriptworker and fail-open), pass
+ * them; -1: no scriptworker, and the service fails closed. Edits are refused there. */
+int px_script_stream_chunk(struct px_conn *c, uint64_t *sw_id, int side, const uint8_t *data,
+                           size_t len, uint32_t *seq, uint64_t *deadline_ms);
+void px_script_stream_close(struct px_conn *c, uint64_t sw_id);
+bool px_script_fail_open(const struct px_conn *c);
 
 /* ---- px_relay.c (continued) ---- */
 /* Forward bytes a script accepted and read side again. Returns false when c was closed. */

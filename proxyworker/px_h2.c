@@ -15,6 +15,17 @@
  * side they come from is not read until it drains. libnghttp2 (Debian's) does all framing,
  * HPACK and flow control: none of it is written here.
  *
+ * gRPC: a side whose head says content-type application/grpc has its body deframed
+ * (px_grpc.c): each length-prefixed message is scanned on its own (the side's reasm started
+ * again for it), inflated where it was compressed, and its raw bytes forwarded once it is whole
+ * and passed; a match resets the stream as above, and a message that cannot be judged resets it
+ * too (logged, a scan error).
+ *
+ * Filter files (px_script.c): on a service with a script each stream is a connection of its own
+ * to the interpreters, shown its rendering (chunked where the head has no length, so that an
+ * HTTP/1.1 parser frames it); a side's head, body bytes and end wait for the verdict on the
+ * frame that carried them (struct px_h2_act), a REJECT resets the stream.
+ *
  * Toward a service that speaks HTTP/1.1 only (--upstream http1, c->h1up) there is no client
  * session: each stream's request is rendered as HTTP/1.1 (Host from :authority, the body as it
  * came with its Content-Length, else chunked) and written on the one upstream connection, one
@@ -38,6 +49,8 @@
 #include <sys/socket.h>
 
 #include "fgx/log.h"
+#include "fgx/swproto.h"
+#include "px_grpc.h"
 #include "px_h2_render.h"
 
 #define PX_H2_QUEUE_MAX (1u << 20) /* body bytes waiting toward one side */
@@ -45,6 +58,7 @@
 #define PX_H2_STREAMS 100          /* concurrent streams a client may open */
 #define PX_H1_PUMP (64u << 10)     /* request bytes framed toward an HTTP/1.1 service at once */
 #define PX_H1_REOPENS 3            /* new connections to it in a row without an answer */
+#define PX_H2_GRPC_HELD (8u << 20) /* gRPC bytes of messages not complete, all streams together */
 
 static const uint8_t preface[PX_H2_PREFACE_LEN] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
@@ -66,8 +80,20 @@ struct px_h2_fields {
     size_t n, fcap;
 };
 
+/* A part of a side's stream shown to the filter file, passed on at its verdict: a head (its
+ * fields, moved here), body bytes, or the rendering's end. */
+struct px_h2_act {
+    struct px_h2_act *next;
+    uint32_t seq; /* the frame whose verdict passes it; 0: not sent yet */
+    bool head, end;
+    enum px_h2_kind kind;
+    struct px_h2_fields f;
+    struct px_h2_chunk *k;
+};
+
 struct px_h2_stream {
     struct px_h2_stream *prev, *next;
+    struct px_conn *c;
     int32_t id[2];  /* [0] the client's stream, [1] the service's (0: not opened) */
     bool closed[2]; /* closed in session i */
     bool eof[2];    /* side i ended its half (END_STREAM) */
@@ -85,6 +111,22 @@ struct px_h2_stream {
     struct px_h2_stream *h1next;
     bool h1q, h1chunked, h1head;
     bool h1again; /* GET or HEAD without body: may be sent again if no answer began */
+    /* a gRPC stream (content-type application/grpc on side i's head): side i's body deframed,
+     * each message scanned on its own and forwarded once it passed (px_grpc.c) */
+    bool grpc_on[2];
+    struct px_grpc grpc[2];
+    /* a service with a filter file (px_script.c): the stream is a connection of its own to the
+     * interpreters, its HTTP/1.1 rendering the bytes (chunked where the head has no length);
+     * side i's parts wait in ah/at until the verdict on the frame that carried them */
+    bool scripted;
+    bool sw_chunked[2];
+    bool head_req; /* the request is HEAD: its answer has no body */
+    uint64_t sw_id;
+    struct px_h2_act *ah[2], *at[2];
+    uint8_t *sw_next[2], *sw_sent[2]; /* rendered, not sent yet; sent, its verdict awaited */
+    size_t sw_next_len[2], sw_next_cap[2], sw_sent_len[2], sw_sent_cap[2];
+    uint32_t sw_seq[2]; /* the frame awaited (0: none) */
+    struct event *sw_timer;
 };
 
 /* The one connection to an HTTP/1.1 service (c->h1up): the line of requests (head: the one
@@ -113,6 +155,7 @@ struct px_h2 {
     uint8_t sniff[PX_H2_PREFACE_LEN];
     size_t sniff_len;
     struct px_h1up *h1; /* toward an HTTP/1.1 service (sess[1] NULL then) */
+    size_t grpc_held;   /* bytes of gRPC messages not complete yet, over the streams */
 };
 
 static void fields_free(struct px_h2_fields *f)
@@ -187,7 +230,14 @@ static bool fields_has(const struct px_h2_fields *f, const char *name)
 
 /* ---- streams ---- */
 
+/* Side ended its half and all of it passed (nothing waits for the filter file's verdict). */
+static bool side_done(const struct px_h2_stream *st, int side)
+{
+    return st->eof[side] && st->ah[side] == NULL;
+}
+
 static void h1_unlink(struct px_h1up *u, struct px_h2_stream *st);
+static int buf_add(uint8_t **b, size_t *len, size_t *cap, const void *p, size_t n, size_t max);
 static bool h1_needs_client(const struct px_h2 *h);
 static void h1_drop(struct px_conn *c, struct px_h2_stream *st);
 static int h1_request(struct px_conn *c, struct px_h2_stream *st, const struct px_h2_fields *fl,
@@ -201,8 +251,14 @@ static struct px_h2_stream *stream_new(struct px_conn *c, int32_t id)
     if (st == NULL)
         return NULL;
     st->id[0] = id;
+    st->c = c;
     if (c->epoch != t->epoch)
         px_match_attach(c);
+    {
+        const struct fgx_wsvc *svc = c->absent ? NULL : fgx_wcfg_service(t->cfg, c->service_id);
+
+        st->scripted = svc != NULL && svc->script != NULL;
+    }
     for (int d = 0; d < 2; d++) {
         struct fgx_wdb *db = c->absent ? NULL : c->dbref[d];
 
@@ -224,6 +280,7 @@ static struct px_h2_stream *stream_new(struct px_conn *c, int32_t id)
 static void queue_drop(struct px_h2 *h, struct px_h2_stream *st, int to)
 {
     struct px_h2_chunk *k, *n;
+    struct px_h2_act *a, *an;
 
     for (k = st->qh[to]; k != NULL; k = n) {
         n = k->next;
@@ -231,6 +288,17 @@ static void queue_drop(struct px_h2 *h, struct px_h2_stream *st, int to)
         free(k);
     }
     st->qh[to] = st->qt[to] = NULL;
+    /* and what waits for the filter file's verdict on its way there */
+    for (a = st->ah[1 - to]; a != NULL; a = an) {
+        an = a->next;
+        if (a->k != NULL) {
+            h->queued[to] -= a->k->len;
+            free(a->k);
+        }
+        fields_free(&a->f);
+        free(a);
+    }
+    st->ah[1 - to] = st->at[1 - to] = NULL;
 }
 
 static void stream_free(struct px_conn *c, struct px_h2_stream *st)
@@ -251,7 +319,14 @@ static void stream_free(struct px_conn *c, struct px_h2_stream *st)
         fields_free(&st->tr[d]);
         fgx_reasm_release(c->t->reasm, &st->dir[d]);
         fgx_wdb_unref(st->db[d]);
+        h->grpc_held -= st->grpc[d].len;
+        px_grpc_release(&st->grpc[d]);
+        free(st->sw_next[d]);
+        free(st->sw_sent[d]);
     }
+    if (st->sw_timer != NULL)
+        event_free(st->sw_timer);
+    px_script_stream_close(c, st->sw_id);
     if (st->h1q)
         h1_unlink(h->h1, st);
     free(st->h1req);
@@ -262,6 +337,20 @@ static void stream_maybe_free(struct px_conn *c, struct px_h2_stream *st)
 {
     if (st->closed[0] && (st->id[1] <= 0 || st->closed[1]))
         stream_free(c, st);
+}
+
+/* st ends here: reset on both sides, nothing more of it passed on. */
+static void stream_block(struct px_conn *c, struct px_h2_stream *st)
+{
+    st->blocked = true;
+    for (int d = 0; d < 2; d++) {
+        queue_drop(c->h2, st, d);
+        if (d == 1 && c->h2->h1 != NULL)
+            h1_drop(c, st);
+        else if (st->id[d] > 0 && !st->closed[d])
+            (void)nghttp2_submit_rst_stream(c->h2->sess[d], NGHTTP2_FLAG_NONE, st->id[d],
+                                            NGHTTP2_CANCEL);
+    }
 }
 
 /* Scan the rendering of side's part of st. 0: pass; -EACCES: st is blocked (reset on both
@@ -282,15 +371,7 @@ static int stream_scan(struct px_conn *c, struct px_h2_stream *st, int side, con
     rc = px_match_scan_h2(c, &st->dir[side], side, (uint32_t)st->id[0], data, len);
     if (rc != -EACCES)
         return rc;
-    st->blocked = true;
-    for (int d = 0; d < 2; d++) {
-        queue_drop(c->h2, st, d);
-        if (d == 1 && c->h2->h1 != NULL)
-            h1_drop(c, st);
-        else if (st->id[d] > 0 && !st->closed[d])
-            (void)nghttp2_submit_rst_stream(c->h2->sess[d], NGHTTP2_FLAG_NONE, st->id[d],
-                                            NGHTTP2_CANCEL);
-    }
+    stream_block(c, st);
     return -EACCES;
 }
 
@@ -307,6 +388,77 @@ static int scan_head(struct px_conn *c, struct px_h2_stream *st, int side, enum 
     rc = stream_scan(c, st, side, buf, len);
     free(buf);
     return rc;
+}
+
+/* ---- gRPC streams ---- */
+
+/* The field of that name in f (the last one), or NULL. */
+static const struct px_h2_field *fields_get(const struct px_h2_fields *f, const char *name)
+{
+    size_t n = strlen(name);
+    const struct px_h2_field *r = NULL;
+
+    for (size_t i = 0; i < f->n; i++)
+        if (f->f[i].nl == n && memcmp(f->arena + f->f[i].no, name, n) == 0)
+            r = &f->f[i];
+    return r;
+}
+
+/* side's head fl says whether its body is gRPC messages, and how they are compressed. */
+static void grpc_detect(struct px_h2_stream *st, int side, const struct px_h2_fields *fl)
+{
+    const struct px_h2_field *ct = fields_get(fl, "content-type");
+    const struct px_h2_field *enc = fields_get(fl, "grpc-encoding");
+
+    if (ct == NULL || !px_grpc_content_type(fl->arena + ct->vo, ct->vl))
+        return;
+    px_grpc_init(&st->grpc[side],
+                 enc != NULL ? px_grpc_encoding(fl->arena + enc->vo, enc->vl) : PX_GRPC_IDENTITY);
+    st->grpc_on[side] = true;
+}
+
+static const char *grpc_why(int err)
+{
+    switch (err) {
+    case -EPROTO: return "a flag not 0 or 1, or compressed with no encoding zlib undoes";
+    case -EMSGSIZE: return "longer than 4 MiB, as sent or decompressed";
+    case -EBADMSG: return "it does not decompress";
+    case -EPIPE: return "the stream ended inside it";
+    case -ENOBUFS: return "the connection's incomplete messages past 8 MiB";
+    default: return "no memory";
+    }
+}
+
+/* A message of side's that cannot be judged: the stream is reset, never passed unjudged. */
+static void grpc_refuse(struct px_conn *c, struct px_h2_stream *st, int side, int err)
+{
+    static __thread unsigned long long last_log;
+    struct px_grpc *g = &st->grpc[side];
+
+    PX_CTR_ADD(&c->t->ctr.scan_errors, 1);
+    fgx_log_ratelimited(&last_log, FGX_LOG_WARN,
+                        "service %u: h2#%d: a gRPC message from the %s cannot be judged (%s): "
+                        "stream reset",
+                        c->service_id, st->id[0], side == 0 ? "client" : "service", grpc_why(err));
+    stream_block(c, st);
+    c->h2->grpc_held -= g->len;
+    px_grpc_release(g);
+}
+
+struct grpc_scan {
+    struct px_conn *c;
+    struct px_h2_stream *st;
+    int side;
+};
+
+static int grpc_msg(void *arg, const uint8_t *msg, size_t len)
+{
+    struct grpc_scan *a = arg;
+
+    /* each message a scan of its own: its first byte is a start (^), and no pattern matches
+     * across two messages, or across the head and a message */
+    (void)fgx_reasm_start(a->c->t->reasm, &a->st->dir[a->side], 0);
+    return stream_scan(a->c, a->st, a->side, msg, len);
 }
 
 /* ---- sessions' callbacks ---- */
@@ -353,7 +505,7 @@ static ssize_t on_read_data(nghttp2_session *s, int32_t sid, uint8_t *buf, size_
     }
     c->h2->queued[to] -= got;
     resume_from(c, to);
-    if (st->qh[to] == NULL && st->eof[from]) {
+    if (st->qh[to] == NULL && side_done(st, from)) {
         *flags |= NGHTTP2_DATA_FLAG_EOF;
         if (st->has_tr[to]) {
             nghttp2_nv *nv;
@@ -407,35 +559,20 @@ static int on_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *
     return 0;
 }
 
-/* A header block of side's is complete: scanned, then passed on to the other session. */
-static int headers_done(struct px_conn *c, struct px_h2_stream *st, int side, bool end)
+/* side's head (request or response: fields fl, which ended the stream if end), judged:
+ * passed on to the other session. */
+static int head_pass(struct px_conn *c, struct px_h2_stream *st, int side, enum px_h2_kind kind,
+                     struct px_h2_fields *fl, bool end)
 {
     struct px_h2 *h = c->h2;
-    struct px_h2_fields *fl = &st->hf[side];
     nghttp2_data_provider prd = {.source.ptr = st, .read_callback = on_read_data};
     struct px_h2_hdr *hd;
     nghttp2_nv *nv;
-    enum px_h2_kind kind = side == 0 ? (fields_has(fl, ":method") ? PX_H2_REQUEST : PX_H2_TRAILERS)
-                                     : (fields_has(fl, ":status") ? PX_H2_RESPONSE : PX_H2_TRAILERS);
-    int rc;
 
+    (void)side;
     if (fields_arrays(fl, &nv, &hd) != 0)
         return NGHTTP2_ERR_CALLBACK_FAILURE;
-    rc = scan_head(c, st, side, kind, hd, fl->n);
-    if (rc == -EIO) {
-        rc = NGHTTP2_ERR_CALLBACK_FAILURE;
-        goto out;
-    }
-    rc = 0;
-    if (st->blocked)
-        goto out;
-    if (kind == PX_H2_TRAILERS) {
-        /* sent after the body that precedes them (on_read_data()) */
-        fields_free(&st->tr[1 - side]);
-        st->tr[1 - side] = *fl;
-        st->has_tr[1 - side] = true;
-        memset(fl, 0, sizeof(*fl));
-    } else if (kind == PX_H2_REQUEST && h->h1 != NULL) {
+    if (kind == PX_H2_REQUEST && h->h1 != NULL) {
         if (h1_request(c, st, fl, end) != 0) {
             (void)nghttp2_submit_rst_stream(h->sess[0], NGHTTP2_FLAG_NONE, st->id[0],
                                             NGHTTP2_REFUSED_STREAM);
@@ -468,6 +605,346 @@ static int headers_done(struct px_conn *c, struct px_h2_stream *st, int side, bo
                                                 NGHTTP2_CANCEL);
         }
     }
+    free(nv);
+    free(hd);
+    return 0;
+}
+
+/* ---- the filter file (px_script.c): each stream a connection of its own there ---- */
+
+static int sw_add(struct px_h2_stream *st, int side, const void *p, size_t n)
+{
+    return buf_add(&st->sw_next[side], &st->sw_next_len[side], &st->sw_next_cap[side], p, n,
+                   SIZE_MAX / 2);
+}
+
+static void act_add(struct px_h2_stream *st, int side, struct px_h2_act *a)
+{
+    if (st->at[side] != NULL)
+        st->at[side]->next = a;
+    else
+        st->ah[side] = a;
+    st->at[side] = a;
+}
+
+static void on_sw_timer(evutil_socket_t fd, short what, void *arg);
+
+/* The parts of side's whose frame seq was accepted go on, in order. */
+static void sw_pass(struct px_conn *c, struct px_h2_stream *st, int side, uint32_t seq)
+{
+    struct px_h2 *h = c->h2;
+    int to = 1 - side;
+
+    while (st->ah[side] != NULL && st->ah[side]->seq == seq && !st->blocked) {
+        struct px_h2_act *a = st->ah[side];
+
+        st->ah[side] = a->next;
+        if (st->ah[side] == NULL)
+            st->at[side] = NULL;
+        if (a->head) {
+            if (head_pass(c, st, side, a->kind, &a->f, a->end) != 0)
+                stream_block(c, st);
+        } else if (a->k != NULL) {
+            a->k->next = NULL;
+            if (st->qt[to] != NULL)
+                st->qt[to]->next = a->k;
+            else
+                st->qh[to] = a->k;
+            st->qt[to] = a->k;
+            a->k = NULL;
+        }
+        fields_free(&a->f);
+        free(a);
+    }
+    if (!st->blocked && st->id[to] > 0 && h->sess[to] != NULL)
+        (void)nghttp2_session_resume_data(h->sess[to], st->id[to]);
+}
+
+/* What side rendered since its last frame goes to the interpreters, unless a frame of its
+ * waits for its verdict (then it goes at that verdict). */
+static void sw_kick(struct px_conn *c, struct px_h2_stream *st, int side)
+{
+    static __thread unsigned long long last_log;
+    uint64_t ms = 0;
+    uint32_t seq = 0;
+    uint8_t *p;
+    size_t cap;
+    int rv;
+
+    if (st->sw_seq[side] != 0 || st->sw_next_len[side] == 0 || st->blocked)
+        return;
+    if (st->sw_next_len[side] > FGX_SW_MAX_PAYLOAD)
+        rv = px_script_fail_open(c) ? 0 : -1;
+    else
+        rv = px_script_stream_chunk(c, &st->sw_id, side, st->sw_next[side],
+                                    st->sw_next_len[side], &seq, &ms);
+    /* the frame sent is kept (the event's excerpt), the other buffer takes what comes next */
+    p = st->sw_sent[side];
+    cap = st->sw_sent_cap[side];
+    st->sw_sent[side] = st->sw_next[side];
+    st->sw_sent_cap[side] = st->sw_next_cap[side];
+    st->sw_sent_len[side] = st->sw_next_len[side];
+    st->sw_next[side] = p;
+    st->sw_next_cap[side] = cap;
+    st->sw_next_len[side] = 0;
+    if (rv == 0) {
+        sw_pass(c, st, side, 0);
+        return;
+    }
+    if (rv < 0) {
+        fgx_log_ratelimited(&last_log, FGX_LOG_WARN,
+                            "service %u: h2#%d: the filter file cannot judge it (no "
+                            "scriptworker): stream reset (fail-closed)",
+                            c->service_id, st->id[0]);
+        stream_block(c, st);
+        return;
+    }
+    for (struct px_h2_act *a = st->ah[side]; a != NULL; a = a->next)
+        if (a->seq == 0)
+            a->seq = seq;
+    st->sw_seq[side] = seq;
+    if (st->sw_timer == NULL)
+        st->sw_timer = evtimer_new(c->t->base, on_sw_timer, st);
+    if (st->sw_timer != NULL) {
+        struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
+
+        evtimer_add(st->sw_timer, &tv);
+    }
+}
+
+/* side's head, judged by the regexes: rendered for the file; it goes on at the verdict. */
+static int sw_head(struct px_conn *c, struct px_h2_stream *st, int side, enum px_h2_kind kind,
+                   struct px_h2_fields *fl, const struct px_h2_hdr *hd, bool end)
+{
+    static const char te[] = "Transfer-Encoding: chunked\r\n\r\n";
+    static const char cl0[] = "Content-Length: 0\r\n\r\n";
+    size_t len = px_h2_render_head(kind, hd, fl->n, NULL, 0);
+    const struct px_h2_field *f = fields_get(fl, kind == PX_H2_REQUEST ? ":method" : ":status");
+    bool interim = kind == PX_H2_RESPONSE && f != NULL && f->vl == 3 && fl->arena[f->vo] == '1';
+    struct px_h2_act *a = calloc(1, sizeof(*a));
+    uint8_t *buf = malloc(len + sizeof(te) + sizeof(cl0));
+
+    if (a == NULL || buf == NULL) {
+        free(a);
+        free(buf);
+        return NGHTTP2_ERR_CALLBACK_FAILURE;
+    }
+    if (kind == PX_H2_REQUEST)
+        st->head_req = f != NULL && f->vl == 4 && memcmp(fl->arena + f->vo, "HEAD", 4) == 0;
+    (void)px_h2_render_head(kind, hd, fl->n, buf, len);
+    /* HTTP/2 needs no length; HTTP/1.1 does: a body without one is rendered chunked */
+    st->sw_chunked[side] = !end && !interim && !fields_has(fl, "content-length") &&
+                           !(kind == PX_H2_RESPONSE && st->head_req);
+    if (st->sw_chunked[side]) {
+        memcpy(buf + len - 2, te, sizeof(te) - 1);
+        len += sizeof(te) - 1 - 2;
+    } else if (kind == PX_H2_RESPONSE && end && !interim && !st->head_req &&
+               !fields_has(fl, "content-length") &&
+               !(f != NULL && f->vl == 3 &&
+                 (memcmp(fl->arena + f->vo, "204", 3) == 0 ||
+                  memcmp(fl->arena + f->vo, "304", 3) == 0))) {
+        /* an answer that ends with its head (gRPC's trailers-only status): without a length
+         * HTTP/1.1 would read its body up to the connection's end */
+        memcpy(buf + len - 2, cl0, sizeof(cl0) - 1);
+        len += sizeof(cl0) - 1 - 2;
+    }
+    a->head = true;
+    a->end = end;
+    a->kind = kind;
+    a->f = *fl;
+    memset(fl, 0, sizeof(*fl));
+    act_add(st, side, a);
+    if (sw_add(st, side, buf, len) != 0) {
+        free(buf);
+        return NGHTTP2_ERR_CALLBACK_FAILURE;
+    }
+    free(buf);
+    sw_kick(c, st, side);
+    return 0;
+}
+
+/* Body bytes of side's (k, counted in queued already): rendered for the file. 0 or -EIO. */
+static int sw_body(struct px_conn *c, struct px_h2_stream *st, int side, struct px_h2_chunk *k)
+{
+    struct px_h2_act *a = calloc(1, sizeof(*a));
+    char sz[24];
+    int l = snprintf(sz, sizeof(sz), "%zx\r\n", k->len);
+
+    if (a == NULL) {
+        free(k);
+        return -EIO;
+    }
+    a->k = k;
+    act_add(st, side, a);
+    if ((st->sw_chunked[side] && sw_add(st, side, sz, (size_t)l) != 0) ||
+        sw_add(st, side, k->data, k->len) != 0 ||
+        (st->sw_chunked[side] && sw_add(st, side, "\r\n", 2) != 0))
+        return -EIO;
+    sw_kick(c, st, side);
+    return 0;
+}
+
+/* side ended its half: a chunked rendering's end (its trailers as the trailer section). */
+static void sw_end(struct px_conn *c, struct px_h2_stream *st, int side)
+{
+    const struct px_h2_fields *tr = &st->tr[1 - side];
+    struct px_h2_act *a;
+    int rc;
+
+    if (!st->scripted || st->blocked || !st->sw_chunked[side])
+        return;
+    st->sw_chunked[side] = false;
+    if ((a = calloc(1, sizeof(*a))) == NULL) {
+        stream_block(c, st);
+        return;
+    }
+    act_add(st, side, a);
+    rc = sw_add(st, side, "0\r\n", 3);
+    for (size_t i = 0; rc == 0 && st->has_tr[1 - side] && i < tr->n; i++) {
+        const struct px_h2_field *f = &tr->f[i];
+        uint8_t name[256];
+        size_t nl = f->nl < sizeof(name) ? f->nl : sizeof(name);
+
+        /* title-cased, as the head's fields are rendered */
+        for (size_t j = 0; j < nl; j++) {
+            uint8_t ch = tr->arena[f->no + j];
+
+            name[j] = (j == 0 || name[j - 1] == '-') && ch >= 'a' && ch <= 'z'
+                          ? (uint8_t)(ch - 'a' + 'A')
+                          : ch;
+        }
+        rc = sw_add(st, side, name, nl);
+        if (rc == 0)
+            rc = sw_add(st, side, ": ", 2);
+        if (rc == 0)
+            rc = sw_add(st, side, tr->arena + f->vo, f->vl);
+        if (rc == 0)
+            rc = sw_add(st, side, "\r\n", 2);
+    }
+    if (rc != 0 || sw_add(st, side, "\r\n", 2) != 0) {
+        stream_block(c, st);
+        return;
+    }
+    sw_kick(c, st, side);
+}
+
+/* The verdict on side's frame in flight. */
+static void sw_verdict(struct px_conn *c, struct px_h2_stream *st, int side, uint8_t code,
+                       const char *fn)
+{
+    struct px_thread *t = c->t;
+    uint32_t seq = st->sw_seq[side];
+
+    st->sw_seq[side] = 0;
+    if (code == FGX_SW_ERROR || code == FGX_SW_TIMEOUT || code == FGX_SW_EDIT) {
+        /* an edit cannot be: the frames say NOEDIT (the interpreter answers ERROR) */
+        PX_CTR_ADD(code == FGX_SW_TIMEOUT ? &t->ctr.script_timeouts : &t->ctr.script_errors, 1);
+        code = px_script_fail_open(c) ? FGX_SW_ACCEPT : FGX_SW_REJECT;
+    } else if (code == FGX_SW_REJECT || code == FGX_SW_DROP) {
+        t->scan_stream = (uint32_t)st->id[0];
+        px_match_event_script(c, side,
+                              code == FGX_SW_REJECT ? FGX_DP_SCRIPT_REJECT : FGX_DP_SCRIPT_DROP, fn,
+                              st->sw_sent[side], st->sw_sent_len[side]);
+        t->scan_stream = 0;
+    }
+    st->sw_sent_len[side] = 0;
+    if (code == FGX_SW_REJECT || code == FGX_SW_DROP) {
+        PX_CTR_ADD(&px_stats_svc(&t->ctr, c->service_id)->script_blocked, 1);
+        if (code == FGX_SW_REJECT) {
+            stream_block(c, st);
+            return;
+        }
+        /* DROP: nothing more of the stream goes anywhere, and the client is told nothing (as
+         * a dropped connection's peers are not); the service's half is reset */
+        st->blocked = true;
+        for (int d = 0; d < 2; d++)
+            queue_drop(c->h2, st, d);
+        if (c->h2->h1 != NULL)
+            h1_drop(c, st);
+        else if (st->id[1] > 0 && !st->closed[1])
+            (void)nghttp2_submit_rst_stream(c->h2->sess[1], NGHTTP2_FLAG_NONE, st->id[1],
+                                            NGHTTP2_CANCEL);
+        return;
+    }
+    sw_pass(c, st, side, seq);
+    sw_kick(c, st, side);
+}
+
+static void on_sw_timer(evutil_socket_t fd, short what, void *arg)
+{
+    static __thread unsigned long long last_log;
+    struct px_h2_stream *st = arg;
+    struct px_conn *c = st->c;
+
+    (void)fd;
+    (void)what;
+    /* scriptworker did not answer at all (down, restarting): as an error */
+    fgx_log_ratelimited(&last_log, FGX_LOG_WARN,
+                        "script: no verdict from scriptworker in time for h2#%d: fail-%s verdict",
+                        st->id[0], px_script_fail_open(c) ? "open" : "closed");
+    for (int d = 0; d < 2; d++)
+        if (st->sw_seq[d] != 0 && !st->blocked)
+            sw_verdict(c, st, d, FGX_SW_ERROR, "");
+    (void)px_h2_flush(c);
+}
+
+void px_h2_script_verdict(struct px_conn *c, uint64_t sw_id, uint32_t seq, uint8_t code,
+                          const char *fn)
+{
+    struct px_h2_stream *st;
+    int side;
+
+    for (st = c->h2->streams; st != NULL && st->sw_id != sw_id; st = st->next)
+        ;
+    if (st == NULL || st->blocked)
+        return; /* closed meanwhile */
+    side = st->sw_seq[0] == seq ? 0 : st->sw_seq[1] == seq ? 1 : -1;
+    if (side < 0)
+        return; /* its timer already decided */
+    sw_verdict(c, st, side, code, fn);
+    if (st->sw_timer != NULL && st->sw_seq[0] == 0 && st->sw_seq[1] == 0)
+        evtimer_del(st->sw_timer);
+    (void)px_h2_flush(c);
+}
+
+/* A header block of side's is complete: scanned, then passed on to the other session (with a
+ * filter file: once it judged the block too). */
+static int headers_done(struct px_conn *c, struct px_h2_stream *st, int side, bool end)
+{
+    struct px_h2_fields *fl = &st->hf[side];
+    struct px_h2_hdr *hd;
+    nghttp2_nv *nv;
+    enum px_h2_kind kind = side == 0 ? (fields_has(fl, ":method") ? PX_H2_REQUEST : PX_H2_TRAILERS)
+                                     : (fields_has(fl, ":status") ? PX_H2_RESPONSE : PX_H2_TRAILERS);
+    int rc;
+
+    if (fields_arrays(fl, &nv, &hd) != 0)
+        return NGHTTP2_ERR_CALLBACK_FAILURE;
+    /* a gRPC side's trailers (grpc-status, grpc-message) are scanned on their own as well */
+    if (st->grpc_on[side])
+        (void)fgx_reasm_start(c->t->reasm, &st->dir[side], 0);
+    rc = scan_head(c, st, side, kind, hd, fl->n);
+    if (rc == -EIO) {
+        rc = NGHTTP2_ERR_CALLBACK_FAILURE;
+        goto out;
+    }
+    rc = 0;
+    if (st->blocked)
+        goto out;
+    if (kind != PX_H2_TRAILERS && !st->grpc_on[side])
+        grpc_detect(st, side, fl);
+    if (kind == PX_H2_TRAILERS) {
+        /* sent after the body that precedes them (on_read_data()); a filter file sees them
+         * as the chunked rendering's trailer section (sw_end()) */
+        fields_free(&st->tr[1 - side]);
+        st->tr[1 - side] = *fl;
+        st->has_tr[1 - side] = true;
+        memset(fl, 0, sizeof(*fl));
+    } else if (st->scripted) {
+        rc = sw_head(c, st, side, kind, fl, hd, end);
+    } else {
+        rc = head_pass(c, st, side, kind, fl, end);
+    }
 out:
     free(nv);
     free(hd);
@@ -494,38 +971,44 @@ static int on_frame_recv(nghttp2_session *s, const nghttp2_frame *f, void *ud)
         if (rc != 0 || st->blocked)
             return rc;
     }
+    if (end && st->grpc_on[side] && px_grpc_pending(&st->grpc[side]) > 0) {
+        grpc_refuse(c, st, side, -EPIPE);
+        return 0;
+    }
+    if (end)
+        sw_end(c, st, side);
     if (end && st->id[1 - side] > 0 && c->h2->sess[1 - side] != NULL)
         (void)nghttp2_session_resume_data(c->h2->sess[1 - side], st->id[1 - side]);
     return 0;
 }
 
-/* Body bytes of side's on st: scanned, then queued toward the other side. 0, or -EIO (the
+/* Body bytes of side's on st, judged: queued toward the other side. 0, or -EIO (the
  * connection goes). */
-static int body_in(struct px_conn *c, struct px_h2_stream *st, int side, const uint8_t *data,
-                   size_t len)
+static int body_queue(struct px_conn *c, struct px_h2_stream *st, int side, const uint8_t *data,
+                      size_t len)
 {
     struct px_h2 *h = c->h2;
     int to = 1 - side;
     struct px_h2_chunk *k;
-    int rc;
 
-    rc = stream_scan(c, st, side, data, len);
-    if (rc == -EACCES)
-        return 0;
-    if (rc != 0)
-        return -EIO;
     if ((k = malloc(sizeof(*k) + len)) == NULL)
         return -EIO;
     k->next = NULL;
     k->len = len;
     k->off = 0;
     memcpy(k->data, data, len);
-    if (st->qt[to] != NULL)
-        st->qt[to]->next = k;
-    else
-        st->qh[to] = k;
-    st->qt[to] = k;
     h->queued[to] += len;
+    if (st->scripted) {
+        /* on its way once the filter file judged it too */
+        if (sw_body(c, st, side, k) != 0)
+            return -EIO;
+    } else {
+        if (st->qt[to] != NULL)
+            st->qt[to]->next = k;
+        else
+            st->qh[to] = k;
+        st->qt[to] = k;
+    }
     if (h->queued[to] > PX_H2_QUEUE_MAX && side == 0 && h1_needs_client(h)) {
         /* The request being written needs more of the client's body: not reading the client
          * would stall it. A stream waiting its turn that brings more is refused instead (the
@@ -541,9 +1024,57 @@ static int body_in(struct px_conn *c, struct px_h2_stream *st, int side, const u
         h->paused[side] = true;
         event_del(c->s[side].rev);
     }
-    if (st->id[to] > 0 && h->sess[to] != NULL)
+    if (!st->scripted && st->id[to] > 0 && h->sess[to] != NULL)
         (void)nghttp2_session_resume_data(h->sess[to], st->id[to]);
     return 0;
+}
+
+/* The same on a gRPC side: the bytes wait until their message is complete; each message that
+ * completes is scanned, and what passed goes on. */
+static int grpc_in(struct px_conn *c, struct px_h2_stream *st, int side, const uint8_t *data,
+                   size_t len)
+{
+    struct px_h2 *h = c->h2;
+    struct px_grpc *g = &st->grpc[side];
+    struct grpc_scan a = {c, st, side};
+    size_t before = g->len;
+    int rc = px_grpc_feed(g, data, len, grpc_msg, &a);
+
+    if (rc == 0 && g->ready > 0)
+        rc = body_queue(c, st, side, g->buf, g->ready);
+    px_grpc_consume(g);
+    h->grpc_held += g->len;
+    h->grpc_held -= before;
+    if (st->blocked) {
+        /* matched (an event), or refused on its way */
+        h->grpc_held -= g->len;
+        px_grpc_release(g);
+        return 0;
+    }
+    if (rc == -EIO)
+        return -EIO;
+    if (rc == 0 && h->grpc_held > PX_H2_GRPC_HELD)
+        rc = -ENOBUFS;
+    if (rc != 0)
+        grpc_refuse(c, st, side, rc);
+    return 0;
+}
+
+/* Body bytes of side's on st: scanned, then queued toward the other side. 0, or -EIO (the
+ * connection goes). */
+static int body_in(struct px_conn *c, struct px_h2_stream *st, int side, const uint8_t *data,
+                   size_t len)
+{
+    int rc;
+
+    if (st->grpc_on[side])
+        return grpc_in(c, st, side, data, len);
+    rc = stream_scan(c, st, side, data, len);
+    if (rc == -EACCES)
+        return 0;
+    if (rc != 0)
+        return -EIO;
+    return body_queue(c, st, side, data, len);
 }
 
 static int on_data_chunk(nghttp2_session *s, uint8_t flags, int32_t sid, const uint8_t *data,
@@ -769,7 +1300,7 @@ static void h1_pump(struct px_conn *c)
         if (c->tls != NULL && px_tls_side(c, 0))
             event_active(c->s[0].rev, EV_READ, 0);
     }
-    if (st->qh[1] != NULL || !st->eof[0])
+    if (st->qh[1] != NULL || !side_done(st, 0))
         return;
     if (st->h1chunked) {
         int rc = out_add(u, "0\r\n", 3);
@@ -990,8 +1521,11 @@ static int h1_on_complete(http_parser *p)
         return 0;
     if (!st->blocked && st->hf[1].n > 0 && headers_done(c, st, 1, true) != 0)
         return -1;
+    if (!st->blocked && st->grpc_on[1] && px_grpc_pending(&st->grpc[1]) > 0)
+        grpc_refuse(c, st, 1, -EPIPE);
     if (!st->blocked) {
         st->eof[1] = true;
+        sw_end(c, st, 1);
         if (!st->closed[0])
             (void)nghttp2_session_resume_data(h->sess[0], st->id[0]);
     }
@@ -1220,7 +1754,6 @@ int px_h2_read(struct px_conn *c, int side, uint8_t *buf, size_t *len)
     static __thread unsigned long long last_log;
     struct px_h2 *h = c->h2;
     size_t n = *len, cmp;
-    const struct fgx_wsvc *svc;
 
     if (c->h2on && side == 1 && h->h1 != NULL) {
         if (!h1_recv(c, buf, n)) {
@@ -1269,16 +1802,6 @@ int px_h2_read(struct px_conn *c, int side, uint8_t *buf, size_t *len)
         memcpy(h->sniff, buf, n);
         h->sniff_len = n;
         return 1;
-    }
-    svc = fgx_wcfg_service(c->t->cfg, c->service_id);
-    if (svc != NULL && svc->script != NULL) {
-        /* Script filters are not shown HTTP/2 streams yet: refused, never passed unjudged. */
-        fgx_log_ratelimited(&last_log, FGX_LOG_WARN,
-                            "service %u: an HTTP/2 client, and the service has a filter file, "
-                            "which is not shown HTTP/2 streams yet: connection reset",
-                            c->service_id);
-        px_relay_close(c, true);
-        return -1;
     }
     if (h2_start(c) != 0) {
         px_relay_close(c, true);

@@ -5,7 +5,8 @@
  * connection open and discards everything either side sends from then on (a black hole, as
  * Firegex's DROP: nothing tells the peers); an exception, a call past the deadline or no
  * scriptworker at all: the service's fail_open choice. Services without a script never get
- * here (one pointer test per read). */
+ * here (one pointer test per read). An HTTP/2 stream of an HTTP service is a connection of its
+ * own there (px_script_stream_chunk(), its verdicts to px_h2_script_verdict()). */
 #include "px.h"
 
 #include <errno.h>
@@ -153,6 +154,14 @@ static void on_readable(evutil_socket_t fd, short what, void *arg)
         if (fgx_swlink_recv(&sw->link, &h, &pl, &pl_len) != 0)
             return;
         c = sw->slot[h.conn % PX_SW_SLOTS];
+        if (c && c->sw_id != h.conn && c->h2 != NULL) {
+            /* one of c's HTTP/2 streams, a connection of its own there (px_h2.c) */
+            char fn[FGX_DP_SCRIPT_FN_MAX];
+
+            fgx_swlink_verdict_fn(pl, pl_len, fn, sizeof(fn));
+            px_h2_script_verdict(c, h.conn, h.seq, h.code, fn);
+            continue;
+        }
         if (!c || c->sw_id != h.conn)
             continue; /* closed meanwhile */
         side = c->hold[0] && c->hold_seq[0] == h.seq   ? 0
@@ -203,7 +212,7 @@ static bool conn_where(void *arg, uint64_t conn, struct fgx_dp_script_log *e)
     const struct px_conn *c = sw->slot[conn % PX_SW_SLOTS];
     uint8_t fc, fs;
 
-    if (!c || c->sw_id != conn)
+    if (!c || (c->sw_id != conn && c->h2 == NULL)) /* c's own, or one of its streams' */
         return false;
     fc = px_sa_split(&c->client, e->caddr, &e->cport);
     fs = px_sa_split(&c->server, e->saddr, &e->sport);
@@ -259,12 +268,59 @@ void px_script_switch(struct px_thread *t)
         fgx_swlink_switch(&t->sw->link, t->cfg);
 }
 
+/* One DATA frame of c's connection *id there (0: this frame opens one, in a free slot that
+ * names c: c's own or one of its HTTP/2 streams'), seq given. 0, -ENOSPC (no free slot), or
+ * what sending gave. */
+static int data_send(struct px_conn *c, uint64_t *id, int side, uint8_t flags, uint32_t seq,
+                     const uint8_t *data, size_t len)
+{
+    struct px_sw *sw = c->t->sw;
+    struct fgx_sw_hdr h;
+    uint8_t open = 0;
+
+    if (!*id) {
+        uint32_t i;
+
+        for (i = 0; i < PX_SW_SLOTS && sw->slot[(sw->cursor + i) % PX_SW_SLOTS]; i++)
+            ;
+        if (i == PX_SW_SLOTS)
+            return -ENOSPC;
+        sw->cursor = (sw->cursor + i) % PX_SW_SLOTS;
+        /* the slot in the low 16 bits (PX_SW_SLOTS), a serial above: a late verdict never
+         * meets a newer connection in the same slot */
+        *id = (++sw->serial << 16) | sw->cursor;
+        sw->slot[sw->cursor] = c;
+        c->sw_hash = conn_hash(c);
+        /* the first chunk opens the connection there: one frame, not two */
+        open = FGX_SW_DATA_OPEN | (c->family == 6 ? FGX_SW_DATA_V6 : 0);
+    }
+    h = (struct fgx_sw_hdr){.type = FGX_SW_DATA,
+                            .code = (uint8_t)(side | open | flags),
+                            .hash = c->sw_hash,
+                            .service = c->service_id,
+                            .conn = *id,
+                            .seq = seq,
+                            .len = (uint32_t)len};
+    if (open) {
+        /* the addresses, for RawPacket's client_ip, server_port, ... */
+        struct fgx_sw_addr a = {0};
+        uint16_t cp = 0, sp = 0;
+        uint8_t fc = px_sa_split(&c->client, a.caddr, &cp);
+        uint8_t fs = px_sa_split(&c->server, a.saddr, &sp);
+        a.cport = cp;
+        a.sport = sp;
+        return fc != 0 && fc == fs && fc == c->family
+                   ? fgx_swlink_send_addr(&sw->link, &h, &a, data)
+                   : fgx_swlink_send(&sw->link, &h, data);
+    }
+    return fgx_swlink_send(&sw->link, &h, data);
+}
+
 int px_script_chunk(struct px_conn *c, int side, const uint8_t *data, size_t len)
 {
     struct px_thread *t = c->t;
     struct px_sw *sw = t->sw;
     const struct fgx_wsvc *svc;
-    struct fgx_sw_hdr h = {0};
     struct timeval tv;
     int rv;
 
@@ -279,54 +335,16 @@ int px_script_chunk(struct px_conn *c, int side, const uint8_t *data, size_t len
         return -1; /* px_udp.c queues behind a held datagram: not reached */
     /* before this chunk: the files again, for a scriptworker that (re)connected */
     fgx_swlink_resend(&sw->link, t->cfg);
-    uint8_t open = 0;
-
-    if (!c->sw_id) {
-        uint32_t i;
-
-        for (i = 0; i < PX_SW_SLOTS && sw->slot[(sw->cursor + i) % PX_SW_SLOTS]; i++)
-            ;
-        if (i == PX_SW_SLOTS)
-            return svc->fail_open ? 0 : -1;
-        sw->cursor = (sw->cursor + i) % PX_SW_SLOTS;
-        /* the slot in the low 16 bits (PX_SW_SLOTS), a serial above: a late verdict never
-         * meets a newer connection in the same slot */
-        c->sw_id = (++sw->serial << 16) | sw->cursor;
-        sw->slot[sw->cursor] = c;
-        c->sw_hash = conn_hash(c);
-        /* the first chunk opens the connection there: one frame, not two */
-        open = FGX_SW_DATA_OPEN | (c->family == 6 ? FGX_SW_DATA_V6 : 0);
-    }
-    if (c->udp)
-        open |= FGX_SW_DATA_UDP; /* each frame one datagram (RawPacket's l4 "udp") */
     c->hold[side] = malloc(len);
     if (!c->hold[side])
         return -1;
     memcpy(c->hold[side], data, len);
     c->hold_len[side] = len;
     c->hold_seq[side] = ++sw->link.seq;
-    h = (struct fgx_sw_hdr){.type = FGX_SW_DATA,
-                            .code = (uint8_t)(side | open),
-                            .hash = c->sw_hash,
-                            .service = c->service_id,
-                            .conn = c->sw_id,
-                            .seq = c->hold_seq[side],
-                            .len = (uint32_t)len};
-    if (open) {
-        /* the addresses, for RawPacket's client_ip, server_port, ... */
-        struct fgx_sw_addr a = {0};
-        uint16_t cp = 0, sp = 0;
-        uint8_t fc = px_sa_split(&c->client, a.caddr, &cp);
-        uint8_t fs = px_sa_split(&c->server, a.saddr, &sp);
-        a.cport = cp;
-        a.sport = sp;
-        rv = fc != 0 && fc == fs && fc == c->family
-                 ? fgx_swlink_send_addr(&sw->link, &h, &a, data)
-                 : fgx_swlink_send(&sw->link, &h, data);
-    } else {
-        rv = fgx_swlink_send(&sw->link, &h, data);
-    }
-    if (rv < 0) {
+    /* a UDP flow's frames are each one datagram (RawPacket's l4 "udp") */
+    rv = data_send(c, &c->sw_id, side, c->udp ? FGX_SW_DATA_UDP : 0, c->hold_seq[side], data,
+                   len);
+    if (rv < 0) { /* no free slot, or the send failed */
         free(c->hold[side]);
         c->hold[side] = NULL;
         return svc->fail_open ? 0 : -1;
@@ -364,5 +382,52 @@ void px_script_conn_close(struct px_conn *c)
 
         (void)fgx_swlink_send(&sw->link, &h, NULL);
         sw->slot[c->sw_id % PX_SW_SLOTS] = NULL;
+    }
+}
+
+int px_script_stream_chunk(struct px_conn *c, uint64_t *sw_id, int side, const uint8_t *data,
+                           size_t len, uint32_t *seq, uint64_t *deadline_ms)
+{
+    struct px_thread *t = c->t;
+    struct px_sw *sw = t->sw;
+    const struct fgx_wsvc *svc = c->absent ? NULL : fgx_wcfg_service(t->cfg, c->service_id);
+    int rv;
+
+    if (!svc || !svc->script || !(svc->script_dirs & (1u << side)))
+        return 0;
+    if (!sw || !sw->link.up)
+        return svc->fail_open ? 0 : -1;
+    fgx_swlink_resend(&sw->link, t->cfg);
+    *seq = ++sw->link.seq;
+    /* the bytes are a rendering: an edit of them has nowhere to go (the interpreter answers it
+     * ERROR, the fail policy, and says so in the script log) */
+    rv = data_send(c, sw_id, side, FGX_SW_DATA_NOEDIT, *seq, data, len);
+    if (rv < 0)
+        return svc->fail_open ? 0 : -1;
+    *deadline_ms = (uint64_t)svc->script_deadline_ms * PX_SW_STARVED + PX_SW_GRACE_MS;
+    return 1;
+}
+
+bool px_script_fail_open(const struct px_conn *c)
+{
+    const struct fgx_wsvc *svc = fgx_wcfg_service(c->t->cfg, c->service_id);
+
+    return svc ? svc->fail_open : false;
+}
+
+void px_script_stream_close(struct px_conn *c, uint64_t sw_id)
+{
+    struct px_sw *sw = c->t->sw;
+
+    if (!sw || !sw_id || sw->slot[sw_id % PX_SW_SLOTS] != c)
+        return;
+    {
+        struct fgx_sw_hdr h = {.type = FGX_SW_CLOSE,
+                               .hash = c->sw_hash,
+                               .service = c->service_id,
+                               .conn = sw_id};
+
+        (void)fgx_swlink_send(&sw->link, &h, NULL);
+        sw->slot[sw_id % PX_SW_SLOTS] = NULL;
     }
 }

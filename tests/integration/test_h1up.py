@@ -357,6 +357,51 @@ def a_service_that_closes_after_each_answer(env):
 
 
 @test
+def a_filter_file_judges_the_streams_toward_an_http11_service(env):
+    """test_h2's filter file (written for HTTP/1.1) on h2 and h2c streams that reach an
+    HTTP/1.1 service: the same requests and answer refused, the innocent ones (a chunked
+    upload and a chunked answer with its trailer among them) pass."""
+    tls_port, h2c_port = env.port(), env.port()
+    http1_service(env, "fs-tls", tls_port, tls=True, filters=False)
+    http1_service(env, "fs-h2c", h2c_port, filters=False)
+    for name in ("fs-tls", "fs-h2c"):
+        r = env.ctl_raw("script", "set", name, os.path.join(HERE, "scripts", "h2_http_filter.py"),
+                        json_out=False)
+        check(r.returncode == 0, "script set %s: %r", name, r.stderr)
+    log, p = h1_service(env, tls_port, h2c_port)
+    try:
+        for base, mode, port in bases(tls_port, h2c_port):
+            rc, out = curl(env, base + "/", mode, "-H", "X-Pwn: harmless")
+            check(rc == 0 and out.endswith(b"hello from h1\n\n2"), "innocent GET %s: rc %d %r",
+                  base, rc, out)
+            rc, out = curl(env, base + "/chunked", mode)
+            check(rc == 0 and out == b"hello chunked world\n2", "chunked %s: rc %d %r", base,
+                  rc, out)
+            r = subprocess.run(["ip", "netns", "exec", env.cli, "curl", "-sk", "--max-time", "5",
+                                mode, "-T", "-", base + "/post"], input=b"streamed body",
+                               capture_output=True, timeout=20)
+            want = "got 13 %s" % hashlib.sha256(b"streamed body").hexdigest()
+            check(r.returncode == 0 and want.encode() in r.stdout, "chunked PUT %s: rc %d %r",
+                  base, r.returncode, r.stdout)
+            for args, what in ((["-H", "X-Pwn: evil1337"], "header"), ([], "url"),
+                               (["--data-binary", "a=1&q=evil1337"], "body")):
+                url = base + ("/evil1337" if what == "url" else "/post" if what == "body" else
+                              "/")
+                rc, out = curl(env, url, mode, *args)
+                check(rc != 0 and b"hello" not in out and b"got" not in out,
+                      "the %s passed the file %s: %r", what, base, out)
+            rc, out = curl(env, base + "/leak", mode)
+            check(rc != 0 and b"FLAG{" not in out, "the flag left %s: %r", base, out)
+            rc, out = curl(env, base + "/", mode)
+            check(rc == 0 and b"hello from h1" in out, "after the blocks %s: rc %d %r", base,
+                  rc, out)
+        paths = [q.get("path") for q in seen(log)]
+        check("/evil1337" not in paths, "the service got /evil1337: %r", paths)
+    finally:
+        stop(p)
+
+
+@test
 def upstream_http1_is_shown_kept_and_checked(env):
     port = env.port()
     r = env.ctl_raw("service", "add", "t-tcp", "--proto", "tcp", "--port", port, "--layer",

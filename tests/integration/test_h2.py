@@ -4,7 +4,8 @@ client namespace (curl --http1.1, --http2 over TLS, --http2-prior-knowledge; ngh
 streams on one connection) against real services in the server namespace (nginx-light: TLS with
 http2 and HTTP/1.1, cleartext h2c, cleartext HTTP/1.1). One regex, written for HTTP/1.1, blocks
 the same request over HTTP/1.1, h2 over TLS and h2c, while the innocent request passes on each;
-a block resets that stream only, and another stream on the same connection completes."""
+a block resets that stream only, and another stream on the same connection completes. One filter
+file (Python, written for HTTP/1.1) does the same over the three."""
 import os
 import shutil
 import subprocess
@@ -303,27 +304,76 @@ def tls_with_plain_upstream_speaks_h2c_to_the_service(env):
 
 
 @test
-def h2_to_a_service_with_a_filter_file_is_refused_not_passed(env):
-    """Filter files are not shown h2 streams yet: such a connection is reset (never passed
-    unjudged); HTTP/1.1 is judged by the file as before."""
+def one_filter_file_blocks_http11_h2_and_h2c(env):
+    """A filter file written for HTTP/1.1 (HttpRequest: url, a header, the body;
+    HttpFullResponse: the answer's body) judges the h2 and h2c streams as rendered: the same
+    requests blocked and passed over HTTP/1.1, h2 over TLS and h2c; a block resets that stream
+    only, and the next stream on the connection completes."""
     tls_port, h2c_port, h1_port = env.port(), env.port(), env.port()
+    c = certs(env)["proxy"]
+    env.service("f-tls", "http", tls_port, ("--layer", "proxy", "--tls-cert", c[0], "--tls-key",
+                                            c[1]))
     env.service("f-h2c", "http", h2c_port, ("--layer", "proxy"))
     env.service("f-h1", "http", h1_port, ("--layer", "proxy"))
-    example = os.path.join(HERE, "scripts", "firegex_http_example.py")
-    for name in ("f-h2c", "f-h1"):
-        r = env.ctl_raw("script", "set", name, example, json_out=False)
+    script = os.path.join(HERE, "scripts", "h2_http_filter.py")
+    for name in ("f-tls", "f-h2c", "f-h1"):
+        r = env.ctl_raw("script", "set", name, script, json_out=False)
         check(r.returncode == 0, "script set %s: %r", name, r.stderr)
     log, p = nginx(env, tls_port, h2c_port, h1_port)
     try:
-        rc, out = curl(env, "http://%s:%d/" % (SRV4, h2c_port), "--http2-prior-knowledge")
-        check(rc != 0 and "hello" not in out, "h2c passed a scripted service: %r", out)
-        base = "http://%s:%d/post" % (SRV4, h1_port)
-        rc, out = curl(env, base, "--http1.1", body="fine")
-        check(rc == 0 and "hello from nginx" in out, "HTTP/1.1 innocent: rc %d %r", rc, out)
-        rc, out = curl(env, base, "--http1.1", body="ILLEGAL")
-        check("hello" not in out, "the file did not judge HTTP/1.1: %r", out)
-        check(not [ln for ln in access(log) if ln[0] == str(h2c_port)],
-              "the h2c request reached nginx")
+        cases = (("https://%s:%d" % (SRV4, tls_port), "--http1.1", "1.1"),
+                 ("https://%s:%d" % (SRV4, tls_port), "--http2", "2"),
+                 ("http://%s:%d" % (SRV4, h2c_port), "--http2-prior-knowledge", "2"),
+                 ("http://%s:%d" % (SRV4, h1_port), "--http1.1", "1.1"))
+        for base, mode, ver in cases:
+            rc, out = curl(env, base + "/", mode, ["X-Pwn: harmless"])
+            check(rc == 0 and "hello from nginx" in out, "innocent %s %s: rc %d %r", base, mode,
+                  rc, out)
+            check(out.strip().splitlines()[-1] == ver, "%s %s spoke HTTP %r", base, mode,
+                  out.strip().splitlines()[-1])
+            rc, out = curl(env, base + "/", mode, ["X-Pwn: evil1337"])
+            check(rc != 0 and "hello" not in out, "header passed the file %s %s: %r", base,
+                  mode, out)
+            rc, out = curl(env, base + "/evil1337", mode)
+            check(rc != 0 and "hello" not in out, "url passed the file %s %s: %r", base, mode,
+                  out)
+            rc, out = curl(env, base + "/post", mode, body="a=1&q=harmless")
+            check(rc == 0 and "hello from nginx" in out, "innocent POST %s %s: rc %d %r", base,
+                  mode, rc, out)
+            rc, out = curl(env, base + "/post", mode, body="a=1&q=evil1337")
+            check(rc != 0 and "hello" not in out, "body passed the file %s %s: %r", base, mode,
+                  out)
+            rc, out = curl(env, base + "/leak", mode)
+            check(rc != 0 and "FLAG{" not in out, "the flag left %s %s: %r", base, mode, out)
+        lines = access(log)
+        for port, proto in ((tls_port, "HTTP/1.1"), (tls_port, "HTTP/2.0"), (h2c_port, "HTTP/2.0"),
+                            (h1_port, "HTTP/1.1")):
+            uris = [ln[2] for ln in lines if ln[0] == str(port) and ln[1] == proto]
+            check("/" in uris and "/post" in uris, "nginx got no innocent %s request on %d: %r",
+                  proto, port, lines)
+            check("/evil1337" not in uris, "nginx got the evil request (%s on %d): %r", proto,
+                  port, lines)
+        # several streams on one connection: the blocked one reset, the others complete
+        evil_ids = set()
+        for base in ("https://%s:%d" % (SRV4, tls_port), "http://%s:%d" % (SRV4, h2c_port)):
+            rc, out = nghttp(env, [base + "/a", base + "/evil1337", base + "/b"])
+            ids = stream_ids(out)
+            check(set(ids) == {"/a", "/evil1337", "/b"}, "nghttp sent %r on %s: %s", ids, base,
+                  out[-2000:])
+            evil_ids.add(ids["/evil1337"])
+            for path in ("/a", "/b"):
+                check("recv (stream_id=%d) :status: 200" % ids[path] in out,
+                      "%s did not complete beside the reset stream on %s: %s", path, base,
+                      out[-3000:])
+            check("recv RST_STREAM frame <length=4, flags=0x00, stream_id=%d>" % ids["/evil1337"]
+                  in out, "no RST_STREAM for the evil stream on %s: %s", base, out[-2000:])
+        # the file's blocks are events naming the function, and the stream
+        evs = [e for e in env.ctl("events") if e.get("service") in ("f-tls", "f-h2c") and
+               e.get("h2_stream")]
+        check({e.get("script_function") for e in evs} == {"no_evil", "no_flag"},
+              "the file's h2 blocks are not events of its functions: %r", evs)
+        check(evil_ids <= {e.get("h2_stream") for e in evs}, "the events name %r, want %r",
+              [e.get("h2_stream") for e in evs], evil_ids)
     finally:
         p.terminate()
         p.wait(5)

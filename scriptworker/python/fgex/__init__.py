@@ -14,6 +14,9 @@ import functools
 
 from fgex.actions import Action, ExceptionAction, FullStreamAction
 from fgex.models import (
+    GrpcMessage,
+    GrpcRequest,
+    GrpcResponse,
     HttpFullRequest,
     HttpFullResponse,
     HttpHistory,
@@ -70,4 +73,5 @@ __all__ = [
     "RawPacket", "TCPInputStream", "TCPOutputStream", "TCPClientStream", "TCPServerStream",
     "HttpRequest", "HttpResponse", "HttpRequestHeader", "HttpResponseHeader",
     "HttpFullRequest", "HttpFullResponse", "HttpHistory", "HttpStreamHistory",
+    "GrpcMessage", "GrpcRequest", "GrpcResponse",
 ]

@@ -23,7 +23,7 @@ DEFAULTS = {
     "FGEX_INVALID_ENCODING_ACTION": ExceptionAction.REJECT,
     "FGEX_MAX_HISTORY_SIZE": 100,
 }
-HTTP_MODELS = {m for m in MODELS if m.__name__.startswith("Http")}
+HTTP_MODELS = {m for m in MODELS if m.__name__.startswith(("Http", "Grpc"))}
 
 
 class ScriptError(Exception):

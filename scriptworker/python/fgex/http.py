@@ -128,6 +128,39 @@ class HttpError(Exception):
     """The bytes are not HTTP/1.x, or break its framing."""
 
 
+GRPC_MSG_MAX = 4 << 20  # gRPC's own default receive limit, as the proxy's (px_grpc.c)
+
+
+def is_grpc(content_type):
+    """application/grpc, alone or as application/grpc+proto and the like (not grpc-web, whose
+    body frames its trailers too)."""
+    ct = content_type.strip().lower()
+    return ct == "application/grpc" or ct.startswith(("application/grpc+", "application/grpc;"))
+
+
+class GrpcDeframer:
+    """A gRPC body's length-prefixed messages (flag byte, 4-byte big-endian length, message):
+    ready holds those the chunk being parsed completed, as (compressed, payload)."""
+
+    def __init__(self, encoding):
+        self.encoding = encoding
+        self.buf = bytearray()
+        self.ready = []
+
+    def feed(self, data):
+        self.buf += data
+        while len(self.buf) >= 5:
+            flag, n = self.buf[0], int.from_bytes(self.buf[1:5], "big")
+            if flag > 1:
+                raise HttpError("a gRPC message with flag byte %d" % flag)
+            if n > GRPC_MSG_MAX:
+                raise HttpError("a gRPC message of %d bytes, past 4 MiB" % n)
+            if len(self.buf) < 5 + n:
+                break
+            self.ready.append((flag == 1, bytes(self.buf[5:5 + n])))
+            del self.buf[:5 + n]
+
+
 class Message:
     """One request or response as far as it has arrived."""
 
@@ -136,7 +169,7 @@ class Message:
                  "message_complete", "total_size", "keep_alive", "should_upgrade",
                  "content_length", "content_encoding", "user_agent", "content_type",
                  "added_to_history", "_decoded", "stream", "truncated", "fg_size", "ws",
-                 "chunk_mark")
+                 "chunk_mark", "grpc", "trailers")
 
     def __init__(self, is_request):
         self.is_request = is_request
@@ -166,6 +199,8 @@ class Message:
         self.stream = b""
         self.truncated = False
         self.chunk_mark = 0  # _body_parts[chunk_mark:] arrived with the chunk being parsed
+        self.grpc = None     # a gRPC body: its messages (GrpcDeframer)
+        self.trailers = {}   # a chunked body's trailer section, names lower-cased
 
     def set_head(self, ev, raw_len):
         for name, value in ev.headers.raw_items():
@@ -202,6 +237,8 @@ class Message:
         self.content_encoding = self.lheaders.get("content-encoding", "")
         self.user_agent = self.lheaders.get("user-agent", "")
         self.content_type = self.lheaders.get("content-type", "")
+        if is_grpc(self.content_type):
+            self.grpc = GrpcDeframer(self.lheaders.get("grpc-encoding", "identity").lower())
         self.headers_complete = True
         self.total_size += raw_len
 
@@ -211,6 +248,8 @@ class Message:
         body byte is in the body of a call; otherwise the bytes beyond are not kept."""
         self.total_size += len(data)
         self.fg_size += len(data)
+        if self.grpc is not None:
+            self.grpc.feed(data)  # every byte, whatever the body keeps
         if flush and self._body_len + len(data) > limit:
             self.truncated = True
             self._body_parts = self._body_parts[self.chunk_mark:] + [bytes(data)]
@@ -354,6 +393,8 @@ class Parser:
         out = []
         if self.msg is not None:
             self.msg.chunk_mark = len(self.msg._body_parts)
+            if self.msg.grpc is not None:
+                self.msg.grpc.ready = []
         if self.upgraded:
             if self.msg is not None:
                 self.msg.stream += data
@@ -412,6 +453,10 @@ class Parser:
                     out.append((self.msg, False, False))  # body bytes: the partial body
             elif isinstance(ev, h11.EndOfMessage):
                 m = self.msg
+                for name, value in ev.headers.raw_items():
+                    m.trailers[name.decode("latin-1").lower()] = value.decode("latin-1")
+                if m.grpc is not None and m.grpc.buf:
+                    raise HttpError("a gRPC message cut short by the end of its body")
                 m.finish()
                 if out and out[-1][0] is m:
                     out[-1] = (m, True, True)

@@ -2,11 +2,12 @@
 Each class has a _fetch(ctx) the engine calls once per chunk of bytes: it returns the value
 (or a list of values: the function is called once for each), or raises NotReady (not called
 this time) or StreamVerdict (a setting decided the connection)."""
+import zlib
 from collections import deque
 
 from fgex.actions import Action, ExceptionAction, FullStreamAction
 from fgex.errors import NotReady, StreamVerdict
-from fgex.http import HttpError, Parser
+from fgex.http import GRPC_MSG_MAX, HttpError, Parser
 
 
 def _full(ctx, what):
@@ -356,6 +357,112 @@ class HttpFullResponse(HttpResponse):
         return done
 
 
+def _grpc_inflate(payload, encoding):
+    """A compressed message's bytes undone (gzip, deflate: zlib's format or gzip's, at most
+    GRPC_MSG_MAX); False when they do not inflate or the encoding is another."""
+    if encoding not in ("gzip", "deflate"):
+        return False
+    d = zlib.decompressobj(16 + zlib.MAX_WBITS if encoding == "gzip" else 32 + zlib.MAX_WBITS)
+    try:
+        out = d.decompress(payload, GRPC_MSG_MAX + 1)
+    except zlib.error:
+        return False
+    if not d.eof or d.unused_data or len(out) > GRPC_MSG_MAX:
+        return False
+    return out
+
+
+def _grpc_events(ctx):
+    """The gRPC messages this chunk completed (each once, whichever gRPC models ask)."""
+    got = ctx.call_mem.get("grpc")
+    if got is not None:
+        return got
+    got = []
+    for m, head, done, snap in _http_events(ctx):
+        if m.grpc is None:
+            continue
+        if m.is_request and head:
+            ctx.grpc_method = m.url
+        status = m.trailers.get("grpc-status", m.lheaders.get("grpc-status"))
+        try:
+            status = int(status) if status is not None else None
+        except ValueError:
+            status = None
+        for compressed, payload in m.grpc.ready:
+            got.append(GrpcMessage(payload, compressed, m.is_request, ctx.grpc_method,
+                                   status if not m.is_request else None, m.grpc.encoding))
+    ctx.call_mem["grpc"] = got
+    return got
+
+
+class GrpcMessage:
+    """One gRPC message (Firegex 5.0.0's model), called for each as it completes, both ways:
+    payload without its 5-byte prefix, as sent (compressed says whether its flag byte says so;
+    payload_decoded, fgex's, is it inflated: grpc-encoding gzip or deflate, False when it does
+    not inflate); method is the call's path; grpc_status the response's status where it was
+    known (trailers that came with the message's chunk, or a trailers-only head). Not called
+    on a body that is not gRPC."""
+    _request = None
+
+    def __init__(self, payload, compressed, is_request, method, grpc_status, encoding):
+        self._payload = payload
+        self._compressed = compressed
+        self._is_request = is_request
+        self._method = method
+        self._grpc_status = grpc_status
+        self._encoding = encoding
+        self._decoded = None
+
+    payload = property(lambda self: self._payload)
+    compressed = property(lambda self: self._compressed)
+    is_request = property(lambda self: self._is_request)
+    is_response = property(lambda self: not self._is_request)
+    method = property(lambda self: self._method)
+    grpc_status = property(lambda self: self._grpc_status)
+    encoding = property(lambda self: self._encoding)
+
+    @property
+    def payload_decoded(self):
+        if not self._compressed:
+            return self._payload
+        if self._decoded is None:
+            self._decoded = _grpc_inflate(self._payload, self._encoding)
+        return self._decoded
+
+    @classmethod
+    def _fetch(cls, ctx):
+        if cls._request is not None and ctx.pkt.is_input != cls._request:
+            raise NotReady()
+        out = [g for g in _grpc_events(ctx) if cls._request is None or g.is_request == cls._request]
+        if not out:
+            raise NotReady()
+        return [cls._narrow(g) for g in out] if len(out) > 1 else cls._narrow(out[0])
+
+    @classmethod
+    def _narrow(cls, g):
+        if type(g) is cls:
+            return g
+        n = cls.__new__(cls)
+        n.__dict__.update(g.__dict__)
+        return n
+
+    def __repr__(self):
+        return "<%s %s %s %d bytes%s>" % (type(self).__name__, self._method,
+                                          "request" if self._is_request else "response",
+                                          len(self._payload),
+                                          " compressed" if self._compressed else "")
+
+
+class GrpcRequest(GrpcMessage):
+    """GrpcMessage, client to service only."""
+    _request = True
+
+
+class GrpcResponse(GrpcMessage):
+    """GrpcMessage, service to client only."""
+    _request = False
+
+
 class StatusCode(str):
     """HttpResponse.status_code. Firegex 4.0.2's code (and the tests of both versions) give
     the reason phrase, "OK", as the status; 5.0.0's documentation gives the number, 404, with
@@ -431,6 +538,7 @@ class ConnCtx:
         self.resp_broken = False  # the server's bytes stopped parsing (see _http_events)
         self.pkt = None
         self.call_mem = {}
+        self.grpc_method = None  # the gRPC call's path, for its answers' messages
 
     def http_parser(self, is_input):
         i = 0 if is_input else 1
@@ -446,10 +554,12 @@ class ConnCtx:
 MODELS = {
     RawPacket, TCPInputStream, TCPOutputStream, HttpRequest, HttpRequestHeader,
     HttpFullRequest, HttpResponse, HttpResponseHeader, HttpFullResponse, HttpHistory,
+    GrpcMessage, GrpcRequest, GrpcResponse,
 }
 
 __all__ = [
     "RawPacket", "TCPInputStream", "TCPOutputStream", "TCPClientStream", "TCPServerStream",
     "HttpRequest", "HttpResponse", "HttpRequestHeader", "HttpResponseHeader",
     "HttpFullRequest", "HttpFullResponse", "HttpHistory", "HttpStreamHistory",
+    "GrpcMessage", "GrpcRequest", "GrpcResponse",
 ]
