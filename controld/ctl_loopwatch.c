@@ -192,7 +192,7 @@ static void answer(struct fgx_chan_ctx *x, uint64_t from_ms)
                        "controld is not answering for now: its control loop has been blocked for "
                        "%.1f s (its log says where it waits); this request was not run, try again",
                        (double)(now - from_ms) / 1000.0);
-    if (ctl_rpc_error_reply(FGX__CTL__CODE__CODE_ERROR, msg, &reply, &rlen) == 0 &&
+    if (ctl_rpc_blocked_reply(msg, (unsigned)((now - from_ms) / 1000), &reply, &rlen) == 0 &&
         fgx_chan_ctx_send(x, reply, rlen, WATCH_REPLY_MS) < 0)
         fgx_debug("loop watch: a reply was not sent");
     free(reply);

@@ -809,6 +809,26 @@ int ctl_rpc_error_reply(Fgx__Ctl__Code code, const char *msg, void **reply, size
     return rv;
 }
 
+int ctl_rpc_blocked_reply(const char *msg, unsigned secs, void **reply, size_t *replylen)
+{
+    struct ctl_rpc r = {0};
+    int rv;
+
+    fgx__ctl__reply__init(&r.reply);
+    ctl_rpc_fail(&r, FGX__CTL__CODE__CODE_ERROR, "%s", msg);
+    snprintf(r.busy_what, sizeof(r.busy_what), "its control loop is blocked");
+    r.reply.has_busy = 1;
+    r.reply.busy = 1;
+    r.reply.busy_what = r.busy_what;
+    r.reply.has_busy_secs = 1;
+    r.reply.busy_secs = secs;
+    r.reply.has_busy_blocked = 1;
+    r.reply.busy_blocked = 1;
+    rv = rpc_pack(&r, reply, replylen);
+    rpc_release(&r);
+    return rv;
+}
+
 /* Another change compiles: refused, with what it is and how long it has run. */
 static void rpc_busy_fail(struct ctl_rpc *r)
 {

@@ -33,5 +33,8 @@ int ctl_rpc_handle_try(struct ctl_ctx *ctx, const struct fgx_peer *peer, const v
                        size_t len, bool busy, void **reply, size_t *replylen, bool *deferred);
 /* A Reply with only code and msg, for a deferred request that cannot complete. */
 int ctl_rpc_error_reply(Fgx__Ctl__Code code, const char *msg, void **reply, size_t *replylen);
+/* The busy Reply (busy, busy_blocked, busy_secs) to a request that came while the control loop
+ * was blocked: nothing was run, and fgexctl sends it again (--wait). */
+int ctl_rpc_blocked_reply(const char *msg, unsigned secs, void **reply, size_t *replylen);
 
 #endif

@@ -202,6 +202,7 @@ int cli_rpc_request(struct cli_rpc *r, const Fgx__Ctl__Request *req, int timeout
     for (;;) {
         Fgx__Ctl__Reply *rep = NULL;
         uint64_t now, left;
+        bool blocked;
 
         rc = rpc_request_once(r, req, timeout_ms, &rep);
         if (rc < 0 || !rep->has_busy || !rep->busy || limit == 0) {
@@ -209,24 +210,34 @@ int cli_rpc_request(struct cli_rpc *r, const Fgx__Ctl__Request *req, int timeout
                 *out = rep;
             break;
         }
+        blocked = rep->has_busy_blocked && rep->busy_blocked;
         now = mono_ms();
         if (now - t0 >= limit) {
-            (void)snprintf(r->err, sizeof(r->err),
-                           "controld at %.300s is still compiling another change (%.200s, for %u "
-                           "s); gave up after --wait %u s: nothing was changed, send it again "
-                           "(or wait longer with --wait SECS)",
-                           r->url, rep->busy_what ? rep->busy_what : "?", rep->busy_secs,
-                           r->wait_s);
+            if (blocked)
+                (void)snprintf(r->err, sizeof(r->err),
+                               "controld at %.300s did not answer: its control loop has been "
+                               "blocked for %u s (its log says where); gave up after --wait %u "
+                               "s: nothing was run, send it again",
+                               r->url, rep->busy_secs, r->wait_s);
+            else
+                (void)snprintf(r->err, sizeof(r->err),
+                               "controld at %.300s is still compiling another change (%.200s, "
+                               "for %u s); gave up after --wait %u s: nothing was changed, send "
+                               "it again (or wait longer with --wait SECS)",
+                               r->url, rep->busy_what ? rep->busy_what : "?", rep->busy_secs,
+                               r->wait_s);
             fgx__ctl__reply__free_unpacked(rep, NULL);
             rc = -EBUSY;
             break;
         }
         if (now >= note_at) {
             /* On a terminal one line counts up; in a log, a line every few seconds. */
-            (void)fprintf(stderr, "%s" CLI_PROG ": waiting for controld: compiling %.200s (%u s)%s",
-                          tty && noted ? "\r\033[K" : "",
-                          rep->busy_what ? rep->busy_what : "another change", rep->busy_secs,
-                          tty ? "" : "\n");
+            (void)fprintf(stderr, "%s" CLI_PROG ": waiting for controld: %s%.200s (%u s)%s",
+                          tty && noted ? "\r\033[K" : "", blocked ? "" : "compiling ",
+                          blocked ? "its control loop is blocked"
+                          : rep->busy_what ? rep->busy_what
+                                           : "another change",
+                          rep->busy_secs, tty ? "" : "\n");
             (void)fflush(stderr);
             noted = true;
             note_at = now + (tty ? WAIT_NOTE_MS : 5 * WAIT_NOTE_MS);

@@ -7,6 +7,7 @@ works again within ~3 s of the stop, the health log says why, `worker list` show
 and one more restart, evil is still blocked after, and `worker restart` on a hung worker exits
 0 saying what it replaced."""
 import ctypes
+import json
 import os
 import re
 import signal
@@ -301,9 +302,10 @@ def blocked_control_loop_is_said_and_answers(env):
     """controld's control thread blocked in a system call for 5 s (its store's write lock held
     by another process while a change waits for it): the data path goes on; within ~2 s the
     log says the loop does not turn and where the thread waits; every request meanwhile gets
-    an answer at once (an error saying so; nothing done), not fgexctl's timeout as in the soak;
-    afterwards the change completes, requests are served again and the health log says how
-    long the loop was blocked."""
+    an answer at once (busy, saying so; nothing done), not fgexctl's timeout as in the soak:
+    with --wait 0 fgexctl fails at once, by default it says it waits and sends the request
+    again until the loop goes on; afterwards the change completes, requests are served again
+    and the health log says how long the loop was blocked."""
     _, port = env.service("lv-blk", "tcp")
     env.filter("lv-blk")
     srv = env.tcp_server(port, reply=REPLY)
@@ -322,9 +324,12 @@ def blocked_control_loop_is_said_and_answers(env):
         check(blocked(env, port), "evil passes while the control loop is blocked")
         c, sport = env.tcp_conn(SRV4, port, [b"honest"])
         it.assert_passed(c, it.server_conn_of(srv, sport), b"honest")
+        waiter = subprocess.Popen([os.path.join(env.bin, "fgexctl"), "-c", env.url, "--json",
+                                   "status"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True)
         for _ in range(3):
             t = time.monotonic()
-            p = env.ctl_raw("status", timeout=15)
+            p = env.ctl_raw("--wait", "0", "status", timeout=15)
             took = time.monotonic() - t
             check(took < 1.5, "status took %.1f s while the loop was blocked (no answer)", took)
             check(p.returncode != 0 and "control loop has been blocked for" in p.stderr and
@@ -334,6 +339,11 @@ def blocked_control_loop_is_said_and_answers(env):
         time.sleep(max(0.0, 5.0 - held))
     out, err = change.communicate(timeout=15)
     check(change.returncode == 0, "the change that waited: exit %d %s", change.returncode, err)
+    out, err = waiter.communicate(timeout=15)
+    check(waiter.returncode == 0 and json.loads(out).get("version") and
+          "waiting for controld: its control loop is blocked" in err,
+          "status sent while blocked, with the default --wait: exit %d %r %r",
+          waiter.returncode, out[:200], err)
     m = health_entry(env, "control-blocked", r"was blocked for")
     time.sleep(0.2)  # past the watch's last receive (10 ms) once the loop went on
     st = env.ctl("status")
