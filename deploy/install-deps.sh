@@ -44,7 +44,7 @@ run=(nftables iptables iproute2 man-db python3 python3-h11 python3-brotli python
 # libFuzzer and the sanitizers' runtimes (libclang-rt-14-dev).
 # The 2-minute soak (test_soak runs bench/soak) needs nothing more: scapy for its out-of-order
 # segments, python3-cryptography for its TLS certificates; its plot needs gnuplot-nox (bench).
-test=(libcriterion-dev python3 python3-scapy openssl procps systemd dbus-daemon curl nginx-light
+test=(libcriterion-dev python3 python3-scapy openssl procps systemd dbus-daemon curl nginx-light tshark
   nghttp2-client nghttp2-server
   python3-cryptography chromium nodejs ca-certificates clang libclang-rt-14-dev)
 # npm: Debian's package, unless a nodejs that carries its own npm (NodeSource's) is installed

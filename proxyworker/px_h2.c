@@ -73,6 +73,7 @@ struct px_h2_stream {
     bool eof[2];    /* side i ended its half (END_STREAM) */
     bool blocked;
     struct fgx_reasm dir[2]; /* [0] scans the rendered request, [1] the response */
+    struct fgx_cap_ref cap;  /* the rendered exchange's capture (px_match_scan_h2()) */
     struct fgx_wdb *db[2];
     struct px_h2_fields hf[2];   /* side i's header block being received */
     struct px_h2_chunk *qh[2], *qt[2]; /* body bytes toward side i */
@@ -279,7 +280,7 @@ static int stream_scan(struct px_conn *c, struct px_h2_stream *st, int side, con
         c->unscanned = true;
         return 0;
     }
-    rc = px_match_scan_h2(c, &st->dir[side], side, (uint32_t)st->id[0], data, len);
+    rc = px_match_scan_h2(c, &st->dir[side], &st->cap, side, (uint32_t)st->id[0], data, len);
     if (rc != -EACCES)
         return rc;
     st->blocked = true;
