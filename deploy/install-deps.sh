@@ -36,7 +36,8 @@ run=(nftables iptables iproute2 man-db python3 python3-h11 python3-brotli python
 # session bus of the systemd user manager test_unit_systemd runs the unit in); for test_tls: curl (HTTP/1.1
 # and HTTP/2 clients), nginx-light (an HTTP/2 TLS service), python3-cryptography (certificates,
 # an expired one among them); for test_h2: nghttp2-client (nghttp, several streams on one
-# connection) and nghttp2-server (nghttpd, an h2 and h2c service).
+# connection) and nghttp2-server (nghttpd, an h2 and h2c service); for test_h2cap: tshark
+# (Wireshark's HTTP dissector reads an h2 connection's pcap as HTTP/1.1 exchanges).
 # The dashboard's browser tests (test_web_ui): Debian's chromium, headless, driven by
 # playwright-core from npm (installed below into build/web-node, never committed) under nodejs.
 # ca-certificates: the system's CA store, which npm is told to trust (below) for the download.
@@ -50,8 +51,9 @@ test=(libcriterion-dev python3 python3-scapy openssl procps systemd dbus-daemon 
 # npm: Debian's package, unless a nodejs that carries its own npm (NodeSource's) is installed
 command -v npm >/dev/null 2>&1 || test+=(npm)
 # Benchmarking: traffic and charts; bench/tls's nginx stream proxy (libnginx-mod-stream) and
-# its profile (linux-perf).
-bench=(iperf3 gnuplot-nox libnginx-mod-stream linux-perf)
+# its profile (linux-perf); bench/h2's load client, h2load (nghttp2-client), and its nginx
+# (nginx-light, as for the tests).
+bench=(iperf3 gnuplot-nox libnginx-mod-stream linux-perf nghttp2-client nginx-light)
 
 list=0
 if [[ ${1:-} == --list ]]; then
