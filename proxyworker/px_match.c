@@ -277,18 +277,9 @@ void px_match_log(void *arg, const struct fgx_reasm_match *m)
         event_record(t->scan_conn, t->scan_side, m, NULL, NULL, 0, NULL);
 }
 
-/* The client port an HTTP/2 stream's capture is recorded with: the connection's for stream 1,
- * one up for each client stream after it (3, 5, ...), wrapping within 1024..65535, so each
- * exchange is a TCP stream of its own in a pcap (docs/user-guide.md, capture). */
-static uint16_t cap_h2_port(uint16_t cport, uint32_t stream)
-{
-    uint64_t p = (uint64_t)cport + (stream > 0 ? (stream - 1) / 2 : 0);
-
-    return p <= 65535 ? (uint16_t)p : (uint16_t)(1024 + (p - 65536) % 64512);
-}
-
 /* A read's bytes into a capture (*ref: the connection's, or an HTTP/2 stream's rendering, which
- * is recorded as a connection of its own from the port cap_h2_port() gives it), after the others
+ * is recorded as a connection of its own from the port fgx_cap_stream_port() gives it, so a
+ * pcap holds one TCP stream per exchange: docs/user-guide.md, HTTP services), after the others
  * of its side: the proxy sees byte streams, not segments (a read is a mark). The blocked read
  * never reaches the peer. */
 static void cap_bytes(struct px_conn *c, struct fgx_cap_ring *cr, struct fgx_cap_ref *ref,
@@ -306,7 +297,7 @@ static void cap_bytes(struct px_conn *c, struct fgx_cap_ring *cr, struct fgx_cap
         (void)px_sa_split(&c->client, ca, &cp);
         (void)px_sa_split(&c->server, sa, &sp);
         if (stream != 0)
-            cp = cap_h2_port(cp, stream);
+            cp = fgx_cap_stream_port(cp, stream);
         fgx_cap_open(cr, IPPROTO_TCP, c->family, ca, cp, sa, sp, now, ref);
         if (ref->gen == 0)
             return; /* every slot holds a blocked capture not collected yet */
