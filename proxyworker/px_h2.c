@@ -43,14 +43,14 @@
 #define PX_H2_QUEUE_MAX (1u << 20) /* body bytes waiting toward one side */
 #define PX_H2_HDR_MAX (64u << 10)  /* one header block, names and values */
 #define PX_H2_STREAMS 100          /* concurrent streams a client may open */
+#define PX_H1_PUMP (64u << 10)     /* request bytes framed toward an HTTP/1.1 service at once */
+#define PX_H1_REOPENS 3            /* new connections to it in a row without an answer */
 /* Flow-control windows fgex announces on both sessions (per stream, and the connection's): the
  * protocol's default 64 KiB would bound a bulk stream to 64 KiB per round trip through the
  * proxy (bench/h2, docs/benchmarks.md); what arrives is still bounded by PX_H2_QUEUE_MAX, past
  * which the sending side is not read. */
 #define PX_H2_WINDOW (1 << 20)
 #define PX_H2_CONN_WINDOW (4 << 20)
-#define PX_H1_PUMP (64u << 10)     /* request bytes framed toward an HTTP/1.1 service at once */
-#define PX_H1_REOPENS 3            /* new connections to it in a row without an answer */
 
 static const uint8_t preface[PX_H2_PREFACE_LEN] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
