@@ -38,7 +38,8 @@ run=(nftables iptables iproute2 man-db python3 python3-h11 python3-brotli python
 # and HTTP/2 clients), nginx-light (an HTTP/2 TLS service), python3-cryptography (certificates,
 # an expired one among them); for test_h2: nghttp2-client (nghttp, several streams on one
 # connection) and nghttp2-server (nghttpd, an h2 and h2c service); for test_grpc: python3-grpcio
-# (a real gRPC client and server).
+# (a real gRPC client and server); for test_h2cap: tshark (Wireshark's HTTP dissector reads an h2
+# connection's pcap as HTTP/1.1 exchanges).
 # The dashboard's browser tests (test_web_ui): Debian's chromium, headless, driven by
 # playwright-core from npm (installed below into build/web-node, never committed) under nodejs.
 # ca-certificates: the system's CA store, which npm is told to trust (below) for the download.
@@ -47,13 +48,14 @@ run=(nftables iptables iproute2 man-db python3 python3-h11 python3-brotli python
 # The 2-minute soak (test_soak runs bench/soak) needs nothing more: scapy for its out-of-order
 # segments, python3-cryptography for its TLS certificates; its plot needs gnuplot-nox (bench).
 test=(libcriterion-dev python3 python3-scapy openssl procps systemd dbus-daemon curl nginx-light
-  nghttp2-client nghttp2-server python3-grpcio
+  tshark nghttp2-client nghttp2-server python3-grpcio
   python3-cryptography chromium nodejs ca-certificates clang libclang-rt-14-dev)
 # npm: Debian's package, unless a nodejs that carries its own npm (NodeSource's) is installed
 command -v npm >/dev/null 2>&1 || test+=(npm)
 # Benchmarking: traffic and charts; bench/tls's nginx stream proxy (libnginx-mod-stream) and
-# its profile (linux-perf).
-bench=(iperf3 gnuplot-nox libnginx-mod-stream linux-perf)
+# its profile (linux-perf); bench/h2's load client, h2load (nghttp2-client), and its nginx
+# (nginx-light, as for the tests).
+bench=(iperf3 gnuplot-nox libnginx-mod-stream linux-perf nghttp2-client nginx-light)
 
 list=0
 if [[ ${1:-} == --list ]]; then

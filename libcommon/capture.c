@@ -193,6 +193,13 @@ void fgx_cap_append(struct fgx_cap_ring *r, const struct fgx_cap_ref *ref, int d
     pthread_mutex_unlock(&r->lock);
 }
 
+uint16_t fgx_cap_stream_port(uint16_t cport, uint32_t stream)
+{
+    uint64_t p = (uint64_t)cport + (stream > 0 ? (stream - 1) / 2 : 0);
+
+    return p <= 65535 ? (uint16_t)p : (uint16_t)(1024 + (p - 65536) % 64512);
+}
+
 void fgx_cap_udp(struct fgx_cap_ring *r, uint8_t family, const uint8_t *caddr, uint16_t cport,
                  const uint8_t *saddr, uint16_t sport, uint64_t now_ns, struct fgx_cap_ref *ref)
 {

@@ -313,10 +313,11 @@ void px_match_presence(struct px_thread *t);
  * -EACCES when a filter matched (counted, event recorded) or -EIO when the scan failed: the
  * caller resets both sides. */
 int px_match_scan(struct px_conn *c, int side, const uint8_t *data, size_t len);
-/* The same for the rendering of one HTTP/2 stream (px_h2.c), scanned with its own stream r:
- * 0, -EACCES (counted, an event naming the stream) or -EIO. Nothing is closed here. */
-int px_match_scan_h2(struct px_conn *c, struct fgx_reasm *r, int side, uint32_t stream,
-                     const uint8_t *data, size_t len);
+/* The same for the rendering of one HTTP/2 stream (px_h2.c), scanned with its own stream r and
+ * recorded in its own capture *cap (gen 0 until its first bytes; the event takes it): 0,
+ * -EACCES (counted, an event naming the stream) or -EIO. Nothing is closed here. */
+int px_match_scan_h2(struct px_conn *c, struct fgx_reasm *r, struct fgx_cap_ref *cap, int side,
+                     uint32_t stream, const uint8_t *data, size_t len);
 void px_match_conn_release(struct px_conn *c);
 
 /* The same for one UDP datagram of c (block mode, its direction's database): 0, or -EACCES

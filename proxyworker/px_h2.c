@@ -59,6 +59,12 @@
 #define PX_H1_PUMP (64u << 10)     /* request bytes framed toward an HTTP/1.1 service at once */
 #define PX_H1_REOPENS 3            /* new connections to it in a row without an answer */
 #define PX_H2_GRPC_HELD (8u << 20) /* gRPC bytes of messages not complete, all streams together */
+/* Flow-control windows fgex announces on both sessions (per stream, and the connection's): the
+ * protocol's default 64 KiB would bound a bulk stream to 64 KiB per round trip through the
+ * proxy (bench/h2, docs/benchmarks.md); what arrives is still bounded by PX_H2_QUEUE_MAX, past
+ * which the sending side is not read. */
+#define PX_H2_WINDOW (1 << 20)
+#define PX_H2_CONN_WINDOW (4 << 20)
 
 static const uint8_t preface[PX_H2_PREFACE_LEN] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
@@ -99,6 +105,7 @@ struct px_h2_stream {
     bool eof[2];    /* side i ended its half (END_STREAM) */
     bool blocked;
     struct fgx_reasm dir[2]; /* [0] scans the rendered request, [1] the response */
+    struct fgx_cap_ref cap;  /* the rendered exchange's capture (px_match_scan_h2()) */
     struct fgx_wdb *db[2];
     struct px_h2_fields hf[2];   /* side i's header block being received */
     struct px_h2_chunk *qh[2], *qt[2]; /* body bytes toward side i */
@@ -368,7 +375,7 @@ static int stream_scan(struct px_conn *c, struct px_h2_stream *st, int side, con
         c->unscanned = true;
         return 0;
     }
-    rc = px_match_scan_h2(c, &st->dir[side], side, (uint32_t)st->id[0], data, len);
+    rc = px_match_scan_h2(c, &st->dir[side], &st->cap, side, (uint32_t)st->id[0], data, len);
     if (rc != -EACCES)
         return rc;
     stream_block(c, st);
@@ -1594,8 +1601,10 @@ static int h2_start(struct px_conn *c)
 {
     struct px_h2 *h = c->h2;
     nghttp2_session_callbacks *cb;
-    nghttp2_settings_entry srv[] = {{NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, PX_H2_STREAMS}};
-    nghttp2_settings_entry cli[] = {{NGHTTP2_SETTINGS_ENABLE_PUSH, 0}};
+    nghttp2_settings_entry srv[] = {{NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, PX_H2_STREAMS},
+                                    {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, PX_H2_WINDOW}};
+    nghttp2_settings_entry cli[] = {{NGHTTP2_SETTINGS_ENABLE_PUSH, 0},
+                                    {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, PX_H2_WINDOW}};
     int rc = -ENOMEM;
 
     if (nghttp2_session_callbacks_new(&cb) != 0)
@@ -1608,9 +1617,12 @@ static int h2_start(struct px_conn *c)
     if (nghttp2_session_server_new(&h->sess[0], cb, c) != 0 ||
         (c->h1up ? h1_start(c) != 0 : nghttp2_session_client_new(&h->sess[1], cb, c) != 0))
         goto out;
-    if (nghttp2_submit_settings(h->sess[0], NGHTTP2_FLAG_NONE, srv, 1) != 0 ||
-        (h->sess[1] != NULL && nghttp2_submit_settings(h->sess[1], NGHTTP2_FLAG_NONE, cli, 1) != 0))
-        goto out;
+    for (int d = 0; d < 2; d++)
+        if (h->sess[d] != NULL &&
+            (nghttp2_submit_settings(h->sess[d], NGHTTP2_FLAG_NONE, d == 0 ? srv : cli, 2) != 0 ||
+             nghttp2_session_set_local_window_size(h->sess[d], NGHTTP2_FLAG_NONE, 0,
+                                                   PX_H2_CONN_WINDOW) != 0))
+            goto out;
     rc = 0;
 out:
     nghttp2_session_callbacks_del(cb);

@@ -210,8 +210,10 @@ uint8_t px_sa_split(const struct sockaddr_storage *ss, uint8_t *addr, uint16_t *
     return 0;
 }
 
+/* ref: the capture the event takes (the connection's, or an HTTP/2 stream's). */
 static void event_record(struct px_conn *c, int side, const struct fgx_reasm_match *m,
-                         struct fgx_cap_ring *cr, uint8_t script_verdict, const char *script_fn)
+                         struct fgx_cap_ring *cr, const struct fgx_cap_ref *ref,
+                         uint8_t script_verdict, const char *script_fn)
 {
     struct fgx_dp_event *ev = fgx_evring_claim(&c->t->events, c->service_id);
     struct timespec ts;
@@ -237,13 +239,9 @@ static void event_record(struct px_conn *c, int side, const struct fgx_reasm_mat
     if (script_fn)
         (void)snprintf(ev->script_fn, sizeof(ev->script_fn), "%s", script_fn);
     /* The capture waits pinned in its slot until the control thread takes it with the event. */
-    if (cr != NULL) {
-        struct fgx_cap_ref ref = {c->cap_slot, c->cap_gen};
-
-        if (ref.gen != 0 && fgx_cap_pin(cr, &ref, m->filter_id)) {
-            ev->cap_slot = ref.slot;
-            ev->cap_gen = ref.gen;
-        }
+    if (cr != NULL && ref != NULL && ref->gen != 0 && fgx_cap_pin(cr, ref, m->filter_id)) {
+        ev->cap_slot = ref->slot;
+        ev->cap_gen = ref->gen;
     }
     fgx_evring_commit(&c->t->events);
 }
@@ -252,6 +250,7 @@ void px_match_event_script(struct px_conn *c, int side, uint8_t verdict, const c
                            const uint8_t *data, size_t len)
 {
     struct fgx_cap_ring *cr = fgx_cap_set_ring(&c->t->caps, c->service_id);
+    struct fgx_cap_ref ref = {c->cap_slot, c->cap_gen};
     struct fgx_reasm_match m = {0};
 
     /* the excerpt is the judged bytes' start: a request line, a header, what the file saw */
@@ -264,12 +263,9 @@ void px_match_event_script(struct px_conn *c, int side, uint8_t verdict, const c
     /* The regex stage recorded the judged read as passed; it never reached the peer. It is the
      * side's last read (the side is not read while its verdict is awaited): blocked now, before
      * the pin hands the capture to the event. */
-    if (cr != NULL && c->cap_gen != 0) {
-        struct fgx_cap_ref ref = {c->cap_slot, c->cap_gen};
-
+    if (cr != NULL && ref.gen != 0)
         (void)fgx_cap_block_tail(cr, &ref, side, len, verdict == FGX_DP_SCRIPT_DROP);
-    }
-    event_record(c, side, &m, cr, verdict, fn);
+    event_record(c, side, &m, cr, &ref, verdict, fn);
 }
 
 void px_match_log(void *arg, const struct fgx_reasm_match *m)
@@ -278,36 +274,38 @@ void px_match_log(void *arg, const struct fgx_reasm_match *m)
 
     px_stats_filter_matched(&t->ctr, m->filter_id);
     if (t->scan_conn != NULL)
-        event_record(t->scan_conn, t->scan_side, m, NULL, 0, NULL);
+        event_record(t->scan_conn, t->scan_side, m, NULL, NULL, 0, NULL);
 }
 
-/* A read's bytes into the connection's capture, after the others of its side: the proxy sees
- * byte streams, not segments (a read is a mark). The blocked read never reaches the peer. */
-static void cap_bytes(struct px_conn *c, struct fgx_cap_ring *cr, int side, const uint8_t *data,
-                      size_t len, bool blocked)
+/* A read's bytes into a capture (*ref: the connection's, or an HTTP/2 stream's rendering, which
+ * is recorded as a connection of its own from the port fgx_cap_stream_port() gives it, so a
+ * pcap holds one TCP stream per exchange: docs/user-guide.md, HTTP services), after the others
+ * of its side: the proxy sees byte streams, not segments (a read is a mark). The blocked read
+ * never reaches the peer. */
+static void cap_bytes(struct px_conn *c, struct fgx_cap_ring *cr, struct fgx_cap_ref *ref,
+                      uint32_t stream, int side, const uint8_t *data, size_t len, bool blocked)
 {
-    struct fgx_cap_ref ref = {c->cap_slot, c->cap_gen};
     struct timespec ts;
     uint64_t now;
 
     clock_gettime(CLOCK_REALTIME, &ts);
     now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-    if (ref.gen == 0) {
+    if (ref->gen == 0) {
         uint8_t ca[16] = {0}, sa[16] = {0};
         uint16_t cp = 0, sp = 0;
 
         (void)px_sa_split(&c->client, ca, &cp);
         (void)px_sa_split(&c->server, sa, &sp);
-        fgx_cap_open(cr, IPPROTO_TCP, c->family, ca, cp, sa, sp, now, &ref);
-        if (ref.gen == 0)
+        if (stream != 0)
+            cp = fgx_cap_stream_port(cp, stream);
+        fgx_cap_open(cr, IPPROTO_TCP, c->family, ca, cp, sa, sp, now, ref);
+        if (ref->gen == 0)
             return; /* every slot holds a blocked capture not collected yet */
-        c->cap_slot = ref.slot;
-        c->cap_gen = ref.gen;
         /* Both made-up streams start at 1, also the one that has sent nothing yet. */
-        fgx_cap_append(cr, &ref, 0, NULL, 0, now, false);
-        fgx_cap_append(cr, &ref, 1, NULL, 0, now, false);
+        fgx_cap_append(cr, ref, 0, NULL, 0, now, false);
+        fgx_cap_append(cr, ref, 1, NULL, 0, now, false);
     }
-    fgx_cap_append(cr, &ref, side, data, len, now, blocked);
+    fgx_cap_append(cr, ref, side, data, len, now, blocked);
 }
 
 int px_match_scan(struct px_conn *c, int side, const uint8_t *data, size_t len)
@@ -335,11 +333,18 @@ int px_match_scan(struct px_conn *c, int side, const uint8_t *data, size_t len)
     t->scan_conn = NULL;
     cr = len > 0 ? fgx_cap_set_ring(&t->caps, c->service_id) : NULL;
     /* after a script's DROP nothing read reaches the peer (px_script_chunk()): blocked too */
-    if (cr != NULL)
-        cap_bytes(c, cr, side, data, len, m.matched || c->sw_drop);
+    if (cr != NULL) {
+        struct fgx_cap_ref ref = {c->cap_slot, c->cap_gen};
+
+        cap_bytes(c, cr, &ref, 0, side, data, len, m.matched || c->sw_drop);
+        c->cap_slot = ref.slot;
+        c->cap_gen = ref.gen;
+    }
     if (m.matched) {
+        struct fgx_cap_ref ref = {c->cap_slot, c->cap_gen};
+
         px_stats_filter_blocked(&t->ctr, m.filter_id);
-        event_record(c, side, &m, cr, 0, NULL);
+        event_record(c, side, &m, cr, &ref, 0, NULL);
         return -EACCES;
     }
     if (v != FGX_REASM_ACCEPT) {
@@ -367,7 +372,7 @@ int px_match_scan_dgram(struct px_conn *c, int side, const uint8_t *data, size_t
     t->scan_conn = NULL;
     if (rc == 1) {
         px_stats_filter_blocked(&t->ctr, m.filter_id);
-        event_record(c, side, &m, NULL, 0, NULL);
+        event_record(c, side, &m, NULL, NULL, 0, NULL);
         return -EACCES;
     }
     if (rc < 0) {
@@ -379,13 +384,14 @@ int px_match_scan_dgram(struct px_conn *c, int side, const uint8_t *data, size_t
     return 0;
 }
 
-int px_match_scan_h2(struct px_conn *c, struct fgx_reasm *r, int side, uint32_t stream,
-                     const uint8_t *data, size_t len)
+int px_match_scan_h2(struct px_conn *c, struct fgx_reasm *r, struct fgx_cap_ref *cap, int side,
+                     uint32_t stream, const uint8_t *data, size_t len)
 {
     static __thread unsigned long long last_log;
     struct px_thread *t = c->t;
     struct fgx_reasm_match m;
     enum fgx_reasm_verdict v;
+    struct fgx_cap_ring *cr;
 
     /* a log filter's event (px_match_log()) names the stream too */
     t->scan_conn = c;
@@ -393,9 +399,13 @@ int px_match_scan_h2(struct px_conn *c, struct fgx_reasm *r, int side, uint32_t 
     t->scan_stream = stream;
     v = fgx_reasm_segment(t->reasm, r, r->next_seq, 0, data, len, 0, t->now_ms, &m);
     t->scan_conn = NULL;
+    /* the rendering is what the capture holds: each exchange its own connection (cap_bytes()) */
+    cr = len > 0 ? fgx_cap_set_ring(&t->caps, c->service_id) : NULL;
+    if (cr != NULL)
+        cap_bytes(c, cr, cap, stream, side, data, len, m.matched);
     if (m.matched) {
         px_stats_filter_blocked(&t->ctr, m.filter_id);
-        event_record(c, side, &m, NULL, 0, NULL);
+        event_record(c, side, &m, cr, cap, 0, NULL);
         t->scan_stream = 0;
         return -EACCES;
     }

@@ -1,7 +1,7 @@
 /* Unit tests for the capture rings (libcommon/capture.c): the bounds (connections per ring,
  * bytes per direction, segment marks), the ring's reuse of the oldest slot and its skipping of
- * pinned (blocked) ones, stale references, stream offsets from sequence numbers, and the
- * encoding round trip. */
+ * pinned (blocked) ones, stale references, stream offsets from sequence numbers, the
+ * encoding round trip, and the client port of an HTTP/2 exchange's capture. */
 #include <criterion/criterion.h>
 
 #include <errno.h>
@@ -340,4 +340,26 @@ Test(capture, set_keeps_rings_of_services_that_left)
     free(caps);
     fgx_cap_set_release(&s);
     free(c);
+}
+
+/* Each exchange of an h2 connection is a capture of its own: stream 1 keeps the connection's
+ * client port, each client stream after it (odd ids) one up, no two of a connection's first
+ * streams alike, and the top wraps into 1024..65535, never onto 0 or a privileged port. */
+Test(capture, stream_port_per_exchange)
+{
+    cr_assert_eq(fgx_cap_stream_port(40000, 1), 40000);
+    cr_assert_eq(fgx_cap_stream_port(40000, 3), 40001);
+    cr_assert_eq(fgx_cap_stream_port(40000, 15), 40007);
+    cr_assert_eq(fgx_cap_stream_port(40000, 0), 40000);
+    cr_assert_eq(fgx_cap_stream_port(65535, 1), 65535);
+    cr_assert_eq(fgx_cap_stream_port(65535, 3), 1024);
+    cr_assert_eq(fgx_cap_stream_port(65534, 7), 1025);
+    for (uint32_t sid = 1; sid < (1u << 31); sid = sid * 3 + 2) {
+        uint16_t p = fgx_cap_stream_port(60000, sid);
+
+        cr_assert(p >= 1024, "stream %u: port %u", sid, p);
+    }
+    for (uint32_t a = 1; a < 2000; a += 2)
+        for (uint32_t b = a + 2; b < 2000; b += 2)
+            cr_assert_neq(fgx_cap_stream_port(65000, a), fgx_cap_stream_port(65000, b));
 }

@@ -89,6 +89,10 @@ void fgx_cap_add(struct fgx_cap_ring *r, const struct fgx_cap_ref *ref, int d, u
  * proxy's byte streams). */
 void fgx_cap_append(struct fgx_cap_ring *r, const struct fgx_cap_ref *ref, int d,
                     const uint8_t *data, size_t len, uint64_t now_ns, bool blocked);
+/* The client port an HTTP/2 stream's exchange is captured with (the proxy's HTTP services:
+ * each exchange a connection of its own): cport for stream 1, one up for each client stream
+ * after it (stream 3: cport + 1), wrapping within 1024..65535. */
+uint16_t fgx_cap_stream_port(uint16_t cport, uint32_t stream);
 /* Writer, UDP: the slot of the datagram run of this 4-tuple if it was the last one opened,
  * else a new one. */
 void fgx_cap_udp(struct fgx_cap_ring *r, uint8_t family, const uint8_t *caddr, uint16_t cport,
