@@ -92,6 +92,8 @@ struct ctl_filter {
     uint64_t created;
     bool log;    /* action log: matches are recorded, nothing is dropped */
     char *label; /* malloc'd or NULL (no label), owned like regex; fgx_label_check()ed */
+    uint32_t revision; /* edits of its regex, direction or case (filter set); 0: never */
+    uint64_t edited;   /* unix seconds of the last edit; 0: never */
 };
 
 struct ctl_store;
@@ -167,10 +169,13 @@ int ctl_store_filter_del(struct ctl_txn *t, uint32_t id);
 int ctl_store_filter_list(struct ctl_txn *t, uint32_t service_id, struct ctl_filter **out,
                           size_t *n);
 void ctl_filter_release(struct ctl_filter *f);
-/* The id f is compiled under (fgx_pattern.filter_id): its id, with FGX_FILTER_ID_LOG when log. */
+/* The id f is compiled under (fgx_pattern.filter_id): its id and revision (FGX_FILTER_ID_REV),
+ * with FGX_FILTER_ID_LOG when log. */
 static inline uint32_t ctl_filter_hs_id(const struct ctl_filter *f)
 {
-    return f->log ? (f->id | FGX_FILTER_ID_LOG) : f->id;
+    uint32_t id = f->id | ((f->revision << FGX_FILTER_ID_REV_SHIFT) & FGX_FILTER_ID_REV);
+
+    return f->log ? (id | FGX_FILTER_ID_LOG) : id;
 }
 void ctl_filters_free(struct ctl_filter *fs, size_t n);
 

@@ -782,7 +782,8 @@ Test(cli, json_filter_escapes_regex)
     cr_assert_str_eq(out, "{\"id\":7,\"service_id\":1,"
                           "\"regex_b64\":\"YSJiXGQrCgkBf8Op/w==\","
                           "\"dir\":\"c2s\",\"nocase\":true,\"active\":true,\"blocked\":0,"
-                     "\"action\":\"block\",\"matched\":0,\"label\":null}\n");
+                     "\"action\":\"block\",\"matched\":0,\"label\":null,"
+                     "\"revision\":0,\"edited\":null}\n");
     free(out);
     /* Valid UTF-8 stays a readable string, every special escaped. */
     fl.regex = (char *)"a\"b\\d+\n\t\x01\x7f\xc3\xa9";
@@ -790,7 +791,8 @@ Test(cli, json_filter_escapes_regex)
     cr_assert_str_eq(out, "{\"id\":7,\"service_id\":1,"
                           "\"regex\":\"a\\\"b\\\\d+\\n\\t\\u0001\\u007f\xc3\xa9\","
                           "\"dir\":\"c2s\",\"nocase\":true,\"active\":true,\"blocked\":0,"
-                     "\"action\":\"block\",\"matched\":0,\"label\":null}\n");
+                     "\"action\":\"block\",\"matched\":0,\"label\":null,"
+                          "\"revision\":0,\"edited\":null}\n");
     cr_assert(json_parse(out, "regex", &j), "not valid JSON: %s", out);
     cr_assert(j.found);
     cr_assert_str_eq(j.got, fl.regex);
