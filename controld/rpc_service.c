@@ -267,6 +267,41 @@ static void do_service_list(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
     ctl_txn_abort(t);
 }
 
+/* `service show`: what judges the service's traffic, in the order it does (issue 27): its
+ * filters (one hyperscan scan of them all: their order has no effect, there is no knob) and
+ * then its script's functions in file order, the script's name and functions without its
+ * source. */
+static void show_judges(struct ctl_rpc *r, struct ctl_txn *t, const struct ctl_service *svc)
+{
+    struct ctl_filter *fs = NULL;
+    Fgx__Ctl__Script *sc = NULL;
+    size_t n = 0;
+    int rv = ctl_store_filter_list(t, svc->id, &fs, &n);
+
+    if (rv == 0)
+        rv = ctl_rpc_reply_filters(r, t, fs, n); /* owns fs from here */
+    if (rv < 0) {
+        if (!ctl_rpc_failed(r))
+            ctl_rpc_store_fail(r, rv);
+        return;
+    }
+    rv = ctl_script_load(t, svc->id, &sc);
+    if (rv == -ENOENT)
+        return;
+    if (rv == 0 && !r->script) {
+        r->script = calloc(1, sizeof(*r->script));
+        rv = r->script ? 0 : -ENOMEM;
+    }
+    if (rv < 0) {
+        ctl_script_free(sc);
+        ctl_rpc_store_fail(r, rv);
+        return;
+    }
+    sc->has_source = 0; /* `script get` gives the file; show names what runs */
+    r->script->script = sc;
+    r->reply.script = sc;
+}
+
 static void do_service_show(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
 {
     const char *ref = ctl_rpc_ref(q->service_show);
@@ -276,8 +311,9 @@ static void do_service_show(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
     ctl_stats_refresh(r->ctx, CTL_RPC_STATS_TIMEOUT_MS);
     if (ctl_rpc_txn_begin(r, false, &t) < 0)
         return;
-    if (ctl_rpc_service_resolve(r, t, ref, &svc) == 0)
-        ctl_rpc_reply_services(r, t, &svc, 1);
+    if (ctl_rpc_service_resolve(r, t, ref, &svc) == 0 &&
+        ctl_rpc_reply_services(r, t, &svc, 1) == 0)
+        show_judges(r, t, &svc);
     ctl_txn_abort(t);
 }
 

@@ -94,7 +94,10 @@ static const char usage_service_list[] =
 static const char usage_service_show[] =
     "usage: fgexctl service show SERVICE\n"
     "\n"
-    "Show one service: its settings, status and counters.\n" CLI_SERVICE_HELP_NOTE;
+    "Show one service: its settings, status and counters, then what judges its\n"
+    "traffic, in the order it does: its regex filters (all in one scan: their order\n"
+    "has no effect, so there is nothing to reorder), then its script's functions, in\n"
+    "file order, on the bytes the regexes passed; and its filters.\n" CLI_SERVICE_HELP_NOTE;
 
 static const char usage_service_start[] =
     "usage: fgexctl service start SERVICE\n"
@@ -693,24 +696,121 @@ static void warn_reply(const Fgx__Ctl__Reply *rep)
         (void)fprintf(stderr, "fgexctl: warning: %s\n", rep->warnings[i]);
 }
 
+/* show: what judges the traffic, in its order (issue 27). All of a service's regex filters are
+ * one hyperscan database scanned once: no filter comes before another (a log filter records
+ * its match and the scan goes on; a block ends the connection at the first block match in the
+ * stream, whichever filter it is). The script sees only the bytes the regexes passed, its
+ * functions called in file order. */
+static void human_judges(FILE *f, const Fgx__Ctl__Reply *rep)
+{
+    size_t nlog = 0, nblock = 0;
+    char name[256];
+
+    for (size_t i = 0; i < rep->n_filters; i++) {
+        if (!rep->filters[i]->active)
+            continue;
+        if (cli_fmt_filter_is_log(rep->filters[i]))
+            nlog++;
+        else
+            nblock++;
+    }
+    (void)fputs("\njudged by, in this order:\n", f);
+    (void)fprintf(f, "  1. its regex filters, all in one scan (their order has no effect): "
+                     "%zu block, %zu log\n",
+                  nblock, nlog);
+    if (!rep->script) {
+        (void)fputs("  2. no script\n", f);
+        return;
+    }
+    cli_fmt_escape(rep->script->filename ? rep->script->filename : "", name, sizeof(name));
+    (void)fprintf(f, "  2. script %s, on the bytes the regexes passed, its functions in file "
+                     "order:",
+                  name);
+    for (size_t i = 0; i < rep->script->n_functions; i++) {
+        const Fgx__Ctl__ScriptFunction *fn = rep->script->functions[i];
+
+        cli_fmt_escape(fn->name, name, sizeof(name));
+        (void)fprintf(f, "%s %s (line %" PRIu32 "%s)", i ? "," : "", name, fn->line,
+                      fn->has_active && !fn->active ? ", disabled" : "");
+    }
+    (void)fputc('\n', f);
+}
+
 static int human_one(FILE *f, const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep)
 {
     warn_reply(rep);
     if (rep->n_services > 0)
         human_service(f, rep->services[0]);
+    if (req->req_case != FGX__CTL__REQUEST__REQ_SERVICE_SHOW || rep->n_services == 0)
+        return 0;
+    human_judges(f, rep);
     /* show: the service's filters too, when controld sends them. */
-    if (req->req_case == FGX__CTL__REQUEST__REQ_SERVICE_SHOW && rep->n_filters > 0) {
+    if (rep->n_filters > 0) {
         (void)fputc('\n', f);
         return cli_fmt_filter_table(f, rep);
     }
     return 0;
 }
 
+/* show's "judges" (human_judges()): {"filters": [ids], "script": null or {"filename",
+ * "functions": [{"name", "line", "active"}] in file order}}. */
+static json_t *json_judges(const Fgx__Ctl__Reply *rep)
+{
+    json_t *o = json_object(), *ids = json_array(), *sc = json_null(), *fns = NULL;
+
+    for (size_t i = 0; ids && i < rep->n_filters; i++)
+        if (json_array_append_new(ids, json_integer(rep->filters[i]->id)) < 0)
+            goto fail;
+    if (rep->script) {
+        fns = json_array();
+        for (size_t i = 0; fns && i < rep->script->n_functions; i++) {
+            const Fgx__Ctl__ScriptFunction *fn = rep->script->functions[i];
+
+            if (json_array_append_new(fns, json_pack("{s:o, s:I, s:b}", "name",
+                                                     cli_json_str(fn->name), "line",
+                                                     cli_json_int(fn->line), "active",
+                                                     !fn->has_active || fn->active)) < 0)
+                goto fail;
+        }
+        json_decref(sc);
+        sc = json_pack("{s:o, s:o}", "filename",
+                       cli_json_str_or_null(rep->script->filename), "functions", fns);
+        fns = NULL;
+    }
+    if (!o || !ids || !sc)
+        goto fail;
+    if (json_object_set_new(o, "filters", ids) < 0) {
+        ids = NULL; /* taken even on failure */
+        goto fail;
+    }
+    ids = NULL;
+    if (json_object_set_new(o, "script", sc) < 0) {
+        sc = NULL;
+        goto fail;
+    }
+    return o;
+fail:
+    json_decref(fns);
+    json_decref(sc);
+    json_decref(ids);
+    json_decref(o);
+    return NULL;
+}
+
 static json_t *json_one(const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep)
 {
-    (void)req;
+    json_t *o;
+
     warn_reply(rep);
-    return rep->n_services > 0 ? json_service(rep->services[0]) : json_null();
+    if (rep->n_services == 0)
+        return json_null();
+    o = json_service(rep->services[0]);
+    if (o && req->req_case == FGX__CTL__REQUEST__REQ_SERVICE_SHOW &&
+        json_object_set_new(o, "judges", json_judges(rep)) < 0) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
 }
 
 static int human_rm(FILE *f, const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep)

@@ -18,6 +18,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fgxit as it  # noqa: E402
+import scriptfiles  # noqa: E402
 from fgxit import EVIL, SRV4, check, test  # noqa: E402
 
 NEW = b"pwn4242"
@@ -170,6 +171,38 @@ def edit_carries_bytes_that_are_not_utf8(env):
     f = flt(env, "ed-raw", fid)
     check(f["revision"] == 1 and base64.b64decode(f["regex_b64"]) == raw,
           "after the backup's import: %r", f)
+
+
+@test
+def service_show_gives_what_judges_in_its_order(env):
+    _, port = env.service("ed-show", "tcp", extra=("--layer", "proxy"))
+    bfid = env.filter("ed-show", "evil[0-9]+")
+    lfid = env.ctl("filter", "add", "ed-show", "GET /admin", "--log")["id"]
+    doc = env.ctl("service", "show", "ed-show")
+    check(doc["judges"] == {"filters": [bfid, lfid], "script": None},
+          "service show --json judges without a script: %r", doc.get("judges"))
+    env.ctl("script", "set", "ed-show", scriptfiles.write(scriptfiles.KEEPALIVE, "ka.py"))
+    doc = env.ctl("service", "show", "ed-show")
+    sc = doc["judges"]["script"]
+    check(sc and sc["filename"] == "ka.py" and
+          [f["name"] for f in sc["functions"]] == ["third_request", "decoded_body", "drop_probe"]
+          and all(f["active"] for f in sc["functions"]) and
+          [f["line"] for f in sc["functions"]] == sorted(f["line"] for f in sc["functions"]),
+          "service show --json judges with a script: %r", doc["judges"])
+    p = env.ctl_raw("service", "show", "ed-show", json_out=False)
+    out = p.stdout
+    check(p.returncode == 0 and "1. its regex filters, all in one scan (their order has no "
+          "effect): 1 block, 1 log" in out and "2. script ka.py" in out and
+          out.index("third_request") < out.index("decoded_body") < out.index("drop_probe"),
+          "service show:\n%s", out)
+    # a log filter and a block filter both act on one connection, whatever their ids' order
+    srv = env.tcp_server(port)
+    c = env.tcp_client(SRV4, port, [b"GET /admin?q=" + EVIL + b" HTTP/1.1\r\n\r\n"])
+    blocked(c, srv)
+    evs = it.wait_until(lambda: len(env.ctl("events", "ed-show")) >= 2 and
+                        env.ctl("events", "ed-show"), timeout=4)
+    check(evs and sorted((e["filter_id"], e["action"]) for e in evs) ==
+          [(bfid, "block"), (lfid, "log")], "events %r", evs)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 // Managing services and filters through the page: add a service, edit it, stop and start it,
-// add a log-only filter with a label, import a ruleset file and export it again, remove a
+// add a log-only filter with a label, import a ruleset file and export it again, edit a regex
+// in place, remove a
 // filter and a service (each after a confirm) and undo both from the toast; add a TLS service
 // with its certificate and key uploaded. test_web_ui checks the result with fgexctl after.
 import { readFileSync } from 'node:fs';
@@ -66,6 +67,18 @@ export default async function ({ page, base, shot, env, login }) {
   await page.waitForFunction(() => document.querySelectorAll('[data-test^=filter-row-]').length === 2);
   await page.click('[data-test=undo]');
   await foo.waitFor();
+
+  // edit a regex in place (issue 27): the form takes the filter, saving keeps its id
+  const bar = page.locator('[data-test^=filter-row-]', { hasText: 'bar\\x41' });
+  const barId = await bar.getAttribute('data-test');
+  await bar.locator('[data-test=filter-edit]').click();
+  check((await page.inputValue('[data-test=filter-regex-input]')) === 'bar\\x41', 'the edit form does not hold the regex');
+  check(await page.isChecked('[data-test=filter-nocase]'), 'the edit form lost nocase');
+  await page.fill('[data-test=filter-regex-input]', 'baz\\x42');
+  await page.click('[data-test=filter-add]');
+  const baz = page.locator(`[data-test=${barId}]`, { hasText: 'baz\\x42' });
+  await baz.waitFor();
+  check(!(await page.isVisible('[data-test=filter-edit-cancel]')), 'the form stayed in edit mode');
 
   // remove the service from the list (cancel first, then confirm), then undo
   await page.goto(`${base}/#/services`);
