@@ -52,7 +52,11 @@ static json_t *write_filter(const Fgx__Ctl__Filter *fl)
                                             ? "log"
                                             : "block")) == 0 &&
         (!fl->label || !fl->label[0] ||
-         json_object_set_new(o, "label", cli_json_str(fl->label)) == 0))
+         json_object_set_new(o, "label", cli_json_str(fl->label)) == 0) &&
+        /* only once edited in place (issue 27): a never-edited filter reads as before */
+        (!fl->has_revision || fl->revision == 0 ||
+         json_object_update_new(o, json_pack("{s:I, s:I}", "revision", cli_json_int(fl->revision),
+                                             "edited", cli_json_int(fl->edited))) == 0))
         return o;
     json_decref(o);
     return NULL;
@@ -576,8 +580,9 @@ static int read_filter(struct rd *r, const json_t *fs, size_t idx, uint32_t serv
                        const char *where, bool *has_id)
 {
     const json_t *fv = json_array_get(fs, idx);
-    static const char *const keys[] = {"id",     "regex",  "regex_b64", "dir", "nocase",
-                                       "active", "action", "label",     NULL};
+    static const char *const keys[] = {"id",     "regex",  "regex_b64", "dir",    "nocase",
+                                       "active", "action", "label",     "revision", "edited",
+                                       NULL};
     static const char *const acts[] = {"block", "log"};
     static const int actv[] = {FGX__CTL__FILTER_ACTION__FILTER_ACTION_BLOCK, FGX__CTL__FILTER_ACTION__FILTER_ACTION_LOG};
     char why[128];
@@ -626,6 +631,21 @@ static int read_filter(struct rd *r, const json_t *fs, size_t idx, uint32_t serv
         rc = get_str(r, fv, "label", where, "", &fl->label);
         if (rc == 0 && fgx_label_check(fl->label, why, sizeof(why)) < 0)
             rc = bad(r, json_object_get(fv, "label"), "%s.label: %s", where, why);
+    }
+    /* issue 27, absent in older backups (never edited) */
+    if (rc == 0 && json_object_get(fv, "revision")) {
+        bool has;
+
+        rc = get_uint(r, fv, "revision", where, UINT32_MAX, &has, &fl->revision);
+        fl->has_revision = has;
+    }
+    if (rc == 0 && json_object_get(fv, "edited")) {
+        uint64_t x = 0;
+
+        if (uint_of(json_object_get(fv, "edited"), UINT64_MAX >> 1, &x) < 0)
+            rc = bad_in(r, fv, "edited", 0, "%s.edited must be unix seconds", where);
+        fl->has_edited = rc == 0;
+        fl->edited = x;
     }
     return rc;
 }

@@ -374,7 +374,9 @@ static void hist_row(FILE *f, const Fgx__Ctl__Reply *rep, const Fgx__Ctl__RateSe
         const Fgx__Ctl__Filter *fl = hist_flt(rep, s->id);
 
         cli_fmt_escape(fl && fl->regex ? fl->regex : "", rx, sizeof(rx));
-        (void)snprintf(label, sizeof(label), "  #%" PRIu32 " /%.20s/", s->id, rx);
+        /* '*': its regex was edited in place, the footnote says when (issue 27) */
+        (void)snprintf(label, sizeof(label), "  #%" PRIu32 "%s /%.20s/", s->id,
+                       fl && fl->revision > 0 ? "*" : "", rx);
     } else {
         const Fgx__Ctl__Service *sv = hist_svc(rep, s->id);
 
@@ -426,6 +428,18 @@ static int human_stats_history(FILE *f, const Fgx__Ctl__Request *req, const Fgx_
     for (size_t i = 0; i < rep->n_rates; i++)
         if (!hist_svc(rep, hist_service_of(rep->rates[i])))
             hist_row(f, rep, rep->rates[i], first, per, utf8);
+    /* The edits in the window: where a filter's one timeline changes regex. */
+    for (size_t i = 0; i < rep->n_filters; i++) {
+        const Fgx__Ctl__Filter *fl = rep->filters[i];
+        char at[40];
+
+        if (fl->revision == 0 || fl->edited < since)
+            continue;
+        cli_fmt_time(fl->edited * UINT64_C(1000000000), true, at, sizeof(at));
+        (void)fprintf(f, "  #%" PRIu32 "* regex edited at %s (revision %" PRIu32
+                         "): its counts before then are its earlier regex's\n",
+                      fl->id, at, fl->revision);
+    }
     return ferror(f) ? -EIO : 0;
 }
 
@@ -458,8 +472,13 @@ static json_t *json_stats_history(const Fgx__Ctl__Request *req, const Fgx__Ctl__
             const Fgx__Ctl__Filter *fl = hist_flt(rep, s->id);
 
             (void)json_object_set_new(o, "service_id", json_integer(cli_json_int(s->service_id)));
-            if (fl)
+            if (fl) {
                 (void)cli_json_set_bytes(o, "regex", fl->regex, strlen(fl->regex));
+                /* the regex's last edit in place (issue 27): null when never */
+                (void)json_object_set_new(o, "edited", fl->has_edited
+                                                           ? json_integer((json_int_t)fl->edited)
+                                                           : json_null());
+            }
         } else {
             const Fgx__Ctl__Service *sv = hist_svc(rep, s->id);
 

@@ -11,6 +11,7 @@ id: it is believed for the revision listed now only), and the new one blocks the
 connection, within a second of the command. An invalid regex is refused and nothing changes.
 A regex of bytes that are not UTF-8 goes through argv, --json and the ruleset export exactly."""
 import base64
+import json
 import os
 import subprocess
 import sys
@@ -100,7 +101,11 @@ def edit_regex_in_place_nfqueue(env):
     sh = env.ctl("stats", "--history", "ed-nfq")
     series = [s for s in sh["series"] if s["obj"] == "filter" and s["id"] == fid and
               s["kind"] == "blocked"]
-    check(len(series) == 1 and series[0]["total"] == 2, "stats --history: %r", series)
+    check(len(series) == 1 and series[0]["total"] == 2 and series[0]["edited"],
+          "stats --history: %r", series)
+    p = env.ctl_raw("stats", "--history", "ed-nfq", json_out=False)
+    check("#%d* /pwn" % fid in p.stdout and "#%d* regex edited at " % fid in p.stdout,
+          "stats --history does not mark the edit:\n%s", p.stdout)
     # undo takes the edit back: the old regex blocks again, the new one not
     env.ctl("undo")
     f = flt(env, "ed-nfq", fid)
@@ -167,10 +172,30 @@ def edit_carries_bytes_that_are_not_utf8(env):
     # a whole-configuration backup keeps the revision, and loads back
     path = os.path.join(env.tmp, "ed.backup")
     env.ctl("export", path)
+    with open(path) as fh:
+        bf = [x for s in json.load(fh)["services"] if s["name"] == "ed-raw"
+              for x in s["filters"]][0]
+    check(bf["revision"] == 1 and bf["edited"] == f["edited"] and
+          base64.b64decode(bf["regex_b64"]) == raw, "the backup's filter %r", bf)
+    env.ctl("filter", "rm", str(fid))
     env.ctl("import", path)
     f = flt(env, "ed-raw", fid)
-    check(f["revision"] == 1 and base64.b64decode(f["regex_b64"]) == raw,
+    check(f["revision"] == 1 and base64.b64decode(f["regex_b64"]) == raw and f["nocase"],
           "after the backup's import: %r", f)
+    # a backup made before edits existed (no revision, no edited) loads as never edited
+    with open(path) as fh:
+        doc = json.load(fh)
+    for s in doc["services"]:
+        for x in s["filters"]:
+            x.pop("revision", None)
+            x.pop("edited", None)
+    with open(path, "w") as fh:
+        json.dump(doc, fh)
+    env.ctl("filter", "rm", str(fid))
+    env.ctl("import", path)
+    f = flt(env, "ed-raw", fid)
+    check(f["revision"] == 0 and f["edited"] is None and
+          base64.b64decode(f["regex_b64"]) == raw, "an older backup's filter: %r", f)
 
 
 @test
