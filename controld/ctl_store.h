@@ -27,6 +27,10 @@ enum ctl_layer {
  * service stays a plain value copied whole. */
 #define CTL_SERVICE_ADDRS_MAX 32
 
+/* Bounds of a service's own limits (issue 27): the proxy's own --max-conns bound, a day. */
+#define CTL_SERVICE_MAX_CONNS_MAX 1000000u
+#define CTL_SERVICE_FIRST_BYTE_MAX 86400u
+
 struct ctl_service {
     uint32_t id;
     char name[CTL_NAME_MAX + 1];
@@ -56,6 +60,12 @@ struct ctl_service {
     /* Capture (fgx/capture.h): on unless capture_off; 0 bounds: the defaults. */
     bool capture_off;
     uint32_t capture_conns, capture_bytes;
+    /* Limits of its own (issue 27; proxy layer): connections open at once (0: none), what one
+     * past it gets (forwarded, counted, or refused), the first-byte timeout in seconds (0: the
+     * proxy's). Records stored before them decode as 0, false, 0. */
+    uint32_t max_conns;
+    bool over_limit_forward;
+    uint32_t first_byte_timeout;
 };
 
 /* A TLS service's certificate chain and key, PEM (malloc'd; ctl_tls_pem_release()). */

@@ -393,6 +393,9 @@ out:
     ctl_txn_abort(t);
 }
 
+static int service_limits_set(struct ctl_rpc *r, const Fgx__Ctl__ServiceSet *a,
+                              struct ctl_service *svc);
+
 static void do_service_set(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
 {
     const Fgx__Ctl__ServiceSet *a = q->service_set;
@@ -532,6 +535,8 @@ static void do_service_set(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
         svc.upstream_http1 = false; /* --proto tcp: the kind and its upstream go */
     if (service_http_check(r, &svc) < 0)
         goto out;
+    if (service_limits_set(r, a, &svc) < 0)
+        goto out;
     if (pem.cert != NULL && service_tls_store(r, t, &svc, &pem) < 0)
         goto out;
     if (tls_del && (rv = ctl_store_tls_del(t, svc.id)) < 0) {
@@ -549,6 +554,45 @@ out:
     ctl_tls_pem_release(&pem);
     ctl_filters_free(fs, nfs);
     ctl_txn_abort(t);
+}
+
+/* --max-conns N --over-limit forward|refuse --first-byte-timeout S (issue 27): the proxy
+ * enforces them, counting the service's open connections over all its threads. The NFQUEUE
+ * layer does not hold connections (the kernel passes them to the service, fgex sees packets),
+ * so a service there keeps none: refused with the reason rather than stored and ignored. */
+static int service_limits_set(struct ctl_rpc *r, const Fgx__Ctl__ServiceSet *a,
+                              struct ctl_service *svc)
+{
+    if (a->has_max_conns) {
+        if (a->max_conns > CTL_SERVICE_MAX_CONNS_MAX) {
+            ctl_rpc_fail(r, FGX__CTL__CODE__CODE_INVALID, "invalid --max-conns %u: 0..%u",
+                         a->max_conns, CTL_SERVICE_MAX_CONNS_MAX);
+            return -EINVAL;
+        }
+        svc->max_conns = a->max_conns;
+    }
+    if (a->has_over_limit_forward)
+        svc->over_limit_forward = a->over_limit_forward;
+    if (a->has_first_byte_timeout) {
+        if (a->first_byte_timeout > CTL_SERVICE_FIRST_BYTE_MAX) {
+            ctl_rpc_fail(r, FGX__CTL__CODE__CODE_INVALID,
+                         "invalid --first-byte-timeout %u: 0..%u seconds", a->first_byte_timeout,
+                         CTL_SERVICE_FIRST_BYTE_MAX);
+            return -EINVAL;
+        }
+        svc->first_byte_timeout = a->first_byte_timeout;
+    }
+    if (svc->max_conns == 0)
+        svc->over_limit_forward = false;
+    if ((svc->max_conns > 0 || svc->first_byte_timeout > 0) && svc->layer != CTL_LAYER_PROXY) {
+        ctl_rpc_fail(r, FGX__CTL__CODE__CODE_INVALID,
+                     "service %s: --max-conns and --first-byte-timeout need the proxy layer "
+                     "(on the nfqueue layer fgex sees packets, not the connections the kernel "
+                     "holds): --layer proxy, or 0 to remove them",
+                     svc->name);
+        return -EINVAL;
+    }
+    return 0;
 }
 
 /* service addr add|rm: one address more or less; the others' connections are untouched (the

@@ -182,6 +182,9 @@ static const struct opt_def opt_defs[CLI_NOPTS] = {
     {"--service", CLI_OPT_SERVICE, ARG_REQUIRED},
     {"--force", CLI_OPT_FORCE, ARG_NONE},
     {"--regex", CLI_OPT_REGEX, ARG_REQUIRED},
+    {"--max-conns", CLI_OPT_MAX_CONNS, ARG_REQUIRED},
+    {"--over-limit", CLI_OPT_OVER_LIMIT, ARG_REQUIRED},
+    {"--first-byte-timeout", CLI_OPT_FIRST_BYTE, ARG_REQUIRED},
 };
 
 /* ---- helpers ----------------------------------------------------------------------------- */

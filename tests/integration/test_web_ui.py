@@ -201,6 +201,8 @@ def state_after_manage(env):
     tls = env.service_doc("tlsweb")
     check(tls["tls"] and tls["layer"] == "proxy" and "tlsweb.test" in tls.get("tls_subject", ""),
           "service tlsweb: %r", tls)
+    check(tls["limits"]["max_conns"] == 5 and tls["limits"]["over_limit"] == "forward" and
+          tls["limits"]["first_byte_timeout"] == 7, "limits set on the page: %r", tls["limits"])
 
 
 FP_RE = re.compile(r"TLS certificate SHA-256 fingerprint ((?:[0-9A-F]{2}:){31}[0-9A-F]{2})")

@@ -723,11 +723,15 @@ Test(cli, json_service_list_exact)
                      "[{\"id\":1,\"name\":\"web\",\"proto\":\"tcp\",\"ip\":\"\",\"port\":8080,"
         "\"addrs\":[{\"addr\":\"\",\"port\":8080,\"kind\":\"any\",\"text\":\"*:8080\"}],"
                      "\"layer\":\"nfqueue\",\"status\":\"active\",\"fail_open\":false,"
-                     "\"midstream\":\"reset\",\"filters\":2,\"blocked\":17,\"blocked_removed\":0,\"tls\":false},"
+                     "\"midstream\":\"reset\",\"filters\":2,\"blocked\":17,\"blocked_removed\":0,\"tls\":false,"
+                     "\"limits\":{\"max_conns\":0,\"over_limit\":\"refuse\",\"first_byte_timeout\":0,"
+                     "\"hits\":0,\"first_hit\":null,\"last_hit\":null}},"
                      "{\"id\":12,\"name\":\"dns-thing\",\"proto\":\"udp\",\"ip\":\"10.0.0.0/24\","
                      "\"port\":53,\"addrs\":[{\"addr\":\"10.0.0.0/24\",\"port\":53,\"kind\":\"prefix\","
         "\"text\":\"10.0.0.0/24:53\"}],\"layer\":\"proxy\",\"status\":\"stopped\",\"fail_open\":true,"
-                     "\"midstream\":\"scan\",\"filters\":0,\"blocked\":0,\"blocked_removed\":0,\"tls\":false}]\n");
+                     "\"midstream\":\"scan\",\"filters\":0,\"blocked\":0,\"blocked_removed\":0,\"tls\":false,"
+                     "\"limits\":{\"max_conns\":0,\"over_limit\":\"refuse\",\"first_byte_timeout\":0,"
+                     "\"hits\":0,\"first_hit\":null,\"last_hit\":null}}]\n");
     cr_assert(json_parse(out, "ip", &j));
     cr_assert(j.found);
     cr_assert_str_eq(j.got, "");

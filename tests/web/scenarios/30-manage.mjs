@@ -2,7 +2,7 @@
 // add a log-only filter with a label, import a ruleset file and export it again, edit a regex
 // in place, remove a
 // filter and a service (each after a confirm) and undo both from the toast; add a TLS service
-// with its certificate and key uploaded. test_web_ui checks the result with fgexctl after.
+// with its certificate and key uploaded, and give it limits of its own. test_web_ui checks the result with fgexctl after.
 import { readFileSync } from 'node:fs';
 
 function check(cond, msg) {
@@ -110,4 +110,12 @@ export default async function ({ page, base, shot, env, login }) {
   await page.click('[data-test=svc-add-form] [data-test=svc-add]');
   await page.waitForSelector('[data-test=svc-title]:text("tlsweb")');
   check((await page.textContent('main')).includes('proxy + TLS'), 'the TLS service does not say TLS');
+
+  // its own limits (issue 27): the settings form sends service set --max-conns --over-limit
+  await page.fill('[data-test=svc-edit-form] [data-test=svc-max-conns]', '5');
+  await page.selectOption('[data-test=svc-edit-form] [data-test=svc-over-limit]', 'forward');
+  await page.fill('[data-test=svc-edit-form] [data-test=svc-first-byte]', '7');
+  await page.click('[data-test=svc-save]');
+  await page.waitForFunction(() => document.querySelector('[data-test=svc-edit-form] [data-test=svc-max-conns]').value === '5');
+  await page.waitForSelector('[data-test=svc-limit-hits]:text("Never at its connection limit")');
 }
