@@ -185,6 +185,8 @@ static const struct opt_def opt_defs[CLI_NOPTS] = {
     {"--max-conns", CLI_OPT_MAX_CONNS, ARG_REQUIRED},
     {"--over-limit", CLI_OPT_OVER_LIMIT, ARG_REQUIRED},
     {"--first-byte-timeout", CLI_OPT_FIRST_BYTE, ARG_REQUIRED},
+    {"--from", CLI_OPT_FROM, ARG_REQUIRED},
+    {"--step", CLI_OPT_STEP, ARG_REQUIRED},
 };
 
 /* ---- helpers ----------------------------------------------------------------------------- */
