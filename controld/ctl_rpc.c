@@ -109,6 +109,7 @@ static void rpc_release(struct ctl_rpc *r)
     ctl_rpc_capture_release(r);
     ctl_script_reply_free(r->script);
     ctl_rpc_health_free(r->health);
+    ctl_rpc_ifaces_free(r->ifaces);
     explicit_bzero(r->token, sizeof(r->token));
 }
 

@@ -223,6 +223,7 @@ bool ctl_webapi_read_only(const struct ctl_webapi_cmd *c)
     case FGX__CTL__REQUEST__REQ_SERVICE_LOG:
     case FGX__CTL__REQUEST__REQ_FW_LIST:
     case FGX__CTL__REQUEST__REQ_CERT:
+    case FGX__CTL__REQUEST__REQ_INTERFACES:
         return true;
     default:
         return false;

@@ -77,6 +77,7 @@ static const char usage_main[] =
     "                                           set controld's password\n"
     "  auth on|off                              require the password from remote clients\n"
     "  cert                                     controld's certificate fingerprint\n"
+    "  interfaces                               the box's interfaces, addresses, services\n"
     "  fw rule add|rm|move|enable|disable|list ... the firewall: ordered rules, first\n"
     "  fw policy|set|enable|disable|import|export|apply|confirm ...   match wins\n"
     "                                           (`fgexctl fw --help`)\n"
