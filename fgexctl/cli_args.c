@@ -78,6 +78,7 @@ static const char usage_main[] =
     "  auth on|off                              require the password from remote clients\n"
     "  cert                                     controld's certificate fingerprint\n"
     "  interfaces                               the box's interfaces, addresses, services\n"
+    "  reset [--keep-firewall] [--yes]          remove every service, filter and script\n"
     "  fw rule add|rm|move|enable|disable|list ... the firewall: ordered rules, first\n"
     "  fw policy|set|enable|disable|import|export|apply|confirm ...   match wins\n"
     "                                           (`fgexctl fw --help`)\n"
@@ -188,6 +189,7 @@ static const struct opt_def opt_defs[CLI_NOPTS] = {
     {"--first-byte-timeout", CLI_OPT_FIRST_BYTE, ARG_REQUIRED},
     {"--from", CLI_OPT_FROM, ARG_REQUIRED},
     {"--step", CLI_OPT_STEP, ARG_REQUIRED},
+    {"--keep-firewall", CLI_OPT_KEEP_FW, ARG_NONE},
 };
 
 /* ---- helpers ----------------------------------------------------------------------------- */

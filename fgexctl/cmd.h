@@ -76,7 +76,8 @@ json_t *cli_cmd_script_log_entry_json(const Fgx__Ctl__ScriptLogEntry *e);
 #define CLI_OPT_FIRST_BYTE (UINT64_C(1) << 45) /* service set --first-byte-timeout S */
 #define CLI_OPT_FROM (UINT64_C(1) << 46)       /* stats --from T (--to T: CLI_OPT_TO) */
 #define CLI_OPT_STEP (UINT64_C(1) << 47)       /* stats --step S */
-#define CLI_NOPTS 48
+#define CLI_OPT_KEEP_FW (UINT64_C(1) << 48)    /* reset --keep-firewall */
+#define CLI_NOPTS 49
 /* --addr given more than this is refused by fgexctl (controld's bound is the same). */
 #define CLI_ADDRS_MAX 32
 

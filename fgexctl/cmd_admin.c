@@ -87,6 +87,18 @@ static const char usage_interfaces[] =
     "its link is running), addresses, and the fgex services that listen on it, by its\n"
     "name (service addr add web eth1:80) or by one of its addresses or a prefix that\n"
     "holds one (services on every address, *, are not listed under each).\n";
+static const char usage_reset[] =
+    "usage: fgexctl reset [--keep-firewall] [--yes] [--json]\n"
+    "\n"
+    "Start afresh: remove every service with its filters and script, and the\n"
+    "firewall's rules (switched off, its policies back to accept), in one change,\n"
+    "as importing an empty backup would. The password, sessions, events and the\n"
+    "change history stay, and `undo` brings the services, filters and scripts back\n"
+    "with their counters, but not the firewall, which the change history does not\n"
+    "hold (`fgexctl export FILE` first to keep it). Asks first on a terminal; --yes\n"
+    "does not ask (and is needed without a terminal).\n"
+    "\n"
+    "  --keep-firewall   leave the firewall as it is\n";
 /* clang-format on */
 
 /* ---- building the request ---- */
@@ -411,6 +423,39 @@ static json_t *json_interfaces(const Fgx__Ctl__Request *req, const Fgx__Ctl__Rep
     return a;
 }
 
+/* ---- reset (issue 27) ---- */
+
+/* An import of an empty configuration: controld's one way to change everything at once,
+ * recorded and undoable like any import. Without --keep-firewall the backup's firewall is the
+ * default one, off and empty. */
+static int build_reset(struct cli_cmd *cmd, const struct cli_cmd_def *spec,
+                       const struct cli_args_raw *raw)
+{
+    (void)spec;
+    fgx__ctl__config__init(&cmd->m.reset.cfg);
+    if (!cli_args_opt(raw, CLI_OPT_KEEP_FW)) {
+        fgx__ctl__fw_config__init(&cmd->m.reset.fw);
+        cmd->m.reset.fw.has_enabled = 1;
+        cmd->m.reset.fw.enabled = 0;
+        cmd->m.reset.cfg.fw = &cmd->m.reset.fw;
+    }
+    cmd->req.config_import = &cmd->m.reset.cfg;
+    return 0;
+}
+
+static int human_reset(FILE *f, const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep)
+{
+    (void)req;
+    return cli_cmd_diff_print(f, rep);
+}
+
+static json_t *json_reset(const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep)
+{
+    (void)req;
+    return json_pack("{s:b, s:b, s:o}", "reset", 1, "keep_firewall", !req->config_import->fw,
+                     "diff", cli_cmd_diff_json(rep));
+}
+
 static const struct cli_cmd_def admin_cmds[] = {
     {.name = "status",
      .req = FGX__CTL__REQUEST__REQ_STATUS,
@@ -444,6 +489,16 @@ static const struct cli_cmd_def admin_cmds[] = {
      .pos_names = {"on|off"},
      .usage = usage_auth,
      .build = build_auth},
+    {.name = "reset",
+     .req = FGX__CTL__REQUEST__REQ_CONFIG_IMPORT,
+     .opts = CLI_OPT_KEEP_FW,
+     .usage = usage_reset,
+     .build = build_reset,
+     .human = human_reset,
+     .json = json_reset,
+     .flags = CLI_CMD_CHANGE,
+     .confirm = "remove every service, filter and script, and the firewall's rules unless "
+                "--keep-firewall (undo cannot bring the firewall back)%s"},
     {.name = "interfaces",
      .req = FGX__CTL__REQUEST__REQ_INTERFACES,
      .usage = usage_interfaces,
