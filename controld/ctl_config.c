@@ -115,6 +115,11 @@ void ctl_config_filter_extra_to_msg(const struct ctl_filter *f, Fgx__Ctl__Filter
     m->action = f->log ? FGX__CTL__FILTER_ACTION__FILTER_ACTION_LOG : FGX__CTL__FILTER_ACTION__FILTER_ACTION_BLOCK;
     if (f->label && f->label[0] != '\0')
         m->label = f->label;
+    if (f->revision > 0) {
+        m->has_revision = m->has_edited = 1;
+        m->revision = f->revision;
+        m->edited = f->edited;
+    }
 }
 
 int ctl_config_regex_lint(const char *regex, bool nocase, uint8_t ipproto,
@@ -828,6 +833,9 @@ int ctl_config_import_ex(struct ctl_txn *t, const Fgx__Ctl__Config *cfg,
             .created = m->has_created ? m->created : (uint64_t)time(NULL),
             .log = m->has_action && m->action == FGX__CTL__FILTER_ACTION__FILTER_ACTION_LOG,
             .label = m->label && m->label[0] ? m->label : NULL,
+            /* absent in backups made before edits (issue 27): never edited */
+            .revision = m->has_revision ? m->revision : 0,
+            .edited = m->has_edited ? m->edited : 0,
         };
         uint64_t b = counters && m->has_blocked ? m->blocked : 0;
         size_t si;

@@ -181,6 +181,9 @@ void ctl_diff_service(const struct ctl_service *a, const struct ctl_service *b, 
         say(buf, len, &at, b->http ? "proto http" : "proto tcp");
     if (a->upstream_http1 != b->upstream_http1)
         say(buf, len, &at, b->upstream_http1 ? "upstream http1" : "upstream h2");
+    if (a->max_conns != b->max_conns || a->over_limit_forward != b->over_limit_forward ||
+        a->first_byte_timeout != b->first_byte_timeout)
+        say(buf, len, &at, "limits");
 }
 
 static void label_words(const char *l, char *buf, size_t len)

@@ -412,7 +412,12 @@ void ctl_history_describe(const Fgx__Ctl__Request *q, char *buf, size_t len)
     }
     case FGX__CTL__REQUEST__REQ_FILTER_SET: {
         const Fgx__Ctl__FilterSet *a = q->filter_set;
-        snprintf(buf, len, "filter set %s%s%s%.64s%s", a->ref,
+        snprintf(buf, len, "filter set %s%s%.200s%s%s%s%s%s%.64s%s", a->ref,
+                 a->regex ? " --regex '" : "", a->regex ? a->regex : "", a->regex ? "'" : "",
+                 !a->has_dir                         ? ""
+                 : a->dir == FGX__CTL__DIR__DIR_BOTH ? " --dir both"
+                                                     : dir_word(1, a->dir),
+                 a->has_nocase && a->nocase ? " --nocase" : "",
                  !a->has_action                                                     ? ""
                  : a->action == FGX__CTL__FILTER_ACTION__FILTER_ACTION_LOG ? " --action log"
                                                                            : " --action block",

@@ -111,6 +111,7 @@ static void rpc_release(struct ctl_rpc *r)
     ctl_rpc_capture_release(r);
     ctl_script_reply_free(r->script);
     ctl_rpc_health_free(r->health);
+    ctl_rpc_ifaces_free(r->ifaces);
     explicit_bzero(r->token, sizeof(r->token));
 }
 
@@ -556,6 +557,17 @@ int ctl_rpc_reply_services(struct ctl_rpc *r, struct ctl_txn *t, const struct ct
         m->capture_conns = s->capture_conns;
         m->has_capture_bytes = s->capture_bytes != 0;
         m->capture_bytes = s->capture_bytes;
+        /* its own limits (set by ctl_svcmsg_fill() when it has them) and their hits */
+        if (r->ctx->stats) {
+            struct ctl_svc_counters lc;
+
+            ctl_stats_service(r->ctx->stats, s->id, &lc);
+            m->has_limit_hits = 1;
+            m->limit_hits = lc.limit_hits;
+            m->has_limit_first = m->has_limit_last = lc.limit_hits > 0;
+            m->limit_first = lc.limit_first;
+            m->limit_last = lc.limit_last;
+        }
         r->svc_ptrs[i] = m;
     }
     r->nsvcs = n;

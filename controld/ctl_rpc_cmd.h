@@ -95,6 +95,7 @@ struct ctl_rpc {
     void *cap_extra;
     struct ctl_script_reply *script; /* the script family's reply contents (ctl_script.h) */
     struct ctl_rpc_health *health;   /* service log (rpc_health.c), or NULL */
+    struct ctl_rpc_ifaces *ifaces;   /* interfaces (rpc_admin.c), or NULL */
     char busy_what[256];             /* a change refused as busy: what compiles meanwhile */
 };
 
@@ -147,6 +148,8 @@ extern const struct ctl_rpc_cmd ctl_rpc_script_cmds[];
 /* ---- the health log (rpc_health.c) ---- */
 extern const struct ctl_rpc_cmd ctl_rpc_health_cmds[];
 struct ctl_rpc_health;
+struct ctl_rpc_ifaces;
+void ctl_rpc_ifaces_free(struct ctl_rpc_ifaces *x);
 void ctl_rpc_health_free(struct ctl_rpc_health *h);
 /* A service set committed: its health log says what changed that a player must know of (the
  * layer, fail_open, the addresses). */

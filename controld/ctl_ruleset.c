@@ -179,6 +179,9 @@ int ctl_ruleset_build(struct ctl_txn *t, struct ctl_ruleset *out, char *err, siz
         }
         d->http = proxy && s->http;
         d->http_upstream_http1 = d->http && s->upstream_http1;
+        d->max_conns = s->max_conns;
+        d->over_limit_forward = s->over_limit_forward;
+        d->first_byte_ms = s->first_byte_timeout * 1000u;
         if (!s->capture_off) {
             d->capture_conns = s->capture_conns ? s->capture_conns : FGX_CAP_CONNS_DEFAULT;
             d->capture_bytes = s->capture_bytes ? s->capture_bytes : FGX_CAP_BYTES_DEFAULT;

@@ -51,6 +51,8 @@ struct svc_slot {
     uint64_t flows_active[W_KINDS];
     uint64_t events_lost, lost_last[W_KINDS];
     uint64_t tls_failed, tls_last[W_KINDS]; /* since controld started, not persisted */
+    /* its own --max-conns reached (issue 27): persisted, with the first and last time */
+    uint64_t limit_hits, limit_hlast[W_KINDS], limit_first, limit_last;
     /* the traffic history's bases (ctl_rates.h): bytes each way, connections seen */
     uint64_t c2s_last[W_KINDS], s2c_last[W_KINDS], flows_last[W_KINDS];
 };
@@ -213,6 +215,44 @@ static void lost_key(char *buf, size_t size, uint32_t service_id)
     (void)snprintf(buf, size, "svc_events_lost:%u", (unsigned)service_id);
 }
 
+/* The three persisted numbers of a service's own connection limit (issue 27). */
+static void limit_key(char *buf, size_t size, const char *what, uint32_t service_id)
+{
+    (void)snprintf(buf, size, "svc_limit_%s:%u", what, (unsigned)service_id);
+}
+
+static int limit_load(struct ctl_txn *t, struct svc_slot *v)
+{
+    char key[48];
+    int rv;
+
+    limit_key(key, sizeof(key), "hits", v->id);
+    rv = ctl_store_u64_get(t, key, &v->limit_hits);
+    limit_key(key, sizeof(key), "first", v->id);
+    if (rv == 0)
+        rv = ctl_store_u64_get(t, key, &v->limit_first);
+    limit_key(key, sizeof(key), "last", v->id);
+    if (rv == 0)
+        rv = ctl_store_u64_get(t, key, &v->limit_last);
+    return rv;
+}
+
+static int limit_save(struct ctl_txn *t, const struct svc_slot *v)
+{
+    char key[48];
+    int rv;
+
+    limit_key(key, sizeof(key), "hits", v->id);
+    rv = ctl_store_u64_put(t, key, v->limit_hits);
+    limit_key(key, sizeof(key), "first", v->id);
+    if (rv == 0)
+        rv = ctl_store_u64_put(t, key, v->limit_first);
+    limit_key(key, sizeof(key), "last", v->id);
+    if (rv == 0)
+        rv = ctl_store_u64_put(t, key, v->limit_last);
+    return rv;
+}
+
 static int stats_load(struct ctl_stats *s, struct ctl_store *st)
 {
     struct ctl_service *svcs = NULL;
@@ -236,6 +276,8 @@ static int stats_load(struct ctl_stats *s, struct ctl_store *st)
         lost_key(key, sizeof(key), svcs[i].id);
         if (rv == 0)
             rv = ctl_store_u64_get(t, key, &v->events_lost);
+        if (rv == 0)
+            rv = limit_load(t, v);
     }
     for (size_t i = 0; rv == 0 && i < nflts; i++) {
         struct flt_slot *f = flt_slot(s, flts[i].id, true);
@@ -493,6 +535,15 @@ static int fold(struct ctl_stats *s, int k, uint64_t instance, const struct fgx_
         v->total.dropped += grow(&v->last[k].dropped, c->dropped);
         v->flows_active[k] = c->flows_active;
         v->tls_failed += grow(&v->tls_last[k], c->tls_failed);
+        d = grow(&v->limit_hlast[k], c->limit_hits);
+        if (d > 0) {
+            uint64_t now = (uint64_t)time(NULL);
+
+            v->limit_hits += d;
+            if (v->limit_first == 0)
+                v->limit_first = now;
+            v->limit_last = now;
+        }
         /* Traffic over time, per minute (ctl_rates.h): three entries a service a minute. */
         d = grow(&v->c2s_last[k], c->bytes_c2s);
         if (d > 0 && ctl_rates_note_service(&s->rates, CTL_RATE_BYTES_C2S, v->id, minute, d) < 0)
@@ -805,6 +856,9 @@ static int flush_counters(struct ctl_stats *s, struct ctl_txn *t, bool force)
             lost_key(key, sizeof(key), s->svc[i].id);
             rv = ctl_store_u64_put(t, key, s->svc[i].events_lost);
         }
+        /* Written once there is one: a service that never reached its limit stores nothing. */
+        if (rv == 0 && s->svc[i].limit_hits > 0)
+            rv = limit_save(t, &s->svc[i]);
         s->svc[keep++] = s->svc[i];
     }
     if (rv < 0)
@@ -917,6 +971,9 @@ void ctl_stats_service(const struct ctl_stats *s, uint32_t service_id, struct ct
             out->flows_active = s->svc[i].flows_active[W_NFQ] + s->svc[i].flows_active[W_PX];
             out->events_lost = s->svc[i].events_lost;
             out->tls_failed = s->svc[i].tls_failed;
+            out->limit_hits = s->svc[i].limit_hits;
+            out->limit_first = s->svc[i].limit_first;
+            out->limit_last = s->svc[i].limit_last;
             return;
         }
     }

@@ -29,6 +29,9 @@ struct ctl_svc_counters {
     uint64_t packets, bytes, accepted, dropped, flows_active;
     uint64_t events_lost; /* blocks whose event a worker's queue refused (total) */
     uint64_t tls_failed;  /* TLS handshakes failed or stalled, since controld started */
+    /* connections that found the service's own --max-conns reached (issue 27; persisted),
+     * and the unix seconds of the first and the last seen (0: none) */
+    uint64_t limit_hits, limit_first, limit_last;
 };
 
 /* A worker's own numbers from its last STATS (since that worker started), and the totals

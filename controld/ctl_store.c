@@ -891,6 +891,8 @@ static int filter_decode(const MDB_val *v, struct ctl_filter *out)
     out->active = m->active;
     out->created = m->has_created ? m->created : 0;
     out->log = m->has_action && m->action == FGX__CTL__FILTER_ACTION__FILTER_ACTION_LOG;
+    out->revision = m->has_revision ? m->revision : 0;
+    out->edited = m->has_edited ? m->edited : 0;
     if (m->label && m->label[0] != '\0') {
         out->label = strdup(m->label);
         if (!out->label) {
@@ -928,6 +930,12 @@ static int filter_write(struct ctl_txn *t, const struct ctl_filter *f)
     }
     if (f->label && f->label[0] != '\0')
         m.label = f->label;
+    /* Likewise only once edited: records stored before edits (issue 27) decode as revision 0. */
+    if (f->revision > 0) {
+        m.has_revision = m.has_edited = 1;
+        m.revision = f->revision;
+        m.edited = f->edited;
+    }
     len = fgx__ctl__filter__get_packed_size(&m);
     buf = malloc(len);
     if (!buf)

@@ -27,6 +27,10 @@ enum ctl_layer {
  * service stays a plain value copied whole. */
 #define CTL_SERVICE_ADDRS_MAX 32
 
+/* Bounds of a service's own limits (issue 27): the proxy's own --max-conns bound, a day. */
+#define CTL_SERVICE_MAX_CONNS_MAX 1000000u
+#define CTL_SERVICE_FIRST_BYTE_MAX 86400u
+
 struct ctl_service {
     uint32_t id;
     char name[CTL_NAME_MAX + 1];
@@ -56,6 +60,12 @@ struct ctl_service {
     /* Capture (fgx/capture.h): on unless capture_off; 0 bounds: the defaults. */
     bool capture_off;
     uint32_t capture_conns, capture_bytes;
+    /* Limits of its own (issue 27; proxy layer): connections open at once (0: none), what one
+     * past it gets (forwarded, counted, or refused), the first-byte timeout in seconds (0: the
+     * proxy's). Records stored before them decode as 0, false, 0. */
+    uint32_t max_conns;
+    bool over_limit_forward;
+    uint32_t first_byte_timeout;
 };
 
 /* A TLS service's certificate chain and key, PEM (malloc'd; ctl_tls_pem_release()). */
@@ -92,6 +102,8 @@ struct ctl_filter {
     uint64_t created;
     bool log;    /* action log: matches are recorded, nothing is dropped */
     char *label; /* malloc'd or NULL (no label), owned like regex; fgx_label_check()ed */
+    uint32_t revision; /* edits of its regex, direction or case (filter set); 0: never */
+    uint64_t edited;   /* unix seconds of the last edit; 0: never */
 };
 
 struct ctl_store;
@@ -167,10 +179,13 @@ int ctl_store_filter_del(struct ctl_txn *t, uint32_t id);
 int ctl_store_filter_list(struct ctl_txn *t, uint32_t service_id, struct ctl_filter **out,
                           size_t *n);
 void ctl_filter_release(struct ctl_filter *f);
-/* The id f is compiled under (fgx_pattern.filter_id): its id, with FGX_FILTER_ID_LOG when log. */
+/* The id f is compiled under (fgx_pattern.filter_id): its id and revision (FGX_FILTER_ID_REV),
+ * with FGX_FILTER_ID_LOG when log. */
 static inline uint32_t ctl_filter_hs_id(const struct ctl_filter *f)
 {
-    return f->log ? (f->id | FGX_FILTER_ID_LOG) : f->id;
+    uint32_t id = f->id | ((f->revision << FGX_FILTER_ID_REV_SHIFT) & FGX_FILTER_ID_REV);
+
+    return f->log ? (id | FGX_FILTER_ID_LOG) : id;
 }
 void ctl_filters_free(struct ctl_filter *fs, size_t n);
 

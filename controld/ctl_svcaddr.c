@@ -59,6 +59,12 @@ int ctl_svcmsg_fill(struct ctl_svcmsg *st, const struct ctl_service *s, Fgx__Ctl
     m->http = s->http;
     m->has_upstream_http1 = s->http && s->upstream_http1;
     m->upstream_http1 = s->http && s->upstream_http1;
+    /* only when set: a service without limits of its own stores and exports as before */
+    m->has_max_conns = m->has_over_limit_forward = s->max_conns > 0;
+    m->max_conns = s->max_conns;
+    m->over_limit_forward = s->max_conns > 0 && s->over_limit_forward;
+    m->has_first_byte_timeout = s->first_byte_timeout > 0;
+    m->first_byte_timeout = s->first_byte_timeout;
     m->to = NULL;
     if (s->layer == CTL_LAYER_EXTERNAL) {
         if (fgx_svcaddr_format(&s->ext_to, st->to, sizeof(st->to)) < 0)
@@ -96,6 +102,16 @@ int ctl_svcmsg_parse(const Fgx__Ctl__Service *m, struct ctl_service *out, char *
     out->port = (uint16_t)m->port;
     out->http = m->has_http && m->http;
     out->upstream_http1 = out->http && m->has_upstream_http1 && m->upstream_http1;
+    out->max_conns = m->has_max_conns ? m->max_conns : 0;
+    out->over_limit_forward = out->max_conns > 0 && m->has_over_limit_forward &&
+                              m->over_limit_forward;
+    out->first_byte_timeout = m->has_first_byte_timeout ? m->first_byte_timeout : 0;
+    if (out->max_conns > CTL_SERVICE_MAX_CONNS_MAX ||
+        out->first_byte_timeout > CTL_SERVICE_FIRST_BYTE_MAX) {
+        err_set(err, errlen, "service %s: max_conns at most %u, first_byte_timeout at most %u s",
+                name, CTL_SERVICE_MAX_CONNS_MAX, CTL_SERVICE_FIRST_BYTE_MAX);
+        return -EINVAL;
+    }
     if (fgx_cidr_parse(m->ip, &out->addr) < 0) {
         err_set(err, errlen, "service %s: invalid address \"%s\"", name, m->ip ? m->ip : "");
         return -EINVAL;

@@ -13,6 +13,11 @@
 #include <string.h>
 #include <time.h>
 
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+
 #include "controld/ctl_nftwatch.h"
 #include "controld/ctl_stats.h"
 #include "fgx/log.h"
@@ -364,6 +369,164 @@ out:
     ctl_txn_abort(t);
 }
 
+/* ---- interfaces (issue 27) ---- */
+
+#define IFACES_MAX 256
+#define IFACE_ADDRS_MAX 32
+#define IFACE_SVCS_MAX 64
+
+struct ctl_rpc_ifaces {
+    Fgx__Ctl__Interface msg[IFACES_MAX], *ptrs[IFACES_MAX];
+    char names[IFACES_MAX][IF_NAMESIZE + 1];
+    char addr_text[IFACES_MAX][IFACE_ADDRS_MAX][INET6_ADDRSTRLEN + 5];
+    char *addr_ptrs[IFACES_MAX][IFACE_ADDRS_MAX];
+    char *svc_ptrs[IFACES_MAX][IFACE_SVCS_MAX];
+    struct ctl_service *svcs;
+    size_t n;
+};
+
+void ctl_rpc_ifaces_free(struct ctl_rpc_ifaces *x)
+{
+    if (!x)
+        return;
+    free(x->svcs);
+    free(x);
+}
+
+static size_t iface_find(struct ctl_rpc_ifaces *x, const char *name)
+{
+    size_t i;
+
+    for (i = 0; i < x->n; i++)
+        if (strcmp(x->names[i], name) == 0)
+            return i;
+    if (x->n == IFACES_MAX)
+        return IFACES_MAX;
+    fgx__ctl__interface__init(&x->msg[i]);
+    (void)snprintf(x->names[i], sizeof(x->names[i]), "%s", name);
+    x->msg[i].name = x->names[i];
+    x->msg[i].addrs = x->addr_ptrs[i];
+    x->msg[i].services = x->svc_ptrs[i];
+    x->ptrs[i] = &x->msg[i];
+    return x->n++;
+}
+
+static int prefix_len(const uint8_t *mask, size_t len)
+{
+    int n = 0;
+
+    for (size_t i = 0; i < len; i++)
+        for (int b = 7; b >= 0; b--)
+            n += (mask[i] >> b) & 1;
+    return n;
+}
+
+/* A service uses interface i: an address of it names i, or is a prefix holding one of i's. */
+static bool iface_used(const struct ctl_service *svc, const char *name, const struct ifaddrs *all)
+{
+    for (size_t k = 0; k < svc->naddrs; k++) {
+        const struct fgx_svcaddr *a = &svc->addrs[k];
+
+        if (a->ifname[0] != '\0') {
+            if (strcmp(a->ifname, name) == 0)
+                return true;
+            continue;
+        }
+        if (a->cidr.family == 0)
+            continue; /* every address: every interface, said once by `*` */
+        for (const struct ifaddrs *p = all; p; p = p->ifa_next) {
+            const struct sockaddr *sa = p->ifa_addr;
+
+            if (!sa || strcmp(p->ifa_name, name) != 0)
+                continue;
+            if (sa->sa_family == AF_INET &&
+                fgx_cidr_contains(&a->cidr, 4,
+                                  (const uint8_t *)&((const struct sockaddr_in *)(const void *)sa)
+                                      ->sin_addr))
+                return true;
+            if (sa->sa_family == AF_INET6 &&
+                fgx_cidr_contains(&a->cidr, 6,
+                                  (const uint8_t *)&((const struct sockaddr_in6 *)(const void *)sa)
+                                      ->sin6_addr))
+                return true;
+        }
+    }
+    return false;
+}
+
+/* `fgexctl interfaces`: what getifaddrs(3) sees in controld's network namespace, each
+ * interface with its addresses and the services that listen on it by name or address. */
+static void do_interfaces(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
+{
+    struct ctl_rpc_ifaces *x = calloc(1, sizeof(*x));
+    struct ifaddrs *all = NULL;
+    struct ctl_txn *t = NULL;
+    size_t nsvcs = 0;
+    int rv;
+
+    (void)q;
+    if (!x) {
+        ctl_rpc_store_fail(r, -ENOMEM);
+        return;
+    }
+    r->ifaces = x;
+    if (getifaddrs(&all) == -1) {
+        ctl_rpc_fail(r, FGX__CTL__CODE__CODE_ERROR, "cannot list the interfaces: %s",
+                     strerror(errno));
+        return;
+    }
+    for (struct ifaddrs *p = all; p; p = p->ifa_next) {
+        size_t i = iface_find(x, p->ifa_name);
+        Fgx__Ctl__Interface *m;
+        const void *ad = NULL, *mk = NULL;
+        int fam = p->ifa_addr ? p->ifa_addr->sa_family : AF_UNSPEC;
+
+        if (i == IFACES_MAX)
+            break;
+        m = &x->msg[i];
+        m->has_index = m->has_up = m->has_running = m->has_loopback = 1;
+        m->index = if_nametoindex(p->ifa_name);
+        m->up = (p->ifa_flags & IFF_UP) != 0;
+        m->running = (p->ifa_flags & IFF_RUNNING) != 0;
+        m->loopback = (p->ifa_flags & IFF_LOOPBACK) != 0;
+        if (fam == AF_INET) {
+            ad = &((const struct sockaddr_in *)(const void *)p->ifa_addr)->sin_addr;
+            mk = p->ifa_netmask ? &((const struct sockaddr_in *)(const void *)p->ifa_netmask)->sin_addr
+                                : NULL;
+        } else if (fam == AF_INET6) {
+            ad = &((const struct sockaddr_in6 *)(const void *)p->ifa_addr)->sin6_addr;
+            mk = p->ifa_netmask
+                     ? &((const struct sockaddr_in6 *)(const void *)p->ifa_netmask)->sin6_addr
+                     : NULL;
+        }
+        if (ad && m->n_addrs < IFACE_ADDRS_MAX) {
+            char *txt = x->addr_text[i][m->n_addrs];
+
+            if (inet_ntop(fam, ad, txt, INET6_ADDRSTRLEN)) {
+                size_t l = strlen(txt);
+
+                (void)snprintf(txt + l, sizeof(x->addr_text[i][0]) - l, "/%d",
+                               mk ? prefix_len(mk, fam == AF_INET ? 4 : 16)
+                                  : (fam == AF_INET ? 32 : 128));
+                x->addr_ptrs[i][m->n_addrs++] = txt;
+            }
+        }
+    }
+    if (ctl_rpc_txn_begin(r, false, &t) == 0) {
+        rv = ctl_store_service_list(t, &x->svcs, &nsvcs);
+        if (rv < 0)
+            ctl_rpc_store_fail(r, rv);
+        ctl_txn_abort(t);
+    }
+    for (size_t i = 0; i < x->n; i++)
+        for (size_t k = 0; k < nsvcs && x->msg[i].n_services < IFACE_SVCS_MAX; k++)
+            if (iface_used(&x->svcs[k], x->names[i], all))
+                x->svc_ptrs[i][x->msg[i].n_services++] = x->svcs[k].name;
+    freeifaddrs(all);
+    r->reply.n_interfaces = x->n;
+    r->reply.interfaces = x->ptrs;
+}
+
 const struct ctl_rpc_cmd ctl_rpc_admin_cmds[] = {
     {FGX__CTL__REQUEST__REQ_STATUS, do_status, 0},
     {FGX__CTL__REQUEST__REQ_LOGIN, do_login, CTL_RPC_OPEN},
@@ -373,5 +536,6 @@ const struct ctl_rpc_cmd ctl_rpc_admin_cmds[] = {
     {FGX__CTL__REQUEST__REQ_LOGOUT, do_logout, 0},
     {FGX__CTL__REQUEST__REQ_CONFIG_EXPORT, do_config_export, 0},
     {FGX__CTL__REQUEST__REQ_CONFIG_IMPORT, do_config_import, CTL_RPC_CHANGE},
+    {FGX__CTL__REQUEST__REQ_INTERFACES, do_interfaces, 0},
     {0, NULL, 0},
 };

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "fgx/log.h"
 
@@ -157,24 +158,106 @@ out:
     ctl_txn_abort(t);
 }
 
-/* `filter set FILTER --action block|log --label L`: the filter keeps its id, counters and
- * database place; a change of action is a new generation pushed as enable/disable push one
- * (the reply waits for the workers' acknowledgement), a label alone changes no database. */
+/* --dir as a filter's direction, or 0 when invalid. */
+static enum fgx_dir dir_of(protobuf_c_boolean has_dir, Fgx__Ctl__Dir d)
+{
+    return !has_dir                       ? FGX_DIR_BOTH
+           : d == FGX__CTL__DIR__DIR_C2S  ? FGX_DIR_C2S
+           : d == FGX__CTL__DIR__DIR_S2C  ? FGX_DIR_S2C
+           : d == FGX__CTL__DIR__DIR_BOTH ? FGX_DIR_BOTH
+                                          : 0;
+}
+
+/* `filter set --regex R [--dir D] [--nocase]`: the pattern of f edited in place, checked as an
+ * add checks one (compiled and linted, not identical to another filter of the service). The
+ * filter keeps its id, counters, timeline and enabled state; its revision goes up, so that the
+ * workers believe the old regex nowhere, not even in an open flow's old stream
+ * (FGX_FILTER_ID_REV). The old text goes into the change's history line. Sets *changed. */
+static int pattern_edit(struct ctl_rpc *r, struct ctl_txn *t, const Fgx__Ctl__FilterSet *a,
+                        struct ctl_filter *f, bool *changed)
+{
+    struct ctl_service svc;
+    enum fgx_dir dir = a->has_dir ? dir_of(1, a->dir) : f->dir;
+    bool nocase = a->has_nocase ? (bool)a->nocase : f->nocase;
+    const char *regex = a->regex && a->regex[0] ? a->regex : f->regex;
+    char *old = f->regex, *copy;
+    enum fgx_dir old_dir = f->dir;
+    bool old_nocase = f->nocase;
+    size_t hl;
+    int rv;
+
+    if (a->regex && a->regex[0] == '\0') {
+        ctl_rpc_fail(r, FGX__CTL__CODE__CODE_INVALID, "filter set: the regex is empty");
+        return -EINVAL;
+    }
+    if (dir == 0) {
+        ctl_rpc_fail(r, FGX__CTL__CODE__CODE_INVALID, "invalid direction: use c2s, s2c or both");
+        return -EINVAL;
+    }
+    if (strcmp(regex, f->regex) == 0 && dir == f->dir && nocase == f->nocase)
+        return 0; /* the same pattern: nothing to edit */
+    rv = ctl_store_service_get(t, f->service_id, &svc);
+    if (rv < 0) {
+        ctl_rpc_store_fail(r, rv);
+        return rv;
+    }
+    if (ctl_rpc_check_regex(r, regex, nocase, svc.ipproto, &r->add_warn) < 0)
+        return -EINVAL;
+    copy = strdup(regex);
+    if (!copy) {
+        ctl_rpc_store_fail(r, -ENOMEM);
+        return -ENOMEM;
+    }
+    f->regex = copy;
+    f->dir = dir;
+    f->nocase = nocase;
+    rv = refuse_duplicate(r, t, f, svc.name);
+    /* A block filter with a new pattern is judged as a new block filter. */
+    if (rv == 0 && f->active && !f->log)
+        rv = filter_breadth(r, t, f, "edit it");
+    if (rv < 0) {
+        free(copy);
+        f->regex = old;
+        f->dir = old_dir;
+        f->nocase = old_nocase;
+        return rv;
+    }
+    /* The change's history line keeps what it was: "... (was c2s '/old/')". */
+    hl = strlen(r->hist_what);
+    if (hl < sizeof(r->hist_what))
+        (void)snprintf(r->hist_what + hl, sizeof(r->hist_what) - hl, " (was %s%s '%.200s')",
+                       old_dir == FGX_DIR_C2S   ? "c2s"
+                       : old_dir == FGX_DIR_S2C ? "s2c"
+                                                : "both",
+                       old_nocase ? " nocase" : "", old);
+    free(old);
+    f->revision++;
+    f->edited = (uint64_t)time(NULL);
+    *changed = true;
+    return 0;
+}
+
+/* `filter set FILTER [--action block|log] [--label L] [--regex R [--dir D] [--nocase]]`: the
+ * filter keeps its id, counters and database place; a change of action or pattern is a new
+ * generation pushed as enable/disable push one (the reply waits for the workers'
+ * acknowledgement), a label alone changes no database. */
 static void do_filter_set(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
 {
     const Fgx__Ctl__FilterSet *a = q->filter_set;
     struct ctl_filter f = {0};
     struct ctl_txn *t = NULL;
-    bool changed = false;
+    bool changed = false, edit;
     int rv;
 
     if (!a || !a->ref) {
         ctl_rpc_fail(r, FGX__CTL__CODE__CODE_INVALID, "no filter given");
         return;
     }
-    if (!a->has_action && !a->label) {
+    edit = a->regex || a->has_dir || a->has_nocase;
+    if (!a->has_action && !a->label && !edit) {
         ctl_rpc_fail(r, FGX__CTL__CODE__CODE_INVALID,
-                     "nothing to set: give --action block|log or --label TEXT");
+                     "nothing to set: give --regex R, --dir, --nocase, --action block|log or "
+                     "--label TEXT");
         return;
     }
     if (extra_check(r, a->has_action, a->action, a->label) < 0)
@@ -185,13 +268,17 @@ static void do_filter_set(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
         goto out;
     if (a->has_action) {
         bool log = a->action == FGX__CTL__FILTER_ACTION__FILTER_ACTION_LOG;
+        bool switched = f.log != log;
 
-        changed |= f.log != log;
+        changed |= switched;
         f.log = log;
-        /* A log filter that starts blocking is judged as a new block filter. */
-        if (changed && !log && filter_breadth(r, t, &f, "make it block") < 0)
+        /* A log filter that starts blocking is judged as a new block filter (unless its
+         * pattern changes too: then it is judged once, with the new one). */
+        if (switched && !log && !edit && filter_breadth(r, t, &f, "make it block") < 0)
             goto out;
     }
+    if (edit && pattern_edit(r, t, a, &f, &changed) < 0)
+        goto out;
     if (a->label) {
         const char *old = f.label ? f.label : "";
 
@@ -214,10 +301,15 @@ static void do_filter_set(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
     }
     if (ctl_rpc_reply_filter(r, t, &f) < 0)
         goto out;
+    for (size_t i = 0; i < r->add_warn.n; i++)
+        r->add_warn_ptrs[i] = r->add_warn.text[i];
+    r->flt_msgs[0].n_warnings = r->add_warn.n;
+    r->flt_msgs[0].warnings = r->add_warn_ptrs;
     ctl_rpc_finish(r, &t, true);
-    if (!ctl_rpc_failed(r) && changed)
-        fgx_info("filter %s set: action %s%s%s", a->ref, r->flts[0].log ? "log" : "block",
-                 r->flts[0].label ? ", label " : "", r->flts[0].label ? r->flts[0].label : "");
+    if ((!ctl_rpc_failed(r) || r->reply.code == FGX__CTL__CODE__CODE_UNAVAILABLE) && changed)
+        fgx_info("filter %s set: action %s%s%s%s", a->ref, r->flts[0].log ? "log" : "block",
+                 r->flts[0].label ? ", label " : "", r->flts[0].label ? r->flts[0].label : "",
+                 edit && r->flts[0].revision ? ", pattern edited" : "");
 out:
     ctl_filter_release(&f);
     ctl_txn_abort(t);

@@ -266,6 +266,41 @@ static void do_service_list(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
     ctl_txn_abort(t);
 }
 
+/* `service show`: what judges the service's traffic, in the order it does (issue 27): its
+ * filters (one hyperscan scan of them all: their order has no effect, there is no knob) and
+ * then its script's functions in file order, the script's name and functions without its
+ * source. */
+static void show_judges(struct ctl_rpc *r, struct ctl_txn *t, const struct ctl_service *svc)
+{
+    struct ctl_filter *fs = NULL;
+    Fgx__Ctl__Script *sc = NULL;
+    size_t n = 0;
+    int rv = ctl_store_filter_list(t, svc->id, &fs, &n);
+
+    if (rv == 0)
+        rv = ctl_rpc_reply_filters(r, t, fs, n); /* owns fs from here */
+    if (rv < 0) {
+        if (!ctl_rpc_failed(r))
+            ctl_rpc_store_fail(r, rv);
+        return;
+    }
+    rv = ctl_script_load(t, svc->id, &sc);
+    if (rv == -ENOENT)
+        return;
+    if (rv == 0 && !r->script) {
+        r->script = calloc(1, sizeof(*r->script));
+        rv = r->script ? 0 : -ENOMEM;
+    }
+    if (rv < 0) {
+        ctl_script_free(sc);
+        ctl_rpc_store_fail(r, rv);
+        return;
+    }
+    sc->has_source = 0; /* `script get` gives the file; show names what runs */
+    r->script->script = sc;
+    r->reply.script = sc;
+}
+
 static void do_service_show(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
 {
     const char *ref = ctl_rpc_ref(q->service_show);
@@ -275,8 +310,9 @@ static void do_service_show(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
     ctl_stats_refresh(r->ctx, CTL_RPC_STATS_TIMEOUT_MS);
     if (ctl_rpc_txn_begin(r, false, &t) < 0)
         return;
-    if (ctl_rpc_service_resolve(r, t, ref, &svc) == 0)
-        ctl_rpc_reply_services(r, t, &svc, 1);
+    if (ctl_rpc_service_resolve(r, t, ref, &svc) == 0 &&
+        ctl_rpc_reply_services(r, t, &svc, 1) == 0)
+        show_judges(r, t, &svc);
     ctl_txn_abort(t);
 }
 
@@ -355,6 +391,9 @@ static void do_service_rename(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
 out:
     ctl_txn_abort(t);
 }
+
+static int service_limits_set(struct ctl_rpc *r, const Fgx__Ctl__ServiceSet *a,
+                              struct ctl_service *svc);
 
 static void do_service_set(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
 {
@@ -495,6 +534,8 @@ static void do_service_set(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
         svc.upstream_http1 = false; /* --proto tcp: the kind and its upstream go */
     if (service_http_check(r, &svc) < 0)
         goto out;
+    if (service_limits_set(r, a, &svc) < 0)
+        goto out;
     if (pem.cert != NULL && service_tls_store(r, t, &svc, &pem) < 0)
         goto out;
     if (tls_del && (rv = ctl_store_tls_del(t, svc.id)) < 0) {
@@ -512,6 +553,45 @@ out:
     ctl_tls_pem_release(&pem);
     ctl_filters_free(fs, nfs);
     ctl_txn_abort(t);
+}
+
+/* --max-conns N --over-limit forward|refuse --first-byte-timeout S (issue 27): the proxy
+ * enforces them, counting the service's open connections over all its threads. The NFQUEUE
+ * layer does not hold connections (the kernel passes them to the service, fgex sees packets),
+ * so a service there keeps none: refused with the reason rather than stored and ignored. */
+static int service_limits_set(struct ctl_rpc *r, const Fgx__Ctl__ServiceSet *a,
+                              struct ctl_service *svc)
+{
+    if (a->has_max_conns) {
+        if (a->max_conns > CTL_SERVICE_MAX_CONNS_MAX) {
+            ctl_rpc_fail(r, FGX__CTL__CODE__CODE_INVALID, "invalid --max-conns %u: 0..%u",
+                         a->max_conns, CTL_SERVICE_MAX_CONNS_MAX);
+            return -EINVAL;
+        }
+        svc->max_conns = a->max_conns;
+    }
+    if (a->has_over_limit_forward)
+        svc->over_limit_forward = a->over_limit_forward;
+    if (a->has_first_byte_timeout) {
+        if (a->first_byte_timeout > CTL_SERVICE_FIRST_BYTE_MAX) {
+            ctl_rpc_fail(r, FGX__CTL__CODE__CODE_INVALID,
+                         "invalid --first-byte-timeout %u: 0..%u seconds", a->first_byte_timeout,
+                         CTL_SERVICE_FIRST_BYTE_MAX);
+            return -EINVAL;
+        }
+        svc->first_byte_timeout = a->first_byte_timeout;
+    }
+    if (svc->max_conns == 0)
+        svc->over_limit_forward = false;
+    if ((svc->max_conns > 0 || svc->first_byte_timeout > 0) && svc->layer != CTL_LAYER_PROXY) {
+        ctl_rpc_fail(r, FGX__CTL__CODE__CODE_INVALID,
+                     "service %s: --max-conns and --first-byte-timeout need the proxy layer "
+                     "(on the nfqueue layer fgex sees packets, not the connections the kernel "
+                     "holds): --layer proxy, or 0 to remove them",
+                     svc->name);
+        return -EINVAL;
+    }
+    return 0;
 }
 
 /* service addr add|rm: one address more or less; the others' connections are untouched (the

@@ -77,6 +77,8 @@ static const char usage_main[] =
     "                                           set controld's password\n"
     "  auth on|off                              require the password from remote clients\n"
     "  cert                                     controld's certificate fingerprint\n"
+    "  interfaces                               the box's interfaces, addresses, services\n"
+    "  reset [--keep-firewall] [--yes]          remove every service, filter and script\n"
     "  fw rule add|rm|move|enable|disable|list ... the firewall: ordered rules, first\n"
     "  fw policy|set|enable|disable|import|export|apply|confirm ...   match wins\n"
     "                                           (`fgexctl fw --help`)\n"
@@ -181,6 +183,13 @@ static const struct opt_def opt_defs[CLI_NOPTS] = {
     {"--deadline", CLI_OPT_DEADLINE, ARG_REQUIRED},
     {"--service", CLI_OPT_SERVICE, ARG_REQUIRED},
     {"--force", CLI_OPT_FORCE, ARG_NONE},
+    {"--regex", CLI_OPT_REGEX, ARG_REQUIRED},
+    {"--max-conns", CLI_OPT_MAX_CONNS, ARG_REQUIRED},
+    {"--over-limit", CLI_OPT_OVER_LIMIT, ARG_REQUIRED},
+    {"--first-byte-timeout", CLI_OPT_FIRST_BYTE, ARG_REQUIRED},
+    {"--from", CLI_OPT_FROM, ARG_REQUIRED},
+    {"--step", CLI_OPT_STEP, ARG_REQUIRED},
+    {"--keep-firewall", CLI_OPT_KEEP_FW, ARG_NONE},
 };
 
 /* ---- helpers ----------------------------------------------------------------------------- */

@@ -99,6 +99,10 @@ struct cli_cmd {
         Fgx__Ctl__ScriptFunctionRef script_fn;
         Fgx__Ctl__ScriptLogQuery script_log;
         Fgx__Ctl__HealthLogQuery service_log;
+        struct {
+            Fgx__Ctl__Config cfg;
+            Fgx__Ctl__FwConfig fw;
+        } reset; /* cmd_admin.c */
     } m;
     char *addrs[32]; /* service add --addr, pointing into argv (CLI_ADDRS_MAX) */
     /* script commands: set, the command runs here instead of one request (script test, script

@@ -52,7 +52,11 @@ static json_t *write_filter(const Fgx__Ctl__Filter *fl)
                                             ? "log"
                                             : "block")) == 0 &&
         (!fl->label || !fl->label[0] ||
-         json_object_set_new(o, "label", cli_json_str(fl->label)) == 0))
+         json_object_set_new(o, "label", cli_json_str(fl->label)) == 0) &&
+        /* only once edited in place (issue 27): a never-edited filter reads as before */
+        (!fl->has_revision || fl->revision == 0 ||
+         json_object_update_new(o, json_pack("{s:I, s:I}", "revision", cli_json_int(fl->revision),
+                                             "edited", cli_json_int(fl->edited))) == 0))
         return o;
     json_decref(o);
     return NULL;
@@ -134,6 +138,17 @@ static json_t *write_service(const Fgx__Ctl__Config *cfg, const Fgx__Ctl__Servic
         s->fail_open, "midstream",
         s->has_midstream && s->midstream == FGX__CTL__MIDSTREAM__MIDSTREAM_SCAN ? "scan" : "reset",
         "filters", fs);
+    /* Its own limits (issue 27), only when it has one: older readers load the others. */
+    if (o && ((s->has_max_conns && s->max_conns > 0) ||
+              (s->has_first_byte_timeout && s->first_byte_timeout > 0)) &&
+        json_object_set_new(o, "limits",
+                            json_pack("{s:I, s:s, s:I}", "max_conns", cli_json_int(s->max_conns),
+                                      "over_limit", s->over_limit_forward ? "forward" : "refuse",
+                                      "first_byte_timeout",
+                                      cli_json_int(s->first_byte_timeout))) < 0) {
+        json_decref(o);
+        return NULL;
+    }
     /* An HTTP service toward an HTTP/1.1-only one; absent: what the client spoke. */
     if (o && s->has_upstream_http1 && s->upstream_http1 &&
         json_object_set_new(o, "upstream_http", json_string("http1")) < 0) {
@@ -571,13 +586,51 @@ static int get_regex(struct rd *r, const json_t *fv, const char *where, char **o
     return 0;
 }
 
+/* A service's "limits" (issue 27): {max_conns, over_limit, first_byte_timeout}, each optional;
+ * controld checks the bounds and the layer. */
+static int read_limits(struct rd *r, const json_t *sv, size_t idx, Fgx__Ctl__Service *s)
+{
+    const json_t *lv = json_object_get(sv, "limits");
+    static const char *const keys[] = {"max_conns", "over_limit", "first_byte_timeout", NULL};
+    static const char *const ol[] = {"refuse", "forward"};
+    static const int olv[] = {0, 1};
+    const json_t *v;
+    char where[64];
+    uint64_t x;
+    int rc, e = 0;
+
+    (void)snprintf(where, sizeof(where), "services[%zu].limits", idx);
+    rc = want_type(r, sv, "limits", 0, "object", where);
+    if (rc == 0)
+        rc = known_keys(r, lv, where, keys);
+    if (rc == 0 && (v = json_object_get(lv, "max_conns"))) {
+        if (uint_of(v, UINT32_MAX, &x) < 0)
+            return bad_in(r, lv, "max_conns", 0, "%s.max_conns must be a count", where);
+        s->has_max_conns = 1;
+        s->max_conns = (uint32_t)x;
+    }
+    if (rc == 0 && (v = json_object_get(lv, "first_byte_timeout"))) {
+        if (uint_of(v, UINT32_MAX, &x) < 0)
+            return bad_in(r, lv, "first_byte_timeout", 0,
+                          "%s.first_byte_timeout must be seconds", where);
+        s->has_first_byte_timeout = 1;
+        s->first_byte_timeout = (uint32_t)x;
+    }
+    if (rc == 0)
+        rc = get_enum(r, lv, "over_limit", where, ol, olv, 2, 0, &e);
+    s->has_over_limit_forward = s->has_max_conns;
+    s->over_limit_forward = e == 1;
+    return rc;
+}
+
 /* Filter idx of the array fs. */
 static int read_filter(struct rd *r, const json_t *fs, size_t idx, uint32_t service_id,
                        const char *where, bool *has_id)
 {
     const json_t *fv = json_array_get(fs, idx);
-    static const char *const keys[] = {"id",     "regex",  "regex_b64", "dir", "nocase",
-                                       "active", "action", "label",     NULL};
+    static const char *const keys[] = {"id",     "regex",  "regex_b64", "dir",    "nocase",
+                                       "active", "action", "label",     "revision", "edited",
+                                       NULL};
     static const char *const acts[] = {"block", "log"};
     static const int actv[] = {FGX__CTL__FILTER_ACTION__FILTER_ACTION_BLOCK, FGX__CTL__FILTER_ACTION__FILTER_ACTION_LOG};
     char why[128];
@@ -626,6 +679,21 @@ static int read_filter(struct rd *r, const json_t *fs, size_t idx, uint32_t serv
         rc = get_str(r, fv, "label", where, "", &fl->label);
         if (rc == 0 && fgx_label_check(fl->label, why, sizeof(why)) < 0)
             rc = bad(r, json_object_get(fv, "label"), "%s.label: %s", where, why);
+    }
+    /* issue 27, absent in older backups (never edited) */
+    if (rc == 0 && json_object_get(fv, "revision")) {
+        bool has;
+
+        rc = get_uint(r, fv, "revision", where, UINT32_MAX, &has, &fl->revision);
+        fl->has_revision = has;
+    }
+    if (rc == 0 && json_object_get(fv, "edited")) {
+        uint64_t x = 0;
+
+        if (uint_of(json_object_get(fv, "edited"), UINT64_MAX >> 1, &x) < 0)
+            rc = bad_in(r, fv, "edited", 0, "%s.edited must be unix seconds", where);
+        fl->has_edited = rc == 0;
+        fl->edited = x;
     }
     return rc;
 }
@@ -806,7 +874,7 @@ static int read_service(struct rd *r, const json_t *svcs, size_t idx, bool *svc_
                                        "port",      "layer",   "active", "fail_open",
                                        "midstream", "filters", "addrs",  "to",
                                        "tls",       "upstream", "tls_cert_pem", "tls_key_pem", "script",
-                                       "upstream_http", NULL};
+                                       "upstream_http", "limits", NULL};
     static const char *const uph[] = {"h2", "http1"};
     static const int uphv[] = {0, 1};
     static const char *const ups[] = {"tls", "plain"};
@@ -913,6 +981,8 @@ static int read_service(struct rd *r, const json_t *svcs, size_t idx, bool *svc_
     }
     if (rc == 0 && json_object_get(sv, "script"))
         rc = read_script(r, sv, idx);
+    if (rc == 0 && json_object_get(sv, "limits"))
+        rc = read_limits(r, sv, idx, s);
     if (rc < 0)
         return rc;
     fs = json_object_get(sv, "filters");

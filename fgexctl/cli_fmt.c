@@ -586,6 +586,11 @@ json_t *cli_fmt_json_filter(const Fgx__Ctl__Filter *fl)
                          cli_json_int(fl->matched), "label",
                          cli_json_str_or_null(fl->label && fl->label[0] ? fl->label : NULL))) < 0)
         goto fail;
+    /* issue 27: how many times its pattern was edited in place, and when last (null: never) */
+    if (json_object_update_new(
+            o, json_pack("{s:I, s:o}", "revision", cli_json_int(fl->revision), "edited",
+                         fl->has_edited ? json_integer((json_int_t)fl->edited) : json_null())) < 0)
+        goto fail;
     /* Only add and import say why a regex is likely to block honest traffic. */
     if (fl->n_warnings > 0) {
         w = json_array();

@@ -84,6 +84,8 @@ int cli_local_prepare(struct cli_cmd *cmd, struct cli_local *l)
         return 0;
     }
     case FGX__CTL__REQUEST__REQ_CONFIG_IMPORT:
+        if (!cmd->file)
+            return 0; /* reset: the empty configuration it built (cmd_admin.c) */
         rc = read_input(cmd, l, cmd->file, &text, &len);
         if (rc < 0)
             return rc;
@@ -138,11 +140,11 @@ bool cli_local_prints(const struct cli_cmd *cmd)
     case FGX__CTL__REQUEST__REQ_AUTH_SET:
     case FGX__CTL__REQUEST__REQ_CERT:
     case FGX__CTL__REQUEST__REQ_CONFIG_EXPORT:
-    case FGX__CTL__REQUEST__REQ_CONFIG_IMPORT:
     case FGX__CTL__REQUEST__REQ_FILTER_IMPORT:
     case FGX__CTL__REQUEST__REQ_FILTER_EXPORT:
         return true;
     case FGX__CTL__REQUEST__REQ_FW_LIST: /* fw export FILE */
+    case FGX__CTL__REQUEST__REQ_CONFIG_IMPORT: /* import FILE; reset prints its own */
         return cmd->file != NULL;
     default:
         return false;

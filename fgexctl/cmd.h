@@ -70,7 +70,14 @@ json_t *cli_cmd_script_log_entry_json(const Fgx__Ctl__ScriptLogEntry *e);
 #define CLI_OPT_DEADLINE (UINT64_C(1) << 39) /* script set --deadline MS */
 #define CLI_OPT_SERVICE (UINT64_C(1) << 40)  /* script test --service SERVICE */
 #define CLI_OPT_FORCE (UINT64_C(1) << 41)    /* filter add|set|enable|import --force */
-#define CLI_NOPTS 42
+#define CLI_OPT_REGEX (UINT64_C(1) << 42)    /* filter set --regex R */
+#define CLI_OPT_MAX_CONNS (UINT64_C(1) << 43)  /* service set --max-conns N */
+#define CLI_OPT_OVER_LIMIT (UINT64_C(1) << 44) /* service set --over-limit forward|refuse */
+#define CLI_OPT_FIRST_BYTE (UINT64_C(1) << 45) /* service set --first-byte-timeout S */
+#define CLI_OPT_FROM (UINT64_C(1) << 46)       /* stats --from T (--to T: CLI_OPT_TO) */
+#define CLI_OPT_STEP (UINT64_C(1) << 47)       /* stats --step S */
+#define CLI_OPT_KEEP_FW (UINT64_C(1) << 48)    /* reset --keep-firewall */
+#define CLI_NOPTS 49
 /* --addr given more than this is refused by fgexctl (controld's bound is the same). */
 #define CLI_ADDRS_MAX 32
 

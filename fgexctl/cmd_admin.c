@@ -80,6 +80,25 @@ static const char usage_cert[] =
     "\n"
     "Print the SHA-256 fingerprint of controld's TLS certificate, to compare with what\n"
     "a client pinned on first use.\n";
+static const char usage_interfaces[] =
+    "usage: fgexctl interfaces [--json]\n"
+    "\n"
+    "The network interfaces of controld's box: name, state (up or down, and whether\n"
+    "its link is running), addresses, and the fgex services that listen on it, by its\n"
+    "name (service addr add web eth1:80) or by one of its addresses or a prefix that\n"
+    "holds one (services on every address, *, are not listed under each).\n";
+static const char usage_reset[] =
+    "usage: fgexctl reset [--keep-firewall] [--yes] [--json]\n"
+    "\n"
+    "Start afresh: remove every service with its filters and script, and the\n"
+    "firewall's rules (switched off, its policies back to accept), in one change,\n"
+    "as importing an empty backup would. The password, sessions, events and the\n"
+    "change history stay, and `undo` brings the services, filters and scripts back\n"
+    "with their counters, but not the firewall, which the change history does not\n"
+    "hold (`fgexctl export FILE` first to keep it). Asks first on a terminal; --yes\n"
+    "does not ask (and is needed without a terminal).\n"
+    "\n"
+    "  --keep-firewall   leave the firewall as it is\n";
 /* clang-format on */
 
 /* ---- building the request ---- */
@@ -351,6 +370,92 @@ static json_t *json_status_reply(const Fgx__Ctl__Request *req, const Fgx__Ctl__R
 
 /* ---- the commands ---- */
 
+/* ---- interfaces (issue 27) ---- */
+
+static int human_interfaces(FILE *f, const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep)
+{
+    char esc[256];
+
+    (void)req;
+    if (rep->n_interfaces == 0)
+        (void)fputs("no interfaces\n", f);
+    for (size_t i = 0; i < rep->n_interfaces; i++) {
+        const Fgx__Ctl__Interface *it = rep->interfaces[i];
+
+        cli_fmt_escape(it->name, esc, sizeof(esc));
+        (void)fprintf(f, "%-16s %-4s %-8s", esc, it->up ? "up" : "down",
+                      it->loopback ? "loopback" : it->running ? "running" : "no-link");
+        for (size_t k = 0; k < it->n_addrs; k++)
+            (void)fprintf(f, " %s", it->addrs[k]);
+        for (size_t k = 0; k < it->n_services; k++) {
+            cli_fmt_escape(it->services[k], esc, sizeof(esc));
+            (void)fprintf(f, "%s%s", k ? ", " : "   services: ", esc);
+        }
+        (void)fputc('\n', f);
+    }
+    return ferror(f) ? -EIO : 0;
+}
+
+/* [{name, index, up, running, loopback, addrs: ["10.0.0.2/24", ...], services: [names]}] */
+static json_t *json_interfaces(const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep)
+{
+    json_t *a = json_array();
+
+    (void)req;
+    for (size_t i = 0; a && i < rep->n_interfaces; i++) {
+        const Fgx__Ctl__Interface *it = rep->interfaces[i];
+        json_t *ad = json_array(), *sv = json_array();
+
+        for (size_t k = 0; ad && k < it->n_addrs; k++)
+            (void)json_array_append_new(ad, cli_json_str(it->addrs[k]));
+        for (size_t k = 0; sv && k < it->n_services; k++)
+            (void)json_array_append_new(sv, cli_json_str(it->services[k]));
+        if (!ad || !sv ||
+            json_array_append_new(
+                a, json_pack("{s:o, s:I, s:b, s:b, s:b, s:o, s:o}", "name", cli_json_str(it->name),
+                             "index", cli_json_int(it->index), "up", it->up, "running",
+                             it->running, "loopback", it->loopback, "addrs", ad, "services",
+                             sv)) < 0) {
+            json_decref(a);
+            return NULL;
+        }
+    }
+    return a;
+}
+
+/* ---- reset (issue 27) ---- */
+
+/* An import of an empty configuration: controld's one way to change everything at once,
+ * recorded and undoable like any import. Without --keep-firewall the backup's firewall is the
+ * default one, off and empty. */
+static int build_reset(struct cli_cmd *cmd, const struct cli_cmd_def *spec,
+                       const struct cli_args_raw *raw)
+{
+    (void)spec;
+    fgx__ctl__config__init(&cmd->m.reset.cfg);
+    if (!cli_args_opt(raw, CLI_OPT_KEEP_FW)) {
+        fgx__ctl__fw_config__init(&cmd->m.reset.fw);
+        cmd->m.reset.fw.has_enabled = 1;
+        cmd->m.reset.fw.enabled = 0;
+        cmd->m.reset.cfg.fw = &cmd->m.reset.fw;
+    }
+    cmd->req.config_import = &cmd->m.reset.cfg;
+    return 0;
+}
+
+static int human_reset(FILE *f, const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep)
+{
+    (void)req;
+    return cli_cmd_diff_print(f, rep);
+}
+
+static json_t *json_reset(const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep)
+{
+    (void)req;
+    return json_pack("{s:b, s:b, s:o}", "reset", 1, "keep_firewall", !req->config_import->fw,
+                     "diff", cli_cmd_diff_json(rep));
+}
+
 static const struct cli_cmd_def admin_cmds[] = {
     {.name = "status",
      .req = FGX__CTL__REQUEST__REQ_STATUS,
@@ -384,6 +489,22 @@ static const struct cli_cmd_def admin_cmds[] = {
      .pos_names = {"on|off"},
      .usage = usage_auth,
      .build = build_auth},
+    {.name = "reset",
+     .req = FGX__CTL__REQUEST__REQ_CONFIG_IMPORT,
+     .opts = CLI_OPT_KEEP_FW,
+     .usage = usage_reset,
+     .build = build_reset,
+     .human = human_reset,
+     .json = json_reset,
+     .flags = CLI_CMD_CHANGE,
+     .confirm = "remove every service, filter and script, and the firewall's rules unless "
+                "--keep-firewall (undo cannot bring the firewall back)%s"},
+    {.name = "interfaces",
+     .req = FGX__CTL__REQUEST__REQ_INTERFACES,
+     .usage = usage_interfaces,
+     .build = cli_args_build_empty,
+     .human = human_interfaces,
+     .json = json_interfaces},
     {.name = "cert",
      .req = FGX__CTL__REQUEST__REQ_CERT,
      .usage = usage_cert,

@@ -41,7 +41,8 @@ static const char usage_filter[] =
     "  list SERVICE\n"
     "  enable FILTER [--force]\n"
     "  disable FILTER\n"
-    "  set FILTER [--action block|log] [--label TEXT] [--force]\n"
+    "  set FILTER [--regex R [--dir c2s|s2c|both] [--nocase]] [--action block|log]\n"
+    "      [--label TEXT] [--force]\n"
     "  rm FILTER\n"
     "  import SERVICE FILE [--replace|--sync] [--dry-run] [--force]\n"
     "  export SERVICE\n"
@@ -90,15 +91,32 @@ static const char usage_filter_disable[] =
     "Disable a filter without removing it. FILTER is a filter id.\n";
 
 static const char usage_filter_set[] =
-    "usage: fgexctl filter set FILTER [--action block|log] [--label TEXT] [--force]\n"
+    "usage: fgexctl filter set FILTER [--regex R [--dir c2s|s2c|both] [--nocase]]\n"
+    "                                 [--action block|log] [--label TEXT] [--force]\n"
     "\n"
-    "Change a filter in place: its id, counters and enabled state stay. The action\n"
-    "switches live, as enable and disable do: once this returns, new connections are\n"
-    "judged by the new action, and open ones from their next packet on (also one that\n"
-    "the filter already logged: its next occurrence there is blocked). --label \"\"\n"
-    "removes the label. A log filter made to block is judged as a new block filter:\n"
+    "Change a filter in place: its id, counters, timeline and enabled state stay. The\n"
+    "action switches live, as enable and disable do: once this returns, new\n"
+    "connections are judged by the new action, and open ones from their next packet\n"
+    "on (also one that the filter already logged: its next occurrence there is\n"
+    "blocked). --label \"\" removes the label.\n"
+    "\n"
+    "  --regex R            edit the regex in place: R is compiled and checked as\n"
+    "                       `filter add` checks one (an invalid regex, or one\n"
+    "                       identical to another filter of the service, is refused\n"
+    "                       and nothing changes); once this returns the old regex\n"
+    "                       blocks nothing, on open connections too, and R blocks\n"
+    "                       new ones and open ones from their next bytes on. The\n"
+    "                       change is in `history` with the old text (and `undo`\n"
+    "                       takes it back); the filter shows its revision and when\n"
+    "                       it was edited\n"
+    "  --dir c2s|s2c|both   with --regex, its direction (default: the filter's)\n"
+    "  --nocase             with --regex, match R case-insensitively (without it,\n"
+    "                       R is case-sensitive)\n"
+    "\n"
+    "A log filter made to block, or a block filter given a new regex, is judged as a\n"
+    "new block filter:\n"
     "\n" FORCE_HELP "\n"
-    "FILTER is a filter id.\n";
+    "Put `--regex=R` for a regex that starts with '-'. FILTER is a filter id.\n";
 
 static const char usage_filter_rm[] =
     "usage: fgexctl filter rm FILTER\n"
@@ -237,8 +255,24 @@ static int build_filter_set(struct cli_cmd *cmd, const struct cli_cmd_def *spec,
             return rc;
         m->label = (char *)v;
     }
-    if (!m->has_action && !m->label)
-        return cli_args_fail_usage(cmd, spec, "nothing to set: give --action or --label");
+    if ((v = cli_args_opt(raw, CLI_OPT_REGEX))) {
+        if (v[0] == '\0')
+            return cli_args_fail(cmd, CLI_EXIT_INVALID, "filter set: the regex is empty");
+        m->regex = (char *)v;
+        /* the edited pattern's case is what the command says, as `filter add`'s */
+        m->has_nocase = 1;
+        m->nocase = cli_args_opt(raw, CLI_OPT_NOCASE) != NULL;
+        if ((v = cli_args_opt(raw, CLI_OPT_DIR))) {
+            rc = cli_args_parse_dir(cmd, v, &m->dir);
+            if (rc < 0)
+                return rc;
+            m->has_dir = 1;
+        }
+    } else if (cli_args_opt(raw, CLI_OPT_DIR) || cli_args_opt(raw, CLI_OPT_NOCASE)) {
+        return cli_args_fail_usage(cmd, spec, "--dir and --nocase go with --regex");
+    }
+    if (!m->has_action && !m->label && !m->regex)
+        return cli_args_fail_usage(cmd, spec, "nothing to set: give --regex, --action or --label");
     cmd->req.filter_set = m;
     build_force(cmd, raw);
     return 0;
@@ -298,6 +332,13 @@ static void human_filter(FILE *f, const Fgx__Ctl__Filter *fl)
     cli_fmt_kv_u64(f, "blocked:", fl->blocked);
     if (cli_fmt_filter_is_log(fl) || fl->matched > 0)
         cli_fmt_kv_u64(f, "matched:", fl->matched);
+    if (fl->has_revision && fl->revision > 0) {
+        char when[64];
+
+        cli_fmt_time(fl->edited * UINT64_C(1000000000), false, when, sizeof(when));
+        cli_fmt_kv_u64(f, "revision:", fl->revision);
+        cli_fmt_kv(f, "edited:", when);
+    }
     if (fl->label && fl->label[0]) {
         char why[64];
 
@@ -407,7 +448,8 @@ static const struct cli_cmd_def filter_cmds[] = {
      .req = FGX__CTL__REQUEST__REQ_FILTER_SET,
      .npos = 1,
      .pos_names = {"FILTER"},
-     .opts = CLI_OPT_ACTION | CLI_OPT_LABEL | CLI_OPT_FORCE,
+     .opts = CLI_OPT_ACTION | CLI_OPT_LABEL | CLI_OPT_FORCE | CLI_OPT_REGEX | CLI_OPT_DIR |
+             CLI_OPT_NOCASE,
      .usage = usage_filter_set,
      .build = build_filter_set,
      .human = human_one,

@@ -84,6 +84,85 @@ static int build_history(struct cli_cmd *cmd, const struct cli_cmd_def *spec,
     return 0;
 }
 
+/* A time of --from/--to: unix seconds, `now`, `-DURATION` (that long ago) or UTC
+ * `YYYY-MM-DDTHH:MM[:SS][Z]`. */
+static int parse_when(struct cli_cmd *cmd, const char *opt, const char *s, uint64_t *out)
+{
+    uint64_t now = (uint64_t)time(NULL), secs;
+    struct tm tm;
+    const char *end;
+
+    if (strcmp(s, "now") == 0) {
+        *out = now;
+        return 0;
+    }
+    if (cli_args_all_digits(s) && strlen(s) <= 12) {
+        *out = strtoull(s, NULL, 10);
+        return 0;
+    }
+    if (s[0] == '-' && cli_cmd_parse_duration(s + 1, &secs) == 0 && secs <= now) {
+        *out = now - secs;
+        return 0;
+    }
+    memset(&tm, 0, sizeof(tm));
+    end = strptime(s, "%Y-%m-%dT%H:%M", &tm);
+    if (end && *end == ':')
+        end = strptime(end, ":%S", &tm);
+    if (end && *end == 'Z')
+        end++;
+    if (end && *end == '\0') {
+        time_t t = timegm(&tm);
+
+        if (t >= 0) {
+            *out = (uint64_t)t;
+            return 0;
+        }
+    }
+    return cli_args_fail(cmd, CLI_EXIT_INVALID,
+                         "invalid %s '%.60s': unix seconds, now, -DURATION (-30m) or "
+                         "YYYY-MM-DDTHH:MM[:SS]Z (UTC)",
+                         opt, s);
+}
+
+/* `stats --from T [--to T] [--step S]` (issue 27): a window of buckets, every one drawn. */
+static int build_window(struct cli_cmd *cmd, const struct cli_cmd_def *spec,
+                        const struct cli_args_raw *raw, Fgx__Ctl__StatsHistoryQuery *m)
+{
+    uint64_t now = (uint64_t)time(NULL), step = 60;
+    const char *v;
+    int rc;
+
+    if (cli_args_opt(raw, CLI_OPT_SINCE) || cli_args_opt(raw, CLI_OPT_HISTORY))
+        return cli_args_fail_usage(cmd, spec, "--from/--to/--step replace --history/--since");
+    if (!cli_args_opt(raw, CLI_OPT_FROM))
+        return cli_args_fail_usage(cmd, spec, "--to and --step go with --from");
+    rc = parse_when(cmd, "--from", cli_args_opt(raw, CLI_OPT_FROM), &m->since);
+    m->until = now;
+    if (rc == 0 && (v = cli_args_opt(raw, CLI_OPT_TO)))
+        rc = parse_when(cmd, "--to", v, &m->until);
+    if (rc == 0 && (v = cli_args_opt(raw, CLI_OPT_STEP)) &&
+        (cli_cmd_parse_duration(v, &step) < 0 || step == 0 || step % 60 != 0 ||
+         step > 86400))
+        rc = cli_args_fail(cmd, CLI_EXIT_INVALID,
+                           "invalid --step '%.60s': whole minutes up to a day (60s, 5m, 1h)", v);
+    if (rc < 0)
+        return rc;
+    m->since -= m->since % 60; /* controld counts per minute */
+    if (m->until > now)
+        m->until = now;
+    if (m->until <= m->since)
+        return cli_args_fail(cmd, CLI_EXIT_INVALID, "--to must come after --from");
+    if (now - m->since > 2880 * 60)
+        return cli_args_fail(cmd, CLI_EXIT_INVALID,
+                             "--from: controld keeps the last 48 hours of blocks per minute");
+    if ((m->until - m->since) / step > 10000)
+        return cli_args_fail(cmd, CLI_EXIT_INVALID,
+                             "at most 10000 buckets: a longer --step, or a shorter window");
+    m->has_since = m->has_until = m->has_step = 1;
+    m->step = (uint32_t)step;
+    return 0;
+}
+
 int cli_cmd_stats_history_build(struct cli_cmd *cmd, const struct cli_cmd_def *spec,
                                 const struct cli_args_raw *raw)
 {
@@ -100,7 +179,12 @@ int cli_cmd_stats_history_build(struct cli_cmd *cmd, const struct cli_cmd_def *s
             return rc;
         m->service = (char *)raw->pos[0];
     }
-    if ((v = cli_args_opt(raw, CLI_OPT_SINCE))) {
+    if (cli_args_opt(raw, CLI_OPT_FROM) || cli_args_opt(raw, CLI_OPT_TO) ||
+        cli_args_opt(raw, CLI_OPT_STEP)) {
+        rc = build_window(cmd, spec, raw, m);
+        if (rc < 0)
+            return rc;
+    } else if ((v = cli_args_opt(raw, CLI_OPT_SINCE))) {
         rc = cli_cmd_parse_since(cmd, v, &m->since);
         if (rc < 0)
             return rc;

@@ -94,7 +94,10 @@ static const char usage_service_list[] =
 static const char usage_service_show[] =
     "usage: fgexctl service show SERVICE\n"
     "\n"
-    "Show one service: its settings, status and counters.\n" CLI_SERVICE_HELP_NOTE;
+    "Show one service: its settings, status and counters, then what judges its\n"
+    "traffic, in the order it does: its regex filters (all in one scan: their order\n"
+    "has no effect, so there is nothing to reorder), then its script's functions, in\n"
+    "file order, on the bytes the regexes passed; and its filters.\n" CLI_SERVICE_HELP_NOTE;
 
 static const char usage_service_start[] =
     "usage: fgexctl service start SERVICE\n"
@@ -127,7 +130,9 @@ static const char usage_service_set[] =
     "                               [--fail-open on|off] [--midstream reset|scan]\n"
     "                               [--tls-cert FILE --tls-key FILE] [--upstream UP]\n"
     "                               [--no-tls] [--capture on|off] [--capture-conns N]\n"
-    "                               [--capture-bytes N]\n"
+    "                               [--capture-bytes N] [--max-conns N]\n"
+    "                               [--over-limit forward|refuse]\n"
+    "                               [--first-byte-timeout S]\n"
     "\n"
     "Change a service's settings; at least one option is needed. `--ip any` (or\n"
     "`--ip ''`) matches every address of both families. --port and --ip change the\n"
@@ -135,7 +140,23 @@ static const char usage_service_set[] =
     "--layer external needs --to (and a service without filters). --tls-cert/--tls-key\n"
     "give a TLS service a new certificate and key (or make a proxy-layer service a TLS\n"
     "one); --no-tls stops terminating TLS and deletes the stored key. The capture options are those of service add;\n"
-    "new bounds start the service's capture afresh.\n" CLI_SERVICE_HELP_NOTE;
+    "new bounds start the service's capture afresh.\n"
+    "\n"
+    "Limits of the service's own (proxy layer only; 0 removes one):\n"
+    "  --max-conns N        at most N of its connections open at once, counted over\n"
+    "                       every proxy thread (two threads accepting at the same\n"
+    "                       moment may each let one more in)\n"
+    "  --over-limit forward|refuse\n"
+    "                       what a connection past N gets: refuse (the default)\n"
+    "                       resets it at once; forward relays and filters it as\n"
+    "                       any other. Either way it is counted: service show\n"
+    "                       gives the hits and the first and last time, kept\n"
+    "                       across restarts\n"
+    "  --first-byte-timeout S\n"
+    "                       close (reset) a connection of the service after S\n"
+    "                       seconds without a first byte from either side (the\n"
+    "                       proxy's own --first-byte-timeout for the others)\n"
+    CLI_SERVICE_HELP_NOTE;
 
 static const char usage_service_addr_add[] =
     "usage: fgexctl service addr add SERVICE ADDR[:PORT]\n"
@@ -354,6 +375,44 @@ static int build_service_add(struct cli_cmd *cmd, const struct cli_cmd_def *spec
     return 0;
 }
 
+/* A count or seconds, 0..max, digits only. */
+static int limit_u32(struct cli_cmd *cmd, const char *opt, const char *v, uint32_t max,
+                     uint32_t *out)
+{
+    unsigned long n;
+
+    if (!cli_args_all_digits(v) || strlen(v) > 9 || (n = strtoul(v, NULL, 10)) > max)
+        return cli_args_fail(cmd, CLI_EXIT_INVALID, "invalid %s '%.60s': expected 0..%" PRIu32,
+                             opt, v, max);
+    *out = (uint32_t)n;
+    return 0;
+}
+
+/* --max-conns, --over-limit, --first-byte-timeout (issue 27; controld's bounds). */
+static int build_limits(struct cli_cmd *cmd, const struct cli_args_raw *raw,
+                        Fgx__Ctl__ServiceSet *m)
+{
+    const char *v;
+    int rc = 0;
+
+    if ((v = cli_args_opt(raw, CLI_OPT_MAX_CONNS))) {
+        rc = limit_u32(cmd, "--max-conns", v, 1000000, &m->max_conns);
+        m->has_max_conns = 1;
+    }
+    if (rc == 0 && (v = cli_args_opt(raw, CLI_OPT_OVER_LIMIT))) {
+        if (strcmp(v, "forward") != 0 && strcmp(v, "refuse") != 0)
+            return cli_args_fail(cmd, CLI_EXIT_INVALID,
+                                 "invalid --over-limit '%.60s': must be forward or refuse", v);
+        m->has_over_limit_forward = 1;
+        m->over_limit_forward = strcmp(v, "forward") == 0;
+    }
+    if (rc == 0 && (v = cli_args_opt(raw, CLI_OPT_FIRST_BYTE))) {
+        rc = limit_u32(cmd, "--first-byte-timeout", v, 86400, &m->first_byte_timeout);
+        m->has_first_byte_timeout = 1;
+    }
+    return rc;
+}
+
 static int build_service_set(struct cli_cmd *cmd, const struct cli_cmd_def *spec,
                              const struct cli_args_raw *raw)
 {
@@ -401,11 +460,14 @@ static int build_service_set(struct cli_cmd *cmd, const struct cli_cmd_def *spec
         rc = cli_cmd_capture_opts(cmd, raw, &m->has_capture, &m->capture, &m->has_capture_conns,
                                   &m->capture_conns, &m->has_capture_bytes, &m->capture_bytes,
                                   &cap_any);
+    if (rc == 0)
+        rc = build_limits(cmd, raw, m);
     if (rc < 0)
         return rc;
     if (!m->has_port && !m->ip && !m->has_proto && !m->has_layer && !m->has_fail_open &&
         !m->has_midstream && !m->to && !m->has_tls_cert && !m->has_upstream && !m->has_no_tls &&
-        !m->has_upstream_http1 &&
+        !m->has_upstream_http1 && !m->has_max_conns && !m->has_over_limit_forward &&
+        !m->has_first_byte_timeout &&
         !cap_any)
         return cli_args_fail_usage(cmd, spec, "nothing to change");
     cmd->req.service_set = m;
@@ -544,6 +606,30 @@ static void human_service(FILE *f, const Fgx__Ctl__Service *s)
                    s->has_upstream_http1 && s->upstream_http1
                        ? "HTTP/2 terminated, upstream http1 (streams sent as HTTP/1.1)"
                        : "HTTP/2 terminated, upstream h2 (as the client spoke)");
+    /* its own limits (issue 27) and how often connections found it full */
+    if (s->max_conns > 0 || s->first_byte_timeout > 0 || s->limit_hits > 0) {
+        char lim[160], first[40] = "", last[40] = "";
+
+        if (s->max_conns > 0)
+            (void)snprintf(lim, sizeof(lim), "%" PRIu32 " connections, over it %s",
+                           s->max_conns, s->over_limit_forward ? "forward" : "refuse");
+        else
+            (void)snprintf(lim, sizeof(lim), "no connection limit of its own");
+        if (s->first_byte_timeout > 0)
+            (void)snprintf(lim + strlen(lim), sizeof(lim) - strlen(lim),
+                           "; first byte within %" PRIu32 " s", s->first_byte_timeout);
+        cli_fmt_kv(f, "limits:", lim);
+        if (s->limit_hits > 0) {
+            cli_fmt_time(s->limit_first * UINT64_C(1000000000), false, first, sizeof(first));
+            cli_fmt_time(s->limit_last * UINT64_C(1000000000), false, last, sizeof(last));
+        }
+        (void)snprintf(lim, sizeof(lim), "%" PRIu64 "%s%s%s%s", s->limit_hits,
+                       s->limit_hits ? " (first " : "", first, s->limit_hits ? ", last " : "",
+                       s->limit_hits ? last : "");
+        if (s->limit_hits > 0)
+            (void)snprintf(lim + strlen(lim), sizeof(lim) - strlen(lim), ")");
+        cli_fmt_kv(f, "at limit:", lim);
+    }
     /* controld always says; a reply without it is from a controld before capture. */
     if (s->has_capture && !s->capture) {
         cli_fmt_kv(f, "capture:", "off");
@@ -657,6 +743,22 @@ static json_t *json_service(const Fgx__Ctl__Service *s)
 {
     json_t *o = json_service_base(s);
 
+    /* Its own limits (issue 27): {max_conns (0: none), over_limit, first_byte_timeout (0:
+     * the proxy's), hits, first_hit, last_hit (unix seconds, null: none)}. */
+    if (o && json_object_set_new(
+                 o, "limits",
+                 json_pack("{s:I, s:s, s:I, s:I, s:o, s:o}", "max_conns",
+                           cli_json_int(s->max_conns), "over_limit",
+                           s->over_limit_forward ? "forward" : "refuse", "first_byte_timeout",
+                           cli_json_int(s->first_byte_timeout), "hits",
+                           cli_json_int(s->limit_hits), "first_hit",
+                           s->limit_hits ? json_integer((json_int_t)s->limit_first) : json_null(),
+                           "last_hit",
+                           s->limit_hits ? json_integer((json_int_t)s->limit_last)
+                                         : json_null())) < 0) {
+        json_decref(o);
+        return NULL;
+    }
     /* Capture: 0 bounds are controld's defaults. Absent from a controld before capture. */
     if (o && s->has_capture &&
         (json_object_set_new(o, "capture", json_boolean(s->capture)) < 0 ||
@@ -693,24 +795,121 @@ static void warn_reply(const Fgx__Ctl__Reply *rep)
         (void)fprintf(stderr, "fgexctl: warning: %s\n", rep->warnings[i]);
 }
 
+/* show: what judges the traffic, in its order (issue 27). All of a service's regex filters are
+ * one hyperscan database scanned once: no filter comes before another (a log filter records
+ * its match and the scan goes on; a block ends the connection at the first block match in the
+ * stream, whichever filter it is). The script sees only the bytes the regexes passed, its
+ * functions called in file order. */
+static void human_judges(FILE *f, const Fgx__Ctl__Reply *rep)
+{
+    size_t nlog = 0, nblock = 0;
+    char name[256];
+
+    for (size_t i = 0; i < rep->n_filters; i++) {
+        if (!rep->filters[i]->active)
+            continue;
+        if (cli_fmt_filter_is_log(rep->filters[i]))
+            nlog++;
+        else
+            nblock++;
+    }
+    (void)fputs("\njudged by, in this order:\n", f);
+    (void)fprintf(f, "  1. its regex filters, all in one scan (their order has no effect): "
+                     "%zu block, %zu log\n",
+                  nblock, nlog);
+    if (!rep->script) {
+        (void)fputs("  2. no script\n", f);
+        return;
+    }
+    cli_fmt_escape(rep->script->filename ? rep->script->filename : "", name, sizeof(name));
+    (void)fprintf(f, "  2. script %s, on the bytes the regexes passed, its functions in file "
+                     "order:",
+                  name);
+    for (size_t i = 0; i < rep->script->n_functions; i++) {
+        const Fgx__Ctl__ScriptFunction *fn = rep->script->functions[i];
+
+        cli_fmt_escape(fn->name, name, sizeof(name));
+        (void)fprintf(f, "%s %s (line %" PRIu32 "%s)", i ? "," : "", name, fn->line,
+                      fn->has_active && !fn->active ? ", disabled" : "");
+    }
+    (void)fputc('\n', f);
+}
+
 static int human_one(FILE *f, const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep)
 {
     warn_reply(rep);
     if (rep->n_services > 0)
         human_service(f, rep->services[0]);
+    if (req->req_case != FGX__CTL__REQUEST__REQ_SERVICE_SHOW || rep->n_services == 0)
+        return 0;
+    human_judges(f, rep);
     /* show: the service's filters too, when controld sends them. */
-    if (req->req_case == FGX__CTL__REQUEST__REQ_SERVICE_SHOW && rep->n_filters > 0) {
+    if (rep->n_filters > 0) {
         (void)fputc('\n', f);
         return cli_fmt_filter_table(f, rep);
     }
     return 0;
 }
 
+/* show's "judges" (human_judges()): {"filters": [ids], "script": null or {"filename",
+ * "functions": [{"name", "line", "active"}] in file order}}. */
+static json_t *json_judges(const Fgx__Ctl__Reply *rep)
+{
+    json_t *o = json_object(), *ids = json_array(), *sc = json_null(), *fns = NULL;
+
+    for (size_t i = 0; ids && i < rep->n_filters; i++)
+        if (json_array_append_new(ids, json_integer(rep->filters[i]->id)) < 0)
+            goto fail;
+    if (rep->script) {
+        fns = json_array();
+        for (size_t i = 0; fns && i < rep->script->n_functions; i++) {
+            const Fgx__Ctl__ScriptFunction *fn = rep->script->functions[i];
+
+            if (json_array_append_new(fns, json_pack("{s:o, s:I, s:b}", "name",
+                                                     cli_json_str(fn->name), "line",
+                                                     cli_json_int(fn->line), "active",
+                                                     !fn->has_active || fn->active)) < 0)
+                goto fail;
+        }
+        json_decref(sc);
+        sc = json_pack("{s:o, s:o}", "filename",
+                       cli_json_str_or_null(rep->script->filename), "functions", fns);
+        fns = NULL;
+    }
+    if (!o || !ids || !sc)
+        goto fail;
+    if (json_object_set_new(o, "filters", ids) < 0) {
+        ids = NULL; /* taken even on failure */
+        goto fail;
+    }
+    ids = NULL;
+    if (json_object_set_new(o, "script", sc) < 0) {
+        sc = NULL;
+        goto fail;
+    }
+    return o;
+fail:
+    json_decref(fns);
+    json_decref(sc);
+    json_decref(ids);
+    json_decref(o);
+    return NULL;
+}
+
 static json_t *json_one(const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep)
 {
-    (void)req;
+    json_t *o;
+
     warn_reply(rep);
-    return rep->n_services > 0 ? json_service(rep->services[0]) : json_null();
+    if (rep->n_services == 0)
+        return json_null();
+    o = json_service(rep->services[0]);
+    if (o && req->req_case == FGX__CTL__REQUEST__REQ_SERVICE_SHOW &&
+        json_object_set_new(o, "judges", json_judges(rep)) < 0) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
 }
 
 static int human_rm(FILE *f, const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep)
@@ -806,7 +1005,8 @@ static const struct cli_cmd_def service_cmds[] = {
      .pos_names = {"SERVICE"},
      .opts = CLI_OPT_PORT | CLI_OPT_IP | CLI_OPT_PROTO | CLI_OPT_LAYER | CLI_OPT_FAIL_OPEN_ARG |
              CLI_OPT_MIDSTREAM | CLI_OPT_TO | CLI_OPT_TLS_CERT | CLI_OPT_TLS_KEY | CLI_OPT_UPSTREAM |
-             CLI_OPT_NO_TLS | CLI_OPT_CAPTURE | CLI_OPT_CAPTURE_BYTES | CLI_OPT_CAPTURE_CONNS,
+             CLI_OPT_NO_TLS | CLI_OPT_CAPTURE | CLI_OPT_CAPTURE_BYTES | CLI_OPT_CAPTURE_CONNS |
+             CLI_OPT_MAX_CONNS | CLI_OPT_OVER_LIMIT | CLI_OPT_FIRST_BYTE,
      .usage = usage_service_set,
      .build = build_service_set,
      SERVICE_ONE,

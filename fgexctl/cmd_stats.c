@@ -22,6 +22,7 @@
 static const char usage_stats[] =
     "usage: fgexctl stats [SERVICE] [--json] [--watch [--interval SEC]]\n"
     "       fgexctl stats --history [SERVICE] [--since DURATION] [--json]\n"
+    "       fgexctl stats [SERVICE] --from T [--to T] [--step S] [--json]\n"
     "\n"
     "Traffic counters per service (every service, or only SERVICE): packets and bytes\n"
     "seen, packets accepted and dropped, flows open now, and connections blocked.\n"
@@ -37,6 +38,13 @@ static const char usage_stats[] =
     "                    and connections; one sparkline a row, its total and its peak;\n"
     "                    --json gives every minute that had any\n"
     "  --since DURATION  --history from this long ago (90s, 30m, 1h, 2d; default 48h)\n"
+    "  --from T --to T   the blocks of an exact window (within the last 48 hours), in\n"
+    "                    buckets of --step S (whole minutes: 60s, 5m, 1h; default 60s):\n"
+    "                    every bucket is printed, a quiet one as 0 and one before the\n"
+    "                    service began filtering (its first filter) as '-'; then each\n"
+    "                    filter's share of the service's blocks. T: unix seconds, now,\n"
+    "                    -DURATION (-30m: that long ago) or YYYY-MM-DDTHH:MM[:SS]Z (UTC);\n"
+    "                    --to defaults to now\n"
     "\n"
     "The table shows bytes in binary units (KiB, MiB, ...); --json gives exact numbers:\n"
     "an array of {id, name, packets, bytes, accepted, dropped, flows_active, blocked,\n"
@@ -73,7 +81,8 @@ static int build_stats(struct cli_cmd *cmd, const struct cli_cmd_def *spec,
     const char *v;
     int rc;
 
-    if (cli_args_opt(raw, CLI_OPT_HISTORY))
+    if (cli_args_opt(raw, CLI_OPT_HISTORY) || cli_args_opt(raw, CLI_OPT_FROM) ||
+        cli_args_opt(raw, CLI_OPT_TO) || cli_args_opt(raw, CLI_OPT_STEP))
         return cli_cmd_stats_history_build(cmd, spec, raw);
     if (cli_args_opt(raw, CLI_OPT_SINCE))
         return cli_args_fail_usage(cmd, spec, "--since goes with --history");
@@ -374,7 +383,9 @@ static void hist_row(FILE *f, const Fgx__Ctl__Reply *rep, const Fgx__Ctl__RateSe
         const Fgx__Ctl__Filter *fl = hist_flt(rep, s->id);
 
         cli_fmt_escape(fl && fl->regex ? fl->regex : "", rx, sizeof(rx));
-        (void)snprintf(label, sizeof(label), "  #%" PRIu32 " /%.20s/", s->id, rx);
+        /* '*': its regex was edited in place, the footnote says when (issue 27) */
+        (void)snprintf(label, sizeof(label), "  #%" PRIu32 "%s /%.20s/", s->id,
+                       fl && fl->revision > 0 ? "*" : "", rx);
     } else {
         const Fgx__Ctl__Service *sv = hist_svc(rep, s->id);
 
@@ -396,7 +407,222 @@ static void hist_row(FILE *f, const Fgx__Ctl__Reply *rep, const Fgx__Ctl__RateSe
     (void)fputs("|\n", f);
 }
 
+/* ---- stats --from T --to T --step S (issue 27) ---- */
+
+/* One service's window: its blocks per bucket, and each of its filters' (nf of them, in the
+ * reply's order); filtering: the start of the first bucket that can hold a block (the service
+ * began filtering: its first filter's creation, or an earlier block), 0 for never. */
+struct win {
+    uint64_t from, until, step;
+    size_t nb, nf;
+    const Fgx__Ctl__Filter **flt;
+    uint64_t *svc;  /* [nb] */
+    uint64_t *cnt;  /* [nf * nb] */
+    uint64_t *ftot; /* [nf] */
+    uint64_t total, filtering;
+};
+
+static void win_free(struct win *w)
+{
+    free(w->flt);
+    free(w->svc);
+    free(w->cnt);
+    free(w->ftot);
+}
+
+static void win_add(struct win *w, uint64_t *row, const Fgx__Ctl__RateSeries *s, uint64_t *tot,
+                    uint64_t *first)
+{
+    for (size_t k = 0; k < hist_npoints(s); k++) {
+        uint64_t t = (uint64_t)s->minutes[k] * 60, v = hist_count(s, k);
+
+        if (v > 0 && (*first == 0 || t < *first))
+            *first = t;
+        if (t < w->from || t >= w->until)
+            continue;
+        row[(t - w->from) / w->step] += v;
+        *tot += v;
+    }
+}
+
+static int win_build(const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep,
+                     const Fgx__Ctl__Service *sv, struct win *w)
+{
+    const Fgx__Ctl__StatsHistoryQuery *q = req->stats_history;
+    uint64_t first = 0;
+
+    memset(w, 0, sizeof(*w));
+    w->from = q->since;
+    w->until = q->until;
+    w->step = q->step;
+    w->nb = (size_t)((w->until - w->from + w->step - 1) / w->step);
+    w->flt = calloc(rep->n_filters + 1, sizeof(*w->flt));
+    w->svc = calloc(w->nb, sizeof(*w->svc));
+    w->ftot = calloc(rep->n_filters + 1, sizeof(*w->ftot));
+    w->cnt = calloc((rep->n_filters + 1) * w->nb, sizeof(*w->cnt));
+    if (!w->flt || !w->svc || !w->ftot || !w->cnt) {
+        win_free(w);
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < rep->n_filters; i++) {
+        const Fgx__Ctl__Filter *fl = rep->filters[i];
+
+        if (fl->service_id != sv->id)
+            continue;
+        if (fl->has_created && fl->created > 0 && (first == 0 || fl->created < first))
+            first = fl->created;
+        w->flt[w->nf++] = fl;
+    }
+    for (size_t i = 0; i < rep->n_rates; i++) {
+        const Fgx__Ctl__RateSeries *s = rep->rates[i];
+        uint64_t dummy = 0;
+
+        if (strcmp(s->kind, "blocked") != 0 || hist_service_of(s) != sv->id)
+            continue;
+        if (strcmp(s->obj, "service") == 0) {
+            win_add(w, w->svc, s, &w->total, &first);
+            continue;
+        }
+        for (size_t j = 0; j < w->nf; j++)
+            if (w->flt[j]->id == s->id)
+                win_add(w, &w->cnt[j * w->nb], s, &w->ftot[j], &dummy);
+    }
+    /* the bucket the first filter (or block) falls in is drawn, the ones before are not */
+    w->filtering = first == 0 ? 0 : first - first % 60;
+    return 0;
+}
+
+/* Whether bucket b can hold a block (it ends after the service began filtering). */
+static bool win_live(const struct win *w, size_t b)
+{
+    return w->filtering != 0 && w->from + (b + 1) * w->step > w->filtering;
+}
+
+static void win_time(uint64_t t, char *buf, size_t len)
+{
+    time_t ts = (time_t)t;
+    struct tm tm;
+
+    if (!gmtime_r(&ts, &tm) || strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm) == 0)
+        (void)snprintf(buf, len, "%" PRIu64, t);
+}
+
+static int human_window(FILE *f, const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep)
+{
+    const Fgx__Ctl__StatsHistoryQuery *q = req->stats_history;
+    char a[32], b[32], rx[64];
+
+    win_time(q->since, a, sizeof(a));
+    win_time(q->until, b, sizeof(b));
+    (void)fprintf(f, "blocks from %s to %s, %" PRIu32 " s a bucket (UTC)\n", a, b, q->step);
+    for (size_t v = 0; v < rep->n_services; v++) {
+        const Fgx__Ctl__Service *sv = rep->services[v];
+        struct win w;
+
+        if (win_build(req, rep, sv, &w) < 0)
+            return -ENOMEM;
+        cli_fmt_escape(sv->name, rx, sizeof(rx));
+        (void)fprintf(f, "\n%s: %" PRIu64 " blocked", rx, w.total);
+        if (w.filtering == 0) {
+            (void)fputs(", never filtering (no filter yet)\n", f);
+        } else {
+            win_time(w.filtering, a, sizeof(a));
+            (void)fprintf(f, ", filtering since %s\n", a);
+        }
+        (void)fprintf(f, "%-20s %8s", "BUCKET", "BLOCKED");
+        for (size_t j = 0; j < w.nf; j++) {
+            char id[16];
+
+            (void)snprintf(id, sizeof(id), "#%" PRIu32, w.flt[j]->id);
+            (void)fprintf(f, " %8s", id);
+        }
+        (void)fputc('\n', f);
+        for (size_t k = 0; k < w.nb; k++) {
+            win_time(w.from + k * w.step, a, sizeof(a));
+            if (!win_live(&w, k)) {
+                (void)fprintf(f, "%-20s %8s  (before the service filtered)\n", a, "-");
+                continue;
+            }
+            (void)fprintf(f, "%-20s %8" PRIu64, a, w.svc[k]);
+            for (size_t j = 0; j < w.nf; j++)
+                (void)fprintf(f, " %8" PRIu64, w.cnt[j * w.nb + k]);
+            (void)fputc('\n', f);
+        }
+        (void)fputs("share of the blocks:", f);
+        for (size_t j = 0; j < w.nf; j++) {
+            cli_fmt_escape(w.flt[j]->regex ? w.flt[j]->regex : "", rx, sizeof(rx));
+            (void)fprintf(f, "%s #%" PRIu32 " /%.30s/ %.1f%% (%" PRIu64 ")", j ? "," : "",
+                          w.flt[j]->id, rx,
+                          w.total ? 100.0 * (double)w.ftot[j] / (double)w.total : 0.0,
+                          w.ftot[j]);
+        }
+        (void)fputs(w.nf ? "\n" : " no filter\n", f);
+        win_free(&w);
+    }
+    return ferror(f) ? -EIO : 0;
+}
+
+static json_t *json_window(const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep)
+{
+    const Fgx__Ctl__StatsHistoryQuery *q = req->stats_history;
+    json_t *svcs = json_array(), *doc;
+
+    for (size_t v = 0; svcs && v < rep->n_services; v++) {
+        const Fgx__Ctl__Service *sv = rep->services[v];
+        json_t *bk = json_array(), *fl = json_array(), *o;
+        struct win w;
+
+        if (!bk || !fl || win_build(req, rep, sv, &w) < 0) {
+            json_decref(bk);
+            json_decref(fl);
+            json_decref(svcs);
+            return NULL;
+        }
+        for (size_t k = 0; k < w.nb; k++) {
+            bool live = win_live(&w, k);
+            json_t *per = json_array();
+
+            for (size_t j = 0; per && j < w.nf; j++)
+                (void)json_array_append_new(per, live ? json_integer((json_int_t)w.cnt[j * w.nb + k])
+                                                      : json_null());
+            (void)json_array_append_new(
+                bk, json_pack("{s:I, s:o, s:o}", "time", cli_json_int(w.from + k * w.step),
+                              "blocked", live ? json_integer((json_int_t)w.svc[k]) : json_null(),
+                              "filters", per ? per : json_null()));
+        }
+        for (size_t j = 0; j < w.nf; j++) {
+            json_t *x = json_pack("{s:I, s:I, s:f}", "id", cli_json_int(w.flt[j]->id), "blocked",
+                                  cli_json_int(w.ftot[j]), "share",
+                                  w.total ? (double)w.ftot[j] / (double)w.total : 0.0);
+
+            if (x)
+                (void)cli_json_set_bytes(x, "regex", w.flt[j]->regex,
+                                         w.flt[j]->regex ? strlen(w.flt[j]->regex) : 0);
+            (void)json_array_append_new(fl, x);
+        }
+        o = json_pack("{s:I, s:o, s:I, s:o, s:o, s:o}", "id", cli_json_int(sv->id), "name",
+                      cli_json_str_or_null(sv->name), "blocked", cli_json_int(w.total),
+                      "filtering_since",
+                      w.filtering ? json_integer((json_int_t)w.filtering) : json_null(),
+                      "filters", fl, "buckets", bk);
+        (void)json_array_append_new(svcs, o);
+        win_free(&w);
+    }
+    doc = json_pack("{s:I, s:I, s:I, s:o}", "from", cli_json_int(q->since), "to",
+                    cli_json_int(q->until), "step", cli_json_int(q->step), "services", svcs);
+    return doc;
+}
+
+static int human_history(FILE *f, const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep);
+
 static int human_stats_history(FILE *f, const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep)
+{
+    if (req->stats_history && req->stats_history->has_step)
+        return human_window(f, req, rep);
+    return human_history(f, req, rep);
+}
+
+static int human_history(FILE *f, const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep)
 {
     uint64_t now = (uint64_t)time(NULL), since = hist_since(req, now);
     uint32_t first = (uint32_t)(since / 60), last = (uint32_t)(now / 60);
@@ -426,10 +652,31 @@ static int human_stats_history(FILE *f, const Fgx__Ctl__Request *req, const Fgx_
     for (size_t i = 0; i < rep->n_rates; i++)
         if (!hist_svc(rep, hist_service_of(rep->rates[i])))
             hist_row(f, rep, rep->rates[i], first, per, utf8);
+    /* The edits in the window: where a filter's one timeline changes regex. */
+    for (size_t i = 0; i < rep->n_filters; i++) {
+        const Fgx__Ctl__Filter *fl = rep->filters[i];
+        char at[40];
+
+        if (fl->revision == 0 || fl->edited < since)
+            continue;
+        cli_fmt_time(fl->edited * UINT64_C(1000000000), true, at, sizeof(at));
+        (void)fprintf(f, "  #%" PRIu32 "* regex edited at %s (revision %" PRIu32
+                         "): its counts before then are its earlier regex's\n",
+                      fl->id, at, fl->revision);
+    }
     return ferror(f) ? -EIO : 0;
 }
 
+static json_t *json_history(const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep);
+
 static json_t *json_stats_history(const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep)
+{
+    if (req->stats_history && req->stats_history->has_step)
+        return json_window(req, rep);
+    return json_history(req, rep);
+}
+
+static json_t *json_history(const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep)
 {
     uint64_t now = (uint64_t)time(NULL);
     json_t *arr = json_array(), *doc;
@@ -458,8 +705,13 @@ static json_t *json_stats_history(const Fgx__Ctl__Request *req, const Fgx__Ctl__
             const Fgx__Ctl__Filter *fl = hist_flt(rep, s->id);
 
             (void)json_object_set_new(o, "service_id", json_integer(cli_json_int(s->service_id)));
-            if (fl)
+            if (fl) {
                 (void)cli_json_set_bytes(o, "regex", fl->regex, strlen(fl->regex));
+                /* the regex's last edit in place (issue 27): null when never */
+                (void)json_object_set_new(o, "edited", fl->has_edited
+                                                           ? json_integer((json_int_t)fl->edited)
+                                                           : json_null());
+            }
         } else {
             const Fgx__Ctl__Service *sv = hist_svc(rep, s->id);
 
@@ -479,7 +731,8 @@ static const struct cli_cmd_def stats_cmds[] = {
      .req = FGX__CTL__REQUEST__REQ_STATS,
      .npos = 1,
      .pos_names = {"SERVICE"},
-     .opts = CLI_OPT_WATCH | CLI_OPT_INTERVAL | CLI_OPT_HISTORY | CLI_OPT_SINCE,
+     .opts = CLI_OPT_WATCH | CLI_OPT_INTERVAL | CLI_OPT_HISTORY | CLI_OPT_SINCE | CLI_OPT_FROM |
+             CLI_OPT_TO | CLI_OPT_STEP,
      .usage = usage_stats,
      .pos_optional = true,
      .build = build_stats,
@@ -491,7 +744,7 @@ static const struct cli_cmd_def stats_cmds[] = {
      .req = FGX__CTL__REQUEST__REQ_STATS_HISTORY,
      .npos = 1,
      .pos_names = {"SERVICE"},
-     .opts = CLI_OPT_HISTORY | CLI_OPT_SINCE,
+     .opts = CLI_OPT_HISTORY | CLI_OPT_SINCE | CLI_OPT_FROM | CLI_OPT_TO | CLI_OPT_STEP,
      .usage = NULL,
      .pos_optional = true,
      .build = cli_cmd_stats_history_build,

@@ -183,6 +183,11 @@ static int service_to_pb(const struct fgx_dp_service *s, Fgx__Dp__Service *p)
     p->http = s->http;
     p->has_http_upstream_http1 = s->http_upstream_http1;
     p->http_upstream_http1 = s->http_upstream_http1;
+    p->has_max_conns = p->has_over_limit_forward = s->max_conns > 0;
+    p->max_conns = s->max_conns;
+    p->over_limit_forward = s->over_limit_forward;
+    p->has_first_byte_ms = s->first_byte_ms > 0;
+    p->first_byte_ms = s->first_byte_ms;
     if (s->db_known[1]) {
         p->has_db_s2c = 0;
         p->has_db_s2c_known = 1;
@@ -365,6 +370,8 @@ int fgx_dp_encode(const struct fgx_dp_msg *m, void **buf, size_t *len)
             ss[i].bytes_c2s = v->bytes_c2s;
             ss[i].bytes_s2c = v->bytes_s2c;
             ss[i].flows_new = v->flows_new;
+            ss[i].has_limit_hits = v->limit_hits > 0;
+            ss[i].limit_hits = v->limit_hits;
             ssp[i] = &ss[i];
         }
         if (s->nevents > 0) {
@@ -722,6 +729,9 @@ static int service_from_pb(Fgx__Dp__Service *p, const struct fgx_dp_ruleset *r, 
     s->tls_upstream_plain = p->has_tls_upstream_plain && p->tls_upstream_plain;
     s->http = p->has_http && p->http;
     s->http_upstream_http1 = p->has_http_upstream_http1 && p->http_upstream_http1;
+    s->max_conns = p->has_max_conns ? p->max_conns : 0;
+    s->over_limit_forward = p->has_over_limit_forward && p->over_limit_forward;
+    s->first_byte_ms = p->has_first_byte_ms ? p->first_byte_ms : 0;
     for (d = 0; d < 2; d++) {
         protobuf_c_boolean has_as = d == 0 ? p->has_db_c2s_as : p->has_db_s2c_as;
         uint32_t as = d == 0 ? p->db_c2s_as : p->db_s2c_as;
@@ -877,6 +887,7 @@ static int stats_from_pb(const Fgx__Dp__Stats *p, struct fgx_dp_stats *s)
             s->services[i].bytes_c2s = v->has_bytes_c2s ? v->bytes_c2s : 0;
             s->services[i].bytes_s2c = v->has_bytes_s2c ? v->bytes_s2c : 0;
             s->services[i].flows_new = v->has_flows_new ? v->flows_new : 0;
+            s->services[i].limit_hits = v->has_limit_hits ? v->limit_hits : 0;
         }
     }
     s->events_lost = p->has_events_lost ? p->events_lost : 0;

@@ -143,8 +143,14 @@ static bool ids_share(const uint32_t *a, size_t na, const uint32_t *b, size_t nb
     while (i < na && j < nb) {
         uint32_t x = a[i] & FGX_FILTER_ID_MASK, y = b[j] & FGX_FILTER_ID_MASK;
 
-        if (x == y)
+        /* the same filter at the same revision (an edited regex is another pattern) */
+        if (x == y && (a[i] & FGX_FILTER_ID_REV) == (b[j] & FGX_FILTER_ID_REV))
             return true;
+        if (x == y) {
+            i++;
+            j++;
+            continue;
+        }
         if (x < y)
             i++;
         else
@@ -168,7 +174,8 @@ static int on_match_old(unsigned int id, unsigned long long from, unsigned long 
     struct old_scan_state *o = arg;
     uint32_t now = ids_find(o->ids, o->nids, id & FGX_FILTER_ID_MASK);
 
-    if (now == 0)
+    /* An edited filter's old regex is another revision under the same id: gone, as removed. */
+    if (now == 0 || (now & FGX_FILTER_ID_REV) != (id & FGX_FILTER_ID_REV))
         return 0;
     return on_match(now, from, to, flags, &o->st);
 }

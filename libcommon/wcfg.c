@@ -295,6 +295,9 @@ int fgx_wcfg_build(const struct fgx_dp_ruleset *rs, const struct fgx_wcfg *prev,
         n->http_upstream_http1 = s->http_upstream_http1;
         n->capture_conns = s->capture_conns;
         n->capture_bytes = s->capture_bytes;
+        n->max_conns = s->max_conns;
+        n->over_limit_forward = s->over_limit_forward;
+        n->first_byte_ms = s->first_byte_ms;
         if (s->script.len > 0) {
             n->script = malloc(s->script.len);
             if (n->script == NULL) {

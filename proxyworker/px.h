@@ -66,6 +66,7 @@ struct px_svc_ctr {
     uint64_t bytes[2]; /* relayed, by the side that sent them: [0] the client's, [1] the server's */
     uint64_t tls_failed; /* TLS handshakes failed or timed out (px_tls.c) */
     uint64_t script_blocked; /* connections a script rejected or dropped */
+    uint64_t limit_hits;     /* connections that found the service's --max-conns reached */
 };
 
 struct px_counters {
@@ -133,6 +134,7 @@ struct px_conn {
     bool absent;
     bool unscanned; /* bytes moved while absent: the streams no longer hold what passed */
     bool silent;    /* no byte from either side yet (on the thread's silent list) */
+    uint32_t first_byte_ms; /* its service's own first-byte timeout (0: the worker's) */
     /* Closed to make room: its place in the worker's count (and, at a source's limit, in its
      * source's) goes to the new connection, not back to the pool another thread could take
      * it from first. */
@@ -419,6 +421,9 @@ bool px_relay_forward_held(struct px_conn *c, int side, const uint8_t *data, siz
 int px_accept_onward(struct px_thread *t, const struct sockaddr_storage *client, bool kernel_port,
                      int *out);
 struct px_svc_ctr *px_stats_svc(struct px_counters *c, uint32_t id);
+/* The service's connections open now over every thread (read only: another thread's table is
+ * looked at, never written), for its own --max-conns (issue 27). */
+uint64_t px_stats_svc_open(const struct px_worker *w, uint32_t id);
 void px_stats_filter_blocked(struct px_counters *c, uint32_t filter_id);
 void px_stats_filter_matched(struct px_counters *c, uint32_t filter_id);
 /* A log filter matched in what the thread (arg) is scanning: counted and recorded as an event

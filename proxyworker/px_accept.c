@@ -266,6 +266,24 @@ static void on_accept(struct evconnlistener *lis, evutil_socket_t fd, struct soc
         refuse(t, fd, &t->ctr.unclassified);
         return;
     }
+    /* The service's own limit (issue 27): its connections open over every thread. Two
+     * threads accepting at the same moment may each let one past it; a connection past it is
+     * counted, then refused or (forward) relayed and filtered as any. */
+    if (svc->max_conns > 0 && px_stats_svc_open(w, svc->id) >= svc->max_conns) {
+        static __thread unsigned long long last_svc_limit;
+        uint64_t *hits = &px_stats_svc(&t->ctr, svc->id)->limit_hits;
+
+        fgx_log_ratelimited(&last_svc_limit, FGX_LOG_WARN,
+                            "service %u has its %u connections open: new connection %s "
+                            "(service set --max-conns)",
+                            svc->id, svc->max_conns,
+                            svc->over_limit_forward ? "forwarded all the same" : "refused");
+        if (!svc->over_limit_forward) {
+            refuse(t, fd, hits);
+            return;
+        }
+        PX_CTR_ADD(hits, 1);
+    }
     /* One source may hold only so many: checked before the global limit, so that a flood from
      * one source never makes room at the cost of another. At its limit the source's own most
      * idle connection (of this thread) makes room: behind one address (a NAT) an idler must not
@@ -325,6 +343,7 @@ static void on_accept(struct evconnlistener *lis, evutil_socket_t fd, struct soc
     c->service_id = svc->id;
     c->http = svc->http;
     c->h1up = svc->http && svc->http_upstream_http1;
+    c->first_byte_ms = svc->first_byte_ms;
     c->last_ms = t->now_ms;
     c->s[0].fd = fd;
     c->s[1].fd = ufd;

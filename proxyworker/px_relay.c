@@ -557,11 +557,27 @@ void px_relay_expire(struct px_thread *t)
     struct px_worker *w = t->w;
     uint64_t silent_ms = w->first_byte_ms != 0 && w->first_byte_ms < w->idle_ms ? w->first_byte_ms
                                                                                : w->idle_ms;
-    struct px_conn *c;
+    struct px_conn *c, *next;
+    bool own = false;
     size_t n = 0, ns = 0;
 
-    while ((c = t->list[PX_LIST_SILENT].head) != NULL && c->last_ms + silent_ms < t->now_ms) {
-        if (silent_ms < w->idle_ms) {
+    /* A service with a first-byte timeout of its own (issue 27) breaks the list's order of
+     * expiry: then the whole silent list is walked (it holds only connections that sent
+     * nothing, at most the worker's --max-conns); else only its expired head. */
+    for (size_t i = 0; t->cfg != NULL && i < t->cfg->nservices && !own; i++)
+        own = t->cfg->svc[i].first_byte_ms > 0;
+    for (c = t->list[PX_LIST_SILENT].head; c != NULL; c = next) {
+        uint64_t lim = own && c->first_byte_ms > 0 && c->first_byte_ms < w->idle_ms
+                           ? c->first_byte_ms
+                           : silent_ms;
+
+        next = c->next;
+        if (c->last_ms + lim >= t->now_ms) {
+            if (!own)
+                break;
+            continue;
+        }
+        if (lim < w->idle_ms) {
             PX_CTR_ADD(&t->ctr.silent_closed, 1);
             ns++;
         }

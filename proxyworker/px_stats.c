@@ -26,6 +26,28 @@ struct px_svc_ctr *px_stats_svc(struct px_counters *c, uint32_t id)
     return fgx_ctr_slot_get(c->svc, PX_SVC_SLOTS, sizeof(c->svc[0]), id);
 }
 
+uint64_t px_stats_svc_open(const struct px_worker *w, uint32_t id)
+{
+    uint64_t n = 0;
+
+    for (unsigned k = 0; k < w->nthreads; k++) {
+        const struct px_svc_ctr *tab = w->threads[k].ctr.svc;
+        size_t i = (id * 2654435761u) % PX_SVC_SLOTS;
+
+        /* fgx_ctr_slot_get()'s probe, without claiming: a slot's id is set before its used
+         * flag is released, so an id read after used is the owner's */
+        for (size_t m = 0; m < PX_SVC_SLOTS; m++, i = (i + 1) % PX_SVC_SLOTS) {
+            if (!__atomic_load_n(&tab[i].slot.used, __ATOMIC_ACQUIRE))
+                break;
+            if (tab[i].slot.id == id) {
+                n += fgx_ctr_load(&tab[i].open);
+                break;
+            }
+        }
+    }
+    return n;
+}
+
 void px_stats_filter_blocked(struct px_counters *c, uint32_t id)
 {
     fgx_ctr_filter_blocked(c->filter, PX_FILTER_SLOTS, id);
@@ -69,6 +91,7 @@ static void add_service(struct fgx_dp_service_stat *ss, const struct fgx_ctr_slo
     ss->dropped += fgx_ctr_load(&sc->reset);
     ss->flows_active += fgx_ctr_load(&sc->open);
     ss->tls_failed += fgx_ctr_load(&sc->tls_failed);
+    ss->limit_hits += fgx_ctr_load(&sc->limit_hits);
 }
 
 int px_stats_collect(struct px_worker *w, struct fgx_dp_stats *out)

@@ -123,6 +123,17 @@ def web_cmd_filters_test_import_export(env):
     post("filter/set", {"filter": fid, "action": "log"})
     check([f for f in env.filters("wflt") if f["id"] == fid][0].get("action") == "log",
           "filter set: %r", env.filters("wflt"))
+    # the regex edited in place (issue 27), as bytes: the same id, the next revision
+    edited = b"\xfdweb[0-9]+"
+    r = post("filter/set", {"filter": fid, "regex_b64": base64.b64encode(edited).decode(),
+                            "dir": "both", "nocase": True})
+    f = [f for f in env.filters("wflt") if f["id"] == fid][0]
+    check(r["json"].get("id") == fid and base64.b64decode(f.get("regex_b64", "")) == edited and
+          f["revision"] == 1 and f["dir"] == "both" and f["nocase"], "filter set --regex: %r %r",
+          r["json"], f)
+    r = post("filter/set", {"filter": fid, "regex": "web(["}, status=400)
+    check(r["json"].get("exit") == 4, "an invalid regex from the web: %r", r["json"])
+    post("filter/set", {"filter": fid, "regex": it.REGEX, "dir": "c2s"})
     post("filter/disable", {"filter": fid})
     post("filter/enable", {"filter": fid})
     r = get("filter/export", service="wflt")

@@ -190,14 +190,19 @@ def state_after_manage(env):
     check([a["text"] for a in svc["addrs"]] == ["%s:%d" % (SRV4, S["port2"] + 1)],
           "the addresses of admin: %r", svc["addrs"])
     fl = {f.get("regex"): f for f in env.filters("admin")}
-    check(set(fl) == {"sqli[0-9]", "foo[0-9]+", "bar\\x41"}, "filters of admin: %r", list(fl))
+    check(set(fl) == {"sqli[0-9]", "foo[0-9]+", "baz\\x42"}, "filters of admin: %r", list(fl))
     lf = fl["sqli[0-9]"]
     check(lf["action"] == "log" and lf["label"] == "team12 sqli" and lf["dir"] == "c2s" and
           lf["nocase"], "the log filter: %r", lf)
-    check(fl["foo[0-9]+"]["dir"] == "c2s" and fl["bar\\x41"]["nocase"], "imported: %r", fl)
+    check(fl["foo[0-9]+"]["dir"] == "c2s" and fl["baz\\x42"]["nocase"], "imported: %r", fl)
+    # edited in place on the page (issue 27)
+    check(fl["baz\\x42"]["revision"] == 1 and fl["baz\\x42"]["dir"] == "both",
+          "the filter edited on the page: %r", fl["baz\\x42"])
     tls = env.service_doc("tlsweb")
     check(tls["tls"] and tls["layer"] == "proxy" and "tlsweb.test" in tls.get("tls_subject", ""),
           "service tlsweb: %r", tls)
+    check(tls["limits"]["max_conns"] == 5 and tls["limits"]["over_limit"] == "forward" and
+          tls["limits"]["first_byte_timeout"] == 7, "limits set on the page: %r", tls["limits"])
 
 
 FP_RE = re.compile(r"TLS certificate SHA-256 fingerprint ((?:[0-9A-F]{2}:){31}[0-9A-F]{2})")

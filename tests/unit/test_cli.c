@@ -723,11 +723,15 @@ Test(cli, json_service_list_exact)
                      "[{\"id\":1,\"name\":\"web\",\"proto\":\"tcp\",\"ip\":\"\",\"port\":8080,"
         "\"addrs\":[{\"addr\":\"\",\"port\":8080,\"kind\":\"any\",\"text\":\"*:8080\"}],"
                      "\"layer\":\"nfqueue\",\"status\":\"active\",\"fail_open\":false,"
-                     "\"midstream\":\"reset\",\"filters\":2,\"blocked\":17,\"blocked_removed\":0,\"tls\":false},"
+                     "\"midstream\":\"reset\",\"filters\":2,\"blocked\":17,\"blocked_removed\":0,\"tls\":false,"
+                     "\"limits\":{\"max_conns\":0,\"over_limit\":\"refuse\",\"first_byte_timeout\":0,"
+                     "\"hits\":0,\"first_hit\":null,\"last_hit\":null}},"
                      "{\"id\":12,\"name\":\"dns-thing\",\"proto\":\"udp\",\"ip\":\"10.0.0.0/24\","
                      "\"port\":53,\"addrs\":[{\"addr\":\"10.0.0.0/24\",\"port\":53,\"kind\":\"prefix\","
         "\"text\":\"10.0.0.0/24:53\"}],\"layer\":\"proxy\",\"status\":\"stopped\",\"fail_open\":true,"
-                     "\"midstream\":\"scan\",\"filters\":0,\"blocked\":0,\"blocked_removed\":0,\"tls\":false}]\n");
+                     "\"midstream\":\"scan\",\"filters\":0,\"blocked\":0,\"blocked_removed\":0,\"tls\":false,"
+                     "\"limits\":{\"max_conns\":0,\"over_limit\":\"refuse\",\"first_byte_timeout\":0,"
+                     "\"hits\":0,\"first_hit\":null,\"last_hit\":null}}]\n");
     cr_assert(json_parse(out, "ip", &j));
     cr_assert(j.found);
     cr_assert_str_eq(j.got, "");
@@ -782,7 +786,8 @@ Test(cli, json_filter_escapes_regex)
     cr_assert_str_eq(out, "{\"id\":7,\"service_id\":1,"
                           "\"regex_b64\":\"YSJiXGQrCgkBf8Op/w==\","
                           "\"dir\":\"c2s\",\"nocase\":true,\"active\":true,\"blocked\":0,"
-                     "\"action\":\"block\",\"matched\":0,\"label\":null}\n");
+                     "\"action\":\"block\",\"matched\":0,\"label\":null,"
+                     "\"revision\":0,\"edited\":null}\n");
     free(out);
     /* Valid UTF-8 stays a readable string, every special escaped. */
     fl.regex = (char *)"a\"b\\d+\n\t\x01\x7f\xc3\xa9";
@@ -790,7 +795,8 @@ Test(cli, json_filter_escapes_regex)
     cr_assert_str_eq(out, "{\"id\":7,\"service_id\":1,"
                           "\"regex\":\"a\\\"b\\\\d+\\n\\t\\u0001\\u007f\xc3\xa9\","
                           "\"dir\":\"c2s\",\"nocase\":true,\"active\":true,\"blocked\":0,"
-                     "\"action\":\"block\",\"matched\":0,\"label\":null}\n");
+                     "\"action\":\"block\",\"matched\":0,\"label\":null,"
+                          "\"revision\":0,\"edited\":null}\n");
     cr_assert(json_parse(out, "regex", &j), "not valid JSON: %s", out);
     cr_assert(j.found);
     cr_assert_str_eq(j.got, fl.regex);

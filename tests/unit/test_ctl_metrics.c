@@ -53,8 +53,8 @@ static const struct ctl_filter flts[] = {
 
 static void feed(void)
 {
-    struct fgx_dp_service_stat ss[] = {{1, 100, 5000, 90, 10, 3, 6, 0, 0, 0, 0},
-                                       {2, 7, 700, 7, 0, 0, 0, 0, 0, 0, 0}};
+    struct fgx_dp_service_stat ss[] = {{1, 100, 5000, 90, 10, 3, 6, 0, 0, 0, 0, 0},
+                                       {2, 7, 700, 7, 0, 0, 0, 0, 0, 0, 0, 0}};
     struct fgx_dp_filter_stat fs[] = {{5, 4, 0}, {6, 0, 0}};
     struct fgx_dp_stats m = {.nservices = 2,
                              .services = ss,

@@ -351,8 +351,8 @@ Test(ctl_rpc, ruleset_build_uses_cache)
 static void feed_stats(uint64_t instance, uint64_t web_packets, uint64_t f1_blocked)
 {
     struct fgx_dp_service_stat ss[] = {
-        {1, web_packets, web_packets * 10, web_packets - 1, 1, 2, 0, 0, 0, 0, 0},
-        {2, 5, 50, 5, 0, 0, 0, 0, 0, 0, 0}};
+        {1, web_packets, web_packets * 10, web_packets - 1, 1, 2, 0, 0, 0, 0, 0, 0},
+        {2, 5, 50, 5, 0, 0, 0, 0, 0, 0, 0, 0}};
     struct fgx_dp_filter_stat fs[] = {{1, f1_blocked, 0}, {2, 1, 0}, {3, 7, 0}};
     struct fgx_dp_stats m = {.nservices = 2, .services = ss, .nfilters = 3, .filters = fs};
 

@@ -36,6 +36,9 @@ static void make_ruleset(struct fgx_dp_msg *m)
     s[1].port = 65535;
     s[1].fail_open = true;
     s[1].midstream = FGX_MIDSTREAM_SCAN;
+    s[0].max_conns = 7; /* the service's own limits (issue 27) */
+    s[0].over_limit_forward = true;
+    s[0].first_byte_ms = 1500;
     cr_assert_eq(fgx_cidr_parse("fd00::1", &s[1].addr), 0);
     s[1].db[1] = (struct fgx_blob){.data = (void *)db_a, .len = sizeof(db_a), .hash = 9};
     s[2].id = 3;
@@ -51,7 +54,7 @@ static void make_ruleset(struct fgx_dp_msg *m)
 
 static struct fgx_dp_filter_stat sample_filters[] = {{1, 10, 0}, {0xffffffffu, UINT64_MAX, 3}};
 static struct fgx_dp_service_stat sample_svc_stats[] = {
-    {7, 1, 2, 3, 4, 5, 9, 11, 1ull << 40, 13, 17}};
+    {7, 1, 2, 3, 4, 5, 9, 11, 1ull << 40, 13, 17, 19}};
 
 static void make_stats(struct fgx_dp_msg *m)
 {
@@ -133,6 +136,9 @@ Test(dp, ruleset_round_trip)
         cr_assert_eq(a->port, b->port);
         cr_assert_eq(a->fail_open, b->fail_open);
         cr_assert_eq(a->midstream, b->midstream);
+        cr_assert_eq(a->max_conns, b->max_conns, "service %zu max_conns", i);
+        cr_assert_eq(a->over_limit_forward, b->over_limit_forward);
+        cr_assert_eq(a->first_byte_ms, b->first_byte_ms);
         cr_assert_eq(memcmp(&a->addr, &b->addr, sizeof(a->addr)), 0, "service %zu addr", i);
         blob_eq(&a->db[0], &b->db[0]);
         blob_eq(&a->db[1], &b->db[1]);
@@ -226,6 +232,7 @@ Test(dp, stats_round_trip)
     cr_assert_eq(b->services[0].bytes_c2s, 1ull << 40, "the bytes of each way travel, 64 bits");
     cr_assert_eq(b->services[0].bytes_s2c, 13);
     cr_assert_eq(b->services[0].flows_new, 17, "the connections seen travel");
+    cr_assert_eq(b->services[0].limit_hits, 19, "a service's limit hits travel (issue 27)");
     cr_assert_eq(b->queue_drops, 11);
     cr_assert_eq(b->flows, 12);
     cr_assert_eq(b->rss_bytes, 13);

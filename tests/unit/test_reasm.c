@@ -6,6 +6,7 @@
 #include <hs/hs.h>
 
 #include "fgx/reasm.h"
+#include "fgx/ruleset.h"
 
 #define MAXV 16
 
@@ -611,6 +612,61 @@ Test(reasm, removed_filter_pending_in_the_old_stream_never_fires)
     cr_assert_eq(unrefs.n, 1);
     hs_free_database(a);
     hs_free_database(e);
+}
+
+/* `filter set --regex` (issue 27): filter 10 keeps its id, its regex changes. A's stream still
+ * holds the old regex under id 10; the new ids list 10 at revision 1, so A's match is passed
+ * over (the old regex blocks nothing any more) while zzz, unchanged, keeps A's stream alive. */
+Test(reasm, edited_filter_old_regex_in_the_old_stream_never_fires)
+{
+    const uint32_t rev1 = 10u | (1u << FGX_FILTER_ID_REV_SHIFT);
+    hs_database_t *a = gen(2, (const char *[]){"zzz", LONG_RE}, (unsigned[]){1, 10});
+    hs_database_t *b = gen(2, (const char *[]){"zzz", "qqq"}, (unsigned[]){1, rev1});
+    const uint32_t ids_rev[] = {1, rev1};
+    struct fgx_reasm_match m;
+    uint32_t seq = 0;
+    int ra;
+
+    memset(&unrefs, 0, sizeof(unrefs));
+    cr_assert_eq(fgx_reasm_switch_db(ctx, &r, a, 1, ids_a, 2, NULL, count_unref), 0);
+    cr_assert_eq(fgx_reasm_start(ctx, &r, 0), 0);
+    send_begin_and_filler(&seq);
+    cr_assert_eq(fgx_reasm_switch_db(ctx, &r, b, 2, ids_rev, 2, &ra, count_unref), 0);
+    cr_assert_eq(r.old_ref, &ra, "zzz survives unchanged: A's stream is kept for it");
+    cr_assert_eq(seg(seq, "END!", 3, 0, &m), FGX_REASM_ACCEPT);
+    cr_assert_not(m.matched, "filter 10's old regex matched in A's stream: passed over");
+    seq += 4;
+    cr_assert_eq(seg(seq, "qqq", 4, 0, &m), FGX_REASM_DROP);
+    cr_assert(m.matched);
+    cr_assert_eq(m.filter_id, 10, "the new regex reports the filter's id, without revision");
+    fgx_reasm_release(ctx, &r);
+    hs_free_database(a);
+    hs_free_database(b);
+}
+
+/* An edited filter alone shares nothing with the old database: its stream is closed. */
+Test(reasm, edit_of_the_only_shared_filter_closes_the_old_stream)
+{
+    const uint32_t rev1 = 10u | (1u << FGX_FILTER_ID_REV_SHIFT);
+    hs_database_t *a = gen(2, (const char *[]){"zzz", LONG_RE}, (unsigned[]){1, 10});
+    hs_database_t *b = gen(1, (const char *[]){"qqq"}, (unsigned[]){rev1});
+    const uint32_t ids_rev[] = {rev1};
+    struct fgx_reasm_match m;
+    uint32_t seq = 0;
+    int ra;
+
+    memset(&unrefs, 0, sizeof(unrefs));
+    cr_assert_eq(fgx_reasm_switch_db(ctx, &r, a, 1, ids_a, 2, NULL, count_unref), 0);
+    cr_assert_eq(fgx_reasm_start(ctx, &r, 0), 0);
+    send_begin_and_filler(&seq);
+    cr_assert_eq(fgx_reasm_switch_db(ctx, &r, b, 2, ids_rev, 1, &ra, count_unref), 0);
+    cr_assert_null(r.old_stream);
+    cr_assert_eq(unrefs.n, 1);
+    cr_assert_eq(seg(seq, "END!", 3, 0, &m), FGX_REASM_ACCEPT);
+    cr_assert_not(m.matched);
+    fgx_reasm_release(ctx, &r);
+    hs_free_database(a);
+    hs_free_database(b);
 }
 
 Test(reasm, old_stream_sharing_no_id_is_closed)

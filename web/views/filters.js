@@ -1,5 +1,6 @@
 // A service's filters (shown in #/services/ID): the list with enable/disable/remove (undo
-// offered), add with direction, case, block/log and label, "test on the capture" before adding
+// offered), add with direction, case, block/log and label, edit a regex in place (its id and
+// counters kept), "test on the capture" before adding
 // (the connections the regex would have blocked, with their excerpts), ruleset import/export.
 import * as api from '../lib/api.js';
 import * as live from '../lib/live.js';
@@ -175,6 +176,16 @@ export function filtersPanel(svc) {
             h(
               'button',
               {
+                class: 'small',
+                'data-test': 'filter-edit',
+                title: 'Edit the regex in place: the id, counters and timeline stay',
+                onclick: () => startEdit(f),
+              },
+              'Edit',
+            ),
+            h(
+              'button',
+              {
                 class: 'small danger',
                 'data-test': 'filter-rm',
                 onclick: async () => {
@@ -223,6 +234,37 @@ export function filtersPanel(svc) {
     },
     'Test on the capture',
   );
+  // `filter set --regex` (issue 27): the form edits filter `editing` in place instead of adding.
+  let editing = null;
+  const submit = h('button', { type: 'submit', class: 'primary', 'data-test': 'filter-add' }, 'Add filter');
+  const cancel = h('button', { type: 'button', hidden: true, 'data-test': 'filter-edit-cancel', onclick: () => stopEdit() }, 'Cancel edit');
+  const startEdit = (f) => {
+    editing = f;
+    regex.value = showBytes(fieldBytes(f, 'regex'));
+    dir.value = f.dir || 'both';
+    nocase.checked = !!f.nocase;
+    logOnly.disabled = label.disabled = true;
+    submit.textContent = `Save filter ${f.id}`;
+    cancel.hidden = false;
+    regex.focus();
+  };
+  const stopEdit = () => {
+    editing = null;
+    form.reset();
+    logOnly.disabled = label.disabled = false;
+    submit.textContent = 'Add filter';
+    cancel.hidden = true;
+  };
+  const saveEdit = async () => {
+    const p = { filter: String(editing.id), regex: regex.value, dir: dir.value };
+    if (nocase.checked) p.nocase = true;
+    const f = await callForcing('filter/set', p);
+    toast(`Filter ${f.id} edited (revision ${f.revision}).`, 'ok');
+    for (const w of f.warnings || []) toast(`Filter ${f.id}: ${w}`, 'info');
+    stopEdit();
+    clear(results);
+    load();
+  };
   const form = h(
     'form',
     {
@@ -230,6 +272,15 @@ export function filtersPanel(svc) {
       onsubmit: async (e) => {
         e.preventDefault();
         err.textContent = '';
+        if (editing) {
+          try {
+            await saveEdit();
+          } catch (x) {
+            err.textContent = x.body && x.body.duplicate_of ? `${x.message} (filter ${x.body.duplicate_of})` : x.message;
+            if (x.declined) err.textContent = `Not edited: ${x.message}`;
+          }
+          return;
+        }
         const p = params();
         if (logOnly.checked) p.log = true;
         if (label.value) p.label = label.value;
@@ -255,7 +306,7 @@ export function filtersPanel(svc) {
       h('label', { class: 'check' }, nocase, 'Ignore case'),
       h('label', { class: 'check' }, logOnly, 'Log only (do not block)'),
     ),
-    h('div', { class: 'form-buttons' }, testButton, h('button', { type: 'submit', class: 'primary', 'data-test': 'filter-add' }, 'Add filter')),
+    h('div', { class: 'form-buttons' }, testButton, cancel, submit),
     err,
   );
 
@@ -318,6 +369,7 @@ export function filtersPanel(svc) {
     'section',
     { class: 'card', 'data-test': 'filters' },
     h('h2', {}, 'Filters'),
+    h('p', { class: 'muted', 'data-test': 'filters-order' }, "All of a service's regex filters are matched in one scan: their order has no effect. A script's functions run after them, in file order, on the bytes they passed."),
     h(
       'div',
       { class: 'table-wrap' },
@@ -332,7 +384,7 @@ export function filtersPanel(svc) {
         body,
       ),
     ),
-    h('h3', {}, 'Add a filter'),
+    h('h3', {}, 'Add a filter (or edit one: its Edit button)'),
     form,
     results,
     ruleset,

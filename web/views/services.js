@@ -4,7 +4,7 @@
 // its filters (views/filters.js) and its health log (views/svclog.js).
 import * as api from '../lib/api.js';
 import * as live from '../lib/live.js';
-import { h, clear, toast, confirmBox, fmtBytes, fmtCount } from '../lib/ui.js';
+import { h, clear, toast, confirmBox, fmtBytes, fmtCount, fmtTime } from '../lib/ui.js';
 import { sparkline, bucket } from '../lib/chart.js';
 import { filtersPanel } from './filters.js';
 import { healthPanel } from './svclog.js';
@@ -130,7 +130,23 @@ function serviceForm(svc, done) {
     failOpen: h('input', { type: 'checkbox', name: 'fail_open', checked: svc && svc.fail_open, 'data-test': 'svc-fail-open' }),
     capture: h('input', { type: 'checkbox', name: 'capture', checked: svc ? svc.capture !== false : true, 'data-test': 'svc-capture' }),
     noTls: h('input', { type: 'checkbox', name: 'no_tls', 'data-test': 'svc-no-tls' }),
+    // its own limits (issue 27, proxy layer): service set --max-conns --over-limit --first-byte-timeout
+    maxConns: h('input', { type: 'number', min: 0, name: 'max_conns', placeholder: '0: none', value: svc && svc.limits ? svc.limits.max_conns || '' : '', 'data-test': 'svc-max-conns' }),
+    overLimit: h(
+      'select',
+      { name: 'over_limit', 'data-test': 'svc-over-limit' },
+      ['refuse', 'forward'].map((o) => h('option', { value: o, selected: svc && svc.limits && svc.limits.over_limit === o }, o)),
+    ),
+    firstByte: h('input', { type: 'number', min: 0, name: 'first_byte_timeout', placeholder: "0: the proxy's", value: svc && svc.limits ? svc.limits.first_byte_timeout || '' : '', 'data-test': 'svc-first-byte' }),
   };
+  const lim = svc && svc.limits;
+  const hits = lim
+    ? h(
+        'p',
+        { class: 'muted', 'data-test': 'svc-limit-hits' },
+        lim.hits ? `At its connection limit ${lim.hits} time(s): first ${fmtTime(lim.first_hit)}, last ${fmtTime(lim.last_hit)}.` : 'Never at its connection limit.',
+      )
+    : null;
   const err = h('p', { class: 'error', role: 'alert', 'data-test': 'svc-error' });
   const submit = h('button', { type: 'submit', class: 'primary', 'data-test': edit ? 'svc-save' : 'svc-add' }, edit ? 'Save' : 'Add service');
   const form = h(
@@ -170,6 +186,10 @@ function serviceForm(svc, done) {
             if (f.proto.value !== svc.proto) p.proto = f.proto.value;
             if (f.layer.value !== svc.layer) p.layer = f.layer.value;
             if (f.failOpen.checked !== !!svc.fail_open) p.fail_open = f.failOpen.checked ? 'on' : 'off';
+            const l = svc.limits || {};
+            if (Number(f.maxConns.value || 0) !== (l.max_conns || 0)) p.max_conns = Number(f.maxConns.value || 0);
+            if (f.overLimit.value !== (l.over_limit || 'refuse')) p.over_limit = f.overLimit.value;
+            if (Number(f.firstByte.value || 0) !== (l.first_byte_timeout || 0)) p.first_byte_timeout = Number(f.firstByte.value || 0);
             if (f.noTls.checked) {
               delete p.tls_cert;
               delete p.tls_key;
@@ -226,7 +246,11 @@ function serviceForm(svc, done) {
       h('label', { class: 'check' }, f.failOpen, 'Fail open (pass traffic when the worker cannot take it)'),
       h('label', { class: 'check' }, f.capture, 'Capture the last connections'),
       edit && svc.tls ? h('label', { class: 'check' }, f.noTls, 'Stop terminating TLS') : null,
+      edit ? h('label', {}, 'Max connections (proxy layer)', f.maxConns) : null,
+      edit ? h('label', {}, 'Past the limit', f.overLimit) : null,
+      edit ? h('label', {}, 'First-byte timeout, s (proxy layer)', f.firstByte) : null,
     ),
+    edit ? hits : null,
     h('div', { class: 'form-buttons' }, submit),
     err,
   );

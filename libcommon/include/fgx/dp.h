@@ -104,6 +104,11 @@ struct fgx_dp_service {
     struct fgx_blob script;
     uint32_t script_deadline_ms;
     uint8_t script_dirs; /* bit 0: client->server, bit 1: server->client */
+    /* The service's own limits (proxyworker, issue 27): connections open at once (0: none),
+     * one past it forwarded (counted) or refused, the first-byte timeout (0: the worker's). */
+    uint32_t max_conns;
+    bool over_limit_forward;
+    uint32_t first_byte_ms;
 };
 
 struct fgx_dp_ruleset {
@@ -126,6 +131,7 @@ struct fgx_dp_service_stat {
     /* bytes of each direction (bytes is their sum) and connections seen (cumulative): nfqworker
      * counts the TCP flows it tracked, proxyworker the connections it relayed */
     uint64_t bytes_c2s, bytes_s2c, flows_new;
+    uint64_t limit_hits; /* connections that found its max_conns reached (cumulative) */
 };
 
 /* An excerpt: up to FGX_DP_EXCERPT_BEFORE bytes before the match end and up to

@@ -30,7 +30,14 @@ struct fgx_pattern {
  * look up, nothing per flow, and a service with only block filters compiles, caches and scans
  * exactly as before. Filter ids stay below it (controld allocates them from 1 up). */
 #define FGX_FILTER_ID_LOG 0x80000000u
-#define FGX_FILTER_ID_MASK 0x7fffffffu
+/* A filter whose regex was edited in place (`filter set --regex`) keeps its id, but is compiled
+ * under its revision too (bits 24..30, the edit count modulo 128), so that an open flow's old
+ * stream, which still holds the old regex under that id, is believed only for the revision
+ * listed now (fgx_reasm's ids): the old pattern stops blocking at once, on open flows too.
+ * Filter ids are below 2^24. */
+#define FGX_FILTER_ID_REV 0x7f000000u
+#define FGX_FILTER_ID_REV_SHIFT 24
+#define FGX_FILTER_ID_MASK 0x00ffffffu
 
 /* The longest regex a filter may have. */
 #define FGX_FILTER_REGEX_MAX 65536

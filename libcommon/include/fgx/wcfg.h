@@ -59,6 +59,11 @@ struct fgx_wsvc {
     uint32_t script_deadline_ms;
     uint8_t script_dirs; /* bit 0: client->server bytes go to the script, bit 1: the others */
     struct fgx_wtls *tls;  /* NULL: plain TCP (or the worker has no TLS: fgx_wcfg_tls()) */
+    /* Its own limits (fgx/dp.h, issue 27): connections at once (0: none), past it forwarded
+     * or refused, the first-byte timeout in ms (0: the worker's). */
+    uint32_t max_conns;
+    bool over_limit_forward;
+    uint32_t first_byte_ms;
 };
 
 /* One address of one service, in the generation's lookup index. */

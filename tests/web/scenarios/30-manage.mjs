@@ -1,7 +1,8 @@
 // Managing services and filters through the page: add a service, edit it, stop and start it,
-// add a log-only filter with a label, import a ruleset file and export it again, remove a
+// add a log-only filter with a label, import a ruleset file and export it again, edit a regex
+// in place, remove a
 // filter and a service (each after a confirm) and undo both from the toast; add a TLS service
-// with its certificate and key uploaded. test_web_ui checks the result with fgexctl after.
+// with its certificate and key uploaded, and give it limits of its own. test_web_ui checks the result with fgexctl after.
 import { readFileSync } from 'node:fs';
 
 function check(cond, msg) {
@@ -67,6 +68,18 @@ export default async function ({ page, base, shot, env, login }) {
   await page.click('[data-test=undo]');
   await foo.waitFor();
 
+  // edit a regex in place (issue 27): the form takes the filter, saving keeps its id
+  const bar = page.locator('[data-test^=filter-row-]', { hasText: 'bar\\x41' });
+  const barId = await bar.getAttribute('data-test');
+  await bar.locator('[data-test=filter-edit]').click();
+  check((await page.inputValue('[data-test=filter-regex-input]')) === 'bar\\x41', 'the edit form does not hold the regex');
+  check(await page.isChecked('[data-test=filter-nocase]'), 'the edit form lost nocase');
+  await page.fill('[data-test=filter-regex-input]', 'baz\\x42');
+  await page.click('[data-test=filter-add]');
+  const baz = page.locator(`[data-test=${barId}]`, { hasText: 'baz\\x42' });
+  await baz.waitFor();
+  check(!(await page.isVisible('[data-test=filter-edit-cancel]')), 'the form stayed in edit mode');
+
   // remove the service from the list (cancel first, then confirm), then undo
   await page.goto(`${base}/#/services`);
   const row = page.locator('[data-test=svc-row-admin]');
@@ -97,4 +110,12 @@ export default async function ({ page, base, shot, env, login }) {
   await page.click('[data-test=svc-add-form] [data-test=svc-add]');
   await page.waitForSelector('[data-test=svc-title]:text("tlsweb")');
   check((await page.textContent('main')).includes('proxy + TLS'), 'the TLS service does not say TLS');
+
+  // its own limits (issue 27): the settings form sends service set --max-conns --over-limit
+  await page.fill('[data-test=svc-edit-form] [data-test=svc-max-conns]', '5');
+  await page.selectOption('[data-test=svc-edit-form] [data-test=svc-over-limit]', 'forward');
+  await page.fill('[data-test=svc-edit-form] [data-test=svc-first-byte]', '7');
+  await page.click('[data-test=svc-save]');
+  await page.waitForFunction(() => document.querySelector('[data-test=svc-edit-form] [data-test=svc-max-conns]').value === '5');
+  await page.waitForSelector('[data-test=svc-limit-hits]:text("Never at its connection limit")');
 }
