@@ -23,13 +23,14 @@
 #include <mbedtls/x509_crt.h>
 
 #include "cli_args.h"
+#include "fgx/mbed_compat.h"
 
 void cli_tls_fingerprint(const unsigned char *der, size_t len, char fp[CLI_FP_SIZE])
 {
     static const char hex[] = "0123456789ABCDEF";
     unsigned char h[32];
 
-    (void)mbedtls_sha256_ret(der, len, h, 0);
+    (void)fgx_mbed_sha256(der, len, h);
     for (size_t i = 0; i < 32; i++) {
         fp[3 * i] = hex[h[i] >> 4];
         fp[3 * i + 1] = hex[h[i] & 0xf];
