@@ -32,7 +32,8 @@ fgex ($version) unstable; urgency=medium
 CHANGES
 
 echo "  DEB     $build/fgex_${version}_$arch.deb"
-(cd "$tree" && dpkg-buildpackage -b -uc -us --no-sign >"$work/build.log" 2>&1) || {
+jobs=$(nproc 2>/dev/null || echo 1)
+(cd "$tree" && dpkg-buildpackage -b -uc -us --no-sign -J"$jobs" >"$work/build.log" 2>&1) || {
   tail -40 "$work/build.log" >&2
   echo "build-deb: dpkg-buildpackage failed, see $work/build.log" >&2
   exit 1

@@ -98,10 +98,16 @@ web_node() {
   (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
 }
 
+# Debian 13 renamed libraries in its 64-bit time_t transition (libmicrohttpd12t64, which provides
+# libmicrohttpd12): the new name installed counts as the old one.
+installed() {
+  local st
+  st=$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null || true)
+  [[ $st == "install ok installed" ]]
+}
 missing=()
 for p in "${pkgs[@]}"; do
-  st=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
-  [[ $st == "install ok installed" ]] || missing+=("$p")
+  installed "$p" || installed "${p}t64" || missing+=("$p")
 done
 if ((${#missing[@]} == 0)); then
   [[ $mode == run || $mode == deb ]] || web_node
