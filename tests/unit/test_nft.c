@@ -151,6 +151,22 @@ static bool table_exists(const char *family, const char *name)
     return ok;
 }
 
+/* nft 1.1 (Debian 13) prints a masked mark as "meta mark & 0xffff0000 == 0x0fe40000", where
+ * 1.0 (Debian 12) prints "meta mark 0x0fe40000/16": the same rule, written here as 1.0 does. */
+static void mark_as_prefix(char *line)
+{
+    static const char form[] = "meta mark & 0xffff0000 == ";
+    const size_t flen = sizeof(form) - 1, vlen = 10; /* 0x and eight digits */
+    char *v = line + flen;
+
+    if (strncmp(line, form, flen) != 0 || strlen(v) < vlen)
+        return;
+    /* "meta mark " + the value + "/16" + the rest, shorter than before: in place */
+    memmove(line + 10, v, vlen);
+    memmove(line + 10 + vlen + 3, v + vlen, strlen(v + vlen) + 1);
+    memcpy(line + 10 + vlen, "/16", 3);
+}
+
 /* The rules of one chain, each trimmed of its indentation, in order. Returns the count, or -1
  * when the chain is absent. lines point into text, which is modified. */
 static int chain_rules(char *text, const char *chain, char **lines, int max)
@@ -172,6 +188,7 @@ static int chain_rules(char *text, const char *chain, char **lines, int max)
         if (strncmp(line, "type ", 5) == 0 || line[0] == '\0')
             continue;
         cr_assert_lt(n, max);
+        mark_as_prefix(line);
         lines[n++] = line;
     }
     return in ? n : -1;
