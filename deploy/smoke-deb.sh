@@ -30,7 +30,8 @@ echo "smoke-deb: fgex $version"
 [[ $(controld --version) == "controld $version" ]] || fail "controld --version: $(controld --version)"
 getent passwd fgex >/dev/null || fail "postinst made no fgex user"
 [[ -d /var/lib/fgex && $(stat -c %a /var/lib/fgex) == 700 ]] || fail "no /var/lib/fgex (0700)"
-dpkg-query -W -f='${Conffiles}\n' fgex | grep -q '^ /etc/fgex/controld.conf ' ||
+# (grep without -q reads to the end: dpkg-query never dies of SIGPIPE under pipefail)
+dpkg-query -W -f='${Conffiles}\n' fgex | grep '^ /etc/fgex/controld.conf ' >/dev/null ||
   fail "/etc/fgex/controld.conf is not a conffile"
 for m in fgexctl controld fgex-rules; do
   [[ -n $(man -w "$m" 2>/dev/null) ]] || fail "no man page $m"
