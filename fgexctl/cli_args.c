@@ -80,6 +80,8 @@ static const char usage_main[] =
     "  fw rule add|rm|move|enable|disable|list ... the firewall: ordered rules, first\n"
     "  fw policy|set|enable|disable|import|export|apply|confirm ...   match wins\n"
     "                                           (`fgexctl fw --help`)\n"
+    "  game set --flag REGEX --checker CIDR... [--team CIDR...]\n"
+    "  game show                                the game's flag format and checker\n"
     "  version                                  fgexctl's version and controld's\n"
     "  context add NAME URL [--fingerprint FP] [--ca FILE] [--replace]\n"
     "  context use|show|rm NAME                 named controlds (`context list`)\n"

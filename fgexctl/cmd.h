@@ -142,6 +142,11 @@ int cli_cmd_context_run(struct cli_cmd *cmd, FILE *out, FILE *err);
 
 extern const struct cli_cmd_family cli_cmd_regex;
 
+/* ---- the game (cmd_game.c) ---- */
+extern const struct cli_cmd_family cli_cmd_game;
+/* The game as `game show --json` prints it (the page's too). */
+json_t *cli_cmd_game_json(const Fgx__Ctl__GameConfig *g);
+
 /* A duration as --since takes it: digits with an optional unit s, m, h or d (seconds without).
  * Returns 0 or -EINVAL. (cmd_events.c) */
 int cli_cmd_parse_duration(const char *s, uint64_t *secs);
