@@ -223,6 +223,7 @@ bool ctl_webapi_read_only(const struct ctl_webapi_cmd *c)
     case FGX__CTL__REQUEST__REQ_SERVICE_LOG:
     case FGX__CTL__REQUEST__REQ_FW_LIST:
     case FGX__CTL__REQUEST__REQ_CERT:
+    case FGX__CTL__REQUEST__REQ_GAME_SHOW:
         return true;
     default:
         return false;
@@ -270,6 +271,8 @@ const char *ctl_webapi_changes(const struct ctl_webapi_cmd *c)
     case FGX__CTL__REQUEST__REQ_PASSWD:
     case FGX__CTL__REQUEST__REQ_AUTH_SET:
         return "auth";
+    case FGX__CTL__REQUEST__REQ_GAME_SET:
+        return "game";
     default:
         return NULL;
     }
