@@ -16,6 +16,10 @@
 #define CTL_GAME_ADDRS_MAX 64   /* checker or team prefixes, each */
 #define CTL_GAME_FLAG_MAX 1024  /* the flag regex's bytes */
 #define CTL_GAME_KEY "game"     /* its record in the store's meta db */
+/* The hyperscan id of the flag format in each TCP service's s2c database: a log filter's id
+ * (it never drops; SINGLEMATCH reports it once per connection) that no filter is given, since
+ * filter ids count up from 1. */
+#define CTL_GAME_FLAG_ID 0x7fffffffu
 
 struct ctl_game {
     /* The flag regex, as given (malloc'd, NUL-terminated, no NUL inside; NULL: no game). */

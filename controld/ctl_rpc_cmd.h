@@ -84,6 +84,7 @@ struct ctl_rpc {
     struct ctl_rpc_logfil *logfil; /* labels and events --top (rpc_logfil.c), or NULL */
     struct ctl_rpc_fw *fw; /* the firewall family's reply (rpc_fw.c); NULL when unused */
     struct ctl_rpc_game *game; /* the game family's reply (rpc_game.c); NULL when unused */
+    bool game_imported;        /* config import stored a game: the statistics learn it */
     /* service add/set: a warning about the TLS certificate (expired), and what service replies
      * say about stored certificates (subjects) */
     char tls_warn[384];
@@ -154,6 +155,8 @@ int ctl_rpc_game_export(struct ctl_rpc *r, struct ctl_txn *t, Fgx__Ctl__Config *
 int ctl_rpc_game_import(struct ctl_rpc *r, struct ctl_txn *t, const Fgx__Ctl__Config *cfg,
                         char *err, size_t len);
 void ctl_rpc_game_release(struct ctl_rpc *r);
+/* After a committed import: the statistics take the imported game's checker. */
+void ctl_rpc_game_imported(struct ctl_rpc *r);
 
 /* ---- the health log (rpc_health.c) ---- */
 extern const struct ctl_rpc_cmd ctl_rpc_health_cmds[];

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "controld/ctl_game.h"
 #include "controld/ctl_health.h"
 #include "controld/ctl_rates.h"
 #include "fgx/log.h"
@@ -51,6 +52,7 @@ struct svc_slot {
     uint64_t flows_active[W_KINDS];
     uint64_t events_lost, lost_last[W_KINDS];
     uint64_t tls_failed, tls_last[W_KINDS]; /* since controld started, not persisted */
+    uint64_t flags_out, flags_to_checker;   /* the same */
     /* the traffic history's bases (ctl_rates.h): bytes each way, connections seen */
     uint64_t c2s_last[W_KINDS], s2c_last[W_KINDS], flows_last[W_KINDS];
 };
@@ -77,6 +79,8 @@ struct ctl_stats {
     size_t unpruned; /* events written to LMDB since the last prune */
     bool burst;      /* a report brought CTL_EVENTS_BURST events or more */
     unsigned long long lost_log_ns;
+    struct fgx_cidr checker[CTL_GAME_ADDRS_MAX]; /* the game's (ctl_stats_game_set()) */
+    size_t nchecker;
     size_t unsaved; /* the newest `unsaved` events are not in LMDB yet */
     uint64_t next_seq;
     bool dirty;
@@ -367,6 +371,32 @@ static void event_from_dp(const struct fgx_dp_event *d, uint64_t seq,
     }
 }
 
+void ctl_stats_game_set(struct ctl_stats *s, const struct ctl_game *g)
+{
+    s->nchecker = ctl_game_is_set(g) ? g->nchecker : 0;
+    memcpy(s->checker, g->checker, s->nchecker * sizeof(s->checker[0]));
+}
+
+/* A flag of the game's format left a service (the s2c match of CTL_GAME_FLAG_ID): counted per
+ * connection (SINGLEMATCH reports it once per stream). True when it went to the checker. */
+static bool flag_read(struct ctl_stats *s, const struct fgx_dp_event *d)
+{
+    struct svc_slot *v = svc_slot(s, d->service_id, true);
+    /* the matching bytes' receiver is the client: the worker's dst of an s2c match */
+    const uint8_t *peer = d->dir == FGX_DIR_S2C ? d->dst : d->src;
+    bool checker = false;
+
+    for (size_t i = 0; i < s->nchecker && !checker; i++)
+        checker = fgx_cidr_contains(&s->checker[i], d->family == 6 ? 6 : 4, peer);
+    if (v) {
+        if (checker)
+            v->flags_to_checker++;
+        else
+            v->flags_out++;
+    }
+    return checker;
+}
+
 /* A new process of kind k reports: when it is the one whose bases were stored (an adopted
  * worker), its counts so far go on from them; otherwise it counts from zero. The stored bases
  * are used once. */
@@ -541,6 +571,9 @@ static int fold(struct ctl_stats *s, int k, uint64_t instance, const struct fgx_
     for (size_t i = 0; i < m->nevents; i++) {
         struct ctl_event e;
 
+        if (m->events[i].filter_id == CTL_GAME_FLAG_ID && m->events[i].log &&
+            flag_read(s, &m->events[i]))
+            continue; /* the checker's read: counted, no event */
         event_from_dp(&m->events[i], s->next_seq++, svcs, nsvcs, &e);
         ring_push(s, &e);
         if (m->events[i].capture != NULL)
@@ -917,6 +950,8 @@ void ctl_stats_service(const struct ctl_stats *s, uint32_t service_id, struct ct
             out->flows_active = s->svc[i].flows_active[W_NFQ] + s->svc[i].flows_active[W_PX];
             out->events_lost = s->svc[i].events_lost;
             out->tls_failed = s->svc[i].tls_failed;
+            out->flags_out = s->svc[i].flags_out;
+            out->flags_to_checker = s->svc[i].flags_to_checker;
             return;
         }
     }

@@ -985,6 +985,18 @@ int main(int argc, char **argv)
         if (rv < 0)
             goto out;
     }
+    {
+        /* the statistics tell the checker's flag reads from stolen flags */
+        struct ctl_game g;
+        struct ctl_txn *gt;
+
+        if (ctl_txn_begin(ctx.store, false, &gt) == 0) {
+            if (ctl_game_load(gt, &g) == 0)
+                ctl_stats_game_set(stats, &g);
+            ctl_txn_abort(gt);
+            ctl_game_release(&g);
+        }
+    }
     if (o.listen || o.web_listen) {
         /* Each connection a listener holds is a descriptor: a flood of idle ones must meet
          * the listeners' own limits, not the process's (1024 by default under systemd). */

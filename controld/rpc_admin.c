@@ -361,8 +361,10 @@ static void do_config_import(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
     ctl_rpc_finish(r, &t, true);
     if (ctl_rpc_failed(r) && r->reply.code != FGX__CTL__CODE__CODE_UNAVAILABLE)
         goto out;
-    if (!r->deferred)
+    if (!r->deferred) {
         ctl_rpc_fw_imported(r);
+        ctl_rpc_game_imported(r);
+    }
     fgx_info("configuration imported: %zu services, %zu filters", cfg->n_services, cfg->n_filters);
 out:
     ctl_txn_abort(t);

@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "controld/ctl_game.h"
+#include "controld/ctl_stats.h"
 #include "fgx/log.h"
 
 /* What a reply points into, freed with the request (ctl_rpc_game_release()). */
@@ -98,14 +99,19 @@ static void do_game_set(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
         return;
     ctl_txn_label(t, "the game's settings", false);
     rv = ctl_game_save(t, &g->game);
-    if (rv == 0)
-        rv = ctl_txn_commit(t);
-    else
-        ctl_txn_abort(t);
     if (rv < 0) {
+        ctl_txn_abort(t);
         ctl_rpc_store_fail(r, rv);
         return;
     }
+    /* Every TCP service's s2c database gains (or loses) the flag format: rebuilt, applied. */
+    ctl_rpc_finish(r, &t, true);
+    if (t)
+        ctl_txn_abort(t); /* not committed: refused, or deferred for the compiler */
+    if (r->deferred || (ctl_rpc_failed(r) && r->reply.code != FGX__CTL__CODE__CODE_UNAVAILABLE))
+        return;
+    if (r->ctx->stats)
+        ctl_stats_game_set(r->ctx->stats, &g->game);
     if (ctl_game_is_set(&g->game))
         snprintf(what, sizeof(what), "game set: a flag format of %zu bytes, %zu checker and %zu "
                  "team addresses", g->game.flag_len, g->game.nchecker, g->game.nteam);
@@ -138,7 +144,6 @@ int ctl_rpc_game_import(struct ctl_rpc *r, struct ctl_txn *t, const Fgx__Ctl__Co
     struct ctl_game game;
     int rv;
 
-    (void)r;
     if (!m)
         return 0; /* an older backup: the game stays as it is */
     ctl_game_init(&game);
@@ -151,11 +156,29 @@ int ctl_rpc_game_import(struct ctl_rpc *r, struct ctl_txn *t, const Fgx__Ctl__Co
     }
     rv = ctl_game_save(t, &game);
     ctl_game_release(&game);
+    if (rv == 0)
+        r->game_imported = true;
     return rv;
 }
 
+void ctl_rpc_game_imported(struct ctl_rpc *r)
+{
+    struct ctl_game g;
+    struct ctl_txn *t;
+
+    if (!r->game_imported || !r->ctx->stats)
+        return;
+    r->game_imported = false;
+    if (ctl_txn_begin(r->ctx->store, false, &t) < 0)
+        return;
+    if (ctl_game_load(t, &g) == 0)
+        ctl_stats_game_set(r->ctx->stats, &g);
+    ctl_txn_abort(t);
+    ctl_game_release(&g);
+}
+
 const struct ctl_rpc_cmd ctl_rpc_game_cmds[] = {
-    {FGX__CTL__REQUEST__REQ_GAME_SET, do_game_set, 0},
+    {FGX__CTL__REQUEST__REQ_GAME_SET, do_game_set, CTL_RPC_CHANGE},
     {FGX__CTL__REQUEST__REQ_GAME_SHOW, do_game_show, 0},
     {0, NULL, 0},
 };

@@ -183,6 +183,7 @@ static const struct opt_def opt_defs[CLI_NOPTS] = {
     {"--deadline", CLI_OPT_DEADLINE, ARG_REQUIRED},
     {"--service", CLI_OPT_SERVICE, ARG_REQUIRED},
     {"--force", CLI_OPT_FORCE, ARG_NONE},
+    {"--flags", CLI_OPT_FLAGS, ARG_NONE},
 };
 
 /* ---- helpers ----------------------------------------------------------------------------- */

@@ -70,7 +70,8 @@ json_t *cli_cmd_script_log_entry_json(const Fgx__Ctl__ScriptLogEntry *e);
 #define CLI_OPT_DEADLINE (UINT64_C(1) << 39) /* script set --deadline MS */
 #define CLI_OPT_SERVICE (UINT64_C(1) << 40)  /* script test --service SERVICE */
 #define CLI_OPT_FORCE (UINT64_C(1) << 41)    /* filter add|set|enable|import --force */
-#define CLI_NOPTS 42
+#define CLI_OPT_FLAGS (UINT64_C(1) << 42)    /* events --flags */
+#define CLI_NOPTS 43
 /* --addr given more than this is refused by fgexctl (controld's bound is the same). */
 #define CLI_ADDRS_MAX 32
 

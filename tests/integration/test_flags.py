@@ -1,0 +1,138 @@
+#!/usr/bin/python3
+"""Integration: flags leaving (issue 28, point 2). With the game set, every TCP service's replies
+are scanned for the flag format as one more log pattern of its s2c database: a service that
+sends a flag to the checker's address counts it in flags_to_checker, with no event; to any other
+address (an attacker at 10.77.0.3, a second address of the client namespace) it is a flag-out
+event (`events --flags`), counted in flags_out, in `stats` and Prometheus; the flag is never
+dropped. On the NFQUEUE layer and the proxy layer, one count per connection however many flags
+it carries."""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fgxit as it  # noqa: E402
+from fgxit import CLI4, CLI_IF, SRV4, check, test  # noqa: E402
+
+
+ATTACKER4 = "10.77.0.3"
+FLAG = b"FLAG{" + b"A1B2C3D4E5F6G7H8I9J0K1L2M3N4O5PQ}"
+FLAG_RE = r"FLAG\{[A-Z0-9]{32}\}"
+METRICS_ADDR = "127.0.0.1:9478"
+
+
+class Attacker:
+    """The client namespace reaches the server from ATTACKER4, not the checker's CLI4."""
+
+    def __init__(self, env):
+        self.env = env
+
+    def __enter__(self):
+        it.sh("ip", "-n", self.env.cli, "addr", "add", ATTACKER4 + "/32", "dev", CLI_IF)
+        it.sh("ip", "-n", self.env.cli, "route", "replace", SRV4, "dev", CLI_IF, "src", ATTACKER4)
+        return self
+
+    def __exit__(self, *exc):
+        it.sh("ip", "-n", self.env.cli, "route", "del", SRV4, "dev", CLI_IF, check=False)
+        it.sh("ip", "-n", self.env.cli, "addr", "del", ATTACKER4 + "/32", "dev", CLI_IF,
+              check=False)
+        return False
+
+
+def scrape(env):
+    """GET /metrics from the server namespace: {name: {labels: value}}, {name: type}."""
+    h = env.helper(env.srv, "http-get", "--url", "http://%s/metrics" % METRICS_ADDR)
+    r = it.client_result(h, 10)
+    check(r["status"] == 200, "GET /metrics: %r", r)
+    samples, types = {}, {}
+    for line in it.d64(r.get("body")).decode().splitlines():
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split(" ", 3)
+            types[name] = kind
+        elif line and not line.startswith("#"):
+            name_labels, value = line.rsplit(" ", 1)
+            name, _, labels = name_labels.partition("{")
+            samples.setdefault(name, {})["{" + labels if labels else ""] = float(value)
+    return samples, types
+
+
+def svc_stats(env, name):
+    return env.ctl("stats", name)[0]
+
+
+def read_flag(env, port, srv, n):
+    """The n-th connection to srv, that asks and reads the answer: two flags in one reply.
+    (The proxy's upstream connection has a port of its own: the server's n-th is this one.)"""
+    c, sport = env.tcp_conn(SRV4, port, [b"get\n", 0.3])
+    s = it.server_conn(srv, n)
+    it.assert_passed(c, s, b"get\n", FLAG + b" " + FLAG + b"\n")
+    return sport
+
+
+def flags_case(env, name, layer):
+    sid, port = env.service(name, "tcp", extra=("--layer", layer))
+    srv = env.tcp_server(port, reply=FLAG + b" " + FLAG + b"\n")
+    read_flag(env, port, srv, 1)  # the checker, from CLI4
+    it.wait_until(lambda: svc_stats(env, name)["flags_to_checker"] >= 1, timeout=4)
+    st = svc_stats(env, name)
+    check(st["flags_to_checker"] == 1 and st["flags_out"] == 0,
+          "%s after the checker's read: %r", layer, st)
+    check(env.ctl("events", name, "--flags") == [] if isinstance(env.ctl("events", name,
+                                                                         "--flags"), list)
+          else not env.ctl("events", name, "--flags").get("events"),
+          "the checker's read made an event")
+    with Attacker(env):
+        sport = read_flag(env, port, srv, 2)
+    it.wait_until(lambda: svc_stats(env, name)["flags_out"] >= 1, timeout=4)
+    st = svc_stats(env, name)
+    check(st["flags_out"] == 1 and st["flags_to_checker"] == 1, "%s after the attacker's: %r",
+          layer, st)
+    check(st["blocked"] == 0 and st["dropped"] == 0, "a flag was dropped: %r", st)
+    doc = env.ctl("events", name, "--flags")
+    evs = doc if isinstance(doc, list) else doc["events"]
+    check(len(evs) == 1, "%s: events --flags %r", layer, evs)
+    e = evs[0]
+    check(e["action"] == "flag-out" and e["src"] == ATTACKER4 and e["sport"] == sport and
+          e["dir"] == "s2c", "%s: the flag-out event %r", layer, e)
+    check(FLAG[-12:] in it.d64(e.get("excerpt_b64")) or FLAG[-12:].decode() in
+          (e.get("excerpt") or ""), "%s: the excerpt %r", layer, e)
+    p = env.ctl_raw("stats", name, json_out=False)
+    check("1 connection(s) outside the checker (flag-out), 1 to the checker" in p.stdout,
+          "stats for a human: %r", p.stdout)
+    return name, sid
+
+
+@test
+def flags_nfqueue_layer(env):
+    env.ctl("game", "set", "--flag", FLAG_RE, "--checker", CLI4 + "/32")
+    name, sid = flags_case(env, "fq", "nfqueue")
+    key = '{service="%s",id="%d"}' % (name, sid)
+    it.wait_until(lambda: scrape(env)[0].get("fgex_flags_out_total", {}).get(key) == 1,
+                  timeout=3, step=0.3)
+    samples, types = scrape(env)
+    check(samples.get("fgex_flags_out_total", {}).get(key) == 1 and
+          samples.get("fgex_flags_to_checker_total", {}).get(key) == 1 and
+          types.get("fgex_flags_out_total") == "counter",
+          "Prometheus: %r %r", samples.get("fgex_flags_out_total"),
+          samples.get("fgex_flags_to_checker_total"))
+
+
+@test
+def flags_proxy_layer(env):
+    env.ctl("game", "set", "--flag", FLAG_RE, "--checker", CLI4)
+    flags_case(env, "fpx", "proxy")
+
+
+@test
+def no_game_no_flag_counts(env):
+    env.ctl("game", "set", "--clear")
+    _, port = env.service("fnone", "tcp")
+    srv = env.tcp_server(port, reply=FLAG + b" " + FLAG + b"\n")
+    with Attacker(env):
+        read_flag(env, port, srv, 1)
+    it.wait_until(lambda: svc_stats(env, "fnone")["packets"] > 0, timeout=3)
+    st = svc_stats(env, "fnone")
+    check(st["flags_out"] == 0 and st["flags_to_checker"] == 0, "no game, yet %r", st)
+
+
+if __name__ == "__main__":
+    sys.exit(it.run_module("flags", controld_args=["--metrics-listen", METRICS_ADDR]))
