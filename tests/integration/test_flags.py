@@ -4,8 +4,8 @@ are scanned for the flag format as one more log pattern of its s2c database: a s
 sends a flag to the checker's address counts it in flags_to_checker, with no event; to any other
 address (an attacker at 10.77.0.3, a second address of the client namespace) it is a flag-out
 event (`events --flags`), counted in flags_out, in `stats` and Prometheus; the flag is never
-dropped. On the NFQUEUE layer and the proxy layer, one count per connection however many flags
-it carries."""
+dropped. On the NFQUEUE layer, the proxy layer and a TLS service of the proxy, one count per
+connection however many flags it carries."""
 import os
 import sys
 
@@ -13,6 +13,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fgxit as it  # noqa: E402
 from fgxit import CLI4, CLI_IF, SRV4, check, test  # noqa: E402
 
+
+# test_tls's TLS server and client, without its tests (importing registers a module's @test)
+_saved = list(it._TESTS)
+import test_tls  # noqa: E402
+it._TESTS[:] = _saved
 
 ATTACKER4 = "10.77.0.3"
 FLAG = b"FLAG{" + b"A1B2C3D4E5F6G7H8I9J0K1L2M3N4O5PQ}"
@@ -76,10 +81,8 @@ def flags_case(env, name, layer):
     st = svc_stats(env, name)
     check(st["flags_to_checker"] == 1 and st["flags_out"] == 0,
           "%s after the checker's read: %r", layer, st)
-    check(env.ctl("events", name, "--flags") == [] if isinstance(env.ctl("events", name,
-                                                                         "--flags"), list)
-          else not env.ctl("events", name, "--flags").get("events"),
-          "the checker's read made an event")
+    check(env.ctl("events", name, "--flags") == [] and env.ctl("events", name) == [],
+          "the checker's read made an event: %r", env.ctl("events", name))
     with Attacker(env):
         sport = read_flag(env, port, srv, 2)
     it.wait_until(lambda: svc_stats(env, name)["flags_out"] >= 1, timeout=4)
@@ -87,8 +90,7 @@ def flags_case(env, name, layer):
     check(st["flags_out"] == 1 and st["flags_to_checker"] == 1, "%s after the attacker's: %r",
           layer, st)
     check(st["blocked"] == 0 and st["dropped"] == 0, "a flag was dropped: %r", st)
-    doc = env.ctl("events", name, "--flags")
-    evs = doc if isinstance(doc, list) else doc["events"]
+    evs = env.ctl("events", name, "--flags")
     check(len(evs) == 1, "%s: events --flags %r", layer, evs)
     e = evs[0]
     check(e["action"] == "flag-out" and e["src"] == ATTACKER4 and e["sport"] == sport and
@@ -120,6 +122,26 @@ def flags_nfqueue_layer(env):
 def flags_proxy_layer(env):
     env.ctl("game", "set", "--flag", FLAG_RE, "--checker", CLI4)
     flags_case(env, "fpx", "proxy")
+
+
+@test
+def flags_tls_proxy_service(env):
+    """After TLS: the proxy terminates it, the plaintext reply holds the flag."""
+    env.ctl("game", "set", "--flag", r"FLAG\{[a-z-]+\}", "--checker", CLI4)
+    sid, port = test_tls.tls_service(env, "ftls")
+    test_tls.tls_server(env, port)
+    r = test_tls.tls_client(env, port, [b"LEAK"], until="}")
+    check(b"FLAG{leaked-secret}" in r["received"], "the checker's TLS read: %r", r)
+    with Attacker(env):
+        r = test_tls.tls_client(env, port, [b"LEAK"], until="}")
+    check(b"FLAG{leaked-secret}" in r["received"], "the attacker's TLS read: %r", r)
+    it.wait_until(lambda: svc_stats(env, "ftls")["flags_out"] >= 1, timeout=4)
+    st = svc_stats(env, "ftls")
+    check(st["flags_out"] == 1 and st["flags_to_checker"] == 1, "TLS: %r", st)
+    evs = env.ctl("events", "ftls", "--flags")
+    check(len(evs) == 1 and evs[0]["src"] == ATTACKER4 and
+          b"FLAG{leaked-secret}" in (evs[0].get("excerpt") or "").encode(),
+          "TLS: events --flags %r", evs)
 
 
 @test
