@@ -145,6 +145,50 @@ def flags_tls_proxy_service(env):
 
 
 @test
+def sla_safe_filters(env):
+    """Point 3: filter test says what a regex would break of the checker's captured connections
+    and what it would stop of the flag-outs; filter add refuses a regex that breaks one checker
+    connection (or matches any stream) unless --force."""
+    env.ctl("game", "set", "--flag", FLAG_RE, "--checker", CLI4)
+    _, port = env.service("sla", "tcp")
+    srv = env.tcp_server(port, reply=FLAG + b"\n")
+    n = 0
+    for _ in range(4):  # the checker's reads
+        n += 1
+        c, _ = env.tcp_conn(SRV4, port, [b"GET /flag agent=checker\n", 0.2])
+        it.assert_passed(c, it.server_conn(srv, n), b"GET /flag agent=checker\n")
+    with Attacker(env):
+        for _ in range(2):  # the exploit's
+            n += 1
+            c, _ = env.tcp_conn(SRV4, port, [b"GET /flag agent=x' OR 1=1\n", 0.2])
+            it.assert_passed(c, it.server_conn(srv, n), b"GET /flag agent=x' OR 1=1\n")
+    it.wait_until(lambda: svc_stats(env, "sla")["flags_out"] >= 2, timeout=4)
+    wide = env.ctl("filter", "test", "sla", "GET /flag", "--dir", "c2s")
+    check(wide["total"] == 6 and wide["would_block"] == 6 and wide["checker_total"] == 4 and
+          wide["checker_broken"] == 4 and wide["flags_out_total"] == 2 and
+          wide["flags_out_stopped"] == 2, "filter test of a regex that breaks the checker: %r",
+          {k: v for k, v in wide.items() if k != "hits"})
+    p = env.ctl_raw("filter", "test", "sla", "GET /flag", json_out=False)
+    check("would break 4 of 4 connection(s) of the game's checker; would stop 2 of 2 flag-out"
+          in p.stdout, "filter test for a human: %r", p.stdout)
+    narrow = env.ctl("filter", "test", "sla", "OR 1=1", "--dir", "c2s")
+    check(narrow["would_block"] == 2 and narrow["checker_broken"] == 0 and
+          narrow["flags_out_stopped"] == 2, "the exploit's regex: %r",
+          {k: v for k, v in narrow.items() if k != "hits"})
+    # one checker connection broken: refused, with the numbers, nothing stored
+    p = env.ctl_raw("filter", "add", "sla", "agent=checker", "--dir", "c2s", json_out=False)
+    check(p.returncode == 4 and "would have broken 4 of the 4 connections of the game's checker"
+          in p.stderr and "--force" in p.stderr, "filter add breaking the checker: %r", p.stderr)
+    check(env.filters("sla") == [], "a refused filter was stored: %r", env.filters("sla"))
+    p = env.ctl_raw("filter", "add", "sla", "\\b", json_out=False)
+    check(p.returncode == 4 and "--force" in p.stderr, "filter add \\b: %r", p.stderr)
+    # the exploit's regex goes in; a forced one too
+    env.ctl("filter", "add", "sla", "OR 1=1", "--dir", "c2s")
+    env.ctl("filter", "add", "sla", "agent=checker", "--dir", "c2s", "--force")
+    check(len(env.filters("sla")) == 2, "filters: %r", env.filters("sla"))
+
+
+@test
 def no_game_no_flag_counts(env):
     env.ctl("game", "set", "--clear")
     _, port = env.service("fnone", "tcp")
