@@ -10,6 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <hs.h>
+#include <mbedtls/sha256.h>
+
 #include "controld/ctl_config.h"
 #include "fgx/log.h"
 #include "fgx/ruleset.h"
@@ -213,4 +216,83 @@ bool ctl_game_is_checker(const struct ctl_game *g, int family, const uint8_t *ad
         if (fgx_cidr_contains(&g->checker[i], family, addr))
             return true;
     return false;
+}
+
+struct ctl_game_finder {
+    hs_database_t *db;
+    hs_scratch_t *scr;
+};
+
+int ctl_game_finder_new(const struct ctl_game *g, struct ctl_game_finder **out)
+{
+    struct ctl_game_finder *f;
+    hs_compile_error_t *cerr = NULL;
+
+    *out = NULL;
+    if (!ctl_game_is_set(g))
+        return 0;
+    f = calloc(1, sizeof(*f));
+    if (!f)
+        return -ENOMEM;
+    if (hs_compile(g->flag, HS_FLAG_SOM_LEFTMOST, HS_MODE_BLOCK, NULL, &f->db, &cerr) !=
+            HS_SUCCESS ||
+        hs_alloc_scratch(f->db, &f->scr) != HS_SUCCESS) {
+        /* the flag format passed the stream check; a start of match it cannot have is said
+         * once here, and its flag-out events carry no hash */
+        fgx_warn("game: the flag format cannot be located in excerpts (%s): flag-out events "
+                 "carry no hash",
+                 cerr ? cerr->message : "no scratch");
+        hs_free_compile_error(cerr);
+        ctl_game_finder_free(f);
+        return -EINVAL;
+    }
+    *out = f;
+    return 0;
+}
+
+void ctl_game_finder_free(struct ctl_game_finder *f)
+{
+    if (!f)
+        return;
+    hs_free_scratch(f->scr);
+    hs_free_database(f->db);
+    free(f);
+}
+
+struct finder_scan {
+    unsigned long long end, from;
+    bool found;
+};
+
+static int finder_hit(unsigned id, unsigned long long from, unsigned long long to,
+                      unsigned flags, void *ctx)
+{
+    struct finder_scan *s = ctx;
+
+    (void)id;
+    (void)flags;
+    if (to == s->end && (!s->found || from < s->from)) {
+        s->from = from;
+        s->found = true;
+    }
+    return 0;
+}
+
+int ctl_game_finder_hash(struct ctl_game_finder *f, const uint8_t *data, size_t end,
+                         char hex[65])
+{
+    struct finder_scan s = {.end = end};
+    unsigned char sum[32];
+
+    if (!f || end == 0)
+        return -ENOENT;
+    if (hs_scan(f->db, (const char *)data, (unsigned)end, 0, f->scr, finder_hit, &s) !=
+            HS_SUCCESS ||
+        !s.found)
+        return -ENOENT;
+    if (mbedtls_sha256_ret(data + s.from, end - s.from, sum, 0) != 0)
+        return -EIO;
+    for (int i = 0; i < 32; i++)
+        snprintf(hex + 2 * i, 3, "%02x", sum[i]);
+    return 0;
 }

@@ -58,6 +58,18 @@ struct ctl_game_msg {
 };
 void ctl_game_to_msg(const struct ctl_game *g, struct ctl_game_msg *out);
 
+/* The flag's own bytes in an event's excerpt: the stream scan reports where a match ends, not
+ * where it starts, so controld finds the start again with a block-mode database of the flag
+ * format compiled with leftmost start of match. _new: *out owned by the caller
+ * (ctl_game_finder_free(); NULL and a game not set give NULL). _hash: the SHA-256, in
+ * lower-case hex, of the leftmost flag that ends exactly at end in data (end bytes); -ENOENT
+ * when none does (a flag longer than the excerpt's bytes before the match). */
+struct ctl_game_finder;
+int ctl_game_finder_new(const struct ctl_game *g, struct ctl_game_finder **out);
+void ctl_game_finder_free(struct ctl_game_finder *f);
+int ctl_game_finder_hash(struct ctl_game_finder *f, const uint8_t *data, size_t end,
+                         char hex[65]);
+
 /* Whether an address (family 4 or 6, in network order) is the checker's. */
 bool ctl_game_is_checker(const struct ctl_game *g, int family, const uint8_t *addr);
 

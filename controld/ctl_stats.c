@@ -80,6 +80,7 @@ struct ctl_stats {
     bool burst;      /* a report brought CTL_EVENTS_BURST events or more */
     unsigned long long lost_log_ns;
     struct fgx_cidr checker[CTL_GAME_ADDRS_MAX]; /* the game's (ctl_stats_game_set()) */
+    struct ctl_game_finder *finder;              /* its flags in excerpts, or NULL */
     size_t nchecker;
     size_t unsaved; /* the newest `unsaved` events are not in LMDB yet */
     uint64_t next_seq;
@@ -317,6 +318,7 @@ void ctl_stats_free(struct ctl_stats *s)
     if (!s)
         return;
     free(s->svc);
+    ctl_game_finder_free(s->finder);
     for (size_t i = 0; i < s->ncaps; i++)
         free(s->caps[i].data);
     free(s->caps);
@@ -375,6 +377,9 @@ void ctl_stats_game_set(struct ctl_stats *s, const struct ctl_game *g)
 {
     s->nchecker = ctl_game_is_set(g) ? g->nchecker : 0;
     memcpy(s->checker, g->checker, s->nchecker * sizeof(s->checker[0]));
+    ctl_game_finder_free(s->finder);
+    s->finder = NULL;
+    (void)ctl_game_finder_new(g, &s->finder); /* a failure is said there; no hash then */
 }
 
 /* A flag of the game's format left a service (the s2c match of CTL_GAME_FLAG_ID): counted per
@@ -575,6 +580,9 @@ static int fold(struct ctl_stats *s, int k, uint64_t instance, const struct fgx_
             flag_read(s, &m->events[i]))
             continue; /* the checker's read: counted, no event */
         event_from_dp(&m->events[i], s->next_seq++, svcs, nsvcs, &e);
+        if (e.filter_id == CTL_GAME_FLAG_ID &&
+            ctl_game_finder_hash(s->finder, e.excerpt, e.match_end, e.flag_sha256) < 0)
+            e.flag_sha256[0] = '\0';
         ring_push(s, &e);
         if (m->events[i].capture != NULL)
             caps_push(s, e.seq, m->events[i].capture, m->events[i].capture_len);

@@ -229,6 +229,7 @@ static void do_events(struct ctl_rpc *r, const Fgx__Ctl__Request *req)
         if (e->filter_id == CTL_GAME_FLAG_ID) {
             m->label = NULL;
             m->has_flag_out = m->flag_out = 1;
+            m->flag_sha256 = e->flag_sha256[0] ? (char *)e->flag_sha256 : NULL;
         }
         if (e->script_kind[0]) {
             m->label = NULL; /* no filter's */

@@ -302,6 +302,11 @@ static json_t *json_event(const void *p)
         json_decref(o);
         return NULL;
     }
+    /* a flag-out's flag, by its hash (absent when not located) */
+    if (e->flag_sha256 && json_object_set_new(o, "flag_sha256", json_string(e->flag_sha256)) < 0) {
+        json_decref(o);
+        return NULL;
+    }
     /* the HTTP/2 stream of a match in an HTTP service's rendering (absent otherwise) */
     if (e->has_h2_stream && json_object_set_new(o, "h2_stream", json_integer(e->h2_stream)) < 0) {
         json_decref(o);

@@ -6,6 +6,7 @@ address (an attacker at 10.77.0.3, a second address of the client namespace) it 
 event (`events --flags`), counted in flags_out, in `stats` and Prometheus; the flag is never
 dropped. On the NFQUEUE layer, the proxy layer and a TLS service of the proxy, one count per
 connection however many flags it carries."""
+import hashlib
 import os
 import sys
 
@@ -95,6 +96,8 @@ def flags_case(env, name, layer):
     e = evs[0]
     check(e["action"] == "flag-out" and e["src"] == ATTACKER4 and e["sport"] == sport and
           e["dir"] == "s2c", "%s: the flag-out event %r", layer, e)
+    check(e.get("flag_sha256") == hashlib.sha256(FLAG).hexdigest(), "%s: the flag's hash in %r",
+          layer, e)
     check(FLAG[-12:] in it.d64(e.get("excerpt_b64")) or FLAG[-12:].decode() in
           (e.get("excerpt") or ""), "%s: the excerpt %r", layer, e)
     p = env.ctl_raw("stats", name, json_out=False)
@@ -142,6 +145,8 @@ def flags_tls_proxy_service(env):
     check(len(evs) == 1 and evs[0]["src"] == ATTACKER4 and
           b"FLAG{leaked-secret}" in (evs[0].get("excerpt") or "").encode(),
           "TLS: events --flags %r", evs)
+    check(evs[0].get("flag_sha256") == hashlib.sha256(b"FLAG{leaked-secret}").hexdigest(),
+          "TLS: the flag's hash in %r", evs[0])
 
 
 @test

@@ -130,3 +130,24 @@ Test(game, store_round_trip_bytes_exact)
     ctl_txn_abort(t);
     cr_assert(!ctl_game_is_set(&back));
 }
+
+Test(game, finder_hashes_the_flag_that_ends_at_the_match)
+{
+    static const uint8_t ex[] = "GET / 200 FLAG{abc} tail";
+    char *ck[1] = {"10.0.0.1"}, hex[65], err[512];
+    struct ctl_game_finder *f = NULL;
+    struct ctl_game g;
+
+    cr_assert_eq(ctl_game_parse((const uint8_t *)"FLAG\\{[a-z]+\\}", 14, ck, 1, NULL, 0, &g, err,
+                                sizeof(err)),
+                 0, "%s", err);
+    cr_assert_eq(ctl_game_finder_new(&g, &f), 0);
+    cr_assert_not_null(f);
+    /* the stream scan's match ends after the '}' (byte 19) */
+    cr_assert_eq(ctl_game_finder_hash(f, ex, 19, hex), 0);
+    cr_assert_str_eq(hex, "41ab44854ea079f13b6ce0709b7b5a343e2dfb58912d07316a9bba2c3c8c4de0");
+    /* no flag ends there: no hash */
+    cr_assert_eq(ctl_game_finder_hash(f, ex, 17, hex), -ENOENT);
+    ctl_game_finder_free(f);
+    ctl_game_release(&g);
+}
