@@ -122,6 +122,17 @@ static int stored_one(void *arg, uint64_t seq, const void *data, size_t len)
     return cap_list_add(a->l, buf, blen);
 }
 
+/* Whether l already holds c's connection: a flag-out's capture is stored with its event while
+ * the connection goes on in the ring (issue 28); the stored one, with its event, stands. */
+static bool cap_listed(const struct cap_list *l, const struct fgx_cap *c)
+{
+    for (size_t i = 0; i < l->n; i++)
+        if (l->c[i].start_ns == c->start_ns && l->c[i].cport == c->cport &&
+            l->c[i].family == c->family && memcmp(l->c[i].caddr, c->caddr, 16) == 0)
+            return true;
+    return false;
+}
+
 static void live_from(struct ctl_sup *sup, uint32_t service_id, struct cap_list *l)
 {
     struct fgx_dp_msg m;
@@ -135,7 +146,7 @@ static void live_from(struct ctl_sup *sup, uint32_t service_id, struct cap_list 
         /* A blocked connection's capture is in the store, with its event's seq. */
         if (fgx_cap_decode(m.u.captures.caps[i].data, m.u.captures.caps[i].len, &c) < 0)
             continue;
-        blocked = c.blocked;
+        blocked = c.blocked || cap_listed(l, &c);
         fgx_cap_release(&c);
         if (blocked)
             continue;

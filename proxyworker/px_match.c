@@ -240,7 +240,8 @@ static void event_record(struct px_conn *c, int side, const struct fgx_reasm_mat
     if (cr != NULL) {
         struct fgx_cap_ref ref = {c->cap_slot, c->cap_gen};
 
-        if (ref.gen != 0 && fgx_cap_pin(cr, &ref, m->filter_id)) {
+        if (ref.gen != 0 &&
+            (m->log ? fgx_cap_pin_keep(cr, &ref) : fgx_cap_pin(cr, &ref, m->filter_id))) {
             ev->cap_slot = ref.slot;
             ev->cap_gen = ref.gen;
         }
@@ -277,8 +278,16 @@ void px_match_log(void *arg, const struct fgx_reasm_match *m)
     struct px_thread *t = arg;
 
     px_stats_filter_matched(&t->ctr, m->filter_id);
-    if (t->scan_conn != NULL)
-        event_record(t->scan_conn, t->scan_side, m, NULL, 0, NULL);
+    if (t->scan_conn != NULL) {
+        /* the game's flag leaving (its reserved id): its event keeps the connection's capture
+         * so far, as a block's does; a log filter's keeps none */
+        struct px_conn *c = t->scan_conn;
+        struct fgx_cap_ring *cr = m->filter_id == FGX_FILTER_ID_MASK
+                                      ? fgx_cap_set_ring(&t->caps, c->service_id)
+                                      : NULL;
+
+        event_record(c, t->scan_side, m, cr, 0, NULL);
+    }
 }
 
 /* A read's bytes into the connection's capture, after the others of its side: the proxy sees

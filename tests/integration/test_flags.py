@@ -98,6 +98,11 @@ def flags_case(env, name, layer):
           e["dir"] == "s2c", "%s: the flag-out event %r", layer, e)
     check(e.get("flag_sha256") == hashlib.sha256(FLAG).hexdigest(), "%s: the flag's hash in %r",
           layer, e)
+    # the connection's capture is kept with the event, as a block's: the request that got it
+    show = env.ctl("events", "show", e["seq"])
+    cap = show.get("capture")
+    check(cap is not None and cap.get("c2s") == "get\n" and not cap.get("blocked"),
+          "%s: the flag-out's capture %r", layer, cap)
     check(FLAG[-12:] in it.d64(e.get("excerpt_b64")) or FLAG[-12:].decode() in
           (e.get("excerpt") or ""), "%s: the excerpt %r", layer, e)
     p = env.ctl_raw("stats", name, json_out=False)
