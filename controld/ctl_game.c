@@ -279,7 +279,7 @@ static int finder_hit(unsigned id, unsigned long long from, unsigned long long t
 }
 
 int ctl_game_finder_hash(struct ctl_game_finder *f, const uint8_t *data, size_t end,
-                         char hex[65])
+                         char hex[65], size_t *flag_len)
 {
     struct finder_scan s = {.end = end};
     unsigned char sum[32];
@@ -294,5 +294,6 @@ int ctl_game_finder_hash(struct ctl_game_finder *f, const uint8_t *data, size_t 
         return -EIO;
     for (int i = 0; i < 32; i++)
         snprintf(hex + 2 * i, 3, "%02x", sum[i]);
+    *flag_len = end - s.from;
     return 0;
 }

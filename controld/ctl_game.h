@@ -62,13 +62,14 @@ void ctl_game_to_msg(const struct ctl_game *g, struct ctl_game_msg *out);
  * where it starts, so controld finds the start again with a block-mode database of the flag
  * format compiled with leftmost start of match. _new: *out owned by the caller
  * (ctl_game_finder_free(); NULL and a game not set give NULL). _hash: the SHA-256, in
- * lower-case hex, of the leftmost flag that ends exactly at end in data (end bytes); -ENOENT
+ * lower-case hex, of the leftmost flag that ends exactly at end in data (end bytes), and its
+ * length in *flag_len; -ENOENT
  * when none does (a flag longer than the excerpt's bytes before the match). */
 struct ctl_game_finder;
 int ctl_game_finder_new(const struct ctl_game *g, struct ctl_game_finder **out);
 void ctl_game_finder_free(struct ctl_game_finder *f);
 int ctl_game_finder_hash(struct ctl_game_finder *f, const uint8_t *data, size_t end,
-                         char hex[65]);
+                         char hex[65], size_t *flag_len);
 
 /* Whether an address (family 4 or 6, in network order) is the checker's. */
 bool ctl_game_is_checker(const struct ctl_game *g, int family, const uint8_t *addr);

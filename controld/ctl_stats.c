@@ -580,9 +580,15 @@ static int fold(struct ctl_stats *s, int k, uint64_t instance, const struct fgx_
             flag_read(s, &m->events[i]))
             continue; /* the checker's read: counted, no event */
         event_from_dp(&m->events[i], s->next_seq++, svcs, nsvcs, &e);
-        if (e.filter_id == CTL_GAME_FLAG_ID &&
-            ctl_game_finder_hash(s->finder, e.excerpt, e.match_end, e.flag_sha256) < 0)
-            e.flag_sha256[0] = '\0';
+        if (e.filter_id == CTL_GAME_FLAG_ID) {
+            size_t flen = 0;
+
+            if (ctl_game_finder_hash(s->finder, e.excerpt, e.match_end, e.flag_sha256, &flen) <
+                0)
+                e.flag_sha256[0] = '\0';
+            else if (m->events[i].stream_end >= flen)
+                e.flag_offset = m->events[i].stream_end - flen;
+        }
         ring_push(s, &e);
         if (m->events[i].capture != NULL)
             caps_push(s, e.seq, m->events[i].capture, m->events[i].capture_len);

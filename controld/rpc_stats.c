@@ -230,6 +230,8 @@ static void do_events(struct ctl_rpc *r, const Fgx__Ctl__Request *req)
             m->label = NULL;
             m->has_flag_out = m->flag_out = 1;
             m->flag_sha256 = e->flag_sha256[0] ? (char *)e->flag_sha256 : NULL;
+            m->has_flag_offset = e->flag_sha256[0] != '\0';
+            m->flag_offset = e->flag_offset;
         }
         if (e->script_kind[0]) {
             m->label = NULL; /* no filter's */

@@ -303,7 +303,9 @@ static json_t *json_event(const void *p)
         return NULL;
     }
     /* a flag-out's flag, by its hash (absent when not located) */
-    if (e->flag_sha256 && json_object_set_new(o, "flag_sha256", json_string(e->flag_sha256)) < 0) {
+    if (e->flag_sha256 &&
+        (json_object_set_new(o, "flag_sha256", json_string(e->flag_sha256)) < 0 ||
+         json_object_set_new(o, "flag_offset", json_integer((json_int_t)e->flag_offset)) < 0)) {
         json_decref(o);
         return NULL;
     }

@@ -195,6 +195,7 @@ static void event_record(struct nfq_thread *t, uint32_t service_id, enum fgx_dir
     e->match_end = m->match_end <= e->excerpt_len ? m->match_end : e->excerpt_len;
     memcpy(e->excerpt, m->excerpt, e->excerpt_len);
     e->log = m->log;
+    e->stream_end = m->log ? m->stream_end : 0;
     /* a ring slot is reused: a filter's event says it is none of a script's */
     e->script_verdict = script_verdict;
     if (script_fn != NULL)

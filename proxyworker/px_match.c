@@ -232,6 +232,7 @@ static void event_record(struct px_conn *c, int side, const struct fgx_reasm_mat
     ev->match_end = m->match_end <= ev->excerpt_len ? m->match_end : ev->excerpt_len;
     memcpy(ev->excerpt, m->excerpt, ev->excerpt_len);
     ev->log = m->log;
+    ev->stream_end = m->log ? m->stream_end : 0;
     ev->h2_stream = c->t->scan_stream;
     ev->script_verdict = script_verdict;
     if (script_fn)

@@ -23,6 +23,7 @@ it._TESTS[:] = _saved
 ATTACKER4 = "10.77.0.3"
 FLAG = b"FLAG{" + b"A1B2C3D4E5F6G7H8I9J0K1L2M3N4O5PQ}"
 FLAG_RE = r"FLAG\{[A-Z0-9]{32}\}"
+REPLY = b"id 7: " + FLAG + b" " + FLAG + b"\n"  # the first flag at offset 6
 METRICS_ADDR = "127.0.0.1:9478"
 
 
@@ -70,13 +71,13 @@ def read_flag(env, port, srv, n):
     (The proxy's upstream connection has a port of its own: the server's n-th is this one.)"""
     c, sport = env.tcp_conn(SRV4, port, [b"get\n", 0.3])
     s = it.server_conn(srv, n)
-    it.assert_passed(c, s, b"get\n", FLAG + b" " + FLAG + b"\n")
+    it.assert_passed(c, s, b"get\n", REPLY)
     return sport
 
 
 def flags_case(env, name, layer):
     sid, port = env.service(name, "tcp", extra=("--layer", layer))
-    srv = env.tcp_server(port, reply=FLAG + b" " + FLAG + b"\n")
+    srv = env.tcp_server(port, reply=REPLY)
     read_flag(env, port, srv, 1)  # the checker, from CLI4
     it.wait_until(lambda: svc_stats(env, name)["flags_to_checker"] >= 1, timeout=4)
     st = svc_stats(env, name)
@@ -96,8 +97,8 @@ def flags_case(env, name, layer):
     e = evs[0]
     check(e["action"] == "flag-out" and e["src"] == ATTACKER4 and e["sport"] == sport and
           e["dir"] == "s2c", "%s: the flag-out event %r", layer, e)
-    check(e.get("flag_sha256") == hashlib.sha256(FLAG).hexdigest(), "%s: the flag's hash in %r",
-          layer, e)
+    check(e.get("flag_sha256") == hashlib.sha256(FLAG).hexdigest() and e.get("flag_offset") == 6,
+          "%s: the flag's hash and offset in %r", layer, e)
     # the connection's capture is kept with the event, as a block's: the request that got it
     show = env.ctl("events", "show", e["seq"])
     cap = show.get("capture")
@@ -150,7 +151,8 @@ def flags_tls_proxy_service(env):
     check(len(evs) == 1 and evs[0]["src"] == ATTACKER4 and
           b"FLAG{leaked-secret}" in (evs[0].get("excerpt") or "").encode(),
           "TLS: events --flags %r", evs)
-    check(evs[0].get("flag_sha256") == hashlib.sha256(b"FLAG{leaked-secret}").hexdigest(),
+    check(evs[0].get("flag_sha256") == hashlib.sha256(b"FLAG{leaked-secret}").hexdigest() and
+          evs[0].get("flag_offset") == 0,
           "TLS: the flag's hash in %r", evs[0])
 
 
@@ -202,7 +204,7 @@ def sla_safe_filters(env):
 def no_game_no_flag_counts(env):
     env.ctl("game", "set", "--clear")
     _, port = env.service("fnone", "tcp")
-    srv = env.tcp_server(port, reply=FLAG + b" " + FLAG + b"\n")
+    srv = env.tcp_server(port, reply=REPLY)
     with Attacker(env):
         read_flag(env, port, srv, 1)
     it.wait_until(lambda: svc_stats(env, "fnone")["packets"] > 0, timeout=3)

@@ -144,10 +144,13 @@ Test(game, finder_hashes_the_flag_that_ends_at_the_match)
     cr_assert_eq(ctl_game_finder_new(&g, &f), 0);
     cr_assert_not_null(f);
     /* the stream scan's match ends after the '}' (byte 19) */
-    cr_assert_eq(ctl_game_finder_hash(f, ex, 19, hex), 0);
+    size_t flen = 0;
+
+    cr_assert_eq(ctl_game_finder_hash(f, ex, 19, hex, &flen), 0);
+    cr_assert_eq(flen, 9);
     cr_assert_str_eq(hex, "41ab44854ea079f13b6ce0709b7b5a343e2dfb58912d07316a9bba2c3c8c4de0");
     /* no flag ends there: no hash */
-    cr_assert_eq(ctl_game_finder_hash(f, ex, 17, hex), -ENOENT);
+    cr_assert_eq(ctl_game_finder_hash(f, ex, 17, hex, &flen), -ENOENT);
     ctl_game_finder_free(f);
     ctl_game_release(&g);
 }
