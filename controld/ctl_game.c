@@ -51,8 +51,10 @@ static int cidrs_parse(char *const *in, size_t n, const char *what, struct fgx_c
     for (size_t i = 0; i < n; i++) {
         /* "" parses as every address of both families: never what a game means */
         if (!in[i] || !in[i][0] || fgx_cidr_parse(in[i], &out[i]) < 0 || out[i].family == 0) {
-            err_set(err, errlen, "invalid %s address \"%s\": give ADDR or ADDR/LEN with no host "
-                    "bits set", what, in[i] ? in[i] : "");
+            err_set(err, errlen,
+                    "invalid %s address \"%s\": give ADDR or ADDR/LEN with no host "
+                    "bits set",
+                    what, in[i] ? in[i] : "");
             return -EINVAL;
         }
     }
@@ -61,8 +63,7 @@ static int cidrs_parse(char *const *in, size_t n, const char *what, struct fgx_c
 }
 
 int ctl_game_parse(const uint8_t *flag, size_t flag_len, char *const *checker, size_t nchecker,
-                   char *const *team, size_t nteam, struct ctl_game *out, char *err,
-                   size_t errlen)
+                   char *const *team, size_t nteam, struct ctl_game *out, char *err, size_t errlen)
 {
     struct fgx_pattern_warnings w;
     char why[512];
@@ -74,12 +75,15 @@ int ctl_game_parse(const uint8_t *flag, size_t flag_len, char *const *checker, s
         return -EINVAL;
     }
     if (flag_len > CTL_GAME_FLAG_MAX || memchr(flag, '\0', flag_len)) {
-        err_set(err, errlen, "game: the flag format has at most %d bytes and no NUL byte (write "
-                "it \\x00)", CTL_GAME_FLAG_MAX);
+        err_set(err, errlen,
+                "game: the flag format has at most %d bytes and no NUL byte (write "
+                "it \\x00)",
+                CTL_GAME_FLAG_MAX);
         return -EINVAL;
     }
     if (nchecker == 0) {
-        err_set(err, errlen, "game: give the checker's addresses (--checker CIDR...): its flag "
+        err_set(err, errlen,
+                "game: give the checker's addresses (--checker CIDR...): its flag "
                 "reads are not stolen flags");
         return -EINVAL;
     }
@@ -96,7 +100,8 @@ int ctl_game_parse(const uint8_t *flag, size_t flag_len, char *const *checker, s
         goto err;
     }
     if (w.any_stream) {
-        err_set(err, errlen, "game: the flag format matches any stream: every connection would "
+        err_set(err, errlen,
+                "game: the flag format matches any stream: every connection would "
                 "count as a stolen flag");
         rv = -EINVAL;
         goto err;
@@ -264,8 +269,8 @@ struct finder_scan {
     bool found;
 };
 
-static int finder_hit(unsigned id, unsigned long long from, unsigned long long to,
-                      unsigned flags, void *ctx)
+static int finder_hit(unsigned id, unsigned long long from, unsigned long long to, unsigned flags,
+                      void *ctx)
 {
     struct finder_scan *s = ctx;
 
@@ -278,8 +283,8 @@ static int finder_hit(unsigned id, unsigned long long from, unsigned long long t
     return 0;
 }
 
-int ctl_game_finder_hash(struct ctl_game_finder *f, const uint8_t *data, size_t end,
-                         char hex[65], size_t *flag_len)
+int ctl_game_finder_hash(struct ctl_game_finder *f, const uint8_t *data, size_t end, char hex[65],
+                         size_t *flag_len)
 {
     struct finder_scan s = {.end = end};
     unsigned char sum[32];

@@ -13,9 +13,9 @@
 #include "controld/ctl_store.h"
 #include "fgx/addr.h"
 
-#define CTL_GAME_ADDRS_MAX 64   /* checker or team prefixes, each */
-#define CTL_GAME_FLAG_MAX 1024  /* the flag regex's bytes */
-#define CTL_GAME_KEY "game"     /* its record in the store's meta db */
+#define CTL_GAME_ADDRS_MAX 64  /* checker or team prefixes, each */
+#define CTL_GAME_FLAG_MAX 1024 /* the flag regex's bytes */
+#define CTL_GAME_KEY "game"    /* its record in the store's meta db */
 /* The hyperscan id of the flag format in each TCP service's s2c database: a log filter's id
  * (it never drops; SINGLEMATCH reports it once per connection) that no filter is given, since
  * filter ids count up from 1. */
@@ -42,8 +42,7 @@ static inline bool ctl_game_is_set(const struct ctl_game *g)
  * bytes, no NUL) and the CIDRs (at least one checker). 0, or -EINVAL with the reason in err;
  * out is then released. */
 int ctl_game_parse(const uint8_t *flag, size_t flag_len, char *const *checker, size_t nchecker,
-                   char *const *team, size_t nteam, struct ctl_game *out, char *err,
-                   size_t errlen);
+                   char *const *team, size_t nteam, struct ctl_game *out, char *err, size_t errlen);
 /* The stored game (none stored: not set, as a store from before the game loads). */
 int ctl_game_load(struct ctl_txn *t, struct ctl_game *out);
 /* Store g (not set: the record is removed). */
@@ -68,8 +67,8 @@ void ctl_game_to_msg(const struct ctl_game *g, struct ctl_game_msg *out);
 struct ctl_game_finder;
 int ctl_game_finder_new(const struct ctl_game *g, struct ctl_game_finder **out);
 void ctl_game_finder_free(struct ctl_game_finder *f);
-int ctl_game_finder_hash(struct ctl_game_finder *f, const uint8_t *data, size_t end,
-                         char hex[65], size_t *flag_len);
+int ctl_game_finder_hash(struct ctl_game_finder *f, const uint8_t *data, size_t end, char hex[65],
+                         size_t *flag_len);
 
 /* Whether an address (family 4 or 6, in network order) is the checker's. */
 bool ctl_game_is_checker(const struct ctl_game *g, int family, const uint8_t *addr);

@@ -113,8 +113,10 @@ static void do_game_set(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
     if (r->ctx->stats)
         ctl_stats_game_set(r->ctx->stats, &g->game);
     if (ctl_game_is_set(&g->game))
-        snprintf(what, sizeof(what), "game set: a flag format of %zu bytes, %zu checker and %zu "
-                 "team addresses", g->game.flag_len, g->game.nchecker, g->game.nteam);
+        snprintf(what, sizeof(what),
+                 "game set: a flag format of %zu bytes, %zu checker and %zu "
+                 "team addresses",
+                 g->game.flag_len, g->game.nchecker, g->game.nteam);
     else
         snprintf(what, sizeof(what), "game set --clear");
     ctl_rpc_history_setting(r, q, what);
@@ -148,8 +150,8 @@ int ctl_rpc_game_import(struct ctl_rpc *r, struct ctl_txn *t, const Fgx__Ctl__Co
         return 0; /* an older backup: the game stays as it is */
     ctl_game_init(&game);
     if (m->has_flag && m->flag.len > 0) {
-        rv = ctl_game_parse(m->flag.data, m->flag.len, m->checker, m->n_checker, m->team,
-                            m->n_team, &game, err, len);
+        rv = ctl_game_parse(m->flag.data, m->flag.len, m->checker, m->n_checker, m->team, m->n_team,
+                            &game, err, len);
         if (rv < 0)
             return rv;
         game.set_time = m->has_set_time ? m->set_time : (uint64_t)time(NULL);

@@ -58,8 +58,8 @@ static int addr_push(struct cli_cmd *cmd, int which, const char *w)
                                  "%s takes addresses or prefixes (ADDR[/LEN]), not \"%s\"",
                                  names[which], a);
         if (*n >= GAME_ADDRS_MAX)
-            return cli_args_fail(cmd, CLI_EXIT_INVALID, "at most %d %s addresses",
-                                 GAME_ADDRS_MAX, names[which] + 2);
+            return cli_args_fail(cmd, CLI_EXIT_INVALID, "at most %d %s addresses", GAME_ADDRS_MAX,
+                                 names[which] + 2);
         cmd->m.game.addrs[which][(*n)++] = a;
     }
     return 0;
@@ -109,8 +109,9 @@ static int build_set(struct cli_cmd *cmd, const struct cli_cmd_def *def,
             if (eq && addr_push(cmd, opt, eq) < 0)
                 return -EINVAL;
             if (!eq && (i + 1 >= raw->nrest || raw->rest[i + 1][0] == '-'))
-                return cli_args_fail_usage(cmd, def, opt ? "option --team needs a value"
-                                                         : "option --checker needs a value");
+                return cli_args_fail_usage(cmd, def,
+                                           opt ? "option --team needs a value"
+                                               : "option --checker needs a value");
             continue;
         }
         if (w[0] == '-' && w[1] != '\0')
@@ -127,8 +128,9 @@ static int build_set(struct cli_cmd *cmd, const struct cli_cmd_def *def,
     if (!clear && flag[0] == '\0')
         return cli_args_fail(cmd, CLI_EXIT_INVALID, "--flag: the regex is empty");
     if (!clear && s->n_checker == 0)
-        return cli_args_fail_usage(cmd, def, "--checker CIDR is missing (the checker's reads "
-                                             "are the SLA)");
+        return cli_args_fail_usage(cmd, def,
+                                   "--checker CIDR is missing (the checker's reads "
+                                   "are the SLA)");
     if (clear) {
         s->has_clear = s->clear = 1;
     } else {
@@ -210,9 +212,8 @@ json_t *cli_cmd_game_json(const Fgx__Ctl__GameConfig *g)
         ok = json_array_append_new(tm, cli_json_str(g->team[i])) == 0;
     if (ok && set)
         ok = cli_json_set_bytes(o, "flag", g->flag.data, g->flag.len) == 0 &&
-             json_object_set_new(o, "set_time",
-                                 json_integer((json_int_t)(g->has_set_time ? g->set_time : 0))) ==
-                 0;
+             json_object_set_new(
+                 o, "set_time", json_integer((json_int_t)(g->has_set_time ? g->set_time : 0))) == 0;
     ok = ok && json_object_set(o, "checker", ck) == 0 && json_object_set(o, "team", tm) == 0;
     json_decref(ck);
     json_decref(tm);
@@ -230,10 +231,22 @@ static json_t *json_game(const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *re
 }
 
 static const struct cli_cmd_def game_cmds[] = {
-    {.group = "game", .name = "set", .req = FGX__CTL__REQUEST__REQ_GAME_SET, .usage = usage_set,
-     .build = build_set, .human = human_game, .json = json_game, .flags = CLI_CMD_RAW},
-    {.group = "game", .name = "show", .req = FGX__CTL__REQUEST__REQ_GAME_SHOW, .usage = usage_show,
-     .build = build_show, .human = human_game, .json = json_game, .flags = CLI_CMD_RAW},
+    {.group = "game",
+     .name = "set",
+     .req = FGX__CTL__REQUEST__REQ_GAME_SET,
+     .usage = usage_set,
+     .build = build_set,
+     .human = human_game,
+     .json = json_game,
+     .flags = CLI_CMD_RAW},
+    {.group = "game",
+     .name = "show",
+     .req = FGX__CTL__REQUEST__REQ_GAME_SHOW,
+     .usage = usage_show,
+     .build = build_show,
+     .human = human_game,
+     .json = json_game,
+     .flags = CLI_CMD_RAW},
     {0},
 };
 

@@ -41,8 +41,8 @@ static int parse(const char *flag, const char *checker, const char *team, struct
 {
     char *ck[1] = {(char *)checker}, *tm[1] = {(char *)team};
 
-    return ctl_game_parse((const uint8_t *)flag, flag ? strlen(flag) : 0, ck, checker ? 1 : 0,
-                          tm, team ? 1 : 0, g, err, len);
+    return ctl_game_parse((const uint8_t *)flag, flag ? strlen(flag) : 0, ck, checker ? 1 : 0, tm,
+                          team ? 1 : 0, g, err, len);
 }
 
 Test(game, parse_accepts_and_refuses)
@@ -78,8 +78,7 @@ Test(game, parse_accepts_and_refuses)
     }
     /* a NUL inside is refused, not cut */
     char *ck[1] = {"10.0.0.1"};
-    cr_assert_eq(ctl_game_parse((const uint8_t *)"AB\0C", 4, ck, 1, NULL, 0, &g, err,
-                                sizeof(err)),
+    cr_assert_eq(ctl_game_parse((const uint8_t *)"AB\0C", 4, ck, 1, NULL, 0, &g, err, sizeof(err)),
                  -EINVAL);
 }
 
