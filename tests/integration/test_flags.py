@@ -4,7 +4,8 @@ are scanned for the flag format as one more log pattern of its s2c database: a s
 sends a flag to the checker's address counts it in flags_to_checker, with no event; to any other
 address (an attacker at 10.77.0.3, a second address of the client namespace) it is a flag-out
 event (`events --flags`), counted in flags_out, in `stats` and Prometheus; the flag is never
-dropped. On the NFQUEUE layer, the proxy layer and a TLS service of the proxy, one count per
+dropped. On the NFQUEUE layer, the proxy layer, a TLS service and h2/h2c services (after the
+HTTP/2 rendering) of the proxy, one count per
 connection however many flags it carries."""
 import hashlib
 import os
@@ -18,6 +19,7 @@ from fgxit import CLI4, CLI_IF, SRV4, check, test  # noqa: E402
 # test_tls's TLS server and client, without its tests (importing registers a module's @test)
 _saved = list(it._TESTS)
 import test_tls  # noqa: E402
+import test_h2  # noqa: E402  (nginx-light, curl and the HTTP service kind)
 it._TESTS[:] = _saved
 
 ATTACKER4 = "10.77.0.3"
@@ -154,6 +156,39 @@ def flags_tls_proxy_service(env):
     check(evs[0].get("flag_sha256") == hashlib.sha256(b"FLAG{leaked-secret}").hexdigest() and
           evs[0].get("flag_offset") == 0,
           "TLS: the flag's hash in %r", evs[0])
+
+
+@test
+def flags_h2_service(env):
+    """After the HTTP/2 rendering: nginx's /leak answer over h2 (TLS) and h2c, read by the
+    checker and by an attacker; each connection counted once."""
+    env.ctl("game", "set", "--flag", r"FLAG\{[a-z-]+\}", "--checker", CLI4)
+    tls_port, h2c_port, h1_port = env.port(), env.port(), env.port()
+    c = test_h2.certs(env)["proxy"]
+    # the HTTP kind without test_h2's filters (one of them blocks this very flag)
+    env.service("fh2", "http", tls_port, ("--layer", "proxy", "--tls-cert", c[0], "--tls-key",
+                                          c[1]))
+    env.service("fh2c", "http", h2c_port, ("--layer", "proxy"))
+    _, p = test_h2.nginx(env, tls_port, h2c_port, h1_port)
+    try:
+        for name, url, mode in (("fh2", "https://%s:%d/leak" % (SRV4, tls_port), "--http2"),
+                                ("fh2c", "http://%s:%d/leak" % (SRV4, h2c_port),
+                                 "--http2-prior-knowledge")):
+            rc, out = test_h2.curl(env, url, mode)
+            check(rc == 0 and "FLAG{from-nginx}" in out, "the checker's %s read: %r", name, out)
+            with Attacker(env):
+                rc, out = test_h2.curl(env, url, mode)
+            check(rc == 0 and "FLAG{from-nginx}" in out, "the attacker's %s read: %r", name, out)
+            it.wait_until(lambda: svc_stats(env, name)["flags_out"] >= 1, timeout=4)
+            st = svc_stats(env, name)
+            check(st["flags_out"] == 1 and st["flags_to_checker"] == 1, "%s: %r", name, st)
+            evs = env.ctl("events", name, "--flags")
+            check(len(evs) == 1 and evs[0]["src"] == ATTACKER4 and evs[0].get("h2_stream") and
+                  evs[0].get("flag_sha256") == hashlib.sha256(b"FLAG{from-nginx}").hexdigest(),
+                  "%s: events --flags %r", name, evs)
+    finally:
+        p.terminate()
+        p.wait(5)
 
 
 @test
