@@ -12,14 +12,16 @@
 #include "control.pb-c.h"
 #include "controld/ctl_store.h"
 #include "fgx/addr.h"
+#include "fgx/ruleset.h"
 
 #define CTL_GAME_ADDRS_MAX 64  /* checker or team prefixes, each */
 #define CTL_GAME_FLAG_MAX 1024 /* the flag regex's bytes */
 #define CTL_GAME_KEY "game"    /* its record in the store's meta db */
 /* The hyperscan id of the flag format in each TCP service's s2c database: a log filter's id
- * (it never drops; SINGLEMATCH reports it once per connection) that no filter is given, since
- * filter ids count up from 1. */
-#define CTL_GAME_FLAG_ID 0x7fffffffu
+ * (it never drops; SINGLEMATCH reports it once per connection) that no filter is given: filter
+ * ids count up from 1 and stay below it (the largest FGX_FILTER_ID_MASK leaves, under the
+ * bits of an edit's revision, FGX_FILTER_ID_REV). */
+#define CTL_GAME_FLAG_ID FGX_FILTER_ID_MASK
 
 struct ctl_game {
     /* The flag regex, as given (malloc'd, NUL-terminated, no NUL inside; NULL: no game). */

@@ -975,7 +975,7 @@ int ctl_store_filter_put(struct ctl_txn *t, struct ctl_filter *f)
         if (rv < 0)
             return rv;
         /* The top bit of a compiled id says "log" (FGX_FILTER_ID_LOG). */
-        if (f->id > FGX_FILTER_ID_MASK)
+        if (f->id >= FGX_FILTER_ID_MASK) /* the mask itself: the game's flag (ctl_game.h) */
             return -EOVERFLOW;
         f->created = (uint64_t)time(NULL);
     }
