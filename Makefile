@@ -21,7 +21,7 @@ HS_CFLAGS := $(shell pkg-config --cflags libhs 2>/dev/null)
 
 WARN := -Wall -Wextra -Werror -Wshadow -Wformat=2 -Wstrict-prototypes
 CFLAGS ?= -O2 -g
-FGX_CFLAGS := -std=c11 -D_GNU_SOURCE $(WARN) -pthread -Ilibcommon/include -I$(BUILD)/proto -I. $(PKG_CFLAGS) -MMD -MP
+FGX_CFLAGS := -std=c11 -D_GNU_SOURCE $(WARN) -pthread -Ilibcommon/include -I$(BUILD)/proto -I$(BUILD)/gen -I. $(PKG_CFLAGS) -MMD -MP
 FGX_LDFLAGS := -pthread
 ifneq ($(SANITIZE),)
 FGX_CFLAGS += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all -DFGX_SANITIZE
@@ -47,6 +47,22 @@ LIBS_JSON := $(shell pkg-config --libs jansson 2>/dev/null)
 LIBS_HTTP := $(shell pkg-config --libs libmicrohttpd 2>/dev/null || echo -lmicrohttpd)
 LIBS_PCAP := $(shell pkg-config --libs libpcap 2>/dev/null || echo -lpcap)
 
+# ---- the version: from one place -----------------------------------------------------------
+# A tag vX.Y.Z on HEAD or before it (git describe: 0.2.0+3+g1a2b3c4d for three commits past v0.2.0,
+# '-' made '+' so that it is a Debian version too), else the VERSION file (a tree without git or
+# without tags, as check-fresh's copy). Shown by controld --version, fgexctl --version, status,
+# the page and the package. The header is rewritten only when it changes.
+FGX_VERSION := $(or $(shell git describe --tags --match 'v[0-9]*' 2>/dev/null | sed 's/^v//; s/-/+/g'),$(shell cat VERSION))
+VERSION_H := $(BUILD)/gen/fgx_version_gen.h
+$(VERSION_H): FORCE
+	@mkdir -p $(dir $@)
+	@printf '#define FGX_VERSION "%s"\n' '$(FGX_VERSION)' | cmp -s - $@ || \
+		printf '#define FGX_VERSION "%s"\n' '$(FGX_VERSION)' > $@
+
+.PHONY: version
+version:
+	@echo $(FGX_VERSION)
+
 # ---- generated protobuf-c code (never committed) -------------------------------------------
 PROTOS := $(wildcard proto/*.proto)
 PROTO_C := $(patsubst proto/%.proto,$(BUILD)/proto/%.pb-c.c,$(PROTOS))
@@ -59,10 +75,10 @@ $(BUILD)/proto/%.pb-c.c $(BUILD)/proto/%.pb-c.h: proto/%.proto
 	$(Q)protoc-c --c_out=$(BUILD)/proto -Iproto $<
 
 # ---- objects --------------------------------------------------------------------------------
-$(BUILD)/obj/%.o: %.c | $(PROTO_H)
+$(BUILD)/obj/%.o: %.c | $(PROTO_H) $(VERSION_H)
 	@mkdir -p $(dir $@)
 	@echo "  CC      $<"
-	$(Q)$(CC) $(FGX_CFLAGS) $(CFLAGS) -c -o $@ $<
+	$(Q)$(CC) $(FGX_CFLAGS) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
 
 $(BUILD)/proto/%.pb-c.o: $(BUILD)/proto/%.pb-c.c $(PROTO_H)
 	@echo "  CC      $<"
@@ -97,7 +113,7 @@ $(WEB_GEN): $(BUILD)/tools/web_embed $(BUILD)/gen/web_files.list $(WEB_FILES)
 
 $(BUILD)/gen/ctl_web_files.o: $(WEB_GEN)
 	@echo "  CC      $<"
-	$(Q)$(CC) $(FGX_CFLAGS) $(CFLAGS) -c -o $@ $<
+	$(Q)$(CC) $(FGX_CFLAGS) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
 
 .PHONY: FORCE
 FORCE:
@@ -131,27 +147,27 @@ $(BUILD)/bin/fgex-python/.stamp: $(PY_SRC)
 $(BUILD)/bin/controld: $(call objs,controld/main.c) $(BUILD)/libctl.a $(BUILD)/libcli.a $(BUILD)/libcommon.a
 	@mkdir -p $(dir $@)
 	@echo "  LD      $@"
-	$(Q)$(CC) $(FGX_LDFLAGS) -o $@ $^ $(LIBS_HS) $(LIBS_NET) $(LIBS_HTTP) $(LIBS_TLS) $(LIBS_SSL) $(LIBS_JSON) $(LIBS_PCAP) $(LIBS_BASE) -lm
+	$(Q)$(CC) $(FGX_LDFLAGS) $(LDFLAGS) -o $@ $^ $(LIBS_HS) $(LIBS_NET) $(LIBS_HTTP) $(LIBS_TLS) $(LIBS_SSL) $(LIBS_JSON) $(LIBS_PCAP) $(LIBS_BASE) -lm
 
 $(BUILD)/bin/nfqworker: $(call objs,nfqworker/main.c) $(BUILD)/libnfq.a $(BUILD)/libcommon.a
 	@mkdir -p $(dir $@)
 	@echo "  LD      $@"
-	$(Q)$(CC) $(FGX_LDFLAGS) -o $@ $^ $(LIBS_HS_RT) $(LIBS_NET) $(LIBS_PRIV) $(LIBS_BASE) -lm
+	$(Q)$(CC) $(FGX_LDFLAGS) $(LDFLAGS) -o $@ $^ $(LIBS_HS_RT) $(LIBS_NET) $(LIBS_PRIV) $(LIBS_BASE) -lm
 
 $(BUILD)/bin/proxyworker: $(call objs,proxyworker/main.c) $(BUILD)/libpx.a $(BUILD)/libcommon.a
 	@mkdir -p $(dir $@)
 	@echo "  LD      $@"
-	$(Q)$(CC) $(FGX_LDFLAGS) -o $@ $^ $(LIBS_HS_RT) $(LIBS_EVENT) $(LIBS_SSL) $(LIBS_H2) $(LIBS_Z) $(LIBS_H1) $(LIBS_PRIV) $(LIBS_BASE) -lm
+	$(Q)$(CC) $(FGX_LDFLAGS) $(LDFLAGS) -o $@ $^ $(LIBS_HS_RT) $(LIBS_EVENT) $(LIBS_SSL) $(LIBS_H2) $(LIBS_Z) $(LIBS_H1) $(LIBS_PRIV) $(LIBS_BASE) -lm
 
 $(BUILD)/bin/scriptworker: $(call objs,$(SW_SRC)) $(BUILD)/libcommon.a
 	@mkdir -p $(dir $@)
 	@echo "  LD      $@"
-	$(Q)$(CC) $(FGX_LDFLAGS) -o $@ $^ $(LIBS_HS_RT) $(LIBS_BASE) -lm
+	$(Q)$(CC) $(FGX_LDFLAGS) $(LDFLAGS) -o $@ $^ $(LIBS_HS_RT) $(LIBS_BASE) -lm
 
 $(BUILD)/bin/fgexctl: $(call objs,fgexctl/main.c) $(BUILD)/libcli.a $(BUILD)/libcommon.a
 	@mkdir -p $(dir $@)
 	@echo "  LD      $@"
-	$(Q)$(CC) $(FGX_LDFLAGS) -o $@ $^ $(LIBS_JSON) $(LIBS_PCAP) $(LIBS_TLS) $(LIBS_HS) $(LIBS_BASE) -lm
+	$(Q)$(CC) $(FGX_LDFLAGS) $(LDFLAGS) -o $@ $^ $(LIBS_JSON) $(LIBS_PCAP) $(LIBS_TLS) $(LIBS_HS) $(LIBS_BASE) -lm
 
 # ---- unit tests (Criterion): tests/unit/test_<module>.c -> $(BUILD)/tests/test_<module> ---------
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
@@ -161,7 +177,7 @@ TEST_ARCHIVES := $(BUILD)/libctl.a $(BUILD)/libnfq.a $(BUILD)/libpx.a $(BUILD)/l
 $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(TEST_ARCHIVES)
 	@mkdir -p $(dir $@)
 	@echo "  LD      $@"
-	$(Q)$(CC) $(FGX_LDFLAGS) -o $@ $< $(TEST_ARCHIVES) $(LIBS_TEST) $(LIBS_HS) $(LIBS_NET) $(LIBS_HTTP) $(LIBS_EVENT) $(LIBS_JSON) $(LIBS_PCAP) $(LIBS_TLS) $(LIBS_SSL) $(LIBS_H2) $(LIBS_Z) $(LIBS_H1) $(LIBS_PRIV) $(LIBS_BASE) -lm
+	$(Q)$(CC) $(FGX_LDFLAGS) $(LDFLAGS) -o $@ $< $(TEST_ARCHIVES) $(LIBS_TEST) $(LIBS_HS) $(LIBS_NET) $(LIBS_HTTP) $(LIBS_EVENT) $(LIBS_JSON) $(LIBS_PCAP) $(LIBS_TLS) $(LIBS_SSL) $(LIBS_H2) $(LIBS_Z) $(LIBS_H1) $(LIBS_PRIV) $(LIBS_BASE) -lm
 
 unit-tests: $(UNIT_BINS)
 
@@ -175,13 +191,13 @@ FUZZ := build/fuzz
 FUZZ_CC ?= clang
 FUZZ_S ?= 60
 FUZZ_SAN := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
-FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE $(WARN) -pthread -Ilibcommon/include -I$(BUILD)/proto -I. \
+FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE $(WARN) -pthread -Ilibcommon/include -I$(BUILD)/proto -I$(BUILD)/gen -I. \
 	$(PKG_CFLAGS) -MMD -MP -O1 -g $(FUZZ_SAN) -fsanitize=fuzzer-no-link
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_BINS := $(patsubst tests/fuzz/%.c,$(FUZZ)/%,$(FUZZ_SRC))
 FUZZ_NAMES := $(if $(FUZZ_ONLY),$(FUZZ_ONLY),$(patsubst tests/fuzz/%.c,%,$(FUZZ_SRC)))
 
-$(FUZZ)/obj/%.o: %.c | $(PROTO_H)
+$(FUZZ)/obj/%.o: %.c | $(PROTO_H) $(VERSION_H)
 	@mkdir -p $(dir $@)
 	@echo "  FUZZCC  $<"
 	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -c -o $@ $<
@@ -220,7 +236,7 @@ $(FUZZ)/fuzz_%: $(FUZZ)/obj/tests/fuzz/fuzz_%.o $(FUZZ_ARCHIVES)
 $(FUZZ)/mkseeds: $(BUILD)/obj/tests/fuzz/mkseeds.o $(BUILD)/libcommon.a
 	@mkdir -p $(dir $@)
 	@echo "  LD      $@"
-	$(Q)$(CC) $(FGX_LDFLAGS) -o $@ $^ $(LIBS_HS) $(LIBS_BASE) -lm
+	$(Q)$(CC) $(FGX_LDFLAGS) $(LDFLAGS) -o $@ $^ $(LIBS_HS) $(LIBS_BASE) -lm
 
 $(FUZZ)/seeds/.stamp: $(FUZZ)/mkseeds
 	$(Q)rm -rf $(FUZZ)/seeds && $(FUZZ)/mkseeds $(FUZZ)/seeds && touch $@
@@ -236,7 +252,7 @@ fuzz-replay: fuzz-bins
 
 # ---- the two commands ---------------------------------------------------------------------
 .PHONY: all deps deps-test deps-bench run stop test unit integration unit-tests clean bench \
-	check-fresh man install uninstall
+	check-fresh check-deb deb deps-deb man install install-files uninstall
 deps:
 	$(Q)deploy/install-deps.sh run
 
@@ -268,10 +284,27 @@ bench: deps-bench
 	$(Q)$(MAKE) --no-print-directory all
 	$(Q)FGX_BIN=$(BUILD)/bin bench/run-all
 
-# `make test` in a minimal Debian 12 made by debootstrap (build/fresh-root) with only make and git:
-# proves the two commands work on a box that has nothing. Minutes, downloads; not part of CI.
-check-fresh:
-	$(Q)deploy/check-fresh.sh
+# ---- the Debian package -------------------------------------------------------------------
+# `make deb`: $(DEB), built by dpkg-buildpackage from debian/ (which stages the tree with
+# `make install-files`), then checked by lintian (deploy/build-deb.sh).
+DEB := $(BUILD)/fgex_$(FGX_VERSION)_$(shell dpkg --print-architecture 2>/dev/null || echo amd64).deb
+deb: deps-deb
+	$(Q)deploy/build-deb.sh $(BUILD) $(FGX_VERSION)
+
+deps-deb:
+	$(Q)deploy/install-deps.sh deb
+
+# `make check-fresh`, three legs, each in a minimal Debian made by debootstrap (build/fresh-*):
+# `make test` in Debian 12 with only make and git (the two commands work on a box that has
+# nothing); the package, built here, installed with apt alone in Debian 12, and a smoke test there
+# (`make check-deb`); `make test` in Debian 13 (FRESH_SUITE=trixie). Minutes, downloads; not CI.
+check-fresh: deb
+	$(Q)deploy/check-fresh.sh source
+	$(Q)deploy/check-fresh.sh deb $(DEB)
+	$(Q)FRESH_SUITE=trixie deploy/check-fresh.sh source
+
+check-deb: deb
+	$(Q)deploy/check-fresh.sh deb $(DEB)
 
 # ---- man pages (scdoc sources in docs/man, built into $(BUILD)/man) -------------------------
 MAN_SRC := $(wildcard docs/man/*.scd)
@@ -300,7 +333,10 @@ CONFDIR ?= /etc/fgex
 INSTALL ?= install
 
 install: deps
-	$(Q)$(MAKE) --no-print-directory all man
+	$(Q)$(MAKE) --no-print-directory install-files
+
+# install without the packages (`make deb` stages the package's tree with it)
+install-files: all man
 	$(INSTALL) -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(SBINDIR) $(DESTDIR)$(WORKERDIR) \
 		$(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man8 \
 		$(DESTDIR)$(UNITDIR) $(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR) \
@@ -310,6 +346,9 @@ install: deps
 	$(INSTALL) -m 755 $(BUILD)/bin/nfqworker $(BUILD)/bin/proxyworker $(BUILD)/bin/scriptworker \
 		$(DESTDIR)$(WORKERDIR)/
 	rm -rf $(DESTDIR)$(WORKERDIR)/python && cp -r $(BUILD)/bin/fgex-python $(DESTDIR)$(WORKERDIR)/python
+	# the interpreters run from build/bin may have left compiled files there since it was built
+	find $(DESTDIR)$(WORKERDIR)/python -name __pycache__ -prune -exec rm -rf {} +
+	rm -f $(DESTDIR)$(WORKERDIR)/python/.stamp
 	$(INSTALL) -m 644 $(BUILD)/man/fgexctl.1 $(DESTDIR)$(MANDIR)/man1/
 	$(INSTALL) -m 644 $(BUILD)/man/fgex-rules.5 $(DESTDIR)$(MANDIR)/man5/
 	$(INSTALL) -m 644 $(BUILD)/man/controld.8 $(DESTDIR)$(MANDIR)/man8/

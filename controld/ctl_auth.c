@@ -17,6 +17,7 @@
 #include "controld/ctl_config.h"
 #include "controld/ctl_store.h"
 #include "fgx/log.h"
+#include "fgx/mbed_compat.h"
 
 #define TOKEN_BYTES 32
 #define HASH_KEY "password_hash"
@@ -427,7 +428,7 @@ static void sessions_load(struct ctl_auth *a)
 
 static void token_hash(const char *token, uint8_t out[32])
 {
-    mbedtls_sha256_ret((const unsigned char *)token, strlen(token), out, 0);
+    fgx_mbed_sha256((const unsigned char *)token, strlen(token), out);
 }
 
 static bool session_live(const struct session *s, uint64_t now_ms)

@@ -510,9 +510,9 @@ static int config_check(const Fgx__Ctl__Config *cfg, struct ctl_service *svcs, c
             return -EINVAL;
         }
         /* The top bit of a compiled id says "log" (FGX_FILTER_ID_LOG). */
-        if (f->id > FGX_FILTER_ID_MASK) {
+        if (f->id >= FGX_FILTER_ID_MASK) {
             err_set(err, errlen, "filter %zu of the file: id %u is too large (at most %u)", i + 1,
-                    f->id, FGX_FILTER_ID_MASK);
+                    f->id, FGX_FILTER_ID_MASK - 1);
             return -EINVAL;
         }
         for (size_t j = 0; j < i; j++) {

@@ -329,6 +329,8 @@ static const struct {
     {FGX__CTL__REQUEST__REQ_SCRIPT_DISABLE, "script disable"},
     {FGX__CTL__REQUEST__REQ_SCRIPT_LOG, "script log"},
     {FGX__CTL__REQUEST__REQ_SERVICE_LOG, "service log"},
+    {FGX__CTL__REQUEST__REQ_GAME_SET, "game set"},
+    {FGX__CTL__REQUEST__REQ_GAME_SHOW, "game show"},
 };
 
 const char *ctl_history_req_name(int req_case)

@@ -91,6 +91,12 @@ int ctl_metrics_render(const struct ctl_service *svcs, size_t nsvcs, const struc
         {"fgex_service_events_lost_total", "counter",
          "Blocks of the service whose event was lost (a worker's event queue was full).",
          offsetof(struct ctl_svc_counters, events_lost)},
+        {"fgex_flags_out_total", "counter",
+         "Connections of the service that sent a flag to an address outside the game's checker.",
+         offsetof(struct ctl_svc_counters, flags_out)},
+        {"fgex_flags_to_checker_total", "counter",
+         "Connections of the service that sent a flag to the game's checker.",
+         offsetof(struct ctl_svc_counters, flags_to_checker)},
     };
     static const struct {
         const char *name, *help;

@@ -108,6 +108,7 @@ static void rpc_release(struct ctl_rpc *r)
     ctl_rpc_history_release(r);
     ctl_rpc_logfil_free(r->logfil);
     ctl_rpc_fw_release(r);
+    ctl_rpc_game_release(r);
     ctl_rpc_capture_release(r);
     ctl_script_reply_free(r->script);
     ctl_rpc_health_free(r->health);
@@ -756,6 +757,7 @@ static const struct ctl_rpc_cmd *const rpc_families[] = {
     ctl_rpc_capture_cmds,
     ctl_rpc_script_cmds,
     ctl_rpc_health_cmds,
+    ctl_rpc_game_cmds,
 };
 
 static const struct ctl_rpc_cmd *rpc_cmd_find(Fgx__Ctl__Request__ReqCase req)

@@ -83,6 +83,8 @@ struct ctl_rpc {
     size_t nrates;
     struct ctl_rpc_logfil *logfil; /* labels and events --top (rpc_logfil.c), or NULL */
     struct ctl_rpc_fw *fw; /* the firewall family's reply (rpc_fw.c); NULL when unused */
+    struct ctl_rpc_game *game; /* the game family's reply (rpc_game.c); NULL when unused */
+    bool game_imported;        /* config import stored a game: the statistics learn it */
     /* service add/set: a warning about the TLS certificate (expired), and what service replies
      * say about stored certificates (subjects) */
     char tls_warn[384];
@@ -144,6 +146,18 @@ void ctl_rpc_fw_imported(struct ctl_rpc *r);
 void ctl_rpc_fw_release(struct ctl_rpc *r);
 extern const struct ctl_rpc_cmd ctl_rpc_capture_cmds[];
 extern const struct ctl_rpc_cmd ctl_rpc_script_cmds[];
+
+/* ---- the game (rpc_game.c): its facts in backups, as the firewall's ---- */
+extern const struct ctl_rpc_cmd ctl_rpc_game_cmds[];
+/* Add the stored game to an export (an empty message when none is set). */
+int ctl_rpc_game_export(struct ctl_rpc *r, struct ctl_txn *t, Fgx__Ctl__Config *cfg);
+/* Check and store cfg's game in t (no game message in cfg: left as it is; an empty one: none
+ * from now on); -EINVAL with the reason in err. */
+int ctl_rpc_game_import(struct ctl_rpc *r, struct ctl_txn *t, const Fgx__Ctl__Config *cfg,
+                        char *err, size_t len);
+void ctl_rpc_game_release(struct ctl_rpc *r);
+/* After a committed import: the statistics take the imported game's checker. */
+void ctl_rpc_game_imported(struct ctl_rpc *r);
 
 /* ---- the health log (rpc_health.c) ---- */
 extern const struct ctl_rpc_cmd ctl_rpc_health_cmds[];

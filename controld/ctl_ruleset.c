@@ -4,11 +4,13 @@
 #include "controld/ctl_ruleset.h"
 
 #include <errno.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "controld/ctl_compile.h"
+#include "controld/ctl_game.h"
 #include "fgx/capture.h"
 #include "controld/ctl_script.h"
 #include "fgx/log.h"
@@ -102,9 +104,11 @@ int ctl_ruleset_build(struct ctl_txn *t, struct ctl_ruleset *out, char *err, siz
     struct fgx_pattern *pats = NULL;
     uint64_t *keys = NULL;
     size_t nsvcs = 0, nfs = 0, nkeys = 0;
+    struct ctl_game game;
     int rv;
 
     memset(out, 0, sizeof(*out));
+    ctl_game_init(&game);
     if (errlen)
         err[0] = '\0';
     rv = ctl_store_service_list(t, &svcs, &nsvcs);
@@ -113,8 +117,11 @@ int ctl_ruleset_build(struct ctl_txn *t, struct ctl_ruleset *out, char *err, siz
     rv = ctl_store_filter_list(t, 0, &fs, &nfs);
     if (rv < 0)
         goto out;
+    rv = ctl_game_load(t, &game);
+    if (rv < 0)
+        goto out;
     rv = -ENOMEM;
-    pats = calloc(nfs ? nfs : 1, sizeof(*pats));
+    pats = calloc(nfs + 1, sizeof(*pats)); /* the flag format too */
     keys = calloc(2 * nsvcs + 1, sizeof(*keys));
     out->dp.services = calloc(nsvcs ? nsvcs : 1, sizeof(*out->dp.services));
     out->nft = calloc(nsvcs ? nsvcs : 1, sizeof(*out->nft));
@@ -147,6 +154,13 @@ int ctl_ruleset_build(struct ctl_txn *t, struct ctl_ruleset *out, char *err, siz
                                               .dir = fs[j].dir,
                                               .nocase = fs[j].nocase};
         }
+        /* The game's flag format, one more pattern of what the service sends (issue 28): a
+         * service of no game, or UDP, pays nothing. */
+        if (ctl_game_is_set(&game) && s->ipproto == IPPROTO_TCP)
+            pats[np++] = (struct fgx_pattern){.filter_id = CTL_GAME_FLAG_ID | FGX_FILTER_ID_LOG,
+                                              .regex = game.flag,
+                                              .dir = FGX_DIR_S2C,
+                                              .nocase = false};
         d = proxy ? &out->px_dp.services[out->px_dp.nservices++]
                   : &out->dp.services[out->dp.nservices++];
         d->id = s->id;
@@ -227,6 +241,7 @@ out:
     free(pats);
     ctl_filters_free(fs, nfs);
     free(svcs);
+    ctl_game_release(&game);
     return rv;
 }
 

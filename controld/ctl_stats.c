@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "controld/ctl_game.h"
 #include "controld/ctl_health.h"
 #include "controld/ctl_rates.h"
 #include "fgx/log.h"
@@ -53,6 +54,7 @@ struct svc_slot {
     uint64_t tls_failed, tls_last[W_KINDS]; /* since controld started, not persisted */
     /* its own --max-conns reached (issue 27): persisted, with the first and last time */
     uint64_t limit_hits, limit_hlast[W_KINDS], limit_first, limit_last;
+    uint64_t flags_out, flags_to_checker;   /* the same */
     /* the traffic history's bases (ctl_rates.h): bytes each way, connections seen */
     uint64_t c2s_last[W_KINDS], s2c_last[W_KINDS], flows_last[W_KINDS];
 };
@@ -79,6 +81,9 @@ struct ctl_stats {
     size_t unpruned; /* events written to LMDB since the last prune */
     bool burst;      /* a report brought CTL_EVENTS_BURST events or more */
     unsigned long long lost_log_ns;
+    struct fgx_cidr checker[CTL_GAME_ADDRS_MAX]; /* the game's (ctl_stats_game_set()) */
+    struct ctl_game_finder *finder;              /* its flags in excerpts, or NULL */
+    size_t nchecker;
     size_t unsaved; /* the newest `unsaved` events are not in LMDB yet */
     uint64_t next_seq;
     bool dirty;
@@ -355,6 +360,7 @@ void ctl_stats_free(struct ctl_stats *s)
     if (!s)
         return;
     free(s->svc);
+    ctl_game_finder_free(s->finder);
     for (size_t i = 0; i < s->ncaps; i++)
         free(s->caps[i].data);
     free(s->caps);
@@ -407,6 +413,35 @@ static void event_from_dp(const struct fgx_dp_event *d, uint64_t seq,
                        d->script_verdict == FGX_DP_SCRIPT_DROP ? "drop" : "reject");
         (void)snprintf(e->script_fn, sizeof(e->script_fn), "%s", d->script_fn);
     }
+}
+
+void ctl_stats_game_set(struct ctl_stats *s, const struct ctl_game *g)
+{
+    s->nchecker = ctl_game_is_set(g) ? g->nchecker : 0;
+    memcpy(s->checker, g->checker, s->nchecker * sizeof(s->checker[0]));
+    ctl_game_finder_free(s->finder);
+    s->finder = NULL;
+    (void)ctl_game_finder_new(g, &s->finder); /* a failure is said there; no hash then */
+}
+
+/* A flag of the game's format left a service (the s2c match of CTL_GAME_FLAG_ID): counted per
+ * connection (SINGLEMATCH reports it once per stream). True when it went to the checker. */
+static bool flag_read(struct ctl_stats *s, const struct fgx_dp_event *d)
+{
+    struct svc_slot *v = svc_slot(s, d->service_id, true);
+    /* the matching bytes' receiver is the client: the worker's dst of an s2c match */
+    const uint8_t *peer = d->dir == FGX_DIR_S2C ? d->dst : d->src;
+    bool checker = false;
+
+    for (size_t i = 0; i < s->nchecker && !checker; i++)
+        checker = fgx_cidr_contains(&s->checker[i], d->family == 6 ? 6 : 4, peer);
+    if (v) {
+        if (checker)
+            v->flags_to_checker++;
+        else
+            v->flags_out++;
+    }
+    return checker;
 }
 
 /* A new process of kind k reports: when it is the one whose bases were stored (an adopted
@@ -592,7 +627,19 @@ static int fold(struct ctl_stats *s, int k, uint64_t instance, const struct fgx_
     for (size_t i = 0; i < m->nevents; i++) {
         struct ctl_event e;
 
+        if (m->events[i].filter_id == CTL_GAME_FLAG_ID && m->events[i].log &&
+            flag_read(s, &m->events[i]))
+            continue; /* the checker's read: counted, no event */
         event_from_dp(&m->events[i], s->next_seq++, svcs, nsvcs, &e);
+        if (e.filter_id == CTL_GAME_FLAG_ID) {
+            size_t flen = 0;
+
+            if (ctl_game_finder_hash(s->finder, e.excerpt, e.match_end, e.flag_sha256, &flen) <
+                0)
+                e.flag_sha256[0] = '\0';
+            else if (m->events[i].stream_end >= flen)
+                e.flag_offset = m->events[i].stream_end - flen;
+        }
         ring_push(s, &e);
         if (m->events[i].capture != NULL)
             caps_push(s, e.seq, m->events[i].capture, m->events[i].capture_len);
@@ -974,6 +1021,8 @@ void ctl_stats_service(const struct ctl_stats *s, uint32_t service_id, struct ct
             out->limit_hits = s->svc[i].limit_hits;
             out->limit_first = s->svc[i].limit_first;
             out->limit_last = s->svc[i].limit_last;
+            out->flags_out = s->svc[i].flags_out;
+            out->flags_to_checker = s->svc[i].flags_to_checker;
             return;
         }
     }

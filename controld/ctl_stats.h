@@ -32,6 +32,9 @@ struct ctl_svc_counters {
     /* connections that found the service's own --max-conns reached (issue 27; persisted),
      * and the unix seconds of the first and the last seen (0: none) */
     uint64_t limit_hits, limit_first, limit_last;
+    /* connections that sent a flag of the game's format (issue 28), since controld started:
+     * to an address outside the checker's (a flag-out event each), and to the checker */
+    uint64_t flags_out, flags_to_checker;
 };
 
 /* A worker's own numbers from its last STATS (since that worker started), and the totals
@@ -57,6 +60,12 @@ struct ctl_worker_counters {
 #define CTL_CAPTURES_KEEP_MAX 100000
 
 struct ctl_stats;
+struct ctl_game;
+
+/* The game's checker addresses from now on (g not set: no flag is the checker's): a flag
+ * format's match (CTL_GAME_FLAG_ID) to one of them is counted in flags_to_checker and kept as
+ * no event; any other is a flag-out event, counted in flags_out. */
+void ctl_stats_game_set(struct ctl_stats *s, const struct ctl_game *g);
 
 /* Load the persisted totals, the next event seq and the recent events from st. *out owned by
  * the caller (ctl_stats_free()). */

@@ -975,7 +975,7 @@ int ctl_store_filter_put(struct ctl_txn *t, struct ctl_filter *f)
         if (rv < 0)
             return rv;
         /* The top bit of a compiled id says "log" (FGX_FILTER_ID_LOG). */
-        if (f->id > FGX_FILTER_ID_MASK)
+        if (f->id >= FGX_FILTER_ID_MASK) /* the mask itself: the game's flag (ctl_game.h) */
             return -EOVERFLOW;
         f->created = (uint64_t)time(NULL);
     }
@@ -1345,6 +1345,9 @@ static int event_decode(const MDB_val *v, struct ctl_event *out)
     }
     out->log = m->has_log && m->log;
     out->h2_stream = m->has_h2_stream ? m->h2_stream : 0;
+    if (m->flag_sha256 && strlen(m->flag_sha256) == 64)
+        memcpy(out->flag_sha256, m->flag_sha256, 65);
+    out->flag_offset = m->has_flag_offset ? m->flag_offset : 0;
     if (m->script_kind) {
         (void)snprintf(out->script_kind, sizeof(out->script_kind), "%s", m->script_kind);
         (void)snprintf(out->script_fn, sizeof(out->script_fn), "%s",
@@ -1388,6 +1391,11 @@ int ctl_store_event_put(struct ctl_txn *t, const struct ctl_event *e)
     }
     m.has_h2_stream = e->h2_stream != 0;
     m.h2_stream = e->h2_stream;
+    if (e->flag_sha256[0]) {
+        m.flag_sha256 = (char *)e->flag_sha256;
+        m.has_flag_offset = 1;
+        m.flag_offset = e->flag_offset;
+    }
     if (e->script_kind[0]) {
         m.script_kind = (char *)e->script_kind;
         m.script_function = (char *)e->script_fn;

@@ -231,6 +231,8 @@ struct ctl_event {
     char script_kind[10];
     char script_fn[64];
     uint32_t h2_stream; /* the HTTP/2 stream whose rendering matched; 0: not one */
+    char flag_sha256[65]; /* a flag-out's flag (issue 28): its SHA-256 in hex; "": unknown */
+    uint64_t flag_offset; /* ... its first byte's offset in the s2c stream; 0 with no hash */
 };
 
 /* Events keyed by seq. _list gives the newest `newest` events, oldest first (*out malloc'd,

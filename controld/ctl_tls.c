@@ -21,6 +21,7 @@
 #include <mbedtls/x509_crt.h>
 
 #include "fgx/log.h"
+#include "fgx/mbed_compat.h"
 
 #define PEM_MAX 16384
 #define CERT_YEARS 20
@@ -50,7 +51,7 @@ int ctl_tls_fingerprint(const char *pem, char *out, size_t len)
         tls_err(rc, "cannot parse the certificate");
         goto out;
     }
-    mbedtls_sha256_ret(crt.raw.p, crt.raw.len, sum, 0);
+    fgx_mbed_sha256(crt.raw.p, crt.raw.len, sum);
     for (size_t i = 0; i < sizeof(sum); i++) {
         out[3 * i] = hex[sum[i] >> 4];
         out[3 * i + 1] = hex[sum[i] & 15];
@@ -77,7 +78,9 @@ int ctl_tls_generate(char **cert_pem, char **key_pem)
     mbedtls_ctr_drbg_context drbg;
     mbedtls_x509write_cert wr;
     mbedtls_pk_context key;
+#if MBEDTLS_VERSION_MAJOR < 3
     mbedtls_mpi serial;
+#endif
     unsigned char sbytes[16];
     char from[15], to[15];
     unsigned char *cbuf = NULL, *kbuf = NULL;
@@ -88,7 +91,9 @@ int ctl_tls_generate(char **cert_pem, char **key_pem)
     mbedtls_ctr_drbg_init(&drbg);
     mbedtls_x509write_crt_init(&wr);
     mbedtls_pk_init(&key);
+#if MBEDTLS_VERSION_MAJOR < 3
     mbedtls_mpi_init(&serial);
+#endif
     cbuf = calloc(1, PEM_MAX);
     kbuf = calloc(1, PEM_MAX);
     if (!cbuf || !kbuf) {
@@ -113,16 +118,23 @@ int ctl_tls_generate(char **cert_pem, char **key_pem)
     rc = mbedtls_ctr_drbg_random(&drbg, sbytes, sizeof(sbytes));
     sbytes[0] &= 0x7f;
     sbytes[0] |= 0x01;
+#if MBEDTLS_VERSION_MAJOR < 3
     if (rc == 0)
         rc = mbedtls_mpi_read_binary(&serial, sbytes, sizeof(sbytes));
+#endif
     validity_time(now - 24 * 3600, from); /* a client clock a day behind still accepts it */
     validity_time(now + (time_t)CERT_YEARS * 365 * 24 * 3600, to);
     mbedtls_x509write_crt_set_version(&wr, MBEDTLS_X509_CRT_VERSION_3);
     mbedtls_x509write_crt_set_md_alg(&wr, MBEDTLS_MD_SHA256);
     mbedtls_x509write_crt_set_subject_key(&wr, &key);
     mbedtls_x509write_crt_set_issuer_key(&wr, &key);
+#if MBEDTLS_VERSION_MAJOR < 3
     if (rc == 0)
         rc = mbedtls_x509write_crt_set_serial(&wr, &serial);
+#else /* 3.x: the serial's bytes as they are (set_serial is deprecated there) */
+    if (rc == 0)
+        rc = mbedtls_x509write_crt_set_serial_raw(&wr, sbytes, sizeof(sbytes));
+#endif
     if (rc == 0)
         rc = mbedtls_x509write_crt_set_subject_name(&wr, "CN=" CTL_TLS_CN ",O=fgex");
     if (rc == 0)
@@ -151,7 +163,9 @@ out:
         explicit_bzero(kbuf, PEM_MAX);
     free(cbuf);
     free(kbuf);
+#if MBEDTLS_VERSION_MAJOR < 3
     mbedtls_mpi_free(&serial);
+#endif
     mbedtls_pk_free(&key);
     mbedtls_x509write_crt_free(&wr);
     mbedtls_ctr_drbg_free(&drbg);
@@ -242,11 +256,16 @@ static int write_file(const char *path, const char *data, mode_t mode)
 static int check_pair(const char *cert_pem, const char *key_pem, const char *cert_path,
                       const char *key_path)
 {
+    static const char pers[] = "fgex-controld-pair";
+    mbedtls_entropy_context entropy; /* 3.x blinds the private key's operations */
+    mbedtls_ctr_drbg_context drbg;
     mbedtls_x509_crt crt;
     mbedtls_pk_context key;
     int rc, rv = -EINVAL;
     char what[8400];
 
+    mbedtls_entropy_init(&entropy);
+    mbedtls_ctr_drbg_init(&drbg);
     mbedtls_x509_crt_init(&crt);
     mbedtls_pk_init(&key);
     rc = mbedtls_x509_crt_parse(&crt, (const unsigned char *)cert_pem, strlen(cert_pem) + 1);
@@ -255,13 +274,20 @@ static int check_pair(const char *cert_pem, const char *key_pem, const char *cer
         tls_err(rc, what);
         goto out;
     }
-    rc = mbedtls_pk_parse_key(&key, (const unsigned char *)key_pem, strlen(key_pem) + 1, NULL, 0);
+    rc = mbedtls_ctr_drbg_seed(&drbg, mbedtls_entropy_func, &entropy, (const unsigned char *)pers,
+                               sizeof(pers) - 1);
+    if (rc != 0) {
+        tls_err(rc, "cannot seed the random generator");
+        goto out;
+    }
+    rc = fgx_mbed_pk_parse_key(&key, (const unsigned char *)key_pem, strlen(key_pem) + 1,
+                               mbedtls_ctr_drbg_random, &drbg);
     if (rc != 0) {
         snprintf(what, sizeof(what), "%s is not an unencrypted PEM private key", key_path);
         tls_err(rc, what);
         goto out;
     }
-    rc = mbedtls_pk_check_pair(&crt.pk, &key);
+    rc = fgx_mbed_pk_check_pair(&crt.pk, &key, mbedtls_ctr_drbg_random, &drbg);
     if (rc != 0) {
         snprintf(what, sizeof(what), "the key %s does not belong to the certificate %s", key_path,
                  cert_path);
@@ -272,6 +298,8 @@ static int check_pair(const char *cert_pem, const char *key_pem, const char *cer
 out:
     mbedtls_pk_free(&key);
     mbedtls_x509_crt_free(&crt);
+    mbedtls_ctr_drbg_free(&drbg);
+    mbedtls_entropy_free(&entropy);
     return rv;
 }
 

@@ -227,6 +227,7 @@ bool ctl_webapi_read_only(const struct ctl_webapi_cmd *c)
     case FGX__CTL__REQUEST__REQ_FW_LIST:
     case FGX__CTL__REQUEST__REQ_CERT:
     case FGX__CTL__REQUEST__REQ_INTERFACES:
+    case FGX__CTL__REQUEST__REQ_GAME_SHOW:
         return true;
     default:
         return false;
@@ -274,6 +275,8 @@ const char *ctl_webapi_changes(const struct ctl_webapi_cmd *c)
     case FGX__CTL__REQUEST__REQ_PASSWD:
     case FGX__CTL__REQUEST__REQ_AUTH_SET:
         return "auth";
+    case FGX__CTL__REQUEST__REQ_GAME_SET:
+        return "game";
     default:
         return NULL;
     }

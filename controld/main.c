@@ -19,6 +19,7 @@
 #include "controld/ctl_conffile.h"
 #include "controld/ctl_priv.h"
 #include "controld/ctl_fw.h"
+#include "controld/ctl_game.h"
 #include "controld/ctl_health_gap.h"
 #include "controld/ctl_health_store.h"
 #include "controld/ctl_health.h"
@@ -81,6 +82,10 @@ struct opts {
     unsigned web_max_conns, web_max_per_src; /* issue 24 */
     const char *user;     /* --user: the workers' (ctl_priv.h) */
     unsigned script_uid, script_mem_mib;
+    /* issue 28: the game, applied to the store at each start when --game-flag is given */
+    const char *game_flag;
+    char *game_addrs[2][CTL_GAME_ADDRS_MAX]; /* --game-checker, --game-team */
+    size_t ngame_addrs[2];
 };
 
 static volatile sig_atomic_t stop_requested;
@@ -106,6 +111,7 @@ static void usage(FILE *f)
         "                [--nfq-flows N] [--nfq-script-flows N] [--events-keep N]\n"
         "                [--history-keep N] [--user NAME] [--script-uid UID]\n"
         "                [--script-memory MIB]\n"
+        "                [--game-flag REGEX --game-checker CIDR... [--game-team CIDR]...]\n"
         "                [--config FILE] [--version]\n"
         "                [--help]\n"
         "defaults: --state-dir /var/lib/fgex --run-dir /run/fgex --threads <online CPUs>\n"
@@ -141,6 +147,9 @@ static void usage(FILE *f)
         "--script-uid  the filter files run as UID+0.. (an interpreter each) and UID+16 (the\n"
         "          check at `script set`): ids no user has (default %u).\n"
         "--script-memory  the address-space limit of each, MiB (default %u).\n"
+        "--game-flag, --game-checker, --game-team  the game's flag format and the checker's\n"
+        "          and teams' addresses (each address option repeats), as `fgexctl game set`\n"
+        "          sets them: given, they replace the stored game at every start.\n"
         "--local-auth  the local socket needs a login too.\n"
         "--init-password  set the password from the first line of stdin, then start.\n"
         "--proxy-port  where proxyworker listens for the proxy layer's connections (default\n"
@@ -231,6 +240,10 @@ static const struct option longopts[] = {
     {"user", required_argument, NULL, 1500},
     {"script-uid", required_argument, NULL, 1501},
     {"script-memory", required_argument, NULL, 1502},
+    /* issue 28, numbered in its range */
+    {"game-flag", required_argument, NULL, 2800},
+    {"game-checker", required_argument, NULL, 2801},
+    {"game-team", required_argument, NULL, 2802},
     {"config", required_argument, NULL, 'c'},
     {"version", no_argument, NULL, 'V'},
     {"help", no_argument, NULL, 'h'},
@@ -447,6 +460,21 @@ static int parse_opts(int argc, char **argv, struct opts *o)
             o->allow[o->nallow++] = optarg;
             break;
         }
+        case 2800:
+            o->game_flag = optarg;
+            break;
+        case 2801:
+        case 2802: {
+            int k = c - 2801;
+
+            if (o->ngame_addrs[k] == CTL_GAME_ADDRS_MAX) {
+                fprintf(stderr, "controld: at most %d --game-%s\n", CTL_GAME_ADDRS_MAX,
+                        k ? "team" : "checker");
+                return -EINVAL;
+            }
+            o->game_addrs[k][o->ngame_addrs[k]++] = optarg;
+            break;
+        }
         case 'a':
             o->local_auth = true;
             break;
@@ -474,12 +502,48 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         fprintf(stderr, "controld: --cert, --key and --allow need --listen or --web-listen\n");
         return -EINVAL;
     }
+    if (!o->game_flag && (o->ngame_addrs[0] || o->ngame_addrs[1])) {
+        fprintf(stderr, "controld: --game-checker and --game-team need --game-flag\n");
+        return -EINVAL;
+    }
     if (optind < argc) {
         fprintf(stderr, "controld: unexpected argument \"%s\"\n", argv[optind]);
         usage(stderr);
         return -EINVAL;
     }
     return 0;
+}
+
+/* --game-*: checked as `game set` checks them, stored in place of the stored game. */
+static int game_apply(const struct opts *o, struct ctl_store *store)
+{
+    struct ctl_game g;
+    struct ctl_txn *t;
+    char err[768];
+    int rv = ctl_game_parse((const uint8_t *)o->game_flag, strlen(o->game_flag),
+                            o->game_addrs[0], o->ngame_addrs[0], o->game_addrs[1],
+                            o->ngame_addrs[1], &g, err, sizeof(err));
+
+    if (rv < 0) {
+        fgx_err("--game-flag: %s", err);
+        return rv;
+    }
+    g.set_time = (uint64_t)time(NULL);
+    rv = ctl_txn_begin(store, true, &t);
+    if (rv == 0) {
+        rv = ctl_game_save(t, &g);
+        if (rv == 0)
+            rv = ctl_txn_commit(t);
+        else
+            ctl_txn_abort(t);
+    }
+    if (rv < 0)
+        fgx_err("cannot store the game of --game-flag: %s", ctl_store_strerror(rv));
+    else
+        fgx_info("game set from the options: a flag format of %zu bytes, %zu checker and %zu "
+                 "team addresses", g.flag_len, g.nchecker, g.nteam);
+    ctl_game_release(&g);
+    return rv;
 }
 
 static int mkdir_p(const char *dir, mode_t mode)
@@ -943,6 +1007,23 @@ int main(int argc, char **argv)
         goto out;
     }
     ctx.history_keep = o.history_keep;
+    if (o.game_flag) {
+        rv = game_apply(&o, ctx.store);
+        if (rv < 0)
+            goto out;
+    }
+    {
+        /* the statistics tell the checker's flag reads from stolen flags */
+        struct ctl_game g;
+        struct ctl_txn *gt;
+
+        if (ctl_txn_begin(ctx.store, false, &gt) == 0) {
+            if (ctl_game_load(gt, &g) == 0)
+                ctl_stats_game_set(stats, &g);
+            ctl_txn_abort(gt);
+            ctl_game_release(&g);
+        }
+    }
     if (o.listen || o.web_listen) {
         /* Each connection a listener holds is a descriptor: a flood of idle ones must meet
          * the listeners' own limits, not the process's (1024 by default under systemd). */

@@ -318,6 +318,8 @@ static void do_config_export(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
     if (rv == 0)
         rv = ctl_rpc_fw_export(r, t, &r->cfg_exp.cfg);
     if (rv == 0)
+        rv = ctl_rpc_game_export(r, t, &r->cfg_exp.cfg);
+    if (rv == 0)
         rv = ctl_config_export_tls(t, &r->cfg_exp, q->has_with_secrets && q->with_secrets);
     ctl_txn_abort(t);
     if (rv < 0) {
@@ -344,6 +346,8 @@ static void do_config_import(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
     rv = ctl_config_import_ex(t, cfg, &r->imp, err, sizeof(err));
     if (rv == 0)
         rv = ctl_rpc_fw_import(r, t, cfg, err, sizeof(err));
+    if (rv == 0)
+        rv = ctl_rpc_game_import(r, t, cfg, err, sizeof(err));
     if (rv < 0) {
         ctl_rpc_fail(r, ctl_rpc_config_code(rv), "%s", err);
         goto out;
@@ -362,8 +366,10 @@ static void do_config_import(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
     ctl_rpc_finish(r, &t, true);
     if (ctl_rpc_failed(r) && r->reply.code != FGX__CTL__CODE__CODE_UNAVAILABLE)
         goto out;
-    if (!r->deferred)
+    if (!r->deferred) {
         ctl_rpc_fw_imported(r);
+        ctl_rpc_game_imported(r);
+    }
     fgx_info("configuration imported: %zu services, %zu filters", cfg->n_services, cfg->n_filters);
 out:
     ctl_txn_abort(t);

@@ -15,6 +15,7 @@
 #include <hs.h>
 
 #include "controld/ctl_compile.h"
+#include "controld/ctl_game.h"
 #include "controld/ctl_ruleset.h"
 #include "controld/ctl_stats.h"
 #include "controld/ctl_supervise.h"
@@ -121,6 +122,17 @@ static int stored_one(void *arg, uint64_t seq, const void *data, size_t len)
     return cap_list_add(a->l, buf, blen);
 }
 
+/* Whether l already holds c's connection: a flag-out's capture is stored with its event while
+ * the connection goes on in the ring (issue 28); the stored one, with its event, stands. */
+static bool cap_listed(const struct cap_list *l, const struct fgx_cap *c)
+{
+    for (size_t i = 0; i < l->n; i++)
+        if (l->c[i].start_ns == c->start_ns && l->c[i].cport == c->cport &&
+            l->c[i].family == c->family && memcmp(l->c[i].caddr, c->caddr, 16) == 0)
+            return true;
+    return false;
+}
+
 static void live_from(struct ctl_sup *sup, uint32_t service_id, struct cap_list *l)
 {
     struct fgx_dp_msg m;
@@ -134,7 +146,7 @@ static void live_from(struct ctl_sup *sup, uint32_t service_id, struct cap_list 
         /* A blocked connection's capture is in the store, with its event's seq. */
         if (fgx_cap_decode(m.u.captures.caps[i].data, m.u.captures.caps[i].len, &c) < 0)
             continue;
-        blocked = c.blocked;
+        blocked = c.blocked || cap_listed(l, &c);
         fgx_cap_release(&c);
         if (blocked)
             continue;
@@ -452,8 +464,10 @@ static void fail_force(struct ctl_rpc *r, const char *fmt, ...)
 /* Each capture's hits of the batch's patterns (ids 1..n), counted once per connection. */
 struct breadth_scan {
     uint32_t *hits;   /* per pattern */
+    uint32_t *chk;    /* per pattern: of hits, the checker's connections */
     uint32_t *last;   /* per pattern: the capture (from 1) it last counted */
     uint32_t cap, n;
+    bool checker;     /* the capture scanned is the game checker's */
 };
 
 static int breadth_hit(unsigned id, unsigned long long from, unsigned long long to,
@@ -467,6 +481,7 @@ static int breadth_hit(unsigned id, unsigned long long from, unsigned long long 
     if (id >= 1 && id <= b->n && b->last[id - 1] != b->cap) {
         b->last[id - 1] = b->cap;
         b->hits[id - 1]++;
+        b->chk[id - 1] += b->checker;
     }
     return 0; /* every pattern of the batch: each reports once per stream (SINGLEMATCH) */
 }
@@ -503,16 +518,19 @@ int ctl_rpc_filters_breadth(struct ctl_rpc *r, struct ctl_txn *t, const struct c
     struct fgx_pattern_warnings w;
     hs_scratch_t *scr = NULL;
     struct cap_list l = {0};
-    uint32_t total = 0;
+    struct ctl_game game;
+    uint32_t total = 0, checker_total = 0;
     size_t np = 0;
     int rv = 0;
 
     if ((r->req && r->req->has_force && r->req->force) || n == 0)
         return 0;
+    ctl_game_init(&game);
     pats = calloc(n, sizeof(*pats));
     b.hits = calloc(n, sizeof(*b.hits));
+    b.chk = calloc(n, sizeof(*b.chk));
     b.last = calloc(n, sizeof(*b.last));
-    if (!pats || !b.hits || !b.last) {
+    if (!pats || !b.hits || !b.chk || !b.last) {
         ctl_rpc_store_fail(r, -ENOMEM);
         rv = -ENOMEM;
         goto out;
@@ -540,6 +558,7 @@ int ctl_rpc_filters_breadth(struct ctl_rpc *r, struct ctl_txn *t, const struct c
         rv = rv > 0 ? 0 : rv;
         goto out;
     }
+    (void)ctl_game_load(t, &game); /* none: no connection is the checker's */
     /* The traffic to spare: the workers' rings (a blocked connection there is skipped). */
     live_from(r->ctx->sup, svc->id, &l);
     live_from(r->ctx->px_sup, svc->id, &l);
@@ -551,11 +570,24 @@ int ctl_rpc_filters_breadth(struct ctl_rpc *r, struct ctl_txn *t, const struct c
             continue; /* nothing sent: no filter can block it */
         total++;
         b.cap = (uint32_t)i + 1;
+        b.checker = ctl_game_is_checker(&game, c->family, c->caddr);
+        checker_total += b.checker;
         for (int d = 0; d < 2; d++)
             if (db[d])
                 breadth_dir(c, d, db[d], scr, &b);
     }
     for (size_t i = 0; i < n; i++) {
+        /* the game's checker: one connection of its broken is SLA lost every tick */
+        if (b.chk[i] > 0) {
+            fail_force(r,
+                       "%s would have broken %u of the %u connections of the game's checker "
+                       "captured on service %s (and blocked %u of all %u; see `fgexctl filter "
+                       "test %s REGEX`). Nothing was stored; give --force to %s anyway",
+                       whats[i], b.chk[i], checker_total, svc->name, b.hits[i], total,
+                       svc->name, verb);
+            rv = -EPERM;
+            break;
+        }
         if (!ctl_config_reach_too_wide(b.hits[i], total))
             continue;
         fail_force(r,
@@ -570,8 +602,10 @@ int ctl_rpc_filters_breadth(struct ctl_rpc *r, struct ctl_txn *t, const struct c
 out:
     pattern_dbs_release(blob, db, scr);
     cap_list_free(&l);
+    ctl_game_release(&game);
     free(pats);
     free(b.hits);
+    free(b.chk);
     free(b.last);
     return rv;
 }
@@ -593,9 +627,14 @@ static void do_filter_test(struct ctl_rpc *r, const Fgx__Ctl__Request *req)
     struct ctl_service svc;
     struct ctl_txn *t = NULL;
     struct test_out *o = NULL;
+    struct fgx_blob fblob[2] = {{0}, {0}};
+    hs_database_t *fdb[2] = {NULL, NULL};
+    hs_scratch_t *fscr = NULL;
+    struct ctl_game game;
     size_t nhits = 0;
     int rv;
 
+    ctl_game_init(&game);
     pat.filter_id = 1;
     pat.regex = q->regex;
     pat.nocase = q->has_nocase && q->nocase;
@@ -615,6 +654,14 @@ static void do_filter_test(struct ctl_rpc *r, const Fgx__Ctl__Request *req)
     if (ctl_rpc_check_regex(r, q->regex, pat.nocase, svc.ipproto, &r->add_warn) < 0)
         goto out;
     rv = pattern_dbs(r, t, &pat, 1, svc.ipproto, blob, db, &scr);
+    /* The game's flag format, as the service's s2c database holds it: which connections are
+     * flag-outs (issue 28). */
+    if (rv == 0 && ctl_game_load(t, &game) == 0 && ctl_game_is_set(&game) &&
+        svc.ipproto == IPPROTO_TCP) {
+        struct fgx_pattern fp = {.filter_id = 1, .regex = game.flag, .dir = FGX_DIR_S2C};
+
+        rv = pattern_dbs(r, t, &fp, 1, svc.ipproto, fblob, fdb, &fscr);
+    }
     if (rv > 0) {
         /* A probe: the compile children build the database; the request runs again then. */
         r->deferred = true;
@@ -660,11 +707,17 @@ static void do_filter_test(struct ctl_rpc *r, const Fgx__Ctl__Request *req)
         const struct fgx_cap *c = &l.c[i];
         Fgx__Ctl__FilterTestHit *h;
         size_t end = 0, lo, hi;
+        bool checker = ctl_game_is_checker(&game, c->family, c->caddr);
+        bool flag = !checker && fdb[1] && scan_dir(c, 1, fdb[1], fscr, false) > 0;
         int d;
 
         for (d = 0; d < 2 && end == 0; d++)
             if (db[d])
                 end = scan_dir(c, d, db[d], scr, c->ipproto == IPPROTO_UDP);
+        o->res.checker_total += checker;
+        o->res.checker_broken += checker && end > 0;
+        o->res.flags_out_total += flag;
+        o->res.flags_out_stopped += flag && end > 0;
         if (end == 0)
             continue;
         d--;
@@ -704,6 +757,9 @@ static void do_filter_test(struct ctl_rpc *r, const Fgx__Ctl__Request *req)
     }
     o->res.n_hits = nhits;
     o->res.hits = o->hitp;
+    if (ctl_game_is_set(&game))
+        o->res.has_checker_total = o->res.has_checker_broken = o->res.has_flags_out_total =
+            o->res.has_flags_out_stopped = 1;
     o->res.total = (uint32_t)l.n;
     o->res.spared = (uint32_t)(l.n - nhits);
     for (size_t i = 0; i < r->add_warn.n; i++)
@@ -713,6 +769,8 @@ static void do_filter_test(struct ctl_rpc *r, const Fgx__Ctl__Request *req)
     r->reply.filter_test = &o->res;
 out:
     pattern_dbs_release(blob, db, scr);
+    pattern_dbs_release(fblob, fdb, fscr);
+    ctl_game_release(&game);
     cap_list_free(&l);
     ctl_txn_abort(t);
 }

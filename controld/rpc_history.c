@@ -18,6 +18,7 @@
 #include "controld/ctl_rates.h"
 #include "controld/ctl_ruleset.h"
 #include "fgx/log.h"
+#include "fgx/mbed_compat.h"
 
 static uint64_t rpc_live_blocked(void *arg, uint32_t filter_id)
 {
@@ -135,7 +136,7 @@ void ctl_rpc_who(const struct ctl_rpc *r, char *buf, size_t len)
          * nothing a reader could log in with. */
         unsigned char h[32];
 
-        mbedtls_sha256_ret((const unsigned char *)token, strlen(token), h, 0);
+        fgx_mbed_sha256((const unsigned char *)token, strlen(token), h);
         snprintf(buf, len, "%s session %02x%02x%02x%02x", addr, h[0], h[1], h[2], h[3]);
     } else {
         snprintf(buf, len, "%s", addr);

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "controld/ctl_game.h"
 #include "controld/ctl_script_rt.h"
 #include "fgx/log.h"
 
@@ -88,6 +89,9 @@ static void do_stats(struct ctl_rpc *r, const Fgx__Ctl__Request *req)
         m->blocked += ctl_script_rt_blocked(r->svcs[i].id);
         m->has_tls_failed = r->svcs[i].tls || c.tls_failed > 0;
         m->tls_failed = c.tls_failed;
+        m->has_flags_out = m->has_flags_to_checker = 1;
+        m->flags_out = c.flags_out;
+        m->flags_to_checker = c.flags_to_checker;
         for (size_t j = 0; j < nfs; j++) {
             uint64_t b;
 
@@ -181,6 +185,14 @@ static void do_events(struct ctl_rpc *r, const Fgx__Ctl__Request *req)
         return;
     }
     n = ctl_stats_events(r->ctx->stats, after, sid, name, limit, r->evs);
+    if (q && q->has_flags && q->flags) {
+        size_t k = 0;
+
+        for (size_t i = 0; i < n; i++)
+            if (r->evs[i]->filter_id == CTL_GAME_FLAG_ID)
+                r->evs[k++] = r->evs[i];
+        n = k;
+    }
     if (n > 0 && ctl_rpc_txn_begin(r, false, &lt) < 0)
         return;
     for (size_t i = 0; i < n; i++) {
@@ -214,6 +226,13 @@ static void do_events(struct ctl_rpc *r, const Fgx__Ctl__Request *req)
         m->label = (char *)ctl_rpc_filter_label(r, lt, e->filter_id);
         m->has_h2_stream = e->h2_stream != 0;
         m->h2_stream = e->h2_stream;
+        if (e->filter_id == CTL_GAME_FLAG_ID) {
+            m->label = NULL;
+            m->has_flag_out = m->flag_out = 1;
+            m->flag_sha256 = e->flag_sha256[0] ? (char *)e->flag_sha256 : NULL;
+            m->has_flag_offset = e->flag_sha256[0] != '\0';
+            m->flag_offset = e->flag_offset;
+        }
         if (e->script_kind[0]) {
             m->label = NULL; /* no filter's */
             m->script_kind = (char *)e->script_kind;

@@ -3,6 +3,7 @@
 #   deploy/install-deps.sh [run]  build, run and install fgex (`make`, `make run`, `make install`)
 #   deploy/install-deps.sh test   run's, plus what the unit and integration tests add (`make test`)
 #   deploy/install-deps.sh bench  test's, plus what the benchmarks add (`make bench`)
+#   deploy/install-deps.sh deb    run's, plus what building the Debian package adds (`make deb`)
 #   deploy/install-deps.sh --list MODE   print the packages of MODE and stop
 set -euo pipefail
 
@@ -44,18 +45,21 @@ run=(nftables iptables iproute2 man-db python3 python3-h11 python3-brotli python
 # playwright-core from npm (installed below into build/web-node, never committed) under nodejs.
 # ca-certificates: the system's CA store, which npm is told to trust (below) for the download.
 # The fuzzing harnesses (tests/fuzz, replayed by `make test`, run by `make fuzz`): clang with
-# libFuzzer and the sanitizers' runtimes (libclang-rt-14-dev).
+# libFuzzer and the sanitizers' runtimes (libclang-rt-dev: the default clang's, 14 on Debian 12, 19 on 13).
 # The 2-minute soak (test_soak runs bench/soak) needs nothing more: scapy for its out-of-order
 # segments, python3-cryptography for its TLS certificates; its plot needs gnuplot-nox (bench).
 test=(libcriterion-dev python3 python3-scapy openssl procps systemd dbus-daemon curl nginx-light
   tshark nghttp2-client nghttp2-server python3-grpcio
-  python3-cryptography chromium nodejs ca-certificates clang libclang-rt-14-dev)
+  python3-cryptography chromium nodejs ca-certificates clang libclang-rt-dev)
 # npm: Debian's package, unless a nodejs that carries its own npm (NodeSource's) is installed
 command -v npm >/dev/null 2>&1 || test+=(npm)
 # Benchmarking: traffic and charts; bench/tls's nginx stream proxy (libnginx-mod-stream) and
 # its profile (linux-perf); bench/h2's load client, h2load (nghttp2-client), and its nginx
 # (nginx-light, as for the tests).
 bench=(iperf3 gnuplot-nox libnginx-mod-stream linux-perf nghttp2-client nginx-light)
+# The Debian package (`make deb`): dpkg-buildpackage and dpkg-shlibdeps (dpkg-dev), debhelper's
+# dh, and lintian to check the result.
+deb=(dpkg-dev debhelper lintian)
 
 list=0
 if [[ ${1:-} == --list ]]; then
@@ -67,8 +71,9 @@ case $mode in
 run) pkgs=("${build[@]}" "${run[@]}") ;;
 test) pkgs=("${build[@]}" "${run[@]}" "${test[@]}") ;;
 bench) pkgs=("${build[@]}" "${run[@]}" "${test[@]}" "${bench[@]}") ;;
+deb) pkgs=("${build[@]}" "${run[@]}" "${deb[@]}") ;;
 *)
-  echo "usage: install-deps.sh [--list] [run|test|bench]" >&2
+  echo "usage: install-deps.sh [--list] [run|test|bench|deb]" >&2
   exit 2
   ;;
 esac
@@ -97,13 +102,19 @@ web_node() {
   (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
 }
 
+# Debian 13 renamed libraries in its 64-bit time_t transition (libmicrohttpd12t64, which provides
+# libmicrohttpd12): the new name installed counts as the old one.
+installed() {
+  local st
+  st=$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null || true)
+  [[ $st == "install ok installed" ]]
+}
 missing=()
 for p in "${pkgs[@]}"; do
-  st=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
-  [[ $st == "install ok installed" ]] || missing+=("$p")
+  installed "$p" || installed "${p}t64" || missing+=("$p")
 done
 if ((${#missing[@]} == 0)); then
-  [[ $mode == run ]] || web_node
+  [[ $mode == run || $mode == deb ]] || web_node
   exit 0
 fi
 if [[ $(id -u) -ne 0 ]]; then
@@ -114,4 +125,4 @@ echo "install-deps ($mode): installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-[[ $mode == run ]] || web_node
+[[ $mode == run || $mode == deb ]] || web_node

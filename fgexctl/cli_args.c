@@ -82,6 +82,8 @@ static const char usage_main[] =
     "  fw rule add|rm|move|enable|disable|list ... the firewall: ordered rules, first\n"
     "  fw policy|set|enable|disable|import|export|apply|confirm ...   match wins\n"
     "                                           (`fgexctl fw --help`)\n"
+    "  game set --flag REGEX --checker CIDR... [--team CIDR...]\n"
+    "  game show                                the game's flag format and checker\n"
     "  version                                  fgexctl's version and controld's\n"
     "  context add NAME URL [--fingerprint FP] [--ca FILE] [--replace]\n"
     "  context use|show|rm NAME                 named controlds (`context list`)\n"
@@ -190,6 +192,7 @@ static const struct opt_def opt_defs[CLI_NOPTS] = {
     {"--from", CLI_OPT_FROM, ARG_REQUIRED},
     {"--step", CLI_OPT_STEP, ARG_REQUIRED},
     {"--keep-firewall", CLI_OPT_KEEP_FW, ARG_NONE},
+    {"--flags", CLI_OPT_FLAGS, ARG_NONE},
 };
 
 /* ---- helpers ----------------------------------------------------------------------------- */

@@ -103,6 +103,12 @@ struct cli_cmd {
             Fgx__Ctl__Config cfg;
             Fgx__Ctl__FwConfig fw;
         } reset; /* cmd_admin.c */
+        struct {
+            Fgx__Ctl__GameSet set;
+            char *addrs[2][64]; /* --checker, --team: each address, pointing into text */
+            char text[4096];    /* the addresses' words, split at their commas */
+            size_t used;
+        } game; /* cmd_game.c */
     } m;
     char *addrs[32]; /* service add --addr, pointing into argv (CLI_ADDRS_MAX) */
     /* script commands: set, the command runs here instead of one request (script test, script

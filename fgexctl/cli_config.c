@@ -193,6 +193,29 @@ static json_t *write_service(const Fgx__Ctl__Config *cfg, const Fgx__Ctl__Servic
     return write_service_tls(o, s);
 }
 
+/* The game (issue 28): {} when none is set, so that an import of the backup clears it. */
+static json_t *write_game(const Fgx__Ctl__GameConfig *g)
+{
+    json_t *o = json_object(), *ck = json_array(), *tm = json_array();
+    bool ok = o && ck && tm;
+
+    if (ok && g->has_flag && g->flag.len > 0) {
+        for (size_t i = 0; ok && i < g->n_checker; i++)
+            ok = json_array_append_new(ck, cli_json_str(g->checker[i])) == 0;
+        for (size_t i = 0; ok && i < g->n_team; i++)
+            ok = json_array_append_new(tm, cli_json_str(g->team[i])) == 0;
+        ok = ok && cli_json_set_bytes(o, "flag", g->flag.data, g->flag.len) == 0 &&
+             json_object_set(o, "checker", ck) == 0 && json_object_set(o, "team", tm) == 0;
+    }
+    json_decref(ck);
+    json_decref(tm);
+    if (!ok) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
 int cli_config_write(FILE *f, const Fgx__Ctl__Config *cfg, char *err, size_t errlen)
 {
     json_t *settings = json_object(), *svcs = json_array();
@@ -232,6 +255,10 @@ int cli_config_write(FILE *f, const Fgx__Ctl__Config *cfg, char *err, size_t err
         /* the firewall (cmd_fw.c), when controld has one */
         if (doc && cfg->fw && json_object_set_new(doc, "firewall",
                                                   cli_fw_config_to_json(cfg->fw)) < 0) {
+            json_decref(doc);
+            doc = NULL;
+        }
+        if (doc && cfg->game && json_object_set_new(doc, "game", write_game(cfg->game)) < 0) {
             json_decref(doc);
             doc = NULL;
         }
@@ -620,6 +647,90 @@ static int read_limits(struct rd *r, const json_t *sv, size_t idx, Fgx__Ctl__Ser
         rc = get_enum(r, lv, "over_limit", where, ol, olv, 2, 0, &e);
     s->has_over_limit_forward = s->has_max_conns;
     s->over_limit_forward = e == 1;
+    return rc;
+}
+
+/* The game's "flag" or "flag_b64" (exactly one), bytes without NUL, into *out (malloc'd). */
+static int get_flag(struct rd *r, const json_t *gv, ProtobufCBinaryData *out)
+{
+    const json_t *sv = json_object_get(gv, "flag"), *bv = json_object_get(gv, "flag_b64");
+    size_t n;
+
+    if (sv && bv)
+        return bad_in(r, gv, "flag_b64", 0,
+                      "game has both \"flag\" and \"flag_b64\": give one");
+    if (!sv && !bv)
+        return bad(r, gv, "game: \"flag\" is missing (a game with no flag is {})");
+    if (want_type(r, gv, sv ? "flag" : "flag_b64", 0, "string",
+                  sv ? "game.flag" : "game.flag_b64") < 0)
+        return -EINVAL;
+    n = json_string_length(sv ? sv : bv);
+    out->data = malloc(n + 1);
+    if (!out->data)
+        return -ENOMEM;
+    if (sv) {
+        memcpy(out->data, json_string_value(sv), n);
+    } else if (cli_b64_decode(json_string_value(bv), n, out->data, &n) < 0) {
+        return bad(r, bv, "game.flag_b64 is not base64 (RFC 4648: A-Z a-z 0-9 + /, padded with "
+                   "'=')");
+    }
+    out->len = n;
+    if (n == 0 || memchr(out->data, '\0', n))
+        return bad(r, sv ? sv : bv, "game.flag is empty or holds a NUL byte (write \\x00)");
+    return 0;
+}
+
+static int get_cidrs(struct rd *r, const json_t *gv, const char *key, char ***out, size_t *n)
+{
+    const json_t *a = json_object_get(gv, key);
+    char where[32];
+
+    *n = 0;
+    if (!a)
+        return 0;
+    (void)snprintf(where, sizeof(where), "game.%s", key);
+    if (want_type(r, gv, key, 0, "array", where) < 0)
+        return -EINVAL;
+    *out = calloc(json_array_size(a) + 1, sizeof(**out));
+    if (!*out)
+        return -ENOMEM;
+    for (size_t i = 0; i < json_array_size(a); i++) {
+        const json_t *e = json_array_get(a, i);
+
+        if (!json_is_string(e) || !cli_args_ip_valid(json_string_value(e)))
+            return bad(r, e, "%s[%zu] must be an address or ADDR/LEN", where, i);
+        if (!((*out)[i] = strdup(json_string_value(e))))
+            return -ENOMEM;
+        (*n)++;
+    }
+    return 0;
+}
+
+static int read_game(struct rd *r, const json_t *gv)
+{
+    static const char *const keys[] = {"flag", "flag_b64", "checker", "team", NULL};
+    Fgx__Ctl__GameConfig *g;
+    int rc = want_type(r, r->doc, "game", 0, "object", "game");
+
+    if (rc == 0)
+        rc = known_keys(r, gv, "game", keys);
+    if (rc < 0)
+        return rc;
+    g = malloc(sizeof(*g));
+    if (!g)
+        return -ENOMEM;
+    fgx__ctl__game_config__init(g);
+    r->cfg->game = g; /* freed with the configuration from here on */
+    if (json_object_size(gv) == 0)
+        return 0; /* no game */
+    g->has_flag = 1;
+    rc = get_flag(r, gv, &g->flag);
+    if (rc == 0)
+        rc = get_cidrs(r, gv, "checker", &g->checker, &g->n_checker);
+    if (rc == 0)
+        rc = get_cidrs(r, gv, "team", &g->team, &g->n_team);
+    if (rc == 0 && g->n_checker == 0)
+        rc = bad(r, gv, "game: \"checker\" lists no address");
     return rc;
 }
 
@@ -1071,8 +1182,8 @@ static int assign_ids(struct rd *r, const json_t *svcs, const bool *svc_has, con
 
 int cli_config_read(const char *text, size_t len, Fgx__Ctl__Config **out, char *err, size_t errlen)
 {
-    static const char *const keys[] = {"format", "version", "settings", "services", "firewall",
-                                       NULL};
+    static const char *const keys[] = {"format",   "version", "settings", "services",
+                                       "firewall", "game",    NULL};
     static const char *const skeys[] = {"auth_enabled", NULL};
     struct rd r = {.err = err, .errlen = errlen};
     json_t *doc = NULL;
@@ -1136,6 +1247,12 @@ int cli_config_read(const char *text, size_t len, Fgx__Ctl__Config **out, char *
         rc = cli_fw_config_from_json(v, &r.cfg->fw, why, sizeof(why));
         if (rc == -EINVAL)
             rc = bad(&r, v, "%s", why);
+        if (rc < 0)
+            goto out;
+    }
+    v = json_object_get(doc, "game");
+    if (v) {
+        rc = read_game(&r, v);
         if (rc < 0)
             goto out;
     }

@@ -97,7 +97,7 @@ static int rpc_dial_chan(struct cli_rpc *r)
     if (rc == -EKEYREJECTED)
         (void)snprintf(r->err, sizeof(r->err),
                        "the TLS certificate of %.200s was refused: it does not match %s%.600s",
-                       r->url, tr.server_name ? "the name or CA in " : "the pinned certificate ",
+                       r->url, tr.pinned ? "the pinned certificate " : "the name or CA in ",
                        tr.ca_path);
     else if (rc < 0)
         (void)snprintf(r->err, sizeof(r->err), "cannot reach controld at %s: %s%s", r->url,

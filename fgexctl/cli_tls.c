@@ -17,19 +17,21 @@
 #include <mbedtls/entropy.h>
 #include <mbedtls/error.h>
 #include <mbedtls/net_sockets.h>
+#include <mbedtls/oid.h>
 #include <mbedtls/pem.h>
 #include <mbedtls/sha256.h>
 #include <mbedtls/ssl.h>
 #include <mbedtls/x509_crt.h>
 
 #include "cli_args.h"
+#include "fgx/mbed_compat.h"
 
 void cli_tls_fingerprint(const unsigned char *der, size_t len, char fp[CLI_FP_SIZE])
 {
     static const char hex[] = "0123456789ABCDEF";
     unsigned char h[32];
 
-    (void)mbedtls_sha256_ret(der, len, h, 0);
+    (void)fgx_mbed_sha256(der, len, h);
     for (size_t i = 0; i < 32; i++) {
         fp[3 * i] = hex[h[i] >> 4];
         fp[3 * i + 1] = hex[h[i] & 0xf];
@@ -190,6 +192,30 @@ out:
     return rc;
 }
 
+/* The name a pinned certificate is checked for: its own (its first DNS subjectAltName, else its
+ * CN), so that the check passes for exactly that certificate and adds nothing to the pin. A name
+ * is needed: mbedtls 3.6.3 and later (Debian 13) fail a verified client handshake without one
+ * (MBEDTLS_ERR_SSL_CERTIFICATE_VERIFICATION_WITHOUT_HOSTNAME). NULL: the certificate has none. */
+static const char *pin_name(const mbedtls_x509_crt *crt, char *buf, size_t len)
+{
+    const mbedtls_x509_sequence *san;
+    const mbedtls_x509_name *n;
+    const mbedtls_x509_buf *v = NULL;
+
+    for (san = &crt->subject_alt_names; san && san->buf.p && !v; san = san->next)
+        if (san->buf.tag == (MBEDTLS_ASN1_CONTEXT_SPECIFIC | MBEDTLS_X509_SAN_DNS_NAME))
+            v = &san->buf;
+    for (n = &crt->subject; n && n->oid.p && !v; n = n->next)
+        if (MBEDTLS_OID_CMP(MBEDTLS_OID_AT_CN, &n->oid) == 0)
+            v = &n->val;
+    /* a name with a NUL in it would be cut short here, and then fail the check: refused */
+    if (!v || v->len == 0 || v->len >= len)
+        return NULL;
+    memcpy(buf, v->p, v->len);
+    buf[v->len] = '\0';
+    return buf;
+}
+
 /* --ca FILE: a single self-signed certificate is the server's own (a pin): no name to check.
  * Anything else is a CA, and the server's certificate must name the host. */
 static int trust_ca_file(const struct cli_pin_target *t, const char *ca_file,
@@ -211,7 +237,8 @@ static int trust_ca_file(const struct cli_pin_target *t, const char *ca_file,
     out->fp[0] = '\0';
     if (crt.next == NULL && crt.subject_raw.len == crt.issuer_raw.len &&
         memcmp(crt.subject_raw.p, crt.issuer_raw.p, crt.subject_raw.len) == 0) {
-        out->server_name = NULL;
+        out->pinned = true;
+        out->server_name = pin_name(&crt, out->server_name_buf, sizeof(out->server_name_buf));
         cli_tls_fingerprint(crt.raw.p, crt.raw.len, out->fp);
     } else {
         (void)snprintf(out->server_name_buf, sizeof(out->server_name_buf), "%s", t->host);
@@ -261,7 +288,17 @@ int cli_tls_trust_setup(const char *url, const char *fingerprint, const char *ca
         (void)snprintf(err, errlen, "cannot write %s: %s", out->ca_path, strerror(-rc));
         goto out;
     }
-    out->server_name = NULL;
+    out->pinned = true;
+    {
+        mbedtls_x509_crt crt;
+
+        mbedtls_x509_crt_init(&crt);
+        out->server_name = mbedtls_x509_crt_parse(&crt, (const unsigned char *)cert.pem,
+                                                  cert.pem_len + 1) == 0
+                               ? pin_name(&crt, out->server_name_buf, sizeof(out->server_name_buf))
+                               : NULL;
+        mbedtls_x509_crt_free(&crt);
+    }
     if (outcome == CLI_PIN_NEW)
         (void)fprintf(stderr,
                       CLI_PROG

@@ -4,6 +4,7 @@
 #ifndef CLI_TLS_H
 #define CLI_TLS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "cli_pin.h"
@@ -29,8 +30,11 @@ void cli_tls_fingerprint(const unsigned char *der, size_t len, char fp[CLI_FP_SI
 /* What to dial a tls+tcp URL with. */
 struct cli_tls_trust {
     char ca_path[4096];      /* the PEM file nng must verify the server against */
-    const char *server_name; /* NULL: no name check (a pinned self-signed certificate) */
+    /* the name the certificate must carry: the host's with a CA; a pinned certificate's own
+     * (pin_name()), or NULL if it has none, since the pin alone is trusted */
+    const char *server_name;
     char server_name_buf[256];
+    bool pinned; /* ca_path is the one certificate trusted, not a CA */
     char fp[CLI_FP_SIZE]; /* the pinned fingerprint; "" with --ca */
 };
 

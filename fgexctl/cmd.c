@@ -17,6 +17,7 @@ const struct cli_cmd_family *const cli_cmd_families[] = {
     &cli_cmd_fw,
     &cli_cmd_capture,
     &cli_cmd_script,
+    &cli_cmd_game,
     NULL,
 };
 

@@ -77,7 +77,8 @@ json_t *cli_cmd_script_log_entry_json(const Fgx__Ctl__ScriptLogEntry *e);
 #define CLI_OPT_FROM (UINT64_C(1) << 46)       /* stats --from T (--to T: CLI_OPT_TO) */
 #define CLI_OPT_STEP (UINT64_C(1) << 47)       /* stats --step S */
 #define CLI_OPT_KEEP_FW (UINT64_C(1) << 48)    /* reset --keep-firewall */
-#define CLI_NOPTS 49
+#define CLI_OPT_FLAGS (UINT64_C(1) << 49)      /* events --flags */
+#define CLI_NOPTS 50
 /* --addr given more than this is refused by fgexctl (controld's bound is the same). */
 #define CLI_ADDRS_MAX 32
 
@@ -148,6 +149,11 @@ extern const struct cli_cmd_family cli_cmd_context;
 int cli_cmd_context_run(struct cli_cmd *cmd, FILE *out, FILE *err);
 
 extern const struct cli_cmd_family cli_cmd_regex;
+
+/* ---- the game (cmd_game.c) ---- */
+extern const struct cli_cmd_family cli_cmd_game;
+/* The game as `game show --json` prints it (the page's too). */
+json_t *cli_cmd_game_json(const Fgx__Ctl__GameConfig *g);
 
 /* A duration as --since takes it: digits with an optional unit s, m, h or d (seconds without).
  * Returns 0 or -EINVAL. (cmd_events.c) */

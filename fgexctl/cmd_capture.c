@@ -810,6 +810,11 @@ int cli_cmd_filter_test_human(FILE *f, const Fgx__Ctl__Request *req, const Fgx__
     }
     (void)fprintf(f, "would block %zu of %" PRIu32 " captured connection(s); spares %" PRIu32 "\n",
                   r->n_hits, r->total, r->spared);
+    if (r->has_checker_total)
+        (void)fprintf(f, "would break %" PRIu32 " of %" PRIu32 " connection(s) of the game's "
+                      "checker; would stop %" PRIu32 " of %" PRIu32 " flag-out connection(s)\n",
+                      r->checker_broken, r->checker_total, r->flags_out_stopped,
+                      r->flags_out_total);
     return rc;
 }
 
@@ -854,6 +859,15 @@ json_t *cli_cmd_filter_test_json(const Fgx__Ctl__Request *req, const Fgx__Ctl__R
     o = json_pack("{s:o, s:I, s:I, s:I, s:o}", "hits", hits, "total", cli_json_int(r->total),
                   "would_block", cli_json_int(r->n_hits), "spared", cli_json_int(r->spared),
                   "warnings", warn);
+    /* with a game set (issue 28): the checker's connections and the flag-outs */
+    if (o && r->has_checker_total &&
+        (json_object_set_new(o, "checker_total", json_integer(r->checker_total)) < 0 ||
+         json_object_set_new(o, "checker_broken", json_integer(r->checker_broken)) < 0 ||
+         json_object_set_new(o, "flags_out_total", json_integer(r->flags_out_total)) < 0 ||
+         json_object_set_new(o, "flags_out_stopped", json_integer(r->flags_out_stopped)) < 0)) {
+        json_decref(o);
+        return NULL;
+    }
     return o;
 fail:
     json_decref(hits);

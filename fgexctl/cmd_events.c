@@ -17,12 +17,15 @@
 
 /* clang-format off */
 static const char usage_events[] =
-    "usage: fgexctl events [SERVICE] [--limit N] [--follow] [--json]\n"
+    "usage: fgexctl events [SERVICE] [--limit N] [--follow] [--flags] [--json]\n"
     "       fgexctl events show SEQ [--raw [--dir c2s|s2c]] [--json]\n"
     "\n"
     "`events show SEQ`: one block with what its connection carried, as hex and\n"
     "ASCII per direction (the blocked bytes marked); --raw writes the client's bytes\n"
     "(--dir s2c: the server's) as they are, ready to replay with nc.\n"
+    "\n"
+    "--flags: only the flag-out events, flags of the game's format (`fgexctl game\n"
+    "set`) sent to an address outside the checker's; FILTER says flag-out.\n"
     "\n"
     "The latest blocks (of every service, or only SERVICE), oldest first: the event's\n"
     "SEQ (for `events show SEQ`), when, which service and filter, the direction of\n"
@@ -96,6 +99,11 @@ static int build_events(struct cli_cmd *cmd, const struct cli_cmd_def *spec,
         m->has_limit = 1;
     }
     cmd->follow = cli_args_opt(raw, CLI_OPT_FOLLOW) != NULL;
+    if (cli_args_opt(raw, CLI_OPT_FLAGS)) {
+        if (cli_args_opt(raw, CLI_OPT_TOP))
+            return cli_args_fail_usage(cmd, spec, "--flags does not go with --top");
+        m->has_flags = m->flags = 1; /* only flag-out events (the game's, issue 28) */
+    }
     if ((v = cli_args_opt(raw, CLI_OPT_TOP))) {
         if (strcmp(v, "src") != 0)
             return cli_args_fail(cmd, CLI_EXIT_INVALID, "invalid --top '%.60s': only src is known",
@@ -214,7 +222,9 @@ static int human_events(FILE *f, const Fgx__Ctl__Reply *rep, bool fixed, bool he
             cli_fmt_table_add_str(&t, e->service);
         else
             cli_fmt_table_addf(&t, "%" PRIu32, e->service_id);
-        if (e->script_kind && e->script_kind[0])
+        if (e->has_flag_out && e->flag_out)
+            cli_fmt_table_addf(&t, "flag-out");
+        else if (e->script_kind && e->script_kind[0])
             /* a script call's failure, not a filter's match */
             cli_fmt_table_addf(&t, "script %s %s", e->script_kind,
                                e->script_function && e->script_function[0] ? e->script_function
@@ -283,11 +293,19 @@ static json_t *json_event(const void *p)
         json_object_set_new(o, "excerpt_hex", json_string(h)) < 0 ||
         (e->has_match_end && json_object_set_new(o, "match_end", json_integer(e->match_end)) < 0) ||
         json_object_set_new(o, "action",
-                            json_string(script_failure(e)      ? "script"
-                                        : e->has_log && e->log ? "log"
-                                                               : "block")) < 0 ||
+                            json_string(script_failure(e)              ? "script"
+                                        : e->has_flag_out && e->flag_out ? "flag-out"
+                                        : e->has_log && e->log           ? "log"
+                                                                         : "block")) < 0 ||
         json_object_set_new(o, "label",
                             cli_json_str_or_null(e->label && e->label[0] ? e->label : NULL)) < 0) {
+        json_decref(o);
+        return NULL;
+    }
+    /* a flag-out's flag, by its hash (absent when not located) */
+    if (e->flag_sha256 &&
+        (json_object_set_new(o, "flag_sha256", json_string(e->flag_sha256)) < 0 ||
+         json_object_set_new(o, "flag_offset", json_integer((json_int_t)e->flag_offset)) < 0)) {
         json_decref(o);
         return NULL;
     }
@@ -416,7 +434,8 @@ static const struct cli_cmd_def events_cmds[] = {
      .req = FGX__CTL__REQUEST__REQ_EVENTS,
      .npos = 2,
      .pos_names = {"SERVICE", "SEQ"},
-     .opts = CLI_OPT_LIMIT | CLI_OPT_FOLLOW | CLI_OPT_TOP | CLI_OPT_SINCE | CLI_OPT_RAW | CLI_OPT_DIR,
+     .opts = CLI_OPT_LIMIT | CLI_OPT_FOLLOW | CLI_OPT_TOP | CLI_OPT_SINCE | CLI_OPT_RAW | CLI_OPT_DIR |
+             CLI_OPT_FLAGS,
      .usage = usage_events,
      .pos_optional = true,
      .build = build_events,

@@ -144,6 +144,12 @@ static int human_stats_table(FILE *f, const Fgx__Ctl__Reply *rep)
         if (rep->service_stats[i]->has_tls_failed && rep->service_stats[i]->tls_failed > 0)
             (void)fprintf(f, "%s: %" PRIu64 " TLS handshake(s) failed or timed out\n",
                           rep->service_stats[i]->name, rep->service_stats[i]->tls_failed);
+    for (size_t i = 0; i < rep->n_service_stats; i++)
+        if (rep->service_stats[i]->flags_out > 0 || rep->service_stats[i]->flags_to_checker > 0)
+            (void)fprintf(f, "%s: flags sent in %" PRIu64 " connection(s) outside the checker "
+                          "(flag-out), %" PRIu64 " to the checker\n",
+                          rep->service_stats[i]->name, rep->service_stats[i]->flags_out,
+                          rep->service_stats[i]->flags_to_checker);
     return rc;
 }
 
@@ -160,6 +166,14 @@ static json_t *json_stats_one(const void *p)
                      cli_json_int(st->blocked), "blocked_removed",
                      cli_json_int(st->blocked_removed), "events_lost",
                      cli_json_int(st->events_lost), "matched", cli_json_int(st->matched));
+    /* the game's flags (issue 28) */
+    if (o != NULL && (json_object_set_new(o, "flags_out",
+                                          json_integer(cli_json_int(st->flags_out))) < 0 ||
+                      json_object_set_new(o, "flags_to_checker",
+                                          json_integer(cli_json_int(st->flags_to_checker))) < 0)) {
+        json_decref(o);
+        return NULL;
+    }
     /* TLS services only: handshakes failed or stalled. */
     if (o != NULL && st->has_tls_failed &&
         json_object_set_new(o, "tls_failed", json_integer(cli_json_int(st->tls_failed))) < 0) {

@@ -293,6 +293,21 @@ bool fgx_cap_block_tail(struct fgx_cap_ring *r, const struct fgx_cap_ref *ref, i
     return ok;
 }
 
+bool fgx_cap_pin_keep(struct fgx_cap_ring *r, const struct fgx_cap_ref *ref)
+{
+    struct fgx_cap_conn *c;
+    bool ok = false;
+
+    pthread_mutex_lock(&r->lock);
+    c = ref_conn(r, ref);
+    if (c != NULL && !c->pinned) {
+        c->pinned = true;
+        ok = true;
+    }
+    pthread_mutex_unlock(&r->lock);
+    return ok;
+}
+
 void fgx_cap_unpin(struct fgx_cap_ring *r, const struct fgx_cap_ref *ref)
 {
     struct fgx_cap_conn *c;

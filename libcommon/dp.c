@@ -415,6 +415,8 @@ int fgx_dp_encode(const struct fgx_dp_msg *m, void **buf, size_t *len)
             }
             p->has_h2_stream = e->h2_stream != 0;
             p->h2_stream = e->h2_stream;
+            p->has_stream_end = e->stream_end != 0;
+            p->stream_end = e->stream_end;
             if (e->script_verdict != 0) {
                 p->has_script_verdict = 1;
                 p->script_verdict = e->script_verdict;
@@ -923,6 +925,7 @@ static int stats_from_pb(const Fgx__Dp__Stats *p, struct fgx_dp_stats *s)
                 memcpy(e->excerpt, v->excerpt.data, exlen);
             e->log = v->has_log && v->log;
             e->h2_stream = v->has_h2_stream ? v->h2_stream : 0;
+            e->stream_end = v->has_stream_end ? v->stream_end : 0;
             if (v->has_script_verdict && (v->script_verdict == FGX_DP_SCRIPT_REJECT ||
                                           v->script_verdict == FGX_DP_SCRIPT_DROP)) {
                 e->script_verdict = (uint8_t)v->script_verdict;

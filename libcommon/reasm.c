@@ -820,6 +820,7 @@ static void log_hit(struct scan_state *s, uint32_t id, unsigned long long to)
     memset(&lm, 0, sizeof(lm));
     lm.log = true;
     lm.filter_id = id;
+    lm.stream_end = to;
     excerpt_fill(&lm, s->r, s->data, s->len, end_in_buffer(s->base, to, s->len));
     s->ctx->log(s->ctx->log_arg, &lm);
 }

@@ -206,6 +206,7 @@ static void event_record(struct nfq_thread *t, uint32_t service_id, enum fgx_dir
     e->match_end = m->match_end <= e->excerpt_len ? m->match_end : e->excerpt_len;
     memcpy(e->excerpt, m->excerpt, e->excerpt_len);
     e->log = m->log;
+    e->stream_end = m->log ? m->stream_end : 0;
     /* a ring slot is reused: a filter's event says it is none of a script's */
     e->script_verdict = script_verdict;
     if (script_fn != NULL)
@@ -215,7 +216,8 @@ static void event_record(struct nfq_thread *t, uint32_t service_id, enum fgx_dir
     e->capture = NULL;
     e->capture_len = 0;
     e->cap_slot = e->cap_gen = 0;
-    if (cr != NULL && cref != NULL && cref->gen != 0 && fgx_cap_pin(cr, cref, m->filter_id)) {
+    if (cr != NULL && cref != NULL && cref->gen != 0 &&
+        (m->log ? fgx_cap_pin_keep(cr, cref) : fgx_cap_pin(cr, cref, m->filter_id))) {
         e->cap_slot = cref->slot;
         e->cap_gen = cref->gen;
     }
@@ -233,13 +235,18 @@ void nfq_match_log(void *arg, const struct fgx_reasm_match *m)
     nfq_stats_filter_matched(&t->ctr, m->filter_id);
     if (f != NULL) {
         const struct fgx_flow_key *k = &f->key;
+        /* the game's flag leaving (its reserved id): its event keeps the connection's capture
+         * so far, as a block's does; a log filter's keeps none */
+        bool flag = m->filter_id == FGX_FILTER_ID_MASK;
+        struct fgx_cap_ring *cr = flag ? fgx_cap_set_ring(&t->caps, f->service_id) : NULL;
+        struct fgx_cap_ref cref = {f->cap_slot, f->cap_gen};
 
         if (dir == FGX_DIR_C2S)
             event_record(t, f->service_id, dir, k->ipproto, k->family, k->caddr, k->cport, k->saddr,
-                         k->sport, m, NULL, NULL, 0, NULL);
+                         k->sport, m, cr, flag ? &cref : NULL, 0, NULL);
         else
             event_record(t, f->service_id, dir, k->ipproto, k->family, k->saddr, k->sport, k->caddr,
-                         k->cport, m, NULL, NULL, 0, NULL);
+                         k->cport, m, cr, flag ? &cref : NULL, 0, NULL);
     } else if (p != NULL) {
         event_record(t, t->scan_svc, dir, p->ipproto, p->family, p->saddr, p->sport, p->daddr,
                      p->dport, m, NULL, NULL, 0, NULL);

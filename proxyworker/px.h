@@ -217,6 +217,7 @@ struct px_thread {
     struct px_conn *scan_conn;
     int scan_side;
     uint32_t scan_stream; /* and the HTTP/2 stream (0: none), for the event */
+    struct fgx_cap_ref *scan_cap; /* and its capture (NULL: the connection's own) */
     struct px_tls_cache *tls_cache; /* sessions to TLS services (px_tls.c); NULL until one */
     /* Capture rings of the services with capture on (fgx/capture.h); the proxy has no wire
      * sequence numbers, so its captures' are made up (synth_seq). */

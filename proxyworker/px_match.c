@@ -234,12 +234,14 @@ static void event_record(struct px_conn *c, int side, const struct fgx_reasm_mat
     ev->match_end = m->match_end <= ev->excerpt_len ? m->match_end : ev->excerpt_len;
     memcpy(ev->excerpt, m->excerpt, ev->excerpt_len);
     ev->log = m->log;
+    ev->stream_end = m->log ? m->stream_end : 0;
     ev->h2_stream = c->t->scan_stream;
     ev->script_verdict = script_verdict;
     if (script_fn)
         (void)snprintf(ev->script_fn, sizeof(ev->script_fn), "%s", script_fn);
     /* The capture waits pinned in its slot until the control thread takes it with the event. */
-    if (cr != NULL && ref != NULL && ref->gen != 0 && fgx_cap_pin(cr, ref, m->filter_id)) {
+    if (cr != NULL && ref != NULL && ref->gen != 0 &&
+        (m->log ? fgx_cap_pin_keep(cr, ref) : fgx_cap_pin(cr, ref, m->filter_id))) {
         ev->cap_slot = ref->slot;
         ev->cap_gen = ref->gen;
     }
@@ -273,8 +275,19 @@ void px_match_log(void *arg, const struct fgx_reasm_match *m)
     struct px_thread *t = arg;
 
     px_stats_filter_matched(&t->ctr, m->filter_id);
-    if (t->scan_conn != NULL)
-        event_record(t->scan_conn, t->scan_side, m, NULL, NULL, 0, NULL);
+    if (t->scan_conn != NULL) {
+        /* the game's flag leaving (its reserved id): its event keeps the capture so far (the
+         * connection's, or the HTTP/2 stream's being scanned), as a block's does; a log
+         * filter's keeps none */
+        struct px_conn *c = t->scan_conn;
+        struct fgx_cap_ring *cr = m->filter_id == FGX_FILTER_ID_MASK
+                                      ? fgx_cap_set_ring(&t->caps, c->service_id)
+                                      : NULL;
+        struct fgx_cap_ref ref = t->scan_cap ? *t->scan_cap
+                                             : (struct fgx_cap_ref){c->cap_slot, c->cap_gen};
+
+        event_record(c, t->scan_side, m, cr, &ref, 0, NULL);
+    }
 }
 
 /* A read's bytes into a capture (*ref: the connection's, or an HTTP/2 stream's rendering, which
@@ -397,8 +410,10 @@ int px_match_scan_h2(struct px_conn *c, struct fgx_reasm *r, struct fgx_cap_ref 
     t->scan_conn = c;
     t->scan_side = side;
     t->scan_stream = stream;
+    t->scan_cap = cap;
     v = fgx_reasm_segment(t->reasm, r, r->next_seq, 0, data, len, 0, t->now_ms, &m);
     t->scan_conn = NULL;
+    t->scan_cap = NULL;
     /* the rendering is what the capture holds: each exchange its own connection (cap_bytes()) */
     cr = len > 0 ? fgx_cap_set_ring(&t->caps, c->service_id) : NULL;
     if (cr != NULL)

@@ -67,16 +67,29 @@ LAID_DOWN = {
 
 @test
 def install_lays_down_everything(env):
+    # what the script filters' interpreters leave when they run from build/bin (the tests run
+    # them there): make install must not lay it down
+    stray = os.path.join(build_dir(), "bin", "fgex-python", "fgex", "__pycache__")
+    os.makedirs(stray, exist_ok=True)
+    open(os.path.join(stray, "engine.cpython-311.pyc"), "wb").close()
     make("install", "DESTDIR=" + S["dest"])
+    for top, dirs, files in os.walk(S["dest"]):
+        check("__pycache__" not in dirs and ".stamp" not in files,
+              "make install laid down %s", os.path.join(top, "__pycache__" if "__pycache__" in dirs
+                                                         else ".stamp"))
     for rel, mode in LAID_DOWN.items():
         p = dest(rel)
         check(os.path.isfile(p), "make install did not lay down /%s", rel)
         got = os.stat(p).st_mode & 0o777
         check(got == mode, "/%s has mode %o, expected %o", rel, got, mode)
+    # the version from its one place (git describe or VERSION: `make version`), in both
+    version = make("-s", "version").stdout.strip()
+    check(re.fullmatch(r"\d+\.\d+\.\d+(\+[0-9a-z+]+)?", version), "make version: %r", version)
     for b, name in (("usr/local/sbin/controld", "controld"), ("usr/local/bin/fgexctl", "fgexctl")):
         p = run(dest(b), "--version")
-        check(p.returncode == 0 and re.fullmatch(r"%s \d+\.\d+\.\d+\n" % name, p.stdout),
-              "%s --version -> %d %r %r", b, p.returncode, p.stdout, p.stderr)
+        check(p.returncode == 0 and p.stdout == "%s %s\n" % (name, version),
+              "%s --version -> %d %r %r (make version: %s)", b, p.returncode, p.stdout, p.stderr,
+              version)
     unit = open(dest("usr/local/lib/systemd/system/fgex.service")).read()
     for line in (r"ExecStart=%s/sbin/controld --foreground" % PREFIX, r"StateDirectory=fgex",
                  r"RuntimeDirectory=fgex", r"Restart=on-failure",

@@ -526,5 +526,34 @@ def web_status_shows_rules_restored_and_the_store(env):
     check(j["rules"]["gap_ms"] < 1000, "gap %r", j["rules"]["gap_ms"])
     env.ctl("service", "rm", "--yes", "web-nw")
 
+
+@test
+def game_through_the_web(env):
+    """game set / game show (issue 28) as the page sends them: the flag format's bytes exact
+    (flag_b64), the addresses as one comma list; a GET of game set is refused."""
+    tok, csrf, _ = login()
+    w = W()
+    flag = b"F\xffLAG[0-9]{4}"
+    r = expect(w.req("POST", "/api/cmd/game/set",
+                     {"flag_b64": base64.b64encode(flag).decode(),
+                      "checker": "10.77.0.9,fd00:77::9", "team": "10.60.0.0/16"},
+                     cookie=tok, csrf=csrf), 200, "game set")
+    check(it.d64(r["json"].get("flag_b64")) == flag, "game set's reply: %r", r["json"])
+    r = expect(w.req("GET", "/api/cmd/game/show", cookie=tok), 200, "game show")
+    g = r["json"]
+    check(g["set"] and it.d64(g.get("flag_b64")) == flag and
+          g["checker"] == ["10.77.0.9", "fd00:77::9"] and g["team"] == ["10.60.0.0/16"],
+          "game show through the web: %r", g)
+    check(env.ctl("game", "show") == g, "fgexctl sees %r", env.ctl("game", "show"))
+    expect(w.req("GET", "/api/cmd/game/set?flag=x&checker=10.77.0.9", cookie=tok), 405,
+           "a GET of game set")
+    r = expect(w.req("POST", "/api/cmd/game/set", {"flag": "ab(c", "checker": "10.77.0.9"},
+                     cookie=tok, csrf=csrf), 400, "a bad flag format")
+    check("invalid flag format" in r["json"].get("error", ""), "the refusal: %r", r["json"])
+    expect(w.req("POST", "/api/cmd/game/set", {"clear": True}, cookie=tok, csrf=csrf), 200,
+           "game set --clear")
+    check(not env.ctl("game", "show")["set"], "the web's clear left %r", env.ctl("game", "show"))
+
+
 if __name__ == "__main__":
     sys.exit(it.run_module("web_api", setup=setup, controld_args=ARGS))

@@ -90,6 +90,40 @@ Test(capture, bytes_bounded_per_direction)
     fgx_cap_ring_free(r);
 }
 
+/* A flag leaving (issue 28): the capture so far goes with the event, unblocked, and the
+ * connection goes on being recorded in its slot. */
+Test(capture, pin_keep_leaves_the_connection_unblocked)
+{
+    struct fgx_cap_ring *r;
+    struct fgx_cap_ref ref;
+    struct fgx_cap c;
+    uint8_t *buf;
+    size_t len;
+
+    cr_assert_eq(fgx_cap_ring_new(7, 2, 64, &r), 0);
+    ref = open_conn(r, 1000);
+    fgx_cap_add(r, &ref, 0, 5000, 5000, (const uint8_t *)"get\n", 4, 1, false);
+    fgx_cap_add(r, &ref, 1, 9000, 9000, (const uint8_t *)"FLAG", 4, 2, false);
+    cr_assert(fgx_cap_pin_keep(r, &ref));
+    cr_assert(!fgx_cap_pin_keep(r, &ref), "pinned twice");
+    cr_assert_eq(fgx_cap_take(r, &ref, &buf, &len), 0);
+    cr_assert_eq(fgx_cap_decode(buf, len, &c), 0);
+    cr_assert(!c.blocked);
+    cr_assert_eq(c.len[0], 4);
+    cr_assert_eq(c.len[1], 4);
+    fgx_cap_release(&c);
+    free(buf);
+    /* the slot is the connection's still: more bytes land in it */
+    fgx_cap_add(r, &ref, 1, 9000, 9004, (const uint8_t *)"more", 4, 3, false);
+    cr_assert(fgx_cap_pin(r, &ref, 5));
+    cr_assert_eq(fgx_cap_take(r, &ref, &buf, &len), 0);
+    cr_assert_eq(fgx_cap_decode(buf, len, &c), 0);
+    cr_assert_eq(c.len[1], 8);
+    fgx_cap_release(&c);
+    free(buf);
+    fgx_cap_ring_free(r);
+}
+
 Test(capture, out_of_order_lands_in_stream_order)
 {
     struct fgx_cap_ring *r;

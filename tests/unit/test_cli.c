@@ -1499,7 +1499,7 @@ Test(cli, stats_and_events_say_lost_events)
               "%s", out);
     free(out);
     out = render(&req, &rep, true);
-    cr_assert(strstr(out, "\"blocked\":8,\"blocked_removed\":0,\"events_lost\":3,\"matched\":0}"), "%s", out);
+    cr_assert(strstr(out, "\"blocked\":8,\"blocked_removed\":0,\"events_lost\":3,\"matched\":0,\"flags_out\":0,\"flags_to_checker\":0}"), "%s", out);
     free(out);
     rep.n_service_stats = 0;
     rep.events_lost = 1;
@@ -1525,9 +1525,9 @@ Test(cli, stats_rendering)
     free(out);
     out = render(&req, &rep, true);
     cr_assert_str_eq(out, "[{\"id\":1,\"name\":\"web\",\"packets\":4000,\"bytes\":6000000,"
-                          "\"accepted\":3997,\"dropped\":3,\"flows_active\":12,\"blocked\":8,\"blocked_removed\":0,\"events_lost\":0,\"matched\":0},"
+                          "\"accepted\":3997,\"dropped\":3,\"flows_active\":12,\"blocked\":8,\"blocked_removed\":0,\"events_lost\":0,\"matched\":0,\"flags_out\":0,\"flags_to_checker\":0},"
                           "{\"id\":12,\"name\":\"dns\\u001b\",\"packets\":2000,\"bytes\":60000,"
-                          "\"accepted\":2000,\"dropped\":0,\"flows_active\":1,\"blocked\":0,\"blocked_removed\":0,\"events_lost\":0,\"matched\":0}]\n");
+                          "\"accepted\":2000,\"dropped\":0,\"flows_active\":1,\"blocked\":0,\"blocked_removed\":0,\"events_lost\":0,\"matched\":0,\"flags_out\":0,\"flags_to_checker\":0}]\n");
     cr_assert(json_parse(out, "name", &j), "not valid JSON: %s", out);
     free(out);
 
@@ -1893,8 +1893,8 @@ Test(cli, watch_json_one_line_per_refresh)
     cr_assert_eq(loop_scripted(ARGV("stats", "--watch", "--interval", "0.1", "--json"), &sc, &out),
                  CLI_EXIT_OK);
     cr_assert_str_eq(out, "[{\"id\":1,\"name\":\"web\",\"packets\":4000,\"bytes\":6000000,"
-                          "\"accepted\":3997,\"dropped\":3,\"flows_active\":12,\"blocked\":8,\"blocked_removed\":0,\"events_lost\":0,\"matched\":0}]\n"
+                          "\"accepted\":3997,\"dropped\":3,\"flows_active\":12,\"blocked\":8,\"blocked_removed\":0,\"events_lost\":0,\"matched\":0,\"flags_out\":0,\"flags_to_checker\":0}]\n"
                           "[{\"id\":1,\"name\":\"web\",\"packets\":4000,\"bytes\":6000000,"
-                          "\"accepted\":3997,\"dropped\":3,\"flows_active\":12,\"blocked\":8,\"blocked_removed\":0,\"events_lost\":0,\"matched\":0}]\n");
+                          "\"accepted\":3997,\"dropped\":3,\"flows_active\":12,\"blocked\":8,\"blocked_removed\":0,\"events_lost\":0,\"matched\":0,\"flags_out\":0,\"flags_to_checker\":0}]\n");
     free(out);
 }

@@ -151,6 +151,41 @@ static bool table_exists(const char *family, const char *name)
     return ok;
 }
 
+/* nft 1.1 (Debian 13) prints some of the same rules otherwise than 1.0 (Debian 12), the one the
+ * expected texts are written in: line is rewritten as 1.0 prints it. The mark: "meta mark &
+ * 0xffff0000 == 0x0fe40000" is 1.0's "meta mark 0x0fe40000/16"; the rest in the table below. */
+static void as_nft_1_0(char *line)
+{
+    static const char form[] = "meta mark & 0xffff0000 == ";
+    static const struct {
+        const char *v11, *v10;
+    } same[] = {
+        {"tcp flags set tcp flags & (fin | syn | rst | psh | ack | ecn | cwr)",
+         "@th,96,16 set @th,96,16 & 0x20"},
+        {"ip frag-off & 0x3fff != 0x0", "ip frag-off & 16383 != 0"},
+        {"tcp flags & (syn | ack) == syn | ack", "tcp flags syn,ack / syn,ack"},
+    };
+    const size_t flen = sizeof(form) - 1, vlen = 10; /* 0x and eight digits */
+    char *v = line + flen;
+
+    if (strncmp(line, form, flen) == 0 && strlen(v) >= vlen) {
+        /* "meta mark " + the value + "/16" + the rest, shorter than before: in place */
+        memmove(line + 10, v, vlen);
+        memmove(line + 10 + vlen + 3, v + vlen, strlen(v + vlen) + 1);
+        memcpy(line + 10 + vlen, "/16", 3);
+    }
+    for (size_t i = 0; i < sizeof(same) / sizeof(same[0]); i++) {
+        size_t l11 = strlen(same[i].v11), l10 = strlen(same[i].v10);
+        char *at = strstr(line, same[i].v11);
+
+        /* each 1.0 form is the shorter: in place too */
+        if (at) {
+            memcpy(at, same[i].v10, l10);
+            memmove(at + l10, at + l11, strlen(at + l11) + 1);
+        }
+    }
+}
+
 /* The rules of one chain, each trimmed of its indentation, in order. Returns the count, or -1
  * when the chain is absent. lines point into text, which is modified. */
 static int chain_rules(char *text, const char *chain, char **lines, int max)
@@ -172,6 +207,7 @@ static int chain_rules(char *text, const char *chain, char **lines, int max)
         if (strncmp(line, "type ", 5) == 0 || line[0] == '\0')
             continue;
         cr_assert_lt(n, max);
+        as_nft_1_0(line);
         lines[n++] = line;
     }
     return in ? n : -1;

@@ -87,6 +87,15 @@ function testResults(r) {
       r.spared !== undefined ? `; it spares ${r.spared}` : '',
       '.',
     ),
+    // with the game set (issue 28): the SLA question first
+    r.checker_total !== undefined
+      ? h(
+          'p',
+          { class: r.checker_broken ? 'warn' : '', 'data-test': 'test-sla' },
+          h('strong', {}, `Would break ${r.checker_broken} of ${r.checker_total} connections of the game's checker`),
+          `; would stop ${r.flags_out_stopped} of ${r.flags_out_total} flag-out connections.`,
+        )
+      : null,
     (r.warnings || []).map((w) => h('p', { class: 'warn' }, `Warning: ${w}`)),
     hits.length
       ? h(

@@ -5,8 +5,9 @@ import events from './events.js';
 import charts from './charts.js';
 import scripts from './scripts.js';
 import fw from './fw.js';
+import game from './game.js';
 import workers from './workers.js';
 import history from './history.js';
 import admin from './admin.js';
 
-export default [services, events, charts, scripts, fw, workers, history, admin];
+export default [services, events, charts, scripts, fw, game, workers, history, admin];

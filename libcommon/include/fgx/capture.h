@@ -100,6 +100,9 @@ void fgx_cap_udp(struct fgx_cap_ring *r, uint8_t family, const uint8_t *caddr, u
 /* Writer: the connection was blocked by filter_id; its slot is kept until fgx_cap_take(). Returns
  * false when the ref is stale (its slot was reused). */
 bool fgx_cap_pin(struct fgx_cap_ring *r, const struct fgx_cap_ref *ref, uint32_t filter_id);
+/* fgx_cap_pin() for a match that drops nothing (the game's flag leaving, issue 28): the
+ * connection is kept for the event as it is so far, not marked blocked, and goes on. */
+bool fgx_cap_pin_keep(struct fgx_cap_ring *r, const struct fgx_cap_ref *ref);
 /* Writer: bytes already recorded were judged after the fact (a script's REJECT or DROP, which
  * comes after the regex stage recorded them as passed): the connection is marked blocked and
  * so is every mark of direction d that holds any of the bytes [seq, seq + len), seq a sequence

@@ -163,6 +163,9 @@ struct fgx_dp_event {
     char script_fn[FGX_DP_SCRIPT_FN_MAX];
     /* The HTTP/2 stream whose rendering matched (proxy, HTTP kind); 0: not one. */
     uint32_t h2_stream;
+    /* A log match's stream offset where it ends (its direction's bytes scanned before it); 0:
+     * not known. */
+    uint64_t stream_end;
     /* The worker's own: where the connection's capture waits in its thread's ring (gen 0:
      * none). Not encoded. */
     uint32_t cap_slot, cap_gen;

@@ -93,6 +93,9 @@ struct fgx_reasm_match {
     uint8_t excerpt_len;
     uint8_t match_end;
     uint8_t excerpt[FGX_REASM_EXCERPT + FGX_REASM_EXCERPT_AFTER];
+    /* The log callback's: the stream offset where the match ends (bytes of the direction
+     * scanned before it, from the stream's start). */
+    uint64_t stream_end;
     /* Segments dropped by this call (this one or held ones) as inconsistent retransmissions:
      * bytes already passed, still kept (or in the ring), sent again different. */
     uint32_t inconsistent;

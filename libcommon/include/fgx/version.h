@@ -1,7 +1,8 @@
-/* fgex's version, shown by controld --version, fgexctl --version and fgexctl status. */
+/* fgex's version, shown by controld --version, fgexctl --version and fgexctl status: the
+ * Makefile writes it from git describe or the VERSION file into $(BUILD)/gen/fgx_version_gen.h. */
 #ifndef FGX_VERSION_H
 #define FGX_VERSION_H
 
-#define FGX_VERSION "0.1.0"
+#include "fgx_version_gen.h"
 
 #endif
