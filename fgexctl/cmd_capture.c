@@ -17,6 +17,7 @@
 #include "cli_fmt.h"
 #include "cli_json.h"
 #include "fgx/capture.h"
+#include "fgx/pkt.h"
 
 /* ---- usage ---- */
 
@@ -223,22 +224,6 @@ struct pkts {
     size_t n, cap;
 };
 
-static uint32_t csum_add(uint32_t sum, const uint8_t *p, size_t len)
-{
-    for (size_t i = 0; i + 1 < len; i += 2)
-        sum += (uint32_t)(p[i] << 8 | p[i + 1]);
-    if (len & 1)
-        sum += (uint32_t)(p[len - 1] << 8);
-    return sum;
-}
-
-static uint16_t csum_fold(uint32_t sum)
-{
-    while (sum >> 16)
-        sum = (sum & 0xffff) + (sum >> 16);
-    return (uint16_t)~sum;
-}
-
 /* One packet of c: from the client (d 0) or the server, TCP flags (0: UDP), payload. */
 static int pkt_make(struct pkts *ps, const struct fgx_cap *c, int d, uint64_t t, uint32_t seq,
                     uint32_t ack, uint8_t flags, const uint8_t *pl, size_t plen, bool blocked)
@@ -279,7 +264,7 @@ static int pkt_make(struct pkts *ps, const struct fgx_cap *c, int d, uint64_t t,
         ip[9] = c->ipproto;
         memcpy(ip + 12, src, 4);
         memcpy(ip + 16, dst, 4);
-        sum = csum_fold(csum_add(0, ip, 20));
+        sum = fgx_csum_fold(fgx_csum_add(0, ip, 20));
         ip[10] = (uint8_t)(sum >> 8);
         ip[11] = (uint8_t)sum;
     } else {
@@ -316,11 +301,11 @@ static int pkt_make(struct pkts *ps, const struct fgx_cap *c, int d, uint64_t t,
     if (plen)
         memcpy(th + l4, pl, plen);
     /* The checksum over the pseudo-header, so tools that check it find it right. */
-    sum = csum_add(0, src, alen);
-    sum = csum_add(sum, dst, alen);
+    sum = fgx_csum_add(0, src, alen);
+    sum = fgx_csum_add(sum, dst, alen);
     sum += c->ipproto;
     sum += (uint32_t)(l4 + plen);
-    sum = csum_fold(csum_add(sum, th, l4 + plen));
+    sum = fgx_csum_fold(fgx_csum_add(sum, th, l4 + plen));
     if (!tcp && sum == 0)
         sum = 0xffff;
     th[tcp ? 16 : 6] = (uint8_t)(sum >> 8);

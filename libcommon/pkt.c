@@ -252,6 +252,22 @@ static uint64_t sum16(const uint8_t *b, size_t len, uint64_t acc)
     return acc;
 }
 
+uint32_t fgx_csum_add(uint32_t sum, const void *p, size_t len)
+{
+    uint64_t acc = sum16(p, len, sum);
+
+    while (acc >> 16)
+        acc = (acc & 0xffff) + (acc >> 16);
+    return (uint32_t)acc;
+}
+
+uint16_t fgx_csum_fold(uint32_t sum)
+{
+    while (sum >> 16)
+        sum = (sum & 0xffff) + (sum >> 16);
+    return (uint16_t)~sum;
+}
+
 int fgx_pkt_csum_check(const struct fgx_pkt *p)
 {
     const uint8_t *l4 = p->l3 + p->l4_off;

@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 
 #include "fgx/log.h"
+#include "fgx/pkt.h"
 
 static int raw_open(int family)
 {
@@ -49,24 +50,6 @@ void nfq_reset_close(struct nfq_thread *t)
     if (t->raw6 >= 0)
         close(t->raw6);
     t->raw4 = t->raw6 = -1;
-}
-
-static uint32_t csum_add(uint32_t sum, const uint8_t *p, size_t len)
-{
-    size_t i;
-
-    for (i = 0; i + 1 < len; i += 2)
-        sum += (uint32_t)((p[i] << 8) | p[i + 1]);
-    if (len & 1)
-        sum += (uint32_t)(p[len - 1] << 8);
-    return sum;
-}
-
-static uint16_t csum_fold(uint32_t sum)
-{
-    while (sum >> 16)
-        sum = (sum & 0xffff) + (sum >> 16);
-    return (uint16_t)~sum;
 }
 
 static void put16(uint8_t *p, uint16_t v)
@@ -120,7 +103,7 @@ static void reset_send_now(struct nfq_thread *t, int family, const uint8_t *sadd
         pkt[9] = IPPROTO_TCP;
         memcpy(pkt + 12, saddr, 4);
         memcpy(pkt + 16, daddr, 4);
-        put16(pkt + 10, csum_fold(csum_add(0, pkt, 20)));
+        put16(pkt + 10, fgx_csum_fold(fgx_csum_add(0, pkt, 20)));
         dst.v4.sin_family = AF_INET;
         memcpy(&dst.v4.sin_addr, daddr, 4);
         dlen = sizeof(dst.v4);
@@ -144,11 +127,11 @@ static void reset_send_now(struct nfq_thread *t, int family, const uint8_t *sadd
     tcp[12] = 5 << 4;
     tcp[13] = FGX_TCP_RST;
     /* pseudo header: addresses, protocol, TCP length */
-    sum = csum_add(0, saddr, alen);
-    sum = csum_add(sum, daddr, alen);
+    sum = fgx_csum_add(0, saddr, alen);
+    sum = fgx_csum_add(sum, daddr, alen);
     sum += IPPROTO_TCP + 20;
-    sum = csum_add(sum, tcp, 20);
-    put16(tcp + 16, csum_fold(sum));
+    sum = fgx_csum_add(sum, tcp, 20);
+    put16(tcp + 16, fgx_csum_fold(sum));
     if (fd < 0 || sendto(fd, pkt, hlen + 20, 0, (struct sockaddr *)&dst, dlen) == -1)
         fgx_log_ratelimited(&last_log, FGX_LOG_WARN, "thread %u: sending a TCP reset: %s", t->idx,
                             fd < 0 ? "no raw socket" : strerror(errno));

@@ -429,22 +429,6 @@ static void put16(uint8_t *p, uint16_t v)
     p[1] = (uint8_t)v;
 }
 
-static uint32_t csum_add(uint32_t sum, const uint8_t *p, size_t len)
-{
-    for (size_t i = 0; i + 1 < len; i += 2)
-        sum += (uint32_t)((p[i] << 8) | p[i + 1]);
-    if (len & 1)
-        sum += (uint32_t)(p[len - 1] << 8);
-    return sum;
-}
-
-static uint16_t csum_fold(uint32_t sum)
-{
-    while (sum >> 16)
-        sum = (sum & 0xffff) + (sum >> 16);
-    return (uint16_t)~sum;
-}
-
 /* The edited datagram for held packet p: its own IP and UDP headers, then data (n bytes), the
  * IP and UDP lengths and both checksums made anew (IPv4: header and UDP; IPv6: UDP). 0, or
  * -EMSGSIZE (no headers kept, or too long for a packet), -ENOMEM. */
@@ -468,17 +452,17 @@ static int datagram_edit(struct nfq_sw_pkt *p, const uint8_t *data, size_t n)
 
         put16(b + 2, (uint16_t)tot);
         put16(b + 10, 0);
-        put16(b + 10, csum_fold(csum_add(0, b, ihl)));
+        put16(b + 10, fgx_csum_fold(fgx_csum_add(0, b, ihl)));
     } else {
         put16(b + 4, (uint16_t)(tot - 40));
     }
     put16(udp + 4, (uint16_t)(8 + n));
     put16(udp + 6, 0);
-    sum = csum_add(0, b + (p->family == 4 ? 12 : 8), alen);
-    sum = csum_add(sum, b + (p->family == 4 ? 16 : 24), alen);
+    sum = fgx_csum_add(0, b + (p->family == 4 ? 12 : 8), alen);
+    sum = fgx_csum_add(sum, b + (p->family == 4 ? 16 : 24), alen);
     sum += IPPROTO_UDP + (uint32_t)(8 + n);
-    sum = csum_add(sum, udp, 8 + n);
-    ck = csum_fold(sum);
+    sum = fgx_csum_add(sum, udp, 8 + n);
+    ck = fgx_csum_fold(sum);
     put16(udp + 6, ck == 0 ? 0xffff : ck);
     free(p->edit);
     p->edit = b;

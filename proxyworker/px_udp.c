@@ -20,6 +20,7 @@
 
 #include "fgx/dp.h"
 #include "fgx/log.h"
+#include "fgx/pkt.h"
 #include "fgx/ruleset.h"
 
 #define PX_UDP_BUCKETS 4096u
@@ -301,24 +302,6 @@ static void put16(uint8_t *p, uint16_t v)
     p[1] = (uint8_t)v;
 }
 
-static uint32_t csum_add(uint32_t sum, const uint8_t *p, size_t len)
-{
-    size_t i;
-
-    for (i = 0; i + 1 < len; i += 2)
-        sum += (uint32_t)((p[i] << 8) | p[i + 1]);
-    if (len & 1)
-        sum += (uint32_t)(p[len - 1] << 8);
-    return sum;
-}
-
-static uint16_t csum_fold(uint32_t sum)
-{
-    while (sum >> 16)
-        sum = (sum & 0xffff) + (sum >> 16);
-    return (uint16_t)~sum;
-}
-
 /* The service's datagram to the client, from the service's address and port: an IP and UDP
  * header of its own in front (the thread's scratch past the data is not touched: the packet is
  * built in a buffer of its own). */
@@ -350,7 +333,7 @@ static void reply_send(struct px_conn *c, const uint8_t *data, size_t len)
         pkt[9] = IPPROTO_UDP;
         memcpy(pkt + 12, sa, 4);
         memcpy(pkt + 16, ca, 4);
-        put16(pkt + 10, csum_fold(csum_add(0, pkt, 20)));
+        put16(pkt + 10, fgx_csum_fold(fgx_csum_add(0, pkt, 20)));
     } else {
         pkt[0] = 0x60;
         put16(pkt + 4, ul);
@@ -363,12 +346,12 @@ static void reply_send(struct px_conn *c, const uint8_t *data, size_t len)
     put16(udp + 2, cp);
     put16(udp + 4, ul);
     memcpy(udp + 8, data, len);
-    sum = csum_add(0, sa, alen);
-    sum = csum_add(sum, ca, alen);
+    sum = fgx_csum_add(0, sa, alen);
+    sum = fgx_csum_add(sum, ca, alen);
     sum += IPPROTO_UDP + ul;
-    sum = csum_add(sum, udp, ul);
+    sum = fgx_csum_add(sum, udp, ul);
     {
-        uint16_t ck = csum_fold(sum);
+        uint16_t ck = fgx_csum_fold(sum);
 
         put16(udp + 6, ck == 0 ? 0xffff : ck);
     }

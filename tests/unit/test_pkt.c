@@ -407,3 +407,31 @@ Test(pkt, ipv6_extension_headers_the_receiver_may_discard)
     cr_assert_eq(fgx_pkt_decode(b, n, &p), 0);
     cr_assert_eq(p.ipdiscard, FGX_IPD_EXTOPT);
 }
+
+/* RFC 1071's example (its section 3): the words 0001 f203 f4f5 f6f7 sum to ddf2; the header
+ * carries the complement. In parts, an odd part padded, as built headers add them. */
+Test(pkt, internet_checksum_in_parts)
+{
+    static const uint8_t w[] = {0x00, 0x01, 0xf2, 0x03, 0xf4, 0xf5, 0xf6, 0xf7};
+    uint32_t s = fgx_csum_add(0, w, 4);
+
+    s = fgx_csum_add(s, w + 4, 4);
+    cr_assert_eq(fgx_csum_fold(s), (uint16_t)~0xddf2);
+    cr_assert_eq(fgx_csum_fold(fgx_csum_add(0, w, sizeof(w))), (uint16_t)~0xddf2);
+    /* an odd length: the last byte is the high half of a word */
+    cr_assert_eq(fgx_csum_fold(fgx_csum_add(0, (const uint8_t[]){0x12}, 1)), (uint16_t)~0x1200);
+}
+
+/* A sum of more than 2^32 / 0xffff words (a jumbo payload in many parts) still folds right:
+ * 0xffff words each add nothing in one's complement. */
+Test(pkt, internet_checksum_never_overflows)
+{
+    static uint8_t b[70000];
+    uint32_t s = 0;
+
+    memset(b, 0xff, sizeof(b));
+    for (int i = 0; i < 100; i++)
+        s = fgx_csum_add(s, b, sizeof(b));
+    s = fgx_csum_add(s, (const uint8_t[]){0x00, 0x01}, 2);
+    cr_assert_eq(fgx_csum_fold(s), (uint16_t)~0x0001);
+}

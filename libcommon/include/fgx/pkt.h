@@ -59,4 +59,12 @@ int fgx_pkt_decode(const void *buf, size_t len, struct fgx_pkt *out);
  * NFQA_SKB_CSUM_NOTVERIFIED without NFQA_SKB_CSUMNOTREADY): a partial checksum is not wrong. */
 int fgx_pkt_csum_check(const struct fgx_pkt *p);
 
+/* The Internet checksum (RFC 1071) of a header built anew, in parts: fgx_csum_add() adds len
+ * bytes at p (big-endian 16-bit words, an odd last byte padded with a zero) to a partial sum
+ * (start at 0; a pseudo-header's length and protocol may be added to it as numbers), and
+ * fgx_csum_fold() gives the sum's complement, the value the header carries. The partial sum is
+ * kept folded, so any number of parts of any size add up without overflow. */
+uint32_t fgx_csum_add(uint32_t sum, const void *p, size_t len);
+uint16_t fgx_csum_fold(uint32_t sum);
+
 #endif
