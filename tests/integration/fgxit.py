@@ -572,6 +572,16 @@ def fill_disk(path):
                     return
 
 
+def tls_certs(env, names=("proxy", "service")):
+    """fgxtls.py's certificates (`fgxtls.py certs`: the proxy's, the service's, an expired one),
+    made once in the test's directory: name -> (certificate, key)."""
+    d = os.path.join(env.tmp, "certs")
+    if not os.path.isdir(d):
+        os.makedirs(d)
+        sh(PY, os.path.join(os.path.dirname(os.path.abspath(__file__)), "fgxtls.py"), "certs", d)
+    return {n: (os.path.join(d, n + ".pem"), os.path.join(d, n + ".key")) for n in names}
+
+
 # ---- assertions -----------------------------------------------------------------------------------
 
 def check(cond, msg, *fmt):

@@ -31,13 +31,7 @@ RESP_REGEX = r"HTTP/1\.1 200 OK\r\n(.*\r\n)*\r\nFLAG\{"
 
 
 def certs(env):
-    """test_tls's certificates (fgxtls.py certs): the proxy's."""
-    d = os.path.join(env.tmp, "certs")
-    if not os.path.isdir(d):
-        os.makedirs(d)
-        it.sh(it.PY, os.path.join(HERE, "fgxtls.py"), "certs", d)
-    return {n: (os.path.join(d, n + ".pem"), os.path.join(d, n + ".key"))
-            for n in ("proxy", "service")}
+    return it.tls_certs(env)
 
 
 def h1_service(env, *ports):

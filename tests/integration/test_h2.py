@@ -18,7 +18,6 @@ from h2util import nghttp, stream_ids  # noqa: E402
 from fgxit import SRV4, check, test  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-TLSPY = os.path.join(HERE, "fgxtls.py")
 
 # Only the HTTP/1.1 rendering has these bytes: on the wire h2 sends "x-pwn" in lowercase, HPACK
 # coded, and has no request line at all.
@@ -30,13 +29,7 @@ RESP_REGEX = r"HTTP/1\.1 200 OK\r\n(.*\r\n)*\r\nFLAG\{"
 
 
 def certs(env):
-    """test_tls's certificates (fgxtls.py certs): the proxy's and the service's."""
-    d = os.path.join(env.tmp, "certs")
-    if not os.path.isdir(d):
-        os.makedirs(d)
-        it.sh(it.PY, TLSPY, "certs", d)
-    return {n: (os.path.join(d, n + ".pem"), os.path.join(d, n + ".key"))
-            for n in ("proxy", "service")}
+    return it.tls_certs(env)
 
 
 def nginx(env, tls_port, h2c_port, h1_port):

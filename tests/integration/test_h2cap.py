@@ -18,19 +18,12 @@ import fgxit as it  # noqa: E402
 from h2util import nghttp, stream_ids  # noqa: E402
 from fgxit import SRV4, check, test  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-TLSPY = os.path.join(HERE, "fgxtls.py")
 BODY = b"q=body-of-the-post"
 EVIL_REGEX = r"GET /evil[0-9]+ HTTP/1\.1"
 
 
 def certs(env):
-    d = os.path.join(env.tmp, "certs")
-    if not os.path.isdir(d):
-        os.makedirs(d)
-        it.sh(it.PY, TLSPY, "certs", d)
-    return {n: (os.path.join(d, n + ".pem"), os.path.join(d, n + ".key"))
-            for n in ("proxy", "service")}
+    return it.tls_certs(env)
 
 
 def nginx(env, tls_port, h2c_port):

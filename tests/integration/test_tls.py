@@ -45,12 +45,7 @@ class TlsHelper(it.Helper):
 
 
 def certs(env):
-    d = os.path.join(env.tmp, "certs")
-    if not os.path.isdir(d):
-        os.makedirs(d)
-        it.sh(it.PY, TLSPY, "certs", d)
-    return {n: (os.path.join(d, n + ".pem"), os.path.join(d, n + ".key"))
-            for n in ("proxy", "service", "expired")}
+    return it.tls_certs(env, ("proxy", "service", "expired"))
 
 
 def tls_server(env, port, alpn="h2,http/1.1", host=SRV4):
