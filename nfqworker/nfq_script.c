@@ -255,6 +255,23 @@ static void held_flush(struct nfq_thread *t, struct nfq_sw_flow *fs, bool accept
     fs->deadline_ms = 0;
 }
 
+/* Packet i joins the end of the flow's held list (TCP segments and UDP datagrams alike); the
+ * first one held starts the flow's clock. */
+static void held_append(struct nfq_thread *t, struct nfq_sw_flow *fs, int32_t i,
+                        uint32_t deadline_ms)
+{
+    struct nfq_sw *sw = t->sw;
+
+    if (fs->tail >= 0)
+        sw->pkts[fs->tail].next = i;
+    else
+        fs->head = i;
+    fs->tail = i;
+    fs->nheld++;
+    if (fs->deadline_ms == 0)
+        fs->deadline_ms = t->now_ms + (uint64_t)deadline_ms * NFQ_SW_STARVED + NFQ_SW_GRACE_MS;
+}
+
 /* The packets at the head whose own verdict is ACCEPT leave; the clock then runs for the
  * next unanswered one. */
 static void held_release(struct nfq_thread *t, struct nfq_sw_flow *fs, uint32_t deadline_ms)
@@ -769,15 +786,7 @@ bool nfq_script_post(struct nfq_thread *t, struct fgx_flow *f, const struct fgx_
             memcpy(p->ex, payload + off, p->exlen);
         }
     }
-    if (fs->tail >= 0)
-        sw->pkts[fs->tail].next = i;
-    else
-        fs->head = i;
-    fs->tail = i;
-    fs->nheld++;
-    if (fs->deadline_ms == 0)
-        fs->deadline_ms =
-            t->now_ms + (uint64_t)svc->script_deadline_ms * NFQ_SW_STARVED + NFQ_SW_GRACE_MS;
+    held_append(t, fs, i, svc->script_deadline_ms);
     /* a packet with nothing new, behind held ones that were all judged meanwhile */
     if (fs->head == i && p->ready) {
         held_release(t, fs, svc->script_deadline_ms);
@@ -873,14 +882,6 @@ bool nfq_script_datagram(struct nfq_thread *t, struct fgx_flow *f, const struct 
         p->hdrlen = (uint8_t)hlen;
         memcpy(p->hdr, dg->l3, hlen);
     }
-    if (fs->tail >= 0)
-        sw->pkts[fs->tail].next = i;
-    else
-        fs->head = i;
-    fs->tail = i;
-    fs->nheld++;
-    if (fs->deadline_ms == 0)
-        fs->deadline_ms =
-            t->now_ms + (uint64_t)svc->script_deadline_ms * NFQ_SW_STARVED + NFQ_SW_GRACE_MS;
+    held_append(t, fs, i, svc->script_deadline_ms);
     return true;
 }
