@@ -21,17 +21,6 @@
 #include "fgx/log.h"
 #include "fgx/ruleset.h"
 
-static void err_set(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void err_set(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 static bool all_digits(const char *s)
 {
     if (!s || !*s)
@@ -68,18 +57,18 @@ int ctl_config_name_check(const char *name, char *err, size_t errlen)
     size_t len = name ? strlen(name) : 0;
 
     if (len == 0 || len > CTL_NAME_MAX) {
-        err_set(err, errlen, "a service name has 1 to %d characters", CTL_NAME_MAX);
+        fgx_err_set(err, errlen, "a service name has 1 to %d characters", CTL_NAME_MAX);
         return -EINVAL;
     }
     for (const char *p = name; *p; p++) {
         if (!isalnum((unsigned char)*p) && *p != '-' && *p != '_' && *p != '.') {
-            err_set(err, errlen,
+            fgx_err_set(err, errlen,
                     "invalid service name \"%s\": use letters, digits, '-', '_' and '.'", name);
             return -EINVAL;
         }
     }
     if (all_digits(name)) {
-        err_set(err, errlen,
+        fgx_err_set(err, errlen,
                 "invalid service name \"%s\": a name cannot be all digits (that is an id)", name);
         return -EINVAL;
     }
@@ -99,11 +88,11 @@ int ctl_config_filter_extra_check(bool has_action, int action, const char *label
 
     if (has_action && action != FGX__CTL__FILTER_ACTION__FILTER_ACTION_BLOCK &&
         action != FGX__CTL__FILTER_ACTION__FILTER_ACTION_LOG) {
-        err_set(err, errlen, "invalid action: use block or log");
+        fgx_err_set(err, errlen, "invalid action: use block or log");
         return -EINVAL;
     }
     if (fgx_label_check(label, why, sizeof(why)) < 0) {
-        err_set(err, errlen, "%s", why);
+        fgx_err_set(err, errlen, "%s", why);
         return -EINVAL;
     }
     return 0;
@@ -112,7 +101,8 @@ int ctl_config_filter_extra_check(bool has_action, int action, const char *label
 void ctl_config_filter_extra_to_msg(const struct ctl_filter *f, Fgx__Ctl__Filter *m)
 {
     m->has_action = 1;
-    m->action = f->log ? FGX__CTL__FILTER_ACTION__FILTER_ACTION_LOG : FGX__CTL__FILTER_ACTION__FILTER_ACTION_BLOCK;
+    m->action = f->log ? FGX__CTL__FILTER_ACTION__FILTER_ACTION_LOG
+                       : FGX__CTL__FILTER_ACTION__FILTER_ACTION_BLOCK;
     if (f->label && f->label[0] != '\0')
         m->label = f->label;
     if (f->revision > 0) {
@@ -159,7 +149,8 @@ int ctl_config_regex_lint_text(const char *regex, bool nocase, uint8_t ipproto, 
 
 bool ctl_config_reach_too_wide(uint32_t hits, uint32_t total)
 {
-    if (total >= CTL_FORCE_MIN_CONNS && (uint64_t)hits * 100 >= (uint64_t)total * CTL_FORCE_SHARE_PCT)
+    if (total >= CTL_FORCE_MIN_CONNS &&
+        (uint64_t)hits * 100 >= (uint64_t)total * CTL_FORCE_SHARE_PCT)
         return true;
     return total >= CTL_FORCE_ALL_MIN && hits == total;
 }
@@ -175,7 +166,7 @@ int ctl_config_regex_lint_cached(const char *regex, bool nocase, uint8_t ipproto
     if (!ctl_compile_check_result(regex, nocase, ipproto, &rv, msg, sizeof(msg)))
         return ctl_config_regex_lint(regex, nocase, ipproto, w, err, errlen);
     if (rv < 0) {
-        err_set(err, errlen, "%s", msg);
+        fgx_err_set(err, errlen, "%s", msg);
         return rv;
     }
     if (w)
@@ -351,7 +342,7 @@ static int service_from_msg(const Fgx__Ctl__Service *m, struct ctl_service *out,
 
     memset(out, 0, sizeof(*out));
     if (m->id == 0) {
-        err_set(err, errlen, "service \"%s\": id 0 is not a valid id", name);
+        fgx_err_set(err, errlen, "service \"%s\": id 0 is not a valid id", name);
         return -EINVAL;
     }
     if (ctl_config_name_check(m->name, err, errlen) < 0)
@@ -363,7 +354,7 @@ static int service_from_msg(const Fgx__Ctl__Service *m, struct ctl_service *out,
     } else if (m->proto == FGX__CTL__PROTO__PROTO_UDP) {
         out->ipproto = IPPROTO_UDP;
     } else {
-        err_set(err, errlen, "service %s: invalid protocol: use tcp or udp", name);
+        fgx_err_set(err, errlen, "service %s: invalid protocol: use tcp or udp", name);
         return -EINVAL;
     }
     /* A backup from before the address list has ip/port alone: one address. */
@@ -373,7 +364,8 @@ static int service_from_msg(const Fgx__Ctl__Service *m, struct ctl_service *out,
         size_t a, b;
 
         if (ctl_service_self_overlap(out, &a, &b)) {
-            err_set(err, errlen, "service %s: addresses %zu and %zu overlap", name, a + 1, b + 1);
+            fgx_err_set(err, errlen, "service %s: addresses %zu and %zu overlap", name, a + 1,
+                        b + 1);
             return -EINVAL;
         }
     }
@@ -381,7 +373,7 @@ static int service_from_msg(const Fgx__Ctl__Service *m, struct ctl_service *out,
     out->fail_open = m->fail_open;
     if (m->has_midstream && m->midstream != FGX__CTL__MIDSTREAM__MIDSTREAM_RESET &&
         m->midstream != FGX__CTL__MIDSTREAM__MIDSTREAM_SCAN) {
-        err_set(err, errlen, "service %s: invalid midstream policy: use reset or scan", name);
+        fgx_err_set(err, errlen, "service %s: invalid midstream policy: use reset or scan", name);
         return -EINVAL;
     }
     out->midstream = m->has_midstream && m->midstream == FGX__CTL__MIDSTREAM__MIDSTREAM_SCAN
@@ -392,22 +384,22 @@ static int service_from_msg(const Fgx__Ctl__Service *m, struct ctl_service *out,
     out->upstream_plain = out->tls && m->has_upstream &&
                           m->upstream == FGX__CTL__UPSTREAM__UPSTREAM_PLAIN;
     if (out->tls && out->layer != CTL_LAYER_PROXY) {
-        err_set(err, errlen, "service %s: TLS needs the proxy layer", name);
+        fgx_err_set(err, errlen, "service %s: TLS needs the proxy layer", name);
         return -EINVAL;
     }
     if (out->http && (out->layer != CTL_LAYER_PROXY || out->ipproto != IPPROTO_TCP)) {
-        err_set(err, errlen, "service %s: the HTTP kind needs the proxy layer and TCP", name);
+        fgx_err_set(err, errlen, "service %s: the HTTP kind needs the proxy layer and TCP", name);
         return -EINVAL;
     }
     if (out->tls && !m->has_tls_cert) {
-        err_set(err, errlen, "service %s: TLS without its certificate (tls_cert_pem)", name);
+        fgx_err_set(err, errlen, "service %s: TLS without its certificate (tls_cert_pem)", name);
         return -EINVAL;
     }
     out->capture_off = m->has_capture && !m->capture;
     out->capture_conns = m->has_capture_conns ? m->capture_conns : 0;
     out->capture_bytes = m->has_capture_bytes ? m->capture_bytes : 0;
     if (out->capture_conns > FGX_CAP_CONNS_MAX || out->capture_bytes > FGX_CAP_BYTES_MAX) {
-        err_set(err, errlen, "service %s: capture bounds out of range", name);
+        fgx_err_set(err, errlen, "service %s: capture bounds out of range", name);
         return -EINVAL;
     }
     return 0;
@@ -430,7 +422,7 @@ static int import_tls(struct ctl_txn *t, const Fgx__Ctl__Service *m, const struc
     if (m->has_tls_key) {
         if (ctl_tls_check(m->tls_cert.data, m->tls_cert.len, m->tls_key.data, m->tls_key.len,
                           &info, why, sizeof(why)) < 0) {
-            err_set(err, errlen, "service %s: %s", svc->name, why);
+            fgx_err_set(err, errlen, "service %s: %s", svc->name, why);
             return -EINVAL;
         }
         out->cert = malloc(m->tls_cert.len + 1);
@@ -455,7 +447,7 @@ static int import_tls(struct ctl_txn *t, const Fgx__Ctl__Service *m, const struc
         ctl_tls_pem_release(&have);
     else if (rv != -ENOENT)
         return rv;
-    err_set(err, errlen,
+    fgx_err_set(err, errlen,
             "service %s: the export has no TLS key (made without --with-secrets) and this box "
             "holds none for that certificate: export with --with-secrets, or import it and "
             "run service set %s --tls-cert FILE --tls-key FILE after removing its TLS",
@@ -468,7 +460,7 @@ static int config_check(const Fgx__Ctl__Config *cfg, struct ctl_service *svcs, c
                         size_t errlen)
 {
     if (cfg->n_services > CTL_CONFIG_SERVICES_MAX || cfg->n_filters > CTL_CONFIG_FILTERS_MAX) {
-        err_set(err, errlen, "too many services or filters (at most %d and %d)",
+        fgx_err_set(err, errlen, "too many services or filters (at most %d and %d)",
                 CTL_CONFIG_SERVICES_MAX, CTL_CONFIG_FILTERS_MAX);
         return -EINVAL;
     }
@@ -477,12 +469,12 @@ static int config_check(const Fgx__Ctl__Config *cfg, struct ctl_service *svcs, c
             return -EINVAL;
         for (size_t j = 0; j < i; j++) {
             if (svcs[j].id == svcs[i].id) {
-                err_set(err, errlen, "services %s and %s have the same id %u", svcs[j].name,
+                fgx_err_set(err, errlen, "services %s and %s have the same id %u", svcs[j].name,
                         svcs[i].name, svcs[i].id);
                 return -EINVAL;
             }
             if (strcmp(svcs[j].name, svcs[i].name) == 0) {
-                err_set(err, errlen, "two services are named %s", svcs[i].name);
+                fgx_err_set(err, errlen, "two services are named %s", svcs[i].name);
                 return -EEXIST;
             }
             size_t ia, ib;
@@ -492,7 +484,7 @@ static int config_check(const Fgx__Ctl__Config *cfg, struct ctl_service *svcs, c
 
                 (void)fgx_svcaddr_format(&svcs[j].addrs[ia], x, sizeof(x));
                 (void)fgx_svcaddr_format(&svcs[i].addrs[ib], y, sizeof(y));
-                err_set(err, errlen, "services %s and %s overlap on %s port %u: %s and %s",
+                fgx_err_set(err, errlen, "services %s and %s overlap on %s port %u: %s and %s",
                         svcs[j].name, svcs[i].name, svcs[i].ipproto == IPPROTO_UDP ? "udp" : "tcp",
                         (unsigned)svcs[i].addrs[ib].port, x, y);
                 return -EEXIST;
@@ -506,18 +498,18 @@ static int config_check(const Fgx__Ctl__Config *cfg, struct ctl_service *svcs, c
         char why[768];
 
         if (f->id == 0) {
-            err_set(err, errlen, "filter %zu of the file: id 0 is not a valid id", i + 1);
+            fgx_err_set(err, errlen, "filter %zu of the file: id 0 is not a valid id", i + 1);
             return -EINVAL;
         }
         /* The top bit of a compiled id says "log" (FGX_FILTER_ID_LOG). */
         if (f->id >= FGX_FILTER_ID_MASK) {
-            err_set(err, errlen, "filter %zu of the file: id %u is too large (at most %u)", i + 1,
-                    f->id, FGX_FILTER_ID_MASK - 1);
+            fgx_err_set(err, errlen, "filter %zu of the file: id %u is too large (at most %u)",
+                        i + 1, f->id, FGX_FILTER_ID_MASK - 1);
             return -EINVAL;
         }
         for (size_t j = 0; j < i; j++) {
             if (cfg->filters[j]->id == f->id) {
-                err_set(err, errlen, "two filters have the id %u", f->id);
+                fgx_err_set(err, errlen, "two filters have the id %u", f->id);
                 return -EINVAL;
             }
         }
@@ -525,27 +517,27 @@ static int config_check(const Fgx__Ctl__Config *cfg, struct ctl_service *svcs, c
             if (svcs[j].id == f->service_id)
                 svc = &svcs[j];
         if (!svc) {
-            err_set(err, errlen, "filter %u: no service with id %u in the file", f->id,
+            fgx_err_set(err, errlen, "filter %u: no service with id %u in the file", f->id,
                     f->service_id);
             return -EINVAL;
         }
         if (svc->layer == CTL_LAYER_EXTERNAL) {
-            err_set(err, errlen, "filter %u: service %s is on the external layer: %s", f->id,
+            fgx_err_set(err, errlen, "filter %u: service %s is on the external layer: %s", f->id,
                     svc->name, CTL_EXTERNAL_NO_FILTER);
             return -EINVAL;
         }
         if (dir_from_msg(true, f->dir, &dir) < 0) {
-            err_set(err, errlen, "filter %u: invalid direction", f->id);
+            fgx_err_set(err, errlen, "filter %u: invalid direction", f->id);
             return -EINVAL;
         }
         if (ctl_config_regex_check_cached(f->regex, f->nocase, svc->ipproto, why,
                                           sizeof(why)) < 0) {
-            err_set(err, errlen, "filter %u (service %s): %s", f->id, svc->name, why);
+            fgx_err_set(err, errlen, "filter %u (service %s): %s", f->id, svc->name, why);
             return -EINVAL;
         }
         if (ctl_config_filter_extra_check(f->has_action, f->action, f->label, why, sizeof(why)) <
             0) {
-            err_set(err, errlen, "filter %u (service %s): %s", f->id, svc->name, why);
+            fgx_err_set(err, errlen, "filter %u (service %s): %s", f->id, svc->name, why);
             return -EINVAL;
         }
     }
@@ -554,7 +546,7 @@ static int config_check(const Fgx__Ctl__Config *cfg, struct ctl_service *svcs, c
 
 static int store_fail(int rv, const char *what, char *err, size_t errlen)
 {
-    err_set(err, errlen, "%s: %s", what, ctl_store_strerror(rv));
+    fgx_err_set(err, errlen, "%s: %s", what, ctl_store_strerror(rv));
     return rv;
 }
 
@@ -847,7 +839,7 @@ int ctl_config_import_ex(struct ctl_txn *t, const Fgx__Ctl__Config *cfg,
         dir_from_msg(true, m->dir, &f.dir);
         rv = ctl_store_filter_put(t, &f);
         if (rv < 0) {
-            err_set(err, errlen, "filter %u: %s", m->id, ctl_store_strerror(rv));
+            fgx_err_set(err, errlen, "filter %u: %s", m->id, ctl_store_strerror(rv));
             goto out;
         }
         for (si = 0; si < cfg->n_services; si++)
@@ -955,12 +947,13 @@ static int service_compile(struct ctl_txn *t, const struct ctl_service *svc,
             store_fail(rv, svc->name, err, errlen);
             goto out;
         }
-        err_set(err, errlen, "service %s: %s", svc->name, herr);
+        fgx_err_set(err, errlen, "service %s: %s", svc->name, herr);
         if (sscanf(herr, "filter %u:", &bad) == 1) {
             for (size_t i = 0; i < imp->n_filters; i++) {
                 if (ids[i] == bad) {
                     const char *msg = strchr(herr, ':');
-                    err_set(err, errlen, "line %u: %s", spec_line(imp, i), msg ? msg + 2 : herr);
+                    fgx_err_set(err, errlen, "line %u: %s", spec_line(imp, i),
+                                msg ? msg + 2 : herr);
                     break;
                 }
             }
@@ -1023,7 +1016,7 @@ int ctl_config_filter_import_ex(struct ctl_txn *t, const Fgx__Ctl__FilterImport 
     *nwarns = 0;
 
     if (!imp->service || !*imp->service) {
-        err_set(err, errlen, "no service given");
+        fgx_err_set(err, errlen, "no service given");
         return -EINVAL;
     }
     if (all_digits(imp->service)) {
@@ -1033,18 +1026,18 @@ int ctl_config_filter_import_ex(struct ctl_txn *t, const Fgx__Ctl__FilterImport 
         rv = ctl_store_service_by_name(t, imp->service, &svc);
     }
     if (rv == -ENOENT) {
-        err_set(err, errlen, "no such service: %s", imp->service);
+        fgx_err_set(err, errlen, "no such service: %s", imp->service);
         return rv;
     }
     if (rv < 0)
         return store_fail(rv, imp->service, err, errlen);
     if (svc.layer == CTL_LAYER_EXTERNAL && imp->n_filters > 0) {
-        err_set(err, errlen, "service %s is on the external layer: %s", svc.name,
+        fgx_err_set(err, errlen, "service %s is on the external layer: %s", svc.name,
                 CTL_EXTERNAL_NO_FILTER);
         return -EINVAL;
     }
     if (imp->n_filters > CTL_CONFIG_FILTERS_MAX) {
-        err_set(err, errlen, "too many filters (at most %d)", CTL_CONFIG_FILTERS_MAX);
+        fgx_err_set(err, errlen, "too many filters (at most %d)", CTL_CONFIG_FILTERS_MAX);
         return -EINVAL;
     }
     ids = calloc(imp->n_filters ? imp->n_filters : 1, sizeof(*ids));
@@ -1057,7 +1050,7 @@ int ctl_config_filter_import_ex(struct ctl_txn *t, const Fgx__Ctl__FilterImport 
         char why[768];
 
         if (dir_from_msg(s->has_dir, s->dir, &dir) < 0) {
-            err_set(err, errlen, "line %u: invalid direction", spec_line(imp, i));
+            fgx_err_set(err, errlen, "line %u: invalid direction", spec_line(imp, i));
             rv = -EINVAL;
             goto out;
         }
@@ -1065,7 +1058,7 @@ int ctl_config_filter_import_ex(struct ctl_txn *t, const Fgx__Ctl__FilterImport 
                                          why, sizeof(why)) < 0 ||
             ctl_config_filter_extra_check(s->has_action, s->action, s->label, why, sizeof(why)) <
                 0) {
-            err_set(err, errlen, "line %u: %s", spec_line(imp, i), why);
+            fgx_err_set(err, errlen, "line %u: %s", spec_line(imp, i), why);
             rv = -EINVAL;
             goto out;
         }
@@ -1098,12 +1091,13 @@ int ctl_config_filter_import_ex(struct ctl_txn *t, const Fgx__Ctl__FilterImport 
     for (size_t i = 0; i < imp->n_filters; i++) {
         const Fgx__Ctl__FilterSpec *s = imp->filters[i];
 
-        want[i] = (struct ctl_filter){.service_id = svc.id, .regex = s->regex,
-                                      .nocase = s->has_nocase && s->nocase,
-                                      .active = !s->has_active || s->active,
-                                      .log = s->has_action &&
-                                             s->action == FGX__CTL__FILTER_ACTION__FILTER_ACTION_LOG,
-                                      .label = s->label && s->label[0] ? s->label : NULL};
+        want[i] = (struct ctl_filter){
+            .service_id = svc.id,
+            .regex = s->regex,
+            .nocase = s->has_nocase && s->nocase,
+            .active = !s->has_active || s->active,
+            .log = s->has_action && s->action == FGX__CTL__FILTER_ACTION__FILTER_ACTION_LOG,
+            .label = s->label && s->label[0] ? s->label : NULL};
         dir_from_msg(s->has_dir, s->dir, &want[i].dir);
     }
     {
@@ -1113,10 +1107,10 @@ int ctl_config_filter_import_ex(struct ctl_txn *t, const Fgx__Ctl__FilterImport 
          * has, whatever its action or label says now: those are changes of that filter. */
         if (ctl_diff_filters(old, nold, want, imp->n_filters, whole, match, kept, &da, &db) < 0) {
             if (ctl_filter_same(&want[da], &want[db]) && label_eq(want[da].label, want[db].label))
-                err_set(err, errlen, "line %u: identical to line %u", spec_line(imp, db),
+                fgx_err_set(err, errlen, "line %u: identical to line %u", spec_line(imp, db),
                         spec_line(imp, da));
             else
-                err_set(err, errlen,
+                fgx_err_set(err, errlen,
                         "line %u: the same regex, direction and case as line %u (one filter: "
                         "give it one action and label)",
                         spec_line(imp, db), spec_line(imp, da));
@@ -1128,7 +1122,7 @@ int ctl_config_filter_import_ex(struct ctl_txn *t, const Fgx__Ctl__FilterImport 
         /* Adding to what is there: a line identical to a filter the service has is refused,
          * with that filter's id. */
         if (match[i] >= 0) {
-            err_set(err, errlen, "line %u: identical to filter %u of service %s",
+            fgx_err_set(err, errlen, "line %u: identical to filter %u of service %s",
                     spec_line(imp, i), old[match[i]].id, svc.name);
             if (o)
                 o->duplicate_of = old[match[i]].id;
@@ -1223,7 +1217,7 @@ int ctl_config_filter_import_ex(struct ctl_txn *t, const Fgx__Ctl__FilterImport 
         if (rv == 0)
             rv = diff_filter(o, CTL_DIFF_ADD, &f, svc.name, 0);
         if (rv < 0) {
-            err_set(err, errlen, "line %u: %s", spec_line(imp, i), ctl_store_strerror(rv));
+            fgx_err_set(err, errlen, "line %u: %s", spec_line(imp, i), ctl_store_strerror(rv));
             goto out;
         }
         ids[i] = f.id;

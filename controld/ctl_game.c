@@ -17,17 +17,6 @@
 #include "fgx/log.h"
 #include "fgx/ruleset.h"
 
-static void err_set(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void err_set(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 void ctl_game_init(struct ctl_game *g)
 {
     memset(g, 0, sizeof(*g));
@@ -45,13 +34,13 @@ static int cidrs_parse(char *const *in, size_t n, const char *what, struct fgx_c
                        size_t *nout, char *err, size_t errlen)
 {
     if (n > CTL_GAME_ADDRS_MAX) {
-        err_set(err, errlen, "at most %d %s addresses", CTL_GAME_ADDRS_MAX, what);
+        fgx_err_set(err, errlen, "at most %d %s addresses", CTL_GAME_ADDRS_MAX, what);
         return -EINVAL;
     }
     for (size_t i = 0; i < n; i++) {
         /* "" parses as every address of both families: never what a game means */
         if (!in[i] || !in[i][0] || fgx_cidr_parse(in[i], &out[i]) < 0 || out[i].family == 0) {
-            err_set(err, errlen,
+            fgx_err_set(err, errlen,
                     "invalid %s address \"%s\": give ADDR or ADDR/LEN with no host "
                     "bits set",
                     what, in[i] ? in[i] : "");
@@ -71,18 +60,18 @@ int ctl_game_parse(const uint8_t *flag, size_t flag_len, char *const *checker, s
 
     ctl_game_init(out);
     if (!flag || flag_len == 0) {
-        err_set(err, errlen, "game: the flag format is missing (--flag REGEX)");
+        fgx_err_set(err, errlen, "game: the flag format is missing (--flag REGEX)");
         return -EINVAL;
     }
     if (flag_len > CTL_GAME_FLAG_MAX || memchr(flag, '\0', flag_len)) {
-        err_set(err, errlen,
+        fgx_err_set(err, errlen,
                 "game: the flag format has at most %d bytes and no NUL byte (write "
                 "it \\x00)",
                 CTL_GAME_FLAG_MAX);
         return -EINVAL;
     }
     if (nchecker == 0) {
-        err_set(err, errlen,
+        fgx_err_set(err, errlen,
                 "game: give the checker's addresses (--checker CIDR...): its flag "
                 "reads are not stolen flags");
         return -EINVAL;
@@ -96,11 +85,11 @@ int ctl_game_parse(const uint8_t *flag, size_t flag_len, char *const *checker, s
     /* As a filter of a TCP service compiles it: the flag is one more pattern of that kind. */
     rv = ctl_config_regex_lint(out->flag, false, IPPROTO_TCP, &w, why, sizeof(why));
     if (rv < 0) {
-        err_set(err, errlen, "game: invalid flag format: %s", why);
+        fgx_err_set(err, errlen, "game: invalid flag format: %s", why);
         goto err;
     }
     if (w.any_stream) {
-        err_set(err, errlen,
+        fgx_err_set(err, errlen,
                 "game: the flag format matches any stream: every connection would "
                 "count as a stolen flag");
         rv = -EINVAL;

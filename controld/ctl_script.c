@@ -24,18 +24,6 @@
 #include "fgx/priv.h"
 #include "fgx/python.h"
 
-static void err_set(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void err_set(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    (void)vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 const char *ctl_script_pydir(void)
 {
     static char dir[PATH_MAX];
@@ -88,14 +76,14 @@ static int check_run(const void *src, size_t len, const char *filename, char **o
     in = memfd_create("fgex-script", MFD_CLOEXEC);
     if (in == -1 || pipe2(pfd, O_CLOEXEC) == -1) {
         rv = -errno;
-        err_set(err, errlen, "cannot start the script check: %s", strerror(errno));
+        fgx_err_set(err, errlen, "cannot start the script check: %s", strerror(errno));
         goto out;
     }
     for (size_t off = 0; off < len;) {
         ssize_t w = write(in, (const char *)src + off, len - off);
         if (w == -1) {
             rv = -errno;
-            err_set(err, errlen, "cannot start the script check: %s", strerror(errno));
+            fgx_err_set(err, errlen, "cannot start the script check: %s", strerror(errno));
             goto out;
         }
         off += (size_t)w;
@@ -115,13 +103,13 @@ static int check_run(const void *src, size_t len, const char *filename, char **o
     sb.pydir_fd = fgx_sandbox_pydir_open(pydir);
     if (sb.pydir_fd < 0) {
         rv = sb.pydir_fd;
-        err_set(err, errlen, "cannot open %s: %s", pydir, strerror(-rv));
+        fgx_err_set(err, errlen, "cannot open %s: %s", pydir, strerror(-rv));
         goto out;
     }
     pid = fgx_sandbox_fork();
     if (pid < 0) {
         rv = pid;
-        err_set(err, errlen, "cannot start the script check: %s", strerror(-pid));
+        fgx_err_set(err, errlen, "cannot start the script check: %s", strerror(-pid));
         goto out;
     }
     if (pid == 0) {
@@ -188,19 +176,19 @@ static int check_run(const void *src, size_t len, const char *filename, char **o
     while (waitpid(pid, &status, 0) == -1 && errno == EINTR)
         ;
     if (rv == -ETIMEDOUT) {
-        err_set(err, errlen,
+        fgx_err_set(err, errlen,
                 "%s: the file did not finish loading within %d ms (an endless loop at module "
                 "level?); nothing was stored",
                 filename, CTL_SCRIPT_CHECK_MS);
         goto out;
     }
     if (rv < 0) {
-        err_set(err, errlen, "the script check failed: %s", strerror(-rv));
+        fgx_err_set(err, errlen, "the script check failed: %s", strerror(-rv));
         goto out;
     }
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
         rv = -EIO;
-        err_set(err, errlen,
+        fgx_err_set(err, errlen,
                 "the script check did not run (%s %s: exit %d): is python3 with fgex's "
                 "package installed?",
                 FGX_PYTHON, ctl_script_pydir(),
@@ -273,11 +261,11 @@ int ctl_script_check(const void *src, size_t len, const char *filename, Fgx__Ctl
 
     *out = NULL;
     if (len > CTL_SCRIPT_SOURCE_MAX) {
-        err_set(err, errlen, "%s: larger than %u bytes", filename, CTL_SCRIPT_SOURCE_MAX);
+        fgx_err_set(err, errlen, "%s: larger than %u bytes", filename, CTL_SCRIPT_SOURCE_MAX);
         return -EINVAL;
     }
     if (memchr(src, '\0', len)) {
-        err_set(err, errlen, "%s: contains a NUL byte: not a Python file", filename);
+        fgx_err_set(err, errlen, "%s: contains a NUL byte: not a Python file", filename);
         return -EINVAL;
     }
     rv = check_run(src, len, filename, &text, err, errlen);
@@ -285,7 +273,7 @@ int ctl_script_check(const void *src, size_t len, const char *filename, Fgx__Ctl
         return rv == -ETIMEDOUT ? -EINVAL : rv;
     root = json_loads(text, 0, &jerr);
     if (!root || !json_is_object(root)) {
-        err_set(err, errlen, "the script check answered nonsense: %s", jerr.text);
+        fgx_err_set(err, errlen, "the script check answered nonsense: %s", jerr.text);
         rv = -EIO;
         goto out;
     }
@@ -294,10 +282,10 @@ int ctl_script_check(const void *src, size_t len, const char *filename, Fgx__Ctl
         const char *why = json_string_value(json_object_get(root, "reason"));
 
         if (line > 0)
-            err_set(err, errlen, "%s:%lld: %s; nothing was stored", filename, (long long)line,
+            fgx_err_set(err, errlen, "%s:%lld: %s; nothing was stored", filename, (long long)line,
                     why ? why : "refused");
         else
-            err_set(err, errlen, "%s: %s; nothing was stored", filename, why ? why : "refused");
+            fgx_err_set(err, errlen, "%s: %s; nothing was stored", filename, why ? why : "refused");
         rv = -EINVAL;
         goto out;
     }
@@ -442,7 +430,7 @@ int ctl_script_check_proto(const Fgx__Ctl__Script *s, const struct ctl_service *
     for (size_t i = 0; i < s->n_functions; i++)
         for (size_t j = 0; j < s->functions[i]->n_params; j++)
             if (strcmp(s->functions[i]->params[j], "RawPacket") != 0) {
-                err_set(err, errlen,
+                fgx_err_set(err, errlen,
                         "service %s is UDP: function %s (line %u) takes %s, which needs a TCP "
                         "stream; on UDP a function takes RawPacket only (one datagram)",
                         svc->name, s->functions[i]->name, s->functions[i]->line,
@@ -461,7 +449,7 @@ int ctl_script_import(struct ctl_txn *t, const Fgx__Ctl__Config *cfg, char *err,
     for (size_t i = 0; i < cfg->n_services; i++) {
         rv = ctl_store_script_del(t, cfg->services[i]->id);
         if (rv < 0 && rv != -ENOENT) {
-            err_set(err, errlen, "script of service %u: %s", cfg->services[i]->id,
+            fgx_err_set(err, errlen, "script of service %u: %s", cfg->services[i]->id,
                     ctl_store_strerror(rv));
             return rv;
         }
@@ -471,12 +459,12 @@ int ctl_script_import(struct ctl_txn *t, const Fgx__Ctl__Config *cfg, char *err,
         struct ctl_service svc;
 
         if (ctl_store_service_get(t, s->service_id, &svc) < 0) {
-            err_set(err, errlen, "script of service %u: no such service in the file",
+            fgx_err_set(err, errlen, "script of service %u: no such service in the file",
                     s->service_id);
             return -EINVAL;
         }
         if (!s->has_source || s->n_functions == 0) {
-            err_set(err, errlen, "script of service %u: no source or no functions",
+            fgx_err_set(err, errlen, "script of service %u: no source or no functions",
                     s->service_id);
             return -EINVAL;
         }
@@ -485,7 +473,7 @@ int ctl_script_import(struct ctl_txn *t, const Fgx__Ctl__Config *cfg, char *err,
             return rv;
         rv = ctl_script_save(t, s);
         if (rv < 0) {
-            err_set(err, errlen, "script of service %u: %s", s->service_id,
+            fgx_err_set(err, errlen, "script of service %u: %s", s->service_id,
                     ctl_store_strerror(rv));
             return rv;
         }

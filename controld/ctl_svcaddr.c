@@ -9,19 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
-static void err_set(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void err_set(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-
-    if (!err || errlen == 0)
-        return;
-    va_start(ap, fmt);
-    (void)vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
+#include "fgx/log.h"
 
 Fgx__Ctl__Layer ctl_layer_msg(enum ctl_layer layer)
 {
@@ -96,7 +84,7 @@ int ctl_svcmsg_parse(const Fgx__Ctl__Service *m, struct ctl_service *out, char *
     const char *name = m->name ? m->name : "?";
 
     if (m->port == 0 || m->port > 65535) {
-        err_set(err, errlen, "service %s: invalid port %u: use 1..65535", name, m->port);
+        fgx_err_set(err, errlen, "service %s: invalid port %u: use 1..65535", name, m->port);
         return -EINVAL;
     }
     out->port = (uint16_t)m->port;
@@ -108,19 +96,20 @@ int ctl_svcmsg_parse(const Fgx__Ctl__Service *m, struct ctl_service *out, char *
     out->first_byte_timeout = m->has_first_byte_timeout ? m->first_byte_timeout : 0;
     if (out->max_conns > CTL_SERVICE_MAX_CONNS_MAX ||
         out->first_byte_timeout > CTL_SERVICE_FIRST_BYTE_MAX) {
-        err_set(err, errlen, "service %s: max_conns at most %u, first_byte_timeout at most %u s",
-                name, CTL_SERVICE_MAX_CONNS_MAX, CTL_SERVICE_FIRST_BYTE_MAX);
+        fgx_err_set(err, errlen,
+                    "service %s: max_conns at most %u, first_byte_timeout at most %u s", name,
+                    CTL_SERVICE_MAX_CONNS_MAX, CTL_SERVICE_FIRST_BYTE_MAX);
         return -EINVAL;
     }
     if (fgx_cidr_parse(m->ip, &out->addr) < 0) {
-        err_set(err, errlen, "service %s: invalid address \"%s\"", name, m->ip ? m->ip : "");
+        fgx_err_set(err, errlen, "service %s: invalid address \"%s\"", name, m->ip ? m->ip : "");
         return -EINVAL;
     }
     if (m->n_addrs == 0) {
         ctl_service_addrs_single(out);
     } else {
         if (m->n_addrs > CTL_SERVICE_ADDRS_MAX) {
-            err_set(err, errlen, "service %s: %zu addresses, at most %d", name, m->n_addrs,
+            fgx_err_set(err, errlen, "service %s: %zu addresses, at most %d", name, m->n_addrs,
                     CTL_SERVICE_ADDRS_MAX);
             return -EINVAL;
         }
@@ -129,7 +118,7 @@ int ctl_svcmsg_parse(const Fgx__Ctl__Service *m, struct ctl_service *out, char *
 
             if (a->port == 0 || a->port > 65535 ||
                 fgx_svcaddr_parse_addr(a->addr, (uint16_t)a->port, &out->addrs[i]) < 0) {
-                err_set(err, errlen, "service %s: invalid address \"%s\" port %u", name,
+                fgx_err_set(err, errlen, "service %s: invalid address \"%s\" port %u", name,
                         a->addr ? a->addr : "", a->port);
                 return -EINVAL;
             }
@@ -148,7 +137,7 @@ int ctl_svcmsg_parse(const Fgx__Ctl__Service *m, struct ctl_service *out, char *
             m->layer == FGX__CTL__LAYER__LAYER_PROXY ? CTL_LAYER_PROXY : CTL_LAYER_EXTERNAL;
         break;
     default:
-        err_set(err, errlen, "service %s: invalid layer: use nfqueue, proxy or external", name);
+        fgx_err_set(err, errlen, "service %s: invalid layer: use nfqueue, proxy or external", name);
         return -EINVAL;
     }
     memset(&out->ext_to, 0, sizeof(out->ext_to));
@@ -156,8 +145,8 @@ int ctl_svcmsg_parse(const Fgx__Ctl__Service *m, struct ctl_service *out, char *
         const char *why = NULL;
 
         if (ctl_ext_to_parse(m->to, &out->ext_to, &why) < 0) {
-            err_set(err, errlen, "service %s: invalid --to \"%s\": %s", name, m->to ? m->to : "",
-                    why ? why : "ADDR:PORT");
+            fgx_err_set(err, errlen, "service %s: invalid --to \"%s\": %s", name,
+                        m->to ? m->to : "", why ? why : "ADDR:PORT");
             return -EINVAL;
         }
     }

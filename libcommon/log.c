@@ -103,3 +103,14 @@ bool fgx_log_ratelimited(unsigned long long *last_ns, enum fgx_log_level level, 
     va_end(ap);
     return true;
 }
+
+void fgx_err_set(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (!err || errlen == 0)
+        return;
+    va_start(ap, fmt);
+    (void)vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}

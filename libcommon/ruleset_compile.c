@@ -48,31 +48,18 @@ static bool pattern_applies(const struct fgx_pattern *p, enum fgx_dir dir)
     return ((unsigned)p->dir & (unsigned)dir) != 0;
 }
 
-static void err_set(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void err_set(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-
-    if (err == NULL || errlen == 0)
-        return;
-    va_start(ap, fmt);
-    (void)vsnprintf(err, errlen, fmt, ap); /* truncation of a message is acceptable */
-    va_end(ap);
-}
-
 /* What hyperscan itself cannot say: an empty or oversized regex. */
 static int regex_precheck(const char *regex, char *err, size_t errlen)
 {
     size_t len;
 
     if (regex == NULL || regex[0] == '\0') {
-        err_set(err, errlen, "empty regex");
+        fgx_err_set(err, errlen, "empty regex");
         return -EINVAL;
     }
     len = strnlen(regex, FGX_REGEX_MAX + 1);
     if (len > FGX_REGEX_MAX) {
-        err_set(err, errlen, "regex longer than %d bytes", FGX_REGEX_MAX);
+        fgx_err_set(err, errlen, "regex longer than %d bytes", FGX_REGEX_MAX);
         return -EINVAL;
     }
     return 0;
@@ -218,7 +205,7 @@ static int pattern_judge(const char *regex, const hs_expr_info_t *info, const hs
     /* In stream mode the end of the data is the end of the stream, and the workers close a
      * stream without asking for its end-of-data matches: by then every byte has passed. */
     if (stream && info->matches_only_at_eod) {
-        err_set(err, errlen,
+        fgx_err_set(err, errlen,
                 "it matches only at the end of the data ('$', '\\z' or '\\Z'), which a TCP "
                 "stream never reaches while it can still be blocked: it would never match "
                 "(on a TCP service '$' is not the end of a line: match the line break, \\n)");
@@ -266,11 +253,11 @@ int fgx_pattern_lint(const char *regex, bool nocase, int ipproto, struct fgx_pat
     unsigned flags = pattern_flags(nocase), id = 0, mode;
     int ret;
 
-    err_set(err, errlen, "%s", "");
+    fgx_err_set(err, errlen, "%s", "");
     if (w != NULL)
         memset(w, 0, sizeof(*w));
     if (proto_mode(ipproto, &mode) < 0) {
-        err_set(err, errlen, "unsupported IP protocol %d", ipproto);
+        fgx_err_set(err, errlen, "unsupported IP protocol %d", ipproto);
         ret = -EINVAL;
         goto out;
     }
@@ -283,17 +270,17 @@ int fgx_pattern_lint(const char *regex, bool nocase, int ipproto, struct fgx_pat
 
         /* Hyperscan's advice names a flag fgex never sets, and users cannot set. */
         if (strstr(msg, "HS_FLAG_ALLOWEMPTY") != NULL)
-            err_set(err, errlen, "a regex that matches the empty string would match every %s",
+            fgx_err_set(err, errlen, "a regex that matches the empty string would match every %s",
                     mode == HS_MODE_STREAM ? "connection" : "datagram");
         else
-            err_set(err, errlen, "%s", msg);
+            fgx_err_set(err, errlen, "%s", msg);
         ret = cerr != NULL && strstr(cerr->message, "allocate") != NULL ? -ENOMEM : -EINVAL;
         goto out;
     }
     hs_free_compile_error(cerr);
     cerr = NULL;
     if (hs_expression_info(regex, flags, &info, &cerr) != HS_SUCCESS) {
-        err_set(err, errlen, "%s", cerr != NULL ? cerr->message : "hyperscan analysis failed");
+        fgx_err_set(err, errlen, "%s", cerr != NULL ? cerr->message : "hyperscan analysis failed");
         ret = cerr != NULL && strstr(cerr->message, "allocate") != NULL ? -ENOMEM : -EINVAL;
         goto out;
     }
@@ -316,15 +303,15 @@ int fgx_filter_regex_lint(const char *regex, bool nocase, int ipproto,
     if (w != NULL)
         memset(w, 0, sizeof(*w));
     if (regex == NULL || regex[0] == '\0') {
-        err_set(err, errlen, "empty regex");
+        fgx_err_set(err, errlen, "empty regex");
         return -EINVAL;
     }
     if (strlen(regex) > FGX_FILTER_REGEX_MAX) {
-        err_set(err, errlen, "regex longer than %d bytes", FGX_FILTER_REGEX_MAX);
+        fgx_err_set(err, errlen, "regex longer than %d bytes", FGX_FILTER_REGEX_MAX);
         return -EINVAL;
     }
     if (fgx_pattern_lint(regex, nocase, ipproto, w, herr, sizeof(herr)) < 0) {
-        err_set(err, errlen, "invalid regex \"%.200s\": %s", regex, herr);
+        fgx_err_set(err, errlen, "invalid regex \"%.200s\": %s", regex, herr);
         return -EINVAL;
     }
     return 0;
@@ -389,9 +376,9 @@ int fgx_ruleset_compile(const struct fgx_pattern *pats, size_t n, enum fgx_dir d
     int ret;
 
     memset(out, 0, sizeof(*out));
-    err_set(err, errlen, "%s", "");
+    fgx_err_set(err, errlen, "%s", "");
     if (proto_mode(ipproto, &mode) < 0) {
-        err_set(err, errlen, "unsupported IP protocol %d", ipproto);
+        fgx_err_set(err, errlen, "unsupported IP protocol %d", ipproto);
         ret = -EINVAL;
         goto out;
     }
@@ -416,7 +403,7 @@ int fgx_ruleset_compile(const struct fgx_pattern *pats, size_t n, enum fgx_dir d
             continue;
         ret = regex_precheck(pats[i].regex, why, sizeof(why));
         if (ret < 0) {
-            err_set(err, errlen, "filter %u: %s", pats[i].filter_id & FGX_FILTER_ID_MASK, why);
+            fgx_err_set(err, errlen, "filter %u: %s", pats[i].filter_id & FGX_FILTER_ID_MASK, why);
             fgx_err("ruleset compile: filter %u: %s", pats[i].filter_id & FGX_FILTER_ID_MASK, why);
             goto out;
         }
@@ -431,9 +418,10 @@ int fgx_ruleset_compile(const struct fgx_pattern *pats, size_t n, enum fgx_dir d
         const char *msg = cerr != NULL ? cerr->message : fgx_hs_strerror(rc);
 
         if (cerr != NULL && cerr->expression >= 0 && (size_t)cerr->expression < m)
-            err_set(err, errlen, "filter %u: %s", ids[cerr->expression] & FGX_FILTER_ID_MASK, msg);
+            fgx_err_set(err, errlen, "filter %u: %s", ids[cerr->expression] & FGX_FILTER_ID_MASK,
+                        msg);
         else
-            err_set(err, errlen, "%s", msg);
+            fgx_err_set(err, errlen, "%s", msg);
         if (cerr != NULL && cerr->expression >= 0 && (size_t)cerr->expression < m)
             fgx_err("ruleset compile: filter %u: %s", ids[cerr->expression] & FGX_FILTER_ID_MASK,
                     msg);
@@ -444,7 +432,7 @@ int fgx_ruleset_compile(const struct fgx_pattern *pats, size_t n, enum fgx_dir d
     }
     rc = hs_serialize_database(db, &bytes, &len);
     if (rc != HS_SUCCESS) {
-        err_set(err, errlen, "serialize: %s", fgx_hs_strerror(rc));
+        fgx_err_set(err, errlen, "serialize: %s", fgx_hs_strerror(rc));
         fgx_err("ruleset serialize: %s", fgx_hs_strerror(rc));
         ret = rc == HS_NOMEM ? -ENOMEM : -EINVAL;
         goto out;
@@ -453,7 +441,7 @@ int fgx_ruleset_compile(const struct fgx_pattern *pats, size_t n, enum fgx_dir d
      * allocator hyperscan was given. */
     out->data = malloc(len);
     if (out->data == NULL) {
-        err_set(err, errlen, "out of memory");
+        fgx_err_set(err, errlen, "out of memory");
         fgx_err("ruleset compile: out of memory for a %zu-byte database", len);
         ret = -ENOMEM;
         goto out;

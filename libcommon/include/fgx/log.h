@@ -4,6 +4,7 @@
 #define FGX_LOG_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 enum fgx_log_level {
     FGX_LOG_ERROR = 0,
@@ -30,5 +31,10 @@ bool fgx_log_ratelimited(unsigned long long *last_ns, enum fgx_log_level level, 
 #define fgx_warn(...) fgx_log(FGX_LOG_WARN, __VA_ARGS__)
 #define fgx_info(...) fgx_log(FGX_LOG_INFO, __VA_ARGS__)
 #define fgx_debug(...) fgx_log(FGX_LOG_DEBUG, __VA_ARGS__)
+
+/* An error's text for the caller (printf format into err, at most errlen bytes with its NUL),
+ * the reason a parser or a check gives back; err NULL or errlen 0: nothing is written. */
+void fgx_err_set(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 #endif
