@@ -79,17 +79,20 @@ int ctl_apply_timeout(struct ctl_ctx *ctx, const struct ctl_ruleset *rs, int pus
         ctx->nft_valid && nft_only_removes(ctx->nft_cur, ctx->nnft_cur, rs->nft, rs->nnft);
     bool px_removes =
         ctx->nft_valid && nft_only_removes(ctx->px_cur, ctx->npx_cur, rs->px, rs->npx);
+    /* One deadline for both workers: a change waits for them at most push_timeout_ms (and a
+     * short floor for the second), not once each, while the control loop answers `busy`. */
+    uint64_t deadline = ctl_sup_now_ms() + (uint64_t)(push_timeout_ms > 0 ? push_timeout_ms : 0);
     int rv_push = 0, rv_px = 0, rv_nft;
 
     if (!removes && ctx->sup)
-        rv_push = ctl_sup_push(ctx->sup, &rs->dp, push_timeout_ms);
+        rv_push = ctl_sup_push(ctx->sup, &rs->dp, deadline);
     if (!px_removes && ctx->px_sup)
-        rv_px = ctl_sup_push(ctx->px_sup, &rs->px_dp, push_timeout_ms);
+        rv_px = ctl_sup_push(ctx->px_sup, &rs->px_dp, deadline);
     rv_nft = apply_nft(ctx, rs);
     if (removes && ctx->sup)
-        rv_push = ctl_sup_push(ctx->sup, &rs->dp, push_timeout_ms);
+        rv_push = ctl_sup_push(ctx->sup, &rs->dp, deadline);
     if (px_removes && ctx->px_sup)
-        rv_px = ctl_sup_push(ctx->px_sup, &rs->px_dp, push_timeout_ms);
+        rv_px = ctl_sup_push(ctx->px_sup, &rs->px_dp, deadline);
     /* The proxy worker matters only while it carries services: one that is down with nothing
      * to carry gets the state when it is back, and fails no request. */
     if (rv_push == 0 && rs->px_dp.nservices > 0)
@@ -129,14 +132,6 @@ int ctl_apply_full(struct ctl_ctx *ctx, int push_timeout_ms)
                  (unsigned long long)rs.dp.generation, rs.nnft, rs.npx);
     ctl_ruleset_release(&rs);
     return rv;
-}
-
-static uint64_t mono_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
 /* A script call past its deadline, or one that raised, is an event as well as a log entry:
@@ -197,7 +192,7 @@ static void stats_refresh_proxy(struct ctl_ctx *ctx, int timeout_ms)
     free(svcs);
     fgx_dp_msg_release(&m);
     /* Saved before any request can read a new event's seq. */
-    ctl_stats_flush(ctx->stats, ctx->store, mono_ms(), false);
+    ctl_stats_flush(ctx->stats, ctx->store, ctl_sup_now_ms(), false);
 }
 
 int ctl_stats_refresh(struct ctl_ctx *ctx, int timeout_ms)
@@ -240,7 +235,7 @@ int ctl_stats_refresh(struct ctl_ctx *ctx, int timeout_ms)
     free(svcs);
     fgx_dp_msg_release(&m);
     /* Saved before any request can read a new event's seq. */
-    ctl_stats_flush(ctx->stats, ctx->store, mono_ms(), false);
+    ctl_stats_flush(ctx->stats, ctx->store, ctl_sup_now_ms(), false);
     return rv;
 }
 
@@ -258,14 +253,14 @@ int ctl_worker_restart(struct ctl_ctx *ctx, int timeout_ms)
         return rv;
     /* From here: the old worker's handover (or its kill, when it was hung) is behind us, and
      * the time is the new one's to come up in. */
-    deadline = mono_ms() + (uint64_t)timeout_ms;
-    while (mono_ms() < deadline) {
+    deadline = ctl_sup_now_ms() + (uint64_t)timeout_ms;
+    while (ctl_sup_now_ms() < deadline) {
         bool respawned = false;
 
         ctl_sup_poll(ctx->sup, &respawned);
         if (respawned) {
             /* A new generation with the full state; its ACK means every thread uses it. */
-            rv = ctl_apply_full(ctx, (int)(deadline - mono_ms() + 1));
+            rv = ctl_apply_full(ctx, (int)(deadline - ctl_sup_now_ms() + 1));
             if (rv == 0)
                 return 0;
             if (rv != -ETIMEDOUT && rv != -ENOTCONN && rv != -EPIPE)
@@ -293,8 +288,8 @@ int ctl_px_worker_restart(struct ctl_ctx *ctx, int timeout_ms)
     rv = ctl_sup_restart(ctx->px_sup);
     if (rv < 0)
         return rv;
-    deadline = mono_ms() + (uint64_t)timeout_ms;
-    while (mono_ms() < deadline) {
+    deadline = ctl_sup_now_ms() + (uint64_t)timeout_ms;
+    while (ctl_sup_now_ms() < deadline) {
         bool respawned = false;
 
         ctl_sup_poll(ctx->px_sup, &respawned);
@@ -304,9 +299,9 @@ int ctl_px_worker_restart(struct ctl_ctx *ctx, int timeout_ms)
             return 0;
         /* The new process gets the full state (both workers: the nfq one keeps what it has,
          * by database hash), again while it has not confirmed it. */
-        if (respawned_once && mono_ms() >= next_push) {
-            (void)ctl_apply_full(ctx, (int)(deadline - mono_ms() + 1));
-            next_push = mono_ms() + 200;
+        if (respawned_once && ctl_sup_now_ms() >= next_push) {
+            (void)ctl_apply_full(ctx, (int)(deadline - ctl_sup_now_ms() + 1));
+            next_push = ctl_sup_now_ms() + 200;
         }
         usleep(10000);
     }

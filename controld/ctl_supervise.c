@@ -785,7 +785,25 @@ static int strip_known(const struct ctl_sup *s, const struct fgx_dp_ruleset *rs,
     return 0;
 }
 
-int ctl_sup_push(struct ctl_sup *s, const struct fgx_dp_ruleset *rs, int timeout_ms)
+/* What is left of a push's deadline for its next call on the worker's channel: one deadline
+ * for the handover, the stripped ruleset and the full one again (three calls of the whole
+ * timeout each held the control loop three times as long), with a floor of
+ * SUP_CALL_FLOOR_MS so a worker that answers at once is still heard after a slow call. */
+#define SUP_CALL_FLOOR_MS 100
+
+static int sup_left(uint64_t deadline)
+{
+    uint64_t now = now_ms();
+
+    return now + SUP_CALL_FLOOR_MS >= deadline ? SUP_CALL_FLOOR_MS : (int)(deadline - now);
+}
+
+uint64_t ctl_sup_now_ms(void)
+{
+    return now_ms();
+}
+
+int ctl_sup_push(struct ctl_sup *s, const struct fgx_dp_ruleset *rs, uint64_t deadline)
 {
     struct fgx_dp_msg req = {.type = FGX_DP_RULESET, .u.ruleset = *rs};
     struct fgx_dp_msg reply;
@@ -806,7 +824,7 @@ int ctl_sup_push(struct ctl_sup *s, const struct fgx_dp_ruleset *rs, int timeout
     }
     if (s->handover.type == FGX_DP_FLOWS && !s->restart_requested) {
         /* The new worker takes the old one's flows before its first ruleset. */
-        rv = sup_call(s, &s->handover, timeout_ms, &reply);
+        rv = sup_call(s, &s->handover, sup_left(deadline), &reply);
         if (rv == 0 && reply.type == FGX_DP_ACK)
             fgx_info("%s took the flows over", s->name);
         else
@@ -817,7 +835,7 @@ int ctl_sup_push(struct ctl_sup *s, const struct fgx_dp_ruleset *rs, int timeout
     }
     if (strip_known(s, rs, &stripped) == 0 && stripped != NULL)
         req.u.ruleset.services = stripped;
-    rv = sup_call(s, &req, timeout_ms, &reply);
+    rv = sup_call(s, &req, sup_left(deadline), &reply);
     if (rv == 0 && stripped != NULL && reply.type == FGX_DP_ERROR) {
         /* It does not hold what we thought (it applied a push whose ACK we missed, say):
          * once more, in full. */
@@ -825,7 +843,7 @@ int ctl_sup_push(struct ctl_sup *s, const struct fgx_dp_ruleset *rs, int timeout
                  (unsigned long long)rs->generation, reply.u.error ? reply.u.error : "refused");
         fgx_dp_msg_release(&reply);
         req.u.ruleset.services = rs->services;
-        rv = sup_call(s, &req, timeout_ms, &reply);
+        rv = sup_call(s, &req, sup_left(deadline), &reply);
     }
     free(stripped);
     s->nknown = 0;

@@ -55,10 +55,14 @@ int ctl_sup_start(const struct ctl_sup_config *cfg, struct ctl_sup **out);
  * killed and replaced, with a health note saying why). *respawned is set when a new worker
  * was started: it needs the full ruleset. Never blocks. */
 int ctl_sup_poll(struct ctl_sup *s, bool *respawned);
-/* Push a ruleset and wait for the worker's ACK of its generation. Returns 0, -ETIMEDOUT,
+/* Push a ruleset and wait for the worker's ACK of its generation until deadline_ms
+ * (CLOCK_MONOTONIC, in ms; every call of the push shares it, with a floor of 100 ms each so a
+ * worker that answers at once is heard after another took the time). Returns 0, -ETIMEDOUT,
  * -ENOTCONN at once when no worker runs, or -EPROTO when the worker refused it (its reason
  * logged). */
-int ctl_sup_push(struct ctl_sup *s, const struct fgx_dp_ruleset *rs, int timeout_ms);
+int ctl_sup_push(struct ctl_sup *s, const struct fgx_dp_ruleset *rs, uint64_t deadline_ms);
+/* The CLOCK_MONOTONIC time in ms that ctl_sup_push's deadline is on. */
+uint64_t ctl_sup_now_ms(void);
 /* Ask for statistics; on success *out is a FGX_DP_STATS message to fgx_dp_msg_release().
  * -ENOTCONN at once when no worker is connected. */
 int ctl_sup_stats(struct ctl_sup *s, int timeout_ms, struct fgx_dp_msg *out);

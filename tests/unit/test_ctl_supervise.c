@@ -272,6 +272,8 @@ static struct {
     pthread_mutex_t lock;
     size_t lens[16];
     size_t nlens;
+    unsigned delay_ms; /* before each answer */
+    size_t answer_max; /* 0: every message is answered; else only the first answer_max */
 } fw = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static void *fw_thread(void *arg)
@@ -285,10 +287,18 @@ static void *fw_thread(void *arg)
 
         if (fgx_chan_recv(fw.ch, &buf, &len, 50) != 0)
             continue;
+        size_t n;
+
         pthread_mutex_lock(&fw.lock);
         if (fw.nlens < 16)
             fw.lens[fw.nlens++] = len;
+        n = fw.nlens;
         pthread_mutex_unlock(&fw.lock);
+        usleep(__atomic_load_n(&fw.delay_ms, __ATOMIC_ACQUIRE) * 1000u);
+        if (fw.answer_max != 0 && n > __atomic_load_n(&fw.answer_max, __ATOMIC_ACQUIRE)) {
+            free(buf); /* a worker that hangs after its refusal */
+            continue;
+        }
         fgx_wctl_serve(&ctl, fw.ch, buf, len);
     }
     return NULL;
@@ -347,11 +357,11 @@ Test(ctl_supervise, pushes_send_held_databases_as_their_hash, .timeout = 30)
 
     rs.generation = 1;
     rs.nservices = 1;
-    cr_assert_eq(ctl_sup_push(sup, &rs, 5000), 0);
+    cr_assert_eq(ctl_sup_push(sup, &rs, ctl_sup_now_ms() + 5000), 0);
     cr_assert_gt(fw_len(0), a.len, "first push: the database in full");
 
     rs.generation = 2;
-    cr_assert_eq(ctl_sup_push(sup, &rs, 5000), 0);
+    cr_assert_eq(ctl_sup_push(sup, &rs, ctl_sup_now_ms() + 5000), 0);
     cr_assert_lt(fw_len(1), 64, "second push: %zu bytes, the database again", fw_len(1));
     cr_assert_eq(fw.current->generation, 2);
     cr_assert_not_null(fw.current->svc[0].db[0]);
@@ -361,7 +371,7 @@ Test(ctl_supervise, pushes_send_held_databases_as_their_hash, .timeout = 30)
     fgx_wcfg_unref(__atomic_exchange_n(&fw.current, NULL, __ATOMIC_ACQ_REL));
     rs.generation = 3;
     rs.nservices = 2;
-    cr_assert_eq(ctl_sup_push(sup, &rs, 5000), 0);
+    cr_assert_eq(ctl_sup_push(sup, &rs, ctl_sup_now_ms() + 5000), 0);
     cr_assert_eq(fw_count(), 4, "refused, then sent again");
     cr_assert_lt(fw_len(2), b.len + 64, "a's database left out at first");
     cr_assert_gt(fw_len(3), a.len + b.len, "then everything");
@@ -375,4 +385,54 @@ Test(ctl_supervise, pushes_send_held_databases_as_their_hash, .timeout = 30)
     fgx_wcfg_unref(fw.current);
     fgx_blob_release(&a);
     fgx_blob_release(&b);
+}
+
+/* A push is bounded by one deadline, whatever it takes: a slow worker that refuses the push by
+ * hash (it lost a database) and then never answers the full one held the control loop for
+ * both calls' timeouts, one after the other; now for the deadline (and no more than the floor
+ * of a last call past it). */
+Test(ctl_supervise, a_push_has_one_deadline_for_all_its_calls, .timeout = 30)
+{
+    struct fgx_dp_service svc = {.id = 1, .ipproto = IPPROTO_TCP, .port = 80};
+    struct fgx_dp_ruleset rs = {.services = &svc, .nservices = 1, .generation = 1};
+    struct fgx_blob a;
+    uint64_t t0, took;
+    char url[128];
+
+    start("exec sleep 60");
+    snprintf(url, sizeof(url), "ipc://%s/nfq.sock", dir);
+    cr_assert_eq(fgx_chan_dial(url, FGX_CHAN_REP, 0, &fw.ch), 0);
+    cr_assert_eq(pthread_create(&fw.tid, NULL, fw_thread, NULL), 0);
+    compile(1, "evil[0-9]+", &a);
+    svc.db[0] = a;
+    cr_assert_eq(ctl_sup_push(sup, &rs, ctl_sup_now_ms() + 5000), 0);
+    cr_assert_eq(fw_count(), 1);
+
+    /* It loses the database, answers the stripped push after 700 ms, then hangs. */
+    fgx_wcfg_unref(__atomic_exchange_n(&fw.current, NULL, __ATOMIC_ACQ_REL));
+    __atomic_store_n(&fw.answer_max, 2, __ATOMIC_RELEASE);
+    __atomic_store_n(&fw.delay_ms, 700, __ATOMIC_RELEASE);
+    rs.generation = 2;
+    t0 = now_ms();
+    cr_assert_eq(ctl_sup_push(sup, &rs, t0 + 1000), -ETIMEDOUT);
+    took = now_ms() - t0;
+    cr_assert_eq(fw_count(), 3, "refused, then sent again in full");
+    cr_assert_geq(took, 950, "gave up after %llu ms, before its deadline",
+                  (unsigned long long)took);
+    cr_assert_lt(took, 1400, "the push took %llu ms for a deadline of 1000 ms",
+                 (unsigned long long)took);
+
+    /* Past its deadline a call still gets the floor: a worker that answers at once is heard. */
+    __atomic_store_n(&fw.answer_max, 0, __ATOMIC_RELEASE);
+    __atomic_store_n(&fw.delay_ms, 0, __ATOMIC_RELEASE);
+    usleep(800000); /* the stand-in's last delay (the dropped message's) runs out */
+    rs.generation = 3;
+    cr_assert_eq(ctl_sup_push(sup, &rs, now_ms() - 1), 0);
+    cr_assert_eq(fw.current->generation, 3);
+
+    __atomic_store_n(&fw.stop, 1, __ATOMIC_RELEASE);
+    pthread_join(fw.tid, NULL);
+    fgx_chan_close(fw.ch);
+    fgx_wcfg_unref(fw.current);
+    fgx_blob_release(&a);
 }
