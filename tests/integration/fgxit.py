@@ -279,10 +279,22 @@ class Env:
         raise RuntimeError("controld not ready after %ss (%s):\n%s" % (timeout, last,
                                                                        self.log_tail()))
 
-    def stop_controld(self, sig=signal.SIGTERM, check=True, timeout=5):
+    @staticmethod
+    def sanitized(pid):
+        """True when process pid runs a sanitizer build (libasan mapped): its exit, and its
+        workers' (the leak check of a large heap), takes seconds more."""
+        try:
+            with open("/proc/%d/maps" % pid) as f:
+                return "libasan" in f.read()
+        except OSError:
+            return False
+
+    def stop_controld(self, sig=signal.SIGTERM, check=True, timeout=None):
         p = self.controld
         if p is None:
             return None
+        if timeout is None:
+            timeout = 20 if self.sanitized(p.pid) else 5
         if p.poll() is None:
             p.send_signal(sig)
             try:
