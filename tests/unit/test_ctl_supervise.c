@@ -325,6 +325,26 @@ static size_t fw_count(void)
     return n;
 }
 
+/* The stand-in worker process (it never speaks) and, on its channel, the control side in a
+ * thread of this process. */
+static void fw_start(void)
+{
+    char url[128];
+
+    start("exec sleep 60");
+    snprintf(url, sizeof(url), "ipc://%s/nfq.sock", dir);
+    cr_assert_eq(fgx_chan_dial(url, FGX_CHAN_REP, 0, &fw.ch), 0);
+    cr_assert_eq(pthread_create(&fw.tid, NULL, fw_thread, NULL), 0);
+}
+
+static void fw_stop(void)
+{
+    __atomic_store_n(&fw.stop, 1, __ATOMIC_RELEASE);
+    pthread_join(fw.tid, NULL);
+    fgx_chan_close(fw.ch);
+    fgx_wcfg_unref(fw.current);
+}
+
 static void compile(uint32_t id, const char *re, struct fgx_blob *out)
 {
     const struct fgx_pattern p = {id, re, FGX_DIR_C2S, false};
@@ -341,12 +361,7 @@ Test(ctl_supervise, pushes_send_held_databases_as_their_hash, .timeout = 30)
     struct fgx_dp_service svc[2];
     struct fgx_dp_ruleset rs = {.services = svc};
     struct fgx_blob a, b;
-    char url[128];
-
-    start("exec sleep 60");
-    snprintf(url, sizeof(url), "ipc://%s/nfq.sock", dir);
-    cr_assert_eq(fgx_chan_dial(url, FGX_CHAN_REP, 0, &fw.ch), 0);
-    cr_assert_eq(pthread_create(&fw.tid, NULL, fw_thread, NULL), 0);
+    fw_start();
     compile(1, "evil[0-9]+", &a);
     compile(2, "zzz+", &b);
     memset(svc, 0, sizeof(svc));
@@ -379,10 +394,7 @@ Test(ctl_supervise, pushes_send_held_databases_as_their_hash, .timeout = 30)
     cr_assert_not_null(fw.current->svc[0].db[0]);
     cr_assert_not_null(fw.current->svc[1].db[0]);
 
-    __atomic_store_n(&fw.stop, 1, __ATOMIC_RELEASE);
-    pthread_join(fw.tid, NULL);
-    fgx_chan_close(fw.ch);
-    fgx_wcfg_unref(fw.current);
+    fw_stop();
     fgx_blob_release(&a);
     fgx_blob_release(&b);
 }
@@ -397,12 +409,7 @@ Test(ctl_supervise, a_push_has_one_deadline_for_all_its_calls, .timeout = 30)
     struct fgx_dp_ruleset rs = {.services = &svc, .nservices = 1, .generation = 1};
     struct fgx_blob a;
     uint64_t t0, took;
-    char url[128];
-
-    start("exec sleep 60");
-    snprintf(url, sizeof(url), "ipc://%s/nfq.sock", dir);
-    cr_assert_eq(fgx_chan_dial(url, FGX_CHAN_REP, 0, &fw.ch), 0);
-    cr_assert_eq(pthread_create(&fw.tid, NULL, fw_thread, NULL), 0);
+    fw_start();
     compile(1, "evil[0-9]+", &a);
     svc.db[0] = a;
     cr_assert_eq(ctl_sup_push(sup, &rs, ctl_sup_now_ms() + 5000), 0);
@@ -430,9 +437,6 @@ Test(ctl_supervise, a_push_has_one_deadline_for_all_its_calls, .timeout = 30)
     cr_assert_eq(ctl_sup_push(sup, &rs, now_ms() - 1), 0);
     cr_assert_eq(fw.current->generation, 3);
 
-    __atomic_store_n(&fw.stop, 1, __ATOMIC_RELEASE);
-    pthread_join(fw.tid, NULL);
-    fgx_chan_close(fw.ch);
-    fgx_wcfg_unref(fw.current);
+    fw_stop();
     fgx_blob_release(&a);
 }
