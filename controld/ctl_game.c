@@ -11,10 +11,10 @@
 #include <string.h>
 
 #include <hs.h>
-#include <mbedtls/sha256.h>
 
 #include "controld/ctl_config.h"
 #include "fgx/log.h"
+#include "fgx/mbed_compat.h"
 #include "fgx/ruleset.h"
 
 void ctl_game_init(struct ctl_game *g)
@@ -284,7 +284,7 @@ int ctl_game_finder_hash(struct ctl_game_finder *f, const uint8_t *data, size_t 
             HS_SUCCESS ||
         !s.found)
         return -ENOENT;
-    if (mbedtls_sha256_ret(data + s.from, end - s.from, sum, 0) != 0)
+    if (fgx_mbed_sha256(data + s.from, end - s.from, sum) != 0)
         return -EIO;
     for (int i = 0; i < 32; i++)
         snprintf(hex + 2 * i, 3, "%02x", sum[i]);
