@@ -126,7 +126,7 @@ def main(argv):
                                            ctypes.c_uint, ctypes.c_void_p]
     lib.seccomp_load.argtypes = [ctypes.c_void_p]
 
-    # the identity and the umask (User=root: nothing to change; Group= the primary group, no
+    # the identity and the umask (no User=: root, nothing to change; Group= the primary group, no
     # supplementary ones: the sockets controld makes are that group's without CAP_CHOWN)
     for v in s.get("Group", [])[-1:]:
         os.setgroups([])
