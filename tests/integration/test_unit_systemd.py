@@ -57,6 +57,9 @@ NS=$(readlink /proc/self/ns/net)
 ours() { for p in $(pgrep -f "$1"); do [ "$(readlink /proc/$p/ns/net)" = "$NS" ] && echo $p; done; }
 workers() { ours "^$BIN/(nfq|proxy|script)worker" | tr '\n' ' '; }
 ctld() { ours "^$BIN/controld --foreground"; }
+# the pids that still run: a killed worker its parent has not reaped yet (a zombie) does not
+alive() { for p in "$@"; do s=$(sed 's/.*) //' /proc/$p/stat 2>/dev/null | cut -c1)
+  [ -n "$s" ] && [ "$s" != Z ] && printf ' %s' $p; done; }
 up() {
   for i in $(seq 100); do
     n=$($BIN/fgexctl status 2>/dev/null | grep -cE '^(nfq|proxy|script) +[0-9]+ +running')
@@ -159,6 +162,9 @@ def the_unit_runs_fgex_under_systemd(env):
     the workers as fgex with their own; no process may write a core file (soft and hard limit
     0); the loaded unit's exposure is the offline one (at most 3.0); a clean stop leaves no
     worker."""
+    # systemd 255+ takes CAP_SETUID from a unit that names User= (root too) beside its system
+    # call filter and NoNewPrivileges: Debian 13's controld then cannot drop its workers
+    check(not re.search(r"^User=", open(UNIT).read(), re.M), "the unit names User=")
     log = os.path.join(env.tmp, "unit-controld.log")
     kv, out, _ = session(env, r'''
 timeout 30 systemctl --user start fgex.service; echo START=$?
@@ -169,7 +175,7 @@ status $(ctld) $W
 echo EXPOSURE=$(timeout 30 systemd-analyze --user security fgex.service | sed -n 's/.*exposure level for fgex.service: \([0-9.]*\).*/\1/p')
 timeout 30 systemctl --user stop fgex.service; echo STOP=$?
 sleep 0.5
-L=""; for w in $W; do [ -d /proc/$w ] && L="$L $w"; done; echo LEFT=$L
+L=$(alive $W); echo LEFT=$L
 ''', {"fgex.service": unit_for(UNIT, log)})
     check(kv.get("START") == "0" and kv.get("UP") == "0", "fgex did not come up under the "
           "unit:\n%s\n%s", out[-2000:], open(log).read()[-2000:] if os.path.exists(log) else "")
@@ -238,7 +244,7 @@ timeout 30 systemctl --user start fgex.service; up; echo UP=$?
 W=$(ours "^$BIN/(nfq|proxy)worker" | tr '\n' ' '); echo WORKERS=$W
 timeout 30 systemctl --user start probe.service; echo PROBE=$?
 sleep 0.5
-L=""; for w in $W; do [ -d /proc/$w ] && L="$L $w"; done; echo LEFT=$L
+L=$(alive $W); echo LEFT=$L
 ''', {"fgex.service": unit_for(UNIT, log), "probe.service": probe})
     check(kv.get("UP") == "0" and len(kv.get("WORKERS", "").split()) == 2, "not up: %s",
           out[-1500:])
