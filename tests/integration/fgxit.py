@@ -41,6 +41,22 @@ def fgx_bin():
     return os.path.abspath(os.environ.get("FGX_BIN", os.path.join(HERE, "..", "..", "build", "bin")))
 
 
+_SANITIZED = {}
+
+
+def sanitized_build():
+    """True when the binaries under test are a sanitizer build (controld links libasan): their
+    exits (a leak check of the whole heap) take seconds more."""
+    exe = os.path.join(fgx_bin(), "controld")
+    if exe not in _SANITIZED:
+        try:
+            with open(exe, "rb") as f:
+                _SANITIZED[exe] = b"libasan.so" in f.read()
+        except OSError:
+            _SANITIZED[exe] = False
+    return _SANITIZED[exe]
+
+
 def sh(*argv, check=True, timeout=10, input=None):
     """Run a command, return CompletedProcess (text). Raises on non-zero when check."""
     p = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, input=input)
@@ -287,22 +303,12 @@ class Env:
         raise RuntimeError("controld not ready after %ss (%s):\n%s" % (timeout, last,
                                                                        self.log_tail()))
 
-    @staticmethod
-    def sanitized(pid):
-        """True when process pid runs a sanitizer build (libasan mapped): its exit, and its
-        workers' (the leak check of a large heap), takes seconds more."""
-        try:
-            with open("/proc/%d/maps" % pid) as f:
-                return "libasan" in f.read()
-        except OSError:
-            return False
-
     def stop_controld(self, sig=signal.SIGTERM, check=True, timeout=None):
         p = self.controld
         if p is None:
             return None
         if timeout is None:
-            timeout = 20 if self.sanitized(p.pid) else 5
+            timeout = 20 if sanitized_build() else 5
         if p.poll() is None:
             p.send_signal(sig)
             try:
