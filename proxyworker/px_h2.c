@@ -677,9 +677,9 @@ static void head_release(struct px_conn *c, struct px_h2_stream *st, int side)
 
             if (cl && done)
                 continue; /* one length, not two */
-            rc = fields_add(&nf, a->f.arena + f->no, f->nl,
-                            cl ? (const uint8_t *)num : a->f.arena + f->vo,
-                            cl ? (size_t)nl : f->vl);
+            rc =
+                fields_add(&nf, a->f.arena + f->no, f->nl,
+                           cl ? (const uint8_t *)num : a->f.arena + f->vo, cl ? (size_t)nl : f->vl);
             done |= cl;
         }
         fields_free(&a->f);
@@ -1022,19 +1022,17 @@ static int edit_head(const uint8_t **p, const uint8_t *e, enum px_h2_kind kind,
             const struct px_h2_field *o = fields_get(old, *ps);
 
             if (o != NULL)
-                rc = fields_add(nf, (const uint8_t *)*ps, strlen(*ps), old->arena + o->vo,
-                                o->vl);
+                rc = fields_add(nf, (const uint8_t *)*ps, strlen(*ps), old->arena + o->vo, o->vl);
         }
         if (rc == 0 && edit_is(l, ml, "CONNECT") && !fields_has(old, ":protocol"))
-            rc = fields_add(nf, (const uint8_t *)":authority", 10, sp1 + 1,
-                            (size_t)(sp2 - sp1 - 1));
+            rc =
+                fields_add(nf, (const uint8_t *)":authority", 10, sp1 + 1, (size_t)(sp2 - sp1 - 1));
         else {
             if (rc == 0 && host != NULL)
                 rc = fields_add(nf, (const uint8_t *)":authority", 10, hf.arena + host->vo,
                                 host->vl);
             if (rc == 0)
-                rc = fields_add(nf, (const uint8_t *)":path", 5, sp1 + 1,
-                                (size_t)(sp2 - sp1 - 1));
+                rc = fields_add(nf, (const uint8_t *)":path", 5, sp1 + 1, (size_t)(sp2 - sp1 - 1));
         }
     } else {
         /* "HTTP/1.1 200 OK": the three digits */
@@ -1125,8 +1123,7 @@ static int sw_edit(struct px_conn *c, struct px_h2_stream *st, int side, uint32_
     else if (rc == 0 && p < e)
         rc = buf_add(&b, &bl, &bc, p, (size_t)(e - p), SIZE_MAX / 2);
     if (rc == 0 && bl > 0) {
-        if ((nb = calloc(1, sizeof(*nb))) == NULL ||
-            (nb->k = malloc(sizeof(*nb->k) + bl)) == NULL)
+        if ((nb = calloc(1, sizeof(*nb))) == NULL || (nb->k = malloc(sizeof(*nb->k) + bl)) == NULL)
             rc = -ENOMEM;
     }
     if (rc != 0) {
