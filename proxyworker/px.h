@@ -127,6 +127,10 @@ struct px_conn {
     struct px_h2 *h2;
     bool http, http1, h2on;
     bool h1up; /* the service speaks HTTP/1.1 only: streams sent to it as HTTP/1.1 */
+    /* The edge of the service's address the client came by (enum fgx_edge; 0: the address
+     * named none) and the port the service listens on for it (0: the client's own). */
+    uint8_t edge;
+    uint16_t up_port;
     uint64_t last_ms;        /* last activity; until the first byte, when it was accepted */
     uint32_t service_id;
     /* The service is not in the thread's config (stopped, removed, or on the other layer): its
