@@ -25,8 +25,8 @@ bool fgx_ifname_valid(const char *name)
         unsigned char ch = (unsigned char)name[i];
 
         /* ':' is refused although Linux allows it: it is the port separator here, and an
-         * alias label is no interface the rules could match on. */
-        if (ch <= ' ' || ch == '/' || ch == ':' || ch >= 0x7f)
+         * alias label is no interface the rules could match on; ',' likewise starts an edge */
+        if (ch <= ' ' || ch == '/' || ch == ':' || ch == ',' || ch >= 0x7f)
             return false;
     }
     return true;

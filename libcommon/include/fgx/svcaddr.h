@@ -58,7 +58,7 @@ int fgx_svcaddr_parse_addr(const char *text, uint16_t port, struct fgx_svcaddr *
  * known in advance, and the proxy layer cannot tell interfaces apart. */
 bool fgx_svcaddr_overlap(const struct fgx_svcaddr *a, const struct fgx_svcaddr *b);
 bool fgx_svcaddr_equal(const struct fgx_svcaddr *a, const struct fgx_svcaddr *b);
-/* A name Linux accepts for an interface (1..15 bytes, no '/', ':', blank, not "." or ".."). */
+/* A name Linux accepts for an interface (1..15 bytes, no '/', ':', ',', blank, not "." or ".."). */
 bool fgx_ifname_valid(const char *name);
 /* "tcp", "tls" for an edge; "" for FGX_EDGE_DEFAULT (and an unknown one). */
 const char *fgx_edge_name(unsigned edge);
