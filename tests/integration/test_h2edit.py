@@ -128,6 +128,16 @@ def an_edit_reaches_an_h2_service_as_h2(env):
             rc, out = curl(env, base + "/", mode, "-H", "X-Tag: other")
             check(rc == 0 and out == "hello from nginx\n\n2", "unedited %s: rc %d %r", base, rc,
                   out)
+            # an edit that is no HTTP/1.1: the service's fail policy (closed: that stream reset),
+            # the connection's other streams go on
+            rc, out = nghttp(env, [base + "/a", base + "/bad-edit", base + "/b"])
+            ids = stream_ids(out)
+            check("recv RST_STREAM frame <length=4, flags=0x00, stream_id=%d>" % ids["/bad-edit"]
+                  in out and "recv (stream_id=%d) :status" % ids["/bad-edit"] not in out,
+                  "the unparsable edit was not reset on %s: %s", base, out[-2000:])
+            for path in ("/a", "/b"):
+                check("recv (stream_id=%d) :status: 200" % ids[path] in out,
+                      "%s did not complete beside the reset stream on %s", path, base)
         lines = access(log)
         for port in (tls_port, h2c_port):
             mine = [ln[1:] for ln in lines if ln[0] == str(port)]
@@ -141,6 +151,8 @@ def an_edit_reaches_an_h2_service_as_h2(env):
             check(three == [["/a", "-"], ["/b", "-"], ["/edited/longer-path", "-"]],
                   "nghttp's streams reached nginx as %r on %d", three, port)
             check(mine[6][1:3] == ["/", "other"], "the unedited request: %r", mine[6:])
+            check(sorted(ln[1] for ln in mine[7:]) == ["/a", "/b"],
+                  "beside the unparsable edit nginx got %r", mine[7:])
             check(not [ln for ln in mine if "orig" in "|".join(ln)],
                   "an unedited byte reached nginx on %d: %r", port, mine)
         # the edits are counted under the function (script list's EDITED)

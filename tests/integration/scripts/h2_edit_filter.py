@@ -4,6 +4,7 @@ from firegex.nfproxy import pyfilter, DROP, UNSTABLE_MANGLE
 from firegex.nfproxy.models import HttpRequest, RawPacket
 
 EDITS_IN = ((b"/orig-path", b"/edited/longer-path"),
+            (b"GET /bad-edit HTTP/1.1\r\n", b"no request line\r\n"),  # not HTTP/1.1: fail policy
             (b"X-Tag: orig\r\n", b"X-Tag: edited-tag\r\n"),
             (b"q=orig", b"q=EDITED-and-longer"))
 EDITS_OUT = ((b"answer to be edited", b"an answer the filter file edited, longer"),)
