@@ -486,8 +486,12 @@ static void edge_start(void)
                             .to_port = SVC_PORT};
     struct ctl_nft_service ns = {
         .id = SVC_ID, .ipproto = IPPROTO_TCP, .port = EDGE_PORT, .addr = a.cidr, .naddrs = 1};
-    struct fgx_dp_service s = {.id = SVC_ID, .ipproto = IPPROTO_TCP, .port = EDGE_PORT,
-                               .addr = a.cidr, .addrs = &a, .naddrs = 1};
+    struct fgx_dp_service s = {.id = SVC_ID,
+                               .ipproto = IPPROTO_TCP,
+                               .port = EDGE_PORT,
+                               .addr = a.cidr,
+                               .addrs = &a,
+                               .naddrs = 1};
     struct fgx_dp_ruleset rs = {.generation = 1, .nservices = 1, .services = &s};
     char err[256];
 
@@ -496,8 +500,8 @@ static void edge_start(void)
     cr_assert_eq(px_worker_open(&w), 0);
     cr_assert_eq(px_worker_start(&w), 0);
     for (int d = 0; d < 2; d++)
-        cr_assert_eq(fgx_ruleset_compile(&evil, 1, d == 0 ? FGX_DIR_C2S : FGX_DIR_S2C,
-                                         IPPROTO_TCP, &s.db[d], err, sizeof(err)),
+        cr_assert_eq(fgx_ruleset_compile(&evil, 1, d == 0 ? FGX_DIR_C2S : FGX_DIR_S2C, IPPROTO_TCP,
+                                         &s.db[d], err, sizeof(err)),
                      0, "%s", err);
     cr_assert_eq(px_ctl_apply(&w, &rs), 0);
     for (int d = 0; d < 2; d++)
