@@ -172,9 +172,9 @@ static int service_edge_check(struct ctl_rpc *r, const struct ctl_service *svc)
                          "service %s: address %s names an edge (,tcp ,tls ,to=PORT), which only "
                          "the proxy layer acts on, for TCP (--layer proxy): the %s layer %s",
                          svc->name, text,
-                         svc->layer == CTL_LAYER_PROXY ? "proxy" : svc->layer == CTL_LAYER_NFQUEUE
-                                                                       ? "nfqueue"
-                                                                       : "external",
+                         svc->layer == CTL_LAYER_PROXY     ? "proxy"
+                         : svc->layer == CTL_LAYER_NFQUEUE ? "nfqueue"
+                                                           : "external",
                          svc->layer == CTL_LAYER_PROXY ? "relays UDP datagrams as they are"
                                                        : "passes the packets on as they came");
             return -EINVAL;

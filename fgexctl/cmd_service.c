@@ -701,13 +701,14 @@ static json_t *json_service_base(const Fgx__Ctl__Service *s)
 
         addr_text(list[i], text, sizeof(text));
         /* its edge and the service's own port only when set (issue 26 point 6) */
-        if (json_array_append_new(
-                addrs,
-                json_pack("{s:o, s:I, s:s, s:o, s:s*, s:o*}", "addr", cli_json_str(list[i]->addr),
-                          "port", cli_json_int(list[i]->port), "kind", addr_kind(list[i]),
-                          "text", cli_json_str(text), "edge",
-                          list[i]->has_edge ? fgx_edge_name(list[i]->edge) : NULL, "to_port",
-                          list[i]->has_to_port ? json_integer(list[i]->to_port) : NULL)) < 0) {
+        const char *edge = list[i]->has_edge ? fgx_edge_name(list[i]->edge) : NULL;
+        json_t *to = list[i]->has_to_port ? json_integer(list[i]->to_port) : NULL;
+
+        if (json_array_append_new(addrs, json_pack("{s:o, s:I, s:s, s:o, s:s*, s:o*}", "addr",
+                                                   cli_json_str(list[i]->addr), "port",
+                                                   cli_json_int(list[i]->port), "kind",
+                                                   addr_kind(list[i]), "text", cli_json_str(text),
+                                                   "edge", edge, "to_port", to)) < 0) {
             json_decref(addrs);
             return NULL;
         }

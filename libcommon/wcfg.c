@@ -116,8 +116,8 @@ const struct fgx_wsvc *fgx_wcfg_lookup(const struct fgx_wcfg *c, uint8_t ipproto
     return fgx_wcfg_lookup_addr(c, ipproto, family, addr, port, NULL);
 }
 
-const struct fgx_wsvc *fgx_wcfg_lookup_addr(const struct fgx_wcfg *c, uint8_t ipproto,
-                                            int family, const uint8_t *addr, uint16_t port,
+const struct fgx_wsvc *fgx_wcfg_lookup_addr(const struct fgx_wcfg *c, uint8_t ipproto, int family,
+                                            const uint8_t *addr, uint16_t port,
                                             const struct fgx_waddr **wa)
 {
     uint32_t key = (uint32_t)ipproto << 16 | port;

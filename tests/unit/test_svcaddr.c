@@ -357,9 +357,9 @@ Test(svcaddr, an_edge_and_the_services_own_port)
     cr_assert_eq(P("10.0.0.2:80", 0).edge, FGX_EDGE_DEFAULT);
     cr_assert_str_eq(fgx_edge_name(FGX_EDGE_TCP), "tcp");
     cr_assert_str_eq(fgx_edge_name(FGX_EDGE_DEFAULT), "");
-    static const char *const bad[] = {"10.0.0.2:80,quic", "10.0.0.2:80,tls,tcp", "10.0.0.2:80,",
-                                      "10.0.0.2:80,to=0", "10.0.0.2:80,to=65536",
-                                      "10.0.0.2:80,to=1,to=2", "10.0.0.2:80,TLS"};
+    static const char *const bad[] = {
+        "10.0.0.2:80,quic",     "10.0.0.2:80,tls,tcp",   "10.0.0.2:80,",   "10.0.0.2:80,to=0",
+        "10.0.0.2:80,to=65536", "10.0.0.2:80,to=1,to=2", "10.0.0.2:80,TLS"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         why = NULL;
         cr_expect_eq(fgx_svcaddr_parse(bad[i], 80, &b, &why), -EINVAL, "\"%s\" accepted", bad[i]);

@@ -113,8 +113,8 @@ const struct fgx_wsvc *fgx_wcfg_lookup(const struct fgx_wcfg *c, uint8_t ipproto
                                        const uint8_t *addr, uint16_t port);
 /* The same, and the address of the service it came by in *wa (its edge, the port the service
  * listens on for it); wa may be NULL. */
-const struct fgx_wsvc *fgx_wcfg_lookup_addr(const struct fgx_wcfg *c, uint8_t ipproto,
-                                            int family, const uint8_t *addr, uint16_t port,
+const struct fgx_wsvc *fgx_wcfg_lookup_addr(const struct fgx_wcfg *c, uint8_t ipproto, int family,
+                                            const uint8_t *addr, uint16_t port,
                                             const struct fgx_waddr **wa);
 
 #endif
