@@ -1110,6 +1110,8 @@ static int sw_edit(struct px_conn *c, struct px_h2_stream *st, int side, uint32_
     int rc = 0;
 
     for (a = st->ah[side]; a != NULL && a->seq == seq; a = a->next) {
+        if (a->head && head != NULL)
+            return -ENOTSUP; /* an interim answer and the final one: which head is which */
         if (a->head)
             head = a;
         else if (a->k == NULL)
@@ -1212,7 +1214,9 @@ static void sw_verdict(struct px_conn *c, struct px_h2_stream *st, int side, uin
                                 "service %u: h2#%d: %s edited the %s into what is not the "
                                 "HTTP/1.1 of its parts (%s): fail-%s verdict",
                                 c->service_id, st->id[0], fn, side == 0 ? "request" : "response",
-                                rc == -ENOMEM ? "no memory" : "a line or chunk that does not parse",
+                                rc == -ENOMEM    ? "no memory"
+                                : rc == -ENOTSUP ? "two heads in one chunk"
+                                                 : "a line or chunk that does not parse",
                                 px_script_fail_open(c) ? "open" : "closed");
             code = FGX_SW_ERROR;
         }
