@@ -69,6 +69,8 @@
  * table name is well under 1 KiB): the room reserved for it in the batch. */
 #define NFT_MSG_MAX 2048
 #define NFT_LABEL_LEN CTL_NFTX_LABEL_LEN
+/* A service's elements in one map: an address each, and in the pxo sets its edge's to=PORT */
+#define NFT_ELEMS_MAX (2 * CTL_NFT_ADDRS_MAX)
 /* Conntrack mark of the proxy's upstream connections: their replies must reach the proxy. */
 #define CT_PX (FGX_MARK | 2u)
 
@@ -565,21 +567,51 @@ static bool map_of_layer(enum nft_map m, const struct ctl_nft_service *s, bool p
     return proxy && !s->external;
 }
 
+/* y holds every packet x does: the same port, y any address or a prefix holding x's (not
+ * interfaces: their set is keyed by the port alone, where repeats are one element). */
+static bool addr_covers(const struct fgx_svcaddr *y, const struct fgx_svcaddr *x)
+{
+    if (x->ifname[0] != '\0' || y->ifname[0] != '\0' || x->port != y->port)
+        return false;
+    if (y->cidr.family == 0)
+        return true;
+    return x->cidr.family == y->cidr.family && y->cidr.prefix <= x->cidr.prefix &&
+           fgx_cidr_contains(&y->cidr, x->cidr.family, x->cidr.addr);
+}
+
 /* The elements of s in map m, without repeats (two interfaces on one port are one port). */
 static size_t svc_elems(const struct ctl_nft_service *s, bool proxy, enum nft_map m,
-                        struct nft_elem out[CTL_NFT_ADDRS_MAX])
+                        struct nft_elem out[NFT_ELEMS_MAX])
 {
-    struct fgx_svcaddr one;
+    struct fgx_svcaddr one, cand[NFT_ELEMS_MAX];
     const struct fgx_svcaddr *a;
     size_t n, cnt = 0;
 
     if (!map_of_layer(m, s, proxy))
         return 0;
     a = svc_addrs(s, &one, &n);
-    for (size_t i = 0; i < n && cnt < CTL_NFT_ADDRS_MAX; i++) {
+    /* the proxy's upstream connections of an edge go to the port the service listens on
+     * (to=PORT): the pxo sets hold that port too, where no address of the service on it
+     * covers it already (an interval set refuses two that overlap) */
+    if (m == S_PXO_4 || m == S_PXO_6 || m == S_PXO_IP) {
+        size_t nc = 0;
+
+        for (size_t i = 0; i < n; i++) {
+            cand[nc++] = a[i];
+            if (a[i].to_port != 0) {
+                cand[nc] = a[i];
+                cand[nc++].port = a[i].to_port;
+            }
+        }
+        a = cand;
+        n = nc;
+    }
+    for (size_t i = 0; i < n && cnt < NFT_ELEMS_MAX; i++) {
         bool seen = false;
 
-        if (!elem_of(s, &a[i], m, &out[cnt]))
+        for (size_t j = 0; j < n && !seen; j++)
+            seen = j != i && addr_covers(&a[j], &a[i]) && (!addr_covers(&a[i], &a[j]) || j < i);
+        if (seen || !elem_of(s, &a[i], m, &out[cnt]))
             continue;
         for (size_t j = 0; j < cnt && !seen; j++)
             seen = elem_same(&out[j], &out[cnt]);
@@ -608,7 +640,7 @@ static bool list_has_ifname(const struct ctl_nft_service *svcs, size_t n)
 
 static void build_service_elems(struct ctl_nftx *tx, const struct ctl_nft_service *s, bool proxy)
 {
-    struct nft_elem el[CTL_NFT_ADDRS_MAX];
+    struct nft_elem el[NFT_ELEMS_MAX];
 
     for (int m = 0; m < NFT_MAPS; m++) {
         size_t n = svc_elems(s, proxy, (enum nft_map)m, el);
@@ -623,7 +655,7 @@ static void build_service_elems(struct ctl_nftx *tx, const struct ctl_nft_servic
 static void build_service_delta(struct ctl_nftx *tx, const struct ctl_nft_service *old,
                                 const struct ctl_nft_service *cur, bool proxy, int pass)
 {
-    struct nft_elem a[CTL_NFT_ADDRS_MAX], b[CTL_NFT_ADDRS_MAX];
+    struct nft_elem a[NFT_ELEMS_MAX], b[NFT_ELEMS_MAX];
 
     for (int m = 0; m < NFT_MAPS; m++) {
         size_t na = svc_elems(pass == 0 ? old : cur, proxy, (enum nft_map)m, a);

@@ -289,7 +289,8 @@ bool ctl_ruleset_nft_equal(const struct ctl_nft_service *a, size_t na,
             memcmp(&a[i].addr, &b[i].addr, sizeof(a[i].addr)) != 0)
             return false;
         for (size_t k = 0; k < a[i].naddrs; k++)
-            if (!fgx_svcaddr_equal(&a[i].addrs[k], &b[i].addrs[k]))
+            if (!fgx_svcaddr_equal(&a[i].addrs[k], &b[i].addrs[k]) ||
+                a[i].addrs[k].to_port != b[i].addrs[k].to_port)
                 return false;
     }
     return true;

@@ -407,6 +407,7 @@ static void event_from_dp(const struct fgx_dp_event *d, uint64_t seq,
     memcpy(e->excerpt, d->excerpt, e->excerpt_len);
     e->log = d->log;
     e->h2_stream = d->h2_stream;
+    e->edge = d->edge;
     if (d->script_verdict != 0) {
         /* a script's block: the verdict as its kind, the function where a filter's id would be */
         (void)snprintf(e->script_kind, sizeof(e->script_kind), "%s",

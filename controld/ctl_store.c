@@ -1345,6 +1345,7 @@ static int event_decode(const MDB_val *v, struct ctl_event *out)
     }
     out->log = m->has_log && m->log;
     out->h2_stream = m->has_h2_stream ? m->h2_stream : 0;
+    out->edge = (uint8_t)(m->has_edge && m->edge <= FGX_EDGE_MAX ? m->edge : 0);
     if (m->flag_sha256 && strlen(m->flag_sha256) == 64)
         memcpy(out->flag_sha256, m->flag_sha256, 65);
     out->flag_offset = m->has_flag_offset ? m->flag_offset : 0;
@@ -1391,6 +1392,8 @@ int ctl_store_event_put(struct ctl_txn *t, const struct ctl_event *e)
     }
     m.has_h2_stream = e->h2_stream != 0;
     m.h2_stream = e->h2_stream;
+    m.has_edge = e->edge != 0;
+    m.edge = e->edge;
     if (e->flag_sha256[0]) {
         m.flag_sha256 = (char *)e->flag_sha256;
         m.has_flag_offset = 1;

@@ -231,6 +231,7 @@ struct ctl_event {
     char script_kind[10];
     char script_fn[64];
     uint32_t h2_stream; /* the HTTP/2 stream whose rendering matched; 0: not one */
+    uint8_t edge;       /* the edge the client came by (enum fgx_edge); 0: its address named none */
     char flag_sha256[65]; /* a flag-out's flag (issue 28): its SHA-256 in hex; "": unknown */
     uint64_t flag_offset; /* ... its first byte's offset in the s2c stream; 0 with no hash */
 };

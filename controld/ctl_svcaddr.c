@@ -39,6 +39,10 @@ int ctl_svcmsg_fill(struct ctl_svcmsg *st, const struct ctl_service *s, Fgx__Ctl
             return -EINVAL;
         a->addr = st->text[i];
         a->port = s->addrs[i].port;
+        a->has_edge = s->addrs[i].edge != FGX_EDGE_DEFAULT;
+        a->edge = s->addrs[i].edge;
+        a->has_to_port = s->addrs[i].to_port != 0;
+        a->to_port = s->addrs[i].to_port;
         st->ptrs[i] = a;
     }
     m->n_addrs = s->naddrs;
@@ -68,6 +72,11 @@ int ctl_ext_to_parse(const char *text, struct fgx_svcaddr *out, const char **why
 
     if (fgx_svcaddr_parse(text, 0, &a, why) < 0)
         return -EINVAL;
+    if (a.edge != FGX_EDGE_DEFAULT || a.to_port != 0) {
+        if (why)
+            *why = "the team's proxy is ADDR:PORT, without an edge";
+        return -EINVAL;
+    }
     /* tproxy hands a connection to a socket by one address: no prefix, no interface. */
     if (a.ifname[0] != '\0' || a.cidr.family == 0 ||
         a.cidr.prefix != (a.cidr.family == 4 ? 32 : 128)) {
@@ -122,6 +131,13 @@ int ctl_svcmsg_parse(const Fgx__Ctl__Service *m, struct ctl_service *out, char *
                         a->addr ? a->addr : "", a->port);
                 return -EINVAL;
             }
+            if ((a->has_edge && a->edge > FGX_EDGE_MAX) || (a->has_to_port && a->to_port > 65535)) {
+                fgx_err_set(err, errlen, "service %s: address \"%s\" port %u: invalid edge", name,
+                            a->addr ? a->addr : "", a->port);
+                return -EINVAL;
+            }
+            out->addrs[i].edge = (uint8_t)(a->has_edge ? a->edge : FGX_EDGE_DEFAULT);
+            out->addrs[i].to_port = (uint16_t)(a->has_to_port ? a->to_port : 0);
         }
         out->naddrs = m->n_addrs;
         ctl_service_addrs_sync(out);

@@ -155,6 +155,41 @@ static int service_http_check(struct ctl_rpc *r, const struct ctl_service *svc)
     return -EINVAL;
 }
 
+/* The edges of svc's addresses (issue 26 point 6): what clients speak there and the port the
+ * service listens on are the proxy's to act on (on TCP), and a TLS edge needs the service's
+ * certificate. */
+static int service_edge_check(struct ctl_rpc *r, const struct ctl_service *svc)
+{
+    for (size_t i = 0; i < svc->naddrs; i++) {
+        const struct fgx_svcaddr *a = &svc->addrs[i];
+        char text[FGX_SVCADDR_TEXT_MAX];
+
+        if (a->edge == FGX_EDGE_DEFAULT && a->to_port == 0)
+            continue;
+        (void)fgx_svcaddr_format(a, text, sizeof(text));
+        if (svc->layer != CTL_LAYER_PROXY || svc->ipproto != IPPROTO_TCP) {
+            ctl_rpc_fail(r, FGX__CTL__CODE__CODE_INVALID,
+                         "service %s: address %s names an edge (,tcp ,tls ,to=PORT), which only "
+                         "the proxy layer acts on, for TCP (--layer proxy): the %s layer %s",
+                         svc->name, text,
+                         svc->layer == CTL_LAYER_PROXY     ? "proxy"
+                         : svc->layer == CTL_LAYER_NFQUEUE ? "nfqueue"
+                                                           : "external",
+                         svc->layer == CTL_LAYER_PROXY ? "relays UDP datagrams as they are"
+                                                       : "passes the packets on as they came");
+            return -EINVAL;
+        }
+        if (a->edge == FGX_EDGE_TLS && !svc->tls) {
+            ctl_rpc_fail(r, FGX__CTL__CODE__CODE_INVALID,
+                         "service %s: address %s is a TLS edge: the service needs its "
+                         "certificate (--tls-cert FILE --tls-key FILE)",
+                         svc->name, text);
+            return -EINVAL;
+        }
+    }
+    return 0;
+}
+
 /* A TCP service added to the nfqueue layer on a port web services use: its HTTP/2 and TLS
  * reach the regexes as they are on the wire (HPACK, records), which a regex written for
  * HTTP/1.1 does not match. Said, not refused. */
@@ -224,7 +259,7 @@ static void do_service_add(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
         goto out;
     svc.http = a->has_http && a->http;
     svc.upstream_http1 = a->has_upstream_http1 && a->upstream_http1;
-    if (service_http_check(r, &svc) < 0)
+    if (service_http_check(r, &svc) < 0 || service_edge_check(r, &svc) < 0)
         goto out;
     service_http_hint(r, &svc);
     svc.fail_open = a->has_fail_open && a->fail_open;
@@ -532,7 +567,7 @@ static void do_service_set(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
         svc.upstream_http1 = a->upstream_http1;
     else if (!svc.http)
         svc.upstream_http1 = false; /* --proto tcp: the kind and its upstream go */
-    if (service_http_check(r, &svc) < 0)
+    if (service_http_check(r, &svc) < 0 || service_edge_check(r, &svc) < 0)
         goto out;
     if (service_limits_set(r, a, &svc) < 0)
         goto out;
@@ -636,7 +671,8 @@ static void do_service_addr(struct ctl_rpc *r, const Fgx__Ctl__ServiceAddrChange
             goto out;
         }
         svc.addrs[svc.naddrs++] = sa;
-        if (check_self(r, &svc) < 0 || ctl_rpc_check_unique(r, t, &svc) < 0)
+        if (check_self(r, &svc) < 0 || service_edge_check(r, &svc) < 0 ||
+            ctl_rpc_check_unique(r, t, &svc) < 0)
             goto out;
     } else {
         if (at == svc.naddrs) {

@@ -226,6 +226,8 @@ static void do_events(struct ctl_rpc *r, const Fgx__Ctl__Request *req)
         m->label = (char *)ctl_rpc_filter_label(r, lt, e->filter_id);
         m->has_h2_stream = e->h2_stream != 0;
         m->h2_stream = e->h2_stream;
+        m->has_edge = e->edge != 0;
+        m->edge = e->edge;
         if (e->filter_id == CTL_GAME_FLAG_ID) {
             m->label = NULL;
             m->has_flag_out = m->flag_out = 1;

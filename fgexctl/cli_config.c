@@ -156,10 +156,11 @@ static json_t *write_service(const Fgx__Ctl__Config *cfg, const Fgx__Ctl__Servic
         return NULL;
     }
 
-    /* The addresses as `--addr` writes them, when ip/port cannot say them (several, or one
-     * interface); else ip/port alone, as before the list. */
+    /* The addresses as `--addr` writes them, when ip/port cannot say them (several, one
+     * interface, an edge); else ip/port alone, as before the list. */
     if (o && (s->n_addrs > 1 ||
-              (s->n_addrs == 1 && strcmp(s->addrs[0]->addr, s->ip ? s->ip : "") != 0))) {
+              (s->n_addrs == 1 && (strcmp(s->addrs[0]->addr, s->ip ? s->ip : "") != 0 ||
+                                   s->addrs[0]->has_edge || s->addrs[0]->has_to_port)))) {
         json_t *as = json_array();
 
         for (size_t i = 0; as && i < s->n_addrs; i++) {
@@ -168,7 +169,8 @@ static json_t *write_service(const Fgx__Ctl__Config *cfg, const Fgx__Ctl__Servic
 
             if (s->addrs[i]->port == 0 || s->addrs[i]->port > 65535 ||
                 fgx_svcaddr_parse_addr(s->addrs[i]->addr, (uint16_t)s->addrs[i]->port, &sa) < 0 ||
-                fgx_svcaddr_format(&sa, text, sizeof(text)) < 0 ||
+                (sa.edge = (uint8_t)s->addrs[i]->edge, sa.to_port = (uint16_t)s->addrs[i]->to_port,
+                 fgx_svcaddr_format(&sa, text, sizeof(text)) < 0) ||
                 json_array_append_new(as, json_string(text)) < 0) {
                 json_decref(as);
                 as = NULL;
@@ -870,6 +872,10 @@ static int read_addrs(struct rd *r, const json_t *sv, const char *where, Fgx__Ct
         if (!a->addr)
             return -ENOMEM;
         a->port = sa.port;
+        a->has_edge = sa.edge != FGX_EDGE_DEFAULT;
+        a->edge = sa.edge;
+        a->has_to_port = sa.to_port != 0;
+        a->to_port = sa.to_port;
     }
     return 0;
 }

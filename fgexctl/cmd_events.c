@@ -12,6 +12,7 @@
 #include "cli_fmt.h"
 #include "cli_json.h"
 #include "fgx/ruleset.h"
+#include "fgx/svcaddr.h"
 
 /* ---- usage ---- */
 
@@ -236,10 +237,15 @@ static int human_events(FILE *f, const Fgx__Ctl__Reply *rep, bool fixed, bool he
         else
             cli_fmt_table_addf(&t, "%" PRIu32 "%s", e->filter_id,
                                e->has_log && e->log ? "/log" : "");
-        if (e->has_h2_stream)
-            cli_fmt_table_addf(&t, "%s h2#%" PRIu32, event_dir(e->dir), e->h2_stream);
-        else
-            cli_fmt_table_addf(&t, "%s", event_dir(e->dir));
+        /* the stream of an HTTP/2 connection, the edge the client came by (issue 26) */
+        {
+            char h2[24] = "";
+
+            if (e->has_h2_stream)
+                (void)snprintf(h2, sizeof(h2), " h2#%" PRIu32, e->h2_stream);
+            cli_fmt_table_addf(&t, "%s%s%s%s", event_dir(e->dir), h2, e->has_edge ? " " : "",
+                               e->has_edge ? fgx_edge_name(e->edge) : "");
+        }
         cli_fmt_addr_port(e->src, e->sport, buf, sizeof(buf));
         cli_fmt_table_addf(&t, "%s", buf);
         cli_fmt_addr_port(e->dst, e->dport, buf, sizeof(buf));
@@ -311,6 +317,11 @@ static json_t *json_event(const void *p)
     }
     /* the HTTP/2 stream of a match in an HTTP service's rendering (absent otherwise) */
     if (e->has_h2_stream && json_object_set_new(o, "h2_stream", json_integer(e->h2_stream)) < 0) {
+        json_decref(o);
+        return NULL;
+    }
+    /* the edge of the service's address the client came by, when the address named one */
+    if (e->has_edge && json_object_set_new(o, "edge", json_string(fgx_edge_name(e->edge))) < 0) {
         json_decref(o);
         return NULL;
     }

@@ -34,7 +34,7 @@ static const char usage_service[] =
     "      [--layer nfqueue|proxy|external] [--to ADDR:PORT] [--fail-open on|off]\n"
     "      [--midstream reset|scan] [--capture on|off] [--capture-conns N] [--capture-bytes N]\n"
     "      [--tls-cert FILE --tls-key FILE] [--upstream UP] [--no-tls]\n"
-    "  addr add SERVICE ADDR[:PORT]\n"
+    "  addr add SERVICE ADDR[:PORT][,tcp|,tls][,to=PORT]\n"
     "  addr rm SERVICE ADDR[:PORT]\n"
     "  log [SERVICE] [--follow] [--since DURATION] [--limit N]\n"
     "\n" CLI_SERVICE_HELP_NOTE "`fgexctl service COMMAND --help` for one command.\n";
@@ -60,7 +60,11 @@ static const char usage_service_add[] =
     "                          address or prefix (10.0.0.2:80, 10.0.0.0/24:80), an IPv6\n"
     "                          one in brackets ([fd00::1]:80), an interface name\n"
     "                          (eth1:80: what comes in on it) or * (any address); instead\n"
-    "                          of --ip\n"
+    "                          of --ip. After it, proxy layer (TCP, HTTP): ,tcp or ,tls says\n"
+    "                          what clients speak there (default: TLS when the service has\n"
+    "                          a certificate), ,to=PORT where the service really listens\n"
+    "                          (10.0.0.2:8443,tls,to=8080: a second port, over TLS, of the\n"
+    "                          service on 8080; same filters, an edge of the service)\n"
     "  --layer nfqueue|proxy|external\n"
     "                          where its traffic is filtered (default: nfqueue); external:\n"
     "                          handed to the team's own proxy at --to, unfiltered by fgex\n"
@@ -159,13 +163,15 @@ static const char usage_service_set[] =
     CLI_SERVICE_HELP_NOTE;
 
 static const char usage_service_addr_add[] =
-    "usage: fgexctl service addr add SERVICE ADDR[:PORT]\n"
+    "usage: fgexctl service addr add SERVICE ADDR[:PORT][,tcp|,tls][,to=PORT]\n"
     "\n"
     "Add an address to a service, running or not: an IPv4 address or prefix\n"
     "(10.0.0.2:80, 10.0.0.0/24:80), an IPv6 one ([fd00::1]:80), an interface name\n"
     "(eth1:80) or * (any address). Without :PORT, the service's port (its first\n"
     "address's). The connections of its other addresses are untouched. An address\n"
     "that overlaps another service's on the same protocol and port is refused.\n"
+    "Proxy layer: ,tcp or ,tls is what clients speak there, ,to=PORT the port the\n"
+    "service listens on for it (an edge: one service, one set of filters).\n"
     CLI_SERVICE_HELP_NOTE;
 
 static const char usage_service_addr_rm[] =
@@ -523,7 +529,8 @@ static void addr_text(const Fgx__Ctl__ServiceAddr *a, char *buf, size_t len)
 
     if (a->port == 0 || a->port > 65535 ||
         fgx_svcaddr_parse_addr(a->addr, (uint16_t)a->port, &sa) < 0 ||
-        fgx_svcaddr_format(&sa, buf, len) < 0)
+        (sa.edge = (uint8_t)a->edge, sa.to_port = (uint16_t)a->to_port,
+         fgx_svcaddr_format(&sa, buf, len) < 0))
         (void)snprintf(buf, len, "%s:%u", a->addr ? a->addr : "?", a->port);
 }
 
@@ -568,8 +575,9 @@ static void human_service(FILE *f, const Fgx__Ctl__Service *s)
     cli_fmt_kv(f, "proto:", svc_proto_name(s));
     cli_fmt_kv_str(f, "ip:", cli_fmt_ip_text(s->ip));
     cli_fmt_kv_u64(f, "port:", s->port);
-    /* ip/port say it all for one address (an interface is not an ip: listed). */
-    if (naddrs == 1 && strcmp(addrs[0]->addr ? addrs[0]->addr : "", s->ip ? s->ip : "") == 0)
+    /* ip/port say it all for one address (an interface is not an ip, nor an edge: listed). */
+    if (naddrs == 1 && strcmp(addrs[0]->addr ? addrs[0]->addr : "", s->ip ? s->ip : "") == 0 &&
+        !addrs[0]->has_edge && !addrs[0]->has_to_port)
         naddrs = 0;
     for (size_t i = 0; i < naddrs; i++) {
         char text[FGX_SVCADDR_TEXT_MAX + 8], esc[2 * FGX_SVCADDR_TEXT_MAX];
@@ -692,10 +700,15 @@ static json_t *json_service_base(const Fgx__Ctl__Service *s)
         char text[FGX_SVCADDR_TEXT_MAX + 8];
 
         addr_text(list[i], text, sizeof(text));
-        if (json_array_append_new(
-                addrs, json_pack("{s:o, s:I, s:s, s:o}", "addr", cli_json_str(list[i]->addr),
-                                 "port", cli_json_int(list[i]->port), "kind", addr_kind(list[i]),
-                                 "text", cli_json_str(text))) < 0) {
+        /* its edge and the service's own port only when set (issue 26 point 6) */
+        const char *edge = list[i]->has_edge ? fgx_edge_name(list[i]->edge) : NULL;
+        json_t *to = list[i]->has_to_port ? json_integer(list[i]->to_port) : NULL;
+
+        if (json_array_append_new(addrs, json_pack("{s:o, s:I, s:s, s:o, s:s*, s:o*}", "addr",
+                                                   cli_json_str(list[i]->addr), "port",
+                                                   cli_json_int(list[i]->port), "kind",
+                                                   addr_kind(list[i]), "text", cli_json_str(text),
+                                                   "edge", edge, "to_port", to)) < 0) {
             json_decref(addrs);
             return NULL;
         }

@@ -105,6 +105,10 @@ static int addrs_to_pb(const struct fgx_dp_service *s, Fgx__Dp__Addr *am, Fgx__D
         }
         if (a->ifname[0] != '\0')
             am[i].ifname = (char *)a->ifname;
+        am[i].has_edge = a->edge != FGX_EDGE_DEFAULT;
+        am[i].edge = a->edge;
+        am[i].has_to_port = a->to_port != 0;
+        am[i].to_port = a->to_port;
         ap[i] = &am[i];
     }
     p->n_addrs = s->naddrs;
@@ -415,6 +419,8 @@ int fgx_dp_encode(const struct fgx_dp_msg *m, void **buf, size_t *len)
             }
             p->has_h2_stream = e->h2_stream != 0;
             p->h2_stream = e->h2_stream;
+            p->has_edge = e->edge != FGX_EDGE_DEFAULT;
+            p->edge = e->edge;
             p->has_stream_end = e->stream_end != 0;
             p->stream_end = e->stream_end;
             if (e->script_verdict != 0) {
@@ -791,6 +797,12 @@ static int service_from_pb(Fgx__Dp__Service *p, const struct fgx_dp_ruleset *r, 
             o->port = (uint16_t)a->port;
             if (a->ifname)
                 memcpy(o->ifname, a->ifname, strlen(a->ifname) + 1);
+            if ((a->has_edge && a->edge > FGX_EDGE_MAX) || (a->has_to_port && a->to_port > 65535)) {
+                fgx_warn("data-path service %u: address %zu has a bad edge", p->id, i + 1);
+                return -EINVAL;
+            }
+            o->edge = (uint8_t)(a->has_edge ? a->edge : FGX_EDGE_DEFAULT);
+            o->to_port = (uint16_t)(a->has_to_port ? a->to_port : 0);
         }
     }
     if (p->has_script && p->script.len > 0) {
@@ -925,6 +937,7 @@ static int stats_from_pb(const Fgx__Dp__Stats *p, struct fgx_dp_stats *s)
                 memcpy(e->excerpt, v->excerpt.data, exlen);
             e->log = v->has_log && v->log;
             e->h2_stream = v->has_h2_stream ? v->h2_stream : 0;
+            e->edge = (uint8_t)(v->has_edge && v->edge <= FGX_EDGE_MAX ? v->edge : 0);
             e->stream_end = v->has_stream_end ? v->stream_end : 0;
             if (v->has_script_verdict && (v->script_verdict == FGX_DP_SCRIPT_REJECT ||
                                           v->script_verdict == FGX_DP_SCRIPT_DROP)) {

@@ -25,8 +25,8 @@ bool fgx_ifname_valid(const char *name)
         unsigned char ch = (unsigned char)name[i];
 
         /* ':' is refused although Linux allows it: it is the port separator here, and an
-         * alias label is no interface the rules could match on. */
-        if (ch <= ' ' || ch == '/' || ch == ':' || ch >= 0x7f)
+         * alias label is no interface the rules could match on; ',' likewise starts an edge */
+        if (ch <= ' ' || ch == '/' || ch == ':' || ch == ',' || ch >= 0x7f)
             return false;
     }
     return true;
@@ -95,7 +95,8 @@ int fgx_svcaddr_parse(const char *text, uint16_t default_port, struct fgx_svcadd
 {
     char buf[FGX_SVCADDR_TEXT_MAX + 8];
     const char *addr = buf, *port = NULL;
-    uint16_t p = default_port;
+    uint16_t p = default_port, to;
+    uint8_t edge;
     size_t len;
     char *colon;
 
@@ -109,6 +110,33 @@ int fgx_svcaddr_parse(const char *text, uint16_t default_port, struct fgx_svcadd
         return -EINVAL;
     }
     memcpy(buf, text, len + 1);
+    /* ",tcp", ",tls", ",to=PORT" after the address: its edge (none of an address has a ',') */
+    edge = FGX_EDGE_DEFAULT;
+    to = 0;
+    for (char *opt = strchr(buf, ','); opt != NULL;) {
+        char *next = strchr(opt + 1, ',');
+
+        *opt++ = '\0';
+        if (next != NULL)
+            *next = '\0';
+        if (strcmp(opt, "tcp") == 0 || strcmp(opt, "tls") == 0) {
+            if (edge != FGX_EDGE_DEFAULT) {
+                why_set(why, "one edge per address: tcp or tls");
+                return -EINVAL;
+            }
+            edge = opt[1] == 'c' ? FGX_EDGE_TCP : FGX_EDGE_TLS;
+        } else if (strncmp(opt, "to=", 3) == 0) {
+            if (to != 0 || port_parse(opt + 3, &to) < 0 || to == 0) {
+                why_set(why, "to=PORT: the port the service listens on, 1 to 65535, once");
+                return -EINVAL;
+            }
+        } else {
+            why_set(why, "after the address: ,tcp or ,tls (what clients speak there) and "
+                         ",to=PORT (where the service listens)");
+            return -EINVAL;
+        }
+        opt = next;
+    }
     if (buf[0] == '[') {
         char *end = strchr(buf, ']');
 
@@ -148,7 +176,14 @@ int fgx_svcaddr_parse(const char *text, uint16_t default_port, struct fgx_svcadd
         why_set(why, "not an IPv4 or IPv6 address, prefix (host bits zero) or interface name");
         return -EINVAL;
     }
+    out->edge = edge;
+    out->to_port = to == p ? 0 : to; /* the same port: nothing to say */
     return 0;
+}
+
+const char *fgx_edge_name(unsigned edge)
+{
+    return edge == FGX_EDGE_TCP ? "tcp" : edge == FGX_EDGE_TLS ? "tls" : "";
 }
 
 int fgx_svcaddr_format_addr(const struct fgx_svcaddr *a, char *buf, size_t len)
@@ -174,6 +209,10 @@ int fgx_svcaddr_format(const struct fgx_svcaddr *a, char *buf, size_t len)
         n = snprintf(buf, len, "[%s]:%u", addr, (unsigned)a->port);
     else
         n = snprintf(buf, len, "%s:%u", addr, (unsigned)a->port);
+    if (n >= 0 && (size_t)n < len && a->edge != FGX_EDGE_DEFAULT)
+        n += snprintf(buf + n, len - (size_t)n, ",%s", fgx_edge_name(a->edge));
+    if (n >= 0 && (size_t)n < len && a->to_port != 0)
+        n += snprintf(buf + n, len - (size_t)n, ",to=%u", (unsigned)a->to_port);
     return n < 0 || (size_t)n >= len ? -ENOSPC : 0;
 }
 

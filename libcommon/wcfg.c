@@ -113,6 +113,13 @@ const struct fgx_wsvc *fgx_wcfg_service(const struct fgx_wcfg *c, uint32_t id)
 const struct fgx_wsvc *fgx_wcfg_lookup(const struct fgx_wcfg *c, uint8_t ipproto, int family,
                                        const uint8_t *addr, uint16_t port)
 {
+    return fgx_wcfg_lookup_addr(c, ipproto, family, addr, port, NULL);
+}
+
+const struct fgx_wsvc *fgx_wcfg_lookup_addr(const struct fgx_wcfg *c, uint8_t ipproto, int family,
+                                            const uint8_t *addr, uint16_t port,
+                                            const struct fgx_waddr **wa)
+{
     uint32_t key = (uint32_t)ipproto << 16 | port;
     size_t lo = 0, hi;
 
@@ -128,8 +135,11 @@ const struct fgx_wsvc *fgx_wcfg_lookup(const struct fgx_wcfg *c, uint8_t ipproto
             hi = mid;
     }
     for (; lo < c->naddrs && c->addrs[lo].key == key; lo++)
-        if (fgx_cidr_contains(&c->addrs[lo].cidr, family, addr))
+        if (fgx_cidr_contains(&c->addrs[lo].cidr, family, addr)) {
+            if (wa != NULL)
+                *wa = &c->addrs[lo];
             return &c->svc[c->addrs[lo].svc];
+        }
     return NULL;
 }
 
@@ -178,6 +188,8 @@ static int index_build(const struct fgx_dp_ruleset *rs, struct fgx_wcfg *c)
             /* An interface: the rules sent only packets that came in (or go out) on it. */
             if (s->addrs[k].ifname[0] == '\0')
                 w->cidr = s->addrs[k].cidr;
+            w->edge = s->addrs[k].edge;
+            w->to_port = s->addrs[k].to_port;
         }
     }
     c->naddrs = at;

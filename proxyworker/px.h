@@ -127,6 +127,10 @@ struct px_conn {
     struct px_h2 *h2;
     bool http, http1, h2on;
     bool h1up; /* the service speaks HTTP/1.1 only: streams sent to it as HTTP/1.1 */
+    /* The edge of the service's address the client came by (enum fgx_edge; 0: the address
+     * named none) and the port the service listens on for it (0: the client's own). */
+    uint8_t edge;
+    uint16_t up_port;
     uint64_t last_ms;        /* last activity; until the first byte, when it was accepted */
     uint32_t service_id;
     /* The service is not in the thread's config (stopped, removed, or on the other layer): its
@@ -384,9 +388,10 @@ void px_h2_conn_free(struct px_conn *c);
  * false: c is closed. */
 bool px_h2_upstream_eof(struct px_conn *c);
 /* The interpreters' verdict (enum fgx_sw_verdict code, from function fn) on frame seq of the
- * stream they know as sw_id (px_script.c's px_script_stream_chunk()). */
+ * stream they know as sw_id (px_script.c's px_script_stream_chunk()); an edit (FGX_SW_EDIT):
+ * the len bytes of data take the frame's place. */
 void px_h2_script_verdict(struct px_conn *c, uint64_t sw_id, uint32_t seq, uint8_t code,
-                          const char *fn);
+                          const char *fn, const uint8_t *data, size_t len);
 /* The same (px_relay.c): the service's connection replaced by a new one (the old closed). 0:
  * connected or connecting (px_h2_flush() once it is); -errno: none (the old fd still held). */
 int px_relay_reopen(struct px_conn *c);
@@ -405,7 +410,8 @@ void px_script_conn_close(struct px_conn *c);
  * (*sw_id: its number there, 0 until the first chunk opens it), its HTTP/1.1 rendering as the
  * bytes: 1, sent as frame *seq, the verdict due within *deadline_ms (then
  * px_h2_script_verdict()); 0: not judged on this side (or no scriptworker and fail-open), pass
- * them; -1: no scriptworker, and the service fails closed. Edits are refused there. */
+ * them; -1: no scriptworker, and the service fails closed. An edit's bytes come with the
+ * verdict. */
 int px_script_stream_chunk(struct px_conn *c, uint64_t *sw_id, int side, const uint8_t *data,
                            size_t len, uint32_t *seq, uint64_t *deadline_ms);
 void px_script_stream_close(struct px_conn *c, uint64_t sw_id);

@@ -234,6 +234,8 @@ static void on_accept(struct evconnlistener *lis, evutil_socket_t fd, struct soc
     struct px_thread *t = arg;
     struct px_worker *w = t->w;
     const struct fgx_wsvc *svc;
+    const struct fgx_waddr *wa = NULL;
+    struct fgx_wtls *tls;
     struct sockaddr_storage local;
     socklen_t llen = sizeof(local);
     struct px_conn *c;
@@ -252,8 +254,8 @@ static void on_accept(struct evconnlistener *lis, evutil_socket_t fd, struct soc
         refuse(t, fd, &t->ctr.unclassified);
         return;
     }
-    svc = fgx_wcfg_lookup(t->cfg, IPPROTO_TCP, local.ss_family == AF_INET ? 4 : 6,
-                          sa_addr(&local), sa_port(&local));
+    svc = fgx_wcfg_lookup_addr(t->cfg, IPPROTO_TCP, local.ss_family == AF_INET ? 4 : 6,
+                               sa_addr(&local), sa_port(&local), &wa);
     if (svc == NULL) {
         /* Only a running proxy-layer service's connections are sent here; one for no service
          * (a rule and a ruleset out of step) is refused, never relayed unfiltered. */
@@ -344,12 +346,17 @@ static void on_accept(struct evconnlistener *lis, evutil_socket_t fd, struct soc
     c->http = svc->http;
     c->h1up = svc->http && svc->http_upstream_http1;
     c->first_byte_ms = svc->first_byte_ms;
+    /* The address's edge: TLS terminated there (tls), not (tcp), or as the service has it */
+    c->edge = wa != NULL ? wa->edge : FGX_EDGE_DEFAULT;
+    c->up_port = wa != NULL ? wa->to_port : 0;
+    tls = c->edge == FGX_EDGE_TCP ? NULL : svc->tls;
     c->last_ms = t->now_ms;
     c->s[0].fd = fd;
     c->s[1].fd = ufd;
     fgx_reasm_init(&c->dir[0]);
     fgx_reasm_init(&c->dir[1]);
-    if (svc->tls != NULL && px_tls_conn_start(c, svc->tls) != 0) {
+    if ((tls != NULL && px_tls_conn_start(c, tls) != 0) ||
+        (tls == NULL && c->edge == FGX_EDGE_TLS)) {
         static __thread unsigned long long last_tls;
 
         fgx_log_ratelimited(&last_tls, FGX_LOG_WARN,

@@ -24,7 +24,11 @@
  * Filter files (px_script.c): on a service with a script each stream is a connection of its own
  * to the interpreters, shown its rendering (chunked where the head has no length, so that an
  * HTTP/1.1 parser frames it); a side's head, body bytes and end wait for the verdict on the
- * frame that carried them (struct px_h2_act), a REJECT resets the stream.
+ * frame that carried them (struct px_h2_act), a REJECT resets the stream. An edit of a frame
+ * (sw_edit()) is parsed back into the parts it carried: the head's lines to a header block,
+ * body bytes (chunk framing undone) to DATA, a last chunk's trailer section to trailers; a head
+ * with a Content-Length waits for its body's verdicts (up to PX_H2_HOLD_MAX) so that it goes on
+ * with the length of the body as edited.
  *
  * Toward a service that speaks HTTP/1.1 only (--upstream http1, c->h1up) there is no client
  * session: each stream's request is rendered as HTTP/1.1 (Host from :authority, the body as it
@@ -65,6 +69,10 @@
  * which the sending side is not read. */
 #define PX_H2_WINDOW (1 << 20)
 #define PX_H2_CONN_WINDOW (4 << 20)
+/* Body bytes a head with a Content-Length waits behind for the filter file (sw_pass()): an edit
+ * of a longer body passes with the length it came with. Below PX_H2_QUEUE_MAX / 2, where a
+ * paused side reads again. */
+#define PX_H2_HOLD_MAX (PX_H2_QUEUE_MAX / 4)
 
 static const uint8_t preface[PX_H2_PREFACE_LEN] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
@@ -92,6 +100,7 @@ struct px_h2_act {
     struct px_h2_act *next;
     uint32_t seq; /* the frame whose verdict passes it; 0: not sent yet */
     bool head, end;
+    bool chunked; /* body bytes or an end rendered with the chunked framing */
     enum px_h2_kind kind;
     struct px_h2_fields f;
     struct px_h2_chunk *k;
@@ -134,6 +143,12 @@ struct px_h2_stream {
     size_t sw_next_len[2], sw_next_cap[2], sw_sent_len[2], sw_sent_cap[2];
     uint32_t sw_seq[2]; /* the frame awaited (0: none) */
     struct event *sw_timer;
+    uint8_t sw_dirs; /* the sides the file judges (bit i: side i) */
+    /* a judged head with a Content-Length, held until its body passed too (or PX_H2_HOLD_MAX
+     * of it did), so that the length it goes on with is the body's after an edit */
+    struct px_h2_act *hh[2];
+    size_t hh_body[2];
+    bool edited[2]; /* a frame of side i's went on as the file edited it */
 };
 
 /* The one connection to an HTTP/1.1 service (c->h1up): the line of requests (head: the one
@@ -265,6 +280,7 @@ static struct px_h2_stream *stream_new(struct px_conn *c, int32_t id)
         const struct fgx_wsvc *svc = c->absent ? NULL : fgx_wcfg_service(t->cfg, c->service_id);
 
         st->scripted = svc != NULL && svc->script != NULL;
+        st->sw_dirs = st->scripted ? svc->script_dirs : 0;
     }
     for (int d = 0; d < 2; d++) {
         struct fgx_wdb *db = c->absent ? NULL : c->dbref[d];
@@ -306,6 +322,11 @@ static void queue_drop(struct px_h2 *h, struct px_h2_stream *st, int to)
         free(a);
     }
     st->ah[1 - to] = st->at[1 - to] = NULL;
+    if ((a = st->hh[1 - to]) != NULL) {
+        fields_free(&a->f);
+        free(a);
+        st->hh[1 - to] = NULL;
+    }
 }
 
 static void stream_free(struct px_conn *c, struct px_h2_stream *st)
@@ -636,6 +657,48 @@ static void act_add(struct px_h2_stream *st, int side, struct px_h2_act *a)
 
 static void on_sw_timer(evutil_socket_t fd, short what, void *arg);
 
+/* The judged head held for its body (st->hh[side]) goes on: with a Content-Length that counts
+ * the body as it passed when an edit may have changed it and all of it passed. */
+static void head_release(struct px_conn *c, struct px_h2_stream *st, int side)
+{
+    struct px_h2_act *a = st->hh[side];
+    int rc = 0;
+
+    st->hh[side] = NULL;
+    if (st->edited[side] && side_done(st, side)) {
+        struct px_h2_fields nf = {0};
+        char num[24];
+        int nl = snprintf(num, sizeof(num), "%zu", st->hh_body[side]);
+        bool done = false;
+
+        for (size_t i = 0; rc == 0 && i < a->f.n; i++) {
+            const struct px_h2_field *f = &a->f.f[i];
+            bool cl = f->nl == 14 && memcmp(a->f.arena + f->no, "content-length", 14) == 0;
+
+            if (cl && done)
+                continue; /* one length, not two */
+            rc =
+                fields_add(&nf, a->f.arena + f->no, f->nl,
+                           cl ? (const uint8_t *)num : a->f.arena + f->vo, cl ? (size_t)nl : f->vl);
+            done |= cl;
+        }
+        fields_free(&a->f);
+        a->f = nf;
+    }
+    if (rc != 0 || head_pass(c, st, side, a->kind, &a->f, false) != 0)
+        stream_block(c, st);
+    fields_free(&a->f);
+    free(a);
+}
+
+/* side's judged head a waits for its body: it has a Content-Length and a body to come, and
+ * the file judges side (an edit may change the body's length). */
+static bool head_holds(const struct px_h2_stream *st, int side, const struct px_h2_act *a)
+{
+    return !a->end && a->kind != PX_H2_TRAILERS && (st->sw_dirs & (1u << side)) != 0 &&
+           fields_has(&a->f, "content-length");
+}
+
 /* The parts of side's whose frame seq was accepted go on, in order. */
 static void sw_pass(struct px_conn *c, struct px_h2_stream *st, int side, uint32_t seq)
 {
@@ -648,11 +711,19 @@ static void sw_pass(struct px_conn *c, struct px_h2_stream *st, int side, uint32
         st->ah[side] = a->next;
         if (st->ah[side] == NULL)
             st->at[side] = NULL;
+        if (a->head && head_holds(st, side, a)) {
+            a->next = NULL;
+            st->hh[side] = a;
+            st->hh_body[side] = 0;
+            continue;
+        }
         if (a->head) {
             if (head_pass(c, st, side, a->kind, &a->f, a->end) != 0)
                 stream_block(c, st);
         } else if (a->k != NULL) {
             a->k->next = NULL;
+            if (st->hh[side] != NULL)
+                st->hh_body[side] += a->k->len;
             if (st->qt[to] != NULL)
                 st->qt[to]->next = a->k;
             else
@@ -663,6 +734,10 @@ static void sw_pass(struct px_conn *c, struct px_h2_stream *st, int side, uint32
         fields_free(&a->f);
         free(a);
     }
+    if (st->hh[side] != NULL && !st->blocked &&
+        (side_done(st, side) || st->hh_body[side] >= PX_H2_HOLD_MAX ||
+         h->queued[to] > PX_H2_QUEUE_MAX / 2))
+        head_release(c, st, side);
     if (!st->blocked && st->id[to] > 0 && h->sess[to] != NULL)
         (void)nghttp2_session_resume_data(h->sess[to], st->id[to]);
 }
@@ -782,6 +857,7 @@ static int sw_body(struct px_conn *c, struct px_h2_stream *st, int side, struct 
         return -EIO;
     }
     a->k = k;
+    a->chunked = st->sw_chunked[side];
     act_add(st, side, a);
     if ((st->sw_chunked[side] && sw_add(st, side, sz, (size_t)l) != 0) ||
         sw_add(st, side, k->data, k->len) != 0 ||
@@ -798,13 +874,23 @@ static void sw_end(struct px_conn *c, struct px_h2_stream *st, int side)
     struct px_h2_act *a;
     int rc;
 
-    if (!st->scripted || st->blocked || !st->sw_chunked[side])
+    if (!st->scripted || st->blocked)
         return;
+    if (!st->sw_chunked[side]) {
+        if (st->hh[side] != NULL && st->ah[side] == NULL) {
+            /* its body all passed before the end came: the held head goes now */
+            head_release(c, st, side);
+            if (!st->blocked && st->id[1 - side] > 0 && c->h2->sess[1 - side] != NULL)
+                (void)nghttp2_session_resume_data(c->h2->sess[1 - side], st->id[1 - side]);
+        }
+        return;
+    }
     st->sw_chunked[side] = false;
     if ((a = calloc(1, sizeof(*a))) == NULL) {
         stream_block(c, st);
         return;
     }
+    a->chunked = true;
     act_add(st, side, a);
     rc = sw_add(st, side, "0\r\n", 3);
     for (size_t i = 0; rc == 0 && st->has_tr[1 - side] && i < tr->n; i++) {
@@ -835,16 +921,307 @@ static void sw_end(struct px_conn *c, struct px_h2_stream *st, int side)
     sw_kick(c, st, side);
 }
 
+/* ---- an edit of the rendering (UNSTABLE_MANGLE, l4_data, data): parsed back ---- */
+
+/* The line at *p (without its CRLF) in *l, *ll; *p past it. false: no CRLF before e. */
+static bool edit_line(const uint8_t **p, const uint8_t *e, const uint8_t **l, size_t *ll)
+{
+    for (const uint8_t *q = *p; q + 1 < e; q++)
+        if (q[0] == '\r' && q[1] == '\n') {
+            *l = *p;
+            *ll = (size_t)(q - *p);
+            *p = q + 2;
+            return true;
+        }
+    return false;
+}
+
+/* "Name: value" lines up to the empty one, names lower-cased as HTTP/2 wants them. */
+static int edit_lines(const uint8_t **p, const uint8_t *e, struct px_h2_fields *f)
+{
+    const uint8_t *l;
+    size_t ll;
+
+    while (edit_line(p, e, &l, &ll)) {
+        const uint8_t *colon = ll > 0 ? memchr(l, ':', ll) : NULL;
+        size_t nl, vo, vl;
+        int rc;
+
+        if (ll == 0)
+            return 0;
+        if (colon == NULL || colon == l || l[0] == ' ' || l[0] == '\t')
+            return -EINVAL; /* not a field (a folded line included) */
+        nl = (size_t)(colon - l);
+        for (vo = nl + 1; vo < ll && (l[vo] == ' ' || l[vo] == '\t'); vo++)
+            ;
+        for (vl = ll - vo; vl > 0 && (l[vo + vl - 1] == ' ' || l[vo + vl - 1] == '\t'); vl--)
+            ;
+        for (size_t i = 0; i < nl; i++)
+            if (l[i] <= ' ' || l[i] >= 0x7f)
+                return -EINVAL;
+        if ((rc = fields_add(f, l, nl, l + vo, vl)) != 0)
+            return rc;
+        for (size_t i = 0; i < nl; i++) {
+            uint8_t *ch = f->arena + f->f[f->n - 1].no + i;
+
+            if (*ch >= 'A' && *ch <= 'Z')
+                *ch = (uint8_t)(*ch - 'A' + 'a');
+        }
+    }
+    return -EINVAL; /* no empty line: the head does not end */
+}
+
+static bool edit_is(const uint8_t *p, size_t n, const char *s)
+{
+    return n == strlen(s) && memcmp(p, s, n) == 0;
+}
+
+/* Fields HTTP/2 has no place for (RFC 9113 8.2.2; TE but "trailers"), or that a pseudo-header
+ * carries (Host). */
+static bool edit_skip(const struct px_h2_fields *f, const struct px_h2_field *x)
+{
+    const uint8_t *n = f->arena + x->no, *v = f->arena + x->vo;
+
+    if (edit_is(n, x->nl, "te"))
+        return !edit_is(v, x->vl, "trailers");
+    return edit_is(n, x->nl, "connection") || edit_is(n, x->nl, "keep-alive") ||
+           edit_is(n, x->nl, "proxy-connection") || edit_is(n, x->nl, "transfer-encoding") ||
+           edit_is(n, x->nl, "upgrade") || edit_is(n, x->nl, "host");
+}
+
+/* An edited head (at *p, *p past it) as the HTTP/2 header block it says: the request line to
+ * :method and :path, Host to :authority, :scheme (and :protocol) kept from the head it
+ * replaces (old); the status line to :status. */
+static int edit_head(const uint8_t **p, const uint8_t *e, enum px_h2_kind kind,
+                     const struct px_h2_fields *old, struct px_h2_fields *nf)
+{
+    struct px_h2_fields hf = {0};
+    const uint8_t *l, *sp1, *sp2;
+    size_t ll;
+    int rc;
+
+    if (!edit_line(p, e, &l, &ll) || ll == 0 || (sp1 = memchr(l, ' ', ll)) == NULL)
+        return -EINVAL;
+    if ((rc = edit_lines(p, e, &hf)) != 0) {
+        fields_free(&hf);
+        return rc;
+    }
+    if (kind == PX_H2_REQUEST) {
+        const struct px_h2_field *host = fields_get(&hf, "host");
+        size_t ml = (size_t)(sp1 - l);
+
+        for (sp2 = l + ll - 1; sp2 > sp1 && *sp2 != ' '; sp2--)
+            ;
+        if (sp2 <= sp1 + 1 || ml == 0 || l + ll - sp2 < 6 || memcmp(sp2 + 1, "HTTP/", 5) != 0) {
+            fields_free(&hf);
+            return -EINVAL;
+        }
+        rc = fields_add(nf, (const uint8_t *)":method", 7, l, ml);
+        for (const char *const *ps = (const char *const[]){":scheme", ":protocol", NULL};
+             rc == 0 && *ps != NULL; ps++) {
+            const struct px_h2_field *o = fields_get(old, *ps);
+
+            if (o != NULL)
+                rc = fields_add(nf, (const uint8_t *)*ps, strlen(*ps), old->arena + o->vo, o->vl);
+        }
+        if (rc == 0 && edit_is(l, ml, "CONNECT") && !fields_has(old, ":protocol"))
+            rc =
+                fields_add(nf, (const uint8_t *)":authority", 10, sp1 + 1, (size_t)(sp2 - sp1 - 1));
+        else {
+            if (rc == 0 && host != NULL)
+                rc = fields_add(nf, (const uint8_t *)":authority", 10, hf.arena + host->vo,
+                                host->vl);
+            if (rc == 0)
+                rc = fields_add(nf, (const uint8_t *)":path", 5, sp1 + 1, (size_t)(sp2 - sp1 - 1));
+        }
+    } else {
+        /* "HTTP/1.1 200 OK": the three digits */
+        const uint8_t *st = sp1 + 1;
+
+        if (l + ll - st < 3 || st[0] < '1' || st[0] > '5' || st[1] < '0' || st[1] > '9' ||
+            st[2] < '0' || st[2] > '9' || (l + ll - st > 3 && st[3] != ' ')) {
+            fields_free(&hf);
+            return -EINVAL;
+        }
+        rc = fields_add(nf, (const uint8_t *)":status", 7, st, 3);
+    }
+    for (size_t i = 0; rc == 0 && i < hf.n; i++)
+        if (!edit_skip(&hf, &hf.f[i]))
+            rc = fields_add(nf, hf.arena + hf.f[i].no, hf.f[i].nl, hf.arena + hf.f[i].vo,
+                            hf.f[i].vl);
+    fields_free(&hf);
+    return rc;
+}
+
+/* Whole chunks, as rendered (a frame's body bytes are whole chunks; the last one's trailers
+ * into tr, *last set): their data into b. */
+static int edit_dechunk(const uint8_t *p, const uint8_t *e, uint8_t **b, size_t *bl, size_t *bc,
+                        struct px_h2_fields *tr, bool *last)
+{
+    while (p < e) {
+        const uint8_t *l;
+        size_t ll, n = 0, i;
+        int rc;
+
+        if (!edit_line(&p, e, &l, &ll))
+            return -EINVAL;
+        for (i = 0; i < ll && i < 15 && l[i] != ';'; i++) {
+            uint8_t ch = l[i];
+            unsigned d = ch >= '0' && ch <= '9'   ? (unsigned)(ch - '0')
+                         : ch >= 'a' && ch <= 'f' ? (unsigned)(ch - 'a' + 10)
+                         : ch >= 'A' && ch <= 'F' ? (unsigned)(ch - 'A' + 10)
+                                                  : 16u;
+
+            if (d == 16)
+                return -EINVAL;
+            n = n * 16 + d;
+        }
+        if (i == 0 || (i < ll && l[i] != ';'))
+            return -EINVAL;
+        if (n == 0) {
+            *last = true;
+            return p < e ? edit_lines(&p, e, tr) : 0;
+        }
+        if ((size_t)(e - p) < n + 2 || p[n] != '\r' || p[n + 1] != '\n')
+            return -EINVAL;
+        if ((rc = buf_add(b, bl, bc, p, n, SIZE_MAX / 2)) != 0)
+            return rc;
+        p += n + 2;
+    }
+    return 0;
+}
+
+/* The file edited side's frame seq: its bytes (data, len) take the place of the parts it
+ * carried (st->ah[side] with that seq): a head becomes the header block it says, body bytes
+ * one chunk of what it says (the chunked framing undone where the rendering had it), the last
+ * chunk's trailer section the trailers. 0, or -errno: the edit is not HTTP/1.1 that fits the
+ * parts it replaces (nothing changed). */
+static int sw_edit(struct px_conn *c, struct px_h2_stream *st, int side, uint32_t seq,
+                   const uint8_t *data, size_t len)
+{
+    struct px_h2 *h = c->h2;
+    int to = 1 - side;
+    const uint8_t *p = data, *e = data + len;
+    struct px_h2_act *a, *an, *head = NULL, *end = NULL, *nb = NULL, *list = NULL, *tail = NULL;
+    struct px_h2_fields nf = {0}, tr = {0};
+    uint8_t *b = NULL;
+    size_t bl = 0, bc = 0;
+    bool chunked = false, last = false;
+    int rc = 0;
+
+    for (a = st->ah[side]; a != NULL && a->seq == seq; a = a->next) {
+        if (a->head && head != NULL)
+            return -ENOTSUP; /* an interim answer and the final one: which head is which */
+        if (a->head)
+            head = a;
+        else if (a->k == NULL)
+            end = a;
+        chunked |= a->chunked;
+    }
+    if (head != NULL && head->kind != PX_H2_TRAILERS)
+        rc = edit_head(&p, e, head->kind, &head->f, &nf);
+    if (rc == 0 && chunked)
+        rc = edit_dechunk(p, e, &b, &bl, &bc, &tr, &last);
+    else if (rc == 0 && p < e)
+        rc = buf_add(&b, &bl, &bc, p, (size_t)(e - p), SIZE_MAX / 2);
+    if (rc == 0 && bl > 0) {
+        if ((nb = calloc(1, sizeof(*nb))) == NULL || (nb->k = malloc(sizeof(*nb->k) + bl)) == NULL)
+            rc = -ENOMEM;
+    }
+    if (rc != 0) {
+        if (nb != NULL)
+            free(nb);
+        fields_free(&nf);
+        fields_free(&tr);
+        free(b);
+        return rc;
+    }
+    if (nb != NULL) {
+        nb->seq = seq;
+        nb->k->next = NULL;
+        nb->k->len = bl;
+        nb->k->off = 0;
+        memcpy(nb->k->data, b, bl);
+        h->queued[to] += bl;
+    }
+    free(b);
+    if (head != NULL) {
+        fields_free(&head->f);
+        head->f = nf;
+        /* a body the edit gave a head that ended the stream: the body ends it now */
+        if (nb != NULL && head->end)
+            head->end = false;
+    }
+    /* the frame's parts again: the head, the new body, the end; the parts after them */
+    for (a = st->ah[side]; a != NULL && a->seq == seq; a = an) {
+        an = a->next;
+        if (a->k != NULL) {
+            h->queued[to] -= a->k->len;
+            free(a->k);
+            free(a);
+        }
+    }
+    {
+        struct px_h2_act *const parts[3] = {head, nb, end};
+
+        for (int i = 0; i < 3; i++) {
+            if (parts[i] == NULL)
+                continue;
+            if (tail != NULL)
+                tail->next = parts[i];
+            else
+                list = parts[i];
+            tail = parts[i];
+        }
+    }
+    if (tail != NULL) {
+        tail->next = a; /* the first part of a later frame, or none */
+        st->ah[side] = list;
+        if (a == NULL)
+            st->at[side] = tail;
+    } else {
+        st->ah[side] = a;
+        if (a == NULL)
+            st->at[side] = NULL;
+    }
+    if (last && end != NULL) {
+        fields_free(&st->tr[to]);
+        st->tr[to] = tr;
+        st->has_tr[to] = tr.n > 0;
+    } else
+        fields_free(&tr);
+    st->edited[side] = true;
+    return 0;
+}
+
 /* The verdict on side's frame in flight. */
 static void sw_verdict(struct px_conn *c, struct px_h2_stream *st, int side, uint8_t code,
-                       const char *fn)
+                       const char *fn, const uint8_t *data, size_t len)
 {
     struct px_thread *t = c->t;
     uint32_t seq = st->sw_seq[side];
 
     st->sw_seq[side] = 0;
-    if (code == FGX_SW_ERROR || code == FGX_SW_TIMEOUT || code == FGX_SW_EDIT) {
-        /* an edit cannot be: the frames say NOEDIT (the interpreter answers ERROR) */
+    if (code == FGX_SW_EDIT) {
+        static __thread unsigned long long last_log;
+        int rc = sw_edit(c, st, side, seq, data, len);
+
+        if (rc == 0)
+            code = FGX_SW_ACCEPT;
+        else {
+            /* the service's fail policy, as for a function's exception */
+            fgx_log_ratelimited(&last_log, FGX_LOG_WARN,
+                                "service %u: h2#%d: %s edited the %s into what is not the "
+                                "HTTP/1.1 of its parts (%s): fail-%s verdict",
+                                c->service_id, st->id[0], fn, side == 0 ? "request" : "response",
+                                rc == -ENOMEM    ? "no memory"
+                                : rc == -ENOTSUP ? "two heads in one chunk"
+                                                 : "a line or chunk that does not parse",
+                                px_script_fail_open(c) ? "open" : "closed");
+            code = FGX_SW_ERROR;
+        }
+    }
+    if (code == FGX_SW_ERROR || code == FGX_SW_TIMEOUT) {
         PX_CTR_ADD(code == FGX_SW_TIMEOUT ? &t->ctr.script_timeouts : &t->ctr.script_errors, 1);
         code = px_script_fail_open(c) ? FGX_SW_ACCEPT : FGX_SW_REJECT;
     } else if (code == FGX_SW_REJECT || code == FGX_SW_DROP) {
@@ -891,12 +1268,12 @@ static void on_sw_timer(evutil_socket_t fd, short what, void *arg)
                         st->id[0], px_script_fail_open(c) ? "open" : "closed");
     for (int d = 0; d < 2; d++)
         if (st->sw_seq[d] != 0 && !st->blocked)
-            sw_verdict(c, st, d, FGX_SW_ERROR, "");
+            sw_verdict(c, st, d, FGX_SW_ERROR, "", NULL, 0);
     (void)px_h2_flush(c);
 }
 
 void px_h2_script_verdict(struct px_conn *c, uint64_t sw_id, uint32_t seq, uint8_t code,
-                          const char *fn)
+                          const char *fn, const uint8_t *data, size_t len)
 {
     struct px_h2_stream *st;
     int side;
@@ -908,7 +1285,7 @@ void px_h2_script_verdict(struct px_conn *c, uint64_t sw_id, uint32_t seq, uint8
     side = st->sw_seq[0] == seq ? 0 : st->sw_seq[1] == seq ? 1 : -1;
     if (side < 0)
         return; /* its timer already decided */
-    sw_verdict(c, st, side, code, fn);
+    sw_verdict(c, st, side, code, fn, data, len);
     if (st->sw_timer != NULL && st->sw_seq[0] == 0 && st->sw_seq[1] == 0)
         evtimer_del(st->sw_timer);
     (void)px_h2_flush(c);
@@ -1030,6 +1407,12 @@ static int body_queue(struct px_conn *c, struct px_h2_stream *st, int side, cons
     } else if (h->queued[to] > PX_H2_QUEUE_MAX && !h->paused[side]) {
         h->paused[side] = true;
         event_del(c->s[side].rev);
+        /* heads held for their bodies would wait for bytes that are not read now */
+        for (struct px_h2_stream *x = h->streams, *xn; x != NULL; x = xn) {
+            xn = x->next;
+            if (x->hh[side] != NULL && x->ah[side] == NULL && !x->blocked)
+                head_release(c, x, side);
+        }
     }
     if (!st->scripted && st->id[to] > 0 && h->sess[to] != NULL)
         (void)nghttp2_session_resume_data(h->sess[to], st->id[to]);

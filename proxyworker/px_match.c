@@ -236,6 +236,7 @@ static void event_record(struct px_conn *c, int side, const struct fgx_reasm_mat
     ev->log = m->log;
     ev->stream_end = m->log ? m->stream_end : 0;
     ev->h2_stream = c->t->scan_stream;
+    ev->edge = c->edge;
     ev->script_verdict = script_verdict;
     if (script_fn)
         (void)snprintf(ev->script_fn, sizeof(ev->script_fn), "%s", script_fn);

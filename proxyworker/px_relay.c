@@ -407,10 +407,24 @@ static void reconnected(struct px_conn *c)
     (void)px_h2_flush(c);
 }
 
+/* Where the service is reached: the client's original destination, on the port the service
+ * listens on for the address the client came by (an edge's to=PORT) when it named one. */
+static struct sockaddr_storage upstream_addr(const struct px_conn *c)
+{
+    struct sockaddr_storage up = c->server;
+
+    if (c->up_port != 0 && up.ss_family == AF_INET)
+        ((struct sockaddr_in *)&up)->sin_port = htons(c->up_port);
+    else if (c->up_port != 0 && up.ss_family == AF_INET6)
+        ((struct sockaddr_in6 *)&up)->sin6_port = htons(c->up_port);
+    return up;
+}
+
 int px_relay_reopen(struct px_conn *c)
 {
     struct px_thread *t = c->t;
     socklen_t len = c->family == 4 ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
+    struct sockaddr_storage up = upstream_addr(c);
     int fd;
 
     for (int i = 0;; i++) {
@@ -425,7 +439,7 @@ int px_relay_reopen(struct px_conn *c)
         free(c->s[1].pend);
         c->s[1].pend = NULL;
         c->eof[1] = c->shut[1] = false;
-        if (connect(fd, (struct sockaddr *)&c->server, len) == 0) {
+        if (connect(fd, (struct sockaddr *)&up, len) == 0) {
             c->connected = true;
             event_add(c->s[1].rev, NULL);
             return 0;
@@ -512,6 +526,7 @@ void px_relay_start(struct px_conn *c)
 {
     struct px_thread *t = c->t;
     socklen_t len = c->family == 4 ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
+    struct sockaddr_storage up = upstream_addr(c);
     int i;
 
     PX_CTR_ADD(&px_stats_svc(&t->ctr, c->service_id)->accepted, 1);
@@ -531,7 +546,7 @@ void px_relay_start(struct px_conn *c)
     for (i = 0;; i++) {
         int fd;
 
-        if (connect(c->s[1].fd, (struct sockaddr *)&c->server, len) == 0) {
+        if (connect(c->s[1].fd, (struct sockaddr *)&up, len) == 0) {
             connected(c);
             return;
         }

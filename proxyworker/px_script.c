@@ -158,8 +158,12 @@ static void on_readable(evutil_socket_t fd, short what, void *arg)
             /* one of c's HTTP/2 streams, a connection of its own there (px_h2.c) */
             char fn[FGX_DP_SCRIPT_FN_MAX];
 
+            size_t fl = strnlen((const char *)pl, pl_len);
+
             fgx_swlink_verdict_fn(pl, pl_len, fn, sizeof(fn));
-            px_h2_script_verdict(c, h.conn, h.seq, h.code, fn);
+            /* an edit's bytes follow the function's name, as on a connection's chunk */
+            px_h2_script_verdict(c, h.conn, h.seq, h.code, fn, fl < pl_len ? pl + fl + 1 : pl,
+                                 fl < pl_len ? pl_len - fl - 1 : 0);
             continue;
         }
         if (!c || c->sw_id != h.conn)
@@ -399,9 +403,9 @@ int px_script_stream_chunk(struct px_conn *c, uint64_t *sw_id, int side, const u
         return svc->fail_open ? 0 : -1;
     fgx_swlink_resend(&sw->link, t->cfg);
     *seq = ++sw->link.seq;
-    /* the bytes are a rendering: an edit of them has nowhere to go (the interpreter answers it
-     * ERROR, the fail policy, and says so in the script log) */
-    rv = data_send(c, sw_id, side, FGX_SW_DATA_NOEDIT, *seq, data, len);
+    /* the bytes are a rendering: an edit of them is parsed back into the stream's head, body
+     * and trailers (px_h2.c, sw_edit()) */
+    rv = data_send(c, sw_id, side, 0, *seq, data, len);
     if (rv < 0)
         return svc->fail_open ? 0 : -1;
     *deadline_ms = (uint64_t)svc->script_deadline_ms * PX_SW_STARVED + PX_SW_GRACE_MS;

@@ -1,6 +1,6 @@
 /* libFuzzer harness: a service's address text (libcommon/svcaddr.c), as `service add --ip` and
  * imports give it. Checks that what parses formats back to text that parses to the same
- * address (the store keeps the parsed form, the CLI shows the formatted one). */
+ * address and edge (the store keeps the parsed form, the CLI shows the formatted one). */
 #include <assert.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -27,6 +27,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         assert(fgx_svcaddr_parse(text, 80, &b, &why) == 0);
         assert(fgx_svcaddr_equal(&a, &b));
         assert(fgx_svcaddr_overlap(&a, &b));
+        assert(a.edge == b.edge && a.to_port == b.to_port); /* ,tcp ,tls ,to=PORT kept */
     }
     (void)fgx_ifname_valid(s);
     free(s);

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """An HTTP/1.1-only service for test_h1up (python's http.server, keep-alive): fgxh1.py LOG
 PORT[:1.0]... (:1.0: that port answers HTTP/1.0 and closes after each answer). Each request is one JSON line in LOG: what the service saw (its request line's version,
-Host, Content-Length, Transfer-Encoding, the body's length and sha256). It speaks no HTTP/2: a
+Host, Content-Length, Transfer-Encoding, X-Tag, the body's first 200 bytes, its length
+and sha256). It speaks no HTTP/2: a
 client preface is a bad request line.
   /           "hello from h1"
   /big        6 MiB (Content-Length)
@@ -46,6 +47,7 @@ class H(http.server.BaseHTTPRequestHandler):
                "hosts": len(self.headers.get_all("Host") or []),
                "cl": self.headers.get("Content-Length"),
                "te": self.headers.get("Transfer-Encoding"),
+               "tag": self.headers.get("X-Tag"), "body": body[:200].decode("latin-1"),
                "len": len(body), "sha": hashlib.sha256(body).hexdigest()}
         with lock, open(LOG, "a") as f:
             f.write(json.dumps(rec) + "\n")

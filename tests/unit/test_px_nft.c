@@ -470,3 +470,78 @@ Test(px_nft, large_transfer_arrives_intact, .timeout = 120)
     close(s.fd);
     close(lfd);
 }
+
+/* An edge (issue 26 point 6): the service listens on SVC_PORT only; clients reach it on
+ * EDGE_PORT, where the proxy alone listens (to=SVC_PORT). The service lives on this box (the
+ * server's namespace): its replies to the proxy's upstream connection come back to the proxy
+ * only if the pxo sets hold the port it connected to (SVC_PORT, no address of the service). */
+#define EDGE_PORT 8443
+
+static void edge_start(void)
+{
+    static const struct fgx_pattern evil = {F_EVIL, "evil[0-9]+", FGX_DIR_C2S, false};
+    struct fgx_svcaddr a = {.cidr = {.family = 4, .prefix = 32, .addr = {10, 98, 0, 2}},
+                            .port = EDGE_PORT,
+                            .edge = FGX_EDGE_TCP,
+                            .to_port = SVC_PORT};
+    struct ctl_nft_service ns = {
+        .id = SVC_ID, .ipproto = IPPROTO_TCP, .port = EDGE_PORT, .addr = a.cidr, .naddrs = 1};
+    struct fgx_dp_service s = {.id = SVC_ID,
+                               .ipproto = IPPROTO_TCP,
+                               .port = EDGE_PORT,
+                               .addr = a.cidr,
+                               .addrs = &a,
+                               .naddrs = 1};
+    struct fgx_dp_ruleset rs = {.generation = 1, .nservices = 1, .services = &s};
+    char err[256];
+
+    ns.addrs[0] = a;
+    cr_assert_eq(ctl_nft_sync_layers(nft, NULL, 0, &ns, 1, PX_PORT), 0);
+    cr_assert_eq(px_worker_open(&w), 0);
+    cr_assert_eq(px_worker_start(&w), 0);
+    for (int d = 0; d < 2; d++)
+        cr_assert_eq(fgx_ruleset_compile(&evil, 1, d == 0 ? FGX_DIR_C2S : FGX_DIR_S2C, IPPROTO_TCP,
+                                         &s.db[d], err, sizeof(err)),
+                     0, "%s", err);
+    cr_assert_eq(px_ctl_apply(&w, &rs), 0);
+    for (int d = 0; d < 2; d++)
+        fgx_blob_release(&s.db[d]);
+}
+
+static void edge_case(bool remote_client)
+{
+    char peer[INET6_ADDRSTRLEN];
+    struct sockaddr_storage d;
+    socklen_t dl = sa_make(AF_INET, "10.98.0.2", EDGE_PORT, &d);
+    struct timeval tv = {5, 0};
+    int lfd, cfd, sfd;
+
+    edge_start();
+    lfd = server_listen(AF_INET, "10.98.0.2");
+    if (remote_client)
+        cr_assert_eq(setns(ns_cli, CLONE_NEWNET), 0);
+    cfd = socket(AF_INET, SOCK_STREAM, 0);
+    if (remote_client)
+        cr_assert_eq(setns(ns_srv, CLONE_NEWNET), 0);
+    setsockopt(cfd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    setsockopt(cfd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    cr_assert_eq(connect(cfd, (struct sockaddr *)&d, dl), 0, "connect to the edge: %s",
+                 strerror(errno));
+    sfd = accept_peer(lfd, peer, sizeof(peer));
+    cr_assert_str_eq(peer, remote_client ? "10.98.0.1" : "10.98.0.2");
+    exchange(cfd, sfd);
+    cr_assert_eq(proxied(), 1);
+    close(cfd);
+    close(sfd);
+    close(lfd);
+}
+
+Test(px_nft, an_edge_reaches_the_service_on_its_own_port)
+{
+    edge_case(true);
+}
+
+Test(px_nft, an_edge_from_the_box_itself_gets_the_services_replies)
+{
+    edge_case(false);
+}

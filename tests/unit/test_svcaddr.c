@@ -333,3 +333,70 @@ Test(svcaddr, the_list_travels_to_the_workers)
         cr_assert(fgx_svcaddr_equal(&back.u.ruleset.services[0].addrs[i], &addrs[i]), "addr %d", i);
     fgx_dp_msg_release(&back);
 }
+
+/* issue 26 point 6: an address says what clients speak there and where the service listens */
+Test(svcaddr, an_edge_and_the_services_own_port)
+{
+    struct fgx_svcaddr a = P("10.0.0.2:8443,tls,to=8080", 0), b;
+    const char *why = NULL;
+
+    cr_assert_eq(a.port, 8443);
+    cr_assert_eq(a.edge, FGX_EDGE_TLS);
+    cr_assert_eq(a.to_port, 8080);
+    round_trip("10.0.0.2:8443,tls,to=8080", 0, "10.0.0.2:8443,tls,to=8080");
+    round_trip("10.0.0.2,to=8080,tls", 8443, "10.0.0.2:8443,tls,to=8080"); /* any order */
+    round_trip("[fd00::1]:80,tcp", 0, "[fd00::1]:80,tcp");
+    round_trip("*:80,to=81", 0, "*:80,to=81");
+    round_trip("10.0.0.2:80,to=80", 0, "10.0.0.2:80"); /* its own port: nothing to say */
+    round_trip("[fd00:1:2:3:4:5:6:7]:65535,tls,to=65534", 0,
+               "[fd00:1:2:3:4:5:6:7]:65535,tls,to=65534");
+    /* not part of the address: the same address, whatever its edge */
+    b = P("10.0.0.2:8443", 0);
+    cr_assert(fgx_svcaddr_equal(&a, &b));
+    cr_assert(fgx_svcaddr_overlap(&a, &b));
+    cr_assert_eq(P("10.0.0.2:80", 0).edge, FGX_EDGE_DEFAULT);
+    cr_assert_str_eq(fgx_edge_name(FGX_EDGE_TCP), "tcp");
+    cr_assert_str_eq(fgx_edge_name(FGX_EDGE_DEFAULT), "");
+    static const char *const bad[] = {
+        "10.0.0.2:80,quic",     "10.0.0.2:80,tls,tcp",   "10.0.0.2:80,",   "10.0.0.2:80,to=0",
+        "10.0.0.2:80,to=65536", "10.0.0.2:80,to=1,to=2", "10.0.0.2:80,TLS"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        why = NULL;
+        cr_expect_eq(fgx_svcaddr_parse(bad[i], 80, &b, &why), -EINVAL, "\"%s\" accepted", bad[i]);
+        cr_expect_not_null(why, "\"%s\" refused without a reason", bad[i]);
+    }
+    /* the team's proxy is one address and port, no edge */
+    cr_assert_eq(ctl_ext_to_parse("10.0.0.2:9000,tls", &b, &why), -EINVAL);
+}
+
+Test(svcaddr, edges_travel_to_the_workers_and_their_index)
+{
+    struct fgx_svcaddr addrs[2] = {P("10.0.0.2:8080,tcp", 0), P("10.0.0.2:8443,tls,to=8080", 0)};
+    struct fgx_dp_service svc = {
+        .id = 4, .ipproto = IPPROTO_TCP, .port = 8080, .addrs = addrs, .naddrs = 2};
+    struct fgx_dp_msg m = {.type = FGX_DP_RULESET}, back;
+    const struct fgx_waddr *wa = NULL;
+    struct fgx_wcfg *c = NULL;
+    uint8_t ip[4] = {10, 0, 0, 2};
+    void *buf;
+    size_t len;
+
+    svc.addr = addrs[0].cidr;
+    m.u.ruleset.generation = 9;
+    m.u.ruleset.nservices = 1;
+    m.u.ruleset.services = &svc;
+    cr_assert_eq(fgx_dp_encode(&m, &buf, &len), 0);
+    cr_assert_eq(fgx_dp_decode(buf, len, &back), 0);
+    free(buf);
+    cr_assert_eq(back.u.ruleset.services[0].addrs[0].edge, FGX_EDGE_TCP);
+    cr_assert_eq(back.u.ruleset.services[0].addrs[0].to_port, 0);
+    cr_assert_eq(back.u.ruleset.services[0].addrs[1].edge, FGX_EDGE_TLS);
+    cr_assert_eq(back.u.ruleset.services[0].addrs[1].to_port, 8080);
+    cr_assert_eq(fgx_wcfg_build(&back.u.ruleset, NULL, &c), 0);
+    cr_assert_not_null(fgx_wcfg_lookup_addr(c, IPPROTO_TCP, 4, ip, 8443, &wa));
+    cr_assert(wa != NULL && wa->edge == FGX_EDGE_TLS && wa->to_port == 8080);
+    cr_assert_not_null(fgx_wcfg_lookup_addr(c, IPPROTO_TCP, 4, ip, 8080, &wa));
+    cr_assert(wa->edge == FGX_EDGE_TCP && wa->to_port == 0);
+    fgx_wcfg_unref(c);
+    fgx_dp_msg_release(&back);
+}

@@ -57,7 +57,7 @@ function eventItem(ev, fresh) {
       // a script call's failure carries no connection: no addresses rather than ":0 → :0"
       ev.src ? h('span', { class: 'mono', 'data-test': 'event-flow' }, `${ev.src}:${ev.sport} → ${ev.dst}:${ev.dport}`) : null,
       // an HTTP/2 block names its stream (its capture is that exchange's, rendered as HTTP/1.1)
-      h('span', { class: 'muted', 'data-test': 'event-dir' }, `${ev.proto} ${ev.dir}${ev.h2_stream ? ` h2#${ev.h2_stream}` : ''}`),
+      h('span', { class: 'muted', 'data-test': 'event-dir' }, `${ev.proto} ${ev.dir}${ev.h2_stream ? ` h2#${ev.h2_stream}` : ''}${ev.edge ? ` ${ev.edge}` : ''}`),
       h('span', { class: 'muted', title: fmtTime(ev.time_ns || ev.time) }, fmtAgo(ev.time_ns || ev.time)),
       h(
         'button',

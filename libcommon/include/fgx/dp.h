@@ -163,6 +163,9 @@ struct fgx_dp_event {
     char script_fn[FGX_DP_SCRIPT_FN_MAX];
     /* The HTTP/2 stream whose rendering matched (proxy, HTTP kind); 0: not one. */
     uint32_t h2_stream;
+    /* The edge of the address the client came by (enum fgx_edge), when that address named
+     * one (proxy); 0: it did not. */
+    uint8_t edge;
     /* A log match's stream offset where it ends (its direction's bytes scanned before it); 0:
      * not known. */
     uint64_t stream_end;

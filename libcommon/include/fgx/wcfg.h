@@ -71,6 +71,8 @@ struct fgx_waddr {
     uint32_t key; /* ipproto << 16 | port: the index is sorted by it, then longest prefix first */
     uint32_t svc; /* index into svc[] */
     struct fgx_cidr cidr; /* family 0: any address (an interface: the rules matched it) */
+    uint8_t edge;         /* what clients speak there (enum fgx_edge) */
+    uint16_t to_port;     /* the port the service listens on for it; 0: the address's own */
 };
 
 struct fgx_wcfg {
@@ -109,5 +111,10 @@ const struct fgx_wsvc *fgx_wcfg_service(const struct fgx_wcfg *c, uint32_t id);
  * + addresses on that port); no allocation, callable on the packet path. */
 const struct fgx_wsvc *fgx_wcfg_lookup(const struct fgx_wcfg *c, uint8_t ipproto, int family,
                                        const uint8_t *addr, uint16_t port);
+/* The same, and the address of the service it came by in *wa (its edge, the port the service
+ * listens on for it); wa may be NULL. */
+const struct fgx_wsvc *fgx_wcfg_lookup_addr(const struct fgx_wcfg *c, uint8_t ipproto, int family,
+                                            const uint8_t *addr, uint16_t port,
+                                            const struct fgx_waddr **wa);
 
 #endif
