@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cli_sproxy.h"
 #include "control.pb-c.h"
 
 #define CLI_DEFAULT_URL "ipc:///run/fgex/control.sock"
@@ -116,6 +117,7 @@ struct cli_cmd {
     int (*run_local)(struct cli_cmd *cmd);
     const char *pcap;        /* script test --pcap FILE */
     const char *script_port; /* script test --port PORT, or NULL */
+    struct cli_sproxy_opts sproxy; /* script proxy (cli_sproxy.h) */
     /* Set by controld's web API (controld/ctl_webapi.c), which runs the builders and the
      * printers with no terminal, stdin or file of its own: every file the command would read
      * is one of blobs (by the name its argument gives), nothing is opened, and nothing is kept
