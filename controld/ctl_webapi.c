@@ -154,6 +154,7 @@ static void table_build(void)
             case FGX__CTL__REQUEST__REQ_FILTER_IMPORT:
             case FGX__CTL__REQUEST__REQ_FW_IMPORT:
             case FGX__CTL__REQUEST__REQ_SCRIPT_SET:
+            case FGX__CTL__REQUEST__REQ_REGEX_MATCH:
                 c->file_in = true;
                 break;
             case FGX__CTL__REQUEST__REQ_CONFIG_EXPORT:
@@ -223,6 +224,7 @@ bool ctl_webapi_read_only(const struct ctl_webapi_cmd *c)
     case FGX__CTL__REQUEST__REQ_CONFIG_EXPORT:
     case FGX__CTL__REQUEST__REQ_CAPTURE:
     case FGX__CTL__REQUEST__REQ_FILTER_TEST:
+    case FGX__CTL__REQUEST__REQ_REGEX_MATCH:
     case FGX__CTL__REQUEST__REQ_SCRIPT_GET:
     case FGX__CTL__REQUEST__REQ_SCRIPT_LIST:
     case FGX__CTL__REQUEST__REQ_SCRIPT_LOG:

@@ -110,6 +110,11 @@ struct cli_cmd {
             char text[4096];    /* the addresses' words, split at their commas */
             size_t used;
         } game; /* cmd_game.c */
+        struct {
+            Fgx__Ctl__RegexMatch m;
+            char *regex[16];  /* pointing into text */
+            char text[16384]; /* the patterns, split at their newlines */
+        } regex_match; /* cmd_regex.c */
     } m;
     char *addrs[32]; /* service add --addr, pointing into argv (CLI_ADDRS_MAX) */
     /* script commands: set, the command runs here instead of one request (script test, script

@@ -27,7 +27,7 @@ static const char usage_script[] =
     "usage: fgexctl script COMMAND ...\n"
     "\n"
     "Commands:\n"
-    "  set SERVICE FILE.py [--deadline MS]\n"
+    "  set SERVICE FILE.py [--deadline MS] [--dry-run]\n"
     "  get SERVICE\n"
     "  rm SERVICE\n"
     "  list SERVICE\n"
@@ -44,7 +44,7 @@ static const char usage_script[] =
     CLI_SERVICE_HELP_NOTE "`fgexctl script COMMAND --help` for one command.\n";
 
 static const char usage_script_set[] =
-    "usage: fgexctl script set SERVICE FILE.py [--deadline MS]\n"
+    "usage: fgexctl script set SERVICE FILE.py [--deadline MS] [--dry-run]\n"
     "\n"
     "Set (or replace) a TCP service's Python filter file. The file is checked first,\n"
     "in a Python process of its own: a syntax error, a parameter without a known\n"
@@ -54,6 +54,8 @@ static const char usage_script_set[] =
     "\n"
     "  --deadline MS   how long one call may take before its verdict is the\n"
     "                  service's fail-open choice (default 100, or the previous file's)\n"
+    "  --dry-run       check the file only (the page's Check): its functions are\n"
+    "                  listed as set would list them, nothing is stored\n"
     "\n" CLI_SERVICE_HELP_NOTE;
 
 static const char usage_script_get[] =
@@ -169,6 +171,8 @@ static int build_set(struct cli_cmd *cmd, const struct cli_cmd_def *spec,
         m->has_deadline_ms = 1;
         m->deadline_ms = (uint32_t)ms;
     }
+    if (cli_args_opt(raw, CLI_OPT_DRY_RUN))
+        cmd->req.has_dry_run = cmd->req.dry_run = 1;
     cmd->req.script_set = m;
     return 0;
 }
@@ -653,7 +657,7 @@ static const struct cli_cmd_def script_cmds[] = {
      .req = FGX__CTL__REQUEST__REQ_SCRIPT_SET,
      .npos = 2,
      .pos_names = {"SERVICE", "FILE"},
-     .opts = CLI_OPT_DEADLINE,
+     .opts = CLI_OPT_DEADLINE | CLI_OPT_DRY_RUN,
      .usage = usage_script_set,
      .build = build_set,
      .human = human_list,
