@@ -119,7 +119,7 @@ function makeEditor() {
   });
   const pop = h('div', { class: 'ed-pop', hidden: true, 'data-test': 'script-complete', role: 'listbox' });
   const tip = h('div', { class: 'ed-hover', hidden: true, 'data-test': 'script-hover' });
-  const main = h('div', { class: 'ed-main' }, back, ta, pop, tip);
+  const main = h('div', { class: 'ed-main' }, back, pop, tip, ta);
   const wrap = h('div', { class: 'ed' }, gutter, main);
   let api = null;
   pyapi().then((a) => (api = a));
