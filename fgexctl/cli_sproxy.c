@@ -741,7 +741,9 @@ static int sw_start(struct sp *p, char *url, size_t cap)
         (void)prctl(PR_SET_PDEATHSIG, SIGTERM);
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);
-        signal(SIGINT, SIG_IGN); /* a ^C is ours: we stop it */
+        /* a ^C at the terminal is ours (we stop it, then its sockets go): out of the
+         * terminal's process group */
+        (void)setpgid(0, 0);
         close_range(3, ~0u, 0);
         execv(sw, (char *const *)argv);
         _exit(127);
@@ -912,6 +914,8 @@ int cli_sproxy_run(const struct cli_sproxy_opts *o, FILE *out)
         }
         ready = poll(pf, (nfds_t)n, SP_WATCH_MS);
         if (ready == -1 && errno != EINTR)
+            break;
+        if (sp_stop)
             break;
         if (!sw_alive(p)) {
             say(p, "scriptworker ended: stopping");
