@@ -120,8 +120,8 @@ static void do_regex_match(struct ctl_rpc *r, const Fgx__Ctl__Request *req)
 {
     const Fgx__Ctl__RegexMatch *q = req->regex_match;
     bool nocase = q->has_nocase && q->nocase;
-    uint8_t ipproto = q->has_proto && q->proto == FGX__CTL__PROTO__PROTO_UDP ? IPPROTO_UDP
-                                                                               : IPPROTO_TCP;
+    uint8_t ipproto =
+        q->has_proto && q->proto == FGX__CTL__PROTO__PROTO_UDP ? IPPROTO_UDP : IPPROTO_TCP;
     struct ctl_rpc_regex *x;
 
     if (q->n_regex == 0 || q->n_regex > RX_PATTERNS_MAX) {
