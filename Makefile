@@ -107,9 +107,17 @@ $(BUILD)/gen/web_files.list: FORCE
 	@mkdir -p $(dir $@)
 	@echo '$(WEB_FILES)' | cmp -s - $@ || echo '$(WEB_FILES)' > $@
 
-$(WEB_GEN): $(BUILD)/tools/web_embed $(BUILD)/gen/web_files.list $(WEB_FILES)
+# The script editor's names (completion, hover), read from the Python package at build time
+# (tools/pyapi.py) and served as /lib/pyapi.json beside web/'s files.
+WEB_PYAPI := $(BUILD)/gen/pyapi.json
+$(WEB_PYAPI): tools/pyapi.py $(wildcard scriptworker/python/fgex/*.py)
+	@mkdir -p $(dir $@)
+	@echo "  PYAPI   $@"
+	$(Q)/usr/bin/python3 -I -B tools/pyapi.py scriptworker/python $@
+
+$(WEB_GEN): $(BUILD)/tools/web_embed $(BUILD)/gen/web_files.list $(WEB_FILES) $(WEB_PYAPI)
 	@echo "  EMBED   web/ -> $@"
-	$(Q)$(BUILD)/tools/web_embed $@ web $(WEB_FILES)
+	$(Q)$(BUILD)/tools/web_embed $@ web $(WEB_FILES) /lib/pyapi.json=$(WEB_PYAPI)
 
 $(BUILD)/gen/ctl_web_files.o: $(WEB_GEN)
 	@echo "  CC      $<"

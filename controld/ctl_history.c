@@ -292,6 +292,7 @@ static const struct {
     {FGX__CTL__REQUEST__REQ_FILTER_IMPORT, "filter import"},
     {FGX__CTL__REQUEST__REQ_FILTER_EXPORT, "filter export"},
     {FGX__CTL__REQUEST__REQ_FILTER_TEST, "filter test"},
+    {FGX__CTL__REQUEST__REQ_REGEX_MATCH, "regex match"},
     {FGX__CTL__REQUEST__REQ_INTERFACES, "interfaces"},
     {FGX__CTL__REQUEST__REQ_WORKER_LIST, "worker list"},
     {FGX__CTL__REQUEST__REQ_WORKER_RESTART, "worker restart"},

@@ -113,6 +113,7 @@ static void rpc_release(struct ctl_rpc *r)
     ctl_script_reply_free(r->script);
     ctl_rpc_health_free(r->health);
     ctl_rpc_ifaces_free(r->ifaces);
+    ctl_rpc_regex_free(r->regex);
     explicit_bzero(r->token, sizeof(r->token));
 }
 
@@ -758,6 +759,7 @@ static const struct ctl_rpc_cmd *const rpc_families[] = {
     ctl_rpc_script_cmds,
     ctl_rpc_health_cmds,
     ctl_rpc_game_cmds,
+    ctl_rpc_regex_cmds,
 };
 
 static const struct ctl_rpc_cmd *rpc_cmd_find(Fgx__Ctl__Request__ReqCase req)

@@ -98,6 +98,7 @@ struct ctl_rpc {
     struct ctl_script_reply *script; /* the script family's reply contents (ctl_script.h) */
     struct ctl_rpc_health *health;   /* service log (rpc_health.c), or NULL */
     struct ctl_rpc_ifaces *ifaces;   /* interfaces (rpc_admin.c), or NULL */
+    struct ctl_rpc_regex *regex;     /* regex match (rpc_regex.c), or NULL */
     char busy_what[256];             /* a change refused as busy: what compiles meanwhile */
 };
 
@@ -123,6 +124,8 @@ extern const struct ctl_rpc_cmd ctl_rpc_filter_cmds[];
 extern const struct ctl_rpc_cmd ctl_rpc_worker_cmds[];
 extern const struct ctl_rpc_cmd ctl_rpc_stats_cmds[];
 extern const struct ctl_rpc_cmd ctl_rpc_history_cmds[];
+extern const struct ctl_rpc_cmd ctl_rpc_regex_cmds[];
+void ctl_rpc_regex_free(struct ctl_rpc_regex *x);
 
 /* ---- log filters and labels (rpc_logfil.c) ---- */
 struct ctl_rpc_logfil;

@@ -55,7 +55,8 @@ static const struct {
 };
 
 /* Not in the API: what runs on fgexctl's machine alone, the session of fgexctl's own (the page
- * has /api/login), and `script test`, which runs a script engine where fgexctl runs. */
+ * has /api/login), and `script test` and `script proxy`, which run a script engine where
+ * fgexctl runs. */
 static bool excluded(const struct cli_cmd_def *d)
 {
     if (d->flags & (CLI_CMD_LOCAL | CLI_CMD_OFFLINE))
@@ -66,7 +67,9 @@ static bool excluded(const struct cli_cmd_def *d)
     /* `reset` (issue 27): the page has no such button, and the API asks nobody first */
     if (!d->group && strcmp(d->name, "reset") == 0)
         return true;
-    return d->group && strcmp(d->group, "script") == 0 && strcmp(d->name, "test") == 0;
+    /* `script proxy` runs a proxy and a scriptworker where fgexctl runs */
+    return d->group && strcmp(d->group, "script") == 0 &&
+           (strcmp(d->name, "test") == 0 || strcmp(d->name, "proxy") == 0);
 }
 
 /* A positional's web name: "SERVICE" is "service", "ADDR[:PORT]" is "addr"; "on|off" is
@@ -151,6 +154,7 @@ static void table_build(void)
             case FGX__CTL__REQUEST__REQ_FILTER_IMPORT:
             case FGX__CTL__REQUEST__REQ_FW_IMPORT:
             case FGX__CTL__REQUEST__REQ_SCRIPT_SET:
+            case FGX__CTL__REQUEST__REQ_REGEX_MATCH:
                 c->file_in = true;
                 break;
             case FGX__CTL__REQUEST__REQ_CONFIG_EXPORT:
@@ -220,6 +224,7 @@ bool ctl_webapi_read_only(const struct ctl_webapi_cmd *c)
     case FGX__CTL__REQUEST__REQ_CONFIG_EXPORT:
     case FGX__CTL__REQUEST__REQ_CAPTURE:
     case FGX__CTL__REQUEST__REQ_FILTER_TEST:
+    case FGX__CTL__REQUEST__REQ_REGEX_MATCH:
     case FGX__CTL__REQUEST__REQ_SCRIPT_GET:
     case FGX__CTL__REQUEST__REQ_SCRIPT_LIST:
     case FGX__CTL__REQUEST__REQ_SCRIPT_LOG:

@@ -94,6 +94,15 @@ static void do_script_set(struct ctl_rpc *r, const Fgx__Ctl__Request *q)
         goto out;
     }
     s->service_id = svc.id;
+    if (q->has_dry_run && q->dry_run) {
+        /* the page's check (issue 27): the file's functions as set would list them, nothing
+         * stored, the service's file unchanged */
+        s->has_deadline_ms = 1;
+        s->deadline_ms = a->has_deadline_ms ? a->deadline_ms : CTL_SCRIPT_DEADLINE_MS;
+        if (reply_script(r, s, &svc, false) == 0)
+            s = NULL;
+        goto out;
+    }
     s->has_updated = 1;
     s->updated = (uint64_t)time(NULL);
     rv = ctl_script_load(t, svc.id, &old);

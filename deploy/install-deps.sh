@@ -14,6 +14,8 @@ set -euo pipefail
 # proxy's HTTP service kind (HTTP/2 and h2c terminated, proxyworker/px_h2.c), libhttp-parser for
 # its HTTP/1.1-only services (--upstream http1: their answers parsed, px_h2.c), zlib for the
 # gRPC messages a client compressed (gzip, deflate: inflated for the filters, px_grpc.c).
+# python3 with the modules fgex's Python package imports (h11, brotli, websockets): the build
+# reads the script editor's names from the package itself (tools/pyapi.py).
 build=(
   build-essential pkg-config
   protobuf-c-compiler libprotobuf-c-dev
@@ -24,6 +26,7 @@ build=(
   libseccomp-dev libcap-ng-dev
   libnghttp2-dev libhttp-parser-dev zlib1g-dev
   scdoc
+  python3 python3-h11 python3-brotli python3-websockets
 )
 # Running: nft to read fgex's rules (iptables provides libxt_NFQUEUE.so, through which nft prints
 # the compat NFQUEUE target, docs/architecture.md), ip for policy routing and namespaces, and

@@ -193,6 +193,8 @@ static const struct opt_def opt_defs[CLI_NOPTS] = {
     {"--step", CLI_OPT_STEP, ARG_REQUIRED},
     {"--keep-firewall", CLI_OPT_KEEP_FW, ARG_NONE},
     {"--flags", CLI_OPT_FLAGS, ARG_NONE},
+    /* 50..59: other branches' */
+    [60] = {"--listen", CLI_OPT_LISTEN, ARG_REQUIRED},
 };
 
 /* ---- helpers ----------------------------------------------------------------------------- */

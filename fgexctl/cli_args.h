@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cli_sproxy.h"
 #include "control.pb-c.h"
 
 #define CLI_DEFAULT_URL "ipc:///run/fgex/control.sock"
@@ -109,6 +110,11 @@ struct cli_cmd {
             char text[4096];    /* the addresses' words, split at their commas */
             size_t used;
         } game; /* cmd_game.c */
+        struct {
+            Fgx__Ctl__RegexMatch m;
+            char *regex[16];  /* pointing into text */
+            char text[16384]; /* the patterns, split at their newlines */
+        } regex_match; /* cmd_regex.c */
     } m;
     char *addrs[32]; /* service add --addr, pointing into argv (CLI_ADDRS_MAX) */
     /* script commands: set, the command runs here instead of one request (script test, script
@@ -116,6 +122,7 @@ struct cli_cmd {
     int (*run_local)(struct cli_cmd *cmd);
     const char *pcap;        /* script test --pcap FILE */
     const char *script_port; /* script test --port PORT, or NULL */
+    struct cli_sproxy_opts sproxy; /* script proxy (cli_sproxy.h) */
     /* Set by controld's web API (controld/ctl_webapi.c), which runs the builders and the
      * printers with no terminal, stdin or file of its own: every file the command would read
      * is one of blobs (by the name its argument gives), nothing is opened, and nothing is kept

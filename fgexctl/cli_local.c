@@ -126,6 +126,13 @@ int cli_local_prepare(struct cli_cmd *cmd, struct cli_local *l)
         cmd->m.script_set.source.data = (uint8_t *)l->script;
         cmd->m.script_set.source.len = len;
         return 0;
+    case FGX__CTL__REQUEST__REQ_REGEX_MATCH:
+        rc = read_input(cmd, l, cmd->file, &l->script, &len);
+        if (rc < 0)
+            return rc;
+        cmd->m.regex_match.m.sample.data = (uint8_t *)l->script;
+        cmd->m.regex_match.m.sample.len = len;
+        return 0;
     default:
         return 0;
     }

@@ -18,7 +18,8 @@ struct cli_local {
     Fgx__Ctl__Config *config; /* import: the Config sent */
     bool ruleset;             /* filter import: cmd->m.filter_import.filters are ours */
     char *fw_text;            /* fw import: the file, which the rules' strings point into */
-    char *script;             /* script set: the file's bytes, sent as they are */
+    char *script;             /* script set: the file's bytes, sent as they are; regex match:
+                               * the sample's */
     int exit_code;            /* after a failure: the exit status */
     char err[1024];           /* after a failure: the reason, one line, without "fgexctl: " */
 };

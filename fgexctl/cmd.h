@@ -78,7 +78,8 @@ json_t *cli_cmd_script_log_entry_json(const Fgx__Ctl__ScriptLogEntry *e);
 #define CLI_OPT_STEP (UINT64_C(1) << 47)       /* stats --step S */
 #define CLI_OPT_KEEP_FW (UINT64_C(1) << 48)    /* reset --keep-firewall */
 #define CLI_OPT_FLAGS (UINT64_C(1) << 49)      /* events --flags */
-#define CLI_NOPTS 50
+#define CLI_OPT_LISTEN (UINT64_C(1) << 60)     /* script proxy --listen ADDR:PORT */
+#define CLI_NOPTS 64
 /* --addr given more than this is refused by fgexctl (controld's bound is the same). */
 #define CLI_ADDRS_MAX 32
 

@@ -1,4 +1,5 @@
-/* fgexctl, the regex family: `regex test`, offline. The regex is judged and compiled by
+/* fgexctl, the regex family: `regex match` (every match of several patterns in a sample, by
+ * controld's hyperscan: rpc_regex.c) and `regex test`, offline. The regex is judged and compiled by
  * libcommon's filter path (fgx/regex_test.h), the very code controld runs for `filter add`, so
  * a refusal reads the same and a regex that matches here matches there; the bytes come from a
  * file or stdin, and no controld is asked. */
@@ -25,6 +26,7 @@ static const char usage_regex[] =
     "\n"
     "Commands:\n"
     "  test REGEX [--nocase] [--dir c2s|s2c|both] [--proto tcp|udp] FILE|-\n"
+    "  match PATTERNS FILE|- [--nocase] [--proto tcp|udp]\n"
     "\n"
     "`fgexctl regex test --help` for details.\n";
 
@@ -47,6 +49,22 @@ static const char usage_regex_test[] =
     "--json prints {matched, bytes, proto, dir, nocase, regex (or regex_b64),\n"
     "warnings, and when it matched: end, excerpt (or excerpt_b64), excerpt_hex,\n"
     "match_end}; a refused regex prints its reason on stderr only.\n";
+static const char usage_regex_match[] =
+    "usage: fgexctl regex match PATTERNS FILE|- [--nocase] [--proto tcp|udp]\n"
+    "\n"
+    "Every match of several patterns in a sample, with where each starts and ends (the\n"
+    "page's pattern tester). PATTERNS is one or more regexes, one per line (at most\n"
+    "16; a pattern's own (?i) makes it case-insensitive alone). controld judges each as\n"
+    "`filter add` would for a service of --proto (default tcp), so a pattern it would\n"
+    "refuse shows that error, and the others still run; then it scans FILE's bytes (-\n"
+    "for stdin; at most 1 MiB) with hyperscan, as a filter's flags do but reporting\n"
+    "every match, not just the first: one line per pattern with its matches as\n"
+    "START-END byte offsets (END just past the last byte; at most 1000 a pattern).\n"
+    "hyperscan reports each end at which a match ends, with the leftmost start for it:\n"
+    "`a+` over \"aaa\" is 0-1, 0-2 and 0-3.\n"
+    "\n"
+    "--json prints an array, one object a pattern: {regex, error} or {regex, matches:\n"
+    "[{start, end}], truncated, start_unknown, warnings}.\n";
 /* clang-format on */
 
 static int build_regex_test(struct cli_cmd *cmd, const struct cli_cmd_def *spec,
@@ -268,6 +286,118 @@ out:
     return status;
 }
 
+static int build_regex_match(struct cli_cmd *cmd, const struct cli_cmd_def *spec,
+                             const struct cli_args_raw *raw)
+{
+    Fgx__Ctl__RegexMatch *m = &cmd->m.regex_match.m;
+    char *t = cmd->m.regex_match.text;
+    const char *v;
+    size_t len;
+    int rc;
+
+    fgx__ctl__regex_match__init(m);
+    if (!raw->pos[0] || raw->pos[0][0] == '\0')
+        return cli_args_fail(cmd, CLI_EXIT_INVALID, "regex match: no pattern");
+    if (!raw->pos[1] || raw->pos[1][0] == '\0')
+        return cli_args_fail(cmd, CLI_EXIT_INVALID, "regex match: the file name is empty");
+    len = strlen(raw->pos[0]);
+    if (len >= sizeof(cmd->m.regex_match.text))
+        return cli_args_fail(cmd, CLI_EXIT_INVALID, "regex match: the patterns are longer than %zu "
+                             "bytes", sizeof(cmd->m.regex_match.text) - 1);
+    memcpy(t, raw->pos[0], len + 1);
+    /* one a line; blank lines (a trailing newline) are no pattern */
+    for (char *line = t, *nl; line; line = nl) {
+        nl = strchr(line, '\n');
+        if (nl)
+            *nl++ = '\0';
+        if (line[0] != '\0' && strcmp(line, "\r") != 0) {
+            size_t l = strlen(line);
+
+            if (l > 0 && line[l - 1] == '\r')
+                line[l - 1] = '\0';
+            if (m->n_regex == 16)
+                return cli_args_fail(cmd, CLI_EXIT_INVALID, "regex match: at most 16 patterns");
+            cmd->m.regex_match.regex[m->n_regex++] = line;
+        }
+    }
+    if (m->n_regex == 0)
+        return cli_args_fail(cmd, CLI_EXIT_INVALID, "regex match: no pattern");
+    m->regex = cmd->m.regex_match.regex;
+    cmd->file = raw->pos[1];
+    if (cli_args_opt(raw, CLI_OPT_NOCASE))
+        m->has_nocase = m->nocase = 1;
+    if ((v = cli_args_opt(raw, CLI_OPT_PROTO))) {
+        rc = cli_args_parse_proto(cmd, v, &m->proto);
+        if (rc < 0)
+            return rc;
+        m->has_proto = 1;
+    }
+    (void)spec;
+    cmd->req.regex_match = m;
+    return 0;
+}
+
+static json_t *json_match(const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep)
+{
+    json_t *a = json_array();
+
+    (void)req;
+    for (size_t i = 0; a && i < rep->n_regex_match; i++) {
+        const Fgx__Ctl__RegexMatchResult *r = rep->regex_match[i];
+        json_t *o = json_object(), *ms = json_array(), *ws = json_array();
+
+        if (!o || !ms || !ws) {
+            json_decref(o);
+            json_decref(ms);
+            json_decref(ws);
+            continue;
+        }
+        (void)json_object_set_new(o, "regex", cli_json_str(r->regex));
+        if (r->error) {
+            (void)json_object_set_new(o, "error", cli_json_str(r->error));
+            json_decref(ms);
+            json_decref(ws);
+        } else {
+            for (size_t k = 0; k < r->n_matches; k++)
+                (void)json_array_append_new(ms, json_pack("{s:I,s:I}", "start",
+                                                          (json_int_t)r->matches[k]->start, "end",
+                                                          (json_int_t)r->matches[k]->end));
+            for (size_t k = 0; k < r->n_warnings; k++)
+                (void)json_array_append_new(ws, cli_json_str(r->warnings[k]));
+            (void)json_object_set_new(o, "matches", ms);
+            (void)json_object_set_new(o, "truncated", json_boolean(r->truncated));
+            (void)json_object_set_new(o, "start_unknown", json_boolean(r->start_unknown));
+            (void)json_object_set_new(o, "warnings", ws);
+        }
+        (void)json_array_append_new(a, o);
+    }
+    return a;
+}
+
+static int human_match(FILE *f, const Fgx__Ctl__Request *req, const Fgx__Ctl__Reply *rep)
+{
+    (void)req;
+    for (size_t i = 0; i < rep->n_regex_match; i++) {
+        const Fgx__Ctl__RegexMatchResult *r = rep->regex_match[i];
+
+        (void)fprintf(f, "%s\n", r->regex);
+        if (r->error) {
+            (void)fprintf(f, "    error: %s\n", r->error);
+            continue;
+        }
+        for (size_t k = 0; k < r->n_warnings; k++)
+            (void)fprintf(f, "    warning: %s\n", r->warnings[k]);
+        (void)fprintf(f, "    %zu match%s%s%s", r->n_matches, r->n_matches == 1 ? "" : "es",
+                      r->truncated ? " (the first 1000)" : "",
+                      r->start_unknown ? " (ends only: hyperscan cannot track its starts)" : "");
+        for (size_t k = 0; k < r->n_matches; k++)
+            (void)fprintf(f, "%s %" PRIu64 "-%" PRIu64, k ? "," : ":", r->matches[k]->start,
+                          r->matches[k]->end);
+        (void)fputc('\n', f);
+    }
+    return 0;
+}
+
 static const struct cli_cmd_def regex_cmds[] = {
     {.group = "regex",
      .name = "test",
@@ -277,6 +407,16 @@ static const struct cli_cmd_def regex_cmds[] = {
      .usage = usage_regex_test,
      .build = build_regex_test,
      .flags = CLI_CMD_OFFLINE},
+    {.group = "regex",
+     .name = "match",
+     .req = FGX__CTL__REQUEST__REQ_REGEX_MATCH,
+     .npos = 2,
+     .pos_names = {"PATTERNS", "FILE"},
+     .opts = CLI_OPT_NOCASE | CLI_OPT_PROTO,
+     .usage = usage_regex_match,
+     .build = build_regex_match,
+     .human = human_match,
+     .json = json_match},
     {.name = NULL},
 };
 

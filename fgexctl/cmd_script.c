@@ -17,6 +17,7 @@
 #include "cli_json.h"
 #include "cli_loop.h"
 #include "cli_rpc.h"
+#include "cli_sproxy.h"
 #include "fgx/python.h"
 
 #define CLI_SCRIPT_FOLLOW_MS 500
@@ -26,7 +27,7 @@ static const char usage_script[] =
     "usage: fgexctl script COMMAND ...\n"
     "\n"
     "Commands:\n"
-    "  set SERVICE FILE.py [--deadline MS]\n"
+    "  set SERVICE FILE.py [--deadline MS] [--dry-run]\n"
     "  get SERVICE\n"
     "  rm SERVICE\n"
     "  list SERVICE\n"
@@ -34,6 +35,7 @@ static const char usage_script[] =
     "  disable SERVICE FUNCTION\n"
     "  log SERVICE [--follow]\n"
     "  test FILE.py --pcap FILE [--port PORT]\n"
+    "  proxy FILE.py --listen ADDR:PORT --to ADDR:PORT [--deadline MS] [--fail-open]\n"
     "\n"
     "A script is a Python filter file written for Firegex's Python filters (nfproxy,\n"
     "pyfilters) or for fgex: @pyfilter functions whose parameters' annotations\n"
@@ -42,7 +44,7 @@ static const char usage_script[] =
     CLI_SERVICE_HELP_NOTE "`fgexctl script COMMAND --help` for one command.\n";
 
 static const char usage_script_set[] =
-    "usage: fgexctl script set SERVICE FILE.py [--deadline MS]\n"
+    "usage: fgexctl script set SERVICE FILE.py [--deadline MS] [--dry-run]\n"
     "\n"
     "Set (or replace) a TCP service's Python filter file. The file is checked first,\n"
     "in a Python process of its own: a syntax error, a parameter without a known\n"
@@ -52,6 +54,8 @@ static const char usage_script_set[] =
     "\n"
     "  --deadline MS   how long one call may take before its verdict is the\n"
     "                  service's fail-open choice (default 100, or the previous file's)\n"
+    "  --dry-run       check the file only (the page's Check): its functions are\n"
+    "                  listed as set would list them, nothing is stored\n"
     "\n" CLI_SERVICE_HELP_NOTE;
 
 static const char usage_script_get[] =
@@ -114,6 +118,28 @@ static const char usage_script_test[] =
     "  --port PORT        only connections to this server port\n"
     "  --json             an array of {client, sport, server, dport, verdict,\n"
     "                     function, detail, c2s_bytes, s2c_bytes}\n";
+static const char usage_script_proxy[] =
+    "usage: fgexctl script proxy FILE.py --listen ADDR:PORT --to ADDR:PORT\n"
+    "                            [--deadline MS] [--fail-open]\n"
+    "\n"
+    "Run a filter file as a local TCP proxy in front of a service, to try it on real\n"
+    "traffic before `script set`: clients connect to --listen, each connection goes\n"
+    "on to --to, and every chunk of both directions is given to the file first, as\n"
+    "on the proxy layer. Each verdict is printed (accepted, edited, or REJECT/DROP:\n"
+    "the connection is cut), with what the file prints and its exceptions. When the\n"
+    "file changes it is loaded again: new connections use the new version once it\n"
+    "loaded, open ones finish under the one they began with, and a version that does\n"
+    "not load is said with its line and reason (the previous one stays).\n"
+    "\n"
+    "Nothing is sent to controld. The file runs where scripts run for a service: in\n"
+    "fgex's scriptworker, sandboxed (its own namespaces, no network, a script uid),\n"
+    "which needs root to set up. ^C stops.\n"
+    "\n"
+    "  --listen ADDR:PORT  where clients connect ([V6]:PORT for IPv6)\n"
+    "  --to ADDR:PORT      the service\n"
+    "  --deadline MS       how long one call may take (default 100)\n"
+    "  --fail-open         an exception or a call past the deadline lets the chunk\n"
+    "                      through (default: the connection is cut)\n";
 /* clang-format on */
 
 /* ---- building the requests ---- */
@@ -145,6 +171,8 @@ static int build_set(struct cli_cmd *cmd, const struct cli_cmd_def *spec,
         m->has_deadline_ms = 1;
         m->deadline_ms = (uint32_t)ms;
     }
+    if (cli_args_opt(raw, CLI_OPT_DRY_RUN))
+        cmd->req.has_dry_run = cmd->req.dry_run = 1;
     cmd->req.script_set = m;
     return 0;
 }
@@ -170,6 +198,7 @@ static int build_fn(struct cli_cmd *cmd, const struct cli_cmd_def *spec,
 
 static int run_follow(struct cli_cmd *cmd);
 static int run_test(struct cli_cmd *cmd);
+static int run_proxy(struct cli_cmd *cmd);
 
 static int build_log(struct cli_cmd *cmd, const struct cli_cmd_def *spec,
                      const struct cli_args_raw *raw)
@@ -231,6 +260,52 @@ static int build_test(struct cli_cmd *cmd, const struct cli_cmd_def *spec,
         cmd->script_port = v;
     }
     cmd->run_local = run_test;
+    return 0;
+}
+
+static int build_proxy(struct cli_cmd *cmd, const struct cli_cmd_def *spec,
+                       const struct cli_args_raw *raw)
+{
+    const char *v;
+
+    if (!raw->pos[0] || !*raw->pos[0])
+        return cli_args_fail(cmd, CLI_EXIT_INVALID, "script proxy: the file name is empty");
+    cmd->file = raw->pos[0];
+    memset(&cmd->sproxy, 0, sizeof(cmd->sproxy));
+    cmd->sproxy.file = raw->pos[0];
+    cmd->sproxy.listen = cli_args_opt(raw, CLI_OPT_LISTEN);
+    cmd->sproxy.to = cli_args_opt(raw, CLI_OPT_TO);
+    if (!cmd->sproxy.listen || !cmd->sproxy.to)
+        return cli_args_fail_usage(cmd, spec, "give --listen ADDR:PORT and --to ADDR:PORT");
+    if (cli_sproxy_addr_check(cmd->sproxy.listen) < 0)
+        return cli_args_fail(cmd, CLI_EXIT_INVALID,
+                             "script proxy: --listen takes ADDR:PORT or [V6]:PORT, not '%s'",
+                             cmd->sproxy.listen);
+    if (cli_sproxy_addr_check(cmd->sproxy.to) < 0)
+        return cli_args_fail(cmd, CLI_EXIT_INVALID,
+                             "script proxy: --to takes ADDR:PORT or [V6]:PORT, not '%s'",
+                             cmd->sproxy.to);
+    cmd->sproxy.deadline_ms = 100;
+    if ((v = cli_args_opt(raw, CLI_OPT_DEADLINE))) {
+        char *end;
+        unsigned long ms = strtoul(v, &end, 10);
+
+        if (!cli_args_all_digits(v) || *end || ms == 0 || ms > 10000)
+            return cli_args_fail(cmd, CLI_EXIT_INVALID,
+                                 "script proxy: --deadline takes 1 to 10000 (ms), not '%s'", v);
+        cmd->sproxy.deadline_ms = (unsigned)ms;
+    }
+    if ((v = cli_args_opt(raw, CLI_OPT_FAIL_OPEN_FLAG))) {
+        protobuf_c_boolean on = 1;
+
+        if (*v && cli_args_parse_onoff(cmd, v, &on) < 0)
+            return -EINVAL;
+        cmd->sproxy.fail_open = on;
+    }
+    /* nothing goes to controld: an Empty keeps the request well-formed */
+    fgx__ctl__empty__init(&cmd->m.empty);
+    cmd->req.req_case = FGX__CTL__REQUEST__REQ_SCRIPT_LIST;
+    cmd->run_local = run_proxy;
     return 0;
 }
 
@@ -343,6 +418,15 @@ static int run_test_service(struct cli_cmd *cmd)
 out:
     fgx__ctl__reply__free_unpacked(rep, NULL);
     return status;
+}
+
+static int run_proxy(struct cli_cmd *cmd)
+{
+    char dir[PATH_MAX];
+
+    pydir(dir, sizeof(dir));
+    cmd->sproxy.pydir = dir;
+    return cli_sproxy_run(&cmd->sproxy, stdout);
 }
 
 static int run_test(struct cli_cmd *cmd)
@@ -573,7 +657,7 @@ static const struct cli_cmd_def script_cmds[] = {
      .req = FGX__CTL__REQUEST__REQ_SCRIPT_SET,
      .npos = 2,
      .pos_names = {"SERVICE", "FILE"},
-     .opts = CLI_OPT_DEADLINE,
+     .opts = CLI_OPT_DEADLINE | CLI_OPT_DRY_RUN,
      .usage = usage_script_set,
      .build = build_set,
      .human = human_list,
@@ -645,6 +729,14 @@ static const struct cli_cmd_def script_cmds[] = {
      .opts = CLI_OPT_PCAP | CLI_OPT_PORT | CLI_OPT_SERVICE,
      .usage = usage_script_test,
      .build = build_test},
+    {.group = "script",
+     .name = "proxy",
+     .req = FGX__CTL__REQUEST__REQ_SCRIPT_LIST,
+     .npos = 1,
+     .pos_names = {"FILE"},
+     .opts = CLI_OPT_LISTEN | CLI_OPT_TO | CLI_OPT_DEADLINE | CLI_OPT_FAIL_OPEN_FLAG,
+     .usage = usage_script_proxy,
+     .build = build_proxy},
     {.name = NULL},
 };
 

@@ -149,7 +149,8 @@ static const char usage_service_set[] =
     "Limits of the service's own (proxy layer only; 0 removes one):\n"
     "  --max-conns N        at most N of its connections open at once, counted over\n"
     "                       every proxy thread (two threads accepting at the same\n"
-    "                       moment may each let one more in)\n"
+    "                       moment may each let one more in); a UDP service's\n"
+    "                       flows count, each until --udp-idle without a datagram\n"
     "  --over-limit forward|refuse\n"
     "                       what a connection past N gets: refuse (the default)\n"
     "                       resets it at once; forward relays and filters it as\n"
@@ -811,7 +812,8 @@ static void warn_reply(const Fgx__Ctl__Reply *rep)
 /* show: what judges the traffic, in its order (issue 27). All of a service's regex filters are
  * one hyperscan database scanned once: no filter comes before another (a log filter records
  * its match and the scan goes on; a block ends the connection at the first block match in the
- * stream, whichever filter it is). The script sees only the bytes the regexes passed, its
+ * stream, whichever filter it is; at that byte every log filter that matches logs too, and the
+ * block is the oldest matching filter's: libcommon/reasm.c). The script sees only the bytes the regexes passed, its
  * functions called in file order. */
 static void human_judges(FILE *f, const Fgx__Ctl__Reply *rep)
 {
@@ -828,7 +830,8 @@ static void human_judges(FILE *f, const Fgx__Ctl__Reply *rep)
     }
     (void)fputs("\njudged by, in this order:\n", f);
     (void)fprintf(f, "  1. its regex filters, all in one scan (their order has no effect): "
-                     "%zu block, %zu log\n",
+                     "%zu block, %zu log; at a block's byte, every log filter matching there "
+                     "logs and the block is the oldest matching filter's\n",
                   nblock, nlog);
     if (!rep->script) {
         (void)fputs("  2. no script\n", f);

@@ -102,16 +102,24 @@ static int on_match(unsigned int id, unsigned long long from, unsigned long long
 
     (void)from;
     (void)flags;
+    /* A flow is blocked at its first match, and nothing past it is judged. hyperscan reports
+     * the matches that end at one offset in no set order, so the scan goes on to the end of
+     * that offset's matches: every log filter that matches there logs (log before block, in
+     * whatever order the filters came), and the block goes to the oldest block filter that
+     * matched there (the lowest id), not to whichever hyperscan named first. */
+    if (s->matched && to != s->end)
+        return 1;
     /* A log filter never stops the scan: the block filters still judge these bytes. Only a
      * match pays for this test; with SINGLEMATCH a log filter reports once per stream. */
     if ((id & FGX_FILTER_ID_LOG) && s->ctx != NULL) {
         log_hit(s, id & FGX_FILTER_ID_MASK, to);
         return 0;
     }
+    if (!s->matched || (id & FGX_FILTER_ID_MASK) < s->filter_id)
+        s->filter_id = id & FGX_FILTER_ID_MASK;
     s->matched = true;
-    s->filter_id = id & FGX_FILTER_ID_MASK;
     s->end = to;
-    return 1; /* a flow is blocked at its first match: nothing more to learn from this scan */
+    return 0;
 }
 
 /* The ids lists are sorted by filter id and carry each filter's FGX_FILTER_ID_LOG bit as it is

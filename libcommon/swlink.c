@@ -503,6 +503,8 @@ int fgx_swlink_recv(struct fgx_swlink *l, struct fgx_sw_hdr *h, const uint8_t **
 
                 fgx_swlink_log_push(fh.service, (const char *)p, fh.len, known ? &where : NULL);
             }
+            if (fh.type == FGX_SW_ACK && l->ack_fn != NULL)
+                l->ack_fn(l->conn_arg, fh.service, fh.code);
             if (fh.type == FGX_SW_VERDICT && fh.code == FGX_SW_ERROR &&
                 (fh.hash & FGX_SW_VERDICT_NOFILE) && l->rfrom != SWL_CTL)
                 py_refile(l, (unsigned)l->rfrom, fh.seq);

@@ -8,7 +8,9 @@
  * that port, gets another port of its address), or back to the client from the service's
  * address and port through a raw socket (no socket of the box can be bound there when the
  * service itself is bound on it). A flow goes after --udp-idle without a datagram. A
- * blocked datagram is dropped alone; the flow goes on. */
+ * blocked datagram is dropped alone; the flow goes on. A flow counts as one of its service's
+ * connections (service set --max-conns): past the limit a new flow's datagrams are dropped
+ * (refuse) or relayed all the same (forward), counted either way. */
 #include "px.h"
 
 #include <errno.h>
@@ -254,6 +256,22 @@ static struct px_conn *flow_get(struct px_thread *t, const struct fgx_wsvc *svc,
             flow_free(t, c); /* the service was removed and added: a new flow */
             break;
         }
+    /* The service's own limit (issue 27), its flows open over every thread, as px_accept.c
+     * counts its TCP connections: a new flow past it is counted, then refused (its datagram
+     * dropped: UDP has no reset) or relayed. A refused flow is no flow: its next datagram
+     * asks again, and gets in once one has gone idle. */
+    if (svc->max_conns > 0 && px_stats_svc_open(t->w, svc->id) >= svc->max_conns) {
+        static __thread unsigned long long last_limit;
+
+        PX_CTR_ADD(&px_stats_svc(&t->ctr, svc->id)->limit_hits, 1);
+        fgx_log_ratelimited(&last_limit, FGX_LOG_WARN,
+                            "service %u has its %u flows open: new UDP flow %s "
+                            "(service set --max-conns)",
+                            svc->id, svc->max_conns,
+                            svc->over_limit_forward ? "relayed all the same" : "dropped");
+        if (!svc->over_limit_forward)
+            return NULL;
+    }
     if (u->nflows >= PX_UDP_FLOWS_MAX && (c = flow_oldest(u)) != NULL)
         flow_free(t, c);
     c = calloc(1, sizeof(*c));

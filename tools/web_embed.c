@@ -1,6 +1,7 @@
 /* Build tool: writes a C file holding the dashboard's files (web/) for controld's web server,
  * so that the binary carries its page and no path is read at run time.
- *   web_embed OUT.c ROOT FILE...   (each FILE under ROOT; its URL path is FILE minus ROOT)
+ *   web_embed OUT.c ROOT FILE...   (each FILE under ROOT; its URL path is FILE minus ROOT,
+ *                                  or /URL/PATH=FILE for a file built elsewhere) 
  * The output goes to OUT.c.tmp, renamed over OUT.c when complete. */
 #include <errno.h>
 #include <stdio.h>
@@ -59,17 +60,25 @@ int main(int argc, char **argv)
             "#include \"controld/ctl_web_files.h\"\n\n",
             argv[2]);
     for (int i = 3; i < argc; i++) {
-        if (strncmp(argv[i], argv[2], rootlen) != 0 || argv[i][rootlen] != '/') {
+        const char *eq = argv[i][0] == '/' ? strchr(argv[i], '=') : NULL;
+
+        if (!eq && (strncmp(argv[i], argv[2], rootlen) != 0 || argv[i][rootlen] != '/')) {
             fprintf(stderr, "web_embed: %s is not under %s\n", argv[i], argv[2]);
             return 1;
         }
-        lens[i] = embed(out, argv[i], (size_t)i);
+        lens[i] = embed(out, eq ? eq + 1 : argv[i], (size_t)i);
         if (lens[i] < 0)
             return 1;
     }
     fprintf(out, "\nconst struct ctl_web_file ctl_web_files[] = {\n");
-    for (int i = 3; i < argc; i++)
-        fprintf(out, "    {\"%s\", f%d, %ld},\n", argv[i] + rootlen, i, lens[i]);
+    for (int i = 3; i < argc; i++) {
+        const char *eq = argv[i][0] == '/' ? strchr(argv[i], '=') : NULL;
+
+        if (eq)
+            fprintf(out, "    {\"%.*s\", f%d, %ld},\n", (int)(eq - argv[i]), argv[i], i, lens[i]);
+        else
+            fprintf(out, "    {\"%s\", f%d, %ld},\n", argv[i] + rootlen, i, lens[i]);
+    }
     fprintf(out, "    {0, 0, 0},\n};\nconst unsigned ctl_web_nfiles = %d;\n", argc - 3);
     if (fclose(out) != 0 || rename(tmp, argv[1]) != 0) {
         fprintf(stderr, "web_embed: %s: %s\n", argv[1], strerror(errno));

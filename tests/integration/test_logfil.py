@@ -213,6 +213,39 @@ def log_and_block_both_act(env, name, layer):
           flt(env, name, bfid))
 
 
+def one_byte_many_filters(env, name, layer):
+    """Filters whose matches all end at one byte: every log filter logs, the block is the oldest
+    block filter's, whatever order hyperscan reports them in (libcommon/reasm.c)."""
+    extra = ("--layer", layer) if layer else ()
+    _, port = env.service(name, "tcp", extra=extra)
+    old = add(env, name, "il1")["id"]
+    lg1 = add(env, name, "vil1", "--log")["id"]
+    add(env, name, "evil1")
+    lg2 = add(env, name, "l1", "--log")["id"]
+    srv = env.tcp_server(port)
+    for n in range(3):
+        c = env.tcp_client(SRV4, port, [b"GET /evil1 HTTP/1.0"])
+        check(c["end"] == "reset", "%s: not blocked: %r", name, c)
+    evs = it.wait_until(lambda: len(events(env, name)) >= 9 and events(env, name),
+                        timeout=5) or events(env, name)
+    logs = sorted(e["filter_id"] for e in evs if e["action"] == "log")
+    blocks = [e["filter_id"] for e in evs if e["action"] == "block"]
+    check(logs == sorted([lg1, lg2] * 3), "%s: log events at the block's byte: %r", name, logs)
+    check(blocks == [old] * 3, "%s: blocks not the oldest filter's (%d): %r", name, old, blocks)
+    got = b"".join(it.d64(e["data"]) for e in srv.all("data"))
+    check(b"evil1" not in got, "%s: the service received the blocked bytes: %r", name, got)
+
+
+@test
+def one_byte_every_log_logs_oldest_block_blocks_nfqueue(env):
+    one_byte_many_filters(env, "byte-nfq", None)
+
+
+@test
+def one_byte_every_log_logs_oldest_block_blocks_proxy(env):
+    one_byte_many_filters(env, "byte-px", "proxy")
+
+
 @test
 def log_and_block_filters_both_act_nfqueue(env):
     log_and_block_both_act(env, "both-nfq", None)

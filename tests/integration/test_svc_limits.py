@@ -6,8 +6,8 @@ between the module's namespaces.
 N connections open, the next one is refused (reset at once, never reaching the service) and
 counted; with forward it is relayed and counted; the count of hits with its first and last time
 is in `service show` and survives a restart of controld. A connection that sends nothing is
-closed after the service's first-byte timeout while one that talks stays. The NFQUEUE layer
-refuses the limits with the reason."""
+closed after the service's first-byte timeout while one that talks stays. A UDP service's
+flows count as its connections. The NFQUEUE layer refuses the limits with the reason."""
 import json
 import os
 import sys
@@ -120,6 +120,34 @@ def first_byte_timeout_closes_a_silent_connection(env):
     check(r["end"] == "eof", "a connection that talked was closed: %r", r)
     s = it.server_conn_starting(srv, b"talking")
     check(s["data"] == b"talking bye", "the talker's bytes: %r", s["data"])
+
+
+@test
+def udp_flows_count_against_max_conns(env):
+    """On a proxy-layer UDP service each flow (client address and port) is one of its
+    connections: past --max-conns a new flow's datagrams are dropped and counted, with forward
+    relayed; the flows open keep going."""
+    _, port = env.service("ulim", "udp", extra=("--layer", "proxy"))
+    env.ctl("service", "set", "ulim", "--max-conns", 1)
+    srv = env.udp_server(port, echo=True)
+    a = env.udp_client(SRV4, port, [b"flow a 1"], sport=41001)
+    check(a["replies"] == [b"flow a 1"], "the first flow: %r", a)
+    # flow a stays open (--udp-idle 30 s): a second flow is past the limit
+    b = env.udp_client(SRV4, port, [b"flow b 1", b"flow b 2"], sport=41002)
+    check(b["replies"] == [], "a flow past the limit got replies: %r", b)
+    got = it.dgrams(srv)
+    check(not any(d.startswith(b"flow b") for d in got), "the service got %r", got)
+    a = env.udp_client(SRV4, port, [b"flow a 2"], sport=41001)
+    check(a["replies"] == [b"flow a 2"], "the open flow stopped: %r", a)
+    lim = it.wait_until(lambda: limits(env, "ulim")["hits"] >= 1 and limits(env, "ulim"),
+                        timeout=4)
+    check(lim and lim["hits"] == 2, "each refused datagram is a hit: %r", limits(env, "ulim"))
+    # forward: past the limit, relayed (and counted)
+    env.ctl("service", "set", "ulim", "--over-limit", "forward")
+    c = env.udp_client(SRV4, port, [b"flow c 1"], sport=41003)
+    check(c["replies"] == [b"flow c 1"], "forward did not relay: %r", c)
+    check(it.wait_until(lambda: limits(env, "ulim")["hits"] == 3, timeout=4),
+          "the forwarded flow is not counted: %r", limits(env, "ulim"))
 
 
 @test

@@ -524,3 +524,28 @@ Test(logfil, events_mark_log_and_labels)
     cr_assert(strstr(out, "7/log (t12)"), "%s", out);
     free(out);
 }
+
+Test(logfil, at_one_end_every_log_filter_logs_and_the_oldest_block_filter_blocks)
+{
+    /* four filters whose matches all end at the same byte (after "evil1"): whatever order
+     * hyperscan reports them in, both log filters log and the block is filter 4's */
+    const struct fgx_pattern p[] = {{LOG_ID(2), "vil1", FGX_DIR_BOTH, false},
+                                    {4, "il1", FGX_DIR_BOTH, false},
+                                    {6, "evil1", FGX_DIR_BOTH, false},
+                                    {LOG_ID(9), "l1", FGX_DIR_BOTH, false},
+                                    {11, "evil1x", FGX_DIR_BOTH, false}};
+    struct hs_database *db = db_of(p, 5, IPPROTO_TCP);
+    const uint32_t ids[] = {LOG_ID(2), 4, 6, LOG_ID(9), 11};
+    struct fgx_reasm_match m;
+
+    cr_assert_eq(fgx_reasm_ctx_scratch(ctx, db), 0);
+    cr_assert_eq(fgx_reasm_switch_db(ctx, &r, db, 1, ids, 5, NULL, NULL), 0);
+    cr_assert_eq(seg(1, "GET /evil1x", &m), FGX_REASM_DROP);
+    cr_assert(m.matched);
+    cr_assert_eq(m.filter_id, 4, "the block went to filter %u", m.filter_id);
+    cr_assert_eq(m.match_end, strlen("GET /evil1"), "the block ends at the first end");
+    cr_assert_eq(logs.n, 2, "log filters at the block's end logged: %d", logs.n);
+    cr_assert((logs.id[0] == 2 && logs.id[1] == 9) || (logs.id[0] == 9 && logs.id[1] == 2));
+    fgx_reasm_release(ctx, &r);
+    fgx_hsdb_free(db);
+}

@@ -378,7 +378,7 @@ export function filtersPanel(svc) {
     'section',
     { class: 'card', 'data-test': 'filters' },
     h('h2', {}, 'Filters'),
-    h('p', { class: 'muted', 'data-test': 'filters-order' }, "All of a service's regex filters are matched in one scan: their order has no effect. A script's functions run after them, in file order, on the bytes they passed."),
+    h('p', { class: 'muted', 'data-test': 'filters-order' }, "All of a service's regex filters are matched in one scan: their order has no effect (at the byte where a block filter matches, every log filter matching there still logs, and the block is the oldest matching filter's). A script's functions run after them, in file order, on the bytes they passed."),
     h(
       'div',
       { class: 'table-wrap' },

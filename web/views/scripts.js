@@ -1,5 +1,6 @@
 // Script filters (docs/scripts.md): a service's Python file in an editor of our own (a textarea
-// over a backdrop of lines, with line numbers), set with its check error marked at its line,
+// over a backdrop of lines, with line numbers, completion and hover for the names of fgex's
+// Python package), checked without storing or set with its check error marked at its line,
 // get and rm; the functions with their counters, enabled and disabled; the live script log.
 import { call, get } from '../lib/api.js';
 import { on } from '../lib/live.js';
@@ -36,6 +37,72 @@ function sourceText(r) {
   return '';
 }
 
+// The names a filter file can use (models with their members, verdicts, enums, settings, the
+// decorator), read from the installed package at build time (tools/pyapi.py): fetched once.
+let pyapiP = null;
+export function pyapi() {
+  if (!pyapiP)
+    pyapiP = fetch('/lib/pyapi.json')
+      .then((r) => (r.ok ? r.json() : { names: [] }))
+      .then((d) => {
+        const byName = new Map();
+        for (const n of d.names || []) byName.set(n.name, n);
+        return { names: d.names || [], byName };
+      })
+      .catch(() => ({ names: [], byName: new Map() }));
+  return pyapiP;
+}
+
+// What `obj` is in the file: a name of the package (Action), or a parameter annotated with one
+// (def f(req: HttpRequest) makes req an HttpRequest).
+function typeOf(api, text, obj) {
+  const own = api.byName.get(obj);
+  if (own && own.members) return own;
+  const m = new RegExp(`\\b${obj}\\s*:\\s*([A-Za-z_]\\w*)`).exec(text);
+  const t = m && api.byName.get(m[1]);
+  return t && t.members ? t : null;
+}
+
+// The candidates for the word before the caret: [{name, kind, doc}], and the prefix typed.
+function complete(api, text, caret) {
+  const line = text.slice(text.lastIndexOf('\n', caret - 1) + 1, caret);
+  const m = /(?:([A-Za-z_]\w*)\.)?([A-Za-z_]\w*)?$/.exec(line);
+  if (!m || (!m[1] && !m[2])) return null;
+  const prefix = m[2] || '';
+  let pool;
+  if (m[1]) {
+    const t = typeOf(api, text, m[1]);
+    if (!t) return null;
+    pool = t.members;
+  } else {
+    if (!prefix) return null;
+    pool = api.names;
+  }
+  const items = pool.filter((n) => n.name.startsWith(prefix) && n.name !== prefix);
+  return items.length ? { prefix, items: items.slice(0, 60) } : null;
+}
+
+// The doc of the name at col of line (a member when it follows "obj."), or null.
+function describe(api, text, line, col) {
+  const isw = (c) => /[A-Za-z0-9_]/.test(c);
+  if (col < 0 || col >= line.length || !isw(line[col])) return null;
+  let a = col;
+  let b = col;
+  while (a > 0 && isw(line[a - 1])) a--;
+  while (b < line.length && isw(line[b])) b++;
+  const word = line.slice(a, b);
+  if (a > 0 && line[a - 1] === '.') {
+    let o = a - 1;
+    while (o > 0 && isw(line[o - 1])) o--;
+    const t = typeOf(api, text, line.slice(o, a - 1));
+    const mem = t && t.members.find((x) => x.name === word);
+    if (mem) return { name: `${t.name}.${word}`, kind: mem.kind, signature: mem.signature, doc: mem.doc };
+    return null;
+  }
+  const n = api.byName.get(word);
+  return n ? { name: n.name, kind: n.kind, doc: n.doc, members: n.members } : null;
+}
+
 // The editor: line numbers in a gutter, a backdrop of one div per line behind a transparent
 // textarea (so a line can be marked), all three scrolled together.
 function makeEditor() {
@@ -50,7 +117,13 @@ function makeEditor() {
     'data-test': 'script-editor',
     'aria-label': 'script file',
   });
-  const wrap = h('div', { class: 'ed' }, gutter, h('div', { class: 'ed-main' }, back, ta));
+  const pop = h('div', { class: 'ed-pop', hidden: true, 'data-test': 'script-complete', role: 'listbox' });
+  const tip = h('div', { class: 'ed-hover', hidden: true, 'data-test': 'script-hover' });
+  const main = h('div', { class: 'ed-main' }, back, pop, tip, ta);
+  const wrap = h('div', { class: 'ed' }, gutter, main);
+  let api = null;
+  pyapi().then((a) => (api = a));
+  let comp = null; // {prefix, items, sel} while the list is shown
   let errLine = 0;
   let errText = '';
   let painted = ''; // the line count and mark drawn last: a keystroke within a line redraws nothing
@@ -85,11 +158,118 @@ function makeEditor() {
     gutter.style.transform = `translateY(${-ta.scrollTop}px)`;
     back.style.transform = `translateY(${-ta.scrollTop}px)`;
   };
-  ta.addEventListener('input', () => {
+  // The textarea's metrics: a monospace character's width, the line height, the padding.
+  const metrics = () => {
+    const cs = getComputedStyle(ta);
+    const cv = metrics.cv || (metrics.cv = document.createElement('canvas').getContext('2d'));
+    cv.font = `${cs.fontWeight} ${cs.fontSize} ${cs.fontFamily}`;
+    return {
+      cw: cv.measureText('M'.repeat(20)).width / 20 || 8,
+      lh: parseFloat(cs.lineHeight) || 18,
+      pl: parseFloat(cs.paddingLeft) || 0,
+      pt: parseFloat(cs.paddingTop) || 0,
+    };
+  };
+  const hidePop = () => {
+    comp = null;
+    pop.hidden = true;
+  };
+  const showPop = () => {
+    clear(pop);
+    comp.items.forEach((n, i) =>
+      pop.append(
+        h(
+          'div',
+          {
+            class: i === comp.sel ? 'ed-sel' : null,
+            role: 'option',
+            'data-test': `script-complete-${n.name}`,
+            onmousedown: (e) => {
+              e.preventDefault();
+              comp.sel = i;
+              accept();
+            },
+          },
+          h('code', {}, n.name),
+          h('span', { class: 'muted' }, n.kind),
+        ),
+      ),
+    );
+    const m = metrics();
+    const caret = ta.selectionStart;
+    const before = ta.value.slice(0, caret);
+    const line = before.split('\n').length;
+    const col = caret - (before.lastIndexOf('\n') + 1);
+    pop.style.top = `${m.pt + line * m.lh - ta.scrollTop}px`;
+    pop.style.left = `${m.pl + col * m.cw - ta.scrollLeft}px`;
+    pop.hidden = false;
+  };
+  const accept = () => {
+    const n = comp.items[comp.sel];
+    const caret = ta.selectionStart;
+    ta.setRangeText(n.name, caret - comp.prefix.length, caret, 'end');
+    hidePop();
     paint();
+    ta.focus();
+  };
+  const suggest = () => {
+    const c = api && ta.selectionStart === ta.selectionEnd ? complete(api, ta.value, ta.selectionStart) : null;
+    if (!c) return hidePop();
+    comp = { ...c, sel: 0 };
+    showPop();
+  };
+  ta.addEventListener('input', (e) => {
+    paint();
+    if (e.inputType && e.inputType.startsWith('insert') && e.inputType !== 'insertFromPaste') suggest();
+    else hidePop();
   });
+  ta.addEventListener('blur', hidePop);
+  ta.addEventListener('click', hidePop);
+  // Hover: the name under the pointer, its kind and its doc from the package.
+  ta.addEventListener('mousemove', (e) => {
+    if (!api) return;
+    const m = metrics();
+    const r = ta.getBoundingClientRect();
+    const ln = Math.floor((e.clientY - r.top - m.pt + ta.scrollTop) / m.lh);
+    const col = Math.floor((e.clientX - r.left - m.pl + ta.scrollLeft) / m.cw);
+    const lines = ta.value.split('\n');
+    const d = ln >= 0 && ln < lines.length ? describe(api, ta.value, lines[ln], col) : null;
+    if (!d) {
+      tip.hidden = true;
+      return;
+    }
+    clear(tip);
+    tip.append(
+      h('div', {}, h('code', {}, d.name + (d.signature || '')), h('span', { class: 'muted' }, ` ${d.kind}`)),
+      d.doc ? h('div', {}, d.doc) : null,
+      d.members && d.members.length ? h('div', { class: 'muted' }, d.members.map((x) => x.name).join(', ')) : null,
+    );
+    tip.style.top = `${e.clientY - r.top + 14}px`;
+    tip.style.left = `${Math.max(0, e.clientX - r.left - 20)}px`;
+    tip.dataset.name = d.name;
+    tip.hidden = false;
+  });
+  ta.addEventListener('mouseleave', () => (tip.hidden = true));
   ta.addEventListener('scroll', scroll);
   ta.addEventListener('keydown', (e) => {
+    if (comp) {
+      if (e.key === 'ArrowDown' || e.key === 'ArrowUp') {
+        e.preventDefault();
+        comp.sel = (comp.sel + (e.key === 'ArrowDown' ? 1 : comp.items.length - 1)) % comp.items.length;
+        showPop();
+        return;
+      }
+      if (e.key === 'Enter' || e.key === 'Tab') {
+        e.preventDefault();
+        accept();
+        return;
+      }
+      if (e.key === 'Escape') {
+        e.preventDefault();
+        hidePop();
+        return;
+      }
+    }
     // Tab indents (four spaces, as Python wants) instead of leaving the editor.
     if (e.key === 'Tab' && !e.shiftKey && !e.ctrlKey && !e.metaKey) {
       e.preventDefault();
@@ -341,6 +521,22 @@ export default {
       }
     };
 
+    // Check: the file judged as Set judges it (controld's sandboxed check), nothing stored.
+    const checkFile = async () => {
+      if (!service) return;
+      const p = { service, file: ed.value, dry_run: true };
+      if (deadline.value) p.deadline = Number(deadline.value);
+      try {
+        const r = await call('script/set', p);
+        clearError();
+        const fns = (r.functions || []).map((f) => f.name);
+        toast(`check passed: ${fns.length} function${fns.length === 1 ? '' : 's'} (${fns.join(', ') || 'none'}); nothing was stored`, 'ok');
+      } catch (e) {
+        showError(e);
+        toast('check failed: nothing was stored', 'error');
+      }
+    };
+
     const remove = async () => {
       if (!service || !(await confirmBox(`Remove the script of ${service}?`, 'Remove'))) return;
       try {
@@ -377,6 +573,7 @@ export default {
           { class: 'uib-bar' },
           h('label', {}, 'Service ', pick),
           h('label', {}, 'Deadline (ms) ', deadline),
+          btn('Check', 'script-check', checkFile),
           btn('Set', 'script-save', save, 'primary'),
           btn('Reload', 'script-load', load),
           btn('Open a file…', 'script-open', () => opener.click()),

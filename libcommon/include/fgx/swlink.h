@@ -22,6 +22,10 @@
  * fgx_swlink_recv(). */
 typedef bool (*fgx_swlink_conn_fn)(void *arg, uint64_t conn, struct fgx_dp_script_log *e);
 
+/* An interpreter's ACK of a SCRIPT for service (code 0 loaded, 1 refused), inside
+ * fgx_swlink_recv(). */
+typedef void (*fgx_swlink_ack_fn)(void *arg, uint32_t service, uint8_t code);
+
 /* A service's file as the interpreters have it: sent again only when this changes. */
 struct fgx_swlink_sent {
     uint32_t id;
@@ -74,6 +78,9 @@ struct fgx_swlink {
      * LOG frame that names one; NULL: entries carry none */
     fgx_swlink_conn_fn conn_fn;
     void *conn_arg;
+    /* the owner's: told of each ACK (a SCRIPT loaded, code 0, or refused, 1) with conn_arg, so
+     * that one who waits for a file to load knows (`fgexctl script proxy`); NULL: skipped */
+    fgx_swlink_ack_fn ack_fn;
 };
 
 /* Connect to scriptworker at URL (ipc://PATH, fgx/swproto.h) without waiting; while it is not
