@@ -608,6 +608,23 @@ def tls_certs(env, names=("proxy", "service")):
     return {n: (os.path.join(d, n + ".pem"), os.path.join(d, n + ".key")) for n in names}
 
 
+
+def nginx_start(env, conf, prefix, ports):
+    """nginx with the configuration file conf (its prefix directory prefix) in the server's
+    namespace; returns its Popen once every port in ports listens there (fails after 5 s)."""
+    p = subprocess.Popen(["ip", "netns", "exec", env.srv, "nginx", "-c", conf, "-p", prefix],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    def listening():
+        return all(subprocess.run(["ip", "netns", "exec", env.srv, "ss", "-Htln",
+                                   "sport = :%d" % pt], capture_output=True,
+                                  text=True).stdout.strip() != "" for pt in ports)
+
+    if not wait_until(listening, timeout=5):
+        p.kill()
+        raise AssertionError("nginx did not start: %s" % p.communicate()[1][-500:])
+    return p
+
 # ---- assertions -----------------------------------------------------------------------------------
 
 def check(cond, msg, *fmt):

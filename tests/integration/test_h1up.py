@@ -248,13 +248,8 @@ http {
            location / { return 200 "hello from nginx h1\\n"; } }
 }
 """ % {"d": d, "ip": SRV4, "port": port, "cert": c["service"][0], "key": c["service"][1]})
-    p = subprocess.Popen(["ip", "netns", "exec", env.srv, "nginx", "-c", conf, "-p", d],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    p = it.nginx_start(env, conf, d, (port,))
     try:
-        check(it.wait_until(lambda: subprocess.run(
-            ["ip", "netns", "exec", env.srv, "ss", "-Htln", "sport = :%d" % port],
-            capture_output=True, text=True).stdout.strip() != "", timeout=5),
-            "nginx did not start")
         base = "https://%s:%d" % (SRV4, port)
         for _ in range(2):
             rc, out = curl(env, base + "/x", "--http2")

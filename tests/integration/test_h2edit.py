@@ -57,13 +57,7 @@ http {
 }
 """ % {"d": d, "ip": SRV4, "tls": tls_port, "h2c": h2c_port, "inner": inner, "cert": c[0],
             "key": c[1], "locs": locs})
-    p = subprocess.Popen(["ip", "netns", "exec", env.srv, "nginx", "-c", conf, "-p", d],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    ok = it.wait_until(lambda: all(
-        subprocess.run(["ip", "netns", "exec", env.srv, "ss", "-Htln", "sport = :%d" % pt],
-                       capture_output=True, text=True).stdout.strip() != ""
-        for pt in (tls_port, h2c_port)), timeout=5)
-    check(ok, "nginx did not start")
+    p = it.nginx_start(env, conf, d, (tls_port, h2c_port))
     return os.path.join(d, "access.log"), p
 
 

@@ -285,12 +285,7 @@ http {
   }
 }
 """ % {"d": d, "ip": SRV4, "port": port, "cert": c[0], "key": c[1], "inner": port + 1})
-    p = subprocess.Popen(["ip", "netns", "exec", env.srv, "nginx", "-c", conf, "-p", d],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    ok = it.wait_until(lambda: subprocess.run(["ip", "netns", "exec", env.srv, "ss", "-Htln",
-                                               "sport = :%d" % port], capture_output=True,
-                                              text=True).stdout.strip() != "", timeout=5)
-    check(ok, "nginx did not start")
+    p = it.nginx_start(env, conf, d, (port,))
     return os.path.join(d, "access.log"), p
 
 
