@@ -504,6 +504,15 @@ static void on_accept(struct sp *p, int lfd)
     say(p, "#%" PRIu64 " %s connected (version %" PRIu32 ")", c->id, c->name, c->gen);
 }
 
+/* What side x sends on next: n bytes of b (its own chunk or an edit), the chunk done with. */
+static void dir_out(struct sp_dir *x, const uint8_t *b, size_t n)
+{
+    memcpy(x->out, b, n);
+    x->outlen = n;
+    x->outoff = 0;
+    x->inlen = 0;
+}
+
 /* A chunk read from side d's reader: to the file, or straight on once the file decided. */
 static void dir_read(struct sp *p, struct sp_conn *c, int d)
 {
@@ -524,9 +533,7 @@ static void dir_read(struct sp *p, struct sp_conn *c, int d)
         return;
     }
     if (c->final) {
-        memcpy(x->out, x->in, (size_t)n);
-        x->outlen = (size_t)n;
-        x->outoff = 0;
+        dir_out(x, x->in, (size_t)n);
         return;
     }
     x->inlen = (size_t)n;
@@ -551,10 +558,7 @@ static void dir_read(struct sp *p, struct sp_conn *c, int d)
             conn_close(p, c, true);
             return;
         }
-        memcpy(x->out, x->in, x->inlen);
-        x->outlen = x->inlen;
-        x->outoff = 0;
-        x->inlen = 0;
+        dir_out(x, x->in, x->inlen);
         return;
     }
     c->opened = true;
@@ -595,12 +599,9 @@ static void on_verdict(struct sp *p, const struct fgx_sw_hdr *h, const uint8_t *
 
         if (nb > sizeof(x->out))
             nb = sizeof(x->out);
-        memcpy(x->out, pl + fnlen + 1, nb);
-        x->outlen = nb;
-        x->outoff = 0;
         say(p, "#%" PRIu64 " %s %s %zu bytes: edited by %.*s to %zu bytes", c->id, c->name,
             d ? "s2c" : "c2s", x->inlen, (int)fnlen, fn, nb);
-        x->inlen = 0;
+        dir_out(x, pl + fnlen + 1, nb);
         return;
     }
     {
@@ -622,10 +623,7 @@ static void on_verdict(struct sp *p, const struct fgx_sw_hdr *h, const uint8_t *
             return;
         }
     }
-    memcpy(x->out, x->in, x->inlen);
-    x->outlen = x->inlen;
-    x->outoff = 0;
-    x->inlen = 0;
+    dir_out(x, x->in, x->inlen);
     if (h->code == FGX_SW_ACCEPT && (h->hash & FGX_SW_VERDICT_FINAL)) {
         struct fgx_sw_hdr cl = {.type = FGX_SW_CLOSE, .service = c->gen, .conn = c->id};
 
