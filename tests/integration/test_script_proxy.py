@@ -139,6 +139,34 @@ def proxy_judges_and_reloads(env):
 
 
 @test
+def proxy_passes_a_files_edit(env):
+    """A file that edits a chunk (UNSTABLE_MANGLE): the service reads the edited bytes, longer
+    than the chunk, the client the edited answer, and the edit is printed."""
+    sport, lport = env.port(), env.port()
+    srv = env.tcp_server(sport, reply=b"secret answer")
+    path = os.path.join(env.tmp, "editing.py")
+    edit(path, "from firegex.nfproxy import pyfilter, UNSTABLE_MANGLE\n"
+               "from firegex.nfproxy.models import RawPacket\n\n"
+               "@pyfilter\n"
+               "def swap(pkt: RawPacket):\n"
+               "    n = pkt.l4_data.replace(b'cat', b'a longer dog').replace(b'secret', b'public')\n"
+               "    if n != pkt.l4_data:\n"
+               "        pkt.l4_data = n\n"
+               "        return UNSTABLE_MANGLE\n")
+    px = Proxy(env, path, lport, sport)
+    try:
+        check(px.wait_for(["version 1 loaded"]), "the file did not load:\n%s", px.text())
+        c = env.tcp_client(it.SRV4, lport, [b"the cat sat", ("read", 0.5)])
+        it.assert_passed(c, it.server_conn(srv, 1), b"the a longer dog sat", b"public answer")
+        check(px.wait_for(["c2s 11 bytes: edited by swap to 20 bytes"]),
+              "no edit verdict:\n%s", px.text())
+        check(px.wait_for(["s2c 13 bytes: edited by swap to 13 bytes"]),
+              "no edit verdict for the answer:\n%s", px.text())
+    finally:
+        px.stop()
+
+
+@test
 def proxy_refused_without_root(env):
     path = os.path.join(env.tmp, "any.py")
     edit(path, rejecting("evil"))
